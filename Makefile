@@ -1,0 +1,46 @@
+# Every target bootstraps from a bare machine with only python3: uv is installed with pip when it
+# is missing, and the locked environment is synced into .venv before anything runs.
+SHELL := /bin/bash
+PYTHON ?= python3
+UV := $(PYTHON) -m uv
+RUN := $(UV) run --frozen --no-sync
+STAMP := .venv/.synced
+
+.PHONY: bootstrap-uv all demo test lint typecheck fmt bench clean env
+
+all: test
+
+# uv is run as a module of python3, so it is found wherever pip put it.
+bootstrap-uv:
+	@$(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --user uv \
+		|| $(PYTHON) -m pip install --quiet --break-system-packages uv \
+		|| $(PYTHON) -m pip install --quiet uv
+
+$(STAMP): pyproject.toml uv.lock
+	@$(MAKE) --no-print-directory bootstrap-uv
+	$(UV) sync --frozen --all-extras
+	@touch $(STAMP)
+
+env: $(STAMP)
+
+demo: $(STAMP)
+	$(RUN) python -m ampmeter demo
+
+lint: $(STAMP)
+	$(RUN) ruff check src tests bench
+
+typecheck: $(STAMP)
+	$(RUN) mypy --strict src
+
+test: lint typecheck
+	$(RUN) pytest
+
+bench: $(STAMP)
+	$(RUN) python bench/run.py $(if $(QUICK),--quick,)
+
+fmt: $(STAMP)
+	$(RUN) ruff check --fix src tests bench
+	$(RUN) ruff format src tests bench
+
+clean:
+	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache build dist

@@ -1,0 +1,454 @@
+"""The call graph of one agent run: nodes, their lifecycle, and chain aggregates.
+
+Every LLM call, tool call and system step is a :class:`Node`. Nodes hang under a single root and
+move one way through ``created -> running -> success | fail | halt`` (or straight from ``created``
+to ``fail``/``halt`` when a call is stopped before it is sent). Aggregates are kept up to date as
+nodes end, so reading them never scans the graph.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+__all__ = [
+    "KINDS",
+    "STATUSES",
+    "TERMINAL_STATUSES",
+    "ExecutionGraph",
+    "Node",
+]
+
+KINDS: Final = frozenset({"llm", "tool", "system", "embedding", "retrieval", "memory"})
+STATUSES: Final = ("created", "running", "success", "fail", "halt")
+TERMINAL_STATUSES: Final = frozenset({"success", "fail", "halt"})
+
+_CREATED: Final = "created"
+_RUNNING: Final = "running"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class Node:
+    """One operation in a chain: an LLM call, a tool call or a system step.
+
+    The fifteen fields of the execution-graph specification plus ``depth`` (root = 0). Usage
+    that has no field of its own (cached and reasoning tokens, tool calls made, pricing status)
+    lives in ``metadata``.
+    """
+
+    node_id: str
+    parent_id: str | None
+    kind: str
+    name: str
+    start_ts_ms: int
+    end_ts_ms: int | None = None
+    status: str = _CREATED
+    model: str | None = None
+    retries_used: int = 0
+    cost_usd: float = 0.0
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    stop_reason: str | None = None
+    error_class: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    depth: int = 0
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the node is ``success``, ``fail`` or ``halt``."""
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def latency_ms(self) -> int | None:
+        """Milliseconds from creation to the terminal transition, or None while open."""
+        if self.end_ts_ms is None:
+            return None
+        return self.end_ts_ms - self.start_ts_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable copy of the node's fields (metadata copied deeply)."""
+        return {
+            "node_id": self.node_id,
+            "parent_id": self.parent_id,
+            "kind": self.kind,
+            "name": self.name,
+            "start_ts_ms": self.start_ts_ms,
+            "end_ts_ms": self.end_ts_ms,
+            "status": self.status,
+            "model": self.model,
+            "retries_used": self.retries_used,
+            "cost_usd": self.cost_usd,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "stop_reason": self.stop_reason,
+            "error_class": self.error_class,
+            "metadata": json_copy(self.metadata) if self.metadata else {},
+            "depth": self.depth,
+        }
+
+
+def json_copy(value: Any) -> Any:
+    """Deep-copy ``value`` into plain JSON types.
+
+    Dicts, lists and tuples are copied; JSON scalars are kept; anything else (a datetime, an
+    exception, a user object) becomes its ``str()``, so a snapshot always serializes.
+    """
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {str(k): json_copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_copy(v) for v in value]
+    return str(value)
+
+
+def check_cost(cost_usd: object, what: str = "cost_usd") -> float:
+    """Return ``cost_usd`` as a float, or raise if it is not a finite, non-negative number."""
+    if type(cost_usd) is not float:
+        if isinstance(cost_usd, bool) or not isinstance(cost_usd, (int, float)):
+            raise TypeError(f"{what} must be a number, got {type(cost_usd).__name__}")
+        cost_usd = float(cost_usd)
+    if not 0.0 <= cost_usd < math.inf:
+        raise ValueError(f"{what} must be a finite number >= 0, got {cost_usd!r}")
+    return cost_usd
+
+
+def check_tokens(tokens: object, what: str) -> int | None:
+    """Return ``tokens`` (None or an int >= 0), or raise naming the bad argument."""
+    if tokens is None:
+        return None
+    if type(tokens) is not int:
+        if isinstance(tokens, bool) or not isinstance(tokens, int):
+            raise TypeError(f"{what} must be an int or None, got {type(tokens).__name__}")
+        tokens = int(tokens)
+    if tokens < 0:
+        raise ValueError(f"{what} must be >= 0, got {tokens}")
+    return tokens
+
+
+class ExecutionGraph:
+    """A thread-safe call tree for one chain (agent run) with incrementally kept aggregates.
+
+    ``chain_id`` defaults to a random UUID. ``max_nodes`` (0 = unbounded) caps how many nodes are
+    kept in memory for long-running chains: past it, the oldest terminal non-root nodes are
+    evicted, while the aggregates keep counting them.
+    """
+
+    __slots__ = (
+        "_evictable",
+        "_in_flight",
+        "_lock",
+        "_max_depth",
+        "_max_nodes",
+        "_next_id",
+        "_nodes",
+        "_root_id",
+        "_total_cost_usd",
+        "_total_llm_calls",
+        "_total_retries",
+        "_total_tokens_in",
+        "_total_tokens_out",
+        "_total_tool_calls",
+        "chain_id",
+    )
+
+    def __init__(self, chain_id: str | None = None, *, max_nodes: int = 0) -> None:
+        if chain_id is not None and not isinstance(chain_id, str):
+            raise TypeError(f"chain_id must be a str or None, got {type(chain_id).__name__}")
+        if isinstance(max_nodes, bool) or not isinstance(max_nodes, int):
+            raise TypeError(f"max_nodes must be an int, got {type(max_nodes).__name__}")
+        if max_nodes < 0:
+            raise ValueError(f"max_nodes must be >= 0 (0 = unbounded), got {max_nodes}")
+        self.chain_id: str = chain_id if chain_id is not None else str(uuid.uuid4())
+        self._lock = threading.Lock()
+        self._nodes: dict[str, Node] = {}
+        self._root_id: str | None = None
+        self._next_id = 1
+        self._max_nodes = max_nodes
+        self._evictable: deque[str] = deque()
+        self._total_cost_usd = 0.0
+        self._total_llm_calls = 0
+        self._total_tool_calls = 0
+        self._total_retries = 0
+        self._total_tokens_in = 0
+        self._total_tokens_out = 0
+        self._max_depth = 0
+        self._in_flight = 0
+
+    # -- structure --------------------------------------------------------------------------
+
+    @property
+    def root_id(self) -> str | None:
+        """The root's node id, or None before :meth:`create_root`."""
+        return self._root_id
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def _new_id(self) -> str:
+        number = self._next_id
+        self._next_id = number + 1
+        return f"n{number:06d}"
+
+    def create_root(self, name: str, metadata: dict[str, Any] | None = None) -> str:
+        """Create the chain's single root (``kind="system"``, depth 0, status ``running``)."""
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
+        meta = _own_metadata(metadata)
+        with self._lock:
+            if self._root_id is not None:
+                raise RuntimeError(
+                    f"graph {self.chain_id!r} already has a root ({self._root_id}); "
+                    "a graph has exactly one root"
+                )
+            node_id = self._new_id()
+            self._nodes[node_id] = Node(
+                node_id, None, "system", name, _now_ms(), status=_RUNNING, metadata=meta
+            )
+            self._root_id = node_id
+        return node_id
+
+    def begin_node(
+        self,
+        parent_id: str,
+        kind: str,
+        name: str,
+        model: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> str:
+        """Create a node under ``parent_id`` in status ``created`` and return its id."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown node kind {kind!r}; expected one of {sorted(KINDS)}")
+        if type(name) is not str:
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
+        if model is not None and type(model) is not str:
+            raise TypeError(f"model must be a str or None, got {type(model).__name__}")
+        meta = _own_metadata(metadata)
+        with self._lock:
+            parent = self._nodes.get(parent_id)
+            if parent is None:
+                raise KeyError(self._unknown(parent_id, "parent_id"))
+            depth = parent.depth + 1
+            node_id = self._new_id()
+            self._nodes[node_id] = Node(
+                node_id, parent_id, kind, name, _now_ms(), None, _CREATED, model,
+                0, 0.0, None, None, None, None, meta, depth,
+            )  # fmt: skip
+            if depth > self._max_depth:
+                self._max_depth = depth
+        return node_id
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def mark_running(self, node_id: str) -> None:
+        """Move a ``created`` node to ``running``; no change for running or terminal nodes."""
+        with self._lock:
+            node = self._get(node_id)
+            if node.status == _CREATED:
+                node.status = _RUNNING
+                if node.parent_id is not None:
+                    self._in_flight += 1
+
+    def mark_success(
+        self,
+        node_id: str,
+        cost_usd: float,
+        tokens_in: int | None = None,
+        tokens_out: int | None = None,
+        *,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        """End a node as ``success`` with its cost and tokens; no change if already terminal.
+
+        ``metadata`` (optional) is merged into the node's metadata in the same step.
+        """
+        self._end(node_id, "success", cost_usd, tokens_in, tokens_out, None, None, metadata)
+
+    def mark_failure(
+        self,
+        node_id: str,
+        error_class: str,
+        stop_reason: str | None = None,
+        *,
+        cost_usd: float = 0.0,
+        tokens_in: int | None = None,
+        tokens_out: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        """End a node as ``fail`` (an error). ``cost_usd`` is for calls billed before failing."""
+        if not isinstance(error_class, str):
+            raise TypeError(f"error_class must be a str, got {type(error_class).__name__}")
+        self._end(
+            node_id, "fail", cost_usd, tokens_in, tokens_out, error_class, stop_reason, metadata
+        )
+
+    def mark_halt(
+        self,
+        node_id: str,
+        stop_reason: str | None = None,
+        *,
+        cost_usd: float = 0.0,
+        tokens_in: int | None = None,
+        tokens_out: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        """End a node as ``halt`` (stopped by a policy such as a budget); no change if terminal."""
+        self._end(node_id, "halt", cost_usd, tokens_in, tokens_out, None, stop_reason, metadata)
+
+    def increment_retries(self, node_id: str) -> None:
+        """Count one retry on a node; no change once the node is terminal."""
+        with self._lock:
+            node = self._get(node_id)
+            if node.status not in TERMINAL_STATUSES:
+                node.retries_used += 1
+
+    def update_metadata(self, node_id: str, values: dict[str, Any]) -> None:
+        """Merge ``values`` into an open node's metadata; no change once it is terminal."""
+        if not isinstance(values, dict):
+            raise TypeError(f"values must be a dict, got {type(values).__name__}")
+        with self._lock:
+            node = self._get(node_id)
+            if node.status not in TERMINAL_STATUSES:
+                node.metadata.update(values)
+
+    def _end(
+        self,
+        node_id: str,
+        status: str,
+        cost_usd: object,
+        tokens_in: object,
+        tokens_out: object,
+        error_class: str | None,
+        stop_reason: object,
+        metadata: dict[str, Any] | None,
+    ) -> None:
+        cost = check_cost(cost_usd)
+        t_in = check_tokens(tokens_in, "tokens_in")
+        t_out = check_tokens(tokens_out, "tokens_out")
+        if stop_reason is not None and not isinstance(stop_reason, str):
+            raise TypeError(f"stop_reason must be a str or None, got {type(stop_reason).__name__}")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise TypeError(f"metadata must be a dict or None, got {type(metadata).__name__}")
+        with self._lock:
+            node = self._get(node_id)
+            previous = node.status
+            if previous in TERMINAL_STATUSES:
+                return
+            is_root = node.parent_id is None
+            if is_root and (cost or t_in or t_out):
+                raise ValueError("the root node carries no cost or tokens of its own")
+            node.status = status
+            node.end_ts_ms = _now_ms()
+            node.cost_usd = cost
+            node.tokens_in = t_in
+            node.tokens_out = t_out
+            node.error_class = error_class
+            node.stop_reason = stop_reason
+            if metadata:
+                node.metadata.update(metadata)
+            if is_root:
+                return
+            if previous == _RUNNING:
+                self._in_flight -= 1
+            self._total_cost_usd += cost
+            self._total_retries += node.retries_used
+            if t_in:
+                self._total_tokens_in += t_in
+            if t_out:
+                self._total_tokens_out += t_out
+            kind = node.kind
+            if kind == "llm":
+                self._total_llm_calls += 1
+            elif kind == "tool":
+                self._total_tool_calls += 1
+            if self._max_nodes:
+                self._evictable.append(node_id)
+                self._evict()
+
+    def _evict(self) -> None:
+        nodes = self._nodes
+        evictable = self._evictable
+        while len(nodes) > self._max_nodes and evictable:
+            nodes.pop(evictable.popleft(), None)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _get(self, node_id: str) -> Node:
+        node = self._nodes.get(node_id)
+        if node is None:
+            raise KeyError(self._unknown(node_id, "node_id"))
+        return node
+
+    def _unknown(self, node_id: object, what: str) -> str:
+        if isinstance(node_id, str) and 0 < self._max_nodes and node_id.startswith("n"):
+            return f"{what} {node_id!r} is not in graph {self.chain_id!r} (unknown or evicted)"
+        return f"{what} {node_id!r} is not in graph {self.chain_id!r}"
+
+    def node(self, node_id: str) -> Node:
+        """A copy of one node; changing it never changes the graph."""
+        with self._lock:
+            node = self._get(node_id)
+            return replace(node, metadata=json_copy(node.metadata) if node.metadata else {})
+
+    def nodes(self) -> list[Node]:
+        """Copies of all nodes kept in memory, in creation order."""
+        with self._lock:
+            return [
+                replace(n, metadata=json_copy(n.metadata) if n.metadata else {})
+                for n in self._nodes.values()
+            ]
+
+    def aggregates(self) -> dict[str, Any]:
+        """The chain aggregates (see :meth:`snapshot`), without the nodes."""
+        with self._lock:
+            return self._aggregates()
+
+    def _aggregates(self) -> dict[str, Any]:
+        roots = 1.0 if self._root_id is not None else 0.0
+        divisor = roots or 1.0
+        return {
+            "total_cost_usd": self._total_cost_usd,
+            "total_llm_calls": self._total_llm_calls,
+            "total_tool_calls": self._total_tool_calls,
+            "total_retries": self._total_retries,
+            "total_tokens_in": self._total_tokens_in,
+            "total_tokens_out": self._total_tokens_out,
+            "max_depth": self._max_depth,
+            "in_flight": self._in_flight,
+            "llm_calls_per_root": self._total_llm_calls / divisor,
+            "tool_calls_per_root": self._total_tool_calls / divisor,
+            "retries_per_root": self._total_retries / divisor,
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        """A JSON-serializable deep copy of the whole graph: nodes, aggregates and a timestamp."""
+        with self._lock:
+            nodes = {node_id: n.to_dict() for node_id, n in self._nodes.items()}
+            aggregates = self._aggregates()
+            root_id = self._root_id
+        return {
+            "chain_id": self.chain_id,
+            "root_id": root_id,
+            "nodes": nodes,
+            "aggregates": aggregates,
+            "snapshot_ts_ms": _now_ms(),
+        }
+
+
+def _own_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise TypeError(f"metadata must be a dict or None, got {type(metadata).__name__}")
+    return dict(metadata)
