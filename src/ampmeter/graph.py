@@ -18,6 +18,15 @@ from typing import Any, Final
 
 __all__ = [
     "KINDS",
+    "META_CACHED_TOKENS",
+    "META_CACHE_WRITE_TOKENS",
+    "META_COMPONENT",
+    "META_CONTEXT",
+    "META_COST_STATUS",
+    "META_PRICING_VERSION",
+    "META_PROVIDER",
+    "META_REASONING_TOKENS",
+    "META_TOOL_CALLS_MADE",
     "STATUSES",
     "TERMINAL_STATUSES",
     "ExecutionGraph",
@@ -27,6 +36,17 @@ __all__ = [
 KINDS: Final = frozenset({"llm", "tool", "system", "embedding", "retrieval", "memory"})
 STATUSES: Final = ("created", "running", "success", "fail", "halt")
 TERMINAL_STATUSES: Final = frozenset({"success", "fail", "halt"})
+
+# Metadata keys that ampmeter itself writes on nodes (usage without a field of its own).
+META_CACHED_TOKENS: Final = "cached_tokens"  # input tokens read from a prompt cache (subset of in)
+META_CACHE_WRITE_TOKENS: Final = "cache_write_tokens"  # input tokens written to a prompt cache
+META_REASONING_TOKENS: Final = "reasoning_tokens"  # output tokens spent reasoning (subset of out)
+META_TOOL_CALLS_MADE: Final = "tool_calls_made"  # tool calls requested in an LLM response
+META_COST_STATUS: Final = "cost_status"  # "priced" | "given" | "unpriced" | "estimated"
+META_PRICING_VERSION: Final = "pricing_version"  # version of the price table used
+META_PROVIDER: Final = "provider"  # "openai", "anthropic", ...
+META_CONTEXT: Final = "context"  # True on nodes that stand for a context (root, sub-agent)
+META_COMPONENT: Final = "component"  # TokenTracker component (pipeline, auxiliary, ...)
 
 _CREATED: Final = "created"
 _RUNNING: Final = "running"
@@ -391,7 +411,7 @@ class ExecutionGraph:
         return node
 
     def _unknown(self, node_id: object, what: str) -> str:
-        if isinstance(node_id, str) and 0 < self._max_nodes and node_id.startswith("n"):
+        if isinstance(node_id, str) and self._max_nodes > 0 and node_id.startswith("n"):
             return f"{what} {node_id!r} is not in graph {self.chain_id!r} (unknown or evicted)"
         return f"{what} {node_id!r} is not in graph {self.chain_id!r}"
 
