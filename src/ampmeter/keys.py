@@ -1,0 +1,59 @@
+"""Standard stats keys.
+
+Every key ampmeter writes starts with ``amp:``; use your own prefix (``myapp:``) for your keys.
+Keys ending in ``_FOR`` / ``_AT`` are prefixes: append a model, tool or iteration number.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+KEY_PREFIX: Final = "amp:"
+
+# Tokens (counters), totals and per model.
+KEY_INPUT_TOKENS: Final = "amp:input_tokens"
+KEY_INPUT_TOKENS_FOR: Final = "amp:input_tokens:"
+KEY_OUTPUT_TOKENS: Final = "amp:output_tokens"
+KEY_OUTPUT_TOKENS_FOR: Final = "amp:output_tokens:"
+# Input tokens read from a prompt cache, and output tokens spent reasoning: subsets of the above.
+KEY_CACHED_INPUT_TOKENS: Final = "amp:cached_input_tokens"
+KEY_CACHED_INPUT_TOKENS_FOR: Final = "amp:cached_input_tokens:"
+KEY_REASONING_TOKENS: Final = "amp:reasoning_tokens"
+KEY_REASONING_TOKENS_FOR: Final = "amp:reasoning_tokens:"
+
+# Cost in USD (gauges), total and per model.
+KEY_COST: Final = "amp:cost"
+KEY_COST_FOR: Final = "amp:cost:"
+
+# Calls (counters).
+KEY_LLM_CALLS: Final = "amp:llm_calls"  # LLM calls sent (success or fail; not halted ones)
+KEY_TOOL_CALLS: Final = "amp:tool_calls"  # tool calls made (success or fail)
+KEY_TOOL_CALLS_FOR: Final = "amp:tool_calls:"
+KEY_STEPS: Final = "amp:steps"  # successful LLM and tool calls
+KEY_RETRIES: Final = "amp:retries"  # failed calls plus retries counted by the caller
+
+# Iterations of the executor loop: protected, per context; only start_iteration() moves it.
+KEY_ITERATIONS: Final = "amp:iterations"
+
+# Parse errors in LLM output (format) and in tool-call payloads (toolchain).
+KEY_FORMAT_PARSE_ERROR_TOTAL: Final = "amp:format_parse_error_total"
+KEY_FORMAT_PARSE_ERROR_AT: Final = "amp:format_parse_error:"
+KEY_FORMAT_PARSE_ERROR_CONSECUTIVE: Final = "amp:format_parse_error_consecutive"
+KEY_TOOLCHAIN_PARSE_ERROR_TOTAL: Final = "amp:toolchain_parse_error_total"
+KEY_TOOLCHAIN_PARSE_ERROR_AT: Final = "amp:toolchain_parse_error:"
+KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE: Final = "amp:toolchain_parse_error_consecutive"
+
+# Wall time of a context in seconds: not stored, reported when a timeout stops a call.
+KEY_ELAPSED_S: Final = "amp:elapsed_s"
+
+PROTECTED_KEYS: Final = frozenset({KEY_ITERATIONS})
+# Keys that belong to one context only: a child's value never reaches its parent, so a
+# successful parse in a child can reset them without leaving stale counts upstairs.
+LOCAL_KEYS: Final = frozenset(
+    {KEY_ITERATIONS, KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE}
+)
+
+__all__ = [name for name in dir() if name.startswith("KEY_")] + [
+    "LOCAL_KEYS",
+    "PROTECTED_KEYS",
+]

@@ -1,0 +1,293 @@
+"""Counters and gauges of a context, propagated live to every enclosing context.
+
+A tree of :class:`ExecutionStats` (one per context) shares one lock, so an increment reaches
+the context and all of its ancestors in a single atomic step: no reader ever sees a child
+updated and its parent not yet, and concurrent workers cannot lose increments.
+
+Besides committed values, each stats object holds *reservations*: usage that calls in flight
+have announced (estimated cost, ``max_tokens``, one step) and not yet replaced by their actual
+usage. Limit checks count them, which is what keeps concurrent calls from jointly overshooting.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Mapping
+from typing import Final
+
+from ampmeter.keys import (
+    KEY_COST,
+    KEY_FORMAT_PARSE_ERROR_TOTAL,
+    KEY_INPUT_TOKENS,
+    KEY_ITERATIONS,
+    KEY_OUTPUT_TOKENS,
+    KEY_TOOL_CALLS,
+    KEY_TOOLCHAIN_PARSE_ERROR_TOTAL,
+    LOCAL_KEYS,
+    PROTECTED_KEYS,
+)
+
+__all__ = ["ExecutionStats"]
+
+_EMPTY: Final[Mapping[str, float]] = {}
+
+
+def _check_key(key: object) -> str:
+    if type(key) is not str:
+        raise TypeError(f"stats key must be a str, got {type(key).__name__}")
+    if not key:
+        raise ValueError("stats key must not be empty")
+    return key
+
+
+def _check_int(value: object, what: str) -> int:
+    if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+        value = int(value)
+    return value
+
+
+def _check_float(value: object, what: str) -> float:
+    if type(value) is not float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{what} must be a number, got {type(value).__name__}")
+        value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    return value
+
+
+def _family(key: str) -> str:
+    """The part of ``key`` up to its last ``:`` (``amp:cost:gpt-4o`` -> ``amp:cost:``)."""
+    cut = key.rfind(":")
+    return key[: cut + 1] if cut >= 0 else ""
+
+
+class ExecutionStats:
+    """Counters (ints) and gauges (floats) of one context, with live propagation upwards.
+
+    ``incr_counter`` and ``incr_gauge`` add to this object and every ancestor at once;
+    ``set_*`` and ``reset_*`` change only this object. ``amp:iterations`` is protected (user
+    changes are ignored) and, like the ``*_consecutive`` parse-error keys, is never propagated.
+    """
+
+    __slots__ = (
+        "_chain",
+        "_counters",
+        "_families",
+        "_gauges",
+        "_known",
+        "_lock",
+        "_reserved",
+        "parent",
+    )
+
+    def __init__(self, parent: ExecutionStats | None = None) -> None:
+        if parent is not None and not isinstance(parent, ExecutionStats):
+            raise TypeError(f"parent must be ExecutionStats or None, got {type(parent).__name__}")
+        self.parent = parent
+        self._lock: threading.Lock = parent._lock if parent is not None else threading.Lock()
+        # This object followed by its ancestors, nearest first: the propagation path.
+        self._chain: tuple[ExecutionStats, ...] = (self,) + (
+            parent._chain if parent is not None else ()
+        )
+        self._counters: dict[str, int] = {}
+        self._gauges: dict[str, float] = {}
+        self._reserved: dict[str, float] = {}
+        # Keys grouped by family, so prefix limits look at a handful of keys, not all of them.
+        self._families: dict[str, list[str]] = {}
+        self._known: set[str] = set()
+
+    @property
+    def lock(self) -> threading.Lock:
+        """The lock shared by the whole stats tree (for callers that update several keys)."""
+        return self._lock
+
+    @property
+    def chain(self) -> tuple[ExecutionStats, ...]:
+        """This stats object and its ancestors, nearest first."""
+        return self._chain
+
+    # -- counters ---------------------------------------------------------------------------
+
+    def incr_counter(self, key: str, delta: int = 1) -> None:
+        """Add ``delta`` (>= 0) to ``key`` here and in every ancestor."""
+        _check_key(key)
+        delta = _check_int(delta, "delta")
+        if delta < 0:
+            raise ValueError(
+                f"counter {key!r} only grows (delta {delta}); use set_counter or reset_counter"
+            )
+        if key in PROTECTED_KEYS:
+            return
+        with self._lock:
+            self._add_counter_locked(key, delta)
+
+    def set_counter(self, key: str, value: int) -> None:
+        """Set ``key`` to ``value`` in this context only."""
+        _check_key(key)
+        value = _check_int(value, "value")
+        if key in PROTECTED_KEYS:
+            return
+        with self._lock:
+            self._set_counter_locked(key, value)
+
+    def get_counter(self, key: str) -> int:
+        """The counter's value, or 0 if it was never written."""
+        return self._counters.get(key, 0)
+
+    def reset_counter(self, key: str) -> None:
+        """Set ``key`` to 0 in this context only."""
+        self.set_counter(key, 0)
+
+    # -- gauges -----------------------------------------------------------------------------
+
+    def incr_gauge(self, key: str, delta: float) -> None:
+        """Add a finite ``delta`` (any sign) to ``key`` here and in every ancestor."""
+        _check_key(key)
+        delta = _check_float(delta, "delta")
+        if key in PROTECTED_KEYS:
+            return
+        with self._lock:
+            self._add_gauge_locked(key, delta)
+
+    def set_gauge(self, key: str, value: float) -> None:
+        """Set ``key`` to a finite ``value`` in this context only."""
+        _check_key(key)
+        value = _check_float(value, "value")
+        if key in PROTECTED_KEYS:
+            return
+        with self._lock:
+            if key not in self._gauges:
+                self._note_key(key)
+            self._gauges[key] = value
+
+    def get_gauge(self, key: str) -> float:
+        """The gauge's value, or 0.0 if it was never written."""
+        return self._gauges.get(key, 0.0)
+
+    def reset_gauge(self, key: str) -> None:
+        """Set ``key`` to 0.0 in this context only."""
+        self.set_gauge(key, 0.0)
+
+    # -- bulk and convenience ---------------------------------------------------------------
+
+    def counters(self) -> dict[str, int]:
+        """A copy of all counters."""
+        with self._lock:
+            return dict(self._counters)
+
+    def gauges(self) -> dict[str, float]:
+        """A copy of all gauges."""
+        with self._lock:
+            return dict(self._gauges)
+
+    def reserved(self) -> dict[str, float]:
+        """A copy of the usage reserved by calls in flight (estimates not yet settled)."""
+        with self._lock:
+            return {k: v for k, v in self._reserved.items() if v}
+
+    def total_input_tokens(self) -> int:
+        """Input tokens of all models."""
+        return self.get_counter(KEY_INPUT_TOKENS)
+
+    def total_output_tokens(self) -> int:
+        """Output tokens of all models."""
+        return self.get_counter(KEY_OUTPUT_TOKENS)
+
+    def total_cost(self) -> float:
+        """Cost in USD of all models."""
+        return self.get_gauge(KEY_COST)
+
+    def tool_call_count(self) -> int:
+        """Tool calls of all tools."""
+        return self.get_counter(KEY_TOOL_CALLS)
+
+    def format_parse_error_total(self) -> int:
+        """Format parse errors (LLM output that did not parse)."""
+        return self.get_counter(KEY_FORMAT_PARSE_ERROR_TOTAL)
+
+    def toolchain_parse_error_total(self) -> int:
+        """Toolchain parse errors (tool-call payloads that did not parse)."""
+        return self.get_counter(KEY_TOOLCHAIN_PARSE_ERROR_TOTAL)
+
+    def __repr__(self) -> str:
+        return f"ExecutionStats(counters={self._counters!r}, gauges={self._gauges!r})"
+
+    # -- internals used by contexts and limit checks (caller holds the lock) -----------------
+
+    def _note_key(self, key: str) -> None:
+        if key in self._known:
+            return
+        self._known.add(key)
+        family = _family(key)
+        keys = self._families.get(family)
+        if keys is None:
+            self._families[family] = [key]
+        else:
+            keys.append(key)
+
+    def _add_counter_locked(self, key: str, delta: int) -> None:
+        chain = (self,) if key in LOCAL_KEYS else self._chain
+        for stats in chain:
+            counters = stats._counters
+            if key in counters:
+                counters[key] += delta
+            else:
+                stats._note_key(key)
+                counters[key] = delta
+
+    def _set_counter_locked(self, key: str, value: int) -> None:
+        if key not in self._counters:
+            self._note_key(key)
+        self._counters[key] = value
+
+    def _add_gauge_locked(self, key: str, delta: float) -> None:
+        chain = (self,) if key in LOCAL_KEYS else self._chain
+        for stats in chain:
+            gauges = stats._gauges
+            if key in gauges:
+                gauges[key] += delta
+            else:
+                stats._note_key(key)
+                gauges[key] = delta
+
+    def _bump_iterations_locked(self) -> int:
+        value = self._counters.get(KEY_ITERATIONS, 0) + 1
+        self._note_key(KEY_ITERATIONS)
+        self._counters[KEY_ITERATIONS] = value
+        return value
+
+    def _reserve_locked(self, amounts: Mapping[str, float]) -> None:
+        for stats in self._chain:
+            reserved = stats._reserved
+            for key, amount in amounts.items():
+                if key in reserved:
+                    reserved[key] += amount
+                else:
+                    stats._note_key(key)  # a pending write is a key limits must see
+                    reserved[key] = amount
+
+    def _release_locked(self, amounts: Mapping[str, float]) -> None:
+        for stats in self._chain:
+            reserved = stats._reserved
+            for key, amount in amounts.items():
+                left = reserved.get(key, 0.0) - amount
+                # Float dust from many add/subtract pairs must not look like a pending call.
+                reserved[key] = left if left > 1e-12 else 0.0
+
+    def _apply_locked(
+        self,
+        counters: Mapping[str, int],
+        gauges: Mapping[str, float] = _EMPTY,
+        release: Mapping[str, float] = _EMPTY,
+    ) -> None:
+        """Settle a call: drop its reservation and add its actual usage, at every level."""
+        if release:
+            self._release_locked(release)
+        for key, delta in counters.items():
+            self._add_counter_locked(key, delta)
+        for key, gdelta in gauges.items():
+            self._add_gauge_locked(key, gdelta)
