@@ -6,7 +6,7 @@ UV := $(PYTHON) -m uv
 RUN := $(UV) run --frozen --no-sync
 STAMP := .venv/.synced
 
-.PHONY: bootstrap-uv all demo test lint typecheck fmt bench clean env
+.PHONY: system-deps bootstrap-uv all demo test lint typecheck fmt bench clean env
 
 all: test
 
@@ -32,7 +32,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(RUN) mypy --strict src
 
-test: lint typecheck
+system-deps:
+	@bash scripts/system-deps.sh
+
+test: lint typecheck system-deps
 	$(RUN) pytest
 
 bench: $(STAMP)

@@ -64,6 +64,7 @@ from ampmeter.keys import (
     KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE,
     KEY_TOOLCHAIN_PARSE_ERROR_TOTAL,
 )
+from ampmeter.ledgers.base import Ledger, LedgerUnavailable, Reservation
 from ampmeter.limits import ExceededLimit, Limit, LimitType, check_limits_locked
 from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats
@@ -267,7 +268,7 @@ class Call:
         self._started = False
         self._done = False
         self._token: contextvars.Token[tuple[ExecutionContext, str] | None] | None = None
-        self._ledger_holds: list[tuple[Any, Any]] = []
+        self._ledger_holds: list[tuple[Ledger, Reservation]] = []
 
     def record(
         self,
@@ -401,7 +402,7 @@ class ExecutionContext:
         chain_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         sinks: Iterable[Sink] = (),
-        ledger: Any = None,
+        ledger: Ledger | None = None,
         on_ledger_error: Literal["halt", "allow"] = "halt",
         max_nodes: int = 0,
         _parent: ExecutionContext | None = None,
@@ -414,6 +415,8 @@ class ExecutionContext:
             raise ValueError(f"on_ledger_error must be 'halt' or 'allow', got {on_ledger_error!r}")
         if metadata is not None and not isinstance(metadata, Mapping):
             raise TypeError(f"metadata must be a mapping, got {type(metadata).__name__}")
+        if ledger is not None and not isinstance(ledger, Ledger):
+            raise TypeError(f"ledger must be a Ledger, got {type(ledger).__name__}")
         own_sinks = tuple(sinks)
         for sink in own_sinks:
             if not callable(getattr(sink, "emit", None)):
@@ -497,7 +500,7 @@ class ExecutionContext:
         timeout_s: float | None = None,
         metadata: Mapping[str, Any] | None = None,
         sinks: Iterable[Sink] = (),
-        ledger: Any = None,
+        ledger: Ledger | None = None,
     ) -> ExecutionContext:
         """A context for a sub-agent: a ``system`` node here, stats that roll up into ours."""
         self._check_open()
@@ -878,43 +881,47 @@ class ExecutionContext:
                 self._ledger_reserve(ctx, call)
 
     def _ledger_reserve(self, ctx: ExecutionContext, call: Call) -> None:
+        """Hold the call's share of ``ctx``'s exact limits in its shared ledger."""
         reservation = call._reservation
         ceilings = {
             limit.key: limit.max_value
             for limit in ctx.limits
             if limit.type is LimitType.EXACT and limit.key in reservation
         }
-        if not ceilings:
+        ledger = ctx.ledger
+        if not ceilings or ledger is None:
             return
         amounts = {key: reservation[key] for key in ceilings}
-        ledger = ctx.ledger
         try:
             held = ledger.reserve(amounts, ceilings)
-        except Exception as error:
-            if not _is_ledger_unavailable(error) or ctx.on_ledger_error == "allow":
-                if ctx.on_ledger_error == "allow" and _is_ledger_unavailable(error):
-                    self.graph.update_metadata(
-                        call.node_id, {"budget_enforced": False, "ledger_error": str(error)}
-                    )
-                    return
-                self._abort_admission(call, f"ledger error: {error}")
-                raise
-            reason = f"budget ledger unavailable: {error}"
+        except LedgerUnavailable as error:
+            if ctx.on_ledger_error == "allow":
+                self.graph.update_metadata(
+                    call.node_id, {"budget_enforced": False, "ledger_error": str(error)}
+                )
+                return
+            reason = f"budget ledger unavailable (fail closed): {error}"
             self._abort_admission(call, reason)
             raise BudgetUnavailable(
                 f"{call.kind} call {call.name!r} stopped: {reason}", None, call.node_id
             ) from error
+        except BaseException as error:
+            self._abort_admission(call, f"ledger error: {type(error).__name__}: {error}")
+            raise
         if held is None:
-            limit = next(
-                (lim for lim in ctx.limits if lim.key in amounts), Limit(next(iter(amounts)), 0)
-            )
-            spent = ledger.spent().get(limit.key, 0.0) if hasattr(ledger, "spent") else 0.0
-            exceeded = ExceededLimit(limit, limit.key, spent + amounts.get(limit.key, 0.0))
+            spent = ledger.spent()
+            key = next(iter(amounts))
+            for limit in ctx.limits:
+                if limit.key in amounts:
+                    key = limit.key
+                    break
+            value = spent.get(key, 0.0) + ledger.reserved().get(key, 0.0) + amounts[key]
+            exceeded = ExceededLimit(Limit(key, ceilings[key]), key, value)
             self._mark_stopped(ctx, exceeded, TerminationReason.LIMIT_EXCEEDED)
-            self._abort_admission(call, f"shared budget ({ledger.scope}): {exceeded}")
+            self._abort_admission(call, f"shared budget {ledger.scope!r}: {exceeded}")
             raise LimitExceeded(
                 f"{call.kind} call {call.name!r} stopped before it ran: shared budget "
-                f"{exceeded}",
+                f"{ledger.scope!r}: {exceeded}",
                 exceeded,
                 call.node_id,
             )
@@ -1031,12 +1038,6 @@ class ExecutionContext:
             except Exception as error:
                 errors.append(error)
         return errors
-
-
-def _is_ledger_unavailable(error: Exception) -> bool:
-    return type(error).__name__ == "LedgerUnavailable" or any(
-        cls.__name__ == "LedgerUnavailable" for cls in type(error).__mro__
-    )
 
 
 def _model_usage(

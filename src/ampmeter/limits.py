@@ -155,18 +155,9 @@ def _check_key(
 
 def _candidate_keys(stats: ExecutionStats, limit: Limit, pending: Mapping[str, float]) -> list[str]:
     prefix = limit.key
-    if prefix.endswith(":") and prefix.count(":") >= 1:
-        keys = list(stats._families.get(prefix, ()))
-        # Family lists hold keys whose last ':' ends the prefix; deeper keys are found below.
-        deeper = [f for f in stats._families if f != prefix and f.startswith(prefix)]
-        for family in deeper:
-            keys.extend(stats._families[family])
-    else:
-        keys = [k for k in stats._known if k.startswith(prefix)]
-    for key in pending:
-        if key.startswith(prefix) and key not in stats._known:
-            keys.append(key)
-    return keys
+    keys = stats._watched_keys_locked(prefix)
+    new = [key for key in pending if key not in stats._known and key.startswith(prefix)]
+    return keys + new if new else keys
 
 
 def _check_prefix(

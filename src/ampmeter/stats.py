@@ -59,12 +59,6 @@ def _check_float(value: object, what: str) -> float:
     return value
 
 
-def _family(key: str) -> str:
-    """The part of ``key`` up to its last ``:`` (``amp:cost:gpt-4o`` -> ``amp:cost:``)."""
-    cut = key.rfind(":")
-    return key[: cut + 1] if cut >= 0 else ""
-
-
 class ExecutionStats:
     """Counters (ints) and gauges (floats) of one context, with live propagation upwards.
 
@@ -76,11 +70,11 @@ class ExecutionStats:
     __slots__ = (
         "_chain",
         "_counters",
-        "_families",
         "_gauges",
         "_known",
         "_lock",
         "_reserved",
+        "_watched",
         "parent",
     )
 
@@ -96,9 +90,11 @@ class ExecutionStats:
         self._counters: dict[str, int] = {}
         self._gauges: dict[str, float] = {}
         self._reserved: dict[str, float] = {}
-        # Keys grouped by family, so prefix limits look at a handful of keys, not all of them.
-        self._families: dict[str, list[str]] = {}
-        self._known: set[str] = set()
+        # Every key ever written or reserved, in first-seen order.
+        self._known: dict[str, None] = {}
+        # For each prefix a limit watches, the keys that start with it: kept up to date as keys
+        # appear, so checking a prefix limit looks at its few keys, never at all of them.
+        self._watched: dict[str, list[str]] = {}
 
     @property
     def lock(self) -> threading.Lock:
@@ -221,13 +217,18 @@ class ExecutionStats:
     def _note_key(self, key: str) -> None:
         if key in self._known:
             return
-        self._known.add(key)
-        family = _family(key)
-        keys = self._families.get(family)
+        self._known[key] = None
+        for prefix, keys in self._watched.items():
+            if key.startswith(prefix):
+                keys.append(key)
+
+    def _watched_keys_locked(self, prefix: str) -> list[str]:
+        """The known keys starting with ``prefix``; the first call starts watching it."""
+        keys = self._watched.get(prefix)
         if keys is None:
-            self._families[family] = [key]
-        else:
-            keys.append(key)
+            keys = [key for key in self._known if key.startswith(prefix)]
+            self._watched[prefix] = keys
+        return keys
 
     def _add_counter_locked(self, key: str, delta: int) -> None:
         chain = (self,) if key in LOCAL_KEYS else self._chain

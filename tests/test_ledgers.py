@@ -1,0 +1,322 @@
+"""Ledger semantics, the same suite for InMemoryLedger and RedisLedger (a real Redis server)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ampmeter.ledgers import InMemoryLedger, Ledger, RedisLedger, Reservation
+from redis_server import RedisServer, redis_server_fixture  # noqa: F401
+
+MakeLedger = Callable[..., Ledger]
+
+
+@pytest.fixture(params=["memory", "redis"])
+def make_ledger(request: pytest.FixtureRequest) -> Iterator[MakeLedger]:
+    """A factory of fresh ledgers (each with its own scope) of one backend."""
+    made: list[Ledger] = []
+
+    def make(lease_s: float | None = None) -> Ledger:
+        scope = f"test-{uuid.uuid4().hex}"
+        ledger: Ledger
+        if request.param == "memory":
+            ledger = InMemoryLedger(scope, lease_s=lease_s)
+        else:
+            server: RedisServer = request.getfixturevalue("redis_server")
+            ledger = RedisLedger(server.url, scope, lease_s=lease_s, timeout_s=5.0)
+        made.append(ledger)
+        return ledger
+
+    yield make
+    for ledger in made:
+        ledger.close()
+
+
+def test_reserve_holds_amounts_until_commit(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    held = ledger.reserve({"cost": 0.25, "tokens": 100}, {"cost": 1.0})
+    assert held is not None
+    assert dict(held.amounts) == {"cost": 0.25, "tokens": 100.0}
+    assert held.expires_at is None
+    assert ledger.reserved() == {"cost": 0.25, "tokens": 100.0}
+    assert ledger.spent() == {}
+    ledger.commit(held, {"cost": 0.5, "tokens": 80, "cached": 3})
+    assert ledger.reserved() == {}
+    assert ledger.spent() == {"cost": 0.5, "tokens": 80.0, "cached": 3.0}
+
+
+def test_ceiling_is_strictly_greater_and_rejection_changes_nothing(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    first = ledger.reserve({"cost": 0.5}, {"cost": 1.0})
+    assert first is not None
+    ledger.commit(first, {"cost": 0.5})
+    exact = ledger.reserve({"cost": 0.5}, {"cost": 1.0})  # 0.5 + 0.5 == 1.0 is allowed
+    assert exact is not None
+    assert ledger.reserve({"cost": 0.125}, {"cost": 1.0}) is None
+    assert ledger.reserved() == {"cost": 0.5}
+    assert ledger.spent() == {"cost": 0.5}
+    ledger.release(exact)
+    assert ledger.reserve({"cost": 0.125}, {"cost": 1.0}) is not None
+
+
+def test_every_ceiling_is_checked_and_one_failure_rejects_all(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    held = ledger.reserve({"cost": 0.5, "tokens": 10}, {"cost": 10.0, "tokens": 10})
+    assert held is not None
+    assert ledger.reserve({"cost": 0.5, "tokens": 1}, {"cost": 10.0, "tokens": 10}) is None
+    assert ledger.reserved() == {"cost": 0.5, "tokens": 10.0}
+
+
+def test_ceiling_on_a_key_not_reserved_still_applies(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    held = ledger.reserve({"tokens": 5}, {})
+    assert held is not None
+    ledger.commit(held, {"cost": 2.0})
+    assert ledger.reserve({"tokens": 1}, {"cost": 1.0}) is None  # spent cost 2.0 > 1.0 already
+    assert ledger.reserve({"tokens": 1}, {"cost": 2.0}) is not None
+
+
+def test_commit_is_idempotent(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    held = ledger.reserve({"cost": 1.0}, {})
+    assert held is not None
+    ledger.commit(held, {"cost": 0.75})
+    ledger.commit(held, {"cost": 0.75})
+    ledger.release(held)
+    assert ledger.spent() == {"cost": 0.75}
+    assert ledger.reserved() == {}
+
+
+def test_release_is_idempotent_and_never_goes_negative(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    kept = ledger.reserve({"cost": 1.0}, {})
+    gone = ledger.reserve({"cost": 2.0}, {})
+    assert kept is not None and gone is not None
+    ledger.release(gone)
+    ledger.release(gone)
+    assert ledger.reserved() == {"cost": 1.0}
+    assert ledger.spent() == {}
+
+
+def test_commit_after_release_adds_spend_once(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    kept = ledger.reserve({"cost": 1.0}, {})
+    held = ledger.reserve({"cost": 2.0}, {})
+    assert kept is not None and held is not None
+    ledger.release(held)
+    ledger.commit(held, {"cost": 0.5})  # the call was made after all: money was spent
+    ledger.commit(held, {"cost": 0.5})
+    assert ledger.spent() == {"cost": 0.5}
+    assert ledger.reserved() == {"cost": 1.0}
+
+
+def test_unknown_reservation_adds_spend_without_subtracting(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    kept = ledger.reserve({"cost": 1.0}, {})
+    assert kept is not None
+    stranger = Reservation("not-a-reservation-of-this-ledger", {"cost": 1.0}, None)
+    ledger.commit(stranger, {"cost": 0.25})
+    ledger.release(stranger)
+    assert ledger.spent() == {"cost": 0.25}
+    assert ledger.reserved() == {"cost": 1.0}
+
+
+def _reap(ledger: Ledger) -> None:
+    """Trigger reaping with an operation that changes nothing else."""
+    probe = ledger.reserve({}, {})
+    assert probe is not None
+    ledger.release(probe)
+
+
+def test_expired_reservation_returns_to_the_pool(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger(lease_s=0.2)
+    held = ledger.reserve({"cost": 3.0}, {"cost": 3.0})
+    assert held is not None and held.expires_at is not None
+    deadline = time.monotonic() + 30
+    while ledger.reserved() and time.monotonic() < deadline:
+        time.sleep(0.05)
+        _reap(ledger)
+    assert ledger.reserved() == {}
+    ledger.commit(held, {"cost": 2.5})  # late commit: spend counts, nothing subtracted twice
+    assert ledger.spent() == {"cost": 2.5}
+    assert ledger.reserved() == {}
+    assert ledger.reserve({"cost": 1.0}, {"cost": 3.0}) is None
+
+
+def test_reservation_is_a_frozen_copy(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    amounts = {"cost": 1.0}
+    held = ledger.reserve(amounts, {})
+    assert held is not None
+    amounts["cost"] = 99.0
+    assert held.amounts["cost"] == 1.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        held.id = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        held.amounts["cost"] = 5.0  # type: ignore[index]
+
+
+BAD_VALUES: list[tuple[Any, type[Exception]]] = [
+    (math.nan, ValueError),
+    (math.inf, ValueError),
+    (-math.inf, ValueError),
+    (-0.5, ValueError),
+    ("1.0", TypeError),
+    (True, TypeError),
+    (None, TypeError),
+]
+
+
+@pytest.mark.parametrize(("value", "error"), BAD_VALUES)
+def test_bad_amounts_raise_and_change_nothing(
+    make_ledger: MakeLedger, value: Any, error: type[Exception]
+) -> None:
+    ledger = make_ledger()
+    with pytest.raises(error, match="amounts"):
+        ledger.reserve({"cost": 0.5, "bad": value}, {"cost": 1.0})
+    assert ledger.reserved() == {}
+
+
+@pytest.mark.parametrize(("value", "error"), BAD_VALUES)
+def test_bad_actual_raises_and_keeps_the_reservation(
+    make_ledger: MakeLedger, value: Any, error: type[Exception]
+) -> None:
+    ledger = make_ledger()
+    held = ledger.reserve({"cost": 0.5}, {})
+    assert held is not None
+    with pytest.raises(error, match="actual"):
+        ledger.commit(held, {"cost": 0.5, "bad": value})
+    assert ledger.spent() == {}
+    assert ledger.reserved() == {"cost": 0.5}
+    ledger.commit(held, {"cost": 0.5})
+    assert ledger.spent() == {"cost": 0.5}
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, "3"])
+def test_bad_ceiling_raises(make_ledger: MakeLedger, value: Any) -> None:
+    ledger = make_ledger()
+    with pytest.raises((ValueError, TypeError), match="ceilings"):
+        ledger.reserve({"cost": 0.5}, {"cost": value})
+    assert ledger.reserved() == {}
+
+
+def test_negative_ceiling_rejects_everything(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    assert ledger.reserve({}, {"cost": -1.0}) is None
+
+
+@pytest.mark.parametrize("bad", [[("cost", 1.0)], {1: 1.0}, {"": 1.0}])
+def test_non_mapping_or_bad_keys_raise_type_error(make_ledger: MakeLedger, bad: Any) -> None:
+    ledger = make_ledger()
+    with pytest.raises(TypeError, match="amounts"):
+        ledger.reserve(bad, {})
+
+
+def test_commit_and_release_need_a_reservation(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    with pytest.raises(TypeError, match="Reservation"):
+        ledger.commit("abc", {"cost": 1.0})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Reservation"):
+        ledger.release(None)  # type: ignore[arg-type]
+    assert ledger.spent() == {}
+
+
+def test_context_manager_returns_the_ledger(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    with ledger as entered:
+        assert entered is ledger
+        assert entered.reserve({"cost": 1.0}, {"cost": 1.0}) is not None
+
+
+@pytest.mark.parametrize("lease", [0, -1.0, math.nan, math.inf, "1"])
+def test_memory_ledger_rejects_bad_lease(lease: Any) -> None:
+    with pytest.raises((ValueError, TypeError), match="lease_s"):
+        InMemoryLedger(lease_s=lease)
+
+
+@pytest.mark.parametrize("scope", ["", 3, None])
+def test_memory_ledger_rejects_bad_scope(scope: Any) -> None:
+    with pytest.raises((ValueError, TypeError), match="scope"):
+        InMemoryLedger(scope)
+
+
+def test_threads_never_overshoot_when_actual_is_at_most_the_estimate(
+    make_ledger: MakeLedger,
+) -> None:
+    ledger = make_ledger()
+    ceiling = 50.0
+    admitted = [0] * 8
+
+    def worker(index: int) -> None:
+        for step in range(60):
+            estimate = 0.5 + (step * 7 + index) % 5 * 0.25
+            held = ledger.reserve({"cost": estimate}, {"cost": ceiling})
+            if held is None:
+                continue
+            admitted[index] += 1
+            ledger.commit(held, {"cost": estimate * 0.75})
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    spent = ledger.spent()["cost"]
+    assert spent <= ceiling
+    assert spent > ceiling - 1.5 * 0.75  # the ceiling was really reached
+    assert ledger.reserved() == {}
+    assert sum(admitted) < 8 * 60
+
+
+# Amounts are multiples of 1/4, exact in binary and decimal, so both backends agree bit for bit.
+_QUARTERS = st.integers(min_value=0, max_value=12).map(lambda n: n / 4)
+_OPS = st.lists(
+    st.tuples(st.sampled_from(["reserve", "commit", "release"]), _QUARTERS, st.integers(0, 9)),
+    max_size=25,
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=_OPS, ceiling=_QUARTERS)
+def test_ledger_matches_a_plain_model(
+    make_ledger: MakeLedger, ops: list[tuple[str, float, int]], ceiling: float
+) -> None:
+    ledger = make_ledger()
+    live: dict[str, tuple[Reservation, float]] = {}
+    known: dict[str, Reservation] = {}
+    committed: set[str] = set()
+    spent = reserved = 0.0
+    order: list[str] = []
+    for op, amount, pick in ops:
+        if op == "reserve":
+            held = ledger.reserve({"cost": amount}, {"cost": ceiling})
+            assert (held is None) == (spent + reserved + amount > ceiling)
+            if held is not None:
+                live[held.id] = (held, amount)
+                known[held.id] = held
+                order.append(held.id)
+                reserved += amount
+        elif order:
+            rid = order[pick % len(order)]
+            if op == "commit":
+                ledger.commit(known[rid], {"cost": amount})
+                if rid not in committed:
+                    spent += amount
+                    committed.add(rid)
+            else:
+                ledger.release(known[rid])
+            if rid in live:
+                reserved -= live.pop(rid)[1]
+        assert ledger.spent().get("cost", 0.0) == spent
+        assert ledger.reserved().get("cost", 0.0) == reserved
