@@ -3,7 +3,7 @@
 The public API is re-exported here; implementation modules may change without notice.
 """
 
-from ampmeter import keys
+from ampmeter import keys, pricing
 from ampmeter.context import (
     Call,
     Decision,
@@ -12,6 +12,7 @@ from ampmeter.context import (
     WrapOptions,
     current_context,
     current_node_id,
+    use_pricing,
 )
 from ampmeter.errors import (
     AmpmeterError,
@@ -22,9 +23,14 @@ from ampmeter.errors import (
 )
 from ampmeter.executor import CONTINUE, AgentLoop, ExecutionResult, Executor
 from ampmeter.graph import ExecutionGraph, Node
+from ampmeter.ledgers import InMemoryLedger, Ledger, LedgerUnavailable, Reservation
 from ampmeter.limits import ExceededLimit, Limit, LimitType, check_limits, default_limits
+from ampmeter.pricing import PriceResult, clear_prices, estimate, price, remove_price, set_price
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace
+
+# Calls recorded without a cost are priced from the genai-prices table (imported on first use).
+use_pricing(pricing)
 
 __all__ = [
     "CONTINUE",
@@ -41,20 +47,32 @@ __all__ = [
     "ExecutionStats",
     "Executor",
     "HookAbort",
+    "InMemoryLedger",
+    "Ledger",
+    "LedgerUnavailable",
     "Limit",
     "LimitExceeded",
     "LimitType",
     "ModelCallTrace",
     "Node",
     "ParseErrorTrace",
+    "PriceResult",
+    "Reservation",
     "TerminationReason",
     "ToolCallTrace",
     "WrapOptions",
     "check_limits",
+    "clear_prices",
     "current_context",
     "current_node_id",
     "default_limits",
+    "estimate",
     "keys",
+    "price",
+    "pricing",
+    "remove_price",
+    "set_price",
+    "use_pricing",
 ]
 
 __version__ = "0.1.0"

@@ -1,0 +1,519 @@
+"""Cost of one LLM call, from the genai-prices table or from prices the user sets.
+
+Token conventions (OpenAI's): ``cached_tokens`` (prompt-cache reads) and ``cache_write_tokens``
+(prompt-cache writes) are parts of ``input_tokens``; ``reasoning_tokens`` are part of
+``output_tokens``. Nothing is charged twice: cache reads are billed at the cache-read rate, cache
+writes at the cache-write rate, the rest of the input at the input rate; reasoning tokens are
+billed as output (at the table's separate reasoning rate for the rare model that has one).
+Integrations that receive Anthropic-style counts (cache tokens reported beside the input) add
+them to ``input_tokens`` before calling :func:`price`.
+
+A model the table does not know is ``unpriced``: its cost is ``None``, never a silent ``0.0``.
+
+``pricing_version`` names where a price came from: ``"genai-prices@<package version>"`` for the
+bundled table (with ``"+update@<timestamp>"`` when genai-prices' live updater replaced it), and
+``"user"`` for prices set with :func:`set_price`, which do not depend on the table.
+
+genai-prices is imported on first use, so importing ampmeter stays fast. Rates are resolved once
+per ``(model, provider)`` and then priced with plain float arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+import threading
+import time as _time
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, timezone
+from decimal import Decimal
+from functools import lru_cache
+from typing import TYPE_CHECKING, Final, Literal, SupportsIndex, cast
+
+if TYPE_CHECKING:
+    from genai_prices.types import ModelInfo, ModelPrice
+
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "DEFAULT_ESTIMATE_OUTPUT_TOKENS",
+    "USER_PRICING_VERSION",
+    "PriceResult",
+    "PricingStatus",
+    "clear_prices",
+    "estimate",
+    "price",
+    "remove_price",
+    "set_price",
+    "table_version",
+]
+
+PricingStatus = Literal["priced", "unpriced"]
+
+USER_PRICING_VERSION: Final = "user"
+"""``pricing_version`` of a price that comes from :func:`set_price`."""
+DEFAULT_ESTIMATE_OUTPUT_TOKENS: Final = 1024
+"""Output tokens :func:`estimate` assumes when the call sets no ``max_tokens``."""
+CHARS_PER_TOKEN: Final = 4
+"""Characters per token in :func:`estimate`'s fast prompt count (rounded up)."""
+
+_UTC: Final = timezone.utc
+_clock = _time.time  # seconds since the epoch; tests move it
+
+
+@dataclass(frozen=True, slots=True)
+class PriceResult:
+    """The cost of one call.
+
+    ``cost_usd`` is ``None`` exactly when ``status`` is ``"unpriced"`` (the model is unknown).
+    """
+
+    cost_usd: float | None
+    pricing_version: str
+    status: PricingStatus
+
+
+# A rate as (threshold, USD per million units) steps, highest threshold first; the last step is the
+# base rate with threshold -1. A step applies when the call's input tokens exceed its threshold
+# (genai-prices' "cliff" tiers: crossing a threshold re-prices every token of that kind).
+_Steps = tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Rates:
+    """Resolved USD-per-million rates of one model at one time."""
+
+    input: float
+    output: float
+    cache_read: float
+    cache_write: float
+    reasoning: float
+    per_call: float  # USD per million calls, so that one division by 1e6 covers every term
+    version: str
+    # Tiered prices: (threshold, rates for prompts longer than that), highest threshold first.
+    bands: tuple[tuple[int, _Rates], ...] | None = None
+
+    def cost(self, inp: int, out: int, cache_read: int, cache_write: int, reasoning: int) -> float:
+        """USD for one call with these (already validated) counts."""
+        r = self
+        if self.bands is not None:
+            for threshold, band in self.bands:
+                if inp > threshold:
+                    r = band
+                    break
+        micro = (
+            (inp - cache_read - cache_write) * r.input
+            + cache_read * r.cache_read
+            + cache_write * r.cache_write
+            + (out - reasoning) * r.output
+            + reasoning * r.reasoning
+            + r.per_call
+        )
+        return micro / 1e6
+
+
+def _step_rate(steps: _Steps, input_tokens: int) -> float:
+    for threshold, rate in steps:
+        if input_tokens > threshold:
+            return rate
+    return steps[-1][1]  # not reached: the base step's threshold is -1
+
+
+# --------------------------------------------------------------------------- the price table
+
+
+class _Table:
+    """The lazily imported genai-prices entry points and the snapshot rates were resolved from."""
+
+    __slots__ = ("calc_price", "generation", "get_snapshot", "snapshot", "unpriced", "version")
+
+    def __init__(self) -> None:
+        import genai_prices
+        from genai_prices import data_snapshot
+
+        self.calc_price = genai_prices.calc_price
+        self.get_snapshot = data_snapshot.get_snapshot
+        self.version = ""
+        self.generation = 0
+        self.snapshot: object = None
+        self.unpriced = PriceResult(None, "", "unpriced")
+        self.refresh(self.get_snapshot())
+
+    def refresh(self, snapshot: object) -> None:
+        """Start a new generation of cached rates for ``snapshot`` (the bundled or a live table)."""
+        import genai_prices
+
+        version = f"genai-prices@{genai_prices.__version__}"
+        if getattr(snapshot, "from_auto_update", False):
+            stamp = getattr(snapshot, "timestamp", None)
+            if isinstance(stamp, datetime):
+                version += f"+update@{stamp.isoformat(timespec='seconds')}"
+        self.version = version
+        self.unpriced = PriceResult(None, version, "unpriced")
+        self.snapshot = snapshot
+        self.generation += 1
+        _table_entry.cache_clear()
+
+
+_table: _Table | None = None
+_table_lock = threading.Lock()
+
+
+def _current_table() -> _Table:
+    table = _table
+    if table is None:
+        table = _load_table()
+    snapshot = table.get_snapshot()
+    if snapshot is not table.snapshot:
+        with _table_lock:
+            if snapshot is not table.snapshot:
+                table.refresh(snapshot)
+    return table
+
+
+def _load_table() -> _Table:
+    global _table
+    with _table_lock:
+        if _table is None:
+            _table = _Table()
+        return _table
+
+
+class _DatedRates:
+    """Rates of a model whose table price depends on the request time (start dates, off-peak).
+
+    The rates in force are kept until the next instant any of the model's conditions changes.
+    """
+
+    __slots__ = ("model_info", "state", "version")
+
+    def __init__(self, model_info: ModelInfo, version: str) -> None:
+        self.model_info = model_info
+        self.version = version
+        self.state: tuple[float, _Rates | None] = (-math.inf, None)  # (valid until, rates)
+
+    def now(self) -> _Rates | None:
+        now = _clock()
+        until, rates = self.state
+        if now < until:
+            return rates
+        stamp = datetime.fromtimestamp(now, _UTC)
+        rates = _compiled(self.model_info.get_prices(stamp), self.version)
+        self.state = (_next_change(self.model_info, stamp), rates)
+        return rates
+
+
+def _next_change(model_info: ModelInfo, stamp: datetime) -> float:
+    """The first instant after ``stamp`` at which a price condition of the model may flip."""
+    from genai_prices.types import StartDateConstraint, TimeOfDateConstraint
+
+    prices = model_info.prices
+    changes = [math.inf]
+    for conditional in prices if isinstance(prices, list) else ():
+        constraint = conditional.constraint
+        if constraint is None:
+            continue
+        if isinstance(constraint, StartDateConstraint):
+            changes.append(datetime.combine(constraint.start_date, time(), _UTC).timestamp())
+        elif isinstance(constraint, TimeOfDateConstraint):
+            for moment in (constraint.start_time, constraint.end_time):
+                at = datetime.combine(stamp.date(), _as_utc(moment))
+                if at <= stamp:
+                    at += timedelta(days=1)
+                changes.append(at.timestamp())
+        else:  # a condition this module does not know: re-resolve on every call
+            return stamp.timestamp()
+    now = stamp.timestamp()
+    return min((c for c in changes if c > now), default=math.inf)
+
+
+def _as_utc(moment: time) -> time:
+    # Naive times of day are UTC, as in genai-prices.
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=_UTC)
+    return datetime.combine(date(1970, 1, 1), moment).astimezone(_UTC).timetz()
+
+
+# id(ModelPrice) -> (the ModelPrice, kept alive so its id stays unique, its compiled rates)
+_compiled_prices: dict[tuple[int, str], tuple[object, _Rates | None]] = {}
+
+
+def _compiled(model_price: ModelPrice, version: str) -> _Rates | None:
+    key = (id(model_price), version)
+    hit = _compiled_prices.get(key)
+    if hit is not None and hit[0] is model_price:
+        return hit[1]
+    rates = _compile(model_price, version)
+    _compiled_prices[key] = (model_price, rates)
+    return rates
+
+
+@lru_cache(maxsize=4096)
+def _table_entry(model: str, provider: str | None, generation: int) -> _Rates | _DatedRates | None:
+    """Resolve ``model`` in the table; ``generation`` keys the cache to one table snapshot."""
+    table = _table
+    assert table is not None  # _current_table() ran first
+    from genai_prices import Usage
+
+    try:
+        calc = table.calc_price(Usage(input_tokens=0, output_tokens=0), model, provider_id=provider)
+    except LookupError:
+        return None
+    if isinstance(calc.model.prices, list):  # conditional prices: pick by request time
+        return _DatedRates(calc.model, table.version)
+    return _compile(calc.model_price, table.version)
+
+
+def _compile(model_price: ModelPrice, version: str) -> _Rates | None:
+    """Turn a genai-prices ``ModelPrice`` into float rates; ``None`` if it prices no tokens.
+
+    Only the units a text call reports matter: input, output, cache read/write, reasoning and a
+    per-request fee. Prices of other units (audio, images, web searches) apply to counts that are
+    zero here.
+    """
+    inp = _steps(getattr(model_price, "input_mtok", None))
+    out = _steps(getattr(model_price, "output_mtok", None))
+    zero: _Steps = ((-1, 0.0),)
+    if inp is None and out is None and _has_any_price(model_price):
+        return None  # priced per audio hour, page, ...: a token cost of 0 would be a lie
+    inp = inp or zero
+    out = out or zero
+    # A kind without its own rate is billed as its parent, as genai-prices does.
+    cache_read = _steps(getattr(model_price, "cache_read_mtok", None)) or inp
+    cache_write = _steps(getattr(model_price, "cache_write_mtok", None)) or inp
+    reasoning = _steps(getattr(model_price, "output_reasoning_mtok", None)) or out
+    per_kcall = _steps(getattr(model_price, "requests_kcount", None)) or zero
+    per_call = tuple((threshold, rate * 1000.0) for threshold, rate in per_kcall)
+    all_steps = (inp, out, cache_read, cache_write, reasoning, per_call)
+
+    def flat(input_tokens: int, bands: tuple[tuple[int, _Rates], ...] | None = None) -> _Rates:
+        r_in, r_out, r_cr, r_cw, r_rs, r_call = (_step_rate(s, input_tokens) for s in all_steps)
+        return _Rates(r_in, r_out, r_cr, r_cw, r_rs, r_call, version, bands)
+
+    thresholds = sorted({t for steps in all_steps for t, _ in steps if t >= 0}, reverse=True)
+    bands = tuple((t, flat(t + 1)) for t in thresholds)
+    return flat(0, bands or None)
+
+
+def _has_any_price(model_price: ModelPrice) -> bool:
+    # A table entry with no price at all is a free model (genai-prices prices it at 0).
+    return any(v is not None for k, v in vars(model_price).items() if not k.startswith("_"))
+
+
+def _steps(value: object) -> _Steps | None:
+    from genai_prices.types import TieredPrices
+
+    if isinstance(value, Decimal):
+        return ((-1, float(value)),)
+    if isinstance(value, TieredPrices):
+        tiers = sorted(value.tiers, key=lambda tier: tier.start, reverse=True)
+        return (*((tier.start, float(tier.price)) for tier in tiers), (-1, float(value.base)))
+    return None
+
+
+def table_version() -> str:
+    """The ``pricing_version`` of table prices right now, e.g. ``"genai-prices@0.2.3"``."""
+    return _current_table().version
+
+
+# --------------------------------------------------------------------------- user prices
+
+_overrides: dict[tuple[str, str | None], _Rates] = {}  # replaced, never mutated (lock-free reads)
+_overrides_lock = threading.Lock()
+
+
+def _rate_arg(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, Decimal)):
+        raise TypeError(f"{name} must be a number of USD per million tokens, got {value!r}")
+    rate = float(value)
+    if not math.isfinite(rate) or rate < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return rate
+
+
+def _model_arg(model: object) -> str:
+    if not isinstance(model, str):
+        raise TypeError(f"model must be a str, got {type(model).__name__} {model!r}")
+    if not model.strip():
+        raise ValueError("model must be a non-empty model name")
+    return model
+
+
+def _provider_arg(provider: object) -> str | None:
+    if provider is None:
+        return None
+    if not isinstance(provider, str):
+        raise TypeError(f"provider must be a str or None, got {type(provider).__name__}")
+    if not provider.strip():
+        raise ValueError("provider must be a non-empty provider id or None")
+    return provider
+
+
+def _override_key(model: str, provider: str | None) -> tuple[str, str | None]:
+    return (model.lower(), None if provider is None else provider.lower())
+
+
+def set_price(
+    model: str,
+    *,
+    input_per_mtok: float,
+    output_per_mtok: float,
+    cached_input_per_mtok: float | None = None,
+    cache_write_per_mtok: float | None = None,
+    provider: str | None = None,
+) -> None:
+    """Set (or replace) the price of ``model`` in USD per million tokens; it wins over the table.
+
+    Use it for a model the table lacks (a self-hosted model at ``0``) or to correct a price.
+    Names match case-insensitively and exactly (no prefix matching). With ``provider`` the price
+    applies only to calls that name that provider; without it, to every call of ``model``.
+    Cache reads and writes without their own rate are billed at the input rate, reasoning tokens
+    at the output rate. Results carry ``pricing_version == "user"``.
+    """
+    key = _override_key(_model_arg(model), _provider_arg(provider))
+    r_in = _rate_arg("input_per_mtok", input_per_mtok)
+    r_out = _rate_arg("output_per_mtok", output_per_mtok)
+    r_cr = (
+        r_in
+        if cached_input_per_mtok is None
+        else _rate_arg("cached_input_per_mtok", cached_input_per_mtok)
+    )
+    r_cw = (
+        r_in
+        if cache_write_per_mtok is None
+        else _rate_arg("cache_write_per_mtok", cache_write_per_mtok)
+    )
+    rates = _Rates(r_in, r_out, r_cr, r_cw, r_out, 0.0, USER_PRICING_VERSION)
+    global _overrides
+    with _overrides_lock:
+        _overrides = {**_overrides, key: rates}
+
+
+def remove_price(model: str, *, provider: str | None = None) -> None:
+    """Remove a price set with :func:`set_price`; ``KeyError`` if there is none."""
+    key = _override_key(_model_arg(model), _provider_arg(provider))
+    global _overrides
+    with _overrides_lock:
+        if key not in _overrides:
+            where = "" if provider is None else f" for provider {provider!r}"
+            raise KeyError(f"no price was set for model {model!r}{where}")
+        _overrides = {k: v for k, v in _overrides.items() if k != key}
+
+
+def clear_prices() -> None:
+    """Remove every price set with :func:`set_price` (the table is untouched)."""
+    global _overrides
+    with _overrides_lock:
+        _overrides = {}
+
+
+# --------------------------------------------------------------------------- pricing a call
+
+
+def _count(name: str, value: object) -> int:
+    if type(value) is int:
+        count = value
+    elif isinstance(value, (bool, float)) or not hasattr(value, "__index__"):
+        what = "NaN" if isinstance(value, float) and math.isnan(value) else repr(value)
+        raise TypeError(f"{name} must be an int token count, got {type(value).__name__} {what}")
+    else:
+        count = operator.index(cast(SupportsIndex, value))  # numpy and other int types
+    if count < 0:
+        raise ValueError(f"{name} must be >= 0, got {count}")
+    return count
+
+
+def price(
+    model: str,
+    provider: str | None = None,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    cached_tokens: int = 0,
+    cache_write_tokens: int = 0,
+    reasoning_tokens: int = 0,
+) -> PriceResult:
+    """Price one call of ``model`` (optionally at ``provider``, e.g. ``"openai"``).
+
+    ``cached_tokens`` and ``cache_write_tokens`` are parts of ``input_tokens`` and
+    ``reasoning_tokens`` is part of ``output_tokens`` (see the module docs). A price set with
+    :func:`set_price` wins over the table. Unknown models give ``cost_usd=None`` and status
+    ``"unpriced"``. Non-int or negative counts raise ``TypeError``/``ValueError``, as do parts
+    larger than their whole.
+    """
+    if type(model) is not str or not model:
+        model = _model_arg(model)
+    if provider is not None and (type(provider) is not str or not provider):
+        provider = _provider_arg(provider)
+    if type(input_tokens) is not int or input_tokens < 0:
+        input_tokens = _count("input_tokens", input_tokens)
+    if type(output_tokens) is not int or output_tokens < 0:
+        output_tokens = _count("output_tokens", output_tokens)
+    if type(cached_tokens) is not int or cached_tokens < 0:
+        cached_tokens = _count("cached_tokens", cached_tokens)
+    if type(cache_write_tokens) is not int or cache_write_tokens < 0:
+        cache_write_tokens = _count("cache_write_tokens", cache_write_tokens)
+    if type(reasoning_tokens) is not int or reasoning_tokens < 0:
+        reasoning_tokens = _count("reasoning_tokens", reasoning_tokens)
+    if cached_tokens + cache_write_tokens > input_tokens:
+        raise ValueError(
+            f"cached_tokens ({cached_tokens}) + cache_write_tokens ({cache_write_tokens}) exceed "
+            f"input_tokens ({input_tokens}); they are parts of the input (add Anthropic-style "
+            "separate cache counts to input_tokens first)"
+        )
+    if reasoning_tokens > output_tokens:
+        raise ValueError(
+            f"reasoning_tokens ({reasoning_tokens}) exceed output_tokens ({output_tokens}); "
+            "reasoning tokens are part of the output"
+        )
+
+    rates: _Rates | _DatedRates | None = None
+    overrides = _overrides
+    if overrides:
+        lowered = model.lower()
+        if provider is not None:
+            rates = overrides.get((lowered, provider.lower()))
+        if rates is None:
+            rates = overrides.get((lowered, None))
+    if rates is None:
+        table = _current_table()
+        rates = _table_entry(model, provider, table.generation)
+        if rates is None:
+            return table.unpriced
+        if type(rates) is _DatedRates:
+            rates = rates.now()
+            if rates is None:
+                return table.unpriced
+    assert type(rates) is _Rates
+    cost = rates.cost(
+        input_tokens, output_tokens, cached_tokens, cache_write_tokens, reasoning_tokens
+    )
+    return PriceResult(cost, rates.version, "priced")
+
+
+def estimate(
+    model: str,
+    provider: str | None = None,
+    *,
+    prompt_tokens: int | None = None,
+    prompt_text: str | None = None,
+    max_tokens: int | None = None,
+) -> float | None:
+    """Upper-bound cost in USD of a call before it is made (the budget reservation).
+
+    The prompt counts ``prompt_tokens`` when given (e.g. the provider's own count), else
+    ``ceil(len(prompt_text) / 4)``, else 0; the output counts ``max_tokens``, or
+    :data:`DEFAULT_ESTIMATE_OUTPUT_TOKENS` when the call sets none. ``None`` if unpriced.
+    """
+    if prompt_tokens is not None:
+        n_in = _count("prompt_tokens", prompt_tokens)
+    elif prompt_text is not None:
+        if not isinstance(prompt_text, str):
+            raise TypeError(f"prompt_text must be a str, got {type(prompt_text).__name__}")
+        n_in = -(-len(prompt_text) // CHARS_PER_TOKEN)
+    else:
+        n_in = 0
+    n_out = (
+        DEFAULT_ESTIMATE_OUTPUT_TOKENS if max_tokens is None else _count("max_tokens", max_tokens)
+    )
+    return price(model, provider, input_tokens=n_in, output_tokens=n_out).cost_usd
