@@ -25,7 +25,17 @@ from ampmeter.executor import CONTINUE, AgentLoop, ExecutionResult, Executor
 from ampmeter.graph import ExecutionGraph, Node
 from ampmeter.ledgers import InMemoryLedger, Ledger, LedgerUnavailable, Reservation
 from ampmeter.limits import ExceededLimit, Limit, LimitType, check_limits, default_limits
+from ampmeter.logs import (
+    JsonlError,
+    StreamCumulativeMetrics,
+    StreamMetricsLogger,
+    event_errors,
+    read_jsonl,
+    validate_event,
+)
+from ampmeter.metrics import LLMCallMetrics, TaskResult
 from ampmeter.pricing import PriceResult, clear_prices, estimate, price, remove_price, set_price
+from ampmeter.sinks import JsonlSink, MemorySink, Sink, SinkClosedError, SinkWriteError
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace
 
@@ -48,16 +58,26 @@ __all__ = [
     "Executor",
     "HookAbort",
     "InMemoryLedger",
+    "JsonlError",
+    "JsonlSink",
+    "LLMCallMetrics",
     "Ledger",
     "LedgerUnavailable",
     "Limit",
     "LimitExceeded",
     "LimitType",
+    "MemorySink",
     "ModelCallTrace",
     "Node",
     "ParseErrorTrace",
     "PriceResult",
     "Reservation",
+    "Sink",
+    "SinkClosedError",
+    "SinkWriteError",
+    "StreamCumulativeMetrics",
+    "StreamMetricsLogger",
+    "TaskResult",
     "TerminationReason",
     "ToolCallTrace",
     "WrapOptions",
@@ -67,12 +87,15 @@ __all__ = [
     "current_node_id",
     "default_limits",
     "estimate",
+    "event_errors",
     "keys",
     "price",
     "pricing",
+    "read_jsonl",
     "remove_price",
     "set_price",
     "use_pricing",
+    "validate_event",
 ]
 
 __version__ = "0.1.0"

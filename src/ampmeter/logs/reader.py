@@ -1,0 +1,212 @@
+"""Reading JSONL logs by the contract's rules: streaming, strict by default, tolerant of a cut tail.
+
+Blank lines are skipped. A line that is not a JSON object raises :class:`JsonlError` naming the
+file and line, unless ``best_effort=True`` (then it is skipped and counted). The last line of a
+file is special: a write cut off by a crash leaves it incomplete, so if it cannot be decoded it
+is dropped with a warning instead. ``.gz`` files (or any gzip data) are decompressed on the fly.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import warnings
+import zlib
+from collections.abc import Generator, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+__all__ = ["JsonlError", "JsonlReader", "ReadSummary", "TruncatedLineWarning", "read_jsonl"]
+
+_GZIP_MAGIC: Final = b"\x1f\x8b"
+_KEEP_SKIPPED: Final = 100  # line numbers of skipped lines kept in the summary
+
+
+class JsonlError(ValueError):
+    """A line of a JSONL file is not a JSON object; ``path`` and ``line`` say where."""
+
+    def __init__(self, path: str, line: int | None, reason: str) -> None:
+        self.path = path
+        self.line = line
+        self.reason = reason
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {reason}")
+
+
+class TruncatedLineWarning(UserWarning):
+    """The last line of a JSONL file was incomplete (a cut-off write) and was ignored."""
+
+
+@dataclass(slots=True)
+class ReadSummary:
+    """What a reader has seen so far: records yielded, blank and skipped lines."""
+
+    path: str
+    lines: int = 0
+    records: int = 0
+    blank: int = 0
+    skipped: int = 0
+    skipped_lines: list[int] = field(default_factory=list)  # the first 100 skipped line numbers
+    truncated_last_line: bool = False
+
+
+class JsonlReader(Iterator[dict[str, Any]]):
+    """Iterator over the JSON objects of a JSONL source; see :func:`read_jsonl`.
+
+    ``summary`` (and ``skipped``) fill in as the iterator advances; they are final once it is
+    exhausted. Use it as a context manager (or call :meth:`close`) to close the file early.
+    """
+
+    def __init__(
+        self,
+        lines: Iterable[bytes | str],
+        name: str,
+        best_effort: bool,
+        handles: tuple[io.IOBase, ...] = (),
+    ) -> None:
+        self.summary = ReadSummary(name)
+        self._best_effort = best_effort
+        self._handles = handles
+        self._it = self._records(iter(lines))
+
+    @property
+    def skipped(self) -> int:
+        """Lines skipped as invalid so far (only ever non-zero with ``best_effort=True``)."""
+        return self.summary.skipped
+
+    def __iter__(self) -> JsonlReader:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        return next(self._it)
+
+    def close(self) -> None:
+        """Stop reading and close the file."""
+        self._it.close()
+        for handle in self._handles:  # also when iteration never started
+            handle.close()
+
+    def __enter__(self) -> JsonlReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _lines(self, lines: Iterator[bytes | str]) -> Iterator[tuple[int, bytes | str]]:
+        """Numbered non-blank lines; a damaged compressed tail ends the stream with a warning."""
+        summary = self.summary
+        number = 0
+        try:
+            for raw in lines:
+                number += 1
+                if raw.strip():
+                    yield number, raw
+                else:
+                    summary.blank += 1
+        except EOFError:
+            warnings.warn(
+                f"{summary.path}: compressed data ends early (a cut-off write); "
+                f"reading stopped after line {number}",
+                TruncatedLineWarning,
+                stacklevel=4,
+            )
+        except (gzip.BadGzipFile, zlib.error) as exc:
+            raise JsonlError(summary.path, number + 1, f"unreadable gzip data ({exc})") from None
+        except UnicodeDecodeError as exc:  # text sources
+            raise JsonlError(summary.path, number + 1, f"undecodable text ({exc})") from None
+        finally:
+            summary.lines = number
+
+    def _records(self, lines: Iterator[bytes | str]) -> Generator[dict[str, Any], None, None]:
+        try:
+            yield from self._parse(lines)
+        finally:  # exhausted, closed or collected: the file is no longer needed
+            for handle in self._handles:
+                handle.close()
+
+    def _parse(self, lines: Iterator[bytes | str]) -> Iterator[dict[str, Any]]:
+        summary = self.summary
+        loads = orjson.loads
+        numbered = self._lines(lines)
+        pending = next(numbered, None)
+        # One line of look-ahead: a bad line is forgiven only when no line follows it.
+        while pending is not None:
+            number, raw = pending
+            pending = next(numbered, None)
+            try:
+                obj = loads(raw)
+            except orjson.JSONDecodeError as exc:
+                if pending is None:
+                    summary.truncated_last_line = True
+                    warnings.warn(
+                        f"{summary.path}:{number}: ignoring an incomplete last line "
+                        f"(a cut-off write): {_short(exc)}",
+                        TruncatedLineWarning,
+                        stacklevel=3,
+                    )
+                    return
+                self._bad(number, f"invalid JSON ({_short(exc)})")
+                continue
+            if type(obj) is not dict:
+                self._bad(number, f"expected a JSON object, got {_json_kind(obj)}")
+                continue
+            summary.records += 1
+            yield obj
+
+    def _bad(self, number: int, reason: str) -> None:
+        summary = self.summary
+        if not self._best_effort:
+            raise JsonlError(
+                summary.path, number, f"{reason}; pass best_effort=True to skip bad lines"
+            )
+        summary.skipped += 1
+        if len(summary.skipped_lines) < _KEEP_SKIPPED:
+            summary.skipped_lines.append(number)
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _json_kind(obj: object) -> str:
+    if isinstance(obj, list):
+        return "an array"
+    if isinstance(obj, str):
+        return "a string"
+    if obj is None:
+        return "null"
+    if isinstance(obj, bool):
+        return "a boolean"
+    return "a number"
+
+
+def read_jsonl(path: str | os.PathLike[str], *, best_effort: bool = False) -> JsonlReader:
+    """Iterate the JSON objects of a JSONL (or gzip-compressed JSONL) file, one line at a time.
+
+    Memory does not grow with the file. Raises :class:`JsonlError` (a ``ValueError``) naming
+    ``file:line`` for a line that is not a JSON object, unless ``best_effort`` is true; an
+    incomplete last line is dropped with a :class:`TruncatedLineWarning`. The file is opened
+    here, so a missing file raises ``FileNotFoundError`` at once.
+    """
+    name = os.fspath(path)
+    raw = open(name, "rb")  # noqa: SIM115 - owned by the returned reader
+    try:
+        compressed = name.endswith(".gz") or raw.peek(2)[:2] == _GZIP_MAGIC
+    except OSError:
+        raw.close()
+        raise
+    if not compressed:
+        return JsonlReader(raw, name, best_effort, (raw,))
+    unzipped = gzip.GzipFile(fileobj=raw, mode="rb")
+    return JsonlReader(unzipped, name, best_effort, (unzipped, raw))
+
+
+def iter_lines(
+    lines: Iterable[bytes | str], *, name: str = "<lines>", best_effort: bool = False
+) -> JsonlReader:
+    """Apply the same rules to lines already in memory (``name`` is used in messages)."""
+    return JsonlReader(lines, name, best_effort)

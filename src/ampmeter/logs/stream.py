@@ -1,0 +1,534 @@
+"""The stream logger: per-call, per-problem, cumulative and TokenTracker files of a problem stream.
+
+``StreamMetricsLogger(out_dir, run_id)`` appends to four JSONL files in ``out_dir``:
+``{run_id}.calls.jsonl`` (one line per operation), ``{run_id}.problems.jsonl`` (one per problem),
+``{run_id}.stream.jsonl`` (cumulative metrics after each problem) and
+``{run_id}.token_events.jsonl`` (TokenTracker v0 events, ``run_id`` ``{run_id}:{problem_id}``).
+Every line is written (and handed to the OS) before the call returns.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from ampmeter.graph import META_COST_STATUS, Node
+from ampmeter.sinks.base import Sink
+from ampmeter.sinks.jsonl import (
+    COMPONENTS,
+    EVENT_TYPES,
+    SinkClosedError,
+    encode_event,
+    iso_utc,
+    node_to_event,
+)
+
+__all__ = ["ProblemSink", "StreamCumulativeMetrics", "StreamMetricsLogger"]
+
+_EVENT_TYPE_VALUES: Final = frozenset(EVENT_TYPES.values())
+# Optional §1.1 keys a caller may put on a node's metadata to have them in calls.jsonl.
+_CALL_META_KEYS: Final = (
+    "attempt_index", "temperature", "validator_passed", "failure_reason", "prompt_variant",
+    "raw_output", "candidate_line", "normalization", "precheck_failure_reason",
+)  # fmt: skip
+
+
+@dataclass(slots=True)
+class StreamCumulativeMetrics:
+    """One line of ``*.stream.jsonl``: the stream's totals after problem ``t``."""
+
+    t: int
+    cumulative_solved: int
+    cumulative_api_cost_usd: float
+    cost_per_solved: float
+    contamination_rate: float | None
+    p50_latency_ms: float
+    p95_latency_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The line as a dict (contract §1.3 keys plus the two latency percentiles)."""
+        return asdict(self)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of sorted values, linear interpolation; 0.0 if empty."""
+    if not sorted_values:
+        return 0.0
+    rank = (len(sorted_values) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(sorted_values) - 1)
+    fraction = rank - low
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
+
+
+class _LineFile:
+    """An append-only JSONL file written one whole line per ``os.write``."""
+
+    __slots__ = ("fd", "path")
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+    def write(self, line: bytes) -> None:
+        view = memoryview(line)
+        while view:
+            done = os.write(self.fd, view)
+            view = view[done:]
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class _Tally:
+    """What was seen of one problem's calls, to fill its problems line."""
+
+    __slots__ = ("cost", "latency_ms", "llm_calls", "root_latency_ms", "tokens")
+
+    def __init__(self) -> None:
+        self.llm_calls = 0
+        self.tokens = 0
+        self.latency_ms = 0.0
+        self.root_latency_ms: float | None = None
+        self.cost = 0.0
+
+
+class StreamMetricsLogger:
+    """Writes the four files of one stream run; see the module docs. A context manager.
+
+    Per problem, either call :meth:`log_call` for each operation, or pass
+    ``logger.problem(t, problem_id)`` as a sink to the problem's ``ExecutionContext``; then
+    :meth:`log_problem` fills ``llm_calls``, ``tokens_total``, ``latency_total_ms`` and
+    ``api_cost_usd`` from what it saw unless they are given.
+    """
+
+    def __init__(
+        self, out_dir: str | os.PathLike[str], run_id: str, *, component: str = "pipeline"
+    ) -> None:
+        if not isinstance(run_id, str) or not run_id or run_id in (".", ".."):
+            raise ValueError(f"run_id must be a non-empty file-name-safe str, got {run_id!r}")
+        if "/" in run_id or os.sep in run_id or "\0" in run_id:
+            raise ValueError(f"run_id must not contain path separators or NUL, got {run_id!r}")
+        if component not in COMPONENTS:
+            raise ValueError(f"component must be one of {sorted(COMPONENTS)}, got {component!r}")
+        self.run_id = run_id
+        self.component = component
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._closed = False
+        files: list[_LineFile] = []
+        try:
+            for suffix in ("calls", "problems", "stream", "token_events"):
+                files.append(_LineFile(self.out_dir / f"{run_id}.{suffix}.jsonl"))
+        except OSError:
+            for opened in files:
+                opened.close()
+            raise
+        self._calls, self._problems, self._stream, self._events = files
+        self._tallies: dict[tuple[int, str], _Tally] = {}
+        self._latencies: list[float] = []
+        self._solved = 0
+        self._cost = 0.0
+        self._contamination_sum = 0.0
+        self._contamination_n = 0
+
+    # -- paths ------------------------------------------------------------------------------
+
+    @property
+    def calls_path(self) -> str:
+        """Path of ``{run_id}.calls.jsonl``."""
+        return self._calls.path
+
+    @property
+    def problems_path(self) -> str:
+        """Path of ``{run_id}.problems.jsonl``."""
+        return self._problems.path
+
+    @property
+    def stream_path(self) -> str:
+        """Path of ``{run_id}.stream.jsonl``."""
+        return self._stream.path
+
+    @property
+    def token_events_path(self) -> str:
+        """Path of ``{run_id}.token_events.jsonl``."""
+        return self._events.path
+
+    # -- calls ------------------------------------------------------------------------------
+
+    def log_call(
+        self,
+        *,
+        call_id: str,
+        t: int,
+        problem_id: str,
+        operation: str,
+        parent_id: str | None = None,
+        attempt_index: int | None = None,
+        temperature: float | None = None,
+        validator_passed: bool | None = None,
+        failure_reason: str | None = None,
+        prompt_variant: str | None = None,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        total_tokens: int | None = None,
+        latency_ms: float | None = None,
+        api_cost_usd: float | None = None,
+        error_type: str | None = None,
+        raw_output: str | None = None,
+        candidate_line: str | None = None,
+        normalization: str | None = None,
+        precheck_failure_reason: str | None = None,
+        model: str = "",
+        event_type: str | None = None,
+    ) -> None:
+        """Append one operation to ``calls.jsonl`` (§1.1 keys) and ``token_events.jsonl``.
+
+        ``total_tokens`` defaults to prompt + completion. ``event_type`` (TokenTracker) defaults
+        to ``rag_retrieval`` for ``operation="retrieve"`` and ``llm_completion`` otherwise; a
+        call without ``api_cost_usd`` is written with cost 0.0 and ``cost_status="unpriced"``.
+        """
+        _check_str(call_id, "call_id")
+        _check_t(t)
+        _check_str(problem_id, "problem_id")
+        _check_str(operation, "operation")
+        _check_opt_str(parent_id, "parent_id")
+        _check_opt_int(attempt_index, "attempt_index")
+        _check_opt_number(temperature, "temperature")
+        if validator_passed is not None and not isinstance(validator_passed, bool):
+            raise TypeError(f"validator_passed must be a bool or None, got {validator_passed!r}")
+        for name, text in (
+            ("failure_reason", failure_reason), ("prompt_variant", prompt_variant),
+            ("error_type", error_type), ("raw_output", raw_output),
+            ("candidate_line", candidate_line), ("normalization", normalization),
+            ("precheck_failure_reason", precheck_failure_reason),
+        ):  # fmt: skip
+            _check_opt_str(text, name)
+        _check_opt_int(prompt_tokens, "prompt_tokens")
+        _check_opt_int(completion_tokens, "completion_tokens")
+        _check_opt_int(total_tokens, "total_tokens")
+        _check_opt_number(latency_ms, "latency_ms")
+        _check_opt_number(api_cost_usd, "api_cost_usd")
+        if not isinstance(model, str):
+            raise TypeError(f"model must be a str, got {type(model).__name__}")
+        if event_type is None:
+            event_type = "rag_retrieval" if operation == "retrieve" else "llm_completion"
+        elif event_type not in _EVENT_TYPE_VALUES:
+            raise ValueError(
+                f"event_type must be one of {sorted(_EVENT_TYPE_VALUES)}, got {event_type!r}"
+            )
+        if total_tokens is None and (prompt_tokens is not None or completion_tokens is not None):
+            total_tokens = (prompt_tokens or 0) + (completion_tokens or 0)
+        call = {
+            "call_id": call_id, "parent_id": parent_id, "t": t, "problem_id": problem_id,
+            "operation": operation, "attempt_index": attempt_index, "temperature": temperature,
+            "validator_passed": validator_passed, "failure_reason": failure_reason,
+            "prompt_variant": prompt_variant, "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens, "total_tokens": total_tokens,
+            "latency_ms": None if latency_ms is None else float(latency_ms),
+            "api_cost_usd": None if api_cost_usd is None else float(api_cost_usd),
+            "error_type": error_type, "raw_output": raw_output,
+            "candidate_line": candidate_line, "normalization": normalization,
+            "precheck_failure_reason": precheck_failure_reason,
+        }  # fmt: skip
+        event: dict[str, Any] = {
+            "timestamp": iso_utc(time.time_ns() // 1_000_000),
+            "run_id": f"{self.run_id}:{problem_id}",
+            "span_id": call_id,
+        }
+        if parent_id is not None:
+            event["parent_id"] = parent_id
+        event.update(
+            event_type=event_type,
+            operation=operation,
+            component=self.component,
+            model=model,
+            usage={
+                "prompt_tokens": prompt_tokens or 0,
+                "completion_tokens": completion_tokens or 0,
+                "total_tokens": total_tokens or 0,
+            },
+            cost_usd=float(api_cost_usd or 0.0),
+        )
+        if latency_ms is not None:
+            event["latency_ms"] = round(latency_ms)
+        event["metadata"] = {
+            "stream_run_id": self.run_id,
+            "problem_id": problem_id,
+            "t": t,
+            "operation": operation,
+            "status": "ok" if error_type is None else "error",
+            "error_class": error_type,
+            "cost_status": "given" if api_cost_usd is not None else "unpriced",
+        }
+        with self._lock:
+            self._check_open()
+            self._calls.write(_dumps(call))
+            self._events.write(encode_event(event))
+            tally = self._tallies.setdefault((t, problem_id), _Tally())
+            if event_type == "llm_completion":
+                tally.llm_calls += 1
+            tally.tokens += total_tokens or 0
+            tally.latency_ms += latency_ms or 0.0
+            tally.cost += api_cost_usd or 0.0
+
+    def problem(self, t: int, problem_id: str) -> ProblemSink:
+        """A sink for one problem's ``ExecutionContext`` (``sinks=[logger.problem(t, pid)]``).
+
+        Each finished call becomes a ``calls.jsonl`` line and a TokenTracker event; the
+        context's root gives the problem's wall-clock latency.
+        """
+        _check_t(t)
+        _check_str(problem_id, "problem_id")
+        return ProblemSink(self, t, problem_id)
+
+    def _record_node(self, node: Node, t: int, problem_id: str) -> None:
+        with self._lock:
+            self._check_open()
+            tally = self._tallies.setdefault((t, problem_id), _Tally())
+            if node.parent_id is None:
+                if node.end_ts_ms is not None:
+                    tally.root_latency_ms = (tally.root_latency_ms or 0.0) + (
+                        node.end_ts_ms - node.start_ts_ms
+                    )
+                return
+            event = node_to_event(
+                node,
+                f"{self.run_id}:{problem_id}",
+                self.component,
+                {"stream_run_id": self.run_id, "problem_id": problem_id, "t": t,
+                 "operation": node.name},
+            )  # fmt: skip
+            meta = node.metadata
+            unpriced = meta.get(META_COST_STATUS) == "unpriced"
+            t_in, t_out = node.tokens_in, node.tokens_out
+            total = None if t_in is None and t_out is None else (t_in or 0) + (t_out or 0)
+            call: dict[str, Any] = {
+                "call_id": node.node_id,
+                "parent_id": node.parent_id if node.depth > 1 else None,
+                "t": t,
+                "problem_id": problem_id,
+                "operation": node.name,
+                "prompt_tokens": t_in,
+                "completion_tokens": t_out,
+                "total_tokens": total,
+                "latency_ms": float(event["latency_ms"]),
+                "api_cost_usd": None if unpriced else node.cost_usd,
+                "error_type": node.error_class,
+            }
+            for key in _CALL_META_KEYS:
+                call[key] = meta.get(key)
+            self._calls.write(_dumps(call))
+            self._events.write(encode_event(event))
+            if node.kind == "llm":
+                tally.llm_calls += 1
+            tally.tokens += total or 0
+            tally.latency_ms += call["latency_ms"]
+            tally.cost += node.cost_usd
+
+    # -- problems ---------------------------------------------------------------------------
+
+    def log_problem(
+        self,
+        t: int,
+        problem_id: str,
+        solved: bool,
+        *,
+        attempts: int = 1,
+        solved_attempt: int | None = None,
+        attempt_success_rate: float | None = None,
+        llm_calls: int | None = None,
+        tokens_total: int | None = None,
+        latency_total_ms: float | None = None,
+        api_cost_usd: float | None = None,
+        retrieval_hit: bool = False,
+        reuse_count: int = 0,
+        memory_n_nodes: int = 0,
+        memory_n_edges: int = 0,
+        contamination_rate: float | None = None,
+    ) -> StreamCumulativeMetrics:
+        """Append the problem's §1.2 line and the stream's §1.3 line; return the latter.
+
+        ``llm_calls``, ``tokens_total``, ``latency_total_ms`` and ``api_cost_usd`` default to
+        what :meth:`log_call` or :meth:`problem`'s sink saw for ``(t, problem_id)`` (latency:
+        the contexts' wall-clock time when a context was seen, else the sum of call latencies).
+        """
+        _check_t(t)
+        _check_str(problem_id, "problem_id")
+        if not isinstance(solved, bool):
+            raise TypeError(f"solved must be a bool, got {type(solved).__name__}")
+        if not isinstance(retrieval_hit, bool):
+            raise TypeError(f"retrieval_hit must be a bool, got {type(retrieval_hit).__name__}")
+        _check_int(attempts, "attempts")
+        _check_opt_int(solved_attempt, "solved_attempt")
+        _check_opt_int(llm_calls, "llm_calls")
+        _check_opt_int(tokens_total, "tokens_total")
+        _check_opt_int(reuse_count, "reuse_count")
+        _check_opt_int(memory_n_nodes, "memory_n_nodes")
+        _check_opt_int(memory_n_edges, "memory_n_edges")
+        _check_opt_number(latency_total_ms, "latency_total_ms")
+        _check_opt_number(api_cost_usd, "api_cost_usd")
+        _check_opt_rate(attempt_success_rate, "attempt_success_rate")
+        _check_opt_rate(contamination_rate, "contamination_rate")
+        with self._lock:
+            self._check_open()
+            tally = self._tallies.get((t, problem_id)) or _Tally()
+            if latency_total_ms is None:
+                seen = tally.root_latency_ms
+                latency_total_ms = seen if seen is not None else tally.latency_ms
+            cost = float(api_cost_usd if api_cost_usd is not None else tally.cost)
+            line = {
+                "t": t, "problem_id": problem_id, "solved": solved, "attempts": attempts,
+                "solved_attempt": solved_attempt, "attempt_success_rate": attempt_success_rate,
+                "llm_calls": llm_calls if llm_calls is not None else tally.llm_calls,
+                "tokens_total": tokens_total if tokens_total is not None else tally.tokens,
+                "latency_total_ms": float(latency_total_ms), "api_cost_usd": cost,
+                "retrieval_hit": retrieval_hit, "reuse_count": reuse_count,
+                "memory_n_nodes": memory_n_nodes, "memory_n_edges": memory_n_edges,
+                "contamination_rate": contamination_rate,
+            }  # fmt: skip
+            solved_total = self._solved + (1 if solved else 0)
+            cost_total = self._cost + cost
+            latencies = self._latencies
+            bisect.insort(latencies, float(latency_total_ms))
+            c_sum, c_n = self._contamination_sum, self._contamination_n
+            if contamination_rate is not None:
+                c_sum, c_n = c_sum + contamination_rate, c_n + 1
+            cumulative = StreamCumulativeMetrics(
+                t=t,
+                cumulative_solved=solved_total,
+                cumulative_api_cost_usd=cost_total,
+                cost_per_solved=cost_total / max(1, solved_total),
+                contamination_rate=c_sum / c_n if c_n else None,
+                p50_latency_ms=percentile(latencies, 50.0),
+                p95_latency_ms=percentile(latencies, 95.0),
+            )
+            try:
+                self._problems.write(_dumps(line))
+                self._stream.write(_dumps(cumulative.to_dict()))
+            except BaseException:
+                latencies.remove(float(latency_total_ms))
+                raise
+            # Only now, with both lines written, does the state move on.
+            self._tallies.pop((t, problem_id), None)
+            self._solved, self._cost = solved_total, cost_total
+            self._contamination_sum, self._contamination_n = c_sum, c_n
+            return cumulative
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SinkClosedError(f"StreamMetricsLogger for run {self.run_id!r} is closed")
+
+    def close(self) -> None:
+        """Close the four files (closing twice is harmless)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for file in (self._calls, self._problems, self._stream, self._events):
+                file.close()
+
+    def __enter__(self) -> StreamMetricsLogger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ProblemSink(Sink):
+    """Sink for one problem of a :class:`StreamMetricsLogger`; made by ``logger.problem()``.
+
+    Lines are written as nodes arrive, so :meth:`flush` has nothing to do; :meth:`close` only
+    stops this sink (the logger owns the files).
+    """
+
+    def __init__(self, logger: StreamMetricsLogger, t: int, problem_id: str) -> None:
+        self.logger = logger
+        self.t = t
+        self.problem_id = problem_id
+        self._closed = False
+
+    def emit(self, node: Node, chain_id: str) -> None:
+        """Record one finished node of the problem (the root only gives the wall time)."""
+        if not isinstance(node, Node):
+            raise TypeError(f"node must be an ampmeter Node, got {type(node).__name__}")
+        if self._closed:
+            raise SinkClosedError(f"the sink of problem {self.problem_id!r} is closed")
+        if node.parent_id is not None and (node.end_ts_ms is None or node.kind not in EVENT_TYPES):
+            raise ValueError(
+                f"ProblemSink takes finished nodes of a known kind; node {node.node_id!r} has "
+                f"status {node.status!r} and kind {node.kind!r}"
+            )
+        self.logger._record_node(node, self.t, self.problem_id)
+
+    def log_problem(self, solved: bool, **fields: Any) -> StreamCumulativeMetrics:
+        """``logger.log_problem(t, problem_id, solved, **fields)`` for this sink's problem."""
+        return self.logger.log_problem(self.t, self.problem_id, solved, **fields)
+
+    def close(self) -> None:
+        """Refuse further nodes."""
+        self._closed = True
+
+
+def _dumps(obj: dict[str, Any]) -> bytes:
+    return orjson.dumps(obj, default=str, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def _check_t(t: object) -> None:
+    if isinstance(t, bool) or not isinstance(t, int):
+        raise TypeError(f"t must be an int, got {type(t).__name__}")
+    if t < 0:
+        raise ValueError(f"t must be >= 0, got {t}")
+
+
+def _check_str(value: object, name: str) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{name} must not be empty")
+
+
+def _check_opt_str(value: object, name: str) -> None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
+
+
+def _check_int(value: object, name: str) -> None:
+    if value is None:
+        raise TypeError(f"{name} must be an int, got None")
+    _check_opt_int(value, name)
+
+
+def _check_opt_int(value: object, name: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def _check_opt_number(value: object, name: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number or None, got {type(value).__name__}")
+    if not 0.0 <= value < math.inf:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def _check_opt_rate(value: object, name: str) -> None:
+    _check_opt_number(value, name)
+    if value is not None and value > 1.0:  # type: ignore[operator]
+        raise ValueError(f"{name} must be between 0 and 1, got {value!r}")

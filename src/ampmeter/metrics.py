@@ -1,0 +1,295 @@
+"""Per-LLM-call metrics and context growth of one task (bench-metrics).
+
+A :class:`TaskResult` holds one :class:`LLMCallMetrics` per LLM call, in call order, plus the
+task's totals. It can be built from a live context (:meth:`TaskResult.from_context`), from the
+finished nodes of a graph (:meth:`TaskResult.from_nodes`) or after the fact from a TokenTracker
+log (:meth:`TaskResult.from_events`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ampmeter.graph import META_TOOL_CALLS_MADE, TERMINAL_STATUSES, Node
+from ampmeter.logs.reader import iter_lines, read_jsonl
+
+__all__ = ["ContextLike", "GraphLike", "LLMCallMetrics", "TaskResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class LLMCallMetrics:
+    """One LLM call: its tokens, the tool calls it asked for, and the running input total."""
+
+    call_number: int
+    input_tokens: int
+    output_tokens: int
+    tool_calls_made: int
+    cumulative_input: int
+    latency_ms: float
+
+
+class GraphLike(Protocol):
+    """What :meth:`TaskResult.from_context` needs of a graph."""
+
+    def nodes(self) -> list[Node]:
+        """Copies of the graph's nodes in creation order."""
+        ...
+
+
+class ContextLike(Protocol):
+    """Anything with a ``graph`` (an ``ExecutionContext``)."""
+
+    @property
+    def graph(self) -> GraphLike:
+        """The context's execution graph."""
+        ...
+
+
+@dataclass(slots=True)
+class TaskResult:
+    """Per-call metrics and totals of one task; every field has a default."""
+
+    llm_call_metrics: list[LLMCallMetrics] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    cost_usd: float = 0.0
+    duration_seconds: float = 0.0
+
+    @property
+    def base_context(self) -> int:
+        """Input tokens of the first LLM call (system prompt and tools); 0 without calls."""
+        calls = self.llm_call_metrics
+        return calls[0].input_tokens if calls else 0
+
+    @property
+    def context_growth_avg(self) -> float:
+        """Mean change of input tokens between consecutive calls; 0.0 with fewer than two.
+
+        Not clamped: compaction can make it negative.
+        """
+        calls = self.llm_call_metrics
+        if len(calls) < 2:
+            return 0.0
+        return (calls[-1].input_tokens - calls[0].input_tokens) / (len(calls) - 1)
+
+    # -- builders ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_nodes(cls, nodes: Iterable[Node]) -> TaskResult:
+        """Build from graph nodes: finished ``llm`` nodes in start order, totals over all
+        finished non-root nodes, duration from the root (or from the nodes' span)."""
+        root: Node | None = None
+        llm: list[Node] = []
+        totals = _Totals()
+        for node in nodes:
+            if not isinstance(node, Node):
+                raise TypeError(f"nodes must be ampmeter Nodes, got {type(node).__name__}")
+            if node.parent_id is None:
+                root = node
+                continue
+            if node.status not in TERMINAL_STATUSES:
+                continue
+            totals.add(
+                node.kind, node.tokens_in or 0, node.tokens_out or 0, node.cost_usd,
+                node.start_ts_ms, node.end_ts_ms,
+            )  # fmt: skip
+            if node.kind == "llm":
+                llm.append(node)
+        llm.sort(key=lambda n: n.start_ts_ms)  # stable: creation order breaks ties
+        calls = _Calls()
+        for node in llm:
+            tools = node.metadata.get(META_TOOL_CALLS_MADE)
+            calls.add(
+                node.tokens_in or 0,
+                node.tokens_out or 0,
+                tools if type(tools) is int and tools >= 0 else 0,
+                float(node.latency_ms or 0),
+            )
+        if root is not None:
+            totals.first_ms = root.start_ts_ms
+            if root.end_ts_ms is not None:
+                totals.last_ms = root.end_ts_ms
+        return totals.result(calls.metrics)
+
+    @classmethod
+    def from_context(cls, ctx: ContextLike) -> TaskResult:
+        """Build from a live or closed context: ``from_nodes(ctx.graph.nodes())``.
+
+        With ``max_nodes`` set on the graph, evicted nodes are no longer there to count.
+        """
+        return cls.from_nodes(ctx.graph.nodes())
+
+    @classmethod
+    def from_events(
+        cls,
+        path_or_lines: str | os.PathLike[str] | Iterable[str | bytes | Mapping[str, Any]],
+        run_id: str | None = None,
+    ) -> TaskResult:
+        """Build from a TokenTracker log: a file path, JSONL lines, or already-parsed events.
+
+        ``llm_completion`` events in log order make the per-call metrics (``tool_calls_made``
+        from their metadata). With ``run_id`` only that run's events count; without it the log
+        must hold a single run. Reading follows :func:`ampmeter.logs.read_jsonl`.
+        """
+        if run_id is not None and not isinstance(run_id, str):
+            raise TypeError(f"run_id must be a str or None, got {type(run_id).__name__}")
+        events = _events(path_or_lines)
+        totals = _Totals()
+        calls = _Calls()
+        runs: set[str] = set()
+        for index, event in enumerate(events, 1):
+            event_run = event.get("run_id")
+            if run_id is not None and event_run != run_id:
+                continue
+            if isinstance(event_run, str):
+                runs.add(event_run)
+            kind, t_in, t_out, cost, latency, end_ms = _event_fields(event, index)
+            start_ms = None if end_ms is None else end_ms - latency
+            totals.add(kind, t_in, t_out, cost, start_ms, end_ms)
+            if kind == "llm":
+                meta = event.get("metadata")
+                tools = meta.get(META_TOOL_CALLS_MADE) if isinstance(meta, dict) else None
+                calls.add(t_in, t_out, tools if type(tools) is int and tools >= 0 else 0, latency)
+        if run_id is not None and totals.events == 0:
+            raise ValueError(f"no events with run_id {run_id!r} in the log")
+        if run_id is None and len(runs) > 1:
+            names = ", ".join(repr(r) for r in sorted(runs)[:5])
+            raise ValueError(
+                f"the log holds {len(runs)} runs ({names}{', ...' if len(runs) > 5 else ''}); "
+                "pass run_id= to choose one"
+            )
+        return totals.result(calls.metrics)
+
+
+class _Calls:
+    """Per-call metrics with the running input total, kept as the calls are added."""
+
+    __slots__ = ("cumulative", "metrics")
+
+    def __init__(self) -> None:
+        self.metrics: list[LLMCallMetrics] = []
+        self.cumulative = 0
+
+    def add(self, t_in: int, t_out: int, tools: int, latency_ms: float) -> None:
+        self.cumulative += t_in
+        self.metrics.append(
+            LLMCallMetrics(len(self.metrics) + 1, t_in, t_out, tools, self.cumulative, latency_ms)
+        )
+
+
+class _Totals:
+    __slots__ = (
+        "cost", "events", "first_ms", "input", "last_ms", "llm_calls", "output", "tool_calls",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.input = 0
+        self.output = 0
+        self.llm_calls = 0
+        self.tool_calls = 0
+        self.cost = 0.0
+        self.first_ms: float | None = None
+        self.last_ms: float | None = None
+
+    def add(
+        self, kind: str, t_in: int, t_out: int, cost: float,
+        start_ms: float | None, end_ms: float | None,
+    ) -> None:  # fmt: skip
+        self.events += 1
+        self.input += t_in
+        self.output += t_out
+        self.cost += cost
+        if kind == "llm":
+            self.llm_calls += 1
+        elif kind == "tool":
+            self.tool_calls += 1
+        if start_ms is not None and (self.first_ms is None or start_ms < self.first_ms):
+            self.first_ms = start_ms
+        if end_ms is not None and (self.last_ms is None or end_ms > self.last_ms):
+            self.last_ms = end_ms
+
+    def result(self, metrics: list[LLMCallMetrics]) -> TaskResult:
+        duration = 0.0
+        if self.first_ms is not None and self.last_ms is not None:
+            duration = max(0.0, (self.last_ms - self.first_ms) / 1000.0)
+        return TaskResult(
+            metrics, self.input, self.output, self.llm_calls, self.tool_calls, self.cost, duration
+        )
+
+
+_EVENT_KINDS = {"llm_completion": "llm", "tool_call": "tool"}
+
+
+def _events(
+    source: str | os.PathLike[str] | Iterable[str | bytes | Mapping[str, Any]],
+) -> Iterable[Mapping[str, Any]]:
+    if isinstance(source, (str, os.PathLike)):
+        return read_jsonl(source)
+    if isinstance(source, (bytes, Mapping)):
+        raise TypeError("from_events takes a path or an iterable of lines/events, not one line")
+    return _mixed(source)
+
+
+def _mixed(items: Iterable[str | bytes | Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
+    buffered: list[str | bytes] = []
+    for item in items:
+        if isinstance(item, Mapping):
+            yield from iter_lines(buffered)
+            buffered.clear()
+            yield item
+        elif isinstance(item, (str, bytes)):
+            buffered.append(item)
+        else:
+            raise TypeError(
+                f"from_events takes str/bytes lines or dict events, got {type(item).__name__}"
+            )
+    yield from iter_lines(buffered)
+
+
+def _event_fields(
+    event: Mapping[str, Any], index: int
+) -> tuple[str, int, int, float, float, float | None]:
+    """(kind, tokens in, tokens out, cost, latency ms, end ms) of one event, or a clear error."""
+    usage = event.get("usage")
+    if not isinstance(usage, Mapping):
+        raise ValueError(f"event {index} has no usage object")
+    t_in = _count(usage.get("prompt_tokens"), index, "usage.prompt_tokens")
+    t_out = _count(usage.get("completion_tokens"), index, "usage.completion_tokens")
+    cost = event.get("cost_usd", 0.0)
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)):
+        raise ValueError(f"event {index}: cost_usd must be a number, got {cost!r}")
+    latency = event.get("latency_ms") or 0
+    if isinstance(latency, bool) or not isinstance(latency, (int, float)):
+        raise ValueError(f"event {index}: latency_ms must be a number, got {latency!r}")
+    end_ms: float | None = None
+    stamp = event.get("timestamp")
+    if isinstance(stamp, str):
+        end_ms = _epoch_ms(stamp)
+    kind = _EVENT_KINDS.get(str(event.get("event_type")), "other")
+    return kind, t_in, t_out, float(cost), float(latency), end_ms
+
+
+def _count(value: object, index: int, what: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"event {index}: {what} must be an int >= 0, got {value!r}")
+    return value
+
+
+def _epoch_ms(stamp: str) -> float | None:
+    text = stamp[:-1] + "+00:00" if stamp.endswith(("Z", "z")) else stamp
+    try:
+        moment = _dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=_dt.timezone.utc)
+    return moment.timestamp() * 1000.0

@@ -1,0 +1,452 @@
+"""TokenTracker v0 JSONL sink: one line per finished node, written off the caller's thread.
+
+``flush="batch"`` (the default) only appends the node to a small buffer on the caller's thread;
+a writer thread maps buffered nodes to TokenTracker v0 events, encodes them with orjson and
+appends them to the file. Full buffers go through a bounded queue, so a slow disk blocks the
+callers (back-pressure) instead of growing memory or dropping events. ``"line"`` writes each
+event on the caller's thread before :meth:`JsonlSink.emit` returns (a killed process loses at
+most the line being written); ``"fsync"`` also asks the OS to put it on the disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import queue
+import threading
+import time
+import weakref
+from typing import Any, Final
+
+import orjson
+
+from ampmeter.graph import (
+    META_CACHED_TOKENS,
+    META_COMPONENT,
+    META_COST_STATUS,
+    META_PRICING_VERSION,
+    Node,
+)
+from ampmeter.sinks.base import Sink
+
+__all__ = [
+    "COMPONENTS",
+    "EVENT_TYPES",
+    "FLUSH_MODES",
+    "JsonlSink",
+    "SinkClosedError",
+    "SinkWriteError",
+    "encode_event",
+    "iso_utc",
+    "node_to_event",
+]
+
+EVENT_TYPES: Final[dict[str, str]] = {
+    "llm": "llm_completion",
+    "tool": "tool_call",
+    "system": "cpu_op",
+    "embedding": "embedding",
+    "retrieval": "rag_retrieval",
+    "memory": "memory_update",
+}
+COMPONENTS: Final = frozenset({"pipeline", "auxiliary", "rag_infra", "evaluator", "metagraph"})
+FLUSH_MODES: Final = ("batch", "line", "fsync")
+
+_OPTS: Final = orjson.OPT_APPEND_NEWLINE
+_BATCH: Final = 1024  # events per hand-off to the writer thread
+_IDLE_FLUSH_S: Final = 0.25  # a partial batch reaches the file at most this long after emit
+
+
+class SinkClosedError(OSError):
+    """An event was given to a sink that is already closed."""
+
+
+class SinkWriteError(OSError):
+    """Writing events failed (disk full, file gone); the message says how many were lost."""
+
+
+_ts_cache: tuple[int, str] = (-1, "")
+
+
+def iso_utc(ms: int) -> str:
+    """ISO 8601 UTC timestamp with milliseconds (``2026-01-22T08:10:00.123Z``) of epoch ms."""
+    global _ts_cache
+    sec, frac = divmod(ms, 1000)
+    cached = _ts_cache
+    if cached[0] != sec:
+        cached = (sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)))
+        _ts_cache = cached
+    return f"{cached[1]}.{frac:03d}Z"
+
+
+def node_to_event(
+    node: Node,
+    run_id: str,
+    component: str = "pipeline",
+    extra_metadata: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Map a terminal node to one TokenTracker v0 event (a dict ready to encode).
+
+    ``parent_id`` is left out for top-level calls (depth 1, whose parent is the root) and for
+    parentless nodes; the node's ``component`` metadata wins over ``component`` when it is one
+    of the schema's components. ``extra_metadata`` is merged over the node's own metadata;
+    ampmeter's status fields are merged last.
+    """
+    end = node.end_ts_ms
+    if end is None:
+        raise ValueError(f"node {node.node_id!r} is not finished (status {node.status!r})")
+    event_type = EVENT_TYPES.get(node.kind)
+    if event_type is None:
+        raise ValueError(f"node {node.node_id!r} has unknown kind {node.kind!r}")
+    # Dict literals throughout: this runs once per event on the writer thread.
+    meta = node.metadata
+    t_in = node.tokens_in or 0
+    t_out = node.tokens_out or 0
+    usage = {"prompt_tokens": t_in, "completion_tokens": t_out, "total_tokens": t_in + t_out}
+    cost = node.cost_usd
+    if meta:
+        cached = meta.get(META_CACHED_TOKENS)
+        if type(cached) is int and cached >= 0:
+            usage["tokens_saved"] = cached
+        comp = meta.get(META_COMPONENT)
+        if comp is not None and comp in COMPONENTS:
+            component = comp
+        cost_status = meta.get(META_COST_STATUS)
+        if cost_status == "unpriced":
+            cost = 0.0
+        if extra_metadata:
+            meta = {**meta, **extra_metadata}
+        metadata = {
+            **meta,
+            "pricing_version": meta.get(META_PRICING_VERSION),
+            "status": node.status,
+            "retries_used": node.retries_used,
+            "error_class": node.error_class,
+            "stop_reason": node.stop_reason,
+            "cost_status": cost_status,
+        }
+    else:
+        metadata = {
+            **(extra_metadata or {}),
+            "pricing_version": None,
+            "status": node.status,
+            "retries_used": node.retries_used,
+            "error_class": node.error_class,
+            "stop_reason": node.stop_reason,
+            "cost_status": None,
+        }
+    parent_id = node.parent_id
+    if parent_id is None or node.depth == 1:
+        return {
+            "timestamp": iso_utc(end),
+            "run_id": run_id,
+            "span_id": node.node_id,
+            "event_type": event_type,
+            "operation": node.name,
+            "component": component,
+            "model": node.model or "",
+            "usage": usage,
+            "cost_usd": cost,
+            "latency_ms": int(end - node.start_ts_ms),
+            "metadata": metadata,
+        }
+    return {
+        "timestamp": iso_utc(end),
+        "run_id": run_id,
+        "span_id": node.node_id,
+        "parent_id": parent_id,
+        "event_type": event_type,
+        "operation": node.name,
+        "component": component,
+        "model": node.model or "",
+        "usage": usage,
+        "cost_usd": cost,
+        "latency_ms": int(end - node.start_ts_ms),
+        "metadata": metadata,
+    }
+
+
+def encode_event(event: dict[str, Any]) -> bytes:
+    """One JSONL line (with its newline) for ``event``.
+
+    Values JSON cannot hold are written as their ``str()``; if the caller's metadata still
+    cannot be encoded (an integer beyond 64 bits, nesting too deep), its values are written as
+    strings and ``metadata.encode_error`` says why, so one odd value never loses the event.
+    """
+    try:
+        return orjson.dumps(event, default=_text, option=_OPTS)
+    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+        metadata = event.get("metadata")
+        safe = dict(event)
+        if isinstance(metadata, dict):
+            plain = {str(k): _plain(v) for k, v in metadata.items()}
+            plain["encode_error"] = str(exc)
+            safe["metadata"] = plain
+        return orjson.dumps(safe, default=_text, option=_OPTS | orjson.OPT_NON_STR_KEYS)
+
+
+def _plain(value: object) -> object:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, float) or (isinstance(value, int) and -(2**63) <= value < 2**64):
+        return value
+    return _text(value)
+
+
+def _text(value: object) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
+
+
+class _Writer:
+    """State shared by a sink, its writer thread and its exit finalizer (never the sink)."""
+
+    def __init__(self, path: str, fd: int, mode: str, run_id: str | None, component: str):
+        self.path = path
+        self.fd = fd
+        self.mode = mode
+        self.run_id = run_id
+        self.component = component
+        self.lock = threading.Lock()
+        self.buf: list[tuple[Node, str]] = []
+        self.queue: queue.Queue[list[tuple[Node, str]] | threading.Event | None] = queue.Queue(
+            maxsize=64
+        )
+        self.offset = os.lseek(fd, 0, os.SEEK_END) if _seekable(fd) else 0
+        self.written = 0
+        self.lost = 0
+        self.error: BaseException | None = None
+        self.closed = False
+        self.thread: threading.Thread | None = None
+
+    # -- encoding and writing (writer thread in batch mode, caller's thread otherwise) --------
+
+    def encode(self, items: list[tuple[Node, str]]) -> bytearray:
+        """The lines of ``items``: ``encode_event(node_to_event(...))`` for each."""
+        run_id = self.run_id
+        component = self.component
+        dumps = orjson.dumps
+        # One growing buffer: keeping a thousand separate ~500-byte lines alive until a join
+        # costs more than encoding them.
+        data = bytearray()
+        for node, chain_id in items:
+            event = node_to_event(node, run_id or chain_id, component)
+            try:
+                data += dumps(event, option=_OPTS)
+            except TypeError:  # odd metadata: let encode_event take the careful path
+                data += encode_event(event)
+        return data
+
+    def write(self, items: list[tuple[Node, str]]) -> None:
+        """Write ``items`` or count them as lost; the first failure is kept for the callers."""
+        if self.error is not None:
+            self.lost += len(items)
+            return
+        try:
+            data = self.encode(items)
+            view = memoryview(data)
+            while view:
+                done = os.write(self.fd, view)
+                if done == 0:
+                    raise OSError(errno.EIO, "write returned 0 bytes")
+                view = view[done:]
+            if self.mode == "fsync":
+                os.fsync(self.fd)
+        except Exception as exc:  # a failed write must reach the caller, never kill the thread
+            self.error = exc
+            self.lost += len(items)
+            self._cut_partial_line()
+            return
+        self.offset += len(data)
+        self.written += len(items)
+
+    def _cut_partial_line(self) -> None:
+        # Leave only whole lines behind, so the next reader is not handed a broken last line.
+        with contextlib.suppress(OSError):
+            os.ftruncate(self.fd, self.offset)
+
+    def failure(self) -> SinkWriteError:
+        exc = self.error
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        code = exc.errno if isinstance(exc, OSError) and exc.errno else errno.EIO
+        return SinkWriteError(
+            code,
+            f"JsonlSink could not write {self.path!r}: {reason}; {self.lost} event(s) were not "
+            f"written ({self.written} were). The sink accepts no more events.",
+        )
+
+    # -- writer thread --------------------------------------------------------------------
+
+    def run(self) -> None:
+        get = self.queue.get
+        while True:
+            try:
+                item = get(timeout=_IDLE_FLUSH_S)
+            except queue.Empty:
+                # Never wait for the lock here: an emitter may hold it while blocked on a full
+                # queue, and only this thread can empty the queue.
+                if self.lock.acquire(blocking=False):
+                    try:
+                        items, self.buf = self.buf, []
+                    finally:
+                        self.lock.release()
+                    if items:
+                        self.write(items)
+                continue
+            if item is None:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+            else:
+                self.write(item)
+
+    def drain(self) -> None:
+        """Hand the partial batch to the writer thread and wait until everything is written."""
+        thread = self.thread
+        if thread is None or not thread.is_alive():
+            return
+        done = threading.Event()
+        with self.lock:
+            items, self.buf = self.buf, []
+            if items:
+                self.queue.put(items)
+            self.queue.put(done)
+        while not done.wait(1.0):
+            if not thread.is_alive():  # pragma: no cover - the thread catches everything
+                break
+
+    def shutdown(self) -> None:
+        """Write everything, stop the writer thread and close the file (idempotent)."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+        thread = self.thread
+        if thread is not None and thread.is_alive():
+            with self.lock:
+                items, self.buf = self.buf, []
+            if items:
+                self.queue.put(items)
+            self.queue.put(None)
+            thread.join()
+        try:
+            os.close(self.fd)
+        except OSError as exc:
+            if self.error is None:
+                self.error = exc
+
+
+def _seekable(fd: int) -> bool:
+    try:
+        os.lseek(fd, 0, os.SEEK_CUR)
+    except OSError:
+        return False
+    return True
+
+
+class JsonlSink(Sink):
+    """Writes every finished non-root node as one TokenTracker v0 line, appending to ``path``.
+
+    ``run_id`` is written as each event's ``run_id`` (default: the chain id of the node);
+    ``component`` is the default TokenTracker component. The file is opened (created if needed)
+    at construction; :meth:`close`, leaving a ``with`` block, or interpreter exit writes what is
+    buffered. A failed write raises :class:`SinkWriteError` (an ``OSError``) from the next
+    :meth:`emit`, :meth:`flush` or :meth:`close`, saying how many events were lost; the file
+    keeps only whole lines.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        flush: str = "batch",
+        run_id: str | None = None,
+        component: str = "pipeline",
+    ) -> None:
+        if flush not in FLUSH_MODES:
+            raise ValueError(f"flush must be one of {FLUSH_MODES}, got {flush!r}")
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise ValueError(f"run_id must be a non-empty str or None, got {run_id!r}")
+        if component not in COMPONENTS:
+            raise ValueError(
+                f"component must be one of {sorted(COMPONENTS)} (TokenTracker v0), "
+                f"got {component!r}"
+            )
+        self.path = os.fspath(path)
+        self.flush_mode = flush
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        w = self._w = _Writer(self.path, fd, flush, run_id, component)
+        if flush == "batch":
+            w.thread = threading.Thread(
+                target=w.run, name=f"ampmeter-jsonl:{os.path.basename(self.path)}", daemon=True
+            )
+            w.thread.start()
+        self._finalizer = weakref.finalize(self, w.shutdown)
+
+    @property
+    def run_id(self) -> str | None:
+        """The run id written on every event, or None to use each node's chain id."""
+        return self._w.run_id
+
+    @property
+    def events_written(self) -> int:
+        """Events that reached the file so far."""
+        return self._w.written
+
+    @property
+    def events_lost(self) -> int:
+        """Events that could not be written because of a write error."""
+        return self._w.lost
+
+    def emit(self, node: Node, chain_id: str) -> None:
+        """Queue (``batch``) or write (``line``/``fsync``) the event for ``node``.
+
+        The root (a node without parent) is skipped. ``node`` must be finished and must not
+        change afterwards: in ``batch`` mode it is read later, on the writer thread.
+        """
+        if node.parent_id is None:
+            return
+        if node.end_ts_ms is None or node.kind not in EVENT_TYPES:
+            raise ValueError(
+                f"JsonlSink takes finished nodes of a known kind; node {node.node_id!r} has "
+                f"status {node.status!r} and kind {node.kind!r}"
+            )
+        w = self._w
+        with w.lock:
+            if w.closed:
+                raise SinkClosedError(f"JsonlSink for {self.path!r} is closed")
+            if w.error is not None:
+                w.lost += 1
+                raise w.failure()
+            if w.thread is None:
+                w.write([(node, chain_id)])
+                if w.error is not None:
+                    raise w.failure()
+                return
+            buf = w.buf
+            buf.append((node, chain_id))
+            if len(buf) >= _BATCH:
+                w.buf = []
+                w.queue.put(buf)  # blocks while the writer is behind: back-pressure
+
+    def flush(self) -> None:
+        """Wait until every event emitted so far is in the file; raise if writing failed."""
+        w = self._w
+        w.drain()
+        if w.error is not None:
+            raise w.failure()
+
+    def close(self) -> None:
+        """Write everything, close the file; raise :class:`SinkWriteError` if lines were lost.
+
+        Closing twice is harmless; the error is raised by the first close only.
+        """
+        w = self._w
+        if w.closed:
+            return
+        self._finalizer()
+        if w.error is not None:
+            raise w.failure()

@@ -1,0 +1,425 @@
+"""MemorySink and JsonlSink: the node -> TokenTracker v0 mapping, flush modes, faults."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ampmeter.graph import ExecutionGraph, Node
+from ampmeter.logs import read_jsonl, validate_event
+from ampmeter.sinks.jsonl import (
+    JsonlSink,
+    SinkClosedError,
+    SinkWriteError,
+    _Writer,
+    iso_utc,
+    node_to_event,
+)
+from ampmeter.sinks.memory import MemorySink
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def run_graph(chain_id: str = "chain-1") -> tuple[ExecutionGraph, list[Node]]:
+    """A finished run with every kind, nesting, failures and the special metadata."""
+    g = ExecutionGraph(chain_id)
+    root = g.create_root("agent")
+    llm = g.begin_node(root, "llm", "chat", model="gpt-4o-mini", metadata={"user": "u1"})
+    g.mark_running(llm)
+    g.increment_retries(llm)
+    g.mark_success(
+        llm, 0.002, 120, 30,
+        metadata={"cached_tokens": 100, "pricing_version": "p1", "cost_status": "priced",
+                  "tool_calls_made": 2},
+    )  # fmt: skip
+    tool = g.begin_node(llm, "tool", "search", metadata={"component": "rag_infra"})
+    g.mark_running(tool)
+    g.mark_failure(tool, "TimeoutError", "timeout")
+    emb = g.begin_node(root, "embedding", "embed", model="text-embedding-3-small")
+    g.mark_success(emb, 0.0, 40, None, metadata={"cost_status": "unpriced"})
+    ret = g.begin_node(root, "retrieval", "retrieve", metadata={"component": "not-a-component"})
+    g.mark_success(ret, 0.0)
+    mem = g.begin_node(root, "memory", "remember")
+    g.mark_halt(mem, "budget")
+    sysn = g.begin_node(root, "system", "parse")
+    g.mark_success(sysn, 0.0)
+    g.mark_success(root, 0.0)
+    return g, g.nodes()
+
+
+def lines_of(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def valid_lines(path: Path) -> list[dict[str, Any]]:
+    events = lines_of(path)
+    for event in events:
+        validate_event(event)
+    return events
+
+
+# -- MemorySink ------------------------------------------------------------------------------
+
+
+def test_memory_sink_keeps_copies_in_order() -> None:
+    g, nodes = run_graph()
+    sink = MemorySink()
+    original = nodes[1]
+    for n in nodes:
+        sink.emit(n, g.chain_id)
+    sink.emit(nodes[2], "other")
+    original.metadata["user"] = "changed"
+    assert [n.node_id for n in sink.nodes] == [n.node_id for n in nodes] + [nodes[2].node_id]
+    assert sink.nodes[1].metadata["user"] == "u1"
+    assert sink.nodes[1] is not original
+    assert [n.node_id for n in sink.nodes_for("other")] == [nodes[2].node_id]
+    assert len(sink) == len(nodes) + 1
+    sink.clear()
+    assert sink.nodes == []
+
+
+def test_memory_sink_refuses_after_close_and_bad_input() -> None:
+    _, nodes = run_graph()
+    with MemorySink() as sink:
+        sink.emit(nodes[1], "c")
+        with pytest.raises(TypeError, match="Node"):
+            sink.emit("not a node", "c")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="chain_id"):
+            sink.emit(nodes[1], 5)  # type: ignore[arg-type]
+    with pytest.raises(SinkClosedError):
+        sink.emit(nodes[1], "c")
+    assert len(sink.nodes) == 1
+
+
+# -- mapping ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["batch", "line", "fsync"])
+def test_jsonl_sink_maps_nodes_to_valid_v0_lines(tmp_path: Path, mode: str) -> None:
+    g, nodes = run_graph()
+    path = tmp_path / "events.jsonl"
+    with JsonlSink(path, flush=mode) as sink:
+        for n in nodes:
+            sink.emit(n, g.chain_id)
+    events = valid_lines(path)
+    by_id = {n.node_id: n for n in nodes}
+    root_id = g.root_id
+    assert root_id not in {e["span_id"] for e in events}
+    assert [e["span_id"] for e in events] == [n.node_id for n in nodes if n.node_id != root_id]
+    kinds = {by_id[e["span_id"]].kind: e["event_type"] for e in events}
+    assert kinds == {
+        "llm": "llm_completion", "tool": "tool_call", "embedding": "embedding",
+        "retrieval": "rag_retrieval", "memory": "memory_update", "system": "cpu_op",
+    }  # fmt: skip
+    for e in events:
+        node = by_id[e["span_id"]]
+        assert e["run_id"] == "chain-1"
+        assert e["timestamp"] == iso_utc(node.end_ts_ms or 0)
+        assert e["latency_ms"] == node.latency_ms
+        assert e["operation"] == node.name
+        assert e["model"] == (node.model or "")
+        assert (
+            e["usage"]["total_tokens"]
+            == e["usage"]["prompt_tokens"] + e["usage"]["completion_tokens"]
+        )
+        assert e["metadata"]["status"] == node.status
+        assert e["metadata"]["retries_used"] == node.retries_used
+        assert e["metadata"]["error_class"] == node.error_class
+        assert e["metadata"]["stop_reason"] == node.stop_reason
+        if node.depth == 1:
+            assert "parent_id" not in e
+        else:
+            assert e["parent_id"] == node.parent_id
+    llm, tool, emb, ret, mem, _ = events
+    assert llm["usage"] == {
+        "prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150, "tokens_saved": 100
+    }  # fmt: skip
+    assert llm["cost_usd"] == 0.002
+    assert llm["metadata"]["pricing_version"] == "p1"
+    assert llm["metadata"]["cost_status"] == "priced"
+    assert llm["metadata"]["user"] == "u1"
+    assert llm["metadata"]["tool_calls_made"] == 2
+    assert llm["metadata"]["retries_used"] == 1
+    assert tool["component"] == "rag_infra"
+    assert tool["metadata"]["status"] == "fail"
+    assert tool["metadata"]["error_class"] == "TimeoutError"
+    assert emb["usage"] == {"prompt_tokens": 40, "completion_tokens": 0, "total_tokens": 40}
+    assert emb["metadata"]["cost_status"] == "unpriced"
+    assert ret["component"] == "pipeline"  # unknown component falls back to the default
+    assert mem["metadata"]["stop_reason"] == "budget"
+    assert mem["model"] == ""
+
+
+def test_run_id_and_component_options(tmp_path: Path) -> None:
+    g, nodes = run_graph()
+    path = tmp_path / "e.jsonl"
+    with JsonlSink(path, run_id="stream:q1", component="evaluator") as sink:
+        for n in nodes:
+            sink.emit(n, g.chain_id)
+    events = valid_lines(path)
+    assert {e["run_id"] for e in events} == {"stream:q1"}
+    assert events[1]["component"] == "rag_infra"
+    assert {e["component"] for e in events if e["span_id"] != events[1]["span_id"]} == {"evaluator"}
+
+
+def test_unpriced_cost_is_written_as_zero() -> None:
+    node = Node("n000002", "n000001", "llm", "chat", 1000, 1500, "success", None, 0, 0.5,
+                metadata={"cost_status": "unpriced"}, depth=1)  # fmt: skip
+    event = node_to_event(node, "r")
+    assert event["cost_usd"] == 0.0
+    assert event["metadata"]["cost_status"] == "unpriced"
+    validate_event(event)
+
+
+def test_odd_metadata_is_still_written(tmp_path: Path) -> None:
+    class Thing:
+        def __str__(self) -> str:
+            return "thing!"
+
+    meta: dict[Any, Any] = {"obj": Thing(), "huge": 2**70, 3: "int-key"}
+    node = Node("n000002", "n000001", "llm", "chat", 0, 5, "success", metadata=meta, depth=1)
+    path = tmp_path / "odd.jsonl"
+    for mode in ("batch", "line"):
+        with JsonlSink(path, flush=mode) as sink:
+            sink.emit(node, "c")
+    events = valid_lines(path)
+    assert len(events) == 2
+    for e in events:
+        assert e["metadata"]["obj"] == "thing!"
+        assert e["metadata"]["huge"] == str(2**70)
+        assert e["metadata"]["3"] == "int-key"
+        assert "encode_error" in e["metadata"]
+
+
+node_strategy = st.builds(
+    Node,
+    node_id=st.from_regex(r"n[0-9]{6}", fullmatch=True),
+    parent_id=st.one_of(st.none(), st.from_regex(r"n[0-9]{6}", fullmatch=True)),
+    kind=st.sampled_from(["llm", "tool", "system", "embedding", "retrieval", "memory"]),
+    name=st.text(max_size=20),
+    start_ts_ms=st.integers(0, 4_000_000_000_000),
+    end_ts_ms=st.integers(0, 10_000_000),
+    status=st.sampled_from(["success", "fail", "halt"]),
+    model=st.one_of(st.none(), st.text(max_size=10)),
+    retries_used=st.integers(0, 5),
+    cost_usd=st.floats(0, 1e6, allow_nan=False),
+    tokens_in=st.one_of(st.none(), st.integers(0, 10**9)),
+    tokens_out=st.one_of(st.none(), st.integers(0, 10**9)),
+    stop_reason=st.one_of(st.none(), st.text(max_size=10)),
+    error_class=st.one_of(st.none(), st.text(max_size=10)),
+    metadata=st.dictionaries(
+        st.sampled_from(["cached_tokens", "component", "cost_status", "x", "pricing_version"]),
+        st.one_of(
+            st.integers(-5, 10**6),
+            st.text(max_size=8),
+            st.none(),
+            st.sampled_from(["pipeline", "auxiliary", "unpriced"]),
+        ),
+    ),
+    depth=st.integers(0, 5),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(node=node_strategy)
+def test_every_node_maps_to_a_valid_event(node: Node) -> None:
+    node.end_ts_ms = node.start_ts_ms + (node.end_ts_ms or 0)
+    event = orjson.loads(_Writer.encode(_writer_for_tests(), [(node, "chain")]))
+    validate_event(event)
+    assert event["span_id"] == node.node_id
+    assert event["latency_ms"] == node.latency_ms
+    assert ("parent_id" in event) == (node.parent_id is not None and node.depth != 1)
+    if event["metadata"].get("cost_status") != "unpriced":
+        assert event["cost_usd"] == node.cost_usd
+
+
+def _writer_for_tests() -> _Writer:
+    return _Writer("unused", -1, "line", None, "pipeline")
+
+
+# -- batch mode ------------------------------------------------------------------------------
+
+
+def many_nodes(count: int) -> Iterator[Node]:
+    for i in range(count):
+        yield Node(f"n{i + 2:06d}", "n000001", "llm", "chat", 1_700_000_000_000 + i,
+                   1_700_000_000_100 + i, "success", "m", 0, 0.001, 10 + i, 5, depth=1)  # fmt: skip
+
+
+def test_batch_mode_writes_everything_in_order_and_flush_waits(tmp_path: Path) -> None:
+    path = tmp_path / "b.jsonl"
+    sink = JsonlSink(path)
+    for n in many_nodes(3000):
+        sink.emit(n, "c")
+    sink.flush()
+    assert len(lines_of(path)) == 3000
+    assert sink.events_written == 3000
+    for n in many_nodes(10):
+        sink.emit(n, "d")
+    sink.close()
+    events = valid_lines(path)
+    assert [e["usage"]["prompt_tokens"] for e in events] == [10 + i for i in range(3000)] + [
+        10 + i for i in range(10)
+    ]
+    assert sink.events_lost == 0
+    sink.close()  # twice is fine
+    with pytest.raises(SinkClosedError, match="closed"):
+        sink.emit(next(many_nodes(1)), "c")
+
+
+def test_batch_mode_applies_back_pressure_instead_of_growing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = threading.Event()
+    real_write = _Writer.write
+
+    def slow_write(self: _Writer, items: list[tuple[Node, str]]) -> None:
+        gate.wait()
+        real_write(self, items)
+
+    monkeypatch.setattr(_Writer, "write", slow_write)
+    path = tmp_path / "bp.jsonl"
+    sink = JsonlSink(path)
+    total = 1024 * 80  # more than the queue can hold
+    emitter = threading.Thread(target=lambda: [sink.emit(n, "c") for n in many_nodes(total)])
+    emitter.start()
+    deadline = time.monotonic() + 60
+    while not sink._w.queue.full() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sink._w.queue.full()
+    time.sleep(0.05)
+    assert emitter.is_alive()  # blocked, not dropping and not buffering without bound
+    assert sink._w.queue.qsize() <= sink._w.queue.maxsize
+    gate.set()
+    emitter.join(60)
+    sink.close()
+    assert len(lines_of(path)) == total
+    assert sink.events_written == total
+
+
+def test_batch_sink_is_flushed_at_interpreter_exit(tmp_path: Path) -> None:
+    path = tmp_path / "exit.jsonl"
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {SRC!r})
+        from ampmeter.graph import Node
+        from ampmeter.sinks.jsonl import JsonlSink
+        sink = JsonlSink({str(path)!r})
+        for i in range(2500):
+            sink.emit(Node(f"n{{i:06d}}", "n000000", "tool", "t", 0, 5, "success", depth=1), "c")
+        # no close(): the exit handler must write the buffered events
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    assert len(valid_lines(path)) == 2500
+
+
+# -- faults ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs when mounting is allowed, else /dev/full (always ENOSPC)."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        yield Path("/dev/full")
+        return
+    try:
+        yield mount / "events.jsonl"
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("mode", ["batch", "line"])
+def test_disk_full_surfaces_as_oserror_and_leaves_whole_lines(tmp_path: Path, mode: str) -> None:
+    with full_disk(tmp_path) as path:
+        sink = JsonlSink(path, flush=mode)
+        accepted = 0
+        error: OSError | None = None
+        for n in many_nodes(5000):
+            try:
+                sink.emit(n, "c")
+            except OSError as exc:
+                error = exc
+                break
+            accepted += 1
+        if error is None:
+            with pytest.raises(SinkWriteError) as info:
+                sink.flush()
+            error = info.value
+        assert isinstance(error, SinkWriteError)
+        assert error.errno == errno.ENOSPC
+        assert "not written" in str(error)
+        assert sink.events_lost > 0
+        with pytest.raises(SinkWriteError):
+            sink.emit(next(many_nodes(1)), "c")
+        with pytest.raises(SinkWriteError):
+            sink.close()
+        sink.close()  # the error is reported once by close
+        # every accepted event is accounted for: written, or counted as lost
+        assert sink.events_written + sink.events_lost >= accepted + 1
+        if path != Path("/dev/full"):
+            data = path.read_bytes()
+            assert data.endswith(b"\n") or data == b""
+            assert len(valid_lines(path)) == sink.events_written
+
+
+def test_closed_descriptor_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "closed.jsonl"
+    sink = JsonlSink(path, flush="line")
+    os.close(sink._w.fd)
+    with pytest.raises(SinkWriteError) as info:
+        sink.emit(next(many_nodes(1)), "c")
+    assert info.value.errno == errno.EBADF
+    sink._w.fd = os.open(os.devnull, os.O_WRONLY)  # let close() release something real
+    with pytest.raises(SinkWriteError):
+        sink.close()
+
+
+def test_bad_arguments_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="flush"):
+        JsonlSink(tmp_path / "x.jsonl", flush="sometimes")
+    with pytest.raises(ValueError, match="component"):
+        JsonlSink(tmp_path / "x.jsonl", component="frontend")
+    with pytest.raises(ValueError, match="run_id"):
+        JsonlSink(tmp_path / "x.jsonl", run_id="")
+    with pytest.raises(FileNotFoundError):
+        JsonlSink(tmp_path / "missing-dir" / "x.jsonl")
+    assert not (tmp_path / "x.jsonl").exists()
+    with JsonlSink(tmp_path / "y.jsonl") as sink:
+        open_node = Node("n000002", "n000001", "llm", "chat", 0, depth=1)
+        with pytest.raises(ValueError, match="finished"):
+            sink.emit(open_node, "c")
+        odd = Node("n000002", "n000001", "gpu", "k", 0, 1, "success", depth=1)
+        with pytest.raises(ValueError, match="kind"):
+            sink.emit(odd, "c")
+    assert (tmp_path / "y.jsonl").read_bytes() == b""
+    with pytest.raises(ValueError, match="not finished"):
+        node_to_event(open_node, "r")
+
+
+def test_sink_appends_to_an_existing_log(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    for _ in range(2):
+        with JsonlSink(path, flush="line") as sink:
+            for n in many_nodes(3):
+                sink.emit(n, "c")
+    assert len(valid_lines(path)) == 6
+    assert sum(1 for _ in read_jsonl(path)) == 6
