@@ -330,7 +330,13 @@ class Call:
         if self._started:
             raise RuntimeError(f"call {self.node_id} was already started")
         self._started = True
-        self.context._admit(self)
+        try:
+            self.context._admit(self)
+        except BaseException:
+            # Refused: the node is halted and nothing is reserved, so finish() has nothing to do
+            # (settling here would release reservations that belong to other calls).
+            self._done = True
+            raise
         self.context.graph.mark_running(self.node_id)
         return self
 
@@ -694,8 +700,14 @@ class ExecutionContext:
     # -- iterations, cancel, close ------------------------------------------------------------
 
     def start_iteration(self) -> int:
-        """Count a new iteration and check limits; raises ``LimitExceeded`` if one is exceeded."""
+        """Count a new iteration and check limits; raises ``LimitExceeded`` if one is exceeded.
+
+        Raises ``ExecutionCanceled`` once this context (or an enclosing one) was canceled, so a
+        loop that makes no call still stops at its next iteration.
+        """
         self._check_open()
+        if self.canceled:
+            raise ExecutionCanceled(f"context {self.name!r} was canceled")
         stats = self.stats
         with stats.lock:
             self._iteration = stats._bump_iterations_locked()
@@ -883,15 +895,16 @@ class ExecutionContext:
     def _ledger_reserve(self, ctx: ExecutionContext, call: Call) -> None:
         """Hold the call's share of ``ctx``'s exact limits in its shared ledger."""
         reservation = call._reservation
-        ceilings = {
-            limit.key: limit.max_value
-            for limit in ctx.limits
-            if limit.type is LimitType.EXACT and limit.key in reservation
-        }
+        # Every exact limit takes part, also keys the call reserves nothing for (no estimate):
+        # the hold is then 0, but the commit still adds what the call actually used.
+        ceilings: dict[str, float] = {}
+        for limit in ctx.limits:
+            if limit.type is LimitType.EXACT:
+                ceilings[limit.key] = min(limit.max_value, ceilings.get(limit.key, math.inf))
         ledger = ctx.ledger
         if not ceilings or ledger is None:
             return
-        amounts = {key: reservation[key] for key in ceilings}
+        amounts = {key: float(reservation.get(key, 0.0)) for key in ceilings}
         try:
             held = ledger.reserve(amounts, ceilings)
         except LedgerUnavailable as error:
@@ -909,14 +922,7 @@ class ExecutionContext:
             self._abort_admission(call, f"ledger error: {type(error).__name__}: {error}")
             raise
         if held is None:
-            spent = ledger.spent()
-            key = next(iter(amounts))
-            for limit in ctx.limits:
-                if limit.key in amounts:
-                    key = limit.key
-                    break
-            value = spent.get(key, 0.0) + ledger.reserved().get(key, 0.0) + amounts[key]
-            exceeded = ExceededLimit(Limit(key, ceilings[key]), key, value)
+            exceeded = _shared_exceeded(ledger, amounts, ceilings)
             self._mark_stopped(ctx, exceeded, TerminationReason.LIMIT_EXCEEDED)
             self._abort_admission(call, f"shared budget {ledger.scope!r}: {exceeded}")
             raise LimitExceeded(
@@ -1038,6 +1044,23 @@ class ExecutionContext:
             except Exception as error:
                 errors.append(error)
         return errors
+
+
+def _shared_exceeded(
+    ledger: Ledger, amounts: Mapping[str, float], ceilings: Mapping[str, float]
+) -> ExceededLimit:
+    """Which shared ceiling refused a reservation: the first (in limit order) now over it.
+
+    The ledger is read after the refusal, so others may have settled meanwhile (then the first
+    ceiling is named) or the read may fail (then the value is just this call's amount).
+    """
+    try:
+        spent, held = ledger.spent(), ledger.reserved()
+    except Exception:
+        spent, held = {}, {}
+    values = {key: spent.get(key, 0.0) + held.get(key, 0.0) + amounts[key] for key in ceilings}
+    key = next((k for k in ceilings if values[k] > ceilings[k]), next(iter(ceilings)))
+    return ExceededLimit(Limit(key, ceilings[key]), key, values[key])
 
 
 def _model_usage(
