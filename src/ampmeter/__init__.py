@@ -23,6 +23,12 @@ from ampmeter.errors import (
 )
 from ampmeter.executor import CONTINUE, AgentLoop, ExecutionResult, Executor
 from ampmeter.graph import ExecutionGraph, Node
+from ampmeter.integrations import (
+    instrument,
+    instrument_anthropic,
+    instrument_openai,
+    uninstrument,
+)
 from ampmeter.ledgers import InMemoryLedger, Ledger, LedgerUnavailable, Reservation
 from ampmeter.limits import ExceededLimit, Limit, LimitType, check_limits, default_limits
 from ampmeter.logs import (
@@ -88,12 +94,16 @@ __all__ = [
     "default_limits",
     "estimate",
     "event_errors",
+    "instrument",
+    "instrument_anthropic",
+    "instrument_openai",
     "keys",
     "price",
     "pricing",
     "read_jsonl",
     "remove_price",
     "set_price",
+    "uninstrument",
     "use_pricing",
     "validate_event",
 ]

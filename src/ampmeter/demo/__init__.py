@@ -1,0 +1,220 @@
+"""``ampmeter demo``: a ReAct agent on a real local model, run under limits and accounted for.
+
+:func:`run_demo` starts the bundled SmolLM2-135M model in-process with llama.cpp (or uses any
+OpenAI-compatible ``base_url``), instruments the ``openai`` SDK, asks a handful of questions,
+each in its own :class:`~ampmeter.ExecutionContext` with a cost ceiling, a step cap and a cap on
+consecutive replies that do not follow the format, and writes the stream-logger files (calls,
+problems, cumulative stream, TokenTracker events) to ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from ampmeter.demo.agent import AgentResult, run_agent
+
+__all__ = ["QUESTIONS", "DemoError", "DemoOutcome", "run_demo"]
+
+QUESTIONS: Final[tuple[tuple[str, str], ...]] = (
+    ("What is 12 * 7?", "84"),
+    ("What is the capital of France?", "paris"),
+    ("How high is Mount Everest in metres?", "8849"),
+    ("What is 100 / 4?", "25"),
+    ("How long is the Nile in kilometres?", "6650"),
+    ("What is 2 + 2?", "4"),
+)
+RUN_ID: Final = "demo"
+MAX_CONSECUTIVE_FORMAT_ERRORS: Final = 2
+MAX_TOKENS: Final = 40
+
+
+class DemoError(ValueError):
+    """The demo was asked for something it cannot do (bad flag values, missing model...)."""
+
+
+@dataclass(frozen=True)
+class DemoOutcome:
+    """What the demo did: one result and one summary per question, and where the logs are."""
+
+    results: list[AgentResult]
+    summaries: list[dict[str, Any]]
+    out_dir: Path
+    report: Path | None
+
+
+def _check(name: str, value: float, *, integer: bool = False, minimum: float = 0) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+        integer and not isinstance(value, int)
+    ) or not math.isfinite(value) or value < minimum:
+        kind = "an integer" if integer else "a finite number"
+        raise DemoError(f"{name} must be {kind} >= {minimum:g}, got {value!r}")
+
+
+def _set_demo_price(model: str, price_in: float, price_out: float, price_as: str | None,
+                    echo: Callable[[str], Any]) -> None:  # fmt: skip
+    from ampmeter import pricing
+
+    if price_as is not None:
+        rate_in = pricing.price(price_as, input_tokens=1_000_000, output_tokens=0).cost_usd
+        rate_out = pricing.price(price_as, input_tokens=0, output_tokens=1_000_000).cost_usd
+        if rate_in is None or rate_out is None:
+            raise DemoError(f"--price-as {price_as!r}: the price table does not know this model")
+        price_in, price_out = rate_in, rate_out
+        echo(f"note: calls are priced as {price_as} (${price_in:g} / ${price_out:g} per "
+             "million input / output tokens)")  # fmt: skip
+    elif price_in == 0 and price_out == 0:
+        echo("note: the local model costs $0 per token; use --price-in/--price-out or "
+             "--price-as gpt-4o-mini to see budgets bite")  # fmt: skip
+    pricing.set_price(model, input_per_mtok=price_in, output_per_mtok=price_out)
+
+
+def run_demo(
+    *,
+    model_path: str | Path | None = None,
+    base_url: str | None = None,
+    model_name: str | None = None,
+    price_in: float = 0.0,
+    price_out: float = 0.0,
+    price_as: str | None = None,
+    max_cost: float = 0.01,
+    max_steps: int = 6,
+    questions: int = 4,
+    out_dir: str | Path = "runs/demo",
+    echo: Callable[[str], Any] = print,
+) -> DemoOutcome:
+    """Run the demo and print what happened; see the module docs."""
+    _check("price_in", price_in)
+    _check("price_out", price_out)
+    _check("max_cost", max_cost)
+    _check("max_steps", max_steps, integer=True, minimum=1)
+    _check("questions", questions, integer=True, minimum=1)
+    if questions > len(QUESTIONS):
+        raise DemoError(f"questions must be at most {len(QUESTIONS)}, got {questions}")
+    if model_path is not None and base_url is not None:
+        raise DemoError("give --model or --base-url, not both")
+    try:
+        import openai
+    except ImportError:
+        raise DemoError("the demo needs the openai SDK: pip install 'ampmeter[demo]'") from None
+    from ampmeter.local_llm import LocalLLMError, LocalLLMServer
+
+    out = Path(out_dir)
+    server: LocalLLMServer | None = None
+    if base_url is None:
+        server = LocalLLMServer(model_path, n_ctx=2048, threads=2)
+        try:
+            echo(f"starting llama.cpp with {server.model_path.name} ...")
+            server.start()
+        except LocalLLMError as exc:
+            raise DemoError(str(exc)) from None
+        base_url, model = server.base_url, server.model
+    else:
+        model = model_name or "default"
+    from ampmeter import pricing
+
+    priced = False
+    try:
+        _set_demo_price(model, price_in, price_out, price_as, echo)
+        priced = True
+        with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+            return _ask_all(client, model, max_cost, max_steps, questions, out, echo)
+    finally:
+        if priced:
+            pricing.remove_price(model)  # leave the process's price table as it was
+        if server is not None:
+            server.stop()
+
+
+def _ask_all(client: Any, model: str, max_cost: float, max_steps: int, questions: int,
+             out: Path, echo: Callable[[str], Any]) -> DemoOutcome:  # fmt: skip
+    import ampmeter.pricing
+    from ampmeter.context import ExecutionContext, use_pricing
+    from ampmeter.integrations import instrument, is_instrumented, uninstrument
+    from ampmeter.keys import KEY_COST, KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_LLM_CALLS
+    from ampmeter.limits import Limit
+    from ampmeter.logs.stream import StreamMetricsLogger
+    from ampmeter.runner import summarize
+
+    use_pricing(ampmeter.pricing)
+    was_instrumented = is_instrumented()
+    instrument()
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob(f"{RUN_ID}.*.jsonl"):
+        old.unlink()  # a fresh demo run, not appended to the last one
+    results: list[AgentResult] = []
+    summaries: list[dict[str, Any]] = []
+    began = time.perf_counter()
+    try:
+        with StreamMetricsLogger(out, RUN_ID) as logger:
+            for t, (question, expected) in enumerate(QUESTIONS[:questions]):
+                sink = logger.problem(t, f"q{t}")
+                limits = [Limit(KEY_COST, max_cost), Limit(KEY_LLM_CALLS, max_steps),
+                          Limit(KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
+                                MAX_CONSECUTIVE_FORMAT_ERRORS)]  # fmt: skip
+                with ExecutionContext(f"q{t}", limits=limits, sinks=[sink]) as ctx:
+                    result = run_agent(ctx, client, model, question, max_tokens=MAX_TOKENS)
+                summary = summarize(ctx)
+                solved = result.answer is not None and expected in result.answer.lower()
+                sink.log_problem(solved)
+                results.append(result)
+                summaries.append(summary)
+                echo(_line(t, result, summary, solved))
+    finally:
+        if not was_instrumented:
+            uninstrument()
+    echo(_totals(summaries, results, time.perf_counter() - began, out))
+    report = _render_report(out, echo)
+    return DemoOutcome(results, summaries, out, report)
+
+
+def _line(t: int, result: AgentResult, summary: dict[str, Any], solved: bool) -> str:
+    verdict = "solved" if solved else ("stopped: " + result.stopped if result.stopped else
+                                        f"answered {result.answer!r}")  # fmt: skip
+    return (f"[q{t}] {result.question}\n      {summary['llm_calls']} LLM calls, "
+            f"{summary['tool_calls']} tool calls, {result.parse_errors} format errors, "
+            f"{summary['tokens_in']}/{summary['tokens_out']} tokens, "
+            f"${summary['cost_usd']:.6f} -> {verdict}")  # fmt: skip
+
+
+def _totals(summaries: list[dict[str, Any]], results: list[AgentResult], seconds: float,
+            out: Path) -> str:  # fmt: skip
+    calls = sum(s["llm_calls"] for s in summaries)
+    tools = sum(s["tool_calls"] for s in summaries)
+    tokens_in = sum(s["tokens_in"] for s in summaries)
+    tokens_out = sum(s["tokens_out"] for s in summaries)
+    cost = sum(s["cost_usd"] for s in summaries)
+    stopped = sum(1 for r in results if r.stopped)
+    return (
+        f"\nsummary: {len(results)} questions, {calls} LLM calls, {tools} tool calls, "
+        f"{tokens_in} input / {tokens_out} output tokens, ${cost:.6f}, "
+        f"{stopped} stopped by a limit, {seconds:.1f} s\n"
+        f"amplification: {(calls + tools) / max(len(results), 1):.1f} calls per question\n"
+        f"logs: {out}/{RUN_ID}.calls.jsonl, .problems.jsonl, .stream.jsonl, .token_events.jsonl"
+    )
+
+
+def _render_report(out: Path, echo: Callable[[str], Any]) -> Path | None:
+    """Render the HTML report with ``ampmeter.report`` when it is installed."""
+    try:
+        report = importlib.import_module("ampmeter.report")
+    except ImportError:
+        return None
+    write = getattr(report, "write_report", None)
+    if not callable(write):
+        return None
+    logs = [out / f"{RUN_ID}.{part}.jsonl" for part in ("token_events", "stream", "problems")]
+    target = out / "report.html"
+    try:
+        written = write([p for p in logs if p.is_file()], target, title="ampmeter demo")
+    except Exception as exc:  # the report is a bonus: the demo's own output is already printed
+        echo(f"(HTML report not rendered: {exc})")
+        return None
+    path = Path(written) if isinstance(written, (str, Path)) else target
+    echo(f"report: {path}")
+    return path

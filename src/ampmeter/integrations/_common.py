@@ -1,0 +1,540 @@
+"""What the OpenAI and Anthropic integrations share: admission, settlement, streams, patches.
+
+A provider module describes its wire format with an :class:`Adapter` (what the request asks
+for, how to read usage from a response or a stream event); this module turns an SDK method into
+a metered one:
+
+* no current context: the original method runs untouched (one contextvar lookup);
+* otherwise an ``llm`` node is begun under the current node, the context reserves the call's
+  estimate and checks its limits (``LimitExceeded`` is raised before any request is built),
+  the SDK call runs, and the node ends with the usage the provider reported;
+* streams come back wrapped: the node ends when the stream is exhausted or closed; a stream
+  abandoned half-way ends ``fail`` with the usage seen so far.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ampmeter.context import Call, ExecutionContext, current_context
+
+__all__ = [
+    "META_OPERATION",
+    "META_PROMPT_TEXT",
+    "META_RESPONSE_TEXT",
+    "META_USAGE_ESTIMATED",
+    "Adapter",
+    "MeteredAsyncStream",
+    "MeteredStream",
+    "Patch",
+    "RequestInfo",
+    "StreamAbandoned",
+    "Tally",
+    "active_call",
+    "count_retry",
+    "metered_context",
+    "settings",
+]
+
+META_OPERATION: Final = "operation_name"  # the SDK method, e.g. "chat.completions.create"
+META_PROMPT_TEXT: Final = "prompt_text"  # only with instrument(capture_content=True)
+META_RESPONSE_TEXT: Final = "response_text"  # only with instrument(capture_content=True)
+META_USAGE_ESTIMATED: Final = "usage_estimated"  # a cut stream's usage, partly estimated
+
+
+class StreamAbandoned(Exception):
+    """A streamed response was closed (or dropped) before its last event was read."""
+
+
+@dataclass(slots=True)
+class Settings:
+    """Process-wide integration settings (set by ``instrument()``)."""
+
+    capture_content: bool = False
+    default_context: ExecutionContext | None = None
+
+
+settings = Settings()
+
+# The call whose SDK request is running in this thread or task, so the SDK's retry path (which
+# knows nothing about ampmeter) can count its retries on the right node.
+_ACTIVE: contextvars.ContextVar[Call | None] = contextvars.ContextVar(
+    "ampmeter_active_sdk_call", default=None
+)
+
+
+def active_call() -> Call | None:
+    """The metered call whose SDK request is in progress here, or None."""
+    return _ACTIVE.get()
+
+
+def count_retry() -> None:
+    """Count one SDK retry on the active call (called from the SDK's retry sleep)."""
+    call = _ACTIVE.get()
+    if call is not None:
+        call.retry()
+
+
+def metered_context() -> ExecutionContext | None:
+    """The context SDK calls attach to here: the current one, else the process default."""
+    ctx = current_context()
+    if ctx is None:
+        return settings.default_context
+    return ctx
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """What a request asks for, as far as the reservation is concerned."""
+
+    model: str | None
+    prompt_text: str
+    max_tokens: int | None
+    stream: bool
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The fast prompt estimate: characters / 4, rounded up."""
+        return -(-len(self.prompt_text) // 4)
+
+
+@dataclass(slots=True)
+class Tally:
+    """Usage seen so far in one response (or stream), in the subset convention.
+
+    ``tokens_in`` includes cache reads and writes; ``tokens_out`` includes reasoning tokens.
+    """
+
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    cached: int = 0
+    cache_write: int = 0
+    reasoning: int = 0
+    tool_calls: int = 0
+    chunks: int = 0  # events that carried generated content (a cut stream's output estimate)
+    text: list[str] = field(default_factory=list)
+    tool_keys: set[tuple[int, int]] = field(default_factory=set)
+
+    def record_on(self, call: Call) -> None:
+        """Report this usage on ``call`` (nothing when the provider reported none)."""
+        if self.tokens_in is None and self.tokens_out is None:
+            if self.tool_calls:
+                call.tool_calls_made = self.tool_calls
+            return
+        t_in = max(self.tokens_in or 0, 0)
+        t_out = max(self.tokens_out or 0, 0)
+        # A provider that reports details larger than the totals must not break the caller's
+        # call: clamp them to the subset convention.
+        cached = min(max(self.cached, 0), t_in)
+        writes = min(max(self.cache_write, 0), t_in - cached)
+        call.record(
+            t_in,
+            t_out,
+            cached_tokens=cached,
+            reasoning_tokens=min(max(self.reasoning, 0), t_out),
+            tool_calls_made=max(self.tool_calls, 0),
+            cache_write_tokens=writes,
+        )
+
+
+class Adapter:
+    """One SDK operation's wire format. Provider modules subclass it."""
+
+    provider: str = ""
+    operation: str = ""
+
+    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        """Model, prompt text, output cap and streaming flag of a request."""
+        raise NotImplementedError
+
+    def prepare_stream(self, kwargs: dict[str, Any]) -> bool:
+        """Adjust a streaming request in place; True if the usage event must be hidden."""
+        return False
+
+    def is_stream(self, result: object) -> bool:
+        """Whether ``result`` is the SDK's stream object."""
+        raise NotImplementedError
+
+    def read_response(self, result: Any, tally: Tally) -> None:
+        """Read usage (and, if captured, text) from a complete response."""
+        raise NotImplementedError
+
+    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        """Read one stream event; True if the caller must not see it."""
+        raise NotImplementedError
+
+
+def _begin(ctx: ExecutionContext, adapter: Adapter, info: RequestInfo) -> Call:
+    meta: dict[str, Any] = {META_OPERATION: adapter.operation}
+    if settings.capture_content:
+        meta[META_PROMPT_TEXT] = info.prompt_text
+    call = ctx.llm_call(
+        adapter.operation,
+        model=info.model,
+        max_tokens=info.max_tokens,
+        prompt_text=info.prompt_text,
+        provider=adapter.provider,
+        metadata=meta,
+    )
+    call.start()
+    return call
+
+
+def _finish(call: Call, tally: Tally | None, exc: BaseException | None) -> None:
+    if tally is not None:
+        tally.record_on(call)
+        if settings.capture_content and tally.text:
+            text = "".join(tally.text)
+            call.context.graph.update_metadata(call.node_id, {META_RESPONSE_TEXT: text})
+    call.finish(exc)
+
+
+def wrap_sync(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., Any]:
+    """A metered version of a sync SDK method."""
+
+    @functools.wraps(original)
+    def metered(resource: Any, *args: Any, **kwargs: Any) -> Any:
+        ctx = metered_context()
+        if ctx is None:
+            return original(resource, *args, **kwargs)
+        info = adapter.request_info(kwargs)
+        hide = adapter.prepare_stream(kwargs) if info.stream else False
+        call = _begin(ctx, adapter, info)
+        token = _ACTIVE.set(call)
+        try:
+            result = original(resource, *args, **kwargs)
+        except BaseException as exc:
+            _finish(call, None, exc)
+            raise
+        finally:
+            _ACTIVE.reset(token)
+        if adapter.is_stream(result):
+            return MeteredStream(result, call, adapter, hide, info.prompt_tokens)
+        tally = Tally()
+        adapter.read_response(result, tally)
+        _finish(call, tally, None)
+        return result
+
+    metered.__ampmeter_original__ = original  # type: ignore[attr-defined]
+    return metered
+
+
+def wrap_async(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., Any]:
+    """A metered version of an async SDK method."""
+
+    @functools.wraps(original)
+    async def metered(resource: Any, *args: Any, **kwargs: Any) -> Any:
+        ctx = metered_context()
+        if ctx is None:
+            return await original(resource, *args, **kwargs)
+        info = adapter.request_info(kwargs)
+        hide = adapter.prepare_stream(kwargs) if info.stream else False
+        call = _begin(ctx, adapter, info)
+        token = _ACTIVE.set(call)
+        try:
+            result = await original(resource, *args, **kwargs)
+        except BaseException as exc:
+            _finish(call, None, exc)
+            raise
+        finally:
+            _ACTIVE.reset(token)
+        if adapter.is_stream(result):
+            return MeteredAsyncStream(result, call, adapter, hide, info.prompt_tokens)
+        tally = Tally()
+        adapter.read_response(result, tally)
+        _finish(call, tally, None)
+        return result
+
+    metered.__ampmeter_original__ = original  # type: ignore[attr-defined]
+    return metered
+
+
+def metered_request(
+    adapter: Adapter, info: RequestInfo, request: Callable[[], Any]
+) -> Callable[[], Any]:
+    """Wrap a stream helper's deferred sync request (called when the helper is entered)."""
+
+    def run() -> Any:
+        ctx = metered_context()
+        if ctx is None:
+            return request()
+        call = _begin(ctx, adapter, info)
+        token = _ACTIVE.set(call)
+        try:
+            raw = request()
+        except BaseException as exc:
+            _finish(call, None, exc)
+            raise
+        finally:
+            _ACTIVE.reset(token)
+        return MeteredStream(raw, call, adapter, False, info.prompt_tokens)
+
+    return run
+
+
+async def metered_awaitable(adapter: Adapter, info: RequestInfo, request: Any) -> Any:
+    """Await a stream helper's deferred async request (a coroutine) as a metered call."""
+    ctx = metered_context()
+    if ctx is None:
+        return await request
+    try:
+        call = _begin(ctx, adapter, info)
+    except BaseException:
+        close = getattr(request, "close", None)
+        if close is not None:
+            close()  # never sent: do not leave a never-awaited coroutine behind
+        raise
+    token = _ACTIVE.set(call)
+    try:
+        raw = await request
+    except BaseException as exc:
+        _finish(call, None, exc)
+        raise
+    finally:
+        _ACTIVE.reset(token)
+    return MeteredAsyncStream(raw, call, adapter, False, info.prompt_tokens)
+
+
+_OWN_ATTRS: Final = frozenset(
+    {"_stream", "_prompt_tokens", "_call", "_adapter", "_hide", "_tally", "_done"}
+)
+
+
+class _StreamBase:
+    """Bookkeeping shared by the sync and async stream wrappers."""
+
+    def __init__(
+        self, stream: Any, call: Call, adapter: Adapter, hide_usage: bool, prompt_tokens: int
+    ) -> None:
+        self._stream = stream
+        self._prompt_tokens = prompt_tokens
+        self._call = call
+        self._adapter = adapter
+        self._hide = hide_usage
+        self._tally = Tally()
+        self._done = False
+
+    def _end(self, exc: BaseException | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        _finish(self._call, self._tally, exc)
+
+    def _abandon(self) -> None:
+        if not self._done:
+            # The provider bills a cut stream but its usage report (OpenAI's comes last) may
+            # not have arrived: count the prompt estimate and one token per content event.
+            tally = self._tally
+            if tally.tokens_in is None or (tally.tokens_out or 0) < tally.chunks:
+                if tally.tokens_in is None:
+                    tally.tokens_in = self._prompt_tokens
+                tally.tokens_out = max(tally.tokens_out or 0, tally.chunks)
+                self._call.context.graph.update_metadata(
+                    self._call.node_id, {META_USAGE_ESTIMATED: True}
+                )
+            self._end(StreamAbandoned("the stream was closed before its last event was read"))
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _OWN_ATTRS:  # not set yet (a failed __init__): no recursion
+            raise AttributeError(name)
+        return getattr(self._stream, name)
+
+    def __del__(self) -> None:
+        # A stream dropped half-way is still counted (with the usage seen so far).
+        with contextlib.suppress(Exception):  # nothing can be reported from a finalizer
+            self._abandon()
+
+    @property
+    def response(self) -> Any:
+        """The HTTP response, wrapped so that closing it ends the call."""
+        return _ResponseProxy(self._stream.response, self)
+
+
+class _ResponseProxy:
+    """An SDK HTTP response whose ``close()``/``aclose()`` also end the metered call.
+
+    The SDKs' stream helpers close the response directly rather than the stream.
+    """
+
+    def __init__(self, response: Any, owner: _StreamBase) -> None:
+        self._response = response
+        self._owner = owner
+
+    def close(self) -> None:
+        try:
+            self._response.close()
+        finally:
+            self._owner._abandon()
+
+    async def aclose(self) -> None:
+        try:
+            await self._response.aclose()
+        finally:
+            self._owner._abandon()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._response, name)
+
+
+class MeteredStream(_StreamBase):
+    """A sync SDK stream that reports its usage to its call when it ends."""
+
+    _iterator: Iterator[Any] | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        if self._iterator is None:
+            self._iterator = iter(self._stream)
+        adapter, tally, hide = self._adapter, self._tally, self._hide
+        while True:
+            try:
+                event = next(self._iterator)
+            except StopIteration:
+                self._end(None)
+                raise
+            except BaseException as exc:
+                self._end(exc)
+                raise
+            if not adapter.read_event(event, tally, hide):
+                return event
+
+    def close(self) -> None:
+        """Close the stream; if it was not read to the end the call ends ``fail``."""
+        try:
+            self._stream.close()
+        finally:
+            self._abandon()
+
+    def __enter__(self) -> MeteredStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class MeteredAsyncStream(_StreamBase):
+    """An async SDK stream that reports its usage to its call when it ends."""
+
+    _iterator: AsyncIterator[Any] | None = None
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._iterator is None:
+            self._iterator = self._stream.__aiter__()
+        adapter, tally, hide = self._adapter, self._tally, self._hide
+        while True:
+            try:
+                event = await self._iterator.__anext__()
+            except StopAsyncIteration:
+                self._end(None)
+                raise
+            except BaseException as exc:
+                self._end(exc)
+                raise
+            if not adapter.read_event(event, tally, hide):
+                return event
+
+    async def close(self) -> None:
+        """Close the stream; if it was not read to the end the call ends ``fail``."""
+        try:
+            await self._stream.close()
+        finally:
+            self._abandon()
+
+    async def __aenter__(self) -> MeteredAsyncStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+@dataclass(slots=True)
+class Patch:
+    """One attribute replaced on a class, and how to put it back exactly."""
+
+    owner: type
+    name: str
+    had_own: bool
+    original: Any
+
+    @classmethod
+    def apply(cls, owner: type, name: str, replacement: Any) -> Patch:
+        """Replace ``owner.name`` with ``replacement`` and remember the original."""
+        had_own = name in owner.__dict__
+        original = owner.__dict__.get(name)
+        setattr(owner, name, replacement)
+        return cls(owner, name, had_own, original)
+
+    def undo(self) -> None:
+        """Restore the original attribute (or remove the override if it was inherited)."""
+        if self.had_own:
+            setattr(self.owner, self.name, self.original)
+        else:
+            delattr(self.owner, self.name)
+
+
+def patch_retry_sleep(owner: type, *, is_async: bool) -> Patch | None:
+    """Count retries by hooking the SDK client's ``_sleep_for_retry`` (None if it has none)."""
+    original = getattr(owner, "_sleep_for_retry", None)
+    if original is None:
+        return None
+    if is_async:
+
+        @functools.wraps(original)
+        async def sleep_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+            count_retry()
+            return await original(self, *args, **kwargs)
+
+        return Patch.apply(owner, "_sleep_for_retry", sleep_async)
+
+    @functools.wraps(original)
+    def sleep(self: Any, *args: Any, **kwargs: Any) -> Any:
+        count_retry()
+        return original(self, *args, **kwargs)
+
+    return Patch.apply(owner, "_sleep_for_retry", sleep)
+
+
+def text_of(content: Any) -> str:
+    """The text of a message's content: a string or a list of text parts (others skipped)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    if isinstance(content, (list, tuple)):
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+                continue
+            text = part.get("text") if isinstance(part, Mapping) else getattr(part, "text", None)
+            if isinstance(text, str):
+                parts.append(text)
+            elif isinstance(part, Mapping) and "content" in part:
+                parts.append(text_of(part["content"]))
+    return "\n".join(p for p in parts if p)
+
+
+def int_or_none(value: object) -> int | None:
+    """``value`` if it is a real int (SDK ``omit``/``NOT_GIVEN`` sentinels become None)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+def get(obj: Any, name: str) -> Any:
+    """Attribute or mapping key ``name`` of ``obj`` (None when absent)."""
+    if obj is None:
+        return None
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)

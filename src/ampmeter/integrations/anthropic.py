@@ -1,0 +1,193 @@
+"""Anthropic SDK instrumentation: Messages, sync and async, plain, streamed and the stream helper.
+
+Patched at the resource-class level (``Messages.create``/``parse``/``stream`` and their async
+twins). ``messages.stream`` defers its request until the helper is entered, so the patch swaps
+the helper's deferred request for a metered one: limits are checked when the request would be
+sent, and the helper reads its events through the metered stream.
+
+Anthropic reports cache tokens beside the input (``input_tokens`` counts only the uncached
+part); they are normalised to the subset convention here: ``tokens_in = input_tokens +
+cache_read_input_tokens + cache_creation_input_tokens``, with the cache reads as
+``cached_tokens`` and the cache writes as ``cache_write_tokens``. Thinking tokens
+(``output_tokens_details.thinking_tokens``) are the reasoning subset of the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ampmeter.integrations._common import (
+    Adapter,
+    Patch,
+    RequestInfo,
+    Tally,
+    get,
+    int_or_none,
+    metered_awaitable,
+    metered_context,
+    metered_request,
+    patch_retry_sleep,
+    settings,
+    text_of,
+    wrap_async,
+    wrap_sync,
+)
+
+__all__ = ["instrument_anthropic", "is_instrumented", "uninstrument_anthropic"]
+
+PROVIDER = "anthropic"
+_TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
+
+_patches: list[Patch] = []
+
+
+class MessagesAdapter(Adapter):
+    """``messages.create`` / ``parse`` / ``stream``."""
+
+    provider = PROVIDER
+
+    def __init__(self, operation: str, stream_types: tuple[type, ...]) -> None:
+        self.operation = operation
+        self._stream_types = stream_types
+
+    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        parts = [text_of(kwargs.get("system")) if not _omitted(kwargs.get("system")) else ""]
+        messages = kwargs.get("messages")
+        if isinstance(messages, (list, tuple)):
+            parts.extend(text_of(get(m, "content")) for m in messages)
+        model = kwargs.get("model")
+        return RequestInfo(model if isinstance(model, str) else None,
+                           "\n".join(p for p in parts if p),
+                           int_or_none(kwargs.get("max_tokens")),
+                           kwargs.get("stream") is True)  # fmt: skip
+
+    def is_stream(self, result: object) -> bool:
+        return isinstance(result, self._stream_types)
+
+    def read_response(self, result: Any, tally: Tally) -> None:
+        _read_usage(get(result, "usage"), tally)
+        for block in get(result, "content") or ():
+            kind = get(block, "type")
+            if kind in _TOOL_BLOCKS:
+                tally.tool_calls += 1
+            elif kind == "text" and settings.capture_content:
+                text = get(block, "text")
+                if isinstance(text, str):
+                    tally.text.append(text)
+
+    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        kind = get(event, "type")
+        if kind == "message_start":
+            _read_usage(get(get(event, "message"), "usage"), tally)
+        elif kind == "message_delta":
+            _read_usage(get(event, "usage"), tally)
+        elif kind == "content_block_start":
+            if get(get(event, "content_block"), "type") in _TOOL_BLOCKS:
+                tally.tool_calls += 1
+        elif kind == "content_block_delta":
+            tally.chunks += 1
+            text = get(get(event, "delta"), "text")
+            if isinstance(text, str) and settings.capture_content:
+                tally.text.append(text)
+        return False
+
+
+def _omitted(value: object) -> bool:
+    return value is None or type(value).__name__ in ("Omit", "NotGiven")
+
+
+def _read_usage(usage: Any, tally: Tally) -> None:
+    """Merge an Anthropic usage object (a full one, or a stream delta's partial one)."""
+    if usage is None:
+        return
+    raw_in = int_or_none(get(usage, "input_tokens"))
+    reads = int_or_none(get(usage, "cache_read_input_tokens"))
+    writes = int_or_none(get(usage, "cache_creation_input_tokens"))
+    out = int_or_none(get(usage, "output_tokens"))
+    if raw_in is not None:
+        # Deltas repeat the input counts when they carry them; they are cumulative, not extra.
+        tally.cached = reads if reads is not None else tally.cached
+        tally.cache_write = writes if writes is not None else tally.cache_write
+        tally.tokens_in = raw_in + tally.cached + tally.cache_write
+    if out is not None:
+        tally.tokens_out = out
+    details = get(usage, "output_tokens_details")
+    thinking = int_or_none(get(details, "thinking_tokens"))
+    if thinking is not None:
+        tally.reasoning = thinking
+
+
+def _wrap_stream_helper(
+    adapter: MessagesAdapter, original: Callable[..., Any], *, is_async: bool
+) -> Callable[..., Any]:
+    attr = "_AsyncMessageStreamManager__api_request" if is_async else (
+        "_MessageStreamManager__api_request"
+    )
+
+    def stream(resource: Any, *args: Any, **kwargs: Any) -> Any:
+        manager = original(resource, *args, **kwargs)
+        if metered_context() is None:
+            return manager
+        request = getattr(manager, attr, None)
+        if request is None:  # an SDK whose helper is built differently: leave it alone
+            return manager
+        info = adapter.request_info({**kwargs, "stream": True})
+        if is_async:
+            setattr(manager, attr, metered_awaitable(adapter, info, request))
+        else:
+            setattr(manager, attr, metered_request(adapter, info, request))
+        return manager
+
+    stream.__doc__ = original.__doc__
+    stream.__name__ = getattr(original, "__name__", "stream")
+    stream.__qualname__ = getattr(original, "__qualname__", "stream")
+    stream.__wrapped__ = original  # type: ignore[attr-defined]
+    stream.__ampmeter_original__ = original  # type: ignore[attr-defined]
+    return stream
+
+
+def instrument_anthropic() -> bool:
+    """Patch the installed ``anthropic`` SDK (idempotent); False if it is not installed."""
+    if _patches:
+        return True
+    try:
+        import anthropic
+        from anthropic import _base_client
+        from anthropic.resources.messages import AsyncMessages, Messages
+    except ImportError:
+        return False
+    sync_stream: tuple[type, ...] = (anthropic.Stream,)
+    async_stream: tuple[type, ...] = (anthropic.AsyncStream,)
+    for owner, types, is_async in ((Messages, sync_stream, False),
+                                   (AsyncMessages, async_stream, True)):  # fmt: skip
+        for name in ("create", "parse"):
+            original = owner.__dict__.get(name)
+            if original is None:
+                continue
+            adapter = MessagesAdapter(f"messages.{name}", types)
+            wrapper = wrap_async(adapter, original) if is_async else wrap_sync(adapter, original)
+            _patches.append(Patch.apply(owner, name, wrapper))
+        helper = owner.__dict__.get("stream")
+        if helper is not None:
+            adapter = MessagesAdapter("messages.stream", types)
+            _patches.append(Patch.apply(
+                owner, "stream", _wrap_stream_helper(adapter, helper, is_async=is_async)
+            ))  # fmt: skip
+    for client_cls, is_async in ((_base_client.SyncAPIClient, False),
+                                 (_base_client.AsyncAPIClient, True)):  # fmt: skip
+        patch = patch_retry_sleep(client_cls, is_async=is_async)
+        if patch is not None:
+            _patches.append(patch)
+    return True
+
+
+def uninstrument_anthropic() -> None:
+    """Restore every patched ``anthropic`` attribute exactly (idempotent)."""
+    while _patches:
+        _patches.pop().undo()
+
+
+def is_instrumented() -> bool:
+    """Whether the ``anthropic`` SDK is currently patched."""
+    return bool(_patches)

@@ -1,0 +1,232 @@
+"""OpenAI SDK instrumentation: Chat Completions and Responses, sync and async, plain and streamed.
+
+Patched at the resource-class level (``Completions.create``/``parse``,
+``Responses.create``/``parse`` and their async twins), so clients made before and after
+:func:`instrument_openai` are covered. The ``chat.completions.stream`` and ``responses.stream``
+helpers send their request through ``create`` and are covered by it. Retries are counted from
+the SDK client's ``_sleep_for_retry``.
+
+Streamed Chat Completions get ``stream_options={"include_usage": True}`` when the caller did not
+ask for usage; the extra usage-only chunk this makes the server send is consumed here and not
+shown to the caller, so the caller sees the same chunks as without ampmeter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ampmeter.integrations._common import (
+    Adapter,
+    Patch,
+    RequestInfo,
+    Tally,
+    get,
+    int_or_none,
+    patch_retry_sleep,
+    settings,
+    text_of,
+    wrap_async,
+    wrap_sync,
+)
+
+__all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
+
+PROVIDER = "openai"
+
+_patches: list[Patch] = []
+
+
+def _model(kwargs: Mapping[str, Any]) -> str | None:
+    model = kwargs.get("model")
+    return model if isinstance(model, str) else None
+
+
+class ChatAdapter(Adapter):
+    """``chat.completions.create`` / ``parse``."""
+
+    provider = PROVIDER
+
+    def __init__(self, operation: str, stream_types: tuple[type, ...]) -> None:
+        self.operation = operation
+        self._stream_types = stream_types
+
+    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        messages = kwargs.get("messages")
+        parts: list[str] = []
+        if isinstance(messages, (list, tuple)):
+            parts.extend(text_of(get(m, "content")) for m in messages)
+        max_tokens = int_or_none(kwargs.get("max_completion_tokens"))
+        if max_tokens is None:
+            max_tokens = int_or_none(kwargs.get("max_tokens"))
+        return RequestInfo(_model(kwargs), "\n".join(parts), max_tokens,
+                           kwargs.get("stream") is True)  # fmt: skip
+
+    def prepare_stream(self, kwargs: dict[str, Any]) -> bool:
+        options = kwargs.get("stream_options")
+        if isinstance(options, Mapping):
+            if "include_usage" in options:
+                return False
+            kwargs["stream_options"] = {**options, "include_usage": True}
+            return True
+        if options is None and "stream_options" in kwargs:
+            return False  # the caller explicitly sent null: leave it alone
+        kwargs["stream_options"] = {"include_usage": True}
+        return True
+
+    def is_stream(self, result: object) -> bool:
+        return isinstance(result, self._stream_types)
+
+    def read_response(self, result: Any, tally: Tally) -> None:
+        _read_chat_usage(get(result, "usage"), tally)
+        for choice in get(result, "choices") or ():
+            message = get(choice, "message")
+            tally.tool_calls += len(get(message, "tool_calls") or ())
+            if get(message, "function_call") is not None:
+                tally.tool_calls += 1
+            if settings.capture_content:
+                content = get(message, "content")
+                if isinstance(content, str):
+                    tally.text.append(content)
+
+    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        usage = get(event, "usage")
+        if usage is not None:
+            _read_chat_usage(usage, tally)
+        choices = get(event, "choices") or ()
+        for choice in choices:
+            delta = get(choice, "delta")
+            index = get(choice, "index") or 0
+            for tool in get(delta, "tool_calls") or ():
+                key = (index, get(tool, "index") or 0)
+                if key not in tally.tool_keys:
+                    tally.tool_keys.add(key)
+                    tally.tool_calls += 1
+            content = get(delta, "content")
+            if isinstance(content, str) and content:
+                tally.chunks += 1
+                if settings.capture_content:
+                    tally.text.append(content)
+        return hide_usage and usage is not None and not choices
+
+
+def _read_chat_usage(usage: Any, tally: Tally) -> None:
+    if usage is None:
+        return
+    tally.tokens_in = int_or_none(get(usage, "prompt_tokens"))
+    tally.tokens_out = int_or_none(get(usage, "completion_tokens"))
+    prompt = get(usage, "prompt_tokens_details")
+    tally.cached = int_or_none(get(prompt, "cached_tokens")) or 0
+    tally.cache_write = int_or_none(get(prompt, "cache_write_tokens")) or 0
+    completion = get(usage, "completion_tokens_details")
+    tally.reasoning = int_or_none(get(completion, "reasoning_tokens")) or 0
+
+
+class ResponsesAdapter(Adapter):
+    """``responses.create`` / ``parse`` (and the ``responses.stream`` helper through create)."""
+
+    provider = PROVIDER
+
+    def __init__(self, operation: str, stream_types: tuple[type, ...]) -> None:
+        self.operation = operation
+        self._stream_types = stream_types
+
+    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        parts: list[str] = []
+        instructions = kwargs.get("instructions")
+        if isinstance(instructions, str):
+            parts.append(instructions)
+        given = kwargs.get("input")
+        if isinstance(given, str):
+            parts.append(given)
+        elif isinstance(given, (list, tuple)):
+            parts.extend(text_of(get(item, "content")) for item in given)
+        return RequestInfo(_model(kwargs), "\n".join(parts),
+                           int_or_none(kwargs.get("max_output_tokens")),
+                           kwargs.get("stream") is True)  # fmt: skip
+
+    def is_stream(self, result: object) -> bool:
+        return isinstance(result, self._stream_types)
+
+    def read_response(self, result: Any, tally: Tally) -> None:
+        usage = get(result, "usage")
+        if usage is not None:
+            tally.tokens_in = int_or_none(get(usage, "input_tokens"))
+            tally.tokens_out = int_or_none(get(usage, "output_tokens"))
+            details = get(usage, "input_tokens_details")
+            tally.cached = int_or_none(get(details, "cached_tokens")) or 0
+            tally.cache_write = int_or_none(get(details, "cache_write_tokens")) or 0
+            out_details = get(usage, "output_tokens_details")
+            tally.reasoning = int_or_none(get(out_details, "reasoning_tokens")) or 0
+        calls = 0
+        texts: list[str] = []
+        for item in get(result, "output") or ():
+            kind = get(item, "type")
+            if isinstance(kind, str) and kind.endswith("_call"):
+                calls += 1
+            elif kind == "message" and settings.capture_content:
+                texts.append(text_of(get(item, "content")))
+        tally.tool_calls = calls
+        if texts:
+            tally.text[:] = texts
+
+    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        kind = get(event, "type")
+        if kind in ("response.completed", "response.incomplete", "response.failed"):
+            self.read_response(get(event, "response"), tally)
+        elif kind == "response.output_text.delta":
+            tally.chunks += 1
+        return False
+
+
+def instrument_openai() -> bool:
+    """Patch the installed ``openai`` SDK (idempotent); False if it is not installed."""
+    if _patches:
+        return True
+    try:
+        import openai
+        from openai import _base_client
+        from openai.resources.chat.completions import AsyncCompletions, Completions
+    except ImportError:
+        return False
+    sync_stream: tuple[type, ...] = (openai.Stream,)
+    async_stream: tuple[type, ...] = (openai.AsyncStream,)
+    targets: list[tuple[type, str, Adapter, bool]] = []
+    for name in ("create", "parse"):
+        targets.append((Completions, name, ChatAdapter(f"chat.completions.{name}", sync_stream),
+                        False))  # fmt: skip
+        targets.append((AsyncCompletions, name,
+                        ChatAdapter(f"chat.completions.{name}", async_stream), True))  # fmt: skip
+    try:
+        from openai.resources.responses import AsyncResponses, Responses
+    except ImportError:  # an SDK from before the Responses API
+        pass
+    else:
+        for name in ("create", "parse"):
+            targets.append((Responses, name, ResponsesAdapter(f"responses.{name}", sync_stream),
+                            False))  # fmt: skip
+            targets.append((AsyncResponses, name,
+                            ResponsesAdapter(f"responses.{name}", async_stream), True))  # fmt: skip
+    for owner, name, adapter, is_async in targets:
+        original = owner.__dict__.get(name)
+        if original is None:
+            continue
+        wrapper = wrap_async(adapter, original) if is_async else wrap_sync(adapter, original)
+        _patches.append(Patch.apply(owner, name, wrapper))
+    for client_cls, is_async in ((_base_client.SyncAPIClient, False),
+                                 (_base_client.AsyncAPIClient, True)):  # fmt: skip
+        patch = patch_retry_sleep(client_cls, is_async=is_async)
+        if patch is not None:
+            _patches.append(patch)
+    return True
+
+
+def uninstrument_openai() -> None:
+    """Restore every patched ``openai`` attribute exactly (idempotent)."""
+    while _patches:
+        _patches.pop().undo()
+
+
+def is_instrumented() -> bool:
+    """Whether the ``openai`` SDK is currently patched."""
+    return bool(_patches)
