@@ -1,13 +1,250 @@
-"""The ``ampmeter`` command line (placeholder until the CLI work lands)."""
+"""The ``ampmeter`` command line: ``summary``, ``amortize``, ``validate``, ``report`` (and
+``run``/``demo`` from :mod:`ampmeter.cli_run`).
+
+Errors a user can cause (a missing file, invalid JSON, a record breaking the contract) are
+printed as one line on stderr and exit with status 2; there is never a traceback.
+"""
 
 from __future__ import annotations
 
-import sys
+import contextlib
+import enum
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Optional
 
-from ampmeter.graph import ExecutionGraph
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="ampmeter",
+    help="Account for and contain LLM agent runs; turn their logs into tables, curves and "
+    "reports.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+LogsArg = Annotated[
+    list[Path],
+    typer.Argument(help="JSONL log files (TokenTracker events; .gz too).", show_default=False),
+]
+BestEffort = Annotated[
+    bool,
+    typer.Option("--best-effort", help="Skip lines that are not valid JSON instead of failing."),
+]
 
 
-def _demo() -> int:
+class Format(str, enum.Enum):
+    """CSV layouts of ``ampmeter amortize``."""
+
+    v0 = "v0"
+    extended = "extended"
+
+
+class EngineName(str, enum.Enum):
+    """Query engines of ``ampmeter amortize``."""
+
+    auto = "auto"
+    python = "python"
+    duckdb = "duckdb"
+
+
+def _fail(command: str, message: str) -> typer.Exit:
+    _err.print(f"ampmeter {command}: error: {message}", markup=False)
+    return typer.Exit(2)
+
+
+@contextlib.contextmanager
+def _user_errors(command: str) -> Iterator[None]:
+    """Turn the errors a user can cause into one line on stderr and exit status 2; show
+    warnings (such as a cut-off last line) as one line each."""
+    from ampmeter.analysis import AnalysisError
+    from ampmeter.logs import JsonlError
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        except FileNotFoundError as exc:
+            raise _fail(command, f"no such file: {exc.filename or exc}") from None
+        except IsADirectoryError as exc:
+            raise _fail(command, f"is a directory, not a file: {exc.filename or exc}") from None
+        except (JsonlError, AnalysisError) as exc:
+            raise _fail(command, str(exc)) from None
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise _fail(command, f"{where}{exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise _fail(command, str(exc)) from None
+        finally:
+            for item in caught:
+                _err.print(f"ampmeter {command}: warning: {item.message}", markup=False)
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.6g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+@app.command("summary")
+def summary_command(logs: LogsArg, best_effort: BestEffort = False) -> None:
+    """Print a table of runs: calls, tokens, cost, amplification, growth, depth, termination.
+
+    Runs are told apart by run_id; the last two rows give the p50 and p95 across runs.
+    """
+    from ampmeter.analysis import summarize
+
+    with _user_errors("summary"):
+        table = summarize(logs, best_effort=best_effort)
+    columns = (
+        ("run_id", "run"), ("llm_calls", "LLM"), ("tool_calls", "tools"),
+        ("retries", "retries"), ("tokens_in", "tok in"), ("tokens_out", "tok out"),
+        ("cost_usd", "cost $"), ("unpriced_calls", "unpriced"),
+        ("llm_calls_per_root", "LLM amp"), ("tool_calls_per_root", "tool amp"),
+        ("base_context", "base ctx"), ("context_growth_avg", "growth"),
+        ("max_depth", "depth"), ("termination", "termination"),
+    )  # fmt: skip
+    out = Table(title=f"{len(table.runs)} run(s)", header_style="bold")
+    for key, label in columns:
+        text = key in ("run_id", "termination")
+        out.add_column(label, justify="left" if text else "right", overflow="fold")
+    for run in table.runs:
+        row = run.to_dict()
+        out.add_row(*(_fmt(row[key]) for key, _ in columns), style=None)
+    if table.runs:
+        for q in ("p50", "p95"):
+            out.add_row(
+                *(
+                    q if key == "run_id" else _fmt(table.across.get(key, {}).get(q))
+                    if key in table.across else ""
+                    for key, _ in columns
+                ),
+                style="italic dim",
+            )  # fmt: skip
+    console = Console()
+    if not console.is_terminal:  # piped or captured: do not squeeze into 80 columns
+        console = Console(width=200)
+    console.print(out)
+
+
+@app.command("amortize")
+def amortize_command(
+    stream: Annotated[Path, typer.Argument(help="The *.stream.jsonl file.", show_default=False)],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Where to write the CSV.", show_default=False)
+    ],
+    problems: Annotated[
+        Optional[Path],  # noqa: UP045 - typer needs Optional on Python 3.10
+        typer.Option("--problems", help="The *.problems.jsonl file (accuracy, latency)."),
+    ] = None,
+    events: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--events", help="The TokenTracker event log (Track A/B cost)."),
+    ] = None,
+    fmt: Annotated[
+        Format, typer.Option("--format", help="v0: the stream's four columns; extended: §4.1.")
+    ] = Format.v0,
+    plot: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--plot", help="Also draw the curve as a PNG here."),
+    ] = None,
+    engine: Annotated[
+        EngineName,
+        typer.Option("--engine", help="auto picks DuckDB for inputs over 64 MB."),
+    ] = EngineName.auto,
+    best_effort: BestEffort = False,
+) -> None:
+    """Write the amortization curve against t as CSV (and optionally a PNG).
+
+    v0 has the stream's cost and solved columns; extended adds accuracy, p50/p95 latency and
+    Track A (pipeline) / Track B (all components) cost per problem.
+    """
+    from ampmeter.analysis import amortization_curve, write_extended_csv, write_v0_csv
+
+    with _user_errors("amortize"):
+        rows = amortization_curve(
+            stream,
+            problems_jsonl=problems,
+            token_events_jsonl=events,
+            best_effort=best_effort,
+            engine=engine.value,  # type: ignore[arg-type, unused-ignore]
+            progress=_err.is_terminal,
+        )
+        writer = write_v0_csv if fmt is Format.v0 else write_extended_csv
+        count = writer(rows, output)
+        if plot is not None:
+            from ampmeter.report.figures import amortization_figure, save_png
+
+            save_png(amortization_figure(rows), plot)
+    _err.print(f"wrote {count} row(s) to {output}" + (f" and {plot}" if plot else ""),
+               markup=False)  # fmt: skip
+
+
+@app.command("validate")
+def validate_command(logs: LogsArg) -> None:
+    """Check logs line by line and print every bad line with its number and reason.
+
+    Event logs are checked against the TokenTracker v0 schema; *.stream.jsonl,
+    *.problems.jsonl and *.calls.jsonl against the fields analysis needs. Exit status: 0 when
+    every line is valid, 1 when some are not, 2 when a file cannot be read.
+    """
+    from ampmeter.analysis.validate import validate_file
+
+    bad = files_bad = 0
+    with _user_errors("validate"):
+        for path in logs:
+            file_bad = 0
+            for problem in validate_file(path):
+                typer.echo(str(problem), err=problem.warning)
+                if not problem.warning:
+                    file_bad += 1
+            bad += file_bad
+            files_bad += 1 if file_bad else 0
+    if bad:
+        _err.print(f"{bad} bad line(s) in {files_bad} of {len(logs)} file(s)", markup=False)
+        raise typer.Exit(1)
+    _err.print(f"{len(logs)} file(s) valid", markup=False)
+
+
+@app.command("report")
+def report_command(
+    logs: LogsArg,
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="The HTML file to write.")
+    ] = Path("report.html"),
+    title: Annotated[str, typer.Option("--title", help="Title of the report.")] = (
+        "ampmeter report"
+    ),
+    best_effort: BestEffort = False,
+) -> None:
+    """Write one self-contained HTML report: summary, figures and call trees.
+
+    The file opens from disk with no network. Pass *.stream.jsonl with its .problems.jsonl and
+    .token_events.jsonl siblings to include the amortization figure.
+    """
+    from ampmeter.report import write_report
+
+    with _user_errors("report"):
+        write_report(logs, output, title=title, best_effort=best_effort)
+    _err.print(f"wrote {output}", markup=False)
+
+
+def _fallback_demo() -> None:
+    """Build a small call graph and print its aggregates."""
+    from ampmeter.graph import ExecutionGraph
+
     graph = ExecutionGraph(chain_id="demo")
     root = graph.create_root("agent_run")
     for step in range(1, 4):
@@ -20,16 +257,22 @@ def _demo() -> int:
     halted = graph.begin_node(root, "llm", "step_4", model="gpt-4o-mini")
     graph.mark_halt(halted, stop_reason="limit amp:cost exceeded")
     graph.mark_success(root, 0.0)
-    agg = graph.snapshot()["aggregates"]
-    for key, value in agg.items():
-        print(f"{key:>22}  {value}")
-    return 0
+    for key, value in graph.snapshot()["aggregates"].items():
+        typer.echo(f"{key:>22}  {value}")
+
+
+def _register_run_commands() -> None:
+    try:
+        from ampmeter import cli_run
+    except ImportError:
+        app.command("demo")(_fallback_demo)
+        return
+    cli_run.register(app)
+
+
+_register_run_commands()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``ampmeter`` console script."""
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["demo"]:
-        raise SystemExit(_demo())
-    print("usage: ampmeter demo", file=sys.stderr)
-    raise SystemExit(2)
+    """Entry point of the ``ampmeter`` console script and ``python -m ampmeter``."""
+    app(args=argv, prog_name="ampmeter")

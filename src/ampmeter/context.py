@@ -63,6 +63,7 @@ from ampmeter.keys import (
     KEY_TOOLCHAIN_PARSE_ERROR_AT,
     KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE,
     KEY_TOOLCHAIN_PARSE_ERROR_TOTAL,
+    KEY_UNPRICED_LLM_CALLS,
 )
 from ampmeter.ledgers.base import Ledger, LedgerUnavailable, Reservation
 from ampmeter.limits import ExceededLimit, Limit, LimitType, check_limits_locked
@@ -286,13 +287,39 @@ class Call:
         Cached and cache-write tokens are subsets of ``tokens_in``, reasoning tokens of
         ``tokens_out``. Without ``cost_usd`` the pricing layer prices the call when it ends.
         """
-        t_in = check_tokens(tokens_in, "tokens_in")
-        t_out = check_tokens(tokens_out, "tokens_out")
-        cost = None if cost_usd is None else check_cost(cost_usd)
-        cached = check_tokens(cached_tokens, "cached_tokens") or 0
-        writes = check_tokens(cache_write_tokens, "cache_write_tokens") or 0
-        reasoning = check_tokens(reasoning_tokens, "reasoning_tokens") or 0
-        tools = check_tokens(tool_calls_made, "tool_calls_made") or 0
+        # Exact-type fast paths first (this runs once per call); the full checks on a miss.
+        t_in = (
+            tokens_in
+            if type(tokens_in) is int and tokens_in >= 0
+            else check_tokens(tokens_in, "tokens_in")
+        )
+        t_out = (
+            tokens_out
+            if type(tokens_out) is int and tokens_out >= 0
+            else check_tokens(tokens_out, "tokens_out")
+        )
+        if type(cost_usd) is float and 0.0 <= cost_usd < math.inf:
+            cost: float | None = cost_usd
+        else:
+            cost = None if cost_usd is None else check_cost(cost_usd)
+        cached = cached_tokens if type(cached_tokens) is int and cached_tokens >= 0 else (
+            check_tokens(cached_tokens, "cached_tokens") or 0
+        )  # fmt: skip
+        writes = (
+            cache_write_tokens
+            if type(cache_write_tokens) is int and cache_write_tokens >= 0
+            else check_tokens(cache_write_tokens, "cache_write_tokens") or 0
+        )
+        reasoning = (
+            reasoning_tokens
+            if type(reasoning_tokens) is int and reasoning_tokens >= 0
+            else check_tokens(reasoning_tokens, "reasoning_tokens") or 0
+        )
+        tools = (
+            tool_calls_made
+            if type(tool_calls_made) is int and tool_calls_made >= 0
+            else check_tokens(tool_calls_made, "tool_calls_made") or 0
+        )
         if cached + writes > (t_in or 0):
             raise ValueError(
                 f"cached_tokens ({cached}) + cache_write_tokens ({writes}) exceed "
@@ -543,18 +570,25 @@ class ExecutionContext:
         The reservation is ``estimate_usd`` if given, else the price of the prompt (its token
         count, or ``len(prompt_text) / 4``) and ``max_tokens`` output tokens.
         """
-        self._check_open()
+        if self._closed:
+            self._check_open()
         if model is not None and type(model) is not str:
             raise TypeError(f"model must be a str or None, got {type(model).__name__}")
-        out_est = check_tokens(max_tokens, "max_tokens") or 0
-        in_est = check_tokens(prompt_tokens, "prompt_tokens")
+        out_est = 0 if max_tokens is None else check_tokens(max_tokens, "max_tokens") or 0
+        in_est = None if prompt_tokens is None else check_tokens(prompt_tokens, "prompt_tokens")
         if in_est is None:
             in_est = math.ceil(len(prompt_text) / 4) if prompt_text else 0
         if estimate_usd is not None:
-            cost_est = check_cost(estimate_usd, "estimate_usd")
-        elif model and _pricing is not None and (in_est or out_est):
+            if type(estimate_usd) is float and 0.0 <= estimate_usd < math.inf:
+                cost_est = estimate_usd
+            else:
+                cost_est = check_cost(estimate_usd, "estimate_usd")
+        elif model and _pricing is not None:
+            # Without max_tokens the pricing layer assumes its default output length: a budget
+            # must not treat a call of unknown length as free.
             cost_est = (
-                _pricing.estimate(model, provider, prompt_tokens=in_est, max_tokens=out_est) or 0.0
+                _pricing.estimate(model, provider, prompt_tokens=in_est, max_tokens=max_tokens)
+                or 0.0
             )
         else:
             cost_est = 0.0
@@ -755,7 +789,12 @@ class ExecutionContext:
         elif reason is TerminationReason.ERROR and exc is not None:
             graph.mark_failure(self._node_id, type(exc).__name__, str(exc) or None)
         else:
-            stop = str(self.exceeded_limit) if self.exceeded_limit is not None else reason.value
+            if self.exceeded_limit is not None:
+                stop = str(self.exceeded_limit)
+            elif isinstance(exc, LimitExceeded | ExecutionCanceled):
+                stop = str(exc)
+            else:
+                stop = reason.value
             graph.mark_halt(self._node_id, stop)
         errors = self._emit(graph._ref(self._node_id))
         for sink in self._sinks:
@@ -863,7 +902,12 @@ class ExecutionContext:
                 break
 
     def _admit(self, call: Call) -> None:
-        if self.canceled:
+        canceled = False
+        for ctx in self._chain:  # the ``canceled`` property, inlined on the hot path
+            if ctx._canceled:
+                canceled = True
+                break
+        if canceled:
             self.graph.mark_halt(call.node_id, "context canceled")
             self._emit(call.node)
             raise ExecutionCanceled(f"context {self.name!r} was canceled", call.node_id)
@@ -959,7 +1003,10 @@ class ExecutionContext:
         meta: dict[str, Any] = {}
         cost = call.cost_usd
         if kind == "llm":
-            cost, status, version = self._price(call)
+            if cost is not None:
+                status, version = "given", None
+            else:
+                cost, status, version = self._price(call)
             meta[META_COST_STATUS] = status
             if version:
                 meta[META_PRICING_VERSION] = version
@@ -975,6 +1022,9 @@ class ExecutionContext:
                 call.reasoning_tokens, cost, per_model=bool(model),
             )  # fmt: skip
             counters[KEY_LLM_CALLS] = 1
+            if status == "unpriced":
+                # Unpriced is not zero: count such calls so budgets and reports can say so.
+                counters[KEY_UNPRICED_LLM_CALLS] = 1
         elif kind == "tool":
             counters = {KEY_TOOL_CALLS: 1, KEY_TOOL_CALLS_FOR + call.name: 1}
             gauges = {KEY_COST: cost} if cost else {}
@@ -986,8 +1036,11 @@ class ExecutionContext:
                 counters[KEY_STEPS] = 1
         elif kind in ("llm", "tool") and not interrupted:
             counters[KEY_RETRIES] = 1
+        hit = None
         with stats.lock:
             stats._apply_locked(counters, gauges, call._reservation)
+            if self._guards:  # the check after the call, under the same lock
+                hit = self._first_exceeded_locked(_NO_META)
         for ledger, held in call._ledger_holds:
             actual = {key: float(counters.get(key, 0) or gauges.get(key, 0.0)) for key in
                       held.amounts}  # fmt: skip
@@ -1009,11 +1062,8 @@ class ExecutionContext:
                                cost_usd=final_cost, tokens_in=call.tokens_in,
                                tokens_out=call.tokens_out, metadata=meta)  # fmt: skip
         errors = self._emit(call.node)
-        if self._guards:
-            with stats.lock:
-                hit = self._first_exceeded_locked({})
-            if hit is not None:
-                self._mark_stopped(*hit)
+        if hit is not None:
+            self._mark_stopped(*hit)
         if errors and exc is None:
             raise errors[0]
 

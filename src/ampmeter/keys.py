@@ -31,6 +31,7 @@ KEY_TOOL_CALLS: Final = "amp:tool_calls"  # tool calls made (success or fail)
 KEY_TOOL_CALLS_FOR: Final = "amp:tool_calls:"
 KEY_STEPS: Final = "amp:steps"  # successful LLM and tool calls
 KEY_RETRIES: Final = "amp:retries"  # failed calls plus retries counted by the caller
+KEY_UNPRICED_LLM_CALLS: Final = "amp:unpriced_llm_calls"  # LLM calls with no known price
 
 # Iterations of the executor loop: protected, per context; only start_iteration() moves it.
 KEY_ITERATIONS: Final = "amp:iterations"

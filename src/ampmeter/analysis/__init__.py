@@ -1,0 +1,42 @@
+"""Analysis of ampmeter's logs: amortization curves, percentiles and summaries over many runs."""
+
+from ampmeter.analysis._records import AnalysisError
+from ampmeter.analysis.amortization import (
+    DUCKDB_THRESHOLD_BYTES,
+    EXTENDED_COLUMNS,
+    V0_COLUMNS,
+    amortization_curve,
+    write_csv,
+    write_extended_csv,
+    write_v0_csv,
+)
+from ampmeter.analysis.quantiles import RunningPercentile, percentile
+from ampmeter.analysis.runs import Call, Run, load_runs
+from ampmeter.analysis.summary import (
+    NUMERIC_COLUMNS,
+    RunSummary,
+    SummaryTable,
+    summarize,
+    summarize_run,
+)
+
+__all__ = [
+    "DUCKDB_THRESHOLD_BYTES",
+    "EXTENDED_COLUMNS",
+    "NUMERIC_COLUMNS",
+    "V0_COLUMNS",
+    "AnalysisError",
+    "Call",
+    "Run",
+    "RunSummary",
+    "RunningPercentile",
+    "SummaryTable",
+    "amortization_curve",
+    "load_runs",
+    "percentile",
+    "summarize",
+    "summarize_run",
+    "write_csv",
+    "write_extended_csv",
+    "write_v0_csv",
+]

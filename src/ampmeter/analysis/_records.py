@@ -1,0 +1,204 @@
+"""Reading the contract's JSONL files record by record, with errors that name ``file:line``.
+
+Parsing rules (blank lines, invalid JSON, a cut-off last line, best-effort mode) belong to
+:func:`ampmeter.logs.read_jsonl`; this module only checks the fields analysis needs. The reader
+does not hand out line numbers, so when a record is rejected its line is found again by
+counting records from the top of the file (only on that error path).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections.abc import Callable, Iterator
+from typing import Any, Final, TypeVar
+
+import orjson
+
+from ampmeter.logs import read_jsonl
+
+__all__ = [
+    "AnalysisError",
+    "event_fields",
+    "problem_fields",
+    "read_records",
+    "stream_fields",
+]
+
+T = TypeVar("T")
+
+_GZIP_MAGIC: Final = b"\x1f\x8b"
+
+# (t, cumulative_api_cost_usd, cumulative_solved, cost_per_solved)
+StreamRow = tuple[int, float, int, float]
+# (t, solved, attempt_success_rate, tokens_total, latency_total_ms)
+ProblemRow = tuple[int, bool, "float | None", "int | None", "float | None"]
+# (t, is_pipeline, cost_usd)
+EventRow = tuple[int, bool, float]
+
+
+class AnalysisError(ValueError):
+    """A record of a log lacks a field analysis needs, or has one of the wrong type.
+
+    ``path`` and ``line`` say where (``line`` is None when it could not be found again).
+    """
+
+    def __init__(self, path: str, line: int | None, reason: str) -> None:
+        self.path = path
+        self.line = line
+        self.reason = reason
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {reason}")
+
+
+class _FieldError(ValueError):
+    """A record is unusable; the caller adds where it came from."""
+
+
+def _is_int(value: object) -> bool:
+    return type(value) is int
+
+
+def _is_number(value: object) -> bool:
+    return type(value) is float or type(value) is int
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, str):
+        return f"a string ({value[:40]!r})"
+    if isinstance(value, float):
+        return f"a float ({value!r})"
+    if isinstance(value, (list, dict)):
+        return "an array" if isinstance(value, list) else "an object"
+    return repr(value)
+
+
+def _t(value: object, where: str = "t") -> int:
+    if value is None:
+        raise _FieldError(f"missing {where!r} (an int is required)")
+    if not _is_int(value):
+        raise _FieldError(f"{where!r} must be an int, got {_kind(value)}")
+    return value  # type: ignore[return-value]
+
+
+def _number(obj: dict[str, Any], key: str) -> float:
+    if key not in obj:
+        raise _FieldError(f"missing {key!r} (a number is required)")
+    value = obj[key]
+    if not _is_number(value):
+        raise _FieldError(f"{key!r} must be a number, got {_kind(value)}")
+    return float(value)  # type: ignore[arg-type, unused-ignore]
+
+
+def _opt_number(obj: dict[str, Any], key: str) -> float | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not _is_number(value):
+        raise _FieldError(f"{key!r} must be a number or null, got {_kind(value)}")
+    return float(value)  # type: ignore[arg-type, unused-ignore]
+
+
+def stream_fields(obj: dict[str, Any]) -> StreamRow:
+    """The four v0 fields of a ``*.stream.jsonl`` record (contract §3.1)."""
+    t = _t(obj.get("t"))
+    cost = _number(obj, "cumulative_api_cost_usd")
+    solved = obj.get("cumulative_solved")
+    if "cumulative_solved" not in obj:
+        raise _FieldError("missing 'cumulative_solved' (an int is required)")
+    if not _is_int(solved):
+        raise _FieldError(f"'cumulative_solved' must be an int, got {_kind(solved)}")
+    return t, cost, solved, _number(obj, "cost_per_solved")  # type: ignore[return-value]
+
+
+def problem_fields(obj: dict[str, Any]) -> ProblemRow:
+    """``t``, ``solved``, ``attempt_success_rate``, ``tokens_total`` and ``latency_total_ms``
+    of a ``*.problems.jsonl`` record (contract §1.2); the last three may be null."""
+    t = _t(obj.get("t"))
+    solved = obj.get("solved")
+    if type(solved) is not bool:
+        what = "missing 'solved'" if "solved" not in obj else f"got {_kind(solved)}"
+        raise _FieldError(f"'solved' must be true or false ({what})")
+    tokens = obj.get("tokens_total")
+    if tokens is not None and not _is_int(tokens):
+        raise _FieldError(f"'tokens_total' must be an int or null, got {_kind(tokens)}")
+    return (
+        t,
+        solved,
+        _opt_number(obj, "attempt_success_rate"),
+        tokens,
+        _opt_number(obj, "latency_total_ms"),
+    )
+
+
+def event_fields(obj: dict[str, Any]) -> EventRow:
+    """``t`` (from ``metadata``, else the top level), Track A membership and ``cost_usd`` of a
+    TokenTracker event."""
+    meta = obj.get("metadata")
+    t = meta.get("t") if type(meta) is dict else None
+    where = "metadata.t"
+    if t is None:
+        t, where = obj.get("t"), "t"
+        if t is None:
+            raise _FieldError("missing 't' (an int is required in metadata or at the top level)")
+    return _t(t, where), obj.get("component") == "pipeline", _number(obj, "cost_usd")
+
+
+def read_records(
+    path: str | os.PathLike[str],
+    fields: Callable[[dict[str, Any]], T],
+    *,
+    best_effort: bool = False,
+) -> list[T]:
+    """Every record of ``path`` through ``fields``, in file order.
+
+    Raises :class:`ampmeter.logs.JsonlError` for bad JSON (unless ``best_effort``) and
+    :class:`AnalysisError` naming ``file:line`` for a record ``fields`` rejects (in every mode:
+    a record that is valid JSON but breaks the contract is never skipped silently).
+    """
+    name = os.fspath(path)
+    out: list[T] = []
+    append = out.append
+    index = 0
+    with read_jsonl(name, best_effort=best_effort) as reader:
+        try:
+            for index, obj in enumerate(reader):  # noqa: B007 - index used on error
+                append(fields(obj))
+        except _FieldError as exc:
+            raise AnalysisError(name, record_line(name, index, best_effort), str(exc)) from None
+    return out
+
+
+def record_line(path: str, index: int, best_effort: bool) -> int | None:
+    """Line number (1-based) of the ``index``-th record (0-based) of ``path``, by the reader's
+    rules: blank lines and (in best-effort mode) lines that are not JSON objects don't count."""
+    seen = -1
+    for number, raw in enumerate(_raw_lines(path), 1):
+        if not raw.strip():
+            continue
+        try:
+            ok = type(orjson.loads(raw)) is dict
+        except orjson.JSONDecodeError:
+            ok = False
+        if not ok:
+            if best_effort:
+                continue
+            return None  # the reader would have failed here first
+        seen += 1
+        if seen == index:
+            return number
+    return None
+
+
+def _raw_lines(path: str) -> Iterator[bytes]:
+    with open(path, "rb") as handle:
+        compressed = path.endswith(".gz") or handle.peek(2)[:2] == _GZIP_MAGIC
+        if compressed:
+            with gzip.GzipFile(fileobj=handle, mode="rb") as unzipped:
+                yield from unzipped
+        else:
+            yield from handle

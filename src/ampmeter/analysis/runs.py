@@ -1,0 +1,178 @@
+"""TokenTracker logs as runs: events grouped by ``run_id``, checked, with their call tree.
+
+Shared by :func:`ampmeter.analysis.summarize` and the HTML report.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ampmeter.analysis._records import AnalysisError, record_line
+from ampmeter.logs import read_jsonl
+
+__all__ = ["KIND_OF_EVENT", "Call", "Run", "load_runs"]
+
+KIND_OF_EVENT: Final = {
+    "llm_completion": "llm",
+    "tool_call": "tool",
+    "cpu_op": "system",
+    "embedding": "embedding",
+    "rag_retrieval": "retrieval",
+    "memory_update": "memory",
+}
+
+
+@dataclass(slots=True)
+class Call:
+    """One event of a run, as the summary and the report need it."""
+
+    span_id: str
+    parent_id: str | None
+    kind: str
+    name: str
+    status: str
+    model: str
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    unpriced: bool
+    latency_ms: float | None
+    retries: int
+    stop_reason: str | None
+    error_class: str | None
+    tool_calls_made: int
+    depth: int = 1
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Run:
+    """The events of one ``run_id``, in log order, and where they came from."""
+
+    run_id: str
+    sources: list[str] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    termination_reason: str | None = None
+
+
+class _Bad(ValueError):
+    pass
+
+
+def _int(value: object, what: str) -> int:
+    if value is None:
+        return 0
+    if type(value) is not int or value < 0:
+        raise _Bad(f"{what} must be an int >= 0, got {value!r}")
+    return value
+
+
+def _call(obj: dict[str, Any], index: int) -> Call:
+    event_type = obj.get("event_type")
+    if not isinstance(event_type, str):
+        raise _Bad(f"'event_type' must be a string, got {event_type!r}")
+    run_id = obj.get("run_id")
+    if not isinstance(run_id, str):
+        raise _Bad(f"'run_id' must be a string, got {run_id!r}")
+    usage = obj.get("usage")
+    if not isinstance(usage, dict):
+        raise _Bad("missing 'usage' object")
+    cost = obj.get("cost_usd")
+    if type(cost) not in (int, float):
+        raise _Bad(f"'cost_usd' must be a number, got {cost!r}")
+    latency = obj.get("latency_ms")
+    if latency is not None and type(latency) not in (int, float):
+        raise _Bad(f"'latency_ms' must be a number, got {latency!r}")
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    span = obj.get("span_id")
+    parent = obj.get("parent_id")
+    name = obj.get("operation", meta.get("operation"))
+    stop = meta.get("stop_reason")
+    error = meta.get("error_class")
+    tools = meta.get("tool_calls_made")
+    return Call(
+        span_id=str(span) if span is not None else f"#{index}",
+        parent_id=str(parent) if parent is not None else None,
+        kind=KIND_OF_EVENT.get(event_type, event_type),
+        name=str(name) if name is not None else event_type,
+        status=str(meta.get("status", "success")),
+        model=str(obj.get("model") or ""),
+        tokens_in=_int(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+        tokens_out=_int(usage.get("completion_tokens"), "usage.completion_tokens"),
+        cost_usd=float(cost),  # type: ignore[arg-type]
+        unpriced=meta.get("cost_status") == "unpriced",
+        latency_ms=float(latency) if latency is not None else None,
+        retries=_int(meta.get("retries_used"), "metadata.retries_used"),
+        stop_reason=str(stop) if stop is not None else None,
+        error_class=str(error) if error is not None else None,
+        tool_calls_made=tools if type(tools) is int and tools >= 0 else 0,
+        metadata=meta,
+    )
+
+
+def load_runs(
+    paths: Iterable[str | os.PathLike[str]], *, best_effort: bool = False
+) -> dict[str, Run]:
+    """Read TokenTracker logs and group their events by ``run_id`` (first-seen order).
+
+    Invalid JSON raises :class:`ampmeter.logs.JsonlError` (skipped with ``best_effort``); an
+    event without ``event_type``, ``run_id``, ``usage`` or a numeric ``cost_usd`` raises
+    :class:`AnalysisError` naming ``file:line``.
+    """
+    runs: dict[str, Run] = {}
+    for raw_path in paths:
+        path = os.fspath(raw_path)
+        with read_jsonl(path, best_effort=best_effort) as reader:
+            for index, obj in enumerate(reader):
+                try:
+                    call = _call(obj, index)
+                except _Bad as exc:
+                    raise AnalysisError(path, record_line(path, index, best_effort), str(exc)) \
+                        from None
+                run_id = obj["run_id"]
+                run = runs.get(run_id)
+                if run is None:
+                    run = runs[run_id] = Run(run_id)
+                if path not in run.sources:
+                    run.sources.append(path)
+                run.calls.append(call)
+                run.events.append(obj)
+                reason = call.metadata.get("termination_reason")
+                if isinstance(reason, str):
+                    run.termination_reason = reason
+    for run in runs.values():
+        _set_depths(run.calls)
+    return runs
+
+
+def _set_depths(calls: list[Call]) -> None:
+    by_id = {c.span_id: c for c in calls}
+    known: dict[str, int] = {}
+    for call in calls:
+        chain: list[Call] = []
+        node: Call | None = call
+        depth = 0
+        seen: set[str] = set()
+        while node is not None:
+            if node.span_id in known:
+                depth = known[node.span_id]
+                break
+            if node.span_id in seen:  # a cycle in a damaged log: stop climbing
+                break
+            seen.add(node.span_id)
+            chain.append(node)
+            parent = node.parent_id
+            if parent is None:
+                break
+            node = by_id.get(parent)
+            if node is None:  # parent not in the log (e.g. the root): one level above
+                depth = 1
+        for item in reversed(chain):
+            depth += 1
+            known[item.span_id] = depth
+            item.depth = depth

@@ -1,0 +1,250 @@
+"""The self-contained HTML report: summary table, figures and each run's call tree.
+
+One file, no network: CSS and JavaScript are inlined, figures are base64 PNG ``data:`` URLs,
+and a Content-Security-Policy forbids fetching anything. Log data travels in one inline JSON
+blob whose ``<``, ``>`` and ``&`` are escaped, so no log text can close the script element;
+the script builds the tree with ``textContent`` only, so text such as ``<script>`` in a node
+name or metadata value is displayed, never run. Children are rendered when a node is opened
+(and long lists in chunks), so a run with 10,000 nodes stays quick to load.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import json
+import os
+from collections.abc import Iterable, Sequence
+from importlib import resources
+from typing import Any, Final
+
+from ampmeter.analysis.amortization import amortization_curve
+from ampmeter.analysis.quantiles import percentile
+from ampmeter.analysis.runs import Run, load_runs
+from ampmeter.analysis.summary import NUMERIC_COLUMNS, SummaryTable, summarize_run
+from ampmeter.report import figures
+
+__all__ = ["build_report", "embed_json", "write_report"]
+
+_STREAM: Final = ".stream.jsonl"
+_PROBLEMS: Final = ".problems.jsonl"
+_EVENTS: Final = ".token_events.jsonl"
+_CALLS: Final = ".calls.jsonl"
+_CSP: Final = (
+    "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
+)
+_TABLE_COLUMNS: Final = (
+    ("run_id", "run"), ("llm_calls", "LLM calls"), ("tool_calls", "tool calls"),
+    ("retries", "retries"), ("tokens_in", "tokens in"), ("tokens_out", "tokens out"),
+    ("cost_usd", "cost (priced)"), ("unpriced_calls", "unpriced calls"),
+    ("llm_calls_per_root", "LLM amp."), ("tool_calls_per_root", "tool amp."),
+    ("retries_per_root", "retry amp."), ("base_context", "base ctx"),
+    ("context_growth_avg", "ctx growth"), ("max_depth", "max depth"), ("halted", "halted"),
+    ("failed", "failed"), ("termination", "termination"), ("stop_reason", "stop reason"),
+)  # fmt: skip
+
+
+def embed_json(value: Any) -> str:
+    """JSON text safe inside an HTML ``<script>`` element (``<``, ``>``, ``&`` escaped)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def _asset(name: str) -> str:
+    return resources.files("ampmeter.report").joinpath("assets").joinpath(name).read_text("utf-8")
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _split(paths: Sequence[str]) -> tuple[list[str], list[str], set[str]]:
+    """(event logs, stream files, every given path); calls files are not needed."""
+    events, streams = [], []
+    for path in paths:
+        if path.endswith(_STREAM):
+            streams.append(path)
+        elif path.endswith(_PROBLEMS) or path.endswith(_CALLS):
+            continue
+        else:
+            events.append(path)
+    return events, streams, set(paths)
+
+
+def _curves(streams: list[str], given: set[str]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for stream in streams:
+        prefix = stream[: -len(_STREAM)]
+        problems = prefix + _PROBLEMS
+        events = prefix + _EVENTS
+        rows.extend(
+            amortization_curve(
+                stream,
+                problems_jsonl=problems if problems in given else None,
+                token_events_jsonl=events if events in given else None,
+            )
+        )
+    return rows
+
+
+def _nodes(run: Run) -> list[list[Any]]:
+    index = {c.span_id: i for i, c in enumerate(run.calls)}
+    return [
+        [
+            c.span_id, index.get(c.parent_id, -1) if c.parent_id is not None else -1, c.kind,
+            c.name, c.status, c.model, c.tokens_in, c.tokens_out, c.cost_usd, c.unpriced,
+            c.latency_ms, c.retries, c.stop_reason, c.error_class,
+        ]
+        for c in run.calls
+    ]
+
+
+def _table(table: SummaryTable) -> str:
+    esc = html.escape
+    head = "".join(f"<th>{esc(label)}</th>" for _, label in _TABLE_COLUMNS)
+    body = []
+    for r in table.runs:
+        d = r.to_dict()
+        cells = "".join(
+            f'<td class="text">{esc(_fmt(d[k]))}</td>'
+            if k in ("run_id", "termination", "stop_reason")
+            else f"<td>{esc(_fmt(d[k]))}</td>"
+            for k, _ in _TABLE_COLUMNS
+        )
+        body.append(f"<tr>{cells}</tr>")
+    for q in ("p50", "p95"):
+        cells = "".join(
+            f"<td>{esc(_fmt(table.across[k][q]))}</td>" if k in NUMERIC_COLUMNS
+            else f'<td class="text">{q if k == "run_id" else ""}</td>'
+            for k, _ in _TABLE_COLUMNS
+        )  # fmt: skip
+        body.append(f'<tr class="across">{cells}</tr>')
+    rows = "".join(body)
+    return f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+def _img(png: bytes, alt: str) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return (
+        f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{html.escape(alt)}</figcaption></figure>"
+    )
+
+
+def build_report(
+    logs: Iterable[str | os.PathLike[str]],
+    *,
+    title: str = "ampmeter report",
+    best_effort: bool = False,
+) -> str:
+    """The report's HTML for ``logs``: TokenTracker event logs (any name), plus optionally
+    ``*.stream.jsonl`` files, whose ``.problems.jsonl`` and ``.token_events.jsonl`` siblings
+    are used for the amortization figure when they are among ``logs`` too."""
+    paths = [os.fspath(p) for p in logs]
+    if not paths:
+        raise ValueError("no log files given")
+    for path in paths:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no such file: {path}")
+    event_paths, streams, given = _split(paths)
+    runs = list(load_runs(event_paths, best_effort=best_effort).values())
+    summaries = [summarize_run(r) for r in runs]
+    across: dict[str, dict[str, float | None]] = {}
+    for name in NUMERIC_COLUMNS:
+        values = sorted(float(getattr(s, name)) for s in summaries)
+        across[name] = {"p50": percentile(values, 50.0), "p95": percentile(values, 95.0)}
+    table = SummaryTable(summaries, across)
+
+    growth: dict[str, list[int]] = {}
+    by_model: dict[str, dict[str, float]] = {}
+    latencies: list[float] = []
+    for run in runs:
+        growth[run.run_id] = [c.tokens_in for c in run.calls if c.kind == "llm"]
+        for c in run.calls:
+            if c.kind == "llm":
+                if c.latency_ms is not None:
+                    latencies.append(c.latency_ms)
+                slot = by_model.setdefault(c.model or "(none)", {"cost_usd": 0.0, "tokens": 0.0})
+                if not c.unpriced:
+                    slot["cost_usd"] += c.cost_usd
+                slot["tokens"] += c.tokens_in + c.tokens_out
+    figs = [
+        _img(figures.context_growth_figure(growth), "Context growth: input tokens per LLM call"),
+        _img(figures.cost_tokens_by_model_figure(by_model), "Cost and tokens by model"),
+        _img(figures.latency_figure(latencies), "LLM call latency distribution"),
+    ]
+    if streams:
+        curve = _curves(streams, given)
+        figs.insert(0, _img(figures.amortization_figure(curve), "Amortization"))
+
+    data = {"runs": [{"id": r.run_id, "nodes": _nodes(r)} for r in runs]}
+    esc = html.escape
+    run_items = []
+    for i, (run, s) in enumerate(zip(runs, summaries, strict=True)):
+        marks = []
+        if s.halted:
+            marks.append(f'<span class="badge halt">{s.halted} halted</span>')
+        if s.failed:
+            marks.append(f'<span class="badge fail">{s.failed} failed</span>')
+        run_items.append(
+            f'<details class="run" data-run="{i}"><summary>{esc(run.run_id)} '
+            f'<span class="muted">({len(run.calls)} nodes, {esc(s.termination)})</span> '
+            f'{" ".join(marks)}</summary></details>'
+        )
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    sources = ", ".join(os.path.basename(p) for p in paths)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{_CSP}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{esc(title)}</title>
+<style>{_asset("report.css")}</style>
+</head><body>
+<h1>{esc(title)}</h1>
+<p class="muted">{len(runs)} run(s) from {esc(sources)}; generated {stamp}.</p>
+<h2>Summary</h2>
+{_table(table)}
+<h2>Figures</h2>
+<div class="figures">{"".join(figs)}</div>
+<h2>Runs</h2>
+<p class="muted">Open a run to see its call tree; + opens a node. Halted and failed nodes are
+marked in red and orange.</p>
+<div id="runs">{"".join(run_items) or '<p class="muted">no runs</p>'}</div>
+<script type="application/json" id="amp-data">{embed_json(data)}</script>
+<script>{_asset("report.js")}</script>
+</body></html>
+"""
+
+
+def write_report(
+    logs: Iterable[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    *,
+    title: str = "ampmeter report",
+    best_effort: bool = False,
+) -> str:
+    """Build the report and write it to ``out`` (replaced only when complete); returns the
+    path written."""
+    text = build_report(logs, title=title, best_effort=best_effort)
+    target = os.fspath(out)
+    tmp = f"{target}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return target

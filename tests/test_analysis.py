@@ -1,0 +1,350 @@
+"""Amortization curves, percentiles and the DuckDB engine, on logs written by ampmeter itself."""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ampmeter.analysis import (
+    EXTENDED_COLUMNS,
+    V0_COLUMNS,
+    AnalysisError,
+    RunningPercentile,
+    amortization_curve,
+    percentile,
+    write_extended_csv,
+    write_v0_csv,
+)
+from ampmeter.context import ExecutionContext
+from ampmeter.errors import LimitExceeded
+from ampmeter.logs import JsonlError, StreamMetricsLogger, TruncatedLineWarning
+from ampmeter.sinks.jsonl import JsonlSink
+
+SCRIPT_NAME = "<script>window.__pwned = 1</script>"
+IMG_PAYLOAD = '<img src=x onerror="window.__pwned = 2">'
+
+
+def make_stream_logs(out: Path, problems: int = 6, run_id: str = "s1") -> dict[str, Path]:
+    """A real stream run: each problem is an ExecutionContext whose nodes go to the logger."""
+    with StreamMetricsLogger(out, run_id) as logger:
+        for t in range(1, problems + 1):
+            sink = logger.problem(t, f"q{t}")
+            with ExecutionContext(f"problem-{t}", sinks=[sink]) as ctx:
+                for step in range(t % 3 + 1):
+                    with ctx.llm_call(f"solve-{step}", model="gpt-4o-mini") as call:
+                        call.record(tokens_in=100 * (step + 1) + t, tokens_out=10 + t,
+                                    cost_usd=0.001 * t)  # fmt: skip
+                with ctx.step("recall", kind="retrieval", metadata={"component": "rag_infra"}):
+                    pass
+            solved = t % 2 == 1
+            sink.log_problem(solved, attempt_success_rate=1.0 if solved else 0.0)
+    return {
+        "stream": Path(logger.stream_path),
+        "problems": Path(logger.problems_path),
+        "events": Path(logger.token_events_path),
+    }
+
+
+def make_event_log(path: Path, run_id: str = "agent-1", *, halt: bool = True) -> Path:
+    """A real agent run through a JsonlSink: nested calls, a retry, a failure, a halt."""
+    with JsonlSink(path, flush="line") as sink:
+        steps = 9 if halt else None
+        ctx = ExecutionContext("agent", sinks=[sink], chain_id=run_id, max_steps=steps)
+        try:
+            with ctx:
+                for step in range(3):
+                    with ctx.llm_call(f"step-{step}", model="gpt-4o-mini") as call:
+                        call.record(tokens_in=200 + 150 * step, tokens_out=40, cost_usd=0.002,
+                                    tool_calls_made=1)  # fmt: skip
+                        with ctx.tool_call("search", metadata={"query": SCRIPT_NAME}):
+                            pass
+                        if step == 1:
+                            call.retry()
+                with ctx.llm_call(SCRIPT_NAME, model="local-model-x") as call:
+                    call.record(tokens_in=50, tokens_out=5)
+                with pytest.raises(RuntimeError), ctx.tool_call("flaky"):
+                    raise RuntimeError(IMG_PAYLOAD)
+                if halt:
+                    for step in range(3, 10):
+                        with ctx.llm_call(f"step-{step}", model="gpt-4o-mini") as call:
+                            call.record(tokens_in=10, tokens_out=1, cost_usd=0.0001)
+        except LimitExceeded:
+            pass
+    return path
+
+
+# -- percentiles --------------------------------------------------------------------------------
+
+
+def reference_percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between the closest ranks, written out independently."""
+    data = sorted(values)
+    pos = (len(data) - 1) * q / 100.0
+    i = int(pos)
+    j = min(i + 1, len(data) - 1)
+    return data[i] + (data[j] - data[i]) * (pos - i)
+
+
+@given(
+    st.lists(st.floats(-1e6, 1e6, allow_nan=False) | st.integers(-10**6, 10**6), min_size=1,
+             max_size=200),
+    st.sampled_from([0.0, 5.0, 50.0, 90.0, 95.0, 99.0, 100.0]),
+)  # fmt: skip
+@settings(max_examples=150, deadline=None)
+def test_running_percentile_equals_sorted_percentile_at_every_step(
+    values: list[float], q: float
+) -> None:
+    running = RunningPercentile(q)
+    for k, value in enumerate(values, 1):
+        running.add(value)
+        assert running.value() == reference_percentile(values[:k], q)
+        assert running.value() == percentile(sorted(values[:k]), q)
+
+
+def test_percentile_matches_statistics_median_and_inclusive_quantiles() -> None:
+    data = [float(x * x % 97) for x in range(1, 60)]
+    assert percentile(sorted(data), 50.0) == pytest.approx(statistics.median(data))
+    p95 = statistics.quantiles(data, n=20, method="inclusive")[18]
+    assert percentile(sorted(data), 95.0) == pytest.approx(p95)
+    assert percentile([], 50.0) is None and RunningPercentile(50.0).value() is None
+
+
+@pytest.mark.parametrize("q", [-1, 100.5, math.nan, "50", True])
+def test_percentile_rejects_bad_q(q: Any) -> None:
+    with pytest.raises(ValueError, match="percentile q"):
+        RunningPercentile(q)
+    with pytest.raises(ValueError, match="percentile q"):
+        percentile([1.0], q)
+
+
+# -- amortization on real logs -------------------------------------------------------------------
+
+
+def test_v0_curve_from_a_real_stream_run(tmp_path: Path) -> None:
+    logs = make_stream_logs(tmp_path)
+    rows = amortization_curve(logs["stream"])
+    stream = [orjson.loads(line) for line in logs["stream"].read_bytes().splitlines()]
+    assert [r["t"] for r in rows] == [s["t"] for s in stream] == list(range(1, 7))
+    for row, line in zip(rows, stream, strict=True):
+        for key in V0_COLUMNS:
+            assert row[key] == line[key]
+        assert row["cum_accuracy"] is None and row["cost_usd_total_avg"] is None
+    out = tmp_path / "v0.csv"
+    assert write_v0_csv(rows, out) == 6
+    with out.open() as handle:
+        table = list(csv.reader(handle))
+    assert tuple(table[0]) == V0_COLUMNS
+    assert [int(r[0]) for r in table[1:]] == list(range(1, 7))
+    assert float(table[-1][1]) == stream[-1]["cumulative_api_cost_usd"]
+
+
+def test_extended_curve_matches_a_direct_computation(tmp_path: Path) -> None:
+    logs = make_stream_logs(tmp_path)
+    rows = amortization_curve(
+        logs["stream"], problems_jsonl=logs["problems"], token_events_jsonl=logs["events"]
+    )
+    problems = [orjson.loads(x) for x in logs["problems"].read_bytes().splitlines()]
+    events = [orjson.loads(x) for x in logs["events"].read_bytes().splitlines()]
+    assert {e["component"] for e in events} == {"pipeline", "rag_infra"}
+    for row in rows:
+        seen = [p for p in problems if p["t"] <= row["t"]]
+        lat = [p["latency_total_ms"] for p in seen]
+        assert row["cum_accuracy"] == sum(p["solved"] for p in seen) / len(seen)
+        assert row["latency_ms_p50"] == reference_percentile(lat, 50)
+        assert row["latency_ms_p95"] == reference_percentile(lat, 95)
+        tokens = [p["tokens_total"] for p in seen]
+        assert row["tokens_total_p50"] == reference_percentile(tokens, 50)
+        assert row["attempt_success_rate_p50"] == reference_percentile(
+            [p["attempt_success_rate"] for p in seen], 50
+        )
+        so_far = [e for e in events if e["metadata"]["t"] <= row["t"]]
+        track_a = sum(e["cost_usd"] for e in so_far if e["component"] == "pipeline")
+        track_b = sum(e["cost_usd"] for e in so_far)
+        assert row["cost_usd_pipeline_avg"] == pytest.approx(track_a / len(seen))
+        assert row["cost_usd_total_avg"] == pytest.approx(track_b / len(seen))
+    out = tmp_path / "ext.csv"
+    write_extended_csv(rows, out)
+    header = out.read_text().splitlines()[0]
+    assert header == ",".join(EXTENDED_COLUMNS)
+    assert header == ("t,cum_accuracy,attempt_success_rate_p50,tokens_total_p50,latency_ms_p50,"
+                      "latency_ms_p95,cost_usd_pipeline_avg,cost_usd_total_avg")  # fmt: skip
+
+
+def _write(path: Path, records: list[dict[str, Any] | str]) -> Path:
+    lines = [r if isinstance(r, str) else orjson.dumps(r).decode() for r in records]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _stream(t: Any, **extra: Any) -> dict[str, Any]:
+    return {"t": t, "cumulative_api_cost_usd": 0.5, "cumulative_solved": 1,
+            "cost_per_solved": 0.5, **extra}  # fmt: skip
+
+
+def test_track_a_and_b_and_stream_fields_from_metadata_or_top_level(tmp_path: Path) -> None:
+    stream = _write(tmp_path / "r.stream.jsonl", [_stream(1), _stream(2), _stream(3)])
+    base = {"timestamp": "2026-01-01T00:00:00Z", "run_id": "r", "event_type": "llm_completion",
+            "model": "m", "usage": {"prompt_tokens": 1, "completion_tokens": 1,
+                                    "total_tokens": 2}}  # fmt: skip
+    events = _write(tmp_path / "r.token_events.jsonl", [
+        {**base, "component": "pipeline", "cost_usd": 1.0, "metadata": {"t": 1}},
+        {**base, "component": "auxiliary", "cost_usd": 3.0, "t": 1},  # top-level t
+        {**base, "cost_usd": 5, "metadata": {"t": None}, "t": 3},  # null in metadata: top level
+        {**base, "component": "pipeline", "cost_usd": 2.0, "metadata": {"t": 3}, "t": 99},
+    ])  # fmt: skip
+    rows = amortization_curve(stream, token_events_jsonl=events)
+    assert [r["t"] for r in rows] == [1, 2, 3]
+    # without a problems file every t counts as one problem
+    assert [r["cost_usd_pipeline_avg"] for r in rows] == [1.0, 0.5, 1.0]
+    assert [r["cost_usd_total_avg"] for r in rows] == [4.0, 2.0, 11.0 / 3]
+
+
+def test_rows_cover_every_t_and_nulls_are_left_out(tmp_path: Path) -> None:
+    stream = _write(tmp_path / "a.stream.jsonl", [_stream(2), _stream(1)])
+    problems = _write(tmp_path / "a.problems.jsonl", [
+        {"t": 1, "solved": True, "tokens_total": None, "latency_total_ms": 10,
+         "attempt_success_rate": None},
+        {"t": 3, "solved": False, "tokens_total": 7, "latency_total_ms": 30.0},
+        {"t": 3, "solved": True, "tokens_total": 9, "latency_total_ms": 20.0},
+    ])  # fmt: skip
+    rows = amortization_curve(stream, problems_jsonl=problems)
+    assert [r["t"] for r in rows] == [1, 2, 3]
+    assert rows[2]["cumulative_solved"] is None  # no stream line for t=3
+    assert rows[0]["tokens_total_p50"] is None and rows[0]["attempt_success_rate_p50"] is None
+    assert rows[2]["tokens_total_p50"] == 8.0
+    assert rows[2]["latency_ms_p50"] == 20.0
+    assert rows[2]["cum_accuracy"] == pytest.approx(2 / 3)
+    out = tmp_path / "v0.csv"
+    assert write_v0_csv(rows, out) == 2  # v0 only has the stream's rows
+
+
+# -- failure rules (contract §5) -----------------------------------------------------------------
+
+
+def test_invalid_json_fails_fast_with_file_and_line(tmp_path: Path) -> None:
+    path = _write(tmp_path / "x.stream.jsonl", [_stream(1), "", "{not json", _stream(2)])
+    with pytest.raises(JsonlError) as info:
+        amortization_curve(path)
+    assert f"{path}:3" in str(info.value)
+
+
+def test_best_effort_skips_bad_lines_and_a_cut_tail_is_ignored(tmp_path: Path) -> None:
+    path = _write(tmp_path / "x.stream.jsonl", [_stream(1), "{not json", _stream(2)])
+    assert [r["t"] for r in amortization_curve(path, best_effort=True)] == [1, 2]
+    cut = tmp_path / "cut.stream.jsonl"
+    cut.write_text(orjson.dumps(_stream(1)).decode() + '\n{"t": 2, "cumul')
+    with pytest.warns(TruncatedLineWarning):
+        assert [r["t"] for r in amortization_curve(cut)] == [1]
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"cumulative_api_cost_usd": 0.0, "cumulative_solved": 0, "cost_per_solved": 0.0},
+         "missing 't'"),
+        (_stream("3"), "'t' must be an int, got a string"),
+        (_stream(2.0), "'t' must be an int, got a float"),
+        (_stream(True), "'t' must be an int, got a boolean"),
+        ({"t": 2, "cumulative_solved": 0, "cost_per_solved": 0.0},
+         "missing 'cumulative_api_cost_usd'"),
+        (_stream(1), "t=1 appears twice"),
+    ],
+)  # fmt: skip
+def test_bad_t_or_missing_field_names_the_line(
+    tmp_path: Path, record: dict[str, Any], message: str
+) -> None:
+    path = _write(tmp_path / "x.stream.jsonl", [_stream(1), "", record])
+    for best_effort in (False, True):
+        with pytest.raises(AnalysisError) as info:
+            amortization_curve(path, best_effort=best_effort, engine="python")
+        assert str(info.value).startswith(f"{path}:3: ")
+        assert message in str(info.value)
+        with pytest.raises(AnalysisError, match=f":3: .*{message[:8]}"):
+            amortization_curve(path, engine="duckdb")
+
+
+def test_problem_and_event_field_errors_name_the_line(tmp_path: Path) -> None:
+    stream = _write(tmp_path / "x.stream.jsonl", [_stream(1)])
+    problems = _write(tmp_path / "x.problems.jsonl", [{"t": 1, "solved": "yes"}])
+    with pytest.raises(AnalysisError, match=r"problems.jsonl:1: 'solved' must be true or false"):
+        amortization_curve(stream, problems_jsonl=problems)
+    events = _write(tmp_path / "x.token_events.jsonl", [
+        {"cost_usd": 1.0, "metadata": {"t": 1}}, {"cost_usd": 1.0, "metadata": {}},
+    ])  # fmt: skip
+    with pytest.raises(AnalysisError, match=r"token_events.jsonl:2: missing 't'"):
+        amortization_curve(stream, token_events_jsonl=events)
+    events = _write(tmp_path / "y.token_events.jsonl", [{"metadata": {"t": "1"}, "cost_usd": 1}])
+    with pytest.raises(AnalysisError, match=r":1: 'metadata.t' must be an int"):
+        amortization_curve(stream, token_events_jsonl=events)
+
+
+def test_missing_file_and_bad_engine(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        amortization_curve(tmp_path / "nope.stream.jsonl")
+    stream = _write(tmp_path / "x.stream.jsonl", [_stream(1)])
+    with pytest.raises(ValueError, match="engine must be"):
+        amortization_curve(stream, engine="spark")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="best_effort"):
+        amortization_curve(stream, engine="duckdb", best_effort=True)
+
+
+# -- DuckDB engine -----------------------------------------------------------------------------
+
+
+def test_duckdb_engine_gives_identical_rows_on_real_logs(tmp_path: Path) -> None:
+    logs = make_stream_logs(tmp_path, problems=12)
+    kwargs = {"problems_jsonl": logs["problems"], "token_events_jsonl": logs["events"]}
+    plain = amortization_curve(logs["stream"], engine="python", **kwargs)
+    duck = amortization_curve(logs["stream"], engine="duckdb", **kwargs)
+    assert duck == plain
+    assert [type(v) for v in duck[-1].values()] == [type(v) for v in plain[-1].values()]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 40),  # t
+            st.booleans(),
+            st.none() | st.floats(0, 1),
+            st.none() | st.integers(0, 10**6),
+            st.none() | st.floats(0, 1e5) | st.integers(0, 10**5),
+            st.sampled_from(["pipeline", "auxiliary", "rag_infra"]),
+            st.floats(0, 1) | st.integers(0, 3),
+        ),
+        min_size=1,
+        max_size=60,
+    )
+)
+@settings(max_examples=20, deadline=None)
+def test_duckdb_and_python_engines_agree_on_random_logs(
+    tmp_path_factory: pytest.TempPathFactory, items: list[tuple[Any, ...]]
+) -> None:
+    d = tmp_path_factory.mktemp("duck")
+    ts = sorted({i[0] for i in items})
+    stream = _write(d / "r.stream.jsonl", [_stream(t, cumulative_solved=t) for t in ts])
+    problems = _write(d / "r.problems.jsonl", [
+        {"t": t, "solved": s, "attempt_success_rate": r, "tokens_total": k, "latency_total_ms": lat}
+        for t, s, r, k, lat, _, _ in items
+    ])  # fmt: skip
+    events = _write(d / "r.token_events.jsonl", [
+        {"component": c, "cost_usd": cost, "metadata": {"t": t}} for t, *_, c, cost in items
+    ])  # fmt: skip
+    kwargs = {"problems_jsonl": problems, "token_events_jsonl": events}
+    assert amortization_curve(stream, engine="duckdb", **kwargs) == amortization_curve(
+        stream, engine="python", **kwargs
+    )
+
+
+def test_duckdb_engine_falls_back_for_a_cut_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.stream.jsonl"
+    path.write_text(orjson.dumps(_stream(1)).decode() + "\n" + '{"t": 2, "cum')
+    with pytest.warns(TruncatedLineWarning):
+        assert [r["t"] for r in amortization_curve(path, engine="duckdb")] == [1]

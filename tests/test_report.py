@@ -1,0 +1,116 @@
+"""Figures and the self-contained HTML report (structure and escaping; the browser test is in
+test_report_browser.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+from ampmeter.analysis import amortization_curve
+from ampmeter.report import (
+    amortization_figure,
+    build_report,
+    context_growth_figure,
+    cost_tokens_by_model_figure,
+    embed_json,
+    latency_figure,
+    save_png,
+    write_report,
+)
+from test_analysis import SCRIPT_NAME, make_event_log, make_stream_logs
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == PNG_MAGIC
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_figures_are_png_images(tmp_path: Path) -> None:
+    logs = make_stream_logs(tmp_path)
+    rows = amortization_curve(logs["stream"], problems_jsonl=logs["problems"])
+    images = [
+        amortization_figure(rows),
+        context_growth_figure({"a": [100, 150, 230], "b": [50, 40]}),
+        cost_tokens_by_model_figure(
+            {"gpt-4o-mini": {"cost_usd": 0.2, "tokens": 900.0},
+             "m2": {"cost_usd": 0.0, "tokens": 10.0}}
+        ),
+        latency_figure([10.0, 20.0, 35.0, 400.0, 12.5]),
+    ]
+    for png in images:
+        width, height = png_size(png)
+        assert width > 200 and height > 100
+    # empty inputs still give an image that says so
+    for png in (amortization_figure([]), context_growth_figure({}),
+                cost_tokens_by_model_figure({}), latency_figure([])):  # fmt: skip
+        assert png_size(png)[0] > 100
+    target = tmp_path / "f.png"
+    save_png(images[0], target)
+    assert target.read_bytes() == images[0]
+
+
+def test_embed_json_cannot_close_the_script_element() -> None:
+    value = {"name": "</script><script>alert(1)</script><!-- & \u2028"}
+    text = embed_json(value)
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert json.loads(text) == value
+
+
+def _blob(page: str) -> dict:  # type: ignore[type-arg]
+    match = re.search(r'<script type="application/json" id="amp-data">(.*?)</script>', page, re.S)
+    assert match is not None
+    return json.loads(match.group(1))  # type: ignore[no-any-return]
+
+
+def test_report_is_one_self_contained_file_with_escaped_text(tmp_path: Path) -> None:
+    events = make_event_log(tmp_path / "agent.jsonl", run_id=f"run {SCRIPT_NAME}")
+    page = build_report([events], title="t <b>x</b>")
+    # nothing to fetch: no external URLs, only data: images, a CSP that forbids the network
+    assert not re.search(r"(src|href)=\"(?!data:)", page)
+    assert "http://" not in page and "https://" not in page and "<link" not in page
+    assert "default-src 'none'" in page
+    assert page.count("<img ") == 3
+    # the only script elements are the report's own two
+    assert page.count("<script") == 2
+    assert SCRIPT_NAME not in page
+    assert "&lt;script&gt;" in page  # the run id in the table and the run list, escaped
+    assert "<title>t &lt;b&gt;x&lt;/b&gt;</title>" in page
+    data = _blob(page)
+    (run,) = data["runs"]
+    assert run["id"] == f"run {SCRIPT_NAME}"
+    names = [n[3] for n in run["nodes"]]
+    assert SCRIPT_NAME in names
+    statuses = {n[4] for n in run["nodes"]}
+    assert {"success", "fail", "halt"} <= statuses
+    by_span = {n[0]: i for i, n in enumerate(run["nodes"])}
+    tool = next(n for n in run["nodes"] if n[2] == "tool" and n[1] >= 0)
+    assert run["nodes"][tool[1]][2] == "llm" and tool[1] in by_span.values()
+
+
+def test_report_with_stream_logs_has_the_amortization_figure(tmp_path: Path) -> None:
+    logs = make_stream_logs(tmp_path, problems=5)
+    out = tmp_path / "r.html"
+    assert write_report([logs["stream"], logs["problems"], logs["events"]], out) == str(out)
+    page = out.read_text()
+    assert page.count("<img ") == 4 and 'alt="Amortization"' in page
+    assert len(_blob(page)["runs"]) == 5  # one run per problem (run_id stream:problem)
+
+
+def test_report_errors(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no log files"):
+        build_report([])
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        build_report([tmp_path / "missing.jsonl"])
+    out = tmp_path / "never.html"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{nope\n{}\n")
+    with pytest.raises(ValueError):
+        write_report([bad], out)
+    assert not out.exists() and list(tmp_path.iterdir()) == [bad]
