@@ -15,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 __all__ = [
     "amortization_figure",
@@ -60,6 +61,7 @@ def amortization_figure(rows: Sequence[Mapping[str, Any]]) -> bytes:
         return _png(fig)
     ax.set_title("Amortization")
     ax.set_xlabel("t (problems)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if cps:
         ax.plot([p[0] for p in cps], [p[1] for p in cps], color="#1f77b4", label="cost per solved")
         ax.set_ylabel("cost per solved (USD)", color="#1f77b4")
@@ -84,6 +86,7 @@ def context_growth_figure(runs: Mapping[str, Sequence[int]], *, max_runs: int = 
         ax.plot(range(1, len(tokens) + 1), tokens, marker="o", markersize=3, label=run_id[:32])
     ax.set_title("Context growth")
     ax.set_xlabel("LLM call")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("input tokens")
     if len(shown) > 1:
         ax.legend(fontsize="x-small", loc="upper left")
@@ -102,7 +105,14 @@ def cost_tokens_by_model_figure(by_model: Mapping[str, Mapping[str, float]]) -> 
         return _png(fig)
     names = [m[:24] for m in models]
     ax1, ax2 = fig.subplots(1, 2)
-    ax1.barh(names, [by_model[m].get("cost_usd", 0.0) for m in models], color="#2ca02c")
+    costs = [by_model[m].get("cost_usd", 0.0) for m in models]
+    if any(costs):
+        ax1.barh(names, costs, color="#2ca02c")
+    else:
+        ax1.set_yticks(range(len(names)), names)
+        ax1.text(0.5, 0.5, "no priced cost", ha="center", va="center",
+                 transform=ax1.transAxes, color="#666")  # fmt: skip
+        ax1.set_xticks([])
     ax1.set_title("cost by model (USD)")
     ax2.barh(names, [by_model[m].get("tokens", 0.0) for m in models], color="#9467bd")
     ax2.set_title("tokens by model")
