@@ -385,8 +385,16 @@ class Call:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        _reset(self._token, self.context, self.context._node_id)
-        self.finish(exc)
+        context = self.context
+        token = self._token
+        if token is not None:
+            try:
+                _CURRENT.reset(token)
+            except ValueError:
+                _reset(token, context, context._node_id)
+        if not self._done:  # finish(), inlined
+            self._done = True
+            context._settle(self, exc)
 
     async def __aenter__(self) -> Call:
         return self.__enter__()
@@ -600,12 +608,13 @@ class ExecutionContext:
         if out_est:
             reservation[KEY_OUTPUT_TOKENS] = out_est
         if model:
+            key_in, key_out, key_cost, _, _ = _model_keys(model)
             if cost_est:
-                reservation[KEY_COST_FOR + model] = cost_est
+                reservation[key_cost] = cost_est
             if in_est:
-                reservation[KEY_INPUT_TOKENS_FOR + model] = in_est
+                reservation[key_in] = in_est
             if out_est:
-                reservation[KEY_OUTPUT_TOKENS_FOR + model] = out_est
+                reservation[key_out] = out_est
         label = name if name is not None else (model or "llm")
         if type(label) is not str:
             raise TypeError(f"name must be a str, got {type(label).__name__}")
@@ -1061,7 +1070,7 @@ class ExecutionContext:
             graph.mark_failure(call.node_id, type(exc).__name__, str(exc) or None,
                                cost_usd=final_cost, tokens_in=call.tokens_in,
                                tokens_out=call.tokens_out, metadata=meta)  # fmt: skip
-        errors = self._emit(call.node)
+        errors = self._emit(call.node) if self._sinks else None
         if hit is not None:
             self._mark_stopped(*hit)
         if errors and exc is None:
@@ -1126,18 +1135,43 @@ def _model_usage(
     counters: dict[str, int] = {KEY_INPUT_TOKENS: tokens_in, KEY_OUTPUT_TOKENS: tokens_out}
     gauges: dict[str, float] = {KEY_COST: cost}
     if per_model:
-        counters[KEY_INPUT_TOKENS_FOR + model] = tokens_in
-        counters[KEY_OUTPUT_TOKENS_FOR + model] = tokens_out
-        gauges[KEY_COST_FOR + model] = cost
+        key_in, key_out, key_cost, key_cached, key_reasoning = _model_keys(model)
+        counters[key_in] = tokens_in
+        counters[key_out] = tokens_out
+        gauges[key_cost] = cost
     if cached:
         counters[KEY_CACHED_INPUT_TOKENS] = cached
         if per_model:
-            counters[KEY_CACHED_INPUT_TOKENS_FOR + model] = cached
+            counters[key_cached] = cached
     if reasoning:
         counters[KEY_REASONING_TOKENS] = reasoning
         if per_model:
-            counters[KEY_REASONING_TOKENS_FOR + model] = reasoning
+            counters[key_reasoning] = reasoning
     return counters, gauges
+
+
+_MODEL_KEYS: dict[str, tuple[str, str, str, str, str]] = {}
+_MODEL_KEYS_MAX: Final = 4_096
+
+
+def _model_keys(model: str) -> tuple[str, str, str, str, str]:
+    """The per-model keys (input, output, cost, cached, reasoning) of ``model``, cached.
+
+    Reusing one key object per model saves building and hashing the strings on every call, at
+    every level the usage reaches. The cache is bounded; past it keys are built each time.
+    """
+    keys = _MODEL_KEYS.get(model)
+    if keys is None:
+        keys = (
+            KEY_INPUT_TOKENS_FOR + model,
+            KEY_OUTPUT_TOKENS_FOR + model,
+            KEY_COST_FOR + model,
+            KEY_CACHED_INPUT_TOKENS_FOR + model,
+            KEY_REASONING_TOKENS_FOR + model,
+        )
+        if len(_MODEL_KEYS) < _MODEL_KEYS_MAX:
+            _MODEL_KEYS[model] = keys
+    return keys
 
 
 def _build_limits(

@@ -59,9 +59,7 @@ class Limit:
         try:
             object.__setattr__(self, "type", LimitType(self.type))
         except ValueError:
-            raise ValueError(
-                f"Limit type must be 'exact' or 'prefix', got {self.type!r}"
-            ) from None
+            raise ValueError(f"Limit type must be 'exact' or 'prefix', got {self.type!r}") from None
 
     def matches(self, key: str) -> bool:
         """Whether ``key`` is one this limit watches."""
@@ -118,15 +116,35 @@ def check_limits_locked(
     stats: ExecutionStats, limits: Sequence[Limit], pending: Mapping[str, float]
 ) -> ExceededLimit | None:
     """:func:`check_limits` for a caller that already holds ``stats.lock``."""
+    counters = stats._counters
+    gauges = stats._gauges
+    reserved = stats._reserved
+    exact = LimitType.EXACT
     for limit in limits:
-        if limit.type is LimitType.EXACT:
-            hit = _check_key(stats, limit, limit.key, pending, counter=True) or _check_key(
-                stats, limit, limit.key, pending, counter=False
-            )
-        else:
+        if limit.type is not exact:
             hit = _check_prefix(stats, limit, pending)
-        if hit is not None:
-            return hit
+            if hit is not None:
+                return hit
+            continue
+        # _check_key for the counter, then the gauge, inlined: this runs before every call.
+        key = limit.key
+        extra = reserved.get(key, 0.0)
+        if pending:
+            extra += pending.get(key, 0.0)
+        written = counters.get(key)
+        if written is not None:
+            if written + extra > limit.max_value:
+                return ExceededLimit(limit, key, written + extra)
+            value = gauges.get(key)
+            if value is not None and value + extra > limit.max_value:
+                return ExceededLimit(limit, key, value + extra)
+            continue
+        value = gauges.get(key)
+        if value is not None:
+            if value + extra > limit.max_value:
+                return ExceededLimit(limit, key, value + extra)
+        elif extra and extra > limit.max_value:
+            return ExceededLimit(limit, key, extra)
     return None
 
 
@@ -163,10 +181,34 @@ def _candidate_keys(stats: ExecutionStats, limit: Limit, pending: Mapping[str, f
 def _check_prefix(
     stats: ExecutionStats, limit: Limit, pending: Mapping[str, float]
 ) -> ExceededLimit | None:
-    keys = _candidate_keys(stats, limit, pending)
-    for counter in (True, False):
-        for key in keys:
-            hit = _check_key(stats, limit, key, pending, counter=counter)
-            if hit is not None:
-                return hit
+    keys = stats._watched.get(limit.key)  # _candidate_keys, inlined for the usual case
+    if keys is None or pending:
+        keys = _candidate_keys(stats, limit, pending)
+    if not keys:
+        return None
+    # _check_key over the keys, counters first, then gauges, inlined (runs before every call).
+    counters = stats._counters
+    gauges = stats._gauges
+    reserved = stats._reserved
+    top = limit.max_value
+    for key in keys:
+        extra = reserved.get(key, 0.0)
+        if pending:
+            extra += pending.get(key, 0.0)
+        written = counters.get(key)
+        if written is None:
+            # Never written as a counter: a reserved or pending amount counts here only if the
+            # key is no gauge either (else the gauge pass counts it).
+            if extra and extra > top and key not in gauges:
+                return ExceededLimit(limit, key, extra)
+        elif written + extra > top:
+            return ExceededLimit(limit, key, written + extra)
+    for key in keys:
+        value = gauges.get(key)
+        if value is not None:
+            extra = reserved.get(key, 0.0)
+            if pending:
+                extra += pending.get(key, 0.0)
+            if value + extra > top:
+                return ExceededLimit(limit, key, value + extra)
     return None

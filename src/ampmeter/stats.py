@@ -265,9 +265,9 @@ class ExecutionStats:
         for stats in self._chain:
             reserved = stats._reserved
             for key, amount in amounts.items():
-                if key in reserved:
+                try:
                     reserved[key] += amount
-                else:
+                except KeyError:
                     stats._note_key(key)  # a pending write is a key limits must see
                     reserved[key] = amount
 
@@ -286,9 +286,37 @@ class ExecutionStats:
         release: Mapping[str, float] = _EMPTY,
     ) -> None:
         """Settle a call: drop its reservation and add its actual usage, at every level."""
-        if release:
-            self._release_locked(release)
-        for key, delta in counters.items():
-            self._add_counter_locked(key, delta)
-        for key, gdelta in gauges.items():
-            self._add_gauge_locked(key, gdelta)
+        if not (LOCAL_KEYS.isdisjoint(counters) and LOCAL_KEYS.isdisjoint(gauges)):
+            # Rare (trace records of parse errors): local keys go to this level only.
+            if release:
+                self._release_locked(release)
+            for key, delta in counters.items():
+                self._add_counter_locked(key, delta)
+            for key, gdelta in gauges.items():
+                self._add_gauge_locked(key, gdelta)
+            return
+        # The hot path of every call: one pass per level, release and add fused; a key is new
+        # at most once per level, so the KeyError branch is the rare one.
+        for stats in self._chain:
+            if release:
+                reserved = stats._reserved
+                for key, amount in release.items():
+                    try:
+                        left = reserved[key] - amount
+                    except KeyError:
+                        left = -amount
+                    reserved[key] = left if left > 1e-12 else 0.0
+            ints = stats._counters
+            for key, delta in counters.items():
+                try:
+                    ints[key] += delta
+                except KeyError:
+                    stats._note_key(key)
+                    ints[key] = delta
+            floats = stats._gauges
+            for key, gdelta in gauges.items():
+                try:
+                    floats[key] += gdelta
+                except KeyError:
+                    stats._note_key(key)
+                    floats[key] = gdelta
