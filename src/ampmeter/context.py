@@ -214,6 +214,7 @@ class Call:
 
     __slots__ = (
         "_done",
+        "_holds",
         "_ledger_holds",
         "_recorded",
         "_reservation",
@@ -270,6 +271,8 @@ class Call:
         self._done = False
         self._token: contextvars.Token[tuple[ExecutionContext, str] | None] | None = None
         self._ledger_holds: list[tuple[Ledger, Reservation]] = []
+        # Where this call's reservation is held: (stats of a guarding context, its amounts).
+        self._holds: tuple[tuple[ExecutionStats, dict[str, float]], ...] = ()
 
     def record(
         self,
@@ -496,6 +499,7 @@ class ExecutionContext:
         self.exceeded_limit: ExceededLimit | None = None
         # Only contexts that can stop a call take part in the check before each call.
         self._guards = tuple(c for c in self._chain if c._can_stop())
+        self._watched: dict[str, bool] = {}  # stats key -> whether one of our limits matches it
 
     # -- identity -----------------------------------------------------------------------------
 
@@ -921,16 +925,15 @@ class ExecutionContext:
             self._emit(call.node)
             raise ExecutionCanceled(f"context {self.name!r} was canceled", call.node_id)
         reservation = call._reservation
-        stats = self.stats
         hit = None
         if self._guards:
-            with stats.lock:
+            holds = self._holds_for(reservation)
+            with self.stats.lock:
                 hit = self._first_exceeded_locked(reservation)
                 if hit is None:
-                    stats._reserve_locked(reservation)
-        else:
-            with stats.lock:
-                stats._reserve_locked(reservation)
+                    for stats, amounts in holds:
+                        stats._hold_locked(amounts)
+                    call._holds = holds
         if hit is not None:
             owner, exceeded, reason = hit
             self._mark_stopped(owner, exceeded, reason)
@@ -944,6 +947,26 @@ class ExecutionContext:
         for ctx in self._guards:
             if ctx.ledger is not None:
                 self._ledger_reserve(ctx, call)
+
+    def _holds_for(
+        self, reservation: Mapping[str, float]
+    ) -> tuple[tuple[ExecutionStats, dict[str, float]], ...]:
+        """Where to hold a call's reservation: each guard, with the keys its limits watch."""
+        holds = []
+        for ctx in self._guards:
+            watched = ctx._watched
+            amounts = {}
+            for key, amount in reservation.items():
+                watches = watched.get(key)
+                if watches is None:
+                    watches = any(limit.matches(key) for limit in ctx.limits)
+                    if len(watched) < _WATCH_CACHE_MAX:
+                        watched[key] = watches
+                if watches:
+                    amounts[key] = amount
+            if amounts:
+                holds.append((ctx.stats, amounts))
+        return tuple(holds)
 
     def _ledger_reserve(self, ctx: ExecutionContext, call: Call) -> None:
         """Hold the call's share of ``ctx``'s exact limits in its shared ledger."""
@@ -989,7 +1012,9 @@ class ExecutionContext:
     def _abort_admission(self, call: Call, stop_reason: str) -> None:
         stats = self.stats
         with stats.lock:
-            stats._release_locked(call._reservation)
+            for held_stats, amounts in call._holds:
+                held_stats._unhold_locked(amounts)
+        call._holds = ()
         for ledger, held in call._ledger_holds:
             # If the release fails the lease returns the hold; the stop is what matters.
             with contextlib.suppress(Exception):
@@ -1047,7 +1072,9 @@ class ExecutionContext:
             counters[KEY_RETRIES] = 1
         hit = None
         with stats.lock:
-            stats._apply_locked(counters, gauges, call._reservation)
+            for held_stats, amounts in call._holds:
+                held_stats._unhold_locked(amounts)
+            stats._apply_locked(counters, gauges)
             if self._guards:  # the check after the call, under the same lock
                 hit = self._first_exceeded_locked(_NO_META)
         for ledger, held in call._ledger_holds:
@@ -1150,6 +1177,7 @@ def _model_usage(
     return counters, gauges
 
 
+_WATCH_CACHE_MAX: Final = 4_096  # per context: which keys its limits watch
 _MODEL_KEYS: dict[str, tuple[str, str, str, str, str]] = {}
 _MODEL_KEYS_MAX: Final = 4_096
 

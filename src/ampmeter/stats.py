@@ -181,7 +181,11 @@ class ExecutionStats:
             return dict(self._gauges)
 
     def reserved(self) -> dict[str, float]:
-        """A copy of the usage reserved by calls in flight (estimates not yet settled)."""
+        """A copy of the usage reserved by calls in flight (estimates not yet settled).
+
+        Contexts hold a reservation only where a limit watches it: the keys their own limits
+        match, in the contexts that have limits.
+        """
         with self._lock:
             return {k: v for k, v in self._reserved.items() if v}
 
@@ -270,6 +274,24 @@ class ExecutionStats:
                 except KeyError:
                     stats._note_key(key)  # a pending write is a key limits must see
                     reserved[key] = amount
+
+    def _hold_locked(self, amounts: Mapping[str, float]) -> None:
+        """Reserve ``amounts`` at this level only (the levels whose limits watch the keys)."""
+        reserved = self._reserved
+        for key, amount in amounts.items():
+            try:
+                reserved[key] += amount
+            except KeyError:
+                self._note_key(key)
+                reserved[key] = amount
+
+    def _unhold_locked(self, amounts: Mapping[str, float]) -> None:
+        """Drop a reservation made with :meth:`_hold_locked`."""
+        reserved = self._reserved
+        for key, amount in amounts.items():
+            left = reserved.get(key, 0.0) - amount
+            # Float dust from many add/subtract pairs must not look like a pending call.
+            reserved[key] = left if left > 1e-12 else 0.0
 
     def _release_locked(self, amounts: Mapping[str, float]) -> None:
         for stats in self._chain:
