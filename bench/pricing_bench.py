@@ -36,7 +36,7 @@ def _row(
         "ampmeter": round(value, 3),
         "baseline": None if baseline is None else round(baseline, 3),
         "baseline_name": baseline_name,
-        "ratio": None if baseline is None else round(value / baseline, 4),
+        "ratio": None if baseline is None else round(baseline / value, 2),  # times faster
         "target": f"< {TARGET_US:g} µs",
         "met": value < TARGET_US,
     }

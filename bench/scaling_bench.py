@@ -172,11 +172,11 @@ def _long_run_row(nodes: int) -> dict[str, Any]:
 
 def run(quick: bool) -> list[dict[str, Any]]:
     """All rows; ``quick`` uses smaller sizes."""
-    n = 20_000 if quick else 100_000
+    n = 8_000 if quick else 100_000
     rows = _counter_rows(n * 2)
     rows += _scaling_rows(n // 4)
-    rows += _memory_rows(20_000 if quick else 100_000)
-    rows.append(_long_run_row(100_000 if quick else 1_000_000))
+    rows += _memory_rows(10_000 if quick else 100_000)
+    rows.append(_long_run_row(30_000 if quick else 1_000_000))
     return rows
 
 
