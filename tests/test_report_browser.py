@@ -33,7 +33,10 @@ def _ensure_chromium() -> None:
     if script.exists() and shutil.which("apt-get") and os.geteuid() == 0:
         subprocess.run(["bash", str(script)], check=False, timeout=900)
     if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")
+        message = "Debian's chromium is not installed (apt-get install -y chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}: CI must test the report in a real browser")
+        pytest.skip(message)
 
 
 @pytest.fixture(scope="module")
