@@ -257,8 +257,8 @@ class Call:
         if provider is not None:
             meta = meta or {}
             meta[META_PROVIDER] = provider
-        self.node_id = graph.begin_node(context._parent_node_id(), kind, name, model, meta)
-        self.node: Node = graph._ref(self.node_id)
+        self.node: Node = graph._begin(context._parent_node_id(), kind, name, model, meta)
+        self.node_id = self.node.node_id
         self.tokens_in: int | None = None
         self.tokens_out: int | None = None
         self.cost_usd: float | None = None
@@ -270,7 +270,7 @@ class Call:
         self._started = False
         self._done = False
         self._token: contextvars.Token[tuple[ExecutionContext, str] | None] | None = None
-        self._ledger_holds: list[tuple[Ledger, Reservation]] = []
+        self._ledger_holds: list[tuple[Ledger, Reservation]] = _NO_HOLDS  # a list once used
         # Where this call's reservation is held: (stats of a guarding context, its amounts).
         self._holds: tuple[tuple[ExecutionStats, dict[str, float]], ...] = ()
 
@@ -1007,6 +1007,8 @@ class ExecutionContext:
                 exceeded,
                 call.node_id,
             )
+        if call._ledger_holds is _NO_HOLDS:
+            call._ledger_holds = []
         call._ledger_holds.append((ledger, held))
 
     def _abort_admission(self, call: Call, stop_reason: str) -> None:
@@ -1019,7 +1021,7 @@ class ExecutionContext:
             # If the release fails the lease returns the hold; the stop is what matters.
             with contextlib.suppress(Exception):
                 ledger.release(held)
-        call._ledger_holds.clear()
+        call._ledger_holds = _NO_HOLDS
         self.graph.mark_halt(call.node_id, stop_reason)
         self._emit(call.node)
 
@@ -1177,6 +1179,7 @@ def _model_usage(
     return counters, gauges
 
 
+_NO_HOLDS: Final[list[tuple[Ledger, Reservation]]] = []  # shared, never appended to
 _WATCH_CACHE_MAX: Final = 4_096  # per context: which keys its limits watch
 _MODEL_KEYS: dict[str, tuple[str, str, str, str, str]] = {}
 _MODEL_KEYS_MAX: Final = 4_096

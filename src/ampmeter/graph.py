@@ -269,6 +269,17 @@ class ExecutionGraph:
         metadata: dict[str, Any] | None = None,
     ) -> str:
         """Create a node under ``parent_id`` in status ``created`` and return its id."""
+        return self._begin(parent_id, kind, name, model, metadata).node_id
+
+    def _begin(
+        self,
+        parent_id: str,
+        kind: str,
+        name: str,
+        model: str | None,
+        metadata: dict[str, Any] | None,
+    ) -> Node:
+        """:meth:`begin_node`, returning the graph's own node (for contexts)."""
         # Hot path: the cheap exact-type tests run first, the full checks only when they fail.
         try:
             known_kind = kind in KINDS
@@ -321,7 +332,7 @@ class ExecutionGraph:
                 self._evict()
         finally:
             lock.release()
-        return node_id
+        return node
 
     # -- lifecycle --------------------------------------------------------------------------
 
