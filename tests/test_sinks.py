@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -26,6 +27,7 @@ from ampmeter.sinks.jsonl import (
     SinkClosedError,
     SinkWriteError,
     _Writer,
+    encode_event,
     iso_utc,
     node_to_event,
 )
@@ -423,3 +425,179 @@ def test_sink_appends_to_an_existing_log(tmp_path: Path) -> None:
                 sink.emit(n, "c")
     assert len(valid_lines(path)) == 6
     assert sum(1 for _ in read_jsonl(path)) == 6
+
+
+# -- fast line encoder against the event dict -------------------------------------------------
+
+_odd_text = st.text(
+    st.one_of(
+        st.characters(codec="utf-8"),
+        st.sampled_from(['"', "\\", "\n", "\t", "\x00", "\x1f", "\x7f", "\u2028", "é", "😀"]),
+    ),
+    max_size=12,
+)
+_json_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**64), 2**64),
+    st.floats(allow_nan=True, allow_infinity=True),
+    _odd_text,
+)
+_meta_value = st.recursive(
+    _json_leaf,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(_odd_text, inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_meta_key = st.one_of(
+    st.sampled_from(
+        ["cached_tokens", "component", "cost_status", "pricing_version", "status",
+         "retries_used", "error_class", "stop_reason", "provider", "tool_calls_made"]
+    ),
+    _odd_text,
+)  # fmt: skip
+_meta_special = st.one_of(
+    _meta_value,
+    st.sampled_from(["pipeline", "auxiliary", "rag_infra", "unpriced", "priced"]),
+    st.integers(0, 10**6),
+)
+_opt_text = st.one_of(st.none(), _odd_text, st.sampled_from(["stop", "length", "gpt-4o"]))
+wide_node_strategy = st.builds(
+    Node,
+    node_id=st.one_of(st.from_regex(r"n[0-9]{6}", fullmatch=True), _odd_text),
+    parent_id=st.one_of(st.none(), st.sampled_from(["n000001", "n000002"]), _odd_text),
+    kind=st.sampled_from(["llm", "tool", "system", "embedding", "retrieval", "memory"]),
+    name=st.one_of(st.sampled_from(["chat", "search"]), _odd_text),
+    start_ts_ms=st.integers(-(10**12), 4_000_000_000_000),
+    end_ts_ms=st.one_of(st.integers(0, 3000), st.integers(0, 10**7)),
+    status=st.sampled_from(["success", "fail", "halt"]),
+    model=_opt_text,
+    retries_used=st.one_of(st.integers(0, 5), st.booleans()),
+    cost_usd=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(0, 3)),
+    tokens_in=st.one_of(st.none(), st.integers(0, 10**9), st.booleans(), st.just(2**63)),
+    tokens_out=st.one_of(st.none(), st.integers(-5, 10**9), st.just(0.5)),
+    stop_reason=_opt_text,
+    error_class=_opt_text,
+    metadata=st.dictionaries(_meta_key, _meta_special, max_size=6),
+    depth=st.integers(0, 3),
+)
+# One writer for every example, so its piece cache is hit by nodes that differ from the ones
+# that filled it.
+_shared_writers = {
+    "chain": _Writer("unused", -1, "line", None, "pipeline"),
+    "fixed": _Writer("unused", -1, "line", 'run-"x"\n', "evaluator"),
+}
+
+
+def reference_line(node: Node, chain_id: str, w: _Writer) -> bytes:
+    """What the sink wrote before the fast path: node_to_event, then orjson / encode_event."""
+    event = node_to_event(node, w.run_id or chain_id, w.component)
+    try:
+        return orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return encode_event(event)
+
+
+def assert_same_lines(w: _Writer, items: list[tuple[Node, str]]) -> None:
+    """``w`` writes exactly the reference bytes; where the reference raises, so does ``w``."""
+    expected: list[bytes] = []
+    good: list[tuple[Node, str]] = []
+    for node, chain_id in items:
+        try:
+            expected.append(reference_line(node, chain_id, w))
+        except Exception as exc:  # e.g. an unhashable "component": the sink reports it
+            with pytest.raises(type(exc)):
+                w.encode([(node, chain_id)])
+        else:
+            good.append((node, chain_id))
+    got = w.encode(good)
+    assert got == b"".join(expected)
+    got_events = [orjson.loads(line) for line in got.splitlines()]
+    assert got_events == [orjson.loads(line) for line in expected]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    node=wide_node_strategy,
+    chain_id=st.one_of(st.sampled_from(["chain-1", "chain-2"]), _odd_text),
+    fixed=st.booleans(),
+)
+def test_fast_lines_equal_the_event_dict_encoding(node: Node, chain_id: str, fixed: bool) -> None:
+    node.end_ts_ms = node.start_ts_ms + (node.end_ts_ms or 0)
+    assert_same_lines(_shared_writers["fixed" if fixed else "chain"], [(node, chain_id)])
+
+
+def random_node(rng: random.Random, i: int) -> Node:
+    """A plausible finished node with varied, sometimes odd, fields."""
+    words = ["chat", "search", 'naïve "quoted"', "tab\there", "ctl\x01", "🙂", "back\\slash"]
+    meta: dict[str, Any] = {}
+    for key in rng.sample(["cached_tokens", "component", "cost_status", "pricing_version",
+                           "provider", "tool_calls_made", "nested", "status", "note"],
+                          rng.randint(0, 5)):  # fmt: skip
+        meta[key] = rng.choice(
+            [rng.randint(0, 500), rng.choice(words), None, "pipeline", "auxiliary", "unpriced",
+             [1, {"a": [rng.random(), "x\"y"]}], {"deep": {"er": ["\u2028", True]}}, 1.5]
+        )  # fmt: skip
+    start = 1_769_000_000_000 + rng.randint(-5000, 5000) * 997
+    return Node(
+        f"n{i:06d}", rng.choice([None, "n000001", f"n{i // 3:06d}"]),
+        rng.choice(["llm", "tool", "system", "embedding", "retrieval", "memory"]),
+        rng.choice(words), start, start + rng.randint(0, 3000),
+        rng.choice(["success", "fail", "halt"]), rng.choice([None, "gpt-4o-mini", "m\"x"]),
+        rng.randint(0, 3), rng.choice([0.0, 0.000123, rng.random(), 1e-7, 2.5e20]),
+        rng.choice([None, rng.randint(0, 10**6)]), rng.choice([None, rng.randint(0, 5000)]),
+        rng.choice([None, "stop", "tool_use"]), rng.choice([None, "TimeoutError"]), meta,
+        rng.randint(0, 3),
+    )  # fmt: skip
+
+
+def fast_line(w: _Writer, node: Node) -> bytes | None:
+    """The fast path's line, or None where it hands the node to the general path."""
+    try:
+        return w.lines.line(node, "c")
+    except Exception:  # what _Writer.encode treats like None
+        return None
+
+
+def test_fast_lines_equal_the_event_dict_encoding_for_many_random_nodes() -> None:
+    rng = random.Random(20260122)
+    nodes = [random_node(rng, i) for i in range(6000)]
+    for w in (_Writer("unused", -1, "line", None, "pipeline"),
+              _Writer("unused", -1, "line", "run-1", "auxiliary")):  # fmt: skip
+        for start in range(0, len(nodes), 1024):
+            assert_same_lines(w, [(n, f"chain-{n.depth}") for n in nodes[start : start + 1024]])
+        fast = sum(fast_line(w, n) is not None for n in nodes)
+        assert fast > len(nodes) // 2  # most plausible nodes take the fast path
+
+
+def test_typical_node_takes_the_fast_path_and_odd_ones_do_not() -> None:
+    w = _writer_for_tests()
+    node = Node("n000002", "n000001", "llm", "chat", 1000, 1500, "success", "m", 0, 0.5, 10, 2,
+                metadata={"cost_status": "priced", "provider": "x"}, depth=2)  # fmt: skip
+    line = w.lines.line(node, "c")
+    assert line is not None and line == reference_line(node, "c", w)
+    odd = [
+        Node("n000003", "n000001", "llm", "chat", 0, 5, "success", tokens_in=True),  # bool count
+        Node("n000003", "n000001", "llm", "chat", 0, 5, "success", retries_used=True),
+        Node("n000003", "n000001", "llm", "chat", 0, 5, "success", metadata={"status": "x"}),
+        Node("n000003", "n000001", "llm", 1, 0, 5, "success"),  # type: ignore[arg-type]
+        Node("n000003", "n000001", "llm", "chat", 0, 5, "success", metadata={"o": object()}),
+    ]
+    for n in odd:
+        assert fast_line(w, n) is None
+        assert w.encode([(n, "c")]) == reference_line(n, "c", w)
+
+
+def test_an_unhashable_component_falls_back_to_the_default(tmp_path: Path) -> None:
+    """A component that is not a schema value (even a list) never stops the log."""
+    graph = ExecutionGraph("c")
+    root = graph.create_root("run")
+    node_id = graph.begin_node(root, "llm", "x", metadata={"component": ["pipeline"]})
+    graph.mark_success(node_id, 0.0, 1, 1)
+    path = tmp_path / "events.jsonl"
+    with JsonlSink(path, component="auxiliary") as sink:
+        sink.emit(graph.node(node_id), "c")
+    (event,) = list(read_jsonl(path))
+    assert event["component"] == "auxiliary"
+    validate_event(event)

@@ -1,11 +1,14 @@
 """TokenTracker v0 JSONL sink: one line per finished node, written off the caller's thread.
 
 ``flush="batch"`` (the default) only appends the node to a small buffer on the caller's thread;
-a writer thread maps buffered nodes to TokenTracker v0 events, encodes them with orjson and
-appends them to the file. Full buffers go through a bounded queue, so a slow disk blocks the
-callers (back-pressure) instead of growing memory or dropping events. ``"line"`` writes each
-event on the caller's thread before :meth:`JsonlSink.emit` returns (a killed process loses at
-most the line being written); ``"fsync"`` also asks the OS to put it on the disk.
+a writer thread turns buffered nodes into TokenTracker v0 lines and appends them to the file.
+A line is the bytes ``orjson`` would write for :func:`node_to_event`'s dict, but built from cached
+byte pieces with only the caller's metadata, the node id and the cost encoded per event; nodes
+with anything unusual go through the dict. Full buffers go through a bounded queue, so a slow
+disk blocks the callers (back-pressure) instead of growing memory or dropping events.
+``"line"`` writes each event on the caller's thread before :meth:`JsonlSink.emit` returns (a
+killed process loses at most the line being written); ``"fsync"`` also asks the OS to put it on
+the disk.
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ def node_to_event(
         if type(cached) is int and cached >= 0:
             usage["tokens_saved"] = cached
         comp = meta.get(META_COMPONENT)
-        if comp is not None and comp in COMPONENTS:
+        if type(comp) is str and comp in COMPONENTS:
             component = comp
         cost_status = meta.get(META_COST_STATUS)
         if cost_status == "unpriced":
@@ -201,6 +204,162 @@ def _text(value: object) -> str:
         return f"<unprintable {type(value).__name__}>"
 
 
+_INT_BITS: Final = 62  # counts beyond this go the general way (orjson stops at 64 bits)
+_CACHE_MAX: Final = 4096  # entries in the piece cache before it is emptied
+_NESTING_CHECK_BYTES: Final = 256  # shorter metadata cannot nest as deep as orjson's limit
+# Metadata keys whose value node_to_event replaces where the caller's metadata has them.
+_OVERRIDDEN: Final = frozenset({"status", "retries_used", "error_class", "stop_reason"})
+_MILLIS: Final = tuple(b'.%03dZ",' % ms for ms in range(1000))
+_LINE: Final = (
+    b'{"timestamp":%s%s%s%s%s%d,"completion_tokens":%d,"total_tokens":%d%s'
+    b'},"cost_usd":%s,"latency_ms":%d,"metadata":%s%s'
+)
+# (kind, name, model, component, status, retries_used, error_class, stop_reason,
+#  metadata layout, parent_id written, run_id)
+_PieceKey = tuple[str, str, "str | None", str, str, int, "str | None", "str | None", int,
+                  "str | None", str]  # fmt: skip
+
+
+class _LineEncoder:
+    """Builds v0 lines byte-identical to ``orjson.dumps(node_to_event(...))`` without the dict.
+
+    What repeats from event to event (run id, parent, kind, name, component, model and the status
+    fields) is encoded once per distinct combination; integers are formatted directly and only
+    the node id, the cost and the caller's metadata go through orjson. :meth:`line` returns None
+    (or raises) when a node holds anything unusual (a non-int count, a metadata key ampmeter
+    overrides, a value orjson refuses); the caller then takes the general path, which also owns
+    all the error handling, so both paths write the same bytes.
+    """
+
+    __slots__ = ("_pieces", "_sec", "component", "run_id")
+
+    def __init__(self, run_id: str | None, component: str) -> None:
+        self.run_id = run_id
+        self.component = component
+        # (first ms of the current second, its timestamp text); no ms is in the initial second
+        self._sec: tuple[int, bytes] = (-(2**80), b"")
+        self._pieces: dict[_PieceKey, tuple[bytes, bytes, bytes]] = {}
+
+    def line(self, node: Node, chain_id: str) -> bytes | None:
+        """The line for ``node``, or None when the general path must build it."""
+        end = node.end_ts_ms
+        start = node.start_ts_ms
+        t_in = node.tokens_in or 0
+        t_out = node.tokens_out or 0
+        retries = node.retries_used
+        if (
+            type(end) is not int
+            or type(start) is not int
+            or type(t_in) is not int
+            or type(t_out) is not int
+            or type(retries) is not int
+        ):
+            return None
+        latency = end - start
+        if (t_in | t_out | latency) >> _INT_BITS:  # negative or past 62 bits: the general path
+            return None
+        cost = node.cost_usd
+        component = self.component
+        meta = node.metadata
+        if meta:
+            if type(meta) is not dict or not _OVERRIDDEN.isdisjoint(meta):
+                return None  # node_to_event overrides these in place: leave it to the dict
+            saved = b""
+            cached = meta.get(META_CACHED_TOKENS)
+            if type(cached) is int and cached >= 0:
+                if cached >> _INT_BITS:
+                    return None
+                saved = b',"tokens_saved":%d' % cached
+            comp = meta.get(META_COMPONENT)
+            if type(comp) is str and comp in COMPONENTS:
+                component = comp
+            cost_status = meta.get(META_COST_STATUS)
+            if cost_status == "unpriced":
+                cost = 0.0
+            body = orjson.dumps(meta)
+            if len(body) > _NESTING_CHECK_BYTES:
+                orjson.dumps((meta,))  # raises if it nests too deep to sit inside the event
+            body = body[:-1]
+            layout = 1
+            if META_PRICING_VERSION not in meta:
+                layout |= 2
+            if cost_status is None and META_COST_STATUS not in meta:
+                layout |= 4
+        else:
+            saved = b""
+            body = b"{"
+            layout = 0
+        parent_id = node.parent_id
+        if node.depth == 1:
+            parent_id = None
+        key = (
+            node.kind, node.name, node.model, component, node.status, retries,
+            node.error_class, node.stop_reason, layout, parent_id, self.run_id or chain_id,
+        )  # fmt: skip
+        pieces = self._pieces.get(key)
+        if pieces is None:
+            pieces = self._build(key)
+            if pieces is None:
+                return None
+        frac = end - self._sec[0]
+        if not 0 <= frac < 1000:
+            sec = end // 1000
+            text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+            self._sec = (sec * 1000, orjson.dumps(text)[:-1])
+            frac = end - sec * 1000
+        return _LINE % (
+            self._sec[1], _MILLIS[frac], pieces[0], orjson.dumps(node.node_id), pieces[1],
+            t_in, t_out, t_in + t_out, saved, orjson.dumps(cost), latency, body, pieces[2],
+        )  # fmt: skip
+
+    def _build(self, key: _PieceKey) -> tuple[bytes, bytes, bytes] | None:
+        """Encode the repeating pieces of ``key``'s lines; None if a value is not a plain str."""
+        kind, name, model, component, status, retries, error_class, stop_reason = key[:8]
+        layout, parent_id, run = key[8:]
+        event_type = EVENT_TYPES.get(kind)
+        # Exact str only: an equal non-str value (True == 1) must not share cached bytes.
+        for text in (name, component, status, run):
+            if type(text) is not str:
+                return None
+        for optional in (model, error_class, stop_reason, parent_id):
+            if optional is not None and type(optional) is not str:
+                return None
+        if event_type is None:
+            return None
+        dumps = orjson.dumps
+        run_piece = b'"run_id":%s,"span_id":' % dumps(run)
+        head = b',"event_type":%s,"operation":%s,"component":%s,"model":%s,' % (
+            dumps(event_type), dumps(name), dumps(component), dumps(model or ""),
+        )  # fmt: skip
+        if parent_id is not None:
+            head = b',"parent_id":%s%s' % (dumps(parent_id), head)
+        head += b'"usage":{"prompt_tokens":'
+        fields = b'"status":%s,"retries_used":%d,"error_class":%s,"stop_reason":%s' % (
+            dumps(status), retries, dumps(error_class), dumps(stop_reason),
+        )  # fmt: skip
+        if layout == 0:  # empty metadata: only ampmeter's fields
+            tail = b'"pricing_version":null,' + fields + b',"cost_status":null}}\n'
+        else:  # after the caller's metadata, the fields it did not have, in node_to_event's order
+            pricing = b',"pricing_version":null' if layout & 2 else b""
+            cost_status = b',"cost_status":null' if layout & 4 else b""
+            tail = pricing + b"," + fields + cost_status + b"}}\n"
+        if len(self._pieces) >= _CACHE_MAX:  # many distinct names or parents: start over
+            self._pieces.clear()
+        pieces = self._pieces[key] = (run_piece, head, tail)
+        return pieces
+
+
+# A buffered batch: nodes, each run of them preceded by its chain id as a 1-tuple. Marking only
+# the changes (instead of a (node, chain_id) pair per event) keeps emit() from allocating, and so
+# from feeding the cyclic garbage collector a long-lived object per event.
+_Batch = list["Node | tuple[str]"]
+_NO_CHAIN: Final = object()  # the chain of an empty buffer: the first emit always marks its own
+
+
+def _node_count(batch: _Batch) -> int:
+    return sum(type(item) is not tuple for item in batch)
+
+
 class _Writer:
     """State shared by a sink, its writer thread and its exit finalizer (never the sink)."""
 
@@ -211,42 +370,72 @@ class _Writer:
         self.run_id = run_id
         self.component = component
         self.lock = threading.Lock()
-        self.buf: list[tuple[Node, str]] = []
-        self.queue: queue.Queue[list[tuple[Node, str]] | threading.Event | None] = queue.Queue(
-            maxsize=64
-        )
+        self.buf: _Batch = []
+        self.buf_chain: object = _NO_CHAIN  # chain id of the buffer's last marker
+        self.queue: queue.Queue[_Batch | threading.Event | None] = queue.Queue(maxsize=64)
         self.offset = os.lseek(fd, 0, os.SEEK_END) if _seekable(fd) else 0
         self.written = 0
         self.lost = 0
         self.error: BaseException | None = None
         self.closed = False
         self.thread: threading.Thread | None = None
+        self.lines = _LineEncoder(run_id, component)
 
     # -- encoding and writing (writer thread in batch mode, caller's thread otherwise) --------
 
-    def encode(self, items: list[tuple[Node, str]]) -> bytearray:
-        """The lines of ``items``: ``encode_event(node_to_event(...))`` for each."""
-        run_id = self.run_id
-        component = self.component
-        dumps = orjson.dumps
-        # One growing buffer: keeping a thousand separate ~500-byte lines alive until a join
-        # costs more than encoding them.
-        data = bytearray()
-        for node, chain_id in items:
-            event = node_to_event(node, run_id or chain_id, component)
-            try:
-                data += dumps(event, option=_OPTS)
-            except TypeError:  # odd metadata: let encode_event take the careful path
-                data += encode_event(event)
-        return data
+    def take(self) -> _Batch:
+        """Swap the buffer for an empty one and return it (the caller holds the lock)."""
+        batch = self.buf
+        self.buf = []
+        self.buf_chain = _NO_CHAIN
+        return batch
 
-    def write(self, items: list[tuple[Node, str]]) -> None:
+    def encode(self, items: list[tuple[Node, str]]) -> bytes:
+        """The lines of ``(node, chain_id)`` pairs, as :meth:`encode_batch` writes them."""
+        batch: _Batch = []
+        for node, chain_id in items:
+            batch += ((chain_id,), node)
+        return self.encode_batch(batch)[0]
+
+    def encode_batch(self, batch: _Batch) -> tuple[bytes, int]:
+        """(the lines, the number of nodes) of ``batch``.
+
+        Each line is the bytes of ``encode_event(node_to_event(...))``: built from cached pieces
+        when the node allows it, through the event dict otherwise.
+        """
+        fast = self.lines.line
+        general = self.general_line
+        out: list[bytes] = []
+        append = out.append
+        chain_id = ""
+        markers = 0
+        for item in batch:
+            if type(item) is tuple:
+                chain_id = item[0]
+                markers += 1
+                continue
+            try:
+                data = fast(item, chain_id)  # type: ignore[arg-type]
+            except Exception:  # anything unusual is the general path's to handle or report
+                data = None
+            append(general(item, chain_id) if data is None else data)  # type: ignore[arg-type]
+        return b"".join(out), len(batch) - markers
+
+    def general_line(self, node: Node, chain_id: str) -> bytes:
+        """One line through the event dict (the reference the fast path must match)."""
+        event = node_to_event(node, self.run_id or chain_id, self.component)
+        try:
+            return orjson.dumps(event, option=_OPTS)
+        except TypeError:  # odd metadata: let encode_event take the careful path
+            return encode_event(event)
+
+    def write(self, items: _Batch) -> None:
         """Write ``items`` or count them as lost; the first failure is kept for the callers."""
         if self.error is not None:
-            self.lost += len(items)
+            self.lost += _node_count(items)
             return
         try:
-            data = self.encode(items)
+            data, count = self.encode_batch(items)
             view = memoryview(data)
             while view:
                 done = os.write(self.fd, view)
@@ -257,11 +446,11 @@ class _Writer:
                 os.fsync(self.fd)
         except Exception as exc:  # a failed write must reach the caller, never kill the thread
             self.error = exc
-            self.lost += len(items)
+            self.lost += _node_count(items)
             self._cut_partial_line()
             return
         self.offset += len(data)
-        self.written += len(items)
+        self.written += count
 
     def _cut_partial_line(self) -> None:
         # Leave only whole lines behind, so the next reader is not handed a broken last line.
@@ -290,7 +479,7 @@ class _Writer:
                 # queue, and only this thread can empty the queue.
                 if self.lock.acquire(blocking=False):
                     try:
-                        items, self.buf = self.buf, []
+                        items = self.take()
                     finally:
                         self.lock.release()
                     if items:
@@ -310,7 +499,7 @@ class _Writer:
             return
         done = threading.Event()
         with self.lock:
-            items, self.buf = self.buf, []
+            items = self.take()
             if items:
                 self.queue.put(items)
             self.queue.put(done)
@@ -327,7 +516,7 @@ class _Writer:
         thread = self.thread
         if thread is not None and thread.is_alive():
             with self.lock:
-                items, self.buf = self.buf, []
+                items = self.take()
             if items:
                 self.queue.put(items)
             self.queue.put(None)
@@ -422,15 +611,17 @@ class JsonlSink(Sink):
                 w.lost += 1
                 raise w.failure()
             if w.thread is None:
-                w.write([(node, chain_id)])
+                w.write([(chain_id,), node])
                 if w.error is not None:
                     raise w.failure()
                 return
             buf = w.buf
-            buf.append((node, chain_id))
+            if chain_id is not w.buf_chain:
+                buf.append((chain_id,))
+                w.buf_chain = chain_id
+            buf.append(node)
             if len(buf) >= _BATCH:
-                w.buf = []
-                w.queue.put(buf)  # blocks while the writer is behind: back-pressure
+                w.queue.put(w.take())  # blocks while the writer is behind: back-pressure
 
     def flush(self) -> None:
         """Wait until every event emitted so far is in the file; raise if writing failed."""
