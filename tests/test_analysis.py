@@ -19,10 +19,16 @@ from ampmeter.analysis import (
     AnalysisError,
     RunningPercentile,
     amortization_curve,
+    amortization_table,
     percentile,
+    running_percentiles,
+    write_csv,
     write_extended_csv,
     write_v0_csv,
 )
+from ampmeter.analysis._pycurve import curve_rows
+from ampmeter.analysis._records import event_fields, problem_fields, read_records, stream_fields
+from ampmeter.analysis._table import CurveTable
 from ampmeter.context import ExecutionContext
 from ampmeter.errors import LimitExceeded
 from ampmeter.logs import JsonlError, StreamMetricsLogger, TruncatedLineWarning
@@ -348,3 +354,170 @@ def test_duckdb_engine_falls_back_for_a_cut_last_line(tmp_path: Path) -> None:
     path.write_text(orjson.dumps(_stream(1)).decode() + "\n" + '{"t": 2, "cum')
     with pytest.warns(TruncatedLineWarning):
         assert [r["t"] for r in amortization_curve(path, engine="duckdb")] == [1]
+
+
+# -- the column-wise fast path -------------------------------------------------------------------
+
+
+def naive_running(values: list[float | None], q: float) -> list[float | None]:
+    """The percentile of the non-null values so far, re-sorting the prefix at every step."""
+    out: list[float | None] = []
+    for k in range(1, len(values) + 1):
+        seen = [v for v in values[:k] if v is not None]
+        out.append(reference_percentile(seen, q) if seen else None)
+    return out
+
+
+_TIES = st.sampled_from([0.0, 1.5, -2.0, 7.0, 1e300, -1e300])
+
+
+@given(
+    st.one_of(
+        st.lists(st.none() | st.floats(-1e6, 1e6, allow_nan=False) | _TIES, max_size=80),
+        st.lists(st.none() | st.integers(-50, 50), max_size=80),
+        st.lists(st.none() | st.sampled_from([2**70, -(2**70), 3, 2**62, -(2**62)]),
+                 max_size=40),
+    ),
+    st.sampled_from([0.0, 5.0, 50.0, 95.0, 99.0, 100.0]),
+)  # fmt: skip
+@settings(max_examples=300, deadline=None)
+def test_running_percentiles_equal_a_sorted_prefix_with_ties_and_null_gaps(
+    values: list[Any], q: float
+) -> None:
+    got = running_percentiles(values, q)
+    expected = naive_running(values, q)
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert type(a) is float and (a == b or (math.isnan(a) and math.isnan(b)))
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, True, "3", [1]])
+def test_running_percentiles_rejects_non_numbers(bad: Any) -> None:
+    with pytest.raises(ValueError, match="finite numbers or None"):
+        running_percentiles([1.0, bad], 50.0)
+    with pytest.raises(ValueError, match="percentile q"):
+        running_percentiles([1.0], 101.0)
+    assert running_percentiles([None, None], 50.0) == [None, None]
+
+
+_PROBLEM = st.tuples(
+    st.integers(-5, 30),  # t
+    st.booleans(),
+    st.none() | st.sampled_from([0.0, 0.5, 1.0]),
+    st.none() | st.integers(0, 10**6) | st.sampled_from([2**64 - 1, 7]),  # past int64
+    st.none() | st.floats(0, 1e5) | st.integers(0, 10**5) | st.sampled_from([1e-7, 1e17]),
+)
+
+
+@given(
+    st.lists(_PROBLEM, max_size=50),
+    st.lists(st.tuples(st.integers(-5, 35), st.booleans(), st.floats(0, 1) | st.integers(0, 3)),
+             max_size=50),
+    st.sets(st.integers(-5, 35), min_size=1, max_size=30),
+    st.booleans(),
+    st.booleans(),
+)  # fmt: skip
+@settings(max_examples=60, deadline=None)
+def test_columnwise_curve_is_identical_to_the_record_by_record_reference(
+    tmp_path_factory: pytest.TempPathFactory,
+    problems: list[tuple[Any, ...]],
+    events: list[tuple[Any, ...]],
+    stream_ts: set[int],
+    with_problems: bool,
+    with_events: bool,
+) -> None:
+    d = tmp_path_factory.mktemp("fast")
+    stream = _write(d / "r.stream.jsonl", [_stream(t, cumulative_solved=t) for t in stream_ts])
+    p_path = _write(d / "r.problems.jsonl", [
+        {"t": t, "solved": s, "attempt_success_rate": r, "tokens_total": k, "latency_total_ms": x}
+        for t, s, r, k, x in problems
+    ])  # fmt: skip
+    e_path = _write(d / "r.token_events.jsonl", [
+        {"component": "pipeline" if pipe else "auxiliary", "cost_usd": c, "metadata": {"t": t}}
+        for t, pipe, c in events
+    ])  # fmt: skip
+    kwargs: dict[str, Any] = {
+        "problems_jsonl": p_path if with_problems else None,
+        "token_events_jsonl": e_path if with_events else None,
+    }
+    reference = curve_rows(
+        read_records(stream, stream_fields),
+        read_records(p_path, problem_fields) if with_problems else None,
+        read_records(e_path, event_fields) if with_events else None,
+    )
+    fast = amortization_curve(stream, engine="python", **kwargs)
+    assert fast == reference
+    assert [[type(v) for v in r.values()] for r in fast] == [
+        [type(v) for v in r.values()] for r in reference
+    ]
+    table = amortization_table(stream, engine="python", **kwargs)
+    assert table.rows() == reference
+    # the column-wise CSV writer gives the same bytes as the csv module over the rows
+    for writer in (write_extended_csv, write_v0_csv):
+        writer(reference, d / "rows.csv")
+        writer(table, d / "table.csv")
+        assert (d / "table.csv").read_bytes() == (d / "rows.csv").read_bytes()
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=True) | st.none(), min_size=1,
+                max_size=40))  # fmt: skip
+@settings(max_examples=100, deadline=None)
+def test_curve_table_csv_formats_every_float_like_repr(
+    tmp_path_factory: pytest.TempPathFactory, values: list[float | None]
+) -> None:
+    import numpy as np
+
+    d = tmp_path_factory.mktemp("csv")
+    table = CurveTable(np.arange(len(values), dtype=np.int64))
+    valid = np.array([v is not None for v in values])
+    table.set("cum_accuracy", np.array([v or 0.0 for v in values]), valid)
+    table.set("latency_ms_p95", np.array([v if v is not None else math.nan for v in values]),
+              valid)  # fmt: skip
+    for columns in (EXTENDED_COLUMNS, ("cum_accuracy",), ("t", "latency_ms_p95")):
+        rows = table.rows()
+        assert write_csv(table, d / "a.csv", columns) == len(values)
+        write_csv(rows, d / "b.csv", columns)
+        assert (d / "a.csv").read_bytes() == (d / "b.csv").read_bytes()
+    table.set("cum_accuracy", np.array([math.nan] * len(values)), None)  # NaN: python writer
+    write_csv(table, d / "a.csv", EXTENDED_COLUMNS)
+    write_csv(table.rows(), d / "b.csv", EXTENDED_COLUMNS)
+    assert (d / "a.csv").read_bytes() == (d / "b.csv").read_bytes()
+    with pytest.raises(KeyError, match="unknown curve column"):
+        write_csv(table, d / "c.csv", ["t", "nope"])
+    assert not (d / "c.csv").exists()
+
+
+def test_duckdb_engine_matches_the_reference_on_thousands_of_rows(tmp_path: Path) -> None:
+    """Many rows through the DuckDB reader, the numpy percentiles and both CSV writers."""
+    import random
+
+    rng = random.Random(11)
+    n = 3000
+    stream = _write(tmp_path / "b.stream.jsonl", [_stream(t, cumulative_solved=t)
+                                                  for t in range(1, n + 1, 2)])  # fmt: skip
+    problems = _write(tmp_path / "b.problems.jsonl", [
+        {"t": rng.randint(1, n), "solved": rng.random() < 0.5,
+         "attempt_success_rate": rng.choice([0.0, 0.5, 1.0, None]),
+         "tokens_total": rng.choice([None, rng.randint(1, 50)]),
+         "latency_total_ms": rng.choice([None, round(rng.lognormvariate(5, 1), 3)])}
+        for _ in range(n)
+    ])  # fmt: skip
+    events = _write(tmp_path / "b.token_events.jsonl", [
+        {"component": rng.choice(["pipeline", "rag"]), "cost_usd": rng.random() / 7,
+         "metadata": {"t": rng.randint(1, n + 5)}} for _ in range(n)
+    ])  # fmt: skip
+    kwargs = {"problems_jsonl": problems, "token_events_jsonl": events}
+    reference = curve_rows(
+        read_records(stream, stream_fields),
+        read_records(problems, problem_fields),
+        read_records(events, event_fields),
+    )
+    duck = amortization_table(stream, engine="duckdb", **kwargs)
+    assert duck.rows() == reference
+    assert amortization_curve(stream, engine="python", **kwargs) == reference
+    write_extended_csv(duck, tmp_path / "a.csv")
+    write_extended_csv(reference, tmp_path / "b.csv")
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+    assert len(duck) == len(reference) and duck.column("t") == [r["t"] for r in reference]

@@ -171,10 +171,11 @@ def amortize_command(
     v0 has the stream's cost and solved columns; extended adds accuracy, p50/p95 latency and
     Track A (pipeline) / Track B (all components) cost per problem.
     """
-    from ampmeter.analysis import amortization_curve, write_extended_csv, write_v0_csv
+    from ampmeter.analysis import amortization_table, write_extended_csv, write_v0_csv
 
     with _user_errors("amortize"):
-        rows = amortization_curve(
+        # Columns, not a dict per row: a million-problem stream stays fast.
+        table = amortization_table(
             stream,
             problems_jsonl=problems,
             token_events_jsonl=events,
@@ -183,11 +184,11 @@ def amortize_command(
             progress=_err.is_terminal,
         )
         writer = write_v0_csv if fmt is Format.v0 else write_extended_csv
-        count = writer(rows, output)
+        count = writer(table, output)
         if plot is not None:
             from ampmeter.report.figures import amortization_figure, save_png
 
-            save_png(amortization_figure(rows), plot)
+            save_png(amortization_figure(table.rows()), plot)
     _err.print(f"wrote {count} row(s) to {output}" + (f" and {plot}" if plot else ""),
                markup=False)  # fmt: skip
 

@@ -6,11 +6,12 @@ from ampmeter.analysis.amortization import (
     EXTENDED_COLUMNS,
     V0_COLUMNS,
     amortization_curve,
+    amortization_table,
     write_csv,
     write_extended_csv,
     write_v0_csv,
 )
-from ampmeter.analysis.quantiles import RunningPercentile, percentile
+from ampmeter.analysis.quantiles import RunningPercentile, percentile, running_percentiles
 from ampmeter.analysis.runs import Call, Run, load_runs
 from ampmeter.analysis.summary import (
     NUMERIC_COLUMNS,
@@ -32,11 +33,22 @@ __all__ = [
     "RunningPercentile",
     "SummaryTable",
     "amortization_curve",
+    "amortization_table",
     "load_runs",
     "percentile",
+    "running_percentiles",
     "summarize",
     "summarize_run",
     "write_csv",
     "write_extended_csv",
     "write_v0_csv",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # CurveTable needs numpy, which the record-by-record path does without: import on use.
+    if name == "CurveTable":
+        from ampmeter.analysis._table import CurveTable
+
+        return CurveTable
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

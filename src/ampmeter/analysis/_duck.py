@@ -1,10 +1,11 @@
 """The DuckDB engine: read the amortization inputs column-wise, in parallel, off the GIL.
 
-It yields exactly the records the plain reader would (same order, same Python types), so the
-shared curve code gives identical rows. ``t`` is checked to be a JSON integer here as well; any
-other problem (bad JSON, a cut-off last line, a field DuckDB cannot convert) makes that file be
-read again by the plain reader, which either raises the precise ``file:line`` error or, for a
-cut-off last line, reads it by the contract's rules.
+It fetches numpy columns (no Python object per record) holding exactly the values the plain
+reader would, in the same order, so the shared column code gives identical rows. ``t`` is
+checked to be a JSON integer here as well; any other problem (bad JSON, a cut-off last line,
+a field DuckDB cannot convert) makes that file be read again by the plain reader, which either
+raises the precise ``file:line`` error or, for a cut-off last line, reads it by the contract's
+rules.
 """
 
 from __future__ import annotations
@@ -12,14 +13,20 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import duckdb
+import numpy as np
 
+from ampmeter.analysis._columns import (
+    EventColumns,
+    ProblemColumns,
+    StreamColumns,
+    event_columns,
+    problem_columns,
+    stream_columns,
+)
 from ampmeter.analysis._records import (
-    EventRow,
-    ProblemRow,
-    StreamRow,
     event_fields,
     problem_fields,
     read_records,
@@ -28,14 +35,16 @@ from ampmeter.analysis._records import (
 
 __all__ = ["read_inputs"]
 
-T = TypeVar("T")
+Fetched = dict[str, Any]
+
+_THEN = "\n-- or else --\n"  # separates queries tried in turn until one reads every record
 
 _INT_T = "json_type(t) IN ('BIGINT', 'UBIGINT')"
 
 _STREAM_SQL = f"""
 SELECT {_INT_T} AND cumulative_api_cost_usd IS NOT NULL AND cumulative_solved IS NOT NULL
        AND cost_per_solved IS NOT NULL AS ok,
-       t::BIGINT, cumulative_api_cost_usd, cumulative_solved, cost_per_solved
+       t::BIGINT AS t, cumulative_api_cost_usd, cumulative_solved, cost_per_solved
 FROM read_json(?, format='newline_delimited', columns={{
     't': 'JSON', 'cumulative_api_cost_usd': 'DOUBLE', 'cumulative_solved': 'BIGINT',
     'cost_per_solved': 'DOUBLE'}})
@@ -43,10 +52,19 @@ FROM read_json(?, format='newline_delimited', columns={{
 
 _PROBLEMS_SQL = f"""
 SELECT {_INT_T} AND solved IS NOT NULL AS ok,
-       t::BIGINT, solved, attempt_success_rate, tokens_total, latency_total_ms
+       t::BIGINT AS t, solved, attempt_success_rate, tokens_total, latency_total_ms
 FROM read_json(?, format='newline_delimited', columns={{
     't': 'JSON', 'solved': 'BOOLEAN', 'attempt_success_rate': 'DOUBLE', 'tokens_total': 'BIGINT',
     'latency_total_ms': 'DOUBLE'}})
+"""
+
+# Events usually carry metadata.t: reading only that is much faster than also reading a
+# top-level t as JSON, which the full query below does when some event lacks metadata.t.
+_EVENTS_META_SQL = """
+SELECT json_type(metadata.t) IN ('BIGINT', 'UBIGINT') AND cost_usd IS NOT NULL AS ok,
+       metadata.t::BIGINT AS t, coalesce(component = 'pipeline', false) AS pipeline, cost_usd
+FROM read_json(?, format='newline_delimited', columns={
+    'component': 'VARCHAR', 'cost_usd': 'DOUBLE', 'metadata': 'STRUCT(t JSON)'})
 """
 
 _EVENTS_SQL = f"""
@@ -58,48 +76,93 @@ WITH raw AS (
         't': 'JSON', 'component': 'VARCHAR', 'cost_usd': 'DOUBLE', 'metadata': 'STRUCT(t JSON)'}})
 )
 SELECT {_INT_T} AND cost_usd IS NOT NULL AS ok,
-       t::BIGINT, coalesce(component = 'pipeline', false), cost_usd
+       t::BIGINT AS t, coalesce(component = 'pipeline', false) AS pipeline, cost_usd
 FROM raw
 """
 
 
 def read_inputs(
-    stream: str, problems: str | None, events: str | None, *, progress: bool = False
-) -> tuple[list[StreamRow], list[ProblemRow] | None, list[EventRow] | None]:
-    """The stream, problems and event records of the given files (see the module docs)."""
+    stream: str,
+    problems: str | None,
+    events: str | None,
+    *,
+    progress: bool = False,
+    on_problems: Callable[[ProblemColumns], object] | None = None,
+) -> tuple[StreamColumns, ProblemColumns | None, EventColumns | None]:
+    """The stream, problems and event columns of the given files (see the module docs).
+
+    The problems are read first and handed to ``on_problems`` (if given) at once, so work on
+    them can start while the other files are read.
+    """
     con = duckdb.connect(":memory:")
     try:
-        jobs: list[tuple[str, str, str, Callable[[dict[str, Any]], Any]]] = [
-            ("stream", stream, _STREAM_SQL, stream_fields)
-        ]
+        jobs: list[tuple[str, str, str, Callable[[Fetched, str], Any]]] = []
         if problems:
-            jobs.append(("problems", problems, _PROBLEMS_SQL, problem_fields))
+            jobs.append(("problems", problems, _PROBLEMS_SQL, _problems))
+        jobs.append(("stream", stream, _STREAM_SQL, _stream))
         if events:
-            jobs.append(("events", events, _EVENTS_SQL, event_fields))
-        out: dict[str, list[Any]] = {}
+            jobs.append(("events", events, _EVENTS_META_SQL + _THEN + _EVENTS_SQL, _events))
+        out: dict[str, Any] = {}
         with _Progress(con, progress, len(jobs)) as bar:
-            for label, path, sql, fields in jobs:
-                out[label] = bar.run(label, functools.partial(_read, con, path, sql, fields))
+            for label, path, sql, convert in jobs:
+                out[label] = bar.run(label, functools.partial(_read, con, path, sql, convert))
+                if label == "problems" and on_problems is not None:
+                    on_problems(out[label])
     finally:
         con.close()
     return out["stream"], out.get("problems"), out.get("events")
 
 
 def _read(
-    con: duckdb.DuckDBPyConnection,
-    path: str,
-    sql: str,
-    fields: Callable[[dict[str, Any]], T],
-) -> list[Any]:
-    try:
-        rows = con.execute(sql, [path]).fetchall()
-    except duckdb.Error:
-        return read_records(path, fields)
-    if not all(row[0] for row in rows):
-        # A record breaks the contract: the plain reader names its line. It is also the
-        # authority should it accept what the SQL checks rejected.
-        return read_records(path, fields)
-    return [row[1:] for row in rows]
+    con: duckdb.DuckDBPyConnection, path: str, sql: str, convert: Callable[[Fetched, str], Any]
+) -> Any:
+    for query in sql.split(_THEN):
+        try:
+            fetched = con.execute(query, [path]).fetchnumpy()
+        except duckdb.Error:
+            break
+        if bool(np.all(np.ma.filled(fetched["ok"], False))):
+            return convert(fetched, path)
+    # A record breaks the contract: the plain reader names its line. It is also the
+    # authority should it accept what the SQL checks rejected.
+    return convert({}, path)
+
+
+def _plain(array: Any) -> Any:
+    return np.ma.getdata(array)
+
+
+def _nullable(array: Any) -> tuple[Any, Any]:
+    valid = ~np.ma.getmaskarray(array)
+    data = np.ma.getdata(array)
+    return (data if valid.all() else data[valid]), valid
+
+
+def _stream(fetched: Fetched, path: str) -> StreamColumns:
+    if not fetched:
+        return stream_columns(read_records(path, stream_fields))
+    return StreamColumns(
+        _plain(fetched["t"]), _plain(fetched["cumulative_api_cost_usd"]),
+        _plain(fetched["cumulative_solved"]), _plain(fetched["cost_per_solved"]),
+    )  # fmt: skip
+
+
+def _problems(fetched: Fetched, path: str) -> ProblemColumns:
+    if not fetched:
+        return problem_columns(read_records(path, problem_fields))
+    return ProblemColumns(
+        _plain(fetched["t"]), _plain(fetched["solved"]),
+        *_nullable(fetched["attempt_success_rate"]), *_nullable(fetched["tokens_total"]),
+        *_nullable(fetched["latency_total_ms"]),
+    )  # fmt: skip
+
+
+def _events(fetched: Fetched, path: str) -> EventColumns:
+    if not fetched:
+        return event_columns(read_records(path, event_fields))
+    return EventColumns(
+        _plain(fetched["t"]), _plain(fetched["pipeline"]), _plain(fetched["cost_usd"])
+    )
 
 
 class _Progress:
@@ -131,12 +194,12 @@ class _Progress:
         if self._bar is not None:
             self._bar.stop()
 
-    def run(self, label: str, job: Callable[[], list[Any]]) -> list[Any]:
+    def run(self, label: str, job: Callable[[], Any]) -> Any:
         """Run ``job`` (a DuckDB read); with the bar on, poll the query's progress meanwhile."""
         if self._bar is None:
             return job()
         task = self._bar.add_task(label, total=100.0)
-        result: list[list[Any]] = []
+        result: list[Any] = []
         error: list[BaseException] = []
 
         def work() -> None:

@@ -21,27 +21,26 @@ from __future__ import annotations
 import csv
 import os
 from collections.abc import Iterable, Mapping
-from operator import itemgetter
-from typing import Any, Final, Literal
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Final, Literal
 
+from ampmeter.analysis._pycurve import curve_rows
 from ampmeter.analysis._records import (
-    AnalysisError,
-    EventRow,
-    ProblemRow,
-    StreamRow,
     event_fields,
     problem_fields,
     read_records,
-    record_line,
     stream_fields,
 )
-from ampmeter.analysis.quantiles import RunningPercentile
+
+if TYPE_CHECKING:
+    from ampmeter.analysis._table import CurveTable
 
 __all__ = [
     "DUCKDB_THRESHOLD_BYTES",
     "EXTENDED_COLUMNS",
     "V0_COLUMNS",
     "amortization_curve",
+    "amortization_table",
     "write_csv",
     "write_extended_csv",
     "write_v0_csv",
@@ -65,6 +64,60 @@ Engine = Literal["auto", "python", "duckdb"]
 PathLike = str | os.PathLike[str]
 
 
+def amortization_table(
+    stream_jsonl: PathLike,
+    *,
+    problems_jsonl: PathLike | None = None,
+    token_events_jsonl: PathLike | None = None,
+    best_effort: bool = False,
+    engine: Engine = "auto",
+    progress: bool = False,
+) -> CurveTable:
+    """The curve of :func:`amortization_curve` as columns (a :class:`CurveTable`), without
+    building a dict per row; the fast way to a CSV of a large run. Needs numpy (the
+    ``analysis`` extra). Same arguments and errors as :func:`amortization_curve`."""
+    from ampmeter.analysis import _columns
+
+    stream_path, problems_path, events_path, use_duck = _plan(
+        stream_jsonl, problems_jsonl, token_events_jsonl, best_effort, engine
+    )
+    # The problem side (percentiles) runs in a thread while the other files are read.
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ampmeter-problems")
+    pending: list[Future[_columns.ProblemStats]] = []
+
+    def start(problems: _columns.ProblemColumns) -> None:
+        pending.append(pool.submit(_columns.problem_stats, problems))
+
+    try:
+        if use_duck:
+            from ampmeter.analysis._duck import read_inputs
+
+            stream, _, events = read_inputs(
+                stream_path, problems_path, events_path, progress=progress, on_problems=start
+            )
+        else:
+            if problems_path:
+                start(_columns.problem_columns(
+                    read_records(problems_path, problem_fields, best_effort=best_effort)
+                ))  # fmt: skip
+            stream = _columns.stream_columns(
+                read_records(stream_path, stream_fields, best_effort=best_effort)
+            )
+            events = (
+                _columns.event_columns(
+                    read_records(events_path, event_fields, best_effort=best_effort)
+                )
+                if events_path
+                else None
+            )
+        stats = pending[0].result() if pending else None
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return _columns.curve_table(
+        stream, stats, events, stream_path=stream_path, best_effort=best_effort
+    )
+
+
 def amortization_curve(
     stream_jsonl: PathLike,
     *,
@@ -81,11 +134,46 @@ def amortization_curve(
     of the wrong type raises :class:`AnalysisError` naming ``file:line``; so does a ``t`` that
     appears twice in the stream file. ``engine="duckdb"`` (or ``"auto"`` on inputs over
     :data:`DUCKDB_THRESHOLD_BYTES`) reads the files with DuckDB and gives the same rows;
-    ``progress`` shows a progress bar on stderr while it reads.
+    ``progress`` shows a progress bar on stderr while it reads. With numpy installed the curve
+    is computed column-wise (:func:`amortization_table`); without it, record by record, with
+    the same results.
     """
+    if _numpy_available():
+        return amortization_table(
+            stream_jsonl, problems_jsonl=problems_jsonl, token_events_jsonl=token_events_jsonl,
+            best_effort=best_effort, engine=engine, progress=progress,
+        ).rows()  # fmt: skip
+    stream_path, problems_path, events_path, use_duck = _plan(
+        stream_jsonl, problems_jsonl, token_events_jsonl, best_effort, engine
+    )
+    if use_duck:
+        raise ImportError("the duckdb engine needs numpy: install ampmeter[analysis]")
+    stream = read_records(stream_path, stream_fields, best_effort=best_effort)
+    problems = (
+        read_records(problems_path, problem_fields, best_effort=best_effort)
+        if problems_path
+        else None
+    )
+    events = (
+        read_records(events_path, event_fields, best_effort=best_effort) if events_path else None
+    )
+    return curve_rows(stream, problems, events, stream_path=stream_path, best_effort=best_effort)
+
+
+def _plan(
+    stream_jsonl: PathLike,
+    problems_jsonl: PathLike | None,
+    token_events_jsonl: PathLike | None,
+    best_effort: bool,
+    engine: str,
+) -> tuple[str, str | None, str | None, bool]:
+    """Check the arguments; the three paths and whether DuckDB reads them."""
     if engine not in ("auto", "python", "duckdb"):
         raise ValueError(f"engine must be 'auto', 'python' or 'duckdb', got {engine!r}")
-    paths = [os.fspath(p) for p in (stream_jsonl, problems_jsonl, token_events_jsonl) if p]
+    stream_path = os.fspath(stream_jsonl)
+    problems_path = os.fspath(problems_jsonl) if problems_jsonl else None
+    events_path = os.fspath(token_events_jsonl) if token_events_jsonl else None
+    paths = [p for p in (stream_path, problems_path, events_path) if p]
     for path in paths:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no such file: {path}")
@@ -95,29 +183,15 @@ def amortization_curve(
     )  # fmt: skip
     if use_duck and best_effort:
         raise ValueError("the duckdb engine reads strictly; use engine='python' for best_effort")
-    stream_path = os.fspath(stream_jsonl)
-    if use_duck:
-        from ampmeter.analysis._duck import read_inputs
+    return stream_path, problems_path, events_path, use_duck
 
-        stream, problems, events = read_inputs(
-            stream_path,
-            os.fspath(problems_jsonl) if problems_jsonl else None,
-            os.fspath(token_events_jsonl) if token_events_jsonl else None,
-            progress=progress,
-        )
-    else:
-        stream = read_records(stream_path, stream_fields, best_effort=best_effort)
-        problems = (
-            read_records(problems_jsonl, problem_fields, best_effort=best_effort)
-            if problems_jsonl
-            else None
-        )
-        events = (
-            read_records(token_events_jsonl, event_fields, best_effort=best_effort)
-            if token_events_jsonl
-            else None
-        )
-    return curve_rows(stream, problems, events, stream_path=stream_path, best_effort=best_effort)
+
+def _numpy_available() -> bool:
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _duckdb_available() -> bool:
@@ -125,89 +199,7 @@ def _duckdb_available() -> bool:
         import duckdb  # noqa: F401
     except ImportError:
         return False
-    return True
-
-
-def curve_rows(
-    stream: list[StreamRow],
-    problems: list[ProblemRow] | None,
-    events: list[EventRow] | None,
-    *,
-    stream_path: str = "<stream>",
-    best_effort: bool = False,
-) -> list[dict[str, Any]]:
-    """The curve from records already read (the part both engines share)."""
-    by_t: dict[int, StreamRow] = {}
-    for index, record in enumerate(stream):
-        if record[0] in by_t:
-            line = record_line(stream_path, index, best_effort) if stream_path[:1] != "<" else None
-            raise AnalysisError(stream_path, line, f"t={record[0]} appears twice in the stream")
-        by_t[record[0]] = record
-    pipeline: dict[int, float] = {}
-    total: dict[int, float] = {}
-    if events is not None:
-        for t, is_pipeline, cost in events:
-            total[t] = total.get(t, 0.0) + cost
-            if is_pipeline:
-                pipeline[t] = pipeline.get(t, 0.0) + cost
-    ordered = sorted(problems, key=itemgetter(0)) if problems is not None else []
-    all_t = set(by_t)
-    all_t.update(total)
-    if ordered:
-        all_t.update(p[0] for p in ordered)
-    has_problems = problems is not None
-    has_events = events is not None
-    rate_p50 = RunningPercentile(50.0)
-    tokens_p50 = RunningPercentile(50.0)
-    latency_p50 = RunningPercentile(50.0)
-    latency_p95 = RunningPercentile(95.0)
-    n_problems = solved = 0
-    cost_a = cost_b = 0.0
-    pi, np_ = 0, len(ordered)
-    rows: list[dict[str, Any]] = []
-    for index, t in enumerate(sorted(all_t)):
-        while pi < np_ and ordered[pi][0] <= t:
-            _, ok, rate, tokens, latency = ordered[pi]
-            pi += 1
-            n_problems += 1
-            if ok:
-                solved += 1
-            if rate is not None:
-                rate_p50.add(rate)
-            if tokens is not None:
-                tokens_p50.add(tokens)
-            if latency is not None:
-                latency_p50.add(latency)
-                latency_p95.add(latency)
-        s = by_t.get(t)
-        row: dict[str, Any] = {
-            "t": t,
-            "cumulative_api_cost_usd": s[1] if s else None,
-            "cumulative_solved": s[2] if s else None,
-            "cost_per_solved": s[3] if s else None,
-            "cum_accuracy": None,
-            "attempt_success_rate_p50": None,
-            "tokens_total_p50": None,
-            "latency_ms_p50": None,
-            "latency_ms_p95": None,
-            "cost_usd_pipeline_avg": None,
-            "cost_usd_total_avg": None,
-        }
-        if has_problems and n_problems:
-            row["cum_accuracy"] = solved / n_problems
-            row["attempt_success_rate_p50"] = rate_p50.value()
-            row["tokens_total_p50"] = tokens_p50.value()
-            row["latency_ms_p50"] = latency_p50.value()
-            row["latency_ms_p95"] = latency_p95.value()
-        if has_events:
-            cost_a += pipeline.get(t, 0.0)
-            cost_b += total.get(t, 0.0)
-            denominator = n_problems if has_problems else index + 1
-            if denominator:
-                row["cost_usd_pipeline_avg"] = cost_a / denominator
-                row["cost_usd_total_avg"] = cost_b / denominator
-        rows.append(row)
-    return rows
+    return _numpy_available()
 
 
 def _cell(value: object) -> object:
@@ -218,11 +210,24 @@ def _cell(value: object) -> object:
     return value
 
 
-def write_csv(
-    rows: Iterable[Mapping[str, Any]], path: PathLike, columns: Iterable[str]
-) -> int:
-    """Write ``rows`` as CSV with exactly ``columns`` (None as an empty cell, floats in full
-    precision); returns the number of data rows. The file is replaced only when complete."""
+Rows = Iterable[Mapping[str, Any]]
+
+
+def _as_table(rows: object) -> CurveTable | None:
+    if not _numpy_available():
+        return None
+    from ampmeter.analysis._table import CurveTable
+
+    return rows if isinstance(rows, CurveTable) else None
+
+
+def write_csv(rows: Rows | CurveTable, path: PathLike, columns: Iterable[str]) -> int:
+    """Write ``rows`` (dicts, or a :class:`CurveTable`, written column-wise and much faster)
+    as CSV with exactly ``columns`` (None as an empty cell, floats in full precision); returns
+    the number of data rows. The file is replaced only when complete."""
+    table = _as_table(rows)
+    if table is not None:
+        return table.write_csv(path, columns)
     names = list(columns)
     target = os.fspath(path)
     tmp = f"{target}.tmp-{os.getpid()}"
@@ -231,7 +236,7 @@ def write_csv(
         with open(tmp, "w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle, lineterminator="\n")
             writer.writerow(names)
-            for row in rows:
+            for row in rows:  # type: ignore[union-attr]
                 writer.writerow([_cell(row.get(name)) for name in names])
                 count += 1
         os.replace(tmp, target)
@@ -242,14 +247,19 @@ def write_csv(
     return count
 
 
-def write_v0_csv(rows: Iterable[Mapping[str, Any]], path: PathLike) -> int:
+def write_v0_csv(rows: Rows | CurveTable, path: PathLike) -> int:
     """The v0 CSV (contract §3.1): ``t`` and the stream's three columns, for every ``t`` that
     has a stream line, in ``t`` order."""
+    table = _as_table(rows)
+    if table is not None:
+        return table.write_csv(path, V0_COLUMNS, only_stream_rows=True)
     return write_csv(
-        (r for r in rows if r.get("cumulative_solved") is not None), path, V0_COLUMNS
+        (r for r in rows if r.get("cumulative_solved") is not None),  # type: ignore[union-attr]
+        path,
+        V0_COLUMNS,
     )
 
 
-def write_extended_csv(rows: Iterable[Mapping[str, Any]], path: PathLike) -> int:
+def write_extended_csv(rows: Rows | CurveTable, path: PathLike) -> int:
     """The extended CSV (contract §4.1) with its stable column names, one row per ``t``."""
     return write_csv(rows, path, EXTENDED_COLUMNS)
