@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from ampmeter.cli_run import register
 from ampmeter.demo import DemoError, run_demo
 from ampmeter.demo.agent import parse_reply
+from ampmeter.demo.output import USAGE_KEYS, matches, sum_usage, totals
 from ampmeter.demo.tools import ToolError, calculator, lookup
 from ampmeter.integrations import is_instrumented
 from ampmeter.local_llm import LocalLLMServer
@@ -52,6 +53,8 @@ def test_parse_reply() -> None:
     ({"price_in": -1.0}, "price_in"),
     ({"max_steps": 0}, "max_steps"),
     ({"questions": 99}, "questions"),
+    ({"run_max_llm_calls": 0}, "run_max_llm_calls"),
+    ({"run_max_llm_calls": 2.5}, "run_max_llm_calls"),
     ({"max_cost": float("nan")}, "max_cost"),
     ({"model_path": "x.gguf", "base_url": "http://127.0.0.1:1/v1"}, "not both"),
     ({"model_path": "/nonexistent/model.gguf"}, "not found"),
@@ -71,7 +74,9 @@ def test_demo_on_local_model_writes_logs_and_prices_as_hosted(
     text = "\n".join(lines)
     assert "priced as gpt-4o-mini" in text and "summary:" in text
     (summary,) = outcome.summaries
-    assert 1 <= summary["llm_calls"] <= 3  # two allowed, plus the one a limit may halt
+    assert 1 <= summary["llm_calls"] <= 2  # calls sent; a halted one is not counted
+    assert summary["stopped_by"] in (None, "question limit")  # the run budget is far away
+    assert {k: outcome.run_summary[k] for k in USAGE_KEYS} == {k: summary[k] for k in USAGE_KEYS}
     assert summary["tokens_in"] > 0
     assert summary["cost_usd"] > 0  # priced as a hosted model
     log = (tmp_path / "demo.token_events.jsonl").read_text()
@@ -88,9 +93,67 @@ def test_demo_on_local_model_writes_logs_and_prices_as_hosted(
         assert outcome.report.read_text().lstrip().lower().startswith("<!doctype html")
 
 
-def test_demo_command_reports_bad_flags() -> None:
+def test_run_budget_stops_a_sub_agent_and_the_run_totals_are_the_sum(
+    tmp_path: Path, llm_server: LocalLLMServer
+) -> None:
+    lines: list[str] = []
+    outcome = run_demo(base_url=llm_server.base_url, model_name=llm_server.model,
+                       price_as="gpt-4o-mini", questions=2, run_max_llm_calls=1,
+                       out_dir=tmp_path, echo=lines.append)  # fmt: skip
+    text = "\n".join(lines)
+    run, summaries = outcome.run_summary, outcome.summaries
+    # The parent's own stats roll up both sub-agents: its totals are their sum.
+    summed = sum_usage(summaries)
+    for key in ("llm_calls", "tool_calls", "tokens_in", "tokens_out"):
+        assert run[key] == summed[key], key
+    assert run["cost_usd"] == pytest.approx(summed["cost_usd"])
+    assert run["cost_usd"] > 0
+    assert run["llm_calls"] == 1  # the budget: one call, the next one is stopped before it runs
+    assert run["name"] == "demo_run" and run["termination"] == "limit_exceeded"
+    assert run["stop_reason"] == "limit exceeded: amp:llm_calls = 2 > 1"
+    stopped = [t for t, s in enumerate(summaries) if s["stopped_by"] == "run budget"]
+    assert stopped, text  # q0's second call, or q1's first if q0 answered in one
+    t = stopped[0]
+    result = outcome.results[t]
+    assert result.stop_before is not None and result.stop_before.startswith("LLM call ")
+    assert result.stop_node is not None
+    assert (f"[q{t}]" in text and f"stopped before {result.stop_before}: run budget "
+            f"amp:llm_calls = 2 > 1 (node {result.stop_node})" in text)  # fmt: skip
+    assert "equals the sum of the 2 questions" in text
+    # Every question, stopped or not, has its problem and stream line.
+    problems = [json.loads(x) for x in (tmp_path / "demo.problems.jsonl").read_text().splitlines()]
+    assert [p["t"] for p in problems] == [0, 1]
+    assert problems[t]["solved"] is False
+    assert [p["llm_calls"] for p in problems] == [s["llm_calls"] for s in summaries]
+    stream = (tmp_path / "demo.stream.jsonl").read_text().splitlines()
+    assert [json.loads(x)["t"] for x in stream] == [0, 1]
+    # Each question's calls went to its own problem sink only (the run context has none).
+    log = (tmp_path / "demo.token_events.jsonl").read_text()
+    events = [e for e in map(json.loads, log.splitlines()) if e["event_type"] == "llm_completion"]
+    for q, summary in enumerate(summaries):
+        mine = [e for e in events if e["run_id"] == f"demo:q{q}"]
+        assert sum(e["usage"]["prompt_tokens"] for e in mine) == summary["tokens_in"]
+    calls = [json.loads(x) for x in (tmp_path / "demo.calls.jsonl").read_text().splitlines()]
+    assert len({c["call_id"] for c in calls}) == len(calls)  # no node logged twice
+
+
+def test_totals_says_when_the_run_is_not_the_sum(tmp_path: Path) -> None:
+    q = {"llm_calls": 2, "tool_calls": 1, "tokens_in": 10, "tokens_out": 3, "cost_usd": 0.1,
+         "stopped_by": None}  # fmt: skip
+    run = {"name": "demo_run", **sum_usage([q, q])}
+    assert matches(run, sum_usage([q, q]))
+    assert "equals the sum of the 2 questions" in totals(run, [q, q], 7, 1.0, tmp_path, "demo")
+    text = totals({**run, "llm_calls": 5}, [q, q], 7, 1.0, tmp_path, "demo")
+    assert "NOT the sum" in text and "--run-max-llm-calls below 5" in text
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (["--questions", "0"], "questions"),
+    (["--run-max-llm-calls", "0"], "run_max_llm_calls"),
+])
+def test_demo_command_reports_bad_flags(args: list[str], match: str) -> None:
     app = typer.Typer()
     register(app)
-    result = CliRunner().invoke(app, ["demo", "--questions", "0"])
+    result = CliRunner().invoke(app, ["demo", *args])
     assert result.exit_code == 2
-    assert "questions" in result.output
+    assert match in result.output

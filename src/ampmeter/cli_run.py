@@ -106,6 +106,14 @@ def _demo(
     ] = 0.01,
     max_steps: Annotated[int, typer.Option("--max-steps", help="Most LLM calls per question.")] = 6,
     questions: Annotated[int, typer.Option("--questions", help="How many questions.")] = 4,
+    run_max_llm_calls: Annotated[
+        int,
+        typer.Option(
+            "--run-max-llm-calls",
+            help="Most LLM calls for the whole run (default: one short of what the default "
+            "questions need, so the last one is stopped).",
+        ),
+    ] = 7,
     out_dir: Annotated[Path, typer.Option("--out-dir", help="Where the logs go.")] = Path(
         "runs/demo"
     ),
@@ -117,7 +125,8 @@ def _demo(
         run_demo(
             model_path=model, base_url=base_url, model_name=model_name, price_in=price_in,
             price_out=price_out, price_as=price_as, max_cost=max_cost, max_steps=max_steps,
-            questions=questions, out_dir=out_dir, echo=typer.echo,
+            questions=questions, run_max_llm_calls=run_max_llm_calls, out_dir=out_dir,
+            echo=typer.echo,
         )  # fmt: skip
     except DemoError as exc:
         typer.echo(f"ampmeter demo: {exc}", err=True)

@@ -1,10 +1,13 @@
 """``ampmeter demo``: a ReAct agent on a real local model, run under limits and accounted for.
 
 :func:`run_demo` starts the bundled SmolLM2-135M model in-process with llama.cpp (or uses any
-OpenAI-compatible ``base_url``), instruments the ``openai`` SDK, asks a handful of questions,
-each in its own :class:`~ampmeter.ExecutionContext` with a cost ceiling, a step cap and a cap on
-consecutive replies that do not follow the format, and writes the stream-logger files (calls,
-problems, cumulative stream, TokenTracker events) to ``out_dir``.
+OpenAI-compatible ``base_url``), instruments the ``openai`` SDK and runs a handful of questions
+under one run-wide :class:`~ampmeter.ExecutionContext` (``demo_run``) with an LLM-call budget.
+Each question is a sub-agent (``spawn_child``) with its own cost ceiling, step cap and cap on
+consecutive replies that do not follow the format; its usage rolls up into the run, and the run
+budget stops a question's call before it is made. The default budget is one call short of what
+the default questions need, so the last one is stopped part-way. The stream-logger files (calls,
+problems, cumulative stream, TokenTracker events) go to ``out_dir``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from ampmeter.context import ExecutionContext
 from ampmeter.demo.agent import AgentResult, run_agent
+from ampmeter.demo.output import question_line, totals, usage
+from ampmeter.keys import KEY_COST, KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_LLM_CALLS
+from ampmeter.limits import ExceededLimit, Limit
+from ampmeter.logs.stream import StreamMetricsLogger
 
 __all__ = ["QUESTIONS", "DemoError", "DemoOutcome", "run_demo"]
 
@@ -30,6 +38,10 @@ QUESTIONS: Final[tuple[tuple[str, str], ...]] = (
     ("What is 2 + 2?", "4"),
 )
 RUN_ID: Final = "demo"
+RUN_CONTEXT: Final = "demo_run"
+# With the default four questions the model (greedy, temperature 0) makes two calls each, so a
+# run budget of seven stops the last question before its second call.
+RUN_MAX_LLM_CALLS: Final = 7
 MAX_CONSECUTIVE_FORMAT_ERRORS: Final = 2
 MAX_TOKENS: Final = 40
 
@@ -40,12 +52,16 @@ class DemoError(ValueError):
 
 @dataclass(frozen=True)
 class DemoOutcome:
-    """What the demo did: one result and one summary per question, and where the logs are."""
+    """What the demo did: per-question results and summaries, the logs, the run's totals.
+
+    ``run_summary`` is read from the run context's own stats, which roll up every question's.
+    """
 
     results: list[AgentResult]
     summaries: list[dict[str, Any]]
     out_dir: Path
     report: Path | None
+    run_summary: dict[str, Any]
 
 
 def _check(name: str, value: float, *, integer: bool = False, minimum: float = 0) -> None:
@@ -85,6 +101,7 @@ def run_demo(
     max_cost: float = 0.01,
     max_steps: int = 6,
     questions: int = 4,
+    run_max_llm_calls: int = RUN_MAX_LLM_CALLS,
     out_dir: str | Path = "runs/demo",
     echo: Callable[[str], Any] = print,
 ) -> DemoOutcome:
@@ -94,6 +111,7 @@ def run_demo(
     _check("max_cost", max_cost)
     _check("max_steps", max_steps, integer=True, minimum=1)
     _check("questions", questions, integer=True, minimum=1)
+    _check("run_max_llm_calls", run_max_llm_calls, integer=True, minimum=1)
     if questions > len(QUESTIONS):
         raise DemoError(f"questions must be at most {len(QUESTIONS)}, got {questions}")
     if model_path is not None and base_url is not None:
@@ -123,7 +141,8 @@ def run_demo(
         _set_demo_price(model, price_in, price_out, price_as, echo)
         priced = True
         with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
-            return _ask_all(client, model, max_cost, max_steps, questions, out, echo)
+            return _ask_all(client, model, max_cost, max_steps, questions, run_max_llm_calls,
+                            out, echo)
     finally:
         if priced:
             pricing.remove_price(model)  # leave the process's price table as it was
@@ -132,14 +151,11 @@ def run_demo(
 
 
 def _ask_all(client: Any, model: str, max_cost: float, max_steps: int, questions: int,
-             out: Path, echo: Callable[[str], Any]) -> DemoOutcome:  # fmt: skip
+             run_max_llm_calls: int, out: Path,
+             echo: Callable[[str], Any]) -> DemoOutcome:  # fmt: skip
     import ampmeter.pricing
-    from ampmeter.context import ExecutionContext, use_pricing
+    from ampmeter.context import use_pricing
     from ampmeter.integrations import instrument, is_instrumented, uninstrument
-    from ampmeter.keys import KEY_COST, KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_LLM_CALLS
-    from ampmeter.limits import Limit
-    from ampmeter.logs.stream import StreamMetricsLogger
-    from ampmeter.runner import summarize
 
     use_pricing(ampmeter.pricing)
     was_instrumented = is_instrumented()
@@ -147,56 +163,72 @@ def _ask_all(client: Any, model: str, max_cost: float, max_steps: int, questions
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob(f"{RUN_ID}.*.jsonl"):
         old.unlink()  # a fresh demo run, not appended to the last one
+    echo(f"run {RUN_CONTEXT!r}: at most {run_max_llm_calls} LLM calls in all; each question "
+         f"a sub-agent with at most {max_steps} LLM calls, ${max_cost:g}, "
+         f"{MAX_CONSECUTIVE_FORMAT_ERRORS} consecutive format errors")  # fmt: skip
     results: list[AgentResult] = []
     summaries: list[dict[str, Any]] = []
     began = time.perf_counter()
     try:
-        with StreamMetricsLogger(out, RUN_ID) as logger:
+        # No sinks on the run context: a child inherits its parent's sinks, and each question's
+        # calls must reach only that question's problem sink.
+        with StreamMetricsLogger(out, RUN_ID) as logger, ExecutionContext(
+            RUN_CONTEXT, limits=[Limit(KEY_LLM_CALLS, run_max_llm_calls)]
+        ) as run_ctx:
             for t, (question, expected) in enumerate(QUESTIONS[:questions]):
-                sink = logger.problem(t, f"q{t}")
-                limits = [Limit(KEY_COST, max_cost), Limit(KEY_LLM_CALLS, max_steps),
-                          Limit(KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
-                                MAX_CONSECUTIVE_FORMAT_ERRORS)]  # fmt: skip
-                with ExecutionContext(f"q{t}", limits=limits, sinks=[sink]) as ctx:
-                    result = run_agent(ctx, client, model, question, max_tokens=MAX_TOKENS)
-                summary = summarize(ctx)
-                solved = result.answer is not None and expected in result.answer.lower()
-                sink.log_problem(solved)
+                result, summary, solved = _ask_one(run_ctx, logger, t, question, expected,
+                                                   client, model, max_cost, max_steps)  # fmt: skip
                 results.append(result)
                 summaries.append(summary)
-                echo(_line(t, result, summary, solved))
+                echo(question_line(t, result, summary, solved))
+        run_summary = {"name": RUN_CONTEXT, **usage(run_ctx.stats),
+                       "termination": _termination(run_ctx),
+                       "stop_reason": _reason(run_ctx.exceeded_limit)}  # fmt: skip
     finally:
         if not was_instrumented:
             uninstrument()
-    echo(_totals(summaries, results, time.perf_counter() - began, out))
+    seconds = time.perf_counter() - began
+    echo(totals(run_summary, summaries, run_max_llm_calls, seconds, out, RUN_ID))
     report = _render_report(out, echo)
-    return DemoOutcome(results, summaries, out, report)
+    return DemoOutcome(results, summaries, out, report, run_summary)
 
 
-def _line(t: int, result: AgentResult, summary: dict[str, Any], solved: bool) -> str:
-    verdict = "solved" if solved else ("stopped: " + result.stopped if result.stopped else
-                                        f"answered {result.answer!r}")  # fmt: skip
-    return (f"[q{t}] {result.question}\n      {summary['llm_calls']} LLM calls, "
-            f"{summary['tool_calls']} tool calls, {result.parse_errors} format errors, "
-            f"{summary['tokens_in']}/{summary['tokens_out']} tokens, "
-            f"${summary['cost_usd']:.6f} -> {verdict}")  # fmt: skip
+def _ask_one(run_ctx: ExecutionContext, logger: StreamMetricsLogger, t: int, question: str,
+             expected: str, client: Any, model: str, max_cost: float,
+             max_steps: int) -> tuple[AgentResult, dict[str, Any], bool]:  # fmt: skip
+    """One question as a sub-agent of ``run_ctx``, logged as problem ``t`` of the stream."""
+    sink = logger.problem(t, f"q{t}")
+    limits = [Limit(KEY_COST, max_cost), Limit(KEY_LLM_CALLS, max_steps),
+              Limit(KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, MAX_CONSECUTIVE_FORMAT_ERRORS)]  # fmt: skip
+    began = time.perf_counter()
+    with run_ctx.spawn_child(f"q{t}", limits=limits, sinks=[sink]) as ctx:
+        result = run_agent(ctx, client, model, question, max_tokens=MAX_TOKENS)
+    seconds = time.perf_counter() - began
+    exceeded = result.stop_exceeded
+    stopped_by = None
+    if result.stopped is not None:
+        run_limit = exceeded is not None and any(exceeded.limit is lim for lim in run_ctx.limits)
+        stopped_by = "run budget" if run_limit else "question limit"
+    summary = {**usage(ctx.stats), "termination": _termination(ctx),
+               "stop_reason": _reason(exceeded), "stopped_by": stopped_by,
+               "stop_before": result.stop_before, "stop_node": result.stop_node}  # fmt: skip
+    solved = result.answer is not None and expected in result.answer.lower()
+    # The figures are given, not left to the sink's tally: that tally also counts the halted
+    # call and the question's own node, which are not calls that were made.
+    sink.log_problem(solved, llm_calls=summary["llm_calls"],
+                     tokens_total=summary["tokens_in"] + summary["tokens_out"],
+                     latency_total_ms=seconds * 1000.0,
+                     api_cost_usd=summary["cost_usd"])  # fmt: skip
+    return result, summary, solved
 
 
-def _totals(summaries: list[dict[str, Any]], results: list[AgentResult], seconds: float,
-            out: Path) -> str:  # fmt: skip
-    calls = sum(s["llm_calls"] for s in summaries)
-    tools = sum(s["tool_calls"] for s in summaries)
-    tokens_in = sum(s["tokens_in"] for s in summaries)
-    tokens_out = sum(s["tokens_out"] for s in summaries)
-    cost = sum(s["cost_usd"] for s in summaries)
-    stopped = sum(1 for r in results if r.stopped)
-    return (
-        f"\nsummary: {len(results)} questions, {calls} LLM calls, {tools} tool calls, "
-        f"{tokens_in} input / {tokens_out} output tokens, ${cost:.6f}, "
-        f"{stopped} stopped by a limit, {seconds:.1f} s\n"
-        f"amplification: {(calls + tools) / max(len(results), 1):.1f} calls per question\n"
-        f"logs: {out}/{RUN_ID}.calls.jsonl, .problems.jsonl, .stream.jsonl, .token_events.jsonl"
-    )
+def _termination(ctx: ExecutionContext) -> str:
+    reason = ctx.termination_reason
+    return reason.value if reason is not None else "success"
+
+
+def _reason(exceeded: ExceededLimit | None) -> str | None:
+    return None if exceeded is None else str(exceeded)
 
 
 def _render_report(out: Path, echo: Callable[[str], Any]) -> Path | None:

@@ -14,6 +14,7 @@ from typing import Any, Final
 from ampmeter.context import ExecutionContext
 from ampmeter.demo.tools import TOOLS, ToolError
 from ampmeter.errors import LimitExceeded
+from ampmeter.limits import ExceededLimit
 from ampmeter.trace import ParseErrorTrace
 
 __all__ = ["SYSTEM_PROMPT", "AgentResult", "parse_reply", "run_agent"]
@@ -62,11 +63,14 @@ def parse_reply(text: str) -> Parsed | None:
 
 @dataclass(slots=True)
 class AgentResult:
-    """How one question went."""
+    """How one question went; when a limit stopped it, which call and why (``stop_*``)."""
 
     question: str
     answer: str | None = None
     stopped: str | None = None
+    stop_before: str | None = None  # the call that was not made, e.g. "LLM call 2"
+    stop_exceeded: ExceededLimit | None = None
+    stop_node: str | None = None  # the halted call's node (None when an iteration was stopped)
     steps: int = 0
     parse_errors: int = 0
     transcript: list[str] = field(default_factory=list)
@@ -82,11 +86,13 @@ def run_agent(
         *EXAMPLE,
         {"role": "user", "content": f"Question: {question}"},
     ]
+    pending = ""
     try:
         while True:
+            pending = f"LLM call {result.steps + 1}"
             ctx.start_iteration()
             reply = client.chat.completions.create(
-                model=model, messages=messages, max_tokens=max_tokens, temperature=0.2,
+                model=model, messages=messages, max_tokens=max_tokens, temperature=0,
                 stop=["Observation:"],
             )  # fmt: skip
             result.steps += 1
@@ -104,11 +110,15 @@ def run_agent(
             if parsed.final is not None:
                 result.answer = parsed.final
                 return result
+            pending = f"tool call {parsed.tool}[{parsed.argument}]"
             observation = _use_tool(ctx, parsed)
             messages.append({"role": "assistant", "content": text})
             messages.append({"role": "user", "content": f"Observation: {observation}"})
     except LimitExceeded as exc:
         result.stopped = str(exc.exceeded) if exc.exceeded is not None else str(exc)
+        result.stop_before, result.stop_exceeded, result.stop_node = (
+            pending, exc.exceeded, exc.node_id
+        )
         return result
 
 

@@ -1,0 +1,99 @@
+"""What the demo prints: a usage dict read from a context's stats, one line per question, totals."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Final
+
+from ampmeter.demo.agent import AgentResult
+from ampmeter.keys import (
+    KEY_COST,
+    KEY_INPUT_TOKENS,
+    KEY_LLM_CALLS,
+    KEY_OUTPUT_TOKENS,
+    KEY_TOOL_CALLS,
+)
+from ampmeter.limits import ExceededLimit
+from ampmeter.stats import ExecutionStats
+
+__all__ = [
+    "USAGE_KEYS", "describe_stop", "matches", "question_line", "sum_usage", "totals", "usage",
+]
+
+USAGE_KEYS: Final = ("llm_calls", "tool_calls", "tokens_in", "tokens_out", "cost_usd")
+
+
+def usage(stats: ExecutionStats) -> dict[str, Any]:
+    """A context's own usage (its children's included), read from its live stats."""
+    counters, gauges = stats.counters(), stats.gauges()
+    return {
+        "llm_calls": counters.get(KEY_LLM_CALLS, 0),
+        "tool_calls": counters.get(KEY_TOOL_CALLS, 0),
+        "tokens_in": counters.get(KEY_INPUT_TOKENS, 0),
+        "tokens_out": counters.get(KEY_OUTPUT_TOKENS, 0),
+        "cost_usd": gauges.get(KEY_COST, 0.0),
+    }
+
+
+def sum_usage(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The usage figures of several summaries added up."""
+    return {key: sum(s[key] for s in summaries) for key in USAGE_KEYS}
+
+
+def matches(run: dict[str, Any], summed: dict[str, Any]) -> bool:
+    """True when the run's figures equal ``summed`` (cost up to float rounding)."""
+    return all(run[k] == summed[k] for k in USAGE_KEYS if k != "cost_usd") and math.isclose(
+        run["cost_usd"], summed["cost_usd"], rel_tol=1e-9, abs_tol=1e-12
+    )
+
+
+def describe_stop(result: AgentResult, stopped_by: str | None) -> str:
+    """``stopped before LLM call 2: run budget amp:llm_calls = 8 > 7 (node n000023)``."""
+    exceeded: ExceededLimit | None = result.stop_exceeded
+    why = (f"{exceeded.key} = {exceeded.value:.6g} > {exceeded.limit.max_value:.6g}"
+           if exceeded is not None else result.stopped or "stopped")  # fmt: skip
+    node = f" (node {result.stop_node})" if result.stop_node else ""
+    return f"stopped before {result.stop_before}: {stopped_by or 'limit'} {why}{node}"
+
+
+def question_line(t: int, result: AgentResult, summary: dict[str, Any], solved: bool) -> str:
+    """Two lines for question ``t``: what it used and how it ended."""
+    if solved:
+        verdict = "solved"
+    elif result.stopped:
+        verdict = describe_stop(result, summary.get("stopped_by"))
+    else:
+        verdict = f"answered {result.answer!r}"
+    return (f"[q{t}] {result.question}\n      {summary['llm_calls']} LLM calls, "
+            f"{summary['tool_calls']} tool calls, {result.parse_errors} format errors, "
+            f"{summary['tokens_in']}/{summary['tokens_out']} tokens, "
+            f"${summary['cost_usd']:.6f} -> {verdict}")  # fmt: skip
+
+
+def totals(run: dict[str, Any], summaries: list[dict[str, Any]], run_max_llm_calls: int,
+           seconds: float, out: Path, run_id: str) -> str:  # fmt: skip
+    """The closing block: the run context's totals, the stops, amplification and the logs."""
+    n = len(summaries)
+    stopped = [s for s in summaries if s["stopped_by"] is not None]
+    by_run = sum(1 for s in stopped if s["stopped_by"] == "run budget")
+    summed = sum_usage(summaries)
+    check = (f"equals the sum of the {n} questions" if matches(run, summed) else
+             f"NOT the sum of the {n} questions: {summed}")  # fmt: skip
+    lines = [
+        f"\nsummary: run {run['name']!r}, from its own stats ({check}): "
+        f"{run['llm_calls']} of {run_max_llm_calls} LLM calls, "
+        f"{run['tool_calls']} tool calls, {run['tokens_in']} input / {run['tokens_out']} "
+        f"output tokens, ${run['cost_usd']:.6f}, {seconds:.1f} s",
+        f"stopped by a limit: {len(stopped)} of {n} questions "
+        f"({by_run} by the run budget, {len(stopped) - by_run} by a per-question limit)",
+    ]
+    if not stopped:
+        lines.append(f"note: no limit stopped a call in this run; give --run-max-llm-calls "
+                     f"below {run['llm_calls']} to see the run budget stop one")  # fmt: skip
+    calls = run["llm_calls"] + run["tool_calls"]
+    lines += [
+        f"amplification: {calls / max(n, 1):.1f} calls per question",
+        f"logs: {out}/{run_id}.calls.jsonl, .problems.jsonl, .stream.jsonl, .token_events.jsonl",
+    ]
+    return "\n".join(lines)
