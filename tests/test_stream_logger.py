@@ -214,3 +214,20 @@ def test_cumulative_metrics_follow_the_formulas(
     lats = sorted(lat for _, _, lat in problems)
     assert min(lats) <= last.p50_latency_ms <= last.p95_latency_ms <= max(lats)
     assert [s["t"] for s in read(log.stream_path)] == list(range(1, len(problems) + 1))
+
+
+def test_a_call_stopped_by_a_limit_is_marked_halted_in_calls(tmp_path: Path) -> None:
+    from ampmeter import ExecutionContext, LimitExceeded
+
+    with StreamMetricsLogger(tmp_path, "run") as logger:
+        sink = logger.problem(1, "q1")
+        with ExecutionContext("solve", max_steps=1, sinks=[sink]) as ctx:
+            with ctx.llm_call("first", model="m") as call:
+                call.record(10, 2, cost_usd=0.0)
+            with pytest.raises(LimitExceeded), ctx.llm_call("second", model="m"):
+                pytest.fail("the second call must not run")
+        sink.log_problem(False)
+    calls = {c["operation"]: c for c in read(str(tmp_path / "run.calls.jsonl"))}
+    assert calls["first"]["error_type"] is None and calls["first"]["failure_reason"] is None
+    assert calls["second"]["error_type"] == "halt"
+    assert "amp:steps" in calls["second"]["failure_reason"]

@@ -323,10 +323,13 @@ class StreamMetricsLogger:
                 "total_tokens": total,
                 "latency_ms": float(event["latency_ms"]),
                 "api_cost_usd": None if unpriced else node.cost_usd,
-                "error_type": node.error_class,
+                # A call stopped before it ran has no error class; say that it was halted.
+                "error_type": node.error_class or ("halt" if node.status == "halt" else None),
             }
             for key in _CALL_META_KEYS:
                 call[key] = meta.get(key)
+            if node.status != "success" and call["failure_reason"] is None:
+                call["failure_reason"] = node.stop_reason
             self._calls.write(_dumps(call))
             self._events.write(encode_event(event))
             if node.kind == "llm":
