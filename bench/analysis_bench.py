@@ -14,6 +14,10 @@ Each side runs in its own child process, so its peak memory (max RSS) is measure
 hash their rows and the hashes must match (identical results). Target: >= 10x faster than the
 baseline and <= 5 s at 1,000,000 problems.
 
+A second row times ``summarize()`` over a log of many agent runs (1,000,000 events in 1,000
+runs; ``--quick``: 60,000 in 60): the DuckDB engine beside ampmeter's plain-Python engine, each
+in its own process; their rows must be identical, value for value.
+
 Run: ``python bench/analysis_bench.py [--quick]``.
 """
 
@@ -83,6 +87,93 @@ def generate(prefix: Path, n: int, seed: int = 7) -> dict[str, Path]:
                 "cost_per_solved": cost_total / max(1, solved_total), "contamination_rate": None,
             }) + b"\n")  # fmt: skip
     return paths
+
+
+def generate_runs(path: Path, events: int, runs: int, seed: int = 11) -> Path:
+    """A TokenTracker log of ``runs`` agent runs with ``events`` events in all, as ampmeter's
+    JsonlSink writes them: LLM calls with tool calls under them, a retry now and then, a failed
+    tool, unpriced calls, and the last call of some runs halted by a limit."""
+    rng = random.Random(seed)
+    dumps = orjson.dumps
+    per_run = max(1, events // runs)
+    with path.open("wb") as out:
+        for r in range(runs):
+            run_id = f"agent-{r:05d}"
+            parent = None
+            context = rng.randint(500, 3000)
+            for i in range(per_run):
+                span = f"n{i + 2:06d}"
+                llm = i % 2 == 0 or parent is None
+                halted = i == per_run - 1 and r % 7 == 0
+                status = "halt" if halted else "fail" if not llm and rng.random() < 0.01 \
+                    else "success"  # fmt: skip
+                context += rng.randint(50, 400) if llm else 0
+                unpriced = llm and rng.random() < 0.05
+                meta = {"pricing_version": None, "status": status,
+                        "retries_used": 1 if llm and rng.random() < 0.05 else 0,
+                        "error_class": "RuntimeError" if status == "fail" else None,
+                        "stop_reason": "limit amp:cost exceeded" if halted else None,
+                        "cost_status": "unpriced" if unpriced else None}  # fmt: skip
+                event = {
+                    "timestamp": "2026-01-22T08:10:00.000Z", "run_id": run_id, "span_id": span,
+                    "event_type": "llm_completion" if llm else "tool_call",
+                    "operation": "step" if llm else "search", "component": "pipeline",
+                    "model": "gpt-4o-mini" if llm else "",
+                    "usage": {"prompt_tokens": context if llm else 0,
+                              "completion_tokens": rng.randint(10, 300) if llm else 0,
+                              "total_tokens": 0},
+                    "cost_usd": 0.0 if unpriced or not llm else round(context * 1.5e-7, 9),
+                    "latency_ms": rng.randint(50, 3000), "metadata": meta,
+                }  # fmt: skip
+                if not llm:
+                    event["parent_id"] = parent
+                out.write(dumps(event) + b"\n")
+                if llm:
+                    parent = span
+    return path
+
+
+def _summary_child(which: str, path: str, repeats: int) -> None:
+    import time
+
+    from ampmeter.analysis import summarize
+
+    result: dict[str, Any] = {"times": []}
+    for _ in range(repeats):
+        start = time.perf_counter()
+        table = summarize([path], engine=which)  # type: ignore[arg-type]
+        result["times"].append(time.perf_counter() - start)
+        result["digest"] = hashlib.sha256(orjson.dumps(
+            [[(k, type(v).__name__, repr(v)) for k, v in row.items()] for row in table.rows()]
+            + [repr(table.across)]
+        )).hexdigest()  # fmt: skip
+        result["runs"] = len(table.runs)
+        del table
+    result["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(json.dumps(result))
+
+
+def summary_rows(quick: bool) -> list[dict[str, Any]]:
+    """summarize() over many runs: the DuckDB engine beside the plain-Python engine."""
+    events, runs = (60_000, 60) if quick else (1_000_000, 1_000)
+    with tempfile.TemporaryDirectory(prefix="ampmeter-summary-bench-") as tmp:
+        path = generate_runs(Path(tmp) / "runs.jsonl", events, runs)
+        size_mb = os.path.getsize(path) / 1e6
+        duck = _measure("summary-duckdb", Path(path), 3)
+        plain = _measure("summary-python", Path(path), 3 if quick else 1)
+    if duck["digest"] != plain["digest"] or duck["runs"] != runs:
+        raise SystemExit("analysis_bench: the summary engines disagree")
+    duck_s, plain_s = statistics.median(duck["times"]), statistics.median(plain["times"])
+    name = "summarize(), DuckDB engine vs the plain-Python engine"
+    return [{
+        "name": f"{name}, {events:,} events in {runs:,} runs ({size_mb:,.0f} MB)",
+        "unit": "s", "ampmeter": duck_s, "baseline": plain_s,
+        "baseline_name": "ampmeter's own plain-Python summarize (engine='python')",
+        "ratio": plain_s / duck_s,
+        "target": "information (identical rows; peak RSS "
+                  f"{duck['rss_mb']:,.0f} MB vs {plain['rss_mb']:,.0f} MB)",
+        "met": None,
+    }]  # fmt: skip
 
 
 # -- the baseline: plain Python ----------------------------------------------------------------
@@ -215,6 +306,10 @@ def _digest(path: str) -> str:
 def _child(which: str, prefix: str, repeats: int) -> None:
     import time
 
+    if which.startswith("summary-"):
+        _summary_child(which.removeprefix("summary-"), prefix, repeats)
+        return
+
     paths = [f"{prefix}.{k}.jsonl" for k in ("stream", "problems", "token_events")]
     out_csv = f"{prefix}.{which}.csv"
     result: dict[str, Any] = {"times": [], "csv_times": []}
@@ -303,6 +398,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
          "ampmeter": amp["rss_mb"], "baseline": base["rss_mb"], "baseline_name": BASELINE_NAME,
          "ratio": base["rss_mb"] / amp["rss_mb"], "target": "information", "met": None},
     )  # fmt: skip
+    rows.extend(summary_rows(quick))
     return rows
 
 

@@ -99,15 +99,31 @@ def _fmt(value: object) -> str:
 
 
 @app.command("summary")
-def summary_command(logs: LogsArg, best_effort: BestEffort = False) -> None:
+def summary_command(
+    logs: LogsArg,
+    engine: Annotated[
+        EngineName,
+        typer.Option("--engine", help="auto picks DuckDB for logs over 64 MB in all."),
+    ] = EngineName.auto,
+    best_effort: BestEffort = False,
+) -> None:
     """Print a table of runs: calls, tokens, cost, amplification, growth, depth, termination.
 
-    Runs are told apart by run_id; the last two rows give the p50 and p95 across runs.
+    Runs are told apart by run_id; the last two rows give the p50 and p95 across runs. Both
+    engines give the same table.
     """
     from ampmeter.analysis import summarize
 
     with _user_errors("summary"):
-        table = summarize(logs, best_effort=best_effort)
+        try:
+            table = summarize(
+                logs,
+                engine=engine.value,  # type: ignore[arg-type, unused-ignore]
+                best_effort=best_effort,
+                progress=_err.is_terminal,
+            )
+        except ImportError as exc:  # --engine duckdb without the analysis extra
+            raise _fail("summary", str(exc)) from None
     columns = (
         ("run_id", "run"), ("llm_calls", "LLM"), ("tool_calls", "tools"),
         ("retries", "retries"), ("tokens_in", "tok in"), ("tokens_out", "tok out"),

@@ -13,7 +13,7 @@ from typing import Any, Final
 from ampmeter.analysis._records import AnalysisError, record_line
 from ampmeter.logs import read_jsonl
 
-__all__ = ["KIND_OF_EVENT", "Call", "Run", "load_runs"]
+__all__ = ["KIND_OF_EVENT", "Call", "Run", "call_depths", "load_runs"]
 
 KIND_OF_EVENT: Final = {
     "llm_completion": "llm",
@@ -151,28 +151,44 @@ def load_runs(
 
 
 def _set_depths(calls: list[Call]) -> None:
-    by_id = {c.span_id: c for c in calls}
+    depths = call_depths([c.span_id for c in calls], [c.parent_id for c in calls])
+    for call, depth in zip(calls, depths, strict=True):
+        call.depth = depth
+
+
+def call_depths(span_ids: list[str], parent_ids: list[str | None]) -> list[int]:
+    """Depth of each call of one run, given in log order (1 for a call without a parent).
+
+    A parent that is not in the log (the root, say) counts as one level above the call. In a
+    damaged log, a span id seen twice resolves to its last occurrence and keeps the depth first
+    found for that id (the later call stays at 1), and a cycle stops the climb where it closes.
+    Both engines of :func:`ampmeter.analysis.summarize` rely on exactly these rules.
+    """
+    index = {span: i for i, span in enumerate(span_ids)}
+    out = [1] * len(span_ids)
     known: dict[str, int] = {}
-    for call in calls:
-        chain: list[Call] = []
-        node: Call | None = call
+    for i in range(len(span_ids)):
+        chain: list[int] = []
+        node: int | None = i
         depth = 0
         seen: set[str] = set()
         while node is not None:
-            if node.span_id in known:
-                depth = known[node.span_id]
+            span = span_ids[node]
+            if span in known:
+                depth = known[span]
                 break
-            if node.span_id in seen:  # a cycle in a damaged log: stop climbing
+            if span in seen:  # a cycle in a damaged log: stop climbing
                 break
-            seen.add(node.span_id)
+            seen.add(span)
             chain.append(node)
-            parent = node.parent_id
+            parent = parent_ids[node]
             if parent is None:
                 break
-            node = by_id.get(parent)
+            node = index.get(parent)
             if node is None:  # parent not in the log (e.g. the root): one level above
                 depth = 1
         for item in reversed(chain):
             depth += 1
-            known[item.span_id] = depth
-            item.depth = depth
+            known[span_ids[item]] = depth
+            out[item] = depth
+    return out

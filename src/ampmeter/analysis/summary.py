@@ -8,11 +8,20 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final
 
+from ampmeter.analysis.amortization import DUCKDB_THRESHOLD_BYTES, Engine, _duckdb_available
 from ampmeter.analysis.quantiles import percentile
 from ampmeter.analysis.runs import Run, load_runs
 from ampmeter.metrics import TaskResult
 
-__all__ = ["NUMERIC_COLUMNS", "RunSummary", "SummaryTable", "summarize", "summarize_run"]
+__all__ = [
+    "NUMERIC_COLUMNS",
+    "RunSummary",
+    "SummaryTable",
+    "summarize",
+    "summarize_run",
+    "summary_table",
+    "termination_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,18 +73,31 @@ class SummaryTable:
         return [r.to_dict() for r in self.runs]
 
 
-def _termination(run: Run) -> tuple[str, str | None]:
-    halts = [c for c in run.calls if c.status == "halt"]
-    stop = halts[0].stop_reason if halts else None
-    if run.termination_reason:
-        return run.termination_reason, stop
-    if halts:
+def termination_of(
+    reason: str | None, first_halt: tuple[str | None] | None, last_top: tuple[str, str | None]
+) -> tuple[str, str | None]:
+    """How a run ended, and why: ``reason`` is the last ``termination_reason`` string of its
+    events, ``first_halt`` holds the ``stop_reason`` of its first halted call (None when no
+    call halted), ``last_top`` the status and ``error_class`` of its last top-level call."""
+    stop = first_halt[0] if first_halt is not None else None
+    if reason:
+        return reason, stop
+    if first_halt is not None:
         timed_out = stop is not None and ("elapsed" in stop or "timeout" in stop)
         return ("timeout" if timed_out else "limit_exceeded"), stop
-    top = [c for c in run.calls if c.depth == 1]
-    if top and top[-1].status == "fail":
-        return "error", top[-1].error_class
+    if last_top[0] == "fail":
+        return "error", last_top[1]
     return "success", None
+
+
+def _termination(run: Run) -> tuple[str, str | None]:
+    halt = next((c for c in run.calls if c.status == "halt"), None)
+    top = [c for c in run.calls if c.depth == 1]
+    return termination_of(
+        run.termination_reason,
+        (halt.stop_reason,) if halt is not None else None,
+        (top[-1].status, top[-1].error_class) if top else ("", None),
+    )
 
 
 def summarize_run(run: Run) -> RunSummary:
@@ -94,7 +116,7 @@ def summarize_run(run: Run) -> RunSummary:
         retries=retries,
         tokens_in=sum(c.tokens_in for c in calls),
         tokens_out=sum(c.tokens_out for c in calls),
-        cost_usd=sum(c.cost_usd for c in calls if not c.unpriced),
+        cost_usd=sum((c.cost_usd for c in calls if not c.unpriced), 0.0),
         unpriced_calls=sum(1 for c in calls if c.unpriced),
         llm_calls_per_root=float(llm),
         tool_calls_per_root=float(tools),
@@ -110,14 +132,48 @@ def summarize_run(run: Run) -> RunSummary:
 
 
 def summarize(
-    paths: Iterable[str | os.PathLike[str]], *, best_effort: bool = False
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    engine: Engine = "auto",
+    best_effort: bool = False,
+    progress: bool = False,
 ) -> SummaryTable:
     """Summarize the runs in TokenTracker logs (runs are told apart by ``run_id``).
 
-    Reading follows :func:`ampmeter.analysis.runs.load_runs`; a path that does not exist
-    raises ``FileNotFoundError``.
+    Reading follows :func:`ampmeter.analysis.runs.load_runs`: invalid JSON raises
+    :class:`ampmeter.logs.JsonlError` naming ``file:line`` (skipped with ``best_effort``), an
+    event lacking a field raises :class:`AnalysisError`, a missing path ``FileNotFoundError``.
+
+    ``engine="duckdb"`` (or ``"auto"`` on inputs over :data:`DUCKDB_THRESHOLD_BYTES`, when
+    duckdb and numpy are installed) reads the logs with DuckDB and gives identical rows; a log
+    it cannot read exactly is read again by the plain reader, which reports the precise error.
+    ``progress`` shows a progress bar on stderr while DuckDB reads.
     """
-    runs = [summarize_run(r) for r in load_runs(paths, best_effort=best_effort).values()]
+    if engine not in ("auto", "python", "duckdb"):
+        raise ValueError(f"engine must be 'auto', 'python' or 'duckdb', got {engine!r}")
+    names = [os.fspath(p) for p in paths]
+    if engine == "duckdb" and best_effort:
+        raise ValueError("the duckdb engine reads strictly; use engine='python' for best_effort")
+    use_duck = engine == "duckdb" or (
+        engine == "auto" and not best_effort and _duckdb_available()
+        and sum(os.path.getsize(p) for p in names if os.path.isfile(p)) >= DUCKDB_THRESHOLD_BYTES
+    )  # fmt: skip
+    runs: list[RunSummary] | None = None
+    if use_duck:
+        if not _duckdb_available():
+            raise ImportError(
+                "the duckdb engine needs duckdb and numpy: install ampmeter[analysis]"
+            )
+        from ampmeter.analysis._duck_summary import summarize_runs
+
+        runs = summarize_runs(names, progress=progress)
+    if runs is None:
+        runs = [summarize_run(r) for r in load_runs(names, best_effort=best_effort).values()]
+    return summary_table(runs)
+
+
+def summary_table(runs: list[RunSummary]) -> SummaryTable:
+    """The table of ``runs`` with the p50 and p95 of every numeric column across them."""
     across: dict[str, dict[str, float | None]] = {}
     for name in NUMERIC_COLUMNS:
         values = sorted(float(getattr(r, name)) for r in runs)

@@ -1,0 +1,296 @@
+"""The DuckDB engine of :func:`ampmeter.analysis.summarize`: the same rows, read in parallel.
+
+DuckDB reads the fields the summary needs into a table, in log order (one insert per file,
+so ``rowid`` is the event's position across all files); SQL groups the runs and adds up their
+integer columns; numpy computes every call's depth from a parent-row column by pointer jumping.
+Floats are added by Python's own ``sum`` in log order, as the plain path does, so every value
+is identical, not merely close.
+
+The fast path only takes what it can read exactly. Any record it cannot vouch for (a field of
+the wrong JSON type, a span id that is not a string, ``NaN``/``Infinity`` or a trailing comma,
+which DuckDB accepts and the JSON reader does not, a cut-off last line, a file DuckDB cannot
+open) makes :func:`summarize_runs` return None, and the caller reads everything again with the
+plain reader: it either raises the precise ``file:line`` error or gives the rows by the
+contract's rules. Runs whose call tree is damaged (a span id seen twice, a parent cycle) get
+their depths from :func:`ampmeter.analysis.runs.call_depths`, the plain path's own rules.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import mmap
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final
+
+import duckdb
+import numpy as np
+
+from ampmeter.analysis._duck import _Progress
+from ampmeter.analysis.runs import call_depths
+from ampmeter.analysis.summary import RunSummary, termination_of
+
+__all__ = ["summarize_runs"]
+
+_HALT, _FAIL = 1, 2
+
+_COUNT = "('BIGINT', 'UBIGINT')"
+_NUMBER = "('BIGINT', 'UBIGINT', 'DOUBLE')"
+
+
+def _count_ok(col: str) -> str:
+    # None / missing is 0; otherwise an int >= 0 that fits a BIGINT (else: the plain path)
+    return (f"({col} IS NULL OR json_type({col}) = 'NULL' OR (json_type({col}) IN {_COUNT} "
+            f"AND TRY_CAST({col} AS BIGINT) >= 0))")  # fmt: skip
+
+
+def _text_ok(col: str) -> str:
+    return f"({col} IS NULL OR json_type({col}) IN ('NULL', 'VARCHAR'))"
+
+
+def _text(col: str) -> str:
+    return f"CASE WHEN json_type({col}) = 'VARCHAR' THEN {col}->>'$' END"
+
+
+_CREATE: Final = """
+CREATE TABLE ev (
+    run_id VARCHAR, kind TINYINT, llm_completion BOOLEAN, span_id VARCHAR, parent_id VARCHAR,
+    status TINYINT, tokens_in BIGINT, tokens_out BIGINT, cost DOUBLE, unpriced BOOLEAN,
+    retries BIGINT, stop_reason VARCHAR, error_class VARCHAR, termination VARCHAR, ok BOOLEAN
+)
+"""
+
+# kind: 1 llm, 2 tool, 0 anything else (KIND_OF_EVENT maps llm_completion/tool_call; the
+# names "llm" and "tool" themselves pass through unchanged).
+_INSERT: Final = f"""
+INSERT INTO ev SELECT
+    {_text("run_id")},
+    CASE WHEN json_type(event_type) <> 'VARCHAR' THEN 0
+         WHEN event_type->>'$' IN ('llm_completion', 'llm') THEN 1
+         WHEN event_type->>'$' IN ('tool_call', 'tool') THEN 2 ELSE 0 END,
+    coalesce(json_type(event_type) = 'VARCHAR' AND event_type->>'$' = 'llm_completion', false),
+    {_text("span_id")},
+    {_text("parent_id")},
+    CASE WHEN json_type(metadata.status) <> 'VARCHAR' THEN 0
+         WHEN metadata.status->>'$' = 'halt' THEN {_HALT}
+         WHEN metadata.status->>'$' = 'fail' THEN {_FAIL} ELSE 0 END,
+    coalesce(TRY_CAST(usage.prompt_tokens AS BIGINT), 0),
+    coalesce(TRY_CAST(usage.completion_tokens AS BIGINT), 0),
+    TRY_CAST(cost_usd AS DOUBLE),
+    coalesce(json_type(metadata.cost_status) = 'VARCHAR'
+             AND metadata.cost_status->>'$' = 'unpriced', false),
+    coalesce(TRY_CAST(metadata.retries_used AS BIGINT), 0),
+    {_text("metadata.stop_reason")},
+    {_text("metadata.error_class")},
+    {_text("metadata.termination_reason")},
+    coalesce(
+        json_type(run_id) = 'VARCHAR' AND json_type(event_type) = 'VARCHAR'
+        AND json_type(span_id) = 'VARCHAR' AND {_text_ok("parent_id")}
+        AND usage IS NOT NULL AND {_count_ok("usage.prompt_tokens")}
+        AND {_count_ok("usage.completion_tokens")}
+        AND json_type(cost_usd) IN {_NUMBER} AND isfinite(TRY_CAST(cost_usd AS DOUBLE))
+        AND (latency_ms IS NULL OR json_type(latency_ms) = 'NULL'
+             OR (json_type(latency_ms) IN {_NUMBER}
+                 AND isfinite(TRY_CAST(latency_ms AS DOUBLE))))
+        AND {_count_ok("metadata.retries_used")} AND {_text_ok("metadata.stop_reason")}
+        AND {_text_ok("metadata.error_class")},
+        false)
+FROM read_json(?, format='newline_delimited', records=true, columns={{
+    'run_id': 'JSON', 'event_type': 'JSON', 'span_id': 'JSON', 'parent_id': 'JSON',
+    'usage': 'STRUCT(prompt_tokens JSON, completion_tokens JSON)',
+    'cost_usd': 'JSON', 'latency_ms': 'JSON',
+    'metadata': 'STRUCT(status JSON, cost_status JSON, retries_used JSON, stop_reason JSON,
+                        error_class JSON, termination_reason JSON)'}})
+"""
+
+# Runs in first-seen order, with their integer totals and the rows the termination needs.
+_RUNS: Final = """
+CREATE TABLE runs AS
+SELECT run_id, row_number() OVER (ORDER BY min(rowid)) - 1 AS idx, min(rowid) AS first_row,
+       count(*) FILTER (WHERE kind = 1) AS llm, count(*) FILTER (WHERE kind = 2) AS tool,
+       sum(retries) AS retries, sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out,
+       count(*) FILTER (WHERE unpriced) AS unpriced,
+       count(*) FILTER (WHERE status = 1) AS halted, count(*) FILTER (WHERE status = 2) AS failed,
+       min(rowid) FILTER (WHERE status = 1) AS halt_row,
+       max(rowid) FILTER (WHERE termination IS NOT NULL) AS term_row,
+       count(*) FILTER (WHERE llm_completion) AS completions,
+       min(rowid) FILTER (WHERE llm_completion) AS first_completion,
+       max(rowid) FILTER (WHERE llm_completion) AS last_completion
+FROM ev GROUP BY run_id
+"""
+
+_RUN_ROWS: Final = """
+SELECT r.run_id, r.llm, r.tool, r.retries, r.tokens_in, r.tokens_out, r.unpriced, r.halted,
+       r.failed, h.stop_reason, t.termination, r.completions, f.tokens_in, l.tokens_in
+FROM runs r
+LEFT JOIN ev h ON h.rowid = r.halt_row
+LEFT JOIN ev t ON t.rowid = r.term_row
+LEFT JOIN ev f ON f.rowid = r.first_completion
+LEFT JOIN ev l ON l.rowid = r.last_completion
+ORDER BY r.idx
+"""
+
+# One row per event in log order: its run, cost, status and the row of its parent (-1: no
+# parent, -2: a parent that is not in the run's log). A span id seen twice resolves to its
+# last row, as in the plain path; such runs are flagged and redone by call_depths.
+_EVENT_COLUMNS: Final = """
+WITH spans AS (
+    SELECT run_id, span_id, max(rowid) AS row, count(*) AS n FROM ev GROUP BY run_id, span_id
+)
+SELECT r.idx::INTEGER AS run, e.cost, e.unpriced, e.status,
+       CASE WHEN e.parent_id IS NULL THEN -1 ELSE coalesce(s.row, -2) END::BIGINT AS parent
+FROM ev e
+JOIN runs r ON r.run_id = e.run_id
+LEFT JOIN spans s ON s.run_id = e.run_id AND s.span_id = e.parent_id
+ORDER BY e.rowid
+"""
+
+_DUPLICATED: Final = """
+SELECT DISTINCT r.idx FROM (SELECT run_id FROM ev GROUP BY run_id, span_id HAVING count(*) > 1)
+JOIN runs r USING (run_id)
+"""
+
+# JSON that DuckDB reads and the plain reader rejects: NaN, Infinity, trailing commas. Found
+# anywhere (inside strings too), the file goes to the plain reader, which knows.
+_LENIENT: Final = (b"NaN", b"Infinity")
+_TRAILING_COMMA: Final = re.compile(rb",[ \t\r\n]*[}\]]")
+_GZIP_MAGIC: Final = b"\x1f\x8b"
+
+
+def _strict_json_only(path: str) -> bool:
+    with open(path, "rb") as handle:
+        if path.endswith(".gz") or handle.peek(2)[:2] == _GZIP_MAGIC:
+            with gzip.GzipFile(fileobj=handle, mode="rb") as unzipped:
+                tail = b""
+                while chunk := unzipped.read(1 << 24):
+                    if _lenient(tail + chunk):
+                        return False
+                    tail = chunk[-64:]
+            return True
+        if handle.peek(1) == b"":
+            return True
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return not _lenient(data)
+
+
+def _lenient(data: Any) -> bool:
+    # separate literal searches are several times faster than one alternation
+    return any(data.find(token) >= 0 for token in _LENIENT) or bool(_TRAILING_COMMA.search(data))
+
+
+def summarize_runs(paths: list[str], *, progress: bool = False) -> list[RunSummary] | None:
+    """The summary rows of the runs in ``paths`` (see the module docs); None when a file must
+    be read by the plain reader instead."""
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute(_CREATE)
+        # DuckDB would expand glob characters to other files
+        if any(c in path for path in paths for c in "*?[{"):
+            return None
+        # The byte scan runs beside DuckDB's reads, which release the GIL.
+        with ThreadPoolExecutor(1, thread_name_prefix="ampmeter-scan") as pool:
+            strict = [pool.submit(_strict_json_only, path) for path in paths]
+            with _Progress(con, progress, len(paths)) as bar:
+                for path in paths:
+                    try:
+                        bar.run(path, functools.partial(con.execute, _INSERT, [path]))
+                    except duckdb.Error:
+                        return None
+            try:
+                if not all(job.result() for job in strict):
+                    return None
+            except OSError:
+                return None
+        total, bad, last = con.execute(
+            "SELECT count(*), count(*) FILTER (WHERE NOT ok), max(rowid) FROM ev"
+        ).fetchone() or (0, 0, None)
+        if bad or (total and last != total - 1):
+            return None
+        con.execute(_RUNS)
+        return _rows(con)
+    finally:
+        con.close()
+
+
+def _rows(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
+    runs = con.execute(_RUN_ROWS).fetchall()
+    if not runs:
+        return []
+    cols = con.execute(_EVENT_COLUMNS).fetchnumpy()
+    run = np.asarray(cols["run"], dtype=np.int64)
+    depth = _depths(con, run, np.asarray(cols["parent"], dtype=np.int64), len(runs))
+    count = len(runs)
+    max_depth = np.zeros(count, dtype=np.int64)
+    np.maximum.at(max_depth, run, depth)
+    rows = np.arange(len(run), dtype=np.int64)
+    top = depth == 1
+    last_top = np.full(count, -1, dtype=np.int64)
+    np.maximum.at(last_top, run[top], rows[top])
+    status = np.asarray(cols["status"])
+    costs = _priced_costs(run, np.asarray(cols["cost"]), np.asarray(cols["unpriced"]), count)
+    failed_tops = [int(r) for r in last_top if r >= 0 and status[r] == _FAIL]
+    errors = dict(con.execute(
+        "SELECT rowid, error_class FROM ev WHERE rowid IN (SELECT unnest(?::BIGINT[]))",
+        [failed_tops],
+    ).fetchall()) if failed_tops else {}  # fmt: skip
+    out = []
+    for i, row in enumerate(runs):
+        (run_id, llm, tool, retries, t_in, t_out, unpriced, halted, failed, stop, reason,
+         completions, first_in, last_in) = row  # fmt: skip
+        top_row = int(last_top[i])
+        top_status = "" if top_row < 0 else "fail" if status[top_row] == _FAIL else "other"
+        termination, stop_reason = termination_of(
+            reason, (stop,) if halted else None, (top_status, errors.get(top_row))
+        )
+        out.append(RunSummary(
+            run_id=run_id, llm_calls=llm, tool_calls=tool, retries=int(retries),
+            tokens_in=int(t_in), tokens_out=int(t_out), cost_usd=costs[i],
+            unpriced_calls=unpriced, llm_calls_per_root=float(llm),
+            tool_calls_per_root=float(tool), retries_per_root=float(int(retries)),
+            base_context=first_in if completions else 0,
+            context_growth_avg=(last_in - first_in) / (completions - 1) if completions >= 2
+            else 0.0,
+            max_depth=int(max_depth[i]), halted=halted, failed=failed,
+            termination=termination, stop_reason=stop_reason,
+        ))  # fmt: skip
+    return out
+
+
+def _priced_costs(run: Any, cost: Any, unpriced: Any, count: int) -> list[float]:
+    """Each run's priced cost, added in log order by Python's ``sum`` (as the plain path)."""
+    keep = ~unpriced
+    order = np.argsort(run[keep], kind="stable")
+    values = cost[keep][order].tolist()
+    ends = np.cumsum(np.bincount(run[keep], minlength=count)).tolist()
+    out, start = [], 0
+    for end in ends:
+        out.append(sum(values[start:end], 0.0))
+        start = end
+    return out
+
+
+def _depths(con: duckdb.DuckDBPyConnection, run: Any, parent: Any, count: int) -> Any:
+    """Every event's depth: 1 + the parent's depth (0 without a parent, 1 for a parent not in
+    the log), by pointer jumping; runs with a duplicated span id or a cycle by call_depths."""
+    dist = np.ones(len(parent), dtype=np.int64)
+    nxt = parent.copy()
+    for _ in range(max(1, len(parent)).bit_length() + 2):
+        active = np.flatnonzero(nxt >= 0)
+        if not active.size:
+            break
+        up = nxt[active]
+        dist[active] += dist[up]
+        nxt[active] = nxt[up]
+    depth = dist + (nxt == -2)
+    redo = {int(r) for r in np.unique(run[nxt >= 0])}  # still climbing: a cycle
+    redo.update(int(r) for (r,) in con.execute(_DUPLICATED).fetchall())
+    if redo:
+        for r in sorted(redo):
+            spans = con.execute(
+                "SELECT e.span_id, e.parent_id FROM ev e JOIN runs r USING (run_id) "
+                "WHERE r.idx = ? ORDER BY e.rowid", [r],
+            ).fetchall()  # fmt: skip
+            rows = np.flatnonzero(run == r)
+            depth[rows] = call_depths([s for s, _ in spans], [p for _, p in spans])
+    return depth
