@@ -521,3 +521,25 @@ def test_duckdb_engine_matches_the_reference_on_thousands_of_rows(tmp_path: Path
     write_extended_csv(reference, tmp_path / "b.csv")
     assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
     assert len(duck) == len(reference) and duck.column("t") == [r["t"] for r in reference]
+
+
+@pytest.mark.parametrize(
+    "bad_line",
+    [
+        '{"t": 2, "cumulative_api_cost_usd": NaN, "cumulative_solved": 1, "cost_per_solved": 0.5}',
+        '{"t": 2, "cumulative_api_cost_usd": 0.5, "cumulative_solved": 1, "cost_per_solved": 0.5,}',
+        '{"t": 2, "cumulative_api_cost_usd": 0.5, "cumulative_solved": 1, "cost_per_solved": 0.5,'
+        ' "extra": Infinity}',
+    ],
+)
+def test_duckdb_engine_rejects_the_lenient_json_the_plain_reader_rejects(
+    tmp_path: Path, bad_line: str
+) -> None:
+    """DuckDB would read NaN, Infinity and trailing commas; the contract says invalid JSON."""
+    path = _write(tmp_path / "x.stream.jsonl", [_stream(1), bad_line, _stream(3)])
+    with pytest.raises(JsonlError) as plain:
+        amortization_curve(path, engine="python")
+    with pytest.raises(JsonlError) as duck:
+        amortization_curve(path, engine="duckdb")
+    assert str(duck.value) == str(plain.value)
+    assert str(duck.value).startswith(f"{path}:2: ")

@@ -18,16 +18,13 @@ their depths from :func:`ampmeter.analysis.runs.call_depths`, the plain path's o
 from __future__ import annotations
 
 import functools
-import gzip
-import mmap
-import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 import duckdb
 import numpy as np
 
-from ampmeter.analysis._duck import _Progress
+from ampmeter.analysis._duck import _Progress, strict_json_only
 from ampmeter.analysis.runs import call_depths
 from ampmeter.analysis.summary import RunSummary, termination_of
 
@@ -151,34 +148,6 @@ SELECT DISTINCT r.idx FROM (SELECT run_id FROM ev GROUP BY run_id, span_id HAVIN
 JOIN runs r USING (run_id)
 """
 
-# JSON that DuckDB reads and the plain reader rejects: NaN, Infinity, trailing commas. Found
-# anywhere (inside strings too), the file goes to the plain reader, which knows.
-_LENIENT: Final = (b"NaN", b"Infinity")
-_TRAILING_COMMA: Final = re.compile(rb",[ \t\r\n]*[}\]]")
-_GZIP_MAGIC: Final = b"\x1f\x8b"
-
-
-def _strict_json_only(path: str) -> bool:
-    with open(path, "rb") as handle:
-        if path.endswith(".gz") or handle.peek(2)[:2] == _GZIP_MAGIC:
-            with gzip.GzipFile(fileobj=handle, mode="rb") as unzipped:
-                tail = b""
-                while chunk := unzipped.read(1 << 24):
-                    if _lenient(tail + chunk):
-                        return False
-                    tail = chunk[-64:]
-            return True
-        if handle.peek(1) == b"":
-            return True
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return not _lenient(data)
-
-
-def _lenient(data: Any) -> bool:
-    # separate literal searches are several times faster than one alternation
-    return any(data.find(token) >= 0 for token in _LENIENT) or bool(_TRAILING_COMMA.search(data))
-
-
 def summarize_runs(paths: list[str], *, progress: bool = False) -> list[RunSummary] | None:
     """The summary rows of the runs in ``paths`` (see the module docs); None when a file must
     be read by the plain reader instead."""
@@ -190,7 +159,7 @@ def summarize_runs(paths: list[str], *, progress: bool = False) -> list[RunSumma
             return None
         # The byte scan runs beside DuckDB's reads, which release the GIL.
         with ThreadPoolExecutor(1, thread_name_prefix="ampmeter-scan") as pool:
-            strict = [pool.submit(_strict_json_only, path) for path in paths]
+            strict = [pool.submit(strict_json_only, path) for path in paths]
             with _Progress(con, progress, len(paths)) as bar:
                 for path in paths:
                     try:
