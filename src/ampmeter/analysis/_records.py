@@ -15,7 +15,7 @@ from typing import Any, Final, TypeVar
 
 import orjson
 
-from ampmeter.logs import read_jsonl
+from ampmeter.logs import LogLineError, read_jsonl
 
 __all__ = [
     "AnalysisError",
@@ -37,18 +37,11 @@ ProblemRow = tuple[int, bool, "float | None", "int | None", "float | None"]
 EventRow = tuple[int, bool, float]
 
 
-class AnalysisError(ValueError):
+class AnalysisError(LogLineError):
     """A record of a log lacks a field analysis needs, or has one of the wrong type.
 
     ``path`` and ``line`` say where (``line`` is None when it could not be found again).
     """
-
-    def __init__(self, path: str, line: int | None, reason: str) -> None:
-        self.path = path
-        self.line = line
-        self.reason = reason
-        where = f"{path}:{line}" if line is not None else path
-        super().__init__(f"{where}: {reason}")
 
 
 class _FieldError(ValueError):

@@ -538,3 +538,20 @@ def get(obj: Any, name: str) -> Any:
     if isinstance(obj, Mapping):
         return obj.get(name)
     return getattr(obj, name, None)
+
+
+def patch_client_retries(base_client: Any) -> list[Patch]:
+    """Count the retries of an SDK's sync and async base clients (its ``_base_client`` module)."""
+    patches = []
+    for client_cls, is_async in ((base_client.SyncAPIClient, False),
+                                 (base_client.AsyncAPIClient, True)):  # fmt: skip
+        patch = patch_retry_sleep(client_cls, is_async=is_async)
+        if patch is not None:
+            patches.append(patch)
+    return patches
+
+
+def undo_all(patches: list[Patch]) -> None:
+    """Restore every patch, last applied first, and empty the list (idempotent)."""
+    while patches:
+        patches.pop().undo()

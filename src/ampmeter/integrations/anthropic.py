@@ -27,9 +27,10 @@ from ampmeter.integrations._common import (
     metered_awaitable,
     metered_context,
     metered_request,
-    patch_retry_sleep,
+    patch_client_retries,
     settings,
     text_of,
+    undo_all,
     wrap_async,
     wrap_sync,
 )
@@ -174,18 +175,13 @@ def instrument_anthropic() -> bool:
             _patches.append(Patch.apply(
                 owner, "stream", _wrap_stream_helper(adapter, helper, is_async=is_async)
             ))  # fmt: skip
-    for client_cls, is_async in ((_base_client.SyncAPIClient, False),
-                                 (_base_client.AsyncAPIClient, True)):  # fmt: skip
-        patch = patch_retry_sleep(client_cls, is_async=is_async)
-        if patch is not None:
-            _patches.append(patch)
+    _patches.extend(patch_client_retries(_base_client))
     return True
 
 
 def uninstrument_anthropic() -> None:
     """Restore every patched ``anthropic`` attribute exactly (idempotent)."""
-    while _patches:
-        _patches.pop().undo()
+    undo_all(_patches)
 
 
 def is_instrumented() -> bool:

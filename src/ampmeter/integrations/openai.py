@@ -23,9 +23,10 @@ from ampmeter.integrations._common import (
     Tally,
     get,
     int_or_none,
-    patch_retry_sleep,
+    patch_client_retries,
     settings,
     text_of,
+    undo_all,
     wrap_async,
     wrap_sync,
 )
@@ -213,18 +214,13 @@ def instrument_openai() -> bool:
             continue
         wrapper = wrap_async(adapter, original) if is_async else wrap_sync(adapter, original)
         _patches.append(Patch.apply(owner, name, wrapper))
-    for client_cls, is_async in ((_base_client.SyncAPIClient, False),
-                                 (_base_client.AsyncAPIClient, True)):  # fmt: skip
-        patch = patch_retry_sleep(client_cls, is_async=is_async)
-        if patch is not None:
-            _patches.append(patch)
+    _patches.extend(patch_client_retries(_base_client))
     return True
 
 
 def uninstrument_openai() -> None:
     """Restore every patched ``openai`` attribute exactly (idempotent)."""
-    while _patches:
-        _patches.pop().undo()
+    undo_all(_patches)
 
 
 def is_instrumented() -> bool:

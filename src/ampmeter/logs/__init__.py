@@ -3,6 +3,7 @@
 from ampmeter.logs.reader import (
     JsonlError,
     JsonlReader,
+    LogLineError,
     ReadSummary,
     TruncatedLineWarning,
     iter_lines,
@@ -15,6 +16,7 @@ __all__ = [
     "EventSchemaError",
     "JsonlError",
     "JsonlReader",
+    "LogLineError",
     "ProblemSink",
     "ReadSummary",
     "StreamCumulativeMetrics",
