@@ -10,7 +10,8 @@ Row (measured in this run):
   Baseline: one OTel SDK span with six attributes through a BatchSpanProcessor, timed the same
   way with batches interleaved. ``ratio`` = baseline / ampmeter (how many times cheaper).
 
-Run: ``python bench/context_bench.py [--quick]``.
+Run: ``python bench/context_bench.py [--quick] [--phases]``; ``--phases`` also prints where a
+round's time goes (``llm_call()``, entering, ``record``, exiting), for profiling work.
 """
 
 from __future__ import annotations
@@ -64,6 +65,30 @@ def _round_batch_us(batch_size: int) -> float:
     return elapsed / batch_size / 1_000
 
 
+def _phases_us(rounds: int = 20_000) -> dict[str, float]:
+    """Mean µs of each phase of a round (each timer read adds a little to every phase)."""
+    root, child, ctx = _grandchild()
+    clock = time.perf_counter_ns
+    totals = dict.fromkeys(("llm_call()", "__enter__", "record", "__exit__"), 0)
+    for _ in range(rounds):
+        t0 = clock()
+        call = ctx.llm_call("plan", model="gpt-4o-mini", estimate_usd=0.002)
+        t1 = clock()
+        call.__enter__()
+        t2 = clock()
+        call.record(tokens_in=1200, tokens_out=350, cost_usd=0.00125)
+        t3 = clock()
+        call.__exit__(None, None, None)
+        t4 = clock()
+        totals["llm_call()"] += t1 - t0
+        totals["__enter__"] += t2 - t1
+        totals["record"] += t3 - t2
+        totals["__exit__"] += t4 - t3
+    for context in (ctx, child, root):
+        context.close()
+    return {phase: ns / rounds / 1_000 for phase, ns in totals.items()}
+
+
 def run(quick: bool) -> list[dict[str, Any]]:
     """Measure the row; ``quick`` uses fewer batches."""
     batches = 30 if quick else 200
@@ -109,3 +134,7 @@ def _print(rows: list[dict[str, Any]]) -> None:
 
 if __name__ == "__main__":
     _print(run(quick="--quick" in sys.argv[1:]))
+    if "--phases" in sys.argv[1:]:
+        _phases_us()  # warm up
+        phases = _phases_us()
+        print("phases (µs): " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))

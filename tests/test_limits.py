@@ -299,3 +299,53 @@ def test_check_limits_with_reservations_matches_the_rules(
         assert any(hit.key == k and hit.value == pytest.approx(v) for k, v in expected)
         return
     assert hit is None
+
+
+@given(
+    st.dictionaries(st.sampled_from(_KEYS), st.integers(0, 20), max_size=4),
+    st.dictionaries(st.sampled_from(_KEYS), st.floats(-5, 20), max_size=4),
+    st.dictionaries(st.sampled_from(_KEYS), st.floats(0, 5), max_size=3),
+    st.dictionaries(st.sampled_from(_KEYS), st.floats(0, 5), max_size=3),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a:x", "a:y", "a:", "b", "a"]),
+            st.integers(0, 20),
+            st.sampled_from(list(LimitType)),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.booleans(),
+)
+def test_watched_prefixes_give_the_reference_answer_before_and_after_watching(
+    counters: dict[str, int],
+    gauges: dict[str, float],
+    reserved: dict[str, float],
+    pending: dict[str, float],
+    specs: list[tuple[str, int, LimitType]],
+    prime: bool,
+) -> None:
+    """A prefix limit's watch list (kept as keys appear) answers like a scan of every key."""
+    stats = ExecutionStats()
+    for key, count in counters.items():
+        stats.set_counter(key, count)
+    for key, value in gauges.items():
+        stats.set_gauge(key, value)
+    with stats.lock:
+        stats._reserve_locked(reserved)
+    limits = [Limit(key, top, kind) for key, top, kind in specs]
+    if prime:
+        check_limits(stats, limits, pending)  # starts watching the prefixes
+    for pend in (pending, {}):
+        hit = check_limits(stats, limits, pend)
+        for limit in limits:
+            first, second = _reference_hit(counters, gauges, reserved, pend, limit)
+            if first or second:
+                assert hit is not None and hit.limit is limit
+                assert any(
+                    hit.key == key and abs(hit.value - value) < 1e-9
+                    for key, value in (first or second)
+                )
+                break
+        else:
+            assert hit is None

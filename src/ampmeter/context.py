@@ -66,7 +66,14 @@ from ampmeter.keys import (
     KEY_UNPRICED_LLM_CALLS,
 )
 from ampmeter.ledgers.base import Ledger, LedgerUnavailable, Reservation
-from ampmeter.limits import ExceededLimit, Limit, LimitType, check_limits_locked
+from ampmeter.limits import (
+    ExceededLimit,
+    Limit,
+    LimitPlan,
+    LimitType,
+    check_plan_locked,
+    compile_limits,
+)
 from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace, TraceRecord
@@ -187,6 +194,8 @@ def current_node_id() -> str | None:
 
 
 _NO_META: Final[Mapping[str, Any]] = {}
+# Where a call's reservation is held: (stats of a guarding context, the keys held there).
+_Holds = tuple[tuple[ExecutionStats, tuple[str, ...]], ...]
 _LOCAL_TERMINATIONS: Final = frozenset(
     {TerminationReason.LIMIT_EXCEEDED, TerminationReason.TIMEOUT}
 )
@@ -271,8 +280,9 @@ class Call:
         self._done = False
         self._token: contextvars.Token[tuple[ExecutionContext, str] | None] | None = None
         self._ledger_holds: list[tuple[Ledger, Reservation]] = _NO_HOLDS  # a list once used
-        # Where this call's reservation is held: (stats of a guarding context, its amounts).
-        self._holds: tuple[tuple[ExecutionStats, dict[str, float]], ...] = ()
+        # Where this call's reservation is held: (stats of a guarding context, the keys held
+        # there); the amounts are the reservation's.
+        self._holds: _Holds = ()
 
     def record(
         self,
@@ -367,7 +377,6 @@ class Call:
             # (settling here would release reservations that belong to other calls).
             self._done = True
             raise
-        self.context.graph.mark_running(self.node_id)
         return self
 
     def finish(self, exc: BaseException | None = None) -> None:
@@ -378,8 +387,17 @@ class Call:
         self.context._settle(self, exc)
 
     def __enter__(self) -> Call:
-        self.start()
-        self._token = _CURRENT.set((self.context, self.node_id))
+        # start(), inlined: entering a block is the hot path of every call.
+        if self._started:
+            raise RuntimeError(f"call {self.node_id} was already started")
+        self._started = True
+        context = self.context
+        try:
+            context._admit(self)
+        except BaseException:
+            self._done = True  # refused: see start()
+            raise
+        self._token = _CURRENT.set((context, self.node_id))
         return self
 
     def __exit__(
@@ -397,7 +415,10 @@ class Call:
                 _reset(token, context, context._node_id)
         if not self._done:  # finish(), inlined
             self._done = True
-            context._settle(self, exc)
+            if exc is None and self.kind == "llm" and self._started and not self._ledger_holds:
+                context._settle_llm(self)  # what _settle would pick, one call sooner
+            else:
+                context._settle(self, exc)
 
     async def __aenter__(self) -> Call:
         return self.__enter__()
@@ -467,6 +488,11 @@ class ExecutionContext:
                 raise TypeError(f"sinks must be Sink objects, got {type(sink).__name__}")
         self.name = name
         self.limits: tuple[Limit, ...] = own_limits
+        # The limits compiled for the checks, with the object they were compiled from.
+        self._limit_plan: tuple[LimitPlan, Sequence[Limit]] = (
+            compile_limits(own_limits),
+            own_limits,
+        )
         self.parent = _parent
         self.ledger = ledger
         self.on_ledger_error = on_ledger_error
@@ -476,6 +502,10 @@ class ExecutionContext:
         if _parent is None:
             self.graph = ExecutionGraph(chain_id, max_nodes=max_nodes)
             self.stats = ExecutionStats()
+            # One lock for the graph and the stats tree: admitting a call (check, hold, mark it
+            # running) and settling it (stats, check, mark it done) each take it once. Nothing
+            # holds one of them while calling into the other, so sharing cannot deadlock.
+            self.stats._lock = self.graph._lock
             self._node_id = self.graph.create_root(name, meta)
             self._sinks: tuple[Sink, ...] = own_sinks
             self._chain: tuple[ExecutionContext, ...] = (self,)
@@ -500,6 +530,9 @@ class ExecutionContext:
         # Only contexts that can stop a call take part in the check before each call.
         self._guards = tuple(c for c in self._chain if c._can_stop())
         self._watched: dict[str, bool] = {}  # stats key -> whether one of our limits matches it
+        # Reservation keys (in order) -> where a call with them holds what (see _holds_for).
+        self._hold_plans: dict[tuple[str, ...], _Holds] = {}
+        self._has_ledger = any(c.ledger is not None for c in self._guards)
 
     # -- identity -----------------------------------------------------------------------------
 
@@ -887,8 +920,11 @@ class ExecutionContext:
     ) -> tuple[ExecutionContext, ExceededLimit, TerminationReason] | None:
         now = -1.0
         for ctx in self._guards:
-            if ctx.limits:
-                exceeded = check_limits_locked(ctx.stats, ctx.limits, pending)
+            plan = ctx._limit_plan
+            if plan[1] is not ctx.limits:  # ``limits`` was given a new value: compile it again
+                plan = ctx._limit_plan = (compile_limits(ctx.limits), ctx.limits)
+            if plan[0]:
+                exceeded = check_plan_locked(ctx.stats, plan[0], pending)
                 if exceeded is not None:
                     return ctx, exceeded, TerminationReason.LIMIT_EXCEEDED
             if ctx._deadline is not None:
@@ -915,6 +951,7 @@ class ExecutionContext:
                 break
 
     def _admit(self, call: Call) -> None:
+        """Check the call's limits with its reservation, hold it, and mark the node running."""
         canceled = False
         for ctx in self._chain:  # the ``canceled`` property, inlined on the hot path
             if ctx._canceled:
@@ -925,15 +962,18 @@ class ExecutionContext:
             self._emit(call.node)
             raise ExecutionCanceled(f"context {self.name!r} was canceled", call.node_id)
         reservation = call._reservation
+        has_ledger = self._has_ledger
         hit = None
-        if self._guards:
-            holds = self._holds_for(reservation)
-            with self.stats.lock:
+        with self.stats.lock:  # the graph's lock as well
+            if self._guards:
+                holds = self._holds_for(reservation)
                 hit = self._first_exceeded_locked(reservation)
                 if hit is None:
-                    for stats, amounts in holds:
-                        stats._hold_locked(amounts)
+                    for stats, keys in holds:
+                        stats._hold_locked(keys, reservation)
                     call._holds = holds
+            if hit is None and not has_ledger:
+                self.graph._run_locked(call.node)
         if hit is not None:
             owner, exceeded, reason = hit
             self._mark_stopped(owner, exceeded, reason)
@@ -944,29 +984,40 @@ class ExecutionContext:
                 exceeded,
                 call.node_id,
             )
-        for ctx in self._guards:
-            if ctx.ledger is not None:
-                self._ledger_reserve(ctx, call)
+        if has_ledger:
+            for ctx in self._guards:
+                if ctx.ledger is not None:
+                    self._ledger_reserve(ctx, call)
+            self.graph.mark_running(call.node_id)
 
-    def _holds_for(
-        self, reservation: Mapping[str, float]
-    ) -> tuple[tuple[ExecutionStats, dict[str, float]], ...]:
-        """Where to hold a call's reservation: each guard, with the keys its limits watch."""
-        holds = []
+    def _holds_for(self, reservation: Mapping[str, float]) -> _Holds:
+        """Where to hold a call's reservation: each guard, with the keys its limits watch.
+
+        Calls of a context come in a handful of shapes (which keys they reserve), so the answer
+        is cached by the reservation's keys.
+        """
+        shape = tuple(reservation)
+        holds = self._hold_plans.get(shape)
+        if holds is not None:
+            return holds
+        found = []
         for ctx in self._guards:
             watched = ctx._watched
-            amounts = {}
-            for key, amount in reservation.items():
+            keys = []
+            for key in shape:
                 watches = watched.get(key)
                 if watches is None:
                     watches = any(limit.matches(key) for limit in ctx.limits)
                     if len(watched) < _WATCH_CACHE_MAX:
                         watched[key] = watches
                 if watches:
-                    amounts[key] = amount
-            if amounts:
-                holds.append((ctx.stats, amounts))
-        return tuple(holds)
+                    keys.append(key)
+            if keys:
+                found.append((ctx.stats, tuple(keys)))
+        holds = tuple(found)
+        if len(self._hold_plans) < _WATCH_CACHE_MAX:
+            self._hold_plans[shape] = holds
+        return holds
 
     def _ledger_reserve(self, ctx: ExecutionContext, call: Call) -> None:
         """Hold the call's share of ``ctx``'s exact limits in its shared ledger."""
@@ -1014,8 +1065,8 @@ class ExecutionContext:
     def _abort_admission(self, call: Call, stop_reason: str) -> None:
         stats = self.stats
         with stats.lock:
-            for held_stats, amounts in call._holds:
-                held_stats._unhold_locked(amounts)
+            for held_stats, keys in call._holds:
+                held_stats._unhold_locked(keys, call._reservation)
         call._holds = ()
         for ledger, held in call._ledger_holds:
             # If the release fails the lease returns the hold; the stop is what matters.
@@ -1035,24 +1086,14 @@ class ExecutionContext:
             self._emit(call.node)
             return
         kind = call.kind
+        if kind == "llm" and exc is None and not call._ledger_holds:
+            self._settle_llm(call)
+            return
         model = call.model
         meta: dict[str, Any] = {}
         cost = call.cost_usd
         if kind == "llm":
-            if cost is not None:
-                status, version = "given", None
-            else:
-                cost, status, version = self._price(call)
-            meta[META_COST_STATUS] = status
-            if version:
-                meta[META_PRICING_VERSION] = version
-            if call.cached_tokens:
-                meta[META_CACHED_TOKENS] = call.cached_tokens
-            if call.cache_write_tokens:
-                meta[META_CACHE_WRITE_TOKENS] = call.cache_write_tokens
-            if call.reasoning_tokens:
-                meta[META_REASONING_TOKENS] = call.reasoning_tokens
-            meta[META_TOOL_CALLS_MADE] = call.tool_calls_made
+            cost, status, meta = self._llm_outcome(call)
             counters, gauges = _model_usage(
                 model or "", call.tokens_in or 0, call.tokens_out or 0, call.cached_tokens,
                 call.reasoning_tokens, cost, per_model=bool(model),
@@ -1074,8 +1115,8 @@ class ExecutionContext:
             counters[KEY_RETRIES] = 1
         hit = None
         with stats.lock:
-            for held_stats, amounts in call._holds:
-                held_stats._unhold_locked(amounts)
+            for held_stats, keys in call._holds:
+                held_stats._unhold_locked(keys, call._reservation)
             stats._apply_locked(counters, gauges)
             if self._guards:  # the check after the call, under the same lock
                 hit = self._first_exceeded_locked(_NO_META)
@@ -1104,6 +1145,74 @@ class ExecutionContext:
             self._mark_stopped(*hit)
         if errors and exc is None:
             raise errors[0]
+
+    def _settle_llm(self, call: Call) -> None:
+        """:meth:`_settle` for a successful LLM call with no ledger holds: the hot path.
+
+        The same effects as the general path, with the usage added through the stats' per-model
+        key plan instead of usage dicts built for each call.
+        """
+        cost, status, meta = self._llm_outcome(call)
+        model = call.model or ""
+        t_in = call.tokens_in
+        t_out = call.tokens_out
+        cached = call.cached_tokens
+        reasoning = call.reasoning_tokens
+        extra: dict[str, int] | None = None
+        if cached or reasoning or status == "unpriced":
+            extra = {}
+            if cached:
+                extra[KEY_CACHED_INPUT_TOKENS] = cached
+            if reasoning:
+                extra[KEY_REASONING_TOKENS] = reasoning
+            if model:
+                _, _, _, key_cached, key_reasoning = _model_keys(model)
+                if cached:
+                    extra[key_cached] = cached
+                if reasoning:
+                    extra[key_reasoning] = reasoning
+            if status == "unpriced":
+                extra[KEY_UNPRICED_LLM_CALLS] = 1
+        stats = self.stats
+        reservation = call._reservation
+        hit = None
+        with stats.lock:  # the graph's lock as well: stats, check and node end in one step
+            for held_stats, keys in call._holds:
+                held_stats._unhold_locked(keys, reservation)
+            if type(cost) is not float or not 0.0 <= cost < math.inf:
+                # A pricing layer's answer: a bad one raises here, with the reservation given
+                # back and no usage added.
+                cost = check_cost(cost)
+            stats._settle_llm_locked(model, t_in or 0, t_out or 0, cost)
+            if extra:
+                stats._apply_locked(extra)
+            if self._guards:  # the check after the call
+                hit = self._first_exceeded_locked(_NO_META)
+            self.graph._succeed_locked(call.node, cost, t_in, t_out, meta)
+        errors = self._emit(call.node) if self._sinks else None
+        if hit is not None:
+            self._mark_stopped(*hit)
+        if errors:
+            raise errors[0]
+
+    def _llm_outcome(self, call: Call) -> tuple[float, str, dict[str, Any]]:
+        """An ended LLM call's cost, its cost status and the usage metadata for its node."""
+        cost = call.cost_usd
+        if cost is not None:
+            status, version = "given", None
+        else:
+            cost, status, version = self._price(call)
+        meta: dict[str, Any] = {META_COST_STATUS: status}
+        if version:
+            meta[META_PRICING_VERSION] = version
+        if call.cached_tokens:
+            meta[META_CACHED_TOKENS] = call.cached_tokens
+        if call.cache_write_tokens:
+            meta[META_CACHE_WRITE_TOKENS] = call.cache_write_tokens
+        if call.reasoning_tokens:
+            meta[META_REASONING_TOKENS] = call.reasoning_tokens
+        meta[META_TOOL_CALLS_MADE] = call.tool_calls_made
+        return cost, status, meta
 
     def _price(self, call: Call) -> tuple[float, str, str | None]:
         if call.cost_usd is not None:

@@ -344,12 +344,19 @@ class ExecutionGraph:
             node = self._nodes.get(node_id)
             if node is None:
                 raise KeyError(self._unknown(node_id, "node_id"))
-            if node.status == _CREATED:
+            if node.status == _CREATED:  # _run_locked, inlined: a step of every lifecycle
                 node.status = _RUNNING
                 if node.parent_id is not None:
                     self._in_flight += 1
         finally:
             lock.release()
+
+    def _run_locked(self, node: Node) -> None:
+        """:meth:`mark_running` for a caller that holds the lock and the graph's own node."""
+        if node.status == _CREATED:
+            node.status = _RUNNING
+            if node.parent_id is not None:
+                self._in_flight += 1
 
     def mark_success(
         self,
@@ -379,43 +386,58 @@ class ExecutionGraph:
             node = self._nodes.get(node_id)
             if node is None:
                 raise KeyError(self._unknown(node_id, "node_id"))
-            previous = node.status
-            if previous != _CREATED and previous != _RUNNING:
-                return
-            if node.parent_id is None and (cost_usd or tokens_in or tokens_out):
+            if (
+                node.parent_id is None
+                and (cost_usd or tokens_in or tokens_out)
+                and node.status not in TERMINAL_STATUSES
+            ):
                 raise ValueError("the root node carries no cost or tokens of its own")
-            node.status = "success"
-            end = _time_ns() // 1_000_000
-            start = node.start_ts_ms
-            # A node shorter than 1 ms shares its start's int object: 32 bytes less per node.
-            node.end_ts_ms = start if end == start else end
-            node.cost_usd = cost_usd
-            node.tokens_in = tokens_in
-            node.tokens_out = tokens_out
-            if metadata:
-                node.metadata.update(metadata)
-            if node.parent_id is None:
-                return
-            # _count_end, inlined: this is the hot path.
-            if previous == _RUNNING:
-                self._in_flight -= 1
-            self._total_cost_usd += cost_usd
-            if node.retries_used:
-                self._total_retries += node.retries_used
-            if tokens_in:
-                self._total_tokens_in += tokens_in
-            if tokens_out:
-                self._total_tokens_out += tokens_out
-            kind = node.kind
-            if kind == "llm":
-                self._total_llm_calls += 1
-            elif kind == "tool":
-                self._total_tool_calls += 1
-            if self._max_nodes:
-                self._evictable.append(node_id)
-                self._evict()
+            self._succeed_locked(node, cost_usd, tokens_in, tokens_out, metadata)
         finally:
             lock.release()
+
+    def _succeed_locked(
+        self,
+        node: Node,
+        cost_usd: float,
+        tokens_in: int | None,
+        tokens_out: int | None,
+        metadata: dict[str, Any] | None,
+    ) -> None:
+        """:meth:`mark_success` for a caller that holds the lock, with checked values."""
+        previous = node.status
+        if previous != _CREATED and previous != _RUNNING:
+            return
+        node.status = "success"
+        end = _time_ns() // 1_000_000
+        start = node.start_ts_ms
+        # A node shorter than 1 ms shares its start's int object: 32 bytes less per node.
+        node.end_ts_ms = start if end == start else end
+        node.cost_usd = cost_usd
+        node.tokens_in = tokens_in
+        node.tokens_out = tokens_out
+        if metadata:
+            node.metadata.update(metadata)
+        if node.parent_id is None:
+            return
+        # _count_end, inlined: this is the hot path.
+        if previous == _RUNNING:
+            self._in_flight -= 1
+        self._total_cost_usd += cost_usd
+        if node.retries_used:
+            self._total_retries += node.retries_used
+        if tokens_in:
+            self._total_tokens_in += tokens_in
+        if tokens_out:
+            self._total_tokens_out += tokens_out
+        kind = node.kind
+        if kind == "llm":
+            self._total_llm_calls += 1
+        elif kind == "tool":
+            self._total_tool_calls += 1
+        if self._max_nodes:
+            self._evictable.append(node.node_id)
+            self._evict()
 
     def mark_failure(
         self,

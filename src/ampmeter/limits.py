@@ -116,34 +116,72 @@ def check_limits_locked(
     stats: ExecutionStats, limits: Sequence[Limit], pending: Mapping[str, float]
 ) -> ExceededLimit | None:
     """:func:`check_limits` for a caller that already holds ``stats.lock``."""
+    return check_plan_locked(stats, compile_limits(limits), pending)
+
+
+LimitPlan = tuple[tuple[bool, str, float, Limit], ...]
+"""Limits as ``(is_prefix, key, max_value, limit)`` rows, in list order (see compile_limits)."""
+
+
+def compile_limits(limits: Sequence[Limit]) -> LimitPlan:
+    """``limits`` as rows the check unpacks in one step (a context compiles its limits once)."""
+    prefix = LimitType.PREFIX
+    return tuple((limit.type is prefix, limit.key, limit.max_value, limit) for limit in limits)
+
+
+def check_plan_locked(
+    stats: ExecutionStats, plan: LimitPlan, pending: Mapping[str, float]
+) -> ExceededLimit | None:
+    """:func:`check_limits_locked` over compiled limits: this runs before and after every call."""
     counters = stats._counters
     gauges = stats._gauges
     reserved = stats._reserved
-    exact = LimitType.EXACT
-    for limit in limits:
-        if limit.type is not exact:
+    for is_prefix, key, top, limit in plan:
+        if is_prefix:
+            keys = stats._watched.get(key)
+            if keys is not None and (not pending or pending.keys() <= stats._known.keys()):
+                # _check_prefix, inlined for the usual case: the prefix is watched already and
+                # the pending call brings no key never seen (so none is missing from ``keys``).
+                for k in keys:
+                    extra = reserved.get(k, 0.0)
+                    if pending:
+                        extra += pending.get(k, 0.0)
+                    written = counters.get(k)
+                    if written is not None:
+                        if written + extra > top:
+                            return ExceededLimit(limit, k, written + extra)
+                    elif extra and extra > top and k not in gauges:
+                        return ExceededLimit(limit, k, extra)
+                for k in keys:
+                    value = gauges.get(k)
+                    if value is not None:
+                        extra = reserved.get(k, 0.0)
+                        if pending:
+                            extra += pending.get(k, 0.0)
+                        if value + extra > top:
+                            return ExceededLimit(limit, k, value + extra)
+                continue
             hit = _check_prefix(stats, limit, pending)
             if hit is not None:
                 return hit
             continue
-        # _check_key for the counter, then the gauge, inlined: this runs before every call.
-        key = limit.key
+        # _check_key for the counter, then the gauge, inlined.
         extra = reserved.get(key, 0.0)
         if pending:
             extra += pending.get(key, 0.0)
         written = counters.get(key)
         if written is not None:
-            if written + extra > limit.max_value:
+            if written + extra > top:
                 return ExceededLimit(limit, key, written + extra)
             value = gauges.get(key)
-            if value is not None and value + extra > limit.max_value:
+            if value is not None and value + extra > top:
                 return ExceededLimit(limit, key, value + extra)
             continue
         value = gauges.get(key)
         if value is not None:
-            if value + extra > limit.max_value:
+            if value + extra > top:
                 return ExceededLimit(limit, key, value + extra)
-        elif extra and extra > limit.max_value:
+        elif extra and extra > top:
             return ExceededLimit(limit, key, extra)
     return None
 
@@ -181,12 +219,12 @@ def _candidate_keys(stats: ExecutionStats, limit: Limit, pending: Mapping[str, f
 def _check_prefix(
     stats: ExecutionStats, limit: Limit, pending: Mapping[str, float]
 ) -> ExceededLimit | None:
-    keys = stats._watched.get(limit.key)  # _candidate_keys, inlined for the usual case
-    if keys is None or pending:
-        keys = _candidate_keys(stats, limit, pending)
+    """A prefix limit's check: counters first, then gauges (check_plan_locked inlines the
+    usual case, where the prefix is watched already and no pending key is new)."""
+    keys = _candidate_keys(stats, limit, pending)
     if not keys:
         return None
-    # _check_key over the keys, counters first, then gauges, inlined (runs before every call).
+    # _check_key over the keys, counters first, then gauges, inlined.
     counters = stats._counters
     gauges = stats._gauges
     reserved = stats._reserved

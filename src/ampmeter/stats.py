@@ -18,10 +18,15 @@ from typing import Final
 
 from ampmeter.keys import (
     KEY_COST,
+    KEY_COST_FOR,
     KEY_FORMAT_PARSE_ERROR_TOTAL,
     KEY_INPUT_TOKENS,
+    KEY_INPUT_TOKENS_FOR,
     KEY_ITERATIONS,
+    KEY_LLM_CALLS,
     KEY_OUTPUT_TOKENS,
+    KEY_OUTPUT_TOKENS_FOR,
+    KEY_STEPS,
     KEY_TOOL_CALLS,
     KEY_TOOLCHAIN_PARSE_ERROR_TOTAL,
     LOCAL_KEYS,
@@ -31,6 +36,25 @@ from ampmeter.keys import (
 __all__ = ["ExecutionStats"]
 
 _EMPTY: Final[Mapping[str, float]] = {}
+_PLANS_MAX: Final = 4_096  # per stats object: models with a precomputed key plan
+
+
+class _LlmPlan:
+    """The keys one successful LLM call of a model adds to, and the dicts of every level.
+
+    Once every key exists at every level (keys are never removed, so this stays true), settling a
+    call is straight-line ``+=`` per level: no usage dicts to build, no lookups that can miss.
+    """
+
+    __slots__ = ("key_cost", "key_in", "key_out", "levels", "ready")
+
+    def __init__(self, chain: tuple[ExecutionStats, ...], model: str) -> None:
+        self.levels = tuple((stats._counters, stats._gauges) for stats in chain)
+        # With model "" these keys go unused: _settle_llm_locked then adds the totals only.
+        self.key_in = KEY_INPUT_TOKENS_FOR + model
+        self.key_out = KEY_OUTPUT_TOKENS_FOR + model
+        self.key_cost = KEY_COST_FOR + model
+        self.ready = False
 
 
 def _check_key(key: object) -> str:
@@ -73,6 +97,7 @@ class ExecutionStats:
         "_gauges",
         "_known",
         "_lock",
+        "_plans",
         "_reserved",
         "_watched",
         "parent",
@@ -95,6 +120,7 @@ class ExecutionStats:
         # For each prefix a limit watches, the keys that start with it: kept up to date as keys
         # appear, so checking a prefix limit looks at its few keys, never at all of them.
         self._watched: dict[str, list[str]] = {}
+        self._plans: dict[str, _LlmPlan] = {}  # model ("" for none) -> its key plan
 
     @property
     def lock(self) -> threading.Lock:
@@ -275,21 +301,23 @@ class ExecutionStats:
                     stats._note_key(key)  # a pending write is a key limits must see
                     reserved[key] = amount
 
-    def _hold_locked(self, amounts: Mapping[str, float]) -> None:
-        """Reserve ``amounts`` at this level only (the levels whose limits watch the keys)."""
+    def _hold_locked(self, keys: tuple[str, ...], amounts: Mapping[str, float]) -> None:
+        """Reserve ``amounts[key]`` for each of ``keys`` at this level only (the levels whose
+        limits watch those keys)."""
         reserved = self._reserved
-        for key, amount in amounts.items():
+        for key in keys:
+            amount = amounts[key]
             try:
                 reserved[key] += amount
             except KeyError:
                 self._note_key(key)
                 reserved[key] = amount
 
-    def _unhold_locked(self, amounts: Mapping[str, float]) -> None:
+    def _unhold_locked(self, keys: tuple[str, ...], amounts: Mapping[str, float]) -> None:
         """Drop a reservation made with :meth:`_hold_locked`."""
         reserved = self._reserved
-        for key, amount in amounts.items():
-            left = reserved.get(key, 0.0) - amount
+        for key in keys:
+            left = reserved.get(key, 0.0) - amounts[key]
             # Float dust from many add/subtract pairs must not look like a pending call.
             reserved[key] = left if left > 1e-12 else 0.0
 
@@ -342,3 +370,43 @@ class ExecutionStats:
                 except KeyError:
                     stats._note_key(key)
                     floats[key] = gdelta
+
+    def _settle_llm_locked(self, model: str, tokens_in: int, tokens_out: int, cost: float) -> None:
+        """Add one successful LLM call's standard usage at every level (tokens, cost, calls,
+        steps; per model when ``model`` is not empty), as ``_apply_locked`` would."""
+        plan = self._plans.get(model)
+        if plan is None:
+            plan = _LlmPlan(self._chain, model)
+            if len(self._plans) < _PLANS_MAX:
+                self._plans[model] = plan
+        if plan.ready:
+            # The hot path: every key exists at every level, so ``+=`` never misses.
+            if model:
+                key_in, key_out, key_cost = plan.key_in, plan.key_out, plan.key_cost
+                for ints, floats in plan.levels:
+                    ints[KEY_INPUT_TOKENS] += tokens_in
+                    ints[KEY_OUTPUT_TOKENS] += tokens_out
+                    ints[key_in] += tokens_in
+                    ints[key_out] += tokens_out
+                    ints[KEY_LLM_CALLS] += 1
+                    ints[KEY_STEPS] += 1
+                    floats[KEY_COST] += cost
+                    floats[key_cost] += cost
+            else:
+                for ints, floats in plan.levels:
+                    ints[KEY_INPUT_TOKENS] += tokens_in
+                    ints[KEY_OUTPUT_TOKENS] += tokens_out
+                    ints[KEY_LLM_CALLS] += 1
+                    ints[KEY_STEPS] += 1
+                    floats[KEY_COST] += cost
+            return
+        counters = {KEY_INPUT_TOKENS: tokens_in, KEY_OUTPUT_TOKENS: tokens_out}
+        gauges = {KEY_COST: cost}
+        if model:
+            counters[plan.key_in] = tokens_in
+            counters[plan.key_out] = tokens_out
+            gauges[plan.key_cost] = cost
+        counters[KEY_LLM_CALLS] = 1
+        counters[KEY_STEPS] = 1
+        self._apply_locked(counters, gauges)
+        plan.ready = True  # every one of these keys now exists at every level
