@@ -11,9 +11,7 @@ rules.
 from __future__ import annotations
 
 import functools
-import gzip
-import mmap
-import re
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -86,32 +84,32 @@ FROM raw
 
 
 # JSON that DuckDB reads and the plain reader rejects: NaN, Infinity, trailing commas. Found
-# anywhere (inside strings too), the file goes to the plain reader, which knows.
-_LENIENT: Final = (b"NaN", b"Infinity")
-_TRAILING_COMMA: Final = re.compile(rb",[ \t\r\n]*[}\]]")
-_GZIP_MAGIC: Final = b"\x1f\x8b"
+# anywhere in a line (inside strings too), the file goes to the plain reader, which knows.
+# DuckDB scans the lines as plain text, in parallel and without holding the GIL: a few times
+# faster than searching the bytes from Python.
+_LENIENT_LINES_SQL: Final = r"""
+SELECT count(*) FROM read_csv(?, columns = {'line': 'VARCHAR'}, delim = '\x01', quote = '',
+    escape = '', header = false, auto_detect = false, new_line = '\n')
+WHERE contains(line, 'NaN') OR contains(line, 'Infinity')
+    OR regexp_matches(line, ',[ \t\r]*[}\]]')
+"""
 
 
 def strict_json_only(path: str) -> bool:
-    """False when ``path`` holds JSON that DuckDB accepts and the plain reader rejects."""
-    with open(path, "rb") as handle:
-        if path.endswith(".gz") or handle.peek(2)[:2] == _GZIP_MAGIC:
-            with gzip.GzipFile(fileobj=handle, mode="rb") as unzipped:
-                tail = b""
-                while chunk := unzipped.read(1 << 24):
-                    if _lenient(tail + chunk):
-                        return False
-                    tail = chunk[-64:]
-            return True
-        if handle.peek(1) == b"":
-            return True
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return not _lenient(data)
+    """False when ``path`` may hold JSON that DuckDB accepts and the plain reader rejects.
 
-
-def _lenient(data: Any) -> bool:
-    # separate literal searches are several times faster than one alternation
-    return any(data.find(token) >= 0 for token in _LENIENT) or bool(_TRAILING_COMMA.search(data))
+    Raises ``OSError`` when the file cannot be read.
+    """
+    if os.stat(path).st_size == 0:
+        return True
+    con = duckdb.connect(":memory:")
+    try:
+        row = con.execute(_LENIENT_LINES_SQL, [path]).fetchone()
+    except duckdb.Error:
+        return False  # a file DuckDB cannot scan as lines: the plain reader decides
+    finally:
+        con.close()
+    return row is not None and row[0] == 0
 
 
 def read_inputs(
