@@ -179,3 +179,29 @@ def test_with_a_real_execution_context(tmp_path: Path) -> None:
     assert problem_line["llm_calls"] == 2
     assert problem_line["tokens_total"] == 1090
     assert len(list(read_jsonl(log.calls_path))) == 3
+
+
+def test_a_call_halted_before_it_was_sent_is_no_per_call_entry(tmp_path: Path) -> None:
+    """It counts as an attempted call (amplification) but has no usage to measure growth by."""
+    from ampmeter import ExecutionContext, LimitExceeded
+    from ampmeter.analysis import summarize
+
+    path = tmp_path / "run.jsonl"
+    with JsonlSink(path, run_id="r") as sink, ExecutionContext(
+        "agent", max_steps=2, sinks=[sink]
+    ) as ctx:
+        for tokens_in in (100, 160):
+            with ctx.llm_call("step", model="m") as call:
+                call.record(tokens_in, 10, cost_usd=0.0)
+        with pytest.raises(LimitExceeded), ctx.llm_call("step", model="m"):
+            pytest.fail("must not run")
+    live = TaskResult.from_context(ctx)
+    logged = TaskResult.from_events(path)
+    for task in (live, logged):
+        assert [m.input_tokens for m in task.llm_call_metrics] == [100, 160]
+        assert task.base_context == 100
+        assert task.context_growth_avg == 60.0
+        assert task.llm_calls == 3  # the halted call is still an attempt
+    for engine in ("python", "duckdb"):
+        (row,) = summarize([path], engine=engine).runs
+        assert (row.base_context, row.context_growth_avg, row.llm_calls) == (100, 60.0, 3)

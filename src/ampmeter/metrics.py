@@ -99,8 +99,10 @@ class TaskResult:
                 node.kind, node.tokens_in or 0, node.tokens_out or 0, node.cost_usd,
                 node.start_ts_ms, node.end_ts_ms,
             )  # fmt: skip
-            if node.kind == "llm":
-                llm.append(node)
+            if node.kind == "llm" and not (
+                node.status == "halt" and not node.tokens_in and not node.tokens_out
+            ):
+                llm.append(node)  # a call halted before it was sent has no usage to measure
         llm.sort(key=lambda n: n.start_ts_ms)  # stable: creation order breaks ties
         calls = _Calls()
         for node in llm:
@@ -152,7 +154,8 @@ class TaskResult:
             kind, t_in, t_out, cost, latency, end_ms = _event_fields(event, index)
             start_ms = None if end_ms is None else end_ms - latency
             totals.add(kind, t_in, t_out, cost, start_ms, end_ms)
-            if kind == "llm":
+            if kind == "llm" and not (t_in == 0 and t_out == 0 and _status(event) == "halt"):
+                # (a call halted before it was sent has no usage to measure)
                 meta = event.get("metadata")
                 tools = meta.get(META_TOOL_CALLS_MADE) if isinstance(meta, dict) else None
                 calls.add(t_in, t_out, tools if type(tools) is int and tools >= 0 else 0, latency)
@@ -222,6 +225,14 @@ class _Totals:
         return TaskResult(
             metrics, self.input, self.output, self.llm_calls, self.tool_calls, self.cost, duration
         )
+
+
+def _status(event: Mapping[str, Any]) -> object:
+    """An event's status: in its metadata (the contract's place) or else at the top level."""
+    meta = event.get("metadata")
+    if isinstance(meta, dict) and "status" in meta:
+        return meta["status"]
+    return event.get("status")
 
 
 _EVENT_KINDS = {"llm_completion": "llm", "tool_call": "tool"}

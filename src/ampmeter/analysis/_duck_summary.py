@@ -111,10 +111,15 @@ SELECT run_id, row_number() OVER (ORDER BY min(rowid)) - 1 AS idx, min(rowid) AS
        count(*) FILTER (WHERE status = 1) AS halted, count(*) FILTER (WHERE status = 2) AS failed,
        min(rowid) FILTER (WHERE status = 1) AS halt_row,
        max(rowid) FILTER (WHERE termination IS NOT NULL) AS term_row,
-       count(*) FILTER (WHERE llm_completion) AS completions,
-       min(rowid) FILTER (WHERE llm_completion) AS first_completion,
-       max(rowid) FILTER (WHERE llm_completion) AS last_completion
-FROM ev GROUP BY run_id
+       count(*) FILTER (WHERE sent) AS completions,
+       min(rowid) FILTER (WHERE sent) AS first_completion,
+       max(rowid) FILTER (WHERE sent) AS last_completion
+FROM (
+    -- Per-call metrics: completions that were sent (not halted before any token was used).
+    SELECT *, rowid AS rowid,
+           llm_completion AND NOT (status = 1 AND tokens_in = 0 AND tokens_out = 0) AS sent
+    FROM ev
+) GROUP BY run_id
 """
 
 _RUN_ROWS: Final = """

@@ -170,7 +170,10 @@ def build_report(
     by_model: dict[str, dict[str, float]] = {}
     latencies: list[float] = []
     for run in runs:
-        growth[run.run_id] = [c.tokens_in for c in run.calls if c.kind == "llm"]
+        growth[run.run_id] = [
+            c.tokens_in for c in run.calls
+            if c.kind == "llm" and not (c.status == "halt" and not c.tokens_in and not c.tokens_out)
+        ]  # fmt: skip
         for c in run.calls:
             if c.kind == "llm":
                 if c.latency_ms is not None:
