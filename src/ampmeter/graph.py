@@ -418,26 +418,8 @@ class ExecutionGraph:
         node.tokens_out = tokens_out
         if metadata:
             node.metadata.update(metadata)
-        if node.parent_id is None:
-            return
-        # _count_end, inlined: this is the hot path.
-        if previous == _RUNNING:
-            self._in_flight -= 1
-        self._total_cost_usd += cost_usd
-        if node.retries_used:
-            self._total_retries += node.retries_used
-        if tokens_in:
-            self._total_tokens_in += tokens_in
-        if tokens_out:
-            self._total_tokens_out += tokens_out
-        kind = node.kind
-        if kind == "llm":
-            self._total_llm_calls += 1
-        elif kind == "tool":
-            self._total_tool_calls += 1
-        if self._max_nodes:
-            self._evictable.append(node.node_id)
-            self._evict()
+        if node.parent_id is not None:
+            self._count_end(node, previous, cost_usd, tokens_in, tokens_out)
 
     def mark_failure(
         self,

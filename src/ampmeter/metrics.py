@@ -99,10 +99,8 @@ class TaskResult:
                 node.kind, node.tokens_in or 0, node.tokens_out or 0, node.cost_usd,
                 node.start_ts_ms, node.end_ts_ms,
             )  # fmt: skip
-            if node.kind == "llm" and not (
-                node.status == "halt" and not node.tokens_in and not node.tokens_out
-            ):
-                llm.append(node)  # a call halted before it was sent has no usage to measure
+            if node.kind == "llm" and was_sent(node.status, node.tokens_in, node.tokens_out):
+                llm.append(node)
         llm.sort(key=lambda n: n.start_ts_ms)  # stable: creation order breaks ties
         calls = _Calls()
         for node in llm:
@@ -154,8 +152,7 @@ class TaskResult:
             kind, t_in, t_out, cost, latency, end_ms = _event_fields(event, index)
             start_ms = None if end_ms is None else end_ms - latency
             totals.add(kind, t_in, t_out, cost, start_ms, end_ms)
-            if kind == "llm" and not (t_in == 0 and t_out == 0 and _status(event) == "halt"):
-                # (a call halted before it was sent has no usage to measure)
+            if kind == "llm" and was_sent(_status(event), t_in, t_out):
                 meta = event.get("metadata")
                 tools = meta.get(META_TOOL_CALLS_MADE) if isinstance(meta, dict) else None
                 calls.add(t_in, t_out, tools if type(tools) is int and tools >= 0 else 0, latency)
@@ -225,6 +222,15 @@ class _Totals:
         return TaskResult(
             metrics, self.input, self.output, self.llm_calls, self.tool_calls, self.cost, duration
         )
+
+
+def was_sent(status: object, tokens_in: int | None, tokens_out: int | None) -> bool:
+    """Whether an LLM call reached the provider, so it is a per-call metrics entry.
+
+    A call halted before it was sent reports no tokens; it still counts as an attempted call
+    (amplification) but has no usage to measure context growth by.
+    """
+    return not (status == "halt" and not tokens_in and not tokens_out)
 
 
 def _status(event: Mapping[str, Any]) -> object:

@@ -115,7 +115,7 @@ SELECT run_id, row_number() OVER (ORDER BY min(rowid)) - 1 AS idx, min(rowid) AS
        min(rowid) FILTER (WHERE sent) AS first_completion,
        max(rowid) FILTER (WHERE sent) AS last_completion
 FROM (
-    -- Per-call metrics: completions that were sent (not halted before any token was used).
+    -- Per-call metrics: completions that were sent (ampmeter.metrics.was_sent, in SQL).
     SELECT *, rowid AS rowid,
            llm_completion AND NOT (status = 1 AND tokens_in = 0 AND tokens_out = 0) AS sent
     FROM ev

@@ -194,6 +194,27 @@ def _finish(call: Call, tally: Tally | None, exc: BaseException | None) -> None:
     call.finish(exc)
 
 
+def _before(
+    ctx: ExecutionContext, adapter: Adapter, kwargs: dict[str, Any]
+) -> tuple[Call, RequestInfo, bool]:
+    """Admit a call (limits checked, node running) before the SDK sends it."""
+    info = adapter.request_info(kwargs)
+    hide = adapter.prepare_stream(kwargs) if info.stream else False
+    return _begin(ctx, adapter, info), info, hide
+
+
+def _after(
+    result: Any, call: Call, adapter: Adapter, info: RequestInfo, hide: bool, stream_type: type
+) -> Any:
+    """Hand back a metered stream, or record a whole response's usage and end the call."""
+    if adapter.is_stream(result):
+        return stream_type(result, call, adapter, hide, info.prompt_tokens)
+    tally = Tally()
+    adapter.read_response(result, tally)
+    _finish(call, tally, None)
+    return result
+
+
 def wrap_sync(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., Any]:
     """A metered version of a sync SDK method."""
 
@@ -202,9 +223,7 @@ def wrap_sync(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., A
         ctx = metered_context()
         if ctx is None:
             return original(resource, *args, **kwargs)
-        info = adapter.request_info(kwargs)
-        hide = adapter.prepare_stream(kwargs) if info.stream else False
-        call = _begin(ctx, adapter, info)
+        call, info, hide = _before(ctx, adapter, kwargs)
         token = _ACTIVE.set(call)
         try:
             result = original(resource, *args, **kwargs)
@@ -213,12 +232,7 @@ def wrap_sync(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., A
             raise
         finally:
             _ACTIVE.reset(token)
-        if adapter.is_stream(result):
-            return MeteredStream(result, call, adapter, hide, info.prompt_tokens)
-        tally = Tally()
-        adapter.read_response(result, tally)
-        _finish(call, tally, None)
-        return result
+        return _after(result, call, adapter, info, hide, MeteredStream)
 
     metered.__ampmeter_original__ = original  # type: ignore[attr-defined]
     return metered
@@ -232,9 +246,7 @@ def wrap_async(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., 
         ctx = metered_context()
         if ctx is None:
             return await original(resource, *args, **kwargs)
-        info = adapter.request_info(kwargs)
-        hide = adapter.prepare_stream(kwargs) if info.stream else False
-        call = _begin(ctx, adapter, info)
+        call, info, hide = _before(ctx, adapter, kwargs)
         token = _ACTIVE.set(call)
         try:
             result = await original(resource, *args, **kwargs)
@@ -243,12 +255,7 @@ def wrap_async(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., 
             raise
         finally:
             _ACTIVE.reset(token)
-        if adapter.is_stream(result):
-            return MeteredAsyncStream(result, call, adapter, hide, info.prompt_tokens)
-        tally = Tally()
-        adapter.read_response(result, tally)
-        _finish(call, tally, None)
-        return result
+        return _after(result, call, adapter, info, hide, MeteredAsyncStream)
 
     metered.__ampmeter_original__ = original  # type: ignore[attr-defined]
     return metered
@@ -555,3 +562,12 @@ def undo_all(patches: list[Patch]) -> None:
     """Restore every patch, last applied first, and empty the list (idempotent)."""
     while patches:
         patches.pop().undo()
+
+
+def patch_method(owner: type, name: str, adapter: Adapter, *, is_async: bool) -> Patch | None:
+    """Meter ``owner.name`` (an SDK resource method); None when this SDK version lacks it."""
+    original = owner.__dict__.get(name)
+    if original is None:
+        return None
+    wrapper = wrap_async(adapter, original) if is_async else wrap_sync(adapter, original)
+    return Patch.apply(owner, name, wrapper)

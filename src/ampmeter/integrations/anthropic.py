@@ -28,11 +28,10 @@ from ampmeter.integrations._common import (
     metered_context,
     metered_request,
     patch_client_retries,
+    patch_method,
     settings,
     text_of,
     undo_all,
-    wrap_async,
-    wrap_sync,
 )
 
 __all__ = ["instrument_anthropic", "is_instrumented", "uninstrument_anthropic"]
@@ -163,12 +162,10 @@ def instrument_anthropic() -> bool:
     for owner, types, is_async in ((Messages, sync_stream, False),
                                    (AsyncMessages, async_stream, True)):  # fmt: skip
         for name in ("create", "parse"):
-            original = owner.__dict__.get(name)
-            if original is None:
-                continue
             adapter = MessagesAdapter(f"messages.{name}", types)
-            wrapper = wrap_async(adapter, original) if is_async else wrap_sync(adapter, original)
-            _patches.append(Patch.apply(owner, name, wrapper))
+            patch = patch_method(owner, name, adapter, is_async=is_async)
+            if patch is not None:
+                _patches.append(patch)
         helper = owner.__dict__.get("stream")
         if helper is not None:
             adapter = MessagesAdapter("messages.stream", types)

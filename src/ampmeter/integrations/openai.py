@@ -24,11 +24,10 @@ from ampmeter.integrations._common import (
     get,
     int_or_none,
     patch_client_retries,
+    patch_method,
     settings,
     text_of,
     undo_all,
-    wrap_async,
-    wrap_sync,
 )
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
@@ -209,11 +208,9 @@ def instrument_openai() -> bool:
             targets.append((AsyncResponses, name,
                             ResponsesAdapter(f"responses.{name}", async_stream), True))  # fmt: skip
     for owner, name, adapter, is_async in targets:
-        original = owner.__dict__.get(name)
-        if original is None:
-            continue
-        wrapper = wrap_async(adapter, original) if is_async else wrap_sync(adapter, original)
-        _patches.append(Patch.apply(owner, name, wrapper))
+        patch = patch_method(owner, name, adapter, is_async=is_async)
+        if patch is not None:
+            _patches.append(patch)
     _patches.extend(patch_client_retries(_base_client))
     return True
 

@@ -23,6 +23,7 @@ from ampmeter.analysis.amortization import amortization_curve
 from ampmeter.analysis.quantiles import percentile
 from ampmeter.analysis.runs import Run, load_runs
 from ampmeter.analysis.summary import NUMERIC_COLUMNS, SummaryTable, summarize_run
+from ampmeter.metrics import was_sent
 from ampmeter.report import figures
 
 __all__ = ["build_report", "embed_json", "write_report"]
@@ -172,7 +173,7 @@ def build_report(
     for run in runs:
         growth[run.run_id] = [
             c.tokens_in for c in run.calls
-            if c.kind == "llm" and not (c.status == "halt" and not c.tokens_in and not c.tokens_out)
+            if c.kind == "llm" and was_sent(c.status, c.tokens_in, c.tokens_out)
         ]  # fmt: skip
         for c in run.calls:
             if c.kind == "llm":
