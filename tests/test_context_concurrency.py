@@ -40,7 +40,8 @@ def _committed_plus_reserved(ctx: ExecutionContext) -> float:
     # Read both under the tree's lock so the pair is consistent (the public getters lock each).
     stats = ctx.stats
     with stats.lock:
-        return stats._gauges.get(KEY_COST, 0.0) + stats._reserved.get(KEY_COST, 0.0)
+        # get_gauge takes no lock; reserved() would.
+        return stats.get_gauge(KEY_COST) + stats._reserved.get(KEY_COST, 0.0)
 
 
 def _top_positive_sum(diffs: list[float], k: int) -> float:

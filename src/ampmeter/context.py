@@ -25,6 +25,8 @@ from enum import Enum
 from types import TracebackType
 from typing import Any, Final, Literal, Protocol
 
+from ampmeter._argtypes import Float, Int, OptFloat, OptInt, OptStr, Str
+from ampmeter._limit_check import LimitPlan, check_plan_locked, compile_limits
 from ampmeter.errors import BudgetUnavailable, ExecutionCanceled, LimitExceeded
 from ampmeter.graph import (
     META_CACHE_WRITE_TOKENS,
@@ -66,14 +68,7 @@ from ampmeter.keys import (
     KEY_UNPRICED_LLM_CALLS,
 )
 from ampmeter.ledgers.base import Ledger, LedgerUnavailable, Reservation
-from ampmeter.limits import (
-    ExceededLimit,
-    Limit,
-    LimitPlan,
-    LimitType,
-    check_plan_locked,
-    compile_limits,
-)
+from ampmeter.limits import ExceededLimit, Limit, LimitType
 from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace, TraceRecord
@@ -123,9 +118,9 @@ class WrapOptions:
     cost (the wrapped function returns nothing to price).
     """
 
-    operation_name: str = ""
-    cost_estimate_hint: float = 0.0
-    model: str | None = None
+    operation_name: Str = ""
+    cost_estimate_hint: Float = 0.0
+    model: OptStr = None
 
     def __post_init__(self) -> None:
         check_cost(self.cost_estimate_hint, "cost_estimate_hint")
@@ -193,7 +188,7 @@ def current_node_id() -> str | None:
     return current[1] if current is not None else None
 
 
-_NO_META: Final[Mapping[str, Any]] = {}
+_NO_PENDING: Final[dict[str, float]] = {}  # shared, never written to
 # Where a call's reservation is held: (stats of a guarding context, the keys held there).
 _Holds = tuple[tuple[ExecutionStats, tuple[str, ...]], ...]
 _LOCAL_TERMINATIONS: Final = frozenset(
@@ -286,14 +281,14 @@ class Call:
 
     def record(
         self,
-        tokens_in: int | None = None,
-        tokens_out: int | None = None,
-        cost_usd: float | None = None,
-        cached_tokens: int = 0,
-        reasoning_tokens: int = 0,
-        tool_calls_made: int = 0,
+        tokens_in: OptInt = None,
+        tokens_out: OptInt = None,
+        cost_usd: OptFloat = None,
+        cached_tokens: Int = 0,
+        reasoning_tokens: Int = 0,
+        tool_calls_made: Int = 0,
         *,
-        cache_write_tokens: int = 0,
+        cache_write_tokens: Int = 0,
     ) -> None:
         """Report the call's usage (may be called again to replace it, e.g. as a stream grows).
 
@@ -457,19 +452,19 @@ class ExecutionContext:
 
     def __init__(
         self,
-        name: str = "agent_run",
+        name: Str = "agent_run",
         *,
         limits: Sequence[Limit] | None = None,
-        max_cost_usd: float | None = None,
-        max_steps: int | None = None,
-        max_retries: int | None = None,
-        timeout_s: float | None = None,
-        chain_id: str | None = None,
+        max_cost_usd: OptFloat = None,
+        max_steps: OptInt = None,
+        max_retries: OptInt = None,
+        timeout_s: OptFloat = None,
+        chain_id: OptStr = None,
         metadata: Mapping[str, Any] | None = None,
         sinks: Iterable[Sink] = (),
         ledger: Ledger | None = None,
         on_ledger_error: Literal["halt", "allow"] = "halt",
-        max_nodes: int = 0,
+        max_nodes: Int = 0,
         _parent: ExecutionContext | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
@@ -569,13 +564,13 @@ class ExecutionContext:
 
     def spawn_child(
         self,
-        name: str,
+        name: Str,
         *,
         limits: Sequence[Limit] | None = None,
-        max_cost_usd: float | None = None,
-        max_steps: int | None = None,
-        max_retries: int | None = None,
-        timeout_s: float | None = None,
+        max_cost_usd: OptFloat = None,
+        max_steps: OptInt = None,
+        max_retries: OptInt = None,
+        timeout_s: OptFloat = None,
         metadata: Mapping[str, Any] | None = None,
         sinks: Iterable[Sink] = (),
         ledger: Ledger | None = None,
@@ -600,14 +595,14 @@ class ExecutionContext:
 
     def llm_call(
         self,
-        name: str | None = None,
-        model: str | None = None,
-        estimate_usd: float | None = None,
-        max_tokens: int | None = None,
+        name: OptStr = None,
+        model: OptStr = None,
+        estimate_usd: OptFloat = None,
+        max_tokens: OptInt = None,
         *,
-        prompt_tokens: int | None = None,
-        prompt_text: str | None = None,
-        provider: str | None = None,
+        prompt_tokens: OptInt = None,
+        prompt_text: OptStr = None,
+        provider: OptStr = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Call:
         """An LLM call to run in a ``with`` block; entering it checks limits and reserves.
@@ -619,9 +614,15 @@ class ExecutionContext:
             self._check_open()
         if model is not None and type(model) is not str:
             raise TypeError(f"model must be a str or None, got {type(model).__name__}")
+        if provider is not None and type(provider) is not str:
+            raise TypeError(f"provider must be a str or None, got {type(provider).__name__}")
         out_est = 0 if max_tokens is None else check_tokens(max_tokens, "max_tokens") or 0
         in_est = None if prompt_tokens is None else check_tokens(prompt_tokens, "prompt_tokens")
         if in_est is None:
+            if prompt_text is not None and not isinstance(prompt_text, str):
+                raise TypeError(
+                    f"prompt_text must be a str or None, got {type(prompt_text).__name__}"
+                )
             in_est = math.ceil(len(prompt_text) / 4) if prompt_text else 0
         if estimate_usd is not None:
             if type(estimate_usd) is float and 0.0 <= estimate_usd < math.inf:
@@ -632,7 +633,12 @@ class ExecutionContext:
             # Without max_tokens the pricing layer assumes its default output length: a budget
             # must not treat a call of unknown length as free.
             cost_est = (
-                _pricing.estimate(model, provider, prompt_tokens=in_est, max_tokens=max_tokens)
+                _pricing.estimate(
+                    model,
+                    provider,
+                    prompt_tokens=in_est,
+                    max_tokens=None if max_tokens is None else out_est,
+                )
                 or 0.0
             )
         else:
@@ -659,9 +665,9 @@ class ExecutionContext:
 
     def tool_call(
         self,
-        name: str,
+        name: Str,
         *,
-        estimate_usd: float | None = None,
+        estimate_usd: OptFloat = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Call:
         """A tool call to run in a ``with`` block (counts ``amp:tool_calls[:<name>]``)."""
@@ -675,10 +681,14 @@ class ExecutionContext:
         return Call(self, "tool", name, None, None, reservation, metadata)
 
     def step(
-        self, name: str, *, kind: str = "system", metadata: Mapping[str, Any] | None = None
+        self, name: Str, *, kind: Str = "system", metadata: Mapping[str, Any] | None = None
     ) -> Call:
         """A block of system work (or ``embedding``/``retrieval``/``memory``) that groups calls."""
         self._check_open()
+        if not isinstance(name, str):
+            raise TypeError(f"step name must be a str, got {type(name).__name__}")
+        if not isinstance(kind, str):
+            raise TypeError(f"kind must be a str, got {type(kind).__name__}")
         if kind in ("llm", "tool"):
             raise ValueError(f"use llm_call() or tool_call() for {kind!r} nodes")
         return Call(self, kind, name, None, None, {}, metadata)
@@ -692,18 +702,19 @@ class ExecutionContext:
     ) -> Decision:
         """Run ``fn`` as an LLM call: HALT if a limit stops it, RETRY if it raised, else ALLOW."""
         opts = options or WrapOptions()
+        hint = check_cost(opts.cost_estimate_hint, "cost_estimate_hint")
         call = self.llm_call(opts.operation_name or "llm", model=opts.model,
-                             estimate_usd=opts.cost_estimate_hint)  # fmt: skip
-        return self._wrap(call, fn, opts.cost_estimate_hint)
+                             estimate_usd=hint)  # fmt: skip
+        return self._wrap(call, fn, hint)
 
     def wrap_tool_call(
         self, fn: Callable[[], object], options: WrapOptions | None = None
     ) -> Decision:
         """Run ``fn`` as a tool call: HALT if a limit stops it, RETRY if it raised, else ALLOW."""
         opts = options or WrapOptions()
-        call = self.tool_call(opts.operation_name or "tool",
-                              estimate_usd=opts.cost_estimate_hint)  # fmt: skip
-        return self._wrap(call, fn, opts.cost_estimate_hint)
+        hint = check_cost(opts.cost_estimate_hint, "cost_estimate_hint")
+        call = self.tool_call(opts.operation_name or "tool", estimate_usd=hint)
+        return self._wrap(call, fn, hint)
 
     def _wrap(self, call: Call, fn: Callable[[], object], cost: float) -> Decision:
         try:
@@ -916,7 +927,7 @@ class ExecutionContext:
             raise RuntimeError(f"context {self.name!r} is closed")
 
     def _first_exceeded_locked(
-        self, pending: Mapping[str, float]
+        self, pending: dict[str, float]
     ) -> tuple[ExecutionContext, ExceededLimit, TerminationReason] | None:
         now = -1.0
         for ctx in self._guards:
@@ -1119,7 +1130,7 @@ class ExecutionContext:
                 held_stats._unhold_locked(keys, call._reservation)
             stats._apply_locked(counters, gauges)
             if self._guards:  # the check after the call, under the same lock
-                hit = self._first_exceeded_locked(_NO_META)
+                hit = self._first_exceeded_locked(_NO_PENDING)
         for ledger, held in call._ledger_holds:
             actual = {key: float(counters.get(key, 0) or gauges.get(key, 0.0)) for key in
                       held.amounts}  # fmt: skip
@@ -1187,7 +1198,7 @@ class ExecutionContext:
             if extra:
                 stats._apply_locked(extra)
             if self._guards:  # the check after the call
-                hit = self._first_exceeded_locked(_NO_META)
+                hit = self._first_exceeded_locked(_NO_PENDING)
             self.graph._succeed_locked(call.node, cost, t_in, t_out, meta)
         errors = self._emit(call.node) if self._sinks else None
         if hit is not None:
@@ -1316,9 +1327,9 @@ def _model_keys(model: str) -> tuple[str, str, str, str, str]:
 
 def _build_limits(
     limits: Sequence[Limit] | None,
-    max_cost_usd: float | None,
-    max_steps: int | None,
-    max_retries: int | None,
+    max_cost_usd: object,
+    max_steps: object,
+    max_retries: object,
 ) -> tuple[Limit, ...]:
     built: list[Limit] = []
     if limits is not None:

@@ -17,6 +17,8 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from ampmeter._argtypes import Float, Int, Meta, OptInt, OptMeta, OptStr, Str
+
 __all__ = [
     "KINDS",
     "META_CACHED_TOKENS",
@@ -53,7 +55,6 @@ _CREATED: Final = "created"
 _RUNNING: Final = "running"
 _INF: Final = math.inf
 _time_ns = time.time_ns
-_new_object = object.__new__
 # Past this many nodes a snapshot pauses the cyclic GC while it copies (see snapshot()).
 _SNAPSHOT_GC_PAUSE_NODES: Final = 2_000
 
@@ -168,6 +169,14 @@ def check_cost(cost_usd: object, what: str = "cost_usd") -> float:
     return cost_usd
 
 
+def _check_kind(kind: object) -> str:
+    if not isinstance(kind, str):
+        raise TypeError(f"kind must be a str, got {type(kind).__name__}")
+    if kind not in KINDS:
+        raise ValueError(f"unknown node kind {kind!r}; expected one of {sorted(KINDS)}")
+    return kind
+
+
 def check_tokens(tokens: object, what: str) -> int | None:
     """Return ``tokens`` (None or an int >= 0), or raise naming the bad argument."""
     if tokens is None:
@@ -207,11 +216,12 @@ class ExecutionGraph:
         "chain_id",
     )
 
-    def __init__(self, chain_id: str | None = None, *, max_nodes: int = 0) -> None:
+    def __init__(self, chain_id: OptStr = None, *, max_nodes: Int = 0) -> None:
         if chain_id is not None and not isinstance(chain_id, str):
             raise TypeError(f"chain_id must be a str or None, got {type(chain_id).__name__}")
         if isinstance(max_nodes, bool) or not isinstance(max_nodes, int):
             raise TypeError(f"max_nodes must be an int, got {type(max_nodes).__name__}")
+        max_nodes = int(max_nodes)
         if max_nodes < 0:
             raise ValueError(f"max_nodes must be >= 0 (0 = unbounded), got {max_nodes}")
         self.chain_id: str = chain_id if chain_id is not None else str(uuid.uuid4())
@@ -219,7 +229,7 @@ class ExecutionGraph:
         self._nodes: dict[str, Node] = {}
         self._root_id: str | None = None
         self._next_id = 1
-        self._max_nodes = max_nodes
+        self._max_nodes: int = max_nodes
         self._evictable: deque[str] = deque()
         self._total_cost_usd = 0.0
         self._total_llm_calls = 0
@@ -240,7 +250,7 @@ class ExecutionGraph:
     def __len__(self) -> int:
         return len(self._nodes)
 
-    def create_root(self, name: str, metadata: dict[str, Any] | None = None) -> str:
+    def create_root(self, name: Str, metadata: OptMeta = None) -> str:
         """Create the chain's single root (``kind="system"``, depth 0, status ``running``)."""
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}")
@@ -262,37 +272,32 @@ class ExecutionGraph:
 
     def begin_node(
         self,
-        parent_id: str,
-        kind: str,
-        name: str,
-        model: str | None = None,
-        metadata: dict[str, Any] | None = None,
+        parent_id: Str,
+        kind: Str,
+        name: Str,
+        model: OptStr = None,
+        metadata: OptMeta = None,
     ) -> str:
         """Create a node under ``parent_id`` in status ``created`` and return its id."""
         return self._begin(parent_id, kind, name, model, metadata).node_id
 
     def _begin(
         self,
-        parent_id: str,
-        kind: str,
-        name: str,
-        model: str | None,
-        metadata: dict[str, Any] | None,
+        parent_id: Str,
+        kind: Str,
+        name: Str,
+        model: OptStr,
+        metadata: OptMeta,
     ) -> Node:
         """:meth:`begin_node`, returning the graph's own node (for contexts)."""
         # Hot path: the cheap exact-type tests run first, the full checks only when they fail.
-        try:
-            known_kind = kind in KINDS
-        except TypeError:  # unhashable
-            known_kind = False
-        if not known_kind:
-            if not isinstance(kind, str):
-                raise TypeError(f"kind must be a str, got {type(kind).__name__}")
-            raise ValueError(f"unknown node kind {kind!r}; expected one of {sorted(KINDS)}")
-        if type(name) is not str and not isinstance(name, str):
+        kind_ = kind if type(kind) is str and kind in KINDS else _check_kind(kind)
+        if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}")
-        if model is not None and type(model) is not str and not isinstance(model, str):
+        if model is not None and not isinstance(model, str):
             raise TypeError(f"model must be a str or None, got {type(model).__name__}")
+        if not isinstance(parent_id, str):
+            raise TypeError(f"parent_id must be a str, got {type(parent_id).__name__}")
         meta = {} if metadata is None else _own_metadata(metadata)
         lock = self._lock
         lock.acquire()  # acquire/release costs half of a ``with`` block on this hot path
@@ -305,26 +310,8 @@ class ExecutionGraph:
             number = self._next_id
             self._next_id = number + 1
             node_id = "n" + str(number).zfill(6)
-            # Node(...) field by field: calling the class runs the generated __init__ in a frame
-            # of its own, about a tenth of a whole lifecycle on CPython 3.11. A test checks that
-            # the result equals Node(...), so a new field cannot be missed here.
-            node = _new_object(Node)
-            node.node_id = node_id
-            node.parent_id = parent_id
-            node.kind = kind
-            node.name = name
-            node.start_ts_ms = _time_ns() // 1_000_000
-            node.end_ts_ms = None
-            node.status = _CREATED
-            node.model = model
-            node.retries_used = 0
-            node.cost_usd = 0.0
-            node.tokens_in = None
-            node.tokens_out = None
-            node.stop_reason = None
-            node.error_class = None
-            node.metadata = meta
-            node.depth = depth
+            node = Node(node_id, parent_id, kind_, name, _time_ns() // 1_000_000, None, _CREATED,
+                        model, 0, 0.0, None, None, None, None, meta, depth)  # fmt: skip
             nodes[node_id] = node
             if depth > self._max_depth:
                 self._max_depth = depth
@@ -336,14 +323,12 @@ class ExecutionGraph:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def mark_running(self, node_id: str) -> None:
+    def mark_running(self, node_id: Str) -> None:
         """Move a ``created`` node to ``running``; no change for running or terminal nodes."""
         lock = self._lock
         lock.acquire()
         try:
-            node = self._nodes.get(node_id)
-            if node is None:
-                raise KeyError(self._unknown(node_id, "node_id"))
+            node = self._get(node_id)
             if node.status == _CREATED:  # _run_locked, inlined: a step of every lifecycle
                 node.status = _RUNNING
                 if node.parent_id is not None:
@@ -360,39 +345,44 @@ class ExecutionGraph:
 
     def mark_success(
         self,
-        node_id: str,
-        cost_usd: float,
-        tokens_in: int | None = None,
-        tokens_out: int | None = None,
+        node_id: Str,
+        cost_usd: Float,
+        tokens_in: OptInt = None,
+        tokens_out: OptInt = None,
         *,
-        metadata: dict[str, Any] | None = None,
+        metadata: OptMeta = None,
     ) -> None:
         """End a node as ``success`` with its cost and tokens; no change if already terminal.
 
         ``metadata`` (optional) is merged into the node's metadata in the same step.
         """
         # The most frequent call of a run: exact-type fast paths, full checks only on a miss.
-        if type(cost_usd) is not float or not 0.0 <= cost_usd < _INF:
-            cost_usd = check_cost(cost_usd)
-        if tokens_in is not None and (type(tokens_in) is not int or tokens_in < 0):
-            tokens_in = check_tokens(tokens_in, "tokens_in")
-        if tokens_out is not None and (type(tokens_out) is not int or tokens_out < 0):
-            tokens_out = check_tokens(tokens_out, "tokens_out")
+        cost = (
+            cost_usd if type(cost_usd) is float and 0.0 <= cost_usd < _INF else check_cost(cost_usd)
+        )
+        t_in = (
+            tokens_in
+            if tokens_in is None or (type(tokens_in) is int and tokens_in >= 0)
+            else check_tokens(tokens_in, "tokens_in")
+        )
+        t_out = (
+            tokens_out
+            if tokens_out is None or (type(tokens_out) is int and tokens_out >= 0)
+            else check_tokens(tokens_out, "tokens_out")
+        )
         if metadata is not None and not isinstance(metadata, dict):
             raise TypeError(f"metadata must be a dict or None, got {type(metadata).__name__}")
         lock = self._lock
         lock.acquire()
         try:
-            node = self._nodes.get(node_id)
-            if node is None:
-                raise KeyError(self._unknown(node_id, "node_id"))
+            node = self._get(node_id)
             if (
                 node.parent_id is None
-                and (cost_usd or tokens_in or tokens_out)
+                and (cost or t_in or t_out)
                 and node.status not in TERMINAL_STATUSES
             ):
                 raise ValueError("the root node carries no cost or tokens of its own")
-            self._succeed_locked(node, cost_usd, tokens_in, tokens_out, metadata)
+            self._succeed_locked(node, cost, t_in, t_out, metadata)
         finally:
             lock.release()
 
@@ -423,14 +413,14 @@ class ExecutionGraph:
 
     def mark_failure(
         self,
-        node_id: str,
-        error_class: str,
-        stop_reason: str | None = None,
+        node_id: Str,
+        error_class: Str,
+        stop_reason: OptStr = None,
         *,
-        cost_usd: float = 0.0,
-        tokens_in: int | None = None,
-        tokens_out: int | None = None,
-        metadata: dict[str, Any] | None = None,
+        cost_usd: Float = 0.0,
+        tokens_in: OptInt = None,
+        tokens_out: OptInt = None,
+        metadata: OptMeta = None,
     ) -> None:
         """End a node as ``fail`` (an error). ``cost_usd`` is for calls billed before failing."""
         if not isinstance(error_class, str):
@@ -441,25 +431,25 @@ class ExecutionGraph:
 
     def mark_halt(
         self,
-        node_id: str,
-        stop_reason: str | None = None,
+        node_id: Str,
+        stop_reason: OptStr = None,
         *,
-        cost_usd: float = 0.0,
-        tokens_in: int | None = None,
-        tokens_out: int | None = None,
-        metadata: dict[str, Any] | None = None,
+        cost_usd: Float = 0.0,
+        tokens_in: OptInt = None,
+        tokens_out: OptInt = None,
+        metadata: OptMeta = None,
     ) -> None:
         """End a node as ``halt`` (stopped by a policy such as a budget); no change if terminal."""
         self._end(node_id, "halt", cost_usd, tokens_in, tokens_out, None, stop_reason, metadata)
 
-    def increment_retries(self, node_id: str) -> None:
+    def increment_retries(self, node_id: Str) -> None:
         """Count one retry on a node; no change once the node is terminal."""
         with self._lock:
             node = self._get(node_id)
             if node.status not in TERMINAL_STATUSES:
                 node.retries_used += 1
 
-    def update_metadata(self, node_id: str, values: dict[str, Any]) -> None:
+    def update_metadata(self, node_id: Str, values: Meta) -> None:
         """Merge ``values`` into an open node's metadata; no change once it is terminal."""
         if not isinstance(values, dict):
             raise TypeError(f"values must be a dict, got {type(values).__name__}")
@@ -470,14 +460,14 @@ class ExecutionGraph:
 
     def _end(
         self,
-        node_id: str,
+        node_id: Str,
         status: str,
         cost_usd: object,
         tokens_in: object,
         tokens_out: object,
         error_class: str | None,
         stop_reason: object,
-        metadata: dict[str, Any] | None,
+        metadata: object,
     ) -> None:
         cost = check_cost(cost_usd)
         t_in = check_tokens(tokens_in, "tokens_in")
@@ -538,8 +528,8 @@ class ExecutionGraph:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _get(self, node_id: str) -> Node:
-        node = self._nodes.get(node_id)
+    def _get(self, node_id: Str) -> Node:
+        node = self._nodes.get(node_id) if isinstance(node_id, str) else None
         if node is None:
             raise KeyError(self._unknown(node_id, "node_id"))
         return node
@@ -552,12 +542,12 @@ class ExecutionGraph:
             return f"{what} {node_id!r} is not in graph {self.chain_id!r} (unknown or evicted)"
         return f"{what} {node_id!r} is not in graph {self.chain_id!r}"
 
-    def _ref(self, node_id: str) -> Node:
+    def _ref(self, node_id: Str) -> Node:
         """The graph's own node object (for contexts and sinks: read-only once terminal)."""
         with self._lock:
             return self._get(node_id)
 
-    def node(self, node_id: str) -> Node:
+    def node(self, node_id: Str) -> Node:
         """A copy of one node; changing it never changes the graph."""
         with self._lock:
             node = self._get(node_id)
@@ -617,7 +607,7 @@ class ExecutionGraph:
         }
 
 
-def _own_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
+def _own_metadata(metadata: OptMeta) -> dict[str, Any]:
     if metadata is None:
         return {}
     if not isinstance(metadata, dict):

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Mapping
 from typing import Final
 
+from ampmeter._argtypes import Float, Int, OptStats, Str
 from ampmeter.keys import (
     KEY_COST,
     KEY_COST_FOR,
@@ -39,22 +40,57 @@ _EMPTY: Final[Mapping[str, float]] = {}
 _PLANS_MAX: Final = 4_096  # per stats object: models with a precomputed key plan
 
 
-class _LlmPlan:
-    """The keys one successful LLM call of a model adds to, and the dicts of every level.
+class _Count:
+    """One counter's value. Dicts map keys to cells, so a settle plan can hold the cells of its
+    keys and add to them without looking anything up (keys are never removed)."""
 
-    Once every key exists at every level (keys are never removed, so this stays true), settling a
-    call is straight-line ``+=`` per level: no usage dicts to build, no lookups that can miss.
+    __slots__ = ("value",)
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+class _Amount:
+    """One gauge's value (see :class:`_Count`)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+
+# The cells one successful LLM call adds to at one level: input, output, llm calls, steps,
+# cost, and (for a call with a model) the model's input, output and cost.
+_LevelCells = tuple[_Count, _Count, _Count, _Count, _Amount, _Count, _Count, _Amount]
+_TotalCells = tuple[_Count, _Count, _Count, _Count, _Amount]
+
+
+class _LlmPlan:
+    """The cells one successful LLM call of a model adds to, at every level.
+
+    Made on the model's first call, once its keys exist at every level: from then on settling a
+    call is straight-line ``+=`` on cells, with no lookups and no dicts to build.
     """
 
-    __slots__ = ("key_cost", "key_in", "key_out", "levels", "ready")
+    __slots__ = ("levels", "totals")
 
     def __init__(self, chain: tuple[ExecutionStats, ...], model: str) -> None:
-        self.levels = tuple((stats._counters, stats._gauges) for stats in chain)
-        # With model "" these keys go unused: _settle_llm_locked then adds the totals only.
-        self.key_in = KEY_INPUT_TOKENS_FOR + model
-        self.key_out = KEY_OUTPUT_TOKENS_FOR + model
-        self.key_cost = KEY_COST_FOR + model
-        self.ready = False
+        key_in = KEY_INPUT_TOKENS_FOR + model
+        key_out = KEY_OUTPUT_TOKENS_FOR + model
+        key_cost = KEY_COST_FOR + model
+        levels: list[_LevelCells] = []
+        totals: list[_TotalCells] = []
+        for stats in chain:
+            ints = stats._counters
+            floats = stats._gauges
+            common = (ints[KEY_INPUT_TOKENS], ints[KEY_OUTPUT_TOKENS], ints[KEY_LLM_CALLS],
+                      ints[KEY_STEPS], floats[KEY_COST])  # fmt: skip
+            totals.append(common)
+            if model:
+                levels.append((*common, ints[key_in], ints[key_out], floats[key_cost]))
+        # With model "" only the totals are added.
+        self.levels: tuple[_LevelCells, ...] = tuple(levels)
+        self.totals: tuple[_TotalCells, ...] = tuple(totals)
 
 
 def _check_key(key: object) -> str:
@@ -103,17 +139,17 @@ class ExecutionStats:
         "parent",
     )
 
-    def __init__(self, parent: ExecutionStats | None = None) -> None:
+    def __init__(self, parent: OptStats = None) -> None:
         if parent is not None and not isinstance(parent, ExecutionStats):
             raise TypeError(f"parent must be ExecutionStats or None, got {type(parent).__name__}")
-        self.parent = parent
+        self.parent: ExecutionStats | None = parent
         self._lock: threading.Lock = parent._lock if parent is not None else threading.Lock()
         # This object followed by its ancestors, nearest first: the propagation path.
         self._chain: tuple[ExecutionStats, ...] = (self,) + (
             parent._chain if parent is not None else ()
         )
-        self._counters: dict[str, int] = {}
-        self._gauges: dict[str, float] = {}
+        self._counters: dict[str, _Count] = {}
+        self._gauges: dict[str, _Amount] = {}
         self._reserved: dict[str, float] = {}
         # Every key ever written or reserved, in first-seen order.
         self._known: dict[str, None] = {}
@@ -134,63 +170,68 @@ class ExecutionStats:
 
     # -- counters ---------------------------------------------------------------------------
 
-    def incr_counter(self, key: str, delta: int = 1) -> None:
+    def incr_counter(self, key: Str, delta: Int = 1) -> None:
         """Add ``delta`` (>= 0) to ``key`` here and in every ancestor."""
-        _check_key(key)
-        delta = _check_int(delta, "delta")
-        if delta < 0:
+        name = _check_key(key)
+        amount = _check_int(delta, "delta")
+        if amount < 0:
             raise ValueError(
-                f"counter {key!r} only grows (delta {delta}); use set_counter or reset_counter"
+                f"counter {name!r} only grows (delta {amount}); use set_counter or reset_counter"
             )
-        if key in PROTECTED_KEYS:
+        if name in PROTECTED_KEYS:
             return
         with self._lock:
-            self._add_counter_locked(key, delta)
+            self._add_counter_locked(name, amount)
 
-    def set_counter(self, key: str, value: int) -> None:
+    def set_counter(self, key: Str, value: Int) -> None:
         """Set ``key`` to ``value`` in this context only."""
-        _check_key(key)
-        value = _check_int(value, "value")
-        if key in PROTECTED_KEYS:
+        name = _check_key(key)
+        number = _check_int(value, "value")
+        if name in PROTECTED_KEYS:
             return
         with self._lock:
-            self._set_counter_locked(key, value)
+            self._set_counter_locked(name, number)
 
     def get_counter(self, key: str) -> int:
         """The counter's value, or 0 if it was never written."""
-        return self._counters.get(key, 0)
+        cell = self._counters.get(key)
+        return 0 if cell is None else cell.value
 
-    def reset_counter(self, key: str) -> None:
+    def reset_counter(self, key: Str) -> None:
         """Set ``key`` to 0 in this context only."""
         self.set_counter(key, 0)
 
     # -- gauges -----------------------------------------------------------------------------
 
-    def incr_gauge(self, key: str, delta: float) -> None:
+    def incr_gauge(self, key: Str, delta: Float) -> None:
         """Add a finite ``delta`` (any sign) to ``key`` here and in every ancestor."""
-        _check_key(key)
-        delta = _check_float(delta, "delta")
-        if key in PROTECTED_KEYS:
+        name = _check_key(key)
+        amount = _check_float(delta, "delta")
+        if name in PROTECTED_KEYS:
             return
         with self._lock:
-            self._add_gauge_locked(key, delta)
+            self._add_gauge_locked(name, amount)
 
-    def set_gauge(self, key: str, value: float) -> None:
+    def set_gauge(self, key: Str, value: Float) -> None:
         """Set ``key`` to a finite ``value`` in this context only."""
-        _check_key(key)
-        value = _check_float(value, "value")
-        if key in PROTECTED_KEYS:
+        name = _check_key(key)
+        number = _check_float(value, "value")
+        if name in PROTECTED_KEYS:
             return
         with self._lock:
-            if key not in self._gauges:
-                self._note_key(key)
-            self._gauges[key] = value
+            cell = self._gauges.get(name)
+            if cell is None:
+                self._note_key(name)
+                self._gauges[name] = _Amount(number)
+            else:
+                cell.value = number
 
     def get_gauge(self, key: str) -> float:
         """The gauge's value, or 0.0 if it was never written."""
-        return self._gauges.get(key, 0.0)
+        cell = self._gauges.get(key)
+        return 0.0 if cell is None else cell.value
 
-    def reset_gauge(self, key: str) -> None:
+    def reset_gauge(self, key: Str) -> None:
         """Set ``key`` to 0.0 in this context only."""
         self.set_gauge(key, 0.0)
 
@@ -199,12 +240,12 @@ class ExecutionStats:
     def counters(self) -> dict[str, int]:
         """A copy of all counters."""
         with self._lock:
-            return dict(self._counters)
+            return {key: cell.value for key, cell in self._counters.items()}
 
     def gauges(self) -> dict[str, float]:
         """A copy of all gauges."""
         with self._lock:
-            return dict(self._gauges)
+            return {key: cell.value for key, cell in self._gauges.items()}
 
     def reserved(self) -> dict[str, float]:
         """A copy of the usage reserved by calls in flight (estimates not yet settled).
@@ -240,7 +281,7 @@ class ExecutionStats:
         return self.get_counter(KEY_TOOLCHAIN_PARSE_ERROR_TOTAL)
 
     def __repr__(self) -> str:
-        return f"ExecutionStats(counters={self._counters!r}, gauges={self._gauges!r})"
+        return f"ExecutionStats(counters={self.counters()!r}, gauges={self.gauges()!r})"
 
     # -- internals used by contexts and limit checks (caller holds the lock) -----------------
 
@@ -263,32 +304,34 @@ class ExecutionStats:
     def _add_counter_locked(self, key: str, delta: int) -> None:
         chain = (self,) if key in LOCAL_KEYS else self._chain
         for stats in chain:
-            counters = stats._counters
-            if key in counters:
-                counters[key] += delta
-            else:
+            cell = stats._counters.get(key)
+            if cell is None:
                 stats._note_key(key)
-                counters[key] = delta
+                stats._counters[key] = _Count(delta)
+            else:
+                cell.value += delta
 
     def _set_counter_locked(self, key: str, value: int) -> None:
-        if key not in self._counters:
+        cell = self._counters.get(key)
+        if cell is None:
             self._note_key(key)
-        self._counters[key] = value
+            self._counters[key] = _Count(value)
+        else:
+            cell.value = value
 
     def _add_gauge_locked(self, key: str, delta: float) -> None:
         chain = (self,) if key in LOCAL_KEYS else self._chain
         for stats in chain:
-            gauges = stats._gauges
-            if key in gauges:
-                gauges[key] += delta
-            else:
+            cell = stats._gauges.get(key)
+            if cell is None:
                 stats._note_key(key)
-                gauges[key] = delta
+                stats._gauges[key] = _Amount(delta)
+            else:
+                cell.value += delta
 
     def _bump_iterations_locked(self) -> int:
-        value = self._counters.get(KEY_ITERATIONS, 0) + 1
-        self._note_key(KEY_ITERATIONS)
-        self._counters[KEY_ITERATIONS] = value
+        value = self.get_counter(KEY_ITERATIONS) + 1
+        self._set_counter_locked(KEY_ITERATIONS, value)
         return value
 
     def _reserve_locked(self, amounts: Mapping[str, float]) -> None:
@@ -301,7 +344,7 @@ class ExecutionStats:
                     stats._note_key(key)  # a pending write is a key limits must see
                     reserved[key] = amount
 
-    def _hold_locked(self, keys: tuple[str, ...], amounts: Mapping[str, float]) -> None:
+    def _hold_locked(self, keys: tuple[str, ...], amounts: dict[str, float]) -> None:
         """Reserve ``amounts[key]`` for each of ``keys`` at this level only (the levels whose
         limits watch those keys)."""
         reserved = self._reserved
@@ -313,7 +356,7 @@ class ExecutionStats:
                 self._note_key(key)
                 reserved[key] = amount
 
-    def _unhold_locked(self, keys: tuple[str, ...], amounts: Mapping[str, float]) -> None:
+    def _unhold_locked(self, keys: tuple[str, ...], amounts: dict[str, float]) -> None:
         """Drop a reservation made with :meth:`_hold_locked`."""
         reserved = self._reserved
         for key in keys:
@@ -346,67 +389,63 @@ class ExecutionStats:
                 self._add_gauge_locked(key, gdelta)
             return
         # The hot path of every call: one pass per level, release and add fused; a key is new
-        # at most once per level, so the KeyError branch is the rare one.
+        # at most once per level, so the branch that makes a cell is the rare one.
         for stats in self._chain:
             if release:
                 reserved = stats._reserved
                 for key, amount in release.items():
-                    try:
-                        left = reserved[key] - amount
-                    except KeyError:
-                        left = -amount
+                    left = reserved.get(key, 0.0) - amount
                     reserved[key] = left if left > 1e-12 else 0.0
             ints = stats._counters
             for key, delta in counters.items():
-                try:
-                    ints[key] += delta
-                except KeyError:
+                count = ints.get(key)
+                if count is None:
                     stats._note_key(key)
-                    ints[key] = delta
+                    ints[key] = _Count(delta)
+                else:
+                    count.value += delta
             floats = stats._gauges
             for key, gdelta in gauges.items():
-                try:
-                    floats[key] += gdelta
-                except KeyError:
+                amount_cell = floats.get(key)
+                if amount_cell is None:
                     stats._note_key(key)
-                    floats[key] = gdelta
+                    floats[key] = _Amount(gdelta)
+                else:
+                    amount_cell.value += gdelta
 
     def _settle_llm_locked(self, model: str, tokens_in: int, tokens_out: int, cost: float) -> None:
         """Add one successful LLM call's standard usage at every level (tokens, cost, calls,
         steps; per model when ``model`` is not empty), as ``_apply_locked`` would."""
         plan = self._plans.get(model)
-        if plan is None:
-            plan = _LlmPlan(self._chain, model)
-            if len(self._plans) < _PLANS_MAX:
-                self._plans[model] = plan
-        if plan.ready:
-            # The hot path: every key exists at every level, so ``+=`` never misses.
+        if plan is not None:
+            # The hot path: the plan holds the cells, so this is ``+=`` and nothing else.
             if model:
-                key_in, key_out, key_cost = plan.key_in, plan.key_out, plan.key_cost
-                for ints, floats in plan.levels:
-                    ints[KEY_INPUT_TOKENS] += tokens_in
-                    ints[KEY_OUTPUT_TOKENS] += tokens_out
-                    ints[key_in] += tokens_in
-                    ints[key_out] += tokens_out
-                    ints[KEY_LLM_CALLS] += 1
-                    ints[KEY_STEPS] += 1
-                    floats[KEY_COST] += cost
-                    floats[key_cost] += cost
+                for c_in, c_out, c_calls, c_steps, a_cost, m_in, m_out, m_cost in plan.levels:
+                    c_in.value += tokens_in
+                    c_out.value += tokens_out
+                    c_calls.value += 1
+                    c_steps.value += 1
+                    a_cost.value += cost
+                    m_in.value += tokens_in
+                    m_out.value += tokens_out
+                    m_cost.value += cost
             else:
-                for ints, floats in plan.levels:
-                    ints[KEY_INPUT_TOKENS] += tokens_in
-                    ints[KEY_OUTPUT_TOKENS] += tokens_out
-                    ints[KEY_LLM_CALLS] += 1
-                    ints[KEY_STEPS] += 1
-                    floats[KEY_COST] += cost
+                for c_in, c_out, c_calls, c_steps, a_cost in plan.totals:
+                    c_in.value += tokens_in
+                    c_out.value += tokens_out
+                    c_calls.value += 1
+                    c_steps.value += 1
+                    a_cost.value += cost
             return
         counters = {KEY_INPUT_TOKENS: tokens_in, KEY_OUTPUT_TOKENS: tokens_out}
         gauges = {KEY_COST: cost}
         if model:
-            counters[plan.key_in] = tokens_in
-            counters[plan.key_out] = tokens_out
-            gauges[plan.key_cost] = cost
+            counters[KEY_INPUT_TOKENS_FOR + model] = tokens_in
+            counters[KEY_OUTPUT_TOKENS_FOR + model] = tokens_out
+            gauges[KEY_COST_FOR + model] = cost
         counters[KEY_LLM_CALLS] = 1
         counters[KEY_STEPS] = 1
         self._apply_locked(counters, gauges)
-        plan.ready = True  # every one of these keys now exists at every level
+        if len(self._plans) < _PLANS_MAX:
+            # Every one of these keys now has a cell at every level.
+            self._plans[model] = _LlmPlan(self._chain, model)
