@@ -49,8 +49,10 @@ compiled: $(STAMP)
 system-deps:
 	@bash scripts/system-deps.sh
 
+# The wheel-building tests find uv where bootstrap-uv put it (maybe not on PATH).
 test: lint typecheck system-deps compiled
-	PYTHONPATH=$(COMPILED) AMPMETER_EXPECT_COMPILED=1 $(RUN) pytest
+	PYTHONPATH=$(COMPILED) AMPMETER_EXPECT_COMPILED=1 \
+		AMPMETER_UV="$$($(PYTHON) -c 'import uv; print(uv.find_uv_bin())')" $(RUN) pytest
 	$(RUN) pytest -q $(CORE_TESTS)
 
 bench: compiled

@@ -43,7 +43,6 @@ class CompileHotPath(BuildHookInterface):  # type: ignore[type-arg]
             )
             return
         for path in built:
-            inside = "ampmeter/" + path.name if path.parent.name == "ampmeter" else path.name
-            build_data["force_include"][str(path)] = inside
+            build_data["force_include"][str(path)] = path.relative_to(out).as_posix()
         build_data["pure_python"] = False
         build_data["infer_tag"] = True

@@ -101,12 +101,14 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"[bench] {name} done in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     print(_table(rows))
+    print(f"ampmeter build: {_build()}")
     result = {
         "machine": {
             "platform": platform.platform(),
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
         },
+        "ampmeter_build": _build(),
         "quick": args.quick,
         "seconds": round(time.perf_counter() - started, 1),
         "rows": rows,
@@ -118,6 +120,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"benchmarks that failed to run: {', '.join(failures)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _build() -> str:
+    """Whether the hot path measured is the compiled one (make bench) or the plain sources."""
+    import ampmeter.context
+
+    path = str(ampmeter.context.__file__)
+    return f"compiled with mypyc ({path})" if path.endswith(".so") else f"plain Python ({path})"
 
 
 if __name__ == "__main__":

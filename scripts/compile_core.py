@@ -34,6 +34,7 @@ MODULES = (
     "ampmeter/_limit_check.py",
     "ampmeter/graph.py",
     "ampmeter/context.py",
+    "ampmeter/sinks/_lines.py",  # reads every field of every node a JSONL sink writes
 )
 PLATFORM = "ampmeter-mypyc"  # ampmeter._argtypes.COMPILE_PLATFORM
 STAMP = ".compiled-from"
@@ -52,13 +53,13 @@ def source_hash() -> str:
 
 
 def _extensions(dest: Path) -> list[Path]:
-    return sorted(dest.glob("*__mypyc*.so")) + sorted((dest / "ampmeter").glob("*.so"))
+    return sorted(dest.glob("*__mypyc*.so")) + sorted((dest / "ampmeter").rglob("*.so"))
 
 
 def sync_into(dest: Path) -> list[Path]:
     """Copy the package to ``dest/ampmeter``, compiling the hot modules only if they changed.
 
-    Returns the extension files (in ``dest`` and ``dest/ampmeter``).
+    Returns the extension files (in ``dest`` and under ``dest/ampmeter``).
     """
     dest = dest.resolve()
     wanted = source_hash()
@@ -86,7 +87,7 @@ def sync_into(dest: Path) -> list[Path]:
 def compile_into(dest: Path, *, quiet: bool = True) -> list[Path]:
     """Copy the package to ``dest/ampmeter`` and compile the hot modules there.
 
-    Returns the extension files made (in ``dest`` and ``dest/ampmeter``). Raises
+    Returns the extension files made (in ``dest`` and under ``dest/ampmeter``). Raises
     ``RuntimeError`` with mypyc's output when the compile fails.
     """
     dest = dest.resolve()
