@@ -34,8 +34,11 @@ def only_llm_node(sink: MemorySink) -> ampmeter.Node:
 
 
 def normalised_in(usage: Any) -> int:
-    return int(usage.input_tokens + (usage.cache_read_input_tokens or 0)
-               + (usage.cache_creation_input_tokens or 0))
+    return int(
+        usage.input_tokens
+        + (usage.cache_read_input_tokens or 0)
+        + (usage.cache_creation_input_tokens or 0)
+    )
 
 
 def test_sync_create_normalises_cache_tokens(
@@ -63,8 +66,7 @@ async def test_async_create(
             model=llm_server.model, messages=MESSAGES, max_tokens=6
         )
     node = only_llm_node(sink)
-    assert (node.tokens_in, node.tokens_out) == (normalised_in(msg.usage),
-                                                 msg.usage.output_tokens)
+    assert (node.tokens_in, node.tokens_out) == (normalised_in(msg.usage), msg.usage.output_tokens)
 
 
 def test_create_stream_true(
@@ -72,9 +74,11 @@ def test_create_stream_true(
 ) -> None:
     sink = MemorySink()
     with ExecutionContext(sinks=[sink]):
-        events = list(anthropic_client.messages.create(
-            model=llm_server.model, messages=MESSAGES, max_tokens=6, stream=True
-        ))
+        events = list(
+            anthropic_client.messages.create(
+                model=llm_server.model, messages=MESSAGES, max_tokens=6, stream=True
+            )
+        )
     start = next(e for e in events if e.type == "message_start")
     delta = [e for e in events if e.type == "message_delta"][-1]
     node = only_llm_node(sink)
@@ -87,28 +91,38 @@ def test_stream_helper_sync(
     anthropic_client: anthropic.Anthropic, llm_server: LocalLLMServer
 ) -> None:
     sink = MemorySink()
-    with ExecutionContext(sinks=[sink]), anthropic_client.messages.stream(
-        model=llm_server.model, messages=MESSAGES, max_tokens=6
-    ) as stream:
+    with (
+        ExecutionContext(sinks=[sink]),
+        anthropic_client.messages.stream(
+            model=llm_server.model, messages=MESSAGES, max_tokens=6
+        ) as stream,
+    ):
         final = stream.get_final_message()
     node = only_llm_node(sink)
     assert node.name == "messages.stream"
     assert node.status == "success"
-    assert (node.tokens_in, node.tokens_out) == (normalised_in(final.usage),
-                                                 final.usage.output_tokens)
+    assert (node.tokens_in, node.tokens_out) == (
+        normalised_in(final.usage),
+        final.usage.output_tokens,
+    )
 
 
 async def test_stream_helper_async(
     async_anthropic_client: anthropic.AsyncAnthropic, llm_server: LocalLLMServer
 ) -> None:
     sink = MemorySink()
-    async with ExecutionContext(sinks=[sink]), async_anthropic_client.messages.stream(
-        model=llm_server.model, messages=MESSAGES, max_tokens=6
-    ) as stream:
+    async with (
+        ExecutionContext(sinks=[sink]),
+        async_anthropic_client.messages.stream(
+            model=llm_server.model, messages=MESSAGES, max_tokens=6
+        ) as stream,
+    ):
         final = await stream.get_final_message()
     node = only_llm_node(sink)
-    assert (node.tokens_in, node.tokens_out) == (normalised_in(final.usage),
-                                                 final.usage.output_tokens)
+    assert (node.tokens_in, node.tokens_out) == (
+        normalised_in(final.usage),
+        final.usage.output_tokens,
+    )
 
 
 async def test_async_stream_helper_stopped_by_limit_sends_nothing(
@@ -134,3 +148,65 @@ def test_uninstrument_restores_messages_exactly() -> None:
     uninstrument()
     assert {name: Messages.__dict__[name] for name in ("create", "stream")} == originals
     assert AsyncMessages.__dict__["create"] is async_create
+
+
+def test_beta_messages_create_and_stream_helper_are_metered(
+    anthropic_client: anthropic.Anthropic, llm_server: LocalLLMServer
+) -> None:
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]) as ctx:
+        msg = anthropic_client.beta.messages.create(
+            model=llm_server.model, messages=MESSAGES, max_tokens=6
+        )
+        with anthropic_client.beta.messages.stream(
+            model=llm_server.model, messages=MESSAGES, max_tokens=6
+        ) as stream:
+            final = stream.get_final_message()
+    created, streamed = [n for n in sink.nodes if n.kind == "llm"]
+    assert created.name == "beta.messages.create" and streamed.name == "beta.messages.stream"
+    assert (created.tokens_in, created.tokens_out) == (normalised_in(msg.usage),
+                                                       msg.usage.output_tokens)  # fmt: skip
+    assert (streamed.tokens_in, streamed.tokens_out) == (normalised_in(final.usage),
+                                                         final.usage.output_tokens)  # fmt: skip
+    assert ctx.stats.get_counter(KEY_LLM_CALLS) == 2
+
+
+async def test_async_beta_messages_stopped_by_a_limit_sends_nothing(
+    async_anthropic_client: anthropic.AsyncAnthropic, llm_server: LocalLLMServer
+) -> None:
+    sink = MemorySink()
+    async with ExecutionContext(sinks=[sink], limits=[Limit(KEY_LLM_CALLS, 0)]) as ctx:
+        with pytest.raises(LimitExceeded):
+            await async_anthropic_client.beta.messages.create(
+                model=llm_server.model, messages=MESSAGES, max_tokens=6
+            )
+    assert only_llm_node(sink).status == "halt"
+    assert ctx.stats.get_counter(KEY_LLM_CALLS) == 0
+
+
+def test_with_raw_response_records_usage(
+    anthropic_client: anthropic.Anthropic, llm_server: LocalLLMServer
+) -> None:
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        raw = anthropic_client.messages.with_raw_response.create(
+            model=llm_server.model, messages=MESSAGES, max_tokens=6
+        )
+    msg = raw.parse()
+    node = only_llm_node(sink)
+    assert (node.tokens_in, node.tokens_out) == (normalised_in(msg.usage),
+                                                 msg.usage.output_tokens)  # fmt: skip
+
+
+def test_with_raw_response_of_a_stream_parses_to_a_metered_stream(
+    anthropic_client: anthropic.Anthropic, llm_server: LocalLLMServer
+) -> None:
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        raw = anthropic_client.messages.with_raw_response.create(
+            model=llm_server.model, messages=MESSAGES, max_tokens=6, stream=True
+        )
+        events = list(raw.parse())
+    delta = [e for e in events if e.type == "message_delta"][-1]
+    node = only_llm_node(sink)
+    assert node.status == "success" and node.tokens_out == delta.usage.output_tokens

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 
 import openai
@@ -79,15 +80,17 @@ def test_stream_with_caller_usage_option_matches_usage_chunk(
     sink = MemorySink()
     with ExecutionContext(sinks=[sink]):
         stream = openai_client.chat.completions.create(
-            model=llm_server.model, messages=MESSAGES, max_tokens=6, stream=True,
+            model=llm_server.model,
+            messages=MESSAGES,
+            max_tokens=6,
+            stream=True,
             stream_options={"include_usage": True},
         )
         chunks = list(stream)
     usage = [c.usage for c in chunks if c.usage is not None]
     assert len(usage) == 1  # the caller asked for it, so the caller sees it
     (node,) = llm_nodes(sink)
-    assert (node.tokens_in, node.tokens_out) == (usage[0].prompt_tokens,
-                                                 usage[0].completion_tokens)
+    assert (node.tokens_in, node.tokens_out) == (usage[0].prompt_tokens, usage[0].completion_tokens)
     assert node.status == "success"
 
 
@@ -99,9 +102,11 @@ def test_stream_without_usage_option_gets_exact_usage_and_hides_the_extra_chunk(
     )
     sink = MemorySink()
     with ExecutionContext(sinks=[sink]):
-        chunks = list(openai_client.chat.completions.create(
-            model=llm_server.model, messages=MESSAGES, max_tokens=6, stream=True
-        ))
+        chunks = list(
+            openai_client.chat.completions.create(
+                model=llm_server.model, messages=MESSAGES, max_tokens=6, stream=True
+            )
+        )
     assert chunks and all(c.choices for c in chunks)  # no usage-only chunk leaks to the caller
     (node,) = llm_nodes(sink)
     assert plain.usage is not None
@@ -115,7 +120,10 @@ async def test_async_stream_records_usage(
     sink = MemorySink()
     async with ExecutionContext(sinks=[sink]):
         stream = await async_openai_client.chat.completions.create(
-            model=llm_server.model, messages=MESSAGES, max_tokens=6, stream=True,
+            model=llm_server.model,
+            messages=MESSAGES,
+            max_tokens=6,
+            stream=True,
             stream_options={"include_usage": True},
         )
         chunks = [c async for c in stream]
@@ -129,9 +137,12 @@ def test_stream_helper_is_metered(openai_client: openai.OpenAI, llm_server: Loca
         model=llm_server.model, messages=MESSAGES, max_tokens=6
     )
     sink = MemorySink()
-    with ExecutionContext(sinks=[sink]), openai_client.chat.completions.stream(
-        model=llm_server.model, messages=MESSAGES, max_tokens=6
-    ) as stream:
+    with (
+        ExecutionContext(sinks=[sink]),
+        openai_client.chat.completions.stream(
+            model=llm_server.model, messages=MESSAGES, max_tokens=6
+        ) as stream,
+    ):
         for _ in stream:
             pass
     (node,) = llm_nodes(sink)
@@ -145,8 +156,10 @@ def test_stream_abandoned_half_way_fails_and_is_counted(
     sink = MemorySink()
     with ExecutionContext(sinks=[sink]) as ctx:
         stream = openai_client.chat.completions.create(
-            model=llm_server.model, messages=[{"role": "user", "content": "Count to fifty."}],
-            max_tokens=40, stream=True,
+            model=llm_server.model,
+            messages=[{"role": "user", "content": "Count to fifty."}],
+            max_tokens=40,
+            stream=True,
         )
         first = next(iter(stream))
         assert first.choices
@@ -169,8 +182,7 @@ def test_responses_api_records_usage(
         )
     (node,) = llm_nodes(sink)
     assert resp.usage is not None
-    assert (node.tokens_in, node.tokens_out) == (resp.usage.input_tokens,
-                                                 resp.usage.output_tokens)
+    assert (node.tokens_in, node.tokens_out) == (resp.usage.input_tokens, resp.usage.output_tokens)
     assert node.name == "responses.create"
 
 
@@ -217,8 +229,11 @@ def test_capture_content_opt_in(openai_client: openai.OpenAI, llm_server: LocalL
 
 def test_uninstrument_restores_exactly_and_instrument_is_idempotent() -> None:
     uninstrument()
-    originals = (Completions.__dict__["create"], AsyncCompletions.__dict__["create"],
-                 Responses.__dict__["create"])
+    originals = (
+        Completions.__dict__["create"],
+        AsyncCompletions.__dict__["create"],
+        Responses.__dict__["create"],
+    )
     instrument()
     patched = Completions.__dict__["create"]
     assert patched is not originals[0]
@@ -227,8 +242,11 @@ def test_uninstrument_restores_exactly_and_instrument_is_idempotent() -> None:
     assert is_instrumented()
     uninstrument()
     uninstrument()
-    assert (Completions.__dict__["create"], AsyncCompletions.__dict__["create"],
-            Responses.__dict__["create"]) == originals
+    assert (
+        Completions.__dict__["create"],
+        AsyncCompletions.__dict__["create"],
+        Responses.__dict__["create"],
+    ) == originals
     assert not is_instrumented()
     instrument()
 
@@ -236,3 +254,107 @@ def test_uninstrument_restores_exactly_and_instrument_is_idempotent() -> None:
 def test_capture_content_must_be_bool() -> None:
     with pytest.raises(TypeError, match="capture_content"):
         instrument(capture_content="yes")  # type: ignore[arg-type]
+
+
+# -- raw responses (what LiteLLM and header-reading callers use) ---------------------------------
+
+
+def test_with_raw_response_records_usage_and_parse_gives_the_same_object(
+    openai_client: openai.OpenAI, llm_server: LocalLLMServer
+) -> None:
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]) as ctx:
+        raw = openai_client.chat.completions.with_raw_response.create(
+            model=llm_server.model, messages=MESSAGES, max_tokens=6
+        )
+        (node,) = llm_nodes(sink)  # ended as soon as the response came back
+    assert raw.headers.get("content-type", "").startswith("application/json")
+    resp = raw.parse()
+    assert resp is raw.parse()
+    assert resp.usage is not None
+    assert (node.tokens_in, node.tokens_out) == (resp.usage.prompt_tokens,
+                                                 resp.usage.completion_tokens)  # fmt: skip
+    assert node.status == "success"
+    assert ctx.stats.get_counter(KEY_INPUT_TOKENS) == resp.usage.prompt_tokens
+
+
+def test_with_raw_response_stream_parses_to_a_metered_stream(
+    openai_client: openai.OpenAI, llm_server: LocalLLMServer
+) -> None:
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        raw = openai_client.chat.completions.with_raw_response.create(
+            model=llm_server.model, messages=MESSAGES, max_tokens=6, stream=True,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+        assert raw.status_code == 200
+        chunks = list(raw.parse())
+    (usage,) = [c.usage for c in chunks if c.usage is not None]
+    (node,) = llm_nodes(sink)
+    assert node.status == "success"
+    assert (node.tokens_in, node.tokens_out) == (usage.prompt_tokens, usage.completion_tokens)
+
+
+async def test_async_with_raw_response_records_usage(
+    async_openai_client: openai.AsyncOpenAI, llm_server: LocalLLMServer
+) -> None:
+    sink = MemorySink()
+    async with ExecutionContext(sinks=[sink]):
+        raw = await async_openai_client.chat.completions.with_raw_response.create(
+            model=llm_server.model, messages=MESSAGES, max_tokens=6
+        )
+    resp = raw.parse()
+    (node,) = llm_nodes(sink)
+    assert resp.usage is not None and node.tokens_in == resp.usage.prompt_tokens
+    assert node.tokens_out == resp.usage.completion_tokens
+
+
+def test_with_streaming_response_records_usage(
+    openai_client: openai.OpenAI, llm_server: LocalLLMServer
+) -> None:
+    sink = MemorySink()
+    with (
+        ExecutionContext(sinks=[sink]),
+        openai_client.chat.completions.with_streaming_response.create(
+            model=llm_server.model, messages=MESSAGES, max_tokens=6
+        ) as response,
+    ):
+        resp = response.parse()
+    (node,) = llm_nodes(sink)
+    assert resp.usage is not None
+    assert (node.tokens_in, node.tokens_out) == (resp.usage.prompt_tokens,
+                                                 resp.usage.completion_tokens)  # fmt: skip
+
+
+async def test_async_with_streaming_response_of_a_stream_is_metered(
+    async_openai_client: openai.AsyncOpenAI, llm_server: LocalLLMServer
+) -> None:
+    sink = MemorySink()
+    streaming = async_openai_client.chat.completions.with_streaming_response
+    async with ExecutionContext(sinks=[sink]), streaming.create(
+        model=llm_server.model, messages=MESSAGES, max_tokens=6, stream=True,
+        stream_options={"include_usage": True},
+    ) as response:  # fmt: skip
+        stream = await response.parse()
+        chunks = [c async for c in stream]
+    (usage,) = [c.usage for c in chunks if c.usage is not None]
+    (node,) = llm_nodes(sink)
+    assert node.status == "success"
+    assert (node.tokens_in, node.tokens_out) == (usage.prompt_tokens, usage.completion_tokens)
+
+
+def test_a_raw_stream_never_parsed_is_counted_as_abandoned(
+    openai_client: openai.OpenAI, llm_server: LocalLLMServer
+) -> None:
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]) as ctx:
+        raw = openai_client.chat.completions.with_raw_response.create(
+            model=llm_server.model, messages=MESSAGES, max_tokens=6, stream=True
+        )
+        raw.http_response.close()
+        del raw
+        gc.collect()
+    (node,) = llm_nodes(sink)
+    assert node.status == "fail" and node.error_class == "StreamAbandoned"
+    assert node.tokens_in is not None and node.tokens_in > 0  # the prompt estimate still counts
+    assert ctx.stats.get_counter(KEY_LLM_CALLS) == 1

@@ -9,7 +9,10 @@ a metered one:
   estimate and checks its limits (``LimitExceeded`` is raised before any request is built),
   the SDK call runs, and the node ends with the usage the provider reported;
 * streams come back wrapped: the node ends when the stream is exhausted or closed; a stream
-  abandoned half-way ends ``fail`` with the usage seen so far.
+  abandoned half-way ends ``fail`` with the usage seen so far;
+* raw responses (``.with_raw_response`` / ``.with_streaming_response``, which LiteLLM and others
+  use to read headers) are parsed to read their usage: the SDKs cache what ``parse()`` returns,
+  so the caller's own ``parse()`` gets the same object, and a parsed stream is the metered one.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import inspect
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -203,6 +207,21 @@ def _before(
     return _begin(ctx, adapter, info), info, hide
 
 
+# The header the Stainless SDKs (openai, anthropic) add to a request made through
+# ``.with_raw_response`` ("true"; "raw" in newer anthropic SDKs) or ``.with_streaming_response``
+# ("stream").
+RAW_RESPONSE_HEADER: Final = "X-Stainless-Raw-Response"
+
+
+def raw_mode(kwargs: Mapping[str, Any]) -> str | None:
+    """The raw-response header's value for a request made through a raw-response wrapper."""
+    headers = kwargs.get("extra_headers")
+    if not isinstance(headers, Mapping):
+        return None
+    mode = headers.get(RAW_RESPONSE_HEADER)
+    return mode if isinstance(mode, str) and mode else None
+
+
 def _after(
     result: Any, call: Call, adapter: Adapter, info: RequestInfo, hide: bool, stream_type: type
 ) -> Any:
@@ -215,6 +234,75 @@ def _after(
     return result
 
 
+def _after_raw(result: Any, call: Call, adapter: Adapter, info: RequestInfo, hide: bool) -> Any:
+    """:func:`_after` for a raw response whose ``parse()`` is sync (all but the async
+    ``.with_streaming_response``)."""
+    try:
+        parsed = result.parse()
+    except Exception:
+        # The caller's own parse() will raise the same; the call was sent and answered.
+        _finish(call, Tally(), None)
+        return result
+    return _settle_parsed(result, parsed, call, adapter, info, hide, MeteredStream)
+
+
+async def _after_raw_async(
+    result: Any, call: Call, adapter: Adapter, info: RequestInfo, hide: bool
+) -> Any:
+    """:func:`_after_raw` for an async client's raw response (``parse()`` may be a coroutine)."""
+    try:
+        parsed = result.parse()
+        if inspect.isawaitable(parsed):
+            parsed = await parsed
+    except Exception:
+        _finish(call, Tally(), None)
+        return result
+    return _settle_parsed(result, parsed, call, adapter, info, hide, MeteredAsyncStream)
+
+
+def _settle_parsed(
+    result: Any, parsed: Any, call: Call, adapter: Adapter, info: RequestInfo, hide: bool,
+    stream_type: type,
+) -> Any:  # fmt: skip
+    if adapter.is_stream(parsed):
+        metered = stream_type(parsed, call, adapter, hide, info.prompt_tokens)
+        return RawResponseProxy(result, metered)
+    tally = Tally()
+    adapter.read_response(parsed, tally)
+    _finish(call, tally, None)
+    return result
+
+
+class RawResponseProxy:
+    """A raw response of a streamed request whose ``parse()`` returns the metered stream.
+
+    Everything else (headers, status, the HTTP response) is the SDK's own object. A proxy dropped
+    without its stream being read ends the call as an abandoned stream does.
+    """
+
+    def __init__(self, raw: Any, stream: _StreamBase) -> None:
+        self._raw = raw
+        self._metered = stream
+        self._is_async = inspect.iscoroutinefunction(raw.parse)
+
+    def parse(self, *, to: Any = None) -> Any:
+        """The metered stream (or, with ``to``, the SDK's own parse)."""
+        if to is not None:
+            return self._raw.parse(to=to)
+        if self._is_async:
+            return self._awaitable(self._metered)
+        return self._metered
+
+    @staticmethod
+    async def _awaitable(value: Any) -> Any:
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_raw", "_metered", "_is_async"):  # a failed __init__: no recursion
+            raise AttributeError(name)
+        return getattr(self._raw, name)
+
+
 def wrap_sync(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., Any]:
     """A metered version of a sync SDK method."""
 
@@ -224,6 +312,7 @@ def wrap_sync(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., A
         if ctx is None:
             return original(resource, *args, **kwargs)
         call, info, hide = _before(ctx, adapter, kwargs)
+        raw = raw_mode(kwargs)
         token = _ACTIVE.set(call)
         try:
             result = original(resource, *args, **kwargs)
@@ -232,6 +321,8 @@ def wrap_sync(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., A
             raise
         finally:
             _ACTIVE.reset(token)
+        if raw is not None and hasattr(result, "parse"):
+            return _after_raw(result, call, adapter, info, hide)
         return _after(result, call, adapter, info, hide, MeteredStream)
 
     metered.__ampmeter_original__ = original  # type: ignore[attr-defined]
@@ -247,6 +338,7 @@ def wrap_async(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., 
         if ctx is None:
             return await original(resource, *args, **kwargs)
         call, info, hide = _before(ctx, adapter, kwargs)
+        raw = raw_mode(kwargs)
         token = _ACTIVE.set(call)
         try:
             result = await original(resource, *args, **kwargs)
@@ -255,6 +347,8 @@ def wrap_async(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., 
             raise
         finally:
             _ACTIVE.reset(token)
+        if raw is not None and hasattr(result, "parse"):
+            return await _after_raw_async(result, call, adapter, info, hide)
         return _after(result, call, adapter, info, hide, MeteredAsyncStream)
 
     metered.__ampmeter_original__ = original  # type: ignore[attr-defined]

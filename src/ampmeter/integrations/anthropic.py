@@ -121,14 +121,13 @@ def _read_usage(usage: Any, tally: Tally) -> None:
 def _wrap_stream_helper(
     adapter: MessagesAdapter, original: Callable[..., Any], *, is_async: bool
 ) -> Callable[..., Any]:
-    attr = "_AsyncMessageStreamManager__api_request" if is_async else (
-        "_MessageStreamManager__api_request"
-    )
-
     def stream(resource: Any, *args: Any, **kwargs: Any) -> Any:
         manager = original(resource, *args, **kwargs)
         if metered_context() is None:
             return manager
+        # The manager keeps the deferred request in a private (name-mangled) attribute:
+        # MessageStreamManager, AsyncMessageStreamManager and their Beta twins.
+        attr = f"_{type(manager).__name__.lstrip('_')}__api_request"
         request = getattr(manager, attr, None)
         if request is None:  # an SDK whose helper is built differently: leave it alone
             return manager
@@ -159,16 +158,27 @@ def instrument_anthropic() -> bool:
         return False
     sync_stream: tuple[type, ...] = (anthropic.Stream,)
     async_stream: tuple[type, ...] = (anthropic.AsyncStream,)
-    for owner, types, is_async in ((Messages, sync_stream, False),
-                                   (AsyncMessages, async_stream, True)):  # fmt: skip
+    owners: list[tuple[type, str, tuple[type, ...], bool]] = [
+        (Messages, "messages", sync_stream, False),
+        (AsyncMessages, "messages", async_stream, True),
+    ]
+    try:  # client.beta.messages: the same wire format, with beta features switched on
+        from anthropic.resources.beta.messages import AsyncMessages as AsyncBetaMessages
+        from anthropic.resources.beta.messages import Messages as BetaMessages
+    except ImportError:
+        pass
+    else:
+        owners += [(BetaMessages, "beta.messages", sync_stream, False),
+                   (AsyncBetaMessages, "beta.messages", async_stream, True)]  # fmt: skip
+    for owner, prefix, types, is_async in owners:
         for name in ("create", "parse"):
-            adapter = MessagesAdapter(f"messages.{name}", types)
+            adapter = MessagesAdapter(f"{prefix}.{name}", types)
             patch = patch_method(owner, name, adapter, is_async=is_async)
             if patch is not None:
                 _patches.append(patch)
         helper = owner.__dict__.get("stream")
         if helper is not None:
-            adapter = MessagesAdapter("messages.stream", types)
+            adapter = MessagesAdapter(f"{prefix}.stream", types)
             _patches.append(Patch.apply(
                 owner, "stream", _wrap_stream_helper(adapter, helper, is_async=is_async)
             ))  # fmt: skip
