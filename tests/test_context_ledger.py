@@ -20,9 +20,15 @@ from hypothesis import strategies as st
 
 from ampmeter.context import Decision, ExecutionContext, TerminationReason
 from ampmeter.errors import BudgetUnavailable, LimitExceeded
-from ampmeter.keys import KEY_COST, KEY_LLM_CALLS, KEY_STEPS
+from ampmeter.keys import (
+    KEY_COST,
+    KEY_INPUT_TOKENS_FOR,
+    KEY_LLM_CALLS,
+    KEY_STEPS,
+    KEY_TOOL_CALLS_FOR,
+)
 from ampmeter.ledgers import InMemoryLedger, Ledger, LedgerUnavailable, RedisLedger
-from ampmeter.limits import Limit
+from ampmeter.limits import Limit, LimitType
 from redis_server import RedisServer, free_port, redis_server_fixture  # noqa: F401
 
 CEILING = 60.0
@@ -367,6 +373,49 @@ def test_call_without_estimate_commits_its_cost_and_is_stopped_when_over(
         pytest.fail("a shared budget already over its ceiling must stop every call")
     assert other.exceeded_limit is not None and other.exceeded_limit.key == KEY_COST
     assert ledger.reserved() == {}
+
+
+def test_a_prefix_limit_is_shared_for_each_key_of_its_family(
+    make_ledger: Callable[[], Ledger],
+) -> None:
+    """Input tokens per model, capped at 100 for each model across every worker."""
+    _spend_elsewhere(make_ledger(), KEY_INPUT_TOKENS_FOR + "m1", 80)
+    per_model = Limit(KEY_INPUT_TOKENS_FOR, 100, LimitType.PREFIX)
+    ledger = make_ledger()
+    ctx = ExecutionContext(limits=[per_model], ledger=ledger)
+    with pytest.raises(LimitExceeded) as caught, ctx.llm_call("a", model="m1", prompt_tokens=30):
+        pytest.fail("m1 has 20 tokens left of its shared 100")
+    exceeded = caught.value.exceeded
+    assert exceeded is not None
+    assert exceeded.limit is per_model  # the prefix limit itself, not a stand-in
+    assert exceeded.key == KEY_INPUT_TOKENS_FOR + "m1"
+    assert exceeded.value == pytest.approx(110)
+    other = ExecutionContext(limits=[per_model], ledger=make_ledger())
+    with other.llm_call("b", model="m2", prompt_tokens=30) as call:  # another model: its own 100
+        call.record(tokens_in=25, tokens_out=5, cost_usd=0.0)
+    with other.llm_call("c", model="m1") as call:  # no estimate: holds 0, commits what it used
+        call.record(tokens_in=40, tokens_out=5, cost_usd=0.0)
+    spent = ledger.spent()
+    assert spent[KEY_INPUT_TOKENS_FOR + "m2"] == 25
+    assert spent[KEY_INPUT_TOKENS_FOR + "m1"] == 120
+    with pytest.raises(LimitExceeded), other.llm_call("d", model="m1"):
+        pytest.fail("m1 is over its shared ceiling: even an unestimated call must stop")
+    assert ledger.reserved() == {}
+
+
+def test_a_tool_prefix_limit_is_shared(make_ledger: Callable[[], Ledger]) -> None:
+    per_tool = Limit(KEY_TOOL_CALLS_FOR, 2, LimitType.PREFIX)
+    first = ExecutionContext(limits=[per_tool], ledger=make_ledger())
+    second = ExecutionContext(limits=[per_tool], ledger=make_ledger())
+    for ctx in (first, second):
+        with ctx.tool_call("search"):
+            pass
+    with pytest.raises(LimitExceeded) as caught, second.tool_call("search"):
+        pytest.fail("the two workers already made the two searches allowed")
+    assert caught.value.exceeded is not None
+    assert caught.value.exceeded.key == KEY_TOOL_CALLS_FOR + "search"
+    with first.tool_call("fetch"):  # another tool has its own count
+        pass
 
 
 def test_failed_call_commits_what_it_was_billed(make_ledger: Callable[[], Ledger]) -> None:

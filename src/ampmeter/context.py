@@ -1031,14 +1031,26 @@ class ExecutionContext:
         return holds
 
     def _ledger_reserve(self, ctx: ExecutionContext, call: Call) -> None:
-        """Hold the call's share of ``ctx``'s exact limits in its shared ledger."""
+        """Hold the call's share of ``ctx``'s limits in its shared ledger."""
         reservation = call._reservation
         # Every exact limit takes part, also keys the call reserves nothing for (no estimate):
-        # the hold is then 0, but the commit still adds what the call actually used.
+        # the hold is then 0, but the commit still adds what the call actually used. A prefix
+        # limit takes part through the keys of its family this call may add to (its model's or
+        # its tool's), each shared on its own, as the local check counts them.
         ceilings: dict[str, float] = {}
+        owners: dict[str, Limit] = {}
+        candidates: tuple[str, ...] | None = None
         for limit in ctx.limits:
             if limit.type is LimitType.EXACT:
-                ceilings[limit.key] = min(limit.max_value, ceilings.get(limit.key, math.inf))
+                keys: Iterable[str] = (limit.key,)
+            else:
+                if candidates is None:
+                    candidates = _keys_a_call_adds(call)
+                keys = [key for key in candidates if key.startswith(limit.key)]
+            for key in keys:
+                if key not in ceilings or limit.max_value < ceilings[key]:
+                    ceilings[key] = limit.max_value  # the tightest; the first of equals
+                    owners[key] = limit
         ledger = ctx.ledger
         if not ceilings or ledger is None:
             return
@@ -1060,7 +1072,7 @@ class ExecutionContext:
             self._abort_admission(call, f"ledger error: {type(error).__name__}: {error}")
             raise
         if held is None:
-            exceeded = _shared_exceeded(ledger, amounts, ceilings)
+            exceeded = _shared_exceeded(ledger, amounts, ceilings, owners)
             self._mark_stopped(ctx, exceeded, TerminationReason.LIMIT_EXCEEDED)
             self._abort_admission(call, f"shared budget {ledger.scope!r}: {exceeded}")
             raise LimitExceeded(
@@ -1254,8 +1266,25 @@ class ExecutionContext:
         return errors
 
 
+def _keys_a_call_adds(call: Call) -> tuple[str, ...]:
+    """The stats keys a call may add to when it ends (what its reservation names, plus its
+    model's or its tool's own keys)."""
+    keys = dict.fromkeys(call._reservation)
+    if call.kind == "llm":
+        keys.update(dict.fromkeys((KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS, KEY_COST, KEY_LLM_CALLS,
+                                   KEY_CACHED_INPUT_TOKENS, KEY_REASONING_TOKENS)))  # fmt: skip
+        if call.model:
+            keys.update(dict.fromkeys(_model_keys(call.model)))
+    elif call.kind == "tool":
+        keys.update(dict.fromkeys((KEY_TOOL_CALLS, KEY_TOOL_CALLS_FOR + call.name, KEY_COST)))
+    return tuple(keys)
+
+
 def _shared_exceeded(
-    ledger: Ledger, amounts: Mapping[str, float], ceilings: Mapping[str, float]
+    ledger: Ledger,
+    amounts: Mapping[str, float],
+    ceilings: Mapping[str, float],
+    owners: Mapping[str, Limit],
 ) -> ExceededLimit:
     """Which shared ceiling refused a reservation: the first (in limit order) now over it.
 
@@ -1268,7 +1297,7 @@ def _shared_exceeded(
         spent, held = {}, {}
     values = {key: spent.get(key, 0.0) + held.get(key, 0.0) + amounts[key] for key in ceilings}
     key = next((k for k in ceilings if values[k] > ceilings[k]), next(iter(ceilings)))
-    return ExceededLimit(Limit(key, ceilings[key]), key, values[key])
+    return ExceededLimit(owners[key], key, values[key])
 
 
 def _model_usage(
