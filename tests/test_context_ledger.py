@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import multiprocessing
 import os
@@ -11,7 +12,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -571,3 +572,79 @@ def test_bad_ledger_settings_raise() -> None:
         ExecutionContext(ledger=InMemoryLedger(), on_ledger_error="ignore")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="ledger must be a Ledger"):
         ExecutionContext(ledger={"amp:cost": 1.0})  # type: ignore[arg-type]
+
+
+# -- asyncio: ledger round trips run off the event loop ---------------------------------------
+
+
+class _GatedLedger(InMemoryLedger):
+    """An in-memory ledger whose reserve() waits until the test opens a gate (a slow Redis)."""
+
+    def __init__(self, scope: str) -> None:
+        super().__init__(scope)
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def reserve(self, amounts: Mapping[str, float], ceilings: Mapping[str, float]) -> Any:
+        self.entered.set()
+        if not self.gate.wait(timeout=30):
+            raise AssertionError("the gate was never opened: the event loop was blocked")
+        return super().reserve(amounts, ceilings)
+
+
+async def test_async_calls_reserve_off_the_event_loop() -> None:
+    ledger = _GatedLedger(_scope())
+    ctx = ExecutionContext(max_cost_usd=1.0, ledger=ledger)
+
+    async def open_gate() -> None:
+        await asyncio.to_thread(ledger.entered.wait, 30)
+        ledger.gate.set()  # runs only if the loop is free while reserve() waits
+
+    opener = asyncio.create_task(open_gate())
+    async with ctx.llm_call("slow_ledger", estimate_usd=0.1) as call:
+        call.record(tokens_in=1, tokens_out=1, cost_usd=0.05)
+    await opener
+    assert ledger.spent() == {KEY_COST: pytest.approx(0.05)}
+    assert ledger.reserved() == {}
+    assert ctx.stats.total_cost() == pytest.approx(0.05)
+
+
+async def test_a_task_cancelled_while_its_ledger_reserves_leaves_nothing_held() -> None:
+    ledger = _GatedLedger(_scope())
+    ctx = ExecutionContext(max_cost_usd=1.0, ledger=ledger)
+    ran: list[str] = []
+
+    async def worker() -> None:
+        async with ctx.llm_call("cancelled", estimate_usd=0.3):
+            ran.append("body")
+
+    task = asyncio.create_task(worker())
+    await asyncio.to_thread(ledger.entered.wait, 30)
+    task.cancel()
+    await asyncio.sleep(0)
+    ledger.gate.set()  # the reserve completes on its thread after the cancel
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ran == []
+    assert ledger.reserved() == {}
+    assert ctx.stats.reserved() == {}
+    (node,) = [n for n in ctx.graph.nodes() if n.kind == "llm"]
+    assert node.status == "halt" and node.stop_reason == "interrupted"
+
+
+async def test_concurrent_async_calls_share_a_ledger_exactly(
+    make_ledger: Callable[[], Ledger],
+) -> None:
+    ctx = ExecutionContext(max_cost_usd=1.0, ledger=make_ledger())
+
+    async def one(i: int) -> None:
+        async with ctx.llm_call(f"c{i}", estimate_usd=0.02) as call:
+            await asyncio.sleep(0)
+            call.record(tokens_in=3, tokens_out=1, cost_usd=0.01)
+
+    await asyncio.gather(*(one(i) for i in range(40)))
+    ledger = make_ledger()
+    assert ledger.spent()[KEY_COST] == pytest.approx(0.4)
+    assert ledger.reserved() == {}
+    assert ctx.stats.total_cost() == pytest.approx(0.4)
+    assert ctx.stats.get_counter(KEY_LLM_CALLS) == 40

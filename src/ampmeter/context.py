@@ -19,12 +19,13 @@ import contextlib
 import contextvars
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from types import TracebackType
 from typing import Any, Final, Literal, Protocol
 
+from ampmeter import _calls_async
 from ampmeter._argtypes import Float, Int, OptFloat, OptInt, OptStr, Str
 from ampmeter._limit_check import LimitPlan, check_plan_locked, compile_limits
 from ampmeter.errors import BudgetUnavailable, ExecutionCanceled, LimitExceeded
@@ -415,16 +416,75 @@ class Call:
             else:
                 context._settle(self, exc)
 
-    async def __aenter__(self) -> Call:
-        return self.__enter__()
+    # Async entry and exit run in ampmeter._calls_async (plain Python: the compiled build's
+    # coroutines and asyncio's cancellation did not mix); these are their synchronous steps.
 
-    async def __aexit__(
+    def __aenter__(self) -> Coroutine[Any, Any, Call]:
+        return _calls_async.aenter(self)
+
+    def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
+    ) -> Coroutine[Any, Any, None]:
+        return _calls_async.aexit(self, exc_type, exc, tb)
+
+    def _enter_async_local(self) -> bool:
+        """Enter as far as no ledger is involved; True if the ledger part is still to do."""
+        context = self.context
+        if not context._has_ledger:
+            self.__enter__()
+            return False
+        if self._started:
+            raise RuntimeError(f"call {self.node_id} was already started")
+        self._started = True
+        try:
+            context._admit(self, shared=False)
+        except BaseException:
+            self._done = True  # refused: see start()
+            raise
+        return True
+
+    def _enter_async_shared(self) -> None:
+        """The ledger part of entering (on a worker thread: it is a network round trip)."""
+        try:
+            self.context._admit_shared(self)
+        except BaseException:
+            self._done = True  # refused by a ledger: the node is halted, nothing is held
+            raise
+
+    def _enter_async_cancelled(self, cancel: BaseException) -> None:
+        """The entering task was cancelled; the ledger part has ended one way or the other."""
+        if self._done:
+            return
+        self._done = True
+        if self.node.status == "running":  # admitted after all: give its holds back
+            self.context._settle(self, cancel)
+
+    def _enter_async_done(self) -> Call:
+        self._token = _CURRENT.set((self.context, self.node_id))
+        return self
+
+    def _exit_async_local(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        """Exit as far as no ledger is involved; True if the ledger commit is still to do."""
+        if self._done or not self._ledger_holds:
+            self.__exit__(exc_type, exc, tb)
+            return False
+        context = self.context
+        token = self._token
+        if token is not None:
+            try:
+                _CURRENT.reset(token)
+            except ValueError:
+                _reset(token, context, context._node_id)
+        self._done = True
+        return True
 
 
 def _reset(
@@ -961,7 +1021,7 @@ class ExecutionContext:
             if ctx is owner:
                 break
 
-    def _admit(self, call: Call) -> None:
+    def _admit(self, call: Call, shared: bool = True) -> None:
         """Check the call's limits with its reservation, hold it, and mark the node running."""
         canceled = False
         for ctx in self._chain:  # the ``canceled`` property, inlined on the hot path
@@ -995,11 +1055,15 @@ class ExecutionContext:
                 exceeded,
                 call.node_id,
             )
-        if has_ledger:
-            for ctx in self._guards:
-                if ctx.ledger is not None:
-                    self._ledger_reserve(ctx, call)
-            self.graph.mark_running(call.node_id)
+        if has_ledger and shared:
+            self._admit_shared(call)
+
+    def _admit_shared(self, call: Call) -> None:
+        """The shared part of admitting a call: its holds in every ledger above, then running."""
+        for ctx in self._guards:
+            if ctx.ledger is not None:
+                self._ledger_reserve(ctx, call)
+        self.graph.mark_running(call.node_id)
 
     def _holds_for(self, reservation: Mapping[str, float]) -> _Holds:
         """Where to hold a call's reservation: each guard, with the keys its limits watch.
