@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 from collections.abc import Iterator
 
 import openai
@@ -358,3 +359,44 @@ def test_a_raw_stream_never_parsed_is_counted_as_abandoned(
     assert node.status == "fail" and node.error_class == "StreamAbandoned"
     assert node.tokens_in is not None and node.tokens_in > 0  # the prompt estimate still counts
     assert ctx.stats.get_counter(KEY_LLM_CALLS) == 1
+
+
+def test_streaming_response_read_as_raw_lines_still_records_usage(
+    openai_client: openai.OpenAI, llm_server: LocalLLMServer
+) -> None:
+    """The SDK's documented way to read a raw stream: its lines, never parsed by the caller."""
+    sink = MemorySink()
+    streaming = openai_client.chat.completions.with_streaming_response
+    with ExecutionContext(sinks=[sink]), streaming.create(
+        model=llm_server.model, messages=MESSAGES, max_tokens=6, stream=True,
+        stream_options={"include_usage": True},
+    ) as response:  # fmt: skip
+        lines = list(response.iter_lines())
+    events = [json.loads(line[5:]) for line in lines
+              if line.startswith("data:") and line[5:].strip() != "[DONE]"]  # fmt: skip
+    (usage,) = [e["usage"] for e in events if e.get("usage")]
+    (node,) = llm_nodes(sink)
+    assert node.status == "success"
+    assert (node.tokens_in, node.tokens_out) == (usage["prompt_tokens"],
+                                                 usage["completion_tokens"])  # fmt: skip
+
+
+async def test_async_streaming_response_read_as_raw_bytes_still_records_usage(
+    async_openai_client: openai.AsyncOpenAI, llm_server: LocalLLMServer
+) -> None:
+    sink = MemorySink()
+    streaming = async_openai_client.chat.completions.with_streaming_response
+    async with ExecutionContext(sinks=[sink]), streaming.create(
+        model=llm_server.model, messages=MESSAGES, max_tokens=6, stream=True,
+        stream_options={"include_usage": True},
+    ) as response:  # fmt: skip
+        body = b"".join([piece async for piece in response.iter_bytes(chunk_size=7)])
+    (usage,) = [
+        json.loads(line[5:])["usage"]
+        for line in body.decode().splitlines()
+        if line.startswith("data:") and '"usage":{' in line
+    ]
+    (node,) = llm_nodes(sink)
+    assert node.status == "success"
+    assert (node.tokens_in, node.tokens_out) == (usage["prompt_tokens"],
+                                                 usage["completion_tokens"])  # fmt: skip

@@ -17,10 +17,12 @@ a metered one:
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import contextvars
 import functools
 import inspect
+import json
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -276,8 +278,9 @@ def _settle_parsed(
 class RawResponseProxy:
     """A raw response of a streamed request whose ``parse()`` returns the metered stream.
 
-    Everything else (headers, status, the HTTP response) is the SDK's own object. A proxy dropped
-    without its stream being read ends the call as an abandoned stream does.
+    Everything else (headers, status, the HTTP response) is the SDK's own object; reading the
+    body's lines, text or bytes instead of parsing it also reads the usage from the events. A
+    proxy dropped without its stream being read ends the call as an abandoned stream does.
     """
 
     def __init__(self, raw: Any, stream: _StreamBase) -> None:
@@ -300,7 +303,75 @@ class RawResponseProxy:
     def __getattr__(self, name: str) -> Any:
         if name in ("_raw", "_metered", "_is_async"):  # a failed __init__: no recursion
             raise AttributeError(name)
-        return getattr(self._raw, name)
+        value = getattr(self._raw, name)
+        if name in _BODY_ITERATORS and callable(value):
+            # The caller reads the event stream's raw lines instead of parsing it: read the
+            # usage from those lines as they pass.
+            return _read_while_iterating(value, _SseReader(self._metered))
+        return value
+
+
+# The raw responses' ways of reading a streamed body piece by piece (the async response's are
+# async iterators under the same names).
+_BODY_ITERATORS: Final = frozenset({"iter_bytes", "iter_text", "iter_lines"})
+
+
+class _SseReader:
+    """Reads server-sent events from a raw body as it passes, into a metered stream's tally."""
+
+    def __init__(self, stream: _StreamBase) -> None:
+        self._stream = stream
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""
+
+    def feed(self, piece: str | bytes, *, whole_line: bool) -> None:
+        text = self._decoder.decode(piece) if isinstance(piece, bytes) else piece
+        if whole_line:
+            text += "\n"
+        *lines, self._pending = (self._pending + text).split("\n")
+        for line in lines:
+            self._line(line.rstrip("\r"))
+
+    def _line(self, line: str) -> None:
+        if not line.startswith("data:"):
+            return
+        data = line[5:].strip()
+        if not data or data == "[DONE]":
+            return
+        try:
+            event = json.loads(data)
+        except ValueError:
+            return
+        self._stream._adapter.read_event(event, self._stream._tally, False)
+
+    def end(self) -> None:
+        self._line(self._pending.rstrip("\r"))
+        self._stream._end(None)
+
+
+def _read_while_iterating(method: Callable[..., Any], reader: _SseReader) -> Callable[..., Any]:
+    whole_line = getattr(method, "__name__", "") == "iter_lines"
+
+    def sync_pieces(pieces: Iterator[Any]) -> Iterator[Any]:
+        for piece in pieces:
+            reader.feed(piece, whole_line=whole_line)
+            yield piece
+        reader.end()
+
+    async def async_pieces(pieces: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for piece in pieces:
+            reader.feed(piece, whole_line=whole_line)
+            yield piece
+        reader.end()
+
+    @functools.wraps(method)
+    def iterate(*args: Any, **kwargs: Any) -> Any:
+        pieces = method(*args, **kwargs)
+        if hasattr(pieces, "__aiter__"):
+            return async_pieces(pieces)
+        return sync_pieces(pieces)
+
+    return iterate
 
 
 def wrap_sync(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., Any]:
