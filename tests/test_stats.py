@@ -326,3 +326,16 @@ def test_sixteen_threads_lose_no_increments_in_a_three_level_tree() -> None:
         expected = sum(per_thread for w in writers if w in below)
         if stats is not root:
             assert stats.get_counter("myapp:n") == expected
+
+
+def test_repr_works_while_the_lock_is_held() -> None:
+    """A repr (a debugger, an error message) must not wait for the non-reentrant lock."""
+    stats = ExecutionStats()
+    stats.incr_counter("k", 2)
+    stats.incr_gauge("g", 0.5)
+    out: list[str] = []
+    with stats.lock:
+        worker = threading.Thread(target=lambda: out.append(repr(stats)), daemon=True)
+        worker.start()
+        worker.join(timeout=10)
+    assert out == ["ExecutionStats(counters={'k': 2}, gauges={'g': 0.5})"]

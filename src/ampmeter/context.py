@@ -363,17 +363,21 @@ class Call:
         Raises :class:`~ampmeter.LimitExceeded` (the node is halted) when the call would break a
         limit of this context or an enclosing one, and ``ExecutionCanceled`` after ``cancel()``.
         """
+        self._start(shared=True)
+        return self
+
+    def _start(self, shared: bool) -> None:
+        """Admit the call once; ``shared=False`` leaves the ledger part to the caller."""
         if self._started:
             raise RuntimeError(f"call {self.node_id} was already started")
         self._started = True
         try:
-            self.context._admit(self)
+            self.context._admit(self, shared)
         except BaseException:
             # Refused: the node is halted and nothing is reserved, so finish() has nothing to do
             # (settling here would release reservations that belong to other calls).
             self._done = True
             raise
-        return self
 
     def finish(self, exc: BaseException | None = None) -> None:
         """End the call: success, or ``fail`` with ``exc``'s class (``halt`` if interrupted)."""
@@ -432,18 +436,10 @@ class Call:
 
     def _enter_async_local(self) -> bool:
         """Enter as far as no ledger is involved; True if the ledger part is still to do."""
-        context = self.context
-        if not context._has_ledger:
+        if not self.context._has_ledger:
             self.__enter__()
             return False
-        if self._started:
-            raise RuntimeError(f"call {self.node_id} was already started")
-        self._started = True
-        try:
-            context._admit(self, shared=False)
-        except BaseException:
-            self._done = True  # refused: see start()
-            raise
+        self._start(shared=False)
         return True
 
     def _enter_async_shared(self) -> None:
@@ -476,13 +472,7 @@ class Call:
         if self._done or not self._ledger_holds:
             self.__exit__(exc_type, exc, tb)
             return False
-        context = self.context
-        token = self._token
-        if token is not None:
-            try:
-                _CURRENT.reset(token)
-            except ValueError:
-                _reset(token, context, context._node_id)
+        _reset(self._token, self.context, self.context._node_id)
         self._done = True
         return True
 

@@ -281,7 +281,10 @@ class ExecutionStats:
         return self.get_counter(KEY_TOOLCHAIN_PARSE_ERROR_TOTAL)
 
     def __repr__(self) -> str:
-        return f"ExecutionStats(counters={self.counters()!r}, gauges={self.gauges()!r})"
+        # No lock: a repr may be asked for while the (non-reentrant) lock is held.
+        counters = {key: cell.value for key, cell in list(self._counters.items())}
+        gauges = {key: cell.value for key, cell in list(self._gauges.items())}
+        return f"ExecutionStats(counters={counters!r}, gauges={gauges!r})"
 
     # -- internals used by contexts and limit checks (caller holds the lock) -----------------
 

@@ -215,13 +215,10 @@ def _before(
 RAW_RESPONSE_HEADER: Final = "X-Stainless-Raw-Response"
 
 
-def raw_mode(kwargs: Mapping[str, Any]) -> str | None:
-    """The raw-response header's value for a request made through a raw-response wrapper."""
+def is_raw_request(kwargs: Mapping[str, Any]) -> bool:
+    """Whether the SDK call was made through one of its raw-response wrappers."""
     headers = kwargs.get("extra_headers")
-    if not isinstance(headers, Mapping):
-        return None
-    mode = headers.get(RAW_RESPONSE_HEADER)
-    return mode if isinstance(mode, str) and mode else None
+    return isinstance(headers, Mapping) and bool(headers.get(RAW_RESPONSE_HEADER))
 
 
 def _after(
@@ -307,7 +304,7 @@ class RawResponseProxy:
         if name in _BODY_ITERATORS and callable(value):
             # The caller reads the event stream's raw lines instead of parsing it: read the
             # usage from those lines as they pass.
-            return _read_while_iterating(value, _SseReader(self._metered))
+            return _read_while_iterating(value, _SseReader(self._metered), name == "iter_lines")
         return value
 
 
@@ -349,8 +346,11 @@ class _SseReader:
         self._stream._end(None)
 
 
-def _read_while_iterating(method: Callable[..., Any], reader: _SseReader) -> Callable[..., Any]:
-    whole_line = getattr(method, "__name__", "") == "iter_lines"
+def _read_while_iterating(
+    method: Callable[..., Any], reader: _SseReader, whole_line: bool
+) -> Callable[..., Any]:
+    """``method`` (a body iterator of a raw response) with each piece fed to ``reader``;
+    ``whole_line``: the pieces are lines without their line break."""
 
     def sync_pieces(pieces: Iterator[Any]) -> Iterator[Any]:
         for piece in pieces:
@@ -383,7 +383,7 @@ def wrap_sync(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., A
         if ctx is None:
             return original(resource, *args, **kwargs)
         call, info, hide = _before(ctx, adapter, kwargs)
-        raw = raw_mode(kwargs)
+        raw = is_raw_request(kwargs)
         token = _ACTIVE.set(call)
         try:
             result = original(resource, *args, **kwargs)
@@ -392,7 +392,7 @@ def wrap_sync(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., A
             raise
         finally:
             _ACTIVE.reset(token)
-        if raw is not None and hasattr(result, "parse"):
+        if raw and hasattr(result, "parse"):
             return _after_raw(result, call, adapter, info, hide)
         return _after(result, call, adapter, info, hide, MeteredStream)
 
@@ -409,7 +409,7 @@ def wrap_async(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., 
         if ctx is None:
             return await original(resource, *args, **kwargs)
         call, info, hide = _before(ctx, adapter, kwargs)
-        raw = raw_mode(kwargs)
+        raw = is_raw_request(kwargs)
         token = _ACTIVE.set(call)
         try:
             result = await original(resource, *args, **kwargs)
@@ -418,7 +418,7 @@ def wrap_async(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., 
             raise
         finally:
             _ACTIVE.reset(token)
-        if raw is not None and hasattr(result, "parse"):
+        if raw and hasattr(result, "parse"):
             return await _after_raw_async(result, call, adapter, info, hide)
         return _after(result, call, adapter, info, hide, MeteredAsyncStream)
 
