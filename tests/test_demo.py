@@ -21,7 +21,7 @@ from ampmeter.local_llm import LocalLLMServer
 from ampmeter.logs.schema import validate_event
 
 
-@given(st.integers(-10**6, 10**6), st.integers(-10**6, 10**6))
+@given(st.integers(-(10**6), 10**6), st.integers(-(10**6), 10**6))
 def test_calculator_adds_and_multiplies(a: int, b: int) -> None:
     assert calculator(f"{a} + {b}") == str(a + b)
     assert calculator(f"({a}) * ({b})") == str(a * b)
@@ -49,16 +49,19 @@ def test_parse_reply() -> None:
     assert first is not None and first.tool == "lookup"
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"price_in": -1.0}, "price_in"),
-    ({"max_steps": 0}, "max_steps"),
-    ({"questions": 99}, "questions"),
-    ({"run_max_llm_calls": 0}, "run_max_llm_calls"),
-    ({"run_max_llm_calls": 2.5}, "run_max_llm_calls"),
-    ({"max_cost": float("nan")}, "max_cost"),
-    ({"model_path": "x.gguf", "base_url": "http://127.0.0.1:1/v1"}, "not both"),
-    ({"model_path": "/nonexistent/model.gguf"}, "not found"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"price_in": -1.0}, "price_in"),
+        ({"max_steps": 0}, "max_steps"),
+        ({"questions": 99}, "questions"),
+        ({"run_max_llm_calls": 0}, "run_max_llm_calls"),
+        ({"run_max_llm_calls": 2.5}, "run_max_llm_calls"),
+        ({"max_cost": float("nan")}, "max_cost"),
+        ({"model_path": "x.gguf", "base_url": "http://127.0.0.1:1/v1"}, "not both"),
+        ({"model_path": "/nonexistent/model.gguf"}, "not found"),
+    ],
+)
 def test_bad_arguments(kwargs: dict[str, object], match: str, tmp_path: Path) -> None:
     with pytest.raises(DemoError, match=match):
         run_demo(out_dir=tmp_path, echo=lambda _: None, **kwargs)  # type: ignore[arg-type]
@@ -147,10 +150,13 @@ def test_totals_says_when_the_run_is_not_the_sum(tmp_path: Path) -> None:
     assert "NOT the sum" in text and "--run-max-llm-calls below 5" in text
 
 
-@pytest.mark.parametrize(("args", "match"), [
-    (["--questions", "0"], "questions"),
-    (["--run-max-llm-calls", "0"], "run_max_llm_calls"),
-])
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--questions", "0"], "questions"),
+        (["--run-max-llm-calls", "0"], "run_max_llm_calls"),
+    ],
+)
 def test_demo_command_reports_bad_flags(args: list[str], match: str) -> None:
     app = typer.Typer()
     register(app)

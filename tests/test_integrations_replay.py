@@ -60,8 +60,8 @@ def test_openai_tool_calls_cached_and_reasoning_tokens(replay: ReplayServer) -> 
     assert node.tokens_in == body["prompt_tokens"]
     assert node.tokens_out == body["completion_tokens"]
     assert node.metadata["cached_tokens"] == body["prompt_tokens_details"]["cached_tokens"]
-    assert node.metadata["reasoning_tokens"] == (
-        body["completion_tokens_details"]["reasoning_tokens"]
+    assert (
+        node.metadata["reasoning_tokens"] == (body["completion_tokens_details"]["reasoning_tokens"])
     )
     assert node.metadata["tool_calls_made"] == 2
     assert node.metadata["cost_status"] == "priced"
@@ -76,15 +76,14 @@ def test_openai_stream_usage_hidden_when_injected(replay: ReplayServer) -> None:
     replay.script(CHAT, recorded.openai_chat_stream_usage())
     sink = MemorySink()
     with ExecutionContext(sinks=[sink]):
-        chunks = list(oai(replay).chat.completions.create(
-            model="gpt-4o-mini", messages=PROMPT, stream=True
-        ))
+        chunks = list(
+            oai(replay).chat.completions.create(model="gpt-4o-mini", messages=PROMPT, stream=True)
+        )
     assert all(c.choices for c in chunks)
     assert replay.requests[0].json()["stream_options"] == {"include_usage": True}
     usage = recorded.load("openai_chat_stream_usage")[-1]["usage"]
     node = only_llm_node(sink)
-    assert (node.tokens_in, node.tokens_out) == (usage["prompt_tokens"],
-                                                 usage["completion_tokens"])
+    assert (node.tokens_in, node.tokens_out) == (usage["prompt_tokens"], usage["completion_tokens"])
     assert node.metadata["cached_tokens"] == usage["prompt_tokens_details"]["cached_tokens"]
 
 
@@ -144,9 +143,7 @@ def test_openai_500_marks_fail_with_sdk_error_class(replay: ReplayServer) -> Non
 def test_openai_limit_exceeded_sends_no_request(replay: ReplayServer) -> None:
     replay.script(CHAT, recorded.openai_chat_tool_calls())
     sink = MemorySink()
-    with ExecutionContext(sinks=[sink], max_cost_usd=0.000001) as ctx, pytest.raises(
-        LimitExceeded
-    ):
+    with ExecutionContext(sinks=[sink], max_cost_usd=0.000001) as ctx, pytest.raises(LimitExceeded):
         oai(replay).chat.completions.create(model="gpt-4o-mini", messages=PROMPT, max_tokens=4000)
     assert replay.requests == []
     assert only_llm_node(sink).status == "halt"
@@ -160,8 +157,11 @@ def test_anthropic_tool_use_and_cache_normalisation(replay: ReplayServer) -> Non
         anth(replay).messages.create(model="claude-haiku-4-5", messages=PROMPT, max_tokens=300)
     usage = recorded.load("anthropic_message_tool_use")["usage"]
     node = only_llm_node(sink)
-    assert node.tokens_in == (usage["input_tokens"] + usage["cache_read_input_tokens"]
-                              + usage["cache_creation_input_tokens"])
+    assert node.tokens_in == (
+        usage["input_tokens"]
+        + usage["cache_read_input_tokens"]
+        + usage["cache_creation_input_tokens"]
+    )
     assert node.tokens_out == usage["output_tokens"]
     assert node.metadata["cached_tokens"] == usage["cache_read_input_tokens"]
     assert node.metadata["cache_write_tokens"] == usage["cache_creation_input_tokens"]
@@ -172,17 +172,23 @@ def test_anthropic_tool_use_and_cache_normalisation(replay: ReplayServer) -> Non
 def test_anthropic_stream_helper_replayed(replay: ReplayServer) -> None:
     replay.script(MESSAGES, recorded.anthropic_message_stream())
     sink = MemorySink()
-    with ExecutionContext(sinks=[sink]), anth(replay).messages.stream(
-        model="claude-haiku-4-5", messages=PROMPT, max_tokens=50
-    ) as stream:
+    with (
+        ExecutionContext(sinks=[sink]),
+        anth(replay).messages.stream(
+            model="claude-haiku-4-5", messages=PROMPT, max_tokens=50
+        ) as stream,
+    ):
         text = stream.get_final_text()
     assert text
     events = recorded.load("anthropic_message_stream")
     start = events[0]["data"]["message"]["usage"]
     final_out = [e for e in events if e["event"] == "message_delta"][-1]["data"]["usage"]
     node = only_llm_node(sink)
-    assert node.tokens_in == (start["input_tokens"] + start["cache_read_input_tokens"]
-                              + start["cache_creation_input_tokens"])
+    assert node.tokens_in == (
+        start["input_tokens"]
+        + start["cache_read_input_tokens"]
+        + start["cache_creation_input_tokens"]
+    )
     assert node.tokens_out == final_out["output_tokens"]
 
 

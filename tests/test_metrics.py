@@ -187,9 +187,10 @@ def test_a_call_halted_before_it_was_sent_is_no_per_call_entry(tmp_path: Path) -
     from ampmeter.analysis import summarize
 
     path = tmp_path / "run.jsonl"
-    with JsonlSink(path, run_id="r") as sink, ExecutionContext(
-        "agent", max_steps=2, sinks=[sink]
-    ) as ctx:
+    with (
+        JsonlSink(path, run_id="r") as sink,
+        ExecutionContext("agent", max_steps=2, sinks=[sink]) as ctx,
+    ):
         for tokens_in in (100, 160):
             with ctx.llm_call("step", model="m") as call:
                 call.record(tokens_in, 10, cost_usd=0.0)

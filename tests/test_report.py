@@ -39,8 +39,10 @@ def test_figures_are_png_images(tmp_path: Path) -> None:
         amortization_figure(rows),
         context_growth_figure({"a": [100, 150, 230], "b": [50, 40]}),
         cost_tokens_by_model_figure(
-            {"gpt-4o-mini": {"cost_usd": 0.2, "tokens": 900.0},
-             "m2": {"cost_usd": 0.0, "tokens": 10.0}}
+            {
+                "gpt-4o-mini": {"cost_usd": 0.2, "tokens": 900.0},
+                "m2": {"cost_usd": 0.0, "tokens": 10.0},
+            }
         ),
         latency_figure([10.0, 20.0, 35.0, 400.0, 12.5]),
     ]

@@ -39,17 +39,24 @@ def test_parse_model_limits() -> None:
 
 
 def test_config_from_env_and_flags_win() -> None:
-    env = {"AMPMETER_MAX_COST": "0.5", "AMPMETER_MAX_LLM_CALLS": "9",
-           "AMPMETER_MAX_TOKENS_PER_MODEL": "m1=10,m2=20", "AMPMETER_OUT": "x.jsonl"}
+    env = {
+        "AMPMETER_MAX_COST": "0.5",
+        "AMPMETER_MAX_LLM_CALLS": "9",
+        "AMPMETER_MAX_TOKENS_PER_MODEL": "m1=10,m2=20",
+        "AMPMETER_OUT": "x.jsonl",
+    }
     config = RunConfig.from_env(env, max_llm_calls=3)
     assert (config.max_cost, config.max_llm_calls, config.out) == (0.5, 3, "x.jsonl")
     assert config.max_tokens_per_model == {"m1": 10, "m2": 20}
     assert {limit.key for limit in config.limits()} == {
-        "amp:cost", "amp:llm_calls", "amp:input_tokens:m1", "amp:input_tokens:m2"}
+        "amp:cost",
+        "amp:llm_calls",
+        "amp:input_tokens:m1",
+        "amp:input_tokens:m2",
+    }
 
 
-@pytest.mark.parametrize("env", [{"AMPMETER_MAX_COST": "lots"},
-                                 {"AMPMETER_MAX_LLM_CALLS": "2.5"}])
+@pytest.mark.parametrize("env", [{"AMPMETER_MAX_COST": "lots"}, {"AMPMETER_MAX_LLM_CALLS": "2.5"}])
 def test_bad_env_value_is_named(env: dict[str, str]) -> None:
     with pytest.raises(ValueError, match=next(iter(env))):
         RunConfig.from_env(env)
@@ -69,9 +76,11 @@ def test_exit_code_passes_through_and_existing_sitecustomize_still_runs(tmp_path
     site.mkdir()
     (site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITE_RAN'] = '1'\n")
     script = tmp_path / "prog.py"
-    script.write_text("import os, sys\nfrom ampmeter.integrations import is_instrumented\n"
-                      "assert os.environ.get('USER_SITE_RAN') == '1'\n"
-                      "assert is_instrumented()\nsys.exit(7)\n")
+    script.write_text(
+        "import os, sys\nfrom ampmeter.integrations import is_instrumented\n"
+        "assert os.environ.get('USER_SITE_RAN') == '1'\n"
+        "assert is_instrumented()\nsys.exit(7)\n"
+    )
     env = {**__import__("os").environ, "PYTHONPATH": str(site)}
     outcome = run_command([str(script)], RunConfig(), env=env)
     assert outcome.exit_code == 7
@@ -84,8 +93,9 @@ def test_cli_requires_a_command() -> None:
 
 
 def test_cli_bad_per_model_flag_is_a_clear_error(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app(), ["run", "--max-tokens-per-model", "oops", "--",
-                                        sys.executable, "-c", "pass"])
+    result = CliRunner().invoke(
+        app(), ["run", "--max-tokens-per-model", "oops", "--", sys.executable, "-c", "pass"]
+    )
     assert result.exit_code == 2
     assert "MODEL=N" in result.output
 
@@ -98,8 +108,9 @@ def test_loop_on_local_model_is_stopped_by_limit(
     out = tmp_path / "events.jsonl"
     env = {"LLM_URL": llm_server.base_url, "LLM_MODEL": llm_server.model}
     result = CliRunner().invoke(
-        app(), ["run", "--max-llm-calls", "2", "--out", str(out), "--", sys.executable,
-                str(script)], env=env,
+        app(),
+        ["run", "--max-llm-calls", "2", "--out", str(out), "--", sys.executable, str(script)],
+        env=env,
     )
     assert result.exit_code == EXIT_LIMIT
     assert "run stopped: limit exceeded: amp:llm_calls" in result.output

@@ -56,9 +56,10 @@ def test_summary_row_matches_the_raw_events(tmp_path: Path) -> None:
 
 def test_successful_run_and_sub_agent_depth(tmp_path: Path) -> None:
     path = tmp_path / "nested.jsonl"
-    with JsonlSink(path, flush="line") as sink, ExecutionContext(
-        "outer", sinks=[sink], chain_id="nested"
-    ) as ctx:
+    with (
+        JsonlSink(path, flush="line") as sink,
+        ExecutionContext("outer", sinks=[sink], chain_id="nested") as ctx,
+    ):
         with ctx.llm_call("plan", model="gpt-4o-mini") as call:
             call.record(tokens_in=10, tokens_out=1, cost_usd=0.0)
         with ctx.spawn_child("helper") as child, child.llm_call("sub", model="m") as call:
@@ -74,9 +75,11 @@ def test_successful_run_and_sub_agent_depth(tmp_path: Path) -> None:
 def test_across_runs_p50_and_p95(tmp_path: Path) -> None:
     paths = [make_event_log(tmp_path / "a.jsonl", "a"),
              make_event_log(tmp_path / "b.jsonl", "b", halt=False)]  # fmt: skip
-    with JsonlSink(tmp_path / "c.jsonl", flush="line") as sink, ExecutionContext(
-        "c", sinks=[sink], chain_id="c"
-    ) as ctx, ctx.llm_call("only", model="m") as call:
+    with (
+        JsonlSink(tmp_path / "c.jsonl", flush="line") as sink,
+        ExecutionContext("c", sinks=[sink], chain_id="c") as ctx,
+        ctx.llm_call("only", model="m") as call,
+    ):
         call.record(tokens_in=1, tokens_out=1, cost_usd=0.5)
     paths.append(tmp_path / "c.jsonl")
     table = summarize(paths)
@@ -145,9 +148,10 @@ def test_duckdb_engine_is_identical_on_real_logs(tmp_path: Path) -> None:
     paths = [make_event_log(tmp_path / "a.jsonl", "a"),
              make_event_log(tmp_path / "b.jsonl", "b", halt=False)]  # fmt: skip
     nested = tmp_path / "nested.jsonl"
-    with JsonlSink(nested, flush="line") as sink, ExecutionContext(
-        "outer", sinks=[sink], chain_id="nested"
-    ) as ctx:
+    with (
+        JsonlSink(nested, flush="line") as sink,
+        ExecutionContext("outer", sinks=[sink], chain_id="nested") as ctx,
+    ):
         with ctx.llm_call("plan", model="gpt-4o-mini") as call:
             call.record(tokens_in=10, tokens_out=1, cost_usd=0.25)
         with ctx.spawn_child("helper") as child, child.llm_call("sub", model="m") as call:
@@ -179,10 +183,10 @@ _event = st.fixed_dictionaries(
         "stop": st.none() | st.sampled_from(["limit amp:cost", "wall time elapsed", "timeout"]),
         # Free text, minus the bare tokens the DuckDB path's byte scan treats as lenient JSON
         # (it then hands the file to the plain reader on purpose; a test below covers that).
-        "error": st.none() | st.text(max_size=8).filter(
-            lambda text: "NaN" not in text and "Infinity" not in text
-        ),
-        "termination": st.none() | st.sampled_from(["success", "error", "timeout", ""])
+        "error": st.none()
+        | st.text(max_size=8).filter(lambda text: "NaN" not in text and "Infinity" not in text),
+        "termination": st.none()
+        | st.sampled_from(["success", "error", "timeout", ""])
         | st.integers(0, 2),
         "latency": st.none() | st.integers(0, 10**4) | st.floats(0, 1e4),
     }
@@ -251,8 +255,12 @@ def test_duplicated_span_ids_and_cycles_follow_the_plain_rules(tmp_path: Path) -
     lines = [
         # "a" twice: "c" hangs under the id whose depth was found first (2, below a missing
         # parent), not under the second "a" (a top-level call): depth 3, not 2
-        event("a", "missing", "dup"), event("a", None, "dup"), event("c", "a", "dup"),
-        event("x", "y", "cycle"), event("y", "x", "cycle"), event("z", "y", "cycle"),
+        event("a", "missing", "dup"),
+        event("a", None, "dup"),
+        event("c", "a", "dup"),
+        event("x", "y", "cycle"),
+        event("y", "x", "cycle"),
+        event("z", "y", "cycle"),
     ]
     path = tmp_path / "damaged.jsonl"
     path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in lines))

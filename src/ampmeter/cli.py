@@ -22,8 +22,7 @@ __all__ = ["app", "main"]
 
 app = typer.Typer(
     name="ampmeter",
-    help="Account for and contain LLM agent runs; turn their logs into tables, curves and "
-    "reports.",
+    help="Account for and contain LLM agent runs; turn their logs into tables, curves and reports.",
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -238,9 +237,9 @@ def validate_command(logs: LogsArg) -> None:
 @app.command("report")
 def report_command(
     logs: LogsArg,
-    output: Annotated[
-        Path, typer.Option("-o", "--output", help="The HTML file to write.")
-    ] = Path("report.html"),
+    output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path(
+        "report.html"
+    ),
     title: Annotated[str, typer.Option("--title", help="Title of the report.")] = (
         "ampmeter report"
     ),

@@ -26,7 +26,6 @@ from types import TracebackType
 from typing import Any, Final, Literal, Protocol
 
 from ampmeter import _calls_async
-from ampmeter._argtypes import Float, Int, OptFloat, OptInt, OptStr, Str
 from ampmeter._limit_check import LimitPlan, check_plan_locked, compile_limits
 from ampmeter.errors import BudgetUnavailable, ExecutionCanceled, LimitExceeded
 from ampmeter.graph import (
@@ -119,9 +118,9 @@ class WrapOptions:
     cost (the wrapped function returns nothing to price).
     """
 
-    operation_name: Str = ""
-    cost_estimate_hint: Float = 0.0
-    model: OptStr = None
+    operation_name: str = ""
+    cost_estimate_hint: float = 0.0
+    model: str | None = None
 
     def __post_init__(self) -> None:
         check_cost(self.cost_estimate_hint, "cost_estimate_hint")
@@ -282,14 +281,14 @@ class Call:
 
     def record(
         self,
-        tokens_in: OptInt = None,
-        tokens_out: OptInt = None,
-        cost_usd: OptFloat = None,
-        cached_tokens: Int = 0,
-        reasoning_tokens: Int = 0,
-        tool_calls_made: Int = 0,
+        tokens_in: int | None = None,
+        tokens_out: int | None = None,
+        cost_usd: float | None = None,
+        cached_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        tool_calls_made: int = 0,
         *,
-        cache_write_tokens: Int = 0,
+        cache_write_tokens: int = 0,
     ) -> None:
         """Report the call's usage (may be called again to replace it, e.g. as a stream grows).
 
@@ -502,19 +501,19 @@ class ExecutionContext:
 
     def __init__(
         self,
-        name: Str = "agent_run",
+        name: str = "agent_run",
         *,
         limits: Sequence[Limit] | None = None,
-        max_cost_usd: OptFloat = None,
-        max_steps: OptInt = None,
-        max_retries: OptInt = None,
-        timeout_s: OptFloat = None,
-        chain_id: OptStr = None,
+        max_cost_usd: float | None = None,
+        max_steps: int | None = None,
+        max_retries: int | None = None,
+        timeout_s: float | None = None,
+        chain_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         sinks: Iterable[Sink] = (),
         ledger: Ledger | None = None,
         on_ledger_error: Literal["halt", "allow"] = "halt",
-        max_nodes: Int = 0,
+        max_nodes: int = 0,
         _parent: ExecutionContext | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
@@ -614,13 +613,13 @@ class ExecutionContext:
 
     def spawn_child(
         self,
-        name: Str,
+        name: str,
         *,
         limits: Sequence[Limit] | None = None,
-        max_cost_usd: OptFloat = None,
-        max_steps: OptInt = None,
-        max_retries: OptInt = None,
-        timeout_s: OptFloat = None,
+        max_cost_usd: float | None = None,
+        max_steps: int | None = None,
+        max_retries: int | None = None,
+        timeout_s: float | None = None,
         metadata: Mapping[str, Any] | None = None,
         sinks: Iterable[Sink] = (),
         ledger: Ledger | None = None,
@@ -645,14 +644,14 @@ class ExecutionContext:
 
     def llm_call(
         self,
-        name: OptStr = None,
-        model: OptStr = None,
-        estimate_usd: OptFloat = None,
-        max_tokens: OptInt = None,
+        name: str | None = None,
+        model: str | None = None,
+        estimate_usd: float | None = None,
+        max_tokens: int | None = None,
         *,
-        prompt_tokens: OptInt = None,
-        prompt_text: OptStr = None,
-        provider: OptStr = None,
+        prompt_tokens: int | None = None,
+        prompt_text: str | None = None,
+        provider: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Call:
         """An LLM call to run in a ``with`` block; entering it checks limits and reserves.
@@ -715,9 +714,9 @@ class ExecutionContext:
 
     def tool_call(
         self,
-        name: Str,
+        name: str,
         *,
-        estimate_usd: OptFloat = None,
+        estimate_usd: float | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Call:
         """A tool call to run in a ``with`` block (counts ``amp:tool_calls[:<name>]``)."""
@@ -731,7 +730,7 @@ class ExecutionContext:
         return Call(self, "tool", name, None, None, reservation, metadata)
 
     def step(
-        self, name: Str, *, kind: Str = "system", metadata: Mapping[str, Any] | None = None
+        self, name: str, *, kind: str = "system", metadata: Mapping[str, Any] | None = None
     ) -> Call:
         """A block of system work (or ``embedding``/``retrieval``/``memory``) that groups calls."""
         self._check_open()

@@ -17,8 +17,6 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from ampmeter._argtypes import Float, Int, Meta, OptInt, OptMeta, OptStr, Str
-
 __all__ = [
     "KINDS",
     "META_CACHED_TOKENS",
@@ -216,7 +214,7 @@ class ExecutionGraph:
         "chain_id",
     )
 
-    def __init__(self, chain_id: OptStr = None, *, max_nodes: Int = 0) -> None:
+    def __init__(self, chain_id: str | None = None, *, max_nodes: int = 0) -> None:
         if chain_id is not None and not isinstance(chain_id, str):
             raise TypeError(f"chain_id must be a str or None, got {type(chain_id).__name__}")
         if isinstance(max_nodes, bool) or not isinstance(max_nodes, int):
@@ -250,7 +248,7 @@ class ExecutionGraph:
     def __len__(self) -> int:
         return len(self._nodes)
 
-    def create_root(self, name: Str, metadata: OptMeta = None) -> str:
+    def create_root(self, name: str, metadata: dict[str, Any] | None = None) -> str:
         """Create the chain's single root (``kind="system"``, depth 0, status ``running``)."""
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}")
@@ -272,22 +270,22 @@ class ExecutionGraph:
 
     def begin_node(
         self,
-        parent_id: Str,
-        kind: Str,
-        name: Str,
-        model: OptStr = None,
-        metadata: OptMeta = None,
+        parent_id: str,
+        kind: str,
+        name: str,
+        model: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> str:
         """Create a node under ``parent_id`` in status ``created`` and return its id."""
         return self._begin(parent_id, kind, name, model, metadata).node_id
 
     def _begin(
         self,
-        parent_id: Str,
-        kind: Str,
-        name: Str,
-        model: OptStr,
-        metadata: OptMeta,
+        parent_id: str,
+        kind: str,
+        name: str,
+        model: str | None,
+        metadata: dict[str, Any] | None,
     ) -> Node:
         """:meth:`begin_node`, returning the graph's own node (for contexts)."""
         # Hot path: the cheap exact-type tests run first, the full checks only when they fail.
@@ -323,7 +321,7 @@ class ExecutionGraph:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def mark_running(self, node_id: Str) -> None:
+    def mark_running(self, node_id: str) -> None:
         """Move a ``created`` node to ``running``; no change for running or terminal nodes."""
         lock = self._lock
         lock.acquire()
@@ -345,12 +343,12 @@ class ExecutionGraph:
 
     def mark_success(
         self,
-        node_id: Str,
-        cost_usd: Float,
-        tokens_in: OptInt = None,
-        tokens_out: OptInt = None,
+        node_id: str,
+        cost_usd: float,
+        tokens_in: int | None = None,
+        tokens_out: int | None = None,
         *,
-        metadata: OptMeta = None,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         """End a node as ``success`` with its cost and tokens; no change if already terminal.
 
@@ -413,14 +411,14 @@ class ExecutionGraph:
 
     def mark_failure(
         self,
-        node_id: Str,
-        error_class: Str,
-        stop_reason: OptStr = None,
+        node_id: str,
+        error_class: str,
+        stop_reason: str | None = None,
         *,
-        cost_usd: Float = 0.0,
-        tokens_in: OptInt = None,
-        tokens_out: OptInt = None,
-        metadata: OptMeta = None,
+        cost_usd: float = 0.0,
+        tokens_in: int | None = None,
+        tokens_out: int | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         """End a node as ``fail`` (an error). ``cost_usd`` is for calls billed before failing."""
         if not isinstance(error_class, str):
@@ -431,25 +429,25 @@ class ExecutionGraph:
 
     def mark_halt(
         self,
-        node_id: Str,
-        stop_reason: OptStr = None,
+        node_id: str,
+        stop_reason: str | None = None,
         *,
-        cost_usd: Float = 0.0,
-        tokens_in: OptInt = None,
-        tokens_out: OptInt = None,
-        metadata: OptMeta = None,
+        cost_usd: float = 0.0,
+        tokens_in: int | None = None,
+        tokens_out: int | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         """End a node as ``halt`` (stopped by a policy such as a budget); no change if terminal."""
         self._end(node_id, "halt", cost_usd, tokens_in, tokens_out, None, stop_reason, metadata)
 
-    def increment_retries(self, node_id: Str) -> None:
+    def increment_retries(self, node_id: str) -> None:
         """Count one retry on a node; no change once the node is terminal."""
         with self._lock:
             node = self._get(node_id)
             if node.status not in TERMINAL_STATUSES:
                 node.retries_used += 1
 
-    def update_metadata(self, node_id: Str, values: Meta) -> None:
+    def update_metadata(self, node_id: str, values: dict[str, Any]) -> None:
         """Merge ``values`` into an open node's metadata; no change once it is terminal."""
         if not isinstance(values, dict):
             raise TypeError(f"values must be a dict, got {type(values).__name__}")
@@ -460,7 +458,7 @@ class ExecutionGraph:
 
     def _end(
         self,
-        node_id: Str,
+        node_id: str,
         status: str,
         cost_usd: object,
         tokens_in: object,
@@ -528,7 +526,7 @@ class ExecutionGraph:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _get(self, node_id: Str) -> Node:
+    def _get(self, node_id: str) -> Node:
         node = self._nodes.get(node_id) if isinstance(node_id, str) else None
         if node is None:
             raise KeyError(self._unknown(node_id, "node_id"))
@@ -542,12 +540,12 @@ class ExecutionGraph:
             return f"{what} {node_id!r} is not in graph {self.chain_id!r} (unknown or evicted)"
         return f"{what} {node_id!r} is not in graph {self.chain_id!r}"
 
-    def _ref(self, node_id: Str) -> Node:
+    def _ref(self, node_id: str) -> Node:
         """The graph's own node object (for contexts and sinks: read-only once terminal)."""
         with self._lock:
             return self._get(node_id)
 
-    def node(self, node_id: Str) -> Node:
+    def node(self, node_id: str) -> Node:
         """A copy of one node; changing it never changes the graph."""
         with self._lock:
             node = self._get(node_id)
@@ -607,7 +605,7 @@ class ExecutionGraph:
         }
 
 
-def _own_metadata(metadata: OptMeta) -> dict[str, Any]:
+def _own_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
     if metadata is None:
         return {}
     if not isinstance(metadata, dict):

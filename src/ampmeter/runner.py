@@ -241,9 +241,7 @@ def child_setup() -> None:
     seen: list[BaseException] = []
     previous_hook = sys.excepthook
 
-    def excepthook(
-        kind: type[BaseException], exc: BaseException, tb: TracebackType | None
-    ) -> None:
+    def excepthook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         seen.append(exc)
         from ampmeter.errors import LimitExceeded
 

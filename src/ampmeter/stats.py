@@ -16,7 +16,6 @@ import threading
 from collections.abc import Mapping
 from typing import Final
 
-from ampmeter._argtypes import Float, Int, OptStats, Str
 from ampmeter.keys import (
     KEY_COST,
     KEY_COST_FOR,
@@ -139,7 +138,7 @@ class ExecutionStats:
         "parent",
     )
 
-    def __init__(self, parent: OptStats = None) -> None:
+    def __init__(self, parent: ExecutionStats | None = None) -> None:
         if parent is not None and not isinstance(parent, ExecutionStats):
             raise TypeError(f"parent must be ExecutionStats or None, got {type(parent).__name__}")
         self.parent: ExecutionStats | None = parent
@@ -170,7 +169,7 @@ class ExecutionStats:
 
     # -- counters ---------------------------------------------------------------------------
 
-    def incr_counter(self, key: Str, delta: Int = 1) -> None:
+    def incr_counter(self, key: str, delta: int = 1) -> None:
         """Add ``delta`` (>= 0) to ``key`` here and in every ancestor."""
         name = _check_key(key)
         amount = _check_int(delta, "delta")
@@ -183,7 +182,7 @@ class ExecutionStats:
         with self._lock:
             self._add_counter_locked(name, amount)
 
-    def set_counter(self, key: Str, value: Int) -> None:
+    def set_counter(self, key: str, value: int) -> None:
         """Set ``key`` to ``value`` in this context only."""
         name = _check_key(key)
         number = _check_int(value, "value")
@@ -197,13 +196,13 @@ class ExecutionStats:
         cell = self._counters.get(key)
         return 0 if cell is None else cell.value
 
-    def reset_counter(self, key: Str) -> None:
+    def reset_counter(self, key: str) -> None:
         """Set ``key`` to 0 in this context only."""
         self.set_counter(key, 0)
 
     # -- gauges -----------------------------------------------------------------------------
 
-    def incr_gauge(self, key: Str, delta: Float) -> None:
+    def incr_gauge(self, key: str, delta: float) -> None:
         """Add a finite ``delta`` (any sign) to ``key`` here and in every ancestor."""
         name = _check_key(key)
         amount = _check_float(delta, "delta")
@@ -212,7 +211,7 @@ class ExecutionStats:
         with self._lock:
             self._add_gauge_locked(name, amount)
 
-    def set_gauge(self, key: Str, value: Float) -> None:
+    def set_gauge(self, key: str, value: float) -> None:
         """Set ``key`` to a finite ``value`` in this context only."""
         name = _check_key(key)
         number = _check_float(value, "value")
@@ -231,7 +230,7 @@ class ExecutionStats:
         cell = self._gauges.get(key)
         return 0.0 if cell is None else cell.value
 
-    def reset_gauge(self, key: Str) -> None:
+    def reset_gauge(self, key: str) -> None:
         """Set ``key`` to 0.0 in this context only."""
         self.set_gauge(key, 0.0)
 

@@ -153,6 +153,7 @@ SELECT DISTINCT r.idx FROM (SELECT run_id FROM ev GROUP BY run_id, span_id HAVIN
 JOIN runs r USING (run_id)
 """
 
+
 def summarize_runs(paths: list[str], *, progress: bool = False) -> list[RunSummary] | None:
     """The summary rows of the runs in ``paths`` (see the module docs); None when a file must
     be read by the plain reader instead."""

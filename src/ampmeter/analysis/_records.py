@@ -15,7 +15,8 @@ from typing import Any, Final, TypeVar
 
 import orjson
 
-from ampmeter.logs import LogLineError, read_jsonl
+from ampmeter.errors import AnalysisError
+from ampmeter.logs import read_jsonl
 
 __all__ = [
     "AnalysisError",
@@ -35,13 +36,6 @@ StreamRow = tuple[int, float, int, float]
 ProblemRow = tuple[int, bool, "float | None", "int | None", "float | None"]
 # (t, is_pipeline, cost_usd)
 EventRow = tuple[int, bool, float]
-
-
-class AnalysisError(LogLineError):
-    """A record of a log lacks a field analysis needs, or has one of the wrong type.
-
-    ``path`` and ``line`` say where (``line`` is None when it could not be found again).
-    """
 
 
 class _FieldError(ValueError):

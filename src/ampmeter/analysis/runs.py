@@ -132,8 +132,9 @@ def load_runs(
                 try:
                     call = _call(obj, index)
                 except _Bad as exc:
-                    raise AnalysisError(path, record_line(path, index, best_effort), str(exc)) \
-                        from None
+                    raise AnalysisError(
+                        path, record_line(path, index, best_effort), str(exc)
+                    ) from None
                 run_id = obj["run_id"]
                 run = runs.get(run_id)
                 if run is None:

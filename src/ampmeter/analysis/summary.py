@@ -55,9 +55,7 @@ class RunSummary:
 
 
 NUMERIC_COLUMNS: Final = tuple(
-    f.name
-    for f in fields(RunSummary)
-    if f.name not in ("run_id", "termination", "stop_reason")
+    f.name for f in fields(RunSummary) if f.name not in ("run_id", "termination", "stop_reason")
 )
 
 

@@ -23,6 +23,7 @@ from typing import Any, Final
 from ampmeter.context import ExecutionContext
 from ampmeter.demo.agent import AgentResult, run_agent
 from ampmeter.demo.output import question_line, totals, usage
+from ampmeter.errors import DemoError
 from ampmeter.keys import KEY_COST, KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_LLM_CALLS
 from ampmeter.limits import ExceededLimit, Limit
 from ampmeter.logs.stream import StreamMetricsLogger
@@ -46,10 +47,6 @@ MAX_CONSECUTIVE_FORMAT_ERRORS: Final = 2
 MAX_TOKENS: Final = 40
 
 
-class DemoError(ValueError):
-    """The demo was asked for something it cannot do (bad flag values, missing model...)."""
-
-
 @dataclass(frozen=True)
 class DemoOutcome:
     """What the demo did: per-question results and summaries, the logs, the run's totals.
@@ -65,9 +62,13 @@ class DemoOutcome:
 
 
 def _check(name: str, value: float, *, integer: bool = False, minimum: float = 0) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-        integer and not isinstance(value, int)
-    ) or not math.isfinite(value) or value < minimum:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (integer and not isinstance(value, int))
+        or not math.isfinite(value)
+        or value < minimum
+    ):
         kind = "an integer" if integer else "a finite number"
         raise DemoError(f"{name} must be {kind} >= {minimum:g}, got {value!r}")
 
@@ -141,8 +142,9 @@ def run_demo(
         _set_demo_price(model, price_in, price_out, price_as, echo)
         priced = True
         with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
-            return _ask_all(client, model, max_cost, max_steps, questions, run_max_llm_calls,
-                            out, echo)
+            return _ask_all(
+                client, model, max_cost, max_steps, questions, run_max_llm_calls, out, echo
+            )
     finally:
         if priced:
             pricing.remove_price(model)  # leave the process's price table as it was
@@ -172,9 +174,12 @@ def _ask_all(client: Any, model: str, max_cost: float, max_steps: int, questions
     try:
         # No sinks on the run context: a child inherits its parent's sinks, and each question's
         # calls must reach only that question's problem sink.
-        with StreamMetricsLogger(out, RUN_ID) as logger, ExecutionContext(
-            RUN_CONTEXT, limits=[Limit(KEY_LLM_CALLS, run_max_llm_calls)]
-        ) as run_ctx:
+        with (
+            StreamMetricsLogger(out, RUN_ID) as logger,
+            ExecutionContext(
+                RUN_CONTEXT, limits=[Limit(KEY_LLM_CALLS, run_max_llm_calls)]
+            ) as run_ctx,
+        ):
             for t, (question, expected) in enumerate(QUESTIONS[:questions]):
                 result, summary, solved = _ask_one(run_ctx, logger, t, question, expected,
                                                    client, model, max_cost, max_steps)  # fmt: skip

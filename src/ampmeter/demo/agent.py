@@ -103,8 +103,12 @@ def run_agent(
                 result.parse_errors += 1
                 ctx.trace(ParseErrorTrace(error_type="format", raw_content=text[:200]))
                 messages.append({"role": "assistant", "content": text})
-                messages.append({"role": "user", "content":
-                                 "Use the format: 'Action: tool[input]' or 'Final Answer: ...'"})
+                messages.append(
+                    {
+                        "role": "user",
+                        "content": "Use the format: 'Action: tool[input]' or 'Final Answer: ...'",
+                    }
+                )
                 continue
             ctx.parse_ok("format")
             if parsed.final is not None:
@@ -117,7 +121,9 @@ def run_agent(
     except LimitExceeded as exc:
         result.stopped = str(exc.exceeded) if exc.exceeded is not None else str(exc)
         result.stop_before, result.stop_exceeded, result.stop_node = (
-            pending, exc.exceeded, exc.node_id
+            pending,
+            exc.exceeded,
+            exc.node_id,
         )
         return result
 

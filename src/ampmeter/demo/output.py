@@ -18,7 +18,13 @@ from ampmeter.limits import ExceededLimit
 from ampmeter.stats import ExecutionStats
 
 __all__ = [
-    "USAGE_KEYS", "describe_stop", "matches", "question_line", "sum_usage", "totals", "usage",
+    "USAGE_KEYS",
+    "describe_stop",
+    "matches",
+    "question_line",
+    "sum_usage",
+    "totals",
+    "usage",
 ]
 
 USAGE_KEYS: Final = ("llm_calls", "tool_calls", "tokens_in", "tokens_out", "cost_usd")

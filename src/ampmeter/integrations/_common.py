@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ampmeter.context import Call, ExecutionContext, current_context
+from ampmeter.errors import StreamAbandoned
 
 __all__ = [
     "META_OPERATION",
@@ -51,10 +52,6 @@ META_OPERATION: Final = "operation_name"  # the SDK method, e.g. "chat.completio
 META_PROMPT_TEXT: Final = "prompt_text"  # only with instrument(capture_content=True)
 META_RESPONSE_TEXT: Final = "response_text"  # only with instrument(capture_content=True)
 META_USAGE_ESTIMATED: Final = "usage_estimated"  # a cut stream's usage, partly estimated
-
-
-class StreamAbandoned(Exception):
-    """A streamed response was closed (or dropped) before its last event was read."""
 
 
 @dataclass(slots=True)

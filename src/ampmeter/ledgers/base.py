@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
 
+from ampmeter.errors import BudgetUnavailable
+
 __all__ = ["Ledger", "LedgerUnavailable", "Reservation"]
 
 # How long a settled (committed or released) reservation id is remembered, so that a repeated
@@ -15,12 +17,8 @@ __all__ = ["Ledger", "LedgerUnavailable", "Reservation"]
 SETTLED_KEEP_S = 86_400.0
 
 
-class LedgerUnavailable(RuntimeError):
-    """The ledger's backend could not be reached or did not answer in time.
-
-    The message names the backend and the cause. Callers that enforce budgets treat this as
-    "the budget cannot be checked" (fail closed by default).
-    """
+LedgerUnavailable = BudgetUnavailable
+"""The name ledger backends have always raised: the same class as :class:`BudgetUnavailable`."""
 
 
 @dataclass(frozen=True, slots=True)

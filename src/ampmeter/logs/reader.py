@@ -19,25 +19,19 @@ from typing import Any, Final
 
 import orjson
 
-__all__ = ["JsonlError", "JsonlReader", "ReadSummary", "TruncatedLineWarning", "read_jsonl"]
+from ampmeter.errors import JsonlError, LogLineError
+
+__all__ = [
+    "JsonlError",
+    "JsonlReader",
+    "LogLineError",
+    "ReadSummary",
+    "TruncatedLineWarning",
+    "read_jsonl",
+]
 
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _KEEP_SKIPPED: Final = 100  # line numbers of skipped lines kept in the summary
-
-
-class LogLineError(ValueError):
-    """Something is wrong at a place in a log file: ``path``, ``line`` (None if unknown), why."""
-
-    def __init__(self, path: str, line: int | None, reason: str) -> None:
-        self.path = path
-        self.line = line
-        self.reason = reason
-        where = f"{path}:{line}" if line is not None else path
-        super().__init__(f"{where}: {reason}")
-
-
-class JsonlError(LogLineError):
-    """A line of a JSONL file is not a JSON object; ``path`` and ``line`` say where."""
 
 
 class TruncatedLineWarning(UserWarning):

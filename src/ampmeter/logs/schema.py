@@ -8,18 +8,11 @@ import json
 from importlib import resources
 from typing import Any
 
+from ampmeter.errors import EventSchemaError
+
 __all__ = ["EventSchemaError", "event_errors", "load_schema", "validate_event"]
 
 SCHEMA_FILE = "token_tracker_schema_v0.json"
-
-
-class EventSchemaError(ValueError):
-    """An event does not match the TokenTracker v0 schema; ``errors`` lists every problem."""
-
-    def __init__(self, errors: list[str]) -> None:
-        self.errors = errors
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        super().__init__(f"not a valid TokenTracker v0 event: {errors[0]}{more}")
 
 
 @functools.cache

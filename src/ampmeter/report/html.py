@@ -103,9 +103,20 @@ def _nodes(run: Run) -> list[list[Any]]:
     index = {c.span_id: i for i, c in enumerate(run.calls)}
     return [
         [
-            c.span_id, index.get(c.parent_id, -1) if c.parent_id is not None else -1, c.kind,
-            c.name, c.status, c.model, c.tokens_in, c.tokens_out, c.cost_usd, c.unpriced,
-            c.latency_ms, c.retries, c.stop_reason, c.error_class,
+            c.span_id,
+            index.get(c.parent_id, -1) if c.parent_id is not None else -1,
+            c.kind,
+            c.name,
+            c.status,
+            c.model,
+            c.tokens_in,
+            c.tokens_out,
+            c.cost_usd,
+            c.unpriced,
+            c.latency_ms,
+            c.retries,
+            c.stop_reason,
+            c.error_class,
         ]
         for c in run.calls
     ]
@@ -204,7 +215,7 @@ def build_report(
         run_items.append(
             f'<details class="run" data-run="{i}"><summary>{esc(run.run_id)} '
             f'<span class="muted">({len(run.calls)} nodes, {esc(s.termination)})</span> '
-            f'{" ".join(marks)}</summary></details>'
+            f"{' '.join(marks)}</summary></details>"
         )
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sources = ", ".join(os.path.basename(p) for p in paths)

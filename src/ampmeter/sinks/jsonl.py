@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import orjson
 
+from ampmeter.errors import SinkClosedError, SinkWriteError
 from ampmeter.graph import (
     META_CACHED_TOKENS,
     META_COMPONENT,
@@ -51,14 +52,6 @@ FLUSH_MODES: Final = ("batch", "line", "fsync")
 _OPTS: Final = orjson.OPT_APPEND_NEWLINE
 _BATCH: Final = 1024  # events per hand-off to the writer thread
 _IDLE_FLUSH_S: Final = 0.25  # a partial batch reaches the file at most this long after emit
-
-
-class SinkClosedError(OSError):
-    """An event was given to a sink that is already closed."""
-
-
-class SinkWriteError(OSError):
-    """Writing events failed (disk full, file gone); the message says how many were lost."""
 
 
 _ts_cache: tuple[int, str] = (-1, "")
