@@ -28,9 +28,10 @@ class Renewer:
     """Keeps the leases of tracked reservations alive until they are forgotten or dropped.
 
     ``renew`` (held weakly: a ledger dropped without ``close`` ends the thread) takes a list of
-    ids and returns those that were still live; the others are forgotten. The thread starts
-    with the first tracked id and stops with :meth:`stop`. A forked child starts afresh: the
-    parent's reservations are the parent's to renew.
+    ids and returns those that were still live; the others are forgotten. It is called every
+    tick, also with no ids, so it can replay the ledger's journal once the backend is back.
+    The thread starts with the first tracked id (or journaled settlement) and stops with
+    :meth:`stop`. A forked child starts afresh: the parent's reservations are the parent's.
     """
 
     __slots__ = ("_ids", "_interval_s", "_lock", "_pid", "_renew", "_stop", "_thread")
@@ -46,10 +47,15 @@ class Renewer:
 
     def track(self, reservation: Reservation) -> None:
         """Renew ``reservation`` from now on (starting the thread if needed)."""
+        self.ensure_running()
+        with self._lock:
+            self._ids.setdefault(reservation.id, weakref.ref(reservation))
+
+    def ensure_running(self) -> None:
+        """Start the thread if it is not running (it also replays a journal that waits)."""
         with self._lock:
             if self._pid != os.getpid():  # a forked child: nothing of the parent's is ours
                 self._pid, self._ids, self._thread = os.getpid(), {}, None
-            self._ids.setdefault(reservation.id, weakref.ref(reservation))
             if self._thread is None and not self._stop.is_set():
                 self._thread = threading.Thread(
                     target=self._run, name="ampmeter-lease-renewal", daemon=True
@@ -81,8 +87,6 @@ class Renewer:
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
             ids = self.tracked()
-            if not ids:
-                continue
             renew = self._renew()
             if renew is None:
                 return

@@ -292,6 +292,8 @@ class Ledger(ABC):
                     time.sleep(pause)
         except LedgerUnavailable as error:
             path = journal.append(settlement)
+            if self._renewer is not None:
+                self._renewer.ensure_running()  # replays it soon after the backend is back
             raise LedgerUnavailable(
                 f"{error}; the {settlement.op} of reservation {settlement.reservation_id!r} is "
                 f"kept in {path} and applied when the ledger is back"
@@ -314,8 +316,9 @@ class Ledger(ABC):
                 raise
 
     def _renew_ids(self, reservation_ids: list[str]) -> set[str]:
+        """The renewal thread's tick: replay a waiting journal, then renew (if any to renew)."""
         self._replay_journal(strict=False)
-        return self._backend_renew(reservation_ids)
+        return self._backend_renew(reservation_ids) if reservation_ids else set()
 
 
 def root_of(scope: str) -> str:
