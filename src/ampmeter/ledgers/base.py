@@ -114,14 +114,23 @@ class Ledger(ABC):
         None means a ceiling would be exceeded, or ``reservation_id`` was already settled
         (committed, or released - also before it was ever reserved); nothing changed then.
         Reserving a live ``reservation_id`` again returns that reservation, holding once.
-        Raises :class:`LedgerUnavailable` when the backend cannot be reached (fail closed).
+        Raises :class:`LedgerUnavailable` when the backend cannot be reached (fail closed); the
+        request may still land later, so a caller that gave ``reservation_id`` should
+        :meth:`release` it (without one, the ledger journals that release itself).
         """
         wanted = check_amounts(amounts, "amounts")
         limits: Limits = {self.scope: check_amounts(ceilings, "ceilings", allow_negative=True)}
         limits.update(self._check_ancestors(ancestors))
         rid = uuid.uuid4().hex if reservation_id is None else check_reservation_id(reservation_id)
         self._replay_journal(strict=True)
-        held = self._backend_reserve(rid, wanted, limits)
+        try:
+            held = self._backend_reserve(rid, wanted, limits)
+        except LedgerUnavailable:
+            if reservation_id is None:
+                # The request may still reach the backend and hold what nobody could settle:
+                # the caller never learns this id, so the ledger releases it itself.
+                self._journal_release(rid)
+            raise
         if held is not None and held.expires_at is not None and self._renewer is not None:
             self._renewer.track(held)
         return held
@@ -298,6 +307,17 @@ class Ledger(ABC):
                 f"{error}; the {settlement.op} of reservation {settlement.reservation_id!r} is "
                 f"kept in {path} and applied when the ledger is back"
             ) from error
+
+    def _journal_release(self, reservation_id: str) -> None:
+        if self._journal is None:
+            return
+        try:
+            self._journal.append(Settlement("release", reservation_id, (), {}))
+        except OSError as error:
+            _log.warning("cannot journal the release of %r: %s", reservation_id, error)
+            return
+        if self._renewer is not None:
+            self._renewer.ensure_running()
 
     def _apply_settlement(self, settlement: Settlement) -> None:
         if settlement.op == "commit":
