@@ -29,7 +29,7 @@ from ampmeter.integrations import (
     instrument_openai,
     uninstrument,
 )
-from ampmeter.ledgers import InMemoryLedger, Ledger, LedgerUnavailable, Reservation
+from ampmeter.ledgers import InMemoryLedger, Ledger, LedgerUnavailable, Reservation, SqliteLedger
 from ampmeter.limits import ExceededLimit, Limit, LimitType, check_limits, default_limits
 from ampmeter.logs import (
     JsonlError,
@@ -81,6 +81,7 @@ __all__ = [
     "Sink",
     "SinkClosedError",
     "SinkWriteError",
+    "SqliteLedger",
     "StreamCumulativeMetrics",
     "StreamMetricsLogger",
     "TaskResult",
