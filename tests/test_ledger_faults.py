@@ -382,3 +382,64 @@ def test_four_processes_on_a_three_node_cluster_share_one_ceiling() -> None:
             keys = client.keys(f"ampmeter:{{{scope}}}:*", target_nodes=RedisCluster.ALL_NODES)
             assert {client.keyslot(key) for key in keys} == {client.keyslot(keys[0])}
         client.close()
+
+
+# -- the journal itself and SQLite's own checks --------------------------------------------------
+
+
+def test_a_sqlite_ledger_opened_before_a_fork_works_in_the_child(tmp_path: Path) -> None:
+    ledger = SqliteLedger(tmp_path / "ledger.db", _scope(), journal=tmp_path / "j")
+    held = ledger.reserve({"cost": 1.0}, {"cost": 2.0})
+    assert held is not None
+    process = FORK.Process(target=ledger.commit, args=(held, {"cost": 0.75}))
+    process.start()
+    process.join(timeout=60)
+    assert process.exitcode == 0
+    assert ledger.spent() == {"cost": 0.75} and ledger.reserved() == {}
+    ledger.close()
+
+
+def test_an_unreadable_journal_entry_is_set_aside_and_the_rest_replayed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, journal = tmp_path / "ledger.db", tmp_path / "journal"
+    ledger = SqliteLedger(path, _scope(), timeout_s=0.2, journal=journal)
+    held = ledger.reserve({"cost": 1.0}, {})
+    assert held is not None
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    with pytest.raises(LedgerUnavailable, match="kept in"):
+        ledger.commit(held, {"cost": 0.5})
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    (journal / "commit-broken.settlement.json").write_bytes(b'{"op": "commit", "id": ')
+    with caplog.at_level("ERROR", logger="ampmeter.ledgers"):
+        ledger.flush()
+    assert "cannot be read" in caplog.text
+    assert [p.name for p in journal.iterdir()] == ["commit-broken.settlement.json.corrupt"]
+    assert ledger.spent() == {"cost": 0.5}
+    ledger.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"lease_s": 0}, ValueError, "lease_s"),
+        ({"timeout_s": None}, TypeError, "timeout_s"),
+        ({"scope": "a//b"}, ValueError, "scope"),
+    ],
+)
+def test_bad_sqlite_settings_raise(
+    tmp_path: Path, kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        SqliteLedger(tmp_path / "ledger.db", **kwargs)
+
+
+def test_sqlite_path_must_be_a_file(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="is a directory"):
+        SqliteLedger(tmp_path)
+    with pytest.raises(TypeError, match="path"):
+        SqliteLedger(3)  # type: ignore[arg-type]
+    with pytest.raises(BudgetUnavailable, match="unavailable"):
+        SqliteLedger(tmp_path / "missing-dir" / "ledger.db")
