@@ -16,9 +16,8 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import orjson
 
@@ -28,8 +27,7 @@ _log = logging.getLogger("ampmeter.ledgers")
 _SUFFIX = ".settlement.json"
 
 
-@dataclass(frozen=True, slots=True)
-class Settlement:
+class Settlement(NamedTuple):
     """A commit (``actual`` added at ``scopes``) or a release of one reservation id."""
 
     op: Literal["commit", "release"]

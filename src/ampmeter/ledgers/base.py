@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import re
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -72,10 +71,10 @@ class Ledger(ABC):
       :meth:`release` returns it unused. Both are idempotent per reservation id, and a
       reservation id once settled can never be reserved again (a late reserve returns None).
     * Reservations carry a lease: past it they return to the pool inside every reserve,
-      commit and release (atomically), so a crashed worker cannot hold budget forever. While
-      this process lives, a daemon thread renews its unsettled reservations every third of
-      the lease while it holds the :class:`Reservation`, so a call longer than the lease keeps
-      its hold, and a reservation dropped unsettled (leaked) still comes back.
+      commit and release (atomically), so a crashed worker cannot hold budget forever. A
+      daemon thread renews every third of the lease each unsettled reservation whose
+      :class:`Reservation` this process still holds, so a call longer than the lease keeps
+      its hold, while one dropped unsettled (leaked) comes back like a crashed worker's.
     * A commit or release the backend cannot take is retried briefly, then kept in a local
       journal and replayed (idempotent by id) at the next operation, :meth:`flush` or
       :meth:`close`: spend is never dropped, while new reservations fail closed.
@@ -120,9 +119,11 @@ class Ledger(ABC):
         """
         wanted = check_amounts(amounts, "amounts")
         limits: Limits = {self.scope: check_amounts(ceilings, "ceilings", allow_negative=True)}
-        limits.update(self._check_ancestors(ancestors))
+        if ancestors is not None:
+            limits.update(self._check_ancestors(ancestors))
         rid = uuid.uuid4().hex if reservation_id is None else check_reservation_id(reservation_id)
-        self._replay_journal(strict=True)
+        if self._journal is not None and self._journal.pending:
+            self._replay_journal(strict=True)
         try:
             held = self._backend_reserve(rid, wanted, limits)
         except LedgerUnavailable:
@@ -246,8 +247,6 @@ class Ledger(ABC):
     # -- shared machinery -------------------------------------------------------------------
 
     def _check_ancestors(self, ancestors: object) -> Limits:
-        if ancestors is None:
-            return {}
         if not isinstance(ancestors, Mapping):
             raise TypeError(
                 f"ancestors must be a mapping of scope to ceilings, got {type(ancestors).__name__}"
@@ -266,7 +265,7 @@ class Ledger(ABC):
         scopes = reservation.scopes or (self.scope,)
         root = root_of(self.scope)
         for scope in scopes:
-            if root_of(check_scope(scope)) != root:
+            if scope != self.scope and root_of(check_scope(scope)) != root:
                 raise ValueError(
                     f"reservation {reservation.id!r} holds scope {scope!r}, outside the tree "
                     f"{root!r} of this ledger"
@@ -300,7 +299,13 @@ class Ledger(ABC):
                         raise
                     time.sleep(pause)
         except LedgerUnavailable as error:
-            path = journal.append(settlement)
+            try:
+                path = journal.append(settlement)
+            except OSError as failed:
+                raise LedgerUnavailable(
+                    f"{error}; the {settlement.op} of reservation {settlement.reservation_id!r} "
+                    f"could not be journaled in {journal.directory} either ({failed}): it is lost"
+                ) from error
             if self._renewer is not None:
                 self._renewer.ensure_running()  # replays it soon after the backend is back
             raise LedgerUnavailable(
@@ -346,26 +351,28 @@ def root_of(scope: str) -> str:
     return scope.partition("/")[0]
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
 def check_amounts(values: object, what: str, *, allow_negative: bool = False) -> dict[str, float]:
     """Return ``values`` as a fresh ``{str: float}`` dict, or raise naming what is wrong.
 
     Values must be finite numbers (``ValueError`` otherwise) and, unless ``allow_negative``,
-    ``>= 0``. Keys must be non-empty strings without control characters; values must be int or
-    float (not bool).
+    ``>= 0``. Keys must be non-empty printable strings; values must be int or float (not bool).
     """
-    if not isinstance(values, Mapping):
+    # type() fast paths first: this runs on every reserve and commit
+    if type(values) is not dict and not isinstance(values, Mapping):
         raise TypeError(f"{what} must be a mapping of str to number, got {type(values).__name__}")
     checked: dict[str, float] = {}
     for key, value in values.items():
         if not isinstance(key, str) or not key:
             raise TypeError(f"{what} keys must be non-empty strings, got {key!r}")
-        if _CONTROL.search(key):
-            raise ValueError(f"{what} key {key!r} must not contain control characters")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{what}[{key!r}] must be a number, got {type(value).__name__}")
+        if not key.isprintable():
+            raise ValueError(f"{what} key {key!r} must be printable (no control characters)")
+        kind = type(value)
+        if (
+            kind is not float
+            and kind is not int
+            and (isinstance(value, bool) or not isinstance(value, (int, float)))
+        ):
+            raise TypeError(f"{what}[{key!r}] must be a number, got {kind.__name__}")
         number = float(value)
         if not math.isfinite(number):
             raise ValueError(f"{what}[{key!r}] must be finite, got {number!r}")
@@ -390,10 +397,9 @@ def check_reservation_id(reservation_id: object) -> str:
         raise TypeError(
             f"expected a Reservation or a reservation id, got {type(reservation_id).__name__}"
         )
-    if not 0 < len(reservation_id) <= 200 or _CONTROL.search(reservation_id):
+    if not 0 < len(reservation_id) <= 200 or not reservation_id.isprintable():
         raise ValueError(
-            f"reservation id must be 1 to 200 characters without control characters, "
-            f"got {reservation_id!r}"
+            f"reservation id must be 1 to 200 printable characters, got {reservation_id!r}"
         )
     return reservation_id
 
@@ -404,11 +410,8 @@ def check_scope(scope: object) -> str:
         raise TypeError(f"scope must be a str, got {type(scope).__name__}")
     if not scope:
         raise ValueError("scope must be a non-empty string")
-    for segment in scope.split("/"):
-        if not segment or _CONTROL.search(segment):
-            raise ValueError(
-                f"scope {scope!r} must be '/'-separated non-empty names without control characters"
-            )
+    if not scope.isprintable() or "" in scope.split("/"):
+        raise ValueError(f"scope {scope!r} must be '/'-separated non-empty printable names")
     return scope
 
 
@@ -416,9 +419,9 @@ def check_segment(name: object) -> str:
     """Return ``name`` if it can name a child scope (a non-empty name without '/'), else raise."""
     if not isinstance(name, str):
         raise TypeError(f"child scope name must be a str, got {type(name).__name__}")
-    if not name or "/" in name or _CONTROL.search(name):
+    if not name or "/" in name or not name.isprintable():
         raise ValueError(
-            f"child scope name must be non-empty, without '/' or control characters, got {name!r}"
+            f"child scope name must be non-empty and printable, without '/', got {name!r}"
         )
     return name
 
