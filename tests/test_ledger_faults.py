@@ -443,3 +443,33 @@ def test_sqlite_path_must_be_a_file(tmp_path: Path) -> None:
         SqliteLedger(3)  # type: ignore[arg-type]
     with pytest.raises(BudgetUnavailable, match="unavailable"):
         SqliteLedger(tmp_path / "missing-dir" / "ledger.db")
+
+
+def test_sqlite_connections_of_ended_threads_are_closed(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    ledger = SqliteLedger(path, _scope(), journal=tmp_path / "j")
+
+    def one_call() -> None:
+        held = ledger.reserve({"cost": 0.01}, {"cost": 10.0})
+        assert held is not None
+        ledger.commit(held, {"cost": 0.01})
+
+    for _ in range(50):  # a program that starts a thread per call
+        thread = threading.Thread(target=one_call)
+        thread.start()
+        thread.join()
+    one_call()
+    assert abs(ledger.spent()["cost"] - 0.51) < 1e-9
+    # the main thread's and the last worker's, not one per thread ever started
+    assert _open_files(path) <= 2
+    ledger.close()
+    assert _open_files(path) == 0
+
+
+def _open_files(path: Path) -> int:
+    """How many file descriptors of this process are open on ``path`` (Linux /proc)."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            found += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+    return found

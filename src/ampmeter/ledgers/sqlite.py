@@ -53,14 +53,18 @@ CREATE INDEX IF NOT EXISTS ampmeter_settled_at ON ampmeter_settled (at);
 
 
 class _Connections:
-    """One connection per thread of this process, all closed together."""
+    """One connection per live thread of this process, all closed together.
+
+    A thread's connection is closed once the thread has ended (noticed when another thread
+    opens its first), so a program that starts many short threads holds few connections.
+    """
 
     def __init__(self, path: str, timeout_s: float) -> None:
         self.path = path
         self.timeout_s = timeout_s
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._all: list[sqlite3.Connection] = []
+        self._open: dict[threading.Thread, sqlite3.Connection] = {}
         self._pid = os.getpid()
         self.closed = False
 
@@ -73,7 +77,9 @@ class _Connections:
         with self._lock:
             if self._pid != os.getpid():
                 # a forked child must not touch its parent's connections, only drop them
-                self._pid, self._all, self._local = os.getpid(), [], threading.local()
+                self._pid, self._open, self._local = os.getpid(), {}, threading.local()
+            for thread in [thread for thread in self._open if not thread.is_alive()]:
+                self._open.pop(thread).close()
             connection = sqlite3.connect(
                 self.path, timeout=self.timeout_s, isolation_level=None, check_same_thread=False
             )
@@ -84,7 +90,7 @@ class _Connections:
             except BaseException:
                 connection.close()
                 raise
-            self._all.append(connection)
+            self._open[threading.current_thread()] = connection
         self._local.connection = connection
         return connection
 
@@ -92,7 +98,7 @@ class _Connections:
         with self._lock:
             self.closed = True
             mine = self._pid == os.getpid()
-            connections, self._all = self._all, []
+            connections, self._open = list(self._open.values()), {}
         if mine:
             for connection in connections:
                 connection.close()
