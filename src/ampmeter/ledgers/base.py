@@ -177,11 +177,15 @@ class Ledger(ABC):
 
     def spent(self, scope: str | None = None) -> dict[str, float]:
         """The committed spend per key at ``scope`` (default: this ledger's)."""
-        return self._backend_read("spent", self._readable(scope))
+        name = self._readable(scope)
+        self._replay_journal(strict=False)  # journaled spend first, when the backend is back
+        return self._backend_read("spent", name)
 
     def reserved(self, scope: str | None = None) -> dict[str, float]:
         """The amounts live reservations hold at ``scope`` (default: this ledger's), per key."""
-        return self._backend_read("reserved", self._readable(scope))
+        name = self._readable(scope)
+        self._replay_journal(strict=False)
+        return self._backend_read("reserved", name)
 
     def flush(self) -> None:
         """Replay the journal now; raises :class:`LedgerUnavailable` if the backend is down."""
