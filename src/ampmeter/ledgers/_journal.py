@@ -67,7 +67,11 @@ class Journal:
         self.pending = self.directory.is_dir() and any(self._entries())
 
     def append(self, settlement: Settlement) -> Path:
-        """Write ``settlement`` durably; return its file."""
+        """Write ``settlement``, synced to disk if it is a commit; return its file.
+
+        A release is not synced: losing one to a power cut costs a hold until its lease ends,
+        not spend, and a dead backend can make every reserve journal one.
+        """
         entry = orjson.dumps(
             {
                 "op": settlement.op,
@@ -78,19 +82,22 @@ class Journal:
         )
         digest = hashlib.sha256(settlement.reservation_id.encode()).hexdigest()[:32]
         path = self.directory / f"{settlement.op}-{digest}{_SUFFIX}"
+        durable = settlement.op == "commit"
         self.directory.mkdir(parents=True, exist_ok=True)
         descriptor, temporary = tempfile.mkstemp(dir=self.directory, prefix=".", suffix=".tmp")
         try:
             with os.fdopen(descriptor, "wb") as file:
                 file.write(entry)
-                file.flush()
-                os.fsync(file.fileno())
+                if durable:
+                    file.flush()
+                    os.fsync(file.fileno())
             os.replace(temporary, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise
-        _sync_directory(self.directory)
+        if durable:
+            _sync_directory(self.directory)
         with self._lock:
             self._appended += 1
             self.pending = True
