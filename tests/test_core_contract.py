@@ -203,6 +203,7 @@ PUBLIC_API = {
     "HookAbort", "InMemoryLedger", "JsonlError", "JsonlSink", "LLMCallMetrics", "Ledger", "Limit",
     "LimitExceeded", "LimitType", "LogLineError", "MemorySink", "ModelCallTrace", "Node",
     "ParseErrorTrace", "PriceResult", "Reservation", "Sink", "SinkClosedError", "SinkWriteError",
+    "SqliteLedger",
     "StreamAbandoned", "StreamCumulativeMetrics", "StreamMetricsLogger", "TaskResult",
     "TerminationReason", "ToolCallTrace", "Usage", "WrapOptions", "check_limits", "clear_prices",
     "current_context", "current_node_id", "default_limits", "estimate", "event_errors",

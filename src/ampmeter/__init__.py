@@ -36,7 +36,7 @@ from ampmeter.integrations import (
     instrument_openai,
     uninstrument,
 )
-from ampmeter.ledgers import InMemoryLedger, Ledger, Reservation
+from ampmeter.ledgers import InMemoryLedger, Ledger, Reservation, SqliteLedger
 from ampmeter.limits import ExceededLimit, Limit, LimitType, check_limits, default_limits
 from ampmeter.logs import (
     StreamCumulativeMetrics,
@@ -88,6 +88,7 @@ __all__ = [
     "Sink",
     "SinkClosedError",
     "SinkWriteError",
+    "SqliteLedger",
     "StreamAbandoned",
     "StreamCumulativeMetrics",
     "StreamMetricsLogger",
