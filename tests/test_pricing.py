@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from datetime import date, datetime, time, timezone
 from decimal import Decimal
+from pathlib import Path
 
 import genai_prices
 import pytest
@@ -615,12 +617,15 @@ def test_price_result_is_frozen_and_slotted() -> None:
     assert not hasattr(result, "__dict__")
 
 
-def test_importing_pricing_does_not_import_genai_prices() -> None:
+def test_importing_pricing_does_not_import_genai_prices(tmp_path: Path) -> None:
     code = (
         "import sys, ampmeter.pricing as p; assert 'genai_prices' not in sys.modules; "
         "p.price('gpt-4o', input_tokens=1, output_tokens=1); assert 'genai_prices' in sys.modules"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    env = {**os.environ, "AMPMETER_CACHE_DIR": str(tmp_path)}  # an empty index: the table loads
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -701,3 +706,30 @@ def test_cost_is_never_negative_and_grows_with_output(
     assert base.cost_usd is not None and more.cost_usd is not None
     assert base.cost_usd >= 0
     assert more.cost_usd >= base.cost_usd
+
+
+def test_a_fresh_process_prices_known_models_from_the_disk_index(tmp_path: Path) -> None:
+    """The first priced call of a later process reads the index instead of loading the table,
+    and gets the same answer as the table."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, ampmeter\n"
+        "r = ampmeter.price('gpt-4o', input_tokens=1000, output_tokens=100, cached_tokens=200)\n"
+        "u = ampmeter.price('surely-not-a-model', input_tokens=1, output_tokens=1)\n"
+        "print(r.cost_usd, r.status, u.status, 'genai_prices' in sys.modules)\n"
+    )
+    env = {**os.environ, "AMPMETER_CACHE_DIR": str(tmp_path)}
+    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    cost, status, unpriced, loaded = first.stdout.split()
+    assert status == "priced" and unpriced == "unpriced" and loaded == "True"
+    cost2, status2, unpriced2, loaded2 = second.stdout.split()
+    assert (cost2, status2, unpriced2) == (cost, status, unpriced)
+    assert loaded2 == "False"  # the table was never loaded: the index answered
+    (index,) = tmp_path.glob("prices-*.json")
+    index.write_text("{not json")  # a broken index is ignored, never an error
+    third = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert third.returncode == 0 and third.stdout.split()[:3] == [cost, status, unpriced]

@@ -79,7 +79,7 @@ def test_manual_calls_and_problems_write_all_four_files(tmp_path: Path) -> None:
     assert events[0]["metadata"]["cost_status"] == "unpriced"
     expected = {
         "stream_run_id": "run1", "problem_id": "q2", "t": 2, "operation": "solve",
-        "status": "error",
+        "status": "fail",
     }  # fmt: skip
     assert {k: events[2]["metadata"][k] for k in expected} == expected
 
@@ -231,3 +231,17 @@ def test_a_call_stopped_by_a_limit_is_marked_halted_in_calls(tmp_path: Path) -> 
     assert calls["first"]["error_type"] is None and calls["first"]["failure_reason"] is None
     assert calls["second"]["error_type"] == "halt"
     assert "amp:steps" in calls["second"]["failure_reason"]
+
+
+def test_token_events_use_the_node_status_vocabulary(tmp_path: Path) -> None:
+    """Every event ampmeter writes says success / fail / halt; the error's name goes beside."""
+    import orjson
+
+    with StreamMetricsLogger(tmp_path, "vocab") as logger:
+        logger.log_call(call_id="c1", t=0, problem_id="p", operation="solve", model="m")
+        logger.log_call(call_id="c2", t=0, problem_id="p", operation="solve", model="m",
+                        error_type="ERR_TIMEOUT")  # fmt: skip
+    lines = (tmp_path / "vocab.token_events.jsonl").read_bytes().splitlines()
+    metas = [orjson.loads(line)["metadata"] for line in lines]
+    assert [m["status"] for m in metas] == ["success", "fail"]
+    assert metas[1]["error_class"] == "ERR_TIMEOUT"

@@ -1,9 +1,14 @@
 """ampmeter: account for and contain LLM agent runs.
 
-The public API is re-exported here; implementation modules may change without notice.
+The public API is re-exported here; implementation modules may change without notice. The
+accounting core is imported with the package; everything else (pricing, sinks, logs, ledgers,
+integrations, metrics) is imported the first time one of its names is used, so ``import
+ampmeter`` stays cheap for programs that only meter.
 """
 
-from ampmeter import keys, pricing
+from typing import TYPE_CHECKING, Any
+
+from ampmeter import keys
 from ampmeter.context import (
     Call,
     Decision,
@@ -30,27 +35,87 @@ from ampmeter.errors import (
 )
 from ampmeter.executor import CONTINUE, AgentLoop, ExecutionResult, Executor
 from ampmeter.graph import ExecutionGraph, Node
-from ampmeter.integrations import (
-    instrument,
-    instrument_anthropic,
-    instrument_openai,
-    uninstrument,
-)
-from ampmeter.ledgers import InMemoryLedger, Ledger, Reservation, SqliteLedger
 from ampmeter.limits import ExceededLimit, Limit, LimitType, check_limits, default_limits
-from ampmeter.logs import (
-    StreamCumulativeMetrics,
-    StreamMetricsLogger,
-    event_errors,
-    read_jsonl,
-    validate_event,
-)
-from ampmeter.metrics import LLMCallMetrics, TaskResult
-from ampmeter.pricing import PriceResult, clear_prices, estimate, price, remove_price, set_price
-from ampmeter.sinks import JsonlSink, MemorySink, Sink
+from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace
 from ampmeter.usage import Usage
+
+if TYPE_CHECKING:
+    from ampmeter import pricing
+    from ampmeter.integrations import (
+        instrument,
+        instrument_anthropic,
+        instrument_openai,
+        uninstrument,
+    )
+    from ampmeter.ledgers import InMemoryLedger, Ledger, Reservation, SqliteLedger
+    from ampmeter.logs import (
+        StreamCumulativeMetrics,
+        StreamMetricsLogger,
+        event_errors,
+        read_jsonl,
+        validate_event,
+    )
+    from ampmeter.metrics import LLMCallMetrics, TaskResult
+    from ampmeter.pricing import (
+        PriceResult,
+        clear_prices,
+        estimate,
+        price,
+        remove_price,
+        set_price,
+    )
+    from ampmeter.sinks import JsonlSink, MemorySink
+
+# Name -> the module it comes from, imported on first use (PEP 562).
+_LAZY = {
+    "pricing": "ampmeter",
+    **dict.fromkeys(
+        ("instrument", "instrument_anthropic", "instrument_openai", "uninstrument"),
+        "ampmeter.integrations",
+    ),
+    **dict.fromkeys(
+        ("InMemoryLedger", "Ledger", "Reservation", "SqliteLedger"), "ampmeter.ledgers"
+    ),
+    **dict.fromkeys(
+        (
+            "StreamCumulativeMetrics",
+            "StreamMetricsLogger",
+            "event_errors",
+            "read_jsonl",
+            "validate_event",
+        ),
+        "ampmeter.logs",
+    ),
+    **dict.fromkeys(("LLMCallMetrics", "TaskResult"), "ampmeter.metrics"),
+    **dict.fromkeys(
+        ("PriceResult", "clear_prices", "estimate", "price", "remove_price", "set_price"),
+        "ampmeter.pricing",
+    ),
+    **dict.fromkeys(("JsonlSink", "MemorySink"), "ampmeter.sinks"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'ampmeter' has no attribute {name!r}")
+    import importlib
+
+    module = importlib.import_module(module_name)
+    value = (
+        getattr(module, name)
+        if module_name != "ampmeter"
+        else importlib.import_module(f"ampmeter.{name}")
+    )
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "CONTINUE",

@@ -17,7 +17,6 @@ Steps 2 and 4 each happen in one step of the accounting kernel (:mod:`ampmeter._
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import functools
@@ -27,9 +26,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from types import TracebackType
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
-from ampmeter import _validate, estimates, pricing
+from ampmeter import _validate, estimates
 from ampmeter._kernel import Guard, Hit, Level
 from ampmeter.errors import BudgetUnavailable, ExecutionCanceled, LimitExceeded
 from ampmeter.graph import ExecutionGraph
@@ -46,7 +45,6 @@ from ampmeter.keys import (
     KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE,
     KEY_TOOLCHAIN_PARSE_ERROR_TOTAL,
 )
-from ampmeter.ledgers.base import Ledger, Reservation
 from ampmeter.limits import ExceededLimit, Limit, LimitType, compile_limits, exceeded
 from ampmeter.node import (
     META_CACHE_WRITE_TOKENS,
@@ -63,6 +61,9 @@ from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace, TraceRecord
 from ampmeter.usage import Shape, Usage
+
+if TYPE_CHECKING:
+    from ampmeter.ledgers.base import Ledger, Reservation
 
 __all__ = [
     "Call",
@@ -122,7 +123,28 @@ class WrapOptions:
 
 # -- pricing ------------------------------------------------------------------------------------
 
-_pricing: Any = pricing  # the module, or a stand-in with its price() and estimate()
+
+class _DefaultPricing:
+    """``ampmeter.pricing``, imported when the first call needs a price (it loads the table)."""
+
+    def price(self, *args: Any, **kwargs: Any) -> Any:
+        from ampmeter import pricing
+
+        return pricing.price(*args, **kwargs)
+
+    def estimate(self, *args: Any, **kwargs: Any) -> Any:
+        from ampmeter import pricing
+
+        return pricing.estimate(*args, **kwargs)
+
+    @staticmethod
+    def load() -> None:
+        from ampmeter import pricing
+
+        pricing.load()
+
+
+_pricing: Any = _DefaultPricing()  # or a stand-in with the same price() and estimate()
 
 
 def use_pricing(layer: Any) -> None:
@@ -398,6 +420,8 @@ class Call:
 
 async def _off_loop(work: Callable[[], None]) -> None:
     """Run blocking ledger work on a worker thread; a cancelled caller still waits for it."""
+    import asyncio
+
     future = asyncio.ensure_future(asyncio.to_thread(work))
     try:
         await asyncio.shield(future)
@@ -445,14 +469,17 @@ class ExecutionContext:
             raise ValueError(f"on_ledger_error must be 'halt' or 'allow', got {on_ledger_error!r}")
         meta = _validate.metadata(metadata)
         meta[META_CONTEXT] = True
-        if ledger is not None and not isinstance(ledger, Ledger):
-            raise TypeError(f"ledger must be a Ledger, got {type(ledger).__name__}")
+        if ledger is not None:
+            from ampmeter.ledgers.base import Ledger
+
+            if not isinstance(ledger, Ledger):
+                raise TypeError(f"ledger must be a Ledger, got {type(ledger).__name__}")
         own_sinks = tuple(sinks)
         for sink in own_sinks:
             if not callable(getattr(sink, "emit", None)):
                 raise TypeError(f"sinks must be Sink objects, got {type(sink).__name__}")
-        if timeout is not None and _pricing is pricing:
-            pricing.load()  # the price table's first load never counts against the timeout
+        if timeout is not None and isinstance(_pricing, _DefaultPricing):
+            _pricing.load()  # the price table's first load never counts against the timeout
         self.name = name
         self._limits = own_limits
         self._rows = compile_limits(own_limits)

@@ -23,15 +23,16 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import sys
 import threading
 import time as _time
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from functools import lru_cache
-from typing import TYPE_CHECKING, Final, Literal, SupportsIndex, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, SupportsIndex, cast
 
-from ampmeter import estimates
+from ampmeter import _price_cache, estimates
 from ampmeter.estimates import CHARS_PER_TOKEN
 
 if TYPE_CHECKING:
@@ -313,6 +314,60 @@ def _steps(value: object) -> _Steps | None:
     return None
 
 
+# --------------------------------------------------------------------------- the disk index
+
+
+def _from_disk(model: str, provider: str | None) -> _Rates | PriceResult | None:
+    """Rates from the on-disk index while the table is not loaded in this process (a loaded
+    table, maybe auto-updated, is always asked instead); None when the index has no answer."""
+    if _table is not None or "genai_prices" in sys.modules:
+        return None
+    found = _price_cache.lookup(model, provider)
+    if found is _price_cache.MISS:
+        return None
+    if isinstance(found, str):  # unpriced, with the table version that said so
+        return PriceResult(None, found, "unpriced")
+    try:
+        return _rates_from_json(found)
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+def _to_disk(model: str, provider: str | None, rates: _Rates | _DatedRates | None) -> None:
+    if type(rates) is _DatedRates:
+        return  # depends on the time of the request: always asked of the table
+    table = _table
+    if table is None or table.generation != 1:
+        return  # only the bundled snapshot's answers (not an auto-updated table's) are kept
+    value: object = table.version if rates is None else _rates_to_json(cast(_Rates, rates))
+    _price_cache.store(model, provider, value)
+
+
+def _rates_to_json(rates: _Rates) -> dict[str, object]:
+    return {
+        "rates": [rates.input, rates.output, rates.cache_read, rates.cache_write,
+                  rates.reasoning, rates.per_call],
+        "version": rates.version,
+        "bands": None if rates.bands is None
+        else [[threshold, _rates_to_json(band)] for threshold, band in rates.bands],
+    }  # fmt: skip
+
+
+def _rates_from_json(value: dict[str, Any]) -> _Rates:
+    r_in, r_out, r_read, r_write, r_reasoning, r_call = (float(x) for x in value["rates"])
+    bands = value["bands"]
+    return _Rates(
+        r_in,
+        r_out,
+        r_read,
+        r_write,
+        r_reasoning,
+        r_call,
+        str(value["version"]),
+        None if bands is None else tuple((int(t), _rates_from_json(b)) for t, b in bands),
+    )
+
+
 def load() -> None:
     """Load the price table now (it is otherwise loaded by the first priced call)."""
     _current_table()
@@ -483,8 +538,14 @@ def price(
         if rates is None:
             rates = overrides.get((lowered, None))
     if rates is None:
+        known = _from_disk(model, provider)
+        if isinstance(known, PriceResult):
+            return known
+        rates = known
+    if rates is None:
         table = _current_table()
         rates = _table_entry(model, provider, table.generation)
+        _to_disk(model, provider, rates)
         if rates is None:
             return table.unpriced
         if type(rates) is _DatedRates:

@@ -266,7 +266,9 @@ class StreamMetricsLogger:
             "problem_id": problem_id,
             "t": t,
             "operation": operation,
-            "status": "ok" if error_type is None else "error",
+            # One vocabulary in every event ampmeter writes (the node statuses); the caller's
+            # error name travels beside it.
+            "status": "success" if error_type is None else "fail",
             "error_class": error_type,
             "cost_status": "given" if api_cost_usd is not None else "unpriced",
         }

@@ -1,25 +1,25 @@
 """Sinks: where finished nodes go (memory, TokenTracker JSONL, OpenTelemetry).
 
-``OtelSink`` needs the ``ampmeter[otel]`` extra and is imported on first use.
+Each sink module is imported on first use (``OtelSink`` needs the ``ampmeter[otel]`` extra).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ampmeter.errors import SinkClosedError, SinkWriteError
 from ampmeter.sinks.base import Sink
-from ampmeter.sinks.jsonl import (
-    COMPONENTS,
-    EVENT_TYPES,
-    JsonlSink,
-    SinkClosedError,
-    SinkWriteError,
-    node_to_event,
-)
-from ampmeter.sinks.memory import MemorySink
 
 if TYPE_CHECKING:
+    from ampmeter.sinks.jsonl import COMPONENTS, EVENT_TYPES, JsonlSink, node_to_event
+    from ampmeter.sinks.memory import MemorySink
     from ampmeter.sinks.otel import OtelSink
+
+_LAZY = {
+    **dict.fromkeys(("COMPONENTS", "EVENT_TYPES", "JsonlSink", "node_to_event"), "jsonl"),
+    "MemorySink": "memory",
+    "OtelSink": "otel",
+}
 
 __all__ = [
     "COMPONENTS",
@@ -35,8 +35,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "OtelSink":
-        from ampmeter.sinks.otel import OtelSink
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ampmeter.sinks' has no attribute {name!r}")
+    import importlib
 
-        return OtelSink
-    raise AttributeError(f"module 'ampmeter.sinks' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"ampmeter.sinks.{module}"), name)
+    globals()[name] = value
+    return value
