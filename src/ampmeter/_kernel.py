@@ -33,7 +33,7 @@ from ampmeter.keys import LOCAL_KEYS
 from ampmeter.node import TERMINAL_STATUSES, Node
 from ampmeter.usage import Shape, Usage
 
-__all__ = ["Cell", "Hit", "Kernel", "Level", "LimitRow", "Ticket"]
+__all__ = ["Busy", "Cell", "Hit", "Kernel", "Level", "LimitRow", "Ticket"]
 
 _CREATED: Final = "created"
 _RUNNING: Final = "running"
@@ -116,7 +116,7 @@ class Ticket:
     settle the ticket: if it dies first, the kernel ends the call itself.
     """
 
-    __slots__ = ("amounts", "feed", "holds", "node", "owner")
+    __slots__ = ("amounts", "feed", "holds", "node", "owner", "thread")
 
     def __init__(
         self,
@@ -126,6 +126,7 @@ class Ticket:
         owner: object | None,
     ) -> None:
         self.node = node
+        self.thread = threading.get_ident()
         self.amounts = amounts
         self.holds = holds
         self.owner: Callable[[], object] = _ALIVE if owner is None else weakref.ref(owner)
@@ -148,17 +149,22 @@ class Kernel:
         "nodes",
         "open",
         "root_id",
+        "settled",
         "total_cost_usd",
         "total_llm_calls",
         "total_retries",
         "total_tokens_in",
         "total_tokens_out",
         "total_tool_calls",
+        "waiting",
     )
 
     def __init__(self, chain_id: str, max_nodes: int = 0) -> None:
         self.chain_id = chain_id
         self.lock = threading.Lock()
+        # Notified when holds go away, for calls waiting for room (see admit).
+        self.settled = threading.Condition(self.lock)
+        self.waiting = 0
         self.nodes: dict[str, Node] = {}
         self.root_id: str | None = None
         self.next_id = 1
@@ -398,17 +404,40 @@ class Kernel:
         holds: tuple[tuple[Level, tuple[str, ...]], ...],
         guards: tuple[Guard, ...],
         run: bool,
+        wait_s: float = 0.0,
     ) -> tuple[int, Hit] | None:
         """Check ``guards`` with ``amounts`` pending; if none is exceeded, hold the amounts at
         ``holds`` and (when ``run``) mark the node running. Returns the guard index and the hit
         of a refusal (nothing changed), else None. Every key of ``amounts`` must have been made
         known at every guard level first (:meth:`note`).
+
+        A call that does not fit only because of other calls' holds (what is *spent* leaves
+        room for it) waits up to ``wait_s`` seconds for them to settle; if they have not, the
+        hit comes back with ``BUSY`` as its limit's place: ``(index, (BUSY, key, value))``.
         """
         ticket = Ticket(node, amounts, holds, owner)
         with self.lock:
             hit = self._check(guards, amounts, True) if guards else None
             if hit is not None:
-                return hit
+                deadline = None
+                while hit is not None:
+                    if self._check(guards, amounts, True, False) is not None:
+                        return hit  # it does not fit what is spent: refused at once
+                    if deadline is None:
+                        deadline = time.monotonic() + wait_s
+                    left = deadline - time.monotonic()
+                    me = ticket.thread
+                    if left <= 0.0 or all(t.thread == me for t in self.open.values()):
+                        # Out of time, or only this thread's own calls hold the rest: waiting
+                        # for them here would wait for ever.
+                        index, (limit, key, value) = hit
+                        return index, (Busy(limit), key, value)
+                    self.waiting += 1
+                    try:
+                        self.settled.wait(left)
+                    finally:
+                        self.waiting -= 1
+                    hit = self._check(guards, amounts, True)
             # One step: registered, running and counted in flight together.
             self.open[node.node_id] = ticket
             if run and node.status == _CREATED:
@@ -478,6 +507,8 @@ class Kernel:
             self._end_locked(node, status, end, cost, t_in, t_out, error_class, stop_reason,
                              metadata)  # fmt: skip
         self.open.pop(node.node_id, None)
+        if self.waiting:
+            self.settled.notify_all()
 
     def open_ancestor(self, node_id: str, floor: str) -> str:
         """``node_id`` if it is open and owned, else its nearest such ancestor (at most up to
@@ -507,6 +538,8 @@ class Kernel:
         """Drop a call's hold without adding usage (its node was ended another way)."""
         with self.lock:
             self.open.pop(node.node_id, None)
+            if self.waiting:
+                self.settled.notify_all()
 
     def sweep(self) -> None:
         """End the calls whose owner disappeared without settling them (an interrupt at the
@@ -529,15 +562,17 @@ class Kernel:
         guards: tuple[Guard, ...],
         pending: Mapping[str, float] | None,
         noted: bool,
+        holds: bool = True,
     ) -> tuple[int, Hit] | None:
-        """:meth:`check` under the lock; ``noted``: every pending key is known at every guard."""
+        """:meth:`check` under the lock; ``noted``: every pending key is known at every guard;
+        ``holds=False`` leaves out what calls in flight hold (what is spent, and ``pending``)."""
         for index, (level, rows) in enumerate(guards):
-            hit = self._check_level(level, rows, pending, noted)
+            hit = self._check_level(level, rows, pending, noted, holds)
             if hit is not None:
                 if self.open and any(t.owner() is None for t in self.open.values()):
                     # Holds of abandoned calls must not refuse anyone: sweep and look again.
                     self._sweep_locked()
-                    hit = self._check_level(level, rows, pending, noted)
+                    hit = self._check_level(level, rows, pending, noted, holds)
                 if hit is not None:
                     return index, hit
         return None
@@ -550,6 +585,8 @@ class Kernel:
                     self._end_locked(ticket.node, "halt", end, 0.0, None, None, None,
                                      "interrupted before it was settled", None)  # fmt: skip
                 self.open.pop(node_id, None)
+        if self.waiting:
+            self.settled.notify_all()
 
     def note(self, holds: tuple[tuple[Level, tuple[str, ...]], ...]) -> None:
         """Make each held key known at its level, so prefix limits see it from the start."""
@@ -581,9 +618,10 @@ class Kernel:
         rows: tuple[LimitRow, ...],
         pending: Mapping[str, float] | None,
         noted: bool,
+        holds: bool = True,
     ) -> Hit | None:
         counters, gauges = level.counters, level.gauges
-        held = self.held_at(level) if self.open else None
+        held = self.held_at(level) if self.open and holds else None
         for is_prefix, key, top, limit in rows:
             if is_prefix:
                 hit = _check_prefix(level, key, top, limit, held, pending, noted)
@@ -653,6 +691,16 @@ def _check_prefix(
 
 def _ALIVE() -> object:
     return True
+
+
+class Busy:
+    """In a hit, in place of the limit: the call did not fit only because of calls in flight,
+    and they did not settle in time."""
+
+    __slots__ = ("limit",)
+
+    def __init__(self, limit: object) -> None:
+        self.limit = limit
 
 
 def _drain(feed: Iterator[tuple[Cell, Any]]) -> None:

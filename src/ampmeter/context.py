@@ -29,8 +29,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ampmeter import _validate, estimates
-from ampmeter._kernel import Guard, Hit, Level
-from ampmeter.errors import BudgetUnavailable, ExecutionCanceled, LimitExceeded
+from ampmeter._kernel import Busy, Guard, Hit, Level
+from ampmeter.errors import BudgetBusy, BudgetUnavailable, ExecutionCanceled, LimitExceeded
 from ampmeter.graph import ExecutionGraph
 from ampmeter.keys import (
     KEY_COST,
@@ -182,6 +182,9 @@ def _restore(token: contextvars.Token[Any] | None, context: ExecutionContext) ->
     except ValueError:
         _CURRENT.set((context, context.node_id))
 
+
+ADMISSION_TIMEOUT_S: Final = 30.0
+"""How long a call that does not fit only because of calls in flight waits for them by default."""
 
 _NEW, _ADMITTED, _DONE = 0, 1, 2
 _INF: Final = float("inf")
@@ -439,6 +442,10 @@ class ExecutionContext:
     read-only): a sub-agent that needs other limits gets them from :meth:`spawn_child`. Sinks
     receive every node that ends; a ``ledger`` shares the limits with other processes.
 
+    A call that would fit what is spent but not what calls in flight hold waits for them to
+    settle, up to ``admission_timeout_s`` (30 s; children inherit it), then raises
+    :class:`~ampmeter.BudgetBusy`; a call that does not fit what is spent is refused at once.
+
     A sink that fails never fails the call that produced the node: the call's accounting is
     kept, the error is kept in :attr:`sink_errors` (with one warning), and :meth:`close` raises
     the first one.
@@ -459,12 +466,14 @@ class ExecutionContext:
         ledger: Ledger | None = None,
         on_ledger_error: Literal["halt", "allow"] = "halt",
         max_nodes: int = 0,
+        admission_timeout_s: float | None = None,
         _parent: ExecutionContext | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty str, got {name!r}")
         own_limits = _build_limits(limits, max_cost_usd, max_steps, max_retries)
         timeout = _validate.optional_amount(timeout_s, "timeout_s")
+        wait = _validate.optional_amount(admission_timeout_s, "admission_timeout_s")
         if on_ledger_error not in ("halt", "allow"):
             raise ValueError(f"on_ledger_error must be 'halt' or 'allow', got {on_ledger_error!r}")
         meta = _validate.metadata(metadata)
@@ -507,6 +516,9 @@ class ExecutionContext:
         self._started_at = time.monotonic()
         self._deadline = self._started_at + timeout if timeout is not None else None
         self._timeout_s = timeout
+        if wait is None:
+            wait = _parent._admission_timeout_s if _parent is not None else ADMISSION_TIMEOUT_S
+        self._admission_timeout_s: float = wait
         self._canceled = False
         self._closed = False
         self._iteration = 0
@@ -984,8 +996,27 @@ class ExecutionContext:
                 self._hold_plans[shape] = plan
         return plan
 
-    def _admit(self, call: Call, shared: bool) -> None:
-        """Check the call's limits with its reservation, hold it, and mark the node running."""
+    def _refuse_busy(self, call: Call, index: int, busy_hit: Hit) -> None:
+        limit = exceeded(busy_hit)
+        reason = f"waited {self._admission_timeout_s:g}s for calls in flight to settle: {limit}"
+        self._refuse(call, reason)
+        raise BudgetBusy(
+            f"{call.kind} call {call.name!r} stopped before it ran: what is spent leaves room, "
+            f"but calls in flight held the rest ({reason}); raise admission_timeout_s to wait "
+            "longer",
+            limit,
+            call.node_id,
+        )
+
+    def _admit(self, call: Call, shared: bool, wait_s: float | None = None) -> None:
+        """Check the call's limits with its reservation, hold it, and mark the node running.
+
+        A call that does not fit only because of other calls in flight waits for them up to
+        ``wait_s`` (the context's ``admission_timeout_s`` by default), then raises
+        :class:`~ampmeter.BudgetBusy`.
+        """
+        if wait_s is None:
+            wait_s = self._admission_timeout_s
         for ctx in self._chain:
             if ctx._canceled:
                 break
@@ -1009,8 +1040,11 @@ class ExecutionContext:
         else:
             holds, pending = (), {}
         found = self._kernel.admit(call.node, call, pending, holds, self._guard_rows,
-                                   run=not self._has_ledger)  # fmt: skip
+                                   not self._has_ledger, wait_s)  # fmt: skip
         if found is not None:
+            index, (limit, key, value) = found
+            if isinstance(limit, Busy):
+                self._refuse_busy(call, index, busy_hit=(limit.limit, key, value))
             self._refuse_on(call, *self._owner(found))
         if self._has_ledger and shared:
             self._admit_shared(call)
