@@ -25,7 +25,7 @@ from enum import Enum
 from types import TracebackType
 from typing import Any, Final, Literal, Protocol
 
-from ampmeter import _calls_async
+from ampmeter import _calls_async, redact
 from ampmeter._limit_check import LimitPlan, check_plan_locked, compile_limits
 from ampmeter.errors import BudgetUnavailable, ExecutionCanceled, LimitExceeded
 from ampmeter.graph import (
@@ -893,7 +893,7 @@ class ExecutionContext:
         if reason is TerminationReason.SUCCESS:
             graph.mark_success(self._node_id, 0.0)
         elif reason is TerminationReason.ERROR and exc is not None:
-            graph.mark_failure(self._node_id, type(exc).__name__, str(exc) or None)
+            graph.mark_failure(self._node_id, type(exc).__name__, redact.error_text(exc))
         else:
             if self.exceeded_limit is not None:
                 stop = str(self.exceeded_limit)
@@ -1202,7 +1202,7 @@ class ExecutionContext:
             try:
                 ledger.commit(held, actual)
             except Exception as error:
-                meta["ledger_error"] = str(error)
+                meta["ledger_error"] = redact.error_text(error)
         final_cost = cost or 0.0
         if exc is None:
             graph.mark_success(call.node_id, final_cost, call.tokens_in, call.tokens_out,
@@ -1213,7 +1213,7 @@ class ExecutionContext:
                 tokens_out=call.tokens_out, metadata=meta,
             )  # fmt: skip
         else:
-            graph.mark_failure(call.node_id, type(exc).__name__, str(exc) or None,
+            graph.mark_failure(call.node_id, type(exc).__name__, redact.error_text(exc),
                                cost_usd=final_cost, tokens_in=call.tokens_in,
                                tokens_out=call.tokens_out, metadata=meta)  # fmt: skip
         errors = self._emit(call.node) if self._sinks else None

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any, Final
 
+from ampmeter import redact
 from ampmeter.analysis.amortization import amortization_curve
 from ampmeter.analysis.quantiles import percentile
 from ampmeter.analysis.runs import Run, load_runs
@@ -115,11 +116,16 @@ def _nodes(run: Run) -> list[list[Any]]:
             c.unpriced,
             c.latency_ms,
             c.retries,
-            c.stop_reason,
+            _scrubbed(c.stop_reason),
             c.error_class,
         ]
         for c in run.calls
     ]
+
+
+def _scrubbed(stop_reason: str | None) -> str | None:
+    # Logs written elsewhere (or by an older version) may hold unscrubbed error text.
+    return None if stop_reason is None else redact.scrub(stop_reason)
 
 
 def _table(table: SummaryTable) -> str:
@@ -128,6 +134,7 @@ def _table(table: SummaryTable) -> str:
     body = []
     for r in table.runs:
         d = r.to_dict()
+        d["stop_reason"] = _scrubbed(d["stop_reason"])
         cells = "".join(
             f'<td class="text">{esc(_fmt(d[k]))}</td>'
             if k in ("run_id", "termination", "stop_reason")
