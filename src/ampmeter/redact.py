@@ -43,9 +43,7 @@ MAX_TEXT_CHARS: Final = 2000  # longer messages are cut: an error text is a summ
 # Credentials recognised by their shape. Each keeps its label and replaces only the value.
 _SHAPES: Final = (
     # "Authorization: Bearer abc", "authorization=Basic abc": the scheme and its credential
-    re.compile(
-        r"(?i)(\bauthorization\b[\"']?\s*[:=]\s*[\"']?)(?:[A-Za-z-]+\s+)?[^\s\"',;}]+"
-    ),
+    re.compile(r"(?i)(\bauthorization\b[\"']?\s*[:=]\s*[\"']?)(?:[A-Za-z-]+\s+)?[^\s\"',;}]+"),
     # "Bearer abc.def" anywhere else
     re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+"),
     # api_key=..., "api-key": "...", x-api-key: ..., access_token=..., secret: ..., password=...
