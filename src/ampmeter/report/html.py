@@ -20,6 +20,7 @@ from importlib import resources
 from typing import Any, Final
 
 from ampmeter import redact
+from ampmeter._files import replaced_when_complete, require_file
 from ampmeter.analysis.amortization import amortization_curve
 from ampmeter.analysis.quantiles import percentile
 from ampmeter.analysis.runs import Run, load_runs
@@ -174,8 +175,7 @@ def build_report(
     if not paths:
         raise ValueError("no log files given")
     for path in paths:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"no such file: {path}")
+        require_file(path)
     event_paths, streams, given = _split(paths)
     runs = list(load_runs(event_paths, best_effort=best_effort).values())
     summaries = [summarize_run(r) for r in runs]
@@ -260,13 +260,6 @@ def write_report(
     path written."""
     text = build_report(logs, title=title, best_effort=best_effort)
     target = os.fspath(out)
-    tmp = f"{target}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with replaced_when_complete(target) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
     return target
