@@ -150,3 +150,13 @@ def test_os_error_messages_name_the_file_once() -> None:
     assert os_error_message(PermissionError(13, "cannot write to it (denied)", "y")) == (
         "y: cannot write to it (denied)"
     )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["run", "--max-cost", "-1", "--", "true"], ["run"], ["demo", "--questions", "0"]],
+)
+def test_run_and_demo_errors_have_the_same_shape(args: list[str]) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert one_error_line(result.stderr).startswith(f"ampmeter {args[0]}: error: ")
