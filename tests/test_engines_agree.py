@@ -156,3 +156,25 @@ def test_summary_engines_agree_on_hostile_fields(
     python = verdict(lambda: summarize([path], engine="python").rows())
     duck = verdict(lambda: summarize([path], engine="duckdb").rows())
     assert duck == python
+
+
+@pytest.mark.parametrize(
+    "number", ["1e400", "-2e308", "1" + "0" * 400, "1" + "0" * 400 + ".5", "1.5e308"]
+)
+@pytest.mark.parametrize("last", [True, False], ids=["last-line", "middle-line"])
+def test_numbers_beyond_a_double_get_the_same_verdict(
+    tmp_path: Path, number: str, last: bool
+) -> None:
+    """DuckDB reads these as inf or a huge int; the JSON reader refuses all but the last."""
+    good = '{"component": "pipeline", "cost_usd": 0.5, "metadata": {"t": 1}}'
+    odd = f'{{"component": {number}, "cost_usd": 0.25, "metadata": {{"t": 2}}}}'
+    stream = tmp_path / "r.stream.jsonl"
+    rows = [
+        {"t": t, "cumulative_api_cost_usd": 1.0, "cumulative_solved": 1, "cost_per_solved": 1.0}
+        for t in (1, 2)
+    ]
+    write(stream, [json.dumps(r) for r in rows])
+    events = write(tmp_path / "r.token_events.jsonl", [good, odd] if last else [odd, good])
+    python = verdict(lambda: amortization_curve(stream, token_events_jsonl=events, engine="python"))
+    duck = verdict(lambda: amortization_curve(stream, token_events_jsonl=events, engine="duckdb"))
+    assert duck == python

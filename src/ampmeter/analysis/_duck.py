@@ -122,7 +122,8 @@ FROM raw
 """
 
 
-# JSON that DuckDB reads and the plain reader rejects: NaN, Infinity, trailing commas. Found
+# JSON that DuckDB reads and the plain reader rejects: NaN, Infinity, trailing commas, and
+# numbers too big for a double (1e400, 400 digits: DuckDB reads inf or a huge int). Found
 # anywhere in a line (inside strings too), the file goes to the plain reader, which knows.
 # DuckDB scans the lines as plain text, in parallel and without holding the GIL: a few times
 # faster than searching the bytes from Python.
@@ -131,6 +132,7 @@ SELECT count(*) FROM read_csv(?, columns = {'line': 'VARCHAR'}, delim = '\x01', 
     escape = '', header = false, auto_detect = false, new_line = '\n')
 WHERE contains(line, 'NaN') OR contains(line, 'Infinity')
     OR regexp_matches(line, ',[ \t\r]*[}\]]')
+    OR regexp_matches(line, '[0-9][eE]\+?[0-9]{3}') OR regexp_matches(line, '[0-9]{300}')
 """
 
 

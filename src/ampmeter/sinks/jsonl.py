@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import queue
 import stat
@@ -400,6 +401,7 @@ def set_aside_cut_tail(path: str) -> int:
     with f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             return 0
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # one repair at a time (sinks opened together)
         size = f.seek(0, os.SEEK_END)
         if size == 0:
             return 0
@@ -410,21 +412,27 @@ def set_aside_cut_tail(path: str) -> int:
         if size - tail_start <= _PARSE_TAIL_MAX:
             f.seek(tail_start)
             try:
-                whole = type(orjson.loads(f.read())) is dict
+                whole = type(orjson.loads(f.read(size - tail_start))) is dict
             except orjson.JSONDecodeError:
                 whole = False
             if whole:  # a complete event that only lacks its line break
-                f.seek(size)
-                f.write(b"\n")
+                with open(path, "ab") as append:
+                    append.write(b"\n")
                 return 0
+        if os.fstat(f.fileno()).st_size != size:
+            return 0  # the file grows: a live writer is finishing that line, not a crash
         aside = path + CUT_SUFFIX
         with open(aside, "ab") as out:
             f.seek(tail_start)
-            while piece := f.read(_CHUNK):
+            left = size - tail_start
+            while left > 0 and (piece := f.read(min(_CHUNK, left))):
                 out.write(piece)
+                left -= len(piece)
             out.write(b"\n")
             out.flush()
             os.fsync(out.fileno())  # the tail is safe elsewhere before it leaves the log
+        if os.fstat(f.fileno()).st_size != size:
+            return 0  # it grew meanwhile (the copy aside is then only a spare)
         f.truncate(tail_start)
     moved = size - tail_start
     warnings.warn(
