@@ -272,9 +272,13 @@ class _Writer:
         self.buf_chain = _NO_CHAIN
         return batch
 
+    def line(self, node: Node, chain_id: str) -> bytes:
+        """The one way a node becomes a line: its event dict, encoded."""
+        return encode_event(node_to_event(node, self.run_id or chain_id, self.component))
+
     def encode(self, batch: _Batch) -> tuple[bytes, int]:
         """(the lines, the number of nodes) of ``batch``."""
-        run_id, component = self.run_id, self.component
+        line = self.line
         out: list[bytes] = []
         append = out.append
         chain_id = ""
@@ -284,7 +288,7 @@ class _Writer:
                 chain_id = item[0]
                 markers += 1
             else:
-                append(encode_event(node_to_event(item, run_id or chain_id, component)))  # type: ignore[arg-type]
+                append(line(item, chain_id))  # type: ignore[arg-type]
         return b"".join(out), len(batch) - markers
 
     def write(self, items: _Batch) -> None:
@@ -294,21 +298,42 @@ class _Writer:
             return
         try:
             data, count = self.encode(items)
-            view = memoryview(data)
+            self._put(data)
+        except Exception as exc:  # a failed write must reach the caller, never kill the thread
+            self._fail(exc, _node_count(items))
+            return
+        self.written += count
+
+    def write_one(self, node: Node, chain_id: str) -> None:
+        """:meth:`write` for a single event (``line``/``fsync`` modes, on the caller's thread)."""
+        if self.error is not None:
+            self.lost += 1
+            return
+        try:
+            self._put(self.line(node, chain_id))
+        except Exception as exc:
+            self._fail(exc, 1)
+            return
+        self.written += 1
+
+    def _put(self, data: bytes) -> None:
+        """Append ``data`` whole (``write`` may take it in parts), then fsync if asked."""
+        done = os.write(self.fd, data)
+        if done != len(data):
+            view = memoryview(data)[done:]
             while view:
                 done = os.write(self.fd, view)
                 if done == 0:
                     raise OSError(errno.EIO, "write returned 0 bytes")
                 view = view[done:]
-            if self.mode == "fsync":
-                os.fsync(self.fd)
-        except Exception as exc:  # a failed write must reach the caller, never kill the thread
-            self.error = exc
-            self.lost += _node_count(items)
-            self._cut_partial_line()
-            return
+        if self.mode == "fsync":
+            os.fsync(self.fd)
         self.offset += len(data)
-        self.written += count
+
+    def _fail(self, exc: Exception, count: int) -> None:
+        self.error = exc
+        self.lost += count
+        self._cut_partial_line()
 
     def _cut_partial_line(self) -> None:
         # Leave only whole lines behind, so the next reader is not handed a broken last line.
@@ -553,7 +578,7 @@ class JsonlSink(Sink):
                 w.lost += 1
                 raise w.failure()
             if w.thread is None:
-                w.write([(chain_id,), node])
+                w.write_one(node, chain_id)
                 if w.error is not None:
                     raise w.failure()
                 return
