@@ -421,7 +421,7 @@ def set_aside_cut_tail(path: str) -> int:
     """
     try:
         f = open(path, "r+b")  # noqa: SIM115 - closed below on every path
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError):  # nothing to repair, or no way to read it
         return 0
     with f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
