@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 
 import anthropic
@@ -11,6 +13,10 @@ import pytest
 from ampmeter.local_llm import LocalLLMServer
 
 TEST_API_KEY = "test-key"
+
+# Ledger journals of the tests go to a throwaway directory, never to the user's cache.
+_JOURNALS = tempfile.TemporaryDirectory(prefix="ampmeter-test-journals-")
+os.environ["AMPMETER_JOURNAL_DIR"] = _JOURNALS.name
 
 
 @pytest.fixture(scope="session")

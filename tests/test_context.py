@@ -580,9 +580,10 @@ def test_iteration_limit_of_five_runs_exactly_five() -> None:
                 ctx.start_iteration()
                 ran += 1
         assert ran == 5
-        assert ctx.iteration == 6 and ctx.stats.get_counter(KEY_ITERATIONS) == 6
+        assert ctx.iteration == 5 and ctx.stats.get_counter(KEY_ITERATIONS) == 5  # ran, not refused
         assert info.value.node_id is None
         assert info.value.exceeded is not None and info.value.exceeded.key == KEY_ITERATIONS
+        assert info.value.exceeded.value == 6  # the iteration it would have started
         assert ctx.termination_reason is TerminationReason.LIMIT_EXCEEDED
 
 

@@ -133,9 +133,10 @@ def test_total_input_limit_comes_first_in_list_order() -> None:
             ctx.trace(ModelCallTrace(model=model, input_tokens=20_000))
 
     result = Executor(CountingLoop(body), SPEC_LIMITS).execute()
-    # After two iterations: 120k in total (limit 4) and 40k per model: the total is reported.
+    # After two iterations: 120k in total (limit 4) and 40k per model: the total is reported,
+    # as soon as the second iteration completes (no third one starts).
     assert result.exceeded_limit is not None and result.exceeded_limit.limit is SPEC_LIMITS[3]
-    assert result.context.iteration == 3
+    assert result.context.iteration == 2
 
 
 def test_cost_limit_via_traces() -> None:
@@ -200,7 +201,7 @@ def test_toolchain_parse_errors_use_their_own_counter() -> None:
     result = Executor(CountingLoop(body)).execute()
     assert result.exceeded_limit is not None
     assert result.exceeded_limit.key == KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE
-    assert result.context.iteration == 5
+    assert result.context.iteration == 4  # the fourth error ends the run when it completes
     assert result.context.stats.get_counter(KEY_FORMAT_PARSE_ERROR_TOTAL) == 0
 
 

@@ -1,4 +1,4 @@
-"""Ledger semantics, the same suite for InMemoryLedger and RedisLedger (a real Redis server)."""
+"""Ledger semantics: one suite for InMemoryLedger, SqliteLedger and RedisLedger (real Redis)."""
 
 from __future__ import annotations
 
@@ -8,20 +8,21 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ampmeter.ledgers import InMemoryLedger, Ledger, RedisLedger, Reservation
+from ampmeter.ledgers import InMemoryLedger, Ledger, RedisLedger, Reservation, SqliteLedger
 from redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
 MakeLedger = Callable[..., Ledger]
 
 
-@pytest.fixture(params=["memory", "redis"])
-def make_ledger(request: pytest.FixtureRequest) -> Iterator[MakeLedger]:
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def make_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeLedger]:
     """A factory of fresh ledgers (each with its own scope) of one backend."""
     made: list[Ledger] = []
 
@@ -30,9 +31,15 @@ def make_ledger(request: pytest.FixtureRequest) -> Iterator[MakeLedger]:
         ledger: Ledger
         if request.param == "memory":
             ledger = InMemoryLedger(scope, lease_s=lease_s)
+        elif request.param == "sqlite":
+            ledger = SqliteLedger(
+                tmp_path / "ledger.db", scope, lease_s=lease_s, journal=tmp_path / "journal"
+            )
         else:
             server: RedisServer = request.getfixturevalue("redis_server")
-            ledger = RedisLedger(server.url, scope, lease_s=lease_s, timeout_s=5.0)
+            ledger = RedisLedger(
+                server.url, scope, lease_s=lease_s, timeout_s=5.0, journal=tmp_path / "journal"
+            )
         made.append(ledger)
         return ledger
 
@@ -139,8 +146,11 @@ def _reap(ledger: Ledger) -> None:
 
 def test_expired_reservation_returns_to_the_pool(make_ledger: MakeLedger) -> None:
     ledger = make_ledger(lease_s=0.2)
-    held = ledger.reserve({"cost": 3.0}, {"cost": 3.0})
-    assert held is not None and held.expires_at is not None
+    dropped = ledger.reserve({"cost": 3.0}, {"cost": 3.0})
+    assert dropped is not None and dropped.expires_at is not None
+    # Dropped unsettled (a leak): no longer renewed, so its lease runs out like a crashed one's.
+    held = Reservation(dropped.id, {"cost": 3.0}, None, dropped.scopes)
+    del dropped
     deadline = time.monotonic() + 30
     while ledger.reserved() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -320,3 +330,180 @@ def test_ledger_matches_a_plain_model(
                 reserved -= live.pop(rid)[1]
         assert ledger.spent().get("cost", 0.0) == spent
         assert ledger.reserved().get("cost", 0.0) == reserved
+
+
+# -- hierarchical scopes -----------------------------------------------------------------------
+
+
+def test_child_reserves_against_its_own_and_every_ancestor_ceiling(make_ledger: MakeLedger) -> None:
+    root = make_ledger()
+    run = root.child("run-7")
+    researcher, writer = run.child("researcher"), run.child("writer")
+    assert researcher.scope == f"{root.scope}/run-7/researcher"
+    ancestors = {root.scope: {"cost": 10.0}, run.scope: {"cost": 1.0}}
+    first = researcher.reserve({"cost": 0.75}, {"cost": 5.0}, ancestors=ancestors)
+    assert first is not None
+    assert first.scopes == (researcher.scope, root.scope, run.scope)
+    for scope in (researcher.scope, run.scope, root.scope):
+        assert root.reserved(scope) == {"cost": 0.75}
+    assert writer.reserved() == {}
+    # the sibling fits its own ceiling but not the run's, which the researcher holds
+    assert writer.reserve({"cost": 0.5}, {"cost": 5.0}, ancestors=ancestors) is None
+    assert writer.reserved() == {} and run.reserved() == {"cost": 0.75}
+    researcher.commit(first, {"cost": 0.5, "calls": 1})
+    for scope in (researcher.scope, run.scope, root.scope):
+        assert root.spent(scope) == {"cost": 0.5, "calls": 1.0}
+        assert root.reserved(scope) == {}
+    second = writer.reserve({"cost": 0.5}, {"cost": 5.0}, ancestors=ancestors)
+    assert second is not None
+    writer.release(second)
+    assert run.reserved() == {} and writer.spent() == {}
+    assert run.spent() == {"cost": 0.5, "calls": 1.0}
+
+
+def test_an_ancestor_without_ceilings_counts_but_never_refuses(make_ledger: MakeLedger) -> None:
+    parent = make_ledger()
+    child = parent.child("worker")
+    held = child.reserve({"cost": 3.0}, {"cost": 3.0}, ancestors={parent.scope: {}})
+    assert held is not None
+    assert parent.reserved() == {"cost": 3.0}
+    child.commit(held, {"cost": 2.0})
+    assert parent.spent() == {"cost": 2.0} == child.spent()
+    assert child.reserve({"cost": 1.5}, {"cost": 3.0}) is None  # the child's own ceiling
+
+
+def test_a_parent_may_settle_its_childs_reservation(make_ledger: MakeLedger) -> None:
+    parent = make_ledger()
+    child = parent.child("a")
+    held = child.reserve({"cost": 1.0}, {}, ancestors={parent.scope: {"cost": 1.0}})
+    assert held is not None
+    parent.commit(held, {"cost": 0.25})  # counted at the reservation's scopes, not the parent's
+    assert child.spent() == {"cost": 0.25} == parent.spent()
+    assert parent.reserved() == {} == child.reserved()
+
+
+def test_the_refusing_ancestor_is_any_of_them_and_nothing_is_held(make_ledger: MakeLedger) -> None:
+    top = make_ledger()
+    middle = top.child("m")
+    leaf = middle.child("l")
+    spend = leaf.reserve({"tokens": 90}, {}, ancestors={top.scope: {}, middle.scope: {}})
+    assert spend is not None
+    leaf.commit(spend, {"tokens": 90})
+    ancestors = {middle.scope: {"tokens": 1000}, top.scope: {"tokens": 100}}
+    assert leaf.reserve({"tokens": 11}, {"tokens": 1000}, ancestors=ancestors) is None
+    assert leaf.reserve({"tokens": 10}, {"tokens": 1000}, ancestors=ancestors) is not None
+    assert top.reserved() == middle.reserved() == leaf.reserved() == {"tokens": 10.0}
+
+
+@pytest.mark.parametrize(
+    ("ancestors", "error", "match"),
+    [
+        ({"elsewhere": {"cost": 1.0}}, ValueError, "does not enclose"),
+        ("scope", TypeError, "ancestors must be a mapping"),
+        ({"": {"cost": 1.0}}, ValueError, "scope"),
+        (None, None, None),
+    ],
+)
+def test_bad_ancestors_raise_and_change_nothing(
+    make_ledger: MakeLedger, ancestors: Any, error: type[Exception] | None, match: str | None
+) -> None:
+    ledger = make_ledger().child("c")
+    if error is None:  # the ledger's own scope is not its ancestor either
+        ancestors, error, match = {ledger.scope: {"cost": 1.0}}, ValueError, "does not enclose"
+    with pytest.raises(error, match=match):
+        ledger.reserve({"cost": 0.5}, {"cost": 1.0}, ancestors=ancestors)
+    parent = ledger.scope.rsplit("/", 1)[0]
+    with pytest.raises(ValueError, match=r"ancestors\["):
+        ledger.reserve({"cost": 0.5}, {}, ancestors={parent: {"cost": math.nan}})
+    assert ledger.reserved() == {} and ledger.reserved(parent) == {}
+
+
+@pytest.mark.parametrize(("name", "error"), [("a/b", ValueError), ("", ValueError),
+                                             ("x\ny", ValueError), (7, TypeError)])  # fmt: skip
+def test_bad_child_names_raise(make_ledger: MakeLedger, name: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="child scope name"):
+        make_ledger().child(name)
+
+
+def test_scopes_outside_the_tree_cannot_be_read_or_settled(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    with pytest.raises(ValueError, match="outside the tree"):
+        ledger.spent("another-tree/x")
+    held = ledger.reserve({"cost": 1.0}, {})
+    assert held is not None
+    stranger = dataclasses.replace(held, scopes=("another-tree",))
+    with pytest.raises(ValueError, match="outside the tree"):
+        ledger.commit(stranger, {"cost": 1.0})
+    assert ledger.spent() == {} and ledger.reserved() == {"cost": 1.0}
+
+
+# -- idempotence by reservation id -------------------------------------------------------------
+
+
+def test_reserving_one_id_twice_holds_once(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    first = ledger.reserve({"cost": 0.5, "tokens": 0}, {"cost": 1.0}, reservation_id="call-1")
+    again = ledger.reserve({"cost": 0.5, "tokens": 0}, {"cost": 1.0}, reservation_id="call-1")
+    assert first is not None and again is not None
+    assert first.id == again.id == "call-1"
+    assert dict(again.amounts) == {"cost": 0.5, "tokens": 0.0} and again.scopes == first.scopes
+    assert ledger.reserved() == {"cost": 0.5}
+    ledger.commit(again, {"cost": 0.5})
+    ledger.commit(first, {"cost": 0.5})
+    assert ledger.spent() == {"cost": 0.5}
+    # a settled id is never held again: a late duplicate does nothing
+    assert ledger.reserve({"cost": 0.25}, {"cost": 1.0}, reservation_id="call-1") is None
+    assert ledger.reserved() == {}
+
+
+def test_release_of_an_id_never_reserved_stops_a_late_reserve(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    ledger.release("timed-out")  # the reserve's reply never came; give back whatever it got
+    assert ledger.reserve({"cost": 0.5}, {"cost": 1.0}, reservation_id="timed-out") is None
+    assert ledger.reserved() == {} and ledger.spent() == {}
+    ledger.release("timed-out")
+    assert ledger.reserve({"cost": 1.0}, {"cost": 1.0}) is not None  # nothing was left held
+
+
+@pytest.mark.parametrize(("bad", "error"), [("", ValueError), ("a\x00b", ValueError),
+                                            ("x" * 201, ValueError), (5, TypeError)])  # fmt: skip
+def test_bad_reservation_ids_raise(
+    make_ledger: MakeLedger, bad: Any, error: type[Exception]
+) -> None:
+    ledger = make_ledger()
+    with pytest.raises(error, match="reservation id"):
+        ledger.reserve({"cost": 1.0}, {}, reservation_id=bad)
+    with pytest.raises(error, match="reservation id"):
+        ledger.release(bad)
+    assert ledger.reserved() == {}
+
+
+# -- leases and their renewal ------------------------------------------------------------------
+
+
+def test_renew_says_whether_a_reservation_is_live(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger(lease_s=30.0)
+    held = ledger.reserve({"cost": 1.0}, {})
+    assert held is not None
+    assert ledger.renew(held) is True
+    assert ledger.renew(held.id) is True
+    ledger.commit(held, {"cost": 1.0})
+    assert ledger.renew(held) is False
+    assert ledger.renew("never-reserved") is False
+    with pytest.raises(TypeError, match="Reservation"):
+        ledger.renew(None)  # type: ignore[arg-type]
+
+
+def test_a_held_reservation_outlives_its_lease_while_this_process_holds_it(
+    make_ledger: MakeLedger,
+) -> None:
+    ledger = make_ledger(lease_s=1.0)
+    held = ledger.reserve({"cost": 1.0}, {"cost": 1.0})
+    assert held is not None and held.expires_at is not None
+    stop = time.monotonic() + 3.0  # three leases; the daemon thread renews every third of one
+    while time.monotonic() < stop:
+        assert ledger.reserve({"cost": 0.5}, {"cost": 1.0}) is None  # reaps; the hold stays
+        time.sleep(0.2)
+    assert ledger.reserved() == {"cost": 1.0}
+    ledger.commit(held, {"cost": 1.0})
+    assert ledger.spent() == {"cost": 1.0} and ledger.reserved() == {}

@@ -274,3 +274,27 @@ def test_bad_settings_raise(kwargs: dict[str, Any], match: str) -> None:
 def test_url_must_be_a_string() -> None:
     with pytest.raises(TypeError, match="url"):
         RedisLedger(b"redis://127.0.0.1:1/0", "scope")  # type: ignore[arg-type]
+
+
+def test_a_ready_client_with_bytes_replies_is_used_and_left_open(
+    redis_server: RedisServer, tmp_path: Any
+) -> None:
+    client = redis.Redis.from_url(redis_server.url)  # no decode_responses: replies are bytes
+    scope = _scope()
+    ledger = RedisLedger(client, scope, journal=tmp_path / "j")
+    child = ledger.child("run")
+    held = child.reserve({"cost": 0.5}, {"cost": 1.0}, ancestors={scope: {"cost": 0.5}})
+    assert held is not None
+    assert child.reserve({"cost": 0.5}, {"cost": 1.0}, reservation_id=held.id) == held
+    assert ledger.reserved() == {"cost": 0.5} == child.reserved()
+    child.commit(held, {"cost": 0.25})
+    assert ledger.spent() == {"cost": 0.25} == ledger.spent(child.scope)
+    assert ledger.renew(held) is False
+    # one tree, one hash tag: the child's amounts are fields of the root's hashes
+    assert client.hgetall(f"ampmeter:{{{scope}}}:spent") == {b"cost": b"0.25",
+                                                            b"run\x1fcost": b"0.25"}  # fmt: skip
+    child.close()  # a child leaves the shared backend open
+    assert ledger.spent() == {"cost": 0.25}
+    ledger.close()
+    assert client.ping()  # the caller's client stays open
+    client.close()

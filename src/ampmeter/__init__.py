@@ -12,14 +12,21 @@ from ampmeter.context import (
     WrapOptions,
     current_context,
     current_node_id,
-    use_pricing,
 )
 from ampmeter.errors import (
     AmpmeterError,
+    AnalysisError,
+    BudgetBusy,
     BudgetUnavailable,
+    EventSchemaError,
     ExecutionCanceled,
     HookAbort,
+    JsonlError,
     LimitExceeded,
+    LogLineError,
+    SinkClosedError,
+    SinkWriteError,
+    StreamAbandoned,
 )
 from ampmeter.executor import CONTINUE, AgentLoop, ExecutionResult, Executor
 from ampmeter.graph import ExecutionGraph, Node
@@ -29,10 +36,9 @@ from ampmeter.integrations import (
     instrument_openai,
     uninstrument,
 )
-from ampmeter.ledgers import InMemoryLedger, Ledger, LedgerUnavailable, Reservation
+from ampmeter.ledgers import InMemoryLedger, Ledger, Reservation, SqliteLedger
 from ampmeter.limits import ExceededLimit, Limit, LimitType, check_limits, default_limits
 from ampmeter.logs import (
-    JsonlError,
     StreamCumulativeMetrics,
     StreamMetricsLogger,
     event_errors,
@@ -41,20 +47,21 @@ from ampmeter.logs import (
 )
 from ampmeter.metrics import LLMCallMetrics, TaskResult
 from ampmeter.pricing import PriceResult, clear_prices, estimate, price, remove_price, set_price
-from ampmeter.sinks import JsonlSink, MemorySink, Sink, SinkClosedError, SinkWriteError
+from ampmeter.sinks import JsonlSink, MemorySink, Sink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace
-
-# Calls recorded without a cost are priced from the genai-prices table (imported on first use).
-use_pricing(pricing)
+from ampmeter.usage import Usage
 
 __all__ = [
     "CONTINUE",
     "AgentLoop",
     "AmpmeterError",
+    "AnalysisError",
+    "BudgetBusy",
     "BudgetUnavailable",
     "Call",
     "Decision",
+    "EventSchemaError",
     "ExceededLimit",
     "ExecutionCanceled",
     "ExecutionContext",
@@ -68,10 +75,10 @@ __all__ = [
     "JsonlSink",
     "LLMCallMetrics",
     "Ledger",
-    "LedgerUnavailable",
     "Limit",
     "LimitExceeded",
     "LimitType",
+    "LogLineError",
     "MemorySink",
     "ModelCallTrace",
     "Node",
@@ -81,11 +88,14 @@ __all__ = [
     "Sink",
     "SinkClosedError",
     "SinkWriteError",
+    "SqliteLedger",
+    "StreamAbandoned",
     "StreamCumulativeMetrics",
     "StreamMetricsLogger",
     "TaskResult",
     "TerminationReason",
     "ToolCallTrace",
+    "Usage",
     "WrapOptions",
     "check_limits",
     "clear_prices",
@@ -104,7 +114,6 @@ __all__ = [
     "remove_price",
     "set_price",
     "uninstrument",
-    "use_pricing",
     "validate_event",
 ]
 

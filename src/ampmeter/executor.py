@@ -1,4 +1,4 @@
-"""The executor loop: iterations counted and limits checked at the start of each one."""
+"""The executor loop: iterations counted, limits checked after each one and before the next."""
 
 from __future__ import annotations
 
@@ -46,6 +46,10 @@ class ExecutionResult:
 class Executor:
     """Runs an agent loop in a fresh context until it returns a result or a limit stops it.
 
+    Limits are checked when an iteration completes (after ``next`` returns ``CONTINUE``) and
+    before the next one starts, so ``ctx.iteration`` counts iterations that ran and a stop names
+    the limit actually exceeded; with an iteration limit of N exactly N iterations run.
+
     ``limits`` defaults to :func:`~ampmeter.default_limits` (100 iterations, 3 consecutive
     parse errors of each kind); other keywords go to :class:`~ampmeter.ExecutionContext`.
     """
@@ -88,6 +92,7 @@ class Executor:
                     if outcome is not CONTINUE:
                         result = outcome
                         break
+                    ctx.end_iteration()  # the iteration completed: check before the next
             except LimitExceeded as exc:
                 if exc.exceeded is not None and ctx.exceeded_limit is None:
                     ctx.exceeded_limit = exc.exceeded

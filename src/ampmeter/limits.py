@@ -7,12 +7,12 @@ in list order, counters before gauges, and the first match wins. A key that was 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final
 
+from ampmeter import _validate
+from ampmeter._kernel import LimitRow
 from ampmeter.keys import (
     KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
     KEY_ITERATIONS,
@@ -20,9 +20,14 @@ from ampmeter.keys import (
 )
 from ampmeter.stats import ExecutionStats
 
-__all__ = ["ExceededLimit", "Limit", "LimitType", "check_limits", "default_limits"]
-
-_NO_PENDING: Final[Mapping[str, float]] = {}
+__all__ = [
+    "ExceededLimit",
+    "Limit",
+    "LimitType",
+    "check_limits",
+    "compile_limits",
+    "default_limits",
+]
 
 
 class LimitType(str, Enum):
@@ -50,12 +55,9 @@ class Limit:
             raise TypeError(f"Limit key must be a str, got {type(self.key).__name__}")
         if not self.key:
             raise ValueError("Limit key must not be empty")
-        value = self.max_value
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"Limit max_value must be a number, got {type(value).__name__}")
-        if math.isnan(value):
-            raise ValueError(f"Limit max_value for {self.key!r} must not be NaN")
-        object.__setattr__(self, "max_value", float(value))
+        # Any finite number: a gauge can go below zero, so a negative ceiling can make sense.
+        value = _validate.number(self.max_value, f"Limit max_value for {self.key!r}")
+        object.__setattr__(self, "max_value", value)
         try:
             object.__setattr__(self, "type", LimitType(self.type))
         except ValueError:
@@ -98,6 +100,13 @@ def default_limits() -> list[Limit]:
     ]
 
 
+def compile_limits(limits: Sequence[Limit]) -> tuple[LimitRow, ...]:
+    """``limits`` as the rows the kernel's check reads, in list order."""
+    return tuple(
+        (limit.type is LimitType.PREFIX, limit.key, limit.max_value, limit) for limit in limits
+    )
+
+
 def check_limits(
     stats: ExecutionStats,
     limits: Sequence[Limit],
@@ -108,15 +117,15 @@ def check_limits(
     Values include usage reserved by calls in flight, plus ``pending`` (the reservation of a call
     about to start), so a check before a call asks "would this call break a limit?".
     """
-    with stats.lock:
-        return check_limits_locked(stats, limits, pending or _NO_PENDING)
+    for limit in limits:
+        if not isinstance(limit, Limit):
+            raise TypeError(f"limits must hold Limit objects, got {type(limit).__name__}")
+    found = stats.kernel.check(((stats.level, compile_limits(limits)),), pending)
+    return None if found is None else exceeded(found[1])
 
 
-def check_limits_locked(
-    stats: ExecutionStats, limits: Sequence[Limit], pending: Mapping[str, float]
-) -> ExceededLimit | None:
-    """:func:`check_limits` for a caller that already holds ``stats.lock``."""
-    # Imported here: the compiled check imports this module's types at its own import.
-    from ampmeter._limit_check import check_plan_locked, compile_limits
-
-    return check_plan_locked(stats, compile_limits(limits), dict(pending))
+def exceeded(hit: tuple[object, str, float]) -> ExceededLimit:
+    """The kernel's answer ``(limit, key, value)`` as an :class:`ExceededLimit`."""
+    limit, key, value = hit
+    assert isinstance(limit, Limit)
+    return ExceededLimit(limit, key, value)

@@ -31,6 +31,9 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import TYPE_CHECKING, Final, Literal, SupportsIndex, cast
 
+from ampmeter import estimates
+from ampmeter.estimates import CHARS_PER_TOKEN
+
 if TYPE_CHECKING:
     from genai_prices.types import ModelInfo, ModelPrice
 
@@ -42,6 +45,7 @@ __all__ = [
     "PricingStatus",
     "clear_prices",
     "estimate",
+    "load",
     "price",
     "remove_price",
     "set_price",
@@ -54,8 +58,6 @@ USER_PRICING_VERSION: Final = "user"
 """``pricing_version`` of a price that comes from :func:`set_price`."""
 DEFAULT_ESTIMATE_OUTPUT_TOKENS: Final = 1024
 """Output tokens :func:`estimate` assumes when the call sets no ``max_tokens``."""
-CHARS_PER_TOKEN: Final = 4
-"""Characters per token in :func:`estimate`'s fast prompt count (rounded up)."""
 
 _UTC: Final = timezone.utc
 _clock = _time.time  # seconds since the epoch; tests move it
@@ -311,6 +313,11 @@ def _steps(value: object) -> _Steps | None:
     return None
 
 
+def load() -> None:
+    """Load the price table now (it is otherwise loaded by the first priced call)."""
+    _current_table()
+
+
 def table_version() -> str:
     """The ``pricing_version`` of table prices right now, e.g. ``"genai-prices@0.2.3"``."""
     return _current_table().version
@@ -502,7 +509,7 @@ def estimate(
     """Upper-bound cost in USD of a call before it is made (the budget reservation).
 
     The prompt counts ``prompt_tokens`` when given (e.g. the provider's own count), else
-    ``ceil(len(prompt_text) / 4)``, else 0; the output counts ``max_tokens``, or
+    the prompt estimate of :mod:`ampmeter.estimates`, else 0; the output counts ``max_tokens``, or
     :data:`DEFAULT_ESTIMATE_OUTPUT_TOKENS` when the call sets none. ``None`` if unpriced.
     """
     if prompt_tokens is not None:
@@ -510,7 +517,7 @@ def estimate(
     elif prompt_text is not None:
         if not isinstance(prompt_text, str):
             raise TypeError(f"prompt_text must be a str, got {type(prompt_text).__name__}")
-        n_in = -(-len(prompt_text) // CHARS_PER_TOKEN)
+        n_in = estimates.prompt_tokens(prompt_text, model)
     else:
         n_in = 0
     n_out = (

@@ -224,12 +224,10 @@ def child_setup() -> None:
     )
     config = RunConfig(**json.loads(raw))
 
-    import ampmeter.pricing
-    from ampmeter.context import ExecutionContext, use_pricing
+    from ampmeter.context import ExecutionContext
     from ampmeter.integrations import instrument, set_default_context
     from ampmeter.sinks.jsonl import JsonlSink
 
-    use_pricing(ampmeter.pricing)
     instrument(capture_content=config.capture_content)
     sink = JsonlSink(config.out) if config.out else None
     ctx = ExecutionContext(

@@ -155,11 +155,8 @@ def run_demo(
 def _ask_all(client: Any, model: str, max_cost: float, max_steps: int, questions: int,
              run_max_llm_calls: int, out: Path,
              echo: Callable[[str], Any]) -> DemoOutcome:  # fmt: skip
-    import ampmeter.pricing
-    from ampmeter.context import use_pricing
     from ampmeter.integrations import instrument, is_instrumented, uninstrument
 
-    use_pricing(ampmeter.pricing)
     was_instrumented = is_instrumented()
     instrument()
     out.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Budget ledgers: reservations and spend of a budget scope, in-process or shared via Redis.
+"""Budget ledgers: reservations and spend of budget scopes, in-process, in SQLite or in Redis.
 
 ``RedisLedger`` is imported lazily, so the package works without the ``redis`` extra.
 """
@@ -9,11 +9,19 @@ from typing import TYPE_CHECKING, Any
 
 from ampmeter.ledgers.base import Ledger, LedgerUnavailable, Reservation
 from ampmeter.ledgers.memory import InMemoryLedger
+from ampmeter.ledgers.sqlite import SqliteLedger
 
 if TYPE_CHECKING:
     from ampmeter.ledgers.redis import RedisLedger
 
-__all__ = ["InMemoryLedger", "Ledger", "LedgerUnavailable", "RedisLedger", "Reservation"]
+__all__ = [
+    "InMemoryLedger",
+    "Ledger",
+    "LedgerUnavailable",
+    "RedisLedger",
+    "Reservation",
+    "SqliteLedger",
+]
 
 
 def __getattr__(name: str) -> Any:

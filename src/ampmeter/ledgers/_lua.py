@@ -1,15 +1,18 @@
 """The Lua scripts of :class:`~ampmeter.ledgers.RedisLedger`: one per operation, each atomic.
 
-KEYS (same order in every script): 1 spent (hash), 2 reserved (hash), 3 holds (hash: id ->
-JSON array ``[key, amount, ...]`` with amounts as the client's exact decimal strings), 4 leases
-(sorted set: id by expiry), 5 committed and 6 released (sorted sets: settled ids by time),
-7 window (string whose expiry is the scope's TTL). ARGV 1 is the TTL in ms ("" = none), ARGV 2
-how many seconds settled ids are kept. Time comes from the server (TIME), never the client.
+A scope tree (every scope under one root) lives in seven keys that share one hash tag, so a
+script touches only declared keys of one Redis Cluster slot. KEYS (same order in every
+script): 1 spent and 2 reserved (hashes: field ``<path below the root>\\x1f<key>``, or just
+``<key>`` for the root itself), 3 holds (hash: id -> JSON ``{"s": scopes, "p": field prefixes,
+"a": [key, amount, ...]}`` with amounts as the client's exact decimal strings), 4 leases (sorted
+set: id by expiry), 5 committed and 6 released (sorted sets: settled ids by time), 7 window
+(string whose expiry is the tree's TTL). ARGV 1 is the TTL in ms ("" = none), ARGV 2 how many
+seconds settled ids are kept. Time comes from the server (TIME), never the client.
 """
 
 from __future__ import annotations
 
-__all__ = ["COMMIT", "RELEASE", "RESERVE"]
+__all__ = ["COMMIT", "RELEASE", "RENEW", "RESERVE"]
 
 _PRELUDE = """
 if redis.replicate_commands then pcall(redis.replicate_commands) end
@@ -37,23 +40,36 @@ local function close_window()
   for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], window_ms) end
 end
 
+local function settled(id)
+  return redis.call('ZSCORE', KEYS[5], id) or redis.call('ZSCORE', KEYS[6], id)
+end
+
 local function drop(id)
   local held = redis.call('HGET', KEYS[3], id)
   if not held then return end
-  local flat = cjson.decode(held)
-  for i = 1, #flat, 2 do
-    redis.call('HINCRBYFLOAT', KEYS[2], flat[i], '-' .. flat[i + 1])
-  end
+  local hold = cjson.decode(held)
+  local prefixes, flat = hold.p, hold.a
+  if prefixes == nil then prefixes, flat = {''}, hold end  -- a hold of a flat-scope version
   redis.call('HDEL', KEYS[3], id)
   redis.call('ZREM', KEYS[4], id)
   if redis.call('HLEN', KEYS[3]) == 0 then
     -- no reservation left: back to exact zero instead of float residue
     redis.call('DEL', KEYS[2])
+    return
+  end
+  for _, prefix in ipairs(prefixes) do
+    for i = 1, #flat, 2 do
+      if tonumber(flat[i + 1]) ~= 0 then
+        local field = prefix .. flat[i]
+        local left = redis.call('HINCRBYFLOAT', KEYS[2], field, '-' .. flat[i + 1])
+        if tonumber(left) == 0 then redis.call('HDEL', KEYS[2], field) end
+      end
+    end
   end
 end
 
 local function reap()
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 512)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
   for _, id in ipairs(expired) do
     drop(id)
     redis.call('ZREM', KEYS[4], id)
@@ -67,50 +83,62 @@ open_window()
 reap()
 """
 
-# ARGV 3 id, 4 lease seconds ("" = none), 5 n, then n (key, amount) pairs, then m, then m
-# (key, ceiling) pairs. Returns {1 | 0, seconds, microseconds} of the server clock.
+# ARGV 3 id, 4 lease seconds ("" = none), 5 the hold's JSON, 6 how many scopes, then per scope
+# its field prefix, m, and m (key, ceiling) pairs. Returns {status, seconds, microseconds of
+# the server clock, hold JSON, expiry}: status 1 taken, 0 refused (a ceiling, or a settled id),
+# 2 already held under this id (then the JSON and expiry are the existing hold's).
 RESERVE = (
     _PRELUDE
     + """
 local id = ARGV[3]
+if settled(id) then
+  close_window()
+  return {0, t[1], t[2], '', ''}
+end
+local existing = redis.call('HGET', KEYS[3], id)
+if existing then
+  close_window()
+  return {2, t[1], t[2], existing, redis.call('ZSCORE', KEYS[4], id) or ''}
+end
+local hold = cjson.decode(ARGV[5])
+local flat = hold.a
 local wanted = {}
-local flat = {}
-local i = 6
-for _ = 1, tonumber(ARGV[5]) do
-  local key, amount = ARGV[i], ARGV[i + 1]
-  local value = tonumber(amount)
-  wanted[key] = (wanted[key] or 0) + value
-  if value ~= 0 then
-    flat[#flat + 1] = key
-    flat[#flat + 1] = amount
-  end
-  i = i + 2
-end
-local m = tonumber(ARGV[i])
-i = i + 1
-for _ = 1, m do
-  local key, ceiling = ARGV[i], tonumber(ARGV[i + 1])
-  local spent = tonumber(redis.call('HGET', KEYS[1], key) or '0')
-  local held = tonumber(redis.call('HGET', KEYS[2], key) or '0')
-  if spent + held + (wanted[key] or 0) > ceiling then
-    close_window()
-    return {0, t[1], t[2]}
-  end
-  i = i + 2
-end
 for j = 1, #flat, 2 do
-  redis.call('HINCRBYFLOAT', KEYS[2], flat[j], flat[j + 1])
+  wanted[flat[j]] = (wanted[flat[j]] or 0) + tonumber(flat[j + 1])
 end
-redis.call('HSET', KEYS[3], id, cjson.encode(flat))
+local i = 7
+for _ = 1, tonumber(ARGV[6]) do
+  local prefix, m = ARGV[i], tonumber(ARGV[i + 1])
+  i = i + 2
+  for _ = 1, m do
+    local key, ceiling = ARGV[i], tonumber(ARGV[i + 1])
+    local spent = tonumber(redis.call('HGET', KEYS[1], prefix .. key) or '0')
+    local held = tonumber(redis.call('HGET', KEYS[2], prefix .. key) or '0')
+    if spent + held + (wanted[key] or 0) > ceiling then
+      close_window()
+      return {0, t[1], t[2], '', ''}
+    end
+    i = i + 2
+  end
+end
+for _, prefix in ipairs(hold.p) do
+  for j = 1, #flat, 2 do
+    if tonumber(flat[j + 1]) ~= 0 then
+      redis.call('HINCRBYFLOAT', KEYS[2], prefix .. flat[j], flat[j + 1])
+    end
+  end
+end
+redis.call('HSET', KEYS[3], id, ARGV[5])
 local expiry = '+inf'
 if ARGV[4] ~= '' then expiry = now + tonumber(ARGV[4]) end
 redis.call('ZADD', KEYS[4], expiry, id)
 close_window()
-return {1, t[1], t[2]}
+return {1, t[1], t[2], '', ''}
 """
 )
 
-# ARGV 3 id, 4 n, then n (key, amount) pairs. Returns 1 if applied, 0 if already committed.
+# ARGV 3 id, 4 how many field prefixes, the prefixes, then n and n (key, amount) pairs.
+# Returns 1 if applied, 0 if already committed.
 COMMIT = (
     _PRELUDE
     + """
@@ -120,12 +148,17 @@ if redis.call('ZSCORE', KEYS[5], id) then
   return 0
 end
 drop(id)
-local i = 5
-for _ = 1, tonumber(ARGV[4]) do
-  if tonumber(ARGV[i + 1]) ~= 0 then
-    redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], ARGV[i + 1])
+local count = tonumber(ARGV[4])
+local i = 5 + count
+local n = tonumber(ARGV[i])
+for p = 5, 4 + count do
+  local j = i + 1
+  for _ = 1, n do
+    if tonumber(ARGV[j + 1]) ~= 0 then
+      redis.call('HINCRBYFLOAT', KEYS[1], ARGV[p] .. ARGV[j], ARGV[j + 1])
+    end
+    j = j + 2
   end
-  i = i + 2
 end
 redis.call('ZREM', KEYS[6], id)
 redis.call('ZADD', KEYS[5], now, id)
@@ -134,12 +167,12 @@ return 1
 """
 )
 
-# ARGV 3 id. Returns 1 if applied, 0 if the id was already settled.
+# ARGV 3 id. Returns 1 if applied (a tombstone for an id never reserved), 0 if already settled.
 RELEASE = (
     _PRELUDE
     + """
 local id = ARGV[3]
-if redis.call('ZSCORE', KEYS[5], id) or redis.call('ZSCORE', KEYS[6], id) then
+if settled(id) then
   close_window()
   return 0
 end
@@ -147,5 +180,22 @@ drop(id)
 redis.call('ZADD', KEYS[6], now, id)
 close_window()
 return 1
+"""
+)
+
+# ARGV 3 lease seconds ("" = none), 4... ids. Returns the ids that were live (and are renewed).
+RENEW = (
+    _PRELUDE
+    + """
+local live = {}
+for i = 4, #ARGV do
+  local id = ARGV[i]
+  if redis.call('HEXISTS', KEYS[3], id) == 1 then
+    if ARGV[3] ~= '' then redis.call('ZADD', KEYS[4], 'XX', now + tonumber(ARGV[3]), id) end
+    live[#live + 1] = id
+  end
+end
+close_window()
+return live
 """
 )

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
-from collections.abc import Mapping
+from typing import Literal
 
 from ampmeter.ledgers.base import (
     SETTLED_KEEP_S,
     Ledger,
+    Limits,
     Reservation,
-    check_amounts,
-    check_reservation,
-    check_scope,
     check_seconds,
     frozen,
 )
@@ -21,120 +18,160 @@ from ampmeter.ledgers.base import (
 __all__ = ["InMemoryLedger"]
 
 
+class _Lease:
+    __slots__ = ("amounts", "expiry", "scopes")
+
+    def __init__(self, amounts: dict[str, float], scopes: tuple[str, ...], expiry: float) -> None:
+        self.amounts = amounts
+        self.scopes = scopes
+        self.expiry = expiry  # math.inf for leases that never end
+
+
+class _State:
+    """Everything a tree of scopes holds; shared by an InMemoryLedger and its children."""
+
+    __slots__ = ("committed", "leases", "lock", "released", "reserved", "spent")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.spent: dict[str, dict[str, float]] = {}
+        self.reserved: dict[str, dict[str, float]] = {}
+        # id -> lease, in expiry order (one lease length for all; a renewal moves it last)
+        self.leases: dict[str, _Lease] = {}
+        # settled ids -> time settled, in insertion (= time) order, pruned after SETTLED_KEEP_S
+        self.committed: dict[str, float] = {}
+        self.released: dict[str, float] = {}
+
+
 class InMemoryLedger(Ledger):
     """A thread-safe ledger kept in this process.
 
     ``lease_s`` (None = reservations never expire) is how long a reservation holds its amounts
-    before it is returned to the pool. Semantics are those of :class:`Ledger`, identical to
-    :class:`~ampmeter.ledgers.RedisLedger`.
+    before it is returned to the pool (renewed while unsettled, see :class:`Ledger`).
+    Semantics are those of :class:`Ledger`, identical to the SQLite and Redis ledgers.
     """
 
-    __slots__ = (
-        "_committed",
-        "_lease_s",
-        "_leases",
-        "_lock",
-        "_released",
-        "_reserved",
-        "_spent",
-        "scope",
-    )
-
     def __init__(self, scope: str = "default", *, lease_s: float | None = None) -> None:
-        self.scope = check_scope(scope)
-        self._lease_s = check_seconds(lease_s, "lease_s", optional=True)
-        self._lock = threading.Lock()
-        self._spent: dict[str, float] = {}
-        self._reserved: dict[str, float] = {}
-        # id -> (amounts, expiry); expiry is math.inf for leases that never end
-        self._leases: dict[str, tuple[dict[str, float], float]] = {}
-        # settled ids -> time settled, in insertion (= time) order, pruned after SETTLED_KEEP_S
-        self._committed: dict[str, float] = {}
-        self._released: dict[str, float] = {}
+        lease = check_seconds(lease_s, "lease_s", optional=True)
+        super().__init__(scope, lease, None)
+        self._state = _State()
 
-    def reserve(
-        self, amounts: Mapping[str, float], ceilings: Mapping[str, float]
+    def _backend_reserve(
+        self, reservation_id: str, amounts: dict[str, float], limits: Limits
     ) -> Reservation | None:
-        """See :meth:`Ledger.reserve`."""
-        wanted = check_amounts(amounts, "amounts")
-        limits = check_amounts(ceilings, "ceilings", allow_negative=True)
-        with self._lock:
+        state = self._state
+        with state.lock:
             now = time.time()
             self._reap(now)
-            spent, reserved = self._spent, self._reserved
-            for key, ceiling in limits.items():
-                total = spent.get(key, 0.0) + reserved.get(key, 0.0) + wanted.get(key, 0.0)
-                if total > ceiling:
-                    return None
-            for key, value in wanted.items():
-                if value:
-                    reserved[key] = reserved.get(key, 0.0) + value
-            expiry = now + self._lease_s if self._lease_s is not None else None
-            reservation_id = uuid.uuid4().hex
-            self._leases[reservation_id] = (wanted, expiry if expiry is not None else float("inf"))
-        return Reservation(reservation_id, frozen(dict(wanted)), expiry)
+            if reservation_id in state.committed or reservation_id in state.released:
+                return None
+            lease = state.leases.get(reservation_id)
+            if lease is not None:
+                return self._reservation(reservation_id, lease)
+            for scope, ceilings in limits.items():
+                spent = state.spent.get(scope, {})
+                reserved = state.reserved.get(scope, {})
+                for key, ceiling in ceilings.items():
+                    total = spent.get(key, 0.0) + reserved.get(key, 0.0) + amounts.get(key, 0.0)
+                    if total > ceiling:
+                        return None
+            scopes = tuple(limits)
+            for scope in scopes:
+                reserved = state.reserved.setdefault(scope, {})
+                for key, value in amounts.items():
+                    if value:
+                        reserved[key] = reserved.get(key, 0.0) + value
+            expiry = now + self._lease_s if self._lease_s is not None else float("inf")
+            lease = state.leases[reservation_id] = _Lease(amounts, scopes, expiry)
+            return self._reservation(reservation_id, lease)
 
-    def commit(self, reservation: Reservation, actual: Mapping[str, float]) -> None:
-        """See :meth:`Ledger.commit`."""
-        held = check_reservation(reservation)
-        cost = check_amounts(actual, "actual")
-        with self._lock:
+    def _backend_commit(
+        self, reservation_id: str, scopes: tuple[str, ...], actual: dict[str, float]
+    ) -> None:
+        state = self._state
+        with state.lock:
             now = time.time()
             self._reap(now)
-            if held.id in self._committed:
+            if reservation_id in state.committed:
                 return
-            self._drop(held.id)
-            spent = self._spent
-            for key, value in cost.items():
-                if value:
-                    spent[key] = spent.get(key, 0.0) + value
-            self._released.pop(held.id, None)
-            self._committed[held.id] = now
+            self._drop(reservation_id)
+            for scope in scopes:
+                spent = state.spent.setdefault(scope, {})
+                for key, value in actual.items():
+                    if value:
+                        spent[key] = spent.get(key, 0.0) + value
+            state.released.pop(reservation_id, None)
+            state.committed[reservation_id] = now
 
-    def release(self, reservation: Reservation) -> None:
-        """See :meth:`Ledger.release`."""
-        held = check_reservation(reservation)
-        with self._lock:
+    def _backend_release(self, reservation_id: str) -> None:
+        state = self._state
+        with state.lock:
             now = time.time()
             self._reap(now)
-            if held.id in self._committed or held.id in self._released:
+            if reservation_id in state.committed or reservation_id in state.released:
                 return
-            self._drop(held.id)
-            self._released[held.id] = now
+            self._drop(reservation_id)
+            state.released[reservation_id] = now
 
-    def spent(self) -> dict[str, float]:
-        """See :meth:`Ledger.spent`."""
-        with self._lock:
-            return dict(self._spent)
+    def _backend_renew(self, reservation_ids: list[str]) -> set[str]:
+        state = self._state
+        live: set[str] = set()
+        with state.lock:
+            now = time.time()
+            self._reap(now)
+            for reservation_id in reservation_ids:
+                lease = state.leases.pop(reservation_id, None)
+                if lease is None:
+                    continue
+                if self._lease_s is not None:
+                    lease.expiry = now + self._lease_s
+                state.leases[reservation_id] = lease  # last again: expiry order is kept
+                live.add(reservation_id)
+        return live
 
-    def reserved(self) -> dict[str, float]:
-        """See :meth:`Ledger.reserved`."""
-        with self._lock:
-            return dict(self._reserved)
+    def _backend_read(self, which: Literal["spent", "reserved"], scope: str) -> dict[str, float]:
+        state = self._state
+        with state.lock:
+            table = state.spent if which == "spent" else state.reserved
+            return dict(table.get(scope, {}))
+
+    def _reservation(self, reservation_id: str, lease: _Lease) -> Reservation:
+        expires_at = None if lease.expiry == float("inf") else lease.expiry
+        return Reservation(reservation_id, frozen(dict(lease.amounts)), expires_at, lease.scopes)
 
     def _drop(self, reservation_id: str) -> None:
-        lease = self._leases.pop(reservation_id, None)
+        state = self._state
+        lease = state.leases.pop(reservation_id, None)
         if lease is None:
             return
-        reserved = self._reserved
-        for key, value in lease[0].items():
-            if value:
-                reserved[key] = reserved.get(key, 0.0) - value
-        if not self._leases:
+        if not state.leases:
             # no reservation left: return to exact zero instead of float residue
-            reserved.clear()
+            state.reserved.clear()
+            return
+        for scope in lease.scopes:
+            reserved = state.reserved.get(scope)
+            if reserved is None:
+                continue
+            for key, value in lease.amounts.items():
+                if value:
+                    left = reserved[key] - value
+                    if left == 0.0:
+                        del reserved[key]
+                    else:
+                        reserved[key] = left
+            if not reserved:
+                del state.reserved[scope]
 
     def _reap(self, now: float) -> None:
-        leases = self._leases
-        if self._lease_s is not None:
-            # one lease length for all, so insertion order is expiry order
-            while leases:
-                rid, (_, expiry) = next(iter(leases.items()))
-                if expiry > now:
-                    break
-                self._drop(rid)
+        state = self._state
+        leases = state.leases
+        while leases:
+            rid, lease = next(iter(leases.items()))
+            if lease.expiry > now:
+                break
+            self._drop(rid)
         horizon = now - SETTLED_KEEP_S
-        for settled in (self._committed, self._released):
+        for settled in (state.committed, state.released):
             while settled:
                 rid, when = next(iter(settled.items()))
                 if when > horizon:

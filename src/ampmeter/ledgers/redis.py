@@ -2,7 +2,9 @@
 
 Each operation is one Lua script run with EVALSHA (redis-py loads it on first use), so a
 reservation is checked and taken atomically against everything every other process holds. Leases
-use the Redis server's clock, so the clocks of the workers do not matter.
+use the Redis server's clock, so the clocks of the workers do not matter. A scope tree (every
+scope under one root) lives in seven keys with the hash tag ``{<root>}``, so on Redis Cluster
+every script touches one slot.
 
 Precision: Redis adds with ``HINCRBYFLOAT`` (long double, printed with 17 decimals), so a sum
 of many amounts matches the exact float sum to far better than 1e-9 for budgets of ordinary
@@ -13,150 +15,212 @@ reserved hash is reset to exact zero.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+import os
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 try:
+    import orjson
     import redis
     from redis.backoff import NoBackoff
+    from redis.cluster import RedisCluster
+    from redis.exceptions import RedisClusterException
     from redis.retry import Retry
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("RedisLedger needs the redis package: pip install 'ampmeter[redis]'") from exc
 
 from ampmeter.ledgers import _lua
+from ampmeter.ledgers._journal import Journal, default_journal_dir
 from ampmeter.ledgers.base import (
     SETTLED_KEEP_S,
     Ledger,
     LedgerUnavailable,
+    Limits,
     Reservation,
-    check_amounts,
-    check_reservation,
     check_scope,
     check_seconds,
     frozen,
+    root_of,
 )
 
 __all__ = ["RedisLedger"]
 
 _T = TypeVar("_T")
 _SUFFIXES = ("spent", "reserved", "holds", "leases", "committed", "released", "window")
+_SEP = "\x1f"  # between a scope's path below the root and a key, in hash fields
 
 
 class RedisLedger(Ledger):
-    """A :class:`Ledger` whose state lives in Redis under ``ampmeter:{scope}:*``.
+    """A :class:`Ledger` whose state lives in Redis under ``ampmeter:{<root>}:*``.
 
-    ``url`` is a redis-py URL (``redis://host:6379/0``, ``rediss://``, ``unix://``).
-    ``ttl_s`` (None = forever) makes the scope a window: its keys vanish ``ttl_s`` after the
-    first write, and the next write starts a fresh budget (a budget for a day); every ledger
-    of one scope must use the same ``ttl_s``. ``lease_s`` (None = never) is how long a
-    reservation is held before it returns to the pool, so a crashed worker's reservation comes
-    back. ``timeout_s`` bounds connecting and every command; a backend that is unreachable or
-    slower raises :class:`LedgerUnavailable` (no retries, so callers decide quickly).
-
-    The scope sits in a Redis Cluster hash tag (``{scope}``), so all its keys share one slot.
+    ``url`` is a redis-py URL (``redis://host:6379/0``, ``rediss://``, ``unix://``), or a
+    ready ``redis.Redis`` or ``redis.cluster.RedisCluster`` client (then its own timeouts and
+    retries apply, ``timeout_s`` is not used, and :meth:`close` leaves it open).
+    ``ttl_s`` (None = forever) makes the scope tree a window: its keys vanish ``ttl_s`` after
+    the first write, and the next write starts a fresh budget (a budget for a day); every
+    ledger of one tree must use the same ``ttl_s``. ``lease_s`` (None = never) is how long an
+    unsettled reservation is held unless renewed, so a crashed worker's reservation comes back.
+    ``timeout_s`` bounds connecting and every command; a backend that is unreachable or slower
+    raises :class:`LedgerUnavailable` (a commit or release is then journaled, see
+    :class:`Ledger`; ``journal`` is its directory, by default under the user's cache directory).
     """
-
-    __slots__ = ("_client", "_commit", "_keys", "_lease_arg", "_release", "_reserve", "_ttl_arg",
-                 "_where", "scope")  # fmt: skip
 
     def __init__(
         self,
-        url: str,
+        url: str | redis.Redis | RedisCluster,
         scope: str,
         *,
         ttl_s: float | None = None,
         lease_s: float | None = 30.0,
         timeout_s: float = 0.25,
+        journal: str | os.PathLike[str] | None = None,
     ) -> None:
-        if not isinstance(url, str):
-            raise TypeError(f"url must be a str, got {type(url).__name__}")
-        self.scope = check_scope(scope)
+        if not isinstance(url, (str, redis.Redis, RedisCluster)):
+            raise TypeError(
+                "url must be a redis:// URL str, a redis.Redis or a redis.cluster.RedisCluster, "
+                f"got {type(url).__name__}"
+            )
+        root = root_of(check_scope(scope))
         ttl = check_seconds(ttl_s, "ttl_s", optional=True)
         lease = check_seconds(lease_s, "lease_s", optional=True)
         timeout = check_seconds(timeout_s, "timeout_s", optional=False)
         self._ttl_arg = "" if ttl is None else str(max(1, round(ttl * 1000)))
         self._lease_arg = "" if lease is None else repr(lease)
-        self._keys = [f"ampmeter:{{{scope}}}:{suffix}" for suffix in _SUFFIXES]
-        self._client: redis.Redis = redis.Redis.from_url(
-            url,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
-            decode_responses=True,
+        self._keys = [f"ampmeter:{{{root}}}:{suffix}" for suffix in _SUFFIXES]
+        self._owns_client = isinstance(url, str)
+        self._client: redis.Redis | RedisCluster
+        if isinstance(url, str):
+            self._client = redis.Redis.from_url(
+                url,
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                retry=Retry(NoBackoff(), 0),
+                decode_responses=True,
+            )
+        else:
+            self._client = url
+        self._where = _where(self._client)
+        directory = (
+            journal
+            if journal is not None
+            else default_journal_dir("redis", _identity(self._client), scope)
         )
-        kwargs = self._client.connection_pool.connection_kwargs
-        self._where = str(kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}")
+        super().__init__(scope, lease, Journal(directory))
         self._reserve = self._client.register_script(_lua.RESERVE)
         self._commit = self._client.register_script(_lua.COMMIT)
         self._release = self._client.register_script(_lua.RELEASE)
+        self._renew = self._client.register_script(_lua.RENEW)
 
-    def reserve(
-        self, amounts: Mapping[str, float], ceilings: Mapping[str, float]
+    def _backend_reserve(
+        self, reservation_id: str, amounts: dict[str, float], limits: Limits
     ) -> Reservation | None:
-        """See :meth:`Ledger.reserve`."""
-        wanted = check_amounts(amounts, "amounts")
-        limits = check_amounts(ceilings, "ceilings", allow_negative=True)
-        reservation_id = uuid.uuid4().hex
-        args: list[str] = [*self._common(), reservation_id, self._lease_arg, str(len(wanted))]
-        for key, value in wanted.items():
-            args += (key, repr(value))
-        args.append(str(len(limits)))
-        for key, value in limits.items():
-            args += (key, repr(value))
+        scopes = tuple(limits)
+        flat: list[str] = []
+        for key, value in amounts.items():
+            flat += (key, repr(value))
+        hold = {"s": scopes, "p": [self._prefix(scope) for scope in scopes], "a": flat}
+        args: list[str] = [
+            *self._common(),
+            reservation_id,
+            self._lease_arg,
+            orjson.dumps(hold).decode(),
+            str(len(limits)),
+        ]
+        for scope, ceilings in limits.items():
+            args += (self._prefix(scope), str(len(ceilings)))
+            for key, value in ceilings.items():
+                args += (key, repr(value))
         answer = self._call(lambda: self._reserve(keys=self._keys, args=args))
-        taken, seconds, micros = answer
-        if not int(taken):
+        status, seconds, micros, existing, expiry = (_text(part) for part in answer)
+        if status == "0":
             return None
         expires_at = None
-        if self._lease_arg:
+        if status == "1" and self._lease_arg:
             expires_at = int(seconds) + int(micros) / 1e6 + float(self._lease_arg)
-        return Reservation(reservation_id, frozen(wanted), expires_at)
+        if status == "2":
+            held = orjson.loads(existing)
+            flat = held.get("a", []) if isinstance(held, dict) else held
+            scopes = tuple(held["s"]) if isinstance(held, dict) else (self.scope,)
+            amounts = {flat[i]: float(flat[i + 1]) for i in range(0, len(flat), 2)}
+            expires_at = None if expiry in ("", "inf", "+inf") else float(expiry)
+        return Reservation(reservation_id, frozen(amounts), expires_at, scopes)
 
-    def commit(self, reservation: Reservation, actual: Mapping[str, float]) -> None:
-        """See :meth:`Ledger.commit`."""
-        held = check_reservation(reservation)
-        cost = check_amounts(actual, "actual")
-        args: list[str] = [*self._common(), held.id, str(len(cost))]
-        for key, value in cost.items():
+    def _backend_commit(
+        self, reservation_id: str, scopes: tuple[str, ...], actual: dict[str, float]
+    ) -> None:
+        args: list[str] = [*self._common(), reservation_id, str(len(scopes))]
+        args += (self._prefix(scope) for scope in scopes)
+        args.append(str(len(actual)))
+        for key, value in actual.items():
             args += (key, repr(value))
         self._call(lambda: self._commit(keys=self._keys, args=args))
 
-    def release(self, reservation: Reservation) -> None:
-        """See :meth:`Ledger.release`."""
-        held = check_reservation(reservation)
-        args = [*self._common(), held.id]
+    def _backend_release(self, reservation_id: str) -> None:
+        args = [*self._common(), reservation_id]
         self._call(lambda: self._release(keys=self._keys, args=args))
 
-    def spent(self) -> dict[str, float]:
-        """See :meth:`Ledger.spent`."""
-        return self._read_hash(self._keys[0])
+    def _backend_renew(self, reservation_ids: list[str]) -> set[str]:
+        args = [*self._common(), self._lease_arg, *reservation_ids]
+        live = self._call(lambda: self._renew(keys=self._keys, args=args))
+        return {_text(item) for item in live}
 
-    def reserved(self) -> dict[str, float]:
-        """See :meth:`Ledger.reserved`."""
-        return self._read_hash(self._keys[1])
+    def _backend_read(self, which: Literal["spent", "reserved"], scope: str) -> dict[str, float]:
+        key = self._keys[0] if which == "spent" else self._keys[1]
+        raw: dict[Any, Any] = self._call(lambda: self._client.hgetall(key))
+        prefix = self._prefix(scope)
+        found: dict[str, float] = {}
+        for field, value in raw.items():
+            name = _text(field)
+            if prefix:
+                if name.startswith(prefix):
+                    found[name[len(prefix) :]] = float(value)
+            elif _SEP not in name:
+                found[name] = float(value)
+        return found
 
     def reservation_ids(self) -> set[str]:
-        """Ids of the reservations Redis holds now (expired ones included until reaped)."""
-        ids: set[str] = self._call(lambda: set(self._client.hkeys(self._keys[2])))
-        return ids
+        """Ids of the reservations Redis holds now in this scope tree (expired ones included
+        until reaped)."""
+        ids: list[Any] = self._call(lambda: self._client.hkeys(self._keys[2]))
+        return {_text(item) for item in ids}
 
-    def close(self) -> None:
-        """Close the connection pool."""
-        self._client.close()
+    def _backend_close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+    def _prefix(self, scope: str) -> str:
+        """The hash-field prefix of ``scope``: its path below the root, then the separator."""
+        below = scope.partition("/")[2]
+        return below + _SEP if below else ""
 
     def _common(self) -> tuple[str, str]:
         return self._ttl_arg, repr(SETTLED_KEEP_S)
 
-    def _read_hash(self, key: str) -> dict[str, float]:
-        raw: dict[str, str] = self._call(lambda: self._client.hgetall(key))
-        return {field: float(value) for field, value in raw.items()}
-
     def _call(self, operation: Callable[[], _T]) -> Any:
         try:
             return operation()
-        except redis.RedisError as exc:
+        except (redis.RedisError, RedisClusterException) as exc:
             raise LedgerUnavailable(
                 f"Redis ledger for scope {self.scope!r} at {self._where} is unavailable: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _where(client: redis.Redis | RedisCluster) -> str:
+    """Where the client points, for messages and the journal's name."""
+    if isinstance(client, RedisCluster):
+        nodes = sorted(node.name for node in client.get_nodes())  # type: ignore[no-untyped-call]
+        return "cluster " + ",".join(nodes)
+    kwargs = client.connection_pool.connection_kwargs
+    return str(kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}")
+
+
+def _identity(client: redis.Redis | RedisCluster) -> str:
+    """The server and database the client points at: what a journal belongs to."""
+    if isinstance(client, RedisCluster):
+        return _where(client)
+    return f"{_where(client)}/{client.connection_pool.connection_kwargs.get('db', 0)}"

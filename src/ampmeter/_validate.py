@@ -1,0 +1,88 @@
+"""Argument checks shared by the public classes: each names the argument it rejects.
+
+Public methods call these once, at the boundary; the kernel below them trusts its inputs.
+Counts are exact integers up to 2**53 (what a float and a JSON reader keep exactly); money and
+other amounts are finite floats.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Final
+
+MAX_COUNT: Final = 2**53
+"""The largest token count or counter value accepted: JSON readers keep integers exact to here."""
+
+
+def _type_name(value: object) -> str:
+    return type(value).__name__
+
+
+def count(value: object, what: str, *, signed: bool = False) -> int:
+    """An int (not a bool) with ``0 <= value <= 2**53`` (``|value|`` when ``signed``)."""
+    if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{what} must be an int, got {_type_name(value)}")
+        value = int(value)
+    if not signed and value < 0:
+        raise ValueError(f"{what} must be >= 0, got {value}")
+    if abs(value) > MAX_COUNT:
+        raise ValueError(f"{what} must be at most 2**53 in size, got {value}")
+    return value
+
+
+def optional_count(value: object, what: str) -> int | None:
+    """None, or :func:`count`."""
+    return None if value is None else count(value, what)
+
+
+def number(value: object, what: str) -> float:
+    """Any finite int or float (not a bool), as a float."""
+    if type(value) is not float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{what} must be a number, got {_type_name(value)}")
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ValueError(f"{what} must be a finite number, got an int too large") from None
+    if not math.isfinite(value):
+        shown = "NaN" if math.isnan(value) else repr(value)
+        raise ValueError(f"{what} must be a finite number, got {shown}")
+    return value
+
+
+def amount(value: object, what: str) -> float:
+    """A finite number ``>= 0`` (money, seconds, ceilings), as a float."""
+    result = number(value, what)
+    if result < 0.0:
+        raise ValueError(f"{what} must be >= 0, got {value!r}")
+    return result
+
+
+def optional_amount(value: object, what: str) -> float | None:
+    """None, or :func:`amount`."""
+    return None if value is None else amount(value, what)
+
+
+def text(value: object, what: str, *, empty: bool = True) -> str:
+    """A str (non-empty unless ``empty``)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {_type_name(value)}")
+    if not empty and not value:
+        raise ValueError(f"{what} must not be empty")
+    return value
+
+
+def optional_text(value: object, what: str) -> str | None:
+    """None, or a str."""
+    return None if value is None else text(value, what)
+
+
+def metadata(value: object, what: str = "metadata") -> dict[str, Any]:
+    """A fresh dict copy of a mapping (None gives an empty dict)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what} must be a dict or None, got {_type_name(value)}")
+    return dict(value)

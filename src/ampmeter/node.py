@@ -1,0 +1,131 @@
+"""One node of a call graph: an LLM call, a tool call or a system step, and its vocabulary."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+__all__ = [
+    "KINDS",
+    "META_CACHED_TOKENS",
+    "META_CACHE_WRITE_TOKENS",
+    "META_COMPONENT",
+    "META_CONTEXT",
+    "META_COST_STATUS",
+    "META_PRICING_VERSION",
+    "META_PROVIDER",
+    "META_REASONING_TOKENS",
+    "META_TOOL_CALLS_MADE",
+    "STATUSES",
+    "TERMINAL_STATUSES",
+    "Node",
+    "json_copy",
+]
+
+KINDS: Final = frozenset({"llm", "tool", "system", "embedding", "retrieval", "memory"})
+STATUSES: Final = ("created", "running", "success", "fail", "halt")
+TERMINAL_STATUSES: Final = frozenset({"success", "fail", "halt"})
+
+# Metadata keys that ampmeter itself writes on nodes (usage without a field of its own).
+META_CACHED_TOKENS: Final = "cached_tokens"  # input tokens read from a prompt cache (subset of in)
+META_CACHE_WRITE_TOKENS: Final = "cache_write_tokens"  # input tokens written to a prompt cache
+META_REASONING_TOKENS: Final = "reasoning_tokens"  # output tokens spent reasoning (subset of out)
+META_TOOL_CALLS_MADE: Final = "tool_calls_made"  # tool calls requested in an LLM response
+META_COST_STATUS: Final = "cost_status"  # "priced" | "given" | "unpriced" | "estimated"
+META_PRICING_VERSION: Final = "pricing_version"  # version of the price table used
+META_PROVIDER: Final = "provider"  # "openai", "anthropic", ...
+META_CONTEXT: Final = "context"  # True on nodes that stand for a context (root, sub-agent)
+META_COMPONENT: Final = "component"  # TokenTracker component (pipeline, auxiliary, ...)
+
+
+@dataclass(slots=True)
+class Node:
+    """One operation in a chain: an LLM call, a tool call or a system step.
+
+    The fifteen fields of the execution-graph specification plus ``depth`` (root = 0). Usage
+    that has no field of its own (cached and reasoning tokens, tool calls made, pricing status)
+    lives in ``metadata``.
+    """
+
+    node_id: str
+    parent_id: str | None
+    kind: str
+    name: str
+    start_ts_ms: int
+    end_ts_ms: int | None = None
+    status: str = "created"
+    model: str | None = None
+    retries_used: int = 0
+    cost_usd: float = 0.0
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    stop_reason: str | None = None
+    error_class: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    depth: int = 0
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the node is ``success``, ``fail`` or ``halt``."""
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def latency_ms(self) -> int | None:
+        """Milliseconds from creation to the terminal transition, or None while open."""
+        if self.end_ts_ms is None:
+            return None
+        return self.end_ts_ms - self.start_ts_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable copy of the node's fields (metadata copied deeply)."""
+        return {
+            "node_id": self.node_id,
+            "parent_id": self.parent_id,
+            "kind": self.kind,
+            "name": self.name,
+            "start_ts_ms": self.start_ts_ms,
+            "end_ts_ms": self.end_ts_ms,
+            "status": self.status,
+            "model": self.model,
+            "retries_used": self.retries_used,
+            "cost_usd": self.cost_usd,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "stop_reason": self.stop_reason,
+            "error_class": self.error_class,
+            "metadata": copy_metadata(self.metadata) if self.metadata else {},
+            "depth": self.depth,
+        }
+
+
+def json_copy(value: Any) -> Any:
+    """Deep-copy ``value`` into plain JSON types.
+
+    Dicts, lists and tuples are copied; JSON scalars are kept; anything else (a datetime, an
+    exception, a user object) becomes its ``str()``, so a snapshot always serializes.
+    """
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {str(k): json_copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_copy(v) for v in value]
+    return str(value)
+
+
+_FLAT = frozenset({str, int, bool, type(None)})
+
+
+def copy_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """``json_copy`` of a metadata dict, with a fast path for the usual flat str-keyed dict."""
+    for key, value in metadata.items():
+        kind = type(value)
+        if type(key) is not str or (
+            kind not in _FLAT and (kind is not float or not math.isfinite(value))
+        ):
+            copied: dict[str, Any] = json_copy(metadata)
+            return copied
+    return metadata.copy()

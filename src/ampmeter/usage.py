@@ -1,0 +1,172 @@
+"""``Usage``: what one call used (or may use), and the one place usage becomes stats keys.
+
+A call's reservation before it runs, its actual usage when it ends, a trace record and a
+ledger's amounts are all a :class:`Usage`; :meth:`Usage.entries` is the only translation from
+usage to the standard keys of :mod:`ampmeter.keys`.
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+
+from ampmeter import _validate
+from ampmeter.keys import (
+    KEY_CACHED_INPUT_TOKENS,
+    KEY_CACHED_INPUT_TOKENS_FOR,
+    KEY_COST,
+    KEY_COST_FOR,
+    KEY_INPUT_TOKENS,
+    KEY_INPUT_TOKENS_FOR,
+    KEY_LLM_CALLS,
+    KEY_OUTPUT_TOKENS,
+    KEY_OUTPUT_TOKENS_FOR,
+    KEY_REASONING_TOKENS,
+    KEY_REASONING_TOKENS_FOR,
+    KEY_RETRIES,
+    KEY_STEPS,
+    KEY_TOOL_CALLS,
+    KEY_TOOL_CALLS_FOR,
+    KEY_UNPRICED_LLM_CALLS,
+)
+
+__all__ = ["Entry", "Usage"]
+
+# Field positions, for the kernel's per-shape plans (see Usage.entries).
+_IN, _OUT, _CACHED, _REASONING, _COST, _CALLS, _STEPS, _RETRIES, _UNPRICED = range(3, 12)
+
+Entry = tuple[str, int, bool]
+"""``(stats key, Usage field position, is_gauge)``: one key a usage adds to."""
+
+_SHAPES_MAX: Final = 4_096
+_shapes: dict[tuple[object, ...], tuple[Entry, ...]] = {}
+
+
+class Usage(NamedTuple):
+    """Tokens, cost and call counts of one call, estimated (a reservation) or actual.
+
+    ``kind`` is the node kind (``llm``, ``tool``, ...); ``model`` and ``tool`` are ``""`` when
+    there is none. Cached tokens are a subset of ``tokens_in``, reasoning tokens of
+    ``tokens_out``. ``calls`` counts LLM calls for ``llm`` usage and tool calls for ``tool``
+    usage; ``steps`` successful calls; ``retries`` failed ones (and retries counted by the
+    caller); ``unpriced`` LLM calls whose model has no known price.
+    """
+
+    kind: str = "llm"
+    model: str = ""
+    tool: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float = 0.0
+    calls: int = 0
+    steps: int = 0
+    retries: int = 0
+    unpriced: int = 0
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        kind: str = "llm",
+        model: str = "",
+        tool: str = "",
+        tokens_in: object = 0,
+        tokens_out: object = 0,
+        cached_tokens: object = 0,
+        reasoning_tokens: object = 0,
+        cost_usd: object = 0.0,
+        calls: object = 0,
+        steps: object = 0,
+        retries: object = 0,
+    ) -> Usage:
+        """A usage from untrusted values: each is checked, errors name the argument."""
+        t_in = _validate.count(tokens_in, "tokens_in")
+        t_out = _validate.count(tokens_out, "tokens_out")
+        cached = _validate.count(cached_tokens, "cached_tokens")
+        reasoning = _validate.count(reasoning_tokens, "reasoning_tokens")
+        if cached > t_in:
+            raise ValueError(f"cached_tokens ({cached}) exceed tokens_in ({t_in})")
+        if reasoning > t_out:
+            raise ValueError(f"reasoning_tokens ({reasoning}) exceed tokens_out ({t_out})")
+        return cls(
+            _validate.text(kind, "kind", empty=False),
+            _validate.text(model, "model"),
+            _validate.text(tool, "tool"),
+            t_in,
+            t_out,
+            cached,
+            reasoning,
+            _validate.amount(cost_usd, "cost_usd"),
+            _validate.count(calls, "calls"),
+            _validate.count(steps, "steps"),
+            _validate.count(retries, "retries"),
+        )
+
+    def entries(self) -> tuple[Entry, ...]:
+        """The keys this usage adds to, with the field that gives each amount.
+
+        LLM usage that counts a call always names its input, output and cost keys (a call that
+        reported nothing still shows as 0); any other amount is named only when it is not zero.
+        Per-model (and per-tool) keys come with their totals. The answer depends only on the
+        usage's *shape* (kind, model, tool, which amounts are zero), so it is cached by shape.
+        """
+        shape = (
+            self.kind,
+            self.model,
+            self.tool,
+            self.tokens_in != 0,
+            self.tokens_out != 0,
+            self.cached_tokens != 0,
+            self.reasoning_tokens != 0,
+            self.cost_usd != 0.0,
+            self.calls != 0,
+            self.steps != 0,
+            self.retries != 0,
+            self.unpriced != 0,
+        )
+        found = _shapes.get(shape)
+        if found is None:
+            found = self._translate()
+            if len(_shapes) < _SHAPES_MAX:
+                _shapes[shape] = found
+        return found
+
+    def amounts(self) -> dict[str, float]:
+        """Every key of :meth:`entries` with its amount (a reservation's holds, a ledger's
+        amounts)."""
+        return {key: float(self[field]) for key, field, _ in self.entries()}
+
+    def _translate(self) -> tuple[Entry, ...]:
+        model = self.model
+        llm_call = self.kind == "llm" and self.calls != 0  # names in, out and cost even at 0
+        found: list[Entry] = []
+        for total, per_model, field, gauge in _MODEL_FIELDS:
+            if (llm_call and field in (_IN, _OUT, _COST)) or self[field]:
+                found.append((total, field, gauge))
+                if model:
+                    found.append((per_model + model, field, gauge))
+        if self.calls:
+            if self.kind == "llm":
+                found.append((KEY_LLM_CALLS, _CALLS, False))
+            elif self.kind == "tool":
+                found.append((KEY_TOOL_CALLS, _CALLS, False))
+                if self.tool:
+                    found.append((KEY_TOOL_CALLS_FOR + self.tool, _CALLS, False))
+        if self.steps:
+            found.append((KEY_STEPS, _STEPS, False))
+        if self.retries:
+            found.append((KEY_RETRIES, _RETRIES, False))
+        if self.unpriced:
+            found.append((KEY_UNPRICED_LLM_CALLS, _UNPRICED, False))
+        return tuple(found)
+
+
+# (total key, per-model prefix, Usage field, is_gauge), in the order keys are first written.
+_MODEL_FIELDS: Final = (
+    (KEY_INPUT_TOKENS, KEY_INPUT_TOKENS_FOR, _IN, False),
+    (KEY_OUTPUT_TOKENS, KEY_OUTPUT_TOKENS_FOR, _OUT, False),
+    (KEY_COST, KEY_COST_FOR, _COST, True),
+    (KEY_CACHED_INPUT_TOKENS, KEY_CACHED_INPUT_TOKENS_FOR, _CACHED, False),
+    (KEY_REASONING_TOKENS, KEY_REASONING_TOKENS_FOR, _REASONING, False),
+)
