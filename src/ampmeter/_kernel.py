@@ -26,12 +26,12 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 from ampmeter.keys import LOCAL_KEYS
 from ampmeter.node import TERMINAL_STATUSES, Node
-from ampmeter.usage import Usage
+from ampmeter.usage import Shape, Usage
 
 __all__ = ["Cell", "Hit", "Kernel", "Level", "LimitRow", "Ticket"]
 
@@ -77,8 +77,8 @@ class Level:
         self.known: dict[str, None] = {}
         # For each prefix a limit watches, the keys starting with it (kept up to date).
         self.watched: dict[str, list[str]] = {}
-        # Usage shape -> the (cell, Usage field) pairs it adds to, at every level of the chain.
-        self.plans: dict[tuple[object, ...], tuple[tuple[Cell, int], ...]] = {}
+        # Usage shape -> the cells it adds to, level by level up the chain.
+        self.plans: dict[Shape, tuple[Cell, ...]] = {}
 
     def note(self, key: str) -> None:
         """Record that ``key`` exists here (prefix watch lists see it from now on)."""
@@ -116,7 +116,7 @@ class Ticket:
     settle the ticket: if it dies first, the kernel ends the call itself.
     """
 
-    __slots__ = ("amounts", "applied", "holds", "node", "owner")
+    __slots__ = ("amounts", "feed", "holds", "node", "owner")
 
     def __init__(
         self,
@@ -129,7 +129,9 @@ class Ticket:
         self.amounts = amounts
         self.holds = holds
         self.owner: Callable[[], object] = _ALIVE if owner is None else weakref.ref(owner)
-        self.applied = 0  # how many (cell, field) pairs of the settlement were added
+        # The (cell, amount) pairs of the settlement still to add: an iterator, so an
+        # interrupted settlement resumes exactly where it stopped.
+        self.feed: Iterator[tuple[Cell, Any]] | None = None
 
 
 class Kernel:
@@ -192,14 +194,16 @@ class Kernel:
         self, parent_id: str, kind: str, name: str, model: str | None, metadata: dict[str, Any]
     ) -> Node:
         """Make a ``created`` node under ``parent_id`` (KeyError if there is no such node)."""
-        start = now_ms()
+        start = time.time_ns() // 1_000_000
         with self.lock:
             parent = self.nodes.get(parent_id)
             if parent is None:
                 raise KeyError(self.unknown(parent_id, "parent_id"))
             depth = parent.depth + 1
-            node = Node(self._new_id(), parent_id, kind, name, start, None, _CREATED, model, 0,
-                        0.0, None, None, None, None, metadata, depth)  # fmt: skip
+            number = self.next_id
+            self.next_id = number + 1
+            node = Node("n" + str(number).zfill(6), parent_id, kind, name, start, None, _CREATED,
+                        model, 0, 0.0, None, None, None, None, metadata, depth)  # fmt: skip
             self.nodes[node.node_id] = node
             if depth > self.max_depth:
                 self.max_depth = depth
@@ -345,8 +349,8 @@ class Kernel:
 
     def _add_locked(self, level: Level, key: str, delta: float, gauge: bool) -> None:
         chain = (level,) if key in LOCAL_KEYS else level.chain
-        plan = tuple((stats.cell(key, gauge), 0) for stats in chain)  # made first: nothing added
-        whole(_add_plan, plan, (delta,), _Progress())
+        cells = [stats.cell(key, gauge) for stats in chain]  # made first: nothing added yet
+        whole(_drain, zip(cells, (delta,) * len(cells), strict=True))
 
     def set(self, level: Level, key: str, value: float, gauge: bool) -> None:
         """Set ``key`` at ``level`` only."""
@@ -356,34 +360,20 @@ class Kernel:
     def add_usage(self, level: Level, usage: Usage) -> None:
         """Add ``usage`` at ``level`` and every ancestor, in one step (a trace record)."""
         with self.lock:
-            whole(_add_plan, self._plan(level, usage), usage, _Progress())
+            whole(_drain, self._feed(level, usage))
 
-    def _plan(self, level: Level, usage: Usage) -> tuple[tuple[Cell, int], ...]:
-        shape = (
-            usage.kind,
-            usage.model,
-            usage.tool,
-            usage.cached_tokens != 0,
-            usage.reasoning_tokens != 0,
-            usage.tokens_in != 0,
-            usage.tokens_out != 0,
-            usage.cost_usd != 0.0,
-            usage.calls,
-            usage.steps,
-            usage.retries,
-            usage.unpriced,
-        )
-        plan = level.plans.get(shape)
-        if plan is None:
-            entries = usage.entries()
-            plan = tuple(
-                (stats.cell(key, gauge), field)
-                for stats in level.chain
-                for key, field, gauge in entries
+    @staticmethod
+    def _feed(level: Level, usage: Usage) -> Iterator[tuple[Cell, Any]]:
+        """The (cell, amount) pairs that add ``usage`` at ``level`` and every ancestor."""
+        shape = usage.shape()
+        cells = level.plans.get(shape)
+        if cells is None:
+            cells = tuple(
+                stats.cell(key, gauge) for stats in level.chain for key, _, gauge in shape.entries
             )
             if len(level.plans) < _PLANS_MAX:
-                level.plans[shape] = plan
-        return plan
+                level.plans[shape] = cells
+        return zip(cells, usage.values(shape) * len(level.chain), strict=True)
 
     def bump(self, level: Level, key: str) -> int:
         """Add 1 to ``key`` at ``level`` only and return the new value (iterations)."""
@@ -411,17 +401,14 @@ class Kernel:
     ) -> tuple[int, Hit] | None:
         """Check ``guards`` with ``amounts`` pending; if none is exceeded, hold the amounts at
         ``holds`` and (when ``run``) mark the node running. Returns the guard index and the hit
-        of a refusal (nothing changed), else None.
+        of a refusal (nothing changed), else None. Every key of ``amounts`` must have been made
+        known at every guard level first (:meth:`note`).
         """
         ticket = Ticket(node, amounts, holds, owner)
         with self.lock:
-            hit = self._check(guards, amounts) if guards else None
+            hit = self._check(guards, amounts, True) if guards else None
             if hit is not None:
                 return hit
-            for level, keys in holds:
-                for key in keys:
-                    if key not in level.known:
-                        level.note(key)  # a held key is one prefix limits must see
             # One step: registered, running and counted in flight together.
             self.open[node.node_id] = ticket
             if run and node.status == _CREATED:
@@ -445,14 +432,26 @@ class Kernel:
     ) -> tuple[int, Hit] | None:
         """End a call: drop its hold, add ``usage`` from ``level`` up, end its node, then check
         ``guards``. Each step runs once even if an interrupt lands between them."""
-        end = now_ms()
+        end = time.time_ns() // 1_000_000
         with self.lock:
+            if node.status in TERMINAL_STATUSES:
+                return None
             ticket = self.open.get(node.node_id)
             if ticket is None:
                 ticket = Ticket(node, {}, (), None)  # records progress; holds nothing
-            whole(self._settle_steps, ticket, node, level, usage, status, end, cost, tokens_in,
-                  tokens_out, error_class, stop_reason, metadata)  # fmt: skip
-            return self._check(guards, None) if guards else None
+            args = (ticket, node, level, usage, status, end, cost, tokens_in, tokens_out,
+                    error_class, stop_reason, metadata)  # fmt: skip
+            try:
+                self._settle_steps(*args)
+            except BaseException:
+                # An interrupt landed: finish the steps, then let it go on (the second attempt
+                # covers an interrupt at the very start of the first).
+                try:
+                    finish(self._settle_steps, *args)
+                except BaseException:
+                    finish(self._settle_steps, *args)
+                raise
+            return self._check(guards, None, True) if guards else None
 
     def _settle_steps(
         self,
@@ -469,11 +468,15 @@ class Kernel:
         stop_reason: str | None,
         metadata: Mapping[str, Any] | None,
     ) -> None:
-        if node.status in TERMINAL_STATUSES:
-            return
-        _add_plan(self._plan(level, usage), usage, ticket)
-        self._end_locked(node, status, end, cost, t_in, t_out, error_class, stop_reason,
-                         metadata)  # fmt: skip
+        # Resumable and idempotent (see finish()): the feed continues where it stopped, the node
+        # ends once, the pop is safe to repeat.
+        if ticket.feed is None:
+            ticket.feed = self._feed(level, usage)
+        for cell, amount in ticket.feed:
+            cell.value += amount
+        if node.status not in TERMINAL_STATUSES:
+            self._end_locked(node, status, end, cost, t_in, t_out, error_class, stop_reason,
+                             metadata)  # fmt: skip
         self.open.pop(node.node_id, None)
 
     def open_ancestor(self, node_id: str, floor: str) -> str:
@@ -519,21 +522,24 @@ class Kernel:
     ) -> tuple[int, Hit] | None:
         """The first guard (in order) with an exceeded limit, counting holds and ``pending``."""
         with self.lock:
-            return self._check(guards, pending)
+            return self._check(guards, pending, False)
 
     def _check(
-        self, guards: tuple[Guard, ...], pending: Mapping[str, float] | None
+        self,
+        guards: tuple[Guard, ...],
+        pending: Mapping[str, float] | None,
+        noted: bool,
     ) -> tuple[int, Hit] | None:
+        """:meth:`check` under the lock; ``noted``: every pending key is known at every guard."""
         for index, (level, rows) in enumerate(guards):
-            hit = self._check_level(level, rows, pending)
+            hit = self._check_level(level, rows, pending, noted)
             if hit is not None:
                 if self.open and any(t.owner() is None for t in self.open.values()):
                     # Holds of abandoned calls must not refuse anyone: sweep and look again.
                     self._sweep_locked()
-                    hit = self._check_level(level, rows, pending)
-                    if hit is None:
-                        continue
-                return index, hit
+                    hit = self._check_level(level, rows, pending, noted)
+                if hit is not None:
+                    return index, hit
         return None
 
     def _sweep_locked(self) -> None:
@@ -544,6 +550,13 @@ class Kernel:
                     self._end_locked(ticket.node, "halt", end, 0.0, None, None, None,
                                      "interrupted before it was settled", None)  # fmt: skip
                 self.open.pop(node_id, None)
+
+    def note(self, holds: tuple[tuple[Level, tuple[str, ...]], ...]) -> None:
+        """Make each held key known at its level, so prefix limits see it from the start."""
+        with self.lock:
+            for level, keys in holds:
+                for key in keys:
+                    level.note(key)
 
     def held_at(self, level: Level) -> dict[str, float]:
         """What calls in flight hold at ``level``, per key (caller holds the lock)."""
@@ -563,25 +576,29 @@ class Kernel:
             return {k: v for k, v in self.held_at(level).items() if v > _DUST}
 
     def _check_level(
-        self, level: Level, rows: tuple[LimitRow, ...], pending: Mapping[str, float] | None
+        self,
+        level: Level,
+        rows: tuple[LimitRow, ...],
+        pending: Mapping[str, float] | None,
+        noted: bool,
     ) -> Hit | None:
         counters, gauges = level.counters, level.gauges
         held = self.held_at(level) if self.open else None
         for is_prefix, key, top, limit in rows:
             if is_prefix:
-                hit = self._check_prefix(level, key, top, limit, held, pending)
+                hit = _check_prefix(level, key, top, limit, held, pending, noted)
                 if hit is not None:
                     return hit
                 continue
             extra = 0.0
             if held:
-                extra += held.get(key, 0.0)
+                extra = held.get(key, 0.0)
             if pending:
                 extra += pending.get(key, 0.0)
             count = counters.get(key)
-            amount = gauges.get(key)
             if count is not None and count.value + extra > top:
                 return limit, key, count.value + extra
+            amount = gauges.get(key)
             if amount is not None:
                 if amount.value + extra > top:
                     return limit, key, amount.value + extra
@@ -589,76 +606,81 @@ class Kernel:
                 return limit, key, extra
         return None
 
-    @staticmethod
-    def _check_prefix(
-        level: Level,
-        prefix: str,
-        top: float,
-        limit: object,
-        held: Mapping[str, float] | None,
-        pending: Mapping[str, float] | None,
-    ) -> Hit | None:
-        keys: Iterable[str] = level.keys_with(prefix)
+
+def _check_prefix(
+    level: Level,
+    prefix: str,
+    top: float,
+    limit: object,
+    held: Mapping[str, float] | None,
+    pending: Mapping[str, float] | None,
+    noted: bool,
+) -> Hit | None:
+    keys: Iterable[str] | None = level.watched.get(prefix)
+    if keys is None:
+        keys = level.keys_with(prefix)
+    if pending and not noted:
+        new = [k for k in pending if k.startswith(prefix) and k not in level.known]
+        if new:
+            keys = [*keys, *new]
+    counters, gauges = level.counters, level.gauges
+    for key in keys:  # counters first
+        extra = 0.0
+        if held:
+            extra = held.get(key, 0.0)
         if pending:
-            new = [k for k in pending if k.startswith(prefix) and k not in level.known]
-            if new:
-                keys = [*keys, *new]
-        counters, gauges = level.counters, level.gauges
-        for key in keys:  # counters first
-            extra = (held.get(key, 0.0) if held else 0.0) + (
-                pending.get(key, 0.0) if pending else 0.0
-            )
-            count = counters.get(key)
-            if count is None:
-                # Never written as a counter: a held or pending amount counts here only if the
-                # key is no gauge either (else the gauge pass counts it).
-                if extra and extra > top and key not in gauges:
-                    return limit, key, extra
-            elif count.value + extra > top:
-                return limit, key, count.value + extra
-        for key in keys:
-            amount = gauges.get(key)
-            if amount is not None:
-                extra = (held.get(key, 0.0) if held else 0.0) + (
-                    pending.get(key, 0.0) if pending else 0.0
-                )
-                if amount.value + extra > top:
-                    return limit, key, amount.value + extra
-        return None
+            extra += pending.get(key, 0.0)
+        count = counters.get(key)
+        if count is None:
+            # Never written as a counter: a held or pending amount counts here only if the key
+            # is no gauge either (else the gauge pass counts it).
+            if extra and extra > top and key not in gauges:
+                return limit, key, extra
+        elif count.value + extra > top:
+            return limit, key, count.value + extra
+    for key in keys:
+        amount = gauges.get(key)
+        if amount is not None:
+            extra = 0.0
+            if held:
+                extra = held.get(key, 0.0)
+            if pending:
+                extra += pending.get(key, 0.0)
+            if amount.value + extra > top:
+                return limit, key, amount.value + extra
+    return None
 
 
 def _ALIVE() -> object:
     return True
 
 
-class _Progress:
-    """How far a resumable addition got (see :func:`whole`)."""
-
-    __slots__ = ("applied",)
-
-    def __init__(self) -> None:
-        self.applied = 0
-
-
-def _add_plan(
-    plan: tuple[tuple[Cell, int], ...], amounts: tuple[Any, ...], progress: _Progress | Ticket
-) -> None:
-    """Add ``amounts[field]`` to each cell of ``plan``, resuming where ``progress`` says.
-
-    One addition and its progress mark are straight-line bytecode (no call, no back-edge), so
-    an interrupt lands between two additions, never inside one.
-    """
-    while progress.applied < len(plan):
-        cell, field = plan[progress.applied]
-        cell.value += amounts[field]
-        progress.applied += 1
+def _drain(feed: Iterator[tuple[Cell, Any]]) -> None:
+    """Add each amount to its cell. An addition is straight-line bytecode and the iterator moves
+    only when the next pair is taken, so an interrupt lands between two additions and draining
+    the same iterator again resumes exactly there."""
+    for cell, amount in feed:
+        cell.value += amount
 
 
 def whole(step: Callable[..., None], *args: Any) -> None:
-    """Run a resumable, idempotent ``step`` to its end even if interrupts land in it, then let
-    the first interrupt go on. Each attempt is inside the previous one's handler, so an interrupt
-    at the start of an attempt is caught too; four interrupts within one step would be needed to
-    leave it unfinished."""
+    """Run a resumable, idempotent ``step`` to its end; if an interrupt lands in it, finish the
+    step first and then let the interrupt go on."""
+    try:
+        step(*args)
+    except BaseException:
+        try:
+            finish(step, *args)
+        except BaseException:
+            finish(step, *args)
+        raise
+
+
+def finish(step: Callable[..., None], *args: Any) -> None:
+    """Run ``step`` again until it completes. Each attempt runs inside the previous one's
+    handler, so an interrupt even at the start of an attempt is caught; it would take four more
+    interrupts within one step to leave it unfinished. Interrupts caught here are dropped: the
+    one that started the clean-up goes on."""
     try:
         step(*args)
     except BaseException:
@@ -669,4 +691,3 @@ def whole(step: Callable[..., None], *args: Any) -> None:
                 step(*args)
             except BaseException:
                 step(*args)
-        raise

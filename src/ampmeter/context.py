@@ -62,7 +62,7 @@ from ampmeter.node import (
 from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace, TraceRecord
-from ampmeter.usage import Usage
+from ampmeter.usage import Shape, Usage
 
 __all__ = [
     "Call",
@@ -162,6 +162,10 @@ def _restore(token: contextvars.Token[Any] | None, context: ExecutionContext) ->
 
 
 _NEW, _ADMITTED, _DONE = 0, 1, 2
+_INF: Final = float("inf")
+_MAX_COUNT: Final = _validate.MAX_COUNT
+# Usage from already-checked values, without the Python-level __new__ of a named tuple.
+_usage: Final = tuple.__new__
 _NO_HOLDS: Final[tuple[tuple[Ledger, Reservation], ...]] = ()
 _LOCAL_TERMINATIONS: Final = frozenset(
     {TerminationReason.LIMIT_EXCEEDED, TerminationReason.TIMEOUT}
@@ -212,7 +216,7 @@ class Call:
         metadata: Mapping[str, Any] | None,
         prompt_chars: int = 0,
     ) -> None:
-        meta = _validate.metadata(metadata)
+        meta = {} if metadata is None else _validate.metadata(metadata)
         if provider is not None:
             meta[META_PROVIDER] = provider
         self.context = context
@@ -220,7 +224,13 @@ class Call:
         self.name = name
         self.model = model
         self.provider = provider
-        self.node: Node = context.graph.begin(context._parent_node_id(), kind, name, model, meta)
+        current = _CURRENT.get()
+        parent = (
+            context._node_id
+            if current is None or current[0] is not context
+            else context._parent_node_id()
+        )
+        self.node: Node = context._kernel.begin(parent, kind, name, model, meta)
         self.node_id = self.node.node_id
         self.tokens_in: int | None = None
         self.tokens_out: int | None = None
@@ -253,13 +263,30 @@ class Call:
         ``tokens_out``. Without ``cost_usd`` the pricing layer prices the call when it ends.
         Counts are ints from 0 to 2**53; the cost a finite number >= 0.
         """
-        t_in = _validate.optional_count(tokens_in, "tokens_in")
-        t_out = _validate.optional_count(tokens_out, "tokens_out")
-        cost = _validate.optional_amount(cost_usd, "cost_usd")
-        cached = _validate.count(cached_tokens, "cached_tokens")
-        writes = _validate.count(cache_write_tokens, "cache_write_tokens")
-        reasoning = _validate.count(reasoning_tokens, "reasoning_tokens")
-        tools = _validate.count(tool_calls_made, "tool_calls_made")
+        # Exact-type tests first (this runs once per call); the full checks name the argument.
+        t_in = (
+            tokens_in
+            if type(tokens_in) is int and 0 <= tokens_in <= _MAX_COUNT
+            else _validate.optional_count(tokens_in, "tokens_in")
+        )
+        t_out = (
+            tokens_out
+            if type(tokens_out) is int and 0 <= tokens_out <= _MAX_COUNT
+            else _validate.optional_count(tokens_out, "tokens_out")
+        )
+        cost = (
+            cost_usd
+            if type(cost_usd) is float and 0.0 <= cost_usd < _INF
+            else _validate.optional_amount(cost_usd, "cost_usd")
+        )
+        cached = cached_tokens if cached_tokens == 0 and type(cached_tokens) is int else (
+            _validate.count(cached_tokens, "cached_tokens"))  # fmt: skip
+        writes = cache_write_tokens if cache_write_tokens == 0 and type(cache_write_tokens) is int \
+            else _validate.count(cache_write_tokens, "cache_write_tokens")  # fmt: skip
+        reasoning = reasoning_tokens if reasoning_tokens == 0 and type(reasoning_tokens) is int \
+            else _validate.count(reasoning_tokens, "reasoning_tokens")  # fmt: skip
+        tools = tool_calls_made if tool_calls_made == 0 and type(tool_calls_made) is int else (
+            _validate.count(tool_calls_made, "tool_calls_made"))  # fmt: skip
         if cached + writes > (t_in or 0):
             raise ValueError(
                 f"cached_tokens ({cached}) + cache_write_tokens ({writes}) exceed "
@@ -325,9 +352,16 @@ class Call:
         tb: TracebackType | None,
     ) -> None:
         try:
-            self.finish(exc)
+            if self._state != _DONE:  # finish(), inlined: this is every call's exit
+                self._state = _DONE
+                self.context._settle(self, exc)
         finally:
-            _restore(self._token, self.context)
+            token = self._token
+            if token is not None:
+                try:
+                    _CURRENT.reset(token)
+                except ValueError:  # left in another task or thread than it was entered in
+                    _CURRENT.set((self.context, self.context.node_id))
 
     async def __aenter__(self) -> Call:
         context = self.context
@@ -458,8 +492,8 @@ class ExecutionContext:
         self._guard_rows: tuple[Guard, ...] = tuple((c._level, c._rows) for c in self._guards)
         self._timed = tuple(c for c in self._guards if c._deadline is not None)
         self._has_ledger = any(c.ledger is not None for c in self._guards)
-        # Reservation shape -> (where the reservation is held, the entries any guard watches).
-        self._hold_plans: dict[tuple[object, ...], _HoldPlan] = {}
+        # Reservation shape -> (where it is held, the keys any guard watches, their fields).
+        self._hold_plans: dict[Shape, _HoldPlan] = {}
 
     # -- identity -----------------------------------------------------------------------------
 
@@ -563,11 +597,16 @@ class ExecutionContext:
         count, or the estimate of :mod:`ampmeter.estimates` from ``prompt_text``) and
         ``max_tokens`` output tokens (without ``max_tokens``, the pricing layer's default).
         """
-        self._check_open()
-        _validate.optional_text(model, "model")
-        _validate.optional_text(provider, "provider")
+        if self._closed:
+            self._check_open()
+        # Exact-type tests first (this runs once per call); the full checks name the argument.
+        if model is not None and type(model) is not str:
+            _validate.text(model, "model")
+        if provider is not None and type(provider) is not str:
+            _validate.text(provider, "provider")
         label = name if name is not None else (model or "llm")
-        _validate.text(label, "name")
+        if type(label) is not str:
+            _validate.text(label, "name")
         out_est = 0 if max_tokens is None else _validate.count(max_tokens, "max_tokens")
         chars = 0
         if prompt_tokens is not None:
@@ -577,7 +616,9 @@ class ExecutionContext:
             in_est = estimates.prompt_tokens(prompt_text, model)
         else:
             in_est = 0
-        if estimate_usd is not None:
+        if type(estimate_usd) is float and 0.0 <= estimate_usd < _INF:
+            cost_est = estimate_usd
+        elif estimate_usd is not None:
             cost_est = _validate.amount(estimate_usd, "estimate_usd")
         elif model and _pricing is not None:
             # Without max_tokens the pricing layer assumes its default output length: a budget
@@ -593,7 +634,8 @@ class ExecutionContext:
             )
         else:
             cost_est = 0.0
-        reservation = Usage("llm", model or "", "", in_est, out_est, 0, 0, cost_est, 1, 1)
+        reservation = _usage(Usage, ("llm", model or "", "", in_est, out_est, 0, 0, cost_est, 1, 1,
+                                     0, 0))  # fmt: skip
         return Call(self, "llm", label, model, provider, reservation, metadata, chars)
 
     def tool_call(
@@ -897,27 +939,32 @@ class ExecutionContext:
             if ctx is owner:
                 break
 
-    def _hold_plan(self, reservation: Usage) -> _HoldPlan:
+    def _hold_plan(self, shape: Shape) -> _HoldPlan:
         """Where a reservation of this shape is held (each guard, with the keys its limits
-        watch) and which of its entries any guard watches; cached by shape."""
-        entries = reservation.entries()
-        plan = self._hold_plans.get(entries)
+        watch) and which of its keys any guard watches, with their Usage fields."""
+        plan = self._hold_plans.get(shape)
         if plan is None:
             holds = []
             watched: dict[str, int] = {}
             for ctx in self._guards:
-                keys = tuple(k for k, _, _ in entries if any(lim.matches(k) for lim in ctx.limits))
+                keys = tuple(k for k in shape.keys if any(lim.matches(k) for lim in ctx.limits))
                 if keys:
                     holds.append((ctx._level, keys))
-                    watched.update((k, f) for k, f, _ in entries if k in keys)
-            plan = (tuple(holds), tuple(watched.items()))
+                    watched.update((k, f) for k, f, _ in shape.entries if k in keys)
+            plan = (tuple(holds), tuple(watched), tuple(watched.values()))
+            self._kernel.note(plan[0])
             if len(self._hold_plans) < _CACHE_MAX:
-                self._hold_plans[entries] = plan
+                self._hold_plans[shape] = plan
         return plan
 
     def _admit(self, call: Call, shared: bool) -> None:
         """Check the call's limits with its reservation, hold it, and mark the node running."""
-        if self.canceled:
+        for ctx in self._chain:
+            if ctx._canceled:
+                break
+        else:
+            ctx = None
+        if ctx is not None:
             self._refuse(call, "context canceled")
             raise ExecutionCanceled(f"context {self.name!r} was canceled", call.node_id)
         if self._timed:
@@ -926,8 +973,12 @@ class ExecutionContext:
                 self._refuse_on(call, *hit)
         reservation = call._reservation
         if self._guard_rows:
-            holds, watched = self._hold_plan(reservation)
-            pending = {key: float(reservation[field]) for key, field in watched}
+            shape = reservation.shape()
+            plan = self._hold_plans.get(shape) or self._hold_plan(shape)
+            holds, keys, fields = plan
+            pending: dict[str, float] = dict(
+                zip(keys, map(reservation.__getitem__, fields), strict=True)  # type: ignore[arg-type]
+            )
         else:
             holds, pending = (), {}
         found = self._kernel.admit(call.node, call, pending, holds, self._guard_rows,
@@ -1033,9 +1084,10 @@ class ExecutionContext:
         cost = call.cost_usd or 0.0
         if kind == "llm":
             cost, meta, unpriced = self._llm_outcome(call)
-            usage = Usage("llm", call.model or "", "", call.tokens_in or 0, call.tokens_out or 0,
-                          call.cached_tokens, call.reasoning_tokens, cost, 1, exc is None,
-                          failed, unpriced)  # fmt: skip
+            usage = _usage(Usage, ("llm", call.model or "", "", call.tokens_in or 0,
+                                   call.tokens_out or 0, call.cached_tokens,
+                                   call.reasoning_tokens, cost, 1, int(exc is None), int(failed),
+                                   unpriced))  # fmt: skip
             if exc is None and call._prompt_chars and call.tokens_in:
                 estimates.learn(call.model or "", call._prompt_chars, call.tokens_in)
         elif kind == "tool":
@@ -1063,7 +1115,8 @@ class ExecutionContext:
         found = self._kernel.settle(node, self._level, usage, status, cost, call.tokens_in,
                                     call.tokens_out, error_class, reason, meta,
                                     self._guard_rows)  # fmt: skip
-        self._emit(node)
+        if self._sinks:
+            self._emit(node)
         if found is not None:
             self._mark_stopped(*self._owner(found))
 
@@ -1133,7 +1186,7 @@ class ExecutionContext:
                 self._sink_errors.append(error)
 
 
-_HoldPlan = tuple[tuple[tuple[Level, tuple[str, ...]], ...], tuple[tuple[str, int], ...]]
+_HoldPlan = tuple[tuple[tuple[Level, tuple[str, ...]], ...], tuple[str, ...], tuple[int, ...]]
 
 
 def _termination(exc: BaseException | None) -> TerminationReason:

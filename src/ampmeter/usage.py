@@ -7,7 +7,7 @@ usage to the standard keys of :mod:`ampmeter.keys`.
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from ampmeter import _validate
 from ampmeter.keys import (
@@ -29,7 +29,7 @@ from ampmeter.keys import (
     KEY_UNPRICED_LLM_CALLS,
 )
 
-__all__ = ["Entry", "Usage"]
+__all__ = ["Entry", "Shape", "Usage"]
 
 # Field positions, for the kernel's per-shape plans (see Usage.entries).
 _IN, _OUT, _CACHED, _REASONING, _COST, _CALLS, _STEPS, _RETRIES, _UNPRICED = range(3, 12)
@@ -38,7 +38,21 @@ Entry = tuple[str, int, bool]
 """``(stats key, Usage field position, is_gauge)``: one key a usage adds to."""
 
 _SHAPES_MAX: Final = 4_096
-_shapes: dict[tuple[object, ...], tuple[Entry, ...]] = {}
+
+
+class Shape:
+    """The keys one shape of usage adds to. Shapes are interned (one object per shape), so
+    caches key on them by identity."""
+
+    __slots__ = ("entries", "fields", "keys")
+
+    def __init__(self, entries: tuple[Entry, ...]) -> None:
+        self.entries = entries
+        self.keys: tuple[str, ...] = tuple(key for key, _, _ in entries)
+        self.fields: tuple[int, ...] = tuple(field for _, field, _ in entries)
+
+
+_shapes: dict[tuple[object, ...], Shape] = {}
 
 
 class Usage(NamedTuple):
@@ -103,39 +117,35 @@ class Usage(NamedTuple):
             _validate.count(retries, "retries"),
         )
 
-    def entries(self) -> tuple[Entry, ...]:
-        """The keys this usage adds to, with the field that gives each amount.
+    def shape(self) -> Shape:
+        """The keys this usage adds to, as an interned :class:`Shape`.
 
         LLM usage that counts a call always names its input, output and cost keys (a call that
         reported nothing still shows as 0); any other amount is named only when it is not zero.
         Per-model (and per-tool) keys come with their totals. The answer depends only on the
-        usage's *shape* (kind, model, tool, which amounts are zero), so it is cached by shape.
+        usage's kind, model, tool and which amounts are zero, so it is computed once per shape.
         """
-        shape = (
-            self.kind,
-            self.model,
-            self.tool,
-            self.tokens_in != 0,
-            self.tokens_out != 0,
-            self.cached_tokens != 0,
-            self.reasoning_tokens != 0,
-            self.cost_usd != 0.0,
-            self.calls != 0,
-            self.steps != 0,
-            self.retries != 0,
-            self.unpriced != 0,
-        )
-        found = _shapes.get(shape)
+        key = (self[0], self[1], self[2], tuple(map(bool, self[3:])))
+        found = _shapes.get(key)
         if found is None:
-            found = self._translate()
+            found = Shape(self._translate())
             if len(_shapes) < _SHAPES_MAX:
-                _shapes[shape] = found
+                _shapes[key] = found
         return found
+
+    def entries(self) -> tuple[Entry, ...]:
+        """``(key, field, is_gauge)`` for each key this usage adds to (see :meth:`shape`)."""
+        return self.shape().entries
+
+    def values(self, shape: Shape) -> tuple[Any, ...]:
+        """The amounts of ``shape``'s keys, in its order."""
+        return tuple(map(self.__getitem__, shape.fields))
 
     def amounts(self) -> dict[str, float]:
         """Every key of :meth:`entries` with its amount (a reservation's holds, a ledger's
         amounts)."""
-        return {key: float(self[field]) for key, field, _ in self.entries()}
+        shape = self.shape()
+        return dict(zip(shape.keys, map(float, self.values(shape)), strict=True))
 
     def _translate(self) -> tuple[Entry, ...]:
         model = self.model
