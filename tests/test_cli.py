@@ -99,7 +99,7 @@ def test_amortize_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
 
     result = runner.invoke(app, ["amortize", str(tmp_path), "-o", str(out)])
     assert result.exit_code == 2
-    assert "no such file" in _one_clear_line(result.stderr)
+    assert f"{tmp_path}: is a directory, not a file" in _one_clear_line(result.stderr)
 
 
 def test_validate_reports_every_bad_line(tmp_path: Path) -> None:

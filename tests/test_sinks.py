@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import random
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from hypothesis import strategies as st
 from ampmeter.graph import ExecutionGraph, Node
 from ampmeter.logs import read_jsonl, validate_event
 from ampmeter.sinks.jsonl import (
+    CUT_SUFFIX,
+    CutTailWarning,
     JsonlSink,
     SinkClosedError,
     SinkWriteError,
@@ -240,17 +243,13 @@ node_strategy = st.builds(
 @given(node=node_strategy)
 def test_every_node_maps_to_a_valid_event(node: Node) -> None:
     node.end_ts_ms = node.start_ts_ms + (node.end_ts_ms or 0)
-    event = orjson.loads(_Writer.encode(_writer_for_tests(), [(node, "chain")]))
+    event = orjson.loads(encode_event(node_to_event(node, "chain")))
     validate_event(event)
     assert event["span_id"] == node.node_id
     assert event["latency_ms"] == node.latency_ms
     assert ("parent_id" in event) == (node.parent_id is not None and node.depth != 1)
     if event["metadata"].get("cost_status") != "unpriced":
         assert event["cost_usd"] == node.cost_usd
-
-
-def _writer_for_tests() -> _Writer:
-    return _Writer("unused", -1, "line", None, "pipeline")
 
 
 # -- batch mode ------------------------------------------------------------------------------
@@ -295,7 +294,7 @@ def test_batch_mode_applies_back_pressure_instead_of_growing(
 
     monkeypatch.setattr(_Writer, "write", slow_write)
     path = tmp_path / "bp.jsonl"
-    sink = JsonlSink(path)
+    sink = JsonlSink(path, flush="batch")
     total = 1024 * 80  # more than the queue can hold
     emitter = threading.Thread(target=lambda: [sink.emit(n, "c") for n in many_nodes(total)])
     emitter.start()
@@ -320,7 +319,7 @@ def test_batch_sink_is_flushed_at_interpreter_exit(tmp_path: Path) -> None:
         sys.path.insert(0, {SRC!r})
         from ampmeter.graph import Node
         from ampmeter.sinks.jsonl import JsonlSink
-        sink = JsonlSink({str(path)!r})
+        sink = JsonlSink({str(path)!r}, flush="batch")
         for i in range(2500):
             sink.emit(Node(f"n{{i:06d}}", "n000000", "tool", "t", 0, 5, "success", depth=1), "c")
         # no close(): the exit handler must write the buffered events
@@ -427,7 +426,7 @@ def test_sink_appends_to_an_existing_log(tmp_path: Path) -> None:
     assert sum(1 for _ in read_jsonl(path)) == 6
 
 
-# -- fast line encoder against the event dict -------------------------------------------------
+# -- any node, however odd, becomes one line -------------------------------------------------
 
 _odd_text = st.text(
     st.one_of(
@@ -463,10 +462,6 @@ _meta_special = st.one_of(
     st.integers(0, 10**6),
 )
 _opt_text = st.one_of(st.none(), _odd_text, st.sampled_from(["stop", "length", "gpt-4o"]))
-# The compiled build's Node checks its fields' types when it is made, and stores a bool given for
-# an int as an int: nodes with such fields cannot exist there, so they are drawn only uncompiled.
-COMPILED_NODE = hasattr(Node, "__mypyc_attrs__")
-_ODD_ONLY_UNCOMPILED = int(not COMPILED_NODE)  # how many times the odd choices appear
 wide_node_strategy = st.builds(
     Node,
     node_id=st.one_of(st.from_regex(r"n[0-9]{6}", fullmatch=True), _odd_text),
@@ -477,127 +472,67 @@ wide_node_strategy = st.builds(
     end_ts_ms=st.one_of(st.integers(0, 3000), st.integers(0, 10**7)),
     status=st.sampled_from(["success", "fail", "halt"]),
     model=_opt_text,
-    retries_used=st.one_of(st.integers(0, 5), *[st.booleans()] * _ODD_ONLY_UNCOMPILED),
-    cost_usd=st.one_of(
-        st.floats(allow_nan=True, allow_infinity=True), *[st.integers(0, 3)] * _ODD_ONLY_UNCOMPILED
-    ),
-    tokens_in=st.one_of(
-        st.none(), st.integers(0, 10**9), st.just(2**63), *[st.booleans()] * _ODD_ONLY_UNCOMPILED
-    ),
-    tokens_out=st.one_of(st.none(), st.integers(-5, 10**9), *[st.just(0.5)] * _ODD_ONLY_UNCOMPILED),
+    retries_used=st.one_of(st.integers(0, 5), st.booleans()),
+    cost_usd=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(0, 3)),
+    tokens_in=st.one_of(st.none(), st.integers(0, 10**9), st.just(2**63), st.booleans()),
+    tokens_out=st.one_of(st.none(), st.integers(-5, 10**9), st.just(0.5)),
     stop_reason=_opt_text,
     error_class=_opt_text,
     metadata=st.dictionaries(_meta_key, _meta_special, max_size=6),
     depth=st.integers(0, 3),
 )
-# One writer for every example, so its piece cache is hit by nodes that differ from the ones
-# that filled it.
-_shared_writers = {
-    "chain": _Writer("unused", -1, "line", None, "pipeline"),
-    "fixed": _Writer("unused", -1, "line", 'run-"x"\n', "evaluator"),
-}
-
-
-def reference_line(node: Node, chain_id: str, w: _Writer) -> bytes:
-    """What the sink wrote before the fast path: node_to_event, then orjson / encode_event."""
-    event = node_to_event(node, w.run_id or chain_id, w.component)
-    try:
-        return orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE)
-    except TypeError:
-        return encode_event(event)
-
-
-def assert_same_lines(w: _Writer, items: list[tuple[Node, str]]) -> None:
-    """``w`` writes exactly the reference bytes; where the reference raises, so does ``w``."""
-    expected: list[bytes] = []
-    good: list[tuple[Node, str]] = []
-    for node, chain_id in items:
-        try:
-            expected.append(reference_line(node, chain_id, w))
-        except Exception as exc:  # e.g. an unhashable "component": the sink reports it
-            with pytest.raises(type(exc)):
-                w.encode([(node, chain_id)])
-        else:
-            good.append((node, chain_id))
-    got = w.encode(good)
-    assert got == b"".join(expected)
-    got_events = [orjson.loads(line) for line in got.splitlines()]
-    assert got_events == [orjson.loads(line) for line in expected]
 
 
 @settings(max_examples=400, deadline=None)
 @given(
     node=wide_node_strategy,
     chain_id=st.one_of(st.sampled_from(["chain-1", "chain-2"]), _odd_text),
-    fixed=st.booleans(),
+    mode=st.sampled_from(["line", "batch"]),
 )
-def test_fast_lines_equal_the_event_dict_encoding(node: Node, chain_id: str, fixed: bool) -> None:
+def test_any_node_becomes_exactly_its_event_on_one_line(
+    tmp_path_factory: pytest.TempPathFactory, node: Node, chain_id: str, mode: str
+) -> None:
+    """Odd text, huge or NaN numbers, odd metadata: one whole line, equal to the event dict."""
     node.end_ts_ms = node.start_ts_ms + (node.end_ts_ms or 0)
-    assert_same_lines(_shared_writers["fixed" if fixed else "chain"], [(node, chain_id)])
-
-
-def random_node(rng: random.Random, i: int) -> Node:
-    """A plausible finished node with varied, sometimes odd, fields."""
-    words = ["chat", "search", 'naïve "quoted"', "tab\there", "ctl\x01", "🙂", "back\\slash"]
-    meta: dict[str, Any] = {}
-    for key in rng.sample(["cached_tokens", "component", "cost_status", "pricing_version",
-                           "provider", "tool_calls_made", "nested", "status", "note"],
-                          rng.randint(0, 5)):  # fmt: skip
-        meta[key] = rng.choice(
-            [rng.randint(0, 500), rng.choice(words), None, "pipeline", "auxiliary", "unpriced",
-             [1, {"a": [rng.random(), "x\"y"]}], {"deep": {"er": ["\u2028", True]}}, 1.5]
-        )  # fmt: skip
-    start = 1_769_000_000_000 + rng.randint(-5000, 5000) * 997
-    return Node(
-        f"n{i:06d}", rng.choice([None, "n000001", f"n{i // 3:06d}"]),
-        rng.choice(["llm", "tool", "system", "embedding", "retrieval", "memory"]),
-        rng.choice(words), start, start + rng.randint(0, 3000),
-        rng.choice(["success", "fail", "halt"]), rng.choice([None, "gpt-4o-mini", "m\"x"]),
-        rng.randint(0, 3), rng.choice([0.0, 0.000123, rng.random(), 1e-7, 2.5e20]),
-        rng.choice([None, rng.randint(0, 10**6)]), rng.choice([None, rng.randint(0, 5000)]),
-        rng.choice([None, "stop", "tool_use"]), rng.choice([None, "TimeoutError"]), meta,
-        rng.randint(0, 3),
-    )  # fmt: skip
-
-
-def fast_line(w: _Writer, node: Node) -> bytes | None:
-    """The fast path's line, or None where it hands the node to the general path."""
+    if node.parent_id is None:
+        node.parent_id = "n000001"  # the sink skips roots
     try:
-        return w.lines.line(node, "c")
-    except Exception:  # what _Writer.encode treats like None
-        return None
+        event = node_to_event(node, chain_id)
+    except Exception as exc:  # e.g. an unhashable "component": the sink refuses it the same way
+        path = tmp_path_factory.mktemp("odd") / "e.jsonl"
+        with JsonlSink(path, flush="line") as sink, pytest.raises(type(exc)):
+            sink.emit(node, chain_id)
+        return
+    path = tmp_path_factory.mktemp("odd") / "e.jsonl"
+    with JsonlSink(path, flush=mode) as sink:  # type: ignore[arg-type]
+        sink.emit(node, chain_id)
+    data = path.read_bytes()
+    assert data == encode_event(event)
+    assert data.count(b"\n") == 1 and data.endswith(b"\n")
+    assert orjson.loads(data)["span_id"] == _text_of(node.node_id)
 
 
-def test_fast_lines_equal_the_event_dict_encoding_for_many_random_nodes() -> None:
-    rng = random.Random(20260122)
-    nodes = [random_node(rng, i) for i in range(6000)]
-    for w in (_Writer("unused", -1, "line", None, "pipeline"),
-              _Writer("unused", -1, "line", "run-1", "auxiliary")):  # fmt: skip
-        for start in range(0, len(nodes), 1024):
-            assert_same_lines(w, [(n, f"chain-{n.depth}") for n in nodes[start : start + 1024]])
-        fast = sum(fast_line(w, n) is not None for n in nodes)
-        assert fast > len(nodes) // 2  # most plausible nodes take the fast path
+def _text_of(value: object) -> object:
+    return value if isinstance(value, str) else orjson.loads(orjson.dumps(value, default=str))
 
 
-def test_typical_node_takes_the_fast_path_and_odd_ones_do_not() -> None:
-    w = _writer_for_tests()
-    node = Node("n000002", "n000001", "llm", "chat", 1000, 1500, "success", "m", 0, 0.5, 10, 2,
-                metadata={"cost_status": "priced", "provider": "x"}, depth=2)  # fmt: skip
-    line = w.lines.line(node, "c")
-    assert line is not None and line == reference_line(node, "c", w)
+def test_odd_fields_are_written_not_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "odd.jsonl"
     odd = [
         Node("n000003", "n000001", "llm", "chat", 0, 5, "success", metadata={"status": "x"}),
-        Node("n000003", "n000001", "llm", "chat", 0, 5, "success", metadata={"o": object()}),
+        Node("n000004", "n000001", "llm", "chat", 0, 5, "success", metadata={"o": object()}),
+        Node("n000005", "n000001", "llm", "chat", 0, 5, "success", tokens_in=True),
+        Node("n000006", "n000001", "llm", "chat", 0, 5, "success", retries_used=True),
+        Node("n000007", "n000001", "llm", 1, 0, 5, "success"),  # type: ignore[arg-type]
+        Node("n000008", "n000001", "llm", "chat", 0, 5, "success", tokens_in=2**70),
     ]
-    if not COMPILED_NODE:  # fields of the wrong type (see wide_node_strategy)
-        odd += [
-            Node("n000003", "n000001", "llm", "chat", 0, 5, "success", tokens_in=True),
-            Node("n000003", "n000001", "llm", "chat", 0, 5, "success", retries_used=True),
-            Node("n000003", "n000001", "llm", 1, 0, 5, "success"),  # type: ignore[arg-type]
-        ]
-    for n in odd:
-        assert fast_line(w, n) is None
-        assert w.encode([(n, "c")]) == reference_line(n, "c", w)
+    with JsonlSink(path) as sink:
+        for node in odd:
+            sink.emit(node, "c")
+    events = lines_of(path)
+    assert [e["span_id"] for e in events] == [n.node_id for n in odd]
+    assert events[0]["metadata"]["status"] == "success"  # ampmeter's status field wins
+    assert events[1]["metadata"]["o"].startswith("<object object")
 
 
 def test_an_unhashable_component_falls_back_to_the_default(tmp_path: Path) -> None:
@@ -612,3 +547,97 @@ def test_an_unhashable_component_falls_back_to_the_default(tmp_path: Path) -> No
     (event,) = list(read_jsonl(path))
     assert event["component"] == "auxiliary"
     validate_event(event)
+
+
+# -- crashes ---------------------------------------------------------------------------------
+
+
+def _two_good_lines(path: Path) -> list[dict[str, Any]]:
+    with JsonlSink(path) as sink:
+        for n in many_nodes(2):
+            sink.emit(n, "c")
+    return lines_of(path)
+
+
+@pytest.mark.parametrize("tail_bytes", [37, 200_000], ids=["short-tail", "tail-over-a-chunk"])
+def test_a_cut_last_line_is_moved_aside_before_appending(tmp_path: Path, tail_bytes: int) -> None:
+    path = tmp_path / "crashed.jsonl"
+    before = _two_good_lines(path)
+    cut = b'{"timestamp":"2026-01-01T00:00:00.000Z","metadata":{"pad":"' + b"x" * tail_bytes
+    with path.open("ab") as f:
+        f.write(cut)  # a crash mid-write: no line break, not JSON
+    with pytest.warns(CutTailWarning, match=r"crashed\.jsonl\.cut"):
+        sink = JsonlSink(path)
+    with sink:
+        sink.emit(next(many_nodes(1)), "after")
+    events = list(read_jsonl(path))  # strict: every line is whole
+    assert events[:2] == before and events[2]["run_id"] == "after"
+    assert (tmp_path / ("crashed.jsonl" + CUT_SUFFIX)).read_bytes() == cut + b"\n"
+
+
+def test_a_whole_last_event_without_line_break_is_kept_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "no-newline.jsonl"
+    before = _two_good_lines(path)
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))  # e.g. written by another tool
+    with JsonlSink(path) as sink:
+        sink.emit(next(many_nodes(1)), "after")
+    events = list(read_jsonl(path))
+    assert events[:2] == before and events[2]["run_id"] == "after"
+    assert not (tmp_path / ("no-newline.jsonl" + CUT_SUFFIX)).exists()
+
+
+def test_a_file_that_is_only_a_cut_line_becomes_empty_then_grows(tmp_path: Path) -> None:
+    path = tmp_path / "only-cut.jsonl"
+    path.write_bytes(b'{"timest')
+    with pytest.warns(CutTailWarning), JsonlSink(path) as sink:
+        sink.emit(next(many_nodes(1)), "c")
+    assert len(valid_lines(path)) == 1
+    assert (tmp_path / "only-cut.jsonl.cut").read_bytes() == b'{"timest\n'
+
+
+def test_sigkill_loses_no_event_whose_emit_returned_in_the_default_mode(tmp_path: Path) -> None:
+    """The child acknowledges each event on stdout after emit() returned; every acknowledged
+    event must be in the file after a SIGKILL, and the file must take appends afterwards."""
+    path = tmp_path / "killed.jsonl"
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {SRC!r})
+        from ampmeter.graph import ExecutionGraph
+        from ampmeter.sinks.jsonl import JsonlSink
+        sink = JsonlSink({str(path)!r})  # the default flush mode
+        g = ExecutionGraph("killed-run")
+        root = g.create_root("agent")
+        i = 0
+        while True:
+            i += 1
+            n = g.begin_node(root, "llm", "chat", metadata={{"i": i}})
+            g.mark_success(n, 0.001, 100, 7)
+            sink.emit(g.node(n), g.chain_id)
+            sys.stdout.write(f"{{i}}\\n")
+            sys.stdout.flush()
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    acknowledged = 0
+    try:
+        for line in child.stdout:
+            acknowledged = int(line)
+            if acknowledged >= 3000:
+                break
+    finally:
+        child.send_signal(signal.SIGKILL)
+        rest = child.stdout.read()
+        child.wait()
+    acknowledged = max([acknowledged, *map(int, rest.split())])
+    assert child.returncode == -signal.SIGKILL
+    data = path.read_bytes()
+    whole = data[: data.rfind(b"\n") + 1]
+    numbers = [orjson.loads(line)["metadata"]["i"] for line in whole.splitlines()]
+    assert numbers[:acknowledged] == list(range(1, acknowledged + 1))
+    # Whatever the kill left, a new sink appends on a line of its own.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CutTailWarning)
+        with JsonlSink(path) as sink:
+            sink.emit(next(many_nodes(1)), "after")
+    events = list(read_jsonl(path))
+    assert events[-1]["run_id"] == "after" and len(events) >= acknowledged + 1

@@ -1,26 +1,86 @@
 """The ``ampmeter`` command line: ``summary``, ``amortize``, ``validate``, ``report`` (and
 ``run``/``demo`` from :mod:`ampmeter.cli_run`).
 
-Errors a user can cause (a missing file, invalid JSON, a record breaking the contract) are
-printed as one line on stderr and exit with status 2; there is never a traceback.
+Errors a user can cause (a missing file, invalid JSON, a record breaking the contract, a
+mistyped option) are printed as one line on stderr, ``ampmeter <command>: error: <what>``, and
+exit with status 2; there is never a traceback or a boxed panel. Text from logs (run ids, stop
+reasons, file names) is printed as plain text, never as markup, with control characters and
+terminal escape sequences shown escaped (``\x1b``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import errno
+import os
+import re
+import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Final, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+from typer.core import TyperGroup
 
 __all__ = ["app", "main"]
 
+# C0 and C1 control characters (ESC starts every terminal escape sequence), DEL, and the
+# characters that reorder or break displayed text (bidi overrides, line/paragraph separators).
+_UNPRINTABLE: Final = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character written as an escape (``\\x1b``, ``\\n``)."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def _print_error(where: str, message: str) -> None:
+    """The one error line every ampmeter command prints."""
+    _err.print(Text(f"{where}: error: {printable(message)}"), soft_wrap=True)
+
+
+class _OneLineErrors(TyperGroup):
+    """The command group: a usage error (unknown option, missing argument) is one line on
+    stderr and exit status 2, like every other error, instead of click's boxed panel."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(
+                args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra
+            )
+        try:
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except Exception as exc:
+            if type(exc).__name__ == "Abort":
+                _print_error(prog_name or "ampmeter", "aborted")
+                sys.exit(1)
+            if not hasattr(exc, "format_message") or not hasattr(exc, "exit_code"):
+                raise  # not a click usage error
+            if type(exc).__name__ != "NoArgsIsHelpError":  # its help is already printed
+                ctx = getattr(exc, "ctx", None)
+                where = ctx.command_path if ctx is not None else prog_name or "ampmeter"
+                _print_error(where, f"{exc.format_message()} (see '{where} --help')")
+            sys.exit(exc.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     name="ampmeter",
     help="Account for and contain LLM agent runs; turn their logs into tables, curves and reports.",
     add_completion=False,
@@ -56,8 +116,28 @@ class EngineName(str, enum.Enum):
 
 
 def _fail(command: str, message: str) -> typer.Exit:
-    _err.print(f"ampmeter {command}: error: {message}", markup=False)
+    _print_error(f"ampmeter {command}", message)
     return typer.Exit(2)
+
+
+# What the OS's own texts for these errors mean for a file named on the command line.
+_OS_REASONS: Final = {
+    errno.ENOENT: "no such file",
+    errno.EISDIR: "is a directory, not a file",
+    errno.ENOTDIR: "a part of the path is not a directory",
+    errno.EACCES: "permission denied",
+    errno.EROFS: "read-only file system",
+    errno.ENOSPC: "no space left on the device",
+}
+
+
+def os_error_message(exc: OSError) -> str:
+    """``<file>: <what>`` for an ``OSError``: ampmeter's own wording when it raised it, a short
+    plain reason for the OS's."""
+    reason = exc.strerror or str(exc)
+    if exc.errno is not None and reason == os.strerror(exc.errno):
+        reason = _OS_REASONS.get(exc.errno, reason[:1].lower() + reason[1:])
+    return f"{exc.filename}: {reason}" if exc.filename else reason
 
 
 @contextlib.contextmanager
@@ -71,30 +151,27 @@ def _user_errors(command: str) -> Iterator[None]:
         warnings.simplefilter("always")
         try:
             yield
-        except FileNotFoundError as exc:
-            raise _fail(command, f"no such file: {exc.filename or exc}") from None
-        except IsADirectoryError as exc:
-            raise _fail(command, f"is a directory, not a file: {exc.filename or exc}") from None
         except (JsonlError, AnalysisError) as exc:
             raise _fail(command, str(exc)) from None
         except OSError as exc:
-            where = f"{exc.filename}: " if exc.filename else ""
-            raise _fail(command, f"{where}{exc.strerror or exc}") from None
+            raise _fail(command, os_error_message(exc)) from None
         except ValueError as exc:
             raise _fail(command, str(exc)) from None
         finally:
             for item in caught:
-                _err.print(f"ampmeter {command}: warning: {item.message}", markup=False)
+                message = printable(f"ampmeter {command}: warning: {item.message}")
+                _err.print(Text(message), soft_wrap=True)
 
 
-def _fmt(value: object) -> str:
+def _fmt(value: object) -> Text:
+    """A table cell: plain text (never markup), control characters escaped."""
     if value is None:
-        return "-"
+        return Text("-")
     if isinstance(value, float):
-        return f"{value:,.6g}"
+        return Text(f"{value:,.6g}")
     if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
+        return Text(f"{value:,}")
+    return Text(printable(str(value)))
 
 
 @app.command("summary")
@@ -142,8 +219,8 @@ def summary_command(
         for q in ("p50", "p95"):
             out.add_row(
                 *(
-                    q if key == "run_id" else _fmt(table.across.get(key, {}).get(q))
-                    if key in table.across else ""
+                    Text(q) if key == "run_id" else _fmt(table.across.get(key, {}).get(q))
+                    if key in table.across else Text("")
                     for key, _ in columns
                 ),
                 style="italic dim",
@@ -204,8 +281,8 @@ def amortize_command(
             from ampmeter.report.figures import amortization_figure, save_png
 
             save_png(amortization_figure(table.rows()), plot)
-    _err.print(f"wrote {count} row(s) to {output}" + (f" and {plot}" if plot else ""),
-               markup=False)  # fmt: skip
+    _err.print(Text(printable(f"wrote {count} row(s) to {output}" + (f" and {plot}" if plot
+                                                                      else ""))))  # fmt: skip
 
 
 @app.command("validate")
@@ -223,7 +300,7 @@ def validate_command(logs: LogsArg) -> None:
         for path in logs:
             file_bad = 0
             for problem in validate_file(path):
-                typer.echo(str(problem), err=problem.warning)
+                typer.echo(printable(str(problem)), err=problem.warning)
                 if not problem.warning:
                     file_bad += 1
             bad += file_bad
@@ -254,7 +331,7 @@ def report_command(
 
     with _user_errors("report"):
         write_report(logs, output, title=title, best_effort=best_effort)
-    _err.print(f"wrote {output}", markup=False)
+    _err.print(Text(printable(f"wrote {output}")))
 
 
 def _fallback_demo() -> None:

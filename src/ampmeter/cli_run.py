@@ -68,7 +68,7 @@ def _run(
         )
         outcome = run_command(command, config)
     except ValueError as exc:
-        typer.echo(f"ampmeter run: {exc}", err=True)
+        typer.echo(f"ampmeter run: error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo("\nampmeter run summary", err=True)
     if outcome.summary is not None:
@@ -129,7 +129,7 @@ def _demo(
             echo=typer.echo,
         )  # fmt: skip
     except DemoError as exc:
-        typer.echo(f"ampmeter demo: {exc}", err=True)
+        typer.echo(f"ampmeter demo: error: {exc}", err=True)
         raise typer.Exit(2) from None
 
 

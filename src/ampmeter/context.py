@@ -28,7 +28,7 @@ from enum import Enum
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from ampmeter import _validate, estimates
+from ampmeter import _validate, estimates, redact
 from ampmeter._kernel import Busy, Guard, Hit, Level
 from ampmeter.errors import BudgetBusy, BudgetUnavailable, ExecutionCanceled, LimitExceeded
 from ampmeter.graph import ExecutionGraph
@@ -523,7 +523,8 @@ class ExecutionContext:
         self._closed = False
         self._iteration = 0
         self._token: contextvars.Token[Any] | None = None
-        self._sink_errors: list[Exception] = []
+        self._sink_errors: list[Exception] = []  # the first error of each failing sink
+        self._sink_failures: dict[int, int] = {}  # id(sink) -> how many times it failed
         self.termination_reason: TerminationReason | None = None
         self.exceeded_limit: ExceededLimit | None = None
         # Only contexts that can stop a call take part in the check before each call.
@@ -570,7 +571,8 @@ class ExecutionContext:
 
     @property
     def sink_errors(self) -> tuple[Exception, ...]:
-        """Errors sinks raised for this context's nodes (the calls themselves went on)."""
+        """The first error of each sink that failed on this context's nodes (the calls
+        themselves went on); ``snapshot()["sink_failures"]`` counts every failure."""
         return tuple(self._sink_errors)
 
     def _can_stop(self) -> bool:
@@ -860,7 +862,7 @@ class ExecutionContext:
         if reason is TerminationReason.SUCCESS:
             graph.mark_success(self._node_id, 0.0)
         elif reason is TerminationReason.ERROR and exc is not None:
-            graph.mark_failure(self._node_id, type(exc).__name__, str(exc) or None)
+            graph.mark_failure(self._node_id, type(exc).__name__, redact.error_text(exc))
         else:
             if self.exceeded_limit is not None:
                 stop = str(self.exceeded_limit)
@@ -874,7 +876,7 @@ class ExecutionContext:
             try:
                 sink.flush()
             except Exception as error:
-                self._sink_errors.append(error)
+                self._sink_failed(sink, error)
         if self._sink_errors and exc is None:
             raise self._sink_errors[0]
 
@@ -932,6 +934,7 @@ class ExecutionContext:
             "gauges": self.stats.gauges(),
             "reserved": self.stats.reserved(),
             "sink_errors": [f"{type(e).__name__}: {e}" for e in self._sink_errors],
+            "sink_failures": sum(self._sink_failures.values()),
             "graph": self.graph.snapshot(),
         }
 
@@ -1102,7 +1105,8 @@ class ExecutionContext:
         except BudgetUnavailable as error:
             if ctx.on_ledger_error == "allow":
                 self.graph.update_metadata(
-                    call.node_id, {"budget_enforced": False, "ledger_error": str(error)}
+                    call.node_id,
+                    {"budget_enforced": False, "ledger_error": redact.error_text(error)},
                 )
                 return
             reason = f"budget ledger unavailable (fail closed): {error}"
@@ -1111,7 +1115,7 @@ class ExecutionContext:
                 f"{call.kind} call {call.name!r} stopped: {reason}", None, call.node_id
             ) from error
         except BaseException as error:
-            self._abort_admission(call, f"ledger error: {type(error).__name__}: {error}")
+            self._abort_admission(call, f"ledger error: {redact.error_text(error)}")
             raise
         if held is None:
             stop = _shared_exceeded(ledger, amounts, ceilings, owners)
@@ -1159,7 +1163,7 @@ class ExecutionContext:
         elif interrupted:
             status, error_class, reason = "halt", None, "interrupted"
         else:
-            status, error_class, reason = "fail", type(exc).__name__, str(exc) or None
+            status, error_class, reason = "fail", type(exc).__name__, redact.error_text(exc)
         if node.status == "created" and call.node_id not in self._kernel.open:
             # Never admitted (start() was refused or never called): nothing was used.
             if exc is None:
@@ -1190,7 +1194,7 @@ class ExecutionContext:
             try:
                 ledger.commit(held, actual)
             except Exception as error:
-                failure = str(error)
+                failure = redact.error_text(error)
         return failure
 
     def _llm_outcome(self, call: Call) -> tuple[float, dict[str, Any], int]:
@@ -1236,14 +1240,24 @@ class ExecutionContext:
             try:
                 sink.emit(node, chain_id)
             except Exception as error:
-                if not self._sink_errors:
-                    warnings.warn(
-                        f"ampmeter: sink {type(sink).__name__} failed ({error}); the call went "
-                        f"on and was counted; context {self.name!r} raises the error at close()",
-                        RuntimeWarning,
-                        stacklevel=4,
-                    )
-                self._sink_errors.append(error)
+                self._sink_failed(sink, error)
+
+    def _sink_failed(self, sink: Sink, error: Exception) -> None:
+        """Keep a sink's first error (and count the rest); warn once per context."""
+        failures = self._sink_failures
+        if not failures:
+            warnings.warn(
+                f"ampmeter: sink {type(sink).__name__} failed ({error}); the call went on and "
+                f"was counted; context {self.name!r} raises the error at close()",
+                RuntimeWarning,
+                stacklevel=5,
+            )
+        count = failures.get(id(sink))
+        if count is None:
+            self._sink_errors.append(error)
+            failures[id(sink)] = 1
+        else:
+            failures[id(sink)] = count + 1
 
 
 _HoldPlan = tuple[tuple[tuple[Level, tuple[str, ...]], ...], tuple[str, ...], tuple[int, ...]]

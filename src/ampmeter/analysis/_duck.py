@@ -41,32 +41,69 @@ Fetched = dict[str, Any]
 
 _THEN = "\n-- or else --\n"  # separates queries tried in turn until one reads every record
 
-_INT_T = "json_type(t) IN ('BIGINT', 'UBIGINT')"
+# Every field is read as JSON and its JSON type checked before the cast, as the plain reader
+# checks Python types: DuckDB would otherwise cast true to 1, "5" to 5.0 and 1e400 to inf.
+_INTEGER = "('BIGINT', 'UBIGINT')"
+_NUMBER = "('BIGINT', 'UBIGINT', 'DOUBLE')"
+
+
+def _int_ok(col: str) -> str:
+    # an int beyond BIGINT is valid JSON the plain reader takes: leave it to that reader
+    return f"(json_type({col}) IN {_INTEGER} AND TRY_CAST({col} AS BIGINT) IS NOT NULL)"
+
+
+_INT_T = _int_ok("t")
+
+
+def _number_ok(col: str) -> str:
+    return f"(json_type({col}) IN {_NUMBER} AND isfinite(TRY_CAST({col} AS DOUBLE)))"
+
+
+def _null(col: str) -> str:
+    return f"({col} IS NULL OR json_type({col}) = 'NULL')"
+
+
+def _opt(col: str, cast: str) -> str:
+    """``col`` cast to ``cast`` (SQL NULL for JSON null), for a field that may be null."""
+    return f"CASE WHEN NOT {_null(col)} THEN TRY_CAST({col} AS {cast}) END"
+
 
 _STREAM_SQL = f"""
-SELECT {_INT_T} AND cumulative_api_cost_usd IS NOT NULL AND cumulative_solved IS NOT NULL
-       AND cost_per_solved IS NOT NULL AS ok,
-       t::BIGINT AS t, cumulative_api_cost_usd, cumulative_solved, cost_per_solved
+SELECT coalesce({_INT_T} AND {_number_ok("cumulative_api_cost_usd")}
+                AND {_int_ok("cumulative_solved")} AND {_number_ok("cost_per_solved")}, false)
+       AS ok,
+       TRY_CAST(t AS BIGINT) AS t, TRY_CAST(cumulative_api_cost_usd AS DOUBLE)
+       AS cumulative_api_cost_usd, TRY_CAST(cumulative_solved AS BIGINT) AS cumulative_solved,
+       TRY_CAST(cost_per_solved AS DOUBLE) AS cost_per_solved
 FROM read_json(?, format='newline_delimited', columns={{
-    't': 'JSON', 'cumulative_api_cost_usd': 'DOUBLE', 'cumulative_solved': 'BIGINT',
-    'cost_per_solved': 'DOUBLE'}})
+    't': 'JSON', 'cumulative_api_cost_usd': 'JSON', 'cumulative_solved': 'JSON',
+    'cost_per_solved': 'JSON'}})
 """
 
 _PROBLEMS_SQL = f"""
-SELECT {_INT_T} AND solved IS NOT NULL AS ok,
-       t::BIGINT AS t, solved, attempt_success_rate, tokens_total, latency_total_ms
+SELECT coalesce({_INT_T} AND json_type(solved) = 'BOOLEAN'
+                AND ({_null("attempt_success_rate")} OR {_number_ok("attempt_success_rate")})
+                AND ({_null("tokens_total")} OR {_int_ok("tokens_total")})
+                AND ({_null("latency_total_ms")} OR {_number_ok("latency_total_ms")}), false)
+       AS ok,
+       TRY_CAST(t AS BIGINT) AS t, TRY_CAST(solved AS BOOLEAN) AS solved,
+       {_opt("attempt_success_rate", "DOUBLE")} AS attempt_success_rate,
+       {_opt("tokens_total", "BIGINT")} AS tokens_total,
+       {_opt("latency_total_ms", "DOUBLE")} AS latency_total_ms
 FROM read_json(?, format='newline_delimited', columns={{
-    't': 'JSON', 'solved': 'BOOLEAN', 'attempt_success_rate': 'DOUBLE', 'tokens_total': 'BIGINT',
-    'latency_total_ms': 'DOUBLE'}})
+    't': 'JSON', 'solved': 'JSON', 'attempt_success_rate': 'JSON', 'tokens_total': 'JSON',
+    'latency_total_ms': 'JSON'}})
 """
 
 # Events usually carry metadata.t: reading only that is much faster than also reading a
 # top-level t as JSON, which the full query below does when some event lacks metadata.t.
-_EVENTS_META_SQL = """
-SELECT json_type(metadata.t) IN ('BIGINT', 'UBIGINT') AND cost_usd IS NOT NULL AS ok,
-       metadata.t::BIGINT AS t, coalesce(component = 'pipeline', false) AS pipeline, cost_usd
-FROM read_json(?, format='newline_delimited', columns={
-    'component': 'VARCHAR', 'cost_usd': 'DOUBLE', 'metadata': 'STRUCT(t JSON)'})
+_EVENTS_META_SQL = f"""
+SELECT coalesce({_int_ok("metadata.t")} AND {_number_ok("cost_usd")}, false) AS ok,
+       TRY_CAST(metadata.t AS BIGINT) AS t,
+       coalesce(json_type(component) = 'VARCHAR' AND component->>'$' = 'pipeline', false)
+       AS pipeline, TRY_CAST(cost_usd AS DOUBLE) AS cost_usd
+FROM read_json(?, format='newline_delimited', columns={{
+    'component': 'JSON', 'cost_usd': 'JSON', 'metadata': 'STRUCT(t JSON)'}})
 """
 
 _EVENTS_SQL = f"""
@@ -75,15 +112,18 @@ WITH raw AS (
                 ELSE metadata.t END AS t,
            component, cost_usd
     FROM read_json(?, format='newline_delimited', columns={{
-        't': 'JSON', 'component': 'VARCHAR', 'cost_usd': 'DOUBLE', 'metadata': 'STRUCT(t JSON)'}})
+        't': 'JSON', 'component': 'JSON', 'cost_usd': 'JSON', 'metadata': 'STRUCT(t JSON)'}})
 )
-SELECT {_INT_T} AND cost_usd IS NOT NULL AS ok,
-       t::BIGINT AS t, coalesce(component = 'pipeline', false) AS pipeline, cost_usd
+SELECT coalesce({_INT_T} AND {_number_ok("cost_usd")}, false) AS ok,
+       TRY_CAST(t AS BIGINT) AS t,
+       coalesce(json_type(component) = 'VARCHAR' AND component->>'$' = 'pipeline', false)
+       AS pipeline, TRY_CAST(cost_usd AS DOUBLE) AS cost_usd
 FROM raw
 """
 
 
-# JSON that DuckDB reads and the plain reader rejects: NaN, Infinity, trailing commas. Found
+# JSON that DuckDB reads and the plain reader rejects: NaN, Infinity, trailing commas, and
+# numbers too big for a double (1e400, 400 digits: DuckDB reads inf or a huge int). Found
 # anywhere in a line (inside strings too), the file goes to the plain reader, which knows.
 # DuckDB scans the lines as plain text, in parallel and without holding the GIL: a few times
 # faster than searching the bytes from Python.
@@ -92,6 +132,7 @@ SELECT count(*) FROM read_csv(?, columns = {'line': 'VARCHAR'}, delim = '\x01', 
     escape = '', header = false, auto_detect = false, new_line = '\n')
 WHERE contains(line, 'NaN') OR contains(line, 'Infinity')
     OR regexp_matches(line, ',[ \t\r]*[}\]]')
+    OR regexp_matches(line, '[0-9][eE]\+?[0-9]{3}') OR regexp_matches(line, '[0-9]{300}')
 """
 
 
@@ -227,7 +268,7 @@ class _Progress:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._bar = Progress(
-                TextColumn("reading {task.description}"),
+                TextColumn("reading {task.description}", markup=False),
                 BarColumn(),
                 TextColumn("{task.percentage:>5.1f}%"),
                 TimeElapsedColumn(),

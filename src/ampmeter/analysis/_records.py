@@ -17,11 +17,13 @@ import orjson
 
 from ampmeter.errors import AnalysisError
 from ampmeter.logs import read_jsonl
+from ampmeter.logs.reader import LongLine, file_lines, max_line_bytes
 
 __all__ = [
     "AnalysisError",
     "event_fields",
     "problem_fields",
+    "raw_lines",
     "read_records",
     "stream_fields",
 ]
@@ -164,13 +166,16 @@ def record_line(path: str, index: int, best_effort: bool) -> int | None:
     """Line number (1-based) of the ``index``-th record (0-based) of ``path``, by the reader's
     rules: blank lines and (in best-effort mode) lines that are not JSON objects don't count."""
     seen = -1
-    for number, raw in enumerate(_raw_lines(path), 1):
-        if not raw.strip():
-            continue
-        try:
-            ok = type(orjson.loads(raw)) is dict
-        except orjson.JSONDecodeError:
+    for number, raw in enumerate(raw_lines(path), 1):
+        if isinstance(raw, LongLine):
             ok = False
+        elif not raw.strip():
+            continue
+        else:
+            try:
+                ok = type(orjson.loads(raw)) is dict
+            except orjson.JSONDecodeError:
+                ok = False
         if not ok:
             if best_effort:
                 continue
@@ -181,11 +186,13 @@ def record_line(path: str, index: int, best_effort: bool) -> int | None:
     return None
 
 
-def _raw_lines(path: str) -> Iterator[bytes]:
+def raw_lines(path: str) -> Iterator[bytes | LongLine]:
+    """The raw lines of ``path`` (gzip or not), a :class:`LongLine` for a line over the limit."""
+    limit = max_line_bytes()
     with open(path, "rb") as handle:
         compressed = path.endswith(".gz") or handle.peek(2)[:2] == _GZIP_MAGIC
         if compressed:
             with gzip.GzipFile(fileobj=handle, mode="rb") as unzipped:
-                yield from unzipped
+                yield from file_lines(unzipped, limit)
         else:
-            yield from handle
+            yield from file_lines(handle, limit)

@@ -14,6 +14,8 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from ampmeter._files import replaced_when_complete
+
 __all__ = ["CurveTable"]
 
 ROW_COLUMNS: Final = (
@@ -92,10 +94,8 @@ class CurveTable:
         if only_stream_rows:
             stream = self._columns.get("cumulative_solved")
             keep = np.zeros(len(self), dtype=bool) if stream is None else stream[1]
-        target = os.fspath(path)
-        tmp = f"{target}.tmp-{os.getpid()}"
         count = 0
-        try:
+        with replaced_when_complete(path) as tmp:
             written = self._write_duckdb(tmp, names, keep)
             if written is None:
                 with open(tmp, "w", newline="", encoding="utf-8") as handle:
@@ -105,11 +105,6 @@ class CurveTable:
                         handle.write(block)
             else:
                 count = written
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
         return count
 
     def _write_duckdb(self, tmp: str, names: list[str], keep: Array | None) -> int | None:

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from ampmeter._files import replaced_when_complete, require_file
 from ampmeter.analysis._pycurve import curve_rows
 from ampmeter.analysis._records import (
     event_fields,
@@ -175,8 +176,7 @@ def _plan(
     events_path = os.fspath(token_events_jsonl) if token_events_jsonl else None
     paths = [p for p in (stream_path, problems_path, events_path) if p]
     for path in paths:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"no such file: {path}")
+        require_file(path)
     use_duck = engine == "duckdb" or (
         engine == "auto" and not best_effort and _duckdb_available()
         and sum(os.path.getsize(p) for p in paths) >= DUCKDB_THRESHOLD_BYTES
@@ -229,21 +229,13 @@ def write_csv(rows: Rows | CurveTable, path: PathLike, columns: Iterable[str]) -
     if table is not None:
         return table.write_csv(path, columns)
     names = list(columns)
-    target = os.fspath(path)
-    tmp = f"{target}.tmp-{os.getpid()}"
     count = 0
-    try:
-        with open(tmp, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle, lineterminator="\n")
-            writer.writerow(names)
-            for row in rows:  # type: ignore[union-attr]
-                writer.writerow([_cell(row.get(name)) for name in names])
-                count += 1
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with replaced_when_complete(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(names)
+        for row in rows:  # type: ignore[union-attr]
+            writer.writerow([_cell(row.get(name)) for name in names])
+            count += 1
     return count
 
 

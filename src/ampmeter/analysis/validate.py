@@ -17,12 +17,13 @@ import orjson
 
 from ampmeter.analysis._records import (
     _FieldError,
-    _raw_lines,
     _t,
     problem_fields,
+    raw_lines,
     stream_fields,
 )
 from ampmeter.logs import event_errors
+from ampmeter.logs.reader import LongLine
 
 __all__ = ["LineProblem", "file_kind", "validate_file"]
 
@@ -73,16 +74,25 @@ def _checker(kind: str) -> Callable[[dict[str, Any]], list[str]]:
 def validate_file(path: str | os.PathLike[str], kind: str | None = None) -> Iterator[LineProblem]:
     """Every problem of ``path``, in line order (``kind`` defaults to :func:`file_kind`).
 
-    Raises ``FileNotFoundError``/``OSError`` if the file cannot be read.
+    Lines are read one at a time, each at most :func:`ampmeter.logs.reader.max_line_bytes`
+    long (a longer one is a problem, read past without being held). Raises
+    ``FileNotFoundError``/``OSError`` if the file cannot be read.
     """
     name = os.fspath(path)
     check = _checker(kind or file_kind(name))
-    pending: tuple[int, bytes] | None = None
-    lines = ((n, raw) for n, raw in enumerate(_raw_lines(name), 1) if raw.strip())
+    pending: tuple[int, bytes | LongLine] | None = None
+    lines = (
+        (n, raw)
+        for n, raw in enumerate(raw_lines(name), 1)
+        if isinstance(raw, LongLine) or raw.strip()
+    )
     pending = next(lines, None)
     while pending is not None:
         number, raw = pending
         pending = next(lines, None)
+        if isinstance(raw, LongLine):
+            yield LineProblem(name, number, raw.reason())
+            continue
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:

@@ -10,11 +10,13 @@
         client.chat.completions.create(...)        # reserved, checked, recorded
 
 Outside a context the SDKs behave exactly as without ampmeter. No API key, header or (unless
-``capture_content=True``) prompt or response text is put on a node.
+``capture_content=True``) prompt or response text is put on a node; a failed call's error text
+is scrubbed by :mod:`ampmeter.redact` (the client's API key included).
 """
 
 from __future__ import annotations
 
+from ampmeter import redact
 from ampmeter.context import ExecutionContext
 from ampmeter.integrations._common import StreamAbandoned, settings
 from ampmeter.integrations.anthropic import instrument_anthropic, uninstrument_anthropic
@@ -39,11 +41,13 @@ def instrument(
     """Patch the installed SDKs (idempotent) and return the names of those patched.
 
     ``capture_content=True`` also stores the prompt and response text on each node (off by
-    default: logs then hold no conversation text). Calling it again only updates that setting.
+    default: logs then hold no conversation text, and the message of a provider error, which may
+    echo the prompt, is withheld from error text). Calling it again only updates that setting.
     """
     if not isinstance(capture_content, bool):
         raise TypeError(f"capture_content must be a bool, got {type(capture_content).__name__}")
     settings.capture_content = capture_content
+    redact.configure(capture_content=capture_content)
     done: list[str] = []
     if openai and instrument_openai():
         done.append("openai")
@@ -57,6 +61,7 @@ def uninstrument() -> None:
     uninstrument_openai()
     uninstrument_anthropic()
     settings.capture_content = False
+    redact.configure(capture_content=False)
 
 
 def is_instrumented() -> bool:

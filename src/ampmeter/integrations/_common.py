@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ampmeter import redact
 from ampmeter.context import Call, ExecutionContext, current_context
 from ampmeter.errors import StreamAbandoned
 
@@ -45,6 +46,7 @@ __all__ = [
     "active_call",
     "count_retry",
     "metered_context",
+    "remember_client_key",
     "settings",
 ]
 
@@ -81,6 +83,17 @@ def count_retry() -> None:
     call = _ACTIVE.get()
     if call is not None:
         call.retry()
+
+
+def remember_client_key(resource: Any) -> None:
+    """Have :mod:`ampmeter.redact` scrub the credentials of the SDK client behind ``resource``.
+
+    A provider's error body may echo the key; it is read from the client here and held only by
+    the redaction module.
+    """
+    client = getattr(resource, "_client", None)  # the Stainless SDKs' resource -> client link
+    for name in ("api_key", "auth_token"):
+        redact.remember_secret(getattr(client, name, None))
 
 
 def metered_context() -> ExecutionContext | None:
@@ -379,6 +392,7 @@ def wrap_sync(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., A
         ctx = metered_context()
         if ctx is None:
             return original(resource, *args, **kwargs)
+        remember_client_key(resource)
         call, info, hide = _before(ctx, adapter, kwargs)
         raw = is_raw_request(kwargs)
         token = _ACTIVE.set(call)
@@ -405,6 +419,7 @@ def wrap_async(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., 
         ctx = metered_context()
         if ctx is None:
             return await original(resource, *args, **kwargs)
+        remember_client_key(resource)
         call, info, hide = _before(ctx, adapter, kwargs)
         raw = is_raw_request(kwargs)
         token = _ACTIVE.set(call)

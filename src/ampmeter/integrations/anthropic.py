@@ -29,6 +29,7 @@ from ampmeter.integrations._common import (
     metered_request,
     patch_client_retries,
     patch_method,
+    remember_client_key,
     settings,
     text_of,
     undo_all,
@@ -125,6 +126,7 @@ def _wrap_stream_helper(
         manager = original(resource, *args, **kwargs)
         if metered_context() is None:
             return manager
+        remember_client_key(resource)
         # The manager keeps the deferred request in a private (name-mangled) attribute:
         # MessageStreamManager, AsyncMessageStreamManager and their Beta twins.
         attr = f"_{type(manager).__name__.lstrip('_')}__api_request"

@@ -4,6 +4,11 @@ Blank lines are skipped. A line that is not a JSON object raises :class:`JsonlEr
 file and line, unless ``best_effort=True`` (then it is skipped and counted). The last line of a
 file is special: a write cut off by a crash leaves it incomplete, so if it cannot be decoded it
 is dropped with a warning instead. ``.gz`` files (or any gzip data) are decompressed on the fly.
+
+A line may be at most :func:`max_line_bytes` long (64 MiB unless the ``AMPMETER_MAX_LINE_BYTES``
+environment variable says otherwise), so reading a file never holds more than about that much
+of one line: a longer line raises :class:`JsonlError` naming ``file:line`` and its size (in
+best-effort mode it is skipped like any bad line), read past in fixed-size pieces.
 """
 
 from __future__ import annotations
@@ -22,15 +27,77 @@ import orjson
 from ampmeter.errors import JsonlError, LogLineError
 
 __all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
+    "MAX_LINE_ENV",
     "JsonlError",
     "JsonlReader",
     "LogLineError",
+    "LongLine",
     "ReadSummary",
     "TruncatedLineWarning",
+    "file_lines",
+    "max_line_bytes",
     "read_jsonl",
 ]
 
 _GZIP_MAGIC: Final = b"\x1f\x8b"
+DEFAULT_MAX_LINE_BYTES: Final = 64 * 1024 * 1024
+MAX_LINE_ENV: Final = "AMPMETER_MAX_LINE_BYTES"
+_SKIP_PIECE: Final = 1 << 16  # bytes read at a time while passing over a too-long line
+
+
+def max_line_bytes() -> int:
+    """The longest line a reader accepts: ``$AMPMETER_MAX_LINE_BYTES`` or 64 MiB.
+
+    Raises ``ValueError`` when the variable is set to anything but a positive integer.
+    """
+    text = os.environ.get(MAX_LINE_ENV)
+    if text is None or not text.strip():
+        return DEFAULT_MAX_LINE_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"{MAX_LINE_ENV} must be a positive number of bytes, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class LongLine:
+    """Stands for a line longer than the limit (its bytes were read past, not kept)."""
+
+    size: int
+    limit: int
+
+    def reason(self) -> str:
+        """Why the line was refused, for a message that names the file and line."""
+        return (
+            f"line is {self.size:,} bytes, over the {self.limit:,}-byte maximum line size "
+            f"(set {MAX_LINE_ENV} to read longer lines)"
+        )
+
+
+def file_lines(handle: io.BufferedIOBase | gzip.GzipFile, limit: int) -> Iterator[bytes | LongLine]:
+    """The lines of a binary file (with their line break), a :class:`LongLine` for any line
+    longer than ``limit`` bytes; memory stays within about ``limit`` bytes per line."""
+    readline = handle.readline
+    while True:
+        line = readline(limit + 1)
+        if not line:
+            return
+        if len(line) <= limit or (line.endswith(b"\n") and len(line) == limit + 1):
+            yield line
+            continue
+        size = len(line)
+        while not line.endswith(b"\n"):
+            line = readline(_SKIP_PIECE)
+            if not line:
+                break
+            size += len(line)
+        yield LongLine(size - (1 if line.endswith(b"\n") else 0), limit)
+
+
 _KEEP_SKIPPED: Final = 100  # line numbers of skipped lines kept in the summary
 
 
@@ -60,7 +127,7 @@ class JsonlReader(Iterator[dict[str, Any]]):
 
     def __init__(
         self,
-        lines: Iterable[bytes | str],
+        lines: Iterable[bytes | str | LongLine],
         name: str,
         best_effort: bool,
         handles: tuple[io.IOBase, ...] = (),
@@ -93,14 +160,16 @@ class JsonlReader(Iterator[dict[str, Any]]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _lines(self, lines: Iterator[bytes | str]) -> Iterator[tuple[int, bytes | str]]:
+    def _lines(self, lines: Iterator[bytes | str | LongLine]) -> Iterator[tuple[int, bytes | str]]:
         """Numbered non-blank lines; a damaged compressed tail ends the stream with a warning."""
         summary = self.summary
         number = 0
         try:
             for raw in lines:
                 number += 1
-                if raw.strip():
+                if isinstance(raw, LongLine):
+                    self._bad(number, raw.reason())
+                elif raw.strip():
                     yield number, raw
                 else:
                     summary.blank += 1
@@ -118,14 +187,16 @@ class JsonlReader(Iterator[dict[str, Any]]):
         finally:
             summary.lines = number
 
-    def _records(self, lines: Iterator[bytes | str]) -> Generator[dict[str, Any], None, None]:
+    def _records(
+        self, lines: Iterator[bytes | str | LongLine]
+    ) -> Generator[dict[str, Any], None, None]:
         try:
             yield from self._parse(lines)
         finally:  # exhausted, closed or collected: the file is no longer needed
             for handle in self._handles:
                 handle.close()
 
-    def _parse(self, lines: Iterator[bytes | str]) -> Iterator[dict[str, Any]]:
+    def _parse(self, lines: Iterator[bytes | str | LongLine]) -> Iterator[dict[str, Any]]:
         summary = self.summary
         loads = orjson.loads
         numbered = self._lines(lines)
@@ -185,12 +256,14 @@ def _json_kind(obj: object) -> str:
 def read_jsonl(path: str | os.PathLike[str], *, best_effort: bool = False) -> JsonlReader:
     """Iterate the JSON objects of a JSONL (or gzip-compressed JSONL) file, one line at a time.
 
-    Memory does not grow with the file. Raises :class:`JsonlError` (a ``ValueError``) naming
-    ``file:line`` for a line that is not a JSON object, unless ``best_effort`` is true; an
+    Memory does not grow with the file, nor past :func:`max_line_bytes` per line. Raises
+    :class:`JsonlError` (a ``ValueError``) naming ``file:line`` for a line that is not a JSON
+    object or is too long, unless ``best_effort`` is true; an
     incomplete last line is dropped with a :class:`TruncatedLineWarning`. The file is opened
     here, so a missing file raises ``FileNotFoundError`` at once.
     """
     name = os.fspath(path)
+    limit = max_line_bytes()
     raw = open(name, "rb")  # noqa: SIM115 - owned by the returned reader
     try:
         compressed = name.endswith(".gz") or raw.peek(2)[:2] == _GZIP_MAGIC
@@ -198,9 +271,9 @@ def read_jsonl(path: str | os.PathLike[str], *, best_effort: bool = False) -> Js
         raw.close()
         raise
     if not compressed:
-        return JsonlReader(raw, name, best_effort, (raw,))
+        return JsonlReader(file_lines(raw, limit), name, best_effort, (raw,))
     unzipped = gzip.GzipFile(fileobj=raw, mode="rb")
-    return JsonlReader(unzipped, name, best_effort, (unzipped, raw))
+    return JsonlReader(file_lines(unzipped, limit), name, best_effort, (unzipped, raw))
 
 
 def iter_lines(

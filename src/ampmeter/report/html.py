@@ -19,6 +19,8 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any, Final
 
+from ampmeter import redact
+from ampmeter._files import replaced_when_complete, require_file
 from ampmeter.analysis.amortization import amortization_curve
 from ampmeter.analysis.quantiles import percentile
 from ampmeter.analysis.runs import Run, load_runs
@@ -115,11 +117,16 @@ def _nodes(run: Run) -> list[list[Any]]:
             c.unpriced,
             c.latency_ms,
             c.retries,
-            c.stop_reason,
+            _scrubbed(c.stop_reason),
             c.error_class,
         ]
         for c in run.calls
     ]
+
+
+def _scrubbed(stop_reason: str | None) -> str | None:
+    # Logs written elsewhere (or by an older version) may hold unscrubbed error text.
+    return None if stop_reason is None else redact.scrub(stop_reason)
 
 
 def _table(table: SummaryTable) -> str:
@@ -128,6 +135,7 @@ def _table(table: SummaryTable) -> str:
     body = []
     for r in table.runs:
         d = r.to_dict()
+        d["stop_reason"] = _scrubbed(d["stop_reason"])
         cells = "".join(
             f'<td class="text">{esc(_fmt(d[k]))}</td>'
             if k in ("run_id", "termination", "stop_reason")
@@ -167,8 +175,7 @@ def build_report(
     if not paths:
         raise ValueError("no log files given")
     for path in paths:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"no such file: {path}")
+        require_file(path)
     event_paths, streams, given = _split(paths)
     runs = list(load_runs(event_paths, best_effort=best_effort).values())
     summaries = [summarize_run(r) for r in runs]
@@ -253,13 +260,6 @@ def write_report(
     path written."""
     text = build_report(logs, title=title, best_effort=best_effort)
     target = os.fspath(out)
-    tmp = f"{target}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with replaced_when_complete(target) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
     return target

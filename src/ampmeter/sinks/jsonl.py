@@ -1,26 +1,44 @@
-"""TokenTracker v0 JSONL sink: one line per finished node, written off the caller's thread.
+"""TokenTracker v0 JSONL sink: one line per finished node, appended to a file.
 
-``flush="batch"`` (the default) only appends the node to a small buffer on the caller's thread;
-a writer thread turns buffered nodes into TokenTracker v0 lines and appends them to the file.
-A line is the bytes ``orjson`` would write for :func:`node_to_event`'s dict, but built from cached
-byte pieces with only the caller's metadata, the node id and the cost encoded per event; nodes
-with anything unusual go through the dict. Full buffers go through a bounded queue, so a slow
-disk blocks the callers (back-pressure) instead of growing memory or dropping events.
-``"line"`` writes each event on the caller's thread before :meth:`JsonlSink.emit` returns (a
-killed process loses at most the line being written); ``"fsync"`` also asks the OS to put it on
-the disk.
+A node becomes a line one way: :func:`node_to_event` builds the event dict and ``orjson``
+encodes it (:func:`encode_event`). The flush modes differ only in when that line is written,
+and so in what a crash can take:
+
+=========  ===============================================  ==========  ====================
+mode       when the line is written                         SIGKILL     power loss / OS crash
+=========  ===============================================  ==========  ====================
+``line``   by :meth:`JsonlSink.emit`, one ``write`` per     nothing     what the OS had not
+(default)  event, before it returns                         emitted     yet put on the disk
+``batch``  by a writer thread, per 1024 events or after     up to the   the same, plus that
+           0.25 s idle (the caller only appends to a        buffer and  buffer
+           buffer; a slow disk blocks callers)              queue
+``fsync``  as ``line``, then ``fsync`` before emit returns  nothing     nothing the disk
+                                                                        acknowledged
+=========  ===============================================  ==========  ====================
+
+``line`` is the default: once ``emit`` returned the event is the kernel's, which a killed
+process cannot lose, for about the cost of one ``write`` system call per event.
+
+Opening a file whose last line was cut by a crash (it does not end with a line break) first
+sets that tail aside: a tail that is a whole JSON object only lacked its line break and gets
+one; anything else is moved, byte for byte, to ``<path>.cut`` (appended, one tail per line) and
+the log is truncated after its last whole line. Appending therefore never glues an event onto a
+cut line, and strict reading of the log still works.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import queue
+import stat
 import threading
 import time
+import warnings
 import weakref
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import orjson
 
@@ -32,26 +50,44 @@ from ampmeter.graph import (
     META_PRICING_VERSION,
     Node,
 )
-from ampmeter.sinks._lines import COMPONENTS, EVENT_TYPES, LineEncoder
 from ampmeter.sinks.base import Sink
 
 __all__ = [
     "COMPONENTS",
+    "CUT_SUFFIX",
     "EVENT_TYPES",
     "FLUSH_MODES",
+    "CutTailWarning",
     "JsonlSink",
     "SinkClosedError",
     "SinkWriteError",
     "encode_event",
     "iso_utc",
     "node_to_event",
+    "set_aside_cut_tail",
 ]
 
-FLUSH_MODES: Final = ("batch", "line", "fsync")
+FLUSH_MODES: Final = ("line", "batch", "fsync")
+EVENT_TYPES: Final[dict[str, str]] = {
+    "llm": "llm_completion",
+    "tool": "tool_call",
+    "system": "cpu_op",
+    "embedding": "embedding",
+    "retrieval": "rag_retrieval",
+    "memory": "memory_update",
+}
+COMPONENTS: Final = frozenset({"pipeline", "auxiliary", "rag_infra", "evaluator", "metagraph"})
+CUT_SUFFIX: Final = ".cut"  # where a crash's cut last line is moved when the log is reopened
 
 _OPTS: Final = orjson.OPT_APPEND_NEWLINE
 _BATCH: Final = 1024  # events per hand-off to the writer thread
 _IDLE_FLUSH_S: Final = 0.25  # a partial batch reaches the file at most this long after emit
+_CHUNK: Final = 1 << 16  # bytes read at a time while looking for a cut tail
+_PARSE_TAIL_MAX: Final = 1 << 20  # a longer cut tail is moved aside without trying to parse it
+
+
+class CutTailWarning(UserWarning):
+    """A log opened for appending ended with a cut line, which was set aside."""
 
 
 _ts_cache: tuple[int, str] = (-1, "")
@@ -158,20 +194,27 @@ def node_to_event(
 def encode_event(event: dict[str, Any]) -> bytes:
     """One JSONL line (with its newline) for ``event``.
 
-    Values JSON cannot hold are written as their ``str()``; if the caller's metadata still
-    cannot be encoded (an integer beyond 64 bits, nesting too deep), its values are written as
-    strings and ``metadata.encode_error`` says why, so one odd value never loses the event.
+    Values JSON cannot hold are written as their ``str()``; if the event still cannot be
+    encoded (an integer beyond 64 bits, metadata nesting too deep), the offending values are
+    written as strings and ``metadata.encode_error`` says why, so one odd value never loses the
+    event.
     """
     try:
         return orjson.dumps(event, default=_text, option=_OPTS)
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
         metadata = event.get("metadata")
-        safe = dict(event)
+        safe = {k: _plain(v) if k in _NUMBERS else v for k, v in event.items()}
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            safe["usage"] = {k: _plain(v) for k, v in usage.items()}
         if isinstance(metadata, dict):
             plain = {str(k): _plain(v) for k, v in metadata.items()}
             plain["encode_error"] = str(exc)
             safe["metadata"] = plain
         return orjson.dumps(safe, default=_text, option=_OPTS | orjson.OPT_NON_STR_KEYS)
+
+
+_NUMBERS: Final = frozenset({"cost_usd", "latency_ms"})
 
 
 def _plain(value: object) -> object:
@@ -219,7 +262,6 @@ class _Writer:
         self.error: BaseException | None = None
         self.closed = False
         self.thread: threading.Thread | None = None
-        self.lines = LineEncoder(run_id, component, orjson.dumps)
 
     # -- encoding and writing (writer thread in batch mode, caller's thread otherwise) --------
 
@@ -230,21 +272,13 @@ class _Writer:
         self.buf_chain = _NO_CHAIN
         return batch
 
-    def encode(self, items: list[tuple[Node, str]]) -> bytes:
-        """The lines of ``(node, chain_id)`` pairs, as :meth:`encode_batch` writes them."""
-        batch: _Batch = []
-        for node, chain_id in items:
-            batch += ((chain_id,), node)
-        return self.encode_batch(batch)[0]
+    def line(self, node: Node, chain_id: str) -> bytes:
+        """The one way a node becomes a line: its event dict, encoded."""
+        return encode_event(node_to_event(node, self.run_id or chain_id, self.component))
 
-    def encode_batch(self, batch: _Batch) -> tuple[bytes, int]:
-        """(the lines, the number of nodes) of ``batch``.
-
-        Each line is the bytes of ``encode_event(node_to_event(...))``: built from cached pieces
-        when the node allows it, through the event dict otherwise.
-        """
-        fast = self.lines.line
-        general = self.general_line
+    def encode(self, batch: _Batch) -> tuple[bytes, int]:
+        """(the lines, the number of nodes) of ``batch``."""
+        line = self.line
         out: list[bytes] = []
         append = out.append
         chain_id = ""
@@ -253,21 +287,9 @@ class _Writer:
             if type(item) is tuple:
                 chain_id = item[0]
                 markers += 1
-                continue
-            try:
-                data = fast(item, chain_id)  # type: ignore[arg-type]
-            except Exception:  # anything unusual is the general path's to handle or report
-                data = None
-            append(general(item, chain_id) if data is None else data)  # type: ignore[arg-type]
+            else:
+                append(line(item, chain_id))  # type: ignore[arg-type]
         return b"".join(out), len(batch) - markers
-
-    def general_line(self, node: Node, chain_id: str) -> bytes:
-        """One line through the event dict (the reference the fast path must match)."""
-        event = node_to_event(node, self.run_id or chain_id, self.component)
-        try:
-            return orjson.dumps(event, option=_OPTS)
-        except TypeError:  # odd metadata: let encode_event take the careful path
-            return encode_event(event)
 
     def write(self, items: _Batch) -> None:
         """Write ``items`` or count them as lost; the first failure is kept for the callers."""
@@ -275,22 +297,43 @@ class _Writer:
             self.lost += _node_count(items)
             return
         try:
-            data, count = self.encode_batch(items)
-            view = memoryview(data)
+            data, count = self.encode(items)
+            self._put(data)
+        except Exception as exc:  # a failed write must reach the caller, never kill the thread
+            self._fail(exc, _node_count(items))
+            return
+        self.written += count
+
+    def write_one(self, node: Node, chain_id: str) -> None:
+        """:meth:`write` for a single event (``line``/``fsync`` modes, on the caller's thread)."""
+        if self.error is not None:
+            self.lost += 1
+            return
+        try:
+            self._put(self.line(node, chain_id))
+        except Exception as exc:
+            self._fail(exc, 1)
+            return
+        self.written += 1
+
+    def _put(self, data: bytes) -> None:
+        """Append ``data`` whole (``write`` may take it in parts), then fsync if asked."""
+        done = os.write(self.fd, data)
+        if done != len(data):
+            view = memoryview(data)[done:]
             while view:
                 done = os.write(self.fd, view)
                 if done == 0:
                     raise OSError(errno.EIO, "write returned 0 bytes")
                 view = view[done:]
-            if self.mode == "fsync":
-                os.fsync(self.fd)
-        except Exception as exc:  # a failed write must reach the caller, never kill the thread
-            self.error = exc
-            self.lost += _node_count(items)
-            self._cut_partial_line()
-            return
+        if self.mode == "fsync":
+            os.fsync(self.fd)
         self.offset += len(data)
-        self.written += count
+
+    def _fail(self, exc: Exception, count: int) -> None:
+        self.error = exc
+        self.lost += count
+        self._cut_partial_line()
 
     def _cut_partial_line(self) -> None:
         # Leave only whole lines behind, so the next reader is not handed a broken last line.
@@ -368,6 +411,77 @@ class _Writer:
                 self.error = exc
 
 
+def set_aside_cut_tail(path: str) -> int:
+    """Make ``path`` end with a whole line before anything is appended; return the bytes moved.
+
+    A tail without a line break that is a whole JSON object gets its line break; any other tail
+    (a line cut by a crash) is appended to ``path + CUT_SUFFIX`` and cut off ``path``, with a
+    :class:`CutTailWarning`. A missing, empty or non-regular file is left alone. Assumes no
+    other process is writing ``path`` at this moment (a crashed writer is not).
+    """
+    try:
+        f = open(path, "r+b")  # noqa: SIM115 - closed below on every path
+    except (FileNotFoundError, PermissionError):  # nothing to repair, or no way to read it
+        return 0
+    with f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return 0
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # one repair at a time (sinks opened together)
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        tail_start = _after_last_line_break(f, size)
+        if size - tail_start <= _PARSE_TAIL_MAX:
+            f.seek(tail_start)
+            try:
+                whole = type(orjson.loads(f.read(size - tail_start))) is dict
+            except orjson.JSONDecodeError:
+                whole = False
+            if whole:  # a complete event that only lacks its line break
+                with open(path, "ab") as append:
+                    append.write(b"\n")
+                return 0
+        if os.fstat(f.fileno()).st_size != size:
+            return 0  # the file grows: a live writer is finishing that line, not a crash
+        aside = path + CUT_SUFFIX
+        with open(aside, "ab") as out:
+            f.seek(tail_start)
+            left = size - tail_start
+            while left > 0 and (piece := f.read(min(_CHUNK, left))):
+                out.write(piece)
+                left -= len(piece)
+            out.write(b"\n")
+            out.flush()
+            os.fsync(out.fileno())  # the tail is safe elsewhere before it leaves the log
+        if os.fstat(f.fileno()).st_size != size:
+            return 0  # it grew meanwhile (the copy aside is then only a spare)
+        f.truncate(tail_start)
+    moved = size - tail_start
+    warnings.warn(
+        f"{path}: its last line was cut ({moved} bytes without a line break, as a crash leaves "
+        f"it); moved it to {aside} so that new events start on a line of their own",
+        CutTailWarning,
+        stacklevel=3,
+    )
+    return moved
+
+
+def _after_last_line_break(f: BinaryIO, size: int) -> int:
+    """The offset just after the last ``\\n`` of the open file ``f`` (0 if it has none)."""
+    end = size
+    while end > 0:
+        begin = max(0, end - _CHUNK)
+        f.seek(begin)
+        found = f.read(end - begin).rfind(b"\n")
+        if found >= 0:
+            return begin + found + 1
+        end = begin
+    return 0
+
+
 def _seekable(fd: int) -> bool:
     try:
         os.lseek(fd, 0, os.SEEK_CUR)
@@ -382,16 +496,22 @@ class JsonlSink(Sink):
     ``run_id`` is written as each event's ``run_id`` (default: the chain id of the node);
     ``component`` is the default TokenTracker component. The file is opened (created if needed)
     at construction; :meth:`close`, leaving a ``with`` block, or interpreter exit writes what is
-    buffered. A failed write raises :class:`SinkWriteError` (an ``OSError``) from the next
-    :meth:`emit`, :meth:`flush` or :meth:`close`, saying how many events were lost; the file
-    keeps only whole lines.
+    buffered. ``flush`` is ``"line"`` (default), ``"batch"`` or ``"fsync"``: see the module
+    docstring for what each can lose on SIGKILL and on power loss. A file whose last line was
+    cut by a crash has that tail set aside first (:func:`set_aside_cut_tail`).
+
+    Failures: a failed write is kept, counted and raised as :class:`SinkWriteError` (an
+    ``OSError``; the sink's only write error) from :meth:`emit` (``line``/``fsync``: this
+    event's write failed; every mode: an earlier write failed), :meth:`flush` and :meth:`close`,
+    saying how many events were lost. The file keeps only whole lines. Nothing else from the
+    writer thread ever reaches the caller.
     """
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
-        flush: str = "batch",
+        flush: str = "line",
         run_id: str | None = None,
         component: str = "pipeline",
     ) -> None:
@@ -406,6 +526,7 @@ class JsonlSink(Sink):
             )
         self.path = os.fspath(path)
         self.flush_mode = flush
+        set_aside_cut_tail(self.path)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         w = self._w = _Writer(self.path, fd, flush, run_id, component)
         if flush == "batch":
@@ -431,10 +552,16 @@ class JsonlSink(Sink):
         return self._w.lost
 
     def emit(self, node: Node, chain_id: str) -> None:
-        """Queue (``batch``) or write (``line``/``fsync``) the event for ``node``.
+        """Write (``line``/``fsync``) or queue (``batch``) the event for ``node``.
 
         The root (a node without parent) is skipped. ``node`` must be finished and must not
         change afterwards: in ``batch`` mode it is read later, on the writer thread.
+
+        Raises:
+            SinkWriteError: this event could not be written, or the sink failed earlier (the
+                event is counted in :attr:`events_lost`).
+            SinkClosedError: the sink is closed.
+            ValueError: ``node`` is not finished or of an unknown kind.
         """
         if node.parent_id is None:
             return
@@ -451,7 +578,7 @@ class JsonlSink(Sink):
                 w.lost += 1
                 raise w.failure()
             if w.thread is None:
-                w.write([(chain_id,), node])
+                w.write_one(node, chain_id)
                 if w.error is not None:
                     raise w.failure()
                 return

@@ -31,6 +31,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("OtelSink needs OpenTelemetry: pip install 'ampmeter[otel]'") from exc
 
+from ampmeter import redact
 from ampmeter.graph import (
     META_CACHE_WRITE_TOKENS,
     META_CACHED_TOKENS,
@@ -207,7 +208,8 @@ class OtelSink(Sink):
         finally:
             _pending_ids.reset(token)
         if node.status != "success":
-            reason = node.stop_reason or node.error_class or node.status
+            # Scrubbed again: a node built outside the context (a replayed graph) may not be.
+            reason = redact.scrub(node.stop_reason or node.error_class or node.status)
             span.set_status(Status(StatusCode.ERROR, reason))
         span.end(end_time=(node.end_ts_ms or node.start_ts_ms) * 1_000_000)
 
@@ -285,5 +287,5 @@ def _attributes(node: Node, chain_id: str, operation: str) -> dict[str, Any]:
     if node.status != "success":
         attributes["error.type"] = _error_type(node)
         if node.stop_reason:
-            attributes["ampmeter.stop_reason"] = node.stop_reason
+            attributes["ampmeter.stop_reason"] = redact.scrub(node.stop_reason)
     return attributes

@@ -19,6 +19,11 @@ objects ready to script on a :class:`~ampmeter.testing.replay.ReplayServer`.
 ``anthropic_error_429`` / ``_500`` /      Anthropic error bodies (529 is "overloaded")
 ``_529``
 ========================================  =====================================================
+
+:func:`openai_error_echoing` and :func:`anthropic_error_echoing` (and their ``stream_`` twins,
+an error event after the first chunks of a stream) answer with an error whose message quotes
+the request's API key and prompt, as provider bodies quote a wrong key ("Incorrect API key
+provided: ...") or the offending input: the worst case for what reaches a log.
 """
 
 from __future__ import annotations
@@ -28,18 +33,22 @@ import math
 from importlib import resources
 from typing import Any, Final
 
-from ampmeter.testing.replay import ReplayResponse
+from ampmeter.testing.replay import RecordedRequest, ReplayResponse, Responder
 
 __all__ = [
     "WIRE_NAMES",
     "anthropic_error",
+    "anthropic_error_echoing",
     "anthropic_message_stream",
     "anthropic_message_tool_use",
+    "anthropic_stream_error_echoing",
     "load",
     "openai_chat_stream_usage",
     "openai_chat_tool_calls",
     "openai_error",
+    "openai_error_echoing",
     "openai_responses_usage",
+    "openai_stream_error_echoing",
 ]
 
 WIRE_NAMES: Final = (
@@ -176,3 +185,100 @@ def _openai_headers() -> dict[str, str]:
 
 def _anthropic_headers() -> dict[str, str]:
     return {"request-id": "req_replay"}
+
+
+# (error type, code) of the echoing errors, per provider and status, as the providers name them
+_ECHO_TYPES: Final[dict[str, dict[int, tuple[str, str | None]]]] = {
+    "openai": {
+        400: ("invalid_request_error", "invalid_prompt"),
+        401: ("invalid_request_error", "invalid_api_key"),
+        429: ("requests", "rate_limit_exceeded"),
+        500: ("server_error", None),
+    },
+    "anthropic": {
+        400: ("invalid_request_error", None),
+        401: ("authentication_error", None),
+        429: ("rate_limit_error", None),
+        500: ("api_error", None),
+        529: ("overloaded_error", None),
+    },
+}
+
+
+def _echo_message(request: RecordedRequest) -> str:
+    """A provider-style message quoting the request's credentials and its first message."""
+    headers = request.headers
+    key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
+    try:
+        messages = request.json().get("messages") or [{}]
+        prompt = messages[0].get("content")
+    except (ValueError, AttributeError, IndexError):
+        prompt = None
+    return (
+        f"Incorrect API key provided: {key}. Authorization: Bearer {key}. "
+        f"The request could not be served: {prompt!s}"
+    )
+
+
+def _echo_kind(provider: str, status: int) -> tuple[str, str | None]:
+    kinds = _ECHO_TYPES[provider]
+    if status not in kinds:
+        known = ", ".join(str(code) for code in kinds)
+        raise ValueError(f"no echoing {provider} error for status {status!r}; known: {known}")
+    return kinds[status]
+
+
+def openai_error_echoing(status: int) -> Responder:
+    """An OpenAI error (400, 401, 429, 500) whose message quotes the request's key and prompt."""
+    kind, code = _echo_kind("openai", status)
+
+    def answer(request: RecordedRequest) -> ReplayResponse:
+        error = {"message": _echo_message(request), "type": kind, "param": None, "code": code}
+        headers = {**_openai_headers(), "x-should-retry": "false"}
+        return ReplayResponse.json({"error": error}, status=status, headers=headers)
+
+    return answer
+
+
+def anthropic_error_echoing(status: int) -> Responder:
+    """An Anthropic error (400, 401, 429, 500, 529) quoting the request's key and prompt."""
+    kind, _ = _echo_kind("anthropic", status)
+
+    def answer(request: RecordedRequest) -> ReplayResponse:
+        body = {
+            "type": "error",
+            "error": {"type": kind, "message": _echo_message(request)},
+            "request_id": "req_replay_echo",
+        }
+        headers = {**_anthropic_headers(), "x-should-retry": "false"}
+        return ReplayResponse.json(body, status=status, headers=headers)
+
+    return answer
+
+
+def openai_stream_error_echoing() -> Responder:
+    """A chat completion stream cut by an ``error`` event (quoting key and prompt) after two
+    content chunks."""
+
+    def answer(request: RecordedRequest) -> ReplayResponse:
+        chunks = load("openai_chat_stream_usage")[:2]
+        error = {"message": _echo_message(request), "type": "server_error", "code": None}
+        events: list[tuple[str | None, Any]] = [(None, chunk) for chunk in chunks]
+        events.append((None, {"error": error}))
+        return ReplayResponse.sse(events, headers=_openai_headers())
+
+    return answer
+
+
+def anthropic_stream_error_echoing() -> Responder:
+    """A Messages event stream cut by an ``error`` event (quoting key and prompt) after its
+    first content delta."""
+
+    def answer(request: RecordedRequest) -> ReplayResponse:
+        recorded = load("anthropic_message_stream")[:4]
+        events: list[tuple[str | None, Any]] = [(e["event"], e["data"]) for e in recorded]
+        error = {"type": "overloaded_error", "message": _echo_message(request)}
+        events.append(("error", {"type": "error", "error": error}))
+        return ReplayResponse.sse(events, headers=_anthropic_headers())
+
+    return answer

@@ -10,7 +10,9 @@ cached and reasoning token details, rate limits), so tests point the real ``open
         client.chat.completions.create(...)   # the SDK retries the 429 and gets the 200
 
 Each request takes the next response queued for its method and path. A request with nothing
-left to answer gets a 404 whose message says so, with ``x-should-retry: false``.
+left to answer gets a 404 whose message says so, with ``x-should-retry: false``. A queued
+callable is called with the :class:`RecordedRequest` and answers with the response it returns
+(an error body echoing the request's key or prompt, as real providers' bodies do).
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Final
 
-__all__ = ["RecordedRequest", "ReplayResponse", "ReplayServer"]
+__all__ = ["RecordedRequest", "ReplayResponse", "ReplayServer", "Responder"]
 
 _METHODS: Final = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 
@@ -145,6 +147,10 @@ class RecordedRequest:
         return json.loads(self.body)
 
 
+Responder = Callable[[RecordedRequest], ReplayResponse]
+"""A scripted answer computed from the request it answers."""
+
+
 class ReplayServer:
     """A threaded HTTP server on loopback that answers from per-route response queues.
 
@@ -160,7 +166,7 @@ class ReplayServer:
             raise ValueError(f"port must be an integer from 0 to 65535, got {port!r}")
         self._address = (host, port)
         self._lock = threading.Lock()
-        self._queues: dict[tuple[str, str], deque[ReplayResponse]] = {}
+        self._queues: dict[tuple[str, str], deque[ReplayResponse | Responder]] = {}
         self._requests: list[RecordedRequest] = []
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -224,17 +230,23 @@ class ReplayServer:
 
     # --- scripting ---------------------------------------------------------------------------
 
-    def script(self, path: str, *responses: ReplayResponse, method: str = "POST") -> None:
+    def script(
+        self, path: str, *responses: ReplayResponse | Responder, method: str = "POST"
+    ) -> None:
         """Queue ``responses`` for ``method path``, answered in the order given.
+
+        A :data:`Responder` (a callable) is called with the request it answers.
 
         Raises:
             ValueError: the path does not start with ``/`` or the method is unknown.
-            TypeError: a response is not a :class:`ReplayResponse`.
+            TypeError: a response is neither a :class:`ReplayResponse` nor callable.
         """
         key = _route(method, path)
         for response in responses:
-            if not isinstance(response, ReplayResponse):
-                raise TypeError(f"expected ReplayResponse, got {type(response).__name__}")
+            if not isinstance(response, ReplayResponse) and not callable(response):
+                raise TypeError(
+                    f"expected ReplayResponse or a callable, got {type(response).__name__}"
+                )
         with self._lock:
             self._queues.setdefault(key, deque()).extend(responses)
 
@@ -255,7 +267,13 @@ class ReplayServer:
         with self._lock:
             self._requests.append(request)
             queue = self._queues.get((request.method, request.path))
-            return queue.popleft() if queue else None
+            scripted = queue.popleft() if queue else None
+        if scripted is None or isinstance(scripted, ReplayResponse):
+            return scripted
+        answer = scripted(request)
+        if not isinstance(answer, ReplayResponse):
+            raise TypeError(f"a responder returned {type(answer).__name__}, not ReplayResponse")
+        return answer
 
 
 def _route(method: str, path: str) -> tuple[str, str]:

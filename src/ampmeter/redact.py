@@ -1,0 +1,151 @@
+"""Error text safe to log: an exception or message scrubbed of credentials and request content.
+
+Every place where an error's text reaches a node (its ``stop_reason``), a log line, a span or
+the report goes through this module:
+
+* :func:`error_text` gives an exception's class name, its HTTP status code when it has one
+  (the OpenAI and Anthropic SDK errors carry ``status_code``) and its message;
+* credentials are replaced by ``[REDACTED]`` in that message: bearer tokens, ``sk-...`` and
+  ``sk-ant-...`` keys, ``api_key=...`` / ``api-key: ...`` style pairs, ``Authorization:``
+  values, and every secret registered with :func:`remember_secret` (the SDK integrations
+  register the key each client was built with);
+* a provider's error body often echoes the request (the prompt, a tool argument): unless
+  content capture is on (:func:`configure`, set by ``instrument(capture_content=...)``), the
+  message of an error that carries a provider response is withheld and only its error type and
+  code (identifier-shaped strings such as ``invalid_api_key``) are kept.
+
+The message of any other exception (a tool's ``ValueError``, a dropped connection) is kept,
+credentials scrubbed. Secrets shorter than :data:`MIN_SECRET_LENGTH` characters are not
+remembered: replacing them would scrub ordinary words.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping
+from typing import Final
+
+__all__ = [
+    "MIN_SECRET_LENGTH",
+    "REDACTED",
+    "configure",
+    "content_captured",
+    "error_text",
+    "remember_secret",
+    "scrub",
+]
+
+REDACTED: Final = "[REDACTED]"
+MIN_SECRET_LENGTH: Final = 8
+MAX_TEXT_CHARS: Final = 2000  # longer messages are cut: an error text is a summary, not a dump
+
+# Credentials recognised by their shape. Each keeps its label and replaces only the value.
+_SHAPES: Final = (
+    # "Authorization: Bearer abc", "authorization=Basic abc": the scheme and its credential
+    re.compile(r"(?i)(\bauthorization\b[\"']?\s*[:=]\s*[\"']?)(?:[A-Za-z-]+\s+)?[^\s\"',;}]+"),
+    # "Bearer abc.def" anywhere else
+    re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+"),
+    # api_key=..., "api-key": "...", x-api-key: ..., access_token=..., secret: ..., password=...
+    re.compile(
+        r"(?i)(\b(?:x-)?(?:api[_-]?key|access[_-]?token|auth[_-]?token|secret|password)\b"
+        r"[\"']?\s*[:=]\s*[\"']?)[^\s\"'&,;}]+"
+    ),
+    # OpenAI (sk-..., sk-proj-...) and Anthropic (sk-ant-...) style keys, masked ones too
+    re.compile(r"()\bsk-[A-Za-z0-9_*.\-]{6,}"),
+)
+_SAFE_TOKEN: Final = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+_lock = threading.Lock()
+_secrets: set[str] = set()
+_secret_pattern: re.Pattern[str] | None = None
+_capture_content = False
+
+
+def configure(*, capture_content: bool) -> None:
+    """Whether provider error messages (which may echo the request) are kept in error text."""
+    global _capture_content
+    if not isinstance(capture_content, bool):
+        raise TypeError(f"capture_content must be a bool, got {type(capture_content).__name__}")
+    _capture_content = capture_content
+
+
+def content_captured() -> bool:
+    """The current :func:`configure` setting."""
+    return _capture_content
+
+
+def remember_secret(value: object) -> None:
+    """Scrub ``value`` from every error text from now on (non-strings and short ones ignored).
+
+    The secret is held only in this module's set, for the life of the process.
+    """
+    global _secret_pattern
+    if not isinstance(value, str) or len(value) < MIN_SECRET_LENGTH or value in _secrets:
+        return
+    with _lock:
+        _secrets.add(value)
+        # Longest first, so a secret containing another is replaced whole.
+        ordered = sorted(_secrets, key=len, reverse=True)
+        _secret_pattern = re.compile("|".join(re.escape(s) for s in ordered))
+
+
+def scrub(text: str) -> str:
+    """``text`` with every credential replaced by ``[REDACTED]`` (and cut to a sane length)."""
+    if len(text) > MAX_TEXT_CHARS:
+        text = text[:MAX_TEXT_CHARS] + "…"
+    pattern = _secret_pattern
+    if pattern is not None:
+        text = pattern.sub(REDACTED, text)
+    for shape in _SHAPES:
+        text = shape.sub(lambda m: m.group(1) + REDACTED, text)
+    return text
+
+
+def error_text(exc: BaseException) -> str:
+    """One safe line describing ``exc``: class, HTTP status, scrubbed message or error codes.
+
+    ``AuthenticationError (HTTP 401): invalid_request_error, invalid_api_key (message withheld:
+    content capture is off)`` for a provider error; ``ValueError: bad input`` otherwise.
+    """
+    head = type(exc).__name__
+    status = getattr(exc, "status_code", None)
+    if type(status) is int:
+        head += f" (HTTP {status})"
+    if _carries_provider_body(exc) and not _capture_content:
+        codes = _safe_codes(exc)
+        detail = ", ".join(codes) + " " if codes else ""
+        return f"{head}: {detail}(message withheld: content capture is off)"
+    try:
+        message = str(exc)
+    except Exception:
+        message = ""
+    message = " ".join(message.split())  # one line: no newlines or control-character layout
+    return f"{head}: {scrub(message)}" if message else head
+
+
+def _carries_provider_body(exc: BaseException) -> bool:
+    """Whether ``exc`` holds a provider's answer (whose text may echo the request)."""
+    status = getattr(exc, "status_code", None)
+    return type(status) is int or getattr(exc, "body", None) is not None
+
+
+def _safe_codes(exc: BaseException) -> list[str]:
+    """The identifier-shaped error type / code fields of a provider error, without repeats."""
+    candidates: list[object] = [getattr(exc, "type", None), getattr(exc, "code", None)]
+    body = getattr(exc, "body", None)
+    if isinstance(body, Mapping):
+        candidates += [body.get("type"), body.get("code")]
+        inner = body.get("error")
+        if isinstance(inner, Mapping):
+            candidates += [inner.get("type"), inner.get("code")]
+    found: list[str] = []
+    for value in candidates:
+        if (
+            isinstance(value, str)
+            and value != "error"  # the Anthropic envelope's own type
+            and _SAFE_TOKEN.fullmatch(value)
+            and value not in found
+        ):
+            found.append(value)
+    return found
