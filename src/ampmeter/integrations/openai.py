@@ -122,6 +122,62 @@ def _read_chat_usage(usage: Any, tally: Tally) -> None:
     tally.reasoning = int_or_none(get(completion, "reasoning_tokens")) or 0
 
 
+class CompletionsAdapter(ChatAdapter):
+    """The legacy ``completions`` endpoint: a ``prompt`` in, ``choices[].text`` out."""
+
+    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        prompt = kwargs.get("prompt")
+        if isinstance(prompt, (list, tuple)):
+            prompt = "\n".join(p for p in prompt if isinstance(p, str))
+        return RequestInfo(_model(kwargs), prompt if isinstance(prompt, str) else "",
+                           int_or_none(kwargs.get("max_tokens")),
+                           kwargs.get("stream") is True)  # fmt: skip
+
+    def read_response(self, result: Any, tally: Tally) -> None:
+        self.read_event(result, tally, False)
+
+    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        usage = get(event, "usage")
+        if usage is not None:
+            _read_chat_usage(usage, tally)
+        choices = get(event, "choices") or ()
+        for choice in choices:
+            text = get(choice, "text")
+            if isinstance(text, str) and text:
+                tally.chunks += 1
+                if settings.capture_content:
+                    tally.text.append(text)
+        return hide_usage and usage is not None and not choices
+
+
+class EmbeddingsAdapter(Adapter):
+    """``embeddings``: the input's tokens are the whole usage (there is no output)."""
+
+    provider = PROVIDER
+
+    def __init__(self, operation: str) -> None:
+        self.operation = operation
+
+    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        given = kwargs.get("input")
+        if isinstance(given, (list, tuple)):
+            given = "\n".join(p for p in given if isinstance(p, str))
+        return RequestInfo(_model(kwargs), given if isinstance(given, str) else "", 0, False)
+
+    def is_stream(self, result: object) -> bool:
+        return False
+
+    def read_response(self, result: Any, tally: Tally) -> None:
+        usage = get(result, "usage")
+        if usage is not None:
+            tally.tokens_in = int_or_none(get(usage, "prompt_tokens"))
+            tally.tokens_out = 0
+
+    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        self.read_response(event, tally)
+        return False
+
+
 class ResponsesAdapter(Adapter):
     """``responses.create`` / ``parse`` (and the ``responses.stream`` helper through create)."""
 

@@ -1,0 +1,313 @@
+"""HTTP-layer metering: LLM requests sent with ``httpx`` or ``httpx2`` by any client.
+
+The SDK patches cover the ``openai`` and ``anthropic`` SDKs; everything else that speaks a known
+wire format over httpx (LiteLLM's own handlers, google-genai, mistralai, plain httpx) is metered
+here, at ``Client.send`` / ``AsyncClient.send`` (the one door every request of a client goes
+through, whatever transport is mounted: LiteLLM's aiohttp transport included).
+
+A ``POST`` is metered when a context is current, no SDK patch is already metering the request
+(:data:`~ampmeter.integrations._common.ACTIVE_CALL`), and its path names a known wire format:
+
+=====================================  ===========================================
+path ends with                         wire format (reader)
+=====================================  ===========================================
+``/chat/completions``                  OpenAI Chat Completions
+``/responses``                         OpenAI Responses
+``/embeddings``                        OpenAI embeddings (an ``embedding`` node)
+``/completions``                       OpenAI legacy completions
+``/messages``                          Anthropic Messages
+``:generateContent``                   Gemini
+``:streamGenerateContent``             Gemini, streamed (SSE or a JSON array)
+=====================================  ===========================================
+
+The request's JSON body is read before anything is sent, so limits stop the request before a
+byte leaves. The response body is read as it passes to the caller (streams included) with the
+same readers the SDK patches use. A streamed OpenAI chat or completions request that did not ask
+for usage gets ``stream_options.include_usage`` and the extra usage event is not passed on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import AsyncIterator, Callable, Iterator
+from types import ModuleType
+from typing import Any, Final
+
+import orjson
+
+from ampmeter.integrations._common import (
+    ACTIVE_CALL,
+    Adapter,
+    Patch,
+    RequestInfo,
+    Tally,
+    begin_call,
+    finish_abandoned,
+    finish_call,
+    metered_context,
+    undo_all,
+)
+from ampmeter.integrations._wire import BodyReader
+from ampmeter.integrations.anthropic import MessagesAdapter
+from ampmeter.integrations.gemini import GenerateContentAdapter, model_of_path
+from ampmeter.integrations.openai import (
+    ChatAdapter,
+    CompletionsAdapter,
+    EmbeddingsAdapter,
+    ResponsesAdapter,
+)
+
+__all__ = ["META_TRANSPORT", "adapter_for_path", "instrument_httpx", "uninstrument_httpx"]
+
+META_TRANSPORT: Final = "transport"  # the HTTP library that sent a request metered here
+
+_CHAT: Final = ChatAdapter("chat.completions", ())
+_RESPONSES: Final = ResponsesAdapter("responses", ())
+_EMBEDDINGS: Final = EmbeddingsAdapter("embeddings")
+_COMPLETIONS: Final = CompletionsAdapter("completions", ())
+_MESSAGES: Final = MessagesAdapter("messages", ())
+_GENERATE: Final = GenerateContentAdapter("generateContent")
+_STREAM_GENERATE: Final = GenerateContentAdapter("streamGenerateContent")
+
+# Checked in order: "/chat/completions" before "/completions".
+_ROUTES: Final[tuple[tuple[str, Adapter], ...]] = (
+    ("/chat/completions", _CHAT),
+    ("/responses", _RESPONSES),
+    ("/embeddings", _EMBEDDINGS),
+    ("/completions", _COMPLETIONS),
+    ("/messages", _MESSAGES),
+    (":generateContent", _GENERATE),
+    (":streamGenerateContent", _STREAM_GENERATE),
+)
+
+_patches: list[Patch] = []
+
+
+def adapter_for_path(path: str) -> Adapter | None:
+    """The reader of the wire format a request path names, or None."""
+    for suffix, adapter in _ROUTES:
+        if path.endswith(suffix):
+            return adapter
+    return None
+
+
+def _json_body(request: Any) -> dict[str, Any] | None:
+    try:
+        content = request.content  # raises when the body is a stream not read yet
+    except Exception:
+        return None
+    try:
+        body = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+@dataclasses.dataclass(slots=True)
+class _Admitted:
+    """A request let through: its node, how to read its response, the request to send."""
+
+    call: Any
+    adapter: Adapter
+    info: RequestInfo
+    hide: bool
+    request: Any
+
+
+def _admit(module: ModuleType, request: Any, streamed: bool) -> _Admitted | None:
+    """Begin the node of a metered request (None: not one to meter here)."""
+    if request.method != "POST" or ACTIVE_CALL.get() is not None:
+        return None
+    ctx = metered_context()
+    if ctx is None:
+        return None
+    path = request.url.path
+    adapter = adapter_for_path(path)
+    if adapter is None:
+        return None
+    body = _json_body(request)
+    if body is None:
+        return None
+    info = adapter.request_info(body)
+    if info.model is None:
+        info = dataclasses.replace(info, model=model_of_path(path))
+    # Ask for the usage of a stream the caller reads piece by piece (a body read whole would
+    # have to be rewritten to hide the extra event: it is left as it is).
+    hide = info.stream and streamed and adapter.prepare_stream(body)
+    if hide:
+        headers = request.headers.copy()
+        headers.pop("content-length", None)
+        request = module.Request(request.method, request.url, headers=headers,
+                                 content=orjson.dumps(body), extensions=request.extensions)  # fmt: skip
+    call = begin_call(ctx, adapter, info, {META_TRANSPORT: module.__name__})
+    return _Admitted(call, adapter, info, hide, request)
+
+
+def _response_reader(admitted: _Admitted, response: Any) -> BodyReader | None:
+    """How to read a response's body (None: an error status, ended here)."""
+    if response.status_code >= 400:
+        finish_call(admitted.call, None, _ProviderError(response.status_code))
+        return None
+    sse = response.headers.get("content-type", "").startswith("text/event-stream")
+    return BodyReader(admitted.adapter, Tally(), sse=sse, hide=admitted.hide)
+
+
+class _ProviderError(Exception):
+    """The provider answered with an error status (recorded on the node, never raised)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"the provider answered HTTP {status}")
+
+
+class _MeteredBody:
+    """Bookkeeping shared by the sync and async body wrappers."""
+
+    def __init__(self, inner: Any, reader: BodyReader, admitted: _Admitted) -> None:
+        self._inner = inner
+        self._reader = reader
+        self._call = admitted.call
+        self._prompt_tokens = admitted.info.prompt_tokens
+        self._done = False
+
+    def _end(self, exc: BaseException | None) -> None:
+        if not self._done:
+            self._done = True
+            finish_call(self._call, self._reader.tally, exc)
+
+    def _abandon(self) -> None:
+        if not self._done:
+            self._done = True
+            finish_abandoned(self._call, self._reader.tally, self._prompt_tokens)
+
+    def __del__(self) -> None:
+        try:  # a response dropped unread is still counted, with the usage seen so far
+            self._abandon()
+        except Exception:  # nothing can be reported from a finalizer
+            pass
+
+
+class _SyncBody(_MeteredBody):
+    def __iter__(self) -> Iterator[bytes]:
+        reader = self._reader
+        try:
+            for piece in self._inner:
+                out = reader.feed(piece)
+                if out:
+                    yield out
+            tail = reader.end()
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        if tail:
+            yield tail
+        self._end(None)
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            self._abandon()
+
+
+class _AsyncBody(_MeteredBody):
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        reader = self._reader
+        try:
+            async for piece in self._inner:
+                out = reader.feed(piece)
+                if out:
+                    yield out
+            tail = reader.end()
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        if tail:
+            yield tail
+        self._end(None)
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            self._abandon()
+
+
+def _settle(admitted: _Admitted, response: Any, streamed: bool, body_type: type) -> Any:
+    reader = _response_reader(admitted, response)
+    if reader is None:
+        return response
+    if not streamed:  # the body was read whole by send()
+        reader.feed(response.content)
+        reader.end()
+        finish_call(admitted.call, reader.tally, None)
+        return response
+    response.stream = body_type(response.stream, reader, admitted)
+    return response
+
+
+def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
+    @functools.wraps(original)
+    def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
+        admitted = _admit(module, request, stream)
+        if admitted is None:
+            return original(client, request, stream=stream, **kwargs)
+        token = ACTIVE_CALL.set(admitted.call)
+        try:
+            response = original(client, admitted.request, stream=stream, **kwargs)
+        except BaseException as exc:
+            finish_call(admitted.call, None, exc)
+            raise
+        finally:
+            ACTIVE_CALL.reset(token)
+        return _settle(admitted, response, stream, body_type)
+
+    return send
+
+
+def _wrap_async_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
+    @functools.wraps(original)
+    async def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
+        admitted = _admit(module, request, stream)
+        if admitted is None:
+            return await original(client, request, stream=stream, **kwargs)
+        token = ACTIVE_CALL.set(admitted.call)
+        try:
+            response = await original(client, admitted.request, stream=stream, **kwargs)
+        except BaseException as exc:
+            finish_call(admitted.call, None, exc)
+            raise
+        finally:
+            ACTIVE_CALL.reset(token)
+        return _settle(admitted, response, stream, body_type)
+
+    return send
+
+
+def instrument_httpx(module: ModuleType) -> None:
+    """Meter the requests of ``module`` (``httpx`` or ``httpx2``) clients (idempotent)."""
+    if any(patch.owner is module.Client for patch in _patches):
+        return
+    sync_body = type("MeteredSyncBody", (_SyncBody, module.SyncByteStream), {})
+    async_body = type("MeteredAsyncBody", (_AsyncBody, module.AsyncByteStream), {})
+    _patches.append(Patch.apply(
+        module.Client, "send", _wrap_send(module, module.Client.send, sync_body)
+    ))  # fmt: skip
+    _patches.append(Patch.apply(
+        module.AsyncClient, "send",
+        _wrap_async_send(module, module.AsyncClient.send, async_body),
+    ))  # fmt: skip
+
+
+def uninstrument_httpx() -> None:
+    """Restore ``Client.send`` and ``AsyncClient.send`` of every patched module (idempotent)."""
+    undo_all(_patches)
+
+
+def is_instrumented() -> bool:
+    """Whether an HTTP client library is currently patched."""
+    return bool(_patches)
