@@ -20,6 +20,7 @@ from ampmeter.errors import (
     ExecutionCanceled,
     HookAbort,
     LimitExceeded,
+    find_limit_exceeded,
 )
 from ampmeter.executor import CONTINUE, AgentLoop, ExecutionResult, Executor
 from ampmeter.graph import ExecutionGraph, Node
@@ -94,6 +95,7 @@ __all__ = [
     "default_limits",
     "estimate",
     "event_errors",
+    "find_limit_exceeded",
     "instrument",
     "instrument_anthropic",
     "instrument_openai",

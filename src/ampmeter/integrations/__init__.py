@@ -100,8 +100,11 @@ def is_instrumented() -> bool:
     from ampmeter.integrations import http as _http
     from ampmeter.integrations import openai as _openai
 
-    return bool(_armed) or _openai.is_instrumented() or _anthropic.is_instrumented() or (
-        _http.is_instrumented()
+    return (
+        bool(_armed)
+        or _openai.is_instrumented()
+        or _anthropic.is_instrumented()
+        or (_http.is_instrumented())
     )
 
 

@@ -25,9 +25,9 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ampmeter.context import Call, ExecutionContext, current_context
 from ampmeter import pricing
-from ampmeter.errors import StreamAbandoned
+from ampmeter.context import Call, ExecutionContext, current_context
+from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
 from ampmeter.graph import META_COST_STATUS, META_PROVIDER
 from ampmeter.integrations._wire import BodyReader
 
@@ -175,6 +175,10 @@ class Adapter:
         """Read one stream event; True if the caller must not see it."""
         raise NotImplementedError
 
+    def ends_stream(self, event: Any) -> bool:
+        """Whether ``event`` is the last one of a stream (callers often stop reading there)."""
+        return False
+
 
 def begin_call(
     ctx: ExecutionContext,
@@ -203,7 +207,11 @@ def begin_call(
             provider=adapter.provider,
             metadata=meta,
         )
-    call.start()
+    try:
+        call.start()
+    except LimitExceeded as stop:
+        note_stop(stop)  # frameworks may re-raise it as their own error: see find_limit_exceeded
+        raise
     return call
 
 
@@ -248,7 +256,8 @@ def finish_abandoned(call: Call, tally: Tally, prompt_tokens: int) -> None:
             tally.tokens_in = prompt_tokens
         tally.tokens_out = max(tally.tokens_out or 0, tally.chunks)
         call.context.graph.update_metadata(call.node_id, {META_USAGE_ESTIMATED: True})
-    finish_call(call, tally, StreamAbandoned("the stream was closed before its last event was read"))
+    cut = StreamAbandoned("the stream was closed before its last event was read")
+    finish_call(call, tally, cut)
 
 
 def _before(

@@ -20,7 +20,7 @@ from typing import Any
 
 __all__ = ["cancel_all", "when_imported"]
 
-Callback = Callable[[ModuleType], None]
+Callback = Callable[[ModuleType], object]
 
 _lock = threading.RLock()
 _waiting: dict[str, list[Callback]] = {}

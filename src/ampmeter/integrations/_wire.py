@@ -26,7 +26,9 @@ class BodyReader:
     bytes are passed on whole events at a time).
     """
 
-    __slots__ = ("_data", "_event", "_parts", "_pending", "adapter", "hide", "sse", "tally")
+    __slots__ = (
+        "_data", "_event", "_parts", "_pending", "adapter", "complete", "hide", "sse", "tally",
+    )  # fmt: skip
 
     def __init__(self, adapter: Adapter, tally: Tally, *, sse: bool, hide: bool = False) -> None:
         self.adapter = adapter
@@ -37,6 +39,7 @@ class BodyReader:
         self._data: list[bytes] = []  # the data lines of the event being read
         self._event: list[bytes] = []  # the raw lines of that event (only when hiding)
         self._parts: list[bytes] = []  # a JSON body's pieces
+        self.complete = False  # the stream's last event was read (more bytes may follow)
 
     def feed(self, piece: bytes) -> bytes:
         """Read ``piece``; return what the caller gets of it."""
@@ -69,13 +72,19 @@ class BodyReader:
             return None
         data = b"\n".join(self._data)
         self._data.clear()
-        if not data or data == b"[DONE]":
+        if not data:
+            return False
+        if data == b"[DONE]":
+            self.complete = True
             return False
         try:
             event = orjson.loads(data)
         except orjson.JSONDecodeError:
             return False
-        return self.adapter.read_event(event, self.tally, self.hide)
+        hidden = self.adapter.read_event(event, self.tally, self.hide)
+        if self.adapter.ends_stream(event):
+            self.complete = True
+        return hidden
 
     def end(self) -> bytes:
         """The body is complete: read what is left; return the bytes still owed to the caller."""

@@ -88,3 +88,9 @@ class GenerateContentAdapter(Adapter):
                     if settings.capture_content and not get(part, "thought"):
                         tally.text.append(text)
         return False
+
+    def ends_stream(self, event: Any) -> bool:
+        # The last chunk names why generation stopped and carries the final usage.
+        if get(event, "usageMetadata") is None:
+            return False
+        return any(get(c, "finishReason") for c in get(event, "candidates") or ())

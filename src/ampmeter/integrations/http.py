@@ -28,6 +28,7 @@ for usage gets ``stream_options.include_usage`` and the extra usage event is not
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -138,8 +139,13 @@ def _admit(module: ModuleType, request: Any, streamed: bool) -> _Admitted | None
     if hide:
         headers = request.headers.copy()
         headers.pop("content-length", None)
-        request = module.Request(request.method, request.url, headers=headers,
-                                 content=orjson.dumps(body), extensions=request.extensions)  # fmt: skip
+        request = module.Request(
+            request.method,
+            request.url,
+            headers=headers,
+            content=orjson.dumps(body),
+            extensions=request.extensions,
+        )
     call = begin_call(ctx, adapter, info, {META_TRANSPORT: module.__name__})
     return _Admitted(call, adapter, info, hide, request)
 
@@ -181,10 +187,10 @@ class _MeteredBody:
             finish_abandoned(self._call, self._reader.tally, self._prompt_tokens)
 
     def __del__(self) -> None:
-        try:  # a response dropped unread is still counted, with the usage seen so far
+        # A response dropped unread is still counted, with the usage seen so far; nothing can be
+        # reported from a finalizer.
+        with contextlib.suppress(Exception):
             self._abandon()
-        except Exception:  # nothing can be reported from a finalizer
-            pass
 
 
 class _SyncBody(_MeteredBody):
@@ -193,6 +199,8 @@ class _SyncBody(_MeteredBody):
         try:
             for piece in self._inner:
                 out = reader.feed(piece)
+                if reader.complete:
+                    self._end(None)  # the caller may stop reading at the last event
                 if out:
                     yield out
             tail = reader.end()
@@ -218,6 +226,8 @@ class _AsyncBody(_MeteredBody):
         try:
             async for piece in self._inner:
                 out = reader.feed(piece)
+                if reader.complete:
+                    self._end(None)  # the caller may stop reading at the last event
                 if out:
                     yield out
             tail = reader.end()

@@ -178,6 +178,9 @@ class EmbeddingsAdapter(Adapter):
         return False
 
 
+_RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
 class ResponsesAdapter(Adapter):
     """``responses.create`` / ``parse`` (and the ``responses.stream`` helper through create)."""
 
@@ -228,11 +231,14 @@ class ResponsesAdapter(Adapter):
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
         kind = get(event, "type")
-        if kind in ("response.completed", "response.incomplete", "response.failed"):
+        if kind in _RESPONSE_ENDS:
             self.read_response(get(event, "response"), tally)
         elif kind == "response.output_text.delta":
             tally.chunks += 1
         return False
+
+    def ends_stream(self, event: Any) -> bool:
+        return get(event, "type") in _RESPONSE_ENDS
 
 
 def instrument_openai() -> bool:
