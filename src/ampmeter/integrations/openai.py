@@ -154,6 +154,7 @@ class EmbeddingsAdapter(Adapter):
     """``embeddings``: the input's tokens are the whole usage (there is no output)."""
 
     provider = PROVIDER
+    kind = "embedding"
 
     def __init__(self, operation: str) -> None:
         self.operation = operation
