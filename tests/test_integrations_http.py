@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -418,3 +419,65 @@ def test_find_limit_exceeded_follows_causes_groups_and_retries() -> None:
     assert isinstance(find_limit_exceeded(retried.value), LimitExceeded)
     assert find_limit_exceeded(ValueError("unrelated")) is None
     assert find_limit_exceeded(None) is None
+
+
+# -- a stream belongs to the context it was created in -----------------------------------------
+
+
+def test_streams_created_in_a_context_are_metered_there_when_read_after_it_closed(
+    openai_client: openai.OpenAI, llm_server: LocalLLMServer
+) -> None:
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]) as ctx:
+        sdk_stream = openai_client.chat.completions.create(
+            model=llm_server.model, messages=MESSAGES, max_tokens=4, stream=True,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+        http_stream = litellm.completion(
+            **claude(llm_server), messages=MESSAGES, max_tokens=4, stream=True,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+    assert calls(sink) == []  # nothing has ended yet
+    sdk_usage = [c.usage for c in sdk_stream if c.usage is not None][-1]
+    http_usage = [c.usage for c in http_stream if getattr(c, "usage", None) is not None][-1]
+    first, second = calls(sink)
+    assert (first.tokens_in, first.tokens_out) == (
+        sdk_usage.prompt_tokens,
+        sdk_usage.completion_tokens,
+    )
+    assert (second.tokens_in, second.tokens_out) == (
+        http_usage.prompt_tokens,
+        http_usage.completion_tokens,
+    )
+    assert ctx.stats.get_counter(KEY_INPUT_TOKENS) == (
+        sdk_usage.prompt_tokens + http_usage.prompt_tokens
+    )
+    assert ctx.snapshot()["graph"]["aggregates"]["in_flight"] == 0
+
+
+# -- lazy patching -------------------------------------------------------------------------------
+
+
+def test_instrument_imports_nothing_and_patches_each_library_when_it_is_imported() -> None:
+    import subprocess
+
+    program = (
+        "import sys, ampmeter\n"
+        "assert ampmeter.instrument() == []\n"
+        "assert not {'openai', 'anthropic', 'httpx', 'httpx2'} & set(sys.modules)\n"
+        "import httpx, openai\n"
+        "from openai.resources.chat.completions import Completions\n"
+        "assert hasattr(httpx.Client.send, '__wrapped__')\n"
+        "assert hasattr(Completions.create, '__ampmeter_original__')\n"
+        "assert 'anthropic' not in sys.modules\n"
+        "ampmeter.uninstrument()\n"
+        "assert not hasattr(httpx.Client.send, '__wrapped__')\n"
+        "assert not hasattr(Completions.create, '__ampmeter_original__')\n"
+        "import anthropic\n"  # after uninstrument(): left alone
+        "from anthropic.resources.messages import Messages\n"
+        "assert not hasattr(Messages.create, '__ampmeter_original__')\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

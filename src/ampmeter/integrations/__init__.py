@@ -28,30 +28,34 @@ from ampmeter.context import ExecutionContext
 from ampmeter.integrations import _hooks
 from ampmeter.integrations._common import StreamAbandoned, settings
 from ampmeter.integrations.anthropic import instrument_anthropic, uninstrument_anthropic
-from ampmeter.integrations.http import instrument_httpx, uninstrument_httpx
 from ampmeter.integrations.openai import instrument_openai, uninstrument_openai
 
 __all__ = [
     "StreamAbandoned",
     "instrument",
     "instrument_anthropic",
-    "instrument_httpx",
     "instrument_openai",
     "is_instrumented",
     "set_default_context",
     "uninstrument",
     "uninstrument_anthropic",
-    "uninstrument_httpx",
     "uninstrument_openai",
 ]
+
+
+def _instrument_http_library(module: ModuleType) -> None:
+    # Imported here: a program that never imports httpx pays nothing for the HTTP layer.
+    from ampmeter.integrations.http import instrument_httpx
+
+    instrument_httpx(module)
 
 
 # What instrument() patches, by the module whose import triggers the patch.
 _TARGETS: dict[str, Callable[[ModuleType], object]] = {
     "openai": lambda _module: instrument_openai(),
     "anthropic": lambda _module: instrument_anthropic(),
-    "httpx": instrument_httpx,
-    "httpx2": instrument_httpx,
+    "httpx": _instrument_http_library,
+    "httpx2": _instrument_http_library,
 }
 _armed: set[str] = set()  # the modules instrument() patches (now, or when imported)
 
@@ -90,7 +94,9 @@ def uninstrument() -> None:
     _hooks.cancel_all()
     uninstrument_openai()
     uninstrument_anthropic()
-    uninstrument_httpx()
+    http = sys.modules.get("ampmeter.integrations.http")
+    if http is not None:
+        http.uninstrument_httpx()
     settings.capture_content = False
 
 

@@ -8,15 +8,15 @@ the import of a watched name, lets the normal finders find it, and wraps that sp
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
 
 __all__ = ["cancel_all", "when_imported"]
 
@@ -27,14 +27,18 @@ _waiting: dict[str, list[Callback]] = {}
 _finding: set[str] = set()  # names whose spec is being looked up (do not recurse)
 
 
-class _PostImportFinder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself; arranges for the callbacks of a watched module to run."""
+class _PostImportFinder:
+    """A ``sys.meta_path`` finder that finds nothing itself; it arranges for the callbacks of a
+    watched module to run. (Not an ``importlib.abc`` subclass: importing that costs more than
+    the rest of instrument().)"""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
+    ) -> ModuleSpec | None:
         if fullname not in _waiting or fullname in _finding:
             return None
+        import importlib.util
+
         with _lock:
             _finding.add(fullname)
             try:
