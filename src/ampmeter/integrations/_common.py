@@ -35,6 +35,7 @@ __all__ = [
     "META_OPERATION",
     "META_PROMPT_TEXT",
     "META_RESPONSE_TEXT",
+    "META_TRANSPORT",
     "META_USAGE_ESTIMATED",
     "Adapter",
     "MeteredAsyncStream",
@@ -53,6 +54,7 @@ META_OPERATION: Final = "operation_name"  # the SDK method, e.g. "chat.completio
 META_PROMPT_TEXT: Final = "prompt_text"  # only with instrument(capture_content=True)
 META_RESPONSE_TEXT: Final = "response_text"  # only with instrument(capture_content=True)
 META_USAGE_ESTIMATED: Final = "usage_estimated"  # a cut stream's usage, partly estimated
+META_TRANSPORT: Final = "transport"  # how a request metered below the SDKs went: httpx, ...
 META_MODEL: Final = "model"  # the model of a non-LLM node (an embedding), which has no model field
 
 

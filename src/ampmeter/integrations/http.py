@@ -39,6 +39,7 @@ import orjson
 
 from ampmeter.integrations._common import (
     ACTIVE_CALL,
+    META_TRANSPORT,
     Adapter,
     Patch,
     RequestInfo,
@@ -61,7 +62,6 @@ from ampmeter.integrations.openai import (
 
 __all__ = ["META_TRANSPORT", "adapter_for_path", "instrument_httpx", "uninstrument_httpx"]
 
-META_TRANSPORT: Final = "transport"  # the HTTP library that sent a request metered here
 
 _CHAT: Final = ChatAdapter("chat.completions", ())
 _RESPONSES: Final = ResponsesAdapter("responses", ())

@@ -275,6 +275,9 @@ def instrument_openai() -> bool:
         if patch is not None:
             _patches.append(patch)
     _patches.extend(patch_client_retries(_base_client))
+    from ampmeter.integrations.openai_websocket import patch_responses_websocket
+
+    _patches.extend(patch_responses_websocket())
     return True
 
 
