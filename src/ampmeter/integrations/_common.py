@@ -425,7 +425,7 @@ def wrap_sync(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., A
     @functools.wraps(original)
     def metered(resource: Any, *args: Any, **kwargs: Any) -> Any:
         ctx = metered_context()
-        if ctx is None:
+        if ctx is None or ACTIVE_CALL.get() is not None:  # not in a context, or already metered
             return original(resource, *args, **kwargs)
         call, info, hide = _before(ctx, adapter, kwargs)
         raw = is_raw_request(kwargs)
@@ -451,7 +451,7 @@ def wrap_async(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., 
     @functools.wraps(original)
     async def metered(resource: Any, *args: Any, **kwargs: Any) -> Any:
         ctx = metered_context()
-        if ctx is None:
+        if ctx is None or ACTIVE_CALL.get() is not None:
             return await original(resource, *args, **kwargs)
         call, info, hide = _before(ctx, adapter, kwargs)
         raw = is_raw_request(kwargs)

@@ -13,6 +13,7 @@ shown to the caller, so the caller sees the same chunks as without ampmeter.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -270,6 +271,16 @@ def instrument_openai() -> bool:
                             False))  # fmt: skip
             targets.append((AsyncResponses, name,
                             ResponsesAdapter(f"responses.{name}", async_stream), True))  # fmt: skip
+    try:  # openai 1.40-1.91: beta.chat.completions.parse posts itself, not through create
+        beta_chat = importlib.import_module("openai.resources.beta.chat.completions")
+    except ImportError:  # newer SDKs: it moved to chat.completions.parse, patched above
+        pass
+    else:
+        operation = "beta.chat.completions.parse"
+        targets.append((beta_chat.Completions, "parse", ChatAdapter(operation, sync_stream),
+                        False))  # fmt: skip
+        targets.append((beta_chat.AsyncCompletions, "parse",
+                        ChatAdapter(operation, async_stream), True))  # fmt: skip
     for owner, name, adapter, is_async in targets:
         patch = patch_method(owner, name, adapter, is_async=is_async)
         if patch is not None:
