@@ -47,6 +47,7 @@ STREAM_TARGET = 3.0
 _SERVER = r"""
 import json, socket, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from ampmeter.testing import recorded
 
 plain = json.dumps(recorded.load("openai_chat_tool_calls")).encode()
 chunks = recorded.load("openai_chat_stream_usage")

@@ -739,13 +739,18 @@ def int_or_none(value: object) -> int | None:
     return value
 
 
+# Whether a type is a Mapping, remembered: ``get`` runs several times per stream event, and an
+# ABC isinstance check would cost more than the lookup itself.
+_IS_MAPPING: dict[type, bool] = {dict: True, type(None): False}
+
+
 def get(obj: Any, name: str) -> Any:
     """Attribute or mapping key ``name`` of ``obj`` (None when absent)."""
-    if obj is None:
-        return None
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
+    kind = type(obj)
+    mapping = _IS_MAPPING.get(kind)
+    if mapping is None:
+        mapping = _IS_MAPPING[kind] = isinstance(obj, Mapping)
+    return obj.get(name) if mapping else getattr(obj, name, None)
 
 
 def patch_client_retries(base_client: Any) -> list[Patch]:
