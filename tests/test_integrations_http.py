@@ -481,3 +481,14 @@ def test_instrument_imports_nothing_and_patches_each_library_when_it_is_imported
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_a_path_that_only_looks_like_a_wire_format_is_left_alone(replay: ReplayServer) -> None:
+    # the Assistants API adds a message to a thread: no model, no LLM call
+    replay.script("/v1/threads/thread_1/messages", recorded.openai_chat_tool_calls())
+    sink = MemorySink()
+    with ExecutionContext(max_steps=0, sinks=[sink]):
+        httpx.post(replay.openai_base_url + "/threads/thread_1/messages",
+                   json={"role": "user", "content": "hello"})  # fmt: skip
+    assert calls(sink) == []
+    assert len(replay.requests) == 1

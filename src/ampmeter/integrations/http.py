@@ -132,7 +132,10 @@ def _admit(module: ModuleType, request: Any, streamed: bool) -> _Admitted | None
         return None
     info = adapter.request_info(body)
     if info.model is None:
-        info = dataclasses.replace(info, model=model_of_path(path))
+        model = model_of_path(path)  # Gemini names the model in the path, not the body
+        if model is None:
+            return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
+        info = dataclasses.replace(info, model=model)
     # Ask for the usage of a stream the caller reads piece by piece (a body read whole would
     # have to be rewritten to hide the extra event: it is left as it is).
     hide = info.stream and streamed and adapter.prepare_stream(body)
