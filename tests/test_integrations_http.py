@@ -492,3 +492,48 @@ def test_a_path_that_only_looks_like_a_wire_format_is_left_alone(replay: ReplayS
                    json={"role": "user", "content": "hello"})  # fmt: skip
     assert calls(sink) == []
     assert len(replay.requests) == 1
+
+
+# -- aiohttp (google-genai's async client) -----------------------------------------------------
+
+
+async def test_google_genai_async_sends_with_aiohttp_and_is_metered(replay: ReplayServer) -> None:
+    replay.script(GEMINI, recorded.gemini_generate_content())
+    replay.script(GEMINI_STREAM, recorded.gemini_stream_generate_content())
+    client = gemini_client(replay)
+    sink = MemorySink()
+    async with ExecutionContext(sinks=[sink]):
+        await client.aio.models.generate_content(model="gemini-2.5-flash", contents="Weather?")
+        stream = await client.aio.models.generate_content_stream(
+            model="gemini-2.0-flash", contents="The answer?"
+        )
+        chunks = [chunk async for chunk in stream]
+    plain, streamed = calls(sink)
+    usage = recorded.load("gemini_generate_content")["usageMetadata"]
+    assert plain.metadata[META_TRANSPORT] == "aiohttp"
+    assert plain.tokens_in == usage["promptTokenCount"]
+    assert plain.tokens_out == usage["candidatesTokenCount"] + usage["thoughtsTokenCount"]
+    assert len(chunks) == 3 and (streamed.tokens_in, streamed.tokens_out) == (12, 6)
+
+
+async def test_raw_aiohttp_over_the_limit_sends_nothing(replay: ReplayServer) -> None:
+    import aiohttp
+
+    replay.script("/v1/messages", recorded.anthropic_message_tool_use())
+    body = {"model": "claude-3-5-haiku-latest", "max_tokens": 100, "messages": MESSAGES}
+    sink = MemorySink()
+    async with aiohttp.ClientSession() as session:
+        async with (
+            ExecutionContext(sinks=[sink]),
+            session.post(replay.url + "/v1/messages", json=body) as response,
+        ):
+            answer = await response.json()
+        with pytest.raises(LimitExceeded):
+            async with ExecutionContext(max_steps=0):
+                await session.post(replay.url + "/v1/messages", json=body)
+    assert len(replay.requests) == 1
+    usage = answer["usage"]
+    node = only(sink)
+    assert node.tokens_in == (usage["input_tokens"] + usage["cache_read_input_tokens"]
+                              + usage["cache_creation_input_tokens"])  # fmt: skip
+    assert node.tokens_out == usage["output_tokens"]

@@ -50,12 +50,19 @@ def _instrument_http_library(module: ModuleType) -> None:
     instrument_httpx(module)
 
 
+def _instrument_aiohttp(module: ModuleType) -> None:
+    from ampmeter.integrations.http_aiohttp import instrument_aiohttp
+
+    instrument_aiohttp(module)
+
+
 # What instrument() patches, by the module whose import triggers the patch.
 _TARGETS: dict[str, Callable[[ModuleType], object]] = {
     "openai": lambda _module: instrument_openai(),
     "anthropic": lambda _module: instrument_anthropic(),
     "httpx": _instrument_http_library,
     "httpx2": _instrument_http_library,
+    "aiohttp": _instrument_aiohttp,
 }
 _armed: set[str] = set()  # the modules instrument() patches (now, or when imported)
 
@@ -67,8 +74,8 @@ def instrument(
     anthropic: bool = True,
     http: bool = True,
 ) -> list[str]:
-    """Meter the SDKs (``openai``, ``anthropic``) and the HTTP libraries (``http``: httpx and
-    httpx2) whenever they are imported; idempotent.
+    """Meter the SDKs (``openai``, ``anthropic``) and the HTTP libraries (``http``: httpx,
+    httpx2 and aiohttp) whenever they are imported; idempotent.
 
     A library already imported is patched at once, the others right after their own import, so
     a program pays nothing for libraries it does not use. Returns the names patched now.
@@ -78,7 +85,8 @@ def instrument(
     if not isinstance(capture_content, bool):
         raise TypeError(f"capture_content must be a bool, got {type(capture_content).__name__}")
     settings.capture_content = capture_content
-    chosen = {"openai": openai, "anthropic": anthropic, "httpx": http, "httpx2": http}
+    chosen = {"openai": openai, "anthropic": anthropic, "httpx": http, "httpx2": http,
+              "aiohttp": http}  # fmt: skip
     done = [name for name, wanted in chosen.items() if wanted and name in sys.modules]
     for name, patch in _TARGETS.items():
         if chosen[name] and name not in _armed:
@@ -94,9 +102,10 @@ def uninstrument() -> None:
     _hooks.cancel_all()
     uninstrument_openai()
     uninstrument_anthropic()
-    http = sys.modules.get("ampmeter.integrations.http")
-    if http is not None:
-        http.uninstrument_httpx()
+    for name, undo in (("http", "uninstrument_httpx"), ("http_aiohttp", "uninstrument_aiohttp")):
+        module = sys.modules.get(f"ampmeter.integrations.{name}")
+        if module is not None:
+            getattr(module, undo)()
     settings.capture_content = False
 
 

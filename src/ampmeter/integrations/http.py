@@ -3,7 +3,8 @@
 The SDK patches cover the ``openai`` and ``anthropic`` SDKs; everything else that speaks a known
 wire format over httpx (LiteLLM's own handlers, google-genai, mistralai, plain httpx) is metered
 here, at ``Client.send`` / ``AsyncClient.send`` (the one door every request of a client goes
-through, whatever transport is mounted: LiteLLM's aiohttp transport included).
+through, whatever transport is mounted: LiteLLM's aiohttp transport included), and, for
+aiohttp's own clients, in :mod:`ampmeter.integrations.http_aiohttp`.
 
 A ``POST`` is metered when a context is current, no SDK patch is already metering the request
 (:data:`~ampmeter.integrations._common.ACTIVE_CALL`), and its path names a known wire format:
@@ -60,7 +61,15 @@ from ampmeter.integrations.openai import (
     ResponsesAdapter,
 )
 
-__all__ = ["META_TRANSPORT", "adapter_for_path", "instrument_httpx", "uninstrument_httpx"]
+__all__ = [
+    "Admitted",
+    "BodyMeter",
+    "adapter_for_path",
+    "admit",
+    "instrument_httpx",
+    "response_reader",
+    "uninstrument_httpx",
+]
 
 
 _CHAT: Final = ChatAdapter("chat.completions", ())
@@ -93,11 +102,7 @@ def adapter_for_path(path: str) -> Adapter | None:
     return None
 
 
-def _json_body(request: Any) -> dict[str, Any] | None:
-    try:
-        content = request.content  # raises when the body is a stream not read yet
-    except Exception:
-        return None
+def _json_body(content: bytes | str) -> dict[str, Any] | None:
     try:
         body = orjson.loads(content)
     except orjson.JSONDecodeError:
@@ -106,28 +111,34 @@ def _json_body(request: Any) -> dict[str, Any] | None:
 
 
 @dataclasses.dataclass(slots=True)
-class _Admitted:
+class Admitted:
     """A request let through: its node, how to read its response, the request to send."""
 
     call: Any
     adapter: Adapter
     info: RequestInfo
-    hide: bool
-    request: Any
+    hide: bool  # ampmeter asked for a usage event the caller must not see
+    body: dict[str, Any]
 
 
-def _admit(module: ModuleType, request: Any, streamed: bool) -> _Admitted | None:
-    """Begin the node of a metered request (None: not one to meter here)."""
-    if request.method != "POST" or ACTIVE_CALL.get() is not None:
+def admit(
+    method: str, path: str, content: bytes | str, transport: str, *, may_ask_usage: bool
+) -> Admitted | None:
+    """Begin the node of a request in a known wire format (None: not one to meter here).
+
+    Raises ``LimitExceeded`` when it would break a limit: nothing has been sent. With
+    ``may_ask_usage`` a stream that did not ask for its usage is changed to ask for it
+    (``Admitted.hide``; the caller sends ``Admitted.body`` instead of its own).
+    """
+    if method != "POST" or ACTIVE_CALL.get() is not None:
         return None
     ctx = metered_context()
     if ctx is None:
         return None
-    path = request.url.path
     adapter = adapter_for_path(path)
     if adapter is None:
         return None
-    body = _json_body(request)
+    body = _json_body(content)
     if body is None:
         return None
     info = adapter.request_info(body)
@@ -136,29 +147,43 @@ def _admit(module: ModuleType, request: Any, streamed: bool) -> _Admitted | None
         if model is None:
             return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
         info = dataclasses.replace(info, model=model)
+    hide = info.stream and may_ask_usage and adapter.prepare_stream(body)
+    call = begin_call(ctx, adapter, info, {META_TRANSPORT: transport})
+    return Admitted(call, adapter, info, hide, body)
+
+
+def _admit(module: ModuleType, request: Any, streamed: bool) -> tuple[Admitted, Any] | None:
+    """:func:`admit` for an httpx request; also the request to send."""
+    if request.method != "POST":
+        return None
+    try:
+        content = request.content  # raises when the body is a stream not read yet
+    except Exception:
+        return None
     # Ask for the usage of a stream the caller reads piece by piece (a body read whole would
     # have to be rewritten to hide the extra event: it is left as it is).
-    hide = info.stream and streamed and adapter.prepare_stream(body)
-    if hide:
+    admitted = admit("POST", request.url.path, content, module.__name__, may_ask_usage=streamed)
+    if admitted is None:
+        return None
+    if admitted.hide:
         headers = request.headers.copy()
         headers.pop("content-length", None)
         request = module.Request(
             request.method,
             request.url,
             headers=headers,
-            content=orjson.dumps(body),
+            content=orjson.dumps(admitted.body),
             extensions=request.extensions,
         )
-    call = begin_call(ctx, adapter, info, {META_TRANSPORT: module.__name__})
-    return _Admitted(call, adapter, info, hide, request)
+    return admitted, request
 
 
-def _response_reader(admitted: _Admitted, response: Any) -> BodyReader | None:
-    """How to read a response's body (None: an error status, ended here)."""
-    if response.status_code >= 400:
-        finish_call(admitted.call, None, _ProviderError(response.status_code))
+def response_reader(admitted: Admitted, status: int, content_type: str) -> BodyReader | None:
+    """How to read a response's body (None: an error status, and the node ended failed)."""
+    if status >= 400:
+        finish_call(admitted.call, None, _ProviderError(status))
         return None
-    sse = response.headers.get("content-type", "").startswith("text/event-stream")
+    sse = content_type.startswith("text/event-stream")
     return BodyReader(admitted.adapter, Tally(), sse=sse, hide=admitted.hide)
 
 
@@ -169,10 +194,11 @@ class _ProviderError(Exception):
         super().__init__(f"the provider answered HTTP {status}")
 
 
-class _MeteredBody:
-    """Bookkeeping shared by the sync and async body wrappers."""
+class BodyMeter:
+    """A response body being read into its request's node: ends the node at the body's end
+    (or its last event), or as abandoned when closed or dropped before."""
 
-    def __init__(self, inner: Any, reader: BodyReader, admitted: _Admitted) -> None:
+    def __init__(self, inner: Any, reader: BodyReader, admitted: Admitted) -> None:
         self._inner = inner
         self._reader = reader
         self._call = admitted.call
@@ -196,7 +222,7 @@ class _MeteredBody:
             self._abandon()
 
 
-class _SyncBody(_MeteredBody):
+class _SyncBody(BodyMeter):
     def __iter__(self) -> Iterator[bytes]:
         reader = self._reader
         try:
@@ -223,7 +249,7 @@ class _SyncBody(_MeteredBody):
             self._abandon()
 
 
-class _AsyncBody(_MeteredBody):
+class _AsyncBody(BodyMeter):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         reader = self._reader
         try:
@@ -250,8 +276,10 @@ class _AsyncBody(_MeteredBody):
             self._abandon()
 
 
-def _settle(admitted: _Admitted, response: Any, streamed: bool, body_type: type) -> Any:
-    reader = _response_reader(admitted, response)
+def _settle(admitted: Admitted, response: Any, streamed: bool, body_type: type) -> Any:
+    reader = response_reader(
+        admitted, response.status_code, response.headers.get("content-type", "")
+    )
     if reader is None:
         return response
     if not streamed:  # the body was read whole by send()
@@ -266,12 +294,13 @@ def _settle(admitted: _Admitted, response: Any, streamed: bool, body_type: type)
 def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
     @functools.wraps(original)
     def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
-        admitted = _admit(module, request, stream)
-        if admitted is None:
+        found = _admit(module, request, stream)
+        if found is None:
             return original(client, request, stream=stream, **kwargs)
+        admitted, request = found
         token = ACTIVE_CALL.set(admitted.call)
         try:
-            response = original(client, admitted.request, stream=stream, **kwargs)
+            response = original(client, request, stream=stream, **kwargs)
         except BaseException as exc:
             finish_call(admitted.call, None, exc)
             raise
@@ -285,12 +314,13 @@ def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type
 def _wrap_async_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
     @functools.wraps(original)
     async def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
-        admitted = _admit(module, request, stream)
-        if admitted is None:
+        found = _admit(module, request, stream)
+        if found is None:
             return await original(client, request, stream=stream, **kwargs)
+        admitted, request = found
         token = ACTIVE_CALL.set(admitted.call)
         try:
-            response = await original(client, admitted.request, stream=stream, **kwargs)
+            response = await original(client, request, stream=stream, **kwargs)
         except BaseException as exc:
             finish_call(admitted.call, None, exc)
             raise
