@@ -14,9 +14,9 @@ OpenAI bodies (``ampmeter.testing.recorded``), so the client's work is what is m
 Two workloads: a plain chat call, and a stream that ends with a usage chunk. The raw and peer
 streams ask for that chunk themselves (``stream_options.include_usage``); ampmeter's caller does
 not, so ampmeter asks for it and hides it, which is what its users pay. Each figure is the
-median over rounds of the mean time per call, as wall time and as CPU time of the calling
-thread (what the metering itself costs; steadier than wall time on a busy machine); "added"
-is a mode's time minus raw's, in µs and as a share of the raw call.
+mean time per call in a round, as wall time and as CPU time of the calling thread (what the
+metering itself costs; steadier than wall time on a busy machine); "added" is the median over
+rounds of a mode's time minus raw's in the same round, in µs and as a share of the raw call.
 
 Targets (issue 15): ampmeter adds at most 1.5% to a plain call and 3% to the stream.
 
@@ -173,8 +173,8 @@ def _peers() -> dict[str, Callable[[], contextlib.AbstractContextManager[bool]]]
 
 def _measure(
     client: openai.OpenAI, call: Callable[[openai.OpenAI, bool], None], rounds: int, calls: int
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Median wall time and calling-thread CPU time per call (µs) of each mode."""
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall time and calling-thread CPU time per call (µs) of each mode, one value per round."""
     modes = _peers()
     names = list(modes)
     wall: dict[str, list[float]] = {name: [] for name in names}
@@ -189,15 +189,19 @@ def _measure(
                     call(client, asks_usage)
                 cpu[name].append((time.thread_time() - start_cpu) / calls * 1e6)
                 wall[name].append((time.perf_counter() - start) / calls * 1e6)
-    return (
-        {name: statistics.median(values) for name, values in wall.items()},
-        {name: statistics.median(values) for name, values in cpu.items()},
-    )
+    return wall, cpu
 
 
-def _rows(workload: str, medians: dict[str, float], target: float | None) -> list[dict[str, Any]]:
-    raw = medians["raw"]
-    added = {name: value - raw for name, value in medians.items() if name != "raw"}
+def _added(per_round: dict[str, list[float]], name: str) -> float:
+    """Median over rounds of the mode's time minus raw's in the same round (drift cancels)."""
+    return statistics.median(m - r for m, r in zip(per_round[name], per_round["raw"], strict=True))
+
+
+def _rows(
+    workload: str, per_round: dict[str, list[float]], target: float | None
+) -> list[dict[str, Any]]:
+    raw = statistics.median(per_round["raw"])
+    added = {name: _added(per_round, name) for name in per_round if name != "raw"}
     share = added["ampmeter"] / raw * 100
     rows: list[dict[str, Any]] = [{
         "name": f"{workload}: added to the raw call ({share:.2f}%)",
