@@ -17,7 +17,6 @@ a metered one:
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import inspect
@@ -553,9 +552,12 @@ class _StreamBase:
         return getattr(self._stream, name)
 
     def __del__(self) -> None:
-        # A stream dropped half-way is still counted (with the usage seen so far).
-        with contextlib.suppress(Exception):  # nothing can be reported from a finalizer
+        # A stream dropped half-way is still counted (with the usage seen so far). Nothing can be
+        # reported from a finalizer, and at interpreter exit module globals may be gone already.
+        try:  # noqa: SIM105
             self._abandon()
+        except Exception:
+            pass
 
     @property
     def response(self) -> Any:

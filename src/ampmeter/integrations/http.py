@@ -29,7 +29,6 @@ for usage gets ``stream_options.include_usage`` and the extra usage event is not
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -216,10 +215,13 @@ class BodyMeter:
             finish_abandoned(self._call, self._reader.tally, self._prompt_tokens)
 
     def __del__(self) -> None:
-        # A response dropped unread is still counted, with the usage seen so far; nothing can be
-        # reported from a finalizer.
-        with contextlib.suppress(Exception):
+        # A response dropped unread is still counted, with the usage seen so far. Nothing can be
+        # reported from a finalizer, and at interpreter exit module globals (contextlib too) may
+        # already be gone: hence a bare try.
+        try:  # noqa: SIM105
             self._abandon()
+        except Exception:
+            pass
 
 
 class _SyncBody(BodyMeter):
