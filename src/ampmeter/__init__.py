@@ -32,6 +32,7 @@ from ampmeter.errors import (
     SinkClosedError,
     SinkWriteError,
     StreamAbandoned,
+    find_limit_exceeded,
 )
 from ampmeter.executor import CONTINUE, AgentLoop, ExecutionResult, Executor
 from ampmeter.graph import ExecutionGraph, Node
@@ -169,6 +170,7 @@ __all__ = [
     "default_limits",
     "estimate",
     "event_errors",
+    "find_limit_exceeded",
     "instrument",
     "instrument_anthropic",
     "instrument_openai",

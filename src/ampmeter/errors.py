@@ -6,7 +6,9 @@ catches a failed log write and ``except ValueError`` a malformed log line.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import contextlib
+from collections import deque
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from ampmeter.limits import ExceededLimit
@@ -27,6 +29,8 @@ __all__ = [
     "SinkClosedError",
     "SinkWriteError",
     "StreamAbandoned",
+    "find_limit_exceeded",
+    "note_stop",
 ]
 
 
@@ -42,14 +46,65 @@ class LimitExceeded(AmpmeterError):
 
     ``exceeded`` names the limit, the key and the value it would have reached; ``node_id`` is
     the halted node (None when an iteration, not a call, was stopped).
+
+    Frameworks that translate client errors by their HTTP status (LiteLLM) read ``status_code``
+    and ``message``: 400 makes the stop a non-retryable client error there (a "bad request"
+    that no retry, fallback deployment or Router cooldown would fix), not a server error.
     """
+
+    status_code = 400
 
     def __init__(
         self, message: str, exceeded: ExceededLimit | None = None, node_id: str | None = None
     ) -> None:
         super().__init__(message)
+        self.message = message
         self.exceeded = exceeded
         self.node_id = node_id
+
+
+# The latest stops raised into instrumented clients: a framework that re-raises a stop as its own
+# error without keeping it (LiteLLM does) still keeps its message, by which it is found again.
+_recent_stops: Final[deque[LimitExceeded]] = deque(maxlen=64)
+
+
+def note_stop(stop: LimitExceeded) -> None:
+    """Remember a stop raised into third-party code, for :func:`find_limit_exceeded`."""
+    _recent_stops.append(stop)
+
+
+def find_limit_exceeded(exc: BaseException | None) -> LimitExceeded | None:
+    """The :class:`LimitExceeded` behind ``exc`` (``exc`` itself, or what a framework wrapped).
+
+    Follows ``__cause__`` and ``__context__``, exception groups, LiteLLM's
+    ``original_exception``, tenacity's ``RetryError.last_attempt`` and instructor's
+    ``failed_attempts``; an error that kept only the stop's message (LiteLLM's mapped errors)
+    is matched to the stop by that message. None when no stop is behind it.
+    """
+    seen: set[int] = set()
+    pending: list[Any] = [exc]
+    walked: list[BaseException] = []
+    while pending:
+        error = pending.pop()
+        if not isinstance(error, BaseException) or id(error) in seen:
+            continue
+        seen.add(id(error))
+        if isinstance(error, LimitExceeded):
+            return error
+        walked.append(error)
+        pending += [error.__cause__, error.__context__, getattr(error, "original_exception", None)]
+        pending += getattr(error, "exceptions", None) or ()  # an exception group
+        for attempt in getattr(error, "failed_attempts", None) or ():
+            pending.append(getattr(attempt, "exception", None))
+        last = getattr(error, "last_attempt", None)
+        if last is not None and callable(getattr(last, "exception", None)):
+            with contextlib.suppress(Exception):  # an attempt that did not fail has none
+                pending.append(last.exception())
+    for stop in reversed(_recent_stops):
+        text = str(stop)
+        if text and any(text in str(error) for error in walked):
+            return stop
+    return None
 
 
 class BudgetUnavailable(LimitExceeded):

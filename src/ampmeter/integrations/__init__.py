@@ -1,23 +1,33 @@
-"""SDK instrumentation: every OpenAI / Anthropic call made inside a context becomes an ``llm`` node.
+"""Instrumentation: every LLM request made inside a context becomes a node (``llm``, or
+``embedding`` for an embeddings request).
 
 ::
 
     import ampmeter
     from ampmeter.integrations import instrument
 
-    instrument()                                   # all installed SDKs
+    instrument()                                   # each SDK and HTTP library when imported
     with ampmeter.ExecutionContext(max_cost_usd=0.50):
         client.chat.completions.create(...)        # reserved, checked, recorded
 
-Outside a context the SDKs behave exactly as without ampmeter. No API key, header or (unless
-``capture_content=True``) prompt or response text is put on a node; a failed call's error text
-is scrubbed by :mod:`ampmeter.redact` (the client's API key included).
+The ``openai`` and ``anthropic`` SDKs are patched at their resource methods; any other client
+that speaks a known wire format over ``httpx`` or ``httpx2`` (LiteLLM, google-genai, mistralai,
+plain httpx) is metered at the HTTP layer (:mod:`ampmeter.integrations.http`). A request is
+metered once, by the first layer that sees it. Outside a context the libraries behave exactly
+as without ampmeter. No API key, header or (unless ``capture_content=True``) prompt or response
+text is put on a node; a failed call's error text is scrubbed by :mod:`ampmeter.redact` (the
+client's API key included).
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from types import ModuleType
+
 from ampmeter import redact
 from ampmeter.context import ExecutionContext
+from ampmeter.integrations import _hooks
 from ampmeter.integrations._common import StreamAbandoned, settings
 from ampmeter.integrations.anthropic import instrument_anthropic, uninstrument_anthropic
 from ampmeter.integrations.openai import instrument_openai, uninstrument_openai
@@ -35,11 +45,42 @@ __all__ = [
 ]
 
 
-def instrument(
-    *, capture_content: bool = False, openai: bool = True, anthropic: bool = True
-) -> list[str]:
-    """Patch the installed SDKs (idempotent) and return the names of those patched.
+def _instrument_http_library(module: ModuleType) -> None:
+    # Imported here: a program that never imports httpx pays nothing for the HTTP layer.
+    from ampmeter.integrations.http import instrument_httpx
 
+    instrument_httpx(module)
+
+
+def _instrument_aiohttp(module: ModuleType) -> None:
+    from ampmeter.integrations.http_aiohttp import instrument_aiohttp
+
+    instrument_aiohttp(module)
+
+
+# What instrument() patches, by the module whose import triggers the patch.
+_TARGETS: dict[str, Callable[[ModuleType], object]] = {
+    "openai": lambda _module: instrument_openai(),
+    "anthropic": lambda _module: instrument_anthropic(),
+    "httpx": _instrument_http_library,
+    "httpx2": _instrument_http_library,
+    "aiohttp": _instrument_aiohttp,
+}
+_armed: set[str] = set()  # the modules instrument() patches (now, or when imported)
+
+
+def instrument(
+    *,
+    capture_content: bool = False,
+    openai: bool = True,
+    anthropic: bool = True,
+    http: bool = True,
+) -> list[str]:
+    """Meter the SDKs (``openai``, ``anthropic``) and the HTTP libraries (``http``: httpx,
+    httpx2 and aiohttp) whenever they are imported; idempotent.
+
+    A library already imported is patched at once, the others right after their own import, so
+    a program pays nothing for libraries it does not use. Returns the names patched now.
     ``capture_content=True`` also stores the prompt and response text on each node (off by
     default: logs then hold no conversation text, and the message of a provider error, which may
     echo the prompt, is withheld from error text). Calling it again only updates that setting.
@@ -48,28 +89,43 @@ def instrument(
         raise TypeError(f"capture_content must be a bool, got {type(capture_content).__name__}")
     settings.capture_content = capture_content
     redact.configure(capture_content=capture_content)
-    done: list[str] = []
-    if openai and instrument_openai():
-        done.append("openai")
-    if anthropic and instrument_anthropic():
-        done.append("anthropic")
+    chosen = {"openai": openai, "anthropic": anthropic, "httpx": http, "httpx2": http,
+              "aiohttp": http}  # fmt: skip
+    done = [name for name, wanted in chosen.items() if wanted and name in sys.modules]
+    for name, patch in _TARGETS.items():
+        if chosen[name] and name not in _armed:
+            _armed.add(name)
+            _hooks.when_imported(name, patch)
     return done
 
 
 def uninstrument() -> None:
-    """Put every patched SDK attribute back exactly as it was (idempotent)."""
+    """Put every patched attribute back exactly as it was and stop waiting for imports
+    (idempotent)."""
+    _armed.clear()
+    _hooks.cancel_all()
     uninstrument_openai()
     uninstrument_anthropic()
+    for name, undo in (("http", "uninstrument_httpx"), ("http_aiohttp", "uninstrument_aiohttp")):
+        module = sys.modules.get(f"ampmeter.integrations.{name}")
+        if module is not None:
+            getattr(module, undo)()
     settings.capture_content = False
     redact.configure(capture_content=False)
 
 
 def is_instrumented() -> bool:
-    """Whether any SDK is currently patched."""
+    """Whether :func:`instrument` is in effect (or an SDK was patched on its own)."""
     from ampmeter.integrations import anthropic as _anthropic
+    from ampmeter.integrations import http as _http
     from ampmeter.integrations import openai as _openai
 
-    return _openai.is_instrumented() or _anthropic.is_instrumented()
+    return (
+        bool(_armed)
+        or _openai.is_instrumented()
+        or _anthropic.is_instrumented()
+        or (_http.is_instrumented())
+    )
 
 
 def set_default_context(context: ExecutionContext | None) -> None:

@@ -17,24 +17,24 @@ a metered one:
 
 from __future__ import annotations
 
-import codecs
-import contextlib
 import contextvars
 import functools
 import inspect
-import json
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ampmeter import redact
+from ampmeter import pricing, redact
 from ampmeter.context import Call, ExecutionContext, current_context
-from ampmeter.errors import StreamAbandoned
+from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
+from ampmeter.graph import META_COST_STATUS, META_PROVIDER
+from ampmeter.integrations._wire import BodyReader
 
 __all__ = [
     "META_OPERATION",
     "META_PROMPT_TEXT",
     "META_RESPONSE_TEXT",
+    "META_TRANSPORT",
     "META_USAGE_ESTIMATED",
     "Adapter",
     "MeteredAsyncStream",
@@ -54,6 +54,8 @@ META_OPERATION: Final = "operation_name"  # the SDK method, e.g. "chat.completio
 META_PROMPT_TEXT: Final = "prompt_text"  # only with instrument(capture_content=True)
 META_RESPONSE_TEXT: Final = "response_text"  # only with instrument(capture_content=True)
 META_USAGE_ESTIMATED: Final = "usage_estimated"  # a cut stream's usage, partly estimated
+META_TRANSPORT: Final = "transport"  # how a request metered below the SDKs went: httpx, ...
+META_MODEL: Final = "model"  # the model of a non-LLM node (an embedding), which has no model field
 
 
 @dataclass(slots=True)
@@ -66,21 +68,22 @@ class Settings:
 
 settings = Settings()
 
-# The call whose SDK request is running in this thread or task, so the SDK's retry path (which
-# knows nothing about ampmeter) can count its retries on the right node.
-_ACTIVE: contextvars.ContextVar[Call | None] = contextvars.ContextVar(
+# The call whose request is running in this thread or task: the SDK's retry path (which knows
+# nothing about ampmeter) counts its retries on it, and the HTTP layer leaves alone a request
+# that an SDK patch already meters.
+ACTIVE_CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar(
     "ampmeter_active_sdk_call", default=None
 )
 
 
 def active_call() -> Call | None:
     """The metered call whose SDK request is in progress here, or None."""
-    return _ACTIVE.get()
+    return ACTIVE_CALL.get()
 
 
 def count_retry() -> None:
     """Count one SDK retry on the active call (called from the SDK's retry sleep)."""
-    call = _ACTIVE.get()
+    call = ACTIVE_CALL.get()
     if call is not None:
         call.retry()
 
@@ -163,6 +166,7 @@ class Adapter:
 
     provider: str = ""
     operation: str = ""
+    kind: str = "llm"  # the node kind: "llm", or "embedding" for an embeddings endpoint
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
         """Model, prompt text, output cap and streaming flag of a request."""
@@ -184,30 +188,89 @@ class Adapter:
         """Read one stream event; True if the caller must not see it."""
         raise NotImplementedError
 
+    def ends_stream(self, event: Any) -> bool:
+        """Whether ``event`` is the last one of a stream (callers often stop reading there)."""
+        return False
 
-def _begin(ctx: ExecutionContext, adapter: Adapter, info: RequestInfo) -> Call:
+
+def begin_call(
+    ctx: ExecutionContext,
+    adapter: Adapter,
+    info: RequestInfo,
+    extra: Mapping[str, Any] | None = None,
+) -> Call:
+    """Begin and admit the node of one request (``LimitExceeded`` if it does not fit)."""
     meta: dict[str, Any] = {META_OPERATION: adapter.operation}
+    if extra:
+        meta.update(extra)
     if settings.capture_content:
         meta[META_PROMPT_TEXT] = info.prompt_text
-    call = ctx.llm_call(
-        adapter.operation,
-        model=info.model,
-        max_tokens=info.max_tokens,
-        prompt_text=info.prompt_text,
-        provider=adapter.provider,
-        metadata=meta,
-    )
-    call.start()
+    if adapter.kind != "llm":
+        # Only llm_call() reserves and prices; other kinds are steps whose usage and cost are
+        # recorded on the node when it ends (see _record_priced).
+        meta[META_MODEL] = info.model
+        meta[META_PROVIDER] = adapter.provider
+        call = ctx.step(adapter.operation, kind=adapter.kind, metadata=meta)
+    else:
+        call = ctx.llm_call(
+            adapter.operation,
+            model=info.model,
+            max_tokens=info.max_tokens,
+            prompt_text=info.prompt_text,
+            provider=adapter.provider,
+            metadata=meta,
+        )
+    try:
+        call.start()
+    except LimitExceeded as stop:
+        note_stop(stop)  # frameworks may re-raise it as their own error: see find_limit_exceeded
+        raise
     return call
 
 
-def _finish(call: Call, tally: Tally | None, exc: BaseException | None) -> None:
+def _record_priced(call: Call, tally: Tally) -> None:
+    """Record a non-LLM call's usage with its price (the context prices only ``llm`` calls)."""
+    node = call.node
+    model = node.metadata.get(META_MODEL) if node.metadata else None
+    tokens_in = max(tally.tokens_in or 0, 0)
+    tokens_out = max(tally.tokens_out or 0, 0)
+    cost: float | None = None
+    status = "unpriced"
+    if isinstance(model, str) and model and (tally.tokens_in is not None):
+        result = pricing.price(model, node.metadata.get(META_PROVIDER),
+                               input_tokens=tokens_in, output_tokens=tokens_out)  # fmt: skip
+        if result.cost_usd is not None:
+            cost, status = result.cost_usd, "priced"
+    call.record(tokens_in, tokens_out, cost_usd=cost)
+    call.context.graph.update_metadata(call.node_id, {META_COST_STATUS: status})
+
+
+def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> None:
+    """End a request's node with the usage read from its response (None: nothing was read)."""
     if tally is not None:
-        tally.record_on(call)
+        if call.kind == "llm":
+            tally.record_on(call)
+        else:
+            _record_priced(call, tally)
         if settings.capture_content and tally.text:
             text = "".join(tally.text)
             call.context.graph.update_metadata(call.node_id, {META_RESPONSE_TEXT: text})
     call.finish(exc)
+
+
+def finish_abandoned(call: Call, tally: Tally, prompt_tokens: int) -> None:
+    """End the node of a stream closed before its last event.
+
+    The provider bills a cut stream but its usage report (OpenAI's comes last) may not have
+    arrived: count the prompt estimate and one token per content event, and say so on the node.
+    """
+    if tally.tokens_in is None or (tally.tokens_out or 0) < tally.chunks:
+        if tally.tokens_in is None:
+            tally.tokens_in = prompt_tokens
+        tally.tokens_out = max(tally.tokens_out or 0, tally.chunks)
+        call.context.graph.update_metadata(call.node_id, {META_USAGE_ESTIMATED: True})
+    cut = StreamAbandoned("the stream was closed before its last event was read")
+    finish_call(call, tally, cut)
 
 
 def _before(
@@ -216,7 +279,7 @@ def _before(
     """Admit a call (limits checked, node running) before the SDK sends it."""
     info = adapter.request_info(kwargs)
     hide = adapter.prepare_stream(kwargs) if info.stream else False
-    return _begin(ctx, adapter, info), info, hide
+    return begin_call(ctx, adapter, info), info, hide
 
 
 # The header the Stainless SDKs (openai, anthropic) add to a request made through
@@ -239,7 +302,7 @@ def _after(
         return stream_type(result, call, adapter, hide, info.prompt_tokens)
     tally = Tally()
     adapter.read_response(result, tally)
-    _finish(call, tally, None)
+    finish_call(call, tally, None)
     return result
 
 
@@ -250,7 +313,7 @@ def _after_raw(result: Any, call: Call, adapter: Adapter, info: RequestInfo, hid
         parsed = result.parse()
     except Exception:
         # The caller's own parse() will raise the same; the call was sent and answered.
-        _finish(call, Tally(), None)
+        finish_call(call, Tally(), None)
         return result
     return _settle_parsed(result, parsed, call, adapter, info, hide, MeteredStream)
 
@@ -264,7 +327,7 @@ async def _after_raw_async(
         if inspect.isawaitable(parsed):
             parsed = await parsed
     except Exception:
-        _finish(call, Tally(), None)
+        finish_call(call, Tally(), None)
         return result
     return _settle_parsed(result, parsed, call, adapter, info, hide, MeteredAsyncStream)
 
@@ -278,7 +341,7 @@ def _settle_parsed(
         return RawResponseProxy(result, metered)
     tally = Tally()
     adapter.read_response(parsed, tally)
-    _finish(call, tally, None)
+    finish_call(call, tally, None)
     return result
 
 
@@ -328,31 +391,14 @@ class _SseReader:
 
     def __init__(self, stream: _StreamBase) -> None:
         self._stream = stream
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._pending = ""
+        self._body = BodyReader(stream._adapter, stream._tally, sse=True)
 
     def feed(self, piece: str | bytes, *, whole_line: bool) -> None:
-        text = self._decoder.decode(piece) if isinstance(piece, bytes) else piece
-        if whole_line:
-            text += "\n"
-        *lines, self._pending = (self._pending + text).split("\n")
-        for line in lines:
-            self._line(line.rstrip("\r"))
-
-    def _line(self, line: str) -> None:
-        if not line.startswith("data:"):
-            return
-        data = line[5:].strip()
-        if not data or data == "[DONE]":
-            return
-        try:
-            event = json.loads(data)
-        except ValueError:
-            return
-        self._stream._adapter.read_event(event, self._stream._tally, False)
+        data = piece.encode() if isinstance(piece, str) else piece
+        self._body.feed(data + b"\n" if whole_line else data)
 
     def end(self) -> None:
-        self._line(self._pending.rstrip("\r"))
+        self._body.end()
         self._stream._end(None)
 
 
@@ -390,19 +436,19 @@ def wrap_sync(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., A
     @functools.wraps(original)
     def metered(resource: Any, *args: Any, **kwargs: Any) -> Any:
         ctx = metered_context()
-        if ctx is None:
+        if ctx is None or ACTIVE_CALL.get() is not None:  # not in a context, or already metered
             return original(resource, *args, **kwargs)
         remember_client_key(resource)
         call, info, hide = _before(ctx, adapter, kwargs)
         raw = is_raw_request(kwargs)
-        token = _ACTIVE.set(call)
+        token = ACTIVE_CALL.set(call)
         try:
             result = original(resource, *args, **kwargs)
         except BaseException as exc:
-            _finish(call, None, exc)
+            finish_call(call, None, exc)
             raise
         finally:
-            _ACTIVE.reset(token)
+            ACTIVE_CALL.reset(token)
         if raw and hasattr(result, "parse"):
             return _after_raw(result, call, adapter, info, hide)
         return _after(result, call, adapter, info, hide, MeteredStream)
@@ -417,19 +463,19 @@ def wrap_async(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., 
     @functools.wraps(original)
     async def metered(resource: Any, *args: Any, **kwargs: Any) -> Any:
         ctx = metered_context()
-        if ctx is None:
+        if ctx is None or ACTIVE_CALL.get() is not None:
             return await original(resource, *args, **kwargs)
         remember_client_key(resource)
         call, info, hide = _before(ctx, adapter, kwargs)
         raw = is_raw_request(kwargs)
-        token = _ACTIVE.set(call)
+        token = ACTIVE_CALL.set(call)
         try:
             result = await original(resource, *args, **kwargs)
         except BaseException as exc:
-            _finish(call, None, exc)
+            finish_call(call, None, exc)
             raise
         finally:
-            _ACTIVE.reset(token)
+            ACTIVE_CALL.reset(token)
         if raw and hasattr(result, "parse"):
             return await _after_raw_async(result, call, adapter, info, hide)
         return _after(result, call, adapter, info, hide, MeteredAsyncStream)
@@ -447,15 +493,15 @@ def metered_request(
         ctx = metered_context()
         if ctx is None:
             return request()
-        call = _begin(ctx, adapter, info)
-        token = _ACTIVE.set(call)
+        call = begin_call(ctx, adapter, info)
+        token = ACTIVE_CALL.set(call)
         try:
             raw = request()
         except BaseException as exc:
-            _finish(call, None, exc)
+            finish_call(call, None, exc)
             raise
         finally:
-            _ACTIVE.reset(token)
+            ACTIVE_CALL.reset(token)
         return MeteredStream(raw, call, adapter, False, info.prompt_tokens)
 
     return run
@@ -467,20 +513,20 @@ async def metered_awaitable(adapter: Adapter, info: RequestInfo, request: Any) -
     if ctx is None:
         return await request
     try:
-        call = _begin(ctx, adapter, info)
+        call = begin_call(ctx, adapter, info)
     except BaseException:
         close = getattr(request, "close", None)
         if close is not None:
             close()  # never sent: do not leave a never-awaited coroutine behind
         raise
-    token = _ACTIVE.set(call)
+    token = ACTIVE_CALL.set(call)
     try:
         raw = await request
     except BaseException as exc:
-        _finish(call, None, exc)
+        finish_call(call, None, exc)
         raise
     finally:
-        _ACTIVE.reset(token)
+        ACTIVE_CALL.reset(token)
     return MeteredAsyncStream(raw, call, adapter, False, info.prompt_tokens)
 
 
@@ -507,21 +553,12 @@ class _StreamBase:
         if self._done:
             return
         self._done = True
-        _finish(self._call, self._tally, exc)
+        finish_call(self._call, self._tally, exc)
 
     def _abandon(self) -> None:
         if not self._done:
-            # The provider bills a cut stream but its usage report (OpenAI's comes last) may
-            # not have arrived: count the prompt estimate and one token per content event.
-            tally = self._tally
-            if tally.tokens_in is None or (tally.tokens_out or 0) < tally.chunks:
-                if tally.tokens_in is None:
-                    tally.tokens_in = self._prompt_tokens
-                tally.tokens_out = max(tally.tokens_out or 0, tally.chunks)
-                self._call.context.graph.update_metadata(
-                    self._call.node_id, {META_USAGE_ESTIMATED: True}
-                )
-            self._end(StreamAbandoned("the stream was closed before its last event was read"))
+            self._done = True
+            finish_abandoned(self._call, self._tally, self._prompt_tokens)
 
     def __getattr__(self, name: str) -> Any:
         if name in _OWN_ATTRS:  # not set yet (a failed __init__): no recursion
@@ -529,9 +566,12 @@ class _StreamBase:
         return getattr(self._stream, name)
 
     def __del__(self) -> None:
-        # A stream dropped half-way is still counted (with the usage seen so far).
-        with contextlib.suppress(Exception):  # nothing can be reported from a finalizer
+        # A stream dropped half-way is still counted (with the usage seen so far). Nothing can be
+        # reported from a finalizer, and at interpreter exit module globals may be gone already.
+        try:  # noqa: SIM105
             self._abandon()
+        except Exception:
+            pass
 
     @property
     def response(self) -> Any:
@@ -715,13 +755,18 @@ def int_or_none(value: object) -> int | None:
     return value
 
 
+# Whether a type is a Mapping, remembered: ``get`` runs several times per stream event, and an
+# ABC isinstance check would cost more than the lookup itself.
+_IS_MAPPING: dict[type, bool] = {dict: True, type(None): False}
+
+
 def get(obj: Any, name: str) -> Any:
     """Attribute or mapping key ``name`` of ``obj`` (None when absent)."""
-    if obj is None:
-        return None
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
+    kind = type(obj)
+    mapping = _IS_MAPPING.get(kind)
+    if mapping is None:
+        mapping = _IS_MAPPING[kind] = isinstance(obj, Mapping)
+    return obj.get(name) if mapping else getattr(obj, name, None)
 
 
 def patch_client_retries(base_client: Any) -> list[Patch]:

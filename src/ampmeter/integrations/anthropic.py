@@ -93,6 +93,9 @@ class MessagesAdapter(Adapter):
                 tally.text.append(text)
         return False
 
+    def ends_stream(self, event: Any) -> bool:
+        return bool(get(event, "type") == "message_stop")
+
 
 def _omitted(value: object) -> bool:
     return value is None or type(value).__name__ in ("Omit", "NotGiven")

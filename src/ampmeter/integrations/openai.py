@@ -13,6 +13,7 @@ shown to the caller, so the caller sees the same chunks as without ampmeter.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -122,6 +123,66 @@ def _read_chat_usage(usage: Any, tally: Tally) -> None:
     tally.reasoning = int_or_none(get(completion, "reasoning_tokens")) or 0
 
 
+class CompletionsAdapter(ChatAdapter):
+    """The legacy ``completions`` endpoint: a ``prompt`` in, ``choices[].text`` out."""
+
+    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        prompt = kwargs.get("prompt")
+        if isinstance(prompt, (list, tuple)):
+            prompt = "\n".join(p for p in prompt if isinstance(p, str))
+        return RequestInfo(_model(kwargs), prompt if isinstance(prompt, str) else "",
+                           int_or_none(kwargs.get("max_tokens")),
+                           kwargs.get("stream") is True)  # fmt: skip
+
+    def read_response(self, result: Any, tally: Tally) -> None:
+        self.read_event(result, tally, False)
+
+    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        usage = get(event, "usage")
+        if usage is not None:
+            _read_chat_usage(usage, tally)
+        choices = get(event, "choices") or ()
+        for choice in choices:
+            text = get(choice, "text")
+            if isinstance(text, str) and text:
+                tally.chunks += 1
+                if settings.capture_content:
+                    tally.text.append(text)
+        return hide_usage and usage is not None and not choices
+
+
+class EmbeddingsAdapter(Adapter):
+    """``embeddings``: the input's tokens are the whole usage (there is no output)."""
+
+    provider = PROVIDER
+    kind = "embedding"
+
+    def __init__(self, operation: str) -> None:
+        self.operation = operation
+
+    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        given = kwargs.get("input")
+        if isinstance(given, (list, tuple)):
+            given = "\n".join(p for p in given if isinstance(p, str))
+        return RequestInfo(_model(kwargs), given if isinstance(given, str) else "", 0, False)
+
+    def is_stream(self, result: object) -> bool:
+        return False
+
+    def read_response(self, result: Any, tally: Tally) -> None:
+        usage = get(result, "usage")
+        if usage is not None:
+            tally.tokens_in = int_or_none(get(usage, "prompt_tokens"))
+            tally.tokens_out = 0
+
+    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        self.read_response(event, tally)
+        return False
+
+
+_RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
 class ResponsesAdapter(Adapter):
     """``responses.create`` / ``parse`` (and the ``responses.stream`` helper through create)."""
 
@@ -172,11 +233,14 @@ class ResponsesAdapter(Adapter):
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
         kind = get(event, "type")
-        if kind in ("response.completed", "response.incomplete", "response.failed"):
+        if kind in _RESPONSE_ENDS:
             self.read_response(get(event, "response"), tally)
         elif kind == "response.output_text.delta":
             tally.chunks += 1
         return False
+
+    def ends_stream(self, event: Any) -> bool:
+        return get(event, "type") in _RESPONSE_ENDS
 
 
 def instrument_openai() -> bool:
@@ -207,11 +271,24 @@ def instrument_openai() -> bool:
                             False))  # fmt: skip
             targets.append((AsyncResponses, name,
                             ResponsesAdapter(f"responses.{name}", async_stream), True))  # fmt: skip
+    try:  # openai 1.40-1.91: beta.chat.completions.parse posts itself, not through create
+        beta_chat = importlib.import_module("openai.resources.beta.chat.completions")
+    except ImportError:  # newer SDKs: it moved to chat.completions.parse, patched above
+        pass
+    else:
+        operation = "beta.chat.completions.parse"
+        targets.append((beta_chat.Completions, "parse", ChatAdapter(operation, sync_stream),
+                        False))  # fmt: skip
+        targets.append((beta_chat.AsyncCompletions, "parse",
+                        ChatAdapter(operation, async_stream), True))  # fmt: skip
     for owner, name, adapter, is_async in targets:
         patch = patch_method(owner, name, adapter, is_async=is_async)
         if patch is not None:
             _patches.append(patch)
     _patches.extend(patch_client_retries(_base_client))
+    from ampmeter.integrations.openai_websocket import patch_responses_websocket
+
+    _patches.extend(patch_responses_websocket())
     return True
 
 

@@ -15,6 +15,11 @@ objects ready to script on a :class:`~ampmeter.testing.replay.ReplayServer`.
                                           cache read and cache creation tokens
 ``anthropic_message_stream``              Messages event stream: usage in ``message_start``,
                                           final ``output_tokens`` in ``message_delta``
+``openai_embeddings``                     two embeddings and their prompt-token usage
+``gemini_generate_content``               Gemini ``generateContent`` response: text, two
+                                          function calls, cached and thought tokens
+``gemini_stream_generate_content``        Gemini ``streamGenerateContent`` chunks, each with
+                                          the usage so far; the last has ``finishReason``
 ``openai_error_429`` / ``_500``           OpenAI error bodies
 ``anthropic_error_429`` / ``_500`` /      Anthropic error bodies (529 is "overloaded")
 ``_529``
@@ -42,9 +47,12 @@ __all__ = [
     "anthropic_message_stream",
     "anthropic_message_tool_use",
     "anthropic_stream_error_echoing",
+    "gemini_generate_content",
+    "gemini_stream_generate_content",
     "load",
     "openai_chat_stream_usage",
     "openai_chat_tool_calls",
+    "openai_embeddings",
     "openai_error",
     "openai_error_echoing",
     "openai_responses_usage",
@@ -57,8 +65,11 @@ WIRE_NAMES: Final = (
     "anthropic_error_529",
     "anthropic_message_stream",
     "anthropic_message_tool_use",
+    "gemini_generate_content",
+    "gemini_stream_generate_content",
     "openai_chat_stream_usage",
     "openai_chat_tool_calls",
+    "openai_embeddings",
     "openai_error_429",
     "openai_error_500",
     "openai_responses_usage",
@@ -104,6 +115,25 @@ def openai_chat_stream_usage(*, cut_after: int | None = None) -> ReplayResponse:
 def openai_responses_usage() -> ReplayResponse:
     """A Responses API ``response`` object with cached and reasoning token details."""
     return ReplayResponse.json(load("openai_responses_usage"), headers=_openai_headers())
+
+
+def openai_embeddings() -> ReplayResponse:
+    """An ``embeddings`` list of two vectors with its usage."""
+    return ReplayResponse.json(load("openai_embeddings"), headers=_openai_headers())
+
+
+def gemini_generate_content() -> ReplayResponse:
+    """A Gemini ``generateContent`` response with function calls, cached and thought tokens."""
+    return ReplayResponse.json(load("gemini_generate_content"))
+
+
+def gemini_stream_generate_content(*, sse: bool = True) -> ReplayResponse:
+    """A Gemini ``streamGenerateContent`` answer: server-sent events (``alt=sse``, what the
+    SDKs ask for) or, with ``sse=False``, the chunks as one JSON array."""
+    chunks = load("gemini_stream_generate_content")
+    if sse:
+        return ReplayResponse.sse([(None, chunk) for chunk in chunks])
+    return ReplayResponse.json(chunks)
 
 
 def anthropic_message_tool_use() -> ReplayResponse:

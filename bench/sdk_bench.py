@@ -1,0 +1,251 @@
+"""Time ampmeter adds to a real ``openai`` chat call, beside its peers doing the same job.
+
+The provider is a loopback HTTP server in its own process answering at once with recorded
+OpenAI bodies (``ampmeter.testing.recorded``), so the client's work is what is measured. One
+``openai.OpenAI`` client makes every call; rounds interleave the modes in a rotating order:
+
+* ``raw``: the SDK as installed (the baseline);
+* ``ampmeter``: ``instrument()`` and an open ``ExecutionContext`` (node, limits check,
+  reservation, usage, price);
+* ``shekel``: an open ``shekel.budget()`` (it patches the SDK while a budget is open);
+* ``openllmetry``: ``OpenAIInstrumentor`` (``opentelemetry-instrumentation-openai``) with an SDK
+  tracer provider and no exporter (the instrumentation's own work).
+
+Two workloads: a plain chat call, and a stream that ends with a usage chunk. The raw and peer
+streams ask for that chunk themselves (``stream_options.include_usage``); ampmeter's caller does
+not, so ampmeter asks for it and hides it, which is what its users pay. Each figure is the
+mean time per call in a round, as wall time and as CPU time of the calling thread (what the
+metering itself costs; steadier than wall time on a busy machine); "added" is the median over
+rounds of a mode's time minus raw's in the same round, in µs and as a share of the raw call.
+
+Targets (issue 15): ampmeter adds at most 1.5% to a plain call and 3% to the stream.
+
+Run: ``python bench/sdk_bench.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import openai
+
+import ampmeter
+
+MODEL = "gpt-4o-mini"
+MESSAGES = [{"role": "user", "content": "What is the answer?"}]
+PLAIN_TARGET = 1.5
+STREAM_TARGET = 3.0
+
+# The provider: a stdlib HTTP/1.1 server (keep-alive) that answers every chat request with the
+# recorded completion, or the recorded chunks when streaming (the usage chunk only if asked).
+_SERVER = r"""
+import json, socket, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from ampmeter.testing import recorded
+
+plain = json.dumps(recorded.load("openai_chat_tool_calls")).encode()
+chunks = recorded.load("openai_chat_stream_usage")
+
+def sse(with_usage):
+    events = [c for c in chunks if c["choices"] or with_usage]
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in events)
+    return body + b"data: [DONE]\n\n"
+
+streams = {True: sse(True), False: sse(False)}
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def setup(self):
+        super().setup()  # headers and body go in two writes: do not let Nagle delay the second
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if request.get("stream"):
+            options = request.get("stream_options") or {}
+            body, kind = streams[bool(options.get("include_usage"))], "text/event-stream"
+        else:
+            body, kind = plain, "application/json"
+        self.send_response(200)
+        self.send_header("content-type", kind)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+@contextlib.contextmanager
+def _provider() -> Iterator[str]:
+    proc = subprocess.Popen([sys.executable, "-c", _SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def _plain(client: openai.OpenAI, asks_usage: bool) -> None:
+    client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=50)
+
+
+def _stream(client: openai.OpenAI, asks_usage: bool) -> None:
+    options = {"stream_options": {"include_usage": True}} if asks_usage else {}
+    for _chunk in client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=50, stream=True, **options
+    ):
+        pass
+
+
+@contextlib.contextmanager
+def _raw() -> Iterator[bool]:
+    yield True
+
+
+@contextlib.contextmanager
+def _ampmeter() -> Iterator[bool]:
+    ampmeter.instrument()
+    try:
+        with ampmeter.ExecutionContext("bench", max_cost_usd=1e9):
+            yield False  # the caller does not ask for usage: ampmeter does
+    finally:
+        ampmeter.uninstrument()
+
+
+@contextlib.contextmanager
+def _shekel() -> Iterator[bool]:
+    import shekel
+
+    with shekel.budget(max_usd=1e9):
+        yield True
+
+
+_otel: Any = None
+
+
+@contextlib.contextmanager
+def _openllmetry() -> Iterator[bool]:
+    global _otel
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
+
+    if _otel is None:
+        _otel = (OpenAIInstrumentor(), TracerProvider())
+    instrumentor, provider = _otel
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        yield True
+    finally:
+        instrumentor.uninstrument()
+
+
+def _peers() -> dict[str, Callable[[], contextlib.AbstractContextManager[bool]]]:
+    modes: dict[str, Callable[[], contextlib.AbstractContextManager[bool]]] = {
+        "raw": _raw,
+        "ampmeter": _ampmeter,
+    }
+    for name, factory, module in (("shekel", _shekel, "shekel"),
+                                  ("openllmetry", _openllmetry,
+                                   "opentelemetry.instrumentation.openai")):  # fmt: skip
+        try:
+            __import__(module)
+        except ImportError:
+            print(f"[sdk] {name} is not installed: left out", file=sys.stderr)
+            continue
+        modes[name] = factory
+    return modes
+
+
+def _measure(
+    client: openai.OpenAI, call: Callable[[openai.OpenAI, bool], None], rounds: int, calls: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall time and calling-thread CPU time per call (µs) of each mode, one value per round."""
+    modes = _peers()
+    names = list(modes)
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    for round_no in range(rounds):
+        order = names[round_no % len(names) :] + names[: round_no % len(names)]
+        for name in order:
+            with modes[name]() as asks_usage:
+                call(client, asks_usage)  # warm this mode's path
+                start, start_cpu = time.perf_counter(), time.thread_time()
+                for _ in range(calls):
+                    call(client, asks_usage)
+                cpu[name].append((time.thread_time() - start_cpu) / calls * 1e6)
+                wall[name].append((time.perf_counter() - start) / calls * 1e6)
+    return wall, cpu
+
+
+def _added(per_round: dict[str, list[float]], name: str) -> float:
+    """Median over rounds of the mode's time minus raw's in the same round (drift cancels)."""
+    return statistics.median(m - r for m, r in zip(per_round[name], per_round["raw"], strict=True))
+
+
+def _rows(
+    workload: str, per_round: dict[str, list[float]], target: float | None
+) -> list[dict[str, Any]]:
+    raw = statistics.median(per_round["raw"])
+    added = {name: _added(per_round, name) for name in per_round if name != "raw"}
+    share = added["ampmeter"] / raw * 100
+    rows: list[dict[str, Any]] = [{
+        "name": f"{workload}: added to the raw call ({share:.2f}%)",
+        "unit": "µs/call",
+        "ampmeter": round(added["ampmeter"], 1),
+        "baseline": round(raw, 1),
+        "baseline_name": "raw call",
+        "ratio": None,
+        "target": None if target is None else f"<= {target:g}% of the raw call",
+        "met": None if target is None else share <= target,
+    }]  # fmt: skip
+    for peer in ("shekel", "openllmetry"):
+        if peer in added:
+            rows.append({
+                "name": f"{workload}: added, beside {peer} ({added[peer] / raw * 100:.2f}%)",
+                "unit": "µs/call",
+                "ampmeter": round(added["ampmeter"], 1),
+                "baseline": round(added[peer], 1),
+                "baseline_name": peer,
+                "ratio": round(added[peer] / added["ampmeter"], 2) if added["ampmeter"] > 0
+                else None,
+                "target": None,
+                "met": None,
+            })  # fmt: skip
+    return rows
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    rounds, calls = (6, 100) if quick else (15, 300)
+    with (
+        _provider() as base_url,
+        openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0) as client,
+    ):
+        plain_wall, plain_cpu = _measure(client, _plain, rounds, calls)
+        stream_wall, stream_cpu = _measure(client, _stream, rounds, calls)
+    return [
+        *_rows("plain chat call, wall", plain_wall, PLAIN_TARGET),
+        *_rows("plain chat call, caller's CPU", plain_cpu, None),
+        *_rows("stream with usage, wall", stream_wall, STREAM_TARGET),
+        *_rows("stream with usage, caller's CPU", stream_cpu, None),
+    ]
+
+
+if __name__ == "__main__":
+    for row in run("--quick" in sys.argv):
+        print(f"{row['name']:60s} ampmeter {row['ampmeter']:7.1f} µs   "
+              f"{row['baseline_name']} {row['baseline']:7.1f} µs")  # fmt: skip

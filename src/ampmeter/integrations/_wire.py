@@ -1,0 +1,116 @@
+"""Reading a provider's response body as it passes: server-sent events or one JSON document.
+
+:class:`BodyReader` is fed the body's bytes piece by piece, hands each decoded event (or, at the
+end, the JSON document) to an :class:`~ampmeter.integrations._common.Adapter`, and gives back
+the bytes the caller may see: all of them, or, when ampmeter asked the provider for a usage
+event the caller did not ask for, every event but that one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+if TYPE_CHECKING:
+    from ampmeter.integrations._common import Adapter, Tally
+
+__all__ = ["BodyReader"]
+
+
+class BodyReader:
+    """One response body read into ``tally`` through ``adapter``.
+
+    ``sse``: the body is a ``text/event-stream``; otherwise a JSON document (an array of chunks
+    for Gemini's non-SSE stream). ``hide``: drop the events the adapter says to hide (then the
+    bytes are passed on whole events at a time).
+    """
+
+    __slots__ = (
+        "_data", "_event", "_parts", "_pending", "adapter", "complete", "hide", "sse", "tally",
+    )  # fmt: skip
+
+    def __init__(self, adapter: Adapter, tally: Tally, *, sse: bool, hide: bool = False) -> None:
+        self.adapter = adapter
+        self.tally = tally
+        self.sse = sse
+        self.hide = hide
+        self._pending = b""  # an incomplete line (SSE) carried to the next piece
+        self._data: list[bytes] = []  # the data lines of the event being read
+        self._event: list[bytes] = []  # the raw lines of that event (only when hiding)
+        self._parts: list[bytes] = []  # a JSON body's pieces
+        self.complete = False  # the stream's last event was read (more bytes may follow)
+
+    def feed(self, piece: bytes) -> bytes:
+        """Read ``piece``; return what the caller gets of it."""
+        if not self.sse:
+            self._parts.append(piece)
+            return piece
+        *lines, self._pending = (self._pending + piece).split(b"\n")
+        if not self.hide:
+            for line in lines:
+                self._line(line)
+            return piece
+        out: list[bytes] = []
+        for line in lines:
+            self._event.append(line + b"\n")
+            hidden = self._line(line)
+            if hidden is not None:
+                if not hidden:
+                    out.extend(self._event)
+                self._event.clear()
+        return b"".join(out)
+
+    def _line(self, line: bytes) -> bool | None:
+        """Read one line; at an event's end return whether it was hidden (else None)."""
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if line:
+            if line.startswith(b"data:"):
+                data = line[5:]
+                self._data.append(data[1:] if data.startswith(b" ") else data)
+            return None
+        data = b"\n".join(self._data)
+        self._data.clear()
+        if not data:
+            return False
+        if data == b"[DONE]":
+            self.complete = True
+            return False
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return False
+        hidden = self.adapter.read_event(event, self.tally, self.hide)
+        if self.adapter.ends_stream(event):
+            self.complete = True
+        return hidden
+
+    def end(self) -> bytes:
+        """The body is complete: read what is left; return the bytes still owed to the caller."""
+        if not self.sse:
+            self._read_json(b"".join(self._parts))
+            self._parts.clear()
+            return b""
+        tail = self._pending
+        self._pending = b""
+        if tail:
+            self._event.append(tail)
+            self._line(tail)
+        hidden = self._line(b"") if self._data else False  # an event the body did not close
+        out = b"".join(self._event) if self.hide and not hidden else b""
+        self._event.clear()
+        return out
+
+    def _read_json(self, body: bytes) -> None:
+        if not body.strip():
+            return
+        try:
+            document: Any = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(document, list):  # a stream sent as one JSON array of chunks
+            for chunk in document:
+                self.adapter.read_event(chunk, self.tally, False)
+        else:
+            self.adapter.read_response(document, self.tally)

@@ -1,0 +1,96 @@
+"""The Google Gemini wire format (``models/<model>:generateContent`` and
+``:streamGenerateContent``), read at the HTTP layer (google-genai, LiteLLM's Gemini handler).
+
+Gemini reports usage in ``usageMetadata``: ``promptTokenCount`` (cached content included, as
+``cachedContentTokenCount``), ``toolUsePromptTokenCount`` (tool results fed back, billed as
+input), ``candidatesTokenCount`` and ``thoughtsTokenCount`` (billed as output, reported beside
+the candidates). In the subset convention: ``tokens_in = promptTokenCount +
+toolUsePromptTokenCount`` with the cached tokens a subset, ``tokens_out = candidatesTokenCount +
+thoughtsTokenCount`` with the thoughts as reasoning tokens. Each chunk of a stream carries the
+usage so far; the last one is the total.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ampmeter.integrations._common import Adapter, RequestInfo, Tally, get, int_or_none, settings
+
+__all__ = ["PROVIDER", "GenerateContentAdapter", "model_of_path"]
+
+PROVIDER = "google"
+
+
+def model_of_path(path: str) -> str | None:
+    """The model named by a Gemini path (``.../models/gemini-2.0-flash:generateContent``)."""
+    head = path.rpartition(":")[0]
+    marker = head.rfind("/models/")
+    if marker < 0:
+        return None
+    return head[marker + len("/models/") :] or None
+
+
+def _parts_text(content: Any) -> list[str]:
+    texts = []
+    for part in get(content, "parts") or ():
+        text = get(part, "text")
+        if isinstance(text, str) and text:
+            texts.append(text)
+    return texts
+
+
+class GenerateContentAdapter(Adapter):
+    """``generateContent`` and ``streamGenerateContent`` request and response bodies."""
+
+    provider = PROVIDER
+
+    def __init__(self, operation: str) -> None:
+        self.operation = operation
+
+    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        parts = _parts_text(kwargs.get("systemInstruction") or kwargs.get("system_instruction"))
+        contents = kwargs.get("contents")
+        if isinstance(contents, (list, tuple)):
+            for content in contents:
+                parts.extend(_parts_text(content))
+        config = kwargs.get("generationConfig") or kwargs.get("generation_config")
+        max_tokens = int_or_none(get(config, "maxOutputTokens"))
+        stream = self.operation == "streamGenerateContent"
+        return RequestInfo(None, "\n".join(parts), max_tokens, stream)
+
+    def is_stream(self, result: object) -> bool:
+        return False
+
+    def read_response(self, result: Any, tally: Tally) -> None:
+        self.read_event(result, tally, False)
+
+    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        usage = get(event, "usageMetadata")
+        if usage is not None:
+            prompt = int_or_none(get(usage, "promptTokenCount"))
+            tool_prompt = int_or_none(get(usage, "toolUsePromptTokenCount")) or 0
+            candidates = int_or_none(get(usage, "candidatesTokenCount"))
+            thoughts = int_or_none(get(usage, "thoughtsTokenCount")) or 0
+            if prompt is not None:
+                tally.tokens_in = prompt + tool_prompt
+                tally.cached = int_or_none(get(usage, "cachedContentTokenCount")) or 0
+            if candidates is not None or thoughts:
+                tally.tokens_out = (candidates or 0) + thoughts
+                tally.reasoning = thoughts
+        for candidate in get(event, "candidates") or ():
+            for part in get(get(candidate, "content"), "parts") or ():
+                if get(part, "functionCall") is not None:
+                    tally.tool_calls += 1
+                text = get(part, "text")
+                if isinstance(text, str) and text:
+                    tally.chunks += 1
+                    if settings.capture_content and not get(part, "thought"):
+                        tally.text.append(text)
+        return False
+
+    def ends_stream(self, event: Any) -> bool:
+        # The last chunk names why generation stopped and carries the final usage.
+        if get(event, "usageMetadata") is None:
+            return False
+        return any(get(c, "finishReason") for c in get(event, "candidates") or ())

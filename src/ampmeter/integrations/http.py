@@ -1,0 +1,358 @@
+"""HTTP-layer metering: LLM requests sent with ``httpx`` or ``httpx2`` by any client.
+
+The SDK patches cover the ``openai`` and ``anthropic`` SDKs; everything else that speaks a known
+wire format over httpx (LiteLLM's own handlers, google-genai, mistralai, plain httpx) is metered
+here, at ``Client.send`` / ``AsyncClient.send`` (the one door every request of a client goes
+through, whatever transport is mounted: LiteLLM's aiohttp transport included), and, for
+aiohttp's own clients, in :mod:`ampmeter.integrations.http_aiohttp`.
+
+A ``POST`` is metered when a context is current, no SDK patch is already metering the request
+(:data:`~ampmeter.integrations._common.ACTIVE_CALL`), and its path names a known wire format:
+
+=====================================  ===========================================
+path ends with                         wire format (reader)
+=====================================  ===========================================
+``/chat/completions``                  OpenAI Chat Completions
+``/responses``                         OpenAI Responses
+``/embeddings``                        OpenAI embeddings (an ``embedding`` node)
+``/completions``                       OpenAI legacy completions
+``/messages``                          Anthropic Messages
+``:generateContent``                   Gemini
+``:streamGenerateContent``             Gemini, streamed (SSE or a JSON array)
+=====================================  ===========================================
+
+The request's JSON body is read before anything is sent, so limits stop the request before a
+byte leaves. The response body is read as it passes to the caller (streams included) with the
+same readers the SDK patches use. A streamed OpenAI chat or completions request that did not ask
+for usage gets ``stream_options.include_usage`` and the extra usage event is not passed on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import AsyncIterator, Callable, Iterator
+from types import ModuleType
+from typing import Any, Final
+
+import orjson
+
+from ampmeter.integrations._common import (
+    ACTIVE_CALL,
+    META_TRANSPORT,
+    Adapter,
+    Patch,
+    RequestInfo,
+    Tally,
+    begin_call,
+    finish_abandoned,
+    finish_call,
+    metered_context,
+    undo_all,
+)
+from ampmeter.integrations._wire import BodyReader
+from ampmeter.integrations.anthropic import MessagesAdapter
+from ampmeter.integrations.gemini import GenerateContentAdapter, model_of_path
+from ampmeter.integrations.openai import (
+    ChatAdapter,
+    CompletionsAdapter,
+    EmbeddingsAdapter,
+    ResponsesAdapter,
+)
+
+__all__ = [
+    "Admitted",
+    "BodyMeter",
+    "adapter_for_path",
+    "admit",
+    "instrument_httpx",
+    "response_reader",
+    "uninstrument_httpx",
+]
+
+
+_CHAT: Final = ChatAdapter("chat.completions", ())
+_RESPONSES: Final = ResponsesAdapter("responses", ())
+_EMBEDDINGS: Final = EmbeddingsAdapter("embeddings")
+_COMPLETIONS: Final = CompletionsAdapter("completions", ())
+_MESSAGES: Final = MessagesAdapter("messages", ())
+_GENERATE: Final = GenerateContentAdapter("generateContent")
+_STREAM_GENERATE: Final = GenerateContentAdapter("streamGenerateContent")
+
+# Checked in order: "/chat/completions" before "/completions".
+_ROUTES: Final[tuple[tuple[str, Adapter], ...]] = (
+    ("/chat/completions", _CHAT),
+    ("/responses", _RESPONSES),
+    ("/embeddings", _EMBEDDINGS),
+    ("/completions", _COMPLETIONS),
+    ("/messages", _MESSAGES),
+    (":generateContent", _GENERATE),
+    (":streamGenerateContent", _STREAM_GENERATE),
+)
+
+_patches: list[Patch] = []
+
+
+def adapter_for_path(path: str) -> Adapter | None:
+    """The reader of the wire format a request path names, or None."""
+    for suffix, adapter in _ROUTES:
+        if path.endswith(suffix):
+            return adapter
+    return None
+
+
+def _json_body(content: bytes | str) -> dict[str, Any] | None:
+    try:
+        body = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+@dataclasses.dataclass(slots=True)
+class Admitted:
+    """A request let through: its node, how to read its response, the request to send."""
+
+    call: Any
+    adapter: Adapter
+    info: RequestInfo
+    hide: bool  # ampmeter asked for a usage event the caller must not see
+    body: dict[str, Any]
+
+
+def admit(
+    method: str, path: str, content: bytes | str, transport: str, *, may_ask_usage: bool
+) -> Admitted | None:
+    """Begin the node of a request in a known wire format (None: not one to meter here).
+
+    Raises ``LimitExceeded`` when it would break a limit: nothing has been sent. With
+    ``may_ask_usage`` a stream that did not ask for its usage is changed to ask for it
+    (``Admitted.hide``; the caller sends ``Admitted.body`` instead of its own).
+    """
+    if method != "POST" or ACTIVE_CALL.get() is not None:
+        return None
+    ctx = metered_context()
+    if ctx is None:
+        return None
+    adapter = adapter_for_path(path)
+    if adapter is None:
+        return None
+    body = _json_body(content)
+    if body is None:
+        return None
+    info = adapter.request_info(body)
+    if info.model is None:
+        model = model_of_path(path)  # Gemini names the model in the path, not the body
+        if model is None:
+            return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
+        info = dataclasses.replace(info, model=model)
+    hide = info.stream and may_ask_usage and adapter.prepare_stream(body)
+    call = begin_call(ctx, adapter, info, {META_TRANSPORT: transport})
+    return Admitted(call, adapter, info, hide, body)
+
+
+def _admit(module: ModuleType, request: Any, streamed: bool) -> tuple[Admitted, Any] | None:
+    """:func:`admit` for an httpx request; also the request to send."""
+    if request.method != "POST":
+        return None
+    try:
+        content = request.content  # raises when the body is a stream not read yet
+    except Exception:
+        return None
+    # Ask for the usage of a stream the caller reads piece by piece (a body read whole would
+    # have to be rewritten to hide the extra event: it is left as it is).
+    admitted = admit("POST", request.url.path, content, module.__name__, may_ask_usage=streamed)
+    if admitted is None:
+        return None
+    if admitted.hide:
+        headers = request.headers.copy()
+        headers.pop("content-length", None)
+        request = module.Request(
+            request.method,
+            request.url,
+            headers=headers,
+            content=orjson.dumps(admitted.body),
+            extensions=request.extensions,
+        )
+    return admitted, request
+
+
+def response_reader(admitted: Admitted, status: int, content_type: str) -> BodyReader | None:
+    """How to read a response's body (None: an error status, and the node ended failed)."""
+    if status >= 400:
+        finish_call(admitted.call, None, _ProviderError(status))
+        return None
+    sse = content_type.startswith("text/event-stream")
+    return BodyReader(admitted.adapter, Tally(), sse=sse, hide=admitted.hide)
+
+
+class _ProviderError(Exception):
+    """The provider answered with an error status (recorded on the node, never raised)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"the provider answered HTTP {status}")
+
+
+class BodyMeter:
+    """A response body being read into its request's node: ends the node at the body's end
+    (or its last event), or as abandoned when closed or dropped before."""
+
+    def __init__(self, inner: Any, reader: BodyReader, admitted: Admitted) -> None:
+        self._inner = inner
+        self._reader = reader
+        self._call = admitted.call
+        self._prompt_tokens = admitted.info.prompt_tokens
+        self._done = False
+
+    def _end(self, exc: BaseException | None) -> None:
+        if not self._done:
+            self._done = True
+            finish_call(self._call, self._reader.tally, exc)
+
+    def _abandon(self) -> None:
+        if not self._done:
+            self._done = True
+            finish_abandoned(self._call, self._reader.tally, self._prompt_tokens)
+
+    def __del__(self) -> None:
+        # A response dropped unread is still counted, with the usage seen so far. Nothing can be
+        # reported from a finalizer, and at interpreter exit module globals (contextlib too) may
+        # already be gone: hence a bare try.
+        try:  # noqa: SIM105
+            self._abandon()
+        except Exception:
+            pass
+
+
+class _SyncBody(BodyMeter):
+    def __iter__(self) -> Iterator[bytes]:
+        reader = self._reader
+        try:
+            for piece in self._inner:
+                out = reader.feed(piece)
+                if reader.complete:
+                    self._end(None)  # the caller may stop reading at the last event
+                if out:
+                    yield out
+            tail = reader.end()
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        if tail:
+            yield tail
+        self._end(None)
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            self._abandon()
+
+
+class _AsyncBody(BodyMeter):
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        reader = self._reader
+        try:
+            async for piece in self._inner:
+                out = reader.feed(piece)
+                if reader.complete:
+                    self._end(None)  # the caller may stop reading at the last event
+                if out:
+                    yield out
+            tail = reader.end()
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        if tail:
+            yield tail
+        self._end(None)
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            self._abandon()
+
+
+def _settle(admitted: Admitted, response: Any, streamed: bool, body_type: type) -> Any:
+    reader = response_reader(
+        admitted, response.status_code, response.headers.get("content-type", "")
+    )
+    if reader is None:
+        return response
+    if not streamed:  # the body was read whole by send()
+        reader.feed(response.content)
+        reader.end()
+        finish_call(admitted.call, reader.tally, None)
+        return response
+    response.stream = body_type(response.stream, reader, admitted)
+    return response
+
+
+def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
+    @functools.wraps(original)
+    def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
+        found = _admit(module, request, stream)
+        if found is None:
+            return original(client, request, stream=stream, **kwargs)
+        admitted, request = found
+        token = ACTIVE_CALL.set(admitted.call)
+        try:
+            response = original(client, request, stream=stream, **kwargs)
+        except BaseException as exc:
+            finish_call(admitted.call, None, exc)
+            raise
+        finally:
+            ACTIVE_CALL.reset(token)
+        return _settle(admitted, response, stream, body_type)
+
+    return send
+
+
+def _wrap_async_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
+    @functools.wraps(original)
+    async def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
+        found = _admit(module, request, stream)
+        if found is None:
+            return await original(client, request, stream=stream, **kwargs)
+        admitted, request = found
+        token = ACTIVE_CALL.set(admitted.call)
+        try:
+            response = await original(client, request, stream=stream, **kwargs)
+        except BaseException as exc:
+            finish_call(admitted.call, None, exc)
+            raise
+        finally:
+            ACTIVE_CALL.reset(token)
+        return _settle(admitted, response, stream, body_type)
+
+    return send
+
+
+def instrument_httpx(module: ModuleType) -> None:
+    """Meter the requests of ``module`` (``httpx`` or ``httpx2``) clients (idempotent)."""
+    if any(patch.owner is module.Client for patch in _patches):
+        return
+    sync_body = type("MeteredSyncBody", (_SyncBody, module.SyncByteStream), {})
+    async_body = type("MeteredAsyncBody", (_AsyncBody, module.AsyncByteStream), {})
+    _patches.append(Patch.apply(
+        module.Client, "send", _wrap_send(module, module.Client.send, sync_body)
+    ))  # fmt: skip
+    _patches.append(Patch.apply(
+        module.AsyncClient, "send",
+        _wrap_async_send(module, module.AsyncClient.send, async_body),
+    ))  # fmt: skip
+
+
+def uninstrument_httpx() -> None:
+    """Restore ``Client.send`` and ``AsyncClient.send`` of every patched module (idempotent)."""
+    undo_all(_patches)
+
+
+def is_instrumented() -> bool:
+    """Whether an HTTP client library is currently patched."""
+    return bool(_patches)

@@ -1,0 +1,143 @@
+"""The Responses API's WebSocket mode against a loopback WebSocket server (real SDK, real frames).
+
+The server answers each ``response.create`` with the documented event sequence
+(``response.created``, an output text delta, ``response.completed``) around the recorded
+Responses object, so the usage the node must end with is known exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from websockets.sync.server import ServerConnection, serve
+
+import ampmeter.pricing
+from ampmeter import ExecutionContext, LimitExceeded, Node
+from ampmeter.context import use_pricing
+from ampmeter.integrations import instrument, uninstrument
+from ampmeter.integrations._common import META_OPERATION, META_TRANSPORT
+from ampmeter.keys import KEY_LLM_CALLS
+from ampmeter.sinks.memory import MemorySink
+from ampmeter.testing import recorded
+
+
+@pytest.fixture(autouse=True)
+def instrumented() -> Iterator[None]:
+    use_pricing(ampmeter.pricing)
+    instrument()
+    yield
+    uninstrument()
+
+
+class ResponsesSocket:
+    """A loopback server speaking the Responses WebSocket protocol with recorded bodies."""
+
+    def __init__(self) -> None:
+        self.creates: list[dict[str, Any]] = []
+        self._server = serve(self._handle, "127.0.0.1", 0)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def _handle(self, socket: ServerConnection) -> None:
+        for message in socket:
+            event = json.loads(message)
+            if event.get("type") != "response.create":
+                continue
+            self.creates.append(event)
+            number = len(self.creates)
+            response = recorded.load("openai_responses_usage")
+            response["id"] = f"resp_ws{number}"
+            started = {**response, "status": "in_progress", "usage": None, "output": []}
+            for out in (
+                {"type": "response.created", "sequence_number": 0, "response": started},
+                {"type": "response.output_text.delta", "sequence_number": 1, "item_id": "m",
+                 "output_index": 0, "content_index": 0, "delta": "Looking", "logprobs": []},
+                {"type": "response.completed", "sequence_number": 2, "response": response},
+            ):  # fmt: skip
+                socket.send(json.dumps(out))
+
+    def __enter__(self) -> ResponsesSocket:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._thread.join()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.socket.getsockname()[:2]
+        return f"http://{host}:{port}/v1"
+
+
+@pytest.fixture
+def socket_server() -> Iterator[ResponsesSocket]:
+    with ResponsesSocket() as server:
+        yield server
+
+
+def llm_nodes(sink: MemorySink) -> list[Node]:
+    return [n for n in sink.nodes if n.kind == "llm"]
+
+
+def until_done(connection: Any) -> list[Any]:
+    events = []
+    for event in connection:
+        events.append(event)
+        if event.type == "response.completed":
+            return events
+    raise AssertionError("the connection closed before the response completed")
+
+
+def test_each_response_is_a_node_with_its_usage_and_limits_stop_before_sending(
+    socket_server: ResponsesSocket,
+) -> None:
+    client = openai.OpenAI(base_url=socket_server.base_url, api_key="sk-ws")
+    sink = MemorySink()
+    usage = recorded.load("openai_responses_usage")["usage"]
+    with (
+        ExecutionContext(max_steps=1, sinks=[sink]) as ctx,
+        client.responses.connect() as connection,
+    ):
+        connection.response.create(model="o4-mini", input="Look it up.", max_output_tokens=50)
+        until_done(connection)
+        with pytest.raises(LimitExceeded):
+            connection.response.create(model="o4-mini", input="And again.")
+    assert len(socket_server.creates) == 1  # the second response never left
+    node, halted = llm_nodes(sink)
+    assert (node.tokens_in, node.tokens_out) == (usage["input_tokens"], usage["output_tokens"])
+    assert node.metadata["cached_tokens"] == usage["input_tokens_details"]["cached_tokens"]
+    assert node.metadata[META_TRANSPORT] == "websocket"
+    assert node.metadata[META_OPERATION] == "responses.connect.create"
+    assert node.status == "success" and halted.status == "halt"
+    assert ctx.stats.get_counter(KEY_LLM_CALLS) == 1
+
+
+async def test_async_connection_meters_two_responses(socket_server: ResponsesSocket) -> None:
+    client = openai.AsyncOpenAI(base_url=socket_server.base_url, api_key="sk-ws")
+    sink = MemorySink()
+    usage = recorded.load("openai_responses_usage")["usage"]
+    async with ExecutionContext(sinks=[sink]), client.responses.connect() as connection:
+        for question in ("One?", "Two?"):
+            await connection.response.create(model="o4-mini", input=question)
+            async for event in connection:
+                if event.type == "response.completed":
+                    break
+    nodes = llm_nodes(sink)
+    assert [(n.tokens_in, n.tokens_out) for n in nodes] == [
+        (usage["input_tokens"], usage["output_tokens"])
+    ] * 2
+
+
+def test_a_response_still_open_at_close_ends_as_abandoned(socket_server: ResponsesSocket) -> None:
+    client = openai.OpenAI(base_url=socket_server.base_url, api_key="sk-ws")
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]), client.responses.connect() as connection:
+        connection.response.create(model="o4-mini", input="Look it up.")
+        next(iter(connection))  # read only response.created
+    (node,) = llm_nodes(sink)
+    assert node.status == "fail" and node.error_class == "StreamAbandoned"

@@ -1,0 +1,121 @@
+"""The oldest declared SDKs (``openai==1.40.0``, ``anthropic==0.40.0``) metered for real.
+
+A separate virtual environment holds them (made once with ``uv`` from the package registry and
+kept in the system temp dir, so later runs reuse it); ampmeter's own sources run there from this
+checkout. The program it runs makes real calls to the session's llama.cpp server, including
+``beta.chat.completions.parse`` (sync and async), which those SDKs send without going through
+``create``, and prints what each node recorded beside what the server reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import ampmeter
+from ampmeter.local_llm import LocalLLMServer
+
+OLDEST = ("openai==1.40.0", "anthropic==0.40.0")
+# openai 1.40 passes `proxies=` to httpx, which httpx 0.28 removed; pydantic 2 as they need.
+PINS = ("httpx<0.28", "pydantic>=2,<3", "orjson>=3.10", "genai-prices>=0.2")
+
+PROGRAM = r"""
+import asyncio, json, sys
+import anthropic, openai
+from pydantic import BaseModel
+import ampmeter
+from ampmeter.sinks.memory import MemorySink
+
+ampmeter.instrument()
+openai_url, anthropic_url, model = sys.argv[1:4]
+messages = [{"role": "user", "content": "Name one colour."}]
+
+class Colour(BaseModel):
+    name: str
+
+reported = []
+sink = MemorySink()
+client = openai.OpenAI(base_url=openai_url, api_key="k", max_retries=0)
+aclient = openai.AsyncOpenAI(base_url=openai_url, api_key="k", max_retries=0)
+claude = anthropic.Anthropic(base_url=anthropic_url, api_key="k", max_retries=0)
+
+async def parse_async():
+    return await aclient.beta.chat.completions.parse(
+        model=model, messages=messages, max_tokens=150, temperature=0, response_format=Colour)
+
+with ampmeter.ExecutionContext(sinks=[sink]):
+    r = client.chat.completions.create(model=model, messages=messages, max_tokens=4)
+    reported.append((r.usage.prompt_tokens, r.usage.completion_tokens))
+    p = client.beta.chat.completions.parse(
+        model=model, messages=messages, max_tokens=150, temperature=0, response_format=Colour)
+    reported.append((p.usage.prompt_tokens, p.usage.completion_tokens))
+    a = asyncio.run(parse_async())
+    reported.append((a.usage.prompt_tokens, a.usage.completion_tokens))
+    m = claude.messages.create(model=model, messages=messages, max_tokens=4)
+    u = m.usage
+    reported.append((u.input_tokens + (u.cache_read_input_tokens or 0), u.output_tokens))
+nodes = [n for n in sink.nodes if n.kind == "llm"]
+print(json.dumps({
+    "versions": [openai.__version__, anthropic.__version__],
+    "reported": reported,
+    "nodes": [[n.metadata.get("operation_name"), n.tokens_in, n.tokens_out] for n in nodes],
+}))
+"""
+
+
+def _uv() -> str | None:
+    found = os.environ.get("AMPMETER_UV") or shutil.which("uv")
+    if found:
+        return found
+    try:  # where `make` installs it: the uv package of the system python3
+        done = subprocess.run(["python3", "-c", "import uv; print(uv.find_uv_bin())"],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return done.stdout.strip() or None
+
+
+def _oldest_env() -> Path:
+    uv = _uv()
+    if uv is None:
+        pytest.fail("uv is needed to build the oldest-SDK environment (set AMPMETER_UV)")
+    version = f"py{sys.version_info.major}{sys.version_info.minor}"
+    home = Path(tempfile.gettempdir()) / f"ampmeter-oldest-sdks-{version}"
+    python = home / "bin" / "python"
+    ready = home / ".ready"
+    if not ready.exists():
+        shutil.rmtree(home, ignore_errors=True)
+        subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(home)], check=True)
+        subprocess.run([uv, "pip", "install", "--quiet", "--python", str(python), *OLDEST, *PINS],
+                       check=True)  # fmt: skip
+        ready.write_text(" ".join(OLDEST))
+    return python
+
+
+@pytest.mark.slow
+def test_oldest_declared_sdks_are_metered_exactly(llm_server: LocalLLMServer) -> None:
+    python = _oldest_env()
+    source = Path(ampmeter.__file__).resolve().parents[1]
+    done = subprocess.run(
+        [str(python), "-c", PROGRAM, llm_server.base_url, llm_server.url, llm_server.model],
+        capture_output=True, text=True, timeout=240,
+        env={**os.environ, "PYTHONPATH": str(source)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["versions"] == ["1.40.0", "0.40.0"]
+    operations = [op for op, _, _ in result["nodes"]]
+    assert operations == [
+        "chat.completions.create",
+        "beta.chat.completions.parse",
+        "beta.chat.completions.parse",
+        "messages.create",
+    ]
+    assert [[t_in, t_out] for _, t_in, t_out in result["nodes"]] == result["reported"]
