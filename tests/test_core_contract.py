@@ -207,6 +207,7 @@ PUBLIC_API = {
     "StreamAbandoned", "StreamCumulativeMetrics", "StreamMetricsLogger", "TaskResult",
     "TerminationReason", "ToolCallTrace", "Usage", "WrapOptions", "check_limits", "clear_prices",
     "current_context", "current_node_id", "default_limits", "estimate", "event_errors",
+    "find_limit_exceeded",
     "instrument", "instrument_anthropic", "instrument_openai", "keys", "price", "pricing",
     "read_jsonl", "remove_price", "set_price", "uninstrument", "validate_event",
 }  # fmt: skip
