@@ -320,16 +320,20 @@ def test_google_genai_stream(replay: ReplayServer) -> None:
 def test_raw_client_embeddings_become_embedding_nodes(replay: ReplayServer, module: Any) -> None:
     replay.script("/v1/embeddings", recorded.openai_embeddings())
     sink = MemorySink()
-    with ExecutionContext(sinks=[sink]), module.Client() as client:
+    with ExecutionContext(sinks=[sink]) as ctx, module.Client() as client:
         client.post(replay.openai_base_url + "/embeddings",
                     json={"model": "text-embedding-3-small", "input": ["a", "b"]})  # fmt: skip
     node = only(sink)
     assert node.kind == "embedding"
     assert node.tokens_in == recorded.load("openai_embeddings")["usage"]["prompt_tokens"]
     assert node.tokens_out == 0
-    assert node.metadata["model"] == "text-embedding-3-small"
+    assert node.model == "text-embedding-3-small"
     assert node.metadata["cost_status"] == "priced" and node.cost_usd > 0
     assert node.metadata[META_TRANSPORT] == module.__name__
+    # Embeddings count in the context's stats (and so against its limits) like any usage.
+    assert ctx.stats.get_counter("amp:input_tokens:text-embedding-3-small") == node.tokens_in
+    assert ctx.stats.total_cost() == node.cost_usd
+    assert ctx.stats.get_counter("amp:llm_calls") == 0
 
 
 def test_gemini_stream_sent_as_one_json_array(replay: ReplayServer) -> None:

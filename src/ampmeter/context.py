@@ -679,6 +679,42 @@ class ExecutionContext:
                                      0, 0))  # fmt: skip
         return Call(self, "llm", label, model, provider, reservation, metadata, chars)
 
+    def embedding_call(
+        self,
+        name: str | None = None,
+        model: str | None = None,
+        *,
+        prompt_text: str | None = None,
+        prompt_tokens: int | None = None,
+        estimate_usd: float | None = None,
+        provider: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Call:
+        """An embedding request: an ``embedding`` node whose input tokens and cost count toward
+        ``amp:input_tokens[:<model>]`` and ``amp:cost[:<model>]`` (and their limits) like an LLM
+        call's, without counting an LLM call or a step. Priced on exit unless recorded with a
+        cost; the reservation is ``estimate_usd``, else the price of the input estimate."""
+        self._check_open()
+        _validate.optional_text(model, "model")
+        _validate.optional_text(provider, "provider")
+        label = _validate.text(name if name is not None else (model or "embedding"), "name")
+        chars = 0
+        if prompt_tokens is not None:
+            in_est = _validate.count(prompt_tokens, "prompt_tokens")
+        elif prompt_text is not None:
+            chars = len(_validate.text(prompt_text, "prompt_text"))
+            in_est = estimates.prompt_tokens(prompt_text, model)
+        else:
+            in_est = 0
+        if estimate_usd is not None:
+            cost_est = _validate.amount(estimate_usd, "estimate_usd")
+        elif model and _pricing is not None:
+            cost_est = _pricing.estimate(model, provider, prompt_tokens=in_est, max_tokens=0) or 0.0
+        else:
+            cost_est = 0.0
+        reservation = Usage("embedding", model or "", "", in_est, cost_usd=cost_est)
+        return Call(self, "embedding", label, model, provider, reservation, metadata, chars)
+
     def tool_call(
         self,
         name: str,
@@ -1156,6 +1192,10 @@ class ExecutionContext:
                 estimates.learn(call.model or "", call._prompt_chars, call.tokens_in)
         elif kind == "tool":
             usage = Usage("tool", "", call.name, 0, 0, 0, 0, cost, 1, exc is None, failed)
+        elif kind == "embedding" and call.model:
+            cost, meta, _ = self._llm_outcome(call)
+            usage = Usage("embedding", call.model, "", call.tokens_in or 0, call.tokens_out or 0,
+                          cost_usd=cost)  # fmt: skip
         else:
             usage = Usage(kind, cost_usd=cost)
         if exc is None:

@@ -24,10 +24,10 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ampmeter import pricing, redact
+from ampmeter import redact
 from ampmeter.context import Call, ExecutionContext, current_context
 from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
-from ampmeter.graph import META_COST_STATUS, META_PROVIDER
+from ampmeter.graph import META_PROVIDER
 from ampmeter.integrations._wire import BodyReader
 
 __all__ = [
@@ -205,9 +205,15 @@ def begin_call(
         meta.update(extra)
     if settings.capture_content:
         meta[META_PROMPT_TEXT] = info.prompt_text
-    if adapter.kind != "llm":
-        # Only llm_call() reserves and prices; other kinds are steps whose usage and cost are
-        # recorded on the node when it ends (see _record_priced).
+    if adapter.kind == "embedding":
+        call = ctx.embedding_call(
+            adapter.operation,
+            model=info.model,
+            prompt_text=info.prompt_text,
+            provider=adapter.provider,
+            metadata=meta,
+        )
+    elif adapter.kind != "llm":
         meta[META_MODEL] = info.model
         meta[META_PROVIDER] = adapter.provider
         call = ctx.step(adapter.operation, kind=adapter.kind, metadata=meta)
@@ -228,30 +234,10 @@ def begin_call(
     return call
 
 
-def _record_priced(call: Call, tally: Tally) -> None:
-    """Record a non-LLM call's usage with its price (the context prices only ``llm`` calls)."""
-    node = call.node
-    model = node.metadata.get(META_MODEL) if node.metadata else None
-    tokens_in = max(tally.tokens_in or 0, 0)
-    tokens_out = max(tally.tokens_out or 0, 0)
-    cost: float | None = None
-    status = "unpriced"
-    if isinstance(model, str) and model and (tally.tokens_in is not None):
-        result = pricing.price(model, node.metadata.get(META_PROVIDER),
-                               input_tokens=tokens_in, output_tokens=tokens_out)  # fmt: skip
-        if result.cost_usd is not None:
-            cost, status = result.cost_usd, "priced"
-    call.record(tokens_in, tokens_out, cost_usd=cost)
-    call.context.graph.update_metadata(call.node_id, {META_COST_STATUS: status})
-
-
 def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> None:
     """End a request's node with the usage read from its response (None: nothing was read)."""
     if tally is not None:
-        if call.kind == "llm":
-            tally.record_on(call)
-        else:
-            _record_priced(call, tally)
+        tally.record_on(call)
         if settings.capture_content and tally.text:
             text = "".join(tally.text)
             call.context.graph.update_metadata(call.node_id, {META_RESPONSE_TEXT: text})
