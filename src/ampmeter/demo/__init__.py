@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from ampmeter.context import ExecutionContext
 from ampmeter.demo.agent import AgentResult, run_agent
+from ampmeter.demo.model import locate_or_install_model
 from ampmeter.demo.output import question_line, totals, usage
 from ampmeter.errors import DemoError
 from ampmeter.keys import KEY_COST, KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_LLM_CALLS
@@ -126,6 +127,8 @@ def run_demo(
     out = Path(out_dir)
     server: LocalLLMServer | None = None
     if base_url is None:
+        if model_path is None:
+            model_path = locate_or_install_model(echo)
         server = LocalLLMServer(model_path, n_ctx=2048, threads=2)
         try:
             echo(f"starting llama.cpp with {server.model_path.name} ...")
