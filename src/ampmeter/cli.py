@@ -296,6 +296,15 @@ def _register_run_commands() -> None:
 _register_run_commands()
 
 
+def _register_watch_command() -> None:
+    from ampmeter import cli_watch
+
+    cli_watch.register(app)
+
+
+_register_watch_command()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``ampmeter`` console script and ``python -m ampmeter``."""
     app(args=argv, prog_name="ampmeter")
