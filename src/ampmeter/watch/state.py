@@ -8,32 +8,17 @@ completed from the stops seen in the logs, whose reasons name the limit and its 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ampmeter.analysis.ceilings import parse_stop_reason, usage_for_key
 from ampmeter.analysis.runs import Call, call_from_event
-from ampmeter.keys import (
-    KEY_COST,
-    KEY_COST_FOR,
-    KEY_INPUT_TOKENS,
-    KEY_INPUT_TOKENS_FOR,
-    KEY_LLM_CALLS,
-    KEY_OUTPUT_TOKENS,
-    KEY_OUTPUT_TOKENS_FOR,
-    KEY_STEPS,
-    KEY_TOOL_CALLS,
-    KEY_TOOL_CALLS_FOR,
-)
 
 __all__ = ["RATE_WINDOW_MS", "RUNNING", "Rates", "RunState", "Stop", "WatchState"]
 
 RUNNING: Final = "running"
 RATE_WINDOW_MS: Final = 60_000.0
-_STOP_REASON: Final = re.compile(
-    r"(?P<key>[\w:./@-]+) = (?P<value>[-+\d.eE]+) > (?P<cap>[-+\d.eE]+)"
-)
 
 
 @dataclass(slots=True)
@@ -73,33 +58,7 @@ class RunState:
 
     def usage(self, key: str) -> float | None:
         """This run's value of a stats key, added up from its calls (None: not derivable)."""
-        made = [c for c in self.calls.values() if c.status != "halt"]
-        llm = [c for c in made if c.kind == "llm"]
-        if key == KEY_COST:
-            return sum(c.cost_usd for c in made)
-        if key == KEY_LLM_CALLS:
-            return float(sum(1 for c in made if c.kind == "llm"))
-        if key == KEY_TOOL_CALLS:
-            return float(sum(1 for c in made if c.kind == "tool"))
-        if key == KEY_STEPS:
-            return float(
-                sum(1 for c in made if c.kind in ("llm", "tool") and c.status == "success")
-            )
-        if key.startswith(KEY_COST_FOR):
-            return sum(c.cost_usd for c in made if c.model == key[len(KEY_COST_FOR) :])
-        for prefix, attr in ((KEY_INPUT_TOKENS_FOR, "tokens_in"),
-                             (KEY_OUTPUT_TOKENS_FOR, "tokens_out")):  # fmt: skip
-            if key.startswith(prefix):
-                model = key[len(prefix) :]
-                return float(sum(getattr(c, attr) for c in llm if c.model == model))
-        if key == KEY_INPUT_TOKENS:
-            return float(sum(c.tokens_in for c in llm))
-        if key == KEY_OUTPUT_TOKENS:
-            return float(sum(c.tokens_out for c in llm))
-        if key.startswith(KEY_TOOL_CALLS_FOR):
-            tool = key[len(KEY_TOOL_CALLS_FOR) :]
-            return float(sum(1 for c in made if c.kind == "tool" and c.name == tool))
-        return None
+        return usage_for_key(list(self.calls.values()), key)
 
     def unpriced_calls(self) -> int:
         """Calls whose cost could not be priced (their $0 is not a real zero)."""
@@ -128,10 +87,9 @@ class WatchState:
                 run = self.runs[run_id] = RunState(run_id)
             run.calls[call.span_id] = call
             run.sources[call.span_id] = source
-            if call.status == "halt" and call.stop_reason:
-                match = _STOP_REASON.search(call.stop_reason)
-                if match is not None:
-                    run.learned_ceilings[match["key"]] = float(match["cap"])
+            limit = parse_stop_reason(call.stop_reason) if call.status == "halt" else None
+            if limit is not None:
+                run.learned_ceilings[limit.key] = limit.ceiling
 
     def forget(self, source: str) -> None:
         """Drop what came from ``source`` (it was truncated or replaced and is read anew)."""
