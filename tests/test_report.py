@@ -123,9 +123,10 @@ def test_report_errors(tmp_path: Path) -> None:
 def _pixels_of(png: bytes, rgb: tuple[int, int, int], tolerance: int = 30) -> int:
     from PIL import Image
 
-    image = Image.open(io.BytesIO(png)).convert("RGB")
-    return sum(1 for p in image.getdata()
-               if all(abs(a - b) <= tolerance for a, b in zip(p, rgb, strict=True)))  # fmt: skip
+    import numpy as np
+
+    pixels = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=int)
+    return int((np.abs(pixels - np.array(rgb)) <= tolerance).all(axis=-1).sum())
 
 
 def test_a_run_that_cost_nothing_gets_a_note_not_a_flat_cost_curve() -> None:
