@@ -121,9 +121,8 @@ def test_report_errors(tmp_path: Path) -> None:
 
 
 def _pixels_of(png: bytes, rgb: tuple[int, int, int], tolerance: int = 30) -> int:
-    from PIL import Image
-
     import numpy as np
+    from PIL import Image
 
     pixels = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=int)
     return int((np.abs(pixels - np.array(rgb)) <= tolerance).all(axis=-1).sum())

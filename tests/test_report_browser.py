@@ -214,6 +214,7 @@ def test_what_a_person_sees(browser: object, tmp_path: Path) -> None:
     assert page.evaluate(values) == sorted(page.evaluate(values))
     header.click()
     assert page.evaluate(values) == sorted(page.evaluate(values), reverse=True)
+    page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(tmp_path / "top.png"), full_page=True)
 
     # The timed run: limits against ceilings, its timeline, and the filter over its calls.

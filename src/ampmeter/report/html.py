@@ -130,6 +130,12 @@ def _nodes(run: Run) -> list[list[Any]]:
     ]
 
 
+def _cell(key: str, value: object) -> str:
+    if key == "cost_usd" and isinstance(value, float):
+        return _dollars(value)
+    return _fmt(value)
+
+
 def _table(table: SummaryTable) -> str:
     esc = html.escape
     texts = ("run_id", "termination", "stop_reason")
@@ -144,14 +150,14 @@ def _table(table: SummaryTable) -> str:
         cells = "".join(
             # <wbr>: "limit_exceeded" may break after its underscore in a narrow column
             f'<td class="text">{esc(_fmt(d[k])).replace("_", "_<wbr>")}</td>' if k in texts
-            else f'<td data-v="{d[k]!r}">{esc(_fmt(d[k]))}</td>'
+            else f'<td data-v="{d[k]!r}">{esc(_cell(k, d[k]))}</td>'
             for k, _ in _TABLE_COLUMNS
         )  # fmt: skip
         body.append(f"<tr>{cells}</tr>")
     foot = []
     for q in ("p50", "p95"):
         cells = "".join(
-            f"<td>{esc(_fmt(table.across[k][q]))}</td>" if k in NUMERIC_COLUMNS
+            f"<td>{esc(_cell(k, table.across[k][q]))}</td>" if k in NUMERIC_COLUMNS
             else f'<td class="text">{q if k == "run_id" else ""}</td>'
             for k, _ in _TABLE_COLUMNS
         )  # fmt: skip
@@ -162,9 +168,14 @@ def _table(table: SummaryTable) -> str:
     )
 
 
+def _dollars(value: float) -> str:
+    """Fixed-point dollars with the digits small amounts need (never ``7.26e-05``)."""
+    return f"{value:,.2f}" if value >= 1 else f"{value:.4f}" if value >= 0.01 else f"{value:.6f}"
+
+
 def _amount(key: str, value: float) -> str:
     if key == KEY_COST or key.startswith(KEY_COST_FOR):
-        return f"${value:.4g}"
+        return f"${_dollars(value)}"
     return f"{value:,.0f}" if value == int(value) else f"{value:,.4g}"
 
 

@@ -125,6 +125,11 @@
       var n = run.nodes[c.i], y = TOP + row * ROW;
       var label = "  ".repeat(Math.max(0, (n[15] || 1) - 1)) + n[2] + " " + n[3];
       root.appendChild(svg("text", {x: LEFT - 6, y: y + 11, "class": "label"}, label.length > 34 ? label.slice(0, 33) + "…" : label));
+      var bar = svg("rect", {x: x(c.start), y: y + 2, width: Math.max(2, x(c.end) - x(c.start)), height: ROW - 5, "class": "bar " + n[4] + " " + n[2]});
+      bar.appendChild(svg("title", {}, n[2] + " " + n[3] + ": " + (n[10] || 0) + " ms, " + n[4]));
+      // A call stopped before it ran has no duration: only its mark is drawn. A call that was
+      // running when a limit stopped it (a sub-agent) keeps its bar as well.
+      if (n[4] !== "halt" || n[10] > 0) root.appendChild(bar);
       if (n[4] === "halt") {
         var hx = x(c.end);
         root.appendChild(svg("line", {x1: hx, x2: hx, y1: TOP - 4, y2: H, "class": "stop-line"}));
@@ -134,11 +139,7 @@
         var onLeft = hx > W * 0.55;  // keep the reason inside the figure
         root.appendChild(svg("text", {x: onLeft ? hx - 9 : hx + 9, y: y + 11, "class": "stop-text",
                                       "text-anchor": onLeft ? "end" : "start"}, "stop: " + (n[12] || "limit")));
-        return;
       }
-      var bar = svg("rect", {x: x(c.start), y: y + 2, width: Math.max(2, x(c.end) - x(c.start)), height: ROW - 5, "class": "bar " + n[4] + " " + n[2]});
-      bar.appendChild(svg("title", {}, n[2] + " " + n[3] + ": " + (n[10] || 0) + " ms, " + n[4]));
-      root.appendChild(bar);
     });
     box.appendChild(root);
     if (hidden) box.appendChild(el("p", "muted", "The first " + TIMELINE_ROWS + " calls are drawn; " + hidden + " later ones are not."));
