@@ -8,7 +8,7 @@ Logs do not carry limits, but a stopped call's reason names the limit it hit and
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Final, NamedTuple
 
 from ampmeter.analysis.runs import Call
@@ -25,7 +25,14 @@ from ampmeter.keys import (
     KEY_TOOL_CALLS_FOR,
 )
 
-__all__ = ["StopLimit", "ceilings_from_stops", "parse_stop_reason", "usage_for_key"]
+__all__ = [
+    "StopLimit",
+    "call_usage",
+    "ceilings_from_stops",
+    "derivable",
+    "parse_stop_reason",
+    "usage_for_key",
+]
 
 _STOP_REASON: Final = re.compile(
     r"(?P<key>[\w:./@-]+) = (?P<value>[-+\d.eE]+) > (?P<cap>[-+\d.eE]+)"
@@ -62,33 +69,50 @@ def ceilings_from_stops(calls: Iterable[Call]) -> dict[str, float]:
     return found
 
 
-def usage_for_key(calls: Sequence[Call], key: str) -> float | None:
-    """The value of stats key ``key`` added up from ``calls`` (None: not derivable from logs).
+_EXACT_KEYS: Final = frozenset({KEY_COST, KEY_LLM_CALLS, KEY_TOOL_CALLS, KEY_STEPS,
+                                 KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS})  # fmt: skip
+_PREFIX_KEYS: Final = (
+    KEY_COST_FOR,
+    KEY_TOOL_CALLS_FOR,
+    KEY_INPUT_TOKENS_FOR,
+    KEY_OUTPUT_TOKENS_FOR,
+)
 
-    Stopped calls were never made and count for nothing; tokens come from LLM calls only.
+
+def derivable(key: str) -> bool:
+    """True when the logs can tell the value of stats key ``key`` (see :func:`call_usage`)."""
+    return key in _EXACT_KEYS or key.startswith(_PREFIX_KEYS)
+
+
+def call_usage(call: Call) -> dict[str, float]:
+    """What one call adds to each stats key that logs can tell.
+
+    A stopped (``halt``) call was never made and adds nothing; tokens come from LLM calls
+    only; ``amp:steps`` counts successful LLM and tool calls.
     """
-    made = [c for c in calls if c.status != "halt"]
-    llm = [c for c in made if c.kind == "llm"]
-    if key == KEY_COST:
-        return sum(c.cost_usd for c in made)
-    if key.startswith(KEY_COST_FOR):
-        return sum(c.cost_usd for c in made if c.model == key[len(KEY_COST_FOR) :])
-    if key == KEY_LLM_CALLS:
-        return float(len(llm))
-    if key == KEY_TOOL_CALLS:
-        return float(sum(1 for c in made if c.kind == "tool"))
-    if key.startswith(KEY_TOOL_CALLS_FOR):
-        tool = key[len(KEY_TOOL_CALLS_FOR) :]
-        return float(sum(1 for c in made if c.kind == "tool" and c.name == tool))
-    if key == KEY_STEPS:
-        return float(sum(1 for c in made if c.kind in ("llm", "tool") and c.status == "success"))
-    if key == KEY_INPUT_TOKENS:
-        return float(sum(c.tokens_in for c in llm))
-    if key == KEY_OUTPUT_TOKENS:
-        return float(sum(c.tokens_out for c in llm))
-    for prefix, attr in ((KEY_INPUT_TOKENS_FOR, "tokens_in"),
-                         (KEY_OUTPUT_TOKENS_FOR, "tokens_out")):  # fmt: skip
-        if key.startswith(prefix):
-            model = key[len(prefix) :]
-            return float(sum(getattr(c, attr) for c in llm if c.model == model))
-    return None
+    if call.status == "halt":
+        return {}
+    model, cost = call.model, call.cost_usd
+    usage = {KEY_COST: cost}
+    if model:
+        usage[KEY_COST_FOR + model] = cost
+    if call.kind == "llm":
+        usage[KEY_LLM_CALLS] = 1.0
+        usage[KEY_INPUT_TOKENS] = float(call.tokens_in)
+        usage[KEY_OUTPUT_TOKENS] = float(call.tokens_out)
+        if model:
+            usage[KEY_INPUT_TOKENS_FOR + model] = float(call.tokens_in)
+            usage[KEY_OUTPUT_TOKENS_FOR + model] = float(call.tokens_out)
+    elif call.kind == "tool":
+        usage[KEY_TOOL_CALLS] = 1.0
+        usage[KEY_TOOL_CALLS_FOR + call.name] = 1.0
+    if call.kind in ("llm", "tool") and call.status == "success":
+        usage[KEY_STEPS] = 1.0
+    return usage
+
+
+def usage_for_key(calls: Iterable[Call], key: str) -> float | None:
+    """The value of stats key ``key`` added up from ``calls`` (None: logs cannot tell it)."""
+    if not derivable(key):
+        return None
+    return float(sum(call_usage(call).get(key, 0.0) for call in calls))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,12 +63,13 @@ def _header(state: WatchState, info: FrameInfo, now_ms: float | None) -> Table:
         files = "waiting for " + ", ".join(escape(p) for p in info.patterns)
     grid.add_row("ampmeter watch", files + time.strftime("  (%H:%M:%S)"))
     rates = state.rates(now_ms)
-    calls = [c for run in state.runs.values() for c in run.calls.values()]
-    spent = sum(c.cost_usd for c in calls if c.status != "halt")
-    running = sum(len(run.running()) for run in state.runs.values())
+    runs = state.runs.values()
+    ended = sum(len(run.calls) for run in runs)
+    spent = sum(run.usage(KEY_COST) or 0.0 for run in runs)
+    running = sum(len(run.running()) for run in runs)
     grid.add_row(
         "all runs",
-        f"{len(state.runs)} run(s), {len(calls)} call(s) ended, {running} running, "
+        f"{len(state.runs)} run(s), {ended} call(s) ended, {running} running, "
         f"{_money(spent)} spent",
     )
     grid.add_row(
@@ -126,38 +128,42 @@ def _label(call: Call | None, span: str, open_children: int) -> Text:
     return text
 
 
-def _tree(run: RunState, max_rows: int) -> Text:
-    calls = run.calls
-    running = run.running()
-    children: dict[str | None, list[str]] = {}
-    known = set(calls) | set(running)
-    for span in known:
-        call = calls.get(span)
-        parent = call.parent_id if call is not None else None
-        children.setdefault(parent if parent in known else None, []).append(span)
-
-    def start(span: str) -> float:
-        call = calls.get(span)
-        if call is None or call.end_ms is None:
-            return min((start(s) for s in children.get(span, [])), default=float("inf"))
+def _start(run: RunState, span: str) -> float:
+    """When a call started (a running call: when its first inner call started)."""
+    call = run.calls.get(span)
+    if call is not None and call.end_ms is not None:
         return call.end_ms - (call.latency_ms or 0.0)
+    return min((_start(run, s) for s in run.children.get(span, ())), default=math.inf)
 
+
+def _subtree(run: RunState, span: str, depth: int, rows: list[tuple[int, str]]) -> None:
+    rows.append((depth, span))
+    kids = run.children.get(span, ())
+    for kid in sorted(kids, key=lambda s: (_start(run, s), s)) if len(kids) > 1 else kids:
+        _subtree(run, kid, depth + 1, rows)
+
+
+def _tree(run: RunState, max_rows: int) -> Text:
+    """The newest ``max_rows`` rows of the call tree: whole top-level calls, newest last.
+
+    Only the top-level calls that fit are walked, so a long run costs no more to draw.
+    """
     rows: list[tuple[int, str]] = []
-
-    def walk(parent: str | None, depth: int) -> None:
-        for span in sorted(children.get(parent, []), key=lambda s: (start(s), s)):
-            rows.append((depth, span))
-            walk(span, depth + 1)
-
-    walk(None, 0)
+    for span in reversed(run.top):
+        block: list[tuple[int, str]] = []
+        _subtree(run, span, 0, block)
+        rows[:0] = block
+        if len(rows) >= max_rows:
+            break
+    total = len(run.calls) + sum(1 for p in run.children if p not in run.calls)
     out = Text()
     if len(rows) > max_rows:
-        out.append(f"… {len(rows) - max_rows} earlier call(s)\n", "dim")
         rows = rows[-max_rows:]
+    if total > len(rows):
+        out.append(f"… {total - len(rows)} earlier call(s)\n", "dim")
     for depth, span in rows:
-        open_children = len(children.get(span, []))
         out.append("  " * depth + "└ ")
-        out.append_text(_label(calls.get(span), span, open_children))
+        out.append_text(_label(run.calls.get(span), span, len(run.children.get(span, ()))))
         out.append("\n")
     out.rstrip()
     return out
@@ -195,10 +201,7 @@ def render_frame(
 ) -> RenderableType:
     """One frame: the header, the ``max_runs`` most recently active runs, the last stops."""
 
-    def newest(run: RunState) -> float:
-        return max((c.end_ms or 0.0 for c in run.calls.values()), default=0.0)
-
-    runs = sorted(state.runs.values(), key=newest, reverse=True)
+    runs = sorted(state.runs.values(), key=lambda run: run.last_end_ms, reverse=True)
     parts: list[RenderableType] = [_header(state, info, now_ms), Text("")]
     for run in sorted(runs[:max_runs], key=lambda r: r.run_id):
         parts += [_run_block(state, run, max_rows), Text("")]
