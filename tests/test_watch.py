@@ -118,6 +118,22 @@ def test_state_infers_running_parents_learns_ceilings_and_adds_up(tmp_path: Path
     assert state.runs == {}
 
 
+def test_a_span_seen_twice_counts_once_and_rates_cover_the_last_minute() -> None:
+    state = WatchState()
+    # 120 LLM calls over two minutes, one a second, $0.001 each; then one line repeated.
+    lines = [event(f"n{i:06d}", ts=f"2026-01-22T08:{10 + i // 60:02d}:{i % 60:02d}.000Z")
+             for i in range(120)]  # fmt: skip
+    state.add([json.loads(x) for x in lines], "a.jsonl")
+    state.add([json.loads(lines[-1])], "a.jsonl")
+    (run,) = state.runs.values()
+    assert run.usage("amp:llm_calls") == 120 and run.usage("amp:cost") == pytest.approx(0.12)
+    rates = state.rates()
+    assert rates.window_s == 60.0
+    assert rates.calls_per_min == 61  # the seconds 08:10:59 to 08:11:59 hold 61 calls
+    assert rates.usd_per_min == pytest.approx(0.061)
+    assert state.rates(now_ms=rates.window_s * 1000 + 1e15).calls_per_min == 0  # long idle
+
+
 def test_once_frame_shows_tree_bars_stops_and_a_pending_line(tmp_path: Path) -> None:
     log = tmp_path / "a.jsonl"
     stop = "limit exceeded: amp:llm_calls = 3 > 2"
