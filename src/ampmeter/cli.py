@@ -306,5 +306,6 @@ _register_watch_command()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``ampmeter`` console script and ``python -m ampmeter``."""
+    """Run the command line (the ``ampmeter`` script and ``python -m ampmeter`` come here
+    through :mod:`ampmeter._console_script`, which first checks that typer and rich exist)."""
     app(args=argv, prog_name="ampmeter")
