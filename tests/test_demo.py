@@ -158,6 +158,10 @@ def test_default_run_budget_in_dollars_stops_a_call_before_it_is_made(
     stopped = [s for s in outcome.summaries if s["stopped_by"] == "run budget"]
     assert stopped and all(s["stop_before"].startswith("LLM call ") for s in stopped)
     assert f"of a ${RUN_MAX_COST:g} budget" in text and "1 by the run budget" in text
+    assert outcome.report is not None
+    page = outcome.report.read_text()
+    assert f"run budget: ${RUN_MAX_COST:g} for all questions together" in page
+    assert "before a call" in page and "priced as gpt-4o-mini" in page
 
 
 def test_free_prices_every_call_at_zero(tmp_path: Path, llm_server: LocalLLMServer) -> None:

@@ -245,7 +245,13 @@ def _ask_all(client: Any, model: str, max_cost: float, max_steps: int, questions
     seconds = time.perf_counter() - began
     echo(totals(run_summary, summaries, budget.describe(), seconds, out, RUN_ID))
     ceilings = {KEY_COST: max_cost, KEY_LLM_CALLS: max_steps}  # each question's own limits
-    report = _render_report(out, echo, ceilings, [pricing_note])
+    # The run budget covers every question together; the report's per-run limits cannot show it.
+    by_run = [f"q{t}" for t, q in enumerate(summaries) if q["stopped_by"] == "run budget"]
+    stops = f"; it stopped {', '.join(by_run)} before a call" if by_run else ""
+    budget_note = (f"run budget: {budget.describe()} for all questions together; they spent "
+                   f"${run_summary['cost_usd']:.6f} in {run_summary['llm_calls']} LLM calls"
+                   f"{stops}")  # fmt: skip
+    report = _render_report(out, echo, ceilings, [pricing_note, budget_note])
     return DemoOutcome(results, summaries, out, report, run_summary)
 
 
