@@ -87,7 +87,8 @@ def test_a_cut_line_is_kept_and_completed_by_the_next_read(tmp_path: Path) -> No
 
 def test_bad_lines_are_counted_and_new_files_under_a_glob_join(tmp_path: Path) -> None:
     (tmp_path / "a.jsonl").write_bytes(event("n000001") + b"{not json\n" + event("n000002"))
-    follower = LogFollower([str(tmp_path / "*.jsonl")])
+    (tmp_path / "c.jsonl.gz").write_bytes(b"\x1f\x8b compressed: not followed")
+    follower = LogFollower([str(tmp_path / "*")])
     (batch,) = follower.poll()
     assert len(batch.records) == 2 and follower.bad_lines == 1
     (tmp_path / "b.jsonl").write_bytes(event("n000001", run="r2"))
@@ -153,6 +154,8 @@ def test_bad_input_is_one_clear_line(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "no such file" in result.output
     result = CliRunner().invoke(app, ["watch", "--once", "x", "--max-tokens-per-model", "oops"])
     assert result.exit_code == 2 and "MODEL=N" in result.output
+    result = CliRunner().invoke(app, ["watch", "--once", str(tmp_path / "old.jsonl.gz")])
+    assert result.exit_code == 2 and "compressed" in result.output
     with pytest.raises(ValueError, match="interval"):
         watch([], interval=0)
 

@@ -67,6 +67,12 @@ def _watch(
     except ValueError as exc:
         typer.echo(f"ampmeter watch: error: {exc}", err=True)
         raise typer.Exit(2) from None
+    compressed = [p for p in logs if p.endswith(".gz") and not _is_glob(p)]
+    if compressed:
+        typer.echo(f"ampmeter watch: error: {compressed[0]} is compressed; watch follows plain "
+                   "JSONL files as they grow (use `ampmeter summary` or `report` for .gz)",
+                   err=True)  # fmt: skip
+        raise typer.Exit(2)
     if once and not any(os.path.isfile(p) or _is_glob(p) for p in logs):
         typer.echo(f"ampmeter watch: error: no such file: {logs[0]}", err=True)
         raise typer.Exit(2)

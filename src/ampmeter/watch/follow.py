@@ -71,7 +71,9 @@ class LogFollower:
         found: list[str] = []
         for pattern in self.patterns:
             names = sorted(glob.glob(pattern)) if _is_pattern(pattern) else [pattern]
-            found += [n for n in names if n not in found and os.path.isfile(n)]
+            # A compressed file cannot be followed as it grows: only plain JSONL is.
+            plain = [n for n in names if not n.endswith(".gz") and os.path.isfile(n)]
+            found += [n for n in plain if n not in found]
         return found
 
     def poll(self) -> list[FileBatch]:
