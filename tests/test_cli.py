@@ -26,17 +26,20 @@ def _one_clear_line(stderr: str) -> str:
 
 
 @pytest.mark.parametrize("command", [[], ["summary"], ["amortize"], ["validate"], ["report"],
-                                     ["demo"], ["run"]])  # fmt: skip
+                                     ["demo"], ["run"], ["watch"]])  # fmt: skip
 def test_help_reads_well(command: list[str]) -> None:
-    result = runner.invoke(app, [*command, "--help"])
+    result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "Usage" in result.stdout
+    assert "§" not in result.stdout  # no sections of documents users do not have
+    if command == ["validate"]:  # a paragraph is reflowed, not broken where the source was
+        assert "analysis needs. Exit status: 0 when every line is valid" in result.stdout
     if command == ["amortize"]:
         for option in ("--problems", "--events", "--format", "--output", "--plot",
                        "--best-effort", "--engine"):  # fmt: skip
             assert option in result.stdout
     if not command:
-        for name in ("summary", "amortize", "validate", "report", "demo", "run"):
+        for name in ("summary", "amortize", "validate", "report", "demo", "run", "watch"):
             assert name in result.stdout
 
 

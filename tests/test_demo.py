@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ampmeter.cli_run import register
-from ampmeter.demo import DemoError, run_demo
+from ampmeter.demo import RUN_MAX_COST, DemoError, run_demo
 from ampmeter.demo.agent import parse_reply
 from ampmeter.demo.output import USAGE_KEYS, matches, sum_usage, totals
 from ampmeter.demo.tools import ToolError, calculator, lookup
@@ -57,6 +57,8 @@ def test_parse_reply() -> None:
         ({"questions": 99}, "questions"),
         ({"run_max_llm_calls": 0}, "run_max_llm_calls"),
         ({"run_max_llm_calls": 2.5}, "run_max_llm_calls"),
+        ({"run_max_cost": -0.01}, "run_max_cost"),
+        ({"price_as": "no-such-model-xyz"}, "price table does not know"),
         ({"max_cost": float("nan")}, "max_cost"),
         ({"model_path": "x.gguf", "base_url": "http://127.0.0.1:1/v1"}, "not both"),
         ({"model_path": "/nonexistent/model.gguf"}, "not found"),
@@ -71,11 +73,11 @@ def test_demo_on_local_model_writes_logs_and_prices_as_hosted(
     tmp_path: Path, llm_server: LocalLLMServer
 ) -> None:
     lines: list[str] = []
-    outcome = run_demo(base_url=llm_server.base_url, model_name=llm_server.model,
-                       price_as="gpt-4o-mini", questions=1, max_steps=2, out_dir=tmp_path,
-                       echo=lines.append)  # fmt: skip
+    # By default the local model is priced as gpt-4o-mini, and both outputs say so.
+    outcome = run_demo(base_url=llm_server.base_url, model_name=llm_server.model, questions=1,
+                       max_steps=2, out_dir=tmp_path, echo=lines.append)  # fmt: skip
     text = "\n".join(lines)
-    assert "priced as gpt-4o-mini" in text and "summary:" in text
+    assert "priced as gpt-4o-mini ($0.15 / $0.6 per million" in text and "summary:" in text
     (summary,) = outcome.summaries
     assert 1 <= summary["llm_calls"] <= 2  # calls sent; a halted one is not counted
     assert summary["stopped_by"] in (None, "question limit")  # the run budget is far away
@@ -92,8 +94,10 @@ def test_demo_on_local_model_writes_logs_and_prices_as_hosted(
     for name in ("calls", "problems", "stream"):
         assert (tmp_path / f"demo.{name}.jsonl").read_text().strip()
     assert not is_instrumented()  # the demo leaves the SDK as it found it
-    if outcome.report is not None:  # rendered once the report package is importable
-        assert outcome.report.read_text().lstrip().lower().startswith("<!doctype html")
+    assert outcome.report is not None
+    page = outcome.report.read_text()
+    assert page.lstrip().lower().startswith("<!doctype html")
+    assert "priced as gpt-4o-mini" in page and "ceiling given" in page
 
 
 def test_run_budget_stops_a_sub_agent_and_the_run_totals_are_the_sum(
@@ -140,14 +144,44 @@ def test_run_budget_stops_a_sub_agent_and_the_run_totals_are_the_sum(
     assert len({c["call_id"] for c in calls}) == len(calls)  # no node logged twice
 
 
+def test_default_run_budget_in_dollars_stops_a_call_before_it_is_made(
+    tmp_path: Path, llm_server: LocalLLMServer
+) -> None:
+    lines: list[str] = []
+    outcome = run_demo(base_url=llm_server.base_url, model_name=llm_server.model,
+                       out_dir=tmp_path, echo=lines.append)  # fmt: skip
+    text = "\n".join(lines)
+    run = outcome.run_summary
+    assert run["termination"] == "limit_exceeded"
+    assert run["stop_reason"].startswith("limit exceeded: amp:cost = ")
+    assert 0 < run["cost_usd"] <= RUN_MAX_COST  # the budget held: the stopped call never ran
+    stopped = [s for s in outcome.summaries if s["stopped_by"] == "run budget"]
+    assert stopped and all(s["stop_before"].startswith("LLM call ") for s in stopped)
+    assert f"of a ${RUN_MAX_COST:g} budget" in text and "1 by the run budget" in text
+    assert outcome.report is not None
+    page = outcome.report.read_text()
+    assert f"run budget: ${RUN_MAX_COST:g} for all questions together" in page
+    assert "before a call" in page and "priced as gpt-4o-mini" in page
+
+
+def test_free_prices_every_call_at_zero(tmp_path: Path, llm_server: LocalLLMServer) -> None:
+    lines: list[str] = []
+    outcome = run_demo(base_url=llm_server.base_url, model_name=llm_server.model, free=True,
+                       questions=1, max_steps=1, out_dir=tmp_path, echo=lines.append)  # fmt: skip
+    assert "pricing: free (--free)" in "\n".join(lines)
+    (summary,) = outcome.summaries
+    assert summary["llm_calls"] == 1 and summary["cost_usd"] == 0.0 and summary["tokens_in"] > 0
+
+
 def test_totals_says_when_the_run_is_not_the_sum(tmp_path: Path) -> None:
     q = {"llm_calls": 2, "tool_calls": 1, "tokens_in": 10, "tokens_out": 3, "cost_usd": 0.1,
          "stopped_by": None}  # fmt: skip
     run = {"name": "demo_run", **sum_usage([q, q])}
     assert matches(run, sum_usage([q, q]))
-    assert "equals the sum of the 2 questions" in totals(run, [q, q], 7, 1.0, tmp_path, "demo")
-    text = totals({**run, "llm_calls": 5}, [q, q], 7, 1.0, tmp_path, "demo")
-    assert "NOT the sum" in text and "--run-max-llm-calls below 5" in text
+    assert "equals the sum of the 2 questions" in totals(run, [q, q], "$1", 1.0, tmp_path, "demo")
+    text = totals({**run, "llm_calls": 5}, [q, q], "$1", 1.0, tmp_path, "demo")
+    assert "NOT the sum" in text and "--run-max-cost below 0.200000" in text
+    assert "$0.200000 of a $1 budget" in text
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ test_report_browser.py)."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import struct
@@ -76,7 +77,8 @@ def test_report_is_one_self_contained_file_with_escaped_text(tmp_path: Path) -> 
     page = build_report([events], title="t <b>x</b>")
     # nothing to fetch: no external URLs, only data: images, a CSP that forbids the network
     assert not re.search(r"(src|href)=\"(?!data:)", page)
-    assert "http://" not in page and "https://" not in page and "<link" not in page
+    code = page.replace('"http://www.w3.org/2000/svg"', "")  # a namespace name, never fetched
+    assert "http://" not in code and "https://" not in code and "<link" not in page
     assert "default-src 'none'" in page
     assert page.count("<img ") == 3
     # the only script elements are the report's own two
@@ -116,3 +118,20 @@ def test_report_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         write_report([bad], out)
     assert not out.exists() and list(tmp_path.iterdir()) == [bad]
+
+
+def _pixels_of(png: bytes, rgb: tuple[int, int, int], tolerance: int = 30) -> int:
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=int)
+    return int((np.abs(pixels - np.array(rgb)) <= tolerance).all(axis=-1).sum())
+
+
+def test_a_run_that_cost_nothing_gets_a_note_not_a_flat_cost_curve() -> None:
+    blue = (0x1F, 0x77, 0xB4)  # the cost-per-solved line
+    rows = [{"t": t, "cost_per_solved": 0.0, "cum_accuracy": 0.5} for t in range(1, 6)]
+    free = amortization_figure(rows)
+    priced = amortization_figure([{**r, "cost_per_solved": 0.01 * r["t"]} for r in rows])
+    assert _pixels_of(free, blue) == 0
+    assert _pixels_of(priced, blue) > 100

@@ -6,17 +6,21 @@ no browser is ever downloaded. The page is opened from disk with the network unu
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
+from ampmeter import ExecutionContext, JsonlSink, LimitExceeded
 from ampmeter.report import write_report
-from test_analysis import IMG_PAYLOAD, SCRIPT_NAME, make_event_log
+from test_analysis import IMG_PAYLOAD, SCRIPT_NAME, make_event_log, make_stream_logs
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -151,4 +155,100 @@ def test_ten_thousand_nodes_stay_usable(browser: object, report: Path) -> None:
     top.nth(0).locator("button.toggle").click()
     assert top.nth(0).locator("ul.tree .node").count() == 4
     assert run.locator(".node.halt").count() >= 1
+    page.close()
+
+
+def _timed_log(path: Path) -> Path:
+    """A run whose calls take real time (nested tools inside LLM calls) until its cost
+    ceiling stops one, so its timeline has bars of different lengths and a stop."""
+    with JsonlSink(path, flush="line") as sink:
+        ctx = ExecutionContext("agent", sinks=[sink], chain_id="timed", max_cost_usd=0.002)
+        with contextlib.suppress(LimitExceeded), ctx:
+            for step in range(20):
+                with ctx.llm_call(f"think-{step}", model="gpt-4o-mini", max_tokens=50) as call:
+                    time.sleep(0.03)
+                    with ctx.tool_call("search"):
+                        time.sleep(0.02)
+                    call.record(tokens_in=2000 + 500 * step, tokens_out=50)
+    return path
+
+
+def _distinct_colours(png: bytes) -> int:
+    from PIL import Image
+
+    return len(Image.open(io.BytesIO(png)).convert("RGB").getcolors(1 << 20) or [])
+
+
+def test_what_a_person_sees(browser: object, tmp_path: Path) -> None:
+    logs = [_timed_log(tmp_path / "timed.jsonl"), make_event_log(tmp_path / "agent.jsonl"),
+            *make_stream_logs(tmp_path).values()]  # fmt: skip
+    out = Path(write_report(logs, tmp_path / "report.html", notes=["priced as gpt-4o-mini"]))
+    page = browser.new_page()  # type: ignore[attr-defined]
+    page.set_viewport_size({"width": 1000, "height": 900})
+    page.goto(out.as_uri())
+    page.wait_for_selector("html[data-ready='1']")
+    # Figures: decoded, of a real size, and not blank.
+    sizes = page.eval_on_selector_all(
+        "img", "imgs => imgs.map(i => [i.complete, i.naturalWidth, i.naturalHeight])"
+    )
+    assert len(sizes) == 4 and all(ok and w > 300 and h > 150 for ok, w, h in sizes), sizes
+    for i in range(4):
+        assert _distinct_colours(page.locator("img").nth(i).screenshot()) > 20
+    assert "priced as gpt-4o-mini" in page.locator("p.note").inner_text()
+    # The summary table fits its container and the page: nothing scrolls sideways.
+    fit = page.evaluate(
+        "() => { const t = document.querySelector('table.summary');"
+        " return [t.scrollWidth, t.parentElement.clientWidth,"
+        " document.documentElement.scrollWidth, document.documentElement.clientWidth]; }"
+    )
+    assert fit[0] <= fit[1] and fit[2] <= fit[3], fit
+    assert page.eval_on_selector("table.summary th", "th => getComputedStyle(th).position") == (
+        "sticky"
+    )
+    # Sorting by cost, both ways.
+    header = page.locator("table.summary th", has_text="cost $")
+    column = page.evaluate("() => [...document.querySelectorAll('table.summary th')]"
+                           ".findIndex(th => th.textContent.startsWith('cost $'))")  # fmt: skip
+    values = f"() => [...document.querySelectorAll('table.summary tbody tr')].map(r => parseFloat(r.cells[{column}].dataset.v))"  # noqa: E501
+    header.click()
+    assert page.evaluate(values) == sorted(page.evaluate(values))
+    header.click()
+    assert page.evaluate(values) == sorted(page.evaluate(values), reverse=True)
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(tmp_path / "top.png"), full_page=True)
+
+    # The timed run: limits against ceilings, its timeline, and the filter over its calls.
+    run = page.locator("details.run", has_text="timed")
+    run.locator("summary").click()
+    run.locator("svg.gantt").wait_for()
+    limit = run.locator(".limit", has_text="amp:cost")
+    assert "named by a stop" in limit.inner_text() and "of $0.002" in limit.inner_text()
+    assert limit.locator(".bar > span").bounding_box()["width"] > 50  # type: ignore[index]
+    gantt = run.locator("svg.gantt")
+    box = gantt.bounding_box()
+    assert box is not None and box["width"] > 500 and box["height"] > 100
+    bars = run.locator("svg.gantt rect.bar")
+    assert bars.count() >= 4
+    widths = [bars.nth(i).bounding_box()["width"] for i in range(bars.count())]  # type: ignore[index]
+    assert max(widths) > 20 and len({round(w) for w in widths}) > 1
+    assert run.locator("svg.gantt .stop-mark").count() == 1
+    assert "stop: limit exceeded: amp:cost" in run.locator("svg.gantt .stop-text").text_content()
+    shot = gantt.screenshot(path=str(tmp_path / "timeline.png"))
+    assert _distinct_colours(shot) > 10
+    nodes = run.locator("ul.tree.top:not(.results) > li > .node")
+    total = nodes.count()
+    run.locator(".filter-text").fill("search")
+    shown = run.locator("ul.results > li > .node")
+    assert shown.count() == total - 1  # every think-N has a search tool, but the stopped one
+    assert "calls match" in run.locator(".filter-count").inner_text()
+    assert not run.locator("ul.tree.top:not(.results)").is_visible()
+    run.locator(".filter-text").fill("")
+    run.locator(".filter-status").select_option("halt")
+    assert shown.count() == 1 and "limit exceeded" in shown.first.inner_text()
+    run.locator(".filter-status").select_option("")
+    run.locator(".filter-model").select_option("gpt-4o-mini")
+    assert shown.count() == total
+    run.locator(".filter-model").select_option("")
+    assert shown.count() == 0 and nodes.count() == total
+    page.screenshot(path=str(tmp_path / "run.png"), full_page=True)
     page.close()

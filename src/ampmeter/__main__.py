@@ -1,6 +1,6 @@
 """``python -m ampmeter``: the command-line interface."""
 
-from ampmeter.cli import main
+from ampmeter._console_script import main
 
 if __name__ == "__main__":
     main()

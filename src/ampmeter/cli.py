@@ -86,6 +86,9 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Markdown reflows each paragraph of a docstring to the terminal's width ("rich" keeps
+    # the docstring's own line breaks, which read as ragged breaks in a wider terminal).
+    rich_markup_mode="markdown",
 )
 
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -246,7 +249,11 @@ def amortize_command(
         typer.Option("--events", help="The TokenTracker event log (Track A/B cost)."),
     ] = None,
     fmt: Annotated[
-        Format, typer.Option("--format", help="v0: the stream's four columns; extended: §4.1.")
+        Format,
+        typer.Option(
+            "--format",
+            help="v0: the stream's four columns; extended: also accuracy, latency, Track A/B.",
+        ),
     ] = Format.v0,
     plot: Annotated[
         Optional[Path],  # noqa: UP045
@@ -366,6 +373,16 @@ def _register_run_commands() -> None:
 _register_run_commands()
 
 
+def _register_watch_command() -> None:
+    from ampmeter import cli_watch
+
+    cli_watch.register(app)
+
+
+_register_watch_command()
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``ampmeter`` console script and ``python -m ampmeter``."""
+    """Run the command line (the ``ampmeter`` script and ``python -m ampmeter`` come here
+    through :mod:`ampmeter._console_script`, which first checks that typer and rich exist)."""
     app(args=argv, prog_name="ampmeter")

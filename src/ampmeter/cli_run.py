@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from ampmeter.demo import DEFAULT_PRICE_AS, RUN_MAX_COST
+
 __all__ = ["register"]
 
 
@@ -92,41 +94,54 @@ def _demo(
         str | None, typer.Option("--model-name", help="Model name sent with --base-url.")
     ] = None,
     price_in: Annotated[
-        float, typer.Option("--price-in", help="USD per million input tokens.")
-    ] = 0.0,
-    price_out: Annotated[
-        float, typer.Option("--price-out", help="USD per million output tokens.")
-    ] = 0.0,
-    price_as: Annotated[
-        str | None,
-        typer.Option("--price-as", help="Price the calls as this hosted model (e.g. gpt-4o-mini)."),
+        float | None,
+        typer.Option("--price-in", help="USD per million input tokens (instead of --price-as)."),
     ] = None,
+    price_out: Annotated[
+        float | None,
+        typer.Option("--price-out", help="USD per million output tokens (instead of --price-as)."),
+    ] = None,
+    price_as: Annotated[
+        str,
+        typer.Option("--price-as", help="Price the local model's calls as this hosted model."),
+    ] = DEFAULT_PRICE_AS,
+    free: Annotated[
+        bool, typer.Option("--free", help="Price every call at $0 (no dollar budget can bite).")
+    ] = False,
     max_cost: Annotated[
         float, typer.Option("--max-cost", help="Cost ceiling per question (USD).")
     ] = 0.01,
     max_steps: Annotated[int, typer.Option("--max-steps", help="Most LLM calls per question.")] = 6,
     questions: Annotated[int, typer.Option("--questions", help="How many questions.")] = 4,
-    run_max_llm_calls: Annotated[
-        int,
+    run_max_cost: Annotated[
+        float,
         typer.Option(
-            "--run-max-llm-calls",
-            help="Most LLM calls for the whole run (default: one short of what the default "
-            "questions need, so the last one is stopped).",
+            "--run-max-cost",
+            help="Cost ceiling of the whole run in USD (default: a little less than the default "
+            "questions cost, so a call of the last one is stopped before it is made).",
         ),
-    ] = 7,
+    ] = RUN_MAX_COST,
+    run_max_llm_calls: Annotated[
+        int | None,
+        typer.Option("--run-max-llm-calls", help="Also cap the whole run's LLM calls."),
+    ] = None,
     out_dir: Annotated[Path, typer.Option("--out-dir", help="Where the logs go.")] = Path(
         "runs/demo"
     ),
 ) -> None:
-    """Run a small ReAct agent on a real local model under limits and print what it cost."""
+    """Run a small ReAct agent on a real local model under limits and print what it cost.
+
+    The local model's calls are priced as a hosted model (gpt-4o-mini unless told otherwise) so
+    that the run's budget is in dollars; nothing is paid.
+    """
     from ampmeter.demo import DemoError, run_demo
 
     try:
         run_demo(
             model_path=model, base_url=base_url, model_name=model_name, price_in=price_in,
-            price_out=price_out, price_as=price_as, max_cost=max_cost, max_steps=max_steps,
-            questions=questions, run_max_llm_calls=run_max_llm_calls, out_dir=out_dir,
-            echo=typer.echo,
+            price_out=price_out, price_as=price_as, free=free, max_cost=max_cost,
+            max_steps=max_steps, questions=questions, run_max_cost=run_max_cost,
+            run_max_llm_calls=run_max_llm_calls, out_dir=out_dir, echo=typer.echo,
         )  # fmt: skip
     except DemoError as exc:
         typer.echo(f"ampmeter demo: error: {exc}", err=True)

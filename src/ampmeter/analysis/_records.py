@@ -93,7 +93,7 @@ def _opt_number(obj: dict[str, Any], key: str) -> float | None:
 
 
 def stream_fields(obj: dict[str, Any]) -> StreamRow:
-    """The four v0 fields of a ``*.stream.jsonl`` record (contract §3.1)."""
+    """The four v0 fields of a ``*.stream.jsonl`` record."""
     t = _t(obj.get("t"))
     cost = _number(obj, "cumulative_api_cost_usd")
     solved = obj.get("cumulative_solved")
@@ -106,7 +106,7 @@ def stream_fields(obj: dict[str, Any]) -> StreamRow:
 
 def problem_fields(obj: dict[str, Any]) -> ProblemRow:
     """``t``, ``solved``, ``attempt_success_rate``, ``tokens_total`` and ``latency_total_ms``
-    of a ``*.problems.jsonl`` record (contract §1.2); the last three may be null."""
+    of a ``*.problems.jsonl`` record; the last three may be null."""
     t = _t(obj.get("t"))
     solved = obj.get("solved")
     if type(solved) is not bool:

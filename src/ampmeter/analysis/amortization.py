@@ -1,4 +1,4 @@
-"""Amortization curves (contract §3-4): cost per solved problem and quality against ``t``.
+"""Amortization curves: cost per solved problem and quality against ``t``.
 
 :func:`amortization_curve` reads a ``*.stream.jsonl`` file and, optionally, the matching
 ``*.problems.jsonl`` and TokenTracker event log, and returns one row per ``t`` (every ``t``
@@ -240,7 +240,7 @@ def write_csv(rows: Rows | CurveTable, path: PathLike, columns: Iterable[str]) -
 
 
 def write_v0_csv(rows: Rows | CurveTable, path: PathLike) -> int:
-    """The v0 CSV (contract §3.1): ``t`` and the stream's three columns, for every ``t`` that
+    """The v0 CSV: ``t`` and the stream's three columns, for every ``t`` that
     has a stream line, in ``t`` order."""
     table = _as_table(rows)
     if table is not None:
@@ -253,5 +253,5 @@ def write_v0_csv(rows: Rows | CurveTable, path: PathLike) -> int:
 
 
 def write_extended_csv(rows: Rows | CurveTable, path: PathLike) -> int:
-    """The extended CSV (contract §4.1) with its stable column names, one row per ``t``."""
+    """The extended CSV (:data:`EXTENDED_COLUMNS`, stable names), one row per ``t``."""
     return write_csv(rows, path, EXTENDED_COLUMNS)

@@ -8,12 +8,22 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Final
 
 from ampmeter.analysis._records import AnalysisError, record_line
 from ampmeter.logs import read_jsonl
 
-__all__ = ["KIND_OF_EVENT", "Call", "Run", "call_depths", "load_runs"]
+__all__ = [
+    "KIND_OF_EVENT",
+    "STATUS_OF",
+    "Call",
+    "Run",
+    "call_depths",
+    "call_from_event",
+    "event_time_ms",
+    "load_runs",
+]
 
 KIND_OF_EVENT: Final = {
     "llm_completion": "llm",
@@ -23,6 +33,8 @@ KIND_OF_EVENT: Final = {
     "rag_retrieval": "retrieval",
     "memory_update": "memory",
 }
+STATUS_OF: Final = {"ok": "success", "error": "fail", "timeout": "fail"}
+"""Other producers' status words, as the node statuses ``success``/``fail``/``halt``."""
 
 
 @dataclass(slots=True)
@@ -44,6 +56,7 @@ class Call:
     stop_reason: str | None
     error_class: str | None
     tool_calls_made: int
+    end_ms: float | None = None  # the event's timestamp (epoch ms); it starts latency_ms earlier
     depth: int = 1
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -71,7 +84,24 @@ def _int(value: object, what: str) -> int:
     return value
 
 
-def _call(obj: dict[str, Any], index: int) -> Call:
+def event_time_ms(value: object) -> float | None:
+    """Epoch milliseconds of an ISO 8601 timestamp (``...Z`` too); None if it is not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00", 1))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp() * 1000.0
+
+
+def call_from_event(obj: dict[str, Any], index: int = 0) -> Call:
+    """One TokenTracker event as a :class:`Call`; ``ValueError`` names a malformed field.
+
+    ``index`` (the event's position) names events that have no ``span_id``.
+    """
     event_type = obj.get("event_type")
     if not isinstance(event_type, str):
         raise _Bad(f"'event_type' must be a string, got {event_type!r}")
@@ -95,12 +125,13 @@ def _call(obj: dict[str, Any], index: int) -> Call:
     stop = meta.get("stop_reason")
     error = meta.get("error_class")
     tools = meta.get("tool_calls_made")
+    status = str(meta.get("status", obj.get("status", "success")))
     return Call(
         span_id=str(span) if span is not None else f"#{index}",
         parent_id=str(parent) if parent is not None else None,
         kind=KIND_OF_EVENT.get(event_type, event_type),
         name=str(name) if name is not None else event_type,
-        status=str(meta.get("status", "success")),
+        status=STATUS_OF.get(status, status),
         model=str(obj.get("model") or ""),
         tokens_in=_int(usage.get("prompt_tokens"), "usage.prompt_tokens"),
         tokens_out=_int(usage.get("completion_tokens"), "usage.completion_tokens"),
@@ -111,6 +142,7 @@ def _call(obj: dict[str, Any], index: int) -> Call:
         stop_reason=str(stop) if stop is not None else None,
         error_class=str(error) if error is not None else None,
         tool_calls_made=tools if type(tools) is int and tools >= 0 else 0,
+        end_ms=event_time_ms(obj.get("timestamp")),
         metadata=meta,
     )
 
@@ -130,7 +162,7 @@ def load_runs(
         with read_jsonl(path, best_effort=best_effort) as reader:
             for index, obj in enumerate(reader):
                 try:
-                    call = _call(obj, index)
+                    call = call_from_event(obj, index)
                 except _Bad as exc:
                     raise AnalysisError(
                         path, record_line(path, index, best_effort), str(exc)

@@ -2,7 +2,7 @@
 
 TokenTracker event logs are checked against the v0 schema; ``*.stream.jsonl`` and
 ``*.problems.jsonl`` files against the fields the amortization analysis needs, and
-``*.calls.jsonl`` for an int ``t``. An incomplete last line is allowed (contract §5) and
+``*.calls.jsonl`` for an int ``t``. An incomplete last line is allowed (a cut-off write) and
 reported as a warning.
 """
 

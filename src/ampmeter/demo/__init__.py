@@ -2,12 +2,15 @@
 
 :func:`run_demo` starts the bundled SmolLM2-135M model in-process with llama.cpp (or uses any
 OpenAI-compatible ``base_url``), instruments the ``openai`` SDK and runs a handful of questions
-under one run-wide :class:`~ampmeter.ExecutionContext` (``demo_run``) with an LLM-call budget.
-Each question is a sub-agent (``spawn_child``) with its own cost ceiling, step cap and cap on
-consecutive replies that do not follow the format; its usage rolls up into the run, and the run
-budget stops a question's call before it is made. The default budget is one call short of what
-the default questions need, so the last one is stopped part-way. The stream-logger files (calls,
-problems, cumulative stream, TokenTracker events) go to ``out_dir``.
+under one run-wide :class:`~ampmeter.ExecutionContext` (``demo_run``) with a dollar budget.
+The local model's calls are priced at a hosted model's rates (gpt-4o-mini by default, and said
+so in the output and the report) so that the budget is told in dollars; ``free=True`` prices
+them at $0 and ``price_in``/``price_out`` set rates of one's own. Each question is a sub-agent
+(``spawn_child``) with its own cost ceiling, step cap and cap on consecutive replies that do
+not follow the format; its usage rolls up into the run, and the run budget stops a question's
+call before it is made. The default budget is a little less than what the default questions
+cost, so the last one is stopped part-way. The stream-logger files (calls, problems,
+cumulative stream, TokenTracker events) go to ``out_dir``.
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ from typing import Any, Final
 
 from ampmeter.context import ExecutionContext
 from ampmeter.demo.agent import AgentResult, run_agent
+from ampmeter.demo.model import locate_or_install_model
 from ampmeter.demo.output import question_line, totals, usage
 from ampmeter.errors import DemoError
 from ampmeter.keys import KEY_COST, KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_LLM_CALLS
 from ampmeter.limits import ExceededLimit, Limit
 from ampmeter.logs.stream import StreamMetricsLogger
 
-__all__ = ["QUESTIONS", "DemoError", "DemoOutcome", "run_demo"]
+__all__ = ["DEFAULT_PRICE_AS", "QUESTIONS", "RUN_MAX_COST", "DemoError", "DemoOutcome", "run_demo"]
 
 QUESTIONS: Final[tuple[tuple[str, str], ...]] = (
     ("What is 12 * 7?", "84"),
@@ -40,9 +44,12 @@ QUESTIONS: Final[tuple[tuple[str, str], ...]] = (
 )
 RUN_ID: Final = "demo"
 RUN_CONTEXT: Final = "demo_run"
-# With the default four questions the model (greedy, temperature 0) makes two calls each, so a
-# run budget of seven stops the last question before its second call.
-RUN_MAX_LLM_CALLS: Final = 7
+DEFAULT_PRICE_AS: Final = "gpt-4o-mini"
+# With the default four questions the model (greedy, temperature 0) makes two calls each, at
+# gpt-4o-mini's rates $0.000285 in all. Before the seventh call $0.000211 is spent and the call
+# is estimated at about $0.00004 (fits); before the eighth $0.000251 is spent and the call is
+# estimated at $0.000042 (does not fit): the last question is stopped before its second call.
+RUN_MAX_COST: Final = 0.00027
 MAX_CONSECUTIVE_FORMAT_ERRORS: Final = 2
 MAX_TOKENS: Final = 40
 
@@ -73,22 +80,34 @@ def _check(name: str, value: float, *, integer: bool = False, minimum: float = 0
         raise DemoError(f"{name} must be {kind} >= {minimum:g}, got {value!r}")
 
 
-def _set_demo_price(model: str, price_in: float, price_out: float, price_as: str | None,
-                    echo: Callable[[str], Any]) -> None:  # fmt: skip
+def _demo_rates(price_in: float | None, price_out: float | None, price_as: str | None,
+                free: bool) -> tuple[float, float, str]:  # fmt: skip
+    """(USD per million input tokens, per million output tokens, how they were chosen)."""
     from ampmeter import pricing
 
-    if price_as is not None:
-        rate_in = pricing.price(price_as, input_tokens=1_000_000, output_tokens=0).cost_usd
-        rate_out = pricing.price(price_as, input_tokens=0, output_tokens=1_000_000).cost_usd
-        if rate_in is None or rate_out is None:
-            raise DemoError(f"--price-as {price_as!r}: the price table does not know this model")
-        price_in, price_out = rate_in, rate_out
-        echo(f"note: calls are priced as {price_as} (${price_in:g} / ${price_out:g} per "
-             "million input / output tokens)")  # fmt: skip
-    elif price_in == 0 and price_out == 0:
-        echo("note: the local model costs $0 per token; use --price-in/--price-out or "
-             "--price-as gpt-4o-mini to see budgets bite")  # fmt: skip
-    pricing.set_price(model, input_per_mtok=price_in, output_per_mtok=price_out)
+    if free:
+        return 0.0, 0.0, ("pricing: free (--free): every call costs $0, so no dollar budget "
+                          "can stop one; --run-max-llm-calls can")  # fmt: skip
+    if price_in is not None or price_out is not None:
+        rate_in, rate_out = price_in or 0.0, price_out or 0.0
+        return rate_in, rate_out, (f"pricing: ${rate_in:g} / ${rate_out:g} per million input / "
+                                   "output tokens (--price-in/--price-out)")  # fmt: skip
+    if price_as is None:
+        raise DemoError("give a model to price as, --price-in/--price-out, or --free")
+    table_in = pricing.price(price_as, input_tokens=1_000_000, output_tokens=0).cost_usd
+    table_out = pricing.price(price_as, input_tokens=0, output_tokens=1_000_000).cost_usd
+    if table_in is None or table_out is None:
+        raise DemoError(f"--price-as {price_as!r}: the price table does not know this model")
+    rate_in, rate_out = table_in, table_out
+    return (
+        rate_in,
+        rate_out,
+        (
+            f"pricing: the local model's calls are priced as {price_as} (${rate_in:g} / "
+            f"${rate_out:g} per million input / output tokens) to tell the budget in dollars; "
+            "nothing is paid"
+        ),
+    )
 
 
 def run_demo(
@@ -96,23 +115,33 @@ def run_demo(
     model_path: str | Path | None = None,
     base_url: str | None = None,
     model_name: str | None = None,
-    price_in: float = 0.0,
-    price_out: float = 0.0,
-    price_as: str | None = None,
+    price_in: float | None = None,
+    price_out: float | None = None,
+    price_as: str | None = DEFAULT_PRICE_AS,
+    free: bool = False,
     max_cost: float = 0.01,
     max_steps: int = 6,
     questions: int = 4,
-    run_max_llm_calls: int = RUN_MAX_LLM_CALLS,
+    run_max_cost: float | None = RUN_MAX_COST,
+    run_max_llm_calls: int | None = None,
     out_dir: str | Path = "runs/demo",
     echo: Callable[[str], Any] = print,
 ) -> DemoOutcome:
-    """Run the demo and print what happened; see the module docs."""
-    _check("price_in", price_in)
-    _check("price_out", price_out)
+    """Run the demo and print what happened; see the module docs.
+
+    Calls are priced as ``price_as`` unless ``price_in``/``price_out`` are given or ``free``;
+    ``run_max_cost`` (USD) and ``run_max_llm_calls`` are the whole run's budget (None: none).
+    """
+    for name, value in (("price_in", price_in), ("price_out", price_out),
+                        ("run_max_cost", run_max_cost)):  # fmt: skip
+        if value is not None:
+            _check(name, value)
     _check("max_cost", max_cost)
     _check("max_steps", max_steps, integer=True, minimum=1)
     _check("questions", questions, integer=True, minimum=1)
-    _check("run_max_llm_calls", run_max_llm_calls, integer=True, minimum=1)
+    if run_max_llm_calls is not None:
+        _check("run_max_llm_calls", run_max_llm_calls, integer=True, minimum=1)
+    rate_in, rate_out, pricing_note = _demo_rates(price_in, price_out, price_as, free)
     if questions > len(QUESTIONS):
         raise DemoError(f"questions must be at most {len(QUESTIONS)}, got {questions}")
     if model_path is not None and base_url is not None:
@@ -126,6 +155,8 @@ def run_demo(
     out = Path(out_dir)
     server: LocalLLMServer | None = None
     if base_url is None:
+        if model_path is None:
+            model_path = locate_or_install_model(echo)
         server = LocalLLMServer(model_path, n_ctx=2048, threads=2)
         try:
             echo(f"starting llama.cpp with {server.model_path.name} ...")
@@ -139,12 +170,13 @@ def run_demo(
 
     priced = False
     try:
-        _set_demo_price(model, price_in, price_out, price_as, echo)
+        echo(pricing_note)
+        pricing.set_price(model, input_per_mtok=rate_in, output_per_mtok=rate_out)
         priced = True
+        budget = _RunBudget(run_max_cost, run_max_llm_calls)
         with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
-            return _ask_all(
-                client, model, max_cost, max_steps, questions, run_max_llm_calls, out, echo
-            )
+            return _ask_all(client, model, max_cost, max_steps, questions, budget, out,
+                            pricing_note, echo)  # fmt: skip
     finally:
         if priced:
             pricing.remove_price(model)  # leave the process's price table as it was
@@ -152,8 +184,28 @@ def run_demo(
             server.stop()
 
 
+@dataclass(frozen=True)
+class _RunBudget:
+    """The whole run's limits: a dollar ceiling and/or a number of LLM calls."""
+
+    max_cost: float | None
+    max_llm_calls: int | None
+
+    def limits(self) -> list[Limit]:
+        out = [] if self.max_cost is None else [Limit(KEY_COST, self.max_cost)]
+        if self.max_llm_calls is not None:
+            out.append(Limit(KEY_LLM_CALLS, self.max_llm_calls))
+        return out
+
+    def describe(self) -> str:
+        parts = [] if self.max_cost is None else [f"${self.max_cost:g}"]
+        if self.max_llm_calls is not None:
+            parts.append(f"{self.max_llm_calls} LLM calls")
+        return " and ".join(parts) or "no limit"
+
+
 def _ask_all(client: Any, model: str, max_cost: float, max_steps: int, questions: int,
-             run_max_llm_calls: int, out: Path,
+             budget: _RunBudget, out: Path, pricing_note: str,
              echo: Callable[[str], Any]) -> DemoOutcome:  # fmt: skip
     from ampmeter.integrations import instrument, is_instrumented, uninstrument
 
@@ -162,8 +214,8 @@ def _ask_all(client: Any, model: str, max_cost: float, max_steps: int, questions
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob(f"{RUN_ID}.*.jsonl"):
         old.unlink()  # a fresh demo run, not appended to the last one
-    echo(f"run {RUN_CONTEXT!r}: at most {run_max_llm_calls} LLM calls in all; each question "
-         f"a sub-agent with at most {max_steps} LLM calls, ${max_cost:g}, "
+    echo(f"run {RUN_CONTEXT!r}: budget {budget.describe()} in all; each question a sub-agent "
+         f"with at most {max_steps} LLM calls, ${max_cost:g}, "
          f"{MAX_CONSECUTIVE_FORMAT_ERRORS} consecutive format errors")  # fmt: skip
     results: list[AgentResult] = []
     summaries: list[dict[str, Any]] = []
@@ -173,9 +225,7 @@ def _ask_all(client: Any, model: str, max_cost: float, max_steps: int, questions
         # calls must reach only that question's problem sink.
         with (
             StreamMetricsLogger(out, RUN_ID) as logger,
-            ExecutionContext(
-                RUN_CONTEXT, limits=[Limit(KEY_LLM_CALLS, run_max_llm_calls)]
-            ) as run_ctx,
+            ExecutionContext(RUN_CONTEXT, limits=budget.limits()) as run_ctx,
         ):
             for t, (question, expected) in enumerate(QUESTIONS[:questions]):
                 result, summary, solved = _ask_one(run_ctx, logger, t, question, expected,
@@ -190,8 +240,15 @@ def _ask_all(client: Any, model: str, max_cost: float, max_steps: int, questions
         if not was_instrumented:
             uninstrument()
     seconds = time.perf_counter() - began
-    echo(totals(run_summary, summaries, run_max_llm_calls, seconds, out, RUN_ID))
-    report = _render_report(out, echo)
+    echo(totals(run_summary, summaries, budget.describe(), seconds, out, RUN_ID))
+    ceilings = {KEY_COST: max_cost, KEY_LLM_CALLS: max_steps}  # each question's own limits
+    # The run budget covers every question together; the report's per-run limits cannot show it.
+    by_run = [f"q{t}" for t, q in enumerate(summaries) if q["stopped_by"] == "run budget"]
+    stops = f"; it stopped {', '.join(by_run)} before a call" if by_run else ""
+    budget_note = (f"run budget: {budget.describe()} for all questions together; they spent "
+                   f"${run_summary['cost_usd']:.6f} in {run_summary['llm_calls']} LLM calls"
+                   f"{stops}")  # fmt: skip
+    report = _render_report(out, echo, ceilings, [pricing_note, budget_note])
     return DemoOutcome(results, summaries, out, report, run_summary)
 
 
@@ -233,7 +290,8 @@ def _reason(exceeded: ExceededLimit | None) -> str | None:
     return None if exceeded is None else str(exceeded)
 
 
-def _render_report(out: Path, echo: Callable[[str], Any]) -> Path | None:
+def _render_report(out: Path, echo: Callable[[str], Any], ceilings: dict[str, float],
+                   notes: list[str]) -> Path | None:  # fmt: skip
     """Render the HTML report with ``ampmeter.report`` when it is installed."""
     try:
         report = importlib.import_module("ampmeter.report")
@@ -245,7 +303,8 @@ def _render_report(out: Path, echo: Callable[[str], Any]) -> Path | None:
     logs = [out / f"{RUN_ID}.{part}.jsonl" for part in ("token_events", "stream", "problems")]
     target = out / "report.html"
     try:
-        written = write([p for p in logs if p.is_file()], target, title="ampmeter demo")
+        written = write([p for p in logs if p.is_file()], target, title="ampmeter demo",
+                        ceilings=ceilings, notes=notes)  # fmt: skip
     except Exception as exc:  # the report is a bonus: the demo's own output is already printed
         echo(f"(HTML report not rendered: {exc})")
         return None

@@ -77,9 +77,10 @@ def question_line(t: int, result: AgentResult, summary: dict[str, Any], solved: 
             f"${summary['cost_usd']:.6f} -> {verdict}")  # fmt: skip
 
 
-def totals(run: dict[str, Any], summaries: list[dict[str, Any]], run_max_llm_calls: int,
+def totals(run: dict[str, Any], summaries: list[dict[str, Any]], budget: str,
            seconds: float, out: Path, run_id: str) -> str:  # fmt: skip
-    """The closing block: the run context's totals, the stops, amplification and the logs."""
+    """The closing block: the run context's totals against its ``budget`` (as the user reads
+    it, e.g. ``$0.00028``), the stops, amplification and the logs."""
     n = len(summaries)
     stopped = [s for s in summaries if s["stopped_by"] is not None]
     by_run = sum(1 for s in stopped if s["stopped_by"] == "run budget")
@@ -88,15 +89,16 @@ def totals(run: dict[str, Any], summaries: list[dict[str, Any]], run_max_llm_cal
              f"NOT the sum of the {n} questions: {summed}")  # fmt: skip
     lines = [
         f"\nsummary: run {run['name']!r}, from its own stats ({check}): "
-        f"{run['llm_calls']} of {run_max_llm_calls} LLM calls, "
+        f"${run['cost_usd']:.6f} of a {budget} budget, {run['llm_calls']} LLM calls, "
         f"{run['tool_calls']} tool calls, {run['tokens_in']} input / {run['tokens_out']} "
-        f"output tokens, ${run['cost_usd']:.6f}, {seconds:.1f} s",
+        f"output tokens, {seconds:.1f} s",
         f"stopped by a limit: {len(stopped)} of {n} questions "
         f"({by_run} by the run budget, {len(stopped) - by_run} by a per-question limit)",
     ]
     if not stopped:
-        lines.append(f"note: no limit stopped a call in this run; give --run-max-llm-calls "
-                     f"below {run['llm_calls']} to see the run budget stop one")  # fmt: skip
+        lines.append(f"note: no limit stopped a call in this run; give --run-max-cost below "
+                     f"{run['cost_usd']:.6f} (or --run-max-llm-calls below {run['llm_calls']}) "
+                     "to see the run budget stop one")  # fmt: skip
     calls = run["llm_calls"] + run["tool_calls"]
     lines += [
         f"amplification: {calls / max(n, 1):.1f} calls per question",

@@ -34,7 +34,7 @@ from ampmeter.sinks.jsonl import (
 __all__ = ["ProblemSink", "StreamCumulativeMetrics", "StreamMetricsLogger"]
 
 _EVENT_TYPE_VALUES: Final = frozenset(EVENT_TYPES.values())
-# Optional §1.1 keys a caller may put on a node's metadata to have them in calls.jsonl.
+# Optional calls.jsonl keys a caller may put on a node's metadata to have them in calls.jsonl.
 _CALL_META_KEYS: Final = (
     "attempt_index", "temperature", "validator_passed", "failure_reason", "prompt_variant",
     "raw_output", "candidate_line", "normalization", "precheck_failure_reason",
@@ -54,7 +54,7 @@ class StreamCumulativeMetrics:
     p95_latency_ms: float
 
     def to_dict(self) -> dict[str, Any]:
-        """The line as a dict (contract §1.3 keys plus the two latency percentiles)."""
+        """The line as a dict (the stream line's keys plus the two latency percentiles)."""
         return asdict(self)
 
 
@@ -191,7 +191,7 @@ class StreamMetricsLogger:
         model: str = "",
         event_type: str | None = None,
     ) -> None:
-        """Append one operation to ``calls.jsonl`` (§1.1 keys) and ``token_events.jsonl``.
+        """Append one operation to ``calls.jsonl`` and ``token_events.jsonl``.
 
         ``total_tokens`` defaults to prompt + completion. ``event_type`` (TokenTracker) defaults
         to ``rag_retrieval`` for ``operation="retrieve"`` and ``llm_completion`` otherwise; a
@@ -361,7 +361,7 @@ class StreamMetricsLogger:
         memory_n_edges: int = 0,
         contamination_rate: float | None = None,
     ) -> StreamCumulativeMetrics:
-        """Append the problem's §1.2 line and the stream's §1.3 line; return the latter.
+        """Append the problem's ``problems.jsonl`` and ``stream.jsonl`` lines; return the latter.
 
         ``llm_calls``, ``tokens_total``, ``latency_total_ms`` and ``api_cost_usd`` default to
         what :meth:`log_call` or :meth:`problem`'s sink saw for ``(t, problem_id)`` (latency:

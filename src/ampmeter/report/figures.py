@@ -62,9 +62,14 @@ def amortization_figure(rows: Sequence[Mapping[str, Any]]) -> bytes:
     ax.set_title("Amortization")
     ax.set_xlabel("t (problems)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if cps:
+    if cps and any(p[1] > 0 for p in cps):
         ax.plot([p[0] for p in cps], [p[1] for p in cps], color="#1f77b4", label="cost per solved")
         ax.set_ylabel("cost per solved (USD)", color="#1f77b4")
+        ax.set_ylim(bottom=0.0)  # a cost is never negative
+    else:  # a flat $0 line would read as "free"; it only means nothing was priced
+        ax.set_yticks([])
+        ax.text(0.02, 0.96, "no cost recorded: every call was free or unpriced",
+                transform=ax.transAxes, va="top", color="#666", fontsize="small")  # fmt: skip
     if acc:
         ax2 = ax.twinx()
         ax2.plot([p[0] for p in acc], [p[1] for p in acc], color="#d62728", label="accuracy")
@@ -88,6 +93,7 @@ def context_growth_figure(runs: Mapping[str, Sequence[int]], *, max_runs: int = 
     ax.set_xlabel("LLM call")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("input tokens")
+    ax.set_ylim(bottom=0)
     if len(shown) > 1:
         ax.legend(fontsize="x-small", loc="upper left")
     return _png(fig)

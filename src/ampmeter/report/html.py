@@ -6,6 +6,10 @@ blob whose ``<``, ``>`` and ``&`` are escaped, so no log text can close the scri
 the script builds the tree with ``textContent`` only, so text such as ``<script>`` in a node
 name or metadata value is displayed, never run. Children are rendered when a node is opened
 (and long lists in chunks), so a run with 10,000 nodes stays quick to load.
+
+Each run shows how much of each limit it used (the ceilings given, and those its stops name),
+a timeline of its calls with the stops marked, and a filter over its calls. The summary table
+wraps to the page, keeps its header in view and sorts by any column.
 """
 
 from __future__ import annotations
@@ -15,16 +19,18 @@ import datetime as _dt
 import html
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any, Final
 
 from ampmeter import redact
 from ampmeter._files import replaced_when_complete, require_file
 from ampmeter.analysis.amortization import amortization_curve
+from ampmeter.analysis.ceilings import ceilings_from_stops, usage_for_key
 from ampmeter.analysis.quantiles import percentile
 from ampmeter.analysis.runs import Run, load_runs
-from ampmeter.analysis.summary import NUMERIC_COLUMNS, SummaryTable, summarize_run
+from ampmeter.analysis.summary import NUMERIC_COLUMNS, RunSummary, SummaryTable, summarize_run
+from ampmeter.keys import KEY_COST, KEY_COST_FOR
 from ampmeter.metrics import was_sent
 from ampmeter.report import figures
 
@@ -37,12 +43,12 @@ _CALLS: Final = ".calls.jsonl"
 _CSP: Final = (
     "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
 )
+# The amplification factors per root are left out: with one root per run they equal the totals.
 _TABLE_COLUMNS: Final = (
     ("run_id", "run"), ("llm_calls", "LLM calls"), ("tool_calls", "tool calls"),
     ("retries", "retries"), ("tokens_in", "tokens in"), ("tokens_out", "tokens out"),
-    ("cost_usd", "cost (priced)"), ("unpriced_calls", "unpriced calls"),
-    ("llm_calls_per_root", "LLM amp."), ("tool_calls_per_root", "tool amp."),
-    ("retries_per_root", "retry amp."), ("base_context", "base ctx"),
+    ("cost_usd", "cost $ (priced)"), ("unpriced_calls", "unpriced calls"),
+    ("base_context", "base ctx"),
     ("context_growth_avg", "ctx growth"), ("max_depth", "max depth"), ("halted", "halted"),
     ("failed", "failed"), ("termination", "termination"), ("stop_reason", "stop reason"),
 )  # fmt: skip
@@ -68,7 +74,7 @@ def _fmt(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return f"{value:.4g}"
     return str(value)
 
 
@@ -119,6 +125,8 @@ def _nodes(run: Run) -> list[list[Any]]:
             c.retries,
             _scrubbed(c.stop_reason),
             c.error_class,
+            c.end_ms,
+            c.depth,
         ]
         for c in run.calls
     ]
@@ -129,29 +137,108 @@ def _scrubbed(stop_reason: str | None) -> str | None:
     return None if stop_reason is None else redact.scrub(stop_reason)
 
 
+def _cell(key: str, value: object) -> str:
+    if key == "cost_usd" and isinstance(value, float):
+        return _dollars(value)
+    return _fmt(value)
+
+
 def _table(table: SummaryTable) -> str:
     esc = html.escape
-    head = "".join(f"<th>{esc(label)}</th>" for _, label in _TABLE_COLUMNS)
+    texts = ("run_id", "termination", "stop_reason")
+    head = "".join(
+        f'<th scope="col" data-sort="{"text" if k in texts else "num"}" tabindex="0" '
+        f'title="sort by {esc(label)}">{esc(label)}</th>'
+        for k, label in _TABLE_COLUMNS
+    )
     body = []
     for r in table.runs:
         d = r.to_dict()
         d["stop_reason"] = _scrubbed(d["stop_reason"])
         cells = "".join(
-            f'<td class="text">{esc(_fmt(d[k]))}</td>'
-            if k in ("run_id", "termination", "stop_reason")
-            else f"<td>{esc(_fmt(d[k]))}</td>"
+            # <wbr>: "limit_exceeded" may break after its underscore in a narrow column
+            f'<td class="text">{esc(_fmt(d[k])).replace("_", "_<wbr>")}</td>' if k in texts
+            else f'<td data-v="{d[k]!r}">{esc(_cell(k, d[k]))}</td>'
             for k, _ in _TABLE_COLUMNS
-        )
+        )  # fmt: skip
         body.append(f"<tr>{cells}</tr>")
+    foot = []
     for q in ("p50", "p95"):
         cells = "".join(
-            f"<td>{esc(_fmt(table.across[k][q]))}</td>" if k in NUMERIC_COLUMNS
+            f"<td>{esc(_cell(k, table.across[k][q]))}</td>" if k in NUMERIC_COLUMNS
             else f'<td class="text">{q if k == "run_id" else ""}</td>'
             for k, _ in _TABLE_COLUMNS
         )  # fmt: skip
-        body.append(f'<tr class="across">{cells}</tr>')
-    rows = "".join(body)
-    return f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+        foot.append(f'<tr class="across">{cells}</tr>')
+    return (
+        f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
+        f"<tfoot>{''.join(foot)}</tfoot></table>"
+    )
+
+
+def _dollars(value: float) -> str:
+    """Fixed-point dollars with the digits small amounts need (never ``7.26e-05``)."""
+    return f"{value:,.2f}" if value >= 1 else f"{value:.4f}" if value >= 0.01 else f"{value:.6f}"
+
+
+def _amount(key: str, value: float) -> str:
+    if key == KEY_COST or key.startswith(KEY_COST_FOR):
+        return f"${_dollars(value)}"
+    return f"{value:,.0f}" if value == int(value) else f"{value:,.4g}"
+
+
+def _limit_row(key: str, used: float | None, cap: float, origin: str) -> str:
+    esc = html.escape
+    name = f'<span class="key">{esc(key)}</span>'
+    if used is None:
+        return (f'<div class="limit">{name}<span class="muted">not in the log; ceiling '
+                f"{esc(_amount(key, cap))} ({origin})</span></div>")  # fmt: skip
+    share = used / cap if cap > 0 else (1.0 if used > 0 else 0.0)
+    level = "over" if share >= 1 else "near" if share >= 0.8 else "ok"
+    return (
+        f'<div class="limit {level}">{name}<span class="bar" role="meter" '
+        f'aria-valuenow="{share:.4f}" aria-valuemin="0" aria-valuemax="1">'
+        f'<span style="width:{min(share, 1.0) * 100:.1f}%"></span></span>'
+        f'<span class="used">{esc(_amount(key, used))} of {esc(_amount(key, cap))} '
+        f"({share:.0%}; ceiling {origin})</span></div>"
+    )
+
+
+def _limits(run: Run, given: Mapping[str, float]) -> str:
+    """Bars of the run's use of each limit whose ceiling is known."""
+    ceilings = {**ceilings_from_stops(run.calls), **given}
+    if not ceilings:
+        return '<p class="muted">No ceiling known for this run (none given, no stop).</p>'
+    rows = "".join(
+        _limit_row(key, usage_for_key(run.calls, key), cap,
+                   "given" if key in given else "named by a stop")
+        for key, cap in ceilings.items()
+    )  # fmt: skip
+    return f'<div class="limits">{rows}</div>'
+
+
+def _run_item(i: int, run: Run, s: RunSummary, given: Mapping[str, float]) -> str:
+    esc = html.escape
+    marks = []
+    if s.halted:
+        marks.append(f'<span class="badge halt">{s.halted} halted</span>')
+    if s.failed:
+        marks.append(f'<span class="badge fail">{s.failed} failed</span>')
+    return (
+        f'<details class="run" data-run="{i}"><summary>{esc(run.run_id)} '
+        f'<span class="muted">({len(run.calls)} nodes, {esc(s.termination)})</span> '
+        f"{' '.join(marks)}</summary>"
+        f"<h3>Limits</h3>{_limits(run, given)}"
+        f'<h3>Timeline</h3><div class="timeline"></div>'
+        f"<h3>Calls</h3>"
+        f'<div class="filters"><input type="search" class="filter-text" '
+        f'placeholder="filter by name or model" aria-label="filter by name or model">'
+        f'<select class="filter-status" aria-label="status"><option value="">any status</option>'
+        f"<option>success</option><option>fail</option><option>halt</option></select>"
+        f'<select class="filter-model" aria-label="model"><option value="">any model</option>'
+        f'</select><span class="filter-count muted"></span></div>'
+        f"</details>"
+    )
 
 
 def _img(png: bytes, alt: str) -> str:
@@ -167,10 +254,17 @@ def build_report(
     *,
     title: str = "ampmeter report",
     best_effort: bool = False,
+    ceilings: Mapping[str, float] | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
     """The report's HTML for ``logs``: TokenTracker event logs (any name), plus optionally
     ``*.stream.jsonl`` files, whose ``.problems.jsonl`` and ``.token_events.jsonl`` siblings
-    are used for the amortization figure when they are among ``logs`` too."""
+    are used for the amortization figure when they are among ``logs`` too.
+
+    ``ceilings`` maps stats keys (``amp:cost``, ``amp:llm_calls``, ...) to the limits every
+    run had; ceilings named by a run's stops are shown too. ``notes`` are shown under the
+    title (e.g. how the calls were priced).
+    """
     paths = [os.fspath(p) for p in logs]
     if not paths:
         raise ValueError("no log files given")
@@ -212,18 +306,10 @@ def build_report(
 
     data = {"runs": [{"id": r.run_id, "nodes": _nodes(r)} for r in runs]}
     esc = html.escape
-    run_items = []
-    for i, (run, s) in enumerate(zip(runs, summaries, strict=True)):
-        marks = []
-        if s.halted:
-            marks.append(f'<span class="badge halt">{s.halted} halted</span>')
-        if s.failed:
-            marks.append(f'<span class="badge fail">{s.failed} failed</span>')
-        run_items.append(
-            f'<details class="run" data-run="{i}"><summary>{esc(run.run_id)} '
-            f'<span class="muted">({len(run.calls)} nodes, {esc(s.termination)})</span> '
-            f"{' '.join(marks)}</summary></details>"
-        )
+    limits_given = dict(ceilings or {})
+    run_items = [_run_item(i, run, s, limits_given)
+                 for i, (run, s) in enumerate(zip(runs, summaries, strict=True))]  # fmt: skip
+    note_html = "".join(f'<p class="note">{esc(n)}</p>' for n in notes)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sources = ", ".join(os.path.basename(p) for p in paths)
     return f"""<!DOCTYPE html>
@@ -235,13 +321,14 @@ def build_report(
 </head><body>
 <h1>{esc(title)}</h1>
 <p class="muted">{len(runs)} run(s) from {esc(sources)}; generated {stamp}.</p>
+{note_html}
 <h2>Summary</h2>
 {_table(table)}
 <h2>Figures</h2>
 <div class="figures">{"".join(figs)}</div>
 <h2>Runs</h2>
-<p class="muted">Open a run to see its call tree; + opens a node. Halted and failed nodes are
-marked in red and orange.</p>
+<p class="muted">Open a run to see its limits, the timeline of its calls and its call tree;
++ opens a node. Stopped (halted) calls are marked in red, failed ones in orange.</p>
 <div id="runs">{"".join(run_items) or '<p class="muted">no runs</p>'}</div>
 <script type="application/json" id="amp-data">{embed_json(data)}</script>
 <script>{_asset("report.js")}</script>
@@ -255,10 +342,13 @@ def write_report(
     *,
     title: str = "ampmeter report",
     best_effort: bool = False,
+    ceilings: Mapping[str, float] | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
-    """Build the report and write it to ``out`` (replaced only when complete); returns the
-    path written."""
-    text = build_report(logs, title=title, best_effort=best_effort)
+    """Build the report (see :func:`build_report`) and write it to ``out`` (replaced only
+    when complete); returns the path written."""
+    text = build_report(logs, title=title, best_effort=best_effort, ceilings=ceilings,
+                        notes=notes)  # fmt: skip
     target = os.fspath(out)
     with replaced_when_complete(target) as tmp, open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text)

@@ -1,0 +1,118 @@
+"""How much of each limit a run used: a stats key's value added up from a run's calls, and
+the ceilings that the logs reveal.
+
+Logs do not carry limits, but a stopped call's reason names the limit it hit and its ceiling
+(``limit exceeded: amp:cost = 0.0031 > 0.003``); :func:`ceilings_from_stops` collects those.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Final, NamedTuple
+
+from ampmeter.analysis.runs import Call
+from ampmeter.keys import (
+    KEY_COST,
+    KEY_COST_FOR,
+    KEY_INPUT_TOKENS,
+    KEY_INPUT_TOKENS_FOR,
+    KEY_LLM_CALLS,
+    KEY_OUTPUT_TOKENS,
+    KEY_OUTPUT_TOKENS_FOR,
+    KEY_STEPS,
+    KEY_TOOL_CALLS,
+    KEY_TOOL_CALLS_FOR,
+)
+
+__all__ = [
+    "StopLimit",
+    "call_usage",
+    "ceilings_from_stops",
+    "derivable",
+    "parse_stop_reason",
+    "usage_for_key",
+]
+
+_STOP_REASON: Final = re.compile(
+    r"(?P<key>[\w:./@-]+) = (?P<value>[-+\d.eE]+) > (?P<cap>[-+\d.eE]+)"
+)
+
+
+class StopLimit(NamedTuple):
+    """The limit named in a stop reason: its key, the value it would have reached, its ceiling."""
+
+    key: str
+    value: float
+    ceiling: float
+
+
+def parse_stop_reason(reason: str | None) -> StopLimit | None:
+    """The limit in ``limit exceeded: KEY = VALUE > CEILING``, or None if it names none."""
+    match = _STOP_REASON.search(reason or "")
+    if match is None:
+        return None
+    try:
+        return StopLimit(match["key"], float(match["value"]), float(match["cap"]))
+    except ValueError:
+        return None
+
+
+def ceilings_from_stops(calls: Iterable[Call]) -> dict[str, float]:
+    """Ceilings named by the stopped (``halt``) calls, by stats key."""
+    found: dict[str, float] = {}
+    for call in calls:
+        if call.status == "halt":
+            limit = parse_stop_reason(call.stop_reason)
+            if limit is not None:
+                found[limit.key] = limit.ceiling
+    return found
+
+
+_EXACT_KEYS: Final = frozenset({KEY_COST, KEY_LLM_CALLS, KEY_TOOL_CALLS, KEY_STEPS,
+                                 KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS})  # fmt: skip
+_PREFIX_KEYS: Final = (
+    KEY_COST_FOR,
+    KEY_TOOL_CALLS_FOR,
+    KEY_INPUT_TOKENS_FOR,
+    KEY_OUTPUT_TOKENS_FOR,
+)
+
+
+def derivable(key: str) -> bool:
+    """True when the logs can tell the value of stats key ``key`` (see :func:`call_usage`)."""
+    return key in _EXACT_KEYS or key.startswith(_PREFIX_KEYS)
+
+
+def call_usage(call: Call) -> dict[str, float]:
+    """What one call adds to each stats key that logs can tell.
+
+    A stopped (``halt``) call was never made and adds nothing; tokens come from LLM calls
+    only; ``amp:steps`` counts successful LLM and tool calls.
+    """
+    if call.status == "halt":
+        return {}
+    model, cost = call.model, call.cost_usd
+    usage = {KEY_COST: cost}
+    if model:
+        usage[KEY_COST_FOR + model] = cost
+    if call.kind == "llm":
+        usage[KEY_LLM_CALLS] = 1.0
+        usage[KEY_INPUT_TOKENS] = float(call.tokens_in)
+        usage[KEY_OUTPUT_TOKENS] = float(call.tokens_out)
+        if model:
+            usage[KEY_INPUT_TOKENS_FOR + model] = float(call.tokens_in)
+            usage[KEY_OUTPUT_TOKENS_FOR + model] = float(call.tokens_out)
+    elif call.kind == "tool":
+        usage[KEY_TOOL_CALLS] = 1.0
+        usage[KEY_TOOL_CALLS_FOR + call.name] = 1.0
+    if call.kind in ("llm", "tool") and call.status == "success":
+        usage[KEY_STEPS] = 1.0
+    return usage
+
+
+def usage_for_key(calls: Iterable[Call], key: str) -> float | None:
+    """The value of stats key ``key`` added up from ``calls`` (None: logs cannot tell it)."""
+    if not derivable(key):
+        return None
+    return float(sum(call_usage(call).get(key, 0.0) for call in calls))

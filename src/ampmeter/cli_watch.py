@@ -1,0 +1,91 @@
+"""The ``ampmeter watch`` command, added to the app by :func:`register`.
+
+Only typer is imported here; the view (rich, the log follower) loads when the command runs.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+__all__ = ["register"]
+
+
+def _watch(
+    logs: Annotated[
+        list[str],
+        typer.Argument(
+            help="JSONL logs to follow: paths, or globs in quotes (e.g. 'runs/*.jsonl') that "
+            "also pick up files created later.",
+            show_default=False,
+        ),
+    ],
+    once: Annotated[
+        bool, typer.Option("--once", help="Print one frame of what the logs hold now and exit.")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", help="Seconds between redraws.", min=0.05)
+    ] = 1.0,
+    max_cost: Annotated[
+        float | None, typer.Option("--max-cost", help="The runs' cost ceiling in USD.")
+    ] = None,
+    max_llm_calls: Annotated[
+        int | None, typer.Option("--max-llm-calls", help="The runs' most LLM calls.")
+    ] = None,
+    max_input_tokens: Annotated[
+        int | None, typer.Option("--max-input-tokens", help="The runs' most input tokens.")
+    ] = None,
+    max_tokens_per_model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--max-tokens-per-model",
+            metavar="MODEL=N",
+            help="Most input tokens for one model (repeatable).",
+        ),
+    ] = None,
+    runs: Annotated[int, typer.Option("--runs", help="How many runs to show.", min=1)] = 4,
+    rows: Annotated[int, typer.Option("--rows", help="Call-tree rows per run.", min=1)] = 20,
+) -> None:
+    """Watch JSONL logs while they are written: call trees, spend against ceilings, stops.
+
+    Follows every file as it grows, from one process or many. Calls that have not ended yet
+    are shown as running once one of their inner calls has ended. Ceilings come from the flags
+    or the same AMPMETER_MAX_* variables as `ampmeter run`; a stop in the log also shows the
+    ceiling of the limit that made it.
+    """
+    from ampmeter.runner import RunConfig, parse_model_limits
+    from ampmeter.watch import watch
+
+    try:
+        config = RunConfig.from_env(
+            os.environ, max_cost=max_cost, max_llm_calls=max_llm_calls,
+            max_input_tokens=max_input_tokens,
+            max_tokens_per_model=parse_model_limits(max_tokens_per_model or []),
+        )  # fmt: skip
+    except ValueError as exc:
+        typer.echo(f"ampmeter watch: error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    compressed = [p for p in logs if p.endswith(".gz") and not _is_glob(p)]
+    if compressed:
+        typer.echo(f"ampmeter watch: error: {compressed[0]} is compressed; watch follows plain "
+                   "JSONL files as they grow (use `ampmeter summary` or `report` for .gz)",
+                   err=True)  # fmt: skip
+        raise typer.Exit(2)
+    if once and not any(os.path.isfile(p) or _is_glob(p) for p in logs):
+        typer.echo(f"ampmeter watch: error: no such file: {logs[0]}", err=True)
+        raise typer.Exit(2)
+    ceilings = {limit.key: float(limit.max_value) for limit in config.limits()}
+    watch(logs, ceilings=ceilings, once=once, interval=interval, max_runs=runs, max_rows=rows)
+
+
+def _is_glob(text: str) -> bool:
+    import glob
+
+    return glob.has_magic(text)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``watch`` command to ``app``."""
+    app.command("watch")(_watch)

@@ -1,0 +1,78 @@
+"""``ampmeter watch``: a live terminal view of JSONL logs while they are being written.
+
+:class:`~ampmeter.watch.follow.LogFollower` reads what one or many processes append to the
+logs (and files that appear later under a glob), :class:`~ampmeter.watch.state.WatchState`
+turns the events into call trees and usage against ceilings, and
+:func:`~ampmeter.watch.view.render_frame` draws them with rich. Needs the ``cli`` extra.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+
+from rich.console import Console, RenderableType
+from rich.live import Live
+
+from ampmeter.watch.follow import LogFollower
+from ampmeter.watch.state import WatchState
+from ampmeter.watch.view import FrameInfo, render_frame
+
+__all__ = ["LogFollower", "WatchState", "render_frame", "watch"]
+
+
+def _poll(follower: LogFollower, state: WatchState) -> None:
+    for batch in follower.poll():
+        if batch.restarted:
+            state.forget(batch.path)
+        state.add(batch.records, batch.path)
+
+
+def _frame(follower: LogFollower, state: WatchState, live: bool, max_runs: int,
+           max_rows: int) -> RenderableType:  # fmt: skip
+    info = FrameInfo(
+        patterns=follower.patterns,
+        files=len(follower.paths),
+        lines=sum(follower.lines_read(p) for p in follower.paths),
+        bad_lines=follower.bad_lines,
+        pending_bytes=follower.pending_bytes,
+    )
+    now_ms = time.time() * 1000.0 if live else None
+    return render_frame(state, info, now_ms=now_ms, max_runs=max_runs, max_rows=max_rows)
+
+
+def watch(
+    patterns: Sequence[str | os.PathLike[str]],
+    *,
+    ceilings: Mapping[str, float] | None = None,
+    once: bool = False,
+    interval: float = 1.0,
+    max_runs: int = 4,
+    max_rows: int = 20,
+    console: Console | None = None,
+) -> None:
+    """Show the logs matching ``patterns`` (paths or globs), redrawn every ``interval`` s.
+
+    ``ceilings`` maps stats keys (``amp:cost``, ``amp:llm_calls``, ...) to their limits.
+    ``once`` prints a single frame of what the files hold now and returns; otherwise the view
+    runs until interrupted (Ctrl-C ends it quietly).
+    """
+    if not interval > 0:
+        raise ValueError(f"interval must be a number of seconds > 0, got {interval!r}")
+    follower = LogFollower(patterns)
+    state = WatchState(ceilings)
+    out = console or Console()
+    _poll(follower, state)
+    if once:
+        out.print(_frame(follower, state, False, max_runs, max_rows))
+        return
+    first = _frame(follower, state, True, max_runs, max_rows)
+    try:
+        with Live(first, console=out, auto_refresh=False, redirect_stderr=False) as live:
+            while True:
+                time.sleep(interval)
+                _poll(follower, state)
+                live.update(_frame(follower, state, True, max_runs, max_rows), refresh=True)
+    except KeyboardInterrupt:
+        return

@@ -1,0 +1,288 @@
+"""``ampmeter watch``: following logs as they grow, inferring running calls, and the frames it
+draws over logs written at the same time by real processes (``ampmeter run`` on the local model,
+a program writing with JsonlSink) and, in tmux, as a person sees it live."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ampmeter import ExecutionContext, JsonlSink, LimitExceeded
+from ampmeter.cli import app
+from ampmeter.local_llm import LocalLLMServer
+from ampmeter.watch import LogFollower, WatchState, watch
+
+WAIT_S = 120.0  # generous: the machine is shared; nothing here asserts how long a thing takes
+
+
+def wait_for(what: str, check: Callable[[], str | None]) -> str:
+    """Poll ``check`` until it returns text; fail naming ``what`` after WAIT_S."""
+    deadline = time.monotonic() + WAIT_S
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last is not None:
+            return last
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def event(span: str, parent: str | None = None, *, run: str = "r1", status: str = "success",
+          kind: str = "llm_completion", cost: float = 0.001, stop: str | None = None,
+          ts: str = "2026-01-22T08:10:00.000Z") -> bytes:  # fmt: skip
+    body = {"timestamp": ts, "run_id": run, "span_id": span, "event_type": kind,
+            "operation": f"op_{span}", "component": "pipeline", "model": "m",
+            "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+            "cost_usd": cost, "latency_ms": 500,
+            "metadata": {"status": status, "stop_reason": stop}}  # fmt: skip
+    if parent is not None:
+        body["parent_id"] = parent
+    return json.dumps(body).encode() + b"\n"
+
+
+def frame(*args: str) -> str:
+    result = CliRunner().invoke(app, ["watch", "--once", *args], env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def frame_showing(pattern: str, *args: str) -> Callable[[], str | None]:
+    """A check for :func:`wait_for`: the ``--once`` frame, once ``pattern`` is in it."""
+
+    def check() -> str | None:
+        result = CliRunner().invoke(app, ["watch", "--once", *args], env={"COLUMNS": "160"})
+        if result.exit_code == 2 and "no such file" in result.output:  # not created yet
+            return None
+        assert result.exit_code == 0, result.output
+        return result.stdout if re.search(pattern, result.stdout) else None
+
+    return check
+
+
+def test_a_cut_line_is_kept_and_completed_by_the_next_read(tmp_path: Path) -> None:
+    log = tmp_path / "a.jsonl"
+    line = event("n000002")
+    log.write_bytes(event("n000001") + line[:40])
+    follower = LogFollower([log])
+    (batch,) = follower.poll()
+    assert [r["span_id"] for r in batch.records] == ["n000001"]
+    assert follower.pending_bytes == 40 and batch.bad_lines == 0
+    assert follower.poll() == []  # nothing new yet
+    with log.open("ab") as handle:
+        handle.write(line[40:])
+    (batch,) = follower.poll()
+    assert [r["span_id"] for r in batch.records] == ["n000002"]
+    assert follower.pending_bytes == 0 and follower.lines_read(str(log)) == 2
+
+
+def test_bad_lines_are_counted_and_new_files_under_a_glob_join(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_bytes(event("n000001") + b"{not json\n" + event("n000002"))
+    (tmp_path / "c.jsonl.gz").write_bytes(b"\x1f\x8b compressed: not followed")
+    follower = LogFollower([str(tmp_path / "*")])
+    (batch,) = follower.poll()
+    assert len(batch.records) == 2 and follower.bad_lines == 1
+    (tmp_path / "b.jsonl").write_bytes(event("n000001", run="r2"))
+    (batch,) = follower.poll()
+    assert batch.path.endswith("b.jsonl") and batch.records[0]["run_id"] == "r2"
+    (tmp_path / "a.jsonl").write_bytes(event("n000009"))  # truncated and rewritten: start over
+    (batch,) = follower.poll()
+    assert batch.restarted and [r["span_id"] for r in batch.records] == ["n000009"]
+
+
+def test_state_infers_running_parents_learns_ceilings_and_adds_up(tmp_path: Path) -> None:
+    state = WatchState({"amp:llm_calls": 10})
+    lines = [event("n000003", "n000002"), event("n000004", "n000002", kind="tool_call", cost=0),
+             event("n000005", "n000002", status="halt", cost=0,
+                   stop="limit exceeded: amp:cost = 0.0031 > 0.003")]  # fmt: skip
+    state.add([json.loads(x) for x in lines], "a.jsonl")
+    (run,) = state.runs.values()
+    assert run.running() == ["n000002"]
+    assert run.usage("amp:llm_calls") == 1  # the halted call was never made
+    assert run.usage("amp:tool_calls") == 1 and run.usage("amp:cost") == pytest.approx(0.001)
+    assert run.usage("amp:input_tokens:m") == 100 and run.usage("amp:unknown") is None
+    assert state.ceilings_of(run) == {"amp:cost": 0.003, "amp:llm_calls": 10}
+    (stop,) = state.stops()
+    assert stop.span_id == "n000005" and "amp:cost" in stop.reason
+    state.add([json.loads(event("n000002", kind="cpu_op", cost=0))], "a.jsonl")
+    assert run.running() == []
+    state.forget("a.jsonl")
+    assert state.runs == {}
+
+
+def test_a_span_seen_twice_counts_once_and_rates_cover_the_last_minute() -> None:
+    state = WatchState()
+    # 120 LLM calls over two minutes, one a second, $0.001 each; then one line repeated.
+    lines = [event(f"n{i:06d}", ts=f"2026-01-22T08:{10 + i // 60:02d}:{i % 60:02d}.000Z")
+             for i in range(120)]  # fmt: skip
+    state.add([json.loads(x) for x in lines], "a.jsonl")
+    state.add([json.loads(lines[-1])], "a.jsonl")
+    (run,) = state.runs.values()
+    assert run.usage("amp:llm_calls") == 120 and run.usage("amp:cost") == pytest.approx(0.12)
+    rates = state.rates()
+    assert rates.window_s == 60.0
+    assert rates.calls_per_min == 61  # the seconds 08:10:59 to 08:11:59 hold 61 calls
+    assert rates.usd_per_min == pytest.approx(0.061)
+    assert state.rates(now_ms=rates.window_s * 1000 + 1e15).calls_per_min == 0  # long idle
+
+
+def test_once_frame_shows_tree_bars_stops_and_a_pending_line(tmp_path: Path) -> None:
+    log = tmp_path / "a.jsonl"
+    stop = "limit exceeded: amp:llm_calls = 3 > 2"
+    halted = event("n000004", status="halt", cost=0, stop=stop)
+    log.write_bytes(event("n000003", "n000002") + halted + event("n000005")[:30])
+    text = frame(str(log), "--max-cost", "0.004")
+    assert "1 file(s), 2 line(s), 30 byte(s) of a line still being written" in text
+    assert "● running n000002" in text and "✓ llm op_n000003" in text
+    assert "■ llm op_n000004  m  stopped: limit exceeded: amp:llm_calls = 3 > 2" in text
+    assert re.search(r"amp:cost\s+\$0\.001000 .*25% of \$0\.004000", text), text
+    assert re.search(r"amp:llm_calls\s+1 .*50% of 2", text), text  # learned from the stop
+    assert "last stops" in text
+
+
+def test_bad_input_is_one_clear_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["watch", "--once", str(tmp_path / "missing.jsonl")])
+    assert result.exit_code == 2 and "no such file" in result.output
+    result = CliRunner().invoke(app, ["watch", "--once", "x", "--max-tokens-per-model", "oops"])
+    assert result.exit_code == 2 and "MODEL=N" in result.output
+    result = CliRunner().invoke(app, ["watch", "--once", str(tmp_path / "old.jsonl.gz")])
+    assert result.exit_code == 2 and "compressed" in result.output
+    with pytest.raises(ValueError, match="interval"):
+        watch([], interval=0)
+
+
+WRITER = """
+import sys, time
+from pathlib import Path
+from ampmeter import ExecutionContext, JsonlSink
+out, gate = sys.argv[1], Path(sys.argv[2])
+def wait(name):
+    while not (gate / name).exists():
+        time.sleep(0.05)
+with JsonlSink(out, flush="line") as log:
+    with ExecutionContext("worker", sinks=[log]) as ctx:
+        with ctx.step("research"):
+            with ctx.llm_call("draft", model="gpt-4o-mini") as call:
+                call.record(tokens_in=1000, tokens_out=200)
+            wait("go")
+"""
+
+
+def test_a_call_still_running_in_another_process_is_shown_running(tmp_path: Path) -> None:
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    log = tmp_path / "w.jsonl"
+    proc = subprocess.Popen([sys.executable, str(script), str(log), str(tmp_path)])
+    try:
+        text = wait_for("the inner call's line", frame_showing("draft", str(log)))
+        assert "● running n000002" in text and "1 running" in text
+        assert "✓ llm draft  gpt-4o-mini  1,000→200 tok" in text
+        (tmp_path / "go").touch()
+        assert proc.wait(timeout=WAIT_S) == 0
+    finally:
+        proc.kill()
+    text = frame(str(log))
+    assert "✓ system research" in text and "nothing running" in text and "● running" not in text
+
+
+LOOP = """
+import os, sys, time, openai
+from pathlib import Path
+client = openai.OpenAI(base_url=os.environ["LLM_URL"], api_key="k", max_retries=0)
+for i in range(100):
+    client.chat.completions.create(model=os.environ["LLM_MODEL"], max_tokens=2,
+        messages=[{"role": "user", "content": "Say yes. " * (i + 1)}])
+    while not Path(sys.argv[1], f"go{i}").exists():
+        time.sleep(0.05)
+"""
+
+
+def test_frames_follow_a_real_ampmeter_run_until_its_limit_stops_it(
+    tmp_path: Path, llm_server: LocalLLMServer
+) -> None:
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    log = tmp_path / "run.jsonl"
+    env = {**os.environ, "LLM_URL": llm_server.base_url, "LLM_MODEL": llm_server.model}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ampmeter", "run", "--max-llm-calls", "3", "--out", str(log),
+         "--", sys.executable, str(script), str(tmp_path)],
+        env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        for calls in (1, 2, 3):
+            # The watcher sees each call while the run waits before its next one.
+            pattern = rf"amp:llm_calls\s+{calls} .*{round(calls / 3 * 100)}% of 3"
+            text = wait_for(f"{calls} call(s) in the frame",
+                            frame_showing(pattern, str(log), "--max-llm-calls", "3"))  # fmt: skip
+            assert "unpriced" in text  # the local model has no price: not shown as $0
+            (tmp_path / f"go{calls - 1}").touch()
+        _, stderr = proc.communicate(timeout=WAIT_S)
+        assert proc.returncode == 3, stderr
+    finally:
+        proc.kill()
+    text = frame(str(log), "--max-llm-calls", "3")
+    assert "stopped: limit exceeded: amp:llm_calls = 4 > 3" in text
+    assert re.search(r"amp:llm_calls\s+3 .*100% of 3", text), text
+    assert text.count("✓ llm ") == 3 and "nothing running" in text
+
+
+@pytest.fixture
+def tmux() -> Iterator[str]:
+    if shutil.which("tmux") is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux is missing: scripts/system-deps.sh installs it")
+        pytest.skip("tmux is not installed (scripts/system-deps.sh installs it)")
+    session = f"ampmeter-watch-{os.getpid()}"
+    yield session
+    subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_live_view_in_a_real_terminal(tmp_path: Path, tmux: str) -> None:
+    command = (f"{sys.executable} -m ampmeter watch --interval 0.2 --max-cost 0.01 "
+               f"'{tmp_path}/*.jsonl'")  # fmt: skip
+    subprocess.run(["tmux", "new-session", "-d", "-s", tmux, "-x", "150", "-y", "45", command],
+                   check=True, env={**os.environ, "TERM": "xterm-256color"})  # fmt: skip
+
+    def screen(needle: str) -> Callable[[], str | None]:
+        def check() -> str | None:
+            shown = subprocess.run(["tmux", "capture-pane", "-p", "-t", tmux],
+                                   capture_output=True, text=True).stdout  # fmt: skip
+            return shown if needle in shown else None
+
+        return check
+
+    wait_for("the empty view", screen("waiting for"))
+    log = tmp_path / "live.jsonl"
+    with (
+        JsonlSink(log, flush="line", run_id="live-run") as sink,
+        ExecutionContext("agent", max_cost_usd=0.0025, sinks=[sink]) as ctx,
+    ):
+        with ctx.llm_call("plan", model="gpt-4o-mini") as call:
+            call.record(tokens_in=10_000, tokens_out=500)
+        shown = wait_for("the first call", screen("llm plan"))
+        assert "run live-run" in shown and "amp:cost" in shown and "of $0.010000" in shown
+        with pytest.raises(LimitExceeded):
+            for _ in range(5):
+                with ctx.llm_call("act", model="gpt-4o-mini", max_tokens=500) as call:
+                    call.record(tokens_in=10_000, tokens_out=500)
+    wait_for("the stop", screen("last stops"))
+    with log.open("ab") as handle:  # a line cut in two writes is shown once it is whole
+        line = event("n000099", run="live-run", cost=0.0)
+        handle.write(line[:50])
+        handle.flush()
+        wait_for("the pending bytes", screen("still being written"))
+        handle.write(line[50:])
+    wait_for("the completed line", screen("op_n000099"))
+    # The view redraws in place: one frame's worth of lines, not a scrolling log.
+    shown = screen("ampmeter watch")() or ""
+    assert shown.count("ampmeter watch") == 1
