@@ -654,7 +654,6 @@ def test_set_price_under_concurrent_price_calls() -> None:
                 set_price(f"w{provider}-{i}", input_per_mtok=i, output_per_mtok=i)
                 set_price("gpt-4o", input_per_mtok=1.0, output_per_mtok=1.0, provider=provider)
                 remove_price("gpt-4o", provider=provider)
-            clear_prices()
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -664,6 +663,7 @@ def test_set_price_under_concurrent_price_calls() -> None:
         t.start()
     for t in writers:
         t.join()
+    clear_prices()  # after both writers: one clearing mid-way would remove the other's price
     stop.set()
     for t in readers:
         t.join()

@@ -26,6 +26,8 @@ import threading
 from collections.abc import Mapping
 from typing import Final
 
+from ampmeter.errors import AmpmeterError
+
 __all__ = [
     "MIN_SECRET_LENGTH",
     "REDACTED",
@@ -109,10 +111,11 @@ def error_text(exc: BaseException) -> str:
     content capture is off)`` for a provider error; ``ValueError: bad input`` otherwise.
     """
     head = type(exc).__name__
+    ours = isinstance(exc, AmpmeterError)  # ampmeter's own words: no provider body inside
     status = getattr(exc, "status_code", None)
-    if type(status) is int:
+    if type(status) is int and not ours:
         head += f" (HTTP {status})"
-    if _carries_provider_body(exc) and not _capture_content:
+    if not ours and _carries_provider_body(exc) and not _capture_content:
         codes = _safe_codes(exc)
         detail = ", ".join(codes) + " " if codes else ""
         return f"{head}: {detail}(message withheld: content capture is off)"
