@@ -201,13 +201,13 @@ PUBLIC_API = {
     "Call", "Decision", "EventSchemaError", "ExceededLimit", "ExecutionCanceled",
     "ExecutionContext", "ExecutionGraph", "ExecutionResult", "ExecutionStats", "Executor",
     "HookAbort", "InMemoryLedger", "JsonlError", "JsonlSink", "LLMCallMetrics", "Ledger", "Limit",
-    "LimitExceeded", "LimitType", "LogLineError", "MemorySink", "ModelCallTrace", "Node",
-    "ParseErrorTrace", "PriceResult", "Reservation", "Sink", "SinkClosedError", "SinkWriteError",
+    "LimitEvent", "LimitExceeded", "LimitType", "LogLineError", "MemorySink", "ModelCallTrace",
+    "Node", "ParseErrorTrace", "PriceResult", "Reservation", "Sink", "SinkClosedError", "SinkWriteError",
     "SqliteLedger",
     "StreamAbandoned", "StreamCumulativeMetrics", "StreamMetricsLogger", "TaskResult",
     "TerminationReason", "ToolCallTrace", "Usage", "WrapOptions", "check_limits", "clear_prices",
     "current_context", "current_node_id", "default_limits", "estimate", "event_errors",
-    "instrument", "instrument_anthropic", "instrument_openai", "keys", "price", "pricing",
+    "final_call", "instrument", "instrument_anthropic", "instrument_openai", "keys", "price", "pricing",
     "read_jsonl", "remove_price", "set_price", "uninstrument", "validate_event",
 }  # fmt: skip
 

@@ -76,7 +76,9 @@ class Limit:
             object.__setattr__(self, "type", LimitType(self.type))
         except ValueError:
             raise ValueError(f"Limit type must be 'exact' or 'prefix', got {self.type!r}") from None
-        object.__setattr__(self, "warn_at", warn_fractions(self.warn_at, f"warn_at of {self.key!r}"))
+        object.__setattr__(
+            self, "warn_at", warn_fractions(self.warn_at, f"warn_at of {self.key!r}")
+        )
         if not isinstance(self.soft, bool):
             raise TypeError(f"Limit soft must be a bool, got {type(self.soft).__name__}")
         if self.window_s is not None:

@@ -433,6 +433,8 @@ _PATTERN_CHARS: Final = frozenset("*?[")
 
 def _is_pattern(model: str) -> bool:
     return not _PATTERN_CHARS.isdisjoint(model)
+
+
 _overrides_lock = threading.Lock()
 
 
@@ -482,8 +484,8 @@ def set_price(
     correct a price. Names match case-insensitively and exactly, or, when ``model`` holds ``*``,
     ``?`` or ``[``, as an fnmatch pattern: ``set_price("ft:gpt-4o-mini*", ...)`` prices every
     such fine-tune (an exact price wins over a pattern, a longer pattern over a shorter one). A
-    provider-prefixed name (``openai/x``) also finds the price set for ``x``. With ``provider`` the price
-    applies only to calls that name that provider; without it, to every call of ``model``.
+    provider-prefixed name (``openai/x``) also finds the price set for ``x``. With ``provider``
+    the price applies only to calls that name that provider; without it, to every call of ``model``.
     Cache reads and writes without their own rate are billed at the input rate, reasoning tokens
     at the output rate. Results carry ``pricing_version == "user"``.
     """

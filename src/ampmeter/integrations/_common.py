@@ -29,6 +29,8 @@ from typing import Any, Final
 
 from ampmeter.context import Call, ExecutionContext, current_context
 from ampmeter.errors import StreamAbandoned
+from ampmeter.limits import ExceededLimit
+from ampmeter.policies import in_final_call
 
 __all__ = [
     "META_OPERATION",
@@ -172,7 +174,13 @@ class Adapter:
         raise NotImplementedError
 
 
-def _begin(ctx: ExecutionContext, adapter: Adapter, info: RequestInfo) -> Call:
+def _begin(
+    ctx: ExecutionContext,
+    adapter: Adapter,
+    info: RequestInfo,
+    request: Mapping[str, Any] | None = None,
+    refused: ExceededLimit | None = None,
+) -> Call:
     meta: dict[str, Any] = {META_OPERATION: adapter.operation}
     if settings.capture_content:
         meta[META_PROMPT_TEXT] = info.prompt_text
@@ -183,7 +191,10 @@ def _begin(ctx: ExecutionContext, adapter: Adapter, info: RequestInfo) -> Call:
         prompt_text=info.prompt_text,
         provider=adapter.provider,
         metadata=meta,
+        final=in_final_call(),
     )
+    if request is not None and ctx.policies is not None:
+        ctx.policies.mark_request(call, request, refused)
     call.start()
     return call
 
@@ -200,10 +211,17 @@ def _finish(call: Call, tally: Tally | None, exc: BaseException | None) -> None:
 def _before(
     ctx: ExecutionContext, adapter: Adapter, kwargs: dict[str, Any]
 ) -> tuple[Call, RequestInfo, bool]:
-    """Admit a call (limits checked, node running) before the SDK sends it."""
+    """Admit a call (limits checked, node running) before the SDK sends it.
+
+    Under budget pressure the context's ``on_budget_pressure`` hook may first change the
+    request (``kwargs``, in place) or refuse it (the call is then refused at admission)."""
+    policies = ctx.policies
+    refused = None
+    if policies is not None and policies.pressure is not None:
+        refused = policies.relieve_pressure(ctx, kwargs)
     info = adapter.request_info(kwargs)
     hide = adapter.prepare_stream(kwargs) if info.stream else False
-    return _begin(ctx, adapter, info), info, hide
+    return _begin(ctx, adapter, info, kwargs, refused), info, hide
 
 
 # The header the Stainless SDKs (openai, anthropic) add to a request made through
