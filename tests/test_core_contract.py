@@ -202,13 +202,13 @@ PUBLIC_API = {
     "ExecutionContext", "ExecutionGraph", "ExecutionResult", "ExecutionStats", "Executor",
     "HookAbort", "InMemoryLedger", "JsonlError", "JsonlSink", "LLMCallMetrics", "Ledger", "Limit",
     "LimitEvent", "LimitExceeded", "LimitType", "LogLineError", "MemorySink", "ModelCallTrace",
-    "Node", "ParseErrorTrace", "PriceResult", "Reservation", "Sink", "SinkClosedError", "SinkWriteError",
-    "SqliteLedger",
+    "Node", "ParseErrorTrace", "PriceResult", "Reservation", "Sink", "SinkClosedError",
+    "SinkWriteError", "SqliteLedger",
     "StreamAbandoned", "StreamCumulativeMetrics", "StreamMetricsLogger", "TaskResult",
     "TerminationReason", "ToolCallTrace", "Usage", "WrapOptions", "check_limits", "clear_prices",
     "current_context", "current_node_id", "default_limits", "estimate", "event_errors",
-    "final_call", "instrument", "instrument_anthropic", "instrument_openai", "keys", "price", "pricing",
-    "read_jsonl", "remove_price", "set_price", "uninstrument", "validate_event",
+    "final_call", "instrument", "instrument_anthropic", "instrument_openai", "keys", "price",
+    "pricing", "read_jsonl", "remove_price", "set_price", "uninstrument", "validate_event",
 }  # fmt: skip
 
 

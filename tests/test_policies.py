@@ -247,6 +247,21 @@ def test_bad_warn_at_is_refused(value: object, error: type[Exception]) -> None:
         ExecutionContext(max_cost_usd=1, warn_at=value)  # type: ignore[arg-type]
 
 
+def test_trace_records_warn_and_soften_too() -> None:
+    events: list[LimitEvent] = []
+    limits = [Limit(KEY_COST, 1.0, warn_at=(0.5,)), Limit(KEY_TOOL_CALLS, 1, soft=True)]
+    with ExecutionContext(limits=limits, on_limit_event=events.append) as ctx:
+        ctx.trace(ampmeter.ModelCallTrace(model="m", input_tokens=5, output_tokens=5,
+                                          cost_usd=0.6))  # fmt: skip
+        ctx.trace(ampmeter.ToolCallTrace(tool_name="search"))
+        ctx.trace(ampmeter.ToolCallTrace(tool_name="search"))
+        assert ctx.wrap_up
+    assert [(e.kind, e.node_id) for e in events] == [("warning", ctx.node_id),
+                                                     ("soft_limit", ctx.node_id)]  # fmt: skip
+    root = ctx.graph.kernel.node(ctx.node_id)
+    assert [e["kind"] for e in root.metadata[META_LIMIT_EVENTS]] == ["warning", "soft_limit"]
+
+
 # -- soft limits ----------------------------------------------------------------------------------
 
 
@@ -336,6 +351,21 @@ def test_the_reserve_counts_calls_in_flight_and_children() -> None:
 def test_bad_reserves_are_refused(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         ExecutionContext(**kwargs)
+
+
+def test_the_reserve_holds_across_processes_through_a_shared_ledger(tmp_path: Path) -> None:
+    # Two contexts on two ledger objects over one SQLite file: what two processes would have.
+    path = tmp_path / "budget.sqlite"
+    with ampmeter.SqliteLedger(path, "team") as other_ledger:
+        other = ExecutionContext(ledger=other_ledger, max_cost_usd=1.0)
+        with other:
+            paid(other, 0.5)
+    with ampmeter.SqliteLedger(path, "team") as ledger:
+        with ExecutionContext(ledger=ledger, max_cost_usd=1.0, final_reserve_usd=0.3) as ctx:
+            with pytest.raises(LimitExceeded, match="shared budget"):
+                paid(ctx, 0.25)  # locally 0.25 fits; the shared 0.5 + 0.25 > 1.0 - 0.3
+            paid(ctx, 0.45, final=True)
+        assert ledger.spent()[KEY_COST] == pytest.approx(0.95)
 
 
 # -- windowed limits ------------------------------------------------------------------------------

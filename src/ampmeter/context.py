@@ -811,10 +811,15 @@ class ExecutionContext:
                 calls=1,
             )
             self._kernel.add_usage(self._level, usage)
+            if self.policies is not None:
+                self.policies.traced(usage)
         elif isinstance(record, ToolCallTrace):
             if type(record.tool_name) is not str or not record.tool_name:
                 raise ValueError(f"tool_name must be a non-empty str, got {record.tool_name!r}")
-            self._kernel.add_usage(self._level, Usage("tool", tool=record.tool_name, calls=1))
+            usage = Usage("tool", tool=record.tool_name, calls=1)
+            self._kernel.add_usage(self._level, usage)
+            if self.policies is not None:
+                self.policies.traced(usage)
         elif isinstance(record, ParseErrorTrace):
             if record.error_type == "format":
                 keys = (KEY_FORMAT_PARSE_ERROR_TOTAL, KEY_FORMAT_PARSE_ERROR_AT,
@@ -1155,6 +1160,8 @@ class ExecutionContext:
                     owners[key] = limit
         if not ceilings:
             return
+        if self.policies is not None:  # an ordinary call leaves the final-answer reserve
+            ceilings = self.policies.shared_ceilings(ctx, call, ceilings)
         amounts = {key: reservation.get(key, 0.0) for key in ceilings}
         try:
             held = ledger.reserve(amounts, ceilings)

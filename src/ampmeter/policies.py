@@ -534,6 +534,18 @@ class Policies:
             rows = self._with_windows(rows)
         return rows, None
 
+    @staticmethod
+    def shared_ceilings(
+        owner: ExecutionContext, call: Call, ceilings: dict[str, float]
+    ) -> dict[str, float]:
+        """The ceilings ``owner``'s shared ledger checks ``call`` against: its cost ceiling less
+        ``owner``'s final-answer reserve unless the call is final."""
+        reserve = owner.policy_options.final_reserve_usd
+        marks = call.policy
+        if reserve is None or KEY_COST not in ceilings or (marks is not None and marks.final):
+            return ceilings
+        return {**ceilings, KEY_COST: ceilings[KEY_COST] - reserve}
+
     def _check_llm(self, call: Call, marks: CallMarks) -> Refusal | None:
         limit = self.max_input
         if limit is not None and marks.input_tokens > limit:
@@ -605,6 +617,30 @@ class Policies:
         Events go to the node's metadata (``limit_events``; the node has ended, its sinks have
         not seen it yet), to the owning context's list and to its ``on_limit_event``.
         """
+        found = self._after(usage, node.node_id)
+        if not found:
+            return
+        node.metadata[META_LIMIT_EVENTS] = [
+            *node.metadata.get(META_LIMIT_EVENTS, ()),
+            *(event.to_dict() for _, event in found),
+        ]
+        for owned, event in found:
+            self._report(owned, event)
+
+    def traced(self, usage: Usage) -> None:
+        """After a trace record's ``usage`` was added: as :meth:`settled`, with the events on
+        the context's own node."""
+        found = self._after(usage, self.context.node_id)
+        if not found:
+            return
+        ctx = self.context
+        ended = ctx.graph.kernel.node(ctx.node_id).metadata.get(META_LIMIT_EVENTS, ())
+        events = [*ended, *(event.to_dict() for _, event in found)]
+        ctx.graph.update_metadata(ctx.node_id, {META_LIMIT_EVENTS: events})
+        for owned, event in found:
+            self._report(owned, event)
+
+    def _after(self, usage: Usage, node_id: str) -> list[tuple[_Owned, LimitEvent]]:
         entries = usage.entries()
         for owned in self.chain_owned:
             for window in owned.windows:
@@ -614,22 +650,15 @@ class Policies:
         found: list[tuple[_Owned, LimitEvent]] = []
         for owned in self.chain_owned:
             if owned.watched:
-                self._watch(owned, entries, node.node_id, found)
+                self._watch(owned, entries, node_id, found)
         limit = self.max_input
         if limit is not None and usage.kind == "llm" and usage.tokens_in > limit:
             cap = Limit(KEY_INPUT_TOKENS_PER_CALL, limit)
             event = LimitEvent("input_over_limit", cap, KEY_INPUT_TOKENS_PER_CALL,
                                float(usage.tokens_in), usage.tokens_in / max(limit, 1),
-                               node.node_id, self.context.name)  # fmt: skip
+                               node_id, self.context.name)  # fmt: skip
             found.append((self.owned, event))
-        if not found:
-            return
-        node.metadata[META_LIMIT_EVENTS] = [
-            *node.metadata.get(META_LIMIT_EVENTS, ()),
-            *(event.to_dict() for _, event in found),
-        ]
-        for owned, event in found:
-            self._report(owned, event)
+        return found
 
     @staticmethod
     def _watch(owned: _Owned, entries: tuple[tuple[str, int, bool], ...], node_id: str,
