@@ -188,6 +188,27 @@ def test_warnings_fire_once_per_threshold_with_their_values(tmp_path: Path) -> N
     assert logged == [[first.to_dict()], [events[1].to_dict()]]
 
 
+def test_the_report_marks_a_run_s_limit_events(tmp_path: Path) -> None:
+    from ampmeter.report import build_report
+
+    path = tmp_path / "run.jsonl"
+    quiet = tmp_path / "quiet.jsonl"
+    with (
+        JsonlSink(path) as sink,
+        ExecutionContext(max_cost_usd=1, warn_at=(0.5,), sinks=[sink]) as ctx,
+    ):
+        paid(ctx, 0.3)
+        call = paid(ctx, 0.3)
+    with JsonlSink(quiet) as sink, ExecutionContext(max_cost_usd=1, sinks=[sink]) as other:
+        paid(other, 0.9)
+    page = build_report([path, quiet])
+    assert page.count("1 limit event(s)") == 1
+    assert (
+        f'warning: amp:cost (60%) <span class="muted">limit amp:cost &gt; 1, node {call.node_id}'
+        in page
+    )
+
+
 def test_warn_at_on_the_shortcuts_and_per_key_on_prefix_limits() -> None:
     events: list[LimitEvent] = []
     per_model = Limit("amp:input_tokens:", 100, LimitType.PREFIX, warn_at=(0.5,))

@@ -25,6 +25,7 @@ from ampmeter.analysis.runs import Run, load_runs
 from ampmeter.analysis.summary import NUMERIC_COLUMNS, SummaryTable, summarize_run
 from ampmeter.metrics import was_sent
 from ampmeter.report import figures
+from ampmeter.report.limit_events import limit_events_html
 
 __all__ = ["build_report", "embed_json", "write_report"]
 
@@ -212,10 +213,12 @@ def build_report(
             marks.append(f'<span class="badge halt">{s.halted} halted</span>')
         if s.failed:
             marks.append(f'<span class="badge fail">{s.failed} failed</span>')
+        badge, limit_events = limit_events_html(run)  # warnings & co. (ampmeter.policies)
+        marks.append(badge)
         run_items.append(
             f'<details class="run" data-run="{i}"><summary>{esc(run.run_id)} '
             f'<span class="muted">({len(run.calls)} nodes, {esc(s.termination)})</span> '
-            f"{' '.join(marks)}</summary></details>"
+            f"{' '.join(marks)}</summary>{limit_events}</details>"
         )
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sources = ", ".join(os.path.basename(p) for p in paths)
