@@ -347,6 +347,7 @@ class Policies:
         "cost_ceilings",
         "cost_owner",
         "guard_rows",
+        "marks_all",
         "max_input",
         "options",
         "ordinary_rows",
@@ -392,6 +393,16 @@ class Policies:
             (index, windows[id(c)]) for index, c in enumerate(guards) if windows.get(id(c))
         )
 
+        # Only the unpriced check in force (a cost limit and nothing else): a priced call needs no
+        # marks, and its admission no work beyond one test.
+        self.marks_all = bool(
+            self.max_input is not None
+            or self.pressure is not None
+            or self.ordinary_rows is not None
+            or self.window_slots
+            or any(owned.declares for owned in self.chain_owned)
+        )
+
     @staticmethod
     def _reserve_rows(
         guards: tuple[ExecutionContext, ...], guard_rows: tuple[Guard, ...]
@@ -432,14 +443,7 @@ class Policies:
     @property
     def active(self) -> bool:
         """Whether any policy applies to this context's calls."""
-        return bool(
-            self.unpriced is not None
-            or self.max_input is not None
-            or self.pressure is not None
-            or self.ordinary_rows is not None
-            or self.window_slots
-            or any(owned.declares for owned in self.chain_owned)
-        )
+        return self.unpriced is not None or self.marks_all
 
     @property
     def wrap_up(self) -> bool:
@@ -461,15 +465,20 @@ class Policies:
     def llm_marks(
         self, model: str | None, priced: bool, input_tokens: int, prompt_text: str | None,
         final: bool,
-    ) -> CallMarks:  # fmt: skip
-        """The marks of an LLM call (``priced``: by the table, a set price or the caller)."""
+    ) -> CallMarks | None:  # fmt: skip
+        """The marks of an LLM call (``priced``: by the table, a set price or the caller);
+        None when no policy needs them."""
+        if priced and not self.marks_all:
+            return None
         key = None
         if prompt_text is not None and self.tracks_repeats:
             key = fingerprint("llm", model, prompt_text)
         return CallMarks(model, priced, input_tokens, final, key)
 
-    def tool_marks(self, name: str, arguments: object) -> CallMarks:
+    def tool_marks(self, name: str, arguments: object) -> CallMarks | None:
         """The marks of a tool call (a loop-guard identity when ``arguments`` are given)."""
+        if not self.marks_all:
+            return None
         key = None
         if arguments is not None and self.tracks_repeats:
             key = fingerprint("tool", name, arguments)
@@ -515,7 +524,7 @@ class Policies:
     def admit(self, call: Call) -> tuple[tuple[Guard, ...], Refusal | None]:
         """The ceilings ``call``'s admission is checked against, or why it is refused."""
         marks = call.policy
-        if marks is None:
+        if marks is None:  # no policy beyond the unpriced check, and the call is priced
             return self.guard_rows, None
         if marks.refusal is not None:
             return self.guard_rows, self._refusal(self.context, marks.refusal)
