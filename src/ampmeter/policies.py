@@ -354,6 +354,7 @@ class Policies:
         "owned",
         "pressure",
         "unpriced",
+        "watches",
         "window_slots",
     )  # fmt: skip
 
@@ -401,6 +402,12 @@ class Policies:
             or self.ordinary_rows is not None
             or self.window_slots
             or any(owned.declares for owned in self.chain_owned)
+        )
+
+        # Whether a settlement has anything to do (windows, warnings, soft limits, the input cap).
+        self.watches = bool(
+            self.max_input is not None
+            or any(owned.watched or owned.windows for owned in self.chain_owned)
         )
 
     @staticmethod
@@ -626,6 +633,8 @@ class Policies:
         Events go to the node's metadata (``limit_events``; the node has ended, its sinks have
         not seen it yet), to the owning context's list and to its ``on_limit_event``.
         """
+        if not self.watches:
+            return
         found = self._after(usage, node.node_id)
         if not found:
             return
@@ -639,6 +648,8 @@ class Policies:
     def traced(self, usage: Usage) -> None:
         """After a trace record's ``usage`` was added: as :meth:`settled`, with the events on
         the context's own node."""
+        if not self.watches:
+            return
         found = self._after(usage, self.context.node_id)
         if not found:
             return
