@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import hashlib
 import threading
 import time
 import warnings
@@ -32,8 +31,6 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
-
-import orjson
 
 from ampmeter import _validate
 from ampmeter.keys import KEY_COST, KEY_UNPRICED_LLM_CALLS
@@ -258,6 +255,10 @@ class CallMarks:
 
 def fingerprint(*parts: object) -> str:
     """A short hash of ``parts`` (JSON with sorted keys; other objects by ``str``)."""
+    import hashlib  # here: only contexts with a loop guard pay for these imports
+
+    import orjson
+
     data = orjson.dumps(parts, option=orjson.OPT_SORT_KEYS, default=str)
     return hashlib.blake2b(data, digest_size=8).hexdigest()
 

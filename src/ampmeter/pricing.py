@@ -339,6 +339,8 @@ def _from_disk(model: str, provider: str | None) -> _Rates | PriceResult | None:
     if found is _price_cache.MISS:
         return None
     if isinstance(found, str):  # unpriced, with the table version that said so
+        if "/" in model:
+            return None  # maybe written before provider-prefixed names were resolved: ask again
         return PriceResult(None, found, "unpriced")
     try:
         return _rates_from_json(found)
