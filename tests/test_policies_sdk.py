@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -217,3 +218,53 @@ def test_the_swapped_request_is_what_goes_on_the_wire() -> None:
                                                                  ("cheap-model", 7)]  # fmt: skip
     assert sent[1]["messages"] == MESSAGES
     assert ctx.stats.get_gauge(KEY_COST) == pytest.approx(2.0 + 0.02)
+
+
+def test_the_anthropic_sdk_gets_the_same_policies(
+    anthropic_client: anthropic.Anthropic, llm_server: LocalLLMServer
+) -> None:
+    with ExecutionContext(max_repeats=1, max_input_tokens_per_call=40) as ctx:
+        anthropic_client.messages.create(model=llm_server.model, max_tokens=2, messages=MESSAGES)
+        with pytest.raises(LimitExceeded, match="loop detected"):
+            anthropic_client.messages.create(
+                model=llm_server.model, max_tokens=2, messages=MESSAGES
+            )
+        # the system prompt is part of the request: not a repeat
+        anthropic_client.messages.create(
+            model=llm_server.model, max_tokens=2, messages=MESSAGES, system="Be brief."
+        )
+        with pytest.raises(LimitExceeded, match="max_input_tokens_per_call"):
+            anthropic_client.messages.create(
+                model=llm_server.model, max_tokens=2,
+                messages=[{"role": "user", "content": "colour " * 40}],
+            )  # fmt: skip
+    assert ctx.stats.get_counter(KEY_LLM_CALLS) == 2
+
+
+async def test_async_requests_get_final_call_and_budget_pressure(
+    async_openai_client: openai.AsyncOpenAI, llm_server: LocalLLMServer
+) -> None:
+    ampmeter.set_price(llm_server.model, input_per_mtok=10_000, output_per_mtok=10_000)
+    asked: list[str] = []
+
+    def note(ctx: ExecutionContext, request: dict[str, Any]) -> dict[str, Any]:
+        asked.append(request["model"])
+        return request
+
+    with ExecutionContext(max_cost_usd=1.0, final_reserve_usd=0.95, on_budget_pressure=note,
+                          pressure_at=0.01) as ctx:  # fmt: skip
+        with pytest.raises(LimitExceeded, match="final-answer reserve"):
+            await async_openai_client.chat.completions.create(
+                model=llm_server.model, messages=MESSAGES, max_tokens=5
+            )
+        with ampmeter.final_call():
+            await async_openai_client.chat.completions.create(
+                model=llm_server.model, messages=MESSAGES, max_tokens=5
+            )
+        assert asked == []  # nothing spent before the final call
+        with ampmeter.final_call():
+            await async_openai_client.chat.completions.create(
+                model=llm_server.model, messages=MESSAGES, max_tokens=1
+            )
+    assert asked == [llm_server.model]
+    assert ctx.stats.get_counter(KEY_LLM_CALLS) == 2
