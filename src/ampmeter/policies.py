@@ -55,6 +55,8 @@ __all__ = [
     "in_final_call",
 ]
 
+_MATCHED_MAX: Final = 4_096  # per context: usage shapes with their watched (limit, key) pairs
+
 KEY_REPEATS_FOR: Final = "amp:repeats:"
 """Prefix of the loop guard's keys: ``amp:repeats:<hash of the request>``."""
 KEY_INPUT_TOKENS_PER_CALL: Final = "amp:input_tokens_per_call"
@@ -281,9 +283,11 @@ class _Owned:
 
     __slots__ = (
         "context",
+        "done",
         "events",
         "fired",
         "lock",
+        "matched",
         "max_repeats",
         "on_event",
         "repeats",
@@ -301,6 +305,8 @@ class _Owned:
         self.watched = tuple(lim for lim in ctx.limits if lim.warn_at or lim.soft)
         self.windows = tuple(_Window(lim) for lim in ctx.limits if lim.window_s is not None)
         self.fired: set[tuple[int, str, float | None]] = set()
+        self.done: set[tuple[int, str]] = set()  # (limit, key) pairs with nothing left to fire
+        self.matched: dict[tuple[tuple[str, int, bool], ...], tuple[Any, ...]] = {}
         self.wrapped = False
         self.max_repeats = max_repeats
         self.repeats: dict[str, int] = {}
@@ -684,27 +690,37 @@ class Policies:
     @staticmethod
     def _watch(owned: _Owned, entries: tuple[tuple[str, int, bool], ...], node_id: str,
                found: list[tuple[_Owned, LimitEvent]]) -> None:  # fmt: skip
+        watched = owned.matched.get(entries)
+        if watched is None:  # which (limit, key) pairs a usage of this shape reaches, once
+            watched = tuple((index, limit, key, gauge)
+                            for index, limit in enumerate(owned.watched)
+                            for key, _, gauge in entries if limit.matches(key))  # fmt: skip
+            if len(owned.matched) < _MATCHED_MAX:
+                owned.matched[entries] = watched
         stats = owned.context.stats
-        for index, limit in enumerate(owned.watched):
+        for index, limit, key, gauge in watched:
+            if (index, key) in owned.done:
+                continue
             top = limit.max_value
-            for key, _, gauge in entries:
-                if not limit.matches(key):
-                    continue
-                value = stats.get_gauge(key) if gauge else float(stats.get_counter(key))
-                fraction = value / top if top > 0 else (1.0 if value > top else 0.0)
-                name = owned.context.name
-                with owned.lock:
-                    for threshold in limit.warn_at:
-                        mark = (index, key, threshold)
-                        if fraction >= threshold and mark not in owned.fired:
-                            owned.fired.add(mark)
-                            found.append((owned, LimitEvent("warning", limit, key, value,
-                                          fraction, node_id, name, threshold)))  # fmt: skip
-                    if limit.soft and value > top and (index, key, None) not in owned.fired:
-                        owned.fired.add((index, key, None))
-                        owned.wrapped = True
-                        found.append((owned, LimitEvent("soft_limit", limit, key, value,
-                                                        fraction, node_id, name)))  # fmt: skip
+            value = stats.get_gauge(key) if gauge else float(stats.get_counter(key))
+            fraction = value / top if top > 0 else (1.0 if value > top else 0.0)
+            name = owned.context.name
+            with owned.lock:
+                for threshold in limit.warn_at:
+                    mark = (index, key, threshold)
+                    if fraction >= threshold and mark not in owned.fired:
+                        owned.fired.add(mark)
+                        found.append((owned, LimitEvent("warning", limit, key, value,
+                                      fraction, node_id, name, threshold)))  # fmt: skip
+                if limit.soft and value > top and (index, key, None) not in owned.fired:
+                    owned.fired.add((index, key, None))
+                    owned.wrapped = True
+                    found.append((owned, LimitEvent("soft_limit", limit, key, value,
+                                                    fraction, node_id, name)))  # fmt: skip
+                if all((index, key, t) in owned.fired for t in limit.warn_at) and (
+                    not limit.soft or (index, key, None) in owned.fired
+                ):
+                    owned.done.add((index, key))  # nothing left to report for this key
 
     @staticmethod
     def _report(owned: _Owned, event: LimitEvent) -> None:
