@@ -1161,7 +1161,7 @@ class ExecutionContext:
         if not ceilings:
             return
         if self.policies is not None:  # an ordinary call leaves the final-answer reserve
-            ceilings = self.policies.shared_ceilings(ctx, call, ceilings)
+            ceilings, owners = self.policies.shared_ceilings(ctx, call, ceilings, owners)
         amounts = {key: reservation.get(key, 0.0) for key in ceilings}
         try:
             held = ledger.reserve(amounts, ceilings)

@@ -559,15 +559,20 @@ class Policies:
 
     @staticmethod
     def shared_ceilings(
-        owner: ExecutionContext, call: Call, ceilings: dict[str, float]
-    ) -> dict[str, float]:
-        """The ceilings ``owner``'s shared ledger checks ``call`` against: its cost ceiling less
-        ``owner``'s final-answer reserve unless the call is final."""
+        owner: ExecutionContext,
+        call: Call,
+        ceilings: dict[str, float],
+        owners: dict[str, Limit],
+    ) -> tuple[dict[str, float], dict[str, Limit]]:
+        """The ceilings ``owner``'s shared ledger checks ``call`` against, with the limits a
+        refusal names: its cost ceiling less ``owner``'s final-answer reserve unless the call
+        is final."""
         reserve = owner.policy_options.final_reserve_usd
         marks = call.policy
         if reserve is None or KEY_COST not in ceilings or (marks is not None and marks.final):
-            return ceilings
-        return {**ceilings, KEY_COST: ceilings[KEY_COST] - reserve}
+            return ceilings, owners
+        top = ceilings[KEY_COST] - reserve
+        return {**ceilings, KEY_COST: top}, {**owners, KEY_COST: Limit(KEY_COST, top)}
 
     def _check_llm(self, call: Call, marks: CallMarks) -> Refusal | None:
         limit = self.max_input
