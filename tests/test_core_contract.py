@@ -201,15 +201,15 @@ PUBLIC_API = {
     "Call", "Decision", "EventSchemaError", "ExceededLimit", "ExecutionCanceled",
     "ExecutionContext", "ExecutionGraph", "ExecutionResult", "ExecutionStats", "Executor",
     "HookAbort", "InMemoryLedger", "JsonlError", "JsonlSink", "LLMCallMetrics", "Ledger", "Limit",
-    "LimitExceeded", "LimitType", "LogLineError", "MemorySink", "ModelCallTrace", "Node",
-    "ParseErrorTrace", "PriceResult", "Reservation", "Sink", "SinkClosedError", "SinkWriteError",
-    "SqliteLedger",
+    "LimitEvent", "LimitExceeded", "LimitType", "LogLineError", "MemorySink", "ModelCallTrace",
+    "Node", "ParseErrorTrace", "PriceResult", "Reservation", "Sink", "SinkClosedError",
+    "SinkWriteError", "SqliteLedger",
     "StreamAbandoned", "StreamCumulativeMetrics", "StreamMetricsLogger", "TaskResult",
     "TerminationReason", "ToolCallTrace", "Usage", "WrapOptions", "check_limits", "clear_prices",
     "current_context", "current_node_id", "default_limits", "estimate", "event_errors",
-    "find_limit_exceeded",
-    "instrument", "instrument_anthropic", "instrument_openai", "keys", "price", "pricing",
-    "read_jsonl", "remove_price", "set_price", "uninstrument", "validate_event",
+    "final_call", "find_limit_exceeded", "instrument", "instrument_anthropic",
+    "instrument_openai", "keys", "price", "pricing", "read_jsonl", "remove_price", "set_price",
+    "uninstrument", "validate_event",
 }  # fmt: skip
 
 

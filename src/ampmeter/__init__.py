@@ -37,6 +37,7 @@ from ampmeter.errors import (
 from ampmeter.executor import CONTINUE, AgentLoop, ExecutionResult, Executor
 from ampmeter.graph import ExecutionGraph, Node
 from ampmeter.limits import ExceededLimit, Limit, LimitType, check_limits, default_limits
+from ampmeter.policies import LimitEvent, final_call
 from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace
@@ -142,6 +143,7 @@ __all__ = [
     "LLMCallMetrics",
     "Ledger",
     "Limit",
+    "LimitEvent",
     "LimitExceeded",
     "LimitType",
     "LogLineError",
@@ -170,6 +172,7 @@ __all__ = [
     "default_limits",
     "estimate",
     "event_errors",
+    "final_call",
     "find_limit_exceeded",
     "instrument",
     "instrument_anthropic",

@@ -57,6 +57,7 @@ from ampmeter.node import (
     META_TOOL_CALLS_MADE,
     Node,
 )
+from ampmeter.policies import CallMarks, LimitEvent, Policies, PolicyOptions, PressureHook
 from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace, TraceRecord
@@ -223,6 +224,7 @@ class Call:
         "name",
         "node",
         "node_id",
+        "policy",
         "provider",
         "reasoning_tokens",
         "tokens_in",
@@ -270,6 +272,7 @@ class Call:
         self._state = _NEW
         self._token: contextvars.Token[Any] | None = None
         self._ledger_holds = _NO_HOLDS
+        self.policy: CallMarks | None = None  # set when the context has policies
 
     def record(
         self,
@@ -467,11 +470,29 @@ class ExecutionContext:
         on_ledger_error: Literal["halt", "allow"] = "halt",
         max_nodes: int = 0,
         admission_timeout_s: float | None = None,
+        on_unpriced: Literal["refuse", "warn", "allow"] | None = None,
+        warn_at: Sequence[float] | None = None,
+        on_limit_event: Callable[[LimitEvent], None] | None = None,
+        final_reserve_usd: float | None = None,
+        max_repeats: int | None = None,
+        max_input_tokens_per_call: int | None = None,
+        on_budget_pressure: PressureHook | None = None,
+        pressure_at: float | None = None,
         _parent: ExecutionContext | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty str, got {name!r}")
         own_limits = _build_limits(limits, max_cost_usd, max_steps, max_retries)
+        # Policy options (see ampmeter.policies), checked before anything is made.
+        options = PolicyOptions.checked(
+            on_unpriced=on_unpriced, warn_at=warn_at, on_limit_event=on_limit_event,
+            final_reserve_usd=final_reserve_usd, max_repeats=max_repeats,
+            max_input_tokens_per_call=max_input_tokens_per_call,
+            on_budget_pressure=on_budget_pressure, pressure_at=pressure_at,
+        )  # fmt: skip
+        shortcuts = sum(v is not None for v in (max_cost_usd, max_steps, max_retries))
+        own_limits = options.with_shortcut_warnings(own_limits, shortcuts)
+        options.check_reserve(own_limits)
         timeout = _validate.optional_amount(timeout_s, "timeout_s")
         wait = _validate.optional_amount(admission_timeout_s, "admission_timeout_s")
         if on_ledger_error not in ("halt", "allow"):
@@ -534,6 +555,13 @@ class ExecutionContext:
         self._has_ledger = any(c.ledger is not None for c in self._guards)
         # Reservation shape -> (where it is held, the keys any guard watches, their fields).
         self._hold_plans: dict[Shape, _HoldPlan] = {}
+        # Policies, compiled once: None when none applies (the calls' hot path tests only that).
+        self.policy_options: PolicyOptions = options.inherit(
+            _parent.policy_options if _parent else None
+        )
+        self.policies: Policies | None = Policies.compile(
+            self, self._chain, self._guards, self._guard_rows
+        )
 
     # -- identity -----------------------------------------------------------------------------
 
@@ -575,6 +603,12 @@ class ExecutionContext:
         themselves went on); ``snapshot()["sink_failures"]`` counts every failure."""
         return tuple(self._sink_errors)
 
+    @property
+    def wrap_up(self) -> bool:
+        """True once a soft limit of this context or an enclosing one was exceeded: the agent
+        should finish with what it has (hard limits still hold)."""
+        return self.policies is not None and self.policies.wrap_up
+
     def _can_stop(self) -> bool:
         return bool(self._limits) or self._deadline is not None or self.ledger is not None
 
@@ -601,8 +635,12 @@ class ExecutionContext:
         metadata: Mapping[str, Any] | None = None,
         sinks: Iterable[Sink] = (),
         ledger: Ledger | None = None,
+        **policy_options: Any,
     ) -> ExecutionContext:
-        """A context for a sub-agent: a ``system`` node here, stats that roll up into ours."""
+        """A context for a sub-agent: a ``system`` node here, stats that roll up into ours.
+
+        ``policy_options`` are the policy keywords of :class:`ExecutionContext` (``warn_at``,
+        ``max_repeats``, ...); the child inherits the others from this context."""
         self._check_open()
         return ExecutionContext(
             name,
@@ -616,6 +654,7 @@ class ExecutionContext:
             ledger=ledger,
             on_ledger_error=self.on_ledger_error,
             _parent=self,
+            **policy_options,
         )
 
     # -- calls --------------------------------------------------------------------------------
@@ -631,12 +670,14 @@ class ExecutionContext:
         prompt_text: str | None = None,
         provider: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        final: bool = False,
     ) -> Call:
         """An LLM call to run in a ``with`` block; entering it checks limits and reserves.
 
         The reservation is ``estimate_usd`` if given, else the price of the prompt (its token
         count, or the estimate of :mod:`ampmeter.estimates` from ``prompt_text``) and
         ``max_tokens`` output tokens (without ``max_tokens``, the pricing layer's default).
+        A ``final`` call (the final answer) may spend the context's ``final_reserve_usd``.
         """
         if self._closed:
             self._check_open()
@@ -657,6 +698,8 @@ class ExecutionContext:
             in_est = estimates.prompt_tokens(prompt_text, model)
         else:
             in_est = 0
+        # Priced by the caller (estimate_usd; no model or no pricing layer to look up) or the table.
+        priced = True
         if type(estimate_usd) is float and 0.0 <= estimate_usd < _INF:
             cost_est = estimate_usd
         elif estimate_usd is not None:
@@ -664,20 +707,22 @@ class ExecutionContext:
         elif model and _pricing is not None:
             # Without max_tokens the pricing layer assumes its default output length: a budget
             # must not treat a call of unknown length as free.
-            cost_est = (
-                _pricing.estimate(
-                    model,
-                    provider,
-                    prompt_tokens=in_est,
-                    max_tokens=None if max_tokens is None else out_est,
-                )
-                or 0.0
+            estimated = _pricing.estimate(
+                model,
+                provider,
+                prompt_tokens=in_est,
+                max_tokens=None if max_tokens is None else out_est,
             )
+            priced = estimated is not None
+            cost_est = estimated or 0.0
         else:
             cost_est = 0.0
         reservation = _usage(Usage, ("llm", model or "", "", in_est, out_est, 0, 0, cost_est, 1, 1,
                                      0, 0))  # fmt: skip
-        return Call(self, "llm", label, model, provider, reservation, metadata, chars)
+        call = Call(self, "llm", label, model, provider, reservation, metadata, chars)
+        if self.policies is not None:
+            call.policy = self.policies.llm_marks(model, priced, in_est, prompt_text, final)
+        return call
 
     def embedding_call(
         self,
@@ -721,14 +766,20 @@ class ExecutionContext:
         *,
         estimate_usd: float | None = None,
         metadata: Mapping[str, Any] | None = None,
+        arguments: object = None,
     ) -> Call:
-        """A tool call to run in a ``with`` block (counts ``amp:tool_calls[:<name>]``)."""
+        """A tool call to run in a ``with`` block (counts ``amp:tool_calls[:<name>]``).
+
+        ``arguments`` (JSON-like) identify the call for the loop guard (``max_repeats``)."""
         self._check_open()
         if type(name) is not str or not name:
             raise ValueError(f"tool name must be a non-empty str, got {name!r}")
         cost = _validate.optional_amount(estimate_usd, "estimate_usd") or 0.0
         reservation = Usage("tool", "", name, cost_usd=cost, calls=1, steps=1)
-        return Call(self, "tool", name, None, None, reservation, metadata)
+        call = Call(self, "tool", name, None, None, reservation, metadata)
+        if self.policies is not None:
+            call.policy = self.policies.tool_marks(name, arguments)
+        return call
 
     def step(
         self, name: str, *, kind: str = "system", metadata: Mapping[str, Any] | None = None
@@ -798,10 +849,15 @@ class ExecutionContext:
                 calls=1,
             )
             self._kernel.add_usage(self._level, usage)
+            if self.policies is not None:
+                self.policies.traced(usage)
         elif isinstance(record, ToolCallTrace):
             if type(record.tool_name) is not str or not record.tool_name:
                 raise ValueError(f"tool_name must be a non-empty str, got {record.tool_name!r}")
-            self._kernel.add_usage(self._level, Usage("tool", tool=record.tool_name, calls=1))
+            usage = Usage("tool", tool=record.tool_name, calls=1)
+            self._kernel.add_usage(self._level, usage)
+            if self.policies is not None:
+                self.policies.traced(usage)
         elif isinstance(record, ParseErrorTrace):
             if record.error_type == "format":
                 keys = (KEY_FORMAT_PARSE_ERROR_TOTAL, KEY_FORMAT_PARSE_ERROR_AT,
@@ -971,6 +1027,7 @@ class ExecutionContext:
             "reserved": self.stats.reserved(),
             "sink_errors": [f"{type(e).__name__}: {e}" for e in self._sink_errors],
             "sink_failures": sum(self._sink_failures.values()),
+            "limit_events": [] if self.policies is None else self.policies.events(),
             "graph": self.graph.snapshot(),
         }
 
@@ -1069,7 +1126,12 @@ class ExecutionContext:
             if hit is not None and hit[2] is TerminationReason.TIMEOUT:
                 self._refuse_on(call, *hit)
         reservation = call._reservation
-        if self._guard_rows:
+        guard_rows = self._guard_rows
+        if self.policies is not None:  # may refuse, and picks the ceilings to check
+            guard_rows, refusal = self.policies.admit(call)
+            if refusal is not None:
+                self._refuse_on(call, *refusal)
+        if guard_rows:
             shape = reservation.shape()
             plan = self._hold_plans.get(shape) or self._hold_plan(shape)
             holds, keys, fields = plan
@@ -1078,7 +1140,7 @@ class ExecutionContext:
             )
         else:
             holds, pending = (), {}
-        found = self._kernel.admit(call.node, call, pending, holds, self._guard_rows,
+        found = self._kernel.admit(call.node, call, pending, holds, guard_rows,
                                    not self._has_ledger, wait_s)  # fmt: skip
         if found is not None:
             index, (limit, key, value) = found
@@ -1125,6 +1187,8 @@ class ExecutionContext:
         ceilings: dict[str, float] = {}
         owners: dict[str, Limit] = {}
         for limit in ctx.limits:
+            if not limit.is_ceiling:
+                continue  # soft and windowed limits are this process's (ampmeter.policies)
             if limit.type is LimitType.EXACT:
                 keys: Iterable[str] = (limit.key,)
             else:
@@ -1135,6 +1199,8 @@ class ExecutionContext:
                     owners[key] = limit
         if not ceilings:
             return
+        if self.policies is not None:  # an ordinary call leaves the final-answer reserve
+            ceilings, owners = self.policies.shared_ceilings(ctx, call, ceilings, owners)
         amounts = {key: reservation.get(key, 0.0) for key in ceilings}
         try:
             held = ledger.reserve(amounts, ceilings)
@@ -1219,6 +1285,8 @@ class ExecutionContext:
         found = self._kernel.settle(node, self._level, usage, status, cost, call.tokens_in,
                                     call.tokens_out, error_class, reason, meta,
                                     self._guard_rows)  # fmt: skip
+        if self.policies is not None:
+            self.policies.settled(node, usage)
         if self._sinks:
             self._emit(node)
         if found is not None:

@@ -3,10 +3,14 @@
 A limit is exceeded when a value is *strictly greater* than its ``max_value``. Limits are checked
 in list order, counters before gauges, and the first match wins. A key that was never written
 (nor reserved by a call in flight) cannot exceed.
+
+A limit may also warn (``warn_at``), be soft (``soft=True``: it sets ``ctx.wrap_up`` instead of
+refusing) or count only a sliding window (``window_s``); :mod:`ampmeter.policies` does those.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -21,6 +25,7 @@ from ampmeter.keys import (
 from ampmeter.stats import ExecutionStats
 
 __all__ = [
+    "DerivedCeiling",
     "ExceededLimit",
     "Limit",
     "LimitType",
@@ -44,11 +49,20 @@ class LimitType(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Limit:
-    """A threshold on a stats key: exceeded when a matching value is greater than ``max_value``."""
+    """A threshold on a stats key: exceeded when a matching value is greater than ``max_value``.
+
+    ``warn_at`` (fractions of ``max_value`` in (0, 1]) reports each fraction once as it is
+    reached, to the context's ``on_limit_event``. A ``soft`` limit refuses nothing: once
+    exceeded it sets ``ctx.wrap_up``. With ``window_s`` only what was used in the last
+    ``window_s`` seconds counts (an exact key; local to this process).
+    """
 
     key: str
     max_value: float
     type: LimitType = LimitType.EXACT
+    warn_at: tuple[float, ...] = ()
+    soft: bool = False
+    window_s: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str):
@@ -62,6 +76,26 @@ class Limit:
             object.__setattr__(self, "type", LimitType(self.type))
         except ValueError:
             raise ValueError(f"Limit type must be 'exact' or 'prefix', got {self.type!r}") from None
+        object.__setattr__(
+            self, "warn_at", warn_fractions(self.warn_at, f"warn_at of {self.key!r}")
+        )
+        if not isinstance(self.soft, bool):
+            raise TypeError(f"Limit soft must be a bool, got {type(self.soft).__name__}")
+        if self.window_s is not None:
+            window = _validate.number(self.window_s, f"Limit window_s for {self.key!r}")
+            if window <= 0:
+                raise ValueError(f"Limit window_s for {self.key!r} must be > 0, got {window}")
+            if self.type is LimitType.PREFIX:
+                raise ValueError(f"a windowed limit watches one exact key, not prefix {self.key!r}")
+            if self.soft:
+                raise ValueError(f"Limit {self.key!r}: a windowed limit cannot also be soft")
+            object.__setattr__(self, "window_s", window)
+
+    @property
+    def is_ceiling(self) -> bool:
+        """Whether this is a plain hard ceiling on the running total (not soft, not windowed):
+        the kind the check before each call and the shared ledgers enforce."""
+        return not self.soft and self.window_s is None
 
     def matches(self, key: str) -> bool:
         """Whether ``key`` is one this limit watches."""
@@ -72,19 +106,51 @@ class Limit:
     def describe(self) -> str:
         """``amp:cost > 1.0`` style text for messages."""
         star = "*" if self.type is LimitType.PREFIX else ""
-        return f"{self.key}{star} > {_num(self.max_value)}"
+        window = "" if self.window_s is None else f" per {_num(self.window_s)}s"
+        soft = " (soft)" if self.soft else ""
+        return f"{self.key}{star} > {_num(self.max_value)}{window}{soft}"
+
+
+def warn_fractions(value: object, name: str) -> tuple[float, ...]:
+    """``value`` as sorted, distinct warning fractions, each in (0, 1]; errors name ``name``."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+        raise TypeError(f"{name} must be a tuple of fractions, got {type(value).__name__}")
+    fractions = []
+    for item in value:
+        fraction = _validate.number(item, name)
+        if not 0 < fraction <= 1 or math.isnan(fraction):
+            raise ValueError(f"{name} fractions must be in (0, 1], got {item!r}")
+        fractions.append(fraction)
+    return tuple(sorted(set(fractions)))
 
 
 @dataclass(frozen=True, slots=True)
 class ExceededLimit:
-    """Which limit was exceeded, by which key (the full key for a prefix limit), at what value."""
+    """Which limit was exceeded, by which key (the full key for a prefix limit), at what value.
+
+    ``note`` says which policy stopped the call when it was not the plain limit (``"loop
+    detected"``, ``"final-answer reserve"``, ...).
+    """
 
     limit: Limit
     key: str
     value: float
+    note: str = ""
 
     def __str__(self) -> str:
-        return f"limit exceeded: {self.key} = {_num(self.value)} > {_num(self.limit.max_value)}"
+        head = self.note or "limit exceeded"
+        return f"{head}: {self.key} = {_num(self.value)} > {_num(self.limit.max_value)}"
+
+
+@dataclass(frozen=True, slots=True)
+class DerivedCeiling:
+    """A ceiling a policy derives from a limit for one check (a final-answer reserve lowers it,
+    a window raises it by what has left the window): a refusal names ``limit``, with the
+    kernel's value less ``offset``, and ``note``."""
+
+    limit: Limit
+    offset: float
+    note: str
 
 
 def _num(value: float) -> str:
@@ -101,9 +167,12 @@ def default_limits() -> list[Limit]:
 
 
 def compile_limits(limits: Sequence[Limit]) -> tuple[LimitRow, ...]:
-    """``limits`` as the rows the kernel's check reads, in list order."""
+    """``limits`` as the rows the kernel's check reads, in list order (plain ceilings only: soft
+    and windowed limits are the policies' work)."""
     return tuple(
-        (limit.type is LimitType.PREFIX, limit.key, limit.max_value, limit) for limit in limits
+        (limit.type is LimitType.PREFIX, limit.key, limit.max_value, limit)
+        for limit in limits
+        if limit.is_ceiling
     )
 
 
@@ -127,5 +196,7 @@ def check_limits(
 def exceeded(hit: tuple[object, str, float]) -> ExceededLimit:
     """The kernel's answer ``(limit, key, value)`` as an :class:`ExceededLimit`."""
     limit, key, value = hit
+    if isinstance(limit, DerivedCeiling):
+        return ExceededLimit(limit.limit, key, value - limit.offset, limit.note)
     assert isinstance(limit, Limit)
     return ExceededLimit(limit, key, value)

@@ -9,6 +9,10 @@ Integrations that receive Anthropic-style counts (cache tokens reported beside t
 them to ``input_tokens`` before calling :func:`price`.
 
 A model the table does not know is ``unpriced``: its cost is ``None``, never a silent ``0.0``.
+Provider-prefixed names (LiteLLM's ``openai/gpt-4o``, ``anthropic/claude-3-haiku``) are priced
+as the model they name at that provider. Nothing guesses a price from a similar name: a
+fine-tune (``ft:gpt-4o-mini-...:org::id``) is unpriced until :func:`set_price` prices it, which
+accepts fnmatch patterns (``"ft:gpt-4o-mini*"``) for that.
 
 ``pricing_version`` names where a price came from: ``"genai-prices@<package version>"`` for the
 bundled table (with ``"+update@<timestamp>"`` when genai-prices' live updater replaced it), and
@@ -20,6 +24,7 @@ per ``(model, provider)`` and then priced with plain float arithmetic.
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import numbers
 import operator
@@ -261,7 +266,15 @@ def _table_entry(model: str, provider: str | None, generation: int) -> _Rates | 
     try:
         calc = table.calc_price(Usage(input_tokens=0, output_tokens=0), model, provider_id=provider)
     except LookupError:
-        return None
+        prefixed = split_provider(model)
+        if prefixed is None:
+            return None
+        named_provider, named_model = prefixed
+        try:
+            calc = table.calc_price(Usage(input_tokens=0, output_tokens=0), named_model,
+                                    provider_id=named_provider)  # fmt: skip
+        except LookupError:
+            return None
     if isinstance(calc.model.prices, list):  # conditional prices: pick by request time
         return _DatedRates(calc.model, table.version)
     return _compile(calc.model_price, table.version)
@@ -326,6 +339,8 @@ def _from_disk(model: str, provider: str | None) -> _Rates | PriceResult | None:
     if found is _price_cache.MISS:
         return None
     if isinstance(found, str):  # unpriced, with the table version that said so
+        if "/" in model:
+            return None  # maybe written before provider-prefixed names were resolved: ask again
         return PriceResult(None, found, "unpriced")
     try:
         return _rates_from_json(found)
@@ -378,9 +393,50 @@ def table_version() -> str:
     return _current_table().version
 
 
+# Provider prefixes in LiteLLM's spelling that differ from genai-prices' provider ids.
+_PROVIDER_ALIASES: Final = {
+    "gemini": "google",
+    "vertex_ai": "google",
+    "bedrock": "aws",
+    "xai": "x-ai",
+    "together_ai": "together",
+    "fireworks_ai": "fireworks",
+    "azure_ai": "azure",
+    "mistralai": "mistral",
+}
+
+
+def split_provider(model: str) -> tuple[str, str] | None:
+    """``("openai", "gpt-4o")`` for ``"openai/gpt-4o"``: a name prefixed with a provider the
+    price table knows (or a LiteLLM alias of one); None for any other name."""
+    prefix, slash, rest = model.partition("/")
+    if not slash or not rest:
+        return None
+    provider = _PROVIDER_ALIASES.get(prefix.lower(), prefix.lower())
+    if provider not in _known_providers():
+        return None
+    return provider, rest
+
+
+@lru_cache(maxsize=1)
+def _known_providers() -> frozenset[str]:
+    from genai_prices import data_snapshot
+
+    return frozenset(p.id for p in data_snapshot.get_snapshot().providers)
+
+
 # --------------------------------------------------------------------------- user prices
 
 _overrides: dict[tuple[str, str | None], _Rates] = {}  # replaced, never mutated (lock-free reads)
+# Prices set for fnmatch patterns: (pattern, provider, rates), longest pattern first.
+_patterns: tuple[tuple[str, str | None, _Rates], ...] = ()
+_PATTERN_CHARS: Final = frozenset("*?[")
+
+
+def _is_pattern(model: str) -> bool:
+    return not _PATTERN_CHARS.isdisjoint(model)
+
+
 _overrides_lock = threading.Lock()
 
 
@@ -426,9 +482,12 @@ def set_price(
 ) -> None:
     """Set (or replace) the price of ``model`` in USD per million tokens; it wins over the table.
 
-    Use it for a model the table lacks (a self-hosted model at ``0``) or to correct a price.
-    Names match case-insensitively and exactly (no prefix matching). With ``provider`` the price
-    applies only to calls that name that provider; without it, to every call of ``model``.
+    Use it for a model the table lacks (a self-hosted model at ``0``, a fine-tune) or to
+    correct a price. Names match case-insensitively and exactly, or, when ``model`` holds ``*``,
+    ``?`` or ``[``, as an fnmatch pattern: ``set_price("ft:gpt-4o-mini*", ...)`` prices every
+    such fine-tune (an exact price wins over a pattern, a longer pattern over a shorter one). A
+    provider-prefixed name (``openai/x``) also finds the price set for ``x``. With ``provider``
+    the price applies only to calls that name that provider; without it, to every call of ``model``.
     Cache reads and writes without their own rate are billed at the input rate, reasoning tokens
     at the output rate. Results carry ``pricing_version == "user"``.
     """
@@ -446,16 +505,26 @@ def set_price(
         else _rate_arg("cache_write_per_mtok", cache_write_per_mtok)
     )
     rates = _Rates(r_in, r_out, r_cr, r_cw, r_out, 0.0, USER_PRICING_VERSION)
-    global _overrides
+    global _overrides, _patterns
     with _overrides_lock:
-        _overrides = {**_overrides, key: rates}
+        if _is_pattern(key[0]):
+            kept = [p for p in _patterns if (p[0], p[1]) != key]
+            _patterns = tuple(sorted([*kept, (*key, rates)], key=lambda p: -len(p[0])))
+        else:
+            _overrides = {**_overrides, key: rates}
 
 
 def remove_price(model: str, *, provider: str | None = None) -> None:
     """Remove a price set with :func:`set_price`; ``KeyError`` if there is none."""
     key = _override_key(_model_arg(model), _provider_arg(provider))
-    global _overrides
+    global _overrides, _patterns
     with _overrides_lock:
+        if _is_pattern(key[0]):
+            if not any((p[0], p[1]) == key for p in _patterns):
+                where = "" if provider is None else f" for provider {provider!r}"
+                raise KeyError(f"no price was set for pattern {model!r}{where}")
+            _patterns = tuple(p for p in _patterns if (p[0], p[1]) != key)
+            return
         if key not in _overrides:
             where = "" if provider is None else f" for provider {provider!r}"
             raise KeyError(f"no price was set for model {model!r}{where}")
@@ -464,9 +533,10 @@ def remove_price(model: str, *, provider: str | None = None) -> None:
 
 def clear_prices() -> None:
     """Remove every price set with :func:`set_price` (the table is untouched)."""
-    global _overrides
+    global _overrides, _patterns
     with _overrides_lock:
         _overrides = {}
+        _patterns = ()
 
 
 # --------------------------------------------------------------------------- pricing a call
@@ -530,13 +600,8 @@ def price(
         )
 
     rates: _Rates | _DatedRates | None = None
-    overrides = _overrides
-    if overrides:
-        lowered = model.lower()
-        if provider is not None:
-            rates = overrides.get((lowered, provider.lower()))
-        if rates is None:
-            rates = overrides.get((lowered, None))
+    if _overrides or _patterns:
+        rates = _user_rates(model, provider)
     if rates is None:
         known = _from_disk(model, provider)
         if isinstance(known, PriceResult):
@@ -557,6 +622,27 @@ def price(
         input_tokens, output_tokens, cached_tokens, cache_write_tokens, reasoning_tokens
     )
     return PriceResult(cost, rates.version, "priced")
+
+
+def _user_rates(model: str, provider: str | None) -> _Rates | None:
+    """The price :func:`set_price` gave ``model`` (exact first, then patterns), or None."""
+    names = [model.lower()]
+    prefixed = split_provider(model) if "/" in model else None
+    if prefixed is not None:
+        names.append(prefixed[1].lower())
+        provider = provider if provider is not None else prefixed[0]
+    providers = (None,) if provider is None else (provider.lower(), None)
+    overrides, patterns = _overrides, _patterns
+    for name in names:
+        for wanted in providers:
+            rates = overrides.get((name, wanted))
+            if rates is not None:
+                return rates
+    for name in names:
+        for pattern, pattern_provider, rates in patterns:
+            if pattern_provider in providers and fnmatch.fnmatchcase(name, pattern):
+                return rates
+    return None
 
 
 def estimate(

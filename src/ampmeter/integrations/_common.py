@@ -29,6 +29,8 @@ from ampmeter.context import Call, ExecutionContext, current_context
 from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
 from ampmeter.graph import META_PROVIDER
 from ampmeter.integrations._wire import BodyReader
+from ampmeter.limits import ExceededLimit
+from ampmeter.policies import in_final_call
 
 __all__ = [
     "META_OPERATION",
@@ -198,8 +200,14 @@ def begin_call(
     adapter: Adapter,
     info: RequestInfo,
     extra: Mapping[str, Any] | None = None,
+    request: Mapping[str, Any] | None = None,
+    refused: ExceededLimit | None = None,
 ) -> Call:
-    """Begin and admit the node of one request (``LimitExceeded`` if it does not fit)."""
+    """Begin and admit the node of one request (``LimitExceeded`` if it does not fit).
+
+    ``request`` (the SDK call's keyword arguments) lets the context's policies see what is
+    sent (the loop guard); ``refused`` is a budget-pressure hook's refusal to report.
+    """
     meta: dict[str, Any] = {META_OPERATION: adapter.operation}
     if extra:
         meta.update(extra)
@@ -225,7 +233,10 @@ def begin_call(
             prompt_text=info.prompt_text,
             provider=adapter.provider,
             metadata=meta,
+            final=in_final_call(),
         )
+    if request is not None and ctx.policies is not None:
+        ctx.policies.mark_request(call, request, refused)
     try:
         call.start()
     except LimitExceeded as stop:
@@ -262,10 +273,17 @@ def finish_abandoned(call: Call, tally: Tally, prompt_tokens: int) -> None:
 def _before(
     ctx: ExecutionContext, adapter: Adapter, kwargs: dict[str, Any]
 ) -> tuple[Call, RequestInfo, bool]:
-    """Admit a call (limits checked, node running) before the SDK sends it."""
+    """Admit a call (limits checked, node running) before the SDK sends it.
+
+    Under budget pressure the context's ``on_budget_pressure`` hook may first change the
+    request (``kwargs``, in place) or refuse it (the call is then refused at admission)."""
+    policies = ctx.policies
+    refused = None
+    if policies is not None and policies.pressure is not None:
+        refused = policies.relieve_pressure(ctx, kwargs)
     info = adapter.request_info(kwargs)
     hide = adapter.prepare_stream(kwargs) if info.stream else False
-    return begin_call(ctx, adapter, info), info, hide
+    return begin_call(ctx, adapter, info, None, kwargs, refused), info, hide
 
 
 # The header the Stainless SDKs (openai, anthropic) add to a request made through

@@ -33,6 +33,7 @@ from ampmeter.analysis.summary import NUMERIC_COLUMNS, RunSummary, SummaryTable,
 from ampmeter.keys import KEY_COST, KEY_COST_FOR
 from ampmeter.metrics import was_sent
 from ampmeter.report import figures
+from ampmeter.report.limit_events import limit_events_html
 
 __all__ = ["build_report", "embed_json", "write_report"]
 
@@ -224,10 +225,12 @@ def _run_item(i: int, run: Run, s: RunSummary, given: Mapping[str, float]) -> st
         marks.append(f'<span class="badge halt">{s.halted} halted</span>')
     if s.failed:
         marks.append(f'<span class="badge fail">{s.failed} failed</span>')
+    badge, limit_events = limit_events_html(run)  # warnings & co. (ampmeter.policies)
+    marks.append(badge)
     return (
         f'<details class="run" data-run="{i}"><summary>{esc(run.run_id)} '
         f'<span class="muted">({len(run.calls)} nodes, {esc(s.termination)})</span> '
-        f"{' '.join(marks)}</summary>"
+        f"{' '.join(marks)}</summary>{limit_events}"
         f"<h3>Limits</h3>{_limits(run, given)}"
         f'<h3>Timeline</h3><div class="timeline"></div>'
         f"<h3>Calls</h3>"

@@ -1,0 +1,746 @@
+"""Containment policies beyond plain ceilings.
+
+* **unpriced models**: under a cost limit (of the context or an enclosing one) a call to a model
+  the pricing layer cannot price is refused before it is sent (``on_unpriced="refuse"``, the
+  default), reported (``"warn"``) or let through (``"allow"``);
+* **warnings** (``Limit(..., warn_at=(0.5, 0.8))``) and **soft limits** (``soft=True``, which
+  set ``ctx.wrap_up`` instead of refusing), reported as :class:`LimitEvent`;
+* a **final-answer reserve** (``final_reserve_usd``) only calls marked final may spend;
+* **windowed limits** (``Limit(key, max, window_s=60)``);
+* a **loop guard** (``max_repeats``): the same request or tool call with the same arguments
+  more than N times is refused;
+* a **per-call input cap** (``max_input_tokens_per_call``);
+* a **budget-pressure hook** that may change or refuse an instrumented request once a fraction
+  of the cost budget is spent.
+
+A context compiles its policies (its own options and those it inherits) once, when it is made:
+a context that uses none has ``policies is None`` and pays one ``if`` per call. Otherwise the
+context calls :meth:`Policies.admit` before the kernel's check (it may refuse the call and it
+chooses the ceilings the check uses) and :meth:`Policies.settled` once the call's usage is
+added.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from ampmeter import _validate
+from ampmeter.keys import KEY_COST, KEY_UNPRICED_LLM_CALLS
+from ampmeter.limits import DerivedCeiling, ExceededLimit, Limit, LimitType, warn_fractions
+
+if TYPE_CHECKING:
+    from ampmeter._kernel import Guard, LimitRow
+    from ampmeter.context import Call, ExecutionContext, TerminationReason
+    from ampmeter.node import Node
+    from ampmeter.usage import Usage
+
+__all__ = [
+    "KEY_BUDGET_PRESSURE",
+    "KEY_INPUT_TOKENS_PER_CALL",
+    "KEY_REPEATS_FOR",
+    "META_LIMIT_EVENTS",
+    "CallMarks",
+    "LimitEvent",
+    "Policies",
+    "PolicyOptions",
+    "final_call",
+    "in_final_call",
+]
+
+_MATCHED_MAX: Final = 4_096  # per context: usage shapes with their watched (limit, key) pairs
+
+KEY_REPEATS_FOR: Final = "amp:repeats:"
+"""Prefix of the loop guard's keys: ``amp:repeats:<hash of the request>``."""
+KEY_INPUT_TOKENS_PER_CALL: Final = "amp:input_tokens_per_call"
+"""The key a refusal by ``max_input_tokens_per_call`` names."""
+KEY_BUDGET_PRESSURE: Final = "amp:budget_pressure"
+"""The key a refusal by the ``on_budget_pressure`` hook names (its value: the fraction spent)."""
+META_LIMIT_EVENTS: Final = "limit_events"
+"""Node metadata: the :class:`LimitEvent` dicts the node's settlement produced."""
+
+OnUnpriced = Literal["refuse", "warn", "allow"]
+PressureHook = Callable[["ExecutionContext", dict[str, Any]], "dict[str, Any] | None"]
+Refusal = tuple["ExecutionContext", ExceededLimit, "TerminationReason"]
+
+# -- final calls ----------------------------------------------------------------------------------
+
+_FINAL: contextvars.ContextVar[bool] = contextvars.ContextVar("ampmeter_final_call", default=False)
+
+
+@contextlib.contextmanager
+def final_call() -> Iterator[None]:
+    """Mark the SDK calls made inside this block as the final answer: they may spend the
+    context's ``final_reserve_usd``."""
+    token = _FINAL.set(True)
+    try:
+        yield
+    finally:
+        _FINAL.reset(token)
+
+
+def in_final_call() -> bool:
+    """Whether the code runs inside :func:`final_call`."""
+    return _FINAL.get()
+
+
+# -- events ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LimitEvent:
+    """Something a limit or policy reports without refusing a call.
+
+    ``kind`` is ``"warning"`` (a ``warn_at`` fraction reached; ``threshold`` says which),
+    ``"soft_limit"`` (a soft limit exceeded: ``ctx.wrap_up`` is now True), ``"unpriced"`` (a call
+    to an unpriced model let through by ``on_unpriced="warn"``) or ``"input_over_limit"`` (a call
+    whose actual input exceeded ``max_input_tokens_per_call`` although its estimate did not).
+    ``value`` is the key's value after the call at ``node_id`` settled, ``fraction`` that value
+    over the limit; ``context`` names the context the limit belongs to.
+    """
+
+    kind: str
+    limit: Limit
+    key: str
+    value: float
+    fraction: float
+    node_id: str
+    context: str
+    threshold: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as JSON-ready data (for logs and snapshots)."""
+        return {
+            "kind": self.kind,
+            "limit": self.limit.describe(),
+            "key": self.key,
+            "value": self.value,
+            "fraction": self.fraction,
+            "threshold": self.threshold,
+            "node_id": self.node_id,
+            "context": self.context,
+        }
+
+
+# -- options --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyOptions:
+    """A context's policy options (see :class:`~ampmeter.ExecutionContext`). ``None`` means
+    "as the enclosing context" for the inherited ones: ``on_unpriced``, ``on_limit_event``,
+    ``max_input_tokens_per_call``, ``on_budget_pressure`` and ``pressure_at``."""
+
+    on_unpriced: OnUnpriced | None = None
+    warn_at: tuple[float, ...] = ()
+    on_limit_event: Callable[[LimitEvent], None] | None = None
+    final_reserve_usd: float | None = None
+    max_repeats: int | None = None
+    max_input_tokens_per_call: int | None = None
+    on_budget_pressure: PressureHook | None = None
+    pressure_at: float | None = None
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        on_unpriced: object = None,
+        warn_at: object = None,
+        on_limit_event: object = None,
+        final_reserve_usd: object = None,
+        max_repeats: object = None,
+        max_input_tokens_per_call: object = None,
+        on_budget_pressure: object = None,
+        pressure_at: object = None,
+    ) -> PolicyOptions:
+        """Options from untrusted values; each error names its argument."""
+        if on_unpriced not in (None, "refuse", "warn", "allow"):
+            raise ValueError(
+                f"on_unpriced must be 'refuse', 'warn' or 'allow', got {on_unpriced!r}"
+            )
+        for name, hook in (("on_limit_event", on_limit_event),
+                           ("on_budget_pressure", on_budget_pressure)):  # fmt: skip
+            if hook is not None and not callable(hook):
+                raise TypeError(f"{name} must be callable, got {type(hook).__name__}")
+        fraction = None
+        if pressure_at is not None:
+            fraction = warn_fractions((pressure_at,), "pressure_at")[0]
+        return cls(
+            on_unpriced,
+            () if warn_at is None else warn_fractions(warn_at, "warn_at"),
+            on_limit_event,  # type: ignore[arg-type]
+            _validate.optional_amount(final_reserve_usd, "final_reserve_usd"),
+            None if max_repeats is None else _validate.count(max_repeats, "max_repeats"),
+            None
+            if max_input_tokens_per_call is None
+            else _validate.count(max_input_tokens_per_call, "max_input_tokens_per_call"),
+            on_budget_pressure,  # type: ignore[arg-type]
+            fraction,
+        )
+
+    def with_shortcut_warnings(
+        self, limits: tuple[Limit, ...], shortcuts: int
+    ) -> tuple[Limit, ...]:
+        """``limits`` with ``warn_at`` given to the last ``shortcuts`` (``max_cost_usd`` & co.)."""
+        if not self.warn_at or not shortcuts:
+            return limits
+        first = len(limits) - shortcuts
+        return (*limits[:first], *(replace(lim, warn_at=self.warn_at) for lim in limits[first:]))
+
+    def check_reserve(self, limits: tuple[Limit, ...]) -> None:
+        """A reserve needs a cost ceiling of the same context larger than it."""
+        reserve = self.final_reserve_usd
+        if reserve is None:
+            return
+        ceilings = [lim.max_value for lim in limits if _is_cost_ceiling(lim)]
+        if not ceilings:
+            raise ValueError(
+                "final_reserve_usd needs a cost limit on the same context (max_cost_usd=...)"
+            )
+        if reserve >= min(ceilings):
+            raise ValueError(
+                f"final_reserve_usd ({reserve}) must be less than the cost limit ({min(ceilings)})"
+            )
+
+    def inherit(self, parent: PolicyOptions | None) -> PolicyOptions:
+        """These options with the inherited ones the parent's where not set here."""
+        if parent is None:
+            return self
+        return replace(
+            self,
+            on_unpriced=self.on_unpriced or parent.on_unpriced,
+            on_limit_event=self.on_limit_event or parent.on_limit_event,
+            max_input_tokens_per_call=(
+                self.max_input_tokens_per_call
+                if self.max_input_tokens_per_call is not None
+                else parent.max_input_tokens_per_call
+            ),
+            on_budget_pressure=self.on_budget_pressure or parent.on_budget_pressure,
+            pressure_at=self.pressure_at if self.pressure_at is not None else parent.pressure_at,
+        )
+
+
+def _is_cost_ceiling(limit: Limit) -> bool:
+    return limit.is_ceiling and limit.type is LimitType.EXACT and limit.key == KEY_COST
+
+
+def _watches_cost(limit: Limit) -> bool:
+    return limit.matches(KEY_COST) or (limit.key.startswith(KEY_COST) and not limit.soft)
+
+
+# -- per call -------------------------------------------------------------------------------------
+
+
+class CallMarks:
+    """What the policies need to know about one call, set when it is made."""
+
+    __slots__ = ("final", "fingerprint", "input_tokens", "model", "priced", "refusal")
+
+    def __init__(
+        self, model: str | None, priced: bool, input_tokens: int, final: bool,
+        fingerprint: str | None,
+    ) -> None:  # fmt: skip
+        self.model = model
+        self.priced = priced
+        self.input_tokens = input_tokens
+        self.final = final
+        self.fingerprint = fingerprint
+        self.refusal: ExceededLimit | None = None  # set by the budget-pressure hook
+
+
+def fingerprint(*parts: object) -> str:
+    """A short hash of ``parts`` (JSON with sorted keys; other objects by ``str``)."""
+    import hashlib  # here: only contexts with a loop guard pay for these imports
+
+    import orjson
+
+    data = orjson.dumps(parts, option=orjson.OPT_SORT_KEYS, default=str)
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+# The request fields that make two SDK requests "the same" for the loop guard.
+_REQUEST_FIELDS: Final = ("model", "messages", "input", "instructions", "system", "tools")
+
+
+def request_fingerprint(request: Mapping[str, Any]) -> str:
+    """The loop guard's identity of an SDK request: its model, messages (or input), system
+    prompt and tools."""
+    return fingerprint({k: request[k] for k in _REQUEST_FIELDS if k in request})
+
+
+# -- state a context owns, shared with the policies of its descendants ---------------------------
+
+
+class _Owned:
+    """The limits and policies one context declares, with their state."""
+
+    __slots__ = (
+        "context",
+        "done",
+        "events",
+        "fired",
+        "lock",
+        "matched",
+        "max_repeats",
+        "on_event",
+        "repeats",
+        "watched",
+        "windows",
+        "wrapped",
+    )  # fmt: skip
+
+    def __init__(self, ctx: ExecutionContext, on_event: Callable[[LimitEvent], None] | None,
+                 max_repeats: int | None) -> None:  # fmt: skip
+        self.context = ctx
+        self.on_event = on_event
+        self.lock = threading.Lock()
+        self.events: list[LimitEvent] = []
+        self.watched = tuple(lim for lim in ctx.limits if lim.warn_at or lim.soft)
+        self.windows = tuple(_Window(lim) for lim in ctx.limits if lim.window_s is not None)
+        self.fired: set[tuple[int, str, float | None]] = set()
+        self.done: set[tuple[int, str]] = set()  # (limit, key) pairs with nothing left to fire
+        self.matched: dict[tuple[tuple[str, int, bool], ...], tuple[Any, ...]] = {}
+        self.wrapped = False
+        self.max_repeats = max_repeats
+        self.repeats: dict[str, int] = {}
+
+    @property
+    def declares(self) -> bool:
+        return bool(self.watched or self.windows or self.max_repeats is not None)
+
+
+class _Window:
+    """What settled in the last ``window_s`` seconds for a windowed limit's key."""
+
+    __slots__ = ("expired", "limit", "lock", "recent")
+
+    def __init__(self, limit: Limit) -> None:
+        self.limit = limit
+        self.lock = threading.Lock()
+        self.recent: deque[tuple[float, float]] = deque()  # (monotonic time, amount)
+        self.expired = 0.0  # settled amounts that have left the window
+
+    def add(self, amount: float) -> None:
+        with self.lock:
+            self.recent.append((time.monotonic(), amount))
+
+    def left_window(self) -> float:
+        """The settled amount older than the window (it only grows)."""
+        assert self.limit.window_s is not None
+        start = time.monotonic() - self.limit.window_s
+        with self.lock:
+            recent = self.recent
+            while recent and recent[0][0] <= start:
+                self.expired += recent.popleft()[1]
+            return self.expired
+
+
+# -- the compiled policies of one context --------------------------------------------------------
+
+
+class Policies:
+    """The policies in force for one context's calls (its own and those it inherits)."""
+
+    __slots__ = (
+        "chain_owned",
+        "context",
+        "cost_ceilings",
+        "cost_owner",
+        "guard_rows",
+        "marks_all",
+        "max_input",
+        "options",
+        "ordinary_rows",
+        "owned",
+        "pressure",
+        "unpriced",
+        "watches",
+        "window_slots",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        ctx: ExecutionContext,
+        options: PolicyOptions,
+        chain: tuple[ExecutionContext, ...],
+        guards: tuple[ExecutionContext, ...],
+        guard_rows: tuple[Guard, ...],
+    ) -> None:
+        self.context = ctx
+        self.options = options
+        self.guard_rows = guard_rows
+        parent = ctx.parent.policies if ctx.parent is not None else None
+        self.owned = _Owned(ctx, options.on_limit_event, options.max_repeats)
+        inherited = parent.chain_owned if parent is not None else ()
+        self.chain_owned: tuple[_Owned, ...] = (self.owned, *inherited)
+        # The nearest context with a cost limit, and every cost ceiling above (for pressure).
+        self.cost_owner = next((c for c in chain if any(map(_watches_cost, c.limits))), None)
+        self.cost_ceilings = tuple((c, lim.max_value) for c in chain for lim in c.limits
+                                   if _is_cost_ceiling(lim) and lim.max_value > 0)  # fmt: skip
+        mode = options.on_unpriced or "refuse"
+        self.unpriced: OnUnpriced | None = (
+            mode if mode != "allow" and self.cost_owner is not None else None
+        )
+        self.max_input = options.max_input_tokens_per_call
+        self.pressure = (
+            options.on_budget_pressure
+            if options.on_budget_pressure is not None and self.cost_ceilings
+            else None
+        )
+        self.ordinary_rows = self._reserve_rows(guards, guard_rows)
+        # (guard index, windows of that guard's context)
+        windows = {id(owned.context): owned.windows for owned in self.chain_owned}
+        self.window_slots = tuple(
+            (index, windows[id(c)]) for index, c in enumerate(guards) if windows.get(id(c))
+        )
+
+        # Only the unpriced check in force (a cost limit and nothing else): a priced call needs no
+        # marks, and its admission no work beyond one test.
+        self.marks_all = bool(
+            self.max_input is not None
+            or self.pressure is not None
+            or self.ordinary_rows is not None
+            or self.window_slots
+            or any(owned.declares for owned in self.chain_owned)
+        )
+
+        # Whether a settlement has anything to do (windows, warnings, soft limits, the input cap).
+        self.watches = bool(
+            self.max_input is not None
+            or any(owned.watched or owned.windows for owned in self.chain_owned)
+        )
+
+    @staticmethod
+    def _reserve_rows(
+        guards: tuple[ExecutionContext, ...], guard_rows: tuple[Guard, ...]
+    ) -> tuple[Guard, ...] | None:
+        """The guards with each final-answer reserve taken off its context's cost ceilings."""
+        found = False
+        rows: list[Guard] = []
+        for ctx, (level, base) in zip(guards, guard_rows, strict=True):
+            reserve = ctx.policy_options.final_reserve_usd
+            if reserve is None:
+                rows.append((level, base))
+                continue
+            found = True
+            lowered: list[LimitRow] = []
+            for limit in ctx.limits:
+                if _is_cost_ceiling(limit):
+                    top = limit.max_value - reserve
+                    ceiling = DerivedCeiling(
+                        Limit(KEY_COST, top), 0.0,
+                        f"final-answer reserve ({reserve:g} USD kept for a call marked final)",
+                    )  # fmt: skip
+                    lowered.append((False, KEY_COST, top, ceiling))
+            rows.append((level, (*base, *lowered)))
+        return tuple(rows) if found else None
+
+    @classmethod
+    def compile(
+        cls,
+        ctx: ExecutionContext,
+        chain: tuple[ExecutionContext, ...],
+        guards: tuple[ExecutionContext, ...],
+        guard_rows: tuple[Guard, ...],
+    ) -> Policies | None:
+        """The policies of ``ctx`` (made last in its ``__init__``), or None when none apply."""
+        policies = cls(ctx, ctx.policy_options, chain, guards, guard_rows)
+        return policies if policies.active else None
+
+    @property
+    def active(self) -> bool:
+        """Whether any policy applies to this context's calls."""
+        return self.unpriced is not None or self.marks_all
+
+    @property
+    def wrap_up(self) -> bool:
+        """Whether a soft limit of this context or an enclosing one was exceeded."""
+        return any(owned.wrapped for owned in self.chain_owned)
+
+    @property
+    def tracks_repeats(self) -> bool:
+        """Whether a loop guard counts this context's calls."""
+        return any(owned.max_repeats is not None for owned in self.chain_owned)
+
+    def events(self) -> list[dict[str, Any]]:
+        """This context's own limit events, as dicts."""
+        with self.owned.lock:
+            return [event.to_dict() for event in self.owned.events]
+
+    # -- making a call --------------------------------------------------------------------------
+
+    def llm_marks(
+        self, model: str | None, priced: bool, input_tokens: int, prompt_text: str | None,
+        final: bool,
+    ) -> CallMarks | None:  # fmt: skip
+        """The marks of an LLM call (``priced``: by the table, a set price or the caller);
+        None when no policy needs them."""
+        if priced and not self.marks_all:
+            return None
+        key = None
+        if prompt_text is not None and self.tracks_repeats:
+            key = fingerprint("llm", model, prompt_text)
+        return CallMarks(model, priced, input_tokens, final, key)
+
+    def tool_marks(self, name: str, arguments: object) -> CallMarks | None:
+        """The marks of a tool call (a loop-guard identity when ``arguments`` are given)."""
+        if not self.marks_all:
+            return None
+        key = None
+        if arguments is not None and self.tracks_repeats:
+            key = fingerprint("tool", name, arguments)
+        return CallMarks(None, True, 0, False, key)
+
+    def mark_request(self, call: Call, request: Mapping[str, Any], refused: ExceededLimit | None
+                     ) -> None:  # fmt: skip
+        """An instrumented request's marks: its identity, and the pressure hook's refusal."""
+        marks = call.policy
+        if marks is None:
+            return
+        marks.refusal = refused
+        if self.tracks_repeats:
+            marks.fingerprint = request_fingerprint(request)
+
+    def relieve_pressure(self, ctx: ExecutionContext, request: dict[str, Any]
+                         ) -> ExceededLimit | None:  # fmt: skip
+        """Pass ``request`` (an SDK call's keyword arguments) to ``on_budget_pressure`` once
+        ``pressure_at`` of a cost budget is spent: its answer replaces the request in place, or
+        (None) refuses it; the refusal is returned."""
+        hook = self.pressure
+        assert hook is not None
+        at = self.options.pressure_at if self.options.pressure_at is not None else 0.8
+        spent = max(c.stats.get_gauge(KEY_COST) / top for c, top in self.cost_ceilings)
+        if spent < at:
+            return None
+        changed = hook(ctx, dict(request))
+        if changed is None:
+            name = getattr(hook, "__qualname__", type(hook).__name__)
+            note = f"refused by on_budget_pressure hook {name}"
+            return ExceededLimit(Limit(KEY_BUDGET_PRESSURE, at), KEY_BUDGET_PRESSURE, spent, note)
+        if not isinstance(changed, Mapping):
+            raise TypeError(
+                f"on_budget_pressure must return the request (a dict) or None, "
+                f"got {type(changed).__name__}"
+            )
+        request.clear()
+        request.update(changed)
+        return None
+
+    # -- admission ------------------------------------------------------------------------------
+
+    def admit(self, call: Call) -> tuple[tuple[Guard, ...], Refusal | None]:
+        """The ceilings ``call``'s admission is checked against, or why it is refused."""
+        marks = call.policy
+        if marks is None:  # no policy beyond the unpriced check, and the call is priced
+            return self.guard_rows, None
+        if marks.refusal is not None:
+            return self.guard_rows, self._refusal(self.context, marks.refusal)
+        if call.kind == "llm":
+            refused = self._check_llm(call, marks)
+            if refused is not None:
+                return self.guard_rows, refused
+        if marks.fingerprint is not None:
+            refused = self._count_repeat(marks.fingerprint)
+            if refused is not None:
+                return self.guard_rows, refused
+        rows = self.guard_rows
+        if self.ordinary_rows is not None and not marks.final:
+            rows = self.ordinary_rows
+        if self.window_slots:
+            rows = self._with_windows(rows)
+        return rows, None
+
+    @staticmethod
+    def shared_ceilings(
+        owner: ExecutionContext,
+        call: Call,
+        ceilings: dict[str, float],
+        owners: dict[str, Limit],
+    ) -> tuple[dict[str, float], dict[str, Limit]]:
+        """The ceilings ``owner``'s shared ledger checks ``call`` against, with the limits a
+        refusal names: its cost ceiling less ``owner``'s final-answer reserve unless the call
+        is final."""
+        reserve = owner.policy_options.final_reserve_usd
+        marks = call.policy
+        if reserve is None or KEY_COST not in ceilings or (marks is not None and marks.final):
+            return ceilings, owners
+        top = ceilings[KEY_COST] - reserve
+        return {**ceilings, KEY_COST: top}, {**owners, KEY_COST: Limit(KEY_COST, top)}
+
+    def _check_llm(self, call: Call, marks: CallMarks) -> Refusal | None:
+        limit = self.max_input
+        if limit is not None and marks.input_tokens > limit:
+            cap = Limit(KEY_INPUT_TOKENS_PER_CALL, limit)
+            note = "input too large for one call (max_input_tokens_per_call)"
+            over = ExceededLimit(cap, KEY_INPUT_TOKENS_PER_CALL, marks.input_tokens, note)
+            return self._refusal(self.context, over)
+        if self.unpriced is None or marks.priced:
+            return None
+        model = marks.model
+        owner = self.cost_owner
+        assert owner is not None
+        note = (
+            f"model {model!r} has no price and context {owner.name!r} has a cost limit; "
+            f"price it with ampmeter.set_price({model!r}, input_per_mtok=..., "
+            f"output_per_mtok=...) (patterns like 'ft:gpt-4o-mini*' work), give the call an "
+            f"estimate_usd, or set on_unpriced='warn' or 'allow'"
+        )
+        if self.unpriced == "refuse":
+            stop = ExceededLimit(Limit(KEY_UNPRICED_LLM_CALLS, 0), KEY_UNPRICED_LLM_CALLS, 1, note)
+            return self._refusal(owner, stop)
+        warnings.warn(f"ampmeter: {note}", RuntimeWarning, stacklevel=5)
+        limit_obj = Limit(KEY_UNPRICED_LLM_CALLS, 0)
+        event = LimitEvent("unpriced", limit_obj, KEY_UNPRICED_LLM_CALLS, 1.0, 1.0, call.node_id,
+                           self.context.name)  # fmt: skip
+        self._report(self.owned, event)
+        return None
+
+    def _count_repeat(self, key: str) -> Refusal | None:
+        for owned in self.chain_owned:
+            most = owned.max_repeats
+            if most is None:
+                continue
+            with owned.lock:
+                seen = owned.repeats.get(key, 0) + 1
+                owned.repeats[key] = seen
+            if seen > most:
+                full = KEY_REPEATS_FOR + key
+                note = f"loop detected (the same request {seen} times, max_repeats={most})"
+                return self._refusal(owned.context, ExceededLimit(Limit(full, most), full, seen,
+                                                                  note))  # fmt: skip
+        return None
+
+    def _with_windows(self, rows: tuple[Guard, ...]) -> tuple[Guard, ...]:
+        # A windowed limit is checked as a ceiling on the running total raised by what has left
+        # the window, in the same kernel step as every other ceiling (so with the holds).
+        changed = list(rows)
+        for index, windows in self.window_slots:
+            level, base = changed[index]
+            extra: list[LimitRow] = []
+            for window in windows:
+                gone = window.left_window()
+                limit = window.limit
+                ceiling = DerivedCeiling(limit, gone, f"limit exceeded in {limit.window_s:g}s")
+                extra.append((False, limit.key, limit.max_value + gone, ceiling))
+            changed[index] = (level, (*base, *extra))
+        return tuple(changed)
+
+    def _refusal(self, owner: ExecutionContext, stop: ExceededLimit) -> Refusal:
+        from ampmeter.context import TerminationReason
+
+        return owner, stop, TerminationReason.LIMIT_EXCEEDED
+
+    # -- settlement -----------------------------------------------------------------------------
+
+    def settled(self, node: Node, usage: Usage) -> None:
+        """After a call's ``usage`` was added: windows, warnings, soft limits, the input cap.
+
+        Events go to the node's metadata (``limit_events``; the node has ended, its sinks have
+        not seen it yet), to the owning context's list and to its ``on_limit_event``.
+        """
+        if not self.watches:
+            return
+        found = self._after(usage, node.node_id)
+        if not found:
+            return
+        node.metadata[META_LIMIT_EVENTS] = [
+            *node.metadata.get(META_LIMIT_EVENTS, ()),
+            *(event.to_dict() for _, event in found),
+        ]
+        for owned, event in found:
+            self._report(owned, event)
+
+    def traced(self, usage: Usage) -> None:
+        """After a trace record's ``usage`` was added: as :meth:`settled`, with the events on
+        the context's own node."""
+        if not self.watches:
+            return
+        found = self._after(usage, self.context.node_id)
+        if not found:
+            return
+        ctx = self.context
+        ended = ctx.graph.kernel.node(ctx.node_id).metadata.get(META_LIMIT_EVENTS, ())
+        events = [*ended, *(event.to_dict() for _, event in found)]
+        ctx.graph.update_metadata(ctx.node_id, {META_LIMIT_EVENTS: events})
+        for owned, event in found:
+            self._report(owned, event)
+
+    def _after(self, usage: Usage, node_id: str) -> list[tuple[_Owned, LimitEvent]]:
+        entries = usage.entries()
+        for owned in self.chain_owned:
+            for window in owned.windows:
+                for key, field, _ in entries:
+                    if key == window.limit.key and usage[field]:
+                        window.add(float(usage[field]))
+        found: list[tuple[_Owned, LimitEvent]] = []
+        for owned in self.chain_owned:
+            if owned.watched:
+                self._watch(owned, entries, node_id, found)
+        limit = self.max_input
+        if limit is not None and usage.kind == "llm" and usage.tokens_in > limit:
+            cap = Limit(KEY_INPUT_TOKENS_PER_CALL, limit)
+            event = LimitEvent("input_over_limit", cap, KEY_INPUT_TOKENS_PER_CALL,
+                               float(usage.tokens_in), usage.tokens_in / max(limit, 1),
+                               node_id, self.context.name)  # fmt: skip
+            found.append((self.owned, event))
+        return found
+
+    @staticmethod
+    def _watch(owned: _Owned, entries: tuple[tuple[str, int, bool], ...], node_id: str,
+               found: list[tuple[_Owned, LimitEvent]]) -> None:  # fmt: skip
+        watched = owned.matched.get(entries)
+        if watched is None:  # which (limit, key) pairs a usage of this shape reaches, once
+            watched = tuple((index, limit, key, gauge)
+                            for index, limit in enumerate(owned.watched)
+                            for key, _, gauge in entries if limit.matches(key))  # fmt: skip
+            if len(owned.matched) < _MATCHED_MAX:
+                owned.matched[entries] = watched
+        stats = owned.context.stats
+        for index, limit, key, gauge in watched:
+            if (index, key) in owned.done:
+                continue
+            top = limit.max_value
+            value = stats.get_gauge(key) if gauge else float(stats.get_counter(key))
+            fraction = value / top if top > 0 else (1.0 if value > top else 0.0)
+            name = owned.context.name
+            with owned.lock:
+                for threshold in limit.warn_at:
+                    mark = (index, key, threshold)
+                    if fraction >= threshold and mark not in owned.fired:
+                        owned.fired.add(mark)
+                        found.append((owned, LimitEvent("warning", limit, key, value,
+                                      fraction, node_id, name, threshold)))  # fmt: skip
+                if limit.soft and value > top and (index, key, None) not in owned.fired:
+                    owned.fired.add((index, key, None))
+                    owned.wrapped = True
+                    found.append((owned, LimitEvent("soft_limit", limit, key, value,
+                                                    fraction, node_id, name)))  # fmt: skip
+                if all((index, key, t) in owned.fired for t in limit.warn_at) and (
+                    not limit.soft or (index, key, None) in owned.fired
+                ):
+                    owned.done.add((index, key))  # nothing left to report for this key
+
+    @staticmethod
+    def _report(owned: _Owned, event: LimitEvent) -> None:
+        with owned.lock:
+            owned.events.append(event)
+        callback = owned.on_event
+        if callback is None:
+            return
+        try:
+            callback(event)
+        except Exception as error:
+            # The call is settled and counted; a failing callback must not change that.
+            warnings.warn(
+                f"ampmeter: on_limit_event failed ({type(error).__name__}: {error}); the event "
+                "is kept in the context's snapshot",
+                RuntimeWarning,
+                stacklevel=2,
+            )
