@@ -3,7 +3,7 @@
 The public API is re-exported here; implementation modules may change without notice.
 """
 
-from ampmeter import keys, pricing
+from ampmeter import keys, pricing, propagation
 from ampmeter.context import (
     Call,
     Decision,
@@ -20,6 +20,7 @@ from ampmeter.errors import (
     BudgetUnavailable,
     EventSchemaError,
     ExecutionCanceled,
+    HandoffError,
     HookAbort,
     JsonlError,
     LimitExceeded,
@@ -34,6 +35,7 @@ from ampmeter.integrations import (
     instrument,
     instrument_anthropic,
     instrument_openai,
+    set_default_context,
     uninstrument,
 )
 from ampmeter.ledgers import InMemoryLedger, Ledger, Reservation, SqliteLedger
@@ -69,6 +71,7 @@ __all__ = [
     "ExecutionResult",
     "ExecutionStats",
     "Executor",
+    "HandoffError",
     "HookAbort",
     "InMemoryLedger",
     "JsonlError",
@@ -110,8 +113,10 @@ __all__ = [
     "keys",
     "price",
     "pricing",
+    "propagation",
     "read_jsonl",
     "remove_price",
+    "set_default_context",
     "set_price",
     "uninstrument",
     "validate_event",

@@ -23,12 +23,14 @@ import contextvars
 import functools
 import inspect
 import json
+import os
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ampmeter.context import Call, ExecutionContext, current_context
 from ampmeter.errors import StreamAbandoned
+from ampmeter.propagation import HANDOFF_ENV, attach_from_env
 
 __all__ = [
     "META_OPERATION",
@@ -84,10 +86,13 @@ def count_retry() -> None:
 
 
 def metered_context() -> ExecutionContext | None:
-    """The context SDK calls attach to here: the current one, else the process default."""
+    """The context SDK calls attach to here: the current one, else the process default, else
+    the one a hand-off token in ``AMPMETER_HANDOFF`` gives this process."""
     ctx = current_context()
     if ctx is None:
-        return settings.default_context
+        ctx = settings.default_context
+        if ctx is None and HANDOFF_ENV in os.environ:
+            return attach_from_env()
     return ctx
 
 
