@@ -25,6 +25,7 @@ import secrets
 import time
 import uuid
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -148,6 +149,14 @@ def current_context() -> ExecutionContext | None:
     """The innermost context entered in this thread or task, or None."""
     current = _CURRENT.get()
     return current[0] if current is not None else None
+
+
+def open_contexts() -> list[ExecutionContext]:
+    """Contexts made and not yet closed, in any thread (to explain an unmetered call)."""
+    return list(_OPEN)
+
+
+_OPEN: weakref.WeakSet[ExecutionContext] = weakref.WeakSet()
 
 
 def current_node_id() -> str | None:
@@ -469,6 +478,7 @@ class ExecutionContext:
         self._handoffs: list[tuple[Node, Ledger, str]] = []
         self._handoff_from: Handoff | None = None
         self._span_prefix = ""  # prepended to this process's node ids in a multi-process run
+        _OPEN.add(self)
 
     # -- identity -----------------------------------------------------------------------------
 
@@ -779,6 +789,7 @@ class ExecutionContext:
         if self._closed:
             return
         self._closed = True
+        _OPEN.discard(self)
         if self._handoffs:
             self._settle_handoffs()
         if self.termination_reason is None:

@@ -24,11 +24,13 @@ import functools
 import inspect
 import json
 import os
+import threading
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ampmeter.context import Call, ExecutionContext, current_context
+from ampmeter.context import Call, ExecutionContext, current_context, open_contexts
 from ampmeter.errors import StreamAbandoned
 from ampmeter.propagation import HANDOFF_ENV, attach_from_env
 
@@ -91,9 +93,30 @@ def metered_context() -> ExecutionContext | None:
     ctx = current_context()
     if ctx is None:
         ctx = settings.default_context
-        if ctx is None and HANDOFF_ENV in os.environ:
-            return attach_from_env()
+        if ctx is None:
+            if HANDOFF_ENV in os.environ:
+                return attach_from_env()
+            if not _warned_unmetered and open_contexts():
+                _warn_unmetered()
     return ctx
+
+
+_warned_unmetered = False
+
+
+def _warn_unmetered() -> None:
+    global _warned_unmetered
+    _warned_unmetered = True
+    names = ", ".join(sorted({repr(ctx.name) for ctx in open_contexts()}))
+    warnings.warn(
+        f"ampmeter: an SDK call on thread {threading.current_thread().name!r} is not metered: "
+        f"no context is current here, while {names} is open in another thread (threads of a "
+        "pool do not inherit it). Call ampmeter.set_default_context(ctx) so calls on any "
+        "thread attach to it, or submit the work with contextvars.copy_context().run. "
+        "(This warning is shown once.)",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 @dataclass(frozen=True, slots=True)
