@@ -1009,7 +1009,10 @@ class ExecutionContext:
         amounts = {key: reservation.get(key, 0.0) for key in keys}
         ancestors = {scope: found[0] for scope, found in scopes.items() if scope != ledger.scope}
         try:
-            held = ledger.reserve(amounts, ceilings, ancestors=ancestors or None)
+            if ancestors:
+                held = ledger.reserve(amounts, ceilings, ancestors=ancestors)
+            else:  # the call a ledger without hierarchy (an older subclass) understands too
+                held = ledger.reserve(amounts, ceilings)
         except BudgetUnavailable as error:
             if ctx.on_ledger_error == "allow":
                 self.graph.update_metadata(
