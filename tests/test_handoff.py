@@ -329,3 +329,14 @@ def test_from_handoff_refuses_a_ledger_outside_its_scope(sqlite_ledger: SqliteLe
             other.close()
         with pytest.raises(HandoffError, match="not an ampmeter hand-off token"):
             ExecutionContext.from_handoff("hello")
+
+
+def test_unpriced_child_calls_stay_unpriced_in_the_parent(sqlite_ledger: SqliteLedger) -> None:
+    with ExecutionContext("boss", ledger=sqlite_ledger) as ctx:
+        child = ExecutionContext.from_handoff(ctx.handoff("local-child"))
+        with child, child.llm_call("mystery", model="no-such-model-anywhere") as call:
+            call.record(7, 3)  # no cost given and no price known
+        assert child.stats.get_counter("amp:unpriced_llm_calls") == 1
+    counters = ctx.snapshot()["counters"]
+    assert counters["amp:unpriced_llm_calls"] == 1
+    assert counters["amp:input_tokens"] == 7

@@ -49,6 +49,7 @@ from ampmeter.keys import (
     KEY_TOOLCHAIN_PARSE_ERROR_AT,
     KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE,
     KEY_TOOLCHAIN_PARSE_ERROR_TOTAL,
+    KEY_UNPRICED_LLM_CALLS,
 )
 from ampmeter.ledgers.base import Ledger, Reservation
 from ampmeter.limits import ExceededLimit, Limit, LimitType, compile_limits, exceeded
@@ -1006,6 +1007,8 @@ class ExecutionContext:
         keys = dict.fromkeys(k for c, _ in scopes.values() for k in c)
         if link is not None:
             keys.update(dict.fromkeys(candidates))
+            if call.kind == "llm":
+                keys[KEY_UNPRICED_LLM_CALLS] = None  # unpriced is not zero, also for the parent
         amounts = {key: reservation.get(key, 0.0) for key in keys}
         ancestors = {scope: found[0] for scope, found in scopes.items() if scope != ledger.scope}
         try:
