@@ -10,7 +10,6 @@ with its data), and runs in a temporary directory. Test modules import
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -150,9 +149,14 @@ class RedisServer:
                 assert self._process is not None
                 if self._process.poll() is not None:
                     return False  # exited: most likely the port was taken meanwhile
-                with contextlib.suppress(redis.RedisError):
+                try:
                     if client.ping():
                         return True
+                except (redis.AuthenticationError, redis.ResponseError) as error:
+                    if "auth" in str(error).lower():
+                        return True  # a server started with --requirepass answers
+                except redis.RedisError:
+                    pass
                 time.sleep(0.02)
             return False
         finally:

@@ -200,7 +200,8 @@ PUBLIC_API = {
     "AgentLoop", "AmpmeterError", "AnalysisError", "BudgetBusy", "BudgetUnavailable", "CONTINUE",
     "Call", "Decision", "EventSchemaError", "ExceededLimit", "ExecutionCanceled",
     "ExecutionContext", "ExecutionGraph", "ExecutionResult", "ExecutionStats", "Executor",
-    "HookAbort", "InMemoryLedger", "JsonlError", "JsonlSink", "LLMCallMetrics", "Ledger", "Limit",
+    "HandoffError", "HookAbort", "InMemoryLedger", "JsonlError", "JsonlSink", "LLMCallMetrics",
+    "Ledger", "Limit",
     "LimitEvent", "LimitExceeded", "LimitType", "LogLineError", "MemorySink", "ModelCallTrace",
     "Node", "ParseErrorTrace", "PriceResult", "Reservation", "Sink", "SinkClosedError",
     "SinkWriteError", "SqliteLedger",
@@ -208,7 +209,8 @@ PUBLIC_API = {
     "TerminationReason", "ToolCallTrace", "Usage", "WrapOptions", "check_limits", "clear_prices",
     "current_context", "current_node_id", "default_limits", "estimate", "event_errors",
     "final_call", "find_limit_exceeded", "instrument", "instrument_anthropic",
-    "instrument_openai", "keys", "price", "pricing", "read_jsonl", "remove_price", "set_price",
+    "instrument_openai", "keys", "price", "pricing", "propagation", "read_jsonl", "remove_price",
+    "set_default_context", "set_price",
     "uninstrument", "validate_event",
 }  # fmt: skip
 

@@ -25,6 +25,7 @@ from ampmeter.errors import (
     BudgetUnavailable,
     EventSchemaError,
     ExecutionCanceled,
+    HandoffError,
     HookAbort,
     JsonlError,
     LimitExceeded,
@@ -44,11 +45,12 @@ from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace
 from ampmeter.usage import Usage
 
 if TYPE_CHECKING:
-    from ampmeter import pricing
+    from ampmeter import pricing, propagation
     from ampmeter.integrations import (
         instrument,
         instrument_anthropic,
         instrument_openai,
+        set_default_context,
         uninstrument,
     )
     from ampmeter.ledgers import InMemoryLedger, Ledger, Reservation, SqliteLedger
@@ -73,8 +75,15 @@ if TYPE_CHECKING:
 # Name -> the module it comes from, imported on first use (PEP 562).
 _LAZY = {
     "pricing": "ampmeter",
+    "propagation": "ampmeter",
     **dict.fromkeys(
-        ("instrument", "instrument_anthropic", "instrument_openai", "uninstrument"),
+        (
+            "instrument",
+            "instrument_anthropic",
+            "instrument_openai",
+            "set_default_context",
+            "uninstrument",
+        ),
         "ampmeter.integrations",
     ),
     **dict.fromkeys(
@@ -136,6 +145,7 @@ __all__ = [
     "ExecutionResult",
     "ExecutionStats",
     "Executor",
+    "HandoffError",
     "HookAbort",
     "InMemoryLedger",
     "JsonlError",
@@ -180,8 +190,10 @@ __all__ = [
     "keys",
     "price",
     "pricing",
+    "propagation",
     "read_jsonl",
     "remove_price",
+    "set_default_context",
     "set_price",
     "uninstrument",
     "validate_event",

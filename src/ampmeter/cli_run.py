@@ -46,11 +46,21 @@ def _run(
     capture_content: Annotated[
         bool, typer.Option("--capture-content", help="Also log prompt and response text.")
     ] = False,
+    ledger: Annotated[
+        str | None,
+        typer.Option(
+            "--ledger",
+            metavar="redis://HOST:PORT/DB",
+            help="Share the limits through this Redis (processes on many machines); "
+            "default: a SQLite ledger for this run's process tree.",
+        ),
+    ] = None,
 ) -> None:
     """Run a Python program with its OpenAI/Anthropic calls metered and limited.
 
     Limits also come from AMPMETER_MAX_COST, AMPMETER_MAX_LLM_CALLS, AMPMETER_MAX_INPUT_TOKENS,
-    AMPMETER_MAX_TOKENS_PER_MODEL (MODEL=N,...), AMPMETER_TIMEOUT and AMPMETER_OUT; flags win.
+    AMPMETER_MAX_TOKENS_PER_MODEL (MODEL=N,...), AMPMETER_TIMEOUT, AMPMETER_OUT and
+    AMPMETER_LEDGER; flags win. The limits hold across every Python process the program starts.
     """
     from ampmeter.runner import RunConfig, format_summary, parse_model_limits, run_command
 
@@ -67,6 +77,7 @@ def _run(
             timeout=timeout,
             out=str(out) if out is not None else None,
             capture_content=capture_content or None,
+            ledger=ledger,
         )
         outcome = run_command(command, config)
     except ValueError as exc:

@@ -20,8 +20,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import secrets
 import time
+import uuid
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -30,10 +33,17 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ampmeter import _validate, estimates, redact
 from ampmeter._kernel import Busy, Guard, Hit, Level
-from ampmeter.errors import BudgetBusy, BudgetUnavailable, ExecutionCanceled, LimitExceeded
+from ampmeter.errors import (
+    BudgetBusy,
+    BudgetUnavailable,
+    ExecutionCanceled,
+    HandoffError,
+    LimitExceeded,
+)
 from ampmeter.graph import ExecutionGraph
 from ampmeter.keys import (
     KEY_COST,
+    KEY_COST_FOR,
     KEY_ELAPSED_S,
     KEY_FORMAT_PARSE_ERROR_AT,
     KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
@@ -44,6 +54,7 @@ from ampmeter.keys import (
     KEY_TOOLCHAIN_PARSE_ERROR_AT,
     KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE,
     KEY_TOOLCHAIN_PARSE_ERROR_TOTAL,
+    KEY_UNPRICED_LLM_CALLS,
 )
 from ampmeter.limits import ExceededLimit, Limit, LimitType, compile_limits, exceeded
 from ampmeter.node import (
@@ -58,7 +69,9 @@ from ampmeter.node import (
     Node,
 )
 from ampmeter.policies import CallMarks, LimitEvent, Policies, PolicyOptions, PressureHook
+from ampmeter.propagation import Handoff, decode, encode, open_ledger
 from ampmeter.sinks.base import Sink
+from ampmeter.sinks.relabel import RelabeledSink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace, TraceRecord
 from ampmeter.usage import Shape, Usage
@@ -166,6 +179,14 @@ def current_context() -> ExecutionContext | None:
     """The innermost context entered in this thread or task, or None."""
     current = _CURRENT.get()
     return current[0] if current is not None else None
+
+
+def open_contexts() -> list[ExecutionContext]:
+    """Contexts made and not yet closed, in any thread (to explain an unmetered call)."""
+    return list(_OPEN)
+
+
+_OPEN: weakref.WeakSet[ExecutionContext] = weakref.WeakSet()
 
 
 def current_node_id() -> str | None:
@@ -562,6 +583,11 @@ class ExecutionContext:
         self.policies: Policies | None = Policies.compile(
             self, self._chain, self._guards, self._guard_rows
         )
+        # Hand-offs: the open ones made here, and the one this context was made from.
+        self._handoffs: list[tuple[Node, Ledger, str]] = []
+        self._handoff_from: Handoff | None = None
+        self._span_prefix = ""  # prepended to this process's node ids in a multi-process run
+        _OPEN.add(self)
 
     # -- identity -----------------------------------------------------------------------------
 
@@ -945,6 +971,9 @@ class ExecutionContext:
         if self._closed:
             return
         self._closed = True
+        _OPEN.discard(self)
+        if self._handoffs:
+            self._settle_handoffs()
         if self.termination_reason is None:
             self.termination_reason = _termination(exc)
             if isinstance(exc, LimitExceeded):
@@ -1184,26 +1213,30 @@ class ExecutionContext:
         # its tool's), each shared on its own, as the local check counts them.
         reservation = call._reservation.amounts()
         candidates = tuple(_keys_a_call_adds(call))
-        ceilings: dict[str, float] = {}
-        owners: dict[str, Limit] = {}
-        for limit in ctx.limits:
-            if not limit.is_ceiling:
-                continue  # soft and windowed limits are this process's (ampmeter.policies)
-            if limit.type is LimitType.EXACT:
-                keys: Iterable[str] = (limit.key,)
-            else:
-                keys = [key for key in candidates if key.startswith(limit.key)]
-            for key in keys:
-                if key not in ceilings or limit.max_value < ceilings[key]:
-                    ceilings[key] = limit.max_value  # the tightest; the first of equals
-                    owners[key] = limit
-        if not ceilings:
-            return
-        if self.policies is not None:  # an ordinary call leaves the final-answer reserve
+        ceilings, owners = _shared_ceilings(ctx.limits, candidates)
+        if ceilings and self.policies is not None:  # an ordinary call leaves the final reserve
             ceilings, owners = self.policies.shared_ceilings(ctx, call, ceilings, owners)
-        amounts = {key: reservation.get(key, 0.0) for key in ceilings}
+        # A context made from a hand-off also holds at the scopes of the contexts above it,
+        # and records every key a call adds, so the parent can read the child's whole spend.
+        link = ctx._handoff_from
+        scopes = {ledger.scope: (ceilings, owners)}
+        if link is not None:
+            for scope, limits in link.ancestors:
+                scopes[scope] = _shared_ceilings(limits, candidates)
+        elif not ceilings:
+            return
+        keys = dict.fromkeys(k for c, _ in scopes.values() for k in c)
+        if link is not None:
+            keys.update(dict.fromkeys(candidates))
+            if call.kind == "llm":
+                keys[KEY_UNPRICED_LLM_CALLS] = None  # unpriced is not zero, also for the parent
+        amounts = {key: reservation.get(key, 0.0) for key in keys}
+        ancestors = {scope: found[0] for scope, found in scopes.items() if scope != ledger.scope}
         try:
-            held = ledger.reserve(amounts, ceilings)
+            if ancestors:
+                held = ledger.reserve(amounts, ceilings, ancestors=ancestors)
+            else:  # the call a ledger without hierarchy (an older subclass) understands too
+                held = ledger.reserve(amounts, ceilings)
         except BudgetUnavailable as error:
             if ctx.on_ledger_error == "allow":
                 self.graph.update_metadata(
@@ -1220,12 +1253,12 @@ class ExecutionContext:
             self._abort_admission(call, f"ledger error: {redact.error_text(error)}")
             raise
         if held is None:
-            stop = _shared_exceeded(ledger, amounts, ceilings, owners)
+            scope, stop = _shared_exceeded(ledger, amounts, scopes)
             self._mark_stopped(ctx, stop, TerminationReason.LIMIT_EXCEEDED)
-            self._abort_admission(call, f"shared budget {ledger.scope!r}: {stop}")
+            self._abort_admission(call, f"shared budget {scope!r}: {stop}")
             raise LimitExceeded(
                 f"{call.kind} call {call.name!r} stopped before it ran: shared budget "
-                f"{ledger.scope!r}: {stop}",
+                f"{scope!r}: {stop}",
                 stop,
                 call.node_id,
             )
@@ -1367,6 +1400,120 @@ class ExecutionContext:
         else:
             failures[id(sink)] = count + 1
 
+    # -- hand-off to another process ----------------------------------------------------------
+
+    def handoff(
+        self,
+        name: str,
+        *,
+        limits: Sequence[Limit] | None = None,
+        max_cost_usd: float | None = None,
+        max_steps: int | None = None,
+        max_retries: int | None = None,
+        timeout_s: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Start a child that runs in another process; return its token (no secret in it).
+
+        A ``system`` node is added here for the child. The other process calls
+        :meth:`from_handoff` with the token: its calls then count at once toward its own limits
+        (these arguments, as for :meth:`spawn_child`) and toward those of this context and of
+        every context above it that shares a ledger, through the ledger's scope
+        ``<scope>/<hand-off node>``. When this context closes, the child's spend is read from
+        the ledger and added to these stats (close it after the child is done). Needs a shared
+        ledger (``SqliteLedger`` or ``RedisLedger``) on this context or one above it.
+        """
+        self._check_open()
+        _validate.text(name, "name", empty=False)
+        own = _build_limits(limits, max_cost_usd, max_steps, max_retries)
+        timeout = _validate.optional_amount(timeout_s, "timeout_s")
+        meta = _validate.metadata(metadata)
+        owner = next((ctx for ctx in self._chain if ctx.ledger is not None), None)
+        if owner is None or owner.ledger is None:
+            raise HandoffError(
+                f"context {self.name!r} cannot hand off {name!r}: a hand-off needs a shared "
+                "ledger, so give this context (or one above it) ledger=SqliteLedger(path) for "
+                "processes of one machine or ledger=RedisLedger(url, scope) for many"
+            )
+        ledger = owner.ledger
+        try:
+            location = ledger.location()
+        except TypeError as error:
+            raise HandoffError(f"cannot hand off {name!r}: {error}") from None
+        node = self.graph.begin(self._parent_node_id(), "system", name, None, meta)
+        self.graph.mark_running(node.node_id)
+        root = self._chain[-1]  # the context that owns the graph: its ids are logged prefixed
+        logged_id = root._span_prefix + node.node_id
+        scope = ledger.child(f"{logged_id}-{uuid.uuid4().hex[:8]}").scope
+        above = owner._handoff_from
+        ancestors = ((ledger.scope, owner.limits), *(above.ancestors if above else ()))
+        depth = node.depth + (root._handoff_from.depth + 1 if root._handoff_from else 0)
+        deadline = None if timeout is None else time.time() + timeout
+        self._handoffs.append((node, ledger, scope))
+        return encode(
+            Handoff(
+                self.chain_id, logged_id, depth, name, scope, location, own, ancestors, deadline
+            )
+        )
+
+    @classmethod
+    def from_handoff(
+        cls, token: str, *, ledger: Ledger | None = None, sinks: Iterable[Sink] = ()
+    ) -> ExecutionContext:
+        """The context of a child handed off with :meth:`handoff`, in this process.
+
+        Its calls reserve in the hand-off's ledger scope and every scope above it, so they stop
+        at the child's limits and at its parents' remaining budget. ``ledger`` (same backend,
+        at or above the hand-off's scope) is needed when the backend wants credentials; else
+        one is opened from the token. Nodes reach ``sinks`` with ids of their own under the
+        hand-off node and the parent's chain id, so both logs read as one tree.
+        """
+        found = decode(token)
+        shared = open_ledger(found, ledger)
+        prefix = f"{found.node_id}.{secrets.token_hex(3)}."
+        wrapped = [
+            RelabeledSink(
+                sink, prefix=prefix, attach_to=found.node_id, depth_offset=found.depth + 1
+            )
+            for sink in sinks
+        ]
+        timeout = None if found.deadline is None else max(found.deadline - time.time(), 0.0)
+        ctx = cls(
+            found.name,
+            limits=found.limits,
+            timeout_s=timeout,
+            chain_id=found.chain_id,
+            metadata={"handoff_from": found.node_id},
+            sinks=wrapped,
+            ledger=shared,
+        )
+        ctx._handoff_from = found
+        ctx._span_prefix = prefix
+        return ctx
+
+    def _settle_handoffs(self) -> None:
+        """End the hand-off nodes made here, adding each child's spend (read from the ledger)
+        to these stats; the nodes themselves carry no cost, so logs do not count it twice."""
+        handoffs, self._handoffs = self._handoffs, []
+        for node, ledger, scope in handoffs:
+            try:
+                spent = ledger.spent(scope)
+            except Exception as error:
+                self.graph.mark_failure(
+                    node.node_id,
+                    type(error).__name__,
+                    f"the hand-off's spend could not be read: {error}",
+                )
+                self._emit(node)
+                continue
+            for key, value in spent.items():
+                if value:
+                    gauge = key == KEY_COST or key.startswith(KEY_COST_FOR)
+                    self._kernel.add(self._level, key, value, gauge)
+            meta = {"handoff_scope": scope, "handoff_spent": spent}
+            self.graph.mark_success(node.node_id, 0.0, metadata=meta)
+            self._emit(node)
+
 
 _HoldPlan = tuple[tuple[tuple[Level, tuple[str, ...]], ...], tuple[str, ...], tuple[int, ...]]
 
@@ -1390,24 +1537,61 @@ def _keys_a_call_adds(call: Call) -> Iterable[str]:
     return dict.fromkeys(key for key, _, _ in possible.entries())
 
 
+def _shared_ceilings(
+    limits: Iterable[Limit], candidates: Sequence[str]
+) -> tuple[dict[str, float], dict[str, Limit]]:
+    """The ledger ceilings of ``limits`` for a call that may add to ``candidates``, and the
+    limit each comes from.
+
+    Every exact limit takes part, also keys the call reserves nothing for (no estimate): the
+    hold is then 0, but the commit still adds what the call actually used. A prefix limit takes
+    part through the keys of its family this call may add to (its model's or its tool's), each
+    shared on its own, as the local check counts them.
+    """
+    ceilings: dict[str, float] = {}
+    owners: dict[str, Limit] = {}
+    for limit in limits:
+        if not limit.is_ceiling:
+            continue  # soft and windowed limits are this process's (ampmeter.policies)
+        if limit.type is LimitType.EXACT:
+            keys: Iterable[str] = (limit.key,)
+        else:
+            keys = [key for key in candidates if key.startswith(limit.key)]
+        for key in keys:
+            if key not in ceilings or limit.max_value < ceilings[key]:
+                ceilings[key] = limit.max_value  # the tightest; the first of equals
+                owners[key] = limit
+    return ceilings, owners
+
+
 def _shared_exceeded(
     ledger: Ledger,
     amounts: Mapping[str, float],
-    ceilings: Mapping[str, float],
-    owners: Mapping[str, Limit],
-) -> ExceededLimit:
-    """Which shared ceiling refused a reservation: the first (in limit order) now over it.
+    scopes: Mapping[str, tuple[dict[str, float], dict[str, Limit]]],
+) -> tuple[str, ExceededLimit]:
+    """Which shared ceiling refused a reservation: the first (in scope, then limit order) now
+    over it, with its scope.
 
     The ledger is read after the refusal, so others may have settled meanwhile (then the first
     ceiling is named) or the read may fail (then the value is just this call's amount).
     """
-    try:
-        spent, held = ledger.spent(), ledger.reserved()
-    except Exception:
-        spent, held = {}, {}
-    values = {key: spent.get(key, 0.0) + held.get(key, 0.0) + amounts[key] for key in ceilings}
-    key = next((k for k in ceilings if values[k] > ceilings[k]), next(iter(ceilings)))
-    return ExceededLimit(owners[key], key, values[key])
+    first: tuple[str, ExceededLimit] | None = None
+    for scope, (ceilings, owners) in scopes.items():
+        if not ceilings:
+            continue
+        try:
+            spent, held = ledger.spent(scope), ledger.reserved(scope)
+        except Exception:
+            spent, held = {}, {}
+        values = {k: spent.get(k, 0.0) + held.get(k, 0.0) + amounts[k] for k in ceilings}
+        over = next((k for k in ceilings if values[k] > ceilings[k]), None)
+        if over is not None:
+            return scope, ExceededLimit(owners[over], over, values[over])
+        if first is None:
+            key = next(iter(ceilings))
+            first = (scope, ExceededLimit(owners[key], key, values[key]))
+    assert first is not None  # a refusal needs a ceiling
+    return first
 
 
 def _build_limits(

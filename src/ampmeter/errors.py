@@ -21,6 +21,7 @@ __all__ = [
     "DemoError",
     "EventSchemaError",
     "ExecutionCanceled",
+    "HandoffError",
     "HookAbort",
     "JsonlError",
     "LimitExceeded",
@@ -129,6 +130,11 @@ class ExecutionCanceled(AmpmeterError):
     def __init__(self, message: str, node_id: str | None = None) -> None:
         super().__init__(message)
         self.node_id = node_id
+
+
+class HandoffError(AmpmeterError, ValueError):
+    """A hand-off token is malformed, cannot be made (no shared ledger), or cannot be attached
+    to (its ledger needs credentials the token does not carry, or is not reachable)."""
 
 
 class HookAbort(AmpmeterError):

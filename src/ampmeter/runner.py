@@ -1,26 +1,36 @@
 """``ampmeter run -- COMMAND``: run a Python program with its SDK calls metered and contained.
 
-The parent (:func:`run_command`) starts the program with ``ampmeter/_bootstrap`` first on
-``PYTHONPATH``; the ``sitecustomize`` there calls :func:`child_setup` in the program's
-interpreter before the program starts. That instruments the SDKs, opens one
-:class:`~ampmeter.ExecutionContext` with the requested limits (and a JSONL sink), and, when the
-interpreter exits, closes it and writes a small JSON summary the parent prints.
+The parent (:func:`run_command`) starts the program in a process group of its own with
+``ampmeter/_bootstrap`` first on ``PYTHONPATH``; the ``sitecustomize`` there calls
+:func:`child_setup` in every Python interpreter of the program's process tree (subprocesses and
+``spawn`` workers inherit the path; ``fork`` children are set up again right after the fork).
+Each process instruments the SDKs and opens one :class:`~ampmeter.ExecutionContext` with the
+requested limits and the run's shared ledger (SQLite in the run's temporary directory, or
+``--ledger redis://...``), so the limits hold for the whole tree; each writes its events to a
+file of its own, line by line, which the parent merges at the end.
 
 Limits come from flags or from the environment: ``AMPMETER_MAX_COST``,
 ``AMPMETER_MAX_LLM_CALLS``, ``AMPMETER_MAX_INPUT_TOKENS``, ``AMPMETER_MAX_TOKENS_PER_MODEL``
-(``MODEL=N,MODEL=N``), ``AMPMETER_TIMEOUT``, ``AMPMETER_OUT``.
+(``MODEL=N,MODEL=N``), ``AMPMETER_TIMEOUT``, ``AMPMETER_OUT``, ``AMPMETER_LEDGER``.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import functools
 import json
 import math
 import os
+import secrets
+import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -45,7 +55,7 @@ EXIT_TIMEOUT: Final = 124
 """Exit code when the program outlived ``--timeout`` (plus a grace period) and was killed."""
 
 ENV_CONFIG: Final = "AMPMETER_RUN_CONFIG"
-ENV_SUMMARY: Final = "AMPMETER_RUN_SUMMARY"
+ENV_TREE: Final = "AMPMETER_RUN_TREE"
 _KILL_GRACE_S: Final = 5.0
 _BOOTSTRAP_DIR: Final = str(Path(__file__).resolve().parent / "_bootstrap")
 
@@ -61,6 +71,7 @@ class RunConfig:
     timeout: float | None = None
     out: str | None = None
     capture_content: bool = False
+    ledger: str | None = None
 
     def __post_init__(self) -> None:
         _check_number("max cost", self.max_cost, integer=False)
@@ -71,6 +82,11 @@ class RunConfig:
             if not isinstance(model, str) or not model:
                 raise ValueError(f"per-model token limit needs a model name, got {model!r}")
             _check_number(f"token limit for {model}", cap, integer=True)
+        if self.ledger is not None and not self.ledger.startswith(("redis://", "rediss://")):
+            raise ValueError(
+                f"--ledger must be a redis:// or rediss:// URL, got {self.ledger!r} (without "
+                "it, the run shares a SQLite ledger in its temporary directory)"
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], **overrides: Any) -> RunConfig:
@@ -81,6 +97,7 @@ class RunConfig:
             "max_input_tokens": _env_number(env, "AMPMETER_MAX_INPUT_TOKENS", int),
             "timeout": _env_number(env, "AMPMETER_TIMEOUT", float),
             "out": env.get("AMPMETER_OUT") or None,
+            "ledger": env.get("AMPMETER_LEDGER") or None,
         }
         per_model = env.get("AMPMETER_MAX_TOKENS_PER_MODEL", "").strip()
         values["max_tokens_per_model"] = (
@@ -163,7 +180,7 @@ def run_command(command: Sequence[str], config: RunConfig, *, env: Mapping[str, 
 
     A first argument ending in ``.py`` is run with this interpreter. The exit code is the
     program's, except :data:`EXIT_LIMIT` when a limit stopped it and :data:`EXIT_TIMEOUT` when
-    it was killed for outliving its timeout.
+    it outlived its timeout and its whole process group was killed.
     """
     if not command:
         raise ValueError("no command given: use `ampmeter run -- python your_script.py`")
@@ -174,22 +191,38 @@ def run_command(command: Sequence[str], config: RunConfig, *, env: Mapping[str, 
     path = child_env.get("PYTHONPATH")
     child_env["PYTHONPATH"] = _BOOTSTRAP_DIR + (os.pathsep + path if path else "")
     with tempfile.TemporaryDirectory(prefix="ampmeter-run-") as tmp:
-        summary_path = os.path.join(tmp, "summary.json")
+        events_dir, summaries_dir = os.path.join(tmp, "events"), os.path.join(tmp, "summaries")
+        os.mkdir(events_dir)
+        os.mkdir(summaries_dir)
+        tree: dict[str, Any] = {
+            "ledger": config.ledger or os.path.join(tmp, "ledger.sqlite3"),
+            "scope": f"run-{uuid.uuid4().hex}",
+            "chain": str(uuid.uuid4()),
+            "events": events_dir,
+            "summaries": summaries_dir,
+            "deadline": None if config.timeout is None else time.time() + config.timeout,
+            "root": None,
+        }
         child_env[ENV_CONFIG] = json.dumps(asdict(config))
-        child_env[ENV_SUMMARY] = summary_path
+        child_env[ENV_TREE] = json.dumps(tree)
         wait = None if config.timeout is None else config.timeout + _KILL_GRACE_S
         try:
-            proc = subprocess.Popen(argv, env=child_env, cwd=cwd)
+            proc = subprocess.Popen(argv, env=child_env, cwd=cwd, start_new_session=True)
         except OSError as exc:
             raise ValueError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
         killed = False
-        try:
-            code: int | None = proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            code, killed = None, True
-        summary = _read_summary(summary_path)
+        with _forwarding_signals(proc.pid):
+            try:
+                code: int | None = proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # the program and all it started
+                proc.wait()
+                code, killed = None, True
+        events = sorted(Path(events_dir).glob("*.jsonl"))
+        summary = _tree_summary(events, sorted(Path(summaries_dir).glob("*.json")))
+        if config.out:
+            _merge_events(events, config.out)
     if killed:
         return RunOutcome(EXIT_TIMEOUT, None, summary,
                           f"timeout: killed after {config.timeout:g} s")  # fmt: skip
@@ -199,7 +232,82 @@ def run_command(command: Sequence[str], config: RunConfig, *, env: Mapping[str, 
     return RunOutcome(code if code is not None else 1, code, summary, None)
 
 
-def _read_summary(path: str) -> dict[str, Any] | None:
+@contextlib.contextmanager
+def _forwarding_signals(group: int) -> Iterator[None]:
+    """Pass SIGINT and SIGTERM on to the program's process group (it has its own, so a
+    terminal's Ctrl-C would not reach it) while the program runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward(signum: int, frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _merge_events(files: Sequence[Path], out: str) -> None:
+    """Append every process's events to ``out``, process by process, whole lines only."""
+    with open(out, "ab") as target:
+        for path in files:
+            data = path.read_bytes()
+            target.write(data[: data.rfind(b"\n") + 1])  # a killed writer's cut line is dropped
+
+
+def _tree_summary(events: Sequence[Path], summaries: Sequence[Path]) -> dict[str, Any] | None:
+    """The run summary over every process: counts from the events all of them logged, the
+    termination from the processes that lived to write their summary (the top one first)."""
+    written = [found for found in map(_read_summary, summaries) if found is not None]
+    top = next((found for found in written if found.get("top")), None)
+    if top is None:
+        return None
+    llm: list[dict[str, Any]] = []
+    tools: list[dict[str, Any]] = []
+    retries = 0
+    for path in events:
+        for line in path.read_bytes().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # the cut last line of a killed process
+            kind = event.get("event_type")
+            retries += int(event.get("metadata", {}).get("retries_used") or 0)
+            if kind == "llm_completion":
+                llm.append(event)
+            elif kind == "tool_call":
+                tools.append(event)
+    statuses = [event["metadata"].get("status") for event in llm]
+    sizes = [int(e["usage"]["prompt_tokens"]) for e in llm if e["metadata"].get("status") != "halt"]
+    growth = (sizes[-1] - sizes[0]) / (len(sizes) - 1) if len(sizes) >= 2 else 0.0
+    stopped = next((f for f in [top, *written] if f.get("termination") in _STOPS), top)
+    return {
+        "llm_calls": len(llm),
+        "failed_calls": statuses.count("fail"),
+        "halted_calls": statuses.count("halt"),
+        "tool_calls": len(tools),
+        "retries": retries,
+        "tokens_in": sum(int(e["usage"]["prompt_tokens"]) for e in llm),
+        "tokens_out": sum(int(e["usage"]["completion_tokens"]) for e in llm),
+        "cost_usd": sum(float(e["cost_usd"]) for e in (*llm, *tools)),
+        "amplification": len(llm) + len(tools),
+        "base_context": sizes[0] if len(sizes) >= 2 else 0,
+        "context_growth_avg": growth,
+        "termination": stopped["termination"],
+        "stop_reason": stopped.get("stop_reason"),
+        "processes": len(events),
+    }
+
+
+_STOPS: Final = ("limit_exceeded", "timeout")
+
+
+def _read_summary(path: Path) -> dict[str, Any] | None:
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
@@ -212,35 +320,27 @@ def _read_summary(path: str) -> dict[str, Any] | None:
 
 
 def child_setup() -> None:
-    """Meter this interpreter for ``ampmeter run`` (called from the bootstrap sitecustomize)."""
-    raw = os.environ.pop(ENV_CONFIG, None)
-    summary_path = os.environ.pop(ENV_SUMMARY, None)
-    if raw is None:
+    """Meter this interpreter for ``ampmeter run`` (called from the bootstrap sitecustomize).
+
+    The run's settings stay in the environment, so every Python process the program starts is
+    metered too, against the same shared ledger; a ``fork`` child starts afresh (its own
+    context and log file) instead of counting on the parent's copy.
+    """
+    raw = os.environ.get(ENV_CONFIG)
+    if raw is None or ENV_TREE not in os.environ:
         return
-    # Programs this one starts must not meter themselves into the same summary.
-    path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in path.split(os.pathsep) if p and p != _BOOTSTRAP_DIR
-    )
     config = RunConfig(**json.loads(raw))
 
-    from ampmeter.context import ExecutionContext
-    from ampmeter.integrations import instrument, set_default_context
-    from ampmeter.sinks.jsonl import JsonlSink
+    from ampmeter.integrations import instrument
 
     instrument(capture_content=config.capture_content)
-    sink = JsonlSink(config.out) if config.out else None
-    ctx = ExecutionContext(
-        "ampmeter_run", limits=config.limits(), timeout_s=config.timeout,
-        sinks=[sink] if sink is not None else [],
-    )  # fmt: skip
-    ctx.__enter__()
-    set_default_context(ctx)
-    seen: list[BaseException] = []
+    _Process.start(config)
+    os.register_at_fork(after_in_child=functools.partial(_Process.start, config))
     previous_hook = sys.excepthook
 
     def excepthook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-        seen.append(exc)
+        if _Process.current is not None:
+            _Process.current.seen.append(exc)
         from ampmeter.errors import LimitExceeded
 
         if isinstance(exc, LimitExceeded):
@@ -249,16 +349,73 @@ def child_setup() -> None:
 
     sys.excepthook = excepthook
 
-    def finish() -> None:
-        exc = seen[0] if seen else None
-        ctx.close(exc)
-        if sink is not None:
-            sink.close()
-        if summary_path:
-            with open(summary_path, "w", encoding="utf-8") as handle:
-                json.dump(summarize(ctx), handle)
 
-    atexit.register(finish)
+class _Process:
+    """The metering of one process of the run: its context, ledger and log file."""
+
+    current: _Process | None = None
+
+    def __init__(self, ctx: Any, sink: Any, ledger: Any, summary: str, top: bool) -> None:
+        self.pid = os.getpid()
+        self.ctx = ctx
+        self.sink = sink
+        self.ledger = ledger
+        self.summary = summary
+        self.top = top
+        self.seen: list[BaseException] = []
+
+    @classmethod
+    def start(cls, config: RunConfig) -> None:
+        """Open this process's context (the top one's node is the run's root)."""
+        from ampmeter.context import ExecutionContext
+        from ampmeter.integrations import set_default_context
+        from ampmeter.sinks.jsonl import JsonlSink
+        from ampmeter.sinks.relabel import RelabeledSink
+
+        tree = json.loads(os.environ[ENV_TREE])
+        pid = os.getpid()
+        top = tree["root"] is None
+        ledger = _open_ledger(tree["ledger"], tree["scope"])
+        # Line by line: pool workers are often ended with SIGTERM or os._exit, never closing.
+        log = JsonlSink(os.path.join(tree["events"], f"{time.time_ns()}-{pid}.jsonl"), flush="line")
+        sink = log if top else RelabeledSink(
+            log, prefix=f"p{pid}-{secrets.token_hex(2)}.", attach_to=tree["root"],
+            depth_offset=1, keep_root=False, metadata={"pid": pid},
+        )  # fmt: skip
+        deadline = tree["deadline"]
+        ctx = ExecutionContext(
+            "ampmeter_run" if top else f"process {pid}", limits=config.limits(),
+            timeout_s=None if deadline is None else max(deadline - time.time(), 0.0),
+            sinks=[sink], ledger=ledger, chain_id=tree["chain"],
+        )  # fmt: skip
+        ctx.__enter__()  # also in a fork child: the parent's context is not ours any more
+        set_default_context(ctx)
+        if top:
+            tree["root"] = ctx.node_id
+            os.environ[ENV_TREE] = json.dumps(tree)
+        summary = os.path.join(tree["summaries"], f"{pid}-{secrets.token_hex(2)}.json")
+        cls.current = cls(ctx, log, ledger, summary, top)
+        atexit.register(cls.current.finish)
+
+    def finish(self) -> None:
+        """Close the context, log and ledger and write the summary (in this process only)."""
+        if os.getpid() != self.pid:
+            return  # an atexit hook inherited through fork: the parent's, not ours
+        self.ctx.close(self.seen[0] if self.seen else None)
+        self.sink.close()
+        self.ledger.close()
+        with open(self.summary, "w", encoding="utf-8") as handle:
+            json.dump({**summarize(self.ctx), "top": self.top}, handle)
+
+
+def _open_ledger(where: str, scope: str) -> Any:
+    if where.startswith(("redis://", "rediss://")):
+        from ampmeter.ledgers.redis import RedisLedger
+
+        return RedisLedger(where, scope)
+    from ampmeter.ledgers.sqlite import SqliteLedger
+
+    return SqliteLedger(where, scope)
 
 
 def summarize(ctx: Any) -> dict[str, Any]:
@@ -300,6 +457,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         ("context growth", f"{summary['context_growth_avg']:+.1f} tokens/call "
                            f"(base {summary['base_context']})"),
         ("stopped because", summary["stop_reason"] or summary["termination"]),
+        ("processes", str(summary.get("processes", 1))),
     ]  # fmt: skip
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"  {name:<{width}}  {value}" for name, value in rows)

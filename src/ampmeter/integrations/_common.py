@@ -20,17 +20,21 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import os
+import threading
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ampmeter import redact
-from ampmeter.context import Call, ExecutionContext, current_context
+from ampmeter.context import Call, ExecutionContext, current_context, open_contexts
 from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
 from ampmeter.graph import META_PROVIDER
 from ampmeter.integrations._wire import BodyReader
 from ampmeter.limits import ExceededLimit
 from ampmeter.policies import in_final_call
+from ampmeter.propagation import HANDOFF_ENV, attach_from_env
 
 __all__ = [
     "META_OPERATION",
@@ -102,11 +106,35 @@ def remember_client_key(resource: Any) -> None:
 
 
 def metered_context() -> ExecutionContext | None:
-    """The context SDK calls attach to here: the current one, else the process default."""
+    """The context SDK calls attach to here: the current one, else the process default, else
+    the one a hand-off token in ``AMPMETER_HANDOFF`` gives this process."""
     ctx = current_context()
     if ctx is None:
-        return settings.default_context
+        ctx = settings.default_context
+        if ctx is None:
+            if HANDOFF_ENV in os.environ:
+                return attach_from_env()
+            if not _warned_unmetered and open_contexts():
+                _warn_unmetered()
     return ctx
+
+
+_warned_unmetered = False
+
+
+def _warn_unmetered() -> None:
+    global _warned_unmetered
+    _warned_unmetered = True
+    names = ", ".join(sorted({repr(ctx.name) for ctx in open_contexts()}))
+    warnings.warn(
+        f"ampmeter: an SDK call on thread {threading.current_thread().name!r} is not metered: "
+        f"no context is current here, while {names} is open in another thread (threads of a "
+        "pool do not inherit it). Call ampmeter.set_default_context(ctx) so calls on any "
+        "thread attach to it, or submit the work with contextvars.copy_context().run. "
+        "(This warning is shown once.)",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,6 +98,14 @@ class Ledger(ABC):
         child._root_ledger = self._root_ledger or self
         return child
 
+    def location(self) -> dict[str, object]:
+        """Where another process finds this ledger's backend, without any secret (a hand-off
+        token carries it). A ledger kept in this process has no such place: ``TypeError``."""
+        raise TypeError(
+            f"{type(self).__name__} lives in this process and cannot be shared with another; "
+            "use SqliteLedger (one machine) or RedisLedger (many)"
+        )
+
     def reserve(
         self,
         amounts: Mapping[str, float],

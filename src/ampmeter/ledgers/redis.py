@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 try:
     import orjson
@@ -100,6 +101,7 @@ class RedisLedger(Ledger):
         else:
             self._client = url
         self._where = _where(self._client)
+        self._location = _location(url if isinstance(url, str) else self._client, ttl, lease)
         directory = (
             journal
             if journal is not None
@@ -110,6 +112,11 @@ class RedisLedger(Ledger):
         self._commit = self._client.register_script(_lua.COMMIT)
         self._release = self._client.register_script(_lua.RELEASE)
         self._renew = self._client.register_script(_lua.RENEW)
+
+    def location(self) -> dict[str, object]:
+        """The server's URL without user or password, ``credentials`` True when the other
+        process must bring its own client (see :meth:`Ledger.location`)."""
+        return dict(self._location)
 
     def _backend_reserve(
         self, reservation_id: str, amounts: dict[str, float], limits: Limits
@@ -217,6 +224,34 @@ def _where(client: redis.Redis | RedisCluster) -> str:
         return "cluster " + ",".join(nodes)
     kwargs = client.connection_pool.connection_kwargs
     return str(kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}")
+
+
+def _location(
+    where: str | redis.Redis | RedisCluster, ttl: float | None, lease: float | None
+) -> dict[str, object]:
+    """What a hand-off token may say about this backend: never a user name or a password."""
+    found: dict[str, object] = {"backend": "redis", "ttl_s": ttl, "lease_s": lease}
+    if isinstance(where, RedisCluster):
+        found.update(url=None, cluster=_where(where), credentials=True)
+        return found
+    if isinstance(where, str):
+        parts = urlsplit(where)
+        netloc = parts.netloc.rpartition("@")[2]
+        secret = "@" in parts.netloc or "password=" in parts.query
+        query = "&".join(q for q in parts.query.split("&") if q and not q.startswith("password="))
+        found.update(url=urlunsplit((parts.scheme, netloc, parts.path, query, "")),
+                     credentials=secret)  # fmt: skip
+        return found
+    kwargs = where.connection_pool.connection_kwargs
+    secret = bool(kwargs.get("password") or kwargs.get("username"))
+    if kwargs.get("path"):
+        url = f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
+    else:
+        tls = issubclass(where.connection_pool.connection_class, redis.SSLConnection)
+        scheme = "rediss" if tls else "redis"
+        url = f"{scheme}://{kwargs.get('host')}:{kwargs.get('port')}/{kwargs.get('db', 0)}"
+    found.update(url=url, credentials=secret)
+    return found
 
 
 def _identity(client: redis.Redis | RedisCluster) -> str:

@@ -141,7 +141,13 @@ class SqliteLedger(Ledger):
         super().__init__(scope, lease, Journal(directory))
         self.path = location
         self._connections = _Connections(location, timeout)
+        self._location: dict[str, object] = {"backend": "sqlite", "path": location,
+                                              "lease_s": lease}  # fmt: skip
         self._guarded(self._connections.get)  # create the file and schema, or fail now
+
+    def location(self) -> dict[str, object]:
+        """The SQLite file and lease (see :meth:`Ledger.location`)."""
+        return dict(self._location)
 
     def _backend_reserve(
         self, reservation_id: str, amounts: dict[str, float], limits: Limits

@@ -1,0 +1,191 @@
+"""``ampmeter run`` over a whole process tree: one budget, one log, one process group."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ampmeter.analysis import summarize
+from ampmeter.runner import EXIT_LIMIT, EXIT_TIMEOUT, RunConfig, run_command
+from ampmeter.testing.replay import ReplayResponse, ReplayServer
+from redis_server import RedisServer, redis_server_fixture  # noqa: F401
+
+COMPLETION = {
+    "id": "c1", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini",
+    "choices": [{"index": 0, "finish_reason": "stop",
+                 "message": {"role": "assistant", "content": "yes"}}],
+    "usage": {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10},
+}  # fmt: skip
+
+# Four workers, each trying three calls; a refused call ends the worker quietly.
+APP = """
+import multiprocessing, os, subprocess, sys, openai
+
+def work(i):
+    client = openai.OpenAI(base_url=os.environ["LLM_URL"], api_key="k", max_retries=0)
+    made = 0
+    for _ in range(3):
+        try:
+            client.chat.completions.create(model="gpt-4o-mini", max_tokens=2,
+                messages=[{"role": "user", "content": "Say yes."}])
+        except Exception as exc:
+            return made, type(exc).__name__
+        made += 1
+    return made, None
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "one":
+        print(work(0))
+    elif mode == "subprocess":
+        procs = [subprocess.Popen([sys.executable, __file__, "one"]) for _ in range(4)]
+        assert all(p.wait() == 0 for p in procs)
+    elif mode.startswith("pool-"):
+        with multiprocessing.get_context(mode[5:]).Pool(4) as pool:
+            print(pool.map(work, range(4), chunksize=1))
+    else:
+        ctx = multiprocessing.get_context(mode)
+        procs = [ctx.Process(target=work, args=(i,)) for i in range(4)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+            assert p.exitcode == 0
+"""
+
+
+def run_app(tmp_path: Path, mode: str, config: RunConfig) -> tuple[Any, list[dict[str, Any]], int]:
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    with ReplayServer() as server:
+        server.script("/v1/chat/completions", *(ReplayResponse.json(COMPLETION) for _ in range(20)))
+        env = {**os.environ, "LLM_URL": server.openai_base_url}
+        outcome = run_command([str(app), mode], config, env=env)
+        requests = len(server.requests)
+    assert config.out is not None
+    events = [json.loads(line) for line in Path(config.out).read_text().splitlines()]
+    return outcome, events, requests
+
+
+@pytest.mark.parametrize("mode", ["fork", "spawn", "forkserver", "subprocess", "pool-fork",
+                                  "pool-spawn"])  # fmt: skip
+def test_limit_holds_across_worker_processes(tmp_path: Path, mode: str) -> None:
+    out = tmp_path / "events.jsonl"
+    outcome, events, requests = run_app(tmp_path, mode, RunConfig(max_llm_calls=2, out=str(out)))
+    assert requests == 2  # counted by the server: exactly N reached the provider
+    llm = [e for e in events if e["event_type"] == "llm_completion"]
+    statuses = [e["metadata"]["status"] for e in llm]
+    assert statuses.count("success") == 2
+    assert statuses.count("halt") >= 1
+    # Every call was made in a worker, and every worker's events reached the log.
+    workers = {e["metadata"]["pid"] for e in llm}
+    assert len(workers) == 4 if not mode.startswith("pool-") else len(workers) >= 1
+    # One run, one tree, no id twice.
+    assert len({e["run_id"] for e in events}) == 1
+    spans = [e["span_id"] for e in events]
+    assert len(spans) == len(set(spans))
+    (run,) = summarize([out]).runs
+    assert run.llm_calls == len(llm)
+    assert outcome.summary is not None
+    assert outcome.summary["llm_calls"] == len(llm)
+    assert outcome.summary["halted_calls"] == statuses.count("halt")
+    assert outcome.summary["tokens_in"] == 18
+    assert outcome.exit_code in (0, EXIT_LIMIT)
+
+
+def test_forked_child_does_not_inherit_the_parents_spend(tmp_path: Path) -> None:
+    """The parent spends 2 of 3 before forking: the child may make one call, not three."""
+    program = tmp_path / "forker.py"
+    program.write_text(
+        "import os, openai, ampmeter\n"
+        "client = openai.OpenAI(base_url=os.environ['LLM_URL'], api_key='k', max_retries=0)\n"
+        "def call():\n"
+        "    client.chat.completions.create(model='gpt-4o-mini', max_tokens=2,\n"
+        "        messages=[{'role': 'user', 'content': 'Say yes.'}])\n"
+        "call(); call()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    ctx = ampmeter.current_context()\n"
+        "    assert ctx.stats.get_counter('amp:llm_calls') == 0, ctx.stats.counters()\n"
+        "    made = 0\n"
+        "    try:\n"
+        "        for _ in range(3):\n"
+        "            call(); made += 1\n"
+        "    except ampmeter.LimitExceeded:\n"
+        "        pass\n"
+        "    print('child made', made, flush=True)\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+    )
+    out = tmp_path / "events.jsonl"
+    with ReplayServer() as server:
+        server.script("/v1/chat/completions", *(ReplayResponse.json(COMPLETION) for _ in range(10)))
+        env = {**os.environ, "LLM_URL": server.openai_base_url}
+        outcome = run_command([str(program)], RunConfig(max_llm_calls=3, out=str(out)), env=env)
+        assert len(server.requests) == 3
+    assert outcome.exit_code == 0
+    assert outcome.summary is not None
+    assert outcome.summary["llm_calls"] == 4  # 2 + 1 in the child, and its refused one
+    assert outcome.summary["processes"] == 2
+
+
+def test_run_shares_a_redis_ledger(tmp_path: Path, redis_server: RedisServer) -> None:
+    out = tmp_path / "events.jsonl"
+    config = RunConfig(max_llm_calls=3, out=str(out), ledger=redis_server.url)
+    outcome, events, requests = run_app(tmp_path, "spawn", config)
+    assert requests == 3
+    assert [e["metadata"]["status"] for e in events].count("success") >= 3
+    assert outcome.summary is not None
+    assert outcome.summary["processes"] >= 5  # the program, 4 workers (and a resource tracker)
+
+
+def test_bad_ledger_url_is_refused() -> None:
+    with pytest.raises(ValueError, match="redis://"):
+        RunConfig(ledger="/tmp/some.sqlite3")
+
+
+def test_timeout_ends_the_whole_process_group(tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    program = tmp_path / "sleeper.py"
+    program.write_text(
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(600)\n"
+    )
+    # Long enough for a loaded machine to start the program (the kill comes 5 s after it).
+    outcome = run_command([str(program)], RunConfig(timeout=10.0))
+    assert outcome.exit_code == EXIT_TIMEOUT
+    grandchild = int(pid_file.read_text())
+    for _ in range(200):  # the kill is sent; give the kernel a moment to reap it
+        if not _alive(grandchild):
+            break
+        time.sleep(0.05)
+    assert not _alive(grandchild)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_sitecustomize_reaches_grandchildren(tmp_path: Path) -> None:
+    program = tmp_path / "nest.py"
+    program.write_text(
+        "import subprocess, sys\n"
+        "code = 'from ampmeter.integrations import is_instrumented; import ampmeter;"
+        " assert is_instrumented() and ampmeter.current_context() is not None'\n"
+        "subprocess.run([sys.executable, '-c', code], check=True)\n"
+    )
+    outcome = run_command([sys.executable, str(program)], RunConfig())
+    assert outcome.exit_code == 0
+    assert outcome.summary is not None and outcome.summary["processes"] == 2
