@@ -222,14 +222,17 @@ def test_frames_follow_a_real_ampmeter_run_until_its_limit_stops_it(
         for calls in (1, 2, 3):
             # The watcher sees each call while the run waits before its next one.
             pattern = rf"amp:llm_calls\s+{calls} .*{round(calls / 3 * 100)}% of 3"
+            # While the run lasts each process logs under <out>.parts/ (merged at the end).
             text = wait_for(f"{calls} call(s) in the frame",
-                            frame_showing(pattern, str(log), "--max-llm-calls", "3"))  # fmt: skip
+                            frame_showing(pattern, f"{log}.parts/*.jsonl", "--max-llm-calls",
+                                          "3"))  # fmt: skip
             assert "unpriced" in text  # the local model has no price: not shown as $0
             (tmp_path / f"go{calls - 1}").touch()
         _, stderr = proc.communicate(timeout=WAIT_S)
         assert proc.returncode == 3, stderr
     finally:
         proc.kill()
+    assert not Path(f"{log}.parts").exists()  # merged into the log and removed
     text = frame(str(log), "--max-llm-calls", "3")
     assert "stopped: limit exceeded: amp:llm_calls = 4 > 3" in text
     assert re.search(r"amp:llm_calls\s+3 .*100% of 3", text), text

@@ -7,7 +7,8 @@ The parent (:func:`run_command`) starts the program in a process group of its ow
 Each process instruments the SDKs and opens one :class:`~ampmeter.ExecutionContext` with the
 requested limits and the run's shared ledger (SQLite in the run's temporary directory, or
 ``--ledger redis://...``), so the limits hold for the whole tree; each writes its events to a
-file of its own, line by line, which the parent merges at the end.
+file of its own, line by line (in ``<out>.parts/`` while the run lasts, so it can be watched),
+which the parent merges into ``--out`` at the end.
 
 Limits come from flags or from the environment: ``AMPMETER_MAX_COST``,
 ``AMPMETER_MAX_LLM_CALLS``, ``AMPMETER_MAX_INPUT_TOKENS``, ``AMPMETER_MAX_TOKENS_PER_MODEL``
@@ -23,6 +24,7 @@ import json
 import math
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -191,8 +193,12 @@ def run_command(command: Sequence[str], config: RunConfig, *, env: Mapping[str, 
     path = child_env.get("PYTHONPATH")
     child_env["PYTHONPATH"] = _BOOTSTRAP_DIR + (os.pathsep + path if path else "")
     with tempfile.TemporaryDirectory(prefix="ampmeter-run-") as tmp:
-        events_dir, summaries_dir = os.path.join(tmp, "events"), os.path.join(tmp, "summaries")
-        os.mkdir(events_dir)
+        # With --out, each process's events go to <out>.parts/ while the run lasts, so
+        # `ampmeter watch '<out>.parts/*.jsonl'` can follow them live; they are merged into
+        # <out> at the end and the parts removed.
+        events_dir = f"{config.out}.parts" if config.out else os.path.join(tmp, "events")
+        summaries_dir = os.path.join(tmp, "summaries")
+        os.makedirs(events_dir, exist_ok=True)
         os.mkdir(summaries_dir)
         tree: dict[str, Any] = {
             "ledger": config.ledger or os.path.join(tmp, "ledger.sqlite3"),
@@ -223,6 +229,7 @@ def run_command(command: Sequence[str], config: RunConfig, *, env: Mapping[str, 
         summary = _tree_summary(events, sorted(Path(summaries_dir).glob("*.json")))
         if config.out:
             _merge_events(events, config.out)
+            shutil.rmtree(events_dir, ignore_errors=True)
     if killed:
         return RunOutcome(EXIT_TIMEOUT, None, summary,
                           f"timeout: killed after {config.timeout:g} s")  # fmt: skip
