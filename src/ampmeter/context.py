@@ -716,14 +716,7 @@ class ExecutionContext:
         if type(label) is not str:
             _validate.text(label, "name")
         out_est = 0 if max_tokens is None else _validate.count(max_tokens, "max_tokens")
-        chars = 0
-        if prompt_tokens is not None:
-            in_est = _validate.count(prompt_tokens, "prompt_tokens")
-        elif prompt_text is not None:
-            chars = len(_validate.text(prompt_text, "prompt_text"))
-            in_est = estimates.prompt_tokens(prompt_text, model)
-        else:
-            in_est = 0
+        in_est, chars = _prompt_estimate(prompt_tokens, prompt_text, model)
         # Priced by the caller (estimate_usd; no model or no pricing layer to look up) or the table.
         priced = True
         if type(estimate_usd) is float and 0.0 <= estimate_usd < _INF:
@@ -769,14 +762,7 @@ class ExecutionContext:
         _validate.optional_text(model, "model")
         _validate.optional_text(provider, "provider")
         label = _validate.text(name if name is not None else (model or "embedding"), "name")
-        chars = 0
-        if prompt_tokens is not None:
-            in_est = _validate.count(prompt_tokens, "prompt_tokens")
-        elif prompt_text is not None:
-            chars = len(_validate.text(prompt_text, "prompt_text"))
-            in_est = estimates.prompt_tokens(prompt_text, model)
-        else:
-            in_est = 0
+        in_est, chars = _prompt_estimate(prompt_tokens, prompt_text, model)
         if estimate_usd is not None:
             cost_est = _validate.amount(estimate_usd, "estimate_usd")
         elif model and _pricing is not None:
@@ -1516,6 +1502,19 @@ class ExecutionContext:
 
 
 _HoldPlan = tuple[tuple[tuple[Level, tuple[str, ...]], ...], tuple[str, ...], tuple[int, ...]]
+
+
+def _prompt_estimate(
+    prompt_tokens: object, prompt_text: object, model: str | None
+) -> tuple[int, int]:
+    """A call's estimated prompt tokens (the caller's count, else the estimate from the text)
+    and the prompt's length in characters (0 without text), for reservations and learning."""
+    if prompt_tokens is not None:
+        return _validate.count(prompt_tokens, "prompt_tokens"), 0
+    if prompt_text is not None:
+        text = _validate.text(prompt_text, "prompt_text")
+        return estimates.prompt_tokens(text, model), len(text)
+    return 0, 0
 
 
 def _termination(exc: BaseException | None) -> TerminationReason:
