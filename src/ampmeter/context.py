@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import secrets
 import time
 import uuid
 import warnings
@@ -69,15 +68,14 @@ from ampmeter.node import (
     Node,
 )
 from ampmeter.policies import CallMarks, LimitEvent, Policies, PolicyOptions, PressureHook
-from ampmeter.propagation import Handoff, decode, encode, open_ledger
 from ampmeter.sinks.base import Sink
-from ampmeter.sinks.relabel import RelabeledSink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace, TraceRecord
 from ampmeter.usage import Shape, Usage
 
 if TYPE_CHECKING:
     from ampmeter.ledgers.base import Ledger, Reservation
+    from ampmeter.propagation import Handoff
 
 __all__ = [
     "Call",
@@ -1409,6 +1407,8 @@ class ExecutionContext:
         the ledger and added to these stats (close it after the child is done). Needs a shared
         ledger (``SqliteLedger`` or ``RedisLedger``) on this context or one above it.
         """
+        from ampmeter.propagation import Handoff, encode  # ledgers load only when used
+
         self._check_open()
         _validate.text(name, "name", empty=False)
         own = _build_limits(limits, max_cost_usd, max_steps, max_retries)
@@ -1454,6 +1454,11 @@ class ExecutionContext:
         one is opened from the token. Nodes reach ``sinks`` with ids of their own under the
         hand-off node and the parent's chain id, so both logs read as one tree.
         """
+        import secrets
+
+        from ampmeter.propagation import decode, open_ledger  # ledgers load only when used
+        from ampmeter.sinks.relabel import RelabeledSink
+
         found = decode(token)
         shared = open_ledger(found, ledger)
         prefix = f"{found.node_id}.{secrets.token_hex(3)}."
