@@ -598,7 +598,7 @@ class ExecutionContext:
             self, self._chain, self._guards, self._guard_rows
         )
         # Hand-offs: the open ones made here, and the one this context was made from.
-        self._handoffs: list[tuple[Node, Ledger, str]] = []
+        self._handoffs: list[_HandoffSpend] = []
         self._handoff_from: Handoff | None = None
         self._span_prefix = ""  # prepended to this process's node ids in a multi-process run
         _OPEN.add(self)
@@ -1032,7 +1032,12 @@ class ExecutionContext:
         self.__exit__(exc_type, exc, tb)
 
     def snapshot(self) -> dict[str, Any]:
-        """Graph snapshot plus this context's counters, gauges, reservations and termination."""
+        """Graph snapshot plus this context's counters, gauges, reservations and termination.
+
+        The spend of this context's hand-offs is read from the ledger first, so a child that
+        still runs (also after this context closed) shows what it has spent so far."""
+        if self._handoffs:
+            self.refresh_handoffs()
         limit = self.exceeded_limit
         return {
             "name": self.name,
@@ -1599,7 +1604,7 @@ class ExecutionContext:
         ancestors = ((ledger.scope, owner.limits), *(above.ancestors if above else ()))
         depth = node.depth + (root._handoff_from.depth + 1 if root._handoff_from else 0)
         deadline = None if timeout is None else time.time() + timeout
-        self._handoffs.append((node, ledger, scope))
+        self._handoffs.append(_HandoffSpend(node, ledger, scope))
         return encode(
             Handoff(
                 self.chain_id, logged_id, depth, name, scope, location, own, ancestors, deadline
@@ -1646,28 +1651,67 @@ class ExecutionContext:
         ctx._span_prefix = prefix
         return ctx
 
+    def refresh_handoffs(self) -> dict[str, float]:
+        """Read the spend of this context's hand-offs from the ledger again; add what is new.
+
+        A handed-off child may go on spending after this context closed (a background worker):
+        its spend reaches these stats (and every context above) when this is called, and
+        :meth:`snapshot` calls it. Returns what was added, per key. A ledger that cannot be read
+        now adds nothing; the next call catches up.
+        """
+        added: dict[str, float] = {}
+        for handoff in list(self._handoffs):
+            try:
+                spent = handoff.ledger.spent(handoff.scope)
+            except Exception as error:
+                handoff.error = error
+                continue
+            for key, delta in handoff.take_new(spent).items():
+                gauge = key == KEY_COST or key.startswith(KEY_COST_FOR)
+                self._kernel.add(self._level, key, delta, gauge)
+                added[key] = added.get(key, 0.0) + delta
+        return added
+
     def _settle_handoffs(self) -> None:
         """End the hand-off nodes made here, adding each child's spend (read from the ledger)
-        to these stats; the nodes themselves carry no cost, so logs do not count it twice."""
-        handoffs, self._handoffs = self._handoffs, []
-        for node, ledger, scope in handoffs:
-            try:
-                spent = ledger.spent(scope)
-            except Exception as error:
+        to these stats; the nodes themselves carry no cost, so logs do not count it twice.
+        The hand-offs are kept: :meth:`refresh_handoffs` adds what a child spends later."""
+        self.refresh_handoffs()
+        for handoff in self._handoffs:
+            node = handoff.node
+            if handoff.error is not None:
                 self.graph.mark_failure(
                     node.node_id,
-                    type(error).__name__,
-                    f"the hand-off's spend could not be read: {error}",
+                    type(handoff.error).__name__,
+                    f"the hand-off's spend could not be read: {handoff.error}",
                 )
-                self._emit(node)
-                continue
-            for key, value in spent.items():
-                if value:
-                    gauge = key == KEY_COST or key.startswith(KEY_COST_FOR)
-                    self._kernel.add(self._level, key, value, gauge)
-            meta = {"handoff_scope": scope, "handoff_spent": spent}
-            self.graph.mark_success(node.node_id, 0.0, metadata=meta)
+            else:
+                meta = {"handoff_scope": handoff.scope, "handoff_spent": dict(handoff.counted)}
+                self.graph.mark_success(node.node_id, 0.0, metadata=meta)
             self._emit(node)
+
+
+class _HandoffSpend:
+    """A hand-off made by a context, and how much of its spend the context has counted."""
+
+    __slots__ = ("counted", "error", "ledger", "lock", "node", "scope")
+
+    def __init__(self, node: Node, ledger: Ledger, scope: str) -> None:
+        self.node = node
+        self.ledger = ledger
+        self.scope = scope
+        self.counted: dict[str, float] = {}
+        self.error: Exception | None = None  # the last read's, None once one succeeded
+        self.lock = threading.Lock()
+
+    def take_new(self, spent: Mapping[str, float]) -> dict[str, float]:
+        """What ``spent`` (a fresh read) holds beyond what was counted; now counted too."""
+        with self.lock:
+            self.error = None
+            new = {k: v - self.counted.get(k, 0.0) for k, v in spent.items()}
+            new = {k: d for k, d in new.items() if d > 0.0}
+            self.counted.update((k, spent[k]) for k in new)
+            return new
 
 
 class _LedgerRequest:
