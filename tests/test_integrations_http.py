@@ -589,12 +589,12 @@ async def test_aiohttp_stream_that_asked_for_usage_is_passed_on_whole(
     body = {"model": llm_server.model, "messages": MESSAGES, "max_tokens": 5, "stream": True,
             "stream_options": {"include_usage": True}}  # fmt: skip
     sink = MemorySink()
-    async with aiohttp.ClientSession() as session:
-        async with (
-            ExecutionContext(sinks=[sink]),
-            session.post(llm_server.base_url + "/chat/completions", json=body) as response,
-        ):
-            received = await response.read()
+    async with (
+        aiohttp.ClientSession() as session,
+        ExecutionContext(sinks=[sink]),
+        session.post(llm_server.base_url + "/chat/completions", json=body) as response,
+    ):
+        received = await response.read()
     usage = [chunk["usage"] for chunk in _sse_chunks(received) if chunk.get("usage")][-1]
     node = only(sink)
     assert (node.tokens_in, node.tokens_out) == (usage["prompt_tokens"], usage["completion_tokens"])
