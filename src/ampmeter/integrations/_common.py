@@ -373,6 +373,8 @@ RAW_RESPONSE_HEADER: Final = "X-Stainless-Raw-Response"
 def is_raw_request(kwargs: Mapping[str, Any]) -> bool:
     """Whether the SDK call was made through one of its raw-response wrappers."""
     headers = kwargs.get("extra_headers")
+    if not headers:  # the usual case: no ABC isinstance check on every call
+        return False
     return isinstance(headers, Mapping) and bool(headers.get(RAW_RESPONSE_HEADER))
 
 
