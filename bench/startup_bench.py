@@ -18,6 +18,7 @@ Run: ``python bench/startup_bench.py [--quick]``.
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import subprocess
@@ -64,12 +65,16 @@ def run(quick: bool) -> list[dict[str, Any]]:
     rounds = 5 if quick else 15
     commands = _commands()
     times: dict[str, list[float]] = {name: [] for name in commands}
-    for argv in commands.values():  # warm the file cache once
-        subprocess.run(argv, check=True, capture_output=True)
+    # An installed wheel runs from compiled bytecode: the warm-up writes it (with
+    # PYTHONDONTWRITEBYTECODE=1 every round would time the compiler instead).
+    env = {**os.environ}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    for argv in commands.values():  # warm the file cache and write the bytecode once
+        subprocess.run(argv, check=True, capture_output=True, env=env)
     for _ in range(rounds):
         for name, argv in commands.items():
             start = time.perf_counter()
-            subprocess.run(argv, check=True, capture_output=True)
+            subprocess.run(argv, check=True, capture_output=True, env=env)
             times[name].append((time.perf_counter() - start) * 1000)
     median = {name: statistics.median(values) for name, values in times.items()}
     base = median["baseline"]
