@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+from collections import deque
 from typing import Literal
 
 from ampmeter.ledgers.base import (
@@ -11,6 +13,7 @@ from ampmeter.ledgers.base import (
     Ledger,
     Limits,
     Reservation,
+    Windows,
     check_seconds,
     frozen,
 )
@@ -30,7 +33,8 @@ class _Lease:
 class _State:
     """Everything a tree of scopes holds; shared by an InMemoryLedger and its children."""
 
-    __slots__ = ("committed", "leases", "lock", "released", "reserved", "spent")
+    __slots__ = ("claims", "committed", "events", "leases", "lock", "released", "reserved",
+                 "spent", "windowed")  # fmt: skip
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -41,6 +45,10 @@ class _State:
         # settled ids -> time settled, in insertion (= time) order, pruned after SETTLED_KEEP_S
         self.committed: dict[str, float] = {}
         self.released: dict[str, float] = {}
+        # (scope, key) -> the longest window asked for; their commits, as (time, amount)
+        self.windowed: dict[tuple[str, str], float] = {}
+        self.events: dict[tuple[str, str], deque[tuple[float, float]]] = {}
+        self.claims: set[tuple[str, str]] = set()
 
 
 class InMemoryLedger(Ledger):
@@ -57,7 +65,7 @@ class InMemoryLedger(Ledger):
         self._state = _State()
 
     def _backend_reserve(
-        self, reservation_id: str, amounts: dict[str, float], limits: Limits
+        self, reservation_id: str, amounts: dict[str, float], limits: Limits, windows: Windows = ()
     ) -> Reservation | None:
         state = self._state
         with state.lock:
@@ -75,6 +83,8 @@ class InMemoryLedger(Ledger):
                     total = spent.get(key, 0.0) + reserved.get(key, 0.0) + amounts.get(key, 0.0)
                     if total > ceiling:
                         return None
+            if windows and not self._window_fits(now, next(iter(limits)), amounts, windows):
+                return None
             scopes = tuple(limits)
             for scope in scopes:
                 reserved = state.reserved.setdefault(scope, {})
@@ -100,6 +110,8 @@ class InMemoryLedger(Ledger):
                 for key, value in actual.items():
                     if value:
                         spent[key] = spent.get(key, 0.0) + value
+                        if (scope, key) in state.windowed:
+                            state.events.setdefault((scope, key), deque()).append((now, value))
             state.released.pop(reservation_id, None)
             state.committed[reservation_id] = now
 
@@ -134,6 +146,41 @@ class InMemoryLedger(Ledger):
         with state.lock:
             table = state.spent if which == "spent" else state.reserved
             return dict(table.get(scope, {}))
+
+    def _backend_recent(self, scope: str, key: str, window_s: float) -> float:
+        with self._state.lock:
+            return self._recent(time.time(), scope, key, window_s)
+
+    def _backend_claim(self, scope: str, name: str) -> bool:
+        claims = self._state.claims
+        with self._state.lock:
+            if (scope, name) in claims:
+                return False
+            claims.add((scope, name))
+            return True
+
+    def _window_fits(
+        self, now: float, scope: str, amounts: dict[str, float], windows: Windows
+    ) -> bool:
+        state = self._state
+        held = state.reserved.get(scope, {})
+        for key, span, _ in windows:
+            state.windowed[scope, key] = max(state.windowed.get((scope, key), 0.0), span)
+        for key, span, ceiling in windows:
+            used = self._recent(now, scope, key, span)
+            if used + held.get(key, 0.0) + amounts.get(key, 0.0) > ceiling:
+                return False
+        return True
+
+    def _recent(self, now: float, scope: str, key: str, window_s: float) -> float:
+        events = self._state.events.get((scope, key))
+        if not events:
+            return 0.0
+        keep = self._state.windowed.get((scope, key), window_s)
+        while events and events[0][0] <= now - keep:
+            events.popleft()
+        start = now - window_s
+        return math.fsum(amount for at, amount in events if at > start)
 
     def _reservation(self, reservation_id: str, lease: _Lease) -> Reservation:
         expires_at = None if lease.expiry == float("inf") else lease.expiry

@@ -3,7 +3,7 @@
 Each operation is one Lua script run with EVALSHA (redis-py loads it on first use), so a
 reservation is checked and taken atomically against everything every other process holds. Leases
 use the Redis server's clock, so the clocks of the workers do not matter. A scope tree (every
-scope under one root) lives in seven keys with the hash tag ``{<root>}``, so on Redis Cluster
+scope under one root) lives in ten keys with the hash tag ``{<root>}``, so on Redis Cluster
 every script touches one slot.
 
 Precision: Redis adds with ``HINCRBYFLOAT`` (long double, printed with 17 decimals), so a sum
@@ -15,6 +15,7 @@ reserved hash is reset to exact zero.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
@@ -38,6 +39,7 @@ from ampmeter.ledgers.base import (
     LedgerUnavailable,
     Limits,
     Reservation,
+    Windows,
     check_scope,
     check_seconds,
     frozen,
@@ -47,7 +49,8 @@ from ampmeter.ledgers.base import (
 __all__ = ["RedisLedger"]
 
 _T = TypeVar("_T")
-_SUFFIXES = ("spent", "reserved", "holds", "leases", "committed", "released", "window")
+_SUFFIXES = ("spent", "reserved", "holds", "leases", "committed", "released", "window",
+             "windowed", "window_events", "claims")  # fmt: skip
 _SEP = "\x1f"  # between a scope's path below the root and a key, in hash fields
 
 
@@ -112,6 +115,7 @@ class RedisLedger(Ledger):
         self._commit = self._client.register_script(_lua.COMMIT)
         self._release = self._client.register_script(_lua.RELEASE)
         self._renew = self._client.register_script(_lua.RENEW)
+        self._claim = self._client.register_script(_lua.CLAIM)
 
     def location(self) -> dict[str, object]:
         """The server's URL without user or password, ``credentials`` True when the other
@@ -119,7 +123,7 @@ class RedisLedger(Ledger):
         return dict(self._location)
 
     def _backend_reserve(
-        self, reservation_id: str, amounts: dict[str, float], limits: Limits
+        self, reservation_id: str, amounts: dict[str, float], limits: Limits, windows: Windows = ()
     ) -> Reservation | None:
         scopes = tuple(limits)
         flat: list[str] = []
@@ -137,6 +141,11 @@ class RedisLedger(Ledger):
             args += (self._prefix(scope), str(len(ceilings)))
             for key, value in ceilings.items():
                 args += (key, repr(value))
+        if windows:
+            own = self._prefix(scopes[0])
+            args.append(str(len(windows)))
+            for key, span, ceiling in windows:
+                args += (own + key, repr(span), repr(ceiling))
         answer = self._call(lambda: self._reserve(keys=self._keys, args=args))
         status, seconds, micros, existing, expiry = (_text(part) for part in answer)
         if status == "0":
@@ -184,6 +193,23 @@ class RedisLedger(Ledger):
             elif _SEP not in name:
                 found[name] = float(value)
         return found
+
+    def _backend_recent(self, scope: str, key: str, window_s: float) -> float:
+        head = self._prefix(scope) + key + _SEP
+
+        def read() -> Any:
+            now = self._client.time()
+            start = now[0] + now[1] / 1e6 - window_s
+            return self._client.zrangebyscore(self._keys[8], f"({start!r}", "+inf")
+
+        members: list[Any] = self._call(read)
+        return math.fsum(
+            float(text.rpartition(_SEP)[2]) for text in map(_text, members) if text.startswith(head)
+        )
+
+    def _backend_claim(self, scope: str, name: str) -> bool:
+        args = [*self._common(), self._prefix(scope) + name]
+        return bool(int(self._call(lambda: self._claim(keys=self._keys, args=args))))
 
     def reservation_ids(self) -> set[str]:
         """Ids of the reservations Redis holds now in this scope tree (expired ones included

@@ -26,6 +26,7 @@ from ampmeter.ledgers.base import (
     LedgerUnavailable,
     Limits,
     Reservation,
+    Windows,
     check_seconds,
     frozen,
 )
@@ -49,6 +50,15 @@ CREATE INDEX IF NOT EXISTS ampmeter_held_id ON ampmeter_held (id);
 CREATE TABLE IF NOT EXISTS ampmeter_settled (
     id TEXT PRIMARY KEY, committed INTEGER NOT NULL, at REAL NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS ampmeter_settled_at ON ampmeter_settled (at);
+CREATE TABLE IF NOT EXISTS ampmeter_windowed (
+    scope TEXT NOT NULL, key TEXT NOT NULL, keep REAL NOT NULL,
+    PRIMARY KEY (scope, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ampmeter_window_events (
+    scope TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL, amount REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS ampmeter_window_events_at ON ampmeter_window_events (scope, key, at);
+CREATE TABLE IF NOT EXISTS ampmeter_claims (
+    scope TEXT NOT NULL, name TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (scope, name)) WITHOUT ROWID;
 """
 
 
@@ -150,7 +160,7 @@ class SqliteLedger(Ledger):
         return dict(self._location)
 
     def _backend_reserve(
-        self, reservation_id: str, amounts: dict[str, float], limits: Limits
+        self, reservation_id: str, amounts: dict[str, float], limits: Limits, windows: Windows = ()
     ) -> Reservation | None:
         def reserve(db: sqlite3.Connection, now: float) -> Reservation | None:
             if _settled(db, reservation_id) is not None:
@@ -177,6 +187,8 @@ class SqliteLedger(Ledger):
                     total = spent.get(key, 0.0) + held.get(key, 0.0) + amounts.get(key, 0.0)
                     if total > ceiling:
                         return None
+            if windows and not _window_fits(db, now, next(iter(limits)), amounts, windows):
+                return None
             scopes = tuple(limits)
             expires_at = now + self._lease_s if self._lease_s is not None else None
             db.execute(
@@ -208,6 +220,12 @@ class SqliteLedger(Ledger):
                 "DO UPDATE SET value = value + excluded.value",
                 [(scope, key, value) for scope in scopes for key, value in actual.items() if value],
             )
+            db.executemany(
+                "INSERT INTO ampmeter_window_events SELECT scope, key, ?, ? "
+                "FROM ampmeter_windowed WHERE scope = ? AND key = ?",
+                [(now, value, scope, key) for scope in scopes for key, value in actual.items()
+                 if value],
+            )  # fmt: skip
             db.execute(
                 "INSERT OR REPLACE INTO ampmeter_settled VALUES (?, 1, ?)", (reservation_id, now)
             )
@@ -256,6 +274,22 @@ class SqliteLedger(Ledger):
                 key: float(value) for key, value in self._connections.get().execute(query, (scope,))
             }
         )
+
+    def _backend_recent(self, scope: str, key: str, window_s: float) -> float:
+        return self._guarded(
+            lambda: _recent(self._connections.get(), time.time(), scope, key, window_s)
+        )
+
+    def _backend_claim(self, scope: str, name: str) -> bool:
+        def claim(db: sqlite3.Connection, now: float) -> bool:
+            return (
+                db.execute(
+                    "INSERT OR IGNORE INTO ampmeter_claims VALUES (?, ?, ?)", (scope, name, now)
+                ).rowcount
+                == 1
+            )
+
+        return self._run(claim)
 
     def reservation_ids(self) -> set[str]:
         """Ids of the reservations the file holds now (expired ones included until reaped)."""
@@ -306,6 +340,41 @@ def _reap(db: sqlite3.Connection, now: float) -> None:
     for reservation_id in expired:
         _drop(db, reservation_id)
     db.execute("DELETE FROM ampmeter_settled WHERE at < ?", (now - SETTLED_KEEP_S,))
+
+
+def _window_fits(
+    db: sqlite3.Connection, now: float, scope: str, amounts: dict[str, float], windows: Windows
+) -> bool:
+    """Register the windows' keys at ``scope`` (their commits are kept from now on), forget
+    commits older than each key's longest window, and check every window's ceiling."""
+    db.executemany(
+        "INSERT INTO ampmeter_windowed VALUES (?, ?, ?) ON CONFLICT (scope, key) "
+        "DO UPDATE SET keep = MAX(keep, excluded.keep)",
+        [(scope, key, span) for key, span, _ in windows],
+    )
+    db.executemany(
+        "DELETE FROM ampmeter_window_events WHERE scope = ? AND key = ? AND at <= ? - "
+        "(SELECT keep FROM ampmeter_windowed WHERE scope = ? AND key = ?)",
+        [(scope, key, now, scope, key) for key in dict.fromkeys(k for k, _, _ in windows)],
+    )
+    held = dict(
+        db.execute(
+            "SELECT key, SUM(amount) FROM ampmeter_held WHERE scope = ? GROUP BY key", (scope,)
+        )
+    )
+    for key, span, ceiling in windows:
+        used = _recent(db, now, scope, key, span)
+        if used + held.get(key, 0.0) + amounts.get(key, 0.0) > ceiling:
+            return False
+    return True
+
+
+def _recent(db: sqlite3.Connection, now: float, scope: str, key: str, window_s: float) -> float:
+    row = db.execute(
+        "SELECT TOTAL(amount) FROM ampmeter_window_events WHERE scope = ? AND key = ? AND at > ?",
+        (scope, key, now - window_s),
+    ).fetchone()
+    return float(row[0])
 
 
 def _drop(db: sqlite3.Connection, reservation_id: str) -> None:
