@@ -68,7 +68,14 @@ from ampmeter.node import (
     META_TOOL_CALLS_MADE,
     Node,
 )
-from ampmeter.policies import CallMarks, LimitEvent, Policies, PolicyOptions, PressureHook
+from ampmeter.policies import (
+    KEY_REPEATS_FOR,
+    CallMarks,
+    LimitEvent,
+    Policies,
+    PolicyOptions,
+    PressureHook,
+)
 from ampmeter.propagation import Handoff, decode, encode, open_ledger
 from ampmeter.sinks.base import Sink
 from ampmeter.sinks.relabel import RelabeledSink
@@ -1200,8 +1207,12 @@ class ExecutionContext:
         reservation = call._reservation.amounts()
         candidates = tuple(_keys_a_call_adds(call))
         ceilings, owners = _shared_ceilings(ctx.limits, candidates)
-        if ceilings and self.policies is not None:  # an ordinary call leaves the final reserve
-            ceilings, owners = self.policies.shared_ceilings(ctx, call, ceilings, owners)
+        extra: dict[str, float | None] = {}
+        windows: tuple[Limit, ...] = ()
+        if self.policies is not None:  # the reserve, the loop guard, windows, watched keys
+            ceilings, owners, extra, windows = self.policies.shared_terms(
+                ctx, call, ceilings, owners
+            )
         # A context made from a hand-off also holds at the scopes of the contexts above it,
         # and records every key a call adds, so the parent can read the child's whole spend.
         link = ctx._handoff_from
@@ -1209,18 +1220,20 @@ class ExecutionContext:
         if link is not None:
             for scope, limits in link.ancestors:
                 scopes[scope] = _shared_ceilings(limits, candidates)
-        elif not ceilings:
+        elif not ceilings and not extra:
             return
         keys = dict.fromkeys(k for c, _ in scopes.values() for k in c)
+        keys.update(dict.fromkeys(extra))
         if link is not None:
             keys.update(dict.fromkeys(candidates))
             if call.kind == "llm":
                 keys[KEY_UNPRICED_LLM_CALLS] = None  # unpriced is not zero, also for the parent
-        amounts = {key: reservation.get(key, 0.0) for key in keys}
+        amounts = {key: _amount(extra.get(key), reservation, key) for key in keys}
         ancestors = {scope: found[0] for scope, found in scopes.items() if scope != ledger.scope}
+        spans = tuple((lim.key, lim.window_s or 0.0, lim.max_value) for lim in windows)
         try:
-            if ancestors:
-                held = ledger.reserve(amounts, ceilings, ancestors=ancestors)
+            if ancestors or spans:
+                held = ledger.reserve(amounts, ceilings, ancestors=ancestors, windows=spans)
             else:  # the call a ledger without hierarchy (an older subclass) understands too
                 held = ledger.reserve(amounts, ceilings)
         except BudgetUnavailable as error:
@@ -1239,7 +1252,9 @@ class ExecutionContext:
             self._abort_admission(call, f"ledger error: {redact.error_text(error)}")
             raise
         if held is None:
-            scope, stop = _shared_exceeded(ledger, amounts, scopes)
+            scope, stop = _shared_exceeded(ledger, amounts, scopes, windows)
+            if self.policies is not None:
+                stop = self.policies.shared_refusal(stop)
             self._mark_stopped(ctx, stop, TerminationReason.LIMIT_EXCEEDED)
             self._abort_admission(call, f"shared budget {scope!r}: {stop}")
             raise LimitExceeded(
@@ -1318,6 +1333,9 @@ class ExecutionContext:
         failure = None
         for ledger, held in call._ledger_holds:
             actual = {key: actual_amounts.get(key, 0.0) for key in held.amounts}
+            for key in actual:
+                if key.startswith(KEY_REPEATS_FOR):  # a repeat counts as held, whatever the end
+                    actual[key] = held.amounts[key]
             try:
                 ledger.commit(held, actual)
             except Exception as error:
@@ -1563,13 +1581,19 @@ def _shared_ceilings(
     return ceilings, owners
 
 
+def _amount(fixed: float | None, reservation: Mapping[str, float], key: str) -> float:
+    """What a ledger holds for ``key``: a policy's ``fixed`` amount, else the call's estimate."""
+    return reservation.get(key, 0.0) if fixed is None else fixed
+
+
 def _shared_exceeded(
     ledger: Ledger,
     amounts: Mapping[str, float],
     scopes: Mapping[str, tuple[dict[str, float], dict[str, Limit]]],
+    windows: Sequence[Limit] = (),
 ) -> tuple[str, ExceededLimit]:
     """Which shared ceiling refused a reservation: the first (in scope, then limit order) now
-    over it, with its scope.
+    over it, with its scope; else the first windowed limit now over its window.
 
     The ledger is read after the refusal, so others may have settled meanwhile (then the first
     ceiling is named) or the read may fail (then the value is just this call's amount).
@@ -1589,6 +1613,16 @@ def _shared_exceeded(
         if first is None:
             key = next(iter(ceilings))
             first = (scope, ExceededLimit(owners[key], key, values[key]))
+    for limit in windows:
+        note = f"limit exceeded in {limit.window_s:g}s"
+        try:
+            used = ledger.recent(limit.key, limit.window_s or 0.0)
+            used += ledger.reserved().get(limit.key, 0.0)
+        except Exception:
+            used = 0.0
+        value = used + amounts.get(limit.key, 0.0)
+        if value > limit.max_value or first is None:
+            return ledger.scope, ExceededLimit(limit, limit.key, value, note)
     assert first is not None  # a refusal needs a ceiling
     return first
 
