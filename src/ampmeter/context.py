@@ -746,8 +746,9 @@ class ExecutionContext:
         reservation = _usage(Usage, ("llm", model or "", "", in_est, out_est, 0, 0, cost_est, 1, 1,
                                      0, 0))  # fmt: skip
         call = Call(self, "llm", label, model, provider, reservation, metadata, chars)
-        if self.policies is not None:
-            call.policy = self.policies.llm_marks(model, priced, in_est, prompt_text, final)
+        policies = self.policies
+        if policies is not None and (policies.marks_all or not priced):
+            call.policy = policies.llm_marks(model, priced, in_est, prompt_text, final)
         return call
 
     def embedding_call(
@@ -1149,7 +1150,8 @@ class ExecutionContext:
                 self._refuse_on(call, *hit)
         reservation = call._reservation
         guard_rows = self._guard_rows
-        if self.policies is not None:  # may refuse, and picks the ceilings to check
+        if call.policy is not None:  # the policies may refuse, and pick the ceilings to check
+            assert self.policies is not None  # (a call without marks has nothing to ask them)
             guard_rows, refusal = self.policies.admit(call)
             if refusal is not None:
                 self._refuse_on(call, *refusal)
@@ -1319,7 +1321,7 @@ class ExecutionContext:
         found = self._kernel.settle(node, self._level, usage, status, cost, call.tokens_in,
                                     call.tokens_out, error_class, reason, meta,
                                     self._guard_rows)  # fmt: skip
-        if self.policies is not None:
+        if self.policies is not None and self.policies.watches:
             self.policies.settled(node, usage)
         if self._sinks:
             self._emit(node)
