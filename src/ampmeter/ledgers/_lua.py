@@ -15,7 +15,7 @@ the server (TIME), never the client.
 
 from __future__ import annotations
 
-__all__ = ["CLAIM", "COMMIT", "RELEASE", "RENEW", "RESERVE"]
+__all__ = ["CLAIM", "COMMIT", "RECENT", "RELEASE", "RENEW", "RESERVE"]
 
 _PRELUDE = """
 if redis.replicate_commands then pcall(redis.replicate_commands) end
@@ -253,3 +253,11 @@ close_window()
 return first
 """
 )
+
+# ARGV 1 window seconds. Returns the window events committed in the last that many seconds by
+# the server's clock (the caller sums the amounts of its field's events: exact floats).
+RECENT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+return redis.call('ZRANGEBYSCORE', KEYS[9], '(' .. (now - tonumber(ARGV[1])), '+inf')
+"""

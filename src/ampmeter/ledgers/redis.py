@@ -116,6 +116,7 @@ class RedisLedger(Ledger):
         self._release = self._client.register_script(_lua.RELEASE)
         self._renew = self._client.register_script(_lua.RENEW)
         self._claim = self._client.register_script(_lua.CLAIM)
+        self._recent = self._client.register_script(_lua.RECENT)
 
     def location(self) -> dict[str, object]:
         """The server's URL without user or password, ``credentials`` True when the other
@@ -196,13 +197,8 @@ class RedisLedger(Ledger):
 
     def _backend_recent(self, scope: str, key: str, window_s: float) -> float:
         head = self._prefix(scope) + key + _SEP
-
-        def read() -> Any:
-            now = self._client.time()
-            start = now[0] + now[1] / 1e6 - window_s
-            return self._client.zrangebyscore(self._keys[8], f"({start!r}", "+inf")
-
-        members: list[Any] = self._call(read)
+        args = [repr(window_s)]
+        members: list[Any] = self._call(lambda: self._recent(keys=self._keys, args=args))
         return math.fsum(
             float(text.rpartition(_SEP)[2]) for text in map(_text, members) if text.startswith(head)
         )
