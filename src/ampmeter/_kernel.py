@@ -551,11 +551,15 @@ class Kernel:
     # -- the limit check -----------------------------------------------------------------------
 
     def check(
-        self, guards: tuple[Guard, ...], pending: Mapping[str, float] | None
+        self,
+        guards: tuple[Guard, ...],
+        pending: Mapping[str, float] | None,
+        holds: bool = True,
     ) -> tuple[int, Hit] | None:
-        """The first guard (in order) with an exceeded limit, counting holds and ``pending``."""
+        """The first guard (in order) with an exceeded limit, counting ``pending`` and (unless
+        ``holds`` is False) what calls in flight hold."""
         with self.lock:
-            return self._check(guards, pending, False)
+            return self._check(guards, pending, False, holds)
 
     def _check(
         self,

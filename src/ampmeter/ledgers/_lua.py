@@ -102,8 +102,12 @@ reap()
 # ARGV 3 id, 4 lease seconds ("" = none), 5 the hold's JSON, 6 how many scopes, then per scope
 # its field prefix, m, and m (key, ceiling) pairs, then w and w (field, window seconds, ceiling)
 # triples of sliding windows at the first scope. Returns {status, seconds, microseconds of
-# the server clock, hold JSON, expiry}: status 1 taken, 0 refused (a ceiling, or a settled id),
-# 2 already held under this id (then the JSON and expiry are the existing hold's).
+# the server clock, hold JSON, expiry}: status 1 taken, 0 refused (a settled id), 2 already
+# held under this id (then the JSON and expiry are the existing hold's), 3 refused by a
+# ceiling: then the fourth item is the JSON [scope number, key, spent, reserved] (the hash
+# values as stored) of the ceiling that refused - one broken by what is spent alone, at any
+# scope, before one broken only by reservations in flight; 4 refused by a window (checked
+# once every ceiling fits): the JSON [window number, committed in the window, reserved].
 RESERVE = (
     _PRELUDE
     + """
@@ -124,19 +128,29 @@ for j = 1, #flat, 2 do
   wanted[flat[j]] = (wanted[flat[j]] or 0) + tonumber(flat[j + 1])
 end
 local i = 7
-for _ = 1, tonumber(ARGV[6]) do
+local busy = nil
+for n = 1, tonumber(ARGV[6]) do
   local prefix, m = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
   for _ = 1, m do
     local key, ceiling = ARGV[i], tonumber(ARGV[i + 1])
-    local spent = tonumber(redis.call('HGET', KEYS[1], prefix .. key) or '0')
-    local held = tonumber(redis.call('HGET', KEYS[2], prefix .. key) or '0')
-    if spent + held + (wanted[key] or 0) > ceiling then
-      close_window()
-      return {0, t[1], t[2], '', ''}
+    local spent = redis.call('HGET', KEYS[1], prefix .. key) or '0'
+    local held = redis.call('HGET', KEYS[2], prefix .. key) or '0'
+    local amount = wanted[key] or 0
+    if tonumber(spent) + tonumber(held) + amount > ceiling then
+      local found = cjson.encode({n, key, spent, held})
+      if tonumber(spent) + amount > ceiling then
+        close_window()
+        return {3, t[1], t[2], found, ''}
+      end
+      busy = busy or found
     end
     i = i + 2
   end
+end
+if busy then
+  close_window()
+  return {3, t[1], t[2], busy, ''}
 end
 local w = tonumber(ARGV[i] or '0')
 if w > 0 then
@@ -151,13 +165,14 @@ if w > 0 then
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', now - longest)
   local key_of = string.len(hold.p[1])
-  for j = i + 1, i + 3 * w, 3 do
+  for n = 1, w do
+    local j = i + 3 * n - 2
     local field, span, ceiling = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
-    local held = tonumber(redis.call('HGET', KEYS[2], field) or '0')
-    if recent(field, now - span) + held + (wanted[string.sub(field, key_of + 1)] or 0)
-        > ceiling then
+    local held = redis.call('HGET', KEYS[2], field) or '0'
+    local used = recent(field, now - span)
+    if used + tonumber(held) + (wanted[string.sub(field, key_of + 1)] or 0) > ceiling then
       close_window()
-      return {0, t[1], t[2], '', ''}
+      return {4, t[1], t[2], cjson.encode({n, used, held}), ''}
     end
   end
 end

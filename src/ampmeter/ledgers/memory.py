@@ -9,12 +9,15 @@ from collections import deque
 from typing import Literal
 
 from ampmeter.ledgers.base import (
+    SETTLED_ID,
     SETTLED_KEEP_S,
     Ledger,
     Limits,
+    Refusal,
     Reservation,
     Windows,
     check_seconds,
+    first_refusal,
     frozen,
 )
 
@@ -66,25 +69,25 @@ class InMemoryLedger(Ledger):
 
     def _backend_reserve(
         self, reservation_id: str, amounts: dict[str, float], limits: Limits, windows: Windows = ()
-    ) -> Reservation | None:
+    ) -> Reservation | Refusal:
         state = self._state
         with state.lock:
             now = time.time()
             self._reap(now)
             if reservation_id in state.committed or reservation_id in state.released:
-                return None
+                return SETTLED_ID
             lease = state.leases.get(reservation_id)
             if lease is not None:
                 return self._reservation(reservation_id, lease)
-            for scope, ceilings in limits.items():
-                spent = state.spent.get(scope, {})
-                reserved = state.reserved.get(scope, {})
-                for key, ceiling in ceilings.items():
-                    total = spent.get(key, 0.0) + reserved.get(key, 0.0) + amounts.get(key, 0.0)
-                    if total > ceiling:
-                        return None
-            if windows and not self._window_fits(now, next(iter(limits)), amounts, windows):
-                return None
+            refusal = first_refusal(
+                limits,
+                amounts,
+                lambda scope: (state.spent.get(scope, {}), state.reserved.get(scope, {})),
+            )
+            if refusal is None and windows:
+                refusal = self._window_refusal(now, next(iter(limits)), amounts, windows)
+            if refusal is not None:
+                return refusal
             scopes = tuple(limits)
             for scope in scopes:
                 reserved = state.reserved.setdefault(scope, {})
@@ -159,18 +162,19 @@ class InMemoryLedger(Ledger):
             claims.add((scope, name))
             return True
 
-    def _window_fits(
+    def _window_refusal(
         self, now: float, scope: str, amounts: dict[str, float], windows: Windows
-    ) -> bool:
+    ) -> Refusal | None:
         state = self._state
         held = state.reserved.get(scope, {})
         for key, span, _ in windows:
             state.windowed[scope, key] = max(state.windowed.get((scope, key), 0.0), span)
         for key, span, ceiling in windows:
             used = self._recent(now, scope, key, span)
-            if used + held.get(key, 0.0) + amounts.get(key, 0.0) > ceiling:
-                return False
-        return True
+            amount = amounts.get(key, 0.0)
+            if used + held.get(key, 0.0) + amount > ceiling:
+                return Refusal(scope, key, used, held.get(key, 0.0), amount, ceiling, span)
+        return None
 
     def _recent(self, now: float, scope: str, key: str, window_s: float) -> float:
         events = self._state.events.get((scope, key))

@@ -21,13 +21,16 @@ import orjson
 
 from ampmeter.ledgers._journal import Journal, default_journal_dir
 from ampmeter.ledgers.base import (
+    SETTLED_ID,
     SETTLED_KEEP_S,
     Ledger,
     LedgerUnavailable,
     Limits,
+    Refusal,
     Reservation,
     Windows,
     check_seconds,
+    first_refusal,
     frozen,
 )
 
@@ -161,34 +164,33 @@ class SqliteLedger(Ledger):
 
     def _backend_reserve(
         self, reservation_id: str, amounts: dict[str, float], limits: Limits, windows: Windows = ()
-    ) -> Reservation | None:
-        def reserve(db: sqlite3.Connection, now: float) -> Reservation | None:
+    ) -> Reservation | Refusal:
+        def totals(db: sqlite3.Connection, scope: str) -> tuple[dict[str, float], dict[str, float]]:
+            spent = dict(
+                db.execute("SELECT key, value FROM ampmeter_spent WHERE scope = ?", (scope,))
+            )
+            held = dict(
+                db.execute(
+                    "SELECT key, SUM(amount) FROM ampmeter_held WHERE scope = ? GROUP BY key",
+                    (scope,),
+                )
+            )
+            return spent, held
+
+        def reserve(db: sqlite3.Connection, now: float) -> Reservation | Refusal:
             if _settled(db, reservation_id) is not None:
-                return None
+                return SETTLED_ID
             row = db.execute(
                 "SELECT expires_at, scopes, amounts FROM ampmeter_holds WHERE id = ?",
                 (reservation_id,),
             ).fetchone()
             if row is not None:
                 return _reservation(reservation_id, *row)
-            for scope, ceilings in limits.items():
-                if not ceilings:
-                    continue
-                spent = dict(
-                    db.execute("SELECT key, value FROM ampmeter_spent WHERE scope = ?", (scope,))
-                )
-                held = dict(
-                    db.execute(
-                        "SELECT key, SUM(amount) FROM ampmeter_held WHERE scope = ? GROUP BY key",
-                        (scope,),
-                    )
-                )
-                for key, ceiling in ceilings.items():
-                    total = spent.get(key, 0.0) + held.get(key, 0.0) + amounts.get(key, 0.0)
-                    if total > ceiling:
-                        return None
-            if windows and not _window_fits(db, now, next(iter(limits)), amounts, windows):
-                return None
+            refusal = first_refusal(limits, amounts, lambda scope: totals(db, scope))
+            if refusal is None and windows:
+                refusal = _window_refusal(db, now, next(iter(limits)), amounts, windows)
+            if refusal is not None:
+                return refusal
             scopes = tuple(limits)
             expires_at = now + self._lease_s if self._lease_s is not None else None
             db.execute(
@@ -342,9 +344,9 @@ def _reap(db: sqlite3.Connection, now: float) -> None:
     db.execute("DELETE FROM ampmeter_settled WHERE at < ?", (now - SETTLED_KEEP_S,))
 
 
-def _window_fits(
+def _window_refusal(
     db: sqlite3.Connection, now: float, scope: str, amounts: dict[str, float], windows: Windows
-) -> bool:
+) -> Refusal | None:
     """Register the windows' keys at ``scope`` (their commits are kept from now on), forget
     commits older than each key's longest window, and check every window's ceiling."""
     db.executemany(
@@ -364,9 +366,10 @@ def _window_fits(
     )
     for key, span, ceiling in windows:
         used = _recent(db, now, scope, key, span)
-        if used + held.get(key, 0.0) + amounts.get(key, 0.0) > ceiling:
-            return False
-    return True
+        amount = amounts.get(key, 0.0)
+        if used + held.get(key, 0.0) + amount > ceiling:
+            return Refusal(scope, key, used, held.get(key, 0.0), amount, ceiling, span)
+    return None
 
 
 def _recent(db: sqlite3.Connection, now: float, scope: str, key: str, window_s: float) -> float:
