@@ -280,3 +280,19 @@ def test_budget_pressure_reads_what_other_processes_spent(place: Place) -> None:
         sent = [request.json()["model"] for request in replay.requests]
     assert asked == ["big-model"]
     assert sent == ["big-model", "cheap-model"]
+
+
+def test_the_shared_totals_cache_does_not_keep_a_ledger_alive(tmp_path: Path) -> None:
+    import gc
+    import weakref
+
+    ledger = SqliteLedger(tmp_path / "budget.db", "gone")
+    ctx = ExecutionContext(max_cost_usd=1.0, warn_at=(0.5,), ledger=ledger)
+    with ctx, ctx.llm_call("a", estimate_usd=0.6) as call:
+        call.record(10, 5, cost_usd=0.6)
+    assert [event["kind"] for event in ctx.snapshot()["limit_events"]] == ["warning"]
+    ledger.close()
+    seen = weakref.ref(ledger)
+    del ledger, ctx, call
+    gc.collect()
+    assert seen() is None

@@ -314,12 +314,15 @@ def request_fingerprint(request: Mapping[str, Any]) -> str:
 
 class SharedTotals:
     """A shared ledger's spend at its own scope, read at most every :data:`SHARED_READ_S`
-    unless asked afresh. A read that fails gives None (the caller uses its local totals)."""
+    unless asked afresh. A read that fails gives None (the caller uses its local totals).
 
-    __slots__ = ("__weakref__", "ledger", "read_at", "totals")
+    It refers to the ledger weakly: the cache of all of them is keyed by ledger, and must not
+    keep a ledger (and its connections) alive once its contexts are gone."""
+
+    __slots__ = ("ledger", "read_at", "totals")
 
     def __init__(self, ledger: Ledger) -> None:
-        self.ledger = ledger
+        self.ledger = weakref.ref(ledger)
         self.read_at = -SHARED_READ_S
         self.totals: dict[str, float] | None = None
 
@@ -327,8 +330,9 @@ class SharedTotals:
         """The ledger's spend per key (cached unless ``fresh``), or None if it cannot be read."""
         now = time.monotonic()
         if fresh or now - self.read_at >= SHARED_READ_S:
+            ledger = self.ledger()
             try:
-                totals: dict[str, float] | None = self.ledger.spent()
+                totals = None if ledger is None else ledger.spent()
             except Exception:  # the ledger's own errors, or a backend gone: local totals then
                 totals = None
             self.totals, self.read_at = totals, now
@@ -336,8 +340,9 @@ class SharedTotals:
 
     def claim(self, name: str) -> bool:
         """Whether this process is the first to report ``name`` (True if the ledger cannot say)."""
+        ledger = self.ledger()
         try:
-            return self.ledger.claim(name)
+            return True if ledger is None else ledger.claim(name)
         except Exception:
             return True
 
