@@ -1866,7 +1866,7 @@ def _shared_ceilings(
     owners: dict[str, Limit] = {}
     for limit in limits:
         if not limit.is_ceiling:
-            continue  # soft and windowed limits are this process's (ampmeter.policies)
+            continue  # soft and windowed limits: the policies' shared terms (shared_terms)
         if limit.type is LimitType.EXACT:
             keys: Iterable[str] = (limit.key,)
         else:
