@@ -384,6 +384,26 @@ def test_four_processes_on_a_three_node_cluster_share_one_ceiling() -> None:
         client.close()
 
 
+def test_windows_and_claims_on_a_cluster_stay_in_the_tree_slot() -> None:
+    with RedisClusterNodes() as cluster:
+        client = RedisCluster(host="127.0.0.1", port=cluster.ports[0], decode_responses=True)
+        scope = _scope()
+        with RedisLedger(client, scope) as root:
+            ledger = root.child("run")
+            window = (("calls", 3600.0, 2.0),)
+            for _ in range(2):
+                held = ledger.reserve({"calls": 1.0}, {}, windows=window)
+                assert held is not None
+                ledger.commit(held, {"calls": 1.0})
+            assert ledger.reserve({"calls": 1.0}, {}, windows=window) is None
+            assert ledger.recent("calls", 3600.0) == 2.0
+            assert ledger.claim("warning") and not ledger.claim("warning")
+            keys = client.keys(f"ampmeter:{{{scope}}}:*", target_nodes=RedisCluster.ALL_NODES)
+            assert {client.keyslot(key) for key in keys} == {client.keyslot(keys[0])}
+            assert len(keys) >= 3  # spent, windowed, window events, claims, ...
+        client.close()
+
+
 # -- the journal itself and SQLite's own checks --------------------------------------------------
 
 

@@ -516,6 +516,91 @@ def test_a_held_reservation_outlives_its_lease_while_this_process_holds_it(
     assert ledger.spent() == {"cost": 1.0} and ledger.reserved() == {}
 
 
+# -- sliding windows and claims ------------------------------------------------------------------
+
+
+def test_a_window_counts_holds_and_recent_commits_only(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    window = (("calls", 1.0, 3.0),)
+    first = ledger.reserve({"calls": 1.0}, {}, windows=window)
+    assert first is not None
+    held = [ledger.reserve({"calls": 1.0}, {}, windows=window) for _ in range(2)]
+    assert None not in held
+    assert ledger.reserve({"calls": 1.0}, {}, windows=window) is None  # 3 held: full
+    ledger.commit(first, {"calls": 1.0})
+    for reservation in held:
+        assert reservation is not None
+        ledger.release(reservation)  # returned unused: only the commit stays in the window
+    assert ledger.recent("calls", 1.0) == 1.0
+    assert ledger.spent() == {"calls": 1.0}
+    again = [ledger.reserve({"calls": 1.0}, {}, windows=window) for _ in range(3)]
+    assert again[:2] != [None, None] and again[2] is None
+    for reservation in again[:2]:
+        assert reservation is not None
+        ledger.commit(reservation, {"calls": 1.0})
+    deadline = time.monotonic() + 30
+    while ledger.recent("calls", 1.0) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the window slides past the commits
+    assert ledger.recent("calls", 1.0) == 0.0
+    assert ledger.spent() == {"calls": 3.0}  # the running total keeps everything
+    assert ledger.reserve({"calls": 1.0}, {}, windows=window) is not None
+
+
+def test_a_window_key_is_held_even_without_an_amount(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    held = ledger.reserve({}, {}, windows=(("tokens", 60.0, 100.0),))
+    assert held is not None and dict(held.amounts) == {"tokens": 0.0}
+    ledger.commit(held, {"tokens": 150.0})  # the actual is known only at the end
+    assert ledger.recent("tokens", 60.0) == 150.0
+    assert ledger.reserve({}, {}, windows=(("tokens", 60.0, 100.0),)) is None
+    assert ledger.reserve({}, {}, windows=(("tokens", 60.0, 200.0),)) is not None
+
+
+def test_windows_and_ceilings_refuse_together(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    child = ledger.child("run")
+    window = (("cost", 60.0, 1.0),)
+    held = child.reserve({"cost": 0.6}, {"cost": 5.0}, ancestors={ledger.scope: {}},
+                         windows=window)  # fmt: skip
+    assert held is not None
+    child.commit(held, {"cost": 0.6})
+    assert child.reserve({"cost": 0.6}, {"cost": 5.0}, windows=window) is None
+    assert child.reserved() == {} and ledger.recent("cost", 60.0, child.scope) == 0.6
+    assert ledger.recent("cost", 60.0) == 0.0  # windows are kept where they were asked for
+    assert child.reserve({"cost": 0.3}, {"cost": 0.8}, windows=window) is None  # the ceiling
+
+
+@pytest.mark.parametrize(
+    ("windows", "error"),
+    [
+        ({"calls": (1.0, 2.0)}, TypeError),
+        ([("calls", 1.0)], TypeError),
+        ([("", 1.0, 2.0)], TypeError),
+        ([("calls", 0, 2.0)], ValueError),
+        ([("calls", 1.0, math.nan)], ValueError),
+        ([("calls", "1", 2.0)], TypeError),
+    ],
+)
+def test_bad_windows_raise_and_change_nothing(
+    make_ledger: MakeLedger, windows: Any, error: type[Exception]
+) -> None:
+    ledger = make_ledger()
+    with pytest.raises(error):
+        ledger.reserve({"calls": 1.0}, {}, windows=windows)
+    assert ledger.reserved() == {}
+
+
+def test_a_name_is_claimed_once_across_ledgers_of_one_scope(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    other = ledger.child("a")
+    assert ledger.claim("warn:cost:0.5") is True
+    assert ledger.claim("warn:cost:0.5") is False
+    assert other.claim("warn:cost:0.5") is True  # another scope claims on its own
+    assert ledger.claim("warn:cost:0.8") is True
+    with pytest.raises(TypeError):
+        ledger.claim("")
+
+
 # -- try_reserve: a refusal that says which ceiling refused and whether waiting can help --------
 
 
@@ -575,3 +660,21 @@ def test_a_settled_id_is_refused_without_a_ceiling(make_ledger: MakeLedger) -> N
     refusal = ledger.try_reserve({"cost": 0.1}, {"cost": 1.0}, reservation_id="gone")
     assert isinstance(refusal, Refusal)
     assert (refusal.scope, refusal.key, refusal.busy) == (None, None, False)
+
+
+def test_a_window_refusal_names_its_window(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    window = (("calls", 3600.0, 2.0),)
+    committed = ledger.try_reserve({"calls": 1.0}, {}, windows=window)
+    assert isinstance(committed, Reservation)
+    ledger.commit(committed, {"calls": 1.0})
+    held = ledger.try_reserve({"calls": 1.0}, {}, windows=window)
+    assert isinstance(held, Reservation)
+    refusal = ledger.try_reserve({"calls": 1.0}, {"calls": 10.0}, windows=window)
+    assert isinstance(refusal, Refusal)
+    assert (refusal.scope, refusal.key, refusal.window_s) == (ledger.scope, "calls", 3600.0)
+    assert (refusal.spent, refusal.reserved, refusal.amount) == (1.0, 1.0, 1.0)
+    assert refusal.busy  # the hold in flight is what is in the way
+    ledger.commit(held, {"calls": 1.0})
+    over = ledger.try_reserve({"calls": 1.0}, {"calls": 10.0}, windows=window)
+    assert isinstance(over, Refusal) and not over.busy and over.spent == 2.0

@@ -119,3 +119,61 @@ def test_oldest_declared_sdks_are_metered_exactly(llm_server: LocalLLMServer) ->
         "messages.create",
     ]
     assert [[t_in, t_out] for _, t_in, t_out in result["nodes"]] == result["reported"]
+
+
+PRESSURE_PROGRAM = r"""
+import json, sys
+import openai
+import ampmeter
+from ampmeter.sinks.memory import MemorySink
+
+ampmeter.instrument()
+openai_url, model = sys.argv[1:3]
+ampmeter.set_price("cheap-model", input_per_mtok=0.1, output_per_mtok=0.1)
+seen = []
+
+def cheaper(ctx, request):
+    seen.append(request["model"])
+    if request["messages"][0]["content"] == "refuse me":
+        return None
+    return {**request, "model": "cheap-model"}
+
+client = openai.OpenAI(base_url=openai_url, api_key="k", max_retries=0)
+sink = MemorySink()
+refused = None
+with ampmeter.ExecutionContext(max_cost_usd=100.0, on_budget_pressure=cheaper, pressure_at=0.001,
+                               sinks=[sink]) as ctx:
+    ctx.stats.incr_gauge("amp:cost", 1.0)  # spent before: under pressure from the first call
+    with client.beta.chat.completions.stream(
+            model=model, messages=[{"role": "user", "content": "Hi."}], max_tokens=3) as stream:
+        for _ in stream:
+            pass
+    try:
+        with client.beta.chat.completions.stream(
+                model=model, messages=[{"role": "user", "content": "refuse me"}], max_tokens=3):
+            pass
+    except ampmeter.LimitExceeded as stop:
+        refused = str(stop)
+nodes = [n for n in sink.nodes if n.kind == "llm"]
+print(json.dumps({"seen": seen, "refused": refused,
+                  "nodes": [[n.metadata.get("operation_name"), n.model, n.status] for n in nodes]}))
+"""
+
+
+@pytest.mark.slow
+def test_the_oldest_beta_stream_helper_gets_budget_pressure(llm_server: LocalLLMServer) -> None:
+    python = _oldest_env()
+    source = Path(ampmeter.__file__).resolve().parents[1]
+    done = subprocess.run(
+        [str(python), "-c", PRESSURE_PROGRAM, llm_server.base_url, llm_server.model],
+        capture_output=True, text=True, timeout=240,
+        env={**os.environ, "PYTHONPATH": str(source)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["seen"] == [llm_server.model, llm_server.model]
+    assert result["nodes"] == [
+        ["chat.completions.create", "cheap-model", "success"],  # the helper goes through create
+        ["chat.completions.create", llm_server.model, "halt"],
+    ]
+    assert "on_budget_pressure hook" in result["refused"]

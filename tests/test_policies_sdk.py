@@ -17,6 +17,7 @@ from ampmeter.integrations import instrument, uninstrument
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.policies import KEY_BUDGET_PRESSURE, KEY_REPEATS_FOR
+from ampmeter.testing import recorded
 from ampmeter.testing.replay import ReplayResponse, ReplayServer
 
 # A fine-tune whose base the price table has no fine-tuning price for (it knows OpenAI's
@@ -268,3 +269,105 @@ async def test_async_requests_get_final_call_and_budget_pressure(
             )
     assert asked == [llm_server.model]
     assert ctx.stats.get_counter(KEY_LLM_CALLS) == 2
+
+
+# -- the SDKs' stream helpers ---------------------------------------------------------------------
+
+
+def _pressure_hook(seen: list[str]) -> Any:
+    def cheaper(ctx: ExecutionContext, request: dict[str, Any]) -> dict[str, Any] | None:
+        seen.append(request["model"])
+        if request["messages"][0]["content"] == "refuse me":
+            return None
+        return {**request, "model": "cheap-model"}
+
+    return cheaper
+
+
+REFUSE_ME = [{"role": "user", "content": "refuse me"}]
+
+
+def test_stream_helpers_get_budget_pressure(
+    openai_client: openai.OpenAI, anthropic_client: anthropic.Anthropic,
+    llm_server: LocalLLMServer,
+) -> None:  # fmt: skip
+    ampmeter.set_price(llm_server.model, input_per_mtok=20_000, output_per_mtok=20_000)
+    ampmeter.set_price("cheap-model", input_per_mtok=0.1, output_per_mtok=0.1)
+    seen: list[str] = []
+    sink = MemorySink()
+    with ExecutionContext(max_cost_usd=100.0, on_budget_pressure=_pressure_hook(seen),
+                          pressure_at=0.001, sinks=[sink]) as ctx:  # fmt: skip
+        openai_client.chat.completions.create(
+            model=llm_server.model, messages=MESSAGES, max_tokens=3
+        )
+        assert seen == [] and ctx.stats.get_gauge(KEY_COST) > 0.1  # now under pressure
+        with openai_client.chat.completions.stream(
+            model=llm_server.model, messages=MESSAGES, max_tokens=3
+        ) as chat_stream:
+            for _ in chat_stream:
+                pass
+        with anthropic_client.messages.stream(
+            model=llm_server.model, messages=MESSAGES, max_tokens=3
+        ) as message_stream:
+            message_stream.get_final_message()
+        refused_chat = openai_client.chat.completions.stream(
+            model=llm_server.model, messages=REFUSE_ME, max_tokens=3
+        )
+        with pytest.raises(LimitExceeded, match="on_budget_pressure hook"), refused_chat:
+            pytest.fail("a refused chat stream was sent")
+        refused = anthropic_client.messages.stream(
+            model=llm_server.model, messages=REFUSE_ME, max_tokens=3
+        )
+        with pytest.raises(LimitExceeded, match="on_budget_pressure hook"), refused:
+            pytest.fail("a refused message stream was sent")
+    assert seen == [llm_server.model] * 4
+    nodes = [n for n in sink.nodes if n.kind == "llm"]
+    assert [(n.name, n.model, n.status) for n in nodes] == [
+        ("chat.completions.create", llm_server.model, "success"),
+        ("chat.completions.create", "cheap-model", "success"),  # the helper sends through create
+        ("messages.stream", "cheap-model", "success"),
+        ("chat.completions.create", llm_server.model, "halt"),
+        ("messages.stream", llm_server.model, "halt"),
+    ]
+    assert all(n.cost_usd < 0.01 for n in nodes[1:])  # priced as the cheap model
+
+
+async def test_the_async_anthropic_stream_helper_gets_budget_pressure(
+    async_anthropic_client: anthropic.AsyncAnthropic, llm_server: LocalLLMServer
+) -> None:
+    ampmeter.set_price(llm_server.model, input_per_mtok=20_000, output_per_mtok=20_000)
+    ampmeter.set_price("cheap-model", input_per_mtok=0.1, output_per_mtok=0.1)
+    seen: list[str] = []
+    with ExecutionContext(max_cost_usd=100.0, on_budget_pressure=_pressure_hook(seen),
+                          pressure_at=0.001) as ctx:  # fmt: skip
+        ctx.stats.incr_gauge(KEY_COST, 1.0)
+        async with async_anthropic_client.messages.stream(
+            model=llm_server.model, messages=MESSAGES, max_tokens=3
+        ) as stream:
+            await stream.get_final_message()
+        with pytest.raises(LimitExceeded, match="on_budget_pressure hook"):
+            async with async_anthropic_client.messages.stream(
+                model=llm_server.model, messages=REFUSE_ME, max_tokens=3
+            ):
+                pytest.fail("a refused message stream was sent")
+    assert seen == [llm_server.model] * 2
+    assert ctx.stats.get_counter(KEY_LLM_CALLS) == 1
+
+
+def test_the_anthropic_stream_helper_sends_the_changed_request() -> None:
+    ampmeter.set_price("cheap-model", input_per_mtok=0.1, output_per_mtok=0.1)
+    ampmeter.set_price("claude-haiku-4-5", input_per_mtok=1000, output_per_mtok=1000)
+    seen: list[str] = []
+    with ReplayServer() as replay:
+        replay.script("/v1/messages", recorded.anthropic_message_stream())
+        client = anthropic.Anthropic(base_url=replay.anthropic_base_url, api_key="sk-ant-x",
+                                     max_retries=0)  # fmt: skip
+        with ExecutionContext(max_cost_usd=10.0, on_budget_pressure=_pressure_hook(seen),
+                              pressure_at=0.01) as ctx:  # fmt: skip
+            ctx.stats.incr_gauge(KEY_COST, 1.0)
+            with client.messages.stream(model="claude-haiku-4-5", messages=MESSAGES,
+                                        max_tokens=50) as stream:  # fmt: skip
+                stream.get_final_text()
+        sent = [request.json()["model"] for request in replay.requests]
+    assert seen == ["claude-haiku-4-5"]
+    assert sent == ["cheap-model"]

@@ -69,7 +69,14 @@ from ampmeter.node import (
     TERMINAL_STATUSES,
     Node,
 )
-from ampmeter.policies import CallMarks, LimitEvent, Policies, PolicyOptions, PressureHook
+from ampmeter.policies import (
+    KEY_REPEATS_FOR,
+    CallMarks,
+    LimitEvent,
+    Policies,
+    PolicyOptions,
+    PressureHook,
+)
 from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace, TraceRecord
@@ -753,8 +760,9 @@ class ExecutionContext:
         reservation = _usage(Usage, ("llm", model or "", "", in_est, out_est, 0, 0, cost_est, 1, 1,
                                      0, 0))  # fmt: skip
         call = Call(self, "llm", label, model, provider, reservation, metadata, chars)
-        if self.policies is not None:
-            call.policy = self.policies.llm_marks(model, priced, in_est, prompt_text, final)
+        policies = self.policies
+        if policies is not None and (policies.marks_all or not priced):
+            call.policy = policies.llm_marks(model, priced, in_est, prompt_text, final)
         return call
 
     def embedding_call(
@@ -1161,7 +1169,8 @@ class ExecutionContext:
                 self._refuse_on(call, *hit)
         reservation = call._reservation
         guard_rows = self._guard_rows
-        if self.policies is not None:  # may refuse, and picks the ceilings to check
+        if call.policy is not None:  # the policies may refuse, and pick the ceilings to check
+            assert self.policies is not None  # (a call without marks has nothing to ask them)
             guard_rows, refusal = self.policies.admit(call)
             if refusal is not None:
                 self._refuse_on(call, *refusal)
@@ -1304,8 +1313,12 @@ class ExecutionContext:
         reservation = call._reservation.amounts()
         candidates = tuple(_keys_a_call_adds(call))
         ceilings, owners = _shared_ceilings(ctx.limits, candidates)
-        if ceilings and self.policies is not None:  # an ordinary call leaves the final reserve
-            ceilings, owners = self.policies.shared_ceilings(ctx, call, ceilings, owners)
+        extra: dict[str, float | None] = {}
+        windows: tuple[Limit, ...] = ()
+        if self.policies is not None:  # the reserve, the loop guard, windows, watched keys
+            ceilings, owners, extra, windows = self.policies.shared_terms(
+                ctx, call, ceilings, owners
+            )
         # A context made from a hand-off also holds at the scopes of the contexts above it,
         # and records every key a call adds (retries too), so the parent can read the child's
         # whole spend.
@@ -1314,17 +1327,20 @@ class ExecutionContext:
         if link is not None:
             for scope, limits in link.ancestors:
                 scopes[scope] = _shared_ceilings(limits, candidates)
-        elif not ceilings:
+        elif not ceilings and not extra:
             return None
         keys = dict.fromkeys(k for c, _ in scopes.values() for k in c)
+        keys.update(dict.fromkeys(extra))
         if link is not None:
             keys.update(dict.fromkeys(candidates))
             keys[KEY_RETRIES] = None
             if call.kind == "llm":
                 keys[KEY_UNPRICED_LLM_CALLS] = None  # unpriced is not zero, also for the parent
-        amounts = {key: reservation.get(key, 0.0) for key in keys}
+        amounts = {key: _amount(extra.get(key), reservation, key) for key in keys}
         ancestors = {scope: found[0] for scope, found in scopes.items() if scope != ledger.scope}
-        return _LedgerRequest(ctx, ledger, amounts, ceilings, ancestors or None, scopes)
+        spans = tuple((lim.key, lim.window_s or 0.0, lim.max_value) for lim in windows)
+        return _LedgerRequest(ctx, ledger, amounts, ceilings, ancestors or None, scopes, windows,
+                              spans)  # fmt: skip
 
     def _ledger_try(self, call: Call, request: _LedgerRequest) -> Refusal | None:
         """Ask the ledger once: None when the call holds there now (or may go on without it),
@@ -1334,9 +1350,17 @@ class ExecutionContext:
 
         ctx, ledger = request.owner, request.ledger
         try:
-            held = ledger.try_reserve(
-                request.amounts, request.ceilings, ancestors=request.ancestors
-            )
+            if request.spans:
+                held = ledger.try_reserve(
+                    request.amounts,
+                    request.ceilings,
+                    ancestors=request.ancestors,
+                    windows=request.spans,
+                )
+            else:  # the call a ledger without windows (an older subclass) understands too
+                held = ledger.try_reserve(
+                    request.amounts, request.ceilings, ancestors=request.ancestors
+                )  # fmt: skip
         except BudgetUnavailable as error:
             if ctx.on_ledger_error == "allow":
                 self.graph.update_metadata(
@@ -1469,7 +1493,7 @@ class ExecutionContext:
         found = self._kernel.settle(node, self._level, usage, status, cost, call.tokens_in,
                                     call.tokens_out, error_class, reason, meta,
                                     self._guard_rows)  # fmt: skip
-        if self.policies is not None:
+        if self.policies is not None and self.policies.watches:
             self.policies.settled(node, usage)
         if self._sinks:
             self._emit(node)
@@ -1485,6 +1509,9 @@ class ExecutionContext:
         failure = None
         for ledger, held in call._ledger_holds:
             actual = {key: actual_amounts.get(key, 0.0) for key in held.amounts}
+            for key in actual:
+                if key.startswith(KEY_REPEATS_FOR):  # a repeat counts as held, whatever the end
+                    actual[key] = held.amounts[key]
             try:
                 ledger.commit(held, actual)
             except Exception as error:
@@ -1717,7 +1744,8 @@ class _HandoffSpend:
 class _LedgerRequest:
     """What one call asks of one context's shared ledger, kept while it waits for room."""
 
-    __slots__ = ("amounts", "ancestors", "ceilings", "ledger", "owner", "scopes")
+    __slots__ = ("amounts", "ancestors", "ceilings", "ledger", "owner", "scopes", "spans",
+                 "windows")  # fmt: skip
 
     def __init__(
         self,
@@ -1727,6 +1755,8 @@ class _LedgerRequest:
         ceilings: dict[str, float],
         ancestors: dict[str, dict[str, float]] | None,
         scopes: dict[str, tuple[dict[str, float], dict[str, Limit]]],
+        windows: tuple[Limit, ...] = (),
+        spans: tuple[tuple[str, float, float], ...] = (),
     ) -> None:
         self.owner = owner
         self.ledger = ledger
@@ -1734,15 +1764,27 @@ class _LedgerRequest:
         self.ceilings = ceilings
         self.ancestors = ancestors
         self.scopes = scopes  # scope -> (its ceilings, the limit each comes from)
+        self.windows = windows  # the windowed limits the ledger checks at its own scope
+        self.spans = spans  # the same, as the ledger takes them: (key, window_s, max)
 
     def stop(self, refusal: Refusal) -> tuple[str, ExceededLimit]:
-        """The scope and the exceeded limit a ledger's refusal names."""
+        """The scope and the exceeded limit a ledger's refusal names (with the note of the
+        policy behind it: a window, the loop guard)."""
+        if refusal.window_s is not None:
+            for limit in self.windows:
+                if limit.key == refusal.key and limit.window_s == refusal.window_s:
+                    note = f"limit exceeded in {limit.window_s:g}s"
+                    return self.ledger.scope, ExceededLimit(limit, limit.key, refusal.value, note)
         found = self.scopes.get(refusal.scope or "")
         if found is not None and refusal.key in found[1]:
-            return refusal.scope or "", ExceededLimit(found[1][refusal.key], refusal.key,
-                                                      refusal.value)  # fmt: skip
+            stop = ExceededLimit(found[1][refusal.key], refusal.key, refusal.value)
+            return refusal.scope or "", Policies.shared_refusal(stop)
         # A refusal without a ceiling (a settled id): the first ceiling stands for it.
-        scope, (ceilings, owners) = next((s, f) for s, f in self.scopes.items() if f[0])
+        first = next(((s, f) for s, f in self.scopes.items() if f[0]), None)
+        if first is None:  # only windows were asked for
+            limit = self.windows[0]
+            return self.ledger.scope, ExceededLimit(limit, limit.key, refusal.value)
+        scope, (ceilings, owners) = first
         key = next(iter(ceilings))
         return scope, ExceededLimit(owners[key], key, refusal.value)
 
@@ -1824,7 +1866,7 @@ def _shared_ceilings(
     owners: dict[str, Limit] = {}
     for limit in limits:
         if not limit.is_ceiling:
-            continue  # soft and windowed limits are this process's (ampmeter.policies)
+            continue  # soft and windowed limits: the policies' shared terms (shared_terms)
         if limit.type is LimitType.EXACT:
             keys: Iterable[str] = (limit.key,)
         else:
@@ -1834,6 +1876,11 @@ def _shared_ceilings(
                 ceilings[key] = limit.max_value  # the tightest; the first of equals
                 owners[key] = limit
     return ceilings, owners
+
+
+def _amount(fixed: float | None, reservation: Mapping[str, float], key: str) -> float:
+    """What a ledger holds for ``key``: a policy's ``fixed`` amount, else the call's estimate."""
+    return reservation.get(key, 0.0) if fixed is None else fixed
 
 
 def _build_limits(

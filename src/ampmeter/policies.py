@@ -13,6 +13,12 @@
 * a **budget-pressure hook** that may change or refuse an instrumented request once a fraction
   of the cost budget is spent.
 
+Through a shared ledger (a context with ``ledger=``) windowed limits, the loop guard, warnings
+and soft limits count what every process sharing the ledger's scope did: the windows and the
+repeat counts are checked in the ledger's reserve, warnings and soft limits read the shared
+total after each settlement (a warning fires once per scope across processes, through
+:meth:`~ampmeter.ledgers.Ledger.claim`), and the budget pressure reads the shared spend.
+
 A context compiles its policies (its own options and those it inherits) once, when it is made:
 a context that uses none has ``policies is None`` and pays one ``if`` per call. Otherwise the
 context calls :meth:`Policies.admit` before the kernel's check (it may refuse the call and it
@@ -27,6 +33,7 @@ import contextvars
 import threading
 import time
 import warnings
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -39,6 +46,7 @@ from ampmeter.limits import DerivedCeiling, ExceededLimit, Limit, LimitType, war
 if TYPE_CHECKING:
     from ampmeter._kernel import Guard, LimitRow
     from ampmeter.context import Call, ExecutionContext, TerminationReason
+    from ampmeter.ledgers import Ledger
     from ampmeter.node import Node
     from ampmeter.usage import Usage
 
@@ -57,6 +65,10 @@ __all__ = [
 
 _MATCHED_MAX: Final = 4_096  # per context: usage shapes with their watched (limit, key) pairs
 
+SHARED_READ_S: Final = 0.5
+"""How long a shared ledger's totals, once read, stand for the budget pressure and
+``wrap_up`` (a settlement always reads them afresh)."""
+
 KEY_REPEATS_FOR: Final = "amp:repeats:"
 """Prefix of the loop guard's keys: ``amp:repeats:<hash of the request>``."""
 KEY_INPUT_TOKENS_PER_CALL: Final = "amp:input_tokens_per_call"
@@ -67,6 +79,9 @@ META_LIMIT_EVENTS: Final = "limit_events"
 """Node metadata: the :class:`LimitEvent` dicts the node's settlement produced."""
 
 OnUnpriced = Literal["refuse", "warn", "allow"]
+SharedTerms = tuple[
+    dict[str, float], dict[str, Limit], dict[str, "float | None"], tuple[Limit, ...]
+]
 PressureHook = Callable[["ExecutionContext", dict[str, Any]], "dict[str, Any] | None"]
 Refusal = tuple["ExecutionContext", ExceededLimit, "TerminationReason"]
 
@@ -235,6 +250,25 @@ def _watches_cost(limit: Limit) -> bool:
     return limit.matches(KEY_COST) or (limit.key.startswith(KEY_COST) and not limit.soft)
 
 
+def _spent_cost(ctx: ExecutionContext) -> float:
+    """What ``ctx``'s cost budget has spent: through a shared ledger, every process's spend
+    (read at most every :data:`SHARED_READ_S`); else this process's."""
+    local = ctx.stats.get_gauge(KEY_COST)
+    if ctx.ledger is None:
+        return local
+    totals = shared_totals(ctx.ledger).read()
+    return local if totals is None else max(local, totals.get(KEY_COST, 0.0))
+
+
+def _first(
+    shared: SharedTotals | None, kind: str, limit: Limit, key: str, threshold: float | None
+) -> bool:
+    """Whether this process reports the event (through a shared ledger, the first one does)."""
+    if shared is None:
+        return True
+    return shared.claim(f"{kind} {limit.describe()} {key} {threshold}")
+
+
 # -- per call -------------------------------------------------------------------------------------
 
 
@@ -275,6 +309,57 @@ def request_fingerprint(request: Mapping[str, Any]) -> str:
     return fingerprint({k: request[k] for k in _REQUEST_FIELDS if k in request})
 
 
+# -- shared totals ------------------------------------------------------------------------------
+
+
+class SharedTotals:
+    """A shared ledger's spend at its own scope, read at most every :data:`SHARED_READ_S`
+    unless asked afresh. A read that fails gives None (the caller uses its local totals).
+
+    It refers to the ledger weakly: the cache of all of them is keyed by ledger, and must not
+    keep a ledger (and its connections) alive once its contexts are gone."""
+
+    __slots__ = ("ledger", "read_at", "totals")
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = weakref.ref(ledger)
+        self.read_at = -SHARED_READ_S
+        self.totals: dict[str, float] | None = None
+
+    def read(self, *, fresh: bool = False) -> dict[str, float] | None:
+        """The ledger's spend per key (cached unless ``fresh``), or None if it cannot be read."""
+        now = time.monotonic()
+        if fresh or now - self.read_at >= SHARED_READ_S:
+            ledger = self.ledger()
+            try:
+                totals = None if ledger is None else ledger.spent()
+            except Exception:  # the ledger's own errors, or a backend gone: local totals then
+                totals = None
+            self.totals, self.read_at = totals, now
+        return self.totals
+
+    def claim(self, name: str) -> bool:
+        """Whether this process is the first to report ``name`` (True if the ledger cannot say)."""
+        ledger = self.ledger()
+        try:
+            return True if ledger is None else ledger.claim(name)
+        except Exception:
+            return True
+
+
+_TOTALS: weakref.WeakKeyDictionary[Ledger, SharedTotals] = weakref.WeakKeyDictionary()
+_TOTALS_LOCK = threading.Lock()
+
+
+def shared_totals(ledger: Ledger) -> SharedTotals:
+    """The one :class:`SharedTotals` of ``ledger`` in this process."""
+    with _TOTALS_LOCK:
+        found = _TOTALS.get(ledger)
+        if found is None:
+            found = _TOTALS[ledger] = SharedTotals(ledger)
+        return found
+
+
 # -- state a context owns, shared with the policies of its descendants ---------------------------
 
 
@@ -291,6 +376,7 @@ class _Owned:
         "max_repeats",
         "on_event",
         "repeats",
+        "shared",
         "watched",
         "windows",
         "wrapped",
@@ -310,6 +396,7 @@ class _Owned:
         self.wrapped = False
         self.max_repeats = max_repeats
         self.repeats: dict[str, int] = {}
+        self.shared = shared_totals(ctx.ledger) if ctx.ledger is not None else None
 
     @property
     def declares(self) -> bool:
@@ -461,8 +548,21 @@ class Policies:
 
     @property
     def wrap_up(self) -> bool:
-        """Whether a soft limit of this context or an enclosing one was exceeded."""
-        return any(owned.wrapped for owned in self.chain_owned)
+        """Whether a soft limit of this context or an enclosing one was exceeded (through a
+        shared ledger: by the total of every process, read at most every
+        :data:`SHARED_READ_S`)."""
+        for owned in self.chain_owned:
+            if owned.wrapped:
+                return True
+            if owned.shared is not None and owned.watched:
+                totals = owned.shared.read()
+                if totals is not None and any(
+                    limit.soft and totals.get(limit.key, 0.0) > limit.max_value
+                    for limit in owned.watched
+                ):
+                    owned.wrapped = True
+                    return True
+        return False
 
     @property
     def tracks_repeats(self) -> bool:
@@ -511,12 +611,13 @@ class Policies:
     def relieve_pressure(self, ctx: ExecutionContext, request: dict[str, Any]
                          ) -> ExceededLimit | None:  # fmt: skip
         """Pass ``request`` (an SDK call's keyword arguments) to ``on_budget_pressure`` once
-        ``pressure_at`` of a cost budget is spent: its answer replaces the request in place, or
-        (None) refuses it; the refusal is returned."""
+        ``pressure_at`` of a cost budget is spent (a budget shared through a ledger: what all
+        its processes spent, read at most every :data:`SHARED_READ_S`): its answer replaces
+        the request in place, or (None) refuses it; the refusal is returned."""
         hook = self.pressure
         assert hook is not None
         at = self.options.pressure_at if self.options.pressure_at is not None else 0.8
-        spent = max(c.stats.get_gauge(KEY_COST) / top for c, top in self.cost_ceilings)
+        spent = max(_spent_cost(c) / top for c, top in self.cost_ceilings)
         if spent < at:
             return None
         changed = hook(ctx, dict(request))
@@ -557,22 +658,55 @@ class Policies:
             rows = self._with_windows(rows)
         return rows, None
 
-    @staticmethod
-    def shared_ceilings(
+    def shared_terms(
+        self,
         owner: ExecutionContext,
         call: Call,
         ceilings: dict[str, float],
         owners: dict[str, Limit],
-    ) -> tuple[dict[str, float], dict[str, Limit]]:
-        """The ceilings ``owner``'s shared ledger checks ``call`` against, with the limits a
-        refusal names: its cost ceiling less ``owner``'s final-answer reserve unless the call
-        is final."""
-        reserve = owner.policy_options.final_reserve_usd
+    ) -> SharedTerms:
+        """What ``owner``'s shared ledger checks ``call`` against, beyond its plain ceilings:
+
+        * its cost ceiling less ``owner``'s final-answer reserve unless the call is final;
+        * under ``owner``'s loop guard, the request's repeat key (held 1, ceiling max_repeats:
+          the count of every process sharing the scope);
+        * ``owner``'s windowed limits, checked by the ledger over its sliding window;
+        * the exact keys of ``owner``'s warned and soft limits, held so that the ledger keeps
+          their shared total.
+
+        ``extra`` maps each key to hold beyond the ceilings' to its amount (None: the call's
+        own estimate for it).
+        """
         marks = call.policy
-        if reserve is None or KEY_COST not in ceilings or (marks is not None and marks.final):
-            return ceilings, owners
-        top = ceilings[KEY_COST] - reserve
-        return {**ceilings, KEY_COST: top}, {**owners, KEY_COST: Limit(KEY_COST, top)}
+        reserve = owner.policy_options.final_reserve_usd
+        if reserve is not None and KEY_COST in ceilings and not (marks is not None and marks.final):
+            top = ceilings[KEY_COST] - reserve
+            ceilings = {**ceilings, KEY_COST: top}
+            owners = {**owners, KEY_COST: Limit(KEY_COST, top)}
+        owned = next((o for o in self.chain_owned if o.context is owner), None)
+        if owned is None:
+            return ceilings, owners, {}, ()
+        extra: dict[str, float | None] = {}
+        windows = tuple(window.limit for window in owned.windows)
+        for limit in (*windows, *owned.watched):
+            if limit.type is LimitType.EXACT:
+                extra[limit.key] = None
+        most = owned.max_repeats
+        if most is not None and marks is not None and marks.fingerprint is not None:
+            key = KEY_REPEATS_FOR + marks.fingerprint
+            ceilings = {**ceilings, key: float(most)}
+            owners = {**owners, key: Limit(key, most)}
+            extra[key] = 1.0
+        return ceilings, owners, extra, windows
+
+    @staticmethod
+    def shared_refusal(stop: ExceededLimit) -> ExceededLimit:
+        """A shared ledger's refusal with the note of the policy behind it (the loop guard)."""
+        if not stop.key.startswith(KEY_REPEATS_FOR) or stop.note:
+            return stop
+        seen, most = int(stop.value), int(stop.limit.max_value)
+        note = f"loop detected (the same request {seen} times in the shared budget, "
+        return replace(stop, note=f"{note}max_repeats={most})")
 
     def _check_llm(self, call: Call, marks: CallMarks) -> Refusal | None:
         limit = self.max_input
@@ -703,11 +837,18 @@ class Policies:
             if len(owned.matched) < _MATCHED_MAX:
                 owned.matched[entries] = watched
         stats = owned.context.stats
+        shared = owned.shared
+        totals = None
+        if shared is not None and any((i, k) not in owned.done for i, _, k, _ in watched):
+            totals = shared.read(fresh=True)  # the shared total, this call's commit included
         for index, limit, key, gauge in watched:
             if (index, key) in owned.done:
                 continue
             top = limit.max_value
-            value = stats.get_gauge(key) if gauge else float(stats.get_counter(key))
+            if totals is not None and key in totals:
+                value = totals[key]
+            else:
+                value = stats.get_gauge(key) if gauge else float(stats.get_counter(key))
             fraction = value / top if top > 0 else (1.0 if value > top else 0.0)
             name = owned.context.name
             with owned.lock:
@@ -715,13 +856,15 @@ class Policies:
                     mark = (index, key, threshold)
                     if fraction >= threshold and mark not in owned.fired:
                         owned.fired.add(mark)
-                        found.append((owned, LimitEvent("warning", limit, key, value,
-                                      fraction, node_id, name, threshold)))  # fmt: skip
+                        if _first(shared, "warning", limit, key, threshold):
+                            found.append((owned, LimitEvent("warning", limit, key, value,
+                                          fraction, node_id, name, threshold)))  # fmt: skip
                 if limit.soft and value > top and (index, key, None) not in owned.fired:
                     owned.fired.add((index, key, None))
                     owned.wrapped = True
-                    found.append((owned, LimitEvent("soft_limit", limit, key, value,
-                                                    fraction, node_id, name)))  # fmt: skip
+                    if _first(shared, "soft_limit", limit, key, None):
+                        found.append((owned, LimitEvent("soft_limit", limit, key, value,
+                                                        fraction, node_id, name)))  # fmt: skip
                 if all((index, key, t) in owned.fired for t in limit.warn_at) and (
                     not limit.soft or (index, key, None) in owned.fired
                 ):

@@ -348,6 +348,15 @@ def finish_abandoned(call: Call, tally: Tally, prompt_tokens: int) -> None:
     finish_call(call, tally, cut)
 
 
+def relieve_pressure(ctx: ExecutionContext, kwargs: dict[str, Any]) -> ExceededLimit | None:
+    """Under budget pressure, let the context's ``on_budget_pressure`` hook change the request
+    (``kwargs``, in place) or refuse it: the refusal, to report when the call is admitted."""
+    policies = ctx.policies
+    if policies is None or policies.pressure is None:
+        return None
+    return policies.relieve_pressure(ctx, kwargs)
+
+
 def _before(
     ctx: ExecutionContext, adapter: Adapter, kwargs: dict[str, Any]
 ) -> tuple[Call, RequestInfo, bool]:
@@ -355,10 +364,7 @@ def _before(
 
     Under budget pressure the context's ``on_budget_pressure`` hook may first change the
     request (``kwargs``, in place) or refuse it (the call is then refused at admission)."""
-    policies = ctx.policies
-    refused = None
-    if policies is not None and policies.pressure is not None:
-        refused = policies.relieve_pressure(ctx, kwargs)
+    refused = relieve_pressure(ctx, kwargs)
     info = adapter.request_info(kwargs)
     hide = adapter.prepare_stream(kwargs) if info.stream else False
     return begin_call(ctx, adapter, info, None, kwargs, refused), info, hide
@@ -569,15 +575,20 @@ def wrap_async(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., 
 
 
 def metered_request(
-    adapter: Adapter, info: RequestInfo, request: Callable[[], Any]
+    adapter: Adapter,
+    info: RequestInfo,
+    request: Callable[[], Any],
+    kwargs: Mapping[str, Any] | None = None,
+    refused: ExceededLimit | None = None,
 ) -> Callable[[], Any]:
-    """Wrap a stream helper's deferred sync request (called when the helper is entered)."""
+    """Wrap a stream helper's deferred sync request (called when the helper is entered);
+    ``kwargs`` and ``refused`` as for :func:`begin_call`."""
 
     def run() -> Any:
         ctx = metered_context()
         if ctx is None:
             return request()
-        call = begin_call(ctx, adapter, info)
+        call = begin_call(ctx, adapter, info, None, kwargs, refused)
         token = ACTIVE_CALL.set(call)
         try:
             raw = request()
@@ -591,13 +602,20 @@ def metered_request(
     return run
 
 
-async def metered_awaitable(adapter: Adapter, info: RequestInfo, request: Any) -> Any:
-    """Await a stream helper's deferred async request (a coroutine) as a metered call."""
+async def metered_awaitable(
+    adapter: Adapter,
+    info: RequestInfo,
+    request: Any,
+    kwargs: Mapping[str, Any] | None = None,
+    refused: ExceededLimit | None = None,
+) -> Any:
+    """Await a stream helper's deferred async request (a coroutine) as a metered call;
+    ``kwargs`` and ``refused`` as for :func:`begin_call`."""
     ctx = metered_context()
     if ctx is None:
         return await request
     try:
-        call = begin_call(ctx, adapter, info)
+        call = begin_call(ctx, adapter, info, None, kwargs, refused)
     except BaseException:
         close = getattr(request, "close", None)
         if close is not None:

@@ -29,6 +29,7 @@ from ampmeter.integrations._common import (
     metered_request,
     patch_client_retries,
     patch_method,
+    relieve_pressure,
     remember_client_key,
     settings,
     text_of,
@@ -126,9 +127,13 @@ def _wrap_stream_helper(
     adapter: MessagesAdapter, original: Callable[..., Any], *, is_async: bool
 ) -> Callable[..., Any]:
     def stream(resource: Any, *args: Any, **kwargs: Any) -> Any:
+        ctx = metered_context()
+        if ctx is None:
+            return original(resource, *args, **kwargs)
+        # The helper builds its request now and sends it when entered: the budget-pressure
+        # hook sees (and may change) it here, and its refusal stops it when it would be sent.
+        refused = relieve_pressure(ctx, kwargs)
         manager = original(resource, *args, **kwargs)
-        if metered_context() is None:
-            return manager
         remember_client_key(resource)
         # The manager keeps the deferred request in a private (name-mangled) attribute:
         # MessageStreamManager, AsyncMessageStreamManager and their Beta twins.
@@ -138,9 +143,9 @@ def _wrap_stream_helper(
             return manager
         info = adapter.request_info({**kwargs, "stream": True})
         if is_async:
-            setattr(manager, attr, metered_awaitable(adapter, info, request))
+            setattr(manager, attr, metered_awaitable(adapter, info, request, kwargs, refused))
         else:
-            setattr(manager, attr, metered_request(adapter, info, request))
+            setattr(manager, attr, metered_request(adapter, info, request, kwargs, refused))
         return manager
 
     stream.__doc__ = original.__doc__

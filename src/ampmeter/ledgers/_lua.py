@@ -1,31 +1,35 @@
 """The Lua scripts of :class:`~ampmeter.ledgers.RedisLedger`: one per operation, each atomic.
 
-A scope tree (every scope under one root) lives in seven keys that share one hash tag, so a
+A scope tree (every scope under one root) lives in ten keys that share one hash tag, so a
 script touches only declared keys of one Redis Cluster slot. KEYS (same order in every
 script): 1 spent and 2 reserved (hashes: field ``<path below the root>\\x1f<key>``, or just
 ``<key>`` for the root itself), 3 holds (hash: id -> JSON ``{"s": scopes, "p": field prefixes,
 "a": [key, amount, ...]}`` with amounts as the client's exact decimal strings), 4 leases (sorted
 set: id by expiry), 5 committed and 6 released (sorted sets: settled ids by time), 7 window
-(string whose expiry is the tree's TTL). ARGV 1 is the TTL in ms ("" = none), ARGV 2 how many
-seconds settled ids are kept. Time comes from the server (TIME), never the client.
+(string whose expiry is the tree's TTL), 8 windowed (hash: field -> the longest sliding window
+asked for on it, in seconds), 9 window events (sorted set: ``<field>\x1f<id>\x1f<amount>`` by
+the time its commit was applied) and 10 claims (hash: ``<prefix><name>`` -> time). ARGV 1
+is the TTL in ms ("" = none), ARGV 2 how many seconds settled ids are kept. Time comes from
+the server (TIME), never the client.
 """
 
 from __future__ import annotations
 
-__all__ = ["COMMIT", "RELEASE", "RENEW", "RESERVE"]
+__all__ = ["CLAIM", "COMMIT", "RECENT", "RELEASE", "RENEW", "RESERVE"]
 
 _PRELUDE = """
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local window_ms = nil
+local tree = {1, 2, 3, 4, 5, 6, 8, 9, 10}  -- every key of the tree but the TTL marker
 
 local function open_window()
   if ARGV[1] == '' then return end
   local ms = redis.call('PTTL', KEYS[7])
   if ms == -2 then
     -- a new window: whatever is left of the previous one is gone
-    for i = 1, 6 do redis.call('DEL', KEYS[i]) end
+    for _, i in ipairs(tree) do redis.call('DEL', KEYS[i]) end
     ms = tonumber(ARGV[1])
     redis.call('SET', KEYS[7], '1', 'PX', ms)
   elseif ms == -1 then
@@ -37,7 +41,7 @@ end
 
 local function close_window()
   if window_ms == nil then return end
-  for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], window_ms) end
+  for _, i in ipairs(tree) do redis.call('PEXPIRE', KEYS[i], window_ms) end
 end
 
 local function settled(id)
@@ -79,17 +83,31 @@ local function reap()
   redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', horizon)
 end
 
+-- What was committed of a field since `start` (the window events' amounts).
+local function recent(field, start)
+  local total = 0
+  local head = field .. '\\31'
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[9], '(' .. start, '+inf')) do
+    if string.sub(member, 1, #head) == head then
+      total = total + tonumber(string.match(member, '\\31([^\\31]*)$'))
+    end
+  end
+  return total
+end
+
 open_window()
 reap()
 """
 
 # ARGV 3 id, 4 lease seconds ("" = none), 5 the hold's JSON, 6 how many scopes, then per scope
-# its field prefix, m, and m (key, ceiling) pairs. Returns {status, seconds, microseconds of
+# its field prefix, m, and m (key, ceiling) pairs, then w and w (field, window seconds, ceiling)
+# triples of sliding windows at the first scope. Returns {status, seconds, microseconds of
 # the server clock, hold JSON, expiry}: status 1 taken, 0 refused (a settled id), 2 already
 # held under this id (then the JSON and expiry are the existing hold's), 3 refused by a
 # ceiling: then the fourth item is the JSON [scope number, key, spent, reserved] (the hash
 # values as stored) of the ceiling that refused - one broken by what is spent alone, at any
-# scope, before one broken only by reservations in flight.
+# scope, before one broken only by reservations in flight; 4 refused by a window (checked
+# once every ceiling fits): the JSON [window number, committed in the window, reserved].
 RESERVE = (
     _PRELUDE
     + """
@@ -134,6 +152,30 @@ if busy then
   close_window()
   return {3, t[1], t[2], busy, ''}
 end
+local w = tonumber(ARGV[i] or '0')
+if w > 0 then
+  local longest = 0
+  for j = i + 1, i + 3 * w, 3 do
+    local field, span = ARGV[j], tonumber(ARGV[j + 1])
+    local keep = tonumber(redis.call('HGET', KEYS[8], field) or '0')
+    if span > keep then redis.call('HSET', KEYS[8], field, ARGV[j + 1]) end
+  end
+  for _, keep in ipairs(redis.call('HVALS', KEYS[8])) do
+    longest = math.max(longest, tonumber(keep))
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', now - longest)
+  local key_of = string.len(hold.p[1])
+  for n = 1, w do
+    local j = i + 3 * n - 2
+    local field, span, ceiling = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+    local held = redis.call('HGET', KEYS[2], field) or '0'
+    local used = recent(field, now - span)
+    if used + tonumber(held) + (wanted[string.sub(field, key_of + 1)] or 0) > ceiling then
+      close_window()
+      return {4, t[1], t[2], cjson.encode({n, used, held}), ''}
+    end
+  end
+end
 for _, prefix in ipairs(hold.p) do
   for j = 1, #flat, 2 do
     if tonumber(flat[j + 1]) ~= 0 then
@@ -168,7 +210,11 @@ for p = 5, 4 + count do
   local j = i + 1
   for _ = 1, n do
     if tonumber(ARGV[j + 1]) ~= 0 then
-      redis.call('HINCRBYFLOAT', KEYS[1], ARGV[p] .. ARGV[j], ARGV[j + 1])
+      local field = ARGV[p] .. ARGV[j]
+      redis.call('HINCRBYFLOAT', KEYS[1], field, ARGV[j + 1])
+      if redis.call('HEXISTS', KEYS[8], field) == 1 then
+        redis.call('ZADD', KEYS[9], now, field .. '\\31' .. id .. '\\31' .. ARGV[j + 1])
+      end
     end
     j = j + 2
   end
@@ -212,3 +258,21 @@ close_window()
 return live
 """
 )
+
+# ARGV 3 the claim's field. Returns 1 if it was new (this caller is the first), else 0.
+CLAIM = (
+    _PRELUDE
+    + """
+local first = redis.call('HSETNX', KEYS[10], ARGV[3], tostring(now))
+close_window()
+return first
+"""
+)
+
+# ARGV 1 window seconds. Returns the window events committed in the last that many seconds by
+# the server's clock (the caller sums the amounts of its field's events: exact floats).
+RECENT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+return redis.call('ZRANGEBYSCORE', KEYS[9], '(' .. (now - tonumber(ARGV[1])), '+inf')
+"""

@@ -13,7 +13,7 @@ import math
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
 from typing import Literal
@@ -38,6 +38,9 @@ LedgerUnavailable = BudgetUnavailable
 
 Limits = dict[str, dict[str, float]]
 """Ceilings per scope, the reserving scope first: ``{scope: {key: max}}``."""
+
+Windows = tuple[tuple[str, float, float], ...]
+"""Sliding-window ceilings at the reserving scope: ``((key, window_s, max), ...)``."""
 
 
 @dataclass(frozen=True)  # no slots: the renewal thread refers to it weakly
@@ -75,6 +78,8 @@ class Refusal:
     reserved: float = 0.0
     amount: float = 0.0
     ceiling: float = 0.0
+    window_s: float | None = None
+    """Set when a sliding window refused (``spent`` is then what was committed in it)."""
 
     @property
     def busy(self) -> bool:
@@ -141,6 +146,12 @@ class Ledger(ABC):
     * A commit or release the backend cannot take is retried briefly, then kept in a local
       journal and replayed (idempotent by id) at the next operation, :meth:`flush` or
       :meth:`close`: spend is never dropped, while new reservations fail closed.
+    * A reserve with ``windows`` also checks, at its own scope, that what was committed in the
+      last ``window_s`` seconds plus ``reserved`` plus the amount stays within each window's
+      ceiling. From then on every commit of such a key at that scope is remembered with its
+      time (for the longest window asked for), so :meth:`recent` and later windows see it.
+    * :meth:`claim` is true for the first caller of a name at a scope, in any process: what
+      happens once per budget (a warning fired by one process of many).
     """
 
     scope: str
@@ -176,6 +187,7 @@ class Ledger(ABC):
         *,
         ancestors: Mapping[str, Mapping[str, float]] | None = None,
         reservation_id: str | None = None,
+        windows: Sequence[tuple[str, float, float]] = (),
     ) -> Reservation | None:
         """Reserve ``amounts`` at this scope and every scope in ``ancestors``, or return None.
 
@@ -184,12 +196,15 @@ class Ledger(ABC):
         None means a ceiling would be exceeded, or ``reservation_id`` was already settled
         (committed, or released - also before it was ever reserved); nothing changed then.
         Reserving a live ``reservation_id`` again returns that reservation, holding once.
+        ``windows`` (``(key, window_s, max)`` triples) are sliding-window ceilings at this
+        scope (see :class:`Ledger`); a window's key is held (with amount 0 if not in
+        ``amounts``) so that its commit is counted.
         Raises :class:`LedgerUnavailable` when the backend cannot be reached (fail closed); the
         request may still land later, so a caller that gave ``reservation_id`` should
         :meth:`release` it (without one, the ledger journals that release itself).
         """
         held = self.try_reserve(
-            amounts, ceilings, ancestors=ancestors, reservation_id=reservation_id
+            amounts, ceilings, ancestors=ancestors, reservation_id=reservation_id, windows=windows
         )
         return held if isinstance(held, Reservation) else None
 
@@ -200,6 +215,7 @@ class Ledger(ABC):
         *,
         ancestors: Mapping[str, Mapping[str, float]] | None = None,
         reservation_id: str | None = None,
+        windows: Sequence[tuple[str, float, float]] = (),
     ) -> Reservation | Refusal:
         """:meth:`reserve`, but a refusal comes back as a :class:`Refusal` naming the ceiling
         that refused and whether what is spent alone would have left room (``busy``)."""
@@ -208,10 +224,17 @@ class Ledger(ABC):
         if ancestors is not None:
             limits.update(self._check_ancestors(ancestors))
         rid = uuid.uuid4().hex if reservation_id is None else check_reservation_id(reservation_id)
+        spans = check_windows(windows)
+        for key, _, _ in spans:
+            wanted.setdefault(key, 0.0)
         if self._journal is not None and self._journal.pending:
             self._replay_journal(strict=True)
         try:
-            held = self._backend_reserve(rid, wanted, limits)
+            held = (
+                self._backend_reserve(rid, wanted, limits, spans)
+                if spans
+                else self._backend_reserve(rid, wanted, limits)
+            )
         except LedgerUnavailable:
             if reservation_id is None:
                 # The request may still reach the backend and hold what nobody could settle:
@@ -277,6 +300,21 @@ class Ledger(ABC):
         self._replay_journal(strict=False)
         return self._backend_read("reserved", name)
 
+    def recent(self, key: str, window_s: float, scope: str | None = None) -> float:
+        """What was committed of ``key`` at ``scope`` (default: this ledger's) in the last
+        ``window_s`` seconds; only commits made after a reserve asked for a window on ``key``
+        there are remembered (0.0 before that)."""
+        name = self._readable(scope)
+        span = check_seconds(window_s, "window_s", optional=False)
+        assert span is not None
+        self._replay_journal(strict=False)
+        return self._backend_recent(name, check_key(key, "key"), span)
+
+    def claim(self, name: str) -> bool:
+        """True for the first caller, in any process, that claims ``name`` at this scope; False
+        for every later one (claims are kept as long as the scope's spend)."""
+        return self._backend_claim(self.scope, check_key(name, "claim name"))
+
     def flush(self) -> None:
         """Replay the journal now; raises :class:`LedgerUnavailable` if the backend is down."""
         if self._journal is not None:
@@ -313,11 +351,19 @@ class Ledger(ABC):
 
     @abstractmethod
     def _backend_reserve(
-        self, reservation_id: str, amounts: dict[str, float], limits: Limits
+        self, reservation_id: str, amounts: dict[str, float], limits: Limits, windows: Windows = ()
     ) -> Reservation | Refusal:
-        """One atomic reserve (see :meth:`try_reserve`); ``limits`` lists the own scope first.
-        A settled id is refused with :data:`SETTLED_ID`; a ceiling as :func:`first_refusal`
-        names it."""
+        """One atomic reserve (see :meth:`try_reserve`); ``limits`` lists the own scope first,
+        ``windows`` apply at it. A settled id is refused with :data:`SETTLED_ID`; a ceiling as
+        :func:`first_refusal` names it, a window after every ceiling fits."""
+
+    @abstractmethod
+    def _backend_recent(self, scope: str, key: str, window_s: float) -> float:
+        """What was committed of ``key`` at ``scope`` in the last ``window_s`` seconds."""
+
+    @abstractmethod
+    def _backend_claim(self, scope: str, name: str) -> bool:
+        """Atomically record ``name`` at ``scope``; True if it was not there yet."""
 
     @abstractmethod
     def _backend_commit(
@@ -476,6 +522,34 @@ def check_amounts(values: object, what: str, *, allow_negative: bool = False) ->
             raise ValueError(f"{what}[{key!r}] must be >= 0, got {number!r}")
         checked[key] = number
     return checked
+
+
+def check_key(key: object, what: str) -> str:
+    """Return ``key`` if it is a non-empty printable string, else raise naming ``what``."""
+    if not isinstance(key, str) or not key:
+        raise TypeError(f"{what} must be a non-empty string, got {key!r}")
+    if not key.isprintable():
+        raise ValueError(f"{what} {key!r} must be printable (no control characters)")
+    return key
+
+
+def check_windows(windows: object) -> Windows:
+    """``windows`` as ``((key, window_s, max), ...)``, or raise naming what is wrong."""
+    if isinstance(windows, (str, bytes, Mapping)) or not isinstance(windows, Sequence):
+        raise TypeError(
+            f"windows must be a sequence of (key, window_s, max), got {type(windows).__name__}"
+        )
+    checked: list[tuple[str, float, float]] = []
+    for item in windows:
+        if not isinstance(item, (tuple, list)) or len(item) != 3:
+            raise TypeError(f"windows must hold (key, window_s, max) triples, got {item!r}")
+        key, span, ceiling = item
+        name = check_key(key, "window key")
+        seconds = check_seconds(span, f"window_s of {name!r}", optional=False)
+        assert seconds is not None
+        top = check_amounts({name: ceiling}, "windows", allow_negative=True)[name]
+        checked.append((name, seconds, top))
+    return tuple(checked)
 
 
 def check_reservation(reservation: object) -> Reservation:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+from collections import deque
 from typing import Literal
 
 from ampmeter.ledgers.base import (
@@ -13,6 +15,7 @@ from ampmeter.ledgers.base import (
     Limits,
     Refusal,
     Reservation,
+    Windows,
     check_seconds,
     first_refusal,
     frozen,
@@ -33,7 +36,8 @@ class _Lease:
 class _State:
     """Everything a tree of scopes holds; shared by an InMemoryLedger and its children."""
 
-    __slots__ = ("committed", "leases", "lock", "released", "reserved", "spent")
+    __slots__ = ("claims", "committed", "events", "leases", "lock", "released", "reserved",
+                 "spent", "windowed")  # fmt: skip
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -44,6 +48,10 @@ class _State:
         # settled ids -> time settled, in insertion (= time) order, pruned after SETTLED_KEEP_S
         self.committed: dict[str, float] = {}
         self.released: dict[str, float] = {}
+        # (scope, key) -> the longest window asked for; their commits, as (time, amount)
+        self.windowed: dict[tuple[str, str], float] = {}
+        self.events: dict[tuple[str, str], deque[tuple[float, float]]] = {}
+        self.claims: set[tuple[str, str]] = set()
 
 
 class InMemoryLedger(Ledger):
@@ -60,7 +68,7 @@ class InMemoryLedger(Ledger):
         self._state = _State()
 
     def _backend_reserve(
-        self, reservation_id: str, amounts: dict[str, float], limits: Limits
+        self, reservation_id: str, amounts: dict[str, float], limits: Limits, windows: Windows = ()
     ) -> Reservation | Refusal:
         state = self._state
         with state.lock:
@@ -76,6 +84,8 @@ class InMemoryLedger(Ledger):
                 amounts,
                 lambda scope: (state.spent.get(scope, {}), state.reserved.get(scope, {})),
             )
+            if refusal is None and windows:
+                refusal = self._window_refusal(now, next(iter(limits)), amounts, windows)
             if refusal is not None:
                 return refusal
             scopes = tuple(limits)
@@ -103,6 +113,8 @@ class InMemoryLedger(Ledger):
                 for key, value in actual.items():
                     if value:
                         spent[key] = spent.get(key, 0.0) + value
+                        if (scope, key) in state.windowed:
+                            state.events.setdefault((scope, key), deque()).append((now, value))
             state.released.pop(reservation_id, None)
             state.committed[reservation_id] = now
 
@@ -137,6 +149,42 @@ class InMemoryLedger(Ledger):
         with state.lock:
             table = state.spent if which == "spent" else state.reserved
             return dict(table.get(scope, {}))
+
+    def _backend_recent(self, scope: str, key: str, window_s: float) -> float:
+        with self._state.lock:
+            return self._recent(time.time(), scope, key, window_s)
+
+    def _backend_claim(self, scope: str, name: str) -> bool:
+        claims = self._state.claims
+        with self._state.lock:
+            if (scope, name) in claims:
+                return False
+            claims.add((scope, name))
+            return True
+
+    def _window_refusal(
+        self, now: float, scope: str, amounts: dict[str, float], windows: Windows
+    ) -> Refusal | None:
+        state = self._state
+        held = state.reserved.get(scope, {})
+        for key, span, _ in windows:
+            state.windowed[scope, key] = max(state.windowed.get((scope, key), 0.0), span)
+        for key, span, ceiling in windows:
+            used = self._recent(now, scope, key, span)
+            amount = amounts.get(key, 0.0)
+            if used + held.get(key, 0.0) + amount > ceiling:
+                return Refusal(scope, key, used, held.get(key, 0.0), amount, ceiling, span)
+        return None
+
+    def _recent(self, now: float, scope: str, key: str, window_s: float) -> float:
+        events = self._state.events.get((scope, key))
+        if not events:
+            return 0.0
+        keep = self._state.windowed.get((scope, key), window_s)
+        while events and events[0][0] <= now - keep:
+            events.popleft()
+        start = now - window_s
+        return math.fsum(amount for at, amount in events if at > start)
 
     def _reservation(self, reservation_id: str, lease: _Lease) -> Reservation:
         expires_at = None if lease.expiry == float("inf") else lease.expiry

@@ -3,7 +3,7 @@
 Each operation is one Lua script run with EVALSHA (redis-py loads it on first use), so a
 reservation is checked and taken atomically against everything every other process holds. Leases
 use the Redis server's clock, so the clocks of the workers do not matter. A scope tree (every
-scope under one root) lives in seven keys with the hash tag ``{<root>}``, so on Redis Cluster
+scope under one root) lives in ten keys with the hash tag ``{<root>}``, so on Redis Cluster
 every script touches one slot.
 
 Precision: Redis adds with ``HINCRBYFLOAT`` (long double, printed with 17 decimals), so a sum
@@ -15,6 +15,7 @@ reserved hash is reset to exact zero.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
@@ -40,6 +41,7 @@ from ampmeter.ledgers.base import (
     Limits,
     Refusal,
     Reservation,
+    Windows,
     check_scope,
     check_seconds,
     frozen,
@@ -49,7 +51,8 @@ from ampmeter.ledgers.base import (
 __all__ = ["RedisLedger"]
 
 _T = TypeVar("_T")
-_SUFFIXES = ("spent", "reserved", "holds", "leases", "committed", "released", "window")
+_SUFFIXES = ("spent", "reserved", "holds", "leases", "committed", "released", "window",
+             "windowed", "window_events", "claims")  # fmt: skip
 _SEP = "\x1f"  # between a scope's path below the root and a key, in hash fields
 
 
@@ -114,6 +117,8 @@ class RedisLedger(Ledger):
         self._commit = self._client.register_script(_lua.COMMIT)
         self._release = self._client.register_script(_lua.RELEASE)
         self._renew = self._client.register_script(_lua.RENEW)
+        self._claim = self._client.register_script(_lua.CLAIM)
+        self._recent = self._client.register_script(_lua.RECENT)
 
     def location(self) -> dict[str, object]:
         """The server's URL without user or password, ``credentials`` True when the other
@@ -121,7 +126,7 @@ class RedisLedger(Ledger):
         return dict(self._location)
 
     def _backend_reserve(
-        self, reservation_id: str, amounts: dict[str, float], limits: Limits
+        self, reservation_id: str, amounts: dict[str, float], limits: Limits, windows: Windows = ()
     ) -> Reservation | Refusal:
         scopes = tuple(limits)
         flat: list[str] = []
@@ -139,6 +144,11 @@ class RedisLedger(Ledger):
             args += (self._prefix(scope), str(len(ceilings)))
             for key, value in ceilings.items():
                 args += (key, repr(value))
+        if windows:
+            own = self._prefix(scopes[0])
+            args.append(str(len(windows)))
+            for key, span, ceiling in windows:
+                args += (own + key, repr(span), repr(ceiling))
         answer = self._call(lambda: self._reserve(keys=self._keys, args=args))
         status, seconds, micros, existing, expiry = (_text(part) for part in answer)
         if status == "0":
@@ -148,6 +158,11 @@ class RedisLedger(Ledger):
             scope = scopes[int(number) - 1]
             return Refusal(scope, key, float(spent), float(held), amounts.get(key, 0.0),
                            limits[scope][key])  # fmt: skip
+        if status == "4":
+            number, used, held = orjson.loads(existing)
+            key, span, ceiling = windows[int(number) - 1]
+            return Refusal(scopes[0], key, float(used), float(held), amounts.get(key, 0.0),
+                           ceiling, span)  # fmt: skip
         expires_at = None
         if status == "1" and self._lease_arg:
             expires_at = int(seconds) + int(micros) / 1e6 + float(self._lease_arg)
@@ -191,6 +206,18 @@ class RedisLedger(Ledger):
             elif _SEP not in name:
                 found[name] = float(value)
         return found
+
+    def _backend_recent(self, scope: str, key: str, window_s: float) -> float:
+        head = self._prefix(scope) + key + _SEP
+        args = [repr(window_s)]
+        members: list[Any] = self._call(lambda: self._recent(keys=self._keys, args=args))
+        return math.fsum(
+            float(text.rpartition(_SEP)[2]) for text in map(_text, members) if text.startswith(head)
+        )
+
+    def _backend_claim(self, scope: str, name: str) -> bool:
+        args = [*self._common(), self._prefix(scope) + name]
+        return bool(int(self._call(lambda: self._claim(keys=self._keys, args=args))))
 
     def reservation_ids(self) -> set[str]:
         """Ids of the reservations Redis holds now in this scope tree (expired ones included

@@ -28,6 +28,7 @@ from ampmeter.ledgers.base import (
     Limits,
     Refusal,
     Reservation,
+    Windows,
     check_seconds,
     first_refusal,
     frozen,
@@ -52,6 +53,15 @@ CREATE INDEX IF NOT EXISTS ampmeter_held_id ON ampmeter_held (id);
 CREATE TABLE IF NOT EXISTS ampmeter_settled (
     id TEXT PRIMARY KEY, committed INTEGER NOT NULL, at REAL NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS ampmeter_settled_at ON ampmeter_settled (at);
+CREATE TABLE IF NOT EXISTS ampmeter_windowed (
+    scope TEXT NOT NULL, key TEXT NOT NULL, keep REAL NOT NULL,
+    PRIMARY KEY (scope, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ampmeter_window_events (
+    scope TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL, amount REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS ampmeter_window_events_at ON ampmeter_window_events (scope, key, at);
+CREATE TABLE IF NOT EXISTS ampmeter_claims (
+    scope TEXT NOT NULL, name TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (scope, name)) WITHOUT ROWID;
 """
 
 
@@ -153,7 +163,7 @@ class SqliteLedger(Ledger):
         return dict(self._location)
 
     def _backend_reserve(
-        self, reservation_id: str, amounts: dict[str, float], limits: Limits
+        self, reservation_id: str, amounts: dict[str, float], limits: Limits, windows: Windows = ()
     ) -> Reservation | Refusal:
         def totals(db: sqlite3.Connection, scope: str) -> tuple[dict[str, float], dict[str, float]]:
             spent = dict(
@@ -177,6 +187,8 @@ class SqliteLedger(Ledger):
             if row is not None:
                 return _reservation(reservation_id, *row)
             refusal = first_refusal(limits, amounts, lambda scope: totals(db, scope))
+            if refusal is None and windows:
+                refusal = _window_refusal(db, now, next(iter(limits)), amounts, windows)
             if refusal is not None:
                 return refusal
             scopes = tuple(limits)
@@ -210,6 +222,12 @@ class SqliteLedger(Ledger):
                 "DO UPDATE SET value = value + excluded.value",
                 [(scope, key, value) for scope in scopes for key, value in actual.items() if value],
             )
+            db.executemany(
+                "INSERT INTO ampmeter_window_events SELECT scope, key, ?, ? "
+                "FROM ampmeter_windowed WHERE scope = ? AND key = ?",
+                [(now, value, scope, key) for scope in scopes for key, value in actual.items()
+                 if value],
+            )  # fmt: skip
             db.execute(
                 "INSERT OR REPLACE INTO ampmeter_settled VALUES (?, 1, ?)", (reservation_id, now)
             )
@@ -258,6 +276,22 @@ class SqliteLedger(Ledger):
                 key: float(value) for key, value in self._connections.get().execute(query, (scope,))
             }
         )
+
+    def _backend_recent(self, scope: str, key: str, window_s: float) -> float:
+        return self._guarded(
+            lambda: _recent(self._connections.get(), time.time(), scope, key, window_s)
+        )
+
+    def _backend_claim(self, scope: str, name: str) -> bool:
+        def claim(db: sqlite3.Connection, now: float) -> bool:
+            return (
+                db.execute(
+                    "INSERT OR IGNORE INTO ampmeter_claims VALUES (?, ?, ?)", (scope, name, now)
+                ).rowcount
+                == 1
+            )
+
+        return self._run(claim)
 
     def reservation_ids(self) -> set[str]:
         """Ids of the reservations the file holds now (expired ones included until reaped)."""
@@ -308,6 +342,42 @@ def _reap(db: sqlite3.Connection, now: float) -> None:
     for reservation_id in expired:
         _drop(db, reservation_id)
     db.execute("DELETE FROM ampmeter_settled WHERE at < ?", (now - SETTLED_KEEP_S,))
+
+
+def _window_refusal(
+    db: sqlite3.Connection, now: float, scope: str, amounts: dict[str, float], windows: Windows
+) -> Refusal | None:
+    """Register the windows' keys at ``scope`` (their commits are kept from now on), forget
+    commits older than each key's longest window, and check every window's ceiling."""
+    db.executemany(
+        "INSERT INTO ampmeter_windowed VALUES (?, ?, ?) ON CONFLICT (scope, key) "
+        "DO UPDATE SET keep = MAX(keep, excluded.keep)",
+        [(scope, key, span) for key, span, _ in windows],
+    )
+    db.executemany(
+        "DELETE FROM ampmeter_window_events WHERE scope = ? AND key = ? AND at <= ? - "
+        "(SELECT keep FROM ampmeter_windowed WHERE scope = ? AND key = ?)",
+        [(scope, key, now, scope, key) for key in dict.fromkeys(k for k, _, _ in windows)],
+    )
+    held = dict(
+        db.execute(
+            "SELECT key, SUM(amount) FROM ampmeter_held WHERE scope = ? GROUP BY key", (scope,)
+        )
+    )
+    for key, span, ceiling in windows:
+        used = _recent(db, now, scope, key, span)
+        amount = amounts.get(key, 0.0)
+        if used + held.get(key, 0.0) + amount > ceiling:
+            return Refusal(scope, key, used, held.get(key, 0.0), amount, ceiling, span)
+    return None
+
+
+def _recent(db: sqlite3.Connection, now: float, scope: str, key: str, window_s: float) -> float:
+    row = db.execute(
+        "SELECT TOTAL(amount) FROM ampmeter_window_events WHERE scope = ? AND key = ? AND at > ?",
+        (scope, key, now - window_s),
+    ).fetchone()
+    return float(row[0])
 
 
 def _drop(db: sqlite3.Connection, reservation_id: str) -> None:
