@@ -126,6 +126,23 @@ def test_child_is_stopped_by_the_parents_remaining_budget(
     assert sqlite_ledger.spent()["amp:cost"] == pytest.approx(1.0)
 
 
+def test_a_parents_soft_and_windowed_limits_do_not_stop_its_child(
+    sqlite_ledger: SqliteLedger,
+) -> None:
+    """Only the parent's hard ceilings travel in the token: its soft limit (a signal to wrap
+    up) and its window are its own policies, so a child may spend past them up to the cap."""
+    limits = [
+        Limit("amp:cost", 0.1, soft=True),
+        Limit("amp:llm_calls", 1, window_s=60),
+    ]
+    with ExecutionContext("boss", max_cost_usd=1.0, limits=limits, ledger=sqlite_ledger) as ctx:
+        child = ExecutionContext.from_handoff(ctx.handoff("researcher"))
+        with child:
+            spend(child, 3)  # 0.375: past the soft 0.1 and three calls in one minute
+        assert child.stats.total_cost() == pytest.approx(3 * COST)
+    assert ctx.stats.total_cost() == pytest.approx(3 * COST)
+
+
 def test_nested_handoff_counts_toward_every_ancestor(
     tmp_path: Path, sqlite_ledger: SqliteLedger
 ) -> None:

@@ -1628,7 +1628,9 @@ class ExecutionContext:
         logged_id = root._span_prefix + node.node_id
         scope = ledger.child(f"{logged_id}-{uuid.uuid4().hex[:8]}").scope
         above = owner._handoff_from
-        ancestors = ((ledger.scope, owner.limits), *(above.ancestors if above else ()))
+        # Soft and windowed limits are the owner's policies, not ceilings a child may not pass.
+        ceilings = tuple(limit for limit in owner.limits if limit.is_ceiling)
+        ancestors = ((ledger.scope, ceilings), *(above.ancestors if above else ()))
         depth = node.depth + (root._handoff_from.depth + 1 if root._handoff_from else 0)
         deadline = None if timeout is None else time.time() + timeout
         self._handoffs.append(_HandoffSpend(node, ledger, scope))

@@ -54,7 +54,8 @@ class Limit:
     ``warn_at`` (fractions of ``max_value`` in (0, 1]) reports each fraction once as it is
     reached, to the context's ``on_limit_event``. A ``soft`` limit refuses nothing: once
     exceeded it sets ``ctx.wrap_up``. With ``window_s`` only what was used in the last
-    ``window_s`` seconds counts (an exact key; local to this process).
+    ``window_s`` seconds counts (an exact key; shared through the context's ledger when it has
+    one, so processes on one budget share the window).
     """
 
     key: str
