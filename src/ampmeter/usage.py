@@ -52,7 +52,7 @@ class Shape:
         self.fields: tuple[int, ...] = tuple(field for _, field, _ in entries)
 
 
-_shapes: dict[tuple[object, ...], Shape] = {}
+_shapes: dict[tuple[Any, ...], Shape] = {}
 
 
 class Usage(NamedTuple):
@@ -125,7 +125,11 @@ class Usage(NamedTuple):
         Per-model (and per-tool) keys come with their totals. The answer depends only on the
         usage's kind, model, tool and which amounts are zero, so it is computed once per shape.
         """
-        key = (self[0], self[1], self[2], tuple(map(bool, self[3:])))
+        kind, model, tool, t_in, t_out, cached, reasoning, cost, calls, steps, retries, unpriced = (
+            self
+        )
+        key = (kind, model, tool, not t_in, not t_out, not cached, not reasoning, not cost,
+               not calls, not steps, not retries, not unpriced)  # fmt: skip
         found = _shapes.get(key)
         if found is None:
             found = Shape(self._translate())
