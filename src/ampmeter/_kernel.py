@@ -118,13 +118,20 @@ class Level:
             self.note(key)
         return found
 
-    def compiled(self, rows: tuple[LimitRow, ...]) -> tuple[Entry, ...]:
-        """The entries checking ``rows`` here: ``(cell or None, max_value, limit, key)`` in
-        check order (list order; for each limit counters, then gauges). ``None`` stands for a
-        key with no value yet, which only a held or pending amount can push over."""
-        found = self.checks.get(id(rows))
-        if found is not None and found[0] is rows and found[1] == self.version:
-            return found[2]
+    def plan(self, shape: Shape) -> tuple[Cell, ...]:
+        """The cells a usage of ``shape`` adds to here and at every ancestor, level by level in
+        ``shape``'s order (made now if new; kept in :attr:`plans`)."""
+        cells = tuple(stats.cell(key, gauge) for stats in self.chain
+                      for key, _, gauge in shape.entries)  # fmt: skip
+        if len(self.plans) < _PLANS_MAX:
+            self.plans[shape] = cells
+        return cells
+
+    def compile(self, rows: tuple[LimitRow, ...]) -> tuple[Any, int, tuple[Entry, ...]]:
+        """``(rows, version, entries)``: the entries checking ``rows`` here, ``(cell or None,
+        max_value, limit, key)`` in check order (list order; for each limit counters, then
+        gauges), kept in :attr:`checks` until a key or cell is added here. ``None`` stands for
+        a key with no value yet, which only a held or pending amount can push over."""
         entries: list[Entry] = []
         counters, gauges = self.counters, self.gauges
         for is_prefix, key, top, limit in rows:
@@ -144,8 +151,8 @@ class Level:
                 entries.append((amount, top, limit, key))
         if len(self.checks) >= _CHECKS_MAX:
             self.checks.clear()
-        compiled = tuple(entries)
-        self.checks[id(rows)] = (rows, self.version, compiled)
+        compiled = (rows, self.version, tuple(entries))
+        self.checks[id(rows)] = compiled
         return compiled
 
 
@@ -413,14 +420,8 @@ class Kernel:
     def _feed(level: Level, usage: Usage) -> Iterator[tuple[Cell, Any]]:
         """The (cell, amount) pairs that add ``usage`` at ``level`` and every ancestor."""
         shape = usage.shape()
-        cells = level.plans.get(shape)
-        if cells is None:
-            cells = tuple(
-                stats.cell(key, gauge) for stats in level.chain for key, _, gauge in shape.entries
-            )
-            if len(level.plans) < _PLANS_MAX:
-                level.plans[shape] = cells
-        return zip(cells, usage.values(shape) * len(level.chain), strict=True)
+        cells = level.plans.get(shape) or level.plan(shape)
+        return zip(cells, shape.pick(usage) * len(level.chain), strict=False)  # same length
 
     def bump(self, level: Level, key: str) -> int:
         """Add 1 to ``key`` at ``level`` only and return the new value (iterations)."""
@@ -506,16 +507,16 @@ class Kernel:
         with self.lock:
             if node.status in TERMINAL_STATUSES:
                 return None
-            ticket = self.open.get(node.node_id)
-            if ticket is None:
-                ticket = Ticket(node, {}, (), None)  # records progress; holds nothing
-            args = (ticket, node, level, usage, status, end, cost, tokens_in, tokens_out,
-                    error_class, stop_reason, metadata)  # fmt: skip
+            # (a ticket made here records progress and holds nothing)
+            ticket = self.open.get(node.node_id) or Ticket(node, {}, (), None)
             try:
-                self._settle_steps(*args)
+                self._settle_steps(ticket, node, level, usage, status, end, cost, tokens_in,
+                                   tokens_out, error_class, stop_reason, metadata)  # fmt: skip
             except BaseException:
                 # An interrupt landed: finish the steps, then let it go on (the second attempt
                 # covers an interrupt at the very start of the first).
+                args = (ticket, node, level, usage, status, end, cost, tokens_in, tokens_out,
+                        error_class, stop_reason, metadata)  # fmt: skip
                 try:
                     finish(self._settle_steps, *args)
                 except BaseException:
@@ -663,8 +664,11 @@ class Kernel:
         pending: Mapping[str, float] | None,
         holds: bool = True,
     ) -> Hit | None:
+        found = level.checks.get(id(rows))
+        if found is None or found[0] is not rows or found[1] != level.version:
+            found = level.compile(rows)
         held = self.held_at(level) if self.open and holds else None
-        for cell, top, limit, key in level.compiled(rows):
+        for cell, top, limit, key in found[2]:
             extra = held.get(key, 0.0) if held else 0.0
             if pending:
                 extra += pending.get(key, 0.0)

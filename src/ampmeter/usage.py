@@ -7,6 +7,9 @@ usage to the standard keys of :mod:`ampmeter.keys`.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
 from ampmeter import _validate
@@ -44,12 +47,23 @@ class Shape:
     """The keys one shape of usage adds to. Shapes are interned (one object per shape), so
     caches key on them by identity."""
 
-    __slots__ = ("entries", "fields", "keys")
+    __slots__ = ("entries", "fields", "keys", "pick")
 
     def __init__(self, entries: tuple[Entry, ...]) -> None:
         self.entries = entries
         self.keys: tuple[str, ...] = tuple(key for key, _, _ in entries)
         self.fields: tuple[int, ...] = tuple(field for _, field, _ in entries)
+        # usage -> the amounts of these keys, in order (an itemgetter of one field would give
+        # the item itself, of none cannot be made)
+        self.pick: Callable[[Usage], tuple[Any, ...]] = (
+            itemgetter(*self.fields)
+            if len(self.fields) > 1
+            else functools.partial(_pick_few, self.fields)
+        )
+
+
+def _pick_few(fields: tuple[int, ...], usage: Usage) -> tuple[Any, ...]:
+    return tuple(map(usage.__getitem__, fields))
 
 
 _shapes: dict[tuple[Any, ...], Shape] = {}
@@ -143,7 +157,7 @@ class Usage(NamedTuple):
 
     def values(self, shape: Shape) -> tuple[Any, ...]:
         """The amounts of ``shape``'s keys, in its order."""
-        return tuple(map(self.__getitem__, shape.fields))
+        return shape.pick(self)
 
     def amounts(self) -> dict[str, float]:
         """Every key of :meth:`entries` with its amount (a reservation's holds, a ledger's
