@@ -611,15 +611,35 @@ class Kernel:
     ) -> tuple[int, Hit] | None:
         """:meth:`check` under the lock (every pending key known at every guard level);
         ``holds=False`` leaves out what calls in flight hold (what is spent, and ``pending``)."""
-        for index, (level, rows) in enumerate(guards):
-            hit = self._check_level(level, rows, pending, holds)
-            if hit is not None:
-                if self.open and any(t.owner() is None for t in self.open.values()):
-                    # Holds of abandoned calls must not refuse anyone: sweep and look again.
-                    self._sweep_locked()
-                    hit = self._check_level(level, rows, pending, holds)
-                if hit is not None:
-                    return index, hit
+        index = -1
+        for level, rows in guards:
+            index += 1
+            swept = False
+            while True:
+                found = level.checks.get(id(rows))
+                if found is None or found[0] is not rows or found[1] != level.version:
+                    found = level.compile(rows)
+                held = self.held_at(level) if self.open and holds else None
+                for cell, top, limit, key in found[2]:  # noqa: B007 (read after break)
+                    extra = held.get(key, 0.0) if held else 0.0
+                    if pending:
+                        extra += pending.get(key, 0.0)
+                    if cell is None:
+                        if not extra or extra <= top:
+                            continue
+                        value = extra
+                    else:
+                        value = cell.value + extra
+                        if value <= top:
+                            continue
+                    break  # exceeded
+                else:
+                    break  # nothing exceeded at this level
+                if swept or not any(t.owner() is None for t in self.open.values()):
+                    return index, (limit, key, value)
+                # Holds of abandoned calls must not refuse anyone: sweep and look again.
+                self._sweep_locked()
+                swept = True
         return None
 
     def _sweep_locked(self) -> None:
@@ -656,28 +676,6 @@ class Kernel:
         self.sweep()
         with self.lock:
             return {k: v for k, v in self.held_at(level).items() if v > _DUST}
-
-    def _check_level(
-        self,
-        level: Level,
-        rows: tuple[LimitRow, ...],
-        pending: Mapping[str, float] | None,
-        holds: bool = True,
-    ) -> Hit | None:
-        found = level.checks.get(id(rows))
-        if found is None or found[0] is not rows or found[1] != level.version:
-            found = level.compile(rows)
-        held = self.held_at(level) if self.open and holds else None
-        for cell, top, limit, key in found[2]:
-            extra = held.get(key, 0.0) if held else 0.0
-            if pending:
-                extra += pending.get(key, 0.0)
-            if cell is None:
-                if extra and extra > top:
-                    return limit, key, extra
-            elif cell.value + extra > top:
-                return limit, key, cell.value + extra
-        return None
 
 
 def _ALIVE() -> object:

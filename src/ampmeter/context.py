@@ -74,7 +74,7 @@ from ampmeter.sinks.base import Sink
 from ampmeter.sinks.relabel import RelabeledSink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace, TraceRecord
-from ampmeter.usage import Shape, Usage
+from ampmeter.usage import Shape, Usage, picker
 
 if TYPE_CHECKING:
     from ampmeter.ledgers.base import Ledger, Reservation
@@ -328,14 +328,14 @@ class Call:
             if type(cost_usd) is float and 0.0 <= cost_usd < _INF
             else _validate.optional_amount(cost_usd, "cost_usd")
         )
-        cached = cached_tokens if cached_tokens == 0 and type(cached_tokens) is int else (
-            _validate.count(cached_tokens, "cached_tokens"))  # fmt: skip
-        writes = cache_write_tokens if cache_write_tokens == 0 and type(cache_write_tokens) is int \
-            else _validate.count(cache_write_tokens, "cache_write_tokens")  # fmt: skip
-        reasoning = reasoning_tokens if reasoning_tokens == 0 and type(reasoning_tokens) is int \
-            else _validate.count(reasoning_tokens, "reasoning_tokens")  # fmt: skip
-        tools = tool_calls_made if tool_calls_made == 0 and type(tool_calls_made) is int else (
-            _validate.count(tool_calls_made, "tool_calls_made"))  # fmt: skip
+        cached, writes = cached_tokens, cache_write_tokens
+        reasoning, tools = reasoning_tokens, tool_calls_made
+        if (type(cached) is not int or type(writes) is not int or type(reasoning) is not int
+                or type(tools) is not int or cached or writes or reasoning or tools):  # fmt: skip
+            cached = _validate.count(cached, "cached_tokens")
+            writes = _validate.count(writes, "cache_write_tokens")
+            reasoning = _validate.count(reasoning, "reasoning_tokens")
+            tools = _validate.count(tools, "tool_calls_made")
         if cached + writes > (t_in or 0):
             raise ValueError(
                 f"cached_tokens ({cached}) + cache_write_tokens ({writes}) exceed "
@@ -386,7 +386,7 @@ class Call:
         self.context._settle(self, exc)
 
     def __enter__(self) -> Call:
-        self._admit(shared=True)
+        self._admit(True)
         try:
             self._token = _CURRENT.set((self.context, self.node_id))
         except BaseException as exc:  # interrupted right after admission: give the hold back
@@ -716,7 +716,10 @@ class ExecutionContext:
         if type(label) is not str:
             _validate.text(label, "name")
         out_est = 0 if max_tokens is None else _validate.count(max_tokens, "max_tokens")
-        in_est, chars = _prompt_estimate(prompt_tokens, prompt_text, model)
+        if prompt_tokens is None and prompt_text is None:
+            in_est = chars = 0
+        else:
+            in_est, chars = _prompt_estimate(prompt_tokens, prompt_text, model)
         # Priced by the caller (estimate_usd; no model or no pricing layer to look up) or the table.
         priced = True
         if type(estimate_usd) is float and 0.0 <= estimate_usd < _INF:
@@ -1091,7 +1094,7 @@ class ExecutionContext:
 
     def _hold_plan(self, shape: Shape) -> _HoldPlan:
         """Where a reservation of this shape is held (each guard, with the keys its limits
-        watch) and which of its keys any guard watches, with their Usage fields."""
+        watch), which of its keys any guard watches, and a function picking their amounts."""
         plan = self._hold_plans.get(shape)
         if plan is None:
             holds = []
@@ -1101,7 +1104,7 @@ class ExecutionContext:
                 if keys:
                     holds.append((ctx._level, keys))
                     watched.update((k, f) for k, f, _ in shape.entries if k in keys)
-            plan = (tuple(holds), tuple(watched), tuple(watched.values()))
+            plan = (tuple(holds), tuple(watched), picker(tuple(watched.values())))
             self._kernel.note(plan[0])
             if len(self._hold_plans) < _CACHE_MAX:
                 self._hold_plans[shape] = plan
@@ -1149,10 +1152,8 @@ class ExecutionContext:
         if guard_rows:
             shape = reservation.shape()
             plan = self._hold_plans.get(shape) or self._hold_plan(shape)
-            holds, keys, fields = plan
-            pending: dict[str, float] = dict(
-                zip(keys, map(reservation.__getitem__, fields), strict=True)  # type: ignore[arg-type]
-            )
+            holds, keys, pick = plan
+            pending: dict[str, float] = dict(zip(keys, pick(reservation), strict=True))
         else:
             holds, pending = (), {}
         found = self._kernel.admit(call.node, call, pending, holds, guard_rows,
@@ -1263,32 +1264,33 @@ class ExecutionContext:
         """End a call: its usage, its node, its ledger holds, its sinks, the check after it."""
         node = call.node
         kind = call.kind
-        interrupted = exc is not None and not isinstance(exc, Exception)
-        failed = exc is not None and not interrupted
+        if exc is None:
+            status, error_class, reason = "success", None, None
+            succeeded, failed = 1, 0
+        elif not isinstance(exc, Exception):  # interrupted
+            status, error_class, reason = "halt", None, "interrupted"
+            succeeded = failed = 0
+        else:
+            status, error_class, reason = "fail", type(exc).__name__, redact.error_text(exc)
+            succeeded, failed = 0, 1
         meta: dict[str, Any] | None = None
         cost = call.cost_usd or 0.0
         if kind == "llm":
             cost, meta, unpriced = self._llm_outcome(call)
             usage = _usage(Usage, ("llm", call.model or "", "", call.tokens_in or 0,
                                    call.tokens_out or 0, call.cached_tokens,
-                                   call.reasoning_tokens, cost, 1, int(exc is None), int(failed),
+                                   call.reasoning_tokens, cost, 1, succeeded, failed,
                                    unpriced))  # fmt: skip
             if exc is None and call._prompt_chars and call.tokens_in:
                 estimates.learn(call.model or "", call._prompt_chars, call.tokens_in)
         elif kind == "tool":
-            usage = Usage("tool", "", call.name, 0, 0, 0, 0, cost, 1, exc is None, failed)
+            usage = Usage("tool", "", call.name, 0, 0, 0, 0, cost, 1, succeeded, failed)
         elif kind == "embedding" and call.model:
             cost, meta, _ = self._llm_outcome(call)
             usage = Usage("embedding", call.model, "", call.tokens_in or 0, call.tokens_out or 0,
                           cost_usd=cost)  # fmt: skip
         else:
             usage = Usage(kind, cost_usd=cost)
-        if exc is None:
-            status, error_class, reason = "success", None, None
-        elif interrupted:
-            status, error_class, reason = "halt", None, "interrupted"
-        else:
-            status, error_class, reason = "fail", type(exc).__name__, redact.error_text(exc)
         if node.status == "created" and call.node_id not in self._kernel.open:
             # Never admitted (start() was refused or never called): nothing was used.
             if exc is None:
@@ -1501,7 +1503,9 @@ class ExecutionContext:
             self._emit(node)
 
 
-_HoldPlan = tuple[tuple[tuple[Level, tuple[str, ...]], ...], tuple[str, ...], tuple[int, ...]]
+_HoldPlan = tuple[
+    tuple[tuple[Level, tuple[str, ...]], ...], tuple[str, ...], Callable[[Usage], tuple[Any, ...]]
+]
 
 
 def _prompt_estimate(

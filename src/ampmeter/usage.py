@@ -53,13 +53,15 @@ class Shape:
         self.entries = entries
         self.keys: tuple[str, ...] = tuple(key for key, _, _ in entries)
         self.fields: tuple[int, ...] = tuple(field for _, field, _ in entries)
-        # usage -> the amounts of these keys, in order (an itemgetter of one field would give
-        # the item itself, of none cannot be made)
-        self.pick: Callable[[Usage], tuple[Any, ...]] = (
-            itemgetter(*self.fields)
-            if len(self.fields) > 1
-            else functools.partial(_pick_few, self.fields)
-        )
+        self.pick = picker(self.fields)  # usage -> the amounts of these keys, in order
+
+
+def picker(fields: tuple[int, ...]) -> Callable[[Usage], tuple[Any, ...]]:
+    """A function giving a usage's values at ``fields`` as a tuple (one C call for two or
+    more fields: an itemgetter of one field gives the item itself, of none cannot be made)."""
+    if len(fields) > 1:
+        return itemgetter(*fields)
+    return functools.partial(_pick_few, fields)
 
 
 def _pick_few(fields: tuple[int, ...], usage: Usage) -> tuple[Any, ...]:
