@@ -1153,7 +1153,7 @@ class ExecutionContext:
             shape = reservation.shape()
             plan = self._hold_plans.get(shape) or self._hold_plan(shape)
             holds, keys, pick = plan
-            pending: dict[str, float] = dict(zip(keys, pick(reservation), strict=True))
+            pending: dict[str, float] = dict(zip(keys, pick(reservation)))  # noqa: B905 (hot)
         else:
             holds, pending = (), {}
         found = self._kernel.admit(call.node, call, pending, holds, guard_rows,
