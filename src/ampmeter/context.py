@@ -367,16 +367,8 @@ class Call:
         Raises :class:`~ampmeter.LimitExceeded` (the node is halted) when the call would break a
         limit of this context or an enclosing one, and ``ExecutionCanceled`` after ``cancel()``.
         """
-        self._admit(shared=True)
+        self.context._admit(self, True)
         return self
-
-    def _admit(self, shared: bool) -> None:
-        if self._state != _NEW:
-            raise RuntimeError(f"call {self.node_id} was already started")
-        # Refused: the node is halted and nothing is held, so finish() has nothing to do.
-        self._state = _DONE
-        self.context._admit(self, shared)
-        self._state = _ADMITTED
 
     def finish(self, exc: BaseException | None = None) -> None:
         """End the call: success, or ``fail`` with ``exc``'s class (``halt`` if interrupted)."""
@@ -386,7 +378,7 @@ class Call:
         self.context._settle(self, exc)
 
     def __enter__(self) -> Call:
-        self._admit(True)
+        self.context._admit(self, True)
         try:
             self._token = _CURRENT.set((self.context, self.node_id))
         except BaseException as exc:  # interrupted right after admission: give the hold back
@@ -416,7 +408,7 @@ class Call:
         context = self.context
         if not context._has_ledger:
             return self.__enter__()
-        self._admit(shared=False)
+        context._admit(self, False)
         # The ledger's reserve is a network round trip: run it on a worker thread, so the event
         # loop goes on meanwhile. A task cancelled while it runs waits for it and gives back
         # what it got.
@@ -1122,15 +1114,17 @@ class ExecutionContext:
             call.node_id,
         )
 
-    def _admit(self, call: Call, shared: bool, wait_s: float | None = None) -> None:
-        """Check the call's limits with its reservation, hold it, and mark the node running.
+    def _admit(self, call: Call, shared: bool) -> None:
+        """Check the call's limits with its reservation, hold it, and mark the node running
+        (``shared``: also hold it in the ledgers, else the caller does that next).
 
         A call that does not fit only because of other calls in flight waits for them up to
-        ``wait_s`` (the context's ``admission_timeout_s`` by default), then raises
-        :class:`~ampmeter.BudgetBusy`.
+        the context's ``admission_timeout_s``, then raises :class:`~ampmeter.BudgetBusy`.
         """
-        if wait_s is None:
-            wait_s = self._admission_timeout_s
+        if call._state != _NEW:
+            raise RuntimeError(f"call {call.node_id} was already started")
+        # Refused: the node is halted and nothing is held, so finish() has nothing to do.
+        call._state = _DONE
         for ctx in self._chain:
             if ctx._canceled:
                 break
@@ -1157,7 +1151,7 @@ class ExecutionContext:
         else:
             holds, pending = (), {}
         found = self._kernel.admit(call.node, call, pending, holds, guard_rows,
-                                   not self._has_ledger, wait_s)  # fmt: skip
+                                   not self._has_ledger, self._admission_timeout_s)  # fmt: skip
         if found is not None:
             index, (limit, key, value) = found
             if isinstance(limit, Busy):
@@ -1165,6 +1159,7 @@ class ExecutionContext:
             self._refuse_on(call, *self._owner(found))
         if self._has_ledger and shared:
             self._admit_shared(call)
+        call._state = _ADMITTED
 
     def _refuse(self, call: Call, reason: str) -> None:
         self.graph.mark_halt(call.node_id, reason)
