@@ -619,11 +619,16 @@ class Kernel:
                 found = level.checks.get(id(rows))
                 if found is None or found[0] is not rows or found[1] != level.version:
                     found = level.compile(rows)
+                # What is held here and what is pending, per key (None: nothing).
+                extras: Mapping[str, float] | None = pending
                 held = self.held_at(level) if self.open and holds else None
-                for cell, top, limit, key in found[2]:  # noqa: B007 (read after break)
-                    extra = held.get(key, 0.0) if held else 0.0
+                if held:
                     if pending:
-                        extra += pending.get(key, 0.0)
+                        for name, amount in pending.items():  # held_at gave a fresh dict
+                            held[name] = held.get(name, 0.0) + amount
+                    extras = held
+                for cell, top, limit, key in found[2]:  # noqa: B007 (read after break)
+                    extra = extras.get(key, 0.0) if extras else 0.0
                     if cell is None:
                         if not extra or extra <= top:
                             continue

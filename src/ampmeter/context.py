@@ -336,16 +336,17 @@ class Call:
             writes = _validate.count(writes, "cache_write_tokens")
             reasoning = _validate.count(reasoning, "reasoning_tokens")
             tools = _validate.count(tools, "tool_calls_made")
-        if cached + writes > (t_in or 0):
-            raise ValueError(
-                f"cached_tokens ({cached}) + cache_write_tokens ({writes}) exceed "
-                f"tokens_in ({t_in}); they are counted as part of the input"
-            )
-        if reasoning > (t_out or 0):
-            raise ValueError(
-                f"reasoning_tokens ({reasoning}) exceed tokens_out ({t_out}); "
-                "they are counted as part of the output"
-            )
+            # (all four 0: nothing can exceed the input or output)
+            if cached + writes > (t_in or 0):
+                raise ValueError(
+                    f"cached_tokens ({cached}) + cache_write_tokens ({writes}) exceed "
+                    f"tokens_in ({t_in}); they are counted as part of the input"
+                )
+            if reasoning > (t_out or 0):
+                raise ValueError(
+                    f"reasoning_tokens ({reasoning}) exceed tokens_out ({t_out}); "
+                    "they are counted as part of the output"
+                )
         self.tokens_in = t_in
         self.tokens_out = t_out
         self.cost_usd = cost
