@@ -9,17 +9,24 @@ reserving 1.5x what it then costs (what real estimates from ``max_tokens`` look 
 * ``early refusals``: workers refused while what was spent still left room for their call
   (target 0). ``overshoot``: spent above the cap (target 0).
 
+The ``shared ledger`` rows run the same workload with one context per thread on one
+``SqliteLedger`` file, so only the ledger coordinates them (as separate processes would be).
+
 Run: ``python bench/admission_bench.py [--quick]``.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 import threading
 import time
 from typing import Any
 
 from ampmeter import ExecutionContext, LimitExceeded
+from ampmeter.keys import KEY_COST
+from ampmeter.ledgers import SqliteLedger
 
 CAP = 1.0
 COST = 0.01
@@ -55,15 +62,52 @@ def _workload(workers: int, wait_s: float) -> tuple[float, int]:
     return ctx.stats.total_cost(), early
 
 
+def _shared_workload(workers: int, wait_s: float) -> tuple[float, int]:
+    """:func:`_workload` with one context per thread on one SQLite ledger file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "budget.sqlite3")
+        ledger = SqliteLedger(path, "bench", journal=os.path.join(tmp, "journal"))
+        early = 0
+        lock = threading.Lock()
+        barrier = threading.Barrier(workers)
+
+        def worker() -> None:
+            nonlocal early
+            ctx = ExecutionContext(max_cost_usd=CAP, ledger=ledger, admission_timeout_s=wait_s)
+            barrier.wait()
+            while True:
+                try:
+                    with ctx.llm_call("c", estimate_usd=ESTIMATE) as call:
+                        time.sleep(0.002)
+                        call.record(tokens_in=1, tokens_out=1, cost_usd=COST)
+                except LimitExceeded:
+                    if ledger.spent().get(KEY_COST, 0.0) + ESTIMATE <= CAP:
+                        with lock:
+                            early += 1
+                    return
+
+        threads = [threading.Thread(target=worker) for _ in range(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        spent = ledger.spent().get(KEY_COST, 0.0)
+        ledger.close()
+    return spent, early
+
+
 def run(quick: bool) -> list[dict[str, Any]]:
     """Measure the rows; ``quick`` measures 8 and 32 threads only."""
     rows: list[dict[str, Any]] = []
-    for workers in (8, 32) if quick else (8, 32, 128):
-        spent, early = _workload(workers, 30.0)
-        base_spent, base_early = _workload(workers, 0.0)
+    counts = (8, 32) if quick else (8, 32, 128)
+    runs = [("", _workload, workers) for workers in counts]
+    runs += [("shared ledger: ", _shared_workload, workers) for workers in counts]
+    for label, workload, workers in runs:
+        spent, early = workload(workers, 30.0)
+        base_spent, base_early = workload(workers, 0.0)
         rows.append(
             {
-                "name": f"share of the cap used, {workers} threads (early refusals "
+                "name": f"{label}share of the cap used, {workers} threads (early refusals "
                 f"{early} vs {base_early}, overshoot {max(spent - CAP, 0):.3g})",
                 "unit": "share",
                 "ampmeter": spent / CAP,

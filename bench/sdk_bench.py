@@ -26,6 +26,7 @@ Run: ``python bench/sdk_bench.py [--quick]``.
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import subprocess
 import sys
@@ -36,6 +37,9 @@ from typing import Any
 import openai
 
 import ampmeter
+
+# shekel patches LiteLLM too, importing it: keep LiteLLM from fetching its price map.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 MODEL = "gpt-4o-mini"
 MESSAGES = [{"role": "user", "content": "What is the answer?"}]

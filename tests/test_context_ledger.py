@@ -585,11 +585,13 @@ class _GatedLedger(InMemoryLedger):
         self.entered = threading.Event()
         self.gate = threading.Event()
 
-    def reserve(self, amounts: Mapping[str, float], ceilings: Mapping[str, float]) -> Any:
+    def try_reserve(
+        self, amounts: Mapping[str, float], ceilings: Mapping[str, float], **kwargs: Any
+    ) -> Any:
         self.entered.set()
         if not self.gate.wait(timeout=30):
             raise AssertionError("the gate was never opened: the event loop was blocked")
-        return super().reserve(amounts, ceilings)
+        return super().try_reserve(amounts, ceilings, **kwargs)
 
 
 async def test_async_calls_reserve_off_the_event_loop() -> None:

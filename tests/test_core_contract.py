@@ -357,3 +357,27 @@ def test_an_interrupt_storm_never_hangs_and_leaves_nothing_held(tmp_path: Path) 
     assert line.startswith("ok"), result.stdout
     interrupts = int(line.split("interrupts=")[1])
     assert interrupts > 100  # the storm really landed
+
+
+# -- cold start ---------------------------------------------------------------------------------
+
+
+def test_import_ampmeter_loads_only_the_accounting_core() -> None:
+    """``import ampmeter`` leaves ledgers, pricing, sinks and SDKs for first use (a budget is
+    checked before every call, so a process should not pay at import for what it never uses)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import ampmeter
+        heavy = {
+            "ampmeter.ledgers", "ampmeter.propagation", "ampmeter.pricing", "ampmeter.sinks.jsonl",
+            "ampmeter.integrations", "genai_prices", "sqlite3", "logging", "tempfile", "pathlib",
+            "secrets", "orjson", "openai", "anthropic", "httpx",
+        }
+        print(sorted(heavy & set(sys.modules)))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

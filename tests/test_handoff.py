@@ -340,3 +340,73 @@ def test_unpriced_child_calls_stay_unpriced_in_the_parent(sqlite_ledger: SqliteL
     counters = ctx.snapshot()["counters"]
     assert counters["amp:unpriced_llm_calls"] == 1
     assert counters["amp:input_tokens"] == 7
+
+
+# -- a child that outlives its parent; retries through the hand-off ---------------------------
+
+
+def test_a_child_spending_after_its_parent_closed_reaches_its_totals(
+    tmp_path: Path, sqlite_ledger: SqliteLedger
+) -> None:
+    parent_log, child_log = tmp_path / "parent.jsonl", tmp_path / "child.jsonl"
+    sink = JsonlSink(parent_log)
+    with ExecutionContext("boss", max_cost_usd=1.0, ledger=sqlite_ledger, sinks=[sink]) as ctx:
+        spend(ctx, 1)
+        token = ctx.handoff("background", limits=[Limit("amp:llm_calls", 3)])
+    sink.close()
+    assert ctx.stats.total_cost() == COST  # closed before the child ran
+    result = run_child(token, child_log)  # a background worker, after the parent closed
+    assert result["made"] == 3
+    counters = ctx.snapshot()["counters"]  # reads the hand-off's spend again
+    assert counters["amp:llm_calls"] == 4
+    assert ctx.stats.total_cost() == 4 * COST
+    assert ctx.refresh_handoffs() == {}  # counted once
+    assert ctx.stats.total_cost() == 4 * COST
+    # The logs carry it too: the child's own events hang under the hand-off node.
+    (run,) = summarize([parent_log, child_log]).runs
+    assert run.cost_usd == 4 * COST
+
+
+def test_an_open_parents_snapshot_shows_a_running_childs_spend(
+    tmp_path: Path, sqlite_ledger: SqliteLedger
+) -> None:
+    with ExecutionContext("boss", max_cost_usd=1.0, ledger=sqlite_ledger) as ctx:
+        token = ctx.handoff("worker", limits=[Limit("amp:llm_calls", 2)])
+        run_child(token, tmp_path / "child.jsonl")
+        assert ctx.snapshot()["counters"]["amp:llm_calls"] == 2  # before the parent closes
+    assert ctx.stats.total_cost() == 2 * COST  # and closing adds nothing twice
+    assert ctx.snapshot()["counters"]["amp:llm_calls"] == 2
+
+
+RETRYING_CHILD = """
+import os
+from ampmeter import ExecutionContext
+
+with ExecutionContext.from_handoff(os.environ["AMPMETER_HANDOFF"]) as ctx:
+    for _ in range(2):
+        with ctx.llm_call("flaky", estimate_usd=0.125) as call:
+            call.retry()
+            call.retry()
+            call.record(10, 5, cost_usd=0.125)
+    print(ctx.stats.counters()["amp:retries"])
+"""
+
+
+def test_a_childs_retries_roll_up_to_the_parent(sqlite_ledger: SqliteLedger) -> None:
+    with ExecutionContext("boss", max_retries=10, ledger=sqlite_ledger) as ctx:
+        parent_retries = ctx.llm_call("own", estimate_usd=0.125)
+        with parent_retries as call:
+            call.retry()
+            call.record(1, 1, cost_usd=0.0)
+        token = ctx.handoff("worker")
+        done = subprocess.run(
+            [sys.executable, "-c", RETRYING_CHILD],
+            env={**os.environ, "AMPMETER_HANDOFF": token},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "4"
+    assert ctx.stats.counters()["amp:retries"] == 1 + 4
+    assert sqlite_ledger.spent()["amp:retries"] == 1 + 4  # the parent's shared ceiling saw them

@@ -541,3 +541,60 @@ async def test_raw_aiohttp_over_the_limit_sends_nothing(replay: ReplayServer) ->
     assert node.tokens_in == (usage["input_tokens"] + usage["cache_read_input_tokens"]
                               + usage["cache_creation_input_tokens"])  # fmt: skip
     assert node.tokens_out == usage["output_tokens"]
+
+
+def _sse_chunks(body: bytes) -> list[dict[str, Any]]:
+    import json
+
+    lines = [line[5:].strip() for line in body.splitlines() if line.startswith(b"data:")]
+    return [json.loads(line) for line in lines if line != b"[DONE]"]
+
+
+@pytest.mark.parametrize("read", ["lines", "whole", "any"])
+async def test_aiohttp_stream_without_usage_gets_it_and_hides_the_extra_chunk(
+    llm_server: LocalLLMServer, read: str
+) -> None:
+    import aiohttp
+
+    body = {"model": llm_server.model, "messages": MESSAGES, "max_tokens": 5, "temperature": 0}
+    url = llm_server.base_url + "/chat/completions"
+    sink = MemorySink()
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url, json=body) as response:
+            plain = (await response.json())["usage"]
+        async with (
+            ExecutionContext(sinks=[sink]),
+            session.post(url, json={**body, "stream": True}) as response,
+        ):
+            if read == "lines":
+                received = b"".join([line async for line in response.content])
+            elif read == "whole":
+                received = await response.read()
+            else:
+                received = b"".join([piece async for piece in response.content.iter_any()])
+    chunks = _sse_chunks(received)
+    assert chunks and all(chunk["choices"] for chunk in chunks)  # no usage-only chunk shown
+    assert received.rstrip().endswith(b"data: [DONE]")
+    node = only(sink)
+    assert (node.tokens_in, node.tokens_out) == (plain["prompt_tokens"], plain["completion_tokens"])
+    assert node.metadata[META_TRANSPORT] == "aiohttp"
+    assert META_USAGE_ESTIMATED not in node.metadata
+
+
+async def test_aiohttp_stream_that_asked_for_usage_is_passed_on_whole(
+    llm_server: LocalLLMServer,
+) -> None:
+    import aiohttp
+
+    body = {"model": llm_server.model, "messages": MESSAGES, "max_tokens": 5, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    sink = MemorySink()
+    async with (
+        aiohttp.ClientSession() as session,
+        ExecutionContext(sinks=[sink]),
+        session.post(llm_server.base_url + "/chat/completions", json=body) as response,
+    ):
+        received = await response.read()
+    usage = [chunk["usage"] for chunk in _sse_chunks(received) if chunk.get("usage")][-1]
+    node = only(sink)
+    assert (node.tokens_in, node.tokens_out) == (usage["prompt_tokens"], usage["completion_tokens"])

@@ -15,7 +15,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ampmeter.ledgers import InMemoryLedger, Ledger, RedisLedger, Reservation, SqliteLedger
+from ampmeter.ledgers import (
+    InMemoryLedger,
+    Ledger,
+    RedisLedger,
+    Refusal,
+    Reservation,
+    SqliteLedger,
+)
 from redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
 MakeLedger = Callable[..., Ledger]
@@ -507,3 +514,64 @@ def test_a_held_reservation_outlives_its_lease_while_this_process_holds_it(
     assert ledger.reserved() == {"cost": 1.0}
     ledger.commit(held, {"cost": 1.0})
     assert ledger.spent() == {"cost": 1.0} and ledger.reserved() == {}
+
+
+# -- try_reserve: a refusal that says which ceiling refused and whether waiting can help --------
+
+
+def test_a_refusal_by_holds_alone_is_busy(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    spent = ledger.reserve({"cost": 0.25}, {"cost": 1.0})
+    assert spent is not None
+    ledger.commit(spent, {"cost": 0.25})
+    held = ledger.reserve({"cost": 0.5}, {"cost": 1.0})
+    assert held is not None
+    refusal = ledger.try_reserve({"cost": 0.5, "tokens": 3}, {"cost": 1.0})
+    assert isinstance(refusal, Refusal)
+    assert (refusal.scope, refusal.key) == (ledger.scope, "cost")
+    assert (refusal.spent, refusal.reserved, refusal.amount, refusal.ceiling) == (
+        0.25,
+        0.5,
+        0.5,
+        1.0,
+    )
+    assert refusal.busy and refusal.value == 1.25
+    assert ledger.reserved() == {"cost": 0.5}  # the refusal held nothing
+    ledger.release(held)
+    taken = ledger.try_reserve({"cost": 0.5}, {"cost": 1.0})
+    assert isinstance(taken, Reservation)
+
+
+def test_a_refusal_by_spend_is_not_busy_and_wins_over_a_busy_one(
+    make_ledger: MakeLedger,
+) -> None:
+    parent = make_ledger()
+    child = parent.child("worker")
+    first = child.reserve({"cost": 0.5, "steps": 1}, {}, ancestors={parent.scope: {}})
+    assert first is not None
+    child.commit(first, {"cost": 0.5, "steps": 1})
+    in_flight = child.reserve({"steps": 1}, {"steps": 3}, ancestors={parent.scope: {}})
+    assert in_flight is not None
+    # The child's steps ceiling is busy (1 spent + 1 held + 1 > 2), the parent's cost is
+    # spent (0.5 + 0.75 > 1.0): the spent one is named, whatever the order of the scopes.
+    refusal = child.try_reserve(
+        {"cost": 0.75, "steps": 1}, {"steps": 2}, ancestors={parent.scope: {"cost": 1.0}}
+    )
+    assert isinstance(refusal, Refusal)
+    assert (refusal.scope, refusal.key, refusal.busy) == (parent.scope, "cost", False)
+    assert (refusal.spent, refusal.amount, refusal.ceiling) == (0.5, 0.75, 1.0)
+    busy = child.try_reserve(
+        {"cost": 0.25, "steps": 1}, {"steps": 2}, ancestors={parent.scope: {"cost": 1.0}}
+    )
+    assert isinstance(busy, Refusal)
+    assert (busy.scope, busy.key, busy.busy) == (child.scope, "steps", True)
+    assert (busy.spent, busy.reserved, busy.amount) == (1.0, 1.0, 1.0)
+    assert child.reserve({"cost": 0.25}, {}, ancestors={parent.scope: {"cost": 1.0}}) is not None
+
+
+def test_a_settled_id_is_refused_without_a_ceiling(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    ledger.release("gone")
+    refusal = ledger.try_reserve({"cost": 0.1}, {"cost": 1.0}, reservation_id="gone")
+    assert isinstance(refusal, Refusal)
+    assert (refusal.scope, refusal.key, refusal.busy) == (None, None, False)

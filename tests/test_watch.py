@@ -270,7 +270,7 @@ def test_live_view_in_a_real_terminal(tmp_path: Path, tmux: str) -> None:
         JsonlSink(log, flush="line", run_id="live-run") as sink,
         ExecutionContext("agent", max_cost_usd=0.0025, sinks=[sink]) as ctx,
     ):
-        with ctx.llm_call("plan", model="gpt-4o-mini") as call:
+        with ctx.llm_call("plan", model="gpt-4o-mini", max_tokens=500) as call:
             call.record(tokens_in=10_000, tokens_out=500)
         shown = wait_for("the first call", screen("llm plan"))
         assert "run live-run" in shown and "amp:cost" in shown and "of $0.010000" in shown

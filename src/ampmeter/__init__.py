@@ -33,6 +33,7 @@ from ampmeter.errors import (
     SinkClosedError,
     SinkWriteError,
     StreamAbandoned,
+    StreamOutlivedContext,
     find_limit_exceeded,
 )
 from ampmeter.executor import CONTINUE, AgentLoop, ExecutionResult, Executor
@@ -170,6 +171,7 @@ __all__ = [
     "StreamAbandoned",
     "StreamCumulativeMetrics",
     "StreamMetricsLogger",
+    "StreamOutlivedContext",
     "TaskResult",
     "TerminationReason",
     "ToolCallTrace",

@@ -593,15 +593,19 @@ class Kernel:
     # -- the limit check -----------------------------------------------------------------------
 
     def check(
-        self, guards: tuple[Guard, ...], pending: Mapping[str, float] | None
+        self,
+        guards: tuple[Guard, ...],
+        pending: Mapping[str, float] | None,
+        holds: bool = True,
     ) -> tuple[int, Hit] | None:
-        """The first guard (in order) with an exceeded limit, counting holds and ``pending``."""
+        """The first guard (in order) with an exceeded limit, counting ``pending`` and (unless
+        ``holds`` is False) what calls in flight hold."""
         with self.lock:
             if pending:  # prefix limits see pending keys new to a level
                 for level, _ in guards:
                     for key in pending:
                         level.note(key)
-            return self._check(guards, pending)
+            return self._check(guards, pending, holds)
 
     def _check(
         self,

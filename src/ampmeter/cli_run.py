@@ -1,8 +1,10 @@
-"""The ``ampmeter run`` and ``ampmeter demo`` commands, added to the app by :func:`register`."""
+"""The ``ampmeter run`` and ``ampmeter demo`` commands, added to the app by :func:`register`.
+
+``run`` only forwards its arguments to :mod:`ampmeter.cli_launch`, which parses and runs them.
+"""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,83 +16,11 @@ from ampmeter.demo import DEFAULT_PRICE_AS, RUN_MAX_COST
 __all__ = ["register"]
 
 
-def _run(
-    command: Annotated[
-        list[str] | None,
-        typer.Argument(help="The program to run, after `--` (e.g. `-- python agent.py`)."),
-    ] = None,
-    max_cost: Annotated[
-        float | None, typer.Option("--max-cost", help="Cost ceiling in USD.")
-    ] = None,
-    max_llm_calls: Annotated[
-        int | None, typer.Option("--max-llm-calls", help="Most LLM calls.")
-    ] = None,
-    max_input_tokens: Annotated[
-        int | None,
-        typer.Option("--max-input-tokens", help="Most input tokens over all calls."),
-    ] = None,
-    max_tokens_per_model: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--max-tokens-per-model",
-            metavar="MODEL=N",
-            help="Most input tokens for one model (repeatable).",
-        ),
-    ] = None,
-    timeout: Annotated[
-        float | None, typer.Option("--timeout", help="Wall-time limit in seconds.")
-    ] = None,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Write TokenTracker JSONL events here.")
-    ] = None,
-    capture_content: Annotated[
-        bool, typer.Option("--capture-content", help="Also log prompt and response text.")
-    ] = False,
-    ledger: Annotated[
-        str | None,
-        typer.Option(
-            "--ledger",
-            metavar="redis://HOST:PORT/DB",
-            help="Share the limits through this Redis (processes on many machines); "
-            "default: a SQLite ledger for this run's process tree.",
-        ),
-    ] = None,
-) -> None:
-    """Run a Python program with its OpenAI/Anthropic calls metered and limited.
+def _run(ctx: typer.Context) -> None:
+    """Run a Python program with its LLM calls metered and limited (`ampmeter run --help`)."""
+    from ampmeter.cli_launch import main as run_main
 
-    Limits also come from AMPMETER_MAX_COST, AMPMETER_MAX_LLM_CALLS, AMPMETER_MAX_INPUT_TOKENS,
-    AMPMETER_MAX_TOKENS_PER_MODEL (MODEL=N,...), AMPMETER_TIMEOUT, AMPMETER_OUT and
-    AMPMETER_LEDGER; flags win. The limits hold across every Python process the program starts.
-    """
-    from ampmeter.runner import RunConfig, format_summary, parse_model_limits, run_command
-
-    if not command:
-        raise typer.BadParameter("give the program to run after `--`, e.g. "
-                                 "`ampmeter run -- python agent.py`")  # fmt: skip
-    try:
-        config = RunConfig.from_env(
-            os.environ,
-            max_cost=max_cost,
-            max_llm_calls=max_llm_calls,
-            max_input_tokens=max_input_tokens,
-            max_tokens_per_model=parse_model_limits(max_tokens_per_model or []),
-            timeout=timeout,
-            out=str(out) if out is not None else None,
-            capture_content=capture_content or None,
-            ledger=ledger,
-        )
-        outcome = run_command(command, config)
-    except ValueError as exc:
-        typer.echo(f"ampmeter run: error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    typer.echo("\nampmeter run summary", err=True)
-    if outcome.summary is not None:
-        typer.echo(format_summary(outcome.summary), err=True)
-    else:
-        typer.echo("  (the program ended before ampmeter could write its summary)", err=True)
-    if outcome.stop_reason:
-        typer.echo(f"ampmeter: run stopped: {outcome.stop_reason}", err=True)
-    raise typer.Exit(outcome.exit_code)
+    run_main(ctx.args)
 
 
 def _demo(
@@ -161,9 +91,16 @@ def _demo(
 
 def register(app: typer.Typer) -> None:
     """Add the ``run`` and ``demo`` commands to ``app``."""
+    # Every argument, --help included, goes to ampmeter.cli_launch: the one parser of `run`,
+    # which the console script also calls without importing typer.
     app.command(
         "run",
-        context_settings={"allow_interspersed_args": False},
+        add_help_option=False,
+        context_settings={
+            "allow_interspersed_args": False,
+            "allow_extra_args": True,
+            "ignore_unknown_options": True,
+        },
     )(_run)
     app.command("demo")(_demo)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import secrets
+import threading
 import time
 import uuid
 import warnings
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from ampmeter import _validate, estimates, redact
 from ampmeter._kernel import Busy, Guard, Hit, Level
@@ -66,18 +66,20 @@ from ampmeter.node import (
     META_PROVIDER,
     META_REASONING_TOKENS,
     META_TOOL_CALLS_MADE,
+    TERMINAL_STATUSES,
     Node,
 )
 from ampmeter.policies import CallMarks, LimitEvent, Policies, PolicyOptions, PressureHook
-from ampmeter.propagation import Handoff, decode, encode, open_ledger
 from ampmeter.sinks.base import Sink
-from ampmeter.sinks.relabel import RelabeledSink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace, TraceRecord
 from ampmeter.usage import Shape, Usage, picker
 
 if TYPE_CHECKING:
-    from ampmeter.ledgers.base import Ledger, Reservation
+    from ampmeter.ledgers.base import Ledger, Refusal, Reservation
+    from ampmeter.propagation import Handoff
+
+_T = TypeVar("_T")
 
 __all__ = [
     "Call",
@@ -209,6 +211,10 @@ ADMISSION_TIMEOUT_S: Final = 30.0
 """How long a call that does not fit only because of calls in flight waits for them by default."""
 
 _NEW, _ADMITTED, _DONE = 0, 1, 2
+_DUST: Final = 1e-9  # relative: holds below this share of a ceiling are float residue
+# Pauses of a call waiting for room: the first, doubled up to the longest (jittered).
+_FIRST_PAUSE_S: Final = 0.005
+_LONGEST_PAUSE_S: Final = 0.1
 _INF: Final = float("inf")
 _MAX_COUNT: Final = _validate.MAX_COUNT
 # Usage from already-checked values, without the Python-level __new__ of a named tuple.
@@ -407,6 +413,14 @@ class Call:
 
     async def __aenter__(self) -> Call:
         context = self.context
+        if context._kernel.open and context._guard_rows:
+            # Calls in flight: while only their holds are in the way, await them here (the
+            # kernel's own wait would block the event loop they run on).
+            try:
+                await context._room_for(self)
+            except BaseException:
+                self._state = _DONE
+                raise
         if not context._has_ledger:
             return self.__enter__()
         context._admit(self, False)
@@ -414,7 +428,7 @@ class Call:
         # loop goes on meanwhile. A task cancelled while it runs waits for it and gives back
         # what it got.
         try:
-            await _off_loop(functools.partial(context._admit_shared, self))
+            await context._admit_shared_async(self)
         except BaseException as exc:
             if self.node.status == "running":  # admitted after all: give the holds back
                 self.finish(exc)
@@ -438,13 +452,13 @@ class Call:
         await _off_loop(functools.partial(self.context._settle, self, exc))
 
 
-async def _off_loop(work: Callable[[], None]) -> None:
+async def _off_loop(work: Callable[[], _T]) -> _T:
     """Run blocking ledger work on a worker thread; a cancelled caller still waits for it."""
     import asyncio
 
     future = asyncio.ensure_future(asyncio.to_thread(work))
     try:
-        await asyncio.shield(future)
+        return await asyncio.shield(future)
     except asyncio.CancelledError:
         await asyncio.wait([future])
         raise
@@ -577,7 +591,7 @@ class ExecutionContext:
             self, self._chain, self._guards, self._guard_rows
         )
         # Hand-offs: the open ones made here, and the one this context was made from.
-        self._handoffs: list[tuple[Node, Ledger, str]] = []
+        self._handoffs: list[_HandoffSpend] = []
         self._handoff_from: Handoff | None = None
         self._span_prefix = ""  # prepended to this process's node ids in a multi-process run
         _OPEN.add(self)
@@ -1014,7 +1028,12 @@ class ExecutionContext:
         self.__exit__(exc_type, exc, tb)
 
     def snapshot(self) -> dict[str, Any]:
-        """Graph snapshot plus this context's counters, gauges, reservations and termination."""
+        """Graph snapshot plus this context's counters, gauges, reservations and termination.
+
+        The spend of this context's hand-offs is read from the ledger first, so a child that
+        still runs (also after this context closed) shows what it has spent so far."""
+        if self._handoffs:
+            self.refresh_handoffs()
         limit = self.exceeded_limit
         return {
             "name": self.name,
@@ -1162,6 +1181,45 @@ class ExecutionContext:
             self._admit_shared(call)
         call._state = _ADMITTED
 
+    async def _room_for(self, call: Call) -> None:
+        """Await, up to ``admission_timeout_s``, while ``call`` fits what is spent but not what
+        other calls in flight hold; then :class:`~ampmeter.BudgetBusy`. A call that fits, or
+        that does not fit what is spent, goes on to :meth:`_admit` at once (which decides)."""
+        import asyncio
+
+        reservation = call._reservation
+        shape = reservation.shape()
+        _, keys, pick = self._hold_plans.get(shape) or self._hold_plan(shape)
+        pending: dict[str, float] = dict(zip(keys, pick(reservation), strict=True))
+        wait: _Wait | None = None
+        while True:
+            found = self._kernel.check(self._guard_rows, pending)
+            if found is None or self._kernel.check(self._guard_rows, pending, holds=False):
+                return
+            if not self._others_hold(call):
+                return  # only the calls it runs inside hold the rest: _admit refuses at once
+            wait = wait or _Wait(self._admission_timeout_s)
+            pause = wait.next_pause()
+            if pause is None:
+                index, (limit, key, value) = found
+                self._refuse_busy(call, index, (limit, key, value))
+            try:
+                await asyncio.sleep(pause or 0.0)
+            except BaseException as error:
+                interrupted = not isinstance(error, Exception)
+                self._refuse(call, "interrupted" if interrupted else redact.error_text(error))
+                raise
+
+    def _others_hold(self, call: Call) -> bool:
+        """True if a call in flight other than those ``call`` runs inside holds anything."""
+        enclosing = set()
+        nodes = self._kernel.nodes
+        parent = nodes.get(call.node.parent_id or "")
+        while parent is not None:
+            enclosing.add(parent.node_id)
+            parent = nodes.get(parent.parent_id or "")
+        return any(node_id not in enclosing for node_id in list(self._kernel.open))
+
     def _refuse(self, call: Call, reason: str) -> None:
         self.graph.mark_halt(call.node_id, reason)
         self._emit(call.node)
@@ -1180,14 +1238,60 @@ class ExecutionContext:
         )
 
     def _admit_shared(self, call: Call) -> None:
-        """The shared part of admitting a call: its holds in every ledger above, then running."""
-        for ctx in self._guards:
-            if ctx.ledger is not None:
-                self._ledger_reserve(ctx, call)
+        """The shared part of admitting a call: its holds in every ledger above, then running.
+
+        A ledger that refuses only because of reservations in flight is asked again after a
+        pause, up to ``admission_timeout_s`` (see :meth:`_ledger_pause`); the thread sleeps
+        meanwhile, holding no lock.
+        """
+        try:
+            for ctx in self._guards:
+                if ctx.ledger is None:
+                    continue
+                request = self._ledger_request(ctx, call)
+                wait: _Wait | None = None
+                while request is not None and (refusal := self._ledger_try(call, request)):
+                    wait = wait or _Wait(self._admission_timeout_s)
+                    time.sleep(self._ledger_pause(call, request, refusal, wait, same_thread=True))
+        except BaseException as error:
+            self._abort_unless_ended(call, error)
+            raise
         self.graph.mark_running(call.node_id)
 
-    def _ledger_reserve(self, ctx: ExecutionContext, call: Call) -> None:
-        """Hold the call's share of ``ctx``'s limits in its shared ledger."""
+    async def _admit_shared_async(self, call: Call) -> None:
+        """:meth:`_admit_shared` for ``async with``: each ledger round trip runs on a worker
+        thread and the pauses are ``asyncio.sleep``, so the event loop goes on meanwhile."""
+        import asyncio
+
+        try:
+            for ctx in self._guards:
+                if ctx.ledger is None:
+                    continue
+                request = self._ledger_request(ctx, call)
+                wait: _Wait | None = None
+                while request is not None and (
+                    refusal := await _off_loop(functools.partial(self._ledger_try, call, request))
+                ):
+                    wait = wait or _Wait(self._admission_timeout_s)
+                    pause = self._ledger_pause(call, request, refusal, wait, same_thread=False)
+                    await asyncio.sleep(pause)
+        except BaseException as error:
+            self._abort_unless_ended(call, error)
+            raise
+        self.graph.mark_running(call.node_id)
+
+    def _abort_unless_ended(self, call: Call, error: BaseException) -> None:
+        """Give back what an admission interrupted half-way holds (a refusal has already)."""
+        if call.node.status not in TERMINAL_STATUSES:
+            interrupted = not isinstance(error, Exception)
+            reason = (
+                "interrupted" if interrupted else f"admission failed: {redact.error_text(error)}"
+            )
+            self._abort_admission(call, reason)
+
+    def _ledger_request(self, ctx: ExecutionContext, call: Call) -> _LedgerRequest | None:
+        """What the call reserves in ``ctx``'s shared ledger, and against which ceilings (None:
+        nothing there watches it)."""
         ledger = ctx.ledger
         assert ledger is not None
         # Every exact limit takes part, also keys the call reserves nothing for (no estimate):
@@ -1200,33 +1304,43 @@ class ExecutionContext:
         if ceilings and self.policies is not None:  # an ordinary call leaves the final reserve
             ceilings, owners = self.policies.shared_ceilings(ctx, call, ceilings, owners)
         # A context made from a hand-off also holds at the scopes of the contexts above it,
-        # and records every key a call adds, so the parent can read the child's whole spend.
+        # and records every key a call adds (retries too), so the parent can read the child's
+        # whole spend.
         link = ctx._handoff_from
         scopes = {ledger.scope: (ceilings, owners)}
         if link is not None:
             for scope, limits in link.ancestors:
                 scopes[scope] = _shared_ceilings(limits, candidates)
         elif not ceilings:
-            return
+            return None
         keys = dict.fromkeys(k for c, _ in scopes.values() for k in c)
         if link is not None:
             keys.update(dict.fromkeys(candidates))
+            keys[KEY_RETRIES] = None
             if call.kind == "llm":
                 keys[KEY_UNPRICED_LLM_CALLS] = None  # unpriced is not zero, also for the parent
         amounts = {key: reservation.get(key, 0.0) for key in keys}
         ancestors = {scope: found[0] for scope, found in scopes.items() if scope != ledger.scope}
+        return _LedgerRequest(ctx, ledger, amounts, ceilings, ancestors or None, scopes)
+
+    def _ledger_try(self, call: Call, request: _LedgerRequest) -> Refusal | None:
+        """Ask the ledger once: None when the call holds there now (or may go on without it),
+        the refusal when only reservations in flight are in the way; a refusal by what is
+        spent raises :class:`~ampmeter.LimitExceeded` at once."""
+        from ampmeter.ledgers.base import Refusal
+
+        ctx, ledger = request.owner, request.ledger
         try:
-            if ancestors:
-                held = ledger.reserve(amounts, ceilings, ancestors=ancestors)
-            else:  # the call a ledger without hierarchy (an older subclass) understands too
-                held = ledger.reserve(amounts, ceilings)
+            held = ledger.try_reserve(
+                request.amounts, request.ceilings, ancestors=request.ancestors
+            )
         except BudgetUnavailable as error:
             if ctx.on_ledger_error == "allow":
                 self.graph.update_metadata(
                     call.node_id,
                     {"budget_enforced": False, "ledger_error": redact.error_text(error)},
                 )
-                return
+                return None
             reason = f"budget ledger unavailable (fail closed): {error}"
             self._abort_admission(call, reason)
             raise BudgetUnavailable(
@@ -1235,8 +1349,10 @@ class ExecutionContext:
         except BaseException as error:
             self._abort_admission(call, f"ledger error: {redact.error_text(error)}")
             raise
-        if held is None:
-            scope, stop = _shared_exceeded(ledger, amounts, scopes)
+        if isinstance(held, Refusal):
+            if held.busy:
+                return held
+            scope, stop = request.stop(held)
             self._mark_stopped(ctx, stop, TerminationReason.LIMIT_EXCEEDED)
             self._abort_admission(call, f"shared budget {scope!r}: {stop}")
             raise LimitExceeded(
@@ -1246,6 +1362,55 @@ class ExecutionContext:
                 call.node_id,
             )
         call._ledger_holds = (*call._ledger_holds, (ledger, held))
+        return None
+
+    def _ledger_pause(
+        self,
+        call: Call,
+        request: _LedgerRequest,
+        refusal: Refusal,
+        wait: _Wait,
+        *,
+        same_thread: bool,
+    ) -> float:
+        """How long to pause before asking the ledger again, or :class:`~ampmeter.BudgetBusy`
+        when the wait is over: out of time, or only holds this call would wait for in vain
+        (its enclosing calls' and, on a thread, that thread's own) stand in the way."""
+        pause = wait.next_pause()
+        own = self._own_ledger_holds(call, refusal, same_thread)
+        if pause is None or refusal.reserved - own <= _DUST * max(1.0, abs(refusal.ceiling)):
+            scope, stop = request.stop(refusal)
+            waited = f"waited {wait.waited():.3g}s of admission_timeout_s={wait.limit_s:g}"
+            reason = f"calls in flight held the rest of shared budget {scope!r} ({waited}): {stop}"
+            self._abort_admission(call, reason)
+            raise BudgetBusy(
+                f"{call.kind} call {call.name!r} stopped before it ran: what is spent leaves "
+                f"room, but {reason}; raise admission_timeout_s to wait longer",
+                stop,
+                call.node_id,
+            )
+        return pause
+
+    def _own_ledger_holds(self, call: Call, refusal: Refusal, same_thread: bool) -> float:
+        """What this process's calls that ``call`` cannot outwait hold at the refusing ceiling:
+        the calls it runs inside and, when ``same_thread``, every call of its thread."""
+        enclosing: set[str] = set()
+        nodes = self._kernel.nodes
+        parent = nodes.get(call.node.parent_id or "")
+        while parent is not None:
+            enclosing.add(parent.node_id)
+            parent = nodes.get(parent.parent_id or "")
+        me = threading.get_ident()
+        total = 0.0
+        for ticket in list(self._kernel.open.values()):
+            other = ticket.owner()
+            if not isinstance(other, Call) or other is call:
+                continue
+            if ticket.node.node_id in enclosing or (same_thread and ticket.thread == me):
+                for _, held in other._ledger_holds:
+                    if refusal.scope in held.scopes:
+                        total += held.amounts.get(refusal.key or "", 0.0)
+        return total
 
     def _abort_admission(self, call: Call, stop_reason: str) -> None:
         self._kernel.release(call.node)
@@ -1313,6 +1478,8 @@ class ExecutionContext:
     def _ledger_commit(call: Call, usage: Usage) -> str | None:
         """Commit the call's usage to the ledgers that hold it; the last error, if any."""
         actual_amounts = usage.amounts()
+        if call.node.retries_used:  # counted on the node as they happen, shared at the end
+            actual_amounts[KEY_RETRIES] = float(call.node.retries_used)
         failure = None
         for ledger, held in call._ledger_holds:
             actual = {key: actual_amounts.get(key, 0.0) for key in held.amounts}
@@ -1407,6 +1574,8 @@ class ExecutionContext:
         the ledger and added to these stats (close it after the child is done). Needs a shared
         ledger (``SqliteLedger`` or ``RedisLedger``) on this context or one above it.
         """
+        from ampmeter.propagation import Handoff, encode  # ledgers load only when used
+
         self._check_open()
         _validate.text(name, "name", empty=False)
         own = _build_limits(limits, max_cost_usd, max_steps, max_retries)
@@ -1433,7 +1602,7 @@ class ExecutionContext:
         ancestors = ((ledger.scope, owner.limits), *(above.ancestors if above else ()))
         depth = node.depth + (root._handoff_from.depth + 1 if root._handoff_from else 0)
         deadline = None if timeout is None else time.time() + timeout
-        self._handoffs.append((node, ledger, scope))
+        self._handoffs.append(_HandoffSpend(node, ledger, scope))
         return encode(
             Handoff(
                 self.chain_id, logged_id, depth, name, scope, location, own, ancestors, deadline
@@ -1452,6 +1621,11 @@ class ExecutionContext:
         one is opened from the token. Nodes reach ``sinks`` with ids of their own under the
         hand-off node and the parent's chain id, so both logs read as one tree.
         """
+        import secrets
+
+        from ampmeter.propagation import decode, open_ledger  # ledgers load only when used
+        from ampmeter.sinks.relabel import RelabeledSink
+
         found = decode(token)
         shared = open_ledger(found, ledger)
         prefix = f"{found.node_id}.{secrets.token_hex(3)}."
@@ -1475,28 +1649,127 @@ class ExecutionContext:
         ctx._span_prefix = prefix
         return ctx
 
+    def refresh_handoffs(self) -> dict[str, float]:
+        """Read the spend of this context's hand-offs from the ledger again; add what is new.
+
+        A handed-off child may go on spending after this context closed (a background worker):
+        its spend reaches these stats (and every context above) when this is called, and
+        :meth:`snapshot` calls it. Returns what was added, per key. A ledger that cannot be read
+        now adds nothing; the next call catches up.
+        """
+        added: dict[str, float] = {}
+        for handoff in list(self._handoffs):
+            try:
+                spent = handoff.ledger.spent(handoff.scope)
+            except Exception as error:
+                handoff.error = error
+                continue
+            for key, delta in handoff.take_new(spent).items():
+                gauge = key == KEY_COST or key.startswith(KEY_COST_FOR)
+                self._kernel.add(self._level, key, delta, gauge)
+                added[key] = added.get(key, 0.0) + delta
+        return added
+
     def _settle_handoffs(self) -> None:
         """End the hand-off nodes made here, adding each child's spend (read from the ledger)
-        to these stats; the nodes themselves carry no cost, so logs do not count it twice."""
-        handoffs, self._handoffs = self._handoffs, []
-        for node, ledger, scope in handoffs:
-            try:
-                spent = ledger.spent(scope)
-            except Exception as error:
+        to these stats; the nodes themselves carry no cost, so logs do not count it twice.
+        The hand-offs are kept: :meth:`refresh_handoffs` adds what a child spends later."""
+        self.refresh_handoffs()
+        for handoff in self._handoffs:
+            node = handoff.node
+            if handoff.error is not None:
                 self.graph.mark_failure(
                     node.node_id,
-                    type(error).__name__,
-                    f"the hand-off's spend could not be read: {error}",
+                    type(handoff.error).__name__,
+                    f"the hand-off's spend could not be read: {handoff.error}",
                 )
-                self._emit(node)
-                continue
-            for key, value in spent.items():
-                if value:
-                    gauge = key == KEY_COST or key.startswith(KEY_COST_FOR)
-                    self._kernel.add(self._level, key, value, gauge)
-            meta = {"handoff_scope": scope, "handoff_spent": spent}
-            self.graph.mark_success(node.node_id, 0.0, metadata=meta)
+            else:
+                meta = {"handoff_scope": handoff.scope, "handoff_spent": dict(handoff.counted)}
+                self.graph.mark_success(node.node_id, 0.0, metadata=meta)
             self._emit(node)
+
+
+class _HandoffSpend:
+    """A hand-off made by a context, and how much of its spend the context has counted."""
+
+    __slots__ = ("counted", "error", "ledger", "lock", "node", "scope")
+
+    def __init__(self, node: Node, ledger: Ledger, scope: str) -> None:
+        self.node = node
+        self.ledger = ledger
+        self.scope = scope
+        self.counted: dict[str, float] = {}
+        self.error: Exception | None = None  # the last read's, None once one succeeded
+        self.lock = threading.Lock()
+
+    def take_new(self, spent: Mapping[str, float]) -> dict[str, float]:
+        """What ``spent`` (a fresh read) holds beyond what was counted; now counted too."""
+        with self.lock:
+            self.error = None
+            new = {k: v - self.counted.get(k, 0.0) for k, v in spent.items()}
+            new = {k: d for k, d in new.items() if d > 0.0}
+            self.counted.update((k, spent[k]) for k in new)
+            return new
+
+
+class _LedgerRequest:
+    """What one call asks of one context's shared ledger, kept while it waits for room."""
+
+    __slots__ = ("amounts", "ancestors", "ceilings", "ledger", "owner", "scopes")
+
+    def __init__(
+        self,
+        owner: ExecutionContext,
+        ledger: Ledger,
+        amounts: dict[str, float],
+        ceilings: dict[str, float],
+        ancestors: dict[str, dict[str, float]] | None,
+        scopes: dict[str, tuple[dict[str, float], dict[str, Limit]]],
+    ) -> None:
+        self.owner = owner
+        self.ledger = ledger
+        self.amounts = amounts
+        self.ceilings = ceilings
+        self.ancestors = ancestors
+        self.scopes = scopes  # scope -> (its ceilings, the limit each comes from)
+
+    def stop(self, refusal: Refusal) -> tuple[str, ExceededLimit]:
+        """The scope and the exceeded limit a ledger's refusal names."""
+        found = self.scopes.get(refusal.scope or "")
+        if found is not None and refusal.key in found[1]:
+            return refusal.scope or "", ExceededLimit(found[1][refusal.key], refusal.key,
+                                                      refusal.value)  # fmt: skip
+        # A refusal without a ceiling (a settled id): the first ceiling stands for it.
+        scope, (ceilings, owners) = next((s, f) for s, f in self.scopes.items() if f[0])
+        key = next(iter(ceilings))
+        return scope, ExceededLimit(owners[key], key, refusal.value)
+
+
+class _Wait:
+    """A bounded wait with growing, jittered pauses (so waiters do not ask all at once)."""
+
+    __slots__ = ("_pause", "deadline", "limit_s", "started")
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        self.started = time.monotonic()
+        self.deadline = self.started + limit_s
+        self._pause = _FIRST_PAUSE_S
+
+    def next_pause(self) -> float | None:
+        """Seconds to pause before the next try, or None when the time is up."""
+        left = self.deadline - time.monotonic()
+        if left <= 0.0:
+            return None
+        import random
+
+        pause = self._pause * random.uniform(0.5, 1.0)  # jitter, not a secret
+        self._pause = min(self._pause * 2.0, _LONGEST_PAUSE_S)
+        return min(pause, left)
+
+    def waited(self) -> float:
+        """Seconds since the wait began."""
+        return time.monotonic() - self.started
 
 
 _HoldPlan = tuple[
@@ -1561,36 +1834,6 @@ def _shared_ceilings(
                 ceilings[key] = limit.max_value  # the tightest; the first of equals
                 owners[key] = limit
     return ceilings, owners
-
-
-def _shared_exceeded(
-    ledger: Ledger,
-    amounts: Mapping[str, float],
-    scopes: Mapping[str, tuple[dict[str, float], dict[str, Limit]]],
-) -> tuple[str, ExceededLimit]:
-    """Which shared ceiling refused a reservation: the first (in scope, then limit order) now
-    over it, with its scope.
-
-    The ledger is read after the refusal, so others may have settled meanwhile (then the first
-    ceiling is named) or the read may fail (then the value is just this call's amount).
-    """
-    first: tuple[str, ExceededLimit] | None = None
-    for scope, (ceilings, owners) in scopes.items():
-        if not ceilings:
-            continue
-        try:
-            spent, held = ledger.spent(scope), ledger.reserved(scope)
-        except Exception:
-            spent, held = {}, {}
-        values = {k: spent.get(k, 0.0) + held.get(k, 0.0) + amounts[k] for k in ceilings}
-        over = next((k for k in ceilings if values[k] > ceilings[k]), None)
-        if over is not None:
-            return scope, ExceededLimit(owners[over], over, values[over])
-        if first is None:
-            key = next(iter(ceilings))
-            first = (scope, ExceededLimit(owners[key], key, values[key]))
-    assert first is not None  # a refusal needs a ceiling
-    return first
 
 
 def _build_limits(

@@ -30,6 +30,7 @@ __all__ = [
     "SinkClosedError",
     "SinkWriteError",
     "StreamAbandoned",
+    "StreamOutlivedContext",
     "find_limit_exceeded",
     "note_stop",
 ]
@@ -121,6 +122,16 @@ class BudgetBusy(LimitExceeded):
 
     The budget was not spent: what was already spent left room for the call, but calls in
     flight held the rest for longer than the context's ``admission_timeout_s``.
+    """
+
+
+class StreamOutlivedContext(LimitExceeded):
+    """A lazy stream (one that sends its request when first read, like LlamaIndex's
+    ``stream_chat()``) was read after the context it was created in had closed.
+
+    Its request belongs to that context, which takes no more calls: it is stopped before it is
+    sent, as a limit would stop it, rather than sent unmetered and outside the context's limits.
+    Read the stream inside the context.
     """
 
 

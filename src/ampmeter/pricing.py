@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, SupportsIndex, cast
 
 from ampmeter import _price_cache, estimates
 from ampmeter.estimates import CHARS_PER_TOKEN
+from ampmeter.max_output import max_output_tokens
 
 if TYPE_CHECKING:
     from genai_prices.types import ModelInfo, ModelPrice
@@ -63,7 +64,8 @@ PricingStatus = Literal["priced", "unpriced"]
 USER_PRICING_VERSION: Final = "user"
 """``pricing_version`` of a price that comes from :func:`set_price`."""
 DEFAULT_ESTIMATE_OUTPUT_TOKENS: Final = 1024
-"""Output tokens :func:`estimate` assumes when the call sets no ``max_tokens``."""
+"""Output tokens :func:`estimate` assumes when the call sets no ``max_tokens`` and the model's
+maximum output is not in :mod:`ampmeter.max_output`'s table."""
 
 _UTC: Final = timezone.utc
 _clock = _time.time  # seconds since the epoch; tests move it
@@ -657,7 +659,8 @@ def estimate(
 
     The prompt counts ``prompt_tokens`` when given (e.g. the provider's own count), else
     the prompt estimate of :mod:`ampmeter.estimates`, else 0; the output counts ``max_tokens``, or
-    :data:`DEFAULT_ESTIMATE_OUTPUT_TOKENS` when the call sets none. ``None`` if unpriced.
+    when the call sets none the model's documented maximum output (:mod:`ampmeter.max_output`),
+    else :data:`DEFAULT_ESTIMATE_OUTPUT_TOKENS`. ``None`` if unpriced.
     """
     if prompt_tokens is not None:
         n_in = _count("prompt_tokens", prompt_tokens)
@@ -667,7 +670,8 @@ def estimate(
         n_in = estimates.prompt_tokens(prompt_text, model)
     else:
         n_in = 0
-    n_out = (
-        DEFAULT_ESTIMATE_OUTPUT_TOKENS if max_tokens is None else _count("max_tokens", max_tokens)
-    )
+    if max_tokens is None:
+        n_out = max_output_tokens(model) or DEFAULT_ESTIMATE_OUTPUT_TOKENS
+    else:
+        n_out = _count("max_tokens", max_tokens)
     return price(model, provider, input_tokens=n_in, output_tokens=n_out).cost_usd

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from ampmeter.errors import HandoffError
-from ampmeter.ledgers.base import Ledger, check_scope
 from ampmeter.limits import Limit
 
 if TYPE_CHECKING:
     from ampmeter.context import ExecutionContext
+    from ampmeter.ledgers.base import Ledger
 
 __all__ = [
     "HANDOFF_ENV",
@@ -125,6 +125,8 @@ def _handoff(data: Any) -> Handoff:
         isinstance(deadline, bool) or not isinstance(deadline, (int, float))
     ):
         raise TypeError("'deadline' must be a number of Unix seconds or null")
+    from ampmeter.ledgers.base import check_scope  # the ledgers load only when a token is read
+
     scope = check_scope(texts["scope"])
     ancestors = tuple(
         (check_scope(scope_name), _limits_in(limits)) for scope_name, limits in data["ancestors"]
@@ -179,6 +181,8 @@ def open_ledger(handoff: Handoff, ledger: Ledger | None = None) -> Ledger:
     the backend wants credentials, which a token never carries; otherwise one is opened from
     the token's location.
     """
+    from ampmeter.ledgers.base import Ledger
+
     if ledger is not None:
         if not isinstance(ledger, Ledger):
             raise TypeError(f"ledger must be a Ledger, got {type(ledger).__name__}")

@@ -21,12 +21,15 @@ remembered: replacing them would scrub ordinary words.
 
 from __future__ import annotations
 
-import re
+import functools
 import threading
 from collections.abc import Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ampmeter.errors import AmpmeterError
+
+if TYPE_CHECKING:
+    import re
 
 __all__ = [
     "MIN_SECRET_LENGTH",
@@ -42,21 +45,28 @@ REDACTED: Final = "[REDACTED]"
 MIN_SECRET_LENGTH: Final = 8
 MAX_TEXT_CHARS: Final = 2000  # longer messages are cut: an error text is a summary, not a dump
 
-# Credentials recognised by their shape. Each keeps its label and replaces only the value.
-_SHAPES: Final = (
-    # "Authorization: Bearer abc", "authorization=Basic abc": the scheme and its credential
-    re.compile(r"(?i)(\bauthorization\b[\"']?\s*[:=]\s*[\"']?)(?:[A-Za-z-]+\s+)?[^\s\"',;}]+"),
-    # "Bearer abc.def" anywhere else
-    re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+"),
-    # api_key=..., "api-key": "...", x-api-key: ..., access_token=..., secret: ..., password=...
-    re.compile(
-        r"(?i)(\b(?:x-)?(?:api[_-]?key|access[_-]?token|auth[_-]?token|secret|password)\b"
-        r"[\"']?\s*[:=]\s*[\"']?)[^\s\"'&,;}]+"
-    ),
-    # OpenAI (sk-..., sk-proj-...) and Anthropic (sk-ant-...) style keys, masked ones too
-    re.compile(r"()\bsk-[A-Za-z0-9_*.\-]{6,}"),
-)
-_SAFE_TOKEN: Final = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+@functools.cache
+def _patterns() -> tuple[tuple[re.Pattern[str], ...], re.Pattern[str]]:
+    """The credential shapes and the safe-token pattern, compiled when first needed (``re``
+    costs ``import ampmeter`` time that most processes never use)."""
+    import re
+
+    shapes = (
+        # "Authorization: Bearer abc", "authorization=Basic abc": the scheme and its credential
+        re.compile(r"(?i)(\bauthorization\b[\"']?\s*[:=]\s*[\"']?)(?:[A-Za-z-]+\s+)?[^\s\"',;}]+"),
+        # "Bearer abc.def" anywhere else
+        re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+"),
+        # api_key=..., "api-key": "...", x-api-key: ..., access_token=..., secret: ..., password=...
+        re.compile(
+            r"(?i)(\b(?:x-)?(?:api[_-]?key|access[_-]?token|auth[_-]?token|secret|password)\b"
+            r"[\"']?\s*[:=]\s*[\"']?)[^\s\"'&,;}]+"
+        ),
+        # OpenAI (sk-..., sk-proj-...) and Anthropic (sk-ant-...) style keys, masked ones too
+        re.compile(r"()\bsk-[A-Za-z0-9_*.\-]{6,}"),
+    )
+    return shapes, re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
 
 _lock = threading.Lock()
 _secrets: set[str] = set()
@@ -89,6 +99,8 @@ def remember_secret(value: object) -> None:
         _secrets.add(value)
         # Longest first, so a secret containing another is replaced whole.
         ordered = sorted(_secrets, key=len, reverse=True)
+        import re
+
         _secret_pattern = re.compile("|".join(re.escape(s) for s in ordered))
 
 
@@ -99,7 +111,7 @@ def scrub(text: str) -> str:
     pattern = _secret_pattern
     if pattern is not None:
         text = pattern.sub(REDACTED, text)
-    for shape in _SHAPES:
+    for shape in _patterns()[0]:
         text = shape.sub(lambda m: m.group(1) + REDACTED, text)
     return text
 
@@ -147,7 +159,7 @@ def _safe_codes(exc: BaseException) -> list[str]:
         if (
             isinstance(value, str)
             and value != "error"  # the Anthropic envelope's own type
-            and _SAFE_TOKEN.fullmatch(value)
+            and _patterns()[1].fullmatch(value)
             and value not in found
         ):
             found.append(value)

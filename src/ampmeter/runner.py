@@ -58,6 +58,10 @@ EXIT_TIMEOUT: Final = 124
 
 ENV_CONFIG: Final = "AMPMETER_RUN_CONFIG"
 ENV_TREE: Final = "AMPMETER_RUN_TREE"
+ENV_TOP_TAKEN: Final = "AMPMETER_RUN_TOP_TAKEN"  # set by the first Python process of the run
+# The node id of a new context's root: the top process's context, under which the others' logs
+# hang (known before the top process starts metering, which it may do late or never).
+_ROOT_NODE_ID: Final = "n000001"
 _KILL_GRACE_S: Final = 5.0
 _BOOTSTRAP_DIR: Final = str(Path(__file__).resolve().parent / "_bootstrap")
 
@@ -207,10 +211,11 @@ def run_command(command: Sequence[str], config: RunConfig, *, env: Mapping[str, 
             "events": events_dir,
             "summaries": summaries_dir,
             "deadline": None if config.timeout is None else time.time() + config.timeout,
-            "root": None,
+            "root": _ROOT_NODE_ID,
         }
         child_env[ENV_CONFIG] = json.dumps(asdict(config))
         child_env[ENV_TREE] = json.dumps(tree)
+        child_env.pop(ENV_TOP_TAKEN, None)
         wait = None if config.timeout is None else config.timeout + _KILL_GRACE_S
         try:
             proc = subprocess.Popen(argv, env=child_env, cwd=cwd, start_new_session=True)
@@ -307,11 +312,17 @@ def _tree_summary(events: Sequence[Path], summaries: Sequence[Path]) -> dict[str
         "context_growth_avg": growth,
         "termination": stopped["termination"],
         "stop_reason": stopped.get("stop_reason"),
-        "processes": len(events),
+        "processes": len({_pid_of(path) for path in (*events, *summaries)}),
     }
 
 
 _STOPS: Final = ("limit_exceeded", "timeout")
+
+
+def _pid_of(path: Path) -> str:
+    """The process id in a log (``<time>-<pid>.jsonl``) or summary (``<pid>-<tag>.json``) name."""
+    stem = path.stem.split("-")
+    return stem[1] if path.suffix == ".jsonl" else stem[0]
 
 
 def _read_summary(path: Path) -> dict[str, Any] | None:
@@ -326,8 +337,9 @@ def _read_summary(path: Path) -> dict[str, Any] | None:
 # -- the child side -----------------------------------------------------------------------------
 
 
-def child_setup() -> None:
-    """Meter this interpreter for ``ampmeter run`` (called from the bootstrap sitecustomize).
+def child_setup(*, top: bool) -> None:
+    """Meter this interpreter for ``ampmeter run`` (called from the bootstrap sitecustomize when
+    the program first imports something it meters; ``top``: the run's first Python process).
 
     The run's settings stay in the environment, so every Python process the program starts is
     metered too, against the same shared ledger; a ``fork`` child starts afresh (its own
@@ -341,8 +353,8 @@ def child_setup() -> None:
     from ampmeter.integrations import instrument
 
     instrument(capture_content=config.capture_content)
-    _Process.start(config)
-    os.register_at_fork(after_in_child=functools.partial(_Process.start, config))
+    _Process.start(config, top)
+    os.register_at_fork(after_in_child=functools.partial(_Process.start, config, False))
     previous_hook = sys.excepthook
 
     def excepthook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
@@ -372,7 +384,7 @@ class _Process:
         self.seen: list[BaseException] = []
 
     @classmethod
-    def start(cls, config: RunConfig) -> None:
+    def start(cls, config: RunConfig, top: bool) -> None:
         """Open this process's context (the top one's node is the run's root)."""
         from ampmeter.context import ExecutionContext
         from ampmeter.integrations import set_default_context
@@ -381,7 +393,6 @@ class _Process:
 
         tree = json.loads(os.environ[ENV_TREE])
         pid = os.getpid()
-        top = tree["root"] is None
         ledger = _open_ledger(tree["ledger"], tree["scope"])
         # Line by line: pool workers are often ended with SIGTERM or os._exit, never closing.
         log = JsonlSink(os.path.join(tree["events"], f"{time.time_ns()}-{pid}.jsonl"), flush="line")
@@ -397,9 +408,11 @@ class _Process:
         )  # fmt: skip
         ctx.__enter__()  # also in a fork child: the parent's context is not ours any more
         set_default_context(ctx)
-        if top:
-            tree["root"] = ctx.node_id
-            os.environ[ENV_TREE] = json.dumps(tree)
+        if top and ctx.node_id != tree["root"]:
+            raise RuntimeError(
+                f"the run's root context got node id {ctx.node_id!r}, not {tree['root']!r}: "
+                "the other processes' logs would not join it"
+            )
         summary = os.path.join(tree["summaries"], f"{pid}-{secrets.token_hex(2)}.json")
         cls.current = cls(ctx, log, ledger, summary, top)
         atexit.register(cls.current.finish)

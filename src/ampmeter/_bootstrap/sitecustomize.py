@@ -1,14 +1,25 @@
-"""Loaded by every Python started by ``ampmeter run``: meter this interpreter's SDK calls.
+"""Loaded by every Python started by ``ampmeter run``: meter this interpreter's LLM calls.
 
 Any ``sitecustomize`` that would have run without ampmeter (found further along ``sys.path``)
 is imported first, so a project's own site customisation keeps working.
-"""
 
-from __future__ import annotations
+Start-up stays nearly free: this module imports no part of ampmeter but its post-import hooks.
+Metering (``instrument()``, the process's context, ledger and log file) starts when the program
+first imports a library whose calls ampmeter meters, or ampmeter itself; a process that imports
+none of them cannot make a call to meter, and only leaves its summary for the run.
+"""
 
 import importlib
 import os
 import sys
+from types import ModuleType
+
+# Importing one of these starts metering (after the outermost of them being imported is complete:
+# openai imports httpx, and openai must not be patched half-initialised).
+_TRIGGERS = ("ampmeter", "openai", "anthropic", "httpx", "httpx2", "aiohttp")
+_ENV_CONFIG = "AMPMETER_RUN_CONFIG"  # these three names are ampmeter.runner's
+_ENV_TREE = "AMPMETER_RUN_TREE"
+_ENV_TOP_TAKEN = "AMPMETER_RUN_TOP_TAKEN"
 
 
 def _chain_existing() -> None:
@@ -26,14 +37,84 @@ def _chain_existing() -> None:
             sys.modules["sitecustomize"] = this_module
 
 
-def _setup() -> None:
-    try:
-        from ampmeter.runner import child_setup
+def _hooks() -> ModuleType:
+    """``ampmeter.integrations._hooks``, loaded from its file without importing the package
+    (which would import the accounting core); the package finds it in ``sys.modules`` later."""
+    name = "ampmeter.integrations._hooks"
+    module = sys.modules.get(name)
+    if module is None:
+        from importlib.machinery import ModuleSpec, SourceFileLoader
 
-        child_setup()
-    except Exception as exc:  # the run must not go on unmetered without saying so
-        print(f"ampmeter run: could not set up metering: {exc}", file=sys.stderr)
-        raise SystemExit(2) from exc
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        path = os.path.join(package, "integrations", "_hooks.py")
+        loader = SourceFileLoader(name, path)
+        module = ModuleType(name)
+        module.__spec__ = ModuleSpec(name, loader, origin=path)
+        module.__file__ = path
+        module.__loader__ = loader
+        sys.modules[name] = module
+        loader.exec_module(module)
+    return module
+
+
+class _Process:
+    """This interpreter's part of the run until metering starts."""
+
+    def __init__(self, top: bool) -> None:  # (no __future__ import: it costs a few ms)
+        self.top = top  # the run's first Python process: its context is the tree's root
+        self.started = False
+
+    def start(self, module: ModuleType) -> None:
+        # (``module`` itself is still marked initialising while its post-import hooks run.)
+        if self.started or any(_initializing(n) for n in _TRIGGERS if n != module.__name__):
+            return
+        self.started = True
+        try:
+            from ampmeter.runner import child_setup
+
+            child_setup(top=self.top)
+        except Exception as exc:  # the run must not go on unmetered without saying so
+            print(f"ampmeter run: could not set up metering: {exc}", file=sys.stderr)
+            raise SystemExit(2) from exc
+
+    def forked(self) -> None:
+        self.top = False
+
+    def exit(self) -> None:
+        """Leave a summary for a process that never started metering (it made no call)."""
+        if self.started:
+            return
+        import json
+
+        tree = json.loads(os.environ[_ENV_TREE])
+        failed = getattr(sys, "last_value", None) is not None  # an uncaught exception
+        summary = {"top": self.top, "termination": "error" if failed else "success",
+                   "stop_reason": None}  # fmt: skip
+        path = os.path.join(tree["summaries"], f"{os.getpid()}-unmetered.json")
+        try:
+            with open(path, "w", encoding="utf-8") as handle:
+                json.dump(summary, handle)
+        except OSError:
+            pass  # the run's directory is gone: the parent has stopped waiting
+
+
+def _initializing(name: str) -> bool:
+    module = sys.modules.get(name)
+    return module is not None and getattr(module.__spec__, "_initializing", False) is True
+
+
+def _setup() -> None:
+    if _ENV_CONFIG not in os.environ or _ENV_TREE not in os.environ:
+        return
+    process = _Process(top=_ENV_TOP_TAKEN not in os.environ)
+    os.environ[_ENV_TOP_TAKEN] = "1"  # the programs this one starts are not the top
+    hooks = _hooks()
+    for name in _TRIGGERS:
+        hooks.when_imported(name, process.start)
+    os.register_at_fork(after_in_child=process.forked)
+    import atexit
+
+    atexit.register(process.exit)
 
 
 _chain_existing()

@@ -58,6 +58,12 @@ def _instrument_aiohttp(module: ModuleType) -> None:
     instrument_aiohttp(module)
 
 
+def _instrument_llama_index(module: ModuleType) -> None:
+    from ampmeter.integrations.llama_index import instrument_llama_index
+
+    instrument_llama_index(module)
+
+
 # What instrument() patches, by the module whose import triggers the patch.
 _TARGETS: dict[str, Callable[[ModuleType], object]] = {
     "openai": lambda _module: instrument_openai(),
@@ -65,6 +71,7 @@ _TARGETS: dict[str, Callable[[ModuleType], object]] = {
     "httpx": _instrument_http_library,
     "httpx2": _instrument_http_library,
     "aiohttp": _instrument_aiohttp,
+    "llama_index.core": _instrument_llama_index,
 }
 _armed: set[str] = set()  # the modules instrument() patches (now, or when imported)
 
@@ -75,9 +82,12 @@ def instrument(
     openai: bool = True,
     anthropic: bool = True,
     http: bool = True,
+    llama_index: bool = True,
 ) -> list[str]:
     """Meter the SDKs (``openai``, ``anthropic``) and the HTTP libraries (``http``: httpx,
-    httpx2 and aiohttp) whenever they are imported; idempotent.
+    httpx2 and aiohttp) whenever they are imported; idempotent. With ``llama_index``, the lazy
+    streams LlamaIndex returns are metered against the context they were created in (see
+    :mod:`ampmeter.integrations.llama_index`).
 
     A library already imported is patched at once, the others right after their own import, so
     a program pays nothing for libraries it does not use. Returns the names patched now.
@@ -90,7 +100,7 @@ def instrument(
     settings.capture_content = capture_content
     redact.configure(capture_content=capture_content)
     chosen = {"openai": openai, "anthropic": anthropic, "httpx": http, "httpx2": http,
-              "aiohttp": http}  # fmt: skip
+              "aiohttp": http, "llama_index.core": llama_index}  # fmt: skip
     done = [name for name, wanted in chosen.items() if wanted and name in sys.modules]
     for name, patch in _TARGETS.items():
         if chosen[name] and name not in _armed:
@@ -106,7 +116,8 @@ def uninstrument() -> None:
     _hooks.cancel_all()
     uninstrument_openai()
     uninstrument_anthropic()
-    for name, undo in (("http", "uninstrument_httpx"), ("http_aiohttp", "uninstrument_aiohttp")):
+    for name, undo in (("http", "uninstrument_httpx"), ("http_aiohttp", "uninstrument_aiohttp"),
+                       ("llama_index", "uninstrument_llama_index")):  # fmt: skip
         module = sys.modules.get(f"ampmeter.integrations.{name}")
         if module is not None:
             getattr(module, undo)()

@@ -21,15 +21,17 @@ import contextvars
 import functools
 import inspect
 import os
+import sys
 import threading
 import warnings
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ampmeter import redact
 from ampmeter.context import Call, ExecutionContext, current_context, open_contexts
-from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
+from ampmeter.errors import LimitExceeded, StreamAbandoned, StreamOutlivedContext, note_stop
 from ampmeter.graph import META_PROVIDER
 from ampmeter.integrations._wire import BodyReader
 from ampmeter.limits import ExceededLimit
@@ -53,6 +55,7 @@ __all__ = [
     "count_retry",
     "metered_context",
     "remember_client_key",
+    "remember_stream_origin",
     "settings",
 ]
 
@@ -106,8 +109,13 @@ def remember_client_key(resource: Any) -> None:
 
 
 def metered_context() -> ExecutionContext | None:
-    """The context SDK calls attach to here: the current one, else the process default, else
-    the one a hand-off token in ``AMPMETER_HANDOFF`` gives this process."""
+    """The context SDK calls attach to here: the one a lazy stream being read was created in,
+    else the current one, else the process default, else the one a hand-off token in
+    ``AMPMETER_HANDOFF`` gives this process."""
+    if _stream_origins:
+        origin = _origin_of_running_stream()
+        if origin is not None:
+            return origin
     ctx = current_context()
     if ctx is None:
         ctx = settings.default_context
@@ -120,6 +128,48 @@ def metered_context() -> ExecutionContext | None:
 
 
 _warned_unmetered = False
+
+# Lazy streams: generators that send their request only when first read (LlamaIndex's
+# ``stream_chat()``), by the id of the generator's frame, with the context they were made in.
+# A request is made from inside that frame, wherever and whenever the generator is read.
+_stream_origins: dict[int, tuple[weakref.ref[Any], ExecutionContext]] = {}
+
+
+def remember_stream_origin(stream: Any, ctx: ExecutionContext) -> None:
+    """Meter the requests that generator ``stream`` sends against ``ctx`` (its creator's
+    context), wherever it is read; forgotten when the generator is."""
+    frame = getattr(stream, "gi_frame", None) or getattr(stream, "ag_frame", None)
+    if frame is None:
+        return
+    key = id(frame)
+
+    def forget(ref: weakref.ref[Any]) -> None:
+        if _stream_origins.get(key, (None,))[0] is ref:
+            del _stream_origins[key]
+
+    _stream_origins[key] = (weakref.ref(stream, forget), ctx)
+
+
+def _origin_of_running_stream() -> ExecutionContext | None:
+    """The creating context of a remembered generator running further up this stack."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        found = _stream_origins.get(id(frame))
+        if found is not None:
+            stream = found[0]()
+            if stream is not None and frame in (getattr(stream, "gi_frame", None),
+                                                getattr(stream, "ag_frame", None)):  # fmt: skip
+                ctx = found[1]
+                if ctx not in open_contexts():
+                    stop = StreamOutlivedContext(
+                        f"a stream created in context {ctx.name!r} was read after that context "
+                        "closed: its request was not sent. Read the stream inside the context."
+                    )
+                    note_stop(stop)  # frameworks re-raise it as their own error
+                    raise stop
+                return ctx
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
 
 
 def _warn_unmetered() -> None:
@@ -323,6 +373,8 @@ RAW_RESPONSE_HEADER: Final = "X-Stainless-Raw-Response"
 def is_raw_request(kwargs: Mapping[str, Any]) -> bool:
     """Whether the SDK call was made through one of its raw-response wrappers."""
     headers = kwargs.get("extra_headers")
+    if not headers:  # the usual case: no ABC isinstance check on every call
+        return False
     return isinstance(headers, Mapping) and bool(headers.get(RAW_RESPONSE_HEADER))
 
 

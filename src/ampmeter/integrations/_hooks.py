@@ -8,21 +8,24 @@ the import of a watched name, lets the normal finders find it, and wraps that sp
 
 from __future__ import annotations
 
+import _thread
 import sys
-import threading
 import warnings
-from collections.abc import Callable, Sequence
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
 
+# Loaded at the start of every process of an ``ampmeter run`` (see ampmeter/_bootstrap), so it
+# imports nothing that Python has not loaded already: not typing, not threading.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from importlib.machinery import ModuleSpec
+    from types import ModuleType
+    from typing import Any
+
+    Callback = Callable[[ModuleType], object]
 
 __all__ = ["cancel_all", "when_imported"]
 
-Callback = Callable[[ModuleType], object]
-
-_lock = threading.RLock()
+_lock = _thread.RLock()
 _waiting: dict[str, list[Callback]] = {}
 _finding: set[str] = set()  # names whose spec is being looked up (do not recurse)
 

@@ -296,7 +296,9 @@ def _settle(admitted: Admitted, response: Any, streamed: bool, body_type: type) 
 def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
     @functools.wraps(original)
     def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
-        found = _admit(module, request, stream)
+        # ACTIVE_CALL first: every request of the openai and anthropic SDKs comes through here
+        # with its call already metered by their patch, and should cost no more than this.
+        found = None if ACTIVE_CALL.get() is not None else _admit(module, request, stream)
         if found is None:
             return original(client, request, stream=stream, **kwargs)
         admitted, request = found
@@ -316,7 +318,7 @@ def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type
 def _wrap_async_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
     @functools.wraps(original)
     async def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
-        found = _admit(module, request, stream)
+        found = None if ACTIVE_CALL.get() is not None else _admit(module, request, stream)
         if found is None:
             return await original(client, request, stream=stream, **kwargs)
         admitted, request = found

@@ -4,11 +4,14 @@
 :mod:`ampmeter.integrations.http`) is admitted before it is sent, and the response's
 ``content`` stream is read through as the caller reads it (``read()``, ``text()``, ``json()``,
 ``readline()``, ``iter_any()``...). Requests that an httpx layer above already meters (LiteLLM's
-aiohttp transport) are left alone. A stream that did not ask for its usage is not changed here.
+aiohttp transport) are left alone. As over httpx, a streamed OpenAI chat or completions request
+that did not ask for its usage gets ``stream_options.include_usage``, and the extra usage event is
+taken out of what the caller reads.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable, Generator
 from typing import Any
@@ -76,6 +79,70 @@ class _MeteredContent(BodyMeter):
         return getattr(self._inner, name)
 
 
+class _FilteredContent(_MeteredContent):
+    """A response body with the usage event ampmeter asked for taken out.
+
+    What the caller may see comes from the reader whole events at a time, so it is buffered
+    here and each read method hands it out with its own semantics (a line for ``readline``).
+    """
+
+    def __init__(self, inner: Any, reader: Any, admitted: Admitted) -> None:
+        super().__init__(inner, reader, admitted)
+        self._buffer = bytearray()
+        self._eof = False
+
+    async def _fill(self) -> bool:
+        """Read more of the body into the buffer; False at its end."""
+        if self._eof:
+            return False
+        data = await self._inner.readany()
+        if data:
+            self._buffer += self._reader.feed(data)
+            if self._reader.complete:
+                self._end(None)
+            return True
+        self._eof = True
+        self._buffer += self._reader.end()
+        self._end(None)
+        return False
+
+    def _take(self, size: int) -> bytes:
+        out = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return out
+
+    async def read(self, n: int = -1) -> bytes:
+        while (n < 0 or not self._buffer) and await self._fill():
+            pass
+        return self._take(len(self._buffer) if n < 0 else n)
+
+    async def readany(self) -> bytes:
+        while not self._buffer and await self._fill():
+            pass
+        return self._take(len(self._buffer))
+
+    async def readuntil(self, separator: bytes = b"\n") -> bytes:
+        while (found := self._buffer.find(separator)) < 0 and await self._fill():
+            pass
+        return self._take(len(self._buffer) if found < 0 else found + len(separator))
+
+    async def readline(self, **kwargs: Any) -> bytes:
+        return await self.readuntil(b"\n")
+
+    async def readexactly(self, n: int) -> bytes:
+        while len(self._buffer) < n and await self._fill():
+            pass
+        if len(self._buffer) < n:
+            raise asyncio.IncompleteReadError(self._take(len(self._buffer)), n)
+        return self._take(n)
+
+    async def readchunk(self) -> tuple[bytes, bool]:
+        return await self.readany(), True
+
+    def at_eof(self) -> bool:
+        return self._eof and not self._buffer
+
+
 async def _send(request: Any, admitted: Admitted) -> Any:
     token = ACTIVE_CALL.set(admitted.call)
     try:
@@ -87,7 +154,8 @@ async def _send(request: Any, admitted: Admitted) -> Any:
         ACTIVE_CALL.reset(token)
     reader = response_reader(admitted, response.status, response.headers.get("Content-Type", ""))
     if reader is not None:
-        response.content = _MeteredContent(response.content, reader, admitted)
+        content_type = _FilteredContent if admitted.hide else _MeteredContent
+        response.content = content_type(response.content, reader, admitted)
     return response
 
 
@@ -125,12 +193,26 @@ def _wrap_request(original: Callable[..., Any], *, post: bool) -> Callable[..., 
             body = orjson.dumps(kwargs["json"])
         if not isinstance(body, (bytes, str)) or str(method).upper() != "POST":
             return original(session, *args, **kwargs)
-        admitted = admit("POST", URL(str(url)).path, body, "aiohttp", may_ask_usage=False)
+        admitted = admit("POST", URL(str(url)).path, body, "aiohttp", may_ask_usage=True)
         if admitted is None:
             return original(session, *args, **kwargs)
+        if admitted.hide:  # send the body that asks for the usage
+            was_json = kwargs.pop("json", None) is not None
+            kwargs["data"] = orjson.dumps(admitted.body)
+            kwargs["headers"] = _headers_for_new_body(kwargs.get("headers"), was_json)
         return _MeteredRequest(original(session, *args, **kwargs), admitted)
 
     return request
+
+
+def _headers_for_new_body(headers: Any, was_json: bool) -> list[tuple[str, str]]:
+    """The caller's headers without a Content-Length (the body changed length), and with the
+    JSON content type that aiohttp would have set for ``json=``."""
+    items = list((headers.items() if hasattr(headers, "items") else headers) or ())
+    kept = [(str(name), value) for name, value in items if str(name).lower() != "content-length"]
+    if was_json and not any(name.lower() == "content-type" for name, _ in kept):
+        kept.append(("Content-Type", "application/json"))
+    return kept
 
 
 def instrument_aiohttp(module: Any) -> None:

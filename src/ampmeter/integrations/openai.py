@@ -97,12 +97,14 @@ class ChatAdapter(Adapter):
         choices = get(event, "choices") or ()
         for choice in choices:
             delta = get(choice, "delta")
-            index = get(choice, "index") or 0
-            for tool in get(delta, "tool_calls") or ():
-                key = (index, get(tool, "index") or 0)
-                if key not in tally.tool_keys:
-                    tally.tool_keys.add(key)
-                    tally.tool_calls += 1
+            tools = get(delta, "tool_calls")
+            if tools:
+                index = get(choice, "index") or 0
+                for tool in tools:
+                    key = (index, get(tool, "index") or 0)
+                    if key not in tally.tool_keys:
+                        tally.tool_keys.add(key)
+                        tally.tool_calls += 1
             content = get(delta, "content")
             if isinstance(content, str) and content:
                 tally.chunks += 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ampmeter.ledgers.base import Ledger, LedgerUnavailable, Reservation
+from ampmeter.ledgers.base import Ledger, LedgerUnavailable, Refusal, Reservation
 from ampmeter.ledgers.memory import InMemoryLedger
 from ampmeter.ledgers.sqlite import SqliteLedger
 
@@ -19,6 +19,7 @@ __all__ = [
     "Ledger",
     "LedgerUnavailable",
     "RedisLedger",
+    "Refusal",
     "Reservation",
     "SqliteLedger",
 ]

@@ -85,8 +85,11 @@ reap()
 
 # ARGV 3 id, 4 lease seconds ("" = none), 5 the hold's JSON, 6 how many scopes, then per scope
 # its field prefix, m, and m (key, ceiling) pairs. Returns {status, seconds, microseconds of
-# the server clock, hold JSON, expiry}: status 1 taken, 0 refused (a ceiling, or a settled id),
-# 2 already held under this id (then the JSON and expiry are the existing hold's).
+# the server clock, hold JSON, expiry}: status 1 taken, 0 refused (a settled id), 2 already
+# held under this id (then the JSON and expiry are the existing hold's), 3 refused by a
+# ceiling: then the fourth item is the JSON [scope number, key, spent, reserved] (the hash
+# values as stored) of the ceiling that refused - one broken by what is spent alone, at any
+# scope, before one broken only by reservations in flight.
 RESERVE = (
     _PRELUDE
     + """
@@ -107,19 +110,29 @@ for j = 1, #flat, 2 do
   wanted[flat[j]] = (wanted[flat[j]] or 0) + tonumber(flat[j + 1])
 end
 local i = 7
-for _ = 1, tonumber(ARGV[6]) do
+local busy = nil
+for n = 1, tonumber(ARGV[6]) do
   local prefix, m = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
   for _ = 1, m do
     local key, ceiling = ARGV[i], tonumber(ARGV[i + 1])
-    local spent = tonumber(redis.call('HGET', KEYS[1], prefix .. key) or '0')
-    local held = tonumber(redis.call('HGET', KEYS[2], prefix .. key) or '0')
-    if spent + held + (wanted[key] or 0) > ceiling then
-      close_window()
-      return {0, t[1], t[2], '', ''}
+    local spent = redis.call('HGET', KEYS[1], prefix .. key) or '0'
+    local held = redis.call('HGET', KEYS[2], prefix .. key) or '0'
+    local amount = wanted[key] or 0
+    if tonumber(spent) + tonumber(held) + amount > ceiling then
+      local found = cjson.encode({n, key, spent, held})
+      if tonumber(spent) + amount > ceiling then
+        close_window()
+        return {3, t[1], t[2], found, ''}
+      end
+      busy = busy or found
     end
     i = i + 2
   end
+end
+if busy then
+  close_window()
+  return {3, t[1], t[2], busy, ''}
 end
 for _, prefix in ipairs(hold.p) do
   for j = 1, #flat, 2 do

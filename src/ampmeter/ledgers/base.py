@@ -13,7 +13,7 @@ import math
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
 from typing import Literal
@@ -22,7 +22,7 @@ from ampmeter.errors import BudgetUnavailable
 from ampmeter.ledgers._journal import Journal, Settlement
 from ampmeter.ledgers._renewal import Renewer
 
-__all__ = ["Ledger", "LedgerUnavailable", "Reservation"]
+__all__ = ["Ledger", "LedgerUnavailable", "Refusal", "Reservation"]
 
 # How long a settled (committed or released) reservation id is remembered, so that a repeated
 # commit or release of it, or a reserve with it arriving late, is recognised and ignored.
@@ -57,6 +57,67 @@ class Reservation:
     scopes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why :meth:`Ledger.try_reserve` held nothing: the ceiling ``key`` of ``scope`` refused.
+
+    ``spent`` and ``reserved`` are that scope's totals for ``key`` when the ledger refused,
+    ``amount`` what was asked and ``ceiling`` the ceiling. When what is spent alone leaves
+    room at *every* scope the reserve checked, the ledger names a ceiling broken only by
+    reservations in flight: :attr:`busy` is then True (waiting for them may help); otherwise
+    it names a scope where ``spent + amount`` is over. ``scope`` and ``key`` are None when the
+    reservation id had been settled already (nothing to wait for).
+    """
+
+    scope: str | None
+    key: str | None
+    spent: float = 0.0
+    reserved: float = 0.0
+    amount: float = 0.0
+    ceiling: float = 0.0
+
+    @property
+    def busy(self) -> bool:
+        """True when only reservations in flight stand in the way (``spent + amount`` fits)."""
+        return self.key is not None and self.spent + self.amount <= self.ceiling
+
+    @property
+    def value(self) -> float:
+        """What the refused ceiling would have counted: ``spent + reserved + amount``."""
+        return self.spent + self.reserved + self.amount
+
+
+SETTLED_ID = Refusal(None, None)
+"""The refusal of a reserve whose reservation id was settled already."""
+
+
+def first_refusal(
+    limits: Limits,
+    amounts: Mapping[str, float],
+    totals: Callable[[str], tuple[Mapping[str, float], Mapping[str, float]]],
+) -> Refusal | None:
+    """The ceiling of ``limits`` a reserve of ``amounts`` breaks, or None if every one fits.
+
+    ``totals(scope)`` gives that scope's ``(spent, reserved)``. A ceiling broken by what is
+    spent alone is named before any broken only by reservations (see :class:`Refusal`).
+    """
+    busy: Refusal | None = None
+    for scope, ceilings in limits.items():
+        if not ceilings:
+            continue
+        spent, reserved = totals(scope)
+        for key, ceiling in ceilings.items():
+            amount = amounts.get(key, 0.0)
+            used = spent.get(key, 0.0)
+            held = reserved.get(key, 0.0)
+            if used + held + amount > ceiling:
+                refusal = Refusal(scope, key, used, held, amount, ceiling)
+                if not refusal.busy:
+                    return refusal
+                busy = busy or refusal
+    return busy
+
+
 class Ledger(ABC):
     """Reservations and spend for a tree of budget scopes (``tenant-42/run-7/researcher``).
 
@@ -67,6 +128,8 @@ class Ledger(ABC):
       and every key ``k`` of that scope's ceilings, that ``spent[k] + reserved[k] + amount``
       is not *strictly greater* than the ceiling; if any would be, nothing changes and None is
       returned. Otherwise the amounts are added to ``reserved`` at every one of those scopes.
+      :meth:`try_reserve` is the same step, but a refusal says which ceiling refused and
+      whether only reservations in flight were in the way (:class:`Refusal`).
     * :meth:`commit` replaces a reservation by the actual spend at each of its scopes;
       :meth:`release` returns it unused. Both are idempotent per reservation id, and a
       reservation id once settled can never be reserved again (a late reserve returns None).
@@ -125,6 +188,21 @@ class Ledger(ABC):
         request may still land later, so a caller that gave ``reservation_id`` should
         :meth:`release` it (without one, the ledger journals that release itself).
         """
+        held = self.try_reserve(
+            amounts, ceilings, ancestors=ancestors, reservation_id=reservation_id
+        )
+        return held if isinstance(held, Reservation) else None
+
+    def try_reserve(
+        self,
+        amounts: Mapping[str, float],
+        ceilings: Mapping[str, float],
+        *,
+        ancestors: Mapping[str, Mapping[str, float]] | None = None,
+        reservation_id: str | None = None,
+    ) -> Reservation | Refusal:
+        """:meth:`reserve`, but a refusal comes back as a :class:`Refusal` naming the ceiling
+        that refused and whether what is spent alone would have left room (``busy``)."""
         wanted = check_amounts(amounts, "amounts")
         limits: Limits = {self.scope: check_amounts(ceilings, "ceilings", allow_negative=True)}
         if ancestors is not None:
@@ -140,7 +218,11 @@ class Ledger(ABC):
                 # the caller never learns this id, so the ledger releases it itself.
                 self._journal_release(rid)
             raise
-        if held is not None and held.expires_at is not None and self._renewer is not None:
+        if (
+            isinstance(held, Reservation)
+            and held.expires_at is not None
+            and self._renewer is not None
+        ):
             self._renewer.track(held)
         return held
 
@@ -232,8 +314,10 @@ class Ledger(ABC):
     @abstractmethod
     def _backend_reserve(
         self, reservation_id: str, amounts: dict[str, float], limits: Limits
-    ) -> Reservation | None:
-        """One atomic reserve (see :meth:`reserve`); ``limits`` lists the own scope first."""
+    ) -> Reservation | Refusal:
+        """One atomic reserve (see :meth:`try_reserve`); ``limits`` lists the own scope first.
+        A settled id is refused with :data:`SETTLED_ID`; a ceiling as :func:`first_refusal`
+        names it."""
 
     @abstractmethod
     def _backend_commit(

@@ -7,11 +7,14 @@ import time
 from typing import Literal
 
 from ampmeter.ledgers.base import (
+    SETTLED_ID,
     SETTLED_KEEP_S,
     Ledger,
     Limits,
+    Refusal,
     Reservation,
     check_seconds,
+    first_refusal,
     frozen,
 )
 
@@ -58,23 +61,23 @@ class InMemoryLedger(Ledger):
 
     def _backend_reserve(
         self, reservation_id: str, amounts: dict[str, float], limits: Limits
-    ) -> Reservation | None:
+    ) -> Reservation | Refusal:
         state = self._state
         with state.lock:
             now = time.time()
             self._reap(now)
             if reservation_id in state.committed or reservation_id in state.released:
-                return None
+                return SETTLED_ID
             lease = state.leases.get(reservation_id)
             if lease is not None:
                 return self._reservation(reservation_id, lease)
-            for scope, ceilings in limits.items():
-                spent = state.spent.get(scope, {})
-                reserved = state.reserved.get(scope, {})
-                for key, ceiling in ceilings.items():
-                    total = spent.get(key, 0.0) + reserved.get(key, 0.0) + amounts.get(key, 0.0)
-                    if total > ceiling:
-                        return None
+            refusal = first_refusal(
+                limits,
+                amounts,
+                lambda scope: (state.spent.get(scope, {}), state.reserved.get(scope, {})),
+            )
+            if refusal is not None:
+                return refusal
             scopes = tuple(limits)
             for scope in scopes:
                 reserved = state.reserved.setdefault(scope, {})

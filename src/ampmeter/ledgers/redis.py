@@ -33,10 +33,12 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from ampmeter.ledgers import _lua
 from ampmeter.ledgers._journal import Journal, default_journal_dir
 from ampmeter.ledgers.base import (
+    SETTLED_ID,
     SETTLED_KEEP_S,
     Ledger,
     LedgerUnavailable,
     Limits,
+    Refusal,
     Reservation,
     check_scope,
     check_seconds,
@@ -120,7 +122,7 @@ class RedisLedger(Ledger):
 
     def _backend_reserve(
         self, reservation_id: str, amounts: dict[str, float], limits: Limits
-    ) -> Reservation | None:
+    ) -> Reservation | Refusal:
         scopes = tuple(limits)
         flat: list[str] = []
         for key, value in amounts.items():
@@ -140,7 +142,12 @@ class RedisLedger(Ledger):
         answer = self._call(lambda: self._reserve(keys=self._keys, args=args))
         status, seconds, micros, existing, expiry = (_text(part) for part in answer)
         if status == "0":
-            return None
+            return SETTLED_ID
+        if status == "3":
+            number, key, spent, held = orjson.loads(existing)
+            scope = scopes[int(number) - 1]
+            return Refusal(scope, key, float(spent), float(held), amounts.get(key, 0.0),
+                           limits[scope][key])  # fmt: skip
         expires_at = None
         if status == "1" and self._lease_arg:
             expires_at = int(seconds) + int(micros) / 1e6 + float(self._lease_arg)

@@ -21,12 +21,15 @@ import orjson
 
 from ampmeter.ledgers._journal import Journal, default_journal_dir
 from ampmeter.ledgers.base import (
+    SETTLED_ID,
     SETTLED_KEEP_S,
     Ledger,
     LedgerUnavailable,
     Limits,
+    Refusal,
     Reservation,
     check_seconds,
+    first_refusal,
     frozen,
 )
 
@@ -151,32 +154,31 @@ class SqliteLedger(Ledger):
 
     def _backend_reserve(
         self, reservation_id: str, amounts: dict[str, float], limits: Limits
-    ) -> Reservation | None:
-        def reserve(db: sqlite3.Connection, now: float) -> Reservation | None:
+    ) -> Reservation | Refusal:
+        def totals(db: sqlite3.Connection, scope: str) -> tuple[dict[str, float], dict[str, float]]:
+            spent = dict(
+                db.execute("SELECT key, value FROM ampmeter_spent WHERE scope = ?", (scope,))
+            )
+            held = dict(
+                db.execute(
+                    "SELECT key, SUM(amount) FROM ampmeter_held WHERE scope = ? GROUP BY key",
+                    (scope,),
+                )
+            )
+            return spent, held
+
+        def reserve(db: sqlite3.Connection, now: float) -> Reservation | Refusal:
             if _settled(db, reservation_id) is not None:
-                return None
+                return SETTLED_ID
             row = db.execute(
                 "SELECT expires_at, scopes, amounts FROM ampmeter_holds WHERE id = ?",
                 (reservation_id,),
             ).fetchone()
             if row is not None:
                 return _reservation(reservation_id, *row)
-            for scope, ceilings in limits.items():
-                if not ceilings:
-                    continue
-                spent = dict(
-                    db.execute("SELECT key, value FROM ampmeter_spent WHERE scope = ?", (scope,))
-                )
-                held = dict(
-                    db.execute(
-                        "SELECT key, SUM(amount) FROM ampmeter_held WHERE scope = ? GROUP BY key",
-                        (scope,),
-                    )
-                )
-                for key, ceiling in ceilings.items():
-                    total = spent.get(key, 0.0) + held.get(key, 0.0) + amounts.get(key, 0.0)
-                    if total > ceiling:
-                        return None
+            refusal = first_refusal(limits, amounts, lambda scope: totals(db, scope))
+            if refusal is not None:
+                return refusal
             scopes = tuple(limits)
             expires_at = now + self._lease_s if self._lease_s is not None else None
             db.execute(

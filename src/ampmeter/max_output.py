@@ -1,0 +1,58 @@
+"""The most output tokens a model can write in one call, where its provider documents it.
+
+genai-prices carries prices and context windows, not output limits, so ampmeter ships a small
+table (``max_output_tokens.json``) of the documented limits of common models. A call that sets
+no ``max_tokens`` reserves its model's limit: a budget must not assume a short answer from a
+model that may write a long one. A model the table does not know gets ``None`` (the caller's
+default applies). Each model name is resolved once and then answered by one dict lookup.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["max_output_tokens"]
+
+_TABLE_FILE: Final = "max_output_tokens.json"
+_SEPARATORS: Final = "-@:_"
+_CACHE_MAX: Final = 4_096
+_table: dict[str, int] | None = None
+_resolved: dict[str, int | None] = {}
+_MISSING: Final = object()
+
+
+def max_output_tokens(model: str) -> int | None:
+    """``model``'s documented maximum output tokens per call, or None if the table lacks it.
+
+    A provider prefix (``openai/gpt-4o``) is ignored; a dated or versioned name
+    (``gpt-4o-2024-08-06``) matches its family's longest entry.
+    """
+    found = _resolved.get(model, _MISSING)
+    if found is _MISSING:
+        found = _lookup(model)
+        if len(_resolved) < _CACHE_MAX:
+            _resolved[model] = found
+    return found  # type: ignore[return-value]
+
+
+def _lookup(model: str) -> int | None:
+    table = _load()
+    name = model.rpartition("/")[2].lower()
+    matches = [
+        entry
+        for entry in table
+        if name.startswith(entry) and (len(name) == len(entry) or name[len(entry)] in _SEPARATORS)
+    ]
+    return table[max(matches, key=len)] if matches else None
+
+
+def _load() -> dict[str, int]:
+    global _table
+    if _table is None:
+        from importlib import resources
+
+        import orjson
+
+        raw = orjson.loads(resources.files("ampmeter").joinpath(_TABLE_FILE).read_bytes())
+        _table = {str(name): int(tokens) for name, tokens in raw["models"].items()}
+    return _table

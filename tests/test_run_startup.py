@@ -1,0 +1,77 @@
+"""What ``ampmeter run`` imports: the parent no CLI framework, a child nothing until it needs to.
+
+Not timings (those are in bench/startup_bench.py): which modules get imported, read from
+``-X importtime`` and ``sys.modules``, so the test holds on a slow machine.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from ampmeter.runner import RunConfig, run_command
+
+HEAVY = ("typer", "click", "rich", "pydantic", "jsonschema")
+
+
+def imported_modules(importtime_stderr: str) -> set[str]:
+    names = set()
+    for line in importtime_stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip())
+    return names
+
+
+def test_the_run_command_imports_no_cli_framework_in_the_parent() -> None:
+    launch = "import sys; from ampmeter._console_script import main; main(sys.argv[1:])"
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", launch, "run", "--max-llm-calls", "5", "--",
+         sys.executable, "-c", "pass"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    parent = imported_modules(done.stderr)
+    assert "ampmeter.cli_launch" in parent  # the check reads the right process
+    assert not {name for name in parent if name.split(".")[0] in HEAVY}
+    assert "ampmeter run summary" in done.stderr
+
+
+def test_a_child_that_imports_nothing_metered_does_not_load_ampmeter(tmp_path: Path) -> None:
+    report = tmp_path / "modules.json"
+    program = tmp_path / "plain.py"
+    program.write_text(
+        "import json, sys\n"
+        f"json.dump(sorted(m for m in sys.modules if m.startswith('ampmeter')), open({str(report)!r}, 'w'))\n"  # noqa: E501
+    )
+    outcome = run_command([str(program)], RunConfig(max_llm_calls=1))
+    assert outcome.exit_code == 0
+    assert json.loads(report.read_text()) == ["ampmeter.integrations._hooks"]
+    assert outcome.summary is not None
+    assert outcome.summary["termination"] == "success" and outcome.summary["processes"] == 1
+
+
+def test_a_child_that_never_metered_still_reports_its_failure(tmp_path: Path) -> None:
+    program = tmp_path / "fails.py"
+    program.write_text("raise ValueError('boom')\n")
+    outcome = run_command([str(program)], RunConfig())
+    assert outcome.exit_code == 1
+    assert outcome.summary is not None and outcome.summary["termination"] == "error"
+
+
+def test_importing_an_sdk_starts_metering_with_the_run_limits(tmp_path: Path) -> None:
+    program = tmp_path / "late.py"
+    program.write_text(
+        "import sys\n"
+        "assert not [m for m in sys.modules if m.startswith('ampmeter.context')]\n"
+        "import openai, ampmeter\n"
+        "from openai.resources.chat.completions import Completions\n"
+        "ctx = ampmeter.current_context()\n"
+        "assert ctx is not None and ctx.name == 'ampmeter_run', ctx\n"
+        "assert hasattr(Completions.create, '__ampmeter_original__')\n"
+        "assert [l.max_value for l in ctx.limits] == [2], ctx.limits\n"
+    )
+    outcome = run_command([str(program)], RunConfig(max_llm_calls=2))
+    assert outcome.exit_code == 0
+    assert outcome.summary is not None and outcome.summary["processes"] == 1
