@@ -26,7 +26,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from ampmeter.keys import LOCAL_KEYS
@@ -39,9 +39,12 @@ _CREATED: Final = "created"
 _RUNNING: Final = "running"
 _DUST: Final = 1e-12  # reserved totals below this are float dust from add/subtract pairs
 _PLANS_MAX: Final = 4_096  # per level: usage shapes with a resolved cell plan
+_CHECKS_MAX: Final = 64  # per level: limit rows with a compiled check
 
 LimitRow = tuple[bool, str, float, Any]
 """A compiled limit: ``(is_prefix, key, max_value, limit object)``."""
+Entry = tuple["Cell | None", float, Any, str]
+"""One value a check compares: ``(cell or None, max_value, limit object, key)``."""
 Hit = tuple[Any, str, float]
 """A limit found exceeded: ``(limit object, key, value)``."""
 Guard = tuple["Level", tuple[LimitRow, ...]]
@@ -66,7 +69,9 @@ class Cell:
 class Level:
     """The stats of one context: counters and gauges as cells, and its chain up to the root."""
 
-    __slots__ = ("chain", "counters", "gauges", "known", "parent", "plans", "watched")
+    __slots__ = (
+        "chain", "checks", "counters", "gauges", "known", "parent", "plans", "version", "watched"
+    )  # fmt: skip
 
     def __init__(self, parent: Level | None) -> None:
         self.parent = parent
@@ -79,11 +84,16 @@ class Level:
         self.watched: dict[str, list[str]] = {}
         # Usage shape -> the cells it adds to, level by level up the chain.
         self.plans: dict[Shape, tuple[Cell, ...]] = {}
+        # Moves whenever a key or a cell is added here: compiled checks older than it are stale.
+        self.version = 0
+        # id(limit rows) -> (those rows, the version compiled at, the check's entries).
+        self.checks: dict[int, tuple[tuple[LimitRow, ...], int, tuple[Entry, ...]]] = {}
 
     def note(self, key: str) -> None:
         """Record that ``key`` exists here (prefix watch lists see it from now on)."""
         if key in self.known:
             return
+        self.version += 1
         self.known[key] = None
         for prefix, keys in self.watched.items():
             if key.startswith(prefix):
@@ -104,8 +114,46 @@ class Level:
         if found is None:
             found = Cell(0.0 if gauge else 0)
             cells[key] = found
+            self.version += 1
             self.note(key)
         return found
+
+    def plan(self, shape: Shape) -> tuple[Cell, ...]:
+        """The cells a usage of ``shape`` adds to here and at every ancestor, level by level in
+        ``shape``'s order (made now if new; kept in :attr:`plans`)."""
+        cells = tuple(stats.cell(key, gauge) for stats in self.chain
+                      for key, _, gauge in shape.entries)  # fmt: skip
+        if len(self.plans) < _PLANS_MAX:
+            self.plans[shape] = cells
+        return cells
+
+    def compile(self, rows: tuple[LimitRow, ...]) -> tuple[Any, int, tuple[Entry, ...]]:
+        """``(rows, version, entries)``: the entries checking ``rows`` here, ``(cell or None,
+        max_value, limit, key)`` in check order (list order; for each limit counters, then
+        gauges), kept in :attr:`checks` until a key or cell is added here. ``None`` stands for
+        a key with no value yet, which only a held or pending amount can push over."""
+        entries: list[Entry] = []
+        counters, gauges = self.counters, self.gauges
+        for is_prefix, key, top, limit in rows:
+            if is_prefix:
+                keys = self.keys_with(key)
+                for name in keys:
+                    count = counters.get(name)
+                    if count is not None or name not in gauges:
+                        entries.append((count, top, limit, name))
+                entries.extend((gauges[name], top, limit, name) for name in keys if name in gauges)
+                continue
+            count = counters.get(key)
+            amount = gauges.get(key)
+            if count is not None:
+                entries.append((count, top, limit, key))
+            if amount is not None or count is None:
+                entries.append((amount, top, limit, key))
+        if len(self.checks) >= _CHECKS_MAX:
+            self.checks.clear()
+        compiled = (rows, self.version, tuple(entries))
+        self.checks[id(rows)] = compiled
+        return compiled
 
 
 class Ticket:
@@ -372,14 +420,8 @@ class Kernel:
     def _feed(level: Level, usage: Usage) -> Iterator[tuple[Cell, Any]]:
         """The (cell, amount) pairs that add ``usage`` at ``level`` and every ancestor."""
         shape = usage.shape()
-        cells = level.plans.get(shape)
-        if cells is None:
-            cells = tuple(
-                stats.cell(key, gauge) for stats in level.chain for key, _, gauge in shape.entries
-            )
-            if len(level.plans) < _PLANS_MAX:
-                level.plans[shape] = cells
-        return zip(cells, usage.values(shape) * len(level.chain), strict=True)
+        cells = level.plans.get(shape) or level.plan(shape)
+        return zip(cells, shape.pick(usage) * len(level.chain), strict=False)  # same length
 
     def bump(self, level: Level, key: str) -> int:
         """Add 1 to ``key`` at ``level`` only and return the new value (iterations)."""
@@ -417,11 +459,11 @@ class Kernel:
         """
         ticket = Ticket(node, amounts, holds, owner)
         with self.lock:
-            hit = self._check(guards, amounts, True) if guards else None
+            hit = self._check(guards, amounts) if guards else None
             if hit is not None:
                 deadline = None
                 while hit is not None:
-                    if self._check(guards, amounts, True, False) is not None:
+                    if self._check(guards, amounts, False) is not None:
                         return hit  # it does not fit what is spent: refused at once
                     if deadline is None:
                         deadline = time.monotonic() + wait_s
@@ -437,7 +479,7 @@ class Kernel:
                         self.settled.wait(left)
                     finally:
                         self.waiting -= 1
-                    hit = self._check(guards, amounts, True)
+                    hit = self._check(guards, amounts)
             # One step: registered, running and counted in flight together.
             self.open[node.node_id] = ticket
             if run and node.status == _CREATED:
@@ -465,22 +507,22 @@ class Kernel:
         with self.lock:
             if node.status in TERMINAL_STATUSES:
                 return None
-            ticket = self.open.get(node.node_id)
-            if ticket is None:
-                ticket = Ticket(node, {}, (), None)  # records progress; holds nothing
-            args = (ticket, node, level, usage, status, end, cost, tokens_in, tokens_out,
-                    error_class, stop_reason, metadata)  # fmt: skip
+            # (a ticket made here records progress and holds nothing)
+            ticket = self.open.get(node.node_id) or Ticket(node, {}, (), None)
             try:
-                self._settle_steps(*args)
+                self._settle_steps(ticket, node, level, usage, status, end, cost, tokens_in,
+                                   tokens_out, error_class, stop_reason, metadata)  # fmt: skip
             except BaseException:
                 # An interrupt landed: finish the steps, then let it go on (the second attempt
                 # covers an interrupt at the very start of the first).
+                args = (ticket, node, level, usage, status, end, cost, tokens_in, tokens_out,
+                        error_class, stop_reason, metadata)  # fmt: skip
                 try:
                     finish(self._settle_steps, *args)
                 except BaseException:
                     finish(self._settle_steps, *args)
                 raise
-            return self._check(guards, None, True) if guards else None
+            return self._check(guards, None) if guards else None
 
     def _settle_steps(
         self,
@@ -559,26 +601,54 @@ class Kernel:
         """The first guard (in order) with an exceeded limit, counting ``pending`` and (unless
         ``holds`` is False) what calls in flight hold."""
         with self.lock:
-            return self._check(guards, pending, False, holds)
+            if pending:  # prefix limits see pending keys new to a level
+                for level, _ in guards:
+                    for key in pending:
+                        level.note(key)
+            return self._check(guards, pending, holds)
 
     def _check(
         self,
         guards: tuple[Guard, ...],
         pending: Mapping[str, float] | None,
-        noted: bool,
         holds: bool = True,
     ) -> tuple[int, Hit] | None:
-        """:meth:`check` under the lock; ``noted``: every pending key is known at every guard;
+        """:meth:`check` under the lock (every pending key known at every guard level);
         ``holds=False`` leaves out what calls in flight hold (what is spent, and ``pending``)."""
-        for index, (level, rows) in enumerate(guards):
-            hit = self._check_level(level, rows, pending, noted, holds)
-            if hit is not None:
-                if self.open and any(t.owner() is None for t in self.open.values()):
-                    # Holds of abandoned calls must not refuse anyone: sweep and look again.
-                    self._sweep_locked()
-                    hit = self._check_level(level, rows, pending, noted, holds)
-                if hit is not None:
-                    return index, hit
+        index = -1
+        for level, rows in guards:
+            index += 1
+            swept = False
+            while True:
+                found = level.checks.get(id(rows))
+                if found is None or found[0] is not rows or found[1] != level.version:
+                    found = level.compile(rows)
+                # What is held here and what is pending, per key (None: nothing).
+                extras: Mapping[str, float] | None = pending
+                held = self.held_at(level) if self.open and holds else None
+                if held:
+                    if pending:
+                        for name, amount in pending.items():  # held_at gave a fresh dict
+                            held[name] = held.get(name, 0.0) + amount
+                    extras = held
+                for cell, top, limit, key in found[2]:  # noqa: B007 (read after break)
+                    extra = extras.get(key, 0.0) if extras else 0.0
+                    if cell is None:
+                        if not extra or extra <= top:
+                            continue
+                        value = extra
+                    else:
+                        value = cell.value + extra
+                        if value <= top:
+                            continue
+                    break  # exceeded
+                else:
+                    break  # nothing exceeded at this level
+                if swept or not any(t.owner() is None for t in self.open.values()):
+                    return index, (limit, key, value)
+                # Holds of abandoned calls must not refuse anyone: sweep and look again.
+                self._sweep_locked()
+                swept = True
         return None
 
     def _sweep_locked(self) -> None:
@@ -615,82 +685,6 @@ class Kernel:
         self.sweep()
         with self.lock:
             return {k: v for k, v in self.held_at(level).items() if v > _DUST}
-
-    def _check_level(
-        self,
-        level: Level,
-        rows: tuple[LimitRow, ...],
-        pending: Mapping[str, float] | None,
-        noted: bool,
-        holds: bool = True,
-    ) -> Hit | None:
-        counters, gauges = level.counters, level.gauges
-        held = self.held_at(level) if self.open and holds else None
-        for is_prefix, key, top, limit in rows:
-            if is_prefix:
-                hit = _check_prefix(level, key, top, limit, held, pending, noted)
-                if hit is not None:
-                    return hit
-                continue
-            extra = 0.0
-            if held:
-                extra = held.get(key, 0.0)
-            if pending:
-                extra += pending.get(key, 0.0)
-            count = counters.get(key)
-            if count is not None and count.value + extra > top:
-                return limit, key, count.value + extra
-            amount = gauges.get(key)
-            if amount is not None:
-                if amount.value + extra > top:
-                    return limit, key, amount.value + extra
-            elif count is None and extra and extra > top:
-                return limit, key, extra
-        return None
-
-
-def _check_prefix(
-    level: Level,
-    prefix: str,
-    top: float,
-    limit: object,
-    held: Mapping[str, float] | None,
-    pending: Mapping[str, float] | None,
-    noted: bool,
-) -> Hit | None:
-    keys: Iterable[str] | None = level.watched.get(prefix)
-    if keys is None:
-        keys = level.keys_with(prefix)
-    if pending and not noted:
-        new = [k for k in pending if k.startswith(prefix) and k not in level.known]
-        if new:
-            keys = [*keys, *new]
-    counters, gauges = level.counters, level.gauges
-    for key in keys:  # counters first
-        extra = 0.0
-        if held:
-            extra = held.get(key, 0.0)
-        if pending:
-            extra += pending.get(key, 0.0)
-        count = counters.get(key)
-        if count is None:
-            # Never written as a counter: a held or pending amount counts here only if the key
-            # is no gauge either (else the gauge pass counts it).
-            if extra and extra > top and key not in gauges:
-                return limit, key, extra
-        elif count.value + extra > top:
-            return limit, key, count.value + extra
-    for key in keys:
-        amount = gauges.get(key)
-        if amount is not None:
-            extra = 0.0
-            if held:
-                extra = held.get(key, 0.0)
-            if pending:
-                extra += pending.get(key, 0.0)
-            if amount.value + extra > top:
-                return limit, key, amount.value + extra
-    return None
 
 
 def _ALIVE() -> object:

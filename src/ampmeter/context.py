@@ -80,7 +80,7 @@ from ampmeter.policies import (
 from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace, TraceRecord
-from ampmeter.usage import Shape, Usage
+from ampmeter.usage import Shape, Usage, picker
 
 if TYPE_CHECKING:
     from ampmeter.ledgers.base import Ledger, Refusal, Reservation
@@ -341,24 +341,25 @@ class Call:
             if type(cost_usd) is float and 0.0 <= cost_usd < _INF
             else _validate.optional_amount(cost_usd, "cost_usd")
         )
-        cached = cached_tokens if cached_tokens == 0 and type(cached_tokens) is int else (
-            _validate.count(cached_tokens, "cached_tokens"))  # fmt: skip
-        writes = cache_write_tokens if cache_write_tokens == 0 and type(cache_write_tokens) is int \
-            else _validate.count(cache_write_tokens, "cache_write_tokens")  # fmt: skip
-        reasoning = reasoning_tokens if reasoning_tokens == 0 and type(reasoning_tokens) is int \
-            else _validate.count(reasoning_tokens, "reasoning_tokens")  # fmt: skip
-        tools = tool_calls_made if tool_calls_made == 0 and type(tool_calls_made) is int else (
-            _validate.count(tool_calls_made, "tool_calls_made"))  # fmt: skip
-        if cached + writes > (t_in or 0):
-            raise ValueError(
-                f"cached_tokens ({cached}) + cache_write_tokens ({writes}) exceed "
-                f"tokens_in ({t_in}); they are counted as part of the input"
-            )
-        if reasoning > (t_out or 0):
-            raise ValueError(
-                f"reasoning_tokens ({reasoning}) exceed tokens_out ({t_out}); "
-                "they are counted as part of the output"
-            )
+        cached, writes = cached_tokens, cache_write_tokens
+        reasoning, tools = reasoning_tokens, tool_calls_made
+        if (type(cached) is not int or type(writes) is not int or type(reasoning) is not int
+                or type(tools) is not int or cached or writes or reasoning or tools):  # fmt: skip
+            cached = _validate.count(cached, "cached_tokens")
+            writes = _validate.count(writes, "cache_write_tokens")
+            reasoning = _validate.count(reasoning, "reasoning_tokens")
+            tools = _validate.count(tools, "tool_calls_made")
+            # (all four 0: nothing can exceed the input or output)
+            if cached + writes > (t_in or 0):
+                raise ValueError(
+                    f"cached_tokens ({cached}) + cache_write_tokens ({writes}) exceed "
+                    f"tokens_in ({t_in}); they are counted as part of the input"
+                )
+            if reasoning > (t_out or 0):
+                raise ValueError(
+                    f"reasoning_tokens ({reasoning}) exceed tokens_out ({t_out}); "
+                    "they are counted as part of the output"
+                )
         self.tokens_in = t_in
         self.tokens_out = t_out
         self.cost_usd = cost
@@ -380,16 +381,8 @@ class Call:
         Raises :class:`~ampmeter.LimitExceeded` (the node is halted) when the call would break a
         limit of this context or an enclosing one, and ``ExecutionCanceled`` after ``cancel()``.
         """
-        self._admit(shared=True)
+        self.context._admit(self, True)
         return self
-
-    def _admit(self, shared: bool) -> None:
-        if self._state != _NEW:
-            raise RuntimeError(f"call {self.node_id} was already started")
-        # Refused: the node is halted and nothing is held, so finish() has nothing to do.
-        self._state = _DONE
-        self.context._admit(self, shared)
-        self._state = _ADMITTED
 
     def finish(self, exc: BaseException | None = None) -> None:
         """End the call: success, or ``fail`` with ``exc``'s class (``halt`` if interrupted)."""
@@ -399,7 +392,7 @@ class Call:
         self.context._settle(self, exc)
 
     def __enter__(self) -> Call:
-        self._admit(shared=True)
+        self.context._admit(self, True)
         try:
             self._token = _CURRENT.set((self.context, self.node_id))
         except BaseException as exc:  # interrupted right after admission: give the hold back
@@ -437,7 +430,7 @@ class Call:
                 raise
         if not context._has_ledger:
             return self.__enter__()
-        self._admit(shared=False)
+        context._admit(self, False)
         # The ledger's reserve is a network round trip: run it on a worker thread, so the event
         # loop goes on meanwhile. A task cancelled while it runs waits for it and gives back
         # what it got.
@@ -737,7 +730,10 @@ class ExecutionContext:
         if type(label) is not str:
             _validate.text(label, "name")
         out_est = 0 if max_tokens is None else _validate.count(max_tokens, "max_tokens")
-        in_est, chars = _prompt_estimate(prompt_tokens, prompt_text, model)
+        if prompt_tokens is None and prompt_text is None:
+            in_est = chars = 0
+        else:
+            in_est, chars = _prompt_estimate(prompt_tokens, prompt_text, model)
         # Priced by the caller (estimate_usd; no model or no pricing layer to look up) or the table.
         priced = True
         if type(estimate_usd) is float and 0.0 <= estimate_usd < _INF:
@@ -1118,7 +1114,7 @@ class ExecutionContext:
 
     def _hold_plan(self, shape: Shape) -> _HoldPlan:
         """Where a reservation of this shape is held (each guard, with the keys its limits
-        watch) and which of its keys any guard watches, with their Usage fields."""
+        watch), which of its keys any guard watches, and a function picking their amounts."""
         plan = self._hold_plans.get(shape)
         if plan is None:
             holds = []
@@ -1128,7 +1124,7 @@ class ExecutionContext:
                 if keys:
                     holds.append((ctx._level, keys))
                     watched.update((k, f) for k, f, _ in shape.entries if k in keys)
-            plan = (tuple(holds), tuple(watched), tuple(watched.values()))
+            plan = (tuple(holds), tuple(watched), picker(tuple(watched.values())))
             self._kernel.note(plan[0])
             if len(self._hold_plans) < _CACHE_MAX:
                 self._hold_plans[shape] = plan
@@ -1146,15 +1142,17 @@ class ExecutionContext:
             call.node_id,
         )
 
-    def _admit(self, call: Call, shared: bool, wait_s: float | None = None) -> None:
-        """Check the call's limits with its reservation, hold it, and mark the node running.
+    def _admit(self, call: Call, shared: bool) -> None:
+        """Check the call's limits with its reservation, hold it, and mark the node running
+        (``shared``: also hold it in the ledgers, else the caller does that next).
 
         A call that does not fit only because of other calls in flight waits for them up to
-        ``wait_s`` (the context's ``admission_timeout_s`` by default), then raises
-        :class:`~ampmeter.BudgetBusy`.
+        the context's ``admission_timeout_s``, then raises :class:`~ampmeter.BudgetBusy`.
         """
-        if wait_s is None:
-            wait_s = self._admission_timeout_s
+        if call._state != _NEW:
+            raise RuntimeError(f"call {call.node_id} was already started")
+        # Refused: the node is halted and nothing is held, so finish() has nothing to do.
+        call._state = _DONE
         for ctx in self._chain:
             if ctx._canceled:
                 break
@@ -1177,14 +1175,12 @@ class ExecutionContext:
         if guard_rows:
             shape = reservation.shape()
             plan = self._hold_plans.get(shape) or self._hold_plan(shape)
-            holds, keys, fields = plan
-            pending: dict[str, float] = dict(
-                zip(keys, map(reservation.__getitem__, fields), strict=True)  # type: ignore[arg-type]
-            )
+            holds, keys, pick = plan
+            pending: dict[str, float] = dict(zip(keys, pick(reservation)))  # noqa: B905 (hot)
         else:
             holds, pending = (), {}
         found = self._kernel.admit(call.node, call, pending, holds, guard_rows,
-                                   not self._has_ledger, wait_s)  # fmt: skip
+                                   not self._has_ledger, self._admission_timeout_s)  # fmt: skip
         if found is not None:
             index, (limit, key, value) = found
             if isinstance(limit, Busy):
@@ -1192,6 +1188,7 @@ class ExecutionContext:
             self._refuse_on(call, *self._owner(found))
         if self._has_ledger and shared:
             self._admit_shared(call)
+        call._state = _ADMITTED
 
     async def _room_for(self, call: Call) -> None:
         """Await, up to ``admission_timeout_s``, while ``call`` fits what is spent but not what
@@ -1201,8 +1198,8 @@ class ExecutionContext:
 
         reservation = call._reservation
         shape = reservation.shape()
-        _, keys, fields = self._hold_plans.get(shape) or self._hold_plan(shape)
-        pending: dict[str, float] = {k: reservation[f] for k, f in zip(keys, fields, strict=True)}  # type: ignore[misc]
+        _, keys, pick = self._hold_plans.get(shape) or self._hold_plan(shape)
+        pending: dict[str, float] = dict(zip(keys, pick(reservation), strict=True))
         wait: _Wait | None = None
         while True:
             found = self._kernel.check(self._guard_rows, pending)
@@ -1452,32 +1449,33 @@ class ExecutionContext:
         """End a call: its usage, its node, its ledger holds, its sinks, the check after it."""
         node = call.node
         kind = call.kind
-        interrupted = exc is not None and not isinstance(exc, Exception)
-        failed = exc is not None and not interrupted
+        if exc is None:
+            status, error_class, reason = "success", None, None
+            succeeded, failed = 1, 0
+        elif not isinstance(exc, Exception):  # interrupted
+            status, error_class, reason = "halt", None, "interrupted"
+            succeeded = failed = 0
+        else:
+            status, error_class, reason = "fail", type(exc).__name__, redact.error_text(exc)
+            succeeded, failed = 0, 1
         meta: dict[str, Any] | None = None
         cost = call.cost_usd or 0.0
         if kind == "llm":
             cost, meta, unpriced = self._llm_outcome(call)
             usage = _usage(Usage, ("llm", call.model or "", "", call.tokens_in or 0,
                                    call.tokens_out or 0, call.cached_tokens,
-                                   call.reasoning_tokens, cost, 1, int(exc is None), int(failed),
+                                   call.reasoning_tokens, cost, 1, succeeded, failed,
                                    unpriced))  # fmt: skip
             if exc is None and call._prompt_chars and call.tokens_in:
                 estimates.learn(call.model or "", call._prompt_chars, call.tokens_in)
         elif kind == "tool":
-            usage = Usage("tool", "", call.name, 0, 0, 0, 0, cost, 1, exc is None, failed)
+            usage = Usage("tool", "", call.name, 0, 0, 0, 0, cost, 1, succeeded, failed)
         elif kind == "embedding" and call.model:
             cost, meta, _ = self._llm_outcome(call)
             usage = Usage("embedding", call.model, "", call.tokens_in or 0, call.tokens_out or 0,
                           cost_usd=cost)  # fmt: skip
         else:
             usage = Usage(kind, cost_usd=cost)
-        if exc is None:
-            status, error_class, reason = "success", None, None
-        elif interrupted:
-            status, error_class, reason = "halt", None, "interrupted"
-        else:
-            status, error_class, reason = "fail", type(exc).__name__, redact.error_text(exc)
         if node.status == "created" and call.node_id not in self._kernel.open:
             # Never admitted (start() was refused or never called): nothing was used.
             if exc is None:
@@ -1818,7 +1816,9 @@ class _Wait:
         return time.monotonic() - self.started
 
 
-_HoldPlan = tuple[tuple[tuple[Level, tuple[str, ...]], ...], tuple[str, ...], tuple[int, ...]]
+_HoldPlan = tuple[
+    tuple[tuple[Level, tuple[str, ...]], ...], tuple[str, ...], Callable[[Usage], tuple[Any, ...]]
+]
 
 
 def _prompt_estimate(

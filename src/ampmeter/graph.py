@@ -51,6 +51,7 @@ __all__ = [
     "json_copy",
 ]
 
+_INF: Final = float("inf")
 # Past this many nodes a snapshot pauses the cyclic GC while it copies (see snapshot()).
 _SNAPSHOT_GC_PAUSE_NODES: Final = 2_000
 
@@ -131,9 +132,12 @@ class ExecutionGraph:
     ) -> Node:
         """:meth:`begin_node`, returning the graph's own node (read-only for the caller)."""
         checked_kind = kind if type(kind) is str and kind in KINDS else check_kind(kind)
-        _validate.text(name, "name")
-        _validate.optional_text(model, "model")
-        _validate.text(parent_id, "parent_id")
+        # Exact-type tests first (once per node); the full checks name the argument.
+        if (type(name) is not str or type(parent_id) is not str
+                or (model is not None and type(model) is not str)):  # fmt: skip
+            _validate.text(name, "name")
+            _validate.optional_text(model, "model")
+            _validate.text(parent_id, "parent_id")
         meta = {} if metadata is None else _validate.metadata(metadata)
         return self._kernel.begin(parent_id, checked_kind, name, model, meta)
 
@@ -199,9 +203,22 @@ class ExecutionGraph:
         stop_reason: object,
         metadata: object,
     ) -> None:
-        cost = _validate.amount(cost_usd, "cost_usd")
-        t_in = _validate.optional_count(tokens_in, "tokens_in")
-        t_out = _validate.optional_count(tokens_out, "tokens_out")
+        # Exact-type tests first (once per node); the full checks name the argument.
+        cost = (
+            cost_usd
+            if type(cost_usd) is float and 0.0 <= cost_usd < _INF
+            else _validate.amount(cost_usd, "cost_usd")
+        )
+        t_in = (
+            tokens_in
+            if type(tokens_in) is int and 0 <= tokens_in <= _validate.MAX_COUNT
+            else _validate.optional_count(tokens_in, "tokens_in")
+        )
+        t_out = (
+            tokens_out
+            if type(tokens_out) is int and 0 <= tokens_out <= _validate.MAX_COUNT
+            else _validate.optional_count(tokens_out, "tokens_out")
+        )
         reason = _validate.optional_text(stop_reason, "stop_reason")
         if metadata is not None and not isinstance(metadata, dict):
             raise TypeError(f"metadata must be a dict or None, got {type(metadata).__name__}")
@@ -221,7 +238,7 @@ class ExecutionGraph:
     # -- reading ----------------------------------------------------------------------------
 
     def _get(self, node_id: object) -> Node:
-        if not isinstance(node_id, str):
+        if type(node_id) is not str and not isinstance(node_id, str):
             raise TypeError(f"node_id must be a str, got {type(node_id).__name__}")
         return self._kernel.node(node_id)
 

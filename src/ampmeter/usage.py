@@ -7,6 +7,9 @@ usage to the standard keys of :mod:`ampmeter.keys`.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
 from ampmeter import _validate
@@ -44,15 +47,28 @@ class Shape:
     """The keys one shape of usage adds to. Shapes are interned (one object per shape), so
     caches key on them by identity."""
 
-    __slots__ = ("entries", "fields", "keys")
+    __slots__ = ("entries", "fields", "keys", "pick")
 
     def __init__(self, entries: tuple[Entry, ...]) -> None:
         self.entries = entries
         self.keys: tuple[str, ...] = tuple(key for key, _, _ in entries)
         self.fields: tuple[int, ...] = tuple(field for _, field, _ in entries)
+        self.pick = picker(self.fields)  # usage -> the amounts of these keys, in order
 
 
-_shapes: dict[tuple[object, ...], Shape] = {}
+def picker(fields: tuple[int, ...]) -> Callable[[Usage], tuple[Any, ...]]:
+    """A function giving a usage's values at ``fields`` as a tuple (one C call for two or
+    more fields: an itemgetter of one field gives the item itself, of none cannot be made)."""
+    if len(fields) > 1:
+        return itemgetter(*fields)
+    return functools.partial(_pick_few, fields)
+
+
+def _pick_few(fields: tuple[int, ...], usage: Usage) -> tuple[Any, ...]:
+    return tuple(map(usage.__getitem__, fields))
+
+
+_shapes: dict[tuple[Any, ...], Shape] = {}
 
 
 class Usage(NamedTuple):
@@ -125,7 +141,11 @@ class Usage(NamedTuple):
         Per-model (and per-tool) keys come with their totals. The answer depends only on the
         usage's kind, model, tool and which amounts are zero, so it is computed once per shape.
         """
-        key = (self[0], self[1], self[2], tuple(map(bool, self[3:])))
+        kind, model, tool, t_in, t_out, cached, reasoning, cost, calls, steps, retries, unpriced = (
+            self
+        )
+        key = (kind, model, tool, not t_in, not t_out, not cached, not reasoning, not cost,
+               not calls, not steps, not retries, not unpriced)  # fmt: skip
         found = _shapes.get(key)
         if found is None:
             found = Shape(self._translate())
@@ -139,7 +159,7 @@ class Usage(NamedTuple):
 
     def values(self, shape: Shape) -> tuple[Any, ...]:
         """The amounts of ``shape``'s keys, in its order."""
-        return tuple(map(self.__getitem__, shape.fields))
+        return shape.pick(self)
 
     def amounts(self) -> dict[str, float]:
         """Every key of :meth:`entries` with its amount (a reservation's holds, a ledger's
