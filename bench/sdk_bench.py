@@ -175,6 +175,25 @@ def _peers() -> dict[str, Callable[[], contextlib.AbstractContextManager[bool]]]
     return modes
 
 
+@contextlib.contextmanager
+def _isolated(name: str) -> Iterator[None]:
+    """Put back ``Completions.create`` as it was before a mode, if the mode's teardown did not.
+
+    OpenLLMetry's ``uninstrument()`` can leave its wrapper in place once another library has
+    patched the same method, so its wrappers piled up round after round (every later mode,
+    ampmeter's included, then paid for all of them, and a full run never ended).
+    """
+    from openai.resources.chat.completions import Completions
+
+    before = Completions.__dict__["create"]
+    try:
+        yield
+    finally:
+        if Completions.__dict__["create"] is not before:
+            print(f"[sdk] {name} left Completions.create patched: put back", file=sys.stderr)
+            Completions.create = before  # type: ignore[method-assign]
+
+
 def _measure(
     client: openai.OpenAI, call: Callable[[openai.OpenAI, bool], None], rounds: int, calls: int
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
@@ -186,7 +205,7 @@ def _measure(
     for round_no in range(rounds):
         order = names[round_no % len(names) :] + names[: round_no % len(names)]
         for name in order:
-            with modes[name]() as asks_usage:
+            with _isolated(name), modes[name]() as asks_usage:
                 call(client, asks_usage)  # warm this mode's path
                 start, start_cpu = time.perf_counter(), time.thread_time()
                 for _ in range(calls):
