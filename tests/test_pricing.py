@@ -733,3 +733,26 @@ def test_a_fresh_process_prices_known_models_from_the_disk_index(tmp_path: Path)
     index.write_text("{not json")  # a broken index is ignored, never an error
     third = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert third.returncode == 0 and third.stdout.split()[:3] == [cost, status, unpriced]
+
+
+def test_rates_from_the_disk_index_are_decoded_once_per_process(tmp_path: Path) -> None:
+    """Every priced call asks the index (for the reservation and for the price): a process
+    reads and decodes a model's entry once, and prices it the same way every time."""
+    import subprocess
+    import sys
+
+    script = (
+        "import ampmeter, ampmeter.pricing as p, ampmeter._price_cache as c\n"
+        "asked = []\n"
+        "lookup = c.lookup\n"
+        "c.lookup = lambda *a: asked.append(a) or lookup(*a)\n"
+        "costs = {p.price('gpt-4o', input_tokens=1000, output_tokens=100).cost_usd "
+        "for _ in range(5)}\n"
+        "print(len(asked), len(costs), 'genai_prices' in __import__('sys').modules)\n"
+    )
+    env = {**os.environ, "AMPMETER_CACHE_DIR": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["1", "1", "False"]
