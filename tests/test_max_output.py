@@ -24,6 +24,11 @@ from ampmeter.max_output import max_output_tokens
         ("claude-opus-4-20250514", 32_000),
         ("claude-opus-4-1-20250805", 32_000),
         ("claude-sonnet-4-5-20250929", 64_000),
+        # a newer model is not taken for an older family's prefix (4.6 writes 4x Opus 4's 32k)
+        ("claude-opus-4-6", 128_000),
+        ("claude-sonnet-4-6", 128_000),
+        ("gpt-5.1", 128_000),
+        ("gpt-5.1-2025-11-13", 128_000),
         ("models/gemini-2.5-flash-lite", 65_536),
         ("GPT-4o", 16_384),
     ],
