@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from ampmeter.local_llm import LocalLLMServer
+from ampmeter.testing.replay import ReplayServer
 
 TEST_API_KEY = "test-key"
 
@@ -65,3 +66,24 @@ async def async_anthropic_client(
         base_url=llm_server.url, api_key=TEST_API_KEY, max_retries=0
     ) as client:
         yield client
+
+
+@pytest.fixture
+def instrumented() -> Iterator[None]:
+    """SDKs and HTTP clients metered for the test (priced by the real table), unpatched after;
+    a test module asks for it with ``pytestmark = pytest.mark.usefixtures("instrumented")``."""
+    import ampmeter.pricing
+    from ampmeter.context import use_pricing
+    from ampmeter.integrations import instrument, uninstrument
+
+    use_pricing(ampmeter.pricing)
+    instrument()
+    yield
+    uninstrument()
+
+
+@pytest.fixture
+def replay() -> Iterator[ReplayServer]:
+    """A replay server (recorded provider wire bodies) on loopback for the test."""
+    with ReplayServer() as server:
+        yield server

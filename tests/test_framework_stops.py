@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-import ampmeter.pricing
 from ampmeter import ExecutionContext, LimitExceeded, find_limit_exceeded
-from ampmeter.context import use_pricing
-from ampmeter.integrations import instrument, uninstrument
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.sinks.memory import MemorySink
 
-
-@pytest.fixture(autouse=True)
-def instrumented() -> Iterator[None]:
-    use_pricing(ampmeter.pricing)
-    instrument()
-    yield
-    uninstrument()
+pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
 
 def test_smolagents_wraps_the_stop_in_agent_generation_error(llm_server: LocalLLMServer) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -11,7 +10,6 @@ from anthropic.resources.messages import AsyncMessages, Messages
 
 import ampmeter.pricing
 from ampmeter import ExecutionContext, Limit, LimitExceeded
-from ampmeter.context import use_pricing
 from ampmeter.integrations import instrument, uninstrument
 from ampmeter.keys import KEY_LLM_CALLS
 from ampmeter.local_llm import LocalLLMServer
@@ -20,12 +18,7 @@ from ampmeter.sinks.memory import MemorySink
 MESSAGES: list[Any] = [{"role": "user", "content": "Name one fruit."}]
 
 
-@pytest.fixture(autouse=True)
-def instrumented() -> Iterator[None]:
-    use_pricing(ampmeter.pricing)
-    instrument()
-    yield
-    uninstrument()
+pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
 
 def only_llm_node(sink: MemorySink) -> ampmeter.Node:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import builtins
 import os
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -17,9 +16,7 @@ import httpx2
 import openai
 import pytest
 
-import ampmeter.pricing
 from ampmeter import ExecutionContext, LimitExceeded, Node, find_limit_exceeded
-from ampmeter.context import use_pricing
 from ampmeter.integrations import instrument, uninstrument
 from ampmeter.integrations._common import META_OPERATION, META_USAGE_ESTIMATED
 from ampmeter.integrations.http import META_TRANSPORT
@@ -40,18 +37,7 @@ GEMINI = "/v1beta/models/gemini-2.5-flash:generateContent"
 GEMINI_STREAM = "/v1beta/models/gemini-2.0-flash:streamGenerateContent"
 
 
-@pytest.fixture(autouse=True)
-def instrumented() -> Iterator[None]:
-    use_pricing(ampmeter.pricing)
-    instrument()
-    yield
-    uninstrument()
-
-
-@pytest.fixture
-def replay() -> Iterator[ReplayServer]:
-    with ReplayServer() as server:
-        yield server
+pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
 
 def calls(sink: MemorySink) -> list[Node]:

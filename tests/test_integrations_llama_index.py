@@ -12,15 +12,11 @@ import asyncio
 import contextvars
 import os
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-import ampmeter.pricing
 from ampmeter import ExecutionContext, LimitExceeded, StreamOutlivedContext, find_limit_exceeded
-from ampmeter.context import use_pricing
-from ampmeter.integrations import instrument, uninstrument
 from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.sinks.memory import MemorySink
@@ -35,12 +31,7 @@ from llama_index.llms.litellm import LiteLLM
 MESSAGES = [ChatMessage(role="user", content="Name one colour.")]
 
 
-@pytest.fixture(autouse=True)
-def instrumented() -> Iterator[None]:
-    use_pricing(ampmeter.pricing)
-    instrument()
-    yield
-    uninstrument()
+pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
 
 def llm_for(base_url: str, model: str) -> LiteLLM:

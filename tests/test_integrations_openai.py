@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Iterator
 
 import openai
 import pytest
@@ -13,7 +12,6 @@ from openai.resources.responses import Responses
 
 import ampmeter.pricing
 from ampmeter import ExecutionContext, Limit, LimitExceeded
-from ampmeter.context import use_pricing
 from ampmeter.integrations import instrument, is_instrumented, uninstrument
 from ampmeter.integrations._common import META_PROMPT_TEXT, META_RESPONSE_TEXT
 from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS
@@ -23,12 +21,7 @@ from ampmeter.sinks.memory import MemorySink
 MESSAGES = [{"role": "user", "content": "Name one colour."}]
 
 
-@pytest.fixture(autouse=True)
-def instrumented() -> Iterator[None]:
-    use_pricing(ampmeter.pricing)
-    instrument()
-    yield
-    uninstrument()
+pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
 
 def llm_nodes(sink: MemorySink) -> list[ampmeter.Node]:

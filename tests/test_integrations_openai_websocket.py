@@ -16,22 +16,13 @@ import openai
 import pytest
 from websockets.sync.server import ServerConnection, serve
 
-import ampmeter.pricing
 from ampmeter import ExecutionContext, LimitExceeded, Node
-from ampmeter.context import use_pricing
-from ampmeter.integrations import instrument, uninstrument
 from ampmeter.integrations._common import META_OPERATION, META_TRANSPORT
 from ampmeter.keys import KEY_LLM_CALLS
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded
 
-
-@pytest.fixture(autouse=True)
-def instrumented() -> Iterator[None]:
-    use_pricing(ampmeter.pricing)
-    instrument()
-    yield
-    uninstrument()
+pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
 
 class ResponsesSocket:

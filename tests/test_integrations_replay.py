@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import anthropic
 import openai
 import pytest
 
 import ampmeter.pricing
 from ampmeter import ExecutionContext, Limit, LimitExceeded
-from ampmeter.context import use_pricing
-from ampmeter.integrations import instrument, uninstrument
 from ampmeter.keys import KEY_COST, KEY_LLM_CALLS, KEY_RETRIES
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded
@@ -22,18 +18,7 @@ MESSAGES = "/v1/messages"
 PROMPT = [{"role": "user", "content": "Weather in Paris and Oslo?"}]
 
 
-@pytest.fixture(autouse=True)
-def instrumented() -> Iterator[None]:
-    use_pricing(ampmeter.pricing)
-    instrument()
-    yield
-    uninstrument()
-
-
-@pytest.fixture
-def replay() -> Iterator[ReplayServer]:
-    with ReplayServer() as server:
-        yield server
+pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
 
 def oai(replay: ReplayServer, retries: int = 0) -> openai.OpenAI:

@@ -12,8 +12,6 @@ import pytest
 
 import ampmeter
 from ampmeter import ExecutionContext, LimitExceeded, MemorySink
-from ampmeter.context import use_pricing
-from ampmeter.integrations import instrument, uninstrument
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.policies import KEY_BUDGET_PRESSURE, KEY_REPEATS_FOR
@@ -26,12 +24,12 @@ FINE_TUNE = "ft:gpt-4.1-nano-2025-04-14:org::id"
 MESSAGES = [{"role": "user", "content": "Name one colour."}]
 
 
+pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
+
+
 @pytest.fixture(autouse=True)
-def instrumented() -> Iterator[None]:
-    use_pricing(ampmeter.pricing)
-    instrument()
+def no_prices_left_behind() -> Iterator[None]:
     yield
-    uninstrument()
     ampmeter.clear_prices()
 
 

@@ -38,12 +38,6 @@ KEYS = {
 }
 
 
-@pytest.fixture
-def replay() -> Iterator[ReplayServer]:
-    with ReplayServer() as server:
-        yield server
-
-
 @pytest.fixture(params=[False, True], ids=["capture-off", "capture-on"])
 def capture(request: pytest.FixtureRequest) -> Iterator[bool]:
     instrument(capture_content=request.param)

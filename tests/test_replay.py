@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -24,12 +23,6 @@ CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
 MESSAGES = "/v1/messages"
 USER: list[Any] = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture
-def replay() -> Iterator[ReplayServer]:
-    with ReplayServer() as server:
-        yield server
 
 
 def _openai(replay: ReplayServer, max_retries: int = 0) -> openai.OpenAI:
