@@ -99,6 +99,20 @@ def test_limit_holds_across_worker_processes(tmp_path: Path, mode: str) -> None:
     assert outcome.exit_code in (0, EXIT_LIMIT)
 
 
+def test_a_process_that_outlives_the_program_is_waited_for_briefly(tmp_path: Path) -> None:
+    """Like multiprocessing's resource tracker: it ends just after the program and still
+    leaves its summary, instead of writing into a directory being removed."""
+    program = tmp_path / "leaver.py"
+    program.write_text(
+        "import subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(0.3)'])\n"
+    )
+    outcome = run_command([str(program)], RunConfig())
+    assert outcome.exit_code == 0
+    assert outcome.summary is not None
+    assert outcome.summary["processes"] == 2
+
+
 def test_forked_child_does_not_inherit_the_parents_spend(tmp_path: Path) -> None:
     """The parent spends 2 of 3 before forking: the child may make one call, not three."""
     program = tmp_path / "forker.py"

@@ -63,6 +63,9 @@ ENV_TOP_TAKEN: Final = "AMPMETER_RUN_TOP_TAKEN"  # set by the first Python proce
 # hang (known before the top process starts metering, which it may do late or never).
 _ROOT_NODE_ID: Final = "n000001"
 _KILL_GRACE_S: Final = 5.0
+# How long the program's leftover processes (multiprocessing's resource tracker, a forkserver)
+# get, after the program itself exits, to end and leave their summaries.
+_LINGER_S: Final = 2.0
 _BOOTSTRAP_DIR: Final = str(Path(__file__).resolve().parent / "_bootstrap")
 
 
@@ -196,7 +199,9 @@ def run_command(command: Sequence[str], config: RunConfig, *, env: Mapping[str, 
     child_env = dict(os.environ if env is None else env)
     path = child_env.get("PYTHONPATH")
     child_env["PYTHONPATH"] = _BOOTSTRAP_DIR + (os.pathsep + path if path else "")
-    with tempfile.TemporaryDirectory(prefix="ampmeter-run-") as tmp:
+    # A process that outlives the wait below may still write into the directory as it is
+    # removed; that must not turn a finished run into a crash.
+    with tempfile.TemporaryDirectory(prefix="ampmeter-run-", ignore_cleanup_errors=True) as tmp:
         # With --out, each process's events go to <out>.parts/ while the run lasts, so
         # `ampmeter watch '<out>.parts/*.jsonl'` can follow them live; they are merged into
         # <out> at the end and the parts removed.
@@ -230,6 +235,8 @@ def run_command(command: Sequence[str], config: RunConfig, *, env: Mapping[str, 
                     os.killpg(proc.pid, signal.SIGKILL)  # the program and all it started
                 proc.wait()
                 code, killed = None, True
+        if not killed:
+            _wait_for_group(proc.pid, _LINGER_S)
         events = sorted(Path(events_dir).glob("*.jsonl"))
         summary = _tree_summary(events, sorted(Path(summaries_dir).glob("*.json")))
         if config.out:
@@ -262,6 +269,19 @@ def _forwarding_signals(group: int) -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _wait_for_group(group: int, limit_s: float) -> None:
+    """Wait up to ``limit_s`` for every process left in the program's group to end."""
+    deadline = time.monotonic() + limit_s
+    pause = 0.002
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _merge_events(files: Sequence[Path], out: str) -> None:
