@@ -421,7 +421,8 @@ class Kernel:
         """The (cell, amount) pairs that add ``usage`` at ``level`` and every ancestor."""
         shape = usage.shape()
         cells = level.plans.get(shape) or level.plan(shape)
-        return zip(cells, shape.pick(usage) * len(level.chain), strict=False)  # same length
+        # (same length; strict= would parse a keyword on every call)
+        return zip(cells, shape.pick(usage) * len(level.chain))  # noqa: B905
 
     def bump(self, level: Level, key: str) -> int:
         """Add 1 to ``key`` at ``level`` only and return the new value (iterations)."""

@@ -286,11 +286,9 @@ class Call:
         self.model = model
         self.provider = provider
         current = _CURRENT.get()
-        parent = (
-            context._node_id
-            if current is None or current[0] is not context
-            else context._parent_node_id()
-        )
+        parent = context._node_id
+        if current is not None and current[0] is context and current[1] != parent:
+            parent = context._parent_node_id()  # inside another call of this context
         self.node: Node = context._kernel.begin(parent, kind, name, model, meta)
         self.node_id = self.node.node_id
         self.tokens_in: int | None = None
@@ -345,10 +343,14 @@ class Call:
         reasoning, tools = reasoning_tokens, tool_calls_made
         if (type(cached) is not int or type(writes) is not int or type(reasoning) is not int
                 or type(tools) is not int or cached or writes or reasoning or tools):  # fmt: skip
-            cached = _validate.count(cached, "cached_tokens")
-            writes = _validate.count(writes, "cache_write_tokens")
-            reasoning = _validate.count(reasoning, "reasoning_tokens")
-            tools = _validate.count(tools, "tool_calls_made")
+            if not (type(cached) is int and 0 <= cached <= _MAX_COUNT):
+                cached = _validate.count(cached, "cached_tokens")
+            if not (type(writes) is int and 0 <= writes <= _MAX_COUNT):
+                writes = _validate.count(writes, "cache_write_tokens")
+            if not (type(reasoning) is int and 0 <= reasoning <= _MAX_COUNT):
+                reasoning = _validate.count(reasoning, "reasoning_tokens")
+            if not (type(tools) is int and 0 <= tools <= _MAX_COUNT):
+                tools = _validate.count(tools, "tool_calls_made")
             # (all four 0: nothing can exceed the input or output)
             if cached + writes > (t_in or 0):
                 raise ValueError(
