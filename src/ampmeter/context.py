@@ -148,23 +148,25 @@ class WrapOptions:
 
 
 class _DefaultPricing:
-    """``ampmeter.pricing``, imported when the first call needs a price (it loads the table)."""
+    """``ampmeter.pricing``, imported when the first call needs a price (it loads the table);
+    from then on the module itself stands in :data:`_pricing`."""
 
     def price(self, *args: Any, **kwargs: Any) -> Any:
-        from ampmeter import pricing
-
-        return pricing.price(*args, **kwargs)
+        return self._module().price(*args, **kwargs)
 
     def estimate(self, *args: Any, **kwargs: Any) -> Any:
+        return self._module().estimate(*args, **kwargs)
+
+    def load(self) -> None:
+        self._module().load()
+
+    def _module(self) -> Any:
+        global _pricing
         from ampmeter import pricing
 
-        return pricing.estimate(*args, **kwargs)
-
-    @staticmethod
-    def load() -> None:
-        from ampmeter import pricing
-
-        pricing.load()
+        if _pricing is self:
+            _pricing = pricing  # later calls skip the import statement and this hop
+        return pricing
 
 
 _pricing: Any = _DefaultPricing()  # or a stand-in with the same price() and estimate()
@@ -545,8 +547,9 @@ class ExecutionContext:
         for sink in own_sinks:
             if not callable(getattr(sink, "emit", None)):
                 raise TypeError(f"sinks must be Sink objects, got {type(sink).__name__}")
-        if timeout is not None and isinstance(_pricing, _DefaultPricing):
-            _pricing.load()  # the price table's first load never counts against the timeout
+        load = getattr(_pricing, "load", None)
+        if timeout is not None and load is not None:
+            load()  # the price table's first load never counts against the timeout
         self.name = name
         self._limits = own_limits
         self._rows = compile_limits(own_limits)
