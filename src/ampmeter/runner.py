@@ -444,8 +444,11 @@ class _Process:
         self.ctx.close(self.seen[0] if self.seen else None)
         self.sink.close()
         self.ledger.close()
-        with open(self.summary, "w", encoding="utf-8") as handle:
-            json.dump({**summarize(self.ctx), "top": self.top}, handle)
+        try:
+            with open(self.summary, "w", encoding="utf-8") as handle:
+                json.dump({**summarize(self.ctx), "top": self.top}, handle)
+        except FileNotFoundError:
+            pass  # this process outlived the run: `ampmeter run` has reported and cleaned up
 
 
 def _open_ledger(where: str, scope: str) -> Any:
