@@ -113,6 +113,42 @@ def test_a_process_that_outlives_the_program_is_waited_for_briefly(tmp_path: Pat
     assert outcome.summary["processes"] == 2
 
 
+def test_a_metered_process_that_outlives_the_run_exits_cleanly(tmp_path: Path) -> None:
+    """Past the wait, the run reports and removes its directory; the straggler's summary has
+    nowhere to go, and it must not end with a traceback."""
+    errors, pid_file = tmp_path / "straggler.err", tmp_path / "straggler.pid"
+    straggler = tmp_path / "straggler.py"
+    straggler.write_text(
+        "import os, sys, time, ampmeter\n"
+        "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+        "time.sleep(3)\n"
+    )
+    program = tmp_path / "leaver.py"
+    program.write_text(
+        "import subprocess, sys\n"
+        "err = open(sys.argv[3], 'w')\n"
+        "subprocess.Popen([sys.executable, sys.argv[1], sys.argv[2]], stderr=err)\n"
+    )
+    outcome = run_command([str(program), str(straggler), str(pid_file), str(errors)], RunConfig())
+    assert outcome.exit_code == 0
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    pid = int(pid_file.read_text())
+    while Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid):
+        assert time.monotonic() < deadline, "the straggler did not end"
+        time.sleep(0.05)
+    assert "Traceback" not in errors.read_text(), errors.read_text()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return "zombie"
+
+
 def test_forked_child_does_not_inherit_the_parents_spend(tmp_path: Path) -> None:
     """The parent spends 2 of 3 before forking: the child may make one call, not three."""
     program = tmp_path / "forker.py"
