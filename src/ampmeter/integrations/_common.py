@@ -26,7 +26,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from ampmeter import redact
@@ -187,14 +187,18 @@ def _warn_unmetered() -> None:
     )
 
 
-@dataclass(frozen=True, slots=True)
 class RequestInfo:
-    """What a request asks for, as far as the reservation is concerned."""
+    """What a request asks for, as far as the reservation is concerned (read, never changed)."""
 
-    model: str | None
-    prompt_text: str
-    max_tokens: int | None
-    stream: bool
+    __slots__ = ("max_tokens", "model", "prompt_text", "stream")
+
+    def __init__(
+        self, model: str | None, prompt_text: str, max_tokens: int | None, stream: bool
+    ) -> None:
+        self.model = model
+        self.prompt_text = prompt_text
+        self.max_tokens = max_tokens
+        self.stream = stream
 
     @property
     def prompt_tokens(self) -> int:
@@ -207,6 +211,7 @@ class Tally:
     """Usage seen so far in one response (or stream), in the subset convention.
 
     ``tokens_in`` includes cache reads and writes; ``tokens_out`` includes reasoning tokens.
+    ``text`` (captured content) and ``tool_keys`` are made only when something goes in them.
     """
 
     tokens_in: int | None = None
@@ -216,29 +221,34 @@ class Tally:
     reasoning: int = 0
     tool_calls: int = 0
     chunks: int = 0  # events that carried generated content (a cut stream's output estimate)
-    text: list[str] = field(default_factory=list)
-    tool_keys: set[tuple[int, int]] = field(default_factory=set)
+    text: list[str] | None = None
+    tool_keys: set[tuple[int, int]] | None = None  # (choice, tool) indexes of streamed tool calls
+
+    def keep_text(self, text: str) -> None:
+        """Keep a piece of the response's text (with ``instrument(capture_content=True)``)."""
+        if self.text is None:
+            self.text = [text]
+        else:
+            self.text.append(text)
 
     def record_on(self, call: Call) -> None:
         """Report this usage on ``call`` (nothing when the provider reported none)."""
-        if self.tokens_in is None and self.tokens_out is None:
+        t_in, t_out = self.tokens_in, self.tokens_out
+        if t_in is None and t_out is None:
             if self.tool_calls:
                 call.tool_calls_made = self.tool_calls
             return
-        t_in = max(self.tokens_in or 0, 0)
-        t_out = max(self.tokens_out or 0, 0)
-        # A provider that reports details larger than the totals must not break the caller's
-        # call: clamp them to the subset convention.
-        cached = min(max(self.cached, 0), t_in)
-        writes = min(max(self.cache_write, 0), t_in - cached)
-        call.record(
-            t_in,
-            t_out,
-            cached_tokens=cached,
-            reasoning_tokens=min(max(self.reasoning, 0), t_out),
-            tool_calls_made=max(self.tool_calls, 0),
-            cache_write_tokens=writes,
-        )
+        t_in = t_in if t_in is not None and t_in > 0 else 0
+        t_out = t_out if t_out is not None and t_out > 0 else 0
+        cached, writes, reasoning = self.cached, self.cache_write, self.reasoning
+        if cached or writes or reasoning:
+            # A provider that reports details larger than the totals must not break the
+            # caller's call: clamp them to the subset convention.
+            cached = min(max(cached, 0), t_in)
+            writes = min(max(writes, 0), t_in - cached)
+            reasoning = min(max(reasoning, 0), t_out)
+        tools = self.tool_calls if self.tool_calls > 0 else 0
+        call.record(t_in, t_out, None, cached, reasoning, tools, cache_write_tokens=writes)
 
 
 class Adapter:
@@ -327,7 +337,7 @@ def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> N
     """End a request's node with the usage read from its response (None: nothing was read)."""
     if tally is not None:
         tally.record_on(call)
-        if settings.capture_content and tally.text:
+        if tally.text:
             text = "".join(tally.text)
             call.context.graph.update_metadata(call.node_id, {META_RESPONSE_TEXT: text})
     call.finish(exc)

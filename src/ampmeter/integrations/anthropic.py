@@ -76,7 +76,7 @@ class MessagesAdapter(Adapter):
             elif kind == "text" and settings.capture_content:
                 text = get(block, "text")
                 if isinstance(text, str):
-                    tally.text.append(text)
+                    tally.keep_text(text)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
         kind = get(event, "type")
@@ -91,7 +91,7 @@ class MessagesAdapter(Adapter):
             tally.chunks += 1
             text = get(get(event, "delta"), "text")
             if isinstance(text, str) and settings.capture_content:
-                tally.text.append(text)
+                tally.keep_text(text)
         return False
 
     def ends_stream(self, event: Any) -> bool:

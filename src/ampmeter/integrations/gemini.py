@@ -86,7 +86,7 @@ class GenerateContentAdapter(Adapter):
                 if isinstance(text, str) and text:
                     tally.chunks += 1
                     if settings.capture_content and not get(part, "thought"):
-                        tally.text.append(text)
+                        tally.keep_text(text)
         return False
 
     def ends_stream(self, event: Any) -> bool:
