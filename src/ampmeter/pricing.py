@@ -599,7 +599,9 @@ def price(
     ``"unpriced"``. Non-int or negative counts raise ``TypeError``/``ValueError``, as do parts
     larger than their whole.
     """
-    model, provider = _names(model, provider)
+    if (type(model) is not str or not model
+            or (provider is not None and (type(provider) is not str or not provider))):  # fmt: skip
+        model, provider = _names(model, provider)
     if type(input_tokens) is not int or input_tokens < 0:
         input_tokens = _count("input_tokens", input_tokens)
     if type(output_tokens) is not int or output_tokens < 0:
@@ -684,7 +686,9 @@ def estimate(
     when the call sets none the model's documented maximum output (:mod:`ampmeter.max_output`),
     else :data:`DEFAULT_ESTIMATE_OUTPUT_TOKENS`. ``None`` if unpriced.
     """
-    model, provider = _names(model, provider)
+    if (type(model) is not str or not model
+            or (provider is not None and (type(provider) is not str or not provider))):  # fmt: skip
+        model, provider = _names(model, provider)
     if prompt_tokens is not None:
         n_in = prompt_tokens
         if type(n_in) is not int or n_in < 0:
@@ -708,9 +712,5 @@ def estimate(
 
 
 def _names(model: object, provider: object) -> tuple[str, str | None]:
-    """``model`` and ``provider`` checked (exact types first: this runs for every call)."""
-    if type(model) is not str or not model:
-        model = _model_arg(model)
-    if provider is not None and (type(provider) is not str or not provider):
-        provider = _provider_arg(provider)
-    return model, provider
+    """``model`` and ``provider`` checked (a TypeError or ValueError naming the bad one)."""
+    return _model_arg(model), _provider_arg(provider)

@@ -104,8 +104,17 @@ def remember_client_key(resource: Any) -> None:
     the redaction module.
     """
     client = getattr(resource, "_client", None)  # the Stainless SDKs' resource -> client link
-    for name in ("api_key", "auth_token"):
-        redact.remember_secret(getattr(client, name, None))
+    for secret in (getattr(client, "api_key", None), getattr(client, "auth_token", None)):
+        if isinstance(secret, str) and secret not in _handed_over:
+            redact.remember_secret(secret)
+            if len(_handed_over) < _HANDED_OVER_MAX:
+                _handed_over.add(secret)
+
+
+# Credentials already given to the redaction module: every SDK call reads its client's key (it
+# may change: openai's can come from a refreshing provider), and a known one costs a lookup.
+_handed_over: set[str] = set()
+_HANDED_OVER_MAX: Final = 1024
 
 
 def metered_context() -> ExecutionContext | None:
@@ -241,7 +250,7 @@ class Tally:
         t_in = t_in if t_in is not None and t_in > 0 else 0
         t_out = t_out if t_out is not None and t_out > 0 else 0
         cached, writes, reasoning = self.cached, self.cache_write, self.reasoning
-        if cached or writes or reasoning:
+        if cached < 0 or writes < 0 or reasoning < 0 or cached + writes > t_in or reasoning > t_out:
             # A provider that reports details larger than the totals must not break the
             # caller's call: clamp them to the subset convention.
             cached = min(max(cached, 0), t_in)
@@ -301,19 +310,8 @@ def begin_call(
         meta.update(extra)
     if settings.capture_content:
         meta[META_PROMPT_TEXT] = info.prompt_text
-    if adapter.kind == "embedding":
-        call = ctx.embedding_call(
-            adapter.operation,
-            model=info.model,
-            prompt_text=info.prompt_text,
-            provider=adapter.provider,
-            metadata=meta,
-        )
-    elif adapter.kind != "llm":
-        meta[META_MODEL] = info.model
-        meta[META_PROVIDER] = adapter.provider
-        call = ctx.step(adapter.operation, kind=adapter.kind, metadata=meta)
-    else:
+    kind = adapter.kind
+    if kind == "llm":
         call = ctx.llm_call(
             adapter.operation,
             model=info.model,
@@ -323,6 +321,18 @@ def begin_call(
             metadata=meta,
             final=in_final_call(),
         )
+    elif kind == "embedding":
+        call = ctx.embedding_call(
+            adapter.operation,
+            model=info.model,
+            prompt_text=info.prompt_text,
+            provider=adapter.provider,
+            metadata=meta,
+        )
+    else:
+        meta[META_MODEL] = info.model
+        meta[META_PROVIDER] = adapter.provider
+        call = ctx.step(adapter.operation, kind=kind, metadata=meta)
     if request is not None and ctx.policies is not None:
         ctx.policies.mark_request(call, request, refused)
     try:
@@ -862,9 +872,9 @@ def text_of(content: Any) -> str:
 
 def int_or_none(value: object) -> int | None:
     """``value`` if it is a real int (SDK ``omit``/``NOT_GIVEN`` sentinels become None)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value
+    if type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    return None
 
 
 # Whether a type is a Mapping, remembered: ``get`` runs several times per stream event, and an
@@ -874,11 +884,20 @@ _IS_MAPPING: dict[type, bool] = {dict: True, type(None): False}
 
 def get(obj: Any, name: str) -> Any:
     """Attribute or mapping key ``name`` of ``obj`` (None when absent)."""
-    kind = type(obj)
-    mapping = _IS_MAPPING.get(kind)
+    mapping = _IS_MAPPING.get(type(obj))
     if mapping is None:
-        mapping = _IS_MAPPING[kind] = isinstance(obj, Mapping)
+        mapping = _IS_MAPPING[type(obj)] = isinstance(obj, Mapping)
     return obj.get(name) if mapping else getattr(obj, name, None)
+
+
+def get_int(obj: Any, name: str) -> int | None:
+    """:func:`get` of a count: ``int_or_none(get(obj, name))`` in one call (usage is read
+    field by field on every response)."""
+    mapping = _IS_MAPPING.get(type(obj))
+    if mapping is None:
+        mapping = _IS_MAPPING[type(obj)] = isinstance(obj, Mapping)
+    value = obj.get(name) if mapping else getattr(obj, name, None)
+    return value if type(value) is int else int_or_none(value)
 
 
 def patch_client_retries(base_client: Any) -> list[Patch]:

@@ -23,6 +23,7 @@ from ampmeter.integrations._common import (
     RequestInfo,
     Tally,
     get,
+    get_int,
     int_or_none,
     patch_client_retries,
     patch_method,
@@ -127,18 +128,16 @@ def _count_tool_calls(choice: int, tools: Any, tally: Tally) -> None:
 def _read_chat_usage(usage: Any, tally: Tally) -> None:
     if usage is None:
         return
-    tally.tokens_in = int_or_none(get(usage, "prompt_tokens"))
-    tally.tokens_out = int_or_none(get(usage, "completion_tokens"))
+    tally.tokens_in = get_int(usage, "prompt_tokens")
+    tally.tokens_out = get_int(usage, "completion_tokens")
     prompt = get(usage, "prompt_tokens_details")
     if prompt is None:
         tally.cached = tally.cache_write = 0
     else:
-        tally.cached = int_or_none(get(prompt, "cached_tokens")) or 0
-        tally.cache_write = int_or_none(get(prompt, "cache_write_tokens")) or 0
+        tally.cached = get_int(prompt, "cached_tokens") or 0
+        tally.cache_write = get_int(prompt, "cache_write_tokens") or 0
     completion = get(usage, "completion_tokens_details")
-    tally.reasoning = (
-        0 if completion is None else int_or_none(get(completion, "reasoning_tokens")) or 0
-    )
+    tally.reasoning = 0 if completion is None else get_int(completion, "reasoning_tokens") or 0
 
 
 class CompletionsAdapter(ChatAdapter):
@@ -190,7 +189,7 @@ class EmbeddingsAdapter(Adapter):
     def read_response(self, result: Any, tally: Tally) -> None:
         usage = get(result, "usage")
         if usage is not None:
-            tally.tokens_in = int_or_none(get(usage, "prompt_tokens"))
+            tally.tokens_in = get_int(usage, "prompt_tokens")
             tally.tokens_out = 0
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
@@ -230,13 +229,13 @@ class ResponsesAdapter(Adapter):
     def read_response(self, result: Any, tally: Tally) -> None:
         usage = get(result, "usage")
         if usage is not None:
-            tally.tokens_in = int_or_none(get(usage, "input_tokens"))
-            tally.tokens_out = int_or_none(get(usage, "output_tokens"))
+            tally.tokens_in = get_int(usage, "input_tokens")
+            tally.tokens_out = get_int(usage, "output_tokens")
             details = get(usage, "input_tokens_details")
-            tally.cached = int_or_none(get(details, "cached_tokens")) or 0
-            tally.cache_write = int_or_none(get(details, "cache_write_tokens")) or 0
+            tally.cached = get_int(details, "cached_tokens") or 0
+            tally.cache_write = get_int(details, "cache_write_tokens") or 0
             out_details = get(usage, "output_tokens_details")
-            tally.reasoning = int_or_none(get(out_details, "reasoning_tokens")) or 0
+            tally.reasoning = get_int(out_details, "reasoning_tokens") or 0
         calls = 0
         texts: list[str] = []
         for item in get(result, "output") or ():
