@@ -21,12 +21,19 @@ rounds of a mode's time minus raw's in the same round, in µs and as a share of 
 Targets (issue 15): ampmeter adds at most 1.5% to a plain call and 3% to the stream.
 
 Run: ``python bench/sdk_bench.py [--quick]``.
+
+``python bench/sdk_bench.py --instructions [--quick]`` (needs valgrind; never part of ``make
+test`` or ``make bench``) counts instead the machine instructions a client process executes per
+call, raw and metered (callgrind, the same calls run ``N`` and 0 times, the difference over
+``N``): a figure that does not move with the machine's load.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -268,7 +275,82 @@ def run(quick: bool) -> list[dict[str, Any]]:
     ]
 
 
-if __name__ == "__main__":
+# -- instructions per call (callgrind) -------------------------------------------------------
+
+_CLIENT_MODES: dict[str, Callable[[], contextlib.AbstractContextManager[bool]]] = {
+    "raw": _raw,
+    "ampmeter": _ampmeter,
+}
+_WORKLOADS: dict[str, Callable[[openai.OpenAI, bool], None]] = {"plain": _plain, "stream": _stream}
+_WARM_UP = 20
+
+
+def _client(base_url: str, mode: str, workload: str, calls: int) -> None:
+    """The process callgrind counts: ``calls`` calls (after a warm-up) in one mode."""
+    call = _WORKLOADS[workload]
+    with (
+        openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0) as client,
+        _CLIENT_MODES[mode]() as asks_usage,
+    ):
+        for _ in range(_WARM_UP + calls):
+            call(client, asks_usage)
+
+
+def _instructions(base_url: str, mode: str, workload: str, calls: int) -> float:
+    """Instructions per call of the client process: (``calls`` calls − 0 calls) / ``calls``."""
+    counted = []
+    for n in (0, calls):
+        with _temporary_path() as out:
+            done = subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+                 __file__, "--client", base_url, mode, workload, str(n)],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+        found = re.search(r"Collected : (\d+)", done.stderr)
+        if done.returncode != 0 or found is None:
+            raise RuntimeError(f"the {mode} {workload} client failed:\n{done.stderr[-2000:]}")
+        counted.append(int(found.group(1)))
+    return (counted[1] - counted[0]) / calls
+
+
+@contextlib.contextmanager
+def _temporary_path() -> Iterator[str]:
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="sdk_bench.", suffix=".callgrind")
+    os.close(fd)
+    try:
+        yield path
+    finally:
+        os.unlink(path)
+
+
+def instructions(quick: bool) -> list[tuple[str, float, float]]:
+    """(workload, raw, ampmeter) instructions per call, for the plain call and the stream."""
+    calls = 100 if quick else 300
+    rows = []
+    with _provider() as base_url:
+        for workload in _WORKLOADS:
+            raw = _instructions(base_url, "raw", workload, calls)
+            metered = _instructions(base_url, "ampmeter", workload, calls)
+            rows.append((workload, raw, metered))
+    return rows
+
+
+def _print_instructions(quick: bool) -> None:
+    if shutil.which("valgrind") is None:
+        sys.exit("--instructions needs valgrind (apt-get install valgrind)")
+    for workload, raw, metered in instructions(quick):
+        added = metered - raw
+        print(f"{workload:7s} raw {raw:11,.0f}  ampmeter {metered:11,.0f}  instructions/call   "
+              f"added {added:9,.0f} ({added / raw * 100:.2f}% of the raw call)")  # fmt: skip
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--client"]:
+    _client(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+elif __name__ == "__main__" and "--instructions" in sys.argv:
+    _print_instructions("--quick" in sys.argv)
+elif __name__ == "__main__":
     for row in run("--quick" in sys.argv):
         print(f"{row['name']:60s} ampmeter {row['ampmeter']:7.1f} µs   "
               f"{row['baseline_name']} {row['baseline']:7.1f} µs")  # fmt: skip

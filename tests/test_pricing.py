@@ -756,3 +756,40 @@ def test_rates_from_the_disk_index_are_decoded_once_per_process(tmp_path: Path) 
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
     )
     assert done.stdout.split() == ["1", "1", "False"]
+
+
+def test_a_loaded_table_writes_each_answer_to_the_disk_index_once(tmp_path: Path) -> None:
+    """Once the table is loaded, a model's answer is resolved and written to the index once:
+    later reservations and prices of it read neither the table nor the index again."""
+    script = (
+        "import ampmeter.pricing as p, ampmeter._price_cache as c\n"
+        "p.load()\n"
+        "stored = []\n"
+        "store = c.store\n"
+        "c.store = lambda *a: stored.append(a[:2]) or store(*a)\n"
+        "for _ in range(5):\n"
+        "    p.estimate('gpt-4o', prompt_tokens=10, max_tokens=20)\n"
+        "    p.price('gpt-4o', input_tokens=10, output_tokens=20)\n"
+        "    p.price('surely-not-a-model', input_tokens=1, output_tokens=1)\n"
+        "print(sorted(m for m, _ in stored))\n"
+    )
+    env = {**os.environ, "AMPMETER_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split("\n")[0] == "['gpt-4o', 'surely-not-a-model']"
+
+
+def test_estimate_is_the_price_of_the_prompt_and_the_output_cap() -> None:
+    """The reservation is exactly the price of the estimated prompt and ``max_tokens`` output,
+    user prices and unpriced models included."""
+    for model, provider in [("gpt-4o", None), ("claude-sonnet-4-5", "anthropic")]:
+        expected = price(model, provider, input_tokens=120, output_tokens=300).cost_usd
+        assert estimate(model, provider, prompt_tokens=120, max_tokens=300) == expected
+    pricing.set_price("mine", input_per_mtok=2.0, output_per_mtok=8.0)
+    assert estimate("mine", prompt_tokens=1_000_000, max_tokens=1_000_000) == 10.0
+    assert estimate("surely-not-a-model", prompt_tokens=1, max_tokens=1) is None
+    with pytest.raises(TypeError, match="model must be a str"):
+        estimate(None, prompt_tokens=1, max_tokens=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_tokens must be >= 0"):
+        estimate("gpt-4o", prompt_tokens=1, max_tokens=-1)

@@ -260,7 +260,14 @@ def _compiled(model_price: ModelPrice, version: str) -> _Rates | None:
 
 @lru_cache(maxsize=4096)
 def _table_entry(model: str, provider: str | None, generation: int) -> _Rates | _DatedRates | None:
-    """Resolve ``model`` in the table; ``generation`` keys the cache to one table snapshot."""
+    """Resolve ``model`` in the table and keep the answer in the disk index; ``generation``
+    keys the cache to one table snapshot (so each answer is resolved and stored once)."""
+    rates = _look_up(model, provider)
+    _to_disk(model, provider, rates)
+    return rates
+
+
+def _look_up(model: str, provider: str | None) -> _Rates | _DatedRates | None:
     table = _table
     assert table is not None  # _current_table() ran first
     from genai_prices import Usage
@@ -336,6 +343,7 @@ def _steps(value: object) -> _Steps | None:
 # (twice: the reservation and the price), and decoding its JSON form each time was ~15% of
 # what metering adds to an SDK call. A miss is kept too: the table loads right after one.
 _decoded: dict[tuple[str, str | None], _Rates | PriceResult | None] = {}
+_DECODED_MAX: Final = 4096
 
 
 def _from_disk(model: str, provider: str | None) -> _Rates | PriceResult | None:
@@ -347,7 +355,9 @@ def _from_disk(model: str, provider: str | None) -> _Rates | PriceResult | None:
     try:
         return _decoded[key]
     except KeyError:
-        known = _decoded[key] = _decode(model, _price_cache.lookup(model, provider))
+        known = _decode(model, _price_cache.lookup(model, provider))
+        if len(_decoded) < _DECODED_MAX:
+            _decoded[key] = known
         return known
 
 
@@ -589,10 +599,9 @@ def price(
     ``"unpriced"``. Non-int or negative counts raise ``TypeError``/``ValueError``, as do parts
     larger than their whole.
     """
-    if type(model) is not str or not model:
-        model = _model_arg(model)
-    if provider is not None and (type(provider) is not str or not provider):
-        provider = _provider_arg(provider)
+    if (type(model) is not str or not model
+            or (provider is not None and (type(provider) is not str or not provider))):  # fmt: skip
+        model, provider = _names(model, provider)
     if type(input_tokens) is not int or input_tokens < 0:
         input_tokens = _count("input_tokens", input_tokens)
     if type(output_tokens) is not int or output_tokens < 0:
@@ -615,29 +624,30 @@ def price(
             "reasoning tokens are part of the output"
         )
 
-    rates: _Rates | _DatedRates | None = None
-    if _overrides or _patterns:
-        rates = _user_rates(model, provider)
-    if rates is None:
-        known = _from_disk(model, provider)
-        if isinstance(known, PriceResult):
-            return known
-        rates = known
-    if rates is None:
-        table = _current_table()
-        rates = _table_entry(model, provider, table.generation)
-        _to_disk(model, provider, rates)
-        if rates is None:
-            return table.unpriced
-        if type(rates) is _DatedRates:
-            rates = rates.now()
-            if rates is None:
-                return table.unpriced
-    assert type(rates) is _Rates
+    rates = _rates_of(model, provider)
+    if isinstance(rates, PriceResult):
+        return rates
     cost = rates.cost(
         input_tokens, output_tokens, cached_tokens, cache_write_tokens, reasoning_tokens
     )
     return PriceResult(cost, rates.version, "priced")
+
+
+def _rates_of(model: str, provider: str | None) -> _Rates | PriceResult:
+    """The rates in force for ``model`` at ``provider`` (a user price, else the disk index's or
+    the table's answer), or the unpriced result that says which table did not know it."""
+    if _overrides or _patterns:
+        user = _user_rates(model, provider)
+        if user is not None:
+            return user
+    known = _from_disk(model, provider)
+    if known is not None:
+        return known
+    table = _current_table()
+    rates = _table_entry(model, provider, table.generation)
+    if type(rates) is _DatedRates:
+        rates = rates.now()
+    return table.unpriced if rates is None else rates  # type: ignore[return-value]
 
 
 def _user_rates(model: str, provider: str | None) -> _Rates | None:
@@ -676,8 +686,13 @@ def estimate(
     when the call sets none the model's documented maximum output (:mod:`ampmeter.max_output`),
     else :data:`DEFAULT_ESTIMATE_OUTPUT_TOKENS`. ``None`` if unpriced.
     """
+    if (type(model) is not str or not model
+            or (provider is not None and (type(provider) is not str or not provider))):  # fmt: skip
+        model, provider = _names(model, provider)
     if prompt_tokens is not None:
-        n_in = _count("prompt_tokens", prompt_tokens)
+        n_in = prompt_tokens
+        if type(n_in) is not int or n_in < 0:
+            n_in = _count("prompt_tokens", prompt_tokens)
     elif prompt_text is not None:
         if not isinstance(prompt_text, str):
             raise TypeError(f"prompt_text must be a str, got {type(prompt_text).__name__}")
@@ -687,5 +702,15 @@ def estimate(
     if max_tokens is None:
         n_out = max_output_tokens(model) or DEFAULT_ESTIMATE_OUTPUT_TOKENS
     else:
-        n_out = _count("max_tokens", max_tokens)
-    return price(model, provider, input_tokens=n_in, output_tokens=n_out).cost_usd
+        n_out = max_tokens
+        if type(n_out) is not int or n_out < 0:
+            n_out = _count("max_tokens", max_tokens)
+    rates = _rates_of(model, provider)
+    if isinstance(rates, PriceResult):
+        return None
+    return rates.cost(n_in, n_out, 0, 0, 0)
+
+
+def _names(model: object, provider: object) -> tuple[str, str | None]:
+    """``model`` and ``provider`` checked (a TypeError or ValueError naming the bad one)."""
+    return _model_arg(model), _provider_arg(provider)

@@ -26,7 +26,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from ampmeter import redact
@@ -104,8 +104,17 @@ def remember_client_key(resource: Any) -> None:
     the redaction module.
     """
     client = getattr(resource, "_client", None)  # the Stainless SDKs' resource -> client link
-    for name in ("api_key", "auth_token"):
-        redact.remember_secret(getattr(client, name, None))
+    for secret in (getattr(client, "api_key", None), getattr(client, "auth_token", None)):
+        if isinstance(secret, str) and secret not in _handed_over:
+            redact.remember_secret(secret)
+            if len(_handed_over) < _HANDED_OVER_MAX:
+                _handed_over.add(secret)
+
+
+# Credentials already given to the redaction module: every SDK call reads its client's key (it
+# may change: openai's can come from a refreshing provider), and a known one costs a lookup.
+_handed_over: set[str] = set()
+_HANDED_OVER_MAX: Final = 1024
 
 
 def metered_context() -> ExecutionContext | None:
@@ -187,14 +196,18 @@ def _warn_unmetered() -> None:
     )
 
 
-@dataclass(frozen=True, slots=True)
 class RequestInfo:
-    """What a request asks for, as far as the reservation is concerned."""
+    """What a request asks for, as far as the reservation is concerned (read, never changed)."""
 
-    model: str | None
-    prompt_text: str
-    max_tokens: int | None
-    stream: bool
+    __slots__ = ("max_tokens", "model", "prompt_text", "stream")
+
+    def __init__(
+        self, model: str | None, prompt_text: str, max_tokens: int | None, stream: bool
+    ) -> None:
+        self.model = model
+        self.prompt_text = prompt_text
+        self.max_tokens = max_tokens
+        self.stream = stream
 
     @property
     def prompt_tokens(self) -> int:
@@ -207,6 +220,7 @@ class Tally:
     """Usage seen so far in one response (or stream), in the subset convention.
 
     ``tokens_in`` includes cache reads and writes; ``tokens_out`` includes reasoning tokens.
+    ``text`` (captured content) and ``tool_keys`` are made only when something goes in them.
     """
 
     tokens_in: int | None = None
@@ -216,29 +230,34 @@ class Tally:
     reasoning: int = 0
     tool_calls: int = 0
     chunks: int = 0  # events that carried generated content (a cut stream's output estimate)
-    text: list[str] = field(default_factory=list)
-    tool_keys: set[tuple[int, int]] = field(default_factory=set)
+    text: list[str] | None = None
+    tool_keys: set[tuple[int, int]] | None = None  # (choice, tool) indexes of streamed tool calls
+
+    def keep_text(self, text: str) -> None:
+        """Keep a piece of the response's text (with ``instrument(capture_content=True)``)."""
+        if self.text is None:
+            self.text = [text]
+        else:
+            self.text.append(text)
 
     def record_on(self, call: Call) -> None:
         """Report this usage on ``call`` (nothing when the provider reported none)."""
-        if self.tokens_in is None and self.tokens_out is None:
+        t_in, t_out = self.tokens_in, self.tokens_out
+        if t_in is None and t_out is None:
             if self.tool_calls:
                 call.tool_calls_made = self.tool_calls
             return
-        t_in = max(self.tokens_in or 0, 0)
-        t_out = max(self.tokens_out or 0, 0)
-        # A provider that reports details larger than the totals must not break the caller's
-        # call: clamp them to the subset convention.
-        cached = min(max(self.cached, 0), t_in)
-        writes = min(max(self.cache_write, 0), t_in - cached)
-        call.record(
-            t_in,
-            t_out,
-            cached_tokens=cached,
-            reasoning_tokens=min(max(self.reasoning, 0), t_out),
-            tool_calls_made=max(self.tool_calls, 0),
-            cache_write_tokens=writes,
-        )
+        t_in = t_in if t_in is not None and t_in > 0 else 0
+        t_out = t_out if t_out is not None and t_out > 0 else 0
+        cached, writes, reasoning = self.cached, self.cache_write, self.reasoning
+        if cached < 0 or writes < 0 or reasoning < 0 or cached + writes > t_in or reasoning > t_out:
+            # A provider that reports details larger than the totals must not break the
+            # caller's call: clamp them to the subset convention.
+            cached = min(max(cached, 0), t_in)
+            writes = min(max(writes, 0), t_in - cached)
+            reasoning = min(max(reasoning, 0), t_out)
+        tools = self.tool_calls if self.tool_calls > 0 else 0
+        call.record(t_in, t_out, None, cached, reasoning, tools, cache_write_tokens=writes)
 
 
 class Adapter:
@@ -291,19 +310,8 @@ def begin_call(
         meta.update(extra)
     if settings.capture_content:
         meta[META_PROMPT_TEXT] = info.prompt_text
-    if adapter.kind == "embedding":
-        call = ctx.embedding_call(
-            adapter.operation,
-            model=info.model,
-            prompt_text=info.prompt_text,
-            provider=adapter.provider,
-            metadata=meta,
-        )
-    elif adapter.kind != "llm":
-        meta[META_MODEL] = info.model
-        meta[META_PROVIDER] = adapter.provider
-        call = ctx.step(adapter.operation, kind=adapter.kind, metadata=meta)
-    else:
+    kind = adapter.kind
+    if kind == "llm":
         call = ctx.llm_call(
             adapter.operation,
             model=info.model,
@@ -313,6 +321,18 @@ def begin_call(
             metadata=meta,
             final=in_final_call(),
         )
+    elif kind == "embedding":
+        call = ctx.embedding_call(
+            adapter.operation,
+            model=info.model,
+            prompt_text=info.prompt_text,
+            provider=adapter.provider,
+            metadata=meta,
+        )
+    else:
+        meta[META_MODEL] = info.model
+        meta[META_PROVIDER] = adapter.provider
+        call = ctx.step(adapter.operation, kind=kind, metadata=meta)
     if request is not None and ctx.policies is not None:
         ctx.policies.mark_request(call, request, refused)
     try:
@@ -327,7 +347,7 @@ def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> N
     """End a request's node with the usage read from its response (None: nothing was read)."""
     if tally is not None:
         tally.record_on(call)
-        if settings.capture_content and tally.text:
+        if tally.text:
             text = "".join(tally.text)
             call.context.graph.update_metadata(call.node_id, {META_RESPONSE_TEXT: text})
     call.finish(exc)
@@ -852,9 +872,9 @@ def text_of(content: Any) -> str:
 
 def int_or_none(value: object) -> int | None:
     """``value`` if it is a real int (SDK ``omit``/``NOT_GIVEN`` sentinels become None)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value
+    if type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    return None
 
 
 # Whether a type is a Mapping, remembered: ``get`` runs several times per stream event, and an
@@ -864,11 +884,20 @@ _IS_MAPPING: dict[type, bool] = {dict: True, type(None): False}
 
 def get(obj: Any, name: str) -> Any:
     """Attribute or mapping key ``name`` of ``obj`` (None when absent)."""
-    kind = type(obj)
-    mapping = _IS_MAPPING.get(kind)
+    mapping = _IS_MAPPING.get(type(obj))
     if mapping is None:
-        mapping = _IS_MAPPING[kind] = isinstance(obj, Mapping)
+        mapping = _IS_MAPPING[type(obj)] = isinstance(obj, Mapping)
     return obj.get(name) if mapping else getattr(obj, name, None)
+
+
+def get_int(obj: Any, name: str) -> int | None:
+    """:func:`get` of a count: ``int_or_none(get(obj, name))`` in one call (usage is read
+    field by field on every response)."""
+    mapping = _IS_MAPPING.get(type(obj))
+    if mapping is None:
+        mapping = _IS_MAPPING[type(obj)] = isinstance(obj, Mapping)
+    value = obj.get(name) if mapping else getattr(obj, name, None)
+    return value if type(value) is int else int_or_none(value)
 
 
 def patch_client_retries(base_client: Any) -> list[Patch]:

@@ -23,6 +23,7 @@ from ampmeter.integrations._common import (
     RequestInfo,
     Tally,
     get,
+    get_int,
     int_or_none,
     metered_awaitable,
     metered_context,
@@ -76,7 +77,7 @@ class MessagesAdapter(Adapter):
             elif kind == "text" and settings.capture_content:
                 text = get(block, "text")
                 if isinstance(text, str):
-                    tally.text.append(text)
+                    tally.keep_text(text)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
         kind = get(event, "type")
@@ -91,7 +92,7 @@ class MessagesAdapter(Adapter):
             tally.chunks += 1
             text = get(get(event, "delta"), "text")
             if isinstance(text, str) and settings.capture_content:
-                tally.text.append(text)
+                tally.keep_text(text)
         return False
 
     def ends_stream(self, event: Any) -> bool:
@@ -106,10 +107,10 @@ def _read_usage(usage: Any, tally: Tally) -> None:
     """Merge an Anthropic usage object (a full one, or a stream delta's partial one)."""
     if usage is None:
         return
-    raw_in = int_or_none(get(usage, "input_tokens"))
-    reads = int_or_none(get(usage, "cache_read_input_tokens"))
-    writes = int_or_none(get(usage, "cache_creation_input_tokens"))
-    out = int_or_none(get(usage, "output_tokens"))
+    raw_in = get_int(usage, "input_tokens")
+    reads = get_int(usage, "cache_read_input_tokens")
+    writes = get_int(usage, "cache_creation_input_tokens")
+    out = get_int(usage, "output_tokens")
     if raw_in is not None:
         # Deltas repeat the input counts when they carry them; they are cumulative, not extra.
         tally.cached = reads if reads is not None else tally.cached
@@ -118,7 +119,7 @@ def _read_usage(usage: Any, tally: Tally) -> None:
     if out is not None:
         tally.tokens_out = out
     details = get(usage, "output_tokens_details")
-    thinking = int_or_none(get(details, "thinking_tokens"))
+    thinking = get_int(details, "thinking_tokens")
     if thinking is not None:
         tally.reasoning = thinking
 

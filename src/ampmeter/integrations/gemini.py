@@ -15,7 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ampmeter.integrations._common import Adapter, RequestInfo, Tally, get, int_or_none, settings
+from ampmeter.integrations._common import (
+    Adapter,
+    RequestInfo,
+    Tally,
+    get,
+    get_int,
+    settings,
+)
 
 __all__ = ["PROVIDER", "GenerateContentAdapter", "model_of_path"]
 
@@ -55,7 +62,7 @@ class GenerateContentAdapter(Adapter):
             for content in contents:
                 parts.extend(_parts_text(content))
         config = kwargs.get("generationConfig") or kwargs.get("generation_config")
-        max_tokens = int_or_none(get(config, "maxOutputTokens"))
+        max_tokens = get_int(config, "maxOutputTokens")
         stream = self.operation == "streamGenerateContent"
         return RequestInfo(None, "\n".join(parts), max_tokens, stream)
 
@@ -68,13 +75,13 @@ class GenerateContentAdapter(Adapter):
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
         usage = get(event, "usageMetadata")
         if usage is not None:
-            prompt = int_or_none(get(usage, "promptTokenCount"))
-            tool_prompt = int_or_none(get(usage, "toolUsePromptTokenCount")) or 0
-            candidates = int_or_none(get(usage, "candidatesTokenCount"))
-            thoughts = int_or_none(get(usage, "thoughtsTokenCount")) or 0
+            prompt = get_int(usage, "promptTokenCount")
+            tool_prompt = get_int(usage, "toolUsePromptTokenCount") or 0
+            candidates = get_int(usage, "candidatesTokenCount")
+            thoughts = get_int(usage, "thoughtsTokenCount") or 0
             if prompt is not None:
                 tally.tokens_in = prompt + tool_prompt
-                tally.cached = int_or_none(get(usage, "cachedContentTokenCount")) or 0
+                tally.cached = get_int(usage, "cachedContentTokenCount") or 0
             if candidates is not None or thoughts:
                 tally.tokens_out = (candidates or 0) + thoughts
                 tally.reasoning = thoughts
@@ -86,7 +93,7 @@ class GenerateContentAdapter(Adapter):
                 if isinstance(text, str) and text:
                     tally.chunks += 1
                     if settings.capture_content and not get(part, "thought"):
-                        tally.text.append(text)
+                        tally.keep_text(text)
         return False
 
     def ends_stream(self, event: Any) -> bool:

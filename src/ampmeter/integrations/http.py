@@ -145,7 +145,7 @@ def admit(
         model = model_of_path(path)  # Gemini names the model in the path, not the body
         if model is None:
             return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
-        info = dataclasses.replace(info, model=model)
+        info = RequestInfo(model, info.prompt_text, info.max_tokens, info.stream)
     hide = info.stream and may_ask_usage and adapter.prepare_stream(body)
     call = begin_call(ctx, adapter, info, {META_TRANSPORT: transport})
     return Admitted(call, adapter, info, hide, body)

@@ -23,6 +23,7 @@ from ampmeter.integrations._common import (
     RequestInfo,
     Tally,
     get,
+    get_int,
     int_or_none,
     patch_client_retries,
     patch_method,
@@ -54,14 +55,13 @@ class ChatAdapter(Adapter):
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
         messages = kwargs.get("messages")
-        parts: list[str] = []
+        prompt = ""
         if isinstance(messages, (list, tuple)):
-            parts.extend(text_of(get(m, "content")) for m in messages)
+            prompt = "\n".join([text_of(get(m, "content")) for m in messages])
         max_tokens = int_or_none(kwargs.get("max_completion_tokens"))
         if max_tokens is None:
             max_tokens = int_or_none(kwargs.get("max_tokens"))
-        return RequestInfo(_model(kwargs), "\n".join(parts), max_tokens,
-                           kwargs.get("stream") is True)  # fmt: skip
+        return RequestInfo(_model(kwargs), prompt, max_tokens, kwargs.get("stream") is True)
 
     def prepare_stream(self, kwargs: dict[str, Any]) -> bool:
         options = kwargs.get("stream_options")
@@ -80,49 +80,64 @@ class ChatAdapter(Adapter):
 
     def read_response(self, result: Any, tally: Tally) -> None:
         _read_chat_usage(get(result, "usage"), tally)
+        capture = settings.capture_content
         for choice in get(result, "choices") or ():
             message = get(choice, "message")
-            tally.tool_calls += len(get(message, "tool_calls") or ())
+            tools = get(message, "tool_calls")
+            if tools:
+                tally.tool_calls += len(tools)
             if get(message, "function_call") is not None:
                 tally.tool_calls += 1
-            if settings.capture_content:
+            if capture:
                 content = get(message, "content")
                 if isinstance(content, str):
-                    tally.text.append(content)
+                    tally.keep_text(content)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
         usage = get(event, "usage")
         if usage is not None:
             _read_chat_usage(usage, tally)
-        choices = get(event, "choices") or ()
+        choices = get(event, "choices")
+        if not choices:
+            return hide_usage and usage is not None
         for choice in choices:
             delta = get(choice, "delta")
             tools = get(delta, "tool_calls")
             if tools:
-                index = get(choice, "index") or 0
-                for tool in tools:
-                    key = (index, get(tool, "index") or 0)
-                    if key not in tally.tool_keys:
-                        tally.tool_keys.add(key)
-                        tally.tool_calls += 1
+                _count_tool_calls(get(choice, "index") or 0, tools, tally)
             content = get(delta, "content")
-            if isinstance(content, str) and content:
+            if content and isinstance(content, str):
                 tally.chunks += 1
                 if settings.capture_content:
-                    tally.text.append(content)
-        return hide_usage and usage is not None and not choices
+                    tally.keep_text(content)
+        return False
+
+
+def _count_tool_calls(choice: int, tools: Any, tally: Tally) -> None:
+    """Count the streamed tool calls not seen yet (a call's later deltas repeat its index)."""
+    keys = tally.tool_keys
+    if keys is None:
+        keys = tally.tool_keys = set()
+    for tool in tools:
+        key = (choice, get(tool, "index") or 0)
+        if key not in keys:
+            keys.add(key)
+            tally.tool_calls += 1
 
 
 def _read_chat_usage(usage: Any, tally: Tally) -> None:
     if usage is None:
         return
-    tally.tokens_in = int_or_none(get(usage, "prompt_tokens"))
-    tally.tokens_out = int_or_none(get(usage, "completion_tokens"))
+    tally.tokens_in = get_int(usage, "prompt_tokens")
+    tally.tokens_out = get_int(usage, "completion_tokens")
     prompt = get(usage, "prompt_tokens_details")
-    tally.cached = int_or_none(get(prompt, "cached_tokens")) or 0
-    tally.cache_write = int_or_none(get(prompt, "cache_write_tokens")) or 0
+    if prompt is None:
+        tally.cached = tally.cache_write = 0
+    else:
+        tally.cached = get_int(prompt, "cached_tokens") or 0
+        tally.cache_write = get_int(prompt, "cache_write_tokens") or 0
     completion = get(usage, "completion_tokens_details")
-    tally.reasoning = int_or_none(get(completion, "reasoning_tokens")) or 0
+    tally.reasoning = 0 if completion is None else get_int(completion, "reasoning_tokens") or 0
 
 
 class CompletionsAdapter(ChatAdapter):
@@ -149,7 +164,7 @@ class CompletionsAdapter(ChatAdapter):
             if isinstance(text, str) and text:
                 tally.chunks += 1
                 if settings.capture_content:
-                    tally.text.append(text)
+                    tally.keep_text(text)
         return hide_usage and usage is not None and not choices
 
 
@@ -174,7 +189,7 @@ class EmbeddingsAdapter(Adapter):
     def read_response(self, result: Any, tally: Tally) -> None:
         usage = get(result, "usage")
         if usage is not None:
-            tally.tokens_in = int_or_none(get(usage, "prompt_tokens"))
+            tally.tokens_in = get_int(usage, "prompt_tokens")
             tally.tokens_out = 0
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
@@ -214,13 +229,13 @@ class ResponsesAdapter(Adapter):
     def read_response(self, result: Any, tally: Tally) -> None:
         usage = get(result, "usage")
         if usage is not None:
-            tally.tokens_in = int_or_none(get(usage, "input_tokens"))
-            tally.tokens_out = int_or_none(get(usage, "output_tokens"))
+            tally.tokens_in = get_int(usage, "input_tokens")
+            tally.tokens_out = get_int(usage, "output_tokens")
             details = get(usage, "input_tokens_details")
-            tally.cached = int_or_none(get(details, "cached_tokens")) or 0
-            tally.cache_write = int_or_none(get(details, "cache_write_tokens")) or 0
+            tally.cached = get_int(details, "cached_tokens") or 0
+            tally.cache_write = get_int(details, "cache_write_tokens") or 0
             out_details = get(usage, "output_tokens_details")
-            tally.reasoning = int_or_none(get(out_details, "reasoning_tokens")) or 0
+            tally.reasoning = get_int(out_details, "reasoning_tokens") or 0
         calls = 0
         texts: list[str] = []
         for item in get(result, "output") or ():
@@ -231,7 +246,7 @@ class ResponsesAdapter(Adapter):
                 texts.append(text_of(get(item, "content")))
         tally.tool_calls = calls
         if texts:
-            tally.text[:] = texts
+            tally.text = texts
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
         kind = get(event, "type")
