@@ -197,6 +197,12 @@ def open_contexts() -> list[ExecutionContext]:
     return list(_OPEN)
 
 
+def any_open_context() -> bool:
+    """Whether any context is open, in any thread (without copying the set, as every SDK call
+    outside a context asks)."""
+    return bool(_OPEN)
+
+
 _OPEN: weakref.WeakSet[ExecutionContext] = weakref.WeakSet()
 
 

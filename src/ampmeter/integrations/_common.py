@@ -30,7 +30,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ampmeter import redact
-from ampmeter.context import Call, ExecutionContext, current_context, open_contexts
+from ampmeter.context import (
+    Call,
+    ExecutionContext,
+    any_open_context,
+    current_context,
+    open_contexts,
+)
 from ampmeter.errors import LimitExceeded, StreamAbandoned, StreamOutlivedContext, note_stop
 from ampmeter.graph import META_PROVIDER
 from ampmeter.integrations._wire import BodyReader
@@ -131,7 +137,7 @@ def metered_context() -> ExecutionContext | None:
         if ctx is None:
             if HANDOFF_ENV in os.environ:
                 return attach_from_env()
-            if not _warned_unmetered and open_contexts():
+            if not _warned_unmetered and any_open_context():
                 _warn_unmetered()
     return ctx
 
