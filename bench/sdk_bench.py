@@ -305,6 +305,7 @@ def _instructions(base_url: str, mode: str, workload: str, calls: int) -> float:
                 ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
                  __file__, "--client", base_url, mode, workload, str(n)],
                 capture_output=True, text=True, check=False,
+                env={**os.environ, "PYTHONHASHSEED": "0"},  # string hashes move dict probing
             )  # fmt: skip
         found = re.search(r"Collected : (\d+)", done.stderr)
         if done.returncode != 0 or found is None:
