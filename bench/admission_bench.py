@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ampmeter import ExecutionContext, LimitExceeded
@@ -33,15 +34,18 @@ COST = 0.01
 ESTIMATE = 0.015
 
 
-def _workload(workers: int, wait_s: float) -> tuple[float, int]:
-    """Spent money and early refusals when ``workers`` threads share one cap."""
-    ctx = ExecutionContext(max_cost_usd=CAP, admission_timeout_s=wait_s)
+def _run_workers(
+    workers: int, context: Callable[[], ExecutionContext], spent: Callable[[], float]
+) -> int:
+    """Start ``workers`` threads together, each calling in ``context()`` until refused; the
+    number refused while ``spent()`` still left room for their call (early refusals)."""
     early = 0
     lock = threading.Lock()
     barrier = threading.Barrier(workers)
 
     def worker() -> None:
         nonlocal early
+        ctx = context()
         barrier.wait()
         while True:
             try:
@@ -49,7 +53,7 @@ def _workload(workers: int, wait_s: float) -> tuple[float, int]:
                     time.sleep(0.002)  # the provider's time
                     call.record(tokens_in=1, tokens_out=1, cost_usd=COST)
             except LimitExceeded:
-                if ctx.stats.total_cost() + ESTIMATE <= CAP:
+                if spent() + ESTIMATE <= CAP:
                     with lock:
                         early += 1
                 return
@@ -59,6 +63,13 @@ def _workload(workers: int, wait_s: float) -> tuple[float, int]:
         t.start()
     for t in threads:
         t.join()
+    return early
+
+
+def _workload(workers: int, wait_s: float) -> tuple[float, int]:
+    """Spent money and early refusals when ``workers`` threads share one context's cap."""
+    ctx = ExecutionContext(max_cost_usd=CAP, admission_timeout_s=wait_s)
+    early = _run_workers(workers, lambda: ctx, ctx.stats.total_cost)
     return ctx.stats.total_cost(), early
 
 
@@ -67,33 +78,17 @@ def _shared_workload(workers: int, wait_s: float) -> tuple[float, int]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "budget.sqlite3")
         ledger = SqliteLedger(path, "bench", journal=os.path.join(tmp, "journal"))
-        early = 0
-        lock = threading.Lock()
-        barrier = threading.Barrier(workers)
 
-        def worker() -> None:
-            nonlocal early
-            ctx = ExecutionContext(max_cost_usd=CAP, ledger=ledger, admission_timeout_s=wait_s)
-            barrier.wait()
-            while True:
-                try:
-                    with ctx.llm_call("c", estimate_usd=ESTIMATE) as call:
-                        time.sleep(0.002)
-                        call.record(tokens_in=1, tokens_out=1, cost_usd=COST)
-                except LimitExceeded:
-                    if ledger.spent().get(KEY_COST, 0.0) + ESTIMATE <= CAP:
-                        with lock:
-                            early += 1
-                    return
+        def spent() -> float:
+            return ledger.spent().get(KEY_COST, 0.0)
 
-        threads = [threading.Thread(target=worker) for _ in range(workers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        spent = ledger.spent().get(KEY_COST, 0.0)
+        def context() -> ExecutionContext:
+            return ExecutionContext(max_cost_usd=CAP, ledger=ledger, admission_timeout_s=wait_s)
+
+        early = _run_workers(workers, context, spent)
+        total = spent()
         ledger.close()
-    return spent, early
+    return total, early
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
