@@ -30,6 +30,7 @@ from ampmeter.keys import (
 )
 from ampmeter.ledgers import InMemoryLedger, Ledger, LedgerUnavailable, RedisLedger
 from ampmeter.limits import Limit, LimitType
+from processes import gather
 from redis_server import RedisServer, free_port, redis_server_fixture  # noqa: F401
 
 CEILING = 60.0
@@ -123,12 +124,7 @@ def test_processes_share_one_ceiling_through_their_contexts(redis_server: RedisS
         mp.Process(target=_process_worker, args=(redis_server.url, scope, seed, start, out))
         for seed in range(PROCESSES)
     ]
-    for process in workers:
-        process.start()
-    results = [out.get(timeout=120) for _ in workers]
-    for process in workers:
-        process.join(timeout=30)
-        assert process.exitcode == 0
+    results = gather(workers, out)
     ledger = RedisLedger(redis_server.url, scope)
     try:
         _check_shared_ceiling(results, ledger)

@@ -25,6 +25,7 @@ from redis.cluster import RedisCluster
 
 from ampmeter.errors import BudgetUnavailable
 from ampmeter.ledgers import Ledger, LedgerUnavailable, RedisLedger, SqliteLedger
+from processes import gather
 from redis_server import RedisClusterNodes, RedisServer, redis_server_fixture  # noqa: F401
 
 FORK = multiprocessing.get_context("fork")
@@ -125,12 +126,7 @@ def test_calls_longer_than_the_lease_keep_their_hold(opener: Opener) -> None:
     scope = _scope()
     out = FORK.Queue()
     workers = [FORK.Process(target=_long_caller, args=(opener, scope, out)) for _ in range(2)]
-    for process in workers:
-        process.start()
-    made = [out.get(timeout=120) for _ in workers]
-    for process in workers:
-        process.join(timeout=60)
-        assert process.exitcode == 0
+    made = gather(workers, out, join_s=60)
     with opener(scope) as ledger:
         # without renewal the second worker's reserve lands once the first lease runs out
         assert ledger.spent() == {"cost": 0.75}

@@ -16,7 +16,8 @@ from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.policies import KEY_BUDGET_PRESSURE, KEY_REPEATS_FOR
 from ampmeter.testing import recorded
-from ampmeter.testing.replay import ReplayResponse, ReplayServer
+from ampmeter.testing.replay import ReplayServer
+from wire import chat_completion
 
 # A fine-tune whose base the price table has no fine-tuning price for (it knows OpenAI's
 # published rates for some bases, e.g. ft:gpt-4o-mini at the "openai" provider).
@@ -33,20 +34,10 @@ def no_prices_left_behind() -> Iterator[None]:
     ampmeter.clear_prices()
 
 
-def big_completion(model: str) -> ReplayResponse:
-    """A chat completion that used 100,000 input and 100,000 output tokens."""
-    return ReplayResponse.json({
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": model,
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": "done"}}],
-        "usage": {"prompt_tokens": 100_000, "completion_tokens": 100_000,
-                  "total_tokens": 200_000},
-    })  # fmt: skip
-
-
 def three_big_calls(ctx: ExecutionContext, replay: ReplayServer) -> int:
     """Make three chat calls of the issue's size; return how many were made."""
-    replay.script("/v1/chat/completions", *(big_completion(FINE_TUNE) for _ in range(3)))
+    big = (chat_completion(FINE_TUNE, 100_000, 100_000) for _ in range(3))
+    replay.script("/v1/chat/completions", *big)
     client = openai.OpenAI(base_url=replay.openai_base_url, api_key="sk-x", max_retries=0)
     made = 0
     with ctx:
@@ -79,7 +70,7 @@ def test_the_measured_hole_is_closed() -> None:
 
 def test_a_provider_prefixed_model_is_priced_through_the_sdk() -> None:
     with ReplayServer() as replay:
-        replay.script("/v1/chat/completions", big_completion("openai/gpt-4o"))
+        replay.script("/v1/chat/completions", chat_completion("openai/gpt-4o", 100_000, 100_000))
         client = openai.OpenAI(base_url=replay.openai_base_url, api_key="sk-x", max_retries=0)
         with ExecutionContext(max_cost_usd=10) as ctx:
             client.chat.completions.create(model="openai/gpt-4o", messages=MESSAGES)
@@ -204,8 +195,8 @@ def test_the_swapped_request_is_what_goes_on_the_wire() -> None:
         return {**request, "model": "cheap-model", "max_tokens": 7}
 
     with ReplayServer() as replay:
-        replay.script("/v1/chat/completions", big_completion("big-model"),
-                      big_completion("cheap-model"))  # fmt: skip
+        replay.script("/v1/chat/completions", chat_completion("big-model", 100_000, 100_000),
+                      chat_completion("cheap-model", 100_000, 100_000))  # fmt: skip
         client = openai.OpenAI(base_url=replay.openai_base_url, api_key="sk-x", max_retries=0)
         with ExecutionContext(
             max_cost_usd=2.4, on_budget_pressure=cheaper

@@ -22,8 +22,10 @@ from ampmeter.keys import KEY_COST, KEY_LLM_CALLS
 from ampmeter.ledgers import Ledger, RedisLedger, SqliteLedger
 from ampmeter.limits import Limit
 from ampmeter.policies import KEY_REPEATS_FOR, SHARED_READ_S
-from ampmeter.testing.replay import ReplayResponse, ReplayServer
+from ampmeter.testing.replay import ReplayServer
+from processes import gather
 from redis_server import RedisServer, redis_server_fixture  # noqa: F401
+from wire import chat_completion
 
 PROCESSES = 3
 
@@ -67,12 +69,7 @@ def _in_processes(work: Callable[[ExecutionContext], dict[str, Any]], place: Pla
             out.put({"error": traceback.format_exc()})
 
     workers = [mp.Process(target=worker, args=(index,)) for index in range(PROCESSES)]
-    for process in workers:
-        process.start()
-    results = [out.get(timeout=120) for _ in workers]
-    for process in workers:
-        process.join(timeout=30)
-        assert process.exitcode == 0
+    results = gather(workers, out)
     for result in results:
         assert "error" not in result, result["error"]
     return results
@@ -224,15 +221,6 @@ def instrumented() -> Iterator[None]:
     ampmeter.clear_prices()
 
 
-def _completion(model: str) -> ReplayResponse:
-    return ReplayResponse.json({
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": model,
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": "done"}}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
-    })  # fmt: skip
-
-
 def _spend_elsewhere(place: Place, scope: str, cost: float) -> None:
     """Another process spends ``cost`` of the shared budget."""
 
@@ -266,7 +254,10 @@ def test_budget_pressure_reads_what_other_processes_spent(place: Place) -> None:
         return {**request, "model": "cheap-model"}
 
     with ReplayServer() as replay, _open(place, scope) as ledger:
-        replay.script("/v1/chat/completions", _completion("big-model"), _completion("cheap-model"))
+        replay.script(
+            "/v1/chat/completions", chat_completion("big-model", 10, 10),
+            chat_completion("cheap-model", 10, 10),
+        )  # fmt: skip
         client = openai.OpenAI(base_url=replay.openai_base_url, api_key="sk-x", max_retries=0)
         messages = [{"role": "user", "content": "hi"}]
         with ExecutionContext(max_cost_usd=1.0, on_budget_pressure=cheaper, pressure_at=0.5,

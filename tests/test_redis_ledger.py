@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from ampmeter.ledgers import LedgerUnavailable, RedisLedger
+from processes import gather
 from redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
 WORKERS = 8
@@ -62,12 +63,7 @@ def test_many_processes_share_one_ceiling(redis_server: RedisServer, client: red
         ctx.Process(target=_worker, args=(redis_server.url, scope, ceiling, seed, out))
         for seed in range(WORKERS)
     ]
-    for process in workers:
-        process.start()
-    results = [out.get(timeout=120) for _ in workers]
-    for process in workers:
-        process.join(timeout=30)
-        assert process.exitcode == 0
+    results = gather(workers, out)
     pairs = [pair for worker_pairs, _ in results for pair in worker_pairs]
     rejected = sum(count for _, count in results)
     ledger = RedisLedger(redis_server.url, scope)
