@@ -24,8 +24,9 @@ Run: ``python bench/sdk_bench.py [--quick]``.
 
 ``python bench/sdk_bench.py --instructions [--quick]`` (needs valgrind; never part of ``make
 test`` or ``make bench``) counts instead the machine instructions a client process executes per
-call, raw and metered (callgrind, the same calls run ``N`` and 0 times, the difference over
-``N``): a figure that does not move with the machine's load.
+call, raw, metered by ampmeter and, when installed, under shekel (callgrind, the same calls run
+``N`` and 0 times, the difference over ``N``): a figure that does not move with the machine's
+load.
 """
 
 from __future__ import annotations
@@ -280,6 +281,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
 _CLIENT_MODES: dict[str, Callable[[], contextlib.AbstractContextManager[bool]]] = {
     "raw": _raw,
     "ampmeter": _ampmeter,
+    "shekel": _shekel,  # counted only when installed (see instructions())
 }
 _WORKLOADS: dict[str, Callable[[openai.OpenAI, bool], None]] = {"plain": _plain, "stream": _stream}
 _WARM_UP = 20
@@ -326,24 +328,26 @@ def _temporary_path() -> Iterator[str]:
         os.unlink(path)
 
 
-def instructions(quick: bool) -> list[tuple[str, float, float]]:
-    """(workload, raw, ampmeter) instructions per call, for the plain call and the stream."""
+def instructions(quick: bool) -> list[tuple[str, str, float, float]]:
+    """(workload, mode, raw, mode's) instructions per call for the plain call and the stream:
+    ampmeter, and shekel beside it when installed."""
     calls = 100 if quick else 300
+    modes = [mode for mode in ("ampmeter", "shekel") if mode in _peers()]
     rows = []
     with _provider() as base_url:
         for workload in _WORKLOADS:
             raw = _instructions(base_url, "raw", workload, calls)
-            metered = _instructions(base_url, "ampmeter", workload, calls)
-            rows.append((workload, raw, metered))
+            for mode in modes:
+                rows.append((workload, mode, raw, _instructions(base_url, mode, workload, calls)))
     return rows
 
 
 def _print_instructions(quick: bool) -> None:
     if shutil.which("valgrind") is None:
         sys.exit("--instructions needs valgrind (apt-get install valgrind)")
-    for workload, raw, metered in instructions(quick):
+    for workload, mode, raw, metered in instructions(quick):
         added = metered - raw
-        print(f"{workload:7s} raw {raw:11,.0f}  ampmeter {metered:11,.0f}  instructions/call   "
+        print(f"{workload:7s} raw {raw:11,.0f}  {mode:9s} {metered:11,.0f}  instructions/call   "
               f"added {added:9,.0f} ({added / raw * 100:.2f}% of the raw call)")  # fmt: skip
 
 
