@@ -38,6 +38,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -278,11 +279,6 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 # -- instructions per call (callgrind) -------------------------------------------------------
 
-_CLIENT_MODES: dict[str, Callable[[], contextlib.AbstractContextManager[bool]]] = {
-    "raw": _raw,
-    "ampmeter": _ampmeter,
-    "shekel": _shekel,  # counted only when installed (see instructions())
-}
 _WORKLOADS: dict[str, Callable[[openai.OpenAI, bool], None]] = {"plain": _plain, "stream": _stream}
 _WARM_UP = 20
 
@@ -292,7 +288,7 @@ def _client(base_url: str, mode: str, workload: str, calls: int) -> None:
     call = _WORKLOADS[workload]
     with (
         openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0) as client,
-        _CLIENT_MODES[mode]() as asks_usage,
+        _peers()[mode]() as asks_usage,
     ):
         for _ in range(_WARM_UP + calls):
             call(client, asks_usage)
@@ -302,7 +298,8 @@ def _instructions(base_url: str, mode: str, workload: str, calls: int) -> float:
     """Instructions per call of the client process: (``calls`` calls − 0 calls) / ``calls``."""
     counted = []
     for n in (0, calls):
-        with _temporary_path() as out:
+        with tempfile.TemporaryDirectory(prefix="sdk_bench.") as tmp:
+            out = os.path.join(tmp, "callgrind.out")
             done = subprocess.run(
                 ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
                  __file__, "--client", base_url, mode, workload, str(n)],
@@ -314,18 +311,6 @@ def _instructions(base_url: str, mode: str, workload: str, calls: int) -> float:
             raise RuntimeError(f"the {mode} {workload} client failed:\n{done.stderr[-2000:]}")
         counted.append(int(found.group(1)))
     return (counted[1] - counted[0]) / calls
-
-
-@contextlib.contextmanager
-def _temporary_path() -> Iterator[str]:
-    import tempfile
-
-    fd, path = tempfile.mkstemp(prefix="sdk_bench.", suffix=".callgrind")
-    os.close(fd)
-    try:
-        yield path
-    finally:
-        os.unlink(path)
 
 
 def instructions(quick: bool) -> list[tuple[str, str, float, float]]:

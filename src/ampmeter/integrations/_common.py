@@ -106,21 +106,13 @@ def count_retry() -> None:
 def remember_client_key(resource: Any) -> None:
     """Have :mod:`ampmeter.redact` scrub the credentials of the SDK client behind ``resource``.
 
-    A provider's error body may echo the key; it is read from the client here and held only by
-    the redaction module.
+    A provider's error body may echo the key; it is read from the client on every call (it may
+    change: openai's can come from a refreshing provider) and held only by the redaction
+    module, which ignores one it already knows.
     """
     client = getattr(resource, "_client", None)  # the Stainless SDKs' resource -> client link
-    for secret in (getattr(client, "api_key", None), getattr(client, "auth_token", None)):
-        if isinstance(secret, str) and secret not in _handed_over:
-            redact.remember_secret(secret)
-            if len(_handed_over) < _HANDED_OVER_MAX:
-                _handed_over.add(secret)
-
-
-# Credentials already given to the redaction module: every SDK call reads its client's key (it
-# may change: openai's can come from a refreshing provider), and a known one costs a lookup.
-_handed_over: set[str] = set()
-_HANDED_OVER_MAX: Final = 1024
+    redact.remember_secret(getattr(client, "api_key", None))
+    redact.remember_secret(getattr(client, "auth_token", None))
 
 
 def metered_context() -> ExecutionContext | None:
@@ -897,12 +889,9 @@ def get(obj: Any, name: str) -> Any:
 
 
 def get_int(obj: Any, name: str) -> int | None:
-    """:func:`get` of a count: ``int_or_none(get(obj, name))`` in one call (usage is read
-    field by field on every response)."""
-    mapping = _IS_MAPPING.get(type(obj))
-    if mapping is None:
-        mapping = _IS_MAPPING[type(obj)] = isinstance(obj, Mapping)
-    value = obj.get(name) if mapping else getattr(obj, name, None)
+    """:func:`get` of a count: ``int_or_none(get(obj, name))``, with no second call for the
+    usual plain int."""
+    value = get(obj, name)
     return value if type(value) is int else int_or_none(value)
 
 
