@@ -18,7 +18,7 @@ TEST_API_KEY = "test-key"
 # Ledger journals of the tests go to a throwaway directory, never to the user's cache.
 _JOURNALS = tempfile.TemporaryDirectory(prefix="ampmeter-test-journals-")
 os.environ["AMPMETER_JOURNAL_DIR"] = _JOURNALS.name
-# The price index too (ampmeter/_price_cache.py).
+# The price index too (ampmeter/pricing/_cache.py).
 os.environ["AMPMETER_CACHE_DIR"] = _JOURNALS.name
 
 

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from ampmeter import ExecutionContext, Limit, estimates
+from ampmeter import ExecutionContext, Limit
 from ampmeter.keys import KEY_INPUT_TOKENS
+from ampmeter.pricing import request_size as estimates
 
 DENSE = "字" * 400  # 400 characters: 100 tokens at four characters a token, 300 in truth
 TRUE_TOKENS = 300
@@ -37,7 +38,7 @@ def test_a_finished_call_teaches_its_model_the_ratio() -> None:
     second.finish()
     # Another model is not affected; a lower ratio never lowers what was learned.
     assert estimates.prompt_tokens(DENSE, "other-model") == 100
-    estimates.learn("dense-model", 400, 50)
+    estimates.learn("dense-model", estimates.RequestSize(400, 400), 50)
     assert estimates.prompt_tokens(DENSE, "dense-model") == TRUE_TOKENS
 
 

@@ -351,7 +351,7 @@ def test_time_dependent_table_prices_follow_the_clock(monkeypatch: pytest.Monkey
         ],
     )
     now = [0.0]
-    monkeypatch.setattr(pricing, "_clock", lambda: now[0])
+    monkeypatch.setattr(pricing.table, "_clock", lambda: now[0])
     data_snapshot.set_custom_snapshot(_snapshot_with(timed))
     try:
         for stamp, usd in [
@@ -742,7 +742,7 @@ def test_rates_from_the_disk_index_are_decoded_once_per_process(tmp_path: Path) 
     import sys
 
     script = (
-        "import ampmeter, ampmeter.pricing as p, ampmeter._price_cache as c\n"
+        "import ampmeter, ampmeter.pricing as p, ampmeter.pricing._cache as c\n"
         "asked = []\n"
         "lookup = c.lookup\n"
         "c.lookup = lambda *a: asked.append(a) or lookup(*a)\n"
@@ -762,7 +762,7 @@ def test_a_loaded_table_writes_each_answer_to_the_disk_index_once(tmp_path: Path
     """Once the table is loaded, a model's answer is resolved and written to the index once:
     later reservations and prices of it read neither the table nor the index again."""
     script = (
-        "import ampmeter.pricing as p, ampmeter._price_cache as c\n"
+        "import ampmeter.pricing as p, ampmeter.pricing._cache as c\n"
         "p.load()\n"
         "stored = []\n"
         "store = c.store\n"

@@ -31,7 +31,7 @@ from enum import Enum
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
-from ampmeter import _validate, estimates, redact
+from ampmeter import _validate, redact
 from ampmeter._kernel import Busy, Guard, Hit, Level
 from ampmeter.errors import (
     BudgetBusy,
@@ -77,6 +77,8 @@ from ampmeter.policies import (
     PolicyOptions,
     PressureHook,
 )
+from ampmeter.pricing import request_size
+from ampmeter.pricing.request_size import RequestSize
 from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace, TraceRecord
@@ -252,7 +254,7 @@ class Call:
     __slots__ = (
         "__weakref__",
         "_ledger_holds",
-        "_prompt_chars",
+        "_prompt_size",
         "_recorded",
         "_reservation",
         "_state",
@@ -283,7 +285,7 @@ class Call:
         provider: str | None,
         reservation: Usage,
         metadata: Mapping[str, Any] | None,
-        prompt_chars: int = 0,
+        prompt_size: RequestSize | None = None,
     ) -> None:
         meta = {} if metadata is None else _validate.metadata(metadata)
         if provider is not None:
@@ -307,7 +309,7 @@ class Call:
         self.reasoning_tokens = 0
         self.tool_calls_made = 0
         self._reservation = reservation
-        self._prompt_chars = prompt_chars
+        self._prompt_size = prompt_size
         self._recorded = False
         self._state = _NEW
         self._token: contextvars.Token[Any] | None = None
@@ -726,7 +728,7 @@ class ExecutionContext:
         """An LLM call to run in a ``with`` block; entering it checks limits and reserves.
 
         The reservation is ``estimate_usd`` if given, else the price of the prompt (its token
-        count, or the estimate of :mod:`ampmeter.estimates` from ``prompt_text``) and
+        count, or the estimate of :mod:`ampmeter.pricing.request_size` from ``prompt_text``) and
         ``max_tokens`` output tokens (without ``max_tokens``, the pricing layer's default).
         A ``final`` call (the final answer) may spend the context's ``final_reserve_usd``.
         """
@@ -742,7 +744,7 @@ class ExecutionContext:
             _validate.text(label, "name")
         out_est = 0 if max_tokens is None else _validate.count(max_tokens, "max_tokens")
         if prompt_tokens is None and prompt_text is None:
-            in_est = chars = 0
+            in_est, chars = 0, None
         else:
             in_est, chars = _prompt_estimate(prompt_tokens, prompt_text, model)
         # Priced by the caller (estimate_usd; no model or no pricing layer to look up) or the table.
@@ -1477,8 +1479,8 @@ class ExecutionContext:
                                    call.tokens_out or 0, call.cached_tokens,
                                    call.reasoning_tokens, cost, 1, succeeded, failed,
                                    unpriced))  # fmt: skip
-            if exc is None and call._prompt_chars and call.tokens_in:
-                estimates.learn(call.model or "", call._prompt_chars, call.tokens_in)
+            if exc is None and call._prompt_size is not None and call.tokens_in:
+                request_size.learn(call.model or "", call._prompt_size, call.tokens_in)
         elif kind == "tool":
             usage = Usage("tool", "", call.name, 0, 0, 0, 0, cost, 1, succeeded, failed)
         elif kind == "embedding" and call.model:
@@ -1834,15 +1836,15 @@ _HoldPlan = tuple[
 
 def _prompt_estimate(
     prompt_tokens: object, prompt_text: object, model: str | None
-) -> tuple[int, int]:
+) -> tuple[int, RequestSize | None]:
     """A call's estimated prompt tokens (the caller's count, else the estimate from the text)
-    and the prompt's length in characters (0 without text), for reservations and learning."""
+    and the prompt's measure (None without text), for reservations and learning."""
     if prompt_tokens is not None:
-        return _validate.count(prompt_tokens, "prompt_tokens"), 0
+        return _validate.count(prompt_tokens, "prompt_tokens"), None
     if prompt_text is not None:
-        text = _validate.text(prompt_text, "prompt_text")
-        return estimates.prompt_tokens(text, model), len(text)
-    return 0, 0
+        size = request_size.measure_text(_validate.text(prompt_text, "prompt_text"))
+        return request_size.input_tokens(size, model), size
+    return 0, None
 
 
 def _termination(exc: BaseException | None) -> TerminationReason:

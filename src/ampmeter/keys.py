@@ -54,7 +54,16 @@ LOCAL_KEYS: Final = frozenset(
     {KEY_ITERATIONS, KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE}
 )
 
+
+def is_money(key: str) -> bool:
+    """True for the keys that hold US dollars (``amp:cost`` and ``amp:cost:<model>``).
+
+    Money keys are counted in whole nano-dollars inside (see :mod:`ampmeter.money`)."""
+    return key == KEY_COST or key.startswith(KEY_COST_FOR)
+
+
 __all__ = [name for name in dir() if name.startswith("KEY_")] + [
     "LOCAL_KEYS",
+    "is_money",
     "PROTECTED_KEYS",
 ]

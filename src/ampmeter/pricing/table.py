@@ -37,9 +37,10 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Final, Literal, SupportsIndex, cast
 
-from ampmeter import _price_cache, estimates
-from ampmeter.estimates import CHARS_PER_TOKEN
-from ampmeter.max_output import max_output_tokens
+from ampmeter.pricing import _cache as _price_cache
+from ampmeter.pricing import request_size as estimates
+from ampmeter.pricing.max_output import max_output_tokens
+from ampmeter.pricing.request_size import CHARS_PER_TOKEN
 
 if TYPE_CHECKING:
     from genai_prices.types import ModelInfo, ModelPrice

@@ -53,6 +53,6 @@ def _load() -> dict[str, int]:
 
         import orjson
 
-        raw = orjson.loads(resources.files("ampmeter").joinpath(_TABLE_FILE).read_bytes())
+        raw = orjson.loads(resources.files("ampmeter.pricing").joinpath(_TABLE_FILE).read_bytes())
         _table = {str(name): int(tokens) for name, tokens in raw["models"].items()}
     return _table

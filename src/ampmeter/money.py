@@ -1,0 +1,97 @@
+"""Exact money: how ampmeter holds and shows amounts of US dollars.
+
+Binary floats cannot hold $0.05 exactly, so sums drift (0.30 + 14 × 0.05 is
+1.0000000000000002) and a cap of $1.00 admits 19 calls of $0.05. ampmeter therefore keeps
+every amount of money as an integer count of **nano-dollars** (1 n$ = 10⁻⁹ USD) inside:
+stats, reservations, limits, the ledgers (SQLite integers, Redis ``INCRBY``) and hand-offs.
+Integers add exactly and cost little on the hot path; 2⁵³ n$ (what a Lua number in Redis
+keeps exact) is over nine million dollars.
+
+At the public boundary money is :class:`decimal.Decimal` in dollars. A float a user passes
+(``max_cost_usd=0.3``) is read once, as written (``repr``), never through its binary value.
+An amount finer than a nano-dollar is rounded to the nearest one, ties to even; an estimate
+that reserves is rounded up instead, so rounding never lets a call through.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal, InvalidOperation
+from typing import Final
+
+__all__ = [
+    "NANO_PER_USD",
+    "format_usd",
+    "from_nano",
+    "nano_ceil",
+    "to_nano",
+    "usd",
+]
+
+NANO_PER_USD: Final = 10**9
+"""Nano-dollars in one US dollar: the unit every amount of money is counted in inside."""
+
+_MAX_NANO: Final = 2**63 - 1
+
+
+def usd(value: object, what: str = "amount", *, allow_negative: bool = False) -> Decimal:
+    """``value`` (a Decimal, int, float or numeric string) as an exact Decimal of dollars.
+
+    A float is read as written (``0.3`` is ``Decimal("0.3")``, not its binary value). Bools,
+    NaN, infinities and (unless ``allow_negative``) negative amounts raise ``ValueError`` or
+    ``TypeError`` naming ``what``.
+    """
+    if isinstance(value, Decimal):
+        amount = value
+    elif isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError(f"{what} must be a number of dollars, got {type(value).__name__}")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{what} must be a finite amount of dollars, got {value!r}")
+        amount = Decimal(repr(value))
+    else:
+        try:
+            amount = Decimal(value)
+        except InvalidOperation:
+            raise ValueError(f"{what} must be a number of dollars, got {value!r}") from None
+    if not amount.is_finite():
+        raise ValueError(f"{what} must be a finite amount of dollars, got {value!r}")
+    if amount < 0 and not allow_negative:
+        raise ValueError(f"{what} must be >= 0, got {value!r}")
+    return amount
+
+
+def to_nano(value: object, what: str = "amount", *, allow_negative: bool = False) -> int:
+    """``value`` in dollars (see :func:`usd`) as whole nano-dollars, rounded half to even."""
+    nano = int(
+        usd(value, what, allow_negative=allow_negative).scaleb(9).to_integral_value(ROUND_HALF_EVEN)
+    )
+    if abs(nano) > _MAX_NANO:
+        raise ValueError(f"{what} is too large to count: {value!r}")
+    return nano
+
+
+def nano_ceil(amount: Decimal) -> int:
+    """A Decimal amount of dollars as nano-dollars rounded up: what a reservation holds."""
+    return int(amount.scaleb(9).to_integral_value(ROUND_CEILING))
+
+
+def from_nano(nano: int) -> Decimal:
+    """Whole nano-dollars as an exact Decimal of dollars (``50_000_000`` is ``Decimal("0.05")``)."""
+    amount = Decimal(nano).scaleb(-9)
+    whole = amount.to_integral_value()
+    return whole.quantize(Decimal(1)) if amount == whole else amount.normalize()
+
+
+def format_usd(amount: Decimal | int | float) -> str:
+    """Dollars as a person writes them: ``$0.05``, ``$1.00``, ``$0.000123``, ``-$0.10``.
+
+    At least two decimals, and as many more as the amount needs (never an exponent). An int is
+    taken as dollars, not nano-dollars; a float is read as written.
+    """
+    value = usd(amount, allow_negative=True)
+    sign = "-" if value < 0 else ""
+    text = f"{abs(value):f}"
+    whole, _, frac = text.partition(".")
+    frac = frac.rstrip("0").ljust(2, "0")
+    return f"{sign}${int(whole):,}.{frac}"
