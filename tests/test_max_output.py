@@ -43,7 +43,9 @@ def test_other_names_are_unknown(model: str) -> None:
 
 
 def test_the_table_is_well_formed() -> None:
-    raw = json.loads(resources.files("ampmeter.pricing").joinpath("max_output_tokens.json").read_text())
+    raw = json.loads(
+        resources.files("ampmeter.pricing").joinpath("max_output_tokens.json").read_text()
+    )
     models = raw["models"]
     assert models and all(name == name.lower() and "/" not in name for name in models)
     assert all(isinstance(n, int) and 1_000 <= n <= 1_000_000 for n in models.values())
