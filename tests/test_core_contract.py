@@ -370,9 +370,9 @@ def test_import_ampmeter_loads_only_the_accounting_core() -> None:
         import sys
         import ampmeter
         heavy = {
-            "ampmeter.ledgers", "ampmeter.propagation", "ampmeter.pricing", "ampmeter.sinks.jsonl",
-            "ampmeter.integrations", "genai_prices", "sqlite3", "logging", "tempfile", "pathlib",
-            "secrets", "orjson", "openai", "anthropic", "httpx",
+            "ampmeter.ledgers", "ampmeter.propagation", "ampmeter.pricing.table",
+            "ampmeter.sinks.jsonl", "ampmeter.integrations", "genai_prices", "sqlite3", "logging",
+            "tempfile", "pathlib", "secrets", "orjson", "openai", "anthropic", "httpx",
         }
         print(sorted(heavy & set(sys.modules)))
         """

@@ -8,20 +8,23 @@
 
 from __future__ import annotations
 
-from ampmeter.pricing.table import (
-    CHARS_PER_TOKEN,
-    DEFAULT_ESTIMATE_OUTPUT_TOKENS,
-    USER_PRICING_VERSION,
-    PriceResult,
-    PricingStatus,
-    clear_prices,
-    estimate,
-    load,
-    price,
-    remove_price,
-    set_price,
-    table_version,
-)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ampmeter.pricing.table import (
+        CHARS_PER_TOKEN,
+        DEFAULT_ESTIMATE_OUTPUT_TOKENS,
+        USER_PRICING_VERSION,
+        PriceResult,
+        PricingStatus,
+        clear_prices,
+        estimate,
+        load,
+        price,
+        remove_price,
+        set_price,
+        table_version,
+    )
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -37,3 +40,13 @@ __all__ = [
     "set_price",
     "table_version",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The price table pulls in genai-prices and the disk index: it loads on first use, so that
+    # ``import ampmeter`` (which needs only request_size) stays the accounting core alone.
+    if name in __all__:
+        from ampmeter.pricing import table
+
+        return getattr(table, name)
+    raise AttributeError(f"module 'ampmeter.pricing' has no attribute {name!r}")
