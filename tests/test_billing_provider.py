@@ -7,6 +7,7 @@ import contextvars
 import json
 import math
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -363,3 +364,23 @@ def test_bad_arguments_are_refused(arguments: dict[str, Any], error: type[Except
 def test_a_replay_server_fallback_must_be_callable() -> None:
     with pytest.raises(TypeError, match="fallback must be callable"):
         ReplayServer(fallback="answer")  # type: ignore[arg-type]
+
+
+def test_calls_take_the_provider_time_together() -> None:
+    with BillingProvider(delay_s=0.4) as server:
+        client = openai_client(server)
+
+        def worker() -> None:
+            client.chat.completions.create(
+                model="gpt-4o-mini", messages=[{"role": "user", "content": USER}]
+            )
+
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - started
+    assert server.peak_in_flight == 8
+    assert 0.4 <= elapsed < 8 * 0.4

@@ -156,6 +156,8 @@ class BillingProvider(ReplayServer):
         self._billed: list[BilledCall] = []
         self._billed_lock = threading.Lock()
         self._ids = itertools.count(1)
+        self._in_flight = 0
+        self._peak = 0
 
     # --- what was billed ---------------------------------------------------------------------
 
@@ -164,6 +166,13 @@ class BillingProvider(ReplayServer):
         """A copy of the billed calls so far, in the order they were answered."""
         with self._billed_lock:
             return list(self._billed)
+
+    @property
+    def peak_in_flight(self) -> int:
+        """The most billed requests the provider was working on at once (each takes
+        ``delay_s``): how many calls really ran together."""
+        with self._billed_lock:
+            return self._peak
 
     @property
     def billed_input_tokens(self) -> int:
@@ -241,11 +250,18 @@ class BillingProvider(ReplayServer):
         )
         with self._billed_lock:
             self._billed.append(call)
+            self._in_flight += 1
+            self._peak = max(self._peak, self._in_flight)
+        try:
+            time.sleep(self.delay_s)
+        finally:
+            with self._billed_lock:
+                self._in_flight -= 1
         number = next(self._ids)
         capped = tokens_out < self.output_tokens
         if wire == "chat":
-            return _chat_answer(call, number, capped, self.delay_s)
-        return _anthropic_answer(call, number, capped, self.delay_s)
+            return _chat_answer(call, number, capped)
+        return _anthropic_answer(call, number, capped)
 
     def _cost(self, model: str, tokens_in: int, tokens_out: int) -> Decimal | None:
         rates = self._prices.get(model)
@@ -346,7 +362,7 @@ def _max_tokens(wire: BillingWire, body: Mapping[str, Any]) -> int:
 # --- answers -------------------------------------------------------------------------------------
 
 
-def _chat_answer(call: BilledCall, number: int, capped: bool, delay: float) -> ReplayResponse:
+def _chat_answer(call: BilledCall, number: int, capped: bool) -> ReplayResponse:
     ident = f"chatcmpl-bill{number:06d}"
     usage = {
         "prompt_tokens": call.input_tokens,
@@ -361,7 +377,7 @@ def _chat_answer(call: BilledCall, number: int, capped: bool, delay: float) -> R
         message = {"role": "assistant", "content": _WORD * call.output_tokens}
         choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
         body = {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
-        return ReplayResponse.json(body, delay=delay)
+        return ReplayResponse.json(body)
     chunk = {**head, "object": "chat.completion.chunk"}
 
     def delta(part: dict[str, Any], reason: str | None) -> tuple[None, dict[str, Any]]:
@@ -374,10 +390,10 @@ def _chat_answer(call: BilledCall, number: int, capped: bool, delay: float) -> R
     if call.usage_reported:
         events.append((None, {**chunk, "choices": [], "usage": usage}))
     events.append((None, "[DONE]"))
-    return ReplayResponse.sse(events, delay=delay)
+    return ReplayResponse.sse(events)
 
 
-def _anthropic_answer(call: BilledCall, number: int, capped: bool, delay: float) -> ReplayResponse:
+def _anthropic_answer(call: BilledCall, number: int, capped: bool) -> ReplayResponse:
     finish = "max_tokens" if capped else "end_turn"
     message: dict[str, Any] = {
         "id": f"msg_bill{number:06d}",
@@ -398,7 +414,7 @@ def _anthropic_answer(call: BilledCall, number: int, capped: bool, delay: float)
                 **counts,
             },
         }
-        return ReplayResponse.json(body, delay=delay)
+        return ReplayResponse.json(body)
     start = {
         **message,
         "content": [],
@@ -425,7 +441,7 @@ def _anthropic_answer(call: BilledCall, number: int, capped: bool, delay: float)
         ("message_delta", {"type": "message_delta", "delta": ending, "usage": final_usage}),
         ("message_stop", {"type": "message_stop"}),
     ]
-    return ReplayResponse.sse(events, delay=delay)
+    return ReplayResponse.sse(events)
 
 
 def _error(wire: BillingWire, status: int, message: str) -> ReplayResponse:
