@@ -42,59 +42,17 @@ import ampmeter
 from ampmeter import ExecutionContext, LimitExceeded, money
 from ampmeter.pricing import request_size
 from ampmeter.testing import BillingProvider
+from ampmeter.testing.agent_requests import SYSTEM_PROMPT, USER_PROMPT, tool_schemas
 
 MODEL = "gpt-4o-mini"
 PRICES = {MODEL: ("0.15", "0.60")}  # USD per million tokens, as the price table has them
 MAX_TOKENS = 100
-SYSTEM = (
-    "You are a careful operations assistant for a logistics company. Answer in short, "
-    "precise sentences. When a question needs data you do not have, call one of the tools "
-    "instead of guessing, and never invent order numbers, prices or dates. "
-) * 5
-USER = (
-    "Order 48213 left the Rotterdam warehouse on Monday and should have reached the Lyon "
-    "depot by Thursday, but the customer says nothing arrived. Find where it is now, whether "
-    "it was split into several parcels, and what the customer should be told today. "
-) * 2
 TOOLS = (0, 10, 20)
 WORKERS = (8, 32, 128)
 CHARS_PER_TOKEN = (4.0, 2.5)
 MODES = ("learned", "bound")
 CALLS = 100  # fewer than the most workers: their first calls, admitted together, can pass the cap
 PROVIDER_S = 0.5  # the provider's time per call, long enough for every worker to be in flight
-
-
-def tool_schemas(count: int) -> list[dict[str, Any]]:
-    """``count`` distinct function definitions of about 660 characters each (compact JSON)."""
-    tools = []
-    for index in range(count):
-        properties = {
-            field: {
-                "type": "string",
-                "description": f"The {field.replace('_', ' ')} to look up.",
-            }
-            for field in ("order_id", "warehouse", "carrier_reference", "customer_email")
-        }
-        properties["include_history"] = {
-            "type": "boolean",
-            "description": "Whether to return every past status, not only the latest one.",
-        }
-        tools.append(
-            {
-                "type": "function",
-                "function": {
-                    "name": f"lookup_{index:02d}",
-                    "description": f"Look up shipment records in system {index}: the status, "
-                    "the parcels and where each one was last scanned.",
-                    "parameters": {
-                        "type": "object",
-                        "properties": properties,
-                        "required": ["order_id"],
-                    },
-                },
-            }
-        )
-    return tools
 
 
 @dataclass(frozen=True)
@@ -145,7 +103,10 @@ def measure(tools: int, workers: int, cpt: float, mode: str, calls: int) -> Cell
     forget = getattr(request_size, "forget", None)
     if forget is not None:
         forget()  # every cell learns from nothing
-    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}]
+    messages = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": USER_PROMPT},
+    ]
     schemas = tool_schemas(tools)
     extra: dict[str, Any] = {"tools": schemas} if schemas else {}
     body = {"model": MODEL, "messages": messages, "max_tokens": MAX_TOKENS, **extra}

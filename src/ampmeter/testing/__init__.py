@@ -3,12 +3,13 @@
 * :class:`ReplayServer` answers with scripted, recorded provider responses
   (``ampmeter.testing.recorded`` holds the recorded bodies);
 * :class:`BillingProvider` answers every OpenAI Chat Completions and Anthropic Messages request
-  and bills it from everything it sends, like a real provider, keeping what it billed.
+  and bills it from everything it sends, like a real provider, keeping what it billed;
+  ``ampmeter.testing.agent_requests`` holds agent-shaped prompts and tool schemas to send it.
 
 ``ampmeter.local_llm`` starts a real local model for tests that need one.
 """
 
-from ampmeter.testing import recorded
+from ampmeter.testing import agent_requests, recorded
 from ampmeter.testing.billing import BilledCall, BillingProvider
 from ampmeter.testing.replay import RecordedRequest, ReplayResponse, ReplayServer
 
@@ -18,5 +19,6 @@ __all__ = [
     "RecordedRequest",
     "ReplayResponse",
     "ReplayServer",
+    "agent_requests",
     "recorded",
 ]
