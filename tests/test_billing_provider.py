@@ -20,7 +20,7 @@ import pytest
 
 from ampmeter import ExecutionContext, money
 from ampmeter.sinks.memory import MemorySink
-from ampmeter.testing import BillingProvider, ReplayServer, recorded
+from ampmeter.testing import BillingProvider, ReplayServer, agent_requests, recorded
 
 KEY = "test-key"
 SYSTEM = "You answer in one word. " * 5
@@ -384,3 +384,26 @@ def test_calls_take_the_provider_time_together() -> None:
         elapsed = time.perf_counter() - started
     assert server.peak_in_flight == 8
     assert 0.4 <= elapsed < 8 * 0.4
+
+
+def test_agent_shaped_tools_are_billed_in_both_wire_formats(provider: BillingProvider) -> None:
+    chat_tools: Any = agent_requests.tool_schemas(20)
+    claude_tools: Any = agent_requests.tool_schemas(20, "anthropic")
+    assert 12_000 <= len(compact(chat_tools)) <= 14_000
+    assert len({tool["function"]["name"] for tool in chat_tools}) == 20
+    messages: Any = [{"role": "user", "content": agent_requests.USER_PROMPT}]
+    response = openai_client(provider).chat.completions.create(
+        model="gpt-4o-mini", messages=messages, tools=chat_tools
+    )
+    message = anthropic_client(provider).messages.create(
+        model="claude-haiku-4-5", messages=messages, tools=claude_tools, max_tokens=5
+    )
+    assert response.usage is not None
+    texts = [agent_requests.USER_PROMPT, *map(compact, chat_tools)]
+    assert response.usage.prompt_tokens == expected_tokens(texts, 1, 4.0)
+    texts = [agent_requests.USER_PROMPT, *map(compact, claude_tools)]
+    assert message.usage.input_tokens == expected_tokens(texts, 1, 4.0)
+    with pytest.raises(ValueError, match="count"):
+        agent_requests.tool_schemas(-1)
+    with pytest.raises(ValueError, match="wire"):
+        agent_requests.tool_schemas(1, "gemini")  # type: ignore[arg-type]
