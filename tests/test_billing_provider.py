@@ -407,3 +407,12 @@ def test_agent_shaped_tools_are_billed_in_both_wire_formats(provider: BillingPro
         agent_requests.tool_schemas(-1)
     with pytest.raises(ValueError, match="wire"):
         agent_requests.tool_schemas(1, "gemini")  # type: ignore[arg-type]
+
+
+def test_a_legacy_function_call_is_billed(provider: BillingProvider) -> None:
+    message = {"role": "assistant", "content": None}
+    called = {**message, "function_call": {"name": "lookup", "arguments": '{"id": 7}'}}
+    plain = provider.input_tokens("chat", {"messages": [message]})
+    assert plain == 3 + 3
+    texts = ["lookup", '{"id": 7}']
+    assert provider.input_tokens("chat", {"messages": [called]}) == expected_tokens(texts, 1, 4.0)

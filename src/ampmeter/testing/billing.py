@@ -293,7 +293,8 @@ def _billed_parts(wire: BillingWire, body: Mapping[str, Any]) -> tuple[int, int,
         name = message.get("name")
         if isinstance(name, str):
             texts.append(name)
-        for call in message.get("tool_calls") or ():
+        calls = [*(message.get("tool_calls") or ()), {"function": message.get("function_call")}]
+        for call in calls:
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict):
                 texts.append(str(function.get("name", "")))
