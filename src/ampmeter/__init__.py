@@ -71,7 +71,7 @@ if TYPE_CHECKING:
         remove_price,
         set_price,
     )
-    from ampmeter.sinks import JsonlSink, MemorySink
+    from ampmeter.sinks import JsonlSink, MemorySink, WebhookSink
 
 # Name -> the module it comes from, imported on first use (PEP 562).
 _LAZY = {
@@ -105,7 +105,7 @@ _LAZY = {
         ("PriceResult", "clear_prices", "estimate", "price", "remove_price", "set_price"),
         "ampmeter.pricing",
     ),
-    **dict.fromkeys(("JsonlSink", "MemorySink"), "ampmeter.sinks"),
+    **dict.fromkeys(("JsonlSink", "MemorySink", "WebhookSink"), "ampmeter.sinks"),
 }
 
 
@@ -176,6 +176,7 @@ __all__ = [
     "TerminationReason",
     "ToolCallTrace",
     "Usage",
+    "WebhookSink",
     "WrapOptions",
     "check_limits",
     "clear_prices",

@@ -1,4 +1,4 @@
-"""Sinks: where finished nodes go (memory, TokenTracker JSONL, OpenTelemetry).
+"""Sinks: where finished nodes go (memory, TokenTracker JSONL, OpenTelemetry, webhooks).
 
 Each sink module is imported on first use (``OtelSink`` needs the ``ampmeter[otel]`` extra).
 """
@@ -14,11 +14,13 @@ if TYPE_CHECKING:
     from ampmeter.sinks.jsonl import COMPONENTS, EVENT_TYPES, JsonlSink, node_to_event
     from ampmeter.sinks.memory import MemorySink
     from ampmeter.sinks.otel import OtelSink
+    from ampmeter.sinks.webhook import WebhookSink
 
 _LAZY = {
     **dict.fromkeys(("COMPONENTS", "EVENT_TYPES", "JsonlSink", "node_to_event"), "jsonl"),
     "MemorySink": "memory",
     "OtelSink": "otel",
+    "WebhookSink": "webhook",
 }
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "Sink",
     "SinkClosedError",
     "SinkWriteError",
+    "WebhookSink",
     "node_to_event",
 ]
 

@@ -10,7 +10,9 @@ cached and reasoning token details, rate limits), so tests point the real ``open
         client.chat.completions.create(...)   # the SDK retries the 429 and gets the 200
 
 Each request takes the next response queued for its method and path. A request with nothing
-left to answer gets a 404 whose message says so, with ``x-should-retry: false``. A queued
+left to answer goes to the server's ``fallback`` responder when it has one (a server that
+answers every request by rule, such as :class:`~ampmeter.testing.BillingProvider`), else gets a
+404 whose message says so, with ``x-should-retry: false``. A queued
 callable is called with the :class:`RecordedRequest` and answers with the response it returns
 (an error body echoing the request's key or prompt, as real providers' bodies do).
 """
@@ -157,14 +159,20 @@ class ReplayServer:
     Args:
         host: address to bind (loopback by default).
         port: TCP port; 0 picks a free one.
+        fallback: answers every request that has no scripted response left (None: a 404).
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, fallback: Responder | None = None
+    ) -> None:
         if not isinstance(host, str) or not host:
             raise ValueError(f"host must be a non-empty string, got {host!r}")
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"port must be an integer from 0 to 65535, got {port!r}")
+        if fallback is not None and not callable(fallback):
+            raise TypeError(f"fallback must be callable, got {type(fallback).__name__}")
         self._address = (host, port)
+        self._fallback = fallback
         self._lock = threading.Lock()
         self._queues: dict[tuple[str, str], deque[ReplayResponse | Responder]] = {}
         self._requests: list[RecordedRequest] = []
@@ -177,7 +185,7 @@ class ReplayServer:
         """Bind and serve in a background thread. Raises ``RuntimeError`` if already running."""
         if self._httpd is not None:
             raise RuntimeError(f"the replay server is already running at {self.url}")
-        httpd = ThreadingHTTPServer(self._address, _make_handler(self))
+        httpd = _Server(self._address, _make_handler(self))
         httpd.daemon_threads = True
         thread = threading.Thread(
             target=httpd.serve_forever,
@@ -267,13 +275,19 @@ class ReplayServer:
         with self._lock:
             self._requests.append(request)
             queue = self._queues.get((request.method, request.path))
-            scripted = queue.popleft() if queue else None
+            scripted = queue.popleft() if queue else self._fallback
         if scripted is None or isinstance(scripted, ReplayResponse):
             return scripted
         answer = scripted(request)
         if not isinstance(answer, ReplayResponse):
             raise TypeError(f"a responder returned {type(answer).__name__}, not ReplayResponse")
         return answer
+
+
+class _Server(ThreadingHTTPServer):
+    # Many clients connect at once in the concurrency tests and benchmarks; with the default
+    # backlog of 5 the kernel drops their connection attempts and each waits a second to retry.
+    request_queue_size = 256
 
 
 def _route(method: str, path: str) -> tuple[str, str]:

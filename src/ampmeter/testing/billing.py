@@ -1,0 +1,455 @@
+"""A loopback provider that bills every request the way a real one does.
+
+A :class:`BillingProvider` answers the OpenAI Chat Completions route (``POST
+/v1/chat/completions``) and the Anthropic Messages route (``POST /v1/messages``), plain and
+streamed, and bills each request's input from *everything* in it, not only the message text:
+
+* the text of every message and every content part, in every role (Anthropic's ``system``
+  included), a message's ``name``, the name and arguments of every tool call it carries, and
+  the content of every tool result;
+* every tool or function definition, the ``response_format`` (OpenAI) and ``output_format``
+  (Anthropic), each as its compact JSON text: keys, values and punctuation;
+* ``media_tokens`` per image, audio or file part;
+* framing: ``message_framing`` tokens per message (a system prompt counts as one),
+  ``request_framing`` per request, and ``tool_framing`` once when the request defines tools
+  (Anthropic documents such a tool-use system prompt).
+
+All billed text is counted together at ``chars_per_token`` characters a token, rounded up. The
+answer is ``output_tokens`` tokens of fixed text, or ``max_tokens`` when that is fewer (then
+it ends with ``finish_reason="length"`` / ``stop_reason="max_tokens"``). A stream reports its
+usage as the provider does: Anthropic always, OpenAI only with ``stream_options:
+{"include_usage": true}`` (it is billed either way).
+
+Every billed request is kept as a :class:`BilledCall`, so a test can compare what the provider
+saw and billed with what ampmeter recorded::
+
+    with BillingProvider(chars_per_token=2.5, prices={"gpt-4o-mini": ("0.15", "0.60")}) as bill:
+        client = openai.OpenAI(base_url=bill.openai_base_url, api_key="k")
+        ...
+        assert ctx.stats.total_cost() == bill.billed_usd
+
+It is a :class:`~ampmeter.testing.ReplayServer`: responses scripted with
+:meth:`~ampmeter.testing.ReplayServer.script` (a 429, a cut stream) are answered first, and
+only what is left is billed. A request the provider would reject (no model, messages that are
+not a list, Anthropic without ``max_tokens``) gets a 400 in the provider's error shape and is
+not billed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any, Final, Literal
+
+from ampmeter import money
+from ampmeter.testing.replay import RecordedRequest, ReplayResponse, ReplayServer
+
+__all__ = ["BilledCall", "BillingProvider", "BillingWire"]
+
+BillingWire = Literal["chat", "anthropic"]
+
+_ROUTES: Final[Mapping[str, BillingWire]] = {
+    "/v1/chat/completions": "chat",
+    "/v1/messages": "anthropic",
+}
+_WORD: Final = "tok "  # one output token of the fixed answer
+_MEDIA_PARTS: Final = frozenset(
+    {"image_url", "input_audio", "file", "image", "document", "input_image", "input_file"}
+)
+_PER_MILLION: Final = Decimal(1_000_000)
+
+
+@dataclass(frozen=True, slots=True)
+class BilledCall:
+    """One request the provider answered and billed.
+
+    ``usage_reported`` is False for an OpenAI stream sent without ``include_usage``: billed,
+    but the client was never told. ``cost_usd`` is None when the provider has no price for
+    ``model``.
+    """
+
+    wire: BillingWire
+    model: str
+    stream: bool
+    input_tokens: int
+    output_tokens: int
+    usage_reported: bool
+    cost_usd: Decimal | None
+
+
+class _Rejected(Exception):
+    """A request the provider answers with a 400 and does not bill."""
+
+
+class BillingProvider(ReplayServer):
+    """A loopback OpenAI and Anthropic provider that bills like a real one (see the module).
+
+    Args:
+        chars_per_token: characters of billed text per input token (4 for English prose on
+            current tokenizers; 2.5 for code, JSON or non-English text).
+        output_tokens: length of every answer, in tokens, before ``max_tokens`` caps it.
+        message_framing: tokens billed per message, on top of its text.
+        request_framing: tokens billed once per request.
+        tool_framing: tokens billed once for a request that defines tools.
+        media_tokens: tokens billed per image, audio or file part.
+        prices: USD per million input and output tokens per model name, as ``(input,
+            output)`` (Decimal, str, int or float, read as written), for :attr:`billed_usd`.
+        delay_s: seconds each billed answer waits before it is sent (the provider's time).
+        host: address to bind (loopback by default).
+        port: TCP port; 0 picks a free one.
+    """
+
+    def __init__(
+        self,
+        *,
+        chars_per_token: float = 4.0,
+        output_tokens: int = 16,
+        message_framing: int = 3,
+        request_framing: int = 3,
+        tool_framing: int = 0,
+        media_tokens: int = 85,
+        prices: Mapping[str, tuple[object, object]] | None = None,
+        delay_s: float = 0.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        if isinstance(chars_per_token, bool) or not isinstance(chars_per_token, (int, float)):
+            raise TypeError(f"chars_per_token must be a number, got {chars_per_token!r}")
+        if not (math.isfinite(chars_per_token) and chars_per_token > 0):
+            raise ValueError(f"chars_per_token must be a finite number > 0, got {chars_per_token}")
+        for name, value in (
+            ("output_tokens", output_tokens),
+            ("message_framing", message_framing),
+            ("request_framing", request_framing),
+            ("tool_framing", tool_framing),
+            ("media_tokens", media_tokens),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        if isinstance(delay_s, bool) or not isinstance(delay_s, (int, float)):
+            raise TypeError(f"delay_s must be a number of seconds, got {delay_s!r}")
+        if not (math.isfinite(delay_s) and delay_s >= 0):
+            raise ValueError(f"delay_s must be a finite number of seconds >= 0, got {delay_s}")
+        super().__init__(host, port, fallback=self._answer)
+        # Read as written, so 2.5 characters a token divides exactly.
+        self.chars_per_token = Fraction(repr(float(chars_per_token)))
+        self.output_tokens = output_tokens
+        self.message_framing = message_framing
+        self.request_framing = request_framing
+        self.tool_framing = tool_framing
+        self.media_tokens = media_tokens
+        self.delay_s = float(delay_s)
+        self._prices = {
+            model: (
+                money.usd(pair[0], f"prices[{model!r}] input"),
+                money.usd(pair[1], f"prices[{model!r}] output"),
+            )
+            for model, pair in (prices or {}).items()
+        }
+        self._billed: list[BilledCall] = []
+        self._billed_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._in_flight = 0
+        self._peak = 0
+
+    # --- what was billed ---------------------------------------------------------------------
+
+    @property
+    def calls(self) -> list[BilledCall]:
+        """A copy of the billed calls so far, in the order they were answered."""
+        with self._billed_lock:
+            return list(self._billed)
+
+    @property
+    def peak_in_flight(self) -> int:
+        """The most billed requests the provider was working on at once (each takes
+        ``delay_s``): how many calls really ran together."""
+        with self._billed_lock:
+            return self._peak
+
+    @property
+    def billed_input_tokens(self) -> int:
+        """Input tokens billed so far."""
+        return sum(call.input_tokens for call in self.calls)
+
+    @property
+    def billed_output_tokens(self) -> int:
+        """Output tokens billed so far."""
+        return sum(call.output_tokens for call in self.calls)
+
+    @property
+    def billed_usd(self) -> Decimal:
+        """Dollars billed so far, exactly. ``ValueError`` if a billed model has no price."""
+        total = Decimal(0)
+        for call in self.calls:
+            if call.cost_usd is None:
+                raise ValueError(
+                    f"the provider has no price for model {call.model!r}; pass it in prices="
+                )
+            total += call.cost_usd
+        return total
+
+    def input_tokens(self, wire: BillingWire, body: Mapping[str, Any]) -> int:
+        """The input tokens this provider bills for ``body`` sent on ``wire``.
+
+        Raises ``ValueError`` for a body the provider would reject.
+        """
+        try:
+            chars, messages, media, tools = _billed_parts(wire, body)
+        except _Rejected as error:
+            raise ValueError(str(error)) from None
+        return (
+            math.ceil(chars / self.chars_per_token)
+            + messages * self.message_framing
+            + self.request_framing
+            + media * self.media_tokens
+            + (self.tool_framing if tools else 0)
+        )
+
+    # --- answering ---------------------------------------------------------------------------
+
+    def _answer(self, request: RecordedRequest) -> ReplayResponse:
+        wire = _ROUTES.get(request.path) if request.method == "POST" else None
+        if wire is None:
+            return _error(
+                "chat", 404, f"billing provider: no route {request.method} {request.path}"
+            )
+        try:
+            body = request.json()
+            if not isinstance(body, dict):
+                raise _Rejected("the request body must be a JSON object")
+            model = body.get("model")
+            if not isinstance(model, str) or not model:
+                raise _Rejected("model must be a non-empty string")
+            tokens_in = self.input_tokens(wire, body)
+            tokens_out = min(self.output_tokens, _max_tokens(wire, body))
+        except (ValueError, _Rejected) as error:
+            return _error(wire, 400, str(error))
+        stream = body.get("stream") is True
+        options = body.get("stream_options")
+        told = (
+            not stream
+            or wire == "anthropic"
+            or (isinstance(options, dict) and options.get("include_usage") is True)
+        )
+        call = BilledCall(
+            wire,
+            model,
+            stream,
+            tokens_in,
+            tokens_out,
+            told,
+            self._cost(model, tokens_in, tokens_out),
+        )
+        with self._billed_lock:
+            self._billed.append(call)
+            self._in_flight += 1
+            self._peak = max(self._peak, self._in_flight)
+        try:
+            time.sleep(self.delay_s)
+        finally:
+            with self._billed_lock:
+                self._in_flight -= 1
+        number = next(self._ids)
+        capped = tokens_out < self.output_tokens
+        if wire == "chat":
+            return _chat_answer(call, number, capped)
+        return _anthropic_answer(call, number, capped)
+
+    def _cost(self, model: str, tokens_in: int, tokens_out: int) -> Decimal | None:
+        rates = self._prices.get(model)
+        if rates is None:
+            return None
+        return (tokens_in * rates[0] + tokens_out * rates[1]) / _PER_MILLION
+
+
+# --- what a request bills ------------------------------------------------------------------------
+
+
+def _billed_parts(wire: BillingWire, body: Mapping[str, Any]) -> tuple[int, int, int, bool]:
+    """Characters of billed text, framed messages, media parts, and whether tools are defined."""
+    texts: list[str] = []
+    media = 0
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _Rejected("messages must be a non-empty list")
+    framed = len(messages)
+    if wire == "anthropic":
+        system = body.get("system")
+        if system is not None:
+            media += _content(system, texts)
+            framed += 1
+    for message in messages:
+        if not isinstance(message, dict):
+            raise _Rejected("every message must be an object")
+        media += _content(message.get("content"), texts)
+        name = message.get("name")
+        if isinstance(name, str):
+            texts.append(name)
+        calls = [*(message.get("tool_calls") or ()), {"function": message.get("function_call")}]
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                texts.append(str(function.get("name", "")))
+                texts.append(str(function.get("arguments", "")))
+    tools = [*_listed(body, "tools"), *_listed(body, "functions")]
+    texts.extend(_compact(tool) for tool in tools)
+    for key in ("response_format", "output_format"):
+        if body.get(key) is not None:
+            texts.append(_compact(body[key]))
+    return sum(map(len, texts)), framed, media, bool(tools)
+
+
+def _content(content: object, texts: list[str]) -> int:
+    """Adds the billed text of a message's content to ``texts``; returns its media parts."""
+    if content is None:
+        return 0
+    if isinstance(content, str):
+        texts.append(content)
+        return 0
+    if not isinstance(content, list):
+        raise _Rejected("message content must be a string or a list of parts")
+    media = 0
+    for part in content:
+        if not isinstance(part, dict):
+            raise _Rejected("every content part must be an object")
+        kind = part.get("type")
+        if kind in _MEDIA_PARTS:
+            media += 1
+        elif kind == "tool_use":
+            texts.append(str(part.get("name", "")))
+            texts.append(_compact(part.get("input", {})))
+        elif kind == "tool_result":
+            media += _content(part.get("content"), texts)
+        else:
+            for key in ("text", "thinking", "refusal"):
+                value = part.get(key)
+                if isinstance(value, str):
+                    texts.append(value)
+    return media
+
+
+def _listed(body: Mapping[str, Any], key: str) -> list[Any]:
+    value = body.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _Rejected(f"{key} must be a list")
+    return value
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _max_tokens(wire: BillingWire, body: Mapping[str, Any]) -> int:
+    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    if value is None:
+        if wire == "anthropic":
+            raise _Rejected("max_tokens: field required")
+        return 2**31
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _Rejected(f"max_tokens must be an integer >= 1, got {value!r}")
+    return value
+
+
+# --- answers -------------------------------------------------------------------------------------
+
+
+def _chat_answer(call: BilledCall, number: int, capped: bool) -> ReplayResponse:
+    ident = f"chatcmpl-bill{number:06d}"
+    usage = {
+        "prompt_tokens": call.input_tokens,
+        "completion_tokens": call.output_tokens,
+        "total_tokens": call.input_tokens + call.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+    head = {"id": ident, "created": int(time.time()), "model": call.model}
+    finish = "length" if capped else "stop"
+    if not call.stream:
+        message = {"role": "assistant", "content": _WORD * call.output_tokens}
+        choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+        body = {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
+        return ReplayResponse.json(body)
+    chunk = {**head, "object": "chat.completion.chunk"}
+
+    def delta(part: dict[str, Any], reason: str | None) -> tuple[None, dict[str, Any]]:
+        choice = {"index": 0, "delta": part, "finish_reason": reason, "logprobs": None}
+        return None, {**chunk, "choices": [choice]}
+
+    events: list[tuple[str | None, Any]] = [delta({"role": "assistant", "content": ""}, None)]
+    events += [delta({"content": _WORD}, None) for _ in range(call.output_tokens)]
+    events.append(delta({}, finish))
+    if call.usage_reported:
+        events.append((None, {**chunk, "choices": [], "usage": usage}))
+    events.append((None, "[DONE]"))
+    return ReplayResponse.sse(events)
+
+
+def _anthropic_answer(call: BilledCall, number: int, capped: bool) -> ReplayResponse:
+    finish = "max_tokens" if capped else "end_turn"
+    message: dict[str, Any] = {
+        "id": f"msg_bill{number:06d}",
+        "type": "message",
+        "role": "assistant",
+        "model": call.model,
+        "stop_sequence": None,
+    }
+    counts = {"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    if not call.stream:
+        body = {
+            **message,
+            "content": [{"type": "text", "text": _WORD * call.output_tokens}],
+            "stop_reason": finish,
+            "usage": {
+                "input_tokens": call.input_tokens,
+                "output_tokens": call.output_tokens,
+                **counts,
+            },
+        }
+        return ReplayResponse.json(body)
+    start = {
+        **message,
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": call.input_tokens, "output_tokens": 1, **counts},
+    }
+    block = {"type": "text", "text": ""}
+    text_delta = {"type": "text_delta", "text": _WORD}
+    ending = {"stop_reason": finish, "stop_sequence": None}
+    events: list[tuple[str | None, Any]] = [
+        ("message_start", {"type": "message_start", "message": start}),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": block},
+        ),
+    ]
+    events += [
+        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": text_delta})
+        for _ in range(call.output_tokens)
+    ]
+    final_usage = {"output_tokens": call.output_tokens}
+    events += [
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta", "delta": ending, "usage": final_usage}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return ReplayResponse.sse(events)
+
+
+def _error(wire: BillingWire, status: int, message: str) -> ReplayResponse:
+    headers = {"x-should-retry": "false"}
+    if wire == "anthropic":
+        kind = "invalid_request_error" if status == 400 else "not_found_error"
+        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+        return ReplayResponse.json(body, status=status, headers=headers)
+    error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
+    return ReplayResponse.json({"error": error}, status=status, headers=headers)
