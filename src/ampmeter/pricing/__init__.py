@@ -1,13 +1,18 @@
 """Prices, input estimates and output maxima: what a call costs and what it may cost.
 
-- :mod:`ampmeter.pricing.table`: prices from genai-prices and the user's own prices.
-- :mod:`ampmeter.pricing.request_size`: how many input tokens a request will be billed for, measured
-  from everything it sends, in the ``"learned"`` or ``"bound"`` mode.
+- :mod:`ampmeter.pricing.table`: the exact cost of a call, in Decimal dollars, from
+  genai-prices (:mod:`~ampmeter.pricing.genai_table`) or the user's own prices
+  (:mod:`~ampmeter.pricing.user_prices`).
+- :mod:`ampmeter.pricing.tool_prices`: what a call of a priced tool costs.
+- :mod:`ampmeter.pricing.request_size`: how many input tokens a request will be billed for,
+  measured by one estimator per wire format from everything it sends, in the ``"learned"`` or
+  ``"bound"`` mode.
 - :mod:`ampmeter.pricing.max_output`: the most output tokens a model can write in one call.
 """
 
 from __future__ import annotations
 
+from ampmeter.pricing.max_output import output_bound
 from ampmeter.pricing.table import (
     CHARS_PER_TOKEN,
     DEFAULT_ESTIMATE_OUTPUT_TOKENS,
@@ -22,6 +27,12 @@ from ampmeter.pricing.table import (
     set_price,
     table_version,
 )
+from ampmeter.pricing.tool_prices import (
+    clear_tool_prices,
+    remove_tool_price,
+    set_tool_price,
+    tool_price,
+)
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -30,10 +41,15 @@ __all__ = [
     "PriceResult",
     "PricingStatus",
     "clear_prices",
+    "clear_tool_prices",
     "estimate",
     "load",
+    "output_bound",
     "price",
     "remove_price",
+    "remove_tool_price",
     "set_price",
+    "set_tool_price",
     "table_version",
+    "tool_price",
 ]
