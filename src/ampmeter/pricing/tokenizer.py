@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final
 
-__all__ = ["available", "counter", "encoding_name"]
+__all__ = ["available", "counter", "encoding_name", "in_use", "use"]
 
 # (model name prefix, encoding); the longest matching prefix wins.
 _FAMILIES: Final = (
@@ -40,6 +40,7 @@ _MISSING: Final = object()
 _module: Any = _MISSING
 _counters: dict[str, Callable[[str], int]] = {}
 _lock = threading.Lock()
+_enabled = False
 
 
 def _library() -> Any:
@@ -57,6 +58,22 @@ def available() -> bool:
     return _library() is not None
 
 
+def use(enabled: bool = True) -> None:
+    """Count OpenAI models' text with the offline tokenizer from now on (or stop, with
+    ``False``). ``ImportError`` naming the extra when it is not installed."""
+    global _enabled
+    if enabled and not available():
+        raise ImportError(
+            "the offline tokenizer is not installed: pip install 'ampmeter[tokenizer]'"
+        )
+    _enabled = bool(enabled)
+
+
+def in_use() -> bool:
+    """Whether :func:`use` switched the tokenizer on."""
+    return _enabled
+
+
 def encoding_name(model: str) -> str | None:
     """The encoding of ``model`` (``"o200k_base"`` for gpt-4o), or None for other families."""
     name = model.rpartition("/")[2].lower()
@@ -70,8 +87,10 @@ def encoding_name(model: str) -> str | None:
 
 
 def counter(model: str) -> Callable[[str], int] | None:
-    """A function that counts the tokens of a text for ``model``, or None when no offline
-    tokenizer is installed for its family."""
+    """A function that counts the tokens of a text for ``model``, or None when the tokenizer
+    is not in use (:func:`use`) or has no encoding for the model's family."""
+    if not _enabled:
+        return None
     encoding = encoding_name(model)
     if encoding is None:
         return None
