@@ -345,7 +345,7 @@ def test_gemini_counts_every_billed_part() -> None:
     texts += len(json_text({"rain": True}))
     texts += len(json_text({"functionDeclarations": declarations})) + len(json_text(schema))
     assert size.chars == texts
-    assert size.framing == 4 * 4  # the system instruction and three contents
+    assert size.framing == 4 * 4 + 2  # the system instruction, three contents, two text parts
     assert size.media == 258 + 258 * 2 * 2 + 65  # two seconds (and a header) at 32 a second
     gemini_3 = measure("gemini", {**body, "model": "gemini-3-pro-preview"})
     assert gemini_3.media == 2 * 1120 + 65

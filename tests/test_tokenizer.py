@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ampmeter.pricing import request_size, tokenizer
 from ampmeter.pricing.request_size import input_tokens, learn, measure
@@ -84,3 +86,24 @@ def test_use_names_the_extra_when_it_is_missing(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(ImportError, match=r"ampmeter\[tokenizer\]"):
         tokenizer.use()
     assert not tokenizer.in_use()
+
+
+texts = st.text(
+    st.characters(codec="utf-8", categories=("L", "M", "N", "P", "S", "Z", "Cc")), max_size=200
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    parts=st.lists(texts, min_size=1, max_size=5),
+    encoding=st.sampled_from(["o200k_base", "cl100k_base"]),
+)
+def test_the_bound_is_never_below_a_real_tokenizer(parts: list[str], encoding: str) -> None:
+    """OpenAI's own encodings never count more tokens than the bound: bytes plus framing."""
+    tokenizer.use(False)
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": p} for p in parts]}
+    size = measure("chat", body)
+    enc = bpe_openai.get_encoding(encoding)
+    counted = sum(len(enc.encode(p, disallowed_special=())) for p in parts)
+    # The cookbook's framing: 3 a message and 3 for the reply.
+    assert counted + 3 * len(parts) + 3 <= input_tokens(size, "gpt-4o", "bound")

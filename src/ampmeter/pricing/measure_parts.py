@@ -8,8 +8,8 @@ tokens of media; :meth:`Tally.size` turns it into a :class:`RequestSize`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
@@ -77,10 +77,10 @@ class Tally:
             for item in value:
                 self.any_text(item)
 
-    def size(self, counter: Any = None) -> RequestSize:
+    def size(self, counter: Callable[[str], int] | None = None) -> RequestSize:
         """The measure of what was added; ``counter`` (text -> tokens) counts the text exactly."""
         text = "".join(self._texts)
-        tokens = None if counter is None else int(counter(text))
+        tokens = None if counter is None else counter(text)
         return RequestSize(
             len(text),
             len(text.encode("utf-8", "surrogatepass")),

@@ -10,7 +10,8 @@ Media follow Gemini's token docs ("Understand and count tokens"): an image no la
 image at its media resolution, 1,120 tokens at the default (high), which is taken for them;
 audio is 32 tokens a second and video 263; a PDF page is billed as an image
 (:data:`PAGE_TOKENS`, the larger of the documented per-page counts). Gemini documents no
-framing; :data:`TOKENS_PER_CONTENT` is a stated bound for the turn markers. Not measurable
+framing; :data:`TOKENS_PER_CONTENT` is a stated bound for the turn markers, and each text part
+counts one token more than its bytes could need (a word-boundary marker). Not measurable
 from the body: a ``cachedContent`` the request names (billed as cached input).
 """
 
@@ -89,7 +90,12 @@ def _content(content: Mapping[str, Any], gemini_3: bool, tally: Tally) -> None:
 
 
 def _part(part: Mapping[str, Any], gemini_3: bool, tally: Tally) -> None:
-    tally.text(part.get("text"))
+    text = part.get("text")
+    if isinstance(text, str) and text:
+        # A SentencePiece tokenizer may open a piece of text with a lone word-boundary token
+        # before its first byte: one more than its bytes, at most.
+        tally.framing += 1
+        tally.text(text)
     call = _get(part, "functionCall", "function_call")
     if isinstance(call, Mapping):
         tally.text(call.get("name"))
