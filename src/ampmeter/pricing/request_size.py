@@ -28,17 +28,14 @@ keeps its own ratio, for the life of the process.
 
 from __future__ import annotations
 
+import importlib
 import math
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
 from ampmeter.pricing import tokenizer
-from ampmeter.pricing.measure_parts import RequestSize, Tally
-from ampmeter.pricing.wire_anthropic import measure_anthropic
-from ampmeter.pricing.wire_chat import measure_chat, measure_completions
-from ampmeter.pricing.wire_gemini import measure_gemini
-from ampmeter.pricing.wire_responses import measure_responses
+from ampmeter.pricing.measure_parts import RequestSize
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -73,13 +70,17 @@ MIN_LEARN_CHARS: Final = 32
 
 _DEFAULT_RATIO: Final = 1.0 / CHARS_PER_TOKEN
 _MAX_MODELS: Final = 4_096
-_MEASURES: Final[dict[str, Callable[[Mapping[str, Any], Tally], None]]] = {
-    "chat": measure_chat,
-    "completions": measure_completions,
-    "responses": measure_responses,
-    "anthropic": measure_anthropic,
-    "gemini": measure_gemini,
+# wire -> (module, function); each estimator is imported when its wire is first measured, so
+# importing ampmeter does not pay for the formats a program never sends.
+_MEASURES: Final = {
+    "chat": ("ampmeter.pricing.wire_chat", "measure_chat"),
+    "completions": ("ampmeter.pricing.wire_chat", "measure_completions"),
+    "responses": ("ampmeter.pricing.wire_responses", "measure_responses"),
+    "anthropic": ("ampmeter.pricing.wire_anthropic", "measure_anthropic"),
+    "gemini": ("ampmeter.pricing.wire_gemini", "measure_gemini"),
 }
+_Measure = Callable[[Mapping[str, Any], Callable[[str], int] | None], RequestSize]
+_loaded: dict[str, _Measure] = {}
 
 # (model, basis) -> learned ratio; basis "chars" (tokens per character) or "tokens" (billed
 # tokens per tokenizer token).
@@ -99,16 +100,22 @@ def measure(wire: Wire, body: Mapping[str, Any]) -> RequestSize:
     tokenizer where one is installed. ``ValueError`` for an unknown wire format, ``TypeError``
     for a body that is not a mapping.
     """
-    add = _MEASURES.get(wire)
-    if add is None:
-        known = ", ".join(sorted(_MEASURES))
-        raise ValueError(f"unknown wire format {wire!r}; known: {known}")
+    estimator = _loaded.get(wire) or _load(wire)
     if not isinstance(body, Mapping):
         raise TypeError(f"a request body must be a mapping, got {type(body).__name__}")
-    tally = Tally()
-    add(body, tally)
     model = body.get("model")
-    return tally.size(tokenizer.counter(model) if isinstance(model, str) else None)
+    return estimator(body, tokenizer.counter(model) if isinstance(model, str) else None)
+
+
+def _load(wire: str) -> _Measure:
+    where = _MEASURES.get(wire)
+    if where is None:
+        known = ", ".join(sorted(_MEASURES))
+        raise ValueError(f"unknown wire format {wire!r}; known: {known}")
+    module, name = where
+    estimator: _Measure = getattr(importlib.import_module(module), name)
+    _loaded[wire] = estimator
+    return estimator
 
 
 def input_tokens(size: RequestSize, model: str | None, mode: EstimateMode = "learned") -> int:

@@ -18,11 +18,11 @@ size cannot be read counts that much). PDF pages count their page image plus
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ampmeter.pricing import media
-from ampmeter.pricing.measure_parts import Tally
+from ampmeter.pricing.measure_parts import RequestSize, Tally
 
 __all__ = ["image_tokens", "measure_anthropic"]
 
@@ -44,7 +44,16 @@ _TOOL_PROMPTS: Final = (
 _DEFAULT_TOOL_PROMPT: Final = (346, 313)
 
 
-def measure_anthropic(body: Mapping[str, Any], tally: Tally) -> None:
+def measure_anthropic(
+    body: Mapping[str, Any], counter: Callable[[str], int] | None = None
+) -> RequestSize:
+    """The measure of a Messages ``body`` (``counter``: a tokenizer's count)."""
+    tally = Tally()
+    _anthropic(body, tally)
+    return tally.size(counter)
+
+
+def _anthropic(body: Mapping[str, Any], tally: Tally) -> None:
     """Add a Messages ``body`` to ``tally``."""
     tally.framing += TOKENS_PER_REQUEST
     system = body.get("system")

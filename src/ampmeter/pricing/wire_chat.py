@@ -13,11 +13,11 @@ files follow :mod:`ampmeter.pricing.openai_media`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ampmeter.pricing import openai_media
-from ampmeter.pricing.measure_parts import Tally
+from ampmeter.pricing.measure_parts import RequestSize, Tally
 
 __all__ = ["measure_chat", "measure_completions"]
 
@@ -28,7 +28,16 @@ TOKENS_PER_FUNCTION: Final = 7
 TOOLS_BLOCK: Final = 12
 
 
-def measure_chat(body: Mapping[str, Any], tally: Tally) -> None:
+def measure_chat(
+    body: Mapping[str, Any], counter: Callable[[str], int] | None = None
+) -> RequestSize:
+    """The measure of a Chat Completions ``body`` (``counter``: a tokenizer's count)."""
+    tally = Tally()
+    _chat(body, tally)
+    return tally.size(counter)
+
+
+def _chat(body: Mapping[str, Any], tally: Tally) -> None:
     """Add a Chat Completions ``body`` to ``tally``."""
     model = body.get("model")
     messages = body.get("messages")
@@ -47,7 +56,16 @@ def measure_chat(body: Mapping[str, Any], tally: Tally) -> None:
         _content(prediction.get("content"), model, tally)
 
 
-def measure_completions(body: Mapping[str, Any], tally: Tally) -> None:
+def measure_completions(
+    body: Mapping[str, Any], counter: Callable[[str], int] | None = None
+) -> RequestSize:
+    """The measure of a legacy Completions ``body`` (``counter``: a tokenizer's count)."""
+    tally = Tally()
+    _completions(body, tally)
+    return tally.size(counter)
+
+
+def _completions(body: Mapping[str, Any], tally: Tally) -> None:
     """Add a legacy Completions ``body`` to ``tally``: the prompt as text or token ids, and
     the suffix. Token ids are counted exactly (as framing: no text to read)."""
     prompt = body.get("prompt")

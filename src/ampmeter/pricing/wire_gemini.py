@@ -18,11 +18,11 @@ from the body: a ``cachedContent`` the request names (billed as cached input).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ampmeter.pricing import media
-from ampmeter.pricing.measure_parts import Tally
+from ampmeter.pricing.measure_parts import RequestSize, Tally
 
 __all__ = ["measure_gemini"]
 
@@ -46,7 +46,16 @@ def _get(mapping: Mapping[str, Any], camel: str, snake: str) -> Any:
     return mapping.get(snake) if value is None else value
 
 
-def measure_gemini(body: Mapping[str, Any], tally: Tally) -> None:
+def measure_gemini(
+    body: Mapping[str, Any], counter: Callable[[str], int] | None = None
+) -> RequestSize:
+    """The measure of a ``generateContent`` ``body`` (``counter``: a tokenizer's count)."""
+    tally = Tally()
+    _gemini(body, tally)
+    return tally.size(counter)
+
+
+def _gemini(body: Mapping[str, Any], tally: Tally) -> None:
     """Add a ``generateContent`` ``body`` to ``tally``; ``body["model"]`` (not part of the
     REST body, which names it in the URL) selects the Gemini 3 image rule when given."""
     model = body.get("model")

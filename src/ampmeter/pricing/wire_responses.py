@@ -16,11 +16,11 @@ input; the ``"learned"`` estimate absorbs them only through its bounded learning
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ampmeter.pricing import openai_media
-from ampmeter.pricing.measure_parts import Tally
+from ampmeter.pricing.measure_parts import RequestSize, Tally
 from ampmeter.pricing.wire_chat import (
     REPLY_PRIMING,
     TOKENS_PER_FUNCTION,
@@ -34,7 +34,16 @@ __all__ = ["measure_responses"]
 _NOT_SENT_TO_MODEL = frozenset({"type", "id", "call_id", "status", "role"})
 
 
-def measure_responses(body: Mapping[str, Any], tally: Tally) -> None:
+def measure_responses(
+    body: Mapping[str, Any], counter: Callable[[str], int] | None = None
+) -> RequestSize:
+    """The measure of a Responses ``body`` (``counter``: a tokenizer's count)."""
+    tally = Tally()
+    _responses(body, tally)
+    return tally.size(counter)
+
+
+def _responses(body: Mapping[str, Any], tally: Tally) -> None:
     """Add a Responses ``body`` to ``tally``."""
     model = body.get("model")
     model = model if isinstance(model, str) else None
