@@ -443,3 +443,24 @@ def test_bound_is_bytes_plus_framing_and_media() -> None:
     with pytest.raises(ValueError, match="estimate mode"):
         input_tokens(size, "m", "guess")  # type: ignore[arg-type]
     assert request_size.measure_text("héllo") == RequestSize(5, 6)
+
+
+def test_hostile_nesting_and_cycles_still_measure() -> None:
+    deep: Any = "leaf"
+    for _ in range(50_000):
+        deep = [deep]
+    body = {
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": deep}}]},
+            {"role": "user", "content": [{"type": "mystery", "payload": deep}]},
+        ],
+    }
+    size = measure("chat", body)
+    assert size.chars >= len("f") + 2 * len("leaf")
+    loop: dict[str, Any] = {"text": "again"}
+    loop["self"] = loop
+    size = measure(
+        "anthropic", {"messages": [{"role": "user", "content": [{"type": "x", "d": loop}]}]}
+    )
+    assert size.chars == len("again")

@@ -40,8 +40,37 @@ def json_text(value: object) -> str:
     """``value`` as the compact JSON an SDK sends (non-ASCII kept as UTF-8, as httpx does)."""
     try:
         return orjson.dumps(value).decode()
-    except TypeError:  # a key or value orjson does not take (an int key, a custom object)
+    except TypeError:  # a key or value orjson does not take, or nesting deeper than it goes
+        pass
+    try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    except (RecursionError, ValueError):  # deeper than Python recurses, or circular
+        return "".join(_strings(value, scalars=True))
+
+
+def _strings(value: object, *, scalars: bool) -> list[str]:
+    """Every string inside ``value`` (keys too, and other scalars as text when ``scalars``),
+    walked without recursion so that no nesting depth can stop a measure."""
+    found: list[str] = []
+    stack = [value]
+    seen: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, (dict, list, tuple)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            if isinstance(item, dict):
+                if scalars:
+                    stack.extend(str(key) for key in item)
+                stack.extend(item.values())
+            else:
+                stack.extend(item)
+        elif scalars and item is not None:
+            found.append(str(item))
+    return found
 
 
 class Tally:
@@ -68,14 +97,7 @@ class Tally:
 
     def any_text(self, value: object) -> None:
         """Add every string inside ``value`` (a content structure whose keys are not billed)."""
-        if isinstance(value, str):
-            self.text(value)
-        elif isinstance(value, dict):
-            for item in value.values():
-                self.any_text(item)
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                self.any_text(item)
+        self._texts.extend(text for text in _strings(value, scalars=False) if text)
 
     def size(self, counter: Callable[[str], int] | None = None) -> RequestSize:
         """The measure of what was added; ``counter`` (text -> tokens) counts the text exactly."""
