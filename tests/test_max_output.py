@@ -78,3 +78,16 @@ def test_a_call_that_could_write_past_the_budget_is_stopped_before_it_runs() -> 
     with ctx.llm_call("capped", model="gpt-4o", prompt_tokens=10, max_tokens=1_024) as call:
         call.record(10, 20)
     assert ctx.stats.reserved() == {}
+
+
+def test_output_bound_is_max_tokens_else_the_model_maximum_else_the_default() -> None:
+    from ampmeter.pricing.max_output import DEFAULT_OUTPUT_BOUND, output_bound
+
+    assert output_bound("gpt-4o", 40) == 40
+    assert output_bound("gpt-4o", 0) == 0
+    assert output_bound("gpt-4o-2024-08-06", None) == 16384
+    assert output_bound("surely-not-a-model", None) == DEFAULT_OUTPUT_BOUND
+    assert output_bound(None, None) == DEFAULT_OUTPUT_BOUND
+    for bad in (-1, 1.5, True, "40"):
+        with pytest.raises(ValueError, match="max_tokens"):
+            output_bound("gpt-4o", bad)  # type: ignore[arg-type]

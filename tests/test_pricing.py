@@ -69,16 +69,20 @@ def table_price(model: str, provider: str | None) -> ModelPrice:
     return calc.model_price
 
 
-def rate(model: str, provider: str | None, key: str) -> float:
+def rate(model: str, provider: str | None, key: str) -> Decimal:
     """A USD-per-million rate from the table (the base rate if it is tiered: short prompts)."""
     value = getattr(table_price(model, provider), key)
     if isinstance(value, TieredPrices):
         value = value.base
     assert isinstance(value, Decimal), f"{model} {key} is {value!r}"
-    return float(value)
+    return value
 
 
-def reference_cost(model: str, provider: str | None, **usage: int) -> float:
+def per_million(amount: Decimal | int) -> Decimal:
+    return Decimal(amount).scaleb(-6)
+
+
+def reference_cost(model: str, provider: str | None, **usage: int) -> Decimal:
     """What genai-prices itself charges, with ampmeter's names mapped to its usage keys."""
     gp_usage = Usage(
         input_tokens=usage["input_tokens"],
@@ -88,7 +92,7 @@ def reference_cost(model: str, provider: str | None, **usage: int) -> float:
         output_reasoning_tokens=usage.get("reasoning_tokens", 0),
     )
     calc = calc_price(gp_usage, model, provider_id=provider)
-    return float(calc.total_price)
+    return calc.total_price
 
 
 def find_table_model(want: str) -> tuple[str, str]:
@@ -125,7 +129,10 @@ def test_gpt_4o_well_known_rates() -> None:
     assert mp.output_mtok == Decimal("10")
     assert mp.cache_read_mtok == Decimal("1.25")
     result = price("gpt-4o", "openai", input_tokens=1_000_000, output_tokens=1_000_000)
-    assert result == PriceResult(12.5, TABLE_VERSION, "priced")
+    assert result == PriceResult(Decimal("12.5"), TABLE_VERSION, "priced")
+    assert isinstance(result.cost_usd, Decimal)
+    tiny = price("gpt-4o", "openai", input_tokens=1, output_tokens=0)
+    assert tiny.cost_usd == Decimal("0.0000025")  # exact, not 2.4999999999999998e-06
 
 
 @pytest.mark.parametrize(("model", "provider"), USER_MODELS)
@@ -135,7 +142,7 @@ def test_user_model_names_priced_from_table_rates(model: str, provider: str | No
     result = price(model, provider, input_tokens=1234, output_tokens=567)
     assert result.status == "priced"
     assert result.pricing_version == TABLE_VERSION
-    assert result.cost_usd == pytest.approx((1234 * r_in + 567 * r_out) / 1e6, rel=1e-12)
+    assert result.cost_usd == per_million(1234 * r_in + 567 * r_out)
     assert result.cost_usd > 0
 
 
@@ -152,7 +159,7 @@ def test_cached_tokens_are_part_of_input(model: str, provider: str | None) -> No
     r_cache = rate(model, provider, "cache_read_mtok")
     assert r_cache < r_in  # otherwise this test could not tell the rates apart
     result = price(model, provider, input_tokens=1000, output_tokens=0, cached_tokens=600)
-    assert result.cost_usd == pytest.approx((400 * r_in + 600 * r_cache) / 1e6, rel=1e-12)
+    assert result.cost_usd == per_million(400 * r_in + 600 * r_cache)
     uncached = price(model, provider, input_tokens=1000, output_tokens=0)
     assert result.cost_usd is not None and uncached.cost_usd is not None
     assert result.cost_usd < uncached.cost_usd
@@ -172,8 +179,7 @@ def test_cache_writes_are_part_of_input_at_the_write_rate() -> None:
         cached_tokens=200,
         cache_write_tokens=300,
     )
-    expected = (500 * r_in + 200 * r_read + 300 * r_write) / 1e6
-    assert result.cost_usd == pytest.approx(expected, rel=1e-12)
+    assert result.cost_usd == per_million(500 * r_in + 200 * r_read + 300 * r_write)
 
 
 def test_reasoning_tokens_are_part_of_output_billed_as_output() -> None:
@@ -182,13 +188,8 @@ def test_reasoning_tokens_are_part_of_output_billed_as_output() -> None:
         "gpt-4o", "openai", input_tokens=100, output_tokens=500, reasoning_tokens=300
     )
     assert with_reasoning == plain
-    assert plain.cost_usd == pytest.approx(
-        (
-            100 * rate("gpt-4o", "openai", "input_mtok")
-            + 500 * rate("gpt-4o", "openai", "output_mtok")
-        )
-        / 1e6,
-        rel=1e-12,
+    assert plain.cost_usd == per_million(
+        100 * rate("gpt-4o", "openai", "input_mtok") + 500 * rate("gpt-4o", "openai", "output_mtok")
     )
 
 
@@ -202,8 +203,8 @@ def test_long_prompt_tier_is_applied() -> None:
     below = price("claude-sonnet-4-5", "anthropic", input_tokens=top.start, output_tokens=0)
     above = price("claude-sonnet-4-5", "anthropic", input_tokens=top.start + 1, output_tokens=0)
     assert lower_rate < top.price
-    assert below.cost_usd == pytest.approx(top.start * float(lower_rate) / 1e6, rel=1e-12)
-    assert above.cost_usd == pytest.approx((top.start + 1) * float(top.price) / 1e6, rel=1e-12)
+    assert below.cost_usd == per_million(top.start * lower_rate)
+    assert above.cost_usd == per_million((top.start + 1) * top.price)
 
 
 # Models with every pricing shape ampmeter handles: flat, cache read/write, input tiers, a
@@ -246,7 +247,7 @@ def test_cost_equals_genai_prices_own_calculation(
         pytest.skip(f"{model} is not in the installed table")
     result = price(model, provider, **usage)
     assert result.status == "priced"
-    assert result.cost_usd == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert result.cost_usd == expected  # exactly genai-prices' own Decimal total
 
 
 def test_per_request_fee_is_charged_once_per_call() -> None:
@@ -257,14 +258,14 @@ def test_per_request_fee_is_charged_once_per_call() -> None:
     if not isinstance(fee, Decimal):
         pytest.skip("sonar has no flat per-request fee in the installed table")
     result = price("sonar", "perplexity", input_tokens=0, output_tokens=0)
-    assert result.cost_usd == pytest.approx(float(fee) / 1000, rel=1e-12)
+    assert result.cost_usd == fee.scaleb(-3)
 
 
 def test_free_table_model_costs_zero_and_is_priced() -> None:
     model, provider = find_table_model("free")
-    assert price(model, provider, input_tokens=5000, output_tokens=500) == PriceResult(
-        0.0, TABLE_VERSION, "priced"
-    )
+    free = price(model, provider, input_tokens=5000, output_tokens=500)
+    assert free == PriceResult(Decimal(0), TABLE_VERSION, "priced")
+    assert free.cost_usd is not None  # priced at zero, which unpriced (None) is not
 
 
 def test_model_priced_in_other_units_is_unpriced() -> None:
@@ -317,7 +318,7 @@ def test_live_table_snapshot_replaces_cached_rates() -> None:
     data_snapshot.set_custom_snapshot(live)
     try:
         during = price("gpt-4o", "openai", input_tokens=1_000_000, output_tokens=0)
-        assert during.cost_usd == pytest.approx(7.0)
+        assert during.cost_usd == Decimal(7)
         assert during.pricing_version == f"{TABLE_VERSION}+update@2030-01-02T03:04:05+00:00"
         assert table_version() == during.pricing_version
     finally:
@@ -351,7 +352,7 @@ def test_time_dependent_table_prices_follow_the_clock(monkeypatch: pytest.Monkey
         ],
     )
     now = [0.0]
-    monkeypatch.setattr(pricing.table, "_clock", lambda: now[0])
+    monkeypatch.setattr(pricing.genai_table, "now", lambda: now[0])
     data_snapshot.set_custom_snapshot(_snapshot_with(timed))
     try:
         for stamp, usd in [
@@ -374,7 +375,7 @@ def test_time_dependent_table_prices_follow_the_clock(monkeypatch: pytest.Monkey
                 provider_id="openai",
                 genai_request_timestamp=stamp,
             )
-            assert float(reference.total_price) == usd
+            assert reference.total_price == usd
             assert got.cost_usd == usd, stamp
     finally:
         data_snapshot.set_custom_snapshot(None)
@@ -387,15 +388,15 @@ def test_zero_cost_local_model() -> None:
     assert price("smollm2", input_tokens=100, output_tokens=10).status == "unpriced"
     set_price("smollm2", input_per_mtok=0, output_per_mtok=0)
     result = price("smollm2", input_tokens=100, output_tokens=10)
-    assert result == PriceResult(0.0, USER_PRICING_VERSION, "priced")
-    assert price("smollm2", "local", input_tokens=1, output_tokens=1).cost_usd == 0.0
+    assert result == PriceResult(Decimal(0), USER_PRICING_VERSION, "priced")
+    assert price("smollm2", "local", input_tokens=1, output_tokens=1).cost_usd == 0
 
 
 def test_user_price_wins_over_table_and_removal_restores_it() -> None:
     table = price("gpt-4o", "openai", input_tokens=1000, output_tokens=1000)
     set_price("gpt-4o", input_per_mtok=1.0, output_per_mtok=3.0)
     user = price("gpt-4o", "openai", input_tokens=1000, output_tokens=1000)
-    assert user == PriceResult(0.004, "user", "priced")
+    assert user == PriceResult(Decimal("0.004"), "user", "priced")
     remove_price("gpt-4o")
     assert price("gpt-4o", "openai", input_tokens=1000, output_tokens=1000) == table
 
@@ -405,7 +406,7 @@ def test_user_price_cache_and_reasoning_rates() -> None:
     cost = price(
         "mine", input_tokens=1000, output_tokens=500, cached_tokens=600, reasoning_tokens=200
     )
-    assert cost.cost_usd == pytest.approx((1000 * 2.0 + 500 * 8.0) / 1e6)  # cache at input rate
+    assert cost.cost_usd == Decimal("0.006")  # cache at the input rate
     set_price(
         "mine",
         input_per_mtok=2.0,
@@ -421,16 +422,15 @@ def test_user_price_cache_and_reasoning_rates() -> None:
         cache_write_tokens=100,
         reasoning_tokens=200,
     )
-    expected = (300 * 2.0 + 600 * 0.5 + 100 * 2.5 + 500 * 8.0) / 1e6
-    assert cost.cost_usd == pytest.approx(expected, rel=1e-12)
+    assert cost.cost_usd == Decimal("0.00515")  # (300*2 + 600*0.5 + 100*2.5 + 500*8) / 1e6
 
 
 def test_user_price_for_one_provider_only() -> None:
     set_price("gpt-4o", input_per_mtok=0, output_per_mtok=0, provider="Azure")
-    assert price("gpt-4o", "azure", input_tokens=10, output_tokens=10).cost_usd == 0.0
+    assert price("gpt-4o", "azure", input_tokens=10, output_tokens=10).cost_usd == 0
     openai = price("gpt-4o", "openai", input_tokens=1000, output_tokens=0)
     assert openai.pricing_version == TABLE_VERSION
-    assert openai.cost_usd == pytest.approx(1000 * rate("gpt-4o", "openai", "input_mtok") / 1e6)
+    assert openai.cost_usd == per_million(1000 * rate("gpt-4o", "openai", "input_mtok"))
     assert price("gpt-4o", input_tokens=1000, output_tokens=0) == openai
     with pytest.raises(KeyError, match="gpt-4o"):
         remove_price("gpt-4o")  # only the azure one exists
@@ -438,17 +438,18 @@ def test_user_price_for_one_provider_only() -> None:
     assert price("gpt-4o", "azure", input_tokens=10, output_tokens=10).pricing_version != "user"
 
 
-def test_user_price_accepts_decimal_and_fraction_rates() -> None:
-    from fractions import Fraction
-
-    set_price("d", input_per_mtok=Decimal("2.5"), output_per_mtok=Fraction(1, 2))  # type: ignore[arg-type]
-    assert price("d", input_tokens=1_000_000, output_tokens=1_000_000).cost_usd == 3.0
+def test_user_prices_are_read_as_written() -> None:
+    set_price("d", input_per_mtok=Decimal("2.5"), output_per_mtok="0.5")
+    assert price("d", input_tokens=1_000_000, output_tokens=1_000_000).cost_usd == 3
+    set_price("f", input_per_mtok=0.1, output_per_mtok=0.2)  # floats as written, not binary
+    cost = price("f", input_tokens=3_000_000, output_tokens=0).cost_usd
+    assert cost == Decimal("0.3")  # 3 x 0.1 in binary floats is 0.30000000000000004
 
 
 def test_user_price_names_match_case_insensitively() -> None:
     set_price("My-Model", input_per_mtok=1, output_per_mtok=1)
-    assert price("my-model", input_tokens=1_000_000, output_tokens=0).cost_usd == 1.0
-    assert price("MY-MODEL", input_tokens=1_000_000, output_tokens=0).cost_usd == 1.0
+    assert price("my-model", input_tokens=1_000_000, output_tokens=0).cost_usd == 1
+    assert price("MY-MODEL", input_tokens=1_000_000, output_tokens=0).cost_usd == 1
 
 
 def test_clear_prices_removes_all_user_prices() -> None:
@@ -471,7 +472,8 @@ def test_remove_missing_price_raises_key_error() -> None:
         ({"input_per_mtok": math.nan}, ValueError),
         ({"output_per_mtok": math.inf}, ValueError),
         ({"output_per_mtok": True}, TypeError),
-        ({"input_per_mtok": "2.5"}, TypeError),
+        ({"input_per_mtok": "two"}, ValueError),
+        ({"input_per_mtok": None}, TypeError),
         ({"cached_input_per_mtok": -0.1}, ValueError),
         ({"cache_write_per_mtok": math.nan}, ValueError),
         ({"provider": ""}, ValueError),
@@ -515,14 +517,14 @@ def test_estimate_counts_text_as_characters_over_four_rounded_up() -> None:
 
 def test_estimate_prefers_the_given_token_count_over_text() -> None:
     set_price("m", input_per_mtok=1_000_000, output_per_mtok=0)  # $1 per input token
-    assert estimate("m", prompt_tokens=3, prompt_text="x" * 400, max_tokens=0) == 3.0
+    assert estimate("m", prompt_tokens=3, prompt_text="x" * 400, max_tokens=0) == 3
 
 
 def test_estimate_default_output_when_max_tokens_is_none() -> None:
     set_price("m", input_per_mtok=0, output_per_mtok=1_000_000)  # $1 per output token
-    assert estimate("m", prompt_text="hello") == float(DEFAULT_ESTIMATE_OUTPUT_TOKENS)
-    assert estimate("m") == float(DEFAULT_ESTIMATE_OUTPUT_TOKENS)
-    assert estimate("m", max_tokens=7) == 7.0
+    assert estimate("m", prompt_text="hello") == DEFAULT_ESTIMATE_OUTPUT_TOKENS
+    assert estimate("m") == DEFAULT_ESTIMATE_OUTPUT_TOKENS
+    assert estimate("m", max_tokens=7) == 7
 
 
 @pytest.mark.parametrize(
@@ -613,7 +615,7 @@ def test_bad_model_or_provider(model: object, provider: object, error: type[Exce
 def test_price_result_is_frozen_and_slotted() -> None:
     result = price("gpt-4o", "openai", input_tokens=1, output_tokens=1)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        result.cost_usd = 0.0  # type: ignore[misc]
+        result.cost_usd = Decimal(0)  # type: ignore[misc]
     assert not hasattr(result, "__dict__")
 
 
@@ -634,10 +636,10 @@ def test_importing_pricing_does_not_import_genai_prices(tmp_path: Path) -> None:
 
 def test_set_price_under_concurrent_price_calls() -> None:
     table = price("gpt-4o", "openai", input_tokens=1000, output_tokens=1000)
-    user_cost = (1000 * 1.0 + 1000 * 1.0) / 1e6
+    user_cost = Decimal("0.002")
     allowed = {(table.cost_usd, TABLE_VERSION), (user_cost, USER_PRICING_VERSION)}
     stop = threading.Event()
-    seen: set[tuple[float | None, str]] = set()
+    seen: set[tuple[Decimal | None, str]] = set()
     errors: list[BaseException] = []
 
     def reader() -> None:
@@ -685,7 +687,7 @@ def test_concurrent_set_price_loses_no_update() -> None:
     for n in range(4):
         for i in range(100):
             r = price(f"t{n}-{i}", input_tokens=1_000_000, output_tokens=0)
-            assert r == PriceResult(float(n + 1), "user", "priced")
+            assert r == PriceResult(Decimal(n + 1), "user", "priced")
 
 
 # --------------------------------------------------------------------------- properties
@@ -787,9 +789,46 @@ def test_estimate_is_the_price_of_the_prompt_and_the_output_cap() -> None:
         expected = price(model, provider, input_tokens=120, output_tokens=300).cost_usd
         assert estimate(model, provider, prompt_tokens=120, max_tokens=300) == expected
     pricing.set_price("mine", input_per_mtok=2.0, output_per_mtok=8.0)
-    assert estimate("mine", prompt_tokens=1_000_000, max_tokens=1_000_000) == 10.0
+    assert estimate("mine", prompt_tokens=1_000_000, max_tokens=1_000_000) == 10
     assert estimate("surely-not-a-model", prompt_tokens=1, max_tokens=1) is None
     with pytest.raises(TypeError, match="model must be a str"):
         estimate(None, prompt_tokens=1, max_tokens=1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_tokens must be >= 0"):
         estimate("gpt-4o", prompt_tokens=1, max_tokens=-1)
+
+
+def test_estimate_rounds_up_to_a_whole_nano_dollar() -> None:
+    set_price("tiny", input_per_mtok="0.0001", output_per_mtok=0)  # 1e-10 dollars a token
+    assert price("tiny", input_tokens=1, output_tokens=0).cost_usd == Decimal("1E-10")
+    reserved = estimate("tiny", prompt_tokens=1, max_tokens=0)
+    assert reserved == Decimal("0.000000001")  # never below what the call may cost
+    assert estimate("tiny", prompt_tokens=30, max_tokens=0) == Decimal("0.000000003")
+    assert estimate("tiny", prompt_tokens=0, max_tokens=0) == 0
+
+
+def test_a_cap_of_one_dollar_holds_exactly_twenty_calls_of_five_cents() -> None:
+    set_price("nickel", input_per_mtok=50_000, output_per_mtok=0)  # $0.05 a million... per token
+    costs = [price("nickel", input_tokens=1, output_tokens=0).cost_usd for _ in range(20)]
+    assert sum(costs, Decimal(0)) == Decimal(1)  # in floats: 1.0000000000000002 at 14 + $0.30
+
+
+def test_an_index_written_with_float_rates_is_not_trusted(tmp_path: Path) -> None:
+    """An index from a version that kept float rates is read as a miss: the table answers."""
+    import json
+
+    script = (
+        "import sys, ampmeter.pricing as p\n"
+        "r = p.price('gpt-4o', input_tokens=1, output_tokens=0)\n"
+        "print(r.cost_usd, 'genai_prices' in sys.modules)\n"
+    )
+    env = {**os.environ, "AMPMETER_CACHE_DIR": str(tmp_path)}
+    run = [sys.executable, "-c", script]
+    subprocess.run(run, env=env, check=True, capture_output=True)
+    (index,) = tmp_path.glob("prices-*.json")
+    entries = json.loads(index.read_text())
+    assert entries["gpt-4o\x00"]["usd"][0] == "2.5"  # decimal strings, never rounded
+    entries["gpt-4o\x00"] = {"rates": [9.9, 9.9, 9.9, 9.9, 9.9, 0.0], "version": "x", "bands": None}
+    index.write_text(json.dumps(entries))
+    done = subprocess.run(run, env=env, capture_output=True, text=True, check=True)
+    cost, loaded = done.stdout.split()
+    assert (Decimal(cost), loaded) == (Decimal("0.0000025"), "True")

@@ -763,7 +763,7 @@ class ExecutionContext:
                 max_tokens=None if max_tokens is None else out_est,
             )
             priced = estimated is not None
-            cost_est = estimated or 0.0
+            cost_est = 0.0 if estimated is None else float(estimated)
         else:
             cost_est = 0.0
         reservation = _usage(Usage, ("llm", model or "", "", in_est, out_est, 0, 0, cost_est, 1, 1,
@@ -797,7 +797,8 @@ class ExecutionContext:
         if estimate_usd is not None:
             cost_est = _validate.amount(estimate_usd, "estimate_usd")
         elif model and _pricing is not None:
-            cost_est = _pricing.estimate(model, provider, prompt_tokens=in_est, max_tokens=0) or 0.0
+            estimated = _pricing.estimate(model, provider, prompt_tokens=in_est, max_tokens=0)
+            cost_est = 0.0 if estimated is None else float(estimated)
         else:
             cost_est = 0.0
         reservation = Usage("embedding", model or "", "", in_est, cost_usd=cost_est)
@@ -1551,7 +1552,7 @@ class ExecutionContext:
             if result.cost_usd is None:
                 cost, status = 0.0, "unpriced"
             else:
-                cost, status = result.cost_usd, "priced"
+                cost, status = float(result.cost_usd), "priced"
         meta: dict[str, Any] = {META_COST_STATUS: status}
         if version:
             meta[META_PRICING_VERSION] = version

@@ -98,7 +98,7 @@ def _demo_rates(price_in: float | None, price_out: float | None, price_as: str |
     table_out = pricing.price(price_as, input_tokens=0, output_tokens=1_000_000).cost_usd
     if table_in is None or table_out is None:
         raise DemoError(f"--price-as {price_as!r}: the price table does not know this model")
-    rate_in, rate_out = table_in, table_out
+    rate_in, rate_out = float(table_in), float(table_out)
     return (
         rate_in,
         rate_out,

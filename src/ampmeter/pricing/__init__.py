@@ -1,8 +1,12 @@
 """Prices, input estimates and output maxima: what a call costs and what it may cost.
 
-- :mod:`ampmeter.pricing.table`: prices from genai-prices and the user's own prices.
-- :mod:`ampmeter.pricing.request_size`: how many input tokens a request will be billed for, measured
-  from everything it sends, in the ``"learned"`` or ``"bound"`` mode.
+- :mod:`ampmeter.pricing.table`: the exact cost of a call, in Decimal dollars, from
+  genai-prices (:mod:`~ampmeter.pricing.genai_table`) or the user's own prices
+  (:mod:`~ampmeter.pricing.user_prices`).
+- :mod:`ampmeter.pricing.tool_prices`: what a call of a priced tool costs.
+- :mod:`ampmeter.pricing.request_size`: how many input tokens a request will be billed for,
+  measured by one estimator per wire format from everything it sends, in the ``"learned"`` or
+  ``"bound"`` mode.
 - :mod:`ampmeter.pricing.max_output`: the most output tokens a model can write in one call.
 """
 
@@ -11,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ampmeter.pricing.max_output import output_bound
     from ampmeter.pricing.table import (
         CHARS_PER_TOKEN,
         DEFAULT_ESTIMATE_OUTPUT_TOKENS,
@@ -25,6 +30,12 @@ if TYPE_CHECKING:
         set_price,
         table_version,
     )
+    from ampmeter.pricing.tool_prices import (
+        clear_tool_prices,
+        remove_tool_price,
+        set_tool_price,
+        tool_price,
+    )
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -33,12 +44,17 @@ __all__ = [
     "PriceResult",
     "PricingStatus",
     "clear_prices",
+    "clear_tool_prices",
     "estimate",
     "load",
+    "output_bound",
     "price",
     "remove_price",
+    "remove_tool_price",
     "set_price",
+    "set_tool_price",
     "table_version",
+    "tool_price",
 ]
 
 
@@ -46,7 +62,10 @@ def __getattr__(name: str) -> Any:
     # The price table pulls in genai-prices and the disk index: it loads on first use, so that
     # ``import ampmeter`` (which needs only request_size) stays the accounting core alone.
     if name in __all__:
-        from ampmeter.pricing import table
+        import importlib
 
-        return getattr(table, name)
+        module = "max_output" if name == "output_bound" else "table"
+        if name.endswith(("tool_price", "tool_prices")):
+            module = "tool_prices"
+        return getattr(importlib.import_module(f"ampmeter.pricing.{module}"), name)
     raise AttributeError(f"module 'ampmeter.pricing' has no attribute {name!r}")

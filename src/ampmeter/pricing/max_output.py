@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["max_output_tokens"]
+__all__ = ["DEFAULT_OUTPUT_BOUND", "max_output_tokens", "output_bound"]
+
+DEFAULT_OUTPUT_BOUND: Final = 32_768
+"""Output tokens :func:`output_bound` takes for a call without ``max_tokens`` to a model this
+table does not know (a stated default: gpt-4.1's documented maximum, above what most chat
+models allow; models that write more are in the table)."""
 
 _TABLE_FILE: Final = "max_output_tokens.json"
 _SEPARATORS: Final = "-@:_"
@@ -33,6 +38,16 @@ def max_output_tokens(model: str) -> int | None:
         if len(_resolved) < _CACHE_MAX:
             _resolved[model] = found
     return found  # type: ignore[return-value]
+
+
+def output_bound(model: str | None, max_tokens: int | None) -> int:
+    """The most output tokens a call may be billed for: its ``max_tokens`` when given, else
+    ``model``'s documented maximum output, else :data:`DEFAULT_OUTPUT_BOUND`."""
+    if max_tokens is not None:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+            raise ValueError(f"max_tokens must be an int >= 0 or None, got {max_tokens!r}")
+        return max_tokens
+    return (max_output_tokens(model) if model else None) or DEFAULT_OUTPUT_BOUND
 
 
 def _lookup(model: str) -> int | None:

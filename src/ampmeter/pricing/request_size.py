@@ -1,27 +1,48 @@
 """How many input tokens a request will be billed for, before it is sent.
 
-A request is *measured* once (:class:`RequestSize`), from everything its provider bills as
-input; the measure does not depend on the estimate mode. :func:`input_tokens` then turns a
-measure into tokens for a model:
+A request is *measured* once (:class:`RequestSize`) by the estimator of its wire format, from
+everything its provider bills as input (see :mod:`~ampmeter.pricing.wire_chat`,
+:mod:`~ampmeter.pricing.wire_responses`, :mod:`~ampmeter.pricing.wire_anthropic`,
+:mod:`~ampmeter.pricing.wire_gemini`); the measure does not depend on the estimate mode.
+:func:`input_tokens` turns a measure into tokens for a model:
 
-- ``"learned"`` (the default): characters over a ratio learned per model from finished calls,
-  on the same whole-request basis (:func:`learn`), plus framing and media tokens.
 - ``"bound"``: a ceiling no tokenizer can exceed: the UTF-8 bytes of all text (no token is
-  shorter than one byte), plus framing and the media bound.
+  shorter than one byte), plus the framing and the media tokens.
+- ``"learned"`` (the default): the text's characters times a tokens-per-character ratio
+  learned per model, plus framing and media tokens, never more than the bound. With the
+  ``ampmeter[tokenizer]`` extra, OpenAI models' text is counted by their own tokenizer
+  instead, times a learned correction.
 
-``measure(wire, body)`` knows the wire formats ampmeter meters; :func:`measure_text` measures
-plain text (a caller's ``prompt_text``).
+**What is learned, and how fast.** When a call settles, :func:`learn` compares the input
+tokens the provider billed with the measure of the *same whole request*: the billed tokens
+less framing and media, over the characters (or tokenizer tokens) of all its text, is one
+observation of the model's ratio. An observation above the request's bytes per character
+(more tokens than any tokenizer makes: something was billed that the body did not show) is
+cut to it; one below :data:`MIN_RATIO` (the fixed parts were over-counted) teaches nothing.
+The ratio then moves to the observation, but by at most ×1.4 up and ÷1.25 down per call. So
+one odd call can raise later estimates by at most 1.4×, while dense text that is billed 3×
+the starting guess (four characters a token) is reserved in full after four calls. Requests
+under :data:`MIN_LEARN_CHARS` characters (framing dominates them) teach nothing. Each model
+keeps its own ratio, for the life of the process.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
+
+from ampmeter.pricing import tokenizer
+from ampmeter.pricing.measure_parts import RequestSize
 
 __all__ = [
     "CHARS_PER_TOKEN",
+    "MAX_STEP_DOWN",
+    "MAX_STEP_UP",
+    "MIN_LEARN_CHARS",
+    "MIN_RATIO",
     "EstimateMode",
     "RequestSize",
     "Wire",
@@ -39,27 +60,32 @@ Wire = Literal["chat", "completions", "responses", "anthropic", "gemini"]
 
 CHARS_PER_TOKEN: Final = 4
 """The starting assumption: four characters per token (English prose on current tokenizers)."""
+MIN_RATIO: Final = 0.1
+"""The fewest tokens per character an observation may show (ten characters a token)."""
+MAX_STEP_UP: Final = 1.4
+"""The most one call can multiply a model's learned ratio by."""
+MAX_STEP_DOWN: Final = 1.25
+"""The most one call can divide a model's learned ratio by."""
+MIN_LEARN_CHARS: Final = 32
 
 _DEFAULT_RATIO: Final = 1.0 / CHARS_PER_TOKEN
-_MIN_CHARS: Final = 32  # shorter requests are dominated by framing: not learned from
 _MAX_MODELS: Final = 4_096
-_ratios: dict[str, float] = {}  # model -> tokens per character learned
+# wire -> (module, function); each estimator is imported when its wire is first measured, so
+# importing ampmeter does not pay for the formats a program never sends.
+_MEASURES: Final = {
+    "chat": ("ampmeter.pricing.wire_chat", "measure_chat"),
+    "completions": ("ampmeter.pricing.wire_chat", "measure_completions"),
+    "responses": ("ampmeter.pricing.wire_responses", "measure_responses"),
+    "anthropic": ("ampmeter.pricing.wire_anthropic", "measure_anthropic"),
+    "gemini": ("ampmeter.pricing.wire_gemini", "measure_gemini"),
+}
+_Measure = Callable[[Mapping[str, Any], Callable[[str], int] | None], RequestSize]
+_loaded: dict[str, _Measure] = {}
 
-
-@dataclass(frozen=True, slots=True)
-class RequestSize:
-    """What one request sends that its provider bills as input, measured before it is sent.
-
-    ``chars`` and ``utf8_bytes`` count all billed text (messages in every role, system and
-    instructions, tool definitions and results, response schemas); ``framing`` is the
-    per-message and per-request tokens the provider documents; ``media`` the tokens of
-    images, audio and files by the provider's rules (a stated bound where they are unknown).
-    """
-
-    chars: int
-    utf8_bytes: int
-    framing: int = 0
-    media: int = 0
+# (model, basis) -> learned ratio; basis "chars" (tokens per character) or "tokens" (billed
+# tokens per tokenizer token).
+_ratios: dict[tuple[str, str], float] = {}
+_lock = threading.Lock()
 
 
 def measure_text(text: str) -> RequestSize:
@@ -68,30 +94,42 @@ def measure_text(text: str) -> RequestSize:
 
 
 def measure(wire: Wire, body: Mapping[str, Any]) -> RequestSize:
-    """The measure of a request ``body`` in the wire format ``wire``."""
-    parts: list[str] = []
-    _collect_text(body.get("messages") or body.get("input") or body.get("prompt"), parts)
-    text = "".join(parts)
-    return measure_text(text)
+    """The measure of a request ``body`` (the JSON object sent) in the wire format ``wire``.
+
+    ``body["model"]`` selects model-specific rules (image tokens, tool prompts) and the
+    tokenizer where one is installed. ``ValueError`` for an unknown wire format, ``TypeError``
+    for a body that is not a mapping.
+    """
+    estimator = _loaded.get(wire) or _load(wire)
+    if not isinstance(body, Mapping):
+        raise TypeError(f"a request body must be a mapping, got {type(body).__name__}")
+    model = body.get("model")
+    return estimator(body, tokenizer.counter(model) if isinstance(model, str) else None)
 
 
-def _collect_text(value: object, into: list[str]) -> None:
-    if isinstance(value, str):
-        into.append(value)
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            _collect_text(item, into)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _collect_text(item, into)
+def _load(wire: str) -> _Measure:
+    where = _MEASURES.get(wire)
+    if where is None:
+        known = ", ".join(sorted(_MEASURES))
+        raise ValueError(f"unknown wire format {wire!r}; known: {known}")
+    module, name = where
+    estimator: _Measure = getattr(importlib.import_module(module), name)
+    _loaded[wire] = estimator
+    return estimator
 
 
 def input_tokens(size: RequestSize, model: str | None, mode: EstimateMode = "learned") -> int:
     """The input tokens to reserve for a request of ``size`` sent to ``model``."""
+    bound = size.utf8_bytes + size.framing + size.media
     if mode == "bound":
-        return size.utf8_bytes + size.framing + size.media
-    ratio = _ratios.get(model, _DEFAULT_RATIO) if model else _DEFAULT_RATIO
-    return math.ceil(size.chars * ratio) + size.framing + size.media
+        return bound
+    if mode != "learned":
+        raise ValueError(f"estimate mode must be 'learned' or 'bound', got {mode!r}")
+    if size.text_tokens is not None:
+        text = size.text_tokens * _ratios.get((model or "", "tokens"), 1.0)
+    else:
+        text = size.chars * _ratios.get((model or "", "chars"), _DEFAULT_RATIO)
+    return min(math.ceil(text) + size.framing + size.media, bound)
 
 
 def prompt_tokens(text: str, model: str | None = None) -> int:
@@ -101,20 +139,35 @@ def prompt_tokens(text: str, model: str | None = None) -> int:
 
 def learned_ratio(model: str) -> float:
     """The tokens-per-character ratio used for ``model`` now."""
-    return _ratios.get(model, _DEFAULT_RATIO)
+    return _ratios.get((model, "chars"), _DEFAULT_RATIO)
 
 
 def learn(model: str, size: RequestSize, prompt_tokens: int) -> None:
-    """Learn from a finished call: a request of ``size`` was billed ``prompt_tokens``."""
-    if not model or size.chars < _MIN_CHARS or prompt_tokens <= 0:
+    """Learn from a finished call: a request of ``size`` was billed ``prompt_tokens`` input
+    tokens (cached ones included). See the module docs for the rule."""
+    if not model or size.chars < MIN_LEARN_CHARS or prompt_tokens <= 0:
         return
-    ratio = max(prompt_tokens - size.framing - size.media, 0) / size.chars
-    if ratio > _ratios.get(model, _DEFAULT_RATIO) and (
-        model in _ratios or len(_ratios) < _MAX_MODELS
-    ):
-        _ratios[model] = ratio
+    billed_text = prompt_tokens - size.framing - size.media
+    if size.text_tokens is not None and size.text_tokens > 0:
+        key, per_unit, start = (model, "tokens"), size.text_tokens, 1.0
+        # A tokenizer token is at least one byte: no more billed tokens than bytes.
+        ceiling = size.utf8_bytes / size.text_tokens
+    else:
+        key, per_unit, start = (model, "chars"), size.chars, _DEFAULT_RATIO
+        ceiling = size.utf8_bytes / size.chars
+    observed = billed_text / per_unit
+    if observed < MIN_RATIO * (size.chars / per_unit):
+        return
+    observed = min(observed, ceiling)
+    with _lock:
+        current = _ratios.get(key, start)
+        if key not in _ratios and len(_ratios) >= _MAX_MODELS:
+            return
+        step = min(max(observed / current, 1.0 / MAX_STEP_DOWN), MAX_STEP_UP)
+        _ratios[key] = current * step
 
 
 def forget() -> None:
     """Forget every learned ratio (for tests)."""
-    _ratios.clear()
+    with _lock:
+        _ratios.clear()

@@ -1,0 +1,305 @@
+"""The genai-prices table: loaded on first use, resolved once per model, kept on disk.
+
+genai-prices is imported on first use, so importing ampmeter stays fast. Each
+``(model, provider)`` is resolved once per table snapshot (a live update of the table starts a
+new generation) and the answer is kept in the disk index (:mod:`ampmeter.pricing._cache`), so
+later processes price known models without loading the table. A model whose price depends on
+the time of the request (start dates, off-peak hours) is re-resolved when a condition flips.
+Provider-prefixed names (LiteLLM's ``openai/gpt-4o``) are priced as the model they name at
+that provider.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time as _time
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, timezone
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Final
+
+from ampmeter.pricing import _cache as _price_cache
+from ampmeter.pricing.rates import Rates, compile_price, rates_from_json, rates_to_json
+
+if TYPE_CHECKING:
+    from genai_prices.types import ModelInfo, ModelPrice
+
+__all__ = ["Unpriced", "load", "now", "split_provider", "table_rates", "table_version"]
+
+_UTC: Final = timezone.utc
+now = _time.time
+"""The clock time-dependent prices are read at (seconds since the epoch); tests replace it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unpriced:
+    """The answer for a model the table (of ``version``) does not price."""
+
+    version: str
+
+
+# --------------------------------------------------------------------------- the price table
+
+
+class _Table:
+    """The lazily imported genai-prices entry points and the snapshot rates were resolved from."""
+
+    __slots__ = ("calc_price", "generation", "get_snapshot", "snapshot", "unpriced", "version")
+
+    def __init__(self) -> None:
+        import genai_prices
+        from genai_prices import data_snapshot
+
+        self.calc_price = genai_prices.calc_price
+        self.get_snapshot = data_snapshot.get_snapshot
+        self.version = ""
+        self.generation = 0
+        self.snapshot: object = None
+        self.unpriced = Unpriced("")
+        self.refresh(self.get_snapshot())
+
+    def refresh(self, snapshot: object) -> None:
+        """Start a new generation of cached rates for ``snapshot`` (the bundled or a live table)."""
+        import genai_prices
+
+        version = f"genai-prices@{genai_prices.__version__}"
+        if getattr(snapshot, "from_auto_update", False):
+            stamp = getattr(snapshot, "timestamp", None)
+            if isinstance(stamp, datetime):
+                version += f"+update@{stamp.isoformat(timespec='seconds')}"
+        self.version = version
+        self.unpriced = Unpriced(version)
+        self.snapshot = snapshot
+        self.generation += 1
+        _table_entry.cache_clear()
+
+
+_table: _Table | None = None
+_table_lock = threading.Lock()
+
+
+def _current_table() -> _Table:
+    table = _table
+    if table is None:
+        table = _load_table()
+    snapshot = table.get_snapshot()
+    if snapshot is not table.snapshot:
+        with _table_lock:
+            if snapshot is not table.snapshot:
+                table.refresh(snapshot)
+    return table
+
+
+def _load_table() -> _Table:
+    global _table
+    with _table_lock:
+        if _table is None:
+            _table = _Table()
+        return _table
+
+
+class _DatedRates:
+    """Rates of a model whose table price depends on the request time (start dates, off-peak).
+
+    The rates in force are kept until the next instant any of the model's conditions changes.
+    """
+
+    __slots__ = ("model_info", "state", "version")
+
+    def __init__(self, model_info: ModelInfo, version: str) -> None:
+        self.model_info = model_info
+        self.version = version
+        self.state: tuple[float, Rates | None] = (-math.inf, None)  # (valid until, rates)
+
+    def in_force(self) -> Rates | None:
+        """The rates in force now (by :data:`now`)."""
+        moment = now()
+        until, rates = self.state
+        if moment < until:
+            return rates
+        stamp = datetime.fromtimestamp(moment, _UTC)
+        rates = _compiled(self.model_info.get_prices(stamp), self.version)
+        self.state = (_next_change(self.model_info, stamp), rates)
+        return rates
+
+
+def _next_change(model_info: ModelInfo, stamp: datetime) -> float:
+    """The first instant after ``stamp`` at which a price condition of the model may flip."""
+    from genai_prices.types import StartDateConstraint, TimeOfDateConstraint
+
+    prices = model_info.prices
+    changes = [math.inf]
+    for conditional in prices if isinstance(prices, list) else ():
+        constraint = conditional.constraint
+        if constraint is None:
+            continue
+        if isinstance(constraint, StartDateConstraint):
+            changes.append(datetime.combine(constraint.start_date, time(), _UTC).timestamp())
+        elif isinstance(constraint, TimeOfDateConstraint):
+            for moment in (constraint.start_time, constraint.end_time):
+                at = datetime.combine(stamp.date(), _as_utc(moment))
+                if at <= stamp:
+                    at += timedelta(days=1)
+                changes.append(at.timestamp())
+        else:  # a condition this module does not know: re-resolve on every call
+            return stamp.timestamp()
+    instant = stamp.timestamp()
+    return min((c for c in changes if c > instant), default=math.inf)
+
+
+def _as_utc(moment: time) -> time:
+    # Naive times of day are UTC, as in genai-prices.
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=_UTC)
+    return datetime.combine(date(1970, 1, 1), moment).astimezone(_UTC).timetz()
+
+
+# id(ModelPrice) -> (the ModelPrice, kept alive so its id stays unique, its compiled rates)
+_compiled_prices: dict[tuple[int, str], tuple[object, Rates | None]] = {}
+
+
+def _compiled(model_price: ModelPrice, version: str) -> Rates | None:
+    key = (id(model_price), version)
+    hit = _compiled_prices.get(key)
+    if hit is not None and hit[0] is model_price:
+        return hit[1]
+    rates = compile_price(model_price, version)
+    _compiled_prices[key] = (model_price, rates)
+    return rates
+
+
+@lru_cache(maxsize=4096)
+def _table_entry(model: str, provider: str | None, generation: int) -> Rates | _DatedRates | None:
+    """Resolve ``model`` in the table and keep the answer in the disk index; ``generation``
+    keys the cache to one table snapshot (so each answer is resolved and stored once)."""
+    rates = _look_up(model, provider)
+    _to_disk(model, provider, rates)
+    return rates
+
+
+def _look_up(model: str, provider: str | None) -> Rates | _DatedRates | None:
+    table = _table
+    assert table is not None  # _current_table() ran first
+    from genai_prices import Usage
+
+    try:
+        calc = table.calc_price(Usage(input_tokens=0, output_tokens=0), model, provider_id=provider)
+    except LookupError:
+        prefixed = split_provider(model)
+        if prefixed is None:
+            return None
+        named_provider, named_model = prefixed
+        try:
+            calc = table.calc_price(
+                Usage(input_tokens=0, output_tokens=0), named_model, provider_id=named_provider
+            )
+        except LookupError:
+            return None
+    if isinstance(calc.model.prices, list):  # conditional prices: pick by request time
+        return _DatedRates(calc.model, table.version)
+    return compile_price(calc.model_price, table.version)
+
+
+# --------------------------------------------------------------------------- the disk index
+
+
+# What the disk index said of each (model, provider), decoded once: every priced call asks
+# (twice: the reservation and the price), and decoding its JSON form each time was ~15% of
+# what metering adds to an SDK call. A miss is kept too: the table loads right after one.
+_decoded: dict[tuple[str, str | None], Rates | Unpriced | None] = {}
+_DECODED_MAX: Final = 4096
+
+
+def _from_disk(model: str, provider: str | None) -> Rates | Unpriced | None:
+    """Rates from the on-disk index while the table is not loaded in this process (a loaded
+    table, maybe auto-updated, is always asked instead); None when the index has no answer."""
+    if _table is not None or "genai_prices" in sys.modules:
+        return None
+    key = (model, provider)
+    try:
+        return _decoded[key]
+    except KeyError:
+        known = _decode(model, _price_cache.lookup(model, provider))
+        if len(_decoded) < _DECODED_MAX:
+            _decoded[key] = known
+        return known
+
+
+def _decode(model: str, found: Any) -> Rates | Unpriced | None:
+    if found is _price_cache.MISS:
+        return None
+    if isinstance(found, str):  # unpriced, with the table version that said so
+        if "/" in model:
+            return None  # maybe written before provider-prefixed names were resolved: ask again
+        return Unpriced(found)
+    try:
+        return rates_from_json(found)
+    except (TypeError, ValueError, KeyError, ArithmeticError):  # e.g. an older float index
+        return None
+
+
+def _to_disk(model: str, provider: str | None, rates: Rates | _DatedRates | None) -> None:
+    if isinstance(rates, _DatedRates):
+        return  # depends on the time of the request: always asked of the table
+    table = _table
+    if table is None or table.generation != 1:
+        return  # only the bundled snapshot's answers (not an auto-updated table's) are kept
+    value: object = table.version if rates is None else rates_to_json(rates)
+    _price_cache.store(model, provider, value)
+
+
+def table_rates(model: str, provider: str | None) -> Rates | Unpriced:
+    """The table's rates for ``model`` at ``provider`` now (the disk index's answer while the
+    table is not loaded in this process), or :class:`Unpriced` naming the table's version."""
+    known = _from_disk(model, provider)
+    if known is not None:
+        return known
+    table = _current_table()
+    rates = _table_entry(model, provider, table.generation)
+    if isinstance(rates, _DatedRates):
+        rates = rates.in_force()
+    return table.unpriced if rates is None else rates
+
+
+def load() -> None:
+    """Load the price table now (it is otherwise loaded by the first priced call)."""
+    _current_table()
+
+
+def table_version() -> str:
+    """The ``pricing_version`` of table prices right now, e.g. ``"genai-prices@0.2.3"``."""
+    return _current_table().version
+
+
+# Provider prefixes in LiteLLM's spelling that differ from genai-prices' provider ids.
+_PROVIDER_ALIASES: Final = {
+    "gemini": "google",
+    "vertex_ai": "google",
+    "bedrock": "aws",
+    "xai": "x-ai",
+    "together_ai": "together",
+    "fireworks_ai": "fireworks",
+    "azure_ai": "azure",
+    "mistralai": "mistral",
+}
+
+
+def split_provider(model: str) -> tuple[str, str] | None:
+    """``("openai", "gpt-4o")`` for ``"openai/gpt-4o"``: a name prefixed with a provider the
+    price table knows (or a LiteLLM alias of one); None for any other name."""
+    prefix, slash, rest = model.partition("/")
+    if not slash or not rest:
+        return None
+    provider = _PROVIDER_ALIASES.get(prefix.lower(), prefix.lower())
+    if provider not in _known_providers():
+        return None
+    return provider, rest
+
+
+@lru_cache(maxsize=1)
+def _known_providers() -> frozenset[str]:
+    from genai_prices import data_snapshot
+
+    return frozenset(p.id for p in data_snapshot.get_snapshot().providers)

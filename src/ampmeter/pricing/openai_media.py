@@ -1,0 +1,128 @@
+"""OpenAI's documented token counts of images, audio and files, shared by Chat Completions and
+Responses.
+
+Images follow OpenAI's vision guide ("Calculating costs"):
+
+- *Tile* models scale an image to fit 2048x2048, then its shortest side down to 768, and bill a
+  base count plus a count per 512-pixel tile; ``detail="low"`` bills the base only. The base
+  and tile counts differ by model (gpt-4o-mini bills 2833 + 5667 per tile at a lower price).
+- *Patch* models (gpt-4.1-mini/nano, o4-mini, gpt-5-mini/nano) bill one token per 32-pixel
+  patch, at most 1536 patches, times a model multiplier.
+
+An image whose size cannot be read (a URL, a file id) is billed at the most its model's rule
+allows (8 tiles: 768x2048; 1536 patches). Audio and files have no published per-unit rule
+for input, so they are counted by stated bounds (see the constants).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+from ampmeter.pricing import media
+
+__all__ = ["audio_tokens", "file_tokens", "image_tokens", "url_image_tokens"]
+
+# (model prefix, base tokens, tokens per tile); the longest matching prefix wins.
+_TILE_RULES: Final = (
+    ("gpt-4o-mini", 2833, 5667),
+    ("gpt-5", 70, 140),
+    ("o1", 75, 150),
+    ("o3", 75, 150),
+    ("computer-use", 65, 129),
+)
+_DEFAULT_TILE: Final = (85, 170)  # gpt-4o, gpt-4.1, gpt-4.5 and models not listed
+# (model prefix, tokens per 32-pixel patch)
+_PATCH_RULES: Final = (
+    ("gpt-4.1-mini", 1.62),
+    ("gpt-4.1-nano", 2.46),
+    ("gpt-5-mini", 1.62),
+    ("gpt-5-nano", 2.46),
+    ("o4-mini", 1.72),
+)
+_MAX_PATCHES: Final = 1536
+_MAX_TILES: Final = 8  # the largest image after scaling is 768x2048: 2 x 4 tiles
+
+# OpenAI publishes no input rate for audio tokens; measured counts are about 10 a second.
+# 25 a second is a stated bound above that.
+AUDIO_TOKENS_PER_SECOND: Final = 25
+# A file is read as its extracted text and an image of each page. The text of a page has no
+# fixed count; 1,500 tokens a page (a dense page of small print) is the stated bound, plus
+# the page image at high detail.
+PAGE_TEXT_TOKENS: Final = 1_500
+# A file sent by id or URL cannot be seen before the call: counted as this many pages.
+UNSEEN_FILE_PAGES: Final = 4
+
+
+def _name(model: str | None) -> str:
+    return (model or "").rpartition("/")[2].lower()
+
+
+def _tile_rule(name: str) -> tuple[int, int]:
+    matches = [rule for rule in _TILE_RULES if name.startswith(rule[0])]
+    if not matches:
+        return _DEFAULT_TILE
+    _, base, per_tile = max(matches, key=lambda rule: len(rule[0]))
+    return base, per_tile
+
+
+def _patch_rule(name: str) -> float | None:
+    matches = [rule for rule in _PATCH_RULES if name.startswith(rule[0])]
+    return max(matches, key=lambda rule: len(rule[0]))[1] if matches else None
+
+
+def image_tokens(model: str | None, detail: object, size: tuple[int, int] | None) -> int:
+    """Tokens of one image of ``size`` (None: unknown) sent to ``model`` at ``detail``."""
+    name = _name(model)
+    per_patch = _patch_rule(name)
+    if per_patch is not None:
+        return math.ceil(_patches(size) * per_patch)
+    base, per_tile = _tile_rule(name)
+    if detail == "low":
+        return base
+    return base + per_tile * _tiles(size)
+
+
+def _tiles(size: tuple[int, int] | None) -> int:
+    if size is None or min(size) <= 0:
+        return _MAX_TILES
+    width, height = float(size[0]), float(size[1])
+    if max(width, height) > 2048:
+        scale = 2048 / max(width, height)
+        width, height = width * scale, height * scale
+    if min(width, height) > 768:
+        scale = 768 / min(width, height)
+        width, height = width * scale, height * scale
+    return math.ceil(width / 512) * math.ceil(height / 512)
+
+
+def _patches(size: tuple[int, int] | None) -> int:
+    if size is None or min(size) <= 0:
+        return _MAX_PATCHES
+    width, height = size
+    return min(math.ceil(width / 32) * math.ceil(height / 32), _MAX_PATCHES)
+
+
+def url_image_tokens(model: str | None, url: object, detail: object) -> int:
+    """Tokens of an image given by URL: a ``data:`` URL's size is read, any other is unknown."""
+    found = media.data_url(url)
+    size = None if found is None else media.image_size(media.decode_head(found[1]))
+    return image_tokens(model, detail, size)
+
+
+def audio_tokens(data: object) -> int:
+    """Tokens of base64 audio ``data`` (see :data:`AUDIO_TOKENS_PER_SECOND`)."""
+    if not isinstance(data, str):
+        return 0
+    seconds = media.audio_seconds(media.decode_head(data, 64), media.b64_bytes(data))
+    return math.ceil(seconds * AUDIO_TOKENS_PER_SECOND)
+
+
+def file_tokens(model: str | None, file_data: object) -> int:
+    """Tokens of a file sent inline (a ``data:`` URL or bare base64), or by id when None."""
+    pages = UNSEEN_FILE_PAGES
+    if isinstance(file_data, str):
+        found = media.data_url(file_data)
+        payload = media.decode_all(found[1] if found is not None else file_data)
+        pages = media.pdf_pages(payload) or UNSEEN_FILE_PAGES
+    return pages * (PAGE_TEXT_TOKENS + image_tokens(model, "high", None))

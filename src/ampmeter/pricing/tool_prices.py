@@ -1,0 +1,82 @@
+"""Prices of tool calls: what one call of a priced tool costs, in dollars.
+
+Some tools cost money per call (a paid search API, a code sandbox, an MCP server that bills).
+:func:`set_tool_price` prices a tool by its exact name or by an fnmatch pattern
+(``"search_*"``); :func:`tool_price` is what the integrations ask when a tool is called, and a
+priced tool call counts toward cost caps and reserves its price like an LLM call. Tool names
+match case-sensitively, as MCP names them; an exact price wins over a pattern, a longer
+pattern over a shorter one. Prices are read as written (``0.005`` is exactly 0.005 dollars).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import threading
+from decimal import Decimal
+
+from ampmeter import money
+from ampmeter.pricing.user_prices import is_pattern
+
+__all__ = ["clear_tool_prices", "remove_tool_price", "set_tool_price", "tool_price"]
+
+_exact: dict[str, Decimal] = {}
+_patterns: tuple[tuple[str, Decimal], ...] = ()  # longest pattern first
+_lock = threading.Lock()
+
+
+def _name_arg(name: object) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"tool name must be a str, got {type(name).__name__} {name!r}")
+    if not name.strip():
+        raise ValueError("tool name must be a non-empty tool name or pattern")
+    return name
+
+
+def set_tool_price(name_or_pattern: str, *, usd: Decimal | float | int | str) -> None:
+    """Price every call of the tool ``name_or_pattern`` (an fnmatch pattern when it holds
+    ``*``, ``?`` or ``[``) at ``usd`` dollars; replaces an earlier price of the same name."""
+    name = _name_arg(name_or_pattern)
+    amount = money.usd(usd, "usd")
+    global _exact, _patterns
+    with _lock:
+        if is_pattern(name):
+            kept = [p for p in _patterns if p[0] != name]
+            _patterns = tuple(sorted([*kept, (name, amount)], key=lambda p: -len(p[0])))
+        else:
+            _exact = {**_exact, name: amount}
+
+
+def remove_tool_price(name_or_pattern: str) -> None:
+    """Remove a price set with :func:`set_tool_price`; ``KeyError`` if there is none."""
+    name = _name_arg(name_or_pattern)
+    global _exact, _patterns
+    with _lock:
+        if is_pattern(name):
+            if not any(p[0] == name for p in _patterns):
+                raise KeyError(f"no tool price was set for pattern {name!r}")
+            _patterns = tuple(p for p in _patterns if p[0] != name)
+        elif name in _exact:
+            _exact = {k: v for k, v in _exact.items() if k != name}
+        else:
+            raise KeyError(f"no tool price was set for tool {name!r}")
+
+
+def clear_tool_prices() -> None:
+    """Remove every tool price."""
+    global _exact, _patterns
+    with _lock:
+        _exact = {}
+        _patterns = ()
+
+
+def tool_price(name: str) -> Decimal | None:
+    """The dollars one call of tool ``name`` costs, or None when no price covers it (unpriced,
+    which is not the same as a price of zero)."""
+    exact, patterns = _exact, _patterns
+    found = exact.get(name)
+    if found is not None or not patterns:
+        return found
+    for pattern, amount in patterns:
+        if fnmatch.fnmatchcase(name, pattern):
+            return amount
+    return None

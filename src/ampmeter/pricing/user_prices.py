@@ -1,0 +1,160 @@
+"""Prices the user sets, which win over the genai-prices table.
+
+Rates are read as written (:func:`ampmeter.money.usd`: ``0.3`` is exactly ``Decimal("0.3")``).
+Names match case-insensitively, exactly or as fnmatch patterns (``"ft:gpt-4o-mini*"``): an
+exact price wins over a pattern, a longer pattern over a shorter one. The tables are replaced,
+never changed in place, so reading them needs no lock.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import threading
+from decimal import Decimal
+from typing import Final
+
+from ampmeter import money
+from ampmeter.pricing.genai_table import split_provider
+from ampmeter.pricing.rates import Rates
+
+__all__ = [
+    "USER_PRICING_VERSION",
+    "clear_prices",
+    "is_pattern",
+    "model_arg",
+    "provider_arg",
+    "remove_price",
+    "set_price",
+    "user_rates",
+]
+
+USER_PRICING_VERSION: Final = "user"
+"""``pricing_version`` of a price that comes from :func:`set_price`."""
+
+_ZERO: Final = Decimal(0)
+_PATTERN_CHARS: Final = frozenset("*?[")
+
+_exact: dict[tuple[str, str | None], Rates] = {}
+# (pattern, provider, rates), longest pattern first.
+_patterns: tuple[tuple[str, str | None, Rates], ...] = ()
+_lock = threading.Lock()
+
+
+def is_pattern(name: str) -> bool:
+    """Whether ``name`` is an fnmatch pattern (holds ``*``, ``?`` or ``[``)."""
+    return not _PATTERN_CHARS.isdisjoint(name)
+
+
+def model_arg(model: object) -> str:
+    """``model`` checked: a non-empty str (``TypeError``/``ValueError`` naming it otherwise)."""
+    if not isinstance(model, str):
+        raise TypeError(f"model must be a str, got {type(model).__name__} {model!r}")
+    if not model or model.isspace():
+        raise ValueError("model must be a non-empty model name")
+    return model
+
+
+def provider_arg(provider: object) -> str | None:
+    """``provider`` checked: None or a non-empty str."""
+    if provider is None:
+        return None
+    if not isinstance(provider, str):
+        raise TypeError(f"provider must be a str or None, got {type(provider).__name__}")
+    if not provider or provider.isspace():
+        raise ValueError("provider must be a non-empty provider id or None")
+    return provider
+
+
+def _key(model: str, provider: str | None) -> tuple[str, str | None]:
+    return (model.lower(), None if provider is None else provider.lower())
+
+
+def set_price(
+    model: str,
+    *,
+    input_per_mtok: Decimal | float | int | str,
+    output_per_mtok: Decimal | float | int | str,
+    cached_input_per_mtok: Decimal | float | int | str | None = None,
+    cache_write_per_mtok: Decimal | float | int | str | None = None,
+    provider: str | None = None,
+) -> None:
+    """Set (or replace) the price of ``model`` in USD per million tokens; it wins over the table.
+
+    Use it for a model the table lacks (a self-hosted model at ``0``, a fine-tune) or to
+    correct a price. Rates are read as written (``0.15`` is exactly 0.15). Names match
+    case-insensitively and exactly, or, when ``model`` holds ``*``, ``?`` or ``[``, as an
+    fnmatch pattern: ``set_price("ft:gpt-4o-mini*", ...)`` prices every such fine-tune (an exact
+    price wins over a pattern, a longer pattern over a shorter one). A provider-prefixed name
+    (``openai/x``) also finds the price set for ``x``. With ``provider`` the price applies only
+    to calls that name that provider; without it, to every call of ``model``. Cache reads and
+    writes without their own rate are billed at the input rate, reasoning tokens at the output
+    rate. Results carry ``pricing_version == "user"``.
+    """
+    key = _key(model_arg(model), provider_arg(provider))
+    r_in = money.usd(input_per_mtok, "input_per_mtok")
+    r_out = money.usd(output_per_mtok, "output_per_mtok")
+    r_cr = (
+        r_in
+        if cached_input_per_mtok is None
+        else money.usd(cached_input_per_mtok, "cached_input_per_mtok")
+    )
+    r_cw = (
+        r_in
+        if cache_write_per_mtok is None
+        else money.usd(cache_write_per_mtok, "cache_write_per_mtok")
+    )
+    rates = Rates(r_in, r_out, r_cr, r_cw, r_out, _ZERO, USER_PRICING_VERSION)
+    global _exact, _patterns
+    with _lock:
+        if is_pattern(key[0]):
+            kept = [p for p in _patterns if (p[0], p[1]) != key]
+            _patterns = tuple(sorted([*kept, (*key, rates)], key=lambda p: -len(p[0])))
+        else:
+            _exact = {**_exact, key: rates}
+
+
+def remove_price(model: str, *, provider: str | None = None) -> None:
+    """Remove a price set with :func:`set_price`; ``KeyError`` if there is none."""
+    key = _key(model_arg(model), provider_arg(provider))
+    where = "" if provider is None else f" for provider {provider!r}"
+    global _exact, _patterns
+    with _lock:
+        if is_pattern(key[0]):
+            if not any((p[0], p[1]) == key for p in _patterns):
+                raise KeyError(f"no price was set for pattern {model!r}{where}")
+            _patterns = tuple(p for p in _patterns if (p[0], p[1]) != key)
+            return
+        if key not in _exact:
+            raise KeyError(f"no price was set for model {model!r}{where}")
+        _exact = {k: v for k, v in _exact.items() if k != key}
+
+
+def clear_prices() -> None:
+    """Remove every price set with :func:`set_price` (the table is untouched)."""
+    global _exact, _patterns
+    with _lock:
+        _exact = {}
+        _patterns = ()
+
+
+def user_rates(model: str, provider: str | None) -> Rates | None:
+    """The price :func:`set_price` gave ``model`` (exact first, then patterns), or None."""
+    exact, patterns = _exact, _patterns
+    if not exact and not patterns:
+        return None
+    names = [model.lower()]
+    prefixed = split_provider(model) if "/" in model else None
+    if prefixed is not None:
+        names.append(prefixed[1].lower())
+        provider = provider if provider is not None else prefixed[0]
+    providers = (None,) if provider is None else (provider.lower(), None)
+    for name in names:
+        for wanted in providers:
+            rates = exact.get((name, wanted))
+            if rates is not None:
+                return rates
+    for name in names:
+        for pattern, pattern_provider, rates in patterns:
+            if pattern_provider in providers and fnmatch.fnmatchcase(name, pattern):
+                return rates
+    return None

@@ -1,0 +1,143 @@
+"""The input of an OpenAI Chat Completions request (``"chat"``) and of a legacy Completions
+request (``"completions"``), measured from its body.
+
+Billed text: every message's content in every role (text parts, refusals), names, the
+assistant's tool and function calls (names and argument JSON), tool results, tool and
+legacy function definitions and ``response_format`` (as the JSON sent), and a predicted
+output's content (sent, so counted). Framing follows OpenAI's cookbook on counting chat tokens
+("How to count tokens with tiktoken"): 3 tokens per message, 1 more for a name, 3 that prime
+the reply; for tools, 7 per function and 12 for the tool block (the cookbook's figures for
+its rendering of function definitions, which is shorter than their JSON). Images, audio and
+files follow :mod:`ampmeter.pricing.openai_media`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from ampmeter.pricing import openai_media
+from ampmeter.pricing.measure_parts import RequestSize, Tally
+
+__all__ = ["measure_chat", "measure_completions"]
+
+TOKENS_PER_MESSAGE: Final = 3
+TOKENS_PER_NAME: Final = 1
+REPLY_PRIMING: Final = 3
+TOKENS_PER_FUNCTION: Final = 7
+TOOLS_BLOCK: Final = 12
+
+
+def measure_chat(
+    body: Mapping[str, Any], counter: Callable[[str], int] | None = None
+) -> RequestSize:
+    """The measure of a Chat Completions ``body`` (``counter``: a tokenizer's count)."""
+    tally = Tally()
+    _chat(body, tally)
+    return tally.size(counter)
+
+
+def _chat(body: Mapping[str, Any], tally: Tally) -> None:
+    """Add a Chat Completions ``body`` to ``tally``."""
+    model = body.get("model")
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        if isinstance(message, Mapping):
+            _message(message, model, tally)
+    tally.framing += REPLY_PRIMING
+    functions = [*_list(body.get("tools")), *_list(body.get("functions"))]
+    if functions:
+        tally.framing += TOOLS_BLOCK + TOKENS_PER_FUNCTION * len(functions)
+        for function in functions:
+            tally.json(function)
+    tally.json(body.get("response_format"))
+    prediction = body.get("prediction")
+    if isinstance(prediction, Mapping):
+        _content(prediction.get("content"), model, tally)
+
+
+def measure_completions(
+    body: Mapping[str, Any], counter: Callable[[str], int] | None = None
+) -> RequestSize:
+    """The measure of a legacy Completions ``body`` (``counter``: a tokenizer's count)."""
+    tally = Tally()
+    _completions(body, tally)
+    return tally.size(counter)
+
+
+def _completions(body: Mapping[str, Any], tally: Tally) -> None:
+    """Add a legacy Completions ``body`` to ``tally``: the prompt as text or token ids, and
+    the suffix. Token ids are counted exactly (as framing: no text to read)."""
+    prompt = body.get("prompt")
+    prompts = prompt if isinstance(prompt, list) and not _is_ids(prompt) else [prompt]
+    for one in prompts:
+        if isinstance(one, str):
+            tally.text(one)
+        elif isinstance(one, list) and _is_ids(one):
+            tally.framing += len(one)
+    tally.text(body.get("suffix"))
+
+
+def _is_ids(value: list[Any]) -> bool:
+    return bool(value) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _message(message: Mapping[str, Any], model: object, tally: Tally) -> None:
+    tally.framing += TOKENS_PER_MESSAGE
+    name = message.get("name")
+    if isinstance(name, str) and name:
+        tally.text(name)
+        tally.framing += TOKENS_PER_NAME
+    _content(message.get("content"), model, tally)
+    tally.text(message.get("refusal"))
+    for call in _list(message.get("tool_calls")):
+        if isinstance(call, Mapping):
+            _function_call(call.get("function") or call.get("custom"), tally)
+    _function_call(message.get("function_call"), tally)
+
+
+def _function_call(call: object, tally: Tally) -> None:
+    if isinstance(call, Mapping):
+        tally.text(call.get("name"))
+        tally.json(call.get("arguments"))
+        tally.json(call.get("input"))
+
+
+def _content(content: object, model: object, tally: Tally) -> None:
+    if isinstance(content, str):
+        tally.text(content)
+        return
+    for part in _list(content):
+        if isinstance(part, str):
+            tally.text(part)
+        elif isinstance(part, Mapping):
+            _part(part, str(model) if isinstance(model, str) else None, tally)
+
+
+def _part(part: Mapping[str, Any], model: str | None, tally: Tally) -> None:
+    kind = part.get("type")
+    if kind == "image_url":
+        image = part.get("image_url")
+        if isinstance(image, Mapping):
+            tally.media += openai_media.url_image_tokens(
+                model, image.get("url"), image.get("detail")
+            )
+        else:
+            tally.media += openai_media.url_image_tokens(model, image, None)
+    elif kind == "input_audio":
+        audio = part.get("input_audio")
+        if isinstance(audio, Mapping):
+            tally.media += openai_media.audio_tokens(audio.get("data"))
+    elif kind == "file":
+        file = part.get("file")
+        if isinstance(file, Mapping):
+            tally.text(file.get("filename"))
+            tally.media += openai_media.file_tokens(model, file.get("file_data"))
+    elif kind in ("text", "refusal"):
+        tally.text(part.get(kind))
+    else:  # a part this module does not know: every string in it is sent
+        tally.any_text({key: value for key, value in part.items() if key != "type"})

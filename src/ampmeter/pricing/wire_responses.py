@@ -1,0 +1,126 @@
+"""The input of an OpenAI Responses request (``"responses"``), measured from its body.
+
+Billed text: ``instructions``; every input item: messages in every role and their text parts,
+function and custom tool calls (name and arguments) and their outputs, reasoning items sent
+back (summaries and their encrypted content, whose length grows with the reasoning they
+carry), and the strings of items this module does not know; tool definitions and
+``text.format`` (JSON schemas) as the JSON sent; a stored prompt's variables. Framing is
+Chat Completions' (OpenAI's cookbook: 3 tokens per message, 3 that prime the reply; 7 per
+function and 12 for the tool block), as both render to the same model input. Images, audio
+and files follow :mod:`ampmeter.pricing.openai_media`.
+
+Not in the body, so not measured: the conversation a ``previous_response_id`` or
+``conversation`` continues, and a stored prompt's template. The provider bills them as
+input; the ``"learned"`` estimate absorbs them only through its bounded learning rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ampmeter.pricing import openai_media
+from ampmeter.pricing.measure_parts import RequestSize, Tally
+from ampmeter.pricing.wire_chat import (
+    REPLY_PRIMING,
+    TOKENS_PER_FUNCTION,
+    TOKENS_PER_MESSAGE,
+    TOOLS_BLOCK,
+)
+
+__all__ = ["measure_responses"]
+
+# Keys of an input item that are bookkeeping, not model input.
+_NOT_SENT_TO_MODEL = frozenset({"type", "id", "call_id", "status", "role"})
+
+
+def measure_responses(
+    body: Mapping[str, Any], counter: Callable[[str], int] | None = None
+) -> RequestSize:
+    """The measure of a Responses ``body`` (``counter``: a tokenizer's count)."""
+    tally = Tally()
+    _responses(body, tally)
+    return tally.size(counter)
+
+
+def _responses(body: Mapping[str, Any], tally: Tally) -> None:
+    """Add a Responses ``body`` to ``tally``."""
+    model = body.get("model")
+    model = model if isinstance(model, str) else None
+    instructions = body.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        tally.framing += TOKENS_PER_MESSAGE
+        tally.text(instructions)
+    items = body.get("input")
+    if isinstance(items, str):
+        tally.framing += TOKENS_PER_MESSAGE
+        tally.text(items)
+    elif isinstance(items, list):
+        for item in items:
+            if isinstance(item, Mapping):
+                _item(item, model, tally)
+            elif isinstance(item, str):
+                tally.framing += TOKENS_PER_MESSAGE
+                tally.text(item)
+    tally.framing += REPLY_PRIMING
+    tools = body.get("tools")
+    if isinstance(tools, list) and tools:
+        tally.framing += TOOLS_BLOCK + TOKENS_PER_FUNCTION * len(tools)
+        for tool in tools:
+            tally.json(tool)
+    text = body.get("text")
+    if isinstance(text, Mapping):
+        tally.json(text.get("format"))
+    prompt = body.get("prompt")
+    if isinstance(prompt, Mapping):
+        tally.any_text(prompt.get("variables"))
+
+
+def _item(item: Mapping[str, Any], model: str | None, tally: Tally) -> None:
+    kind = item.get("type", "message")
+    tally.framing += TOKENS_PER_MESSAGE
+    if kind == "message":
+        _content(item.get("content"), model, tally)
+    elif kind in ("function_call", "custom_tool_call", "mcp_call"):
+        tally.text(item.get("name"))
+        tally.json(item.get("arguments"))
+        tally.json(item.get("input"))
+        _content(item.get("output"), model, tally)
+    elif kind in ("function_call_output", "custom_tool_call_output"):
+        _content(item.get("output"), model, tally)
+    elif kind == "reasoning":
+        for key in ("summary", "content"):
+            _content(item.get(key), model, tally)
+        tally.text(item.get("encrypted_content"))
+    else:  # items this module does not know: every string in them is sent
+        tally.any_text({k: v for k, v in item.items() if k not in _NOT_SENT_TO_MODEL})
+
+
+def _content(content: object, model: str | None, tally: Tally) -> None:
+    if isinstance(content, str):
+        tally.text(content)
+        return
+    if not isinstance(content, list):
+        return
+    for part in content:
+        if not isinstance(part, Mapping):
+            tally.text(part)
+            continue
+        kind = part.get("type")
+        if kind == "input_image":
+            tally.media += openai_media.url_image_tokens(
+                model, part.get("image_url"), part.get("detail")
+            )
+        elif kind == "input_file":
+            tally.text(part.get("filename"))
+            tally.media += openai_media.file_tokens(model, part.get("file_data"))
+        elif kind == "input_audio":
+            audio = part.get("input_audio")
+            data = audio.get("data") if isinstance(audio, Mapping) else part.get("data")
+            tally.media += openai_media.audio_tokens(data)
+        elif kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
+            tally.text(part.get("text"))
+        elif kind == "refusal":
+            tally.text(part.get("refusal"))
+        else:
+            tally.any_text({k: v for k, v in part.items() if k not in _NOT_SENT_TO_MODEL})

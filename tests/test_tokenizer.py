@@ -1,0 +1,109 @@
+"""The optional offline tokenizer (ampmeter[tokenizer]) sharpens OpenAI models' estimates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ampmeter.pricing import request_size, tokenizer
+from ampmeter.pricing.request_size import input_tokens, learn, measure
+
+bpe_openai = pytest.importorskip("bpe_openai")
+
+DENSE = "字" * 400
+PROSE = "The quarterly report shows revenue up four percent on strong demand in Europe. " * 10
+
+
+@pytest.fixture(autouse=True)
+def _tokenizer_on() -> Iterator[None]:
+    request_size.forget()
+    tokenizer.use()
+    yield
+    tokenizer.use(False)
+    request_size.forget()
+
+
+def o200k(text: str) -> int:
+    return len(bpe_openai.get_encoding("o200k_base").encode(text, disallowed_special=()))
+
+
+def chat(text: str, model: str = "gpt-4o") -> dict[str, object]:
+    return {"model": model, "messages": [{"role": "user", "content": text}]}
+
+
+@pytest.mark.parametrize(
+    ("model", "encoding"),
+    [
+        ("gpt-4o", "o200k_base"),
+        ("gpt-4o-mini-2024-07-18", "o200k_base"),
+        ("openai/gpt-4.1-nano", "o200k_base"),
+        ("o3-mini", "o200k_base"),
+        ("gpt-5", "o200k_base"),
+        ("gpt-4", "cl100k_base"),
+        ("gpt-4-turbo", "cl100k_base"),
+        ("gpt-3.5-turbo", "cl100k_base"),
+        ("claude-sonnet-4-5", None),
+        ("gpt-4origami", None),
+    ],
+)
+def test_encodings_by_model_family(model: str, encoding: str | None) -> None:
+    assert tokenizer.encoding_name(model) == encoding
+
+
+def test_dense_text_is_counted_exactly_before_any_call() -> None:
+    size = measure("chat", chat(DENSE))
+    assert size.text_tokens == o200k(DENSE)
+    estimate = input_tokens(size, "gpt-4o")
+    assert estimate == o200k(DENSE) + 3 + 3  # the text, one message, the reply's priming
+    tokenizer.use(False)
+    by_chars = input_tokens(measure("chat", chat(DENSE)), "gpt-4o")
+    assert by_chars == 100 + 6  # four characters a token: far under the real count
+    assert by_chars < estimate / 2
+
+
+def test_learning_corrects_the_count_by_a_bounded_step() -> None:
+    size = measure("chat", chat(PROSE))
+    assert size.text_tokens == o200k(PROSE)
+    learn("gpt-4o", size, size.text_tokens + size.framing)  # billed as counted: no change
+    assert input_tokens(size, "gpt-4o") == size.text_tokens + size.framing
+    learn("gpt-4o", size, size.framing + size.text_tokens * 6 // 10)  # billed 40% less
+    assert input_tokens(size, "gpt-4o") == -(-size.text_tokens * 4 // 5) + size.framing  # /1.25
+
+
+def test_other_families_and_switching_off_count_characters() -> None:
+    assert measure("anthropic", {"model": "claude-sonnet-4-5", "messages": []}).text_tokens is None
+    tokenizer.use(False)
+    assert not tokenizer.in_use()
+    assert measure("chat", chat(PROSE)).text_tokens is None
+
+
+def test_use_names_the_extra_when_it_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    tokenizer.use(False)
+    monkeypatch.setattr(tokenizer, "available", lambda: False)
+    with pytest.raises(ImportError, match=r"ampmeter\[tokenizer\]"):
+        tokenizer.use()
+    assert not tokenizer.in_use()
+
+
+texts = st.text(
+    st.characters(codec="utf-8", categories=("L", "M", "N", "P", "S", "Z", "Cc")), max_size=200
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    parts=st.lists(texts, min_size=1, max_size=5),
+    encoding=st.sampled_from(["o200k_base", "cl100k_base"]),
+)
+def test_the_bound_is_never_below_a_real_tokenizer(parts: list[str], encoding: str) -> None:
+    """OpenAI's own encodings never count more tokens than the bound: bytes plus framing."""
+    tokenizer.use(False)
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": p} for p in parts]}
+    size = measure("chat", body)
+    enc = bpe_openai.get_encoding(encoding)
+    counted = sum(len(enc.encode(p, disallowed_special=())) for p in parts)
+    # The cookbook's framing: 3 a message and 3 for the reply.
+    assert counted + 3 * len(parts) + 3 <= input_tokens(size, "gpt-4o", "bound")
