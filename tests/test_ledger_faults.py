@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import random
 import signal
+import socket
 import sqlite3
 import threading
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from redis.cluster import RedisCluster
 
 from ampmeter.errors import BudgetUnavailable
@@ -509,3 +511,114 @@ def _open_files(path: Path) -> int:
         with contextlib.suppress(OSError):
             found += os.readlink(f"/proc/self/fd/{fd}") == str(path)
     return found
+
+
+# -- a reserve whose answer is lost leaves no hold -------------------------------------------------
+
+
+class _CuttingProxy:
+    """A TCP proxy to a Redis server that can drop a connection as the answer arrives (the
+    server ran the command, the client never hears of it) or refuse every connection."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.listener.getsockname()[1]
+        self.cut_answers = 0  # how many of the next answers to drop
+        self.cut = 0  # answers dropped so far
+        self.down = False  # refuse new connections and drop every answer
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.down:
+                client.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, answers: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if answers and (self.down or self.cut_answers > 0):
+                    self.cut_answers = max(self.cut_answers - 1, 0)
+                    self.cut += 1
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self.listener.close()
+
+
+def _released_ids(server_url: str, scope: str) -> set[str]:
+    client = redis.Redis.from_url(server_url, decode_responses=True)
+    try:
+        return set(client.zrange(f"ampmeter:{{{scope}}}:released", 0, -1))
+    finally:
+        client.close()
+
+
+def test_a_reserve_whose_answer_is_lost_is_released_by_its_id(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    scope = _scope()
+    proxy = _CuttingProxy(redis_server.port)
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    ledger = RedisLedger(url, scope, lease_s=None, timeout_s=2.0, journal=tmp_path / "j")
+    try:
+        probe = ledger.reserve({}, {})  # connected, scripts loaded
+        assert probe is not None
+        ledger.release(probe)
+        proxy.cut_answers = 1
+        with pytest.raises(LedgerUnavailable, match="Connection"):
+            ledger.reserve({"amp:cost": 1.0}, {"amp:cost": 5.0})
+        assert proxy.cut == 1  # Redis answered: it had taken the hold
+        with RedisLedger(redis_server.url, scope) as direct:
+            assert direct.reserved() == {} and direct.reservation_ids() == set()
+            assert direct.reserve({"amp:cost": 5.0}, {"amp:cost": 5.0}) is not None
+        assert len(_released_ids(redis_server.url, scope) - {probe.id}) == 1  # by its id
+    finally:
+        ledger.close()
+        proxy.close()
+
+
+def test_a_lost_reserve_without_a_lease_is_released_once_redis_is_reachable_again(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    scope = _scope()
+    proxy = _CuttingProxy(redis_server.port)
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    ledger = RedisLedger(url, scope, lease_s=None, timeout_s=1.0, journal=tmp_path / "j")
+    try:
+        probe = ledger.reserve({}, {})
+        assert probe is not None
+        ledger.release(probe)
+        proxy.down = True  # the reserve's answer is lost, and so is the release that follows
+        with pytest.raises(LedgerUnavailable):
+            ledger.reserve({"amp:cost": 1.0}, {"amp:cost": 5.0}, reservation_id="call-9")
+        assert proxy.cut >= 1
+        with RedisLedger(redis_server.url, scope) as direct:
+            assert direct.reserved() == {"amp:cost": 1}  # a phantom hold, for now
+            assert list((tmp_path / "j").glob("release-*"))  # its release is journaled
+            proxy.down = False
+            deadline = time.monotonic() + 30
+            while direct.reserved() and time.monotonic() < deadline:
+                time.sleep(0.1)  # no lease, no caller: the ledger's own thread replays it
+            assert direct.reserved() == {} and direct.reservation_ids() == set()
+        assert "call-9" in _released_ids(redis_server.url, scope)
+    finally:
+        ledger.close()
+        proxy.close()
