@@ -183,12 +183,15 @@ def test_a_call_that_does_not_fit_what_another_process_spent_is_refused_at_once(
     ledger.close()
 
 
-def test_an_enclosing_calls_own_hold_is_not_waited_for(tmp_path: Path) -> None:
+def test_an_enclosing_calls_own_hold_is_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A call nested in the call holding the rest of a parent's budget (checked only in the
     ledger: it is a hand-off's ancestor) could wait only for itself: busy at once."""
+    monkeypatch.setenv("AMPMETER_HANDOFF_KEY", "test-handoff-key")  # tokens are signed
     ledger = SqliteLedger(tmp_path / "budget.sqlite3", "team")
     parent = ExecutionContext(max_cost_usd=CAP, ledger=ledger)
-    child = ExecutionContext.from_handoff(parent.handoff("child"))
+    child = ExecutionContext.from_handoff(parent.handoff("child"), ledger=ledger)
     child._admission_timeout_s = 60.0
     started = time.monotonic()
     with child.llm_call("outer", estimate_usd=0.75) as outer:

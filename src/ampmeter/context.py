@@ -1653,11 +1653,22 @@ class ExecutionContext:
         ancestors = ((ledger.scope, ceilings), *(above.ancestors if above else ()))
         depth = node.depth + (root._handoff_from.depth + 1 if root._handoff_from else 0)
         deadline = None if timeout is None else time.time() + timeout
+        # The child obeys the ledger, not the token: its ceilings and its ancestors' are kept
+        # there (only ever tightened), so an edited token cannot lift them.
+        for kept_scope, kept in ((scope, own), *ancestors):
+            exact = {
+                lim.key: lim.max_value
+                for lim in kept
+                if lim.is_ceiling and lim.type is LimitType.EXACT
+            }
+            if exact:
+                ledger.set_ceilings(kept_scope, exact)
         self._handoffs.append(_HandoffSpend(node, ledger, scope))
         return encode(
             Handoff(
                 self.chain_id, logged_id, depth, name, scope, location, own, ancestors, deadline
-            )
+            ),
+            ledger=ledger,
         )
 
     @classmethod
@@ -1677,7 +1688,7 @@ class ExecutionContext:
         from ampmeter.propagation import decode, open_ledger  # ledgers load only when used
         from ampmeter.sinks.relabel import RelabeledSink
 
-        found = decode(token)
+        found = decode(token, ledger=ledger)
         shared = open_ledger(found, ledger)
         prefix = f"{found.node_id}.{secrets.token_hex(3)}."
         wrapped = [
