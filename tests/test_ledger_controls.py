@@ -201,3 +201,24 @@ def test_a_bad_idempotency_key_raises_and_keeps_the_hold(make_ledger: MakeLedger
     with pytest.raises(TypeError, match="idempotency_key"):
         ledger.commit(held, {COST: 0.1}, idempotency_key="")
     assert ledger.reserved() == {COST: Decimal("0.1")} and ledger.spent() == {}
+
+
+def test_a_context_under_a_paused_scope_is_stopped_before_its_call(make_ledger: MakeLedger) -> None:
+    from ampmeter import ExecutionContext, LimitExceeded
+
+    ledger = make_ledger()
+    ctx = ExecutionContext("agent", max_cost_usd=1.0, ledger=ledger.child("agent"))
+    ledger.pause()
+    ran = []
+    with (
+        pytest.raises(LimitExceeded, match="paused") as caught,
+        ctx.llm_call("call", estimate_usd=0.1),
+    ):
+        ran.append(True)
+    assert ran == [] and caught.value.node_id is not None
+    assert ctx.graph.node(caught.value.node_id).status == "halt"
+    ledger.resume()
+    with ctx.llm_call("call", model="m", estimate_usd=0.1) as call:
+        call.record(1, 1, cost_usd=0.1)
+    ctx.close()
+    assert ledger.spent(ledger.scope + "/agent")[COST] == Decimal("0.1")

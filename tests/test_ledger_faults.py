@@ -174,6 +174,45 @@ def test_holds_of_a_killed_worker_are_charged_after_the_lease(opener: Opener) ->
         assert isinstance(refusal, Refusal) and not refusal.busy and refusal.spent == 5
 
 
+def _stuck_call(open_ledger: Opener, scope: str, ready: Any) -> None:
+    """A context whose $0.06 call hangs (the provider may already bill it) until killed."""
+    from ampmeter import ExecutionContext
+
+    ctx = ExecutionContext("stuck", max_cost_usd=0.10, ledger=open_ledger(scope, lease_s=1.0))
+    with ctx.llm_call("hangs", model="m", estimate_usd=0.06):
+        ready.put(True)
+        time.sleep(600)
+
+
+def test_a_context_killed_mid_call_leaves_its_call_charged(opener: Opener) -> None:
+    """The issue's case: a worker SIGKILLed with a $0.06 call in flight under a $0.10 cap;
+    once its lease ends, a second worker must not get another $0.06."""
+    from ampmeter import ExecutionContext, LimitExceeded
+
+    scope = _scope()
+    ready = FORK.Queue()
+    process = FORK.Process(target=_stuck_call, args=(opener, scope, ready))
+    process.start()
+    assert ready.get(timeout=60) is True and process.pid is not None
+    os.kill(process.pid, signal.SIGKILL)
+    process.join(timeout=30)
+    with opener(scope, lease_s=1.0) as ledger:
+        deadline = time.monotonic() + 60
+        while ledger.reserved() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ledger.unsettled() == {"amp:cost": Decimal("0.06")}
+        ctx = ExecutionContext("second", max_cost_usd=0.10, ledger=ledger)
+        with (
+            pytest.raises(LimitExceeded, match="amp:cost"),
+            ctx.llm_call("more", estimate_usd=0.06),
+        ):
+            pytest.fail("admitted past the cap")
+        with ctx.llm_call("small", model="m", estimate_usd=0.04) as call:  # what is left fits
+            call.record(1, 1, cost_usd=0.04)
+        ctx.close()
+        assert ledger.spent()["amp:cost"] == Decimal("0.1")  # charged $0.06 + $0.04 made
+
+
 # -- Redis killed, frozen and restarted around commits -----------------------------------------
 
 
