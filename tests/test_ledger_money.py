@@ -167,3 +167,11 @@ def test_a_journal_entry_of_the_float_era_replays_as_written(tmp_path: Path) -> 
     with SqliteLedger(tmp_path / "l.db", "s", journal=journal) as ledger:
         assert ledger.spent() == {COST: Decimal("0.1"), "amp:input_tokens": 12}
     assert not list(journal.glob("*.json"))
+
+
+def test_a_ceiling_past_what_can_be_counted_never_refuses(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    held = ledger.reserve({COST: 5, "amp:llm_calls": 1}, {COST: 1e12, "amp:llm_calls": 1e30})
+    assert held is not None
+    with pytest.raises(ValueError, match="too large"):
+        ledger.reserve({COST: 1e12}, {})  # an amount that large is a mistake
