@@ -8,6 +8,7 @@ context on the same file that reserves at one scope. The ratio is baseline / han
 from __future__ import annotations
 
 import argparse
+import secrets
 import statistics
 import sys
 import tempfile
@@ -43,11 +44,11 @@ def run(quick: bool) -> list[dict[str, Any]]:
             _calls_us(plain, 50)
             plain_us = _calls_us(plain, calls)
         with (
-            SqliteLedger(path, "team") as ledger,
+            SqliteLedger(path, "team", handoff_key=secrets.token_hex(16)) as ledger,
             ExecutionContext("boss", max_cost_usd=1e9, ledger=ledger) as boss,
         ):
             token = boss.handoff("child", limits=[Limit("amp:llm_calls", 1e9)])
-            with ExecutionContext.from_handoff(token) as child:
+            with ExecutionContext.from_handoff(token, ledger=ledger) as child:
                 _calls_us(child, 50)
                 child_us = _calls_us(child, calls)
             assert child.ledger is not None

@@ -68,9 +68,9 @@ def _round_trips_us(ledger: Ledger, calls: int) -> float:
     samples = []
     for _ in range(calls):
         started = time.perf_counter_ns()
-        held = ledger.reserve({"cost": 0.01, "tokens": 500}, {"cost": 1e12})
+        held = ledger.reserve({"amp:cost": 0.01, "tokens": 500}, {"amp:cost": 1e12})
         assert held is not None
-        ledger.commit(held, {"cost": 0.009, "tokens": 480})
+        ledger.commit(held, {"amp:cost": 0.009, "tokens": 480})
         samples.append((time.perf_counter_ns() - started) / 1000)
     return statistics.median(samples)
 
@@ -89,9 +89,9 @@ def _hammer(where: str, scope: str, calls: int, start: Any, out: Any) -> None:
     ledger.release(warm)
     start.wait()
     for _ in range(calls):
-        held = ledger.reserve({"cost": 0.01}, {"cost": 1e12})
+        held = ledger.reserve({"amp:cost": 0.01}, {"amp:cost": 1e12})
         assert held is not None
-        ledger.commit(held, {"cost": 0.01})
+        ledger.commit(held, {"amp:cost": 0.01})
     out.put(time.perf_counter())
     ledger.close()
 
@@ -125,9 +125,9 @@ def _threads_rate(calls: int) -> float:
     def work() -> None:
         barrier.wait()
         for _ in range(calls):
-            held = ledger.reserve({"cost": 0.01}, {"cost": 1e12})
+            held = ledger.reserve({"amp:cost": 0.01}, {"amp:cost": 1e12})
             assert held is not None
-            ledger.commit(held, {"cost": 0.01})
+            ledger.commit(held, {"amp:cost": 0.01})
 
     threads = [threading.Thread(target=work) for _ in range(PROCESSES)]
     for thread in threads:

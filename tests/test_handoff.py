@@ -69,9 +69,17 @@ def events(*paths: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for path in paths for line in path.read_text().splitlines()]
 
 
+@pytest.fixture(autouse=True)
+def handoff_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parent and children share a signing key, as under ``ampmeter run``."""
+    monkeypatch.setenv("AMPMETER_HANDOFF_KEY", "test-handoff-key")
+
+
 @pytest.fixture
-def sqlite_ledger(tmp_path: Path) -> Iterator[SqliteLedger]:
-    ledger = SqliteLedger(tmp_path / "budget.sqlite3", "team")
+def sqlite_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SqliteLedger]:
+    path = tmp_path / "budget.sqlite3"
+    monkeypatch.setenv("AMPMETER_LEDGER_ALLOW", str(path))  # children may open it from a token
+    ledger = SqliteLedger(path, "team")
     yield ledger
     ledger.close()
 
@@ -209,7 +217,8 @@ def test_handoff_through_redis_without_credentials_opens_the_ledger_itself(
             spend(ctx, 1)
             token = ctx.handoff("researcher", limits=[Limit("amp:llm_calls", 2)])
             assert propagation.decode(token).ledger["url"] == redis_server.url
-            result = run_child(token, tmp_path / "child.jsonl")
+            allow = {"AMPMETER_LEDGER_ALLOW": redis_server.url}
+            result = run_child(token, tmp_path / "child.jsonl", **allow)
         assert result["made"] == 2
         assert ctx.snapshot()["counters"]["amp:llm_calls"] == 3
     finally:
@@ -316,12 +325,14 @@ def test_http_header_carries_the_token_to_a_service(sqlite_ledger: SqliteLedger)
 
 def test_extract_without_or_with_a_damaged_header() -> None:
     assert propagation.extract({"content-type": "text/plain"}) is None
-    with pytest.raises(HandoffError, match="damaged"):
-        propagation.extract({"Ampmeter-Handoff": "amp1.@@@"})
+    with pytest.raises(HandoffError, match="signature is missing"):
+        propagation.extract({"Ampmeter-Handoff": "amp2.@@@"})
     with pytest.raises(HandoffError, match="not an ampmeter hand-off token"):
         propagation.extract({"AMPMETER-HANDOFF": "bearer xyz"})
+    with pytest.raises(HandoffError, match="unsigned"):
+        propagation.extract({"ampmeter-handoff": "amp1.e30"})  # the old, unsigned form
     with pytest.raises(HandoffError, match="damaged"):
-        propagation.inject({}, "amp1.e30")  # "{}": no fields
+        propagation.inject({}, "amp2.e30.AAAA")  # "{}": no fields
 
 
 def test_handoff_needs_a_shared_ledger(tmp_path: Path) -> None:

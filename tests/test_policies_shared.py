@@ -8,6 +8,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +186,7 @@ def test_a_warning_and_a_soft_stop_come_from_the_shared_total(place: Place) -> N
     assert sorted(events) == ["soft_limit", "warning"]  # each once, across the processes
     assert all(r["wrapped"] for r in results)  # every process winds down
     with _open(place, scope) as ledger:
-        assert ledger.spent()[KEY_COST] == pytest.approx(1.2)
+        assert ledger.spent()[KEY_COST] == Decimal("1.2")
 
 
 def test_warnings_fall_back_to_local_totals_when_the_ledger_cannot_be_read(

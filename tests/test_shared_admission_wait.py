@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,7 @@ def test_processes_on_one_sqlite_cap_wait_for_each_other_and_use_it_up(tmp_path:
     path = tmp_path / "budget.sqlite3"
     results = _run_workers(str(path), "team", 8)
     with SqliteLedger(path, "team") as ledger:
-        spent = ledger.spent()[KEY_COST]
+        spent = float(ledger.spent()[KEY_COST])  # Decimal dollars
         assert ledger.reserved() == {}
     _check_the_cap_was_used_up(results, spent)
 
@@ -122,7 +123,7 @@ def test_processes_on_one_redis_cap_wait_for_each_other_and_use_it_up(
     scope = f"team-{uuid.uuid4().hex}"
     results = _run_workers(redis_server.url, scope, 8)
     with RedisLedger(redis_server.url, scope, timeout_s=5.0) as ledger:
-        spent = ledger.spent()[KEY_COST]
+        spent = float(ledger.spent()[KEY_COST])  # Decimal dollars
         assert ledger.reserved() == {}
     _check_the_cap_was_used_up(results, spent)
 
@@ -142,7 +143,7 @@ def test_a_call_blocked_by_another_process_hold_waits_until_it_settles(tmp_path:
     ctx = ExecutionContext(max_cost_usd=CAP, ledger=ledger, admission_timeout_s=60)
     with ctx.llm_call("waits", estimate_usd=0.5) as call:  # 0.75 held elsewhere: no room yet
         call.record(1, 1, cost_usd=0.25)
-    assert ledger.spent() == {KEY_COST: 0.75}
+    assert ledger.spent() == {KEY_COST: Decimal("0.75")}
     assert ledger.reserved() == {}
     ledger.close()
     other.close()
@@ -161,7 +162,7 @@ def test_a_wait_for_other_processes_is_bounded_then_budget_busy(tmp_path: Path) 
     node = ctx.graph.node(info.value.node_id or "")
     assert node.status == "halt" and "in flight" in (node.stop_reason or "")
     assert ctx.stats.reserved() == {}
-    assert ledger.reserved() == {KEY_COST: 0.75}  # only the other's hold
+    assert ledger.reserved() == {KEY_COST: Decimal("0.75")}  # only the other's hold
     ledger.release(held)
     ledger.close()
 
@@ -182,12 +183,15 @@ def test_a_call_that_does_not_fit_what_another_process_spent_is_refused_at_once(
     ledger.close()
 
 
-def test_an_enclosing_calls_own_hold_is_not_waited_for(tmp_path: Path) -> None:
+def test_an_enclosing_calls_own_hold_is_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A call nested in the call holding the rest of a parent's budget (checked only in the
     ledger: it is a hand-off's ancestor) could wait only for itself: busy at once."""
+    monkeypatch.setenv("AMPMETER_HANDOFF_KEY", "test-handoff-key")  # tokens are signed
     ledger = SqliteLedger(tmp_path / "budget.sqlite3", "team")
     parent = ExecutionContext(max_cost_usd=CAP, ledger=ledger)
-    child = ExecutionContext.from_handoff(parent.handoff("child"))
+    child = ExecutionContext.from_handoff(parent.handoff("child"), ledger=ledger)
     child._admission_timeout_s = 60.0
     started = time.monotonic()
     with child.llm_call("outer", estimate_usd=0.75) as outer:
@@ -308,7 +312,7 @@ async def test_an_async_call_cancelled_while_it_waits_holds_nothing() -> None:
     (node,) = [n for n in ctx.graph.nodes() if n.kind == "llm"]
     assert node.status == "halt" and node.stop_reason == "interrupted"
     assert ctx.stats.reserved() == {}
-    assert ledger.reserved() == {KEY_COST: 0.75}
+    assert ledger.reserved() == {KEY_COST: Decimal("0.75")}
     ledger.release(other)
 
 

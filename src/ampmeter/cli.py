@@ -27,6 +27,8 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
+from ampmeter import cli_budget
+
 __all__ = ["app", "main"]
 
 # C0 and C1 control characters (ESC starts every terminal escape sequence), DEL, and the
@@ -380,6 +382,7 @@ def _register_watch_command() -> None:
 
 
 _register_watch_command()
+cli_budget.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1388,6 +1388,14 @@ class ExecutionContext:
             self._abort_admission(call, f"ledger error: {redact.error_text(error)}")
             raise
         if isinstance(held, Refusal):
+            if held.paused:  # an operator's pause (ampmeter budget pause) fails closed
+                reason = f"shared budget {held.scope!r} is paused (ampmeter budget resume)"
+                self._abort_admission(call, reason)
+                raise LimitExceeded(
+                    f"{call.kind} call {call.name!r} stopped before it ran: {reason}",
+                    None,
+                    call.node_id,
+                )
             if held.busy:
                 return held
             scope, stop = request.stop(held)
@@ -1416,7 +1424,8 @@ class ExecutionContext:
         (its enclosing calls' and, on a thread, that thread's own) stand in the way."""
         pause = wait.next_pause()
         own = self._own_ledger_holds(call, refusal, same_thread)
-        if pause is None or refusal.reserved - own <= _DUST * max(1.0, abs(refusal.ceiling)):
+        held, ceiling = float(refusal.reserved), float(refusal.ceiling)  # ledgers speak Decimal
+        if pause is None or held - own <= _DUST * max(1.0, abs(ceiling)):
             scope, stop = request.stop(refusal)
             waited = f"waited {wait.waited():.3g}s of admission_timeout_s={wait.limit_s:g}"
             reason = f"calls in flight held the rest of shared budget {scope!r} ({waited}): {stop}"
@@ -1447,7 +1456,7 @@ class ExecutionContext:
             if ticket.node.node_id in enclosing or (same_thread and ticket.thread == me):
                 for _, held in other._ledger_holds:
                     if refusal.scope in held.scopes:
-                        total += held.amounts.get(refusal.key or "", 0.0)
+                        total += float(held.amounts.get(refusal.key or "", 0))
         return total
 
     def _abort_admission(self, call: Call, stop_reason: str) -> None:
@@ -1523,7 +1532,7 @@ class ExecutionContext:
             actual = {key: actual_amounts.get(key, 0.0) for key in held.amounts}
             for key in actual:
                 if key.startswith(KEY_REPEATS_FOR):  # a repeat counts as held, whatever the end
-                    actual[key] = held.amounts[key]
+                    actual[key] = float(held.amounts[key])
             try:
                 ledger.commit(held, actual)
             except Exception as error:
@@ -1645,11 +1654,22 @@ class ExecutionContext:
         ancestors = ((ledger.scope, ceilings), *(above.ancestors if above else ()))
         depth = node.depth + (root._handoff_from.depth + 1 if root._handoff_from else 0)
         deadline = None if timeout is None else time.time() + timeout
+        # The child obeys the ledger, not the token: its ceilings and its ancestors' are kept
+        # there (only ever tightened), so an edited token cannot lift them.
+        for kept_scope, kept in ((scope, own), *ancestors):
+            exact = {
+                lim.key: lim.max_value
+                for lim in kept
+                if lim.is_ceiling and lim.type is LimitType.EXACT
+            }
+            if exact:
+                ledger.set_ceilings(kept_scope, exact)
         self._handoffs.append(_HandoffSpend(node, ledger, scope))
         return encode(
             Handoff(
                 self.chain_id, logged_id, depth, name, scope, location, own, ancestors, deadline
-            )
+            ),
+            ledger=ledger,
         )
 
     @classmethod
@@ -1669,7 +1689,7 @@ class ExecutionContext:
         from ampmeter.propagation import decode, open_ledger  # ledgers load only when used
         from ampmeter.sinks.relabel import RelabeledSink
 
-        found = decode(token)
+        found = decode(token, ledger=ledger)
         shared = open_ledger(found, ledger)
         prefix = f"{found.node_id}.{secrets.token_hex(3)}."
         wrapped = [
@@ -1703,7 +1723,7 @@ class ExecutionContext:
         added: dict[str, float] = {}
         for handoff in list(self._handoffs):
             try:
-                spent = handoff.ledger.spent(handoff.scope)
+                spent = {k: float(v) for k, v in handoff.ledger.spent(handoff.scope).items()}
             except Exception as error:
                 handoff.error = error
                 continue
@@ -1784,23 +1804,24 @@ class _LedgerRequest:
     def stop(self, refusal: Refusal) -> tuple[str, ExceededLimit]:
         """The scope and the exceeded limit a ledger's refusal names (with the note of the
         policy behind it: a window, the loop guard)."""
+        value = float(refusal.value)  # ledgers speak Decimal dollars; the facade floats
         if refusal.window_s is not None:
             for limit in self.windows:
                 if limit.key == refusal.key and limit.window_s == refusal.window_s:
                     note = f"limit exceeded in {limit.window_s:g}s"
-                    return self.ledger.scope, ExceededLimit(limit, limit.key, refusal.value, note)
+                    return self.ledger.scope, ExceededLimit(limit, limit.key, value, note)
         found = self.scopes.get(refusal.scope or "")
         if found is not None and refusal.key in found[1]:
-            stop = ExceededLimit(found[1][refusal.key], refusal.key, refusal.value)
+            stop = ExceededLimit(found[1][refusal.key], refusal.key, value)
             return refusal.scope or "", Policies.shared_refusal(stop)
         # A refusal without a ceiling (a settled id): the first ceiling stands for it.
         first = next(((s, f) for s, f in self.scopes.items() if f[0]), None)
         if first is None:  # only windows were asked for
             limit = self.windows[0]
-            return self.ledger.scope, ExceededLimit(limit, limit.key, refusal.value)
+            return self.ledger.scope, ExceededLimit(limit, limit.key, value)
         scope, (ceilings, owners) = first
         key = next(iter(ceilings))
-        return scope, ExceededLimit(owners[key], key, refusal.value)
+        return scope, ExceededLimit(owners[key], key, value)
 
 
 class _Wait:

@@ -332,7 +332,9 @@ class SharedTotals:
         if fresh or now - self.read_at >= SHARED_READ_S:
             ledger = self.ledger()
             try:
-                totals = None if ledger is None else ledger.spent()
+                totals = (
+                    None if ledger is None else {k: float(v) for k, v in ledger.spent().items()}
+                )
             except Exception:  # the ledger's own errors, or a backend gone: local totals then
                 totals = None
             self.totals, self.read_at = totals, now

@@ -7,6 +7,13 @@ scope the child spends in, the child's own limits and the limits of every scope 
 chain (run) id and the hand-off node's id. It carries no secret: a Redis URL loses its user and
 password, and the child must then bring its own ledger (``from_handoff(token, ledger=...)``).
 
+Tokens are signed with HMAC-SHA256 under the ledger's ``handoff_key`` or, without one, the key
+in ``AMPMETER_HANDOFF_KEY`` (``ampmeter run`` makes one per run); a token whose signature fails
+is a :class:`HandoffError`. The limits a child obeys are kept in the ledger by the parent, so
+even a validly signed token cannot lift them. A receiving process opens only a ledger it
+configured itself: the ``ledger=`` it passes (which must be the token's), or one listed in
+``AMPMETER_LEDGER_ALLOW`` (SQLite paths and Redis URLs, separated by commas).
+
 Tokens travel in the ``AMPMETER_HANDOFF`` environment variable (an instrumented process that
 finds one and has no context attaches to it by itself, see :func:`attach_from_env`) or in the
 ``ampmeter-handoff`` HTTP header (:func:`inject` / :func:`extract`, like OpenTelemetry's
@@ -18,11 +25,14 @@ from __future__ import annotations
 import atexit
 import base64
 import binascii
+import hashlib
+import hmac
 import os
 import threading
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
@@ -36,7 +46,9 @@ if TYPE_CHECKING:
 __all__ = [
     "HANDOFF_ENV",
     "HANDOFF_HEADER",
+    "HANDOFF_KEY_ENV",
     "HANDOFF_LOG_ENV",
+    "LEDGER_ALLOW_ENV",
     "Handoff",
     "attach_from_env",
     "decode",
@@ -53,7 +65,12 @@ HANDOFF_HEADER: Final = "ampmeter-handoff"
 HANDOFF_LOG_ENV: Final = "AMPMETER_HANDOFF_LOG"
 """Where a process that attaches by itself (:func:`attach_from_env`) writes its JSONL events."""
 
-_VERSION: Final = "amp1."
+HANDOFF_KEY_ENV: Final = "AMPMETER_HANDOFF_KEY"
+"""The environment variable of the key that signs hand-off tokens when the ledger has none."""
+LEDGER_ALLOW_ENV: Final = "AMPMETER_LEDGER_ALLOW"
+"""Ledgers a receiving process may open from a token: SQLite paths and Redis URLs, by commas."""
+
+_VERSION: Final = "amp2."
 _MAX_TOKEN: Final = 16_384
 
 
@@ -72,8 +89,10 @@ class Handoff:
     deadline: float | None = None
 
 
-def encode(handoff: Handoff) -> str:
-    """The token of ``handoff``: ``amp1.`` and base64url JSON (safe in headers and env)."""
+def encode(handoff: Handoff, *, ledger: Ledger | None = None) -> str:
+    """The signed token of ``handoff``: ``amp2.``, base64url JSON, ``.`` and its HMAC-SHA256
+    (safe in headers and env). The key is ``ledger``'s ``handoff_key``, else
+    ``AMPMETER_HANDOFF_KEY``; with neither, :class:`HandoffError` says how to give one."""
     payload = {
         "chain": handoff.chain_id,
         "node": handoff.node_id,
@@ -85,28 +104,73 @@ def encode(handoff: Handoff) -> str:
         "ancestors": [[scope, _limits_out(limits)] for scope, limits in handoff.ancestors],
         "deadline": handoff.deadline,
     }
-    body = base64.urlsafe_b64encode(orjson.dumps(payload)).rstrip(b"=").decode("ascii")
-    return _VERSION + body
+    body = _b64(orjson.dumps(payload))
+    return f"{_VERSION}{body}.{_b64(_signature(body, ledger))}"
 
 
-def decode(token: object) -> Handoff:
-    """Read a token made by :func:`encode`; :class:`HandoffError` says what is wrong."""
+def decode(token: object, *, ledger: Ledger | None = None) -> Handoff:
+    """Read a token made by :func:`encode`, checking its signature with ``ledger``'s key (else
+    ``AMPMETER_HANDOFF_KEY``); :class:`HandoffError` says what is wrong."""
+    body, signature = _parts(token)
+    expected = _signature(body, ledger)
+    if not hmac.compare_digest(signature, expected):
+        raise HandoffError(
+            "hand-off token signature does not match: the token was changed after it was "
+            f"signed, or signed with another key (the parent's ledger handoff_key or "
+            f"{HANDOFF_KEY_ENV} must be the same here)"
+        )
+    return _read_body(body)
+
+
+def _parts(token: object) -> tuple[str, bytes]:
+    """A token's body and signature, or :class:`HandoffError` for anything else."""
     if not isinstance(token, str):
         raise HandoffError(f"a hand-off token must be a str, got {type(token).__name__}")
+    if token.startswith("amp1."):
+        raise HandoffError(
+            "unsigned hand-off token (amp1.): it was made by an older ampmeter; hand off again"
+        )
     if not token.startswith(_VERSION):
         raise HandoffError(f"not an ampmeter hand-off token (it must start with {_VERSION!r})")
     if len(token) > _MAX_TOKEN:
         raise HandoffError(f"hand-off token is {len(token)} characters, more than {_MAX_TOKEN}")
-    body = token[len(_VERSION) :]
+    if not token.isascii():
+        raise HandoffError("hand-off token is damaged: it holds characters outside ASCII")
+    body, dot, signature = token[len(_VERSION) :].partition(".")
+    if not dot or not signature:
+        raise HandoffError("hand-off token is damaged: its signature is missing")
     try:
-        raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-        data = orjson.loads(raw)
+        return body, base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
+    except (binascii.Error, ValueError) as error:
+        raise HandoffError(f"hand-off token is damaged: {error}") from None
+
+
+def _read_body(body: str) -> Handoff:
+    try:
+        data = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     except (binascii.Error, ValueError) as error:
         raise HandoffError(f"hand-off token is damaged: {error}") from None
     try:
         return _handoff(data)
     except (KeyError, TypeError, ValueError) as error:
         raise HandoffError(f"hand-off token is damaged: {error}") from None
+
+
+def _signature(body: str, ledger: Ledger | None) -> bytes:
+    signed = None if ledger is None else ledger.sign_handoff(body.encode("ascii"))
+    if signed is not None:
+        return signed
+    key = os.environ.get(HANDOFF_KEY_ENV)
+    if not key:
+        raise HandoffError(
+            "no key to sign or check hand-off tokens: give the ledger handoff_key=... or set "
+            f"{HANDOFF_KEY_ENV} to the same secret in both processes (ampmeter run sets one)"
+        )
+    return hmac.new(key.encode(), body.encode("ascii"), hashlib.sha256).digest()
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
 def _handoff(data: Any) -> Handoff:
@@ -134,8 +198,11 @@ def _handoff(data: Any) -> Handoff:
     for name, _ in ancestors:
         if not scope.startswith(name + "/"):
             raise ValueError(f"ancestor scope {name!r} does not enclose {scope!r}")
-    return Handoff(texts["chain"], texts["node"], depth, texts["name"], scope, ledger,
-                   _limits_in(data["limits"]), ancestors, deadline)  # fmt: skip
+    limits = _limits_in(data["limits"])
+    name = texts["name"]
+    return Handoff(
+        texts["chain"], texts["node"], depth, name, scope, ledger, limits, ancestors, deadline
+    )
 
 
 def _limits_out(limits: tuple[Limit, ...]) -> list[list[Any]]:
@@ -153,21 +220,22 @@ def _limits_in(raw: Any) -> tuple[Limit, ...]:
 
 def inject(headers: MutableMapping[str, str], token: str) -> None:
     """Put ``token`` in ``headers`` (a dict, ``httpx.Headers``...) as ``ampmeter-handoff``."""
-    decode(token)  # a damaged token fails here, not in the service that receives it
+    _read_body(_parts(token)[0])  # a damaged token fails here, not in the service
     headers[HANDOFF_HEADER] = token
 
 
-def extract(headers: Mapping[str, str]) -> str | None:
+def extract(headers: Mapping[str, str], *, ledger: Ledger | None = None) -> str | None:
     """The hand-off token in ``headers`` (any case of the name), or None if there is none.
 
-    A header that is there but damaged raises :class:`HandoffError`.
+    A header that is there but damaged, or whose signature fails (checked with ``ledger``'s
+    key, else ``AMPMETER_HANDOFF_KEY``), raises :class:`HandoffError`.
     """
     found = headers.get(HANDOFF_HEADER)
     if found is None:
         found = next((v for k, v in headers.items() if k.lower() == HANDOFF_HEADER), None)
     if found is None:
         return None
-    decode(found)
+    decode(found, ledger=ledger)
     return found
 
 
@@ -177,15 +245,27 @@ def extract(headers: Mapping[str, str]) -> str | None:
 def open_ledger(handoff: Handoff, ledger: Ledger | None = None) -> Ledger:
     """The ledger the child of ``handoff`` spends in, at its scope.
 
-    ``ledger`` (on the same backend, at the hand-off's scope or one above it) is needed when
-    the backend wants credentials, which a token never carries; otherwise one is opened from
-    the token's location.
+    ``ledger`` must be the token's ledger (same SQLite file, or same Redis server and
+    database), at the hand-off's scope or one above it; it is needed when the backend wants
+    credentials, which a token never carries. Without it, the token's ledger is opened only if
+    ``AMPMETER_LEDGER_ALLOW`` lists it: a token never makes this process create a file or
+    connect anywhere it did not configure.
     """
     from ampmeter.ledgers.base import Ledger
 
+    where = handoff.ledger
     if ledger is not None:
         if not isinstance(ledger, Ledger):
             raise TypeError(f"ledger must be a Ledger, got {type(ledger).__name__}")
+        try:
+            mine = ledger.location()
+        except TypeError as error:
+            raise HandoffError(f"ledger= cannot receive a hand-off: {error}") from None
+        if _identity(mine) != _identity(where):
+            raise HandoffError(
+                f"ledger= is {_describe(mine)}, not the hand-off's ledger {_describe(where)}: "
+                "the child's spend would never reach its parent"
+            )
         if ledger.scope == handoff.scope:
             return ledger
         if not handoff.scope.startswith(ledger.scope + "/"):
@@ -197,21 +277,56 @@ def open_ledger(handoff: Handoff, ledger: Ledger | None = None) -> Ledger:
         for segment in handoff.scope[len(ledger.scope) + 1 :].split("/"):
             ledger = ledger.child(segment)
         return ledger
-    where = handoff.ledger
-    lease = where.get("lease_s")
-    if where["backend"] == "sqlite":
-        from ampmeter.ledgers.sqlite import SqliteLedger
-
-        return SqliteLedger(str(where["path"]), handoff.scope, lease_s=lease)
-    if where.get("credentials") or not where.get("url"):
+    if where["backend"] == "redis" and (where.get("credentials") or not where.get("url")):
         raise HandoffError(
             "the hand-off's Redis ledger needs credentials, which a token never carries: "
             f"pass ledger=RedisLedger(<url with password>, {handoff.scope.split('/')[0]!r}) "
             "to from_handoff()"
         )
+    allowed = [entry.strip() for entry in os.environ.get(LEDGER_ALLOW_ENV, "").split(",")]
+    if _identity(where) not in {_identity(_location_of(entry)) for entry in allowed if entry}:
+        raise HandoffError(
+            f"the hand-off names {_describe(where)}, which this process did not configure: "
+            f"pass ledger=... to from_handoff(), or list it in {LEDGER_ALLOW_ENV}"
+        )
+    lease = where.get("lease_s")
+    if where["backend"] == "sqlite":
+        from ampmeter.ledgers.sqlite import SqliteLedger
+
+        return SqliteLedger(str(where["path"]), handoff.scope, lease_s=lease)
     from ampmeter.ledgers.redis import RedisLedger
 
     return RedisLedger(str(where["url"]), handoff.scope, ttl_s=where.get("ttl_s"), lease_s=lease)
+
+
+def _location_of(entry: str) -> dict[str, object]:
+    """An allow-list entry (a Redis URL or a SQLite path) as a ledger location."""
+    if entry.startswith(("redis://", "rediss://", "unix://")):
+        return {"backend": "redis", "url": entry}
+    return {"backend": "sqlite", "path": os.path.abspath(entry)}
+
+
+def _identity(where: Mapping[str, Any]) -> tuple[object, ...]:
+    """What makes two ledger locations the same backend: the SQLite file, or the Redis
+    server and database (credentials and options aside)."""
+    if where.get("backend") == "sqlite":
+        return ("sqlite", os.path.realpath(str(where.get("path"))))
+    if where.get("cluster"):
+        return ("redis-cluster", str(where["cluster"]))
+    parts = urlsplit(str(where.get("url") or ""))
+    if parts.scheme == "unix":
+        db = parse_qs(parts.query).get("db", ["0"])[0]
+        return ("redis-unix", parts.path, str(db))
+    db = parts.path.strip("/") or parse_qs(parts.query).get("db", ["0"])[0]
+    host = (parts.hostname or "").lower()
+    host = "127.0.0.1" if host in ("localhost", "::1") else host
+    return ("redis", parts.scheme == "rediss", host, parts.port or 6379, str(db))
+
+
+def _describe(where: Mapping[str, Any]) -> str:
+    if where.get("backend") == "sqlite":
+        return f"the SQLite ledger {where.get('path')}"
+    return f"the Redis ledger {where.get('url') or where.get('cluster')}"
 
 
 # -- attaching by itself ------------------------------------------------------------------------

@@ -218,6 +218,7 @@ def run_command(command: Sequence[str], config: RunConfig, *, env: Mapping[str, 
             "deadline": None if config.timeout is None else time.time() + config.timeout,
             "root": _ROOT_NODE_ID,
         }
+        child_env.setdefault("AMPMETER_HANDOFF_KEY", secrets.token_hex(32))  # signs hand-offs
         child_env[ENV_CONFIG] = json.dumps(asdict(config))
         child_env[ENV_TREE] = json.dumps(tree)
         child_env.pop(ENV_TOP_TAKEN, None)

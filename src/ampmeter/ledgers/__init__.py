@@ -1,5 +1,7 @@
 """Budget ledgers: reservations and spend of budget scopes, in-process, in SQLite or in Redis.
 
+Money keys take and return dollars (Decimal out); the backends count integer nano-dollars.
+
 ``RedisLedger`` is imported lazily, so the package works without the ``redis`` extra.
 """
 
@@ -7,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ampmeter.ledgers.base import Ledger, LedgerUnavailable, Refusal, Reservation
+from ampmeter.ledgers.base import BudgetView, Ledger, LedgerUnavailable, Refusal, Reservation
 from ampmeter.ledgers.memory import InMemoryLedger
 from ampmeter.ledgers.sqlite import SqliteLedger
 
@@ -15,6 +17,7 @@ if TYPE_CHECKING:
     from ampmeter.ledgers.redis import RedisLedger
 
 __all__ = [
+    "BudgetView",
     "InMemoryLedger",
     "Ledger",
     "LedgerUnavailable",

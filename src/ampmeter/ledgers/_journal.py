@@ -17,23 +17,29 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import orjson
+
+from ampmeter.ledgers._amounts import to_units
 
 __all__ = ["Journal", "Settlement", "default_journal_dir"]
 
 _log = logging.getLogger("ampmeter.ledgers")
 _SUFFIX = ".settlement.json"
+# Entries say their unit; an entry without one was written when amounts were float dollars.
+_UNIT = "nano"
 
 
 class Settlement(NamedTuple):
-    """A commit (``actual`` added at ``scopes``) or a release of one reservation id."""
+    """A commit (``actual`` added at ``scopes``, in stored units: nano-dollars for money keys)
+    or a release of one reservation id; a commit may carry its idempotency key."""
 
     op: Literal["commit", "release"]
     reservation_id: str
     scopes: tuple[str, ...]
-    actual: dict[str, float]
+    actual: dict[str, int]
+    idempotency_key: str | None = None
 
 
 def default_journal_dir(backend: str, where: str, scope: str) -> Path:
@@ -78,6 +84,8 @@ class Journal:
                 "id": settlement.reservation_id,
                 "scopes": list(settlement.scopes),
                 "actual": settlement.actual,
+                "unit": _UNIT,
+                "idempotency_key": settlement.idempotency_key,
             }
         )
         digest = hashlib.sha256(settlement.reservation_id.encode()).hexdigest()[:32]
@@ -103,7 +111,7 @@ class Journal:
             self.pending = True
         return path
 
-    def replay(self, apply: Callable[[Settlement], None]) -> int:
+    def replay(self, apply: Callable[[Settlement], object]) -> int:
         """Apply every entry (oldest first) and delete it; return how many were applied.
 
         Stops at the first entry ``apply`` raises for (the backend is down), keeping it and
@@ -151,8 +159,10 @@ def _read(path: Path) -> Settlement | None:
         op = raw["op"]
         if op not in ("commit", "release"):
             raise ValueError(f"unknown op {op!r}")
-        actual = {str(key): float(value) for key, value in raw["actual"].items()}
-        return Settlement(op, str(raw["id"]), tuple(str(s) for s in raw["scopes"]), actual)
+        actual = _actual(raw["actual"], raw.get("unit"))
+        key = raw.get("idempotency_key")
+        scopes = tuple(str(s) for s in raw["scopes"])
+        return Settlement(op, str(raw["id"]), scopes, actual, None if key is None else str(key))
     except FileNotFoundError:
         return None  # replayed meanwhile by another process
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
@@ -160,6 +170,22 @@ def _read(path: Path) -> Settlement | None:
             path.rename(path.with_name(path.name + ".corrupt"))
         _log.error("ledger journal entry %s cannot be read, set aside: %s", path, error)
         return None
+
+
+def _actual(raw: Any, unit: object) -> dict[str, int]:
+    """An entry's amounts in stored units; an entry of the float era (no unit) held dollars,
+    read as written, and counts as floats."""
+    if not isinstance(raw, dict):
+        raise TypeError("'actual' is not an object")
+    if unit == _UNIT:
+        found = {str(key): value for key, value in raw.items()}
+        for key, value in found.items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"'actual'[{key!r}] is not a whole number of units")
+        return found
+    if unit is not None:
+        raise ValueError(f"unknown unit {unit!r}")
+    return {str(key): to_units(str(key), value, f"actual[{key!r}]") for key, value in raw.items()}
 
 
 def _sync_directory(directory: Path) -> None:

@@ -1,28 +1,46 @@
 """The Lua scripts of :class:`~ampmeter.ledgers.RedisLedger`: one per operation, each atomic.
 
-A scope tree (every scope under one root) lives in ten keys that share one hash tag, so a
-script touches only declared keys of one Redis Cluster slot. KEYS (same order in every
-script): 1 spent and 2 reserved (hashes: field ``<path below the root>\\x1f<key>``, or just
-``<key>`` for the root itself), 3 holds (hash: id -> JSON ``{"s": scopes, "p": field prefixes,
-"a": [key, amount, ...]}`` with amounts as the client's exact decimal strings), 4 leases (sorted
-set: id by expiry), 5 committed and 6 released (sorted sets: settled ids by time), 7 window
-(string whose expiry is the tree's TTL), 8 windowed (hash: field -> the longest sliding window
-asked for on it, in seconds), 9 window events (sorted set: ``<field>\x1f<id>\x1f<amount>`` by
-the time its commit was applied) and 10 claims (hash: ``<prefix><name>`` -> time). ARGV 1
-is the TTL in ms ("" = none), ARGV 2 how many seconds settled ids are kept. Time comes from
-the server (TIME), never the client.
+A scope tree (every scope under one root) lives in keys that share one hash tag, so a script
+touches only declared keys of one Redis Cluster slot. Every amount is an integer (nano-dollars
+for money keys), stored as Redis integers and changed with ``HINCRBY``; Lua compares them as
+doubles, exact up to 2^53 (over nine million dollars). Amounts travel as decimal strings and
+are never formatted by Lua, so no digit is lost.
+
+KEYS (same order in every script): 1 spent, 2 reserved and 11 unsettled (hashes: field
+``<path below the root>\\x1f<key>``, or just ``<key>`` for the root itself); 3 holds (hash: id ->
+JSON ``{"s": scopes, "p": field prefixes, "a": [key, amount, ...], "x": 1 if its expiry charges
+it}``); 4 leases (sorted set: id by expiry); 5 committed and 6 released (sorted sets: settled
+ids by time); 7 window (string whose expiry is the tree's TTL); 8 windowed (hash: field -> the
+longest sliding window asked for on it, in seconds); 9 window events (sorted set:
+``<field>\\x1f<id>\\x1f<amount>`` by the time its commit was applied); 10 claims (hash:
+``<prefix><name>`` -> time); 12 expired (hash: id -> the hold charged when its lease ended) and
+13 its times (sorted set); 14 ceilings (hash: field prefix -> JSON ``{key: "max"}``); 15 paused
+(hash: field prefix -> time); 16 idempotency keys (hash: ``<prefix><key>`` -> the JSON amounts
+of their first settlement) and 17 their times (sorted set). ARGV 1 is the TTL in ms ("" =
+none), ARGV 2 how many seconds settled ids, expired holds and idempotency keys are kept. Time
+comes from the server (TIME), never the client.
 """
 
 from __future__ import annotations
 
-__all__ = ["CLAIM", "COMMIT", "RECENT", "RELEASE", "RENEW", "RESERVE"]
+__all__ = [
+    "CEILINGS",
+    "CLAIM",
+    "COMMIT",
+    "PAUSE",
+    "READ",
+    "RECENT",
+    "RELEASE",
+    "RENEW",
+    "RESERVE",
+]
 
 _PRELUDE = """
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local window_ms = nil
-local tree = {1, 2, 3, 4, 5, 6, 8, 9, 10}  -- every key of the tree but the TTL marker
+local tree = {1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}  -- all but the marker
 
 local function open_window()
   if ARGV[1] == '' then return end
@@ -48,39 +66,69 @@ local function settled(id)
   return redis.call('ZSCORE', KEYS[5], id) or redis.call('ZSCORE', KEYS[6], id)
 end
 
+-- Add (sign 1) or subtract (-1) an amount (a decimal string) to a field of hash KEYS[k].
+local function add(k, field, amount, sign)
+  if amount == '0' then return end
+  if sign < 0 then amount = '-' .. amount end
+  if redis.call('HINCRBY', KEYS[k], field, amount) == 0 then redis.call('HDEL', KEYS[k], field) end
+end
+
+-- Add a hold's amounts at each of its scopes to hash KEYS[k].
+local function add_hold(k, hold, sign)
+  for _, prefix in ipairs(hold.p) do
+    for i = 1, #hold.a, 2 do add(k, prefix .. hold.a[i], hold.a[i + 1], sign) end
+  end
+end
+
+-- End a hold (its reserved amounts return); its JSON, or nil if there was none.
 local function drop(id)
-  local held = redis.call('HGET', KEYS[3], id)
-  if not held then return end
-  local hold = cjson.decode(held)
-  local prefixes, flat = hold.p, hold.a
-  if prefixes == nil then prefixes, flat = {''}, hold end  -- a hold of a flat-scope version
+  local raw = redis.call('HGET', KEYS[3], id)
+  if not raw then return nil end
   redis.call('HDEL', KEYS[3], id)
   redis.call('ZREM', KEYS[4], id)
-  if redis.call('HLEN', KEYS[3]) == 0 then
-    -- no reservation left: back to exact zero instead of float residue
-    redis.call('DEL', KEYS[2])
-    return
+  add_hold(2, cjson.decode(raw), -1)
+  return raw
+end
+
+-- Take back the unsettled charge of a hold whose lease ended (its settlement came).
+local function uncharge(id)
+  local raw = redis.call('HGET', KEYS[12], id)
+  if not raw then return end
+  local hold = cjson.decode(raw)
+  add_hold(1, hold, -1)
+  add_hold(11, hold, -1)
+  redis.call('HDEL', KEYS[12], id)
+  redis.call('ZREM', KEYS[13], id)
+end
+
+local function forget(zset, hash, horizon)
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', zset, '-inf', horizon)) do
+    redis.call('HDEL', hash, member)
   end
-  for _, prefix in ipairs(prefixes) do
-    for i = 1, #flat, 2 do
-      if tonumber(flat[i + 1]) ~= 0 then
-        local field = prefix .. flat[i]
-        local left = redis.call('HINCRBYFLOAT', KEYS[2], field, '-' .. flat[i + 1])
-        if tonumber(left) == 0 then redis.call('HDEL', KEYS[2], field) end
-      end
-    end
-  end
+  redis.call('ZREMRANGEBYSCORE', zset, '-inf', horizon)
 end
 
 local function reap()
   local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
   for _, id in ipairs(expired) do
-    drop(id)
+    local raw = drop(id)
     redis.call('ZREM', KEYS[4], id)
+    if raw then
+      local hold = cjson.decode(raw)
+      if hold.x == 1 then
+        -- its request may have been billed: charged as unsettled spend until settled
+        add_hold(1, hold, 1)
+        add_hold(11, hold, 1)
+        redis.call('HSET', KEYS[12], id, raw)
+        redis.call('ZADD', KEYS[13], now, id)
+      end
+    end
   end
   local horizon = now - tonumber(ARGV[2])
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', horizon)
   redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', horizon)
+  forget(KEYS[13], KEYS[12], horizon)
+  forget(KEYS[17], KEYS[16], horizon)
 end
 
 -- What was committed of a field since `start` (the window events' amounts).
@@ -99,20 +147,42 @@ open_window()
 reap()
 """
 
-# ARGV 3 id, 4 lease seconds ("" = none), 5 the hold's JSON, 6 how many scopes, then per scope
-# its field prefix, m, and m (key, ceiling) pairs, then w and w (field, window seconds, ceiling)
-# triples of sliding windows at the first scope. Returns {status, seconds, microseconds of
-# the server clock, hold JSON, expiry}: status 1 taken, 0 refused (a settled id), 2 already
-# held under this id (then the JSON and expiry are the existing hold's), 3 refused by a
-# ceiling: then the fourth item is the JSON [scope number, key, spent, reserved] (the hash
-# values as stored) of the ceiling that refused - one broken by what is spent alone, at any
-# scope, before one broken only by reservations in flight; 4 refused by a window (checked
-# once every ceiling fits): the JSON [window number, committed in the window, reserved].
+# ARGV 3 id, 4 lease seconds ("" = none), 5 the amounts' JSON [key, amount, ...], 6 "1" if
+# the hold's expiry charges it, 7 how many scopes on the path (the own scope first, then each
+# enclosing one), then per scope: its name, field prefix, "1" if the caller named it, m, and m
+# (key, ceiling) pairs; then w and w (field, window seconds, ceiling) triples of sliding
+# windows at the own scope. Returns {status, seconds, microseconds of the server clock, JSON,
+# expiry}: status 1 taken (the JSON is the new hold), 0 refused (a settled id), 2 already held
+# under this id (the existing hold and its expiry), 3 refused by a ceiling: the JSON
+# [scope number, key, spent, reserved, ceiling] of the ceiling that refused - one broken by
+# what is spent alone, at any scope, before one broken only by reservations in flight; 4
+# refused by a window (checked once every ceiling fits): [window number, committed in the
+# window, reserved]; 5 refused because the scope with that number is paused.
 RESERVE = (
     _PRELUDE
     + """
 local id = ARGV[3]
-if settled(id) then
+local path = {}
+local i = 8
+for n = 1, tonumber(ARGV[7]) do
+  local entry = {name = ARGV[i], prefix = ARGV[i + 1], given = ARGV[i + 2] == '1',
+                 ceilings = {}, order = {}}
+  local m = tonumber(ARGV[i + 3])
+  i = i + 4
+  for _ = 1, m do
+    entry.ceilings[ARGV[i]] = ARGV[i + 1]
+    entry.order[#entry.order + 1] = ARGV[i]
+    i = i + 2
+  end
+  path[n] = entry
+end
+for n, entry in ipairs(path) do
+  if redis.call('HEXISTS', KEYS[15], entry.prefix) == 1 then
+    close_window()
+    return {5, t[1], t[2], tostring(n), ''}
+  end
+end
+if settled(id) or redis.call('HEXISTS', KEYS[12], id) == 1 then
   close_window()
   return {0, t[1], t[2], '', ''}
 end
@@ -121,31 +191,45 @@ if existing then
   close_window()
   return {2, t[1], t[2], existing, redis.call('ZSCORE', KEYS[4], id) or ''}
 end
-local hold = cjson.decode(ARGV[5])
-local flat = hold.a
+local flat = cjson.decode(ARGV[5])
 local wanted = {}
 for j = 1, #flat, 2 do
   wanted[flat[j]] = (wanted[flat[j]] or 0) + tonumber(flat[j + 1])
 end
-local i = 7
+local scopes, prefixes = {}, {}
 local busy = nil
-for n = 1, tonumber(ARGV[6]) do
-  local prefix, m = ARGV[i], tonumber(ARGV[i + 1])
-  i = i + 2
-  for _ = 1, m do
-    local key, ceiling = ARGV[i], tonumber(ARGV[i + 1])
-    local spent = redis.call('HGET', KEYS[1], prefix .. key) or '0'
-    local held = redis.call('HGET', KEYS[2], prefix .. key) or '0'
-    local amount = wanted[key] or 0
-    if tonumber(spent) + tonumber(held) + amount > ceiling then
-      local found = cjson.encode({n, key, spent, held})
-      if tonumber(spent) + amount > ceiling then
-        close_window()
-        return {3, t[1], t[2], found, ''}
+for n, entry in ipairs(path) do
+  local kept = redis.call('HGET', KEYS[14], entry.prefix)
+  local has_kept = false
+  if kept then
+    for key, ceiling in pairs(cjson.decode(kept)) do
+      has_kept = true
+      local given = entry.ceilings[key]
+      if given == nil then
+        entry.order[#entry.order + 1] = key
+        entry.ceilings[key] = ceiling
+      elseif tonumber(ceiling) < tonumber(given) then
+        entry.ceilings[key] = ceiling
       end
-      busy = busy or found
     end
-    i = i + 2
+  end
+  if n == 1 or entry.given or has_kept then
+    scopes[#scopes + 1] = entry.name
+    prefixes[#prefixes + 1] = entry.prefix
+    for _, key in ipairs(entry.order) do
+      local ceiling = entry.ceilings[key]
+      local spent = redis.call('HGET', KEYS[1], entry.prefix .. key) or '0'
+      local held = redis.call('HGET', KEYS[2], entry.prefix .. key) or '0'
+      local amount = wanted[key] or 0
+      if tonumber(spent) + tonumber(held) + amount > tonumber(ceiling) then
+        local found = cjson.encode({n, key, spent, held, ceiling})
+        if tonumber(spent) + amount > tonumber(ceiling) then
+          close_window()
+          return {3, t[1], t[2], found, ''}
+        end
+        busy = busy or found
+      end
+    end
   end
 end
 if busy then
@@ -164,7 +248,7 @@ if w > 0 then
     longest = math.max(longest, tonumber(keep))
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', now - longest)
-  local key_of = string.len(hold.p[1])
+  local key_of = string.len(path[1].prefix)
   for n = 1, w do
     local j = i + 3 * n - 2
     local field, span, ceiling = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
@@ -172,46 +256,56 @@ if w > 0 then
     local used = recent(field, now - span)
     if used + tonumber(held) + (wanted[string.sub(field, key_of + 1)] or 0) > ceiling then
       close_window()
-      return {4, t[1], t[2], cjson.encode({n, used, held}), ''}
+      return {4, t[1], t[2], cjson.encode({n, string.format('%.0f', used), held}), ''}
     end
   end
 end
-for _, prefix in ipairs(hold.p) do
-  for j = 1, #flat, 2 do
-    if tonumber(flat[j + 1]) ~= 0 then
-      redis.call('HINCRBYFLOAT', KEYS[2], prefix .. flat[j], flat[j + 1])
-    end
-  end
-end
-redis.call('HSET', KEYS[3], id, ARGV[5])
+local hold = {s = scopes, p = prefixes, a = flat, x = tonumber(ARGV[6])}
+add_hold(2, hold, 1)
+local raw = cjson.encode(hold)
+redis.call('HSET', KEYS[3], id, raw)
 local expiry = '+inf'
 if ARGV[4] ~= '' then expiry = now + tonumber(ARGV[4]) end
 redis.call('ZADD', KEYS[4], expiry, id)
 close_window()
-return {1, t[1], t[2], '', ''}
+return {1, t[1], t[2], raw, ''}
 """
 )
 
-# ARGV 3 id, 4 how many field prefixes, the prefixes, then n and n (key, amount) pairs.
-# Returns 1 if applied, 0 if already committed.
+# ARGV 3 id, 4 the idempotency field ("" = none), 5 the amounts' JSON kept for it, 6 how many
+# field prefixes, the prefixes, then n and n (key, amount) pairs. Returns {1, ""} if applied,
+# {0, ""} if already committed, {2, JSON} if the idempotency field was seen (the JSON of its
+# first settlement's amounts; nothing added).
 COMMIT = (
     _PRELUDE
     + """
 local id = ARGV[3]
 if redis.call('ZSCORE', KEYS[5], id) then
   close_window()
-  return 0
+  return {0, ''}
 end
 drop(id)
-local count = tonumber(ARGV[4])
-local i = 5 + count
+uncharge(id)
+redis.call('ZREM', KEYS[6], id)
+redis.call('ZADD', KEYS[5], now, id)
+if ARGV[4] ~= '' then
+  local seen = redis.call('HGET', KEYS[16], ARGV[4])
+  if seen then
+    close_window()
+    return {2, seen}
+  end
+  redis.call('HSET', KEYS[16], ARGV[4], ARGV[5])
+  redis.call('ZADD', KEYS[17], now, ARGV[4])
+end
+local count = tonumber(ARGV[6])
+local i = 7 + count
 local n = tonumber(ARGV[i])
-for p = 5, 4 + count do
+for p = 7, 6 + count do
   local j = i + 1
   for _ = 1, n do
-    if tonumber(ARGV[j + 1]) ~= 0 then
+    if ARGV[j + 1] ~= '0' then
       local field = ARGV[p] .. ARGV[j]
-      redis.call('HINCRBYFLOAT', KEYS[1], field, ARGV[j + 1])
+      add(1, field, ARGV[j + 1], 1)
       if redis.call('HEXISTS', KEYS[8], field) == 1 then
         redis.call('ZADD', KEYS[9], now, field .. '\\31' .. id .. '\\31' .. ARGV[j + 1])
       end
@@ -219,10 +313,8 @@ for p = 5, 4 + count do
     j = j + 2
   end
 end
-redis.call('ZREM', KEYS[6], id)
-redis.call('ZADD', KEYS[5], now, id)
 close_window()
-return 1
+return {1, ''}
 """
 )
 
@@ -236,6 +328,7 @@ if settled(id) then
   return 0
 end
 drop(id)
+uncharge(id)
 redis.call('ZADD', KEYS[6], now, id)
 close_window()
 return 1
@@ -259,6 +352,60 @@ return live
 """
 )
 
+# ARGV 3 the number of the hash to read (1 spent, 2 reserved, 11 unsettled), after ending the
+# holds whose lease ran out. Returns its fields and values.
+READ = (
+    _PRELUDE
+    + """
+local found = redis.call('HGETALL', KEYS[tonumber(ARGV[3])])
+close_window()
+return found
+"""
+)
+
+# ARGV 3 the scope's field prefix, 4 "1" to only lower ceilings already kept, then
+# (key, ceiling) pairs. Returns the JSON of every ceiling now kept there.
+CEILINGS = (
+    _PRELUDE
+    + """
+local raw = redis.call('HGET', KEYS[14], ARGV[3])
+local kept = {}
+local count = 0
+if raw then
+  for key, ceiling in pairs(cjson.decode(raw)) do
+    kept[key] = ceiling
+    count = count + 1
+  end
+end
+for i = 5, #ARGV, 2 do
+  local old = kept[ARGV[i]]
+  if old == nil then count = count + 1 end
+  if ARGV[4] ~= '1' or old == nil or tonumber(ARGV[i + 1]) < tonumber(old) then
+    kept[ARGV[i]] = ARGV[i + 1]
+  end
+end
+local encoded = '{}'
+if count > 0 then encoded = cjson.encode(kept) end
+redis.call('HSET', KEYS[14], ARGV[3], encoded)
+close_window()
+return encoded
+"""
+)
+
+# ARGV 3 the scope's field prefix, 4 "1" to pause it, "0" to resume it.
+PAUSE = (
+    _PRELUDE
+    + """
+if ARGV[4] == '1' then
+  redis.call('HSETNX', KEYS[15], ARGV[3], tostring(now))
+else
+  redis.call('HDEL', KEYS[15], ARGV[3])
+end
+close_window()
+return 1
+"""
+)
+
 # ARGV 3 the claim's field. Returns 1 if it was new (this caller is the first), else 0.
 CLAIM = (
     _PRELUDE
@@ -270,7 +417,7 @@ return first
 )
 
 # ARGV 1 window seconds. Returns the window events committed in the last that many seconds by
-# the server's clock (the caller sums the amounts of its field's events: exact floats).
+# the server's clock (the caller sums the amounts of its field's events).
 RECENT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000

@@ -1,148 +1,124 @@
 """The ledger interface: reservations and spend of hierarchical budget scopes, for every backend.
 
-:class:`Ledger` holds what every backend shares: argument checks, the idempotence rules, lease
-renewal of this process's reservations and the journal of settlements the backend could not
-take. A backend implements the few ``_backend_*`` methods, each one atomic step.
+:class:`Ledger` holds what every backend shares: argument checks and units (dollars at the
+API, integers in the backend, see :mod:`ampmeter.ledgers._amounts`), the idempotence rules,
+lease renewal of this process's reservations and the journal of settlements the backend could
+not take. A backend implements the few ``_backend_*`` methods, each one atomic step.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import hmac
 import logging
-import math
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from types import MappingProxyType, TracebackType
+from collections.abc import Mapping, Sequence
+from types import TracebackType
 from typing import Literal
 
 from ampmeter.errors import BudgetUnavailable
+from ampmeter.ledgers._amounts import (
+    Amount,
+    AmountIn,
+    Limits,
+    Units,
+    Windows,
+    amounts_out,
+    check_amounts,
+    check_key,
+    check_reservation_id,
+    check_scope,
+    check_seconds,
+    check_segment,
+    check_windows,
+    root_of,
+    to_amount,
+    to_units,
+)
 from ampmeter.ledgers._journal import Journal, Settlement
 from ampmeter.ledgers._renewal import Renewer
+from ampmeter.ledgers._rules import (
+    SETTLED_ID,
+    BudgetView,
+    Refusal,
+    Reservation,
+    first_refusal,
+    held_reservation,
+    kept_limits,
+    tightened,
+)
 
-__all__ = ["Ledger", "LedgerUnavailable", "Refusal", "Reservation"]
+__all__ = [
+    "SETTLED_ID",
+    "Amount",
+    "BudgetView",
+    "Ledger",
+    "LedgerUnavailable",
+    "Refusal",
+    "Reservation",
+    "check_scope",
+    "first_refusal",
+    "held_reservation",
+    "kept_limits",
+    "root_of",
+    "tightened",
+]
 
-# How long a settled (committed or released) reservation id is remembered, so that a repeated
-# commit or release of it, or a reserve with it arriving late, is recognised and ignored.
+# How long a settled (committed or released) reservation id, an expired hold kept for its
+# commit, and an idempotency key are remembered: a repeat of any of them within this time is
+# recognised and ignored.
 SETTLED_KEEP_S = 86_400.0
 
 # Pauses between the tries of a commit or release before it goes to the journal.
 SETTLE_RETRY_PAUSES_S = (0.05, 0.2)
+
+# How often a ledger without leases replays a journal that waits (it has nothing to renew).
+JOURNAL_REPLAY_S = 1.0
+
+ExpiredHold = Literal["charge", "release"]
+
+HANDOFF_KEY_ENV = "AMPMETER_HANDOFF_KEY"
+"""The environment variable a hand-off signing key comes from when the ledger has none."""
 
 _log = logging.getLogger("ampmeter.ledgers")
 
 LedgerUnavailable = BudgetUnavailable
 """The name ledger backends have always raised: the same class as :class:`BudgetUnavailable`."""
 
-Limits = dict[str, dict[str, float]]
-"""Ceilings per scope, the reserving scope first: ``{scope: {key: max}}``."""
-
-Windows = tuple[tuple[str, float, float], ...]
-"""Sliding-window ceilings at the reserving scope: ``((key, window_s, max), ...)``."""
-
-
-@dataclass(frozen=True)  # no slots: the renewal thread refers to it weakly
-class Reservation:
-    """A hold on part of a budget, returned by :meth:`Ledger.reserve`.
-
-    ``amounts`` is a read-only copy of what was reserved. ``expires_at`` is the lease end in
-    Unix seconds when it was granted (the Redis server's clock for ``RedisLedger``; renewal
-    moves it on in the ledger, not here), or None when the reservation never expires.
-    ``scopes`` are the scopes it holds at, the reserving one first (empty for a reservation
-    built by hand: it then counts at the scope of the ledger that settles it).
-    """
-
-    id: str
-    amounts: Mapping[str, float]
-    expires_at: float | None
-    scopes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """Why :meth:`Ledger.try_reserve` held nothing: the ceiling ``key`` of ``scope`` refused.
-
-    ``spent`` and ``reserved`` are that scope's totals for ``key`` when the ledger refused,
-    ``amount`` what was asked and ``ceiling`` the ceiling. When what is spent alone leaves
-    room at *every* scope the reserve checked, the ledger names a ceiling broken only by
-    reservations in flight: :attr:`busy` is then True (waiting for them may help); otherwise
-    it names a scope where ``spent + amount`` is over. ``scope`` and ``key`` are None when the
-    reservation id had been settled already (nothing to wait for).
-    """
-
-    scope: str | None
-    key: str | None
-    spent: float = 0.0
-    reserved: float = 0.0
-    amount: float = 0.0
-    ceiling: float = 0.0
-    window_s: float | None = None
-    """Set when a sliding window refused (``spent`` is then what was committed in it)."""
-
-    @property
-    def busy(self) -> bool:
-        """True when only reservations in flight stand in the way (``spent + amount`` fits)."""
-        return self.key is not None and self.spent + self.amount <= self.ceiling
-
-    @property
-    def value(self) -> float:
-        """What the refused ceiling would have counted: ``spent + reserved + amount``."""
-        return self.spent + self.reserved + self.amount
-
-
-SETTLED_ID = Refusal(None, None)
-"""The refusal of a reserve whose reservation id was settled already."""
-
-
-def first_refusal(
-    limits: Limits,
-    amounts: Mapping[str, float],
-    totals: Callable[[str], tuple[Mapping[str, float], Mapping[str, float]]],
-) -> Refusal | None:
-    """The ceiling of ``limits`` a reserve of ``amounts`` breaks, or None if every one fits.
-
-    ``totals(scope)`` gives that scope's ``(spent, reserved)``. A ceiling broken by what is
-    spent alone is named before any broken only by reservations (see :class:`Refusal`).
-    """
-    busy: Refusal | None = None
-    for scope, ceilings in limits.items():
-        if not ceilings:
-            continue
-        spent, reserved = totals(scope)
-        for key, ceiling in ceilings.items():
-            amount = amounts.get(key, 0.0)
-            used = spent.get(key, 0.0)
-            held = reserved.get(key, 0.0)
-            if used + held + amount > ceiling:
-                refusal = Refusal(scope, key, used, held, amount, ceiling)
-                if not refusal.busy:
-                    return refusal
-                busy = busy or refusal
-    return busy
-
 
 class Ledger(ABC):
     """Reservations and spend for a tree of budget scopes (``tenant-42/run-7/researcher``).
 
     A ledger is bound to one scope; :meth:`child` gives a ledger on the same backend for a
-    scope below it. Every backend has the same semantics:
+    scope below it. Money keys (``amp:cost``, ``amp:cost:<model>``) take dollars (Decimal,
+    float read as written, int or str) and come back as Decimal; other keys count whole things
+    as ints. Backends store integers (nano-dollars), so every sum is exact. Every backend has
+    the same semantics:
 
     * :meth:`reserve` atomically checks, for every scope it names (its own and ``ancestors``)
-      and every key ``k`` of that scope's ceilings, that ``spent[k] + reserved[k] + amount``
-      is not *strictly greater* than the ceiling; if any would be, nothing changes and None is
+      and every scope above it whose ceilings the ledger keeps (:meth:`set_ceilings`), and
+      every key ``k`` of that scope's ceilings, that ``spent[k] + reserved[k] + amount`` is
+      not *strictly greater* than the ceiling; if any would be, nothing changes and None is
       returned. Otherwise the amounts are added to ``reserved`` at every one of those scopes.
+      A paused scope (:meth:`pause`), or one below a paused scope, admits nothing.
       :meth:`try_reserve` is the same step, but a refusal says which ceiling refused and
       whether only reservations in flight were in the way (:class:`Refusal`).
     * :meth:`commit` replaces a reservation by the actual spend at each of its scopes;
       :meth:`release` returns it unused. Both are idempotent per reservation id, and a
       reservation id once settled can never be reserved again (a late reserve returns None).
-    * Reservations carry a lease: past it they return to the pool inside every reserve,
-      commit and release (atomically), so a crashed worker cannot hold budget forever. A
-      daemon thread renews every third of the lease each unsettled reservation whose
-      :class:`Reservation` this process still holds, so a call longer than the lease keeps
-      its hold, while one dropped unsettled (leaked) comes back like a crashed worker's.
+      A commit with an ``idempotency_key`` already seen at the scope adds nothing.
+    * Reservations carry a lease: past it they end inside every reserve, commit and release
+      (atomically), so a crashed worker cannot hold budget forever. With
+      ``on_expired_hold="charge"`` (the default) an ended hold is charged at its reserved
+      amount as *unsettled* spend (its request may have been billed); a later commit of it
+      replaces that charge with the actual amount, a release takes it back. With
+      ``"release"`` the hold returns to the pool. A daemon thread renews every third of the
+      lease each unsettled reservation whose :class:`Reservation` this process still holds.
+    * A reserve that raises (the backend timed out or went away, an interrupt) leaves no hold:
+      the ledger releases its id, or journals that release.
     * A commit or release the backend cannot take is retried briefly, then kept in a local
       journal and replayed (idempotent by id) at the next operation, :meth:`flush` or
       :meth:`close`: spend is never dropped, while new reservations fail closed.
@@ -152,16 +128,37 @@ class Ledger(ABC):
       time (for the longest window asked for), so :meth:`recent` and later windows see it.
     * :meth:`claim` is true for the first caller of a name at a scope, in any process: what
       happens once per budget (a warning fired by one process of many).
+
+    ``handoff_key`` signs and checks hand-off tokens (:mod:`ampmeter.propagation`); without
+    it the key comes from ``AMPMETER_HANDOFF_KEY``.
     """
 
     scope: str
     _root_ledger: Ledger | None = None  # the ledger that owns the backend (None: this one)
 
-    def __init__(self, scope: str, lease_s: float | None, journal: Journal | None) -> None:
+    def __init__(
+        self,
+        scope: str,
+        lease_s: float | None,
+        journal: Journal | None,
+        *,
+        on_expired_hold: ExpiredHold = "charge",
+        handoff_key: str | bytes | None = None,
+    ) -> None:
         self.scope = check_scope(scope)
+        if on_expired_hold not in ("charge", "release"):
+            raise ValueError(
+                f"on_expired_hold must be 'charge' or 'release', got {on_expired_hold!r}"
+            )
+        if handoff_key is not None and not isinstance(handoff_key, (str, bytes)):
+            raise TypeError(f"handoff_key must be a str or bytes, got {type(handoff_key).__name__}")
+        if handoff_key is not None and not handoff_key:
+            raise ValueError("handoff_key must not be empty")
+        self._charge_expired = on_expired_hold == "charge"
+        self._handoff_key = handoff_key.encode() if isinstance(handoff_key, str) else handoff_key
         self._lease_s = lease_s
         self._journal = journal
-        self._renewer = Renewer(self._renew_ids, lease_s) if lease_s is not None else None
+        self._renewer = Renewer(self._renew_ids, lease_s or 3 * JOURNAL_REPLAY_S)
 
     # -- the public operations --------------------------------------------------------------
 
@@ -180,28 +177,35 @@ class Ledger(ABC):
             "use SqliteLedger (one machine) or RedisLedger (many)"
         )
 
+    def sign_handoff(self, body: bytes) -> bytes | None:
+        """The HMAC-SHA256 of ``body`` under this ledger's ``handoff_key``, or None without
+        one (the key itself never leaves the ledger)."""
+        if self._handoff_key is None:
+            return None
+        return hmac.new(self._handoff_key, body, hashlib.sha256).digest()
+
     def reserve(
         self,
-        amounts: Mapping[str, float],
-        ceilings: Mapping[str, float],
+        amounts: Mapping[str, AmountIn],
+        ceilings: Mapping[str, AmountIn],
         *,
-        ancestors: Mapping[str, Mapping[str, float]] | None = None,
+        ancestors: Mapping[str, Mapping[str, AmountIn]] | None = None,
         reservation_id: str | None = None,
-        windows: Sequence[tuple[str, float, float]] = (),
+        windows: Sequence[tuple[str, float, AmountIn]] = (),
     ) -> Reservation | None:
         """Reserve ``amounts`` at this scope and every scope in ``ancestors``, or return None.
 
         ``ceilings`` are this scope's (``{key: max}``), ``ancestors`` the ceilings of enclosing
         scopes (``{scope: {key: max}}``; an empty mapping holds and counts there unchecked).
-        None means a ceiling would be exceeded, or ``reservation_id`` was already settled
-        (committed, or released - also before it was ever reserved); nothing changed then.
-        Reserving a live ``reservation_id`` again returns that reservation, holding once.
+        The ceilings the ledger keeps for this scope and those above it apply as well. None
+        means a ceiling would be exceeded, a scope is paused, or ``reservation_id`` was already
+        settled (committed, or released - also before it was ever reserved); nothing changed
+        then. Reserving a live ``reservation_id`` again returns that reservation, holding once.
         ``windows`` (``(key, window_s, max)`` triples) are sliding-window ceilings at this
         scope (see :class:`Ledger`); a window's key is held (with amount 0 if not in
         ``amounts``) so that its commit is counted.
-        Raises :class:`LedgerUnavailable` when the backend cannot be reached (fail closed); the
-        request may still land later, so a caller that gave ``reservation_id`` should
-        :meth:`release` it (without one, the ledger journals that release itself).
+        Raises :class:`LedgerUnavailable` when the backend cannot be reached (fail closed);
+        whatever the request may still do on the way, its id is released (or journaled).
         """
         held = self.try_reserve(
             amounts, ceilings, ancestors=ancestors, reservation_id=reservation_id, windows=windows
@@ -210,64 +214,70 @@ class Ledger(ABC):
 
     def try_reserve(
         self,
-        amounts: Mapping[str, float],
-        ceilings: Mapping[str, float],
+        amounts: Mapping[str, AmountIn],
+        ceilings: Mapping[str, AmountIn],
         *,
-        ancestors: Mapping[str, Mapping[str, float]] | None = None,
+        ancestors: Mapping[str, Mapping[str, AmountIn]] | None = None,
         reservation_id: str | None = None,
-        windows: Sequence[tuple[str, float, float]] = (),
+        windows: Sequence[tuple[str, float, AmountIn]] = (),
     ) -> Reservation | Refusal:
         """:meth:`reserve`, but a refusal comes back as a :class:`Refusal` naming the ceiling
-        that refused and whether what is spent alone would have left room (``busy``)."""
+        that refused (or the paused scope) and whether what is spent alone would have left room
+        (``busy``)."""
         wanted = check_amounts(amounts, "amounts")
-        limits: Limits = {self.scope: check_amounts(ceilings, "ceilings", allow_negative=True)}
+        limits: Limits = {self.scope: check_amounts(ceilings, "ceilings", ceiling=True)}
         if ancestors is not None:
             limits.update(self._check_ancestors(ancestors))
         rid = uuid.uuid4().hex if reservation_id is None else check_reservation_id(reservation_id)
         spans = check_windows(windows)
         for key, _, _ in spans:
-            wanted.setdefault(key, 0.0)
+            wanted.setdefault(key, 0)
         if self._journal is not None and self._journal.pending:
             self._replay_journal(strict=True)
         try:
-            held = (
-                self._backend_reserve(rid, wanted, limits, spans)
-                if spans
-                else self._backend_reserve(rid, wanted, limits)
-            )
-        except LedgerUnavailable:
-            if reservation_id is None:
-                # The request may still reach the backend and hold what nobody could settle:
-                # the caller never learns this id, so the ledger releases it itself.
-                self._journal_release(rid)
+            held = self._backend_reserve(rid, wanted, limits, spans)
+        except BaseException:
+            # The backend may have taken the hold before the answer was lost (a timeout, a
+            # dropped connection, an interrupt): nobody would ever settle it, so release it.
+            self._abandon(rid)
             raise
-        if (
-            isinstance(held, Reservation)
-            and held.expires_at is not None
-            and self._renewer is not None
-        ):
+        if isinstance(held, Reservation) and held.expires_at is not None:
             self._renewer.track(held)
         return held
 
-    def commit(self, reservation: Reservation, actual: Mapping[str, float]) -> None:
-        """Replace ``reservation`` by the ``actual`` spend, added at each of its scopes.
+    def commit(
+        self,
+        reservation: Reservation,
+        actual: Mapping[str, AmountIn],
+        *,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Amount]:
+        """Replace ``reservation`` by the ``actual`` spend, added at each of its scopes, and
+        return what this settlement counts.
 
         An expired or unknown reservation still adds ``actual`` (the money was spent) but is not
-        subtracted from ``reserved`` a second time. A second commit of the same id does nothing.
+        subtracted from ``reserved`` a second time; one charged as unsettled when its lease
+        ended has that charge replaced. A second commit of the same id does nothing. With an
+        ``idempotency_key`` (one step of a replayed workflow) the settlement counts once per
+        key at the reservation's scope: a key already seen (within a day) adds nothing, ends
+        the reservation, and returns the first settlement's amounts.
         When the backend cannot be reached the commit is kept in the journal, replayed later,
         and :class:`LedgerUnavailable` says so.
         """
         held = check_reservation(reservation)
         cost = check_amounts(actual, "actual")
+        key = None if idempotency_key is None else check_key(idempotency_key, "idempotency_key")
         scopes = self._scopes_of(held)
-        self._settle(Settlement("commit", held.id, scopes, cost))
+        first = self._settle(Settlement("commit", held.id, scopes, cost, key))
+        return amounts_out(cost if first is None else first)
 
     def release(self, reservation: Reservation | str) -> None:
         """Return a reservation (or the id one was, or might have been, reserved with) unused.
 
         Repeated calls do nothing. Releasing an id never reserved leaves a tombstone: a reserve
-        with that id that arrives later (one that timed out on the way) does nothing. When the
-        backend cannot be reached the release is journaled like a commit.
+        with that id that arrives later (one that timed out on the way) does nothing. Releasing
+        a hold charged as unsettled takes the charge back. When the backend cannot be reached
+        the release is journaled like a commit.
         """
         if isinstance(reservation, str):
             rid = check_reservation_id(reservation)
@@ -288,32 +298,87 @@ class Ledger(ABC):
         self._replay_journal(strict=False)
         return rid in self._backend_renew([rid])
 
-    def spent(self, scope: str | None = None) -> dict[str, float]:
-        """The committed spend per key at ``scope`` (default: this ledger's)."""
+    def spent(self, scope: str | None = None) -> dict[str, Amount]:
+        """The spend per key at ``scope`` (default: this ledger's), unsettled charges included."""
         name = self._readable(scope)
         self._replay_journal(strict=False)  # journaled spend first, when the backend is back
-        return self._backend_read("spent", name)
+        return amounts_out(self._backend_read("spent", name))
 
-    def reserved(self, scope: str | None = None) -> dict[str, float]:
+    def unsettled(self, scope: str | None = None) -> dict[str, Amount]:
+        """The part of :meth:`spent` charged for holds whose lease ran out unsettled."""
+        name = self._readable(scope)
+        self._replay_journal(strict=False)
+        return amounts_out(self._backend_read("unsettled", name))
+
+    def reserved(self, scope: str | None = None) -> dict[str, Amount]:
         """The amounts live reservations hold at ``scope`` (default: this ledger's), per key."""
         name = self._readable(scope)
         self._replay_journal(strict=False)
-        return self._backend_read("reserved", name)
+        return amounts_out(self._backend_read("reserved", name))
 
-    def recent(self, key: str, window_s: float, scope: str | None = None) -> float:
+    def recent(self, key: str, window_s: float, scope: str | None = None) -> Amount:
         """What was committed of ``key`` at ``scope`` (default: this ledger's) in the last
         ``window_s`` seconds; only commits made after a reserve asked for a window on ``key``
-        there are remembered (0.0 before that)."""
+        there are remembered (0 before that)."""
         name = self._readable(scope)
         span = check_seconds(window_s, "window_s", optional=False)
         assert span is not None
+        field = check_key(key, "key")
         self._replay_journal(strict=False)
-        return self._backend_recent(name, check_key(key, "key"), span)
+        return to_amount(field, self._backend_recent(name, field, span))
 
     def claim(self, name: str) -> bool:
         """True for the first caller, in any process, that claims ``name`` at this scope; False
         for every later one (claims are kept as long as the scope's spend)."""
         return self._backend_claim(self.scope, check_key(name, "claim name"))
+
+    # -- ceilings kept in the ledger, and the operator's handles -----------------------------
+
+    def ceilings(self, scope: str | None = None) -> dict[str, Amount]:
+        """The ceilings the ledger keeps for ``scope`` (default: this ledger's) itself."""
+        name = self._readable(scope)
+        return {key: to_amount(key, value) for key, value in self._backend_ceilings(name).items()}
+
+    def set_ceilings(self, scope: str, ceilings: Mapping[str, AmountIn]) -> dict[str, Amount]:
+        """Keep ``ceilings`` (``{key: max}``) for ``scope``; every later reserve at or below it
+        obeys them. They only ever tighten: a key already kept keeps the lower of the two
+        (so a child handed these cannot raise them; an operator uses :meth:`set_ceiling`).
+        Returns every ceiling now kept there."""
+        name = self._readable(scope)
+        wanted = check_amounts(ceilings, "ceilings", ceiling=True)
+        kept = self._backend_set_ceilings(name, wanted, True)
+        return {key: to_amount(key, value) for key, value in kept.items()}
+
+    def set_ceiling(self, scope: str, key: str, value: AmountIn) -> None:
+        """Set the ceiling ``key`` of ``scope`` to ``value``, higher or lower: the operator's
+        raise (``ampmeter budget raise``). A call waiting for room sees it at its next try."""
+        name = self._readable(scope)
+        field = check_key(key, "key")
+        units = to_units(field, value, f"ceiling {field!r}", ceiling=True)
+        self._backend_set_ceilings(name, {field: units}, False)
+
+    def pause(self, scope: str | None = None) -> None:
+        """Pause ``scope`` (default: this ledger's): from its next reserve on, no process admits
+        anything there or below it (a :class:`Refusal` with ``paused``) until :meth:`resume`."""
+        self._backend_set_paused(self._readable(scope), True)
+
+    def resume(self, scope: str | None = None) -> None:
+        """Lift a :meth:`pause` of ``scope`` (default: this ledger's); a pause of an enclosing
+        scope still applies."""
+        self._backend_set_paused(self._readable(scope), False)
+
+    def show(self, scope: str | None = None) -> BudgetView:
+        """What the ledger holds for ``scope`` (default: this ledger's): see :class:`BudgetView`."""
+        name = self._readable(scope)
+        self._replay_journal(strict=False)
+        return BudgetView(
+            name,
+            amounts_out(self._backend_read("spent", name)),
+            amounts_out(self._backend_read("reserved", name)),
+            amounts_out(self._backend_read("unsettled", name)),
+            {key: to_amount(key, value) for key, value in self._backend_ceilings(name).items()},
+            self._backend_paused_by(name),
+        )
 
     def flush(self) -> None:
         """Replay the journal now; raises :class:`LedgerUnavailable` if the backend is down."""
@@ -332,8 +397,7 @@ class Ledger(ABC):
             except LedgerUnavailable as error:
                 _log.warning("ledger %r closed with journaled settlements: %s", self.scope, error)
         if self._root_ledger is None:
-            if self._renewer is not None:
-                self._renewer.stop()
+            self._renewer.stop()
             self._backend_close()
 
     def __enter__(self) -> Ledger:
@@ -351,14 +415,16 @@ class Ledger(ABC):
 
     @abstractmethod
     def _backend_reserve(
-        self, reservation_id: str, amounts: dict[str, float], limits: Limits, windows: Windows = ()
+        self, reservation_id: str, amounts: Units, limits: Limits, windows: Windows
     ) -> Reservation | Refusal:
         """One atomic reserve (see :meth:`try_reserve`); ``limits`` lists the own scope first,
-        ``windows`` apply at it. A settled id is refused with :data:`SETTLED_ID`; a ceiling as
-        :func:`first_refusal` names it, a window after every ceiling fits."""
+        and the backend adds the kept ceilings with :func:`kept_limits`; ``windows`` apply at
+        the own scope. A paused scope on the path refuses first, then a settled id with
+        :data:`SETTLED_ID`, a ceiling as :func:`first_refusal` names it, a window after every
+        ceiling fits. A taken hold remembers whether its expiry charges it."""
 
     @abstractmethod
-    def _backend_recent(self, scope: str, key: str, window_s: float) -> float:
+    def _backend_recent(self, scope: str, key: str, window_s: float) -> int:
         """What was committed of ``key`` at ``scope`` in the last ``window_s`` seconds."""
 
     @abstractmethod
@@ -367,9 +433,14 @@ class Ledger(ABC):
 
     @abstractmethod
     def _backend_commit(
-        self, reservation_id: str, scopes: tuple[str, ...], actual: dict[str, float]
-    ) -> None:
-        """One atomic commit of ``actual`` at ``scopes`` (see :meth:`commit`)."""
+        self,
+        reservation_id: str,
+        scopes: tuple[str, ...],
+        actual: Units,
+        idempotency_key: str | None,
+    ) -> Units | None:
+        """One atomic commit of ``actual`` at ``scopes`` (see :meth:`commit`); the first
+        settlement's amounts when ``idempotency_key`` was seen at ``scopes[0]``, else None."""
 
     @abstractmethod
     def _backend_release(self, reservation_id: str) -> None:
@@ -380,8 +451,24 @@ class Ledger(ABC):
         """Renew the live ones of ``reservation_ids``; return those that were live."""
 
     @abstractmethod
-    def _backend_read(self, which: Literal["spent", "reserved"], scope: str) -> dict[str, float]:
-        """The ``spent`` or ``reserved`` amounts of ``scope``."""
+    def _backend_read(self, which: Literal["spent", "reserved", "unsettled"], scope: str) -> Units:
+        """The ``spent``, ``reserved`` or ``unsettled`` amounts of ``scope``."""
+
+    @abstractmethod
+    def _backend_ceilings(self, scope: str) -> Units:
+        """The ceilings kept for ``scope``."""
+
+    @abstractmethod
+    def _backend_set_ceilings(self, scope: str, ceilings: Units, tighten: bool) -> Units:
+        """Atomically write ``ceilings`` for ``scope`` (see :func:`tightened`); all kept now."""
+
+    @abstractmethod
+    def _backend_set_paused(self, scope: str, paused: bool) -> None:
+        """Mark ``scope`` paused, or not."""
+
+    @abstractmethod
+    def _backend_paused_by(self, scope: str) -> str | None:
+        """The nearest paused scope of ``scope``'s path (itself first), or None."""
 
     def _backend_close(self) -> None:  # noqa: B027 - a no-op default is right in-process
         """Release connections; the ledger is unusable afterwards."""
@@ -400,7 +487,7 @@ class Ledger(ABC):
                 raise ValueError(
                     f"ancestors: {name!r} does not enclose this ledger's scope {self.scope!r}"
                 )
-            checked[name] = check_amounts(ceilings, f"ancestors[{name!r}]", allow_negative=True)
+            checked[name] = check_amounts(ceilings, f"ancestors[{name!r}]", ceiling=True)
         return checked
 
     def _scopes_of(self, reservation: Reservation) -> tuple[str, ...]:
@@ -422,20 +509,33 @@ class Ledger(ABC):
             raise ValueError(f"scope {name!r} is outside the tree {root_of(self.scope)!r}")
         return name
 
-    def _settle(self, settlement: Settlement) -> None:
+    def _abandon(self, reservation_id: str) -> None:
+        """Release ``reservation_id`` after a reserve that raised, or journal that release."""
+        try:
+            self._backend_release(reservation_id)
+            return
+        except Exception as error:
+            _log.warning("releasing abandoned reservation %r failed: %s", reservation_id, error)
+        if self._journal is None:
+            return
+        try:
+            self._journal.append(Settlement("release", reservation_id, (), {}))
+        except OSError as error:
+            _log.warning("cannot journal the release of %r: %s", reservation_id, error)
+            return
+        self._renewer.ensure_running()  # replays it once the backend is back
+
+    def _settle(self, settlement: Settlement) -> Units | None:
         """Apply a commit or release with a few quick retries, else journal it and say so."""
-        if self._renewer is not None:
-            self._renewer.forget(settlement.reservation_id)
+        self._renewer.forget(settlement.reservation_id)
         journal = self._journal
         if journal is None:
-            self._apply_settlement(settlement)
-            return
+            return self._apply_settlement(settlement)
         try:
             self._replay_journal(strict=True)  # fails fast while the backend is down
             for pause in (*SETTLE_RETRY_PAUSES_S, None):
                 try:
-                    self._apply_settlement(settlement)
-                    return
+                    return self._apply_settlement(settlement)
                 except LedgerUnavailable:
                     if pause is None:
                         raise
@@ -448,29 +548,23 @@ class Ledger(ABC):
                     f"{error}; the {settlement.op} of reservation {settlement.reservation_id!r} "
                     f"could not be journaled in {journal.directory} either ({failed}): it is lost"
                 ) from error
-            if self._renewer is not None:
-                self._renewer.ensure_running()  # replays it soon after the backend is back
+            self._renewer.ensure_running()  # replays it soon after the backend is back
             raise LedgerUnavailable(
                 f"{error}; the {settlement.op} of reservation {settlement.reservation_id!r} is "
                 f"kept in {path} and applied when the ledger is back"
             ) from error
+        return None  # not reached: the loop returns or raises
 
-    def _journal_release(self, reservation_id: str) -> None:
-        if self._journal is None:
-            return
-        try:
-            self._journal.append(Settlement("release", reservation_id, (), {}))
-        except OSError as error:
-            _log.warning("cannot journal the release of %r: %s", reservation_id, error)
-            return
-        if self._renewer is not None:
-            self._renewer.ensure_running()
-
-    def _apply_settlement(self, settlement: Settlement) -> None:
+    def _apply_settlement(self, settlement: Settlement) -> Units | None:
         if settlement.op == "commit":
-            self._backend_commit(settlement.reservation_id, settlement.scopes, settlement.actual)
-        else:
-            self._backend_release(settlement.reservation_id)
+            return self._backend_commit(
+                settlement.reservation_id,
+                settlement.scopes,
+                settlement.actual,
+                settlement.idempotency_key,
+            )
+        self._backend_release(settlement.reservation_id)
+        return None
 
     def _replay_journal(self, *, strict: bool) -> None:
         journal = self._journal
@@ -488,70 +582,6 @@ class Ledger(ABC):
         return self._backend_renew(reservation_ids) if reservation_ids else set()
 
 
-def root_of(scope: str) -> str:
-    """The first segment of a scope path: the tree every scope below it shares."""
-    return scope.partition("/")[0]
-
-
-def check_amounts(values: object, what: str, *, allow_negative: bool = False) -> dict[str, float]:
-    """Return ``values`` as a fresh ``{str: float}`` dict, or raise naming what is wrong.
-
-    Values must be finite numbers (``ValueError`` otherwise) and, unless ``allow_negative``,
-    ``>= 0``. Keys must be non-empty printable strings; values must be int or float (not bool).
-    """
-    # type() fast paths first: this runs on every reserve and commit
-    if type(values) is not dict and not isinstance(values, Mapping):
-        raise TypeError(f"{what} must be a mapping of str to number, got {type(values).__name__}")
-    checked: dict[str, float] = {}
-    for key, value in values.items():
-        if not isinstance(key, str) or not key:
-            raise TypeError(f"{what} keys must be non-empty strings, got {key!r}")
-        if not key.isprintable():
-            raise ValueError(f"{what} key {key!r} must be printable (no control characters)")
-        kind = type(value)
-        if (
-            kind is not float
-            and kind is not int
-            and (isinstance(value, bool) or not isinstance(value, (int, float)))
-        ):
-            raise TypeError(f"{what}[{key!r}] must be a number, got {kind.__name__}")
-        number = float(value)
-        if not math.isfinite(number):
-            raise ValueError(f"{what}[{key!r}] must be finite, got {number!r}")
-        if number < 0.0 and not allow_negative:
-            raise ValueError(f"{what}[{key!r}] must be >= 0, got {number!r}")
-        checked[key] = number
-    return checked
-
-
-def check_key(key: object, what: str) -> str:
-    """Return ``key`` if it is a non-empty printable string, else raise naming ``what``."""
-    if not isinstance(key, str) or not key:
-        raise TypeError(f"{what} must be a non-empty string, got {key!r}")
-    if not key.isprintable():
-        raise ValueError(f"{what} {key!r} must be printable (no control characters)")
-    return key
-
-
-def check_windows(windows: object) -> Windows:
-    """``windows`` as ``((key, window_s, max), ...)``, or raise naming what is wrong."""
-    if isinstance(windows, (str, bytes, Mapping)) or not isinstance(windows, Sequence):
-        raise TypeError(
-            f"windows must be a sequence of (key, window_s, max), got {type(windows).__name__}"
-        )
-    checked: list[tuple[str, float, float]] = []
-    for item in windows:
-        if not isinstance(item, (tuple, list)) or len(item) != 3:
-            raise TypeError(f"windows must hold (key, window_s, max) triples, got {item!r}")
-        key, span, ceiling = item
-        name = check_key(key, "window key")
-        seconds = check_seconds(span, f"window_s of {name!r}", optional=False)
-        assert seconds is not None
-        top = check_amounts({name: ceiling}, "windows", allow_negative=True)[name]
-        checked.append((name, seconds, top))
-    return tuple(checked)
-
-
 def check_reservation(reservation: object) -> Reservation:
     """Return ``reservation`` if it is a :class:`Reservation`, else raise ``TypeError``."""
     if not isinstance(reservation, Reservation):
@@ -559,56 +589,3 @@ def check_reservation(reservation: object) -> Reservation:
             f"expected a Reservation or a reservation id, got {type(reservation).__name__}"
         )
     return reservation
-
-
-def check_reservation_id(reservation_id: object) -> str:
-    """Return ``reservation_id`` if it is a usable id (1-200 printable characters), else raise."""
-    if not isinstance(reservation_id, str):
-        raise TypeError(
-            f"expected a Reservation or a reservation id, got {type(reservation_id).__name__}"
-        )
-    if not 0 < len(reservation_id) <= 200 or not reservation_id.isprintable():
-        raise ValueError(
-            f"reservation id must be 1 to 200 printable characters, got {reservation_id!r}"
-        )
-    return reservation_id
-
-
-def check_scope(scope: object) -> str:
-    """Return ``scope`` if it is a scope path (``a/b/c``: non-empty segments), else raise."""
-    if not isinstance(scope, str):
-        raise TypeError(f"scope must be a str, got {type(scope).__name__}")
-    if not scope:
-        raise ValueError("scope must be a non-empty string")
-    if not scope.isprintable() or "" in scope.split("/"):
-        raise ValueError(f"scope {scope!r} must be '/'-separated non-empty printable names")
-    return scope
-
-
-def check_segment(name: object) -> str:
-    """Return ``name`` if it can name a child scope (a non-empty name without '/'), else raise."""
-    if not isinstance(name, str):
-        raise TypeError(f"child scope name must be a str, got {type(name).__name__}")
-    if not name or "/" in name or not name.isprintable():
-        raise ValueError(
-            f"child scope name must be non-empty and printable, without '/', got {name!r}"
-        )
-    return name
-
-
-def check_seconds(value: object, what: str, *, optional: bool) -> float | None:
-    """Return ``value`` as positive finite seconds (or None when ``optional``), else raise."""
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        allowed = "a number or None" if optional else "a number"
-        raise TypeError(f"{what} must be {allowed}, got {type(value).__name__}")
-    seconds = float(value)
-    if not (0.0 < seconds < math.inf):
-        raise ValueError(f"{what} must be a finite number of seconds > 0, got {value!r}")
-    return seconds
-
-
-def frozen(amounts: dict[str, float]) -> Mapping[str, float]:
-    """A read-only view of ``amounts`` (which the caller must not change afterwards)."""
-    return MappingProxyType(amounts)

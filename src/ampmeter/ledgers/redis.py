@@ -6,16 +6,11 @@ use the Redis server's clock, so the clocks of the workers do not matter. A scop
 scope under one root) lives in ten keys with the hash tag ``{<root>}``, so on Redis Cluster
 every script touches one slot.
 
-Precision: Redis adds with ``HINCRBYFLOAT`` (long double, printed with 17 decimals), so a sum
-of many amounts matches the exact float sum to far better than 1e-9 for budgets of ordinary
-size; amounts are sent as the shortest exact decimal form of the float and a reservation is
-subtracted with the very string it was added with. When the last reservation ends, the
-reserved hash is reset to exact zero.
+Amounts are integers (nano-dollars for money keys) added with ``HINCRBY``: every sum is exact.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
@@ -32,27 +27,50 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("RedisLedger needs the redis package: pip install 'ampmeter[redis]'") from exc
 
 from ampmeter.ledgers import _lua
+from ampmeter.ledgers._amounts import (
+    Limits,
+    Units,
+    Windows,
+    check_scope,
+    check_seconds,
+    root_of,
+    scope_path,
+)
 from ampmeter.ledgers._journal import Journal, default_journal_dir
 from ampmeter.ledgers.base import (
     SETTLED_ID,
     SETTLED_KEEP_S,
+    ExpiredHold,
     Ledger,
     LedgerUnavailable,
-    Limits,
     Refusal,
     Reservation,
-    Windows,
-    check_scope,
-    check_seconds,
-    frozen,
-    root_of,
+    held_reservation,
 )
 
 __all__ = ["RedisLedger"]
 
 _T = TypeVar("_T")
-_SUFFIXES = ("spent", "reserved", "holds", "leases", "committed", "released", "window",
-             "windowed", "window_events", "claims")  # fmt: skip
+_SUFFIXES = (
+    "spent",
+    "reserved",
+    "holds",
+    "leases",
+    "committed",
+    "released",
+    "window",
+    "windowed",
+    "window_events",
+    "claims",
+    "unsettled",
+    "expired",
+    "expired_at",
+    "ceilings",
+    "paused",
+    "idempotency",
+    "idempotency_at",
+)
+_HASH_OF = {"spent": "1", "reserved": "2", "unsettled": "11"}
 _SEP = "\x1f"  # between a scope's path below the root and a key, in hash fields
 
 
@@ -69,6 +87,7 @@ class RedisLedger(Ledger):
     ``timeout_s`` bounds connecting and every command; a backend that is unreachable or slower
     raises :class:`LedgerUnavailable` (a commit or release is then journaled, see
     :class:`Ledger`; ``journal`` is its directory, by default under the user's cache directory).
+    ``on_expired_hold`` and ``handoff_key`` are as for :class:`Ledger`.
     """
 
     def __init__(
@@ -80,6 +99,8 @@ class RedisLedger(Ledger):
         lease_s: float | None = 30.0,
         timeout_s: float = 0.25,
         journal: str | os.PathLike[str] | None = None,
+        on_expired_hold: ExpiredHold = "charge",
+        handoff_key: str | bytes | None = None,
     ) -> None:
         if not isinstance(url, (str, redis.Redis, RedisCluster)):
             raise TypeError(
@@ -112,8 +133,17 @@ class RedisLedger(Ledger):
             if journal is not None
             else default_journal_dir("redis", _identity(self._client), scope)
         )
-        super().__init__(scope, lease, Journal(directory))
+        super().__init__(
+            scope,
+            lease,
+            Journal(directory),
+            on_expired_hold=on_expired_hold,
+            handoff_key=handoff_key,
+        )
         self._reserve = self._client.register_script(_lua.RESERVE)
+        self._read = self._client.register_script(_lua.READ)
+        self._ceilings = self._client.register_script(_lua.CEILINGS)
+        self._pause = self._client.register_script(_lua.PAUSE)
         self._commit = self._client.register_script(_lua.COMMIT)
         self._release = self._client.register_script(_lua.RELEASE)
         self._renew = self._client.register_script(_lua.RENEW)
@@ -126,63 +156,84 @@ class RedisLedger(Ledger):
         return dict(self._location)
 
     def _backend_reserve(
-        self, reservation_id: str, amounts: dict[str, float], limits: Limits, windows: Windows = ()
+        self, reservation_id: str, amounts: Units, limits: Limits, windows: Windows
     ) -> Reservation | Refusal:
-        scopes = tuple(limits)
         flat: list[str] = []
         for key, value in amounts.items():
-            flat += (key, repr(value))
-        hold = {"s": scopes, "p": [self._prefix(scope) for scope in scopes], "a": flat}
+            flat += (key, str(value))
+        path = scope_path(next(iter(limits)))
         args: list[str] = [
             *self._common(),
             reservation_id,
             self._lease_arg,
-            orjson.dumps(hold).decode(),
-            str(len(limits)),
+            orjson.dumps(flat).decode(),
+            "1" if self._charge_expired else "0",
+            str(len(path)),
         ]
-        for scope, ceilings in limits.items():
-            args += (self._prefix(scope), str(len(ceilings)))
-            for key, value in ceilings.items():
-                args += (key, repr(value))
+        for scope in path:
+            ceilings = limits.get(scope)
+            args += (scope, self._prefix(scope), "0" if ceilings is None else "1")
+            args.append(str(len(ceilings or ())))
+            for key, value in (ceilings or {}).items():
+                args += (key, str(value))
         if windows:
-            own = self._prefix(scopes[0])
+            own = self._prefix(path[0])
             args.append(str(len(windows)))
             for key, span, ceiling in windows:
-                args += (own + key, repr(span), repr(ceiling))
+                args += (own + key, repr(span), str(ceiling))
         answer = self._call(lambda: self._reserve(keys=self._keys, args=args))
-        status, seconds, micros, existing, expiry = (_text(part) for part in answer)
+        status, seconds, micros, found, expiry = (_text(part) for part in answer)
         if status == "0":
             return SETTLED_ID
+        if status == "5":
+            return Refusal(path[int(found) - 1], None, paused=True)
         if status == "3":
-            number, key, spent, held = orjson.loads(existing)
-            scope = scopes[int(number) - 1]
-            return Refusal(scope, key, float(spent), float(held), amounts.get(key, 0.0),
-                           limits[scope][key])  # fmt: skip
+            number, key, spent, held, ceiling = orjson.loads(found)
+            scope = path[int(number) - 1]
+            asked = amounts.get(key, 0)
+            return Refusal.of_units(scope, key, int(spent), int(held), asked, int(ceiling))
         if status == "4":
-            number, used, held = orjson.loads(existing)
+            number, used, held = orjson.loads(found)
             key, span, ceiling = windows[int(number) - 1]
-            return Refusal(scopes[0], key, float(used), float(held), amounts.get(key, 0.0),
-                           ceiling, span)  # fmt: skip
+            asked = amounts.get(key, 0)
+            return Refusal.of_units(path[0], key, int(used), int(held), asked, ceiling, span)
+        hold = orjson.loads(found)
         expires_at = None
         if status == "1" and self._lease_arg:
             expires_at = int(seconds) + int(micros) / 1e6 + float(self._lease_arg)
         if status == "2":
-            held = orjson.loads(existing)
-            flat = held.get("a", []) if isinstance(held, dict) else held
-            scopes = tuple(held["s"]) if isinstance(held, dict) else (self.scope,)
-            amounts = {flat[i]: float(flat[i + 1]) for i in range(0, len(flat), 2)}
             expires_at = None if expiry in ("", "inf", "+inf") else float(expiry)
-        return Reservation(reservation_id, frozen(amounts), expires_at, scopes)
+        pairs = hold["a"] if isinstance(hold["a"], list) else []  # Lua writes [] as {}
+        held_amounts = {pairs[i]: int(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+        return held_reservation(reservation_id, held_amounts, expires_at, tuple(hold["s"]))
 
     def _backend_commit(
-        self, reservation_id: str, scopes: tuple[str, ...], actual: dict[str, float]
-    ) -> None:
-        args: list[str] = [*self._common(), reservation_id, str(len(scopes))]
+        self,
+        reservation_id: str,
+        scopes: tuple[str, ...],
+        actual: Units,
+        idempotency_key: str | None,
+    ) -> Units | None:
+        field = "" if idempotency_key is None else self._prefix(scopes[0]) + idempotency_key
+        pairs: list[str] = []
+        for key, value in actual.items():
+            pairs += (key, str(value))
+        args: list[str] = [
+            *self._common(),
+            reservation_id,
+            field,
+            orjson.dumps(pairs).decode(),
+            str(len(scopes)),
+        ]
         args += (self._prefix(scope) for scope in scopes)
         args.append(str(len(actual)))
-        for key, value in actual.items():
-            args += (key, repr(value))
-        self._call(lambda: self._commit(keys=self._keys, args=args))
+        args += pairs
+        answer = self._call(lambda: self._commit(keys=self._keys, args=args))
+        status, seen = (_text(part) for part in answer)
+        if status != "2":
+            return None
+        first = orjson.loads(seen)
+        return {first[i]: int(first[i + 1]) for i in range(0, len(first), 2)}
 
     def _backend_release(self, reservation_id: str) -> None:
         args = [*self._common(), reservation_id]
@@ -193,27 +244,48 @@ class RedisLedger(Ledger):
         live = self._call(lambda: self._renew(keys=self._keys, args=args))
         return {_text(item) for item in live}
 
-    def _backend_read(self, which: Literal["spent", "reserved"], scope: str) -> dict[str, float]:
-        key = self._keys[0] if which == "spent" else self._keys[1]
-        raw: dict[Any, Any] = self._call(lambda: self._client.hgetall(key))
+    def _backend_read(self, which: Literal["spent", "reserved", "unsettled"], scope: str) -> Units:
+        args = [*self._common(), _HASH_OF[which]]
+        raw: list[Any] = self._call(lambda: self._read(keys=self._keys, args=args))
         prefix = self._prefix(scope)
-        found: dict[str, float] = {}
-        for field, value in raw.items():
-            name = _text(field)
+        found: Units = {}
+        for index in range(0, len(raw), 2):
+            name = _text(raw[index])
             if prefix:
                 if name.startswith(prefix):
-                    found[name[len(prefix) :]] = float(value)
+                    found[name[len(prefix) :]] = int(_text(raw[index + 1]))
             elif _SEP not in name:
-                found[name] = float(value)
+                found[name] = int(_text(raw[index + 1]))
         return found
 
-    def _backend_recent(self, scope: str, key: str, window_s: float) -> float:
+    def _backend_recent(self, scope: str, key: str, window_s: float) -> int:
         head = self._prefix(scope) + key + _SEP
         args = [repr(window_s)]
         members: list[Any] = self._call(lambda: self._recent(keys=self._keys, args=args))
-        return math.fsum(
-            float(text.rpartition(_SEP)[2]) for text in map(_text, members) if text.startswith(head)
+        return sum(
+            int(text.rpartition(_SEP)[2]) for text in map(_text, members) if text.startswith(head)
         )
+
+    def _backend_ceilings(self, scope: str) -> Units:
+        raw = self._call(lambda: self._client.hget(self._keys[13], self._prefix(scope)))
+        return {} if raw is None else _units(raw)
+
+    def _backend_set_ceilings(self, scope: str, ceilings: Units, tighten: bool) -> Units:
+        args = [*self._common(), self._prefix(scope), "1" if tighten else "0"]
+        for key, value in ceilings.items():
+            args += (key, str(value))
+        return _units(self._call(lambda: self._ceilings(keys=self._keys, args=args)))
+
+    def _backend_set_paused(self, scope: str, paused: bool) -> None:
+        args = [*self._common(), self._prefix(scope), "1" if paused else "0"]
+        self._call(lambda: self._pause(keys=self._keys, args=args))
+
+    def _backend_paused_by(self, scope: str) -> str | None:
+        path = scope_path(scope)
+        fields = [self._prefix(name) for name in path]
+        marks: list[Any] = self._call(lambda: self._client.hmget(self._keys[14], fields))
+        paused = [name for name, mark in zip(path, marks, strict=True) if mark is not None]
+        return paused[0] if paused else None
 
     def _backend_claim(self, scope: str, name: str) -> bool:
         args = [*self._common(), self._prefix(scope) + name]
@@ -251,6 +323,11 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _units(raw: Any) -> Units:
+    """Kept ceilings from their JSON (``{key: "units"}``)."""
+    return {str(key): int(value) for key, value in orjson.loads(_text(raw)).items()}
+
+
 def _where(client: redis.Redis | RedisCluster) -> str:
     """Where the client points, for messages and the journal's name."""
     if isinstance(client, RedisCluster):
@@ -273,8 +350,8 @@ def _location(
         netloc = parts.netloc.rpartition("@")[2]
         secret = "@" in parts.netloc or "password=" in parts.query
         query = "&".join(q for q in parts.query.split("&") if q and not q.startswith("password="))
-        found.update(url=urlunsplit((parts.scheme, netloc, parts.path, query, "")),
-                     credentials=secret)  # fmt: skip
+        url = urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+        found.update(url=url, credentials=secret)
         return found
     kwargs = where.connection_pool.connection_kwargs
     secret = bool(kwargs.get("password") or kwargs.get("username"))

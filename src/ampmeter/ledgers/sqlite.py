@@ -19,50 +19,91 @@ from typing import Literal, TypeVar
 
 import orjson
 
+from ampmeter.ledgers._amounts import Limits, Units, Windows, check_seconds, scope_path
 from ampmeter.ledgers._journal import Journal, default_journal_dir
 from ampmeter.ledgers.base import (
     SETTLED_ID,
     SETTLED_KEEP_S,
+    ExpiredHold,
     Ledger,
     LedgerUnavailable,
-    Limits,
     Refusal,
     Reservation,
-    Windows,
-    check_seconds,
     first_refusal,
-    frozen,
+    held_reservation,
+    kept_limits,
+    tightened,
 )
 
 __all__ = ["SqliteLedger"]
 
 _T = TypeVar("_T")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS ampmeter_spent (
-    scope TEXT NOT NULL, key TEXT NOT NULL, value REAL NOT NULL,
-    PRIMARY KEY (scope, key)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS ampmeter_holds (
-    id TEXT PRIMARY KEY, expires_at REAL, scopes BLOB NOT NULL, amounts BLOB NOT NULL
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS ampmeter_holds_expiry ON ampmeter_holds (expires_at);
-CREATE TABLE IF NOT EXISTS ampmeter_held (
-    scope TEXT NOT NULL, key TEXT NOT NULL, id TEXT NOT NULL, amount REAL NOT NULL,
-    PRIMARY KEY (scope, key, id)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS ampmeter_held_id ON ampmeter_held (id);
-CREATE TABLE IF NOT EXISTS ampmeter_settled (
-    id TEXT PRIMARY KEY, committed INTEGER NOT NULL, at REAL NOT NULL) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS ampmeter_settled_at ON ampmeter_settled (at);
-CREATE TABLE IF NOT EXISTS ampmeter_windowed (
+# Version 2 keeps amounts as integers (nano-dollars for money keys); version 1 (no user_version)
+# kept float dollars, which this code cannot read.
+_SCHEMA_VERSION = 2
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS ampmeter_spent (
+    scope TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
+    PRIMARY KEY (scope, key)) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS ampmeter_unsettled (
+    scope TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
+    PRIMARY KEY (scope, key)) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS ampmeter_holds (
+    id TEXT PRIMARY KEY, expires_at REAL, scopes BLOB NOT NULL, amounts BLOB NOT NULL,
+    charge INTEGER NOT NULL) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS ampmeter_holds_expiry ON ampmeter_holds (expires_at)",
+    """CREATE TABLE IF NOT EXISTS ampmeter_held (
+    scope TEXT NOT NULL, key TEXT NOT NULL, id TEXT NOT NULL, amount INTEGER NOT NULL,
+    PRIMARY KEY (scope, key, id)) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS ampmeter_held_id ON ampmeter_held (id)",
+    """CREATE TABLE IF NOT EXISTS ampmeter_settled (
+    id TEXT PRIMARY KEY, committed INTEGER NOT NULL, at REAL NOT NULL) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS ampmeter_settled_at ON ampmeter_settled (at)",
+    """CREATE TABLE IF NOT EXISTS ampmeter_expired (
+    id TEXT PRIMARY KEY, scopes BLOB NOT NULL, amounts BLOB NOT NULL, at REAL NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS ampmeter_expired_at ON ampmeter_expired (at)",
+    """CREATE TABLE IF NOT EXISTS ampmeter_idempotency (
+    scope TEXT NOT NULL, key TEXT NOT NULL, amounts BLOB NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (scope, key)) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS ampmeter_idempotency_at ON ampmeter_idempotency (at)",
+    """CREATE TABLE IF NOT EXISTS ampmeter_ceilings (
+    scope TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
+    PRIMARY KEY (scope, key)) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS ampmeter_paused (
+    scope TEXT PRIMARY KEY, at REAL NOT NULL) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS ampmeter_windowed (
     scope TEXT NOT NULL, key TEXT NOT NULL, keep REAL NOT NULL,
-    PRIMARY KEY (scope, key)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS ampmeter_window_events (
-    scope TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL, amount REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS ampmeter_window_events_at ON ampmeter_window_events (scope, key, at);
-CREATE TABLE IF NOT EXISTS ampmeter_claims (
+    PRIMARY KEY (scope, key)) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS ampmeter_window_events (
+    scope TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL, amount INTEGER NOT NULL)""",
+    """CREATE INDEX IF NOT EXISTS ampmeter_window_events_at
+    ON ampmeter_window_events (scope, key, at)""",
+    """CREATE TABLE IF NOT EXISTS ampmeter_claims (
     scope TEXT NOT NULL, name TEXT NOT NULL, at REAL NOT NULL,
-    PRIMARY KEY (scope, name)) WITHOUT ROWID;
-"""
+    PRIMARY KEY (scope, name)) WITHOUT ROWID""",
+)
+
+
+def _create_schema(db: sqlite3.Connection, path: str) -> None:
+    """Create the tables in a new file, or check that an existing file has this version."""
+    with _immediate(db):
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version == _SCHEMA_VERSION:
+            return
+        old = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ampmeter_spent'"
+        ).fetchone()
+        if version != 0 or old is not None:
+            raise sqlite3.DatabaseError(
+                f"{path} holds a ledger of another ampmeter version (schema {version or 1}, "
+                f"this one reads {_SCHEMA_VERSION}: amounts are now whole nano-dollars); "
+                "settle it with the version that wrote it, or use a new file"
+            )
+        for statement in _SCHEMA:
+            db.execute(statement)
+        db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
 
 
 class _Connections:
@@ -99,7 +140,7 @@ class _Connections:
             try:
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute("PRAGMA synchronous=NORMAL")
-                connection.executescript(_SCHEMA)
+                _create_schema(connection, self.path)
             except BaseException:
                 connection.close()
                 raise
@@ -122,11 +163,14 @@ class SqliteLedger(Ledger):
 
     Every process and thread that opens the same file shares its budgets. ``lease_s`` (None =
     never) is how long an unsettled reservation holds its amounts unless renewed (this
-    process renews its own every ``lease_s / 3`` while it lives). ``timeout_s`` is how long an
-    operation waits for the file's write lock before raising :class:`LedgerUnavailable`.
-    ``journal`` is the directory for settlements the file cannot take (default: under the
-    user's cache directory, one per file and scope tree). WAL with ``synchronous=NORMAL``:
-    a committed transaction survives a crash of the process, not necessarily of the machine.
+    process renews its own every ``lease_s / 3`` while it lives); ``on_expired_hold`` says
+    whether a hold whose lease ends is charged as unsettled spend (default) or released.
+    ``timeout_s`` is how long an operation waits for the file's write lock before raising
+    :class:`LedgerUnavailable`. ``journal`` is the directory for settlements the file cannot
+    take (default: under the user's cache directory, one per file and scope tree).
+    ``handoff_key`` signs hand-off tokens (see :class:`Ledger`). Amounts are stored as
+    integers (nano-dollars for money keys). WAL with ``synchronous=NORMAL``: a committed
+    transaction survives a crash of the process, not necessarily of the machine.
     """
 
     def __init__(
@@ -137,6 +181,8 @@ class SqliteLedger(Ledger):
         lease_s: float | None = 30.0,
         timeout_s: float = 5.0,
         journal: str | os.PathLike[str] | None = None,
+        on_expired_hold: ExpiredHold = "charge",
+        handoff_key: str | bytes | None = None,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or path, got {type(path).__name__}")
@@ -151,11 +197,20 @@ class SqliteLedger(Ledger):
             if journal is not None
             else default_journal_dir("sqlite", location, scope if isinstance(scope, str) else "")
         )
-        super().__init__(scope, lease, Journal(directory))
+        super().__init__(
+            scope,
+            lease,
+            Journal(directory),
+            on_expired_hold=on_expired_hold,
+            handoff_key=handoff_key,
+        )
         self.path = location
         self._connections = _Connections(location, timeout)
-        self._location: dict[str, object] = {"backend": "sqlite", "path": location,
-                                              "lease_s": lease}  # fmt: skip
+        self._location: dict[str, object] = {
+            "backend": "sqlite",
+            "path": location,
+            "lease_s": lease,
+        }
         self._guarded(self._connections.get)  # create the file and schema, or fail now
 
     def location(self) -> dict[str, object]:
@@ -163,22 +218,14 @@ class SqliteLedger(Ledger):
         return dict(self._location)
 
     def _backend_reserve(
-        self, reservation_id: str, amounts: dict[str, float], limits: Limits, windows: Windows = ()
+        self, reservation_id: str, amounts: Units, limits: Limits, windows: Windows
     ) -> Reservation | Refusal:
-        def totals(db: sqlite3.Connection, scope: str) -> tuple[dict[str, float], dict[str, float]]:
-            spent = dict(
-                db.execute("SELECT key, value FROM ampmeter_spent WHERE scope = ?", (scope,))
-            )
-            held = dict(
-                db.execute(
-                    "SELECT key, SUM(amount) FROM ampmeter_held WHERE scope = ? GROUP BY key",
-                    (scope,),
-                )
-            )
-            return spent, held
-
         def reserve(db: sqlite3.Connection, now: float) -> Reservation | Refusal:
-            if _settled(db, reservation_id) is not None:
+            own = next(iter(limits))
+            paused = _paused_by(db, own)
+            if paused is not None:
+                return Refusal(paused, None, paused=True)
+            if _settled(db, reservation_id) is not None or _expired(db, reservation_id):
                 return SETTLED_ID
             row = db.execute(
                 "SELECT expires_at, scopes, amounts FROM ampmeter_holds WHERE id = ?",
@@ -186,16 +233,25 @@ class SqliteLedger(Ledger):
             ).fetchone()
             if row is not None:
                 return _reservation(reservation_id, *row)
-            refusal = first_refusal(limits, amounts, lambda scope: totals(db, scope))
+            checked = kept_limits(own, limits, lambda scope: _ceilings(db, scope))
+            refusal = first_refusal(
+                checked, amounts, lambda scope: (_read(db, "spent", scope), _held(db, scope))
+            )
             if refusal is None and windows:
-                refusal = _window_refusal(db, now, next(iter(limits)), amounts, windows)
+                refusal = _window_refusal(db, now, own, amounts, windows)
             if refusal is not None:
                 return refusal
-            scopes = tuple(limits)
+            scopes = tuple(checked)
             expires_at = now + self._lease_s if self._lease_s is not None else None
             db.execute(
-                "INSERT INTO ampmeter_holds VALUES (?, ?, ?, ?)",
-                (reservation_id, expires_at, orjson.dumps(scopes), orjson.dumps(amounts)),
+                "INSERT INTO ampmeter_holds VALUES (?, ?, ?, ?, ?)",
+                (
+                    reservation_id,
+                    expires_at,
+                    orjson.dumps(scopes),
+                    orjson.dumps(amounts),
+                    int(self._charge_expired),
+                ),
             )
             db.executemany(
                 "INSERT INTO ampmeter_held VALUES (?, ?, ?, ?)",
@@ -206,39 +262,55 @@ class SqliteLedger(Ledger):
                     if value
                 ],
             )
-            return Reservation(reservation_id, frozen(amounts), expires_at, scopes)
+            return held_reservation(reservation_id, amounts, expires_at, scopes)
 
         return self._run(reserve)
 
     def _backend_commit(
-        self, reservation_id: str, scopes: tuple[str, ...], actual: dict[str, float]
-    ) -> None:
-        def commit(db: sqlite3.Connection, now: float) -> None:
+        self,
+        reservation_id: str,
+        scopes: tuple[str, ...],
+        actual: Units,
+        idempotency_key: str | None,
+    ) -> Units | None:
+        def commit(db: sqlite3.Connection, now: float) -> Units | None:
             if _settled(db, reservation_id) == 1:
-                return
+                return None
             _drop(db, reservation_id)
-            db.executemany(
-                "INSERT INTO ampmeter_spent VALUES (?, ?, ?) ON CONFLICT (scope, key) "
-                "DO UPDATE SET value = value + excluded.value",
-                [(scope, key, value) for scope in scopes for key, value in actual.items() if value],
-            )
-            db.executemany(
-                "INSERT INTO ampmeter_window_events SELECT scope, key, ?, ? "
-                "FROM ampmeter_windowed WHERE scope = ? AND key = ?",
-                [(now, value, scope, key) for scope in scopes for key, value in actual.items()
-                 if value],
-            )  # fmt: skip
+            _uncharge(db, reservation_id)
             db.execute(
                 "INSERT OR REPLACE INTO ampmeter_settled VALUES (?, 1, ?)", (reservation_id, now)
             )
+            if idempotency_key is not None:
+                seen = db.execute(
+                    "SELECT amounts FROM ampmeter_idempotency WHERE scope = ? AND key = ?",
+                    (scopes[0], idempotency_key),
+                ).fetchone()
+                if seen is not None:
+                    return _units(seen[0])
+                db.execute(
+                    "INSERT INTO ampmeter_idempotency VALUES (?, ?, ?, ?)",
+                    (scopes[0], idempotency_key, orjson.dumps(actual), now),
+                )
+            rows = [
+                (scope, key, value) for scope in scopes for key, value in actual.items() if value
+            ]
+            _add(db, "ampmeter_spent", rows)
+            db.executemany(
+                "INSERT INTO ampmeter_window_events SELECT scope, key, ?, ? "
+                "FROM ampmeter_windowed WHERE scope = ? AND key = ?",
+                [(now, value, scope, key) for scope, key, value in rows],
+            )
+            return None
 
-        self._run(commit)
+        return self._run(commit)
 
     def _backend_release(self, reservation_id: str) -> None:
         def release(db: sqlite3.Connection, now: float) -> None:
             if _settled(db, reservation_id) is not None:
                 return
             _drop(db, reservation_id)
+            _uncharge(db, reservation_id)
             db.execute("INSERT INTO ampmeter_settled VALUES (?, 0, ?)", (reservation_id, now))
 
         self._run(release)
@@ -266,18 +338,13 @@ class SqliteLedger(Ledger):
 
         return self._run(renew)
 
-    def _backend_read(self, which: Literal["spent", "reserved"], scope: str) -> dict[str, float]:
-        if which == "spent":
-            query = "SELECT key, value FROM ampmeter_spent WHERE scope = ?"
-        else:
-            query = "SELECT key, SUM(amount) FROM ampmeter_held WHERE scope = ? GROUP BY key"
-        return self._guarded(
-            lambda: {
-                key: float(value) for key, value in self._connections.get().execute(query, (scope,))
-            }
-        )
+    def _backend_read(self, which: Literal["spent", "reserved", "unsettled"], scope: str) -> Units:
+        # A write transaction: holds whose lease ended are charged or returned first.
+        if which == "reserved":
+            return self._run(lambda db, now: _held(db, scope))
+        return self._run(lambda db, now: _read(db, which, scope))
 
-    def _backend_recent(self, scope: str, key: str, window_s: float) -> float:
+    def _backend_recent(self, scope: str, key: str, window_s: float) -> int:
         return self._guarded(
             lambda: _recent(self._connections.get(), time.time(), scope, key, window_s)
         )
@@ -293,6 +360,32 @@ class SqliteLedger(Ledger):
 
         return self._run(claim)
 
+    def _backend_ceilings(self, scope: str) -> Units:
+        return self._guarded(lambda: _ceilings(self._connections.get(), scope))
+
+    def _backend_set_ceilings(self, scope: str, ceilings: Units, tighten: bool) -> Units:
+        def write(db: sqlite3.Connection, now: float) -> Units:
+            kept = tightened(_ceilings(db, scope), ceilings, tighten)
+            db.executemany(
+                "INSERT OR REPLACE INTO ampmeter_ceilings VALUES (?, ?, ?)",
+                [(scope, key, value) for key, value in kept.items()],
+            )
+            return kept
+
+        return self._run(write)
+
+    def _backend_set_paused(self, scope: str, paused: bool) -> None:
+        def write(db: sqlite3.Connection, now: float) -> None:
+            if paused:
+                db.execute("INSERT OR IGNORE INTO ampmeter_paused VALUES (?, ?)", (scope, now))
+            else:
+                db.execute("DELETE FROM ampmeter_paused WHERE scope = ?", (scope,))
+
+        self._run(write)
+
+    def _backend_paused_by(self, scope: str) -> str | None:
+        return self._guarded(lambda: _paused_by(self._connections.get(), scope))
+
     def reservation_ids(self) -> set[str]:
         """Ids of the reservations the file holds now (expired ones included until reaped)."""
         rows = self._guarded(
@@ -304,7 +397,7 @@ class SqliteLedger(Ledger):
         self._connections.close()
 
     def _run(self, operation: Callable[[sqlite3.Connection, float], _T]) -> _T:
-        """Run ``operation`` in one write transaction, after returning expired holds."""
+        """Run ``operation`` in one write transaction, after ending expired holds."""
 
         def transaction() -> _T:
             with _immediate(self._connections.get()) as db:
@@ -336,16 +429,92 @@ def _immediate(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 
 def _reap(db: sqlite3.Connection, now: float) -> None:
-    expired = [
-        row[0] for row in db.execute("SELECT id FROM ampmeter_holds WHERE expires_at <= ?", (now,))
-    ]
-    for reservation_id in expired:
+    """End the holds whose lease ran out (charging those that ask for it) and forget settled
+    ids, expired holds and idempotency keys older than :data:`SETTLED_KEEP_S`."""
+    expired = db.execute(
+        "SELECT id, scopes, amounts, charge FROM ampmeter_holds WHERE expires_at <= ?", (now,)
+    ).fetchall()
+    for reservation_id, scopes, amounts, charge in expired:
         _drop(db, reservation_id)
-    db.execute("DELETE FROM ampmeter_settled WHERE at < ?", (now - SETTLED_KEEP_S,))
+        if charge:
+            rows = _rows(scopes, amounts, 1)
+            _add(db, "ampmeter_spent", rows)
+            _add(db, "ampmeter_unsettled", rows)
+            db.execute(
+                "INSERT OR REPLACE INTO ampmeter_expired VALUES (?, ?, ?, ?)",
+                (reservation_id, scopes, amounts, now),
+            )
+    horizon = now - SETTLED_KEEP_S
+    for table in ("ampmeter_settled", "ampmeter_expired", "ampmeter_idempotency"):
+        db.execute(f"DELETE FROM {table} WHERE at < ?", (horizon,))
+
+
+def _uncharge(db: sqlite3.Connection, reservation_id: str) -> None:
+    """Take back the unsettled charge of a hold whose lease ended (its settlement came)."""
+    row = db.execute(
+        "SELECT scopes, amounts FROM ampmeter_expired WHERE id = ?", (reservation_id,)
+    ).fetchone()
+    if row is None:
+        return
+    rows = _rows(row[0], row[1], -1)
+    _add(db, "ampmeter_spent", rows)
+    _add(db, "ampmeter_unsettled", rows)
+    db.execute("DELETE FROM ampmeter_expired WHERE id = ?", (reservation_id,))
+
+
+def _rows(scopes: bytes, amounts: bytes, sign: int) -> list[tuple[str, str, int]]:
+    held = _units(amounts)
+    return [
+        (scope, key, sign * value)
+        for scope in orjson.loads(scopes)
+        for key, value in held.items()
+        if value
+    ]
+
+
+def _add(db: sqlite3.Connection, table: str, rows: list[tuple[str, str, int]]) -> None:
+    """Add each ``(scope, key, amount)`` to ``table`` (spent or unsettled), dropping zeros."""
+    db.executemany(
+        f"INSERT INTO {table} VALUES (?, ?, ?) ON CONFLICT (scope, key) "
+        "DO UPDATE SET value = value + excluded.value",
+        rows,
+    )
+    db.execute(f"DELETE FROM {table} WHERE value = 0")
+
+
+def _read(db: sqlite3.Connection, which: Literal["spent", "unsettled"], scope: str) -> Units:
+    table = "ampmeter_spent" if which == "spent" else "ampmeter_unsettled"
+    query = f"SELECT key, value FROM {table} WHERE scope = ?"
+    return {key: int(value) for key, value in db.execute(query, (scope,))}
+
+
+def _held(db: sqlite3.Connection, scope: str) -> Units:
+    rows = db.execute(
+        "SELECT key, SUM(amount) FROM ampmeter_held WHERE scope = ? GROUP BY key", (scope,)
+    )
+    return {key: int(value) for key, value in rows if value}
+
+
+def _ceilings(db: sqlite3.Connection, scope: str) -> Units:
+    rows = db.execute("SELECT key, value FROM ampmeter_ceilings WHERE scope = ?", (scope,))
+    return {key: int(value) for key, value in rows}
+
+
+def _paused_by(db: sqlite3.Connection, scope: str) -> str | None:
+    path = scope_path(scope)
+    marks = ",".join("?" * len(path))
+    found = {
+        row[0]
+        for row in db.execute(
+            f"SELECT scope FROM ampmeter_paused WHERE scope IN ({marks})",
+            path,
+        )
+    }
+    return next((name for name in path if name in found), None)
 
 
 def _window_refusal(
-    db: sqlite3.Connection, now: float, scope: str, amounts: dict[str, float], windows: Windows
+    db: sqlite3.Connection, now: float, scope: str, amounts: Units, windows: Windows
 ) -> Refusal | None:
     """Register the windows' keys at ``scope`` (their commits are kept from now on), forget
     commits older than each key's longest window, and check every window's ceiling."""
@@ -359,25 +528,22 @@ def _window_refusal(
         "(SELECT keep FROM ampmeter_windowed WHERE scope = ? AND key = ?)",
         [(scope, key, now, scope, key) for key in dict.fromkeys(k for k, _, _ in windows)],
     )
-    held = dict(
-        db.execute(
-            "SELECT key, SUM(amount) FROM ampmeter_held WHERE scope = ? GROUP BY key", (scope,)
-        )
-    )
+    held = _held(db, scope)
     for key, span, ceiling in windows:
         used = _recent(db, now, scope, key, span)
-        amount = amounts.get(key, 0.0)
-        if used + held.get(key, 0.0) + amount > ceiling:
-            return Refusal(scope, key, used, held.get(key, 0.0), amount, ceiling, span)
+        amount = amounts.get(key, 0)
+        if used + held.get(key, 0) + amount > ceiling:
+            return Refusal.of_units(scope, key, used, held.get(key, 0), amount, ceiling, span)
     return None
 
 
-def _recent(db: sqlite3.Connection, now: float, scope: str, key: str, window_s: float) -> float:
+def _recent(db: sqlite3.Connection, now: float, scope: str, key: str, window_s: float) -> int:
     row = db.execute(
-        "SELECT TOTAL(amount) FROM ampmeter_window_events WHERE scope = ? AND key = ? AND at > ?",
+        "SELECT COALESCE(SUM(amount), 0) FROM ampmeter_window_events "
+        "WHERE scope = ? AND key = ? AND at > ?",
         (scope, key, now - window_s),
     ).fetchone()
-    return float(row[0])
+    return int(row[0])
 
 
 def _drop(db: sqlite3.Connection, reservation_id: str) -> None:
@@ -393,8 +559,18 @@ def _settled(db: sqlite3.Connection, reservation_id: str) -> int | None:
     return None if row is None else int(row[0])
 
 
+def _expired(db: sqlite3.Connection, reservation_id: str) -> bool:
+    found = db.execute("SELECT 1 FROM ampmeter_expired WHERE id = ?", (reservation_id,))
+    return found.fetchone() is not None
+
+
+def _units(raw: bytes) -> Units:
+    return {str(key): int(value) for key, value in orjson.loads(raw).items()}
+
+
 def _reservation(
     reservation_id: str, expires_at: float | None, scopes: bytes, amounts: bytes
 ) -> Reservation:
-    held: dict[str, float] = {key: float(value) for key, value in orjson.loads(amounts).items()}
-    return Reservation(reservation_id, frozen(held), expires_at, tuple(orjson.loads(scopes)))
+    return held_reservation(
+        reservation_id, _units(amounts), expires_at, tuple(orjson.loads(scopes))
+    )

@@ -1,0 +1,183 @@
+"""What a ledger hands out (:class:`Reservation`, :class:`Refusal`, :class:`BudgetView`) and
+the rules every backend applies inside its atomic reserve: which ceilings refuse first, how
+kept ceilings join the caller's, how they tighten."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from ampmeter.ledgers._amounts import Amount, Limits, Units, scope_path, to_amount
+
+__all__ = [
+    "SETTLED_ID",
+    "BudgetView",
+    "Refusal",
+    "Reservation",
+    "first_refusal",
+    "held_reservation",
+    "kept_limits",
+    "tightened",
+]
+
+
+@dataclass(frozen=True)  # no slots: the renewal thread refers to it weakly
+class Reservation:
+    """A hold on part of a budget, returned by :meth:`Ledger.reserve`.
+
+    ``amounts`` is a read-only copy of what was reserved (Decimal dollars for money keys, ints
+    for the rest). ``expires_at`` is the lease end in Unix seconds when it was granted (the
+    Redis server's clock for ``RedisLedger``; renewal moves it on in the ledger, not here), or
+    None when the reservation never expires. ``scopes`` are the scopes it holds at, the
+    reserving one first (empty for a reservation built by hand: it then counts at the scope
+    of the ledger that settles it).
+    """
+
+    id: str
+    amounts: Mapping[str, Amount]
+    expires_at: float | None
+    scopes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why :meth:`Ledger.try_reserve` held nothing: the ceiling ``key`` of ``scope`` refused.
+
+    ``spent`` and ``reserved`` are that scope's totals for ``key`` when the ledger refused,
+    ``amount`` what was asked and ``ceiling`` the ceiling (Decimal dollars for money keys).
+    When what is spent alone leaves room at *every* scope the reserve checked, the ledger
+    names a ceiling broken only by reservations in flight: :attr:`busy` is then True (waiting
+    for them may help); otherwise it names a scope where ``spent + amount`` is over.
+    ``paused`` is True when an operator paused ``scope`` (the reserving one or one above it;
+    ``key`` is then None). ``scope`` and ``key`` are None when the reservation id had been
+    settled already (nothing to wait for).
+    """
+
+    scope: str | None
+    key: str | None
+    spent: Amount = 0
+    reserved: Amount = 0
+    amount: Amount = 0
+    ceiling: Amount = 0
+    window_s: float | None = None
+    """Set when a sliding window refused (``spent`` is then what was committed in it)."""
+    paused: bool = False
+
+    @property
+    def busy(self) -> bool:
+        """True when only reservations in flight stand in the way (``spent + amount`` fits)."""
+        return self.key is not None and self.spent + self.amount <= self.ceiling
+
+    @property
+    def value(self) -> Amount:
+        """What the refused ceiling would have counted: ``spent + reserved + amount``."""
+        return self.spent + self.reserved + self.amount
+
+    @classmethod
+    def of_units(
+        cls,
+        scope: str,
+        key: str,
+        spent: int,
+        reserved: int,
+        amount: int,
+        ceiling: int,
+        window_s: float | None = None,
+    ) -> Refusal:
+        """A refusal from stored units (see :mod:`ampmeter.ledgers._amounts`)."""
+        return cls(
+            scope,
+            key,
+            to_amount(key, spent),
+            to_amount(key, reserved),
+            to_amount(key, amount),
+            to_amount(key, ceiling),
+            window_s,
+        )
+
+
+SETTLED_ID = Refusal(None, None)
+"""The refusal of a reserve whose reservation id was settled already."""
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetView:
+    """What :meth:`Ledger.show` reports of one scope (money in Decimal dollars).
+
+    ``spent`` includes ``unsettled``: holds whose lease ran out unsettled, charged at their
+    reserved amount because their requests may have been billed. ``paused_by`` is the scope
+    whose pause stops this one (itself or one above it), else None.
+    """
+
+    scope: str
+    spent: Mapping[str, Amount]
+    reserved: Mapping[str, Amount]
+    unsettled: Mapping[str, Amount]
+    ceilings: Mapping[str, Amount]
+    paused_by: str | None
+
+    @property
+    def paused(self) -> bool:
+        """True when this scope admits nothing (it or an enclosing scope is paused)."""
+        return self.paused_by is not None
+
+
+def first_refusal(
+    limits: Limits, amounts: Units, totals: Callable[[str], tuple[Units, Units]]
+) -> Refusal | None:
+    """The ceiling of ``limits`` a reserve of ``amounts`` breaks, or None if every one fits.
+
+    ``totals(scope)`` gives that scope's ``(spent, reserved)``. A ceiling broken by what is
+    spent alone is named before any broken only by reservations (see :class:`Refusal`).
+    """
+    busy: Refusal | None = None
+    for scope, ceilings in limits.items():
+        if not ceilings:
+            continue
+        spent, reserved = totals(scope)
+        for key, ceiling in ceilings.items():
+            amount = amounts.get(key, 0)
+            used = spent.get(key, 0)
+            held = reserved.get(key, 0)
+            if used + held + amount > ceiling:
+                refusal = Refusal.of_units(scope, key, used, held, amount, ceiling)
+                if used + amount > ceiling:
+                    return refusal
+                busy = busy or refusal
+    return busy
+
+
+def kept_limits(own: str, limits: Limits, stored: Callable[[str], Units]) -> Limits:
+    """``limits`` with the ceilings the ledger keeps (``stored(scope)``) of ``own`` and of
+    every scope above it: the tighter of each pair. A scope with kept ceilings is held at even
+    when the caller did not name it, so everything reserved below it counts there."""
+    merged: Limits = {}
+    for scope in scope_path(own):
+        kept = stored(scope)
+        given = limits.get(scope)
+        if given is None and not kept and scope != own:
+            continue
+        ceilings = dict(given or {})
+        for key, ceiling in kept.items():
+            if key not in ceilings or ceiling < ceilings[key]:
+                ceilings[key] = ceiling
+        merged[scope] = ceilings
+    return merged
+
+
+def tightened(kept: Units, ceilings: Units, tighten: bool) -> Units:
+    """The ceilings kept after writing ``ceilings`` over ``kept`` (only lower when ``tighten``)."""
+    result = dict(kept)
+    for key, ceiling in ceilings.items():
+        if not tighten or key not in result or ceiling < result[key]:
+            result[key] = ceiling
+    return result
+
+
+def held_reservation(
+    reservation_id: str, amounts: Units, expires_at: float | None, scopes: tuple[str, ...]
+) -> Reservation:
+    """The :class:`Reservation` of stored ``amounts`` (zeros kept: a held key counts)."""
+    public = {key: to_amount(key, value) for key, value in amounts.items()}
+    return Reservation(reservation_id, MappingProxyType(public), expires_at, scopes)
