@@ -73,6 +73,9 @@ class RunDigest:
     cost_usd: float = 0.0
     unpriced_calls: int = 0
     halted: int = 0
+    """Stopped LLM and tool calls (the summary's ``halted``)."""
+    halted_nodes: int = 0
+    """Stopped nodes of any kind (a sub-agent's own node too): the length of the stop list."""
     failed: int = 0
     completions: int = 0
     first_completion_in: int = 0
@@ -131,6 +134,7 @@ class RunDigest:
             self.cost_usd += call.cost_usd
         code = _CODE.get(status, _OTHER)
         if code == _HALT:
+            self.halted_nodes += 1
             if counted:  # a sub-agent's own node is not a call (DESIGN.md §2)
                 self.halted += 1
             if self.first_halt is None:
@@ -190,8 +194,7 @@ class RunDigest:
 
     def summary(self) -> RunSummary:
         """The run's summary row (equal to :func:`ampmeter.analysis.summarize_run`'s)."""
-        termination, stop = termination_of(self.termination_reason, self.first_halt,
-                                           self._last_top)  # fmt: skip
+        termination, stop = termination_of(self.termination_reason, self.first_halt, self._last_top)
         growth = 0.0
         if self.completions >= 2:
             growth = (self.last_completion_in - self.first_completion_in) / (self.completions - 1)
@@ -220,10 +223,23 @@ class RunDigest:
 def _light(call: Call) -> Call:
     """A copy of ``call`` without its metadata dict (the report reads only the fields)."""
     return Call(
-        call.span_id, call.parent_id, call.kind, call.name, call.status, call.model,
-        call.tokens_in, call.tokens_out, call.cost_usd, call.unpriced, call.latency_ms,
-        call.retries, call.stop_reason, call.error_class, call.tool_calls_made, call.end_ms,
-    )  # fmt: skip
+        call.span_id,
+        call.parent_id,
+        call.kind,
+        call.name,
+        call.status,
+        call.model,
+        call.tokens_in,
+        call.tokens_out,
+        call.cost_usd,
+        call.unpriced,
+        call.latency_ms,
+        call.retries,
+        call.stop_reason,
+        call.error_class,
+        call.tool_calls_made,
+        call.end_ms,
+    )
 
 
 @dataclass(slots=True)
