@@ -7,6 +7,7 @@ import io
 import json
 import re
 import struct
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,9 @@ def test_many_runs_get_totals_and_pages(tmp_path: Path) -> None:
     cells = re.findall(r"<td[^>]*>(.*?)</td>", totals.group(1))
     assert cells[:3] == ["total (955 runs)", "955", "0"]
     assert "9,550" in cells and "$0.955" in cells
+
+
+def test_ceilings_may_be_given_in_decimal_dollars(tmp_path: Path) -> None:
+    events = make_event_log(tmp_path / "agent.jsonl")
+    page = build_report([events], ceilings={"amp:cost": Decimal("0.05")})
+    assert "of $0.05 (" in page and "ceiling given" in page

@@ -21,6 +21,7 @@ import html
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
 from importlib import resources
 from typing import Any, Final
 
@@ -215,7 +216,7 @@ def build_report(
     *,
     title: str = "ampmeter report",
     best_effort: bool = False,
-    ceilings: Mapping[str, float] | None = None,
+    ceilings: Mapping[str, float | Decimal] | None = None,
     notes: Sequence[str] = (),
 ) -> str:
     """The report's HTML for ``logs``: TokenTracker event logs (any name), plus optionally
@@ -237,6 +238,8 @@ def build_report(
     table = summary_table([r.summary() for r in runs])
     curve = _curves(streams, given) if streams else None
 
+    # ceilings may come as Decimal dollars (the ledger's API) or as plain numbers
+    limits_given = {key: float(cap) for key, cap in (ceilings or {}).items()}
     focus = next((i for i, r in enumerate(runs) if r.halted_nodes), 0)
     order = ([focus] if runs else []) + [i for i in range(len(runs)) if i != focus]
     panel_runs = order[:MAX_PANELS]
@@ -248,7 +251,7 @@ def build_report(
         if run.calls:
             data_index = len(data_runs)
             data_runs.append({"id": run.run_id, "t0": run.start_ms, "nodes": _nodes(run)})
-        panels[i] = run_panel(number, run, data_index, dict(ceilings or {}), open_=number == 0)
+        panels[i] = run_panel(number, run, data_index, limits_given, open_=number == 0)
     esc = html.escape
     glance = ""
     if runs:
@@ -301,7 +304,7 @@ def write_report(
     *,
     title: str = "ampmeter report",
     best_effort: bool = False,
-    ceilings: Mapping[str, float] | None = None,
+    ceilings: Mapping[str, float | Decimal] | None = None,
     notes: Sequence[str] = (),
 ) -> str:
     """Build the report (see :func:`build_report`) and write it to ``out`` (replaced only
