@@ -15,7 +15,21 @@ from typing import Final
 
 from ampmeter.money import format_usd
 
-__all__ = ["bars_by_model", "latency_histogram", "line_chart", "nice_ticks", "text_width"]
+__all__ = [
+    "bars_by_model",
+    "dollars",
+    "latency_histogram",
+    "line_chart",
+    "nice_ticks",
+    "text_width",
+]
+
+
+def dollars(value: float) -> str:
+    """Dollars as people read them (``$0.0506``, never ``5.06e-02``): to the cent from $1 up,
+    else to the micro-dollar."""
+    return format_usd(round(value, 2 if abs(value) >= 1 else 6))
+
 
 _CHAR_PX: Final = 6.6  # a generous average advance of an 11 px system-ui glyph
 _WIDTH: Final = 640
@@ -126,12 +140,10 @@ def bars_by_model(by_model: Mapping[str, Mapping[str, float]]) -> str:
     for i, model in enumerate(models):
         y = top + i * row
         cost, tokens = by_model[model].get("cost_usd", 0.0), by_model[model].get("tokens", 0.0)
-        tip = escape(
-            f"{model}: {format_usd(round(cost, 9))} priced, {tokens:,.0f} tokens", quote=True
-        )
+        tip = escape(f"{model}: {dollars(cost)} priced, {tokens:,.0f} tokens", quote=True)
         body.append(_text(label_w, y + 14, model, "label", "end", fit=label_w))
         for x0, value, peak, cls, text in (
-            (label_w + 10, cost, max_cost, "cost", format_usd(round(cost, 9))),
+            (label_w + 10, cost, max_cost, "cost", dollars(cost)),
             (label_w + 20 + col_w, tokens, max_tokens, "tokens", f"{tokens:,.0f}"),
         ):
             # the value's label sits inside the column, after the bar or inside a long one
@@ -249,7 +261,7 @@ def line_chart(
     y1 = y1 if y1 > y0 else y0 + 1
 
     def fmt(v: float) -> str:
-        return format_usd(round(v, 9)) if y_format == "usd" else number(v)
+        return dollars(v) if y_format == "usd" else number(v)
 
     y_ticks = nice_ticks(y0, y1, 120, 18)
     y_labels = [("$" if y_format == "usd" else "") + tick_label(t, y_ticks) for t in y_ticks]

@@ -31,7 +31,8 @@ from ampmeter.analysis.digest import LogDigest, RunDigest, digest_logs
 from ampmeter.analysis.summary import summary_table
 from ampmeter.metrics import was_sent
 from ampmeter.report import charts
-from ampmeter.report.panels import PAGE_RUNS, dollars, run_panel, runs_table, scrubbed
+from ampmeter.report.charts import dollars
+from ampmeter.report.panels import PAGE_RUNS, run_panel, runs_table, scrubbed
 
 __all__ = ["MAX_PANELS", "build_report", "embed_json", "write_report"]
 

@@ -16,10 +16,10 @@ from ampmeter.analysis.ceilings import derivable
 from ampmeter.analysis.digest import RunDigest
 from ampmeter.analysis.summary import NUMERIC_COLUMNS, RunSummary
 from ampmeter.keys import KEY_COST, KEY_COST_FOR, KEY_INPUT_TOKENS, KEY_LLM_CALLS
-from ampmeter.money import format_usd
+from ampmeter.report.charts import dollars
 from ampmeter.report.limit_events import limit_events_html
 
-__all__ = ["TABLE_COLUMNS", "dollars", "run_panel", "runs_table", "scrubbed"]
+__all__ = ["TABLE_COLUMNS", "run_panel", "runs_table", "scrubbed"]
 
 esc = html.escape
 
@@ -63,12 +63,6 @@ _SPEND_KEYS: Final = (KEY_COST, KEY_LLM_CALLS, KEY_INPUT_TOKENS)
 def scrubbed(text: str | None) -> str | None:
     """``text`` with secrets removed (None stays None)."""
     return None if text is None else redact.scrub(text)
-
-
-def dollars(value: float) -> str:
-    """Dollars as people write them (``$0.0506``, never ``5.06e-02``): a sum of logged floats
-    is rounded to the nano-dollar, the finest unit ampmeter records."""
-    return format_usd(round(value, 9))
 
 
 def _fmt(value: object) -> str:
