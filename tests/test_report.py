@@ -196,3 +196,25 @@ def test_ceilings_may_be_given_in_decimal_dollars(tmp_path: Path) -> None:
     events = make_event_log(tmp_path / "agent.jsonl")
     page = build_report([events], ceilings={"amp:cost": Decimal("0.05")})
     assert "of $0.05 (" in page and "ceiling given" in page
+
+
+def test_the_run_at_a_glance_is_one_whose_timeline_the_report_holds(tmp_path: Path) -> None:
+    from ampmeter.analysis.digest import digest_logs
+    from ampmeter.report.html import focus_run
+
+    quiet = make_event_log(tmp_path / "quiet.jsonl", run_id="quiet", halt=False)
+    first = make_event_log(tmp_path / "first.jsonl", run_id="first-stop")
+    second = make_event_log(tmp_path / "second.jsonl", run_id="second-stop")
+    page = build_report([quiet, first, second])
+    glance = page.split('<section id="glance">', 1)[1].split("<h2>All runs</h2>", 1)[0]
+    assert "first-stop" in glance and 'class="timeline"' in glance
+    full = digest_logs([quiet, first, second])
+    assert focus_run(full.runs) == 1
+    # when the detail budget ends before the first stopped run, the next one is shown instead
+    events = full.runs[0].events
+    short = digest_logs([quiet, first, second], detail_budget=events + 5, detail_per_run=events)
+    assert [len(r.calls) for r in short.runs] == [events, 5, 0]
+    assert focus_run(short.runs) == 1  # five of its calls are held: enough for a timeline
+    shorter = digest_logs([quiet, first, second], detail_budget=events, detail_per_run=events)
+    assert focus_run(shorter.runs) == 1  # none held anywhere: still the first stop
+    assert focus_run(full.runs[:1]) == 0 and focus_run([]) == 0

@@ -34,7 +34,7 @@ from ampmeter.report import charts
 from ampmeter.report.charts import dollars
 from ampmeter.report.panels import PAGE_RUNS, run_panel, runs_table, scrubbed
 
-__all__ = ["MAX_PANELS", "build_report", "embed_json", "write_report"]
+__all__ = ["MAX_PANELS", "build_report", "embed_json", "focus_run", "write_report"]
 
 _STREAM: Final = ".stream.jsonl"
 _PROBLEMS: Final = ".problems.jsonl"
@@ -114,6 +114,13 @@ def _nodes(run: RunDigest) -> list[list[Any]]:
         ]
         for c in run.calls
     ]
+
+
+def focus_run(runs: Sequence[RunDigest]) -> int:
+    """The run the first screen opens: the first with a stop whose calls the report holds (so
+    its timeline can be drawn), else the first with a stop, else the first run."""
+    stopped = [i for i, r in enumerate(runs) if r.halted_nodes]
+    return next((i for i in stopped if runs[i].calls), stopped[0] if stopped else 0)
 
 
 def _figure(title: str, body: str, note: str = "") -> str:
@@ -241,7 +248,7 @@ def build_report(
 
     # ceilings may come as Decimal dollars (the ledger's API) or as plain numbers
     limits_given = {key: float(cap) for key, cap in (ceilings or {}).items()}
-    focus = next((i for i, r in enumerate(runs) if r.halted_nodes), 0)
+    focus = focus_run(runs)
     order = ([focus] if runs else []) + [i for i in range(len(runs)) if i != focus]
     panel_runs = order[:MAX_PANELS]
     data_runs: list[dict[str, Any]] = []
