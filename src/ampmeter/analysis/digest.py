@@ -5,8 +5,8 @@ takes several times the file's size. :func:`digest_logs` reads each event once a
 
 - per run, the totals of its summary row (the same row :func:`summarize_run` gives), the usage
   of every stats key the logs can tell (for the limit panel), the ceilings its stops name, its
-  first stops and limit events, and 17 bytes per event (span and parent hashes and the status)
-  from which its call depths are found when the pass ends;
+  first stops and limit events, and 21 bytes per event (span and parent hashes, the status
+  and the failure's error class as a number)  from which its call depths are found when the pass ends;
 - per model, the priced cost and the tokens; the latencies of the LLM calls that were sent
   (as a count per value, so the percentiles stay exact);
 - the events themselves (as :class:`Call`) only for the first runs, up to a node budget, so the
@@ -95,7 +95,8 @@ class RunDigest:
     _spans: array[int] = field(default_factory=lambda: array("q"))
     _parents: array[int] = field(default_factory=lambda: array("q"))
     _flags: array[int] = field(default_factory=lambda: array("b"))
-    _fail_errors: dict[int, str | None] = field(default_factory=dict)
+    _errors: array[int] = field(default_factory=lambda: array("i"))
+    _error_names: dict[str | None, int] = field(default_factory=lambda: {None: 0})
     _stop_positions: list[int] = field(default_factory=list)
     _last_top: tuple[str, str | None] = ("", None)
 
@@ -133,6 +134,7 @@ class RunDigest:
         else:
             self.cost_usd += call.cost_usd
         code = _CODE.get(status, _OTHER)
+        error = 0
         if code == _HALT:
             self.halted_nodes += 1
             if counted:  # a sub-agent's own node is not a call (DESIGN.md §2)
@@ -147,7 +149,7 @@ class RunDigest:
                 self._stop_positions.append(position)
         elif code == _FAIL:
             self.failed += 1
-            self._fail_errors[position] = call.error_class
+            error = self._error_names.setdefault(call.error_class, len(self._error_names))
         reason = call.metadata.get("termination_reason")
         if isinstance(reason, str):
             self.termination_reason = reason
@@ -167,6 +169,7 @@ class RunDigest:
         self._spans.append(hash(call.span_id))
         self._parents.append(0 if call.parent_id is None else hash(call.parent_id))
         self._flags.append(code | (0 if call.parent_id is None else _HAS_PARENT))
+        self._errors.append(error)
         if keep:
             self.calls.append(_light(call))
         else:
@@ -182,7 +185,8 @@ class RunDigest:
         if last is not None:
             code = flags[last] & 3
             status = {_SUCCESS: "success", _FAIL: "fail", _HALT: "halt"}.get(code, "other")
-            self._last_top = (status, self._fail_errors.get(last))
+            names = {number: name for name, number in self._error_names.items()}
+            self._last_top = (status, names[self._errors[last]])
         # the kept calls are the run's first events, in order
         for call, depth in zip(self.calls, depths, strict=False):
             call.depth = depth
@@ -190,7 +194,7 @@ class RunDigest:
             stop.depth = depths[position]
         # the per-event arrays are only needed for the depths
         self._spans, self._parents, self._flags = array("q"), array("q"), array("b")
-        self._fail_errors = {}
+        self._errors, self._error_names = array("i"), {None: 0}
 
     def summary(self) -> RunSummary:
         """The run's summary row (equal to :func:`ampmeter.analysis.summarize_run`'s)."""
