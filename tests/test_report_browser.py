@@ -359,6 +359,9 @@ def test_many_runs_page_with_totals(browser: object, tmp_path: Path) -> None:
     assert "page 2 of 20" in nav.inner_text()
     page.locator("table.summary th", has_text="cost").click()  # sorting starts at page 1
     assert "page 1 of 20" in nav.inner_text() and rows.count() == 50
+    ticks = page.locator("#glance svg.gantt text.tick").all_text_contents()
+    assert len(ticks) >= 3 and len(set(ticks)) == len(ticks), ticks  # a 5 ms run: in ms
+    assert all(t.endswith(" ms") for t in ticks)
     panels = page.locator(".paged > details.run:visible")
     assert panels.count() == 20
     page.locator("h2", has_text="All runs").scroll_into_view_if_needed()

@@ -131,7 +131,13 @@
     for (var i = 0; i < steps.length; i++) if (steps[i] * mag >= raw) return steps[i] * mag;
     return 10 * mag;
   }
-  function seconds(v) { return (Math.round(v * 1000) / 1000) + " s"; }
+  // A tick's label in ms under two seconds, else in s, with the decimals its step needs (so
+  // no two ticks read alike).
+  function tickLabel(v, step, ms) {
+    var scale = ms ? 1000 : 1, st = step * scale, d = 0;
+    while (d < 6 && Math.abs(Number(st.toFixed(d)) - st) > st * 1e-6) d++;
+    return (v * scale).toFixed(d) + (ms ? " ms" : " s");
+  }
   function timeline(run, box) {
     var calls = [];
     for (var i = 0; i < run.nodes.length; i++) {
@@ -156,15 +162,16 @@
                            "aria-label": "timeline of " + calls.length + " calls", "class": "gantt"});
     box.appendChild(root);
     // ticks: as many as fit with the widest label and a gap between neighbours
-    var probe = svg("text", {x: 0, y: 0, "class": "tick"}, seconds(span / 1000));
+    var ms = span < 2000;
+    var probe = svg("text", {x: 0, y: 0, "class": "tick"}, tickLabel(span / 1000, span / 1e7, ms));
     root.appendChild(probe);
     var labelW = probe.getComputedTextLength() + 16;
     probe.remove();
     var step = niceStep((span / 1000) / Math.max(1, Math.floor((PLOT_END - LEFT) / labelW)));
-    for (var s = 0; s <= span / 1000 + 1e-9; s += step) {
-      var gx = x(t0 + s * 1000);
+    for (var k = 0; k * step <= span / 1000 + 1e-9; k++) {
+      var gx = x(t0 + k * step * 1000);
       root.appendChild(svg("line", {x1: gx, x2: gx, y1: TOP - 4, y2: H, "class": "grid"}));
-      root.appendChild(svg("text", {x: gx, y: 12, "class": "tick"}, seconds(s)));
+      root.appendChild(svg("text", {x: gx, y: 12, "class": "tick"}, tickLabel(k * step, step, ms)));
     }
     if (STOPS) root.appendChild(svg("text", {x: PLOT_END + 12, y: 12, "class": "stop-head"}, "stopped because"));
     calls.forEach(function (c, r) {
