@@ -218,3 +218,13 @@ def test_the_run_at_a_glance_is_one_whose_timeline_the_report_holds(tmp_path: Pa
     shorter = digest_logs([quiet, first, second], detail_budget=events, detail_per_run=events)
     assert focus_run(shorter.runs) == 1  # none held anywhere: still the first stop
     assert focus_run(full.runs[:1]) == 0 and focus_run([]) == 0
+
+
+def test_best_effort_says_how_many_lines_it_skipped(tmp_path: Path) -> None:
+    good = make_event_log(tmp_path / "agent.jsonl").read_text().splitlines()
+    log = tmp_path / "damaged.jsonl"
+    log.write_text("\n".join([good[0], "{not json", *good[1:]]) + "\n")
+    with pytest.raises(ValueError, match=r"damaged\.jsonl:2"):
+        build_report([log])
+    page = build_report([log], best_effort=True)
+    assert "1 bad line(s) skipped." in page
