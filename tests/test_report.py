@@ -4,6 +4,7 @@ test_report_browser.py)."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import re
 import struct
@@ -228,3 +229,21 @@ def test_best_effort_says_how_many_lines_it_skipped(tmp_path: Path) -> None:
         build_report([log])
     page = build_report([log], best_effort=True)
     assert "1 bad line(s) skipped." in page
+
+
+def test_latency_tick_labels_keep_apart_at_the_plot_edges() -> None:
+    from ampmeter.report.charts import latency_histogram, text_width
+
+    for high in (58.6, 60.0, 61.0, 99.0, 3_010.0):
+        svg = latency_histogram({0.0: 18, 30.0: 1, 50.0: 3, high: 2}, 0.0, high * 0.97)
+        ticks = re.findall(
+            r'<text x="([\d.]+)" y="[\d.]+" class="tick" text-anchor="(\w+)">([^<]+) ms</text>',
+            svg,
+        )
+        boxes = []
+        for x, anchor, label in ticks:
+            width = text_width(label + " ms")
+            start = float(x) - {"start": 0, "middle": width / 2, "end": width}[anchor]
+            boxes.append((start, start + width))
+        assert len(boxes) >= 3
+        assert all(a[1] + 6 <= b[0] for a, b in itertools.pairwise(boxes)), (high, ticks)

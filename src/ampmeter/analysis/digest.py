@@ -6,7 +6,8 @@ takes several times the file's size. :func:`digest_logs` reads each event once a
 - per run, the totals of its summary row (the same row :func:`summarize_run` gives), the usage
   of every stats key the logs can tell (for the limit panel), the ceilings its stops name, its
   first stops and limit events, and 21 bytes per event (span and parent hashes, the status
-  and the failure's error class as a number)  from which its call depths are found when the pass ends;
+  and the failure's error class as a number) from which its call depths and last top-level
+  call are found when the pass ends;
 - per model, the priced cost and the tokens; the latencies of the LLM calls that were sent
   (as a count per value, so the percentiles stay exact);
 - the events themselves (as :class:`Call`) only for the first runs, up to a node budget, so the

@@ -109,15 +109,25 @@ def _text(x: float, y: float, text: str, cls: str, anchor: str = "start", fit: f
     )
 
 
-def _x_tick(x: float, y: float, label: str, left: float, right: float) -> str:
-    """A tick label centred on ``x``, or flush with the plot's edge where centring would push
-    it past ``left`` (into the y axis's labels) or ``right``."""
-    half = text_width(label) / 2
-    if x - half < left:
-        return _text(x, y, label, "tick", "start")
-    if x + half > right:
-        return _text(x, y, label, "tick", "end")
-    return _text(x, y, label, "tick", "middle")
+def _x_ticks(ticks: Sequence[tuple[float, str]], y: float, left: float, right: float) -> str:
+    """Tick labels along the x axis: each centred on its tick, or flush with the plot's edge
+    where centring would push it past ``left`` (into the y axis's labels) or ``right``; a label
+    that would then come within 6 px of the one before it is left out."""
+    out = []
+    last_end = -math.inf
+    for x, label in ticks:
+        width = text_width(label)
+        if x - width / 2 < left:
+            start, anchor = x, "start"
+        elif x + width / 2 > right:
+            start, anchor = x - width, "end"
+        else:
+            start, anchor = x - width / 2, "middle"
+        if start < last_end + 6:
+            continue
+        out.append(_text(x, y, label, "tick", anchor))
+        last_end = start + width
+    return "".join(out)
 
 
 def bars_by_model(by_model: Mapping[str, Mapping[str, float]]) -> str:
@@ -210,9 +220,8 @@ def latency_histogram(counts: Mapping[float, int], p50: float | None, p95: float
         )
     label_px = text_width(number(high) + " ms") + 12
     x_ticks = nice_ticks(low, low + width * bins, plot_w, label_px)
-    for tick in x_ticks:
-        label = tick_label(tick, x_ticks) + " ms"
-        body.append(_x_tick(x(tick), top + plot_h + 14, label, left, left + plot_w))
+    labels = [(x(t), tick_label(t, x_ticks) + " ms") for t in x_ticks]
+    body.append(_x_ticks(labels, top + plot_h + 14, left, left + plot_w))
     body.append(
         _text(
             left + plot_w / 2,
@@ -286,9 +295,8 @@ def line_chart(
     whole = all(p[0] == int(p[0]) for p in points)
     label_px = text_width(f"{x1:,.2f}") + 14
     x_ticks = nice_ticks(x0, x1, plot_w, label_px, integer=whole)
-    for tick in x_ticks:
-        label = tick_label(tick, x_ticks)
-        body.append(_x_tick(px(tick), top + plot_h + 14, label, left, left + plot_w))
+    labels = [(px(t), tick_label(t, x_ticks)) for t in x_ticks]
+    body.append(_x_ticks(labels, top + plot_h + 14, left, left + plot_w))
     body.append(_text(left + plot_w / 2, height - 4, x_label, "axis", "middle"))
     for i, (name, pts) in enumerate(series):
         colour = _PALETTE[i % len(_PALETTE)]
