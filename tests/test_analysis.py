@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from ampmeter.analysis import (
     amortization_table,
     percentile,
     running_percentiles,
+    summarize,
     write_csv,
     write_extended_csv,
     write_v0_csv,
@@ -543,3 +546,67 @@ def test_duckdb_engine_rejects_the_lenient_json_the_plain_reader_rejects(
         amortization_curve(path, engine="duckdb")
     assert str(duck.value) == str(plain.value)
     assert str(duck.value).startswith(f"{path}:2: ")
+
+
+# -- the report's streaming digest ----------------------------------------------------------------
+
+
+def make_subagent_log(path: Path) -> Path:
+    """A real run whose sub-agent is stopped by its own cost ceiling: two LLM calls that were
+    sent (30 ms and 60 ms of real time) and one the child's ceiling stopped before sending."""
+    with JsonlSink(path, flush="line") as sink:
+        ctx = ExecutionContext("agent", sinks=[sink], chain_id="sub")
+        with ctx:
+            with ctx.llm_call("plan", model="gpt-4o-mini") as call:
+                time.sleep(0.03)
+                call.record(tokens_in=100, tokens_out=10, cost_usd=0.001)
+            child = ctx.spawn_child("researcher", max_cost_usd=0.0015)
+            with contextlib.suppress(LimitExceeded), child:
+                with child.llm_call("read", model="gpt-4o-mini", estimate_usd=0.0005) as call:
+                    time.sleep(0.06)
+                    call.record(tokens_in=300, tokens_out=20, cost_usd=0.001)
+                with child.llm_call("again", model="gpt-4o-mini", estimate_usd=0.001):
+                    pass
+    return path
+
+
+def test_digest_counts_stopped_calls_apart_and_keeps_them_out_of_latency(tmp_path: Path) -> None:
+    from ampmeter.analysis.digest import digest_logs
+
+    log = make_subagent_log(tmp_path / "sub.jsonl")
+    digest = digest_logs([log])
+    (run,) = digest.runs
+    statuses = sorted((c.kind, c.status) for c in run.calls)
+    # the sub-agent's own node halts too, but it is not a call
+    assert ("system", "halt") in statuses and ("llm", "halt") in statuses
+    summary = run.summary()
+    assert summary.halted == 1 and summary.llm_calls == 3
+    assert run.sent_calls == 2 and run.stopped_unsent == 1
+    assert summarize([log], engine="python").runs == [summary]
+    # p50 of the two real calls only (the stopped call took about 0 ms)
+    assert digest.latency_count == 2
+    p50 = digest.latency_percentile(50.0)
+    assert p50 is not None and p50 >= 40
+    assert "amp:cost" in run.ceilings and run.usage["amp:cost"] == pytest.approx(0.002)
+    assert [s.name for s in run.stops] == ["again", "researcher"]
+    assert [s.depth for s in run.stops] == [2, 1]
+
+
+def test_digest_keeps_full_events_within_its_budget_only(tmp_path: Path) -> None:
+    from ampmeter.analysis.digest import digest_logs
+
+    logs = [make_event_log(tmp_path / f"a{i}.jsonl", run_id=f"r{i}") for i in range(3)]
+    full = digest_logs(logs)
+    events = full.runs[0].events
+    small = digest_logs(logs, detail_budget=events + 3, detail_per_run=events)
+    assert [r.detailed for r in small.runs] == [True, False, False]
+    assert len(small.runs[1].calls) == 3 and small.runs[1].calls_dropped == events - 3
+    assert small.runs[2].calls == []
+    # what is summed never depends on what is kept
+    assert [r.summary() for r in small.runs] == [r.summary() for r in full.runs]
+    latencies = sorted(
+        c.latency_ms for r in full.runs for c in r.calls
+        if c.kind == "llm" and c.latency_ms is not None and (c.status != "halt" or c.tokens_in)
+    )  # fmt: skip
+    for q in (0.0, 50.0, 95.0, 100.0):
+        assert small.latency_percentile(q) == percentile(latencies, q)

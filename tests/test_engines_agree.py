@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ampmeter.analysis import amortization_curve, summarize
+from ampmeter.analysis.digest import digest_logs
 
 pytest.importorskip("duckdb")
 
@@ -128,7 +129,7 @@ def test_cumulative_solved_true_is_refused_by_both_engines(tmp_path: Path) -> No
 summary_events = st.lists(
     st.fixed_dictionaries({
         "run_id": field(st.sampled_from(["r1", "r2"])),
-        "event_type": field(st.sampled_from(["llm_completion", "tool_call"])),
+        "event_type": field(st.sampled_from(["llm_completion", "tool_call", "cpu_op"])),
         "span_id": field(st.sampled_from(["s1", "s2", "s3"])),
         "parent_id": field(st.none() | st.sampled_from(["s1", "s2"])),
         "usage": field(st.fixed_dictionaries({
@@ -156,6 +157,9 @@ def test_summary_engines_agree_on_hostile_fields(
     python = verdict(lambda: summarize([path], engine="python").rows())
     duck = verdict(lambda: summarize([path], engine="duckdb").rows())
     assert duck == python
+    # the report's one streaming pass gives the same rows too
+    streamed = verdict(lambda: [r.summary().to_dict() for r in digest_logs([path]).runs])
+    assert streamed == python
 
 
 @pytest.mark.parametrize(

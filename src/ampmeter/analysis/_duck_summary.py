@@ -108,7 +108,8 @@ SELECT run_id, row_number() OVER (ORDER BY min(rowid)) - 1 AS idx, min(rowid) AS
        count(*) FILTER (WHERE kind = 1) AS llm, count(*) FILTER (WHERE kind = 2) AS tool,
        sum(retries) AS retries, sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out,
        count(*) FILTER (WHERE unpriced) AS unpriced,
-       count(*) FILTER (WHERE status = 1) AS halted, count(*) FILTER (WHERE status = 2) AS failed,
+       count(*) FILTER (WHERE status = 1 AND kind IN (1, 2)) AS halted,
+       count(*) FILTER (WHERE status = 2) AS failed,
        min(rowid) FILTER (WHERE status = 1) AS halt_row,
        max(rowid) FILTER (WHERE termination IS NOT NULL) AS term_row,
        count(*) FILTER (WHERE sent) AS completions,
@@ -124,7 +125,8 @@ FROM (
 
 _RUN_ROWS: Final = """
 SELECT r.run_id, r.llm, r.tool, r.retries, r.tokens_in, r.tokens_out, r.unpriced, r.halted,
-       r.failed, h.stop_reason, t.termination, r.completions, f.tokens_in, l.tokens_in
+       r.halt_row IS NOT NULL, r.failed, h.stop_reason, t.termination, r.completions,
+       f.tokens_in, l.tokens_in
 FROM runs r
 LEFT JOIN ev h ON h.rowid = r.halt_row
 LEFT JOIN ev t ON t.rowid = r.term_row
@@ -211,12 +213,12 @@ def _rows(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
     ).fetchall()) if failed_tops else {}  # fmt: skip
     out = []
     for i, row in enumerate(runs):
-        (run_id, llm, tool, retries, t_in, t_out, unpriced, halted, failed, stop, reason,
-         completions, first_in, last_in) = row  # fmt: skip
+        run_id, llm, tool, retries, t_in, t_out, unpriced, halted, any_halt, failed = row[:10]
+        stop, reason, completions, first_in, last_in = row[10:]
         top_row = int(last_top[i])
         top_status = "" if top_row < 0 else "fail" if status[top_row] == _FAIL else "other"
         termination, stop_reason = termination_of(
-            reason, (stop,) if halted else None, (top_status, errors.get(top_row))
+            reason, (stop,) if any_halt else None, (top_status, errors.get(top_row))
         )
         out.append(RunSummary(
             run_id=run_id, llm_calls=llm, tool_calls=tool, retries=int(retries),

@@ -6,10 +6,10 @@ Shared by :func:`ampmeter.analysis.summarize` and the HTML report.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from ampmeter.analysis._records import AnalysisError, record_line
 from ampmeter.logs import read_jsonl
@@ -24,6 +24,8 @@ __all__ = [
     "event_time_ms",
     "load_runs",
 ]
+
+H = TypeVar("H", bound=Hashable)
 
 KIND_OF_EVENT: Final = {
     "llm_completion": "llm",
@@ -189,22 +191,23 @@ def _set_depths(calls: list[Call]) -> None:
         call.depth = depth
 
 
-def call_depths(span_ids: list[str], parent_ids: list[str | None]) -> list[int]:
+def call_depths(span_ids: Sequence[H], parent_ids: Sequence[H | None]) -> list[int]:
     """Depth of each call of one run, given in log order (1 for a call without a parent).
 
     A parent that is not in the log (the root, say) counts as one level above the call. In a
     damaged log, a span id seen twice resolves to its last occurrence and keeps the depth first
     found for that id (the later call stays at 1), and a cycle stops the climb where it closes.
-    Both engines of :func:`ampmeter.analysis.summarize` rely on exactly these rules.
+    Both engines of :func:`ampmeter.analysis.summarize` rely on exactly these rules. Any
+    hashable ids will do (the report's digest passes hashes of the ids).
     """
     index = {span: i for i, span in enumerate(span_ids)}
     out = [1] * len(span_ids)
-    known: dict[str, int] = {}
+    known: dict[H, int] = {}
     for i in range(len(span_ids)):
         chain: list[int] = []
         node: int | None = i
         depth = 0
-        seen: set[str] = set()
+        seen: set[H] = set()
         while node is not None:
             span = span_ids[node]
             if span in known:

@@ -122,7 +122,7 @@ def summarize_run(run: Run) -> RunSummary:
         base_context=task.base_context,
         context_growth_avg=task.context_growth_avg,
         max_depth=max((c.depth for c in calls), default=0),
-        halted=sum(1 for c in calls if c.status == "halt"),
+        halted=sum(1 for c in counted if c.status == "halt"),  # calls only (DESIGN.md §2)
         failed=sum(1 for c in calls if c.status == "fail"),
         termination=termination,
         stop_reason=stop,

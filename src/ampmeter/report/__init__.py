@@ -1,4 +1,4 @@
-"""Figures (PNG) and the self-contained HTML report of ampmeter's logs."""
+"""The self-contained HTML report of ampmeter's logs (inline SVG charts) and PNG figures."""
 
 from ampmeter.report.figures import (
     amortization_figure,

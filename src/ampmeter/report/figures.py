@@ -68,8 +68,15 @@ def amortization_figure(rows: Sequence[Mapping[str, Any]]) -> bytes:
         ax.set_ylim(bottom=0.0)  # a cost is never negative
     else:  # a flat $0 line would read as "free"; it only means nothing was priced
         ax.set_yticks([])
-        ax.text(0.02, 0.96, "no cost recorded: every call was free or unpriced",
-                transform=ax.transAxes, va="top", color="#666", fontsize="small")  # fmt: skip
+        ax.text(
+            0.02,
+            0.96,
+            "no cost recorded: every call was free or unpriced",
+            transform=ax.transAxes,
+            va="top",
+            color="#666",
+            fontsize="small",
+        )
     if acc:
         ax2 = ax.twinx()
         ax2.plot([p[0] for p in acc], [p[1] for p in acc], color="#d62728", label="accuracy")
@@ -116,8 +123,15 @@ def cost_tokens_by_model_figure(by_model: Mapping[str, Mapping[str, float]]) -> 
         ax1.barh(names, costs, color="#2ca02c")
     else:
         ax1.set_yticks(range(len(names)), names)
-        ax1.text(0.5, 0.5, "no priced cost", ha="center", va="center",
-                 transform=ax1.transAxes, color="#666")  # fmt: skip
+        ax1.text(
+            0.5,
+            0.5,
+            "no priced cost",
+            ha="center",
+            va="center",
+            transform=ax1.transAxes,
+            color="#666",
+        )
         ax1.set_xticks([])
     ax1.set_title("cost by model (USD)")
     ax2.barh(names, [by_model[m].get("tokens", 0.0) for m in models], color="#9467bd")

@@ -1,58 +1,49 @@
-"""The self-contained HTML report: summary table, figures and each run's call tree.
+"""The self-contained HTML report: a run at a glance, all runs, figures and each run's calls.
 
-One file, no network: CSS and JavaScript are inlined, figures are base64 PNG ``data:`` URLs,
-and a Content-Security-Policy forbids fetching anything. Log data travels in one inline JSON
-blob whose ``<``, ``>`` and ``&`` are escaped, so no log text can close the script element;
-the script builds the tree with ``textContent`` only, so text such as ``<script>`` in a node
-name or metadata value is displayed, never run. Children are rendered when a node is opened
-(and long lists in chunks), so a run with 10,000 nodes stays quick to load.
+The first screen shows one run open (the first run with a stop, else the first run): its spend
+against each limit, its stops and its timeline. Below come all runs in one table (a totals row,
+pages of 50, sortable), the figures (inline SVG sized to their data, with a tooltip on every
+mark), and a panel per run.
 
-Each run shows how much of each limit it used (the ceilings given, and those its stops name),
-a timeline of its calls with the stops marked, and a filter over its calls. The summary table
-wraps to the page, keeps its header in view and sorts by any column.
+One file, no network: CSS and JavaScript are inlined, figures are inline SVG, and a
+Content-Security-Policy forbids fetching anything. Log data travels in one inline JSON blob
+whose ``<``, ``>`` and ``&`` are escaped, so no log text can close the script element; the
+script builds trees with ``textContent`` only, so text such as ``<script>`` in a node name is
+displayed, never run. The logs are read in one streaming pass
+(:func:`ampmeter.analysis.digest.digest_logs`), so memory stays bounded on large logs: beyond
+a node budget, runs are reported by their totals, limits and stops without their call trees.
 """
 
 from __future__ import annotations
 
-import base64
 import datetime as _dt
 import html
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
 from importlib import resources
 from typing import Any, Final
 
-from ampmeter import redact
 from ampmeter._files import replaced_when_complete, require_file
 from ampmeter.analysis.amortization import amortization_curve
-from ampmeter.analysis.ceilings import ceilings_from_stops, usage_for_key
-from ampmeter.analysis.quantiles import percentile
-from ampmeter.analysis.runs import Run, load_runs
-from ampmeter.analysis.summary import NUMERIC_COLUMNS, RunSummary, SummaryTable, summarize_run
-from ampmeter.keys import KEY_COST, KEY_COST_FOR
+from ampmeter.analysis.digest import LogDigest, RunDigest, digest_logs
+from ampmeter.analysis.summary import summary_table
 from ampmeter.metrics import was_sent
-from ampmeter.report import figures
-from ampmeter.report.limit_events import limit_events_html
+from ampmeter.report import charts
+from ampmeter.report.charts import dollars
+from ampmeter.report.panels import PAGE_RUNS, run_panel, runs_table, scrubbed
 
-__all__ = ["build_report", "embed_json", "write_report"]
+__all__ = ["MAX_PANELS", "build_report", "embed_json", "focus_run", "write_report"]
 
 _STREAM: Final = ".stream.jsonl"
 _PROBLEMS: Final = ".problems.jsonl"
 _EVENTS: Final = ".token_events.jsonl"
 _CALLS: Final = ".calls.jsonl"
-_CSP: Final = (
-    "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
-)
-# The amplification factors per root are left out: with one root per run they equal the totals.
-_TABLE_COLUMNS: Final = (
-    ("run_id", "run"), ("llm_calls", "LLM calls"), ("tool_calls", "tool calls"),
-    ("retries", "retries"), ("tokens_in", "tokens in"), ("tokens_out", "tokens out"),
-    ("cost_usd", "cost $ (priced)"), ("unpriced_calls", "unpriced calls"),
-    ("base_context", "base ctx"),
-    ("context_growth_avg", "ctx growth"), ("max_depth", "max depth"), ("halted", "halted"),
-    ("failed", "failed"), ("termination", "termination"), ("stop_reason", "stop reason"),
-)  # fmt: skip
+_CSP: Final = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
+MAX_PANELS: Final = 1000
+"""Runs that get a panel of their own (the rest are rows of the table)."""
+_GROWTH_RUNS: Final = 12
 
 
 def embed_json(value: Any) -> str:
@@ -69,14 +60,6 @@ def embed_json(value: Any) -> str:
 
 def _asset(name: str) -> str:
     return resources.files("ampmeter.report").joinpath("assets").joinpath(name).read_text("utf-8")
-
-
-def _fmt(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
 
 
 def _split(paths: Sequence[str]) -> tuple[list[str], list[str], set[str]]:
@@ -108,7 +91,7 @@ def _curves(streams: list[str], given: set[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def _nodes(run: Run) -> list[list[Any]]:
+def _nodes(run: RunDigest) -> list[list[Any]]:
     index = {c.span_id: i for i, c in enumerate(run.calls)}
     return [
         [
@@ -124,7 +107,7 @@ def _nodes(run: Run) -> list[list[Any]]:
             c.unpriced,
             c.latency_ms,
             c.retries,
-            _scrubbed(c.stop_reason),
+            scrubbed(c.stop_reason),
             c.error_class,
             c.end_ms,
             c.depth,
@@ -133,122 +116,106 @@ def _nodes(run: Run) -> list[list[Any]]:
     ]
 
 
-def _scrubbed(stop_reason: str | None) -> str | None:
-    # Logs written elsewhere (or by an older version) may hold unscrubbed error text.
-    return None if stop_reason is None else redact.scrub(stop_reason)
+def focus_run(runs: Sequence[RunDigest]) -> int:
+    """The run the first screen opens: the first with a stop whose calls the report holds (so
+    its timeline can be drawn), else the first with a stop, else the first run."""
+    stopped = [i for i, r in enumerate(runs) if r.halted_nodes]
+    return next((i for i in stopped if runs[i].calls), stopped[0] if stopped else 0)
 
 
-def _cell(key: str, value: object) -> str:
-    if key == "cost_usd" and isinstance(value, float):
-        return _dollars(value)
-    return _fmt(value)
+def _figure(title: str, body: str, note: str = "") -> str:
+    caption = f'<p class="muted">{html.escape(note)}</p>' if note else ""
+    return f"<figure><figcaption>{html.escape(title)}</figcaption>{body}{caption}</figure>"
 
 
-def _table(table: SummaryTable) -> str:
-    esc = html.escape
-    texts = ("run_id", "termination", "stop_reason")
-    head = "".join(
-        f'<th scope="col" data-sort="{"text" if k in texts else "num"}" tabindex="0" '
-        f'title="sort by {esc(label)}">{esc(label)}</th>'
-        for k, label in _TABLE_COLUMNS
-    )
-    body = []
-    for r in table.runs:
-        d = r.to_dict()
-        d["stop_reason"] = _scrubbed(d["stop_reason"])
-        cells = "".join(
-            # <wbr>: "limit_exceeded" may break after its underscore in a narrow column
-            f'<td class="text">{esc(_fmt(d[k])).replace("_", "_<wbr>")}</td>' if k in texts
-            else f'<td data-v="{d[k]!r}">{esc(_cell(k, d[k]))}</td>'
-            for k, _ in _TABLE_COLUMNS
-        )  # fmt: skip
-        body.append(f"<tr>{cells}</tr>")
-    foot = []
-    for q in ("p50", "p95"):
-        cells = "".join(
-            f"<td>{esc(_cell(k, table.across[k][q]))}</td>" if k in NUMERIC_COLUMNS
-            else f'<td class="text">{q if k == "run_id" else ""}</td>'
-            for k, _ in _TABLE_COLUMNS
-        )  # fmt: skip
-        foot.append(f'<tr class="across">{cells}</tr>')
+def _figures(digest: LogDigest, curve: list[dict[str, Any]] | None) -> list[str]:
+    growth = sorted(
+        (
+            (
+                run.run_id,
+                [
+                    c.tokens_in
+                    for c in run.calls
+                    if c.kind == "llm" and was_sent(c.status, c.tokens_in, c.tokens_out)
+                ],
+            )
+            for run in digest.runs
+        ),
+        key=lambda item: -len(item[1]),
+    )[:_GROWTH_RUNS]
+    series = [
+        (name, [(float(i), float(t)) for i, t in enumerate(ts, 1)]) for name, ts in growth if ts
+    ]
+    stopped = sum(r.stopped_unsent for r in digest.runs)
+    figs = [
+        _figure("Spend by model", charts.bars_by_model(digest.by_model)),
+        _figure(
+            "Latency of LLM calls that were sent",
+            charts.latency_histogram(
+                digest.latencies, digest.latency_percentile(50.0), digest.latency_percentile(95.0)
+            ),
+            f"{stopped:,} call(s) stopped before sending are not in these figures."
+            if stopped
+            else "",
+        ),
+        _figure(
+            "Context growth: input tokens per LLM call",
+            charts.line_chart(series, x_label="LLM call", y_label="input tokens"),
+        ),
+    ]
+    if curve is not None:
+        cps = [
+            (float(r["t"]), float(r["cost_per_solved"]))
+            for r in curve
+            if r.get("cost_per_solved") is not None
+        ]
+        acc = [
+            (float(r["t"]), float(r["cum_accuracy"]))
+            for r in curve
+            if r.get("cum_accuracy") is not None
+        ]
+        figs[:0] = [
+            _figure(
+                "Amortization: cost per solved problem",
+                charts.line_chart(
+                    [("cost per solved", cps)],
+                    x_label="t (problems)",
+                    y_label="cost per solved",
+                    y_format="usd",
+                ),
+            ),
+            _figure(
+                "Amortization: cumulative accuracy",
+                charts.line_chart([("accuracy", acc)], x_label="t (problems)", y_label="accuracy"),
+            ),
+        ]
+    return figs
+
+
+def _overview(digest: LogDigest, sources: str) -> str:
+    runs = digest.runs
+    sent = sum(r.sent_calls for r in runs)
+    stopped = sum(r.stopped_unsent for r in runs)
+    failed = sum(r.failed for r in runs)
+    cost = sum(r.cost_usd for r in runs)
+    unpriced = sum(r.unpriced_calls for r in runs)
+    tokens_in = sum(r.tokens_in for r in runs)
+    tokens_out = sum(r.tokens_out for r in runs)
+    p50 = digest.latency_percentile(50.0)
+    parts = [
+        f"<b>{len(runs):,}</b> run(s)",
+        f"<b>{sent:,}</b> calls sent",
+        f'<b class="stopped">{stopped:,}</b> stopped before sending',
+        f"<b>{failed:,}</b> failed",
+        f"<b>{dollars(cost)}</b> priced" + (f" + {unpriced:,} unpriced" if unpriced else ""),
+        f"<b>{tokens_in:,}</b> tokens in / <b>{tokens_out:,}</b> out",
+    ]
+    if p50 is not None:
+        parts.append(f"p50 latency <b>{p50:,.0f} ms</b> (sent LLM calls)")
+    skipped = f" {digest.skipped_lines:,} bad line(s) skipped." if digest.skipped_lines else ""
     return (
-        f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
-        f"<tfoot>{''.join(foot)}</tfoot></table>"
-    )
-
-
-def _dollars(value: float) -> str:
-    """Fixed-point dollars with the digits small amounts need (never ``7.26e-05``)."""
-    return f"{value:,.2f}" if value >= 1 else f"{value:.4f}" if value >= 0.01 else f"{value:.6f}"
-
-
-def _amount(key: str, value: float) -> str:
-    if key == KEY_COST or key.startswith(KEY_COST_FOR):
-        return f"${_dollars(value)}"
-    return f"{value:,.0f}" if value == int(value) else f"{value:,.4g}"
-
-
-def _limit_row(key: str, used: float | None, cap: float, origin: str) -> str:
-    esc = html.escape
-    name = f'<span class="key">{esc(key)}</span>'
-    if used is None:
-        return (f'<div class="limit">{name}<span class="muted">not in the log; ceiling '
-                f"{esc(_amount(key, cap))} ({origin})</span></div>")  # fmt: skip
-    share = used / cap if cap > 0 else (1.0 if used > 0 else 0.0)
-    level = "over" if share >= 1 else "near" if share >= 0.8 else "ok"
-    return (
-        f'<div class="limit {level}">{name}<span class="bar" role="meter" '
-        f'aria-valuenow="{share:.4f}" aria-valuemin="0" aria-valuemax="1">'
-        f'<span style="width:{min(share, 1.0) * 100:.1f}%"></span></span>'
-        f'<span class="used">{esc(_amount(key, used))} of {esc(_amount(key, cap))} '
-        f"({share:.0%}; ceiling {origin})</span></div>"
-    )
-
-
-def _limits(run: Run, given: Mapping[str, float]) -> str:
-    """Bars of the run's use of each limit whose ceiling is known."""
-    ceilings = {**ceilings_from_stops(run.calls), **given}
-    if not ceilings:
-        return '<p class="muted">No ceiling known for this run (none given, no stop).</p>'
-    rows = "".join(
-        _limit_row(key, usage_for_key(run.calls, key), cap,
-                   "given" if key in given else "named by a stop")
-        for key, cap in ceilings.items()
-    )  # fmt: skip
-    return f'<div class="limits">{rows}</div>'
-
-
-def _run_item(i: int, run: Run, s: RunSummary, given: Mapping[str, float]) -> str:
-    esc = html.escape
-    marks = []
-    if s.halted:
-        marks.append(f'<span class="badge halt">{s.halted} halted</span>')
-    if s.failed:
-        marks.append(f'<span class="badge fail">{s.failed} failed</span>')
-    badge, limit_events = limit_events_html(run)  # warnings & co. (ampmeter.policies)
-    marks.append(badge)
-    return (
-        f'<details class="run" data-run="{i}"><summary>{esc(run.run_id)} '
-        f'<span class="muted">({len(run.calls)} nodes, {esc(s.termination)})</span> '
-        f"{' '.join(marks)}</summary>{limit_events}"
-        f"<h3>Limits</h3>{_limits(run, given)}"
-        f'<h3>Timeline</h3><div class="timeline"></div>'
-        f"<h3>Calls</h3>"
-        f'<div class="filters"><input type="search" class="filter-text" '
-        f'placeholder="filter by name or model" aria-label="filter by name or model">'
-        f'<select class="filter-status" aria-label="status"><option value="">any status</option>'
-        f"<option>success</option><option>fail</option><option>halt</option></select>"
-        f'<select class="filter-model" aria-label="model"><option value="">any model</option>'
-        f'</select><span class="filter-count muted"></span></div>'
-        f"</details>"
-    )
-
-
-def _img(png: bytes, alt: str) -> str:
-    data = base64.b64encode(png).decode("ascii")
-    return (
-        f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
-        f"<figcaption>{html.escape(alt)}</figcaption></figure>"
+        f'<p class="overview">{" · ".join(parts)}</p>'
+        f'<p class="muted sources">from {html.escape(sources)}.{skipped}</p>'
     )
 
 
@@ -257,12 +224,12 @@ def build_report(
     *,
     title: str = "ampmeter report",
     best_effort: bool = False,
-    ceilings: Mapping[str, float] | None = None,
+    ceilings: Mapping[str, float | Decimal] | None = None,
     notes: Sequence[str] = (),
 ) -> str:
     """The report's HTML for ``logs``: TokenTracker event logs (any name), plus optionally
     ``*.stream.jsonl`` files, whose ``.problems.jsonl`` and ``.token_events.jsonl`` siblings
-    are used for the amortization figure when they are among ``logs`` too.
+    are used for the amortization figures when they are among ``logs`` too.
 
     ``ceilings`` maps stats keys (``amp:cost``, ``amp:llm_calls``, ...) to the limits every
     run had; ceilings named by a run's stops are shown too. ``notes`` are shown under the
@@ -274,47 +241,44 @@ def build_report(
     for path in paths:
         require_file(path)
     event_paths, streams, given = _split(paths)
-    runs = list(load_runs(event_paths, best_effort=best_effort).values())
-    summaries = [summarize_run(r) for r in runs]
-    across: dict[str, dict[str, float | None]] = {}
-    for name in NUMERIC_COLUMNS:
-        values = sorted(float(getattr(s, name)) for s in summaries)
-        across[name] = {"p50": percentile(values, 50.0), "p95": percentile(values, 95.0)}
-    table = SummaryTable(summaries, across)
+    digest = digest_logs(event_paths, best_effort=best_effort)
+    runs = digest.runs
+    table = summary_table([r.summary() for r in runs])
+    curve = _curves(streams, given) if streams else None
 
-    growth: dict[str, list[int]] = {}
-    by_model: dict[str, dict[str, float]] = {}
-    latencies: list[float] = []
-    for run in runs:
-        growth[run.run_id] = [
-            c.tokens_in for c in run.calls
-            if c.kind == "llm" and was_sent(c.status, c.tokens_in, c.tokens_out)
-        ]  # fmt: skip
-        for c in run.calls:
-            if c.kind == "llm":
-                if c.latency_ms is not None:
-                    latencies.append(c.latency_ms)
-                slot = by_model.setdefault(c.model or "(none)", {"cost_usd": 0.0, "tokens": 0.0})
-                if not c.unpriced:
-                    slot["cost_usd"] += c.cost_usd
-                slot["tokens"] += c.tokens_in + c.tokens_out
-    figs = [
-        _img(figures.context_growth_figure(growth), "Context growth: input tokens per LLM call"),
-        _img(figures.cost_tokens_by_model_figure(by_model), "Cost and tokens by model"),
-        _img(figures.latency_figure(latencies), "LLM call latency distribution"),
-    ]
-    if streams:
-        curve = _curves(streams, given)
-        figs.insert(0, _img(figures.amortization_figure(curve), "Amortization"))
-
-    data = {"runs": [{"id": r.run_id, "nodes": _nodes(r)} for r in runs]}
+    # ceilings may come as Decimal dollars (the ledger's API) or as plain numbers
+    limits_given = {key: float(cap) for key, cap in (ceilings or {}).items()}
+    focus = focus_run(runs)
+    order = ([focus] if runs else []) + [i for i in range(len(runs)) if i != focus]
+    panel_runs = order[:MAX_PANELS]
+    data_runs: list[dict[str, Any]] = []
+    panels: dict[int, str] = {}
+    for number, i in enumerate(panel_runs):
+        run = runs[i]
+        data_index = None
+        if run.calls:
+            data_index = len(data_runs)
+            data_runs.append({"id": run.run_id, "t0": run.start_ms, "nodes": _nodes(run)})
+        panels[i] = run_panel(number, run, data_index, limits_given, open_=number == 0)
     esc = html.escape
-    limits_given = dict(ceilings or {})
-    run_items = [_run_item(i, run, s, limits_given)
-                 for i, (run, s) in enumerate(zip(runs, summaries, strict=True))]  # fmt: skip
+    glance = ""
+    if runs:
+        glance = (
+            f'<section id="glance"><h2>Run at a glance <span class="muted">(the '
+            f"{'first run with a stop' if runs[focus].halted_nodes else 'first run'}; "
+            f"every run is listed below)</span></h2>{panels[focus]}</section>"
+        )
+    others = "".join(panels[i] for i in panel_runs[1:])
+    unpanelled = len(runs) - len(panel_runs)
+    others_note = (
+        f'<p class="muted">{unpanelled:,} more run(s) are in the table only.</p>'
+        if unpanelled > 0
+        else ""
+    )
     note_html = "".join(f'<p class="note">{esc(n)}</p>' for n in notes)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sources = ", ".join(os.path.basename(p) for p in paths)
+    links = {i: n for n, i in enumerate(panel_runs)}
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{_CSP}">
@@ -322,18 +286,21 @@ def build_report(
 <title>{esc(title)}</title>
 <style>{_asset("report.css")}</style>
 </head><body>
-<h1>{esc(title)}</h1>
-<p class="muted">{len(runs)} run(s) from {esc(sources)}; generated {stamp}.</p>
+<header><h1>{esc(title)}</h1><span class="muted">generated {stamp}</span></header>
+{_overview(digest, sources)}
 {note_html}
-<h2>Summary</h2>
-{_table(table)}
+{glance or '<p class="muted">no runs</p>'}
+<h2>All runs</h2>
+{runs_table(table.runs, table.across, links)}
 <h2>Figures</h2>
-<div class="figures">{"".join(figs)}</div>
-<h2>Runs</h2>
-<p class="muted">Open a run to see its limits, the timeline of its calls and its call tree;
-+ opens a node. Stopped (halted) calls are marked in red, failed ones in orange.</p>
-<div id="runs">{"".join(run_items) or '<p class="muted">no runs</p>'}</div>
-<script type="application/json" id="amp-data">{embed_json(data)}</script>
+<div class="figures">{"".join(_figures(digest, curve))}</div>
+<h2>Every run</h2>
+<p class="muted">Open a run to see its limits, stops, timeline and calls; + opens a node.
+Stopped calls are marked in red, failed ones in orange.</p>
+<div class="paged" data-page="{PAGE_RUNS}" data-items=":scope > details.run">{others}
+<nav class="pager"></nav></div>{others_note}
+<div id="tip" role="tooltip" hidden></div>
+<script type="application/json" id="amp-data">{embed_json({"runs": data_runs})}</script>
 <script>{_asset("report.js")}</script>
 </body></html>
 """
@@ -345,13 +312,12 @@ def write_report(
     *,
     title: str = "ampmeter report",
     best_effort: bool = False,
-    ceilings: Mapping[str, float] | None = None,
+    ceilings: Mapping[str, float | Decimal] | None = None,
     notes: Sequence[str] = (),
 ) -> str:
     """Build the report (see :func:`build_report`) and write it to ``out`` (replaced only
     when complete); returns the path written."""
-    text = build_report(logs, title=title, best_effort=best_effort, ceilings=ceilings,
-                        notes=notes)  # fmt: skip
+    text = build_report(logs, title=title, best_effort=best_effort, ceilings=ceilings, notes=notes)
     target = os.fspath(out)
     with replaced_when_complete(target) as tmp, open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text)

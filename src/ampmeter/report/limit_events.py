@@ -2,34 +2,21 @@
 
 A separate piece so the report's layout can change around it: :func:`limit_events_html` gives a
 badge and a short list per run, read from the ``limit_events`` metadata the policies write on
-the node whose settlement produced each event (see :mod:`ampmeter.policies`).
+the node whose settlement produced each event (see :mod:`ampmeter.policies`), which
+:func:`ampmeter.analysis.digest.digest_logs` collects per run.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ampmeter.analysis.runs import Run
-from ampmeter.policies import META_LIMIT_EVENTS
-
-__all__ = ["limit_events_html", "run_limit_events"]
+__all__ = ["limit_events_html"]
 
 
-def run_limit_events(run: Run) -> list[dict[str, Any]]:
-    """The limit events recorded in ``run``'s nodes, in log order."""
-    found: list[dict[str, Any]] = []
-    for event in run.events:
-        metadata = event.get("metadata")
-        listed = metadata.get(META_LIMIT_EVENTS) if isinstance(metadata, dict) else None
-        if isinstance(listed, list):
-            found.extend(item for item in listed if isinstance(item, dict))
-    return found
-
-
-def limit_events_html(run: Run) -> tuple[str, str]:
+def limit_events_html(events: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     """A badge for the run's summary line and the list of its limit events ("" when none)."""
-    events = run_limit_events(run)
     if not events:
         return "", ""
     esc = html.escape

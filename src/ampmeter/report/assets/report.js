@@ -1,25 +1,65 @@
 "use strict";
-// Builds the call trees, timelines and filters from the inline JSON blob, and sorts the summary
-// table. Every piece of log data goes through textContent (never innerHTML), so markup in a
-// name or value is shown as text, never run.
+// Draws each open run's timeline and call tree from the inline JSON blob, pages long lists,
+// sorts the runs table, shortens labels that do not fit their room, and shows the tooltip of
+// whatever mark is under the pointer. Every piece of log data goes through textContent (never
+// innerHTML), so markup in a name or value is shown as text, never run.
 (function () {
-  var blob = document.getElementById("amp-data");
-  var data = JSON.parse(blob.textContent);
-  var CHUNK = 200;
+  var data = JSON.parse(document.getElementById("amp-data").textContent);
+  var CHUNK = 200, TIMELINE_ROWS = 300, SVG = "http://www.w3.org/2000/svg";
   // node = [span_id, parent_index, kind, name, status, model, tokens_in, tokens_out,
   //         cost_usd, unpriced, latency_ms, retries, stop_reason, error_class, end_ms, depth]
-  var SVG = "http://www.w3.org/2000/svg";
-  var TIMELINE_ROWS = 300;
   function el(tag, cls, text) {
     var e = document.createElement(tag);
     if (cls) e.className = cls;
     if (text !== undefined && text !== null) e.textContent = String(text);
     return e;
   }
+  function svg(tag, attrs, text) {
+    var e = document.createElementNS(SVG, tag);
+    for (var k in attrs) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = String(text);
+    return e;
+  }
   function money(v, unpriced) { return unpriced ? "unpriced" : "$" + Number(v).toPrecision(4); }
+
+  // -- tooltips: any element with data-tip, under the pointer --------------------------------
+  var tip = document.getElementById("tip");
+  function showTip(target, x, y) {
+    tip.textContent = target.getAttribute("data-tip");
+    tip.hidden = false;
+    var w = tip.offsetWidth, h = tip.offsetHeight;
+    var left = Math.min(x + 12, window.innerWidth - w - 8), top = y + 16;
+    if (top + h > window.innerHeight - 4) top = y - h - 10;
+    tip.style.left = Math.max(4, left) + "px";
+    tip.style.top = Math.max(4, top) + "px";
+  }
+  document.addEventListener("pointermove", function (e) {
+    var target = e.target.closest ? e.target.closest("[data-tip]") : null;
+    if (target) showTip(target, e.clientX, e.clientY); else tip.hidden = true;
+  });
+  document.addEventListener("pointerleave", function () { tip.hidden = true; });
+
+  // -- labels: a text with data-fit is shortened (binary search) until it fits its room ------
+  function fit(text) {
+    var room = Number(text.getAttribute("data-fit"));
+    var full = text.getAttribute("data-full") || text.textContent;
+    if (!room || text.getComputedTextLength() <= room) return;
+    text.setAttribute("data-full", full);
+    if (!text.closest("[data-tip]")) text.setAttribute("data-tip", full);
+    var lo = 0, hi = full.length;
+    while (lo < hi) {
+      var mid = Math.ceil((lo + hi) / 2);
+      text.textContent = full.slice(0, mid) + "…";
+      if (text.getComputedTextLength() <= room) lo = mid; else hi = mid - 1;
+    }
+    text.textContent = full.slice(0, lo) + "…";
+  }
+  function fitAll(root) { root.querySelectorAll("text[data-fit]").forEach(fit); }
+
+  // -- the call tree ---------------------------------------------------------------------------
   function childrenOf(run) {
     if (run._children) return run._children;
-    var kids = {}; var top = [];
+    var kids = {}, top = [];
     for (var i = 0; i < run.nodes.length; i++) {
       var p = run.nodes[i][1];
       if (p < 0) top.push(i); else (kids[p] = kids[p] || []).push(i);
@@ -28,9 +68,7 @@
     return kids;
   }
   function row(run, i) {
-    var n = run.nodes[i];
-    var li = el("li");
-    var div = el("div", "node " + n[4]);
+    var n = run.nodes[i], li = el("li"), div = el("div", "node " + n[4]);
     div.setAttribute("data-span", n[0]);
     var kids = childrenOf(run)[i] || [];
     var toggle = el("button", "toggle", kids.length ? "+" : "·");
@@ -66,11 +104,9 @@
     return li;
   }
   function renderList(run, ids, ul) {
-    var shown = 0;
-    var more = null;
+    var shown = 0, more = null;
     function next() {
-      var end = Math.min(ids.length, shown + CHUNK);
-      var frag = document.createDocumentFragment();
+      var end = Math.min(ids.length, shown + CHUNK), frag = document.createDocumentFragment();
       for (; shown < end; shown++) frag.appendChild(row(run, ids[shown]));
       ul.appendChild(frag);
       if (more) { more.remove(); more = null; }
@@ -83,20 +119,25 @@
     }
     next();
   }
-  function svg(tag, attrs, text) {
-    var e = document.createElementNS(SVG, tag);
-    for (var k in attrs) e.setAttribute(k, attrs[k]);
-    if (text !== undefined) e.textContent = String(text);
-    return e;
-  }
-  function niceStep(span) {
-    var raw = span / 6, mag = Math.pow(10, Math.floor(Math.log10(raw || 1)));
-    var steps = [1, 2, 5, 10];
+
+  // -- the timeline ----------------------------------------------------------------------------
+  // One row per call from its start (end - latency) to its end, in start order, coloured by
+  // status. The figure has three columns that never share space: call names on the left, the
+  // bars in the middle, and the reasons of stopped calls on the right, in the stopped call's
+  // row; each label is shortened to its column. Time ticks are spaced by their widest label.
+  function niceStep(raw) {
+    var mag = Math.pow(10, Math.floor(Math.log10(raw || 1)));
+    var steps = [1, 2, 2.5, 5, 10];
     for (var i = 0; i < steps.length; i++) if (steps[i] * mag >= raw) return steps[i] * mag;
     return 10 * mag;
   }
-  // A Gantt-style figure: one row per call from its start (end - latency) to its end, in start
-  // order, coloured by status; calls a limit stopped are marked with a red line and triangle.
+  // A tick's label in ms under two seconds, else in s, with the decimals its step needs (so
+  // no two ticks read alike).
+  function tickLabel(v, step, ms) {
+    var scale = ms ? 1000 : 1, st = step * scale, d = 0;
+    while (d < 6 && Math.abs(Number(st.toFixed(d)) - st) > st * 1e-6) d++;
+    return (v * scale).toFixed(d) + (ms ? " ms" : " s");
+  }
   function timeline(run, box) {
     var calls = [];
     for (var i = 0; i < run.nodes.length; i++) {
@@ -108,49 +149,70 @@
     calls.sort(function (a, b) { return a.start - b.start || a.i - b.i; });
     var hidden = Math.max(0, calls.length - TIMELINE_ROWS);
     calls = calls.slice(0, TIMELINE_ROWS);
-    var t0 = Infinity, t1 = -Infinity;
-    calls.forEach(function (c) { t0 = Math.min(t0, c.start); t1 = Math.max(t1, c.end); });
-    var span = Math.max(t1 - t0, 1), W = 1000, LEFT = 210, RIGHT = 30, ROW = 16, TOP = 22;
-    var H = TOP + calls.length * ROW + 8;
-    var x = function (t) { return LEFT + (t - t0) / span * (W - LEFT - RIGHT); };
-    var root = svg("svg", {viewBox: "0 0 " + W + " " + H, width: "100%", role: "img",
+    var t0 = Infinity, t1 = -Infinity, stops = 0;
+    calls.forEach(function (c) {
+      t0 = Math.min(t0, c.start); t1 = Math.max(t1, c.end);
+      if (run.nodes[c.i][4] === "halt") stops++;
+    });
+    var span = Math.max(t1 - t0, 1), W = Math.max(600, Math.floor(box.clientWidth || 1000));
+    var LEFT = Math.min(230, Math.round(W * 0.24)), STOPS = stops ? Math.min(320, Math.round(W * 0.3)) : 0;
+    var PLOT_END = W - STOPS - 14, ROW = 18, TOP = 22, H = TOP + calls.length * ROW + 6;
+    var x = function (t) { return LEFT + (t - t0) / span * (PLOT_END - LEFT); };
+    var root = svg("svg", {viewBox: "0 0 " + W + " " + H, width: W, height: H, role: "img",
                            "aria-label": "timeline of " + calls.length + " calls", "class": "gantt"});
-    var step = niceStep(span / 1000);
-    for (var s = 0; s <= span / 1000 + 1e-9; s += step) {
-      var gx = x(t0 + s * 1000);
+    box.appendChild(root);
+    // ticks: as many as fit with the widest label and a gap between neighbours
+    var ms = span < 2000;
+    var probe = svg("text", {x: 0, y: 0, "class": "tick"}, tickLabel(span / 1000, span / 1e7, ms));
+    root.appendChild(probe);
+    var labelW = probe.getComputedTextLength() + 16;
+    probe.remove();
+    var step = niceStep((span / 1000) / Math.max(1, Math.floor((PLOT_END - LEFT) / labelW)));
+    for (var k = 0; k * step <= span / 1000 + 1e-9; k++) {
+      var gx = x(t0 + k * step * 1000);
       root.appendChild(svg("line", {x1: gx, x2: gx, y1: TOP - 4, y2: H, "class": "grid"}));
-      root.appendChild(svg("text", {x: gx, y: 12, "class": "tick"}, (Math.round(s * 1000) / 1000) + " s"));
+      root.appendChild(svg("text", {x: gx, y: 12, "class": "tick"}, tickLabel(k * step, step, ms)));
     }
-    calls.forEach(function (c, row) {
-      var n = run.nodes[c.i], y = TOP + row * ROW;
-      var label = "  ".repeat(Math.max(0, (n[15] || 1) - 1)) + n[2] + " " + n[3];
-      root.appendChild(svg("text", {x: LEFT - 6, y: y + 11, "class": "label"}, label.length > 34 ? label.slice(0, 33) + "…" : label));
-      var bar = svg("rect", {x: x(c.start), y: y + 2, width: Math.max(2, x(c.end) - x(c.start)), height: ROW - 5, "class": "bar " + n[4] + " " + n[2]});
-      bar.appendChild(svg("title", {}, n[2] + " " + n[3] + ": " + (n[10] || 0) + " ms, " + n[4]));
+    if (STOPS) root.appendChild(svg("text", {x: PLOT_END + 12, y: 12, "class": "stop-head"}, "stopped because"));
+    calls.forEach(function (c, r) {
+      var n = run.nodes[c.i], y = TOP + r * ROW, halted = n[4] === "halt";
+      var what = n[2] + " " + n[3] + ": " + (n[10] || 0) + " ms, " + n[4] +
+        (n[5] ? ", " + n[5] : "") + ", tokens " + n[6] + "/" + n[7] + ", " + money(n[8], n[9]);
+      if (halted) {
+        root.appendChild(svg("rect", {x: 0, y: y, width: W, height: ROW, "class": "halt-row"}));
+      }
+      var indent = Math.min(5, Math.max(0, (n[15] || 1) - 1)) * 10;
+      root.appendChild(svg("text", {x: 4 + indent, y: y + 13, "class": "label", "data-fit": LEFT - 12 - indent,
+                                    "data-tip": what}, n[2] + " " + n[3]));
       // A call stopped before it ran has no duration: only its mark is drawn. A call that was
       // running when a limit stopped it (a sub-agent) keeps its bar as well.
-      if (n[4] !== "halt" || n[10] > 0) root.appendChild(bar);
-      if (n[4] === "halt") {
-        var hx = x(c.end);
+      if (!halted || n[10] > 0) {
+        root.appendChild(svg("rect", {x: x(c.start), y: y + 3, width: Math.max(2, x(c.end) - x(c.start)),
+                                      height: ROW - 6, "class": "bar " + n[4] + " " + n[2], "data-tip": what}));
+      }
+      if (halted) {
+        var hx = x(c.end), reason = n[12] || "stopped";
         root.appendChild(svg("line", {x1: hx, x2: hx, y1: TOP - 4, y2: H, "class": "stop-line"}));
-        var mark = svg("path", {d: "M" + (hx - 6) + " " + (y + 1) + " L" + (hx + 6) + " " + (y + 1) + " L" + hx + " " + (y + 13) + " Z", "class": "stop-mark"});
-        mark.appendChild(svg("title", {}, n[3] + " stopped: " + (n[12] || "limit")));
-        root.appendChild(mark);
-        var onLeft = hx > W * 0.55;  // keep the reason inside the figure
-        root.appendChild(svg("text", {x: onLeft ? hx - 9 : hx + 9, y: y + 11, "class": "stop-text",
-                                      "text-anchor": onLeft ? "end" : "start"}, "stop: " + (n[12] || "limit")));
+        root.appendChild(svg("path", {d: "M" + (hx - 6) + " " + (y + 2) + " L" + (hx + 6) + " " + (y + 2) + " L" + hx + " " + (y + 15) + " Z",
+                                      "class": "stop-mark", "data-tip": n[3] + " stopped: " + reason}));
+        root.appendChild(svg("text", {x: PLOT_END + 12, y: y + 13, "class": "stop-text", "data-fit": STOPS - 16,
+                                      "data-tip": n[3] + " stopped: " + reason}, reason));
       }
     });
-    box.appendChild(root);
+    fitAll(root);
+    // a last check that neighbouring tick labels keep apart (fonts differ from the estimate)
+    var ticks = root.querySelectorAll("text.tick"), last = -Infinity;
+    ticks.forEach(function (t) {
+      var b = t.getBBox();
+      if (b.x < last + 4 || b.x + b.width > PLOT_END + 10) t.remove(); else last = b.x + b.width;
+    });
     if (hidden) box.appendChild(el("p", "muted", "The first " + TIMELINE_ROWS + " calls are drawn; " + hidden + " later ones are not."));
   }
-  // Filtering shows the matching calls as a flat list (each can still be opened); clearing
-  // the filter shows the tree again.
+
+  // -- filters: the matching calls as a flat list; clearing shows the tree again ---------------
   function filters(run, details, tree) {
-    var text = details.querySelector(".filter-text");
-    var status = details.querySelector(".filter-status");
-    var model = details.querySelector(".filter-model");
-    var count = details.querySelector(".filter-count");
+    var text = details.querySelector(".filter-text"), status = details.querySelector(".filter-status");
+    var model = details.querySelector(".filter-model"), count = details.querySelector(".filter-count");
     var models = {};
     run.nodes.forEach(function (n) { if (n[5]) models[n[5]] = true; });
     Object.keys(models).sort().forEach(function (m) { var o = el("option", null, m); o.value = m; model.appendChild(o); });
@@ -177,24 +239,68 @@
     status.addEventListener("change", apply);
     model.addEventListener("change", apply);
   }
-  var runs = document.querySelectorAll("details.run");
-  for (var r = 0; r < runs.length; r++) {
-    (function (details) {
-      var run = data.runs[Number(details.getAttribute("data-run"))];
-      var done = false;
-      details.addEventListener("toggle", function () {
-        if (!details.open || done) return;
-        done = true;
-        childrenOf(run);
-        timeline(run, details.querySelector(".timeline"));
-        var ul = el("ul", "tree top");
-        renderList(run, run._top, ul);
-        details.appendChild(ul);
-        filters(run, details, ul);
-      });
-    })(runs[r]);
+  function build(details) {
+    if (details._built || !details.hasAttribute("data-run")) return;
+    details._built = true;
+    var run = data.runs[Number(details.getAttribute("data-run"))];
+    childrenOf(run);
+    timeline(run, details.querySelector(".timeline"));
+    var ul = el("ul", "tree top");
+    renderList(run, run._top, ul);
+    details.appendChild(ul);
+    filters(run, details, ul);
   }
-  // The summary table sorts by a column when its header is clicked (or Enter is pressed on it).
+  document.querySelectorAll("details.run").forEach(function (details) {
+    details.addEventListener("toggle", function () { if (details.open) build(details); });
+    if (details.open) build(details);
+  });
+
+  // -- pages: a .paged box shows data-page of its items at a time ------------------------------
+  function pager(box) {
+    var size = Number(box.getAttribute("data-page")), nav = box.querySelector("nav.pager");
+    var page = 0;
+    function items() { return box.querySelectorAll(box.getAttribute("data-items")); }
+    function show(p) {
+      var all = items(), pages = Math.max(1, Math.ceil(all.length / size));
+      page = Math.max(0, Math.min(p, pages - 1));
+      all.forEach(function (item, i) { item.hidden = Math.floor(i / size) !== page; });
+      nav.textContent = "";
+      if (pages < 2) return;
+      var prev = el("button", "prev", "‹ previous"), next = el("button", "next", "next ›");
+      prev.type = next.type = "button";
+      prev.disabled = page === 0; next.disabled = page === pages - 1;
+      prev.addEventListener("click", function () { show(page - 1); });
+      next.addEventListener("click", function () { show(page + 1); });
+      var first = page * size + 1, last = Math.min(all.length, first + size - 1);
+      nav.appendChild(prev);
+      nav.appendChild(el("span", "where", "page " + (page + 1) + " of " + pages + " (" + first + "–" + last + " of " + all.length + ")"));
+      nav.appendChild(next);
+    }
+    box._show = show;
+    box._pageOf = function (item) {
+      return Math.floor(Array.prototype.indexOf.call(items(), item) / size);
+    };
+    show(0);
+  }
+  document.querySelectorAll(".paged").forEach(pager);
+  // A run's id in the table opens its panel (on its page).
+  function openRun(id) {
+    var details = document.getElementById(id);
+    if (!details) return;
+    var box = details.closest(".paged");
+    if (box) box._show(box._pageOf(details));
+    details.open = true;
+    build(details);
+    details.scrollIntoView();
+  }
+  document.addEventListener("click", function (e) {
+    var a = e.target.closest ? e.target.closest("a.open-run") : null;
+    if (!a) return;
+    e.preventDefault();
+    openRun(a.getAttribute("href").slice(1));
+  });
+
+  // -- the runs table sorts by a column (click or Enter on its header), then pages again ------
   var table = document.querySelector("table.summary");
   if (table) {
     var heads = table.querySelectorAll("thead th");
@@ -217,10 +323,12 @@
           return asc ? c : -c;
         });
         rows.forEach(function (tr) { body.appendChild(tr); });
+        table.closest(".paged")._show(0);
       }
       th.addEventListener("click", sort);
       th.addEventListener("keydown", function (e) { if (e.key === "Enter") sort(); });
     });
   }
+  fitAll(document);
   document.documentElement.setAttribute("data-ready", "1");
 })();

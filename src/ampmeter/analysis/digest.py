@@ -1,0 +1,348 @@
+"""One streaming pass over TokenTracker logs that keeps what the report shows, in bounded memory.
+
+A 1 GB log holds millions of events; holding each one as a dict (as :func:`load_runs` does)
+takes several times the file's size. :func:`digest_logs` reads each event once and keeps:
+
+- per run, the totals of its summary row (the same row :func:`summarize_run` gives), the usage
+  of every stats key the logs can tell (for the limit panel), the ceilings its stops name, its
+  first stops and limit events, and 21 bytes per event (span and parent hashes, the status
+  and the failure's error class as a number) from which its call depths and last top-level
+  call are found when the pass ends;
+- per model, the priced cost and the tokens; the latencies of the LLM calls that were sent
+  (as a count per value, so the percentiles stay exact);
+- the events themselves (as :class:`Call`) only for the first runs, up to a node budget, so the
+  report can draw their trees and timelines.
+
+A call stopped before it was sent (``halt`` with no tokens) is counted as a stopped call, never
+as a sent one, and has no latency (issue 26: the p50 of the real calls only).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from array import array
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ampmeter.analysis._records import AnalysisError, record_line
+from ampmeter.analysis.ceilings import call_usage, parse_stop_reason
+from ampmeter.analysis.runs import Call, call_depths, call_from_event
+from ampmeter.analysis.summary import RunSummary, termination_of
+from ampmeter.logs import read_jsonl
+from ampmeter.metrics import was_sent
+from ampmeter.policies import META_LIMIT_EVENTS
+
+__all__ = [
+    "DETAIL_BUDGET",
+    "DETAIL_PER_RUN",
+    "STOPS_KEPT",
+    "LogDigest",
+    "RunDigest",
+    "digest_logs",
+]
+
+DETAIL_BUDGET: Final = 60_000
+"""Events kept in full (for trees and timelines) across all runs."""
+DETAIL_PER_RUN: Final = 12_000
+"""Events kept in full for any one run."""
+STOPS_KEPT: Final = 50
+"""Stopped calls (and limit events) kept per run for the stop list."""
+_DISTINCT_LATENCIES: Final = 100_000  # past this many distinct values, count whole ms only
+
+_SUCCESS, _FAIL, _HALT, _OTHER = 0, 1, 2, 3
+_CODE: Final = {"success": _SUCCESS, "fail": _FAIL, "halt": _HALT}
+_HAS_PARENT: Final = 4
+
+
+@dataclass(slots=True)
+class RunDigest:
+    """What the report keeps of one run (see the module's docstring)."""
+
+    run_id: str
+    sources: list[str] = field(default_factory=list)
+    events: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    sent_calls: int = 0
+    stopped_unsent: int = 0
+    retries: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    unpriced_calls: int = 0
+    halted: int = 0
+    """Stopped LLM and tool calls (the summary's ``halted``)."""
+    halted_nodes: int = 0
+    """Stopped nodes of any kind (a sub-agent's own node too): the length of the stop list."""
+    failed: int = 0
+    completions: int = 0
+    first_completion_in: int = 0
+    last_completion_in: int = 0
+    first_halt: tuple[str | None] | None = None
+    termination_reason: str | None = None
+    start_ms: float | None = None
+    end_ms: float | None = None
+    usage: dict[str, float] = field(default_factory=dict)
+    ceilings: dict[str, float] = field(default_factory=dict)
+    stops: list[Call] = field(default_factory=list)
+    limit_events: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    """The run's events in full, in log order, while the detail budget lasts."""
+    calls_dropped: int = 0
+    max_depth: int = 0
+    _spans: array[int] = field(default_factory=lambda: array("q"))
+    _parents: array[int] = field(default_factory=lambda: array("q"))
+    _flags: array[int] = field(default_factory=lambda: array("b"))
+    _errors: array[int] = field(default_factory=lambda: array("i"))
+    _error_names: dict[str | None, int] = field(default_factory=lambda: {None: 0})
+    _stop_positions: list[int] = field(default_factory=list)
+    _last_top: tuple[str, str | None] = ("", None)
+
+    @property
+    def detailed(self) -> bool:
+        """True when every event of the run is kept in :attr:`calls`."""
+        return self.calls_dropped == 0 and len(self.calls) == self.events
+
+    def add(self, call: Call, keep: bool) -> None:
+        """Count one event of this run; keep it in full when ``keep``."""
+        position = self.events
+        self.events += 1
+        kind, status = call.kind, call.status
+        counted = kind in ("llm", "tool")
+        if kind == "llm":
+            self.llm_calls += 1
+        elif kind == "tool":
+            self.tool_calls += 1
+        sent = was_sent(status, call.tokens_in, call.tokens_out)
+        if counted:
+            if sent:
+                self.sent_calls += 1
+            else:
+                self.stopped_unsent += 1
+        if kind == "llm" and sent:
+            if self.completions == 0:
+                self.first_completion_in = call.tokens_in
+            self.last_completion_in = call.tokens_in
+            self.completions += 1
+        self.retries += call.retries
+        self.tokens_in += call.tokens_in
+        self.tokens_out += call.tokens_out
+        if call.unpriced:
+            self.unpriced_calls += 1
+        else:
+            self.cost_usd += call.cost_usd
+        code = _CODE.get(status, _OTHER)
+        error = 0
+        if code == _HALT:
+            self.halted_nodes += 1
+            if counted:  # a sub-agent's own node is not a call (DESIGN.md §2)
+                self.halted += 1
+            if self.first_halt is None:
+                self.first_halt = (call.stop_reason,)
+            limit = parse_stop_reason(call.stop_reason)
+            if limit is not None:
+                self.ceilings[limit.key] = limit.ceiling
+            if len(self.stops) < STOPS_KEPT:
+                self.stops.append(_light(call))
+                self._stop_positions.append(position)
+        elif code == _FAIL:
+            self.failed += 1
+            error = self._error_names.setdefault(call.error_class, len(self._error_names))
+        reason = call.metadata.get("termination_reason")
+        if isinstance(reason, str):
+            self.termination_reason = reason
+        listed = call.metadata.get(META_LIMIT_EVENTS)
+        if isinstance(listed, list):
+            room = STOPS_KEPT - len(self.limit_events)
+            self.limit_events.extend([e for e in listed if isinstance(e, dict)][: max(room, 0)])
+        usage = self.usage
+        for key, value in call_usage(call).items():
+            usage[key] = usage.get(key, 0.0) + value
+        if call.end_ms is not None:
+            start = call.end_ms - (call.latency_ms or 0.0)
+            if self.start_ms is None or start < self.start_ms:
+                self.start_ms = start
+            if self.end_ms is None or call.end_ms > self.end_ms:
+                self.end_ms = call.end_ms
+        self._spans.append(hash(call.span_id))
+        self._parents.append(0 if call.parent_id is None else hash(call.parent_id))
+        self._flags.append(code | (0 if call.parent_id is None else _HAS_PARENT))
+        self._errors.append(error)
+        if keep:
+            self.calls.append(_light(call))
+        else:
+            self.calls_dropped += 1
+
+    def finish(self) -> None:
+        """Find the call depths (and with them the last top-level call) once the pass is over."""
+        flags = self._flags
+        parents = [self._parents[i] if flags[i] & _HAS_PARENT else None for i in range(len(flags))]
+        depths = call_depths(self._spans, parents)
+        self.max_depth = max(depths, default=0)
+        last = next((i for i in range(len(depths) - 1, -1, -1) if depths[i] == 1), None)
+        if last is not None:
+            code = flags[last] & 3
+            status = {_SUCCESS: "success", _FAIL: "fail", _HALT: "halt"}.get(code, "other")
+            names = {number: name for name, number in self._error_names.items()}
+            self._last_top = (status, names[self._errors[last]])
+        # the kept calls are the run's first events, in order
+        for call, depth in zip(self.calls, depths, strict=False):
+            call.depth = depth
+        for stop, position in zip(self.stops, self._stop_positions, strict=True):
+            stop.depth = depths[position]
+        # the per-event arrays are only needed for the depths
+        self._spans, self._parents, self._flags = array("q"), array("q"), array("b")
+        self._errors, self._error_names = array("i"), {None: 0}
+
+    def summary(self) -> RunSummary:
+        """The run's summary row (equal to :func:`ampmeter.analysis.summarize_run`'s)."""
+        termination, stop = termination_of(self.termination_reason, self.first_halt, self._last_top)
+        growth = 0.0
+        if self.completions >= 2:
+            growth = (self.last_completion_in - self.first_completion_in) / (self.completions - 1)
+        return RunSummary(
+            run_id=self.run_id,
+            llm_calls=self.llm_calls,
+            tool_calls=self.tool_calls,
+            retries=self.retries,
+            tokens_in=self.tokens_in,
+            tokens_out=self.tokens_out,
+            cost_usd=self.cost_usd,
+            unpriced_calls=self.unpriced_calls,
+            llm_calls_per_root=float(self.llm_calls),
+            tool_calls_per_root=float(self.tool_calls),
+            retries_per_root=float(self.retries),
+            base_context=self.first_completion_in if self.completions else 0,
+            context_growth_avg=growth,
+            max_depth=self.max_depth,
+            halted=self.halted,
+            failed=self.failed,
+            termination=termination,
+            stop_reason=stop,
+        )
+
+
+def _light(call: Call) -> Call:
+    """A copy of ``call`` without its metadata dict (the report reads only the fields)."""
+    return Call(
+        call.span_id,
+        call.parent_id,
+        call.kind,
+        call.name,
+        call.status,
+        call.model,
+        call.tokens_in,
+        call.tokens_out,
+        call.cost_usd,
+        call.unpriced,
+        call.latency_ms,
+        call.retries,
+        call.stop_reason,
+        call.error_class,
+        call.tool_calls_made,
+        call.end_ms,
+    )
+
+
+@dataclass(slots=True)
+class LogDigest:
+    """Every run's digest (first-seen order) and the figures' inputs across runs."""
+
+    runs: list[RunDigest] = field(default_factory=list)
+    by_model: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per model (``(none)`` for LLM calls without one): priced ``cost_usd`` and ``tokens``."""
+    latencies: Counter[float] = field(default_factory=Counter)
+    """How many sent LLM calls took each latency (ms)."""
+    skipped_lines: int = 0
+
+    @property
+    def latency_count(self) -> int:
+        """How many sent LLM calls have a latency."""
+        return sum(self.latencies.values())
+
+    def latency_percentile(self, q: float) -> float | None:
+        """The ``q``-th percentile of the sent LLM calls' latencies, by the rule of
+        :func:`ampmeter.analysis.percentile` (linear between the two nearest ranks)."""
+        total = self.latency_count
+        if total == 0:
+            return None
+        rank = (total - 1) * q / 100.0
+        low = math.floor(rank)
+        below = _value_at(self.latencies, low)
+        above = _value_at(self.latencies, min(low + 1, total - 1))
+        return below + (above - below) * (rank - low)
+
+
+def _value_at(counts: Counter[float], index: int) -> float:
+    """The ``index``-th (0-based) value of the sorted multiset ``counts``."""
+    seen = 0
+    for value in sorted(counts):
+        seen += counts[value]
+        if seen > index:
+            return value
+    raise IndexError(index)
+
+
+def digest_logs(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    best_effort: bool = False,
+    detail_budget: int = DETAIL_BUDGET,
+    detail_per_run: int = DETAIL_PER_RUN,
+) -> LogDigest:
+    """Read TokenTracker logs once and digest them (see the module's docstring).
+
+    Errors are those of :func:`ampmeter.analysis.load_runs`: invalid JSON raises
+    :class:`ampmeter.logs.JsonlError` (skipped with ``best_effort``), an event without
+    ``event_type``, ``run_id``, ``usage`` or a numeric ``cost_usd`` :class:`AnalysisError`
+    naming ``file:line``.
+    """
+    digest = LogDigest()
+    runs: dict[str, RunDigest] = {}
+    budget = detail_budget
+    latencies = digest.latencies
+    for raw_path in paths:
+        path = os.fspath(raw_path)
+        with read_jsonl(path, best_effort=best_effort) as reader:
+            for index, obj in enumerate(reader):
+                try:
+                    call = call_from_event(obj, index)
+                except ValueError as exc:
+                    line = record_line(path, index, best_effort)
+                    raise AnalysisError(path, line, str(exc)) from None
+                run_id: str = obj["run_id"]
+                run = runs.get(run_id)
+                if run is None:
+                    run = runs[run_id] = RunDigest(run_id)
+                    digest.runs.append(run)
+                if path not in run.sources:
+                    run.sources.append(path)
+                keep = budget > 0 and run.calls_dropped == 0 and len(run.calls) < detail_per_run
+                if keep:
+                    budget -= 1
+                run.add(call, keep)
+                if call.kind == "llm":
+                    _add_model(digest.by_model, call)
+                    if call.latency_ms is not None and was_sent(
+                        call.status, call.tokens_in, call.tokens_out
+                    ):
+                        latency = call.latency_ms
+                        if len(latencies) >= _DISTINCT_LATENCIES:
+                            latency = float(round(latency))
+                        latencies[latency] += 1
+            digest.skipped_lines += reader.skipped
+    for run in digest.runs:
+        run.finish()
+    return digest
+
+
+def _add_model(by_model: dict[str, dict[str, float]], call: Call) -> None:
+    slot = by_model.get(call.model or "(none)")
+    if slot is None:
+        slot = by_model[call.model or "(none)"] = {"cost_usd": 0.0, "tokens": 0.0}
+    if not call.unpriced:
+        slot["cost_usd"] += call.cost_usd
+    slot["tokens"] += call.tokens_in + call.tokens_out

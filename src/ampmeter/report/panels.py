@@ -1,0 +1,257 @@
+"""The pieces of the report's HTML for one run (spend against each limit, the stop list, the
+panel that holds them with the timeline and the calls) and the table of all runs.
+
+Log text is escaped here; stop reasons are scrubbed of secrets again, since logs written
+elsewhere (or by an older version) may hold unscrubbed error text.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from ampmeter import redact
+from ampmeter.analysis.ceilings import derivable
+from ampmeter.analysis.digest import RunDigest
+from ampmeter.analysis.summary import NUMERIC_COLUMNS, RunSummary
+from ampmeter.keys import KEY_COST, KEY_COST_FOR, KEY_INPUT_TOKENS, KEY_LLM_CALLS
+from ampmeter.report.charts import dollars
+from ampmeter.report.limit_events import limit_events_html
+
+__all__ = ["TABLE_COLUMNS", "run_panel", "runs_table", "scrubbed"]
+
+esc = html.escape
+
+# The amplification factors per root are left out: with one root per run they equal the totals.
+TABLE_COLUMNS: Final = (
+    ("run_id", "run"),
+    ("llm_calls", "LLM calls"),
+    ("tool_calls", "tool calls"),
+    ("halted", "stopped calls"),
+    ("failed", "failed"),
+    ("retries", "retries"),
+    ("tokens_in", "tokens in"),
+    ("tokens_out", "tokens out"),
+    ("cost_usd", "cost (priced)"),
+    ("unpriced_calls", "unpriced calls"),
+    ("base_context", "base ctx"),
+    ("context_growth_avg", "ctx growth"),
+    ("max_depth", "max depth"),
+    ("termination", "termination"),
+    ("stop_reason", "stop reason"),
+)
+_TEXT_COLUMNS: Final = ("run_id", "termination", "stop_reason")
+# Columns whose total over runs means something (a sum of depths or of averages does not).
+_SUMMED: Final = (
+    "llm_calls",
+    "tool_calls",
+    "halted",
+    "failed",
+    "retries",
+    "tokens_in",
+    "tokens_out",
+    "cost_usd",
+    "unpriced_calls",
+)
+PAGE_ROWS: Final = 50
+PAGE_RUNS: Final = 20
+# Keys shown as spend even when no ceiling is known for them.
+_SPEND_KEYS: Final = (KEY_COST, KEY_LLM_CALLS, KEY_INPUT_TOKENS)
+
+
+def scrubbed(text: str | None) -> str | None:
+    """``text`` with secrets removed (None stays None)."""
+    return None if text is None else redact.scrub(text)
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:,.4g}" if value != int(value) else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _cell(key: str, value: object) -> str:
+    if key == "cost_usd" and isinstance(value, float):
+        return dollars(value)
+    return _fmt(value)
+
+
+def _amount(key: str, value: float) -> str:
+    if key == KEY_COST or key.startswith(KEY_COST_FOR):
+        return dollars(value)
+    return f"{value:,.0f}" if value == int(value) else f"{value:,.4g}"
+
+
+def _limit_row(key: str, used: float | None, cap: float | None, origin: str) -> str:
+    name = f'<span class="key">{esc(key)}</span>'
+    if cap is None:
+        spent = esc(_amount(key, used or 0.0))
+        return (
+            f'<div class="limit none">{name}<span class="bar"></span>'
+            f'<span class="used">{spent} <span class="muted">(no ceiling known)</span>'
+            f"</span></div>"
+        )
+    if used is None:
+        return (
+            f'<div class="limit">{name}<span class="bar"></span><span class="used muted">'
+            f"not in the log; ceiling {esc(_amount(key, cap))} ({origin})</span></div>"
+        )
+    share = used / cap if cap > 0 else (1.0 if used > 0 else 0.0)
+    level = "over" if share >= 1 else "near" if share >= 0.8 else "ok"
+    tip = esc(f"{key}: {_amount(key, used)} of {_amount(key, cap)} ({share:.0%})", quote=True)
+    return (
+        f'<div class="limit {level}">{name}<span class="bar" role="meter" data-tip="{tip}" '
+        f'aria-valuenow="{share:.4f}" aria-valuemin="0" aria-valuemax="1">'
+        f'<span style="width:{min(share, 1.0) * 100:.1f}%"></span></span>'
+        f'<span class="used">{esc(_amount(key, used))} of {esc(_amount(key, cap))} '
+        f"({share:.0%}; ceiling {origin})</span></div>"
+    )
+
+
+def _limits(run: RunDigest, given: Mapping[str, float]) -> str:
+    """The run's spend against each limit whose ceiling is known (given, or named by a stop),
+    and its spend on the main keys when no ceiling is known for them."""
+    ceilings = {**run.ceilings, **given}
+    rows = [
+        _limit_row(
+            key,
+            run.usage.get(key, 0.0) if derivable(key) else None,
+            cap,
+            "given" if key in given else "named by a stop",
+        )
+        for key, cap in ceilings.items()
+    ]
+    rows += [
+        _limit_row(k, run.usage.get(k, 0.0), None, "") for k in _SPEND_KEYS if k not in ceilings
+    ]
+    return f'<div class="limits">{"".join(rows)}</div>'
+
+
+def _stops(run: RunDigest) -> str:
+    if not run.stops:
+        return '<p class="muted">No call was stopped.</p>'
+    t0 = run.start_ms
+    items = []
+    for stop in run.stops:
+        when = ""
+        if t0 is not None and stop.end_ms is not None:
+            when = f'<span class="when">{(stop.end_ms - t0) / 1000:.2f} s</span>'
+        what = "sub-agent" if stop.kind == "system" else stop.kind
+        items.append(
+            f'<li data-span="{esc(stop.span_id, quote=True)}">{when}<span class="what">'
+            f"{esc(what)} <b>{esc(stop.name)}</b></span>"
+            f'<span class="why">{esc(scrubbed(stop.stop_reason) or "stopped")}</span></li>'
+        )
+    more = run.halted_nodes - len(run.stops)
+    tail = f'<p class="muted">and {more:,} more</p>' if more > 0 else ""
+    return f'<ol class="stops">{"".join(items)}</ol>{tail}'
+
+
+def run_panel(
+    index: int, run: RunDigest, data_index: int | None, given: Mapping[str, float], open_: bool
+) -> str:
+    """One run's panel: spend against each limit and its stops side by side, its timeline,
+    then its calls (drawn by the page's script from the data of run ``data_index``; None when
+    the run is beyond the report's detail budget)."""
+    s = run.summary()
+    marks = [f'<span class="badge sent">{run.sent_calls:,} sent</span>']
+    if run.stopped_unsent:
+        marks.append(
+            f'<span class="badge halt">{run.stopped_unsent:,} stopped before sending</span>'
+        )
+    if s.failed:
+        marks.append(f'<span class="badge fail">{s.failed:,} failed</span>')
+    badge, limit_events = limit_events_html(run.limit_events)
+    marks.append(badge)
+    cost = dollars(s.cost_usd) + (f" + {s.unpriced_calls} unpriced" if s.unpriced_calls else "")
+    head = (
+        f'<summary><span class="run-id">{esc(run.run_id)}</span> '
+        f'<span class="muted">{run.events:,} nodes · {esc(cost)} · {esc(s.termination)}'
+        f"</span> {' '.join(m for m in marks if m)}</summary>"
+    )
+    if data_index is None:
+        calls = (
+            '<p class="muted">This run is beyond the report\'s detail budget: its totals, '
+            "limits and stops are shown, its timeline and calls are not.</p>"
+        )
+        timeline = ""
+    else:
+        dropped = (
+            f'<p class="muted">The first {len(run.calls):,} of {run.events:,} events '
+            "are drawn (the report's detail budget).</p>"
+            if run.calls_dropped
+            else ""
+        )
+        timeline = f'<h3>Timeline</h3><div class="timeline"></div>{dropped}'
+        calls = (
+            '<h3>Calls</h3><div class="filters"><input type="search" class="filter-text" '
+            'placeholder="filter by name or model" aria-label="filter by name or model">'
+            '<select class="filter-status" aria-label="status"><option value="">any status'
+            "</option><option>success</option><option>fail</option><option>halt</option>"
+            '</select><select class="filter-model" aria-label="model"><option value="">any '
+            'model</option></select><span class="filter-count muted"></span></div>'
+        )
+    data = f' data-run="{data_index}"' if data_index is not None else ""
+    return (
+        f'<details class="run" id="run-{index}"{data}{" open" if open_ else ""}>{head}'
+        f'{limit_events}<div class="glance"><section class="limit-panel"><h3>Spend and limits'
+        f'</h3>{_limits(run, given)}</section><section class="stop-panel"><h3>Stops '
+        f'<span class="muted">({run.halted_nodes:,})</span></h3>{_stops(run)}</section></div>'
+        f"{timeline}{calls}</details>"
+    )
+
+
+def runs_table(
+    summaries: Sequence[RunSummary],
+    across: Mapping[str, Mapping[str, float | None]],
+    panels: Mapping[int, int],
+) -> str:
+    """All runs in one sortable table shown :data:`PAGE_ROWS` rows a page, with a totals row
+    and the p50/p95 of each column across runs; a run's id links to its panel (``panels``
+    maps a row to the run's panel number)."""
+    head = "".join(
+        f'<th scope="col" data-sort="{"text" if k in _TEXT_COLUMNS else "num"}" tabindex="0" '
+        f'title="sort by {esc(label)}">{esc(label)}</th>'
+        for k, label in TABLE_COLUMNS
+    )
+    body = []
+    for i, summary in enumerate(summaries):
+        d = summary.to_dict()
+        d["stop_reason"] = scrubbed(d["stop_reason"])
+        cells = []
+        for key, _ in TABLE_COLUMNS:
+            if key not in _TEXT_COLUMNS:
+                cells.append(f'<td data-v="{d[key]!r}">{esc(_cell(key, d[key]))}</td>')
+                continue
+            text = esc(_fmt(d[key])).replace("_", "_<wbr>")  # may break after "_" when narrow
+            if key == "run_id" and i in panels:
+                text = f'<a href="#run-{panels[i]}" class="open-run">{text}</a>'
+            cells.append(f'<td class="text">{text}</td>')
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    totals = "".join(
+        f'<td class="text">total ({len(summaries):,} runs)</td>'
+        if k == "run_id"
+        else f"<td>{esc(_cell(k, sum(getattr(s, k) for s in summaries)))}</td>"
+        if k in _SUMMED
+        else "<td></td>"
+        for k, _ in TABLE_COLUMNS
+    )
+    foot = [f'<tr class="totals">{totals}</tr>']
+    for q in ("p50", "p95"):
+        row = "".join(
+            f"<td>{esc(_cell(k, across[k][q]))}</td>"
+            if k in NUMERIC_COLUMNS
+            else f'<td class="text">{q if k == "run_id" else ""}</td>'
+            for k, _ in TABLE_COLUMNS
+        )
+        foot.append(f'<tr class="across">{row}</tr>')
+    return (
+        f'<div class="paged" data-page="{PAGE_ROWS}" data-items="tbody tr">'
+        f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
+        f'<tfoot>{"".join(foot)}</tfoot></table><nav class="pager"></nav></div>'
+    )
