@@ -18,8 +18,8 @@ import pytest
 
 from ampmeter import ExecutionContext, LimitExceeded, Node, find_limit_exceeded
 from ampmeter.integrations import instrument, uninstrument
-from ampmeter.integrations._common import META_OPERATION, META_USAGE_ESTIMATED
 from ampmeter.integrations.http import META_TRANSPORT
+from ampmeter.integrations.lifecycle import META_OPERATION, META_USAGE_ESTIMATED
 from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.sinks.memory import MemorySink

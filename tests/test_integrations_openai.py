@@ -13,7 +13,7 @@ from openai.resources.responses import Responses
 import ampmeter.pricing
 from ampmeter import ExecutionContext, Limit, LimitExceeded
 from ampmeter.integrations import instrument, is_instrumented, uninstrument
-from ampmeter.integrations._common import META_PROMPT_TEXT, META_RESPONSE_TEXT
+from ampmeter.integrations.lifecycle import META_PROMPT_TEXT, META_RESPONSE_TEXT
 from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.sinks.memory import MemorySink

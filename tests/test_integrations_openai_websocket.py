@@ -17,7 +17,7 @@ import pytest
 from websockets.sync.server import ServerConnection, serve
 
 from ampmeter import ExecutionContext, LimitExceeded, Node
-from ampmeter.integrations._common import META_OPERATION, META_TRANSPORT
+from ampmeter.integrations.lifecycle import META_OPERATION, META_TRANSPORT
 from ampmeter.keys import KEY_LLM_CALLS
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded

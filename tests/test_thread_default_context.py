@@ -11,7 +11,7 @@ import openai
 import pytest
 
 import ampmeter
-from ampmeter.integrations import _common, instrument, uninstrument
+from ampmeter.integrations import instrument, lifecycle, uninstrument
 from ampmeter.testing.replay import ReplayResponse, ReplayServer
 
 COMPLETION = {
@@ -50,7 +50,7 @@ def test_pool_threads_attach_to_the_default_context(client: openai.OpenAI) -> No
 def test_unmetered_pool_call_warns_once(
     client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_common, "_warned_unmetered", False)
+    monkeypatch.setattr(lifecycle.settings, "warned_unmetered", False)
     with (
         ampmeter.ExecutionContext("main-run") as ctx,
         warnings.catch_warnings(record=True) as caught,
@@ -69,7 +69,7 @@ def test_unmetered_pool_call_warns_once(
 def test_no_warning_without_any_open_context(
     client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_common, "_warned_unmetered", False)
+    monkeypatch.setattr(lifecycle.settings, "warned_unmetered", False)
     gc.collect()  # contexts other tests dropped unclosed
     assert not ampmeter.context.open_contexts()
     with warnings.catch_warnings(record=True) as caught:

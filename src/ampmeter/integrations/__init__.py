@@ -27,9 +27,10 @@ from types import ModuleType
 
 from ampmeter import redact
 from ampmeter.context import ExecutionContext
+from ampmeter.errors import StreamAbandoned
 from ampmeter.integrations import _hooks
-from ampmeter.integrations._common import StreamAbandoned, settings
 from ampmeter.integrations.anthropic import instrument_anthropic, uninstrument_anthropic
+from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.openai import instrument_openai, uninstrument_openai
 
 __all__ = [
@@ -99,8 +100,14 @@ def instrument(
         raise TypeError(f"capture_content must be a bool, got {type(capture_content).__name__}")
     settings.capture_content = capture_content
     redact.configure(capture_content=capture_content)
-    chosen = {"openai": openai, "anthropic": anthropic, "httpx": http, "httpx2": http,
-              "aiohttp": http, "llama_index.core": llama_index}  # fmt: skip
+    chosen = {
+        "openai": openai,
+        "anthropic": anthropic,
+        "httpx": http,
+        "httpx2": http,
+        "aiohttp": http,
+        "llama_index.core": llama_index,
+    }
     done = [name for name, wanted in chosen.items() if wanted and name in sys.modules]
     for name, patch in _TARGETS.items():
         if chosen[name] and name not in _armed:
@@ -116,8 +123,11 @@ def uninstrument() -> None:
     _hooks.cancel_all()
     uninstrument_openai()
     uninstrument_anthropic()
-    for name, undo in (("http", "uninstrument_httpx"), ("http_aiohttp", "uninstrument_aiohttp"),
-                       ("llama_index", "uninstrument_llama_index")):  # fmt: skip
+    for name, undo in (
+        ("http", "uninstrument_httpx"),
+        ("http_aiohttp", "uninstrument_aiohttp"),
+        ("llama_index", "uninstrument_llama_index"),
+    ):
         module = sys.modules.get(f"ampmeter.integrations.{name}")
         if module is not None:
             getattr(module, undo)()

@@ -15,14 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ampmeter.integrations._common import (
-    Adapter,
-    RequestInfo,
-    Tally,
-    get,
-    get_int,
-    settings,
-)
+from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.integrations.lifecycle import settings
+from ampmeter.integrations.wire import get, get_int
 
 __all__ = ["PROVIDER", "GenerateContentAdapter", "model_of_path"]
 

@@ -7,7 +7,7 @@ through, whatever transport is mounted: LiteLLM's aiohttp transport included), a
 aiohttp's own clients, in :mod:`ampmeter.integrations.http_aiohttp`.
 
 A ``POST`` is metered when a context is current, no SDK patch is already metering the request
-(:data:`~ampmeter.integrations._common.ACTIVE_CALL`), and its path names a known wire format:
+(:data:`~ampmeter.integrations.lifecycle.ACTIVE_CALL`), and its path names a known wire format:
 
 =====================================  ===========================================
 path ends with                         wire format (reader)
@@ -37,28 +37,25 @@ from typing import Any, Final
 
 import orjson
 
-from ampmeter.integrations._common import (
+from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.integrations.anthropic import MessagesAdapter
+from ampmeter.integrations.attach import metered_context
+from ampmeter.integrations.gemini import GenerateContentAdapter, model_of_path
+from ampmeter.integrations.lifecycle import (
     ACTIVE_CALL,
     META_TRANSPORT,
-    Adapter,
-    Patch,
-    RequestInfo,
-    Tally,
     begin_call,
     finish_abandoned,
     finish_call,
-    metered_context,
-    undo_all,
 )
-from ampmeter.integrations._wire import BodyReader
-from ampmeter.integrations.anthropic import MessagesAdapter
-from ampmeter.integrations.gemini import GenerateContentAdapter, model_of_path
 from ampmeter.integrations.openai import (
     ChatAdapter,
     CompletionsAdapter,
     EmbeddingsAdapter,
     ResponsesAdapter,
 )
+from ampmeter.integrations.patching import Patch, undo_all
+from ampmeter.integrations.wire import BodyReader
 
 __all__ = [
     "Admitted",
@@ -341,13 +338,16 @@ def instrument_httpx(module: ModuleType) -> None:
         return
     sync_body = type("MeteredSyncBody", (_SyncBody, module.SyncByteStream), {})
     async_body = type("MeteredAsyncBody", (_AsyncBody, module.AsyncByteStream), {})
-    _patches.append(Patch.apply(
-        module.Client, "send", _wrap_send(module, module.Client.send, sync_body)
-    ))  # fmt: skip
-    _patches.append(Patch.apply(
-        module.AsyncClient, "send",
-        _wrap_async_send(module, module.AsyncClient.send, async_body),
-    ))  # fmt: skip
+    _patches.append(
+        Patch.apply(module.Client, "send", _wrap_send(module, module.Client.send, sync_body))
+    )
+    _patches.append(
+        Patch.apply(
+            module.AsyncClient,
+            "send",
+            _wrap_async_send(module, module.AsyncClient.send, async_body),
+        )
+    )
 
 
 def uninstrument_httpx() -> None:

@@ -19,8 +19,9 @@ from typing import Any
 import orjson
 from yarl import URL
 
-from ampmeter.integrations._common import ACTIVE_CALL, Patch, finish_call, undo_all
 from ampmeter.integrations.http import Admitted, BodyMeter, admit, response_reader
+from ampmeter.integrations.lifecycle import ACTIVE_CALL, finish_call
+from ampmeter.integrations.patching import Patch, undo_all
 
 __all__ = ["instrument_aiohttp", "uninstrument_aiohttp"]
 

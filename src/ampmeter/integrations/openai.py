@@ -17,20 +17,10 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from ampmeter.integrations._common import (
-    Adapter,
-    Patch,
-    RequestInfo,
-    Tally,
-    get,
-    get_int,
-    int_or_none,
-    patch_client_retries,
-    patch_method,
-    settings,
-    text_of,
-    undo_all,
-)
+from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.integrations.lifecycle import settings
+from ampmeter.integrations.patching import Patch, patch_client_retries, patch_method, undo_all
+from ampmeter.integrations.wire import get, get_int, int_or_none, text_of
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
 
@@ -147,9 +137,12 @@ class CompletionsAdapter(ChatAdapter):
         prompt = kwargs.get("prompt")
         if isinstance(prompt, (list, tuple)):
             prompt = "\n".join(p for p in prompt if isinstance(p, str))
-        return RequestInfo(_model(kwargs), prompt if isinstance(prompt, str) else "",
-                           int_or_none(kwargs.get("max_tokens")),
-                           kwargs.get("stream") is True)  # fmt: skip
+        return RequestInfo(
+            _model(kwargs),
+            prompt if isinstance(prompt, str) else "",
+            int_or_none(kwargs.get("max_tokens")),
+            kwargs.get("stream") is True,
+        )
 
     def read_response(self, result: Any, tally: Tally) -> None:
         self.read_event(result, tally, False)
@@ -219,9 +212,12 @@ class ResponsesAdapter(Adapter):
             parts.append(given)
         elif isinstance(given, (list, tuple)):
             parts.extend(text_of(get(item, "content")) for item in given)
-        return RequestInfo(_model(kwargs), "\n".join(parts),
-                           int_or_none(kwargs.get("max_output_tokens")),
-                           kwargs.get("stream") is True)  # fmt: skip
+        return RequestInfo(
+            _model(kwargs),
+            "\n".join(parts),
+            int_or_none(kwargs.get("max_output_tokens")),
+            kwargs.get("stream") is True,
+        )
 
     def is_stream(self, result: object) -> bool:
         return isinstance(result, self._stream_types)
@@ -274,30 +270,34 @@ def instrument_openai() -> bool:
     async_stream: tuple[type, ...] = (openai.AsyncStream,)
     targets: list[tuple[type, str, Adapter, bool]] = []
     for name in ("create", "parse"):
-        targets.append((Completions, name, ChatAdapter(f"chat.completions.{name}", sync_stream),
-                        False))  # fmt: skip
-        targets.append((AsyncCompletions, name,
-                        ChatAdapter(f"chat.completions.{name}", async_stream), True))  # fmt: skip
+        targets.append(
+            (Completions, name, ChatAdapter(f"chat.completions.{name}", sync_stream), False)
+        )
+        targets.append(
+            (AsyncCompletions, name, ChatAdapter(f"chat.completions.{name}", async_stream), True)
+        )
     try:
         from openai.resources.responses import AsyncResponses, Responses
     except ImportError:  # an SDK from before the Responses API
         pass
     else:
         for name in ("create", "parse"):
-            targets.append((Responses, name, ResponsesAdapter(f"responses.{name}", sync_stream),
-                            False))  # fmt: skip
-            targets.append((AsyncResponses, name,
-                            ResponsesAdapter(f"responses.{name}", async_stream), True))  # fmt: skip
+            targets.append(
+                (Responses, name, ResponsesAdapter(f"responses.{name}", sync_stream), False)
+            )
+            targets.append(
+                (AsyncResponses, name, ResponsesAdapter(f"responses.{name}", async_stream), True)
+            )
     try:  # openai 1.40-1.91: beta.chat.completions.parse posts itself, not through create
         beta_chat = importlib.import_module("openai.resources.beta.chat.completions")
     except ImportError:  # newer SDKs: it moved to chat.completions.parse, patched above
         pass
     else:
         operation = "beta.chat.completions.parse"
-        targets.append((beta_chat.Completions, "parse", ChatAdapter(operation, sync_stream),
-                        False))  # fmt: skip
-        targets.append((beta_chat.AsyncCompletions, "parse",
-                        ChatAdapter(operation, async_stream), True))  # fmt: skip
+        targets.append((beta_chat.Completions, "parse", ChatAdapter(operation, sync_stream), False))
+        targets.append(
+            (beta_chat.AsyncCompletions, "parse", ChatAdapter(operation, async_stream), True)
+        )
     for owner, name, adapter, is_async in targets:
         patch = patch_method(owner, name, adapter, is_async=is_async)
         if patch is not None:

@@ -18,17 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ampmeter.context import Call
-from ampmeter.integrations._common import (
+from ampmeter.integrations.adapter import Tally
+from ampmeter.integrations.attach import metered_context
+from ampmeter.integrations.lifecycle import (
     META_TRANSPORT,
-    Patch,
-    Tally,
     begin_call,
     finish_abandoned,
     finish_call,
-    get,
-    metered_context,
 )
 from ampmeter.integrations.openai import ResponsesAdapter
+from ampmeter.integrations.patching import Patch
+from ampmeter.integrations.wire import get
 
 __all__ = ["patch_responses_websocket"]
 
