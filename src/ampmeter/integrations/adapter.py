@@ -9,30 +9,51 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ampmeter.context import Call
+from ampmeter.pricing import request_size
+from ampmeter.pricing.request_size import RequestSize, Wire
 
-__all__ = ["Adapter", "RequestInfo", "Tally"]
+__all__ = ["Adapter", "RequestInfo", "Tally", "request_body"]
+
+
+# SDK keyword arguments that are not part of the request body (``extra_body`` is merged in).
+_NOT_BODY: Final = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
+
+
+def request_body(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The body an SDK call's keyword arguments send (a JSON body is returned as it is)."""
+    if not _NOT_BODY.intersection(kwargs):
+        return kwargs
+    body = {name: value for name, value in kwargs.items() if name not in _NOT_BODY}
+    extra = kwargs.get("extra_body")
+    if isinstance(extra, Mapping):
+        body.update(extra)
+    return body
 
 
 class RequestInfo:
-    """What a request asks for, as far as the reservation is concerned (read, never changed)."""
+    """What a request asks for, as far as the reservation is concerned (read, never changed).
 
-    __slots__ = ("max_tokens", "model", "prompt_text", "stream")
+    ``size`` measures everything the request sends that is billed as input
+    (:func:`ampmeter.pricing.request_size.measure`).
+    """
+
+    __slots__ = ("max_tokens", "model", "size", "stream")
 
     def __init__(
-        self, model: str | None, prompt_text: str, max_tokens: int | None, stream: bool
+        self, model: str | None, size: RequestSize, max_tokens: int | None, stream: bool
     ) -> None:
         self.model = model
-        self.prompt_text = prompt_text
+        self.size = size
         self.max_tokens = max_tokens
         self.stream = stream
 
     @property
-    def prompt_tokens(self) -> int:
-        """The fast prompt estimate: characters / 4, rounded up."""
-        return -(-len(self.prompt_text) // 4)
+    def input_tokens(self) -> int:
+        """The estimated input tokens (for a stream cut before its usage arrived)."""
+        return request_size.input_tokens(self.size, self.model)
 
 
 @dataclass(slots=True)
@@ -86,10 +107,20 @@ class Adapter:
     provider: str = ""
     operation: str = ""
     kind: str = "llm"  # the node kind: "llm", or "embedding" for an embeddings endpoint
+    wire: Wire = "chat"  # the wire format its requests are measured in
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        """Model, prompt text, output cap and streaming flag of a request."""
+        """Model, measure, output cap and streaming flag of a request (SDK keyword arguments
+        or a JSON body)."""
         raise NotImplementedError
+
+    def measure(self, kwargs: Mapping[str, Any]) -> RequestSize:
+        """The measure of everything the request sends that is billed as input."""
+        return request_size.measure(self.wire, request_body(kwargs))
+
+    def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
+        """The request's text, kept on the node with ``instrument(capture_content=True)``."""
+        return ""
 
     def prepare_stream(self, kwargs: dict[str, Any]) -> bool:
         """Adjust a streaming request in place; True if the usage event must be hidden."""

@@ -45,18 +45,23 @@ class MessagesAdapter(Adapter):
         self.operation = operation
         self._stream_types = stream_types
 
+    wire = "anthropic"
+
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        model = kwargs.get("model")
+        return RequestInfo(
+            model if isinstance(model, str) else None,
+            self.measure(kwargs),
+            int_or_none(kwargs.get("max_tokens")),
+            kwargs.get("stream") is True,
+        )
+
+    def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         parts = [text_of(kwargs.get("system")) if not _omitted(kwargs.get("system")) else ""]
         messages = kwargs.get("messages")
         if isinstance(messages, (list, tuple)):
             parts.extend(text_of(get(m, "content")) for m in messages)
-        model = kwargs.get("model")
-        return RequestInfo(
-            model if isinstance(model, str) else None,
-            "\n".join(p for p in parts if p),
-            int_or_none(kwargs.get("max_tokens")),
-            kwargs.get("stream") is True,
-        )
+        return "\n".join(p for p in parts if p)
 
     def is_stream(self, result: object) -> bool:
         return isinstance(result, self._stream_types)

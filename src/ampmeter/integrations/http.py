@@ -142,9 +142,9 @@ def admit(
         model = model_of_path(path)  # Gemini names the model in the path, not the body
         if model is None:
             return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
-        info = RequestInfo(model, info.prompt_text, info.max_tokens, info.stream)
+        info = RequestInfo(model, info.size, info.max_tokens, info.stream)
     hide = info.stream and may_ask_usage and adapter.prepare_stream(body)
-    call = begin_call(ctx, adapter, info, {META_TRANSPORT: transport})
+    call = begin_call(ctx, adapter, info, {META_TRANSPORT: transport}, body)
     return Admitted(call, adapter, info, hide, body)
 
 
@@ -198,7 +198,7 @@ class BodyMeter:
         self._inner = inner
         self._reader = reader
         self._call = admitted.call
-        self._prompt_tokens = admitted.info.prompt_tokens
+        self._input_tokens = admitted.info.input_tokens
         self._done = False
 
     def _end(self, exc: BaseException | None) -> None:
@@ -209,7 +209,7 @@ class BodyMeter:
     def _abandon(self) -> None:
         if not self._done:
             self._done = True
-            finish_abandoned(self._call, self._reader.tally, self._prompt_tokens)
+            finish_abandoned(self._call, self._reader.tally, self._input_tokens)
 
     def __del__(self) -> None:
         # A response dropped unread is still counted, with the usage seen so far. Nothing can be

@@ -87,21 +87,22 @@ def begin_call(
 ) -> Call:
     """Begin and admit the node of one request (``LimitExceeded`` if it does not fit).
 
-    ``request`` (the SDK call's keyword arguments) lets the context's policies see what is
-    sent (the loop guard); ``refused`` is a budget-pressure hook's refusal to report.
+    ``request`` (the SDK call's keyword arguments, or the JSON body) lets the context's policies
+    see what is sent (the loop guard); ``refused`` is a budget-pressure hook's refusal to report.
+    The input estimate comes from the request's measure (``info.size``).
     """
     meta: dict[str, Any] = {META_OPERATION: adapter.operation}
     if extra:
         meta.update(extra)
-    if settings.capture_content:
-        meta[META_PROMPT_TEXT] = info.prompt_text
+    if settings.capture_content and request is not None:
+        meta[META_PROMPT_TEXT] = adapter.prompt_text(request)
     kind = adapter.kind
     if kind == "llm":
         call = ctx.llm_call(
             adapter.operation,
             model=info.model,
             max_tokens=info.max_tokens,
-            prompt_text=info.prompt_text,
+            request=info.size,
             provider=adapter.provider,
             metadata=meta,
             final=in_final_call(),
@@ -110,7 +111,7 @@ def begin_call(
         call = ctx.embedding_call(
             adapter.operation,
             model=info.model,
-            prompt_text=info.prompt_text,
+            prompt_tokens=info.input_tokens,
             provider=adapter.provider,
             metadata=meta,
         )
@@ -138,15 +139,16 @@ def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> N
     call.finish(exc)
 
 
-def finish_abandoned(call: Call, tally: Tally, prompt_tokens: int) -> None:
+def finish_abandoned(call: Call, tally: Tally, input_tokens: int) -> None:
     """End the node of a stream closed before its last event.
 
     The provider bills a cut stream but its usage report (OpenAI's comes last) may not have
-    arrived: count the prompt estimate and one token per content event, and say so on the node.
+    arrived: count the request's input estimate (``input_tokens``) and one token per content
+    event, and say so on the node.
     """
     if tally.tokens_in is None or (tally.tokens_out or 0) < tally.chunks:
         if tally.tokens_in is None:
-            tally.tokens_in = prompt_tokens
+            tally.tokens_in = input_tokens
         tally.tokens_out = max(tally.tokens_out or 0, tally.chunks)
         call.context.graph.update_metadata(call.node_id, {META_USAGE_ESTIMATED: True})
     cut = StreamAbandoned("the stream was closed before its last event was read")

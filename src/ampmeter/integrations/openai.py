@@ -21,6 +21,7 @@ from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.patching import Patch, patch_client_retries, patch_method, undo_all
 from ampmeter.integrations.wire import get, get_int, int_or_none, text_of
+from ampmeter.pricing import request_size
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
 
@@ -34,6 +35,13 @@ def _model(kwargs: Mapping[str, Any]) -> str | None:
     return model if isinstance(model, str) else None
 
 
+def _joined_text(value: object) -> str:
+    """A string, or the strings of a list, joined by line breaks."""
+    if isinstance(value, (list, tuple)):
+        return "\n".join(p for p in value if isinstance(p, str))
+    return value if isinstance(value, str) else ""
+
+
 class ChatAdapter(Adapter):
     """``chat.completions.create`` / ``parse``."""
 
@@ -44,14 +52,17 @@ class ChatAdapter(Adapter):
         self._stream_types = stream_types
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        messages = kwargs.get("messages")
-        prompt = ""
-        if isinstance(messages, (list, tuple)):
-            prompt = "\n".join([text_of(get(m, "content")) for m in messages])
         max_tokens = int_or_none(kwargs.get("max_completion_tokens"))
         if max_tokens is None:
             max_tokens = int_or_none(kwargs.get("max_tokens"))
-        return RequestInfo(_model(kwargs), prompt, max_tokens, kwargs.get("stream") is True)
+        stream = kwargs.get("stream") is True
+        return RequestInfo(_model(kwargs), self.measure(kwargs), max_tokens, stream)
+
+    def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
+        messages = kwargs.get("messages")
+        if not isinstance(messages, (list, tuple)):
+            return ""
+        return "\n".join([text_of(get(m, "content")) for m in messages])
 
     def prepare_stream(self, kwargs: dict[str, Any]) -> bool:
         options = kwargs.get("stream_options")
@@ -133,16 +144,15 @@ def _read_chat_usage(usage: Any, tally: Tally) -> None:
 class CompletionsAdapter(ChatAdapter):
     """The legacy ``completions`` endpoint: a ``prompt`` in, ``choices[].text`` out."""
 
+    wire = "completions"
+
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        prompt = kwargs.get("prompt")
-        if isinstance(prompt, (list, tuple)):
-            prompt = "\n".join(p for p in prompt if isinstance(p, str))
-        return RequestInfo(
-            _model(kwargs),
-            prompt if isinstance(prompt, str) else "",
-            int_or_none(kwargs.get("max_tokens")),
-            kwargs.get("stream") is True,
-        )
+        max_tokens = int_or_none(kwargs.get("max_tokens"))
+        stream = kwargs.get("stream") is True
+        return RequestInfo(_model(kwargs), self.measure(kwargs), max_tokens, stream)
+
+    def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
+        return _joined_text(kwargs.get("prompt"))
 
     def read_response(self, result: Any, tally: Tally) -> None:
         self.read_event(result, tally, False)
@@ -171,10 +181,11 @@ class EmbeddingsAdapter(Adapter):
         self.operation = operation
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        given = kwargs.get("input")
-        if isinstance(given, (list, tuple)):
-            given = "\n".join(p for p in given if isinstance(p, str))
-        return RequestInfo(_model(kwargs), given if isinstance(given, str) else "", 0, False)
+        size = request_size.measure_text(self.prompt_text(kwargs))
+        return RequestInfo(_model(kwargs), size, 0, False)
+
+    def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
+        return _joined_text(kwargs.get("input"))
 
     def is_stream(self, result: object) -> bool:
         return False
@@ -202,7 +213,14 @@ class ResponsesAdapter(Adapter):
         self.operation = operation
         self._stream_types = stream_types
 
+    wire = "responses"
+
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        max_tokens = int_or_none(kwargs.get("max_output_tokens"))
+        stream = kwargs.get("stream") is True
+        return RequestInfo(_model(kwargs), self.measure(kwargs), max_tokens, stream)
+
+    def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         parts: list[str] = []
         instructions = kwargs.get("instructions")
         if isinstance(instructions, str):
@@ -212,12 +230,7 @@ class ResponsesAdapter(Adapter):
             parts.append(given)
         elif isinstance(given, (list, tuple)):
             parts.extend(text_of(get(item, "content")) for item in given)
-        return RequestInfo(
-            _model(kwargs),
-            "\n".join(parts),
-            int_or_none(kwargs.get("max_output_tokens")),
-            kwargs.get("stream") is True,
-        )
+        return "\n".join(parts)
 
     def is_stream(self, result: object) -> bool:
         return isinstance(result, self._stream_types)

@@ -43,7 +43,7 @@ class ResponseFailed(Exception):
 @dataclass(slots=True)
 class _Pending:
     call: Call
-    prompt_tokens: int
+    input_tokens: int
     tally: Tally = field(default_factory=Tally)
     response_id: str | None = None
 
@@ -64,8 +64,8 @@ def _admit(event: Any) -> _Pending | None:
         return None
     body = event if isinstance(event, Mapping) else event.to_dict()
     info = _ADAPTER.request_info(body)
-    call = begin_call(ctx, _ADAPTER, info, {META_TRANSPORT: "websocket"})
-    return _Pending(call, info.prompt_tokens)
+    call = begin_call(ctx, _ADAPTER, info, {META_TRANSPORT: "websocket"}, body)
+    return _Pending(call, info.input_tokens)
 
 
 def _observe(queue: list[_Pending], event: Any) -> None:
@@ -98,7 +98,7 @@ def _abandon_all(connection: Any) -> None:
     queue = connection.__dict__.get(_PENDING)
     while queue:
         pending = queue.pop(0)
-        finish_abandoned(pending.call, pending.tally, pending.prompt_tokens)
+        finish_abandoned(pending.call, pending.tally, pending.input_tokens)
 
 
 def _wrap_send(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -46,7 +46,7 @@ def _after(
 ) -> Any:
     """Hand back a metered stream, or record a whole response's usage and end the call."""
     if adapter.is_stream(result):
-        return stream_type(result, call, adapter, hide, info.prompt_tokens)
+        return stream_type(result, call, adapter, hide, info.input_tokens)
     tally = Tally()
     adapter.read_response(result, tally)
     finish_call(call, tally, None)
@@ -89,7 +89,7 @@ def _settle_parsed(
     stream_type: type,
 ) -> Any:
     if adapter.is_stream(parsed):
-        metered = stream_type(parsed, call, adapter, hide, info.prompt_tokens)
+        metered = stream_type(parsed, call, adapter, hide, info.input_tokens)
         return RawResponseProxy(result, metered)
     tally = Tally()
     adapter.read_response(parsed, tally)

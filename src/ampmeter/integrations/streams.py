@@ -17,7 +17,7 @@ __all__ = ["MeteredAsyncStream", "MeteredStream", "StreamWrapper"]
 
 
 _OWN_ATTRS: Final = frozenset(
-    {"_stream", "_prompt_tokens", "_call", "adapter", "_hide", "tally", "_done"}
+    {"_stream", "_input_tokens", "_call", "adapter", "_hide", "tally", "_done"}
 )
 
 
@@ -25,10 +25,10 @@ class StreamWrapper:
     """Bookkeeping shared by the sync and async stream wrappers."""
 
     def __init__(
-        self, stream: Any, call: Call, adapter: Adapter, hide_usage: bool, prompt_tokens: int
+        self, stream: Any, call: Call, adapter: Adapter, hide_usage: bool, input_tokens: int
     ) -> None:
         self._stream = stream
-        self._prompt_tokens = prompt_tokens
+        self._input_tokens = input_tokens
         self._call = call
         self.adapter = adapter
         self._hide = hide_usage
@@ -44,7 +44,7 @@ class StreamWrapper:
     def abandon(self) -> None:
         if not self._done:
             self._done = True
-            finish_abandoned(self._call, self.tally, self._prompt_tokens)
+            finish_abandoned(self._call, self.tally, self._input_tokens)
 
     def __getattr__(self, name: str) -> Any:
         if name in _OWN_ATTRS:  # not set yet (a failed __init__): no recursion

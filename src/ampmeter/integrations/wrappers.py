@@ -66,7 +66,7 @@ def _after(
 ) -> Any:
     """Hand back a metered stream, or record a whole response's usage and end the call."""
     if adapter.is_stream(result):
-        return stream_type(result, call, adapter, hide, info.prompt_tokens)
+        return stream_type(result, call, adapter, hide, info.input_tokens)
     tally = Tally()
     adapter.read_response(result, tally)
     finish_call(call, tally, None)
@@ -150,7 +150,7 @@ def metered_request(
             raise
         finally:
             ACTIVE_CALL.reset(token)
-        return MeteredStream(raw, call, adapter, False, info.prompt_tokens)
+        return MeteredStream(raw, call, adapter, False, info.input_tokens)
 
     return run
 
@@ -182,4 +182,4 @@ async def metered_awaitable(
         raise
     finally:
         ACTIVE_CALL.reset(token)
-    return MeteredAsyncStream(raw, call, adapter, False, info.prompt_tokens)
+    return MeteredAsyncStream(raw, call, adapter, False, info.input_tokens)
