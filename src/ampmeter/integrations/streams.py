@@ -1,167 +1,190 @@
-"""Metered SDK streams: the call ends when the stream is read to its end or closed.
+"""Metered SDK streams that stay the SDK's own objects.
 
-A stream abandoned half-way ends ``fail`` with the usage seen so far (see
-:func:`~ampmeter.integrations.lifecycle.finish_abandoned`).
+The openai and anthropic SDKs' ``Stream`` / ``AsyncStream`` read their events from one iterator
+they keep (``_iterator``). Metering swaps that iterator for one that reads each event into the
+call's tally on its way out, so the object handed back is the SDK's own: ``isinstance`` checks
+and every attribute behave as without ampmeter (frameworks such as Semantic Kernel test the
+class). The call ends:
+
+* at the stream's last event (callers often stop reading there), or when it is exhausted;
+* with the error the stream raised;
+* as abandoned (:func:`~ampmeter.integrations.lifecycle.finish_abandoned`) when the stream's
+  response is closed first (by the stream, or by an SDK helper that closes the response
+  directly), or when the stream is dropped unread.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, Final
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 from ampmeter.context import Call
 from ampmeter.integrations.adapter import Adapter, Tally
 from ampmeter.integrations.lifecycle import finish_abandoned, finish_call
 
-__all__ = ["MeteredAsyncStream", "MeteredStream", "StreamWrapper"]
+__all__ = ["MeterStream", "StreamMeter", "meter_async_stream", "meter_stream"]
 
 
-_OWN_ATTRS: Final = frozenset(
-    {"_stream", "_input_tokens", "_call", "adapter", "_hide", "tally", "_done"}
-)
+class StreamMeter:
+    """The metering of one streamed response: its call, the usage read so far, and its end."""
 
+    __slots__ = (
+        "__weakref__",
+        "adapter",
+        "call",
+        "done",
+        "hide",
+        "input_tokens",
+        "reading",
+        "tally",
+    )
 
-class StreamWrapper:
-    """Bookkeeping shared by the sync and async stream wrappers."""
-
-    def __init__(
-        self, stream: Any, call: Call, adapter: Adapter, hide_usage: bool, input_tokens: int
-    ) -> None:
-        self._stream = stream
-        self._input_tokens = input_tokens
-        self._call = call
+    def __init__(self, call: Call, adapter: Adapter, hide_usage: bool, input_tokens: int) -> None:
+        self.call = call
         self.adapter = adapter
-        self._hide = hide_usage
+        self.hide = hide_usage
+        self.input_tokens = input_tokens
         self.tally = Tally()
-        self._done = False
+        self.done = False
+        self.reading = False  # an event is being read: the iterator itself settles what happens
 
     def end(self, exc: BaseException | None) -> None:
-        if self._done:
-            return
-        self._done = True
-        finish_call(self._call, self.tally, exc)
+        """End the call with the usage read (``exc``: the error the stream raised)."""
+        if not self.done:
+            self.done = True
+            finish_call(self.call, self.tally, exc)
 
     def abandon(self) -> None:
-        if not self._done:
-            self._done = True
-            finish_abandoned(self._call, self.tally, self._input_tokens)
+        """End the call of a stream closed or dropped before its end."""
+        if not self.done:
+            self.done = True
+            finish_abandoned(self.call, self.tally, self.input_tokens)
 
-    def __getattr__(self, name: str) -> Any:
-        if name in _OWN_ATTRS:  # not set yet (a failed __init__): no recursion
-            raise AttributeError(name)
-        return getattr(self._stream, name)
-
-    def __del__(self) -> None:
-        # A stream dropped half-way is still counted (with the usage seen so far). Nothing can be
-        # reported from a finalizer, and at interpreter exit module globals may be gone already.
-        try:  # noqa: SIM105
+    def response_closed(self) -> None:
+        """The stream's response was closed: abandoned, unless the stream is ending it itself."""
+        if not self.reading:
             self.abandon()
-        except Exception:
-            pass
 
-    @property
-    def response(self) -> Any:
-        """The HTTP response, wrapped so that closing it ends the call."""
-        return _ResponseProxy(self._stream.response, self)
+    def read(self, event: Any) -> bool:
+        """Read one event; True if the caller must not see it."""
+        if self.adapter.read_event(event, self.tally, self.hide):
+            return True
+        if self.adapter.ends_stream(event):
+            self.end(None)
+        return False
 
-
-class _ResponseProxy:
-    """An SDK HTTP response whose ``close()``/``aclose()`` also end the metered call.
-
-    The SDKs' stream helpers close the response directly rather than the stream.
-    """
-
-    def __init__(self, response: Any, owner: StreamWrapper) -> None:
-        self._response = response
-        self._owner = owner
-
-    def close(self) -> None:
+    def events(self, inner: Iterator[Any]) -> Iterator[Any]:
+        """``inner``'s events, read on their way out."""
         try:
-            self._response.close()
-        finally:
-            self._owner.abandon()
+            while True:
+                self.reading = True
+                try:
+                    event = next(inner)
+                finally:
+                    self.reading = False
+                if not self.read(event):
+                    yield event
+        except StopIteration:
+            self.end(None)
+        except GeneratorExit:
+            self.abandon()
+            close = getattr(inner, "close", None)
+            if close is not None:
+                close()
+            raise
+        except BaseException as exc:
+            self.end(exc)
+            raise
 
-    async def aclose(self) -> None:
+    async def async_events(self, inner: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """:meth:`events` of an async stream."""
         try:
-            await self._response.aclose()
-        finally:
-            self._owner.abandon()
+            while True:
+                self.reading = True
+                try:
+                    event = await inner.__anext__()
+                finally:
+                    self.reading = False
+                if not self.read(event):
+                    yield event
+        except StopAsyncIteration:
+            self.end(None)
+        except GeneratorExit:
+            self.abandon()
+            aclose = getattr(inner, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            raise
+        except BaseException as exc:
+            self.end(exc)
+            raise
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._response, name)
+
+MeterStream = Callable[[Any, Call, Adapter, bool, int], "StreamMeter"]
+"""How a stream is metered in place: :func:`meter_stream` or :func:`meter_async_stream`."""
 
 
-class MeteredStream(StreamWrapper):
-    """A sync SDK stream that reports its usage to its call when it ends."""
+def _abandon_when_dropped(stream: Any, meter: StreamMeter) -> None:
+    # A stream dropped unread never runs its iterator; the meter holds no reference to it.
+    weakref.finalize(stream, meter.abandon)
 
-    _iterator: Iterator[Any] | None = None
 
-    def __iter__(self) -> Iterator[Any]:
-        return self
+def _on_close(response: Any, name: str, meter: StreamMeter, *, is_async: bool) -> None:
+    """Have ``response.<name>()`` (its close) also tell ``meter``; the SDK helpers close the
+    response directly. The hook holds the response weakly (no cycle keeps it alive)."""
+    original: Callable[..., Any] | None = getattr(type(response), name, None)
+    if original is None:
+        return
+    ref = weakref.ref(response)
 
-    def __next__(self) -> Any:
-        if self._iterator is None:
-            self._iterator = iter(self._stream)
-        adapter, tally, hide = self.adapter, self.tally, self._hide
-        while True:
+    if is_async:
+
+        async def aclose() -> None:
             try:
-                event = next(self._iterator)
-            except StopIteration:
-                self.end(None)
-                raise
-            except BaseException as exc:
-                self.end(exc)
-                raise
-            if not adapter.read_event(event, tally, hide):
-                return event
+                target = ref()
+                if target is not None:
+                    await original(target)
+            finally:
+                meter.response_closed()
 
-    def close(self) -> None:
-        """Close the stream; if it was not read to the end the call ends ``fail``."""
+        setattr(response, name, aclose)
+        return
+
+    def close() -> None:
         try:
-            self._stream.close()
+            target = ref()
+            if target is not None:
+                original(target)
         finally:
-            self.abandon()
+            meter.response_closed()
 
-    def __enter__(self) -> MeteredStream:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    setattr(response, name, close)
 
 
-class MeteredAsyncStream(StreamWrapper):
-    """An async SDK stream that reports its usage to its call when it ends."""
+def meter_stream(
+    stream: Any, call: Call, adapter: Adapter, hide_usage: bool, input_tokens: int
+) -> StreamMeter:
+    """Meter a sync SDK stream in place (it is returned to the caller as it is)."""
+    meter = StreamMeter(call, adapter, hide_usage, input_tokens)
+    # The Stainless SDKs' streams iterate ``_iterator`` (made in __init__, or on first use);
+    # the object itself stays untouched otherwise.
+    stream._iterator = meter.events(stream._iterator)
+    _abandon_when_dropped(stream, meter)
+    response = getattr(stream, "response", None)
+    if response is not None:
+        _on_close(response, "close", meter, is_async=False)
+    return meter
 
-    _iterator: AsyncIterator[Any] | None = None
 
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self
-
-    async def __anext__(self) -> Any:
-        if self._iterator is None:
-            self._iterator = self._stream.__aiter__()
-        adapter, tally, hide = self.adapter, self.tally, self._hide
-        while True:
-            try:
-                event = await self._iterator.__anext__()
-            except StopAsyncIteration:
-                self.end(None)
-                raise
-            except BaseException as exc:
-                self.end(exc)
-                raise
-            if not adapter.read_event(event, tally, hide):
-                return event
-
-    async def close(self) -> None:
-        """Close the stream; if it was not read to the end the call ends ``fail``."""
-        try:
-            await self._stream.close()
-        finally:
-            self.abandon()
-
-    async def __aenter__(self) -> MeteredAsyncStream:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+def meter_async_stream(
+    stream: Any, call: Call, adapter: Adapter, hide_usage: bool, input_tokens: int
+) -> StreamMeter:
+    """Meter an async SDK stream in place (it is returned to the caller as it is)."""
+    meter = StreamMeter(call, adapter, hide_usage, input_tokens)
+    stream._iterator = meter.async_events(stream._iterator)
+    _abandon_when_dropped(stream, meter)
+    response = getattr(stream, "response", None)
+    if response is not None:
+        _on_close(response, "aclose", meter, is_async=True)
+    return meter

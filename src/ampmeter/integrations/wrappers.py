@@ -4,7 +4,7 @@
 * otherwise an ``llm`` node is begun under the current node, the context reserves the call's
   estimate and checks its limits (``LimitExceeded`` is raised before any request is built),
   the SDK call runs, and the node ends with the usage the provider reported (for a stream, when
-  it ends: :mod:`ampmeter.integrations.streams`).
+  it ends: :mod:`ampmeter.integrations.streams`). The caller gets the SDK's own objects.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ampmeter.integrations.lifecycle import (
     relieve_pressure,
 )
 from ampmeter.integrations.raw import after_raw, after_raw_async, is_raw_request
-from ampmeter.integrations.streams import MeteredAsyncStream, MeteredStream
+from ampmeter.integrations.streams import MeterStream, meter_async_stream, meter_stream
 from ampmeter.limits import ExceededLimit
 
 __all__ = [
@@ -62,11 +62,13 @@ def _before(
 
 
 def _after(
-    result: Any, call: Call, adapter: Adapter, info: RequestInfo, hide: bool, stream_type: type
+    result: Any, call: Call, adapter: Adapter, info: RequestInfo, hide: bool, meter: MeterStream
 ) -> Any:
-    """Hand back a metered stream, or record a whole response's usage and end the call."""
+    """Meter a stream in place, or record a whole response's usage and end the call; either
+    way the SDK's own object is handed back."""
     if adapter.is_stream(result):
-        return stream_type(result, call, adapter, hide, info.input_tokens)
+        meter(result, call, adapter, hide, info.input_tokens)
+        return result
     tally = Tally()
     adapter.read_response(result, tally)
     finish_call(call, tally, None)
@@ -94,7 +96,7 @@ def wrap_sync(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., A
             ACTIVE_CALL.reset(token)
         if raw and hasattr(result, "parse"):
             return after_raw(result, call, adapter, info, hide)
-        return _after(result, call, adapter, info, hide, MeteredStream)
+        return _after(result, call, adapter, info, hide, meter_stream)
 
     metered.__ampmeter_original__ = original  # type: ignore[attr-defined]
     return metered
@@ -121,7 +123,7 @@ def wrap_async(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., 
             ACTIVE_CALL.reset(token)
         if raw and hasattr(result, "parse"):
             return await after_raw_async(result, call, adapter, info, hide)
-        return _after(result, call, adapter, info, hide, MeteredAsyncStream)
+        return _after(result, call, adapter, info, hide, meter_async_stream)
 
     metered.__ampmeter_original__ = original  # type: ignore[attr-defined]
     return metered
@@ -150,7 +152,8 @@ def metered_request(
             raise
         finally:
             ACTIVE_CALL.reset(token)
-        return MeteredStream(raw, call, adapter, False, info.input_tokens)
+        meter_stream(raw, call, adapter, False, info.input_tokens)
+        return raw
 
     return run
 
@@ -182,4 +185,5 @@ async def metered_awaitable(
         raise
     finally:
         ACTIVE_CALL.reset(token)
-    return MeteredAsyncStream(raw, call, adapter, False, info.input_tokens)
+    meter_async_stream(raw, call, adapter, False, info.input_tokens)
+    return raw
