@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,21 +83,40 @@ def _uv() -> str | None:
     return done.stdout.strip() or None
 
 
-def _oldest_env() -> Path:
+def _sdk_env(name: str, packages: tuple[str, ...]) -> Path:
+    """The python of a kept virtual environment ``name`` holding ``packages``."""
     uv = _uv()
     if uv is None:
-        pytest.fail("uv is needed to build the oldest-SDK environment (set AMPMETER_UV)")
+        pytest.fail("uv is needed to build the SDK environments (set AMPMETER_UV)")
     version = f"py{sys.version_info.major}{sys.version_info.minor}"
-    home = Path(tempfile.gettempdir()) / f"ampmeter-oldest-sdks-{version}"
+    home = Path(tempfile.gettempdir()) / f"ampmeter-{name}-{version}"
     python = home / "bin" / "python"
     ready = home / ".ready"
     if not ready.exists():
         shutil.rmtree(home, ignore_errors=True)
         subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(home)], check=True)
-        subprocess.run([uv, "pip", "install", "--quiet", "--python", str(python), *OLDEST, *PINS],
-                       check=True)  # fmt: skip
-        ready.write_text(" ".join(OLDEST))
+        install = [uv, "pip", "install", "--quiet", "--python", str(python), *packages]
+        subprocess.run(install, check=True)
+        ready.write_text(" ".join(packages))
     return python
+
+
+def _oldest_env() -> Path:
+    return _sdk_env("oldest-sdks", (*OLDEST, *PINS))
+
+
+def _run(python: Path, program: str, *args: str) -> Any:
+    """Run ``program`` with ampmeter from this checkout; its last line of output, as JSON."""
+    source = Path(ampmeter.__file__).resolve().parents[1]
+    done = subprocess.run(
+        [str(python), "-c", program, *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONPATH": str(source)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.slow
@@ -177,3 +197,57 @@ def test_the_oldest_beta_stream_helper_gets_budget_pressure(llm_server: LocalLLM
         ["chat.completions.create", llm_server.model, "halt"],
     ]
     assert "on_budget_pressure hook" in result["refused"]
+
+
+STOP_PROGRAM = r"""
+import asyncio, json
+import openai
+from openai.types.chat import ChatCompletion
+import ampmeter
+from ampmeter.sinks.memory import MemorySink
+from ampmeter.testing.replay import ReplayServer
+
+ampmeter.instrument()
+body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 2}
+result = {"version": openai.__version__}
+with ReplayServer() as server:
+    client = openai.OpenAI(base_url=server.openai_base_url, api_key="k", max_retries=2)
+    aclient = openai.AsyncOpenAI(base_url=server.openai_base_url, api_key="k", max_retries=2)
+
+    async def post_async():
+        return await aclient.post("/chat/completions", body=body, cast_to=ChatCompletion)
+
+    for name, post in (
+        ("sync", lambda: client.post("/chat/completions", body=body, cast_to=ChatCompletion)),
+        ("async", lambda: asyncio.run(post_async())),
+    ):
+        sink = MemorySink()
+        error = None
+        with ampmeter.ExecutionContext(max_steps=0, sinks=[sink]) as ctx:
+            try:
+                post()
+            except Exception as exc:
+                error = type(exc).__name__
+        result[name] = {
+            "error": error,
+            "nodes": [n.status for n in sink.nodes if n.kind == "llm"],
+            "retries": ctx.stats.get_counter("amp:retries"),
+        }
+    result["sent"] = len(server.requests)
+print(json.dumps(result))
+"""
+
+SECOND_MAJOR = ("openai>=2,<3", "pydantic>=2,<3", "orjson>=3.10", "genai-prices>=0.2")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("major", [1, 2])
+def test_a_stop_below_an_older_sdk_is_not_retried(major: int) -> None:
+    """openai 1.x and 2.x catch every exception of their transport and retry it: a stop raised
+    at the HTTP layer (the SDK's generic ``client.post()``) still reaches the caller, once."""
+    python = _oldest_env() if major == 1 else _sdk_env("openai-2", SECOND_MAJOR)
+    result = _run(python, STOP_PROGRAM)
+    assert result["version"].startswith(f"{major}.")
+    for name in ("sync", "async"):
+        assert result[name] == {"error": "LimitExceeded", "nodes": ["halt"], "retries": 0}
+    assert result["sent"] == 0

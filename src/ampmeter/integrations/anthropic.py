@@ -20,7 +20,7 @@ from typing import Any
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.lifecycle import relieve_pressure, settings
-from ampmeter.integrations.patching import Patch, patch_client_retries, patch_method, undo_all
+from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
 from ampmeter.integrations.wire import get, get_int, int_or_none, text_of
 from ampmeter.integrations.wrappers import (
     metered_awaitable,
@@ -195,7 +195,7 @@ def instrument_anthropic() -> bool:
                     owner, "stream", _wrap_stream_helper(adapter, helper, is_async=is_async)
                 )
             )
-    _patches.extend(patch_client_retries(_base_client))
+    _patches.extend(patch_base_clients(_base_client))
     return True
 
 

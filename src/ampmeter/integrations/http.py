@@ -37,6 +37,7 @@ from typing import Any, Final
 
 import orjson
 
+from ampmeter.errors import LimitExceeded
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.anthropic import MessagesAdapter
 from ampmeter.integrations.attach import metered_context
@@ -47,6 +48,7 @@ from ampmeter.integrations.lifecycle import (
     begin_call,
     finish_abandoned,
     finish_call,
+    raise_stop,
 )
 from ampmeter.integrations.openai import (
     ChatAdapter,
@@ -174,6 +176,15 @@ def _admit(module: ModuleType, request: Any, streamed: bool) -> tuple[Admitted, 
     return admitted, request
 
 
+def _admit_or_stop(module: ModuleType, request: Any, streamed: bool) -> tuple[Admitted, Any] | None:
+    """:func:`_admit`, its stop raised past the retry loop of an SDK sending through here."""
+    try:
+        return _admit(module, request, streamed)
+    except LimitExceeded as stop:
+        raise_stop(stop)
+        raise  # raise_stop always raises
+
+
 def response_reader(admitted: Admitted, status: int, content_type: str) -> BodyReader | None:
     """How to read a response's body (None: an error status, and the node ended failed)."""
     if status >= 400:
@@ -295,7 +306,7 @@ def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type
     def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
         # ACTIVE_CALL first: every request of the openai and anthropic SDKs comes through here
         # with its call already metered by their patch, and should cost no more than this.
-        found = None if ACTIVE_CALL.get() is not None else _admit(module, request, stream)
+        found = None if ACTIVE_CALL.get() is not None else _admit_or_stop(module, request, stream)
         if found is None:
             return original(client, request, stream=stream, **kwargs)
         admitted, request = found
@@ -315,7 +326,7 @@ def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type
 def _wrap_async_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
     @functools.wraps(original)
     async def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
-        found = None if ACTIVE_CALL.get() is not None else _admit(module, request, stream)
+        found = None if ACTIVE_CALL.get() is not None else _admit_or_stop(module, request, stream)
         if found is None:
             return await original(client, request, stream=stream, **kwargs)
         admitted, request = found

@@ -23,17 +23,20 @@ from ampmeter.policies import in_final_call
 
 __all__ = [
     "ACTIVE_CALL",
+    "IN_SDK_REQUEST",
     "META_OPERATION",
     "META_PROMPT_TEXT",
     "META_RESPONSE_TEXT",
     "META_TRANSPORT",
     "META_USAGE_ESTIMATED",
     "Settings",
+    "StopSignal",
     "active_call",
     "begin_call",
     "count_retry",
     "finish_abandoned",
     "finish_call",
+    "raise_stop",
     "relieve_pressure",
     "settings",
 ]
@@ -63,6 +66,30 @@ settings = Settings()
 ACTIVE_CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar(
     "ampmeter_active_sdk_call", default=None
 )
+
+
+# Set while an SDK's generic ``request`` (the door of every resource method and of its public
+# ``client.post()``) runs: openai < 3 catches every ``Exception`` raised by its transport, retries
+# it and re-raises it as a connection error, so a stop raised below it travels as a
+# :class:`StopSignal` (not an ``Exception``) up to that door, which raises the stop itself.
+IN_SDK_REQUEST: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "ampmeter_in_sdk_request", default=False
+)
+
+
+class StopSignal(BaseException):
+    """A :class:`LimitExceeded` on its way through an SDK's retry loop (never seen outside)."""
+
+    def __init__(self, stop: LimitExceeded) -> None:
+        super().__init__(str(stop))
+        self.stop = stop
+
+
+def raise_stop(stop: LimitExceeded) -> None:
+    """Raise ``stop`` from a transport: as a :class:`StopSignal` inside an SDK request."""
+    if IN_SDK_REQUEST.get():
+        raise StopSignal(stop) from None
+    raise stop
 
 
 def active_call() -> Call | None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
-from ampmeter.integrations.patching import Patch, patch_client_retries, patch_method, undo_all
+from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
 from ampmeter.integrations.wire import get, get_int, int_or_none, text_of
 from ampmeter.pricing import request_size
 
@@ -315,7 +315,7 @@ def instrument_openai() -> bool:
         patch = patch_method(owner, name, adapter, is_async=is_async)
         if patch is not None:
             _patches.append(patch)
-    _patches.extend(patch_client_retries(_base_client))
+    _patches.extend(patch_base_clients(_base_client))
     from ampmeter.integrations.openai_websocket import patch_responses_websocket
 
     _patches.extend(patch_responses_websocket())
