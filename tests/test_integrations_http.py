@@ -453,15 +453,19 @@ def test_instrument_imports_nothing_and_patches_each_library_when_it_is_imported
 
     program = (
         "import sys, ampmeter\n"
-        "assert ampmeter.instrument() == []\n"
-        "assert not {'openai', 'anthropic', 'httpx', 'httpx2'} & set(sys.modules)\n"
-        "import httpx, openai\n"
+        "assert ampmeter.instrument() == ['threading']\n"  # the one module already imported
+        "assert not {'openai', 'anthropic', 'httpx', 'httpx2', 'http.client', 'urllib3'}"
+        " & set(sys.modules)\n"
+        "import httpx, openai, requests, http.client\n"
+        "assert hasattr(http.client.HTTPConnection.request, '__wrapped__')\n"
+        "assert hasattr(http.client.HTTPResponse.read, '__wrapped__')\n"
         "from openai.resources.chat.completions import Completions\n"
         "assert hasattr(httpx.Client.send, '__wrapped__')\n"
         "assert hasattr(Completions.create, '__ampmeter_original__')\n"
         "assert 'anthropic' not in sys.modules\n"
         "ampmeter.uninstrument()\n"
         "assert not hasattr(httpx.Client.send, '__wrapped__')\n"
+        "assert not hasattr(http.client.HTTPConnection.request, '__wrapped__')\n"
         "assert not hasattr(Completions.create, '__ampmeter_original__')\n"
         "import anthropic\n"  # after uninstrument(): left alone
         "from anthropic.resources.messages import Messages\n"

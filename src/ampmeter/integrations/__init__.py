@@ -65,6 +65,30 @@ def _instrument_llama_index(module: ModuleType) -> None:
     instrument_llama_index(module)
 
 
+def _instrument_http_client(module: ModuleType) -> None:
+    from ampmeter.integrations.http_client import instrument_http_client
+
+    instrument_http_client(module)
+
+
+def _instrument_urllib3(module: ModuleType) -> None:
+    from ampmeter.integrations.http_client import instrument_urllib3
+
+    instrument_urllib3(module)
+
+
+def _instrument_threads(_module: ModuleType) -> None:
+    from ampmeter.integrations.threads import instrument_threads
+
+    instrument_threads()
+
+
+def _instrument_thread_pools(module: ModuleType) -> None:
+    from ampmeter.integrations.threads import instrument_thread_pools
+
+    instrument_thread_pools(module)
+
+
 # What instrument() patches, by the module whose import triggers the patch.
 _TARGETS: dict[str, Callable[[ModuleType], object]] = {
     "openai": lambda _module: instrument_openai(),
@@ -72,7 +96,11 @@ _TARGETS: dict[str, Callable[[ModuleType], object]] = {
     "httpx": _instrument_http_library,
     "httpx2": _instrument_http_library,
     "aiohttp": _instrument_aiohttp,
+    "http.client": _instrument_http_client,
+    "urllib3": _instrument_urllib3,
     "llama_index.core": _instrument_llama_index,
+    "threading": _instrument_threads,
+    "concurrent.futures.thread": _instrument_thread_pools,
 }
 _armed: set[str] = set()  # the modules instrument() patches (now, or when imported)
 
@@ -84,11 +112,15 @@ def instrument(
     anthropic: bool = True,
     http: bool = True,
     llama_index: bool = True,
+    threads: bool = True,
 ) -> list[str]:
     """Meter the SDKs (``openai``, ``anthropic``) and the HTTP libraries (``http``: httpx,
-    httpx2 and aiohttp) whenever they are imported; idempotent. With ``llama_index``, the lazy
+    httpx2, aiohttp and ``http.client``, which ``urllib`` and ``requests`` use) whenever they
+    are imported; idempotent. With ``llama_index``, the lazy
     streams LlamaIndex returns are metered against the context they were created in (see
-    :mod:`ampmeter.integrations.llama_index`).
+    :mod:`ampmeter.integrations.llama_index`). With ``threads``, work submitted to a
+    ``ThreadPoolExecutor`` or started as a ``threading.Thread`` inside a context runs in that
+    context (:mod:`ampmeter.integrations.threads`).
 
     A library already imported is patched at once, the others right after their own import, so
     a program pays nothing for libraries it does not use. Returns the names patched now.
@@ -106,7 +138,11 @@ def instrument(
         "httpx": http,
         "httpx2": http,
         "aiohttp": http,
+        "http.client": http,
+        "urllib3": http,
         "llama_index.core": llama_index,
+        "threading": threads,
+        "concurrent.futures.thread": threads,
     }
     done = [name for name, wanted in chosen.items() if wanted and name in sys.modules]
     for name, patch in _TARGETS.items():
@@ -126,7 +162,9 @@ def uninstrument() -> None:
     for name, undo in (
         ("http", "uninstrument_httpx"),
         ("http_aiohttp", "uninstrument_aiohttp"),
+        ("http_client", "uninstrument_http_client"),
         ("llama_index", "uninstrument_llama_index"),
+        ("threads", "uninstrument_threads"),
     ):
         module = sys.modules.get(f"ampmeter.integrations.{name}")
         if module is not None:

@@ -91,9 +91,10 @@ def _warn_unmetered() -> None:
     names = ", ".join(sorted({repr(ctx.name) for ctx in open_contexts()}))
     warnings.warn(
         f"ampmeter: an SDK call on thread {threading.current_thread().name!r} is not metered: "
-        f"no context is current here, while {names} is open in another thread (threads of a "
-        "pool do not inherit it). Call ampmeter.set_default_context(ctx) so calls on any "
-        "thread attach to it, or submit the work with contextvars.copy_context().run. "
+        f"no context is current here, while {names} is open in another thread (this thread "
+        "was not started, or its work not submitted, inside it, or instrument(threads=False) "
+        "is in effect). Call ampmeter.set_default_context(ctx) so calls on any thread attach "
+        "to it, or submit the work with contextvars.copy_context().run. "
         "(This warning is shown once.)",
         RuntimeWarning,
         stacklevel=4,
