@@ -77,6 +77,12 @@ def _instrument_urllib3(module: ModuleType) -> None:
     instrument_urllib3(module)
 
 
+def _instrument_mcp(module: ModuleType) -> None:
+    from ampmeter.integrations.mcp_tools import instrument_mcp
+
+    instrument_mcp(module)
+
+
 def _instrument_threads(_module: ModuleType) -> None:
     from ampmeter.integrations.threads import instrument_threads
 
@@ -99,6 +105,7 @@ _TARGETS: dict[str, Callable[[ModuleType], object]] = {
     "http.client": _instrument_http_client,
     "urllib3": _instrument_urllib3,
     "llama_index.core": _instrument_llama_index,
+    "mcp": _instrument_mcp,
     "threading": _instrument_threads,
     "concurrent.futures.thread": _instrument_thread_pools,
 }
@@ -113,6 +120,7 @@ def instrument(
     http: bool = True,
     llama_index: bool = True,
     threads: bool = True,
+    mcp: bool = True,
 ) -> list[str]:
     """Meter the SDKs (``openai``, ``anthropic``) and the HTTP libraries (``http``: httpx,
     httpx2, aiohttp and ``http.client``, which ``urllib`` and ``requests`` use) whenever they
@@ -120,7 +128,8 @@ def instrument(
     streams LlamaIndex returns are metered against the context they were created in (see
     :mod:`ampmeter.integrations.llama_index`). With ``threads``, work submitted to a
     ``ThreadPoolExecutor`` or started as a ``threading.Thread`` inside a context runs in that
-    context (:mod:`ampmeter.integrations.threads`).
+    context (:mod:`ampmeter.integrations.threads`). With ``mcp``, each MCP tool call
+    (``mcp.ClientSession.call_tool``) is a ``tool`` node (:mod:`ampmeter.integrations.mcp_tools`).
 
     A library already imported is patched at once, the others right after their own import, so
     a program pays nothing for libraries it does not use. Returns the names patched now.
@@ -141,6 +150,7 @@ def instrument(
         "http.client": http,
         "urllib3": http,
         "llama_index.core": llama_index,
+        "mcp": mcp,
         "threading": threads,
         "concurrent.futures.thread": threads,
     }
@@ -165,6 +175,7 @@ def uninstrument() -> None:
         ("http_client", "uninstrument_http_client"),
         ("llama_index", "uninstrument_llama_index"),
         ("threads", "uninstrument_threads"),
+        ("mcp_tools", "uninstrument_mcp"),
     ):
         module = sys.modules.get(f"ampmeter.integrations.{name}")
         if module is not None:

@@ -4,6 +4,7 @@
 - :mod:`ampmeter.pricing.request_size`: how many input tokens a request will be billed for, measured
   from everything it sends, in the ``"learned"`` or ``"bound"`` mode.
 - :mod:`ampmeter.pricing.max_output`: the most output tokens a model can write in one call.
+- :mod:`ampmeter.pricing.tools`: what a tool call costs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ampmeter.pricing.table import (
     set_price,
     table_version,
 )
+from ampmeter.pricing.tools import clear_tool_prices, set_tool_price, tool_price
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -30,10 +32,13 @@ __all__ = [
     "PriceResult",
     "PricingStatus",
     "clear_prices",
+    "clear_tool_prices",
     "estimate",
     "load",
     "price",
     "remove_price",
     "set_price",
+    "set_tool_price",
     "table_version",
+    "tool_price",
 ]
