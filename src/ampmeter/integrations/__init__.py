@@ -77,6 +77,12 @@ def _instrument_urllib3(module: ModuleType) -> None:
     instrument_urllib3(module)
 
 
+def _instrument_websockets(module: ModuleType) -> None:
+    from ampmeter.integrations.websocket_client import instrument_websockets
+
+    instrument_websockets(module)
+
+
 def _instrument_mcp(module: ModuleType) -> None:
     from ampmeter.integrations.mcp_tools import instrument_mcp
 
@@ -106,6 +112,7 @@ _TARGETS: dict[str, Callable[[ModuleType], object]] = {
     "urllib3": _instrument_urllib3,
     "llama_index.core": _instrument_llama_index,
     "mcp": _instrument_mcp,
+    "websockets": _instrument_websockets,
     "threading": _instrument_threads,
     "concurrent.futures.thread": _instrument_thread_pools,
 }
@@ -123,13 +130,14 @@ def instrument(
     mcp: bool = True,
 ) -> list[str]:
     """Meter the SDKs (``openai``, ``anthropic``) and the HTTP libraries (``http``: httpx,
-    httpx2, aiohttp and ``http.client``, which ``urllib`` and ``requests`` use) whenever they
-    are imported; idempotent. With ``llama_index``, the lazy
-    streams LlamaIndex returns are metered against the context they were created in (see
-    :mod:`ampmeter.integrations.llama_index`). With ``threads``, work submitted to a
-    ``ThreadPoolExecutor`` or started as a ``threading.Thread`` inside a context runs in that
-    context (:mod:`ampmeter.integrations.threads`). With ``mcp``, each MCP tool call
-    (``mcp.ClientSession.call_tool``) is a ``tool`` node (:mod:`ampmeter.integrations.mcp_tools`).
+    httpx2, aiohttp and ``http.client``, which ``urllib`` and ``requests`` use, and the
+    Responses WebSocket protocol over ``websockets``) whenever they are imported; idempotent.
+
+    With ``llama_index``, the lazy streams LlamaIndex returns are metered against the context
+    they were created in (:mod:`ampmeter.integrations.llama_index`). With ``threads``, work
+    submitted to a ``ThreadPoolExecutor`` or started as a ``threading.Thread`` inside a
+    context runs in that context (:mod:`ampmeter.integrations.threads`). With ``mcp``, each
+    MCP tool call is a ``tool`` node (:mod:`ampmeter.integrations.mcp_tools`).
 
     A library already imported is patched at once, the others right after their own import, so
     a program pays nothing for libraries it does not use. Returns the names patched now.
@@ -151,6 +159,7 @@ def instrument(
         "urllib3": http,
         "llama_index.core": llama_index,
         "mcp": mcp,
+        "websockets": http,
         "threading": threads,
         "concurrent.futures.thread": threads,
     }
@@ -176,6 +185,7 @@ def uninstrument() -> None:
         ("llama_index", "uninstrument_llama_index"),
         ("threads", "uninstrument_threads"),
         ("mcp_tools", "uninstrument_mcp"),
+        ("websocket_client", "uninstrument_websockets"),
     ):
         module = sys.modules.get(f"ampmeter.integrations.{name}")
         if module is not None:
