@@ -206,84 +206,86 @@ class BodyMeter:
     (or its last event), or as abandoned when closed or dropped before."""
 
     def __init__(self, inner: Any, reader: BodyReader, admitted: Admitted) -> None:
-        self._inner = inner
-        self._reader = reader
+        self.inner = inner
+        self.reader = reader
         self._call = admitted.call
         self._input_tokens = admitted.info.input_tokens
-        self._done = False
+        self.done = False
 
-    def _end(self, exc: BaseException | None) -> None:
-        if not self._done:
-            self._done = True
-            finish_call(self._call, self._reader.tally, exc)
+    def end(self, exc: BaseException | None) -> None:
+        """End the node with the usage read (``exc``: the error reading the body raised)."""
+        if not self.done:
+            self.done = True
+            finish_call(self._call, self.reader.tally, exc)
 
-    def _abandon(self) -> None:
-        if not self._done:
-            self._done = True
-            finish_abandoned(self._call, self._reader.tally, self._input_tokens)
+    def abandon(self) -> None:
+        """End the node of a body closed or dropped before its end."""
+        if not self.done:
+            self.done = True
+            finish_abandoned(self._call, self.reader.tally, self._input_tokens)
 
     def __del__(self) -> None:
         # A response dropped unread is still counted, with the usage seen so far. Nothing can be
         # reported from a finalizer, and at interpreter exit module globals (contextlib too) may
         # already be gone: hence a bare try.
         try:  # noqa: SIM105
-            self._abandon()
+            self.abandon()
         except Exception:
             pass
 
 
 class _SyncBody(BodyMeter):
     def __iter__(self) -> Iterator[bytes]:
-        reader = self._reader
+        reader = self.reader
         try:
-            for piece in self._inner:
+            for piece in self.inner:
                 out = reader.feed(piece)
                 if reader.complete:
-                    self._end(None)  # the caller may stop reading at the last event
+                    self.end(None)  # the caller may stop reading at the last event
                 if out:
                     yield out
             tail = reader.end()
         except GeneratorExit:
             raise
         except BaseException as exc:
-            self._end(exc)
+            self.end(exc)
             raise
         if tail:
             yield tail
-        self._end(None)
+        self.end(None)
 
     def close(self) -> None:
         try:
-            self._inner.close()
+            self.inner.close()
         finally:
-            self._abandon()
+            self.abandon()
 
 
 class _AsyncBody(BodyMeter):
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        reader = self._reader
+        reader = self.reader
         try:
-            async for piece in self._inner:
+            async for piece in self.inner:
                 out = reader.feed(piece)
                 if reader.complete:
-                    self._end(None)  # the caller may stop reading at the last event
+                    self.end(None)  # the caller may stop reading at the last event
                 if out:
                     yield out
             tail = reader.end()
         except GeneratorExit:
             raise
         except BaseException as exc:
-            self._end(exc)
+            self.end(exc)
             raise
         if tail:
             yield tail
-        self._end(None)
+        self.end(None)
 
     async def aclose(self) -> None:
         try:
-            await self._inner.aclose()
+            await self.inner.aclose()
         finally:
-            self._abandon()
+            self.abandon()
 
 
 def _settle(admitted: Admitted, response: Any, streamed: bool, body_type: type) -> Any:

@@ -50,25 +50,25 @@ class _ResponseBody(BodyMeter):
 
     def seen(self, data: bytes, *, decoded: bool = False) -> None:
         """``data`` was read from the body (``decoded``: already decompressed)."""
-        if self._done:
+        if self.done:
             return
         if data:
             if self._inflate is not None and not decoded:
                 data = self._inflate.decompress(data)
-            self._reader.feed(data)
-            if self._reader.complete:
+            self.reader.feed(data)
+            if self.reader.complete:
                 self._finish()
-        if not data or self._inner.isclosed():
+        if not data or self.inner.isclosed():
             self._finish()
 
     def _finish(self) -> None:
-        if not self._done:
-            self._reader.end()
-            self._end(None)
+        if not self.done:
+            self.reader.end()
+            self.end(None)
 
     def closed(self) -> None:
         """The response was closed: abandoned unless its body was read to the end."""
-        self._abandon()
+        self.abandon()
 
 
 def _request_parts(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str, Any]:
