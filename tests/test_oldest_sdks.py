@@ -22,6 +22,7 @@ import pytest
 
 import ampmeter
 from ampmeter.local_llm import LocalLLMServer
+from ampmeter.testing import recorded
 
 OLDEST = ("openai==1.40.0", "anthropic==0.40.0")
 # openai 1.40 passes `proxies=` to httpx, which httpx 0.28 removed; pydantic 2 as they need.
@@ -251,3 +252,68 @@ def test_a_stop_below_an_older_sdk_is_not_retried(major: int) -> None:
     for name in ("sync", "async"):
         assert result[name] == {"error": "LimitExceeded", "nodes": ["halt"], "retries": 0}
     assert result["sent"] == 0
+
+
+SEMANTIC_KERNEL_PROGRAM = r"""
+import asyncio, json
+from openai import AsyncOpenAI
+from semantic_kernel.connectors.ai.open_ai import (
+    OpenAIChatCompletion, OpenAIChatPromptExecutionSettings)
+from semantic_kernel.contents import ChatHistory
+import ampmeter
+from ampmeter.sinks.memory import MemorySink
+from ampmeter.testing import recorded
+from ampmeter.testing.replay import ReplayServer
+
+ampmeter.instrument()
+
+async def main():
+    with ReplayServer() as server:
+        server.script("/v1/chat/completions", recorded.openai_chat_stream_usage())
+        client = AsyncOpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
+        service = OpenAIChatCompletion(ai_model_id="gpt-4o-mini", async_client=client)
+        history = ChatHistory()
+        history.add_user_message("Weather in Paris?")
+        settings = OpenAIChatPromptExecutionSettings(max_tokens=50)
+        sink = MemorySink()
+        stopped = None
+        async with ampmeter.ExecutionContext(max_steps=1, sinks=[sink]):
+            text = []
+            async for messages in service.get_streaming_chat_message_contents(history, settings):
+                text.extend(str(m) for m in messages)
+            try:
+                async for _ in service.get_streaming_chat_message_contents(history, settings):
+                    pass
+            except Exception as exc:
+                stopped = ampmeter.find_limit_exceeded(exc) is not None
+        print(json.dumps({
+            "text": "".join(text),
+            "nodes": [[n.status, n.tokens_in, n.tokens_out] for n in sink.nodes if n.kind == "llm"],
+            "sent": len(server.requests),
+            "stopped": stopped,
+        }))
+
+asyncio.run(main())
+"""
+# Semantic Kernel pins pydantic below 2.14, which genai-prices needs on Python 3.15: it cannot
+# join the development group, so it runs in an environment of its own.
+SEMANTIC_KERNEL = ("semantic-kernel>=1.30", "openai>=3", "orjson>=3.10", "genai-prices>=0.2")
+
+
+@pytest.mark.slow
+def test_semantic_kernel_streams_through_the_sdks_own_stream() -> None:
+    """Semantic Kernel tests ``isinstance(response, AsyncStream)``: an instrumented stream must
+    be the SDK's own, and be metered exactly, and a stop must reach it before the request."""
+    result = _run(_sdk_env("semantic-kernel", SEMANTIC_KERNEL), SEMANTIC_KERNEL_PROGRAM)
+    chunks = recorded.load("openai_chat_stream_usage")
+    (usage,) = [c["usage"] for c in chunks if c.get("usage")]
+    expected = "".join(
+        choice["delta"].get("content") or "" for c in chunks for choice in c["choices"]
+    )
+    assert result["text"] == expected
+    assert result["nodes"] == [
+        ["success", usage["prompt_tokens"], usage["completion_tokens"]],
+        ["halt", None, None],
+    ]
+    assert result["sent"] == 1
+    assert result["stopped"] is True
