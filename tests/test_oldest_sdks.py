@@ -1,10 +1,10 @@
-"""The oldest declared SDKs (``openai==1.40.0``, ``anthropic==0.40.0``) metered for real.
+"""SDKs and frameworks in environments of their own, metered for real: the oldest declared SDKs
+(``openai==1.40.0``, ``anthropic==0.40.0``), openai 2.x, Semantic Kernel and pydantic-ai.
 
-A separate virtual environment holds them (made once with ``uv`` from the package registry and
-kept in the system temp dir, so later runs reuse it); ampmeter's own sources run there from this
-checkout. The program it runs makes real calls to the session's llama.cpp server, including
-``beta.chat.completions.parse`` (sync and async), which those SDKs send without going through
-``create``, and prints what each node recorded beside what the server reported.
+Each environment is made once with ``uv`` from the package registry and kept in the system temp
+dir, so later runs reuse it; ampmeter's own sources run there from this checkout. The programs
+make real calls to the session's llama.cpp server or to loopback replay servers, and print what
+each node recorded beside what the server reported.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pytest
 import ampmeter
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.testing import recorded
+from test_integrations_openai_websocket import ResponsesSocket
 
 OLDEST = ("openai==1.40.0", "anthropic==0.40.0")
 # openai 1.40 passes `proxies=` to httpx, which httpx 0.28 removed; pydantic 2 as they need.
@@ -316,4 +317,60 @@ def test_semantic_kernel_streams_through_the_sdks_own_stream() -> None:
         ["halt", None, None],
     ]
     assert result["sent"] == 1
+    assert result["stopped"] is True
+
+
+PYDANTIC_AI_PROGRAM = r"""
+import asyncio, json, sys
+from openai import AsyncOpenAI
+from pydantic_ai import Agent
+from pydantic_ai.models.openai import OpenAIResponsesModel
+from pydantic_ai.providers.openai import OpenAIProvider
+import ampmeter
+from ampmeter.sinks.memory import MemorySink
+
+ampmeter.instrument()
+base_url = sys.argv[1]
+
+async def main():
+    client = AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0)
+    model = OpenAIResponsesModel("o4-mini", provider=OpenAIProvider(openai_client=client))
+    agent = Agent(model, model_settings={"openai_transport": "websocket"})
+    sink = MemorySink()
+    stopped = None
+    async with ampmeter.ExecutionContext(max_steps=1, sinks=[sink]):
+        result = await agent.run("Look it up.")
+        try:
+            await agent.run("And again.")
+        except Exception as exc:
+            stopped = ampmeter.find_limit_exceeded(exc) is not None
+    usage = result.usage
+    print(json.dumps({
+        "nodes": [[n.status, n.tokens_in, n.tokens_out, n.metadata.get("transport")]
+                  for n in sink.nodes if n.kind == "llm"],
+        "usage": [usage.input_tokens, usage.output_tokens],
+        "stopped": stopped,
+    }))
+
+asyncio.run(main())
+"""
+# pydantic-ai installs beside the development group; its WebSocket mode needs the
+# openai-realtime extra, kept out of the group with its own environment.
+PYDANTIC_AI = ("pydantic-ai-slim[openai,openai-realtime]", "orjson>=3.10", "genai-prices>=0.2")
+
+
+@pytest.mark.slow
+def test_pydantic_ai_websocket_mode_is_metered_at_the_websockets_client() -> None:
+    """pydantic-ai's ``openai_transport='websocket'`` sends its frames with the SDK
+    connection's ``send_raw``, past the SDK-level patch: the ``websockets`` client meters them."""
+    with ResponsesSocket() as server:
+        result = _run(_sdk_env("pydantic-ai", PYDANTIC_AI), PYDANTIC_AI_PROGRAM, server.base_url)
+        sent = len(server.creates)
+    usage = recorded.load("openai_responses_usage")["usage"]
+    assert result["usage"] == [usage["input_tokens"], usage["output_tokens"]]
+    assert result["nodes"] == [
+        ["success", usage["input_tokens"], usage["output_tokens"], "websockets"],
+        ["halt", None, None, "websockets"],
+    ]
+    assert sent == 1  # the stopped run sent nothing
     assert result["stopped"] is True
