@@ -45,10 +45,17 @@ class ResponsesSocket:
             started = {**response, "status": "in_progress", "usage": None, "output": []}
             for out in (
                 {"type": "response.created", "sequence_number": 0, "response": started},
-                {"type": "response.output_text.delta", "sequence_number": 1, "item_id": "m",
-                 "output_index": 0, "content_index": 0, "delta": "Looking", "logprobs": []},
+                {
+                    "type": "response.output_text.delta",
+                    "sequence_number": 1,
+                    "item_id": "m",
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": "Looking",
+                    "logprobs": [],
+                },
                 {"type": "response.completed", "sequence_number": 2, "response": response},
-            ):  # fmt: skip
+            ):
                 socket.send(json.dumps(out))
 
     def __enter__(self) -> ResponsesSocket:

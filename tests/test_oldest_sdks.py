@@ -78,8 +78,12 @@ def _uv() -> str | None:
     if found:
         return found
     try:  # where `make` installs it: the uv package of the system python3
-        done = subprocess.run(["python3", "-c", "import uv; print(uv.find_uv_bin())"],
-                              capture_output=True, text=True, check=True)  # fmt: skip
+        done = subprocess.run(
+            ["python3", "-c", "import uv; print(uv.find_uv_bin())"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     except (OSError, subprocess.CalledProcessError):
         return None
     return done.stdout.strip() or None
@@ -123,15 +127,8 @@ def _run(python: Path, program: str, *args: str) -> Any:
 
 @pytest.mark.slow
 def test_oldest_declared_sdks_are_metered_exactly(llm_server: LocalLLMServer) -> None:
-    python = _oldest_env()
-    source = Path(ampmeter.__file__).resolve().parents[1]
-    done = subprocess.run(
-        [str(python), "-c", PROGRAM, llm_server.base_url, llm_server.url, llm_server.model],
-        capture_output=True, text=True, timeout=240,
-        env={**os.environ, "PYTHONPATH": str(source)},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    program_args = (llm_server.base_url, llm_server.url, llm_server.model)
+    result = _run(_oldest_env(), PROGRAM, *program_args)
     assert result["versions"] == ["1.40.0", "0.40.0"]
     operations = [op for op, _, _ in result["nodes"]]
     assert operations == [
@@ -184,15 +181,7 @@ print(json.dumps({"seen": seen, "refused": refused,
 
 @pytest.mark.slow
 def test_the_oldest_beta_stream_helper_gets_budget_pressure(llm_server: LocalLLMServer) -> None:
-    python = _oldest_env()
-    source = Path(ampmeter.__file__).resolve().parents[1]
-    done = subprocess.run(
-        [str(python), "-c", PRESSURE_PROGRAM, llm_server.base_url, llm_server.model],
-        capture_output=True, text=True, timeout=240,
-        env={**os.environ, "PYTHONPATH": str(source)},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _run(_oldest_env(), PRESSURE_PROGRAM, llm_server.base_url, llm_server.model)
     assert result["seen"] == [llm_server.model, llm_server.model]
     assert result["nodes"] == [
         ["chat.completions.create", "cheap-model", "success"],  # the helper goes through create
