@@ -157,10 +157,14 @@ def test_beta_messages_create_and_stream_helper_are_metered(
             final = stream.get_final_message()
     created, streamed = [n for n in sink.nodes if n.kind == "llm"]
     assert created.name == "beta.messages.create" and streamed.name == "beta.messages.stream"
-    assert (created.tokens_in, created.tokens_out) == (normalised_in(msg.usage),
-                                                       msg.usage.output_tokens)  # fmt: skip
-    assert (streamed.tokens_in, streamed.tokens_out) == (normalised_in(final.usage),
-                                                         final.usage.output_tokens)  # fmt: skip
+    assert (created.tokens_in, created.tokens_out) == (
+        normalised_in(msg.usage),
+        msg.usage.output_tokens,
+    )
+    assert (streamed.tokens_in, streamed.tokens_out) == (
+        normalised_in(final.usage),
+        final.usage.output_tokens,
+    )
     assert ctx.stats.get_counter(KEY_LLM_CALLS) == 2
 
 
@@ -187,8 +191,7 @@ def test_with_raw_response_records_usage(
         )
     msg = raw.parse()
     node = only_llm_node(sink)
-    assert (node.tokens_in, node.tokens_out) == (normalised_in(msg.usage),
-                                                 msg.usage.output_tokens)  # fmt: skip
+    assert (node.tokens_in, node.tokens_out) == (normalised_in(msg.usage), msg.usage.output_tokens)
 
 
 def test_with_raw_response_of_a_stream_parses_to_a_metered_stream(

@@ -18,8 +18,8 @@ import pytest
 
 from ampmeter import ExecutionContext, LimitExceeded, Node, find_limit_exceeded
 from ampmeter.integrations import instrument, uninstrument
-from ampmeter.integrations._common import META_OPERATION, META_USAGE_ESTIMATED
 from ampmeter.integrations.http import META_TRANSPORT
+from ampmeter.integrations.lifecycle import META_OPERATION, META_USAGE_ESTIMATED
 from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.sinks.memory import MemorySink
@@ -87,10 +87,13 @@ def test_litellm_stream_records_the_usage_it_reports(
     with ExecutionContext(sinks=[sink]):
         chunks = list(
             litellm.completion(
-                **route(llm_server), messages=MESSAGES, max_tokens=5, stream=True,
+                **route(llm_server),
+                messages=MESSAGES,
+                max_tokens=5,
+                stream=True,
                 stream_options={"include_usage": True},
             )
-        )  # fmt: skip
+        )
     usage = [c.usage for c in chunks if getattr(c, "usage", None) is not None][-1]
     node = only(sink)
     assert (node.tokens_in, node.tokens_out) == (usage.prompt_tokens, usage.completion_tokens)
@@ -121,9 +124,12 @@ async def test_litellm_async_goes_through_its_aiohttp_transport_and_is_metered(
     async with ExecutionContext(sinks=[sink]):
         resp = await litellm.acompletion(**vllm(llm_server), messages=MESSAGES, max_tokens=5)
         stream = await litellm.acompletion(
-            **claude(llm_server), messages=MESSAGES, max_tokens=5, stream=True,
+            **claude(llm_server),
+            messages=MESSAGES,
+            max_tokens=5,
+            stream=True,
             stream_options={"include_usage": True},
-        )  # fmt: skip
+        )
         streamed = [c async for c in stream]
     first, second = calls(sink)
     assert (first.tokens_in, first.tokens_out) == (
@@ -206,8 +212,13 @@ def test_a_stop_sends_nothing_and_litellm_surfaces_it_as_a_client_error(
 ) -> None:
     sink = MemorySink()
     with ExecutionContext(max_steps=0, sinks=[sink]), pytest.raises(Exception) as caught:
-        litellm.completion(model="hosted_vllm/m", api_base=replay.openai_base_url, api_key="k",
-                           messages=MESSAGES, max_tokens=5)  # fmt: skip
+        litellm.completion(
+            model="hosted_vllm/m",
+            api_base=replay.openai_base_url,
+            api_key="k",
+            messages=MESSAGES,
+            max_tokens=5,
+        )
     assert replay.requests == []  # not a byte left the process
     error = caught.value
     assert isinstance(error, litellm.BadRequestError)  # not a retried 500
@@ -219,8 +230,10 @@ def test_a_stop_sends_nothing_and_litellm_surfaces_it_as_a_client_error(
 
 def test_raw_httpx_over_the_limit_raises_before_sending(replay: ReplayServer) -> None:
     with ExecutionContext(max_steps=0), pytest.raises(LimitExceeded):
-        httpx.post(replay.openai_base_url + "/chat/completions",
-                   json={"model": "gpt-4o-mini", "messages": MESSAGES})  # fmt: skip
+        httpx.post(
+            replay.openai_base_url + "/chat/completions",
+            json={"model": "gpt-4o-mini", "messages": MESSAGES},
+        )
     assert replay.requests == []
 
 
@@ -307,8 +320,10 @@ def test_raw_client_embeddings_become_embedding_nodes(replay: ReplayServer, modu
     replay.script("/v1/embeddings", recorded.openai_embeddings())
     sink = MemorySink()
     with ExecutionContext(sinks=[sink]) as ctx, module.Client() as client:
-        client.post(replay.openai_base_url + "/embeddings",
-                    json={"model": "text-embedding-3-small", "input": ["a", "b"]})  # fmt: skip
+        client.post(
+            replay.openai_base_url + "/embeddings",
+            json={"model": "text-embedding-3-small", "input": ["a", "b"]},
+        )
     node = only(sink)
     assert node.kind == "embedding"
     assert node.tokens_in == recorded.load("openai_embeddings")["usage"]["prompt_tokens"]
@@ -339,8 +354,12 @@ def test_gemini_stream_sent_as_one_json_array(replay: ReplayServer) -> None:
 async def test_async_raw_stream_closed_early_counts_what_it_saw(replay: ReplayServer) -> None:
     replay.script("/v1/chat/completions", recorded.openai_chat_stream_usage())
     sink = MemorySink()
-    body = {"model": "gpt-4o-mini", "messages": MESSAGES, "stream": True,
-            "stream_options": {"include_usage": True}}  # fmt: skip
+    body = {
+        "model": "gpt-4o-mini",
+        "messages": MESSAGES,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     async with ExecutionContext(sinks=[sink]), httpx.AsyncClient() as client:
         url = replay.openai_base_url + "/chat/completions"
         async with client.stream("POST", url, json=body) as response:
@@ -355,9 +374,10 @@ def test_an_error_status_fails_the_node_without_usage(replay: ReplayServer) -> N
     replay.script("/v1/messages", recorded.anthropic_error(500))
     sink = MemorySink()
     with ExecutionContext(sinks=[sink]):
-        response = httpx.post(replay.url + "/v1/messages",
-                              json={"model": "claude-3-5-haiku-latest", "max_tokens": 10,
-                                    "messages": MESSAGES})  # fmt: skip
+        response = httpx.post(
+            replay.url + "/v1/messages",
+            json={"model": "claude-3-5-haiku-latest", "max_tokens": 10, "messages": MESSAGES},
+        )
     assert response.status_code == 500
     node = only(sink)
     assert node.status == "fail" and node.tokens_in is None
@@ -420,13 +440,19 @@ def test_streams_created_in_a_context_are_metered_there_when_read_after_it_close
     sink = MemorySink()
     with ExecutionContext(sinks=[sink]) as ctx:
         sdk_stream = openai_client.chat.completions.create(
-            model=llm_server.model, messages=MESSAGES, max_tokens=4, stream=True,
+            model=llm_server.model,
+            messages=MESSAGES,
+            max_tokens=4,
+            stream=True,
             stream_options={"include_usage": True},
-        )  # fmt: skip
+        )
         http_stream = litellm.completion(
-            **claude(llm_server), messages=MESSAGES, max_tokens=4, stream=True,
+            **claude(llm_server),
+            messages=MESSAGES,
+            max_tokens=4,
+            stream=True,
             stream_options={"include_usage": True},
-        )  # fmt: skip
+        )
     assert calls(sink) == []  # nothing has ended yet
     sdk_usage = [c.usage for c in sdk_stream if c.usage is not None][-1]
     http_usage = [c.usage for c in http_stream if getattr(c, "usage", None) is not None][-1]
@@ -453,15 +479,19 @@ def test_instrument_imports_nothing_and_patches_each_library_when_it_is_imported
 
     program = (
         "import sys, ampmeter\n"
-        "assert ampmeter.instrument() == []\n"
-        "assert not {'openai', 'anthropic', 'httpx', 'httpx2'} & set(sys.modules)\n"
-        "import httpx, openai\n"
+        "assert ampmeter.instrument() == ['threading']\n"  # the one module already imported
+        "assert not {'openai', 'anthropic', 'httpx', 'httpx2', 'http.client', 'urllib3'}"
+        " & set(sys.modules)\n"
+        "import httpx, openai, requests, http.client\n"
+        "assert hasattr(http.client.HTTPConnection.request, '__wrapped__')\n"
+        "assert hasattr(http.client.HTTPResponse.read, '__wrapped__')\n"
         "from openai.resources.chat.completions import Completions\n"
         "assert hasattr(httpx.Client.send, '__wrapped__')\n"
         "assert hasattr(Completions.create, '__ampmeter_original__')\n"
         "assert 'anthropic' not in sys.modules\n"
         "ampmeter.uninstrument()\n"
         "assert not hasattr(httpx.Client.send, '__wrapped__')\n"
+        "assert not hasattr(http.client.HTTPConnection.request, '__wrapped__')\n"
         "assert not hasattr(Completions.create, '__ampmeter_original__')\n"
         "import anthropic\n"  # after uninstrument(): left alone
         "from anthropic.resources.messages import Messages\n"
@@ -478,8 +508,10 @@ def test_a_path_that_only_looks_like_a_wire_format_is_left_alone(replay: ReplayS
     replay.script("/v1/threads/thread_1/messages", recorded.openai_chat_tool_calls())
     sink = MemorySink()
     with ExecutionContext(max_steps=0, sinks=[sink]):
-        httpx.post(replay.openai_base_url + "/threads/thread_1/messages",
-                   json={"role": "user", "content": "hello"})  # fmt: skip
+        httpx.post(
+            replay.openai_base_url + "/threads/thread_1/messages",
+            json={"role": "user", "content": "hello"},
+        )
     assert calls(sink) == []
     assert len(replay.requests) == 1
 
@@ -524,8 +556,11 @@ async def test_raw_aiohttp_over_the_limit_sends_nothing(replay: ReplayServer) ->
     assert len(replay.requests) == 1
     usage = answer["usage"]
     node = only(sink)
-    assert node.tokens_in == (usage["input_tokens"] + usage["cache_read_input_tokens"]
-                              + usage["cache_creation_input_tokens"])  # fmt: skip
+    assert node.tokens_in == (
+        usage["input_tokens"]
+        + usage["cache_read_input_tokens"]
+        + usage["cache_creation_input_tokens"]
+    )
     assert node.tokens_out == usage["output_tokens"]
 
 
@@ -572,8 +607,13 @@ async def test_aiohttp_stream_that_asked_for_usage_is_passed_on_whole(
 ) -> None:
     import aiohttp
 
-    body = {"model": llm_server.model, "messages": MESSAGES, "max_tokens": 5, "stream": True,
-            "stream_options": {"include_usage": True}}  # fmt: skip
+    body = {
+        "model": llm_server.model,
+        "messages": MESSAGES,
+        "max_tokens": 5,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     sink = MemorySink()
     async with (
         aiohttp.ClientSession() as session,

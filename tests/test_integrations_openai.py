@@ -13,7 +13,7 @@ from openai.resources.responses import Responses
 import ampmeter.pricing
 from ampmeter import ExecutionContext, Limit, LimitExceeded
 from ampmeter.integrations import instrument, is_instrumented, uninstrument
-from ampmeter.integrations._common import META_PROMPT_TEXT, META_RESPONSE_TEXT
+from ampmeter.integrations.lifecycle import META_PROMPT_TEXT, META_RESPONSE_TEXT
 from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.sinks.memory import MemorySink
@@ -266,8 +266,10 @@ def test_with_raw_response_records_usage_and_parse_gives_the_same_object(
     resp = raw.parse()
     assert resp is raw.parse()
     assert resp.usage is not None
-    assert (node.tokens_in, node.tokens_out) == (resp.usage.prompt_tokens,
-                                                 resp.usage.completion_tokens)  # fmt: skip
+    assert (node.tokens_in, node.tokens_out) == (
+        resp.usage.prompt_tokens,
+        resp.usage.completion_tokens,
+    )
     assert node.status == "success"
     assert ctx.stats.get_counter(KEY_INPUT_TOKENS) == resp.usage.prompt_tokens
 
@@ -278,9 +280,12 @@ def test_with_raw_response_stream_parses_to_a_metered_stream(
     sink = MemorySink()
     with ExecutionContext(sinks=[sink]):
         raw = openai_client.chat.completions.with_raw_response.create(
-            model=llm_server.model, messages=MESSAGES, max_tokens=6, stream=True,
+            model=llm_server.model,
+            messages=MESSAGES,
+            max_tokens=6,
+            stream=True,
             stream_options={"include_usage": True},
-        )  # fmt: skip
+        )
         assert raw.status_code == 200
         chunks = list(raw.parse())
     (usage,) = [c.usage for c in chunks if c.usage is not None]
@@ -316,8 +321,10 @@ def test_with_streaming_response_records_usage(
         resp = response.parse()
     (node,) = llm_nodes(sink)
     assert resp.usage is not None
-    assert (node.tokens_in, node.tokens_out) == (resp.usage.prompt_tokens,
-                                                 resp.usage.completion_tokens)  # fmt: skip
+    assert (node.tokens_in, node.tokens_out) == (
+        resp.usage.prompt_tokens,
+        resp.usage.completion_tokens,
+    )
 
 
 async def test_async_with_streaming_response_of_a_stream_is_metered(
@@ -325,10 +332,16 @@ async def test_async_with_streaming_response_of_a_stream_is_metered(
 ) -> None:
     sink = MemorySink()
     streaming = async_openai_client.chat.completions.with_streaming_response
-    async with ExecutionContext(sinks=[sink]), streaming.create(
-        model=llm_server.model, messages=MESSAGES, max_tokens=6, stream=True,
-        stream_options={"include_usage": True},
-    ) as response:  # fmt: skip
+    async with (
+        ExecutionContext(sinks=[sink]),
+        streaming.create(
+            model=llm_server.model,
+            messages=MESSAGES,
+            max_tokens=6,
+            stream=True,
+            stream_options={"include_usage": True},
+        ) as response,
+    ):
         stream = await response.parse()
         chunks = [c async for c in stream]
     (usage,) = [c.usage for c in chunks if c.usage is not None]
@@ -360,18 +373,26 @@ def test_streaming_response_read_as_raw_lines_still_records_usage(
     """The SDK's documented way to read a raw stream: its lines, never parsed by the caller."""
     sink = MemorySink()
     streaming = openai_client.chat.completions.with_streaming_response
-    with ExecutionContext(sinks=[sink]), streaming.create(
-        model=llm_server.model, messages=MESSAGES, max_tokens=6, stream=True,
-        stream_options={"include_usage": True},
-    ) as response:  # fmt: skip
+    with (
+        ExecutionContext(sinks=[sink]),
+        streaming.create(
+            model=llm_server.model,
+            messages=MESSAGES,
+            max_tokens=6,
+            stream=True,
+            stream_options={"include_usage": True},
+        ) as response,
+    ):
         lines = list(response.iter_lines())
-    events = [json.loads(line[5:]) for line in lines
-              if line.startswith("data:") and line[5:].strip() != "[DONE]"]  # fmt: skip
+    events = [
+        json.loads(line[5:])
+        for line in lines
+        if line.startswith("data:") and line[5:].strip() != "[DONE]"
+    ]
     (usage,) = [e["usage"] for e in events if e.get("usage")]
     (node,) = llm_nodes(sink)
     assert node.status == "success"
-    assert (node.tokens_in, node.tokens_out) == (usage["prompt_tokens"],
-                                                 usage["completion_tokens"])  # fmt: skip
+    assert (node.tokens_in, node.tokens_out) == (usage["prompt_tokens"], usage["completion_tokens"])
 
 
 async def test_async_streaming_response_read_as_raw_bytes_still_records_usage(
@@ -379,10 +400,16 @@ async def test_async_streaming_response_read_as_raw_bytes_still_records_usage(
 ) -> None:
     sink = MemorySink()
     streaming = async_openai_client.chat.completions.with_streaming_response
-    async with ExecutionContext(sinks=[sink]), streaming.create(
-        model=llm_server.model, messages=MESSAGES, max_tokens=6, stream=True,
-        stream_options={"include_usage": True},
-    ) as response:  # fmt: skip
+    async with (
+        ExecutionContext(sinks=[sink]),
+        streaming.create(
+            model=llm_server.model,
+            messages=MESSAGES,
+            max_tokens=6,
+            stream=True,
+            stream_options={"include_usage": True},
+        ) as response,
+    ):
         body = b"".join([piece async for piece in response.iter_bytes(chunk_size=7)])
     (usage,) = [
         json.loads(line[5:])["usage"]
@@ -391,5 +418,4 @@ async def test_async_streaming_response_read_as_raw_bytes_still_records_usage(
     ]
     (node,) = llm_nodes(sink)
     assert node.status == "success"
-    assert (node.tokens_in, node.tokens_out) == (usage["prompt_tokens"],
-                                                 usage["completion_tokens"])  # fmt: skip
+    assert (node.tokens_in, node.tokens_out) == (usage["prompt_tokens"], usage["completion_tokens"])

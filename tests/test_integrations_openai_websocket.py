@@ -17,7 +17,7 @@ import pytest
 from websockets.sync.server import ServerConnection, serve
 
 from ampmeter import ExecutionContext, LimitExceeded, Node
-from ampmeter.integrations._common import META_OPERATION, META_TRANSPORT
+from ampmeter.integrations.lifecycle import META_OPERATION, META_TRANSPORT
 from ampmeter.keys import KEY_LLM_CALLS
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded
@@ -45,10 +45,17 @@ class ResponsesSocket:
             started = {**response, "status": "in_progress", "usage": None, "output": []}
             for out in (
                 {"type": "response.created", "sequence_number": 0, "response": started},
-                {"type": "response.output_text.delta", "sequence_number": 1, "item_id": "m",
-                 "output_index": 0, "content_index": 0, "delta": "Looking", "logprobs": []},
+                {
+                    "type": "response.output_text.delta",
+                    "sequence_number": 1,
+                    "item_id": "m",
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": "Looking",
+                    "logprobs": [],
+                },
                 {"type": "response.completed", "sequence_number": 2, "response": response},
-            ):  # fmt: skip
+            ):
                 socket.send(json.dumps(out))
 
     def __enter__(self) -> ResponsesSocket:
@@ -132,3 +139,73 @@ def test_a_response_still_open_at_close_ends_as_abandoned(socket_server: Respons
         next(iter(connection))  # read only response.created
     (node,) = llm_nodes(sink)
     assert node.status == "fail" and node.error_class == "StreamAbandoned"
+
+
+# -- any websockets client: the protocol metered below the SDK ------------------------------------
+
+
+def socket_url(server: ResponsesSocket) -> str:
+    return server.base_url.replace("http://", "ws://") + "/responses"
+
+
+def create_frame(text: str) -> str:
+    return json.dumps(
+        {"type": "response.create", "model": "o4-mini", "input": text, "max_output_tokens": 50}
+    )
+
+
+def test_a_raw_websockets_client_is_metered_and_stopped_before_sending(
+    socket_server: ResponsesSocket,
+) -> None:
+    from websockets.sync.client import connect
+
+    sink = MemorySink()
+    usage = recorded.load("openai_responses_usage")["usage"]
+    with ExecutionContext(max_steps=1, sinks=[sink]), connect(socket_url(socket_server)) as ws:
+        ws.send(create_frame("Look it up."))
+        ws.send(json.dumps({"type": "session.update"}))  # not a response: not metered
+        while json.loads(ws.recv())["type"] != "response.completed":
+            pass
+        with pytest.raises(LimitExceeded):
+            ws.send(create_frame("And again."))
+    assert len(socket_server.creates) == 1  # the stopped frame never left
+    node, halted = llm_nodes(sink)
+    assert (node.status, node.tokens_in, node.tokens_out) == (
+        "success",
+        usage["input_tokens"],
+        usage["output_tokens"],
+    )
+    assert node.metadata[META_TRANSPORT] == "websockets"
+    assert halted.status == "halt"
+
+
+async def test_an_asyncio_websockets_client_is_metered(socket_server: ResponsesSocket) -> None:
+    from websockets.asyncio.client import connect
+
+    sink = MemorySink()
+    usage = recorded.load("openai_responses_usage")["usage"]
+    async with ExecutionContext(sinks=[sink]), connect(socket_url(socket_server)) as ws:
+        for question in ("One?", "Two?"):
+            await ws.send(create_frame(question).encode())  # a binary frame is read the same
+            async for message in ws:
+                if json.loads(message)["type"] == "response.completed":
+                    break
+        await ws.send(create_frame("Three?"))
+    # the third, still open when the connection closed, ends as an abandoned stream
+    assert len(socket_server.creates) == 3
+    first, second, third = llm_nodes(sink)
+    assert [(n.tokens_in, n.tokens_out) for n in (first, second)] == [
+        (usage["input_tokens"], usage["output_tokens"])
+    ] * 2
+    assert third.status == "fail" and third.error_class == "StreamAbandoned"
+
+
+def test_the_sdks_connection_is_not_metered_twice(socket_server: ResponsesSocket) -> None:
+    client = openai.OpenAI(base_url=socket_server.base_url, api_key="sk-ws")
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]), client.responses.connect() as connection:
+        connection.response.create(model="o4-mini", input="Look it up.")
+        until_done(connection)
+    (node,) = llm_nodes(sink)
+    assert node.metadata[META_TRANSPORT] == "websocket"  # the SDK layer's, once
+    assert node.status == "success"

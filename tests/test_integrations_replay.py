@@ -26,8 +26,9 @@ def oai(replay: ReplayServer, retries: int = 0) -> openai.OpenAI:
 
 
 def anth(replay: ReplayServer, retries: int = 0) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=replay.anthropic_base_url, api_key="sk-ant-secret",
-                               max_retries=retries)  # fmt: skip
+    return anthropic.Anthropic(
+        base_url=replay.anthropic_base_url, api_key="sk-ant-secret", max_retries=retries
+    )
 
 
 def only_llm_node(sink: MemorySink) -> ampmeter.Node:
@@ -196,8 +197,12 @@ def test_anthropic_stream_closed_half_way_keeps_usage_seen(replay: ReplayServer)
 
 
 def test_anthropic_529_then_200_retry_and_500_fail(replay: ReplayServer) -> None:
-    replay.script(MESSAGES, recorded.anthropic_error(529), recorded.anthropic_message_tool_use(),
-                  recorded.anthropic_error(500))  # fmt: skip
+    replay.script(
+        MESSAGES,
+        recorded.anthropic_error(529),
+        recorded.anthropic_message_tool_use(),
+        recorded.anthropic_error(500),
+    )
     sink = MemorySink()
     client = anth(replay, retries=1)
     with ExecutionContext(sinks=[sink], limits=[Limit(KEY_LLM_CALLS, 10)]):

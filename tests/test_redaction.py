@@ -211,7 +211,7 @@ def test_error_text_of_a_plain_exception_is_one_line() -> None:
 def test_a_client_key_changed_after_its_first_call_is_scrubbed_too() -> None:
     """The client's key is read on every call (a known one is not handed over again), so a key
     set on the client later, or a second client's, is scrubbed as well."""
-    from ampmeter.integrations._common import remember_client_key
+    from ampmeter.integrations.wrappers import remember_client_key
 
     first, second, third = (f"PLANTEDrotatedKey{n}WithoutPrefix0123" for n in range(3))
     client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key=first, max_retries=0)

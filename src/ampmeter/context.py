@@ -721,6 +721,7 @@ class ExecutionContext:
         *,
         prompt_tokens: int | None = None,
         prompt_text: str | None = None,
+        request: RequestSize | None = None,
         provider: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         final: bool = False,
@@ -728,7 +729,8 @@ class ExecutionContext:
         """An LLM call to run in a ``with`` block; entering it checks limits and reserves.
 
         The reservation is ``estimate_usd`` if given, else the price of the prompt (its token
-        count, or the estimate of :mod:`ampmeter.pricing.request_size` from ``prompt_text``) and
+        count, or the estimate of :mod:`ampmeter.pricing.request_size` from the measure of the
+        whole request, ``request``, or else from ``prompt_text``) and
         ``max_tokens`` output tokens (without ``max_tokens``, the pricing layer's default).
         A ``final`` call (the final answer) may spend the context's ``final_reserve_usd``.
         """
@@ -743,10 +745,10 @@ class ExecutionContext:
         if type(label) is not str:
             _validate.text(label, "name")
         out_est = 0 if max_tokens is None else _validate.count(max_tokens, "max_tokens")
-        if prompt_tokens is None and prompt_text is None:
+        if prompt_tokens is None and prompt_text is None and request is None:
             in_est, chars = 0, None
         else:
-            in_est, chars = _prompt_estimate(prompt_tokens, prompt_text, model)
+            in_est, chars = _prompt_estimate(prompt_tokens, prompt_text, model, request)
         # Priced by the caller (estimate_usd; no model or no pricing layer to look up) or the table.
         priced = True
         if type(estimate_usd) is float and 0.0 <= estimate_usd < _INF:
@@ -1857,12 +1859,16 @@ _HoldPlan = tuple[
 
 
 def _prompt_estimate(
-    prompt_tokens: object, prompt_text: object, model: str | None
+    prompt_tokens: object, prompt_text: object, model: str | None, request: object = None
 ) -> tuple[int, RequestSize | None]:
-    """A call's estimated prompt tokens (the caller's count, else the estimate from the text)
-    and the prompt's measure (None without text), for reservations and learning."""
+    """A call's estimated prompt tokens (the caller's count, else the estimate from the request's
+    measure or the text) and the measure (None without one), for reservations and learning."""
     if prompt_tokens is not None:
         return _validate.count(prompt_tokens, "prompt_tokens"), None
+    if request is not None:
+        if not isinstance(request, RequestSize):
+            raise TypeError(f"request must be a RequestSize, got {type(request).__name__}")
+        return request_size.input_tokens(request, model), request
     if prompt_text is not None:
         size = request_size.measure_text(_validate.text(prompt_text, "prompt_text"))
         return request_size.input_tokens(size, model), size

@@ -27,9 +27,10 @@ from types import ModuleType
 
 from ampmeter import redact
 from ampmeter.context import ExecutionContext
+from ampmeter.errors import StreamAbandoned
 from ampmeter.integrations import _hooks
-from ampmeter.integrations._common import StreamAbandoned, settings
 from ampmeter.integrations.anthropic import instrument_anthropic, uninstrument_anthropic
+from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.openai import instrument_openai, uninstrument_openai
 
 __all__ = [
@@ -64,6 +65,42 @@ def _instrument_llama_index(module: ModuleType) -> None:
     instrument_llama_index(module)
 
 
+def _instrument_http_client(module: ModuleType) -> None:
+    from ampmeter.integrations.http_client import instrument_http_client
+
+    instrument_http_client(module)
+
+
+def _instrument_urllib3(module: ModuleType) -> None:
+    from ampmeter.integrations.http_client import instrument_urllib3
+
+    instrument_urllib3(module)
+
+
+def _instrument_websockets(module: ModuleType) -> None:
+    from ampmeter.integrations.websocket_client import instrument_websockets
+
+    instrument_websockets(module)
+
+
+def _instrument_mcp(module: ModuleType) -> None:
+    from ampmeter.integrations.mcp_tools import instrument_mcp
+
+    instrument_mcp(module)
+
+
+def _instrument_threads(_module: ModuleType) -> None:
+    from ampmeter.integrations.threads import instrument_threads
+
+    instrument_threads()
+
+
+def _instrument_thread_pools(module: ModuleType) -> None:
+    from ampmeter.integrations.threads import instrument_thread_pools
+
+    instrument_thread_pools(module)
+
+
 # What instrument() patches, by the module whose import triggers the patch.
 _TARGETS: dict[str, Callable[[ModuleType], object]] = {
     "openai": lambda _module: instrument_openai(),
@@ -71,7 +108,13 @@ _TARGETS: dict[str, Callable[[ModuleType], object]] = {
     "httpx": _instrument_http_library,
     "httpx2": _instrument_http_library,
     "aiohttp": _instrument_aiohttp,
+    "http.client": _instrument_http_client,
+    "urllib3": _instrument_urllib3,
     "llama_index.core": _instrument_llama_index,
+    "mcp": _instrument_mcp,
+    "websockets": _instrument_websockets,
+    "threading": _instrument_threads,
+    "concurrent.futures.thread": _instrument_thread_pools,
 }
 _armed: set[str] = set()  # the modules instrument() patches (now, or when imported)
 
@@ -83,11 +126,18 @@ def instrument(
     anthropic: bool = True,
     http: bool = True,
     llama_index: bool = True,
+    threads: bool = True,
+    mcp: bool = True,
 ) -> list[str]:
     """Meter the SDKs (``openai``, ``anthropic``) and the HTTP libraries (``http``: httpx,
-    httpx2 and aiohttp) whenever they are imported; idempotent. With ``llama_index``, the lazy
-    streams LlamaIndex returns are metered against the context they were created in (see
-    :mod:`ampmeter.integrations.llama_index`).
+    httpx2, aiohttp and ``http.client``, which ``urllib`` and ``requests`` use, and the
+    Responses WebSocket protocol over ``websockets``) whenever they are imported; idempotent.
+
+    With ``llama_index``, the lazy streams LlamaIndex returns are metered against the context
+    they were created in (:mod:`ampmeter.integrations.llama_index`). With ``threads``, work
+    submitted to a ``ThreadPoolExecutor`` or started as a ``threading.Thread`` inside a
+    context runs in that context (:mod:`ampmeter.integrations.threads`). With ``mcp``, each
+    MCP tool call is a ``tool`` node (:mod:`ampmeter.integrations.mcp_tools`).
 
     A library already imported is patched at once, the others right after their own import, so
     a program pays nothing for libraries it does not use. Returns the names patched now.
@@ -99,8 +149,20 @@ def instrument(
         raise TypeError(f"capture_content must be a bool, got {type(capture_content).__name__}")
     settings.capture_content = capture_content
     redact.configure(capture_content=capture_content)
-    chosen = {"openai": openai, "anthropic": anthropic, "httpx": http, "httpx2": http,
-              "aiohttp": http, "llama_index.core": llama_index}  # fmt: skip
+    chosen = {
+        "openai": openai,
+        "anthropic": anthropic,
+        "httpx": http,
+        "httpx2": http,
+        "aiohttp": http,
+        "http.client": http,
+        "urllib3": http,
+        "llama_index.core": llama_index,
+        "mcp": mcp,
+        "websockets": http,
+        "threading": threads,
+        "concurrent.futures.thread": threads,
+    }
     done = [name for name, wanted in chosen.items() if wanted and name in sys.modules]
     for name, patch in _TARGETS.items():
         if chosen[name] and name not in _armed:
@@ -116,8 +178,15 @@ def uninstrument() -> None:
     _hooks.cancel_all()
     uninstrument_openai()
     uninstrument_anthropic()
-    for name, undo in (("http", "uninstrument_httpx"), ("http_aiohttp", "uninstrument_aiohttp"),
-                       ("llama_index", "uninstrument_llama_index")):  # fmt: skip
+    for name, undo in (
+        ("http", "uninstrument_httpx"),
+        ("http_aiohttp", "uninstrument_aiohttp"),
+        ("http_client", "uninstrument_http_client"),
+        ("llama_index", "uninstrument_llama_index"),
+        ("threads", "uninstrument_threads"),
+        ("mcp_tools", "uninstrument_mcp"),
+        ("websocket_client", "uninstrument_websockets"),
+    ):
         module = sys.modules.get(f"ampmeter.integrations.{name}")
         if module is not None:
             getattr(module, undo)()

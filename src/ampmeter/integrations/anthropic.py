@@ -17,24 +17,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ampmeter.integrations._common import (
-    Adapter,
-    Patch,
-    RequestInfo,
-    Tally,
-    get,
-    get_int,
-    int_or_none,
+from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.integrations.attach import metered_context
+from ampmeter.integrations.lifecycle import relieve_pressure, settings
+from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
+from ampmeter.integrations.wire import get, get_int, int_or_none, text_of
+from ampmeter.integrations.wrappers import (
     metered_awaitable,
-    metered_context,
     metered_request,
-    patch_client_retries,
-    patch_method,
-    relieve_pressure,
     remember_client_key,
-    settings,
-    text_of,
-    undo_all,
 )
 
 __all__ = ["instrument_anthropic", "is_instrumented", "uninstrument_anthropic"]
@@ -54,16 +45,23 @@ class MessagesAdapter(Adapter):
         self.operation = operation
         self._stream_types = stream_types
 
+    wire = "anthropic"
+
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        model = kwargs.get("model")
+        return RequestInfo(
+            model if isinstance(model, str) else None,
+            self.measure(kwargs),
+            int_or_none(kwargs.get("max_tokens")),
+            kwargs.get("stream") is True,
+        )
+
+    def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         parts = [text_of(kwargs.get("system")) if not _omitted(kwargs.get("system")) else ""]
         messages = kwargs.get("messages")
         if isinstance(messages, (list, tuple)):
             parts.extend(text_of(get(m, "content")) for m in messages)
-        model = kwargs.get("model")
-        return RequestInfo(model if isinstance(model, str) else None,
-                           "\n".join(p for p in parts if p),
-                           int_or_none(kwargs.get("max_tokens")),
-                           kwargs.get("stream") is True)  # fmt: skip
+        return "\n".join(p for p in parts if p)
 
     def is_stream(self, result: object) -> bool:
         return isinstance(result, self._stream_types)
@@ -179,8 +177,10 @@ def instrument_anthropic() -> bool:
     except ImportError:
         pass
     else:
-        owners += [(BetaMessages, "beta.messages", sync_stream, False),
-                   (AsyncBetaMessages, "beta.messages", async_stream, True)]  # fmt: skip
+        owners += [
+            (BetaMessages, "beta.messages", sync_stream, False),
+            (AsyncBetaMessages, "beta.messages", async_stream, True),
+        ]
     for owner, prefix, types, is_async in owners:
         for name in ("create", "parse"):
             adapter = MessagesAdapter(f"{prefix}.{name}", types)
@@ -190,10 +190,12 @@ def instrument_anthropic() -> bool:
         helper = owner.__dict__.get("stream")
         if helper is not None:
             adapter = MessagesAdapter(f"{prefix}.stream", types)
-            _patches.append(Patch.apply(
-                owner, "stream", _wrap_stream_helper(adapter, helper, is_async=is_async)
-            ))  # fmt: skip
-    _patches.extend(patch_client_retries(_base_client))
+            _patches.append(
+                Patch.apply(
+                    owner, "stream", _wrap_stream_helper(adapter, helper, is_async=is_async)
+                )
+            )
+    _patches.extend(patch_base_clients(_base_client))
     return True
 
 

@@ -15,14 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ampmeter.integrations._common import (
-    Adapter,
-    RequestInfo,
-    Tally,
-    get,
-    get_int,
-    settings,
-)
+from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.integrations.lifecycle import settings
+from ampmeter.integrations.wire import get, get_int
 
 __all__ = ["PROVIDER", "GenerateContentAdapter", "model_of_path"]
 
@@ -55,16 +50,21 @@ class GenerateContentAdapter(Adapter):
     def __init__(self, operation: str) -> None:
         self.operation = operation
 
+    wire = "gemini"
+
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        config = kwargs.get("generationConfig") or kwargs.get("generation_config")
+        max_tokens = get_int(config, "maxOutputTokens")
+        stream = self.operation == "streamGenerateContent"
+        return RequestInfo(None, self.measure(kwargs), max_tokens, stream)
+
+    def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         parts = _parts_text(kwargs.get("systemInstruction") or kwargs.get("system_instruction"))
         contents = kwargs.get("contents")
         if isinstance(contents, (list, tuple)):
             for content in contents:
                 parts.extend(_parts_text(content))
-        config = kwargs.get("generationConfig") or kwargs.get("generation_config")
-        max_tokens = get_int(config, "maxOutputTokens")
-        stream = self.operation == "streamGenerateContent"
-        return RequestInfo(None, "\n".join(parts), max_tokens, stream)
+        return "\n".join(parts)
 
     def is_stream(self, result: object) -> bool:
         return False

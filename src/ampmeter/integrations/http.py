@@ -7,7 +7,7 @@ through, whatever transport is mounted: LiteLLM's aiohttp transport included), a
 aiohttp's own clients, in :mod:`ampmeter.integrations.http_aiohttp`.
 
 A ``POST`` is metered when a context is current, no SDK patch is already metering the request
-(:data:`~ampmeter.integrations._common.ACTIVE_CALL`), and its path names a known wire format:
+(:data:`~ampmeter.integrations.lifecycle.ACTIVE_CALL`), and its path names a known wire format:
 
 =====================================  ===========================================
 path ends with                         wire format (reader)
@@ -37,28 +37,27 @@ from typing import Any, Final
 
 import orjson
 
-from ampmeter.integrations._common import (
+from ampmeter.errors import LimitExceeded
+from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.integrations.anthropic import MessagesAdapter
+from ampmeter.integrations.attach import metered_context
+from ampmeter.integrations.gemini import GenerateContentAdapter, model_of_path
+from ampmeter.integrations.lifecycle import (
     ACTIVE_CALL,
     META_TRANSPORT,
-    Adapter,
-    Patch,
-    RequestInfo,
-    Tally,
     begin_call,
     finish_abandoned,
     finish_call,
-    metered_context,
-    undo_all,
+    raise_stop,
 )
-from ampmeter.integrations._wire import BodyReader
-from ampmeter.integrations.anthropic import MessagesAdapter
-from ampmeter.integrations.gemini import GenerateContentAdapter, model_of_path
 from ampmeter.integrations.openai import (
     ChatAdapter,
     CompletionsAdapter,
     EmbeddingsAdapter,
     ResponsesAdapter,
 )
+from ampmeter.integrations.patching import Patch, undo_all
+from ampmeter.integrations.wire import BodyReader
 
 __all__ = [
     "Admitted",
@@ -145,9 +144,9 @@ def admit(
         model = model_of_path(path)  # Gemini names the model in the path, not the body
         if model is None:
             return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
-        info = RequestInfo(model, info.prompt_text, info.max_tokens, info.stream)
+        info = RequestInfo(model, info.size, info.max_tokens, info.stream)
     hide = info.stream and may_ask_usage and adapter.prepare_stream(body)
-    call = begin_call(ctx, adapter, info, {META_TRANSPORT: transport})
+    call = begin_call(ctx, adapter, info, {META_TRANSPORT: transport}, body)
     return Admitted(call, adapter, info, hide, body)
 
 
@@ -177,6 +176,15 @@ def _admit(module: ModuleType, request: Any, streamed: bool) -> tuple[Admitted, 
     return admitted, request
 
 
+def _admit_or_stop(module: ModuleType, request: Any, streamed: bool) -> tuple[Admitted, Any] | None:
+    """:func:`_admit`, its stop raised past the retry loop of an SDK sending through here."""
+    try:
+        return _admit(module, request, streamed)
+    except LimitExceeded as stop:
+        raise_stop(stop)
+        raise  # raise_stop always raises
+
+
 def response_reader(admitted: Admitted, status: int, content_type: str) -> BodyReader | None:
     """How to read a response's body (None: an error status, and the node ended failed)."""
     if status >= 400:
@@ -198,84 +206,86 @@ class BodyMeter:
     (or its last event), or as abandoned when closed or dropped before."""
 
     def __init__(self, inner: Any, reader: BodyReader, admitted: Admitted) -> None:
-        self._inner = inner
-        self._reader = reader
+        self.inner = inner
+        self.reader = reader
         self._call = admitted.call
-        self._prompt_tokens = admitted.info.prompt_tokens
-        self._done = False
+        self._input_tokens = admitted.info.input_tokens
+        self.done = False
 
-    def _end(self, exc: BaseException | None) -> None:
-        if not self._done:
-            self._done = True
-            finish_call(self._call, self._reader.tally, exc)
+    def end(self, exc: BaseException | None) -> None:
+        """End the node with the usage read (``exc``: the error reading the body raised)."""
+        if not self.done:
+            self.done = True
+            finish_call(self._call, self.reader.tally, exc)
 
-    def _abandon(self) -> None:
-        if not self._done:
-            self._done = True
-            finish_abandoned(self._call, self._reader.tally, self._prompt_tokens)
+    def abandon(self) -> None:
+        """End the node of a body closed or dropped before its end."""
+        if not self.done:
+            self.done = True
+            finish_abandoned(self._call, self.reader.tally, self._input_tokens)
 
     def __del__(self) -> None:
         # A response dropped unread is still counted, with the usage seen so far. Nothing can be
         # reported from a finalizer, and at interpreter exit module globals (contextlib too) may
         # already be gone: hence a bare try.
         try:  # noqa: SIM105
-            self._abandon()
+            self.abandon()
         except Exception:
             pass
 
 
 class _SyncBody(BodyMeter):
     def __iter__(self) -> Iterator[bytes]:
-        reader = self._reader
+        reader = self.reader
         try:
-            for piece in self._inner:
+            for piece in self.inner:
                 out = reader.feed(piece)
                 if reader.complete:
-                    self._end(None)  # the caller may stop reading at the last event
+                    self.end(None)  # the caller may stop reading at the last event
                 if out:
                     yield out
             tail = reader.end()
         except GeneratorExit:
             raise
         except BaseException as exc:
-            self._end(exc)
+            self.end(exc)
             raise
         if tail:
             yield tail
-        self._end(None)
+        self.end(None)
 
     def close(self) -> None:
         try:
-            self._inner.close()
+            self.inner.close()
         finally:
-            self._abandon()
+            self.abandon()
 
 
 class _AsyncBody(BodyMeter):
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        reader = self._reader
+        reader = self.reader
         try:
-            async for piece in self._inner:
+            async for piece in self.inner:
                 out = reader.feed(piece)
                 if reader.complete:
-                    self._end(None)  # the caller may stop reading at the last event
+                    self.end(None)  # the caller may stop reading at the last event
                 if out:
                     yield out
             tail = reader.end()
         except GeneratorExit:
             raise
         except BaseException as exc:
-            self._end(exc)
+            self.end(exc)
             raise
         if tail:
             yield tail
-        self._end(None)
+        self.end(None)
 
     async def aclose(self) -> None:
         try:
-            await self._inner.aclose()
+            await self.inner.aclose()
         finally:
-            self._abandon()
+            self.abandon()
 
 
 def _settle(admitted: Admitted, response: Any, streamed: bool, body_type: type) -> Any:
@@ -298,7 +308,7 @@ def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type
     def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
         # ACTIVE_CALL first: every request of the openai and anthropic SDKs comes through here
         # with its call already metered by their patch, and should cost no more than this.
-        found = None if ACTIVE_CALL.get() is not None else _admit(module, request, stream)
+        found = None if ACTIVE_CALL.get() is not None else _admit_or_stop(module, request, stream)
         if found is None:
             return original(client, request, stream=stream, **kwargs)
         admitted, request = found
@@ -318,7 +328,7 @@ def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type
 def _wrap_async_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
     @functools.wraps(original)
     async def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
-        found = None if ACTIVE_CALL.get() is not None else _admit(module, request, stream)
+        found = None if ACTIVE_CALL.get() is not None else _admit_or_stop(module, request, stream)
         if found is None:
             return await original(client, request, stream=stream, **kwargs)
         admitted, request = found
@@ -341,13 +351,16 @@ def instrument_httpx(module: ModuleType) -> None:
         return
     sync_body = type("MeteredSyncBody", (_SyncBody, module.SyncByteStream), {})
     async_body = type("MeteredAsyncBody", (_AsyncBody, module.AsyncByteStream), {})
-    _patches.append(Patch.apply(
-        module.Client, "send", _wrap_send(module, module.Client.send, sync_body)
-    ))  # fmt: skip
-    _patches.append(Patch.apply(
-        module.AsyncClient, "send",
-        _wrap_async_send(module, module.AsyncClient.send, async_body),
-    ))  # fmt: skip
+    _patches.append(
+        Patch.apply(module.Client, "send", _wrap_send(module, module.Client.send, sync_body))
+    )
+    _patches.append(
+        Patch.apply(
+            module.AsyncClient,
+            "send",
+            _wrap_async_send(module, module.AsyncClient.send, async_body),
+        )
+    )
 
 
 def uninstrument_httpx() -> None:

@@ -19,8 +19,9 @@ from typing import Any
 import orjson
 from yarl import URL
 
-from ampmeter.integrations._common import ACTIVE_CALL, Patch, finish_call, undo_all
 from ampmeter.integrations.http import Admitted, BodyMeter, admit, response_reader
+from ampmeter.integrations.lifecycle import ACTIVE_CALL, finish_call
+from ampmeter.integrations.patching import Patch, undo_all
 
 __all__ = ["instrument_aiohttp", "uninstrument_aiohttp"]
 
@@ -31,29 +32,29 @@ class _MeteredContent(BodyMeter):
     """An aiohttp ``StreamReader`` whose reads also feed the request's node."""
 
     def _seen(self, data: bytes) -> bytes:
-        self._reader.feed(data)
-        if self._reader.complete or self._inner.at_eof():
-            self._reader.end()
-            self._end(None)
+        self.reader.feed(data)
+        if self.reader.complete or self.inner.at_eof():
+            self.reader.end()
+            self.end(None)
         return data
 
     async def read(self, n: int = -1) -> bytes:
-        return self._seen(await self._inner.read(n))
+        return self._seen(await self.inner.read(n))
 
     async def readany(self) -> bytes:
-        return self._seen(await self._inner.readany())
+        return self._seen(await self.inner.readany())
 
     async def readline(self, **kwargs: Any) -> bytes:
-        return self._seen(await self._inner.readline(**kwargs))
+        return self._seen(await self.inner.readline(**kwargs))
 
     async def readuntil(self, *args: Any, **kwargs: Any) -> bytes:
-        return self._seen(await self._inner.readuntil(*args, **kwargs))
+        return self._seen(await self.inner.readuntil(*args, **kwargs))
 
     async def readexactly(self, n: int) -> bytes:
-        return self._seen(await self._inner.readexactly(n))
+        return self._seen(await self.inner.readexactly(n))
 
     async def readchunk(self) -> tuple[bytes, bool]:
-        data, end_of_chunk = await self._inner.readchunk()
+        data, end_of_chunk = await self.inner.readchunk()
         return self._seen(data), end_of_chunk
 
     async def _pieces(self, read: Callable[[], Any]) -> AsyncIterator[bytes]:
@@ -74,9 +75,9 @@ class _MeteredContent(BodyMeter):
         return self._pieces(self.readline)
 
     def __getattr__(self, name: str) -> Any:
-        if name == "_inner":  # a failed __init__: no recursion
+        if name == "inner":  # a failed __init__: no recursion
             raise AttributeError(name)
-        return getattr(self._inner, name)
+        return getattr(self.inner, name)
 
 
 class _FilteredContent(_MeteredContent):
@@ -95,15 +96,15 @@ class _FilteredContent(_MeteredContent):
         """Read more of the body into the buffer; False at its end."""
         if self._eof:
             return False
-        data = await self._inner.readany()
+        data = await self.inner.readany()
         if data:
-            self._buffer += self._reader.feed(data)
-            if self._reader.complete:
-                self._end(None)
+            self._buffer += self.reader.feed(data)
+            if self.reader.complete:
+                self.end(None)
             return True
         self._eof = True
-        self._buffer += self._reader.end()
-        self._end(None)
+        self._buffer += self.reader.end()
+        self.end(None)
         return False
 
     def _take(self, size: int) -> bytes:

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from ampmeter.context import current_context
-from ampmeter.integrations._common import remember_stream_origin
+from ampmeter.integrations.attach import remember_stream_origin
 
 __all__ = ["instrument_llama_index", "uninstrument_llama_index"]
 

@@ -17,20 +17,11 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from ampmeter.integrations._common import (
-    Adapter,
-    Patch,
-    RequestInfo,
-    Tally,
-    get,
-    get_int,
-    int_or_none,
-    patch_client_retries,
-    patch_method,
-    settings,
-    text_of,
-    undo_all,
-)
+from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.integrations.lifecycle import settings
+from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
+from ampmeter.integrations.wire import get, get_int, int_or_none, text_of
+from ampmeter.pricing import request_size
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
 
@@ -44,6 +35,13 @@ def _model(kwargs: Mapping[str, Any]) -> str | None:
     return model if isinstance(model, str) else None
 
 
+def _joined_text(value: object) -> str:
+    """A string, or the strings of a list, joined by line breaks."""
+    if isinstance(value, (list, tuple)):
+        return "\n".join(p for p in value if isinstance(p, str))
+    return value if isinstance(value, str) else ""
+
+
 class ChatAdapter(Adapter):
     """``chat.completions.create`` / ``parse``."""
 
@@ -54,14 +52,17 @@ class ChatAdapter(Adapter):
         self._stream_types = stream_types
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        messages = kwargs.get("messages")
-        prompt = ""
-        if isinstance(messages, (list, tuple)):
-            prompt = "\n".join([text_of(get(m, "content")) for m in messages])
         max_tokens = int_or_none(kwargs.get("max_completion_tokens"))
         if max_tokens is None:
             max_tokens = int_or_none(kwargs.get("max_tokens"))
-        return RequestInfo(_model(kwargs), prompt, max_tokens, kwargs.get("stream") is True)
+        stream = kwargs.get("stream") is True
+        return RequestInfo(_model(kwargs), self.measure(kwargs), max_tokens, stream)
+
+    def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
+        messages = kwargs.get("messages")
+        if not isinstance(messages, (list, tuple)):
+            return ""
+        return "\n".join([text_of(get(m, "content")) for m in messages])
 
     def prepare_stream(self, kwargs: dict[str, Any]) -> bool:
         options = kwargs.get("stream_options")
@@ -143,13 +144,15 @@ def _read_chat_usage(usage: Any, tally: Tally) -> None:
 class CompletionsAdapter(ChatAdapter):
     """The legacy ``completions`` endpoint: a ``prompt`` in, ``choices[].text`` out."""
 
+    wire = "completions"
+
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        prompt = kwargs.get("prompt")
-        if isinstance(prompt, (list, tuple)):
-            prompt = "\n".join(p for p in prompt if isinstance(p, str))
-        return RequestInfo(_model(kwargs), prompt if isinstance(prompt, str) else "",
-                           int_or_none(kwargs.get("max_tokens")),
-                           kwargs.get("stream") is True)  # fmt: skip
+        max_tokens = int_or_none(kwargs.get("max_tokens"))
+        stream = kwargs.get("stream") is True
+        return RequestInfo(_model(kwargs), self.measure(kwargs), max_tokens, stream)
+
+    def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
+        return _joined_text(kwargs.get("prompt"))
 
     def read_response(self, result: Any, tally: Tally) -> None:
         self.read_event(result, tally, False)
@@ -178,10 +181,11 @@ class EmbeddingsAdapter(Adapter):
         self.operation = operation
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        given = kwargs.get("input")
-        if isinstance(given, (list, tuple)):
-            given = "\n".join(p for p in given if isinstance(p, str))
-        return RequestInfo(_model(kwargs), given if isinstance(given, str) else "", 0, False)
+        size = request_size.measure_text(self.prompt_text(kwargs))
+        return RequestInfo(_model(kwargs), size, 0, False)
+
+    def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
+        return _joined_text(kwargs.get("input"))
 
     def is_stream(self, result: object) -> bool:
         return False
@@ -209,7 +213,14 @@ class ResponsesAdapter(Adapter):
         self.operation = operation
         self._stream_types = stream_types
 
+    wire = "responses"
+
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        max_tokens = int_or_none(kwargs.get("max_output_tokens"))
+        stream = kwargs.get("stream") is True
+        return RequestInfo(_model(kwargs), self.measure(kwargs), max_tokens, stream)
+
+    def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         parts: list[str] = []
         instructions = kwargs.get("instructions")
         if isinstance(instructions, str):
@@ -219,9 +230,7 @@ class ResponsesAdapter(Adapter):
             parts.append(given)
         elif isinstance(given, (list, tuple)):
             parts.extend(text_of(get(item, "content")) for item in given)
-        return RequestInfo(_model(kwargs), "\n".join(parts),
-                           int_or_none(kwargs.get("max_output_tokens")),
-                           kwargs.get("stream") is True)  # fmt: skip
+        return "\n".join(parts)
 
     def is_stream(self, result: object) -> bool:
         return isinstance(result, self._stream_types)
@@ -274,35 +283,39 @@ def instrument_openai() -> bool:
     async_stream: tuple[type, ...] = (openai.AsyncStream,)
     targets: list[tuple[type, str, Adapter, bool]] = []
     for name in ("create", "parse"):
-        targets.append((Completions, name, ChatAdapter(f"chat.completions.{name}", sync_stream),
-                        False))  # fmt: skip
-        targets.append((AsyncCompletions, name,
-                        ChatAdapter(f"chat.completions.{name}", async_stream), True))  # fmt: skip
+        targets.append(
+            (Completions, name, ChatAdapter(f"chat.completions.{name}", sync_stream), False)
+        )
+        targets.append(
+            (AsyncCompletions, name, ChatAdapter(f"chat.completions.{name}", async_stream), True)
+        )
     try:
         from openai.resources.responses import AsyncResponses, Responses
     except ImportError:  # an SDK from before the Responses API
         pass
     else:
         for name in ("create", "parse"):
-            targets.append((Responses, name, ResponsesAdapter(f"responses.{name}", sync_stream),
-                            False))  # fmt: skip
-            targets.append((AsyncResponses, name,
-                            ResponsesAdapter(f"responses.{name}", async_stream), True))  # fmt: skip
+            targets.append(
+                (Responses, name, ResponsesAdapter(f"responses.{name}", sync_stream), False)
+            )
+            targets.append(
+                (AsyncResponses, name, ResponsesAdapter(f"responses.{name}", async_stream), True)
+            )
     try:  # openai 1.40-1.91: beta.chat.completions.parse posts itself, not through create
         beta_chat = importlib.import_module("openai.resources.beta.chat.completions")
     except ImportError:  # newer SDKs: it moved to chat.completions.parse, patched above
         pass
     else:
         operation = "beta.chat.completions.parse"
-        targets.append((beta_chat.Completions, "parse", ChatAdapter(operation, sync_stream),
-                        False))  # fmt: skip
-        targets.append((beta_chat.AsyncCompletions, "parse",
-                        ChatAdapter(operation, async_stream), True))  # fmt: skip
+        targets.append((beta_chat.Completions, "parse", ChatAdapter(operation, sync_stream), False))
+        targets.append(
+            (beta_chat.AsyncCompletions, "parse", ChatAdapter(operation, async_stream), True)
+        )
     for owner, name, adapter, is_async in targets:
         patch = patch_method(owner, name, adapter, is_async=is_async)
         if patch is not None:
             _patches.append(patch)
-    _patches.extend(patch_client_retries(_base_client))
+    _patches.extend(patch_base_clients(_base_client))
     from ampmeter.integrations.openai_websocket import patch_responses_websocket
 
     _patches.extend(patch_responses_websocket())

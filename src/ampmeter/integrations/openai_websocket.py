@@ -13,108 +13,32 @@ not seen, so their usage is not read.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any
 
-from ampmeter.context import Call
-from ampmeter.integrations._common import (
-    META_TRANSPORT,
-    Patch,
-    Tally,
-    begin_call,
-    finish_abandoned,
-    finish_call,
-    get,
-    metered_context,
-)
-from ampmeter.integrations.openai import ResponsesAdapter
+from ampmeter.integrations.lifecycle import ACTIVE_CALL
+from ampmeter.integrations.patching import Patch
+from ampmeter.integrations.responses_socket import responses_on
 
 __all__ = ["patch_responses_websocket"]
-
-_ADAPTER: Final = ResponsesAdapter("responses.connect.create", ())
-_PENDING: Final = "_ampmeter_pending_responses"  # the attribute a connection's queue lives in
-
-
-class ResponseFailed(Exception):
-    """The server reported the response failed (recorded on the node, never raised)."""
-
-
-@dataclass(slots=True)
-class _Pending:
-    call: Call
-    prompt_tokens: int
-    tally: Tally = field(default_factory=Tally)
-    response_id: str | None = None
-
-
-def _queue(connection: Any) -> list[_Pending]:
-    queue: list[_Pending] | None = connection.__dict__.get(_PENDING)
-    if queue is None:
-        queue = []
-        setattr(connection, _PENDING, queue)
-    return queue
-
-
-def _admit(event: Any) -> _Pending | None:
-    if get(event, "type") != "response.create":
-        return None
-    ctx = metered_context()
-    if ctx is None:
-        return None
-    body = event if isinstance(event, Mapping) else event.to_dict()
-    info = _ADAPTER.request_info(body)
-    call = begin_call(ctx, _ADAPTER, info, {META_TRANSPORT: "websocket"})
-    return _Pending(call, info.prompt_tokens)
-
-
-def _observe(queue: list[_Pending], event: Any) -> None:
-    """Read one server event into the response it belongs to."""
-    if not queue:
-        return
-    kind = get(event, "type")
-    response_id = get(get(event, "response"), "id")
-    if kind == "response.created":
-        for pending in queue:
-            if pending.response_id is None:
-                pending.response_id = response_id
-                return
-        return
-    if kind == "error":  # the oldest request not yet answered was refused
-        pending = next((p for p in queue if p.response_id is None), queue[0])
-        queue.remove(pending)
-        message = get(get(event, "error"), "message")
-        finish_call(pending.call, None, ResponseFailed(str(message or "error event")))
-        return
-    pending = next((p for p in queue if response_id and p.response_id == response_id), queue[0])
-    _ADAPTER.read_event(event, pending.tally, False)
-    if _ADAPTER.ends_stream(event):
-        queue.remove(pending)
-        failed = ResponseFailed("response.failed") if kind == "response.failed" else None
-        finish_call(pending.call, pending.tally, failed)
-
-
-def _abandon_all(connection: Any) -> None:
-    queue = connection.__dict__.get(_PENDING)
-    while queue:
-        pending = queue.pop(0)
-        finish_abandoned(pending.call, pending.tally, pending.prompt_tokens)
 
 
 def _wrap_send(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def send(connection: Any, event: Any) -> Any:
-        pending = _admit(event)
+        responses = responses_on(connection)
+        assert responses is not None
+        pending = responses.admit(event, "websocket")
         if pending is None:
             return original(connection, event)
-        queue = _queue(connection)
-        queue.append(pending)  # before sending: the answer may be read on another thread
+        token = ACTIVE_CALL.set(pending.call)  # the websockets layer below leaves it alone
         try:
             return original(connection, event)
         except BaseException as exc:
-            queue.remove(pending)
-            finish_call(pending.call, None, exc)
+            responses.not_sent(pending, exc)
             raise
+        finally:
+            ACTIVE_CALL.reset(token)
 
     return send
 
@@ -122,17 +46,19 @@ def _wrap_send(original: Callable[..., Any]) -> Callable[..., Any]:
 def _wrap_async_send(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     async def send(connection: Any, event: Any) -> Any:
-        pending = _admit(event)
+        responses = responses_on(connection)
+        assert responses is not None
+        pending = responses.admit(event, "websocket")
         if pending is None:
             return await original(connection, event)
-        queue = _queue(connection)
-        queue.append(pending)
+        token = ACTIVE_CALL.set(pending.call)
         try:
             return await original(connection, event)
         except BaseException as exc:
-            queue.remove(pending)
-            finish_call(pending.call, None, exc)
+            responses.not_sent(pending, exc)
             raise
+        finally:
+            ACTIVE_CALL.reset(token)
 
     return send
 
@@ -141,12 +67,18 @@ def _wrap_parse_event(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def parse_event(connection: Any, data: Any) -> Any:
         event = original(connection, data)
-        queue = connection.__dict__.get(_PENDING)
-        if queue:
-            _observe(queue, event)
+        responses = responses_on(connection, create=False)
+        if responses is not None:
+            responses.observe(event)
         return event
 
     return parse_event
+
+
+def _abandon_all(connection: Any) -> None:
+    responses = responses_on(connection, create=False)
+    if responses is not None:
+        responses.abandon_all()
 
 
 def _wrap_close(original: Callable[..., Any]) -> Callable[..., Any]:

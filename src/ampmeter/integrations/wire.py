@@ -1,21 +1,23 @@
-"""Reading a provider's response body as it passes: server-sent events or one JSON document.
+"""Wire utilities: reading fields of SDK objects and JSON bodies alike, and reading a provider's
+response body as it passes (server-sent events or one JSON document).
 
 :class:`BodyReader` is fed the body's bytes piece by piece, hands each decoded event (or, at the
-end, the JSON document) to an :class:`~ampmeter.integrations._common.Adapter`, and gives back
+end, the JSON document) to an :class:`~ampmeter.integrations.adapter.Adapter`, and gives back
 the bytes the caller may see: all of them, or, when ampmeter asked the provider for a usage
 event the caller did not ask for, every event but that one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 if TYPE_CHECKING:
-    from ampmeter.integrations._common import Adapter, Tally
+    from ampmeter.integrations.adapter import Adapter, Tally
 
-__all__ = ["BodyReader"]
+__all__ = ["BodyReader", "get", "get_int", "int_or_none", "text_of"]
 
 
 class BodyReader:
@@ -27,8 +29,16 @@ class BodyReader:
     """
 
     __slots__ = (
-        "_data", "_event", "_parts", "_pending", "adapter", "complete", "hide", "sse", "tally",
-    )  # fmt: skip
+        "_data",
+        "_event",
+        "_parts",
+        "_pending",
+        "adapter",
+        "complete",
+        "hide",
+        "sse",
+        "tally",
+    )
 
     def __init__(self, adapter: Adapter, tally: Tally, *, sse: bool, hide: bool = False) -> None:
         self.adapter = adapter
@@ -114,3 +124,50 @@ class BodyReader:
                 self.adapter.read_event(chunk, self.tally, False)
         else:
             self.adapter.read_response(document, self.tally)
+
+
+def text_of(content: Any) -> str:
+    """The text of a message's content: a string or a list of text parts (others skipped)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    if isinstance(content, (list, tuple)):
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+                continue
+            text = part.get("text") if isinstance(part, Mapping) else getattr(part, "text", None)
+            if isinstance(text, str):
+                parts.append(text)
+            elif isinstance(part, Mapping) and "content" in part:
+                parts.append(text_of(part["content"]))
+    return "\n".join(p for p in parts if p)
+
+
+def int_or_none(value: object) -> int | None:
+    """``value`` if it is a real int (SDK ``omit``/``NOT_GIVEN`` sentinels become None)."""
+    if type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    return None
+
+
+# Whether a type is a Mapping, remembered: ``get`` runs several times per stream event, and an
+# ABC isinstance check would cost more than the lookup itself.
+_IS_MAPPING: dict[type, bool] = {dict: True, type(None): False}
+
+
+def get(obj: Any, name: str) -> Any:
+    """Attribute or mapping key ``name`` of ``obj`` (None when absent)."""
+    mapping = _IS_MAPPING.get(type(obj))
+    if mapping is None:
+        mapping = _IS_MAPPING[type(obj)] = isinstance(obj, Mapping)
+    return obj.get(name) if mapping else getattr(obj, name, None)
+
+
+def get_int(obj: Any, name: str) -> int | None:
+    """:func:`get` of a count: ``int_or_none(get(obj, name))``, with no second call for the
+    usual plain int."""
+    value = get(obj, name)
+    return value if type(value) is int else int_or_none(value)

@@ -1,0 +1,143 @@
+"""The request model an SDK or wire-format module describes its requests with.
+
+An :class:`Adapter` says what a request asks for (:class:`RequestInfo`) and how to read usage
+from a whole response or from one stream event into a :class:`Tally`; the lifecycle, wrappers,
+streams and HTTP layers do the rest the same way for every wire format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ampmeter.context import Call
+from ampmeter.pricing import request_size
+from ampmeter.pricing.request_size import RequestSize, Wire
+
+__all__ = ["Adapter", "RequestInfo", "Tally", "request_body"]
+
+
+# SDK keyword arguments that are not part of the request body (``extra_body`` is merged in).
+_NOT_BODY: Final = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
+
+
+def request_body(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The body an SDK call's keyword arguments send (a JSON body is returned as it is)."""
+    if not _NOT_BODY.intersection(kwargs):
+        return kwargs
+    body = {name: value for name, value in kwargs.items() if name not in _NOT_BODY}
+    extra = kwargs.get("extra_body")
+    if isinstance(extra, Mapping):
+        body.update(extra)
+    return body
+
+
+class RequestInfo:
+    """What a request asks for, as far as the reservation is concerned (read, never changed).
+
+    ``size`` measures everything the request sends that is billed as input
+    (:func:`ampmeter.pricing.request_size.measure`).
+    """
+
+    __slots__ = ("max_tokens", "model", "size", "stream")
+
+    def __init__(
+        self, model: str | None, size: RequestSize, max_tokens: int | None, stream: bool
+    ) -> None:
+        self.model = model
+        self.size = size
+        self.max_tokens = max_tokens
+        self.stream = stream
+
+    @property
+    def input_tokens(self) -> int:
+        """The estimated input tokens (for a stream cut before its usage arrived)."""
+        return request_size.input_tokens(self.size, self.model)
+
+
+@dataclass(slots=True)
+class Tally:
+    """Usage seen so far in one response (or stream), in the subset convention.
+
+    ``tokens_in`` includes cache reads and writes; ``tokens_out`` includes reasoning tokens.
+    ``text`` (captured content) and ``tool_keys`` are made only when something goes in them.
+    """
+
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    cached: int = 0
+    cache_write: int = 0
+    reasoning: int = 0
+    tool_calls: int = 0
+    chunks: int = 0  # events that carried generated content (a cut stream's output estimate)
+    text: list[str] | None = None
+    tool_keys: set[tuple[int, int]] | None = None  # (choice, tool) indexes of streamed tool calls
+
+    def keep_text(self, text: str) -> None:
+        """Keep a piece of the response's text (with ``instrument(capture_content=True)``)."""
+        if self.text is None:
+            self.text = [text]
+        else:
+            self.text.append(text)
+
+    def record_on(self, call: Call) -> None:
+        """Report this usage on ``call`` (nothing when the provider reported none)."""
+        t_in, t_out = self.tokens_in, self.tokens_out
+        if t_in is None and t_out is None:
+            if self.tool_calls:
+                call.tool_calls_made = self.tool_calls
+            return
+        t_in = t_in if t_in is not None and t_in > 0 else 0
+        t_out = t_out if t_out is not None and t_out > 0 else 0
+        cached, writes, reasoning = self.cached, self.cache_write, self.reasoning
+        if cached < 0 or writes < 0 or reasoning < 0 or cached + writes > t_in or reasoning > t_out:
+            # A provider that reports details larger than the totals must not break the
+            # caller's call: clamp them to the subset convention.
+            cached = min(max(cached, 0), t_in)
+            writes = min(max(writes, 0), t_in - cached)
+            reasoning = min(max(reasoning, 0), t_out)
+        tools = self.tool_calls if self.tool_calls > 0 else 0
+        call.record(t_in, t_out, None, cached, reasoning, tools, cache_write_tokens=writes)
+
+
+class Adapter:
+    """One SDK operation's wire format. Provider modules subclass it."""
+
+    provider: str = ""
+    operation: str = ""
+    kind: str = "llm"  # the node kind: "llm", or "embedding" for an embeddings endpoint
+    wire: Wire = "chat"  # the wire format its requests are measured in
+
+    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        """Model, measure, output cap and streaming flag of a request (SDK keyword arguments
+        or a JSON body)."""
+        raise NotImplementedError
+
+    def measure(self, kwargs: Mapping[str, Any]) -> RequestSize:
+        """The measure of everything the request sends that is billed as input."""
+        return request_size.measure(self.wire, request_body(kwargs))
+
+    def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
+        """The request's text, kept on the node with ``instrument(capture_content=True)``."""
+        return ""
+
+    def prepare_stream(self, kwargs: dict[str, Any]) -> bool:
+        """Adjust a streaming request in place; True if the usage event must be hidden."""
+        return False
+
+    def is_stream(self, result: object) -> bool:
+        """Whether ``result`` is the SDK's stream object."""
+        raise NotImplementedError
+
+    def read_response(self, result: Any, tally: Tally) -> None:
+        """Read usage (and, if captured, text) from a complete response."""
+        raise NotImplementedError
+
+    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        """Read one stream event; True if the caller must not see it."""
+        raise NotImplementedError
+
+    def ends_stream(self, event: Any) -> bool:
+        """Whether ``event`` is the last one of a stream (callers often stop reading there)."""
+        return False

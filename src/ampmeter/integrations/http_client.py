@@ -1,0 +1,230 @@
+"""HTTP-layer metering for the standard library's ``http.client`` (``urllib``, and ``requests``
+through ``urllib3``), beside httpx, httpx2 and aiohttp.
+
+A ``POST`` in a known wire format (see :mod:`ampmeter.integrations.http`, same adapters) is
+admitted in ``HTTPConnection.request`` before a byte is written, so a limit stops it there; a
+request an SDK layer already meters is left alone. The response's body is read into the node
+as the caller reads it (``read``, ``read1``, ``readinto``, ``readline``, and urllib3's own
+chunked reader, which reads the socket below ``http.client``); the node ends at the body's
+end, or as abandoned when the response is closed first. ``urllib3`` 2 sends its requests
+itself rather than through ``http.client``'s ``request``: its connection is patched the same
+way when it is imported. Request bodies are sent as written (a stream that did not ask for its
+usage is not changed to ask for it, as it is over httpx: the caller's headers are already
+fixed).
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from ampmeter.errors import LimitExceeded
+from ampmeter.integrations.http import Admitted, BodyMeter, admit, response_reader
+from ampmeter.integrations.lifecycle import finish_call, raise_stop
+from ampmeter.integrations.patching import Patch, undo_all
+from ampmeter.integrations.wire import BodyReader
+
+__all__ = ["instrument_http_client", "instrument_urllib3", "uninstrument_http_client"]
+
+_PENDING: Final = "_ampmeter_admitted"  # on a connection: its request, until its response
+_METER: Final = "_ampmeter_body"  # on a response: the meter reading its body
+
+_patches: list[Patch] = []
+
+
+class _ResponseBody(BodyMeter):
+    """An ``http.client`` response's body read into its request's node."""
+
+    def __init__(self, response: Any, reader: BodyReader, admitted: Admitted) -> None:
+        super().__init__(response, reader, admitted)
+        self.busy = False  # a read is under way (the response's reads call one another)
+        encoding = (response.getheader("content-encoding") or "").strip().lower()
+        # The caller may decompress what it reads; the reader needs the plain body.
+        self._inflate: Any = None
+        if encoding in ("gzip", "deflate"):
+            self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 32)
+
+    def seen(self, data: bytes, *, decoded: bool = False) -> None:
+        """``data`` was read from the body (``decoded``: already decompressed)."""
+        if self.done:
+            return
+        if data:
+            if self._inflate is not None and not decoded:
+                data = self._inflate.decompress(data)
+            self.reader.feed(data)
+            if self.reader.complete:
+                self._finish()
+        if not data or self.inner.isclosed():
+            self._finish()
+
+    def _finish(self) -> None:
+        if not self.done:
+            self.reader.end()
+            self.end(None)
+
+    def closed(self) -> None:
+        """The response was closed: abandoned unless its body was read to the end."""
+        self.abandon()
+
+
+def _request_parts(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str, Any]:
+    method = kwargs["method"] if "method" in kwargs else args[0] if args else ""
+    url = kwargs["url"] if "url" in kwargs else args[1] if len(args) > 1 else ""
+    body = kwargs["body"] if "body" in kwargs else args[2] if len(args) > 2 else None
+    return str(method), str(url), body
+
+
+def _admit(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Admitted | None:
+    method, url, body = _request_parts(args, kwargs)
+    if method.upper() != "POST" or not isinstance(body, (bytes, bytearray, str)):
+        return None
+    content = bytes(body) if isinstance(body, bytearray) else body
+    try:
+        return admit("POST", urlsplit(url).path, content, "http.client", may_ask_usage=False)
+    except LimitExceeded as stop:
+        raise_stop(stop)
+        raise
+
+
+def _wrap_request(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def request(connection: Any, *args: Any, **kwargs: Any) -> Any:
+        admitted = _admit(args, kwargs)
+        if admitted is None:
+            return original(connection, *args, **kwargs)
+        try:
+            result = original(connection, *args, **kwargs)
+        except BaseException as exc:
+            finish_call(admitted.call, None, exc)
+            raise
+        connection.__dict__[_PENDING] = admitted
+        return result
+
+    return request
+
+
+def _wrap_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def getresponse(connection: Any, *args: Any, **kwargs: Any) -> Any:
+        admitted = connection.__dict__.pop(_PENDING, None)
+        if admitted is None:
+            return original(connection, *args, **kwargs)
+        try:
+            response = original(connection, *args, **kwargs)
+        except BaseException as exc:
+            finish_call(admitted.call, None, exc)
+            raise
+        content_type = response.getheader("content-type") or ""
+        reader = response_reader(admitted, response.status, content_type)
+        if reader is not None:
+            response.__dict__[_METER] = _ResponseBody(response, reader, admitted)
+        return response
+
+    return getresponse
+
+
+def _wrap_read(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``read``/``read1``/``readline`` of a response: what they return is read into its node."""
+
+    @functools.wraps(original)
+    def read(response: Any, *args: Any, **kwargs: Any) -> Any:
+        meter = response.__dict__.get(_METER)
+        if meter is None or meter.busy:
+            return original(response, *args, **kwargs)
+        meter.busy = True  # a chunked readline reads through read(): one piece, seen once
+        try:
+            data = original(response, *args, **kwargs)
+        finally:
+            meter.busy = False
+        meter.seen(data)
+        return data
+
+    return read
+
+
+def _wrap_readinto(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def readinto(response: Any, buffer: Any) -> Any:
+        meter = response.__dict__.get(_METER)
+        if meter is None or meter.busy:
+            return original(response, buffer)
+        meter.busy = True
+        try:
+            count = original(response, buffer)
+        finally:
+            meter.busy = False
+        meter.seen(bytes(memoryview(buffer)[:count]))
+        return count
+
+    return readinto
+
+
+def _wrap_close(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def close(response: Any) -> None:
+        try:
+            original(response)
+        finally:
+            meter = response.__dict__.get(_METER)
+            if meter is not None:
+                meter.closed()
+
+    return close
+
+
+def _wrap_read_chunked(original: Callable[..., Any]) -> Callable[..., Any]:
+    """urllib3's chunked reader reads the socket below ``http.client``'s response (``_fp``)."""
+
+    @functools.wraps(original)
+    def read_chunked(response: Any, *args: Any, **kwargs: Any) -> Iterator[bytes]:
+        meter = getattr(getattr(response, "_fp", None), "__dict__", {}).get(_METER)
+        if meter is None:
+            yield from original(response, *args, **kwargs)
+            return
+        decode = kwargs.get("decode_content", args[1] if len(args) > 1 else None)
+        decoded = response.decode_content if decode is None else bool(decode)
+        for chunk in original(response, *args, **kwargs):
+            meter.seen(chunk, decoded=decoded)
+            yield chunk
+        meter.seen(b"")
+
+    return read_chunked
+
+
+def instrument_http_client(module: ModuleType) -> None:
+    """Meter requests sent with ``module`` (``http.client``) connections (idempotent)."""
+    if any(patch.owner is module.HTTPConnection for patch in _patches):
+        return
+    connection, response = module.HTTPConnection, module.HTTPResponse
+    _patches.append(Patch.apply(connection, "request", _wrap_request(connection.request)))
+    _patches.append(
+        Patch.apply(connection, "getresponse", _wrap_getresponse(connection.getresponse))
+    )
+    for name in ("read", "read1", "readline"):
+        _patches.append(Patch.apply(response, name, _wrap_read(getattr(response, name))))
+    _patches.append(Patch.apply(response, "readinto", _wrap_readinto(response.readinto)))
+    _patches.append(Patch.apply(response, "close", _wrap_close(response.close)))
+
+
+def instrument_urllib3(module: ModuleType) -> None:
+    """Meter ``urllib3`` 2's own request sending and chunked reading (``module`` is
+    ``urllib3``; its connections are ``http.client`` ones, patched beside; idempotent)."""
+    from urllib3 import connection, response
+
+    owner = connection.HTTPConnection
+    if "request" not in owner.__dict__ or any(patch.owner is owner for patch in _patches):
+        return  # urllib3 1 sends through http.client's request
+    _patches.append(Patch.apply(owner, "request", _wrap_request(owner.__dict__["request"])))
+    reader = response.HTTPResponse
+    if "read_chunked" in reader.__dict__:
+        wrapped = _wrap_read_chunked(reader.__dict__["read_chunked"])
+        _patches.append(Patch.apply(reader, "read_chunked", wrapped))
+
+
+def uninstrument_http_client() -> None:
+    """Restore every patched ``http.client`` and ``urllib3`` attribute (idempotent)."""
+    undo_all(_patches)

@@ -1,0 +1,191 @@
+"""The life of one metered request: its node begun and admitted, then ended with its usage.
+
+Every layer (SDK method wrappers, streams, raw responses, the HTTP and WebSocket layers) begins
+a request's node with :func:`begin_call` before anything is sent (``LimitExceeded`` then stops
+it) and ends it with :func:`finish_call`, or :func:`finish_abandoned` for a stream cut short.
+:data:`ACTIVE_CALL` names the call whose request is running here, so that a lower layer leaves
+alone a request an upper one already meters, and the SDK's retry path can count retries on it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ampmeter.context import Call, ExecutionContext
+from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
+from ampmeter.graph import META_PROVIDER
+from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.limits import ExceededLimit
+from ampmeter.policies import in_final_call
+
+__all__ = [
+    "ACTIVE_CALL",
+    "IN_SDK_REQUEST",
+    "META_OPERATION",
+    "META_PROMPT_TEXT",
+    "META_RESPONSE_TEXT",
+    "META_TRANSPORT",
+    "META_USAGE_ESTIMATED",
+    "Settings",
+    "StopSignal",
+    "active_call",
+    "begin_call",
+    "count_retry",
+    "finish_abandoned",
+    "finish_call",
+    "raise_stop",
+    "relieve_pressure",
+    "settings",
+]
+
+META_OPERATION: Final = "operation_name"  # the SDK method, e.g. "chat.completions.create"
+META_PROMPT_TEXT: Final = "prompt_text"  # only with instrument(capture_content=True)
+META_RESPONSE_TEXT: Final = "response_text"  # only with instrument(capture_content=True)
+META_USAGE_ESTIMATED: Final = "usage_estimated"  # a cut stream's usage, partly estimated
+META_TRANSPORT: Final = "transport"  # how a request metered below the SDKs went: httpx, ...
+META_MODEL: Final = "model"  # the model of a non-LLM node (an embedding), which has no model field
+
+
+@dataclass(slots=True)
+class Settings:
+    """Process-wide integration settings (set by ``instrument()``)."""
+
+    capture_content: bool = False
+    default_context: ExecutionContext | None = None
+    warned_unmetered: bool = False  # the unmetered-call warning was shown (it is shown once)
+
+
+settings = Settings()
+
+# The call whose request is running in this thread or task: the SDK's retry path (which knows
+# nothing about ampmeter) counts its retries on it, and the HTTP layer leaves alone a request
+# that an SDK patch already meters.
+ACTIVE_CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar(
+    "ampmeter_active_sdk_call", default=None
+)
+
+
+# Set while an SDK's generic ``request`` (the door of every resource method and of its public
+# ``client.post()``) runs: openai < 3 catches every ``Exception`` raised by its transport, retries
+# it and re-raises it as a connection error, so a stop raised below it travels as a
+# :class:`StopSignal` (not an ``Exception``) up to that door, which raises the stop itself.
+IN_SDK_REQUEST: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "ampmeter_in_sdk_request", default=False
+)
+
+
+class StopSignal(BaseException):
+    """A :class:`LimitExceeded` on its way through an SDK's retry loop (never seen outside)."""
+
+    def __init__(self, stop: LimitExceeded) -> None:
+        super().__init__(str(stop))
+        self.stop = stop
+
+
+def raise_stop(stop: LimitExceeded) -> None:
+    """Raise ``stop`` from a transport: as a :class:`StopSignal` inside an SDK request."""
+    if IN_SDK_REQUEST.get():
+        raise StopSignal(stop) from None
+    raise stop
+
+
+def active_call() -> Call | None:
+    """The metered call whose SDK request is in progress here, or None."""
+    return ACTIVE_CALL.get()
+
+
+def count_retry() -> None:
+    """Count one SDK retry on the active call (called from the SDK's retry sleep)."""
+    call = ACTIVE_CALL.get()
+    if call is not None:
+        call.retry()
+
+
+def begin_call(
+    ctx: ExecutionContext,
+    adapter: Adapter,
+    info: RequestInfo,
+    extra: Mapping[str, Any] | None = None,
+    request: Mapping[str, Any] | None = None,
+    refused: ExceededLimit | None = None,
+) -> Call:
+    """Begin and admit the node of one request (``LimitExceeded`` if it does not fit).
+
+    ``request`` (the SDK call's keyword arguments, or the JSON body) lets the context's policies
+    see what is sent (the loop guard); ``refused`` is a budget-pressure hook's refusal to report.
+    The input estimate comes from the request's measure (``info.size``).
+    """
+    meta: dict[str, Any] = {META_OPERATION: adapter.operation}
+    if extra:
+        meta.update(extra)
+    if settings.capture_content and request is not None:
+        meta[META_PROMPT_TEXT] = adapter.prompt_text(request)
+    kind = adapter.kind
+    if kind == "llm":
+        call = ctx.llm_call(
+            adapter.operation,
+            model=info.model,
+            max_tokens=info.max_tokens,
+            request=info.size,
+            provider=adapter.provider,
+            metadata=meta,
+            final=in_final_call(),
+        )
+    elif kind == "embedding":
+        call = ctx.embedding_call(
+            adapter.operation,
+            model=info.model,
+            prompt_tokens=info.input_tokens,
+            provider=adapter.provider,
+            metadata=meta,
+        )
+    else:
+        meta[META_MODEL] = info.model
+        meta[META_PROVIDER] = adapter.provider
+        call = ctx.step(adapter.operation, kind=kind, metadata=meta)
+    if request is not None and ctx.policies is not None:
+        ctx.policies.mark_request(call, request, refused)
+    try:
+        call.start()
+    except LimitExceeded as stop:
+        note_stop(stop)  # frameworks may re-raise it as their own error: see find_limit_exceeded
+        raise
+    return call
+
+
+def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> None:
+    """End a request's node with the usage read from its response (None: nothing was read)."""
+    if tally is not None:
+        tally.record_on(call)
+        if tally.text:
+            text = "".join(tally.text)
+            call.context.graph.update_metadata(call.node_id, {META_RESPONSE_TEXT: text})
+    call.finish(exc)
+
+
+def finish_abandoned(call: Call, tally: Tally, input_tokens: int) -> None:
+    """End the node of a stream closed before its last event.
+
+    The provider bills a cut stream but its usage report (OpenAI's comes last) may not have
+    arrived: count the request's input estimate (``input_tokens``) and one token per content
+    event, and say so on the node.
+    """
+    if tally.tokens_in is None or (tally.tokens_out or 0) < tally.chunks:
+        if tally.tokens_in is None:
+            tally.tokens_in = input_tokens
+        tally.tokens_out = max(tally.tokens_out or 0, tally.chunks)
+        call.context.graph.update_metadata(call.node_id, {META_USAGE_ESTIMATED: True})
+    cut = StreamAbandoned("the stream was closed before its last event was read")
+    finish_call(call, tally, cut)
+
+
+def relieve_pressure(ctx: ExecutionContext, kwargs: dict[str, Any]) -> ExceededLimit | None:
+    """Under budget pressure, let the context's ``on_budget_pressure`` hook change the request
+    (``kwargs``, in place) or refuse it: the refusal, to report when the call is admitted."""
+    policies = ctx.policies
+    if policies is None or policies.pressure is None:
+        return None
+    return policies.relieve_pressure(ctx, kwargs)

@@ -1,0 +1,168 @@
+"""Raw responses: ``.with_raw_response`` and ``.with_streaming_response`` of the Stainless SDKs.
+
+LiteLLM and others call through them to read headers. The response is parsed here to read its
+usage: the SDKs cache what ``parse()`` returns, so the caller's own ``parse()`` gets the same
+object, and a parsed stream is the metered one. The raw response handed back is the SDK's own.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any, Final
+
+from ampmeter.context import Call
+from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.integrations.lifecycle import finish_call
+from ampmeter.integrations.streams import (
+    MeterStream,
+    StreamMeter,
+    meter_async_stream,
+    meter_stream,
+)
+from ampmeter.integrations.wire import BodyReader
+
+__all__ = ["RAW_RESPONSE_HEADER", "after_raw", "after_raw_async", "is_raw_request"]
+
+
+# The header the Stainless SDKs (openai, anthropic) add to a request made through
+# ``.with_raw_response`` ("true"; "raw" in newer anthropic SDKs) or ``.with_streaming_response``
+# ("stream").
+RAW_RESPONSE_HEADER: Final = "X-Stainless-Raw-Response"
+
+
+def is_raw_request(kwargs: Mapping[str, Any]) -> bool:
+    """Whether the SDK call was made through one of its raw-response wrappers."""
+    headers = kwargs.get("extra_headers")
+    if not headers:  # the usual case: no ABC isinstance check on every call
+        return False
+    return isinstance(headers, Mapping) and bool(headers.get(RAW_RESPONSE_HEADER))
+
+
+def after_raw(result: Any, call: Call, adapter: Adapter, info: RequestInfo, hide: bool) -> Any:
+    """Read a raw response's usage (``parse()`` sync: all but the async
+    ``.with_streaming_response``) and hand the raw response back as it is."""
+    try:
+        parsed = result.parse()
+    except Exception:
+        # The caller's own parse() will raise the same; the call was sent and answered.
+        finish_call(call, Tally(), None)
+        return result
+    return _settle_parsed(result, parsed, call, adapter, info, hide, meter_stream)
+
+
+async def after_raw_async(
+    result: Any, call: Call, adapter: Adapter, info: RequestInfo, hide: bool
+) -> Any:
+    """:func:`after_raw` for an async client's raw response (``parse()`` may be a coroutine)."""
+    try:
+        parsed = result.parse()
+        if inspect.isawaitable(parsed):
+            parsed = await parsed
+    except Exception:
+        finish_call(call, Tally(), None)
+        return result
+    return _settle_parsed(result, parsed, call, adapter, info, hide, meter_async_stream)
+
+
+def _settle_parsed(
+    result: Any,
+    parsed: Any,
+    call: Call,
+    adapter: Adapter,
+    info: RequestInfo,
+    hide: bool,
+    meter: MeterStream,
+) -> Any:
+    if adapter.is_stream(parsed):
+        # The SDK caches what parse() returns: the caller's parse() gets this metered stream.
+        stream_meter = meter(parsed, call, adapter, hide, info.input_tokens)
+        _read_raw_body(result, stream_meter)
+        return result
+    tally = Tally()
+    adapter.read_response(parsed, tally)
+    finish_call(call, tally, None)
+    return result
+
+
+def _read_raw_body(result: Any, meter: StreamMeter) -> None:
+    """Have the raw response's body iterators read the usage from the events they pass: the
+    caller may read the event stream's lines, text or bytes instead of parsing it."""
+    ref = weakref.ref(result)  # the hooks live on the response: no cycle through them
+    for name in _BODY_ITERATORS:
+        method = getattr(type(result), name, None)
+        if method is not None:
+            setattr(result, name, _read_while_iterating(ref, method, _SseReader(meter), name))
+
+
+# The raw responses' ways of reading a streamed body piece by piece (the async response's are
+# async iterators under the same names).
+_BODY_ITERATORS: Final = frozenset({"iter_bytes", "iter_text", "iter_lines"})
+
+
+_END: Final = object()  # a body iterator's end
+
+
+class _SseReader:
+    """Reads server-sent events from a raw body as it passes, into a metered stream's tally."""
+
+    def __init__(self, meter: StreamMeter) -> None:
+        self._meter = meter
+        self._body = BodyReader(meter.adapter, meter.tally, sse=True)
+
+    def feed(self, piece: str | bytes, *, whole_line: bool) -> None:
+        data = piece.encode() if isinstance(piece, str) else piece
+        self._body.feed(data + b"\n" if whole_line else data)
+
+    def next_piece(self, pieces: Iterator[Any]) -> Any:
+        """The next piece of ``pieces`` (``_END`` after the last)."""
+        self._meter.reading = True
+        try:
+            return next(pieces, _END)
+        finally:
+            self._meter.reading = False
+
+    async def next_async_piece(self, pieces: AsyncIterator[Any]) -> Any:
+        """:meth:`next_piece` of an async body iterator."""
+        self._meter.reading = True
+        try:
+            return await anext(pieces, _END)
+        finally:
+            self._meter.reading = False
+
+    def end(self) -> None:
+        self._body.end()
+        self._meter.end(None)
+
+
+def _read_while_iterating(
+    ref: weakref.ref[Any], method: Callable[..., Any], reader: _SseReader, name: str
+) -> Callable[..., Any]:
+    """Body iterator ``method`` of the raw response ``ref`` names, with each piece fed to
+    ``reader`` (``iter_lines`` gives lines without their line break)."""
+    whole_line = name == "iter_lines"
+
+    # The HTTP response closes itself after its last piece: while a piece is being read, the
+    # reader (not the close) decides how the call ends.
+    def sync_pieces(pieces: Iterator[Any]) -> Iterator[Any]:
+        while (piece := reader.next_piece(pieces)) is not _END:
+            reader.feed(piece, whole_line=whole_line)
+            yield piece
+        reader.end()
+
+    async def async_pieces(pieces: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        while (piece := await reader.next_async_piece(pieces)) is not _END:
+            reader.feed(piece, whole_line=whole_line)
+            yield piece
+        reader.end()
+
+    @functools.wraps(method)
+    def iterate(*args: Any, **kwargs: Any) -> Any:
+        pieces = method(ref(), *args, **kwargs)
+        if hasattr(pieces, "__aiter__"):
+            return async_pieces(pieces)
+        return sync_pieces(pieces)
+
+    return iterate

@@ -1,0 +1,190 @@
+"""Metered SDK streams that stay the SDK's own objects.
+
+The openai and anthropic SDKs' ``Stream`` / ``AsyncStream`` read their events from one iterator
+they keep (``_iterator``). Metering swaps that iterator for one that reads each event into the
+call's tally on its way out, so the object handed back is the SDK's own: ``isinstance`` checks
+and every attribute behave as without ampmeter (frameworks such as Semantic Kernel test the
+class). The call ends:
+
+* at the stream's last event (callers often stop reading there), or when it is exhausted;
+* with the error the stream raised;
+* as abandoned (:func:`~ampmeter.integrations.lifecycle.finish_abandoned`) when the stream's
+  response is closed first (by the stream, or by an SDK helper that closes the response
+  directly), or when the stream is dropped unread.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from ampmeter.context import Call
+from ampmeter.integrations.adapter import Adapter, Tally
+from ampmeter.integrations.lifecycle import finish_abandoned, finish_call
+
+__all__ = ["MeterStream", "StreamMeter", "meter_async_stream", "meter_stream"]
+
+
+class StreamMeter:
+    """The metering of one streamed response: its call, the usage read so far, and its end."""
+
+    __slots__ = (
+        "__weakref__",
+        "adapter",
+        "call",
+        "done",
+        "hide",
+        "input_tokens",
+        "reading",
+        "tally",
+    )
+
+    def __init__(self, call: Call, adapter: Adapter, hide_usage: bool, input_tokens: int) -> None:
+        self.call = call
+        self.adapter = adapter
+        self.hide = hide_usage
+        self.input_tokens = input_tokens
+        self.tally = Tally()
+        self.done = False
+        self.reading = False  # an event is being read: the iterator itself settles what happens
+
+    def end(self, exc: BaseException | None) -> None:
+        """End the call with the usage read (``exc``: the error the stream raised)."""
+        if not self.done:
+            self.done = True
+            finish_call(self.call, self.tally, exc)
+
+    def abandon(self) -> None:
+        """End the call of a stream closed or dropped before its end."""
+        if not self.done:
+            self.done = True
+            finish_abandoned(self.call, self.tally, self.input_tokens)
+
+    def response_closed(self) -> None:
+        """The stream's response was closed: abandoned, unless the stream is ending it itself."""
+        if not self.reading:
+            self.abandon()
+
+    def read(self, event: Any) -> bool:
+        """Read one event; True if the caller must not see it."""
+        if self.adapter.read_event(event, self.tally, self.hide):
+            return True
+        if self.adapter.ends_stream(event):
+            self.end(None)
+        return False
+
+    def events(self, inner: Iterator[Any]) -> Iterator[Any]:
+        """``inner``'s events, read on their way out."""
+        try:
+            while True:
+                self.reading = True
+                try:
+                    event = next(inner)
+                finally:
+                    self.reading = False
+                if not self.read(event):
+                    yield event
+        except StopIteration:
+            self.end(None)
+        except GeneratorExit:
+            self.abandon()
+            close = getattr(inner, "close", None)
+            if close is not None:
+                close()
+            raise
+        except BaseException as exc:
+            self.end(exc)
+            raise
+
+    async def async_events(self, inner: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """:meth:`events` of an async stream."""
+        try:
+            while True:
+                self.reading = True
+                try:
+                    event = await inner.__anext__()
+                finally:
+                    self.reading = False
+                if not self.read(event):
+                    yield event
+        except StopAsyncIteration:
+            self.end(None)
+        except GeneratorExit:
+            self.abandon()
+            aclose = getattr(inner, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            raise
+        except BaseException as exc:
+            self.end(exc)
+            raise
+
+
+MeterStream = Callable[[Any, Call, Adapter, bool, int], "StreamMeter"]
+"""How a stream is metered in place: :func:`meter_stream` or :func:`meter_async_stream`."""
+
+
+def _abandon_when_dropped(stream: Any, meter: StreamMeter) -> None:
+    # A stream dropped unread never runs its iterator; the meter holds no reference to it.
+    weakref.finalize(stream, meter.abandon)
+
+
+def _on_close(response: Any, name: str, meter: StreamMeter, *, is_async: bool) -> None:
+    """Have ``response.<name>()`` (its close) also tell ``meter``; the SDK helpers close the
+    response directly. The hook holds the response weakly (no cycle keeps it alive)."""
+    original: Callable[..., Any] | None = getattr(type(response), name, None)
+    if original is None:
+        return
+    ref = weakref.ref(response)
+
+    if is_async:
+
+        async def aclose() -> None:
+            try:
+                target = ref()
+                if target is not None:
+                    await original(target)
+            finally:
+                meter.response_closed()
+
+        setattr(response, name, aclose)
+        return
+
+    def close() -> None:
+        try:
+            target = ref()
+            if target is not None:
+                original(target)
+        finally:
+            meter.response_closed()
+
+    setattr(response, name, close)
+
+
+def meter_stream(
+    stream: Any, call: Call, adapter: Adapter, hide_usage: bool, input_tokens: int
+) -> StreamMeter:
+    """Meter a sync SDK stream in place (it is returned to the caller as it is)."""
+    meter = StreamMeter(call, adapter, hide_usage, input_tokens)
+    # The Stainless SDKs' streams iterate ``_iterator`` (made in __init__, or on first use);
+    # the object itself stays untouched otherwise.
+    stream._iterator = meter.events(stream._iterator)
+    _abandon_when_dropped(stream, meter)
+    response = getattr(stream, "response", None)
+    if response is not None:
+        _on_close(response, "close", meter, is_async=False)
+    return meter
+
+
+def meter_async_stream(
+    stream: Any, call: Call, adapter: Adapter, hide_usage: bool, input_tokens: int
+) -> StreamMeter:
+    """Meter an async SDK stream in place (it is returned to the caller as it is)."""
+    meter = StreamMeter(call, adapter, hide_usage, input_tokens)
+    stream._iterator = meter.async_events(stream._iterator)
+    _abandon_when_dropped(stream, meter)
+    response = getattr(stream, "response", None)
+    if response is not None:
+        _on_close(response, "aclose", meter, is_async=True)
+    return meter

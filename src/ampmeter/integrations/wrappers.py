@@ -1,0 +1,189 @@
+"""SDK methods made metered: sync and async resource methods, and deferred stream requests.
+
+* no current context: the original method runs untouched (one contextvar lookup);
+* otherwise an ``llm`` node is begun under the current node, the context reserves the call's
+  estimate and checks its limits (``LimitExceeded`` is raised before any request is built),
+  the SDK call runs, and the node ends with the usage the provider reported (for a stream, when
+  it ends: :mod:`ampmeter.integrations.streams`). The caller gets the SDK's own objects.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ampmeter import redact
+from ampmeter.context import Call, ExecutionContext
+from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.integrations.attach import metered_context
+from ampmeter.integrations.lifecycle import (
+    ACTIVE_CALL,
+    begin_call,
+    finish_call,
+    relieve_pressure,
+)
+from ampmeter.integrations.raw import after_raw, after_raw_async, is_raw_request
+from ampmeter.integrations.streams import MeterStream, meter_async_stream, meter_stream
+from ampmeter.limits import ExceededLimit
+
+__all__ = [
+    "metered_awaitable",
+    "metered_request",
+    "remember_client_key",
+    "wrap_async",
+    "wrap_sync",
+]
+
+
+def remember_client_key(resource: Any) -> None:
+    """Have :mod:`ampmeter.redact` scrub the credentials of the SDK client behind ``resource``.
+
+    A provider's error body may echo the key; it is read from the client on every call (it may
+    change: openai's can come from a refreshing provider) and held only by the redaction
+    module, which ignores one it already knows.
+    """
+    client = getattr(resource, "_client", None)  # the Stainless SDKs' resource -> client link
+    redact.remember_secret(getattr(client, "api_key", None))
+    redact.remember_secret(getattr(client, "auth_token", None))
+
+
+def _before(
+    ctx: ExecutionContext, adapter: Adapter, kwargs: dict[str, Any]
+) -> tuple[Call, RequestInfo, bool]:
+    """Admit a call (limits checked, node running) before the SDK sends it.
+
+    Under budget pressure the context's ``on_budget_pressure`` hook may first change the
+    request (``kwargs``, in place) or refuse it (the call is then refused at admission)."""
+    refused = relieve_pressure(ctx, kwargs)
+    info = adapter.request_info(kwargs)
+    hide = adapter.prepare_stream(kwargs) if info.stream else False
+    return begin_call(ctx, adapter, info, None, kwargs, refused), info, hide
+
+
+def _after(
+    result: Any, call: Call, adapter: Adapter, info: RequestInfo, hide: bool, meter: MeterStream
+) -> Any:
+    """Meter a stream in place, or record a whole response's usage and end the call; either
+    way the SDK's own object is handed back."""
+    if adapter.is_stream(result):
+        meter(result, call, adapter, hide, info.input_tokens)
+        return result
+    tally = Tally()
+    adapter.read_response(result, tally)
+    finish_call(call, tally, None)
+    return result
+
+
+def wrap_sync(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., Any]:
+    """A metered version of a sync SDK method."""
+
+    @functools.wraps(original)
+    def metered(resource: Any, *args: Any, **kwargs: Any) -> Any:
+        ctx = metered_context()
+        if ctx is None or ACTIVE_CALL.get() is not None:  # not in a context, or already metered
+            return original(resource, *args, **kwargs)
+        remember_client_key(resource)
+        call, info, hide = _before(ctx, adapter, kwargs)
+        raw = is_raw_request(kwargs)
+        token = ACTIVE_CALL.set(call)
+        try:
+            result = original(resource, *args, **kwargs)
+        except BaseException as exc:
+            finish_call(call, None, exc)
+            raise
+        finally:
+            ACTIVE_CALL.reset(token)
+        if raw and hasattr(result, "parse"):
+            return after_raw(result, call, adapter, info, hide)
+        return _after(result, call, adapter, info, hide, meter_stream)
+
+    metered.__ampmeter_original__ = original  # type: ignore[attr-defined]
+    return metered
+
+
+def wrap_async(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., Any]:
+    """A metered version of an async SDK method."""
+
+    @functools.wraps(original)
+    async def metered(resource: Any, *args: Any, **kwargs: Any) -> Any:
+        ctx = metered_context()
+        if ctx is None or ACTIVE_CALL.get() is not None:
+            return await original(resource, *args, **kwargs)
+        remember_client_key(resource)
+        call, info, hide = _before(ctx, adapter, kwargs)
+        raw = is_raw_request(kwargs)
+        token = ACTIVE_CALL.set(call)
+        try:
+            result = await original(resource, *args, **kwargs)
+        except BaseException as exc:
+            finish_call(call, None, exc)
+            raise
+        finally:
+            ACTIVE_CALL.reset(token)
+        if raw and hasattr(result, "parse"):
+            return await after_raw_async(result, call, adapter, info, hide)
+        return _after(result, call, adapter, info, hide, meter_async_stream)
+
+    metered.__ampmeter_original__ = original  # type: ignore[attr-defined]
+    return metered
+
+
+def metered_request(
+    adapter: Adapter,
+    info: RequestInfo,
+    request: Callable[[], Any],
+    kwargs: Mapping[str, Any] | None = None,
+    refused: ExceededLimit | None = None,
+) -> Callable[[], Any]:
+    """Wrap a stream helper's deferred sync request (called when the helper is entered);
+    ``kwargs`` and ``refused`` as for :func:`begin_call`."""
+
+    def run() -> Any:
+        ctx = metered_context()
+        if ctx is None:
+            return request()
+        call = begin_call(ctx, adapter, info, None, kwargs, refused)
+        token = ACTIVE_CALL.set(call)
+        try:
+            raw = request()
+        except BaseException as exc:
+            finish_call(call, None, exc)
+            raise
+        finally:
+            ACTIVE_CALL.reset(token)
+        meter_stream(raw, call, adapter, False, info.input_tokens)
+        return raw
+
+    return run
+
+
+async def metered_awaitable(
+    adapter: Adapter,
+    info: RequestInfo,
+    request: Any,
+    kwargs: Mapping[str, Any] | None = None,
+    refused: ExceededLimit | None = None,
+) -> Any:
+    """Await a stream helper's deferred async request (a coroutine) as a metered call;
+    ``kwargs`` and ``refused`` as for :func:`begin_call`."""
+    ctx = metered_context()
+    if ctx is None:
+        return await request
+    try:
+        call = begin_call(ctx, adapter, info, None, kwargs, refused)
+    except BaseException:
+        close = getattr(request, "close", None)
+        if close is not None:
+            close()  # never sent: do not leave a never-awaited coroutine behind
+        raise
+    token = ACTIVE_CALL.set(call)
+    try:
+        raw = await request
+    except BaseException as exc:
+        finish_call(call, None, exc)
+        raise
+    finally:
+        ACTIVE_CALL.reset(token)
+    meter_async_stream(raw, call, adapter, False, info.input_tokens)
+    return raw
