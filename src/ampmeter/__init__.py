@@ -9,6 +9,7 @@ ampmeter`` stays cheap for programs that only meter.
 from typing import TYPE_CHECKING, Any
 
 from ampmeter import keys
+from ampmeter._core.usage import Usage
 from ampmeter.context import (
     Call,
     Decision,
@@ -43,7 +44,6 @@ from ampmeter.policies import LimitEvent, final_call
 from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace
-from ampmeter.usage import Usage
 
 if TYPE_CHECKING:
     from ampmeter import pricing, propagation

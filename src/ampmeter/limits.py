@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ampmeter import _validate
-from ampmeter._kernel import LimitRow
+from ampmeter._core.check import compile_limits
+from ampmeter._core.kernel import bound
 from ampmeter.keys import (
     KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
     KEY_ITERATIONS,
@@ -167,16 +168,6 @@ def default_limits() -> list[Limit]:
     ]
 
 
-def compile_limits(limits: Sequence[Limit]) -> tuple[LimitRow, ...]:
-    """``limits`` as the rows the kernel's check reads, in list order (plain ceilings only: soft
-    and windowed limits are the policies' work)."""
-    return tuple(
-        (limit.type is LimitType.PREFIX, limit.key, limit.max_value, limit)
-        for limit in limits
-        if limit.is_ceiling
-    )
-
-
 def check_limits(
     stats: ExecutionStats,
     limits: Sequence[Limit],
@@ -190,7 +181,9 @@ def check_limits(
     for limit in limits:
         if not isinstance(limit, Limit):
             raise TypeError(f"limits must hold Limit objects, got {type(limit).__name__}")
-    found = stats.kernel.check(((stats.level, compile_limits(limits)),), pending)
+    kernel, level = bound(stats)
+    assert level is not None
+    found = kernel.check(((level, compile_limits(limits)),), pending)
     return None if found is None else exceeded(found[1])
 
 
