@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter._core.check import LimitRow, compile_limits
-from ampmeter._core.outcome import TerminationReason
+from ampmeter._core.outcome import Outcome, TerminationReason
 
 if TYPE_CHECKING:
     from ampmeter._core.kernel import Level
@@ -99,6 +99,31 @@ class Frame:
                 frame.termination_reason = reason
             if frame is owner:
                 break
+
+    def closing(self, exc: BaseException | None) -> Outcome:
+        """How this context's node ends when it closes with ``exc`` (its termination reason is
+        set now if nothing stopped it before)."""
+        from ampmeter import redact
+        from ampmeter.errors import ExecutionCanceled, LimitExceeded
+
+        if self.termination_reason is None:
+            self.termination_reason = TerminationReason.of(exc)
+            if isinstance(exc, LimitExceeded):
+                self.exceeded_limit = self.exceeded_limit or exc.exceeded
+        reason = self.termination_reason
+        if reason is TerminationReason.SUCCESS:
+            return Outcome("success")
+        if reason is TerminationReason.ERROR and exc is not None:
+            return Outcome(
+                "fail", error_class=type(exc).__name__, stop_reason=redact.error_text(exc)
+            )
+        if self.exceeded_limit is not None:
+            stop = str(self.exceeded_limit)
+        elif isinstance(exc, LimitExceeded | ExecutionCanceled):
+            stop = str(exc)
+        else:
+            stop = reason.value
+        return Outcome("halt", stop_reason=stop)
 
     def describe(self) -> dict[str, Any]:
         """How this context stopped, as JSON-ready data (None fields when it did not)."""

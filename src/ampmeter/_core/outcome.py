@@ -25,6 +25,21 @@ class TerminationReason(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+    @classmethod
+    def of(cls, exc: BaseException | None) -> TerminationReason:
+        """Why a context that ends with ``exc`` (None: normally) ended."""
+        from ampmeter.errors import ExecutionCanceled, LimitExceeded
+        from ampmeter.keys import KEY_ELAPSED_S
+
+        if exc is None:
+            return cls.SUCCESS
+        if isinstance(exc, LimitExceeded):
+            timed_out = exc.exceeded is not None and exc.exceeded.key == KEY_ELAPSED_S
+            return cls.TIMEOUT if timed_out else cls.LIMIT_EXCEEDED
+        if isinstance(exc, ExecutionCanceled):
+            return cls.CONTEXT_CANCELED
+        return cls.ERROR
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:

@@ -211,6 +211,16 @@ class Chain:
         index, hit = found
         return self.guards[index], exceeded(hit), TerminationReason.LIMIT_EXCEEDED
 
+    def exceeded_now(self) -> Stop | None:
+        """The first limit above this context exceeded now (a deadline first), as a stop."""
+        timed = tuple(f for f in self.guards if f.deadline is not None)
+        found = timed_out(timed) if timed else None
+        if found is None and self.guard_rows:
+            hit = self.kernel.check(self.guard_rows, None)
+            if hit is not None:
+                found = self.owner(hit)
+        return found
+
     def frame_of(self, context: object) -> Frame:
         """The frame of a context of this chain."""
         return self.index[id(context)]
