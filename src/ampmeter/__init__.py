@@ -1,6 +1,8 @@
 """ampmeter: account for and contain LLM agent runs.
 
-The public API is re-exported here; implementation modules may change without notice. The
+The public API is re-exported here (``__all__``: what a user needs); implementation modules may
+change without notice. Wiring (``ampmeter.keys``, ``ampmeter.pricing``, ``ampmeter.propagation``,
+``ampmeter.ledgers.Reservation``, ``ampmeter._core.usage.Usage``) is imported by its path. The
 accounting core is imported with the package; everything else (pricing, sinks, logs, ledgers,
 integrations, metrics) is imported the first time one of its names is used, so ``import
 ampmeter`` stays cheap for programs that only meter.
@@ -8,8 +10,6 @@ ampmeter`` stays cheap for programs that only meter.
 
 from typing import TYPE_CHECKING, Any
 
-from ampmeter import keys
-from ampmeter._core.usage import Usage
 from ampmeter.context import (
     Call,
     Decision,
@@ -46,7 +46,6 @@ from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace
 
 if TYPE_CHECKING:
-    from ampmeter import pricing, propagation
     from ampmeter.integrations import (
         instrument,
         instrument_anthropic,
@@ -54,7 +53,7 @@ if TYPE_CHECKING:
         set_default_context,
         uninstrument,
     )
-    from ampmeter.ledgers import InMemoryLedger, Ledger, Reservation, SqliteLedger
+    from ampmeter.ledgers import InMemoryLedger, Ledger, SqliteLedger
     from ampmeter.logs import (
         StreamCumulativeMetrics,
         StreamMetricsLogger,
@@ -87,9 +86,7 @@ _LAZY = {
         ),
         "ampmeter.integrations",
     ),
-    **dict.fromkeys(
-        ("InMemoryLedger", "Ledger", "Reservation", "SqliteLedger"), "ampmeter.ledgers"
-    ),
+    **dict.fromkeys(("InMemoryLedger", "Ledger", "SqliteLedger"), "ampmeter.ledgers"),
     **dict.fromkeys(
         (
             "StreamCumulativeMetrics",
@@ -116,11 +113,7 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     module = importlib.import_module(module_name)
-    value = (
-        getattr(module, name)
-        if module_name != "ampmeter"
-        else importlib.import_module(f"ampmeter.{name}")
-    )
+    value = getattr(module, name)
     globals()[name] = value
     return value
 
@@ -163,7 +156,6 @@ __all__ = [
     "Node",
     "ParseErrorTrace",
     "PriceResult",
-    "Reservation",
     "Sink",
     "SinkClosedError",
     "SinkWriteError",
@@ -175,7 +167,6 @@ __all__ = [
     "TaskResult",
     "TerminationReason",
     "ToolCallTrace",
-    "Usage",
     "WrapOptions",
     "check_limits",
     "clear_prices",
@@ -189,10 +180,7 @@ __all__ = [
     "instrument",
     "instrument_anthropic",
     "instrument_openai",
-    "keys",
     "price",
-    "pricing",
-    "propagation",
     "read_jsonl",
     "remove_price",
     "set_default_context",

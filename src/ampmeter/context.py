@@ -70,6 +70,7 @@ class ExecutionContext(CallMaker):
 
     Keywords:
 
+    * ``name``: the context's name, on its node and on every event it logs;
     * ``limits``: :class:`~ampmeter.Limit` objects on stats keys, fixed when the context is made
       (a sub-agent that needs others gets them from :meth:`spawn_child`);
     * ``max_cost_usd``, ``max_steps``, ``max_retries``: shortcuts for limits on ``amp:cost``,

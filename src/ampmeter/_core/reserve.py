@@ -84,9 +84,10 @@ def llm_estimate(
         from ampmeter.pricing.max_output import max_output_tokens
 
         out_tokens = (max_output_tokens(model) if model else None) or BOUND_OUTPUT_TOKENS
-    priced = True
+    priced = model != ""  # an empty model name has no price
     if estimate_usd is not None:
         cost = _validate.amount(estimate_usd, "estimate_usd")
+        priced = True
     elif model and pricing is not None:
         # Without max_tokens the pricing layer assumes its default output length: a budget
         # must not treat a call of unknown length as free.
