@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ampmeter import ExecutionContext, LimitExceeded, current_context
-from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS
+from ampmeter import ExecutionContext, Limit, LimitExceeded, current_context
+from ampmeter._core.reserve import BOUND_OUTPUT_TOKENS
+from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS, KEY_OUTPUT_TOKENS
 from ampmeter.ledgers import SqliteLedger
 
 
@@ -81,3 +82,23 @@ def test_a_handoff_childs_spend_reaches_the_parents_graph_aggregates(tmp_path: P
     assert aggregates["total_cost_usd"] == pytest.approx(0.15)
     assert parent.stats.get_counter(KEY_LLM_CALLS) == 3
     ledger.close()
+
+
+def test_bound_estimates_reserve_a_ceiling_and_children_inherit_the_mode() -> None:
+    from ampmeter.pricing.request_size import RequestSize
+
+    size = RequestSize(chars=400, utf8_bytes=900, framing=7, media=0)
+    watched = [Limit(KEY_INPUT_TOKENS, 10**9), Limit(KEY_OUTPUT_TOKENS, 10**9)]
+    with ExecutionContext(limits=watched, estimate="bound") as ctx:
+        child = ctx.spawn_child("worker")
+        assert child.estimate == "bound"
+        with child.llm_call("big", model="gpt-4o", request=size, max_tokens=50):
+            assert ctx.stats.reserved()[KEY_INPUT_TOKENS] == 907  # every byte, and the framing
+        with child.llm_call("open-ended", model="no-such-model", estimate_usd=0.0, request=size):
+            assert ctx.stats.reserved()[KEY_OUTPUT_TOKENS] == BOUND_OUTPUT_TOKENS
+    with ExecutionContext(limits=watched) as learned:
+        assert learned.estimate == "learned"
+        with learned.llm_call("big", model="gpt-4o", request=size, max_tokens=50):
+            assert learned.stats.reserved()[KEY_INPUT_TOKENS] < 907
+    with pytest.raises(ValueError, match="estimate"):
+        ExecutionContext(estimate="exact")  # type: ignore[arg-type]
