@@ -25,7 +25,7 @@ from ampmeter._core.outcome import Outcome
 from ampmeter._core.steps import ADMITTED, DONE, Chain, Flight
 from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
-from ampmeter.node import Node
+from ampmeter.node import META_PROVIDER, Node
 
 if TYPE_CHECKING:
     from ampmeter.context import ExecutionContext
@@ -282,8 +282,6 @@ def make_call(
     marks: CallMarks | None = None,
 ) -> Call:
     """A new call of ``context``: its node begun under ``parent_id``, not yet admitted."""
-    from ampmeter.node import META_PROVIDER
-
     meta = {} if metadata is None else _validate.metadata(metadata)
     if provider is not None:
         meta[META_PROVIDER] = provider
