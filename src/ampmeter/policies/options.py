@@ -144,8 +144,10 @@ class PolicyOptions:
             raise ValueError(
                 f"on_unpriced must be 'refuse', 'warn' or 'allow', got {on_unpriced!r}"
             )
-        for name, hook in (("on_limit_event", on_limit_event),
-                           ("on_budget_pressure", on_budget_pressure)):  # fmt: skip
+        for name, hook in (
+            ("on_limit_event", on_limit_event),
+            ("on_budget_pressure", on_budget_pressure),
+        ):
             if hook is not None and not callable(hook):
                 raise TypeError(f"{name} must be callable, got {type(hook).__name__}")
         fraction = None
