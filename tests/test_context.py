@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import ampmeter.context as context_module
 from ampmeter import (
     Decision,
     ExecutionCanceled,
@@ -30,6 +29,7 @@ from ampmeter import (
     current_context,
     current_node_id,
 )
+from ampmeter._core import priced
 from ampmeter.graph import ExecutionGraph
 from ampmeter.keys import (
     KEY_CACHED_INPUT_TOKENS,
@@ -61,10 +61,10 @@ from ampmeter.sinks.memory import MemorySink
 @pytest.fixture(autouse=True)
 def _no_pricing() -> Iterator[None]:
     """These tests give costs explicitly; no pricing layer is installed while they run."""
-    saved = context_module._pricing
-    context_module.use_pricing(None)
+    saved = priced.layer()
+    priced.use_pricing(None)
     yield
-    context_module.use_pricing(saved)
+    priced.use_pricing(saved)
 
 
 def _node(ctx: ExecutionContext, node_id: str) -> Any:
@@ -220,19 +220,24 @@ async def test_async_with_calls() -> None:
     assert ctx.termination_reason is TerminationReason.SUCCESS
 
 
-def test_record_validates_and_can_replace() -> None:
+def test_record_validates_and_is_taken_once() -> None:
     with ExecutionContext() as ctx:
         with ctx.llm_call("plan", model="m") as call:
             for bad_kwargs, error in (
-                ({"tokens_in": -1}, ValueError), ({"tokens_in": 1.5}, TypeError),
-                ({"cost_usd": math.nan}, ValueError), ({"cost_usd": -1.0}, ValueError),
+                ({"tokens_in": -1}, ValueError),
+                ({"tokens_in": 1.5}, TypeError),
+                ({"cost_usd": math.nan}, ValueError),
+                ({"cost_usd": -1.0}, ValueError),
                 ({"tokens_in": 5, "cached_tokens": 6}, ValueError),
                 ({"tokens_out": 5, "reasoning_tokens": 6}, ValueError),
-            ):  # fmt: skip
+            ):
                 with pytest.raises(error):
                     call.record(**bad_kwargs)
+            call.record(tokens_in=100, tokens_out=10, cost_usd=0.2)
+            with pytest.raises(RuntimeError, match="recorded already"):
+                call.record(tokens_in=1, tokens_out=1, cost_usd=0.1)
+        with pytest.raises(RuntimeError, match="has ended"):
             call.record(tokens_in=1, tokens_out=1, cost_usd=0.1)
-            call.record(tokens_in=100, tokens_out=10, cost_usd=0.2)  # a stream grew: replaced
         assert ctx.stats.total_input_tokens() == 100
         assert ctx.stats.total_cost() == 0.2
 

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 
 import pytest
 
-import ampmeter.context as context_module
 from ampmeter import ExecutionContext, LimitExceeded
+from ampmeter._core import priced
 from ampmeter.keys import KEY_COST, KEY_LLM_CALLS, KEY_STEPS
 
 CEILING = 1.0
@@ -30,18 +30,17 @@ TOL = 1e-9
 
 @pytest.fixture(autouse=True)
 def _no_pricing() -> Iterator[None]:
-    saved = context_module._pricing
-    context_module.use_pricing(None)
+    saved = priced.layer()
+    priced.use_pricing(None)
     yield
-    context_module.use_pricing(saved)
+    priced.use_pricing(saved)
 
 
 def _committed_plus_reserved(ctx: ExecutionContext) -> float:
-    # Read both under the tree's lock so the pair is consistent (the public getters lock each).
-    stats = ctx.stats
-    with stats.lock:
-        # get_gauge takes no lock; reserved() would.
-        return stats.get_gauge(KEY_COST) + stats._reserved.get(KEY_COST, 0.0)
+    # What is spent first, then what is held: a call settling between the two reads moves its
+    # amount from held to spent, so the sum read is never above the true one at the second read.
+    spent = ctx.stats.get_gauge(KEY_COST)
+    return spent + ctx.stats.reserved().get(KEY_COST, 0.0)
 
 
 def _top_positive_sum(diffs: list[float], k: int) -> float:

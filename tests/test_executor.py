@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-import ampmeter.context as context_module
 from ampmeter import (
     CONTINUE,
     ExecutionContext,
@@ -24,6 +23,7 @@ from ampmeter import (
     TerminationReason,
     default_limits,
 )
+from ampmeter._core import priced
 from ampmeter.keys import (
     KEY_COST,
     KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
@@ -47,10 +47,10 @@ SPEC_LIMITS = [
 
 @pytest.fixture(autouse=True)
 def _no_pricing() -> Iterator[None]:
-    saved = context_module._pricing
-    context_module.use_pricing(None)
+    saved = priced.layer()
+    priced.use_pricing(None)
     yield
-    context_module.use_pricing(saved)
+    priced.use_pricing(saved)
 
 
 class CountingLoop:

@@ -285,8 +285,7 @@ def test_check_limits_with_reservations_matches_the_rules(
         stats.set_counter(key, c)
     for key, g in gauges.items():
         stats.set_gauge(key, g)
-    with stats.lock:
-        stats._reserve_locked(reserved)
+    stats._hold_forever(reserved)
     limits = [Limit(key, top, kind) for key, top, kind in specs]
     hit = check_limits(stats, limits, pending)
     for limit in limits:
@@ -331,8 +330,7 @@ def test_watched_prefixes_give_the_reference_answer_before_and_after_watching(
         stats.set_counter(key, count)
     for key, value in gauges.items():
         stats.set_gauge(key, value)
-    with stats.lock:
-        stats._reserve_locked(reserved)
+    stats._hold_forever(reserved)
     limits = [Limit(key, top, kind) for key, top, kind in specs]
     if prime:
         check_limits(stats, limits, pending)  # starts watching the prefixes

@@ -192,7 +192,6 @@ def test_an_enclosing_calls_own_hold_is_not_waited_for(
     ledger = SqliteLedger(tmp_path / "budget.sqlite3", "team")
     parent = ExecutionContext(max_cost_usd=CAP, ledger=ledger)
     child = ExecutionContext.from_handoff(parent.handoff("child"), ledger=ledger)
-    child._admission_timeout_s = 60.0
     started = time.monotonic()
     with child.llm_call("outer", estimate_usd=0.75) as outer:
         with pytest.raises(BudgetBusy) as info, child.llm_call("inner", estimate_usd=0.5):
@@ -211,15 +210,18 @@ def test_an_enclosing_calls_own_hold_is_not_waited_for(
 # -- async with: awaited, not blocking the loop and not refused at once ------------------------
 
 
-def _contexts() -> list[tuple[str, Callable[[], ExecutionContext]]]:
+def _contexts() -> list[tuple[str, Callable[..., ExecutionContext]]]:
     return [
-        ("in-process", lambda: ExecutionContext(max_cost_usd=CAP, admission_timeout_s=60)),
+        (
+            "in-process",
+            lambda wait=60: ExecutionContext(max_cost_usd=CAP, admission_timeout_s=wait),
+        ),
         (
             "ledger",
-            lambda: ExecutionContext(
+            lambda wait=60: ExecutionContext(
                 max_cost_usd=CAP,
                 ledger=InMemoryLedger(f"team-{uuid.uuid4().hex}"),
-                admission_timeout_s=60,
+                admission_timeout_s=wait,
             ),
         ),
     ]
@@ -227,7 +229,7 @@ def _contexts() -> list[tuple[str, Callable[[], ExecutionContext]]]:
 
 @pytest.mark.parametrize(("kind", "make"), _contexts(), ids=[k for k, _ in _contexts()])
 async def test_async_tasks_on_one_cap_await_each_other_and_use_it_up(
-    kind: str, make: Callable[[], ExecutionContext]
+    kind: str, make: Callable[..., ExecutionContext]
 ) -> None:
     ctx = make()
     refused: list[BaseException] = []
@@ -260,10 +262,9 @@ async def test_async_tasks_on_one_cap_await_each_other_and_use_it_up(
 
 @pytest.mark.parametrize(("kind", "make"), _contexts(), ids=[k for k, _ in _contexts()])
 async def test_an_async_wait_is_bounded_and_the_loop_runs_meanwhile(
-    kind: str, make: Callable[[], ExecutionContext]
+    kind: str, make: Callable[..., ExecutionContext]
 ) -> None:
-    ctx = make()
-    ctx._admission_timeout_s = 0.3  # the test's own short bound
+    ctx = make(0.3)  # the test's own short bound
     ticks = 0
     holding = asyncio.Event()
     release = asyncio.Event()

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ampmeter import ExecutionStats, keys
+from ampmeter._core.kernel import bound
 from ampmeter.keys import (
     KEY_COST,
     KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
@@ -334,7 +335,8 @@ def test_repr_works_while_the_lock_is_held() -> None:
     stats.incr_counter("k", 2)
     stats.incr_gauge("g", 0.5)
     out: list[str] = []
-    with stats.lock:
+    kernel, _ = bound(stats)
+    with kernel._lock:
         worker = threading.Thread(target=lambda: out.append(repr(stats)), daemon=True)
         worker.start()
         worker.join(timeout=10)

@@ -1,6 +1,8 @@
 """ampmeter: account for and contain LLM agent runs.
 
-The public API is re-exported here; implementation modules may change without notice. The
+The public API is re-exported here (``__all__``: what a user needs); implementation modules may
+change without notice. Wiring (``ampmeter.keys``, ``ampmeter.pricing``, ``ampmeter.propagation``,
+``ampmeter.ledgers.Reservation``, ``ampmeter._core.usage.Usage``) is imported by its path. The
 accounting core is imported with the package; everything else (pricing, sinks, logs, ledgers,
 integrations, metrics) is imported the first time one of its names is used, so ``import
 ampmeter`` stays cheap for programs that only meter.
@@ -8,7 +10,6 @@ ampmeter`` stays cheap for programs that only meter.
 
 from typing import TYPE_CHECKING, Any
 
-from ampmeter import keys
 from ampmeter.context import (
     Call,
     Decision,
@@ -43,10 +44,8 @@ from ampmeter.policies import LimitEvent, final_call
 from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace
-from ampmeter.usage import Usage
 
 if TYPE_CHECKING:
-    from ampmeter import pricing, propagation
     from ampmeter.integrations import (
         instrument,
         instrument_anthropic,
@@ -54,7 +53,7 @@ if TYPE_CHECKING:
         set_default_context,
         uninstrument,
     )
-    from ampmeter.ledgers import InMemoryLedger, Ledger, Reservation, SqliteLedger
+    from ampmeter.ledgers import InMemoryLedger, Ledger, SqliteLedger
     from ampmeter.logs import (
         StreamCumulativeMetrics,
         StreamMetricsLogger,
@@ -75,8 +74,9 @@ if TYPE_CHECKING:
 
 # Name -> the module it comes from, imported on first use (PEP 562).
 _LAZY = {
-    "pricing": "ampmeter",
-    "propagation": "ampmeter",
+    # Wiring modules, out of __all__ but reachable as attributes, as a submodule import makes them.
+    "pricing": "ampmeter.pricing",
+    "propagation": "ampmeter.propagation",
     **dict.fromkeys(
         (
             "instrument",
@@ -87,9 +87,7 @@ _LAZY = {
         ),
         "ampmeter.integrations",
     ),
-    **dict.fromkeys(
-        ("InMemoryLedger", "Ledger", "Reservation", "SqliteLedger"), "ampmeter.ledgers"
-    ),
+    **dict.fromkeys(("InMemoryLedger", "Ledger", "SqliteLedger"), "ampmeter.ledgers"),
     **dict.fromkeys(
         (
             "StreamCumulativeMetrics",
@@ -116,11 +114,7 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     module = importlib.import_module(module_name)
-    value = (
-        getattr(module, name)
-        if module_name != "ampmeter"
-        else importlib.import_module(f"ampmeter.{name}")
-    )
+    value = module if module_name == f"ampmeter.{name}" else getattr(module, name)
     globals()[name] = value
     return value
 
@@ -163,7 +157,6 @@ __all__ = [
     "Node",
     "ParseErrorTrace",
     "PriceResult",
-    "Reservation",
     "Sink",
     "SinkClosedError",
     "SinkWriteError",
@@ -175,7 +168,6 @@ __all__ = [
     "TaskResult",
     "TerminationReason",
     "ToolCallTrace",
-    "Usage",
     "WebhookSink",
     "WrapOptions",
     "check_limits",
@@ -190,10 +182,7 @@ __all__ = [
     "instrument",
     "instrument_anthropic",
     "instrument_openai",
-    "keys",
     "price",
-    "pricing",
-    "propagation",
     "read_jsonl",
     "remove_price",
     "set_default_context",

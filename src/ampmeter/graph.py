@@ -14,7 +14,8 @@ from dataclasses import replace
 from typing import Any, Final
 
 from ampmeter import _validate
-from ampmeter._kernel import Kernel, now_ms
+from ampmeter._core.kernel import Kernel, bind, now_ms
+from ampmeter._core.outcome import Outcome
 from ampmeter.node import (
     KINDS,
     META_CACHE_WRITE_TOKENS,
@@ -51,7 +52,6 @@ __all__ = [
     "json_copy",
 ]
 
-_INF: Final = float("inf")
 # Past this many nodes a snapshot pauses the cyclic GC while it copies (see snapshot()).
 _SNAPSHOT_GC_PAUSE_NODES: Final = 2_000
 
@@ -73,7 +73,7 @@ class ExecutionGraph:
     evicted, while the aggregates keep counting them. The root and open nodes are never evicted.
     """
 
-    __slots__ = ("_kernel", "chain_id")
+    __slots__ = ("__weakref__", "_kernel", "chain_id")
 
     def __init__(self, chain_id: str | None = None, *, max_nodes: int = 0) -> None:
         if chain_id is not None and not isinstance(chain_id, str):
@@ -81,20 +81,16 @@ class ExecutionGraph:
         limit = _validate.count(max_nodes, "max_nodes (0 = unbounded)")
         self.chain_id: str = chain_id if chain_id is not None else str(uuid.uuid4())
         self._kernel = Kernel(self.chain_id, limit)
-
-    @property
-    def kernel(self) -> Kernel:
-        """The accounting kernel behind this graph (contexts share it with their stats)."""
-        return self._kernel
+        bind(self, self._kernel)
 
     @property
     def _next_id(self) -> int:
         """The number the next node id gets (tests move it forward to reach long ids)."""
-        return self._kernel.next_id
+        return self._kernel.next_number
 
     @_next_id.setter
     def _next_id(self, value: int) -> None:
-        self._kernel.next_id = _validate.count(value, "_next_id")
+        self._kernel.next_number = _validate.count(value, "_next_id")
 
     # -- structure --------------------------------------------------------------------------
 
@@ -104,7 +100,7 @@ class ExecutionGraph:
         return self._kernel.root_id
 
     def __len__(self) -> int:
-        return len(self._kernel.nodes)
+        return self._kernel.node_count()
 
     def create_root(self, name: str, metadata: dict[str, Any] | None = None) -> str:
         """Create the chain's single root (``kind="system"``, depth 0, status ``running``)."""
@@ -120,7 +116,7 @@ class ExecutionGraph:
         metadata: dict[str, Any] | None = None,
     ) -> str:
         """Create a node under ``parent_id`` in status ``created`` and return its id."""
-        return self.begin(parent_id, kind, name, model, metadata).node_id
+        return self._begin(parent_id, kind, name, model, metadata).node_id
 
     def begin(
         self,
@@ -130,16 +126,24 @@ class ExecutionGraph:
         model: str | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> Node:
-        """:meth:`begin_node`, returning the graph's own node (read-only for the caller)."""
-        checked_kind = kind if type(kind) is str and kind in KINDS else check_kind(kind)
-        # Exact-type tests first (once per node); the full checks name the argument.
-        if (type(name) is not str or type(parent_id) is not str
-                or (model is not None and type(model) is not str)):  # fmt: skip
-            _validate.text(name, "name")
-            _validate.optional_text(model, "model")
-            _validate.text(parent_id, "parent_id")
+        """:meth:`begin_node`, returning a copy of the new node."""
+        node_id = self.begin_node(parent_id, kind, name, model, metadata)
+        return self.node(node_id)
+
+    def _begin(
+        self,
+        parent_id: object,
+        kind: object,
+        name: object,
+        model: object,
+        metadata: dict[str, Any] | None,
+    ) -> Node:
+        checked_kind = check_kind(kind)
+        _validate.text(name, "name")
+        _validate.optional_text(model, "model")
+        _validate.text(parent_id, "parent_id")
         meta = {} if metadata is None else _validate.metadata(metadata)
-        return self._kernel.begin(parent_id, checked_kind, name, model, meta)
+        return self._kernel.begin(parent_id, checked_kind, name, model, meta)  # type: ignore[arg-type]
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -203,27 +207,15 @@ class ExecutionGraph:
         stop_reason: object,
         metadata: object,
     ) -> None:
-        # Exact-type tests first (once per node); the full checks name the argument.
-        cost = (
-            cost_usd
-            if type(cost_usd) is float and 0.0 <= cost_usd < _INF
-            else _validate.amount(cost_usd, "cost_usd")
-        )
-        t_in = (
-            tokens_in
-            if type(tokens_in) is int and 0 <= tokens_in <= _validate.MAX_COUNT
-            else _validate.optional_count(tokens_in, "tokens_in")
-        )
-        t_out = (
-            tokens_out
-            if type(tokens_out) is int and 0 <= tokens_out <= _validate.MAX_COUNT
-            else _validate.optional_count(tokens_out, "tokens_out")
-        )
+        cost = _validate.amount(cost_usd, "cost_usd")
+        t_in = _validate.optional_count(tokens_in, "tokens_in")
+        t_out = _validate.optional_count(tokens_out, "tokens_out")
         reason = _validate.optional_text(stop_reason, "stop_reason")
         if metadata is not None and not isinstance(metadata, dict):
             raise TypeError(f"metadata must be a dict or None, got {type(metadata).__name__}")
         node = self._get(node_id)
-        self._kernel.end(node, status, cost, t_in, t_out, error_class, reason, metadata)
+        outcome = Outcome(status, cost, t_in, t_out, error_class, reason, metadata)
+        self._kernel.end(node, outcome)
 
     def increment_retries(self, node_id: str) -> None:
         """Count one retry on a node; no change once the node is terminal."""
@@ -238,23 +230,19 @@ class ExecutionGraph:
     # -- reading ----------------------------------------------------------------------------
 
     def _get(self, node_id: object) -> Node:
-        if type(node_id) is not str and not isinstance(node_id, str):
+        if not isinstance(node_id, str):
             raise TypeError(f"node_id must be a str, got {type(node_id).__name__}")
         return self._kernel.node(node_id)
 
     def node(self, node_id: str) -> Node:
         """A copy of one node; changing it never changes the graph."""
-        with self._kernel.lock:
-            node = self._get(node_id)
-            return replace(node, metadata=copy_metadata(node.metadata) if node.metadata else {})
+        if not isinstance(node_id, str):
+            raise TypeError(f"node_id must be a str, got {type(node_id).__name__}")
+        return self._kernel.copy(node_id, _copy)
 
     def nodes(self) -> list[Node]:
         """Copies of all nodes kept in memory, in creation order."""
-        with self._kernel.lock:
-            return [
-                replace(n, metadata=copy_metadata(n.metadata) if n.metadata else {})
-                for n in self._kernel.nodes.values()
-            ]
+        return list(self._kernel.copy_all(_copy)[1].values())
 
     def aggregates(self) -> dict[str, Any]:
         """The chain aggregates (see :meth:`snapshot`), without the nodes."""
@@ -267,13 +255,11 @@ class ExecutionGraph:
         # A snapshot allocates two dicts per node. On big graphs those allocations set off full
         # cyclic-GC passes over every live node mid-copy, which doubled the copy time; none of
         # the new dicts can form a cycle, so the collector is paused for the copy and restored.
-        pause_gc = len(kernel.nodes) > _SNAPSHOT_GC_PAUSE_NODES and gc.isenabled()
+        pause_gc = kernel.node_count() > _SNAPSHOT_GC_PAUSE_NODES and gc.isenabled()
         if pause_gc:
             gc.disable()
         try:
-            with kernel.lock:
-                nodes = {node_id: n.to_dict() for node_id, n in kernel.nodes.items()}
-                root_id = kernel.root_id
+            root_id, nodes = kernel.copy_all(Node.to_dict)
         finally:
             if pause_gc:
                 gc.enable()
@@ -284,3 +270,7 @@ class ExecutionGraph:
             "aggregates": aggregates,
             "snapshot_ts_ms": now_ms(),
         }
+
+
+def _copy(node: Node) -> Node:
+    return replace(node, metadata=copy_metadata(node.metadata) if node.metadata else {})

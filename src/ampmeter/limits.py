@@ -11,15 +11,19 @@ refusing) or count only a sliding window (``window_s``); :mod:`ampmeter.policies
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from ampmeter import _validate
-from ampmeter._kernel import LimitRow
+from ampmeter._core.check import compile_limits
+from ampmeter._core.kernel import bound
 from ampmeter.keys import (
+    KEY_COST,
     KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
     KEY_ITERATIONS,
+    KEY_RETRIES,
+    KEY_STEPS,
     KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE,
 )
 from ampmeter.stats import ExecutionStats
@@ -31,6 +35,7 @@ __all__ = [
     "LimitType",
     "check_limits",
     "compile_limits",
+    "context_limits",
     "default_limits",
 ]
 
@@ -167,16 +172,6 @@ def default_limits() -> list[Limit]:
     ]
 
 
-def compile_limits(limits: Sequence[Limit]) -> tuple[LimitRow, ...]:
-    """``limits`` as the rows the kernel's check reads, in list order (plain ceilings only: soft
-    and windowed limits are the policies' work)."""
-    return tuple(
-        (limit.type is LimitType.PREFIX, limit.key, limit.max_value, limit)
-        for limit in limits
-        if limit.is_ceiling
-    )
-
-
 def check_limits(
     stats: ExecutionStats,
     limits: Sequence[Limit],
@@ -190,7 +185,9 @@ def check_limits(
     for limit in limits:
         if not isinstance(limit, Limit):
             raise TypeError(f"limits must hold Limit objects, got {type(limit).__name__}")
-    found = stats.kernel.check(((stats.level, compile_limits(limits)),), pending)
+    kernel, level = bound(stats)
+    assert level is not None
+    found = kernel.check(((level, compile_limits(limits)),), pending)
     return None if found is None else exceeded(found[1])
 
 
@@ -201,3 +198,30 @@ def exceeded(hit: tuple[object, str, float]) -> ExceededLimit:
         return ExceededLimit(limit.limit, key, value - limit.offset, limit.note)
     assert isinstance(limit, Limit)
     return ExceededLimit(limit, key, value)
+
+
+def context_limits(
+    limits: Sequence[Limit] | None,
+    max_cost_usd: object,
+    max_steps: object,
+    max_retries: object,
+) -> tuple[Limit, ...]:
+    """A context's own limits: ``limits`` and the shortcuts, checked."""
+    built: list[Limit] = []
+    if limits is not None:
+        if isinstance(limits, Limit) or not isinstance(limits, Iterable):
+            raise TypeError("limits must be a list of Limit")
+        for limit in limits:
+            if not isinstance(limit, Limit):
+                raise TypeError(f"limits must hold Limit objects, got {type(limit).__name__}")
+            built.append(limit)
+    cost = _validate.optional_amount(max_cost_usd, "max_cost_usd")
+    steps = None if max_steps is None else _validate.count(max_steps, "max_steps")
+    retries = None if max_retries is None else _validate.count(max_retries, "max_retries")
+    if cost is not None:
+        built.append(Limit(KEY_COST, cost))
+    if steps is not None:
+        built.append(Limit(KEY_STEPS, steps))
+    if retries is not None:
+        built.append(Limit(KEY_RETRIES, retries))
+    return tuple(built)

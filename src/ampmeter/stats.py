@@ -9,12 +9,11 @@ flight have announced and not yet replaced by their actual usage (see :meth:`res
 
 from __future__ import annotations
 
-import threading
 import uuid
 from typing import TYPE_CHECKING
 
 from ampmeter import _validate
-from ampmeter._kernel import Kernel, Level
+from ampmeter._core.kernel import Kernel, Level, bind, bound
 from ampmeter.keys import (
     KEY_COST,
     KEY_FORMAT_PARSE_ERROR_TOTAL,
@@ -51,7 +50,7 @@ class ExecutionStats:
     calls update its graph and its stats in one step under one lock.
     """
 
-    __slots__ = ("_kernel", "_level", "parent")
+    __slots__ = ("__weakref__", "_kernel", "_level", "parent")
 
     def __init__(
         self, parent: ExecutionStats | None = None, *, graph: ExecutionGraph | None = None
@@ -61,28 +60,15 @@ class ExecutionStats:
         if parent is not None and graph is not None:
             raise ValueError("give parent or graph, not both: a child shares its parent's graph")
         self.parent = parent
+        parent_level = None
         if parent is not None:
-            self._kernel: Kernel = parent._kernel
+            self._kernel, parent_level = bound(parent)
         elif graph is not None:
-            self._kernel = graph.kernel
+            self._kernel = bound(graph)[0]
         else:
             self._kernel = Kernel("stats-" + uuid.uuid4().hex[:8])
-        self._level: Level = Level(parent.level if parent is not None else None)
-
-    @property
-    def lock(self) -> threading.Lock:
-        """The lock shared by the whole stats tree (and its graph)."""
-        return self._kernel.lock
-
-    @property
-    def level(self) -> Level:
-        """This object's storage in the kernel (for contexts and limit checks)."""
-        return self._level
-
-    @property
-    def kernel(self) -> Kernel:
-        """The accounting kernel this stats tree lives in."""
-        return self._kernel
+        self._level = Level(parent_level)
+        bind(self, self._kernel, self._level)
 
     @property
     def chain(self) -> tuple[ExecutionStats, ...]:
@@ -116,8 +102,8 @@ class ExecutionStats:
 
     def get_counter(self, key: str) -> int:
         """The counter's value, or 0 if it was never written."""
-        cell = self._level.counters.get(key)
-        return 0 if cell is None else int(cell.value)
+        value = self._kernel.value(self._level, key, False)
+        return 0 if value is None else int(value)
 
     def reset_counter(self, key: str) -> None:
         """Set ``key`` to 0 in this context only."""
@@ -141,8 +127,8 @@ class ExecutionStats:
 
     def get_gauge(self, key: str) -> float:
         """The gauge's value, or 0.0 if it was never written."""
-        cell = self._level.gauges.get(key)
-        return 0.0 if cell is None else float(cell.value)
+        value = self._kernel.value(self._level, key, True)
+        return 0.0 if value is None else float(value)
 
     def reset_gauge(self, key: str) -> None:
         """Set ``key`` to 0.0 in this context only."""
@@ -152,11 +138,11 @@ class ExecutionStats:
 
     def counters(self) -> dict[str, int]:
         """A copy of all counters."""
-        return Kernel.values(self._level.counters)
+        return self._kernel.values(self._level, False)
 
     def gauges(self) -> dict[str, float]:
         """A copy of all gauges."""
-        return Kernel.values(self._level.gauges)
+        return self._kernel.values(self._level, True)
 
     def reserved(self) -> dict[str, float]:
         """A copy of the usage reserved here by calls in flight (estimates not yet settled).
@@ -192,16 +178,9 @@ class ExecutionStats:
 
     # -- calls in flight, simulated (tests and tools that stand in for a call) ----------------
 
-    def _reserve_locked(self, amounts: dict[str, float]) -> None:
-        """Hold ``amounts`` here as a call in flight would, until the tree is gone (the caller
-        holds :attr:`lock`)."""
+    def _hold_forever(self, amounts: dict[str, float]) -> None:
+        """Hold ``amounts`` here as a call in flight would, until the tree is gone."""
         self._kernel.hold_forever(self._level, dict(amounts))
-
-    @property
-    def _reserved(self) -> dict[str, float]:
-        """What calls in flight hold here, per key, zeros included (the caller holds
-        :attr:`lock`)."""
-        return self._kernel.held_at(self._level)
 
     def __repr__(self) -> str:
         # No lock: a repr may be asked for while the (non-reentrant) lock is held.

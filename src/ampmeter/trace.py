@@ -7,9 +7,21 @@ through ``ctx.llm_call`` would; model and tool authors only report what happened
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-__all__ = ["ModelCallTrace", "ParseErrorTrace", "ToolCallTrace", "TraceRecord"]
+from ampmeter.keys import (
+    KEY_FORMAT_PARSE_ERROR_AT,
+    KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
+    KEY_FORMAT_PARSE_ERROR_TOTAL,
+    KEY_TOOLCHAIN_PARSE_ERROR_AT,
+    KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE,
+    KEY_TOOLCHAIN_PARSE_ERROR_TOTAL,
+)
+
+if TYPE_CHECKING:
+    from ampmeter._core.usage import Usage
+
+__all__ = ["ModelCallTrace", "ParseErrorTrace", "ToolCallTrace", "TraceRecord", "trace_effect"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,3 +53,47 @@ class ParseErrorTrace:
 
 
 TraceRecord = ModelCallTrace | ToolCallTrace | ParseErrorTrace
+
+
+def trace_effect(record: object) -> tuple[Usage | None, tuple[str, str, str]]:
+    """What a trace record adds: the usage of a model or tool call, or (for a parse error) the
+    keys to count, total, per-iteration prefix and consecutive. Errors name the bad field."""
+    from ampmeter import _validate
+    from ampmeter._core.usage import Usage
+
+    if isinstance(record, ModelCallTrace):
+        usage = Usage.checked(
+            model=_validate.text(record.model, "model"),
+            tokens_in=record.input_tokens,
+            tokens_out=record.output_tokens,
+            cached_tokens=record.cached_tokens,
+            reasoning_tokens=record.reasoning_tokens,
+            cost_usd=record.cost_usd,
+            calls=1,
+        )
+        return usage, _NO_KEYS
+    if isinstance(record, ToolCallTrace):
+        if not isinstance(record.tool_name, str) or not record.tool_name:
+            raise ValueError(f"tool_name must be a non-empty str, got {record.tool_name!r}")
+        return Usage("tool", tool=record.tool_name, calls=1), _NO_KEYS
+    if isinstance(record, ParseErrorTrace):
+        if record.error_type == "format":
+            return None, (
+                KEY_FORMAT_PARSE_ERROR_TOTAL,
+                KEY_FORMAT_PARSE_ERROR_AT,
+                KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
+            )
+        if record.error_type == "toolchain":
+            return None, (
+                KEY_TOOLCHAIN_PARSE_ERROR_TOTAL,
+                KEY_TOOLCHAIN_PARSE_ERROR_AT,
+                KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE,
+            )
+        raise ValueError(f"error_type must be 'format' or 'toolchain', got {record.error_type!r}")
+    raise TypeError(
+        "trace() takes ModelCallTrace, ToolCallTrace or ParseErrorTrace, "
+        f"got {type(record).__name__}"
+    )
+
+
+_NO_KEYS = ("", "", "")

@@ -1,4 +1,4 @@
-"""Containment policies beyond plain ceilings.
+"""The compiled policies of one context: what they check before a call and after it.
 
 * **unpriced models**: under a cost limit (of the context or an enclosing one) a call to a model
   the pricing layer cannot price is refused before it is sent (``on_unpriced="refuse"``, the
@@ -28,222 +28,42 @@ added.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import threading
 import time
 import warnings
-import weakref
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final, Literal
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
-from ampmeter import _validate
+from ampmeter._core.outcome import TerminationReason
 from ampmeter.keys import KEY_COST, KEY_UNPRICED_LLM_CALLS
-from ampmeter.limits import DerivedCeiling, ExceededLimit, Limit, LimitType, warn_fractions
+from ampmeter.limits import DerivedCeiling, ExceededLimit, Limit, LimitType
+from ampmeter.policies.options import (
+    KEY_BUDGET_PRESSURE,
+    KEY_INPUT_TOKENS_PER_CALL,
+    KEY_REPEATS_FOR,
+    META_LIMIT_EVENTS,
+    LimitEvent,
+    OnUnpriced,
+    PolicyOptions,
+    fingerprint,
+    is_cost_ceiling,
+    request_fingerprint,
+)
+from ampmeter.policies.shared_totals import SharedTotals, shared_totals
 
 if TYPE_CHECKING:
-    from ampmeter._kernel import Guard, LimitRow
-    from ampmeter.context import Call, ExecutionContext, TerminationReason
-    from ampmeter.ledgers import Ledger
-    from ampmeter.node import Node
-    from ampmeter.usage import Usage
+    from ampmeter._core.check import Guard, LimitRow
+    from ampmeter._core.usage import Usage
+    from ampmeter.call import Call
+    from ampmeter.context import ExecutionContext
 
-__all__ = [
-    "KEY_BUDGET_PRESSURE",
-    "KEY_INPUT_TOKENS_PER_CALL",
-    "KEY_REPEATS_FOR",
-    "META_LIMIT_EVENTS",
-    "CallMarks",
-    "LimitEvent",
-    "Policies",
-    "PolicyOptions",
-    "final_call",
-    "in_final_call",
-]
+__all__ = ["CallMarks", "Policies"]
 
 _MATCHED_MAX: Final = 4_096  # per context: usage shapes with their watched (limit, key) pairs
 
-SHARED_READ_S: Final = 0.5
-"""How long a shared ledger's totals, once read, stand for the budget pressure and
-``wrap_up`` (a settlement always reads them afresh)."""
-
-KEY_REPEATS_FOR: Final = "amp:repeats:"
-"""Prefix of the loop guard's keys: ``amp:repeats:<hash of the request>``."""
-KEY_INPUT_TOKENS_PER_CALL: Final = "amp:input_tokens_per_call"
-"""The key a refusal by ``max_input_tokens_per_call`` names."""
-KEY_BUDGET_PRESSURE: Final = "amp:budget_pressure"
-"""The key a refusal by the ``on_budget_pressure`` hook names (its value: the fraction spent)."""
-META_LIMIT_EVENTS: Final = "limit_events"
-"""Node metadata: the :class:`LimitEvent` dicts the node's settlement produced."""
-
-OnUnpriced = Literal["refuse", "warn", "allow"]
-SharedTerms = tuple[
-    dict[str, float], dict[str, Limit], dict[str, "float | None"], tuple[Limit, ...]
-]
-PressureHook = Callable[["ExecutionContext", dict[str, Any]], "dict[str, Any] | None"]
-Refusal = tuple["ExecutionContext", ExceededLimit, "TerminationReason"]
-
-# -- final calls ----------------------------------------------------------------------------------
-
-_FINAL: contextvars.ContextVar[bool] = contextvars.ContextVar("ampmeter_final_call", default=False)
-
-
-@contextlib.contextmanager
-def final_call() -> Iterator[None]:
-    """Mark the SDK calls made inside this block as the final answer: they may spend the
-    context's ``final_reserve_usd``."""
-    token = _FINAL.set(True)
-    try:
-        yield
-    finally:
-        _FINAL.reset(token)
-
-
-def in_final_call() -> bool:
-    """Whether the code runs inside :func:`final_call`."""
-    return _FINAL.get()
-
-
-# -- events ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LimitEvent:
-    """Something a limit or policy reports without refusing a call.
-
-    ``kind`` is ``"warning"`` (a ``warn_at`` fraction reached; ``threshold`` says which),
-    ``"soft_limit"`` (a soft limit exceeded: ``ctx.wrap_up`` is now True), ``"unpriced"`` (a call
-    to an unpriced model let through by ``on_unpriced="warn"``) or ``"input_over_limit"`` (a call
-    whose actual input exceeded ``max_input_tokens_per_call`` although its estimate did not).
-    ``value`` is the key's value after the call at ``node_id`` settled, ``fraction`` that value
-    over the limit; ``context`` names the context the limit belongs to.
-    """
-
-    kind: str
-    limit: Limit
-    key: str
-    value: float
-    fraction: float
-    node_id: str
-    context: str
-    threshold: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The event as JSON-ready data (for logs and snapshots)."""
-        return {
-            "kind": self.kind,
-            "limit": self.limit.describe(),
-            "key": self.key,
-            "value": self.value,
-            "fraction": self.fraction,
-            "threshold": self.threshold,
-            "node_id": self.node_id,
-            "context": self.context,
-        }
-
-
-# -- options --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyOptions:
-    """A context's policy options (see :class:`~ampmeter.ExecutionContext`). ``None`` means
-    "as the enclosing context" for the inherited ones: ``on_unpriced``, ``on_limit_event``,
-    ``max_input_tokens_per_call``, ``on_budget_pressure`` and ``pressure_at``."""
-
-    on_unpriced: OnUnpriced | None = None
-    warn_at: tuple[float, ...] = ()
-    on_limit_event: Callable[[LimitEvent], None] | None = None
-    final_reserve_usd: float | None = None
-    max_repeats: int | None = None
-    max_input_tokens_per_call: int | None = None
-    on_budget_pressure: PressureHook | None = None
-    pressure_at: float | None = None
-
-    @classmethod
-    def checked(
-        cls,
-        *,
-        on_unpriced: object = None,
-        warn_at: object = None,
-        on_limit_event: object = None,
-        final_reserve_usd: object = None,
-        max_repeats: object = None,
-        max_input_tokens_per_call: object = None,
-        on_budget_pressure: object = None,
-        pressure_at: object = None,
-    ) -> PolicyOptions:
-        """Options from untrusted values; each error names its argument."""
-        if on_unpriced not in (None, "refuse", "warn", "allow"):
-            raise ValueError(
-                f"on_unpriced must be 'refuse', 'warn' or 'allow', got {on_unpriced!r}"
-            )
-        for name, hook in (("on_limit_event", on_limit_event),
-                           ("on_budget_pressure", on_budget_pressure)):  # fmt: skip
-            if hook is not None and not callable(hook):
-                raise TypeError(f"{name} must be callable, got {type(hook).__name__}")
-        fraction = None
-        if pressure_at is not None:
-            fraction = warn_fractions((pressure_at,), "pressure_at")[0]
-        return cls(
-            on_unpriced,
-            () if warn_at is None else warn_fractions(warn_at, "warn_at"),
-            on_limit_event,  # type: ignore[arg-type]
-            _validate.optional_amount(final_reserve_usd, "final_reserve_usd"),
-            None if max_repeats is None else _validate.count(max_repeats, "max_repeats"),
-            None
-            if max_input_tokens_per_call is None
-            else _validate.count(max_input_tokens_per_call, "max_input_tokens_per_call"),
-            on_budget_pressure,  # type: ignore[arg-type]
-            fraction,
-        )
-
-    def with_shortcut_warnings(
-        self, limits: tuple[Limit, ...], shortcuts: int
-    ) -> tuple[Limit, ...]:
-        """``limits`` with ``warn_at`` given to the last ``shortcuts`` (``max_cost_usd`` & co.)."""
-        if not self.warn_at or not shortcuts:
-            return limits
-        first = len(limits) - shortcuts
-        return (*limits[:first], *(replace(lim, warn_at=self.warn_at) for lim in limits[first:]))
-
-    def check_reserve(self, limits: tuple[Limit, ...]) -> None:
-        """A reserve needs a cost ceiling of the same context larger than it."""
-        reserve = self.final_reserve_usd
-        if reserve is None:
-            return
-        ceilings = [lim.max_value for lim in limits if _is_cost_ceiling(lim)]
-        if not ceilings:
-            raise ValueError(
-                "final_reserve_usd needs a cost limit on the same context (max_cost_usd=...)"
-            )
-        if reserve >= min(ceilings):
-            raise ValueError(
-                f"final_reserve_usd ({reserve}) must be less than the cost limit ({min(ceilings)})"
-            )
-
-    def inherit(self, parent: PolicyOptions | None) -> PolicyOptions:
-        """These options with the inherited ones the parent's where not set here."""
-        if parent is None:
-            return self
-        return replace(
-            self,
-            on_unpriced=self.on_unpriced or parent.on_unpriced,
-            on_limit_event=self.on_limit_event or parent.on_limit_event,
-            max_input_tokens_per_call=(
-                self.max_input_tokens_per_call
-                if self.max_input_tokens_per_call is not None
-                else parent.max_input_tokens_per_call
-            ),
-            on_budget_pressure=self.on_budget_pressure or parent.on_budget_pressure,
-            pressure_at=self.pressure_at if self.pressure_at is not None else parent.pressure_at,
-        )
-
-
-def _is_cost_ceiling(limit: Limit) -> bool:
-    return limit.is_ceiling and limit.type is LimitType.EXACT and limit.key == KEY_COST
+SharedTerms = tuple[dict[str, Any], dict[str, Limit], dict[str, Any], tuple[Limit, ...]]
+Refusal = tuple["ExecutionContext", ExceededLimit, TerminationReason]
 
 
 def _watches_cost(limit: Limit) -> bool:
@@ -269,18 +89,19 @@ def _first(
     return shared.claim(f"{kind} {limit.describe()} {key} {threshold}")
 
 
-# -- per call -------------------------------------------------------------------------------------
-
-
 class CallMarks:
     """What the policies need to know about one call, set when it is made."""
 
     __slots__ = ("final", "fingerprint", "input_tokens", "model", "priced", "refusal")
 
     def __init__(
-        self, model: str | None, priced: bool, input_tokens: int, final: bool,
+        self,
+        model: str | None,
+        priced: bool,
+        input_tokens: int,
+        final: bool,
         fingerprint: str | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.model = model
         self.priced = priced
         self.input_tokens = input_tokens
@@ -289,83 +110,7 @@ class CallMarks:
         self.refusal: ExceededLimit | None = None  # set by the budget-pressure hook
 
 
-def fingerprint(*parts: object) -> str:
-    """A short hash of ``parts`` (JSON with sorted keys; other objects by ``str``)."""
-    import hashlib  # here: only contexts with a loop guard pay for these imports
-
-    import orjson
-
-    data = orjson.dumps(parts, option=orjson.OPT_SORT_KEYS, default=str)
-    return hashlib.blake2b(data, digest_size=8).hexdigest()
-
-
-# The request fields that make two SDK requests "the same" for the loop guard.
-_REQUEST_FIELDS: Final = ("model", "messages", "input", "instructions", "system", "tools")
-
-
-def request_fingerprint(request: Mapping[str, Any]) -> str:
-    """The loop guard's identity of an SDK request: its model, messages (or input), system
-    prompt and tools."""
-    return fingerprint({k: request[k] for k in _REQUEST_FIELDS if k in request})
-
-
-# -- shared totals ------------------------------------------------------------------------------
-
-
-class SharedTotals:
-    """A shared ledger's spend at its own scope, read at most every :data:`SHARED_READ_S`
-    unless asked afresh. A read that fails gives None (the caller uses its local totals).
-
-    It refers to the ledger weakly: the cache of all of them is keyed by ledger, and must not
-    keep a ledger (and its connections) alive once its contexts are gone."""
-
-    __slots__ = ("ledger", "read_at", "totals")
-
-    def __init__(self, ledger: Ledger) -> None:
-        self.ledger = weakref.ref(ledger)
-        self.read_at = -SHARED_READ_S
-        self.totals: dict[str, float] | None = None
-
-    def read(self, *, fresh: bool = False) -> dict[str, float] | None:
-        """The ledger's spend per key (cached unless ``fresh``), or None if it cannot be read."""
-        now = time.monotonic()
-        if fresh or now - self.read_at >= SHARED_READ_S:
-            ledger = self.ledger()
-            try:
-                totals = (
-                    None if ledger is None else {k: float(v) for k, v in ledger.spent().items()}
-                )
-            except Exception:  # the ledger's own errors, or a backend gone: local totals then
-                totals = None
-            self.totals, self.read_at = totals, now
-        return self.totals
-
-    def claim(self, name: str) -> bool:
-        """Whether this process is the first to report ``name`` (True if the ledger cannot say)."""
-        ledger = self.ledger()
-        try:
-            return True if ledger is None else ledger.claim(name)
-        except Exception:
-            return True
-
-
-_TOTALS: weakref.WeakKeyDictionary[Ledger, SharedTotals] = weakref.WeakKeyDictionary()
-_TOTALS_LOCK = threading.Lock()
-
-
-def shared_totals(ledger: Ledger) -> SharedTotals:
-    """The one :class:`SharedTotals` of ``ledger`` in this process."""
-    with _TOTALS_LOCK:
-        found = _TOTALS.get(ledger)
-        if found is None:
-            found = _TOTALS[ledger] = SharedTotals(ledger)
-        return found
-
-
-# -- state a context owns, shared with the policies of its descendants ---------------------------
-
-
-class _Owned:
+class Owned:
     """The limits and policies one context declares, with their state."""
 
     __slots__ = (
@@ -382,16 +127,20 @@ class _Owned:
         "watched",
         "windows",
         "wrapped",
-    )  # fmt: skip
+    )
 
-    def __init__(self, ctx: ExecutionContext, on_event: Callable[[LimitEvent], None] | None,
-                 max_repeats: int | None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ctx: ExecutionContext,
+        on_event: Callable[[LimitEvent], None] | None,
+        max_repeats: int | None,
+    ) -> None:
         self.context = ctx
         self.on_event = on_event
         self.lock = threading.Lock()
         self.events: list[LimitEvent] = []
         self.watched = tuple(lim for lim in ctx.limits if lim.warn_at or lim.soft)
-        self.windows = tuple(_Window(lim) for lim in ctx.limits if lim.window_s is not None)
+        self.windows = tuple(Window(lim) for lim in ctx.limits if lim.window_s is not None)
         self.fired: set[tuple[int, str, float | None]] = set()
         self.done: set[tuple[int, str]] = set()  # (limit, key) pairs with nothing left to fire
         self.matched: dict[tuple[tuple[str, int, bool], ...], tuple[Any, ...]] = {}
@@ -405,7 +154,7 @@ class _Owned:
         return bool(self.watched or self.windows or self.max_repeats is not None)
 
 
-class _Window:
+class Window:
     """What settled in the last ``window_s`` seconds for a windowed limit's key."""
 
     __slots__ = ("expired", "limit", "lock", "recent")
@@ -452,7 +201,7 @@ class Policies:
         "unpriced",
         "watches",
         "window_slots",
-    )  # fmt: skip
+    )
 
     def __init__(
         self,
@@ -466,13 +215,17 @@ class Policies:
         self.options = options
         self.guard_rows = guard_rows
         parent = ctx.parent.policies if ctx.parent is not None else None
-        self.owned = _Owned(ctx, options.on_limit_event, options.max_repeats)
+        self.owned = Owned(ctx, options.on_limit_event, options.max_repeats)
         inherited = parent.chain_owned if parent is not None else ()
-        self.chain_owned: tuple[_Owned, ...] = (self.owned, *inherited)
+        self.chain_owned: tuple[Owned, ...] = (self.owned, *inherited)
         # The nearest context with a cost limit, and every cost ceiling above (for pressure).
         self.cost_owner = next((c for c in chain if any(map(_watches_cost, c.limits))), None)
-        self.cost_ceilings = tuple((c, lim.max_value) for c in chain for lim in c.limits
-                                   if _is_cost_ceiling(lim) and lim.max_value > 0)  # fmt: skip
+        self.cost_ceilings = tuple(
+            (c, lim.max_value)
+            for c in chain
+            for lim in c.limits
+            if is_cost_ceiling(lim) and lim.max_value > 0
+        )
         mode = options.on_unpriced or "refuse"
         self.unpriced: OnUnpriced | None = (
             mode if mode != "allow" and self.cost_owner is not None else None
@@ -521,12 +274,13 @@ class Policies:
             found = True
             lowered: list[LimitRow] = []
             for limit in ctx.limits:
-                if _is_cost_ceiling(limit):
+                if is_cost_ceiling(limit):
                     top = limit.max_value - reserve
                     ceiling = DerivedCeiling(
-                        Limit(KEY_COST, top), 0.0,
+                        Limit(KEY_COST, top),
+                        0.0,
                         f"final-answer reserve ({reserve:g} USD kept for a call marked final)",
-                    )  # fmt: skip
+                    )
                     lowered.append((False, KEY_COST, top, ceiling))
             rows.append((level, (*base, *lowered)))
         return tuple(rows) if found else None
@@ -579,9 +333,13 @@ class Policies:
     # -- making a call --------------------------------------------------------------------------
 
     def llm_marks(
-        self, model: str | None, priced: bool, input_tokens: int, prompt_text: str | None,
+        self,
+        model: str | None,
+        priced: bool,
+        input_tokens: int,
+        prompt_text: str | None,
         final: bool,
-    ) -> CallMarks | None:  # fmt: skip
+    ) -> CallMarks | None:
         """The marks of an LLM call (``priced``: by the table, a set price or the caller);
         None when no policy needs them."""
         if priced and not self.marks_all:
@@ -600,8 +358,9 @@ class Policies:
             key = fingerprint("tool", name, arguments)
         return CallMarks(None, True, 0, False, key)
 
-    def mark_request(self, call: Call, request: Mapping[str, Any], refused: ExceededLimit | None
-                     ) -> None:  # fmt: skip
+    def mark_request(
+        self, call: Call, request: Mapping[str, Any], refused: ExceededLimit | None
+    ) -> None:
         """An instrumented request's marks: its identity, and the pressure hook's refusal."""
         marks = call.policy
         if marks is None:
@@ -610,8 +369,9 @@ class Policies:
         if self.tracks_repeats:
             marks.fingerprint = request_fingerprint(request)
 
-    def relieve_pressure(self, ctx: ExecutionContext, request: dict[str, Any]
-                         ) -> ExceededLimit | None:  # fmt: skip
+    def relieve_pressure(
+        self, ctx: ExecutionContext, request: dict[str, Any]
+    ) -> ExceededLimit | None:
         """Pass ``request`` (an SDK call's keyword arguments) to ``on_budget_pressure`` once
         ``pressure_at`` of a cost budget is spent (a budget shared through a ledger: what all
         its processes spent, read at most every :data:`SHARED_READ_S`): its answer replaces
@@ -638,15 +398,14 @@ class Policies:
 
     # -- admission ------------------------------------------------------------------------------
 
-    def admit(self, call: Call) -> tuple[tuple[Guard, ...], Refusal | None]:
-        """The ceilings ``call``'s admission is checked against, or why it is refused."""
-        marks = call.policy
-        if marks is None:  # no policy beyond the unpriced check, and the call is priced
-            return self.guard_rows, None
+    def admit(
+        self, kind: str, marks: CallMarks, node_id: str
+    ) -> tuple[tuple[Guard, ...], Refusal | None]:
+        """The ceilings a call's admission is checked against, or why it is refused."""
         if marks.refusal is not None:
             return self.guard_rows, self._refusal(self.context, marks.refusal)
-        if call.kind == "llm":
-            refused = self._check_llm(call, marks)
+        if kind == "llm":
+            refused = self._check_llm(node_id, marks)
             if refused is not None:
                 return self.guard_rows, refused
         if marks.fingerprint is not None:
@@ -663,8 +422,8 @@ class Policies:
     def shared_terms(
         self,
         owner: ExecutionContext,
-        call: Call,
-        ceilings: dict[str, float],
+        marks: CallMarks | None,
+        ceilings: dict[str, Any],
         owners: dict[str, Limit],
     ) -> SharedTerms:
         """What ``owner``'s shared ledger checks ``call`` against, beyond its plain ceilings:
@@ -679,7 +438,6 @@ class Policies:
         ``extra`` maps each key to hold beyond the ceilings' to its amount (None: the call's
         own estimate for it).
         """
-        marks = call.policy
         reserve = owner.policy_options.final_reserve_usd
         if reserve is not None and KEY_COST in ceilings and not (marks is not None and marks.final):
             top = ceilings[KEY_COST] - reserve
@@ -701,16 +459,7 @@ class Policies:
             extra[key] = 1.0
         return ceilings, owners, extra, windows
 
-    @staticmethod
-    def shared_refusal(stop: ExceededLimit) -> ExceededLimit:
-        """A shared ledger's refusal with the note of the policy behind it (the loop guard)."""
-        if not stop.key.startswith(KEY_REPEATS_FOR) or stop.note:
-            return stop
-        seen, most = int(stop.value), int(stop.limit.max_value)
-        note = f"loop detected (the same request {seen} times in the shared budget, "
-        return replace(stop, note=f"{note}max_repeats={most})")
-
-    def _check_llm(self, call: Call, marks: CallMarks) -> Refusal | None:
+    def _check_llm(self, node_id: str, marks: CallMarks) -> Refusal | None:
         limit = self.max_input
         if limit is not None and marks.input_tokens > limit:
             cap = Limit(KEY_INPUT_TOKENS_PER_CALL, limit)
@@ -733,8 +482,9 @@ class Policies:
             return self._refusal(owner, stop)
         warnings.warn(f"ampmeter: {note}", RuntimeWarning, stacklevel=5)
         limit_obj = Limit(KEY_UNPRICED_LLM_CALLS, 0)
-        event = LimitEvent("unpriced", limit_obj, KEY_UNPRICED_LLM_CALLS, 1.0, 1.0, call.node_id,
-                           self.context.name)  # fmt: skip
+        event = LimitEvent(
+            "unpriced", limit_obj, KEY_UNPRICED_LLM_CALLS, 1.0, 1.0, node_id, self.context.name
+        )
         self._report(self.owned, event)
         return None
 
@@ -749,8 +499,9 @@ class Policies:
             if seen > most:
                 full = KEY_REPEATS_FOR + key
                 note = f"loop detected (the same request {seen} times, max_repeats={most})"
-                return self._refusal(owned.context, ExceededLimit(Limit(full, most), full, seen,
-                                                                  note))  # fmt: skip
+                return self._refusal(
+                    owned.context, ExceededLimit(Limit(full, most), full, seen, note)
+                )
         return None
 
     def _with_windows(self, rows: tuple[Guard, ...]) -> tuple[Guard, ...]:
@@ -769,73 +520,73 @@ class Policies:
         return tuple(changed)
 
     def _refusal(self, owner: ExecutionContext, stop: ExceededLimit) -> Refusal:
-        from ampmeter.context import TerminationReason
-
         return owner, stop, TerminationReason.LIMIT_EXCEEDED
 
     # -- settlement -----------------------------------------------------------------------------
 
-    def settled(self, node: Node, usage: Usage) -> None:
+    def settled(self, node_id: str, usage: Usage) -> list[dict[str, Any]]:
         """After a call's ``usage`` was added: windows, warnings, soft limits, the input cap.
 
-        Events go to the node's metadata (``limit_events``; the node has ended, its sinks have
-        not seen it yet), to the owning context's list and to its ``on_limit_event``.
+        Events go to the owning context's list and to its ``on_limit_event``; they are returned
+        (as dicts) for the node's metadata (``limit_events``).
         """
-        if not self.watches:
-            return
-        found = self._after(usage, node.node_id)
-        if not found:
-            return
-        node.metadata[META_LIMIT_EVENTS] = [
-            *node.metadata.get(META_LIMIT_EVENTS, ()),
-            *(event.to_dict() for _, event in found),
-        ]
+        found = self._after(usage, node_id)
         for owned, event in found:
             self._report(owned, event)
+        return [event.to_dict() for _, event in found]
 
     def traced(self, usage: Usage) -> None:
         """After a trace record's ``usage`` was added: as :meth:`settled`, with the events on
         the context's own node."""
         if not self.watches:
             return
-        found = self._after(usage, self.context.node_id)
-        if not found:
-            return
         ctx = self.context
-        ended = ctx.graph.kernel.node(ctx.node_id).metadata.get(META_LIMIT_EVENTS, ())
-        events = [*ended, *(event.to_dict() for _, event in found)]
-        ctx.graph.update_metadata(ctx.node_id, {META_LIMIT_EVENTS: events})
-        for owned, event in found:
-            self._report(owned, event)
+        events = self.settled(ctx.node_id, usage)
+        if events:
+            ended = ctx.graph.node(ctx.node_id).metadata.get(META_LIMIT_EVENTS, ())
+            ctx.graph.update_metadata(ctx.node_id, {META_LIMIT_EVENTS: [*ended, *events]})
 
-    def _after(self, usage: Usage, node_id: str) -> list[tuple[_Owned, LimitEvent]]:
+    def _after(self, usage: Usage, node_id: str) -> list[tuple[Owned, LimitEvent]]:
         entries = usage.entries()
         for owned in self.chain_owned:
             for window in owned.windows:
                 for key, field, _ in entries:
                     if key == window.limit.key and usage[field]:
                         window.add(float(usage[field]))
-        found: list[tuple[_Owned, LimitEvent]] = []
+        found: list[tuple[Owned, LimitEvent]] = []
         for owned in self.chain_owned:
             if owned.watched:
                 self._watch(owned, entries, node_id, found)
         limit = self.max_input
         if limit is not None and usage.kind == "llm" and usage.tokens_in > limit:
             cap = Limit(KEY_INPUT_TOKENS_PER_CALL, limit)
-            event = LimitEvent("input_over_limit", cap, KEY_INPUT_TOKENS_PER_CALL,
-                               float(usage.tokens_in), usage.tokens_in / max(limit, 1),
-                               node_id, self.context.name)  # fmt: skip
+            event = LimitEvent(
+                "input_over_limit",
+                cap,
+                KEY_INPUT_TOKENS_PER_CALL,
+                float(usage.tokens_in),
+                usage.tokens_in / max(limit, 1),
+                node_id,
+                self.context.name,
+            )
             found.append((self.owned, event))
         return found
 
     @staticmethod
-    def _watch(owned: _Owned, entries: tuple[tuple[str, int, bool], ...], node_id: str,
-               found: list[tuple[_Owned, LimitEvent]]) -> None:  # fmt: skip
+    def _watch(
+        owned: Owned,
+        entries: tuple[tuple[str, int, bool], ...],
+        node_id: str,
+        found: list[tuple[Owned, LimitEvent]],
+    ) -> None:
         watched = owned.matched.get(entries)
         if watched is None:  # which (limit, key) pairs a usage of this shape reaches, once
-            watched = tuple((index, limit, key, gauge)
-                            for index, limit in enumerate(owned.watched)
-                            for key, _, gauge in entries if limit.matches(key))  # fmt: skip
+            watched = tuple(
+                (index, limit, key, gauge)
+                for index, limit in enumerate(owned.watched)
+                for key, _, gauge in entries
+                if limit.matches(key)
+            )
             if len(owned.matched) < _MATCHED_MAX:
                 owned.matched[entries] = watched
         stats = owned.context.stats
@@ -859,21 +610,40 @@ class Policies:
                     if fraction >= threshold and mark not in owned.fired:
                         owned.fired.add(mark)
                         if _first(shared, "warning", limit, key, threshold):
-                            found.append((owned, LimitEvent("warning", limit, key, value,
-                                          fraction, node_id, name, threshold)))  # fmt: skip
+                            found.append(
+                                (
+                                    owned,
+                                    LimitEvent(
+                                        "warning",
+                                        limit,
+                                        key,
+                                        value,
+                                        fraction,
+                                        node_id,
+                                        name,
+                                        threshold,
+                                    ),
+                                )
+                            )
                 if limit.soft and value > top and (index, key, None) not in owned.fired:
                     owned.fired.add((index, key, None))
                     owned.wrapped = True
                     if _first(shared, "soft_limit", limit, key, None):
-                        found.append((owned, LimitEvent("soft_limit", limit, key, value,
-                                                        fraction, node_id, name)))  # fmt: skip
+                        found.append(
+                            (
+                                owned,
+                                LimitEvent(
+                                    "soft_limit", limit, key, value, fraction, node_id, name
+                                ),
+                            )
+                        )
                 if all((index, key, t) in owned.fired for t in limit.warn_at) and (
                     not limit.soft or (index, key, None) in owned.fired
                 ):
                     owned.done.add((index, key))  # nothing left to report for this key
 
     @staticmethod
-    def _report(owned: _Owned, event: LimitEvent) -> None:
+    def _report(owned: Owned, event: LimitEvent) -> None:
         with owned.lock:
             owned.events.append(event)
         callback = owned.on_event

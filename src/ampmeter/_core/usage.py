@@ -144,8 +144,20 @@ class Usage(NamedTuple):
         kind, model, tool, t_in, t_out, cached, reasoning, cost, calls, steps, retries, unpriced = (
             self
         )
-        key = (kind, model, tool, not t_in, not t_out, not cached, not reasoning, not cost,
-               not calls, not steps, not retries, not unpriced)  # fmt: skip
+        key = (
+            kind,
+            model,
+            tool,
+            not t_in,
+            not t_out,
+            not cached,
+            not reasoning,
+            not cost,
+            not calls,
+            not steps,
+            not retries,
+            not unpriced,
+        )
         found = _shapes.get(key)
         if found is None:
             found = Shape(self._translate())

@@ -1,0 +1,233 @@
+"""The calls a context makes: LLM and embedding calls, tool calls, steps, and the
+specification's compatibility paths (``wrap_*`` with a :class:`~ampmeter.wrapping.Decision`, and
+``trace`` records for usage reported after the fact).
+
+:class:`CallMaker` is the part of :class:`~ampmeter.ExecutionContext` that makes calls; the
+context gives it its admission chain, its frame and its policies when it is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from ampmeter import _validate
+from ampmeter._core import priced
+from ampmeter._core.reserve import embedding_estimate, llm_estimate
+from ampmeter._core.usage import Usage
+from ampmeter.call import Call, make_call
+from ampmeter.keys import KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE
+from ampmeter.trace import TraceRecord, trace_effect
+from ampmeter.wrapping import Decision, WrapOptions, run_wrapped
+
+if TYPE_CHECKING:
+    from ampmeter._core.frame import Frame
+    from ampmeter._core.kernel import Kernel
+    from ampmeter._core.steps import Chain
+    from ampmeter.policies.compiled import Policies
+    from ampmeter.pricing.request_size import RequestSize
+    from ampmeter.stats import ExecutionStats
+
+__all__ = ["CallMaker"]
+
+
+class CallMaker:
+    """Makes a context's calls (see the module docstring)."""
+
+    _chain: Chain
+    _frame: Frame
+    _kernel: Kernel
+    _estimate: str
+    _iteration: int
+    policies: Policies | None
+    stats: ExecutionStats
+
+    def _check_open(self) -> None:
+        raise NotImplementedError
+
+    def current_parent_id(self) -> str:
+        """Where a node made now goes (see :class:`~ampmeter.ExecutionContext`)."""
+        raise NotImplementedError
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def llm_call(
+        self,
+        name: str | None = None,
+        model: str | None = None,
+        estimate_usd: float | None = None,
+        max_tokens: int | None = None,
+        *,
+        prompt_tokens: int | None = None,
+        prompt_text: str | None = None,
+        request: RequestSize | None = None,
+        provider: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        final: bool = False,
+    ) -> Call:
+        """An LLM call to run in a ``with`` block; entering it checks limits and reserves.
+
+        The reservation is ``estimate_usd`` if given, else the price of the input (its token
+        count ``prompt_tokens``, else the estimate from the request's measure ``request``, else
+        from ``prompt_text``, in the context's ``estimate`` mode) and the output (``max_tokens``;
+        see :class:`ExecutionContext` for ``estimate="bound"``). A model without a price (``""``
+        included) is unpriced. A ``final`` call (the final answer) may spend the context's
+        ``final_reserve_usd``.
+        """
+        self._check_open()
+        _validate.optional_text(model, "model")
+        _validate.optional_text(provider, "provider")
+        label = _validate.text(name if name is not None else (model or "llm"), "name")
+        found = llm_estimate(
+            priced.layer(),
+            model,
+            provider,
+            estimate_usd,
+            max_tokens,
+            prompt_tokens,
+            prompt_text,
+            request,
+            self._estimate,  # type: ignore[arg-type]
+        )
+        marks = None
+        policies = self.policies
+        if policies is not None:
+            marks = policies.llm_marks(model, found.priced, found.input_tokens, prompt_text, final)
+        return self._call("llm", label, model, provider, found.usage, metadata, found.size, marks)
+
+    def embedding_call(
+        self,
+        name: str | None = None,
+        model: str | None = None,
+        *,
+        prompt_text: str | None = None,
+        prompt_tokens: int | None = None,
+        estimate_usd: float | None = None,
+        provider: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Call:
+        """An embedding request: an ``embedding`` node whose input tokens and cost count toward
+        ``amp:input_tokens[:<model>]`` and ``amp:cost[:<model>]`` (and their limits) like an LLM
+        call's, without counting an LLM call or a step. Priced on exit unless recorded with a
+        cost; the reservation is ``estimate_usd``, else the price of the input estimate."""
+        self._check_open()
+        _validate.optional_text(model, "model")
+        _validate.optional_text(provider, "provider")
+        label = _validate.text(name if name is not None else (model or "embedding"), "name")
+        found = embedding_estimate(
+            priced.layer(),
+            model,
+            provider,
+            estimate_usd,
+            prompt_tokens,
+            prompt_text,
+            self._estimate,  # type: ignore[arg-type]
+        )
+        return self._call("embedding", label, model, provider, found.usage, metadata, found.size)
+
+    def tool_call(
+        self,
+        name: str,
+        *,
+        estimate_usd: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        arguments: object = None,
+    ) -> Call:
+        """A tool call to run in a ``with`` block (counts ``amp:tool_calls[:<name>]``).
+
+        ``arguments`` (JSON-like) identify the call for the loop guard (``max_repeats``)."""
+        self._check_open()
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"tool name must be a non-empty str, got {name!r}")
+        cost = _validate.optional_amount(estimate_usd, "estimate_usd") or 0.0
+        reservation = Usage("tool", "", name, cost_usd=cost, calls=1, steps=1)
+        marks = None if self.policies is None else self.policies.tool_marks(name, arguments)
+        return self._call("tool", name, None, None, reservation, metadata, None, marks)
+
+    def step(
+        self, name: str, *, kind: str = "system", metadata: Mapping[str, Any] | None = None
+    ) -> Call:
+        """A block of system work (or ``embedding``/``retrieval``/``memory``) that groups calls."""
+        self._check_open()
+        _validate.text(name, "step name")
+        _validate.text(kind, "kind")
+        if kind in ("llm", "tool"):
+            raise ValueError(f"use llm_call() or tool_call() for {kind!r} nodes")
+        from ampmeter.graph import check_kind
+
+        check_kind(kind)
+        return self._call(kind, name, None, None, Usage(kind), metadata)
+
+    def _call(
+        self,
+        kind: str,
+        name: str,
+        model: str | None,
+        provider: str | None,
+        reservation: Usage,
+        metadata: Mapping[str, Any] | None,
+        size: RequestSize | None = None,
+        marks: Any = None,
+    ) -> Call:
+        parent = self.current_parent_id()
+        return make_call(
+            self,  # type: ignore[arg-type]
+            self._chain,
+            parent,
+            kind,
+            name,
+            model,
+            provider,
+            reservation,
+            metadata,
+            size,
+            marks,
+        )
+
+    def retry(self, call: Call) -> None:
+        """Count one retry on ``call``."""
+        call.retry()
+
+    def wrap_llm_call(
+        self, fn: Callable[[], object], options: WrapOptions | None = None
+    ) -> Decision:
+        """Run ``fn`` as an LLM call: HALT if a limit stops it, RETRY if it raised, else ALLOW
+        (the specification's interface; ``with ctx.llm_call(...)`` is the usual way)."""
+        opts = options or WrapOptions()
+        hint = opts.cost_estimate_hint
+        call = self.llm_call(opts.operation_name or "llm", model=opts.model, estimate_usd=hint)
+        return run_wrapped(call, fn, hint)
+
+    def wrap_tool_call(
+        self, fn: Callable[[], object], options: WrapOptions | None = None
+    ) -> Decision:
+        """Run ``fn`` as a tool call: HALT if a limit stops it, RETRY if it raised, else ALLOW
+        (the specification's interface; ``with ctx.tool_call(...)`` is the usual way)."""
+        opts = options or WrapOptions()
+        hint = opts.cost_estimate_hint
+        call = self.tool_call(opts.operation_name or "tool", estimate_usd=hint)
+        return run_wrapped(call, fn, hint)
+
+    # -- trace records ------------------------------------------------------------------------
+
+    def trace(self, record: TraceRecord) -> None:
+        """Update the stats for a trace record, as the matching call would (the
+        specification's interface for usage reported after the fact)."""
+        usage, keys = trace_effect(record)
+        if usage is not None:
+            self._kernel.add_usage(self._frame.level, usage)
+            if self.policies is not None:
+                self.policies.traced(usage)
+        else:
+            total, at, consecutive = keys
+            for key in (total, at + str(self._iteration), consecutive):
+                self.stats.incr_counter(key)
+
+    def parse_ok(self, kind: Literal["format", "toolchain"]) -> None:
+        """A successful parse: reset the matching consecutive parse-error counter."""
+        if kind == "format":
+            self.stats.reset_counter(KEY_FORMAT_PARSE_ERROR_CONSECUTIVE)
+        elif kind == "toolchain":
+            self.stats.reset_counter(KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE)
+        else:
+            raise ValueError(f"kind must be 'format' or 'toolchain', got {kind!r}")

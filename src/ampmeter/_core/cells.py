@@ -1,0 +1,143 @@
+"""Where the kernel keeps values: a :class:`Cell` per key, a :class:`Level` per context, and a
+:class:`Ticket` per call in flight. Only :mod:`ampmeter._core.kernel` changes them, under its
+lock."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Final
+
+from ampmeter._core.check import Entry, LimitRow, compile_entries
+from ampmeter._core.usage import Shape
+from ampmeter.node import Node
+
+__all__ = ["Cell", "Level", "Ticket"]
+
+_PLANS_MAX: Final = 4_096  # per level: usage shapes with a resolved cell plan
+_CHECKS_MAX: Final = 64  # per level: limit rows with compiled entries
+
+
+class Cell:
+    """One counter's or gauge's value. A level maps keys to cells, so a plan can hold the cells
+    of its keys and add to them without looking anything up (cells are never removed)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+
+class Level:
+    """The stats of one context: counters and gauges as cells, and its chain up to the root."""
+
+    __slots__ = (
+        "chain",
+        "checks",
+        "counters",
+        "gauges",
+        "known",
+        "parent",
+        "plans",
+        "version",
+        "watched",
+    )
+
+    def __init__(self, parent: Level | None) -> None:
+        self.parent = parent
+        self.chain: tuple[Level, ...] = (self,) + (parent.chain if parent is not None else ())
+        self.counters: dict[str, Cell] = {}
+        self.gauges: dict[str, Cell] = {}
+        # Every key ever written or held here, in first-seen order.
+        self.known: dict[str, None] = {}
+        # For each prefix a limit watches, the keys starting with it (kept up to date).
+        self.watched: dict[str, list[str]] = {}
+        # Usage shape -> the cells it adds to, level by level up the chain.
+        self.plans: dict[Shape, tuple[Cell, ...]] = {}
+        # Moves whenever a key or a cell is added here: compiled checks older than it are stale.
+        self.version = 0
+        # id(limit rows) -> (those rows, the version compiled at, the check's entries).
+        self.checks: dict[int, tuple[tuple[LimitRow, ...], int, tuple[Entry, ...]]] = {}
+
+    def note(self, key: str) -> None:
+        """Record that ``key`` exists here (prefix watch lists see it from now on)."""
+        if key in self.known:
+            return
+        self.version += 1
+        self.known[key] = None
+        for prefix, keys in self.watched.items():
+            if key.startswith(prefix):
+                keys.append(key)
+
+    def keys_with(self, prefix: str) -> list[str]:
+        """The known keys that start with ``prefix``; the first call starts watching it."""
+        keys = self.watched.get(prefix)
+        if keys is None:
+            keys = [key for key in self.known if key.startswith(prefix)]
+            self.watched[prefix] = keys
+        return keys
+
+    def cell(self, key: str, gauge: bool) -> Cell:
+        """The cell of ``key`` (made at 0 if new)."""
+        cells = self.gauges if gauge else self.counters
+        found = cells.get(key)
+        if found is None:
+            found = Cell(0.0 if gauge else 0)
+            cells[key] = found
+            self.version += 1
+            self.note(key)
+        return found
+
+    def plan(self, shape: Shape) -> tuple[Cell, ...]:
+        """The cells a usage of ``shape`` adds to here and at every ancestor, level by level in
+        ``shape``'s order (made now if new; kept in :attr:`plans`)."""
+        cells = tuple(
+            stats.cell(key, gauge) for stats in self.chain for key, _, gauge in shape.entries
+        )
+        if len(self.plans) < _PLANS_MAX:
+            self.plans[shape] = cells
+        return cells
+
+    def compiled(self, rows: tuple[LimitRow, ...]) -> tuple[Entry, ...]:
+        """The entries checking ``rows`` here (see :func:`~ampmeter._core.check.compile_entries`),
+        kept until a key or cell is added here."""
+        found = self.checks.get(id(rows))
+        if found is not None and found[0] is rows and found[1] == self.version:
+            return found[2]
+        entries = compile_entries(self, rows)
+        if len(self.checks) >= _CHECKS_MAX:
+            self.checks.clear()
+        self.checks[id(rows)] = (rows, self.version, entries)
+        return entries
+
+
+class Ticket:
+    """A call in flight: its node, where its reservation is held, and who owns it.
+
+    ``holds`` pairs each level whose limits watch the reservation with the keys held there;
+    ``amounts`` gives each key's amount. ``owner`` is a weak reference to the object that will
+    settle the ticket: if it dies first, the kernel ends the call itself.
+    """
+
+    __slots__ = ("amounts", "feed", "holds", "node", "owner", "thread")
+
+    def __init__(
+        self,
+        node: Node,
+        amounts: Mapping[str, float],
+        holds: tuple[tuple[Level, tuple[str, ...]], ...],
+        owner: object | None,
+    ) -> None:
+        self.node = node
+        self.thread = threading.get_ident()
+        self.amounts = amounts
+        self.holds = holds
+        self.owner: Callable[[], object] = _ALIVE if owner is None else weakref.ref(owner)
+        # The (cell, amount) pairs of the settlement still to add: an iterator, so an
+        # interrupted settlement resumes exactly where it stopped.
+        self.feed: Iterator[tuple[Cell, Any]] | None = None
+
+
+def _ALIVE() -> object:
+    return True

@@ -1,0 +1,60 @@
+"""Compiled limit rows: what the kernel's check compares, built once per set of limits.
+
+A context's limits become *rows* when it is made (:func:`compile_limits`); at each level the
+rows become *entries* (:func:`compile_entries`): the cells to read, in check order, rebuilt only
+when a key or cell is added at that level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ampmeter._core.kernel import Cell, Level
+
+__all__ = ["Entry", "Guard", "Hit", "LimitRow", "compile_entries", "compile_limits"]
+
+LimitRow = tuple[bool, str, Any, Any]
+"""A compiled limit: ``(is_prefix, key, max_value, limit object)``."""
+Entry = tuple["Cell | None", Any, Any, str]
+"""One value a check compares: ``(cell or None, max_value, limit object, key)``."""
+Hit = tuple[Any, str, Any]
+"""A limit found exceeded: ``(limit object, key, value)``."""
+Guard = tuple["Level", tuple[LimitRow, ...]]
+"""A level that can stop calls, with its compiled limits."""
+
+
+def compile_limits(limits: Iterable[Any]) -> tuple[LimitRow, ...]:
+    """``limits`` as the rows the kernel's check reads, in list order (plain ceilings only: soft
+    and windowed limits are the policies' work). Money ceilings are whole nano-dollars, as the
+    kernel's money cells are."""
+    return tuple(
+        (limit.type.value == "prefix", limit.key, limit.max_value, limit)
+        for limit in limits
+        if limit.is_ceiling
+    )
+
+
+def compile_entries(level: Level, rows: tuple[LimitRow, ...]) -> tuple[Entry, ...]:
+    """The entries checking ``rows`` at ``level``: ``(cell or None, max_value, limit, key)`` in
+    check order (list order; for each limit counters, then gauges). ``None`` stands for a key
+    with no value yet, which only a held or pending amount can push over."""
+    entries: list[Entry] = []
+    counters, gauges = level.counters, level.gauges
+    for is_prefix, key, top, limit in rows:
+        if is_prefix:
+            keys = level.keys_with(key)
+            for name in keys:
+                count = counters.get(name)
+                if count is not None or name not in gauges:
+                    entries.append((count, top, limit, name))
+            entries.extend((gauges[name], top, limit, name) for name in keys if name in gauges)
+            continue
+        count = counters.get(key)
+        amount = gauges.get(key)
+        if count is not None:
+            entries.append((count, top, limit, key))
+        if amount is not None or count is None:
+            entries.append((amount, top, limit, key))
+    return tuple(entries)

@@ -1,0 +1,68 @@
+"""Which context and node are current (per thread and task), and which contexts are open."""
+
+from __future__ import annotations
+
+import contextvars
+import weakref
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ampmeter.context import ExecutionContext
+
+__all__ = [
+    "CURRENT",
+    "OPEN",
+    "any_open_context",
+    "current_context",
+    "current_node_id",
+    "open_contexts",
+    "restore",
+]
+
+CURRENT: contextvars.ContextVar[tuple[ExecutionContext, str] | None] = contextvars.ContextVar(
+    "ampmeter_current", default=None
+)
+"""The innermost context entered here and the innermost open node in it."""
+
+OPEN: weakref.WeakSet[ExecutionContext] = weakref.WeakSet()
+"""Contexts made and not yet closed, in any thread."""
+
+
+def current_context() -> ExecutionContext | None:
+    """The innermost context entered in this thread or task, or None."""
+    current = CURRENT.get()
+    return current[0] if current is not None else None
+
+
+def current_node_id() -> str | None:
+    """The innermost open node (a call or step block, or a context's own node), or None."""
+    current = CURRENT.get()
+    return current[1] if current is not None else None
+
+
+def open_contexts() -> list[ExecutionContext]:
+    """Contexts made and not yet closed, in any thread (to explain an unmetered call)."""
+    return list(OPEN)
+
+
+def any_open_context() -> bool:
+    """Whether any context is open, in any thread (every SDK call outside a context asks)."""
+    return bool(OPEN)
+
+
+def restore(
+    token: contextvars.Token[Any] | None, fallback: tuple[ExecutionContext, str] | None
+) -> None:
+    """Undo a ``CURRENT.set``. From another task or thread than the one that set it (where the
+    token does not apply), set ``fallback`` instead; a closed context is never left current."""
+    if token is None:
+        return
+    try:
+        CURRENT.reset(token)
+    except ValueError:
+        CURRENT.set(fallback)
+    current = CURRENT.get()
+    while current is not None and current[0].closed:
+        parent = current[0].parent
+        current = None if parent is None else (parent, parent.node_id)
+        CURRENT.set(current)

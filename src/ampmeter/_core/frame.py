@@ -1,0 +1,144 @@
+"""A context's part in admission: its limits, deadline and ledger, and how it stopped.
+
+Each :class:`~ampmeter.ExecutionContext` owns one :class:`Frame`; the admission chain reads the
+frames of a context and of every context above it, and marks the ones a stop ends. The frame
+holds this state so that contexts, calls and steps share it without reading each other's
+private fields.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Final
+
+from ampmeter._core.check import LimitRow, compile_limits
+from ampmeter._core.outcome import Outcome, TerminationReason
+
+if TYPE_CHECKING:
+    from ampmeter._core.kernel import Level
+    from ampmeter.context import ExecutionContext
+    from ampmeter.ledgers.base import Ledger
+    from ampmeter.limits import ExceededLimit, Limit
+    from ampmeter.propagation import Handoff
+
+__all__ = ["Frame"]
+
+_LOCAL_TERMINATIONS: Final = frozenset(
+    {TerminationReason.LIMIT_EXCEEDED, TerminationReason.TIMEOUT}
+)
+
+
+class Frame:
+    """The admission state of one context (see the module docstring)."""
+
+    __slots__ = (
+        "canceled",
+        "chain",
+        "context",
+        "deadline",
+        "exceeded_limit",
+        "handoff_from",
+        "ledger",
+        "level",
+        "limits",
+        "name",
+        "on_ledger_error",
+        "parent",
+        "rows",
+        "span_prefix",
+        "started_at",
+        "termination_reason",
+        "timeout_s",
+    )
+
+    def __init__(
+        self,
+        context: ExecutionContext,
+        parent: Frame | None,
+        level: Level,
+        limits: tuple[Limit, ...],
+        timeout_s: float | None,
+        ledger: Ledger | None,
+        on_ledger_error: str,
+        handoff_from: Handoff | None,
+    ) -> None:
+        self.context = context
+        self.name = context.name
+        self.parent = parent
+        self.chain: tuple[Frame, ...] = (self, *(parent.chain if parent is not None else ()))
+        self.level = level
+        self.limits = limits
+        self.rows: tuple[LimitRow, ...] = compile_limits(limits)
+        self.started_at = time.monotonic()
+        self.timeout_s = timeout_s
+        self.deadline = None if timeout_s is None else self.started_at + timeout_s
+        self.ledger = ledger
+        self.on_ledger_error = on_ledger_error
+        self.handoff_from = handoff_from
+        self.canceled = False
+        self.span_prefix = ""  # prepended to this process's node ids in a multi-process run
+        self.termination_reason: TerminationReason | None = None
+        self.exceeded_limit: ExceededLimit | None = None
+
+    def can_stop(self) -> bool:
+        """Whether this context can stop a call (only those take part in admission)."""
+        return bool(self.limits) or self.deadline is not None or self.ledger is not None
+
+    def any_canceled(self) -> bool:
+        """Whether this context or one above it was canceled."""
+        return any(frame.canceled for frame in self.chain)
+
+    def stop(self, owner: Frame, limit: ExceededLimit, reason: TerminationReason) -> None:
+        """Record a stop: the context whose limit fired (``owner``), and every context between
+        it and this one, stop for ``reason``."""
+        for frame in self.chain:
+            if frame.exceeded_limit is None:
+                frame.exceeded_limit = limit
+            current = frame.termination_reason
+            if current is None or current not in _LOCAL_TERMINATIONS:
+                frame.termination_reason = reason
+            if frame is owner:
+                break
+
+    def closing(self, exc: BaseException | None) -> Outcome:
+        """How this context's node ends when it closes with ``exc`` (its termination reason is
+        set now if nothing stopped it before)."""
+        from ampmeter import redact
+        from ampmeter.errors import ExecutionCanceled, LimitExceeded
+
+        if self.termination_reason is None:
+            self.termination_reason = TerminationReason.of(exc)
+            if isinstance(exc, LimitExceeded):
+                self.exceeded_limit = self.exceeded_limit or exc.exceeded
+        reason = self.termination_reason
+        if reason is TerminationReason.SUCCESS:
+            return Outcome("success")
+        if reason is TerminationReason.ERROR and exc is not None:
+            return Outcome(
+                "fail", error_class=type(exc).__name__, stop_reason=redact.error_text(exc)
+            )
+        if self.exceeded_limit is not None:
+            stop = str(self.exceeded_limit)
+        elif isinstance(exc, LimitExceeded | ExecutionCanceled):
+            stop = str(exc)
+        else:
+            stop = reason.value
+        return Outcome("halt", stop_reason=stop)
+
+    def describe(self) -> dict[str, Any]:
+        """How this context stopped, as JSON-ready data (None fields when it did not)."""
+        limit = self.exceeded_limit
+        return {
+            "termination_reason": (
+                self.termination_reason.value if self.termination_reason else None
+            ),
+            "exceeded_limit": None
+            if limit is None
+            else {
+                "key": limit.key,
+                "value": limit.value,
+                "limit_key": limit.limit.key,
+                "limit_type": limit.limit.type.value,
+                "max_value": limit.limit.max_value,
+            },
+        }

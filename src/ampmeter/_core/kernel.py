@@ -1,0 +1,670 @@
+"""The accounting kernel: the only place where accounting state changes.
+
+One :class:`Kernel` serves one tree of contexts (one graph and its stats levels). It owns, behind
+one lock taken only with ``with``:
+
+* the graph's nodes and the aggregates kept as nodes end;
+* the stats of every level (a context's :class:`~ampmeter.ExecutionStats`) as cells;
+* the calls in flight (:class:`Ticket`) with their reservations;
+* the limit check.
+
+Its interface is narrow: begin, run and end a node; add a :class:`~ampmeter._core.usage.Usage` or a
+single key; admit a call (check its reservation and hold it); settle it (replace the hold by the
+actual usage); check; read. The public classes validate their arguments and call in here.
+
+Interrupts. ``KeyboardInterrupt`` is raised by CPython only between bytecodes at calls, loop
+back-edges and function entries. Every change here is written so that such a point falls only
+between whole steps, each step records its progress, and a step interrupted half-way is finished
+before the interrupt goes on (see :meth:`Kernel.settle`). A call whose owner disappears without
+settling (an interrupt that landed where no Python code of ours could run) is found by its dead
+weak reference and ended, its hold returned, at the next read or refused admission.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Final, TypeVar
+
+from ampmeter._core.cells import Cell, Level, Ticket
+from ampmeter._core.check import Guard, Hit, LimitRow
+from ampmeter._core.outcome import Outcome
+from ampmeter._core.usage import Usage
+from ampmeter.keys import LOCAL_KEYS
+from ampmeter.node import TERMINAL_STATUSES, Node
+
+__all__ = ["Cell", "Kernel", "Level", "Ticket", "bind", "bound"]
+
+_CREATED: Final = "created"
+_RUNNING: Final = "running"
+_DUST: Final = 1e-12  # reserved totals below this are float dust from add/subtract pairs
+_T = TypeVar("_T")
+_NO_OUTCOME: Final = Outcome("halt", stop_reason="interrupted before it was settled")
+_NOT_STARTED: Final = Outcome("halt", stop_reason="interrupted before it started")
+
+
+def now_ms() -> int:
+    """Milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+class Kernel:
+    """The accounting state of one tree of contexts. See the module docstring."""
+
+    __slots__ = (
+        "_evictable",
+        "_in_flight",
+        "_lock",
+        "_max_depth",
+        "_max_nodes",
+        "_next_id",
+        "_nodes",
+        "_open",
+        "_root_id",
+        "_settled",
+        "_total_cost_usd",
+        "_total_llm_calls",
+        "_total_retries",
+        "_total_tokens_in",
+        "_total_tokens_out",
+        "_total_tool_calls",
+        "_unstarted",
+        "_waiting",
+        "chain_id",
+    )
+
+    def __init__(self, chain_id: str, max_nodes: int = 0) -> None:
+        self.chain_id = chain_id
+        self._lock = threading.Lock()
+        # Notified when holds go away, for calls waiting for room (see admit).
+        self._settled = threading.Condition(self._lock)
+        self._waiting = 0
+        self._nodes: dict[str, Node] = {}
+        self._root_id: str | None = None
+        self._next_id = 1
+        self._max_nodes = max_nodes
+        self._evictable: deque[str] = deque()
+        self._open: dict[str, Ticket] = {}  # node id -> the call in flight
+        # node id -> its owner, for calls made and not yet admitted: one whose owner is gone
+        # (interrupted before it started) is ended by the next sweep.
+        self._unstarted: dict[str, Callable[[], object]] = {}
+        self._total_cost_usd = 0.0
+        self._total_llm_calls = 0
+        self._total_tool_calls = 0
+        self._total_retries = 0
+        self._total_tokens_in = 0
+        self._total_tokens_out = 0
+        self._max_depth = 0
+        self._in_flight = 0
+
+    # -- nodes ---------------------------------------------------------------------------------
+
+    @property
+    def root_id(self) -> str | None:
+        """The root's node id, or None before :meth:`create_root`."""
+        return self._root_id
+
+    @property
+    def next_number(self) -> int:
+        """The number the next node id gets."""
+        return self._next_id
+
+    @next_number.setter
+    def next_number(self, value: int) -> None:
+        with self._lock:
+            self._next_id = value
+
+    def node_count(self) -> int:
+        """How many nodes are kept in memory."""
+        return len(self._nodes)
+
+    def create_root(self, name: str, metadata: dict[str, Any]) -> Node:
+        """Make the single root (``system``, depth 0, ``running``); RuntimeError if one exists."""
+        with self._lock:
+            if self._root_id is not None:
+                raise RuntimeError(
+                    f"graph {self.chain_id!r} already has a root ({self._root_id}); "
+                    "a graph has exactly one root"
+                )
+            node = Node(
+                self._new_id(), None, "system", name, now_ms(), status=_RUNNING, metadata=metadata
+            )
+            self._nodes[node.node_id] = node
+            self._root_id = node.node_id
+        return node
+
+    def begin(
+        self,
+        parent_id: str,
+        kind: str,
+        name: str,
+        model: str | None,
+        metadata: dict[str, Any],
+        owner: object | None = None,
+    ) -> Node:
+        """Make a ``created`` node under ``parent_id`` (KeyError if there is no such node).
+        With an ``owner`` (a call), the node ends as ``halt`` if the owner is dropped before
+        the call is admitted or ended."""
+        start = now_ms()
+        with self._lock:
+            parent = self._nodes.get(parent_id)
+            if parent is None:
+                raise KeyError(self.unknown(parent_id, "parent_id"))
+            depth = parent.depth + 1
+            node = Node(
+                self._new_id(),
+                parent_id,
+                kind,
+                name,
+                start,
+                model=model,
+                metadata=metadata,
+                depth=depth,
+            )
+            self._nodes[node.node_id] = node
+            if owner is not None:
+                self._unstarted[node.node_id] = weakref.ref(owner)
+            if depth > self._max_depth:
+                self._max_depth = depth
+            if self._max_nodes and len(self._nodes) > self._max_nodes:
+                self._evict()
+        return node
+
+    def _new_id(self) -> str:
+        number = self._next_id
+        self._next_id = number + 1
+        return "n" + str(number).zfill(6)
+
+    def node(self, node_id: str) -> Node:
+        """The kernel's own node object, for the facade to pass back in (KeyError naming the id
+        when unknown or evicted). Never handed to users: they get :meth:`copy`."""
+        found = self._nodes.get(node_id)
+        if found is None:
+            raise KeyError(self.unknown(node_id, "node_id"))
+        return found
+
+    def copy(self, node_id: str, copier: Callable[[Node], _T]) -> _T:
+        """``copier`` applied to one node under the lock (a copy a user may keep)."""
+        with self._lock:
+            return copier(self.node(node_id))
+
+    def copy_all(self, copier: Callable[[Node], _T]) -> tuple[str | None, dict[str, _T]]:
+        """The root id and ``copier`` applied to every node kept, under the lock."""
+        with self._lock:
+            return self._root_id, {node_id: copier(n) for node_id, n in self._nodes.items()}
+
+    def unknown(self, node_id: str, what: str) -> str:
+        """The message for an id that is not in the graph."""
+        evicted = " (unknown or evicted)" if self._max_nodes and node_id.startswith("n") else ""
+        return f"{what} {node_id!r} is not in graph {self.chain_id!r}{evicted}"
+
+    def run(self, node: Node) -> None:
+        """``created`` -> ``running``; no change otherwise."""
+        with self._lock:
+            if node.status == _CREATED:
+                node.status = _RUNNING
+                if node.parent_id is not None:
+                    self._in_flight += 1
+
+    def end(self, node: Node, outcome: Outcome) -> bool:
+        """End an open node; False (and no change) if it had ended already."""
+        end = now_ms()
+        with self._lock:
+            if node.status in TERMINAL_STATUSES:
+                return False
+            if node.parent_id is None and (
+                outcome.cost_usd or outcome.tokens_in or outcome.tokens_out
+            ):
+                raise ValueError("the root node carries no cost or tokens of its own")
+            self._end_locked(node, outcome, end)
+        return True
+
+    def _end_locked(self, node: Node, outcome: Outcome, end: int) -> None:
+        # Plain assignments and additions until the metadata merge: an interrupt, which CPython
+        # raises only at calls and loop back-edges, cannot land between them.
+        previous = node.status
+        self._unstarted.pop(node.node_id, None)
+        cost, t_in, t_out = outcome.cost_usd, outcome.tokens_in, outcome.tokens_out
+        node.status = outcome.status
+        node.end_ts_ms = end
+        node.cost_usd = cost
+        node.tokens_in = t_in
+        node.tokens_out = t_out
+        node.error_class = outcome.error_class
+        node.stop_reason = outcome.stop_reason
+        if node.parent_id is not None:
+            if previous == _RUNNING:
+                self._in_flight -= 1
+            self._total_cost_usd += cost
+            self._total_retries += node.retries_used
+            if t_in:
+                self._total_tokens_in += t_in
+            if t_out:
+                self._total_tokens_out += t_out
+            kind = node.kind
+            if kind == "llm":
+                self._total_llm_calls += 1
+            elif kind == "tool":
+                self._total_tool_calls += 1
+        if outcome.metadata:
+            node.metadata.update(outcome.metadata)
+        if self._max_nodes and node.parent_id is not None:
+            self._evictable.append(node.node_id)
+            self._evict()
+
+    def _evict(self) -> None:
+        nodes, evictable = self._nodes, self._evictable
+        while len(nodes) > self._max_nodes and evictable:
+            nodes.pop(evictable.popleft(), None)
+
+    def retry(self, node: Node, level: Level | None) -> None:
+        """Count one retry on an open node (and ``amp:retries`` from ``level`` up)."""
+        with self._lock:
+            if node.status in TERMINAL_STATUSES:
+                return
+            node.retries_used += 1
+            if level is not None:
+                self._add_locked(level, "amp:retries", 1, False)
+
+    def update(self, node: Node, values: Mapping[str, Any]) -> None:
+        """Merge ``values`` into an open node's metadata."""
+        with self._lock:
+            if node.status not in TERMINAL_STATUSES:
+                node.metadata.update(values)
+
+    def append_metadata(self, node: Node, key: str, values: list[Any]) -> None:
+        """Add ``values`` to the list under ``key`` in a node's metadata (also once it ended:
+        what its settlement reported, before sinks see it)."""
+        with self._lock:
+            node.metadata[key] = [*node.metadata.get(key, ()), *values]
+
+    def metadata_of(self, node: Node, key: str) -> Any:
+        """One metadata value of a node (None when absent), read under the lock."""
+        with self._lock:
+            return node.metadata.get(key)
+
+    def add_handed_off(
+        self, llm_calls: int, tool_calls: int, tokens_in: int, tokens_out: int, cost: Any
+    ) -> None:
+        """Count in the aggregates what a handed-off child (another process) spent: its calls
+        are no nodes of this graph, yet the chain's totals include them."""
+        with self._lock:
+            self._total_llm_calls += llm_calls
+            self._total_tool_calls += tool_calls
+            self._total_tokens_in += tokens_in
+            self._total_tokens_out += tokens_out
+            self._total_cost_usd += cost
+
+    def aggregates(self) -> dict[str, Any]:
+        """The chain aggregates (see :meth:`ampmeter.ExecutionGraph.snapshot`)."""
+        self.sweep()
+        with self._lock:
+            return {
+                "total_cost_usd": self._total_cost_usd,
+                "total_llm_calls": self._total_llm_calls,
+                "total_tool_calls": self._total_tool_calls,
+                "total_retries": self._total_retries,
+                "total_tokens_in": self._total_tokens_in,
+                "total_tokens_out": self._total_tokens_out,
+                "max_depth": self._max_depth,
+                "in_flight": self._in_flight,
+                # one root per graph; the per-root fields stay floats
+                "llm_calls_per_root": float(self._total_llm_calls),
+                "tool_calls_per_root": float(self._total_tool_calls),
+                "retries_per_root": float(self._total_retries),
+            }
+
+    # -- stats ---------------------------------------------------------------------------------
+
+    def add(self, level: Level, key: str, delta: Any, gauge: bool) -> None:
+        """Add ``delta`` to ``key`` at ``level`` and every ancestor (a local key: here only)."""
+        with self._lock:
+            self._add_locked(level, key, delta, gauge)
+
+    def _add_locked(self, level: Level, key: str, delta: Any, gauge: bool) -> None:
+        chain = (level,) if key in LOCAL_KEYS else level.chain
+        cells = [stats.cell(key, gauge) for stats in chain]  # made first: nothing added yet
+        whole(_drain, zip(cells, (delta,) * len(cells), strict=True))
+
+    def set(self, level: Level, key: str, value: Any, gauge: bool) -> None:
+        """Set ``key`` at ``level`` only."""
+        with self._lock:
+            level.cell(key, gauge).value = value
+
+    def add_usage(self, level: Level, usage: Usage) -> None:
+        """Add ``usage`` at ``level`` and every ancestor, in one step (a trace record)."""
+        with self._lock:
+            whole(_drain, self._feed(level, usage))
+
+    @staticmethod
+    def _feed(level: Level, usage: Usage) -> Iterator[tuple[Cell, Any]]:
+        """The (cell, amount) pairs that add ``usage`` at ``level`` and every ancestor."""
+        shape = usage.shape()
+        cells = level.plans.get(shape) or level.plan(shape)
+        return zip(cells, shape.pick(usage) * len(level.chain), strict=True)
+
+    def bump(self, level: Level, key: str) -> int:
+        """Add 1 to ``key`` at ``level`` only and return the new value (iterations)."""
+        with self._lock:
+            cell = level.cell(key, False)
+            cell.value += 1
+            return int(cell.value)
+
+    @staticmethod
+    def value(level: Level, key: str, gauge: bool) -> Any:
+        """The value of ``key`` at ``level`` (None if never written)."""
+        cell = (level.gauges if gauge else level.counters).get(key)
+        return None if cell is None else cell.value
+
+    @staticmethod
+    def values(level: Level, gauge: bool) -> dict[str, Any]:
+        """A copy of ``{key: value}`` of the counters (or gauges) at ``level``; no lock, so a
+        repr may ask for it while the lock is held (a dict copy is one step)."""
+        cells = level.gauges if gauge else level.counters
+        return {key: cell.value for key, cell in list(cells.items())}
+
+    # -- calls -----------------------------------------------------------------------------------
+
+    def admit(
+        self,
+        node: Node,
+        owner: object,
+        amounts: Mapping[str, Any],
+        holds: tuple[tuple[Level, tuple[str, ...]], ...],
+        guards: tuple[Guard, ...],
+        run: bool,
+    ) -> tuple[int, Hit, bool] | None:
+        """Check ``guards`` with ``amounts`` pending; if none is exceeded, hold the amounts at
+        ``holds`` and (when ``run``) mark the node running, in one step. Returns None when
+        held, else the guard index, the hit and whether only holds of calls in flight are in
+        the way (what is spent leaves room). Every key of ``amounts`` must have been made known
+        at every guard level first (:meth:`note`)."""
+        ticket = Ticket(node, amounts, holds, owner)
+        with self._lock:
+            hit = self._check(guards, amounts) if guards else None
+            if hit is not None:
+                return (*hit, self._check(guards, amounts, False) is None)
+            self._open[node.node_id] = ticket
+            self._unstarted.pop(node.node_id, None)
+            if run and node.status == _CREATED:
+                node.status = _RUNNING
+                self._in_flight += 1
+        return None
+
+    def wait_for_settlement(self, seconds: float) -> None:
+        """Block up to ``seconds``, or until a call in flight gives its hold back."""
+        with self._lock:
+            self._waiting += 1
+            try:
+                self._settled.wait(seconds)
+            finally:
+                self._waiting -= 1
+
+    def holders(self, node: Node, thread: int | None) -> tuple[list[object], bool]:
+        """Who holds room ``node``'s call might wait for: the owners of the calls it cannot
+        outwait (those it runs inside, and with ``thread`` every call of that thread), and
+        whether any other call in flight holds anything."""
+        with self._lock:
+            enclosing: set[str] = set()
+            parent = self._nodes.get(node.parent_id or "")
+            while parent is not None:
+                enclosing.add(parent.node_id)
+                parent = self._nodes.get(parent.parent_id or "")
+            stuck: list[object] = []
+            others = False
+            for node_id, ticket in self._open.items():
+                if node_id == node.node_id:
+                    continue
+                if node_id in enclosing or (thread is not None and ticket.thread == thread):
+                    owner = ticket.owner()
+                    if owner is not None:
+                        stuck.append(owner)
+                else:
+                    others = True
+            return stuck, others
+
+    def settle(
+        self, node: Node, level: Level, usage: Usage, outcome: Outcome, guards: tuple[Guard, ...]
+    ) -> tuple[int, Hit] | None:
+        """End a call: drop its hold, add ``usage`` from ``level`` up, end its node as
+        ``outcome`` says, then check ``guards``. Each step runs once even if an interrupt lands
+        between them."""
+        end = now_ms()
+        with self._lock:
+            if node.status in TERMINAL_STATUSES:
+                return None
+            # (a ticket made here records progress and holds nothing)
+            ticket = self._open.get(node.node_id) or Ticket(node, {}, (), None)
+            whole(self._settle_steps, ticket, level, usage, outcome, end)
+            return self._check(guards, None) if guards else None
+
+    def _settle_steps(
+        self, ticket: Ticket, level: Level, usage: Usage, outcome: Outcome, end: int
+    ) -> None:
+        # Resumable and idempotent (see finish()): the feed continues where it stopped, the node
+        # ends once, the pop is safe to repeat.
+        if ticket.feed is None:
+            ticket.feed = self._feed(level, usage)
+        for cell, amount in ticket.feed:
+            cell.value += amount
+        node = ticket.node
+        if node.status not in TERMINAL_STATUSES:
+            self._end_locked(node, outcome, end)
+        self._open.pop(node.node_id, None)
+        if self._waiting:
+            self._settled.notify_all()
+
+    def is_held(self, node: Node) -> bool:
+        """Whether ``node``'s call holds a reservation (was admitted and not yet settled)."""
+        return node.node_id in self._open
+
+    def open_ancestor(self, node_id: str, floor: str) -> str:
+        """``node_id`` if it is open and owned, else its nearest such ancestor (at most up to
+        ``floor``): where new nodes go when the block that set ``node_id`` as current ended
+        without restoring it (an interrupt)."""
+        node = self._nodes.get(node_id)
+        if node is not None and node.status not in TERMINAL_STATUSES:
+            ticket = self._open.get(node_id)
+            if ticket is None or ticket.owner() is not None:
+                return node_id
+            self.sweep()
+        while node is not None and node.node_id != floor and node.status in TERMINAL_STATUSES:
+            node = self._nodes.get(node.parent_id or "")
+        return floor if node is None else node.node_id
+
+    def hold_forever(self, level: Level, amounts: dict[str, Any]) -> None:
+        """Hold ``amounts`` at ``level`` with no node to settle them: a stand-in for calls in
+        flight (tests and tools)."""
+        with self._lock:
+            node = Node(f"held-{len(self._open)}", None, "system", "held", now_ms())
+            for key in amounts:
+                level.note(key)
+            self._open[node.node_id + f"@{id(amounts)}"] = Ticket(
+                node, amounts, ((level, tuple(amounts)),), None
+            )
+
+    def release(self, node: Node) -> None:
+        """Drop a call's hold without adding usage (its node was ended another way)."""
+        with self._lock:
+            self._open.pop(node.node_id, None)
+            if self._waiting:
+                self._settled.notify_all()
+
+    def abort(self, node: Node, outcome: Outcome) -> bool:
+        """Drop a call's hold and end its node as ``outcome`` says, in one step (an admission
+        refused or interrupted half-way); False if the node had ended already."""
+        end = now_ms()
+        with self._lock:
+            ended = node.status in TERMINAL_STATUSES
+            whole(self._abort_steps, node, outcome, end)
+            return not ended
+
+    def _abort_steps(self, node: Node, outcome: Outcome, end: int) -> None:
+        if node.status not in TERMINAL_STATUSES:
+            self._end_locked(node, outcome, end)
+        self._open.pop(node.node_id, None)
+        if self._waiting:
+            self._settled.notify_all()
+
+    def sweep(self) -> None:
+        """End the calls whose owner disappeared without settling them (an interrupt at the
+        one place no code of ours could run): their holds come back, their nodes halt."""
+        if self._open or self._unstarted:
+            with self._lock:
+                self._sweep_locked()
+
+    # -- the limit check -----------------------------------------------------------------------
+
+    def check(
+        self,
+        guards: tuple[Guard, ...],
+        pending: Mapping[str, Any] | None,
+        holds: bool = True,
+    ) -> tuple[int, Hit] | None:
+        """The first guard (in order) with an exceeded limit, counting ``pending`` and (unless
+        ``holds`` is False) what calls in flight hold."""
+        with self._lock:
+            if pending:  # prefix limits see pending keys new to a level
+                for level, _ in guards:
+                    for key in pending:
+                        level.note(key)
+            return self._check(guards, pending, holds)
+
+    def _check(
+        self,
+        guards: tuple[Guard, ...],
+        pending: Mapping[str, Any] | None,
+        holds: bool = True,
+    ) -> tuple[int, Hit] | None:
+        """:meth:`check` under the lock (every pending key known at every guard level);
+        ``holds=False`` leaves out what calls in flight hold (what is spent, and ``pending``)."""
+        for index, (level, rows) in enumerate(guards):
+            swept = False
+            while True:
+                hit = self._check_level(level, rows, pending, holds)
+                if hit is None:
+                    break
+                if swept or not any(t.owner() is None for t in self._open.values()):
+                    return index, hit
+                # Holds of abandoned calls must not refuse anyone: sweep and look again.
+                self._sweep_locked()
+                swept = True
+        return None
+
+    def _check_level(
+        self,
+        level: Level,
+        rows: tuple[LimitRow, ...],
+        pending: Mapping[str, Any] | None,
+        holds: bool,
+    ) -> Hit | None:
+        extras: Mapping[str, Any] | None = pending
+        held = self.held_at(level) if self._open and holds else None
+        if held:
+            if pending:
+                for name, amount in pending.items():
+                    held[name] = held.get(name, 0) + amount
+            extras = held
+        for cell, top, limit, key in level.compiled(rows):
+            extra = extras.get(key, 0) if extras else 0
+            if cell is None:
+                if extra and extra > top:
+                    return limit, key, extra
+            elif cell.value + extra > top:
+                return limit, key, cell.value + extra
+        return None
+
+    def _sweep_locked(self) -> None:
+        end = now_ms()
+        for node_id, owner in list(self._unstarted.items()):
+            if owner() is None:
+                node = self._nodes.get(node_id)
+                if node is not None and node.status not in TERMINAL_STATUSES:
+                    self._end_locked(node, _NOT_STARTED, end)
+                self._unstarted.pop(node_id, None)
+        for node_id, ticket in list(self._open.items()):
+            if ticket.owner() is None:
+                if ticket.node.status not in TERMINAL_STATUSES:
+                    self._end_locked(ticket.node, _NO_OUTCOME, end)
+                self._open.pop(node_id, None)
+        if self._waiting:
+            self._settled.notify_all()
+
+    def note(self, holds: tuple[tuple[Level, tuple[str, ...]], ...]) -> None:
+        """Make each held key known at its level, so prefix limits see it from the start."""
+        with self._lock:
+            for level, keys in holds:
+                for key in keys:
+                    level.note(key)
+
+    def held_at(self, level: Level) -> dict[str, Any]:
+        """What calls in flight hold at ``level``, per key (caller holds the lock)."""
+        total: dict[str, Any] = {}
+        for ticket in self._open.values():
+            for held_level, keys in ticket.holds:
+                if held_level is level:
+                    amounts = ticket.amounts
+                    for key in keys:
+                        total[key] = total.get(key, 0) + amounts[key]
+        return total
+
+    def reserved(self, level: Level) -> dict[str, Any]:
+        """What calls in flight hold at ``level`` (dust and zeros left out)."""
+        self.sweep()
+        with self._lock:
+            return {k: v for k, v in self.held_at(level).items() if v > _DUST}
+
+
+_VIEWS: weakref.WeakKeyDictionary[object, tuple[Kernel, Level | None]] = weakref.WeakKeyDictionary()
+
+
+def bind(view: object, kernel: Kernel, level: Level | None = None) -> None:
+    """Tie a read-only view (a graph, a stats object) to the kernel and level it shows, so the
+    core can find them without the view handing them out."""
+    _VIEWS[view] = (kernel, level)
+
+
+def bound(view: object) -> tuple[Kernel, Level | None]:
+    """The kernel and level a view shows (see :func:`bind`)."""
+    return _VIEWS[view]
+
+
+def _drain(feed: Iterator[tuple[Cell, Any]]) -> None:
+    """Add each amount to its cell. An addition is straight-line bytecode and the iterator moves
+    only when the next pair is taken, so an interrupt lands between two additions and draining
+    the same iterator again resumes exactly there."""
+    for cell, amount in feed:
+        cell.value += amount
+
+
+def whole(step: Callable[..., None], *args: Any) -> None:
+    """Run a resumable, idempotent ``step`` to its end; if an interrupt lands in it, finish the
+    step first and then let the interrupt go on."""
+    try:
+        step(*args)
+    except BaseException:
+        try:
+            finish(step, *args)
+        except BaseException:
+            finish(step, *args)
+        raise
+
+
+def finish(step: Callable[..., None], *args: Any) -> None:
+    """Run ``step`` again until it completes. Each attempt runs inside the previous one's
+    handler, so an interrupt even at the start of an attempt is caught; it would take four more
+    interrupts within one step to leave it unfinished. Interrupts caught here are dropped: the
+    one that started the clean-up goes on."""
+    try:
+        step(*args)
+    except BaseException:
+        try:
+            step(*args)
+        except BaseException:
+            try:
+                step(*args)
+            except BaseException:
+                step(*args)

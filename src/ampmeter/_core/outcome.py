@@ -1,0 +1,87 @@
+"""How a node, a call or a context ends: an :class:`Outcome`, a :class:`TerminationReason`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from ampmeter import redact
+
+__all__ = ["Outcome", "TerminationReason"]
+
+
+class TerminationReason(str, Enum):
+    """Why a context (or an executor run) ended."""
+
+    SUCCESS = "success"
+    ERROR = "error"
+    CONTEXT_CANCELED = "context_canceled"
+    HOOK_ABORT = "hook_abort"
+    LIMIT_EXCEEDED = "limit_exceeded"
+    TIMEOUT = "timeout"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def of(cls, exc: BaseException | None) -> TerminationReason:
+        """Why a context that ends with ``exc`` (None: normally) ended."""
+        from ampmeter.errors import ExecutionCanceled, LimitExceeded
+        from ampmeter.keys import KEY_ELAPSED_S
+
+        if exc is None:
+            return cls.SUCCESS
+        if isinstance(exc, LimitExceeded):
+            timed_out = exc.exceeded is not None and exc.exceeded.key == KEY_ELAPSED_S
+            return cls.TIMEOUT if timed_out else cls.LIMIT_EXCEEDED
+        if isinstance(exc, ExecutionCanceled):
+            return cls.CONTEXT_CANCELED
+        return cls.ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a node ended: its status (``success``, ``fail`` or ``halt``), what it used and why it
+    stopped. Every way of ending a node takes one of these."""
+
+    status: str
+    cost_usd: Any = 0.0
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    error_class: str | None = None
+    stop_reason: str | None = None
+    metadata: Mapping[str, Any] | None = None
+
+    @classmethod
+    def of(cls, exc: BaseException | None) -> Outcome:
+        """The outcome of a block that ended with ``exc``: success without one, ``halt`` for an
+        interrupt (a ``BaseException`` that is not an ``Exception``), else ``fail``."""
+        if exc is None:
+            return _SUCCESS
+        if not isinstance(exc, Exception):
+            return _INTERRUPTED
+        return cls("fail", error_class=type(exc).__name__, stop_reason=redact.error_text(exc))
+
+    def with_usage(
+        self,
+        cost_usd: Any,
+        tokens_in: int | None,
+        tokens_out: int | None,
+        metadata: Mapping[str, Any] | None,
+    ) -> Outcome:
+        """This outcome with what the call used."""
+        return Outcome(
+            self.status,
+            cost_usd,
+            tokens_in,
+            tokens_out,
+            self.error_class,
+            self.stop_reason,
+            metadata,
+        )
+
+
+_SUCCESS = Outcome("success")
+_INTERRUPTED = Outcome("halt", stop_reason="interrupted")

@@ -1,0 +1,125 @@
+"""What a call reserves before it runs: its estimated input and output tokens and their price.
+
+Two estimate modes (a context's ``estimate=``): ``"learned"`` takes the input from the request's
+measure corrected per model by finished calls, and the output from ``max_tokens`` (the pricing
+layer assumes its default output length when a call sets none); ``"bound"`` reserves a ceiling
+no tokenizer can pass: the input's bound from its measure, and the output at ``max_tokens``, else
+the model's documented maximum output, else :data:`BOUND_OUTPUT_TOKENS`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from ampmeter import _validate
+from ampmeter._core.usage import Usage
+
+if TYPE_CHECKING:
+    from ampmeter.pricing.request_size import RequestSize
+
+__all__ = ["BOUND_OUTPUT_TOKENS", "ESTIMATE_MODES", "Estimate", "llm_estimate", "prompt_estimate"]
+
+EstimateMode = Literal["learned", "bound"]
+ESTIMATE_MODES: Final = ("learned", "bound")
+
+BOUND_OUTPUT_TOKENS: Final = 32_768
+"""Output tokens ``estimate="bound"`` reserves for a call that sets no ``max_tokens`` to a model
+whose maximum output is not known: more than any common model writes in one answer."""
+
+
+class Estimate:
+    """A call's reservation, the measure of its request (for learning) and whether its model
+    has a price."""
+
+    __slots__ = ("input_tokens", "priced", "size", "usage")
+
+    def __init__(
+        self, usage: Usage, size: RequestSize | None, priced: bool, input_tokens: int
+    ) -> None:
+        self.usage = usage
+        self.size = size
+        self.priced = priced
+        self.input_tokens = input_tokens
+
+
+def prompt_estimate(
+    prompt_tokens: object,
+    prompt_text: object,
+    request: object,
+    model: str | None,
+    mode: EstimateMode = "learned",
+) -> tuple[int, RequestSize | None]:
+    """A call's estimated input tokens (the caller's count, else the estimate from the
+    request's measure or the prompt text) and the measure (None without one)."""
+    if prompt_tokens is not None:
+        return _validate.count(prompt_tokens, "prompt_tokens"), None
+    if request is None and prompt_text is None:
+        return 0, None
+    from ampmeter.pricing import request_size
+
+    if request is not None:
+        if not isinstance(request, request_size.RequestSize):
+            raise TypeError(f"request must be a RequestSize, got {type(request).__name__}")
+        size = request
+    else:
+        size = request_size.measure_text(_validate.text(prompt_text, "prompt_text"))
+    return request_size.input_tokens(size, model, mode), size
+
+
+def llm_estimate(
+    pricing: Any,
+    model: str | None,
+    provider: str | None,
+    estimate_usd: object,
+    max_tokens: object,
+    prompt_tokens: object,
+    prompt_text: object,
+    request: object,
+    mode: EstimateMode,
+) -> Estimate:
+    """What an LLM call reserves (see the module docstring)."""
+    out_tokens = None if max_tokens is None else _validate.count(max_tokens, "max_tokens")
+    in_tokens, size = prompt_estimate(prompt_tokens, prompt_text, request, model, mode)
+    if mode == "bound" and out_tokens is None:
+        from ampmeter.pricing.max_output import max_output_tokens
+
+        out_tokens = (max_output_tokens(model) if model else None) or BOUND_OUTPUT_TOKENS
+    priced = model != ""  # an empty model name has no price
+    if estimate_usd is not None:
+        cost = _validate.amount(estimate_usd, "estimate_usd")
+        priced = True
+    elif model and pricing is not None:
+        # Without max_tokens the pricing layer assumes its default output length: a budget
+        # must not treat a call of unknown length as free.
+        found = pricing.estimate(model, provider, prompt_tokens=in_tokens, max_tokens=out_tokens)
+        priced = found is not None
+        cost = float(found or 0.0)
+    else:
+        cost = 0.0
+    usage = Usage("llm", model or "", "", in_tokens, out_tokens or 0, 0, 0, cost, 1, 1)
+    return Estimate(usage, size, priced, in_tokens)
+
+
+def embedding_estimate(
+    pricing: Any,
+    model: str | None,
+    provider: str | None,
+    estimate_usd: object,
+    prompt_tokens: object,
+    prompt_text: object,
+    mode: EstimateMode,
+) -> Estimate:
+    """What an embedding request reserves: the price of its input estimate."""
+    in_tokens, size = prompt_estimate(prompt_tokens, prompt_text, None, model, mode)
+    priced = True
+    if estimate_usd is not None:
+        cost = _validate.amount(estimate_usd, "estimate_usd")
+    elif model and pricing is not None:
+        found = pricing.estimate(model, provider, prompt_tokens=in_tokens, max_tokens=0)
+        priced = found is not None
+        cost = float(found or 0.0)
+    else:
+        cost = 0.0
+    return Estimate(
+        Usage("embedding", model or "", "", in_tokens, cost_usd=cost), size, priced, in_tokens
+    )

@@ -1,0 +1,290 @@
+"""``Call``: one LLM call, tool call or step of a context. Reserve before, record after.
+
+A call goes through four steps:
+
+1. **begin** - its node is created in the graph under the current node (when the call is made);
+2. **admit** - the context's admission chain checks the call's reservation (a
+   :class:`~ampmeter._core.usage.Usage` estimate) against every limit above it and holds it, or
+   halts the node and raises :class:`~ampmeter.LimitExceeded` before any user code runs;
+3. **run** - the user's block (or the SDK request) runs;
+4. **settle** - every step replaces its hold by what the call used, the node ends, sinks see it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from ampmeter import _validate
+from ampmeter._core import priced
+from ampmeter._core.current import CURRENT, restore
+from ampmeter._core.outcome import Outcome
+from ampmeter._core.steps import ADMITTED, DONE, Chain, Flight
+from ampmeter._core.usage import Usage
+from ampmeter._core.waiting import off_loop, run_async, run_sync
+from ampmeter.node import META_PROVIDER, Node
+
+if TYPE_CHECKING:
+    from ampmeter.context import ExecutionContext
+    from ampmeter.policies.compiled import CallMarks
+
+__all__ = ["Call", "make_call"]
+
+
+class Call:
+    """One call (LLM, tool or step) in a context: reserve before, record after.
+
+    Use it as ``with ctx.llm_call(...) as call:`` (or ``async with``), and report usage with
+    :meth:`record` once, inside the block. Integrations that cannot wrap a block (a stream that
+    ends later) call :meth:`start` and :meth:`finish` themselves.
+    """
+
+    __slots__ = (
+        "_chain",
+        "_flight",
+        "_learn",
+        "_token",
+        "cache_write_tokens",
+        "cached_tokens",
+        "context",
+        "cost_usd",
+        "kind",
+        "model",
+        "name",
+        "node_id",
+        "provider",
+        "reasoning_tokens",
+        "tokens_in",
+        "tokens_out",
+        "tool_calls_made",
+    )
+
+    def __init__(self, context: ExecutionContext, chain: Chain, flight: Flight) -> None:
+        self.context = context
+        self._chain = chain
+        self._flight = flight
+        self.kind = flight.kind
+        self.name = flight.name
+        self.model = flight.model
+        self.provider = flight.provider
+        self.node_id = flight.node.node_id
+        self.tokens_in: int | None = None
+        self.tokens_out: int | None = None
+        self.cost_usd: Any = None
+        self.cached_tokens = 0
+        self.cache_write_tokens = 0
+        self.reasoning_tokens = 0
+        self.tool_calls_made = 0
+        self._token: contextvars.Token[Any] | None = None
+
+    @property
+    def node(self) -> Node:
+        """A copy of this call's node as it is now (changing it changes nothing)."""
+        return self.context.graph.node(self.node_id)
+
+    @property
+    def policy(self) -> CallMarks | None:
+        """What the context's policies noted about this call (None when none applies)."""
+        return self._flight.marks
+
+    def record(
+        self,
+        tokens_in: int | None = None,
+        tokens_out: int | None = None,
+        cost_usd: float | None = None,
+        cached_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        tool_calls_made: int = 0,
+        *,
+        cache_write_tokens: int = 0,
+    ) -> None:
+        """Report the call's usage, once, before the call ends.
+
+        Cached and cache-write tokens are subsets of ``tokens_in``, reasoning tokens of
+        ``tokens_out``. Without ``cost_usd`` the pricing layer prices the call when it ends.
+        Counts are ints from 0 to 2**53; the cost a finite number >= 0. Recording after the
+        call ended, or a second time, raises ``RuntimeError``: usage recorded twice would be
+        either lost or counted twice, and neither is what the caller meant.
+        """
+        t_in = _validate.optional_count(tokens_in, "tokens_in")
+        t_out = _validate.optional_count(tokens_out, "tokens_out")
+        cost = _validate.optional_amount(cost_usd, "cost_usd")
+        cached = _validate.count(cached_tokens, "cached_tokens")
+        writes = _validate.count(cache_write_tokens, "cache_write_tokens")
+        reasoning = _validate.count(reasoning_tokens, "reasoning_tokens")
+        tools = _validate.count(tool_calls_made, "tool_calls_made")
+        if cached + writes > (t_in or 0):
+            raise ValueError(
+                f"cached_tokens ({cached}) + cache_write_tokens ({writes}) exceed "
+                f"tokens_in ({t_in}); they are counted as part of the input"
+            )
+        if reasoning > (t_out or 0):
+            raise ValueError(
+                f"reasoning_tokens ({reasoning}) exceed tokens_out ({t_out}); "
+                "they are counted as part of the output"
+            )
+        flight = self._flight
+        if flight.phase == DONE:
+            raise RuntimeError(
+                f"call {self.node_id} ({self.name!r}) has ended: record() its usage inside the "
+                "with block (or before finish())"
+            )
+        if flight.recorded:
+            raise RuntimeError(
+                f"call {self.node_id} ({self.name!r}) was recorded already: record() once, "
+                "with the call's whole usage"
+            )
+        self.tokens_in = t_in
+        self.tokens_out = t_out
+        self.cost_usd = cost
+        self.cached_tokens = cached
+        self.cache_write_tokens = writes
+        self.reasoning_tokens = reasoning
+        self.tool_calls_made = tools
+        flight.recorded = True
+
+    def retry(self) -> None:
+        """Count one retry on this call (its node and ``amp:retries`` everywhere above)."""
+        self._chain.kernel.retry(self._flight.node, self._chain.level)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> Call:
+        """Check limits with this call's reservation and mark it running.
+
+        Raises :class:`~ampmeter.LimitExceeded` (the node is halted) when the call would break a
+        limit of this context or an enclosing one, and ``ExecutionCanceled`` after ``cancel()``.
+        """
+        run_sync(self._chain.admission(self._flight, threading.get_ident()))
+        return self
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        """End the call: success, or ``fail`` with ``exc``'s class (``halt`` if interrupted)."""
+        flight = self._flight
+        if flight.phase == DONE:
+            return
+        flight.phase = DONE
+        self._chain.settle(flight, *self._ended(exc))
+
+    def __enter__(self) -> Call:
+        self.start()
+        try:
+            self._token = CURRENT.set((self.context, self.node_id))
+        except BaseException as exc:  # interrupted right after admission: give the hold back
+            self.finish(exc)
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.finish(exc)
+        finally:
+            restore(self._token, (self.context, self.context.node_id))
+
+    async def __aenter__(self) -> Call:
+        await run_async(self._chain.admission(self._flight, None))
+        try:
+            self._token = CURRENT.set((self.context, self.node_id))
+        except BaseException as exc:
+            self.finish(exc)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        flight = self._flight
+        if flight.phase != ADMITTED or not flight.ledger_holds:
+            self.__exit__(exc_type, exc, tb)
+            return
+        restore(self._token, (self.context, self.context.node_id))
+        flight.phase = DONE
+        ended = self._ended(exc)
+        # Committing to a ledger is a network round trip: on a worker thread, the loop goes on.
+        await off_loop(lambda: self._chain.settle(flight, *ended))
+
+    def _ended(self, exc: BaseException | None) -> tuple[Usage, Outcome]:
+        """What the call used and how it ended (priced now when no cost was recorded)."""
+        flight = self._flight
+        outcome = Outcome.of(exc)
+        succeeded = int(outcome.status == "success")
+        failed = int(outcome.status == "fail")
+        kind = self.kind
+        cost = self.cost_usd or 0.0
+        meta: dict[str, Any] | None = None
+        t_in, t_out = self.tokens_in or 0, self.tokens_out or 0
+        if kind == "llm" or (kind == "embedding" and self.model):
+            price = priced.price_call(
+                priced.layer(),
+                self.model,
+                self.provider,
+                self.cost_usd,
+                flight.recorded,
+                t_in,
+                t_out,
+                self.cached_tokens,
+                self.cache_write_tokens,
+                self.reasoning_tokens,
+                self.tool_calls_made,
+            )
+            cost, meta = price.cost, price.metadata
+            if kind == "llm":
+                usage = Usage(
+                    "llm",
+                    self.model or "",
+                    "",
+                    t_in,
+                    t_out,
+                    self.cached_tokens,
+                    self.reasoning_tokens,
+                    cost,
+                    1,
+                    succeeded,
+                    failed,
+                    price.unpriced,
+                )
+                size = flight.prompt_size
+                if exc is None and size is not None and self.tokens_in:
+                    from ampmeter.pricing import request_size
+
+                    request_size.learn(self.model or "", size, self.tokens_in)
+            else:
+                usage = Usage("embedding", self.model or "", "", t_in, t_out, cost_usd=cost)
+        elif kind == "tool":
+            usage = Usage("tool", "", self.name, 0, 0, 0, 0, cost, 1, succeeded, failed)
+        else:
+            usage = Usage(kind, cost_usd=cost)
+        return usage, outcome.with_usage(cost, self.tokens_in, self.tokens_out, meta)
+
+
+def make_call(
+    context: ExecutionContext,
+    chain: Chain,
+    parent_id: str,
+    kind: str,
+    name: str,
+    model: str | None,
+    provider: str | None,
+    reservation: Usage,
+    metadata: Mapping[str, Any] | None,
+    prompt_size: Any = None,
+    marks: CallMarks | None = None,
+) -> Call:
+    """A new call of ``context``: its node begun under ``parent_id``, not yet admitted."""
+    meta = {} if metadata is None else _validate.metadata(metadata)
+    if provider is not None:
+        meta[META_PROVIDER] = provider
+    flight = Flight(kind, name, model, provider, reservation, prompt_size, marks)
+    flight.node = chain.kernel.begin(parent_id, kind, name, model, meta, flight)
+    return Call(context, chain, flight)

@@ -1,0 +1,58 @@
+"""Containment policies beyond plain ceilings.
+
+* **unpriced models**: under a cost limit (of the context or an enclosing one) a call to a model
+  the pricing layer cannot price is refused before it is sent (``on_unpriced="refuse"``, the
+  default), reported (``"warn"``) or let through (``"allow"``);
+* **warnings** (``Limit(..., warn_at=(0.5, 0.8))``) and **soft limits** (``soft=True``, which
+  set ``ctx.wrap_up`` instead of refusing), reported as :class:`LimitEvent`;
+* a **final-answer reserve** (``final_reserve_usd``) only calls marked final may spend;
+* **windowed limits** (``Limit(key, max, window_s=60)``);
+* a **loop guard** (``max_repeats``): the same request or tool call with the same arguments
+  more than N times is refused;
+* a **per-call input cap** (``max_input_tokens_per_call``);
+* a **budget-pressure hook** that may change or refuse an instrumented request once a fraction
+  of the cost budget is spent.
+
+:mod:`~ampmeter.policies.options` holds the options and events, :mod:`~ampmeter.policies.compiled`
+the policies a context compiles once when it is made (the admission chain's policy step), and
+:mod:`~ampmeter.policies.shared_totals` the shared ledger's totals they read.
+"""
+
+from __future__ import annotations
+
+from ampmeter.policies.compiled import CallMarks, Policies
+from ampmeter.policies.options import (
+    KEY_BUDGET_PRESSURE,
+    KEY_INPUT_TOKENS_PER_CALL,
+    KEY_REPEATS_FOR,
+    META_LIMIT_EVENTS,
+    LimitEvent,
+    OnUnpriced,
+    PolicyOptions,
+    PressureHook,
+    final_call,
+    fingerprint,
+    in_final_call,
+    request_fingerprint,
+)
+from ampmeter.policies.shared_totals import SHARED_READ_S, SharedTotals, shared_totals
+
+__all__ = [
+    "KEY_BUDGET_PRESSURE",
+    "KEY_INPUT_TOKENS_PER_CALL",
+    "KEY_REPEATS_FOR",
+    "META_LIMIT_EVENTS",
+    "SHARED_READ_S",
+    "CallMarks",
+    "LimitEvent",
+    "OnUnpriced",
+    "Policies",
+    "PolicyOptions",
+    "PressureHook",
+    "SharedTotals",
+    "final_call",
+    "fingerprint",
+    "in_final_call",
+    "request_fingerprint",
+    "shared_totals",
+]

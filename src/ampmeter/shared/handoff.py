@@ -1,0 +1,164 @@
+"""Hand-offs: a context hands part of its run to another process, and counts what it spent.
+
+The parent makes a ``system`` node for the child and a token naming a ledger scope under its
+own; the child's calls hold and commit there (and at every scope above), so they stop at the
+child's limits and at its parents' remaining budget. The parent reads the child's spend from
+the ledger and adds it to its stats and its graph's aggregates (:meth:`Handoffs.refresh`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ampmeter._core.outcome import Outcome
+from ampmeter.errors import HandoffError
+from ampmeter.keys import (
+    KEY_COST,
+    KEY_COST_FOR,
+    KEY_INPUT_TOKENS,
+    KEY_LLM_CALLS,
+    KEY_OUTPUT_TOKENS,
+    KEY_TOOL_CALLS,
+)
+from ampmeter.limits import LimitType
+
+if TYPE_CHECKING:
+    from ampmeter._core.emit import Emitter
+    from ampmeter._core.frame import Frame
+    from ampmeter._core.kernel import Kernel
+    from ampmeter.ledgers.base import Ledger
+    from ampmeter.limits import Limit
+    from ampmeter.node import Node
+
+__all__ = ["HandoffSpend", "Handoffs"]
+
+# The keys whose hand-off spend also counts in the graph's aggregates.
+_AGGREGATED = (KEY_LLM_CALLS, KEY_TOOL_CALLS, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS, KEY_COST)
+
+
+class HandoffSpend:
+    """A hand-off made by a context, and how much of its spend the context has counted."""
+
+    __slots__ = ("counted", "error", "ledger", "lock", "node", "scope")
+
+    def __init__(self, node: Node, ledger: Ledger, scope: str) -> None:
+        self.node = node
+        self.ledger = ledger
+        self.scope = scope
+        self.counted: dict[str, Any] = {}
+        self.error: Exception | None = None  # the last read's, None once one succeeded
+        self.lock = threading.Lock()
+
+    def take_new(self, spent: Mapping[str, Any]) -> dict[str, Any]:
+        """What ``spent`` (a fresh read) holds beyond what was counted; now counted too."""
+        with self.lock:
+            self.error = None
+            new = {k: v - self.counted.get(k, 0) for k, v in spent.items()}
+            new = {k: d for k, d in new.items() if d > 0}
+            self.counted.update((k, spent[k]) for k in new)
+            return new
+
+
+class Handoffs:
+    """The hand-offs one context made."""
+
+    __slots__ = ("emitter", "frame", "kernel", "made")
+
+    def __init__(self, frame: Frame, kernel: Kernel, emitter: Emitter) -> None:
+        self.frame = frame
+        self.kernel = kernel
+        self.emitter = emitter
+        self.made: list[HandoffSpend] = []
+
+    def give(
+        self,
+        name: str,
+        begin: Callable[[], Node],
+        chain_id: str,
+        limits: tuple[Limit, ...],
+        timeout: float | None,
+    ) -> str:
+        """The token of a new hand-off, whose node ``begin`` makes (see the module docstring)."""
+        from ampmeter.propagation import Handoff, encode  # ledgers load only when used
+
+        owner = next((f for f in self.frame.chain if f.ledger is not None), None)
+        if owner is None or owner.ledger is None:
+            raise HandoffError(
+                f"context {self.frame.name!r} cannot hand off {name!r}: a hand-off needs a "
+                "shared ledger, so give this context (or one above it) ledger=SqliteLedger(path) "
+                "for processes of one machine or ledger=RedisLedger(url, scope) for many"
+            )
+        ledger = owner.ledger
+        try:
+            location = ledger.location()
+        except TypeError as error:
+            raise HandoffError(f"cannot hand off {name!r}: {error}") from None
+        node = begin()
+        self.kernel.run(node)
+        root = self.frame.chain[-1]  # the context that owns the graph: its ids are logged prefixed
+        logged_id = root.span_prefix + node.node_id
+        scope = ledger.child(f"{logged_id}-{uuid.uuid4().hex[:8]}").scope
+        above = owner.handoff_from
+        # Soft and windowed limits are the owner's policies, not ceilings a child may not pass.
+        ceilings = tuple(limit for limit in owner.limits if limit.is_ceiling)
+        ancestors = ((ledger.scope, ceilings), *(above.ancestors if above else ()))
+        depth = node.depth + (root.handoff_from.depth + 1 if root.handoff_from else 0)
+        deadline = None if timeout is None else time.time() + timeout
+        # The child obeys the ledger, not the token: its ceilings and its ancestors' are kept
+        # there (only ever tightened), so an edited token cannot lift them.
+        for kept_scope, kept in ((scope, limits), *ancestors):
+            exact = {
+                lim.key: lim.max_value
+                for lim in kept
+                if lim.is_ceiling and lim.type is LimitType.EXACT
+            }
+            if exact:
+                ledger.set_ceilings(kept_scope, exact)
+        self.made.append(HandoffSpend(node, ledger, scope))
+        return encode(
+            Handoff(chain_id, logged_id, depth, name, scope, location, limits, ancestors, deadline),
+            ledger=ledger,
+        )
+
+    def refresh(self) -> dict[str, Any]:
+        """Read the spend of the hand-offs from the ledger again; add what is new to the stats
+        (here and above) and to the graph's aggregates. Returns what was added, per key."""
+        added: dict[str, Any] = {}
+        level = self.frame.level
+        for handoff in list(self.made):
+            try:
+                spent = {k: float(v) for k, v in handoff.ledger.spent(handoff.scope).items()}
+            except Exception as error:
+                handoff.error = error
+                continue
+            for key, delta in handoff.take_new(spent).items():
+                gauge = key == KEY_COST or key.startswith(KEY_COST_FOR)
+                self.kernel.add(level, key, delta, gauge)
+                added[key] = added.get(key, 0) + delta
+        if added:
+            calls, tools, t_in, t_out, cost = (added.get(key, 0) for key in _AGGREGATED)
+            self.kernel.add_handed_off(int(calls), int(tools), int(t_in), int(t_out), cost)
+        return added
+
+    def settle(self) -> None:
+        """End the hand-off nodes, adding each child's spend (read from the ledger) to the
+        stats and aggregates; the nodes carry no cost, so logs do not count it twice. The
+        hand-offs are kept: :meth:`refresh` adds what a child spends later."""
+        self.refresh()
+        for handoff in self.made:
+            node = handoff.node
+            if handoff.error is not None:
+                outcome = Outcome(
+                    "fail",
+                    error_class=type(handoff.error).__name__,
+                    stop_reason=f"the hand-off's spend could not be read: {handoff.error}",
+                )
+            else:
+                meta = {"handoff_scope": handoff.scope, "handoff_spent": dict(handoff.counted)}
+                outcome = Outcome("success", metadata=meta)
+            if self.kernel.end(node, outcome):
+                self.emitter.emit(node)

@@ -1,0 +1,297 @@
+"""The shared ledger step: a call holds its reservation in the ledger of every context above it
+that shares its limits with other processes, and commits what it used there when it ends.
+
+A ledger that refuses only because of reservations in flight is asked again after a pause, up
+to the context's ``admission_timeout_s``; one that refuses what is already spent stops the call
+at once. A ledger that cannot be reached stops the call (fail closed) unless the context says
+``on_ledger_error="allow"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from ampmeter import redact
+from ampmeter._core.outcome import Outcome, TerminationReason
+from ampmeter._core.steps import Chain, Flight, Step, Steps
+from ampmeter._core.waiting import Pause, Wait, Work
+from ampmeter.errors import BudgetBusy, BudgetUnavailable, LimitExceeded
+from ampmeter.keys import KEY_RETRIES, KEY_UNPRICED_LLM_CALLS
+from ampmeter.limits import ExceededLimit, Limit, LimitType
+from ampmeter.policies.options import KEY_REPEATS_FOR, shared_refusal
+
+if TYPE_CHECKING:
+    from ampmeter._core.frame import Frame
+    from ampmeter._core.usage import Usage
+    from ampmeter.ledgers.base import Ledger, Refusal
+
+__all__ = ["LedgerStep"]
+
+_DUST: Final = 1e-9  # relative: holds below this share of a ceiling are float residue
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRequest:
+    """What one call asks of one context's shared ledger, kept while it waits for room."""
+
+    frame: Frame
+    ledger: Ledger
+    amounts: dict[str, Any]
+    ceilings: dict[str, Any]
+    ancestors: dict[str, dict[str, Any]] | None
+    scopes: dict[str, tuple[dict[str, Any], dict[str, Limit]]]  # scope -> ceilings, their limits
+    windows: tuple[Limit, ...] = ()  # the windowed limits the ledger checks at its own scope
+    spans: tuple[tuple[str, float, Any], ...] = ()  # the same, as the ledger takes them
+
+    def stop(self, refusal: Refusal) -> tuple[str, ExceededLimit]:
+        """The scope and the exceeded limit a ledger's refusal names (with the note of the
+        policy behind it: a window, the loop guard)."""
+        value = float(refusal.value)  # ledgers speak Decimal dollars; the facade floats
+        if refusal.window_s is not None:
+            for limit in self.windows:
+                if limit.key == refusal.key and limit.window_s == refusal.window_s:
+                    note = f"limit exceeded in {limit.window_s:g}s"
+                    return self.ledger.scope, ExceededLimit(limit, limit.key, value, note)
+        found = self.scopes.get(refusal.scope or "")
+        if found is not None and refusal.key in found[1]:
+            stop = ExceededLimit(found[1][refusal.key], refusal.key, value)
+            return refusal.scope or "", shared_refusal(stop)
+        # A refusal without a ceiling (a settled id): the first ceiling stands for it.
+        first = next(((s, f) for s, f in self.scopes.items() if f[0]), None)
+        if first is None:  # only windows were asked for
+            limit = self.windows[0]
+            return self.ledger.scope, ExceededLimit(limit, limit.key, value)
+        scope, (ceilings, owners) = first
+        key = next(iter(ceilings))
+        return scope, ExceededLimit(owners[key], key, value)
+
+
+class LedgerStep(Step):
+    """Holds a call's reservation in every shared ledger above it (see the module docstring)."""
+
+    __slots__ = ("chain",)
+
+    def __init__(self, chain: Chain) -> None:
+        self.chain = chain
+
+    def admit(self, flight: Flight, thread: int | None) -> Steps:
+        for frame in self.chain.ledgered:
+            request = self.request(frame, flight)
+            if request is None:
+                continue
+            wait: Wait | None = None
+            while True:
+                refusal = yield Work(functools.partial(self.try_once, flight, request))
+                if refusal is None:
+                    break
+                wait = wait or Wait(self.chain.wait_s)
+                yield Pause(self.pause(flight, request, refusal, wait, thread))
+
+    def request(self, frame: Frame, flight: Flight) -> LedgerRequest | None:
+        """What the call reserves in ``frame``'s shared ledger, and against which ceilings
+        (None: nothing there watches it)."""
+        ledger = frame.ledger
+        assert ledger is not None
+        reservation = flight.reservation.amounts()
+        candidates = tuple(keys_a_call_adds(flight.reservation))
+        ceilings, owners = shared_ceilings(frame.limits, candidates)
+        extra: dict[str, Any] = {}
+        windows: tuple[Limit, ...] = ()
+        policies = self.chain.policies
+        if policies is not None:  # the reserve, the loop guard, windows, watched keys
+            ceilings, owners, extra, windows = policies.shared_terms(
+                frame.context, flight.marks, ceilings, owners
+            )
+        # A context made from a hand-off also holds at the scopes of the contexts above it,
+        # and records every key a call adds (retries too), so the parent can read the child's
+        # whole spend.
+        link = frame.handoff_from
+        scopes = {ledger.scope: (ceilings, owners)}
+        if link is not None:
+            for scope, limits in link.ancestors:
+                scopes[scope] = shared_ceilings(limits, candidates)
+        elif not ceilings and not extra:
+            return None
+        keys = dict.fromkeys(k for c, _ in scopes.values() for k in c)
+        keys.update(dict.fromkeys(extra))
+        if link is not None:
+            keys.update(dict.fromkeys(candidates))
+            keys[KEY_RETRIES] = None
+            if flight.kind == "llm":
+                keys[KEY_UNPRICED_LLM_CALLS] = None  # unpriced is not zero, also for the parent
+        amounts = {key: _amount(extra.get(key), reservation, key) for key in keys}
+        ancestors = {scope: found[0] for scope, found in scopes.items() if scope != ledger.scope}
+        spans = tuple((lim.key, lim.window_s or 0.0, lim.max_value) for lim in windows)
+        return LedgerRequest(
+            frame, ledger, amounts, ceilings, ancestors or None, scopes, windows, spans
+        )
+
+    def try_once(self, flight: Flight, request: LedgerRequest) -> Refusal | None:
+        """Ask the ledger once: None when the call holds there now (or may go on without it),
+        the refusal when only reservations in flight are in the way; a refusal by what is
+        spent raises :class:`~ampmeter.LimitExceeded` at once."""
+        from ampmeter.ledgers.base import Refusal
+
+        chain, frame, ledger = self.chain, request.frame, request.ledger
+        try:
+            if request.spans:
+                held = ledger.try_reserve(
+                    request.amounts,
+                    request.ceilings,
+                    ancestors=request.ancestors,
+                    windows=request.spans,
+                )
+            else:
+                held = ledger.try_reserve(
+                    request.amounts, request.ceilings, ancestors=request.ancestors
+                )
+        except BudgetUnavailable as error:
+            if frame.on_ledger_error == "allow":
+                chain.kernel.update(
+                    flight.node,
+                    {"budget_enforced": False, "ledger_error": redact.error_text(error)},
+                )
+                return None
+            reason = f"budget ledger unavailable (fail closed): {error}"
+            chain.abandon(flight, reason)
+            raise BudgetUnavailable(
+                f"{flight.kind} call {flight.name!r} stopped: {reason}", None, flight.node.node_id
+            ) from error
+        except BaseException as error:
+            chain.abandon(flight, f"ledger error: {redact.error_text(error)}")
+            raise
+        if isinstance(held, Refusal):
+            if held.paused:  # an operator's pause (ampmeter budget pause) fails closed
+                reason = f"shared budget {held.scope!r} is paused (ampmeter budget resume)"
+                chain.abandon(flight, reason)
+                raise LimitExceeded(
+                    f"{flight.kind} call {flight.name!r} stopped before it ran: {reason}",
+                    None,
+                    flight.node.node_id,
+                )
+            if held.busy:
+                return held
+            scope, stop = request.stop(held)
+            message = f"shared budget {scope!r}: {stop}"
+            raise self.refused(flight, frame, stop, message)
+        flight.ledger_holds = (*flight.ledger_holds, (ledger, held))
+        return None
+
+    def refused(
+        self, flight: Flight, frame: Frame, stop: ExceededLimit, message: str
+    ) -> LimitExceeded:
+        """Stop the call for a shared ceiling; the error to raise."""
+        return self.chain.refuse(flight, (frame, stop, TerminationReason.LIMIT_EXCEEDED), message)
+
+    def pause(
+        self,
+        flight: Flight,
+        request: LedgerRequest,
+        refusal: Refusal,
+        wait: Wait,
+        thread: int | None,
+    ) -> float:
+        """How long to pause before asking the ledger again, or :class:`~ampmeter.BudgetBusy`
+        when the wait is over: out of time, or only holds this call would wait for in vain
+        (its enclosing calls' and, on a thread, that thread's own) stand in the way."""
+        pause = wait.next_pause()
+        own = self.own_holds(flight, refusal, thread)
+        held, ceiling = float(refusal.reserved), float(refusal.ceiling)  # ledgers speak Decimal
+        if pause is None or held - own <= _DUST * max(1.0, abs(ceiling)):
+            scope, stop = request.stop(refusal)
+            waited = f"waited {wait.waited():.3g}s of admission_timeout_s={wait.limit_s:g}"
+            reason = f"calls in flight held the rest of shared budget {scope!r} ({waited}): {stop}"
+            self.chain.abandon(flight, reason)
+            raise BudgetBusy(
+                f"{flight.kind} call {flight.name!r} stopped before it ran: what is spent leaves "
+                f"room, but {reason}; raise admission_timeout_s to wait longer",
+                stop,
+                flight.node.node_id,
+            )
+        return pause
+
+    def own_holds(self, flight: Flight, refusal: Refusal, thread: int | None) -> Any:
+        """What this process's calls that ``flight`` cannot outwait hold at the refusing
+        ceiling: the calls it runs inside and, on a thread, every call of that thread."""
+        stuck, _ = self.chain.kernel.holders(flight.node, thread)
+        total: Any = 0
+        for other in stuck:
+            if not isinstance(other, Flight) or other is flight:
+                continue
+            for _, held in other.ledger_holds:
+                if refusal.scope in held.scopes:
+                    total += float(held.amounts.get(refusal.key or "", 0))
+        return total
+
+    def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> Outcome:
+        """Commit the call's usage to the ledgers that hold it; a failure is noted on the node
+        (the call is counted here all the same)."""
+        if not flight.ledger_holds:
+            return outcome
+        actual_amounts: dict[str, Any] = usage.amounts()
+        if flight.node.retries_used:  # counted on the node as they happen, shared at the end
+            actual_amounts[KEY_RETRIES] = flight.node.retries_used
+        failure = None
+        for ledger, held in flight.ledger_holds:
+            actual = {key: actual_amounts.get(key, 0) for key in held.amounts}
+            for key in actual:
+                if key.startswith(KEY_REPEATS_FOR):  # a repeat counts as held, whatever the end
+                    actual[key] = float(held.amounts[key])
+            try:
+                ledger.commit(held, actual)
+            except Exception as error:
+                failure = redact.error_text(error)
+        if failure is None:
+            return outcome
+        meta = {**(outcome.metadata or {}), "ledger_error": failure}
+        return outcome.with_usage(outcome.cost_usd, outcome.tokens_in, outcome.tokens_out, meta)
+
+    def release(self, flight: Flight) -> None:
+        for ledger, held in flight.ledger_holds:
+            # If the release fails the lease returns the hold; the stop is what matters.
+            with contextlib.suppress(Exception):
+                ledger.release(held)
+        flight.ledger_holds = ()
+
+
+def keys_a_call_adds(reservation: Usage) -> Iterable[str]:
+    """The stats keys a call may add to when it ends: its reservation's, and its model's or its
+    tool's cached and reasoning keys."""
+    possible = reservation._replace(cached_tokens=1, reasoning_tokens=1, tokens_in=1, tokens_out=1)
+    return dict.fromkeys(key for key, _, _ in possible.entries())
+
+
+def shared_ceilings(
+    limits: Iterable[Limit], candidates: Sequence[str]
+) -> tuple[dict[str, Any], dict[str, Limit]]:
+    """The ledger ceilings of ``limits`` for a call that may add to ``candidates``, and the
+    limit each comes from.
+
+    Every exact limit takes part, also keys the call reserves nothing for (no estimate): the
+    hold is then 0, but the commit still adds what the call actually used. A prefix limit takes
+    part through the keys of its family this call may add to (its model's or its tool's), each
+    shared on its own, as the local check counts them.
+    """
+    ceilings: dict[str, Any] = {}
+    owners: dict[str, Limit] = {}
+    for limit in limits:
+        if not limit.is_ceiling:
+            continue  # soft and windowed limits: the policies' shared terms
+        if limit.type is LimitType.EXACT:
+            keys: Iterable[str] = (limit.key,)
+        else:
+            keys = [key for key in candidates if key.startswith(limit.key)]
+        for key in keys:
+            if key not in ceilings or limit.max_value < ceilings[key]:
+                ceilings[key] = limit.max_value  # the tightest; the first of equals
+                owners[key] = limit
+    return ceilings, owners
+
+
+def _amount(fixed: Any, reservation: Mapping[str, Any], key: str) -> Any:
+    """What a ledger holds for ``key``: a policy's ``fixed`` amount, else the call's estimate."""
+    return reservation.get(key, 0.0) if fixed is None else fixed
