@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from ampmeter.cli_run import register
+from ampmeter.cli.demo import register
 from ampmeter.demo import RUN_MAX_COST, DemoError, run_demo
 from ampmeter.demo.agent import parse_reply
 from ampmeter.demo.output import USAGE_KEYS, matches, sum_usage, totals

@@ -32,10 +32,13 @@ from ampmeter.logs import (
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 GOOD = {
-    "timestamp": "2026-01-22T08:10:00Z", "run_id": "run:q1", "event_type": "llm_completion",
-    "model": "m", "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+    "timestamp": "2026-01-22T08:10:00Z",
+    "run_id": "run:q1",
+    "event_type": "llm_completion",
+    "model": "m",
+    "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
     "cost_usd": 0.0,
-}  # fmt: skip
+}
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -200,13 +203,16 @@ def test_arbitrary_bytes_only_raise_jsonl_error(
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
     lambda inner: (
         st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
     ),
     max_leaves=12,
-)  # fmt: skip
+)
 
 
 @settings(

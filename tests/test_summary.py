@@ -45,8 +45,10 @@ def test_summary_row_matches_the_raw_events(tmp_path: Path) -> None:
     assert run.unpriced_calls == len(unpriced) == 1
     assert run.cost_usd == pytest.approx(sum(e["cost_usd"] for e in events if e not in unpriced))
     task = TaskResult.from_events(path)
-    assert (run.base_context, run.context_growth_avg) == (task.base_context,
-                                                          task.context_growth_avg)  # fmt: skip
+    assert (run.base_context, run.context_growth_avg) == (
+        task.base_context,
+        task.context_growth_avg,
+    )
     assert run.base_context == 200
     assert run.max_depth == 2  # tools under LLM calls
     assert run.halted == 1 and run.failed == 1
@@ -73,8 +75,10 @@ def test_successful_run_and_sub_agent_depth(tmp_path: Path) -> None:
 
 
 def test_across_runs_p50_and_p95(tmp_path: Path) -> None:
-    paths = [make_event_log(tmp_path / "a.jsonl", "a"),
-             make_event_log(tmp_path / "b.jsonl", "b", halt=False)]  # fmt: skip
+    paths = [
+        make_event_log(tmp_path / "a.jsonl", "a"),
+        make_event_log(tmp_path / "b.jsonl", "b", halt=False),
+    ]
     with (
         JsonlSink(tmp_path / "c.jsonl", flush="line") as sink,
         ExecutionContext("c", sinks=[sink], chain_id="c") as ctx,
@@ -110,8 +114,11 @@ def test_summary_errors_name_file_and_line(tmp_path: Path) -> None:
     broken.write_text("\n".join([good[0], "", "{oops", good[1]]) + "\n")
     with pytest.raises(JsonlError, match=rf"{broken}:3"):
         summarize([broken])
-    assert summarize([broken], best_effort=True).runs[0].llm_calls + \
-        summarize([broken], best_effort=True).runs[0].tool_calls == 2  # fmt: skip
+    assert (
+        summarize([broken], best_effort=True).runs[0].llm_calls
+        + summarize([broken], best_effort=True).runs[0].tool_calls
+        == 2
+    )
     bad = tmp_path / "bad.jsonl"
     event = orjson.loads(good[1])
     event["cost_usd"] = "free"
@@ -130,8 +137,9 @@ def _assert_identical(plain: SummaryTable, duck: SummaryTable) -> None:
     assert [r.run_id for r in duck.runs] == [r.run_id for r in plain.runs]
     for a, b in zip(plain.runs, duck.runs, strict=True):
         left, right = a.to_dict(), b.to_dict()
-        assert [(k, type(v), repr(v)) for k, v in right.items()] == \
-            [(k, type(v), repr(v)) for k, v in left.items()]  # fmt: skip
+        assert [(k, type(v), repr(v)) for k, v in right.items()] == [
+            (k, type(v), repr(v)) for k, v in left.items()
+        ]
     assert repr(duck.across) == repr(plain.across)
 
 
@@ -145,8 +153,10 @@ def _both(paths: list[Path]) -> SummaryTable:
 
 
 def test_duckdb_engine_is_identical_on_real_logs(tmp_path: Path) -> None:
-    paths = [make_event_log(tmp_path / "a.jsonl", "a"),
-             make_event_log(tmp_path / "b.jsonl", "b", halt=False)]  # fmt: skip
+    paths = [
+        make_event_log(tmp_path / "a.jsonl", "a"),
+        make_event_log(tmp_path / "b.jsonl", "b", halt=False),
+    ]
     nested = tmp_path / "nested.jsonl"
     with (
         JsonlSink(nested, flush="line") as sink,
@@ -198,19 +208,25 @@ def _write_events(directory: Path, items: list[dict[str, Any]], unique: bool) ->
     lines: list[list[bytes]] = [[], [], []]
     for n, item in enumerate(items):
         meta: dict[str, Any] = {"retries_used": item["retries"]}
-        for key, value in (("status", item["status"]), ("stop_reason", item["stop"]),
-                           ("error_class", item["error"]),
-                           ("termination_reason", item["termination"])):  # fmt: skip
+        for key, value in (
+            ("status", item["status"]),
+            ("stop_reason", item["stop"]),
+            ("error_class", item["error"]),
+            ("termination_reason", item["termination"]),
+        ):
             if value is not None:
                 meta[key] = value
         if item["unpriced"]:
             meta["cost_status"] = "unpriced"
         event: dict[str, Any] = {
-            "run_id": item["run"], "event_type": item["event_type"],
+            "run_id": item["run"],
+            "event_type": item["event_type"],
             "span_id": f"n{n}" if unique else f"n{item['span']}",
             "usage": {"prompt_tokens": item["tokens_in"], "completion_tokens": item["tokens_out"]},
-            "cost_usd": item["cost"], "latency_ms": item["latency"], "metadata": meta,
-        }  # fmt: skip
+            "cost_usd": item["cost"],
+            "latency_ms": item["latency"],
+            "metadata": meta,
+        }
         if item["parent"] is not None:
             event["parent_id"] = f"n{item['parent']}" if item["parent"] != "root" else "root"
         lines[item["file"]].append(orjson.dumps(event))
@@ -230,24 +246,40 @@ def test_duckdb_engine_is_identical_on_random_logs(
 
 def test_duckdb_engine_is_identical_on_thousands_of_deep_events(tmp_path: Path) -> None:
     rng = random.Random(11)
-    items = [{
-        "file": rng.randrange(3), "run": f"r{i // 150}",
-        "event_type": rng.choice(_EVENT_TYPES), "span": 0,
-        # mostly a recent call of the same run as parent: chains dozens of calls deep
-        "parent": None if rng.random() < 0.02 else max(i // 150 * 150, i - rng.randrange(1, 9)),
-        "status": rng.choice(["success", "success", "fail", "halt"]),
-        "tokens_in": rng.randrange(5000), "tokens_out": rng.randrange(100),
-        "cost": rng.random() / 7, "unpriced": rng.random() < 0.1, "retries": rng.randrange(3),
-        "stop": None, "error": "E", "termination": None, "latency": rng.random() * 100,
-    } for i in range(6000)]  # fmt: skip
+    items = [
+        {
+            "file": rng.randrange(3),
+            "run": f"r{i // 150}",
+            "event_type": rng.choice(_EVENT_TYPES),
+            "span": 0,
+            # mostly a recent call of the same run as parent: chains dozens of calls deep
+            "parent": None if rng.random() < 0.02 else max(i // 150 * 150, i - rng.randrange(1, 9)),
+            "status": rng.choice(["success", "success", "fail", "halt"]),
+            "tokens_in": rng.randrange(5000),
+            "tokens_out": rng.randrange(100),
+            "cost": rng.random() / 7,
+            "unpriced": rng.random() < 0.1,
+            "retries": rng.randrange(3),
+            "stop": None,
+            "error": "E",
+            "termination": None,
+            "latency": rng.random() * 100,
+        }
+        for i in range(6000)
+    ]
     table = _both(_write_events(tmp_path, items, unique=True))
     assert max(r.max_depth for r in table.runs) > 30
 
 
 def test_duplicated_span_ids_and_cycles_follow_the_plain_rules(tmp_path: Path) -> None:
     def event(span: str, parent: str | None, run: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"run_id": run, "event_type": "llm_completion", "span_id": span,
-                               "usage": {"prompt_tokens": 1}, "cost_usd": 0.0}  # fmt: skip
+        out: dict[str, Any] = {
+            "run_id": run,
+            "event_type": "llm_completion",
+            "span_id": span,
+            "usage": {"prompt_tokens": 1},
+            "cost_usd": 0.0,
+        }
         if parent is not None:
             out["parent_id"] = parent
         return out
@@ -293,8 +325,13 @@ def _damaged(tmp_path: Path, change: str) -> Path:
         event["metadata"] = ["x"]
     elif change == "not an object":
         lines[1] = "[1, 2]"
-    if change in ("run_id number", "span_id missing", "cost string", "tokens negative",
-                  "metadata not an object"):  # fmt: skip
+    if change in (
+        "run_id number",
+        "span_id missing",
+        "cost string",
+        "tokens negative",
+        "metadata not an object",
+    ):
         lines[1] = orjson.dumps(event).decode()
     path.write_text("\n".join(lines) + ("\n" if change != "cut last line" else ""))
     return path
@@ -302,9 +339,18 @@ def _damaged(tmp_path: Path, change: str) -> Path:
 
 @pytest.mark.parametrize(
     "change",
-    ["nan elsewhere", "trailing comma", "cut last line", "run_id number", "span_id missing",
-     "cost string", "tokens negative", "metadata not an object", "not an object"],
-)  # fmt: skip
+    [
+        "nan elsewhere",
+        "trailing comma",
+        "cut last line",
+        "run_id number",
+        "span_id missing",
+        "cost string",
+        "tokens negative",
+        "metadata not an object",
+        "not an object",
+    ],
+)
 def test_duckdb_engine_leaves_what_it_cannot_read_exactly_to_the_plain_reader(
     tmp_path: Path, change: str
 ) -> None:
@@ -370,7 +416,9 @@ def test_cli_summary_engines_print_the_same_table(tmp_path: Path) -> None:
     bad = _damaged(tmp_path, "run_id number")
     result = runner.invoke(app, ["summary", "--engine", "duckdb", str(bad)])
     assert result.exit_code == 2
-    assert result.stderr.strip() == f"ampmeter summary: error: {bad}:2: 'run_id' must be a " \
-        "string, got 7"  # fmt: skip
+    assert (
+        result.stderr.strip() == f"ampmeter summary: error: {bad}:2: 'run_id' must be a "
+        "string, got 7"
+    )
     result = runner.invoke(app, ["summary", "--engine", "spark", str(a)])
     assert result.exit_code == 2 and "Traceback" not in result.output

@@ -15,8 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ampmeter.analysis.runs import Call
+from ampmeter.cli.watch.state import RUNNING, RunState, WatchState
 from ampmeter.keys import KEY_COST, KEY_COST_FOR, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS
-from ampmeter.watch.state import RUNNING, RunState, WatchState
 
 __all__ = ["FrameInfo", "render_frame"]
 
@@ -99,18 +99,25 @@ def _limits(state: WatchState, run: RunState) -> Table:
             continue
         share = used / cap if cap > 0 else (1.0 if used > 0 else 0.0)
         style = "red" if share >= 1 else "yellow" if share >= 0.8 else "green"
-        bar = ProgressBar(total=1.0, completed=min(share, 1.0), width=_BAR_WIDTH,
-                          complete_style=style, finished_style=style)  # fmt: skip
-        grid.add_row(escape(key), _amount(key, used), bar,
-                     f"{share:.0%} of {_amount(key, cap)}")  # fmt: skip
+        bar = ProgressBar(
+            total=1.0,
+            completed=min(share, 1.0),
+            width=_BAR_WIDTH,
+            complete_style=style,
+            finished_style=style,
+        )
+        grid.add_row(escape(key), _amount(key, used), bar, f"{share:.0%} of {_amount(key, cap)}")
     return grid
 
 
 def _label(call: Call | None, span: str, open_children: int) -> Text:
     if call is None:
         mark, style = _MARK[RUNNING]
-        return Text.assemble((f"{mark} running ", style), (span, "bold"),
-                             (f"  ({open_children} call(s) in it ended)", "dim"))  # fmt: skip
+        return Text.assemble(
+            (f"{mark} running ", style),
+            (span, "bold"),
+            (f"  ({open_children} call(s) in it ended)", "dim"),
+        )
     mark, style = _MARK.get(call.status, ("?", "white"))
     text = Text.assemble((f"{mark} ", style), (f"{call.kind} ", "dim"), (call.name, "bold"))
     if call.model:
@@ -171,8 +178,7 @@ def _tree(run: RunState, max_rows: int) -> Text:
 
 def _run_block(state: WatchState, run: RunState, max_rows: int) -> Group:
     running = run.running()
-    status = (f"[yellow]{len(running)} running[/]" if running
-              else "[dim]nothing running[/]")  # fmt: skip
+    status = f"[yellow]{len(running)} running[/]" if running else "[dim]nothing running[/]"
     title = Text.from_markup(f"[bold underline]run {escape(run.run_id)}[/]  {status}")
     return Group(title, _limits(state, run), _tree(run, max_rows))
 
@@ -181,8 +187,9 @@ def _stops(state: WatchState) -> Table | Text:
     stops = state.stops()
     if not stops:
         return Text("no call stopped by a limit", style="dim")
-    table = Table(title="last stops", title_justify="left", box=None, show_header=True,
-                  header_style="bold")  # fmt: skip
+    table = Table(
+        title="last stops", title_justify="left", box=None, show_header=True, header_style="bold"
+    )
     for column in ("time", "run", "call", "reason"):
         table.add_column(column, overflow="fold")
     for stop in stops:

@@ -113,7 +113,7 @@ class RunState:
 
 
 class WatchState:
-    """Runs built from the events that :class:`~ampmeter.watch.follow.LogFollower` reads."""
+    """Runs built from the events that :class:`~ampmeter.cli.watch.follow.LogFollower` reads."""
 
     def __init__(self, ceilings: Mapping[str, float] | None = None) -> None:
         self.ceilings: dict[str, float] = dict(ceilings or {})

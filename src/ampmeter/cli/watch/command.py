@@ -55,23 +55,27 @@ def _watch(
     or the same AMPMETER_MAX_* variables as `ampmeter run`; a stop in the log also shows the
     ceiling of the limit that made it.
     """
-    from ampmeter.runner import RunConfig, parse_model_limits
-    from ampmeter.watch import watch
+    from ampmeter.cli.run.config import RunConfig, parse_model_limits
+    from ampmeter.cli.watch.live import watch
 
     try:
         config = RunConfig.from_env(
-            os.environ, max_cost=max_cost, max_llm_calls=max_llm_calls,
+            os.environ,
+            max_cost=max_cost,
+            max_llm_calls=max_llm_calls,
             max_input_tokens=max_input_tokens,
             max_tokens_per_model=parse_model_limits(max_tokens_per_model or []),
-        )  # fmt: skip
+        )
     except ValueError as exc:
         typer.echo(f"ampmeter watch: error: {exc}", err=True)
         raise typer.Exit(2) from None
     compressed = [p for p in logs if p.endswith(".gz") and not _is_glob(p)]
     if compressed:
-        typer.echo(f"ampmeter watch: error: {compressed[0]} is compressed; watch follows plain "
-                   "JSONL files as they grow (use `ampmeter summary` or `report` for .gz)",
-                   err=True)  # fmt: skip
+        typer.echo(
+            f"ampmeter watch: error: {compressed[0]} is compressed; watch follows plain "
+            "JSONL files as they grow (use `ampmeter summary` or `report` for .gz)",
+            err=True,
+        )
         raise typer.Exit(2)
     if once and not any(os.path.isfile(p) or _is_glob(p) for p in logs):
         typer.echo(f"ampmeter watch: error: no such file: {logs[0]}", err=True)
