@@ -165,12 +165,18 @@ def test_validate_reports_every_bad_line(tmp_path: Path) -> None:
     out = result.stdout
     assert f"{mixed}:2: " in out and "'model' is a required property" in out
     assert f"{mixed}:4: invalid JSON" in out
-    assert f"{mixed}:5: not a JSON object" in out
+    assert f"{mixed}:5: expected a JSON object, got an array" in out
     assert f"{mixed}:6: field 'usage.prompt_tokens'" in out
     assert f"{mixed}:1:" not in out and f"{mixed}:7:" not in out
-    assert f"{mixed}:8: warning: incomplete last line" in result.stderr
+    # The last line has its newline: a line that does not parse, not a cut-off write.
+    assert f"{mixed}:8: invalid JSON" in out
     assert f"{stream}:1: 't' must be an int" in out
-    assert "5 bad line(s) in 2 of 3 file(s)" in result.stderr
+    assert "6 bad line(s) in 2 of 3 file(s)" in result.stderr
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(lines[0] + "\n" + '{"cut')  # no newline: a cut-off write
+    result = runner.invoke(app, ["validate", str(cut)])
+    assert result.exit_code == 0
+    assert f"{cut}:2: warning: incomplete last line" in result.stderr
 
     result = runner.invoke(app, ["validate", str(tmp_path / "missing.jsonl")])
     assert result.exit_code == 2
@@ -188,7 +194,7 @@ def test_report_command_writes_html(tmp_path: Path) -> None:
     bad.write_text('{"run_id": "x", "event_type": "llm_completion"}\n')
     result = runner.invoke(app, ["report", str(bad), "-o", str(tmp_path / "r2.html")])
     assert result.exit_code == 2
-    assert f"{bad}:1: missing 'usage'" in _one_clear_line(result.stderr)
+    assert f"{bad}:1: field 'usage': must be an object" in _one_clear_line(result.stderr)
 
 
 def test_real_process(tmp_path: Path) -> None:

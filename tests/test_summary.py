@@ -123,7 +123,7 @@ def test_summary_errors_name_file_and_line(tmp_path: Path) -> None:
     event = orjson.loads(good[1])
     event["cost_usd"] = "free"
     bad.write_text("\n".join([good[0], orjson.dumps(event).decode()]) + "\n")
-    with pytest.raises(AnalysisError, match=rf"{bad}:2: 'cost_usd' must be a number"):
+    with pytest.raises(JsonlError, match=rf"{bad}:2: field 'cost_usd': must be a number"):
         summarize([bad])
     with pytest.raises(FileNotFoundError):
         summarize([tmp_path / "missing.jsonl"])
@@ -371,7 +371,8 @@ def test_duckdb_engine_leaves_what_it_cannot_read_exactly_to_the_plain_reader(
     if change in ("nan elsewhere", "trailing comma", "not an object"):
         assert plain[0][0] is JsonlError  # type: ignore[index]
     if change in ("run_id number", "cost string", "tokens negative"):
-        assert plain[0][0] is AnalysisError  # type: ignore[index]
+        assert plain[0][0] is JsonlError  # type: ignore[index]
+        assert "field '" in plain[0][1]  # type: ignore[index]
         assert f"{path}:2:" in plain[0][1]  # type: ignore[index]
 
 
@@ -412,13 +413,14 @@ def test_cli_summary_engines_print_the_same_table(tmp_path: Path) -> None:
     result = runner.invoke(app, ["summary", "--engine", "duckdb", "--best-effort", str(a)])
     assert result.exit_code == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "best_effort" in lines[0] and "Traceback" not in result.stderr
+    assert len(lines) == 1 and "--best-effort" in lines[0] and "Traceback" not in result.stderr
+    assert "best_effort" not in lines[0].replace("--best-effort", "")
     bad = _damaged(tmp_path, "run_id number")
     result = runner.invoke(app, ["summary", "--engine", "duckdb", str(bad)])
     assert result.exit_code == 2
     assert (
-        result.stderr.strip() == f"ampmeter summary: error: {bad}:2: 'run_id' must be a "
-        "string, got 7"
+        result.stderr.strip() == f"ampmeter summary: error: {bad}:2: field 'run_id': must be a "
+        "string, got 7 (--best-effort skips bad lines and counts them)"
     )
     result = runner.invoke(app, ["summary", "--engine", "spark", str(a)])
     assert result.exit_code == 2 and "Traceback" not in result.output

@@ -85,7 +85,9 @@ def summary_command(
     """
     from ampmeter.analysis import summarize
 
-    with user_errors("summary"):
+    if engine is EngineName.duckdb and best_effort:
+        fail("summary", "--engine duckdb reads strictly; use --engine python with --best-effort")
+    with user_errors("summary", best_effort_flag=True):
         try:
             table = summarize(
                 logs,
@@ -157,7 +159,7 @@ def amortize_command(
     """
     from ampmeter.analysis import amortization_table, write_extended_csv, write_v0_csv
 
-    with user_errors("amortize"):
+    with user_errors("amortize", best_effort_flag=True):
         # Columns, not a dict per row: a million-problem stream stays fast.
         table = amortization_table(
             stream,
@@ -221,7 +223,7 @@ def report_command(
     """
     from ampmeter.report import write_report
 
-    with user_errors("report"):
+    with user_errors("report", best_effort_flag=True):
         write_report(logs, output, title=title, best_effort=best_effort)
     err.print(Text(printable(f"wrote {output}")))
 

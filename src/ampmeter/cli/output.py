@@ -102,16 +102,20 @@ def os_error_message(exc: OSError) -> str:
 
 
 @contextlib.contextmanager
-def user_errors(command: str) -> Iterator[None]:
+def user_errors(command: str, *, best_effort_flag: bool = False) -> Iterator[None]:
     """Turn the errors a user can cause into one line on stderr and exit status 2; show
-    warnings (such as a cut-off last line) as one line each."""
+    warnings (such as a cut-off last line) as one line each. ``best_effort_flag``: the command
+    has ``--best-effort``, and a bad line's error says so."""
     from ampmeter.errors import AnalysisError, JsonlError
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             yield
-        except (JsonlError, AnalysisError) as exc:
+        except JsonlError as exc:
+            hint = " (--best-effort skips bad lines and counts them)" if best_effort_flag else ""
+            fail(command, f"{exc}{hint}")
+        except AnalysisError as exc:
             fail(command, str(exc))
         except OSError as exc:
             fail(command, os_error_message(exc))
