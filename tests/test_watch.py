@@ -170,8 +170,10 @@ def test_once_frame_shows_tree_bars_stops_and_a_pending_line(tmp_path: Path) -> 
     log.write_bytes(event("n000003", "n000002") + halted + event("n000005")[:30])
     text = frame(str(log), "--max-cost", "0.004")
     assert "1 file(s), 2 line(s), 30 byte(s) of a line still being written" in text
-    assert "● running n000002" in text and "✓ llm op_n000003" in text
-    assert "■ llm op_n000004  m  stopped: limit exceeded: amp:llm_calls = 3 > 2" in text
+    # A real tree: the running call's inner call is drawn under it, one level in.
+    assert "├─ ● running  n000002, 1 inner call(s) ended" in text
+    assert "│  └─ ✓ llm op_n000003" in text
+    assert "└─ ■ llm op_n000004  m  stopped: limit exceeded: amp:llm_calls = 3 > 2" in text
     assert re.search(r"amp:cost\s+\$0\.001000 .*25% of \$0\.004000", text), text
     assert re.search(r"amp:llm_calls\s+1 .*50% of 2", text), text  # learned from the stop
     assert "last stops" in text
@@ -212,14 +214,18 @@ def test_a_call_still_running_in_another_process_is_shown_running(tmp_path: Path
     proc = subprocess.Popen([sys.executable, str(script), str(log), str(tmp_path)])
     try:
         text = wait_for("the inner call's line", frame_showing("draft", str(log)))
-        assert "● running n000002" in text and "1 running" in text
+        # Its inner call names the context it ran in; the call itself has not ended yet.
+        assert "└─ ● running in worker  n000002, 1 inner call(s) ended" in text, text
+        assert "   └─ ✓ llm draft" in text
+        assert "1 running" in text
         assert "✓ llm draft  gpt-4o-mini  1,000→200 tok" in text
         (tmp_path / "go").touch()
         assert proc.wait(timeout=WAIT_S) == 0
     finally:
         proc.kill()
     text = frame(str(log))
-    assert "✓ system research" in text and "nothing running" in text and "● running" not in text
+    assert "✓ system research" in text and "● running" not in text
+    assert "run worker" in text and "■ ended: success" in text
 
 
 LOOP = """
@@ -279,7 +285,7 @@ def test_frames_follow_a_real_ampmeter_run_until_its_limit_stops_it(
     text = frame(str(log), "--max-llm-calls", "3")
     assert "stopped: limit exceeded: amp:llm_calls = 4 > 3" in text
     assert re.search(r"amp:llm_calls\s+3 .*100% of 3", text), text
-    assert text.count("✓ llm ") == 3 and "nothing running" in text
+    assert text.count("✓ llm ") == 3 and "■ ended: stopped by a limit" in text
 
 
 @pytest.fixture
@@ -321,7 +327,7 @@ def test_live_view_in_a_real_terminal(tmp_path: Path, tmux: str) -> None:
         with ctx.llm_call("plan", model="gpt-4o-mini", max_tokens=500) as call:
             call.record(tokens_in=10_000, tokens_out=500)
         shown = wait_for("the first call", screen("llm plan"))
-        assert "run live-run" in shown and "amp:cost" in shown and "of $0.010000" in shown
+        assert "run agent  live-run" in shown and "amp:cost" in shown and "of $0.010000" in shown
         with pytest.raises(LimitExceeded):
             for _ in range(5):
                 with ctx.llm_call("act", model="gpt-4o-mini", max_tokens=500) as call:

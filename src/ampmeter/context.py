@@ -288,6 +288,7 @@ class Call:
         prompt_size: RequestSize | None = None,
     ) -> None:
         meta = {} if metadata is None else _validate.metadata(metadata)
+        meta.setdefault("context", context.name)  # the event log's metadata.context
         if provider is not None:
             meta[META_PROVIDER] = provider
         self.context = context

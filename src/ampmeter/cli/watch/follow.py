@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ampmeter.analysis.validate import file_kind
 from ampmeter.logs import event_problem, iter_lines
 
 __all__ = ["FileBatch", "LogFollower"]
@@ -74,8 +75,12 @@ class LogFollower:
         for pattern in self.patterns:
             if _is_pattern(pattern):
                 names = sorted(glob.glob(pattern))
-            elif os.path.isdir(pattern):
-                names = sorted(glob.glob(os.path.join(glob.escape(pattern), "*.jsonl")))
+            elif os.path.isdir(pattern):  # its event logs, not the stream logger's other files
+                names = [
+                    name
+                    for name in sorted(glob.glob(os.path.join(glob.escape(pattern), "*.jsonl")))
+                    if file_kind(name) == "events"
+                ]
             else:
                 names = [pattern]
             # A compressed file cannot be followed as it grows: only plain JSONL is.
