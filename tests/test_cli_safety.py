@@ -171,3 +171,13 @@ def test_run_and_demo_errors_have_the_same_shape(args: list[str]) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 2
     assert one_error_line(result.stderr).startswith(f"ampmeter {args[0]}: error: ")
+
+
+def test_numbers_have_one_format_and_no_exponent() -> None:
+    from ampmeter.cli.output import number
+
+    assert number(1.198e6) == number(1_198_000) == "1,198,000"
+    assert number(1_198_000.5) == "1,198,000.5"
+    assert number(0.5) == "0.5" and number(2.5e-7) == "0.00000025"
+    assert number(None) == "-"
+    assert all("e" not in number(x) for x in (1e20, 3.3e-9, 123456.789))

@@ -116,7 +116,7 @@ def test_loop_on_local_model_is_stopped_by_limit(
         env=env,
     )
     assert result.exit_code == EXIT_LIMIT
-    assert "run stopped: limit exceeded: amp:llm_calls" in result.output
+    assert "ampmeter run: stopped: limit exceeded: amp:llm_calls" in result.output
     assert "LLM calls" in result.output and "context growth" in result.output
     events = [json.loads(line) for line in out.read_text().splitlines()]
     for event in events:
