@@ -19,9 +19,10 @@ from typing import Any
 import orjson
 from rich.console import Console
 
+from ampmeter.cli.watch.follow import LogFollower
+from ampmeter.cli.watch.state import WatchState
+from ampmeter.cli.watch.view import FrameInfo, render_frame
 from ampmeter.logs import read_jsonl
-from ampmeter.watch import LogFollower, WatchState, render_frame
-from ampmeter.watch.view import FrameInfo
 
 PIECES = 100
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ampmeter.cli import app, os_error_message, printable
+from ampmeter.cli import app
+from ampmeter.cli.output import os_error_message, printable
 from ampmeter.logs.reader import MAX_LINE_ENV
 from test_analysis import make_event_log, make_stream_logs
 
@@ -62,8 +63,11 @@ def test_summary_as_a_real_process_prints_markup_literally(tmp_path: Path) -> No
     log = make_event_log(tmp_path / "a.jsonl", "[/bold]\x1b[2J")
     done = subprocess.run(
         [sys.executable, "-m", "ampmeter", "summary", str(log)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "[/bold]\\x1b[2J" in done.stdout
     no_raw_control(done.stdout + done.stderr)
@@ -82,9 +86,14 @@ def test_file_names_in_messages_are_escaped(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["summary"], ["summary", "--bogus", "x.jsonl"], ["amortize", "x.stream.jsonl"],
-     ["summary", "--engine", "spark", "x.jsonl"], ["nosuchcommand"]],
-)  # fmt: skip
+    [
+        ["summary"],
+        ["summary", "--bogus", "x.jsonl"],
+        ["amortize", "x.stream.jsonl"],
+        ["summary", "--engine", "spark", "x.jsonl"],
+        ["nosuchcommand"],
+    ],
+)
 def test_usage_errors_are_one_line_exit_2(args: list[str]) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 2
@@ -116,8 +125,10 @@ def test_an_unwritable_output_is_named_not_its_temp_file(tmp_path: Path, output:
     log = make_event_log(tmp_path / "a.jsonl")
     streams = make_stream_logs(tmp_path / "s", problems=2)
     target = tmp_path if output == "dir" else Path(output)
-    for args in (["report", str(log), "-o", str(target)],
-                 ["amortize", str(streams["stream"]), "-o", str(target)]):  # fmt: skip
+    for args in (
+        ["report", str(log), "-o", str(target)],
+        ["amortize", str(streams["stream"]), "-o", str(target)],
+    ):
         result = runner.invoke(app, args)
         assert result.exit_code == 2
         line = one_error_line(result.stderr)
@@ -160,3 +171,13 @@ def test_run_and_demo_errors_have_the_same_shape(args: list[str]) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 2
     assert one_error_line(result.stderr).startswith(f"ampmeter {args[0]}: error: ")
+
+
+def test_numbers_have_one_format_and_no_exponent() -> None:
+    from ampmeter.cli.output import number
+
+    assert number(1.198e6) == number(1_198_000) == "1,198,000"
+    assert number(1_198_000.5) == "1,198,000.5"
+    assert number(0.5) == "0.5" and number(2.5e-7) == "0.00000025"
+    assert number(None) == "-"
+    assert all("e" not in number(x) for x in (1e20, 3.3e-9, 123456.789))

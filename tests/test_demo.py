@@ -6,12 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from ampmeter.cli_run import register
 from ampmeter.demo import RUN_MAX_COST, DemoError, run_demo
 from ampmeter.demo.agent import parse_reply
 from ampmeter.demo.output import USAGE_KEYS, matches, sum_usage, totals
@@ -192,8 +190,8 @@ def test_totals_says_when_the_run_is_not_the_sum(tmp_path: Path) -> None:
     ],
 )
 def test_demo_command_reports_bad_flags(args: list[str], match: str) -> None:
-    app = typer.Typer()
-    register(app)
+    from ampmeter.cli import app
+
     result = CliRunner().invoke(app, ["demo", *args])
     assert result.exit_code == 2
     assert match in result.output

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from ampmeter.logs import (
     EventSchemaError,
     JsonlError,
+    SkippedLinesWarning,
     TruncatedLineWarning,
     event_errors,
     iter_lines,
@@ -32,10 +33,13 @@ from ampmeter.logs import (
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 GOOD = {
-    "timestamp": "2026-01-22T08:10:00Z", "run_id": "run:q1", "event_type": "llm_completion",
-    "model": "m", "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+    "timestamp": "2026-01-22T08:10:00Z",
+    "run_id": "run:q1",
+    "event_type": "llm_completion",
+    "model": "m",
+    "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
     "cost_usd": 0.0,
-}  # fmt: skip
+}
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -104,10 +108,10 @@ def test_cut_last_line_is_ignored_with_a_warning(tmp_path: Path) -> None:
         reader = read_jsonl(path)
         assert list(reader) == [{"a": 1}, {"a": 2}]
     assert reader.summary.truncated_last_line
-    # followed only by blank lines, it is still the last line
+    # with its newline it is a complete line that does not parse: an error, not a cut write
     path = write(tmp_path / "cut2.jsonl", b'{"a":1}\n{"a\n\n  \n')
-    with pytest.warns(TruncatedLineWarning):
-        assert list(read_jsonl(path)) == [{"a": 1}]
+    with pytest.raises(JsonlError, match=r"cut2.jsonl:2: invalid JSON"):
+        list(read_jsonl(path))
     # a multi-byte character cut in half is a cut write too
     path = write(tmp_path / "cut3.jsonl", b'{"a":1}\n{"a":"\xc3')
     with pytest.warns(TruncatedLineWarning):
@@ -192,6 +196,7 @@ def test_arbitrary_bytes_only_raise_jsonl_error(
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # any other warning would be a failure
         warnings.simplefilter("ignore", TruncatedLineWarning)
+        warnings.simplefilter("ignore", SkippedLinesWarning)
         try:
             for record in read_jsonl(path, best_effort=best_effort):
                 assert isinstance(record, dict)
@@ -200,13 +205,16 @@ def test_arbitrary_bytes_only_raise_jsonl_error(
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
     lambda inner: (
         st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
     ),
     max_leaves=12,
-)  # fmt: skip
+)
 
 
 @settings(
@@ -298,3 +306,68 @@ def test_sigkill_mid_run_leaves_only_valid_lines(tmp_path: Path) -> None:
     with pytest.warns(TruncatedLineWarning):
         read_back = list(read_jsonl(path))
     assert read_back == events[:-1]
+
+
+# -- one reading for every tool ----------------------------------------------------------------
+
+GOOD_LINE = orjson.dumps({**GOOD, "span_id": "s1"}).decode()
+# Each hostile last line (complete, with its newline), and the field the error must name.
+HOSTILE = {
+    "cost 1e400": (GOOD_LINE.replace('"cost_usd":0.0', '"cost_usd":1e400'), "cost_usd"),
+    "cost NaN": (GOOD_LINE.replace('"cost_usd":0.0', '"cost_usd":NaN'), "cost_usd"),
+    "cost Infinity": (GOOD_LINE.replace('"cost_usd":0.0', '"cost_usd":Infinity'), "cost_usd"),
+    "tokens -5": (
+        GOOD_LINE.replace('"prompt_tokens":5', '"prompt_tokens":-5'),
+        "usage.prompt_tokens",
+    ),
+    "tokens 10**30": (
+        GOOD_LINE.replace('"prompt_tokens":5', f'"prompt_tokens":{10**30}'),
+        "usage.prompt_tokens",
+    ),
+    "cost negative": (GOOD_LINE.replace('"cost_usd":0.0', '"cost_usd":-0.5'), "cost_usd"),
+}
+
+
+def _cli(args: list[str]) -> Any:
+    from typer.testing import CliRunner
+
+    from ampmeter.cli import app
+
+    return CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+
+
+@pytest.mark.parametrize("hostile", list(HOSTILE))
+def test_every_tool_refuses_a_hostile_complete_last_line_naming_file_line_field(
+    tmp_path: Path, hostile: str
+) -> None:
+    line, field = HOSTILE[hostile]
+    assert hostile != "tokens 10**30" or str(10**30) in line
+    log = tmp_path / "run.jsonl"
+    log.write_text(GOOD_LINE + "\n" + line + "\n")
+    where = f"{log}:2: field '{field}'"
+    validate = _cli(["validate", str(log)])
+    assert validate.exit_code == 1 and where in validate.stdout, validate.output
+    for command in (["summary", str(log)], ["report", str(log), "-o", str(tmp_path / "r.html")]):
+        strict = _cli(command)
+        assert strict.exit_code == 2, strict.output
+        assert where in strict.stderr and "--best-effort" in strict.stderr
+        tolerant = _cli([*command, "--best-effort"])
+        assert tolerant.exit_code == 0, tolerant.output
+        assert f"{log}: skipped 1 bad line(s), the first at line 2" in tolerant.stderr
+    watch = _cli(["watch", "--once", str(log)])
+    assert watch.exit_code == 0, watch.output
+    assert "1 bad line(s) skipped" in watch.stdout
+
+
+def test_every_tool_ignores_only_a_last_line_without_its_newline(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+    log.write_text(GOOD_LINE + "\n" + GOOD_LINE[:40])  # a writer killed mid-line
+    validate = _cli(["validate", str(log)])
+    assert validate.exit_code == 0 and f"{log}:2: warning: incomplete last line" in validate.stderr
+    summary = _cli(["summary", str(log)])
+    assert summary.exit_code == 0 and "incomplete last line" in summary.stderr
+    report = _cli(["report", str(log), "-o", str(tmp_path / "r.html")])
+    assert report.exit_code == 0 and "incomplete last line" in report.stderr
+    watch = _cli(["watch", "--once", str(log)])
+    assert watch.exit_code == 0 and "bad line" not in watch.stdout
+    assert "byte(s) of a line still being written" in watch.stdout

@@ -12,16 +12,21 @@ from typing import Any
 import pytest
 
 from ampmeter.analysis import summarize
-from ampmeter.runner import EXIT_LIMIT, EXIT_TIMEOUT, RunConfig, run_command
+from ampmeter.cli.run.config import RunConfig
+from ampmeter.cli.run.parent import EXIT_LIMIT, EXIT_TIMEOUT, run_command
 from ampmeter.testing.replay import ReplayResponse, ReplayServer
 from redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
 COMPLETION = {
-    "id": "c1", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini",
-    "choices": [{"index": 0, "finish_reason": "stop",
-                 "message": {"role": "assistant", "content": "yes"}}],
+    "id": "c1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "gpt-4o-mini",
+    "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "yes"}}
+    ],
     "usage": {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10},
-}  # fmt: skip
+}
 
 # Four workers, each trying three calls; a refused call ends the worker quietly.
 APP = """
@@ -73,8 +78,9 @@ def run_app(tmp_path: Path, mode: str, config: RunConfig) -> tuple[Any, list[dic
     return outcome, events, requests
 
 
-@pytest.mark.parametrize("mode", ["fork", "spawn", "forkserver", "subprocess", "pool-fork",
-                                  "pool-spawn"])  # fmt: skip
+@pytest.mark.parametrize(
+    "mode", ["fork", "spawn", "forkserver", "subprocess", "pool-fork", "pool-spawn"]
+)
 def test_limit_holds_across_worker_processes(tmp_path: Path, mode: str) -> None:
     out = tmp_path / "events.jsonl"
     outcome, events, requests = run_app(tmp_path, mode, RunConfig(max_llm_calls=2, out=str(out)))
@@ -96,7 +102,30 @@ def test_limit_holds_across_worker_processes(tmp_path: Path, mode: str) -> None:
     assert outcome.summary["llm_calls"] == len(llm)
     assert outcome.summary["halted_calls"] == statuses.count("halt")
     assert outcome.summary["tokens_in"] == 18
-    assert outcome.exit_code in (0, EXIT_LIMIT)
+    # A worker's call was stopped: the run says so, whichever process lived to the end.
+    assert outcome.exit_code == EXIT_LIMIT
+    assert outcome.summary["termination"] == "limit_exceeded" == run.termination
+    assert outcome.stop_reason is not None and "amp:llm_calls" in outcome.stop_reason
+
+
+def test_a_spawn_pool_that_hits_a_limit_gives_the_same_answer_every_time(tmp_path: Path) -> None:
+    """Pool workers end by SIGTERM when the pool closes and never write a summary of their
+    own; the answer comes from the run's log, so it does not depend on which lived longest."""
+    answers = set()
+    for attempt in range(3):
+        out = tmp_path / f"events{attempt}.jsonl"
+        outcome, _, requests = run_app(
+            tmp_path, "pool-spawn", RunConfig(max_llm_calls=2, out=str(out))
+        )
+        assert requests == 2
+        # (The reason's wording says whether the worker's own count or the shared ledger
+        # refused the call; either way it names the limit.)
+        reason = outcome.stop_reason or ""
+        answers.add((outcome.exit_code, outcome.summary["termination"], "amp:llm_calls" in reason))
+        (run,) = summarize([out]).runs
+        assert run.termination == outcome.summary["termination"]
+    assert len(answers) == 1, answers
+    assert answers == {(EXIT_LIMIT, "limit_exceeded", True)}
 
 
 def test_a_process_that_outlives_the_program_is_waited_for_briefly(tmp_path: Path) -> None:
@@ -179,8 +208,9 @@ def test_forked_child_does_not_inherit_the_parents_spend(tmp_path: Path) -> None
         env = {**os.environ, "LLM_URL": server.openai_base_url}
         outcome = run_command([str(program)], RunConfig(max_llm_calls=3, out=str(out)), env=env)
         assert len(server.requests) == 3
-    assert outcome.exit_code == 0
-    assert outcome.summary is not None
+    # The child caught the stop and exited 0; a limit still stopped a call of the run.
+    assert outcome.program_exit_code == 0
+    assert outcome.exit_code == EXIT_LIMIT
     assert outcome.summary["llm_calls"] == 4  # 2 + 1 in the child, and its refused one
     assert outcome.summary["processes"] == 2
 
@@ -209,8 +239,8 @@ def test_timeout_ends_the_whole_process_group(tmp_path: Path) -> None:
         f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
         "time.sleep(600)\n"
     )
-    # Long enough for a loaded machine to start the program (the kill comes 5 s after it).
-    outcome = run_command([str(program)], RunConfig(timeout=10.0))
+    # Long enough for a loaded machine to start the program and its child.
+    outcome = run_command([str(program)], RunConfig(timeout=10.0, grace=0.5))
     assert outcome.exit_code == EXIT_TIMEOUT
     grandchild = int(pid_file.read_text())
     for _ in range(200):  # the kill is sent; give the kernel a moment to reap it
@@ -218,6 +248,32 @@ def test_timeout_ends_the_whole_process_group(tmp_path: Path) -> None:
             break
         time.sleep(0.05)
     assert not _alive(grandchild)
+
+
+def test_timeout_stops_the_work_at_its_time(tmp_path: Path) -> None:
+    """`--timeout 1` over `sleep 5`: the program gets SIGTERM at 1 s (sleep ends on it), not
+    after a hidden grace period."""
+    started = time.monotonic()
+    outcome = run_command(["sleep", "5"], RunConfig(timeout=1.0))
+    elapsed = time.monotonic() - started
+    assert outcome.exit_code == EXIT_TIMEOUT
+    assert outcome.program_exit_code == -15  # SIGTERM, not the grace period's SIGKILL
+    assert outcome.summary["termination"] == "timeout"
+    assert outcome.stop_reason == "timeout: stopped at --timeout 1 s"
+    assert 1.0 <= elapsed < 2.5, elapsed
+
+
+def test_a_program_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
+    program = tmp_path / "stubborn.py"
+    program.write_text(
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(30)\n"
+    )
+    started = time.monotonic()
+    outcome = run_command([str(program)], RunConfig(timeout=1.5, grace=0.5))
+    elapsed = time.monotonic() - started
+    assert outcome.exit_code == EXIT_TIMEOUT
+    assert outcome.program_exit_code == -9
+    assert 2.0 <= elapsed < 4.0, elapsed
 
 
 def _alive(pid: int) -> bool:

@@ -10,10 +10,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from ampmeter.cli_run import register
+from ampmeter.cli import app as cli_app
+from ampmeter.cli.run.config import RunConfig, parse_model_limits
+from ampmeter.cli.run.parent import EXIT_LIMIT, run_command
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.logs.schema import validate_event
-from ampmeter.runner import EXIT_LIMIT, RunConfig, parse_model_limits, run_command
 
 LOOP = """
 import os, openai
@@ -26,15 +27,15 @@ for i in range(100):
 
 
 def app() -> typer.Typer:
-    application = typer.Typer()
-    register(application)
-    return application
+    return cli_app
 
 
 def test_parse_model_limits() -> None:
     assert parse_model_limits(["gpt-4o=100", " a=b=7 "]) == {"gpt-4o": 100, "a=b": 7}
     for bad in ("gpt-4o", "=5", "m=x", "m=-1"):
-        with pytest.raises(ValueError, match=r"MODEL=N|integer|>= 0"):
+        with pytest.raises(
+            ValueError, match=r"^--max-tokens-per-model .*(MODEL=N|whole number|>= 0)"
+        ):
             parse_model_limits([bad])
 
 
@@ -63,10 +64,12 @@ def test_bad_env_value_is_named(env: dict[str, str]) -> None:
 
 
 def test_negative_or_nan_limits_are_refused() -> None:
-    with pytest.raises(ValueError, match="max cost"):
+    with pytest.raises(ValueError, match=r"^--max-cost must be a finite number >= 0"):
         RunConfig(max_cost=-1.0)
-    with pytest.raises(ValueError, match="timeout"):
+    with pytest.raises(ValueError, match=r"^--timeout must be"):
         RunConfig(timeout=float("nan"))
+    with pytest.raises(ValueError, match=r"^--grace must be"):
+        RunConfig(grace=-2.0)
     with pytest.raises(ValueError, match="no command"):
         run_command([], RunConfig())
 
@@ -113,7 +116,7 @@ def test_loop_on_local_model_is_stopped_by_limit(
         env=env,
     )
     assert result.exit_code == EXIT_LIMIT
-    assert "run stopped: limit exceeded: amp:llm_calls" in result.output
+    assert "ampmeter run: stopped: limit exceeded: amp:llm_calls" in result.output
     assert "LLM calls" in result.output and "context growth" in result.output
     events = [json.loads(line) for line in out.read_text().splitlines()]
     for event in events:

@@ -47,10 +47,17 @@ def run_graph(chain_id: str = "chain-1") -> tuple[ExecutionGraph, list[Node]]:
     g.mark_running(llm)
     g.increment_retries(llm)
     g.mark_success(
-        llm, 0.002, 120, 30,
-        metadata={"cached_tokens": 100, "pricing_version": "p1", "cost_status": "priced",
-                  "tool_calls_made": 2},
-    )  # fmt: skip
+        llm,
+        0.002,
+        120,
+        30,
+        metadata={
+            "cached_tokens": 100,
+            "pricing_version": "p1",
+            "cost_status": "priced",
+            "tool_calls_made": 2,
+        },
+    )
     tool = g.begin_node(llm, "tool", "search", metadata={"component": "rag_infra"})
     g.mark_running(tool)
     g.mark_failure(tool, "TimeoutError", "timeout")
@@ -127,9 +134,13 @@ def test_jsonl_sink_maps_nodes_to_valid_v0_lines(tmp_path: Path, mode: str) -> N
     assert [e["span_id"] for e in events] == [n.node_id for n in nodes if n.node_id != root_id]
     kinds = {by_id[e["span_id"]].kind: e["event_type"] for e in events}
     assert kinds == {
-        "llm": "llm_completion", "tool": "tool_call", "embedding": "embedding",
-        "retrieval": "rag_retrieval", "memory": "memory_update", "system": "cpu_op",
-    }  # fmt: skip
+        "llm": "llm_completion",
+        "tool": "tool_call",
+        "embedding": "embedding",
+        "retrieval": "rag_retrieval",
+        "memory": "memory_update",
+        "system": "cpu_op",
+    }
     for e in events:
         node = by_id[e["span_id"]]
         assert e["run_id"] == "chain-1"
@@ -151,8 +162,11 @@ def test_jsonl_sink_maps_nodes_to_valid_v0_lines(tmp_path: Path, mode: str) -> N
             assert e["parent_id"] == node.parent_id
     llm, tool, emb, ret, mem, _ = events
     assert llm["usage"] == {
-        "prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150, "tokens_saved": 100
-    }  # fmt: skip
+        "prompt_tokens": 120,
+        "completion_tokens": 30,
+        "total_tokens": 150,
+        "tokens_saved": 100,
+    }
     assert llm["cost_usd"] == 0.002
     assert llm["metadata"]["pricing_version"] == "p1"
     assert llm["metadata"]["cost_status"] == "priced"
@@ -182,8 +196,20 @@ def test_run_id_and_component_options(tmp_path: Path) -> None:
 
 
 def test_unpriced_cost_is_written_as_zero() -> None:
-    node = Node("n000002", "n000001", "llm", "chat", 1000, 1500, "success", None, 0, 0.5,
-                metadata={"cost_status": "unpriced"}, depth=1)  # fmt: skip
+    node = Node(
+        "n000002",
+        "n000001",
+        "llm",
+        "chat",
+        1000,
+        1500,
+        "success",
+        None,
+        0,
+        0.5,
+        metadata={"cost_status": "unpriced"},
+        depth=1,
+    )
     event = node_to_event(node, "r")
     assert event["cost_usd"] == 0.0
     assert event["metadata"]["cost_status"] == "unpriced"
@@ -257,8 +283,21 @@ def test_every_node_maps_to_a_valid_event(node: Node) -> None:
 
 def many_nodes(count: int) -> Iterator[Node]:
     for i in range(count):
-        yield Node(f"n{i + 2:06d}", "n000001", "llm", "chat", 1_700_000_000_000 + i,
-                   1_700_000_000_100 + i, "success", "m", 0, 0.001, 10 + i, 5, depth=1)  # fmt: skip
+        yield Node(
+            f"n{i + 2:06d}",
+            "n000001",
+            "llm",
+            "chat",
+            1_700_000_000_000 + i,
+            1_700_000_000_100 + i,
+            "success",
+            "m",
+            0,
+            0.001,
+            10 + i,
+            5,
+            depth=1,
+        )
 
 
 def test_batch_mode_writes_everything_in_order_and_flush_waits(tmp_path: Path) -> None:
@@ -451,11 +490,21 @@ _meta_value = st.recursive(
 )
 _meta_key = st.one_of(
     st.sampled_from(
-        ["cached_tokens", "component", "cost_status", "pricing_version", "status",
-         "retries_used", "error_class", "stop_reason", "provider", "tool_calls_made"]
+        [
+            "cached_tokens",
+            "component",
+            "cost_status",
+            "pricing_version",
+            "status",
+            "retries_used",
+            "error_class",
+            "stop_reason",
+            "provider",
+            "tool_calls_made",
+        ]
     ),
     _odd_text,
-)  # fmt: skip
+)
 _meta_special = st.one_of(
     _meta_value,
     st.sampled_from(["pipeline", "auxiliary", "rag_infra", "unpriced", "priced"]),

@@ -19,8 +19,10 @@ from typer.testing import CliRunner
 
 from ampmeter import ExecutionContext, JsonlSink, LimitExceeded
 from ampmeter.cli import app
+from ampmeter.cli.watch.follow import LogFollower
+from ampmeter.cli.watch.live import watch
+from ampmeter.cli.watch.state import WatchState
 from ampmeter.local_llm import LocalLLMServer
-from ampmeter.watch import LogFollower, WatchState, watch
 
 WAIT_S = 120.0  # generous: the machine is shared; nothing here asserts how long a thing takes
 
@@ -37,14 +39,30 @@ def wait_for(what: str, check: Callable[[], str | None]) -> str:
     pytest.fail(f"timed out waiting for {what}")
 
 
-def event(span: str, parent: str | None = None, *, run: str = "r1", status: str = "success",
-          kind: str = "llm_completion", cost: float = 0.001, stop: str | None = None,
-          ts: str = "2026-01-22T08:10:00.000Z") -> bytes:  # fmt: skip
-    body = {"timestamp": ts, "run_id": run, "span_id": span, "event_type": kind,
-            "operation": f"op_{span}", "component": "pipeline", "model": "m",
-            "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
-            "cost_usd": cost, "latency_ms": 500,
-            "metadata": {"status": status, "stop_reason": stop}}  # fmt: skip
+def event(
+    span: str,
+    parent: str | None = None,
+    *,
+    run: str = "r1",
+    status: str = "success",
+    kind: str = "llm_completion",
+    cost: float = 0.001,
+    stop: str | None = None,
+    ts: str = "2026-01-22T08:10:00.000Z",
+) -> bytes:
+    body = {
+        "timestamp": ts,
+        "run_id": run,
+        "span_id": span,
+        "event_type": kind,
+        "operation": f"op_{span}",
+        "component": "pipeline",
+        "model": "m",
+        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+        "cost_usd": cost,
+        "latency_ms": 500,
+        "metadata": {"status": status, "stop_reason": stop},
+    }
     if parent is not None:
         body["parent_id"] = parent
     return json.dumps(body).encode() + b"\n"
@@ -101,9 +119,17 @@ def test_bad_lines_are_counted_and_new_files_under_a_glob_join(tmp_path: Path) -
 
 def test_state_infers_running_parents_learns_ceilings_and_adds_up(tmp_path: Path) -> None:
     state = WatchState({"amp:llm_calls": 10})
-    lines = [event("n000003", "n000002"), event("n000004", "n000002", kind="tool_call", cost=0),
-             event("n000005", "n000002", status="halt", cost=0,
-                   stop="limit exceeded: amp:cost = 0.0031 > 0.003")]  # fmt: skip
+    lines = [
+        event("n000003", "n000002"),
+        event("n000004", "n000002", kind="tool_call", cost=0),
+        event(
+            "n000005",
+            "n000002",
+            status="halt",
+            cost=0,
+            stop="limit exceeded: amp:cost = 0.0031 > 0.003",
+        ),
+    ]
     state.add([json.loads(x) for x in lines], "a.jsonl")
     (run,) = state.runs.values()
     assert run.running() == ["n000002"]
@@ -122,8 +148,10 @@ def test_state_infers_running_parents_learns_ceilings_and_adds_up(tmp_path: Path
 def test_a_span_seen_twice_counts_once_and_rates_cover_the_last_minute() -> None:
     state = WatchState()
     # 120 LLM calls over two minutes, one a second, $0.001 each; then one line repeated.
-    lines = [event(f"n{i:06d}", ts=f"2026-01-22T08:{10 + i // 60:02d}:{i % 60:02d}.000Z")
-             for i in range(120)]  # fmt: skip
+    lines = [
+        event(f"n{i:06d}", ts=f"2026-01-22T08:{10 + i // 60:02d}:{i % 60:02d}.000Z")
+        for i in range(120)
+    ]
     state.add([json.loads(x) for x in lines], "a.jsonl")
     state.add([json.loads(lines[-1])], "a.jsonl")
     (run,) = state.runs.values()
@@ -142,8 +170,10 @@ def test_once_frame_shows_tree_bars_stops_and_a_pending_line(tmp_path: Path) -> 
     log.write_bytes(event("n000003", "n000002") + halted + event("n000005")[:30])
     text = frame(str(log), "--max-cost", "0.004")
     assert "1 file(s), 2 line(s), 30 byte(s) of a line still being written" in text
-    assert "● running n000002" in text and "✓ llm op_n000003" in text
-    assert "■ llm op_n000004  m  stopped: limit exceeded: amp:llm_calls = 3 > 2" in text
+    # A real tree: the running call's inner call is drawn under it, one level in.
+    assert "├─ ● running  n000002, 1 inner call(s) ended" in text
+    assert "│  └─ ✓ llm op_n000003" in text
+    assert "└─ ■ llm op_n000004  m  stopped: limit exceeded: amp:llm_calls = 3 > 2" in text
     assert re.search(r"amp:cost\s+\$0\.001000 .*25% of \$0\.004000", text), text
     assert re.search(r"amp:llm_calls\s+1 .*50% of 2", text), text  # learned from the stop
     assert "last stops" in text
@@ -184,14 +214,18 @@ def test_a_call_still_running_in_another_process_is_shown_running(tmp_path: Path
     proc = subprocess.Popen([sys.executable, str(script), str(log), str(tmp_path)])
     try:
         text = wait_for("the inner call's line", frame_showing("draft", str(log)))
-        assert "● running n000002" in text and "1 running" in text
+        # Its inner call names the context it ran in; the call itself has not ended yet.
+        assert "└─ ● running in worker  n000002, 1 inner call(s) ended" in text, text
+        assert "   └─ ✓ llm draft" in text
+        assert "1 running" in text
         assert "✓ llm draft  gpt-4o-mini  1,000→200 tok" in text
         (tmp_path / "go").touch()
         assert proc.wait(timeout=WAIT_S) == 0
     finally:
         proc.kill()
     text = frame(str(log))
-    assert "✓ system research" in text and "nothing running" in text and "● running" not in text
+    assert "✓ system research" in text and "● running" not in text
+    assert "run worker" in text and "■ ended: success" in text
 
 
 LOOP = """
@@ -214,18 +248,33 @@ def test_frames_follow_a_real_ampmeter_run_until_its_limit_stops_it(
     log = tmp_path / "run.jsonl"
     env = {**os.environ, "LLM_URL": llm_server.base_url, "LLM_MODEL": llm_server.model}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ampmeter", "run", "--max-llm-calls", "3", "--out", str(log),
-         "--", sys.executable, str(script), str(tmp_path)],
-        env=env, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "ampmeter",
+            "run",
+            "--max-llm-calls",
+            "3",
+            "--out",
+            str(log),
+            "--",
+            sys.executable,
+            str(script),
+            str(tmp_path),
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         for calls in (1, 2, 3):
             # The watcher sees each call while the run waits before its next one.
             pattern = rf"amp:llm_calls\s+{calls} .*{round(calls / 3 * 100)}% of 3"
             # While the run lasts each process logs under <out>.parts/ (merged at the end).
-            text = wait_for(f"{calls} call(s) in the frame",
-                            frame_showing(pattern, f"{log}.parts/*.jsonl", "--max-llm-calls",
-                                          "3"))  # fmt: skip
+            text = wait_for(
+                f"{calls} call(s) in the frame",
+                frame_showing(pattern, f"{log}.parts/*.jsonl", "--max-llm-calls", "3"),
+            )
             assert "unpriced" in text  # the local model has no price: not shown as $0
             (tmp_path / f"go{calls - 1}").touch()
         _, stderr = proc.communicate(timeout=WAIT_S)
@@ -236,7 +285,7 @@ def test_frames_follow_a_real_ampmeter_run_until_its_limit_stops_it(
     text = frame(str(log), "--max-llm-calls", "3")
     assert "stopped: limit exceeded: amp:llm_calls = 4 > 3" in text
     assert re.search(r"amp:llm_calls\s+3 .*100% of 3", text), text
-    assert text.count("✓ llm ") == 3 and "nothing running" in text
+    assert text.count("✓ llm ") == 3 and "■ ended: stopped by a limit" in text
 
 
 @pytest.fixture
@@ -251,15 +300,20 @@ def tmux() -> Iterator[str]:
 
 
 def test_live_view_in_a_real_terminal(tmp_path: Path, tmux: str) -> None:
-    command = (f"{sys.executable} -m ampmeter watch --interval 0.2 --max-cost 0.01 "
-               f"'{tmp_path}/*.jsonl'")  # fmt: skip
-    subprocess.run(["tmux", "new-session", "-d", "-s", tmux, "-x", "150", "-y", "45", command],
-                   check=True, env={**os.environ, "TERM": "xterm-256color"})  # fmt: skip
+    command = (
+        f"{sys.executable} -m ampmeter watch --interval 0.2 --max-cost 0.01 '{tmp_path}/*.jsonl'"
+    )
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", tmux, "-x", "150", "-y", "45", command],
+        check=True,
+        env={**os.environ, "TERM": "xterm-256color"},
+    )
 
     def screen(needle: str) -> Callable[[], str | None]:
         def check() -> str | None:
-            shown = subprocess.run(["tmux", "capture-pane", "-p", "-t", tmux],
-                                   capture_output=True, text=True).stdout  # fmt: skip
+            shown = subprocess.run(
+                ["tmux", "capture-pane", "-p", "-t", tmux], capture_output=True, text=True
+            ).stdout
             return shown if needle in shown else None
 
         return check
@@ -273,7 +327,7 @@ def test_live_view_in_a_real_terminal(tmp_path: Path, tmux: str) -> None:
         with ctx.llm_call("plan", model="gpt-4o-mini", max_tokens=500) as call:
             call.record(tokens_in=10_000, tokens_out=500)
         shown = wait_for("the first call", screen("llm plan"))
-        assert "run live-run" in shown and "amp:cost" in shown and "of $0.010000" in shown
+        assert "run agent  live-run" in shown and "amp:cost" in shown and "of $0.010000" in shown
         with pytest.raises(LimitExceeded):
             for _ in range(5):
                 with ctx.llm_call("act", model="gpt-4o-mini", max_tokens=500) as call:

@@ -1,9 +1,7 @@
 """The ``ampmeter`` console script and ``python -m ampmeter``.
 
-It imports nothing heavy. ``ampmeter run`` goes straight to :mod:`ampmeter.cli_launch`
-(argparse: a metered run does not pay for typer, rich or the other commands' imports); every other
-command lives in :mod:`ampmeter.cli`, which needs the ``cli`` extra (typer, rich). Without it, one
-line says what to install instead of a traceback.
+Every command lives in :mod:`ampmeter.cli`, which needs the ``cli`` extra (typer, rich). Without
+it, one line says what to install instead of a traceback.
 """
 
 from __future__ import annotations
@@ -23,17 +21,12 @@ def missing_cli_modules() -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the command line, or exit with status 2 and one line when the CLI extra is missing."""
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["run"]:
-        from ampmeter.cli_launch import main as run_main
-
-        run_main(args[1:])
     missing = missing_cli_modules()
     if missing:
         sys.stderr.write(
             f"ampmeter: the command line needs {' and '.join(missing)}: {CLI_EXTRA_HINT}\n"
         )
         raise SystemExit(2)
-    from ampmeter.cli import main as cli_main
+    from ampmeter.cli.application import main as cli_main
 
     cli_main(argv)

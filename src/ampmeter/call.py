@@ -283,6 +283,7 @@ def make_call(
 ) -> Call:
     """A new call of ``context``: its node begun under ``parent_id``, not yet admitted."""
     meta = {} if metadata is None else _validate.metadata(metadata)
+    meta.setdefault("context", context.name)  # the event log's metadata.context, for views
     if provider is not None:
         meta[META_PROVIDER] = provider
     flight = Flight(kind, name, model, provider, reservation, prompt_size, marks)

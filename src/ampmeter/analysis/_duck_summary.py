@@ -27,6 +27,7 @@ import numpy as np
 from ampmeter.analysis._duck import _Progress, strict_json_only
 from ampmeter.analysis.runs import call_depths
 from ampmeter.analysis.summary import RunSummary, termination_of
+from ampmeter.logs.events import MAX_COST_USD
 
 __all__ = ["summarize_runs"]
 
@@ -85,17 +86,21 @@ INSERT INTO ev SELECT
         json_type(run_id) = 'VARCHAR' AND json_type(event_type) = 'VARCHAR'
         AND json_type(span_id) = 'VARCHAR' AND {_text_ok("parent_id")}
         AND usage IS NOT NULL AND {_count_ok("usage.prompt_tokens")}
-        AND {_count_ok("usage.completion_tokens")}
+        AND {_count_ok("usage.completion_tokens")} AND {_count_ok("usage.total_tokens")}
+        AND {_count_ok("usage.tokens_saved")}
         AND json_type(cost_usd) IN {_NUMBER} AND isfinite(TRY_CAST(cost_usd AS DOUBLE))
+        AND TRY_CAST(cost_usd AS DOUBLE) BETWEEN 0 AND {MAX_COST_USD}
         AND (latency_ms IS NULL OR json_type(latency_ms) = 'NULL'
              OR (json_type(latency_ms) IN {_NUMBER}
-                 AND isfinite(TRY_CAST(latency_ms AS DOUBLE))))
+                 AND isfinite(TRY_CAST(latency_ms AS DOUBLE))
+                 AND TRY_CAST(latency_ms AS DOUBLE) >= 0))
         AND {_count_ok("metadata.retries_used")} AND {_text_ok("metadata.stop_reason")}
         AND {_text_ok("metadata.error_class")},
         false)
 FROM read_json(?, format='newline_delimited', records=true, columns={{
     'run_id': 'JSON', 'event_type': 'JSON', 'span_id': 'JSON', 'parent_id': 'JSON',
-    'usage': 'STRUCT(prompt_tokens JSON, completion_tokens JSON)',
+    'usage': 'STRUCT(prompt_tokens JSON, completion_tokens JSON, total_tokens JSON,
+                     tokens_saved JSON)',
     'cost_usd': 'JSON', 'latency_ms': 'JSON',
     'metadata': 'STRUCT(status JSON, cost_status JSON, retries_used JSON, stop_reason JSON,
                         error_class JSON, termination_reason JSON)'}})

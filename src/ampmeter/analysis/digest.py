@@ -31,7 +31,7 @@ from ampmeter.analysis._records import AnalysisError, record_line
 from ampmeter.analysis.ceilings import call_usage, parse_stop_reason
 from ampmeter.analysis.runs import Call, call_depths, call_from_event
 from ampmeter.analysis.summary import RunSummary, termination_of
-from ampmeter.logs import read_jsonl
+from ampmeter.logs import event_problem, read_jsonl
 from ampmeter.metrics import was_sent
 from ampmeter.policies import META_LIMIT_EVENTS
 
@@ -306,7 +306,7 @@ def digest_logs(
     latencies = digest.latencies
     for raw_path in paths:
         path = os.fspath(raw_path)
-        with read_jsonl(path, best_effort=best_effort) as reader:
+        with read_jsonl(path, best_effort=best_effort, check=event_problem) as reader:
             for index, obj in enumerate(reader):
                 try:
                     call = call_from_event(obj, index)

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any, Final, TypeVar
 
 from ampmeter.analysis._records import AnalysisError, record_line
-from ampmeter.logs import read_jsonl
+from ampmeter.logs import event_problem, read_jsonl
 
 __all__ = [
     "KIND_OF_EVENT",
@@ -154,14 +154,15 @@ def load_runs(
 ) -> dict[str, Run]:
     """Read TokenTracker logs and group their events by ``run_id`` (first-seen order).
 
-    Invalid JSON raises :class:`ampmeter.logs.JsonlError` (skipped with ``best_effort``); an
-    event without ``event_type``, ``run_id``, ``usage`` or a numeric ``cost_usd`` raises
-    :class:`AnalysisError` naming ``file:line``.
+    Lines are read by the one reading every tool shares (:func:`ampmeter.logs.read_jsonl`
+    with :func:`ampmeter.logs.event_problem`): a line that is not JSON, or an event whose
+    fields no reader accepts, raises :class:`ampmeter.logs.JsonlError` naming the file, the
+    line and the field (skipped and counted with ``best_effort``).
     """
     runs: dict[str, Run] = {}
     for raw_path in paths:
         path = os.fspath(raw_path)
-        with read_jsonl(path, best_effort=best_effort) as reader:
+        with read_jsonl(path, best_effort=best_effort, check=event_problem) as reader:
             for index, obj in enumerate(reader):
                 try:
                     call = call_from_event(obj, index)

@@ -153,9 +153,11 @@ def summarize(
     if engine == "duckdb" and best_effort:
         raise ValueError("the duckdb engine reads strictly; use engine='python' for best_effort")
     use_duck = engine == "duckdb" or (
-        engine == "auto" and not best_effort and _duckdb_available()
+        engine == "auto"
+        and not best_effort
+        and _duckdb_available()
         and sum(os.path.getsize(p) for p in names if os.path.isfile(p)) >= DUCKDB_THRESHOLD_BYTES
-    )  # fmt: skip
+    )
     runs: list[RunSummary] | None = None
     if use_duck:
         if not _duckdb_available():

@@ -1,29 +1,24 @@
 """Checking log files line by line, reporting every problem (not only the first).
 
-TokenTracker event logs are checked against the v0 schema; ``*.stream.jsonl`` and
-``*.problems.jsonl`` files against the fields the amortization analysis needs, and
-``*.calls.jsonl`` for an int ``t``. An incomplete last line is allowed (a cut-off write) and
-reported as a warning.
+Lines are read by the one reading every tool shares (:func:`ampmeter.logs.read_jsonl`, with
+:func:`ampmeter.logs.event_problem` for event logs), so ``validate`` refuses exactly the lines
+``summary``, ``report`` and ``watch`` refuse; event logs are then also checked against the v0
+schema, and ``*.stream.jsonl``, ``*.problems.jsonl`` and ``*.calls.jsonl`` files against the
+fields the amortization analysis needs. An incomplete last line without its newline is allowed
+(a cut-off write) and reported as a warning.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from ampmeter.analysis._records import (
-    _FieldError,
-    _t,
-    problem_fields,
-    raw_lines,
-    stream_fields,
-)
-from ampmeter.logs import event_errors
-from ampmeter.logs.reader import LongLine
+from ampmeter.analysis._records import problem_fields, stream_fields
+from ampmeter.logs import event_errors, event_problem, read_jsonl
+from ampmeter.logs.reader import TruncatedLineWarning
 
 __all__ = ["LineProblem", "file_kind", "validate_file"]
 
@@ -51,24 +46,29 @@ def file_kind(path: str) -> str:
     return "events"
 
 
-def _checker(kind: str) -> Callable[[dict[str, Any]], list[str]]:
-    def fields(check: Callable[[dict[str, Any]], object]) -> Callable[[dict[str, Any]], list[str]]:
-        def run(obj: dict[str, Any]) -> list[str]:
-            try:
-                check(obj)
-            except _FieldError as exc:
-                return [str(exc)]
-            return []
+def _fields(check: Callable[[dict[str, Any]], object]) -> Callable[[dict[str, Any]], str | None]:
+    def run(obj: dict[str, Any]) -> str | None:
+        try:
+            check(obj)
+        except ValueError as exc:  # the analysis reader's field error, which names the field
+            return str(exc)
+        return None
 
-        return run
+    return run
 
-    if kind == "stream":
-        return fields(stream_fields)
-    if kind == "problems":
-        return fields(problem_fields)
-    if kind == "calls":
-        return fields(lambda obj: _t(obj.get("t")))
-    return event_errors
+
+def _calls_t(obj: dict[str, Any]) -> None:
+    t = obj.get("t")
+    if type(t) is not int:
+        raise ValueError(f"'t' must be an int, got {t!r}")
+
+
+_CHECKS: dict[str, Callable[[dict[str, Any]], str | None]] = {
+    "events": event_problem,
+    "stream": _fields(stream_fields),
+    "problems": _fields(problem_fields),
+    "calls": _fields(_calls_t),
+}
 
 
 def validate_file(path: str | os.PathLike[str], kind: str | None = None) -> Iterator[LineProblem]:
@@ -79,30 +79,26 @@ def validate_file(path: str | os.PathLike[str], kind: str | None = None) -> Iter
     ``FileNotFoundError``/``OSError`` if the file cannot be read.
     """
     name = os.fspath(path)
-    check = _checker(kind or file_kind(name))
-    pending: tuple[int, bytes | LongLine] | None = None
-    lines = (
-        (n, raw)
-        for n, raw in enumerate(raw_lines(name), 1)
-        if isinstance(raw, LongLine) or raw.strip()
-    )
-    pending = next(lines, None)
-    while pending is not None:
-        number, raw = pending
-        pending = next(lines, None)
-        if isinstance(raw, LongLine):
-            yield LineProblem(name, number, raw.reason())
-            continue
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            if pending is None:
-                yield LineProblem(name, number, "incomplete last line ignored", warning=True)
-            else:
-                yield LineProblem(name, number, f"invalid JSON ({exc})")
-            continue
-        if type(obj) is not dict:
-            yield LineProblem(name, number, "not a JSON object")
-            continue
-        for reason in check(obj):
-            yield LineProblem(name, number, reason)
+    kind = kind or file_kind(name)
+    found: list[LineProblem] = []
+
+    def skipped(line: int, reason: str) -> None:
+        found.append(LineProblem(name, line, reason))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TruncatedLineWarning)
+        with read_jsonl(name, best_effort=True, check=_CHECKS[kind], on_skip=skipped) as reader:
+            for obj in reader:
+                yield from found
+                found.clear()
+                if kind == "events":
+                    for reason in event_errors(obj):
+                        yield LineProblem(name, reader.line, reason)
+            yield from found
+            if reader.summary.truncated_last_line:
+                yield LineProblem(
+                    name, reader.summary.lines, "incomplete last line ignored", warning=True
+                )
+    for item in caught:
+        if not issubclass(item.category, TruncatedLineWarning):
+            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)

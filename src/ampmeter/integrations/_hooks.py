@@ -12,8 +12,8 @@ import _thread
 import sys
 import warnings
 
-# Loaded at the start of every process of an ``ampmeter run`` (see ampmeter/_bootstrap), so it
-# imports nothing that Python has not loaded already: not typing, not threading.
+# Loaded at the start of every process of an ``ampmeter run`` (see ampmeter/cli/run/_bootstrap),
+# so it imports nothing that Python has not loaded already: not typing, not threading.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

@@ -1,10 +1,12 @@
 """Event logs: the TokenTracker v0 schema, JSONL reading rules and the stream logger."""
 
+from ampmeter.logs.events import event_problem
 from ampmeter.logs.reader import (
     JsonlError,
     JsonlReader,
     LogLineError,
     ReadSummary,
+    SkippedLinesWarning,
     TruncatedLineWarning,
     iter_lines,
     read_jsonl,
@@ -19,10 +21,12 @@ __all__ = [
     "LogLineError",
     "ProblemSink",
     "ReadSummary",
+    "SkippedLinesWarning",
     "StreamCumulativeMetrics",
     "StreamMetricsLogger",
     "TruncatedLineWarning",
     "event_errors",
+    "event_problem",
     "iter_lines",
     "load_schema",
     "read_jsonl",

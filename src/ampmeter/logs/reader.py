@@ -1,9 +1,13 @@
-"""Reading JSONL logs by the contract's rules: streaming, strict by default, tolerant of a cut tail.
+"""Reading JSONL logs by the contract's rules: the one reading of a valid line for every tool.
 
-Blank lines are skipped. A line that is not a JSON object raises :class:`JsonlError` naming the
-file and line, unless ``best_effort=True`` (then it is skipped and counted). The last line of a
-file is special: a write cut off by a crash leaves it incomplete, so if it cannot be decoded it
-is dropped with a warning instead. ``.gz`` files (or any gzip data) are decompressed on the fly.
+Blank lines are skipped. A line that is not a JSON object, holds a number that is not finite
+(``NaN``, ``Infinity``, ``1e400``), or fails the reader's ``check`` (for event logs,
+:func:`ampmeter.logs.events.event_problem`: negative or out-of-range counts, a bad cost, ...)
+raises :class:`JsonlError` naming the file, the line and the field, unless ``best_effort=True``
+(then it is skipped and counted, and a warning says how many). Only a last line *without its
+newline* is a write cut off by a crash: if it cannot be decoded it is dropped with a
+:class:`TruncatedLineWarning`. A complete last line is judged like any other. ``.gz`` files (or
+any gzip data) are decompressed on the fly.
 
 A line may be at most :func:`max_line_bytes` long (64 MiB unless the ``AMPMETER_MAX_LINE_BYTES``
 environment variable says otherwise), so reading a file never holds more than about that much
@@ -18,22 +22,25 @@ import io
 import os
 import warnings
 import zlib
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
 
 from ampmeter.errors import JsonlError, LogLineError
+from ampmeter.logs.events import non_finite_field
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "MAX_LINE_ENV",
     "JsonlError",
     "JsonlReader",
+    "LineCheck",
     "LogLineError",
     "LongLine",
     "ReadSummary",
+    "SkippedLinesWarning",
     "TruncatedLineWarning",
     "file_lines",
     "max_line_bytes",
@@ -105,6 +112,15 @@ class TruncatedLineWarning(UserWarning):
     """The last line of a JSONL file was incomplete (a cut-off write) and was ignored."""
 
 
+class SkippedLinesWarning(UserWarning):
+    """Best-effort reading skipped bad lines of a file (how many, and the first of them)."""
+
+
+LineCheck = Callable[[dict[str, Any]], "str | None"]
+"""What a record must satisfy beyond being a JSON object: ``None``, or what is wrong with it
+(naming the field)."""
+
+
 @dataclass(slots=True)
 class ReadSummary:
     """What a reader has seen so far: records yielded, blank and skipped lines."""
@@ -122,7 +138,8 @@ class JsonlReader(Iterator[dict[str, Any]]):
     """Iterator over the JSON objects of a JSONL source; see :func:`read_jsonl`.
 
     ``summary`` (and ``skipped``) fill in as the iterator advances; they are final once it is
-    exhausted. Use it as a context manager (or call :meth:`close`) to close the file early.
+    exhausted; ``line`` is the line number of the record last returned. Use it as a context
+    manager (or call :meth:`close`) to close the file early.
     """
 
     def __init__(
@@ -131,10 +148,15 @@ class JsonlReader(Iterator[dict[str, Any]]):
         name: str,
         best_effort: bool,
         handles: tuple[io.IOBase, ...] = (),
+        check: LineCheck | None = None,
+        on_skip: Callable[[int, str], object] | None = None,
     ) -> None:
         self.summary = ReadSummary(name)
+        self.line = 0
         self._best_effort = best_effort
         self._handles = handles
+        self._check = check
+        self._on_skip = on_skip
         self._it = self._records(iter(lines))
 
     @property
@@ -199,16 +221,17 @@ class JsonlReader(Iterator[dict[str, Any]]):
     def _parse(self, lines: Iterator[bytes | str | LongLine]) -> Iterator[dict[str, Any]]:
         summary = self.summary
         loads = orjson.loads
+        check = self._check
         numbered = self._lines(lines)
         pending = next(numbered, None)
-        # One line of look-ahead: a bad line is forgiven only when no line follows it.
+        # One line of look-ahead: only the last line can be a cut-off write.
         while pending is not None:
             number, raw = pending
             pending = next(numbered, None)
             try:
                 obj = loads(raw)
             except orjson.JSONDecodeError as exc:
-                if pending is None:
+                if pending is None and not _ends_line(raw):
                     summary.truncated_last_line = True
                     warnings.warn(
                         f"{summary.path}:{number}: ignoring an incomplete last line "
@@ -217,23 +240,43 @@ class JsonlReader(Iterator[dict[str, Any]]):
                         stacklevel=3,
                     )
                     return
-                self._bad(number, f"invalid JSON ({_short(exc)})")
+                self._bad(number, non_finite_field(raw) or f"invalid JSON ({_short(exc)})")
                 continue
             if type(obj) is not dict:
                 self._bad(number, f"expected a JSON object, got {_json_kind(obj)}")
                 continue
+            if check is not None:
+                problem = check(obj)
+                if problem is not None:
+                    self._bad(number, problem)
+                    continue
             summary.records += 1
+            self.line = number
             yield obj
+        if summary.skipped and self._on_skip is None:
+            first = summary.skipped_lines[0]
+            warnings.warn(
+                f"{summary.path}: skipped {summary.skipped:,} bad line(s), the first at line "
+                f"{first}",
+                SkippedLinesWarning,
+                stacklevel=3,
+            )
 
     def _bad(self, number: int, reason: str) -> None:
         summary = self.summary
         if not self._best_effort:
-            raise JsonlError(
-                summary.path, number, f"{reason}; pass best_effort=True to skip bad lines"
-            )
+            raise JsonlError(summary.path, number, reason)
         summary.skipped += 1
         if len(summary.skipped_lines) < _KEEP_SKIPPED:
             summary.skipped_lines.append(number)
+        if self._on_skip is not None:
+            self._on_skip(number, reason)
+
+
+def _ends_line(raw: bytes | str) -> bool:
+    if isinstance(raw, bytes):
+        return raw.endswith(b"\n")
+    return raw.endswith("\n")
 
 
 def _short(exc: Exception) -> str:
@@ -253,14 +296,22 @@ def _json_kind(obj: object) -> str:
     return "a number"
 
 
-def read_jsonl(path: str | os.PathLike[str], *, best_effort: bool = False) -> JsonlReader:
+def read_jsonl(
+    path: str | os.PathLike[str],
+    *,
+    best_effort: bool = False,
+    check: LineCheck | None = None,
+    on_skip: Callable[[int, str], object] | None = None,
+) -> JsonlReader:
     """Iterate the JSON objects of a JSONL (or gzip-compressed JSONL) file, one line at a time.
 
     Memory does not grow with the file, nor past :func:`max_line_bytes` per line. Raises
-    :class:`JsonlError` (a ``ValueError``) naming ``file:line`` for a line that is not a JSON
-    object or is too long, unless ``best_effort`` is true; an
-    incomplete last line is dropped with a :class:`TruncatedLineWarning`. The file is opened
-    here, so a missing file raises ``FileNotFoundError`` at once.
+    :class:`JsonlError` (a ``ValueError``) naming ``file:line`` and the field for a line that
+    is not a JSON object, holds a non-finite number, fails ``check`` or is too long, unless
+    ``best_effort`` is true (then the line is skipped, counted in ``summary``, passed to
+    ``on_skip(line, reason)`` when given, and else told in one :class:`SkippedLinesWarning`).
+    An incomplete last line (no newline) is dropped with a :class:`TruncatedLineWarning`. The
+    file is opened here, so a missing file raises ``FileNotFoundError`` at once.
     """
     name = os.fspath(path)
     limit = max_line_bytes()
@@ -271,13 +322,20 @@ def read_jsonl(path: str | os.PathLike[str], *, best_effort: bool = False) -> Js
         raw.close()
         raise
     if not compressed:
-        return JsonlReader(file_lines(raw, limit), name, best_effort, (raw,))
+        return JsonlReader(file_lines(raw, limit), name, best_effort, (raw,), check, on_skip)
     unzipped = gzip.GzipFile(fileobj=raw, mode="rb")
-    return JsonlReader(file_lines(unzipped, limit), name, best_effort, (unzipped, raw))
+    lines = file_lines(unzipped, limit)
+    return JsonlReader(lines, name, best_effort, (unzipped, raw), check, on_skip)
 
 
 def iter_lines(
-    lines: Iterable[bytes | str], *, name: str = "<lines>", best_effort: bool = False
+    lines: Iterable[bytes | str],
+    *,
+    name: str = "<lines>",
+    best_effort: bool = False,
+    check: LineCheck | None = None,
+    on_skip: Callable[[int, str], object] | None = None,
 ) -> JsonlReader:
-    """Apply the same rules to lines already in memory (``name`` is used in messages)."""
-    return JsonlReader(lines, name, best_effort)
+    """Apply the same rules to lines already in memory (``name`` is used in messages). Lines
+    keep their newline, as in a file: only a last line without one can be a cut-off write."""
+    return JsonlReader(lines, name, best_effort, (), check, on_skip)

@@ -36,9 +36,16 @@ __all__ = ["ProblemSink", "StreamCumulativeMetrics", "StreamMetricsLogger"]
 _EVENT_TYPE_VALUES: Final = frozenset(EVENT_TYPES.values())
 # Optional calls.jsonl keys a caller may put on a node's metadata to have them in calls.jsonl.
 _CALL_META_KEYS: Final = (
-    "attempt_index", "temperature", "validator_passed", "failure_reason", "prompt_variant",
-    "raw_output", "candidate_line", "normalization", "precheck_failure_reason",
-)  # fmt: skip
+    "attempt_index",
+    "temperature",
+    "validator_passed",
+    "failure_reason",
+    "prompt_variant",
+    "raw_output",
+    "candidate_line",
+    "normalization",
+    "precheck_failure_reason",
+)
 
 
 @dataclass(slots=True)
@@ -207,11 +214,14 @@ class StreamMetricsLogger:
         if validator_passed is not None and not isinstance(validator_passed, bool):
             raise TypeError(f"validator_passed must be a bool or None, got {validator_passed!r}")
         for name, text in (
-            ("failure_reason", failure_reason), ("prompt_variant", prompt_variant),
-            ("error_type", error_type), ("raw_output", raw_output),
-            ("candidate_line", candidate_line), ("normalization", normalization),
+            ("failure_reason", failure_reason),
+            ("prompt_variant", prompt_variant),
+            ("error_type", error_type),
+            ("raw_output", raw_output),
+            ("candidate_line", candidate_line),
+            ("normalization", normalization),
             ("precheck_failure_reason", precheck_failure_reason),
-        ):  # fmt: skip
+        ):
             _check_opt_str(text, name)
         _check_opt_int(prompt_tokens, "prompt_tokens")
         _check_opt_int(completion_tokens, "completion_tokens")
@@ -229,17 +239,27 @@ class StreamMetricsLogger:
         if total_tokens is None and (prompt_tokens is not None or completion_tokens is not None):
             total_tokens = (prompt_tokens or 0) + (completion_tokens or 0)
         call = {
-            "call_id": call_id, "parent_id": parent_id, "t": t, "problem_id": problem_id,
-            "operation": operation, "attempt_index": attempt_index, "temperature": temperature,
-            "validator_passed": validator_passed, "failure_reason": failure_reason,
-            "prompt_variant": prompt_variant, "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens, "total_tokens": total_tokens,
+            "call_id": call_id,
+            "parent_id": parent_id,
+            "t": t,
+            "problem_id": problem_id,
+            "operation": operation,
+            "attempt_index": attempt_index,
+            "temperature": temperature,
+            "validator_passed": validator_passed,
+            "failure_reason": failure_reason,
+            "prompt_variant": prompt_variant,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": total_tokens,
             "latency_ms": None if latency_ms is None else float(latency_ms),
             "api_cost_usd": None if api_cost_usd is None else float(api_cost_usd),
-            "error_type": error_type, "raw_output": raw_output,
-            "candidate_line": candidate_line, "normalization": normalization,
+            "error_type": error_type,
+            "raw_output": raw_output,
+            "candidate_line": candidate_line,
+            "normalization": normalization,
             "precheck_failure_reason": precheck_failure_reason,
-        }  # fmt: skip
+        }
         event: dict[str, Any] = {
             "timestamp": iso_utc(time.time_ns() // 1_000_000),
             "run_id": f"{self.run_id}:{problem_id}",
@@ -307,9 +327,13 @@ class StreamMetricsLogger:
                 node,
                 f"{self.run_id}:{problem_id}",
                 self.component,
-                {"stream_run_id": self.run_id, "problem_id": problem_id, "t": t,
-                 "operation": node.name},
-            )  # fmt: skip
+                {
+                    "stream_run_id": self.run_id,
+                    "problem_id": problem_id,
+                    "t": t,
+                    "operation": node.name,
+                },
+            )
             meta = node.metadata
             unpriced = meta.get(META_COST_STATUS) == "unpriced"
             t_in, t_out = node.tokens_in, node.tokens_out
@@ -392,15 +416,22 @@ class StreamMetricsLogger:
                 latency_total_ms = seen if seen is not None else tally.latency_ms
             cost = float(api_cost_usd if api_cost_usd is not None else tally.cost)
             line = {
-                "t": t, "problem_id": problem_id, "solved": solved, "attempts": attempts,
-                "solved_attempt": solved_attempt, "attempt_success_rate": attempt_success_rate,
+                "t": t,
+                "problem_id": problem_id,
+                "solved": solved,
+                "attempts": attempts,
+                "solved_attempt": solved_attempt,
+                "attempt_success_rate": attempt_success_rate,
                 "llm_calls": llm_calls if llm_calls is not None else tally.llm_calls,
                 "tokens_total": tokens_total if tokens_total is not None else tally.tokens,
-                "latency_total_ms": float(latency_total_ms), "api_cost_usd": cost,
-                "retrieval_hit": retrieval_hit, "reuse_count": reuse_count,
-                "memory_n_nodes": memory_n_nodes, "memory_n_edges": memory_n_edges,
+                "latency_total_ms": float(latency_total_ms),
+                "api_cost_usd": cost,
+                "retrieval_hit": retrieval_hit,
+                "reuse_count": reuse_count,
+                "memory_n_nodes": memory_n_nodes,
+                "memory_n_edges": memory_n_edges,
                 "contamination_rate": contamination_rate,
-            }  # fmt: skip
+            }
             solved_total = self._solved + (1 if solved else 0)
             cost_total = self._cost + cost
             latencies = self._latencies

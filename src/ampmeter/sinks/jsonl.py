@@ -46,6 +46,7 @@ from ampmeter.errors import SinkClosedError, SinkWriteError
 from ampmeter.graph import (
     META_CACHED_TOKENS,
     META_COMPONENT,
+    META_CONTEXT,
     META_COST_STATUS,
     META_PRICING_VERSION,
     Node,
@@ -114,8 +115,9 @@ def node_to_event(
 
     ``parent_id`` is left out for top-level calls (depth 1, whose parent is the root) and for
     parentless nodes; the node's ``component`` metadata wins over ``component`` when it is one
-    of the schema's components. ``extra_metadata`` is merged over the node's own metadata;
-    ampmeter's status fields are merged last.
+    of the schema's components. ``metadata.context`` names the context the node ran in (a
+    sub-agent's own node: that sub-agent), so views show names, not ids. ``extra_metadata`` is
+    merged over the node's own metadata; ampmeter's status fields are merged last.
     """
     end = node.end_ts_ms
     if end is None:
@@ -150,6 +152,8 @@ def node_to_event(
             "stop_reason": node.stop_reason,
             "cost_status": cost_status,
         }
+        if metadata.get(META_CONTEXT) is True:  # a sub-agent's own node: its name is the context's
+            metadata[META_CONTEXT] = node.name
     else:
         metadata = {
             **(extra_metadata or {}),

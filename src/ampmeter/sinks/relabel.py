@@ -64,9 +64,12 @@ class RelabeledSink(Sink):
         depth = node.depth + self.depth_offset - (0 if self.keep_root else 1)
         meta = {**node.metadata, **self.metadata} if self.metadata else node.metadata
         return dataclasses.replace(
-            node, node_id=self.prefix + node.node_id, parent_id=new_parent, depth=depth,
+            node,
+            node_id=self.prefix + node.node_id,
+            parent_id=new_parent,
+            depth=depth,
             metadata=meta,
-        )  # fmt: skip
+        )
 
     def emit(self, node: Node, chain_id: str) -> None:
         """Relabel ``node`` and pass it on."""

@@ -1,10 +1,4 @@
-"""``ampmeter watch``: a live terminal view of JSONL logs while they are being written.
-
-:class:`~ampmeter.watch.follow.LogFollower` reads what one or many processes append to the
-logs (and files that appear later under a glob), :class:`~ampmeter.watch.state.WatchState`
-turns the events into call trees and usage against ceilings, and
-:func:`~ampmeter.watch.view.render_frame` draws them with rich. Needs the ``cli`` extra.
-"""
+"""The loop of ``ampmeter watch``: poll the logs, update the state, redraw the frame."""
 
 from __future__ import annotations
 
@@ -15,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from rich.console import Console, RenderableType
 from rich.live import Live
 
-from ampmeter.watch.follow import LogFollower
-from ampmeter.watch.state import WatchState
-from ampmeter.watch.view import FrameInfo, render_frame
+from ampmeter.cli.watch.follow import LogFollower
+from ampmeter.cli.watch.state import WatchState
+from ampmeter.cli.watch.view import FrameInfo, render_frame
 
-__all__ = ["LogFollower", "WatchState", "render_frame", "watch"]
+__all__ = ["watch"]
 
 
 def _poll(follower: LogFollower, state: WatchState) -> None:
@@ -29,8 +23,9 @@ def _poll(follower: LogFollower, state: WatchState) -> None:
         state.add(batch.records, batch.path)
 
 
-def _frame(follower: LogFollower, state: WatchState, live: bool, max_runs: int,
-           max_rows: int) -> RenderableType:  # fmt: skip
+def _frame(
+    follower: LogFollower, state: WatchState, live: bool, max_runs: int, max_rows: int
+) -> RenderableType:
     info = FrameInfo(
         patterns=follower.patterns,
         files=len(follower.paths),

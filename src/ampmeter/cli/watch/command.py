@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from ampmeter.cli.output import fail
+
 __all__ = ["register"]
 
 
@@ -17,8 +19,9 @@ def _watch(
     logs: Annotated[
         list[str],
         typer.Argument(
-            help="JSONL logs to follow: paths, or globs in quotes (e.g. 'runs/*.jsonl') that "
-            "also pick up files created later.",
+            help="JSONL logs to follow: files, directories (their *.jsonl files), or globs in "
+            "quotes (e.g. 'runs/*.jsonl'); directories and globs also pick up files created "
+            "later.",
             show_default=False,
         ),
     ],
@@ -50,32 +53,36 @@ def _watch(
 ) -> None:
     """Watch JSONL logs while they are written: call trees, spend against ceilings, stops.
 
-    Follows every file as it grows, from one process or many. Calls that have not ended yet
-    are shown as running once one of their inner calls has ended. Ceilings come from the flags
-    or the same AMPMETER_MAX_* variables as `ampmeter run`; a stop in the log also shows the
-    ceiling of the limit that made it.
+    Follows every file as it grows, from one process or many (`ampmeter run --out PATH` writes
+    to the directory PATH.parts while it runs). Each run is shown by its context's name and a
+    short id, with its calls as a tree. Calls that have not ended yet are shown as running once
+    one of their inner calls has ended. A run with nothing running and no new line for 5 s is
+    marked ended, with how it ended (by the rules of `ampmeter summary`). Ceilings come from the
+    flags or the same AMPMETER_MAX_* variables as `ampmeter run`; a stop in the log also shows
+    the ceiling of the limit that made it.
     """
-    from ampmeter.runner import RunConfig, parse_model_limits
-    from ampmeter.watch import watch
+    from ampmeter.cli.run.config import RunConfig, parse_model_limits
+    from ampmeter.cli.watch.live import watch
 
     try:
         config = RunConfig.from_env(
-            os.environ, max_cost=max_cost, max_llm_calls=max_llm_calls,
+            os.environ,
+            max_cost=max_cost,
+            max_llm_calls=max_llm_calls,
             max_input_tokens=max_input_tokens,
             max_tokens_per_model=parse_model_limits(max_tokens_per_model or []),
-        )  # fmt: skip
+        )
     except ValueError as exc:
-        typer.echo(f"ampmeter watch: error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail("watch", str(exc))
     compressed = [p for p in logs if p.endswith(".gz") and not _is_glob(p)]
     if compressed:
-        typer.echo(f"ampmeter watch: error: {compressed[0]} is compressed; watch follows plain "
-                   "JSONL files as they grow (use `ampmeter summary` or `report` for .gz)",
-                   err=True)  # fmt: skip
-        raise typer.Exit(2)
-    if once and not any(os.path.isfile(p) or _is_glob(p) for p in logs):
-        typer.echo(f"ampmeter watch: error: no such file: {logs[0]}", err=True)
-        raise typer.Exit(2)
+        fail(
+            "watch",
+            f"{compressed[0]} is compressed; watch follows plain JSONL files as they grow "
+            "(use `ampmeter summary` or `report` for .gz)",
+        )
+    if once and not any(os.path.exists(p) or _is_glob(p) for p in logs):
+        fail("watch", f"{logs[0]}: no such file or directory")
     ceilings = {limit.key: float(limit.max_value) for limit in config.limits()}
     watch(logs, ceilings=ceilings, once=once, interval=interval, max_runs=runs, max_rows=rows)
 

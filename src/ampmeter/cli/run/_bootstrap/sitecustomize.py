@@ -6,7 +6,7 @@ is imported first, so a project's own site customisation keeps working.
 Start-up stays nearly free: this module imports no part of ampmeter but its post-import hooks.
 Metering (``instrument()``, the process's context, ledger and log file) starts when the program
 first imports a library whose calls ampmeter meters, or ampmeter itself; a process that imports
-none of them cannot make a call to meter, and only leaves its summary for the run.
+none of them cannot make a call to meter, and only leaves a mark that it was part of the run.
 """
 
 import importlib
@@ -17,7 +17,7 @@ from types import ModuleType
 # Importing one of these starts metering (after the outermost of them being imported is complete:
 # openai imports httpx, and openai must not be patched half-initialised).
 _TRIGGERS = ("ampmeter", "openai", "anthropic", "httpx", "httpx2", "aiohttp")
-_ENV_CONFIG = "AMPMETER_RUN_CONFIG"  # these three names are ampmeter.runner's
+_ENV_CONFIG = "AMPMETER_RUN_CONFIG"  # these three names are ampmeter.cli.run.parent's
 _ENV_TREE = "AMPMETER_RUN_TREE"
 _ENV_TOP_TAKEN = "AMPMETER_RUN_TOP_TAKEN"
 
@@ -45,7 +45,8 @@ def _hooks() -> ModuleType:
     if module is None:
         from importlib.machinery import ModuleSpec, SourceFileLoader
 
-        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        here = os.path.dirname(os.path.abspath(__file__))
+        package = os.path.dirname(os.path.dirname(os.path.dirname(here)))  # ampmeter/
         path = os.path.join(package, "integrations", "_hooks.py")
         loader = SourceFileLoader(name, path)
         module = ModuleType(name)
@@ -70,7 +71,7 @@ class _Process:
             return
         self.started = True
         try:
-            from ampmeter.runner import child_setup
+            from ampmeter.cli.run.child import child_setup
 
             child_setup(top=self.top)
         except Exception as exc:  # the run must not go on unmetered without saying so
@@ -81,19 +82,16 @@ class _Process:
         self.top = False
 
     def exit(self) -> None:
-        """Leave a summary for a process that never started metering (it made no call)."""
+        """Leave a mark for a process that never started metering (it made no call)."""
         if self.started:
             return
         import json
 
         tree = json.loads(os.environ[_ENV_TREE])
-        failed = getattr(sys, "last_value", None) is not None  # an uncaught exception
-        summary = {"top": self.top, "termination": "error" if failed else "success",
-                   "stop_reason": None}  # fmt: skip
-        path = os.path.join(tree["summaries"], f"{os.getpid()}-unmetered.json")
+        path = os.path.join(tree["processes"], f"{os.getpid()}-unmetered")
         try:
-            with open(path, "w", encoding="utf-8") as handle:
-                json.dump(summary, handle)
+            with open(path, "w", encoding="utf-8"):
+                pass
         except OSError:
             pass  # the run's directory is gone: the parent has stopped waiting
 

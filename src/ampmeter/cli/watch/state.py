@@ -13,17 +13,21 @@ of a long run. A span seen again, or a file read anew, rebuilds its run from its
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ampmeter.analysis.ceilings import call_usage, derivable, parse_stop_reason
 from ampmeter.analysis.runs import Call, call_from_event
+from ampmeter.analysis.summary import termination_of
 
-__all__ = ["RATE_WINDOW_MS", "RUNNING", "Rates", "RunState", "Stop", "WatchState"]
+__all__ = ["QUIET_MS", "RATE_WINDOW_MS", "RUNNING", "Rates", "RunState", "Stop", "WatchState"]
 
 RUNNING: Final = "running"
 RATE_WINDOW_MS: Final = 60_000.0
+QUIET_MS: Final = 5_000.0
+"""A run with nothing running and no new line for this long is shown as ended."""
 
 
 @dataclass(slots=True)
@@ -62,6 +66,11 @@ class RunState:
     per_second: dict[int, list[float]] = field(default_factory=dict)  # s -> [LLM calls, USD]
     first_start_ms: float = math.inf
     last_end_ms: float = -math.inf
+    name: str | None = None  # the context name of the run's top-level calls
+    named_by_call: bool = False  # the name came from a call (not from a sub-agent's own node)
+    last_top: tuple[str, str | None] = ("", None)  # status and error of the last top-level call
+    last_top_end_ms: float = -math.inf
+    arrived_ms: float = -math.inf  # when (wall clock) its last line was read
 
     def running(self) -> list[str]:
         """Span ids named as a parent by some call but not (yet) ended themselves."""
@@ -75,10 +84,31 @@ class RunState:
         """Calls whose cost could not be priced (their $0 is not a real zero)."""
         return self.unpriced
 
+    def ending(self, now_ms: float | None) -> tuple[str, str | None] | None:
+        """How the run ended (termination and reason, by ``ampmeter summary``'s rules), or
+        None while it may still be going: something is running, or (``now_ms`` given) a line
+        arrived in the last :data:`QUIET_MS`."""
+        if self.running():
+            return None
+        if now_ms is not None and now_ms - self.arrived_ms < QUIET_MS:
+            return None
+        first_halt = (self.calls[self.halted[0]].stop_reason,) if self.halted else None
+        return termination_of(None, first_halt, self.last_top)
+
     def index(self, call: Call) -> None:
         """Count a call that is new to this run into every derived figure."""
         span, parent = call.span_id, call.parent_id
         if parent is None:
+            # A sub-agent's own node carries its own name; a call, the run's context's name.
+            context = call.metadata.get("context")
+            if isinstance(context, str) and not self.named_by_call:
+                if context != call.name:
+                    self.name, self.named_by_call = context, True
+                elif self.name is None:
+                    self.name = context
+            end = call.end_ms if call.end_ms is not None else -math.inf
+            if end >= self.last_top_end_ms:
+                self.last_top, self.last_top_end_ms = (call.status, call.error_class), end
             self.top.setdefault(span)
         else:
             self.top.pop(span, None)  # it was shown as a running parent at the top until now
@@ -109,19 +139,24 @@ class RunState:
             fresh.calls[call.span_id] = call
             fresh.index(call)
         fresh.sources = self.sources
+        fresh.arrived_ms = self.arrived_ms
         self.__dict__.update(fresh.__dict__)
 
 
 class WatchState:
-    """Runs built from the events that :class:`~ampmeter.watch.follow.LogFollower` reads."""
+    """Runs built from the events that :class:`~ampmeter.cli.watch.follow.LogFollower` reads."""
 
     def __init__(self, ceilings: Mapping[str, float] | None = None) -> None:
         self.ceilings: dict[str, float] = dict(ceilings or {})
         self.runs: dict[str, RunState] = {}
         self.malformed = 0  # JSON objects that are not TokenTracker events
 
-    def add(self, events: Iterable[dict[str, Any]], source: str) -> None:
-        """Take events read from ``source``; a later event for a span replaces the earlier."""
+    def add(
+        self, events: Iterable[dict[str, Any]], source: str, arrived_ms: float | None = None
+    ) -> None:
+        """Take events read from ``source`` (at wall-clock ``arrived_ms``, default now); a
+        later event for a span replaces the earlier."""
+        arrived = time.time() * 1000.0 if arrived_ms is None else arrived_ms
         stale: set[str] = set()
         for event in events:
             try:
@@ -133,6 +168,7 @@ class WatchState:
             run = self.runs.get(run_id)
             if run is None:
                 run = self.runs[run_id] = RunState(run_id)
+            run.arrived_ms = arrived
             replaced = call.span_id in run.calls
             run.calls[call.span_id] = call
             run.sources[call.span_id] = source

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,10 +16,11 @@ from rich.table import Table
 from rich.text import Text
 
 from ampmeter.analysis.runs import Call
+from ampmeter.cli.output import printable
+from ampmeter.cli.watch.state import RUNNING, RunState, WatchState
 from ampmeter.keys import KEY_COST, KEY_COST_FOR, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS
-from ampmeter.watch.state import RUNNING, RunState, WatchState
 
-__all__ = ["FrameInfo", "render_frame"]
+__all__ = ["FrameInfo", "render_frame", "short_ids"]
 
 _MARK: Final = {
     "success": ("✓", "green"),
@@ -99,20 +101,50 @@ def _limits(state: WatchState, run: RunState) -> Table:
             continue
         share = used / cap if cap > 0 else (1.0 if used > 0 else 0.0)
         style = "red" if share >= 1 else "yellow" if share >= 0.8 else "green"
-        bar = ProgressBar(total=1.0, completed=min(share, 1.0), width=_BAR_WIDTH,
-                          complete_style=style, finished_style=style)  # fmt: skip
-        grid.add_row(escape(key), _amount(key, used), bar,
-                     f"{share:.0%} of {_amount(key, cap)}")  # fmt: skip
+        bar = ProgressBar(
+            total=1.0,
+            completed=min(share, 1.0),
+            width=_BAR_WIDTH,
+            complete_style=style,
+            finished_style=style,
+        )
+        grid.add_row(escape(key), _amount(key, used), bar, f"{share:.0%} of {_amount(key, cap)}")
     return grid
 
 
-def _label(call: Call | None, span: str, open_children: int) -> Text:
-    if call is None:
-        mark, style = _MARK[RUNNING]
-        return Text.assemble((f"{mark} running ", style), (span, "bold"),
-                             (f"  ({open_children} call(s) in it ended)", "dim"))  # fmt: skip
+# Long hexadecimal ids (run UUIDs, ledger scopes) shortened to their first 8 digits: the frame
+# repeats them on every stop, and at 80 columns a 40-character id would wrap mid-word.
+_LONG_ID: Final = re.compile(r"\b([0-9a-f]{8})[0-9a-f-]{8,}\b")
+
+
+def short_ids(text: str) -> str:
+    """``text`` from a log, control characters escaped, every long hexadecimal id cut to its
+    first 8 digits and an ellipsis."""
+    return _LONG_ID.sub(r"\1…", printable(text))
+
+
+def _short_span(span: str) -> str:
+    # `ampmeter run` prefixes other processes' spans (p<pid>-<tag>.n000003): the node id says it.
+    return span.rpartition(".")[2]
+
+
+def _running_label(run: RunState, span: str) -> Text:
+    mark, style = _MARK[RUNNING]
+    kids = run.children.get(span, ())
+    contexts = {run.calls[k].metadata.get("context") for k in kids if k in run.calls}
+    inside = next(iter(contexts)) if len(contexts) == 1 else None
+    where = f" in {short_ids(inside)}" if isinstance(inside, str) and inside != run.name else ""
+    return Text.assemble(
+        (f"{mark} running", style),
+        (where, "bold"),
+        (f"  {_short_span(span)}, {len(kids)} inner call(s) ended", "dim"),
+    )
+
+
+def _label(call: Call) -> Text:
     mark, style = _MARK.get(call.status, ("?", "white"))
-    text = Text.assemble((f"{mark} ", style), (f"{call.kind} ", "dim"), (call.name, "bold"))
+    name = short_ids(call.name)
+    text = Text.assemble((f"{mark} ", style), (f"{call.kind} ", "dim"), (name, "bold"))
     if call.model:
         text.append(f"  {call.model}", "cyan")
     if call.kind == "llm" and call.status != "halt":
@@ -122,7 +154,7 @@ def _label(call: Call | None, span: str, open_children: int) -> Text:
     if call.latency_ms is not None and call.status != "halt":
         text.append(f"  {call.latency_ms:,.0f} ms", "dim")
     if call.status == "halt":
-        text.append(f"  stopped: {call.stop_reason or 'limit'}", style)
+        text.append(f"  stopped: {short_ids(call.stop_reason or 'limit')}", style)
     elif call.status == "fail" and call.error_class:
         text.append(f"  {call.error_class}", style)
     return text
@@ -136,58 +168,98 @@ def _start(run: RunState, span: str) -> float:
     return min((_start(run, s) for s in run.children.get(span, ())), default=math.inf)
 
 
-def _subtree(run: RunState, span: str, depth: int, rows: list[tuple[int, str]]) -> None:
-    rows.append((depth, span))
+def _subtree(
+    run: RunState, span: str, prefix: str, last: bool, rows: list[tuple[str, str]]
+) -> None:
+    """Rows of ``span`` and its calls, each with the tree's lines in front of it."""
+    rows.append((prefix + ("└─ " if last else "├─ "), span))
     kids = run.children.get(span, ())
-    for kid in sorted(kids, key=lambda s: (_start(run, s), s)) if len(kids) > 1 else kids:
-        _subtree(run, kid, depth + 1, rows)
+    ordered = sorted(kids, key=lambda s: (_start(run, s), s)) if len(kids) > 1 else kids
+    inner = prefix + ("   " if last else "│  ")
+    for index, kid in enumerate(ordered):
+        _subtree(run, kid, inner, index == len(ordered) - 1, rows)
 
 
 def _tree(run: RunState, max_rows: int) -> Text:
-    """The newest ``max_rows`` rows of the call tree: whole top-level calls, newest last.
+    """The newest ``max_rows`` rows of the call tree: whole top-level calls, newest last, each
+    call indented under the call it ran in.
 
     Only the top-level calls that fit are walked, so a long run costs no more to draw.
     """
-    rows: list[tuple[int, str]] = []
-    for span in reversed(run.top):
-        block: list[tuple[int, str]] = []
-        _subtree(run, span, 0, block)
+    rows: list[tuple[str, str]] = []
+    tops = list(run.top)
+    for index in range(len(tops) - 1, -1, -1):
+        block: list[tuple[str, str]] = []
+        _subtree(run, tops[index], "", index == len(tops) - 1, block)
         rows[:0] = block
         if len(rows) >= max_rows:
             break
     total = len(run.calls) + sum(1 for p in run.children if p not in run.calls)
-    out = Text()
+    out = Text(no_wrap=True, overflow="ellipsis")
     if len(rows) > max_rows:
         rows = rows[-max_rows:]
     if total > len(rows):
         out.append(f"… {total - len(rows)} earlier call(s)\n", "dim")
-    for depth, span in rows:
-        out.append("  " * depth + "└ ")
-        out.append_text(_label(run.calls.get(span), span, len(run.children.get(span, ()))))
+    for lines, span in rows:
+        out.append(lines, "dim")
+        call = run.calls.get(span)
+        out.append_text(_label(call) if call is not None else _running_label(run, span))
         out.append("\n")
     out.rstrip()
     return out
 
 
-def _run_block(state: WatchState, run: RunState, max_rows: int) -> Group:
+_ENDED: Final = {
+    "success": ("ended: success", "green"),
+    "error": ("ended: error", "red"),
+    "limit_exceeded": ("ended: stopped by a limit", "magenta"),
+    "timeout": ("ended: timed out", "magenta"),
+}
+
+
+def _title(run: RunState, now_ms: float | None) -> Text:
+    title = Text.assemble(("run ", "bold"), (short_ids(run.name or run.run_id), "bold underline"))
+    if run.name:
+        title.append(f"  {short_ids(run.run_id)[:9]}", "dim")
     running = run.running()
-    status = (f"[yellow]{len(running)} running[/]" if running
-              else "[dim]nothing running[/]")  # fmt: skip
-    title = Text.from_markup(f"[bold underline]run {escape(run.run_id)}[/]  {status}")
-    return Group(title, _limits(state, run), _tree(run, max_rows))
+    ending = run.ending(now_ms)
+    if running:
+        title.append(f"  {len(running)} running", "yellow")
+    elif ending is None:
+        title.append("  nothing running", "dim")
+    else:
+        termination, reason = ending
+        words, style = _ENDED.get(termination, (f"ended: {termination}", "white"))
+        title.append(f"  ■ {words}", f"bold {style}")
+        if reason and termination != "limit_exceeded":  # a stop's reason is on its row
+            title.append(f" ({short_ids(reason)})", style)
+    return title
+
+
+def _run_block(state: WatchState, run: RunState, max_rows: int, now_ms: float | None) -> Group:
+    return Group(_title(run, now_ms), _limits(state, run), _tree(run, max_rows))
 
 
 def _stops(state: WatchState) -> Table | Text:
     stops = state.stops()
     if not stops:
         return Text("no call stopped by a limit", style="dim")
-    table = Table(title="last stops", title_justify="left", box=None, show_header=True,
-                  header_style="bold")  # fmt: skip
-    for column in ("time", "run", "call", "reason"):
-        table.add_column(column, overflow="fold")
+    table = Table(
+        title="last stops", title_justify="left", box=None, show_header=True, header_style="bold"
+    )
+    table.add_column("time", no_wrap=True)
+    table.add_column("run", no_wrap=True, overflow="ellipsis", max_width=24)
+    table.add_column("call", no_wrap=True, overflow="ellipsis", max_width=20)
+    table.add_column("reason", overflow="fold", ratio=1)
     for stop in stops:
         at = time.strftime("%H:%M:%S", time.localtime(stop.at_ms / 1000)) if stop.at_ms else "-"
-        table.add_row(at, stop.run_id, f"{stop.name} ({stop.span_id})", stop.reason)
+        run = state.runs[stop.run_id]
+        table.add_row(
+            at,
+            Text(short_ids(run.name or run.run_id)),
+            Text(short_ids(stop.name)),
+            Text(short_ids(stop.reason)),
+        )
     return table
 
 
@@ -204,7 +276,7 @@ def render_frame(
     runs = sorted(state.runs.values(), key=lambda run: run.last_end_ms, reverse=True)
     parts: list[RenderableType] = [_header(state, info, now_ms), Text("")]
     for run in sorted(runs[:max_runs], key=lambda r: r.run_id):
-        parts += [_run_block(state, run, max_rows), Text("")]
+        parts += [_run_block(state, run, max_rows, now_ms), Text("")]
     if len(runs) > max_runs:
         parts.append(Text(f"{len(runs) - max_runs} less recent run(s) not shown", style="dim"))
     parts.append(_stops(state))

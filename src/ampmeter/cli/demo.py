@@ -1,26 +1,16 @@
-"""The ``ampmeter run`` and ``ampmeter demo`` commands, added to the app by :func:`register`.
-
-``run`` only forwards its arguments to :mod:`ampmeter.cli_launch`, which parses and runs them.
-"""
+"""``ampmeter demo``: a small agent on a real local model, under limits."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from ampmeter.cli.output import fail
 from ampmeter.demo import DEFAULT_PRICE_AS, RUN_MAX_COST
 
 __all__ = ["register"]
-
-
-def _run(ctx: typer.Context) -> None:
-    """Run a Python program with its LLM calls metered and limited (`ampmeter run --help`)."""
-    from ampmeter.cli_launch import main as run_main
-
-    run_main(ctx.args)
 
 
 def _demo(
@@ -79,39 +69,25 @@ def _demo(
 
     try:
         run_demo(
-            model_path=model, base_url=base_url, model_name=model_name, price_in=price_in,
-            price_out=price_out, price_as=price_as, free=free, max_cost=max_cost,
-            max_steps=max_steps, questions=questions, run_max_cost=run_max_cost,
-            run_max_llm_calls=run_max_llm_calls, out_dir=out_dir, echo=typer.echo,
-        )  # fmt: skip
+            model_path=model,
+            base_url=base_url,
+            model_name=model_name,
+            price_in=price_in,
+            price_out=price_out,
+            price_as=price_as,
+            free=free,
+            max_cost=max_cost,
+            max_steps=max_steps,
+            questions=questions,
+            run_max_cost=run_max_cost,
+            run_max_llm_calls=run_max_llm_calls,
+            out_dir=out_dir,
+            echo=typer.echo,
+        )
     except DemoError as exc:
-        typer.echo(f"ampmeter demo: error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail("demo", str(exc))
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``run`` and ``demo`` commands to ``app``."""
-    # Every argument, --help included, goes to ampmeter.cli_launch: the one parser of `run`,
-    # which the console script also calls without importing typer.
-    app.command(
-        "run",
-        add_help_option=False,
-        context_settings={
-            "allow_interspersed_args": False,
-            "allow_extra_args": True,
-            "ignore_unknown_options": True,
-        },
-    )(_run)
+    """Add the ``demo`` command to ``app``."""
     app.command("demo")(_demo)
-
-
-def main() -> None:
-    """``python -m ampmeter.cli_run``: the two commands on their own."""
-    app = typer.Typer(add_completion=False, no_args_is_help=True)
-    register(app)
-    app(prog_name="ampmeter")
-
-
-if __name__ == "__main__":
-    main()
-    sys.exit(0)

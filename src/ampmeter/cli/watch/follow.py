@@ -2,8 +2,10 @@
 
 A line is read only once its newline is written; the bytes after the last newline (a write
 in progress, or cut by a crash) are kept and completed by the next read. Complete lines go
-through the reader's rules (:func:`ampmeter.logs.reader.iter_lines`, best effort), so a bad
-line is counted, not fatal. A file that shrinks or is replaced is read again from the start.
+through the reading every tool shares (:func:`ampmeter.logs.iter_lines` with
+:func:`ampmeter.logs.event_problem`, best effort), so a bad line is counted, not fatal. A file
+that shrinks or is replaced is read again from the start. A directory stands for the
+``*.jsonl`` files in it, now and later.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ampmeter.logs.reader import iter_lines
+from ampmeter.analysis.validate import file_kind
+from ampmeter.logs import event_problem, iter_lines
 
 __all__ = ["FileBatch", "LogFollower"]
 
@@ -70,7 +73,16 @@ class LogFollower:
     def _matches(self) -> list[str]:
         found: list[str] = []
         for pattern in self.patterns:
-            names = sorted(glob.glob(pattern)) if _is_pattern(pattern) else [pattern]
+            if _is_pattern(pattern):
+                names = sorted(glob.glob(pattern))
+            elif os.path.isdir(pattern):  # its event logs, not the stream logger's other files
+                names = [
+                    name
+                    for name in sorted(glob.glob(os.path.join(glob.escape(pattern), "*.jsonl")))
+                    if file_kind(name) == "events"
+                ]
+            else:
+                names = [pattern]
             # A compressed file cannot be followed as it grows: only plain JSONL is.
             plain = [n for n in names if not n.endswith(".gz") and os.path.isfile(n)]
             found += [n for n in plain if n not in found]
@@ -102,14 +114,16 @@ class LogFollower:
             handle.seek(tail.offset)
             data = handle.read(max(stat.st_size - tail.offset, _READ_CHUNK))
         tail.offset += len(data)
-        *complete, tail.partial = (tail.partial + data).split(b"\n")
+        text = tail.partial + data
+        end = text.rfind(b"\n") + 1
+        complete = [line + b"\n" for line in text[: end - 1].split(b"\n")] if end else []
+        tail.partial = text[end:]
         tail.lines += len(complete)
         batch = FileBatch(path, restarted=restarted)
-        reader = iter_lines(complete, name=path, best_effort=True)
+        reader = iter_lines(complete, name=path, best_effort=True, check=event_problem)
         with warnings.catch_warnings():
-            # Every line here ended with its newline: one that does not decode is bad, not cut.
-            warnings.simplefilter("ignore")
+            warnings.simplefilter("ignore")  # bad lines are counted on the frame instead
             batch.records = list(reader)
-        batch.bad_lines = reader.summary.skipped + int(reader.summary.truncated_last_line)
+        batch.bad_lines = reader.summary.skipped
         self.bad_lines += batch.bad_lines
         return batch

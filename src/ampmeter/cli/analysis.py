@@ -1,0 +1,236 @@
+"""``ampmeter summary``, ``amortize``, ``validate`` and ``report``: commands that read logs."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated, Final, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ampmeter.cli.output import err, fail, number, printable, user_errors
+
+__all__ = ["register"]
+
+LogsArg = Annotated[
+    list[Path],
+    typer.Argument(
+        help="JSONL log files (TokenTracker events; .gz too).", show_default=False, metavar="LOG"
+    ),
+]
+BestEffort = Annotated[
+    bool,
+    typer.Option(
+        "--best-effort",
+        help="Skip bad lines (and count them) instead of stopping at the first one.",
+    ),
+]
+
+
+class Format(str, enum.Enum):
+    """CSV layouts of ``ampmeter amortize``."""
+
+    v0 = "v0"
+    extended = "extended"
+
+
+class EngineName(str, enum.Enum):
+    """Query engines of ``ampmeter amortize`` and ``summary``."""
+
+    auto = "auto"
+    python = "python"
+    duckdb = "duckdb"
+
+
+def _cell(value: object) -> Text:
+    """A table cell: numbers in the one format, text plain (never markup), controls escaped."""
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return Text(number(value))
+    return Text(printable(str(value)))
+
+
+_SUMMARY_COLUMNS: Final = (
+    ("run_id", "run"),
+    ("llm_calls", "LLM"),
+    ("tool_calls", "tools"),
+    ("retries", "retries"),
+    ("tokens_in", "tok in"),
+    ("tokens_out", "tok out"),
+    ("cost_usd", "cost $"),
+    ("unpriced_calls", "unpriced"),
+    ("llm_calls_per_root", "LLM amp"),
+    ("tool_calls_per_root", "tool amp"),
+    ("base_context", "base ctx"),
+    ("context_growth_avg", "growth"),
+    ("max_depth", "depth"),
+    ("termination", "termination"),
+)
+
+
+def summary_command(
+    logs: LogsArg,
+    engine: Annotated[
+        EngineName,
+        typer.Option("--engine", help="auto picks DuckDB for logs over 64 MB in all."),
+    ] = EngineName.auto,
+    best_effort: BestEffort = False,
+) -> None:
+    """Print a table of runs: calls, tokens, cost, amplification, growth, depth, termination.
+
+    Runs are told apart by run_id; the last two rows give the p50 and p95 across runs. Both
+    engines give the same table.
+    """
+    from ampmeter.analysis import summarize
+
+    if engine is EngineName.duckdb and best_effort:
+        fail("summary", "--engine duckdb reads strictly; use --engine python with --best-effort")
+    with user_errors("summary", best_effort_flag=True):
+        try:
+            table = summarize(
+                logs,
+                engine=engine.value,  # type: ignore[arg-type, unused-ignore]
+                best_effort=best_effort,
+                progress=err.is_terminal,
+            )
+        except ImportError as exc:  # --engine duckdb without the analysis extra
+            fail("summary", str(exc))
+    out = Table(title=f"{len(table.runs)} run(s)", header_style="bold")
+    for key, label in _SUMMARY_COLUMNS:
+        text = key in ("run_id", "termination")
+        out.add_column(label, justify="left" if text else "right", overflow="fold")
+    for run in table.runs:
+        row = run.to_dict()
+        out.add_row(*(_cell(row[key]) for key, _ in _SUMMARY_COLUMNS))
+    if table.runs:
+        for q in ("p50", "p95"):
+            cells = []
+            for key, _ in _SUMMARY_COLUMNS:
+                if key == "run_id":
+                    cells.append(Text(q))
+                else:
+                    across = table.across.get(key)
+                    cells.append(_cell(across.get(q)) if across is not None else Text(""))
+            out.add_row(*cells, style="italic dim")
+    console = Console()
+    if not console.is_terminal:  # piped or captured: do not squeeze into 80 columns
+        console = Console(width=200)
+    console.print(out)
+
+
+def amortize_command(
+    stream: Annotated[
+        Path, typer.Argument(help="The *.stream.jsonl file.", show_default=False, metavar="STREAM")
+    ],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Where to write the CSV.", show_default=False)
+    ],
+    problems: Annotated[
+        Optional[Path],  # noqa: UP045 - typer needs Optional on Python 3.10
+        typer.Option("--problems", help="The *.problems.jsonl file (accuracy, latency)."),
+    ] = None,
+    events: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--events", help="The TokenTracker event log (Track A/B cost)."),
+    ] = None,
+    fmt: Annotated[
+        Format,
+        typer.Option(
+            "--format",
+            help="v0: the stream's four columns; extended: also accuracy, latency, Track A/B.",
+        ),
+    ] = Format.v0,
+    plot: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--plot", help="Also draw the curve as a PNG here."),
+    ] = None,
+    engine: Annotated[
+        EngineName,
+        typer.Option("--engine", help="auto picks DuckDB for inputs over 64 MB."),
+    ] = EngineName.auto,
+    best_effort: BestEffort = False,
+) -> None:
+    """Write the amortization curve against t as CSV (and optionally a PNG).
+
+    v0 has the stream's cost and solved columns; extended adds accuracy, p50/p95 latency and
+    Track A (pipeline) / Track B (all components) cost per problem.
+    """
+    from ampmeter.analysis import amortization_table, write_extended_csv, write_v0_csv
+
+    with user_errors("amortize", best_effort_flag=True):
+        # Columns, not a dict per row: a million-problem stream stays fast.
+        table = amortization_table(
+            stream,
+            problems_jsonl=problems,
+            token_events_jsonl=events,
+            best_effort=best_effort,
+            engine=engine.value,  # type: ignore[arg-type, unused-ignore]
+            progress=err.is_terminal,
+        )
+        writer = write_v0_csv if fmt is Format.v0 else write_extended_csv
+        count = writer(table, output)
+        if plot is not None:
+            from ampmeter.report.figures import amortization_figure, save_png
+
+            save_png(amortization_figure(table.rows()), plot)
+    written = f"wrote {number(count)} row(s) to {output}" + (f" and {plot}" if plot else "")
+    err.print(Text(printable(written)))
+
+
+def validate_command(logs: LogsArg) -> None:
+    """Check logs line by line and print every bad line with its number, field and reason.
+
+    Lines are read by the same rules as every other command (only a last line without its
+    newline is a cut-off write); event logs are also checked against the TokenTracker v0
+    schema, and *.stream.jsonl, *.problems.jsonl and *.calls.jsonl against the fields analysis
+    needs. Exit status: 0 when every line is valid, 1 when some are not, 2 when a file cannot be
+    read.
+    """
+    from ampmeter.analysis.validate import validate_file
+
+    bad = files_bad = 0
+    with user_errors("validate"):
+        for path in logs:
+            file_bad = 0
+            for problem in validate_file(path):
+                typer.echo(printable(str(problem)), err=problem.warning)
+                if not problem.warning:
+                    file_bad += 1
+            bad += file_bad
+            files_bad += 1 if file_bad else 0
+    if bad:
+        err.print(f"{number(bad)} bad line(s) in {files_bad} of {len(logs)} file(s)", markup=False)
+        raise typer.Exit(1)
+    err.print(f"{len(logs)} file(s) valid", markup=False)
+
+
+def report_command(
+    logs: LogsArg,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path(
+        "report.html"
+    ),
+    title: Annotated[str, typer.Option("--title", help="Title of the report.")] = (
+        "ampmeter report"
+    ),
+    best_effort: BestEffort = False,
+) -> None:
+    """Write one self-contained HTML report: summary, figures and call trees.
+
+    The file opens from disk with no network. Pass *.stream.jsonl with its .problems.jsonl and
+    .token_events.jsonl siblings to include the amortization figure.
+    """
+    from ampmeter.report import write_report
+
+    with user_errors("report", best_effort_flag=True):
+        write_report(logs, output, title=title, best_effort=best_effort)
+    err.print(Text(printable(f"wrote {output}")))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``summary``, ``amortize``, ``validate`` and ``report`` to ``app``."""
+    app.command("summary")(summary_command)
+    app.command("amortize")(amortize_command)
+    app.command("validate")(validate_command)
+    app.command("report")(report_command)

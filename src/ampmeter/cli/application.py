@@ -1,0 +1,131 @@
+"""The ``ampmeter`` typer app: one help style, one error style, every command registered here.
+
+Each command module has a ``register(app)`` function; :data:`COMMAND_MODULES` lists them, so a
+new command is its import and one entry there. Usage errors (an unknown option, a missing
+argument, a bad value) are one line on stderr naming the flag and pointing at ``--help``, with
+exit status 2, like every other error (see :mod:`ampmeter.cli.output`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Annotated, Any, Final
+
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+from ampmeter.cli import analysis, budget, demo
+from ampmeter.cli.output import print_error
+from ampmeter.cli.run import command as run
+from ampmeter.cli.watch import command as watch
+
+__all__ = ["COMMAND_MODULES", "FlagCommand", "app", "main"]
+
+COMMAND_MODULES: Final = (analysis, budget, demo, run, watch)
+"""The modules whose ``register(app)`` adds their commands, in the order ``--help`` lists them."""
+
+
+def _plain_metavars(params: list[Any]) -> list[Any]:
+    """A flag reads as a flag (no ``<bool>`` after it), and a list argument as ``FILE...``."""
+    for param in params:
+        if getattr(param, "is_flag", False) and not getattr(param, "count", False):
+            param.metavar = ""
+    return params
+
+
+class FlagCommand(TyperCommand):
+    """Every ampmeter command: its help shows flags without a value type."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain_metavars(super().get_params(ctx))
+
+
+class _OneLineErrors(TyperGroup):
+    """The command group: a usage error (unknown option, missing argument) is one line on
+    stderr and exit status 2, like every other error, instead of click's boxed panel."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain_metavars(super().get_params(ctx))
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(
+                args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra
+            )
+        try:
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except Exception as exc:
+            if type(exc).__name__ == "Abort":
+                print_error(prog_name or "ampmeter", "aborted")
+                sys.exit(1)
+            if not hasattr(exc, "format_message") or not hasattr(exc, "exit_code"):
+                raise  # not a usage error
+            if type(exc).__name__ != "NoArgsIsHelpError":  # its help is already printed
+                ctx = getattr(exc, "ctx", None)
+                where = ctx.command_path if ctx is not None else prog_name or "ampmeter"
+                print_error(where, f"{exc.format_message()} (see '{where} --help')")
+            sys.exit(exc.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+class _App(typer.Typer):
+    """The typer app whose commands are all :class:`FlagCommand` (also those added later)."""
+
+    def command(self, name: str | None = None, *, cls: Any = None, **options: Any) -> Any:
+        return super().command(name, cls=cls or FlagCommand, **options)
+
+
+app = _App(
+    cls=_OneLineErrors,
+    name="ampmeter",
+    help="Account for and contain LLM agent runs; turn their logs into tables, curves and reports.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    # Markdown reflows each paragraph of a docstring to the terminal's width ("rich" keeps
+    # the docstring's own line breaks, which read as ragged breaks in a wider terminal).
+    rich_markup_mode="markdown",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"ampmeter {version('ampmeter')}")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            typer.echo("ampmeter (version unknown: not installed)")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print ampmeter's version and exit.", callback=_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """Account for and contain LLM agent runs; turn their logs into tables, curves and reports."""
+
+
+for _module in COMMAND_MODULES:
+    _module.register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the command line (the ``ampmeter`` script and ``python -m ampmeter`` come here
+    through :mod:`ampmeter._console_script`, which first checks that typer and rich exist)."""
+    app(args=argv, prog_name="ampmeter")

@@ -1,0 +1,141 @@
+"""The metering of each Python process of an ``ampmeter run`` (the child side).
+
+The bootstrap ``sitecustomize`` calls :func:`child_setup` when the program first imports
+something ampmeter meters. The process then instruments the SDKs and opens one
+:class:`~ampmeter.ExecutionContext` with the run's limits and its shared ledger (SQLite in the
+run's temporary directory, or ``--ledger redis://...``), so the limits hold for the whole
+process tree, and writes its events line by line: a worker ended by SIGTERM or ``os._exit``
+has still left every call it finished or was refused.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import secrets
+import sys
+import time
+from types import TracebackType
+from typing import Any
+
+from ampmeter.cli.run.config import RunConfig
+from ampmeter.cli.run.parent import ENV_CONFIG, ENV_TREE
+
+__all__ = ["child_setup", "mark_process"]
+
+
+def mark_process(processes_dir: str, tag: str) -> None:
+    """Leave a mark that this process was part of the run (the summary counts them)."""
+    path = os.path.join(processes_dir, f"{os.getpid()}-{tag}")
+    try:
+        with open(path, "w", encoding="utf-8"):
+            pass
+    except OSError:
+        pass  # this process outlived the run: `ampmeter run` has reported and cleaned up
+
+
+def child_setup(*, top: bool) -> None:
+    """Meter this interpreter for ``ampmeter run`` (``top``: the run's first Python process).
+
+    The run's settings stay in the environment, so every Python process the program starts is
+    metered too, against the same shared ledger; a ``fork`` child starts afresh (its own
+    context and log file) instead of counting on the parent's copy.
+    """
+    raw = os.environ.get(ENV_CONFIG)
+    if raw is None or ENV_TREE not in os.environ:
+        return
+    config = RunConfig(**json.loads(raw))
+
+    from ampmeter.integrations import instrument
+
+    instrument(capture_content=config.capture_content)
+    _Process.start(config, top)
+    os.register_at_fork(after_in_child=functools.partial(_Process.start, config, False))
+    previous_hook = sys.excepthook
+
+    def excepthook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        if _Process.current is not None:
+            _Process.current.seen.append(exc)
+        from ampmeter.errors import LimitExceeded
+
+        if isinstance(exc, LimitExceeded):
+            return  # the parent prints the one-line reason
+        previous_hook(kind, exc, tb)
+
+    sys.excepthook = excepthook
+
+
+class _Process:
+    """The metering of one process of the run: its context, ledger and log file."""
+
+    current: _Process | None = None
+
+    def __init__(self, ctx: Any, sink: Any, ledger: Any, processes_dir: str) -> None:
+        self.pid = os.getpid()
+        self.ctx = ctx
+        self.sink = sink
+        self.ledger = ledger
+        self.processes_dir = processes_dir
+        self.seen: list[BaseException] = []
+
+    @classmethod
+    def start(cls, config: RunConfig, top: bool) -> None:
+        """Open this process's context (the top one's node is the run's root)."""
+        from ampmeter.context import ExecutionContext
+        from ampmeter.integrations import set_default_context
+        from ampmeter.sinks.jsonl import JsonlSink
+        from ampmeter.sinks.relabel import RelabeledSink
+
+        tree = json.loads(os.environ[ENV_TREE])
+        pid = os.getpid()
+        ledger = _open_ledger(tree["ledger"], tree["scope"])
+        log = JsonlSink(os.path.join(tree["events"], f"{time.time_ns()}-{pid}.jsonl"), flush="line")
+        sink: Any = log
+        if not top:
+            sink = RelabeledSink(
+                log,
+                prefix=f"p{pid}-{secrets.token_hex(2)}.",
+                attach_to=tree["root"],
+                depth_offset=1,
+                keep_root=False,
+                metadata={"pid": pid},
+            )
+        deadline = tree["deadline"]
+        ctx = ExecutionContext(
+            "ampmeter_run" if top else f"process {pid}",
+            limits=config.limits(),
+            timeout_s=None if deadline is None else max(deadline - time.time(), 0.0),
+            sinks=[sink],
+            ledger=ledger,
+            chain_id=tree["chain"],
+        )
+        ctx.__enter__()  # also in a fork child: the parent's context is not ours any more
+        set_default_context(ctx)
+        if top and ctx.node_id != tree["root"]:
+            raise RuntimeError(
+                f"the run's root context got node id {ctx.node_id!r}, not {tree['root']!r}: "
+                "the other processes' logs would not join it"
+            )
+        mark_process(tree["processes"], "metered")
+        cls.current = cls(ctx, log, ledger, tree["processes"])
+        atexit.register(cls.current.finish)
+
+    def finish(self) -> None:
+        """Close the context, log and ledger (in this process only)."""
+        if os.getpid() != self.pid:
+            return  # an atexit hook inherited through fork: the parent's, not ours
+        self.ctx.close(self.seen[0] if self.seen else None)
+        self.sink.close()
+        self.ledger.close()
+
+
+def _open_ledger(where: str, scope: str) -> Any:
+    if where.startswith(("redis://", "rediss://")):
+        from ampmeter.ledgers.redis import RedisLedger
+
+        return RedisLedger(where, scope)
+    from ampmeter.ledgers.sqlite import SqliteLedger
+
+    return SqliteLedger(where, scope)

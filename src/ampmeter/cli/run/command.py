@@ -1,0 +1,129 @@
+"""``ampmeter run``: run a Python program with its LLM calls metered and limited."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Optional
+
+import typer
+
+from ampmeter.cli.output import err, fail
+
+__all__ = ["register"]
+
+
+def run_command_line(
+    command: Annotated[
+        list[str],
+        typer.Argument(
+            help="The program and its arguments, after `--` (e.g. `-- python agent.py`).",
+            show_default=False,
+            metavar="COMMAND",
+        ),
+    ],
+    max_cost: Annotated[
+        Optional[float],  # noqa: UP045 - typer needs Optional on Python 3.10
+        typer.Option("--max-cost", metavar="USD", help="Cost ceiling in USD."),
+    ] = None,
+    max_llm_calls: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--max-llm-calls", metavar="N", help="Most LLM calls."),
+    ] = None,
+    max_input_tokens: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--max-input-tokens", metavar="N", help="Most input tokens over all calls."),
+    ] = None,
+    max_tokens_per_model: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--max-tokens-per-model",
+            metavar="MODEL=N",
+            help="Most input tokens for one model (repeatable).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            help="Wall-time limit: calls past it are refused, and at SECONDS the program gets "
+            "SIGTERM (then SIGKILL after --grace). Exit status 124.",
+        ),
+    ] = None,
+    grace: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(
+            "--grace",
+            metavar="SECONDS",
+            help="How long the program may take to shut down after --timeout's SIGTERM before "
+            "it is killed (default 2). Only its own shutdown: the work stops at --timeout.",
+        ),
+    ] = None,
+    out: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--out",
+            metavar="PATH",
+            help="Write the TokenTracker JSONL events here (while the run lasts, each process "
+            "writes to PATH.parts/, which `ampmeter watch` can follow).",
+        ),
+    ] = None,
+    capture_content: Annotated[
+        bool, typer.Option("--capture-content", help="Also log prompt and response text.")
+    ] = False,
+    ledger: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--ledger",
+            metavar="redis://HOST:PORT/DB",
+            help="Share the limits through this Redis (processes on many machines); default: "
+            "a SQLite ledger for this run's process tree.",
+        ),
+    ] = None,
+) -> None:
+    """Run a Python program with its LLM calls metered and limited.
+
+    The limits hold across every Python process the program starts. Limits also come from
+    AMPMETER_MAX_COST, AMPMETER_MAX_LLM_CALLS, AMPMETER_MAX_INPUT_TOKENS,
+    AMPMETER_MAX_TOKENS_PER_MODEL (MODEL=N,...), AMPMETER_TIMEOUT, AMPMETER_GRACE, AMPMETER_OUT
+    and AMPMETER_LEDGER; flags win.
+
+    Exit status: the program's own; 3 when a limit stopped one of its calls (read from the
+    run's log, whichever process made the call); 124 when --timeout stopped it.
+
+    Example: `ampmeter run --max-cost 0.50 --out run.jsonl -- python agent.py`
+    """
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        fail("run", "give the program to run after `--`, e.g. `ampmeter run -- python agent.py`")
+    from ampmeter.cli.run.config import RunConfig, parse_model_limits
+    from ampmeter.cli.run.parent import format_summary, run_command
+
+    try:
+        config = RunConfig.from_env(
+            os.environ,
+            max_cost=max_cost,
+            max_llm_calls=max_llm_calls,
+            max_input_tokens=max_input_tokens,
+            max_tokens_per_model=parse_model_limits(max_tokens_per_model or []),
+            timeout=timeout,
+            grace=grace,
+            out=out,
+            capture_content=capture_content or None,
+            ledger=ledger,
+        )
+        outcome = run_command(command, config)
+    except ValueError as exc:
+        fail("run", str(exc))
+    err.print("\nampmeter run summary", markup=False, highlight=False)
+    err.print(format_summary(outcome.summary), markup=False, highlight=False)
+    if outcome.stop_reason:
+        err.print(f"ampmeter run: stopped: {outcome.stop_reason}", markup=False, highlight=False)
+    raise typer.Exit(outcome.exit_code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``run`` command to ``app``."""
+    # Everything after the program's name is the program's own (its flags are not ours).
+    app.command("run", context_settings={"allow_interspersed_args": False})(run_command_line)
