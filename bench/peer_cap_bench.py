@@ -608,6 +608,22 @@ def table(found: list[Cell]) -> str:
     return "\n".join(lines)
 
 
+def summary(found: list[Cell]) -> str:
+    """One row per tool: billed/cap in every cell, and how it stopped its workers."""
+    cells = sorted({(c.tools, c.workers) for c in found})
+    head = " | ".join(f"{tools} tools, {workers} thr." for tools, workers in cells)
+    lines = [f"| tool | {head} | how it stops |", "|---|" + "---|" * (len(cells) + 1)]
+    for tool in dict.fromkeys(c.tool for c in found):
+        mine = {(c.tools, c.workers): c for c in found if c.tool == tool}
+        figures = " | ".join(
+            f"{mine[key].billed_over_cap:.2f}" if key in mine else "-" for key in cells
+        )
+        hows = ", ".join(dict.fromkeys(c.how for c in mine.values()))
+        version = next(iter(mine.values())).version
+        lines.append(f"| {tool} {version} | {figures} | {hows} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--child"]:
         child(argv[1])
@@ -624,6 +640,8 @@ def main(argv: list[str]) -> None:
         print(line(cell), flush=True)
     print()
     print(table(found))
+    print()
+    print(summary(found))
     errors = {c.tool: c.tally["first_error"] for c in found if c.tally["first_error"]}
     for tool, error in errors.items():
         print(f"\n{tool}: {error}")
