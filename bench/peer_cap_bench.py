@@ -152,6 +152,7 @@ def hammer(
             with tally.lock:
                 tally.stops += 1  # raised on leaving the tool's scope
         except Exception as error:
+            barrier.abort()  # a worker that failed to start must not leave the others waiting
             with tally.lock:
                 tally.errors += 1
                 tally.first_error = tally.first_error or repr(error)[:300]
