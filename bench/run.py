@@ -29,6 +29,8 @@ def _load(path: Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
+    # Registered before it runs: dataclasses resolve string annotations through sys.modules.
+    sys.modules[spec.name] = module
     sys.path.insert(0, str(HERE))
     try:
         spec.loader.exec_module(module)
