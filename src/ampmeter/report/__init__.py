@@ -1,13 +1,23 @@
-"""The self-contained HTML report of ampmeter's logs (inline SVG charts) and PNG figures."""
+"""The self-contained HTML report of ampmeter's logs (inline SVG charts) and PNG figures.
 
-from ampmeter.report.figures import (
-    amortization_figure,
-    context_growth_figure,
-    cost_tokens_by_model_figure,
-    latency_figure,
-    save_png,
-)
+The HTML report needs nothing beyond the core; the PNG figures need matplotlib (the
+``analysis`` extra) and load on first use, so ``make demo`` renders the report without it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from ampmeter.report.html import build_report, embed_json, write_report
+
+if TYPE_CHECKING:
+    from ampmeter.report.figures import (
+        amortization_figure,
+        context_growth_figure,
+        cost_tokens_by_model_figure,
+        latency_figure,
+        save_png,
+    )
 
 __all__ = [
     "amortization_figure",
@@ -19,3 +29,11 @@ __all__ = [
     "save_png",
     "write_report",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from ampmeter.report import figures
+
+        return getattr(figures, name)
+    raise AttributeError(f"module 'ampmeter.report' has no attribute {name!r}")
