@@ -260,6 +260,7 @@ PUBLIC_API = {
     "remove_price",
     "set_default_context",
     "set_price",
+    "set_tool_price",
     "uninstrument",
     "validate_event",
 }

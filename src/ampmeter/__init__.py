@@ -69,6 +69,7 @@ if TYPE_CHECKING:
         price,
         remove_price,
         set_price,
+        set_tool_price,
     )
     from ampmeter.sinks import JsonlSink, MemorySink, WebhookSink
 
@@ -100,7 +101,15 @@ _LAZY = {
     ),
     **dict.fromkeys(("LLMCallMetrics", "TaskResult"), "ampmeter.metrics"),
     **dict.fromkeys(
-        ("PriceResult", "clear_prices", "estimate", "price", "remove_price", "set_price"),
+        (
+            "PriceResult",
+            "clear_prices",
+            "estimate",
+            "price",
+            "remove_price",
+            "set_price",
+            "set_tool_price",
+        ),
         "ampmeter.pricing",
     ),
     **dict.fromkeys(("JsonlSink", "MemorySink", "WebhookSink"), "ampmeter.sinks"),
@@ -187,6 +196,7 @@ __all__ = [
     "remove_price",
     "set_default_context",
     "set_price",
+    "set_tool_price",
     "uninstrument",
     "validate_event",
 ]
