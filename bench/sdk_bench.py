@@ -27,6 +27,14 @@ test`` or ``make bench``) counts instead the machine instructions a client proce
 call, raw, metered by ampmeter and, when installed, under shekel (callgrind, the same calls run
 ``N`` and 0 times, the difference over ``N``): a figure that does not move with the machine's
 load.
+
+``python bench/sdk_bench.py --opcodes`` counts the Python opcodes one call executes after the
+warm-up, each mode in its own process (``sys.settrace`` opcode events). The count is exact: it
+does not move with the seed, the heap or what else the environment installs, while callgrind's
+(``N`` − 0) / ``N`` carries one-off layout effects of the process (the type-attribute cache,
+dict probing, the allocator) of tens of thousands of instructions per call, larger when a peer
+imports more (``shekel.budget()`` imports every SDK it patches). Hold a peer comparison against
+this count.
 """
 
 from __future__ import annotations
@@ -336,7 +344,70 @@ def _print_instructions(quick: bool) -> None:
               f"added {added:9,.0f} ({added / raw * 100:.2f}% of the raw call)")  # fmt: skip
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--client"]:
+# -- Python opcodes per call (exact) -------------------------------------------------------
+
+
+def _opcodes_of_one_call(base_url: str, mode: str, workload: str) -> int:
+    """Opcodes the calling thread executes in one call, after the warm-up, in one mode."""
+    call = _WORKLOADS[workload]
+    count = 0
+
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal count
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            count += 1
+        return trace
+
+    with (
+        openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0) as client,
+        _peers()[mode]() as asks_usage,
+    ):
+        for _ in range(_WARM_UP):
+            call(client, asks_usage)
+        sys.settrace(trace)
+        try:
+            call(client, asks_usage)
+        finally:
+            sys.settrace(None)
+    return count
+
+
+def opcodes() -> list[tuple[str, str, int]]:
+    """(workload, mode, opcodes per call) for every installed mode, each in a fresh process."""
+    rows = []
+    with _provider() as base_url:
+        for workload in _WORKLOADS:
+            for mode in _peers():
+                done = subprocess.run(
+                    [sys.executable, __file__, "--opcodes-client", base_url, mode, workload],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                if done.returncode != 0:
+                    raise RuntimeError(f"the {mode} {workload} client failed:\n{done.stderr}")
+                rows.append((workload, mode, int(done.stdout.split()[-1])))
+    return rows
+
+
+def _print_opcodes() -> None:
+    rows = opcodes()
+    raw = {workload: n for workload, mode, n in rows if mode == "raw"}
+    for workload, mode, n in rows:
+        if mode != "raw":
+            added = n - raw[workload]
+            print(
+                f"{workload:7s} raw {raw[workload]:8,d}  {mode:12s} {n:8,d} opcodes/call",
+                f"+{added:,d}",
+            )
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--opcodes-client"]:
+    print(_opcodes_of_one_call(sys.argv[2], sys.argv[3], sys.argv[4]))
+elif __name__ == "__main__" and "--opcodes" in sys.argv:
+    _print_opcodes()
+elif __name__ == "__main__" and sys.argv[1:2] == ["--client"]:
     _client(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
 elif __name__ == "__main__" and "--instructions" in sys.argv:
     _print_instructions("--quick" in sys.argv)
