@@ -67,5 +67,7 @@ def __getattr__(name: str) -> Any:
         module = "max_output" if name == "output_bound" else "table"
         if name.endswith(("tool_price", "tool_prices")):
             module = "tool_prices"
-        return getattr(importlib.import_module(f"ampmeter.pricing.{module}"), name)
+        value = getattr(importlib.import_module(f"ampmeter.pricing.{module}"), name)
+        globals()[name] = value  # resolved once: later lookups are plain module attributes
+        return value
     raise AttributeError(f"module 'ampmeter.pricing' has no attribute {name!r}")
