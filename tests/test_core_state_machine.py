@@ -92,6 +92,9 @@ class CoreMachine(RuleBasedStateMachine):
         self.scopes: list[Scope] = []
         self.calls: list[Open] = []
         self.refusals = 0
+        # Ended calls are kept alive: a hold left behind must show, not be swept up when its
+        # call object is collected.
+        self.ended: list[Any] = []
 
     @initialize(
         max_cost=st.integers(1, 24).map(lambda eighths: eighths / 8), steps=st.integers(1, 8)
@@ -144,6 +147,7 @@ class CoreMachine(RuleBasedStateMachine):
             call.__enter__()
         except (LimitExceeded, BudgetBusy):
             self.refusals += 1
+            self.ended.append(call)
             assert self.holds() == before, "a refused call changed the holds"
             assert call.node.status == "halt"
             return
@@ -160,6 +164,7 @@ class CoreMachine(RuleBasedStateMachine):
         else:
             admitted.call.record(tokens_in, tokens_out, cost_usd=cost)
         admitted.call.__exit__(None, None, None)
+        self.ended.append(admitted.call)
         assert admitted.call.node.status == "success"
         admitted.scope.own.add(Totals(tokens_in, tokens_out, dec(cost)))
 
@@ -169,6 +174,7 @@ class CoreMachine(RuleBasedStateMachine):
         admitted = self.calls.pop(data.draw(st.integers(0, len(self.calls) - 1), label="call"))
         error = RuntimeError("the provider answered 500")
         assert not admitted.call.__exit__(RuntimeError, error, None)
+        self.ended.append(admitted.call)
         assert admitted.call.node.status == "fail"
 
     @precondition(has_open_call)
@@ -179,6 +185,7 @@ class CoreMachine(RuleBasedStateMachine):
             raise KeyboardInterrupt
         except KeyboardInterrupt as interrupt:
             assert not admitted.call.__exit__(KeyboardInterrupt, interrupt, None)
+        self.ended.append(admitted.call)
         assert admitted.call.node.status == "halt"
 
     @precondition(has_open_scope)
