@@ -3,7 +3,7 @@
 A hypothesis state machine opens nested contexts, admits LLM and tool calls and keeps them
 open across steps, then settles them (``record`` and a clean exit), releases them (an
 exception leaves the block) or interrupts them (``KeyboardInterrupt`` leaves the block), and
-closes contexts. A cost cap and a step cap make some admissions fail. After every step:
+closes contexts (after their calls and children, or while those still run). A cost cap and a step cap make some admissions fail. After every step:
 
 * no hold is left once no call is open (``stats.reserved()`` is zero at every level), and a
   refused call leaves the holds as they were;
@@ -189,13 +189,16 @@ class CoreMachine(RuleBasedStateMachine):
         assert admitted.call.node.status == "halt"
 
     @precondition(has_open_scope)
-    @rule(data=st.data())
-    def close(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), early=st.booleans())
+    def close(self, data: st.DataObject, early: bool) -> None:
+        # In order, a context closes after its calls and children; early, it closes while they
+        # still run (as when they run in other threads), and they end afterwards.
         busy = {id(c.scope) for c in self.calls}
         closable = [
             s
             for s in self.open_scopes()
-            if id(s) not in busy and all(c.closed for c in s.children) and s.parent is not None
+            if s.parent is not None
+            and (early or (id(s) not in busy and all(c.closed for c in s.children)))
         ]
         if not closable:
             return
