@@ -2,8 +2,10 @@
 
 A hypothesis state machine opens nested contexts, admits LLM and tool calls and keeps them
 open across steps, then settles them (``record`` and a clean exit), releases them (an
-exception leaves the block) or interrupts them (``KeyboardInterrupt`` leaves the block), and
-closes contexts (after their calls and children, or while those still run). A cost cap and a step cap make some admissions fail. After every step:
+exception leaves the block, after usage was recorded or not) or interrupts them
+(``KeyboardInterrupt`` leaves the block, likewise), and closes contexts (after their calls and
+children, or while those still run). A cost cap and a step cap make some admissions fail.
+After every step:
 
 * no hold is left once no call is open (``stats.reserved()`` is zero at every level), and a
   refused call leaves the holds as they were;
@@ -31,6 +33,7 @@ from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS
 
 amounts = st.integers(0, 6).map(lambda eighths: eighths / 8)
 counts = st.integers(0, 50)
+usages = st.tuples(counts, counts, amounts)  # tokens in, tokens out, cost
 
 
 def dec(value: object) -> Decimal:
@@ -153,34 +156,46 @@ class CoreMachine(RuleBasedStateMachine):
             return
         self.calls.append(Open(call, scope))
 
-    @precondition(has_open_call)
-    @rule(data=st.data(), tokens_in=counts, tokens_out=counts, cost=amounts)
-    def settle(self, data: st.DataObject, tokens_in: int, tokens_out: int, cost: float) -> None:
-        i = data.draw(st.integers(0, len(self.calls) - 1), label="call")
-        admitted = self.calls.pop(i)
-        if admitted.call.kind == "tool":  # a tool call has a cost and no tokens
+    def take(self, data: st.DataObject) -> Open:
+        return self.calls.pop(data.draw(st.integers(0, len(self.calls) - 1), label="call"))
+
+    def record(self, admitted: Open, usage: tuple[int, int, float] | None) -> None:
+        """Report ``usage`` on the call (a tool call has a cost and no tokens) and expect it
+        in its context's totals however the call then ends: what was reported was billed."""
+        if usage is None:
+            return
+        tokens_in, tokens_out, cost = usage
+        if admitted.call.kind == "tool":
             tokens_in = tokens_out = 0
             admitted.call.record(cost_usd=cost)
         else:
             admitted.call.record(tokens_in, tokens_out, cost_usd=cost)
-        admitted.call.__exit__(None, None, None)
-        self.ended.append(admitted.call)
-        assert admitted.call.node.status == "success"
         admitted.scope.own.add(Totals(tokens_in, tokens_out, dec(cost)))
 
     @precondition(has_open_call)
-    @rule(data=st.data())
-    def release(self, data: st.DataObject) -> None:
-        admitted = self.calls.pop(data.draw(st.integers(0, len(self.calls) - 1), label="call"))
+    @rule(data=st.data(), usage=usages)
+    def settle(self, data: st.DataObject, usage: tuple[int, int, float]) -> None:
+        admitted = self.take(data)
+        self.record(admitted, usage)
+        admitted.call.__exit__(None, None, None)
+        self.ended.append(admitted.call)
+        assert admitted.call.node.status == "success"
+
+    @precondition(has_open_call)
+    @rule(data=st.data(), usage=st.none() | usages)
+    def release(self, data: st.DataObject, usage: tuple[int, int, float] | None) -> None:
+        admitted = self.take(data)
+        self.record(admitted, usage)
         error = RuntimeError("the provider answered 500")
         assert not admitted.call.__exit__(RuntimeError, error, None)
         self.ended.append(admitted.call)
         assert admitted.call.node.status == "fail"
 
     @precondition(has_open_call)
-    @rule(data=st.data())
-    def interrupt(self, data: st.DataObject) -> None:
-        admitted = self.calls.pop(data.draw(st.integers(0, len(self.calls) - 1), label="call"))
+    @rule(data=st.data(), usage=st.none() | usages)
+    def interrupt(self, data: st.DataObject, usage: tuple[int, int, float] | None) -> None:
+        admitted = self.take(data)
+        self.record(admitted, usage)
         try:
             raise KeyboardInterrupt
         except KeyboardInterrupt as interrupt:
