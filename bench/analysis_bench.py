@@ -49,8 +49,11 @@ def generate(prefix: Path, n: int, seed: int = 7) -> dict[str, Path]:
     rng = random.Random(seed)
     paths = {k: Path(f"{prefix}.{k}.jsonl") for k in ("stream", "problems", "token_events")}
     dumps = orjson.dumps
-    with paths["stream"].open("wb") as s, paths["problems"].open("wb") as p, \
-            paths["token_events"].open("wb") as e:  # fmt: skip
+    with (
+        paths["stream"].open("wb") as s,
+        paths["problems"].open("wb") as p,
+        paths["token_events"].open("wb") as e,
+    ):
         cost_total, solved_total = 0.0, 0
         for t in range(1, n + 1):
             solved = rng.random() < 0.6
@@ -58,34 +61,74 @@ def generate(prefix: Path, n: int, seed: int = 7) -> dict[str, Path]:
             tokens = rng.randint(200, 5000)
             c_pipe = round(tokens * 2e-7, 9)
             pid = f"q{t}"
-            p.write(dumps({
-                "t": t, "problem_id": pid, "solved": solved, "attempts": 1,
-                "solved_attempt": 1 if solved else None,
-                "attempt_success_rate": rng.choice((0.0, 0.5, 1.0, None)), "llm_calls": 1,
-                "tokens_total": tokens, "latency_total_ms": latency, "api_cost_usd": c_pipe,
-                "retrieval_hit": False, "reuse_count": 0, "memory_n_nodes": 0,
-                "memory_n_edges": 0, "contamination_rate": None,
-            }) + b"\n")  # fmt: skip
+            p.write(
+                dumps(
+                    {
+                        "t": t,
+                        "problem_id": pid,
+                        "solved": solved,
+                        "attempts": 1,
+                        "solved_attempt": 1 if solved else None,
+                        "attempt_success_rate": rng.choice((0.0, 0.5, 1.0, None)),
+                        "llm_calls": 1,
+                        "tokens_total": tokens,
+                        "latency_total_ms": latency,
+                        "api_cost_usd": c_pipe,
+                        "retrieval_hit": False,
+                        "reuse_count": 0,
+                        "memory_n_nodes": 0,
+                        "memory_n_edges": 0,
+                        "contamination_rate": None,
+                    }
+                )
+                + b"\n"
+            )
             events = [("pipeline", c_pipe, "solve")]
             if t % 4 == 0:
                 events.append(("auxiliary", round(rng.random() * 1e-4, 9), "validate"))
             for component, cost, op in events:
-                e.write(dumps({
-                    "timestamp": "2026-01-22T08:10:00.000Z", "run_id": f"bench:{pid}",
-                    "span_id": f"{op}{t}", "event_type": "llm_completion", "operation": op,
-                    "component": component, "model": "gpt-4o-mini",
-                    "usage": {"prompt_tokens": tokens - 50, "completion_tokens": 50,
-                              "total_tokens": tokens},
-                    "cost_usd": cost, "latency_ms": int(latency),
-                    "metadata": {"stream_run_id": "bench", "problem_id": pid, "t": t,
-                                 "operation": op, "status": "success"},
-                }) + b"\n")  # fmt: skip
+                e.write(
+                    dumps(
+                        {
+                            "timestamp": "2026-01-22T08:10:00.000Z",
+                            "run_id": f"bench:{pid}",
+                            "span_id": f"{op}{t}",
+                            "event_type": "llm_completion",
+                            "operation": op,
+                            "component": component,
+                            "model": "gpt-4o-mini",
+                            "usage": {
+                                "prompt_tokens": tokens - 50,
+                                "completion_tokens": 50,
+                                "total_tokens": tokens,
+                            },
+                            "cost_usd": cost,
+                            "latency_ms": int(latency),
+                            "metadata": {
+                                "stream_run_id": "bench",
+                                "problem_id": pid,
+                                "t": t,
+                                "operation": op,
+                                "status": "success",
+                            },
+                        }
+                    )
+                    + b"\n"
+                )
                 cost_total += cost
             solved_total += solved
-            s.write(dumps({
-                "t": t, "cumulative_solved": solved_total, "cumulative_api_cost_usd": cost_total,
-                "cost_per_solved": cost_total / max(1, solved_total), "contamination_rate": None,
-            }) + b"\n")  # fmt: skip
+            s.write(
+                dumps(
+                    {
+                        "t": t,
+                        "cumulative_solved": solved_total,
+                        "cumulative_api_cost_usd": cost_total,
+                        "cost_per_solved": cost_total / max(1, solved_total),
+                        "contamination_rate": None,
+                    }
+                )
+                + b"\n"
+            )
     return paths
 
 
@@ -105,26 +148,36 @@ def generate_runs(path: Path, events: int, runs: int, seed: int = 11) -> Path:
                 span = f"n{i + 2:06d}"
                 llm = i % 2 == 0 or parent is None
                 halted = i == per_run - 1 and r % 7 == 0
-                status = "halt" if halted else "fail" if not llm and rng.random() < 0.01 \
-                    else "success"  # fmt: skip
+                status = (
+                    "halt" if halted else "fail" if not llm and rng.random() < 0.01 else "success"
+                )
                 context += rng.randint(50, 400) if llm else 0
                 unpriced = llm and rng.random() < 0.05
-                meta = {"pricing_version": None, "status": status,
-                        "retries_used": 1 if llm and rng.random() < 0.05 else 0,
-                        "error_class": "RuntimeError" if status == "fail" else None,
-                        "stop_reason": "limit amp:cost exceeded" if halted else None,
-                        "cost_status": "unpriced" if unpriced else None}  # fmt: skip
+                meta = {
+                    "pricing_version": None,
+                    "status": status,
+                    "retries_used": 1 if llm and rng.random() < 0.05 else 0,
+                    "error_class": "RuntimeError" if status == "fail" else None,
+                    "stop_reason": "limit amp:cost exceeded" if halted else None,
+                    "cost_status": "unpriced" if unpriced else None,
+                }
                 event = {
-                    "timestamp": "2026-01-22T08:10:00.000Z", "run_id": run_id, "span_id": span,
+                    "timestamp": "2026-01-22T08:10:00.000Z",
+                    "run_id": run_id,
+                    "span_id": span,
                     "event_type": "llm_completion" if llm else "tool_call",
-                    "operation": "step" if llm else "search", "component": "pipeline",
+                    "operation": "step" if llm else "search",
+                    "component": "pipeline",
                     "model": "gpt-4o-mini" if llm else "",
-                    "usage": {"prompt_tokens": context if llm else 0,
-                              "completion_tokens": rng.randint(10, 300) if llm else 0,
-                              "total_tokens": 0},
+                    "usage": {
+                        "prompt_tokens": context if llm else 0,
+                        "completion_tokens": rng.randint(10, 300) if llm else 0,
+                        "total_tokens": 0,
+                    },
                     "cost_usd": 0.0 if unpriced or not llm else round(context * 1.5e-7, 9),
-                    "latency_ms": rng.randint(50, 3000), "metadata": meta,
-                }  # fmt: skip
+                    "latency_ms": rng.randint(50, 3000),
+                    "metadata": meta,
+                }
                 if not llm:
                     event["parent_id"] = parent
                 out.write(dumps(event) + b"\n")
@@ -143,10 +196,12 @@ def _summary_child(which: str, path: str, repeats: int) -> None:
         start = time.perf_counter()
         table = summarize([path], engine=which)  # type: ignore[arg-type]
         result["times"].append(time.perf_counter() - start)
-        result["digest"] = hashlib.sha256(orjson.dumps(
-            [[(k, type(v).__name__, repr(v)) for k, v in row.items()] for row in table.rows()]
-            + [repr(table.across)]
-        )).hexdigest()  # fmt: skip
+        result["digest"] = hashlib.sha256(
+            orjson.dumps(
+                [[(k, type(v).__name__, repr(v)) for k, v in row.items()] for row in table.rows()]
+                + [repr(table.across)]
+            )
+        ).hexdigest()
         result["runs"] = len(table.runs)
         del table
     result["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -165,15 +220,19 @@ def summary_rows(quick: bool) -> list[dict[str, Any]]:
         raise SystemExit("analysis_bench: the summary engines disagree")
     duck_s, plain_s = statistics.median(duck["times"]), statistics.median(plain["times"])
     name = "summarize(), DuckDB engine vs the plain-Python engine"
-    return [{
-        "name": f"{name}, {events:,} events in {runs:,} runs ({size_mb:,.0f} MB)",
-        "unit": "s", "ampmeter": duck_s, "baseline": plain_s,
-        "baseline_name": "ampmeter's own plain-Python summarize (engine='python')",
-        "ratio": plain_s / duck_s,
-        "target": "information (identical rows; peak RSS "
-                  f"{duck['rss_mb']:,.0f} MB vs {plain['rss_mb']:,.0f} MB)",
-        "met": None,
-    }]  # fmt: skip
+    return [
+        {
+            "name": f"{name}, {events:,} events in {runs:,} runs ({size_mb:,.0f} MB)",
+            "unit": "s",
+            "ampmeter": duck_s,
+            "baseline": plain_s,
+            "baseline_name": "ampmeter's own plain-Python summarize (engine='python')",
+            "ratio": plain_s / duck_s,
+            "target": "information (identical rows; peak RSS "
+            f"{duck['rss_mb']:,.0f} MB vs {plain['rss_mb']:,.0f} MB)",
+            "met": None,
+        }
+    ]
 
 
 # -- the baseline: plain Python ----------------------------------------------------------------
@@ -247,25 +306,34 @@ def baseline(stream: str, problems: str, events: str) -> list[dict[str, Any]]:
         s = s_rows.get(t)
         ca += pipe.get(t, 0.0)
         cb += total.get(t, 0.0)
-        rows.append({
-            "t": t,
-            "cumulative_api_cost_usd": float(s["cumulative_api_cost_usd"]) if s else None,
-            "cumulative_solved": s["cumulative_solved"] if s else None,
-            "cost_per_solved": float(s["cost_per_solved"]) if s else None,
-            "cum_accuracy": solved / n if n else None,
-            "attempt_success_rate_p50": rate.value() if n else None,
-            "tokens_total_p50": tok.value() if n else None,
-            "latency_ms_p50": l50.value() if n else None,
-            "latency_ms_p95": l95.value() if n else None,
-            "cost_usd_pipeline_avg": ca / n if n else None,
-            "cost_usd_total_avg": cb / n if n else None,
-        })  # fmt: skip
+        rows.append(
+            {
+                "t": t,
+                "cumulative_api_cost_usd": float(s["cumulative_api_cost_usd"]) if s else None,
+                "cumulative_solved": s["cumulative_solved"] if s else None,
+                "cost_per_solved": float(s["cost_per_solved"]) if s else None,
+                "cum_accuracy": solved / n if n else None,
+                "attempt_success_rate_p50": rate.value() if n else None,
+                "tokens_total_p50": tok.value() if n else None,
+                "latency_ms_p50": l50.value() if n else None,
+                "latency_ms_p95": l95.value() if n else None,
+                "cost_usd_pipeline_avg": ca / n if n else None,
+                "cost_usd_total_avg": cb / n if n else None,
+            }
+        )
     return rows
 
 
-EXTENDED = ("t", "cum_accuracy", "attempt_success_rate_p50", "tokens_total_p50",
-            "latency_ms_p50", "latency_ms_p95", "cost_usd_pipeline_avg",
-            "cost_usd_total_avg")  # fmt: skip
+EXTENDED = (
+    "t",
+    "cum_accuracy",
+    "attempt_success_rate_p50",
+    "tokens_total_p50",
+    "latency_ms_p50",
+    "latency_ms_p95",
+    "cost_usd_pipeline_avg",
+    "cost_usd_total_avg",
+)
 
 
 def baseline_csv(rows: list[dict[str, Any]], path: str) -> None:
@@ -274,8 +342,12 @@ def baseline_csv(rows: list[dict[str, Any]], path: str) -> None:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(EXTENDED)
         for row in rows:
-            writer.writerow(["" if row[k] is None else repr(row[k]) if isinstance(row[k], float)
-                             else row[k] for k in EXTENDED])  # fmt: skip
+            writer.writerow(
+                [
+                    "" if row[k] is None else repr(row[k]) if isinstance(row[k], float) else row[k]
+                    for k in EXTENDED
+                ]
+            )
 
 
 def check_with_statistics(problems: str, rows: list[dict[str, Any]], samples: int = 5) -> None:
@@ -290,8 +362,9 @@ def check_with_statistics(problems: str, rows: list[dict[str, Any]], samples: in
         median = statistics.median(prefix)
         p95 = statistics.quantiles(prefix, n=20, method="inclusive")[18] if i else prefix[0]
         got50, got95 = rows[i]["latency_ms_p50"], rows[i]["latency_ms_p95"]
-        if not (math.isclose(got50, median, rel_tol=1e-12)
-                and math.isclose(got95, p95, rel_tol=1e-12)):  # fmt: skip
+        if not (
+            math.isclose(got50, median, rel_tol=1e-12) and math.isclose(got95, p95, rel_tol=1e-12)
+        ):
             raise SystemExit(f"baseline disagrees with statistics at t={rows[i]['t']}")
 
 
@@ -318,8 +391,9 @@ def _child(which: str, prefix: str, repeats: int) -> None:
             from ampmeter.analysis import amortization_table, write_extended_csv
 
             start = time.perf_counter()
-            table = amortization_table(paths[0], problems_jsonl=paths[1],
-                                       token_events_jsonl=paths[2])  # fmt: skip
+            table = amortization_table(
+                paths[0], problems_jsonl=paths[1], token_events_jsonl=paths[2]
+            )
             write_extended_csv(table, out_csv)
             result["csv_times"].append(time.perf_counter() - start)
             del table
@@ -328,8 +402,9 @@ def _child(which: str, prefix: str, repeats: int) -> None:
             from ampmeter.analysis import amortization_curve
 
             start = time.perf_counter()
-            rows = amortization_curve(paths[0], problems_jsonl=paths[1],
-                                      token_events_jsonl=paths[2])  # fmt: skip
+            rows = amortization_curve(
+                paths[0], problems_jsonl=paths[1], token_events_jsonl=paths[2]
+            )
             result["times"].append(time.perf_counter() - start)
             result["digest"] = hashlib.sha256(orjson.dumps(rows)).hexdigest()
             del rows
@@ -352,14 +427,18 @@ def _child(which: str, prefix: str, repeats: int) -> None:
 def _measure(which: str, prefix: Path, repeats: int) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, __file__, "--child", which, str(prefix), str(repeats)],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
 
-BASELINE_NAME = ("pure Python: json.loads per line, lists+dicts, two-heapq running percentiles "
-                 "(statistics.quantiles per t is O(n^2)), csv module")  # fmt: skip
+BASELINE_NAME = (
+    "pure Python: json.loads per line, lists+dicts, two-heapq running percentiles "
+    "(statistics.quantiles per t is O(n^2)), csv module"
+)
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
@@ -380,24 +459,46 @@ def run(quick: bool) -> list[dict[str, Any]]:
     target = f">= {TARGET_RATIO:g}x faster, <= {TARGET_SECONDS:g} s"
     rows = []
     for name, amp_s, base_s, bounded in (
-        (f"extended amortization to CSV, {n:,} problems ({size_mb:,.0f} MB of JSONL)",
-         statistics.median(amp["csv_times"]), statistics.median(base["csv_times"]), True),
-        (f"extended amortization to rows in memory, {n:,} problems",
-         statistics.median(amp_rows["times"]), statistics.median(base["times"]), False),
-    ):  # fmt: skip
+        (
+            f"extended amortization to CSV, {n:,} problems ({size_mb:,.0f} MB of JSONL)",
+            statistics.median(amp["csv_times"]),
+            statistics.median(base["csv_times"]),
+            True,
+        ),
+        (
+            f"extended amortization to rows in memory, {n:,} problems",
+            statistics.median(amp_rows["times"]),
+            statistics.median(base["times"]),
+            False,
+        ),
+    ):
         ratio = base_s / amp_s
-        rows.append({
-            "name": name, "unit": "s", "ampmeter": amp_s, "baseline": base_s,
-            "baseline_name": BASELINE_NAME, "ratio": ratio,
-            "target": target if bounded and not quick else "information",
-            "met": (ratio >= TARGET_RATIO and amp_s <= TARGET_SECONDS)
-            if bounded and not quick else None,
-        })  # fmt: skip
+        rows.append(
+            {
+                "name": name,
+                "unit": "s",
+                "ampmeter": amp_s,
+                "baseline": base_s,
+                "baseline_name": BASELINE_NAME,
+                "ratio": ratio,
+                "target": target if bounded and not quick else "information",
+                "met": (ratio >= TARGET_RATIO and amp_s <= TARGET_SECONDS)
+                if bounded and not quick
+                else None,
+            }
+        )
     rows.append(
-        {"name": "peak memory of the CSV job (max RSS of the process)", "unit": "MB",
-         "ampmeter": amp["rss_mb"], "baseline": base["rss_mb"], "baseline_name": BASELINE_NAME,
-         "ratio": base["rss_mb"] / amp["rss_mb"], "target": "information", "met": None},
-    )  # fmt: skip
+        {
+            "name": "peak memory of the CSV job (max RSS of the process)",
+            "unit": "MB",
+            "ampmeter": amp["rss_mb"],
+            "baseline": base["rss_mb"],
+            "baseline_name": BASELINE_NAME,
+            "ratio": base["rss_mb"] / amp["rss_mb"],
+            "target": "information",
+            "met": None,
+        },
+    )
     rows.extend(summary_rows(quick))
     return rows
 
@@ -410,9 +511,11 @@ def main() -> None:
     quick = "--quick" in sys.argv[1:]
     for row in run(quick):
         ratio = f"{row['ratio']:.1f}x" if row["ratio"] is not None else "-"
-        print(f"{row['name']:<72} ampmeter {row['ampmeter']:>9.2f} {row['unit']:<3} "
-              f"baseline {row['baseline']:>9.2f} {row['unit']:<3} ratio {ratio:>6}  "
-              f"target {row['target']}  met {row['met']}")  # fmt: skip
+        print(
+            f"{row['name']:<72} ampmeter {row['ampmeter']:>9.2f} {row['unit']:<3} "
+            f"baseline {row['baseline']:>9.2f} {row['unit']:<3} ratio {ratio:>6}  "
+            f"target {row['target']}  met {row['met']}"
+        )
 
 
 if __name__ == "__main__":

@@ -68,11 +68,16 @@ def _lifecycle_rows(batches: int) -> list[dict[str, Any]]:
     ratio = base / amp
     return [
         _row(
-            "node lifecycle (begin, running, success)", "µs", amp, base, OTEL_NAME, ratio,
+            "node lifecycle (begin, running, success)",
+            "µs",
+            amp,
+            base,
+            OTEL_NAME,
+            ratio,
             f"<= {LIFECYCLE_TARGET_US} µs and >= {LIFECYCLE_TARGET_RATIO:g}x cheaper",
             amp <= LIFECYCLE_TARGET_US and ratio >= LIFECYCLE_TARGET_RATIO,
         )
-    ]  # fmt: skip
+    ]
 
 
 def _build(n_nodes: int, metadata: dict[str, Any] | None = None) -> ExecutionGraph:
@@ -102,13 +107,37 @@ def _snapshot_rows(runs: int) -> list[dict[str, Any]]:
     meta = {"provider": "openai", "cost_status": "priced", "pricing_version": "0.2.1"}
     with_meta, _ = _snapshot_ms(_build(BIG, meta), runs)
     return [
-        _row(f"snapshot() of {BIG:,} nodes", "ms", plain, None, None, None,
-             f"<= {SNAPSHOT_TARGET_MS:g} ms", plain <= SNAPSHOT_TARGET_MS),
-        _row(f"snapshot() of {BIG:,} nodes, CPU time of the thread", "ms", plain_cpu, None,
-             None, None, "reported", None),
-        _row(f"snapshot() of {BIG:,} nodes, 3 metadata keys each", "ms", with_meta, None, None,
-             None, "reported", None),
-    ]  # fmt: skip
+        _row(
+            f"snapshot() of {BIG:,} nodes",
+            "ms",
+            plain,
+            None,
+            None,
+            None,
+            f"<= {SNAPSHOT_TARGET_MS:g} ms",
+            plain <= SNAPSHOT_TARGET_MS,
+        ),
+        _row(
+            f"snapshot() of {BIG:,} nodes, CPU time of the thread",
+            "ms",
+            plain_cpu,
+            None,
+            None,
+            None,
+            "reported",
+            None,
+        ),
+        _row(
+            f"snapshot() of {BIG:,} nodes, 3 metadata keys each",
+            "ms",
+            with_meta,
+            None,
+            None,
+            None,
+            "reported",
+            None,
+        ),
+    ]
 
 
 def _bytes_per_node(fresh_values: bool) -> float:
@@ -139,11 +168,27 @@ def _memory_rows() -> list[dict[str, Any]]:
     held = _bytes_per_node(fresh_values=False)
     fresh = _bytes_per_node(fresh_values=True)
     return [
-        _row("memory per node (tracemalloc)", "bytes", held, None, None, None,
-             f"<= {MEMORY_TARGET_BYTES:g} bytes", held <= MEMORY_TARGET_BYTES),
-        _row("memory per node incl. fresh cost/token objects", "bytes", fresh, None, None, None,
-             "reported", None),
-    ]  # fmt: skip
+        _row(
+            "memory per node (tracemalloc)",
+            "bytes",
+            held,
+            None,
+            None,
+            None,
+            f"<= {MEMORY_TARGET_BYTES:g} bytes",
+            held <= MEMORY_TARGET_BYTES,
+        ),
+        _row(
+            "memory per node incl. fresh cost/token objects",
+            "bytes",
+            fresh,
+            None,
+            None,
+            None,
+            "reported",
+            None,
+        ),
+    ]
 
 
 def _row(

@@ -73,9 +73,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer iterations")
     args = parser.parse_args(argv)
     for row in run(args.quick):
-        print(f"{row['name']}\n  ampmeter {row['ampmeter']:.1f} {row['unit']}  |  "
-              f"{row['baseline_name']} {row['baseline']:.1f}  |  ratio {row['ratio']:.2f}  |  "
-              f"target {row['target']}: {'met' if row['met'] else 'NOT met'}")  # fmt: skip
+        print(
+            f"{row['name']}\n  ampmeter {row['ampmeter']:.1f} {row['unit']}  |  "
+            f"{row['baseline_name']} {row['baseline']:.1f}  |  ratio {row['ratio']:.2f}  |  "
+            f"target {row['target']}: {'met' if row['met'] else 'NOT met'}"
+        )
 
 
 if __name__ == "__main__":

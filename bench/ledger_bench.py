@@ -46,8 +46,19 @@ def _start_redis(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    args = [_redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", workdir]  # fmt: skip
+    args = [
+        _redis_binary(),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        workdir,
+    ]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = redis.Redis(host="127.0.0.1", port=port)
     deadline = time.monotonic() + 30
@@ -174,8 +185,10 @@ def run(quick: bool) -> list[dict[str, Any]]:
                 "met": round_trip_us < TARGET_US,
             }
         )
-    shared = (("one Redis scope", redis_rate, TARGET_RATE),
-              ("one SQLite file", sqlite_rate, SQLITE_TARGET_RATE))  # fmt: skip
+    shared = (
+        ("one Redis scope", redis_rate, TARGET_RATE),
+        ("one SQLite file", sqlite_rate, SQLITE_TARGET_RATE),
+    )
     for what, rate, target in shared:
         rows.append(
             {
@@ -198,9 +211,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer iterations")
     args = parser.parse_args(argv)
     for row in run(args.quick):
-        print(f"{row['name']}\n  ampmeter {row['ampmeter']:.1f} {row['unit']}  |  "
-              f"{row['baseline_name']} {row['baseline']:.1f}  |  ratio {row['ratio']:.2f}  |  "
-              f"target {row['target']}: {'met' if row['met'] else 'NOT met'}")  # fmt: skip
+        print(
+            f"{row['name']}\n  ampmeter {row['ampmeter']:.1f} {row['unit']}  |  "
+            f"{row['baseline_name']} {row['baseline']:.1f}  |  ratio {row['ratio']:.2f}  |  "
+            f"target {row['target']}: {'met' if row['met'] else 'NOT met'}"
+        )
 
 
 if __name__ == "__main__":

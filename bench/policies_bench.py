@@ -38,9 +38,13 @@ def _unpriced_check() -> ExecutionContext:
 def _every_policy() -> ExecutionContext:
     limits = [Limit(KEY_LLM_CALLS, 1e9, soft=True), Limit("amp:steps", 1e9, window_s=60)]
     return ExecutionContext(
-        limits=limits, max_cost_usd=1e9, warn_at=(0.5, 0.8), final_reserve_usd=1.0,
-        max_repeats=5, max_input_tokens_per_call=100_000,
-    )  # fmt: skip
+        limits=limits,
+        max_cost_usd=1e9,
+        warn_at=(0.5, 0.8),
+        final_reserve_usd=1.0,
+        max_repeats=5,
+        max_input_tokens_per_call=100_000,
+    )
 
 
 def _batch_us(make: Callable[[], ExecutionContext]) -> float:
@@ -93,5 +97,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 if __name__ == "__main__":
     for r in run(quick="--quick" in sys.argv[1:]):
-        print(f"{r['name']:<52} {r['ampmeter']:8.3f} µs  baseline {r['baseline']:8.3f} µs  "
-              f"ratio {r['ratio']:.2f}x")  # fmt: skip
+        print(
+            f"{r['name']:<52} {r['ampmeter']:8.3f} µs  baseline {r['baseline']:8.3f} µs  "
+            f"ratio {r['ratio']:.2f}x"
+        )

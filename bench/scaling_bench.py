@@ -46,11 +46,18 @@ def _counter_rows(n: int) -> list[dict[str, Any]]:
                 table["amp:llm_calls"] = table.get("amp:llm_calls", 0) + 1
 
     ours, floor = _median_us(ampmeter_incr, n), _median_us(floor_incr, n)
-    return [{
-        "name": "counter increment", "unit": "µs", "ampmeter": ours, "baseline": floor,
-        "baseline_name": "Lock+dict", "ratio": ours / floor, "target": "<= 5x the floor",
-        "met": ours / floor <= 5,
-    }]  # fmt: skip
+    return [
+        {
+            "name": "counter increment",
+            "unit": "µs",
+            "ampmeter": ours,
+            "baseline": floor,
+            "baseline_name": "Lock+dict",
+            "ratio": ours / floor,
+            "target": "<= 5x the floor",
+            "met": ours / floor <= 5,
+        }
+    ]
 
 
 def _nested(depth: int, limits: list[Limit]) -> ExecutionContext:
@@ -96,10 +103,15 @@ def _call_round_us(ctx: ExecutionContext, rounds: int, threads: int = 1) -> floa
 
 def _row(name: str, value: float, base: float | None, target: str = "") -> dict[str, Any]:
     return {
-        "name": name, "unit": "µs/call", "ampmeter": value, "baseline": base,
+        "name": name,
+        "unit": "µs/call",
+        "ampmeter": value,
+        "baseline": base,
         "baseline_name": "same, 1 thread/depth 1/0 limits" if base else None,
-        "ratio": value / base if base else None, "target": target, "met": None,
-    }  # fmt: skip
+        "ratio": value / base if base else None,
+        "target": target,
+        "met": None,
+    }
 
 
 def _scaling_rows(n: int) -> list[dict[str, Any]]:
@@ -143,11 +155,27 @@ def _memory_rows(nodes: int) -> list[dict[str, Any]]:
     per_key = (tracemalloc.get_traced_memory()[0] - before) / nodes
     tracemalloc.stop()
     return [
-        {"name": "memory per node", "unit": "bytes", "ampmeter": per_node, "baseline": None,
-         "baseline_name": None, "ratio": None, "target": "<= 400", "met": per_node <= 400},
-        {"name": "memory per stats key", "unit": "bytes", "ampmeter": per_key, "baseline": None,
-         "baseline_name": None, "ratio": None, "target": "", "met": None},
-    ]  # fmt: skip
+        {
+            "name": "memory per node",
+            "unit": "bytes",
+            "ampmeter": per_node,
+            "baseline": None,
+            "baseline_name": None,
+            "ratio": None,
+            "target": "<= 400",
+            "met": per_node <= 400,
+        },
+        {
+            "name": "memory per stats key",
+            "unit": "bytes",
+            "ampmeter": per_key,
+            "baseline": None,
+            "baseline_name": None,
+            "ratio": None,
+            "target": "",
+            "met": None,
+        },
+    ]
 
 
 def _long_run_row(nodes: int) -> dict[str, Any]:
@@ -165,9 +193,14 @@ def _long_run_row(nodes: int) -> dict[str, Any]:
     assert ctx.graph.aggregates()["total_llm_calls"] == nodes + 1
     return {
         "name": f"peak memory, {nodes:,}-node run, max_nodes=10,000 ({kept:,} kept)",
-        "unit": "MiB", "ampmeter": peak / 2**20, "baseline": None, "baseline_name": None,
-        "ratio": None, "target": "flat in run length", "met": None,
-    }  # fmt: skip
+        "unit": "MiB",
+        "ampmeter": peak / 2**20,
+        "baseline": None,
+        "baseline_name": None,
+        "ratio": None,
+        "target": "flat in run length",
+        "met": None,
+    }
 
 
 def run(quick: bool) -> list[dict[str, Any]]:

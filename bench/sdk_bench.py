@@ -180,9 +180,10 @@ def _peers() -> dict[str, Callable[[], contextlib.AbstractContextManager[bool]]]
         "raw": _raw,
         "ampmeter": _ampmeter,
     }
-    for name, factory, module in (("shekel", _shekel, "shekel"),
-                                  ("openllmetry", _openllmetry,
-                                   "opentelemetry.instrumentation.openai")):  # fmt: skip
+    for name, factory, module in (
+        ("shekel", _shekel, "shekel"),
+        ("openllmetry", _openllmetry, "opentelemetry.instrumentation.openai"),
+    ):
         try:
             __import__(module)
         except ImportError:
@@ -243,29 +244,34 @@ def _rows(
     raw = statistics.median(per_round["raw"])
     added = {name: _added(per_round, name) for name in per_round if name != "raw"}
     share = added["ampmeter"] / raw * 100
-    rows: list[dict[str, Any]] = [{
-        "name": f"{workload}: added to the raw call ({share:.2f}%)",
-        "unit": "µs/call",
-        "ampmeter": round(added["ampmeter"], 1),
-        "baseline": round(raw, 1),
-        "baseline_name": "raw call",
-        "ratio": None,
-        "target": None if target is None else f"<= {target:g}% of the raw call",
-        "met": None if target is None else share <= target,
-    }]  # fmt: skip
+    rows: list[dict[str, Any]] = [
+        {
+            "name": f"{workload}: added to the raw call ({share:.2f}%)",
+            "unit": "µs/call",
+            "ampmeter": round(added["ampmeter"], 1),
+            "baseline": round(raw, 1),
+            "baseline_name": "raw call",
+            "ratio": None,
+            "target": None if target is None else f"<= {target:g}% of the raw call",
+            "met": None if target is None else share <= target,
+        }
+    ]
     for peer in ("shekel", "openllmetry"):
         if peer in added:
-            rows.append({
-                "name": f"{workload}: added, beside {peer} ({added[peer] / raw * 100:.2f}%)",
-                "unit": "µs/call",
-                "ampmeter": round(added["ampmeter"], 1),
-                "baseline": round(added[peer], 1),
-                "baseline_name": peer,
-                "ratio": round(added[peer] / added["ampmeter"], 2) if added["ampmeter"] > 0
-                else None,
-                "target": None,
-                "met": None,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "name": f"{workload}: added, beside {peer} ({added[peer] / raw * 100:.2f}%)",
+                    "unit": "µs/call",
+                    "ampmeter": round(added["ampmeter"], 1),
+                    "baseline": round(added[peer], 1),
+                    "baseline_name": peer,
+                    "ratio": round(added[peer] / added["ampmeter"], 2)
+                    if added["ampmeter"] > 0
+                    else None,
+                    "target": None,
+                    "met": None,
+                }
+            )
     return rows
 
 
@@ -309,11 +315,23 @@ def _instructions(base_url: str, mode: str, workload: str, calls: int) -> float:
         with tempfile.TemporaryDirectory(prefix="sdk_bench.") as tmp:
             out = os.path.join(tmp, "callgrind.out")
             done = subprocess.run(
-                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
-                 __file__, "--client", base_url, mode, workload, str(n)],
-                capture_output=True, text=True, check=False,
+                [
+                    "valgrind",
+                    "--tool=callgrind",
+                    f"--callgrind-out-file={out}",
+                    sys.executable,
+                    __file__,
+                    "--client",
+                    base_url,
+                    mode,
+                    workload,
+                    str(n),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
                 env={**os.environ, "PYTHONHASHSEED": "0"},  # string hashes move dict probing
-            )  # fmt: skip
+            )
         found = re.search(r"Collected : (\d+)", done.stderr)
         if done.returncode != 0 or found is None:
             raise RuntimeError(f"the {mode} {workload} client failed:\n{done.stderr[-2000:]}")
@@ -340,8 +358,10 @@ def _print_instructions(quick: bool) -> None:
         sys.exit("--instructions needs valgrind (apt-get install valgrind)")
     for workload, mode, raw, metered in instructions(quick):
         added = metered - raw
-        print(f"{workload:7s} raw {raw:11,.0f}  {mode:9s} {metered:11,.0f}  instructions/call   "
-              f"added {added:9,.0f} ({added / raw * 100:.2f}% of the raw call)")  # fmt: skip
+        print(
+            f"{workload:7s} raw {raw:11,.0f}  {mode:9s} {metered:11,.0f}  instructions/call   "
+            f"added {added:9,.0f} ({added / raw * 100:.2f}% of the raw call)"
+        )
 
 
 # -- Python opcodes per call (exact) -------------------------------------------------------
@@ -413,5 +433,7 @@ elif __name__ == "__main__" and "--instructions" in sys.argv:
     _print_instructions("--quick" in sys.argv)
 elif __name__ == "__main__":
     for row in run("--quick" in sys.argv):
-        print(f"{row['name']:60s} ampmeter {row['ampmeter']:7.1f} µs   "
-              f"{row['baseline_name']} {row['baseline']:7.1f} µs")  # fmt: skip
+        print(
+            f"{row['name']:60s} ampmeter {row['ampmeter']:7.1f} µs   "
+            f"{row['baseline_name']} {row['baseline']:7.1f} µs"
+        )

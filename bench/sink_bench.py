@@ -136,10 +136,15 @@ def run(quick: bool) -> list[dict[str, Any]]:
         *rows,
         {
             "name": f"read_jsonl, {count:,} lines" + (" (scaled to 1M)" if scale != 1 else ""),
-            "unit": "s per 1M lines", "ampmeter": read_s * scale, "baseline": None,
-            "baseline_name": None, "ratio": None, "target": "reported", "met": None,
+            "unit": "s per 1M lines",
+            "ampmeter": read_s * scale,
+            "baseline": None,
+            "baseline_name": None,
+            "ratio": None,
+            "target": "reported",
+            "met": None,
         },
-    ]  # fmt: skip
+    ]
 
 
 def main() -> None:

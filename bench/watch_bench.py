@@ -35,13 +35,17 @@ def make_log(count: int) -> bytes:
         minute, second, ms = i // 60000 % 60, i // 1000 % 60, i % 1000
         event: dict[str, Any] = {
             "timestamp": f"2026-01-22T08:{minute:02d}:{second:02d}.{ms:03d}Z",
-            "run_id": "bench", "span_id": f"n{i + 2:06d}",
-            "event_type": "llm_completion" if top else "tool_call", "operation": f"op-{i % 7}",
-            "component": "pipeline", "model": "gpt-4o-mini" if top else "",
+            "run_id": "bench",
+            "span_id": f"n{i + 2:06d}",
+            "event_type": "llm_completion" if top else "tool_call",
+            "operation": f"op-{i % 7}",
+            "component": "pipeline",
+            "model": "gpt-4o-mini" if top else "",
             "usage": {"prompt_tokens": 1200, "completion_tokens": 85, "total_tokens": 1285},
-            "cost_usd": 0.000231 if top else 0.0, "latency_ms": 420,
+            "cost_usd": 0.000231 if top else 0.0,
+            "latency_ms": 420,
             "metadata": {"status": "halt" if i % 997 == 0 else "success", "cost_status": "priced"},
-        }  # fmt: skip
+        }
         if not top:
             event["parent_id"] = f"n{i - i % 5 + 2:06d}"
         lines.append(orjson.dumps(event))
@@ -99,26 +103,36 @@ def run(quick: bool) -> list[dict[str, Any]]:
     frame_ms = statistics.median(frames)
     return [
         {
-            "name": f"watch: take in a growing log, {count:,} lines", "unit": "lines/s",
-            "ampmeter": rate, "baseline": base,
+            "name": f"watch: take in a growing log, {count:,} lines",
+            "unit": "lines/s",
+            "ampmeter": rate,
+            "baseline": base,
             "baseline_name": "read_jsonl of the finished file (no state)",
-            "ratio": rate / base, "target": ">= 20,000 lines/s (far above any agent's pace)",
+            "ratio": rate / base,
+            "target": ">= 20,000 lines/s (far above any agent's pace)",
             "met": rate >= 20_000,
         },
         {
-            "name": f"watch: one frame of a run of {count:,} calls", "unit": "ms",
-            "ampmeter": frame_ms, "baseline": None, "baseline_name": None, "ratio": None,
-            "target": "<= 1000 ms (the default interval)", "met": frame_ms <= 1000,
+            "name": f"watch: one frame of a run of {count:,} calls",
+            "unit": "ms",
+            "ampmeter": frame_ms,
+            "baseline": None,
+            "baseline_name": None,
+            "ratio": None,
+            "target": "<= 1000 ms (the default interval)",
+            "met": frame_ms <= 1000,
         },
-    ]  # fmt: skip
+    ]
 
 
 def main() -> None:
     for r in run("--quick" in sys.argv[1:]):
         base = f"{r['baseline']:,.0f}" if r["baseline"] is not None else "-"
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
-        print(f"{r['name']:52} {r['ampmeter']:>14,.1f} {base:>12} {ratio:>7}  {r['target']}"
-              f" / {r['met']}")  # fmt: skip
+        print(
+            f"{r['name']:52} {r['ampmeter']:>14,.1f} {base:>12} {ratio:>7}  {r['target']}"
+            f" / {r['met']}"
+        )
 
 
 if __name__ == "__main__":

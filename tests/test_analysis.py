@@ -49,8 +49,9 @@ def make_stream_logs(out: Path, problems: int = 6, run_id: str = "s1") -> dict[s
             with ExecutionContext(f"problem-{t}", sinks=[sink]) as ctx:
                 for step in range(t % 3 + 1):
                     with ctx.llm_call(f"solve-{step}", model="gpt-4o-mini") as call:
-                        call.record(tokens_in=100 * (step + 1) + t, tokens_out=10 + t,
-                                    cost_usd=0.001 * t)  # fmt: skip
+                        call.record(
+                            tokens_in=100 * (step + 1) + t, tokens_out=10 + t, cost_usd=0.001 * t
+                        )
                 with ctx.step("recall", kind="retrieval", metadata={"component": "rag_infra"}):
                     pass
             solved = t % 2 == 1
@@ -71,8 +72,12 @@ def make_event_log(path: Path, run_id: str = "agent-1", *, halt: bool = True) ->
             with ctx:
                 for step in range(3):
                     with ctx.llm_call(f"step-{step}", model="gpt-4o-mini") as call:
-                        call.record(tokens_in=200 + 150 * step, tokens_out=40, cost_usd=0.002,
-                                    tool_calls_made=1)  # fmt: skip
+                        call.record(
+                            tokens_in=200 + 150 * step,
+                            tokens_out=40,
+                            cost_usd=0.002,
+                            tool_calls_made=1,
+                        )
                         with ctx.tool_call("search", metadata={"query": SCRIPT_NAME}):
                             pass
                         if step == 1:
@@ -103,10 +108,13 @@ def reference_percentile(values: list[float], q: float) -> float:
 
 
 @given(
-    st.lists(st.floats(-1e6, 1e6, allow_nan=False) | st.integers(-10**6, 10**6), min_size=1,
-             max_size=200),
+    st.lists(
+        st.floats(-1e6, 1e6, allow_nan=False) | st.integers(-(10**6), 10**6),
+        min_size=1,
+        max_size=200,
+    ),
     st.sampled_from([0.0, 5.0, 50.0, 90.0, 95.0, 99.0, 100.0]),
-)  # fmt: skip
+)
 @settings(max_examples=150, deadline=None)
 def test_running_percentile_equals_sorted_percentile_at_every_step(
     values: list[float], q: float
@@ -183,8 +191,10 @@ def test_extended_curve_matches_a_direct_computation(tmp_path: Path) -> None:
     write_extended_csv(rows, out)
     header = out.read_text().splitlines()[0]
     assert header == ",".join(EXTENDED_COLUMNS)
-    assert header == ("t,cum_accuracy,attempt_success_rate_p50,tokens_total_p50,latency_ms_p50,"
-                      "latency_ms_p95,cost_usd_pipeline_avg,cost_usd_total_avg")  # fmt: skip
+    assert header == (
+        "t,cum_accuracy,attempt_success_rate_p50,tokens_total_p50,latency_ms_p50,"
+        "latency_ms_p95,cost_usd_pipeline_avg,cost_usd_total_avg"
+    )
 
 
 def _write(path: Path, records: list[dict[str, Any] | str]) -> Path:
@@ -194,21 +204,33 @@ def _write(path: Path, records: list[dict[str, Any] | str]) -> Path:
 
 
 def _stream(t: Any, **extra: Any) -> dict[str, Any]:
-    return {"t": t, "cumulative_api_cost_usd": 0.5, "cumulative_solved": 1,
-            "cost_per_solved": 0.5, **extra}  # fmt: skip
+    return {
+        "t": t,
+        "cumulative_api_cost_usd": 0.5,
+        "cumulative_solved": 1,
+        "cost_per_solved": 0.5,
+        **extra,
+    }
 
 
 def test_track_a_and_b_and_stream_fields_from_metadata_or_top_level(tmp_path: Path) -> None:
     stream = _write(tmp_path / "r.stream.jsonl", [_stream(1), _stream(2), _stream(3)])
-    base = {"timestamp": "2026-01-01T00:00:00Z", "run_id": "r", "event_type": "llm_completion",
-            "model": "m", "usage": {"prompt_tokens": 1, "completion_tokens": 1,
-                                    "total_tokens": 2}}  # fmt: skip
-    events = _write(tmp_path / "r.token_events.jsonl", [
-        {**base, "component": "pipeline", "cost_usd": 1.0, "metadata": {"t": 1}},
-        {**base, "component": "auxiliary", "cost_usd": 3.0, "t": 1},  # top-level t
-        {**base, "cost_usd": 5, "metadata": {"t": None}, "t": 3},  # null in metadata: top level
-        {**base, "component": "pipeline", "cost_usd": 2.0, "metadata": {"t": 3}, "t": 99},
-    ])  # fmt: skip
+    base = {
+        "timestamp": "2026-01-01T00:00:00Z",
+        "run_id": "r",
+        "event_type": "llm_completion",
+        "model": "m",
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+    events = _write(
+        tmp_path / "r.token_events.jsonl",
+        [
+            {**base, "component": "pipeline", "cost_usd": 1.0, "metadata": {"t": 1}},
+            {**base, "component": "auxiliary", "cost_usd": 3.0, "t": 1},  # top-level t
+            {**base, "cost_usd": 5, "metadata": {"t": None}, "t": 3},  # null in metadata: top level
+            {**base, "component": "pipeline", "cost_usd": 2.0, "metadata": {"t": 3}, "t": 99},
+        ],
+    )
     rows = amortization_curve(stream, token_events_jsonl=events)
     assert [r["t"] for r in rows] == [1, 2, 3]
     # without a problems file every t counts as one problem
@@ -218,12 +240,20 @@ def test_track_a_and_b_and_stream_fields_from_metadata_or_top_level(tmp_path: Pa
 
 def test_rows_cover_every_t_and_nulls_are_left_out(tmp_path: Path) -> None:
     stream = _write(tmp_path / "a.stream.jsonl", [_stream(2), _stream(1)])
-    problems = _write(tmp_path / "a.problems.jsonl", [
-        {"t": 1, "solved": True, "tokens_total": None, "latency_total_ms": 10,
-         "attempt_success_rate": None},
-        {"t": 3, "solved": False, "tokens_total": 7, "latency_total_ms": 30.0},
-        {"t": 3, "solved": True, "tokens_total": 9, "latency_total_ms": 20.0},
-    ])  # fmt: skip
+    problems = _write(
+        tmp_path / "a.problems.jsonl",
+        [
+            {
+                "t": 1,
+                "solved": True,
+                "tokens_total": None,
+                "latency_total_ms": 10,
+                "attempt_success_rate": None,
+            },
+            {"t": 3, "solved": False, "tokens_total": 7, "latency_total_ms": 30.0},
+            {"t": 3, "solved": True, "tokens_total": 9, "latency_total_ms": 20.0},
+        ],
+    )
     rows = amortization_curve(stream, problems_jsonl=problems)
     assert [r["t"] for r in rows] == [1, 2, 3]
     assert rows[2]["cumulative_solved"] is None  # no stream line for t=3
@@ -257,16 +287,20 @@ def test_best_effort_skips_bad_lines_and_a_cut_tail_is_ignored(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("record", "message"),
     [
-        ({"cumulative_api_cost_usd": 0.0, "cumulative_solved": 0, "cost_per_solved": 0.0},
-         "missing 't'"),
+        (
+            {"cumulative_api_cost_usd": 0.0, "cumulative_solved": 0, "cost_per_solved": 0.0},
+            "missing 't'",
+        ),
         (_stream("3"), "'t' must be an int, got a string"),
         (_stream(2.0), "'t' must be an int, got a float"),
         (_stream(True), "'t' must be an int, got a boolean"),
-        ({"t": 2, "cumulative_solved": 0, "cost_per_solved": 0.0},
-         "missing 'cumulative_api_cost_usd'"),
+        (
+            {"t": 2, "cumulative_solved": 0, "cost_per_solved": 0.0},
+            "missing 'cumulative_api_cost_usd'",
+        ),
         (_stream(1), "t=1 appears twice"),
     ],
-)  # fmt: skip
+)
 def test_bad_t_or_missing_field_names_the_line(
     tmp_path: Path, record: dict[str, Any], message: str
 ) -> None:
@@ -285,9 +319,13 @@ def test_problem_and_event_field_errors_name_the_line(tmp_path: Path) -> None:
     problems = _write(tmp_path / "x.problems.jsonl", [{"t": 1, "solved": "yes"}])
     with pytest.raises(AnalysisError, match=r"problems.jsonl:1: 'solved' must be true or false"):
         amortization_curve(stream, problems_jsonl=problems)
-    events = _write(tmp_path / "x.token_events.jsonl", [
-        {"cost_usd": 1.0, "metadata": {"t": 1}}, {"cost_usd": 1.0, "metadata": {}},
-    ])  # fmt: skip
+    events = _write(
+        tmp_path / "x.token_events.jsonl",
+        [
+            {"cost_usd": 1.0, "metadata": {"t": 1}},
+            {"cost_usd": 1.0, "metadata": {}},
+        ],
+    )
     with pytest.raises(AnalysisError, match=r"token_events.jsonl:2: missing 't'"):
         amortization_curve(stream, token_events_jsonl=events)
     events = _write(tmp_path / "y.token_events.jsonl", [{"metadata": {"t": "1"}, "cost_usd": 1}])
@@ -339,13 +377,23 @@ def test_duckdb_and_python_engines_agree_on_random_logs(
     d = tmp_path_factory.mktemp("duck")
     ts = sorted({i[0] for i in items})
     stream = _write(d / "r.stream.jsonl", [_stream(t, cumulative_solved=t) for t in ts])
-    problems = _write(d / "r.problems.jsonl", [
-        {"t": t, "solved": s, "attempt_success_rate": r, "tokens_total": k, "latency_total_ms": lat}
-        for t, s, r, k, lat, _, _ in items
-    ])  # fmt: skip
-    events = _write(d / "r.token_events.jsonl", [
-        {"component": c, "cost_usd": cost, "metadata": {"t": t}} for t, *_, c, cost in items
-    ])  # fmt: skip
+    problems = _write(
+        d / "r.problems.jsonl",
+        [
+            {
+                "t": t,
+                "solved": s,
+                "attempt_success_rate": r,
+                "tokens_total": k,
+                "latency_total_ms": lat,
+            }
+            for t, s, r, k, lat, _, _ in items
+        ],
+    )
+    events = _write(
+        d / "r.token_events.jsonl",
+        [{"component": c, "cost_usd": cost, "metadata": {"t": t}} for t, *_, c, cost in items],
+    )
     kwargs = {"problems_jsonl": problems, "token_events_jsonl": events}
     assert amortization_curve(stream, engine="duckdb", **kwargs) == amortization_curve(
         stream, engine="python", **kwargs
@@ -378,11 +426,10 @@ _TIES = st.sampled_from([0.0, 1.5, -2.0, 7.0, 1e300, -1e300])
     st.one_of(
         st.lists(st.none() | st.floats(-1e6, 1e6, allow_nan=False) | _TIES, max_size=80),
         st.lists(st.none() | st.integers(-50, 50), max_size=80),
-        st.lists(st.none() | st.sampled_from([2**70, -(2**70), 3, 2**62, -(2**62)]),
-                 max_size=40),
+        st.lists(st.none() | st.sampled_from([2**70, -(2**70), 3, 2**62, -(2**62)]), max_size=40),
     ),
     st.sampled_from([0.0, 5.0, 50.0, 95.0, 99.0, 100.0]),
-)  # fmt: skip
+)
 @settings(max_examples=300, deadline=None)
 def test_running_percentiles_equal_a_sorted_prefix_with_ties_and_null_gaps(
     values: list[Any], q: float
@@ -416,12 +463,14 @@ _PROBLEM = st.tuples(
 
 @given(
     st.lists(_PROBLEM, max_size=50),
-    st.lists(st.tuples(st.integers(-5, 35), st.booleans(), st.floats(0, 1) | st.integers(0, 3)),
-             max_size=50),
+    st.lists(
+        st.tuples(st.integers(-5, 35), st.booleans(), st.floats(0, 1) | st.integers(0, 3)),
+        max_size=50,
+    ),
     st.sets(st.integers(-5, 35), min_size=1, max_size=30),
     st.booleans(),
     st.booleans(),
-)  # fmt: skip
+)
 @settings(max_examples=60, deadline=None)
 def test_columnwise_curve_is_identical_to_the_record_by_record_reference(
     tmp_path_factory: pytest.TempPathFactory,
@@ -433,14 +482,26 @@ def test_columnwise_curve_is_identical_to_the_record_by_record_reference(
 ) -> None:
     d = tmp_path_factory.mktemp("fast")
     stream = _write(d / "r.stream.jsonl", [_stream(t, cumulative_solved=t) for t in stream_ts])
-    p_path = _write(d / "r.problems.jsonl", [
-        {"t": t, "solved": s, "attempt_success_rate": r, "tokens_total": k, "latency_total_ms": x}
-        for t, s, r, k, x in problems
-    ])  # fmt: skip
-    e_path = _write(d / "r.token_events.jsonl", [
-        {"component": "pipeline" if pipe else "auxiliary", "cost_usd": c, "metadata": {"t": t}}
-        for t, pipe, c in events
-    ])  # fmt: skip
+    p_path = _write(
+        d / "r.problems.jsonl",
+        [
+            {
+                "t": t,
+                "solved": s,
+                "attempt_success_rate": r,
+                "tokens_total": k,
+                "latency_total_ms": x,
+            }
+            for t, s, r, k, x in problems
+        ],
+    )
+    e_path = _write(
+        d / "r.token_events.jsonl",
+        [
+            {"component": "pipeline" if pipe else "auxiliary", "cost_usd": c, "metadata": {"t": t}}
+            for t, pipe, c in events
+        ],
+    )
     kwargs: dict[str, Any] = {
         "problems_jsonl": p_path if with_problems else None,
         "token_events_jsonl": e_path if with_events else None,
@@ -464,8 +525,9 @@ def test_columnwise_curve_is_identical_to_the_record_by_record_reference(
         assert (d / "table.csv").read_bytes() == (d / "rows.csv").read_bytes()
 
 
-@given(st.lists(st.floats(allow_nan=False, allow_infinity=True) | st.none(), min_size=1,
-                max_size=40))  # fmt: skip
+@given(
+    st.lists(st.floats(allow_nan=False, allow_infinity=True) | st.none(), min_size=1, max_size=40)
+)
 @settings(max_examples=100, deadline=None)
 def test_curve_table_csv_formats_every_float_like_repr(
     tmp_path_factory: pytest.TempPathFactory, values: list[float | None]
@@ -476,8 +538,7 @@ def test_curve_table_csv_formats_every_float_like_repr(
     table = CurveTable(np.arange(len(values), dtype=np.int64))
     valid = np.array([v is not None for v in values])
     table.set("cum_accuracy", np.array([v or 0.0 for v in values]), valid)
-    table.set("latency_ms_p95", np.array([v if v is not None else math.nan for v in values]),
-              valid)  # fmt: skip
+    table.set("latency_ms_p95", np.array([v if v is not None else math.nan for v in values]), valid)
     for columns in (EXTENDED_COLUMNS, ("cum_accuracy",), ("t", "latency_ms_p95")):
         rows = table.rows()
         assert write_csv(table, d / "a.csv", columns) == len(values)
@@ -498,19 +559,33 @@ def test_duckdb_engine_matches_the_reference_on_thousands_of_rows(tmp_path: Path
 
     rng = random.Random(11)
     n = 3000
-    stream = _write(tmp_path / "b.stream.jsonl", [_stream(t, cumulative_solved=t)
-                                                  for t in range(1, n + 1, 2)])  # fmt: skip
-    problems = _write(tmp_path / "b.problems.jsonl", [
-        {"t": rng.randint(1, n), "solved": rng.random() < 0.5,
-         "attempt_success_rate": rng.choice([0.0, 0.5, 1.0, None]),
-         "tokens_total": rng.choice([None, rng.randint(1, 50)]),
-         "latency_total_ms": rng.choice([None, round(rng.lognormvariate(5, 1), 3)])}
-        for _ in range(n)
-    ])  # fmt: skip
-    events = _write(tmp_path / "b.token_events.jsonl", [
-        {"component": rng.choice(["pipeline", "rag"]), "cost_usd": rng.random() / 7,
-         "metadata": {"t": rng.randint(1, n + 5)}} for _ in range(n)
-    ])  # fmt: skip
+    stream = _write(
+        tmp_path / "b.stream.jsonl", [_stream(t, cumulative_solved=t) for t in range(1, n + 1, 2)]
+    )
+    problems = _write(
+        tmp_path / "b.problems.jsonl",
+        [
+            {
+                "t": rng.randint(1, n),
+                "solved": rng.random() < 0.5,
+                "attempt_success_rate": rng.choice([0.0, 0.5, 1.0, None]),
+                "tokens_total": rng.choice([None, rng.randint(1, 50)]),
+                "latency_total_ms": rng.choice([None, round(rng.lognormvariate(5, 1), 3)]),
+            }
+            for _ in range(n)
+        ],
+    )
+    events = _write(
+        tmp_path / "b.token_events.jsonl",
+        [
+            {
+                "component": rng.choice(["pipeline", "rag"]),
+                "cost_usd": rng.random() / 7,
+                "metadata": {"t": rng.randint(1, n + 5)},
+            }
+            for _ in range(n)
+        ],
+    )
     kwargs = {"problems_jsonl": problems, "token_events_jsonl": events}
     reference = curve_rows(
         read_records(stream, stream_fields),
@@ -605,8 +680,10 @@ def test_digest_keeps_full_events_within_its_budget_only(tmp_path: Path) -> None
     # what is summed never depends on what is kept
     assert [r.summary() for r in small.runs] == [r.summary() for r in full.runs]
     latencies = sorted(
-        c.latency_ms for r in full.runs for c in r.calls
+        c.latency_ms
+        for r in full.runs
+        for c in r.calls
         if c.kind == "llm" and c.latency_ms is not None and (c.status != "halt" or c.tokens_in)
-    )  # fmt: skip
+    )
     for q in (0.0, 50.0, 95.0, 100.0):
         assert small.latency_percentile(q) == percentile(latencies, q)

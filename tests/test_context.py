@@ -71,8 +71,14 @@ def _node(ctx: ExecutionContext, node_id: str) -> Any:
     return ctx.graph.node(node_id)
 
 
-def _llm(ctx: ExecutionContext, cost: float, *, model: str = "gpt-4o", est: float | None = None,
-         tokens: tuple[int, int] = (10, 5)) -> str:  # fmt: skip
+def _llm(
+    ctx: ExecutionContext,
+    cost: float,
+    *,
+    model: str = "gpt-4o",
+    est: float | None = None,
+    tokens: tuple[int, int] = (10, 5),
+) -> str:
     with ctx.llm_call("plan", model=model, estimate_usd=est) as call:
         call.record(tokens_in=tokens[0], tokens_out=tokens[1], cost_usd=cost)
     return call.node_id
@@ -104,9 +110,7 @@ def test_chain_id_and_metadata_reach_the_root() -> None:
 def test_shortcuts_become_limits() -> None:
     extra = Limit("myapp:x", 3)
     ctx = ExecutionContext(limits=[extra], max_cost_usd=2, max_steps=4, max_retries=1)
-    assert ctx.limits == (
-        extra, Limit(KEY_COST, 2.0), Limit(KEY_STEPS, 4), Limit(KEY_RETRIES, 1)
-    )  # fmt: skip
+    assert ctx.limits == (extra, Limit(KEY_COST, 2.0), Limit(KEY_STEPS, 4), Limit(KEY_RETRIES, 1))
     ctx.close()
 
 
@@ -149,8 +153,14 @@ def test_llm_call_updates_every_standard_key() -> None:
     with ExecutionContext() as ctx:
         with ctx.llm_call("plan", model="gpt-4o") as call:
             assert _node(ctx, call.node_id).status == "running"
-            call.record(tokens_in=1200, tokens_out=350, cost_usd=0.0125, cached_tokens=200,
-                        reasoning_tokens=50, tool_calls_made=2)  # fmt: skip
+            call.record(
+                tokens_in=1200,
+                tokens_out=350,
+                cost_usd=0.0125,
+                cached_tokens=200,
+                reasoning_tokens=50,
+                tool_calls_made=2,
+            )
         counters, gauges = ctx.stats.counters(), ctx.stats.gauges()
         assert counters[KEY_INPUT_TOKENS] == 1200
         assert counters[KEY_INPUT_TOKENS_FOR + "gpt-4o"] == 1200
@@ -295,10 +305,12 @@ def test_call_that_would_exceed_is_halted_before_user_code() -> None:
         ({"max_steps": 0}, lambda c: c.tool_call("t")),
         ({"max_cost_usd": 0}, lambda c: c.llm_call("p", estimate_usd=0.001)),
         ({"limits": [Limit(KEY_INPUT_TOKENS, 0)]}, lambda c: c.llm_call("p", prompt_tokens=5)),
-        ({"limits": [Limit(KEY_OUTPUT_TOKENS_FOR, 0, LimitType.PREFIX)]},
-         lambda c: c.llm_call("p", model="m", max_tokens=5)),
+        (
+            {"limits": [Limit(KEY_OUTPUT_TOKENS_FOR, 0, LimitType.PREFIX)]},
+            lambda c: c.llm_call("p", model="m", max_tokens=5),
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_limit_of_zero_halts_the_first_billable_call(
     limit_kwargs: dict[str, Any], make_call: Any
 ) -> None:
@@ -434,8 +446,11 @@ def test_wrap_llm_call_allow_records_the_hint_as_cost() -> None:
         assert calls == [1]
         node = next(n for n in ctx.graph.nodes() if n.kind == "llm")
         assert (node.status, node.name, node.model, node.cost_usd) == (
-            "success", "summarize", "gpt-4o", 0.25
-        )  # fmt: skip
+            "success",
+            "summarize",
+            "gpt-4o",
+            0.25,
+        )
         assert ctx.stats.total_cost() == 0.25
         assert ctx.stats.get_gauge(KEY_COST_FOR + "gpt-4o") == 0.25
         assert ctx.stats.get_counter(KEY_LLM_CALLS) == 1
@@ -494,9 +509,15 @@ def test_model_call_trace_aggregates_like_the_spec() -> None:
     with ExecutionContext() as ctx:
         child = ctx.spawn_child("sub")
         child.trace(
-            ModelCallTrace(model="claude", input_tokens=100, output_tokens=20, cost_usd=0.03,
-                           cached_tokens=40, reasoning_tokens=5)
-        )  # fmt: skip
+            ModelCallTrace(
+                model="claude",
+                input_tokens=100,
+                output_tokens=20,
+                cost_usd=0.03,
+                cached_tokens=40,
+                reasoning_tokens=5,
+            )
+        )
         child.trace(ModelCallTrace(model="gpt", input_tokens=1, output_tokens=2, cost_usd=0.01))
         for stats in (child.stats, ctx.stats):
             c, g = stats.counters(), stats.gauges()
@@ -525,12 +546,20 @@ def test_tool_call_trace() -> None:
 @pytest.mark.parametrize(
     ("kind", "total", "at", "consecutive"),
     [
-        ("format", KEY_FORMAT_PARSE_ERROR_TOTAL, KEY_FORMAT_PARSE_ERROR_AT,
-         KEY_FORMAT_PARSE_ERROR_CONSECUTIVE),
-        ("toolchain", KEY_TOOLCHAIN_PARSE_ERROR_TOTAL, KEY_TOOLCHAIN_PARSE_ERROR_AT,
-         KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE),
+        (
+            "format",
+            KEY_FORMAT_PARSE_ERROR_TOTAL,
+            KEY_FORMAT_PARSE_ERROR_AT,
+            KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
+        ),
+        (
+            "toolchain",
+            KEY_TOOLCHAIN_PARSE_ERROR_TOTAL,
+            KEY_TOOLCHAIN_PARSE_ERROR_AT,
+            KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE,
+        ),
     ],
-)  # fmt: skip
+)
 def test_parse_error_trace_and_parse_ok(kind: Any, total: str, at: str, consecutive: str) -> None:
     with ExecutionContext() as ctx:
         child = ctx.spawn_child("sub")
@@ -659,9 +688,12 @@ def test_snapshot() -> None:
     assert snap["reserved"] == {}
     assert snap["termination_reason"] == "limit_exceeded"
     assert snap["exceeded_limit"] == {
-        "key": KEY_COST, "value": pytest.approx(0.6), "limit_key": KEY_COST,
-        "limit_type": "exact", "max_value": 0.5,
-    }  # fmt: skip
+        "key": KEY_COST,
+        "value": pytest.approx(0.6),
+        "limit_key": KEY_COST,
+        "limit_type": "exact",
+        "max_value": 0.5,
+    }
     graph = snap["graph"]
     assert graph["root_id"] == ctx.node_id
     assert sorted(n["status"] for n in graph["nodes"].values()) == ["halt", "running", "success"]

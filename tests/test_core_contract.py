@@ -67,8 +67,10 @@ def test_bad_count_ceilings_name_the_argument(argument: str, value: object, erro
         ExecutionContext(**{argument: value})
 
 
-@pytest.mark.parametrize(("value", "error"), [(HUGE, ValueError), (math.nan, ValueError),
-                                              (True, TypeError), ("9", TypeError)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(HUGE, ValueError), (math.nan, ValueError), (True, TypeError), ("9", TypeError)],
+)
 def test_bad_limit_values_are_refused(value: object, error: type) -> None:
     with pytest.raises(error, match="max_value"):
         Limit(KEY_COST, value)  # type: ignore[arg-type]
@@ -284,8 +286,12 @@ def test_help_of_execution_context_documents_every_keyword() -> None:
 def test_signatures_and_docstrings_read_like_the_source() -> None:
     signature = inspect.signature(ExecutionContext.__init__)
     assert "max_cost_usd" in signature.parameters and "args" not in signature.parameters
-    for method in (ExecutionContext.llm_call, ampmeter.Call.record, ExecutionStats.incr_counter,
-                   ExecutionGraph.mark_success):  # fmt: skip
+    for method in (
+        ExecutionContext.llm_call,
+        ampmeter.Call.record,
+        ExecutionStats.incr_counter,
+        ExecutionGraph.mark_success,
+    ):
         assert inspect.getdoc(method)
     hints = inspect.get_annotations(ampmeter.Call.record, eval_str=True)
     assert hints["tokens_in"] == (int | None)

@@ -72,8 +72,14 @@ def test_demo_on_local_model_writes_logs_and_prices_as_hosted(
 ) -> None:
     lines: list[str] = []
     # By default the local model is priced as gpt-4o-mini, and both outputs say so.
-    outcome = run_demo(base_url=llm_server.base_url, model_name=llm_server.model, questions=1,
-                       max_steps=2, out_dir=tmp_path, echo=lines.append)  # fmt: skip
+    outcome = run_demo(
+        base_url=llm_server.base_url,
+        model_name=llm_server.model,
+        questions=1,
+        max_steps=2,
+        out_dir=tmp_path,
+        echo=lines.append,
+    )
     text = "\n".join(lines)
     assert "priced as gpt-4o-mini ($0.15 / $0.6 per million" in text and "summary:" in text
     (summary,) = outcome.summaries
@@ -102,9 +108,15 @@ def test_run_budget_stops_a_sub_agent_and_the_run_totals_are_the_sum(
     tmp_path: Path, llm_server: LocalLLMServer
 ) -> None:
     lines: list[str] = []
-    outcome = run_demo(base_url=llm_server.base_url, model_name=llm_server.model,
-                       price_as="gpt-4o-mini", questions=2, run_max_llm_calls=1,
-                       out_dir=tmp_path, echo=lines.append)  # fmt: skip
+    outcome = run_demo(
+        base_url=llm_server.base_url,
+        model_name=llm_server.model,
+        price_as="gpt-4o-mini",
+        questions=2,
+        run_max_llm_calls=1,
+        out_dir=tmp_path,
+        echo=lines.append,
+    )
     text = "\n".join(lines)
     run, summaries = outcome.run_summary, outcome.summaries
     # The parent's own stats roll up both sub-agents: its totals are their sum.
@@ -122,8 +134,12 @@ def test_run_budget_stops_a_sub_agent_and_the_run_totals_are_the_sum(
     result = outcome.results[t]
     assert result.stop_before is not None and result.stop_before.startswith("LLM call ")
     assert result.stop_node is not None
-    assert (f"[q{t}]" in text and f"stopped before {result.stop_before}: run budget "
-            f"amp:llm_calls = 2 > 1 (node {result.stop_node})" in text)  # fmt: skip
+    assert (
+        f"[q{t}]" in text
+        and f"stopped before {result.stop_before}: run budget "
+        f"amp:llm_calls = 2 > 1 (node {result.stop_node})"
+        in text
+    )
     assert "equals the sum of the 2 questions" in text
     # Every question, stopped or not, has its problem and stream line.
     problems = [json.loads(x) for x in (tmp_path / "demo.problems.jsonl").read_text().splitlines()]
@@ -146,8 +162,12 @@ def test_default_run_budget_in_dollars_stops_a_call_before_it_is_made(
     tmp_path: Path, llm_server: LocalLLMServer
 ) -> None:
     lines: list[str] = []
-    outcome = run_demo(base_url=llm_server.base_url, model_name=llm_server.model,
-                       out_dir=tmp_path, echo=lines.append)  # fmt: skip
+    outcome = run_demo(
+        base_url=llm_server.base_url,
+        model_name=llm_server.model,
+        out_dir=tmp_path,
+        echo=lines.append,
+    )
     text = "\n".join(lines)
     run = outcome.run_summary
     assert run["termination"] == "limit_exceeded"
@@ -164,16 +184,29 @@ def test_default_run_budget_in_dollars_stops_a_call_before_it_is_made(
 
 def test_free_prices_every_call_at_zero(tmp_path: Path, llm_server: LocalLLMServer) -> None:
     lines: list[str] = []
-    outcome = run_demo(base_url=llm_server.base_url, model_name=llm_server.model, free=True,
-                       questions=1, max_steps=1, out_dir=tmp_path, echo=lines.append)  # fmt: skip
+    outcome = run_demo(
+        base_url=llm_server.base_url,
+        model_name=llm_server.model,
+        free=True,
+        questions=1,
+        max_steps=1,
+        out_dir=tmp_path,
+        echo=lines.append,
+    )
     assert "pricing: free (--free)" in "\n".join(lines)
     (summary,) = outcome.summaries
     assert summary["llm_calls"] == 1 and summary["cost_usd"] == 0.0 and summary["tokens_in"] > 0
 
 
 def test_totals_says_when_the_run_is_not_the_sum(tmp_path: Path) -> None:
-    q = {"llm_calls": 2, "tool_calls": 1, "tokens_in": 10, "tokens_out": 3, "cost_usd": 0.1,
-         "stopped_by": None}  # fmt: skip
+    q = {
+        "llm_calls": 2,
+        "tool_calls": 1,
+        "tokens_in": 10,
+        "tokens_out": 3,
+        "cost_usd": 0.1,
+        "stopped_by": None,
+    }
     run = {"name": "demo_run", **sum_usage([q, q])}
     assert matches(run, sum_usage([q, q]))
     assert "equals the sum of the 2 questions" in totals(run, [q, q], "$1", 1.0, tmp_path, "demo")

@@ -67,32 +67,41 @@ def verdict(job: Any) -> tuple[str, Any]:
 
 
 stream_records = st.lists(
-    st.fixed_dictionaries({
-        "t": field(st.integers(1, 9)),
-        "cumulative_api_cost_usd": field(st.floats(0, 10)),
-        "cumulative_solved": field(st.integers(0, 9)),
-        "cost_per_solved": field(st.floats(0, 10)),
-    }),
-    min_size=1, max_size=6,
-)  # fmt: skip
+    st.fixed_dictionaries(
+        {
+            "t": field(st.integers(1, 9)),
+            "cumulative_api_cost_usd": field(st.floats(0, 10)),
+            "cumulative_solved": field(st.integers(0, 9)),
+            "cost_per_solved": field(st.floats(0, 10)),
+        }
+    ),
+    min_size=1,
+    max_size=6,
+)
 problem_records = st.lists(
-    st.fixed_dictionaries({
-        "t": field(st.integers(1, 9)),
-        "solved": field(st.booleans()),
-        "attempt_success_rate": field(st.none() | st.floats(0, 1)),
-        "tokens_total": field(st.none() | st.integers(0, 10**6)),
-        "latency_total_ms": field(st.none() | st.floats(0, 1e5)),
-    }),
-    min_size=1, max_size=6,
-)  # fmt: skip
+    st.fixed_dictionaries(
+        {
+            "t": field(st.integers(1, 9)),
+            "solved": field(st.booleans()),
+            "attempt_success_rate": field(st.none() | st.floats(0, 1)),
+            "tokens_total": field(st.none() | st.integers(0, 10**6)),
+            "latency_total_ms": field(st.none() | st.floats(0, 1e5)),
+        }
+    ),
+    min_size=1,
+    max_size=6,
+)
 event_records = st.lists(
-    st.fixed_dictionaries({
-        "component": field(st.sampled_from(["pipeline", "auxiliary"])),
-        "cost_usd": field(st.floats(0, 1)),
-        "metadata": field(st.fixed_dictionaries({"t": field(st.integers(1, 9))})),
-    }),
-    min_size=1, max_size=6,
-)  # fmt: skip
+    st.fixed_dictionaries(
+        {
+            "component": field(st.sampled_from(["pipeline", "auxiliary"])),
+            "cost_usd": field(st.floats(0, 1)),
+            "metadata": field(st.fixed_dictionaries({"t": field(st.integers(1, 9))})),
+        }
+    ),
+    min_size=1,
+    max_size=6,
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -127,25 +136,36 @@ def test_cumulative_solved_true_is_refused_by_both_engines(tmp_path: Path) -> No
 
 
 summary_events = st.lists(
-    st.fixed_dictionaries({
-        "run_id": field(st.sampled_from(["r1", "r2"])),
-        "event_type": field(st.sampled_from(["llm_completion", "tool_call", "cpu_op"])),
-        "span_id": field(st.sampled_from(["s1", "s2", "s3"])),
-        "parent_id": field(st.none() | st.sampled_from(["s1", "s2"])),
-        "usage": field(st.fixed_dictionaries({
-            "prompt_tokens": field(st.integers(0, 100)),
-            "completion_tokens": field(st.integers(0, 100)),
-        })),
-        "cost_usd": field(st.floats(0, 1)),
-        "latency_ms": field(st.integers(0, 100)),
-        "metadata": field(st.fixed_dictionaries({
-            "status": field(st.sampled_from(["success", "halt", "fail"])),
-            "retries_used": field(st.integers(0, 3)),
-            "cost_status": field(st.sampled_from(["priced", "unpriced"])),
-        })),
-    }),
-    min_size=1, max_size=6,
-)  # fmt: skip
+    st.fixed_dictionaries(
+        {
+            "run_id": field(st.sampled_from(["r1", "r2"])),
+            "event_type": field(st.sampled_from(["llm_completion", "tool_call", "cpu_op"])),
+            "span_id": field(st.sampled_from(["s1", "s2", "s3"])),
+            "parent_id": field(st.none() | st.sampled_from(["s1", "s2"])),
+            "usage": field(
+                st.fixed_dictionaries(
+                    {
+                        "prompt_tokens": field(st.integers(0, 100)),
+                        "completion_tokens": field(st.integers(0, 100)),
+                    }
+                )
+            ),
+            "cost_usd": field(st.floats(0, 1)),
+            "latency_ms": field(st.integers(0, 100)),
+            "metadata": field(
+                st.fixed_dictionaries(
+                    {
+                        "status": field(st.sampled_from(["success", "halt", "fail"])),
+                        "retries_used": field(st.integers(0, 3)),
+                        "cost_status": field(st.sampled_from(["priced", "unpriced"])),
+                    }
+                )
+            ),
+        }
+    ),
+    min_size=1,
+    max_size=6,
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

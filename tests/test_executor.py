@@ -380,5 +380,10 @@ def test_timeout() -> None:
 
 def test_termination_reason_values() -> None:
     assert {r.value for r in TerminationReason} == {
-        "success", "error", "context_canceled", "hook_abort", "limit_exceeded", "timeout"
-    }  # fmt: skip
+        "success",
+        "error",
+        "context_canceled",
+        "hook_abort",
+        "limit_exceeded",
+        "timeout",
+    }

@@ -16,15 +16,36 @@ import pytest
 from ampmeter.graph import KINDS, ExecutionGraph, Node
 
 NODE_FIELDS = {
-    "node_id", "parent_id", "kind", "name", "start_ts_ms", "end_ts_ms", "status", "model",
-    "retries_used", "cost_usd", "tokens_in", "tokens_out", "stop_reason", "error_class",
-    "metadata", "depth",
-}  # fmt: skip
+    "node_id",
+    "parent_id",
+    "kind",
+    "name",
+    "start_ts_ms",
+    "end_ts_ms",
+    "status",
+    "model",
+    "retries_used",
+    "cost_usd",
+    "tokens_in",
+    "tokens_out",
+    "stop_reason",
+    "error_class",
+    "metadata",
+    "depth",
+}
 AGGREGATE_FIELDS = {
-    "total_cost_usd", "total_llm_calls", "total_tool_calls", "total_retries", "total_tokens_in",
-    "total_tokens_out", "max_depth", "in_flight", "llm_calls_per_root", "tool_calls_per_root",
+    "total_cost_usd",
+    "total_llm_calls",
+    "total_tool_calls",
+    "total_retries",
+    "total_tokens_in",
+    "total_tokens_out",
+    "max_depth",
+    "in_flight",
+    "llm_calls_per_root",
+    "tool_calls_per_root",
     "retries_per_root",
-}  # fmt: skip
+}
 PER_ROOT = ("llm_calls_per_root", "tool_calls_per_root", "retries_per_root")
 
 
@@ -53,8 +74,10 @@ def test_amplification_normal_chain() -> None:
     agg = graph.snapshot()["aggregates"]
     assert (agg["total_llm_calls"], agg["total_tool_calls"], agg["total_retries"]) == (3, 0, 0)
     assert (agg["llm_calls_per_root"], agg["tool_calls_per_root"], agg["retries_per_root"]) == (
-        3.0, 0.0, 0.0,
-    )  # fmt: skip
+        3.0,
+        0.0,
+        0.0,
+    )
     assert all(type(agg[key]) is float for key in PER_ROOT)
 
 
@@ -174,20 +197,44 @@ def test_spec_normal_chain_snapshot() -> None:
     assert list(snap["nodes"]) == ["n000001", "n000002", "n000003"]
     empty = {"retries_used": 0, "stop_reason": None, "error_class": None}
     assert _without_times(snap["nodes"]["n000001"]) == empty | {
-        "node_id": "n000001", "parent_id": None, "kind": "system", "name": "agent_run",
-        "status": "running", "model": None, "cost_usd": 0.0, "tokens_in": None,
-        "tokens_out": None, "metadata": {"request_id": "req-001"}, "depth": 0,
-    }  # fmt: skip
+        "node_id": "n000001",
+        "parent_id": None,
+        "kind": "system",
+        "name": "agent_run",
+        "status": "running",
+        "model": None,
+        "cost_usd": 0.0,
+        "tokens_in": None,
+        "tokens_out": None,
+        "metadata": {"request_id": "req-001"},
+        "depth": 0,
+    }
     assert _without_times(snap["nodes"]["n000002"]) == empty | {
-        "node_id": "n000002", "parent_id": "n000001", "kind": "llm", "name": "plan_step",
-        "status": "success", "model": "claude-sonnet-4-6", "cost_usd": 0.0042,
-        "tokens_in": 120, "tokens_out": 80, "metadata": {}, "depth": 1,
-    }  # fmt: skip
+        "node_id": "n000002",
+        "parent_id": "n000001",
+        "kind": "llm",
+        "name": "plan_step",
+        "status": "success",
+        "model": "claude-sonnet-4-6",
+        "cost_usd": 0.0042,
+        "tokens_in": 120,
+        "tokens_out": 80,
+        "metadata": {},
+        "depth": 1,
+    }
     assert _without_times(snap["nodes"]["n000003"]) == empty | {
-        "node_id": "n000003", "parent_id": "n000002", "kind": "tool", "name": "web_search",
-        "status": "success", "model": None, "cost_usd": 0.0, "tokens_in": None,
-        "tokens_out": None, "metadata": {"query": "VERONICA"}, "depth": 2,
-    }  # fmt: skip
+        "node_id": "n000003",
+        "parent_id": "n000002",
+        "kind": "tool",
+        "name": "web_search",
+        "status": "success",
+        "model": None,
+        "cost_usd": 0.0,
+        "tokens_in": None,
+        "tokens_out": None,
+        "metadata": {"query": "VERONICA"},
+        "depth": 2,
+    }
     assert snap["nodes"]["n000001"]["end_ts_ms"] is None
     for node in snap["nodes"].values():
         assert before <= node["start_ts_ms"] <= after
@@ -195,11 +242,18 @@ def test_spec_normal_chain_snapshot() -> None:
             assert node["start_ts_ms"] <= node["end_ts_ms"] <= after
     assert before <= snap["snapshot_ts_ms"] <= after
     assert snap["aggregates"] == {
-        "total_cost_usd": 0.0042, "total_llm_calls": 1, "total_tool_calls": 1,
-        "total_retries": 0, "total_tokens_in": 120, "total_tokens_out": 80, "max_depth": 2,
-        "in_flight": 0, "llm_calls_per_root": 1.0, "tool_calls_per_root": 1.0,
+        "total_cost_usd": 0.0042,
+        "total_llm_calls": 1,
+        "total_tool_calls": 1,
+        "total_retries": 0,
+        "total_tokens_in": 120,
+        "total_tokens_out": 80,
+        "max_depth": 2,
+        "in_flight": 0,
+        "llm_calls_per_root": 1.0,
+        "tool_calls_per_root": 1.0,
         "retries_per_root": 0.0,
-    }  # fmt: skip
+    }
 
 
 def test_spec_halted_chain_snapshot_counts_two_llm_calls() -> None:
@@ -213,18 +267,35 @@ def test_spec_halted_chain_snapshot_counts_two_llm_calls() -> None:
     snap = graph.snapshot()
     halted = snap["nodes"][step_2]
     assert _without_times(halted) == {
-        "node_id": "n000003", "parent_id": "n000001", "kind": "llm", "name": "step_2",
-        "status": "halt", "model": "claude-sonnet-4-6", "retries_used": 0, "cost_usd": 0.0,
-        "tokens_in": None, "tokens_out": None, "stop_reason": "cost ceiling exceeded",
-        "error_class": None, "metadata": {}, "depth": 1,
-    }  # fmt: skip
+        "node_id": "n000003",
+        "parent_id": "n000001",
+        "kind": "llm",
+        "name": "step_2",
+        "status": "halt",
+        "model": "claude-sonnet-4-6",
+        "retries_used": 0,
+        "cost_usd": 0.0,
+        "tokens_in": None,
+        "tokens_out": None,
+        "stop_reason": "cost ceiling exceeded",
+        "error_class": None,
+        "metadata": {},
+        "depth": 1,
+    }
     assert halted["end_ts_ms"] is not None
     assert snap["aggregates"] == {
-        "total_cost_usd": 0.95, "total_llm_calls": 2, "total_tool_calls": 0,
-        "total_retries": 0, "total_tokens_in": 5000, "total_tokens_out": 3000, "max_depth": 1,
-        "in_flight": 0, "llm_calls_per_root": 2.0, "tool_calls_per_root": 0.0,
+        "total_cost_usd": 0.95,
+        "total_llm_calls": 2,
+        "total_tool_calls": 0,
+        "total_retries": 0,
+        "total_tokens_in": 5000,
+        "total_tokens_out": 3000,
+        "max_depth": 1,
+        "in_flight": 0,
+        "llm_calls_per_root": 2.0,
+        "tool_calls_per_root": 0.0,
         "retries_per_root": 0.0,
-    }  # fmt: skip
+    }
 
 
 # -- snapshot shape and isolation ---------------------------------------------------------
@@ -252,8 +323,10 @@ def test_snapshot_shape() -> None:
         assert set(node) == NODE_FIELDS
         assert node["node_id"] == node_id
     types = {k: type(v) for k, v in snap["aggregates"].items()}
-    assert types == {k: float if k.endswith("_per_root") or k == "total_cost_usd" else int
-                     for k in AGGREGATE_FIELDS}  # fmt: skip
+    assert types == {
+        k: float if k.endswith("_per_root") or k == "total_cost_usd" else int
+        for k in AGGREGATE_FIELDS
+    }
     assert snap["aggregates"]["in_flight"] == 1
     assert snap["aggregates"]["total_retries"] == 1
     assert json.loads(json.dumps(snap, allow_nan=False)) == snap
@@ -282,8 +355,11 @@ def test_node_returns_a_copy() -> None:
     node = graph.node("n000002")
     assert isinstance(node, Node)
     assert (node.status, node.error_class, node.retries_used, node.depth) == (
-        "fail", "TimeoutError", 1, 1,
-    )  # fmt: skip
+        "fail",
+        "TimeoutError",
+        1,
+        1,
+    )
     assert node.latency_ms is not None and node.latency_ms >= 0 and node.is_terminal
     node.status = "success"
     node.metadata["nested"]["list"].append(5)
@@ -327,8 +403,12 @@ def test_snapshot_serializes_values_json_cannot() -> None:
     graph.create_root("r", metadata=meta)
     node = graph.snapshot()["nodes"]["n000001"]
     assert node["metadata"] == {
-        "when": str(when), "ratio": "nan", "pair": [1, 2], "3": "int key", "err": "x",
-    }  # fmt: skip
+        "when": str(when),
+        "ratio": "nan",
+        "pair": [1, 2],
+        "3": "int key",
+        "err": "x",
+    }
     json.dumps(node, allow_nan=False)
 
 
@@ -341,8 +421,10 @@ def test_success_and_failure_merge_metadata() -> None:
     bad = graph.begin_node(root, "llm", "bad")
     graph.mark_failure(bad, "APIError", metadata={"cost_status": "unpriced"})
     assert graph.node(ok).metadata == {
-        "provider": "openai", "cached_tokens": 5, "cost_status": "priced",
-    }  # fmt: skip
+        "provider": "openai",
+        "cached_tokens": 5,
+        "cost_status": "priced",
+    }
     assert graph.node(bad).metadata == {"cost_status": "unpriced"}
 
 
@@ -410,8 +492,9 @@ def test_begin_node_builds_the_same_node_as_the_constructor() -> None:
     root = graph.create_root("r")
     node_id = graph.begin_node(root, "llm", "call", "m", {"k": "v"})
     built = graph.node(node_id)
-    expected = Node(node_id, root, "llm", "call", built.start_ts_ms, model="m",
-                    metadata={"k": "v"}, depth=1)  # fmt: skip
+    expected = Node(
+        node_id, root, "llm", "call", built.start_ts_ms, model="m", metadata={"k": "v"}, depth=1
+    )
     assert built == expected
     assert dataclasses.asdict(built) == dataclasses.asdict(expected)
 
@@ -611,9 +694,13 @@ def test_create_root_wrong_types() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "exc"),
-    [({"chain_id": 5}, TypeError), ({"max_nodes": "3"}, TypeError),
-     ({"max_nodes": True}, TypeError), ({"max_nodes": -1}, ValueError)],
-)  # fmt: skip
+    [
+        ({"chain_id": 5}, TypeError),
+        ({"max_nodes": "3"}, TypeError),
+        ({"max_nodes": True}, TypeError),
+        ({"max_nodes": -1}, ValueError),
+    ],
+)
 def test_constructor_checks(kwargs: dict[str, Any], exc: type[Exception]) -> None:
     with pytest.raises(exc):
         ExecutionGraph(**kwargs)

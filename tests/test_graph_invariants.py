@@ -24,8 +24,17 @@ NEXT = {
     "created": {"created", "running", "fail", "halt", "success"},
     "running": {"running", "success", "fail", "halt"},
 }
-FROZEN_WHEN_TERMINAL = ("status", "end_ts_ms", "cost_usd", "tokens_in", "tokens_out",
-                        "retries_used", "stop_reason", "error_class", "metadata")  # fmt: skip
+FROZEN_WHEN_TERMINAL = (
+    "status",
+    "end_ts_ms",
+    "cost_usd",
+    "tokens_in",
+    "tokens_out",
+    "retries_used",
+    "stop_reason",
+    "error_class",
+    "metadata",
+)
 
 costs = st.one_of(
     st.integers(0, 40).map(lambda q: q * 0.25),
@@ -110,16 +119,26 @@ class GraphMachine(RuleBasedStateMachine):
     @rule(
         node=nodes,
         bad=st.sampled_from(
-            [("cost", math.nan), ("cost", -0.25), ("cost", math.inf), ("tokens", -1),
-             ("type", "0.5"), ("unknown", None)]
+            [
+                ("cost", math.nan),
+                ("cost", -0.25),
+                ("cost", math.inf),
+                ("tokens", -1),
+                ("type", "0.5"),
+                ("unknown", None),
+            ]
         ),
-    )  # fmt: skip
+    )
     def rejected(self, node: str, bad: tuple[str, Any]) -> None:
         before = self.graph.snapshot()
         del before["snapshot_ts_ms"]
         what, value = bad
-        exc: type[Exception] = {"cost": ValueError, "tokens": ValueError, "type": TypeError,
-                                "unknown": KeyError}[what]  # fmt: skip
+        exc: type[Exception] = {
+            "cost": ValueError,
+            "tokens": ValueError,
+            "type": TypeError,
+            "unknown": KeyError,
+        }[what]
         with pytest.raises(exc):
             if what == "cost":
                 self.graph.mark_success(node, value)

@@ -109,8 +109,11 @@ def test_sixteen_threads_of_full_lifecycles_leave_exact_aggregates() -> None:
     assert sorted(snap["nodes"]) == expected_ids
     for index, chunk in enumerate(ids):
         assert all(snap["nodes"][i]["parent_id"] == agents[index] for i in chunk)
-    assert all(n["status"] in ("success", "fail", "halt") for n in snap["nodes"].values()
-               if n["parent_id"] is not None)  # fmt: skip
+    assert all(
+        n["status"] in ("success", "fail", "halt")
+        for n in snap["nodes"].values()
+        if n["parent_id"] is not None
+    )
 
     costs = [s["total_cost_usd"] for s in seen]
     calls = [s["total_llm_calls"] for s in seen]

@@ -232,11 +232,19 @@ def test_env_token_attaches_an_instrumented_process_by_itself(
     from ampmeter.testing.replay import ReplayResponse, ReplayServer
 
     completion = {
-        "id": "c1", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": "yes"}}],
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o-mini",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "yes"},
+            }
+        ],
         "usage": {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10},
-    }  # fmt: skip
+    }
     program = (
         "import os, openai\n"
         "from ampmeter.integrations import instrument\n"
@@ -264,9 +272,12 @@ def test_env_token_attaches_an_instrumented_process_by_itself(
                 "LLM_URL": server.openai_base_url,
             }
             done = subprocess.run(
-                [sys.executable, "-c", program], env=env, capture_output=True, text=True,
+                [sys.executable, "-c", program],
+                env=env,
+                capture_output=True,
+                text=True,
                 timeout=120,
-            )  # fmt: skip
+            )
             assert done.returncode == 0, done.stderr
             assert done.stdout.split() == ["LimitExceeded", "3"]
         assert len(server.requests) == 3
@@ -274,8 +285,11 @@ def test_env_token_attaches_an_instrumented_process_by_itself(
     logged = events(log)
     assert {e["run_id"] for e in logged} == {ctx.chain_id}
     assert [e["metadata"]["status"] for e in logged if e["event_type"] == "llm_completion"] == [
-        "success", "success", "success", "halt"
-    ]  # fmt: skip
+        "success",
+        "success",
+        "success",
+        "halt",
+    ]
 
 
 def test_http_header_carries_the_token_to_a_service(sqlite_ledger: SqliteLedger) -> None:

@@ -35,8 +35,14 @@ pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
 
 def llm_for(base_url: str, model: str) -> LiteLLM:
-    return LiteLLM(model="hosted_vllm/" + model, api_base=base_url, api_key="k",
-                   temperature=0.0, max_tokens=5, max_retries=0)  # fmt: skip
+    return LiteLLM(
+        model="hosted_vllm/" + model,
+        api_base=base_url,
+        api_key="k",
+        temperature=0.0,
+        max_tokens=5,
+        max_retries=0,
+    )
 
 
 def server_usage(server: LocalLLMServer) -> tuple[int, int]:
@@ -44,9 +50,13 @@ def server_usage(server: LocalLLMServer) -> tuple[int, int]:
     import litellm
 
     plain = litellm.completion(
-        model="hosted_vllm/" + server.model, api_base=server.base_url, api_key="k",
-        messages=[{"role": "user", "content": "Name one colour."}], temperature=0.0, max_tokens=5,
-    )  # fmt: skip
+        model="hosted_vllm/" + server.model,
+        api_base=server.base_url,
+        api_key="k",
+        messages=[{"role": "user", "content": "Name one colour."}],
+        temperature=0.0,
+        max_tokens=5,
+    )
     return plain.usage.prompt_tokens, plain.usage.completion_tokens
 
 

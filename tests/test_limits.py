@@ -41,9 +41,14 @@ def test_empty_key_is_a_value_error() -> None:
 
 @pytest.mark.parametrize(
     ("key", "max_value", "match"),
-    [(1, 1.0, "key"), (None, 1.0, "key"), ("k", "1", "max_value"), ("k", None, "max_value"),
-     ("k", True, "max_value")],
-)  # fmt: skip
+    [
+        (1, 1.0, "key"),
+        (None, 1.0, "key"),
+        ("k", "1", "max_value"),
+        ("k", None, "max_value"),
+        ("k", True, "max_value"),
+    ],
+)
 def test_wrong_types_are_type_errors(key: object, max_value: object, match: str) -> None:
     with pytest.raises(TypeError, match=match):
         Limit(key, max_value)  # type: ignore[arg-type]
@@ -268,11 +273,15 @@ def _reference_hit(
     st.dictionaries(st.sampled_from(_KEYS), st.floats(0, 5), max_size=3),
     st.dictionaries(st.sampled_from(_KEYS), st.floats(0, 5), max_size=3),
     st.lists(
-        st.tuples(st.sampled_from(["a:x", "a:y", "a:", "b", "a"]), st.integers(0, 20),
-                  st.sampled_from(list(LimitType))),
-        min_size=1, max_size=4,
+        st.tuples(
+            st.sampled_from(["a:x", "a:y", "a:", "b", "a"]),
+            st.integers(0, 20),
+            st.sampled_from(list(LimitType)),
+        ),
+        min_size=1,
+        max_size=4,
     ),
-)  # fmt: skip
+)
 def test_check_limits_with_reservations_matches_the_rules(
     counters: dict[str, int],
     gauges: dict[str, float],

@@ -23,12 +23,24 @@ HUGE = 3 * 1024 * 1024  # 48 times the limit
 
 
 def event(span: str, pad: str = "") -> bytes:
-    return orjson.dumps({
-        "timestamp": "2026-01-01T00:00:00.000Z", "run_id": "r", "span_id": span,
-        "event_type": "llm_completion", "operation": "chat", "component": "pipeline",
-        "model": "m", "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        "cost_usd": 0.5, "latency_ms": 3, "metadata": {"pad": pad},
-    }) + b"\n"  # fmt: skip
+    return (
+        orjson.dumps(
+            {
+                "timestamp": "2026-01-01T00:00:00.000Z",
+                "run_id": "r",
+                "span_id": span,
+                "event_type": "llm_completion",
+                "operation": "chat",
+                "component": "pipeline",
+                "model": "m",
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                "cost_usd": 0.5,
+                "latency_ms": 3,
+                "metadata": {"pad": pad},
+            }
+        )
+        + b"\n"
+    )
 
 
 @pytest.fixture(autouse=True)

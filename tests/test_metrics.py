@@ -167,10 +167,16 @@ def test_with_a_real_execution_context(tmp_path: Path) -> None:
     assert (live.llm_calls, live.tool_calls) == (2, 1)
     logged = TaskResult.from_events(path)
     assert logged.llm_call_metrics == [
-        LLMCallMetrics(c.call_number, c.input_tokens, c.output_tokens, c.tool_calls_made,
-                       c.cumulative_input, c.latency_ms)
+        LLMCallMetrics(
+            c.call_number,
+            c.input_tokens,
+            c.output_tokens,
+            c.tool_calls_made,
+            c.cumulative_input,
+            c.latency_ms,
+        )
         for c in live.llm_call_metrics
-    ]  # fmt: skip
+    ]
     assert any(n.parent_id is None for n in memory.nodes)  # the root reached the sinks
     for event in read_jsonl(path):
         validate_event(event)

@@ -81,11 +81,13 @@ def build_run() -> tuple[ExecutionGraph, list[str]]:
     """A small agent run; returns the graph and node ids in the order they ended."""
     graph = ExecutionGraph()
     root = graph.create_root("planner", metadata={META_CONTEXT: True})
-    chat = graph.begin_node(root, "llm", "chat", model="gpt-4o-mini",
-                            metadata={META_PROVIDER: "openai"})  # fmt: skip
+    chat = graph.begin_node(
+        root, "llm", "chat", model="gpt-4o-mini", metadata={META_PROVIDER: "openai"}
+    )
     graph.mark_running(chat)
-    graph.mark_success(chat, 0.0125, 1200, 300,
-                       metadata={META_CACHED_TOKENS: 1000, META_REASONING_TOKENS: 120})  # fmt: skip
+    graph.mark_success(
+        chat, 0.0125, 1200, 300, metadata={META_CACHED_TOKENS: 1000, META_REASONING_TOKENS: 120}
+    )
     sub = graph.begin_node(root, "system", "researcher", metadata={META_CONTEXT: True})
     graph.mark_running(sub)
     tool = graph.begin_node(sub, "tool", "web_search")

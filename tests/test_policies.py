@@ -184,8 +184,11 @@ def test_warnings_fire_once_per_threshold_with_their_values(tmp_path: Path) -> N
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     for line in lines:
         validate_event(line)
-    logged = [line["metadata"][META_LIMIT_EVENTS] for line in lines
-              if META_LIMIT_EVENTS in line.get("metadata", {})]  # fmt: skip
+    logged = [
+        line["metadata"][META_LIMIT_EVENTS]
+        for line in lines
+        if META_LIMIT_EVENTS in line.get("metadata", {})
+    ]
     assert logged == [[first.to_dict()], [events[1].to_dict()]]
 
 
@@ -213,8 +216,13 @@ def test_the_report_marks_a_run_s_limit_events(tmp_path: Path) -> None:
 def test_warn_at_on_the_shortcuts_and_per_key_on_prefix_limits() -> None:
     events: list[LimitEvent] = []
     per_model = Limit("amp:input_tokens:", 100, LimitType.PREFIX, warn_at=(0.5,))
-    with ExecutionContext(max_cost_usd=1.0, max_steps=4, warn_at=(0.5,), limits=[per_model],
-                          on_limit_event=events.append) as ctx:  # fmt: skip
+    with ExecutionContext(
+        max_cost_usd=1.0,
+        max_steps=4,
+        warn_at=(0.5,),
+        limits=[per_model],
+        on_limit_event=events.append,
+    ) as ctx:
         assert per_model in ctx.limits
         assert {lim.key: lim.warn_at for lim in ctx.limits} == {
             "amp:input_tokens:": (0.5,),
@@ -239,8 +247,10 @@ def test_warnings_of_a_parent_fire_on_a_child_call_and_a_child_inherits_the_call
         child = ctx.spawn_child("sub", limits=[Limit(KEY_LLM_CALLS, 2, warn_at=(1.0,))])
         paid(child, 0.3)
         call = paid(child, 0.3)
-    assert sorted((e.context, e.key) for e in events) == [("agent_run", KEY_COST),
-                                                          ("sub", KEY_LLM_CALLS)]  # fmt: skip
+    assert sorted((e.context, e.key) for e in events) == [
+        ("agent_run", KEY_COST),
+        ("sub", KEY_LLM_CALLS),
+    ]
     assert all(e.node_id == call.node_id for e in events)
     assert [e["key"] for e in ctx.snapshot()["limit_events"]] == [KEY_COST]
     assert [e["key"] for e in child.snapshot()["limit_events"]] == [KEY_LLM_CALLS]
@@ -259,9 +269,15 @@ def test_a_failing_callback_does_not_fail_the_call() -> None:
 
 @pytest.mark.parametrize(
     ("value", "error"),
-    [((0,), ValueError), ((1.5,), ValueError), ((-0.1,), ValueError), ("0.5", TypeError),
-     ((True,), TypeError), (0.5, TypeError)],
-)  # fmt: skip
+    [
+        ((0,), ValueError),
+        ((1.5,), ValueError),
+        ((-0.1,), ValueError),
+        ("0.5", TypeError),
+        ((True,), TypeError),
+        (0.5, TypeError),
+    ],
+)
 def test_bad_warn_at_is_refused(value: object, error: type[Exception]) -> None:
     with pytest.raises(error, match="warn_at"):
         Limit(KEY_COST, 1, warn_at=value)  # type: ignore[arg-type]
@@ -273,13 +289,14 @@ def test_trace_records_warn_and_soften_too() -> None:
     events: list[LimitEvent] = []
     limits = [Limit(KEY_COST, 1.0, warn_at=(0.5,)), Limit(KEY_TOOL_CALLS, 1, soft=True)]
     with ExecutionContext(limits=limits, on_limit_event=events.append) as ctx:
-        ctx.trace(ampmeter.ModelCallTrace(model="m", input_tokens=5, output_tokens=5,
-                                          cost_usd=0.6))  # fmt: skip
+        ctx.trace(ampmeter.ModelCallTrace(model="m", input_tokens=5, output_tokens=5, cost_usd=0.6))
         ctx.trace(ampmeter.ToolCallTrace(tool_name="search"))
         ctx.trace(ampmeter.ToolCallTrace(tool_name="search"))
         assert ctx.wrap_up
-    assert [(e.kind, e.node_id) for e in events] == [("warning", ctx.node_id),
-                                                     ("soft_limit", ctx.node_id)]  # fmt: skip
+    assert [(e.kind, e.node_id) for e in events] == [
+        ("warning", ctx.node_id),
+        ("soft_limit", ctx.node_id),
+    ]
     root = ctx.graph.node(ctx.node_id)
     assert [e["kind"] for e in root.metadata[META_LIMIT_EVENTS]] == ["warning", "soft_limit"]
 
@@ -366,10 +383,12 @@ def test_the_reserve_counts_calls_in_flight_and_children() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"final_reserve_usd": 0.1}, "needs a cost limit"),
-     ({"final_reserve_usd": 1.0, "max_cost_usd": 1.0}, "less than"),
-     ({"final_reserve_usd": -1, "max_cost_usd": 1.0}, "final_reserve_usd")],
-)  # fmt: skip
+    [
+        ({"final_reserve_usd": 0.1}, "needs a cost limit"),
+        ({"final_reserve_usd": 1.0, "max_cost_usd": 1.0}, "less than"),
+        ({"final_reserve_usd": -1, "max_cost_usd": 1.0}, "final_reserve_usd"),
+    ],
+)
 def test_bad_reserves_are_refused(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         ExecutionContext(**kwargs)
@@ -458,8 +477,9 @@ def test_the_same_request_more_than_max_repeats_times_is_a_loop() -> None:
     assert stop is not None and stop.key.startswith(KEY_REPEATS_FOR)
     assert stop.limit.key == stop.key and stop.value == 3 and stop.limit.max_value == 2
     halted = [n for n in sink.nodes if n.status == "halt" and n.kind == "llm"]
-    assert [n.stop_reason.split(":")[0] for n in halted] == ["loop detected (the same request 3 "
-                                                              "times, max_repeats=2)"]  # fmt: skip
+    assert [n.stop_reason.split(":")[0] for n in halted] == [
+        "loop detected (the same request 3 times, max_repeats=2)"
+    ]
     assert ctx.termination_reason is ampmeter.TerminationReason.LIMIT_EXCEEDED
 
 

@@ -149,8 +149,9 @@ def test_budget_pressure_swaps_the_model_and_can_refuse(
         return {**request, "model": "cheap-model"}
 
     sink = MemorySink()
-    with ExecutionContext(max_cost_usd=1.2, on_budget_pressure=cheaper, pressure_at=0.5,
-                          sinks=[sink]) as ctx:  # fmt: skip
+    with ExecutionContext(
+        max_cost_usd=1.2, on_budget_pressure=cheaper, pressure_at=0.5, sinks=[sink]
+    ) as ctx:
         first = openai_client.chat.completions.create(
             model=llm_server.model, messages=MESSAGES, max_tokens=3
         )
@@ -180,8 +181,9 @@ def test_a_hook_returning_something_else_is_an_error(
     openai_client: openai.OpenAI, llm_server: LocalLLMServer
 ) -> None:
     ampmeter.set_price(llm_server.model, input_per_mtok=0, output_per_mtok=0)
-    with ExecutionContext(max_cost_usd=1.0, on_budget_pressure=lambda c, r: "cheap",
-                          pressure_at=0.0001) as ctx:  # fmt: skip
+    with ExecutionContext(
+        max_cost_usd=1.0, on_budget_pressure=lambda c, r: "cheap", pressure_at=0.0001
+    ) as ctx:
         ctx.stats.incr_gauge(KEY_COST, 0.5)
         with pytest.raises(TypeError, match="on_budget_pressure must return"):
             openai_client.chat.completions.create(model=llm_server.model, messages=MESSAGES)
@@ -195,8 +197,11 @@ def test_the_swapped_request_is_what_goes_on_the_wire() -> None:
         return {**request, "model": "cheap-model", "max_tokens": 7}
 
     with ReplayServer() as replay:
-        replay.script("/v1/chat/completions", chat_completion("big-model", 100_000, 100_000),
-                      chat_completion("cheap-model", 100_000, 100_000))  # fmt: skip
+        replay.script(
+            "/v1/chat/completions",
+            chat_completion("big-model", 100_000, 100_000),
+            chat_completion("cheap-model", 100_000, 100_000),
+        )
         client = openai.OpenAI(base_url=replay.openai_base_url, api_key="sk-x", max_retries=0)
         with ExecutionContext(
             max_cost_usd=2.4, on_budget_pressure=cheaper
@@ -204,8 +209,10 @@ def test_the_swapped_request_is_what_goes_on_the_wire() -> None:
             for _ in range(2):
                 client.chat.completions.create(model="big-model", messages=MESSAGES)
         sent = [request.json() for request in replay.requests]
-    assert [(r["model"], r.get("max_tokens")) for r in sent] == [("big-model", None),
-                                                                 ("cheap-model", 7)]  # fmt: skip
+    assert [(r["model"], r.get("max_tokens")) for r in sent] == [
+        ("big-model", None),
+        ("cheap-model", 7),
+    ]
     assert sent[1]["messages"] == MESSAGES
     assert ctx.stats.get_gauge(KEY_COST) == pytest.approx(2.0 + 0.02)
 
@@ -225,9 +232,10 @@ def test_the_anthropic_sdk_gets_the_same_policies(
         )
         with pytest.raises(LimitExceeded, match="max_input_tokens_per_call"):
             anthropic_client.messages.create(
-                model=llm_server.model, max_tokens=2,
+                model=llm_server.model,
+                max_tokens=2,
                 messages=[{"role": "user", "content": "colour " * 40}],
-            )  # fmt: skip
+            )
     assert ctx.stats.get_counter(KEY_LLM_CALLS) == 2
 
 
@@ -241,8 +249,9 @@ async def test_async_requests_get_final_call_and_budget_pressure(
         asked.append(request["model"])
         return request
 
-    with ExecutionContext(max_cost_usd=1.0, final_reserve_usd=0.95, on_budget_pressure=note,
-                          pressure_at=0.01) as ctx:  # fmt: skip
+    with ExecutionContext(
+        max_cost_usd=1.0, final_reserve_usd=0.95, on_budget_pressure=note, pressure_at=0.01
+    ) as ctx:
         with pytest.raises(LimitExceeded, match="final-answer reserve"):
             await async_openai_client.chat.completions.create(
                 model=llm_server.model, messages=MESSAGES, max_tokens=5
@@ -277,15 +286,17 @@ REFUSE_ME = [{"role": "user", "content": "refuse me"}]
 
 
 def test_stream_helpers_get_budget_pressure(
-    openai_client: openai.OpenAI, anthropic_client: anthropic.Anthropic,
+    openai_client: openai.OpenAI,
+    anthropic_client: anthropic.Anthropic,
     llm_server: LocalLLMServer,
-) -> None:  # fmt: skip
+) -> None:
     ampmeter.set_price(llm_server.model, input_per_mtok=20_000, output_per_mtok=20_000)
     ampmeter.set_price("cheap-model", input_per_mtok=0.1, output_per_mtok=0.1)
     seen: list[str] = []
     sink = MemorySink()
-    with ExecutionContext(max_cost_usd=100.0, on_budget_pressure=_pressure_hook(seen),
-                          pressure_at=0.001, sinks=[sink]) as ctx:  # fmt: skip
+    with ExecutionContext(
+        max_cost_usd=100.0, on_budget_pressure=_pressure_hook(seen), pressure_at=0.001, sinks=[sink]
+    ) as ctx:
         openai_client.chat.completions.create(
             model=llm_server.model, messages=MESSAGES, max_tokens=3
         )
@@ -327,8 +338,9 @@ async def test_the_async_anthropic_stream_helper_gets_budget_pressure(
     ampmeter.set_price(llm_server.model, input_per_mtok=20_000, output_per_mtok=20_000)
     ampmeter.set_price("cheap-model", input_per_mtok=0.1, output_per_mtok=0.1)
     seen: list[str] = []
-    with ExecutionContext(max_cost_usd=100.0, on_budget_pressure=_pressure_hook(seen),
-                          pressure_at=0.001) as ctx:  # fmt: skip
+    with ExecutionContext(
+        max_cost_usd=100.0, on_budget_pressure=_pressure_hook(seen), pressure_at=0.001
+    ) as ctx:
         ctx.stats.incr_gauge(KEY_COST, 1.0)
         async with async_anthropic_client.messages.stream(
             model=llm_server.model, messages=MESSAGES, max_tokens=3
@@ -349,13 +361,16 @@ def test_the_anthropic_stream_helper_sends_the_changed_request() -> None:
     seen: list[str] = []
     with ReplayServer() as replay:
         replay.script("/v1/messages", recorded.anthropic_message_stream())
-        client = anthropic.Anthropic(base_url=replay.anthropic_base_url, api_key="sk-ant-x",
-                                     max_retries=0)  # fmt: skip
-        with ExecutionContext(max_cost_usd=10.0, on_budget_pressure=_pressure_hook(seen),
-                              pressure_at=0.01) as ctx:  # fmt: skip
+        client = anthropic.Anthropic(
+            base_url=replay.anthropic_base_url, api_key="sk-ant-x", max_retries=0
+        )
+        with ExecutionContext(
+            max_cost_usd=10.0, on_budget_pressure=_pressure_hook(seen), pressure_at=0.01
+        ) as ctx:
             ctx.stats.incr_gauge(KEY_COST, 1.0)
-            with client.messages.stream(model="claude-haiku-4-5", messages=MESSAGES,
-                                        max_tokens=50) as stream:  # fmt: skip
+            with client.messages.stream(
+                model="claude-haiku-4-5", messages=MESSAGES, max_tokens=50
+            ) as stream:
                 stream.get_final_text()
         sent = [request.json()["model"] for request in replay.requests]
     assert seen == ["claude-haiku-4-5"]

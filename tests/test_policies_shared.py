@@ -49,8 +49,12 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> Place:
     return ("redis", server.url)
 
 
-def _in_processes(work: Callable[[ExecutionContext], dict[str, Any]], place: Place, scope: str,
-                  options: dict[str, Any]) -> list[dict[str, Any]]:  # fmt: skip
+def _in_processes(
+    work: Callable[[ExecutionContext], dict[str, Any]],
+    place: Place,
+    scope: str,
+    options: dict[str, Any],
+) -> list[dict[str, Any]]:
     """Run ``work`` in PROCESSES forked processes, each with its own context on the ledger
     scope, started together; return what each returned."""
     mp = multiprocessing.get_context("fork")
@@ -141,8 +145,9 @@ def test_the_same_request_in_several_processes_is_a_loop(place: Place) -> None:
     assert sum(r["made"] for r in results) == 3
     refused = [item for r in results for item in r["refused"]]
     assert len(refused) == 3
-    assert all("loop detected" in text and key.startswith(KEY_REPEATS_FOR)
-               for text, key in refused), refused  # fmt: skip
+    assert all(
+        "loop detected" in text and key.startswith(KEY_REPEATS_FOR) for text, key in refused
+    ), refused
     with _open(place, scope) as ledger:
         spent = ledger.spent()
         assert [value for key, value in spent.items() if key.startswith(KEY_REPEATS_FOR)] == [3.0]
@@ -194,8 +199,9 @@ def test_warnings_fall_back_to_local_totals_when_the_ledger_cannot_be_read(
 ) -> None:
     seen: list[ampmeter.LimitEvent] = []
     ledger = SqliteLedger(tmp_path / "budget.db", "local")
-    with ExecutionContext(max_cost_usd=1.0, warn_at=(0.5,), on_limit_event=seen.append,
-                          ledger=ledger) as ctx:  # fmt: skip
+    with ExecutionContext(
+        max_cost_usd=1.0, warn_at=(0.5,), on_limit_event=seen.append, ledger=ledger
+    ) as ctx:
         with ctx.llm_call("a", estimate_usd=0.3) as call:
             call.record(10, 5, cost_usd=0.3)
         ledger.spent = _unreadable  # type: ignore[method-assign]
@@ -237,8 +243,9 @@ def _spend_elsewhere(place: Place, scope: str, cost: float) -> None:
     assert process.exitcode == 0
 
 
-def _run_alone(work: Callable[[ExecutionContext], dict[str, Any]], place: Place, scope: str
-               ) -> None:  # fmt: skip
+def _run_alone(
+    work: Callable[[ExecutionContext], dict[str, Any]], place: Place, scope: str
+) -> None:
     with _open(place, scope) as ledger, ExecutionContext(max_cost_usd=1.0, ledger=ledger) as ctx:
         work(ctx)
 
@@ -256,13 +263,15 @@ def test_budget_pressure_reads_what_other_processes_spent(place: Place) -> None:
 
     with ReplayServer() as replay, _open(place, scope) as ledger:
         replay.script(
-            "/v1/chat/completions", chat_completion("big-model", 10, 10),
+            "/v1/chat/completions",
+            chat_completion("big-model", 10, 10),
             chat_completion("cheap-model", 10, 10),
-        )  # fmt: skip
+        )
         client = openai.OpenAI(base_url=replay.openai_base_url, api_key="sk-x", max_retries=0)
         messages = [{"role": "user", "content": "hi"}]
-        with ExecutionContext(max_cost_usd=1.0, on_budget_pressure=cheaper, pressure_at=0.5,
-                              ledger=ledger) as ctx:  # fmt: skip
+        with ExecutionContext(
+            max_cost_usd=1.0, on_budget_pressure=cheaper, pressure_at=0.5, ledger=ledger
+        ) as ctx:
             client.chat.completions.create(model="big-model", messages=messages, max_tokens=5)
             assert asked == []  # nothing spent anywhere yet
             _spend_elsewhere(place, scope, 0.7)

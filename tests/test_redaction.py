@@ -72,20 +72,34 @@ def _anthropic_call(replay: ReplayServer, key: str, stream: bool) -> None:
 
 # (provider, route, what the server answers, streamed request, the answer quotes the request)
 CASES: list[tuple[str, str, Callable[[], Responder | ReplayResponse], bool, bool]] = [
-    *[("openai", CHAT, lambda s=s: recorded.openai_error_echoing(s), False, True)
-      for s in (400, 401, 429, 500)],
+    *[
+        ("openai", CHAT, lambda s=s: recorded.openai_error_echoing(s), False, True)
+        for s in (400, 401, 429, 500)
+    ],
     ("openai", CHAT, recorded.openai_stream_error_echoing, True, True),
     ("openai", CHAT, lambda: recorded.openai_chat_stream_usage(cut_after=2), True, False),
-    *[("anthropic", MESSAGES, lambda s=s: recorded.anthropic_error_echoing(s), False, True)
-      for s in (400, 401, 429, 500, 529)],
+    *[
+        ("anthropic", MESSAGES, lambda s=s: recorded.anthropic_error_echoing(s), False, True)
+        for s in (400, 401, 429, 500, 529)
+    ],
     ("anthropic", MESSAGES, recorded.anthropic_stream_error_echoing, True, True),
     ("anthropic", MESSAGES, lambda: recorded.anthropic_message_stream(cut_after=3), True, False),
-]  # fmt: skip
+]
 IDS = [
-    "openai-400", "openai-401", "openai-429", "openai-500", "openai-stream-error",
-    "openai-stream-cut", "anthropic-400", "anthropic-401", "anthropic-429", "anthropic-500",
-    "anthropic-529", "anthropic-stream-error", "anthropic-stream-cut",
-]  # fmt: skip
+    "openai-400",
+    "openai-401",
+    "openai-429",
+    "openai-500",
+    "openai-stream-error",
+    "openai-stream-cut",
+    "anthropic-400",
+    "anthropic-401",
+    "anthropic-429",
+    "anthropic-500",
+    "anthropic-529",
+    "anthropic-stream-error",
+    "anthropic-stream-cut",
+]
 
 
 def _outputs(tmp_path: Path, run: Callable[[], None]) -> dict[str, str]:

@@ -54,8 +54,12 @@ def test_figures_are_png_images(tmp_path: Path) -> None:
         width, height = png_size(png)
         assert width > 200 and height > 100
     # empty inputs still give an image that says so
-    for png in (amortization_figure([]), context_growth_figure({}),
-                cost_tokens_by_model_figure({}), latency_figure([])):  # fmt: skip
+    for png in (
+        amortization_figure([]),
+        context_growth_figure({}),
+        cost_tokens_by_model_figure({}),
+        latency_figure([]),
+    ):
         assert png_size(png)[0] > 100
     target = tmp_path / "f.png"
     save_png(images[0], target)

@@ -30,9 +30,14 @@ from test_analysis import (
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -71,13 +76,18 @@ def _big_log(path: Path, nodes: int = 10_000) -> Path:
     for i in range(nodes):
         top = i % 5 == 0
         event = {
-            "timestamp": "2026-01-22T08:10:00.000Z", "run_id": "big", "span_id": f"s{i}",
-            "event_type": "llm_completion" if top else "tool_call", "operation": f"op-{i}",
-            "component": "pipeline", "model": "gpt-4o-mini" if top else "",
+            "timestamp": "2026-01-22T08:10:00.000Z",
+            "run_id": "big",
+            "span_id": f"s{i}",
+            "event_type": "llm_completion" if top else "tool_call",
+            "operation": f"op-{i}",
+            "component": "pipeline",
+            "model": "gpt-4o-mini" if top else "",
             "usage": {"prompt_tokens": i, "completion_tokens": 1, "total_tokens": i + 1},
-            "cost_usd": 0.0001, "latency_ms": i % 700,
+            "cost_usd": 0.0001,
+            "latency_ms": i % 700,
             "metadata": {"status": "halt" if i % 997 == 0 else "success", "retries_used": 0},
-        }  # fmt: skip
+        }
         if not top:
             event["parent_id"] = f"s{i - i % 5}"
         lines.append(orjson.dumps(event))

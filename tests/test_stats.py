@@ -54,10 +54,13 @@ def test_standard_keys_use_the_amp_prefix_and_spec_structure() -> None:
     assert keys.KEY_FORMAT_PARSE_ERROR_CONSECUTIVE == "amp:format_parse_error_consecutive"
     assert keys.KEY_TOOLCHAIN_PARSE_ERROR_AT == "amp:toolchain_parse_error:"
     for required in (
-        "KEY_LLM_CALLS", "KEY_RETRIES", "KEY_FORMAT_PARSE_ERROR_TOTAL",
-        "KEY_FORMAT_PARSE_ERROR_AT", "KEY_TOOLCHAIN_PARSE_ERROR_TOTAL",
+        "KEY_LLM_CALLS",
+        "KEY_RETRIES",
+        "KEY_FORMAT_PARSE_ERROR_TOTAL",
+        "KEY_FORMAT_PARSE_ERROR_AT",
+        "KEY_TOOLCHAIN_PARSE_ERROR_TOTAL",
         "KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE",
-    ):  # fmt: skip
+    ):
         assert required in names
 
 

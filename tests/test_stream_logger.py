@@ -16,20 +16,53 @@ from ampmeter.logs.stream import percentile
 from ampmeter.sinks.jsonl import SinkClosedError
 
 CALL_KEYS = {
-    "call_id", "parent_id", "t", "problem_id", "operation", "attempt_index", "temperature",
-    "validator_passed", "failure_reason", "prompt_variant", "prompt_tokens", "completion_tokens",
-    "total_tokens", "latency_ms", "api_cost_usd", "error_type", "raw_output", "candidate_line",
-    "normalization", "precheck_failure_reason",
-}  # fmt: skip
+    "call_id",
+    "parent_id",
+    "t",
+    "problem_id",
+    "operation",
+    "attempt_index",
+    "temperature",
+    "validator_passed",
+    "failure_reason",
+    "prompt_variant",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "latency_ms",
+    "api_cost_usd",
+    "error_type",
+    "raw_output",
+    "candidate_line",
+    "normalization",
+    "precheck_failure_reason",
+}
 PROBLEM_KEYS = {
-    "t", "problem_id", "solved", "attempts", "solved_attempt", "attempt_success_rate",
-    "llm_calls", "tokens_total", "latency_total_ms", "api_cost_usd", "retrieval_hit",
-    "reuse_count", "memory_n_nodes", "memory_n_edges", "contamination_rate",
-}  # fmt: skip
+    "t",
+    "problem_id",
+    "solved",
+    "attempts",
+    "solved_attempt",
+    "attempt_success_rate",
+    "llm_calls",
+    "tokens_total",
+    "latency_total_ms",
+    "api_cost_usd",
+    "retrieval_hit",
+    "reuse_count",
+    "memory_n_nodes",
+    "memory_n_edges",
+    "contamination_rate",
+}
 STREAM_KEYS = {
-    "t", "cumulative_solved", "cumulative_api_cost_usd", "cost_per_solved",
-    "contamination_rate", "p50_latency_ms", "p95_latency_ms",
-}  # fmt: skip
+    "t",
+    "cumulative_solved",
+    "cumulative_api_cost_usd",
+    "cost_per_solved",
+    "contamination_rate",
+    "p50_latency_ms",
+    "p95_latency_ms",
+}
 
 
 def read(path: str) -> list[dict[str, Any]]:
@@ -39,13 +72,30 @@ def read(path: str) -> list[dict[str, Any]]:
 def test_manual_calls_and_problems_write_all_four_files(tmp_path: Path) -> None:
     with StreamMetricsLogger(tmp_path / "out", "run1") as log:
         log.log_call(call_id="c1", t=1, problem_id="q1", operation="retrieve")
-        log.log_call(call_id="c2", parent_id="c1", t=1, problem_id="q1", operation="solve",
-                     prompt_tokens=50, completion_tokens=10, latency_ms=100.0,
-                     api_cost_usd=0.01, model="llama")  # fmt: skip
+        log.log_call(
+            call_id="c2",
+            parent_id="c1",
+            t=1,
+            problem_id="q1",
+            operation="solve",
+            prompt_tokens=50,
+            completion_tokens=10,
+            latency_ms=100.0,
+            api_cost_usd=0.01,
+            model="llama",
+        )
         first = log.log_problem(1, "q1", True)
-        log.log_call(call_id="c3", t=2, problem_id="q2", operation="solve", prompt_tokens=5,
-                     completion_tokens=1, latency_ms=300.0, api_cost_usd=0.03,
-                     error_type="ParseError")  # fmt: skip
+        log.log_call(
+            call_id="c3",
+            t=2,
+            problem_id="q2",
+            operation="solve",
+            prompt_tokens=5,
+            completion_tokens=1,
+            latency_ms=300.0,
+            api_cost_usd=0.03,
+            error_type="ParseError",
+        )
         second = log.log_problem(2, "q2", False, contamination_rate=0.5)
     calls = read(log.calls_path)
     assert [set(c) for c in calls] == [CALL_KEYS] * 3
@@ -72,23 +122,37 @@ def test_manual_calls_and_problems_write_all_four_files(tmp_path: Path) -> None:
     for e in events:
         validate_event(e)
     assert [e["event_type"] for e in events] == [
-        "rag_retrieval", "llm_completion", "llm_completion"
-    ]  # fmt: skip
+        "rag_retrieval",
+        "llm_completion",
+        "llm_completion",
+    ]
     assert events[0]["run_id"] == "run1:q1" and "parent_id" not in events[0]
     assert events[1]["parent_id"] == "c1"
     assert events[0]["metadata"]["cost_status"] == "unpriced"
     expected = {
-        "stream_run_id": "run1", "problem_id": "q2", "t": 2, "operation": "solve",
+        "stream_run_id": "run1",
+        "problem_id": "q2",
+        "t": 2,
+        "operation": "solve",
         "status": "fail",
-    }  # fmt: skip
+    }
     assert {k: events[2]["metadata"][k] for k in expected} == expected
 
 
 def test_explicit_problem_fields_win_and_no_calls_means_zero(tmp_path: Path) -> None:
     with StreamMetricsLogger(tmp_path, "r") as log:
         log.log_call(call_id="c", t=1, problem_id="q", operation="solve", prompt_tokens=9)
-        m = log.log_problem(1, "q", False, llm_calls=7, tokens_total=3, latency_total_ms=5.0,
-                            api_cost_usd=2.0, attempts=3, solved_attempt=None)  # fmt: skip
+        m = log.log_problem(
+            1,
+            "q",
+            False,
+            llm_calls=7,
+            tokens_total=3,
+            latency_total_ms=5.0,
+            api_cost_usd=2.0,
+            attempts=3,
+            solved_attempt=None,
+        )
         empty = log.log_problem(2, "q2", False)
     p1, p2 = read(log.problems_path)
     assert (p1["llm_calls"], p1["tokens_total"], p1["latency_total_ms"]) == (7, 3, 5.0)
@@ -157,19 +221,27 @@ def test_bad_input_is_refused_and_writes_nothing(tmp_path: Path) -> None:
         StreamMetricsLogger(tmp_path, "x", component="ui")
     log = StreamMetricsLogger(tmp_path, "r")
     bad_calls: list[dict[str, Any]] = [
-        {"t": -1}, {"t": True}, {"problem_id": ""}, {"prompt_tokens": -3},
-        {"latency_ms": math.nan}, {"api_cost_usd": -0.1}, {"event_type": "llm"},
-        {"validator_passed": "yes"}, {"call_id": 5},
-    ]  # fmt: skip
+        {"t": -1},
+        {"t": True},
+        {"problem_id": ""},
+        {"prompt_tokens": -3},
+        {"latency_ms": math.nan},
+        {"api_cost_usd": -0.1},
+        {"event_type": "llm"},
+        {"validator_passed": "yes"},
+        {"call_id": 5},
+    ]
     for bad in bad_calls:
         kwargs = {"call_id": "c", "t": 1, "problem_id": "q", "operation": "solve"} | bad
         with pytest.raises((TypeError, ValueError)):
             log.log_call(**kwargs)
     for args, kw in [
-        ((1, "q", "yes"), {}), ((1, "q", True), {"attempts": None}),
-        ((1, "q", True), {"contamination_rate": 1.5}), ((1, "q", True), {"llm_calls": -1}),
+        ((1, "q", "yes"), {}),
+        ((1, "q", True), {"attempts": None}),
+        ((1, "q", True), {"contamination_rate": 1.5}),
+        ((1, "q", True), {"llm_calls": -1}),
         ((1, "q", True), {"latency_total_ms": math.inf}),
-    ]:  # fmt: skip
+    ]:
         with pytest.raises((TypeError, ValueError)):
             log.log_problem(*args, **kw)
     with pytest.raises(TypeError):
@@ -193,9 +265,10 @@ def test_percentile_matches_linear_interpolation() -> None:
 @given(
     problems=st.lists(
         st.tuples(st.booleans(), st.floats(0, 10, allow_nan=False), st.floats(0, 1e4)),
-        min_size=1, max_size=15,
+        min_size=1,
+        max_size=15,
     )
-)  # fmt: skip
+)
 def test_cumulative_metrics_follow_the_formulas(
     tmp_path_factory: pytest.TempPathFactory, problems: list[tuple[bool, float, float]]
 ) -> None:
@@ -239,8 +312,14 @@ def test_token_events_use_the_node_status_vocabulary(tmp_path: Path) -> None:
 
     with StreamMetricsLogger(tmp_path, "vocab") as logger:
         logger.log_call(call_id="c1", t=0, problem_id="p", operation="solve", model="m")
-        logger.log_call(call_id="c2", t=0, problem_id="p", operation="solve", model="m",
-                        error_type="ERR_TIMEOUT")  # fmt: skip
+        logger.log_call(
+            call_id="c2",
+            t=0,
+            problem_id="p",
+            operation="solve",
+            model="m",
+            error_type="ERR_TIMEOUT",
+        )
     lines = (tmp_path / "vocab.token_events.jsonl").read_bytes().splitlines()
     metas = [orjson.loads(line)["metadata"] for line in lines]
     assert [m["status"] for m in metas] == ["success", "fail"]

@@ -36,8 +36,11 @@ def _uv() -> list[str]:
     if found:
         return [found]
     for python in (sys.executable, shutil.which("python3"), shutil.which("python")):
-        if python and subprocess.run([python, "-m", "uv", "--version"],
-                                     capture_output=True).returncode == 0:  # fmt: skip
+        if (
+            python
+            and subprocess.run([python, "-m", "uv", "--version"], capture_output=True).returncode
+            == 0
+        ):
             return [python, "-m", "uv"]
     pytest.fail("uv not found: set AMPMETER_UV or `pip install uv` (make test does both)")
 
@@ -57,8 +60,12 @@ def _run_online(args: list[str], what: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    done = subprocess.run([*_uv(), "build", "--wheel", "--out-dir", str(out), str(ROOT)],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [*_uv(), "build", "--wheel", "--out-dir", str(out), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     (path,) = out.glob("*.whl")
     return path
@@ -68,11 +75,16 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def core_env(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A fresh environment (with pip) holding the wheel without extras; its bin directory."""
     venv = tmp_path_factory.mktemp("core") / "venv"
-    subprocess.run([*_uv(), "venv", "--seed", "--quiet", "--python", sys.executable, str(venv)],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [*_uv(), "venv", "--seed", "--quiet", "--python", sys.executable, str(venv)],
+        check=True,
+        capture_output=True,
+    )
     python = venv / "bin" / "python"
-    _run_online([*_uv(), "pip", "install", "--quiet", "--python", str(python), str(wheel)],
-                "installing the wheel without extras")  # fmt: skip
+    _run_online(
+        [*_uv(), "pip", "install", "--quiet", "--python", str(python), str(wheel)],
+        "installing the wheel without extras",
+    )
     yield venv / "bin"
 
 
@@ -100,8 +112,13 @@ def test_console_script_without_the_cli_extra_says_what_to_install(core_env: Pat
 
 def test_help_on_the_installed_package_shows_real_signatures(core_env: Path) -> None:
     code = "import ampmeter, pydoc; print(pydoc.plain(pydoc.render_doc(ampmeter.ExecutionContext)))"
-    done = subprocess.run([str(core_env / "python"), "-c", code], capture_output=True,
-                          text=True, timeout=120, check=True)  # fmt: skip
+    done = subprocess.run(
+        [str(core_env / "python"), "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     text = done.stdout
     init = text[text.index("|  ExecutionContext(") :].split("\n", 1)[0]
     assert "max_cost_usd" in init and "limits" in init, init
@@ -111,17 +128,31 @@ def test_help_on_the_installed_package_shows_real_signatures(core_env: Path) -> 
 def test_no_extra_pulls_a_source_distribution(wheel: Path, tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     _run_online(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
-         "--report", str(report), "--target", str(tmp_path / "target"),
-         f"ampmeter[all] @ {wheel.as_uri()}"],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--dry-run",
+            "--ignore-installed",
+            "--report",
+            str(report),
+            "--target",
+            str(tmp_path / "target"),
+            f"ampmeter[all] @ {wheel.as_uri()}",
+        ],
         "resolving ampmeter[all]",
-    )  # fmt: skip
+    )
     installs = json.loads(report.read_text())["install"]
     names = {item["metadata"]["name"].lower() for item in installs}
     assert {"ampmeter", "openai", "xllamacpp", "typer", "duckdb", "redis"} <= names
     assert "llama-cpp-python" not in names and "llm" not in names
-    sources = [(item["metadata"]["name"], item["download_info"]["url"]) for item in installs
-               if not item["download_info"]["url"].endswith(".whl")]  # fmt: skip
+    sources = [
+        (item["metadata"]["name"], item["download_info"]["url"])
+        for item in installs
+        if not item["download_info"]["url"].endswith(".whl")
+    ]
     assert not sources, f"these would be built from source: {sources}"
 
 

@@ -7,10 +7,23 @@ from ampmeter.testing.replay import ReplayResponse
 
 def chat_completion(model: str, tokens_in: int, tokens_out: int) -> ReplayResponse:
     """A one-choice ``chat.completion`` from ``model`` that used these tokens."""
-    return ReplayResponse.json({
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": model,
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": "done"}}],
-        "usage": {"prompt_tokens": tokens_in, "completion_tokens": tokens_out,
-                  "total_tokens": tokens_in + tokens_out},
-    })  # fmt: skip
+    return ReplayResponse.json(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "done"},
+                }
+            ],
+            "usage": {
+                "prompt_tokens": tokens_in,
+                "completion_tokens": tokens_out,
+                "total_tokens": tokens_in + tokens_out,
+            },
+        }
+    )

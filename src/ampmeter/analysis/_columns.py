@@ -101,9 +101,12 @@ def problem_columns(records: list[ProblemRow]) -> ProblemColumns:
         zip(*records, strict=True) if records else ((), (), (), (), ())
     )
     return ProblemColumns(
-        _ints(t), np.array(solved, dtype=bool), *_optional(rate, False),
-        *_optional(tokens, True), *_optional(latency, False),
-    )  # fmt: skip
+        _ints(t),
+        np.array(solved, dtype=bool),
+        *_optional(rate, False),
+        *_optional(tokens, True),
+        *_optional(latency, False),
+    )
 
 
 def event_columns(records: list[EventRow]) -> EventColumns:
@@ -192,8 +195,11 @@ def curve_table(
     _check_unique_t(stream, stream_path, best_effort)
     if isinstance(problems, ProblemColumns):
         problems = problem_stats(problems)
-    parts = [stream.t] + [c.t if isinstance(c, EventColumns) else c.sorted_t
-                          for c in (problems, events) if c is not None]  # fmt: skip
+    parts = [stream.t] + [
+        c.t if isinstance(c, EventColumns) else c.sorted_t
+        for c in (problems, events)
+        if c is not None
+    ]
     if any(p.dtype == object for p in parts):
         parts = [p.astype(object) for p in parts]
     all_t = _distinct(np.concatenate(parts))
@@ -203,9 +209,11 @@ def curve_table(
     at = _lookup(stream.t, all_t)
     has_line = np.zeros(n_rows, dtype=bool)
     has_line[at] = True
-    for name, values in (("cumulative_api_cost_usd", stream.cost),
-                         ("cumulative_solved", stream.solved),
-                         ("cost_per_solved", stream.cost_per_solved)):  # fmt: skip
+    for name, values in (
+        ("cumulative_api_cost_usd", stream.cost),
+        ("cumulative_solved", stream.solved),
+        ("cost_per_solved", stream.cost_per_solved),
+    ):
         column = np.zeros(n_rows, dtype=values.dtype)
         column[at] = values
         table.set(name, column, has_line)

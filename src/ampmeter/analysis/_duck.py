@@ -230,19 +230,23 @@ def _stream(fetched: Fetched, path: str) -> StreamColumns:
     if not fetched:
         return stream_columns(read_records(path, stream_fields))
     return StreamColumns(
-        _plain(fetched["t"]), _plain(fetched["cumulative_api_cost_usd"]),
-        _plain(fetched["cumulative_solved"]), _plain(fetched["cost_per_solved"]),
-    )  # fmt: skip
+        _plain(fetched["t"]),
+        _plain(fetched["cumulative_api_cost_usd"]),
+        _plain(fetched["cumulative_solved"]),
+        _plain(fetched["cost_per_solved"]),
+    )
 
 
 def _problems(fetched: Fetched, path: str) -> ProblemColumns:
     if not fetched:
         return problem_columns(read_records(path, problem_fields))
     return ProblemColumns(
-        _plain(fetched["t"]), _plain(fetched["solved"]),
-        *_nullable(fetched["attempt_success_rate"]), *_nullable(fetched["tokens_total"]),
+        _plain(fetched["t"]),
+        _plain(fetched["solved"]),
+        *_nullable(fetched["attempt_success_rate"]),
+        *_nullable(fetched["tokens_total"]),
         *_nullable(fetched["latency_total_ms"]),
-    )  # fmt: skip
+    )
 
 
 def _events(fetched: Fetched, path: str) -> EventColumns:

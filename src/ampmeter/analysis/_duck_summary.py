@@ -39,8 +39,10 @@ _NUMBER = "('BIGINT', 'UBIGINT', 'DOUBLE')"
 
 def _count_ok(col: str) -> str:
     # None / missing is 0; otherwise an int >= 0 that fits a BIGINT (else: the plain path)
-    return (f"({col} IS NULL OR json_type({col}) = 'NULL' OR (json_type({col}) IN {_COUNT} "
-            f"AND TRY_CAST({col} AS BIGINT) >= 0))")  # fmt: skip
+    return (
+        f"({col} IS NULL OR json_type({col}) = 'NULL' OR (json_type({col}) IN {_COUNT} "
+        f"AND TRY_CAST({col} AS BIGINT) >= 0))"
+    )
 
 
 def _text_ok(col: str) -> str:
@@ -212,10 +214,16 @@ def _rows(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
     status = np.asarray(cols["status"])
     costs = _priced_costs(run, np.asarray(cols["cost"]), np.asarray(cols["unpriced"]), count)
     failed_tops = [int(r) for r in last_top if r >= 0 and status[r] == _FAIL]
-    errors = dict(con.execute(
-        "SELECT rowid, error_class FROM ev WHERE rowid IN (SELECT unnest(?::BIGINT[]))",
-        [failed_tops],
-    ).fetchall()) if failed_tops else {}  # fmt: skip
+    errors = (
+        dict(
+            con.execute(
+                "SELECT rowid, error_class FROM ev WHERE rowid IN (SELECT unnest(?::BIGINT[]))",
+                [failed_tops],
+            ).fetchall()
+        )
+        if failed_tops
+        else {}
+    )
     out = []
     for i, row in enumerate(runs):
         run_id, llm, tool, retries, t_in, t_out, unpriced, halted, any_halt, failed = row[:10]
@@ -225,17 +233,30 @@ def _rows(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
         termination, stop_reason = termination_of(
             reason, (stop,) if any_halt else None, (top_status, errors.get(top_row))
         )
-        out.append(RunSummary(
-            run_id=run_id, llm_calls=llm, tool_calls=tool, retries=int(retries),
-            tokens_in=int(t_in), tokens_out=int(t_out), cost_usd=costs[i],
-            unpriced_calls=unpriced, llm_calls_per_root=float(llm),
-            tool_calls_per_root=float(tool), retries_per_root=float(int(retries)),
-            base_context=first_in if completions else 0,
-            context_growth_avg=(last_in - first_in) / (completions - 1) if completions >= 2
-            else 0.0,
-            max_depth=int(max_depth[i]), halted=halted, failed=failed,
-            termination=termination, stop_reason=stop_reason,
-        ))  # fmt: skip
+        out.append(
+            RunSummary(
+                run_id=run_id,
+                llm_calls=llm,
+                tool_calls=tool,
+                retries=int(retries),
+                tokens_in=int(t_in),
+                tokens_out=int(t_out),
+                cost_usd=costs[i],
+                unpriced_calls=unpriced,
+                llm_calls_per_root=float(llm),
+                tool_calls_per_root=float(tool),
+                retries_per_root=float(int(retries)),
+                base_context=first_in if completions else 0,
+                context_growth_avg=(last_in - first_in) / (completions - 1)
+                if completions >= 2
+                else 0.0,
+                max_depth=int(max_depth[i]),
+                halted=halted,
+                failed=failed,
+                termination=termination,
+                stop_reason=stop_reason,
+            )
+        )
     return out
 
 
@@ -271,8 +292,9 @@ def _depths(con: duckdb.DuckDBPyConnection, run: Any, parent: Any, count: int) -
         for r in sorted(redo):
             spans = con.execute(
                 "SELECT e.span_id, e.parent_id FROM ev e JOIN runs r USING (run_id) "
-                "WHERE r.idx = ? ORDER BY e.rowid", [r],
-            ).fetchall()  # fmt: skip
+                "WHERE r.idx = ? ORDER BY e.rowid",
+                [r],
+            ).fetchall()
             rows = np.flatnonzero(run == r)
             depth[rows] = call_depths([s for s, _ in spans], [p for _, p in spans])
     return depth

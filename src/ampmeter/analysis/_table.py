@@ -81,8 +81,13 @@ class CurveTable:
                 cells[i] = empty
         return cells
 
-    def write_csv(self, path: str | os.PathLike[str], columns: Iterable[str], *,
-                  only_stream_rows: bool = False) -> int:  # fmt: skip
+    def write_csv(
+        self,
+        path: str | os.PathLike[str],
+        columns: Iterable[str],
+        *,
+        only_stream_rows: bool = False,
+    ) -> int:
         """Write ``columns`` as CSV (None as an empty cell, floats as ``repr``), replacing
         ``path`` only when complete; ``only_stream_rows`` keeps the rows with a stream line.
         Returns the number of data rows."""

@@ -98,9 +98,11 @@ def amortization_table(
             )
         else:
             if problems_path:
-                start(_columns.problem_columns(
-                    read_records(problems_path, problem_fields, best_effort=best_effort)
-                ))  # fmt: skip
+                start(
+                    _columns.problem_columns(
+                        read_records(problems_path, problem_fields, best_effort=best_effort)
+                    )
+                )
             stream = _columns.stream_columns(
                 read_records(stream_path, stream_fields, best_effort=best_effort)
             )
@@ -141,9 +143,13 @@ def amortization_curve(
     """
     if _numpy_available():
         return amortization_table(
-            stream_jsonl, problems_jsonl=problems_jsonl, token_events_jsonl=token_events_jsonl,
-            best_effort=best_effort, engine=engine, progress=progress,
-        ).rows()  # fmt: skip
+            stream_jsonl,
+            problems_jsonl=problems_jsonl,
+            token_events_jsonl=token_events_jsonl,
+            best_effort=best_effort,
+            engine=engine,
+            progress=progress,
+        ).rows()
     stream_path, problems_path, events_path, use_duck = _plan(
         stream_jsonl, problems_jsonl, token_events_jsonl, best_effort, engine
     )
@@ -178,9 +184,11 @@ def _plan(
     for path in paths:
         require_file(path)
     use_duck = engine == "duckdb" or (
-        engine == "auto" and not best_effort and _duckdb_available()
+        engine == "auto"
+        and not best_effort
+        and _duckdb_available()
         and sum(os.path.getsize(p) for p in paths) >= DUCKDB_THRESHOLD_BYTES
-    )  # fmt: skip
+    )
     if use_duck and best_effort:
         raise ValueError("the duckdb engine reads strictly; use engine='python' for best_effort")
     return stream_path, problems_path, events_path, use_duck

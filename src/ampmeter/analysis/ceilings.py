@@ -69,8 +69,9 @@ def ceilings_from_stops(calls: Iterable[Call]) -> dict[str, float]:
     return found
 
 
-_EXACT_KEYS: Final = frozenset({KEY_COST, KEY_LLM_CALLS, KEY_TOOL_CALLS, KEY_STEPS,
-                                 KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS})  # fmt: skip
+_EXACT_KEYS: Final = frozenset(
+    {KEY_COST, KEY_LLM_CALLS, KEY_TOOL_CALLS, KEY_STEPS, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS}
+)
 _PREFIX_KEYS: Final = (
     KEY_COST_FOR,
     KEY_TOOL_CALLS_FOR,

@@ -190,10 +190,12 @@ def _prefix_percentiles(
         high = uniq[hi_code]
         if exact_ints:
             column = np.array(
-                [lv + (hv - lv) * f for lv, hv, f in zip(
-                    low.tolist(), high.tolist(), frac.tolist(), strict=True)],
+                [
+                    lv + (hv - lv) * f
+                    for lv, hv, f in zip(low.tolist(), high.tolist(), frac.tolist(), strict=True)
+                ],
                 dtype=np.float64,
-            )  # fmt: skip
+            )
         else:
             column = low + (high - low) * frac
         results.append(column.astype(np.float64, copy=False)[back])

@@ -80,18 +80,31 @@ def _check(name: str, value: float, *, integer: bool = False, minimum: float = 0
         raise DemoError(f"{name} must be {kind} >= {minimum:g}, got {value!r}")
 
 
-def _demo_rates(price_in: float | None, price_out: float | None, price_as: str | None,
-                free: bool) -> tuple[float, float, str]:  # fmt: skip
+def _demo_rates(
+    price_in: float | None, price_out: float | None, price_as: str | None, free: bool
+) -> tuple[float, float, str]:
     """(USD per million input tokens, per million output tokens, how they were chosen)."""
     from ampmeter import pricing
 
     if free:
-        return 0.0, 0.0, ("pricing: free (--free): every call costs $0, so no dollar budget "
-                          "can stop one; --run-max-llm-calls can")  # fmt: skip
+        return (
+            0.0,
+            0.0,
+            (
+                "pricing: free (--free): every call costs $0, so no dollar budget "
+                "can stop one; --run-max-llm-calls can"
+            ),
+        )
     if price_in is not None or price_out is not None:
         rate_in, rate_out = price_in or 0.0, price_out or 0.0
-        return rate_in, rate_out, (f"pricing: ${rate_in:g} / ${rate_out:g} per million input / "
-                                   "output tokens (--price-in/--price-out)")  # fmt: skip
+        return (
+            rate_in,
+            rate_out,
+            (
+                f"pricing: ${rate_in:g} / ${rate_out:g} per million input / "
+                "output tokens (--price-in/--price-out)"
+            ),
+        )
     if price_as is None:
         raise DemoError("give a model to price as, --price-in/--price-out, or --free")
     table_in = pricing.price(price_as, input_tokens=1_000_000, output_tokens=0).cost_usd
@@ -132,8 +145,11 @@ def run_demo(
     Calls are priced as ``price_as`` unless ``price_in``/``price_out`` are given or ``free``;
     ``run_max_cost`` (USD) and ``run_max_llm_calls`` are the whole run's budget (None: none).
     """
-    for name, value in (("price_in", price_in), ("price_out", price_out),
-                        ("run_max_cost", run_max_cost)):  # fmt: skip
+    for name, value in (
+        ("price_in", price_in),
+        ("price_out", price_out),
+        ("run_max_cost", run_max_cost),
+    ):
         if value is not None:
             _check(name, value)
     _check("max_cost", max_cost)
@@ -175,8 +191,9 @@ def run_demo(
         priced = True
         budget = _RunBudget(run_max_cost, run_max_llm_calls)
         with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
-            return _ask_all(client, model, max_cost, max_steps, questions, budget, out,
-                            pricing_note, echo)  # fmt: skip
+            return _ask_all(
+                client, model, max_cost, max_steps, questions, budget, out, pricing_note, echo
+            )
     finally:
         if priced:
             pricing.remove_price(model)  # leave the process's price table as it was
@@ -204,9 +221,17 @@ class _RunBudget:
         return " and ".join(parts) or "no limit"
 
 
-def _ask_all(client: Any, model: str, max_cost: float, max_steps: int, questions: int,
-             budget: _RunBudget, out: Path, pricing_note: str,
-             echo: Callable[[str], Any]) -> DemoOutcome:  # fmt: skip
+def _ask_all(
+    client: Any,
+    model: str,
+    max_cost: float,
+    max_steps: int,
+    questions: int,
+    budget: _RunBudget,
+    out: Path,
+    pricing_note: str,
+    echo: Callable[[str], Any],
+) -> DemoOutcome:
     from ampmeter.integrations import instrument, is_instrumented, uninstrument
 
     was_instrumented = is_instrumented()
@@ -214,9 +239,11 @@ def _ask_all(client: Any, model: str, max_cost: float, max_steps: int, questions
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob(f"{RUN_ID}.*.jsonl"):
         old.unlink()  # a fresh demo run, not appended to the last one
-    echo(f"run {RUN_CONTEXT!r}: budget {budget.describe()} in all; each question a sub-agent "
-         f"with at most {max_steps} LLM calls, ${max_cost:g}, "
-         f"{MAX_CONSECUTIVE_FORMAT_ERRORS} consecutive format errors")  # fmt: skip
+    echo(
+        f"run {RUN_CONTEXT!r}: budget {budget.describe()} in all; each question a sub-agent "
+        f"with at most {max_steps} LLM calls, ${max_cost:g}, "
+        f"{MAX_CONSECUTIVE_FORMAT_ERRORS} consecutive format errors"
+    )
     results: list[AgentResult] = []
     summaries: list[dict[str, Any]] = []
     began = time.perf_counter()
@@ -228,14 +255,18 @@ def _ask_all(client: Any, model: str, max_cost: float, max_steps: int, questions
             ExecutionContext(RUN_CONTEXT, limits=budget.limits()) as run_ctx,
         ):
             for t, (question, expected) in enumerate(QUESTIONS[:questions]):
-                result, summary, solved = _ask_one(run_ctx, logger, t, question, expected,
-                                                   client, model, max_cost, max_steps)  # fmt: skip
+                result, summary, solved = _ask_one(
+                    run_ctx, logger, t, question, expected, client, model, max_cost, max_steps
+                )
                 results.append(result)
                 summaries.append(summary)
                 echo(question_line(t, result, summary, solved))
-        run_summary = {"name": RUN_CONTEXT, **usage(run_ctx.stats),
-                       "termination": _termination(run_ctx),
-                       "stop_reason": _reason(run_ctx.exceeded_limit)}  # fmt: skip
+        run_summary = {
+            "name": RUN_CONTEXT,
+            **usage(run_ctx.stats),
+            "termination": _termination(run_ctx),
+            "stop_reason": _reason(run_ctx.exceeded_limit),
+        }
     finally:
         if not was_instrumented:
             uninstrument()
@@ -245,20 +276,33 @@ def _ask_all(client: Any, model: str, max_cost: float, max_steps: int, questions
     # The run budget covers every question together; the report's per-run limits cannot show it.
     by_run = [f"q{t}" for t, q in enumerate(summaries) if q["stopped_by"] == "run budget"]
     stops = f"; it stopped {', '.join(by_run)} before a call" if by_run else ""
-    budget_note = (f"run budget: {budget.describe()} for all questions together; they spent "
-                   f"${run_summary['cost_usd']:.6f} in {run_summary['llm_calls']} LLM calls"
-                   f"{stops}")  # fmt: skip
+    budget_note = (
+        f"run budget: {budget.describe()} for all questions together; they spent "
+        f"${run_summary['cost_usd']:.6f} in {run_summary['llm_calls']} LLM calls"
+        f"{stops}"
+    )
     report = _render_report(out, echo, ceilings, [pricing_note, budget_note])
     return DemoOutcome(results, summaries, out, report, run_summary)
 
 
-def _ask_one(run_ctx: ExecutionContext, logger: StreamMetricsLogger, t: int, question: str,
-             expected: str, client: Any, model: str, max_cost: float,
-             max_steps: int) -> tuple[AgentResult, dict[str, Any], bool]:  # fmt: skip
+def _ask_one(
+    run_ctx: ExecutionContext,
+    logger: StreamMetricsLogger,
+    t: int,
+    question: str,
+    expected: str,
+    client: Any,
+    model: str,
+    max_cost: float,
+    max_steps: int,
+) -> tuple[AgentResult, dict[str, Any], bool]:
     """One question as a sub-agent of ``run_ctx``, logged as problem ``t`` of the stream."""
     sink = logger.problem(t, f"q{t}")
-    limits = [Limit(KEY_COST, max_cost), Limit(KEY_LLM_CALLS, max_steps),
-              Limit(KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, MAX_CONSECUTIVE_FORMAT_ERRORS)]  # fmt: skip
+    limits = [
+        Limit(KEY_COST, max_cost),
+        Limit(KEY_LLM_CALLS, max_steps),
+        Limit(KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, MAX_CONSECUTIVE_FORMAT_ERRORS),
+    ]
     began = time.perf_counter()
     with run_ctx.spawn_child(f"q{t}", limits=limits, sinks=[sink]) as ctx:
         result = run_agent(ctx, client, model, question, max_tokens=MAX_TOKENS)
@@ -268,16 +312,24 @@ def _ask_one(run_ctx: ExecutionContext, logger: StreamMetricsLogger, t: int, que
     if result.stopped is not None:
         run_limit = exceeded is not None and any(exceeded.limit is lim for lim in run_ctx.limits)
         stopped_by = "run budget" if run_limit else "question limit"
-    summary = {**usage(ctx.stats), "termination": _termination(ctx),
-               "stop_reason": _reason(exceeded), "stopped_by": stopped_by,
-               "stop_before": result.stop_before, "stop_node": result.stop_node}  # fmt: skip
+    summary = {
+        **usage(ctx.stats),
+        "termination": _termination(ctx),
+        "stop_reason": _reason(exceeded),
+        "stopped_by": stopped_by,
+        "stop_before": result.stop_before,
+        "stop_node": result.stop_node,
+    }
     solved = result.answer is not None and expected in result.answer.lower()
     # The figures are given, not left to the sink's tally: that tally also counts the halted
     # call and the question's own node, which are not calls that were made.
-    sink.log_problem(solved, llm_calls=summary["llm_calls"],
-                     tokens_total=summary["tokens_in"] + summary["tokens_out"],
-                     latency_total_ms=seconds * 1000.0,
-                     api_cost_usd=summary["cost_usd"])  # fmt: skip
+    sink.log_problem(
+        solved,
+        llm_calls=summary["llm_calls"],
+        tokens_total=summary["tokens_in"] + summary["tokens_out"],
+        latency_total_ms=seconds * 1000.0,
+        api_cost_usd=summary["cost_usd"],
+    )
     return result, summary, solved
 
 
@@ -290,8 +342,9 @@ def _reason(exceeded: ExceededLimit | None) -> str | None:
     return None if exceeded is None else str(exceeded)
 
 
-def _render_report(out: Path, echo: Callable[[str], Any], ceilings: dict[str, float],
-                   notes: list[str]) -> Path | None:  # fmt: skip
+def _render_report(
+    out: Path, echo: Callable[[str], Any], ceilings: dict[str, float], notes: list[str]
+) -> Path | None:
     """Render the HTML report with ``ampmeter.report`` when it is installed."""
     try:
         report = importlib.import_module("ampmeter.report")
@@ -303,8 +356,13 @@ def _render_report(out: Path, echo: Callable[[str], Any], ceilings: dict[str, fl
     logs = [out / f"{RUN_ID}.{part}.jsonl" for part in ("token_events", "stream", "problems")]
     target = out / "report.html"
     try:
-        written = write([p for p in logs if p.is_file()], target, title="ampmeter demo",
-                        ceilings=ceilings, notes=notes)  # fmt: skip
+        written = write(
+            [p for p in logs if p.is_file()],
+            target,
+            title="ampmeter demo",
+            ceilings=ceilings,
+            notes=notes,
+        )
     except Exception as exc:  # the report is a bonus: the demo's own output is already printed
         echo(f"(HTML report not rendered: {exc})")
         return None

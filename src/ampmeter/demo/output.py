@@ -57,8 +57,11 @@ def matches(run: dict[str, Any], summed: dict[str, Any]) -> bool:
 def describe_stop(result: AgentResult, stopped_by: str | None) -> str:
     """``stopped before LLM call 2: run budget amp:llm_calls = 8 > 7 (node n000023)``."""
     exceeded: ExceededLimit | None = result.stop_exceeded
-    why = (f"{exceeded.key} = {exceeded.value:.6g} > {exceeded.limit.max_value:.6g}"
-           if exceeded is not None else result.stopped or "stopped")  # fmt: skip
+    why = (
+        f"{exceeded.key} = {exceeded.value:.6g} > {exceeded.limit.max_value:.6g}"
+        if exceeded is not None
+        else result.stopped or "stopped"
+    )
     node = f" (node {result.stop_node})" if result.stop_node else ""
     return f"stopped before {result.stop_before}: {stopped_by or 'limit'} {why}{node}"
 
@@ -71,22 +74,33 @@ def question_line(t: int, result: AgentResult, summary: dict[str, Any], solved: 
         verdict = describe_stop(result, summary.get("stopped_by"))
     else:
         verdict = f"answered {result.answer!r}"
-    return (f"[q{t}] {result.question}\n      {summary['llm_calls']} LLM calls, "
-            f"{summary['tool_calls']} tool calls, {result.parse_errors} format errors, "
-            f"{summary['tokens_in']}/{summary['tokens_out']} tokens, "
-            f"${summary['cost_usd']:.6f} -> {verdict}")  # fmt: skip
+    return (
+        f"[q{t}] {result.question}\n      {summary['llm_calls']} LLM calls, "
+        f"{summary['tool_calls']} tool calls, {result.parse_errors} format errors, "
+        f"{summary['tokens_in']}/{summary['tokens_out']} tokens, "
+        f"${summary['cost_usd']:.6f} -> {verdict}"
+    )
 
 
-def totals(run: dict[str, Any], summaries: list[dict[str, Any]], budget: str,
-           seconds: float, out: Path, run_id: str) -> str:  # fmt: skip
+def totals(
+    run: dict[str, Any],
+    summaries: list[dict[str, Any]],
+    budget: str,
+    seconds: float,
+    out: Path,
+    run_id: str,
+) -> str:
     """The closing block: the run context's totals against its ``budget`` (as the user reads
     it, e.g. ``$0.00028``), the stops, amplification and the logs."""
     n = len(summaries)
     stopped = [s for s in summaries if s["stopped_by"] is not None]
     by_run = sum(1 for s in stopped if s["stopped_by"] == "run budget")
     summed = sum_usage(summaries)
-    check = (f"equals the sum of the {n} questions" if matches(run, summed) else
-             f"NOT the sum of the {n} questions: {summed}")  # fmt: skip
+    check = (
+        f"equals the sum of the {n} questions"
+        if matches(run, summed)
+        else f"NOT the sum of the {n} questions: {summed}"
+    )
     lines = [
         f"\nsummary: run {run['name']!r}, from its own stats ({check}): "
         f"${run['cost_usd']:.6f} of a {budget} budget, {run['llm_calls']} LLM calls, "
@@ -96,9 +110,11 @@ def totals(run: dict[str, Any], summaries: list[dict[str, Any]], budget: str,
         f"({by_run} by the run budget, {len(stopped) - by_run} by a per-question limit)",
     ]
     if not stopped:
-        lines.append(f"note: no limit stopped a call in this run; give --run-max-cost below "
-                     f"{run['cost_usd']:.6f} (or --run-max-llm-calls below {run['llm_calls']}) "
-                     "to see the run budget stop one")  # fmt: skip
+        lines.append(
+            f"note: no limit stopped a call in this run; give --run-max-cost below "
+            f"{run['cost_usd']:.6f} (or --run-max-llm-calls below {run['llm_calls']}) "
+            "to see the run budget stop one"
+        )
     calls = run["llm_calls"] + run["tool_calls"]
     lines += [
         f"amplification: {calls / max(n, 1):.1f} calls per question",

@@ -16,10 +16,14 @@ class ToolError(ValueError):
 
 
 _BINARY: Final[dict[type, Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.Pow: operator.pow, ast.Mod: operator.mod,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+    ast.Mod: operator.mod,
     ast.FloorDiv: operator.floordiv,
-}  # fmt: skip
+}
 _UNARY: Final[dict[type, Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 _MAX_EXPONENT: Final = 100
 

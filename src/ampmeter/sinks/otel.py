@@ -52,13 +52,10 @@ __all__ = [
 
 _SCOPE: Final = "ampmeter"
 
-# Explicit bucket boundaries the semantic conventions give for the two client histograms.
-TOKEN_BUCKETS: Final = (
-    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
-)  # fmt: skip
-DURATION_BUCKETS_S: Final = (
-    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
-)  # fmt: skip
+# Explicit bucket boundaries the semantic conventions give for the two client histograms:
+# powers of 4 from 1 to 4**13 tokens, and 0.01 s doubled thirteen times.
+TOKEN_BUCKETS: Final = tuple(4**i for i in range(14))
+DURATION_BUCKETS_S: Final = tuple(0.01 * 2**i for i in range(14))
 
 # gen_ai.operation.name per node kind (well-known values where the conventions have one)
 _OPERATIONS: Final = {

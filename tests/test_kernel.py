@@ -1,0 +1,149 @@
+"""The accounting kernel through its own methods: nodes, usage, admission, settlement.
+
+Money amounts are kept out of the checks on purpose (their representation is the money
+module's business); token and call counts show the paths.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ampmeter import Limit
+from ampmeter._core.cells import Level
+from ampmeter._core.check import compile_limits
+from ampmeter._core.kernel import Kernel
+from ampmeter._core.outcome import Outcome
+from ampmeter._core.usage import Usage
+from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS, KEY_STEPS
+
+
+class Owner:
+    """Stands for the call object that owns a ticket (the kernel keeps a weak reference)."""
+
+
+def counters(level: Level) -> dict[str, int]:
+    return Kernel.values(level, False)
+
+
+def make() -> tuple[Kernel, Level, Level, str]:
+    kernel = Kernel("k")
+    root = kernel.create_root("root", {})
+    parent = Level(None)
+    child = Level(parent)
+    return kernel, parent, child, root.node_id
+
+
+def test_a_node_runs_and_ends_once_and_the_aggregates_count_it() -> None:
+    kernel, _, _, root = make()
+    node = kernel.begin(root, "llm", "ask", "m", {})
+    assert node.status == "created" and node.depth == 1
+    kernel.run(node)
+    assert kernel.aggregates()["in_flight"] == 1
+    assert kernel.end(node, Outcome("success", 0, 12, 3))
+    assert not kernel.end(node, Outcome("fail"))  # a second end changes nothing
+    aggregates = kernel.aggregates()
+    assert aggregates["total_tokens_in"] == 12 and aggregates["total_tokens_out"] == 3
+    assert aggregates["total_llm_calls"] == 1 and aggregates["in_flight"] == 0
+    assert kernel.node(node.node_id).status == "success"
+
+
+def test_a_second_root_and_an_unknown_parent_are_refused() -> None:
+    kernel, _, _, _ = make()
+    with pytest.raises(RuntimeError, match="exactly one root"):
+        kernel.create_root("again", {})
+    with pytest.raises(KeyError, match="n999999"):
+        kernel.begin("n999999", "llm", "ask", None, {})
+
+
+def test_copies_handed_out_do_not_change_the_kernel() -> None:
+    kernel, _, _, root = make()
+    node = kernel.begin(root, "tool", "search", None, {"a": 1})
+    copy = kernel.copy(node.node_id, lambda n: n.to_dict())
+    copy["status"] = "success"
+    copy["metadata"]["a"] = 2
+    _, everything = kernel.copy_all(lambda n: n.to_dict())
+    everything[node.node_id]["metadata"]["b"] = 3
+    assert kernel.node(node.node_id).status == "created"
+    assert kernel.node(node.node_id).metadata == {"a": 1}
+    aggregates = kernel.aggregates()
+    aggregates["total_llm_calls"] = 99
+    assert kernel.aggregates()["total_llm_calls"] == 0
+
+
+def test_values_are_copies() -> None:
+    kernel, parent, child, _ = make()
+    kernel.add(child, KEY_INPUT_TOKENS, 5, False)
+    seen = counters(child)
+    seen[KEY_INPUT_TOKENS] = 1_000
+    assert counters(child) == {KEY_INPUT_TOKENS: 5}
+    assert counters(parent) == {KEY_INPUT_TOKENS: 5}  # added at every ancestor
+
+
+def test_usage_is_added_at_the_level_and_every_ancestor() -> None:
+    kernel, parent, child, _ = make()
+    kernel.add_usage(child, Usage("llm", "", tokens_in=4, tokens_out=2, calls=1))
+    for level in (child, parent):
+        assert counters(level)[KEY_INPUT_TOKENS] == 4
+        assert counters(level)[KEY_LLM_CALLS] == 1
+
+
+def test_admission_holds_and_settlement_replaces_the_hold_by_the_usage() -> None:
+    kernel, parent, child, root = make()
+    owner = Owner()
+    node = kernel.begin(root, "llm", "ask", None, {}, owner)
+    reservation = {KEY_INPUT_TOKENS: 100}
+    holds = ((parent, (KEY_INPUT_TOKENS,)),)
+    kernel.note(holds)
+    assert kernel.admit(node, owner, reservation, holds, (), True) is None
+    assert node.status == "running" and kernel.is_held(node)
+    assert kernel.reserved(parent) == {KEY_INPUT_TOKENS: 100}
+    usage = Usage("llm", "", tokens_in=30, tokens_out=5, calls=1, steps=1)
+    assert kernel.settle(node, child, usage, Outcome("success", 0, 30, 5), ()) is None
+    assert not kernel.is_held(node) and kernel.reserved(parent) == {}
+    assert counters(parent)[KEY_INPUT_TOKENS] == 30 and counters(child)[KEY_STEPS] == 1
+    assert kernel.node(node.node_id).status == "success"
+    # settling again adds nothing
+    kernel.settle(node, child, usage, Outcome("success", 0, 30, 5), ())
+    assert counters(parent)[KEY_INPUT_TOKENS] == 30
+
+
+def test_a_guard_refuses_what_would_break_a_limit_and_holds_nothing() -> None:
+    kernel, parent, child, root = make()
+    guards = ((parent, compile_limits([Limit(KEY_INPUT_TOKENS, 50)])),)
+    kernel.add(child, KEY_INPUT_TOKENS, 40, False)
+    owner = Owner()
+    node = kernel.begin(root, "llm", "ask", None, {}, owner)
+    holds = ((parent, (KEY_INPUT_TOKENS,)),)
+    kernel.note(holds)
+    refused = kernel.admit(node, owner, {KEY_INPUT_TOKENS: 20}, holds, guards, True)
+    assert refused is not None
+    _, (limit, key, value), waiting_helps = refused
+    assert (key, value, waiting_helps) == (KEY_INPUT_TOKENS, 60, False)
+    assert limit.max_value == 50
+    assert not kernel.is_held(node) and kernel.reserved(parent) == {}
+    assert kernel.abort(node, Outcome("halt", stop_reason="limit"))
+    assert kernel.node(node.node_id).status == "halt"
+    assert kernel.admit(node, owner, {KEY_INPUT_TOKENS: 10}, holds, guards, True) is None
+
+
+def test_release_drops_a_hold_without_adding_usage() -> None:
+    kernel, parent, _, root = make()
+    owner = Owner()
+    node = kernel.begin(root, "llm", "ask", None, {}, owner)
+    holds = ((parent, (KEY_INPUT_TOKENS,)),)
+    kernel.note(holds)
+    kernel.admit(node, owner, {KEY_INPUT_TOKENS: 8}, holds, (), True)
+    kernel.release(node)
+    assert kernel.reserved(parent) == {} and counters(parent).get(KEY_INPUT_TOKENS, 0) == 0
+
+
+def test_a_call_whose_owner_is_gone_is_ended_and_its_hold_returned() -> None:
+    kernel, parent, _, root = make()
+    owner = Owner()
+    node = kernel.begin(root, "llm", "ask", None, {}, owner)
+    holds = ((parent, (KEY_INPUT_TOKENS,)),)
+    kernel.note(holds)
+    kernel.admit(node, owner, {KEY_INPUT_TOKENS: 8}, holds, (), True)
+    del owner
+    assert kernel.reserved(parent) == {}
+    assert kernel.node(node.node_id).status == "halt"
