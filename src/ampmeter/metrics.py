@@ -12,8 +12,10 @@ import datetime as _dt
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Protocol
 
+from ampmeter import money
 from ampmeter.graph import META_TOOL_CALLS_MADE, TERMINAL_STATUSES, Node
 from ampmeter.logs.reader import iter_lines, read_jsonl
 
@@ -96,9 +98,13 @@ class TaskResult:
             if node.status not in TERMINAL_STATUSES:
                 continue
             totals.add(
-                node.kind, node.tokens_in or 0, node.tokens_out or 0, node.cost_usd,
-                node.start_ts_ms, node.end_ts_ms,
-            )  # fmt: skip
+                node.kind,
+                node.tokens_in or 0,
+                node.tokens_out or 0,
+                node.cost_usd,
+                node.start_ts_ms,
+                node.end_ts_ms,
+            )
             if node.kind == "llm" and was_sent(node.status, node.tokens_in, node.tokens_out):
                 llm.append(node)
         llm.sort(key=lambda n: n.start_ts_ms)  # stable: creation order breaks ties
@@ -185,8 +191,15 @@ class _Calls:
 
 class _Totals:
     __slots__ = (
-        "cost", "events", "first_ms", "input", "last_ms", "llm_calls", "output", "tool_calls",
-    )  # fmt: skip
+        "cost",
+        "events",
+        "first_ms",
+        "input",
+        "last_ms",
+        "llm_calls",
+        "output",
+        "tool_calls",
+    )
 
     def __init__(self) -> None:
         self.events = 0
@@ -194,18 +207,23 @@ class _Totals:
         self.output = 0
         self.llm_calls = 0
         self.tool_calls = 0
-        self.cost = 0.0
+        self.cost = Decimal(0)  # summed exactly; a float only in the result
         self.first_ms: float | None = None
         self.last_ms: float | None = None
 
     def add(
-        self, kind: str, t_in: int, t_out: int, cost: float,
-        start_ms: float | None, end_ms: float | None,
-    ) -> None:  # fmt: skip
+        self,
+        kind: str,
+        t_in: int,
+        t_out: int,
+        cost: Decimal | float,
+        start_ms: float | None,
+        end_ms: float | None,
+    ) -> None:
         self.events += 1
         self.input += t_in
         self.output += t_out
-        self.cost += cost
+        self.cost += money.usd(cost, "cost_usd", allow_negative=True)
         if kind == "llm":
             self.llm_calls += 1
         elif kind == "tool":
@@ -220,7 +238,13 @@ class _Totals:
         if self.first_ms is not None and self.last_ms is not None:
             duration = max(0.0, (self.last_ms - self.first_ms) / 1000.0)
         return TaskResult(
-            metrics, self.input, self.output, self.llm_calls, self.tool_calls, self.cost, duration
+            metrics,
+            self.input,
+            self.output,
+            self.llm_calls,
+            self.tool_calls,
+            float(self.cost),
+            duration,
         )
 
 

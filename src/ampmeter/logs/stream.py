@@ -362,7 +362,7 @@ class StreamMetricsLogger:
                 tally.llm_calls += 1
             tally.tokens += total or 0
             tally.latency_ms += call["latency_ms"]
-            tally.cost += node.cost_usd
+            tally.cost += float(node.cost_usd)
 
     # -- problems ---------------------------------------------------------------------------
 
