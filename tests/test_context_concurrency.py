@@ -26,7 +26,7 @@ from ampmeter.keys import KEY_COST, KEY_LLM_CALLS, KEY_STEPS
 
 CEILING = 1.0
 WORKERS = 32
-TOL = 1e-6  # each recorded float cost is counted to the nearest nano-dollar
+TOL = 1e-9
 
 
 @pytest.fixture(autouse=True)
@@ -49,9 +49,15 @@ def _top_positive_sum(diffs: list[float], k: int) -> float:
 
 
 def _draw(rng: random.Random) -> tuple[float, float]:
-    estimate = rng.uniform(0.002, 0.01)
-    actual = estimate * rng.uniform(0.6, 1.25)  # about a quarter of calls cost more than estimated
+    """An estimate and a cost in whole nano-dollars (as written), so sums compare exactly."""
+    estimate = round(rng.uniform(0.002, 0.01), 9)
+    actual = round(estimate * rng.uniform(0.6, 1.25), 9)  # about a quarter cost more
     return estimate, actual
+
+
+def _exact(costs: list[float]) -> Decimal:
+    """The exact sum of costs written as floats, each read as written."""
+    return sum((Decimal(repr(cost)) for cost in costs), Decimal(0))
 
 
 def test_threads_racing_against_a_cost_ceiling() -> None:
@@ -103,10 +109,8 @@ def test_threads_racing_against_a_cost_ceiling() -> None:
     assert max(samples) <= bound + TOL
     assert total >= CEILING / 2  # the race really ran up to the ceiling
     # Totals are the recorded costs exactly, in the stats and in the graph.
-    assert total == pytest.approx(math.fsum(recorded), abs=TOL)
-    assert float(ctx.graph.aggregates()["total_cost_usd"]) == pytest.approx(
-        math.fsum(recorded), abs=TOL
-    )
+    assert ctx.stats.total_cost() == _exact(recorded)
+    assert ctx.graph.aggregates()["total_cost_usd"] == _exact(recorded)
     assert ctx.stats.get_counter(KEY_LLM_CALLS) == len(recorded)
     assert ctx.stats.get_counter(KEY_STEPS) == len(recorded)
     assert ctx.stats.reserved() == {}
@@ -154,10 +158,8 @@ async def test_asyncio_tasks_racing_against_a_cost_ceiling() -> None:
     # its actual cost, so the final total is exactly that level plus their differences.
     assert total == pytest.approx(last["level"] + last["in_flight"], abs=TOL)
     assert total <= CEILING + _top_positive_sum(diffs, WORKERS) + TOL
-    assert total == pytest.approx(math.fsum(recorded), abs=TOL)
-    assert float(ctx.graph.aggregates()["total_cost_usd"]) == pytest.approx(
-        math.fsum(recorded), abs=TOL
-    )
+    assert ctx.stats.total_cost() == _exact(recorded)
+    assert ctx.graph.aggregates()["total_cost_usd"] == _exact(recorded)
     assert ctx.stats.reserved() == {}
 
 
@@ -175,7 +177,7 @@ def test_one_call_at_a_time_overshoots_by_at_most_the_largest_difference() -> No
             recorded.append(actual)
     total = float(ctx.stats.total_cost())
     assert total <= CEILING + max(0.0, max(diffs)) + TOL
-    assert total == pytest.approx(math.fsum(recorded), abs=TOL)
+    assert ctx.stats.total_cost() == _exact(recorded)
     ctx.close()
 
 
@@ -228,8 +230,8 @@ def test_children_in_threads_share_the_parent_ceiling() -> None:
         t.join()
     total = float(parent.stats.total_cost())
     assert total <= CEILING + _top_positive_sum(diffs, 16) + TOL
-    assert total == pytest.approx(math.fsum(recorded), abs=TOL)
-    assert math.fsum(c.stats.total_cost() for c in children) == pytest.approx(total, abs=TOL)
+    assert parent.stats.total_cost() == _exact(recorded)
+    assert sum(c.stats.total_cost() for c in children) == parent.stats.total_cost()
     for child in children:
         assert child.stats.total_cost() <= 0.5 + _top_positive_sum(diffs, 2) + TOL
         child.close()
