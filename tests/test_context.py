@@ -7,6 +7,7 @@ import contextvars
 import math
 import threading
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -173,11 +174,11 @@ def test_llm_call_updates_every_standard_key() -> None:
         assert counters[KEY_LLM_CALLS] == 1
         assert counters[KEY_STEPS] == 1
         assert KEY_RETRIES not in counters
-        assert gauges[KEY_COST] == 0.0125 and gauges[KEY_COST_FOR + "gpt-4o"] == 0.0125
+        assert gauges[KEY_COST] == Decimal("0.0125") == gauges[KEY_COST_FOR + "gpt-4o"]
         node = _node(ctx, call.node_id)
         assert (node.status, node.kind, node.name) == ("success", "llm", "plan")
         assert node.model == "gpt-4o"
-        assert (node.tokens_in, node.tokens_out, node.cost_usd) == (1200, 350, 0.0125)
+        assert (node.tokens_in, node.tokens_out, node.cost_usd) == (1200, 350, Decimal("0.0125"))
         assert node.metadata["cost_status"] == "given"
         assert node.metadata["cached_tokens"] == 200
         assert node.metadata["reasoning_tokens"] == 50
@@ -249,7 +250,7 @@ def test_record_validates_and_is_taken_once() -> None:
         with pytest.raises(RuntimeError, match="has ended"):
             call.record(tokens_in=1, tokens_out=1, cost_usd=0.1)
         assert ctx.stats.total_input_tokens() == 100
-        assert ctx.stats.total_cost() == 0.2
+        assert ctx.stats.total_cost() == Decimal("0.2")
 
 
 def test_llm_call_argument_validation() -> None:
@@ -280,7 +281,7 @@ def test_call_that_would_exceed_is_halted_before_user_code() -> None:
         err = info.value
         assert err.exceeded is not None
         assert err.exceeded.key == KEY_COST and err.exceeded.limit == Limit(KEY_COST, 1.0)
-        assert err.exceeded.value == pytest.approx(1.1)
+        assert err.exceeded.value == Decimal("1.1")
         node = _node(ctx, err.node_id)  # type: ignore[arg-type]
         assert node.status == "halt" and node.kind == "llm"
         assert node.stop_reason is not None and "amp:cost" in node.stop_reason
@@ -370,8 +371,8 @@ def test_exception_marks_fail_with_class_name_and_reraises() -> None:
             raise ProviderError("stream cut")
         node = _node(ctx, call.node_id)
         assert node.status == "fail" and node.error_class == "ProviderError"
-        assert node.cost_usd == 0.01
-        assert ctx.stats.total_cost() == 0.01  # billed usage is counted even on failure
+        assert node.cost_usd == Decimal("0.01")
+        assert ctx.stats.total_cost() == Decimal("0.01")  # billed usage is counted even on failure
     assert _node(ctx, ctx.node_id).status == "success"  # the exception was handled inside
 
 
@@ -413,7 +414,9 @@ def test_start_failure_then_finish_releases_nothing_twice() -> None:
         with pytest.raises(LimitExceeded):
             refused.start()
         refused.finish(RuntimeError("gave up"))
-        assert ctx.stats.reserved() == {KEY_COST: 0.9}  # held only where a limit watches it
+        assert ctx.stats.reserved() == {
+            KEY_COST: Decimal("0.9")
+        }  # held only where a limit watches it
         assert ctx.stats.get_counter(KEY_RETRIES) == 0
         assert ctx.stats.get_counter(KEY_LLM_CALLS) == 0
         assert _node(ctx, refused.node_id).status == "halt"
@@ -481,7 +484,7 @@ def test_wrap_halt_when_a_limit_would_be_exceeded() -> None:
         assert calls == [1]
         halted = ctx.graph.nodes()[-1]
         assert halted.status == "halt" and "amp:cost" in (halted.stop_reason or "")
-        assert ctx.stats.total_cost() == 0.6
+        assert ctx.stats.total_cost() == Decimal("0.6")
 
 
 def test_wrap_tool_call_counts_tool_and_cost() -> None:
@@ -489,7 +492,7 @@ def test_wrap_tool_call_counts_tool_and_cost() -> None:
         opts = WrapOptions(operation_name="search", cost_estimate_hint=0.01)
         assert ctx.wrap_tool_call(lambda: None, opts) is Decision.ALLOW
         assert ctx.stats.get_counter(KEY_TOOL_CALLS_FOR + "search") == 1
-        assert ctx.stats.total_cost() == 0.01
+        assert ctx.stats.total_cost() == Decimal("0.01")
         assert ctx.wrap_tool_call(lambda: None, opts) is Decision.HALT
         assert ctx.wrap_tool_call(lambda: None, WrapOptions(operation_name="other")) is (
             Decision.ALLOW
@@ -527,8 +530,8 @@ def test_model_call_trace_aggregates_like_the_spec() -> None:
             assert c[KEY_CACHED_INPUT_TOKENS_FOR + "claude"] == 40
             assert c[KEY_REASONING_TOKENS] == 5
             assert c[KEY_LLM_CALLS] == 2
-            assert g[KEY_COST] == pytest.approx(0.04)
-            assert g[KEY_COST_FOR + "claude"] == 0.03
+            assert g[KEY_COST] == Decimal("0.04")
+            assert g[KEY_COST_FOR + "claude"] == Decimal("0.03")
         assert len(ctx.graph) == 2  # traces update stats only, they add no nodes
         child.close()
 
@@ -684,7 +687,7 @@ def test_snapshot() -> None:
     assert snap["name"] == "snap" and snap["chain_id"] == ctx.chain_id
     assert snap["iteration"] == 1
     assert snap["counters"][KEY_INPUT_TOKENS] == 7
-    assert snap["gauges"][KEY_COST] == 0.2
+    assert snap["gauges"][KEY_COST] == 0.2  # a snapshot is JSON: money as numbers
     assert snap["reserved"] == {}
     assert snap["termination_reason"] == "limit_exceeded"
     assert snap["exceeded_limit"] == {
@@ -773,14 +776,14 @@ def test_in_flight_reservations_of_a_child_count_for_the_parent() -> None:
     with ExecutionContext(max_cost_usd=1.0) as ctx:
         a, b = ctx.spawn_child("a"), ctx.spawn_child("b")
         held = a.llm_call("p", estimate_usd=0.8).start()
-        assert ctx.stats.reserved()[KEY_COST] == 0.8
+        assert ctx.stats.reserved()[KEY_COST] == Decimal("0.8")
         with pytest.raises(LimitExceeded), b.llm_call("p", estimate_usd=0.3):
             pytest.fail("ran")
         held.record(tokens_in=1, tokens_out=1, cost_usd=0.5)
         held.finish()
         with b.llm_call("p", estimate_usd=0.3) as call:
             call.record(tokens_in=1, tokens_out=1, cost_usd=0.3)
-        assert ctx.stats.total_cost() == pytest.approx(0.8)
+        assert ctx.stats.total_cost() == Decimal("0.8")
         a.close()
         b.close()
 

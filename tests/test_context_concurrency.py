@@ -16,6 +16,7 @@ import random
 import threading
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 
 import pytest
 
@@ -40,7 +41,7 @@ def _committed_plus_reserved(ctx: ExecutionContext) -> float:
     # What is spent first, then what is held: a call settling between the two reads moves its
     # amount from held to spent, so the sum read is never above the true one at the second read.
     spent = ctx.stats.get_gauge(KEY_COST)
-    return spent + ctx.stats.reserved().get(KEY_COST, 0.0)
+    return float(spent + ctx.stats.reserved().get(KEY_COST, 0))
 
 
 def _top_positive_sum(diffs: list[float], k: int) -> float:
@@ -48,9 +49,15 @@ def _top_positive_sum(diffs: list[float], k: int) -> float:
 
 
 def _draw(rng: random.Random) -> tuple[float, float]:
-    estimate = rng.uniform(0.002, 0.01)
-    actual = estimate * rng.uniform(0.6, 1.25)  # about a quarter of calls cost more than estimated
+    """An estimate and a cost in whole nano-dollars (as written), so sums compare exactly."""
+    estimate = round(rng.uniform(0.002, 0.01), 9)
+    actual = round(estimate * rng.uniform(0.6, 1.25), 9)  # about a quarter cost more
     return estimate, actual
+
+
+def _exact(costs: list[float]) -> Decimal:
+    """The exact sum of costs written as floats, each read as written."""
+    return sum((Decimal(repr(cost)) for cost in costs), Decimal(0))
 
 
 def test_threads_racing_against_a_cost_ceiling() -> None:
@@ -97,13 +104,13 @@ def test_threads_racing_against_a_cost_ceiling() -> None:
     assert sorted(refused) == list(range(WORKERS))  # every worker ran into the ceiling
     assert any(d > 0 for d in diffs)  # some calls did cost more than their estimate
     bound = CEILING + _top_positive_sum(diffs, WORKERS)
-    total = ctx.stats.total_cost()
+    total = float(ctx.stats.total_cost())
     assert total <= bound + TOL
     assert max(samples) <= bound + TOL
     assert total >= CEILING / 2  # the race really ran up to the ceiling
     # Totals are the recorded costs exactly, in the stats and in the graph.
-    assert total == pytest.approx(math.fsum(recorded), abs=TOL)
-    assert ctx.graph.aggregates()["total_cost_usd"] == pytest.approx(math.fsum(recorded), abs=TOL)
+    assert ctx.stats.total_cost() == _exact(recorded)
+    assert ctx.graph.aggregates()["total_cost_usd"] == _exact(recorded)
     assert ctx.stats.get_counter(KEY_LLM_CALLS) == len(recorded)
     assert ctx.stats.get_counter(KEY_STEPS) == len(recorded)
     assert ctx.stats.reserved() == {}
@@ -146,13 +153,13 @@ async def test_asyncio_tasks_racing_against_a_cost_ceiling() -> None:
     ctx.close()
 
     assert after_admission and max(after_admission) <= CEILING + TOL
-    total = ctx.stats.total_cost()
+    total = float(ctx.stats.total_cost())
     # After the last admission nothing new was reserved; every call then in flight settled at
     # its actual cost, so the final total is exactly that level plus their differences.
     assert total == pytest.approx(last["level"] + last["in_flight"], abs=TOL)
     assert total <= CEILING + _top_positive_sum(diffs, WORKERS) + TOL
-    assert total == pytest.approx(math.fsum(recorded), abs=TOL)
-    assert ctx.graph.aggregates()["total_cost_usd"] == pytest.approx(math.fsum(recorded), abs=TOL)
+    assert ctx.stats.total_cost() == _exact(recorded)
+    assert ctx.graph.aggregates()["total_cost_usd"] == _exact(recorded)
     assert ctx.stats.reserved() == {}
 
 
@@ -168,9 +175,9 @@ def test_one_call_at_a_time_overshoots_by_at_most_the_largest_difference() -> No
                 call.record(tokens_in=1, tokens_out=1, cost_usd=actual)
             diffs.append(actual - estimate)
             recorded.append(actual)
-    total = ctx.stats.total_cost()
+    total = float(ctx.stats.total_cost())
     assert total <= CEILING + max(0.0, max(diffs)) + TOL
-    assert total == pytest.approx(math.fsum(recorded), abs=TOL)
+    assert ctx.stats.total_cost() == _exact(recorded)
     ctx.close()
 
 
@@ -189,7 +196,7 @@ def test_calls_in_flight_together_add_their_overshoots() -> None:
         t.start()
     for t in threads:
         t.join()
-    assert ctx.stats.total_cost() == pytest.approx(1.2)
+    assert ctx.stats.total_cost() == Decimal("1.2")
     # Once over, nothing more is admitted, not even a call with no estimate of its own.
     with pytest.raises(LimitExceeded), ctx.llm_call("c"):
         pytest.fail("ran")
@@ -221,10 +228,10 @@ def test_children_in_threads_share_the_parent_ceiling() -> None:
         t.start()
     for t in threads:
         t.join()
-    total = parent.stats.total_cost()
+    total = float(parent.stats.total_cost())
     assert total <= CEILING + _top_positive_sum(diffs, 16) + TOL
-    assert total == pytest.approx(math.fsum(recorded), abs=TOL)
-    assert math.fsum(c.stats.total_cost() for c in children) == pytest.approx(total, abs=TOL)
+    assert parent.stats.total_cost() == _exact(recorded)
+    assert sum(c.stats.total_cost() for c in children) == parent.stats.total_cost()
     for child in children:
         assert child.stats.total_cost() <= 0.5 + _top_positive_sum(diffs, 2) + TOL
         child.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import multiprocessing
 import os
 import random
@@ -52,14 +51,15 @@ def _dead_url() -> str:
 
 
 def _run_calls(ctx: ExecutionContext, seed: int) -> dict[str, Any]:
-    """CALLS calls with random estimates; the actual cost is sometimes above the estimate."""
+    """CALLS calls with random estimates (whole nano-dollars); the actual cost is sometimes
+    above the estimate."""
     rng = random.Random(seed)
-    pairs: list[tuple[float, float]] = []
+    pairs: list[tuple[Decimal, Decimal]] = []
     stopped = 0
     wrong_nodes = 0
     for index in range(CALLS):
-        estimate = rng.uniform(0.05, 1.0)
-        actual = estimate * rng.uniform(0.3, 1.6)
+        estimate = Decimal(rng.randrange(50_000_000, 1_000_000_000)).scaleb(-9)
+        actual = (estimate * rng.randrange(300, 1600) / 1000).quantize(Decimal("1e-9"))
         try:
             with ctx.llm_call(f"call-{index}", estimate_usd=estimate) as call:
                 if rng.random() < 0.2:
@@ -100,19 +100,17 @@ def _check_shared_ceiling(results: list[dict[str, Any]], ledger: Ledger) -> None
         assert "error" not in result, result.get("error")
         assert result["wrong_nodes"] == 0
         assert result["local_reserved"] == {}
-        local = math.fsum(actual for _, actual in result["pairs"])
-        assert result["local_cost"] == pytest.approx(local, abs=1e-9)
-    recorded = math.fsum(actual for r in results for _, actual in r["pairs"])
-    spent = {key: float(value) for key, value in ledger.spent().items()}  # Decimal dollars
-    calls = sum(len(r["pairs"]) for r in results)
-    assert abs(spent[KEY_COST] - recorded) <= 1e-9 * calls  # each commit is whole nano-dollars
+        assert result["local_cost"] == sum(actual for _, actual in result["pairs"])
+    recorded = sum(actual for r in results for _, actual in r["pairs"])
+    spent = ledger.spent()
+    assert spent[KEY_COST] == recorded  # exact: every amount is whole nano-dollars
     # Every admission leaves spent + reserved <= CEILING. After the last one only the calls then
     # in flight - at most one per worker - can commit more than they reserved, so the overshoot
     # is at most the sum over workers of each worker's largest (actual - estimate).
-    bound = math.fsum(
-        max([actual - estimate for estimate, actual in r["pairs"]] + [0.0]) for r in results
+    bound = sum(
+        max([actual - estimate for estimate, actual in r["pairs"]] + [Decimal(0)]) for r in results
     )
-    assert spent[KEY_COST] <= CEILING + bound + 1e-9
+    assert spent[KEY_COST] <= Decimal(repr(CEILING)) + bound
     assert sum(r["stopped"] for r in results) > 0  # the shared ceiling did stop calls
     assert ledger.reserved() == {}
 
@@ -255,7 +253,7 @@ def test_ledger_that_goes_down_mid_run() -> None:
         assert "unavailable" in second.metadata["ledger_error"]
         with pytest.raises(BudgetUnavailable), ctx.llm_call("third", estimate_usd=0.2):
             pytest.fail("the third call must not run")
-        assert ctx.stats.get_gauge(KEY_COST) == pytest.approx(0.75)
+        assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.75")
         assert ctx.stats.reserved() == {}
         ledger.close()
     finally:
@@ -271,7 +269,7 @@ def test_allow_lets_calls_through_and_marks_the_budget_unenforced() -> None:
     assert node.status == "success"
     assert node.metadata["budget_enforced"] is False
     assert "unavailable" in node.metadata["ledger_error"]
-    assert ctx.stats.get_gauge(KEY_COST) == pytest.approx(0.3)
+    assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.3")
     # the local ceiling still holds while the shared one cannot be checked
     with pytest.raises(LimitExceeded) as caught, ctx.llm_call("big", estimate_usd=0.8):
         pytest.fail("the local limit must stop this call")
@@ -347,8 +345,8 @@ def test_budget_spent_by_another_worker_halts_the_local_call(
     exceeded = ctx.exceeded_limit
     assert exceeded is not None and exceeded is error.exceeded
     assert exceeded.key == KEY_COST
-    assert exceeded.limit.max_value == 1.0
-    assert exceeded.value == pytest.approx(1.1)
+    assert exceeded.limit.max_value == Decimal("1.0")
+    assert exceeded.value == Decimal("1.1")
     assert ctx.termination_reason is TerminationReason.LIMIT_EXCEEDED
     assert ctx.stats.reserved() == {}
     assert ledger.reserved() == {}
@@ -391,7 +389,7 @@ def test_a_prefix_limit_is_shared_for_each_key_of_its_family(
     assert exceeded is not None
     assert exceeded.limit is per_model  # the prefix limit itself, not a stand-in
     assert exceeded.key == KEY_INPUT_TOKENS_FOR + "m1"
-    assert exceeded.value == pytest.approx(110)
+    assert exceeded.value == 110
     other = ExecutionContext(limits=[per_model], ledger=make_ledger())
     with other.llm_call("b", model="m2", prompt_tokens=30) as call:  # another model: its own 100
         call.record(tokens_in=25, tokens_out=5, cost_usd=0.0)
@@ -609,7 +607,7 @@ async def test_async_calls_reserve_off_the_event_loop() -> None:
     await opener
     assert ledger.spent() == {KEY_COST: Decimal("0.05")}
     assert ledger.reserved() == {}
-    assert ctx.stats.total_cost() == pytest.approx(0.05)
+    assert ctx.stats.total_cost() == Decimal("0.05")
 
 
 async def test_a_task_cancelled_while_its_ledger_reserves_leaves_nothing_held() -> None:
@@ -649,5 +647,5 @@ async def test_concurrent_async_calls_share_a_ledger_exactly(
     ledger = make_ledger()
     assert ledger.spent()[KEY_COST] == Decimal("0.4")
     assert ledger.reserved() == {}
-    assert ctx.stats.total_cost() == pytest.approx(0.4)
+    assert ctx.stats.total_cost() == Decimal("0.4")
     assert ctx.stats.get_counter(KEY_LLM_CALLS) == 40

@@ -301,7 +301,7 @@ def test_signatures_and_docstrings_read_like_the_source() -> None:
 
 
 def test_usage_names_its_keys_once() -> None:
-    usage = Usage("llm", "gpt-4o", "", 10, 4, 2, 1, 0.5, 1, 1)
+    usage = Usage("llm", "gpt-4o", "", 10, 4, 2, 1, 500_000_000, 1, 1)  # $0.50 in nano-dollars
     amounts = usage.amounts()
     assert amounts[KEY_INPUT_TOKENS] == amounts[KEY_INPUT_TOKENS_FOR + "gpt-4o"] == 10
     assert amounts["amp:cached_input_tokens:gpt-4o"] == 2

@@ -9,6 +9,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -474,7 +475,7 @@ def test_halt_can_carry_billed_cost() -> None:
     graph.mark_running(node)
     graph.mark_halt(node, "timeout", cost_usd=1)
     assert graph.aggregates()["total_cost_usd"] == 1.0
-    assert type(graph.node(node).cost_usd) is float
+    assert type(graph.node(node).cost_usd) is Decimal
 
 
 def test_root_ends_without_being_counted() -> None:
@@ -745,4 +746,4 @@ def test_int_subclasses_and_ints_are_accepted() -> None:
     graph.mark_success(node, 2, Tokens(3), 4)
     copy_ = graph.node(node)
     assert (copy_.cost_usd, copy_.tokens_in, copy_.tokens_out) == (2.0, 3, 4)
-    assert type(copy_.cost_usd) is float and type(copy_.tokens_in) is int
+    assert type(copy_.cost_usd) is Decimal and type(copy_.tokens_in) is int

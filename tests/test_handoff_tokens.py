@@ -120,7 +120,7 @@ def test_no_key_anywhere_is_an_error_naming_the_variable(
 @pytest.mark.parametrize(
     "change",
     [
-        lambda data: data.update(limits=[["amp:cost", 1000.0, "exact"]]),  # limits raised
+        lambda data: data.update(limits=[["amp:cost", "1000.0", "exact"]]),  # limits raised
         lambda data: data.update(ancestors=[]),  # ancestors dropped
         lambda data: data.update(scope=data["scope"].rpartition("/")[0] + "/other"),
     ],
@@ -145,7 +145,7 @@ def test_a_validly_signed_token_still_cannot_lift_the_ceilings_kept_in_the_ledge
         token = ctx.handoff("worker", max_cost_usd=0.06)
 
         def lift(data: dict[str, Any]) -> None:
-            data.update(limits=[["amp:cost", 1000.0, "exact"]], ancestors=[])
+            data.update(limits=[["amp:cost", "1000.0", "exact"]], ancestors=[])
 
         forged = forge(token, lift, sign=KEY)
         with ExecutionContext.from_handoff(forged, ledger=ledger) as child:

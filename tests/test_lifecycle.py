@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -79,7 +80,7 @@ def test_a_handoff_childs_spend_reaches_the_parents_graph_aggregates(tmp_path: P
     aggregates = parent.graph.aggregates()
     assert aggregates["total_llm_calls"] == 3
     assert (aggregates["total_tokens_in"], aggregates["total_tokens_out"]) == (30, 12)
-    assert aggregates["total_cost_usd"] == pytest.approx(0.15)
+    assert aggregates["total_cost_usd"] == Decimal("0.15")
     assert parent.stats.get_counter(KEY_LLM_CALLS) == 3
     ledger.close()
 

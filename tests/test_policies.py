@@ -92,7 +92,7 @@ def test_an_estimate_or_a_set_price_makes_a_call_priced() -> None:
         ampmeter.set_price("ft:gpt-4o-mini*", input_per_mtok=0.3, output_per_mtok=1.2)
         with ctx.llm_call(model=FINE_TUNE, max_tokens=10) as call:
             call.record(1000, 10)
-    assert call.node.cost_usd == pytest.approx((1000 * 0.3 + 10 * 1.2) / 1e6)
+    assert call.node.cost_usd == Decimal("0.000312")
     assert call.node.metadata["pricing_version"] == "user"
 
 
@@ -177,7 +177,7 @@ def test_warnings_fire_once_per_threshold_with_their_values(tmp_path: Path) -> N
     ]
     first = events[0]
     assert first.limit == limit and first.key == KEY_COST and first.context == ctx.name
-    assert first.value == pytest.approx(0.6) and first.fraction == pytest.approx(0.6)
+    assert first.value == Decimal("0.6") and first.fraction == pytest.approx(0.6)
     assert [e["threshold"] for e in snap["limit_events"]] == [0.5, 0.8]
     assert calls[1].node.metadata[META_LIMIT_EVENTS] == [first.to_dict()]
     assert META_LIMIT_EVENTS not in calls[0].node.metadata
@@ -208,8 +208,8 @@ def test_the_report_marks_a_run_s_limit_events(tmp_path: Path) -> None:
     page = build_report([path, quiet])
     assert page.count("1 limit event(s)") == 1
     assert (
-        f'warning: amp:cost (60%) <span class="muted">limit amp:cost &gt; 1, node {call.node_id}'
-        in page
+        'warning: amp:cost (60%) <span class="muted">limit amp:cost &gt; $1.00, '
+        f"node {call.node_id}" in page
     )
 
 
@@ -363,12 +363,12 @@ def test_ordinary_calls_leave_the_reserve_and_a_final_call_may_use_it() -> None:
             paid(ctx, 0.25)  # 0.5 + 0.25 > 1.0 - 0.3
         assert info.value.exceeded is not None
         assert info.value.exceeded.value == pytest.approx(0.75)
-        assert info.value.exceeded.limit.max_value == pytest.approx(0.7)
+        assert info.value.exceeded.limit.max_value == Decimal("0.7")
         final = paid(ctx, 0.45, final=True)
         with pytest.raises(LimitExceeded, match="limit exceeded: amp:cost"):  # the hard ceiling
             paid(ctx, 0.1, final=True)
     assert final.node.status == "success"
-    assert ctx.stats.get_gauge(KEY_COST) == pytest.approx(0.95)
+    assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.95")
 
 
 def test_the_reserve_counts_calls_in_flight_and_children() -> None:
@@ -403,7 +403,9 @@ def test_the_reserve_holds_across_processes_through_a_shared_ledger(tmp_path: Pa
             paid(other, 0.5)
     with ampmeter.SqliteLedger(path, "team") as ledger:
         with ExecutionContext(ledger=ledger, max_cost_usd=1.0, final_reserve_usd=0.3) as ctx:
-            with pytest.raises(LimitExceeded, match=r"shared budget .*amp:cost = 0\.75 > 0\.7$"):
+            with pytest.raises(
+                LimitExceeded, match=r"shared budget .*amp:cost = \$0\.75 > \$0\.70$"
+            ):
                 paid(ctx, 0.25)  # locally 0.25 fits; the shared 0.5 + 0.25 > 1.0 - 0.3
             paid(ctx, 0.45, final=True)
         assert ledger.spent()[KEY_COST] == Decimal("0.95")
@@ -451,7 +453,7 @@ def test_a_windowed_cost_limit_counts_holds_of_calls_in_flight(clock: Clock) -> 
     with ExecutionContext(limits=[per_hour]) as ctx:
         child = ctx.spawn_child("sub")
         with child.llm_call(model="m", estimate_usd=0.7) as held:
-            with pytest.raises(LimitExceeded, match=r"amp:cost = 1\.1"):
+            with pytest.raises(LimitExceeded, match=r"amp:cost = \$1\.10"):
                 paid(child, 0.4)
             held.record(1, 1, cost_usd=0.7)
         clock.now += 3601

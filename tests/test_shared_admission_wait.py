@@ -27,14 +27,15 @@ from ampmeter.keys import KEY_COST, KEY_RETRIES
 from ampmeter.ledgers import InMemoryLedger, Ledger, RedisLedger, SqliteLedger
 from redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
-CAP = 1.0
-ESTIMATE = 0.0625  # exact in binary, as are the costs below: sums compare exactly
-COSTS = (0.03125, 0.046875, 0.0625)
+CAP = Decimal("1.0")
+ESTIMATE = Decimal("0.07")  # money is exact: sums compare exactly
+COSTS = (Decimal("0.03"), Decimal("0.05"), Decimal("0.07"))
 
 # One worker process: calls of ESTIMATE (each costing one of COSTS, holding for a moment)
 # until the shared cap refuses it; prints what it made and how it was stopped.
 WORKER = """
 import json, os, random, sys, time
+from decimal import Decimal
 from ampmeter import BudgetBusy, ExecutionContext, LimitExceeded
 
 if os.environ["LEDGER"].startswith("redis"):
@@ -43,16 +44,16 @@ if os.environ["LEDGER"].startswith("redis"):
 else:
     from ampmeter.ledgers import SqliteLedger
     ledger = SqliteLedger(os.environ["LEDGER"], os.environ["SCOPE"])
-costs = json.loads(os.environ["COSTS"])
+costs = [Decimal(c) for c in json.loads(os.environ["COSTS"])]
 rng = random.Random(int(os.environ["SEED"]))
-made, spent, stop, busy = 0, 0.0, None, False
-ctx = ExecutionContext(max_cost_usd=float(os.environ["CAP"]), ledger=ledger,
+made, spent, stop, busy = 0, Decimal(0), None, False
+ctx = ExecutionContext(max_cost_usd=Decimal(os.environ["CAP"]), ledger=ledger,
                        admission_timeout_s=120)
 start = float(os.environ["START"])
 time.sleep(max(0.0, start - time.time()))
 try:
     while True:
-        with ctx.llm_call("work", estimate_usd=float(os.environ["ESTIMATE"])) as call:
+        with ctx.llm_call("work", estimate_usd=Decimal(os.environ["ESTIMATE"])) as call:
             time.sleep(rng.uniform(0.005, 0.03))
             cost = rng.choice(costs)
             call.record(10, 5, cost_usd=cost)
@@ -63,7 +64,7 @@ except BudgetBusy as exc:
 except LimitExceeded as exc:
     stop = str(exc)
 ledger.close()
-print(json.dumps({"made": made, "spent": spent, "stop": stop, "busy": busy}))
+print(json.dumps({"made": made, "spent": str(spent), "stop": stop, "busy": busy}))
 """
 
 
@@ -76,9 +77,9 @@ def _run_workers(ledger_arg: str, scope: str, workers: int) -> list[dict[str, An
                 **os.environ,
                 "LEDGER": ledger_arg,
                 "SCOPE": scope,
-                "CAP": repr(CAP),
-                "ESTIMATE": repr(ESTIMATE),
-                "COSTS": json.dumps(COSTS),
+                "CAP": str(CAP),
+                "ESTIMATE": str(ESTIMATE),
+                "COSTS": json.dumps([str(cost) for cost in COSTS]),
                 "SEED": str(seed),
                 "START": repr(start),
             },
@@ -96,7 +97,7 @@ def _run_workers(ledger_arg: str, scope: str, workers: int) -> list[dict[str, An
     return results
 
 
-def _check_the_cap_was_used_up(results: list[dict[str, Any]], spent: float) -> None:
+def _check_the_cap_was_used_up(results: list[dict[str, Any]], spent: Decimal) -> None:
     # Nobody waited out its time, everyone was refused by what was spent: no early refusal.
     assert not any(r["busy"] for r in results), [r["stop"] for r in results if r["busy"]]
     # (by the shared ledger, or by the worker's own local check once its own spend was enough)
@@ -105,14 +106,14 @@ def _check_the_cap_was_used_up(results: list[dict[str, Any]], spent: float) -> N
     assert spent <= CAP
     assert CAP - spent < ESTIMATE
     # Exact accounting: the ledger holds what the workers recorded, once.
-    assert spent == sum(r["spent"] for r in results)
+    assert spent == sum(Decimal(r["spent"]) for r in results)
 
 
 def test_processes_on_one_sqlite_cap_wait_for_each_other_and_use_it_up(tmp_path: Path) -> None:
     path = tmp_path / "budget.sqlite3"
     results = _run_workers(str(path), "team", 8)
     with SqliteLedger(path, "team") as ledger:
-        spent = float(ledger.spent()[KEY_COST])  # Decimal dollars
+        spent = ledger.spent()[KEY_COST]
         assert ledger.reserved() == {}
     _check_the_cap_was_used_up(results, spent)
 
@@ -123,7 +124,7 @@ def test_processes_on_one_redis_cap_wait_for_each_other_and_use_it_up(
     scope = f"team-{uuid.uuid4().hex}"
     results = _run_workers(redis_server.url, scope, 8)
     with RedisLedger(redis_server.url, scope, timeout_s=5.0) as ledger:
-        spent = float(ledger.spent()[KEY_COST])  # Decimal dollars
+        spent = ledger.spent()[KEY_COST]
         assert ledger.reserved() == {}
     _check_the_cap_was_used_up(results, spent)
 
@@ -200,10 +201,10 @@ def test_an_enclosing_calls_own_hold_is_not_waited_for(
     assert time.monotonic() - started < 30
     assert "'team'" in str(info.value)
     assert ledger.reserved() == {}
-    assert ledger.spent()[KEY_COST] == 0.25
+    assert ledger.spent()[KEY_COST] == Decimal("0.25")
     child.close()
     parent.close()
-    assert parent.stats.total_cost() == 0.25
+    assert parent.stats.total_cost() == Decimal("0.25")
     ledger.close()
 
 
@@ -233,7 +234,7 @@ async def test_async_tasks_on_one_cap_await_each_other_and_use_it_up(
 ) -> None:
     ctx = make()
     refused: list[BaseException] = []
-    made: list[float] = []
+    made: list[Decimal] = []
 
     async def worker(seed: int) -> None:
         step = 0
@@ -292,7 +293,7 @@ async def test_an_async_wait_is_bounded_and_the_loop_runs_meanwhile(
     await asyncio.gather(task, clock)
     async with ctx.llm_call("after", estimate_usd=0.5) as call:  # room again
         call.record(1, 1, cost_usd=0.5)
-    assert ctx.stats.total_cost() == 0.75
+    assert ctx.stats.total_cost() == Decimal("0.75")
     assert ctx.stats.reserved() == {}
 
 

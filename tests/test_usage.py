@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 from ampmeter._core.usage import Usage
@@ -49,7 +51,7 @@ def test_every_amount_goes_to_its_total_and_per_model_key() -> None:
         tokens_out=4,
         cached_tokens=3,
         reasoning_tokens=2,
-        cost_usd=0.5,
+        cost_nano=500_000_000,
         calls=1,
         steps=1,
         retries=2,
@@ -60,7 +62,7 @@ def test_every_amount_goes_to_its_total_and_per_model_key() -> None:
     assert amounts[KEY_OUTPUT_TOKENS] == amounts[KEY_OUTPUT_TOKENS + ":m1"] == 4
     assert amounts[KEY_CACHED_INPUT_TOKENS] == amounts[KEY_CACHED_INPUT_TOKENS + ":m1"] == 3
     assert amounts[KEY_REASONING_TOKENS] == amounts[KEY_REASONING_TOKENS + ":m1"] == 2
-    assert amounts[KEY_COST] == amounts[KEY_COST + ":m1"]
+    assert amounts[KEY_COST] == amounts[KEY_COST + ":m1"] == Decimal("0.5")
     assert (amounts[KEY_LLM_CALLS], amounts[KEY_STEPS], amounts[KEY_RETRIES]) == (1, 1, 2)
     assert amounts[KEY_UNPRICED_LLM_CALLS] == 1
     gauges = {key for key, _, gauge in usage.entries() if gauge}

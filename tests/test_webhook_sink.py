@@ -59,8 +59,8 @@ def test_warnings_soft_limits_and_stops_arrive_with_their_fields(receiver: Repla
     assert (hook.sent, hook.failures) == (4, 0)
     warning, soft, stop, run_stop = received(receiver)
     assert warning["kind"] == "warning" and warning["threshold"] == 0.5
-    assert warning["key"] == KEY_COST and warning["limit"] == "amp:cost > 1"
-    assert warning["value"] == pytest.approx(0.6) and warning["fraction"] == pytest.approx(0.6)
+    assert warning["key"] == KEY_COST and warning["limit"] == "amp:cost > $1.00"
+    assert warning["value"] == 0.6 and warning["fraction"] == pytest.approx(0.6)
     assert warning["context"] == "nightly" and warning["chain_id"] == chain_id
     assert warning["node_kind"] == "llm" and warning["node_name"] == "call"
     assert isinstance(warning["ts_ms"], int)

@@ -9,11 +9,12 @@ context gives it its admission chain, its frame and its policies when it is made
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 from ampmeter import _validate
 from ampmeter._core import priced
-from ampmeter._core.reserve import embedding_estimate, llm_estimate
+from ampmeter._core.reserve import embedding_estimate, llm_estimate, reserved_nano
 from ampmeter._core.usage import Usage
 from ampmeter.call import Call, make_call
 from ampmeter.keys import KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE
@@ -55,7 +56,7 @@ class CallMaker:
         self,
         name: str | None = None,
         model: str | None = None,
-        estimate_usd: float | None = None,
+        estimate_usd: float | Decimal | None = None,
         max_tokens: int | None = None,
         *,
         prompt_tokens: int | None = None,
@@ -102,7 +103,7 @@ class CallMaker:
         *,
         prompt_text: str | None = None,
         prompt_tokens: int | None = None,
-        estimate_usd: float | None = None,
+        estimate_usd: float | Decimal | None = None,
         provider: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Call:
@@ -129,7 +130,7 @@ class CallMaker:
         self,
         name: str,
         *,
-        estimate_usd: float | None = None,
+        estimate_usd: float | Decimal | None = None,
         metadata: Mapping[str, Any] | None = None,
         arguments: object = None,
     ) -> Call:
@@ -139,8 +140,8 @@ class CallMaker:
         self._check_open()
         if not isinstance(name, str) or not name:
             raise ValueError(f"tool name must be a non-empty str, got {name!r}")
-        cost = _validate.optional_amount(estimate_usd, "estimate_usd") or 0.0
-        reservation = Usage("tool", "", name, cost_usd=cost, calls=1, steps=1)
+        cost = 0 if estimate_usd is None else reserved_nano(estimate_usd, "estimate_usd")
+        reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
         marks = None if self.policies is None else self.policies.tool_marks(name, arguments)
         return self._call("tool", name, None, None, reservation, metadata, None, marks)
 

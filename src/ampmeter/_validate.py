@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any, Final
+
+from ampmeter import money
 
 MAX_COUNT: Final = 2**53
 """The largest token count or counter value accepted: JSON readers keep integers exact to here."""
@@ -63,6 +66,26 @@ def amount(value: object, what: str) -> float:
 def optional_amount(value: object, what: str) -> float | None:
     """None, or :func:`amount`."""
     return None if value is None else amount(value, what)
+
+
+def dollars(value: object, what: str, *, allow_negative: bool = False) -> Decimal:
+    """An amount of money a user gives (an int, float or Decimal of dollars; not a bool or a
+    string) as an exact Decimal, a float read as written (see :mod:`ampmeter.money`)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+        raise TypeError(f"{what} must be a number of dollars, got {_type_name(value)}")
+    try:
+        found = money.usd(value, what, allow_negative=allow_negative)
+        money.to_nano(found, what, allow_negative=allow_negative)  # within what is counted
+    except (OverflowError, ArithmeticError):
+        raise ValueError(f"{what} must be a finite amount of dollars, got {value!r}") from None
+    return found
+
+
+def nano(value: object, what: str, *, allow_negative: bool = False) -> int:
+    """:func:`dollars` as whole nano-dollars (rounded half to even)."""
+    return money.to_nano(
+        dollars(value, what, allow_negative=allow_negative), what, allow_negative=allow_negative
+    )
 
 
 def text(value: object, what: str, *, empty: bool = True) -> str:

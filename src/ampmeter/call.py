@@ -15,10 +15,11 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections.abc import Mapping
+from decimal import Decimal
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ampmeter import _validate
+from ampmeter import _validate, money
 from ampmeter._core import priced
 from ampmeter._core.current import CURRENT, restore
 from ampmeter._core.outcome import Outcome
@@ -94,7 +95,7 @@ class Call:
         self,
         tokens_in: int | None = None,
         tokens_out: int | None = None,
-        cost_usd: float | None = None,
+        cost_usd: float | Decimal | None = None,
         cached_tokens: int = 0,
         reasoning_tokens: int = 0,
         tool_calls_made: int = 0,
@@ -111,7 +112,7 @@ class Call:
         """
         t_in = _validate.optional_count(tokens_in, "tokens_in")
         t_out = _validate.optional_count(tokens_out, "tokens_out")
-        cost = _validate.optional_amount(cost_usd, "cost_usd")
+        cost = None if cost_usd is None else _validate.dollars(cost_usd, "cost_usd")
         cached = _validate.count(cached_tokens, "cached_tokens")
         writes = _validate.count(cache_write_tokens, "cache_write_tokens")
         reasoning = _validate.count(reasoning_tokens, "reasoning_tokens")
@@ -221,7 +222,7 @@ class Call:
         succeeded = int(outcome.status == "success")
         failed = int(outcome.status == "fail")
         kind = self.kind
-        cost = self.cost_usd or 0.0
+        cost = 0 if self.cost_usd is None else money.to_nano(self.cost_usd, "cost_usd")
         meta: dict[str, Any] | None = None
         t_in, t_out = self.tokens_in or 0, self.tokens_out or 0
         if kind == "llm" or (kind == "embedding" and self.model):
@@ -229,7 +230,7 @@ class Call:
                 priced.layer(),
                 self.model,
                 self.provider,
-                self.cost_usd,
+                None if self.cost_usd is None else cost,
                 flight.recorded,
                 t_in,
                 t_out,
@@ -260,11 +261,11 @@ class Call:
 
                     request_size.learn(self.model or "", size, self.tokens_in)
             else:
-                usage = Usage("embedding", self.model or "", "", t_in, t_out, cost_usd=cost)
+                usage = Usage("embedding", self.model or "", "", t_in, t_out, cost_nano=cost)
         elif kind == "tool":
             usage = Usage("tool", "", self.name, 0, 0, 0, 0, cost, 1, succeeded, failed)
         else:
-            usage = Usage(kind, cost_usd=cost)
+            usage = Usage(kind, cost_nano=cost)
         return usage, outcome.with_usage(cost, self.tokens_in, self.tokens_out, meta)
 
 

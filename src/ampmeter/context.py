@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from decimal import Decimal
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -112,7 +113,7 @@ class ExecutionContext(CallMaker):
         name: str = "agent_run",
         *,
         limits: Sequence[Limit] | None = None,
-        max_cost_usd: float | None = None,
+        max_cost_usd: float | Decimal | None = None,
         max_steps: int | None = None,
         max_retries: int | None = None,
         timeout_s: float | None = None,
@@ -337,7 +338,7 @@ class ExecutionContext(CallMaker):
         name: str,
         *,
         limits: Sequence[Limit] | None = None,
-        max_cost_usd: float | None = None,
+        max_cost_usd: float | Decimal | None = None,
         max_steps: int | None = None,
         max_retries: int | None = None,
         timeout_s: float | None = None,
@@ -474,8 +475,8 @@ class ExecutionContext(CallMaker):
             "iteration": self._iteration,
             **self._frame.describe(),
             "counters": self.stats.counters(),
-            "gauges": self.stats.gauges(),
-            "reserved": self.stats.reserved(),
+            "gauges": _json_numbers(self.stats.gauges()),
+            "reserved": _json_numbers(self.stats.reserved()),
             "sink_errors": [f"{type(e).__name__}: {e}" for e in self._emitter.errors],
             "sink_failures": sum(self._emitter.failures.values()),
             "limit_events": [] if self.policies is None else self.policies.events(),
@@ -496,7 +497,7 @@ class ExecutionContext(CallMaker):
         name: str,
         *,
         limits: Sequence[Limit] | None = None,
-        max_cost_usd: float | None = None,
+        max_cost_usd: float | Decimal | None = None,
         max_steps: int | None = None,
         max_retries: int | None = None,
         timeout_s: float | None = None,
@@ -579,3 +580,8 @@ class ExecutionContext(CallMaker):
         now adds nothing; the next call catches up.
         """
         return self._handoffs.refresh()
+
+
+def _json_numbers(values: dict[str, Any]) -> dict[str, Any]:
+    """Values for a JSON snapshot: Decimal money as numbers, as the logs write it."""
+    return {k: float(v) if isinstance(v, Decimal) else v for k, v in values.items()}

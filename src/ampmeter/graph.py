@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import uuid
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any, Final
 
 from ampmeter import _validate
@@ -154,7 +155,7 @@ class ExecutionGraph:
     def mark_success(
         self,
         node_id: str,
-        cost_usd: float,
+        cost_usd: float | Decimal,
         tokens_in: int | None = None,
         tokens_out: int | None = None,
         *,
@@ -172,7 +173,7 @@ class ExecutionGraph:
         error_class: str,
         stop_reason: str | None = None,
         *,
-        cost_usd: float = 0.0,
+        cost_usd: float | Decimal = 0,
         tokens_in: int | None = None,
         tokens_out: int | None = None,
         metadata: dict[str, Any] | None = None,
@@ -188,7 +189,7 @@ class ExecutionGraph:
         node_id: str,
         stop_reason: str | None = None,
         *,
-        cost_usd: float = 0.0,
+        cost_usd: float | Decimal = 0,
         tokens_in: int | None = None,
         tokens_out: int | None = None,
         metadata: dict[str, Any] | None = None,
@@ -207,7 +208,7 @@ class ExecutionGraph:
         stop_reason: object,
         metadata: object,
     ) -> None:
-        cost = _validate.amount(cost_usd, "cost_usd")
+        cost = _validate.nano(cost_usd, "cost_usd")
         t_in = _validate.optional_count(tokens_in, "tokens_in")
         t_out = _validate.optional_count(tokens_out, "tokens_out")
         reason = _validate.optional_text(stop_reason, "stop_reason")
@@ -263,6 +264,7 @@ class ExecutionGraph:
         finally:
             if pause_gc:
                 gc.enable()
+        aggregates["total_cost_usd"] = float(aggregates["total_cost_usd"])  # JSON: a number
         return {
             "chain_id": self.chain_id,
             "root_id": root_id,

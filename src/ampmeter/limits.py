@@ -14,8 +14,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
-from ampmeter import _validate
+from ampmeter import _validate, money
 from ampmeter._core.check import compile_limits
 from ampmeter._core.kernel import bound
 from ampmeter.keys import (
@@ -25,8 +26,9 @@ from ampmeter.keys import (
     KEY_RETRIES,
     KEY_STEPS,
     KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE,
+    is_money,
 )
-from ampmeter.stats import ExecutionStats
+from ampmeter.stats import ExecutionStats, internal_amount
 
 __all__ = [
     "DerivedCeiling",
@@ -64,7 +66,7 @@ class Limit:
     """
 
     key: str
-    max_value: float
+    max_value: Any
     type: LimitType = LimitType.EXACT
     warn_at: tuple[float, ...] = ()
     soft: bool = False
@@ -76,7 +78,11 @@ class Limit:
         if not self.key:
             raise ValueError("Limit key must not be empty")
         # Any finite number: a gauge can go below zero, so a negative ceiling can make sense.
-        value = _validate.number(self.max_value, f"Limit max_value for {self.key!r}")
+        what = f"Limit max_value for {self.key!r}"
+        if is_money(self.key):
+            value: Any = _validate.dollars(self.max_value, what, allow_negative=True)
+        else:
+            value = _validate.number(self.max_value, what)
         object.__setattr__(self, "max_value", value)
         try:
             object.__setattr__(self, "type", LimitType(self.type))
@@ -98,6 +104,13 @@ class Limit:
             object.__setattr__(self, "window_s", window)
 
     @property
+    def internal_max(self) -> Any:
+        """``max_value`` as the kernel counts the key: whole nano-dollars for money."""
+        if is_money(self.key):
+            return money.to_nano(self.max_value, allow_negative=True)
+        return self.max_value
+
+    @property
     def is_ceiling(self) -> bool:
         """Whether this is a plain hard ceiling on the running total (not soft, not windowed):
         the kind the check before each call and the shared ledgers enforce."""
@@ -114,7 +127,8 @@ class Limit:
         star = "*" if self.type is LimitType.PREFIX else ""
         window = "" if self.window_s is None else f" per {_num(self.window_s)}s"
         soft = " (soft)" if self.soft else ""
-        return f"{self.key}{star} > {_num(self.max_value)}{window}{soft}"
+        top = _shown(self.key, self.max_value)
+        return f"{self.key}{star} > {top}{window}{soft}"
 
 
 def warn_fractions(value: object, name: str) -> tuple[float, ...]:
@@ -140,12 +154,13 @@ class ExceededLimit:
 
     limit: Limit
     key: str
-    value: float
+    value: Any
     note: str = ""
 
     def __str__(self) -> str:
         head = self.note or "limit exceeded"
-        return f"{head}: {self.key} = {_num(self.value)} > {_num(self.limit.max_value)}"
+        value, top = _shown(self.key, self.value), _shown(self.key, self.limit.max_value)
+        return f"{head}: {self.key} = {value} > {top}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +170,13 @@ class DerivedCeiling:
     kernel's value less ``offset``, and ``note``."""
 
     limit: Limit
-    offset: float
+    offset: Any
     note: str
+
+
+def _shown(key: str, value: Any) -> str:
+    """A limit's value as a person writes it: money as dollars (``$0.05``), counts plainly."""
+    return money.format_usd(value) if is_money(key) else _num(value)
 
 
 def _num(value: float) -> str:
@@ -175,29 +195,37 @@ def default_limits() -> list[Limit]:
 def check_limits(
     stats: ExecutionStats,
     limits: Sequence[Limit],
-    pending: Mapping[str, float] | None = None,
+    pending: Mapping[str, Any] | None = None,
 ) -> ExceededLimit | None:
     """The first limit that ``stats`` exceeds, or None.
 
     Values include usage reserved by calls in flight, plus ``pending`` (the reservation of a call
-    about to start), so a check before a call asks "would this call break a limit?".
+    about to start; money in dollars), so a check before a call asks "would this call break a
+    limit?".
     """
     for limit in limits:
         if not isinstance(limit, Limit):
             raise TypeError(f"limits must hold Limit objects, got {type(limit).__name__}")
     kernel, level = bound(stats)
     assert level is not None
-    found = kernel.check(((level, compile_limits(limits)),), pending)
+    internal = None if pending is None else {k: internal_amount(k, v) for k, v in pending.items()}
+    found = kernel.check(((level, compile_limits(limits)),), internal)
     return None if found is None else exceeded(found[1])
 
 
-def exceeded(hit: tuple[object, str, float]) -> ExceededLimit:
-    """The kernel's answer ``(limit, key, value)`` as an :class:`ExceededLimit`."""
-    limit, key, value = hit
-    if isinstance(limit, DerivedCeiling):
-        return ExceededLimit(limit.limit, key, value - limit.offset, limit.note)
-    assert isinstance(limit, Limit)
-    return ExceededLimit(limit, key, value)
+def exceeded(hit: tuple[object, str, Any]) -> ExceededLimit:
+    """The kernel's answer ``(limit, key, value)`` as an :class:`ExceededLimit` (money back in
+    dollars)."""
+    found, key, value = hit
+    note = ""
+    if isinstance(found, DerivedCeiling):
+        value, note = value - found.offset, found.note
+        found = found.limit
+    assert isinstance(found, Limit)
+    limit = found
+    if is_money(key):
+        value = money.from_nano(value)
+    return ExceededLimit(limit, key, value, note)
 
 
 def context_limits(
@@ -215,7 +243,7 @@ def context_limits(
             if not isinstance(limit, Limit):
                 raise TypeError(f"limits must hold Limit objects, got {type(limit).__name__}")
             built.append(limit)
-    cost = _validate.optional_amount(max_cost_usd, "max_cost_usd")
+    cost = None if max_cost_usd is None else _validate.dollars(max_cost_usd, "max_cost_usd")
     steps = None if max_steps is None else _validate.count(max_steps, "max_steps")
     retries = None if max_retries is None else _validate.count(max_retries, "max_retries")
     if cost is not None:

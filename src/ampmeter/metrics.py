@@ -12,8 +12,10 @@ import datetime as _dt
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Protocol
 
+from ampmeter import money
 from ampmeter.graph import META_TOOL_CALLS_MADE, TERMINAL_STATUSES, Node
 from ampmeter.logs.reader import iter_lines, read_jsonl
 
@@ -205,7 +207,7 @@ class _Totals:
         self.output = 0
         self.llm_calls = 0
         self.tool_calls = 0
-        self.cost = 0.0
+        self.cost = Decimal(0)  # summed exactly; a float only in the result
         self.first_ms: float | None = None
         self.last_ms: float | None = None
 
@@ -214,14 +216,14 @@ class _Totals:
         kind: str,
         t_in: int,
         t_out: int,
-        cost: float,
+        cost: Decimal | float,
         start_ms: float | None,
         end_ms: float | None,
     ) -> None:
         self.events += 1
         self.input += t_in
         self.output += t_out
-        self.cost += cost
+        self.cost += money.usd(cost, "cost_usd", allow_negative=True)
         if kind == "llm":
             self.llm_calls += 1
         elif kind == "tool":
@@ -236,7 +238,13 @@ class _Totals:
         if self.first_ms is not None and self.last_ms is not None:
             duration = max(0.0, (self.last_ms - self.first_ms) / 1000.0)
         return TaskResult(
-            metrics, self.input, self.output, self.llm_calls, self.tool_calls, self.cost, duration
+            metrics,
+            self.input,
+            self.output,
+            self.llm_calls,
+            self.tool_calls,
+            float(self.cost),
+            duration,
         )
 
 

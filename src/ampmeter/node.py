@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Final
 
 __all__ = [
@@ -57,7 +58,7 @@ class Node:
     status: str = "created"
     model: str | None = None
     retries_used: int = 0
-    cost_usd: float = 0.0
+    cost_usd: Decimal = Decimal(0)
     tokens_in: int | None = None
     tokens_out: int | None = None
     stop_reason: str | None = None
@@ -89,7 +90,7 @@ class Node:
             "status": self.status,
             "model": self.model,
             "retries_used": self.retries_used,
-            "cost_usd": self.cost_usd,
+            "cost_usd": float(self.cost_usd),
             "tokens_in": self.tokens_in,
             "tokens_out": self.tokens_out,
             "stop_reason": self.stop_reason,

@@ -36,7 +36,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
+from ampmeter import money
 from ampmeter.errors import HandoffError
+from ampmeter.keys import is_money
 from ampmeter.limits import Limit
 
 if TYPE_CHECKING:
@@ -206,13 +208,27 @@ def _handoff(data: Any) -> Handoff:
 
 
 def _limits_out(limits: tuple[Limit, ...]) -> list[list[Any]]:
-    return [[limit.key, limit.max_value, limit.type.value] for limit in limits]
+    return [[limit.key, _max_out(limit), limit.type.value] for limit in limits]
+
+
+def _max_out(limit: Limit) -> object:
+    # Money goes as a decimal string: a JSON number would be read back as a binary float.
+    return str(limit.max_value) if is_money(limit.key) else limit.max_value
 
 
 def _limits_in(raw: Any) -> tuple[Limit, ...]:
     if not isinstance(raw, list):
         raise TypeError("limits must be a list")
-    return tuple(Limit(key, value, kind) for key, value, kind in raw)
+    return tuple(Limit(key, _max_in(key, value), kind) for key, value, kind in raw)
+
+
+def _max_in(key: object, value: object) -> object:
+    """A limit's maximum as written in a token: money as a decimal string, read exactly."""
+    if isinstance(key, str) and is_money(key):
+        if not isinstance(value, str):
+            raise TypeError(f"the maximum of {key!r} must be a decimal string, got {value!r}")
+        return money.usd(value, f"the maximum of {key!r}", allow_negative=True)
+    return value
 
 
 # -- HTTP ---------------------------------------------------------------------------------------

@@ -10,9 +10,10 @@ flight have announced and not yet replaced by their actual usage (see :meth:`res
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
 
-from ampmeter import _validate
+from ampmeter import _validate, money
 from ampmeter._core.kernel import Kernel, Level, bind, bound
 from ampmeter.keys import (
     KEY_COST,
@@ -22,12 +23,30 @@ from ampmeter.keys import (
     KEY_TOOL_CALLS,
     KEY_TOOLCHAIN_PARSE_ERROR_TOTAL,
     PROTECTED_KEYS,
+    is_money,
 )
 
 if TYPE_CHECKING:
     from ampmeter.graph import ExecutionGraph
 
 __all__ = ["ExecutionStats"]
+
+
+def _gauge_amount(key: str, value: object, what: str) -> Any:
+    """A gauge amount as the kernel counts it: money as whole nano-dollars, else a float."""
+    if is_money(key):
+        return _validate.nano(value, what, allow_negative=True)
+    return _validate.number(value, what)
+
+
+def internal_amount(key: str, value: Any) -> Any:
+    """An amount of ``key`` as the kernel counts it: money (dollars) as whole nano-dollars."""
+    return money.to_nano(value, key, allow_negative=True) if is_money(key) else value
+
+
+def _shown(values: dict[str, Any]) -> dict[str, Any]:
+    """Kernel values as users read them: money keys as Decimal dollars."""
+    return {k: money.from_nano(v) if is_money(k) else v for k, v in values.items()}
 
 
 def _key(key: object) -> str:
@@ -44,7 +63,8 @@ class ExecutionStats:
     ``incr_counter`` and ``incr_gauge`` add to this object and every ancestor at once;
     ``set_*`` and ``reset_*`` change only this object. ``amp:iterations`` is protected (user
     changes are ignored) and, like the ``*_consecutive`` parse-error keys, is never propagated.
-    Counters are ints up to 2**53 in size; gauges are finite floats.
+    Counters are ints up to 2**53 in size; gauges are finite floats, except money keys
+    (``amp:cost``, ``amp:cost:<model>``), which are exact Decimal dollars.
 
     ``graph`` (for a root) puts the stats in that graph's accounting kernel, so a context's
     calls update its graph and its stats in one step under one lock.
@@ -111,23 +131,27 @@ class ExecutionStats:
 
     # -- gauges -----------------------------------------------------------------------------
 
-    def incr_gauge(self, key: str, delta: float) -> None:
-        """Add a finite ``delta`` (any sign) to ``key`` here and in every ancestor."""
+    def incr_gauge(self, key: str, delta: float | Decimal) -> None:
+        """Add a finite ``delta`` (any sign) to ``key`` here and in every ancestor (money keys:
+        dollars, exact)."""
         name = _key(key)
-        amount = _validate.number(delta, "delta")
+        amount = _gauge_amount(name, delta, "delta")
         if name not in PROTECTED_KEYS:
             self._kernel.add(self._level, name, amount, True)
 
-    def set_gauge(self, key: str, value: float) -> None:
-        """Set ``key`` to a finite ``value`` in this context only."""
+    def set_gauge(self, key: str, value: float | Decimal) -> None:
+        """Set ``key`` to a finite ``value`` in this context only (money keys: dollars)."""
         name = _key(key)
-        number = _validate.number(value, "value")
+        number = _gauge_amount(name, value, "value")
         if name not in PROTECTED_KEYS:
             self._kernel.set(self._level, name, number, True)
 
-    def get_gauge(self, key: str) -> float:
-        """The gauge's value, or 0.0 if it was never written."""
+    def get_gauge(self, key: str) -> Any:
+        """The gauge's value, or 0 if it was never written: a Decimal of dollars for a money key
+        (``amp:cost``, ``amp:cost:<model>``), else a float."""
         value = self._kernel.value(self._level, key, True)
+        if is_money(key):
+            return money.from_nano(value or 0)
         return 0.0 if value is None else float(value)
 
     def reset_gauge(self, key: str) -> None:
@@ -140,17 +164,17 @@ class ExecutionStats:
         """A copy of all counters."""
         return self._kernel.values(self._level, False)
 
-    def gauges(self) -> dict[str, float]:
-        """A copy of all gauges."""
-        return self._kernel.values(self._level, True)
+    def gauges(self) -> dict[str, Any]:
+        """A copy of all gauges (money keys as Decimal dollars)."""
+        return _shown(self._kernel.values(self._level, True))
 
-    def reserved(self) -> dict[str, float]:
+    def reserved(self) -> dict[str, Any]:
         """A copy of the usage reserved here by calls in flight (estimates not yet settled).
 
         A call's reservation is held in the contexts whose limits watch it, for the keys those
         limits match; elsewhere nothing is reserved.
         """
-        return self._kernel.reserved(self._level)
+        return _shown(self._kernel.reserved(self._level))
 
     def total_input_tokens(self) -> int:
         """Input tokens of all models."""
@@ -160,9 +184,9 @@ class ExecutionStats:
         """Output tokens of all models."""
         return self.get_counter(KEY_OUTPUT_TOKENS)
 
-    def total_cost(self) -> float:
-        """Cost in USD of all models."""
-        return self.get_gauge(KEY_COST)
+    def total_cost(self) -> Decimal:
+        """Cost in USD of all models (exact)."""
+        return money.from_nano(self._kernel.value(self._level, KEY_COST, True) or 0)
 
     def tool_call_count(self) -> int:
         """Tool calls of all tools."""
@@ -178,9 +202,11 @@ class ExecutionStats:
 
     # -- calls in flight, simulated (tests and tools that stand in for a call) ----------------
 
-    def _hold_forever(self, amounts: dict[str, float]) -> None:
-        """Hold ``amounts`` here as a call in flight would, until the tree is gone."""
-        self._kernel.hold_forever(self._level, dict(amounts))
+    def _hold_forever(self, amounts: dict[str, Any]) -> None:
+        """Hold ``amounts`` (money in dollars) here as a call in flight would, until the tree
+        is gone."""
+        held = {key: internal_amount(key, value) for key, value in amounts.items()}
+        self._kernel.hold_forever(self._level, held)
 
     def __repr__(self) -> str:
         # No lock: a repr may be asked for while the (non-reentrant) lock is held.

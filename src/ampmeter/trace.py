@@ -7,6 +7,7 @@ through ``ctx.llm_call`` would; model and tool authors only report what happened
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Literal
 
 from ampmeter.keys import (
@@ -26,12 +27,13 @@ __all__ = ["ModelCallTrace", "ParseErrorTrace", "ToolCallTrace", "TraceRecord", 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelCallTrace:
-    """One LLM call's usage: tokens in and out (and their cached/reasoning subsets), cost."""
+    """One LLM call's usage: tokens in and out (and their cached/reasoning subsets), cost in
+    dollars (a float is read as written)."""
 
     model: str
     input_tokens: int = 0
     output_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float | Decimal = 0
     cached_tokens: int = 0
     reasoning_tokens: int = 0
 

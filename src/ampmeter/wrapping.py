@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -37,17 +38,17 @@ class WrapOptions:
     """
 
     operation_name: str = ""
-    cost_estimate_hint: float = 0.0
+    cost_estimate_hint: Decimal | float = 0.0
     model: str | None = None
 
     def __post_init__(self) -> None:
         _validate.text(self.operation_name, "operation_name")
         _validate.optional_text(self.model, "model")
-        hint = _validate.amount(self.cost_estimate_hint, "cost_estimate_hint")
+        hint = _validate.dollars(self.cost_estimate_hint, "cost_estimate_hint")
         object.__setattr__(self, "cost_estimate_hint", hint)
 
 
-def run_wrapped(call: Call, fn: Callable[[], object], cost: float) -> Decision:
+def run_wrapped(call: Call, fn: Callable[[], object], cost: Decimal | float) -> Decision:
     """Run ``fn`` as ``call``: HALT if a limit stops it, RETRY if it raised, else ALLOW."""
     try:
         call.start()
@@ -64,6 +65,6 @@ def run_wrapped(call: Call, fn: Callable[[], object], cost: float) -> Decision:
     if call.kind == "llm":
         call.record(cost_usd=cost)
     elif cost:
-        call.cost_usd = cost
+        call.cost_usd = _validate.dollars(cost, "cost_estimate_hint")
     call.finish()
     return Decision.ALLOW

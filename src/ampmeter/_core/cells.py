@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from ampmeter._core.check import Entry, LimitRow, compile_entries
 from ampmeter._core.usage import Shape
+from ampmeter.keys import is_money
 from ampmeter.node import Node
 
 __all__ = ["Cell", "Level", "Ticket"]
@@ -25,7 +26,7 @@ class Cell:
 
     __slots__ = ("value",)
 
-    def __init__(self, value: float) -> None:
+    def __init__(self, value: Any) -> None:
         self.value = value
 
 
@@ -79,11 +80,12 @@ class Level:
         return keys
 
     def cell(self, key: str, gauge: bool) -> Cell:
-        """The cell of ``key`` (made at 0 if new)."""
+        """The cell of ``key`` (made at 0 if new: an int for counters and for money, which is
+        counted in whole nano-dollars; a float for other gauges)."""
         cells = self.gauges if gauge else self.counters
         found = cells.get(key)
         if found is None:
-            found = Cell(0.0 if gauge else 0)
+            found = Cell(0.0 if gauge and not is_money(key) else 0)
             cells[key] = found
             self.version += 1
             self.note(key)
@@ -125,7 +127,7 @@ class Ticket:
     def __init__(
         self,
         node: Node,
-        amounts: Mapping[str, float],
+        amounts: Mapping[str, Any],
         holds: tuple[tuple[Level, tuple[str, ...]], ...],
         owner: object | None,
     ) -> None:

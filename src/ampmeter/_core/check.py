@@ -30,7 +30,7 @@ def compile_limits(limits: Iterable[Any]) -> tuple[LimitRow, ...]:
     and windowed limits are the policies' work). Money ceilings are whole nano-dollars, as the
     kernel's money cells are."""
     return tuple(
-        (limit.type.value == "prefix", limit.key, limit.max_value, limit)
+        (limit.type.value == "prefix", limit.key, limit.internal_max, limit)
         for limit in limits
         if limit.is_ceiling
     )

@@ -136,9 +136,9 @@ class Frame:
             if limit is None
             else {
                 "key": limit.key,
-                "value": limit.value,
+                "value": float(limit.value),
                 "limit_key": limit.limit.key,
                 "limit_type": limit.limit.type.value,
-                "max_value": limit.limit.max_value,
+                "max_value": float(limit.limit.max_value),
             },
         }

@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, TypeVar
 
+from ampmeter import money
 from ampmeter._core.cells import Cell, Level, Ticket
 from ampmeter._core.check import Guard, Hit, LimitRow
 from ampmeter._core.outcome import Outcome
@@ -40,8 +41,8 @@ __all__ = ["Cell", "Kernel", "Level", "Ticket", "bind", "bound"]
 
 _CREATED: Final = "created"
 _RUNNING: Final = "running"
-_DUST: Final = 1e-12  # reserved totals below this are float dust from add/subtract pairs
 _T = TypeVar("_T")
+_NO_COST: Final = money.from_nano(0)
 _NO_OUTCOME: Final = Outcome("halt", stop_reason="interrupted before it was settled")
 _NOT_STARTED: Final = Outcome("halt", stop_reason="interrupted before it started")
 
@@ -91,7 +92,7 @@ class Kernel:
         # node id -> its owner, for calls made and not yet admitted: one whose owner is gone
         # (interrupted before it started) is ended by the next sweep.
         self._unstarted: dict[str, Callable[[], object]] = {}
-        self._total_cost_usd = 0.0
+        self._total_cost_usd = 0  # nano-dollars
         self._total_llm_calls = 0
         self._total_tool_calls = 0
         self._total_retries = 0
@@ -216,7 +217,7 @@ class Kernel:
             if node.status in TERMINAL_STATUSES:
                 return False
             if node.parent_id is None and (
-                outcome.cost_usd or outcome.tokens_in or outcome.tokens_out
+                outcome.cost_nano or outcome.tokens_in or outcome.tokens_out
             ):
                 raise ValueError("the root node carries no cost or tokens of its own")
             self._end_locked(node, outcome, end)
@@ -225,12 +226,13 @@ class Kernel:
     def _end_locked(self, node: Node, outcome: Outcome, end: int) -> None:
         # Plain assignments and additions until the metadata merge: an interrupt, which CPython
         # raises only at calls and loop back-edges, cannot land between them.
-        previous = node.status
         self._unstarted.pop(node.node_id, None)
-        cost, t_in, t_out = outcome.cost_usd, outcome.tokens_in, outcome.tokens_out
+        cost, t_in, t_out = outcome.cost_nano, outcome.tokens_in, outcome.tokens_out
+        shown = money.from_nano(cost) if cost else _NO_COST
+        previous = node.status
         node.status = outcome.status
         node.end_ts_ms = end
-        node.cost_usd = cost
+        node.cost_usd = shown
         node.tokens_in = t_in
         node.tokens_out = t_out
         node.error_class = outcome.error_class
@@ -303,7 +305,7 @@ class Kernel:
         self.sweep()
         with self._lock:
             return {
-                "total_cost_usd": self._total_cost_usd,
+                "total_cost_usd": money.from_nano(self._total_cost_usd),
                 "total_llm_calls": self._total_llm_calls,
                 "total_tool_calls": self._total_tool_calls,
                 "total_retries": self._total_retries,
@@ -612,10 +614,10 @@ class Kernel:
         return total
 
     def reserved(self, level: Level) -> dict[str, Any]:
-        """What calls in flight hold at ``level`` (dust and zeros left out)."""
+        """What calls in flight hold at ``level`` (zeros left out)."""
         self.sweep()
         with self._lock:
-            return {k: v for k, v in self.held_at(level).items() if v > _DUST}
+            return {k: v for k, v in self.held_at(level).items() if v > 0}
 
 
 _VIEWS: weakref.WeakKeyDictionary[object, tuple[Kernel, Level | None]] = weakref.WeakKeyDictionary()

@@ -43,11 +43,11 @@ class TerminationReason(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """How a node ended: its status (``success``, ``fail`` or ``halt``), what it used and why it
-    stopped. Every way of ending a node takes one of these."""
+    """How a node ended: its status (``success``, ``fail`` or ``halt``), what it used (its cost
+    in whole nano-dollars) and why it stopped. Every way of ending a node takes one of these."""
 
     status: str
-    cost_usd: Any = 0.0
+    cost_nano: int = 0
     tokens_in: int | None = None
     tokens_out: int | None = None
     error_class: str | None = None
@@ -66,7 +66,7 @@ class Outcome:
 
     def with_usage(
         self,
-        cost_usd: Any,
+        cost_nano: int,
         tokens_in: int | None,
         tokens_out: int | None,
         metadata: Mapping[str, Any] | None,
@@ -74,7 +74,7 @@ class Outcome:
         """This outcome with what the call used."""
         return Outcome(
             self.status,
-            cost_usd,
+            cost_nano,
             tokens_in,
             tokens_out,
             self.error_class,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ampmeter import money
 from ampmeter.node import (
     META_CACHE_WRITE_TOKENS,
     META_CACHED_TOKENS,
@@ -58,7 +59,7 @@ class Priced:
 
     __slots__ = ("cost", "metadata", "unpriced")
 
-    def __init__(self, cost: Any, metadata: dict[str, Any], unpriced: int) -> None:
+    def __init__(self, cost: int, metadata: dict[str, Any], unpriced: int) -> None:
         self.cost = cost
         self.metadata = metadata
         self.unpriced = unpriced
@@ -68,7 +69,7 @@ def price_call(
     pricing: Any,
     model: str | None,
     provider: str | None,
-    cost: Any,
+    cost: int | None,
     recorded: bool,
     tokens_in: int,
     tokens_out: int,
@@ -77,13 +78,14 @@ def price_call(
     reasoning: int,
     tools: int,
 ) -> Priced:
-    """The price of an ended call: ``cost`` as given, else the pricing layer's (unpriced when
-    the model is unknown, the call recorded nothing, or there is no pricing layer)."""
+    """The price of an ended call in nano-dollars: ``cost`` as given, else the pricing layer's
+    (unpriced when the model is unknown, the call recorded nothing, or there is no pricing
+    layer). The layer's price may be a Decimal or a float of dollars."""
     version: str | None = None
     if cost is not None:
         status = "given"
     elif not model or not recorded or pricing is None:
-        cost, status = 0.0, "unpriced"
+        cost, status = 0, "unpriced"
     else:
         result = pricing.price(
             model,
@@ -96,9 +98,9 @@ def price_call(
         )
         version = result.pricing_version
         if result.cost_usd is None:
-            cost, status = 0.0, "unpriced"
+            cost, status = 0, "unpriced"
         else:
-            cost, status = float(result.cost_usd), "priced"
+            cost, status = money.to_nano(result.cost_usd, "price"), "priced"
     meta: dict[str, Any] = {META_COST_STATUS: status}
     if version:
         meta[META_PRICING_VERSION] = version

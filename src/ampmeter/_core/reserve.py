@@ -11,13 +11,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from ampmeter import _validate
+from ampmeter import _validate, money
 from ampmeter._core.usage import Usage
 
 if TYPE_CHECKING:
     from ampmeter.pricing.request_size import RequestSize
 
-__all__ = ["BOUND_OUTPUT_TOKENS", "ESTIMATE_MODES", "Estimate", "llm_estimate", "prompt_estimate"]
+__all__ = [
+    "BOUND_OUTPUT_TOKENS",
+    "ESTIMATE_MODES",
+    "Estimate",
+    "llm_estimate",
+    "prompt_estimate",
+    "reserved_nano",
+]
 
 EstimateMode = Literal["learned", "bound"]
 ESTIMATE_MODES: Final = ("learned", "bound")
@@ -86,16 +93,16 @@ def llm_estimate(
         out_tokens = (max_output_tokens(model) if model else None) or BOUND_OUTPUT_TOKENS
     priced = model != ""  # an empty model name has no price
     if estimate_usd is not None:
-        cost = _validate.amount(estimate_usd, "estimate_usd")
+        cost = reserved_nano(estimate_usd, "estimate_usd")
         priced = True
     elif model and pricing is not None:
         # Without max_tokens the pricing layer assumes its default output length: a budget
         # must not treat a call of unknown length as free.
         found = pricing.estimate(model, provider, prompt_tokens=in_tokens, max_tokens=out_tokens)
         priced = found is not None
-        cost = float(found or 0.0)
+        cost = 0 if found is None else reserved_nano(found, "the price estimate")
     else:
-        cost = 0.0
+        cost = 0
     usage = Usage("llm", model or "", "", in_tokens, out_tokens or 0, 0, 0, cost, 1, 1)
     return Estimate(usage, size, priced, in_tokens)
 
@@ -113,13 +120,19 @@ def embedding_estimate(
     in_tokens, size = prompt_estimate(prompt_tokens, prompt_text, None, model, mode)
     priced = True
     if estimate_usd is not None:
-        cost = _validate.amount(estimate_usd, "estimate_usd")
+        cost = reserved_nano(estimate_usd, "estimate_usd")
     elif model and pricing is not None:
         found = pricing.estimate(model, provider, prompt_tokens=in_tokens, max_tokens=0)
         priced = found is not None
-        cost = float(found or 0.0)
+        cost = 0 if found is None else reserved_nano(found, "the price estimate")
     else:
-        cost = 0.0
+        cost = 0
     return Estimate(
-        Usage("embedding", model or "", "", in_tokens, cost_usd=cost), size, priced, in_tokens
+        Usage("embedding", model or "", "", in_tokens, cost_nano=cost), size, priced, in_tokens
     )
+
+
+def reserved_nano(estimate: object, what: str) -> int:
+    """An estimate in dollars (a Decimal, float read as written, or int) as the nano-dollars a
+    call reserves: rounded up, so rounding never lets a call through."""
+    return money.nano_ceil(_validate.dollars(estimate, what))

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
-from ampmeter import _validate
+from ampmeter import _validate, money
 from ampmeter.keys import (
     KEY_CACHED_INPUT_TOKENS,
     KEY_CACHED_INPUT_TOKENS_FOR,
@@ -30,6 +30,7 @@ from ampmeter.keys import (
     KEY_TOOL_CALLS,
     KEY_TOOL_CALLS_FOR,
     KEY_UNPRICED_LLM_CALLS,
+    is_money,
 )
 
 __all__ = ["Entry", "Shape", "Usage"]
@@ -78,7 +79,8 @@ class Usage(NamedTuple):
     there is none. Cached tokens are a subset of ``tokens_in``, reasoning tokens of
     ``tokens_out``. ``calls`` counts LLM calls for ``llm`` usage and tool calls for ``tool``
     usage; ``steps`` successful calls; ``retries`` failed ones (and retries counted by the
-    caller); ``unpriced`` LLM calls whose model has no known price.
+    caller); ``unpriced`` LLM calls whose model has no known price. ``cost_nano`` is the cost
+    in whole nano-dollars (see :mod:`ampmeter.money`).
     """
 
     kind: str = "llm"
@@ -88,7 +90,7 @@ class Usage(NamedTuple):
     tokens_out: int = 0
     cached_tokens: int = 0
     reasoning_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_nano: int = 0
     calls: int = 0
     steps: int = 0
     retries: int = 0
@@ -127,7 +129,7 @@ class Usage(NamedTuple):
             t_out,
             cached,
             reasoning,
-            _validate.amount(cost_usd, "cost_usd"),
+            _validate.nano(cost_usd, "cost_usd"),
             _validate.count(calls, "calls"),
             _validate.count(steps, "steps"),
             _validate.count(retries, "retries"),
@@ -173,11 +175,14 @@ class Usage(NamedTuple):
         """The amounts of ``shape``'s keys, in its order."""
         return shape.pick(self)
 
-    def amounts(self) -> dict[str, float]:
-        """Every key of :meth:`entries` with its amount (a reservation's holds, a ledger's
-        amounts)."""
+    def amounts(self) -> dict[str, Any]:
+        """Every key of :meth:`entries` with its amount as a ledger takes it: money as exact
+        Decimal dollars, other keys as ints."""
         shape = self.shape()
-        return dict(zip(shape.keys, map(float, self.values(shape)), strict=True))
+        return {
+            key: money.from_nano(value) if is_money(key) else value
+            for key, value in zip(shape.keys, self.values(shape), strict=True)
+        }
 
     def _translate(self) -> tuple[Entry, ...]:
         model = self.model

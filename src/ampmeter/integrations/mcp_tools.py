@@ -42,7 +42,7 @@ def _wrap_call_tool(original: Callable[..., Any]) -> Callable[..., Any]:
         price = tool_price(name)
         call = ctx.tool_call(
             name,
-            estimate_usd=None if price is None else float(price),
+            estimate_usd=price,
             metadata={META_OPERATION: OPERATION, META_TRANSPORT: "mcp"},
             arguments=arguments,
         )
@@ -57,7 +57,7 @@ def _wrap_call_tool(original: Callable[..., Any]) -> Callable[..., Any]:
             call.finish(exc)
             raise
         if price is not None:
-            call.record(cost_usd=float(price))
+            call.record(cost_usd=price)
         failed = _is_error(result)
         call.finish(ToolFailed(f"the MCP tool {name!r} reported an error") if failed else None)
         return result

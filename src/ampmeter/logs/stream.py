@@ -15,11 +15,13 @@ import os
 import threading
 import time
 from dataclasses import asdict, dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
 
+from ampmeter import money
 from ampmeter.graph import META_COST_STATUS, Node
 from ampmeter.sinks.base import Sink
 from ampmeter.sinks.jsonl import (
@@ -105,7 +107,7 @@ class _Tally:
         self.tokens = 0
         self.latency_ms = 0.0
         self.root_latency_ms: float | None = None
-        self.cost = 0.0
+        self.cost = Decimal(0)  # summed exactly; a number only where it is written
 
 
 class StreamMetricsLogger:
@@ -144,7 +146,7 @@ class StreamMetricsLogger:
         self._tallies: dict[tuple[int, str], _Tally] = {}
         self._latencies: list[float] = []
         self._solved = 0
-        self._cost = 0.0
+        self._cost = Decimal(0)
         self._contamination_sum = 0.0
         self._contamination_n = 0
 
@@ -301,7 +303,7 @@ class StreamMetricsLogger:
                 tally.llm_calls += 1
             tally.tokens += total_tokens or 0
             tally.latency_ms += latency_ms or 0.0
-            tally.cost += api_cost_usd or 0.0
+            tally.cost += money.usd(api_cost_usd or 0, "api_cost_usd", allow_negative=True)
 
     def problem(self, t: int, problem_id: str) -> ProblemSink:
         """A sink for one problem's ``ExecutionContext`` (``sinks=[logger.problem(t, pid)]``).
@@ -348,7 +350,7 @@ class StreamMetricsLogger:
                 "completion_tokens": t_out,
                 "total_tokens": total,
                 "latency_ms": float(event["latency_ms"]),
-                "api_cost_usd": None if unpriced else node.cost_usd,
+                "api_cost_usd": None if unpriced else float(node.cost_usd),
                 # A call stopped before it ran has no error class; say that it was halted.
                 "error_type": node.error_class or ("halt" if node.status == "halt" else None),
             }
@@ -414,7 +416,11 @@ class StreamMetricsLogger:
             if latency_total_ms is None:
                 seen = tally.root_latency_ms
                 latency_total_ms = seen if seen is not None else tally.latency_ms
-            cost = float(api_cost_usd if api_cost_usd is not None else tally.cost)
+            cost = (
+                tally.cost
+                if api_cost_usd is None
+                else money.usd(api_cost_usd, "api_cost_usd", allow_negative=True)
+            )
             line = {
                 "t": t,
                 "problem_id": problem_id,
@@ -425,7 +431,7 @@ class StreamMetricsLogger:
                 "llm_calls": llm_calls if llm_calls is not None else tally.llm_calls,
                 "tokens_total": tokens_total if tokens_total is not None else tally.tokens,
                 "latency_total_ms": float(latency_total_ms),
-                "api_cost_usd": cost,
+                "api_cost_usd": float(cost),
                 "retrieval_hit": retrieval_hit,
                 "reuse_count": reuse_count,
                 "memory_n_nodes": memory_n_nodes,
@@ -442,8 +448,8 @@ class StreamMetricsLogger:
             cumulative = StreamCumulativeMetrics(
                 t=t,
                 cumulative_solved=solved_total,
-                cumulative_api_cost_usd=cost_total,
-                cost_per_solved=cost_total / max(1, solved_total),
+                cumulative_api_cost_usd=float(cost_total),
+                cost_per_solved=float(cost_total / max(1, solved_total)),
                 contamination_rate=c_sum / c_n if c_n else None,
                 p50_latency_ms=percentile(latencies, 50.0),
                 p95_latency_ms=percentile(latencies, 95.0),

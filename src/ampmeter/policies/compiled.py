@@ -33,8 +33,10 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
+from ampmeter import money
 from ampmeter._core.outcome import TerminationReason
 from ampmeter.keys import KEY_COST, KEY_UNPRICED_LLM_CALLS
 from ampmeter.limits import DerivedCeiling, ExceededLimit, Limit, LimitType
@@ -70,14 +72,14 @@ def _watches_cost(limit: Limit) -> bool:
     return limit.matches(KEY_COST) or (limit.key.startswith(KEY_COST) and not limit.soft)
 
 
-def _spent_cost(ctx: ExecutionContext) -> float:
-    """What ``ctx``'s cost budget has spent: through a shared ledger, every process's spend
-    (read at most every :data:`SHARED_READ_S`); else this process's."""
-    local = ctx.stats.get_gauge(KEY_COST)
+def _spent_cost(ctx: ExecutionContext) -> Decimal:
+    """What ``ctx``'s cost budget has spent, in dollars: through a shared ledger, every
+    process's spend (read at most every :data:`SHARED_READ_S`); else this process's."""
+    local: Decimal = ctx.stats.get_gauge(KEY_COST)
     if ctx.ledger is None:
         return local
     totals = shared_totals(ctx.ledger).read()
-    return local if totals is None else max(local, totals.get(KEY_COST, 0.0))
+    return local if totals is None else max(local, Decimal(totals.get(KEY_COST, 0)))
 
 
 def _first(
@@ -162,14 +164,15 @@ class Window:
     def __init__(self, limit: Limit) -> None:
         self.limit = limit
         self.lock = threading.Lock()
-        self.recent: deque[tuple[float, float]] = deque()  # (monotonic time, amount)
-        self.expired = 0.0  # settled amounts that have left the window
+        # (monotonic time, amount as the kernel counts it: money in nano-dollars)
+        self.recent: deque[tuple[float, Any]] = deque()
+        self.expired: Any = 0  # settled amounts that have left the window
 
-    def add(self, amount: float) -> None:
+    def add(self, amount: Any) -> None:
         with self.lock:
             self.recent.append((time.monotonic(), amount))
 
-    def left_window(self) -> float:
+    def left_window(self) -> Any:
         """The settled amount older than the window (it only grows)."""
         assert self.limit.window_s is not None
         start = time.monotonic() - self.limit.window_s
@@ -276,12 +279,15 @@ class Policies:
             for limit in ctx.limits:
                 if is_cost_ceiling(limit):
                     top = limit.max_value - reserve
+                    kept = money.format_usd(reserve)
                     ceiling = DerivedCeiling(
                         Limit(KEY_COST, top),
-                        0.0,
-                        f"final-answer reserve ({reserve:g} USD kept for a call marked final)",
+                        0,
+                        f"final-answer reserve ({kept} kept for a call marked final)",
                     )
-                    lowered.append((False, KEY_COST, top, ceiling))
+                    lowered.append(
+                        (False, KEY_COST, money.to_nano(top, allow_negative=True), ceiling)
+                    )
             rows.append((level, (*base, *lowered)))
         return tuple(rows) if found else None
 
@@ -379,7 +385,7 @@ class Policies:
         hook = self.pressure
         assert hook is not None
         at = self.options.pressure_at if self.options.pressure_at is not None else 0.8
-        spent = max(_spent_cost(c) / top for c, top in self.cost_ceilings)
+        spent = max(float(_spent_cost(c) / top) for c, top in self.cost_ceilings)
         if spent < at:
             return None
         changed = hook(ctx, dict(request))
@@ -515,7 +521,7 @@ class Policies:
                 gone = window.left_window()
                 limit = window.limit
                 ceiling = DerivedCeiling(limit, gone, f"limit exceeded in {limit.window_s:g}s")
-                extra.append((False, limit.key, limit.max_value + gone, ceiling))
+                extra.append((False, limit.key, limit.internal_max + gone, ceiling))
             changed[index] = (level, (*base, *extra))
         return tuple(changed)
 
@@ -552,7 +558,7 @@ class Policies:
             for window in owned.windows:
                 for key, field, _ in entries:
                     if key == window.limit.key and usage[field]:
-                        window.add(float(usage[field]))
+                        window.add(usage[field])
         found: list[tuple[Owned, LimitEvent]] = []
         for owned in self.chain_owned:
             if owned.watched:
@@ -598,11 +604,12 @@ class Policies:
             if (index, key) in owned.done:
                 continue
             top = limit.max_value
+            value: Any  # Decimal dollars for money keys
             if totals is not None and key in totals:
                 value = totals[key]
             else:
                 value = stats.get_gauge(key) if gauge else float(stats.get_counter(key))
-            fraction = value / top if top > 0 else (1.0 if value > top else 0.0)
+            fraction = float(value / top) if top > 0 else (1.0 if value > top else 0.0)
             name = owned.context.name
             with owned.lock:
                 for threshold in limit.warn_at:

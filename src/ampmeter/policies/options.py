@@ -7,6 +7,7 @@ import contextlib
 import contextvars
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ampmeter import _validate
@@ -88,7 +89,7 @@ class LimitEvent:
     kind: str
     limit: Limit
     key: str
-    value: float
+    value: Any
     fraction: float
     node_id: str
     context: str
@@ -100,7 +101,7 @@ class LimitEvent:
             "kind": self.kind,
             "limit": self.limit.describe(),
             "key": self.key,
-            "value": self.value,
+            "value": float(self.value),
             "fraction": self.fraction,
             "threshold": self.threshold,
             "node_id": self.node_id,
@@ -120,7 +121,7 @@ class PolicyOptions:
     on_unpriced: OnUnpriced | None = None
     warn_at: tuple[float, ...] = ()
     on_limit_event: Callable[[LimitEvent], None] | None = None
-    final_reserve_usd: float | None = None
+    final_reserve_usd: Decimal | None = None
     max_repeats: int | None = None
     max_input_tokens_per_call: int | None = None
     on_budget_pressure: PressureHook | None = None
@@ -157,7 +158,9 @@ class PolicyOptions:
             on_unpriced,
             () if warn_at is None else warn_fractions(warn_at, "warn_at"),
             on_limit_event,  # type: ignore[arg-type]
-            _validate.optional_amount(final_reserve_usd, "final_reserve_usd"),
+            None
+            if final_reserve_usd is None
+            else _validate.dollars(final_reserve_usd, "final_reserve_usd"),
             None if max_repeats is None else _validate.count(max_repeats, "max_repeats"),
             None
             if max_input_tokens_per_call is None

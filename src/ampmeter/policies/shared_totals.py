@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from ampmeter.ledgers import Ledger
+    from ampmeter.ledgers.base import Amount
 
 __all__ = ["SHARED_READ_S", "SharedTotals", "shared_totals"]
 
@@ -30,17 +31,16 @@ class SharedTotals:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = weakref.ref(ledger)
         self.read_at = -SHARED_READ_S
-        self.totals: dict[str, float] | None = None
+        self.totals: dict[str, Amount] | None = None
 
-    def read(self, *, fresh: bool = False) -> dict[str, float] | None:
-        """The ledger's spend per key (cached unless ``fresh``), or None if it cannot be read."""
+    def read(self, *, fresh: bool = False) -> dict[str, Amount] | None:
+        """The ledger's spend per key (cached unless ``fresh``; money as exact Decimal dollars),
+        or None if it cannot be read."""
         now = time.monotonic()
         if fresh or now - self.read_at >= SHARED_READ_S:
             ledger = self.ledger()
             try:
-                totals = (
-                    None if ledger is None else {k: float(v) for k, v in ledger.spent().items()}
-                )
+                totals = None if ledger is None else ledger.spent()
             except Exception:  # the ledger's own errors, or a backend gone: local totals then
                 totals = None
             self.totals, self.read_at = totals, now

@@ -18,13 +18,14 @@ from ampmeter._core.outcome import Outcome
 from ampmeter.errors import HandoffError
 from ampmeter.keys import (
     KEY_COST,
-    KEY_COST_FOR,
     KEY_INPUT_TOKENS,
     KEY_LLM_CALLS,
     KEY_OUTPUT_TOKENS,
     KEY_TOOL_CALLS,
+    is_money,
 )
 from ampmeter.limits import LimitType
+from ampmeter.stats import internal_amount
 
 if TYPE_CHECKING:
     from ampmeter._core.emit import Emitter
@@ -36,8 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["HandoffSpend", "Handoffs"]
 
-# The keys whose hand-off spend also counts in the graph's aggregates.
-_AGGREGATED = (KEY_LLM_CALLS, KEY_TOOL_CALLS, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS, KEY_COST)
+# The counts whose hand-off spend also counts in the graph's aggregates (with its cost).
+_AGGREGATED = (KEY_LLM_CALLS, KEY_TOOL_CALLS, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS)
 
 
 class HandoffSpend:
@@ -126,22 +127,23 @@ class Handoffs:
 
     def refresh(self) -> dict[str, Any]:
         """Read the spend of the hand-offs from the ledger again; add what is new to the stats
-        (here and above) and to the graph's aggregates. Returns what was added, per key."""
+        (here and above) and to the graph's aggregates. Returns what was added, per key (money
+        as exact Decimal dollars, as the ledger gives it)."""
         added: dict[str, Any] = {}
         level = self.frame.level
         for handoff in list(self.made):
             try:
-                spent = {k: float(v) for k, v in handoff.ledger.spent(handoff.scope).items()}
+                spent = handoff.ledger.spent(handoff.scope)
             except Exception as error:
                 handoff.error = error
                 continue
             for key, delta in handoff.take_new(spent).items():
-                gauge = key == KEY_COST or key.startswith(KEY_COST_FOR)
-                self.kernel.add(level, key, delta, gauge)
+                self.kernel.add(level, key, internal_amount(key, delta), is_money(key))
                 added[key] = added.get(key, 0) + delta
         if added:
-            calls, tools, t_in, t_out, cost = (added.get(key, 0) for key in _AGGREGATED)
-            self.kernel.add_handed_off(int(calls), int(tools), int(t_in), int(t_out), cost)
+            calls, tools, t_in, t_out = (int(added.get(key, 0)) for key in _AGGREGATED)
+            cost = internal_amount(KEY_COST, added.get(KEY_COST, 0))
+            self.kernel.add_handed_off(calls, tools, t_in, t_out, cost)
         return added
 
     def settle(self) -> None:

@@ -13,7 +13,7 @@ import contextlib
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from ampmeter import redact
 from ampmeter._core.outcome import Outcome, TerminationReason
@@ -30,8 +30,6 @@ if TYPE_CHECKING:
     from ampmeter.ledgers.base import Ledger, Refusal
 
 __all__ = ["LedgerStep"]
-
-_DUST: Final = 1e-9  # relative: holds below this share of a ceiling are float residue
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +48,7 @@ class LedgerRequest:
     def stop(self, refusal: Refusal) -> tuple[str, ExceededLimit]:
         """The scope and the exceeded limit a ledger's refusal names (with the note of the
         policy behind it: a window, the loop guard)."""
-        value = float(refusal.value)  # ledgers speak Decimal dollars; the facade floats
+        value = refusal.value  # Decimal dollars for money keys, as limits hold them
         if refusal.window_s is not None:
             for limit in self.windows:
                 if limit.key == refusal.key and limit.window_s == refusal.window_s:
@@ -199,9 +197,8 @@ class LedgerStep(Step):
         when the wait is over: out of time, or only holds this call would wait for in vain
         (its enclosing calls' and, on a thread, that thread's own) stand in the way."""
         pause = wait.next_pause()
-        own = self.own_holds(flight, refusal, thread)
-        held, ceiling = float(refusal.reserved), float(refusal.ceiling)  # ledgers speak Decimal
-        if pause is None or held - own <= _DUST * max(1.0, abs(ceiling)):
+        others = refusal.reserved - self.own_holds(flight, refusal, thread)
+        if pause is None or others <= 0:
             scope, stop = request.stop(refusal)
             waited = f"waited {wait.waited():.3g}s of admission_timeout_s={wait.limit_s:g}"
             reason = f"calls in flight held the rest of shared budget {scope!r} ({waited}): {stop}"
@@ -224,7 +221,7 @@ class LedgerStep(Step):
                 continue
             for _, held in other.ledger_holds:
                 if refusal.scope in held.scopes:
-                    total += float(held.amounts.get(refusal.key or "", 0))
+                    total += held.amounts.get(refusal.key or "", 0)
         return total
 
     def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> Outcome:
@@ -240,7 +237,7 @@ class LedgerStep(Step):
             actual = {key: actual_amounts.get(key, 0) for key in held.amounts}
             for key in actual:
                 if key.startswith(KEY_REPEATS_FOR):  # a repeat counts as held, whatever the end
-                    actual[key] = float(held.amounts[key])
+                    actual[key] = held.amounts[key]
             try:
                 ledger.commit(held, actual)
             except Exception as error:
@@ -248,7 +245,7 @@ class LedgerStep(Step):
         if failure is None:
             return outcome
         meta = {**(outcome.metadata or {}), "ledger_error": failure}
-        return outcome.with_usage(outcome.cost_usd, outcome.tokens_in, outcome.tokens_out, meta)
+        return outcome.with_usage(outcome.cost_nano, outcome.tokens_in, outcome.tokens_out, meta)
 
     def release(self, flight: Flight) -> None:
         for ledger, held in flight.ledger_holds:
@@ -294,4 +291,4 @@ def shared_ceilings(
 
 def _amount(fixed: Any, reservation: Mapping[str, Any], key: str) -> Any:
     """What a ledger holds for ``key``: a policy's ``fixed`` amount, else the call's estimate."""
-    return reservation.get(key, 0.0) if fixed is None else fixed
+    return reservation.get(key, 0) if fixed is None else fixed

@@ -130,7 +130,7 @@ def node_to_event(
     t_in = node.tokens_in or 0
     t_out = node.tokens_out or 0
     usage = {"prompt_tokens": t_in, "completion_tokens": t_out, "total_tokens": t_in + t_out}
-    cost = node.cost_usd
+    cost = float(node.cost_usd)  # JSONL keeps cost_usd a JSON number
     if meta:
         cached = meta.get(META_CACHED_TOKENS)
         if type(cached) is int and cached >= 0:

@@ -256,7 +256,7 @@ def _attributes(node: Node, chain_id: str, operation: str) -> dict[str, Any]:
         "ampmeter.chain_id": chain_id,
         "ampmeter.kind": node.kind,
         "ampmeter.status": node.status,
-        "ampmeter.cost_usd": node.cost_usd,
+        "ampmeter.cost_usd": float(node.cost_usd),  # span attributes take numbers
     }
     if node.model:
         attributes["gen_ai.request.model"] = node.model

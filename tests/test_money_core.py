@@ -1,0 +1,152 @@
+"""Exact money in the core: caps, sums, hand-offs and stop messages count in exact decimals."""
+
+from __future__ import annotations
+
+import threading
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ampmeter import ExecutionContext, LimitExceeded
+from ampmeter.keys import KEY_COST
+from ampmeter.ledgers import SqliteLedger
+from ampmeter.propagation import decode
+
+
+def _spend_until_refused(ctx: ExecutionContext, price: float | Decimal) -> tuple[int, str]:
+    """Calls estimated and billed at ``price`` until one is refused; how many ran, and why the
+    last one stopped."""
+    made = 0
+    while True:
+        try:
+            with ctx.llm_call("work", estimate_usd=price) as call:
+                call.record(10, 5, cost_usd=price)
+        except LimitExceeded as stop:
+            return made, str(stop)
+        made += 1
+
+
+@pytest.mark.parametrize(("price", "admitted"), [(0.05, 20), (0.01, 100), (0.07, 14)])
+def test_a_dollar_cap_admits_exactly_the_calls_it_pays_for(price: float, admitted: int) -> None:
+    with ExecutionContext("cap", max_cost_usd=1.00) as ctx:
+        made, stop = _spend_until_refused(ctx, price)
+    assert made == admitted
+    assert ctx.stats.total_cost() == Decimal(repr(price)) * admitted
+    assert ctx.graph.aggregates()["total_cost_usd"] == Decimal(repr(price)) * admitted
+    assert "> $1.00" in stop and "1 > 1" not in stop
+
+
+@pytest.mark.parametrize(("price", "admitted"), [(0.05, 20), (0.01, 100), (0.07, 14)])
+def test_a_dollar_cap_through_a_sqlite_ledger_admits_exactly_as_many(
+    tmp_path: Path, price: float, admitted: int
+) -> None:
+    with SqliteLedger(tmp_path / "budget.sqlite3", "team") as ledger:
+        with ExecutionContext("cap", max_cost_usd=1.00, ledger=ledger) as ctx:
+            made, stop = _spend_until_refused(ctx, price)
+        assert made == admitted
+        assert ledger.spent()[KEY_COST] == Decimal(repr(price)) * admitted
+        assert ledger.reserved() == {}
+    assert "1 > 1" not in stop
+
+
+def test_a_float_cap_is_read_as_written() -> None:
+    ctx = ExecutionContext("cap", max_cost_usd=0.3)
+    (limit,) = [lim for lim in ctx.limits if lim.key == KEY_COST]
+    assert limit.max_value == Decimal("0.3")
+    ctx.close()
+
+
+def test_a_second_handoff_child_gets_exactly_what_the_first_left(tmp_path: Path) -> None:
+    # 0.30 + 14 x 0.05 is 1.0000000000000002 in binary floats: the second child made 13 calls.
+    ledger = SqliteLedger(tmp_path / "budget.sqlite3", "team", handoff_key="money-test-key")
+    parent = ExecutionContext("parent", max_cost_usd=1.00, ledger=ledger)
+    first_token = parent.handoff("first", max_cost_usd=0.30)
+    with ExecutionContext.from_handoff(first_token, ledger=ledger) as first:
+        assert _spend_until_refused(first, 0.05)[0] == 6
+    with ExecutionContext.from_handoff(parent.handoff("second"), ledger=ledger) as second:
+        made, stop = _spend_until_refused(second, 0.05)
+    assert made == 14
+    assert "$1.00" in stop and "1 > 1" not in stop
+    parent.close()
+    assert parent.stats.total_cost() == Decimal("1.00")
+    assert parent.graph.aggregates()["total_cost_usd"] == Decimal("1.00")
+    ledger.close()
+
+
+def test_a_handoff_token_carries_a_money_limit_exactly(tmp_path: Path) -> None:
+    ledger = SqliteLedger(tmp_path / "budget.sqlite3", "team", handoff_key="money-test-key")
+    with ExecutionContext("parent", max_cost_usd=0.7, ledger=ledger) as parent:
+        handoff = decode(parent.handoff("child", max_cost_usd=0.1), ledger=ledger)
+    (limit,) = handoff.limits
+    assert limit.max_value == Decimal("0.1")
+    ((_, above),) = handoff.ancestors
+    assert [lim.max_value for lim in above] == [Decimal("0.7")]
+    ledger.close()
+
+
+def test_threads_reserving_twice_the_cost_use_up_a_dollar_and_read_as_money() -> None:
+    # 64 threads reserve $0.02 for calls that cost $0.01: in binary floats the last of them
+    # were refused at $0.98 spent, as "amp:cost = 1 > 1".
+    ctx = ExecutionContext("cap", max_cost_usd=1.00, admission_timeout_s=60)
+    stops: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(64)
+
+    def worker() -> None:
+        start.wait()
+        while True:
+            try:
+                with ctx.llm_call("work", estimate_usd=0.02) as call:
+                    call.record(1, 1, cost_usd=0.01)
+            except LimitExceeded as stop:
+                with lock:
+                    stops.append(str(stop))
+                return
+
+    threads = [threading.Thread(target=worker) for _ in range(64)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ctx.close()
+    assert len(stops) == 64
+    assert not [stop for stop in stops if "1 > 1" in stop]
+    assert all("$1.00" in stop for stop in stops), stops[:3]
+    # What is spent refuses only once it leaves less than one estimate: $0.99 or $1.00.
+    assert Decimal("0.98") < ctx.stats.total_cost() <= Decimal("1.00")
+    assert ctx.stats.reserved() == {}
+
+
+_cents = st.integers(min_value=0, max_value=10**12).map(lambda n: Decimal(n).scaleb(-9))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_cents, max_size=30))
+def test_recorded_costs_sum_exactly(costs: list[Decimal]) -> None:
+    with ExecutionContext("sum") as ctx:
+        for cost in costs:
+            with ctx.llm_call("work", estimate_usd=0) as call:
+                call.record(1, 1, cost_usd=cost)
+    assert ctx.stats.total_cost() == sum(costs, Decimal(0))
+    assert ctx.stats.get_gauge(KEY_COST) == sum(costs, Decimal(0))
+    assert ctx.graph.aggregates()["total_cost_usd"] == sum(costs, Decimal(0))
+    assert [n.cost_usd for n in ctx.graph.nodes() if n.kind == "llm"] == costs
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    cap=st.integers(min_value=1, max_value=5_000).map(lambda n: Decimal(n).scaleb(-2)),
+    price=st.integers(min_value=1, max_value=10**8).map(lambda n: Decimal(n).scaleb(-9)),
+)
+def test_a_cap_admits_exactly_floor_of_cap_over_price(cap: Decimal, price: Decimal) -> None:
+    expected = int(cap // price)
+    if expected > 400:  # keep each example quick: scale the price up instead
+        price = (cap / 400).quantize(Decimal("1e-9"))
+        expected = int(cap // price)
+    with ExecutionContext("cap", max_cost_usd=cap) as ctx:
+        made, _ = _spend_until_refused(ctx, price)
+    assert made == expected
+    assert ctx.stats.total_cost() == price * expected
