@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ampmeter import _validate
+from ampmeter._core.exhaustion import Exhaustion
 from ampmeter._core.reserve import ESTIMATE_MODES
 from ampmeter.limits import Limit, context_limits
 from ampmeter.node import META_CONTEXT
@@ -40,6 +41,7 @@ class Settings:
     estimate: str | None
     on_expired_hold: str | None
     handoff_from: Handoff | None = None
+    exhaustion: Exhaustion | None = None
 
     @classmethod
     def checked(
@@ -61,6 +63,8 @@ class Settings:
         estimate: object = None,
         on_expired_hold: object = None,
         handoff_from: Handoff | None = None,
+        on_exhausted: object = None,
+        pause_timeout_s: object = None,
         **policy_options: Any,
     ) -> Settings:
         """Settings from a user's keywords; each error names its keyword."""
@@ -105,4 +109,5 @@ class Settings:
             None if estimate is None else str(estimate),
             None if on_expired_hold is None else str(on_expired_hold),
             handoff_from,
+            Exhaustion.checked(on_exhausted, pause_timeout_s),
         )

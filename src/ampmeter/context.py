@@ -25,6 +25,7 @@ from ampmeter._core.current import (
     restore,
 )
 from ampmeter._core.emit import Emitter
+from ampmeter._core.exhaustion import ExhaustedHook, raise_limit
 from ampmeter._core.frame import Frame
 from ampmeter._core.kernel import bound
 from ampmeter._core.outcome import TerminationReason
@@ -104,7 +105,13 @@ class ExecutionContext(CallMaker):
       Children and hand-offs inherit it;
     * ``on_expired_hold``: what a shared ledger does with the hold of a call whose process died
       (its lease ran out): ``"charge"`` it as unsettled spend (default: its request may have
-      been billed) or ``"release"`` it. Children inherit it.
+      been billed) or ``"release"`` it. Children inherit it;
+    * ``on_exhausted``: what a call that would break a hard limit does: ``"raise"`` (default:
+      :class:`~ampmeter.LimitExceeded`) or ``"pause"``: it waits, holding no lock, until the
+      ceiling is raised (:meth:`raise_limit`, or ``ampmeter budget raise`` / ``resume`` on the
+      shared ledger); a callable ``on_exhausted(ctx, exceeded) -> new_max | None`` is asked
+      first and may raise it at once. ``pause_timeout_s`` ends a pause (None: no end) with
+      ``LimitExceeded``. Each pause and resume is a limit event. Children inherit both.
     """
 
     def __init__(
@@ -133,6 +140,8 @@ class ExecutionContext(CallMaker):
         pressure_at: float | None = None,
         estimate: Literal["learned", "bound"] | None = None,
         on_expired_hold: Literal["charge", "release"] | None = None,
+        on_exhausted: Literal["raise", "pause"] | ExhaustedHook | None = None,
+        pause_timeout_s: float | None = None,
     ) -> None:
         self._setup(
             None,
@@ -152,6 +161,8 @@ class ExecutionContext(CallMaker):
                 admission_timeout_s=admission_timeout_s,
                 estimate=estimate,
                 on_expired_hold=on_expired_hold,
+                on_exhausted=on_exhausted,
+                pause_timeout_s=pause_timeout_s,
                 on_unpriced=on_unpriced,
                 warn_at=warn_at,
                 on_limit_event=on_limit_event,
@@ -206,6 +217,7 @@ class ExecutionContext(CallMaker):
             settings.ledger,
             settings.on_ledger_error,
             settings.handoff_from,
+            settings.exhaustion,
         )
         wait = settings.admission_timeout_s
         if wait is None:
@@ -368,6 +380,18 @@ class ExecutionContext(CallMaker):
         child._setup(self, settings)
         return child
 
+    # -- exhaustion ---------------------------------------------------------------------------
+
+    def raise_limit(self, key: str, new_max_value: float) -> None:
+        """Set this context's hard limit on ``key`` to ``new_max_value`` (from any thread): calls
+        paused on it (``on_exhausted="pause"``) go on, and later calls are checked against it.
+        ``KeyError`` when this context has no hard limit on ``key``."""
+        raise_limit(self._frame, key, new_max_value)
+
+    def wake_paused(self) -> None:
+        """Wake calls paused at a limit so they look again (after a raise)."""
+        self._kernel.wake()
+
     # -- iterations, cancel, close ------------------------------------------------------------
 
     def start_iteration(self) -> int:
@@ -478,7 +502,10 @@ class ExecutionContext(CallMaker):
             "reserved": self.stats.reserved(),
             "sink_errors": [f"{type(e).__name__}: {e}" for e in self._emitter.errors],
             "sink_failures": sum(self._emitter.failures.values()),
-            "limit_events": [] if self.policies is None else self.policies.events(),
+            "limit_events": [
+                *([] if self.policies is None else self.policies.events()),
+                *self._frame.pause_events,
+            ],
             "graph": self.graph.snapshot(),
         }
 

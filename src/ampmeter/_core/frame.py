@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter._core.check import LimitRow, compile_limits
+from ampmeter._core.exhaustion import Exhaustion
 from ampmeter._core.outcome import Outcome, TerminationReason
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ class Frame:
         "context",
         "deadline",
         "exceeded_limit",
+        "exhaustion",
         "handoff_from",
         "ledger",
         "level",
@@ -44,6 +46,8 @@ class Frame:
         "name",
         "on_ledger_error",
         "parent",
+        "pause_events",
+        "revision",
         "rows",
         "span_prefix",
         "started_at",
@@ -61,6 +65,7 @@ class Frame:
         ledger: Ledger | None,
         on_ledger_error: str,
         handoff_from: Handoff | None,
+        exhaustion: Exhaustion | None = None,
     ) -> None:
         self.context = context
         self.name = context.name
@@ -79,6 +84,13 @@ class Frame:
         self.span_prefix = ""  # prepended to this process's node ids in a multi-process run
         self.termination_reason: TerminationReason | None = None
         self.exceeded_limit: ExceededLimit | None = None
+        # What a call does at a hard limit (inherited); pauses and resumes seen here; and, on
+        # the root frame, a count of raised limits (chains re-read their ceilings when it moves).
+        self.exhaustion: Exhaustion = exhaustion or (
+            parent.exhaustion if parent is not None else Exhaustion()
+        )
+        self.pause_events: list[dict[str, Any]] = []
+        self.revision = 0
 
     def can_stop(self) -> bool:
         """Whether this context can stop a call (only those take part in admission)."""

@@ -259,6 +259,11 @@ class Policies:
             or any(owned.watched or owned.windows for owned in self.chain_owned)
         )
 
+    def refresh(self, guards: tuple[ExecutionContext, ...], guard_rows: tuple[Guard, ...]) -> None:
+        """Take ``guard_rows`` as the ceilings from now on (a limit was raised)."""
+        self.guard_rows = guard_rows
+        self.ordinary_rows = self._reserve_rows(guards, guard_rows)
+
     @staticmethod
     def _reserve_rows(
         guards: tuple[ExecutionContext, ...], guard_rows: tuple[Guard, ...]
