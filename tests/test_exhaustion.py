@@ -238,3 +238,57 @@ def test_an_operator_pause_still_refuses_where_calls_raise(shared: tuple[str, Le
         ledger.pause()
         with pytest.raises(LimitExceeded, match="paused"):
             spend(ctx, "refused", 0.5, 0.5)
+
+
+def test_a_handed_off_child_pauses_as_its_parent_and_resumes_on_a_ledger_raise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "budget.sqlite3"
+    monkeypatch.setenv("AMPMETER_HANDOFF_KEY", "test-handoff-key")
+    monkeypatch.setenv("AMPMETER_LEDGER_ALLOW", str(path))
+    with (
+        SqliteLedger(path, "team") as ledger,
+        ExecutionContext(
+            "boss", max_cost_usd=5.0, ledger=ledger, on_exhausted="pause", pause_timeout_s=20
+        ) as ctx,
+    ):
+        token = ctx.handoff("researcher", max_cost_usd=0.5)
+        with ExecutionContext.from_handoff(token) as child:
+            spend(child, "first", 0.4, 0.4)
+            scope = child.ledger.scope if child.ledger is not None else ""
+            with SqliteLedger(path, "team") as operator:  # another connection: the operator's
+                raiser = Later(0.3, lambda: operator.set_ceiling(scope, COST, 1.0))
+                spend(child, "second", 0.3, 0.3)
+                raiser.join()
+            assert kinds(child.snapshot()["limit_events"]) == ["pause", "resume"]
+        assert float(ledger.spent(scope)[COST]) == pytest.approx(0.7)
+
+
+def test_a_forged_exhaustion_mode_in_a_token_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import base64
+
+    import orjson
+
+    from ampmeter.propagation import HandoffError, decode
+
+    monkeypatch.setenv("AMPMETER_HANDOFF_KEY", "k")
+    monkeypatch.setenv("AMPMETER_LEDGER_ALLOW", str(tmp_path / "b.sqlite3"))
+    with (
+        SqliteLedger(tmp_path / "b.sqlite3", "team") as ledger,
+        ExecutionContext(max_cost_usd=1.0, ledger=ledger, on_exhausted="pause") as ctx,
+    ):
+        token = ctx.handoff("child")
+        assert decode(token).on_exhausted == "pause"
+        body = token[len("amp2.") :].partition(".")[0]
+        data = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        data["exhausted"] = ["forever", None]
+        forged = base64.urlsafe_b64encode(orjson.dumps(data)).rstrip(b"=").decode()
+        import hashlib
+        import hmac
+
+        signature = hmac.new(b"k", forged.encode(), hashlib.sha256).digest()
+        signed = base64.urlsafe_b64encode(signature).rstrip(b"=").decode()
+        with pytest.raises(HandoffError, match="exhausted"):
+            decode(f"amp2.{forged}.{signed}")

@@ -590,6 +590,8 @@ class ExecutionContext(CallMaker):
             sinks=wrapped,
             ledger=shared,
             estimate=getattr(found, "estimate", None),
+            on_exhausted=found.on_exhausted,
+            pause_timeout_s=found.pause_timeout_s,
             handoff_from=found,
         )
         ctx = cls.__new__(cls)
