@@ -42,6 +42,7 @@ class Settings:
     on_expired_hold: str | None
     handoff_from: Handoff | None = None
     exhaustion: Exhaustion | None = None
+    disclose_budget: bool | None = None
 
     @classmethod
     def checked(
@@ -65,6 +66,7 @@ class Settings:
         handoff_from: Handoff | None = None,
         on_exhausted: object = None,
         pause_timeout_s: object = None,
+        disclose_budget: object = None,
         **policy_options: Any,
     ) -> Settings:
         """Settings from a user's keywords; each error names its keyword."""
@@ -83,6 +85,8 @@ class Settings:
             raise ValueError(
                 f"on_expired_hold must be 'charge' or 'release', got {on_expired_hold!r}"
             )
+        if disclose_budget is not None and not isinstance(disclose_budget, bool):
+            raise TypeError(f"disclose_budget must be True or False, got {disclose_budget!r}")
         meta = _validate.metadata(metadata)
         meta[META_CONTEXT] = True
         if ledger is not None:
@@ -110,4 +114,5 @@ class Settings:
             None if on_expired_hold is None else str(on_expired_hold),
             handoff_from,
             Exhaustion.checked(on_exhausted, pause_timeout_s),
+            disclose_budget,
         )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ampmeter import _validate
 from ampmeter._calls import CallMaker
-from ampmeter._core import priced
+from ampmeter._core import priced, remaining
 from ampmeter._core.current import (
     CURRENT,
     OPEN,
@@ -111,7 +111,9 @@ class ExecutionContext(CallMaker):
       ceiling is raised (:meth:`raise_limit`, or ``ampmeter budget raise`` / ``resume`` on the
       shared ledger); a callable ``on_exhausted(ctx, exceeded) -> new_max | None`` is asked
       first and may raise it at once. ``pause_timeout_s`` ends a pause (None: no end) with
-      ``LimitExceeded``. Each pause and resume is a limit event. Children inherit both.
+      ``LimitExceeded``. Each pause and resume is a limit event. Children inherit both;
+    * ``disclose_budget``: tell instrumented LLM requests the budget left (:meth:`budget_note`)
+      as a system message; the node keeps the line (``budget_note``). Children inherit it.
     """
 
     def __init__(
@@ -142,6 +144,7 @@ class ExecutionContext(CallMaker):
         on_expired_hold: Literal["charge", "release"] | None = None,
         on_exhausted: Literal["raise", "pause"] | ExhaustedHook | None = None,
         pause_timeout_s: float | None = None,
+        disclose_budget: bool | None = None,
     ) -> None:
         self._setup(
             None,
@@ -163,6 +166,7 @@ class ExecutionContext(CallMaker):
                 on_expired_hold=on_expired_hold,
                 on_exhausted=on_exhausted,
                 pause_timeout_s=pause_timeout_s,
+                disclose_budget=disclose_budget,
                 on_unpriced=on_unpriced,
                 warn_at=warn_at,
                 on_limit_event=on_limit_event,
@@ -218,6 +222,7 @@ class ExecutionContext(CallMaker):
             settings.on_ledger_error,
             settings.handoff_from,
             settings.exhaustion,
+            settings.disclose_budget,
         )
         wait = settings.admission_timeout_s
         if wait is None:
@@ -387,6 +392,23 @@ class ExecutionContext(CallMaker):
         paused on it (``on_exhausted="pause"``) go on, and later calls are checked against it.
         ``KeyError`` when this context has no hard limit on ``key``."""
         raise_limit(self._frame, key, new_max_value)
+
+    @property
+    def disclose_budget(self) -> bool:
+        """Whether instrumented LLM requests are told the budget (:meth:`budget_note`) as a
+        system message (``disclose_budget=True`` here or on a context above)."""
+        return self._frame.disclose_budget
+
+    def remaining(self) -> dict[str, Any]:
+        """What is left of each hard limit on an exact key, here and above (the shared ledgers'
+        ceilings included), less what is spent and what calls in flight hold: the tightest per
+        key. Money keys in Decimal dollars."""
+        return {key: rest for key, (rest, _) in remaining.left(self._frame, self._kernel).items()}
+
+    def budget_note(self) -> str:
+        """One short line an agent can read, such as ``Budget left: $0.42 of $1.00, 7 of 20
+        steps`` (the tightest limits, as :meth:`remaining` finds them)."""
+        return remaining.note(remaining.left(self._frame, self._kernel))
 
     def wake_paused(self) -> None:
         """Wake calls paused at a limit so they look again (after a raise)."""

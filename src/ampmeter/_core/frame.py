@@ -37,6 +37,7 @@ class Frame:
         "chain",
         "context",
         "deadline",
+        "disclose_budget",
         "exceeded_limit",
         "exhaustion",
         "handoff_from",
@@ -66,6 +67,7 @@ class Frame:
         on_ledger_error: str,
         handoff_from: Handoff | None,
         exhaustion: Exhaustion | None = None,
+        disclose_budget: bool | None = None,
     ) -> None:
         self.context = context
         self.name = context.name
@@ -90,6 +92,11 @@ class Frame:
             parent.exhaustion if parent is not None else Exhaustion()
         )
         self.pause_events: list[dict[str, Any]] = []
+        self.disclose_budget: bool = (
+            disclose_budget
+            if disclose_budget is not None
+            else (parent.disclose_budget if parent is not None else False)
+        )
         self.revision = 0
 
     def can_stop(self) -> bool:

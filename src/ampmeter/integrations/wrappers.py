@@ -55,7 +55,7 @@ def _before(
 
     Under budget pressure the context's ``on_budget_pressure`` hook may first change the
     request (``kwargs``, in place) or refuse it (the call is then refused at admission)."""
-    refused = relieve_pressure(ctx, kwargs)
+    refused = relieve_pressure(ctx, kwargs, adapter.wire if adapter.kind == "llm" else None)
     info = adapter.request_info(kwargs)
     hide = adapter.prepare_stream(kwargs) if info.stream else False
     return begin_call(ctx, adapter, info, None, kwargs, refused), info, hide
