@@ -67,11 +67,14 @@ class Settings:
         on_exhausted: object = None,
         pause_timeout_s: object = None,
         disclose_budget: object = None,
+        downgrade: object = None,
         **policy_options: Any,
     ) -> Settings:
         """Settings from a user's keywords; each error names its keyword."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty str, got {name!r}")
+        if downgrade is not None:
+            policy_options = with_ladder(downgrade, policy_options)
         options = PolicyOptions.checked(**policy_options)
         own = context_limits(limits, max_cost_usd, max_steps, max_retries)
         shortcuts = sum(v is not None for v in (max_cost_usd, max_steps, max_retries))
@@ -116,3 +119,16 @@ class Settings:
             Exhaustion.checked(on_exhausted, pause_timeout_s),
             disclose_budget,
         )
+
+
+def with_ladder(downgrade: object, policy_options: dict[str, Any]) -> dict[str, Any]:
+    """The policy keywords with ``downgrade`` as the budget-pressure hook (one hook per
+    context: a ladder and an ``on_budget_pressure`` of one's own do not mix)."""
+    from ampmeter.policies.downgrade import DowngradeLadder
+
+    if policy_options.get("on_budget_pressure") is not None:
+        raise ValueError(
+            "give downgrade= or on_budget_pressure=, not both (the ladder is a pressure hook)"
+        )
+    ladder = DowngradeLadder(downgrade)
+    return {**policy_options, "on_budget_pressure": ladder, "pressure_at": ladder.lowest}

@@ -113,7 +113,11 @@ class ExecutionContext(CallMaker):
       first and may raise it at once. ``pause_timeout_s`` ends a pause (None: no end) with
       ``LimitExceeded``. Each pause and resume is a limit event. Children inherit both;
     * ``disclose_budget``: tell instrumented LLM requests the budget left (:meth:`budget_note`)
-      as a system message; the node keeps the line (``budget_note``). Children inherit it.
+      as a system message; the node keeps the line (``budget_note``). Children inherit it;
+    * ``downgrade``: a ladder ``{fraction: {model: cheaper model}}`` (``"*"``: any model):
+      past each fraction of the cost limit, instrumented requests for a named model are sent
+      to the cheaper one and reserved at its price; the node keeps ``requested_model``. It is
+      the ``on_budget_pressure`` hook (give one or the other).
     """
 
     def __init__(
@@ -145,6 +149,7 @@ class ExecutionContext(CallMaker):
         on_exhausted: Literal["raise", "pause"] | ExhaustedHook | None = None,
         pause_timeout_s: float | None = None,
         disclose_budget: bool | None = None,
+        downgrade: Mapping[float, Mapping[str, str]] | None = None,
     ) -> None:
         self._setup(
             None,
@@ -167,6 +172,7 @@ class ExecutionContext(CallMaker):
                 on_exhausted=on_exhausted,
                 pause_timeout_s=pause_timeout_s,
                 disclose_budget=disclose_budget,
+                downgrade=downgrade,
                 on_unpriced=on_unpriced,
                 warn_at=warn_at,
                 on_limit_event=on_limit_event,

@@ -21,6 +21,7 @@ from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.disclosure import META_BUDGET_NOTE, disclose, take_disclosed
 from ampmeter.limits import ExceededLimit
 from ampmeter.policies import in_final_call
+from ampmeter.policies.downgrade import META_REQUESTED_MODEL, take_requested_model
 
 __all__ = [
     "ACTIVE_CALL",
@@ -120,6 +121,9 @@ def begin_call(
     The input estimate comes from the request's measure (``info.size``).
     """
     meta: dict[str, Any] = {META_OPERATION: adapter.operation}
+    asked = take_requested_model()
+    if asked is not None:
+        meta[META_REQUESTED_MODEL] = asked
     told = take_disclosed()
     if told is not None:
         meta[META_BUDGET_NOTE] = told

@@ -374,6 +374,10 @@ class Policies:
         if self.tracks_repeats:
             marks.fingerprint = request_fingerprint(request)
 
+    def pressure_fraction(self) -> float:
+        """The largest share of a cost ceiling here or above that is spent."""
+        return max(_spent_cost(c) / top for c, top in self.cost_ceilings)
+
     def relieve_pressure(
         self, ctx: ExecutionContext, request: dict[str, Any]
     ) -> ExceededLimit | None:
@@ -384,7 +388,7 @@ class Policies:
         hook = self.pressure
         assert hook is not None
         at = self.options.pressure_at if self.options.pressure_at is not None else 0.8
-        spent = max(_spent_cost(c) / top for c, top in self.cost_ceilings)
+        spent = self.pressure_fraction()
         if spent < at:
             return None
         changed = hook(ctx, dict(request))
