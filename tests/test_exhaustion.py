@@ -292,3 +292,27 @@ def test_a_forged_exhaustion_mode_in_a_token_is_refused(
         signed = base64.urlsafe_b64encode(signature).rstrip(b"=").decode()
         with pytest.raises(HandoffError, match="exhausted"):
             decode(f"amp2.{forged}.{signed}")
+
+
+def test_pauses_and_resumes_leave_the_process_through_the_webhook_sink() -> None:
+    from ampmeter.sinks.webhook import WebhookSink
+    from ampmeter.testing import RecordedRequest, ReplayResponse, ReplayServer
+
+    def accepted(request: RecordedRequest) -> ReplayResponse:
+        return ReplayResponse.json({"ok": True})
+
+    with ReplayServer(fallback=accepted) as receiver:
+        with WebhookSink(receiver.url + "/hook", events=["pause", "resume"]) as hook:
+            ctx = ExecutionContext(
+                "night", max_cost_usd=1.0, on_exhausted="pause", pause_timeout_s=20, sinks=[hook]
+            )
+            with ctx:
+                spend(ctx, "first", 0.9, 0.9)
+                raiser = Later(0.2, lambda: ctx.raise_limit(COST, 2.0))
+                spend(ctx, "second", 0.3, 0.3)
+                raiser.join()
+        sent = [request.json() for request in receiver.requests if request.path == "/hook"]
+    assert [(event["kind"], event["key"], event["node_name"]) for event in sent] == [
+        ("pause", COST, "second"),
+        ("resume", COST, "second"),
+    ]
