@@ -280,6 +280,7 @@ def make_call(
     metadata: Mapping[str, Any] | None,
     prompt_size: Any = None,
     marks: CallMarks | None = None,
+    idempotency_key: str | None = None,
 ) -> Call:
     """A new call of ``context``: its node begun under ``parent_id``, not yet admitted."""
     meta = {} if metadata is None else _validate.metadata(metadata)
@@ -287,5 +288,6 @@ def make_call(
     if provider is not None:
         meta[META_PROVIDER] = provider
     flight = Flight(kind, name, model, provider, reservation, prompt_size, marks)
+    flight.idempotency_key = idempotency_key
     flight.node = chain.kernel.begin(parent_id, kind, name, model, meta, flight)
     return Call(context, chain, flight)

@@ -50,6 +50,7 @@ class Frame:
         "pause_events",
         "revision",
         "rows",
+        "seen",
         "span_prefix",
         "started_at",
         "termination_reason",
@@ -98,6 +99,7 @@ class Frame:
             else (parent.disclose_budget if parent is not None else False)
         )
         self.revision = 0
+        self.seen: dict[str, tuple[str, Any]] = {}  # on the root: idempotency key -> first record
 
     def can_stop(self) -> bool:
         """Whether this context can stop a call (only those take part in admission)."""

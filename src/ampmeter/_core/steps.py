@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter._core.check import Guard, Hit
 from ampmeter._core.exhaustion import PauseWait
+from ampmeter._core.idempotency import counted_once
 from ampmeter._core.outcome import Outcome, TerminationReason
 from ampmeter._core.usage import Shape, Usage, picker
 from ampmeter._core.waiting import Pause, Wait, Work
@@ -54,6 +55,7 @@ class Flight:
 
     __slots__ = (
         "__weakref__",
+        "idempotency_key",
         "kind",
         "ledger_holds",
         "marks",
@@ -91,6 +93,7 @@ class Flight:
         self.phase = NEW
         self.rows: tuple[Guard, ...] | None = None  # the ceilings a policy chose, if any
         self.ledger_holds: tuple[tuple[Ledger, Reservation], ...] = ()
+        self.idempotency_key: str | None = None  # counted once per key in the run (replays)
 
 
 class Step:
@@ -252,6 +255,8 @@ class Chain:
             self.kernel.end(node, outcome)
             self.emitter.emit(node)
             return
+        if flight.idempotency_key is not None:
+            usage, outcome = counted_once(self.frame, flight, usage, outcome)
         for step in reversed(self.steps):
             outcome = step.settle(flight, usage, outcome)
         if self.emitter.sinks:

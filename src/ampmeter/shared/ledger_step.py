@@ -261,7 +261,7 @@ class LedgerStep(Step):
                 if key.startswith(KEY_REPEATS_FOR):  # a repeat counts as held, whatever the end
                     actual[key] = float(held.amounts[key])
             try:
-                ledger.commit(held, actual)
+                ledger.commit(held, actual, idempotency_key=flight.idempotency_key)
             except Exception as error:
                 failure = redact.error_text(error)
         if failure is None:
