@@ -119,3 +119,31 @@ def test_a_replay_of_recorded_results_counts_once(shared: tuple[str, str, Ledger
 def test_an_idempotency_key_must_be_text() -> None:
     with ExecutionContext() as ctx, pytest.raises(TypeError, match="idempotency_key"):
         ctx.llm_call("x", idempotency_key=7)  # type: ignore[arg-type]
+
+
+def test_an_instrumented_call_offers_the_providers_response_id(instrumented: None) -> None:
+    """The node keeps the provider's response id; a replay that re-delivers the response
+    passes it back as the key and counts nothing more."""
+    import openai
+
+    from ampmeter.testing import BillingProvider
+
+    with BillingProvider(output_tokens=5) as server:
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
+        with ExecutionContext(max_cost_usd=1.0) as ctx:
+            answer = client.chat.completions.create(
+                model="gpt-4o-mini", messages=[{"role": "user", "content": "Hi"}]
+            )
+            node = next(n for n in ctx.snapshot()["graph"]["nodes"].values() if n["kind"] == "llm")
+            offered = node["metadata"]["response_id"]
+            assert offered == f"openai:{answer.id}"
+            spent = ctx.stats.get_gauge(KEY_COST)
+            assert spent > 0
+            usage = answer.usage
+            assert usage is not None
+            for _ in range(2):  # the first replay keys the original; the second is a repeat
+                with ctx.llm_call("replayed", model="gpt-4o-mini") as call:
+                    call.offer_idempotency_key(offered)
+                    call.record(usage.prompt_tokens, usage.completion_tokens)
+        assert ctx.stats.get_gauge(KEY_COST) == pytest.approx(2 * spent)
+        assert len(server.requests) == 1

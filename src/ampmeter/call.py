@@ -146,6 +146,17 @@ class Call:
         self.tool_calls_made = tools
         flight.recorded = True
 
+    def offer_idempotency_key(self, key: str) -> None:
+        """Count this call once per ``key`` (see ``llm_call(idempotency_key=...)``), unless it
+        has a key already; instrumented SDK calls offer the provider's response id. Must come
+        before the call ends."""
+        _validate.text(key, "idempotency_key")
+        flight = self._flight
+        if flight.phase == DONE:
+            raise RuntimeError(f"call {self.node_id} ({self.name!r}) has ended")
+        if flight.idempotency_key is None:
+            flight.idempotency_key = key
+
     def retry(self) -> None:
         """Count one retry on this call (its node and ``amp:retries`` everywhere above)."""
         self._chain.kernel.retry(self._flight.node, self._chain.level)
