@@ -10,6 +10,7 @@ import sys
 import textwrap
 import uuid
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +148,40 @@ def test_an_instrumented_call_offers_the_providers_response_id(instrumented: Non
                     call.record(usage.prompt_tokens, usage.completion_tokens)
         assert ctx.stats.get_gauge(KEY_COST) == pytest.approx(2 * spent)
         assert len(server.requests) == 1
+
+
+def test_a_run_resumed_in_a_new_process_keeps_its_spend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ampmeter import LimitExceeded
+
+    path = tmp_path / "budget.sqlite3"
+    monkeypatch.setenv("AMPMETER_HANDOFF_KEY", "test-handoff-key")
+    monkeypatch.setenv("AMPMETER_LEDGER_ALLOW", str(path))
+    with SqliteLedger(path, "team") as ledger, ExecutionContext(ledger=ledger) as boss:
+        token = boss.handoff("worker", max_cost_usd=0.5)
+    source = textwrap.dedent(
+        f"""
+        import os
+        from ampmeter import ExecutionContext
+        ctx = ExecutionContext.from_handoff({token!r}).__enter__()
+        with ctx.llm_call("plan", estimate_usd=0.3) as call:
+            call.record(cost_usd=0.3)
+        os._exit(3)  # the worker dies; its parent and ledger connection are gone too
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", source], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 3, done.stderr
+    with ExecutionContext.resume(token) as resumed:
+        assert resumed.stats.get_gauge(KEY_COST) == pytest.approx(0.3)
+        assert resumed.remaining()[KEY_COST] <= Decimal("0.2")
+        too_much = resumed.llm_call("too much", estimate_usd=0.25)
+        with pytest.raises(LimitExceeded), too_much as call:
+            call.record(cost_usd=0.25)
+        with resumed.llm_call("fits", estimate_usd=0.15) as call:
+            call.record(cost_usd=0.15)
+        scope = resumed.ledger.scope if resumed.ledger is not None else ""
+    with SqliteLedger(path, "team") as reader:
+        assert float(reader.spent(scope)[KEY_COST]) == pytest.approx(0.45)

@@ -35,9 +35,7 @@ from ampmeter._settings import Settings
 from ampmeter.call import Call
 from ampmeter.errors import ExecutionCanceled, LimitExceeded
 from ampmeter.graph import ExecutionGraph
-from ampmeter.keys import (
-    KEY_ITERATIONS,
-)
+from ampmeter.keys import KEY_ITERATIONS, is_money
 from ampmeter.limits import ExceededLimit, Limit, context_limits, exceeded
 from ampmeter.policies.compiled import Policies
 from ampmeter.policies.options import LimitEvent, PolicyOptions, PressureHook
@@ -625,6 +623,21 @@ class ExecutionContext(CallMaker):
         ctx = cls.__new__(cls)
         ctx._setup(None, settings)
         ctx.frame.span_prefix = prefix
+        return ctx
+
+    @classmethod
+    def resume(
+        cls, token: str, *, ledger: Ledger | None = None, sinks: Iterable[Sink] = ()
+    ) -> ExecutionContext:
+        """Continue, in this process, a handed-off run whose process is gone (from its saved
+        :meth:`handoff` token): the same ledger scope, with what the scope has spent already
+        counted here from the start, so its limits hold across the restart."""
+        ctx = cls.from_handoff(token, ledger=ledger, sinks=sinks)
+        shared = ctx.ledger
+        assert shared is not None  # a hand-off always has its ledger
+        for key, value in shared.spent().items():
+            money = is_money(key)
+            ctx._kernel.add(ctx._frame.level, key, float(value) if money else int(value), money)
         return ctx
 
     def refresh_handoffs(self) -> dict[str, Any]:
