@@ -65,6 +65,7 @@ class CallMaker:
         provider: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         final: bool = False,
+        idempotency_key: str | None = None,
     ) -> Call:
         """An LLM call to run in a ``with`` block; entering it checks limits and reserves.
 
@@ -73,9 +74,12 @@ class CallMaker:
         from ``prompt_text``, in the context's ``estimate`` mode) and the output (``max_tokens``;
         see :class:`ExecutionContext` for ``estimate="bound"``). A model without a price (``""``
         included) is unpriced. A ``final`` call (the final answer) may spend the context's
-        ``final_reserve_usd``.
+        ``final_reserve_usd``. An ``idempotency_key`` (a replayed workflow step's, or the
+        provider's response id) counts the call once per run and per shared ledger scope: a
+        key seen before adds nothing (the node notes ``duplicate_of``).
         """
         self._check_open()
+        _validate.optional_text(idempotency_key, "idempotency_key")
         _validate.optional_text(model, "model")
         _validate.optional_text(provider, "provider")
         label = _validate.text(name if name is not None else (model or "llm"), "name")
@@ -94,7 +98,9 @@ class CallMaker:
         policies = self.policies
         if policies is not None:
             marks = policies.llm_marks(model, found.priced, found.input_tokens, prompt_text, final)
-        return self._call("llm", label, model, provider, found.usage, metadata, found.size, marks)
+        return self._call(
+            "llm", label, model, provider, found.usage, metadata, found.size, marks, idempotency_key
+        )
 
     def embedding_call(
         self,
@@ -133,17 +139,22 @@ class CallMaker:
         estimate_usd: float | Decimal | None = None,
         metadata: Mapping[str, Any] | None = None,
         arguments: object = None,
+        idempotency_key: str | None = None,
     ) -> Call:
         """A tool call to run in a ``with`` block (counts ``amp:tool_calls[:<name>]``).
 
-        ``arguments`` (JSON-like) identify the call for the loop guard (``max_repeats``)."""
+        ``arguments`` (JSON-like) identify the call for the loop guard (``max_repeats``);
+        ``idempotency_key`` counts it once (see :meth:`llm_call`)."""
         self._check_open()
+        _validate.optional_text(idempotency_key, "idempotency_key")
         if not isinstance(name, str) or not name:
             raise ValueError(f"tool name must be a non-empty str, got {name!r}")
         cost = 0 if estimate_usd is None else reserved_nano(estimate_usd, "estimate_usd")
         reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
         marks = None if self.policies is None else self.policies.tool_marks(name, arguments)
-        return self._call("tool", name, None, None, reservation, metadata, None, marks)
+        return self._call(
+            "tool", name, None, None, reservation, metadata, None, marks, idempotency_key
+        )
 
     def step(
         self, name: str, *, kind: str = "system", metadata: Mapping[str, Any] | None = None
@@ -169,6 +180,7 @@ class CallMaker:
         metadata: Mapping[str, Any] | None,
         size: RequestSize | None = None,
         marks: Any = None,
+        idempotency_key: str | None = None,
     ) -> Call:
         parent = self.current_parent_id()
         return make_call(
@@ -183,6 +195,7 @@ class CallMaker:
             metadata,
             size,
             marks,
+            idempotency_key,
         )
 
     def retry(self, call: Call) -> None:

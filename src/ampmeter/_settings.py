@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ampmeter import _validate
+from ampmeter._core.exhaustion import Exhaustion
 from ampmeter._core.reserve import ESTIMATE_MODES
 from ampmeter.limits import Limit, context_limits
 from ampmeter.node import META_CONTEXT
@@ -40,6 +41,8 @@ class Settings:
     estimate: str | None
     on_expired_hold: str | None
     handoff_from: Handoff | None = None
+    exhaustion: Exhaustion | None = None
+    disclose_budget: bool | None = None
 
     @classmethod
     def checked(
@@ -61,11 +64,17 @@ class Settings:
         estimate: object = None,
         on_expired_hold: object = None,
         handoff_from: Handoff | None = None,
+        on_exhausted: object = None,
+        pause_timeout_s: object = None,
+        disclose_budget: object = None,
+        downgrade: object = None,
         **policy_options: Any,
     ) -> Settings:
         """Settings from a user's keywords; each error names its keyword."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty str, got {name!r}")
+        if downgrade is not None:
+            policy_options = with_ladder(downgrade, policy_options)
         options = PolicyOptions.checked(**policy_options)
         own = context_limits(limits, max_cost_usd, max_steps, max_retries)
         shortcuts = sum(v is not None for v in (max_cost_usd, max_steps, max_retries))
@@ -79,6 +88,8 @@ class Settings:
             raise ValueError(
                 f"on_expired_hold must be 'charge' or 'release', got {on_expired_hold!r}"
             )
+        if disclose_budget is not None and not isinstance(disclose_budget, bool):
+            raise TypeError(f"disclose_budget must be True or False, got {disclose_budget!r}")
         meta = _validate.metadata(metadata)
         meta[META_CONTEXT] = True
         if ledger is not None:
@@ -105,4 +116,19 @@ class Settings:
             None if estimate is None else str(estimate),
             None if on_expired_hold is None else str(on_expired_hold),
             handoff_from,
+            Exhaustion.checked(on_exhausted, pause_timeout_s),
+            disclose_budget,
         )
+
+
+def with_ladder(downgrade: object, policy_options: dict[str, Any]) -> dict[str, Any]:
+    """The policy keywords with ``downgrade`` as the budget-pressure hook (one hook per
+    context: a ladder and an ``on_budget_pressure`` of one's own do not mix)."""
+    from ampmeter.policies.downgrade import DowngradeLadder
+
+    if policy_options.get("on_budget_pressure") is not None:
+        raise ValueError(
+            "give downgrade= or on_budget_pressure=, not both (the ladder is a pressure hook)"
+        )
+    ladder = DowngradeLadder(downgrade)
+    return {**policy_options, "on_budget_pressure": ladder, "pressure_at": ladder.lowest}

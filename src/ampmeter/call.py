@@ -147,6 +147,17 @@ class Call:
         self.tool_calls_made = tools
         flight.recorded = True
 
+    def offer_idempotency_key(self, key: str) -> None:
+        """Count this call once per ``key`` (see ``llm_call(idempotency_key=...)``), unless it
+        has a key already; instrumented SDK calls offer the provider's response id. Must come
+        before the call ends."""
+        _validate.text(key, "idempotency_key")
+        flight = self._flight
+        if flight.phase == DONE:
+            raise RuntimeError(f"call {self.node_id} ({self.name!r}) has ended")
+        if flight.idempotency_key is None:
+            flight.idempotency_key = key
+
     def retry(self) -> None:
         """Count one retry on this call (its node and ``amp:retries`` everywhere above)."""
         self._chain.kernel.retry(self._flight.node, self._chain.level)
@@ -281,6 +292,7 @@ def make_call(
     metadata: Mapping[str, Any] | None,
     prompt_size: Any = None,
     marks: CallMarks | None = None,
+    idempotency_key: str | None = None,
 ) -> Call:
     """A new call of ``context``: its node begun under ``parent_id``, not yet admitted."""
     meta = {} if metadata is None else _validate.metadata(metadata)
@@ -288,5 +300,6 @@ def make_call(
     if provider is not None:
         meta[META_PROVIDER] = provider
     flight = Flight(kind, name, model, provider, reservation, prompt_size, marks)
+    flight.idempotency_key = idempotency_key
     flight.node = chain.kernel.begin(parent_id, kind, name, model, meta, flight)
     return Call(context, chain, flight)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ampmeter import _validate
 from ampmeter._calls import CallMaker
-from ampmeter._core import priced
+from ampmeter._core import priced, remaining
 from ampmeter._core.current import (
     CURRENT,
     OPEN,
@@ -26,6 +26,7 @@ from ampmeter._core.current import (
     restore,
 )
 from ampmeter._core.emit import Emitter
+from ampmeter._core.exhaustion import ExhaustedHook, raise_limit
 from ampmeter._core.frame import Frame
 from ampmeter._core.kernel import bound
 from ampmeter._core.outcome import TerminationReason
@@ -35,10 +36,9 @@ from ampmeter._settings import Settings
 from ampmeter.call import Call
 from ampmeter.errors import ExecutionCanceled, LimitExceeded
 from ampmeter.graph import ExecutionGraph
-from ampmeter.keys import (
-    KEY_ITERATIONS,
-)
+from ampmeter.keys import KEY_ITERATIONS, is_money
 from ampmeter.limits import ExceededLimit, Limit, context_limits, exceeded
+from ampmeter.money import to_nano
 from ampmeter.policies.compiled import Policies
 from ampmeter.policies.options import LimitEvent, PolicyOptions, PressureHook
 from ampmeter.shared.handoff import Handoffs
@@ -105,7 +105,19 @@ class ExecutionContext(CallMaker):
       Children and hand-offs inherit it;
     * ``on_expired_hold``: what a shared ledger does with the hold of a call whose process died
       (its lease ran out): ``"charge"`` it as unsettled spend (default: its request may have
-      been billed) or ``"release"`` it. Children inherit it.
+      been billed) or ``"release"`` it. Children inherit it;
+    * ``on_exhausted``: what a call that would break a hard limit does: ``"raise"`` (default:
+      :class:`~ampmeter.LimitExceeded`) or ``"pause"``: it waits, holding no lock, until the
+      ceiling is raised (:meth:`raise_limit`, or ``ampmeter budget raise`` / ``resume`` on the
+      shared ledger); a callable ``on_exhausted(ctx, exceeded) -> new_max | None`` is asked
+      first and may raise it at once. ``pause_timeout_s`` ends a pause (None: no end) with
+      ``LimitExceeded``. Each pause and resume is a limit event. Children inherit both;
+    * ``disclose_budget``: tell instrumented LLM requests the budget left (:meth:`budget_note`)
+      as a system message; the node keeps the line (``budget_note``). Children inherit it;
+    * ``downgrade``: a ladder ``{fraction: {model: cheaper model}}`` (``"*"``: any model):
+      past each fraction of the cost limit, instrumented requests for a named model are sent
+      to the cheaper one and reserved at its price; the node keeps ``requested_model``. It is
+      the ``on_budget_pressure`` hook (give one or the other).
     """
 
     def __init__(
@@ -134,6 +146,10 @@ class ExecutionContext(CallMaker):
         pressure_at: float | None = None,
         estimate: Literal["learned", "bound"] | None = None,
         on_expired_hold: Literal["charge", "release"] | None = None,
+        on_exhausted: Literal["raise", "pause"] | ExhaustedHook | None = None,
+        pause_timeout_s: float | None = None,
+        disclose_budget: bool | None = None,
+        downgrade: Mapping[float, Mapping[str, str]] | None = None,
     ) -> None:
         self._setup(
             None,
@@ -153,6 +169,10 @@ class ExecutionContext(CallMaker):
                 admission_timeout_s=admission_timeout_s,
                 estimate=estimate,
                 on_expired_hold=on_expired_hold,
+                on_exhausted=on_exhausted,
+                pause_timeout_s=pause_timeout_s,
+                disclose_budget=disclose_budget,
+                downgrade=downgrade,
                 on_unpriced=on_unpriced,
                 warn_at=warn_at,
                 on_limit_event=on_limit_event,
@@ -207,6 +227,8 @@ class ExecutionContext(CallMaker):
             settings.ledger,
             settings.on_ledger_error,
             settings.handoff_from,
+            settings.exhaustion,
+            settings.disclose_budget,
         )
         wait = settings.admission_timeout_s
         if wait is None:
@@ -369,6 +391,35 @@ class ExecutionContext(CallMaker):
         child._setup(self, settings)
         return child
 
+    # -- exhaustion ---------------------------------------------------------------------------
+
+    def raise_limit(self, key: str, new_max_value: float) -> None:
+        """Set this context's hard limit on ``key`` to ``new_max_value`` (from any thread): calls
+        paused on it (``on_exhausted="pause"``) go on, and later calls are checked against it.
+        ``KeyError`` when this context has no hard limit on ``key``."""
+        raise_limit(self._frame, key, new_max_value)
+
+    @property
+    def disclose_budget(self) -> bool:
+        """Whether instrumented LLM requests are told the budget (:meth:`budget_note`) as a
+        system message (``disclose_budget=True`` here or on a context above)."""
+        return self._frame.disclose_budget
+
+    def remaining(self) -> dict[str, Any]:
+        """What is left of each hard limit on an exact key, here and above (the shared ledgers'
+        ceilings included), less what is spent and what calls in flight hold: the tightest per
+        key. Money keys in Decimal dollars."""
+        return {key: rest for key, (rest, _) in remaining.left(self._frame, self._kernel).items()}
+
+    def budget_note(self) -> str:
+        """One short line an agent can read, such as ``Budget left: $0.42 of $1.00, 7 of 20
+        steps`` (the tightest limits, as :meth:`remaining` finds them)."""
+        return remaining.note(remaining.left(self._frame, self._kernel))
+
+    def wake_paused(self) -> None:
+        """Wake calls paused at a limit so they look again (after a raise)."""
+        self._kernel.wake()
+
     # -- iterations, cancel, close ------------------------------------------------------------
 
     def start_iteration(self) -> int:
@@ -479,7 +530,10 @@ class ExecutionContext(CallMaker):
             "reserved": _json_numbers(self.stats.reserved()),
             "sink_errors": [f"{type(e).__name__}: {e}" for e in self._emitter.errors],
             "sink_failures": sum(self._emitter.failures.values()),
-            "limit_events": [] if self.policies is None else self.policies.events(),
+            "limit_events": [
+                *([] if self.policies is None else self.policies.events()),
+                *self._frame.pause_events,
+            ],
             "graph": self.graph.snapshot(),
         }
 
@@ -564,11 +618,29 @@ class ExecutionContext(CallMaker):
             sinks=wrapped,
             ledger=shared,
             estimate=getattr(found, "estimate", None),
+            on_exhausted=found.on_exhausted,
+            pause_timeout_s=found.pause_timeout_s,
             handoff_from=found,
         )
         ctx = cls.__new__(cls)
         ctx._setup(None, settings)
         ctx.frame.span_prefix = prefix
+        return ctx
+
+    @classmethod
+    def resume(
+        cls, token: str, *, ledger: Ledger | None = None, sinks: Iterable[Sink] = ()
+    ) -> ExecutionContext:
+        """Continue, in this process, a handed-off run whose process is gone (from its saved
+        :meth:`handoff` token): the same ledger scope, with what the scope has spent already
+        counted here from the start, so its limits hold across the restart."""
+        ctx = cls.from_handoff(token, ledger=ledger, sinks=sinks)
+        shared = ctx.ledger
+        assert shared is not None  # a hand-off always has its ledger
+        for key, value in shared.spent().items():
+            in_dollars = is_money(key)  # the kernel counts money in whole nano-dollars
+            amount = to_nano(value) if in_dollars else int(value)
+            ctx._kernel.add(ctx._frame.level, key, amount, in_dollars)
         return ctx
 
     def refresh_handoffs(self) -> dict[str, Any]:

@@ -89,6 +89,8 @@ class Handoff:
     limits: tuple[Limit, ...]
     ancestors: tuple[tuple[str, tuple[Limit, ...]], ...]
     deadline: float | None = None
+    on_exhausted: str = "raise"  # what the child's calls do at a hard limit ("raise", "pause")
+    pause_timeout_s: float | None = None
 
 
 def encode(handoff: Handoff, *, ledger: Ledger | None = None) -> str:
@@ -105,6 +107,7 @@ def encode(handoff: Handoff, *, ledger: Ledger | None = None) -> str:
         "limits": _limits_out(handoff.limits),
         "ancestors": [[scope, _limits_out(limits)] for scope, limits in handoff.ancestors],
         "deadline": handoff.deadline,
+        "exhausted": [handoff.on_exhausted, handoff.pause_timeout_s],
     }
     body = _b64(orjson.dumps(payload))
     return f"{_VERSION}{body}.{_b64(_signature(body, ledger))}"
@@ -202,8 +205,23 @@ def _handoff(data: Any) -> Handoff:
             raise ValueError(f"ancestor scope {name!r} does not enclose {scope!r}")
     limits = _limits_in(data["limits"])
     name = texts["name"]
+    mode, pause_s = data.get("exhausted") or ("raise", None)
+    if mode not in ("raise", "pause"):
+        raise ValueError(f"'exhausted' must name 'raise' or 'pause', got {mode!r}")
+    if pause_s is not None and (isinstance(pause_s, bool) or not isinstance(pause_s, (int, float))):
+        raise TypeError("the pause time of 'exhausted' must be a number of seconds or null")
     return Handoff(
-        texts["chain"], texts["node"], depth, name, scope, ledger, limits, ancestors, deadline
+        texts["chain"],
+        texts["node"],
+        depth,
+        name,
+        scope,
+        ledger,
+        limits,
+        ancestors,
+        deadline,
+        mode,
+        None if pause_s is None else float(pause_s),
     )
 
 

@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter._core.check import LimitRow, compile_limits
+from ampmeter._core.exhaustion import Exhaustion
 from ampmeter._core.outcome import Outcome, TerminationReason
 
 if TYPE_CHECKING:
@@ -36,7 +37,9 @@ class Frame:
         "chain",
         "context",
         "deadline",
+        "disclose_budget",
         "exceeded_limit",
+        "exhaustion",
         "handoff_from",
         "ledger",
         "level",
@@ -44,7 +47,10 @@ class Frame:
         "name",
         "on_ledger_error",
         "parent",
+        "pause_events",
+        "revision",
         "rows",
+        "seen",
         "span_prefix",
         "started_at",
         "termination_reason",
@@ -61,6 +67,8 @@ class Frame:
         ledger: Ledger | None,
         on_ledger_error: str,
         handoff_from: Handoff | None,
+        exhaustion: Exhaustion | None = None,
+        disclose_budget: bool | None = None,
     ) -> None:
         self.context = context
         self.name = context.name
@@ -79,6 +87,19 @@ class Frame:
         self.span_prefix = ""  # prepended to this process's node ids in a multi-process run
         self.termination_reason: TerminationReason | None = None
         self.exceeded_limit: ExceededLimit | None = None
+        # What a call does at a hard limit (inherited); pauses and resumes seen here; and, on
+        # the root frame, a count of raised limits (chains re-read their ceilings when it moves).
+        self.exhaustion: Exhaustion = exhaustion or (
+            parent.exhaustion if parent is not None else Exhaustion()
+        )
+        self.pause_events: list[dict[str, Any]] = []
+        self.disclose_budget: bool = (
+            disclose_budget
+            if disclose_budget is not None
+            else (parent.disclose_budget if parent is not None else False)
+        )
+        self.revision = 0
+        self.seen: dict[str, tuple[str, Any]] = {}  # on the root: idempotency key -> first record
 
     def can_stop(self) -> bool:
         """Whether this context can stop a call (only those take part in admission)."""

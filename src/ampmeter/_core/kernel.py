@@ -405,6 +405,12 @@ class Kernel:
             finally:
                 self._waiting -= 1
 
+    def wake(self) -> None:
+        """Wake every thread waiting for room (a ceiling was raised)."""
+        with self._lock:
+            if self._waiting:
+                self._settled.notify_all()
+
     def holders(self, node: Node, thread: int | None) -> tuple[list[object], bool]:
         """Who holds room ``node``'s call might wait for: the owners of the calls it cannot
         outwait (those it runs inside, and with ``thread`` every call of that thread), and

@@ -15,6 +15,8 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter._core.check import Guard, Hit
+from ampmeter._core.exhaustion import PauseWait
+from ampmeter._core.idempotency import counted_once
 from ampmeter._core.outcome import Outcome, TerminationReason
 from ampmeter._core.usage import Shape, Usage, picker
 from ampmeter._core.waiting import Pause, Wait, Work
@@ -53,6 +55,7 @@ class Flight:
 
     __slots__ = (
         "__weakref__",
+        "idempotency_key",
         "kind",
         "ledger_holds",
         "marks",
@@ -90,6 +93,7 @@ class Flight:
         self.phase = NEW
         self.rows: tuple[Guard, ...] | None = None  # the ceilings a policy chose, if any
         self.ledger_holds: tuple[tuple[Ledger, Reservation], ...] = ()
+        self.idempotency_key: str | None = None  # counted once per key in the run (replays)
 
 
 class Step:
@@ -123,6 +127,7 @@ class Chain:
         "ledgered",
         "level",
         "policies",
+        "revision",
         "steps",
         "wait_s",
     )
@@ -141,6 +146,7 @@ class Chain:
         self.level = frame.level
         self.guards = tuple(f for f in frame.chain if f.can_stop())
         self.guard_rows: tuple[Guard, ...] = tuple((f.level, f.rows) for f in self.guards)
+        self.revision = frame.chain[-1].revision
         self.index = {id(f.context): f for f in frame.chain}
         self.policies = policies
         self.wait_s = wait_s
@@ -204,6 +210,17 @@ class Chain:
             flight.node.node_id,
         )
 
+    def rows(self) -> tuple[Guard, ...]:
+        """The ceilings of every guard, read again when a limit was raised since the last call
+        (:meth:`~ampmeter.ExecutionContext.raise_limit`)."""
+        revision = self.frame.chain[-1].revision
+        if revision != self.revision:
+            self.guard_rows = tuple((f.level, f.rows) for f in self.guards)
+            self.revision = revision
+            if self.policies is not None:
+                self.policies.refresh(tuple(f.context for f in self.guards), self.guard_rows)
+        return self.guard_rows
+
     def owner(self, found: tuple[int, Hit]) -> Stop:
         """The stop a kernel hit (guard index, hit) stands for."""
         from ampmeter.limits import exceeded
@@ -215,8 +232,9 @@ class Chain:
         """The first limit above this context exceeded now (a deadline first), as a stop."""
         timed = tuple(f for f in self.guards if f.deadline is not None)
         found = timed_out(timed) if timed else None
-        if found is None and self.guard_rows:
-            hit = self.kernel.check(self.guard_rows, None)
+        rows = self.rows()
+        if found is None and rows:
+            hit = self.kernel.check(rows, None)
             if hit is not None:
                 found = self.owner(hit)
         return found
@@ -237,6 +255,8 @@ class Chain:
             self.kernel.end(node, outcome)
             self.emitter.emit(node)
             return
+        if flight.idempotency_key is not None:
+            usage, outcome = counted_once(self.frame, flight, usage, outcome)
         for step in reversed(self.steps):
             outcome = step.settle(flight, usage, outcome)
         if self.emitter.sinks:
@@ -352,7 +372,7 @@ class LocalLimits(Step):
     def admit(self, flight: Flight, thread: int | None) -> Steps:
         chain = self.chain
         kernel = chain.kernel
-        rows = flight.rows if flight.rows is not None else chain.guard_rows
+        rows = flight.rows if flight.rows is not None else chain.rows()
         if rows:
             reservation = flight.reservation
             holds, keys, pick = self.plan(reservation.shape())
@@ -360,13 +380,28 @@ class LocalLimits(Step):
         else:
             holds, pending = (), {}
         wait: Wait | None = None
+        paused: PauseWait | None = None
         while True:
             found = kernel.admit(flight.node, flight, pending, holds, rows, self.run)
             if found is None:
+                if paused is not None:
+                    paused.resumed()
                 return
             index, hit, busy = found
             if not busy:
-                raise chain.refuse(flight, chain.owner((index, hit)))
+                stop = chain.owner((index, hit))
+                if not chain.frame.exhaustion.pauses:
+                    raise chain.refuse(flight, stop)
+                if paused is None:
+                    paused = PauseWait(chain.frame, stop[0], stop[1], kernel, flight.node)
+                    raised = yield from paused.begin()
+                else:
+                    raised = False
+                if not raised:
+                    yield from paused.look(thread, chain, flight, stop)
+                # A raised ceiling is read from the guards (without a policy's own rows).
+                rows = chain.rows()
+                continue
             wait = wait or Wait(chain.wait_s)
             pause = wait.next_pause()
             if pause is None or not kernel.holders(flight.node, thread)[1]:
@@ -392,7 +427,7 @@ class LocalLimits(Step):
 
     def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> Outcome:
         chain = self.chain
-        found = chain.kernel.settle(flight.node, chain.level, usage, outcome, chain.guard_rows)
+        found = chain.kernel.settle(flight.node, chain.level, usage, outcome, chain.rows())
         if found is not None:
             owner, limit, reason = chain.owner(found)
             chain.frame.stop(owner, limit, reason)

@@ -131,7 +131,7 @@ def _wrap_stream_helper(
             return original(resource, *args, **kwargs)
         # The helper builds its request now and sends it when entered: the budget-pressure
         # hook sees (and may change) it here, and its refusal stops it when it would be sent.
-        refused = relieve_pressure(ctx, kwargs)
+        refused = relieve_pressure(ctx, kwargs, adapter.wire)
         manager = original(resource, *args, **kwargs)
         remember_client_key(resource)
         # The manager keeps the deferred request in a private (name-mangled) attribute:

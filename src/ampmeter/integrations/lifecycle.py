@@ -18,8 +18,10 @@ from ampmeter.context import Call, ExecutionContext
 from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
 from ampmeter.graph import META_PROVIDER
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.integrations.disclosure import META_BUDGET_NOTE, disclose, take_disclosed
 from ampmeter.limits import ExceededLimit
 from ampmeter.policies import in_final_call
+from ampmeter.policies.downgrade import META_REQUESTED_MODEL, take_requested_model
 
 __all__ = [
     "ACTIVE_CALL",
@@ -119,6 +121,12 @@ def begin_call(
     The input estimate comes from the request's measure (``info.size``).
     """
     meta: dict[str, Any] = {META_OPERATION: adapter.operation}
+    asked = take_requested_model()
+    if asked is not None:
+        meta[META_REQUESTED_MODEL] = asked
+    told = take_disclosed()
+    if told is not None:
+        meta[META_BUDGET_NOTE] = told
     if extra:
         meta.update(extra)
     if settings.capture_content and request is not None:
@@ -182,9 +190,14 @@ def finish_abandoned(call: Call, tally: Tally, input_tokens: int) -> None:
     finish_call(call, tally, cut)
 
 
-def relieve_pressure(ctx: ExecutionContext, kwargs: dict[str, Any]) -> ExceededLimit | None:
+def relieve_pressure(
+    ctx: ExecutionContext, kwargs: dict[str, Any], wire: str | None = None
+) -> ExceededLimit | None:
     """Under budget pressure, let the context's ``on_budget_pressure`` hook change the request
-    (``kwargs``, in place) or refuse it: the refusal, to report when the call is admitted."""
+    (``kwargs``, in place) or refuse it: the refusal, to report when the call is admitted.
+    An LLM request (``wire`` names its format) is told the budget first when the context
+    asks for it (``disclose_budget``)."""
+    disclose(ctx, kwargs, wire)
     policies = ctx.policies
     if policies is None or policies.pressure is None:
         return None

@@ -55,10 +55,13 @@ def _before(
 
     Under budget pressure the context's ``on_budget_pressure`` hook may first change the
     request (``kwargs``, in place) or refuse it (the call is then refused at admission)."""
-    refused = relieve_pressure(ctx, kwargs)
+    refused = relieve_pressure(ctx, kwargs, adapter.wire if adapter.kind == "llm" else None)
     info = adapter.request_info(kwargs)
     hide = adapter.prepare_stream(kwargs) if info.stream else False
     return begin_call(ctx, adapter, info, None, kwargs, refused), info, hide
+
+
+META_RESPONSE_ID = "response_id"  # the provider's id of the response, to replay it by
 
 
 def _after(
@@ -71,6 +74,13 @@ def _after(
         return result
     tally = Tally()
     adapter.read_response(result, tally)
+    response_id = getattr(result, "id", None)
+    if isinstance(response_id, str) and response_id:
+        # Offered, not used as the key: servers that reuse ids (scripted replays, some
+        # proxies) would lose real spend. A replaying caller passes it back as the key.
+        call.context.graph.update_metadata(
+            call.node_id, {META_RESPONSE_ID: f"{adapter.provider}:{response_id}"}
+        )
     finish_call(call, tally, None)
     return result
 

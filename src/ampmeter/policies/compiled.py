@@ -262,6 +262,11 @@ class Policies:
             or any(owned.watched or owned.windows for owned in self.chain_owned)
         )
 
+    def refresh(self, guards: tuple[ExecutionContext, ...], guard_rows: tuple[Guard, ...]) -> None:
+        """Take ``guard_rows`` as the ceilings from now on (a limit was raised)."""
+        self.guard_rows = guard_rows
+        self.ordinary_rows = self._reserve_rows(guards, guard_rows)
+
     @staticmethod
     def _reserve_rows(
         guards: tuple[ExecutionContext, ...], guard_rows: tuple[Guard, ...]
@@ -375,6 +380,10 @@ class Policies:
         if self.tracks_repeats:
             marks.fingerprint = request_fingerprint(request)
 
+    def pressure_fraction(self) -> float:
+        """The largest share of a cost ceiling here or above that is spent."""
+        return max(float(_spent_cost(c) / top) for c, top in self.cost_ceilings)
+
     def relieve_pressure(
         self, ctx: ExecutionContext, request: dict[str, Any]
     ) -> ExceededLimit | None:
@@ -385,7 +394,7 @@ class Policies:
         hook = self.pressure
         assert hook is not None
         at = self.options.pressure_at if self.options.pressure_at is not None else 0.8
-        spent = max(float(_spent_cost(c) / top) for c, top in self.cost_ceilings)
+        spent = self.pressure_fraction()
         if spent < at:
             return None
         changed = hook(ctx, dict(request))

@@ -120,10 +120,22 @@ class Handoffs:
             if exact:
                 ledger.set_ceilings(kept_scope, exact)
         self.made.append(HandoffSpend(node, ledger, scope))
-        return encode(
-            Handoff(chain_id, logged_id, depth, name, scope, location, limits, ancestors, deadline),
-            ledger=ledger,
+        # The child pauses where this context would (a callback cannot travel: it pauses).
+        exhaustion = self.frame.exhaustion
+        handoff = Handoff(
+            chain_id,
+            logged_id,
+            depth,
+            name,
+            scope,
+            location,
+            limits,
+            ancestors,
+            deadline,
+            exhaustion.mode,
+            exhaustion.timeout_s,
         )
+        return encode(handoff, ledger=ledger)
 
     def refresh(self) -> dict[str, Any]:
         """Read the spend of the hand-offs from the ledger again; add what is new to the stats

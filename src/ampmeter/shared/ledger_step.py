@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ampmeter import redact
+from ampmeter._core.exhaustion import PauseWait
 from ampmeter._core.outcome import Outcome, TerminationReason
-from ampmeter._core.steps import Chain, Flight, Step, Steps
+from ampmeter._core.steps import Chain, Flight, Step, Steps, Stop
 from ampmeter._core.waiting import Pause, Wait, Work
 from ampmeter.errors import BudgetBusy, BudgetUnavailable, LimitExceeded
 from ampmeter.keys import KEY_RETRIES, KEY_UNPRICED_LLM_CALLS
@@ -82,12 +83,28 @@ class LedgerStep(Step):
             if request is None:
                 continue
             wait: Wait | None = None
+            paused: PauseWait | None = None
             while True:
                 refusal = yield Work(functools.partial(self.try_once, flight, request))
                 if refusal is None:
+                    if paused is not None:
+                        paused.resumed()
                     break
-                wait = wait or Wait(self.chain.wait_s)
-                yield Pause(self.pause(flight, request, refusal, wait, thread))
+                if refusal.busy and not refusal.paused:
+                    wait = wait or Wait(self.chain.wait_s)
+                    yield Pause(self.pause(flight, request, refusal, wait, thread))
+                    continue
+                # Spent, or paused by an operator, and this context pauses rather than stops.
+                stop: Stop = (frame, request.stop(refusal)[1], TerminationReason.LIMIT_EXCEEDED)
+                raised = False
+                if paused is None:
+                    paused = PauseWait(
+                        self.chain.frame, frame, stop[1], self.chain.kernel, flight.node
+                    )
+                    raised = yield from paused.begin()
+                if not raised:
+                    yield from paused.look(thread, self.chain, flight, stop)
+                request = self.request(frame, flight) or request  # a raise changes the ceilings
 
     def request(self, frame: Frame, flight: Flight) -> LedgerRequest | None:
         """What the call reserves in ``frame``'s shared ledger, and against which ceilings
@@ -163,6 +180,8 @@ class LedgerStep(Step):
             chain.abandon(flight, f"ledger error: {redact.error_text(error)}")
             raise
         if isinstance(held, Refusal):
+            if chain.frame.exhaustion.pauses and (held.paused or not held.busy):
+                return held  # the call pauses (admit)
             if held.paused:  # an operator's pause (ampmeter budget pause) fails closed
                 reason = f"shared budget {held.scope!r} is paused (ampmeter budget resume)"
                 chain.abandon(flight, reason)
@@ -239,7 +258,7 @@ class LedgerStep(Step):
                 if key.startswith(KEY_REPEATS_FOR):  # a repeat counts as held, whatever the end
                     actual[key] = held.amounts[key]
             try:
-                ledger.commit(held, actual)
+                ledger.commit(held, actual, idempotency_key=flight.idempotency_key)
             except Exception as error:
                 failure = redact.error_text(error)
         if failure is None:

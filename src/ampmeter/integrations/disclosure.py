@@ -1,0 +1,56 @@
+"""Telling the agent its budget: with ``disclose_budget=True`` a context adds one line, such as
+``Budget left: $0.42 of $1.00, 7 of 20 steps``, as a system message to every instrumented LLM
+request, so the model can plan with it. The node records the line it was told
+(``budget_note``).
+
+The line goes where each wire format keeps system text: a leading ``system`` message (chat),
+the ``instructions`` (responses), the ``system`` field (anthropic). The caller's own objects are
+never changed: the request gets new lists and strings.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from ampmeter.context import ExecutionContext
+
+__all__ = ["META_BUDGET_NOTE", "disclose", "take_disclosed"]
+
+META_BUDGET_NOTE: Final = "budget_note"
+
+_DISCLOSED: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "ampmeter_budget_disclosed", default=None
+)
+
+
+def disclose(ctx: ExecutionContext, kwargs: dict[str, Any], wire: str | None) -> None:
+    """Add the context's budget line to the request ``kwargs`` (in place) when it asks for it;
+    the line is kept for :func:`take_disclosed`."""
+    _DISCLOSED.set(None)
+    if wire is None or not ctx.disclose_budget:
+        return
+    note = ctx.budget_note()
+    if wire == "anthropic":
+        system = kwargs.get("system")
+        if isinstance(system, list):
+            kwargs["system"] = [*system, {"type": "text", "text": note}]
+        else:
+            kwargs["system"] = f"{system}\n\n{note}" if system else note
+    elif wire == "responses":
+        instructions = kwargs.get("instructions")
+        kwargs["instructions"] = f"{instructions}\n\n{note}" if instructions else note
+    elif wire == "chat" and isinstance(kwargs.get("messages"), list):
+        kwargs["messages"] = [{"role": "system", "content": note}, *kwargs["messages"]]
+    else:
+        return  # a wire without a place for system text is sent as it is
+    _DISCLOSED.set(note)
+
+
+def take_disclosed() -> str | None:
+    """The line the request about to begin was told (once), else None."""
+    note = _DISCLOSED.get()
+    if note is not None:
+        _DISCLOSED.set(None)
+    return note

@@ -1,0 +1,86 @@
+"""A downgrade ladder: past each fraction of the cost ceiling, instrumented requests for the
+named models go to a cheaper one (``downgrade={0.8: {"gpt-4o": "gpt-4o-mini"}, 0.95: {"*":
+"gpt-4o-mini"}}``).
+
+The ladder is the context's ``on_budget_pressure`` hook, with ``pressure_at`` its lowest rung,
+so it sees the request where that hook does: before it is measured and reserved, so the
+reservation is priced at the model that is sent. The node keeps the model asked for
+(``requested_model``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from ampmeter.limits import warn_fractions
+
+if TYPE_CHECKING:
+    from ampmeter.context import ExecutionContext
+
+__all__ = ["META_REQUESTED_MODEL", "DowngradeLadder", "take_requested_model"]
+
+META_REQUESTED_MODEL: Final = "requested_model"
+ANY_MODEL: Final = "*"
+
+_REQUESTED: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "ampmeter_requested_model", default=None
+)
+
+
+class DowngradeLadder:
+    """The rungs of a ``downgrade=`` mapping, as a budget-pressure hook (see the module)."""
+
+    __slots__ = ("rungs",)
+
+    def __init__(self, ladder: object) -> None:
+        if not isinstance(ladder, Mapping) or not ladder:
+            raise TypeError(
+                "downgrade must map fractions of the cost limit to {model: cheaper model}, "
+                f"got {ladder!r}"
+            )
+        rungs = []
+        for fraction, swaps in ladder.items():
+            (at,) = warn_fractions((fraction,), "a downgrade fraction")
+            if not isinstance(swaps, Mapping) or not swaps:
+                raise TypeError(f"downgrade[{fraction!r}] must map model names, got {swaps!r}")
+            for source, target in swaps.items():
+                if not (isinstance(source, str) and source and isinstance(target, str) and target):
+                    raise TypeError(
+                        f"downgrade[{fraction!r}] must map model names to model names, "
+                        f"got {source!r}: {target!r}"
+                    )
+            rungs.append((at, dict(swaps)))
+        self.rungs = tuple(sorted(rungs, key=lambda rung: rung[0], reverse=True))
+
+    @property
+    def lowest(self) -> float:
+        """The first fraction at which the ladder acts."""
+        return self.rungs[-1][0]
+
+    def __call__(self, ctx: ExecutionContext, request: dict[str, Any]) -> dict[str, Any]:
+        """The request, its model swapped by the highest rung reached that names it."""
+        model = request.get("model")
+        policies = ctx.policies
+        if not isinstance(model, str) or policies is None:
+            return request
+        spent = policies.pressure_fraction()
+        for at, swaps in self.rungs:
+            if spent < at:
+                continue
+            target = swaps.get(model, swaps.get(ANY_MODEL))
+            if target is not None:
+                if target != model:
+                    request["model"] = target
+                    _REQUESTED.set(model)
+                return request
+        return request
+
+
+def take_requested_model() -> str | None:
+    """The model the request about to begin asked for before the ladder swapped it (once)."""
+    model = _REQUESTED.get()
+    if model is not None:
+        _REQUESTED.set(None)
+    return model

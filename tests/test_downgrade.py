@@ -1,0 +1,73 @@
+"""The downgrade ladder through the real openai SDK against the loopback billing provider:
+past each fraction of the cost ceiling the provider sees the cheaper model, the reservation is
+priced at it, and the node keeps the model asked for."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+import ampmeter
+from ampmeter import ExecutionContext, LimitExceeded
+from ampmeter.keys import KEY_COST
+from ampmeter.testing import BillingProvider
+
+pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
+
+PRICES = {"big-a": ("1000", "1000"), "big-b": ("1000", "1000"), "small": ("10", "10")}
+MESSAGES = [{"role": "user", "content": "Name one colour."}]
+LADDER = {0.5: {"big-a": "small"}, 0.9: {"*": "small"}}
+
+
+@pytest.fixture(autouse=True)
+def prices() -> Iterator[None]:
+    for model, (price_in, price_out) in PRICES.items():
+        ampmeter.set_price(model, input_per_mtok=price_in, output_per_mtok=price_out)
+    yield
+    ampmeter.clear_prices()
+
+
+def test_the_provider_sees_the_cheaper_model_past_each_rung() -> None:
+    sent: list[tuple[str, float]] = []
+    with BillingProvider(output_tokens=5, prices=PRICES) as server:
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
+        with ExecutionContext(max_cost_usd=0.1, downgrade=LADDER) as ctx:
+            for number in range(60):
+                asked = "big-a" if number % 2 == 0 else "big-b"
+                spent = float(ctx.stats.get_gauge(KEY_COST)) / 0.1
+                try:
+                    client.chat.completions.create(model=asked, messages=MESSAGES, max_tokens=5)
+                except LimitExceeded:
+                    break
+                sent.append((asked, spent))
+        models = [request.json()["model"] for request in server.requests]
+        assert len(models) == len(sent) > 6
+        for (asked, spent), model in zip(sent, models, strict=True):
+            if spent >= 0.9 or (spent >= 0.5 and asked == "big-a"):
+                assert model == "small", (asked, spent)
+            else:
+                assert model == asked, (asked, spent)
+        assert {m for (a, s), m in zip(sent, models, strict=True) if a == "big-b"} == {
+            "big-b",
+            "small",
+        }
+        # What was counted is what the provider billed, at the model it was sent.
+        assert ctx.stats.get_gauge(KEY_COST) == server.billed_usd
+        nodes = [n for n in ctx.snapshot()["graph"]["nodes"].values() if n["kind"] == "llm"]
+        swapped = [n for n in nodes if "requested_model" in n["metadata"]]
+        assert swapped and all(n["model"] == "small" for n in swapped)
+        assert {n["metadata"]["requested_model"] for n in swapped} == {"big-a", "big-b"}
+        assert len(swapped) == models.count("small")
+
+
+def test_a_ladder_is_checked_and_is_the_one_pressure_hook() -> None:
+    with pytest.raises(TypeError, match="downgrade"):
+        ExecutionContext(max_cost_usd=1.0, downgrade={0.5: "small"})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="fraction"):
+        ExecutionContext(max_cost_usd=1.0, downgrade={1.5: {"a": "b"}})
+    with pytest.raises(ValueError, match="not both"):
+        ExecutionContext(
+            max_cost_usd=1.0, downgrade=LADDER, on_budget_pressure=lambda ctx, request: request
+        )
