@@ -185,3 +185,18 @@ def test_a_run_resumed_in_a_new_process_keeps_its_spend(
         scope = resumed.ledger.scope if resumed.ledger is not None else ""
     with SqliteLedger(path, "team") as reader:
         assert reader.spent(scope)[KEY_COST] == Decimal("0.45")
+
+
+def test_a_replayed_trace_record_counts_once() -> None:
+    """Usage reported after the fact (trace records) is exactly-once by its key too: a workflow
+    that replays its history delivers the same records again."""
+    from ampmeter import ModelCallTrace, ToolCallTrace
+
+    with ExecutionContext() as ctx:
+        for _ in range(2):  # the history, delivered twice
+            ctx.trace(ModelCallTrace(model="m", input_tokens=10, cost_usd=0.1, idempotency_key="a"))
+            ctx.trace(ToolCallTrace(tool_name="search", idempotency_key="b"))
+        ctx.trace(ModelCallTrace(model="m", input_tokens=5, cost_usd=0.05))  # no key: counted
+    assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.15")
+    assert ctx.stats.total_input_tokens() == 15
+    assert ctx.stats.get_counter("amp:tool_calls") == 1

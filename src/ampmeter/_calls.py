@@ -228,6 +228,12 @@ class CallMaker:
         """Update the stats for a trace record, as the matching call would (the
         specification's interface for usage reported after the fact)."""
         usage, keys = trace_effect(record)
+        key = getattr(record, "idempotency_key", None)
+        if usage is not None and key is not None:
+            seen = self._frame.chain[-1].seen  # the run's keys, shared with its calls
+            if key in seen:
+                return  # a replayed record: counted once already
+            seen[_validate.text(key, "idempotency_key", empty=False)] = ("trace", 0)
         if usage is not None:
             self._kernel.add_usage(self._frame.level, usage)
             if self.policies is not None:

@@ -36,6 +36,8 @@ class ModelCallTrace:
     cost_usd: float | Decimal = 0
     cached_tokens: int = 0
     reasoning_tokens: int = 0
+    idempotency_key: str | None = None
+    """A key seen before in this run (a replayed step) adds nothing the second time."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,6 +45,8 @@ class ToolCallTrace:
     """One tool call."""
 
     tool_name: str
+    idempotency_key: str | None = None
+    """A key seen before in this run (a replayed step) adds nothing the second time."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 _STOP_REASON: Final = re.compile(
-    r"(?P<key>[\w:./@-]+) = (?P<value>[-+\d.eE]+) > (?P<cap>[-+\d.eE]+)"
+    r"(?P<key>[\w:./@-]+) = (?P<value>-?\$?[-+\d.,eE]+) > (?P<cap>-?\$?[-+\d.,eE]+)"
 )
 
 
@@ -53,9 +53,14 @@ def parse_stop_reason(reason: str | None) -> StopLimit | None:
     if match is None:
         return None
     try:
-        return StopLimit(match["key"], float(match["value"]), float(match["cap"]))
+        return StopLimit(match["key"], _amount(match["value"]), _amount(match["cap"]))
     except ValueError:
         return None
+
+
+def _amount(text: str) -> float:
+    """A number as a stop reason writes it: money as people write it (``$1,234.50``)."""
+    return float(text.replace("$", "").replace(",", ""))
 
 
 def ceilings_from_stops(calls: Iterable[Call]) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
@@ -38,7 +38,7 @@ def usage(stats: ExecutionStats) -> dict[str, Any]:
         "tool_calls": counters.get(KEY_TOOL_CALLS, 0),
         "tokens_in": counters.get(KEY_INPUT_TOKENS, 0),
         "tokens_out": counters.get(KEY_OUTPUT_TOKENS, 0),
-        "cost_usd": gauges.get(KEY_COST, 0.0),
+        "cost_usd": gauges.get(KEY_COST, Decimal(0)),
     }
 
 
@@ -48,10 +48,8 @@ def sum_usage(summaries: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def matches(run: dict[str, Any], summed: dict[str, Any]) -> bool:
-    """True when the run's figures equal ``summed`` (cost up to float rounding)."""
-    return all(run[k] == summed[k] for k in USAGE_KEYS if k != "cost_usd") and math.isclose(
-        run["cost_usd"], summed["cost_usd"], rel_tol=1e-9, abs_tol=1e-12
-    )
+    """True when the run's figures equal ``summed`` exactly (money is exact decimal)."""
+    return all(run[k] == summed[k] for k in USAGE_KEYS)
 
 
 def describe_stop(result: AgentResult, stopped_by: str | None) -> str:

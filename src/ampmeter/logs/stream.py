@@ -191,7 +191,7 @@ class StreamMetricsLogger:
         completion_tokens: int | None = None,
         total_tokens: int | None = None,
         latency_ms: float | None = None,
-        api_cost_usd: float | None = None,
+        api_cost_usd: float | Decimal | None = None,
         error_type: str | None = None,
         raw_output: str | None = None,
         candidate_line: str | None = None,
@@ -380,7 +380,7 @@ class StreamMetricsLogger:
         llm_calls: int | None = None,
         tokens_total: int | None = None,
         latency_total_ms: float | None = None,
-        api_cost_usd: float | None = None,
+        api_cost_usd: float | Decimal | None = None,
         retrieval_hit: bool = False,
         reuse_count: int = 0,
         memory_n_nodes: int = 0,
@@ -564,9 +564,9 @@ def _check_opt_int(value: object, name: str) -> None:
 def _check_opt_number(value: object, name: str) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
         raise TypeError(f"{name} must be a number or None, got {type(value).__name__}")
-    if not 0.0 <= value < math.inf:
+    if not 0 <= value < math.inf:  # a Decimal from ctx.stats (exact money) is taken as is
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
