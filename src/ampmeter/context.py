@@ -294,7 +294,9 @@ class ExecutionContext(CallMaker):
 
     @property
     def on_expired_hold(self) -> str:
-        """What a shared ledger does with an expired hold: ``"charge"`` or ``"release"``."""
+        """The expired-hold rule this context asks for (``"charge"`` or ``"release"``),
+        inherited by children. Today the shared ledger's own ``on_expired_hold=`` option is what
+        applies: a context does not yet hand its rule to the ledger (issue 22)."""
         return self._on_expired_hold
 
     @property
