@@ -10,10 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from ampmeter.demo import RUN_MAX_COST, DemoError, run_demo
 from ampmeter.demo.agent import parse_reply
 from ampmeter.demo.output import USAGE_KEYS, matches, sum_usage, totals
+from ampmeter.demo.run import run_demo
+from ampmeter.demo.settings import RUN_MAX_COST
 from ampmeter.demo.tools import ToolError, calculator, lookup
+from ampmeter.errors import DemoError
 from ampmeter.integrations import is_instrumented
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.logs.schema import validate_event

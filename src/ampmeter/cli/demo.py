@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ampmeter.cli.output import fail
-from ampmeter.demo import DEFAULT_PRICE_AS, RUN_MAX_COST
+from ampmeter.demo.settings import DEFAULT_PRICE_AS, RUN_MAX_COST
 
 __all__ = ["register"]
 
@@ -65,7 +65,8 @@ def _demo(
     The local model's calls are priced as a hosted model (gpt-4o-mini unless told otherwise) so
     that the run's budget is in dollars; nothing is paid.
     """
-    from ampmeter.demo import DemoError, run_demo
+    from ampmeter.demo.run import run_demo
+    from ampmeter.errors import DemoError
 
     try:
         run_demo(

@@ -1,0 +1,361 @@
+"""``ampmeter demo``: a ReAct agent on a real local model, run under limits and accounted for.
+
+:func:`run_demo` starts the bundled SmolLM2-135M model in-process with llama.cpp (or uses any
+OpenAI-compatible ``base_url``), instruments the ``openai`` SDK and runs a handful of questions
+under one run-wide :class:`~ampmeter.ExecutionContext` (``demo_run``) with a dollar budget.
+The local model's calls are priced at a hosted model's rates (gpt-4o-mini by default, and said
+so in the output and the report) so that the budget is told in dollars; ``free=True`` prices
+them at $0 and ``price_in``/``price_out`` set rates of one's own. Each question is a sub-agent
+(``spawn_child``) with its own cost ceiling, step cap and cap on consecutive replies that do
+not follow the format; its usage rolls up into the run, and the run budget stops a question's
+call before it is made. The default budget is a little less than what the default questions
+cost, so the last one is stopped part-way. The stream-logger files (calls, problems,
+cumulative stream, TokenTracker events) go to ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ampmeter.context import ExecutionContext
+from ampmeter.demo.agent import AgentResult, run_agent
+from ampmeter.demo.model import locate_or_install_model
+from ampmeter.demo.output import question_line, totals, usage
+from ampmeter.demo.settings import (
+    DEFAULT_PRICE_AS,
+    MAX_CONSECUTIVE_FORMAT_ERRORS,
+    MAX_TOKENS,
+    QUESTIONS,
+    RUN_CONTEXT,
+    RUN_ID,
+    RUN_MAX_COST,
+)
+from ampmeter.errors import DemoError
+from ampmeter.keys import KEY_COST, KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_LLM_CALLS
+from ampmeter.limits import ExceededLimit, Limit
+from ampmeter.logs.stream import StreamMetricsLogger
+
+__all__ = ["DemoOutcome", "run_demo"]
+
+
+@dataclass(frozen=True)
+class DemoOutcome:
+    """What the demo did: per-question results and summaries, the logs, the run's totals.
+
+    ``run_summary`` is read from the run context's own stats, which roll up every question's.
+    """
+
+    results: list[AgentResult]
+    summaries: list[dict[str, Any]]
+    out_dir: Path
+    report: Path | None
+    run_summary: dict[str, Any]
+
+
+def _check(name: str, value: float, *, integer: bool = False, minimum: float = 0) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (integer and not isinstance(value, int))
+        or not math.isfinite(value)
+        or value < minimum
+    ):
+        kind = "an integer" if integer else "a finite number"
+        raise DemoError(f"{name} must be {kind} >= {minimum:g}, got {value!r}")
+
+
+def _demo_rates(
+    price_in: float | None, price_out: float | None, price_as: str | None, free: bool
+) -> tuple[float, float, str]:
+    """(USD per million input tokens, per million output tokens, how they were chosen)."""
+    from ampmeter import pricing
+
+    if free:
+        return (
+            0.0,
+            0.0,
+            (
+                "pricing: free (--free): every call costs $0, so no dollar budget "
+                "can stop one; --run-max-llm-calls can"
+            ),
+        )
+    if price_in is not None or price_out is not None:
+        rate_in, rate_out = price_in or 0.0, price_out or 0.0
+        return (
+            rate_in,
+            rate_out,
+            (
+                f"pricing: ${rate_in:g} / ${rate_out:g} per million input / "
+                "output tokens (--price-in/--price-out)"
+            ),
+        )
+    if price_as is None:
+        raise DemoError("give a model to price as, --price-in/--price-out, or --free")
+    table_in = pricing.price(price_as, input_tokens=1_000_000, output_tokens=0).cost_usd
+    table_out = pricing.price(price_as, input_tokens=0, output_tokens=1_000_000).cost_usd
+    if table_in is None or table_out is None:
+        raise DemoError(f"--price-as {price_as!r}: the price table does not know this model")
+    rate_in, rate_out = float(table_in), float(table_out)
+    return (
+        rate_in,
+        rate_out,
+        (
+            f"pricing: the local model's calls are priced as {price_as} (${rate_in:g} / "
+            f"${rate_out:g} per million input / output tokens) to tell the budget in dollars; "
+            "nothing is paid"
+        ),
+    )
+
+
+def run_demo(
+    *,
+    model_path: str | Path | None = None,
+    base_url: str | None = None,
+    model_name: str | None = None,
+    price_in: float | None = None,
+    price_out: float | None = None,
+    price_as: str | None = DEFAULT_PRICE_AS,
+    free: bool = False,
+    max_cost: float = 0.01,
+    max_steps: int = 6,
+    questions: int = 4,
+    run_max_cost: float | None = RUN_MAX_COST,
+    run_max_llm_calls: int | None = None,
+    out_dir: str | Path = "runs/demo",
+    echo: Callable[[str], Any] = print,
+) -> DemoOutcome:
+    """Run the demo and print what happened; see the module docs.
+
+    Calls are priced as ``price_as`` unless ``price_in``/``price_out`` are given or ``free``;
+    ``run_max_cost`` (USD) and ``run_max_llm_calls`` are the whole run's budget (None: none).
+    """
+    for name, value in (
+        ("price_in", price_in),
+        ("price_out", price_out),
+        ("run_max_cost", run_max_cost),
+    ):
+        if value is not None:
+            _check(name, value)
+    _check("max_cost", max_cost)
+    _check("max_steps", max_steps, integer=True, minimum=1)
+    _check("questions", questions, integer=True, minimum=1)
+    if run_max_llm_calls is not None:
+        _check("run_max_llm_calls", run_max_llm_calls, integer=True, minimum=1)
+    rate_in, rate_out, pricing_note = _demo_rates(price_in, price_out, price_as, free)
+    if questions > len(QUESTIONS):
+        raise DemoError(f"questions must be at most {len(QUESTIONS)}, got {questions}")
+    if model_path is not None and base_url is not None:
+        raise DemoError("give --model or --base-url, not both")
+    try:
+        import openai
+    except ImportError:
+        raise DemoError("the demo needs the openai SDK: pip install 'ampmeter[demo]'") from None
+    from ampmeter.local_llm import LocalLLMError, LocalLLMServer
+
+    out = Path(out_dir)
+    server: LocalLLMServer | None = None
+    if base_url is None:
+        if model_path is None:
+            model_path = locate_or_install_model(echo)
+        server = LocalLLMServer(model_path, n_ctx=2048, threads=2)
+        try:
+            echo(f"starting llama.cpp with {server.model_path.name} ...")
+            server.start()
+        except LocalLLMError as exc:
+            raise DemoError(str(exc)) from None
+        base_url, model = server.base_url, server.model
+    else:
+        model = model_name or "default"
+    from ampmeter import pricing
+
+    priced = False
+    try:
+        echo(pricing_note)
+        pricing.set_price(model, input_per_mtok=rate_in, output_per_mtok=rate_out)
+        priced = True
+        budget = _RunBudget(run_max_cost, run_max_llm_calls)
+        with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+            return _ask_all(
+                client, model, max_cost, max_steps, questions, budget, out, pricing_note, echo
+            )
+    finally:
+        if priced:
+            pricing.remove_price(model)  # leave the process's price table as it was
+        if server is not None:
+            server.stop()
+
+
+@dataclass(frozen=True)
+class _RunBudget:
+    """The whole run's limits: a dollar ceiling and/or a number of LLM calls."""
+
+    max_cost: float | None
+    max_llm_calls: int | None
+
+    def limits(self) -> list[Limit]:
+        out = [] if self.max_cost is None else [Limit(KEY_COST, self.max_cost)]
+        if self.max_llm_calls is not None:
+            out.append(Limit(KEY_LLM_CALLS, self.max_llm_calls))
+        return out
+
+    def describe(self) -> str:
+        parts = [] if self.max_cost is None else [f"${self.max_cost:g}"]
+        if self.max_llm_calls is not None:
+            parts.append(f"{self.max_llm_calls} LLM calls")
+        return " and ".join(parts) or "no limit"
+
+
+def _ask_all(
+    client: Any,
+    model: str,
+    max_cost: float,
+    max_steps: int,
+    questions: int,
+    budget: _RunBudget,
+    out: Path,
+    pricing_note: str,
+    echo: Callable[[str], Any],
+) -> DemoOutcome:
+    from ampmeter.integrations import instrument, is_instrumented, uninstrument
+
+    was_instrumented = is_instrumented()
+    instrument()
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob(f"{RUN_ID}.*.jsonl"):
+        old.unlink()  # a fresh demo run, not appended to the last one
+    echo(
+        f"run {RUN_CONTEXT!r}: budget {budget.describe()} in all; each question a sub-agent "
+        f"with at most {max_steps} LLM calls, ${max_cost:g}, "
+        f"{MAX_CONSECUTIVE_FORMAT_ERRORS} consecutive format errors"
+    )
+    results: list[AgentResult] = []
+    summaries: list[dict[str, Any]] = []
+    began = time.perf_counter()
+    try:
+        # No sinks on the run context: a child inherits its parent's sinks, and each question's
+        # calls must reach only that question's problem sink.
+        with (
+            StreamMetricsLogger(out, RUN_ID) as logger,
+            ExecutionContext(RUN_CONTEXT, limits=budget.limits()) as run_ctx,
+        ):
+            for t, (question, expected) in enumerate(QUESTIONS[:questions]):
+                result, summary, solved = _ask_one(
+                    run_ctx, logger, t, question, expected, client, model, max_cost, max_steps
+                )
+                results.append(result)
+                summaries.append(summary)
+                echo(question_line(t, result, summary, solved))
+        run_summary = {
+            "name": RUN_CONTEXT,
+            **usage(run_ctx.stats),
+            "termination": _termination(run_ctx),
+            "stop_reason": _reason(run_ctx.exceeded_limit),
+        }
+    finally:
+        if not was_instrumented:
+            uninstrument()
+    seconds = time.perf_counter() - began
+    echo(totals(run_summary, summaries, budget.describe(), seconds, out, RUN_ID))
+    ceilings = {KEY_COST: max_cost, KEY_LLM_CALLS: max_steps}  # each question's own limits
+    # The run budget covers every question together; the report's per-run limits cannot show it.
+    by_run = [f"q{t}" for t, q in enumerate(summaries) if q["stopped_by"] == "run budget"]
+    stops = f"; it stopped {', '.join(by_run)} before a call" if by_run else ""
+    budget_note = (
+        f"run budget: {budget.describe()} for all questions together; they spent "
+        f"${run_summary['cost_usd']:.6f} in {run_summary['llm_calls']} LLM calls"
+        f"{stops}"
+    )
+    report = _render_report(out, echo, ceilings, [pricing_note, budget_note])
+    return DemoOutcome(results, summaries, out, report, run_summary)
+
+
+def _ask_one(
+    run_ctx: ExecutionContext,
+    logger: StreamMetricsLogger,
+    t: int,
+    question: str,
+    expected: str,
+    client: Any,
+    model: str,
+    max_cost: float,
+    max_steps: int,
+) -> tuple[AgentResult, dict[str, Any], bool]:
+    """One question as a sub-agent of ``run_ctx``, logged as problem ``t`` of the stream."""
+    sink = logger.problem(t, f"q{t}")
+    limits = [
+        Limit(KEY_COST, max_cost),
+        Limit(KEY_LLM_CALLS, max_steps),
+        Limit(KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, MAX_CONSECUTIVE_FORMAT_ERRORS),
+    ]
+    began = time.perf_counter()
+    with run_ctx.spawn_child(f"q{t}", limits=limits, sinks=[sink]) as ctx:
+        result = run_agent(ctx, client, model, question, max_tokens=MAX_TOKENS)
+    seconds = time.perf_counter() - began
+    exceeded = result.stop_exceeded
+    stopped_by = None
+    if result.stopped is not None:
+        run_limit = exceeded is not None and any(exceeded.limit is lim for lim in run_ctx.limits)
+        stopped_by = "run budget" if run_limit else "question limit"
+    summary = {
+        **usage(ctx.stats),
+        "termination": _termination(ctx),
+        "stop_reason": _reason(exceeded),
+        "stopped_by": stopped_by,
+        "stop_before": result.stop_before,
+        "stop_node": result.stop_node,
+    }
+    solved = result.answer is not None and expected in result.answer.lower()
+    # The figures are given, not left to the sink's tally: that tally also counts the halted
+    # call and the question's own node, which are not calls that were made.
+    sink.log_problem(
+        solved,
+        llm_calls=summary["llm_calls"],
+        tokens_total=summary["tokens_in"] + summary["tokens_out"],
+        latency_total_ms=seconds * 1000.0,
+        api_cost_usd=summary["cost_usd"],
+    )
+    return result, summary, solved
+
+
+def _termination(ctx: ExecutionContext) -> str:
+    reason = ctx.termination_reason
+    return reason.value if reason is not None else "success"
+
+
+def _reason(exceeded: ExceededLimit | None) -> str | None:
+    return None if exceeded is None else str(exceeded)
+
+
+def _render_report(
+    out: Path, echo: Callable[[str], Any], ceilings: dict[str, float], notes: list[str]
+) -> Path | None:
+    """Render the HTML report with ``ampmeter.report`` when it is installed."""
+    try:
+        report = importlib.import_module("ampmeter.report")
+    except ImportError:
+        return None
+    write = getattr(report, "write_report", None)
+    if not callable(write):
+        return None
+    logs = [out / f"{RUN_ID}.{part}.jsonl" for part in ("token_events", "stream", "problems")]
+    target = out / "report.html"
+    try:
+        written = write(
+            [p for p in logs if p.is_file()],
+            target,
+            title="ampmeter demo",
+            ceilings=ceilings,
+            notes=notes,
+        )
+    except Exception as exc:  # the report is a bonus: the demo's own output is already printed
+        echo(f"(HTML report not rendered: {exc})")
+        return None
+    path = Path(written) if isinstance(written, (str, Path)) else target
+    echo(f"report: {path}")
+    return path
