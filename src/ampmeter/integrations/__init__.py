@@ -83,6 +83,12 @@ def _instrument_websockets(module: ModuleType) -> None:
     instrument_websockets(module)
 
 
+def _instrument_websockets_legacy(module: ModuleType) -> None:
+    from ampmeter.integrations.websocket_client import instrument_websockets_legacy
+
+    instrument_websockets_legacy(module)
+
+
 def _instrument_mcp(module: ModuleType) -> None:
     from ampmeter.integrations.mcp_tools import instrument_mcp
 
@@ -113,6 +119,7 @@ _TARGETS: dict[str, Callable[[ModuleType], object]] = {
     "llama_index.core": _instrument_llama_index,
     "mcp": _instrument_mcp,
     "websockets": _instrument_websockets,
+    "websockets.legacy.client": _instrument_websockets_legacy,
     "threading": _instrument_threads,
     "concurrent.futures.thread": _instrument_thread_pools,
 }
@@ -131,7 +138,8 @@ def instrument(
 ) -> list[str]:
     """Meter the SDKs (``openai``, ``anthropic``) and the HTTP libraries (``http``: httpx,
     httpx2, aiohttp and ``http.client``, which ``urllib`` and ``requests`` use, and the
-    Responses WebSocket protocol over ``websockets``) whenever they are imported; idempotent.
+    Responses WebSocket protocol over the ``websockets`` clients, the legacy one included)
+    whenever they are imported; idempotent.
 
     With ``llama_index``, the lazy streams LlamaIndex returns are metered against the context
     they were created in (:mod:`ampmeter.integrations.llama_index`). With ``threads``, work
@@ -160,6 +168,7 @@ def instrument(
         "llama_index.core": llama_index,
         "mcp": mcp,
         "websockets": http,
+        "websockets.legacy.client": http,
         "threading": threads,
         "concurrent.futures.thread": threads,
     }
