@@ -89,6 +89,12 @@ def _instrument_websockets_legacy(module: ModuleType) -> None:
     instrument_websockets_legacy(module)
 
 
+def _instrument_litellm(module: ModuleType) -> None:
+    from ampmeter.integrations.litellm_retries import instrument_litellm
+
+    instrument_litellm(module)
+
+
 def _instrument_mcp(module: ModuleType) -> None:
     from ampmeter.integrations.mcp_tools import instrument_mcp
 
@@ -118,6 +124,7 @@ _TARGETS: dict[str, Callable[[ModuleType], object]] = {
     "urllib3": _instrument_urllib3,
     "llama_index.core": _instrument_llama_index,
     "mcp": _instrument_mcp,
+    "litellm": _instrument_litellm,
     "websockets": _instrument_websockets,
     "websockets.legacy.client": _instrument_websockets_legacy,
     "threading": _instrument_threads,
@@ -145,7 +152,9 @@ def instrument(
     they were created in (:mod:`ampmeter.integrations.llama_index`). With ``threads``, work
     submitted to a ``ThreadPoolExecutor`` or started as a ``threading.Thread`` inside a
     context runs in that context (:mod:`ampmeter.integrations.threads`). With ``mcp``, each
-    MCP tool call is a ``tool`` node (:mod:`ampmeter.integrations.mcp_tools`).
+    MCP tool call is a ``tool`` node (:mod:`ampmeter.integrations.mcp_tools`). With ``openai``
+    or ``http``, LiteLLM's own ``num_retries`` gives a budget stop back instead of retrying it
+    (:mod:`ampmeter.integrations.litellm_retries`).
 
     A library already imported is patched at once, the others right after their own import, so
     a program pays nothing for libraries it does not use. Returns the names patched now.
@@ -167,6 +176,7 @@ def instrument(
         "urllib3": http,
         "llama_index.core": llama_index,
         "mcp": mcp,
+        "litellm": openai or http,
         "websockets": http,
         "websockets.legacy.client": http,
         "threading": threads,
@@ -195,6 +205,7 @@ def uninstrument() -> None:
         ("threads", "uninstrument_threads"),
         ("mcp_tools", "uninstrument_mcp"),
         ("websocket_client", "uninstrument_websockets"),
+        ("litellm_retries", "uninstrument_litellm"),
     ):
         module = sys.modules.get(f"ampmeter.integrations.{name}")
         if module is not None:
