@@ -180,8 +180,10 @@ def _aenter_rebuilding(original: Callable[[Any], Awaitable[Any]]) -> Callable[[A
 def _patch_rebuilding_managers() -> list[Patch]:
     """Patch the stream helpers' managers of an SDK whose helper stream takes the response
     (it reads it through a stream of its own, not the one the request returned)."""
-    from anthropic.lib import streaming
-
+    try:
+        from anthropic.lib import streaming
+    except ImportError:  # an SDK without the helpers
+        return []
     if "response" not in inspect.signature(streaming.MessageStream.__init__).parameters:
         return []
     sync, asynchronous = streaming.MessageStreamManager, streaming.AsyncMessageStreamManager
