@@ -482,7 +482,9 @@ def test_instrument_imports_nothing_and_patches_each_library_when_it_is_imported
         "assert ampmeter.instrument() == ['threading']\n"  # the one module already imported
         "assert not {'openai', 'anthropic', 'httpx', 'httpx2', 'http.client', 'urllib3'}"
         " & set(sys.modules)\n"
-        "import httpx, openai, requests, http.client\n"
+        "import httpx, openai, requests, http.client, websockets.sync.client\n"
+        # metering websockets does not import its deprecated legacy client (that warns)
+        "assert 'websockets.legacy.client' not in sys.modules\n"
         "assert hasattr(http.client.HTTPConnection.request, '__wrapped__')\n"
         "assert hasattr(http.client.HTTPResponse.read, '__wrapped__')\n"
         "from openai.resources.chat.completions import Completions\n"

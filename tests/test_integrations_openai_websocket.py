@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -209,3 +210,55 @@ def test_the_sdks_connection_is_not_metered_twice(socket_server: ResponsesSocket
     (node,) = llm_nodes(sink)
     assert node.metadata[META_TRANSPORT] == "websocket"  # the SDK layer's, once
     assert node.status == "success"
+
+
+def legacy_client() -> Any:
+    """``websockets.legacy.client``: deprecated since websockets 14 (importing it warns), still
+    shipped, and what ``websockets.client.connect`` returns."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import websockets.client
+        import websockets.legacy.client
+
+        assert websockets.client.connect is websockets.legacy.client.connect
+    return websockets.legacy.client
+
+
+async def test_the_legacy_websockets_client_is_metered_and_stopped_before_sending(
+    socket_server: ResponsesSocket,
+) -> None:
+    client = legacy_client()
+    sink = MemorySink()
+    usage = recorded.load("openai_responses_usage")["usage"]
+    async with (
+        ExecutionContext(max_steps=2, sinks=[sink]),
+        client.connect(socket_url(socket_server)) as ws,
+    ):
+        assert isinstance(ws, client.WebSocketClientProtocol)
+        for question in ("One?", "Two?"):
+            await ws.send(create_frame(question))
+            await ws.send(json.dumps({"type": "session.update"}))  # not a response: not metered
+            async for message in ws:
+                if json.loads(message)["type"] == "response.completed":
+                    break
+        with pytest.raises(LimitExceeded):
+            await ws.send(create_frame("Three?"))
+    assert len(socket_server.creates) == 2  # the stopped frame never left
+    first, second, halted = llm_nodes(sink)
+    assert [(n.status, n.tokens_in, n.tokens_out) for n in (first, second)] == [
+        ("success", usage["input_tokens"], usage["output_tokens"])
+    ] * 2
+    assert first.metadata[META_TRANSPORT] == "websockets"
+    assert halted.status == "halt"
+
+
+async def test_a_legacy_response_open_at_close_ends_as_abandoned(
+    socket_server: ResponsesSocket,
+) -> None:
+    client = legacy_client()
+    sink = MemorySink()
+    async with ExecutionContext(sinks=[sink]), client.connect(socket_url(socket_server)) as ws:
+        await ws.send(create_frame("Look it up."))
+        assert json.loads(await ws.recv())["type"] == "response.created"
+    (node,) = llm_nodes(sink)
+    assert node.status == "fail" and node.error_class == "StreamAbandoned"

@@ -1,33 +1,20 @@
 """SDKs and frameworks in environments of their own, metered for real: the oldest declared SDKs
-(``openai==1.40.0``, ``anthropic==0.40.0``), openai 2.x, Semantic Kernel and pydantic-ai.
+(``openai==1.40.0``, ``anthropic==0.40.0``), openai 2.x, Semantic Kernel, pydantic-ai and
+openai-agents.
 
-Each environment is made once with ``uv`` from the package registry and kept in the system temp
-dir, so later runs reuse it; ampmeter's own sources run there from this checkout. The programs
-make real calls to the session's llama.cpp server or to loopback replay servers, and print what
-each node recorded beside what the server reported.
+The environments are made by :mod:`sdk_envs`. The programs make real calls to the session's
+llama.cpp server or to loopback replay servers, and print what each node recorded beside what
+the server reported.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
-from typing import Any
-
 import pytest
 
-import ampmeter
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.testing import recorded
+from sdk_envs import AMPMETER_DEPS, oldest_env, openai_2_env, run_program, sdk_env
 from test_integrations_openai_websocket import ResponsesSocket
-
-OLDEST = ("openai==1.40.0", "anthropic==0.40.0")
-# openai 1.40 passes `proxies=` to httpx, which httpx 0.28 removed; pydantic 2 as they need.
-PINS = ("httpx<0.28", "pydantic>=2,<3", "orjson>=3.10", "genai-prices>=0.2")
 
 PROGRAM = r"""
 import asyncio, json, sys
@@ -73,62 +60,10 @@ print(json.dumps({
 """
 
 
-def _uv() -> str | None:
-    found = os.environ.get("AMPMETER_UV") or shutil.which("uv")
-    if found:
-        return found
-    try:  # where `make` installs it: the uv package of the system python3
-        done = subprocess.run(
-            ["python3", "-c", "import uv; print(uv.find_uv_bin())"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return done.stdout.strip() or None
-
-
-def _sdk_env(name: str, packages: tuple[str, ...]) -> Path:
-    """The python of a kept virtual environment ``name`` holding ``packages``."""
-    uv = _uv()
-    if uv is None:
-        pytest.fail("uv is needed to build the SDK environments (set AMPMETER_UV)")
-    version = f"py{sys.version_info.major}{sys.version_info.minor}"
-    home = Path(tempfile.gettempdir()) / f"ampmeter-{name}-{version}"
-    python = home / "bin" / "python"
-    ready = home / ".ready"
-    if not ready.exists():
-        shutil.rmtree(home, ignore_errors=True)
-        subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(home)], check=True)
-        install = [uv, "pip", "install", "--quiet", "--python", str(python), *packages]
-        subprocess.run(install, check=True)
-        ready.write_text(" ".join(packages))
-    return python
-
-
-def _oldest_env() -> Path:
-    return _sdk_env("oldest-sdks", (*OLDEST, *PINS))
-
-
-def _run(python: Path, program: str, *args: str) -> Any:
-    """Run ``program`` with ampmeter from this checkout; its last line of output, as JSON."""
-    source = Path(ampmeter.__file__).resolve().parents[1]
-    done = subprocess.run(
-        [str(python), "-c", program, *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "PYTHONPATH": str(source)},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.slow
 def test_oldest_declared_sdks_are_metered_exactly(llm_server: LocalLLMServer) -> None:
     program_args = (llm_server.base_url, llm_server.url, llm_server.model)
-    result = _run(_oldest_env(), PROGRAM, *program_args)
+    result = run_program(oldest_env(), PROGRAM, *program_args)
     assert result["versions"] == ["1.40.0", "0.40.0"]
     operations = [op for op, _, _ in result["nodes"]]
     assert operations == [
@@ -181,7 +116,7 @@ print(json.dumps({"seen": seen, "refused": refused,
 
 @pytest.mark.slow
 def test_the_oldest_beta_stream_helper_gets_budget_pressure(llm_server: LocalLLMServer) -> None:
-    result = _run(_oldest_env(), PRESSURE_PROGRAM, llm_server.base_url, llm_server.model)
+    result = run_program(oldest_env(), PRESSURE_PROGRAM, llm_server.base_url, llm_server.model)
     assert result["seen"] == [llm_server.model, llm_server.model]
     assert result["nodes"] == [
         ["chat.completions.create", "cheap-model", "success"],  # the helper goes through create
@@ -228,16 +163,14 @@ with ReplayServer() as server:
 print(json.dumps(result))
 """
 
-SECOND_MAJOR = ("openai>=2,<3", "pydantic>=2,<3", "orjson>=3.10", "genai-prices>=0.2")
-
 
 @pytest.mark.slow
 @pytest.mark.parametrize("major", [1, 2])
 def test_a_stop_below_an_older_sdk_is_not_retried(major: int) -> None:
     """openai 1.x and 2.x catch every exception of their transport and retry it: a stop raised
     at the HTTP layer (the SDK's generic ``client.post()``) still reaches the caller, once."""
-    python = _oldest_env() if major == 1 else _sdk_env("openai-2", SECOND_MAJOR)
-    result = _run(python, STOP_PROGRAM)
+    python = oldest_env() if major == 1 else openai_2_env()
+    result = run_program(python, STOP_PROGRAM)
     assert result["version"].startswith(f"{major}.")
     for name in ("sync", "async"):
         assert result[name] == {"error": "LimitExceeded", "nodes": ["halt"], "retries": 0}
@@ -287,14 +220,14 @@ asyncio.run(main())
 """
 # Semantic Kernel pins pydantic below 2.14, which genai-prices needs on Python 3.15: it cannot
 # join the development group, so it runs in an environment of its own.
-SEMANTIC_KERNEL = ("semantic-kernel>=1.30", "openai>=3", "orjson>=3.10", "genai-prices>=0.2")
+SEMANTIC_KERNEL = ("semantic-kernel>=1.30", "openai>=3", *AMPMETER_DEPS)
 
 
 @pytest.mark.slow
 def test_semantic_kernel_streams_through_the_sdks_own_stream() -> None:
     """Semantic Kernel tests ``isinstance(response, AsyncStream)``: an instrumented stream must
     be the SDK's own, and be metered exactly, and a stop must reach it before the request."""
-    result = _run(_sdk_env("semantic-kernel", SEMANTIC_KERNEL), SEMANTIC_KERNEL_PROGRAM)
+    result = run_program(sdk_env("semantic-kernel", SEMANTIC_KERNEL), SEMANTIC_KERNEL_PROGRAM)
     chunks = recorded.load("openai_chat_stream_usage")
     (usage,) = [c["usage"] for c in chunks if c.get("usage")]
     expected = "".join(
@@ -345,7 +278,7 @@ asyncio.run(main())
 """
 # pydantic-ai installs beside the development group; its WebSocket mode needs the
 # openai-realtime extra, kept out of the group with its own environment.
-PYDANTIC_AI = ("pydantic-ai-slim[openai,openai-realtime]", "orjson>=3.10", "genai-prices>=0.2")
+PYDANTIC_AI = ("pydantic-ai-slim[openai,openai-realtime]", *AMPMETER_DEPS)
 
 
 @pytest.mark.slow
@@ -353,7 +286,8 @@ def test_pydantic_ai_websocket_mode_is_metered_at_the_websockets_client() -> Non
     """pydantic-ai's ``openai_transport='websocket'`` sends its frames with the SDK
     connection's ``send_raw``, past the SDK-level patch: the ``websockets`` client meters them."""
     with ResponsesSocket() as server:
-        result = _run(_sdk_env("pydantic-ai", PYDANTIC_AI), PYDANTIC_AI_PROGRAM, server.base_url)
+        python = sdk_env("pydantic-ai", PYDANTIC_AI)
+        result = run_program(python, PYDANTIC_AI_PROGRAM, server.base_url)
         sent = len(server.creates)
     usage = recorded.load("openai_responses_usage")["usage"]
     assert result["usage"] == [usage["input_tokens"], usage["output_tokens"]]
@@ -362,4 +296,76 @@ def test_pydantic_ai_websocket_mode_is_metered_at_the_websockets_client() -> Non
         ["halt", None, None, "websockets"],
     ]
     assert sent == 1  # the stopped run sent nothing
+    assert result["stopped"] is True
+
+
+OPENAI_AGENTS_PROGRAM = r"""
+import asyncio, json, sys
+from openai import AsyncOpenAI
+from agents import Agent, ModelSettings, Runner, function_tool, set_tracing_disabled
+from agents.models.openai_provider import OpenAIProvider
+from agents.retry import ModelRetrySettings, retry_policies
+from agents.run import RunConfig
+import ampmeter
+from ampmeter.sinks.memory import MemorySink
+
+ampmeter.instrument()
+set_tracing_disabled(True)  # its traces would go to the provider over HTTP
+base_url = sys.argv[1]
+looked_up = []
+
+@function_tool
+def lookup(term: str) -> str:
+    'Look a term up in the glossary.'
+    looked_up.append(term)
+    return "calls made per task"
+
+async def main():
+    client = AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0)
+    provider = OpenAIProvider(openai_client=client, use_responses_websocket=True)
+    # the runner's own retries, on everything they may retry: a stop must not be one of them
+    retry = ModelRetrySettings(max_retries=3, policy=retry_policies.any(
+        retry_policies.network_error(), retry_policies.provider_suggested()))
+    agent = Agent(name="glossary", instructions="Be brief.", model="o4-mini", tools=[lookup],
+                  model_settings=ModelSettings(retry=retry))
+    sink = MemorySink()
+    stopped = None
+    async with ampmeter.ExecutionContext(max_steps=1, sinks=[sink]) as ctx:
+        try:  # a tool call, then a second turn with its result: stopped before it is sent
+            await Runner.run(agent, "Look it up.", run_config=RunConfig(model_provider=provider))
+        except Exception as exc:
+            stopped = ampmeter.find_limit_exceeded(exc) is not None
+    await provider.aclose()
+    print(json.dumps({
+        "looked_up": looked_up,
+        "nodes": [[n.status, n.tokens_in, n.tokens_out, n.metadata.get("transport")]
+                  for n in sink.nodes if n.kind == "llm"],
+        "tokens": [ctx.stats.get_counter("amp:input_tokens"),
+                   ctx.stats.get_counter("amp:output_tokens")],
+        "stopped": stopped,
+    }))
+
+asyncio.run(main())
+"""
+# openai-agents wants websockets < 17 (the development group has 17): an environment of its own.
+OPENAI_AGENTS = ("openai-agents>=0.24", *AMPMETER_DEPS)
+
+
+@pytest.mark.slow
+def test_openai_agents_websocket_mode_is_metered_and_stopped_before_the_frame() -> None:
+    """openai-agents' ``use_responses_websocket=True`` opens its own ``websockets`` connection
+    and sends raw ``response.create`` frames: each is a node, and the turn after the tool call
+    is stopped before its frame leaves, with no retry by the runner."""
+    with ResponsesSocket() as server:
+        python = sdk_env("openai-agents", OPENAI_AGENTS)
+        result = run_program(python, OPENAI_AGENTS_PROGRAM, server.base_url)
+        sent = len(server.creates)
+    usage = recorded.load("openai_responses_usage")["usage"]
+    assert result["looked_up"] == ["amplification factor"]  # the tool the first response asked
+    assert sent == 1  # the second turn never left
+    assert result["nodes"] == [
+        ["success", usage["input_tokens"], usage["output_tokens"], "websockets"],
+        ["halt", None, None, "websockets"],
+    ]
+    assert result["tokens"] == [usage["input_tokens"], usage["output_tokens"]]
     assert result["stopped"] is True

@@ -83,6 +83,18 @@ def _instrument_websockets(module: ModuleType) -> None:
     instrument_websockets(module)
 
 
+def _instrument_websockets_legacy(module: ModuleType) -> None:
+    from ampmeter.integrations.websocket_client import instrument_websockets_legacy
+
+    instrument_websockets_legacy(module)
+
+
+def _instrument_litellm(module: ModuleType) -> None:
+    from ampmeter.integrations.litellm_retries import instrument_litellm
+
+    instrument_litellm(module)
+
+
 def _instrument_mcp(module: ModuleType) -> None:
     from ampmeter.integrations.mcp_tools import instrument_mcp
 
@@ -112,7 +124,9 @@ _TARGETS: dict[str, Callable[[ModuleType], object]] = {
     "urllib3": _instrument_urllib3,
     "llama_index.core": _instrument_llama_index,
     "mcp": _instrument_mcp,
+    "litellm": _instrument_litellm,
     "websockets": _instrument_websockets,
+    "websockets.legacy.client": _instrument_websockets_legacy,
     "threading": _instrument_threads,
     "concurrent.futures.thread": _instrument_thread_pools,
 }
@@ -131,13 +145,16 @@ def instrument(
 ) -> list[str]:
     """Meter the SDKs (``openai``, ``anthropic``) and the HTTP libraries (``http``: httpx,
     httpx2, aiohttp and ``http.client``, which ``urllib`` and ``requests`` use, and the
-    Responses WebSocket protocol over ``websockets``) whenever they are imported; idempotent.
+    Responses WebSocket protocol over the ``websockets`` clients, the legacy one included)
+    whenever they are imported; idempotent.
 
     With ``llama_index``, the lazy streams LlamaIndex returns are metered against the context
     they were created in (:mod:`ampmeter.integrations.llama_index`). With ``threads``, work
     submitted to a ``ThreadPoolExecutor`` or started as a ``threading.Thread`` inside a
     context runs in that context (:mod:`ampmeter.integrations.threads`). With ``mcp``, each
-    MCP tool call is a ``tool`` node (:mod:`ampmeter.integrations.mcp_tools`).
+    MCP tool call is a ``tool`` node (:mod:`ampmeter.integrations.mcp_tools`). With ``openai``
+    or ``http``, LiteLLM's own ``num_retries`` gives a budget stop back instead of retrying it
+    (:mod:`ampmeter.integrations.litellm_retries`).
 
     A library already imported is patched at once, the others right after their own import, so
     a program pays nothing for libraries it does not use. Returns the names patched now.
@@ -159,7 +176,9 @@ def instrument(
         "urllib3": http,
         "llama_index.core": llama_index,
         "mcp": mcp,
+        "litellm": openai or http,
         "websockets": http,
+        "websockets.legacy.client": http,
         "threading": threads,
         "concurrent.futures.thread": threads,
     }
@@ -186,6 +205,7 @@ def uninstrument() -> None:
         ("threads", "uninstrument_threads"),
         ("mcp_tools", "uninstrument_mcp"),
         ("websocket_client", "uninstrument_websockets"),
+        ("litellm_retries", "uninstrument_litellm"),
     ):
         module = sys.modules.get(f"ampmeter.integrations.{name}")
         if module is not None:

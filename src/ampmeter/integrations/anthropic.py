@@ -3,7 +3,9 @@
 Patched at the resource-class level (``Messages.create``/``parse``/``stream`` and their async
 twins). ``messages.stream`` defers its request until the helper is entered, so the patch swaps
 the helper's deferred request for a metered one: limits are checked when the request would be
-sent, and the helper reads its events through the metered stream.
+sent, and the helper reads its events through the metered stream. Older SDKs (0.40) build the
+helper's stream anew over that request's response, so their managers' ``__enter__`` /
+``__aenter__`` move the metering to the stream they hand out.
 
 Anthropic reports cache tokens beside the input (``input_tokens`` counts only the uncached
 part); they are normalised to the subset convention here: ``tokens_in = input_tokens +
@@ -14,13 +16,15 @@ cache_read_input_tokens + cache_creation_input_tokens``, with the cache reads as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.lifecycle import relieve_pressure, settings
 from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
+from ampmeter.integrations.streams import meter_rebuilt_stream
 from ampmeter.integrations.wire import get, get_int, int_or_none, text_of
 from ampmeter.integrations.wrappers import (
     metered_awaitable,
@@ -155,6 +159,40 @@ def _wrap_stream_helper(
     return stream
 
 
+def _enter_rebuilding(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def enter(manager: Any) -> Any:
+        stream = original(manager)
+        meter_rebuilt_stream(stream, is_async=False)
+        return stream
+
+    return enter
+
+
+def _aenter_rebuilding(original: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Any]:
+    async def aenter(manager: Any) -> Any:
+        stream = await original(manager)
+        meter_rebuilt_stream(stream, is_async=True)
+        return stream
+
+    return aenter
+
+
+def _patch_rebuilding_managers() -> list[Patch]:
+    """Patch the stream helpers' managers of an SDK whose helper stream takes the response
+    (it reads it through a stream of its own, not the one the request returned)."""
+    try:
+        from anthropic.lib import streaming
+    except ImportError:  # an SDK without the helpers
+        return []
+    if "response" not in inspect.signature(streaming.MessageStream.__init__).parameters:
+        return []
+    sync, asynchronous = streaming.MessageStreamManager, streaming.AsyncMessageStreamManager
+    return [
+        Patch.apply(sync, "__enter__", _enter_rebuilding(sync.__enter__)),
+        Patch.apply(asynchronous, "__aenter__", _aenter_rebuilding(asynchronous.__aenter__)),
+    ]
+
+
 def instrument_anthropic() -> bool:
     """Patch the installed ``anthropic`` SDK (idempotent); False if it is not installed."""
     if _patches:
@@ -195,6 +233,7 @@ def instrument_anthropic() -> bool:
                     owner, "stream", _wrap_stream_helper(adapter, helper, is_async=is_async)
                 )
             )
+    _patches.extend(_patch_rebuilding_managers())
     _patches.extend(patch_base_clients(_base_client))
     return True
 

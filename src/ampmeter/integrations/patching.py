@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from ampmeter.integrations.adapter import Adapter
@@ -16,15 +17,15 @@ __all__ = ["Patch", "patch_base_clients", "patch_method", "patch_retry_sleep", "
 
 @dataclass(slots=True)
 class Patch:
-    """One attribute replaced on a class, and how to put it back exactly."""
+    """One attribute replaced on a class (or a module), and how to put it back exactly."""
 
-    owner: type
+    owner: type | ModuleType
     name: str
     had_own: bool
     original: Any
 
     @classmethod
-    def apply(cls, owner: type, name: str, replacement: Any) -> Patch:
+    def apply(cls, owner: type | ModuleType, name: str, replacement: Any) -> Patch:
         """Replace ``owner.name`` with ``replacement`` and remember the original."""
         had_own = name in owner.__dict__
         original = owner.__dict__.get(name)

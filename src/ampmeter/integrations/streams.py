@@ -11,19 +11,30 @@ class). The call ends:
 * as abandoned (:func:`~ampmeter.integrations.lifecycle.finish_abandoned`) when the stream's
   response is closed first (by the stream, or by an SDK helper that closes the response
   directly), or when the stream is dropped unread.
+
+Older anthropic stream helpers (0.40) drop the stream their request returned and read the same
+response through a stream of their own: :func:`meter_rebuilt_stream` moves the metering there.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, Final
 
 from ampmeter.context import Call
 from ampmeter.integrations.adapter import Adapter, Tally
 from ampmeter.integrations.lifecycle import finish_abandoned, finish_call
 
-__all__ = ["MeterStream", "StreamMeter", "meter_async_stream", "meter_stream"]
+__all__ = [
+    "MeterStream",
+    "StreamMeter",
+    "meter_async_stream",
+    "meter_rebuilt_stream",
+    "meter_stream",
+]
+
+_METER: Final = "_ampmeter_stream_meter"  # on a metered stream's response: its meter
 
 
 class StreamMeter:
@@ -34,6 +45,7 @@ class StreamMeter:
         "adapter",
         "call",
         "done",
+        "dropped",
         "hide",
         "input_tokens",
         "reading",
@@ -47,6 +59,7 @@ class StreamMeter:
         self.input_tokens = input_tokens
         self.tally = Tally()
         self.done = False
+        self.dropped: weakref.finalize[Any, Any] | None = None  # abandons a stream dropped unread
         self.reading = False  # an event is being read: the iterator itself settles what happens
 
     def end(self, exc: BaseException | None) -> None:
@@ -127,7 +140,7 @@ MeterStream = Callable[[Any, Call, Adapter, bool, int], "StreamMeter"]
 
 def _abandon_when_dropped(stream: Any, meter: StreamMeter) -> None:
     # A stream dropped unread never runs its iterator; the meter holds no reference to it.
-    weakref.finalize(stream, meter.abandon)
+    meter.dropped = weakref.finalize(stream, meter.abandon)
 
 
 def _on_close(response: Any, name: str, meter: StreamMeter, *, is_async: bool) -> None:
@@ -174,6 +187,7 @@ def meter_stream(
     response = getattr(stream, "response", None)
     if response is not None:
         _on_close(response, "close", meter, is_async=False)
+        setattr(response, _METER, meter)
     return meter
 
 
@@ -187,4 +201,19 @@ def meter_async_stream(
     response = getattr(stream, "response", None)
     if response is not None:
         _on_close(response, "aclose", meter, is_async=True)
+        setattr(response, _METER, meter)
     return meter
+
+
+def meter_rebuilt_stream(stream: Any, *, is_async: bool) -> None:
+    """Meter ``stream``, which an SDK helper built over the response of a metered stream it
+    then dropped unread: the call is read from ``stream``'s events instead. Nothing happens
+    when the response is not metered, or its call has ended."""
+    meter: StreamMeter | None = getattr(getattr(stream, "response", None), _METER, None)
+    if meter is None or meter.done:
+        return
+    if meter.dropped is not None:
+        meter.dropped.detach()  # the dropped stream was never read: dropping it ends nothing
+    events = meter.async_events if is_async else meter.events
+    stream._iterator = events(stream._iterator)
+    _abandon_when_dropped(stream, meter)

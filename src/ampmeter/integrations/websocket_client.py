@@ -1,7 +1,10 @@
 """The Responses WebSocket protocol metered at the ``websockets`` client, whoever opened the
 connection (openai-agents' and pydantic-ai's WebSocket modes, or a program's own client).
 
-``ClientConnection.send`` / ``recv`` / ``close`` of the sync and asyncio clients are wrapped:
+``ClientConnection.send`` / ``recv`` / ``close`` of the sync and asyncio clients are wrapped,
+and those of the legacy asyncio client (``websockets.legacy.client``, which
+``websockets.client.connect`` still returns; deprecated since websockets 14, shipped until its
+removal, announced for 2030) once a program imports it:
 a text or binary frame holding a ``response.create`` event is admitted before it is sent (a
 stop raises ``LimitExceeded`` and the frame never leaves), and frames read back are matched to
 their responses (:mod:`ampmeter.integrations.responses_socket`) while any is open. A frame
@@ -20,12 +23,13 @@ import orjson
 from ampmeter.integrations.patching import Patch, undo_all
 from ampmeter.integrations.responses_socket import PendingResponse, responses_on
 
-__all__ = ["instrument_websockets", "uninstrument_websockets"]
+__all__ = ["instrument_websockets", "instrument_websockets_legacy", "uninstrument_websockets"]
 
 _MARK: Final = "response.create"
 _TRANSPORT: Final = "websockets"
 
 _patches: list[Patch] = []
+_legacy_patches: list[Patch] = []
 
 
 def _event(message: Any) -> Any:
@@ -148,6 +152,17 @@ def instrument_websockets(_module: ModuleType) -> None:
             _patches.append(Patch.apply(cls, name, wrapper))
 
 
+def instrument_websockets_legacy(module: ModuleType) -> None:
+    """Meter the legacy asyncio client of ``module`` (``websockets.legacy.client``; idempotent).
+    Patched on its import only: importing it warns of its deprecation."""
+    if _legacy_patches:
+        return
+    cls = module.WebSocketClientProtocol
+    for name, wrapper in _async_wrappers(cls).items():
+        _legacy_patches.append(Patch.apply(cls, name, wrapper))
+
+
 def uninstrument_websockets() -> None:
-    """Restore the ``websockets`` clients (idempotent)."""
+    """Restore the ``websockets`` clients, the legacy one included (idempotent)."""
     undo_all(_patches)
+    undo_all(_legacy_patches)
