@@ -12,7 +12,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from test_analysis import SCRIPT_NAME, make_event_log, make_stream_logs
 
 from ampmeter.analysis import amortization_curve
 from ampmeter.report import (
@@ -26,6 +25,7 @@ from ampmeter.report import (
     write_report,
 )
 from ampmeter.report.charts import bars_by_model, nice_ticks, tick_label
+from support.event_logs import SCRIPT_NAME, make_event_log, make_stream_logs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import orjson
 import pytest
-from test_analysis import (
+
+from ampmeter import ExecutionContext, JsonlSink, LimitExceeded
+from ampmeter.report import write_report
+from support.event_logs import (
     IMG_PAYLOAD,
     SCRIPT_NAME,
     make_event_log,
     make_stream_logs,
     make_subagent_log,
 )
-
-from ampmeter import ExecutionContext, JsonlSink, LimitExceeded
-from ampmeter.report import write_report
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [

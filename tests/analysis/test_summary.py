@@ -13,7 +13,6 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_analysis import make_event_log, make_stream_logs, reference_percentile
 from typer.testing import CliRunner
 
 from ampmeter.analysis import NUMERIC_COLUMNS, AnalysisError, SummaryTable, load_runs, summarize
@@ -24,6 +23,7 @@ from ampmeter.context import ExecutionContext
 from ampmeter.logs import JsonlError
 from ampmeter.metrics import TaskResult
 from ampmeter.sinks.jsonl import JsonlSink
+from support.event_logs import make_event_log, make_stream_logs, reference_percentile
 
 
 def _events(path: Path) -> list[dict]:  # type: ignore[type-arg]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import orjson
 import pytest
-from test_analysis import make_event_log, make_stream_logs
 from typer.testing import CliRunner
 
 from ampmeter.analysis import EXTENDED_COLUMNS, V0_COLUMNS, amortization_curve
 from ampmeter.cli import app
+from support.event_logs import make_event_log, make_stream_logs
 
 runner = CliRunner()
 

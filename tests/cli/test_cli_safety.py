@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_analysis import make_event_log, make_stream_logs
 from typer.testing import CliRunner
 
 from ampmeter.cli import app
 from ampmeter.cli.output import os_error_message, printable
 from ampmeter.logs.reader import MAX_LINE_ENV
+from support.event_logs import make_event_log, make_stream_logs
 
 runner = CliRunner()
 

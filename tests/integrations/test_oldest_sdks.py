@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_integrations_openai_websocket import ResponsesSocket
 
 import ampmeter
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.testing import recorded
+from support.responses_socket import ResponsesSocket
 
 OLDEST = ("openai==1.40.0", "anthropic==0.40.0")
 # openai 1.40 passes `proxies=` to httpx, which httpx 0.28 removed; pydantic 2 as they need.
