@@ -7,9 +7,11 @@ exception leaves the block, after usage was recorded or not) or interrupts them
 children, or while those still run). A cost cap and a step cap make some admissions fail.
 After every step:
 
-* no hold is left once no call is open (``stats.reserved()`` is zero at every level), and a
-  refused call leaves the holds as they were;
-* the graph's views (nodes, aggregates, ``snapshot()``) agree with the stats;
+* no hold is left once no call is open (``stats.reserved()`` is zero at every level), a
+  refused call leaves the holds as they were, and while calls are open a capped context holds
+  exactly the estimates of the open calls under it (and the root one step for each);
+* the graph's views (nodes, aggregates, ``snapshot()`` of every context, the node a call shows
+  and the one the graph shows for it) agree with the stats;
 * every context's totals are its own calls' usage plus the sum of its children's totals, and
   equal what the machine itself recorded.
 
@@ -29,7 +31,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from ampmeter import BudgetBusy, ExecutionContext, LimitExceeded
 from ampmeter.graph import TERMINAL_STATUSES
-from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS
+from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS, KEY_STEPS
 
 amounts = st.integers(0, 6).map(lambda eighths: eighths / 8)
 counts = st.integers(0, 50)
@@ -61,6 +63,7 @@ class Scope:
 
     ctx: ExecutionContext
     parent: Scope | None
+    cap: float | None = None
     children: list[Scope] = field(default_factory=list)
     own: Totals = field(default_factory=Totals)  # usage of its own settled calls
     closed: bool = False
@@ -72,6 +75,7 @@ class Open:
 
     call: Any
     scope: Scope
+    estimate: Decimal
 
 
 def stats_totals(ctx: ExecutionContext) -> Totals:
@@ -106,7 +110,7 @@ class CoreMachine(RuleBasedStateMachine):
         root = ExecutionContext(
             "root", max_cost_usd=max_cost, max_steps=steps, admission_timeout_s=0
         )
-        self.scopes.append(Scope(root, None))
+        self.scopes.append(Scope(root, None, max_cost))
 
     def teardown(self) -> None:
         for scope in reversed(self.scopes):
@@ -133,7 +137,7 @@ class CoreMachine(RuleBasedStateMachine):
     def spawn_child(self, data: st.DataObject, cap: float | None) -> None:
         parent = data.draw(st.sampled_from(self.open_scopes()), label="parent")
         child = parent.ctx.spawn_child(f"child{len(self.scopes)}", max_cost_usd=cap)
-        scope = Scope(child, parent)
+        scope = Scope(child, parent, cap)
         parent.children.append(scope)
         self.scopes.append(scope)
 
@@ -154,7 +158,7 @@ class CoreMachine(RuleBasedStateMachine):
             assert self.holds() == before, "a refused call changed the holds"
             assert call.node.status == "halt"
             return
-        self.calls.append(Open(call, scope))
+        self.calls.append(Open(call, scope, dec(estimate)))
 
     def take(self, data: st.DataObject) -> Open:
         return self.calls.pop(data.draw(st.integers(0, len(self.calls) - 1), label="call"))
@@ -231,6 +235,25 @@ class CoreMachine(RuleBasedStateMachine):
                 assert all(v == 0 for v in held.values()), held
 
     @invariant()
+    def holds_are_the_estimates_of_the_open_calls(self) -> None:
+        for scope, held in zip(self.scopes, self.holds(), strict=True):
+            under = [c for c in self.calls if self.encloses(scope, c.scope)]
+            estimates = sum((c.estimate for c in under), Decimal(0))
+            if scope.cap is not None:
+                assert held.get(KEY_COST, 0) == estimates, (scope.ctx.name, held, estimates)
+            else:  # a context without its own cap may hold nothing; if it holds, exactly that
+                assert held.get(KEY_COST, estimates) == estimates, (scope.ctx.name, held)
+        assert self.holds()[0].get(KEY_STEPS, 0) == len(self.calls)
+
+    @staticmethod
+    def encloses(outer: Scope, inner: Scope | None) -> bool:
+        while inner is not None:
+            if inner is outer:
+                return True
+            inner = inner.parent
+        return False
+
+    @invariant()
     def totals_roll_up(self) -> None:
         for scope in self.scopes:
             expected = Totals()
@@ -280,6 +303,12 @@ class CoreMachine(RuleBasedStateMachine):
             if node.kind in ("llm", "tool"):
                 recount.add(Totals(node.tokens_in or 0, node.tokens_out or 0, dec(node.cost_usd)))
         assert as_tuple(recount) == as_tuple(totals)
+        for scope, held in zip(self.scopes, self.holds(), strict=True):
+            shown = scope.ctx.snapshot()
+            assert shown["counters"] == scope.ctx.stats.counters(), scope.ctx.name
+            assert {k: dec(v) for k, v in shown["reserved"].items()} == held, scope.ctx.name
+        for call in [c.call for c in self.calls] + self.ended:
+            assert root.graph.node(call.node_id) == call.node, call.node_id
 
 
 CoreMachine.TestCase.settings = settings(

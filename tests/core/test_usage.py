@@ -5,7 +5,10 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from ampmeter import money
 from ampmeter._core.usage import Usage
 from ampmeter.keys import (
     KEY_CACHED_INPUT_TOKENS,
@@ -116,3 +119,33 @@ def test_checked_keeps_good_values() -> None:
     usage = Usage.checked(kind="tool", tool="search", calls=1, steps=1, cost_usd=0.25)
     assert (usage.kind, usage.tool, usage.calls, usage.steps) == ("tool", "search", 1, 1)
     assert usage.amounts()[KEY_COST] > 0
+
+
+@given(
+    model=st.sampled_from(["", "m1", "org/model-2"]),
+    tokens_in=st.integers(0, 10**9),
+    tokens_out=st.integers(0, 10**9),
+    cost_nano=st.integers(0, 10**15),
+    calls=st.integers(0, 3),
+)
+def test_each_amount_is_counted_once_in_its_total_and_once_per_model(
+    model: str, tokens_in: int, tokens_out: int, cost_nano: int, calls: int
+) -> None:
+    usage = Usage(
+        "llm", model, tokens_in=tokens_in, tokens_out=tokens_out, cost_nano=cost_nano, calls=calls
+    )
+    listed = keys(usage)
+    assert len(listed) == len(set(listed))
+    amounts = usage.amounts()
+    for total, amount in (
+        (KEY_INPUT_TOKENS, tokens_in),
+        (KEY_OUTPUT_TOKENS, tokens_out),
+        (KEY_COST, money.from_nano(cost_nano)),
+    ):
+        assert amounts.get(total, 0) == amount
+        if model:
+            assert amounts.get(f"{total}:{model}", 0) == amount
+    assert amounts.get(KEY_LLM_CALLS, 0) == calls
+    if not model:
+        assert not any(":" in key.removeprefix("amp:") for key in amounts)
+    assert usage.values(usage.shape()) == tuple(usage[field] for _, field, _ in usage.entries())
