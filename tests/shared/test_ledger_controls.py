@@ -1,0 +1,224 @@
+"""Expired holds charged as unsettled spend, ceilings kept in the ledger, an operator's pause,
+and exactly-once settlements by idempotency key: every backend (memory, SQLite, real Redis)."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from decimal import Decimal
+
+import pytest
+
+from ampmeter.ledgers import Ledger, Refusal, Reservation
+from support.ledger_backends import MakeLedger, make_ledger_fixture  # noqa: F401
+from support.redis_server import redis_server_fixture  # noqa: F401
+
+COST = "amp:cost"
+
+
+def _leak_hold(ledger: Ledger, amount: object, ceiling: object) -> Reservation:
+    """A hold nobody in this process keeps alive (as if its worker died), as a bare id."""
+    held = ledger.reserve({COST: amount}, {COST: ceiling})
+    assert held is not None
+    orphan = Reservation(held.id, {}, None, held.scopes)
+    del held
+    gc.collect()  # the renewal thread keeps only a weak reference
+    return orphan
+
+
+def _wait_for_expiry(ledger: Ledger) -> None:
+    deadline = time.monotonic() + 20
+    while ledger.reserved() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ledger.reserved() == {}
+
+
+# -- an expired hold is charged -------------------------------------------------------------------
+
+
+def test_an_expired_hold_is_charged_as_unsettled_spend(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger(lease_s=0.5)
+    orphan = _leak_hold(ledger, 0.3, 1.0)
+    _wait_for_expiry(ledger)
+    assert ledger.unsettled() == {COST: Decimal("0.3")} == ledger.spent()
+    refusal = ledger.try_reserve({COST: 0.75}, {COST: 1.0})
+    assert isinstance(refusal, Refusal) and not refusal.busy and refusal.spent == Decimal("0.3")
+    assert ledger.reserve({COST: 0.7}, {COST: 1.0}) is not None  # what is left still fits
+    # the worker was only slow: its commit replaces the charge with what it really spent
+    assert ledger.commit(orphan, {COST: 0.1}) == {COST: Decimal("0.1")}
+    assert ledger.unsettled() == {} and ledger.spent() == {COST: Decimal("0.1")}
+    ledger.commit(orphan, {COST: 0.1})  # once only
+    assert ledger.spent() == {COST: Decimal("0.1")}
+    assert ledger.reserve({COST: 0.1}, {}, reservation_id=orphan.id) is None  # settled id
+
+
+def test_releasing_a_charged_hold_takes_the_charge_back(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger(lease_s=0.5)
+    orphan = _leak_hold(ledger, 0.3, 1.0)
+    _wait_for_expiry(ledger)
+    assert ledger.show().unsettled == {COST: Decimal("0.3")}
+    ledger.release(orphan)
+    assert ledger.spent() == {} == ledger.unsettled()
+
+
+def test_on_expired_hold_release_returns_the_hold(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger(lease_s=0.5, on_expired_hold="release")
+    _leak_hold(ledger, 0.3, 1.0)
+    _wait_for_expiry(ledger)
+    assert ledger.spent() == {} == ledger.unsettled()
+    assert ledger.reserve({COST: 1.0}, {COST: 1.0}) is not None
+
+
+def test_on_expired_hold_must_be_charge_or_release(make_ledger: MakeLedger) -> None:
+    with pytest.raises(ValueError, match="on_expired_hold"):
+        make_ledger(on_expired_hold="forget")
+
+
+def test_a_charge_counts_at_every_scope_of_the_hold(make_ledger: MakeLedger) -> None:
+    root = make_ledger(lease_s=0.5)
+    child = root.child("worker")
+    held = child.reserve({COST: 0.25}, {}, ancestors={root.scope: {COST: 1.0}})
+    assert held is not None
+    del held
+    gc.collect()
+    _wait_for_expiry(child)
+    assert root.unsettled() == {COST: Decimal("0.25")} == child.unsettled()
+    assert root.spent() == {COST: Decimal("0.25")}
+
+
+# -- ceilings kept in the ledger ------------------------------------------------------------------
+
+
+def test_kept_ceilings_bind_every_reserve_below_them(make_ledger: MakeLedger) -> None:
+    root = make_ledger()
+    run = root.child("run")
+    child = run.child("researcher")
+    assert root.set_ceilings(run.scope, {COST: 0.10}) == {COST: Decimal("0.1")}
+    assert child.set_ceilings(child.scope, {COST: 1.0, "amp:llm_calls": 5}) == {
+        COST: Decimal("1"),
+        "amp:llm_calls": 5,
+    }
+    # the child names no ancestor and passes a generous ceiling: the ledger's still hold
+    first = child.try_reserve({COST: 0.06}, {COST: 5.0})
+    assert isinstance(first, Reservation) and first.scopes == (child.scope, run.scope)
+    child.commit(first, {COST: 0.06})
+    refusal = child.try_reserve({COST: 0.06}, {COST: 5.0})
+    assert isinstance(refusal, Refusal)
+    assert (refusal.scope, refusal.key, refusal.ceiling) == (run.scope, COST, Decimal("0.1"))
+    assert run.spent() == {COST: Decimal("0.06")}  # counted where the ceiling is kept
+    assert child.ceilings() == {COST: Decimal("1"), "amp:llm_calls": 5}
+    assert root.ceilings(run.scope) == {COST: Decimal("0.1")}
+
+
+def test_set_ceilings_only_tightens_and_set_ceiling_raises(make_ledger: MakeLedger) -> None:
+    root = make_ledger()
+    child = root.child("child")
+    root.set_ceilings(child.scope, {COST: 0.10})
+    # a child handed these cannot raise them
+    assert child.set_ceilings(child.scope, {COST: 100}) == {COST: Decimal("0.1")}
+    assert child.reserve({COST: 0.2}, {}) is None
+    root.set_ceiling(child.scope, COST, "0.50")  # the operator's raise
+    assert child.ceilings() == {COST: Decimal("0.5")}
+    assert child.reserve({COST: 0.2}, {}) is not None
+
+
+def test_kept_ceilings_need_scopes_of_the_tree(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    with pytest.raises(ValueError, match="outside the tree"):
+        ledger.set_ceilings("elsewhere/x", {COST: 1})
+    with pytest.raises(ValueError, match="ceilings"):
+        ledger.set_ceilings(ledger.scope, {COST: "lots"})
+    assert ledger.ceilings() == {}
+
+
+# -- the operator's pause -------------------------------------------------------------------------
+
+
+def test_a_paused_scope_admits_nothing_below_it_until_resumed(make_ledger: MakeLedger) -> None:
+    root = make_ledger()
+    child = root.child("run").child("worker")
+    held = child.reserve({COST: 0.1}, {COST: 1})
+    assert held is not None
+    root.pause(root.scope + "/run")
+    refusal = child.try_reserve({COST: 0.1}, {COST: 1})
+    assert isinstance(refusal, Refusal) and refusal.paused and not refusal.busy
+    assert refusal.scope == root.scope + "/run"
+    assert child.reserve({}, {}) is None  # fails closed, whatever is asked
+    child.commit(held, {COST: 0.1})  # a call already running still settles
+    view = child.show()
+    assert view.paused and view.paused_by == root.scope + "/run"
+    assert view.spent == {COST: Decimal("0.1")} and view.reserved == {}
+    assert root.show().paused is False  # above the pause, work goes on
+    assert root.reserve({COST: 0.1}, {}) is not None
+    root.resume(root.scope + "/run")
+    assert child.reserve({COST: 0.1}, {COST: 1}) is not None
+    assert child.show().paused_by is None
+
+
+# -- exactly once by idempotency key --------------------------------------------------------------
+
+
+def test_a_replayed_settlement_counts_once(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    first = ledger.reserve({COST: 0.5}, {COST: 1})
+    assert first is not None
+    assert ledger.commit(first, {COST: 0.2, "amp:llm_calls": 1}, idempotency_key="step-3") == {
+        COST: Decimal("0.2"),
+        "amp:llm_calls": 1,
+    }
+    # the step is re-executed after a crash: a new reservation, the same key
+    again = ledger.reserve({COST: 0.5}, {COST: 1})
+    assert again is not None
+    replayed = ledger.commit(again, {COST: 0.3, "amp:llm_calls": 1}, idempotency_key="step-3")
+    assert replayed == {COST: Decimal("0.2"), "amp:llm_calls": 1}  # the first settlement's
+    assert ledger.spent() == {COST: Decimal("0.2"), "amp:llm_calls": 1}
+    assert ledger.reserved() == {}  # the replay's hold ended
+    other = ledger.child("other")  # keys are per scope
+    held = other.reserve({}, {})
+    assert held is not None
+    other.commit(held, {COST: 0.3}, idempotency_key="step-3")
+    assert other.spent() == {COST: Decimal("0.3")}
+
+
+def test_idempotency_keys_are_forgotten_after_the_settled_horizon(
+    make_ledger: MakeLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = make_ledger()
+    monkeypatch.setattr(sys.modules[type(ledger).__module__], "SETTLED_KEEP_S", 0.3)
+    for _ in range(2):
+        held = ledger.reserve({}, {})
+        assert held is not None
+        ledger.commit(held, {COST: 0.1}, idempotency_key="step-1")
+        time.sleep(0.5)
+    assert ledger.spent() == {COST: Decimal("0.2")}  # kept for a bounded time only
+
+
+def test_a_bad_idempotency_key_raises_and_keeps_the_hold(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger()
+    held = ledger.reserve({COST: 0.1}, {})
+    assert held is not None
+    with pytest.raises(TypeError, match="idempotency_key"):
+        ledger.commit(held, {COST: 0.1}, idempotency_key="")
+    assert ledger.reserved() == {COST: Decimal("0.1")} and ledger.spent() == {}
+
+
+def test_a_context_under_a_paused_scope_is_stopped_before_its_call(make_ledger: MakeLedger) -> None:
+    from ampmeter import ExecutionContext, LimitExceeded
+
+    ledger = make_ledger()
+    ctx = ExecutionContext("agent", max_cost_usd=1.0, ledger=ledger.child("agent"))
+    ledger.pause()
+    ran = []
+    with (
+        pytest.raises(LimitExceeded, match="paused") as caught,
+        ctx.llm_call("call", estimate_usd=0.1),
+    ):
+        ran.append(True)
+    assert ran == [] and caught.value.node_id is not None
+    assert ctx.graph.node(caught.value.node_id).status == "halt"
+    ledger.resume()
+    with ctx.llm_call("call", model="m", estimate_usd=0.1) as call:
+        call.record(1, 1, cost_usd=0.1)
+    ctx.close()
+    assert ledger.spent(ledger.scope + "/agent")[COST] == Decimal("0.1")
