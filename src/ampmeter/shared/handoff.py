@@ -134,6 +134,8 @@ class Handoffs:
             deadline,
             exhaustion.mode,
             exhaustion.timeout_s,
+            # The child's holds end as this context's would (its rule, else the ledger's).
+            self.frame.on_expired_hold or ledger.on_expired_hold,
         )
         return encode(handoff, ledger=ledger)
 
