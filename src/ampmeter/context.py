@@ -633,13 +633,18 @@ class ExecutionContext(CallMaker):
     ) -> ExecutionContext:
         """Continue, in this process, a handed-off run whose process is gone (from its saved
         :meth:`handoff` token): the same ledger scope, with what the scope has spent already
-        counted here from the start, so its limits hold across the restart."""
+        counted here from the start, so its limits hold across the restart. The holds the dead
+        process left unsettled are not counted here: its parent records them (the ledger
+        still counts them against every ceiling)."""
         ctx = cls.from_handoff(token, ledger=ledger, sinks=sinks)
         shared = ctx.ledger
         assert shared is not None  # a hand-off always has its ledger
+        charged = shared.unsettled()
         for key, value in shared.spent().items():
             in_dollars = is_money(key)  # the kernel counts money in whole nano-dollars
             amount = to_nano(value) if in_dollars else int(value)
+            held = charged.get(key, 0)
+            amount -= to_nano(held) if in_dollars else int(held)
             ctx._kernel.add(ctx._frame.level, key, amount, in_dollars)
         return ctx
 

@@ -4,10 +4,14 @@ The parent makes a ``system`` node for the child and a token naming a ledger sco
 own; the child's calls hold and commit there (and at every scope above), so they stop at the
 child's limits and at its parents' remaining budget. The parent reads the child's spend from
 the ledger and adds it to its stats and its graph's aggregates (:meth:`Handoffs.refresh`).
+The holds of a child that died mid-call, charged as unsettled spend, become nodes of their own
+under the hand-off node (:mod:`ampmeter.shared.unsettled`), as do those of any dead worker on
+the context's own ledger scope.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -25,6 +29,7 @@ from ampmeter.keys import (
     is_money,
 )
 from ampmeter.limits import LimitType
+from ampmeter.shared.unsettled import record_unsettled
 from ampmeter.stats import internal_amount
 
 if TYPE_CHECKING:
@@ -37,6 +42,8 @@ if TYPE_CHECKING:
 
 __all__ = ["HandoffSpend", "Handoffs"]
 
+_log = logging.getLogger("ampmeter.shared")
+
 # The counts whose hand-off spend also counts in the graph's aggregates (with its cost).
 _AGGREGATED = (KEY_LLM_CALLS, KEY_TOOL_CALLS, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS)
 
@@ -44,13 +51,15 @@ _AGGREGATED = (KEY_LLM_CALLS, KEY_TOOL_CALLS, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKEN
 class HandoffSpend:
     """A hand-off made by a context, and how much of its spend the context has counted."""
 
-    __slots__ = ("counted", "error", "ledger", "lock", "node", "scope")
+    __slots__ = ("counted", "error", "ledger", "lock", "node", "recorded", "scope")
 
     def __init__(self, node: Node, ledger: Ledger, scope: str) -> None:
         self.node = node
         self.ledger = ledger
         self.scope = scope
         self.counted: dict[str, Any] = {}
+        # the child's unsettled holds recorded as nodes here: id -> the hold's amounts
+        self.recorded: dict[str, Mapping[str, Any]] = {}
         self.error: Exception | None = None  # the last read's, None once one succeeded
         self.lock = threading.Lock()
 
@@ -142,23 +151,55 @@ class Handoffs:
     def refresh(self) -> dict[str, Any]:
         """Read the spend of the hand-offs from the ledger again; add what is new to the stats
         (here and above) and to the graph's aggregates. Returns what was added, per key (money
-        as exact Decimal dollars, as the ledger gives it)."""
+        as exact Decimal dollars, as the ledger gives it).
+
+        A hand-off's unsettled holds are recorded as nodes (which count themselves) and left
+        out of the spend counted here; a recorded hold whose worker commits later stays out
+        too, so the hold counts once (what a late commit adds beyond the charge is counted).
+        Then the dead workers' holds on this context's own ledger scope are recorded."""
         added: dict[str, Any] = {}
         level = self.frame.level
         for handoff in list(self.made):
+            ledger = handoff.ledger
             try:
-                spent = handoff.ledger.spent(handoff.scope)
+                spent = ledger.spent(handoff.scope)  # first: a hold reaped in between is listed
+                holds = ledger.unsettled_holds(handoff.scope)
+                node_id = handoff.node.node_id
+                record_unsettled(
+                    holds, ledger, self.kernel, level, self.emitter, node_id, handoff.recorded
+                )
             except Exception as error:
                 handoff.error = error
                 continue
-            for key, delta in handoff.take_new(spent).items():
+            charged = [hold.amounts for hold in holds]
+            unsettled_now = {hold.id for hold in holds}
+            charged += [a for rid, a in handoff.recorded.items() if rid not in unsettled_now]
+            for key, delta in handoff.take_new(_less(spent, charged)).items():
                 self.kernel.add(level, key, internal_amount(key, delta), is_money(key))
                 added[key] = added.get(key, 0) + delta
         if added:
             calls, tools, t_in, t_out = (int(added.get(key, 0)) for key in _AGGREGATED)
             cost = internal_amount(KEY_COST, added.get(KEY_COST, 0))
             self.kernel.add_handed_off(calls, tools, t_in, t_out, cost)
+        self.record_own_unsettled()
         return added
+
+    def record_own_unsettled(self) -> None:
+        """Record the unsettled holds of dead workers that held at this context's own ledger
+        scope itself (a ledger that cannot be read now records nothing; the next read catches
+        up). The holds of hand-offs are their parents' to record, so a context made from a
+        hand-off records none, and holds taken below this scope are left to theirs."""
+        ledger = self.frame.ledger
+        if ledger is None or self.frame.handoff_from is not None:
+            return
+        try:
+            holds = [h for h in ledger.unsettled_holds() if h.scopes[0] == ledger.scope]
+            if holds:
+                node_id = self.frame.context.node_id
+                level = self.frame.level
+                record_unsettled(holds, ledger, self.kernel, level, self.emitter, node_id, {})
+        except Exception as error:  # a survivor's close must not fail on this read
+            _log.warning("context %r: unsettled holds not read: %s", self.frame.name, error)
 
     def settle(self) -> None:
         """End the hand-off nodes, adding each child's spend (read from the ledger) to the
@@ -178,3 +219,13 @@ class Handoffs:
                 outcome = Outcome("success", metadata=meta)
             if self.kernel.end(node, outcome):
                 self.emitter.emit(node)
+
+
+def _less(spent: Mapping[str, Any], charged: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """``spent`` without the ``charged`` holds' amounts (what the child settled itself)."""
+    settled = dict(spent)
+    for amounts in charged:
+        for key, value in amounts.items():
+            if key in settled:
+                settled[key] -= value
+    return settled
