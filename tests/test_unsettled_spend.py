@@ -12,6 +12,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from ampmeter import ExecutionContext, JsonlSink
+from ampmeter import ExecutionContext, HandoffError, JsonlSink, propagation
 from ampmeter.analysis import summarize
 from ampmeter.cli import app
 from ampmeter.keys import KEY_COST, KEY_LLM_CALLS, KEY_UNSETTLED_COST
@@ -308,3 +309,40 @@ def test_a_resumed_child_leaves_its_dead_holds_to_the_parent(
         assert len(_unsettled_events(parent_log, child_log, resumed_log)) == 1
     finally:
         ledger.close()
+
+
+def test_a_token_carries_the_rule_that_applies_to_the_childs_holds(tmp_path: Path) -> None:
+    """The context's rule, else its ledger's; a signed token with another value is refused."""
+    ledger = SqliteLedger(tmp_path / "ledger.db", "team", on_expired_hold="release")
+    try:
+        plain = ExecutionContext("boss", ledger=ledger)
+        assert plain.on_expired_hold is None
+        assert propagation.decode(plain.handoff("w")).on_expired_hold == "release"
+        strict = ExecutionContext("boss", ledger=ledger, on_expired_hold="charge")
+        child = strict.spawn_child("inner")
+        assert child.on_expired_hold == "charge"  # children inherit it
+        token = child.handoff("w")
+        assert propagation.decode(token).on_expired_hold == "charge"
+        received = ExecutionContext.from_handoff(token, ledger=ledger)
+        assert received.on_expired_hold == "charge"
+        received.close()
+        forged = replace(propagation.decode(token), on_expired_hold="forget")
+        with pytest.raises(HandoffError, match="expired_hold"):
+            propagation.decode(propagation.encode(forged, ledger=ledger))
+        for ctx in (child, strict, plain):
+            ctx.close()
+    finally:
+        ledger.close()
+
+
+def test_a_ledger_gone_at_close_is_named_and_the_close_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ledger = SqliteLedger(tmp_path / "ledger.db", "team")
+    ctx = ExecutionContext("survivor", ledger=ledger)
+    ledger.close()
+    with caplog.at_level("WARNING", logger="ampmeter.shared"):
+        ctx.close()
+    assert ctx.closed
+    assert "context 'survivor': unsettled holds not read" in caplog.text
+    assert "unavailable" in caplog.text and "closed database" in caplog.text

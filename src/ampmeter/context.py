@@ -470,6 +470,11 @@ class ExecutionContext(CallMaker):
     def close(self, exc: BaseException | None = None) -> None:
         """End the context (idempotent): its node ends and its sinks are flushed.
 
+        First the spend of its hand-offs is read from the ledger, and the holds of dead workers
+        charged as unsettled (under its hand-offs, or at its own ledger scope) are recorded as
+        nodes of their own (see :mod:`ampmeter.shared.unsettled`); :meth:`snapshot` does the
+        same while the context runs.
+
         Raises the first error a sink reported (here or while flushing) unless the context is
         closing because of ``exc``.
         """

@@ -11,11 +11,10 @@ the context's own ledger scope.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ampmeter._core.outcome import Outcome
@@ -41,8 +40,6 @@ if TYPE_CHECKING:
     from ampmeter.node import Node
 
 __all__ = ["HandoffSpend", "Handoffs"]
-
-_log = logging.getLogger("ampmeter.shared")
 
 # The counts whose hand-off spend also counts in the graph's aggregates (with its cost).
 _AGGREGATED = (KEY_LLM_CALLS, KEY_TOOL_CALLS, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS)
@@ -153,10 +150,12 @@ class Handoffs:
         (here and above) and to the graph's aggregates. Returns what was added, per key (money
         as exact Decimal dollars, as the ledger gives it).
 
-        A hand-off's unsettled holds are recorded as nodes (which count themselves) and left
-        out of the spend counted here; a recorded hold whose worker commits later stays out
-        too, so the hold counts once (what a late commit adds beyond the charge is counted).
-        Then the dead workers' holds on this context's own ledger scope are recorded."""
+        The unsettled holds under a hand-off that this context is the first to claim are
+        recorded as nodes (which count themselves) and left out of the spend counted here,
+        also once their worker commits after all, so each counts once (what a late commit
+        adds beyond the charge is counted). Holds another reader claimed (a process between,
+        which handed off in turn) count here as the child's spend. Then the dead workers'
+        holds at this context's own ledger scope are recorded."""
         added: dict[str, Any] = {}
         level = self.frame.level
         for handoff in list(self.made):
@@ -171,10 +170,8 @@ class Handoffs:
             except Exception as error:
                 handoff.error = error
                 continue
-            charged = [hold.amounts for hold in holds]
-            unsettled_now = {hold.id for hold in holds}
-            charged += [a for rid, a in handoff.recorded.items() if rid not in unsettled_now]
-            for key, delta in handoff.take_new(_less(spent, charged)).items():
+            settled = _less(spent, handoff.recorded.values())
+            for key, delta in handoff.take_new(settled).items():
                 self.kernel.add(level, key, internal_amount(key, delta), is_money(key))
                 added[key] = added.get(key, 0) + delta
         if added:
@@ -199,7 +196,11 @@ class Handoffs:
                 level = self.frame.level
                 record_unsettled(holds, ledger, self.kernel, level, self.emitter, node_id, {})
         except Exception as error:  # a survivor's close must not fail on this read
-            _log.warning("context %r: unsettled holds not read: %s", self.frame.name, error)
+            import logging  # only now: importing ampmeter loads no logging
+
+            logging.getLogger("ampmeter.shared").warning(
+                "context %r: unsettled holds not read: %s", self.frame.name, error
+            )
 
     def settle(self) -> None:
         """End the hand-off nodes, adding each child's spend (read from the ledger) to the
@@ -221,8 +222,8 @@ class Handoffs:
                 self.emitter.emit(node)
 
 
-def _less(spent: Mapping[str, Any], charged: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """``spent`` without the ``charged`` holds' amounts (what the child settled itself)."""
+def _less(spent: Mapping[str, Any], charged: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """``spent`` without the amounts of the ``charged`` holds recorded here."""
     settled = dict(spent)
     for amounts in charged:
         for key, value in amounts.items():
