@@ -137,9 +137,11 @@ def test_a_killed_childs_hold_is_charged_and_shown_everywhere(
         handoff = next(e for e in _events(parent_log) if e["operation"] == "worker")
         assert line["parent_id"] == handoff["span_id"]
         # analysis, summary, report and watch each show it as its own figure
-        (run,) = summarize([parent_log, child_log]).runs
+        assert line["event_type"] == "llm_completion"
+        (run,) = summarize([parent_log, child_log], engine="python").runs
         assert run.unsettled_cost_usd == pytest.approx(float(HELD))
         assert run.cost_usd == pytest.approx(float(SETTLED + HELD))
+        assert summarize([parent_log, child_log], engine="duckdb").runs == [run]
         runner = CliRunner()
         out = runner.invoke(app, ["summary", str(parent_log), str(child_log)])
         assert out.exit_code == 0, out.output
