@@ -35,7 +35,7 @@ TABLE_COLUMNS: Final = (
     ("tokens_out", "tokens out"),
     ("cost_usd", "cost (priced)"),
     ("unpriced_calls", "unpriced calls"),
-    ("unsettled_cost_usd", "unsettled cost"),
+    ("unsettled_cost_usd", "unsettled spend"),
     ("base_context", "base ctx"),
     ("context_growth_avg", "ctx growth"),
     ("max_depth", "max depth"),
