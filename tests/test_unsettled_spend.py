@@ -234,14 +234,11 @@ def test_a_context_on_the_same_scope_shows_a_dead_workers_charge(
         ledger.close()
 
 
-def test_a_paused_child_that_comes_back_is_not_counted_twice(tmp_path: Path) -> None:
+def test_a_paused_child_that_comes_back_is_not_counted_twice(
+    opener: Opener, tmp_path: Path
+) -> None:
     """SIGSTOP past the lease: the parent records the charge; SIGCONT: the child commits $0.05
     in place of the $0.06 charge, and the parent's totals do not add it again."""
-    path = tmp_path / "ledger.db"
-
-    def opener(scope: str, **options: Any) -> Ledger:
-        return SqliteLedger(path, scope, journal=tmp_path / f"j-{os.getpid()}", **options)
-
     scope = f"team-{uuid.uuid4().hex[:8]}"
     ledger = opener(scope)
     parent_log, child_log = tmp_path / "parent.jsonl", tmp_path / "child.jsonl"
