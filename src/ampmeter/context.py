@@ -104,8 +104,10 @@ class ExecutionContext(CallMaker):
       the request's UTF-8 bytes plus framing, and ``max_tokens`` or the model's maximum output).
       Children and hand-offs inherit it;
     * ``on_expired_hold``: what a shared ledger does with the hold of a call whose process died
-      (its lease ran out): ``"charge"`` it as unsettled spend (default: its request may have
-      been billed) or ``"release"`` it. Children inherit it;
+      (its lease ran out): ``"charge"`` it as unsettled spend (its request may have been
+      billed) or ``"release"`` it. Unset, each ledger's own ``on_expired_hold=`` applies (it
+      charges by default). Children and hand-offs inherit it. A context shows the charges of
+      dead workers' holds under its ledger scope and its hand-offs (see :meth:`close`);
     * ``on_exhausted``: what a call that would break a hard limit does: ``"raise"`` (default:
       :class:`~ampmeter.LimitExceeded`) or ``"pause"``: it waits, holding no lock, until the
       ceiling is raised (:meth:`raise_limit`, or ``ampmeter budget raise`` / ``resume`` on the
@@ -209,12 +211,6 @@ class ExecutionContext(CallMaker):
             inherited = parent.sinks
             sinks = inherited + tuple(s for s in settings.sinks if s not in inherited)
         self._estimate = settings.estimate or (parent.estimate if parent else "learned")
-        self._on_expired_hold = settings.on_expired_hold or (
-            parent.on_expired_hold if parent else "charge"
-        )
-        configure = getattr(self.ledger, "set_on_expired_hold", None)
-        if configure is not None:
-            configure(self._on_expired_hold)
         kernel, level = bound(self.stats)
         assert level is not None
         self._kernel = kernel
@@ -229,6 +225,7 @@ class ExecutionContext(CallMaker):
             settings.handoff_from,
             settings.exhaustion,
             settings.disclose_budget,
+            settings.on_expired_hold,
         )
         wait = settings.admission_timeout_s
         if wait is None:
@@ -293,11 +290,11 @@ class ExecutionContext(CallMaker):
         return self._estimate
 
     @property
-    def on_expired_hold(self) -> str:
-        """The expired-hold rule this context asks for (``"charge"`` or ``"release"``),
-        inherited by children. Today the shared ledger's own ``on_expired_hold=`` option is what
-        applies: a context does not yet hand its rule to the ledger (issue 22)."""
-        return self._on_expired_hold
+    def on_expired_hold(self) -> str | None:
+        """What a shared ledger does with the hold of a call of this context whose lease ran
+        out (``"charge"`` or ``"release"``): the rule set here, on a context above or by the
+        hand-off this context came from; None when none was set (each ledger's own applies)."""
+        return self._frame.on_expired_hold
 
     @property
     def admission_timeout_s(self) -> float:
@@ -473,6 +470,11 @@ class ExecutionContext(CallMaker):
     def close(self, exc: BaseException | None = None) -> None:
         """End the context (idempotent): its node ends and its sinks are flushed.
 
+        First the spend of its hand-offs is read from the ledger, and the holds of dead workers
+        charged as unsettled (under its hand-offs, or at its own ledger scope) are recorded as
+        nodes of their own (see :mod:`ampmeter.shared.unsettled`); :meth:`snapshot` does the
+        same while the context runs.
+
         Raises the first error a sink reported (here or while flushing) unless the context is
         closing because of ``exc``.
         """
@@ -620,6 +622,7 @@ class ExecutionContext(CallMaker):
             sinks=wrapped,
             ledger=shared,
             estimate=getattr(found, "estimate", None),
+            on_expired_hold=found.on_expired_hold,
             on_exhausted=found.on_exhausted,
             pause_timeout_s=found.pause_timeout_s,
             handoff_from=found,
@@ -635,13 +638,18 @@ class ExecutionContext(CallMaker):
     ) -> ExecutionContext:
         """Continue, in this process, a handed-off run whose process is gone (from its saved
         :meth:`handoff` token): the same ledger scope, with what the scope has spent already
-        counted here from the start, so its limits hold across the restart."""
+        counted here from the start, so its limits hold across the restart. The holds the dead
+        process left unsettled are not counted here: its parent records them (the ledger
+        still counts them against every ceiling)."""
         ctx = cls.from_handoff(token, ledger=ledger, sinks=sinks)
         shared = ctx.ledger
         assert shared is not None  # a hand-off always has its ledger
+        charged = shared.unsettled()
         for key, value in shared.spent().items():
             in_dollars = is_money(key)  # the kernel counts money in whole nano-dollars
             amount = to_nano(value) if in_dollars else int(value)
+            held = charged.get(key, 0)
+            amount -= to_nano(held) if in_dollars else int(held)
             ctx._kernel.add(ctx._frame.level, key, amount, in_dollars)
         return ctx
 

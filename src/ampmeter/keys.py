@@ -24,6 +24,9 @@ KEY_REASONING_TOKENS_FOR: Final = "amp:reasoning_tokens:"
 # Cost in USD (gauges), total and per model.
 KEY_COST: Final = "amp:cost"
 KEY_COST_FOR: Final = "amp:cost:"
+# The part of amp:cost charged for holds whose worker died mid-call (their lease ran out before
+# a settlement): its requests may have been billed, at most what was reserved.
+KEY_UNSETTLED_COST: Final = "amp:unsettled_cost"
 
 # Calls (counters).
 KEY_LLM_CALLS: Final = "amp:llm_calls"  # LLM calls sent (success or fail; not halted ones)
@@ -56,10 +59,11 @@ LOCAL_KEYS: Final = frozenset(
 
 
 def is_money(key: str) -> bool:
-    """True for the keys that hold US dollars (``amp:cost`` and ``amp:cost:<model>``).
+    """True for the keys that hold US dollars (``amp:cost``, ``amp:cost:<model>`` and
+    ``amp:unsettled_cost``).
 
     Money keys are counted in whole nano-dollars inside (see :mod:`ampmeter.money`)."""
-    return key == KEY_COST or key.startswith(KEY_COST_FOR)
+    return key in (KEY_COST, KEY_UNSETTLED_COST) or key.startswith(KEY_COST_FOR)
 
 
 __all__ = [name for name in dir() if name.startswith("KEY_")] + [

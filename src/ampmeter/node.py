@@ -33,7 +33,8 @@ META_CACHED_TOKENS: Final = "cached_tokens"  # input tokens read from a prompt c
 META_CACHE_WRITE_TOKENS: Final = "cache_write_tokens"  # input tokens written to a prompt cache
 META_REASONING_TOKENS: Final = "reasoning_tokens"  # output tokens spent reasoning (subset of out)
 META_TOOL_CALLS_MADE: Final = "tool_calls_made"  # tool calls requested in an LLM response
-META_COST_STATUS: Final = "cost_status"  # "priced" | "given" | "unpriced" | "estimated"
+# "priced" | "given" | "unpriced" | "estimated" | "unsettled" (a dead worker's charged hold)
+META_COST_STATUS: Final = "cost_status"
 META_PRICING_VERSION: Final = "pricing_version"  # version of the price table used
 META_PROVIDER: Final = "provider"  # "openai", "anthropic", ...
 META_CONTEXT: Final = "context"  # True on nodes that stand for a context (root, sub-agent)

@@ -4,7 +4,8 @@
 that runs elsewhere and returns a token; the other side calls
 ``ExecutionContext.from_handoff(token)``. The token says where the shared ledger is, which
 scope the child spends in, the child's own limits and the limits of every scope above it, the
-chain (run) id and the hand-off node's id. It carries no secret: a Redis URL loses its user and
+chain (run) id, the hand-off node's id and what an expired hold of the child's costs (the
+parent's ``on_expired_hold``). It carries no secret: a Redis URL loses its user and
 password, and the child must then bring its own ledger (``from_handoff(token, ledger=...)``).
 
 Tokens are signed with HMAC-SHA256 under the ledger's ``handoff_key`` or, without one, the key
@@ -91,6 +92,9 @@ class Handoff:
     deadline: float | None = None
     on_exhausted: str = "raise"  # what the child's calls do at a hard limit ("raise", "pause")
     pause_timeout_s: float | None = None
+    # what the ledger does when the lease of one of the child's holds runs out (the parent's
+    # rule: "charge" or "release"; None in tokens of older versions: the ledger's own)
+    on_expired_hold: str | None = None
 
 
 def encode(handoff: Handoff, *, ledger: Ledger | None = None) -> str:
@@ -108,6 +112,7 @@ def encode(handoff: Handoff, *, ledger: Ledger | None = None) -> str:
         "ancestors": [[scope, _limits_out(limits)] for scope, limits in handoff.ancestors],
         "deadline": handoff.deadline,
         "exhausted": [handoff.on_exhausted, handoff.pause_timeout_s],
+        "expired_hold": handoff.on_expired_hold,
     }
     body = _b64(orjson.dumps(payload))
     return f"{_VERSION}{body}.{_b64(_signature(body, ledger))}"
@@ -210,6 +215,11 @@ def _handoff(data: Any) -> Handoff:
         raise ValueError(f"'exhausted' must name 'raise' or 'pause', got {mode!r}")
     if pause_s is not None and (isinstance(pause_s, bool) or not isinstance(pause_s, (int, float))):
         raise TypeError("the pause time of 'exhausted' must be a number of seconds or null")
+    expired_hold = data.get("expired_hold")
+    if expired_hold not in (None, "charge", "release"):
+        raise ValueError(
+            f"'expired_hold' must be 'charge', 'release' or null, not {expired_hold!r}"
+        )
     return Handoff(
         texts["chain"],
         texts["node"],
@@ -222,6 +232,7 @@ def _handoff(data: Any) -> Handoff:
         deadline,
         mode,
         None if pause_s is None else float(pause_s),
+        expired_hold,
     )
 
 

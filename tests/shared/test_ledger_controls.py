@@ -73,6 +73,47 @@ def test_on_expired_hold_release_returns_the_hold(make_ledger: MakeLedger) -> No
 def test_on_expired_hold_must_be_charge_or_release(make_ledger: MakeLedger) -> None:
     with pytest.raises(ValueError, match="on_expired_hold"):
         make_ledger(on_expired_hold="forget")
+    ledger = make_ledger()
+    with pytest.raises(ValueError, match="on_expired_hold"):
+        ledger.reserve({COST: 0.1}, {}, on_expired_hold="forget")  # type: ignore[arg-type]
+    assert ledger.reserved() == {}  # nothing held by the refused call
+
+
+@pytest.mark.parametrize("default", ["charge", "release"])
+def test_a_reserve_names_its_own_expired_hold_rule(make_ledger: MakeLedger, default: str) -> None:
+    """Each hold keeps the rule it was reserved with, whatever the ledger's default."""
+    ledger = make_ledger(lease_s=0.5, on_expired_hold=default)
+    assert ledger.on_expired_hold == default
+    charged = ledger.reserve({COST: 0.25}, {COST: 1.0}, on_expired_hold="charge")
+    released = ledger.reserve({COST: 0.5}, {COST: 1.0}, on_expired_hold="release")
+    assert charged is not None and released is not None
+    charged_id = charged.id
+    del charged, released
+    gc.collect()
+    _wait_for_expiry(ledger)
+    assert ledger.unsettled() == {COST: Decimal("0.25")} == ledger.spent()
+    holds = ledger.unsettled_holds()
+    assert [(h.id, dict(h.amounts), h.scopes) for h in holds] == [
+        (charged_id, {COST: Decimal("0.25")}, (ledger.scope,))
+    ]
+
+
+def test_each_unsettled_hold_is_claimed_once(make_ledger: MakeLedger) -> None:
+    root = make_ledger(lease_s=0.5)
+    child = root.child("worker")
+    held = child.reserve({COST: 0.25}, {}, ancestors={root.scope: {COST: 1.0}})
+    assert held is not None
+    del held
+    gc.collect()
+    _wait_for_expiry(child)
+    (hold,) = root.unsettled_holds()  # a hold below the scope counts there too
+    assert child.unsettled_holds() == [hold]
+    assert root.unsettled_holds(child.scope + "-other") == []
+    assert child.claim_unsettled(hold) is True
+    assert root.claim_unsettled(hold.id) is False  # already reported, by any reader
+    live = root.reserve({COST: 0.1}, {})
+    assert live is not None
+    assert root.claim_unsettled(live.id) is False  # a hold this process renews is its own
 
 
 def test_a_charge_counts_at_every_scope_of_the_hold(make_ledger: MakeLedger) -> None:

@@ -45,6 +45,7 @@ class Frame:
         "level",
         "limits",
         "name",
+        "on_expired_hold",
         "on_ledger_error",
         "parent",
         "pause_events",
@@ -69,6 +70,7 @@ class Frame:
         handoff_from: Handoff | None,
         exhaustion: Exhaustion | None = None,
         disclose_budget: bool | None = None,
+        on_expired_hold: str | None = None,
     ) -> None:
         self.context = context
         self.name = context.name
@@ -97,6 +99,11 @@ class Frame:
             disclose_budget
             if disclose_budget is not None
             else (parent.disclose_budget if parent is not None else False)
+        )
+        # What a shared ledger does when the lease of a hold of this context's calls runs out
+        # (set here or above; None: each ledger's own rule).
+        self.on_expired_hold: str | None = on_expired_hold or (
+            parent.on_expired_hold if parent is not None else None
         )
         self.revision = 0
         self.seen: dict[str, tuple[str, Any]] = {}  # on the root: idempotency key -> first record

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from ampmeter.analysis._records import AnalysisError, record_line
 from ampmeter.analysis.ceilings import call_usage, parse_stop_reason
-from ampmeter.analysis.runs import Call, call_depths, call_from_event
+from ampmeter.analysis.runs import Call, call_depths, call_from_event, is_unsettled
 from ampmeter.analysis.summary import RunSummary, termination_of
 from ampmeter.logs import event_problem, read_jsonl
 from ampmeter.metrics import was_sent
@@ -73,6 +73,7 @@ class RunDigest:
     tokens_out: int = 0
     cost_usd: float = 0.0
     unpriced_calls: int = 0
+    unsettled_cost_usd: float = 0.0
     halted: int = 0
     """Stopped LLM and tool calls (the summary's ``halted``)."""
     halted_nodes: int = 0
@@ -134,6 +135,8 @@ class RunDigest:
             self.unpriced_calls += 1
         else:
             self.cost_usd += call.cost_usd
+        if is_unsettled(call):
+            self.unsettled_cost_usd += call.cost_usd
         code = _CODE.get(status, _OTHER)
         error = 0
         if code == _HALT:
@@ -212,6 +215,7 @@ class RunDigest:
             tokens_out=self.tokens_out,
             cost_usd=self.cost_usd,
             unpriced_calls=self.unpriced_calls,
+            unsettled_cost_usd=self.unsettled_cost_usd,
             llm_calls_per_root=float(self.llm_calls),
             tool_calls_per_root=float(self.tool_calls),
             retries_per_root=float(self.retries),

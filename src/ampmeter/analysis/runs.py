@@ -22,6 +22,7 @@ __all__ = [
     "call_depths",
     "call_from_event",
     "event_time_ms",
+    "is_unsettled",
     "load_runs",
 ]
 
@@ -61,6 +62,12 @@ class Call:
     end_ms: float | None = None  # the event's timestamp (epoch ms); it starts latency_ms earlier
     depth: int = 1
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def is_unsettled(call: Call) -> bool:
+    """Whether ``call`` records the hold of a worker that died mid-call, charged as unsettled
+    spend (``metadata.cost_status`` is ``"unsettled"``; its cost is the charged hold)."""
+    return call.metadata.get("cost_status") == "unsettled"
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from ampmeter.analysis.amortization import DUCKDB_THRESHOLD_BYTES, Engine, _duckdb_available
 from ampmeter.analysis.quantiles import percentile
-from ampmeter.analysis.runs import Run, load_runs
+from ampmeter.analysis.runs import Run, is_unsettled, load_runs
 from ampmeter.metrics import TaskResult
 
 __all__ = [
@@ -27,7 +27,9 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class RunSummary:
     """What one run did. ``cost_usd`` is the priced cost; ``unpriced_calls`` counts calls whose
-    cost could not be priced (their cost is unknown, not zero). Every run has one root, so the
+    cost could not be priced (their cost is unknown, not zero); ``unsettled_cost_usd`` is the
+    part of ``cost_usd`` charged for holds of workers that died mid-call (events with
+    ``cost_status: "unsettled"``). Every run has one root, so the
     ``*_per_root`` amplification factors equal the totals (amplification-factor spec)."""
 
     run_id: str
@@ -38,6 +40,7 @@ class RunSummary:
     tokens_out: int
     cost_usd: float
     unpriced_calls: int
+    unsettled_cost_usd: float
     llm_calls_per_root: float
     tool_calls_per_root: float
     retries_per_root: float
@@ -116,6 +119,7 @@ def summarize_run(run: Run) -> RunSummary:
         tokens_out=sum(c.tokens_out for c in calls),
         cost_usd=sum((c.cost_usd for c in calls if not c.unpriced), 0.0),
         unpriced_calls=sum(1 for c in calls if c.unpriced),
+        unsettled_cost_usd=sum((c.cost_usd for c in calls if is_unsettled(c)), 0.0),
         llm_calls_per_root=float(llm),
         tool_calls_per_root=float(tools),
         retries_per_root=float(retries),

@@ -61,6 +61,7 @@ _SUMMARY_COLUMNS: Final = (
     ("tokens_out", "tok out"),
     ("cost_usd", "cost $"),
     ("unpriced_calls", "unpriced"),
+    ("unsettled_cost_usd", "unsettled $"),
     ("llm_calls_per_root", "LLM amp"),
     ("tool_calls_per_root", "tool amp"),
     ("base_context", "base ctx"),

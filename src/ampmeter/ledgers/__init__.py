@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ampmeter.ledgers.base import BudgetView, Ledger, LedgerUnavailable, Refusal, Reservation
+from ampmeter.ledgers.base import (
+    BudgetView,
+    Ledger,
+    LedgerUnavailable,
+    Refusal,
+    Reservation,
+    UnsettledHold,
+)
 from ampmeter.ledgers.memory import InMemoryLedger
 from ampmeter.ledgers.sqlite import SqliteLedger
 
@@ -25,6 +32,7 @@ __all__ = [
     "Refusal",
     "Reservation",
     "SqliteLedger",
+    "UnsettledHold",
 ]
 
 

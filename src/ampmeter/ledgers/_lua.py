@@ -352,8 +352,8 @@ return live
 """
 )
 
-# ARGV 3 the number of the hash to read (1 spent, 2 reserved, 11 unsettled), after ending the
-# holds whose lease ran out. Returns its fields and values.
+# ARGV 3 the number of the hash to read (1 spent, 2 reserved, 11 unsettled, 12 expired holds),
+# after ending the holds whose lease ran out. Returns its fields and values.
 READ = (
     _PRELUDE
     + """

@@ -123,6 +123,17 @@ class BudgetView:
         return self.paused_by is not None
 
 
+@dataclass(frozen=True, slots=True)
+class UnsettledHold:
+    """A hold whose lease ran out unsettled and that was charged at its reserved amount
+    (money in Decimal dollars): its reservation ``id``, its ``amounts`` and the ``scopes`` it
+    held (its own first). It stays one until its commit or release comes, or for a day."""
+
+    id: str
+    amounts: Mapping[str, Amount]
+    scopes: tuple[str, ...]
+
+
 def first_refusal(
     limits: Limits, amounts: Units, totals: Callable[[str], tuple[Units, Units]]
 ) -> Refusal | None:

@@ -45,6 +45,7 @@ from ampmeter.ledgers._rules import (
     BudgetView,
     Refusal,
     Reservation,
+    UnsettledHold,
     first_refusal,
     held_reservation,
     kept_limits,
@@ -59,6 +60,7 @@ __all__ = [
     "LedgerUnavailable",
     "Refusal",
     "Reservation",
+    "UnsettledHold",
     "check_scope",
     "first_refusal",
     "held_reservation",
@@ -66,6 +68,9 @@ __all__ = [
     "root_of",
     "tightened",
 ]
+
+# The claim name (at the root scope) of the first reader that reports an unsettled hold.
+UNSETTLED_CLAIM = "amp:unsettled:"
 
 # How long a settled (committed or released) reservation id, an expired hold kept for its
 # commit, and an idempotency key are remembered: a repeat of any of them within this time is
@@ -115,8 +120,11 @@ class Ledger(ABC):
       ``on_expired_hold="charge"`` (the default) an ended hold is charged at its reserved
       amount as *unsettled* spend (its request may have been billed); a later commit of it
       replaces that charge with the actual amount, a release takes it back. With
-      ``"release"`` the hold returns to the pool. A daemon thread renews every third of the
-      lease each unsettled reservation whose :class:`Reservation` this process still holds.
+      ``"release"`` the hold returns to the pool. A reserve may name its own rule (a context's
+      ``on_expired_hold``); :meth:`unsettled_holds` lists the charged holds and
+      :meth:`claim_unsettled` lets exactly one surviving reader report each. A daemon thread
+      renews, every third of the lease, each unsettled reservation whose :class:`Reservation`
+      this process still holds.
     * A reserve that raises (the backend timed out or went away, an interrupt) leaves no hold:
       the ledger releases its id, or journals that release.
     * A commit or release the backend cannot take is retried briefly, then kept in a local
@@ -146,10 +154,7 @@ class Ledger(ABC):
         handoff_key: str | bytes | None = None,
     ) -> None:
         self.scope = check_scope(scope)
-        if on_expired_hold not in ("charge", "release"):
-            raise ValueError(
-                f"on_expired_hold must be 'charge' or 'release', got {on_expired_hold!r}"
-            )
+        check_expired_hold(on_expired_hold)
         if handoff_key is not None and not isinstance(handoff_key, (str, bytes)):
             raise TypeError(f"handoff_key must be a str or bytes, got {type(handoff_key).__name__}")
         if handoff_key is not None and not handoff_key:
@@ -161,6 +166,12 @@ class Ledger(ABC):
         self._renewer = Renewer(self._renew_ids, lease_s or 3 * JOURNAL_REPLAY_S)
 
     # -- the public operations --------------------------------------------------------------
+
+    @property
+    def on_expired_hold(self) -> ExpiredHold:
+        """What a hold's lease running out does unless its reserve says otherwise:
+        ``"charge"`` it as unsettled spend or ``"release"`` it."""
+        return "charge" if self._charge_expired else "release"
 
     def child(self, name: str) -> Ledger:
         """A ledger on the same backend (connection, journal, renewal) for ``scope/name``."""
@@ -192,6 +203,7 @@ class Ledger(ABC):
         ancestors: Mapping[str, Mapping[str, AmountIn]] | None = None,
         reservation_id: str | None = None,
         windows: Sequence[tuple[str, float, AmountIn]] = (),
+        on_expired_hold: ExpiredHold | None = None,
     ) -> Reservation | None:
         """Reserve ``amounts`` at this scope and every scope in ``ancestors``, or return None.
 
@@ -203,12 +215,19 @@ class Ledger(ABC):
         then. Reserving a live ``reservation_id`` again returns that reservation, holding once.
         ``windows`` (``(key, window_s, max)`` triples) are sliding-window ceilings at this
         scope (see :class:`Ledger`); a window's key is held (with amount 0 if not in
-        ``amounts``) so that its commit is counted.
+        ``amounts``) so that its commit is counted. ``on_expired_hold`` is what this hold's
+        lease running out does (``"charge"`` or ``"release"``, see :class:`Ledger`); None: the
+        ledger's own :attr:`on_expired_hold`.
         Raises :class:`LedgerUnavailable` when the backend cannot be reached (fail closed);
         whatever the request may still do on the way, its id is released (or journaled).
         """
         held = self.try_reserve(
-            amounts, ceilings, ancestors=ancestors, reservation_id=reservation_id, windows=windows
+            amounts,
+            ceilings,
+            ancestors=ancestors,
+            reservation_id=reservation_id,
+            windows=windows,
+            on_expired_hold=on_expired_hold,
         )
         return held if isinstance(held, Reservation) else None
 
@@ -220,6 +239,7 @@ class Ledger(ABC):
         ancestors: Mapping[str, Mapping[str, AmountIn]] | None = None,
         reservation_id: str | None = None,
         windows: Sequence[tuple[str, float, AmountIn]] = (),
+        on_expired_hold: ExpiredHold | None = None,
     ) -> Reservation | Refusal:
         """:meth:`reserve`, but a refusal comes back as a :class:`Refusal` naming the ceiling
         that refused (or the paused scope) and whether what is spent alone would have left room
@@ -230,12 +250,15 @@ class Ledger(ABC):
             limits.update(self._check_ancestors(ancestors))
         rid = uuid.uuid4().hex if reservation_id is None else check_reservation_id(reservation_id)
         spans = check_windows(windows)
+        charge = self._charge_expired
+        if on_expired_hold is not None:
+            charge = check_expired_hold(on_expired_hold) == "charge"
         for key, _, _ in spans:
             wanted.setdefault(key, 0)
         if self._journal is not None and self._journal.pending:
             self._replay_journal(strict=True)
         try:
-            held = self._backend_reserve(rid, wanted, limits, spans)
+            held = self._backend_reserve(rid, wanted, limits, spans, charge)
         except BaseException:
             # The backend may have taken the hold before the answer was lost (a timeout, a
             # dropped connection, an interrupt): nobody would ever settle it, so release it.
@@ -309,6 +332,26 @@ class Ledger(ABC):
         name = self._readable(scope)
         self._replay_journal(strict=False)
         return amounts_out(self._backend_read("unsettled", name))
+
+    def unsettled_holds(self, scope: str | None = None) -> list[UnsettledHold]:
+        """The holds charged as unsettled that held ``scope`` (default: this ledger's) or a
+        scope below it: what :meth:`unsettled` sums, hold by hold."""
+        name = self._readable(scope)
+        self._replay_journal(strict=False)
+        return [
+            UnsettledHold(rid, amounts_out(units), scopes)
+            for rid, units, scopes in self._backend_unsettled_holds()
+            if name in scopes
+        ]
+
+    def claim_unsettled(self, hold: UnsettledHold | str) -> bool:
+        """True for the first caller, in any process, that claims to report the unsettled
+        ``hold`` (or its id); False for every later one, and for a hold this process still
+        renews (its own call will settle it). A surviving context records what it claims."""
+        rid = check_reservation_id(hold if isinstance(hold, str) else hold.id)
+        if rid in self._renewer.tracked():
+            return False
+        return self._backend_claim(root_of(self.scope), UNSETTLED_CLAIM + rid)
 
     def reserved(self, scope: str | None = None) -> dict[str, Amount]:
         """The amounts live reservations hold at ``scope`` (default: this ledger's), per key."""
@@ -415,13 +458,18 @@ class Ledger(ABC):
 
     @abstractmethod
     def _backend_reserve(
-        self, reservation_id: str, amounts: Units, limits: Limits, windows: Windows
+        self,
+        reservation_id: str,
+        amounts: Units,
+        limits: Limits,
+        windows: Windows,
+        charge: bool,
     ) -> Reservation | Refusal:
         """One atomic reserve (see :meth:`try_reserve`); ``limits`` lists the own scope first,
         and the backend adds the kept ceilings with :func:`kept_limits`; ``windows`` apply at
         the own scope. A paused scope on the path refuses first, then a settled id with
         :data:`SETTLED_ID`, a ceiling as :func:`first_refusal` names it, a window after every
-        ceiling fits. A taken hold remembers whether its expiry charges it."""
+        ceiling fits. A taken hold remembers ``charge``: whether its expiry charges it."""
 
     @abstractmethod
     def _backend_recent(self, scope: str, key: str, window_s: float) -> int:
@@ -453,6 +501,11 @@ class Ledger(ABC):
     @abstractmethod
     def _backend_read(self, which: Literal["spent", "reserved", "unsettled"], scope: str) -> Units:
         """The ``spent``, ``reserved`` or ``unsettled`` amounts of ``scope``."""
+
+    @abstractmethod
+    def _backend_unsettled_holds(self) -> list[tuple[str, Units, tuple[str, ...]]]:
+        """Every hold of this scope tree charged as unsettled now (after ending the holds
+        whose lease ran out), as ``(id, amounts, scopes)``."""
 
     @abstractmethod
     def _backend_ceilings(self, scope: str) -> Units:
@@ -580,6 +633,13 @@ class Ledger(ABC):
         """The renewal thread's tick: replay a waiting journal, then renew (if any to renew)."""
         self._replay_journal(strict=False)
         return self._backend_renew(reservation_ids) if reservation_ids else set()
+
+
+def check_expired_hold(rule: object) -> ExpiredHold:
+    """``rule`` if it is ``"charge"`` or ``"release"``, else ``ValueError``."""
+    if rule == "charge" or rule == "release":
+        return rule
+    raise ValueError(f"on_expired_hold must be 'charge' or 'release', got {rule!r}")
 
 
 def check_reservation(reservation: object) -> Reservation:

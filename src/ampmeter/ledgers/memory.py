@@ -105,7 +105,12 @@ class InMemoryLedger(Ledger):
         self._state = _State()
 
     def _backend_reserve(
-        self, reservation_id: str, amounts: Units, limits: Limits, windows: Windows
+        self,
+        reservation_id: str,
+        amounts: Units,
+        limits: Limits,
+        windows: Windows,
+        charge: bool,
     ) -> Reservation | Refusal:
         state = self._state
         with state.lock:
@@ -137,7 +142,7 @@ class InMemoryLedger(Ledger):
             scopes = tuple(limits)
             _add(state.reserved, scopes, amounts, 1)
             expiry = now + self._lease_s if self._lease_s is not None else float("inf")
-            lease = _Lease(amounts, scopes, expiry, self._charge_expired)
+            lease = _Lease(amounts, scopes, expiry, charge)
             state.leases[reservation_id] = lease
             return self._reservation(reservation_id, lease)
 
@@ -202,6 +207,15 @@ class InMemoryLedger(Ledger):
         with state.lock:
             self._reap(time.time())
             return dict(getattr(state, which).get(scope, {}))
+
+    def _backend_unsettled_holds(self) -> list[tuple[str, Units, tuple[str, ...]]]:
+        state = self._state
+        with state.lock:
+            self._reap(time.time())
+            return [
+                (rid, dict(lease.amounts), lease.scopes)
+                for rid, (lease, _) in state.expired.items()
+            ]
 
     def _backend_recent(self, scope: str, key: str, window_s: float) -> int:
         with self._state.lock:

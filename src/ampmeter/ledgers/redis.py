@@ -156,7 +156,12 @@ class RedisLedger(Ledger):
         return dict(self._location)
 
     def _backend_reserve(
-        self, reservation_id: str, amounts: Units, limits: Limits, windows: Windows
+        self,
+        reservation_id: str,
+        amounts: Units,
+        limits: Limits,
+        windows: Windows,
+        charge: bool,
     ) -> Reservation | Refusal:
         flat: list[str] = []
         for key, value in amounts.items():
@@ -167,7 +172,7 @@ class RedisLedger(Ledger):
             reservation_id,
             self._lease_arg,
             orjson.dumps(flat).decode(),
-            "1" if self._charge_expired else "0",
+            "1" if charge else "0",
             str(len(path)),
         ]
         for scope in path:
@@ -256,6 +261,17 @@ class RedisLedger(Ledger):
                     found[name[len(prefix) :]] = int(_text(raw[index + 1]))
             elif _SEP not in name:
                 found[name] = int(_text(raw[index + 1]))
+        return found
+
+    def _backend_unsettled_holds(self) -> list[tuple[str, Units, tuple[str, ...]]]:
+        args = [*self._common(), "12"]  # the expired holds, after ending those whose lease ran out
+        raw: list[Any] = self._call(lambda: self._read(keys=self._keys, args=args))
+        found: list[tuple[str, Units, tuple[str, ...]]] = []
+        for index in range(0, len(raw), 2):
+            hold = orjson.loads(_text(raw[index + 1]))
+            pairs = hold["a"] if isinstance(hold["a"], list) else []  # Lua writes [] as {}
+            amounts = {pairs[i]: int(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+            found.append((_text(raw[index]), amounts, tuple(hold["s"])))
         return found
 
     def _backend_recent(self, scope: str, key: str, window_s: float) -> int:

@@ -218,7 +218,12 @@ class SqliteLedger(Ledger):
         return dict(self._location)
 
     def _backend_reserve(
-        self, reservation_id: str, amounts: Units, limits: Limits, windows: Windows
+        self,
+        reservation_id: str,
+        amounts: Units,
+        limits: Limits,
+        windows: Windows,
+        charge: bool,
     ) -> Reservation | Refusal:
         def reserve(db: sqlite3.Connection, now: float) -> Reservation | Refusal:
             own = next(iter(limits))
@@ -250,7 +255,7 @@ class SqliteLedger(Ledger):
                     expires_at,
                     orjson.dumps(scopes),
                     orjson.dumps(amounts),
-                    int(self._charge_expired),
+                    int(charge),
                 ),
             )
             db.executemany(
@@ -343,6 +348,16 @@ class SqliteLedger(Ledger):
         if which == "reserved":
             return self._run(lambda db, now: _held(db, scope))
         return self._run(lambda db, now: _read(db, which, scope))
+
+    def _backend_unsettled_holds(self) -> list[tuple[str, Units, tuple[str, ...]]]:
+        # A write transaction: holds whose lease ended are charged or returned first.
+        def read(db: sqlite3.Connection, now: float) -> list[tuple[str, Units, tuple[str, ...]]]:
+            rows = db.execute("SELECT id, amounts, scopes FROM ampmeter_expired ORDER BY at")
+            return [
+                (rid, _units(amounts), tuple(orjson.loads(scopes))) for rid, amounts, scopes in rows
+            ]
+
+        return self._run(read)
 
     def _backend_recent(self, scope: str, key: str, window_s: float) -> int:
         return self._guarded(

@@ -35,6 +35,7 @@ TABLE_COLUMNS: Final = (
     ("tokens_out", "tokens out"),
     ("cost_usd", "cost (priced)"),
     ("unpriced_calls", "unpriced calls"),
+    ("unsettled_cost_usd", "unsettled spend"),
     ("base_context", "base ctx"),
     ("context_growth_avg", "ctx growth"),
     ("max_depth", "max depth"),
@@ -53,6 +54,7 @@ _SUMMED: Final = (
     "tokens_out",
     "cost_usd",
     "unpriced_calls",
+    "unsettled_cost_usd",
 )
 PAGE_ROWS: Final = 50
 PAGE_RUNS: Final = 20
@@ -76,7 +78,7 @@ def _fmt(value: object) -> str:
 
 
 def _cell(key: str, value: object) -> str:
-    if key == "cost_usd" and isinstance(value, float):
+    if key in ("cost_usd", "unsettled_cost_usd") and isinstance(value, float):
         return dollars(value)
     return _fmt(value)
 
@@ -168,6 +170,9 @@ def run_panel(
         marks.append(f'<span class="badge fail">{s.failed:,} failed</span>')
     badge, limit_events = limit_events_html(run.limit_events)
     marks.append(badge)
+    if s.unsettled_cost_usd:
+        unsettled = dollars(s.unsettled_cost_usd)
+        marks.append(f'<span class="badge unsettled">{esc(unsettled)} unsettled</span>')
     cost = dollars(s.cost_usd) + (f" + {s.unpriced_calls} unpriced" if s.unpriced_calls else "")
     head = (
         f'<summary><span class="run-id">{esc(run.run_id)}</span> '

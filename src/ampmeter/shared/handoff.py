@@ -4,6 +4,9 @@ The parent makes a ``system`` node for the child and a token naming a ledger sco
 own; the child's calls hold and commit there (and at every scope above), so they stop at the
 child's limits and at its parents' remaining budget. The parent reads the child's spend from
 the ledger and adds it to its stats and its graph's aggregates (:meth:`Handoffs.refresh`).
+The holds of a child that died mid-call, charged as unsettled spend, become nodes of their own
+under the hand-off node (:mod:`ampmeter.shared.unsettled`), as do those of any dead worker on
+the context's own ledger scope.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ampmeter._core.outcome import Outcome
@@ -25,6 +28,7 @@ from ampmeter.keys import (
     is_money,
 )
 from ampmeter.limits import LimitType
+from ampmeter.shared.unsettled import record_unsettled
 from ampmeter.stats import internal_amount
 
 if TYPE_CHECKING:
@@ -44,13 +48,15 @@ _AGGREGATED = (KEY_LLM_CALLS, KEY_TOOL_CALLS, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKEN
 class HandoffSpend:
     """A hand-off made by a context, and how much of its spend the context has counted."""
 
-    __slots__ = ("counted", "error", "ledger", "lock", "node", "scope")
+    __slots__ = ("counted", "error", "ledger", "lock", "node", "recorded", "scope")
 
     def __init__(self, node: Node, ledger: Ledger, scope: str) -> None:
         self.node = node
         self.ledger = ledger
         self.scope = scope
         self.counted: dict[str, Any] = {}
+        # the child's unsettled holds recorded as nodes here: id -> the hold's amounts
+        self.recorded: dict[str, Mapping[str, Any]] = {}
         self.error: Exception | None = None  # the last read's, None once one succeeded
         self.lock = threading.Lock()
 
@@ -134,29 +140,67 @@ class Handoffs:
             deadline,
             exhaustion.mode,
             exhaustion.timeout_s,
+            # The child's holds end as this context's would (its rule, else the ledger's).
+            self.frame.on_expired_hold or ledger.on_expired_hold,
         )
         return encode(handoff, ledger=ledger)
 
     def refresh(self) -> dict[str, Any]:
         """Read the spend of the hand-offs from the ledger again; add what is new to the stats
         (here and above) and to the graph's aggregates. Returns what was added, per key (money
-        as exact Decimal dollars, as the ledger gives it)."""
+        as exact Decimal dollars, as the ledger gives it).
+
+        The unsettled holds under a hand-off that this context is the first to claim are
+        recorded as nodes (which count themselves) and left out of the spend counted here,
+        also once their worker commits after all, so each counts once (what a late commit
+        adds beyond the charge is counted). Holds another reader claimed (a process between,
+        which handed off in turn) count here as the child's spend. Then the dead workers'
+        holds at this context's own ledger scope are recorded."""
         added: dict[str, Any] = {}
         level = self.frame.level
         for handoff in list(self.made):
+            ledger = handoff.ledger
             try:
-                spent = handoff.ledger.spent(handoff.scope)
+                spent = ledger.spent(handoff.scope)  # first: a hold reaped in between is listed
+                holds = ledger.unsettled_holds(handoff.scope)
+                node_id = handoff.node.node_id
+                record_unsettled(
+                    holds, ledger, self.kernel, level, self.emitter, node_id, handoff.recorded
+                )
             except Exception as error:
                 handoff.error = error
                 continue
-            for key, delta in handoff.take_new(spent).items():
+            settled = _less(spent, handoff.recorded.values())
+            for key, delta in handoff.take_new(settled).items():
                 self.kernel.add(level, key, internal_amount(key, delta), is_money(key))
                 added[key] = added.get(key, 0) + delta
         if added:
             calls, tools, t_in, t_out = (int(added.get(key, 0)) for key in _AGGREGATED)
             cost = internal_amount(KEY_COST, added.get(KEY_COST, 0))
             self.kernel.add_handed_off(calls, tools, t_in, t_out, cost)
+        self.record_own_unsettled()
         return added
+
+    def record_own_unsettled(self) -> None:
+        """Record the unsettled holds of dead workers that held at this context's own ledger
+        scope itself (a ledger that cannot be read now records nothing; the next read catches
+        up). The holds of hand-offs are their parents' to record, so a context made from a
+        hand-off records none, and holds taken below this scope are left to theirs."""
+        ledger = self.frame.ledger
+        if ledger is None or self.frame.handoff_from is not None:
+            return
+        try:
+            holds = [h for h in ledger.unsettled_holds() if h.scopes[0] == ledger.scope]
+            if holds:
+                node_id = self.frame.context.node_id
+                level = self.frame.level
+                record_unsettled(holds, ledger, self.kernel, level, self.emitter, node_id, {})
+        except Exception as error:  # a survivor's close must not fail on this read
+            import logging  # only now: importing ampmeter loads no logging
+
+            logging.getLogger("ampmeter.shared").warning(
+                "context %r: unsettled holds not read: %s", self.frame.name, error
+            )
 
     def settle(self) -> None:
         """End the hand-off nodes, adding each child's spend (read from the ledger) to the
@@ -176,3 +220,13 @@ class Handoffs:
                 outcome = Outcome("success", metadata=meta)
             if self.kernel.end(node, outcome):
                 self.emitter.emit(node)
+
+
+def _less(spent: Mapping[str, Any], charged: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """``spent`` without the amounts of the ``charged`` holds recorded here."""
+    settled = dict(spent)
+    for amounts in charged:
+        for key, value in amounts.items():
+            if key in settled:
+                settled[key] -= value
+    return settled

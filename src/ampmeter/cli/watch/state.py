@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ampmeter.analysis.ceilings import call_usage, derivable, parse_stop_reason
-from ampmeter.analysis.runs import Call, call_from_event
+from ampmeter.analysis.runs import Call, call_from_event, is_unsettled
 from ampmeter.analysis.summary import termination_of
 
 __all__ = ["QUIET_MS", "RATE_WINDOW_MS", "RUNNING", "Rates", "RunState", "Stop", "WatchState"]
@@ -63,6 +63,7 @@ class RunState:
     top: dict[str, None] = field(default_factory=dict)  # top-level spans, first-seen order
     halted: list[str] = field(default_factory=list)
     unpriced: int = 0
+    unsettled_cost_usd: float = 0.0  # charged for holds of workers that died mid-call
     per_second: dict[int, list[float]] = field(default_factory=dict)  # s -> [LLM calls, USD]
     first_start_ms: float = math.inf
     last_end_ms: float = -math.inf
@@ -119,6 +120,8 @@ class RunState:
         for key, value in call_usage(call).items():
             totals[key] = totals.get(key, 0.0) + value
         self.unpriced += call.unpriced
+        if is_unsettled(call):
+            self.unsettled_cost_usd += call.cost_usd
         if call.status == "halt":
             self.halted.append(span)
             limit = parse_stop_reason(call.stop_reason)

@@ -91,6 +91,9 @@ def _limits(state: WatchState, run: RunState) -> Table:
     unpriced = run.unpriced_calls()
     spent = _money(run.usage(KEY_COST) or 0.0) + (f" + {unpriced} unpriced" if unpriced else "")
     grid.add_row("spent", spent, "", f"tokens {tokens_in:,} in / {tokens_out:,} out")
+    if run.unsettled_cost_usd:
+        charged = _money(run.unsettled_cost_usd)
+        grid.add_row("unsettled", charged, "", "[dim]of it, holds of workers that died[/]")
     ceilings = state.ceilings_of(run)
     if not ceilings:
         grid.add_row("limits", "[dim]no ceiling known (give --max-cost, --max-llm-calls, ...)[/]")

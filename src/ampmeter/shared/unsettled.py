@@ -1,0 +1,99 @@
+"""Unsettled spend: the holds of dead workers that a shared ledger charged, shown by a survivor.
+
+A worker that dies mid-call (SIGKILL, a lost machine) never settles its hold. When the hold's
+lease runs out, a ledger with ``on_expired_hold="charge"`` charges it at its reserved amount as
+*unsettled* spend (its request may have been billed). A context that survives - the parent of a
+dead hand-off child (for the holds under the hand-off's scope), or a context with ``ledger=`` on
+the scope the dead worker held at - reads those holds when it closes and when its snapshot is
+taken, and records each as a node of its own:
+
+* kind ``llm`` (``tool`` when the hold counted tool calls), named ``unsettled hold``, status
+  ``fail`` with ``error_class`` ``"UnsettledHold"`` and a stop reason that says what happened;
+* ``cost_usd`` the charged amount, ``model`` when the hold names one (``amp:cost:<model>``), no
+  tokens (the provider never reported any), and metadata ``cost_status: "unsettled"``,
+  ``reservation_id`` and ``ledger_scope``;
+* its cost added to the context's stats (``amp:cost``, the model's key, and
+  ``amp:unsettled_cost``), its call to ``amp:llm_calls`` / ``amp:tool_calls``, and to the graph's
+  aggregates, so totals, the JSONL log and every reader of it carry it.
+
+Each hold is recorded once across every process: the first reader claims it in the ledger
+(:meth:`~ampmeter.ledgers.Ledger.claim_unsettled`); a hold this process still renews is its own
+call's to settle. A charge once recorded stays recorded: if the worker was only paused and
+commits later, its own log has the actual amount and the survivor's stats do not count the hold
+again (see :meth:`~ampmeter.shared.handoff.Handoffs.refresh`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from ampmeter import money
+from ampmeter._core.outcome import Outcome
+from ampmeter.keys import (
+    KEY_COST,
+    KEY_COST_FOR,
+    KEY_LLM_CALLS,
+    KEY_TOOL_CALLS,
+    KEY_UNSETTLED_COST,
+)
+from ampmeter.node import META_COST_STATUS
+
+if TYPE_CHECKING:
+    from ampmeter._core.emit import Emitter
+    from ampmeter._core.kernel import Kernel, Level
+    from ampmeter.ledgers.base import Ledger, UnsettledHold
+
+__all__ = ["COST_STATUS_UNSETTLED", "UNSETTLED_NAME", "record_unsettled"]
+
+COST_STATUS_UNSETTLED: Final = "unsettled"
+"""The ``cost_status`` of a node that records a dead worker's charged hold."""
+UNSETTLED_NAME: Final = "unsettled hold"
+"""The name of such a node."""
+
+
+def record_unsettled(
+    holds: Iterable[UnsettledHold],
+    ledger: Ledger,
+    kernel: Kernel,
+    level: Level,
+    emitter: Emitter,
+    parent_id: str,
+    recorded: dict[str, Mapping[str, Any]],
+) -> None:
+    """Record, under ``parent_id``, each of ``holds`` that this reader is the first to claim
+    in ``ledger``, and note it in ``recorded`` (id -> the hold's amounts) as soon as it is."""
+    for hold in holds:
+        if hold.id in recorded or not ledger.claim_unsettled(hold):
+            continue
+        recorded[hold.id] = hold.amounts
+        _record(hold, kernel, level, emitter, parent_id)
+
+
+def _record(
+    hold: UnsettledHold, kernel: Kernel, level: Level, emitter: Emitter, parent_id: str
+) -> None:
+    amounts = hold.amounts
+    cost = money.to_nano(amounts.get(KEY_COST, 0), KEY_COST)
+    models = [key[len(KEY_COST_FOR) :] for key in amounts if key.startswith(KEY_COST_FOR)]
+    model = models[0] if len(models) == 1 else None
+    tool = any(key.startswith(KEY_TOOL_CALLS) for key in amounts)
+    kind = "tool" if tool else "llm"
+    meta = {
+        META_COST_STATUS: COST_STATUS_UNSETTLED,
+        "reservation_id": hold.id,
+        "ledger_scope": hold.scopes[0],
+    }
+    node = kernel.begin(parent_id, kind, UNSETTLED_NAME, model, meta)
+    kernel.add(level, KEY_TOOL_CALLS if tool else KEY_LLM_CALLS, 1, False)
+    if cost:
+        kernel.add(level, KEY_COST, cost, True)
+        kernel.add(level, KEY_UNSETTLED_COST, cost, True)
+        if model is not None:
+            kernel.add(level, KEY_COST_FOR + model, cost, True)
+    reason = (
+        f"its worker ended without settling: the hold was charged as unsettled spend "
+        f"({money.format_usd(money.from_nano(cost))}) when its lease ran out"
+    )
+    if kernel.end(node, Outcome("fail", cost, error_class="UnsettledHold", stop_reason=reason)):
+        emitter.emit(node)
