@@ -27,7 +27,7 @@ from ampmeter.keys import KEY_COST, KEY_LLM_CALLS, KEY_UNSETTLED_COST
 from ampmeter.ledgers import Ledger, RedisLedger, SqliteLedger
 from ampmeter.logs import event_problem, validate_event
 from ampmeter.report import write_report
-from redis_server import RedisServer, redis_server_fixture  # noqa: F401
+from support.redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
 FORK = multiprocessing.get_context("fork")
 Opener = Callable[..., Ledger]
