@@ -5,6 +5,7 @@ being sent again (as Temporal's workflow replay does)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,7 @@ import pytest
 from ampmeter import ExecutionContext
 from ampmeter.keys import KEY_COST
 from ampmeter.ledgers import Ledger, RedisLedger, SqliteLedger
+from ampmeter.sinks.jsonl import JsonlSink
 from redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
 RECORDED = {"tokens_in": 100, "tokens_out": 20, "cost_usd": 0.25}
@@ -87,17 +89,31 @@ def crash_after_step(opener: str, key: str) -> None:
 
 
 def test_a_step_re_executed_in_a_new_process_after_a_crash_counts_once(
-    shared: tuple[str, str, Ledger],
+    shared: tuple[str, str, Ledger], tmp_path: Path
 ) -> None:
-    opener, _, ledger = shared
+    opener, scope, ledger = shared
     crash_after_step(opener, "wf-7/step-1")
     assert ledger.spent()[KEY_COST] == Decimal("0.3")
-    # The engine runs the step again in this process: the shared spend does not move.
-    with ExecutionContext(max_cost_usd=5.0, ledger=ledger) as ctx:
+    # The engine runs the step again in this process: the shared spend does not move, and
+    # this process's stats, aggregates and log count only what the ledger had not.
+    log = tmp_path / "events.jsonl"
+    with (
+        JsonlSink(log) as sink,
+        ExecutionContext(max_cost_usd=5.0, ledger=ledger, sinks=[sink]) as ctx,
+    ):
         step(ctx, "wf-7/step-1")
+        step(ctx, "wf-7/step-1")  # and once more here: this run knows it now
         step(ctx, "wf-7/step-2")
-    assert ledger.spent()[KEY_COST] == Decimal("0.6")  # the ledger shares cost
-    assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.6")  # and this process ran it all
+    assert ledger.spent()[KEY_COST] == Decimal("0.6")
+    assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.3")
+    assert ctx.stats.get_counter("amp:llm_calls") == 1
+    assert ctx.stats.get_counter("amp:input_tokens") == 100
+    assert ctx.graph.aggregates()["total_cost_usd"] == Decimal("0.3")
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sum(Decimal(str(e["cost_usd"])) for e in events) == Decimal("0.3")
+    marks = [e["metadata"].get("duplicate_of") for e in events]
+    assert marks == [f"ledger:{scope}"] * 4 + [None, None]  # who counted it first
+    assert [e["metadata"]["first_cost_usd"] for e in events[:4]] == [0.25, 0.05] * 2
 
 
 def test_a_replay_of_recorded_results_counts_once(shared: tuple[str, str, Ledger]) -> None:
@@ -122,9 +138,10 @@ def test_an_idempotency_key_must_be_text() -> None:
         ctx.llm_call("x", idempotency_key=7)  # type: ignore[arg-type]
 
 
-def test_an_instrumented_call_offers_the_providers_response_id(instrumented: None) -> None:
-    """The node keeps the provider's response id; a replay that re-delivers the response
-    passes it back as the key and counts nothing more."""
+def test_an_instrumented_call_is_keyed_by_the_providers_response_id(instrumented: None) -> None:
+    """The node keeps the provider's response id as its key; a replay that re-delivers the
+    response with that key counts nothing more (tests/test_response_ids.py re-delivers it
+    through the SDKs)."""
     import openai
 
     from ampmeter.testing import BillingProvider
@@ -136,17 +153,15 @@ def test_an_instrumented_call_offers_the_providers_response_id(instrumented: Non
                 model="gpt-4o-mini", messages=[{"role": "user", "content": "Hi"}]
             )
             node = next(n for n in ctx.snapshot()["graph"]["nodes"].values() if n["kind"] == "llm")
-            offered = node["metadata"]["response_id"]
-            assert offered == f"openai:{answer.id}"
+            key = node["metadata"]["idempotency_key"]
+            assert key == f"openai:{answer.id}"
             spent = ctx.stats.get_gauge(KEY_COST)
             assert spent > 0
             usage = answer.usage
             assert usage is not None
-            for _ in range(2):  # the first replay keys the original; the second is a repeat
-                with ctx.llm_call("replayed", model="gpt-4o-mini") as call:
-                    call.offer_idempotency_key(offered)
-                    call.record(usage.prompt_tokens, usage.completion_tokens)
-        assert ctx.stats.get_gauge(KEY_COST) == 2 * spent
+            with ctx.llm_call("replayed", model="gpt-4o-mini", idempotency_key=key) as call:
+                call.record(usage.prompt_tokens, usage.completion_tokens)
+        assert ctx.stats.get_gauge(KEY_COST) == spent
         assert len(server.requests) == 1
 
 

@@ -231,9 +231,8 @@ class CallMaker:
         key = getattr(record, "idempotency_key", None)
         if usage is not None and key is not None:
             seen = self._frame.chain[-1].seen  # the run's keys, shared with its calls
-            if key in seen:
+            if seen.claim(_validate.text(key, "idempotency_key", empty=False), ("trace", 0)):
                 return  # a replayed record: counted once already
-            seen[_validate.text(key, "idempotency_key", empty=False)] = ("trace", 0)
         if usage is not None:
             self._kernel.add_usage(self._frame.level, usage)
             if self.policies is not None:

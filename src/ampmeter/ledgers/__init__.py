@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ampmeter.ledgers.base import BudgetView, Ledger, LedgerUnavailable, Refusal, Reservation
+from ampmeter.ledgers.base import (
+    BudgetView,
+    Committed,
+    Ledger,
+    LedgerUnavailable,
+    Refusal,
+    Reservation,
+)
 from ampmeter.ledgers.memory import InMemoryLedger
 from ampmeter.ledgers.sqlite import SqliteLedger
 
@@ -18,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BudgetView",
+    "Committed",
     "InMemoryLedger",
     "Ledger",
     "LedgerUnavailable",
