@@ -6,9 +6,11 @@ being sent again (as Temporal's workflow replay does)."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -67,10 +69,11 @@ def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
 
 
 def crash_after_step(opener: str, key: str) -> None:
-    """Run the step in a worker process that dies (no clean close) right after it."""
+    """Run the step in a worker process that is killed (SIGKILL: no clean close, its context
+    still open) right after the step, before the workflow engine saw it finish."""
     source = textwrap.dedent(
         f"""
-        import os
+        import sys, time
         from ampmeter import ExecutionContext
         from ampmeter.ledgers import RedisLedger, SqliteLedger
         ledger = {opener}
@@ -79,13 +82,21 @@ def crash_after_step(opener: str, key: str) -> None:
             call.record(tokens_in=100, tokens_out=20, cost_usd=0.25)
         with ctx.tool_call("search", estimate_usd=0.05, idempotency_key={key + "/tool"!r}) as t:
             t.record(cost_usd=0.05)
-        os._exit(3)  # killed before the workflow engine saw the step finish
+        print("step done", flush=True)
+        time.sleep(120)
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", source], capture_output=True, text=True, timeout=120
+    worker = subprocess.Popen(
+        [sys.executable, "-c", source], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert done.returncode == 3, done.stderr
+    try:
+        assert worker.stdout is not None
+        line = worker.stdout.readline()
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        _, errors = worker.communicate(timeout=30)
+    assert line == "step done\n", errors
+    assert worker.returncode == -signal.SIGKILL
 
 
 def test_a_step_re_executed_in_a_new_process_after_a_crash_counts_once(
@@ -215,3 +226,63 @@ def test_a_replayed_trace_record_counts_once() -> None:
     assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.15")
     assert ctx.stats.total_input_tokens() == 15
     assert ctx.stats.get_counter("amp:tool_calls") == 1
+
+
+def priced_steps(ctx: ExecutionContext, keys: list[str]) -> None:
+    for key in keys:
+        with ctx.llm_call("plan", estimate_usd=0.01, idempotency_key=key) as call:
+            call.record(cost_usd=0.01)
+
+
+def test_a_run_forgets_its_oldest_keys_past_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Response ids key every instrumented call: a long run keeps only the newest keys."""
+    from ampmeter._core import idempotency
+
+    monkeypatch.setattr(idempotency, "KEYS_KEPT", 3)
+    with ExecutionContext() as ctx:
+        priced_steps(ctx, ["k0", "k1", "k2", "k3", "k4"])  # k0 and k1 forgotten
+        priced_steps(ctx, ["k4", "k3"])  # recent: nothing more
+        assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.05")
+        priced_steps(ctx, ["k0"])  # forgotten: counted again (and k2 goes)
+        priced_steps(ctx, ["k2"])
+    assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.07")
+
+
+def test_a_run_forgets_keys_older_than_the_ledgers_keep_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ampmeter._core import idempotency
+    from ampmeter.ledgers.base import SETTLED_KEEP_S
+
+    assert idempotency.KEEP_S == SETTLED_KEEP_S  # a run remembers as long as a ledger
+    monkeypatch.setattr(idempotency, "KEEP_S", 0.2)
+    with ExecutionContext() as ctx:
+        priced_steps(ctx, ["old", "old"])
+        time.sleep(0.3)
+        priced_steps(ctx, ["old", "old"])
+    assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.02")
+
+
+def test_seen_keys_stay_within_their_bound() -> None:
+    from ampmeter._core.idempotency import KEYS_KEPT, SeenKeys
+
+    seen = SeenKeys()
+    for number in range(3 * KEYS_KEPT):
+        assert seen.claim(f"openai:chatcmpl-{number}", (f"n{number}", 1)) is None
+        assert len(seen) <= KEYS_KEPT
+    assert seen.claim(f"openai:chatcmpl-{3 * KEYS_KEPT - 1}", ("later", 1)) is not None
+    assert seen.claim("openai:chatcmpl-0", ("later", 1)) is None  # forgotten long ago
+
+
+def test_a_key_the_run_forgot_is_still_counted_once_through_the_ledger(
+    shared: tuple[str, str, Ledger], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ampmeter._core import idempotency
+
+    monkeypatch.setattr(idempotency, "KEYS_KEPT", 1)
+    _, scope, ledger = shared
+    with ExecutionContext(max_cost_usd=1.0, ledger=ledger) as ctx:
+        priced_steps(ctx, ["a", "b", "a"])  # "a" is forgotten here, not in the ledger
+    assert ledger.spent()[KEY_COST] == ctx.stats.get_gauge(KEY_COST) == Decimal("0.02")
+    last = [n for n in ctx.snapshot()["graph"]["nodes"].values() if n["kind"] == "llm"][-1]
+    assert last["metadata"]["duplicate_of"] == f"ledger:{scope}"
