@@ -74,9 +74,12 @@ class CallMaker:
         from ``prompt_text``, in the context's ``estimate`` mode) and the output (``max_tokens``;
         see :class:`ExecutionContext` for ``estimate="bound"``). A model without a price (``""``
         included) is unpriced. A ``final`` call (the final answer) may spend the context's
-        ``final_reserve_usd``. An ``idempotency_key`` (a replayed workflow step's, or the
-        provider's response id) counts the call once per run and per shared ledger scope: a
-        key seen before adds nothing (the node notes ``duplicate_of``).
+        ``final_reserve_usd``. An ``idempotency_key`` (a replayed workflow step's) counts the
+        call once per run and per shared ledger scope: a key seen before adds nothing, here or
+        in the ledger (the node notes ``duplicate_of``: the node that counted it, or
+        ``"ledger:<scope>"`` when another process did). Instrumented SDK calls are keyed by the
+        provider's response id, ``"<provider>:<id>"`` (``instrument(response_id_keys=False)``
+        turns that off). A run remembers its latest 20,000 keys for at most a day.
         """
         self._check_open()
         _validate.optional_text(idempotency_key, "idempotency_key")
