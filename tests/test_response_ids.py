@@ -10,6 +10,7 @@ response a fresh id, as a real provider does, and every call counts.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 USER: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
 CHAT, RESPONSES, MESSAGES = "/v1/chat/completions", "/v1/responses", "/v1/messages"
 GEMINI = "/v1beta/models/gemini-2.5-flash:generateContent"
+GEMINI_STREAM = "/v1beta/models/gemini-2.0-flash:streamGenerateContent"
 
 Send = Callable[[ReplayServer], str]  # one instrumented request; the response id it returned
 
@@ -51,6 +53,56 @@ def openai_chat_stream(server: ReplayServer) -> str:
 def openai_responses(server: ReplayServer) -> str:
     client = openai.OpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
     return f"openai:{client.responses.create(model='o4-mini', input='Weather?').id}"
+
+
+def responses_stream() -> ReplayResponse:
+    """The recorded Responses object, streamed as a provider streams it (created, completed)."""
+    done = recorded.load("openai_responses_usage")
+    started = {**done, "status": "in_progress", "output": [], "usage": None}
+    return ReplayResponse.sse(
+        [
+            (
+                "response.created",
+                {"type": "response.created", "sequence_number": 0, "response": started},
+            ),
+            (
+                "response.completed",
+                {"type": "response.completed", "sequence_number": 1, "response": done},
+            ),
+        ]
+    )
+
+
+def openai_responses_stream(server: ReplayServer) -> str:
+    client = openai.OpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
+    events = list(client.responses.create(model="o4-mini", input="Weather?", stream=True))
+    assert [e.type for e in events] == ["response.created", "response.completed"]
+    return f"openai:{events[0].response.id}"
+
+
+def async_openai_chat_stream(server: ReplayServer) -> str:
+    async def send() -> str:
+        client = openai.AsyncOpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
+        async with client:
+            stream = await client.chat.completions.create(
+                model="gpt-4o-mini", messages=USER, stream=True
+            )
+            ids = [chunk.id async for chunk in stream]
+        return f"openai:{ids[0]}"
+
+    return asyncio.run(send())
+
+
+def anthropic_stream(server: ReplayServer) -> str:
+    client = anthropic.Anthropic(base_url=server.anthropic_base_url, api_key="k", max_retries=0)
+    events = list(
+        client.messages.create(
+            model="claude-sonnet-4-5", max_tokens=100, messages=USER, stream=True
+        )
+    )
+    start = events[0]
+    assert start.type == "message_start"
+    return f"anthropic:{start.message.id}"
 
 
 def async_openai_chat(server: ReplayServer) -> str:
@@ -93,14 +145,30 @@ def gemini_over_http(server: ReplayServer) -> str:
     return f"google:{answer['responseId']}"
 
 
+def gemini_stream_over_http(server: ReplayServer) -> str:
+    body = {"contents": [{"role": "user", "parts": [{"text": "Weather?"}]}]}
+    url = server.url + GEMINI_STREAM + "?alt=sse"
+    with httpx.Client() as client, client.stream("POST", url, json=body) as response:
+        lines = [line for line in response.iter_lines() if line.startswith("data:")]
+    return f"google:{json.loads(lines[0][5:])['responseId']}"
+
+
 SENDERS: dict[str, tuple[Send, str, Callable[[], ReplayResponse]]] = {
     "openai chat": (openai_chat, CHAT, recorded.openai_chat_tool_calls),
     "openai chat stream": (openai_chat_stream, CHAT, recorded.openai_chat_stream_usage),
     "openai responses": (openai_responses, RESPONSES, recorded.openai_responses_usage),
+    "openai responses stream": (openai_responses_stream, RESPONSES, responses_stream),
     "async openai chat": (async_openai_chat, CHAT, recorded.openai_chat_tool_calls),
+    "async openai chat stream": (async_openai_chat_stream, CHAT, recorded.openai_chat_stream_usage),
+    "anthropic stream": (anthropic_stream, MESSAGES, recorded.anthropic_message_stream),
     "anthropic messages": (anthropic_message, MESSAGES, recorded.anthropic_message_tool_use),
     "async anthropic stream": (async_anthropic_stream, MESSAGES, recorded.anthropic_message_stream),
     "gemini over httpx": (gemini_over_http, GEMINI, recorded.gemini_generate_content),
+    "gemini stream over httpx": (
+        gemini_stream_over_http,
+        GEMINI_STREAM,
+        recorded.gemini_stream_generate_content,
+    ),
 }
 
 
