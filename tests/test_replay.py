@@ -473,3 +473,13 @@ def test_every_response_gets_a_fresh_id_unless_asked_for_the_recorded_one() -> N
     assert ids[verbatim] == ([wire_chat, wire_chat], wire_response, {wire_message}, wire_message)
     with pytest.raises(TypeError, match="verbatim_ids"):
         ReplayServer(verbatim_ids="yes")  # type: ignore[arg-type]
+
+
+def test_a_body_without_ids_is_sent_as_it_is(replay: ReplayServer) -> None:
+    odd = ReplayResponse(chunks=(b"not json {", b'{"id": 7}'), headers=(("x", "y"),))
+    replay.script(CHAT, odd, ReplayResponse.json({"id": ""}), ReplayResponse.json([1, "id"]))
+    for body in (b'not json {{"id": 7}', b'{"id":""}', b'[1,"id"]'):
+        with urllib.request.urlopen(
+            urllib.request.Request(replay.url + CHAT, data=b"{}"), timeout=5
+        ) as response:
+            assert response.read() == body

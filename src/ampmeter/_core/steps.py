@@ -255,14 +255,13 @@ class Chain:
             self.kernel.end(node, outcome)
             self.emitter.emit(node)
             return
-        if flight.idempotency_key is None:
-            for step in reversed(self.steps):
-                outcome = step.settle(flight, usage, outcome)
-        else:
+        keyed = flight.idempotency_key is not None
+        if keyed:
             usage, outcome = counted_once(self.frame, flight, usage, outcome)
-            for step in reversed(self.steps):
-                outcome = step.settle(flight, usage, outcome)
-                usage = usage_after(usage, outcome)  # a shared ledger had counted it before
+        for step in reversed(self.steps):
+            outcome = step.settle(flight, usage, outcome)
+            if keyed:  # a shared ledger may have counted it before this run
+                usage = usage_after(usage, outcome)
         if self.emitter.sinks:
             self.emitter.emit(node)
 
