@@ -301,20 +301,19 @@ class ReplayServer:
                 raise TypeError(f"a responder returned {type(answer).__name__}, not ReplayResponse")
         if answer is None or self._verbatim_ids:
             return answer
-        return with_fresh_ids(answer)
+        return _with_fresh_ids(answer)
 
 
-def with_fresh_ids(response: ReplayResponse) -> ReplayResponse:
+def _with_fresh_ids(response: ReplayResponse) -> ReplayResponse:
     """``response`` with each response id it carries given a fresh suffix (the same one in
     every chunk), as a provider never sends one id twice. The bytes are otherwise unchanged."""
     ids: set[str] = set()
-    for chunk in response.chunks:
-        if response.streamed:
-            for line in chunk.split(b"\n"):
-                if line.startswith(b"data:"):
-                    _collect_ids(_json_or_none(line[5:]), ids)
-        else:
-            _collect_ids(_json_or_none(chunk), ids)
+    if response.streamed:
+        for line in response.body.split(b"\n"):
+            if line.startswith(b"data:"):
+                _collect_ids(_json_or_none(line[5:]), ids)
+    else:
+        _collect_ids(_json_or_none(response.body), ids)
     if not ids:
         return response
     suffix = uuid.uuid4().hex[:12]
