@@ -286,3 +286,61 @@ def test_a_key_the_run_forgot_is_still_counted_once_through_the_ledger(
     assert ledger.spent()[KEY_COST] == ctx.stats.get_gauge(KEY_COST) == Decimal("0.02")
     last = [n for n in ctx.snapshot()["graph"]["nodes"].values() if n["kind"] == "llm"][-1]
     assert last["metadata"]["duplicate_of"] == f"ledger:{scope}"
+
+
+def test_a_response_redelivered_to_a_new_process_counts_once(
+    shared: tuple[str, str, Ledger], instrumented: None
+) -> None:
+    """A worker is killed after an instrumented call; its replacement gets the same response
+    again (a cassette replayed through the SDK): keyed by the provider's response id, it adds
+    nothing to the ledger nor to the new process's own stats."""
+    import openai
+
+    from ampmeter.testing import ReplayServer, recorded
+
+    opener, scope, ledger = shared
+    with ReplayServer(verbatim_ids=True) as server:
+        chat = "/v1/chat/completions"
+        server.script(chat, recorded.openai_chat_tool_calls(), recorded.openai_chat_tool_calls())
+        source = textwrap.dedent(
+            f"""
+            import time
+            import openai
+            import ampmeter, ampmeter.pricing
+            from ampmeter import ExecutionContext
+            from ampmeter.context import use_pricing
+            from ampmeter.ledgers import RedisLedger, SqliteLedger
+            use_pricing(ampmeter.pricing)
+            ampmeter.instrument()
+            client = openai.OpenAI(base_url={server.openai_base_url!r}, api_key="k")
+            ctx = ExecutionContext(max_cost_usd=5.0, ledger={opener}).__enter__()
+            client.chat.completions.create(model="gpt-4o-mini", messages=[])
+            print("step done", flush=True)
+            time.sleep(120)
+            """
+        )
+        worker = subprocess.Popen(
+            [sys.executable, "-c", source],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert worker.stdout is not None
+            line = worker.stdout.readline()
+        finally:
+            worker.send_signal(signal.SIGKILL)
+            _, errors = worker.communicate(timeout=30)
+        assert line == "step done\n", errors
+        spent = ledger.spent()[KEY_COST]
+        assert spent > 0
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
+        with ExecutionContext(max_cost_usd=5.0, ledger=ledger) as ctx:
+            answer = client.chat.completions.create(model="gpt-4o-mini", messages=[])
+        assert answer.choices[0].message.tool_calls  # returned as usual
+    assert ledger.spent()[KEY_COST] == spent
+    assert ctx.stats.get_gauge(KEY_COST) == 0 and ctx.stats.get_counter("amp:llm_calls") == 0
+    (node,) = [n for n in ctx.snapshot()["graph"]["nodes"].values() if n["kind"] == "llm"]
+    assert node["metadata"]["duplicate_of"] == f"ledger:{scope}"
+    assert node["metadata"]["idempotency_key"] == f"openai:{answer.id}"
+    assert Decimal(str(node["metadata"]["first_cost_usd"])) == spent
