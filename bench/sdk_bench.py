@@ -64,14 +64,17 @@ PLAIN_TARGET = 1.5
 STREAM_TARGET = 3.0
 
 # The provider: a stdlib HTTP/1.1 server (keep-alive) that answers every chat request with the
-# recorded completion, or the recorded chunks when streaming (the usage chunk only if asked).
+# recorded completion, or the recorded chunks when streaming (the usage chunk only if asked),
+# each with an id of its own as from a provider (a repeated id would count as a replay).
 _SERVER = r"""
-import json, socket, sys
+import itertools, json, socket, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from ampmeter.testing import recorded
 
 plain = json.dumps(recorded.load("openai_chat_tool_calls")).encode()
 chunks = recorded.load("openai_chat_stream_usage")
+ids = [json.dumps(c["id"]).encode() for c in (recorded.load("openai_chat_tool_calls"), chunks[0])]
+numbers = itertools.count()
 
 def sse(with_usage):
     events = [c for c in chunks if c["choices"] or with_usage]
@@ -94,6 +97,9 @@ class Handler(BaseHTTPRequestHandler):
             body, kind = streams[bool(options.get("include_usage"))], "text/event-stream"
         else:
             body, kind = plain, "application/json"
+        number = str(next(numbers)).encode()
+        for old in ids:
+            body = body.replace(old, old[:-1] + b"-" + number + b'"')
         self.send_response(200)
         self.send_header("content-type", kind)
         self.send_header("content-length", str(len(body)))

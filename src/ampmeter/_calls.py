@@ -74,9 +74,12 @@ class CallMaker:
         from ``prompt_text``, in the context's ``estimate`` mode) and the output (``max_tokens``;
         see :class:`ExecutionContext` for ``estimate="bound"``). A model without a price (``""``
         included) is unpriced. A ``final`` call (the final answer) may spend the context's
-        ``final_reserve_usd``. An ``idempotency_key`` (a replayed workflow step's, or the
-        provider's response id) counts the call once per run and per shared ledger scope: a
-        key seen before adds nothing (the node notes ``duplicate_of``).
+        ``final_reserve_usd``. An ``idempotency_key`` (a replayed workflow step's) counts the
+        call once per run and per shared ledger scope: a key seen before adds nothing, here or
+        in the ledger (the node notes ``duplicate_of``: the node that counted it, or
+        ``"ledger:<scope>"`` when another process did). Instrumented SDK calls are keyed by the
+        provider's response id, ``"<provider>:<id>"`` (``instrument(response_id_keys=False)``
+        turns that off). A run remembers its latest 20,000 keys for at most a day.
         """
         self._check_open()
         _validate.optional_text(idempotency_key, "idempotency_key")
@@ -231,9 +234,8 @@ class CallMaker:
         key = getattr(record, "idempotency_key", None)
         if usage is not None and key is not None:
             seen = self._frame.chain[-1].seen  # the run's keys, shared with its calls
-            if key in seen:
+            if seen.claim(_validate.text(key, "idempotency_key", empty=False), ("trace", 0)):
                 return  # a replayed record: counted once already
-            seen[_validate.text(key, "idempotency_key", empty=False)] = ("trace", 0)
         if usage is not None:
             self._kernel.add_usage(self._frame.level, usage)
             if self.policies is not None:

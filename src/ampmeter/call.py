@@ -147,16 +147,18 @@ class Call:
         self.tool_calls_made = tools
         flight.recorded = True
 
-    def offer_idempotency_key(self, key: str) -> None:
+    def offer_idempotency_key(self, key: str) -> bool:
         """Count this call once per ``key`` (see ``llm_call(idempotency_key=...)``), unless it
-        has a key already; instrumented SDK calls offer the provider's response id. Must come
-        before the call ends."""
-        _validate.text(key, "idempotency_key")
+        has a key already; True if ``key`` is now its key. Instrumented SDK calls offer the
+        provider's response id. Must come before the call ends."""
+        _validate.text(key, "idempotency_key", empty=False)
         flight = self._flight
         if flight.phase == DONE:
             raise RuntimeError(f"call {self.node_id} ({self.name!r}) has ended")
         if flight.idempotency_key is None:
             flight.idempotency_key = key
+            return True
+        return flight.idempotency_key == key
 
     def retry(self) -> None:
         """Count one retry on this call (its node and ``amp:retries`` everywhere above)."""

@@ -120,6 +120,11 @@ class ExecutionContext(CallMaker):
       past each fraction of the cost limit, instrumented requests for a named model are sent
       to the cheaper one and reserved at its price; the node keeps ``requested_model``. It is
       the ``on_budget_pressure`` hook (give one or the other).
+
+    Replays count once: a call or trace record with an ``idempotency_key`` already counted in
+    this run, or (through ``ledger``) in its scope by any process, adds nothing and its node
+    says ``duplicate_of``; instrumented SDK calls are keyed by the provider's response id
+    (:meth:`llm_call`, ``instrument(response_id_keys=...)``).
     """
 
     def __init__(

@@ -337,16 +337,17 @@ def test_raw_client_embeddings_become_embedding_nodes(replay: ReplayServer, modu
     assert ctx.stats.get_counter("amp:llm_calls") == 0
 
 
-def test_gemini_stream_sent_as_one_json_array(replay: ReplayServer) -> None:
-    replay.script(GEMINI_STREAM, recorded.gemini_stream_generate_content(sse=False))
+def test_gemini_stream_sent_as_one_json_array() -> None:
     sink = MemorySink()
     body = {"contents": [{"role": "user", "parts": [{"text": "The answer?"}]}]}
-    with (
-        ExecutionContext(sinks=[sink]),
-        httpx.Client() as client,
-        client.stream("POST", replay.url + GEMINI_STREAM, json=body) as response,
-    ):
-        raw = b"".join(response.iter_raw())
+    with ReplayServer(verbatim_ids=True) as replay:  # the recorded bytes, ids included
+        replay.script(GEMINI_STREAM, recorded.gemini_stream_generate_content(sse=False))
+        with (
+            ExecutionContext(sinks=[sink]),
+            httpx.Client() as client,
+            client.stream("POST", replay.url + GEMINI_STREAM, json=body) as response,
+        ):
+            raw = b"".join(response.iter_raw())
     assert raw == recorded.gemini_stream_generate_content(sse=False).body
     assert (only(sink).tokens_in, only(sink).tokens_out) == (12, 6)
 

@@ -328,7 +328,9 @@ def test_routes_have_separate_queues(replay: ReplayServer) -> None:
     assert replay.pending("/v1/models", method="GET") == 1
     assert replay.pending("/v1/models") == 0  # POST has nothing queued
     status, body = _post_raw(replay.url + RESPONSES + "?trace=1", {"input": "x"})
-    assert (status, body) == (200, recorded.load("openai_responses_usage"))
+    wire = recorded.load("openai_responses_usage")
+    assert body["id"].startswith(wire["id"] + "-")  # a fresh id, as from a provider
+    assert (status, {**body, "id": wire["id"]}) == (200, wire)
     assert replay.pending(RESPONSES) == 1 and replay.pending(CHAT) == 1
     request = replay.requests[-1]
     assert isinstance(request, RecordedRequest)
@@ -437,3 +439,47 @@ def test_every_recorded_body_is_valid_json() -> None:
     for name in recorded.WIRE_NAMES:
         first, second = recorded.load(name), recorded.load(name)
         assert first == second and first is not second  # a fresh copy each time
+
+
+def test_every_response_gets_a_fresh_id_unless_asked_for_the_recorded_one() -> None:
+    """As a provider does, every response sent has an id of its own (the same in every event
+    of one stream); ``verbatim_ids=True`` sends the recorded ids, to re-deliver a response."""
+    stream = recorded.load("anthropic_message_stream")
+    with ReplayServer() as fresh, ReplayServer(verbatim_ids=True) as verbatim:
+        for server in (fresh, verbatim):
+            server.script(
+                CHAT, recorded.openai_chat_tool_calls(), recorded.openai_chat_tool_calls()
+            )
+            server.script(RESPONSES, recorded.openai_responses_usage())
+            server.script(MESSAGES, recorded.anthropic_message_stream())
+        ids = {}
+        for server in (fresh, verbatim):
+            client = _openai(server)
+            chats = [client.chat.completions.create(model="m", messages=USER) for _ in range(2)]
+            response = client.responses.create(model="m", input="x")
+            with _anthropic(server).messages.stream(
+                model="claude", max_tokens=10, messages=USER
+            ) as events:
+                message_ids = {e.message.id for e in events if e.type == "message_start"}
+                final = events.get_final_message()
+            ids[server] = ([c.id for c in chats], response.id, message_ids, final.id)
+    wire_chat = recorded.load("openai_chat_tool_calls")["id"]
+    wire_response = recorded.load("openai_responses_usage")["id"]
+    wire_message = next(e["data"]["message"]["id"] for e in stream if "message" in e["data"])
+    chat_ids, response_id, message_ids, final_id = ids[fresh]
+    assert len(set(chat_ids)) == 2 and all(i.startswith(wire_chat + "-") for i in chat_ids)
+    assert response_id.startswith(wire_response + "-")
+    assert message_ids == {final_id} and final_id.startswith(wire_message + "-")
+    assert ids[verbatim] == ([wire_chat, wire_chat], wire_response, {wire_message}, wire_message)
+    with pytest.raises(TypeError, match="verbatim_ids"):
+        ReplayServer(verbatim_ids="yes")  # type: ignore[arg-type]
+
+
+def test_a_body_without_ids_is_sent_as_it_is(replay: ReplayServer) -> None:
+    odd = ReplayResponse(chunks=(b"not json {", b'{"id": 7}'), headers=(("x", "y"),))
+    replay.script(CHAT, odd, ReplayResponse.json({"id": ""}), ReplayResponse.json([1, "id"]))
+    for body in (b'not json {{"id": 7}', b'{"id":""}', b'[1,"id"]'):
+        with urllib.request.urlopen(
+            urllib.request.Request(replay.url + CHAT, data=b"{}"), timeout=5
+        ) as response:
+            assert response.read() == body

@@ -204,21 +204,20 @@ def test_a_replayed_settlement_counts_once(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
     first = ledger.reserve({COST: 0.5}, {COST: 1})
     assert first is not None
-    assert ledger.commit(first, {COST: 0.2, "amp:llm_calls": 1}, idempotency_key="step-3") == {
-        COST: Decimal("0.2"),
-        "amp:llm_calls": 1,
-    }
+    counted = ledger.commit(first, {COST: 0.2, "amp:llm_calls": 1}, idempotency_key="step-3")
+    assert counted == {COST: Decimal("0.2"), "amp:llm_calls": 1} and not counted.duplicate
     # the step is re-executed after a crash: a new reservation, the same key
     again = ledger.reserve({COST: 0.5}, {COST: 1})
     assert again is not None
     replayed = ledger.commit(again, {COST: 0.3, "amp:llm_calls": 1}, idempotency_key="step-3")
     assert replayed == {COST: Decimal("0.2"), "amp:llm_calls": 1}  # the first settlement's
+    assert replayed.duplicate  # so the caller's own stats can leave it out too
     assert ledger.spent() == {COST: Decimal("0.2"), "amp:llm_calls": 1}
     assert ledger.reserved() == {}  # the replay's hold ended
     other = ledger.child("other")  # keys are per scope
     held = other.reserve({}, {})
     assert held is not None
-    other.commit(held, {COST: 0.3}, idempotency_key="step-3")
+    assert not other.commit(held, {COST: 0.3}, idempotency_key="step-3").duplicate
     assert other.spent() == {COST: Decimal("0.3")}
 
 

@@ -5,9 +5,12 @@ being sent again (as Temporal's workflow replay does)."""
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -19,6 +22,7 @@ import pytest
 from ampmeter import ExecutionContext
 from ampmeter.keys import KEY_COST
 from ampmeter.ledgers import Ledger, RedisLedger, SqliteLedger
+from ampmeter.sinks.jsonl import JsonlSink
 from support.redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
 RECORDED = {"tokens_in": 100, "tokens_out": 20, "cost_usd": 0.25}
@@ -65,10 +69,11 @@ def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
 
 
 def crash_after_step(opener: str, key: str) -> None:
-    """Run the step in a worker process that dies (no clean close) right after it."""
+    """Run the step in a worker process that is killed (SIGKILL: no clean close, its context
+    still open) right after the step, before the workflow engine saw it finish."""
     source = textwrap.dedent(
         f"""
-        import os
+        import sys, time
         from ampmeter import ExecutionContext
         from ampmeter.ledgers import RedisLedger, SqliteLedger
         ledger = {opener}
@@ -77,27 +82,49 @@ def crash_after_step(opener: str, key: str) -> None:
             call.record(tokens_in=100, tokens_out=20, cost_usd=0.25)
         with ctx.tool_call("search", estimate_usd=0.05, idempotency_key={key + "/tool"!r}) as t:
             t.record(cost_usd=0.05)
-        os._exit(3)  # killed before the workflow engine saw the step finish
+        print("step done", flush=True)
+        time.sleep(120)
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", source], capture_output=True, text=True, timeout=120
+    worker = subprocess.Popen(
+        [sys.executable, "-c", source], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert done.returncode == 3, done.stderr
+    try:
+        assert worker.stdout is not None
+        line = worker.stdout.readline()
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        _, errors = worker.communicate(timeout=30)
+    assert line == "step done\n", errors
+    assert worker.returncode == -signal.SIGKILL
 
 
 def test_a_step_re_executed_in_a_new_process_after_a_crash_counts_once(
-    shared: tuple[str, str, Ledger],
+    shared: tuple[str, str, Ledger], tmp_path: Path
 ) -> None:
-    opener, _, ledger = shared
+    opener, scope, ledger = shared
     crash_after_step(opener, "wf-7/step-1")
     assert ledger.spent()[KEY_COST] == Decimal("0.3")
-    # The engine runs the step again in this process: the shared spend does not move.
-    with ExecutionContext(max_cost_usd=5.0, ledger=ledger) as ctx:
+    # The engine runs the step again in this process: the shared spend does not move, and
+    # this process's stats, aggregates and log count only what the ledger had not.
+    log = tmp_path / "events.jsonl"
+    with (
+        JsonlSink(log) as sink,
+        ExecutionContext(max_cost_usd=5.0, ledger=ledger, sinks=[sink]) as ctx,
+    ):
         step(ctx, "wf-7/step-1")
+        step(ctx, "wf-7/step-1")  # and once more here: this run knows it now
         step(ctx, "wf-7/step-2")
-    assert ledger.spent()[KEY_COST] == Decimal("0.6")  # the ledger shares cost
-    assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.6")  # and this process ran it all
+    assert ledger.spent()[KEY_COST] == Decimal("0.6")
+    assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.3")
+    assert ctx.stats.get_counter("amp:llm_calls") == 1
+    assert ctx.stats.get_counter("amp:input_tokens") == 100
+    assert ctx.graph.aggregates()["total_cost_usd"] == Decimal("0.3")
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sum(Decimal(str(e["cost_usd"])) for e in events) == Decimal("0.3")
+    marks = [e["metadata"].get("duplicate_of") for e in events]
+    assert marks == [f"ledger:{scope}"] * 4 + [None, None]  # who counted it first
+    assert [e["metadata"]["first_cost_usd"] for e in events[:4]] == [0.25, 0.05] * 2
 
 
 def test_a_replay_of_recorded_results_counts_once(shared: tuple[str, str, Ledger]) -> None:
@@ -122,9 +149,10 @@ def test_an_idempotency_key_must_be_text() -> None:
         ctx.llm_call("x", idempotency_key=7)  # type: ignore[arg-type]
 
 
-def test_an_instrumented_call_offers_the_providers_response_id(instrumented: None) -> None:
-    """The node keeps the provider's response id; a replay that re-delivers the response
-    passes it back as the key and counts nothing more."""
+def test_an_instrumented_call_is_keyed_by_the_providers_response_id(instrumented: None) -> None:
+    """The node keeps the provider's response id as its key; a replay that re-delivers the
+    response with that key counts nothing more (tests/test_response_ids.py re-delivers it
+    through the SDKs)."""
     import openai
 
     from ampmeter.testing import BillingProvider
@@ -136,17 +164,15 @@ def test_an_instrumented_call_offers_the_providers_response_id(instrumented: Non
                 model="gpt-4o-mini", messages=[{"role": "user", "content": "Hi"}]
             )
             node = next(n for n in ctx.snapshot()["graph"]["nodes"].values() if n["kind"] == "llm")
-            offered = node["metadata"]["response_id"]
-            assert offered == f"openai:{answer.id}"
+            key = node["metadata"]["idempotency_key"]
+            assert key == f"openai:{answer.id}"
             spent = ctx.stats.get_gauge(KEY_COST)
             assert spent > 0
             usage = answer.usage
             assert usage is not None
-            for _ in range(2):  # the first replay keys the original; the second is a repeat
-                with ctx.llm_call("replayed", model="gpt-4o-mini") as call:
-                    call.offer_idempotency_key(offered)
-                    call.record(usage.prompt_tokens, usage.completion_tokens)
-        assert ctx.stats.get_gauge(KEY_COST) == 2 * spent
+            with ctx.llm_call("replayed", model="gpt-4o-mini", idempotency_key=key) as call:
+                call.record(usage.prompt_tokens, usage.completion_tokens)
+        assert ctx.stats.get_gauge(KEY_COST) == spent
         assert len(server.requests) == 1
 
 
@@ -200,3 +226,121 @@ def test_a_replayed_trace_record_counts_once() -> None:
     assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.15")
     assert ctx.stats.total_input_tokens() == 15
     assert ctx.stats.get_counter("amp:tool_calls") == 1
+
+
+def priced_steps(ctx: ExecutionContext, keys: list[str]) -> None:
+    for key in keys:
+        with ctx.llm_call("plan", estimate_usd=0.01, idempotency_key=key) as call:
+            call.record(cost_usd=0.01)
+
+
+def test_a_run_forgets_its_oldest_keys_past_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Response ids key every instrumented call: a long run keeps only the newest keys."""
+    from ampmeter._core import idempotency
+
+    monkeypatch.setattr(idempotency, "KEYS_KEPT", 3)
+    with ExecutionContext() as ctx:
+        priced_steps(ctx, ["k0", "k1", "k2", "k3", "k4"])  # k0 and k1 forgotten
+        priced_steps(ctx, ["k4", "k3"])  # recent: nothing more
+        assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.05")
+        priced_steps(ctx, ["k0"])  # forgotten: counted again (and k2 goes)
+        priced_steps(ctx, ["k2"])
+    assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.07")
+
+
+def test_a_run_forgets_keys_older_than_the_ledgers_keep_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ampmeter._core import idempotency
+    from ampmeter.ledgers.base import SETTLED_KEEP_S
+
+    assert idempotency.KEEP_S == SETTLED_KEEP_S  # a run remembers as long as a ledger
+    monkeypatch.setattr(idempotency, "KEEP_S", 0.2)
+    with ExecutionContext() as ctx:
+        priced_steps(ctx, ["old", "old"])
+        time.sleep(0.3)
+        priced_steps(ctx, ["old", "old"])
+    assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.02")
+
+
+def test_seen_keys_stay_within_their_bound() -> None:
+    from ampmeter._core.idempotency import KEYS_KEPT, SeenKeys
+
+    seen = SeenKeys()
+    for number in range(3 * KEYS_KEPT):
+        assert seen.claim(f"openai:chatcmpl-{number}", (f"n{number}", 1)) is None
+        assert len(seen) <= KEYS_KEPT
+    assert seen.claim(f"openai:chatcmpl-{3 * KEYS_KEPT - 1}", ("later", 1)) is not None
+    assert seen.claim("openai:chatcmpl-0", ("later", 1)) is None  # forgotten long ago
+
+
+def test_a_key_the_run_forgot_is_still_counted_once_through_the_ledger(
+    shared: tuple[str, str, Ledger], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ampmeter._core import idempotency
+
+    monkeypatch.setattr(idempotency, "KEYS_KEPT", 1)
+    _, scope, ledger = shared
+    with ExecutionContext(max_cost_usd=1.0, ledger=ledger) as ctx:
+        priced_steps(ctx, ["a", "b", "a"])  # "a" is forgotten here, not in the ledger
+    assert ledger.spent()[KEY_COST] == ctx.stats.get_gauge(KEY_COST) == Decimal("0.02")
+    last = [n for n in ctx.snapshot()["graph"]["nodes"].values() if n["kind"] == "llm"][-1]
+    assert last["metadata"]["duplicate_of"] == f"ledger:{scope}"
+
+
+def test_a_response_redelivered_to_a_new_process_counts_once(
+    shared: tuple[str, str, Ledger], instrumented: None
+) -> None:
+    """A worker is killed after an instrumented call; its replacement gets the same response
+    again (a cassette replayed through the SDK): keyed by the provider's response id, it adds
+    nothing to the ledger nor to the new process's own stats."""
+    import openai
+
+    from ampmeter.testing import ReplayServer, recorded
+
+    opener, scope, ledger = shared
+    with ReplayServer(verbatim_ids=True) as server:
+        chat = "/v1/chat/completions"
+        server.script(chat, recorded.openai_chat_tool_calls(), recorded.openai_chat_tool_calls())
+        source = textwrap.dedent(
+            f"""
+            import time
+            import openai
+            import ampmeter, ampmeter.pricing
+            from ampmeter import ExecutionContext
+            from ampmeter.context import use_pricing
+            from ampmeter.ledgers import RedisLedger, SqliteLedger
+            use_pricing(ampmeter.pricing)
+            ampmeter.instrument()
+            client = openai.OpenAI(base_url={server.openai_base_url!r}, api_key="k")
+            ctx = ExecutionContext(max_cost_usd=5.0, ledger={opener}).__enter__()
+            client.chat.completions.create(model="gpt-4o-mini", messages=[])
+            print("step done", flush=True)
+            time.sleep(120)
+            """
+        )
+        worker = subprocess.Popen(
+            [sys.executable, "-c", source],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert worker.stdout is not None
+            line = worker.stdout.readline()
+        finally:
+            worker.send_signal(signal.SIGKILL)
+            _, errors = worker.communicate(timeout=30)
+        assert line == "step done\n", errors
+        spent = ledger.spent()[KEY_COST]
+        assert spent > 0
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
+        with ExecutionContext(max_cost_usd=5.0, ledger=ledger) as ctx:
+            answer = client.chat.completions.create(model="gpt-4o-mini", messages=[])
+        assert answer.choices[0].message.tool_calls  # returned as usual
+    assert ledger.spent()[KEY_COST] == spent
+    assert ctx.stats.get_gauge(KEY_COST) == 0 and ctx.stats.get_counter("amp:llm_calls") == 0
+    (node,) = [n for n in ctx.snapshot()["graph"]["nodes"].values() if n["kind"] == "llm"]
+    assert node["metadata"]["duplicate_of"] == f"ledger:{scope}"
+    assert node["metadata"]["idempotency_key"] == f"openai:{answer.id}"
+    assert Decimal(str(node["metadata"]["first_cost_usd"])) == spent

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter._core.check import LimitRow, compile_limits
 from ampmeter._core.exhaustion import Exhaustion
+from ampmeter._core.idempotency import SeenKeys
 from ampmeter._core.outcome import Outcome, TerminationReason
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ class Frame:
             parent.on_expired_hold if parent is not None else None
         )
         self.revision = 0
-        self.seen: dict[str, tuple[str, Any]] = {}  # on the root: idempotency key -> first record
+        self.seen = SeenKeys()  # on the root: the idempotency keys the run has counted
 
     def can_stop(self) -> bool:
         """Whether this context can stop a call (only those take part in admission)."""

@@ -4,14 +4,27 @@ keeps them: ``commit(..., idempotency_key=)``).
 
 A workflow engine that runs a step again after a crash (DBOS, Prefect), or replays recorded
 results without sending them again (Temporal), records the same key twice; the second record
-adds nothing, and its node says which node counted it (``duplicate_of``).
+adds nothing, and its node says which node counted it (``duplicate_of``). When it was counted
+before this run, in a shared ledger (a step re-executed in a new process), the ledger's answer
+marks it the same way, with ``duplicate_of`` naming the ledger scope, so this process's stats
+agree with the ledger.
+
+A run remembers at most :data:`KEYS_KEPT` keys, none longer than :data:`KEEP_S` (the ledgers'
+``SETTLED_KEEP_S``): with the provider's response id as every instrumented call's key, a long
+run would otherwise keep one key per call for ever. The oldest are forgotten first; a key
+forgotten here counts again, unless a shared ledger still remembers it (a day), whose answer
+then marks the call as above.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter import money
+from ampmeter.keys import KEY_COST
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
@@ -19,11 +32,68 @@ if TYPE_CHECKING:
     from ampmeter._core.steps import Flight
     from ampmeter._core.usage import Usage
 
-__all__ = ["META_DUPLICATE_OF", "META_IDEMPOTENCY_KEY", "counted_once"]
+__all__ = [
+    "KEEP_S",
+    "KEYS_KEPT",
+    "META_DUPLICATE_OF",
+    "META_IDEMPOTENCY_KEY",
+    "SeenKeys",
+    "counted_before",
+    "counted_once",
+    "usage_after",
+]
 
 META_IDEMPOTENCY_KEY: Final = "idempotency_key"
 META_DUPLICATE_OF: Final = "duplicate_of"
-_KEYS_KEPT: Final = 100_000  # per run; the oldest are forgotten first
+META_FIRST_COST: Final = "first_cost_usd"
+KEYS_KEPT: Final = 20_000  # per run: about 7 MB of response-id keys (measured: 32 MB per 100k)
+KEEP_S: Final = 86_400.0  # as long as the ledgers remember a key (their SETTLED_KEEP_S)
+
+First = tuple[str, int]
+"""Who counted a key first (a node id, ``"trace"``, or ``"ledger:<scope>"``) and its cost in
+nano-dollars."""
+
+
+class SeenKeys:
+    """The idempotency keys one run has counted, oldest first, bounded in number and age."""
+
+    __slots__ = ("_keys", "_lock", "keep_s", "max_keys")
+
+    def __init__(self, max_keys: int | None = None, keep_s: float | None = None) -> None:
+        self.max_keys = KEYS_KEPT if max_keys is None else max_keys
+        self.keep_s = KEEP_S if keep_s is None else keep_s
+        self._keys: dict[str, tuple[First, float]] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def claim(self, key: str, first: First) -> First | None:
+        """Who counted ``key`` already, or None after noting ``first`` as its first count."""
+        now = time.monotonic()
+        with self._lock:
+            found = self._keys.get(key)
+            if found is not None and now - found[1] <= self.keep_s:
+                return found[0]
+            self._forget(now)
+            self._keys.pop(key, None)  # too old: counted again, as the ledgers do
+            self._keys[key] = (first, now)
+            return None
+
+    def replace(self, key: str, first: First) -> None:
+        """Note that ``first`` counted ``key`` (a ledger that had seen it before this run)."""
+        with self._lock:
+            found = self._keys.get(key)
+            self._keys[key] = (first, found[1] if found is not None else time.monotonic())
+
+    def _forget(self, now: float) -> None:
+        """Drop keys past their age, then the oldest while there are too many."""
+        keys = self._keys
+        while keys:
+            oldest = next(iter(keys))
+            if len(keys) < self.max_keys and now - keys[oldest][1] <= self.keep_s:
+                return
+            del keys[oldest]
 
 
 def counted_once(
@@ -33,18 +103,42 @@ def counted_once(
     nothing (the node notes the first node and the cost it counted)."""
     key = flight.idempotency_key
     assert key is not None
-    seen = frame.chain[-1].seen
     meta: dict[str, Any] = {**(outcome.metadata or {}), META_IDEMPOTENCY_KEY: key}
-    first = seen.get(key)
+    first = frame.chain[-1].seen.claim(key, (flight.node.node_id, outcome.cost_nano))
     if first is None:
-        if len(seen) >= _KEYS_KEPT:
-            seen.pop(next(iter(seen)))
-        seen[key] = (flight.node.node_id, outcome.cost_nano)
         return usage, outcome.with_usage(
             outcome.cost_nano, outcome.tokens_in, outcome.tokens_out, meta
         )
-    node_id, cost_nano = first
-    meta[META_DUPLICATE_OF] = node_id
-    meta["first_cost_usd"] = float(money.from_nano(cost_nano))  # metadata is JSON for the log
-    nothing = type(usage)(usage.kind, usage.model, usage.tool)
-    return nothing, outcome.with_usage(0, 0, 0, meta)
+    return _nothing(usage), _marked(outcome, meta, first)
+
+
+def counted_before(
+    frame: Frame, flight: Flight, outcome: Outcome, scope: str, amounts: Mapping[str, Any]
+) -> Outcome:
+    """``outcome`` of a call whose key a shared ledger at ``scope`` had counted before this
+    run (``amounts``: what it counted then): the call adds nothing here either."""
+    key = flight.idempotency_key
+    assert key is not None
+    meta = outcome.metadata or {}
+    if META_DUPLICATE_OF in meta:
+        return outcome  # this run had counted it already
+    first = (f"ledger:{scope}", money.to_nano(amounts.get(KEY_COST, 0)))
+    frame.chain[-1].seen.replace(key, first)
+    return _marked(outcome, {**meta, META_IDEMPOTENCY_KEY: key}, first)
+
+
+def usage_after(usage: Usage, outcome: Outcome) -> Usage:
+    """What the steps still to settle count: nothing once a step found the call a duplicate."""
+    if outcome.metadata and META_DUPLICATE_OF in outcome.metadata:
+        return _nothing(usage)
+    return usage
+
+
+def _nothing(usage: Usage) -> Usage:
+    return type(usage)(usage.kind, usage.model, usage.tool)
+
+
+def _marked(outcome: Outcome, meta: dict[str, Any], first: First) -> Outcome:
+    meta[META_DUPLICATE_OF] = first[0]
+    meta[META_FIRST_COST] = float(money.from_nano(first[1]))  # metadata is JSON for the log
+    return outcome.with_usage(0, 0, 0, meta)

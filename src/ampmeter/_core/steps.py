@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter._core.check import Guard, Hit
 from ampmeter._core.exhaustion import PauseWait
-from ampmeter._core.idempotency import counted_once
+from ampmeter._core.idempotency import counted_once, usage_after
 from ampmeter._core.outcome import Outcome, TerminationReason
 from ampmeter._core.usage import Shape, Usage, picker
 from ampmeter._core.waiting import Pause, Wait, Work
@@ -255,10 +255,13 @@ class Chain:
             self.kernel.end(node, outcome)
             self.emitter.emit(node)
             return
-        if flight.idempotency_key is not None:
+        keyed = flight.idempotency_key is not None
+        if keyed:
             usage, outcome = counted_once(self.frame, flight, usage, outcome)
         for step in reversed(self.steps):
             outcome = step.settle(flight, usage, outcome)
+            if keyed:  # a shared ledger may have counted it before this run
+                usage = usage_after(usage, outcome)
         if self.emitter.sinks:
             self.emitter.emit(node)
 

@@ -136,6 +136,7 @@ _armed: set[str] = set()  # the modules instrument() patches (now, or when impor
 def instrument(
     *,
     capture_content: bool = False,
+    response_id_keys: bool = True,
     openai: bool = True,
     anthropic: bool = True,
     http: bool = True,
@@ -160,11 +161,24 @@ def instrument(
     a program pays nothing for libraries it does not use. Returns the names patched now.
     ``capture_content=True`` also stores the prompt and response text on each node (off by
     default: logs then hold no conversation text, and the message of a provider error, which may
-    echo the prompt, is withheld from error text). Calling it again only updates that setting.
+    echo the prompt, is withheld from error text).
+
+    With ``response_id_keys`` (the default) the provider's id of each response is its call's
+    ``idempotency_key``, as ``"<provider>:<id>"`` (``openai:chatcmpl-…``, ``anthropic:msg_…``,
+    ``google:<responseId>``), unless the call has a key of its own: a response delivered twice
+    (a recorded cassette, a framework that replays through the instrumented client) counts once
+    per run and per shared ledger scope. Real providers never repeat an id; turn it off for a
+    server that does (a mock answering every request with one fixed body), whose repeats would
+    otherwise count as nothing. Calling ``instrument`` again only updates these two settings.
     """
-    if not isinstance(capture_content, bool):
-        raise TypeError(f"capture_content must be a bool, got {type(capture_content).__name__}")
+    for name, flag in (
+        ("capture_content", capture_content),
+        ("response_id_keys", response_id_keys),
+    ):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
     settings.capture_content = capture_content
+    settings.response_id_keys = response_id_keys
     redact.configure(capture_content=capture_content)
     chosen = {
         "openai": openai,
@@ -211,6 +225,7 @@ def uninstrument() -> None:
         if module is not None:
             getattr(module, undo)()
     settings.capture_content = False
+    settings.response_id_keys = True
     redact.configure(capture_content=False)
 
 

@@ -15,7 +15,9 @@ from ampmeter.context import Call
 from ampmeter.pricing import request_size
 from ampmeter.pricing.request_size import RequestSize, Wire
 
-__all__ = ["Adapter", "RequestInfo", "Tally", "request_body"]
+__all__ = ["MAX_RESPONSE_ID", "Adapter", "RequestInfo", "Tally", "request_body"]
+
+MAX_RESPONSE_ID: Final = 256  # longer ids are no provider's: ignored, never stored or shared
 
 
 # SDK keyword arguments that are not part of the request body (``extra_body`` is merged in).
@@ -62,6 +64,7 @@ class Tally:
 
     ``tokens_in`` includes cache reads and writes; ``tokens_out`` includes reasoning tokens.
     ``text`` (captured content) and ``tool_keys`` are made only when something goes in them.
+    ``response_key`` is the provider's id of the response as ``"<provider>:<id>"``.
     """
 
     tokens_in: int | None = None
@@ -73,6 +76,19 @@ class Tally:
     chunks: int = 0  # events that carried generated content (a cut stream's output estimate)
     text: list[str] | None = None
     tool_keys: set[tuple[int, int]] | None = None  # (choice, tool) indexes of streamed tool calls
+    response_key: str | None = None
+
+    def note_response_id(self, provider: str, response_id: object) -> None:
+        """Keep the provider's id of the response (the first one seen; a stream repeats it).
+        An id that is not printable text of at most :data:`MAX_RESPONSE_ID` characters is
+        ignored: it could not be a ledger key."""
+        if (
+            self.response_key is None
+            and isinstance(response_id, str)
+            and 0 < len(response_id) <= MAX_RESPONSE_ID
+            and response_id.isprintable()
+        ):
+            self.response_key = f"{provider}:{response_id}"
 
     def keep_text(self, text: str) -> None:
         """Keep a piece of the response's text (with ``instrument(capture_content=True)``)."""

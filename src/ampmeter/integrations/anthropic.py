@@ -71,6 +71,7 @@ class MessagesAdapter(Adapter):
         return isinstance(result, self._stream_types)
 
     def read_response(self, result: Any, tally: Tally) -> None:
+        tally.note_response_id(self.provider, get(result, "id"))
         _read_usage(get(result, "usage"), tally)
         for block in get(result, "content") or ():
             kind = get(block, "type")
@@ -84,7 +85,9 @@ class MessagesAdapter(Adapter):
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
         kind = get(event, "type")
         if kind == "message_start":
-            _read_usage(get(get(event, "message"), "usage"), tally)
+            message = get(event, "message")
+            tally.note_response_id(self.provider, get(message, "id"))
+            _read_usage(get(message, "usage"), tally)
         elif kind == "message_delta":
             _read_usage(get(event, "usage"), tally)
         elif kind == "content_block_start":

@@ -73,6 +73,8 @@ class GenerateContentAdapter(Adapter):
         self.read_event(result, tally, False)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        if tally.response_key is None:
+            tally.note_response_id(self.provider, get(event, "responseId"))
         usage = get(event, "usageMetadata")
         if usage is not None:
             prompt = get_int(usage, "promptTokenCount")

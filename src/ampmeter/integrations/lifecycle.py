@@ -28,6 +28,7 @@ __all__ = [
     "IN_SDK_REQUEST",
     "META_OPERATION",
     "META_PROMPT_TEXT",
+    "META_RESPONSE_ID",
     "META_RESPONSE_TEXT",
     "META_TRANSPORT",
     "META_USAGE_ESTIMATED",
@@ -49,6 +50,7 @@ META_RESPONSE_TEXT: Final = "response_text"  # only with instrument(capture_cont
 META_USAGE_ESTIMATED: Final = "usage_estimated"  # a cut stream's usage, partly estimated
 META_TRANSPORT: Final = "transport"  # how a request metered below the SDKs went: httpx, ...
 META_MODEL: Final = "model"  # the model of a non-LLM node (an embedding), which has no model field
+META_RESPONSE_ID: Final = "response_id"  # the provider's id, when it is not the call's key
 
 
 @dataclass(slots=True)
@@ -56,6 +58,7 @@ class Settings:
     """Process-wide integration settings (set by ``instrument()``)."""
 
     capture_content: bool = False
+    response_id_keys: bool = True  # a response's provider id is its call's idempotency key
     default_context: ExecutionContext | None = None
     warned_unmetered: bool = False  # the unmetered-call warning was shown (it is shown once)
 
@@ -165,8 +168,16 @@ def begin_call(
 
 
 def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> None:
-    """End a request's node with the usage read from its response (None: nothing was read)."""
+    """End a request's node with the usage read from its response (None: nothing was read).
+
+    The provider's id of the response (``"<provider>:<id>"``) is the call's idempotency key
+    unless the call has one or ``instrument(response_id_keys=False)``: a response delivered
+    twice (a recorded cassette, a framework's replay through the instrumented client) counts
+    once. Otherwise the node keeps the id as ``response_id``."""
     if tally is not None:
+        key = tally.response_key
+        if key is not None and not (settings.response_id_keys and call.offer_idempotency_key(key)):
+            call.context.graph.update_metadata(call.node_id, {META_RESPONSE_ID: key})
         tally.record_on(call)
         if tally.text:
             text = "".join(tally.text)

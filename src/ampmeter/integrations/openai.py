@@ -80,6 +80,7 @@ class ChatAdapter(Adapter):
         return isinstance(result, self._stream_types)
 
     def read_response(self, result: Any, tally: Tally) -> None:
+        tally.note_response_id(self.provider, get(result, "id"))
         _read_chat_usage(get(result, "usage"), tally)
         capture = settings.capture_content
         for choice in get(result, "choices") or ():
@@ -95,6 +96,8 @@ class ChatAdapter(Adapter):
                     tally.keep_text(content)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        if tally.response_key is None:
+            tally.note_response_id(self.provider, get(event, "id"))
         usage = get(event, "usage")
         if usage is not None:
             _read_chat_usage(usage, tally)
@@ -158,6 +161,8 @@ class CompletionsAdapter(ChatAdapter):
         self.read_event(result, tally, False)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        if tally.response_key is None:
+            tally.note_response_id(self.provider, get(event, "id"))
         usage = get(event, "usage")
         if usage is not None:
             _read_chat_usage(usage, tally)
@@ -236,6 +241,7 @@ class ResponsesAdapter(Adapter):
         return isinstance(result, self._stream_types)
 
     def read_response(self, result: Any, tally: Tally) -> None:
+        tally.note_response_id(self.provider, get(result, "id"))
         usage = get(result, "usage")
         if usage is not None:
             tally.tokens_in = get_int(usage, "input_tokens")
@@ -263,6 +269,8 @@ class ResponsesAdapter(Adapter):
             self.read_response(get(event, "response"), tally)
         elif kind == "response.output_text.delta":
             tally.chunks += 1
+        elif kind == "response.created":  # the id, also for a stream cut before its end
+            tally.note_response_id(self.provider, get(get(event, "response"), "id"))
         return False
 
     def ends_stream(self, event: Any) -> bool:

@@ -61,9 +61,6 @@ def _before(
     return begin_call(ctx, adapter, info, None, kwargs, refused), info, hide
 
 
-META_RESPONSE_ID = "response_id"  # the provider's id of the response, to replay it by
-
-
 def _after(
     result: Any, call: Call, adapter: Adapter, info: RequestInfo, hide: bool, meter: MeterStream
 ) -> Any:
@@ -74,13 +71,6 @@ def _after(
         return result
     tally = Tally()
     adapter.read_response(result, tally)
-    response_id = getattr(result, "id", None)
-    if isinstance(response_id, str) and response_id:
-        # Offered, not used as the key: servers that reuse ids (scripted replays, some
-        # proxies) would lose real spend. A replaying caller passes it back as the key.
-        call.context.graph.update_metadata(
-            call.node_id, {META_RESPONSE_ID: f"{adapter.provider}:{response_id}"}
-        )
     finish_call(call, tally, None)
     return result
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ampmeter.ledgers.base import (
     BudgetView,
+    Committed,
     Ledger,
     LedgerUnavailable,
     Refusal,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BudgetView",
+    "Committed",
     "InMemoryLedger",
     "Ledger",
     "LedgerUnavailable",

@@ -56,6 +56,7 @@ __all__ = [
     "SETTLED_ID",
     "Amount",
     "BudgetView",
+    "Committed",
     "Ledger",
     "LedgerUnavailable",
     "Refusal",
@@ -92,6 +93,18 @@ _log = logging.getLogger("ampmeter.ledgers")
 
 LedgerUnavailable = BudgetUnavailable
 """The name ledger backends have always raised: the same class as :class:`BudgetUnavailable`."""
+
+
+class Committed(dict[str, Amount]):
+    """What a commit counts, ``{key: amount}`` (see :meth:`Ledger.commit`). ``duplicate`` is
+    True when its ``idempotency_key`` had been seen at the scope: this commit added nothing,
+    and the amounts are the first settlement's."""
+
+    __slots__ = ("duplicate",)
+
+    def __init__(self, amounts: Mapping[str, Amount], *, duplicate: bool) -> None:
+        super().__init__(amounts)
+        self.duplicate = duplicate
 
 
 class Ledger(ABC):
@@ -274,9 +287,10 @@ class Ledger(ABC):
         actual: Mapping[str, AmountIn],
         *,
         idempotency_key: str | None = None,
-    ) -> dict[str, Amount]:
+    ) -> Committed:
         """Replace ``reservation`` by the ``actual`` spend, added at each of its scopes, and
-        return what this settlement counts.
+        return what this settlement counts (a dict; ``.duplicate`` says whether its key had
+        been seen).
 
         An expired or unknown reservation still adds ``actual`` (the money was spent) but is not
         subtracted from ``reserved`` a second time; one charged as unsettled when its lease
@@ -292,7 +306,7 @@ class Ledger(ABC):
         key = None if idempotency_key is None else check_key(idempotency_key, "idempotency_key")
         scopes = self._scopes_of(held)
         first = self._settle(Settlement("commit", held.id, scopes, cost, key))
-        return amounts_out(cost if first is None else first)
+        return Committed(amounts_out(cost if first is None else first), duplicate=first is not None)
 
     def release(self, reservation: Reservation | str) -> None:
         """Return a reservation (or the id one was, or might have been, reserved with) unused.

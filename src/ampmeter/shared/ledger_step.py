@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ampmeter import redact
 from ampmeter._core.exhaustion import PauseWait
+from ampmeter._core.idempotency import counted_before
 from ampmeter._core.outcome import Outcome, TerminationReason
 from ampmeter._core.steps import Chain, Flight, Step, Steps, Stop
 from ampmeter._core.waiting import Pause, Wait, Work
@@ -255,9 +256,13 @@ class LedgerStep(Step):
                 if key.startswith(KEY_REPEATS_FOR):  # a repeat counts as held, whatever the end
                     actual[key] = held.amounts[key]
             try:
-                ledger.commit(held, actual, idempotency_key=flight.idempotency_key)
+                committed = ledger.commit(held, actual, idempotency_key=flight.idempotency_key)
             except Exception as error:
                 failure = redact.error_text(error)
+                continue
+            if committed.duplicate:  # counted before this run (a step re-run after a crash)
+                scope = held.scopes[0] if held.scopes else ledger.scope
+                outcome = counted_before(self.chain.frame, flight, outcome, scope, committed)
         if failure is None:
             return outcome
         meta = {**(outcome.metadata or {}), "ledger_error": failure}

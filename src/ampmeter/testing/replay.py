@@ -15,14 +15,21 @@ answers every request by rule, such as :class:`~ampmeter.testing.BillingProvider
 404 whose message says so, with ``x-should-retry: false``. A queued
 callable is called with the :class:`RecordedRequest` and answers with the response it returns
 (an error body echoing the request's key or prompt, as real providers' bodies do).
+
+Like a real provider, the server gives every response it sends an id of its own: the recorded
+id (``id``, a stream's ``message.id`` or ``response.id``, Gemini's ``responseId``) with a fresh
+suffix, the same in every event of one stream. ``ReplayServer(verbatim_ids=True)`` sends the
+recorded ids as they are, to test a response delivered twice.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -160,10 +167,17 @@ class ReplayServer:
         host: address to bind (loopback by default).
         port: TCP port; 0 picks a free one.
         fallback: answers every request that has no scripted response left (None: a 404).
+        verbatim_ids: send recorded response ids as they are (by default each response sent
+            gets a fresh id, as from a real provider).
     """
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, *, fallback: Responder | None = None
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        fallback: Responder | None = None,
+        verbatim_ids: bool = False,
     ) -> None:
         if not isinstance(host, str) or not host:
             raise ValueError(f"host must be a non-empty string, got {host!r}")
@@ -171,6 +185,9 @@ class ReplayServer:
             raise ValueError(f"port must be an integer from 0 to 65535, got {port!r}")
         if fallback is not None and not callable(fallback):
             raise TypeError(f"fallback must be callable, got {type(fallback).__name__}")
+        if not isinstance(verbatim_ids, bool):
+            raise TypeError(f"verbatim_ids must be a bool, got {type(verbatim_ids).__name__}")
+        self._verbatim_ids = verbatim_ids
         self._address = (host, port)
         self._fallback = fallback
         self._lock = threading.Lock()
@@ -277,11 +294,59 @@ class ReplayServer:
             queue = self._queues.get((request.method, request.path))
             scripted = queue.popleft() if queue else self._fallback
         if scripted is None or isinstance(scripted, ReplayResponse):
-            return scripted
-        answer = scripted(request)
-        if not isinstance(answer, ReplayResponse):
-            raise TypeError(f"a responder returned {type(answer).__name__}, not ReplayResponse")
-        return answer
+            answer = scripted
+        else:
+            answer = scripted(request)
+            if not isinstance(answer, ReplayResponse):
+                raise TypeError(f"a responder returned {type(answer).__name__}, not ReplayResponse")
+        if answer is None or self._verbatim_ids:
+            return answer
+        return _with_fresh_ids(answer)
+
+
+def _with_fresh_ids(response: ReplayResponse) -> ReplayResponse:
+    """``response`` with each response id it carries given a fresh suffix (the same one in
+    every chunk), as a provider never sends one id twice. The bytes are otherwise unchanged."""
+    ids: set[str] = set()
+    if response.streamed:
+        for line in response.body.split(b"\n"):
+            if line.startswith(b"data:"):
+                _collect_ids(_json_or_none(line[5:]), ids)
+    else:
+        _collect_ids(_json_or_none(response.body), ids)
+    if not ids:
+        return response
+    suffix = uuid.uuid4().hex[:12]
+    swaps = [(json.dumps(old).encode(), json.dumps(f"{old}-{suffix}").encode()) for old in ids]
+    chunks = []
+    for chunk in response.chunks:
+        for old, new in swaps:
+            chunk = chunk.replace(old, new)
+        chunks.append(chunk)
+    return dataclasses.replace(response, chunks=tuple(chunks))
+
+
+def _json_or_none(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+def _collect_ids(document: Any, ids: set[str]) -> None:
+    """Add the response ids of a body or stream event (a list: Gemini's array of chunks)."""
+    if isinstance(document, list):
+        for item in document:
+            _collect_ids(item, ids)
+        return
+    if not isinstance(document, dict):
+        return
+    for holder in (document, document.get("message"), document.get("response")):
+        if isinstance(holder, dict):
+            for name in ("id", "responseId"):
+                value = holder.get(name)
+                if isinstance(value, str) and value:
+                    ids.add(value)
 
 
 class _Server(ThreadingHTTPServer):
