@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import enum
+import sys
 from pathlib import Path
-from typing import Annotated, Final, Optional
+from typing import TYPE_CHECKING, Annotated, Final, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from ampmeter.cli.output import err, fail, number, printable, user_errors
+from ampmeter.cli.output import fail, number, printable, say, user_errors
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 __all__ = ["register"]
 
@@ -47,6 +48,8 @@ class EngineName(str, enum.Enum):
 
 def _cell(value: object) -> Text:
     """A table cell: numbers in the one format, text plain (never markup), controls escaped."""
+    from rich.text import Text
+
     if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
         return Text(number(value))
     return Text(printable(str(value)))
@@ -94,10 +97,14 @@ def summary_command(
                 logs,
                 engine=engine.value,  # type: ignore[arg-type, unused-ignore]
                 best_effort=best_effort,
-                progress=err.is_terminal,
+                progress=sys.stderr.isatty(),
             )
         except ImportError as exc:  # --engine duckdb without the analysis extra
             fail("summary", str(exc))
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     out = Table(title=f"{len(table.runs)} run(s)", header_style="bold")
     for key, label in _SUMMARY_COLUMNS:
         text = key in ("run_id", "termination")
@@ -168,7 +175,7 @@ def amortize_command(
             token_events_jsonl=events,
             best_effort=best_effort,
             engine=engine.value,  # type: ignore[arg-type, unused-ignore]
-            progress=err.is_terminal,
+            progress=sys.stderr.isatty(),
         )
         writer = write_v0_csv if fmt is Format.v0 else write_extended_csv
         count = writer(table, output)
@@ -177,7 +184,7 @@ def amortize_command(
 
             save_png(amortization_figure(table.rows()), plot)
     written = f"wrote {number(count)} row(s) to {output}" + (f" and {plot}" if plot else "")
-    err.print(Text(printable(written)))
+    say(printable(written))
 
 
 def validate_command(logs: LogsArg) -> None:
@@ -202,9 +209,9 @@ def validate_command(logs: LogsArg) -> None:
             bad += file_bad
             files_bad += 1 if file_bad else 0
     if bad:
-        err.print(f"{number(bad)} bad line(s) in {files_bad} of {len(logs)} file(s)", markup=False)
+        say(f"{number(bad)} bad line(s) in {files_bad} of {len(logs)} file(s)")
         raise typer.Exit(1)
-    err.print(f"{len(logs)} file(s) valid", markup=False)
+    say(f"{len(logs)} file(s) valid")
 
 
 def report_command(
@@ -226,7 +233,7 @@ def report_command(
 
     with user_errors("report", best_effort_flag=True):
         write_report(logs, output, title=title, best_effort=best_effort)
-    err.print(Text(printable(f"wrote {output}")))
+    say(printable(f"wrote {output}"))
 
 
 def register(app: typer.Typer) -> None:

@@ -22,16 +22,14 @@ from collections.abc import Iterator
 from typing import Final, NoReturn
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
 __all__ = [
-    "err",
     "fail",
     "number",
     "os_error_message",
     "print_error",
     "printable",
+    "say",
     "user_errors",
 ]
 
@@ -41,8 +39,11 @@ _UNPRINTABLE: Final = re.compile(
     "[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 )
 
-err: Final = Console(stderr=True, highlight=False, soft_wrap=True)
-"""The console every command writes its messages to (stderr)."""
+
+def say(line: str) -> None:
+    """Write one line of a command's messages to stderr, as plain text (never markup). Text
+    from logs must pass through :func:`printable` first."""
+    typer.echo(line, err=True)
 
 
 def printable(text: str) -> str:
@@ -52,7 +53,7 @@ def printable(text: str) -> str:
 
 def print_error(where: str, message: str) -> None:
     """The one error line every ampmeter command prints: ``<where>: error: <message>``."""
-    err.print(Text(f"{where}: error: {printable(message)}"), soft_wrap=True)
+    say(f"{where}: error: {printable(message)}")
 
 
 def fail(command: str, message: str) -> NoReturn:
@@ -124,4 +125,4 @@ def user_errors(command: str, *, best_effort_flag: bool = False) -> Iterator[Non
         finally:
             for item in caught:
                 message = printable(f"ampmeter {command}: warning: {item.message}")
-                err.print(Text(message), soft_wrap=True)
+                say(message)

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ampmeter.cli.output import err, fail
+from ampmeter.cli.output import fail, say
 
 __all__ = ["register"]
 
@@ -116,10 +116,10 @@ def run_command_line(
         outcome = run_command(command, config)
     except ValueError as exc:
         fail("run", str(exc))
-    err.print("\nampmeter run summary", markup=False, highlight=False)
-    err.print(format_summary(outcome.summary), markup=False, highlight=False)
+    say("\nampmeter run summary")
+    say(format_summary(outcome.summary))
     if outcome.stop_reason:
-        err.print(f"ampmeter run: stopped: {outcome.stop_reason}", markup=False, highlight=False)
+        say(f"ampmeter run: stopped: {outcome.stop_reason}")
     raise typer.Exit(outcome.exit_code)
 
 
