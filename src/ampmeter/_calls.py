@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.kernel import Kernel
     from ampmeter._core.steps import Chain
-    from ampmeter.policies.compiled import Policies
+    from ampmeter.policies.configured import Policies
     from ampmeter.pricing.request_size import RequestSize
     from ampmeter.stats import ExecutionStats
 
@@ -40,7 +40,7 @@ class CallMaker:
     _kernel: Kernel
     _estimate: str
     _iteration: int
-    policies: Policies | None
+    policies: Policies
     stats: ExecutionStats
 
     def _check_open(self) -> None:
@@ -94,10 +94,7 @@ class CallMaker:
             request,
             self._estimate,  # type: ignore[arg-type]
         )
-        marks = None
-        policies = self.policies
-        if policies is not None:
-            marks = policies.llm_marks(model, found.priced, found.input_tokens, prompt_text, final)
+        marks = self.policies.llm_marks(model, found.priced, found.input_tokens, prompt_text, final)
         return self._call(
             "llm", label, model, provider, found.usage, metadata, found.size, marks, idempotency_key
         )
@@ -151,7 +148,7 @@ class CallMaker:
             raise ValueError(f"tool name must be a non-empty str, got {name!r}")
         cost = 0 if estimate_usd is None else reserved_nano(estimate_usd, "estimate_usd")
         reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
-        marks = None if self.policies is None else self.policies.tool_marks(name, arguments)
+        marks = self.policies.tool_marks(name, arguments)
         return self._call(
             "tool", name, None, None, reservation, metadata, None, marks, idempotency_key
         )
@@ -236,8 +233,7 @@ class CallMaker:
             seen[_validate.text(key, "idempotency_key", empty=False)] = ("trace", 0)
         if usage is not None:
             self._kernel.add_usage(self._frame.level, usage)
-            if self.policies is not None:
-                self.policies.traced(usage)
+            self.policies.traced(usage)
         else:
             total, at, consecutive = keys
             for key in (total, at + str(self._iteration), consecutive):

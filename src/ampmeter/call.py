@@ -30,7 +30,7 @@ from ampmeter.node import META_PROVIDER, Node
 
 if TYPE_CHECKING:
     from ampmeter.context import ExecutionContext
-    from ampmeter.policies.compiled import CallMarks
+    from ampmeter.policies.marks import CallMarks
 
 __all__ = ["Call", "make_call"]
 

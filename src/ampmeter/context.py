@@ -39,7 +39,7 @@ from ampmeter.graph import ExecutionGraph
 from ampmeter.keys import KEY_ITERATIONS, is_money
 from ampmeter.limits import ExceededLimit, Limit, context_limits, exceeded
 from ampmeter.money import to_nano
-from ampmeter.policies.compiled import Policies
+from ampmeter.policies.configured import Policies
 from ampmeter.policies.options import LimitEvent, PolicyOptions, PressureHook
 from ampmeter.shared.handoff import Handoffs
 from ampmeter.stats import ExecutionStats
@@ -241,14 +241,7 @@ class ExecutionContext(CallMaker):
         self.policy_options: PolicyOptions = settings.options.inherit(
             parent.policy_options if parent is not None else None
         )
-        chain = self._frame.chain
-        guards = tuple(f for f in chain if f.can_stop())
-        self.policies: Policies | None = Policies.compile(
-            self,
-            tuple(f.context for f in chain),
-            tuple(f.context for f in guards),
-            tuple((f.level, f.rows) for f in guards),
-        )
+        self.policies = Policies(self._frame, self.policy_options)  # wiring, not user API
         self._chain = Chain(self._frame, kernel, self._emitter, self.policies, wait)
         self._handoffs = Handoffs(self._frame, kernel, self._emitter)
         OPEN.add(self)
@@ -342,7 +335,7 @@ class ExecutionContext(CallMaker):
     def wrap_up(self) -> bool:
         """True once a soft limit of this context or an enclosing one was exceeded: the agent
         should finish with what it has (hard limits still hold)."""
-        return self.policies is not None and self.policies.wrap_up
+        return self.policies.wrap_up
 
     def current_parent_id(self) -> str:
         """Where a node made now in this context goes: the innermost open call or step block
@@ -533,7 +526,7 @@ class ExecutionContext(CallMaker):
             "sink_errors": [f"{type(e).__name__}: {e}" for e in self._emitter.errors],
             "sink_failures": sum(self._emitter.failures.values()),
             "limit_events": [
-                *([] if self.policies is None else self.policies.events()),
+                *self.policies.events(),
                 *self._frame.pause_events,
             ],
             "graph": self.graph.snapshot(),

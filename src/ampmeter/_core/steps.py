@@ -5,8 +5,9 @@ and returns, or raises the refusal; it may yield waits, see :mod:`ampmeter._core
 ``settle(flight, usage, outcome)`` (the call ended: replace holds by what it used; returns the
 outcome, with anything the step adds to the node) and ``release(flight)`` (give holds back
 without usage). A context builds its :class:`Chain` once, when it is made, from the steps its
-configuration needs: cancellation always, the deadline when a context above has a timeout, the
-policies when any applies, the local limits, and the shared ledger when a context above has one.
+configuration needs: cancellation always, the deadline when a context above has a timeout, one
+step per policy in force (:mod:`ampmeter.policies`), the local limits, and the shared ledger
+when a context above has one.
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ if TYPE_CHECKING:
     from ampmeter.ledgers.base import Ledger, Reservation
     from ampmeter.limits import ExceededLimit
     from ampmeter.node import Node
-    from ampmeter.policies.compiled import CallMarks, Policies
+    from ampmeter.policies.configured import Policies
+    from ampmeter.policies.marks import CallMarks
     from ampmeter.pricing.request_size import RequestSize
-
-META_LIMIT_EVENTS: Final = "limit_events"  # as ampmeter.policies names it
 
 __all__ = ["ADMITTED", "DONE", "NEW", "Chain", "Flight", "Step", "Stop", "timed_out"]
 
@@ -137,7 +137,7 @@ class Chain:
         frame: Frame,
         kernel: Kernel,
         emitter: Emitter,
-        policies: Policies | None,
+        policies: Policies,
         wait_s: float,
     ) -> None:
         self.frame = frame
@@ -155,8 +155,7 @@ class Chain:
         timed = tuple(f for f in self.guards if f.deadline is not None)
         if timed:
             steps.append(Deadline(self, timed))
-        if policies is not None:
-            steps.append(PolicyStep(self, policies))
+        steps.extend(policies.steps_for(self))
         steps.append(LocalLimits(self, run=not self.ledgered))
         if self.ledgered:
             from ampmeter.shared.ledger_step import LedgerStep
@@ -217,8 +216,6 @@ class Chain:
         if revision != self.revision:
             self.guard_rows = tuple((f.level, f.rows) for f in self.guards)
             self.revision = revision
-            if self.policies is not None:
-                self.policies.refresh(tuple(f.context for f in self.guards), self.guard_rows)
         return self.guard_rows
 
     def owner(self, found: tuple[int, Hit]) -> Stop:
@@ -310,34 +307,6 @@ def timed_out(timed: tuple[Frame, ...]) -> Stop | None:
             elapsed = ExceededLimit(limit, KEY_ELAPSED_S, now - frame.started_at)
             return frame, elapsed, TerminationReason.TIMEOUT
     return None
-
-
-class PolicyStep(Step):
-    """The configured policies: they may refuse a call, and choose the ceilings it is checked
-    against (a final-answer reserve, windows)."""
-
-    __slots__ = ("chain", "policies")
-
-    def __init__(self, chain: Chain, policies: Policies) -> None:
-        self.chain = chain
-        self.policies = policies
-
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
-        if flight.marks is not None:
-            rows, refusal = self.policies.admit(flight.kind, flight.marks, flight.node.node_id)
-            if refusal is not None:
-                context, limit, reason = refusal
-                raise self.chain.refuse(flight, (self.chain.frame_of(context), limit, reason))
-            flight.rows = rows
-        return
-        yield
-
-    def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> Outcome:
-        if self.policies.watches:
-            events = self.policies.settled(flight.node.node_id, usage)
-            if events:
-                self.chain.kernel.append_metadata(flight.node, META_LIMIT_EVENTS, events)
-        return outcome
 
 
 class LocalLimits(Step):
