@@ -70,13 +70,11 @@ async def async_anthropic_client(
 
 @pytest.fixture
 def instrumented() -> Iterator[None]:
-    """SDKs and HTTP clients metered for the test (priced by the real table), unpatched after;
-    a test module asks for it with ``pytestmark = pytest.mark.usefixtures("instrumented")``."""
-    import ampmeter.pricing
-    from ampmeter.context import use_pricing
+    """SDKs and HTTP clients metered for the test (priced by the real table, every context's
+    default), unpatched after; a test module asks for it with
+    ``pytestmark = pytest.mark.usefixtures("instrumented")``."""
     from ampmeter.integrations import instrument, uninstrument
 
-    use_pricing(ampmeter.pricing)
     instrument()
     yield
     uninstrument()

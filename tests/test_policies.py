@@ -27,7 +27,6 @@ from ampmeter import (
     MemorySink,
     validate_event,
 )
-from ampmeter.context import use_pricing
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS, KEY_TOOL_CALLS
 from ampmeter.policies import KEY_INPUT_TOKENS_PER_CALL, KEY_REPEATS_FOR, META_LIMIT_EVENTS
 from ampmeter.policies import windows as policies_module
@@ -36,8 +35,7 @@ FINE_TUNE = "ft:gpt-4o-mini-2024-07-18:org::id"
 
 
 @pytest.fixture(autouse=True)
-def _pricing() -> Iterator[None]:
-    use_pricing(ampmeter.pricing)
+def _clear_prices() -> Iterator[None]:
     yield
     ampmeter.clear_prices()
 

@@ -13,7 +13,6 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 from ampmeter import _validate
-from ampmeter._core import priced
 from ampmeter._core.reserve import embedding_estimate, llm_estimate, reserved_nano
 from ampmeter._core.usage import Usage
 from ampmeter.call import Call, make_call
@@ -27,6 +26,7 @@ if TYPE_CHECKING:
     from ampmeter._core.steps import Chain
     from ampmeter.policies.configured import Policies
     from ampmeter.pricing.request_size import RequestSize
+    from ampmeter.pricing.source import Pricing
     from ampmeter.stats import ExecutionStats
 
 __all__ = ["CallMaker"]
@@ -39,6 +39,7 @@ class CallMaker:
     _frame: Frame
     _kernel: Kernel
     _estimate: str
+    _pricing: Pricing
     _iteration: int
     policies: Policies
     stats: ExecutionStats
@@ -84,7 +85,7 @@ class CallMaker:
         _validate.optional_text(provider, "provider")
         label = _validate.text(name if name is not None else (model or "llm"), "name")
         found = llm_estimate(
-            priced.layer(),
+            self._pricing,
             model,
             provider,
             estimate_usd,
@@ -119,7 +120,7 @@ class CallMaker:
         _validate.optional_text(provider, "provider")
         label = _validate.text(name if name is not None else (model or "embedding"), "name")
         found = embedding_estimate(
-            priced.layer(),
+            self._pricing,
             model,
             provider,
             estimate_usd,

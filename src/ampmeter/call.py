@@ -20,13 +20,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ampmeter import _validate, money
-from ampmeter._core import priced
 from ampmeter._core.current import CURRENT, restore
 from ampmeter._core.outcome import Outcome
 from ampmeter._core.steps import ADMITTED, DONE, Chain, Flight
 from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
 from ampmeter.node import META_PROVIDER, Node
+from ampmeter.pricing.source import price_call
 
 if TYPE_CHECKING:
     from ampmeter.context import ExecutionContext
@@ -237,8 +237,8 @@ class Call:
         meta: dict[str, Any] | None = None
         t_in, t_out = self.tokens_in or 0, self.tokens_out or 0
         if kind == "llm" or (kind == "embedding" and self.model):
-            price = priced.price_call(
-                priced.layer(),
+            price = price_call(
+                self.context.pricing,
                 self.model,
                 self.provider,
                 None if self.cost_usd is None else cost,

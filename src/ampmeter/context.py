@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ampmeter import _validate
 from ampmeter._calls import CallMaker
-from ampmeter._core import priced, remaining
+from ampmeter._core import remaining
 from ampmeter._core.current import (
     CURRENT,
     OPEN,
@@ -30,7 +30,6 @@ from ampmeter._core.exhaustion import ExhaustedHook, raise_limit
 from ampmeter._core.frame import Frame
 from ampmeter._core.kernel import bound
 from ampmeter._core.outcome import TerminationReason
-from ampmeter._core.priced import use_pricing
 from ampmeter._core.steps import Chain
 from ampmeter._settings import Settings
 from ampmeter.call import Call
@@ -41,6 +40,7 @@ from ampmeter.limits import ExceededLimit, Limit, context_limits, exceeded
 from ampmeter.money import to_nano
 from ampmeter.policies.configured import Policies
 from ampmeter.policies.options import LimitEvent, PolicyOptions, PressureHook
+from ampmeter.pricing.source import TABLE, Pricing
 from ampmeter.shared.handoff import Handoffs
 from ampmeter.stats import ExecutionStats
 from ampmeter.wrapping import Decision, WrapOptions
@@ -59,7 +59,6 @@ __all__ = [
     "current_context",
     "current_node_id",
     "open_contexts",
-    "use_pricing",
 ]
 
 ADMISSION_TIMEOUT_S: Final = 30.0
@@ -117,7 +116,12 @@ class ExecutionContext(CallMaker):
     * ``downgrade``: a ladder ``{fraction: {model: cheaper model}}`` (``"*"``: any model):
       past each fraction of the cost limit, instrumented requests for a named model are sent
       to the cheaper one and reserved at its price; the node keeps ``requested_model``. It is
-      the ``on_budget_pressure`` hook (give one or the other).
+      the ``on_budget_pressure`` hook (give one or the other);
+    * ``pricing``: where prices come from, to estimate what a call reserves and to price a call
+      recorded without a cost: the price table (``ampmeter.pricing.TABLE``, default; loaded on
+      the first call that needs it), ``ampmeter.pricing.NO_PRICES`` (nothing is priced: such
+      calls are ``unpriced``, never $0, and ``on_unpriced`` applies), or any object with the
+      ``price`` and ``estimate`` functions of :mod:`ampmeter.pricing`. Children inherit it.
     """
 
     def __init__(
@@ -150,6 +154,7 @@ class ExecutionContext(CallMaker):
         pause_timeout_s: float | None = None,
         disclose_budget: bool | None = None,
         downgrade: Mapping[float, Mapping[str, str]] | None = None,
+        pricing: Pricing | None = None,
     ) -> None:
         self._setup(
             None,
@@ -181,13 +186,16 @@ class ExecutionContext(CallMaker):
                 max_input_tokens_per_call=max_input_tokens_per_call,
                 on_budget_pressure=on_budget_pressure,
                 pressure_at=pressure_at,
+                pricing=pricing,
             ),
         )
 
     def _setup(self, parent: ExecutionContext | None, settings: Settings) -> None:
-        pricing = priced.layer()
-        if settings.timeout_s is not None and pricing is not None and hasattr(pricing, "load"):
-            pricing.load()  # the price table's first load never counts against the timeout
+        pricing = settings.pricing or (parent.pricing if parent is not None else TABLE)
+        load = getattr(pricing, "load", None)
+        if settings.timeout_s is not None and load is not None:
+            load()  # the price table's first load never counts against the timeout
+        self._pricing = pricing
         name = settings.name
         self.name = name
         self.parent = parent
@@ -284,6 +292,11 @@ class ExecutionContext(CallMaker):
     def estimate(self) -> str:
         """How this context estimates a call's reservation: ``"learned"`` or ``"bound"``."""
         return self._estimate
+
+    @property
+    def pricing(self) -> Pricing:
+        """Where this context's prices come from (``pricing=``, or its parent's)."""
+        return self._pricing
 
     @property
     def on_expired_hold(self) -> str:
@@ -579,7 +592,12 @@ class ExecutionContext(CallMaker):
 
     @classmethod
     def from_handoff(
-        cls, token: str, *, ledger: Ledger | None = None, sinks: Iterable[Sink] = ()
+        cls,
+        token: str,
+        *,
+        ledger: Ledger | None = None,
+        sinks: Iterable[Sink] = (),
+        pricing: Pricing | None = None,
     ) -> ExecutionContext:
         """The context of a child handed off with :meth:`handoff`, in this process.
 
@@ -587,7 +605,8 @@ class ExecutionContext(CallMaker):
         at the child's limits and at its parents' remaining budget. ``ledger`` (same backend,
         at or above the hand-off's scope) is needed when the backend wants credentials; else
         one is opened from the token. Nodes reach ``sinks`` with ids of their own under the
-        hand-off node and the parent's chain id, so both logs read as one tree.
+        hand-off node and the parent's chain id, so both logs read as one tree. ``pricing`` as
+        for :class:`ExecutionContext` (a token carries no prices: the default is the table).
         """
         import secrets
 
@@ -616,6 +635,7 @@ class ExecutionContext(CallMaker):
             on_exhausted=found.on_exhausted,
             pause_timeout_s=found.pause_timeout_s,
             handoff_from=found,
+            pricing=pricing,
         )
         ctx = cls.__new__(cls)
         ctx._setup(None, settings)
@@ -624,12 +644,17 @@ class ExecutionContext(CallMaker):
 
     @classmethod
     def resume(
-        cls, token: str, *, ledger: Ledger | None = None, sinks: Iterable[Sink] = ()
+        cls,
+        token: str,
+        *,
+        ledger: Ledger | None = None,
+        sinks: Iterable[Sink] = (),
+        pricing: Pricing | None = None,
     ) -> ExecutionContext:
         """Continue, in this process, a handed-off run whose process is gone (from its saved
         :meth:`handoff` token): the same ledger scope, with what the scope has spent already
         counted here from the start, so its limits hold across the restart."""
-        ctx = cls.from_handoff(token, ledger=ledger, sinks=sinks)
+        ctx = cls.from_handoff(token, ledger=ledger, sinks=sinks, pricing=pricing)
         shared = ctx.ledger
         assert shared is not None  # a hand-off always has its ledger
         for key, value in shared.spent().items():

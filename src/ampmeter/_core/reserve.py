@@ -9,13 +9,14 @@ the model's documented maximum output, else :data:`BOUND_OUTPUT_TOKENS`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from ampmeter import _validate, money
 from ampmeter._core.usage import Usage
 
 if TYPE_CHECKING:
     from ampmeter.pricing.request_size import RequestSize
+    from ampmeter.pricing.source import Pricing
 
 __all__ = [
     "BOUND_OUTPUT_TOKENS",
@@ -74,7 +75,7 @@ def prompt_estimate(
 
 
 def llm_estimate(
-    pricing: Any,
+    pricing: Pricing,
     model: str | None,
     provider: str | None,
     estimate_usd: object,
@@ -95,7 +96,7 @@ def llm_estimate(
     if estimate_usd is not None:
         cost = reserved_nano(estimate_usd, "estimate_usd")
         priced = True
-    elif model and pricing is not None:
+    elif model:
         # Without max_tokens the pricing layer assumes its default output length: a budget
         # must not treat a call of unknown length as free.
         found = pricing.estimate(model, provider, prompt_tokens=in_tokens, max_tokens=out_tokens)
@@ -108,7 +109,7 @@ def llm_estimate(
 
 
 def embedding_estimate(
-    pricing: Any,
+    pricing: Pricing,
     model: str | None,
     provider: str | None,
     estimate_usd: object,
@@ -121,7 +122,7 @@ def embedding_estimate(
     priced = True
     if estimate_usd is not None:
         cost = reserved_nano(estimate_usd, "estimate_usd")
-    elif model and pricing is not None:
+    elif model:
         found = pricing.estimate(model, provider, prompt_tokens=in_tokens, max_tokens=0)
         priced = found is not None
         cost = 0 if found is None else reserved_nano(found, "the price estimate")
