@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 from ampmeter import _validate
-from ampmeter._core.reserve import embedding_estimate, llm_estimate, reserved_nano
+from ampmeter._core.reserve import model_estimate, reserved_nano
 from ampmeter._core.usage import Usage
 from ampmeter.call import Call, make_call
 from ampmeter.keys import KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE
@@ -79,25 +79,19 @@ class CallMaker:
         provider's response id) counts the call once per run and per shared ledger scope: a
         key seen before adds nothing (the node notes ``duplicate_of``).
         """
-        self._check_open()
-        _validate.optional_text(idempotency_key, "idempotency_key")
-        _validate.optional_text(model, "model")
-        _validate.optional_text(provider, "provider")
-        label = _validate.text(name if name is not None else (model or "llm"), "name")
-        found = llm_estimate(
-            self._pricing,
+        return self._model_call(
+            "llm",
+            name,
             model,
             provider,
             estimate_usd,
-            max_tokens,
             prompt_tokens,
             prompt_text,
+            metadata,
+            max_tokens,
             request,
-            self._estimate,  # type: ignore[arg-type]
-        )
-        marks = self.policies.llm_marks(model, found.priced, found.input_tokens, prompt_text, final)
-        return self._call(
-            "llm", label, model, provider, found.usage, metadata, found.size, marks, idempotency_key
+            final,
+            idempotency_key,
         )
 
     def embedding_call(
@@ -115,20 +109,52 @@ class CallMaker:
         ``amp:input_tokens[:<model>]`` and ``amp:cost[:<model>]`` (and their limits) like an LLM
         call's, without counting an LLM call or a step. Priced on exit unless recorded with a
         cost; the reservation is ``estimate_usd``, else the price of the input estimate."""
+        return self._model_call(
+            "embedding", name, model, provider, estimate_usd, prompt_tokens, prompt_text, metadata
+        )
+
+    def _model_call(
+        self,
+        kind: Literal["llm", "embedding"],
+        name: str | None,
+        model: str | None,
+        provider: str | None,
+        estimate_usd: float | Decimal | None,
+        prompt_tokens: int | None,
+        prompt_text: str | None,
+        metadata: Mapping[str, Any] | None,
+        max_tokens: int | None = 0,
+        request: RequestSize | None = None,
+        final: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call:
+        """An LLM call or an embedding request (``max_tokens`` 0: it writes nothing), its
+        reservation estimated from its model."""
         self._check_open()
+        _validate.optional_text(idempotency_key, "idempotency_key")
         _validate.optional_text(model, "model")
         _validate.optional_text(provider, "provider")
-        label = _validate.text(name if name is not None else (model or "embedding"), "name")
-        found = embedding_estimate(
+        label = _validate.text(name if name is not None else (model or kind), "name")
+        found = model_estimate(
+            kind,
             self._pricing,
             model,
             provider,
             estimate_usd,
+            max_tokens,
             prompt_tokens,
             prompt_text,
+            request,
             self._estimate,  # type: ignore[arg-type]
         )
-        return self._call("embedding", label, model, provider, found.usage, metadata, found.size)
+        marks = None
+        if kind == "llm":
+            marks = self.policies.llm_marks(
+                model, found.priced, found.input_tokens, prompt_text, final
+            )
+        return self._call(
+            kind, label, model, provider, found.usage, metadata, found.size, marks, idempotency_key
+        )
 
     def tool_call(
         self,

@@ -35,33 +35,13 @@ __all__ = ["NO_PRICES", "TABLE", "Priced", "Pricing", "checked", "price_call"]
 
 
 class Pricing(Protocol):
-    """What a context needs of its prices (the signatures of :func:`ampmeter.pricing.price`
-    and :func:`ampmeter.pricing.estimate`)."""
+    """What a context needs of its prices: :func:`ampmeter.pricing.price` (the cost of an ended
+    call; ``cost_usd`` None when unpriced) and :func:`ampmeter.pricing.estimate` (the most a
+    call may cost before it is made, in dollars; None when unpriced), with their signatures."""
 
-    def price(
-        self,
-        model: str,
-        provider: str | None = None,
-        *,
-        input_tokens: int,
-        output_tokens: int,
-        cached_tokens: int = 0,
-        cache_write_tokens: int = 0,
-        reasoning_tokens: int = 0,
-    ) -> PriceResult:
-        """The cost of one ended call (``cost_usd`` None: unpriced)."""
-        ...
+    def price(self, *args: Any, **kwargs: Any) -> PriceResult: ...
 
-    def estimate(
-        self,
-        model: str,
-        provider: str | None = None,
-        *,
-        prompt_tokens: int | None = None,
-        max_tokens: int | None = None,
-    ) -> Decimal | None:
-        """The most a call may cost, in dollars, before it is made (None: unpriced)."""
-        ...
+    def estimate(self, *args: Any, **kwargs: Any) -> Decimal | None: ...
 
 
 class _Table:
@@ -72,17 +52,10 @@ class _Table:
 
         return pricing.price(model, provider, **tokens)
 
-    def estimate(
-        self,
-        model: str,
-        provider: str | None = None,
-        *,
-        prompt_tokens: int | None = None,
-        max_tokens: int | None = None,
-    ) -> Decimal | None:
+    def estimate(self, model: str, provider: str | None = None, **sizes: Any) -> Decimal | None:
         from ampmeter import pricing
 
-        return pricing.estimate(model, provider, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
+        return pricing.estimate(model, provider, **sizes)
 
     def load(self) -> None:
         """Load the price table now (a context with a timeout does, so that the first call's
@@ -103,14 +76,7 @@ class _NoPrices:
 
         return PriceResult(None, "", "unpriced")
 
-    def estimate(
-        self,
-        model: str,
-        provider: str | None = None,
-        *,
-        prompt_tokens: int | None = None,
-        max_tokens: int | None = None,
-    ) -> Decimal | None:
+    def estimate(self, model: str, provider: str | None = None, **sizes: Any) -> Decimal | None:
         return None
 
     def __repr__(self) -> str:
