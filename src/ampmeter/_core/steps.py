@@ -128,6 +128,7 @@ class Chain:
         "level",
         "policies",
         "revision",
+        "settlers",
         "steps",
         "wait_s",
     )
@@ -162,6 +163,8 @@ class Chain:
 
             steps.append(LedgerStep(self))
         self.steps: tuple[Step, ...] = tuple(steps)
+        # Settlement asks only the steps that settle anything, last step first.
+        self.settlers = tuple(s for s in reversed(steps) if type(s).settle is not Step.settle)
 
     # -- admission ------------------------------------------------------------------------------
 
@@ -254,7 +257,7 @@ class Chain:
             return
         if flight.idempotency_key is not None:
             usage, outcome = counted_once(self.frame, flight, usage, outcome)
-        for step in reversed(self.steps):
+        for step in self.settlers:
             outcome = step.settle(flight, usage, outcome)
         if self.emitter.sinks:
             self.emitter.emit(node)
