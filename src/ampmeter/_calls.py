@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ampmeter import _validate
 from ampmeter._core.reserve import model_estimate, reserved_nano
+from ampmeter._core.steps import Flight
 from ampmeter._core.usage import Usage
 from ampmeter.call import Call, make_call
 from ampmeter.keys import KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE
@@ -152,9 +153,8 @@ class CallMaker:
             marks = self.policies.llm_marks(
                 model, found.priced, found.input_tokens, prompt_text, final
             )
-        return self._call(
-            kind, label, model, provider, found.usage, metadata, found.size, marks, idempotency_key
-        )
+        flight = Flight(kind, label, model, provider, found.usage, found.size, marks)
+        return self._begin(flight, metadata, idempotency_key)
 
     def tool_call(
         self,
@@ -176,9 +176,8 @@ class CallMaker:
         cost = 0 if estimate_usd is None else reserved_nano(estimate_usd, "estimate_usd")
         reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
         marks = self.policies.tool_marks(name, arguments)
-        return self._call(
-            "tool", name, None, None, reservation, metadata, None, marks, idempotency_key
-        )
+        flight = Flight("tool", name, None, None, reservation, None, marks)
+        return self._begin(flight, metadata, idempotency_key)
 
     def step(
         self, name: str, *, kind: str = "system", metadata: Mapping[str, Any] | None = None
@@ -192,35 +191,14 @@ class CallMaker:
         from ampmeter.graph import check_kind
 
         check_kind(kind)
-        return self._call(kind, name, None, None, Usage(kind), metadata)
+        return self._begin(Flight(kind, name, None, None, Usage(kind), None, None), metadata, None)
 
-    def _call(
-        self,
-        kind: str,
-        name: str,
-        model: str | None,
-        provider: str | None,
-        reservation: Usage,
-        metadata: Mapping[str, Any] | None,
-        size: RequestSize | None = None,
-        marks: Any = None,
-        idempotency_key: str | None = None,
+    def _begin(
+        self, flight: Flight, metadata: Mapping[str, Any] | None, idempotency_key: str | None
     ) -> Call:
+        """The call of ``flight``, its node begun under the current node, not yet admitted."""
         parent = self.current_parent_id()
-        return make_call(
-            self,  # type: ignore[arg-type]
-            self._chain,
-            parent,
-            kind,
-            name,
-            model,
-            provider,
-            reservation,
-            metadata,
-            size,
-            marks,
-            idempotency_key,
-        )
+        return make_call(self, self._chain, parent, flight, metadata, idempotency_key)  # type: ignore[arg-type]
 
     def retry(self, call: Call) -> None:
         """Count one retry on ``call``."""
