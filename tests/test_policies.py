@@ -379,6 +379,19 @@ def test_the_reserve_counts_calls_in_flight_and_children() -> None:
             held.record(1, 1, cost_usd=0.4)
 
 
+def test_steps_and_embedding_requests_are_held_to_the_plain_ceiling_not_the_reserve() -> None:
+    with ExecutionContext(max_cost_usd=1.0, final_reserve_usd=0.5) as ctx:
+        paid(ctx, 0.4)
+        paid(ctx, 0.3, final=True)  # into the reserve: 0.7 spent
+        with ctx.step("wrap up"):
+            pass
+        with ctx.embedding_call(model="m", estimate_usd=0.1) as call:  # 0.8 <= 1.0
+            call.record(10, cost_usd=0.1)
+        with pytest.raises(LimitExceeded, match="final-answer reserve"):
+            paid(ctx, 0.01)  # an ordinary LLM call is held to 1.0 - 0.5
+    assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.8")
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

@@ -1,7 +1,8 @@
 """The admission chain: every containment concern is a step a call passes before it runs.
 
-A step has three verbs: ``admit(flight, thread)`` (a generator that holds what the step needs
-and returns, or raises the refusal; it may yield waits, see :mod:`ampmeter._core.waiting`),
+A step has three verbs: ``admit(flight, thread)`` (holds what the step needs, or raises the
+refusal; a step that must wait returns a generator of its waits, see
+:mod:`ampmeter._core.waiting`, and one that never waits returns None),
 ``settle(flight, usage, outcome)`` (the call ended: replace holds by what it used; returns the
 outcome, with anything the step adds to the node) and ``release(flight)`` (give holds back
 without usage). A context builds its :class:`Chain` once, when it is made, from the steps its
@@ -101,10 +102,10 @@ class Step:
 
     __slots__ = ()
 
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
-        """Hold what this step needs for ``flight``, or raise its refusal."""
-        return
-        yield
+    def admit(self, flight: Flight, thread: int | None) -> Steps | None:
+        """Hold what this step needs for ``flight``, or raise its refusal; a step that must
+        wait returns its waits (a generator), else None."""
+        return None
 
     def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> Outcome:
         """The call ended with ``usage``: settle this step's holds."""
@@ -176,7 +177,9 @@ class Chain:
         flight.phase = DONE  # refused: the node is halted and nothing is held
         try:
             for step in self.steps:
-                yield from step.admit(flight, thread)
+                waits = step.admit(flight, thread)
+                if waits is not None:
+                    yield from waits
         except BaseException as error:
             reason = (
                 "interrupted"
@@ -271,13 +274,11 @@ class Cancel(Step):
     def __init__(self, chain: Chain) -> None:
         self.chain = chain
 
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
+    def admit(self, flight: Flight, thread: int | None) -> None:
         frame = self.chain.frame
         if frame.any_canceled():
             self.chain.halt(flight, "context canceled")
             raise ExecutionCanceled(f"context {frame.name!r} was canceled", flight.node.node_id)
-        return
-        yield
 
 
 class Deadline(Step):
@@ -289,12 +290,10 @@ class Deadline(Step):
         self.chain = chain
         self.timed = timed
 
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
+    def admit(self, flight: Flight, thread: int | None) -> None:
         found = timed_out(self.timed)
         if found is not None:
             raise self.chain.refuse(flight, found)
-        return
-        yield
 
 
 def timed_out(timed: tuple[Frame, ...]) -> Stop | None:
@@ -341,9 +340,8 @@ class LocalLimits(Step):
                 self.plans[shape] = plan
         return plan
 
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
+    def admit(self, flight: Flight, thread: int | None) -> Steps | None:
         chain = self.chain
-        kernel = chain.kernel
         rows = flight.rows if flight.rows is not None else chain.rows()
         if rows:
             reservation = flight.reservation
@@ -351,14 +349,27 @@ class LocalLimits(Step):
             pending: dict[str, Any] = dict(zip(keys, pick(reservation), strict=True))
         else:
             holds, pending = (), {}
+        found = chain.kernel.admit(flight.node, flight, pending, holds, rows, self.run)
+        if found is None:
+            return None
+        return self.waiting(flight, thread, rows, holds, pending, found)
+
+    def waiting(
+        self,
+        flight: Flight,
+        thread: int | None,
+        rows: tuple[Guard, ...],
+        holds: Any,
+        pending: dict[str, Any],
+        found: tuple[int, Hit, bool] | None,
+    ) -> Steps:
+        """Admit a call that did not fit (``found``): pause at a spent limit when the context
+        says so, wait for calls in flight that hold the rest, or raise the stop."""
+        chain = self.chain
+        kernel = chain.kernel
         wait: Wait | None = None
         paused: PauseWait | None = None
-        while True:
-            found = kernel.admit(flight.node, flight, pending, holds, rows, self.run)
-            if found is None:
-                if paused is not None:
-                    paused.resumed()
-                return
+        while found is not None:
             index, hit, busy = found
             if not busy:
                 stop = chain.owner((index, hit))
@@ -373,13 +384,16 @@ class LocalLimits(Step):
                     yield from paused.look(thread, chain, flight, stop)
                 # A raised ceiling is read from the guards (without a policy's own rows).
                 rows = chain.rows()
-                continue
-            wait = wait or Wait(chain.wait_s)
-            pause = wait.next_pause()
-            if pause is None or not kernel.holders(flight.node, thread)[1]:
-                # Out of time, or only calls this one cannot outwait hold the rest.
-                raise self.busy(flight, index, hit)
-            yield Pause(pause, kernel if thread is not None else None)
+            else:
+                wait = wait or Wait(chain.wait_s)
+                pause = wait.next_pause()
+                if pause is None or not kernel.holders(flight.node, thread)[1]:
+                    # Out of time, or only calls this one cannot outwait hold the rest.
+                    raise self.busy(flight, index, hit)
+                yield Pause(pause, kernel if thread is not None else None)
+            found = kernel.admit(flight.node, flight, pending, holds, rows, self.run)
+        if paused is not None:
+            paused.resumed()
 
     def busy(self, flight: Flight, index: int, hit: Hit) -> BudgetBusy:
         """Stop a call that waited in vain for calls in flight to settle."""

@@ -15,7 +15,7 @@ from ampmeter.policies.step import PolicyStep
 if TYPE_CHECKING:
     from ampmeter._core.check import Guard, LimitRow
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Chain, Flight, Steps
+    from ampmeter._core.steps import Chain, Flight
     from ampmeter.policies.marks import CallMarks
     from ampmeter.policies.step import SharedTerms
 
@@ -32,12 +32,12 @@ class FinalReserve(PolicyStep):
         self.base: tuple[Guard, ...] | None = None  # the guards' ceilings the rows come from
         self.lowered: tuple[Guard, ...] = ()
 
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
+    def admit(self, flight: Flight, thread: int | None) -> None:
+        # LLM and tool calls carry marks; embedding requests and steps (none) are checked
+        # against the plain ceilings.
         marks = flight.marks
-        if marks is None or not marks.final:
+        if marks is not None and not marks.final:
             flight.rows = self.rows()
-        return
-        yield
 
     def rows(self) -> tuple[Guard, ...]:
         """The guards' ceilings with each reserve taken off its context's cost ceilings (made

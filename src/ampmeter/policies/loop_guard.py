@@ -13,7 +13,7 @@ from ampmeter.policies.step import PolicyStep
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Chain, Flight, Steps
+    from ampmeter._core.steps import Chain, Flight
     from ampmeter.policies.marks import CallMarks
     from ampmeter.policies.step import SharedTerms
 
@@ -53,15 +53,13 @@ class LoopGuard(PolicyStep):
         super().__init__(chain)
         self.counters = counters  # innermost first
 
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
+    def admit(self, flight: Flight, thread: int | None) -> None:
         marks = flight.marks
         if marks is not None and marks.fingerprint is not None:
             for counter in self.counters:
                 stop = counter.count(marks.fingerprint)
                 if stop is not None:
                     raise self.refuse(flight, counter.frame, stop)
-        return
-        yield
 
     def shared_terms(self, owner: Frame, marks: CallMarks | None, terms: SharedTerms) -> None:
         if marks is None or marks.fingerprint is None:

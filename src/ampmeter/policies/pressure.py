@@ -17,7 +17,7 @@ from ampmeter.policies.step import PolicyStep
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Chain, Flight, Steps
+    from ampmeter._core.steps import Chain, Flight
     from ampmeter.context import ExecutionContext
 
 __all__ = ["PRESSURE_AT", "Pressure"]
@@ -43,12 +43,10 @@ class Pressure(PolicyStep):
         self.at = PRESSURE_AT if at is None else at
         self.ceilings = ceilings  # every cost ceiling here and above, with its context
 
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
+    def admit(self, flight: Flight, thread: int | None) -> None:
         marks = flight.marks
         if marks is not None and marks.refusal is not None:
             raise self.refuse(flight, self.chain.frame, marks.refusal)
-        return
-        yield
 
     def fraction(self) -> float:
         """The largest share of a cost ceiling here or above that is spent."""

@@ -15,7 +15,7 @@ from ampmeter.policies.step import PolicyStep
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Chain, Flight, Steps
+    from ampmeter._core.steps import Chain, Flight
     from ampmeter.policies.events import EventLog
 
 __all__ = ["Unpriced"]
@@ -34,12 +34,10 @@ class Unpriced(PolicyStep):
         self.refuses = refuses
         self.log = log  # the context's own events
 
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
+    def admit(self, flight: Flight, thread: int | None) -> None:
         marks = flight.marks
         if flight.kind == "llm" and marks is not None and not marks.priced:
             self.unpriced(flight, marks.model)
-        return
-        yield
 
     def unpriced(self, flight: Flight, model: str | None) -> None:
         """Refuse (or report) a call to ``model``, which has no price."""

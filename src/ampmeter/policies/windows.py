@@ -16,7 +16,7 @@ from ampmeter.policies.step import Observer
 if TYPE_CHECKING:
     from ampmeter._core.check import LimitRow
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Chain, Flight, Steps
+    from ampmeter._core.steps import Chain, Flight
     from ampmeter._core.usage import Usage
     from ampmeter.policies.marks import CallMarks
     from ampmeter.policies.step import SharedTerms
@@ -78,14 +78,14 @@ class Windows(Observer):
         )
         self.windows = tuple(w for frame in chain.frame.chain for w in windows_of(frame))
 
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
+    def admit(self, flight: Flight, thread: int | None) -> None:
+        if flight.marks is None:  # embedding requests and steps: the plain ceilings
+            return
         rows = list(flight.rows if flight.rows is not None else self.chain.rows())
         for index, windows in self.slots:
             level, base = rows[index]
             rows[index] = (level, (*base, *(window.row() for window in windows)))
         flight.rows = tuple(rows)
-        return
-        yield
 
     def observe(self, usage: Usage, node_id: str) -> list[dict[str, Any]]:
         entries = usage.entries()
