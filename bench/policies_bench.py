@@ -5,7 +5,7 @@ Rows (each: µs per ``llm_call`` round in a root context, record with a cost, ex
 
 * ``cost limit (unpriced check only)``: ``max_cost_usd`` set, so the unpriced-model check is in
   force; the call is priced (``estimate_usd``). Baseline: the same round with ``max_cost_usd``
-  and ``on_unpriced="allow"`` (no policy at all: ``ctx.policies is None``).
+  and ``on_unpriced="allow"`` (no policy at all: no policy step in the chain).
 * ``every policy``: ``warn_at``, a soft limit, a windowed limit, a final-answer reserve, the loop
   guard (a distinct prompt per call) and the input cap. Same baseline.
 
@@ -79,7 +79,7 @@ def _row(name: str, make: Callable[[], ExecutionContext], batches: int) -> dict[
         "unit": "µs",
         "ampmeter": amp,
         "baseline": base,
-        "baseline_name": "the same round with no policy (ctx.policies is None)",
+        "baseline_name": "the same round with no policy (no policy step in the chain)",
         "ratio": base / amp,
         "target": "report",
         "met": None,

@@ -13,8 +13,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 from ampmeter import _validate
-from ampmeter._core import priced
-from ampmeter._core.reserve import embedding_estimate, llm_estimate, reserved_nano
+from ampmeter._core.reserve import model_estimate, reserved_nano
+from ampmeter._core.steps import Flight
 from ampmeter._core.usage import Usage
 from ampmeter.call import Call, make_call
 from ampmeter.keys import KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE
@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.kernel import Kernel
     from ampmeter._core.steps import Chain
-    from ampmeter.policies.compiled import Policies
+    from ampmeter.policies.configured import Policies
     from ampmeter.pricing.request_size import RequestSize
+    from ampmeter.pricing.source import Pricing
     from ampmeter.stats import ExecutionStats
 
 __all__ = ["CallMaker"]
@@ -39,8 +40,9 @@ class CallMaker:
     _frame: Frame
     _kernel: Kernel
     _estimate: str
+    _pricing: Pricing
     _iteration: int
-    policies: Policies | None
+    policies: Policies
     stats: ExecutionStats
 
     def _check_open(self) -> None:
@@ -81,28 +83,19 @@ class CallMaker:
         provider's response id, ``"<provider>:<id>"`` (``instrument(response_id_keys=False)``
         turns that off). A run remembers its latest 20,000 keys for at most a day.
         """
-        self._check_open()
-        _validate.optional_text(idempotency_key, "idempotency_key")
-        _validate.optional_text(model, "model")
-        _validate.optional_text(provider, "provider")
-        label = _validate.text(name if name is not None else (model or "llm"), "name")
-        found = llm_estimate(
-            priced.layer(),
+        return self._model_call(
+            "llm",
+            name,
             model,
             provider,
             estimate_usd,
-            max_tokens,
             prompt_tokens,
             prompt_text,
+            metadata,
+            max_tokens,
             request,
-            self._estimate,  # type: ignore[arg-type]
-        )
-        marks = None
-        policies = self.policies
-        if policies is not None:
-            marks = policies.llm_marks(model, found.priced, found.input_tokens, prompt_text, final)
-        return self._call(
-            "llm", label, model, provider, found.usage, metadata, found.size, marks, idempotency_key
+            final,
+            idempotency_key,
         )
 
     def embedding_call(
@@ -120,20 +113,51 @@ class CallMaker:
         ``amp:input_tokens[:<model>]`` and ``amp:cost[:<model>]`` (and their limits) like an LLM
         call's, without counting an LLM call or a step. Priced on exit unless recorded with a
         cost; the reservation is ``estimate_usd``, else the price of the input estimate."""
+        return self._model_call(
+            "embedding", name, model, provider, estimate_usd, prompt_tokens, prompt_text, metadata
+        )
+
+    def _model_call(
+        self,
+        kind: Literal["llm", "embedding"],
+        name: str | None,
+        model: str | None,
+        provider: str | None,
+        estimate_usd: float | Decimal | None,
+        prompt_tokens: int | None,
+        prompt_text: str | None,
+        metadata: Mapping[str, Any] | None,
+        max_tokens: int | None = 0,
+        request: RequestSize | None = None,
+        final: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call:
+        """An LLM call or an embedding request (``max_tokens`` 0: it writes nothing), its
+        reservation estimated from its model."""
         self._check_open()
+        _validate.optional_text(idempotency_key, "idempotency_key")
         _validate.optional_text(model, "model")
         _validate.optional_text(provider, "provider")
-        label = _validate.text(name if name is not None else (model or "embedding"), "name")
-        found = embedding_estimate(
-            priced.layer(),
+        label = _validate.text(name if name is not None else (model or kind), "name")
+        found = model_estimate(
+            kind,
+            self._pricing,
             model,
             provider,
             estimate_usd,
+            max_tokens,
             prompt_tokens,
             prompt_text,
+            request,
             self._estimate,  # type: ignore[arg-type]
         )
-        return self._call("embedding", label, model, provider, found.usage, metadata, found.size)
+        marks = None
+        if kind == "llm":
+            marks = self.policies.llm_marks(
+                model, found.priced, found.input_tokens, prompt_text, final
+            )
+        flight = Flight(kind, label, model, provider, found.usage, found.size, marks)
+        return self._begin(flight, metadata, idempotency_key)
 
     def tool_call(
         self,
@@ -154,10 +178,9 @@ class CallMaker:
             raise ValueError(f"tool name must be a non-empty str, got {name!r}")
         cost = 0 if estimate_usd is None else reserved_nano(estimate_usd, "estimate_usd")
         reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
-        marks = None if self.policies is None else self.policies.tool_marks(name, arguments)
-        return self._call(
-            "tool", name, None, None, reservation, metadata, None, marks, idempotency_key
-        )
+        marks = self.policies.tool_marks(name, arguments)
+        flight = Flight("tool", name, None, None, reservation, None, marks)
+        return self._begin(flight, metadata, idempotency_key)
 
     def step(
         self, name: str, *, kind: str = "system", metadata: Mapping[str, Any] | None = None
@@ -171,35 +194,14 @@ class CallMaker:
         from ampmeter.graph import check_kind
 
         check_kind(kind)
-        return self._call(kind, name, None, None, Usage(kind), metadata)
+        return self._begin(Flight(kind, name, None, None, Usage(kind), None, None), metadata, None)
 
-    def _call(
-        self,
-        kind: str,
-        name: str,
-        model: str | None,
-        provider: str | None,
-        reservation: Usage,
-        metadata: Mapping[str, Any] | None,
-        size: RequestSize | None = None,
-        marks: Any = None,
-        idempotency_key: str | None = None,
+    def _begin(
+        self, flight: Flight, metadata: Mapping[str, Any] | None, idempotency_key: str | None
     ) -> Call:
+        """The call of ``flight``, its node begun under the current node, not yet admitted."""
         parent = self.current_parent_id()
-        return make_call(
-            self,  # type: ignore[arg-type]
-            self._chain,
-            parent,
-            kind,
-            name,
-            model,
-            provider,
-            reservation,
-            metadata,
-            size,
-            marks,
-            idempotency_key,
-        )
+        return make_call(self, self._chain, parent, flight, metadata, idempotency_key)  # type: ignore[arg-type]
 
     def retry(self, call: Call) -> None:
         """Count one retry on ``call``."""
@@ -238,8 +240,7 @@ class CallMaker:
                 return  # a replayed record: counted once already
         if usage is not None:
             self._kernel.add_usage(self._frame.level, usage)
-            if self.policies is not None:
-                self.policies.traced(usage)
+            self.policies.traced(usage)
         else:
             total, at, consecutive = keys
             for key in (total, at + str(self._iteration), consecutive):

@@ -13,9 +13,11 @@ from ampmeter._core.reserve import ESTIMATE_MODES
 from ampmeter.limits import Limit, context_limits
 from ampmeter.node import META_CONTEXT
 from ampmeter.policies.options import PolicyOptions
+from ampmeter.pricing import source
 
 if TYPE_CHECKING:
     from ampmeter.ledgers.base import Ledger
+    from ampmeter.pricing.source import Pricing
     from ampmeter.propagation import Handoff
     from ampmeter.sinks.base import Sink
 
@@ -25,7 +27,7 @@ __all__ = ["Settings"]
 @dataclass(frozen=True, slots=True)
 class Settings:
     """A context's checked keywords. ``None`` means "as the enclosing context" for
-    ``admission_timeout_s``, ``estimate`` and ``on_expired_hold``."""
+    ``admission_timeout_s``, ``estimate``, ``on_expired_hold`` and ``pricing``."""
 
     name: str
     limits: tuple[Limit, ...]
@@ -43,6 +45,7 @@ class Settings:
     handoff_from: Handoff | None = None
     exhaustion: Exhaustion | None = None
     disclose_budget: bool | None = None
+    pricing: Pricing | None = None
 
     @classmethod
     def checked(
@@ -68,6 +71,7 @@ class Settings:
         pause_timeout_s: object = None,
         disclose_budget: object = None,
         downgrade: object = None,
+        pricing: object = None,
         **policy_options: Any,
     ) -> Settings:
         """Settings from a user's keywords; each error names its keyword."""
@@ -118,6 +122,7 @@ class Settings:
             handoff_from,
             Exhaustion.checked(on_exhausted, pause_timeout_s),
             disclose_budget,
+            source.checked(pricing),
         )
 
 

@@ -20,17 +20,17 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ampmeter import _validate, money
-from ampmeter._core import priced
 from ampmeter._core.current import CURRENT, restore
 from ampmeter._core.outcome import Outcome
 from ampmeter._core.steps import ADMITTED, DONE, Chain, Flight
 from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
 from ampmeter.node import META_PROVIDER, Node
+from ampmeter.pricing.source import price_call
 
 if TYPE_CHECKING:
     from ampmeter.context import ExecutionContext
-    from ampmeter.policies.compiled import CallMarks
+    from ampmeter.policies.marks import CallMarks
 
 __all__ = ["Call", "make_call"]
 
@@ -52,11 +52,6 @@ class Call:
         "cached_tokens",
         "context",
         "cost_usd",
-        "kind",
-        "model",
-        "name",
-        "node_id",
-        "provider",
         "reasoning_tokens",
         "tokens_in",
         "tokens_out",
@@ -67,11 +62,6 @@ class Call:
         self.context = context
         self._chain = chain
         self._flight = flight
-        self.kind = flight.kind
-        self.name = flight.name
-        self.model = flight.model
-        self.provider = flight.provider
-        self.node_id = flight.node.node_id
         self.tokens_in: int | None = None
         self.tokens_out: int | None = None
         self.cost_usd: Any = None
@@ -80,6 +70,31 @@ class Call:
         self.reasoning_tokens = 0
         self.tool_calls_made = 0
         self._token: contextvars.Token[Any] | None = None
+
+    @property
+    def kind(self) -> str:
+        """The call's kind: ``llm``, ``tool``, ``embedding``, or a step's."""
+        return self._flight.kind
+
+    @property
+    def name(self) -> str:
+        """The call's name (its node's)."""
+        return self._flight.name
+
+    @property
+    def model(self) -> str | None:
+        """The model called (None for tools and steps)."""
+        return self._flight.model
+
+    @property
+    def provider(self) -> str | None:
+        """The provider, when known."""
+        return self._flight.provider
+
+    @property
+    def node_id(self) -> str:
+        """The id of this call's node."""
+        return self._flight.node.node_id
 
     @property
     def node(self) -> Node:
@@ -234,15 +249,15 @@ class Call:
         outcome = Outcome.of(exc)
         succeeded = int(outcome.status == "success")
         failed = int(outcome.status == "fail")
-        kind = self.kind
+        kind, model = flight.kind, flight.model
         cost = 0 if self.cost_usd is None else money.to_nano(self.cost_usd, "cost_usd")
         meta: dict[str, Any] | None = None
         t_in, t_out = self.tokens_in or 0, self.tokens_out or 0
-        if kind == "llm" or (kind == "embedding" and self.model):
-            price = priced.price_call(
-                priced.layer(),
-                self.model,
-                self.provider,
+        if kind == "llm" or (kind == "embedding" and model):
+            price = price_call(
+                self.context.pricing,
+                model,
+                flight.provider,
                 None if self.cost_usd is None else cost,
                 flight.recorded,
                 t_in,
@@ -256,7 +271,7 @@ class Call:
             if kind == "llm":
                 usage = Usage(
                     "llm",
-                    self.model or "",
+                    model or "",
                     "",
                     t_in,
                     t_out,
@@ -272,11 +287,11 @@ class Call:
                 if exc is None and size is not None and self.tokens_in:
                     from ampmeter.pricing import request_size
 
-                    request_size.learn(self.model or "", size, self.tokens_in)
+                    request_size.learn(model or "", size, self.tokens_in)
             else:
-                usage = Usage("embedding", self.model or "", "", t_in, t_out, cost_nano=cost)
+                usage = Usage("embedding", model or "", "", t_in, t_out, cost_nano=cost)
         elif kind == "tool":
-            usage = Usage("tool", "", self.name, 0, 0, 0, 0, cost, 1, succeeded, failed)
+            usage = Usage("tool", "", flight.name, 0, 0, 0, 0, cost, 1, succeeded, failed)
         else:
             usage = Usage(kind, cost_nano=cost)
         return usage, outcome.with_usage(cost, self.tokens_in, self.tokens_out, meta)
@@ -286,22 +301,18 @@ def make_call(
     context: ExecutionContext,
     chain: Chain,
     parent_id: str,
-    kind: str,
-    name: str,
-    model: str | None,
-    provider: str | None,
-    reservation: Usage,
+    flight: Flight,
     metadata: Mapping[str, Any] | None,
-    prompt_size: Any = None,
-    marks: CallMarks | None = None,
     idempotency_key: str | None = None,
 ) -> Call:
-    """A new call of ``context``: its node begun under ``parent_id``, not yet admitted."""
+    """A new call of ``context`` for ``flight``: its node begun under ``parent_id``, not yet
+    admitted."""
     meta = {} if metadata is None else _validate.metadata(metadata)
     meta.setdefault("context", context.name)  # the event log's metadata.context, for views
-    if provider is not None:
-        meta[META_PROVIDER] = provider
-    flight = Flight(kind, name, model, provider, reservation, prompt_size, marks)
+    if flight.provider is not None:
+        meta[META_PROVIDER] = flight.provider
     flight.idempotency_key = idempotency_key
-    flight.node = chain.kernel.begin(parent_id, kind, name, model, meta, flight)
+    flight.node = chain.kernel.begin(
+        parent_id, flight.kind, flight.name, flight.model, meta, flight
+    )
     return Call(context, chain, flight)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ampmeter import _validate
 from ampmeter._calls import CallMaker
-from ampmeter._core import priced, remaining
+from ampmeter._core import remaining
 from ampmeter._core.current import (
     CURRENT,
     OPEN,
@@ -30,7 +30,6 @@ from ampmeter._core.exhaustion import ExhaustedHook, raise_limit
 from ampmeter._core.frame import Frame
 from ampmeter._core.kernel import bound
 from ampmeter._core.outcome import TerminationReason
-from ampmeter._core.priced import use_pricing
 from ampmeter._core.steps import Chain
 from ampmeter._settings import Settings
 from ampmeter.call import Call
@@ -39,8 +38,9 @@ from ampmeter.graph import ExecutionGraph
 from ampmeter.keys import KEY_ITERATIONS, is_money
 from ampmeter.limits import ExceededLimit, Limit, context_limits, exceeded
 from ampmeter.money import to_nano
-from ampmeter.policies.compiled import Policies
+from ampmeter.policies.configured import Policies
 from ampmeter.policies.options import LimitEvent, PolicyOptions, PressureHook
+from ampmeter.pricing.source import TABLE, Pricing
 from ampmeter.shared.handoff import Handoffs
 from ampmeter.stats import ExecutionStats
 from ampmeter.wrapping import Decision, WrapOptions
@@ -59,7 +59,6 @@ __all__ = [
     "current_context",
     "current_node_id",
     "open_contexts",
-    "use_pricing",
 ]
 
 ADMISSION_TIMEOUT_S: Final = 30.0
@@ -119,7 +118,12 @@ class ExecutionContext(CallMaker):
     * ``downgrade``: a ladder ``{fraction: {model: cheaper model}}`` (``"*"``: any model):
       past each fraction of the cost limit, instrumented requests for a named model are sent
       to the cheaper one and reserved at its price; the node keeps ``requested_model``. It is
-      the ``on_budget_pressure`` hook (give one or the other).
+      the ``on_budget_pressure`` hook (give one or the other);
+    * ``pricing``: where prices come from, to estimate what a call reserves and to price a call
+      recorded without a cost: the price table (``ampmeter.pricing.TABLE``, default; loaded on
+      the first call that needs it), ``ampmeter.pricing.NO_PRICES`` (nothing is priced: such
+      calls are ``unpriced``, never $0, and ``on_unpriced`` applies), or any object with the
+      ``price`` and ``estimate`` functions of :mod:`ampmeter.pricing`. Children inherit it.
 
     Replays count once: a call or trace record with an ``idempotency_key`` already counted in
     this run, or (through ``ledger``) in its scope by any process, adds nothing and its node
@@ -157,6 +161,7 @@ class ExecutionContext(CallMaker):
         pause_timeout_s: float | None = None,
         disclose_budget: bool | None = None,
         downgrade: Mapping[float, Mapping[str, str]] | None = None,
+        pricing: Pricing | None = None,
     ) -> None:
         self._setup(
             None,
@@ -188,13 +193,16 @@ class ExecutionContext(CallMaker):
                 max_input_tokens_per_call=max_input_tokens_per_call,
                 on_budget_pressure=on_budget_pressure,
                 pressure_at=pressure_at,
+                pricing=pricing,
             ),
         )
 
     def _setup(self, parent: ExecutionContext | None, settings: Settings) -> None:
-        pricing = priced.layer()
-        if settings.timeout_s is not None and pricing is not None and hasattr(pricing, "load"):
-            pricing.load()  # the price table's first load never counts against the timeout
+        pricing = settings.pricing or (parent.pricing if parent is not None else TABLE)
+        load = getattr(pricing, "load", None)
+        if settings.timeout_s is not None and load is not None:
+            load()  # the price table's first load never counts against the timeout
+        self._pricing = pricing
         name = settings.name
         self.name = name
         self.parent = parent
@@ -243,14 +251,7 @@ class ExecutionContext(CallMaker):
         self.policy_options: PolicyOptions = settings.options.inherit(
             parent.policy_options if parent is not None else None
         )
-        chain = self._frame.chain
-        guards = tuple(f for f in chain if f.can_stop())
-        self.policies: Policies | None = Policies.compile(
-            self,
-            tuple(f.context for f in chain),
-            tuple(f.context for f in guards),
-            tuple((f.level, f.rows) for f in guards),
-        )
+        self.policies = Policies(self._frame, self.policy_options)  # wiring, not user API
         self._chain = Chain(self._frame, kernel, self._emitter, self.policies, wait)
         self._handoffs = Handoffs(self._frame, kernel, self._emitter)
         OPEN.add(self)
@@ -293,6 +294,11 @@ class ExecutionContext(CallMaker):
     def estimate(self) -> str:
         """How this context estimates a call's reservation: ``"learned"`` or ``"bound"``."""
         return self._estimate
+
+    @property
+    def pricing(self) -> Pricing:
+        """Where this context's prices come from (``pricing=``, or its parent's)."""
+        return self._pricing
 
     @property
     def on_expired_hold(self) -> str | None:
@@ -344,7 +350,7 @@ class ExecutionContext(CallMaker):
     def wrap_up(self) -> bool:
         """True once a soft limit of this context or an enclosing one was exceeded: the agent
         should finish with what it has (hard limits still hold)."""
-        return self.policies is not None and self.policies.wrap_up
+        return self.policies.wrap_up
 
     def current_parent_id(self) -> str:
         """Where a node made now in this context goes: the innermost open call or step block
@@ -540,7 +546,7 @@ class ExecutionContext(CallMaker):
             "sink_errors": [f"{type(e).__name__}: {e}" for e in self._emitter.errors],
             "sink_failures": sum(self._emitter.failures.values()),
             "limit_events": [
-                *([] if self.policies is None else self.policies.events()),
+                *self.policies.events(),
                 *self._frame.pause_events,
             ],
             "graph": self.graph.snapshot(),
@@ -593,7 +599,12 @@ class ExecutionContext(CallMaker):
 
     @classmethod
     def from_handoff(
-        cls, token: str, *, ledger: Ledger | None = None, sinks: Iterable[Sink] = ()
+        cls,
+        token: str,
+        *,
+        ledger: Ledger | None = None,
+        sinks: Iterable[Sink] = (),
+        pricing: Pricing | None = None,
     ) -> ExecutionContext:
         """The context of a child handed off with :meth:`handoff`, in this process.
 
@@ -601,7 +612,8 @@ class ExecutionContext(CallMaker):
         at the child's limits and at its parents' remaining budget. ``ledger`` (same backend,
         at or above the hand-off's scope) is needed when the backend wants credentials; else
         one is opened from the token. Nodes reach ``sinks`` with ids of their own under the
-        hand-off node and the parent's chain id, so both logs read as one tree.
+        hand-off node and the parent's chain id, so both logs read as one tree. ``pricing`` as
+        for :class:`ExecutionContext` (a token carries no prices: the default is the table).
         """
         import secrets
 
@@ -631,6 +643,7 @@ class ExecutionContext(CallMaker):
             on_exhausted=found.on_exhausted,
             pause_timeout_s=found.pause_timeout_s,
             handoff_from=found,
+            pricing=pricing,
         )
         ctx = cls.__new__(cls)
         ctx._setup(None, settings)
@@ -639,14 +652,19 @@ class ExecutionContext(CallMaker):
 
     @classmethod
     def resume(
-        cls, token: str, *, ledger: Ledger | None = None, sinks: Iterable[Sink] = ()
+        cls,
+        token: str,
+        *,
+        ledger: Ledger | None = None,
+        sinks: Iterable[Sink] = (),
+        pricing: Pricing | None = None,
     ) -> ExecutionContext:
         """Continue, in this process, a handed-off run whose process is gone (from its saved
         :meth:`handoff` token): the same ledger scope, with what the scope has spent already
         counted here from the start, so its limits hold across the restart. The holds the dead
         process left unsettled are not counted here: its parent records them (the ledger
         still counts them against every ceiling)."""
-        ctx = cls.from_handoff(token, ledger=ledger, sinks=sinks)
+        ctx = cls.from_handoff(token, ledger=ledger, sinks=sinks, pricing=pricing)
         shared = ctx.ledger
         assert shared is not None  # a hand-off always has its ledger
         charged = shared.unsettled()

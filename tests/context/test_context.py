@@ -6,7 +6,6 @@ import asyncio
 import contextvars
 import math
 import threading
-from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -30,7 +29,6 @@ from ampmeter import (
     current_context,
     current_node_id,
 )
-from ampmeter._core import priced
 from ampmeter.graph import ExecutionGraph
 from ampmeter.keys import (
     KEY_CACHED_INPUT_TOKENS,
@@ -56,16 +54,8 @@ from ampmeter.keys import (
     KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE,
     KEY_TOOLCHAIN_PARSE_ERROR_TOTAL,
 )
+from ampmeter.pricing import NO_PRICES
 from ampmeter.sinks.memory import MemorySink
-
-
-@pytest.fixture(autouse=True)
-def _no_pricing() -> Iterator[None]:
-    """These tests give costs explicitly; no pricing layer is installed while they run."""
-    saved = priced.layer()
-    priced.use_pricing(None)
-    yield
-    priced.use_pricing(saved)
 
 
 def _node(ctx: ExecutionContext, node_id: str) -> Any:
@@ -187,8 +177,8 @@ def test_llm_call_updates_every_standard_key() -> None:
 
 
 def test_cost_not_given_is_unpriced_zero() -> None:
-    with ExecutionContext() as ctx:
-        with ctx.llm_call("plan", model="some-model") as call:
+    with ExecutionContext(pricing=NO_PRICES) as ctx:
+        with ctx.llm_call("plan", model="gpt-4o-mini") as call:  # in the table, not here
             call.record(tokens_in=10, tokens_out=2)
         node = _node(ctx, call.node_id)
         assert node.cost_usd == 0.0

@@ -15,26 +15,16 @@ import math
 import random
 import threading
 import time
-from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
 
 from ampmeter import ExecutionContext, LimitExceeded
-from ampmeter._core import priced
 from ampmeter.keys import KEY_COST, KEY_LLM_CALLS, KEY_STEPS
 
 CEILING = 1.0
 WORKERS = 32
 TOL = 1e-9
-
-
-@pytest.fixture(autouse=True)
-def _no_pricing() -> Iterator[None]:
-    saved = priced.layer()
-    priced.use_pricing(None)
-    yield
-    priced.use_pricing(saved)
 
 
 def _committed_plus_reserved(ctx: ExecutionContext) -> float:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,7 +22,6 @@ from ampmeter import (
     TerminationReason,
     default_limits,
 )
-from ampmeter._core import priced
 from ampmeter.keys import (
     KEY_COST,
     KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
@@ -43,14 +41,6 @@ SPEC_LIMITS = [
     Limit(KEY_INPUT_TOKENS_FOR, 50_000, LimitType.PREFIX),
     Limit(KEY_COST, 10.0),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _no_pricing() -> Iterator[None]:
-    saved = priced.layer()
-    priced.use_pricing(None)
-    yield
-    priced.use_pricing(saved)
 
 
 class CountingLoop:

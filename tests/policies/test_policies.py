@@ -27,17 +27,15 @@ from ampmeter import (
     MemorySink,
     validate_event,
 )
-from ampmeter.context import use_pricing
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS, KEY_TOOL_CALLS
 from ampmeter.policies import KEY_INPUT_TOKENS_PER_CALL, KEY_REPEATS_FOR, META_LIMIT_EVENTS
-from ampmeter.policies import compiled as policies_module
+from ampmeter.policies import windows as policies_module
 
 FINE_TUNE = "ft:gpt-4o-mini-2024-07-18:org::id"
 
 
 @pytest.fixture(autouse=True)
-def _pricing() -> Iterator[None]:
-    use_pricing(ampmeter.pricing)
+def _clear_prices() -> Iterator[None]:
     yield
     ampmeter.clear_prices()
 
@@ -81,7 +79,7 @@ def test_a_child_of_a_cost_limited_context_refuses_unpriced_models_too() -> None
 def test_without_a_cost_limit_unpriced_models_run_and_policies_cost_nothing() -> None:
     with ExecutionContext(max_steps=5) as ctx, ctx.llm_call(model=FINE_TUNE) as call:
         call.record(3, 4)
-    assert ctx.policies is None
+    assert ctx.policies.steps == ()  # no policy step in the chain
     assert ctx.stats.get_counter("amp:unpriced_llm_calls") == 1
 
 
@@ -379,6 +377,19 @@ def test_the_reserve_counts_calls_in_flight_and_children() -> None:
                 paid(ctx, 0.2)  # 0.4 held + 0.2 > 0.5
             paid(ctx, 0.2, final=True)
             held.record(1, 1, cost_usd=0.4)
+
+
+def test_steps_and_embedding_requests_are_held_to_the_plain_ceiling_not_the_reserve() -> None:
+    with ExecutionContext(max_cost_usd=1.0, final_reserve_usd=0.5) as ctx:
+        paid(ctx, 0.4)
+        paid(ctx, 0.3, final=True)  # into the reserve: 0.7 spent
+        with ctx.step("wrap up"):
+            pass
+        with ctx.embedding_call(model="m", estimate_usd=0.1) as call:  # 0.8 <= 1.0
+            call.record(10, cost_usd=0.1)
+        with pytest.raises(LimitExceeded, match="final-answer reserve"):
+            paid(ctx, 0.01)  # an ordinary LLM call is held to 1.0 - 0.5
+    assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.8")
 
 
 @pytest.mark.parametrize(

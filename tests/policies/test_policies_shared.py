@@ -17,7 +17,6 @@ import pytest
 
 import ampmeter
 from ampmeter import ExecutionContext, LimitExceeded
-from ampmeter.context import use_pricing
 from ampmeter.integrations import instrument, uninstrument
 from ampmeter.keys import KEY_COST, KEY_LLM_CALLS
 from ampmeter.ledgers import Ledger, RedisLedger, SqliteLedger
@@ -221,7 +220,6 @@ def _unreadable(*args: Any) -> Any:
 
 @pytest.fixture
 def instrumented() -> Iterator[None]:
-    use_pricing(ampmeter.pricing)
     instrument()
     yield
     uninstrument()

@@ -306,11 +306,9 @@ def test_a_response_redelivered_to_a_new_process_counts_once(
             f"""
             import time
             import openai
-            import ampmeter, ampmeter.pricing
+            import ampmeter
             from ampmeter import ExecutionContext
-            from ampmeter.context import use_pricing
             from ampmeter.ledgers import RedisLedger, SqliteLedger
-            use_pricing(ampmeter.pricing)
             ampmeter.instrument()
             client = openai.OpenAI(base_url={server.openai_base_url!r}, api_key="k")
             ctx = ExecutionContext(max_cost_usd=5.0, ledger={opener}).__enter__()

@@ -15,11 +15,8 @@ from ampmeter.testing.replay import ReplayServer
 def instrumented() -> Iterator[None]:
     """SDKs and HTTP clients metered for the test (priced by the real table), unpatched after;
     a test module asks for it with ``pytestmark = pytest.mark.usefixtures("instrumented")``."""
-    import ampmeter.pricing
-    from ampmeter.context import use_pricing
     from ampmeter.integrations import instrument, uninstrument
 
-    use_pricing(ampmeter.pricing)
     instrument()
     yield
     uninstrument()

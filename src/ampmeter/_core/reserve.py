@@ -9,19 +9,20 @@ the model's documented maximum output, else :data:`BOUND_OUTPUT_TOKENS`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from ampmeter import _validate, money
 from ampmeter._core.usage import Usage
 
 if TYPE_CHECKING:
     from ampmeter.pricing.request_size import RequestSize
+    from ampmeter.pricing.source import Pricing
 
 __all__ = [
     "BOUND_OUTPUT_TOKENS",
     "ESTIMATE_MODES",
     "Estimate",
-    "llm_estimate",
+    "model_estimate",
     "prompt_estimate",
     "reserved_nano",
 ]
@@ -73,8 +74,9 @@ def prompt_estimate(
     return request_size.input_tokens(size, model, mode), size
 
 
-def llm_estimate(
-    pricing: Any,
+def model_estimate(
+    kind: Literal["llm", "embedding"],
+    pricing: Pricing,
     model: str | None,
     provider: str | None,
     estimate_usd: object,
@@ -84,7 +86,8 @@ def llm_estimate(
     request: object,
     mode: EstimateMode,
 ) -> Estimate:
-    """What an LLM call reserves (see the module docstring)."""
+    """What an LLM call or an embedding request (``max_tokens`` 0: it writes nothing) reserves
+    (see the module docstring). An LLM call counts one call and one step; an embedding none."""
     out_tokens = None if max_tokens is None else _validate.count(max_tokens, "max_tokens")
     in_tokens, size = prompt_estimate(prompt_tokens, prompt_text, request, model, mode)
     if mode == "bound" and out_tokens is None:
@@ -95,7 +98,7 @@ def llm_estimate(
     if estimate_usd is not None:
         cost = reserved_nano(estimate_usd, "estimate_usd")
         priced = True
-    elif model and pricing is not None:
+    elif model:
         # Without max_tokens the pricing layer assumes its default output length: a budget
         # must not treat a call of unknown length as free.
         found = pricing.estimate(model, provider, prompt_tokens=in_tokens, max_tokens=out_tokens)
@@ -103,33 +106,9 @@ def llm_estimate(
         cost = 0 if found is None else reserved_nano(found, "the price estimate")
     else:
         cost = 0
-    usage = Usage("llm", model or "", "", in_tokens, out_tokens or 0, 0, 0, cost, 1, 1)
+    counted = int(kind == "llm")
+    usage = Usage(kind, model or "", "", in_tokens, out_tokens or 0, 0, 0, cost, counted, counted)
     return Estimate(usage, size, priced, in_tokens)
-
-
-def embedding_estimate(
-    pricing: Any,
-    model: str | None,
-    provider: str | None,
-    estimate_usd: object,
-    prompt_tokens: object,
-    prompt_text: object,
-    mode: EstimateMode,
-) -> Estimate:
-    """What an embedding request reserves: the price of its input estimate."""
-    in_tokens, size = prompt_estimate(prompt_tokens, prompt_text, None, model, mode)
-    priced = True
-    if estimate_usd is not None:
-        cost = reserved_nano(estimate_usd, "estimate_usd")
-    elif model and pricing is not None:
-        found = pricing.estimate(model, provider, prompt_tokens=in_tokens, max_tokens=0)
-        priced = found is not None
-        cost = 0 if found is None else reserved_nano(found, "the price estimate")
-    else:
-        cost = 0
-    return Estimate(
-        Usage("embedding", model or "", "", in_tokens, cost_nano=cost), size, priced, in_tokens
-    )
 
 
 def reserved_nano(estimate: object, what: str) -> int:

@@ -1,12 +1,14 @@
 """The admission chain: every containment concern is a step a call passes before it runs.
 
-A step has three verbs: ``admit(flight, thread)`` (a generator that holds what the step needs
-and returns, or raises the refusal; it may yield waits, see :mod:`ampmeter._core.waiting`),
+A step has three verbs: ``admit(flight, thread)`` (holds what the step needs, or raises the
+refusal; a step that must wait returns a generator of its waits, see
+:mod:`ampmeter._core.waiting`, and one that never waits returns None),
 ``settle(flight, usage, outcome)`` (the call ended: replace holds by what it used; returns the
 outcome, with anything the step adds to the node) and ``release(flight)`` (give holds back
 without usage). A context builds its :class:`Chain` once, when it is made, from the steps its
-configuration needs: cancellation always, the deadline when a context above has a timeout, the
-policies when any applies, the local limits, and the shared ledger when a context above has one.
+configuration needs: cancellation always, the deadline when a context above has a timeout, one
+step per policy in force (:mod:`ampmeter.policies`), the local limits, and the shared ledger
+when a context above has one.
 """
 
 from __future__ import annotations
@@ -30,10 +32,9 @@ if TYPE_CHECKING:
     from ampmeter.ledgers.base import Ledger, Reservation
     from ampmeter.limits import ExceededLimit
     from ampmeter.node import Node
-    from ampmeter.policies.compiled import CallMarks, Policies
+    from ampmeter.policies.configured import Policies
+    from ampmeter.policies.marks import CallMarks
     from ampmeter.pricing.request_size import RequestSize
-
-META_LIMIT_EVENTS: Final = "limit_events"  # as ampmeter.policies names it
 
 __all__ = ["ADMITTED", "DONE", "NEW", "Chain", "Flight", "Step", "Stop", "timed_out"]
 
@@ -101,10 +102,10 @@ class Step:
 
     __slots__ = ()
 
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
-        """Hold what this step needs for ``flight``, or raise its refusal."""
-        return
-        yield
+    def admit(self, flight: Flight, thread: int | None) -> Steps | None:
+        """Hold what this step needs for ``flight``, or raise its refusal; a step that must
+        wait returns its waits (a generator), else None."""
+        return None
 
     def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> Outcome:
         """The call ended with ``usage``: settle this step's holds."""
@@ -128,6 +129,7 @@ class Chain:
         "level",
         "policies",
         "revision",
+        "settlers",
         "steps",
         "wait_s",
     )
@@ -137,7 +139,7 @@ class Chain:
         frame: Frame,
         kernel: Kernel,
         emitter: Emitter,
-        policies: Policies | None,
+        policies: Policies,
         wait_s: float,
     ) -> None:
         self.frame = frame
@@ -155,14 +157,15 @@ class Chain:
         timed = tuple(f for f in self.guards if f.deadline is not None)
         if timed:
             steps.append(Deadline(self, timed))
-        if policies is not None:
-            steps.append(PolicyStep(self, policies))
+        steps.extend(policies.steps_for(self))
         steps.append(LocalLimits(self, run=not self.ledgered))
         if self.ledgered:
             from ampmeter.shared.ledger_step import LedgerStep
 
             steps.append(LedgerStep(self))
         self.steps: tuple[Step, ...] = tuple(steps)
+        # Settlement asks only the steps that settle anything, last step first.
+        self.settlers = tuple(s for s in reversed(steps) if type(s).settle is not Step.settle)
 
     # -- admission ------------------------------------------------------------------------------
 
@@ -174,7 +177,9 @@ class Chain:
         flight.phase = DONE  # refused: the node is halted and nothing is held
         try:
             for step in self.steps:
-                yield from step.admit(flight, thread)
+                waits = step.admit(flight, thread)
+                if waits is not None:
+                    yield from waits
         except BaseException as error:
             reason = (
                 "interrupted"
@@ -217,8 +222,6 @@ class Chain:
         if revision != self.revision:
             self.guard_rows = tuple((f.level, f.rows) for f in self.guards)
             self.revision = revision
-            if self.policies is not None:
-                self.policies.refresh(tuple(f.context for f in self.guards), self.guard_rows)
         return self.guard_rows
 
     def owner(self, found: tuple[int, Hit]) -> Stop:
@@ -258,7 +261,7 @@ class Chain:
         keyed = flight.idempotency_key is not None
         if keyed:
             usage, outcome = counted_once(self.frame, flight, usage, outcome)
-        for step in reversed(self.steps):
+        for step in self.settlers:
             outcome = step.settle(flight, usage, outcome)
             if keyed:  # a shared ledger may have counted it before this run
                 usage = usage_after(usage, outcome)
@@ -274,13 +277,11 @@ class Cancel(Step):
     def __init__(self, chain: Chain) -> None:
         self.chain = chain
 
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
+    def admit(self, flight: Flight, thread: int | None) -> None:
         frame = self.chain.frame
         if frame.any_canceled():
             self.chain.halt(flight, "context canceled")
             raise ExecutionCanceled(f"context {frame.name!r} was canceled", flight.node.node_id)
-        return
-        yield
 
 
 class Deadline(Step):
@@ -292,12 +293,10 @@ class Deadline(Step):
         self.chain = chain
         self.timed = timed
 
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
+    def admit(self, flight: Flight, thread: int | None) -> None:
         found = timed_out(self.timed)
         if found is not None:
             raise self.chain.refuse(flight, found)
-        return
-        yield
 
 
 def timed_out(timed: tuple[Frame, ...]) -> Stop | None:
@@ -313,34 +312,6 @@ def timed_out(timed: tuple[Frame, ...]) -> Stop | None:
             elapsed = ExceededLimit(limit, KEY_ELAPSED_S, now - frame.started_at)
             return frame, elapsed, TerminationReason.TIMEOUT
     return None
-
-
-class PolicyStep(Step):
-    """The configured policies: they may refuse a call, and choose the ceilings it is checked
-    against (a final-answer reserve, windows)."""
-
-    __slots__ = ("chain", "policies")
-
-    def __init__(self, chain: Chain, policies: Policies) -> None:
-        self.chain = chain
-        self.policies = policies
-
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
-        if flight.marks is not None:
-            rows, refusal = self.policies.admit(flight.kind, flight.marks, flight.node.node_id)
-            if refusal is not None:
-                context, limit, reason = refusal
-                raise self.chain.refuse(flight, (self.chain.frame_of(context), limit, reason))
-            flight.rows = rows
-        return
-        yield
-
-    def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> Outcome:
-        if self.policies.watches:
-            events = self.policies.settled(flight.node.node_id, usage)
-            if events:
-                self.chain.kernel.append_metadata(flight.node, META_LIMIT_EVENTS, events)
-        return outcome
 
 
 class LocalLimits(Step):
@@ -372,9 +343,8 @@ class LocalLimits(Step):
                 self.plans[shape] = plan
         return plan
 
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
+    def admit(self, flight: Flight, thread: int | None) -> Steps | None:
         chain = self.chain
-        kernel = chain.kernel
         rows = flight.rows if flight.rows is not None else chain.rows()
         if rows:
             reservation = flight.reservation
@@ -382,14 +352,27 @@ class LocalLimits(Step):
             pending: dict[str, Any] = dict(zip(keys, pick(reservation), strict=True))
         else:
             holds, pending = (), {}
+        found = chain.kernel.admit(flight.node, flight, pending, holds, rows, self.run)
+        if found is None:
+            return None
+        return self.waiting(flight, thread, rows, holds, pending, found)
+
+    def waiting(
+        self,
+        flight: Flight,
+        thread: int | None,
+        rows: tuple[Guard, ...],
+        holds: Any,
+        pending: dict[str, Any],
+        found: tuple[int, Hit, bool] | None,
+    ) -> Steps:
+        """Admit a call that did not fit (``found``): pause at a spent limit when the context
+        says so, wait for calls in flight that hold the rest, or raise the stop."""
+        chain = self.chain
+        kernel = chain.kernel
         wait: Wait | None = None
         paused: PauseWait | None = None
-        while True:
-            found = kernel.admit(flight.node, flight, pending, holds, rows, self.run)
-            if found is None:
-                if paused is not None:
-                    paused.resumed()
-                return
+        while found is not None:
             index, hit, busy = found
             if not busy:
                 stop = chain.owner((index, hit))
@@ -404,13 +387,16 @@ class LocalLimits(Step):
                     yield from paused.look(thread, chain, flight, stop)
                 # A raised ceiling is read from the guards (without a policy's own rows).
                 rows = chain.rows()
-                continue
-            wait = wait or Wait(chain.wait_s)
-            pause = wait.next_pause()
-            if pause is None or not kernel.holders(flight.node, thread)[1]:
-                # Out of time, or only calls this one cannot outwait hold the rest.
-                raise self.busy(flight, index, hit)
-            yield Pause(pause, kernel if thread is not None else None)
+            else:
+                wait = wait or Wait(chain.wait_s)
+                pause = wait.next_pause()
+                if pause is None or not kernel.holders(flight.node, thread)[1]:
+                    # Out of time, or only calls this one cannot outwait hold the rest.
+                    raise self.busy(flight, index, hit)
+                yield Pause(pause, kernel if thread is not None else None)
+            found = kernel.admit(flight.node, flight, pending, holds, rows, self.run)
+        if paused is not None:
+            paused.resumed()
 
     def busy(self, flight: Flight, index: int, hit: Hit) -> BudgetBusy:
         """Stop a call that waited in vain for calls in flight to settle."""

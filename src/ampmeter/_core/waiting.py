@@ -9,9 +9,10 @@ the work on a worker thread, so the event loop goes on meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 if TYPE_CHECKING:
@@ -76,44 +77,62 @@ Admission = Generator["Pause | Work", Any, None]
 
 def run_sync(admission: Admission) -> None:
     """Run an admission on this thread: sleep through pauses, run work here."""
-    sent: Any = None
-    while True:
-        try:
-            item = admission.send(sent)
-        except StopIteration:
-            return
-        sent = None
-        try:
-            if isinstance(item, Work):
-                sent = item.run()
-            elif item.kernel is not None:
-                item.kernel.wait_for_settlement(item.seconds)
-            else:
-                time.sleep(item.seconds)
-        except BaseException as error:  # interrupted mid-wait: the admission gives back its holds
-            admission.throw(error)
-            raise
+    item = _advance(admission, None)
+    while item is not None:
+        with _giving_back(admission):
+            sent = _answer(item)
+        item = _advance(admission, sent)
 
 
 async def run_async(admission: Admission) -> None:
     """Run an admission in a task: await pauses, run work on a worker thread."""
+    item = _advance(admission, None)
+    while item is not None:
+        with _giving_back(admission):
+            sent = await _answer_async(item)
+        item = _advance(admission, sent)
+
+
+def _answer(item: Pause | Work) -> Any:
+    """Do what the admission asks on this thread: the work's result, or None after the pause
+    (until a settlement in the kernel, or plain sleep)."""
+    if isinstance(item, Work):
+        return item.run()
+    if item.kernel is not None:
+        item.kernel.wait_for_settlement(item.seconds)
+    else:
+        time.sleep(item.seconds)
+    return None
+
+
+async def _answer_async(item: Pause | Work) -> Any:
+    """Do what the admission asks in a task: the work's result (run on a worker thread), or
+    None after the pause."""
     import asyncio
 
-    sent: Any = None
-    while True:
-        try:
-            item = admission.send(sent)
-        except StopIteration:
-            return
-        sent = None
-        try:
-            if isinstance(item, Work):
-                sent = await off_loop(item.run)
-            else:
-                await asyncio.sleep(item.seconds)
-        except BaseException as error:  # cancelled mid-wait: the admission gives back its holds
-            admission.throw(error)
-            raise
+    if isinstance(item, Work):
+        return await off_loop(item.run)
+    await asyncio.sleep(item.seconds)
+    return None
+
+
+def _advance(admission: Admission, sent: Any) -> Pause | Work | None:
+    """Answer the admission's last request with ``sent``: its next request (None: it is done)."""
+    try:
+        return admission.send(sent)
+    except StopIteration:
+        return None
+
+
+@contextlib.contextmanager
+def _giving_back(admission: Admission) -> Iterator[None]:
+    """An interrupt while waiting (a signal, a cancelled task) goes into the admission, which
+    gives back what it holds, and on to the caller."""
+    try:
+        yield
+    except BaseException as error:
+        admission.throw(error)
+        raise
 
 
 async def off_loop(work: Callable[[], _T]) -> _T:

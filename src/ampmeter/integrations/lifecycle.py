@@ -157,7 +157,7 @@ def begin_call(
         meta[META_MODEL] = info.model
         meta[META_PROVIDER] = adapter.provider
         call = ctx.step(adapter.operation, kind=kind, metadata=meta)
-    if request is not None and ctx.policies is not None:
+    if request is not None:
         ctx.policies.mark_request(call, request, refused)
     try:
         call.start()
@@ -209,7 +209,5 @@ def relieve_pressure(
     An LLM request (``wire`` names its format) is told the budget first when the context
     asks for it (``disclose_budget``)."""
     disclose(ctx, kwargs, wire)
-    policies = ctx.policies
-    if policies is None or policies.pressure is None:
-        return None
-    return policies.relieve_pressure(ctx, kwargs)
+    pressure = ctx.policies.pressure
+    return None if pressure is None else pressure.relieve(ctx, kwargs)

@@ -180,14 +180,7 @@ def meter_stream(
 ) -> StreamMeter:
     """Meter a sync SDK stream in place (it is returned to the caller as it is)."""
     meter = StreamMeter(call, adapter, hide_usage, input_tokens)
-    # The Stainless SDKs' streams iterate ``_iterator`` (made in __init__, or on first use);
-    # the object itself stays untouched otherwise.
-    stream._iterator = meter.events(stream._iterator)
-    _abandon_when_dropped(stream, meter)
-    response = getattr(stream, "response", None)
-    if response is not None:
-        _on_close(response, "close", meter, is_async=False)
-        setattr(response, _METER, meter)
+    _in_place(stream, meter, meter.events(stream._iterator), is_async=False)
     return meter
 
 
@@ -196,13 +189,19 @@ def meter_async_stream(
 ) -> StreamMeter:
     """Meter an async SDK stream in place (it is returned to the caller as it is)."""
     meter = StreamMeter(call, adapter, hide_usage, input_tokens)
-    stream._iterator = meter.async_events(stream._iterator)
+    _in_place(stream, meter, meter.async_events(stream._iterator), is_async=True)
+    return meter
+
+
+def _in_place(stream: Any, meter: StreamMeter, iterator: Any, *, is_async: bool) -> None:
+    # The Stainless SDKs' streams iterate ``_iterator`` (made in __init__, or on first use);
+    # the object itself stays untouched otherwise.
+    stream._iterator = iterator
     _abandon_when_dropped(stream, meter)
     response = getattr(stream, "response", None)
     if response is not None:
-        _on_close(response, "aclose", meter, is_async=True)
+        _on_close(response, "aclose" if is_async else "close", meter, is_async=is_async)
         setattr(response, _METER, meter)
-    return meter
 
 
 def meter_rebuilt_stream(stream: Any, *, is_async: bool) -> None:

@@ -13,14 +13,19 @@
 * a **budget-pressure hook** that may change or refuse an instrumented request once a fraction
   of the cost budget is spent.
 
-:mod:`~ampmeter.policies.options` holds the options and events, :mod:`~ampmeter.policies.compiled`
-the policies a context compiles once when it is made (the admission chain's policy step), and
-:mod:`~ampmeter.policies.shared_totals` the shared ledger's totals they read.
+:mod:`~ampmeter.policies.options` holds the options and events. Each policy is one step of the
+admission chain, in a module of its own (:mod:`~ampmeter.policies.pressure`,
+:mod:`~ampmeter.policies.input_cap`, :mod:`~ampmeter.policies.unpriced`,
+:mod:`~ampmeter.policies.loop_guard`, :mod:`~ampmeter.policies.final_reserve`,
+:mod:`~ampmeter.policies.windows`, :mod:`~ampmeter.policies.thresholds`), put in a context's
+chain only when configured there or above (:mod:`~ampmeter.policies.configured`);
+:mod:`~ampmeter.policies.shared_totals` holds the shared ledger's totals they read.
 """
 
 from __future__ import annotations
 
-from ampmeter.policies.compiled import CallMarks, Policies
+from ampmeter.policies.configured import Policies
+from ampmeter.policies.marks import CallMarks
 from ampmeter.policies.options import (
     KEY_BUDGET_PRESSURE,
     KEY_INPUT_TOKENS_PER_CALL,

@@ -62,10 +62,10 @@ class DowngradeLadder:
     def __call__(self, ctx: ExecutionContext, request: dict[str, Any]) -> dict[str, Any]:
         """The request, its model swapped by the highest rung reached that names it."""
         model = request.get("model")
-        policies = ctx.policies
-        if not isinstance(model, str) or policies is None:
+        pressure = ctx.policies.pressure
+        if not isinstance(model, str) or pressure is None:
             return request
-        spent = policies.pressure_fraction()
+        spent = pressure.fraction()
         for at, swaps in self.rungs:
             if spent < at:
                 continue

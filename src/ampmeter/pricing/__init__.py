@@ -8,11 +8,15 @@
   measured by one estimator per wire format from everything it sends, in the ``"learned"`` or
   ``"bound"`` mode.
 - :mod:`ampmeter.pricing.max_output`: the most output tokens a model can write in one call.
+- :mod:`ampmeter.pricing.source`: where a context's prices come from (``pricing=``):
+  :data:`TABLE` (the default) or :data:`NO_PRICES` (nothing priced: calls are ``unpriced``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from ampmeter.pricing.source import NO_PRICES, TABLE, Pricing
 
 if TYPE_CHECKING:
     from ampmeter.pricing.max_output import output_bound
@@ -40,8 +44,11 @@ if TYPE_CHECKING:
 __all__ = [
     "CHARS_PER_TOKEN",
     "DEFAULT_ESTIMATE_OUTPUT_TOKENS",
+    "NO_PRICES",
+    "TABLE",
     "USER_PRICING_VERSION",
     "PriceResult",
+    "Pricing",
     "PricingStatus",
     "clear_prices",
     "clear_tool_prices",

@@ -115,13 +115,10 @@ class LedgerStep(Step):
         reservation = flight.reservation.amounts()
         candidates = tuple(keys_a_call_adds(flight.reservation))
         ceilings, owners = shared_ceilings(frame.limits, candidates)
-        extra: dict[str, Any] = {}
-        windows: tuple[Limit, ...] = ()
-        policies = self.chain.policies
-        if policies is not None:  # the reserve, the loop guard, windows, watched keys
-            ceilings, owners, extra, windows = policies.shared_terms(
-                frame.context, flight.marks, ceilings, owners
-            )
+        # The policies' terms: the reserve, the loop guard, windows, watched keys.
+        ceilings, owners, extra, windows = self.chain.policies.shared_terms(
+            frame, flight.marks, ceilings, owners
+        )
         # A context made from a hand-off also holds at the scopes of the contexts above it,
         # and records every key a call adds (retries too), so the parent can read the child's
         # whole spend.

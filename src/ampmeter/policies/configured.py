@@ -1,0 +1,213 @@
+"""The policies configured for one context: what it declares (its own event list, loop-guard
+counts, windows and watched limits) and the policy steps its admission chain holds.
+
+A context makes its :class:`Policies` once, when it is made, and its chain asks for the steps
+(:meth:`Policies.steps_for`): one step per policy in force for its calls, its own or inherited,
+and none for a policy not configured. The steps, in admission order:
+
+1. :class:`~ampmeter.policies.pressure.Pressure` (a budget-pressure hook's refusal),
+2. :class:`~ampmeter.policies.input_cap.InputCap` (``max_input_tokens_per_call``),
+3. :class:`~ampmeter.policies.unpriced.Unpriced` (``on_unpriced``, under a cost limit),
+4. :class:`~ampmeter.policies.loop_guard.LoopGuard` (``max_repeats``),
+5. :class:`~ampmeter.policies.final_reserve.FinalReserve` (``final_reserve_usd``),
+6. :class:`~ampmeter.policies.windows.Windows` (``Limit(..., window_s=...)``),
+7. :class:`~ampmeter.policies.thresholds.Thresholds` (``warn_at`` and ``soft=True``).
+
+Besides the chain, this object is the wiring the integrations and the shared ledger step use:
+a call's marks, a request's identity, the pressure hook, trace records and shared terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ampmeter.keys import KEY_COST
+from ampmeter.policies.events import EventLog
+from ampmeter.policies.final_reserve import FinalReserve
+from ampmeter.policies.input_cap import InputCap
+from ampmeter.policies.loop_guard import LoopGuard, Repeats
+from ampmeter.policies.marks import CallMarks
+from ampmeter.policies.options import (
+    META_LIMIT_EVENTS,
+    PolicyOptions,
+    fingerprint,
+    is_cost_ceiling,
+    request_fingerprint,
+)
+from ampmeter.policies.pressure import Pressure
+from ampmeter.policies.step import Observer, PolicyStep, SharedTerms
+from ampmeter.policies.thresholds import Thresholds, Watch
+from ampmeter.policies.unpriced import Unpriced
+from ampmeter.policies.windows import Window, Windows
+
+if TYPE_CHECKING:
+    from ampmeter._core.frame import Frame
+    from ampmeter._core.steps import Chain
+    from ampmeter._core.usage import Usage
+    from ampmeter.call import Call
+    from ampmeter.limits import ExceededLimit, Limit
+
+__all__ = ["Policies"]
+
+
+def _watches_cost(limit: Limit) -> bool:
+    return limit.matches(KEY_COST) or (limit.key.startswith(KEY_COST) and not limit.soft)
+
+
+class Policies:
+    """The policies of one context (see the module docstring). Wiring, not user API."""
+
+    __slots__ = (
+        "frame",
+        "log",
+        "marking",
+        "observers",
+        "options",
+        "pressure",
+        "repeats",
+        "steps",
+        "thresholds",
+        "tracks_repeats",
+        "unpriced",
+        "watch",
+        "windows",
+    )
+
+    def __init__(self, frame: Frame, options: PolicyOptions) -> None:
+        self.frame = frame
+        self.options = options
+        self.log = EventLog(options.on_limit_event)
+        most = options.max_repeats
+        self.repeats = None if most is None else Repeats(frame, most)
+        self.windows = tuple(Window(lim) for lim in frame.limits if lim.window_s is not None)
+        watched = tuple(lim for lim in frame.limits if lim.warn_at or lim.soft)
+        self.watch = Watch(frame, watched, self.log) if watched else None
+        self.steps: tuple[PolicyStep, ...] = ()
+        self.observers: tuple[Observer, ...] = ()
+        self.pressure: Pressure | None = None
+        self.unpriced: Unpriced | None = None
+        self.thresholds: Thresholds | None = None
+        self.marking = False
+        self.tracks_repeats = False
+
+    def steps_for(self, chain: Chain) -> tuple[PolicyStep, ...]:
+        """The policy steps of ``chain`` (this context's), in admission order; none for a
+        policy that is not configured."""
+        frames = chain.frame.chain
+        declared = tuple(frame.context.policies for frame in frames)
+        options = self.options
+        ceilings = tuple(
+            (frame, limit.max_value)
+            for frame in frames
+            for limit in frame.limits
+            if is_cost_ceiling(limit) and limit.max_value > 0
+        )
+        if options.on_budget_pressure is not None and ceilings:
+            self.pressure = Pressure(
+                chain, options.on_budget_pressure, options.pressure_at, ceilings
+            )
+        cap = options.max_input_tokens_per_call
+        input_cap = None if cap is None else InputCap(chain, cap, self.log)
+        owner = next((f for f in frames if any(map(_watches_cost, f.limits))), None)
+        mode = options.on_unpriced or "refuse"
+        if mode != "allow" and owner is not None:
+            self.unpriced = Unpriced(chain, owner, mode == "refuse", self.log)
+        counters = tuple(p.repeats for p in declared if p.repeats is not None)
+        self.tracks_repeats = bool(counters)
+        reserve = any(f.context.policy_options.final_reserve_usd is not None for f in chain.guards)
+        windows = any(p.windows for p in declared)
+        watches = tuple(p.watch for p in declared if p.watch is not None)
+        if watches:
+            self.thresholds = Thresholds(chain, watches)
+        steps = (
+            self.pressure,
+            input_cap,
+            self.unpriced,
+            LoopGuard(chain, counters) if counters else None,
+            FinalReserve(chain) if reserve else None,
+            Windows(chain) if windows else None,
+            self.thresholds,
+        )
+        self.steps = tuple(step for step in steps if step is not None)
+        self.observers = tuple(step for step in self.steps if isinstance(step, Observer))
+        # Only the unpriced rule in force: a priced call needs no marks.
+        self.marking = any(step is not self.unpriced for step in self.steps)
+        return self.steps
+
+    @property
+    def wrap_up(self) -> bool:
+        """Whether a soft limit of this context or an enclosing one was exceeded."""
+        thresholds = self.thresholds
+        return thresholds is not None and any(w.wrap_up() for w in thresholds.watches)
+
+    def events(self) -> list[dict[str, Any]]:
+        """This context's own limit events, as dicts."""
+        return self.log.dicts()
+
+    # -- making a call --------------------------------------------------------------------------
+
+    def llm_marks(
+        self,
+        model: str | None,
+        priced: bool,
+        input_tokens: int,
+        prompt_text: str | None,
+        final: bool,
+    ) -> CallMarks | None:
+        """The marks of an LLM call (``priced``: by the table, a set price or the caller);
+        None when no policy needs them."""
+        if not self.marking and (priced or self.unpriced is None):
+            return None
+        key = None
+        if prompt_text is not None and self.tracks_repeats:
+            key = fingerprint("llm", model, prompt_text)
+        return CallMarks(model, priced, input_tokens, final, key)
+
+    def tool_marks(self, name: str, arguments: object) -> CallMarks | None:
+        """The marks of a tool call (a loop-guard identity when ``arguments`` are given)."""
+        if not self.marking:
+            return None
+        key = None
+        if arguments is not None and self.tracks_repeats:
+            key = fingerprint("tool", name, arguments)
+        return CallMarks(None, True, 0, False, key)
+
+    def mark_request(
+        self, call: Call, request: Mapping[str, Any], refused: ExceededLimit | None
+    ) -> None:
+        """An instrumented request's marks: its identity, and the pressure hook's refusal."""
+        marks = call.policy
+        if marks is None:
+            return
+        marks.refusal = refused
+        if self.tracks_repeats:
+            marks.fingerprint = request_fingerprint(request)
+
+    # -- trace records and shared ledgers -----------------------------------------------------
+
+    def traced(self, usage: Usage) -> None:
+        """After a trace record's ``usage`` was added: what a call's settlement would report,
+        with the events on the context's own node."""
+        node_id = self.frame.context.node_id
+        events = [e for step in reversed(self.observers) for e in step.observe(usage, node_id)]
+        if events:
+            graph = self.frame.context.graph
+            ended = graph.node(node_id).metadata.get(META_LIMIT_EVENTS, ())
+            graph.update_metadata(node_id, {META_LIMIT_EVENTS: [*ended, *events]})
+
+    def shared_terms(
+        self,
+        owner: Frame,
+        marks: CallMarks | None,
+        ceilings: dict[str, Any],
+        owners: dict[str, Limit],
+    ) -> tuple[dict[str, Any], dict[str, Limit], dict[str, Any], tuple[Limit, ...]]:
+        """What ``owner``'s shared ledger checks a call against beyond its plain ceilings
+        (each policy step's :meth:`~ampmeter.policies.step.PolicyStep.shared_terms`): the
+        ceilings, the limits they stand for, keys to hold beyond them (None: the call's own
+        estimate), and the windowed limits the ledger checks."""
+        terms = SharedTerms(ceilings, owners)
+        for step in self.steps:
+            step.shared_terms(owner, marks, terms)
+        return terms.ceilings, terms.owners, terms.extra, terms.windows

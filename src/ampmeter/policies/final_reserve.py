@@ -1,0 +1,75 @@
+"""The final-answer reserve (``final_reserve_usd``): part of a context's cost ceiling that only
+calls marked final (:func:`~ampmeter.policies.final_call`, ``llm_call(final=True)``) may spend.
+Other calls are checked against the ceiling less the reserve, locally and in a shared ledger."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ampmeter import money
+from ampmeter.keys import KEY_COST
+from ampmeter.limits import DerivedCeiling, Limit
+from ampmeter.policies.options import is_cost_ceiling
+from ampmeter.policies.step import PolicyStep
+
+if TYPE_CHECKING:
+    from ampmeter._core.check import Guard, LimitRow
+    from ampmeter._core.frame import Frame
+    from ampmeter._core.steps import Chain, Flight
+    from ampmeter.policies.marks import CallMarks
+    from ampmeter.policies.step import SharedTerms
+
+__all__ = ["FinalReserve"]
+
+
+class FinalReserve(PolicyStep):
+    """The final-answer reserves of one context and those above it (see the module docstring)."""
+
+    __slots__ = ("base", "lowered")
+
+    def __init__(self, chain: Chain) -> None:
+        super().__init__(chain)
+        self.base: tuple[Guard, ...] | None = None  # the guards' ceilings the rows come from
+        self.lowered: tuple[Guard, ...] = ()
+
+    def admit(self, flight: Flight, thread: int | None) -> None:
+        # LLM and tool calls carry marks; embedding requests and steps (none) are checked
+        # against the plain ceilings.
+        marks = flight.marks
+        if marks is not None and not marks.final:
+            flight.rows = self.rows()
+
+    def rows(self) -> tuple[Guard, ...]:
+        """The guards' ceilings with each reserve taken off its context's cost ceilings (made
+        again when a limit was raised)."""
+        base = self.chain.rows()
+        if base is not self.base:
+            self.lowered = tuple(
+                (level, (*rows, *_lowered(frame)))
+                for frame, (level, rows) in zip(self.chain.guards, base, strict=True)
+            )
+            self.base = base
+        return self.lowered
+
+    def shared_terms(self, owner: Frame, marks: CallMarks | None, terms: SharedTerms) -> None:
+        reserve = owner.context.policy_options.final_reserve_usd
+        final = marks is not None and marks.final
+        if reserve is not None and KEY_COST in terms.ceilings and not final:
+            top = terms.ceilings[KEY_COST] - reserve
+            terms.cap(KEY_COST, top, Limit(KEY_COST, top))
+
+
+def _lowered(frame: Frame) -> tuple[LimitRow, ...]:
+    """Rows for ``frame``'s cost ceilings less its reserve (none without a reserve)."""
+    reserve = frame.context.policy_options.final_reserve_usd
+    if reserve is None:
+        return ()
+    kept = money.format_usd(reserve)
+    rows: list[LimitRow] = []
+    for limit in frame.limits:
+        if is_cost_ceiling(limit):
+            top = limit.max_value - reserve
+            note = f"final-answer reserve ({kept} kept for a call marked final)"
+            ceiling = DerivedCeiling(Limit(KEY_COST, top), 0, note)
+            rows.append((False, KEY_COST, money.to_nano(top, allow_negative=True), ceiling))
+    return tuple(rows)

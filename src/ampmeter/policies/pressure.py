@@ -1,0 +1,86 @@
+"""Budget pressure: once ``pressure_at`` (default 0.8) of a cost ceiling here or above is
+spent, the ``on_budget_pressure`` hook sees each instrumented request before it is measured and
+reserved; it may change it (a cheaper model) or refuse it (None), and the refusal stops the
+call when it is admitted. Through a shared ledger the spend is what all its processes spent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Final
+
+from ampmeter.keys import KEY_COST
+from ampmeter.limits import ExceededLimit, Limit
+from ampmeter.policies.options import KEY_BUDGET_PRESSURE, PressureHook
+from ampmeter.policies.shared_totals import shared_totals
+from ampmeter.policies.step import PolicyStep
+
+if TYPE_CHECKING:
+    from ampmeter._core.frame import Frame
+    from ampmeter._core.steps import Chain, Flight
+    from ampmeter.context import ExecutionContext
+
+__all__ = ["PRESSURE_AT", "Pressure"]
+
+PRESSURE_AT: Final = 0.8
+"""The share of a cost ceiling at which the hook starts to see requests, unless told."""
+
+
+class Pressure(PolicyStep):
+    """The budget-pressure hook of one context's calls (see the module docstring)."""
+
+    __slots__ = ("at", "ceilings", "hook")
+
+    def __init__(
+        self,
+        chain: Chain,
+        hook: PressureHook,
+        at: float | None,
+        ceilings: tuple[tuple[Frame, Decimal], ...],
+    ) -> None:
+        super().__init__(chain)
+        self.hook = hook
+        self.at = PRESSURE_AT if at is None else at
+        self.ceilings = ceilings  # every cost ceiling here and above, with its context
+
+    def admit(self, flight: Flight, thread: int | None) -> None:
+        marks = flight.marks
+        if marks is not None and marks.refusal is not None:
+            raise self.refuse(flight, self.chain.frame, marks.refusal)
+
+    def fraction(self) -> float:
+        """The largest share of a cost ceiling here or above that is spent."""
+        return max(float(_spent_cost(frame.context) / top) for frame, top in self.ceilings)
+
+    def relieve(self, ctx: ExecutionContext, request: dict[str, Any]) -> ExceededLimit | None:
+        """Pass ``request`` (an SDK call's keyword arguments) to the hook once ``at`` of a cost
+        ceiling is spent: its answer replaces the request in place, or (None) refuses it; the
+        refusal is returned."""
+        spent = self.fraction()
+        if spent < self.at:
+            return None
+        hook = self.hook
+        changed = hook(ctx, dict(request))
+        if changed is None:
+            name = getattr(hook, "__qualname__", type(hook).__name__)
+            note = f"refused by on_budget_pressure hook {name}"
+            limit = Limit(KEY_BUDGET_PRESSURE, self.at)
+            return ExceededLimit(limit, KEY_BUDGET_PRESSURE, spent, note)
+        if not isinstance(changed, Mapping):
+            raise TypeError(
+                f"on_budget_pressure must return the request (a dict) or None, "
+                f"got {type(changed).__name__}"
+            )
+        request.clear()
+        request.update(changed)
+        return None
+
+
+def _spent_cost(ctx: ExecutionContext) -> Decimal:
+    """What ``ctx``'s cost budget has spent, in dollars: through a shared ledger, every
+    process's spend (read at most every :data:`SHARED_READ_S`); else this process's."""
+    local: Decimal = ctx.stats.get_gauge(KEY_COST)
+    if ctx.ledger is None:
+        return local
+    totals = shared_totals(ctx.ledger).read()
+    return local if totals is None else max(local, Decimal(totals.get(KEY_COST, 0)))

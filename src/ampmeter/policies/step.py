@@ -1,0 +1,77 @@
+"""What every policy step shares beyond the admission chain's three verbs: the terms it adds
+to a shared ledger's reservation, and the events it reports once a call's usage is added."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ampmeter._core.outcome import Outcome, TerminationReason
+from ampmeter._core.steps import Chain, Flight, Step
+from ampmeter.policies.options import META_LIMIT_EVENTS
+
+if TYPE_CHECKING:
+    from ampmeter._core.frame import Frame
+    from ampmeter._core.usage import Usage
+    from ampmeter.errors import LimitExceeded
+    from ampmeter.limits import ExceededLimit, Limit
+    from ampmeter.policies.marks import CallMarks
+
+__all__ = ["Observer", "PolicyStep", "SharedTerms"]
+
+
+class SharedTerms:
+    """What one context's shared ledger checks a call against, beyond its plain ceilings
+    (policies change them in place):
+
+    * ``ceilings`` and their ``owners`` (the limit each ceiling stands for);
+    * ``extra``: keys to hold beyond the ceilings', with their amount (None: the call's own
+      estimate for the key);
+    * ``windows``: the windowed limits the ledger checks over its sliding window.
+    """
+
+    __slots__ = ("ceilings", "extra", "owners", "windows")
+
+    def __init__(self, ceilings: dict[str, Any], owners: dict[str, Limit]) -> None:
+        self.ceilings = ceilings
+        self.owners = owners
+        self.extra: dict[str, float | None] = {}
+        self.windows: tuple[Limit, ...] = ()
+
+    def cap(self, key: str, top: Any, limit: Limit) -> None:
+        """Check ``key`` against ``top`` (for ``limit``) from now on."""
+        self.ceilings = {**self.ceilings, key: top}
+        self.owners = {**self.owners, key: limit}
+
+
+class PolicyStep(Step):
+    """A policy in a context's admission chain."""
+
+    __slots__ = ("chain",)
+
+    def __init__(self, chain: Chain) -> None:
+        self.chain = chain
+
+    def refuse(self, flight: Flight, owner: Frame, stop: ExceededLimit) -> LimitExceeded:
+        """Halt ``flight`` for ``stop`` (a limit of ``owner``); the error to raise."""
+        return self.chain.refuse(flight, (owner, stop, TerminationReason.LIMIT_EXCEEDED))
+
+    def shared_terms(self, owner: Frame, marks: CallMarks | None, terms: SharedTerms) -> None:
+        """Add this policy's terms for ``owner``'s shared ledger (through a shared ledger a
+        policy counts what every process sharing the scope did)."""
+
+
+class Observer(PolicyStep):
+    """A policy that looks at what each call used once it is added (windows, warnings, soft
+    limits, the input cap); its events go on the call's node."""
+
+    __slots__ = ()
+
+    def observe(self, usage: Usage, node_id: str) -> list[dict[str, Any]]:
+        """Look at ``usage`` (added at ``node_id``); the events reported, as dicts."""
+        raise NotImplementedError
+
+    def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> Outcome:
+        events = self.observe(usage, flight.node.node_id)
+        if events:
+            self.chain.kernel.append_metadata(flight.node, META_LIMIT_EVENTS, events)
+        return outcome

@@ -1,0 +1,56 @@
+"""Unpriced models: under a cost limit (of the context or one above it) an LLM call to a model
+the pricing cannot price is refused before it is sent (``on_unpriced="refuse"``, the default)
+or let through with a warning and an ``unpriced`` event (``"warn"``); ``"allow"`` puts no step
+in the chain. An unpriced call is never counted as free: its node says ``unpriced``."""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING
+
+from ampmeter.keys import KEY_UNPRICED_LLM_CALLS
+from ampmeter.limits import ExceededLimit, Limit
+from ampmeter.policies.options import LimitEvent
+from ampmeter.policies.step import PolicyStep
+
+if TYPE_CHECKING:
+    from ampmeter._core.frame import Frame
+    from ampmeter._core.steps import Chain, Flight
+    from ampmeter.policies.events import EventLog
+
+__all__ = ["Unpriced"]
+
+_LIMIT = Limit(KEY_UNPRICED_LLM_CALLS, 0)
+
+
+class Unpriced(PolicyStep):
+    """The unpriced-model rule of one context's calls (see the module docstring)."""
+
+    __slots__ = ("log", "owner", "refuses")
+
+    def __init__(self, chain: Chain, owner: Frame, refuses: bool, log: EventLog) -> None:
+        super().__init__(chain)
+        self.owner = owner  # the nearest context with a cost limit
+        self.refuses = refuses
+        self.log = log  # the context's own events
+
+    def admit(self, flight: Flight, thread: int | None) -> None:
+        marks = flight.marks
+        if flight.kind == "llm" and marks is not None and not marks.priced:
+            self.unpriced(flight, marks.model)
+
+    def unpriced(self, flight: Flight, model: str | None) -> None:
+        """Refuse (or report) a call to ``model``, which has no price."""
+        note = (
+            f"model {model!r} has no price and context {self.owner.name!r} has a cost limit; "
+            f"price it with ampmeter.set_price({model!r}, input_per_mtok=..., "
+            f"output_per_mtok=...) (patterns like 'ft:gpt-4o-mini*' work), give the call an "
+            f"estimate_usd, or set on_unpriced='warn' or 'allow'"
+        )
+        if self.refuses:
+            stop = ExceededLimit(_LIMIT, KEY_UNPRICED_LLM_CALLS, 1, note)
+            raise self.refuse(flight, self.owner, stop)
+        warnings.warn(f"ampmeter: {note}", RuntimeWarning, stacklevel=4)
+        node_id, name = flight.node.node_id, self.chain.frame.name
+        event = LimitEvent("unpriced", _LIMIT, KEY_UNPRICED_LLM_CALLS, 1.0, 1.0, node_id, name)
+        self.log.report(event)

@@ -1,0 +1,102 @@
+"""Windowed limits (``Limit(key, max, window_s=60)``): only what settled in the last
+``window_s`` seconds counts. Locally a window is checked as a ceiling on the running total,
+raised by what has left the window, in the same kernel step as every other ceiling (so with
+the holds of calls in flight); through a shared ledger the ledger checks its own window."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from ampmeter.limits import DerivedCeiling, Limit, LimitType
+from ampmeter.policies.step import Observer
+
+if TYPE_CHECKING:
+    from ampmeter._core.check import LimitRow
+    from ampmeter._core.frame import Frame
+    from ampmeter._core.steps import Chain, Flight
+    from ampmeter._core.usage import Usage
+    from ampmeter.policies.marks import CallMarks
+    from ampmeter.policies.step import SharedTerms
+
+__all__ = ["Window", "Windows"]
+
+
+class Window:
+    """What settled in the last ``window_s`` seconds for a windowed limit's key."""
+
+    __slots__ = ("expired", "limit", "lock", "recent")
+
+    def __init__(self, limit: Limit) -> None:
+        self.limit = limit
+        self.lock = threading.Lock()
+        # (monotonic time, amount as the kernel counts it: money in nano-dollars)
+        self.recent: deque[tuple[float, Any]] = deque()
+        self.expired: Any = 0  # settled amounts that have left the window
+
+    def add(self, amount: Any) -> None:
+        with self.lock:
+            self.recent.append((time.monotonic(), amount))
+
+    def left_window(self) -> Any:
+        """The settled amount older than the window (it only grows)."""
+        assert self.limit.window_s is not None
+        start = time.monotonic() - self.limit.window_s
+        with self.lock:
+            recent = self.recent
+            while recent and recent[0][0] <= start:
+                self.expired += recent.popleft()[1]
+            return self.expired
+
+    def row(self) -> LimitRow:
+        """The window as a ceiling on the running total."""
+        gone = self.left_window()
+        limit = self.limit
+        ceiling = DerivedCeiling(limit, gone, f"limit exceeded in {limit.window_s:g}s")
+        return (False, limit.key, limit.internal_max + gone, ceiling)
+
+
+def windows_of(frame: Frame) -> tuple[Window, ...]:
+    """The windows of ``frame``'s context (none when it declares no windowed limit)."""
+    return frame.context.policies.windows
+
+
+class Windows(Observer):
+    """The windowed limits of one context and those above it (see the module docstring)."""
+
+    __slots__ = ("slots", "windows")
+
+    def __init__(self, chain: Chain) -> None:
+        super().__init__(chain)
+        # (guard index, that guard's windows), and every window here and above
+        self.slots = tuple(
+            (index, windows_of(frame))
+            for index, frame in enumerate(chain.guards)
+            if windows_of(frame)
+        )
+        self.windows = tuple(w for frame in chain.frame.chain for w in windows_of(frame))
+
+    def admit(self, flight: Flight, thread: int | None) -> None:
+        if flight.marks is None:  # embedding requests and steps: the plain ceilings
+            return
+        rows = list(flight.rows if flight.rows is not None else self.chain.rows())
+        for index, windows in self.slots:
+            level, base = rows[index]
+            rows[index] = (level, (*base, *(window.row() for window in windows)))
+        flight.rows = tuple(rows)
+
+    def observe(self, usage: Usage, node_id: str) -> list[dict[str, Any]]:
+        entries = usage.entries()
+        for window in self.windows:
+            for key, field, _ in entries:
+                if key == window.limit.key and usage[field]:
+                    window.add(usage[field])
+        return []
+
+    def shared_terms(self, owner: Frame, marks: CallMarks | None, terms: SharedTerms) -> None:
+        limits = tuple(window.limit for window in windows_of(owner))
+        if limits:
+            terms.windows = limits
+            terms.extra.update((lim.key, None) for lim in limits if lim.type is LimitType.EXACT)

@@ -1,0 +1,163 @@
+"""Where a context's prices come from, and what an ended call's price leaves on its node.
+
+A context prices the calls recorded without a cost, and estimates what a call reserves, with
+its ``pricing`` (``ExecutionContext(pricing=...)``; children inherit it). Anything with the
+``price`` and ``estimate`` functions of :mod:`ampmeter.pricing` can serve:
+
+* :data:`TABLE`, the default: :mod:`ampmeter.pricing` itself (genai-prices and the user's
+  prices), imported when the first call needs a price, so that making a context does not load
+  the table;
+* :data:`NO_PRICES`: prices nothing. Every call without a cost of its own is ``unpriced``
+  (never $0), so under a cost limit it is refused unless it carries an ``estimate_usd``
+  (``on_unpriced`` decides); for tests and embedders that bring their own costs;
+* the module :mod:`ampmeter.pricing`, or an embedder's own object.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ampmeter import money
+from ampmeter.node import (
+    META_CACHE_WRITE_TOKENS,
+    META_CACHED_TOKENS,
+    META_COST_STATUS,
+    META_PRICING_VERSION,
+    META_REASONING_TOKENS,
+    META_TOOL_CALLS_MADE,
+)
+
+if TYPE_CHECKING:
+    from ampmeter.pricing.table import PriceResult
+
+__all__ = ["NO_PRICES", "TABLE", "Priced", "Pricing", "checked", "price_call"]
+
+
+class Pricing(Protocol):
+    """What a context needs of its prices: :func:`ampmeter.pricing.price` (the cost of an ended
+    call; ``cost_usd`` None when unpriced) and :func:`ampmeter.pricing.estimate` (the most a
+    call may cost before it is made, in dollars; None when unpriced), with their signatures."""
+
+    def price(self, *args: Any, **kwargs: Any) -> PriceResult: ...
+
+    def estimate(self, *args: Any, **kwargs: Any) -> Decimal | None: ...
+
+
+class _Table:
+    """:mod:`ampmeter.pricing`, imported when the first call needs a price."""
+
+    def price(self, model: str, provider: str | None = None, **tokens: int) -> PriceResult:
+        from ampmeter import pricing
+
+        return pricing.price(model, provider, **tokens)
+
+    def estimate(self, model: str, provider: str | None = None, **sizes: Any) -> Decimal | None:
+        from ampmeter import pricing
+
+        return pricing.estimate(model, provider, **sizes)
+
+    def load(self) -> None:
+        """Load the price table now (a context with a timeout does, so that the first call's
+        load never counts against it)."""
+        from ampmeter import pricing
+
+        pricing.load()
+
+    def __repr__(self) -> str:
+        return "ampmeter.pricing.TABLE"
+
+
+class _NoPrices:
+    """Prices nothing (see the module docstring)."""
+
+    def price(self, model: str, provider: str | None = None, **tokens: int) -> PriceResult:
+        from ampmeter.pricing.table import PriceResult
+
+        return PriceResult(None, "", "unpriced")
+
+    def estimate(self, model: str, provider: str | None = None, **sizes: Any) -> Decimal | None:
+        return None
+
+    def __repr__(self) -> str:
+        return "ampmeter.pricing.NO_PRICES"
+
+
+TABLE: Pricing = _Table()
+"""The price table (:mod:`ampmeter.pricing`), loaded on first need: every context's default."""
+
+NO_PRICES: Pricing = _NoPrices()
+"""Prices nothing: calls without a cost of their own are ``unpriced``, never $0."""
+
+
+def checked(pricing: object) -> Pricing | None:
+    """``pricing`` as a context's keyword (None: as the enclosing context)."""
+    if pricing is None:
+        return None
+    for name in ("price", "estimate"):
+        if not callable(getattr(pricing, name, None)):
+            raise TypeError(
+                f"pricing must have price() and estimate() like ampmeter.pricing (or be "
+                f"ampmeter.pricing.NO_PRICES), got {type(pricing).__name__} without {name}()"
+            )
+    return pricing  # type: ignore[return-value]
+
+
+class Priced:
+    """What an ended LLM (or embedding) call cost, and the metadata its price leaves."""
+
+    __slots__ = ("cost", "metadata", "unpriced")
+
+    def __init__(self, cost: int, metadata: dict[str, Any], unpriced: int) -> None:
+        self.cost = cost
+        self.metadata = metadata
+        self.unpriced = unpriced
+
+
+def price_call(
+    pricing: Pricing,
+    model: str | None,
+    provider: str | None,
+    cost: int | None,
+    recorded: bool,
+    tokens_in: int,
+    tokens_out: int,
+    cached: int,
+    cache_writes: int,
+    reasoning: int,
+    tools: int,
+) -> Priced:
+    """The price of an ended call in nano-dollars: ``cost`` as given, else ``pricing``'s
+    (unpriced when the model is unknown or the call recorded nothing). The price may be a
+    Decimal or a float of dollars."""
+    version: str | None = None
+    if cost is not None:
+        status = "given"
+    elif not model or not recorded:
+        cost, status = 0, "unpriced"
+    else:
+        result = pricing.price(
+            model,
+            provider,
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+            cached_tokens=cached,
+            cache_write_tokens=cache_writes,
+            reasoning_tokens=reasoning,
+        )
+        version = result.pricing_version
+        if result.cost_usd is None:
+            cost, status = 0, "unpriced"
+        else:
+            cost, status = money.to_nano(result.cost_usd, "price"), "priced"
+    meta: dict[str, Any] = {META_COST_STATUS: status}
+    if version:
+        meta[META_PRICING_VERSION] = version
+    if cached:
+        meta[META_CACHED_TOKENS] = cached
+    if cache_writes:
+        meta[META_CACHE_WRITE_TOKENS] = cache_writes
+    if reasoning:
+        meta[META_REASONING_TOKENS] = reasoning
+    meta[META_TOOL_CALLS_MADE] = tools
+    return Priced(cost, meta, int(status == "unpriced"))
