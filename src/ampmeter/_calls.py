@@ -235,7 +235,7 @@ class CallMaker:
         usage, keys = trace_effect(record)
         key = getattr(record, "idempotency_key", None)
         if usage is not None and key is not None:
-            seen = self._frame.chain[-1].seen  # the run's keys, shared with its calls
+            seen = self._frame.seen  # the run's keys, shared with its calls
             if seen.claim(_validate.text(key, "idempotency_key", empty=False), ("trace", 0)):
                 return  # a replayed record: counted once already
         if usage is not None:

@@ -198,7 +198,10 @@ class ExecutionContext(CallMaker):
         )
 
     def _setup(self, parent: ExecutionContext | None, settings: Settings) -> None:
-        pricing = settings.pricing or (parent.pricing if parent is not None else TABLE)
+        if settings.pricing is not None:
+            pricing = settings.pricing
+        else:
+            pricing = parent.pricing if parent is not None else TABLE
         load = getattr(pricing, "load", None)
         if settings.timeout_s is not None and load is not None:
             load()  # the price table's first load never counts against the timeout

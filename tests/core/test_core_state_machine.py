@@ -241,8 +241,8 @@ class CoreMachine(RuleBasedStateMachine):
             estimates = sum((c.estimate for c in under), Decimal(0))
             if scope.cap is not None:
                 assert held.get(KEY_COST, 0) == estimates, (scope.ctx.name, held, estimates)
-            else:  # a context without its own cap may hold nothing; if it holds, exactly that
-                assert held.get(KEY_COST, estimates) == estimates, (scope.ctx.name, held)
+            else:  # a context without a cap of its own holds no money
+                assert KEY_COST not in held, (scope.ctx.name, held)
         assert self.holds()[0].get(KEY_STEPS, 0) == len(self.calls)
 
     @staticmethod

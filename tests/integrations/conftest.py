@@ -1,5 +1,7 @@
 """Fixtures of the integration tests: real SDK clients on the local model, metering, replay."""
 
+import os
+
 from support.metering import instrumented, replay
 from support.sdk_clients import (
     anthropic_client,
@@ -7,6 +9,9 @@ from support.sdk_clients import (
     async_openai_client,
     openai_client,
 )
+
+# LiteLLM reads its bundled price map instead of downloading one (set before any test imports it).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 __all__ = [
     "anthropic_client",

@@ -4,7 +4,6 @@ retry loop (its generic ``client.post()``, and LiteLLM on top of it)."""
 from __future__ import annotations
 
 import asyncio
-import os
 
 import openai
 import pytest
@@ -18,7 +17,6 @@ from ampmeter.testing import recorded
 from ampmeter.testing.replay import ReplayResponse, ReplayServer
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-map download
 
 
 def test_smolagents_wraps_the_stop_in_agent_generation_error(llm_server: LocalLLMServer) -> None:

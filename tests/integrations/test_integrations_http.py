@@ -7,12 +7,12 @@ google-genai, raw httpx and error cases talk to the replay server's recorded wir
 from __future__ import annotations
 
 import builtins
-import os
 import sys
 from typing import Any
 
 import httpx
 import httpx2
+import litellm
 import openai
 import pytest
 
@@ -25,10 +25,6 @@ from ampmeter.local_llm import LocalLLMServer
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded
 from ampmeter.testing.replay import ReplayServer
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-map download
-
-import litellm
 
 litellm.suppress_debug_info = True
 

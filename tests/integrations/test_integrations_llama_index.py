@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import os
 import threading
 from typing import Any
 
 import pytest
+from llama_index.core.llms import ChatMessage
+from llama_index.llms.litellm import LiteLLM
 
 from ampmeter import ExecutionContext, LimitExceeded, StreamOutlivedContext, find_limit_exceeded
 from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS
@@ -22,11 +23,6 @@ from ampmeter.local_llm import LocalLLMServer
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded
 from ampmeter.testing.replay import ReplayServer
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-map download
-
-from llama_index.core.llms import ChatMessage
-from llama_index.llms.litellm import LiteLLM
 
 MESSAGES = [ChatMessage(role="user", content="Name one colour.")]
 

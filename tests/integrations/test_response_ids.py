@@ -23,6 +23,7 @@ import pytest
 
 from ampmeter import ExecutionContext
 from ampmeter.integrations import instrument
+from ampmeter.integrations.adapter import MAX_RESPONSE_ID
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS
 from ampmeter.ledgers import SqliteLedger
 from ampmeter.testing import ReplayResponse, ReplayServer, recorded
@@ -184,7 +185,7 @@ def test_a_response_delivered_twice_counts_once(name: str) -> None:
         with ExecutionContext(max_cost_usd=10.0) as ctx:
             key = send(server)
             once = (ctx.stats.get_gauge(KEY_COST), ctx.stats.get_counter(KEY_INPUT_TOKENS))
-            assert send(server) == key  # the second delivery returns normally
+            assert send(server) == key  # the same id again (the premise), returned normally
             twice = (ctx.stats.get_gauge(KEY_COST), ctx.stats.get_counter(KEY_INPUT_TOKENS))
         assert len(server.requests) == 2
     assert once == twice and once[0] > 0 and once[1] > 0
@@ -246,7 +247,7 @@ def test_response_id_keys_off_counts_every_delivery() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad_id", ["x" * 257, "chatcmpl-1\nforged", ""], ids=["long", "nl", "empty"]
+    "bad_id", ["x" * (MAX_RESPONSE_ID + 1), "chatcmpl-1\nforged", ""], ids=["long", "nl", "empty"]
 )
 def test_an_id_no_provider_would_send_is_not_a_key(bad_id: str) -> None:
     """A hostile or broken server's id (too long, control characters, empty) is never a key:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextvars
 import gc
-import os
 import threading
 import warnings
 from collections.abc import Iterator
@@ -18,8 +17,6 @@ import ampmeter
 from ampmeter.integrations import instrument, lifecycle, uninstrument
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing.replay import ReplayResponse, ReplayServer
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-map download
 
 COMPLETION = {
     "id": "c1",

@@ -160,6 +160,7 @@ def test_a_killed_childs_hold_is_charged_and_shown_everywhere(
         ctx.snapshot()
         assert ctx.stats.get_gauge(KEY_UNSETTLED_COST) == HELD
         assert len(_unsettled_events(parent_log)) == 1
+        assert [n.name for n in ctx.graph.nodes()].count("unsettled hold") == 1
     finally:
         ledger.close()
 

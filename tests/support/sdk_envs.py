@@ -8,6 +8,7 @@ prints, as its last line, one JSON document of what it saw.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ OLDEST_PINS = ("httpx<0.28", "pydantic>=2,<3", *AMPMETER_DEPS)
 SECOND_MAJOR = ("openai>=2,<3", "pydantic>=2,<3", *AMPMETER_DEPS)
 
 
+@functools.cache
 def _uv() -> str | None:
     found = os.environ.get("AMPMETER_UV") or shutil.which("uv")
     if found:
@@ -54,7 +56,7 @@ def sdk_env(name: str, packages: tuple[str, ...]) -> Path:
     home = Path(tempfile.gettempdir()) / f"ampmeter-{name}-{version}"
     python = home / "bin" / "python"
     ready = home / ".ready"
-    if not ready.exists():
+    if not ready.exists() or ready.read_text() != " ".join(packages):  # made for other pins
         shutil.rmtree(home, ignore_errors=True)
         subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(home)], check=True)
         install = [uv, "pip", "install", "--quiet", "--python", str(python), *packages]

@@ -107,7 +107,8 @@ class Frame:
             parent.on_expired_hold if parent is not None else None
         )
         self.revision = 0
-        self.seen = SeenKeys()  # on the root: the idempotency keys the run has counted
+        # The idempotency keys the run has counted: one set, the root's, shared by every frame.
+        self.seen: SeenKeys = parent.seen if parent is not None else SeenKeys()
 
     def can_stop(self) -> bool:
         """Whether this context can stop a call (only those take part in admission)."""

@@ -47,7 +47,7 @@ META_IDEMPOTENCY_KEY: Final = "idempotency_key"
 META_DUPLICATE_OF: Final = "duplicate_of"
 META_FIRST_COST: Final = "first_cost_usd"
 KEYS_KEPT: Final = 20_000  # per run: about 7 MB of response-id keys (measured: 32 MB per 100k)
-KEEP_S: Final = 86_400.0  # as long as the ledgers remember a key (their SETTLED_KEEP_S)
+KEEP_S: Final = 86_400.0  # the ledgers remember a key as long (their SETTLED_KEEP_S is this)
 
 First = tuple[str, int]
 """Who counted a key first (a node id, ``"trace"``, or ``"ledger:<scope>"``) and its cost in
@@ -59,9 +59,9 @@ class SeenKeys:
 
     __slots__ = ("_keys", "_lock", "keep_s", "max_keys")
 
-    def __init__(self, max_keys: int | None = None, keep_s: float | None = None) -> None:
-        self.max_keys = KEYS_KEPT if max_keys is None else max_keys
-        self.keep_s = KEEP_S if keep_s is None else keep_s
+    def __init__(self) -> None:
+        self.max_keys = KEYS_KEPT
+        self.keep_s = KEEP_S
         self._keys: dict[str, tuple[First, float]] = {}
         self._lock = threading.Lock()
 
@@ -104,7 +104,7 @@ def counted_once(
     key = flight.idempotency_key
     assert key is not None
     meta: dict[str, Any] = {**(outcome.metadata or {}), META_IDEMPOTENCY_KEY: key}
-    first = frame.chain[-1].seen.claim(key, (flight.node.node_id, outcome.cost_nano))
+    first = frame.seen.claim(key, (flight.node.node_id, outcome.cost_nano))
     if first is None:
         return usage, outcome.with_usage(
             outcome.cost_nano, outcome.tokens_in, outcome.tokens_out, meta
@@ -123,7 +123,7 @@ def counted_before(
     if META_DUPLICATE_OF in meta:
         return outcome  # this run had counted it already
     first = (f"ledger:{scope}", money.to_nano(amounts.get(KEY_COST, 0)))
-    frame.chain[-1].seen.replace(key, first)
+    frame.seen.replace(key, first)
     return _marked(outcome, {**meta, META_IDEMPOTENCY_KEY: key}, first)
 
 

@@ -149,7 +149,6 @@ class Chain:
         self.guards = tuple(f for f in frame.chain if f.can_stop())
         self.guard_rows: tuple[Guard, ...] = tuple((f.level, f.rows) for f in self.guards)
         self.revision = frame.chain[-1].revision
-        self.index = {id(f.context): f for f in frame.chain}
         self.policies = policies
         self.wait_s = wait_s
         self.ledgered = tuple(f for f in self.guards if f.ledger is not None)
@@ -242,10 +241,6 @@ class Chain:
                 found = self.owner(hit)
         return found
 
-    def frame_of(self, context: object) -> Frame:
-        """The frame of a context of this chain."""
-        return self.index[id(context)]
-
     # -- settlement -----------------------------------------------------------------------------
 
     def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> None:
@@ -261,9 +256,10 @@ class Chain:
         keyed = flight.idempotency_key is not None
         if keyed:
             usage, outcome = counted_once(self.frame, flight, usage, outcome)
+        ledgered = keyed and bool(self.ledgered)
         for step in self.settlers:
             outcome = step.settle(flight, usage, outcome)
-            if keyed:  # a shared ledger may have counted it before this run
+            if ledgered:  # a shared ledger may have counted it before this run
                 usage = usage_after(usage, outcome)
         if self.emitter.sinks:
             self.emitter.emit(node)

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Literal
 
+from ampmeter._core.idempotency import KEEP_S
 from ampmeter.errors import BudgetUnavailable
 from ampmeter.ledgers._amounts import (
     Amount,
@@ -75,8 +76,9 @@ UNSETTLED_CLAIM = "amp:unsettled:"
 
 # How long a settled (committed or released) reservation id, an expired hold kept for its
 # commit, and an idempotency key are remembered: a repeat of any of them within this time is
-# recognised and ignored.
-SETTLED_KEEP_S = 86_400.0
+# recognised and ignored. A run keeps its own keys as long (the core defines the figure, so
+# that a context never imports the ledgers).
+SETTLED_KEEP_S = KEEP_S
 
 # Pauses between the tries of a commit or release before it goes to the journal.
 SETTLE_RETRY_PAUSES_S = (0.05, 0.2)

@@ -73,12 +73,14 @@ class HandoffSpend:
 class Handoffs:
     """The hand-offs one context made."""
 
-    __slots__ = ("emitter", "frame", "kernel", "made")
+    __slots__ = ("emitter", "frame", "kernel", "made", "own_recorded")
 
     def __init__(self, frame: Frame, kernel: Kernel, emitter: Emitter) -> None:
         self.frame = frame
         self.kernel = kernel
         self.emitter = emitter
+        # The dead workers' holds at this context's own scope recorded so far (id -> amounts).
+        self.own_recorded: dict[str, Mapping[str, Any]] = {}
         self.made: list[HandoffSpend] = []
 
     def give(
@@ -194,7 +196,9 @@ class Handoffs:
             if holds:
                 node_id = self.frame.context.node_id
                 level = self.frame.level
-                record_unsettled(holds, ledger, self.kernel, level, self.emitter, node_id, {})
+                record_unsettled(
+                    holds, ledger, self.kernel, level, self.emitter, node_id, self.own_recorded
+                )
         except Exception as error:  # a survivor's close must not fail on this read
             import logging  # only now: importing ampmeter loads no logging
 

@@ -73,7 +73,8 @@ def record_unsettled(
 def _record(
     hold: UnsettledHold, kernel: Kernel, level: Level, emitter: Emitter, parent_id: str
 ) -> None:
-    amounts = hold.amounts
+    # A hold lists every key an exact limit watches, at 0 when the call does not use it.
+    amounts = {key: value for key, value in hold.amounts.items() if value}
     cost = money.to_nano(amounts.get(KEY_COST, 0), KEY_COST)
     models = [key[len(KEY_COST_FOR) :] for key in amounts if key.startswith(KEY_COST_FOR)]
     model = models[0] if len(models) == 1 else None
