@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from ampmeter import ExecutionContext, HandoffError, JsonlSink, propagation
+from ampmeter import ExecutionContext, HandoffError, JsonlSink, Limit, propagation
 from ampmeter.analysis import summarize
 from ampmeter.cli import app
-from ampmeter.keys import KEY_COST, KEY_LLM_CALLS, KEY_UNSETTLED_COST
+from ampmeter.keys import KEY_COST, KEY_LLM_CALLS, KEY_TOOL_CALLS, KEY_UNSETTLED_COST
 from ampmeter.ledgers import Ledger, RedisLedger, SqliteLedger
 from ampmeter.logs import event_problem, validate_event
 from ampmeter.report import write_report
@@ -94,13 +94,13 @@ def _unsettled_events(*paths: Path) -> list[dict[str, Any]]:
 
 
 def _kill_a_handed_off_worker(
-    opener: Opener, tmp_path: Path, rule: str
+    opener: Opener, tmp_path: Path, rule: str, limits: list[Limit] | None = None
 ) -> tuple[ExecutionContext, Ledger, Path, Path]:
     scope = f"team-{uuid.uuid4().hex[:8]}"
     ledger = opener(scope)
     parent_log, child_log = tmp_path / "parent.jsonl", tmp_path / "child.jsonl"
     sink = JsonlSink(parent_log)
-    ctx = ExecutionContext("boss", ledger=ledger, sinks=[sink], on_expired_hold=rule)
+    ctx = ExecutionContext("boss", ledger=ledger, sinks=[sink], on_expired_hold=rule, limits=limits)
     token = ctx.handoff("worker", max_cost_usd=1.0)
     ready, go = FORK.Queue(), FORK.Queue()
     args = (opener, scope, token, str(child_log), ready, go)
@@ -161,6 +161,26 @@ def test_a_killed_childs_hold_is_charged_and_shown_everywhere(
         assert ctx.stats.get_gauge(KEY_UNSETTLED_COST) == HELD
         assert len(_unsettled_events(parent_log)) == 1
         assert [n.name for n in ctx.graph.nodes()].count("unsettled hold") == 1
+    finally:
+        ledger.close()
+
+
+def test_a_killed_llm_call_under_a_tool_call_limit_stays_an_llm_call(
+    opener: Opener, tmp_path: Path
+) -> None:
+    # An exact tool-call limit makes every hold carry the tool-call key, at 0 for an LLM call:
+    # the dead call's node must still be an LLM call of its model, not a tool call.
+    limits = [Limit(KEY_TOOL_CALLS, 5)]
+    ctx, ledger, parent_log, child_log = _kill_a_handed_off_worker(
+        opener, tmp_path, "charge", limits
+    )
+    try:
+        assert ledger.unsettled()[KEY_COST] == HELD
+        (line,) = _unsettled_events(parent_log, child_log)
+        assert line["event_type"] == "llm_completion" and line["model"] == "m"
+        assert line["cost_usd"] == float(HELD)
+        assert ctx.stats.get_counter(KEY_LLM_CALLS) == 2
+        assert ctx.stats.get_counter(KEY_TOOL_CALLS) == 0
     finally:
         ledger.close()
 

@@ -73,8 +73,7 @@ def record_unsettled(
 def _record(
     hold: UnsettledHold, kernel: Kernel, level: Level, emitter: Emitter, parent_id: str
 ) -> None:
-    # A hold lists every key an exact limit watches, at 0 when the call does not use it.
-    amounts = {key: value for key, value in hold.amounts.items() if value}
+    amounts = hold.amounts  # the ledger leaves out the keys held at 0 (exact limits' others)
     cost = money.to_nano(amounts.get(KEY_COST, 0), KEY_COST)
     models = [key[len(KEY_COST_FOR) :] for key in amounts if key.startswith(KEY_COST_FOR)]
     model = models[0] if len(models) == 1 else None
