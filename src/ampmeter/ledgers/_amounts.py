@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 from ampmeter.keys import is_money
 from ampmeter.money import NANO_PER_USD, from_nano, to_nano, usd
@@ -19,6 +19,7 @@ from ampmeter.money import NANO_PER_USD, from_nano, to_nano, usd
 __all__ = [
     "Amount",
     "AmountIn",
+    "HoldRequest",
     "Limits",
     "Units",
     "Windows",
@@ -53,6 +54,20 @@ _MAX_CEILING_USD = Decimal(_MAX_UNITS) / NANO_PER_USD
 
 Windows: TypeAlias = tuple[tuple[str, float, int], ...]
 """Sliding-window ceilings at the reserving scope: ``((key, window_s, max), ...)``."""
+
+
+class HoldRequest(NamedTuple):
+    """One checked reserve as a backend takes it."""
+
+    reservation_id: str
+    amounts: Units
+    """What to hold at every scope of the path, in units."""
+    limits: Limits
+    """The ceilings per scope, the reserving scope first."""
+    windows: Windows
+    """Sliding-window ceilings at the reserving scope."""
+    charge: bool
+    """Whether the hold's lease running out charges it (else releases it)."""
 
 
 def to_units(key: str, value: object, what: str, *, ceiling: bool = False) -> int:

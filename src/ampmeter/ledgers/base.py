@@ -24,9 +24,9 @@ from ampmeter.errors import BudgetUnavailable
 from ampmeter.ledgers._amounts import (
     Amount,
     AmountIn,
+    HoldRequest,
     Limits,
     Units,
-    Windows,
     amounts_out,
     check_amounts,
     check_key,
@@ -273,7 +273,7 @@ class Ledger(ABC):
         if self._journal is not None and self._journal.pending:
             self._replay_journal(strict=True)
         try:
-            held = self._backend_reserve(rid, wanted, limits, spans, charge)
+            held = self._backend_reserve(HoldRequest(rid, wanted, limits, spans, charge))
         except BaseException:
             # The backend may have taken the hold before the answer was lost (a timeout, a
             # dropped connection, an interrupt): nobody would ever settle it, so release it.
@@ -473,19 +473,12 @@ class Ledger(ABC):
     # -- what a backend implements ----------------------------------------------------------
 
     @abstractmethod
-    def _backend_reserve(
-        self,
-        reservation_id: str,
-        amounts: Units,
-        limits: Limits,
-        windows: Windows,
-        charge: bool,
-    ) -> Reservation | Refusal:
-        """One atomic reserve (see :meth:`try_reserve`); ``limits`` lists the own scope first,
-        and the backend adds the kept ceilings with :func:`kept_limits`; ``windows`` apply at
-        the own scope. A paused scope on the path refuses first, then a settled id with
+    def _backend_reserve(self, request: HoldRequest) -> Reservation | Refusal:
+        """One atomic reserve (see :meth:`try_reserve`). ``request.limits`` lists the own scope
+        first, and the backend adds the kept ceilings with :func:`kept_limits`; the windows apply
+        at the own scope. A paused scope on the path refuses first, then a settled id with
         :data:`SETTLED_ID`, a ceiling as :func:`first_refusal` names it, a window after every
-        ceiling fits. A taken hold remembers ``charge``: whether its expiry charges it."""
+        ceiling fits. A taken hold remembers ``request.charge``: whether its expiry charges it."""
 
     @abstractmethod
     def _backend_recent(self, scope: str, key: str, window_s: float) -> int:

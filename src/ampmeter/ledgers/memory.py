@@ -7,7 +7,13 @@ import time
 from collections import deque
 from typing import Literal, TypeVar
 
-from ampmeter.ledgers._amounts import Limits, Units, Windows, check_seconds, scope_path
+from ampmeter.ledgers._amounts import (
+    HoldRequest,
+    Units,
+    Windows,
+    check_seconds,
+    scope_path,
+)
 from ampmeter.ledgers.base import (
     SETTLED_ID,
     SETTLED_KEEP_S,
@@ -104,14 +110,8 @@ class InMemoryLedger(Ledger):
         )
         self._state = _State()
 
-    def _backend_reserve(
-        self,
-        reservation_id: str,
-        amounts: Units,
-        limits: Limits,
-        windows: Windows,
-        charge: bool,
-    ) -> Reservation | Refusal:
+    def _backend_reserve(self, request: HoldRequest) -> Reservation | Refusal:
+        reservation_id, amounts, limits, windows, charge = request
         state = self._state
         with state.lock:
             now = time.time()

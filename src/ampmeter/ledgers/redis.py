@@ -28,9 +28,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from ampmeter.ledgers import _lua
 from ampmeter.ledgers._amounts import (
-    Limits,
+    HoldRequest,
     Units,
-    Windows,
     check_scope,
     check_seconds,
     root_of,
@@ -155,14 +154,8 @@ class RedisLedger(Ledger):
         process must bring its own client (see :meth:`Ledger.location`)."""
         return dict(self._location)
 
-    def _backend_reserve(
-        self,
-        reservation_id: str,
-        amounts: Units,
-        limits: Limits,
-        windows: Windows,
-        charge: bool,
-    ) -> Reservation | Refusal:
+    def _backend_reserve(self, request: HoldRequest) -> Reservation | Refusal:
+        reservation_id, amounts, limits, windows, charge = request
         flat: list[str] = []
         for key, value in amounts.items():
             flat += (key, str(value))

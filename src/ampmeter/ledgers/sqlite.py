@@ -19,7 +19,13 @@ from typing import Literal, TypeVar
 
 import orjson
 
-from ampmeter.ledgers._amounts import Limits, Units, Windows, check_seconds, scope_path
+from ampmeter.ledgers._amounts import (
+    HoldRequest,
+    Units,
+    Windows,
+    check_seconds,
+    scope_path,
+)
 from ampmeter.ledgers._journal import Journal, default_journal_dir
 from ampmeter.ledgers.base import (
     SETTLED_ID,
@@ -217,14 +223,9 @@ class SqliteLedger(Ledger):
         """The SQLite file and lease (see :meth:`Ledger.location`)."""
         return dict(self._location)
 
-    def _backend_reserve(
-        self,
-        reservation_id: str,
-        amounts: Units,
-        limits: Limits,
-        windows: Windows,
-        charge: bool,
-    ) -> Reservation | Refusal:
+    def _backend_reserve(self, request: HoldRequest) -> Reservation | Refusal:
+        reservation_id, amounts, limits, windows, charge = request
+
         def reserve(db: sqlite3.Connection, now: float) -> Reservation | Refusal:
             own = next(iter(limits))
             paused = _paused_by(db, own)
