@@ -20,6 +20,8 @@ from ampmeter.logs import read_jsonl
 from ampmeter.logs.reader import LongLine, file_lines, max_line_bytes
 
 __all__ = [
+    "EXTENDED_COLUMNS",
+    "V0_COLUMNS",
     "AnalysisError",
     "event_fields",
     "problem_fields",
@@ -27,6 +29,20 @@ __all__ = [
     "read_records",
     "stream_fields",
 ]
+
+V0_COLUMNS: Final = ("t", "cumulative_api_cost_usd", "cumulative_solved", "cost_per_solved")
+"""The columns of the TokenTracker v0 amortization CSV."""
+EXTENDED_COLUMNS: Final = (
+    "t",
+    "cum_accuracy",
+    "attempt_success_rate_p50",
+    "tokens_total_p50",
+    "latency_ms_p50",
+    "latency_ms_p95",
+    "cost_usd_pipeline_avg",
+    "cost_usd_total_avg",
+)
+"""The columns of the extended amortization CSV (``t`` and the run's quality and cost)."""
 
 T = TypeVar("T")
 

@@ -15,22 +15,11 @@ import numpy as np
 import numpy.typing as npt
 
 from ampmeter._files import replaced_when_complete
+from ampmeter.analysis._records import EXTENDED_COLUMNS, V0_COLUMNS
 
 __all__ = ["CurveTable"]
 
-ROW_COLUMNS: Final = (
-    "t",
-    "cumulative_api_cost_usd",
-    "cumulative_solved",
-    "cost_per_solved",
-    "cum_accuracy",
-    "attempt_success_rate_p50",
-    "tokens_total_p50",
-    "latency_ms_p50",
-    "latency_ms_p95",
-    "cost_usd_pipeline_avg",
-    "cost_usd_total_avg",
-)
+ROW_COLUMNS: Final = V0_COLUMNS + EXTENDED_COLUMNS[1:]  # every column of a curve row, once
 _CHUNK: Final = 65_536
 
 Array = npt.NDArray[Any]

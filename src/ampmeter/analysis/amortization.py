@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from ampmeter._files import replaced_when_complete, require_file
 from ampmeter.analysis._pycurve import curve_rows
 from ampmeter.analysis._records import (
+    EXTENDED_COLUMNS,
+    V0_COLUMNS,
     event_fields,
     problem_fields,
     read_records,
@@ -47,17 +49,6 @@ __all__ = [
     "write_v0_csv",
 ]
 
-V0_COLUMNS: Final = ("t", "cumulative_api_cost_usd", "cumulative_solved", "cost_per_solved")
-EXTENDED_COLUMNS: Final = (
-    "t",
-    "cum_accuracy",
-    "attempt_success_rate_p50",
-    "tokens_total_p50",
-    "latency_ms_p50",
-    "latency_ms_p95",
-    "cost_usd_pipeline_avg",
-    "cost_usd_total_avg",
-)
 # Past this many bytes of input, engine="auto" reads with DuckDB (when it is installed).
 DUCKDB_THRESHOLD_BYTES: Final = 64 * 1024 * 1024
 

@@ -27,11 +27,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ampmeter.analysis._records import AnalysisError, record_line
 from ampmeter.analysis.ceilings import call_usage, parse_stop_reason
-from ampmeter.analysis.runs import Call, call_depths, call_from_event, is_unsettled
+from ampmeter.analysis.runs import Call, LoggedCalls, call_depths, is_unsettled
 from ampmeter.analysis.summary import RunSummary, termination_of
-from ampmeter.logs import event_problem, read_jsonl
 from ampmeter.metrics import was_sent
 from ampmeter.policies import META_LIMIT_EVENTS
 
@@ -308,36 +306,29 @@ def digest_logs(
     runs: dict[str, RunDigest] = {}
     budget = detail_budget
     latencies = digest.latencies
-    for raw_path in paths:
-        path = os.fspath(raw_path)
-        with read_jsonl(path, best_effort=best_effort, check=event_problem) as reader:
-            for index, obj in enumerate(reader):
-                try:
-                    call = call_from_event(obj, index)
-                except ValueError as exc:
-                    line = record_line(path, index, best_effort)
-                    raise AnalysisError(path, line, str(exc)) from None
-                run_id: str = obj["run_id"]
-                run = runs.get(run_id)
-                if run is None:
-                    run = runs[run_id] = RunDigest(run_id)
-                    digest.runs.append(run)
-                if path not in run.sources:
-                    run.sources.append(path)
-                keep = budget > 0 and run.calls_dropped == 0 and len(run.calls) < detail_per_run
-                if keep:
-                    budget -= 1
-                run.add(call, keep)
-                if call.kind == "llm":
-                    _add_model(digest.by_model, call)
-                    if call.latency_ms is not None and was_sent(
-                        call.status, call.tokens_in, call.tokens_out
-                    ):
-                        latency = call.latency_ms
-                        if len(latencies) >= _DISTINCT_LATENCIES:
-                            latency = float(round(latency))
-                        latencies[latency] += 1
-            digest.skipped_lines += reader.skipped
+    logged = LoggedCalls(paths, best_effort=best_effort)
+    for path, obj, call in logged:
+        run_id: str = obj["run_id"]
+        run = runs.get(run_id)
+        if run is None:
+            run = runs[run_id] = RunDigest(run_id)
+            digest.runs.append(run)
+        if path not in run.sources:
+            run.sources.append(path)
+        keep = budget > 0 and run.calls_dropped == 0 and len(run.calls) < detail_per_run
+        if keep:
+            budget -= 1
+        run.add(call, keep)
+        if call.kind == "llm":
+            _add_model(digest.by_model, call)
+            if call.latency_ms is not None and was_sent(
+                call.status, call.tokens_in, call.tokens_out
+            ):
+                latency = call.latency_ms
+                if len(latencies) >= _DISTINCT_LATENCIES:
+                    latency = float(round(latency))
+                latencies[latency] += 1
+    digest.skipped_lines += logged.skipped_lines
     for run in digest.runs:
         run.finish()
     return digest

@@ -6,7 +6,7 @@ Shared by :func:`ampmeter.analysis.summarize` and the HTML report.
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Final, TypeVar
@@ -18,6 +18,7 @@ __all__ = [
     "KIND_OF_EVENT",
     "STATUS_OF",
     "Call",
+    "LoggedCalls",
     "Run",
     "call_depths",
     "call_from_event",
@@ -81,15 +82,11 @@ class Run:
     termination_reason: str | None = None
 
 
-class _Bad(ValueError):
-    pass
-
-
 def _int(value: object, what: str) -> int:
     if value is None:
         return 0
     if type(value) is not int or value < 0:
-        raise _Bad(f"{what} must be an int >= 0, got {value!r}")
+        raise ValueError(f"{what} must be an int >= 0, got {value!r}")
     return value
 
 
@@ -113,19 +110,19 @@ def call_from_event(obj: dict[str, Any], index: int = 0) -> Call:
     """
     event_type = obj.get("event_type")
     if not isinstance(event_type, str):
-        raise _Bad(f"'event_type' must be a string, got {event_type!r}")
+        raise ValueError(f"'event_type' must be a string, got {event_type!r}")
     run_id = obj.get("run_id")
     if not isinstance(run_id, str):
-        raise _Bad(f"'run_id' must be a string, got {run_id!r}")
+        raise ValueError(f"'run_id' must be a string, got {run_id!r}")
     usage = obj.get("usage")
     if not isinstance(usage, dict):
-        raise _Bad("missing 'usage' object")
+        raise ValueError("missing 'usage' object")
     cost = obj.get("cost_usd")
     if type(cost) not in (int, float):
-        raise _Bad(f"'cost_usd' must be a number, got {cost!r}")
+        raise ValueError(f"'cost_usd' must be a number, got {cost!r}")
     latency = obj.get("latency_ms")
     if latency is not None and type(latency) not in (int, float):
-        raise _Bad(f"'latency_ms' must be a number, got {latency!r}")
+        raise ValueError(f"'latency_ms' must be a number, got {latency!r}")
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     span = obj.get("span_id")
@@ -156,6 +153,37 @@ def call_from_event(obj: dict[str, Any], index: int = 0) -> Call:
     )
 
 
+class LoggedCalls:
+    """The calls of TokenTracker logs, event by event, as ``(path, event, call)``.
+
+    Lines are read by the one reading every tool shares (:func:`ampmeter.logs.read_jsonl`
+    with :func:`ampmeter.logs.event_problem`); an event whose fields no reader accepts raises
+    :class:`AnalysisError` naming ``file:line``. ``skipped_lines`` counts the lines
+    ``best_effort`` skipped so far.
+    """
+
+    def __init__(
+        self, paths: Iterable[str | os.PathLike[str]], *, best_effort: bool = False
+    ) -> None:
+        self._paths = paths
+        self._best_effort = best_effort
+        self.skipped_lines = 0
+
+    def __iter__(self) -> Iterator[tuple[str, dict[str, Any], Call]]:
+        best_effort = self._best_effort
+        for raw_path in self._paths:
+            path = os.fspath(raw_path)
+            with read_jsonl(path, best_effort=best_effort, check=event_problem) as reader:
+                for index, obj in enumerate(reader):
+                    try:
+                        call = call_from_event(obj, index)
+                    except ValueError as exc:
+                        line = record_line(path, index, best_effort)
+                        raise AnalysisError(path, line, str(exc)) from None
+                    yield path, obj, call
+                self.skipped_lines += reader.skipped
+
+
 def load_runs(
     paths: Iterable[str | os.PathLike[str]], *, best_effort: bool = False
 ) -> dict[str, Run]:
@@ -167,27 +195,18 @@ def load_runs(
     line and the field (skipped and counted with ``best_effort``).
     """
     runs: dict[str, Run] = {}
-    for raw_path in paths:
-        path = os.fspath(raw_path)
-        with read_jsonl(path, best_effort=best_effort, check=event_problem) as reader:
-            for index, obj in enumerate(reader):
-                try:
-                    call = call_from_event(obj, index)
-                except _Bad as exc:
-                    raise AnalysisError(
-                        path, record_line(path, index, best_effort), str(exc)
-                    ) from None
-                run_id = obj["run_id"]
-                run = runs.get(run_id)
-                if run is None:
-                    run = runs[run_id] = Run(run_id)
-                if path not in run.sources:
-                    run.sources.append(path)
-                run.calls.append(call)
-                run.events.append(obj)
-                reason = call.metadata.get("termination_reason")
-                if isinstance(reason, str):
-                    run.termination_reason = reason
+    for path, obj, call in LoggedCalls(paths, best_effort=best_effort):
+        run_id = obj["run_id"]
+        run = runs.get(run_id)
+        if run is None:
+            run = runs[run_id] = Run(run_id)
+        if path not in run.sources:
+            run.sources.append(path)
+        run.calls.append(call)
+        run.events.append(obj)
+        reason = call.metadata.get("termination_reason")
+        if isinstance(reason, str):
+            run.termination_reason = reason
     for run in runs.values():
         _set_depths(run.calls)
     return runs

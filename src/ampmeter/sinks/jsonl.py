@@ -164,26 +164,11 @@ def node_to_event(
             "stop_reason": node.stop_reason,
             "cost_status": None,
         }
+    event: dict[str, Any] = {"timestamp": iso_utc(end), "run_id": run_id, "span_id": node.node_id}
     parent_id = node.parent_id
-    if parent_id is None or node.depth == 1:
-        return {
-            "timestamp": iso_utc(end),
-            "run_id": run_id,
-            "span_id": node.node_id,
-            "event_type": event_type,
-            "operation": node.name,
-            "component": component,
-            "model": node.model or "",
-            "usage": usage,
-            "cost_usd": cost,
-            "latency_ms": int(end - node.start_ts_ms),
-            "metadata": metadata,
-        }
-    return {
-        "timestamp": iso_utc(end),
-        "run_id": run_id,
-        "span_id": node.node_id,
-        "parent_id": parent_id,
+    if parent_id is not None and node.depth != 1:
+        event["parent_id"] = parent_id
+    event |= {
         "event_type": event_type,
         "operation": node.name,
         "component": component,
@@ -193,6 +178,7 @@ def node_to_event(
         "latency_ms": int(end - node.start_ts_ms),
         "metadata": metadata,
     }
+    return event
 
 
 def encode_event(event: dict[str, Any]) -> bytes:
