@@ -24,17 +24,17 @@ Run: ``python bench/sdk_bench.py [--quick]``.
 
 ``python bench/sdk_bench.py --instructions [--quick]`` (needs valgrind; never part of ``make
 test`` or ``make bench``) counts instead the machine instructions a client process executes per
-call, raw, metered by ampmeter and, when installed, under shekel (callgrind, the same calls run
-``N`` and 0 times, the difference over ``N``): a figure that does not move with the machine's
-load.
+call, raw, metered by ampmeter and, when installed, under shekel: callgrind counts nothing until
+the warm-up is done, then the ``N`` calls only (the client switches collection on and off with
+``callgrind_control``), so neither start-up nor a one-off difference between two processes'
+start-ups enters the figure, and it does not move with the machine's load.
 
 ``python bench/sdk_bench.py --opcodes`` counts the Python opcodes one call executes after the
 warm-up, each mode in its own process (``sys.settrace`` opcode events). The count is exact: it
 does not move with the seed, the heap or what else the environment installs, while callgrind's
-(``N`` − 0) / ``N`` carries one-off layout effects of the process (the type-attribute cache,
-dict probing, the allocator) of tens of thousands of instructions per call, larger when a peer
-imports more (``shekel.budget()`` imports every SDK it patches). Hold a peer comparison against
-this count.
+count moves with layout effects of the process (the type-attribute cache, dict probing, the
+allocator), larger when a peer imports more (``shekel.budget()`` imports every SDK it patches).
+Hold a peer comparison against this count.
 """
 
 from __future__ import annotations
@@ -303,46 +303,55 @@ _WORKLOADS: dict[str, Callable[[openai.OpenAI, bool], None]] = {"plain": _plain,
 _WARM_UP = 20
 
 
+def _collect(on: bool) -> None:
+    """Switch callgrind's collection for this process on or off (it returns once done)."""
+    switch = "on" if on else "off"
+    subprocess.run(
+        ["callgrind_control", "-i", switch, str(os.getpid())], check=True, capture_output=True
+    )
+
+
 def _client(base_url: str, mode: str, workload: str, calls: int) -> None:
-    """The process callgrind counts: ``calls`` calls (after a warm-up) in one mode."""
+    """The process callgrind runs: a warm-up, then ``calls`` calls in one mode, counted."""
     call = _WORKLOADS[workload]
     with (
         openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0) as client,
         _peers()[mode]() as asks_usage,
     ):
-        for _ in range(_WARM_UP + calls):
+        for _ in range(_WARM_UP):
             call(client, asks_usage)
+        _collect(True)
+        for _ in range(calls):
+            call(client, asks_usage)
+        _collect(False)
 
 
 def _instructions(base_url: str, mode: str, workload: str, calls: int) -> float:
-    """Instructions per call of the client process: (``calls`` calls − 0 calls) / ``calls``."""
-    counted = []
-    for n in (0, calls):
-        with tempfile.TemporaryDirectory(prefix="sdk_bench.") as tmp:
-            out = os.path.join(tmp, "callgrind.out")
-            done = subprocess.run(
-                [
-                    "valgrind",
-                    "--tool=callgrind",
-                    f"--callgrind-out-file={out}",
-                    sys.executable,
-                    __file__,
-                    "--client",
-                    base_url,
-                    mode,
-                    workload,
-                    str(n),
-                ],
-                capture_output=True,
-                text=True,
-                check=False,
-                env={**os.environ, "PYTHONHASHSEED": "0"},  # string hashes move dict probing
-            )
-        found = re.search(r"Collected : (\d+)", done.stderr)
-        if done.returncode != 0 or found is None:
-            raise RuntimeError(f"the {mode} {workload} client failed:\n{done.stderr[-2000:]}")
-        counted.append(int(found.group(1)))
-    return (counted[1] - counted[0]) / calls
+    """Instructions the client process executes per call, over ``calls`` calls after a warm-up."""
+    with tempfile.TemporaryDirectory(prefix="sdk_bench.") as tmp:
+        done = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--instr-atstart=no",
+                f"--callgrind-out-file={os.path.join(tmp, 'callgrind.out')}",
+                sys.executable,
+                __file__,
+                "--client",
+                base_url,
+                mode,
+                workload,
+                str(calls),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONHASHSEED": "0"},  # string hashes move dict probing
+        )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(f"the {mode} {workload} client failed:\n{done.stderr[-2000:]}")
+    return int(found.group(1)) / calls
 
 
 def instructions(quick: bool) -> list[tuple[str, str, float, float]]:
@@ -360,8 +369,10 @@ def instructions(quick: bool) -> list[tuple[str, str, float, float]]:
 
 
 def _print_instructions(quick: bool) -> None:
-    if shutil.which("valgrind") is None:
-        sys.exit("--instructions needs valgrind (apt-get install valgrind)")
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        sys.exit(
+            "--instructions needs valgrind and its callgrind_control (apt-get install valgrind)"
+        )
     for workload, mode, raw, metered in instructions(quick):
         added = metered - raw
         print(
