@@ -15,6 +15,7 @@ its ``pricing`` (``ExecutionContext(pricing=...)``; children inherit it). Anythi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,24 +46,30 @@ class Pricing(Protocol):
 
 
 class _Table:
-    """:mod:`ampmeter.pricing`, imported when the first call needs a price."""
+    """:mod:`ampmeter.pricing`'s ``price`` and ``estimate`` for counts a context has checked
+    already (:func:`~ampmeter.pricing.table.price_checked`,
+    :func:`~ampmeter.pricing.table.estimate_checked`), imported when the first call needs a
+    price and kept on this object from then on."""
 
-    def price(self, model: str, provider: str | None = None, **tokens: int) -> PriceResult:
-        from ampmeter import pricing
+    # Declared for the type checker; each is set on first use by __getattr__.
+    price: Callable[..., PriceResult]
+    estimate: Callable[..., Decimal | None]
 
-        return pricing.price(model, provider, **tokens)
+    def __getattr__(self, name: str) -> Any:
+        if name not in ("price", "estimate"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        from ampmeter.pricing import table
 
-    def estimate(self, model: str, provider: str | None = None, **sizes: Any) -> Decimal | None:
-        from ampmeter import pricing
-
-        return pricing.estimate(model, provider, **sizes)
+        function = table.price_checked if name == "price" else table.estimate_checked
+        setattr(self, name, function)  # later calls find it here, as a plain attribute
+        return function
 
     def load(self) -> None:
         """Load the price table now (a context with a timeout does, so that the first call's
         load never counts against it)."""
-        from ampmeter import pricing
+        from ampmeter.pricing import table
 
-        pricing.load()
+        table.load()
 
     def __repr__(self) -> str:
         return "ampmeter.pricing.TABLE"
