@@ -101,8 +101,10 @@ def measure(wire: Wire, body: Mapping[str, Any]) -> RequestSize:
     for a body that is not a mapping.
     """
     estimator = _loaded.get(wire) or _load(wire)
-    if not isinstance(body, Mapping):
-        raise TypeError(f"a request body must be a mapping, got {type(body).__name__}")
+    if not isinstance(body, dict):  # SDK keyword arguments and JSON bodies are dicts
+        if not isinstance(body, Mapping):
+            raise TypeError(f"a request body must be a mapping, got {type(body).__name__}")
+        body = dict(body)
     model = body.get("model")
     return estimator(body, tokenizer.counter(model) if isinstance(model, str) else None)
 
