@@ -122,16 +122,17 @@ def _load(wire: str) -> _Measure:
 
 def input_tokens(size: RequestSize, model: str | None, mode: EstimateMode = "learned") -> int:
     """The input tokens to reserve for a request of ``size`` sent to ``model``."""
-    bound = size.utf8_bytes + size.framing + size.media
+    chars, utf8_bytes, framing, media, text_tokens = size
+    fixed = framing + media
     if mode == "bound":
-        return bound
+        return utf8_bytes + fixed
     if mode != "learned":
         raise ValueError(f"estimate mode must be 'learned' or 'bound', got {mode!r}")
-    if size.text_tokens is not None:
-        text = size.text_tokens * _ratios.get((model or "", "tokens"), 1.0)
+    if text_tokens is not None:
+        text = text_tokens * _ratios.get((model or "", "tokens"), 1.0)
     else:
-        text = size.chars * _ratios.get((model or "", "chars"), _DEFAULT_RATIO)
-    return min(math.ceil(text) + size.framing + size.media, bound)
+        text = chars * _ratios.get((model or "", "chars"), _DEFAULT_RATIO)
+    return min(math.ceil(text), utf8_bytes) + fixed
 
 
 def prompt_tokens(text: str, model: str | None = None) -> int:

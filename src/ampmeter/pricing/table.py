@@ -180,28 +180,25 @@ def _rates_of(model: str, provider: str | None) -> Rates | Unpriced:
     name not resolved before is checked first (``TypeError``/``ValueError`` naming it)."""
     source, changes = genai_table.source(), user_prices.changes
     try:
-        entry = _resolved[model, provider]
+        resolved_from, resolved_at, rates = _resolved[model, provider]
     except (KeyError, TypeError):  # TypeError: not a name at all, which _resolve reports
-        entry = _resolve(model, provider, source, changes)
+        rates = _resolve(model, provider, source, changes)
     else:
-        if entry[0] is not source or entry[1] != changes:
-            entry = _resolve(model, provider, source, changes)
-    rates = entry[2]
+        if resolved_from is not source or resolved_at != changes:
+            rates = _resolve(model, provider, source, changes)
     if isinstance(rates, DatedRates):
         return rates.in_force() or Unpriced(rates.version)
     return rates
 
 
-def _resolve(
-    model: str, provider: str | None, source: object, changes: int
-) -> tuple[object, int, _Entry]:
+def _resolve(model: str, provider: str | None, source: object, changes: int) -> _Entry:
     model, provider = model_arg(model), provider_arg(provider)
     user = user_rates(model, provider)
-    entry = (source, changes, user if user is not None else table_entry(model, provider))
+    rates = user if user is not None else table_entry(model, provider)
     if len(_resolved) >= _RESOLVED_MAX:
         _resolved.clear()
-    _resolved[model, provider] = entry
-    return entry
+    _resolved[model, provider] = (source, changes, rates)
+    return rates
 
 
 def estimate(
