@@ -40,17 +40,34 @@ def measure_chat(
 def _chat(body: Mapping[str, Any], tally: Tally) -> None:
     """Add a Chat Completions ``body`` to ``tally``."""
     model = body.get("model")
-    for message in _list(body.get("messages")):
+    for key, value in body.items():  # only the fields a body has are read
+        add = _BODY_PARTS.get(key)
+        if add is not None:
+            add(value, model, tally)
+    tally.framing += REPLY_PRIMING
+
+
+def _messages(messages: object, model: object, tally: Tally) -> None:
+    for message in _list(messages):
         if isinstance(message, dict):
             _message(message, model, tally)
-    tally.framing += REPLY_PRIMING
-    functions = [*_list(body.get("tools")), *_list(body.get("functions"))]
-    if functions:
-        tally.framing += TOOLS_BLOCK + TOKENS_PER_FUNCTION * len(functions)
-        for function in functions:
-            tally.json(function)
-    tally.json(body.get("response_format"))
-    prediction = body.get("prediction")
+
+
+def _functions(functions: object, model: object, tally: Tally) -> None:
+    """Tool (or legacy function) definitions: their JSON, and the framing of their block (a
+    body that sends both tools and legacy functions counts a block for each: over, not under)."""
+    definitions = _list(functions)
+    if definitions:
+        tally.framing += TOOLS_BLOCK + TOKENS_PER_FUNCTION * len(definitions)
+        for definition in definitions:
+            tally.json(definition)
+
+
+def _response_format(response_format: object, model: object, tally: Tally) -> None:
+    tally.json(response_format)
+
+
+def _prediction(prediction: object, model: object, tally: Tally) -> None:
     if isinstance(prediction, dict):
         _content(prediction.get("content"), model, tally)
 
@@ -127,12 +144,23 @@ def _content(content: object, model: object, tally: Tally) -> None:
             _part(part, str(model) if isinstance(model, str) else None, tally)
 
 
+# What each field of a message adds (its role is in the framing).
 _MESSAGE_PARTS: Final[dict[str, Callable[[Any, object, Tally], None]]] = {
     "name": _name,
     "content": _content,
     "refusal": _refusal,
     "tool_calls": _tool_calls,
     "function_call": _function_call,
+}
+
+
+# What each field of a body adds (fields not here send nothing billed, e.g. max_tokens).
+_BODY_PARTS: Final[dict[str, Callable[[Any, object, Tally], None]]] = {
+    "messages": _messages,
+    "tools": _functions,
+    "functions": _functions,
+    "response_format": _response_format,
+    "prediction": _prediction,
 }
 
 
