@@ -97,8 +97,9 @@ def measure(wire: Wire, body: Mapping[str, Any]) -> RequestSize:
     """The measure of a request ``body`` (the JSON object sent) in the wire format ``wire``.
 
     ``body["model"]`` selects model-specific rules (image tokens, tool prompts) and the
-    tokenizer where one is installed. ``ValueError`` for an unknown wire format, ``TypeError``
-    for a body that is not a mapping.
+    tokenizer where one is installed. Its parts are read as SDK arguments and JSON give them
+    (dicts, lists, strings). ``ValueError`` for an unknown wire format, ``TypeError`` for a
+    body that is not a mapping.
     """
     estimator = _loaded.get(wire) or _load(wire)
     if not isinstance(body, dict):  # SDK keyword arguments and JSON bodies are dicts
