@@ -214,26 +214,12 @@ def _look_up(model: str, provider: str | None) -> Rates | DatedRates | None:
 # --------------------------------------------------------------------------- the disk index
 
 
-# What the disk index said of each (model, provider), decoded once: every priced call asks
-# (twice: the reservation and the price), and decoding its JSON form each time was ~15% of
-# what metering adds to an SDK call. A miss is kept too: the table loads right after one.
-_decoded: dict[tuple[str, str | None], Rates | Unpriced | None] = {}
-_DECODED_MAX: Final = 4096
-
-
 def _from_disk(model: str, provider: str | None) -> Rates | Unpriced | None:
     """Rates from the on-disk index while the table is not loaded in this process (a loaded
     table, maybe auto-updated, is always asked instead); None when the index has no answer."""
     if _table is not None or "genai_prices" in sys.modules:
         return None
-    key = (model, provider)
-    try:
-        return _decoded[key]
-    except KeyError:
-        known = _decode(model, _price_cache.lookup(model, provider))
-        if len(_decoded) < _DECODED_MAX:
-            _decoded[key] = known
-        return known
+    return _decode(model, _price_cache.lookup(model, provider))
 
 
 def _decode(model: str, found: Any) -> Rates | Unpriced | None:

@@ -4,9 +4,12 @@ A context prices the calls recorded without a cost, and estimates what a call re
 its ``pricing`` (``ExecutionContext(pricing=...)``; children inherit it). Anything with the
 ``price`` and ``estimate`` functions of :mod:`ampmeter.pricing` can serve:
 
-* :data:`TABLE`, the default: :mod:`ampmeter.pricing` itself (genai-prices and the user's
-  prices), imported when the first call needs a price, so that making a context does not load
-  the table;
+* :data:`TABLE`, the default: the prices of :mod:`ampmeter.pricing` (genai-prices and the
+  user's prices), imported when the first call needs a price, so that making a context does
+  not load the table. A context checks a call's counts where they enter (``llm_call``,
+  ``record``), so TABLE prices them without checking them again
+  (:func:`~ampmeter.pricing.table.price_checked`,
+  :func:`~ampmeter.pricing.table.estimate_checked`);
 * :data:`NO_PRICES`: prices nothing. Every call without a cost of its own is ``unpriced``
   (never $0), so under a cost limit it is refused unless it carries an ``estimate_usd``
   (``on_unpriced`` decides); for tests and embedders that bring their own costs;
