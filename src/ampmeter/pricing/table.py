@@ -223,7 +223,7 @@ def estimate(
     elif prompt_text is not None:
         if not isinstance(prompt_text, str):
             raise TypeError(f"prompt_text must be a str, got {type(prompt_text).__name__}")
-        n_in = request_size.prompt_tokens(prompt_text, model_arg(model))
+        n_in = request_size.prompt_tokens(prompt_text, model_arg(model))  # a name, first
     else:
         n_in = 0
     n_out = None if max_tokens is None else _count("max_tokens", max_tokens)
@@ -231,7 +231,11 @@ def estimate(
 
 
 def estimate_checked(
-    model: str, provider: str | None = None, *, prompt_tokens: int, max_tokens: int | None
+    model: str,
+    provider: str | None = None,
+    *,
+    prompt_tokens: int = 0,
+    max_tokens: int | None = None,
 ) -> Decimal | None:
     """:func:`estimate` of counts already checked: a context checks a call's counts when it is
     made, so :data:`~ampmeter.pricing.TABLE` reserves with this. The model and provider names
