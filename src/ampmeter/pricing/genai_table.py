@@ -26,7 +26,16 @@ from ampmeter.pricing.rates import Rates, compile_price, rates_from_json, rates_
 if TYPE_CHECKING:
     from genai_prices.types import ModelInfo, ModelPrice
 
-__all__ = ["Unpriced", "load", "now", "split_provider", "table_rates", "table_version"]
+__all__ = [
+    "DatedRates",
+    "Unpriced",
+    "load",
+    "now",
+    "source",
+    "split_provider",
+    "table_entry",
+    "table_version",
+]
 
 _UTC: Final = timezone.utc
 now = _time.time
@@ -100,7 +109,7 @@ def _load_table() -> _Table:
         return _table
 
 
-class _DatedRates:
+class DatedRates:
     """Rates of a model whose table price depends on the request time (start dates, off-peak).
 
     The rates in force are kept until the next instant any of the model's conditions changes.
@@ -171,7 +180,7 @@ def _compiled(model_price: ModelPrice, version: str) -> Rates | None:
 
 
 @lru_cache(maxsize=4096)
-def _table_entry(model: str, provider: str | None, generation: int) -> Rates | _DatedRates | None:
+def _table_entry(model: str, provider: str | None, generation: int) -> Rates | DatedRates | None:
     """Resolve ``model`` in the table and keep the answer in the disk index; ``generation``
     keys the cache to one table snapshot (so each answer is resolved and stored once)."""
     rates = _look_up(model, provider)
@@ -179,7 +188,7 @@ def _table_entry(model: str, provider: str | None, generation: int) -> Rates | _
     return rates
 
 
-def _look_up(model: str, provider: str | None) -> Rates | _DatedRates | None:
+def _look_up(model: str, provider: str | None) -> Rates | DatedRates | None:
     table = _table
     assert table is not None  # _current_table() ran first
     from genai_prices import Usage
@@ -198,18 +207,11 @@ def _look_up(model: str, provider: str | None) -> Rates | _DatedRates | None:
         except LookupError:
             return None
     if isinstance(calc.model.prices, list):  # conditional prices: pick by request time
-        return _DatedRates(calc.model, table.version)
+        return DatedRates(calc.model, table.version)
     return compile_price(calc.model_price, table.version)
 
 
 # --------------------------------------------------------------------------- the disk index
-
-
-# What the disk index said of each (model, provider), decoded once: every priced call asks
-# (twice: the reservation and the price), and decoding its JSON form each time was ~15% of
-# what metering adds to an SDK call. A miss is kept too: the table loads right after one.
-_decoded: dict[tuple[str, str | None], Rates | Unpriced | None] = {}
-_DECODED_MAX: Final = 4096
 
 
 def _from_disk(model: str, provider: str | None) -> Rates | Unpriced | None:
@@ -217,14 +219,7 @@ def _from_disk(model: str, provider: str | None) -> Rates | Unpriced | None:
     table, maybe auto-updated, is always asked instead); None when the index has no answer."""
     if _table is not None or "genai_prices" in sys.modules:
         return None
-    key = (model, provider)
-    try:
-        return _decoded[key]
-    except KeyError:
-        known = _decode(model, _price_cache.lookup(model, provider))
-        if len(_decoded) < _DECODED_MAX:
-            _decoded[key] = known
-        return known
+    return _decode(model, _price_cache.lookup(model, provider))
 
 
 def _decode(model: str, found: Any) -> Rates | Unpriced | None:
@@ -240,8 +235,8 @@ def _decode(model: str, found: Any) -> Rates | Unpriced | None:
         return None
 
 
-def _to_disk(model: str, provider: str | None, rates: Rates | _DatedRates | None) -> None:
-    if isinstance(rates, _DatedRates):
+def _to_disk(model: str, provider: str | None, rates: Rates | DatedRates | None) -> None:
+    if isinstance(rates, DatedRates):
         return  # depends on the time of the request: always asked of the table
     table = _table
     if table is None or table.generation != 1:
@@ -250,16 +245,24 @@ def _to_disk(model: str, provider: str | None, rates: Rates | _DatedRates | None
     _price_cache.store(model, provider, value)
 
 
-def table_rates(model: str, provider: str | None) -> Rates | Unpriced:
-    """The table's rates for ``model`` at ``provider`` now (the disk index's answer while the
-    table is not loaded in this process), or :class:`Unpriced` naming the table's version."""
+def source() -> object:
+    """What the table's answers come from now: genai-prices' snapshot (a live update replaces
+    it) once genai-prices is imported, else None (the disk index answers). An answer from
+    :func:`table_entry` holds while this stays the same."""
+    if _table is None and "genai_prices" not in sys.modules:
+        return None
+    return _current_table().snapshot
+
+
+def table_entry(model: str, provider: str | None) -> Rates | DatedRates | Unpriced:
+    """The table's rates for ``model`` at ``provider`` (the disk index's answer while the
+    table is not loaded in this process), rates that depend on the time of the request, or
+    :class:`Unpriced` naming the table's version."""
     known = _from_disk(model, provider)
     if known is not None:
         return known
     table = _current_table()
     rates = _table_entry(model, provider, table.generation)
-    if isinstance(rates, _DatedRates):
-        rates = rates.in_force()
     return table.unpriced if rates is None else rates
 
 

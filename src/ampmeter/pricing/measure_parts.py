@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["RequestSize", "Tally", "json_text"]
 
 
-@dataclass(frozen=True, slots=True)
-class RequestSize:
+class RequestSize(NamedTuple):
     """What one request sends that its provider bills as input, measured before it is sent.
 
     ``chars`` and ``utf8_bytes`` count all billed text (messages in every role, system and
@@ -24,7 +23,7 @@ class RequestSize:
     documents, and prompts sent as token ids; ``media`` the tokens of images, audio and files
     by the provider's rules (a stated bound where they are unknown). ``text_tokens`` is the
     text's count by an offline tokenizer of the model's family when one is installed
-    (``ampmeter[tokenizer]``), else None.
+    (``ampmeter[tokenizer]``), else None. A plain immutable value: one is made per request.
     """
 
     chars: int

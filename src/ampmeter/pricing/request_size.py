@@ -97,12 +97,15 @@ def measure(wire: Wire, body: Mapping[str, Any]) -> RequestSize:
     """The measure of a request ``body`` (the JSON object sent) in the wire format ``wire``.
 
     ``body["model"]`` selects model-specific rules (image tokens, tool prompts) and the
-    tokenizer where one is installed. ``ValueError`` for an unknown wire format, ``TypeError``
-    for a body that is not a mapping.
+    tokenizer where one is installed. Its parts are read as SDK arguments and JSON give them
+    (dicts, lists, strings). ``ValueError`` for an unknown wire format, ``TypeError`` for a
+    body that is not a mapping.
     """
     estimator = _loaded.get(wire) or _load(wire)
-    if not isinstance(body, Mapping):
-        raise TypeError(f"a request body must be a mapping, got {type(body).__name__}")
+    if not isinstance(body, dict):  # SDK keyword arguments and JSON bodies are dicts
+        if not isinstance(body, Mapping):
+            raise TypeError(f"a request body must be a mapping, got {type(body).__name__}")
+        body = dict(body)
     model = body.get("model")
     return estimator(body, tokenizer.counter(model) if isinstance(model, str) else None)
 
@@ -120,16 +123,17 @@ def _load(wire: str) -> _Measure:
 
 def input_tokens(size: RequestSize, model: str | None, mode: EstimateMode = "learned") -> int:
     """The input tokens to reserve for a request of ``size`` sent to ``model``."""
-    bound = size.utf8_bytes + size.framing + size.media
+    chars, utf8_bytes, framing, media, text_tokens = size
+    fixed = framing + media
     if mode == "bound":
-        return bound
+        return utf8_bytes + fixed
     if mode != "learned":
         raise ValueError(f"estimate mode must be 'learned' or 'bound', got {mode!r}")
-    if size.text_tokens is not None:
-        text = size.text_tokens * _ratios.get((model or "", "tokens"), 1.0)
+    if text_tokens is not None:
+        text = text_tokens * _ratios.get((model or "", "tokens"), 1.0)
     else:
-        text = size.chars * _ratios.get((model or "", "chars"), _DEFAULT_RATIO)
-    return min(math.ceil(text) + size.framing + size.media, bound)
+        text = chars * _ratios.get((model or "", "chars"), _DEFAULT_RATIO)
+    return min(math.ceil(text), utf8_bytes) + fixed
 
 
 def prompt_tokens(text: str, model: str | None = None) -> int:

@@ -4,9 +4,12 @@ A context prices the calls recorded without a cost, and estimates what a call re
 its ``pricing`` (``ExecutionContext(pricing=...)``; children inherit it). Anything with the
 ``price`` and ``estimate`` functions of :mod:`ampmeter.pricing` can serve:
 
-* :data:`TABLE`, the default: :mod:`ampmeter.pricing` itself (genai-prices and the user's
-  prices), imported when the first call needs a price, so that making a context does not load
-  the table;
+* :data:`TABLE`, the default: the prices of :mod:`ampmeter.pricing` (genai-prices and the
+  user's prices), imported when the first call needs a price, so that making a context does
+  not load the table. A context checks a call's counts where they enter (``llm_call``,
+  ``record``), so TABLE prices them without checking them again
+  (:func:`~ampmeter.pricing.table.price_checked`,
+  :func:`~ampmeter.pricing.table.estimate_checked`);
 * :data:`NO_PRICES`: prices nothing. Every call without a cost of its own is ``unpriced``
   (never $0), so under a cost limit it is refused unless it carries an ``estimate_usd``
   (``on_unpriced`` decides); for tests and embedders that bring their own costs;
@@ -15,6 +18,7 @@ its ``pricing`` (``ExecutionContext(pricing=...)``; children inherit it). Anythi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,24 +49,30 @@ class Pricing(Protocol):
 
 
 class _Table:
-    """:mod:`ampmeter.pricing`, imported when the first call needs a price."""
+    """:mod:`ampmeter.pricing`'s ``price`` and ``estimate`` for counts a context has checked
+    already (:func:`~ampmeter.pricing.table.price_checked`,
+    :func:`~ampmeter.pricing.table.estimate_checked`), imported when the first call needs a
+    price and kept on this object from then on."""
 
-    def price(self, model: str, provider: str | None = None, **tokens: int) -> PriceResult:
-        from ampmeter import pricing
+    # Declared for the type checker; each is set on first use by __getattr__.
+    price: Callable[..., PriceResult]
+    estimate: Callable[..., Decimal | None]
 
-        return pricing.price(model, provider, **tokens)
+    def __getattr__(self, name: str) -> Any:
+        if name not in ("price", "estimate"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        from ampmeter.pricing import table
 
-    def estimate(self, model: str, provider: str | None = None, **sizes: Any) -> Decimal | None:
-        from ampmeter import pricing
-
-        return pricing.estimate(model, provider, **sizes)
+        function = table.price_checked if name == "price" else table.estimate_checked
+        setattr(self, name, function)  # later calls find it here, as a plain attribute
+        return function
 
     def load(self) -> None:
         """Load the price table now (a context with a timeout does, so that the first call's
         load never counts against it)."""
-        from ampmeter import pricing
+        from ampmeter.pricing import table
 
-        pricing.load()
+        table.load()
 
     def __repr__(self) -> str:
         return "ampmeter.pricing.TABLE"

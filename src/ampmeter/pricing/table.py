@@ -28,12 +28,13 @@ from decimal import Decimal
 from typing import Final, Literal, SupportsIndex, cast
 
 from ampmeter import money
-from ampmeter.pricing import request_size
+from ampmeter.pricing import genai_table, request_size, user_prices
 from ampmeter.pricing.genai_table import (
+    DatedRates,
     Unpriced,
     load,
     split_provider,
-    table_rates,
+    table_entry,
     table_version,
 )
 from ampmeter.pricing.max_output import max_output_tokens
@@ -57,8 +58,10 @@ __all__ = [
     "PricingStatus",
     "clear_prices",
     "estimate",
+    "estimate_checked",
     "load",
     "price",
+    "price_checked",
     "remove_price",
     "set_price",
     "split_provider",
@@ -116,7 +119,6 @@ def price(
     ``"unpriced"``. Non-int or negative counts raise ``TypeError``/``ValueError``, as do parts
     larger than their whole.
     """
-    model, provider = model_arg(model), provider_arg(provider)
     input_tokens = _count("input_tokens", input_tokens)
     output_tokens = _count("output_tokens", output_tokens)
     cached_tokens = _count("cached_tokens", cached_tokens)
@@ -133,6 +135,30 @@ def price(
             f"reasoning_tokens ({reasoning_tokens}) exceed output_tokens ({output_tokens}); "
             "reasoning tokens are part of the output"
         )
+    return price_checked(
+        model,
+        provider,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_tokens=cached_tokens,
+        cache_write_tokens=cache_write_tokens,
+        reasoning_tokens=reasoning_tokens,
+    )
+
+
+def price_checked(
+    model: str,
+    provider: str | None = None,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    cached_tokens: int = 0,
+    cache_write_tokens: int = 0,
+    reasoning_tokens: int = 0,
+) -> PriceResult:
+    """:func:`price` of counts already checked: a context checks a call's counts when they are
+    recorded, so :data:`~ampmeter.pricing.TABLE` prices its calls with this. The model and
+    provider names are checked here."""
     rates = _rates_of(model, provider)
     if isinstance(rates, Unpriced):
         return PriceResult(None, rates.version, "unpriced")
@@ -142,10 +168,37 @@ def price(
     return PriceResult(cost, rates.version, "priced")
 
 
+_Entry = Rates | DatedRates | Unpriced
+# (model, provider) -> (table source, user price changes, entry): each name's rates resolved
+# once, and again only when the table's source or the user's prices change since.
+_resolved: dict[tuple[str, str | None], tuple[object, int, _Entry]] = {}
+_RESOLVED_MAX: Final = 4096
+
+
 def _rates_of(model: str, provider: str | None) -> Rates | Unpriced:
-    """The rates in force for ``model`` at ``provider``: a user price, else the table's."""
+    """The rates in force for ``model`` at ``provider``: a user price, else the table's. A
+    name not resolved before is checked first (``TypeError``/``ValueError`` naming it)."""
+    source, changes = genai_table.source(), user_prices.changes
+    try:
+        resolved_from, resolved_at, rates = _resolved[model, provider]
+    except (KeyError, TypeError):  # TypeError: not a name at all, which _resolve reports
+        rates = _resolve(model, provider, source, changes)
+    else:
+        if resolved_from is not source or resolved_at != changes:
+            rates = _resolve(model, provider, source, changes)
+    if isinstance(rates, DatedRates):
+        return rates.in_force() or Unpriced(rates.version)
+    return rates
+
+
+def _resolve(model: str, provider: str | None, source: object, changes: int) -> _Entry:
+    model, provider = model_arg(model), provider_arg(provider)
     user = user_rates(model, provider)
-    return user if user is not None else table_rates(model, provider)
+    rates = user if user is not None else table_entry(model, provider)
+    if len(_resolved) >= _RESOLVED_MAX:
+        _resolved.clear()
+    _resolved[model, provider] = (source, changes, rates)
+    return rates
 
 
 def estimate(
@@ -165,20 +218,31 @@ def estimate(
     model's documented maximum output (:mod:`ampmeter.pricing.max_output`), else
     :data:`DEFAULT_ESTIMATE_OUTPUT_TOKENS`. ``None`` if unpriced.
     """
-    model, provider = model_arg(model), provider_arg(provider)
     if prompt_tokens is not None:
         n_in = _count("prompt_tokens", prompt_tokens)
     elif prompt_text is not None:
         if not isinstance(prompt_text, str):
             raise TypeError(f"prompt_text must be a str, got {type(prompt_text).__name__}")
-        n_in = request_size.prompt_tokens(prompt_text, model)
+        n_in = request_size.prompt_tokens(prompt_text, model_arg(model))  # a name, first
     else:
         n_in = 0
-    if max_tokens is None:
-        n_out = max_output_tokens(model) or DEFAULT_ESTIMATE_OUTPUT_TOKENS
-    else:
-        n_out = _count("max_tokens", max_tokens)
+    n_out = None if max_tokens is None else _count("max_tokens", max_tokens)
+    return estimate_checked(model, provider, prompt_tokens=n_in, max_tokens=n_out)
+
+
+def estimate_checked(
+    model: str,
+    provider: str | None = None,
+    *,
+    prompt_tokens: int = 0,
+    max_tokens: int | None = None,
+) -> Decimal | None:
+    """:func:`estimate` of counts already checked: a context checks a call's counts when it is
+    made, so :data:`~ampmeter.pricing.TABLE` reserves with this. The model and provider names
+    are checked here."""
     rates = _rates_of(model, provider)
     if isinstance(rates, Unpriced):
         return None
-    return money.from_nano(money.nano_ceil(rates.cost(n_in, n_out, 0, 0, 0)))
+    if max_tokens is None:
+        max_tokens = max_output_tokens(model) or DEFAULT_ESTIMATE_OUTPUT_TOKENS
+    return money.from_nano(money.nano_ceil(rates.cost(prompt_tokens, max_tokens, 0, 0, 0)))

@@ -38,6 +38,8 @@ _exact: dict[tuple[str, str | None], Rates] = {}
 # (pattern, provider, rates), longest pattern first.
 _patterns: tuple[tuple[str, str | None, Rates], ...] = ()
 _lock = threading.Lock()
+changes = 0
+"""How many times the user's prices changed: an answer resolved from them holds while this does."""
 
 
 def is_pattern(name: str) -> bool:
@@ -104,8 +106,9 @@ def set_price(
         else money.usd(cache_write_per_mtok, "cache_write_per_mtok")
     )
     rates = Rates(r_in, r_out, r_cr, r_cw, r_out, _ZERO, USER_PRICING_VERSION)
-    global _exact, _patterns
+    global _exact, _patterns, changes
     with _lock:
+        changes += 1
         if is_pattern(key[0]):
             kept = [p for p in _patterns if (p[0], p[1]) != key]
             _patterns = tuple(sorted([*kept, (*key, rates)], key=lambda p: -len(p[0])))
@@ -117,8 +120,9 @@ def remove_price(model: str, *, provider: str | None = None) -> None:
     """Remove a price set with :func:`set_price`; ``KeyError`` if there is none."""
     key = _key(model_arg(model), provider_arg(provider))
     where = "" if provider is None else f" for provider {provider!r}"
-    global _exact, _patterns
+    global _exact, _patterns, changes
     with _lock:
+        changes += 1
         if is_pattern(key[0]):
             if not any((p[0], p[1]) == key for p in _patterns):
                 raise KeyError(f"no price was set for pattern {model!r}{where}")
@@ -131,8 +135,9 @@ def remove_price(model: str, *, provider: str | None = None) -> None:
 
 def clear_prices() -> None:
     """Remove every price set with :func:`set_price` (the table is untouched)."""
-    global _exact, _patterns
+    global _exact, _patterns, changes
     with _lock:
+        changes += 1
         _exact = {}
         _patterns = ()
 

@@ -63,7 +63,7 @@ def _anthropic(body: Mapping[str, Any], tally: Tally) -> None:
         _blocks(system, tally)
     messages = body.get("messages")
     for message in messages if isinstance(messages, list) else ():
-        if isinstance(message, Mapping):
+        if isinstance(message, dict):
             tally.framing += TOKENS_PER_MESSAGE
             content = message.get("content")
             if isinstance(content, str):
@@ -77,7 +77,7 @@ def _anthropic(body: Mapping[str, Any], tally: Tally) -> None:
             tally.json(tool)
     tally.json(body.get("output_format"))
     config = body.get("output_config")
-    if isinstance(config, Mapping):
+    if isinstance(config, dict):
         tally.json(config.get("format"))
 
 
@@ -87,7 +87,7 @@ def _tool_prompt(model: object, choice: object) -> int:
     _, auto, forced = (
         max(matches, key=lambda rule: len(rule[0])) if matches else ("", *_DEFAULT_TOOL_PROMPT)
     )
-    kind = choice.get("type") if isinstance(choice, Mapping) else None
+    kind = choice.get("type") if isinstance(choice, dict) else None
     return forced if kind in ("any", "tool") else auto
 
 
@@ -95,7 +95,7 @@ def _blocks(blocks: list[Any], tally: Tally) -> None:
     for block in blocks:
         if isinstance(block, str):
             tally.text(block)
-        elif isinstance(block, Mapping):
+        elif isinstance(block, dict):
             _block(block, tally)
 
 
@@ -136,7 +136,7 @@ def image_tokens(size: tuple[int, int] | None) -> int:
 
 
 def _image(source: object) -> int:
-    if isinstance(source, Mapping) and source.get("type") == "base64":
+    if isinstance(source, dict) and source.get("type") == "base64":
         data = source.get("data")
         if isinstance(data, str):
             return image_tokens(media.image_size(media.decode_head(data)))
@@ -144,7 +144,7 @@ def _image(source: object) -> int:
 
 
 def _document(source: object, tally: Tally) -> None:
-    if not isinstance(source, Mapping):
+    if not isinstance(source, dict):
         return
     kind = source.get("type")
     if kind == "text":

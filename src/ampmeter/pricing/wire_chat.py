@@ -40,19 +40,35 @@ def measure_chat(
 def _chat(body: Mapping[str, Any], tally: Tally) -> None:
     """Add a Chat Completions ``body`` to ``tally``."""
     model = body.get("model")
-    messages = body.get("messages")
-    for message in messages if isinstance(messages, list) else ():
-        if isinstance(message, Mapping):
-            _message(message, model, tally)
+    for key, value in body.items():  # only the fields a body has are read
+        add = _BODY_PARTS.get(key)
+        if add is not None:
+            add(value, model, tally)
     tally.framing += REPLY_PRIMING
-    functions = [*_list(body.get("tools")), *_list(body.get("functions"))]
-    if functions:
-        tally.framing += TOOLS_BLOCK + TOKENS_PER_FUNCTION * len(functions)
-        for function in functions:
-            tally.json(function)
-    tally.json(body.get("response_format"))
-    prediction = body.get("prediction")
-    if isinstance(prediction, Mapping):
+
+
+def _messages(messages: object, model: object, tally: Tally) -> None:
+    for message in _list(messages):
+        if isinstance(message, dict):
+            _message(message, model, tally)
+
+
+def _functions(functions: object, model: object, tally: Tally) -> None:
+    """Tool (or legacy function) definitions: their JSON, and the framing of their block (a
+    body that sends both tools and legacy functions counts a block for each: over, not under)."""
+    definitions = _list(functions)
+    if definitions:
+        tally.framing += TOOLS_BLOCK + TOKENS_PER_FUNCTION * len(definitions)
+        for definition in definitions:
+            tally.json(definition)
+
+
+def _response_format(response_format: object, model: object, tally: Tally) -> None:
+    tally.json(response_format)
+
+
+def _prediction(prediction: object, model: object, tally: Tally) -> None:
+    if isinstance(prediction, dict):
         _content(prediction.get("content"), model, tally)
 
 
@@ -82,26 +98,36 @@ def _is_ids(value: list[Any]) -> bool:
     return bool(value) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
 
 
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
+def _list(value: object) -> list[Any] | tuple[()]:
+    return value if isinstance(value, list) else ()
 
 
-def _message(message: Mapping[str, Any], model: object, tally: Tally) -> None:
+def _message(message: dict[str, Any], model: object, tally: Tally) -> None:
     tally.framing += TOKENS_PER_MESSAGE
-    name = message.get("name")
+    for key, value in message.items():  # only the parts a message has are read
+        add = _MESSAGE_PARTS.get(key)
+        if add is not None:
+            add(value, model, tally)
+
+
+def _name(name: object, model: object, tally: Tally) -> None:
     if isinstance(name, str) and name:
         tally.text(name)
         tally.framing += TOKENS_PER_NAME
-    _content(message.get("content"), model, tally)
-    tally.text(message.get("refusal"))
-    for call in _list(message.get("tool_calls")):
-        if isinstance(call, Mapping):
-            _function_call(call.get("function") or call.get("custom"), tally)
-    _function_call(message.get("function_call"), tally)
 
 
-def _function_call(call: object, tally: Tally) -> None:
-    if isinstance(call, Mapping):
+def _refusal(refusal: object, model: object, tally: Tally) -> None:
+    tally.text(refusal)
+
+
+def _tool_calls(calls: object, model: object, tally: Tally) -> None:
+    for call in _list(calls):
+        if isinstance(call, dict):
+            _function_call(call.get("function") or call.get("custom"), model, tally)
+
+
+def _function_call(call: object, model: object, tally: Tally) -> None:
+    if isinstance(call, dict):
         tally.text(call.get("name"))
         tally.json(call.get("arguments"))
         tally.json(call.get("input"))
@@ -114,15 +140,35 @@ def _content(content: object, model: object, tally: Tally) -> None:
     for part in _list(content):
         if isinstance(part, str):
             tally.text(part)
-        elif isinstance(part, Mapping):
+        elif isinstance(part, dict):
             _part(part, str(model) if isinstance(model, str) else None, tally)
 
 
-def _part(part: Mapping[str, Any], model: str | None, tally: Tally) -> None:
+# What each field of a message adds (its role is in the framing).
+_MESSAGE_PARTS: Final[dict[str, Callable[[Any, object, Tally], None]]] = {
+    "name": _name,
+    "content": _content,
+    "refusal": _refusal,
+    "tool_calls": _tool_calls,
+    "function_call": _function_call,
+}
+
+
+# What each field of a body adds (fields not here send nothing billed, e.g. max_tokens).
+_BODY_PARTS: Final[dict[str, Callable[[Any, object, Tally], None]]] = {
+    "messages": _messages,
+    "tools": _functions,
+    "functions": _functions,
+    "response_format": _response_format,
+    "prediction": _prediction,
+}
+
+
+def _part(part: dict[str, Any], model: str | None, tally: Tally) -> None:
     kind = part.get("type")
     if kind == "image_url":
         image = part.get("image_url")
-        if isinstance(image, Mapping):
+        if isinstance(image, dict):
             tally.media += openai_media.url_image_tokens(
                 model, image.get("url"), image.get("detail")
             )
@@ -130,11 +176,11 @@ def _part(part: Mapping[str, Any], model: str | None, tally: Tally) -> None:
             tally.media += openai_media.url_image_tokens(model, image, None)
     elif kind == "input_audio":
         audio = part.get("input_audio")
-        if isinstance(audio, Mapping):
+        if isinstance(audio, dict):
             tally.media += openai_media.audio_tokens(audio.get("data"))
     elif kind == "file":
         file = part.get("file")
-        if isinstance(file, Mapping):
+        if isinstance(file, dict):
             tally.text(file.get("filename"))
             tally.media += openai_media.file_tokens(model, file.get("file_data"))
     elif kind in ("text", "refusal"):

@@ -64,14 +64,14 @@ def _gemini(body: Mapping[str, Any], tally: Tally) -> None:
     if isinstance(system, str):
         tally.framing += TOKENS_PER_CONTENT
         tally.text(system)
-    elif isinstance(system, Mapping):
+    elif isinstance(system, dict):
         _content(system, gemini_3, tally)
     contents = body.get("contents")
     if isinstance(contents, str):
         tally.framing += TOKENS_PER_CONTENT
         tally.text(contents)
     for content in contents if isinstance(contents, list) else ():
-        if isinstance(content, Mapping):
+        if isinstance(content, dict):
             _content(content, gemini_3, tally)
         elif isinstance(content, str):
             tally.framing += TOKENS_PER_CONTENT
@@ -80,7 +80,7 @@ def _gemini(body: Mapping[str, Any], tally: Tally) -> None:
     for tool in tools if isinstance(tools, list) else ():
         tally.json(tool)
     config = _get(body, "generationConfig", "generation_config")
-    if isinstance(config, Mapping):
+    if isinstance(config, dict):
         for camel, snake in (
             ("responseSchema", "response_schema"),
             ("responseJsonSchema", "response_json_schema"),
@@ -92,7 +92,7 @@ def _content(content: Mapping[str, Any], gemini_3: bool, tally: Tally) -> None:
     tally.framing += TOKENS_PER_CONTENT
     parts = content.get("parts")
     for part in parts if isinstance(parts, list) else ():
-        if isinstance(part, Mapping):
+        if isinstance(part, dict):
             _part(part, gemini_3, tally)
         elif isinstance(part, str):
             tally.text(part)
@@ -106,21 +106,21 @@ def _part(part: Mapping[str, Any], gemini_3: bool, tally: Tally) -> None:
         tally.framing += 1
         tally.text(text)
     call = _get(part, "functionCall", "function_call")
-    if isinstance(call, Mapping):
+    if isinstance(call, dict):
         tally.text(call.get("name"))
         tally.json(call.get("args"))
     answer = _get(part, "functionResponse", "function_response")
-    if isinstance(answer, Mapping):
+    if isinstance(answer, dict):
         tally.text(answer.get("name"))
         tally.json(answer.get("response"))
     code = _get(part, "executableCode", "executable_code")
-    if isinstance(code, Mapping):
+    if isinstance(code, dict):
         tally.text(code.get("code"))
     result = _get(part, "codeExecutionResult", "code_execution_result")
-    if isinstance(result, Mapping):
+    if isinstance(result, dict):
         tally.text(result.get("output"))
     inline = _get(part, "inlineData", "inline_data")
-    if isinstance(inline, Mapping):
+    if isinstance(inline, dict):
         mime = str(_get(inline, "mimeType", "mime_type") or "")
         data = inline.get("data")
         if mime.startswith("text/") and isinstance(data, str):  # sent as its text
@@ -128,7 +128,7 @@ def _part(part: Mapping[str, Any], gemini_3: bool, tally: Tally) -> None:
         else:
             tally.media += _inline(mime, data, gemini_3)
     file = _get(part, "fileData", "file_data")
-    if isinstance(file, Mapping):
+    if isinstance(file, dict):
         tally.media += _unseen(str(_get(file, "mimeType", "mime_type") or ""), gemini_3)
 
 

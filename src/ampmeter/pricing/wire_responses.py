@@ -57,7 +57,7 @@ def _responses(body: Mapping[str, Any], tally: Tally) -> None:
         tally.text(items)
     elif isinstance(items, list):
         for item in items:
-            if isinstance(item, Mapping):
+            if isinstance(item, dict):
                 _item(item, model, tally)
             elif isinstance(item, str):
                 tally.framing += TOKENS_PER_MESSAGE
@@ -69,10 +69,10 @@ def _responses(body: Mapping[str, Any], tally: Tally) -> None:
         for tool in tools:
             tally.json(tool)
     text = body.get("text")
-    if isinstance(text, Mapping):
+    if isinstance(text, dict):
         tally.json(text.get("format"))
     prompt = body.get("prompt")
-    if isinstance(prompt, Mapping):
+    if isinstance(prompt, dict):
         tally.any_text(prompt.get("variables"))
 
 
@@ -103,7 +103,7 @@ def _content(content: object, model: str | None, tally: Tally) -> None:
     if not isinstance(content, list):
         return
     for part in content:
-        if not isinstance(part, Mapping):
+        if not isinstance(part, dict):
             tally.text(part)
             continue
         kind = part.get("type")
@@ -116,7 +116,7 @@ def _content(content: object, model: str | None, tally: Tally) -> None:
             tally.media += openai_media.file_tokens(model, part.get("file_data"))
         elif kind == "input_audio":
             audio = part.get("input_audio")
-            data = audio.get("data") if isinstance(audio, Mapping) else part.get("data")
+            data = audio.get("data") if isinstance(audio, dict) else part.get("data")
             tally.media += openai_media.audio_tokens(data)
         elif kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
             tally.text(part.get("text"))
