@@ -26,6 +26,7 @@ __all__ = [
     "nano_ceil",
     "to_nano",
     "usd",
+    "whole_nano",
 ]
 
 NANO_PER_USD: Final = 10**9
@@ -63,11 +64,16 @@ def usd(value: object, what: str = "amount", *, allow_negative: bool = False) ->
 
 def to_nano(value: object, what: str = "amount", *, allow_negative: bool = False) -> int:
     """``value`` in dollars (see :func:`usd`) as whole nano-dollars, rounded half to even."""
-    nano = int(
-        usd(value, what, allow_negative=allow_negative).scaleb(9).to_integral_value(ROUND_HALF_EVEN)
-    )
+    return whole_nano(usd(value, what, allow_negative=allow_negative), what)
+
+
+def whole_nano(amount: Decimal, what: str = "amount", *, round_up: bool = False) -> int:
+    """An exact Decimal of dollars as whole nano-dollars: rounded half to even, or up
+    (``round_up``: what a reservation holds). ``ValueError`` naming ``what`` beyond what an
+    int64 counts."""
+    nano = int(amount.scaleb(9).to_integral_value(ROUND_CEILING if round_up else ROUND_HALF_EVEN))
     if abs(nano) > _MAX_NANO:
-        raise ValueError(f"{what} is too large to count: {value!r}")
+        raise ValueError(f"{what} is too large to count: {amount!r}")
     return nano
 
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, Literal
 
-from ampmeter import _validate, money
+from ampmeter import _validate
 from ampmeter._core.usage import Usage
+from ampmeter.pricing import request_size
+from ampmeter.pricing.max_output import max_output_tokens
 
 if TYPE_CHECKING:
     from ampmeter.pricing.request_size import RequestSize
@@ -63,8 +65,6 @@ def prompt_estimate(
         return _validate.count(prompt_tokens, "prompt_tokens"), None
     if request is None and prompt_text is None:
         return 0, None
-    from ampmeter.pricing import request_size
-
     if request is not None:
         if not isinstance(request, request_size.RequestSize):
             raise TypeError(f"request must be a RequestSize, got {type(request).__name__}")
@@ -91,8 +91,6 @@ def model_estimate(
     out_tokens = None if max_tokens is None else _validate.count(max_tokens, "max_tokens")
     in_tokens, size = prompt_estimate(prompt_tokens, prompt_text, request, model, mode)
     if mode == "bound" and out_tokens is None:
-        from ampmeter.pricing.max_output import max_output_tokens
-
         out_tokens = (max_output_tokens(model) if model else None) or BOUND_OUTPUT_TOKENS
     priced = model != ""  # an empty model name has no price
     if estimate_usd is not None:
@@ -114,4 +112,4 @@ def model_estimate(
 def reserved_nano(estimate: object, what: str) -> int:
     """An estimate in dollars (a Decimal, float read as written, or int) as the nano-dollars a
     call reserves: rounded up, so rounding never lets a call through."""
-    return money.nano_ceil(_validate.dollars(estimate, what))
+    return _validate.nano(estimate, what, round_up=True)
