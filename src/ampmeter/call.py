@@ -131,8 +131,8 @@ class Call:
         call ended, or a second time, raises ``RuntimeError``: usage recorded twice would be
         either lost or counted twice, and neither is what the caller meant.
         """
-        t_in = _validate.optional_count(tokens_in, "tokens_in")
-        t_out = _validate.optional_count(tokens_out, "tokens_out")
+        t_in = None if tokens_in is None else _validate.count(tokens_in, "tokens_in")
+        t_out = None if tokens_out is None else _validate.count(tokens_out, "tokens_out")
         cost = None if cost_usd is None else _validate.nano(cost_usd, "cost_usd")
         cached = _validate.count(cached_tokens, "cached_tokens")
         writes = _validate.count(cache_write_tokens, "cache_write_tokens")

@@ -15,7 +15,6 @@ that reserves is rounded up instead, so rounding never lets a call through.
 
 from __future__ import annotations
 
-import math
 from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Final
 
@@ -47,9 +46,7 @@ def usd(value: object, what: str = "amount", *, allow_negative: bool = False) ->
     elif isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise TypeError(f"{what} must be a number of dollars, got {type(value).__name__}")
     elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"{what} must be a finite amount of dollars, got {value!r}")
-        amount = Decimal(repr(value))
+        amount = Decimal(repr(value))  # NaN and infinities are refused below
     else:
         try:
             amount = Decimal(value)

@@ -148,7 +148,7 @@ class Chain:
         self.level = frame.level
         self.guards = tuple(f for f in frame.chain if f.can_stop())
         self.guard_rows: tuple[Guard, ...] = tuple((f.level, f.rows) for f in self.guards)
-        self.revision = frame.chain[-1].revision
+        self.revision = frame.root.revision
         self.policies = policies
         self.wait_s = wait_s
         self.ledgered = tuple(f for f in self.guards if f.ledger is not None)
@@ -217,7 +217,7 @@ class Chain:
     def rows(self) -> tuple[Guard, ...]:
         """The ceilings of every guard, read again when a limit was raised since the last call
         (:meth:`~ampmeter.ExecutionContext.raise_limit`)."""
-        revision = self.frame.chain[-1].revision
+        revision = self.frame.root.revision
         if revision != self.revision:
             self.guard_rows = tuple((f.level, f.rows) for f in self.guards)
             self.revision = revision
