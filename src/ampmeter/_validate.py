@@ -75,8 +75,8 @@ def dollars(value: object, what: str, *, allow_negative: bool = False) -> Decima
 
 
 def nano(value: object, what: str, *, allow_negative: bool = False, round_up: bool = False) -> int:
-    """:func:`dollars` as whole nano-dollars, rounded half to even (or up: ``round_up``, what
-    a reservation holds)."""
+    """:func:`dollars` as whole nano-dollars, rounded half to even; or up (``round_up``): an
+    estimate that reserves, so that rounding never lets a call through."""
     return _money(value, what, allow_negative, round_up)[1]
 
 
@@ -102,7 +102,9 @@ def text(value: object, what: str, *, empty: bool = True) -> str:
 
 def optional_text(value: object, what: str) -> str | None:
     """None, or a str."""
-    return None if value is None else text(value, what)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {_type_name(value)}")
+    return value
 
 
 def metadata(value: object, what: str = "metadata") -> dict[str, Any]:

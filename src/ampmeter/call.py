@@ -207,7 +207,7 @@ class Call:
     def __enter__(self) -> Call:
         self.start()
         try:
-            self._token = CURRENT.set((self.context, self.node_id))
+            self._token = CURRENT.set((self.context, self._flight.node.node_id))
         except BaseException as exc:  # interrupted right after admission: give the hold back
             self.finish(exc)
             raise
@@ -227,7 +227,7 @@ class Call:
     async def __aenter__(self) -> Call:
         await run_async(self._chain.admission(self._flight, None))
         try:
-            self._token = CURRENT.set((self.context, self.node_id))
+            self._token = CURRENT.set((self.context, self._flight.node.node_id))
         except BaseException as exc:
             self.finish(exc)
             raise

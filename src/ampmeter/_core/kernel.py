@@ -177,7 +177,7 @@ class Kernel:
     def _new_id(self) -> str:
         number = self._next_id
         self._next_id = number + 1
-        return "n" + str(number).zfill(6)
+        return f"n{number:06d}"
 
     def node(self, node_id: str) -> Node:
         """The kernel's own node object, for the facade to pass back in (KeyError naming the id

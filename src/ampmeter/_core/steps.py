@@ -323,20 +323,19 @@ class LocalLimits(Step):
 
     def plan(self, shape: Shape) -> HoldPlan:
         """Where a reservation of this shape is held (each guard, with the keys its limits
-        watch), which of its keys any guard watches, and a function picking their amounts."""
-        plan = self.plans.get(shape)
-        if plan is None:
-            holds = []
-            watched: dict[str, int] = {}
-            for frame in self.chain.guards:
-                keys = tuple(k for k in shape.keys if any(lim.matches(k) for lim in frame.limits))
-                if keys:
-                    holds.append((frame.level, keys))
-                    watched.update((k, f) for k, f, _ in shape.entries if k in keys)
-            plan = (tuple(holds), tuple(watched), picker(tuple(watched.values())))
-            self.chain.kernel.note(plan[0])
-            if len(self.plans) < _CACHE_MAX:
-                self.plans[shape] = plan
+        watch), which of its keys any guard watches, and a function picking their amounts (made
+        now; kept in :attr:`plans`)."""
+        holds = []
+        watched: dict[str, int] = {}
+        for frame in self.chain.guards:
+            keys = tuple(k for k in shape.keys if any(lim.matches(k) for lim in frame.limits))
+            if keys:
+                holds.append((frame.level, keys))
+                watched.update((k, f) for k, f, _ in shape.entries if k in keys)
+        plan = (tuple(holds), tuple(watched), picker(tuple(watched.values())))
+        self.chain.kernel.note(plan[0])
+        if len(self.plans) < _CACHE_MAX:
+            self.plans[shape] = plan
         return plan
 
     def admit(self, flight: Flight, thread: int | None) -> Steps | None:
@@ -344,7 +343,8 @@ class LocalLimits(Step):
         rows = flight.rows if flight.rows is not None else chain.rows()
         if rows:
             reservation = flight.reservation
-            holds, keys, pick = self.plan(reservation.shape())
+            shape = reservation.shape()
+            holds, keys, pick = self.plans.get(shape) or self.plan(shape)
             pending: dict[str, Any] = dict(zip(keys, pick(reservation), strict=True))
         else:
             holds, pending = (), {}
