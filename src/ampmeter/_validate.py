@@ -81,8 +81,9 @@ def nano(value: object, what: str, *, allow_negative: bool = False, round_up: bo
 
 
 def _money(value: object, what: str, allow_negative: bool, round_up: bool) -> tuple[Decimal, int]:
-    """The amount of :func:`dollars` and its whole nano-dollars, converted once."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+    """The amount of :func:`dollars` and its whole nano-dollars, converted once (money.usd
+    refuses what is not a number, and a string is not taken here)."""
+    if isinstance(value, str):
         raise TypeError(f"{what} must be a number of dollars, got {_type_name(value)}")
     try:
         found = money.usd(value, what, allow_negative=allow_negative)

@@ -41,17 +41,17 @@ def usd(value: object, what: str = "amount", *, allow_negative: bool = False) ->
     NaN, infinities and (unless ``allow_negative``) negative amounts raise ``ValueError`` or
     ``TypeError`` naming ``what``.
     """
-    if isinstance(value, Decimal):
-        amount = value
-    elif isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise TypeError(f"{what} must be a number of dollars, got {type(value).__name__}")
-    elif isinstance(value, float):
+    if isinstance(value, float):
         amount = Decimal(repr(value))  # NaN and infinities are refused below
-    else:
+    elif isinstance(value, Decimal):
+        amount = value
+    elif isinstance(value, (int, str)) and not isinstance(value, bool):
         try:
             amount = Decimal(value)
         except InvalidOperation:
             raise ValueError(f"{what} must be a number of dollars, got {value!r}") from None
+    else:
+        raise TypeError(f"{what} must be a number of dollars, got {type(value).__name__}")
     if not amount.is_finite():
         raise ValueError(f"{what} must be a finite amount of dollars, got {value!r}")
     if amount < 0 and not allow_negative:
