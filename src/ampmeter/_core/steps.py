@@ -119,6 +119,7 @@ class Chain:
     """The steps of one context's calls, built once when the context is made."""
 
     __slots__ = (
+        "admitters",
         "emitter",
         "frame",
         "guard_rows",
@@ -163,7 +164,9 @@ class Chain:
 
             steps.append(LedgerStep(self))
         self.steps: tuple[Step, ...] = tuple(steps)
-        # Settlement asks only the steps that settle anything, last step first.
+        # Admission asks only the steps that admit anything; settlement only those that settle
+        # anything, last step first.
+        self.admitters = tuple(s for s in steps if type(s).admit is not Step.admit)
         self.settlers = tuple(s for s in reversed(steps) if type(s).settle is not Step.settle)
 
     # -- admission ------------------------------------------------------------------------------
@@ -175,7 +178,7 @@ class Chain:
             raise RuntimeError(f"call {flight.node.node_id} was already started")
         flight.phase = DONE  # refused: the node is halted and nothing is held
         try:
-            for step in self.steps:
+            for step in self.admitters:
                 waits = step.admit(flight, thread)
                 if waits is not None:
                     yield from waits
