@@ -17,6 +17,7 @@ from ampmeter._core.reserve import model_estimate
 from ampmeter._core.steps import Flight
 from ampmeter._core.usage import Usage
 from ampmeter.call import Call, make_call
+from ampmeter.graph import check_kind
 from ampmeter.keys import KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE
 from ampmeter.trace import TraceRecord, trace_effect
 from ampmeter.wrapping import Decision, WrapOptions, run_wrapped
@@ -195,8 +196,6 @@ class CallMaker:
         _validate.text(kind, "kind")
         if kind in ("llm", "tool"):
             raise ValueError(f"use llm_call() or tool_call() for {kind!r} nodes")
-        from ampmeter.graph import check_kind
-
         check_kind(kind)
         return self._begin(Flight(kind, name, None, None, Usage(kind), None, None), metadata, None)
 

@@ -13,6 +13,7 @@ when a context above has one.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -24,13 +25,13 @@ from ampmeter._core.usage import Shape, Usage, picker
 from ampmeter._core.waiting import Pause, Wait, Work
 from ampmeter.errors import BudgetBusy, ExecutionCanceled, LimitExceeded
 from ampmeter.keys import KEY_ELAPSED_S
+from ampmeter.limits import ExceededLimit, Limit, exceeded
 
 if TYPE_CHECKING:
     from ampmeter._core.emit import Emitter
     from ampmeter._core.frame import Frame
     from ampmeter._core.kernel import Kernel, Level
     from ampmeter.ledgers.base import Ledger, Reservation
-    from ampmeter.limits import ExceededLimit
     from ampmeter.node import Node
     from ampmeter.policies.configured import Policies
     from ampmeter.policies.marks import CallMarks
@@ -228,8 +229,6 @@ class Chain:
 
     def owner(self, found: tuple[int, Hit]) -> Stop:
         """The stop a kernel hit (guard index, hit) stands for."""
-        from ampmeter.limits import exceeded
-
         index, hit = found
         return self.guards[index], exceeded(hit), TerminationReason.LIMIT_EXCEEDED
 
@@ -300,10 +299,6 @@ class Deadline(Step):
 
 def timed_out(timed: tuple[Frame, ...]) -> Stop | None:
     """The first of ``timed`` whose wall time is over, as a stop."""
-    import time
-
-    from ampmeter.limits import ExceededLimit, Limit
-
     now = time.monotonic()
     for frame in timed:
         if frame.deadline is not None and now > frame.deadline:
@@ -399,8 +394,6 @@ class LocalLimits(Step):
 
     def busy(self, flight: Flight, index: int, hit: Hit) -> BudgetBusy:
         """Stop a call that waited in vain for calls in flight to settle."""
-        from ampmeter.limits import exceeded
-
         chain = self.chain
         limit = exceeded(hit)
         reason = f"waited {chain.wait_s:g}s for calls in flight to settle: {limit}"
