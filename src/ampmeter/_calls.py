@@ -13,10 +13,11 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 from ampmeter import _validate
-from ampmeter._core.reserve import model_estimate, reserved_nano
+from ampmeter._core.reserve import model_estimate
 from ampmeter._core.steps import Flight
 from ampmeter._core.usage import Usage
 from ampmeter.call import Call, make_call
+from ampmeter.graph import check_kind
 from ampmeter.keys import KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE
 from ampmeter.trace import TraceRecord, trace_effect
 from ampmeter.wrapping import Decision, WrapOptions, run_wrapped
@@ -139,7 +140,7 @@ class CallMaker:
         _validate.optional_text(model, "model")
         _validate.optional_text(provider, "provider")
         label = _validate.text(name if name is not None else (model or kind), "name")
-        found = model_estimate(
+        reservation, size, priced = model_estimate(
             kind,
             self._pricing,
             model,
@@ -154,9 +155,9 @@ class CallMaker:
         marks = None
         if kind == "llm":
             marks = self.policies.llm_marks(
-                model, found.priced, found.input_tokens, prompt_text, final
+                model, priced, reservation.tokens_in, prompt_text, final
             )
-        flight = Flight(kind, label, model, provider, found.usage, found.size, marks)
+        flight = Flight(kind, label, model, provider, reservation, size, marks)
         return self._begin(flight, metadata, idempotency_key)
 
     def tool_call(
@@ -176,7 +177,11 @@ class CallMaker:
         _validate.optional_text(idempotency_key, "idempotency_key")
         if not isinstance(name, str) or not name:
             raise ValueError(f"tool name must be a non-empty str, got {name!r}")
-        cost = 0 if estimate_usd is None else reserved_nano(estimate_usd, "estimate_usd")
+        cost = (
+            0
+            if estimate_usd is None
+            else _validate.nano(estimate_usd, "estimate_usd", round_up=True)
+        )
         reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
         marks = self.policies.tool_marks(name, arguments)
         flight = Flight("tool", name, None, None, reservation, None, marks)
@@ -191,8 +196,6 @@ class CallMaker:
         _validate.text(kind, "kind")
         if kind in ("llm", "tool"):
             raise ValueError(f"use llm_call() or tool_call() for {kind!r} nodes")
-        from ampmeter.graph import check_kind
-
         check_kind(kind)
         return self._begin(Flight(kind, name, None, None, Usage(kind), None, None), metadata, None)
 

@@ -71,21 +71,25 @@ def optional_amount(value: object, what: str) -> float | None:
 def dollars(value: object, what: str, *, allow_negative: bool = False) -> Decimal:
     """An amount of money a user gives (an int, float or Decimal of dollars; not a bool or a
     string) as an exact Decimal, a float read as written (see :mod:`ampmeter.money`)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+    return _money(value, what, allow_negative, False)[0]
+
+
+def nano(value: object, what: str, *, allow_negative: bool = False, round_up: bool = False) -> int:
+    """:func:`dollars` as whole nano-dollars, rounded half to even; or up (``round_up``): an
+    estimate that reserves, so that rounding never lets a call through."""
+    return _money(value, what, allow_negative, round_up)[1]
+
+
+def _money(value: object, what: str, allow_negative: bool, round_up: bool) -> tuple[Decimal, int]:
+    """The amount of :func:`dollars` and its whole nano-dollars, converted once (money.usd
+    refuses what is not a number, and a string is not taken here)."""
+    if isinstance(value, str):
         raise TypeError(f"{what} must be a number of dollars, got {_type_name(value)}")
     try:
         found = money.usd(value, what, allow_negative=allow_negative)
-        money.to_nano(found, what, allow_negative=allow_negative)  # within what is counted
+        return found, money.whole_nano(found, what, round_up=round_up)
     except (OverflowError, ArithmeticError):
         raise ValueError(f"{what} must be a finite amount of dollars, got {value!r}") from None
-    return found
-
-
-def nano(value: object, what: str, *, allow_negative: bool = False) -> int:
-    """:func:`dollars` as whole nano-dollars (rounded half to even)."""
-    return money.to_nano(
-        dollars(value, what, allow_negative=allow_negative), what, allow_negative=allow_negative
-    )
 
 
 def text(value: object, what: str, *, empty: bool = True) -> str:
@@ -99,7 +103,9 @@ def text(value: object, what: str, *, empty: bool = True) -> str:
 
 def optional_text(value: object, what: str) -> str | None:
     """None, or a str."""
-    return None if value is None else text(value, what)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {_type_name(value)}")
+    return value
 
 
 def metadata(value: object, what: str = "metadata") -> dict[str, Any]:

@@ -26,6 +26,7 @@ from ampmeter._core.steps import ADMITTED, DONE, Chain, Flight
 from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
 from ampmeter.node import META_PROVIDER, Node
+from ampmeter.pricing import request_size
 from ampmeter.pricing.source import price_call
 
 if TYPE_CHECKING:
@@ -45,13 +46,13 @@ class Call:
 
     __slots__ = (
         "_chain",
+        "_cost_nano",
         "_flight",
         "_learn",
         "_token",
         "cache_write_tokens",
         "cached_tokens",
         "context",
-        "cost_usd",
         "reasoning_tokens",
         "tokens_in",
         "tokens_out",
@@ -64,7 +65,7 @@ class Call:
         self._flight = flight
         self.tokens_in: int | None = None
         self.tokens_out: int | None = None
-        self.cost_usd: Any = None
+        self._cost_nano: int | None = None  # the recorded cost, if any
         self.cached_tokens = 0
         self.cache_write_tokens = 0
         self.reasoning_tokens = 0
@@ -102,6 +103,11 @@ class Call:
         return self.context.graph.node(self.node_id)
 
     @property
+    def cost_usd(self) -> Decimal | None:
+        """The cost recorded, in dollars (None until :meth:`record` gives one)."""
+        return None if self._cost_nano is None else money.from_nano(self._cost_nano)
+
+    @property
     def policy(self) -> CallMarks | None:
         """What the context's policies noted about this call (None when none applies)."""
         return self._flight.marks
@@ -125,9 +131,9 @@ class Call:
         call ended, or a second time, raises ``RuntimeError``: usage recorded twice would be
         either lost or counted twice, and neither is what the caller meant.
         """
-        t_in = _validate.optional_count(tokens_in, "tokens_in")
-        t_out = _validate.optional_count(tokens_out, "tokens_out")
-        cost = None if cost_usd is None else _validate.dollars(cost_usd, "cost_usd")
+        t_in = None if tokens_in is None else _validate.count(tokens_in, "tokens_in")
+        t_out = None if tokens_out is None else _validate.count(tokens_out, "tokens_out")
+        cost = None if cost_usd is None else _validate.nano(cost_usd, "cost_usd")
         cached = _validate.count(cached_tokens, "cached_tokens")
         writes = _validate.count(cache_write_tokens, "cache_write_tokens")
         reasoning = _validate.count(reasoning_tokens, "reasoning_tokens")
@@ -155,7 +161,7 @@ class Call:
             )
         self.tokens_in = t_in
         self.tokens_out = t_out
-        self.cost_usd = cost
+        self._cost_nano = cost
         self.cached_tokens = cached
         self.cache_write_tokens = writes
         self.reasoning_tokens = reasoning
@@ -201,7 +207,7 @@ class Call:
     def __enter__(self) -> Call:
         self.start()
         try:
-            self._token = CURRENT.set((self.context, self.node_id))
+            self._token = CURRENT.set((self.context, self._flight.node.node_id))
         except BaseException as exc:  # interrupted right after admission: give the hold back
             self.finish(exc)
             raise
@@ -221,7 +227,7 @@ class Call:
     async def __aenter__(self) -> Call:
         await run_async(self._chain.admission(self._flight, None))
         try:
-            self._token = CURRENT.set((self.context, self.node_id))
+            self._token = CURRENT.set((self.context, self._flight.node.node_id))
         except BaseException as exc:
             self.finish(exc)
             raise
@@ -250,7 +256,8 @@ class Call:
         succeeded = int(outcome.status == "success")
         failed = int(outcome.status == "fail")
         kind, model = flight.kind, flight.model
-        cost = 0 if self.cost_usd is None else money.to_nano(self.cost_usd, "cost_usd")
+        given = self._cost_nano
+        cost = 0 if given is None else given
         meta: dict[str, Any] | None = None
         t_in, t_out = self.tokens_in or 0, self.tokens_out or 0
         if kind == "llm" or (kind == "embedding" and model):
@@ -258,7 +265,7 @@ class Call:
                 self.context.pricing,
                 model,
                 flight.provider,
-                None if self.cost_usd is None else cost,
+                given,
                 flight.recorded,
                 t_in,
                 t_out,
@@ -285,8 +292,6 @@ class Call:
                 )
                 size = flight.prompt_size
                 if exc is None and size is not None and self.tokens_in:
-                    from ampmeter.pricing import request_size
-
                     request_size.learn(model or "", size, self.tokens_in)
             else:
                 usage = Usage("embedding", model or "", "", t_in, t_out, cost_nano=cost)

@@ -472,7 +472,7 @@ class ExecutionContext(CallMaker):
 
     def cancel(self) -> None:
         """Stop this context: further calls in it (and in its children) are halted."""
-        self._frame.canceled = True
+        self._frame.cancel()
         if self.termination_reason is None:
             self.termination_reason = TerminationReason.CONTEXT_CANCELED
 

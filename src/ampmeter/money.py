@@ -15,7 +15,6 @@ that reserves is rounded up instead, so rounding never lets a call through.
 
 from __future__ import annotations
 
-import math
 from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Final
 
@@ -26,6 +25,7 @@ __all__ = [
     "nano_ceil",
     "to_nano",
     "usd",
+    "whole_nano",
 ]
 
 NANO_PER_USD: Final = 10**9
@@ -41,19 +41,17 @@ def usd(value: object, what: str = "amount", *, allow_negative: bool = False) ->
     NaN, infinities and (unless ``allow_negative``) negative amounts raise ``ValueError`` or
     ``TypeError`` naming ``what``.
     """
-    if isinstance(value, Decimal):
+    if isinstance(value, float):
+        amount = Decimal(repr(value))  # NaN and infinities are refused below
+    elif isinstance(value, Decimal):
         amount = value
-    elif isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise TypeError(f"{what} must be a number of dollars, got {type(value).__name__}")
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"{what} must be a finite amount of dollars, got {value!r}")
-        amount = Decimal(repr(value))
-    else:
+    elif isinstance(value, (int, str)) and not isinstance(value, bool):
         try:
             amount = Decimal(value)
         except InvalidOperation:
             raise ValueError(f"{what} must be a number of dollars, got {value!r}") from None
+    else:
+        raise TypeError(f"{what} must be a number of dollars, got {type(value).__name__}")
     if not amount.is_finite():
         raise ValueError(f"{what} must be a finite amount of dollars, got {value!r}")
     if amount < 0 and not allow_negative:
@@ -63,11 +61,16 @@ def usd(value: object, what: str = "amount", *, allow_negative: bool = False) ->
 
 def to_nano(value: object, what: str = "amount", *, allow_negative: bool = False) -> int:
     """``value`` in dollars (see :func:`usd`) as whole nano-dollars, rounded half to even."""
-    nano = int(
-        usd(value, what, allow_negative=allow_negative).scaleb(9).to_integral_value(ROUND_HALF_EVEN)
-    )
+    return whole_nano(usd(value, what, allow_negative=allow_negative), what)
+
+
+def whole_nano(amount: Decimal, what: str = "amount", *, round_up: bool = False) -> int:
+    """An exact Decimal of dollars as whole nano-dollars: rounded half to even, or up
+    (``round_up``: what a reservation holds). ``ValueError`` naming ``what`` beyond what an
+    int64 counts."""
+    nano = int(amount.scaleb(9).to_integral_value(ROUND_CEILING if round_up else ROUND_HALF_EVEN))
     if abs(nano) > _MAX_NANO:
-        raise ValueError(f"{what} is too large to count: {value!r}")
+        raise ValueError(f"{what} is too large to count: {amount!r}")
     return nano
 
 

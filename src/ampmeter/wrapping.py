@@ -62,9 +62,7 @@ def run_wrapped(call: Call, fn: Callable[[], object], cost: Decimal | float) -> 
     except BaseException as exc:
         call.finish(exc)
         raise
-    if call.kind == "llm":
+    if call.kind == "llm" or cost:
         call.record(cost_usd=cost)
-    elif cost:
-        call.cost_usd = _validate.dollars(cost, "cost_estimate_hint")
     call.finish()
     return Decision.ALLOW

@@ -94,7 +94,7 @@ def raise_limit(frame: Frame, key: str, new_max: object) -> None:
         )
         frame.limits = limits
         frame.rows = compile_limits(limits)
-        frame.chain[-1].revision += 1
+        frame.root.revision += 1
     frame.context.wake_paused()
 
 

@@ -35,6 +35,7 @@ class Frame:
 
     __slots__ = (
         "canceled",
+        "canceled_in_tree",
         "chain",
         "context",
         "deadline",
@@ -51,6 +52,7 @@ class Frame:
         "parent",
         "pause_events",
         "revision",
+        "root",
         "rows",
         "seen",
         "span_prefix",
@@ -77,6 +79,7 @@ class Frame:
         self.name = context.name
         self.parent = parent
         self.chain: tuple[Frame, ...] = (self, *(parent.chain if parent is not None else ()))
+        self.root: Frame = self.chain[-1]
         self.level = level
         self.limits = limits
         self.rows: tuple[LimitRow, ...] = compile_limits(limits)
@@ -87,6 +90,9 @@ class Frame:
         self.on_ledger_error = on_ledger_error
         self.handoff_from = handoff_from
         self.canceled = False
+        # On the root frame: whether any context of the tree was canceled (until one is, a
+        # call has no chain of contexts to look through).
+        self.canceled_in_tree = False
         self.span_prefix = ""  # prepended to this process's node ids in a multi-process run
         self.termination_reason: TerminationReason | None = None
         self.exceeded_limit: ExceededLimit | None = None
@@ -114,9 +120,14 @@ class Frame:
         """Whether this context can stop a call (only those take part in admission)."""
         return bool(self.limits) or self.deadline is not None or self.ledger is not None
 
+    def cancel(self) -> None:
+        """Cancel this context: its calls and those of the contexts below it are refused."""
+        self.canceled = True
+        self.root.canceled_in_tree = True
+
     def any_canceled(self) -> bool:
         """Whether this context or one above it was canceled."""
-        return any(frame.canceled for frame in self.chain)
+        return self.root.canceled_in_tree and any(frame.canceled for frame in self.chain)
 
     def stop(self, owner: Frame, limit: ExceededLimit, reason: TerminationReason) -> None:
         """Record a stop: the context whose limit fired (``owner``), and every context between

@@ -31,7 +31,7 @@ from typing import Any, Final, TypeVar
 
 from ampmeter import money
 from ampmeter._core.cells import Cell, Level, Ticket
-from ampmeter._core.check import Guard, Hit, LimitRow
+from ampmeter._core.check import Guard, Hit
 from ampmeter._core.outcome import Outcome
 from ampmeter._core.usage import Usage
 from ampmeter.keys import LOCAL_KEYS
@@ -177,7 +177,7 @@ class Kernel:
     def _new_id(self) -> str:
         number = self._next_id
         self._next_id = number + 1
-        return "n" + str(number).zfill(6)
+        return f"n{number:06d}"
 
     def node(self, node_id: str) -> Node:
         """The kernel's own node object, for the facade to pass back in (KeyError naming the id
@@ -549,40 +549,36 @@ class Kernel:
     ) -> tuple[int, Hit] | None:
         """:meth:`check` under the lock (every pending key known at every guard level);
         ``holds=False`` leaves out what calls in flight hold (what is spent, and ``pending``)."""
-        for index, (level, rows) in enumerate(guards):
-            swept = False
-            while True:
-                hit = self._check_level(level, rows, pending, holds)
-                if hit is None:
-                    break
-                if swept or not any(t.owner() is None for t in self._open.values()):
-                    return index, hit
-                # Holds of abandoned calls must not refuse anyone: sweep and look again.
-                self._sweep_locked()
-                swept = True
-        return None
+        found = self._exceeded(guards, pending, holds)
+        if found is not None and any(t.owner() is None for t in self._open.values()):
+            # Holds of abandoned calls must not refuse anyone: sweep and look again.
+            self._sweep_locked()
+            found = self._exceeded(guards, pending, holds)
+        return found
 
-    def _check_level(
+    def _exceeded(
         self,
-        level: Level,
-        rows: tuple[LimitRow, ...],
+        guards: tuple[Guard, ...],
         pending: Mapping[str, Any] | None,
         holds: bool,
-    ) -> Hit | None:
-        extras: Mapping[str, Any] | None = pending
-        held = self.held_at(level) if self._open and holds else None
-        if held:
-            if pending:
-                for name, amount in pending.items():
-                    held[name] = held.get(name, 0) + amount
-            extras = held
-        for cell, top, limit, key in level.compiled(rows):
-            extra = extras.get(key, 0) if extras else 0
-            if cell is None:
-                if extra and extra > top:
-                    return limit, key, extra
-            elif cell.value + extra > top:
-                return limit, key, cell.value + extra
+    ) -> tuple[int, Hit] | None:
+        """The first guard with an exceeded limit, and what exceeds it."""
+        holds = holds and bool(self._open)
+        for index, (level, rows) in enumerate(guards):
+            extras: Mapping[str, Any] | None = pending
+            held = self.held_at(level) if holds else None
+            if held:
+                if pending:
+                    for name, amount in pending.items():
+                        held[name] = held.get(name, 0) + amount
+                extras = held
+            for cell, top, limit, key in level.compiled(rows):
+                extra = extras.get(key, 0) if extras else 0
+                if cell is None:
+                    if extra and extra > top:
+                        return index, (limit, key, extra)
+                elif cell.value + extra > top:
+                    return index, (limit, key, cell.value + extra)
         return None
 
     def _sweep_locked(self) -> None:

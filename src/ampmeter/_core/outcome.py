@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from ampmeter import redact
 
@@ -41,8 +40,7 @@ class TerminationReason(str, Enum):
         return cls.ERROR
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """How a node ended: its status (``success``, ``fail`` or ``halt``), what it used (its cost
     in whole nano-dollars) and why it stopped. Every way of ending a node takes one of these."""
 

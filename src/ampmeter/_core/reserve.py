@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, Literal
 
-from ampmeter import _validate, money
+from ampmeter import _validate
 from ampmeter._core.usage import Usage
+from ampmeter.pricing import request_size
+from ampmeter.pricing.max_output import max_output_tokens
 
 if TYPE_CHECKING:
     from ampmeter.pricing.request_size import RequestSize
@@ -21,10 +23,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BOUND_OUTPUT_TOKENS",
     "ESTIMATE_MODES",
-    "Estimate",
     "model_estimate",
     "prompt_estimate",
-    "reserved_nano",
 ]
 
 EstimateMode = Literal["learned", "bound"]
@@ -33,21 +33,6 @@ ESTIMATE_MODES: Final = ("learned", "bound")
 BOUND_OUTPUT_TOKENS: Final = 32_768
 """Output tokens ``estimate="bound"`` reserves for a call that sets no ``max_tokens`` to a model
 whose maximum output is not known: more than any common model writes in one answer."""
-
-
-class Estimate:
-    """A call's reservation, the measure of its request (for learning) and whether its model
-    has a price."""
-
-    __slots__ = ("input_tokens", "priced", "size", "usage")
-
-    def __init__(
-        self, usage: Usage, size: RequestSize | None, priced: bool, input_tokens: int
-    ) -> None:
-        self.usage = usage
-        self.size = size
-        self.priced = priced
-        self.input_tokens = input_tokens
 
 
 def prompt_estimate(
@@ -63,8 +48,6 @@ def prompt_estimate(
         return _validate.count(prompt_tokens, "prompt_tokens"), None
     if request is None and prompt_text is None:
         return 0, None
-    from ampmeter.pricing import request_size
-
     if request is not None:
         if not isinstance(request, request_size.RequestSize):
             raise TypeError(f"request must be a RequestSize, got {type(request).__name__}")
@@ -85,33 +68,26 @@ def model_estimate(
     prompt_text: object,
     request: object,
     mode: EstimateMode,
-) -> Estimate:
+) -> tuple[Usage, RequestSize | None, bool]:
     """What an LLM call or an embedding request (``max_tokens`` 0: it writes nothing) reserves
-    (see the module docstring). An LLM call counts one call and one step; an embedding none."""
+    (see the module docstring), the measure of its request (for learning) and whether its model
+    has a price. An LLM call counts one call and one step; an embedding none."""
     out_tokens = None if max_tokens is None else _validate.count(max_tokens, "max_tokens")
     in_tokens, size = prompt_estimate(prompt_tokens, prompt_text, request, model, mode)
     if mode == "bound" and out_tokens is None:
-        from ampmeter.pricing.max_output import max_output_tokens
-
         out_tokens = (max_output_tokens(model) if model else None) or BOUND_OUTPUT_TOKENS
     priced = model != ""  # an empty model name has no price
     if estimate_usd is not None:
-        cost = reserved_nano(estimate_usd, "estimate_usd")
+        cost = _validate.nano(estimate_usd, "estimate_usd", round_up=True)
         priced = True
     elif model:
         # Without max_tokens the pricing layer assumes its default output length: a budget
         # must not treat a call of unknown length as free.
         found = pricing.estimate(model, provider, prompt_tokens=in_tokens, max_tokens=out_tokens)
         priced = found is not None
-        cost = 0 if found is None else reserved_nano(found, "the price estimate")
+        cost = 0 if found is None else _validate.nano(found, "the price estimate", round_up=True)
     else:
         cost = 0
     counted = int(kind == "llm")
     usage = Usage(kind, model or "", "", in_tokens, out_tokens or 0, 0, 0, cost, counted, counted)
-    return Estimate(usage, size, priced, in_tokens)
-
-
-def reserved_nano(estimate: object, what: str) -> int:
-    """An estimate in dollars (a Decimal, float read as written, or int) as the nano-dollars a
-    call reserves: rounded up, so rounding never lets a call through."""
-    return money.nano_ceil(_validate.dollars(estimate, what))
+    return usage, size, priced

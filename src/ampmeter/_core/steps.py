@@ -13,6 +13,7 @@ when a context above has one.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -24,13 +25,13 @@ from ampmeter._core.usage import Shape, Usage, picker
 from ampmeter._core.waiting import Pause, Wait, Work
 from ampmeter.errors import BudgetBusy, ExecutionCanceled, LimitExceeded
 from ampmeter.keys import KEY_ELAPSED_S
+from ampmeter.limits import ExceededLimit, Limit, exceeded
 
 if TYPE_CHECKING:
     from ampmeter._core.emit import Emitter
     from ampmeter._core.frame import Frame
     from ampmeter._core.kernel import Kernel, Level
     from ampmeter.ledgers.base import Ledger, Reservation
-    from ampmeter.limits import ExceededLimit
     from ampmeter.node import Node
     from ampmeter.policies.configured import Policies
     from ampmeter.policies.marks import CallMarks
@@ -119,6 +120,7 @@ class Chain:
     """The steps of one context's calls, built once when the context is made."""
 
     __slots__ = (
+        "admitters",
         "emitter",
         "frame",
         "guard_rows",
@@ -148,7 +150,7 @@ class Chain:
         self.level = frame.level
         self.guards = tuple(f for f in frame.chain if f.can_stop())
         self.guard_rows: tuple[Guard, ...] = tuple((f.level, f.rows) for f in self.guards)
-        self.revision = frame.chain[-1].revision
+        self.revision = frame.root.revision
         self.policies = policies
         self.wait_s = wait_s
         self.ledgered = tuple(f for f in self.guards if f.ledger is not None)
@@ -163,7 +165,9 @@ class Chain:
 
             steps.append(LedgerStep(self))
         self.steps: tuple[Step, ...] = tuple(steps)
-        # Settlement asks only the steps that settle anything, last step first.
+        # Admission asks only the steps that admit anything; settlement only those that settle
+        # anything, last step first.
+        self.admitters = tuple(s for s in steps if type(s).admit is not Step.admit)
         self.settlers = tuple(s for s in reversed(steps) if type(s).settle is not Step.settle)
 
     # -- admission ------------------------------------------------------------------------------
@@ -175,7 +179,7 @@ class Chain:
             raise RuntimeError(f"call {flight.node.node_id} was already started")
         flight.phase = DONE  # refused: the node is halted and nothing is held
         try:
-            for step in self.steps:
+            for step in self.admitters:
                 waits = step.admit(flight, thread)
                 if waits is not None:
                     yield from waits
@@ -217,7 +221,7 @@ class Chain:
     def rows(self) -> tuple[Guard, ...]:
         """The ceilings of every guard, read again when a limit was raised since the last call
         (:meth:`~ampmeter.ExecutionContext.raise_limit`)."""
-        revision = self.frame.chain[-1].revision
+        revision = self.frame.root.revision
         if revision != self.revision:
             self.guard_rows = tuple((f.level, f.rows) for f in self.guards)
             self.revision = revision
@@ -225,8 +229,6 @@ class Chain:
 
     def owner(self, found: tuple[int, Hit]) -> Stop:
         """The stop a kernel hit (guard index, hit) stands for."""
-        from ampmeter.limits import exceeded
-
         index, hit = found
         return self.guards[index], exceeded(hit), TerminationReason.LIMIT_EXCEEDED
 
@@ -297,10 +299,6 @@ class Deadline(Step):
 
 def timed_out(timed: tuple[Frame, ...]) -> Stop | None:
     """The first of ``timed`` whose wall time is over, as a stop."""
-    import time
-
-    from ampmeter.limits import ExceededLimit, Limit
-
     now = time.monotonic()
     for frame in timed:
         if frame.deadline is not None and now > frame.deadline:
@@ -323,20 +321,19 @@ class LocalLimits(Step):
 
     def plan(self, shape: Shape) -> HoldPlan:
         """Where a reservation of this shape is held (each guard, with the keys its limits
-        watch), which of its keys any guard watches, and a function picking their amounts."""
-        plan = self.plans.get(shape)
-        if plan is None:
-            holds = []
-            watched: dict[str, int] = {}
-            for frame in self.chain.guards:
-                keys = tuple(k for k in shape.keys if any(lim.matches(k) for lim in frame.limits))
-                if keys:
-                    holds.append((frame.level, keys))
-                    watched.update((k, f) for k, f, _ in shape.entries if k in keys)
-            plan = (tuple(holds), tuple(watched), picker(tuple(watched.values())))
-            self.chain.kernel.note(plan[0])
-            if len(self.plans) < _CACHE_MAX:
-                self.plans[shape] = plan
+        watch), which of its keys any guard watches, and a function picking their amounts (made
+        now; kept in :attr:`plans`)."""
+        holds = []
+        watched: dict[str, int] = {}
+        for frame in self.chain.guards:
+            keys = tuple(k for k in shape.keys if any(lim.matches(k) for lim in frame.limits))
+            if keys:
+                holds.append((frame.level, keys))
+                watched.update((k, f) for k, f, _ in shape.entries if k in keys)
+        plan = (tuple(holds), tuple(watched), picker(tuple(watched.values())))
+        self.chain.kernel.note(plan[0])
+        if len(self.plans) < _CACHE_MAX:
+            self.plans[shape] = plan
         return plan
 
     def admit(self, flight: Flight, thread: int | None) -> Steps | None:
@@ -344,7 +341,8 @@ class LocalLimits(Step):
         rows = flight.rows if flight.rows is not None else chain.rows()
         if rows:
             reservation = flight.reservation
-            holds, keys, pick = self.plan(reservation.shape())
+            shape = reservation.shape()
+            holds, keys, pick = self.plans.get(shape) or self.plan(shape)
             pending: dict[str, Any] = dict(zip(keys, pick(reservation), strict=True))
         else:
             holds, pending = (), {}
@@ -396,8 +394,6 @@ class LocalLimits(Step):
 
     def busy(self, flight: Flight, index: int, hit: Hit) -> BudgetBusy:
         """Stop a call that waited in vain for calls in flight to settle."""
-        from ampmeter.limits import exceeded
-
         chain = self.chain
         limit = exceeded(hit)
         reason = f"waited {chain.wait_s:g}s for calls in flight to settle: {limit}"

@@ -143,23 +143,7 @@ class Usage(NamedTuple):
         Per-model (and per-tool) keys come with their totals. The answer depends only on the
         usage's kind, model, tool and which amounts are zero, so it is computed once per shape.
         """
-        kind, model, tool, t_in, t_out, cached, reasoning, cost, calls, steps, retries, unpriced = (
-            self
-        )
-        key = (
-            kind,
-            model,
-            tool,
-            not t_in,
-            not t_out,
-            not cached,
-            not reasoning,
-            not cost,
-            not calls,
-            not steps,
-            not retries,
-            not unpriced,
-        )
+        key = (self[:3], tuple(map(bool, self[3:])))  # kind, model, tool; which amounts count
         found = _shapes.get(key)
         if found is None:
             found = Shape(self._translate())

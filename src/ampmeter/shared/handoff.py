@@ -108,7 +108,7 @@ class Handoffs:
             raise HandoffError(f"cannot hand off {name!r}: {error}") from None
         node = begin()
         self.kernel.run(node)
-        root = self.frame.chain[-1]  # the context that owns the graph: its ids are logged prefixed
+        root = self.frame.root  # the context that owns the graph: its ids are logged prefixed
         logged_id = root.span_prefix + node.node_id
         scope = ledger.child(f"{logged_id}-{uuid.uuid4().hex[:8]}").scope
         above = owner.handoff_from
