@@ -39,13 +39,11 @@ __all__ = [
 def remember_client_key(resource: Any) -> None:
     """Have :mod:`ampmeter.redact` scrub the credentials of the SDK client behind ``resource``.
 
-    A provider's error body may echo the key; it is read from the client on every call (it may
-    change: openai's can come from a refreshing provider) and held only by the redaction
-    module, which ignores one it already knows.
+    A provider's error body may echo the key. The client is registered with the redaction
+    module once (a known one costs a lookup), which reads its key whenever it scrubs a text:
+    a key that changes (openai's can come from a refreshing provider) is scrubbed too.
     """
-    client = getattr(resource, "_client", None)  # the Stainless SDKs' resource -> client link
-    redact.remember_secret(getattr(client, "api_key", None))
-    redact.remember_secret(getattr(client, "auth_token", None))
+    redact.remember_client(getattr(resource, "_client", None))  # the Stainless resource's client
 
 
 def _before(
