@@ -143,7 +143,7 @@ def _wrap_stream_helper(
             return original(resource, *args, **kwargs)
         # The helper builds its request now and sends it when entered: the budget-pressure
         # hook sees (and may change) it here, and its refusal stops it when it would be sent.
-        refused = relieve_pressure(ctx, kwargs, adapter.wire)
+        refused, notes = relieve_pressure(ctx, kwargs, adapter.wire)
         manager = original(resource, *args, **kwargs)
         remember_client_key(resource)
         # The manager keeps the deferred request in a private (name-mangled) attribute:
@@ -153,10 +153,12 @@ def _wrap_stream_helper(
         if request is None:  # an SDK whose helper is built differently: leave it alone
             return manager
         info = adapter.request_info({**kwargs, "stream": True})
+        deferred: Any
         if is_async:
-            setattr(manager, attr, metered_awaitable(adapter, info, request, kwargs, refused))
+            deferred = metered_awaitable(adapter, info, request, kwargs, refused, notes)
         else:
-            setattr(manager, attr, metered_request(adapter, info, request, kwargs, refused))
+            deferred = metered_request(adapter, info, request, kwargs, refused, notes)
+        setattr(manager, attr, deferred)
         return manager
 
     stream.__doc__ = original.__doc__

@@ -53,10 +53,10 @@ def _before(
 
     Under budget pressure the context's ``on_budget_pressure`` hook may first change the
     request (``kwargs``, in place) or refuse it (the call is then refused at admission)."""
-    refused = relieve_pressure(ctx, kwargs, adapter.wire if adapter.kind == "llm" else None)
+    refused, notes = relieve_pressure(ctx, kwargs, adapter.wire if adapter.kind == "llm" else None)
     info = adapter.request_info(kwargs)
     hide = adapter.prepare_stream(kwargs) if info.stream else False
-    return begin_call(ctx, adapter, info, None, kwargs, refused), info, hide
+    return begin_call(ctx, adapter, info, notes, kwargs, refused), info, hide
 
 
 def _after(
@@ -133,15 +133,16 @@ def metered_request(
     request: Callable[[], Any],
     kwargs: Mapping[str, Any] | None = None,
     refused: ExceededLimit | None = None,
+    notes: Mapping[str, Any] | None = None,
 ) -> Callable[[], Any]:
     """Wrap a stream helper's deferred sync request (called when the helper is entered);
-    ``kwargs`` and ``refused`` as for :func:`begin_call`."""
+    ``kwargs``, ``refused`` and ``notes`` (``extra``) as for :func:`begin_call`."""
 
     def run() -> Any:
         ctx = metered_context()
         if ctx is None:
             return request()
-        call = begin_call(ctx, adapter, info, None, kwargs, refused)
+        call = begin_call(ctx, adapter, info, notes, kwargs, refused)
         token = ACTIVE_CALL.set(call)
         try:
             raw = request()
@@ -162,14 +163,15 @@ async def metered_awaitable(
     request: Any,
     kwargs: Mapping[str, Any] | None = None,
     refused: ExceededLimit | None = None,
+    notes: Mapping[str, Any] | None = None,
 ) -> Any:
     """Await a stream helper's deferred async request (a coroutine) as a metered call;
-    ``kwargs`` and ``refused`` as for :func:`begin_call`."""
+    ``kwargs``, ``refused`` and ``notes`` (``extra``) as for :func:`begin_call`."""
     ctx = metered_context()
     if ctx is None:
         return await request
     try:
-        call = begin_call(ctx, adapter, info, None, kwargs, refused)
+        call = begin_call(ctx, adapter, info, notes, kwargs, refused)
     except BaseException:
         close = getattr(request, "close", None)
         if close is not None:
