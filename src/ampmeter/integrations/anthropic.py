@@ -102,10 +102,9 @@ class MessagesAdapter(Adapter):
             text = get(read(event, "delta", None), "text")
             if isinstance(text, str) and settings.capture_content:
                 tally.keep_text(text)
+        elif kind == "message_stop":
+            tally.complete = True
         return False
-
-    def ends_stream(self, event: Any) -> bool:
-        return bool(get(event, "type") == "message_stop")
 
 
 def _omitted(value: object) -> bool:

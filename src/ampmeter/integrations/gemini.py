@@ -91,7 +91,10 @@ class GenerateContentAdapter(Adapter):
                 tally.tokens_out = (candidates or 0) + thoughts
                 tally.reasoning = thoughts
         for candidate in read(event, "candidates", None) or ():
-            for part in get(get(candidate, "content"), "parts") or ():
+            read_candidate = reader(candidate)
+            if usage is not None and read_candidate(candidate, "finishReason", None):
+                tally.complete = True  # the last chunk: why generation stopped, the final usage
+            for part in get(read_candidate(candidate, "content", None), "parts") or ():
                 read_part = reader(part)
                 if read_part(part, "functionCall", None) is not None:
                     tally.tool_calls += 1
@@ -101,9 +104,3 @@ class GenerateContentAdapter(Adapter):
                     if settings.capture_content and not read_part(part, "thought", None):
                         tally.keep_text(text)
         return False
-
-    def ends_stream(self, event: Any) -> bool:
-        # The last chunk names why generation stopped and carries the final usage.
-        if get(event, "usageMetadata") is None:
-            return False
-        return any(get(c, "finishReason") for c in get(event, "candidates") or ())

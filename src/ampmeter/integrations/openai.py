@@ -281,14 +281,12 @@ class ResponsesAdapter(Adapter):
         kind = read(event, "type", None)
         if kind in _RESPONSE_ENDS:
             self.read_response(read(event, "response", None), tally)
+            tally.complete = True
         elif kind == "response.output_text.delta":
             tally.chunks += 1
         elif kind == "response.created":  # the id, also for a stream cut before its end
             tally.note_response_id(self.provider, get(read(event, "response", None), "id"))
         return False
-
-    def ends_stream(self, event: Any) -> bool:
-        return get(event, "type") in _RESPONSE_ENDS
 
 
 def instrument_openai() -> bool:

@@ -98,7 +98,7 @@ class ResponsesOnSocket:
             return
         pending = next((p for p in queue if response_id and p.response_id == response_id), queue[0])
         _ADAPTER.read_event(event, pending.tally, False)
-        if _ADAPTER.ends_stream(event):
+        if pending.tally.complete:
             queue.remove(pending)
             failed = ResponseFailed("response.failed") if kind == "response.failed" else None
             finish_call(pending.call, pending.tally, failed)

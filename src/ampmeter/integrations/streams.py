@@ -81,11 +81,10 @@ class StreamMeter:
 
     def read(self, event: Any) -> bool:
         """Read one event; True if the caller must not see it."""
-        if self.adapter.read_event(event, self.tally, self.hide):
-            return True
-        if self.adapter.ends_stream(event):
+        hidden = self.adapter.read_event(event, self.tally, self.hide)
+        if self.tally.complete:
             self.end(None)
-        return False
+        return hidden
 
     def events(self, inner: Iterator[Any]) -> Iterator[Any]:
         """``inner``'s events, read on their way out."""

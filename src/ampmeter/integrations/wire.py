@@ -92,7 +92,7 @@ class BodyReader:
         except orjson.JSONDecodeError:
             return False
         hidden = self.adapter.read_event(event, self.tally, self.hide)
-        if self.adapter.ends_stream(event):
+        if self.tally.complete:
             self.complete = True
         return hidden
 
