@@ -180,16 +180,16 @@ def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> N
     call.finish(exc)
 
 
-def finish_abandoned(call: Call, tally: Tally, input_tokens: int) -> None:
+def finish_abandoned(call: Call, tally: Tally, info: RequestInfo) -> None:
     """End the node of a stream closed before its last event.
 
     The provider bills a cut stream but its usage report (OpenAI's comes last) may not have
-    arrived: count the request's input estimate (``input_tokens``) and one token per content
-    event, and say so on the node.
+    arrived: count the request's input estimate (from ``info``, worked out only here) and one
+    token per content event, and say so on the node.
     """
     if tally.tokens_in is None or (tally.tokens_out or 0) < tally.chunks:
         if tally.tokens_in is None:
-            tally.tokens_in = input_tokens
+            tally.tokens_in = info.input_tokens
         tally.tokens_out = max(tally.tokens_out or 0, tally.chunks)
         call.context.graph.update_metadata(call.node_id, {META_USAGE_ESTIMATED: True})
     cut = StreamAbandoned("the stream was closed before its last event was read")

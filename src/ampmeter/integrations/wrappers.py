@@ -65,7 +65,7 @@ def _after(
     """Meter a stream in place, or record a whole response's usage and end the call; either
     way the SDK's own object is handed back."""
     if adapter.is_stream(result):
-        meter(result, call, adapter, hide, info.input_tokens)
+        meter(result, call, adapter, hide, info)
         return result
     tally = Tally()
     adapter.read_response(result, tally)
@@ -151,7 +151,7 @@ def metered_request(
             raise
         finally:
             ACTIVE_CALL.reset(token)
-        meter_stream(raw, call, adapter, False, info.input_tokens)
+        meter_stream(raw, call, adapter, False, info)
         return raw
 
     return run
@@ -185,5 +185,5 @@ async def metered_awaitable(
         raise
     finally:
         ACTIVE_CALL.reset(token)
-    meter_async_stream(raw, call, adapter, False, info.input_tokens)
+    meter_async_stream(raw, call, adapter, False, info)
     return raw
