@@ -142,7 +142,7 @@ def _wrap_stream_helper(
             return original(resource, *args, **kwargs)
         # The helper builds its request now and sends it when entered: the budget-pressure
         # hook sees (and may change) it here, and its refusal stops it when it would be sent.
-        refused, notes = relieve_pressure(ctx, kwargs, adapter.wire)
+        refused, notes = relieve_pressure(ctx, adapter, kwargs)
         manager = original(resource, *args, **kwargs)
         remember_client_key(resource)
         # The manager keeps the deferred request in a private (name-mangled) attribute:

@@ -197,11 +197,11 @@ def finish_abandoned(call: Call, tally: Tally, info: RequestInfo) -> None:
 
 
 def relieve_pressure(
-    ctx: ExecutionContext, kwargs: dict[str, Any], wire: str | None = None
+    ctx: ExecutionContext, adapter: Adapter, kwargs: dict[str, Any]
 ) -> tuple[ExceededLimit | None, dict[str, Any] | None]:
     """Under budget pressure, let the context's ``on_budget_pressure`` hook change the request
-    (``kwargs``, in place) or refuse it. An LLM request (``wire`` names its format) is told the
-    budget first when the context asks for it (``disclose_budget``).
+    (``kwargs``, in place) or refuse it. An LLM request is told the budget first, in the place
+    its wire format keeps system text, when the context asks for it (``disclose_budget``).
 
     Returns the refusal, to report when the call is admitted, and the node's metadata for what
     was done (the budget line told, the model asked for before a downgrade): the ``refused``
@@ -211,7 +211,7 @@ def relieve_pressure(
     if pressure is None and not ctx.disclose_budget:
         return None, None
     notes: dict[str, Any] = {}
-    told = disclose(ctx, kwargs, wire)
+    told = disclose(ctx, kwargs, adapter.wire if adapter.kind == "llm" else None)
     if told is not None:
         notes[META_BUDGET_NOTE] = told
     refused = None

@@ -53,7 +53,7 @@ def _before(
 
     Under budget pressure the context's ``on_budget_pressure`` hook may first change the
     request (``kwargs``, in place) or refuse it (the call is then refused at admission)."""
-    refused, notes = relieve_pressure(ctx, kwargs, adapter.wire if adapter.kind == "llm" else None)
+    refused, notes = relieve_pressure(ctx, adapter, kwargs)
     info = adapter.request_info(kwargs)
     hide = adapter.prepare_stream(kwargs) if info.stream else False
     return begin_call(ctx, adapter, info, notes, kwargs, refused), info, hide
