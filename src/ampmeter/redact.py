@@ -7,8 +7,9 @@ the report goes through this module:
   (the OpenAI and Anthropic SDK errors carry ``status_code``) and its message;
 * credentials are replaced by ``[REDACTED]`` in that message: bearer tokens, ``sk-...`` and
   ``sk-ant-...`` keys, ``api_key=...`` / ``api-key: ...`` style pairs, ``Authorization:``
-  values, and every secret registered with :func:`remember_secret` (the SDK integrations
-  register the key each client was built with);
+  values, every secret registered with :func:`remember_secret`, and the credentials of every
+  SDK client registered with :func:`remember_client` (the SDK integrations register each client
+  they meter) as they are when the text is scrubbed;
 * a provider's error body often echoes the request (the prompt, a tool argument): unless
   content capture is on (:func:`configure`, set by ``instrument(capture_content=...)``), the
   message of an error that carries a provider response is withheld and only its error type and
@@ -23,8 +24,9 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter.errors import AmpmeterError
 
@@ -37,6 +39,7 @@ __all__ = [
     "configure",
     "content_captured",
     "error_text",
+    "remember_client",
     "remember_secret",
     "scrub",
 ]
@@ -73,6 +76,12 @@ _secrets: set[str] = set()
 _secret_pattern: re.Pattern[str] | None = None
 _capture_content = False
 
+# The SDK clients whose credentials are scrubbed, by id, held weakly (an entry goes when its
+# client does): their credentials are read when the client is registered and again before every
+# scrub, so a key that changes later is scrubbed too.
+_clients: dict[int, weakref.ref[Any]] = {}
+_CREDENTIALS: Final = ("api_key", "auth_token")  # the attributes the Stainless SDKs keep them in
+
 
 def configure(*, capture_content: bool) -> None:
     """Whether provider error messages (which may echo the request) are kept in error text."""
@@ -104,10 +113,41 @@ def remember_secret(value: object) -> None:
         _secret_pattern = re.compile("|".join(re.escape(s) for s in ordered))
 
 
+def remember_client(client: object) -> None:
+    """Scrub the credentials of SDK client ``client`` (its ``api_key`` and ``auth_token``) from
+    every error text from now on, as they are whenever a text is scrubbed: a key the client
+    changes (openai's can come from a refreshing provider) is scrubbed too. A client already
+    registered costs one lookup; None is ignored."""
+    if client is None or id(client) in _clients:
+        return
+    _read_credentials(client)
+    key = id(client)
+
+    def forget(ref: weakref.ref[Any]) -> None:
+        if _clients.get(key) is ref:
+            del _clients[key]
+
+    try:
+        ref = weakref.ref(client, forget)
+    except TypeError:  # a client that cannot be held weakly is read again at its next call
+        return
+    with _lock:
+        _clients[key] = ref
+
+
+def _read_credentials(client: object) -> None:
+    for name in _CREDENTIALS:
+        remember_secret(getattr(client, name, None))
+
+
 def scrub(text: str) -> str:
     """``text`` with every credential replaced by ``[REDACTED]`` (and cut to a sane length)."""
     if len(text) > MAX_TEXT_CHARS:
         text = text[:MAX_TEXT_CHARS] + "…"
+    for ref in list(_clients.values()):
+        client = ref()
+        if client is not None:
+            _read_credentials(client)
     pattern = _secret_pattern
     if pattern is not None:
         text = pattern.sub(REDACTED, text)

@@ -8,7 +8,6 @@ streams and HTTP layers do the rest the same way for every wire format.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 from ampmeter.context import Call
@@ -58,13 +57,16 @@ class RequestInfo:
         return request_size.input_tokens(self.size, self.model)
 
 
-@dataclass(slots=True)
 class Tally:
     """Usage seen so far in one response (or stream), in the subset convention.
 
     ``tokens_in`` includes cache reads and writes; ``tokens_out`` includes reasoning tokens.
     ``text`` (captured content) and ``tool_keys`` are made only when something goes in them.
     ``response_key`` is the provider's id of the response as ``"<provider>:<id>"``.
+    ``complete``: the stream's last event was read (callers often stop reading there).
+
+    A tally starts empty: every field starts as the class's value, and an adapter sets only
+    what the response reports.
     """
 
     tokens_in: int | None = None
@@ -77,14 +79,14 @@ class Tally:
     text: list[str] | None = None
     tool_keys: set[tuple[int, int]] | None = None  # (choice, tool) indexes of streamed tool calls
     response_key: str | None = None
+    complete: bool = False
 
     def note_response_id(self, provider: str, response_id: object) -> None:
-        """Keep the provider's id of the response (the first one seen; a stream repeats it).
-        An id that is not printable text of at most :data:`MAX_RESPONSE_ID` characters is
-        ignored: it could not be a ledger key."""
+        """Keep the provider's id of the response (a stream whose events all repeat it notes
+        it once: until ``response_key`` is set). An id that is not printable text of at most
+        :data:`MAX_RESPONSE_ID` characters is ignored: it could not be a ledger key."""
         if (
-            self.response_key is None
-            and isinstance(response_id, str)
+            isinstance(response_id, str)
             and 0 < len(response_id) <= MAX_RESPONSE_ID
             and response_id.isprintable()
         ):
@@ -151,9 +153,6 @@ class Adapter:
         raise NotImplementedError
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
-        """Read one stream event; True if the caller must not see it."""
+        """Read one stream event (the last one sets ``tally.complete``); True if the caller must
+        not see it."""
         raise NotImplementedError
-
-    def ends_stream(self, event: Any) -> bool:
-        """Whether ``event`` is the last one of a stream (callers often stop reading there)."""
-        return False

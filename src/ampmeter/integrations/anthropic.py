@@ -25,7 +25,7 @@ from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.lifecycle import relieve_pressure, settings
 from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
 from ampmeter.integrations.streams import meter_rebuilt_stream
-from ampmeter.integrations.wire import get, get_int, int_or_none, text_of
+from ampmeter.integrations.wire import get, int_or_none, reader, text_of
 from ampmeter.integrations.wrappers import (
     metered_awaitable,
     metered_request,
@@ -71,37 +71,40 @@ class MessagesAdapter(Adapter):
         return isinstance(result, self._stream_types)
 
     def read_response(self, result: Any, tally: Tally) -> None:
-        tally.note_response_id(self.provider, get(result, "id"))
-        _read_usage(get(result, "usage"), tally)
-        for block in get(result, "content") or ():
-            kind = get(block, "type")
+        read = reader(result)
+        tally.note_response_id(self.provider, read(result, "id", None))
+        _read_usage(read(result, "usage", None), tally)
+        for block in read(result, "content", None) or ():
+            read_block = reader(block)
+            kind = read_block(block, "type", None)
             if kind in _TOOL_BLOCKS:
                 tally.tool_calls += 1
             elif kind == "text" and settings.capture_content:
-                text = get(block, "text")
+                text = read_block(block, "text", None)
                 if isinstance(text, str):
                     tally.keep_text(text)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
-        kind = get(event, "type")
+        read = reader(event)
+        kind = read(event, "type", None)
         if kind == "message_start":
-            message = get(event, "message")
-            tally.note_response_id(self.provider, get(message, "id"))
-            _read_usage(get(message, "usage"), tally)
+            message = read(event, "message", None)
+            read_message = reader(message)
+            tally.note_response_id(self.provider, read_message(message, "id", None))
+            _read_usage(read_message(message, "usage", None), tally)
         elif kind == "message_delta":
-            _read_usage(get(event, "usage"), tally)
+            _read_usage(read(event, "usage", None), tally)
         elif kind == "content_block_start":
-            if get(get(event, "content_block"), "type") in _TOOL_BLOCKS:
+            if get(read(event, "content_block", None), "type") in _TOOL_BLOCKS:
                 tally.tool_calls += 1
         elif kind == "content_block_delta":
             tally.chunks += 1
-            text = get(get(event, "delta"), "text")
+            text = get(read(event, "delta", None), "text")
             if isinstance(text, str) and settings.capture_content:
                 tally.keep_text(text)
+        elif kind == "message_stop":
+            tally.complete = True
         return False
-
-    def ends_stream(self, event: Any) -> bool:
-        return bool(get(event, "type") == "message_stop")
 
 
 def _omitted(value: object) -> bool:
@@ -112,10 +115,11 @@ def _read_usage(usage: Any, tally: Tally) -> None:
     """Merge an Anthropic usage object (a full one, or a stream delta's partial one)."""
     if usage is None:
         return
-    raw_in = get_int(usage, "input_tokens")
-    reads = get_int(usage, "cache_read_input_tokens")
-    writes = get_int(usage, "cache_creation_input_tokens")
-    out = get_int(usage, "output_tokens")
+    read = reader(usage)
+    raw_in = int_or_none(read(usage, "input_tokens", None))
+    reads = int_or_none(read(usage, "cache_read_input_tokens", None))
+    writes = int_or_none(read(usage, "cache_creation_input_tokens", None))
+    out = int_or_none(read(usage, "output_tokens", None))
     if raw_in is not None:
         # Deltas repeat the input counts when they carry them; they are cumulative, not extra.
         tally.cached = reads if reads is not None else tally.cached
@@ -123,8 +127,8 @@ def _read_usage(usage: Any, tally: Tally) -> None:
         tally.tokens_in = raw_in + tally.cached + tally.cache_write
     if out is not None:
         tally.tokens_out = out
-    details = get(usage, "output_tokens_details")
-    thinking = get_int(details, "thinking_tokens")
+    details = read(usage, "output_tokens_details", None)
+    thinking = int_or_none(get(details, "thinking_tokens"))
     if thinking is not None:
         tally.reasoning = thinking
 
@@ -138,7 +142,7 @@ def _wrap_stream_helper(
             return original(resource, *args, **kwargs)
         # The helper builds its request now and sends it when entered: the budget-pressure
         # hook sees (and may change) it here, and its refusal stops it when it would be sent.
-        refused = relieve_pressure(ctx, kwargs, adapter.wire)
+        refused, notes = relieve_pressure(ctx, adapter, kwargs)
         manager = original(resource, *args, **kwargs)
         remember_client_key(resource)
         # The manager keeps the deferred request in a private (name-mangled) attribute:
@@ -148,10 +152,12 @@ def _wrap_stream_helper(
         if request is None:  # an SDK whose helper is built differently: leave it alone
             return manager
         info = adapter.request_info({**kwargs, "stream": True})
+        deferred: Any
         if is_async:
-            setattr(manager, attr, metered_awaitable(adapter, info, request, kwargs, refused))
+            deferred = metered_awaitable(adapter, info, request, kwargs, refused, notes)
         else:
-            setattr(manager, attr, metered_request(adapter, info, request, kwargs, refused))
+            deferred = metered_request(adapter, info, request, kwargs, refused, notes)
+        setattr(manager, attr, deferred)
         return manager
 
     stream.__doc__ = original.__doc__

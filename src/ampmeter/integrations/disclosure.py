@@ -10,27 +10,21 @@ never changed: the request gets new lists and strings.
 
 from __future__ import annotations
 
-import contextvars
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from ampmeter.context import ExecutionContext
 
-__all__ = ["META_BUDGET_NOTE", "disclose", "take_disclosed"]
+__all__ = ["META_BUDGET_NOTE", "disclose"]
 
 META_BUDGET_NOTE: Final = "budget_note"
 
-_DISCLOSED: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "ampmeter_budget_disclosed", default=None
-)
 
-
-def disclose(ctx: ExecutionContext, kwargs: dict[str, Any], wire: str | None) -> None:
+def disclose(ctx: ExecutionContext, kwargs: dict[str, Any], wire: str | None) -> str | None:
     """Add the context's budget line to the request ``kwargs`` (in place) when it asks for it;
-    the line is kept for :func:`take_disclosed`."""
-    _DISCLOSED.set(None)
+    the line told, else None."""
     if wire is None or not ctx.disclose_budget:
-        return
+        return None
     note = ctx.budget_note()
     if wire == "anthropic":
         system = kwargs.get("system")
@@ -44,13 +38,5 @@ def disclose(ctx: ExecutionContext, kwargs: dict[str, Any], wire: str | None) ->
     elif wire == "chat" and isinstance(kwargs.get("messages"), list):
         kwargs["messages"] = [{"role": "system", "content": note}, *kwargs["messages"]]
     else:
-        return  # a wire without a place for system text is sent as it is
-    _DISCLOSED.set(note)
-
-
-def take_disclosed() -> str | None:
-    """The line the request about to begin was told (once), else None."""
-    note = _DISCLOSED.get()
-    if note is not None:
-        _DISCLOSED.set(None)
+        return None  # a wire without a place for system text is sent as it is
     return note

@@ -17,7 +17,7 @@ from typing import Any
 
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
-from ampmeter.integrations.wire import get, get_int
+from ampmeter.integrations.wire import get, int_or_none, reader
 
 __all__ = ["PROVIDER", "GenerateContentAdapter", "model_of_path"]
 
@@ -54,7 +54,7 @@ class GenerateContentAdapter(Adapter):
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
         config = kwargs.get("generationConfig") or kwargs.get("generation_config")
-        max_tokens = get_int(config, "maxOutputTokens")
+        max_tokens = int_or_none(get(config, "maxOutputTokens"))
         stream = self.operation == "streamGenerateContent"
         return RequestInfo(None, self.measure(kwargs), max_tokens, stream)
 
@@ -73,33 +73,34 @@ class GenerateContentAdapter(Adapter):
         self.read_event(result, tally, False)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        read = reader(event)
         if tally.response_key is None:
-            tally.note_response_id(self.provider, get(event, "responseId"))
-        usage = get(event, "usageMetadata")
+            tally.note_response_id(self.provider, read(event, "responseId", None))
+        usage = read(event, "usageMetadata", None)
         if usage is not None:
-            prompt = get_int(usage, "promptTokenCount")
-            tool_prompt = get_int(usage, "toolUsePromptTokenCount") or 0
-            candidates = get_int(usage, "candidatesTokenCount")
-            thoughts = get_int(usage, "thoughtsTokenCount") or 0
+            read_usage = reader(usage)
+            prompt = int_or_none(read_usage(usage, "promptTokenCount", None))
+            tool_prompt = int_or_none(read_usage(usage, "toolUsePromptTokenCount", None)) or 0
+            candidates = int_or_none(read_usage(usage, "candidatesTokenCount", None))
+            thoughts = int_or_none(read_usage(usage, "thoughtsTokenCount", None)) or 0
             if prompt is not None:
                 tally.tokens_in = prompt + tool_prompt
-                tally.cached = get_int(usage, "cachedContentTokenCount") or 0
+                cached = read_usage(usage, "cachedContentTokenCount", None)
+                tally.cached = int_or_none(cached) or 0
             if candidates is not None or thoughts:
                 tally.tokens_out = (candidates or 0) + thoughts
                 tally.reasoning = thoughts
-        for candidate in get(event, "candidates") or ():
-            for part in get(get(candidate, "content"), "parts") or ():
-                if get(part, "functionCall") is not None:
+        for candidate in read(event, "candidates", None) or ():
+            read_candidate = reader(candidate)
+            if usage is not None and read_candidate(candidate, "finishReason", None):
+                tally.complete = True  # the last chunk: why generation stopped, the final usage
+            for part in get(read_candidate(candidate, "content", None), "parts") or ():
+                read_part = reader(part)
+                if read_part(part, "functionCall", None) is not None:
                     tally.tool_calls += 1
-                text = get(part, "text")
+                text = read_part(part, "text", None)
                 if isinstance(text, str) and text:
                     tally.chunks += 1
-                    if settings.capture_content and not get(part, "thought"):
+                    if settings.capture_content and not read_part(part, "thought", None):
                         tally.keep_text(text)
         return False
-
-    def ends_stream(self, event: Any) -> bool:
-        # The last chunk names why generation stopped and carries the final usage.
-        if get(event, "usageMetadata") is None:
-            return False
-        return any(get(c, "finishReason") for c in get(event, "candidates") or ())

@@ -209,7 +209,7 @@ class BodyMeter:
         self.inner = inner
         self.reader = reader
         self._call = admitted.call
-        self._input_tokens = admitted.info.input_tokens
+        self._info = admitted.info
         self.done = False
 
     def end(self, exc: BaseException | None) -> None:
@@ -222,7 +222,7 @@ class BodyMeter:
         """End the node of a body closed or dropped before its end."""
         if not self.done:
             self.done = True
-            finish_abandoned(self._call, self.reader.tally, self._input_tokens)
+            finish_abandoned(self._call, self.reader.tally, self._info)
 
     def __del__(self) -> None:
         # A response dropped unread is still counted, with the usage seen so far. Nothing can be

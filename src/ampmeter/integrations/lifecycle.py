@@ -18,7 +18,7 @@ from ampmeter.context import Call, ExecutionContext
 from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
 from ampmeter.graph import META_PROVIDER
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
-from ampmeter.integrations.disclosure import META_BUDGET_NOTE, disclose, take_disclosed
+from ampmeter.integrations.disclosure import META_BUDGET_NOTE, disclose
 from ampmeter.limits import ExceededLimit
 from ampmeter.policies import in_final_call
 from ampmeter.policies.downgrade import META_REQUESTED_MODEL, take_requested_model
@@ -119,17 +119,12 @@ def begin_call(
 ) -> Call:
     """Begin and admit the node of one request (``LimitExceeded`` if it does not fit).
 
-    ``request`` (the SDK call's keyword arguments, or the JSON body) lets the context's policies
-    see what is sent (the loop guard); ``refused`` is a budget-pressure hook's refusal to report.
-    The input estimate comes from the request's measure (``info.size``).
+    ``extra``: more metadata for the node. ``request`` (the SDK call's keyword arguments, or the
+    JSON body) lets the context's policies see what is sent (the loop guard); ``refused`` is a
+    budget-pressure hook's refusal to report (:func:`relieve_pressure`). The input estimate
+    comes from the request's measure (``info.size``).
     """
     meta: dict[str, Any] = {META_OPERATION: adapter.operation}
-    asked = take_requested_model()
-    if asked is not None:
-        meta[META_REQUESTED_MODEL] = asked
-    told = take_disclosed()
-    if told is not None:
-        meta[META_BUDGET_NOTE] = told
     if extra:
         meta.update(extra)
     if settings.capture_content and request is not None:
@@ -185,16 +180,16 @@ def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> N
     call.finish(exc)
 
 
-def finish_abandoned(call: Call, tally: Tally, input_tokens: int) -> None:
+def finish_abandoned(call: Call, tally: Tally, info: RequestInfo) -> None:
     """End the node of a stream closed before its last event.
 
     The provider bills a cut stream but its usage report (OpenAI's comes last) may not have
-    arrived: count the request's input estimate (``input_tokens``) and one token per content
-    event, and say so on the node.
+    arrived: count the request's input estimate (from ``info``, worked out only here) and one
+    token per content event, and say so on the node.
     """
     if tally.tokens_in is None or (tally.tokens_out or 0) < tally.chunks:
         if tally.tokens_in is None:
-            tally.tokens_in = input_tokens
+            tally.tokens_in = info.input_tokens
         tally.tokens_out = max(tally.tokens_out or 0, tally.chunks)
         call.context.graph.update_metadata(call.node_id, {META_USAGE_ESTIMATED: True})
     cut = StreamAbandoned("the stream was closed before its last event was read")
@@ -202,12 +197,27 @@ def finish_abandoned(call: Call, tally: Tally, input_tokens: int) -> None:
 
 
 def relieve_pressure(
-    ctx: ExecutionContext, kwargs: dict[str, Any], wire: str | None = None
-) -> ExceededLimit | None:
+    ctx: ExecutionContext, adapter: Adapter, kwargs: dict[str, Any]
+) -> tuple[ExceededLimit | None, dict[str, Any] | None]:
     """Under budget pressure, let the context's ``on_budget_pressure`` hook change the request
-    (``kwargs``, in place) or refuse it: the refusal, to report when the call is admitted.
-    An LLM request (``wire`` names its format) is told the budget first when the context
-    asks for it (``disclose_budget``)."""
-    disclose(ctx, kwargs, wire)
+    (``kwargs``, in place) or refuse it. An LLM request is told the budget first, in the place
+    its wire format keeps system text, when the context asks for it (``disclose_budget``).
+
+    Returns the refusal, to report when the call is admitted, and the node's metadata for what
+    was done (the budget line told, the model asked for before a downgrade): the ``refused``
+    and ``extra`` of :func:`begin_call`. A context with neither configured does nothing here:
+    (None, None)."""
     pressure = ctx.policies.pressure
-    return None if pressure is None else pressure.relieve(ctx, kwargs)
+    if pressure is None and not ctx.disclose_budget:
+        return None, None
+    notes: dict[str, Any] = {}
+    told = disclose(ctx, kwargs, adapter.wire if adapter.kind == "llm" else None)
+    if told is not None:
+        notes[META_BUDGET_NOTE] = told
+    refused = None
+    if pressure is not None:
+        refused = pressure.relieve(ctx, kwargs)
+        asked = take_requested_model()
+        if asked is not None:
+            notes[META_REQUESTED_MODEL] = asked
+    return refused, notes or None

@@ -20,7 +20,7 @@ from typing import Any
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
-from ampmeter.integrations.wire import get, get_int, int_or_none, text_of
+from ampmeter.integrations.wire import get, int_or_none, reader, text_of
 from ampmeter.pricing import request_size
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
@@ -80,36 +80,42 @@ class ChatAdapter(Adapter):
         return isinstance(result, self._stream_types)
 
     def read_response(self, result: Any, tally: Tally) -> None:
-        tally.note_response_id(self.provider, get(result, "id"))
-        _read_chat_usage(get(result, "usage"), tally)
+        read = reader(result)
+        tally.note_response_id(self.provider, read(result, "id", None))
+        _read_chat_usage(read(result, "usage", None), tally)
         capture = settings.capture_content
-        for choice in get(result, "choices") or ():
-            message = get(choice, "message")
-            tools = get(message, "tool_calls")
+        for choice in read(result, "choices", None) or ():
+            read_choice = reader(choice)
+            message = read_choice(choice, "message", None)
+            read_message = reader(message)
+            tools = read_message(message, "tool_calls", None)
             if tools:
                 tally.tool_calls += len(tools)
-            if get(message, "function_call") is not None:
+            if read_message(message, "function_call", None) is not None:
                 tally.tool_calls += 1
             if capture:
-                content = get(message, "content")
+                content = read_message(message, "content", None)
                 if isinstance(content, str):
                     tally.keep_text(content)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        read = reader(event)
         if tally.response_key is None:
-            tally.note_response_id(self.provider, get(event, "id"))
-        usage = get(event, "usage")
+            tally.note_response_id(self.provider, read(event, "id", None))
+        usage = read(event, "usage", None)
         if usage is not None:
             _read_chat_usage(usage, tally)
-        choices = get(event, "choices")
+        choices = read(event, "choices", None)
         if not choices:
             return hide_usage and usage is not None
         for choice in choices:
-            delta = get(choice, "delta")
-            tools = get(delta, "tool_calls")
+            read_choice = reader(choice)
+            delta = read_choice(choice, "delta", None)
+            read_delta = reader(delta)
+            tools = read_delta(delta, "tool_calls", None)
             if tools:
-                _count_tool_calls(get(choice, "index") or 0, tools, tally)
-            content = get(delta, "content")
+                _count_tool_calls(read_choice(choice, "index", None) or 0, tools, tally)
+            content = read_delta(delta, "content", None)
             if content and isinstance(content, str):
                 tally.chunks += 1
                 if settings.capture_content:
@@ -132,16 +138,18 @@ def _count_tool_calls(choice: int, tools: Any, tally: Tally) -> None:
 def _read_chat_usage(usage: Any, tally: Tally) -> None:
     if usage is None:
         return
-    tally.tokens_in = get_int(usage, "prompt_tokens")
-    tally.tokens_out = get_int(usage, "completion_tokens")
-    prompt = get(usage, "prompt_tokens_details")
+    read = reader(usage)
+    tally.tokens_in = int_or_none(read(usage, "prompt_tokens", None))
+    tally.tokens_out = int_or_none(read(usage, "completion_tokens", None))
+    prompt = read(usage, "prompt_tokens_details", None)
     if prompt is None:
         tally.cached = tally.cache_write = 0
     else:
-        tally.cached = get_int(prompt, "cached_tokens") or 0
-        tally.cache_write = get_int(prompt, "cache_write_tokens") or 0
-    completion = get(usage, "completion_tokens_details")
-    tally.reasoning = 0 if completion is None else get_int(completion, "reasoning_tokens") or 0
+        read_prompt = reader(prompt)
+        tally.cached = int_or_none(read_prompt(prompt, "cached_tokens", None)) or 0
+        tally.cache_write = int_or_none(read_prompt(prompt, "cache_write_tokens", None)) or 0
+    completion = read(usage, "completion_tokens_details", None)
+    tally.reasoning = int_or_none(get(completion, "reasoning_tokens")) or 0
 
 
 class CompletionsAdapter(ChatAdapter):
@@ -161,12 +169,13 @@ class CompletionsAdapter(ChatAdapter):
         self.read_event(result, tally, False)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        read = reader(event)
         if tally.response_key is None:
-            tally.note_response_id(self.provider, get(event, "id"))
-        usage = get(event, "usage")
+            tally.note_response_id(self.provider, read(event, "id", None))
+        usage = read(event, "usage", None)
         if usage is not None:
             _read_chat_usage(usage, tally)
-        choices = get(event, "choices") or ()
+        choices = read(event, "choices", None) or ()
         for choice in choices:
             text = get(choice, "text")
             if isinstance(text, str) and text:
@@ -198,7 +207,7 @@ class EmbeddingsAdapter(Adapter):
     def read_response(self, result: Any, tally: Tally) -> None:
         usage = get(result, "usage")
         if usage is not None:
-            tally.tokens_in = get_int(usage, "prompt_tokens")
+            tally.tokens_in = int_or_none(get(usage, "prompt_tokens"))
             tally.tokens_out = 0
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
@@ -241,40 +250,43 @@ class ResponsesAdapter(Adapter):
         return isinstance(result, self._stream_types)
 
     def read_response(self, result: Any, tally: Tally) -> None:
-        tally.note_response_id(self.provider, get(result, "id"))
-        usage = get(result, "usage")
+        read = reader(result)
+        tally.note_response_id(self.provider, read(result, "id", None))
+        usage = read(result, "usage", None)
         if usage is not None:
-            tally.tokens_in = get_int(usage, "input_tokens")
-            tally.tokens_out = get_int(usage, "output_tokens")
-            details = get(usage, "input_tokens_details")
-            tally.cached = get_int(details, "cached_tokens") or 0
-            tally.cache_write = get_int(details, "cache_write_tokens") or 0
-            out_details = get(usage, "output_tokens_details")
-            tally.reasoning = get_int(out_details, "reasoning_tokens") or 0
+            read_usage = reader(usage)
+            tally.tokens_in = int_or_none(read_usage(usage, "input_tokens", None))
+            tally.tokens_out = int_or_none(read_usage(usage, "output_tokens", None))
+            details = read_usage(usage, "input_tokens_details", None)
+            read_details = reader(details)
+            tally.cached = int_or_none(read_details(details, "cached_tokens", None)) or 0
+            tally.cache_write = int_or_none(read_details(details, "cache_write_tokens", None)) or 0
+            out_details = read_usage(usage, "output_tokens_details", None)
+            tally.reasoning = int_or_none(get(out_details, "reasoning_tokens")) or 0
         calls = 0
         texts: list[str] = []
-        for item in get(result, "output") or ():
-            kind = get(item, "type")
+        for item in read(result, "output", None) or ():
+            read_item = reader(item)
+            kind = read_item(item, "type", None)
             if isinstance(kind, str) and kind.endswith("_call"):
                 calls += 1
             elif kind == "message" and settings.capture_content:
-                texts.append(text_of(get(item, "content")))
+                texts.append(text_of(read_item(item, "content", None)))
         tally.tool_calls = calls
         if texts:
             tally.text = texts
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
-        kind = get(event, "type")
+        read = reader(event)
+        kind = read(event, "type", None)
         if kind in _RESPONSE_ENDS:
-            self.read_response(get(event, "response"), tally)
+            self.read_response(read(event, "response", None), tally)
+            tally.complete = True
         elif kind == "response.output_text.delta":
             tally.chunks += 1
         elif kind == "response.created":  # the id, also for a stream cut before its end
-            tally.note_response_id(self.provider, get(get(event, "response"), "id"))
+            tally.note_response_id(self.provider, get(read(event, "response", None), "id"))
         return False
-
-    def ends_stream(self, event: Any) -> bool:
-        return get(event, "type") in _RESPONSE_ENDS
 
 
 def instrument_openai() -> bool:

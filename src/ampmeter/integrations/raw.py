@@ -78,7 +78,7 @@ def _settle_parsed(
 ) -> Any:
     if adapter.is_stream(parsed):
         # The SDK caches what parse() returns: the caller's parse() gets this metered stream.
-        stream_meter = meter(parsed, call, adapter, hide, info.input_tokens)
+        stream_meter = meter(parsed, call, adapter, hide, info)
         _read_raw_body(result, stream_meter)
         return result
     tally = Tally()

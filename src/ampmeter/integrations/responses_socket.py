@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ampmeter.context import Call
-from ampmeter.integrations.adapter import Tally
+from ampmeter.integrations.adapter import RequestInfo, Tally
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.lifecycle import (
     ACTIVE_CALL,
@@ -43,7 +43,7 @@ class PendingResponse:
     """One response sent and not yet finished."""
 
     call: Call
-    input_tokens: int
+    info: RequestInfo
     tally: Tally = field(default_factory=Tally)
     response_id: str | None = None
 
@@ -67,7 +67,7 @@ class ResponsesOnSocket:
         body = event if isinstance(event, Mapping) else event.to_dict()
         info = _ADAPTER.request_info(body)
         call = begin_call(ctx, _ADAPTER, info, {META_TRANSPORT: transport}, body)
-        response = PendingResponse(call, info.input_tokens)
+        response = PendingResponse(call, info)
         self.pending.append(response)  # before sending: the answer may be read on another thread
         return response
 
@@ -98,7 +98,7 @@ class ResponsesOnSocket:
             return
         pending = next((p for p in queue if response_id and p.response_id == response_id), queue[0])
         _ADAPTER.read_event(event, pending.tally, False)
-        if _ADAPTER.ends_stream(event):
+        if pending.tally.complete:
             queue.remove(pending)
             failed = ResponseFailed("response.failed") if kind == "response.failed" else None
             finish_call(pending.call, pending.tally, failed)
@@ -107,7 +107,7 @@ class ResponsesOnSocket:
         """The connection closed: every response still open ends as abandoned."""
         while self.pending:
             response = self.pending.pop(0)
-            finish_abandoned(response.call, response.tally, response.input_tokens)
+            finish_abandoned(response.call, response.tally, response.info)
 
 
 def responses_on(connection: Any, *, create: bool = True) -> ResponsesOnSocket | None:

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Final
 
 from ampmeter.context import Call
-from ampmeter.integrations.adapter import Adapter, Tally
+from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import finish_abandoned, finish_call
 
 __all__ = [
@@ -47,16 +47,16 @@ class StreamMeter:
         "done",
         "dropped",
         "hide",
-        "input_tokens",
+        "info",
         "reading",
         "tally",
     )
 
-    def __init__(self, call: Call, adapter: Adapter, hide_usage: bool, input_tokens: int) -> None:
+    def __init__(self, call: Call, adapter: Adapter, hide_usage: bool, info: RequestInfo) -> None:
         self.call = call
         self.adapter = adapter
         self.hide = hide_usage
-        self.input_tokens = input_tokens
+        self.info = info  # the request's input estimate, should the stream be cut
         self.tally = Tally()
         self.done = False
         self.dropped: weakref.finalize[Any, Any] | None = None  # abandons a stream dropped unread
@@ -72,7 +72,7 @@ class StreamMeter:
         """End the call of a stream closed or dropped before its end."""
         if not self.done:
             self.done = True
-            finish_abandoned(self.call, self.tally, self.input_tokens)
+            finish_abandoned(self.call, self.tally, self.info)
 
     def response_closed(self) -> None:
         """The stream's response was closed: abandoned, unless the stream is ending it itself."""
@@ -81,11 +81,10 @@ class StreamMeter:
 
     def read(self, event: Any) -> bool:
         """Read one event; True if the caller must not see it."""
-        if self.adapter.read_event(event, self.tally, self.hide):
-            return True
-        if self.adapter.ends_stream(event):
+        hidden = self.adapter.read_event(event, self.tally, self.hide)
+        if self.tally.complete:
             self.end(None)
-        return False
+        return hidden
 
     def events(self, inner: Iterator[Any]) -> Iterator[Any]:
         """``inner``'s events, read on their way out."""
@@ -134,7 +133,7 @@ class StreamMeter:
             raise
 
 
-MeterStream = Callable[[Any, Call, Adapter, bool, int], "StreamMeter"]
+MeterStream = Callable[[Any, Call, Adapter, bool, RequestInfo], "StreamMeter"]
 """How a stream is metered in place: :func:`meter_stream` or :func:`meter_async_stream`."""
 
 
@@ -176,19 +175,19 @@ def _on_close(response: Any, name: str, meter: StreamMeter, *, is_async: bool) -
 
 
 def meter_stream(
-    stream: Any, call: Call, adapter: Adapter, hide_usage: bool, input_tokens: int
+    stream: Any, call: Call, adapter: Adapter, hide_usage: bool, info: RequestInfo
 ) -> StreamMeter:
     """Meter a sync SDK stream in place (it is returned to the caller as it is)."""
-    meter = StreamMeter(call, adapter, hide_usage, input_tokens)
+    meter = StreamMeter(call, adapter, hide_usage, info)
     _in_place(stream, meter, meter.events(stream._iterator), is_async=False)
     return meter
 
 
 def meter_async_stream(
-    stream: Any, call: Call, adapter: Adapter, hide_usage: bool, input_tokens: int
+    stream: Any, call: Call, adapter: Adapter, hide_usage: bool, info: RequestInfo
 ) -> StreamMeter:
     """Meter an async SDK stream in place (it is returned to the caller as it is)."""
-    meter = StreamMeter(call, adapter, hide_usage, input_tokens)
+    meter = StreamMeter(call, adapter, hide_usage, info)
     _in_place(stream, meter, meter.async_events(stream._iterator), is_async=True)
     return meter
 

@@ -9,7 +9,7 @@ event the caller did not ask for, every event but that one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -17,7 +17,7 @@ import orjson
 if TYPE_CHECKING:
     from ampmeter.integrations.adapter import Adapter, Tally
 
-__all__ = ["BodyReader", "get", "get_int", "int_or_none", "text_of"]
+__all__ = ["BodyReader", "FieldReader", "get", "int_or_none", "reader", "text_of"]
 
 
 class BodyReader:
@@ -92,7 +92,7 @@ class BodyReader:
         except orjson.JSONDecodeError:
             return False
         hidden = self.adapter.read_event(event, self.tally, self.hide)
-        if self.adapter.ends_stream(event):
+        if self.tally.complete:
             self.complete = True
         return hidden
 
@@ -147,27 +147,33 @@ def text_of(content: Any) -> str:
 
 
 def int_or_none(value: object) -> int | None:
-    """``value`` if it is a real int (SDK ``omit``/``NOT_GIVEN`` sentinels become None)."""
-    if type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    return None
+    """``value`` if it is a real int (bools and SDK ``omit``/``NOT_GIVEN`` sentinels: None)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-# Whether a type is a Mapping, remembered: ``get`` runs several times per stream event, and an
-# ABC isinstance check would cost more than the lookup itself.
+FieldReader = Callable[[Any, str, None], Any]
+"""Reads one field of a response object, called as ``read(obj, name, None)`` (None if absent)."""
+
+
+def reader(obj: object) -> FieldReader:
+    """How to read several fields of ``obj``, one object of a provider's response: ``dict.get``
+    for a JSON object, else ``getattr`` (an SDK's model; None and other values read as absent).
+
+    Chosen once per object, not once per field as :func:`get` does. Not once per response:
+    pydantic keeps a field that an older SDK does not declare (newer usage details) as a plain
+    dict inside the model, and a JSON body may hold anything where an object is expected.
+    """
+    return dict.get if isinstance(obj, dict) else getattr
+
+
+# Whether a type is a Mapping, remembered: an ABC isinstance check costs more than the lookup.
 _IS_MAPPING: dict[type, bool] = {dict: True, type(None): False}
 
 
 def get(obj: Any, name: str) -> Any:
-    """Attribute or mapping key ``name`` of ``obj`` (None when absent)."""
+    """Attribute or mapping key ``name`` of ``obj`` (None when absent): one field of anything,
+    a request's messages (any mapping) included."""
     mapping = _IS_MAPPING.get(type(obj))
     if mapping is None:
         mapping = _IS_MAPPING[type(obj)] = isinstance(obj, Mapping)
     return obj.get(name) if mapping else getattr(obj, name, None)
-
-
-def get_int(obj: Any, name: str) -> int | None:
-    """:func:`get` of a count: ``int_or_none(get(obj, name))``, with no second call for the
-    usual plain int."""
-    value = get(obj, name)
-    return value if type(value) is int else int_or_none(value)

@@ -39,13 +39,11 @@ __all__ = [
 def remember_client_key(resource: Any) -> None:
     """Have :mod:`ampmeter.redact` scrub the credentials of the SDK client behind ``resource``.
 
-    A provider's error body may echo the key; it is read from the client on every call (it may
-    change: openai's can come from a refreshing provider) and held only by the redaction
-    module, which ignores one it already knows.
+    A provider's error body may echo the key. The client is registered with the redaction
+    module once (a known one costs a lookup), which reads its key whenever it scrubs a text:
+    a key that changes (openai's can come from a refreshing provider) is scrubbed too.
     """
-    client = getattr(resource, "_client", None)  # the Stainless SDKs' resource -> client link
-    redact.remember_secret(getattr(client, "api_key", None))
-    redact.remember_secret(getattr(client, "auth_token", None))
+    redact.remember_client(getattr(resource, "_client", None))  # the Stainless resource's client
 
 
 def _before(
@@ -55,10 +53,10 @@ def _before(
 
     Under budget pressure the context's ``on_budget_pressure`` hook may first change the
     request (``kwargs``, in place) or refuse it (the call is then refused at admission)."""
-    refused = relieve_pressure(ctx, kwargs, adapter.wire if adapter.kind == "llm" else None)
+    refused, notes = relieve_pressure(ctx, adapter, kwargs)
     info = adapter.request_info(kwargs)
     hide = adapter.prepare_stream(kwargs) if info.stream else False
-    return begin_call(ctx, adapter, info, None, kwargs, refused), info, hide
+    return begin_call(ctx, adapter, info, notes, kwargs, refused), info, hide
 
 
 def _after(
@@ -67,7 +65,7 @@ def _after(
     """Meter a stream in place, or record a whole response's usage and end the call; either
     way the SDK's own object is handed back."""
     if adapter.is_stream(result):
-        meter(result, call, adapter, hide, info.input_tokens)
+        meter(result, call, adapter, hide, info)
         return result
     tally = Tally()
     adapter.read_response(result, tally)
@@ -135,15 +133,16 @@ def metered_request(
     request: Callable[[], Any],
     kwargs: Mapping[str, Any] | None = None,
     refused: ExceededLimit | None = None,
+    notes: Mapping[str, Any] | None = None,
 ) -> Callable[[], Any]:
     """Wrap a stream helper's deferred sync request (called when the helper is entered);
-    ``kwargs`` and ``refused`` as for :func:`begin_call`."""
+    ``kwargs``, ``refused`` and ``notes`` (``extra``) as for :func:`begin_call`."""
 
     def run() -> Any:
         ctx = metered_context()
         if ctx is None:
             return request()
-        call = begin_call(ctx, adapter, info, None, kwargs, refused)
+        call = begin_call(ctx, adapter, info, notes, kwargs, refused)
         token = ACTIVE_CALL.set(call)
         try:
             raw = request()
@@ -152,7 +151,7 @@ def metered_request(
             raise
         finally:
             ACTIVE_CALL.reset(token)
-        meter_stream(raw, call, adapter, False, info.input_tokens)
+        meter_stream(raw, call, adapter, False, info)
         return raw
 
     return run
@@ -164,14 +163,15 @@ async def metered_awaitable(
     request: Any,
     kwargs: Mapping[str, Any] | None = None,
     refused: ExceededLimit | None = None,
+    notes: Mapping[str, Any] | None = None,
 ) -> Any:
     """Await a stream helper's deferred async request (a coroutine) as a metered call;
-    ``kwargs`` and ``refused`` as for :func:`begin_call`."""
+    ``kwargs``, ``refused`` and ``notes`` (``extra``) as for :func:`begin_call`."""
     ctx = metered_context()
     if ctx is None:
         return await request
     try:
-        call = begin_call(ctx, adapter, info, None, kwargs, refused)
+        call = begin_call(ctx, adapter, info, notes, kwargs, refused)
     except BaseException:
         close = getattr(request, "close", None)
         if close is not None:
@@ -185,5 +185,5 @@ async def metered_awaitable(
         raise
     finally:
         ACTIVE_CALL.reset(token)
-    meter_async_stream(raw, call, adapter, False, info.input_tokens)
+    meter_async_stream(raw, call, adapter, False, info)
     return raw
