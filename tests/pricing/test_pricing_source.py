@@ -63,13 +63,28 @@ def test_no_prices_makes_calls_unpriced_never_free() -> None:
 def test_no_prices_under_a_cost_limit_refuses_a_call_without_an_estimate() -> None:
     with ExecutionContext(max_cost_usd=1.0, pricing=NO_PRICES) as ctx:
         with (
-            pytest.raises(LimitExceeded, match="has no price"),
+            pytest.raises(LimitExceeded, match="has no price") as refused,
             ctx.llm_call(model="gpt-4o-mini", max_tokens=5),
         ):
             pass
+        # set_price changes the table, which NO_PRICES does not read: the fix named is another
+        said = str(refused.value)
+        assert "set_price" not in said and "ampmeter.pricing.NO_PRICES" in said
+        assert "estimate_usd" in said
         with ctx.llm_call(model="gpt-4o-mini", estimate_usd=0.01) as call:  # the caller's price
             call.record(10, 5, cost_usd=0.01)
     assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.01")
+
+
+def test_an_unpriced_model_under_the_table_is_told_to_set_price() -> None:
+    ctx = ExecutionContext(max_cost_usd=1.0)
+    with (
+        pytest.raises(LimitExceeded, match="has no price") as refused,
+        ctx.llm_call(model="no-such-model-anywhere", max_tokens=5),
+    ):
+        pass
+    ctx.close()
+    assert "ampmeter.set_price('no-such-model-anywhere'" in str(refused.value)
 
 
 def test_an_embedders_prices_reserve_and_price_the_call_exactly() -> None:

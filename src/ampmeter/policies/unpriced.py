@@ -12,6 +12,7 @@ from ampmeter.keys import KEY_UNPRICED_LLM_CALLS
 from ampmeter.limits import ExceededLimit, Limit
 from ampmeter.policies.options import LimitEvent
 from ampmeter.policies.step import PolicyStep
+from ampmeter.pricing.source import TABLE
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
@@ -41,11 +42,16 @@ class Unpriced(PolicyStep):
 
     def unpriced(self, flight: Flight, model: str | None) -> None:
         """Refuse (or report) a call to ``model``, which has no price."""
+        if self.chain.frame.context.pricing is TABLE:
+            fix = (
+                f"price it with ampmeter.set_price({model!r}, input_per_mtok=..., "
+                f"output_per_mtok=...) (patterns like 'ft:gpt-4o-mini*' work), "
+            )
+        else:  # set_price changes the table, which this context's pricing does not read
+            fix = f"price it in the context's pricing ({self.chain.frame.context.pricing!r}), "
         note = (
             f"model {model!r} has no price and context {self.owner.name!r} has a cost limit; "
-            f"price it with ampmeter.set_price({model!r}, input_per_mtok=..., "
-            f"output_per_mtok=...) (patterns like 'ft:gpt-4o-mini*' work), give the call an "
-            f"estimate_usd, or set on_unpriced='warn' or 'allow'"
+            f"{fix}give the call an estimate_usd, or set on_unpriced='warn' or 'allow'"
         )
         if self.refuses:
             stop = ExceededLimit(_LIMIT, KEY_UNPRICED_LLM_CALLS, 1, note)
