@@ -489,15 +489,10 @@ class Ledger(ABC):
         """Atomically record ``name`` at ``scope``; True if it was not there yet."""
 
     @abstractmethod
-    def _backend_commit(
-        self,
-        reservation_id: str,
-        scopes: tuple[str, ...],
-        actual: Units,
-        idempotency_key: str | None,
-    ) -> Units | None:
-        """One atomic commit of ``actual`` at ``scopes`` (see :meth:`commit`); the first
-        settlement's amounts when ``idempotency_key`` was seen at ``scopes[0]``, else None."""
+    def _backend_commit(self, settlement: Settlement) -> Units | None:
+        """One atomic commit of ``settlement.actual`` at its scopes (see :meth:`commit`); the
+        first settlement's amounts when its idempotency key was seen at its own scope (the
+        first), else None."""
 
     @abstractmethod
     def _backend_release(self, reservation_id: str) -> None:
@@ -619,12 +614,7 @@ class Ledger(ABC):
 
     def _apply_settlement(self, settlement: Settlement) -> Units | None:
         if settlement.op == "commit":
-            return self._backend_commit(
-                settlement.reservation_id,
-                settlement.scopes,
-                settlement.actual,
-                settlement.idempotency_key,
-            )
+            return self._backend_commit(settlement)
         self._backend_release(settlement.reservation_id)
         return None
 

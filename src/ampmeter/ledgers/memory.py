@@ -14,6 +14,7 @@ from ampmeter.ledgers._amounts import (
     check_seconds,
     scope_path,
 )
+from ampmeter.ledgers._journal import Settlement
 from ampmeter.ledgers.base import (
     SETTLED_ID,
     SETTLED_KEEP_S,
@@ -146,13 +147,8 @@ class InMemoryLedger(Ledger):
             state.leases[reservation_id] = lease
             return self._reservation(reservation_id, lease)
 
-    def _backend_commit(
-        self,
-        reservation_id: str,
-        scopes: tuple[str, ...],
-        actual: Units,
-        idempotency_key: str | None,
-    ) -> Units | None:
+    def _backend_commit(self, settlement: Settlement) -> Units | None:
+        _, reservation_id, scopes, actual, idempotency_key = settlement
         state = self._state
         with state.lock:
             now = time.time()

@@ -35,7 +35,7 @@ from ampmeter.ledgers._amounts import (
     root_of,
     scope_path,
 )
-from ampmeter.ledgers._journal import Journal, default_journal_dir
+from ampmeter.ledgers._journal import Journal, Settlement, default_journal_dir
 from ampmeter.ledgers.base import (
     SETTLED_ID,
     SETTLED_KEEP_S,
@@ -205,13 +205,8 @@ class RedisLedger(Ledger):
         held_amounts = {pairs[i]: int(pairs[i + 1]) for i in range(0, len(pairs), 2)}
         return held_reservation(reservation_id, held_amounts, expires_at, tuple(hold["s"]))
 
-    def _backend_commit(
-        self,
-        reservation_id: str,
-        scopes: tuple[str, ...],
-        actual: Units,
-        idempotency_key: str | None,
-    ) -> Units | None:
+    def _backend_commit(self, settlement: Settlement) -> Units | None:
+        _, reservation_id, scopes, actual, idempotency_key = settlement
         field = "" if idempotency_key is None else self._prefix(scopes[0]) + idempotency_key
         pairs: list[str] = []
         for key, value in actual.items():

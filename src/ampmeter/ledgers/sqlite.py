@@ -26,7 +26,7 @@ from ampmeter.ledgers._amounts import (
     check_seconds,
     scope_path,
 )
-from ampmeter.ledgers._journal import Journal, default_journal_dir
+from ampmeter.ledgers._journal import Journal, Settlement, default_journal_dir
 from ampmeter.ledgers.base import (
     SETTLED_ID,
     SETTLED_KEEP_S,
@@ -272,13 +272,9 @@ class SqliteLedger(Ledger):
 
         return self._run(reserve)
 
-    def _backend_commit(
-        self,
-        reservation_id: str,
-        scopes: tuple[str, ...],
-        actual: Units,
-        idempotency_key: str | None,
-    ) -> Units | None:
+    def _backend_commit(self, settlement: Settlement) -> Units | None:
+        _, reservation_id, scopes, actual, idempotency_key = settlement
+
         def commit(db: sqlite3.Connection, now: float) -> Units | None:
             if _settled(db, reservation_id) == 1:
                 return None
