@@ -35,7 +35,7 @@ from ampmeter.analysis._records import (
     stream_fields,
 )
 
-__all__ = ["read_inputs"]
+__all__ = ["Progress", "read_inputs", "strict_json_only"]
 
 Fetched = dict[str, Any]
 
@@ -178,7 +178,7 @@ def read_inputs(
             jobs.append(("events", events, _EVENTS_META_SQL + _THEN + _EVENTS_SQL, _events))
         strict = {path: pool.submit(_strict_or_unknown, path) for _, path, _, _ in jobs}
         out: dict[str, Any] = {}
-        with _Progress(con, progress, len(jobs)) as bar:
+        with Progress(con, progress, len(jobs)) as bar:
             for label, path, sql, convert in jobs:
                 if strict[path].done() and not strict[path].result():
                     out[label] = convert({}, path)  # the plain reader names the bad line
@@ -257,7 +257,7 @@ def _events(fetched: Fetched, path: str) -> EventColumns:
     )
 
 
-class _Progress:
+class Progress:
     """A rich progress bar over DuckDB's own query progress (a no-op when disabled)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, enabled: bool, total: int) -> None:
@@ -266,7 +266,7 @@ class _Progress:
         self._total = total
         self._bar: Any = None
 
-    def __enter__(self) -> _Progress:
+    def __enter__(self) -> Progress:
         if self._enabled:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn

@@ -24,7 +24,7 @@ from typing import Any, Final
 import duckdb
 import numpy as np
 
-from ampmeter.analysis._duck import _Progress, strict_json_only
+from ampmeter.analysis._duck import Progress, strict_json_only
 from ampmeter.analysis.runs import call_depths
 from ampmeter.analysis.summary import RunSummary, termination_of
 from ampmeter.logs.events import MAX_COST_USD
@@ -178,7 +178,7 @@ def summarize_runs(paths: list[str], *, progress: bool = False) -> list[RunSumma
         # The byte scan runs beside DuckDB's reads, which release the GIL.
         with ThreadPoolExecutor(1, thread_name_prefix="ampmeter-scan") as pool:
             strict = [pool.submit(strict_json_only, path) for path in paths]
-            with _Progress(con, progress, len(paths)) as bar:
+            with Progress(con, progress, len(paths)) as bar:
                 for path in paths:
                     try:
                         bar.run(path, functools.partial(con.execute, _INSERT, [path]))

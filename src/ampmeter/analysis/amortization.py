@@ -44,6 +44,7 @@ __all__ = [
     "V0_COLUMNS",
     "amortization_curve",
     "amortization_table",
+    "duckdb_available",
     "write_csv",
     "write_extended_csv",
     "write_v0_csv",
@@ -177,7 +178,7 @@ def _plan(
     use_duck = engine == "duckdb" or (
         engine == "auto"
         and not best_effort
-        and _duckdb_available()
+        and duckdb_available()
         and sum(os.path.getsize(p) for p in paths) >= DUCKDB_THRESHOLD_BYTES
     )
     if use_duck and best_effort:
@@ -193,7 +194,8 @@ def _numpy_available() -> bool:
     return True
 
 
-def _duckdb_available() -> bool:
+def duckdb_available() -> bool:
+    """Whether the DuckDB engine can run here (duckdb and numpy are installed)."""
     try:
         import duckdb  # noqa: F401
     except ImportError:

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final
 
-from ampmeter.analysis.amortization import DUCKDB_THRESHOLD_BYTES, Engine, _duckdb_available
+from ampmeter.analysis.amortization import DUCKDB_THRESHOLD_BYTES, Engine, duckdb_available
 from ampmeter.analysis.quantiles import percentile
 from ampmeter.analysis.runs import Run, is_unsettled, load_runs
 from ampmeter.metrics import TaskResult
@@ -159,12 +159,12 @@ def summarize(
     use_duck = engine == "duckdb" or (
         engine == "auto"
         and not best_effort
-        and _duckdb_available()
+        and duckdb_available()
         and sum(os.path.getsize(p) for p in names if os.path.isfile(p)) >= DUCKDB_THRESHOLD_BYTES
     )
     runs: list[RunSummary] | None = None
     if use_duck:
-        if not _duckdb_available():
+        if not duckdb_available():
             raise ImportError(
                 "the duckdb engine needs duckdb and numpy: install ampmeter[analysis]"
             )

@@ -1,0 +1,64 @@
+"""The package's source keeps the rules a maintainer relies on: small modules, layout decided by
+the formatter, and no module reaching into another module's private names."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "ampmeter"
+MODULES = sorted(PACKAGE.rglob("*.py"))
+MAX_LINES = 700
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(PACKAGE.parent))
+
+
+def _is_module(dotted: str) -> bool:
+    path = PACKAGE.parent.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def test_the_rules_see_the_whole_package() -> None:
+    assert len(MODULES) > 100
+    assert PACKAGE / "_core" / "kernel.py" in MODULES
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_name)
+def test_no_module_is_over_700_lines(path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{_name(path)} has {lines} lines: split it by what it does"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_name)
+def test_the_formatter_decides_every_layout(path: Path) -> None:
+    text = path.read_text()
+    assert "fmt: skip" not in text and "fmt: off" not in text, _name(path)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_name)
+def test_no_module_imports_another_modules_private_names(path: Path) -> None:
+    # A private module of the package may be imported (that is what it is for); a private
+    # name defined inside another module may not: make it public there, or keep it local.
+    tree = ast.parse(path.read_text())
+    taken = [
+        f"{node.module}.{alias.name} (line {node.lineno})"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ampmeter")
+        for alias in node.names
+        if alias.name.startswith("_")
+        and not alias.name.startswith("__")
+        and not _is_module(f"{node.module}.{alias.name}")
+    ]
+    assert taken == [], f"{_name(path)} imports private names: {taken}"
+
+
+def test_the_private_import_rule_can_fail() -> None:
+    tree = ast.parse("from ampmeter.analysis._duck import _Hidden\n")
+    (node,) = tree.body
+    assert isinstance(node, ast.ImportFrom) and node.module is not None
+    assert not _is_module(f"{node.module}.{node.names[0].name}")
+    assert _is_module("ampmeter._validate") and _is_module("ampmeter._core")
