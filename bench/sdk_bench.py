@@ -30,7 +30,8 @@ the warm-up is done, then the ``N`` calls only (the client switches collection o
 start-ups enters the figure, and it does not move with the machine's load.
 
 ``python bench/sdk_bench.py --opcodes`` counts the Python opcodes one call executes after the
-warm-up, each mode in its own process (``sys.settrace`` opcode events). The count is exact: it
+warm-up, and the Python function calls it makes (each sets up a frame), each mode in its own
+process (``sys.settrace`` events). The count is exact: it
 does not move with the seed, the heap or what else the environment installs, while callgrind's
 count moves with layout effects of the process (the type-attribute cache, dict probing, the
 allocator), larger when a peer imports more (``shekel.budget()`` imports every SDK it patches).
@@ -384,16 +385,19 @@ def _print_instructions(quick: bool) -> None:
 # -- Python opcodes per call (exact) -------------------------------------------------------
 
 
-def _opcodes_of_one_call(base_url: str, mode: str, workload: str) -> int:
-    """Opcodes the calling thread executes in one call, after the warm-up, in one mode."""
+def _opcodes_of_one_call(base_url: str, mode: str, workload: str) -> tuple[int, int]:
+    """Opcodes the calling thread executes in one call, after the warm-up, in one mode, and
+    the Python function calls it makes."""
     call = _WORKLOADS[workload]
-    count = 0
+    count = calls = 0
 
     def trace(frame: Any, event: str, arg: Any) -> Any:
-        nonlocal count
+        nonlocal count, calls
         frame.f_trace_opcodes = True
         if event == "opcode":
             count += 1
+        elif event == "call":
+            calls += 1
         return trace
 
     with (
@@ -407,11 +411,12 @@ def _opcodes_of_one_call(base_url: str, mode: str, workload: str) -> int:
             call(client, asks_usage)
         finally:
             sys.settrace(None)
-    return count
+    return count, calls
 
 
-def opcodes() -> list[tuple[str, str, int]]:
-    """(workload, mode, opcodes per call) for every installed mode, each in a fresh process."""
+def opcodes() -> list[tuple[str, str, int, int]]:
+    """(workload, mode, opcodes, Python calls per call) for every installed mode, each in a
+    fresh process."""
     rows = []
     with _provider() as base_url:
         for workload in _WORKLOADS:
@@ -424,24 +429,25 @@ def opcodes() -> list[tuple[str, str, int]]:
                 )
                 if done.returncode != 0:
                     raise RuntimeError(f"the {mode} {workload} client failed:\n{done.stderr}")
-                rows.append((workload, mode, int(done.stdout.split()[-1])))
+                count, calls = done.stdout.split()[-2:]
+                rows.append((workload, mode, int(count), int(calls)))
     return rows
 
 
 def _print_opcodes() -> None:
     rows = opcodes()
-    raw = {workload: n for workload, mode, n in rows if mode == "raw"}
-    for workload, mode, n in rows:
+    raw = {workload: (count, calls) for workload, mode, count, calls in rows if mode == "raw"}
+    for workload, mode, count, calls in rows:
         if mode != "raw":
-            added = n - raw[workload]
+            raw_count, raw_calls = raw[workload]
             print(
-                f"{workload:7s} raw {raw[workload]:8,d}  {mode:12s} {n:8,d} opcodes/call",
-                f"+{added:,d}",
+                f"{workload:7s} raw {raw_count:8,d}  {mode:12s} {count:8,d} opcodes/call",
+                f"+{count - raw_count:,d}   Python calls +{calls - raw_calls:,d}",
             )
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--opcodes-client"]:
-    print(_opcodes_of_one_call(sys.argv[2], sys.argv[3], sys.argv[4]))
+    print(*_opcodes_of_one_call(sys.argv[2], sys.argv[3], sys.argv[4]))
 elif __name__ == "__main__" and "--opcodes" in sys.argv:
     _print_opcodes()
 elif __name__ == "__main__" and sys.argv[1:2] == ["--client"]:
