@@ -33,18 +33,13 @@ def measure_chat(
 ) -> RequestSize:
     """The measure of a Chat Completions ``body`` (``counter``: a tokenizer's count)."""
     tally = Tally()
-    _chat(body, tally)
-    return tally.size(counter)
-
-
-def _chat(body: Mapping[str, Any], tally: Tally) -> None:
-    """Add a Chat Completions ``body`` to ``tally``."""
     model = body.get("model")
     for key, value in body.items():  # only the fields a body has are read
         add = _BODY_PARTS.get(key)
         if add is not None:
             add(value, model, tally)
     tally.framing += REPLY_PRIMING
+    return tally.size(counter)
 
 
 def _messages(messages: object, model: object, tally: Tally) -> None:
@@ -75,15 +70,10 @@ def _prediction(prediction: object, model: object, tally: Tally) -> None:
 def measure_completions(
     body: Mapping[str, Any], counter: Callable[[str], int] | None = None
 ) -> RequestSize:
-    """The measure of a legacy Completions ``body`` (``counter``: a tokenizer's count)."""
+    """The measure of a legacy Completions ``body`` (``counter``: a tokenizer's count): the
+    prompt as text or token ids, and the suffix. Token ids are counted exactly (as framing: no
+    text to read)."""
     tally = Tally()
-    _completions(body, tally)
-    return tally.size(counter)
-
-
-def _completions(body: Mapping[str, Any], tally: Tally) -> None:
-    """Add a legacy Completions ``body`` to ``tally``: the prompt as text or token ids, and
-    the suffix. Token ids are counted exactly (as framing: no text to read)."""
     prompt = body.get("prompt")
     prompts = prompt if isinstance(prompt, list) and not _is_ids(prompt) else [prompt]
     for one in prompts:
@@ -92,6 +82,7 @@ def _completions(body: Mapping[str, Any], tally: Tally) -> None:
         elif isinstance(one, list) and _is_ids(one):
             tally.framing += len(one)
     tally.text(body.get("suffix"))
+    return tally.size(counter)
 
 
 def _is_ids(value: list[Any]) -> bool:
