@@ -102,6 +102,28 @@ def test_chat_counts_every_billed_part() -> None:
     assert size.utf8_bytes == size.chars  # all ASCII
 
 
+def test_chat_refusals_legacy_calls_and_predicted_output_are_billed_text() -> None:
+    refusal = "I can't help with that."
+    prediction = "def area(r):\n    return 3.14159 * r * r\n"
+    body = {
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "user", "content": QUESTION},
+            {"role": "assistant", "content": None, "refusal": refusal},
+            {"role": "assistant", "content": [{"type": "refusal", "refusal": refusal}]},
+            {"role": "assistant", "function_call": {"name": "f", "arguments": ARGUMENTS}},
+            {"role": "user", "content": "", "refusal": None},
+        ],
+        "prediction": {"type": "content", "content": prediction},
+    }
+    size = measure("chat", body)
+    assert size.chars == chars(QUESTION, refusal, refusal, "f", ARGUMENTS, prediction)
+    assert size.framing == 5 * 3 + 3
+    parts = {"type": "content", "content": [{"type": "text", "text": prediction}]}
+    as_parts = measure("chat", {**body, "prediction": parts})
+    assert as_parts == size
+
+
 def test_chat_tool_schemas_raise_the_measure_by_their_json() -> None:
     without = measure("chat", chat_body(tools=0))
     with_ten = measure("chat", chat_body(tools=10))

@@ -248,8 +248,12 @@ def _to_disk(model: str, provider: str | None, rates: Rates | DatedRates | None)
 def source() -> object:
     """What the table's answers come from now: genai-prices' snapshot (a live update replaces
     it) once genai-prices is imported, else None (the disk index answers). An answer from
-    :func:`table_entry` holds while this stays the same."""
-    if _table is None and "genai_prices" not in sys.modules:
+    :func:`table_entry` holds while this stays the same (a new snapshot starts its generation
+    of answers when the next one is resolved)."""
+    table = _table
+    if table is not None:
+        return table.get_snapshot()
+    if "genai_prices" not in sys.modules:
         return None
     return _current_table().snapshot
 

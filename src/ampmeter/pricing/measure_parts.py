@@ -75,34 +75,38 @@ def _strings(value: object, *, scalars: bool) -> list[str]:
 
 
 class Tally:
-    """The billed text, framing and media tokens of one request, added up part by part."""
+    """The billed text, framing and media tokens of one request, added up part by part.
 
-    __slots__ = ("_texts", "framing", "media")
+    ``texts`` holds the strings sent (an estimator that has a string in hand appends it;
+    :meth:`text` takes a value that may not be one), ``framing`` and ``media`` their tokens.
+    """
+
+    __slots__ = ("framing", "media", "texts")
 
     def __init__(self) -> None:
-        self._texts: list[str] = []
+        self.texts: list[str] = []
         self.framing = 0
         self.media = 0
 
     def text(self, value: object) -> None:
         """Add ``value`` if it is text (anything else sends no text here)."""
         if isinstance(value, str) and value:
-            self._texts.append(value)
+            self.texts.append(value)
 
     def json(self, value: object) -> None:
         """Add ``value`` as the JSON text it is sent as (a string is sent as it is)."""
         if isinstance(value, str):
             self.text(value)
         elif value is not None:
-            self._texts.append(json_text(value))
+            self.texts.append(json_text(value))
 
     def any_text(self, value: object) -> None:
         """Add every string inside ``value`` (a content structure whose keys are not billed)."""
-        self._texts.extend(text for text in _strings(value, scalars=False) if text)
+        self.texts.extend(text for text in _strings(value, scalars=False) if text)
 
     def size(self, counter: Callable[[str], int] | None = None) -> RequestSize:
         """The measure of what was added; ``counter`` (text -> tokens) counts the text exactly."""
-        text = "".join(self._texts)
+        text = "".join(self.texts)
         tokens = None if counter is None else counter(text)
         return RequestSize(
             len(text),

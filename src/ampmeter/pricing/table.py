@@ -227,7 +227,8 @@ def estimate(
     else:
         n_in = 0
     n_out = None if max_tokens is None else _count("max_tokens", max_tokens)
-    return estimate_checked(model, provider, prompt_tokens=n_in, max_tokens=n_out)
+    cost = estimate_checked(model, provider, prompt_tokens=n_in, max_tokens=n_out)
+    return None if cost is None else money.from_nano(money.nano_ceil(cost))
 
 
 def estimate_checked(
@@ -237,12 +238,13 @@ def estimate_checked(
     prompt_tokens: int = 0,
     max_tokens: int | None = None,
 ) -> Decimal | None:
-    """:func:`estimate` of counts already checked: a context checks a call's counts when it is
-    made, so :data:`~ampmeter.pricing.TABLE` reserves with this. The model and provider names
-    are checked here."""
+    """:func:`estimate` of counts already checked, as the exact cost (not yet rounded up to a
+    whole nano-dollar): a context checks a call's counts when it is made, and rounds what it
+    reserves up, so :data:`~ampmeter.pricing.TABLE` reserves with this. The model and provider
+    names are checked here."""
     rates = _rates_of(model, provider)
     if isinstance(rates, Unpriced):
         return None
     if max_tokens is None:
         max_tokens = max_output_tokens(model) or DEFAULT_ESTIMATE_OUTPUT_TOKENS
-    return money.from_nano(money.nano_ceil(rates.cost(prompt_tokens, max_tokens, 0, 0, 0)))
+    return rates.cost(prompt_tokens, max_tokens, 0, 0, 0)

@@ -49,12 +49,6 @@ def measure_anthropic(
 ) -> RequestSize:
     """The measure of a Messages ``body`` (``counter``: a tokenizer's count)."""
     tally = Tally()
-    _anthropic(body, tally)
-    return tally.size(counter)
-
-
-def _anthropic(body: Mapping[str, Any], tally: Tally) -> None:
-    """Add a Messages ``body`` to ``tally``."""
     tally.framing += TOKENS_PER_REQUEST
     system = body.get("system")
     if isinstance(system, str):
@@ -79,6 +73,7 @@ def _anthropic(body: Mapping[str, Any], tally: Tally) -> None:
     config = body.get("output_config")
     if isinstance(config, dict):
         tally.json(config.get("format"))
+    return tally.size(counter)
 
 
 def _tool_prompt(model: object, choice: object) -> int:

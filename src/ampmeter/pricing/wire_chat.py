@@ -33,24 +33,30 @@ def measure_chat(
 ) -> RequestSize:
     """The measure of a Chat Completions ``body`` (``counter``: a tokenizer's count)."""
     tally = Tally()
-    _chat(body, tally)
-    return tally.size(counter)
-
-
-def _chat(body: Mapping[str, Any], tally: Tally) -> None:
-    """Add a Chat Completions ``body`` to ``tally``."""
     model = body.get("model")
     for key, value in body.items():  # only the fields a body has are read
         add = _BODY_PARTS.get(key)
         if add is not None:
             add(value, model, tally)
     tally.framing += REPLY_PRIMING
+    return tally.size(counter)
 
 
 def _messages(messages: object, model: object, tally: Tally) -> None:
+    """Every message in one pass: its framing, its text as sent (content as a string, the
+    common case, and a refusal), and what each other field adds (content as a list of parts, a
+    name, tool and function calls)."""
     for message in _list(messages):
-        if isinstance(message, dict):
-            _message(message, model, tally)
+        if not isinstance(message, dict):
+            continue
+        tally.framing += TOKENS_PER_MESSAGE
+        for key, value in message.items():  # only the fields a message has are read
+            if key in _TEXT_FIELDS and isinstance(value, str):
+                tally.texts.append(value)
+                continue
+            add = _MESSAGE_PARTS.get(key)
+            if add is not None:
+                add(value, model, tally)
 
 
 def _functions(functions: object, model: object, tally: Tally) -> None:
@@ -69,21 +75,20 @@ def _response_format(response_format: object, model: object, tally: Tally) -> No
 
 def _prediction(prediction: object, model: object, tally: Tally) -> None:
     if isinstance(prediction, dict):
-        _content(prediction.get("content"), model, tally)
+        content = prediction.get("content")  # a string, or a list of text parts
+        if isinstance(content, str):
+            tally.text(content)
+        else:
+            _parts(content, model, tally)
 
 
 def measure_completions(
     body: Mapping[str, Any], counter: Callable[[str], int] | None = None
 ) -> RequestSize:
-    """The measure of a legacy Completions ``body`` (``counter``: a tokenizer's count)."""
+    """The measure of a legacy Completions ``body`` (``counter``: a tokenizer's count): the
+    prompt as text or token ids, and the suffix. Token ids are counted exactly (as framing: no
+    text to read)."""
     tally = Tally()
-    _completions(body, tally)
-    return tally.size(counter)
-
-
-def _completions(body: Mapping[str, Any], tally: Tally) -> None:
-    """Add a legacy Completions ``body`` to ``tally``: the prompt as text or token ids, and
-    the suffix. Token ids are counted exactly (as framing: no text to read)."""
     prompt = body.get("prompt")
     prompts = prompt if isinstance(prompt, list) and not _is_ids(prompt) else [prompt]
     for one in prompts:
@@ -92,6 +97,7 @@ def _completions(body: Mapping[str, Any], tally: Tally) -> None:
         elif isinstance(one, list) and _is_ids(one):
             tally.framing += len(one)
     tally.text(body.get("suffix"))
+    return tally.size(counter)
 
 
 def _is_ids(value: list[Any]) -> bool:
@@ -102,22 +108,10 @@ def _list(value: object) -> list[Any] | tuple[()]:
     return value if isinstance(value, list) else ()
 
 
-def _message(message: dict[str, Any], model: object, tally: Tally) -> None:
-    tally.framing += TOKENS_PER_MESSAGE
-    for key, value in message.items():  # only the parts a message has are read
-        add = _MESSAGE_PARTS.get(key)
-        if add is not None:
-            add(value, model, tally)
-
-
 def _name(name: object, model: object, tally: Tally) -> None:
     if isinstance(name, str) and name:
         tally.text(name)
         tally.framing += TOKENS_PER_NAME
-
-
-def _refusal(refusal: object, model: object, tally: Tally) -> None:
-    tally.text(refusal)
 
 
 def _tool_calls(calls: object, model: object, tally: Tally) -> None:
@@ -133,10 +127,8 @@ def _function_call(call: object, model: object, tally: Tally) -> None:
         tally.json(call.get("input"))
 
 
-def _content(content: object, model: object, tally: Tally) -> None:
-    if isinstance(content, str):
-        tally.text(content)
-        return
+def _parts(content: object, model: object, tally: Tally) -> None:
+    """Content sent as a list of parts: text, images, audio, files."""
     for part in _list(content):
         if isinstance(part, str):
             tally.text(part)
@@ -144,11 +136,13 @@ def _content(content: object, model: object, tally: Tally) -> None:
             _part(part, str(model) if isinstance(model, str) else None, tally)
 
 
-# What each field of a message adds (its role is in the framing).
+# The fields of a message whose string value is its text as sent.
+_TEXT_FIELDS: Final = frozenset({"content", "refusal"})
+
+# What each other field of a message adds (its role is in the framing).
 _MESSAGE_PARTS: Final[dict[str, Callable[[Any, object, Tally], None]]] = {
     "name": _name,
-    "content": _content,
-    "refusal": _refusal,
+    "content": _parts,
     "tool_calls": _tool_calls,
     "function_call": _function_call,
 }

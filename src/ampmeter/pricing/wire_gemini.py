@@ -49,15 +49,10 @@ def _get(mapping: Mapping[str, Any], camel: str, snake: str) -> Any:
 def measure_gemini(
     body: Mapping[str, Any], counter: Callable[[str], int] | None = None
 ) -> RequestSize:
-    """The measure of a ``generateContent`` ``body`` (``counter``: a tokenizer's count)."""
+    """The measure of a ``generateContent`` ``body`` (``counter``: a tokenizer's count);
+    ``body["model"]`` (not part of the REST body, which names it in the URL) selects the
+    Gemini 3 image rule when given."""
     tally = Tally()
-    _gemini(body, tally)
-    return tally.size(counter)
-
-
-def _gemini(body: Mapping[str, Any], tally: Tally) -> None:
-    """Add a ``generateContent`` ``body`` to ``tally``; ``body["model"]`` (not part of the
-    REST body, which names it in the URL) selects the Gemini 3 image rule when given."""
     model = body.get("model")
     gemini_3 = isinstance(model, str) and "gemini-3" in model.lower()
     system = _get(body, "systemInstruction", "system_instruction")
@@ -86,6 +81,7 @@ def _gemini(body: Mapping[str, Any], tally: Tally) -> None:
             ("responseJsonSchema", "response_json_schema"),
         ):
             tally.json(_get(config, camel, snake))
+    return tally.size(counter)
 
 
 def _content(content: Mapping[str, Any], gemini_3: bool, tally: Tally) -> None:

@@ -39,12 +39,6 @@ def measure_responses(
 ) -> RequestSize:
     """The measure of a Responses ``body`` (``counter``: a tokenizer's count)."""
     tally = Tally()
-    _responses(body, tally)
-    return tally.size(counter)
-
-
-def _responses(body: Mapping[str, Any], tally: Tally) -> None:
-    """Add a Responses ``body`` to ``tally``."""
     model = body.get("model")
     model = model if isinstance(model, str) else None
     instructions = body.get("instructions")
@@ -74,6 +68,7 @@ def _responses(body: Mapping[str, Any], tally: Tally) -> None:
     prompt = body.get("prompt")
     if isinstance(prompt, dict):
         tally.any_text(prompt.get("variables"))
+    return tally.size(counter)
 
 
 def _item(item: Mapping[str, Any], model: str | None, tally: Tally) -> None:
