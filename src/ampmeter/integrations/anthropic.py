@@ -25,7 +25,7 @@ from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.lifecycle import relieve_pressure, settings
 from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
 from ampmeter.integrations.streams import meter_rebuilt_stream
-from ampmeter.integrations.wire import get, int_or_none, reader, text_of
+from ampmeter.integrations.wire import counts, get, int_or_none, reader, text_of
 from ampmeter.integrations.wrappers import (
     metered_awaitable,
     metered_request,
@@ -111,15 +111,20 @@ def _omitted(value: object) -> bool:
     return value is None or type(value).__name__ in ("Omit", "NotGiven")
 
 
+_USAGE_COUNTS = (
+    "input_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "output_tokens",
+)
+_THINKING = ("thinking_tokens",)
+
+
 def _read_usage(usage: Any, tally: Tally) -> None:
     """Merge an Anthropic usage object (a full one, or a stream delta's partial one)."""
     if usage is None:
         return
-    read = reader(usage)
-    raw_in = int_or_none(read(usage, "input_tokens", None))
-    reads = int_or_none(read(usage, "cache_read_input_tokens", None))
-    writes = int_or_none(read(usage, "cache_creation_input_tokens", None))
-    out = int_or_none(read(usage, "output_tokens", None))
+    raw_in, reads, writes, out = counts(usage, _USAGE_COUNTS)
     if raw_in is not None:
         # Deltas repeat the input counts when they carry them; they are cumulative, not extra.
         tally.cached = reads if reads is not None else tally.cached
@@ -127,8 +132,7 @@ def _read_usage(usage: Any, tally: Tally) -> None:
         tally.tokens_in = raw_in + tally.cached + tally.cache_write
     if out is not None:
         tally.tokens_out = out
-    details = read(usage, "output_tokens_details", None)
-    thinking = int_or_none(get(details, "thinking_tokens"))
+    (thinking,) = counts(get(usage, "output_tokens_details"), _THINKING)
     if thinking is not None:
         tally.reasoning = thinking
 

@@ -20,7 +20,7 @@ from typing import Any
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
-from ampmeter.integrations.wire import get, int_or_none, reader, text_of
+from ampmeter.integrations.wire import counts, get, int_or_none, reader, text_of
 from ampmeter.pricing import request_size
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
@@ -135,21 +135,21 @@ def _count_tool_calls(choice: int, tools: Any, tally: Tally) -> None:
             tally.tool_calls += 1
 
 
+_CHAT_TOTALS = ("prompt_tokens", "completion_tokens")
+_CACHE_COUNTS = ("cached_tokens", "cache_write_tokens")
+_REASONING = ("reasoning_tokens",)
+
+
 def _read_chat_usage(usage: Any, tally: Tally) -> None:
     if usage is None:
         return
+    tally.tokens_in, tally.tokens_out = counts(usage, _CHAT_TOTALS)
     read = reader(usage)
-    tally.tokens_in = int_or_none(read(usage, "prompt_tokens", None))
-    tally.tokens_out = int_or_none(read(usage, "completion_tokens", None))
-    prompt = read(usage, "prompt_tokens_details", None)
-    if prompt is None:
-        tally.cached = tally.cache_write = 0
-    else:
-        read_prompt = reader(prompt)
-        tally.cached = int_or_none(read_prompt(prompt, "cached_tokens", None)) or 0
-        tally.cache_write = int_or_none(read_prompt(prompt, "cache_write_tokens", None)) or 0
-    completion = read(usage, "completion_tokens_details", None)
-    tally.reasoning = int_or_none(get(completion, "reasoning_tokens")) or 0
+    cached, writes = counts(read(usage, "prompt_tokens_details", None), _CACHE_COUNTS)
+    tally.cached = cached or 0
+    tally.cache_write = writes or 0
+    (reasoning,) = counts(read(usage, "completion_tokens_details", None), _REASONING)
+    tally.reasoning = reasoning or 0
 
 
 class CompletionsAdapter(ChatAdapter):
@@ -185,6 +185,9 @@ class CompletionsAdapter(ChatAdapter):
         return hide_usage and usage is not None and not choices
 
 
+_PROMPT_TOKENS = ("prompt_tokens",)
+
+
 class EmbeddingsAdapter(Adapter):
     """``embeddings``: the input's tokens are the whole usage (there is no output)."""
 
@@ -207,7 +210,7 @@ class EmbeddingsAdapter(Adapter):
     def read_response(self, result: Any, tally: Tally) -> None:
         usage = get(result, "usage")
         if usage is not None:
-            tally.tokens_in = int_or_none(get(usage, "prompt_tokens"))
+            (tally.tokens_in,) = counts(usage, _PROMPT_TOKENS)
             tally.tokens_out = 0
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
@@ -215,6 +218,7 @@ class EmbeddingsAdapter(Adapter):
         return False
 
 
+_RESPONSES_TOTALS = ("input_tokens", "output_tokens")
 _RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
@@ -254,15 +258,15 @@ class ResponsesAdapter(Adapter):
         tally.note_response_id(self.provider, read(result, "id", None))
         usage = read(result, "usage", None)
         if usage is not None:
+            tally.tokens_in, tally.tokens_out = counts(usage, _RESPONSES_TOTALS)
             read_usage = reader(usage)
-            tally.tokens_in = int_or_none(read_usage(usage, "input_tokens", None))
-            tally.tokens_out = int_or_none(read_usage(usage, "output_tokens", None))
             details = read_usage(usage, "input_tokens_details", None)
-            read_details = reader(details)
-            tally.cached = int_or_none(read_details(details, "cached_tokens", None)) or 0
-            tally.cache_write = int_or_none(read_details(details, "cache_write_tokens", None)) or 0
+            cached, writes = counts(details, _CACHE_COUNTS)
+            tally.cached = cached or 0
+            tally.cache_write = writes or 0
             out_details = read_usage(usage, "output_tokens_details", None)
-            tally.reasoning = int_or_none(get(out_details, "reasoning_tokens")) or 0
+            (reasoning,) = counts(out_details, _REASONING)
+            tally.reasoning = reasoning or 0
         calls = 0
         texts: list[str] = []
         for item in read(result, "output", None) or ():
