@@ -20,17 +20,14 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from ampmeter import redact
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.lifecycle import relieve_pressure, settings
 from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
 from ampmeter.integrations.streams import meter_rebuilt_stream
 from ampmeter.integrations.wire import counts, get, int_or_none, reader, text_of
-from ampmeter.integrations.wrappers import (
-    metered_awaitable,
-    metered_request,
-    remember_client_key,
-)
+from ampmeter.integrations.wrappers import metered_awaitable, metered_request
 
 __all__ = ["instrument_anthropic", "is_instrumented", "uninstrument_anthropic"]
 
@@ -47,14 +44,13 @@ class MessagesAdapter(Adapter):
 
     def __init__(self, operation: str, stream_types: tuple[type, ...]) -> None:
         self.operation = operation
-        self._stream_types = stream_types
+        self.stream_types = stream_types
 
     wire = "anthropic"
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        model = kwargs.get("model")
         return RequestInfo(
-            model if isinstance(model, str) else None,
+            kwargs.get("model"),
             self.measure(kwargs),
             int_or_none(kwargs.get("max_tokens")),
             kwargs.get("stream") is True,
@@ -66,9 +62,6 @@ class MessagesAdapter(Adapter):
         if isinstance(messages, (list, tuple)):
             parts.extend(text_of(get(m, "content")) for m in messages)
         return "\n".join(p for p in parts if p)
-
-    def is_stream(self, result: object) -> bool:
-        return isinstance(result, self._stream_types)
 
     def read_response(self, result: Any, tally: Tally) -> None:
         read = reader(result)
@@ -148,7 +141,7 @@ def _wrap_stream_helper(
         # hook sees (and may change) it here, and its refusal stops it when it would be sent.
         refused, notes = relieve_pressure(ctx, adapter, kwargs)
         manager = original(resource, *args, **kwargs)
-        remember_client_key(resource)
+        redact.remember_client(getattr(resource, "_client", None))  # error bodies may echo its key
         # The manager keeps the deferred request in a private (name-mangled) attribute:
         # MessageStreamManager, AsyncMessageStreamManager and their Beta twins.
         attr = f"_{type(manager).__name__.lstrip('_')}__api_request"

@@ -75,9 +75,6 @@ class GenerateContentAdapter(Adapter):
                 parts.extend(_parts_text(content))
         return "\n".join(parts)
 
-    def is_stream(self, result: object) -> bool:
-        return False
-
     def read_response(self, result: Any, tally: Tally) -> None:
         self.read_event(result, tally, False)
 

@@ -30,11 +30,6 @@ PROVIDER = "openai"
 _patches: list[Patch] = []
 
 
-def _model(kwargs: Mapping[str, Any]) -> str | None:
-    model = kwargs.get("model")
-    return model if isinstance(model, str) else None
-
-
 def _joined_text(value: object) -> str:
     """A string, or the strings of a list, joined by line breaks."""
     if isinstance(value, (list, tuple)):
@@ -49,14 +44,14 @@ class ChatAdapter(Adapter):
 
     def __init__(self, operation: str, stream_types: tuple[type, ...]) -> None:
         self.operation = operation
-        self._stream_types = stream_types
+        self.stream_types = stream_types
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
         max_tokens = int_or_none(kwargs.get("max_completion_tokens"))
         if max_tokens is None:
             max_tokens = int_or_none(kwargs.get("max_tokens"))
         stream = kwargs.get("stream") is True
-        return RequestInfo(_model(kwargs), self.measure(kwargs), max_tokens, stream)
+        return RequestInfo(kwargs.get("model"), self.measure(kwargs), max_tokens, stream)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         messages = kwargs.get("messages")
@@ -75,9 +70,6 @@ class ChatAdapter(Adapter):
             return False  # the caller explicitly sent null: leave it alone
         kwargs["stream_options"] = {"include_usage": True}
         return True
-
-    def is_stream(self, result: object) -> bool:
-        return isinstance(result, self._stream_types)
 
     def read_response(self, result: Any, tally: Tally) -> None:
         read = reader(result)
@@ -160,7 +152,7 @@ class CompletionsAdapter(ChatAdapter):
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
         max_tokens = int_or_none(kwargs.get("max_tokens"))
         stream = kwargs.get("stream") is True
-        return RequestInfo(_model(kwargs), self.measure(kwargs), max_tokens, stream)
+        return RequestInfo(kwargs.get("model"), self.measure(kwargs), max_tokens, stream)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         return _joined_text(kwargs.get("prompt"))
@@ -199,13 +191,10 @@ class EmbeddingsAdapter(Adapter):
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
         size = request_size.measure_text(self.prompt_text(kwargs))
-        return RequestInfo(_model(kwargs), size, 0, False)
+        return RequestInfo(kwargs.get("model"), size, 0, False)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         return _joined_text(kwargs.get("input"))
-
-    def is_stream(self, result: object) -> bool:
-        return False
 
     def read_response(self, result: Any, tally: Tally) -> None:
         usage = get(result, "usage")
@@ -229,14 +218,14 @@ class ResponsesAdapter(Adapter):
 
     def __init__(self, operation: str, stream_types: tuple[type, ...]) -> None:
         self.operation = operation
-        self._stream_types = stream_types
+        self.stream_types = stream_types
 
     wire = "responses"
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
         max_tokens = int_or_none(kwargs.get("max_output_tokens"))
         stream = kwargs.get("stream") is True
-        return RequestInfo(_model(kwargs), self.measure(kwargs), max_tokens, stream)
+        return RequestInfo(kwargs.get("model"), self.measure(kwargs), max_tokens, stream)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         parts: list[str] = []
@@ -249,9 +238,6 @@ class ResponsesAdapter(Adapter):
         elif isinstance(given, (list, tuple)):
             parts.extend(text_of(get(item, "content")) for item in given)
         return "\n".join(parts)
-
-    def is_stream(self, result: object) -> bool:
-        return isinstance(result, self._stream_types)
 
     def read_response(self, result: Any, tally: Tally) -> None:
         read = reader(result)
