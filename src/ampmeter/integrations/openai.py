@@ -38,7 +38,13 @@ def _joined_text(value: object) -> str:
 
 
 class ChatAdapter(Adapter):
-    """``chat.completions.create`` / ``parse``."""
+    """``chat.completions.create`` / ``parse``.
+
+    The choices of a response or chunk, their messages and deltas are models the SDK declares
+    (none is a union): inside an SDK's object each is that model, or a value of a hostile body
+    that ``getattr`` reads as absent, so they are read as the object that holds them. Inside a
+    JSON body they may be anything: a reader is chosen for each.
+    """
 
     provider = PROVIDER
 
@@ -76,10 +82,11 @@ class ChatAdapter(Adapter):
         tally.note_response_id(self.provider, read(result, "id", None))
         _read_chat_usage(read(result, "usage", None), tally)
         capture = settings.capture_content
+        declared = read is getattr  # an SDK's object: see the class's documentation
         for choice in read(result, "choices", None) or ():
-            read_choice = reader(choice)
+            read_choice = read if declared else reader(choice)
             message = read_choice(choice, "message", None)
-            read_message = reader(message)
+            read_message = read if declared else reader(message)
             tools = read_message(message, "tool_calls", None)
             if tools:
                 tally.tool_calls += len(tools)
@@ -100,10 +107,11 @@ class ChatAdapter(Adapter):
         choices = read(event, "choices", None)
         if not choices:
             return hide_usage and usage is not None
+        declared = read is getattr  # an SDK's object: see the class's documentation
         for choice in choices:
-            read_choice = reader(choice)
+            read_choice = read if declared else reader(choice)
             delta = read_choice(choice, "delta", None)
-            read_delta = reader(delta)
+            read_delta = read if declared else reader(delta)
             tools = read_delta(delta, "tool_calls", None)
             if tools:
                 _count_tool_calls(read_choice(choice, "index", None) or 0, tools, tally)
