@@ -15,7 +15,7 @@ import pytest
 from ampmeter import ExecutionContext, LimitExceeded, Node
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded
-from ampmeter.testing.replay import ReplayServer
+from ampmeter.testing.replay import ReplayResponse, ReplayServer
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
@@ -191,3 +191,34 @@ async def test_anthropic_async_stream_and_a_stop_before_it(replay: ReplayServer)
     assert len(replay.requests) == 1  # the second was stopped before it was sent
     assert [n.status for n in llm_nodes(sink)] == ["success", "halt"]
     assert (llm_nodes(sink)[0].tokens_in, llm_nodes(sink)[0].tokens_out) == anthropic_usage()
+
+
+# Where an object is expected, values no SDK model is built from: the SDK keeps them as they are.
+HOSTILE_CHOICES: list[Any] = [5, "text", [1, 2], None, {"delta": 7, "message": [3]}]
+
+
+def test_openai_choices_of_a_hostile_body_are_skipped_and_its_usage_counted(
+    replay: ReplayServer,
+) -> None:
+    """Choices, messages and deltas that are not objects read as absent, through the SDK's own
+    objects (plain and streamed): the call is not broken and the reported usage is counted."""
+    usage = {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15}
+    whole = {"id": "chatcmpl-h1", "object": "chat.completion", "choices": HOSTILE_CHOICES}
+    chunk = {"id": "chatcmpl-h2", "object": "chat.completion.chunk", "choices": HOSTILE_CHOICES}
+    replay.script(
+        CHAT,
+        ReplayResponse.json({**whole, "usage": usage}),
+        ReplayResponse.sse(
+            [(None, chunk), (None, {**chunk, "choices": [], "usage": usage}), (None, "[DONE]")]
+        ),
+    )
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT)
+        chunks = list(
+            client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT, stream=True)
+        )
+    assert [c.choices[:4] for c in chunks] == [HOSTILE_CHOICES[:4]]  # not the usage chunk
+    nodes = llm_nodes(sink)
+    assert [(n.status, n.tokens_in, n.tokens_out) for n in nodes] == [("success", 11, 4)] * 2

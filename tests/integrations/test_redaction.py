@@ -226,16 +226,14 @@ def test_a_client_key_changed_after_its_first_call_is_scrubbed_too() -> None:
     """A metered client's key is read when the client is first seen and again whenever a text is
     scrubbed, so a key set on the client later (with or without a call since), or a second
     client's, is scrubbed as well."""
-    from ampmeter.integrations.wrappers import remember_client_key
-
     first, second, third, fourth = (f"PLANTEDrotatedKey{n}WithoutPrefix0123" for n in range(4))
     client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key=first, max_retries=0)
-    remember_client_key(client.chat.completions)
-    remember_client_key(client.chat.completions)
+    redact.remember_client(client)
+    redact.remember_client(client)
     client.api_key = second
-    remember_client_key(client.chat.completions)
+    redact.remember_client(client)
     other = anthropic.Anthropic(base_url="http://127.0.0.1:9", auth_token=third, max_retries=0)
-    remember_client_key(other.messages)
+    redact.remember_client(other)
     assert "PLANTED" not in redact.scrub(f"echo {first} {second} {third}")
     client.api_key = fourth  # no call since: read when the text is scrubbed
     assert "PLANTED" not in redact.scrub(f"echo {fourth} {first}")

@@ -37,16 +37,17 @@ def request_body(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
 class RequestInfo:
     """What a request asks for, as far as the reservation is concerned (read, never changed).
 
-    ``size`` measures everything the request sends that is billed as input
-    (:func:`ampmeter.pricing.request_size.measure`).
+    ``model`` is the request's as given: anything but a string (an SDK's ``omit`` sentinel, a
+    JSON body's number) is no model. ``size`` measures everything the request sends that is
+    billed as input (:func:`ampmeter.pricing.request_size.measure`).
     """
 
     __slots__ = ("max_tokens", "model", "size", "stream")
 
     def __init__(
-        self, model: str | None, size: RequestSize, max_tokens: int | None, stream: bool
+        self, model: object, size: RequestSize, max_tokens: int | None, stream: bool
     ) -> None:
-        self.model = model
+        self.model = model if isinstance(model, str) else None
         self.size = size
         self.max_tokens = max_tokens
         self.stream = stream
@@ -126,6 +127,7 @@ class Adapter:
     operation: str = ""
     kind: str = "llm"  # the node kind: "llm", or "embedding" for an embeddings endpoint
     wire: Wire = "chat"  # the wire format its requests are measured in
+    stream_types: tuple[type, ...] = ()  # the SDK's stream classes: a result of one is a stream
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
         """Model, measure, output cap and streaming flag of a request (SDK keyword arguments
@@ -143,10 +145,6 @@ class Adapter:
     def prepare_stream(self, kwargs: dict[str, Any]) -> bool:
         """Adjust a streaming request in place; True if the usage event must be hidden."""
         return False
-
-    def is_stream(self, result: object) -> bool:
-        """Whether ``result`` is the SDK's stream object."""
-        raise NotImplementedError
 
     def read_response(self, result: Any, tally: Tally) -> None:
         """Read usage (and, if captured, text) from a complete response."""

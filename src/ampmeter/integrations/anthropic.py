@@ -20,17 +20,14 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from ampmeter import redact
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.lifecycle import relieve_pressure, settings
 from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
 from ampmeter.integrations.streams import meter_rebuilt_stream
-from ampmeter.integrations.wire import get, int_or_none, reader, text_of
-from ampmeter.integrations.wrappers import (
-    metered_awaitable,
-    metered_request,
-    remember_client_key,
-)
+from ampmeter.integrations.wire import counts, get, int_or_none, reader, text_of
+from ampmeter.integrations.wrappers import metered_awaitable, metered_request
 
 __all__ = ["instrument_anthropic", "is_instrumented", "uninstrument_anthropic"]
 
@@ -47,14 +44,13 @@ class MessagesAdapter(Adapter):
 
     def __init__(self, operation: str, stream_types: tuple[type, ...]) -> None:
         self.operation = operation
-        self._stream_types = stream_types
+        self.stream_types = stream_types
 
     wire = "anthropic"
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        model = kwargs.get("model")
         return RequestInfo(
-            model if isinstance(model, str) else None,
+            kwargs.get("model"),
             self.measure(kwargs),
             int_or_none(kwargs.get("max_tokens")),
             kwargs.get("stream") is True,
@@ -66,9 +62,6 @@ class MessagesAdapter(Adapter):
         if isinstance(messages, (list, tuple)):
             parts.extend(text_of(get(m, "content")) for m in messages)
         return "\n".join(p for p in parts if p)
-
-    def is_stream(self, result: object) -> bool:
-        return isinstance(result, self._stream_types)
 
     def read_response(self, result: Any, tally: Tally) -> None:
         read = reader(result)
@@ -111,15 +104,20 @@ def _omitted(value: object) -> bool:
     return value is None or type(value).__name__ in ("Omit", "NotGiven")
 
 
+_USAGE_COUNTS = (
+    "input_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "output_tokens",
+)
+_THINKING = ("thinking_tokens",)
+
+
 def _read_usage(usage: Any, tally: Tally) -> None:
     """Merge an Anthropic usage object (a full one, or a stream delta's partial one)."""
     if usage is None:
         return
-    read = reader(usage)
-    raw_in = int_or_none(read(usage, "input_tokens", None))
-    reads = int_or_none(read(usage, "cache_read_input_tokens", None))
-    writes = int_or_none(read(usage, "cache_creation_input_tokens", None))
-    out = int_or_none(read(usage, "output_tokens", None))
+    raw_in, reads, writes, out = counts(usage, _USAGE_COUNTS)
     if raw_in is not None:
         # Deltas repeat the input counts when they carry them; they are cumulative, not extra.
         tally.cached = reads if reads is not None else tally.cached
@@ -127,8 +125,7 @@ def _read_usage(usage: Any, tally: Tally) -> None:
         tally.tokens_in = raw_in + tally.cached + tally.cache_write
     if out is not None:
         tally.tokens_out = out
-    details = read(usage, "output_tokens_details", None)
-    thinking = int_or_none(get(details, "thinking_tokens"))
+    (thinking,) = counts(get(usage, "output_tokens_details"), _THINKING)
     if thinking is not None:
         tally.reasoning = thinking
 
@@ -144,7 +141,7 @@ def _wrap_stream_helper(
         # hook sees (and may change) it here, and its refusal stops it when it would be sent.
         refused, notes = relieve_pressure(ctx, adapter, kwargs)
         manager = original(resource, *args, **kwargs)
-        remember_client_key(resource)
+        redact.remember_client(getattr(resource, "_client", None))  # error bodies may echo its key
         # The manager keeps the deferred request in a private (name-mangled) attribute:
         # MessageStreamManager, AsyncMessageStreamManager and their Beta twins.
         attr = f"_{type(manager).__name__.lstrip('_')}__api_request"

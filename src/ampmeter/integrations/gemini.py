@@ -17,7 +17,7 @@ from typing import Any
 
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
-from ampmeter.integrations.wire import get, int_or_none, reader
+from ampmeter.integrations.wire import counts, get, int_or_none, reader
 
 __all__ = ["PROVIDER", "GenerateContentAdapter", "model_of_path"]
 
@@ -40,6 +40,15 @@ def _parts_text(content: Any) -> list[str]:
         if isinstance(text, str) and text:
             texts.append(text)
     return texts
+
+
+_USAGE_COUNTS = (
+    "promptTokenCount",
+    "toolUsePromptTokenCount",
+    "cachedContentTokenCount",
+    "candidatesTokenCount",
+    "thoughtsTokenCount",
+)
 
 
 class GenerateContentAdapter(Adapter):
@@ -66,9 +75,6 @@ class GenerateContentAdapter(Adapter):
                 parts.extend(_parts_text(content))
         return "\n".join(parts)
 
-    def is_stream(self, result: object) -> bool:
-        return False
-
     def read_response(self, result: Any, tally: Tally) -> None:
         self.read_event(result, tally, False)
 
@@ -78,18 +84,13 @@ class GenerateContentAdapter(Adapter):
             tally.note_response_id(self.provider, read(event, "responseId", None))
         usage = read(event, "usageMetadata", None)
         if usage is not None:
-            read_usage = reader(usage)
-            prompt = int_or_none(read_usage(usage, "promptTokenCount", None))
-            tool_prompt = int_or_none(read_usage(usage, "toolUsePromptTokenCount", None)) or 0
-            candidates = int_or_none(read_usage(usage, "candidatesTokenCount", None))
-            thoughts = int_or_none(read_usage(usage, "thoughtsTokenCount", None)) or 0
+            prompt, tool_prompt, cached, candidates, thoughts = counts(usage, _USAGE_COUNTS)
             if prompt is not None:
-                tally.tokens_in = prompt + tool_prompt
-                cached = read_usage(usage, "cachedContentTokenCount", None)
-                tally.cached = int_or_none(cached) or 0
+                tally.tokens_in = prompt + (tool_prompt or 0)
+                tally.cached = cached or 0
             if candidates is not None or thoughts:
-                tally.tokens_out = (candidates or 0) + thoughts
-                tally.reasoning = thoughts
+                tally.tokens_out = (candidates or 0) + (thoughts or 0)
+                tally.reasoning = thoughts or 0
         for candidate in read(event, "candidates", None) or ():
             read_candidate = reader(candidate)
             if usage is not None and read_candidate(candidate, "finishReason", None):

@@ -20,7 +20,7 @@ from typing import Any
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
-from ampmeter.integrations.wire import get, int_or_none, reader, text_of
+from ampmeter.integrations.wire import counts, get, int_or_none, reader, text_of
 from ampmeter.pricing import request_size
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
@@ -28,11 +28,6 @@ __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
 PROVIDER = "openai"
 
 _patches: list[Patch] = []
-
-
-def _model(kwargs: Mapping[str, Any]) -> str | None:
-    model = kwargs.get("model")
-    return model if isinstance(model, str) else None
 
 
 def _joined_text(value: object) -> str:
@@ -43,20 +38,26 @@ def _joined_text(value: object) -> str:
 
 
 class ChatAdapter(Adapter):
-    """``chat.completions.create`` / ``parse``."""
+    """``chat.completions.create`` / ``parse``.
+
+    The choices of a response or chunk, their messages and deltas are models the SDK declares
+    (none is a union): inside an SDK's object each is that model, or a value of a hostile body
+    that ``getattr`` reads as absent, so they are read as the object that holds them. Inside a
+    JSON body they may be anything: a reader is chosen for each.
+    """
 
     provider = PROVIDER
 
     def __init__(self, operation: str, stream_types: tuple[type, ...]) -> None:
         self.operation = operation
-        self._stream_types = stream_types
+        self.stream_types = stream_types
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
         max_tokens = int_or_none(kwargs.get("max_completion_tokens"))
         if max_tokens is None:
             max_tokens = int_or_none(kwargs.get("max_tokens"))
         stream = kwargs.get("stream") is True
-        return RequestInfo(_model(kwargs), self.measure(kwargs), max_tokens, stream)
+        return RequestInfo(kwargs.get("model"), self.measure(kwargs), max_tokens, stream)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         messages = kwargs.get("messages")
@@ -76,18 +77,16 @@ class ChatAdapter(Adapter):
         kwargs["stream_options"] = {"include_usage": True}
         return True
 
-    def is_stream(self, result: object) -> bool:
-        return isinstance(result, self._stream_types)
-
     def read_response(self, result: Any, tally: Tally) -> None:
         read = reader(result)
         tally.note_response_id(self.provider, read(result, "id", None))
         _read_chat_usage(read(result, "usage", None), tally)
         capture = settings.capture_content
+        declared = read is getattr  # an SDK's object: see the class's documentation
         for choice in read(result, "choices", None) or ():
-            read_choice = reader(choice)
+            read_choice = read if declared else reader(choice)
             message = read_choice(choice, "message", None)
-            read_message = reader(message)
+            read_message = read if declared else reader(message)
             tools = read_message(message, "tool_calls", None)
             if tools:
                 tally.tool_calls += len(tools)
@@ -108,10 +107,11 @@ class ChatAdapter(Adapter):
         choices = read(event, "choices", None)
         if not choices:
             return hide_usage and usage is not None
+        declared = read is getattr  # an SDK's object: see the class's documentation
         for choice in choices:
-            read_choice = reader(choice)
+            read_choice = read if declared else reader(choice)
             delta = read_choice(choice, "delta", None)
-            read_delta = reader(delta)
+            read_delta = read if declared else reader(delta)
             tools = read_delta(delta, "tool_calls", None)
             if tools:
                 _count_tool_calls(read_choice(choice, "index", None) or 0, tools, tally)
@@ -135,21 +135,21 @@ def _count_tool_calls(choice: int, tools: Any, tally: Tally) -> None:
             tally.tool_calls += 1
 
 
+_CHAT_TOTALS = ("prompt_tokens", "completion_tokens")
+_CACHE_COUNTS = ("cached_tokens", "cache_write_tokens")
+_REASONING = ("reasoning_tokens",)
+
+
 def _read_chat_usage(usage: Any, tally: Tally) -> None:
     if usage is None:
         return
+    tally.tokens_in, tally.tokens_out = counts(usage, _CHAT_TOTALS)
     read = reader(usage)
-    tally.tokens_in = int_or_none(read(usage, "prompt_tokens", None))
-    tally.tokens_out = int_or_none(read(usage, "completion_tokens", None))
-    prompt = read(usage, "prompt_tokens_details", None)
-    if prompt is None:
-        tally.cached = tally.cache_write = 0
-    else:
-        read_prompt = reader(prompt)
-        tally.cached = int_or_none(read_prompt(prompt, "cached_tokens", None)) or 0
-        tally.cache_write = int_or_none(read_prompt(prompt, "cache_write_tokens", None)) or 0
-    completion = read(usage, "completion_tokens_details", None)
-    tally.reasoning = int_or_none(get(completion, "reasoning_tokens")) or 0
+    cached, writes = counts(read(usage, "prompt_tokens_details", None), _CACHE_COUNTS)
+    tally.cached = cached or 0
+    tally.cache_write = writes or 0
+    (reasoning,) = counts(read(usage, "completion_tokens_details", None), _REASONING)
+    tally.reasoning = reasoning or 0
 
 
 class CompletionsAdapter(ChatAdapter):
@@ -160,7 +160,7 @@ class CompletionsAdapter(ChatAdapter):
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
         max_tokens = int_or_none(kwargs.get("max_tokens"))
         stream = kwargs.get("stream") is True
-        return RequestInfo(_model(kwargs), self.measure(kwargs), max_tokens, stream)
+        return RequestInfo(kwargs.get("model"), self.measure(kwargs), max_tokens, stream)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         return _joined_text(kwargs.get("prompt"))
@@ -185,6 +185,9 @@ class CompletionsAdapter(ChatAdapter):
         return hide_usage and usage is not None and not choices
 
 
+_PROMPT_TOKENS = ("prompt_tokens",)
+
+
 class EmbeddingsAdapter(Adapter):
     """``embeddings``: the input's tokens are the whole usage (there is no output)."""
 
@@ -196,18 +199,15 @@ class EmbeddingsAdapter(Adapter):
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
         size = request_size.measure_text(self.prompt_text(kwargs))
-        return RequestInfo(_model(kwargs), size, 0, False)
+        return RequestInfo(kwargs.get("model"), size, 0, False)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         return _joined_text(kwargs.get("input"))
 
-    def is_stream(self, result: object) -> bool:
-        return False
-
     def read_response(self, result: Any, tally: Tally) -> None:
         usage = get(result, "usage")
         if usage is not None:
-            tally.tokens_in = int_or_none(get(usage, "prompt_tokens"))
+            (tally.tokens_in,) = counts(usage, _PROMPT_TOKENS)
             tally.tokens_out = 0
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
@@ -215,6 +215,7 @@ class EmbeddingsAdapter(Adapter):
         return False
 
 
+_RESPONSES_TOTALS = ("input_tokens", "output_tokens")
 _RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
@@ -225,14 +226,14 @@ class ResponsesAdapter(Adapter):
 
     def __init__(self, operation: str, stream_types: tuple[type, ...]) -> None:
         self.operation = operation
-        self._stream_types = stream_types
+        self.stream_types = stream_types
 
     wire = "responses"
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
         max_tokens = int_or_none(kwargs.get("max_output_tokens"))
         stream = kwargs.get("stream") is True
-        return RequestInfo(_model(kwargs), self.measure(kwargs), max_tokens, stream)
+        return RequestInfo(kwargs.get("model"), self.measure(kwargs), max_tokens, stream)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         parts: list[str] = []
@@ -246,23 +247,20 @@ class ResponsesAdapter(Adapter):
             parts.extend(text_of(get(item, "content")) for item in given)
         return "\n".join(parts)
 
-    def is_stream(self, result: object) -> bool:
-        return isinstance(result, self._stream_types)
-
     def read_response(self, result: Any, tally: Tally) -> None:
         read = reader(result)
         tally.note_response_id(self.provider, read(result, "id", None))
         usage = read(result, "usage", None)
         if usage is not None:
+            tally.tokens_in, tally.tokens_out = counts(usage, _RESPONSES_TOTALS)
             read_usage = reader(usage)
-            tally.tokens_in = int_or_none(read_usage(usage, "input_tokens", None))
-            tally.tokens_out = int_or_none(read_usage(usage, "output_tokens", None))
             details = read_usage(usage, "input_tokens_details", None)
-            read_details = reader(details)
-            tally.cached = int_or_none(read_details(details, "cached_tokens", None)) or 0
-            tally.cache_write = int_or_none(read_details(details, "cache_write_tokens", None)) or 0
+            cached, writes = counts(details, _CACHE_COUNTS)
+            tally.cached = cached or 0
+            tally.cache_write = writes or 0
             out_details = read_usage(usage, "output_tokens_details", None)
-            tally.reasoning = int_or_none(get(out_details, "reasoning_tokens")) or 0
+            (reasoning,) = counts(out_details, _REASONING)
+            tally.reasoning = reasoning or 0
         calls = 0
         texts: list[str] = []
         for item in read(result, "output", None) or ():

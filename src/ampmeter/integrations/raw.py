@@ -76,7 +76,7 @@ def _settle_parsed(
     hide: bool,
     meter: MeterStream,
 ) -> Any:
-    if adapter.is_stream(parsed):
+    if isinstance(parsed, adapter.stream_types):
         # The SDK caches what parse() returns: the caller's parse() gets this metered stream.
         stream_meter = meter(parsed, call, adapter, hide, info)
         _read_raw_body(result, stream_meter)

@@ -59,7 +59,9 @@ class StreamMeter:
         self.info = info  # the request's input estimate, should the stream be cut
         self.tally = Tally()
         self.done = False
-        self.dropped: weakref.finalize[Any, Any] | None = None  # abandons a stream dropped unread
+        # Abandons the stream when it is dropped unread (its iterator never runs then); the
+        # meter holds no reference to the stream.
+        self.dropped: weakref.finalize[Any, Any] | None = None
         self.reading = False  # an event is being read: the iterator itself settles what happens
 
     def end(self, exc: BaseException | None) -> None:
@@ -137,11 +139,6 @@ MeterStream = Callable[[Any, Call, Adapter, bool, RequestInfo], "StreamMeter"]
 """How a stream is metered in place: :func:`meter_stream` or :func:`meter_async_stream`."""
 
 
-def _abandon_when_dropped(stream: Any, meter: StreamMeter) -> None:
-    # A stream dropped unread never runs its iterator; the meter holds no reference to it.
-    meter.dropped = weakref.finalize(stream, meter.abandon)
-
-
 def _on_close(response: Any, name: str, meter: StreamMeter, *, is_async: bool) -> None:
     """Have ``response.<name>()`` (its close) also tell ``meter``; the SDK helpers close the
     response directly. The hook holds the response weakly (no cycle keeps it alive)."""
@@ -196,7 +193,7 @@ def _in_place(stream: Any, meter: StreamMeter, iterator: Any, *, is_async: bool)
     # The Stainless SDKs' streams iterate ``_iterator`` (made in __init__, or on first use);
     # the object itself stays untouched otherwise.
     stream._iterator = iterator
-    _abandon_when_dropped(stream, meter)
+    meter.dropped = weakref.finalize(stream, meter.abandon)
     response = getattr(stream, "response", None)
     if response is not None:
         _on_close(response, "aclose" if is_async else "close", meter, is_async=is_async)
@@ -214,4 +211,4 @@ def meter_rebuilt_stream(stream: Any, *, is_async: bool) -> None:
         meter.dropped.detach()  # the dropped stream was never read: dropping it ends nothing
     events = meter.async_events if is_async else meter.events
     stream._iterator = events(stream._iterator)
-    _abandon_when_dropped(stream, meter)
+    meter.dropped = weakref.finalize(stream, meter.abandon)

@@ -17,7 +17,7 @@ import orjson
 if TYPE_CHECKING:
     from ampmeter.integrations.adapter import Adapter, Tally
 
-__all__ = ["BodyReader", "FieldReader", "get", "int_or_none", "reader", "text_of"]
+__all__ = ["BodyReader", "FieldReader", "counts", "get", "int_or_none", "reader", "text_of"]
 
 
 class BodyReader:
@@ -164,6 +164,18 @@ def reader(obj: object) -> FieldReader:
     dict inside the model, and a JSON body may hold anything where an object is expected.
     """
     return dict.get if isinstance(obj, dict) else getattr
+
+
+def counts(obj: object, names: tuple[str, ...]) -> list[int | None]:
+    """The token counts ``names`` of ``obj`` (a usage object, its details, or None), read in one
+    pass with a reader chosen for ``obj``: each a real int, or None where it is absent or
+    anything else (a bool, an SDK's ``omit`` sentinel, a hostile body's string)."""
+    read: FieldReader = dict.get if isinstance(obj, dict) else getattr  # as :func:`reader`
+    found: list[int | None] = []
+    for name in names:
+        value = read(obj, name, None)
+        found.append(value if isinstance(value, int) and not isinstance(value, bool) else None)
+    return found
 
 
 # Whether a type is a Mapping, remembered: an ABC isinstance check costs more than the lookup.

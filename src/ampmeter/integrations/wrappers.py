@@ -30,29 +30,21 @@ from ampmeter.limits import ExceededLimit
 __all__ = [
     "metered_awaitable",
     "metered_request",
-    "remember_client_key",
     "wrap_async",
     "wrap_sync",
 ]
 
 
-def remember_client_key(resource: Any) -> None:
-    """Have :mod:`ampmeter.redact` scrub the credentials of the SDK client behind ``resource``.
-
-    A provider's error body may echo the key. The client is registered with the redaction
-    module once (a known one costs a lookup), which reads its key whenever it scrubs a text:
-    a key that changes (openai's can come from a refreshing provider) is scrubbed too.
-    """
-    redact.remember_client(getattr(resource, "_client", None))  # the Stainless resource's client
-
-
 def _before(
-    ctx: ExecutionContext, adapter: Adapter, kwargs: dict[str, Any]
+    ctx: ExecutionContext, adapter: Adapter, resource: Any, kwargs: dict[str, Any]
 ) -> tuple[Call, RequestInfo, bool]:
-    """Admit a call (limits checked, node running) before the SDK sends it.
+    """Admit a call (limits checked, node running) before the SDK of ``resource`` sends it.
 
-    Under budget pressure the context's ``on_budget_pressure`` hook may first change the
-    request (``kwargs``, in place) or refuse it (the call is then refused at admission)."""
+    The SDK client's credentials are scrubbed from error texts from then on (a provider's error
+    body may echo its key). Under budget pressure the context's ``on_budget_pressure`` hook may
+    first change the request (``kwargs``, in place) or refuse it (the call is then refused at
+    admission)."""
+    redact.remember_client(getattr(resource, "_client", None))  # the Stainless resource's client
     refused, notes = relieve_pressure(ctx, adapter, kwargs)
     info = adapter.request_info(kwargs)
     hide = adapter.prepare_stream(kwargs) if info.stream else False
@@ -64,7 +56,7 @@ def _after(
 ) -> Any:
     """Meter a stream in place, or record a whole response's usage and end the call; either
     way the SDK's own object is handed back."""
-    if adapter.is_stream(result):
+    if isinstance(result, adapter.stream_types):
         meter(result, call, adapter, hide, info)
         return result
     tally = Tally()
@@ -81,8 +73,7 @@ def wrap_sync(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., A
         ctx = metered_context()
         if ctx is None or ACTIVE_CALL.get() is not None:  # not in a context, or already metered
             return original(resource, *args, **kwargs)
-        remember_client_key(resource)
-        call, info, hide = _before(ctx, adapter, kwargs)
+        call, info, hide = _before(ctx, adapter, resource, kwargs)
         raw = is_raw_request(kwargs)
         token = ACTIVE_CALL.set(call)
         try:
@@ -108,8 +99,7 @@ def wrap_async(adapter: Adapter, original: Callable[..., Any]) -> Callable[..., 
         ctx = metered_context()
         if ctx is None or ACTIVE_CALL.get() is not None:
             return await original(resource, *args, **kwargs)
-        remember_client_key(resource)
-        call, info, hide = _before(ctx, adapter, kwargs)
+        call, info, hide = _before(ctx, adapter, resource, kwargs)
         raw = is_raw_request(kwargs)
         token = ACTIVE_CALL.set(call)
         try:
