@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CallMaker"]
 
+_NAMED = ("name", "model", "provider", "idempotency_key")  # a model call's names, in order
+
 
 class CallMaker:
     """Makes a context's calls (see the module docstring)."""
@@ -136,10 +138,8 @@ class CallMaker:
         """An LLM call or an embedding request (``max_tokens`` 0: it writes nothing), its
         reservation estimated from its model."""
         self._check_open()
-        _validate.optional_text(idempotency_key, "idempotency_key")
-        _validate.optional_text(model, "model")
-        _validate.optional_text(provider, "provider")
-        label = _validate.text(name if name is not None else (model or kind), "name")
+        _validate.optional_texts(_NAMED, name, model, provider, idempotency_key)
+        label = name if name is not None else (model or kind)
         reservation, size, priced = model_estimate(
             kind,
             self._pricing,

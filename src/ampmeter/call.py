@@ -35,6 +35,16 @@ if TYPE_CHECKING:
 
 __all__ = ["Call", "make_call"]
 
+# The counts record() takes, in its order (what an error names).
+_RECORDED = (
+    "tokens_in",
+    "tokens_out",
+    "cached_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "tool_calls_made",
+)
+
 
 class Call:
     """One call (LLM, tool or step) in a context: reserve before, record after.
@@ -131,21 +141,24 @@ class Call:
         call ended, or a second time, raises ``RuntimeError``: usage recorded twice would be
         either lost or counted twice, and neither is what the caller meant.
         """
-        t_in = None if tokens_in is None else _validate.count(tokens_in, "tokens_in")
-        t_out = None if tokens_out is None else _validate.count(tokens_out, "tokens_out")
+        t_in, t_out, cached, writes, reasoning, tools = _validate.counts(
+            _RECORDED,
+            0 if tokens_in is None else tokens_in,
+            0 if tokens_out is None else tokens_out,
+            cached_tokens,
+            cache_write_tokens,
+            reasoning_tokens,
+            tool_calls_made,
+        )
         cost = None if cost_usd is None else _validate.nano(cost_usd, "cost_usd")
-        cached = _validate.count(cached_tokens, "cached_tokens")
-        writes = _validate.count(cache_write_tokens, "cache_write_tokens")
-        reasoning = _validate.count(reasoning_tokens, "reasoning_tokens")
-        tools = _validate.count(tool_calls_made, "tool_calls_made")
-        if cached + writes > (t_in or 0):
+        if cached + writes > t_in:
             raise ValueError(
                 f"cached_tokens ({cached}) + cache_write_tokens ({writes}) exceed "
-                f"tokens_in ({t_in}); they are counted as part of the input"
+                f"tokens_in ({tokens_in}); they are counted as part of the input"
             )
-        if reasoning > (t_out or 0):
+        if reasoning > t_out:
             raise ValueError(
-                f"reasoning_tokens ({reasoning}) exceed tokens_out ({t_out}); "
+                f"reasoning_tokens ({reasoning}) exceed tokens_out ({tokens_out}); "
                 "they are counted as part of the output"
             )
         flight = self._flight
@@ -159,8 +172,8 @@ class Call:
                 f"call {self.node_id} ({self.name!r}) was recorded already: record() once, "
                 "with the call's whole usage"
             )
-        self.tokens_in = t_in
-        self.tokens_out = t_out
+        self.tokens_in = None if tokens_in is None else t_in
+        self.tokens_out = None if tokens_out is None else t_out
         self._cost_nano = cost
         self.cached_tokens = cached
         self.cache_write_tokens = writes
