@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ampmeter import _validate, money
 from ampmeter._core.current import CURRENT, restore
+from ampmeter._core.idempotency import META_IDEMPOTENCY_KEY
 from ampmeter._core.outcome import Outcome
 from ampmeter._core.steps import ADMITTED, DONE, Chain, Flight
 from ampmeter._core.usage import Usage
@@ -265,9 +266,8 @@ class Call:
     def _ended(self, exc: BaseException | None) -> tuple[Usage, Outcome]:
         """What the call used and how it ended (priced now when no cost was recorded)."""
         flight = self._flight
-        outcome = Outcome.of(exc)
-        succeeded = int(outcome.status == "success")
-        failed = int(outcome.status == "fail")
+        succeeded = int(exc is None)
+        failed = int(isinstance(exc, Exception))  # (an interrupt halts: neither)
         kind, model = flight.kind, flight.model
         given = self._cost_nano
         cost = 0 if given is None else given
@@ -275,7 +275,7 @@ class Call:
         t_in, t_out = self.tokens_in or 0, self.tokens_out or 0
         if kind == "llm" or (kind == "embedding" and model):
             price = price_call(
-                self.context.pricing,
+                self._chain.pricing,
                 model,
                 flight.provider,
                 given,
@@ -312,7 +312,9 @@ class Call:
             usage = Usage("tool", "", flight.name, 0, 0, 0, 0, cost, 1, succeeded, failed)
         else:
             usage = Usage(kind, cost_nano=cost)
-        return usage, outcome.with_usage(cost, self.tokens_in, self.tokens_out, meta)
+        if flight.idempotency_key is not None:
+            meta = {**(meta or {}), META_IDEMPOTENCY_KEY: flight.idempotency_key}
+        return usage, Outcome.of(exc, cost, self.tokens_in, self.tokens_out, meta)
 
 
 def make_call(
