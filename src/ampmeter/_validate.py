@@ -130,6 +130,6 @@ def metadata(value: object, what: str = "metadata") -> dict[str, Any]:
     """A fresh dict copy of a mapping (None gives an empty dict)."""
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
+    if not isinstance(value, (dict, Mapping)):  # a dict, as usual, needs no ABC check
         raise TypeError(f"{what} must be a dict or None, got {_type_name(value)}")
     return dict(value)

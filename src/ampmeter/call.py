@@ -236,7 +236,7 @@ class Call:
         try:
             self.finish(exc)
         finally:
-            restore(self._token, (self.context, self.context.node_id))
+            restore(self._token, self.context)
 
     async def __aenter__(self) -> Call:
         await run_async(self._chain.admission(self._flight, None))
@@ -257,7 +257,7 @@ class Call:
         if flight.phase != ADMITTED or not flight.ledger_holds:
             self.__exit__(exc_type, exc, tb)
             return
-        restore(self._token, (self.context, self.context.node_id))
+        restore(self._token, self.context)
         flight.phase = DONE
         ended = self._ended(exc)
         # Committing to a ledger is a network round trip: on a worker thread, the loop goes on.

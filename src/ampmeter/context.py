@@ -517,7 +517,7 @@ class ExecutionContext(CallMaker):
     ) -> None:
         token, self._token = self._token, None
         parent = self.parent
-        restore(token, None if parent is None else (parent, parent.node_id))
+        restore(token, parent)
         self.close(exc)
 
     async def __aenter__(self) -> ExecutionContext:
