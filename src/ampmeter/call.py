@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Mapping
 from decimal import Decimal
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,7 @@ from ampmeter._core.outcome import Outcome
 from ampmeter._core.steps import ADMITTED, DONE, Chain, Flight
 from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
-from ampmeter.node import META_PROVIDER, Node
+from ampmeter.node import Node
 from ampmeter.pricing import request_size
 from ampmeter.pricing.source import price_call
 
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
     from ampmeter.context import ExecutionContext
     from ampmeter.policies.marks import CallMarks
 
-__all__ = ["Call", "make_call"]
+__all__ = ["Call"]
 
 # The counts record() takes, in its order (what an error names).
 _RECORDED = (
@@ -315,24 +314,3 @@ class Call:
         if flight.idempotency_key is not None:
             meta = {**(meta or {}), META_IDEMPOTENCY_KEY: flight.idempotency_key}
         return usage, Outcome.of(exc, cost, self.tokens_in, self.tokens_out, meta)
-
-
-def make_call(
-    context: ExecutionContext,
-    chain: Chain,
-    parent_id: str,
-    flight: Flight,
-    metadata: Mapping[str, Any] | None,
-    idempotency_key: str | None = None,
-) -> Call:
-    """A new call of ``context`` for ``flight``: its node begun under ``parent_id``, not yet
-    admitted."""
-    meta = {} if metadata is None else _validate.metadata(metadata)
-    meta.setdefault("context", context.name)  # the event log's metadata.context, for views
-    if flight.provider is not None:
-        meta[META_PROVIDER] = flight.provider
-    flight.idempotency_key = idempotency_key
-    flight.node = chain.kernel.begin(
-        parent_id, flight.kind, flight.name, flight.model, meta, flight
-    )
-    return Call(context, chain, flight)
