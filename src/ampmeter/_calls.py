@@ -16,9 +16,10 @@ from ampmeter import _validate
 from ampmeter._core.reserve import model_estimate
 from ampmeter._core.steps import Flight
 from ampmeter._core.usage import Usage
-from ampmeter.call import Call, make_call
+from ampmeter.call import Call
 from ampmeter.graph import check_kind
 from ampmeter.keys import KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE
+from ampmeter.node import META_PROVIDER
 from ampmeter.trace import TraceRecord, trace_effect
 from ampmeter.wrapping import Decision, WrapOptions, run_wrapped
 
@@ -33,10 +34,13 @@ if TYPE_CHECKING:
 
 __all__ = ["CallMaker"]
 
+_NAMED = ("name", "model", "provider", "idempotency_key")  # a model call's names, in order
+
 
 class CallMaker:
     """Makes a context's calls (see the module docstring)."""
 
+    name: str
     _chain: Chain
     _frame: Frame
     _kernel: Kernel
@@ -136,10 +140,8 @@ class CallMaker:
         """An LLM call or an embedding request (``max_tokens`` 0: it writes nothing), its
         reservation estimated from its model."""
         self._check_open()
-        _validate.optional_text(idempotency_key, "idempotency_key")
-        _validate.optional_text(model, "model")
-        _validate.optional_text(provider, "provider")
-        label = _validate.text(name if name is not None else (model or kind), "name")
+        _validate.optional_texts(_NAMED, name, model, provider, idempotency_key)
+        label = name if name is not None else (model or kind)
         reservation, size, priced = model_estimate(
             kind,
             self._pricing,
@@ -203,8 +205,15 @@ class CallMaker:
         self, flight: Flight, metadata: Mapping[str, Any] | None, idempotency_key: str | None
     ) -> Call:
         """The call of ``flight``, its node begun under the current node, not yet admitted."""
-        parent = self.current_parent_id()
-        return make_call(self, self._chain, parent, flight, metadata, idempotency_key)  # type: ignore[arg-type]
+        meta = {} if metadata is None else _validate.metadata(metadata)
+        meta.setdefault("context", self.name)  # the event log's metadata.context, for views
+        if flight.provider is not None:
+            meta[META_PROVIDER] = flight.provider
+        flight.idempotency_key = idempotency_key
+        flight.node = self._kernel.begin(
+            self.current_parent_id(), flight.kind, flight.name, flight.model, meta, flight
+        )
+        return Call(self, self._chain, flight)  # type: ignore[arg-type]
 
     def retry(self, call: Call) -> None:
         """Count one retry on ``call``."""

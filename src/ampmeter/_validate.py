@@ -24,15 +24,28 @@ def _type_name(value: object) -> str:
 
 def count(value: object, what: str, *, signed: bool = False) -> int:
     """An int (not a bool) with ``0 <= value <= 2**53`` (``|value|`` when ``signed``)."""
-    if type(value) is not int:
-        if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {_type_name(value)}")
+    if (value < 0 and not signed) or abs(value) > MAX_COUNT:
+        raise _out_of_range(value, what, signed)
+    return int(value)  # an int subclass's value as a plain int
+
+
+def counts(names: tuple[str, ...], *values: Any) -> list[int]:
+    """Several counts checked in one pass, each as :func:`count` checks one (``names[i]``
+    names ``values[i]`` in the error)."""
+    for value, what in zip(values, names, strict=True):
+        if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"{what} must be an int, got {_type_name(value)}")
-        value = int(value)
-    if not signed and value < 0:
-        raise ValueError(f"{what} must be >= 0, got {value}")
-    if abs(value) > MAX_COUNT:
-        raise ValueError(f"{what} must be at most 2**53 in size, got {value}")
-    return value
+        if not 0 <= value <= MAX_COUNT:
+            raise _out_of_range(value, what, False)
+    return list(map(int, values))  # an int subclass's value as a plain int
+
+
+def _out_of_range(value: int, what: str, signed: bool) -> ValueError:
+    if value < 0 and not signed:
+        return ValueError(f"{what} must be >= 0, got {value}")
+    return ValueError(f"{what} must be at most 2**53 in size, got {value}")
 
 
 def optional_count(value: object, what: str) -> int | None:
@@ -71,23 +84,20 @@ def optional_amount(value: object, what: str) -> float | None:
 def dollars(value: object, what: str, *, allow_negative: bool = False) -> Decimal:
     """An amount of money a user gives (an int, float or Decimal of dollars; not a bool or a
     string) as an exact Decimal, a float read as written (see :mod:`ampmeter.money`)."""
-    return _money(value, what, allow_negative, False)[0]
+    nano(value, what, allow_negative=allow_negative)  # refused unless the kernel can count it
+    return money.usd(value, what, allow_negative=allow_negative)
 
 
 def nano(value: object, what: str, *, allow_negative: bool = False, round_up: bool = False) -> int:
     """:func:`dollars` as whole nano-dollars, rounded half to even; or up (``round_up``): an
-    estimate that reserves, so that rounding never lets a call through."""
-    return _money(value, what, allow_negative, round_up)[1]
-
-
-def _money(value: object, what: str, allow_negative: bool, round_up: bool) -> tuple[Decimal, int]:
-    """The amount of :func:`dollars` and its whole nano-dollars, converted once (money.usd
-    refuses what is not a number, and a string is not taken here)."""
+    estimate that reserves, so that rounding never lets a call through. The amount is read
+    once (money.usd refuses what is not a number; a string, which it would parse, is not a
+    user's amount here)."""
     if isinstance(value, str):
         raise TypeError(f"{what} must be a number of dollars, got {_type_name(value)}")
     try:
         found = money.usd(value, what, allow_negative=allow_negative)
-        return found, money.whole_nano(found, what, round_up=round_up)
+        return money.whole_nano(found, what, round_up=round_up)
     except (OverflowError, ArithmeticError):
         raise ValueError(f"{what} must be a finite amount of dollars, got {value!r}") from None
 
@@ -108,10 +118,18 @@ def optional_text(value: object, what: str) -> str | None:
     return value
 
 
+def optional_texts(names: tuple[str, ...], *values: object) -> None:
+    """Several values checked in one pass, each None or a str (``names[i]`` names
+    ``values[i]`` in the error)."""
+    for value, what in zip(values, names, strict=True):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{what} must be a str, got {_type_name(value)}")
+
+
 def metadata(value: object, what: str = "metadata") -> dict[str, Any]:
     """A fresh dict copy of a mapping (None gives an empty dict)."""
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
+    if not isinstance(value, (dict, Mapping)):  # a dict, as usual, needs no ABC check
         raise TypeError(f"{what} must be a dict or None, got {_type_name(value)}")
     return dict(value)

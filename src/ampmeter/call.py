@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Mapping
 from decimal import Decimal
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ampmeter import _validate, money
 from ampmeter._core.current import CURRENT, restore
+from ampmeter._core.idempotency import META_IDEMPOTENCY_KEY
 from ampmeter._core.outcome import Outcome
 from ampmeter._core.steps import ADMITTED, DONE, Chain, Flight
 from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
-from ampmeter.node import META_PROVIDER, Node
+from ampmeter.node import Node
 from ampmeter.pricing import request_size
 from ampmeter.pricing.source import price_call
 
@@ -33,7 +33,17 @@ if TYPE_CHECKING:
     from ampmeter.context import ExecutionContext
     from ampmeter.policies.marks import CallMarks
 
-__all__ = ["Call", "make_call"]
+__all__ = ["Call"]
+
+# The counts record() takes, in its order (what an error names).
+_RECORDED = (
+    "tokens_in",
+    "tokens_out",
+    "cached_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "tool_calls_made",
+)
 
 
 class Call:
@@ -131,21 +141,24 @@ class Call:
         call ended, or a second time, raises ``RuntimeError``: usage recorded twice would be
         either lost or counted twice, and neither is what the caller meant.
         """
-        t_in = None if tokens_in is None else _validate.count(tokens_in, "tokens_in")
-        t_out = None if tokens_out is None else _validate.count(tokens_out, "tokens_out")
+        t_in, t_out, cached, writes, reasoning, tools = _validate.counts(
+            _RECORDED,
+            0 if tokens_in is None else tokens_in,
+            0 if tokens_out is None else tokens_out,
+            cached_tokens,
+            cache_write_tokens,
+            reasoning_tokens,
+            tool_calls_made,
+        )
         cost = None if cost_usd is None else _validate.nano(cost_usd, "cost_usd")
-        cached = _validate.count(cached_tokens, "cached_tokens")
-        writes = _validate.count(cache_write_tokens, "cache_write_tokens")
-        reasoning = _validate.count(reasoning_tokens, "reasoning_tokens")
-        tools = _validate.count(tool_calls_made, "tool_calls_made")
-        if cached + writes > (t_in or 0):
+        if cached + writes > t_in:
             raise ValueError(
                 f"cached_tokens ({cached}) + cache_write_tokens ({writes}) exceed "
-                f"tokens_in ({t_in}); they are counted as part of the input"
+                f"tokens_in ({tokens_in}); they are counted as part of the input"
             )
-        if reasoning > (t_out or 0):
+        if reasoning > t_out:
             raise ValueError(
-                f"reasoning_tokens ({reasoning}) exceed tokens_out ({t_out}); "
+                f"reasoning_tokens ({reasoning}) exceed tokens_out ({tokens_out}); "
                 "they are counted as part of the output"
             )
         flight = self._flight
@@ -159,8 +172,8 @@ class Call:
                 f"call {self.node_id} ({self.name!r}) was recorded already: record() once, "
                 "with the call's whole usage"
             )
-        self.tokens_in = t_in
-        self.tokens_out = t_out
+        self.tokens_in = None if tokens_in is None else t_in
+        self.tokens_out = None if tokens_out is None else t_out
         self._cost_nano = cost
         self.cached_tokens = cached
         self.cache_write_tokens = writes
@@ -222,7 +235,7 @@ class Call:
         try:
             self.finish(exc)
         finally:
-            restore(self._token, (self.context, self.context.node_id))
+            restore(self._token, self.context)
 
     async def __aenter__(self) -> Call:
         await run_async(self._chain.admission(self._flight, None))
@@ -243,7 +256,7 @@ class Call:
         if flight.phase != ADMITTED or not flight.ledger_holds:
             self.__exit__(exc_type, exc, tb)
             return
-        restore(self._token, (self.context, self.context.node_id))
+        restore(self._token, self.context)
         flight.phase = DONE
         ended = self._ended(exc)
         # Committing to a ledger is a network round trip: on a worker thread, the loop goes on.
@@ -252,9 +265,8 @@ class Call:
     def _ended(self, exc: BaseException | None) -> tuple[Usage, Outcome]:
         """What the call used and how it ended (priced now when no cost was recorded)."""
         flight = self._flight
-        outcome = Outcome.of(exc)
-        succeeded = int(outcome.status == "success")
-        failed = int(outcome.status == "fail")
+        succeeded = int(exc is None)
+        failed = int(isinstance(exc, Exception))  # (an interrupt halts: neither)
         kind, model = flight.kind, flight.model
         given = self._cost_nano
         cost = 0 if given is None else given
@@ -262,7 +274,7 @@ class Call:
         t_in, t_out = self.tokens_in or 0, self.tokens_out or 0
         if kind == "llm" or (kind == "embedding" and model):
             price = price_call(
-                self.context.pricing,
+                self._chain.pricing,
                 model,
                 flight.provider,
                 given,
@@ -299,25 +311,6 @@ class Call:
             usage = Usage("tool", "", flight.name, 0, 0, 0, 0, cost, 1, succeeded, failed)
         else:
             usage = Usage(kind, cost_nano=cost)
-        return usage, outcome.with_usage(cost, self.tokens_in, self.tokens_out, meta)
-
-
-def make_call(
-    context: ExecutionContext,
-    chain: Chain,
-    parent_id: str,
-    flight: Flight,
-    metadata: Mapping[str, Any] | None,
-    idempotency_key: str | None = None,
-) -> Call:
-    """A new call of ``context`` for ``flight``: its node begun under ``parent_id``, not yet
-    admitted."""
-    meta = {} if metadata is None else _validate.metadata(metadata)
-    meta.setdefault("context", context.name)  # the event log's metadata.context, for views
-    if flight.provider is not None:
-        meta[META_PROVIDER] = flight.provider
-    flight.idempotency_key = idempotency_key
-    flight.node = chain.kernel.begin(
-        parent_id, flight.kind, flight.name, flight.model, meta, flight
-    )
-    return Call(context, chain, flight)
+        if flight.idempotency_key is not None:
+            meta = {**(meta or {}), META_IDEMPOTENCY_KEY: flight.idempotency_key}
+        return usage, Outcome.of(exc, cost, self.tokens_in, self.tokens_out, meta)

@@ -255,7 +255,7 @@ class ExecutionContext(CallMaker):
             parent.policy_options if parent is not None else None
         )
         self.policies = Policies(self._frame, self.policy_options)  # wiring, not user API
-        self._chain = Chain(self._frame, kernel, self._emitter, self.policies, wait)
+        self._chain = Chain(self._frame, kernel, self._emitter, self.policies, wait, pricing)
         self._handoffs = Handoffs(self._frame, kernel, self._emitter)
         OPEN.add(self)
 
@@ -517,7 +517,7 @@ class ExecutionContext(CallMaker):
     ) -> None:
         token, self._token = self._token, None
         parent = self.parent
-        restore(token, None if parent is None else (parent, parent.node_id))
+        restore(token, parent)
         self.close(exc)
 
     async def __aenter__(self) -> ExecutionContext:

@@ -50,17 +50,16 @@ def any_open_context() -> bool:
     return bool(OPEN)
 
 
-def restore(
-    token: contextvars.Token[Any] | None, fallback: tuple[ExecutionContext, str] | None
-) -> None:
+def restore(token: contextvars.Token[Any] | None, fallback: ExecutionContext | None) -> None:
     """Undo a ``CURRENT.set``. From another task or thread than the one that set it (where the
-    token does not apply), set ``fallback`` instead; a closed context is never left current."""
+    token does not apply), make ``fallback`` (at its own node) current instead; a closed
+    context is never left current."""
     if token is None:
         return
     try:
         CURRENT.reset(token)
     except ValueError:
-        CURRENT.set(fallback)
+        CURRENT.set(None if fallback is None else (fallback, fallback.node_id))
     current = CURRENT.get()
     while current is not None and current[0].closed:
         parent = current[0].parent

@@ -100,16 +100,14 @@ def counted_once(
     frame: Frame, flight: Flight, usage: Usage, outcome: Outcome
 ) -> tuple[Usage, Outcome]:
     """The usage this call adds: its own the first time its key is seen in the run, else
-    nothing (the node notes the first node and the cost it counted)."""
+    nothing (the node notes the first node and the cost it counted). ``outcome``'s metadata
+    names the key already (:data:`META_IDEMPOTENCY_KEY`)."""
     key = flight.idempotency_key
     assert key is not None
-    meta: dict[str, Any] = {**(outcome.metadata or {}), META_IDEMPOTENCY_KEY: key}
     first = frame.seen.claim(key, (flight.node.node_id, outcome.cost_nano))
     if first is None:
-        return usage, outcome.with_usage(
-            outcome.cost_nano, outcome.tokens_in, outcome.tokens_out, meta
-        )
-    return _nothing(usage), _marked(outcome, meta, first)
+        return usage, outcome
+    return _nothing(usage), _marked(outcome, {**(outcome.metadata or {})}, first)
 
 
 def counted_before(

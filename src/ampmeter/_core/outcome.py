@@ -53,14 +53,24 @@ class Outcome(NamedTuple):
     metadata: Mapping[str, Any] | None = None
 
     @classmethod
-    def of(cls, exc: BaseException | None) -> Outcome:
-        """The outcome of a block that ended with ``exc``: success without one, ``halt`` for an
-        interrupt (a ``BaseException`` that is not an ``Exception``), else ``fail``."""
+    def of(
+        cls,
+        exc: BaseException | None,
+        cost_nano: int = 0,
+        tokens_in: int | None = None,
+        tokens_out: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Outcome:
+        """The outcome of a block that ended with ``exc``, having used what the other arguments
+        say: success without ``exc``, ``halt`` for an interrupt (a ``BaseException`` that is not
+        an ``Exception``), else ``fail``."""
         if exc is None:
-            return _SUCCESS
+            return cls("success", cost_nano, tokens_in, tokens_out, None, None, metadata)
         if not isinstance(exc, Exception):
-            return _INTERRUPTED
-        return cls("fail", error_class=type(exc).__name__, stop_reason=redact.error_text(exc))
+            return cls("halt", cost_nano, tokens_in, tokens_out, None, "interrupted", metadata)
+        error = type(exc).__name__
+        reason = redact.error_text(exc)
+        return cls("fail", cost_nano, tokens_in, tokens_out, error, reason, metadata)
 
     def with_usage(
         self,
@@ -79,7 +89,3 @@ class Outcome(NamedTuple):
             self.stop_reason,
             metadata,
         )
-
-
-_SUCCESS = Outcome("success")
-_INTERRUPTED = Outcome("halt", stop_reason="interrupted")

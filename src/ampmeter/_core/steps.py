@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ampmeter.policies.configured import Policies
     from ampmeter.policies.marks import CallMarks
     from ampmeter.pricing.request_size import RequestSize
+    from ampmeter.pricing.source import Pricing
 
 __all__ = ["ADMITTED", "DONE", "NEW", "Chain", "Flight", "Step", "Stop", "timed_out"]
 
@@ -130,6 +131,7 @@ class Chain:
         "ledgered",
         "level",
         "policies",
+        "pricing",
         "revision",
         "settlers",
         "steps",
@@ -143,6 +145,7 @@ class Chain:
         emitter: Emitter,
         policies: Policies,
         wait_s: float,
+        pricing: Pricing,
     ) -> None:
         self.frame = frame
         self.kernel = kernel
@@ -152,6 +155,7 @@ class Chain:
         self.guard_rows: tuple[Guard, ...] = tuple((f.level, f.rows) for f in self.guards)
         self.revision = frame.root.revision
         self.policies = policies
+        self.pricing = pricing  # what the calls that record no cost are priced with
         self.wait_s = wait_s
         self.ledgered = tuple(f for f in self.guards if f.ledger is not None)
         steps: list[Step] = [Cancel(self)]

@@ -7,7 +7,6 @@ usage to the standard keys of :mod:`ampmeter.keys`.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from operator import itemgetter
 from typing import Any, Final, NamedTuple
@@ -58,15 +57,12 @@ class Shape:
 
 
 def picker(fields: tuple[int, ...]) -> Callable[[Usage], tuple[Any, ...]]:
-    """A function giving a usage's values at ``fields`` as a tuple (one C call for two or
-    more fields: an itemgetter of one field gives the item itself, of none cannot be made)."""
+    """A function giving a usage's values at ``fields`` as a tuple, in one C call: an
+    itemgetter of two or more fields gives a tuple, while one of a single field gives the item
+    itself, so one field (or none) is taken as a slice, which is a tuple."""
     if len(fields) > 1:
         return itemgetter(*fields)
-    return functools.partial(_pick_few, fields)
-
-
-def _pick_few(fields: tuple[int, ...], usage: Usage) -> tuple[Any, ...]:
-    return tuple(map(usage.__getitem__, fields))
+    return itemgetter(slice(fields[0], fields[0] + 1) if fields else slice(0))
 
 
 _shapes: dict[tuple[Any, ...], Shape] = {}
