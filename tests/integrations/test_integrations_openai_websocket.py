@@ -7,7 +7,9 @@ Responses object, so the usage the node must end with is known exactly.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -144,6 +146,11 @@ async def test_an_asyncio_websockets_client_is_metered(socket_server: ResponsesS
                 if json.loads(message)["type"] == "response.completed":
                     break
         await ws.send(create_frame("Three?"))
+        # closing at once could beat the frame to the server; the point is a response still
+        # open (never read) when the connection closes
+        deadline = time.monotonic() + 10
+        while len(socket_server.creates) < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
     # the third, still open when the connection closed, ends as an abandoned stream
     assert len(socket_server.creates) == 3
     first, second, third = llm_nodes(sink)
