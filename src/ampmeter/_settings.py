@@ -41,7 +41,7 @@ class Settings:
     max_nodes: int
     options: PolicyOptions
     estimate: str | None
-    on_expired_hold: str | None
+    on_expired_hold: _validate.ExpiredHold | None
     handoff_from: Handoff | None = None
     exhaustion: Exhaustion | None = None
     disclose_budget: bool | None = None
@@ -88,10 +88,6 @@ class Settings:
             raise ValueError(f"on_ledger_error must be 'halt' or 'allow', got {on_ledger_error!r}")
         if estimate is not None and estimate not in ESTIMATE_MODES:
             raise ValueError(f"estimate must be 'learned' or 'bound', got {estimate!r}")
-        if on_expired_hold not in (None, "charge", "release"):
-            raise ValueError(
-                f"on_expired_hold must be 'charge' or 'release', got {on_expired_hold!r}"
-            )
         if disclose_budget is not None and not isinstance(disclose_budget, bool):
             raise TypeError(f"disclose_budget must be True or False, got {disclose_budget!r}")
         meta = _validate.metadata(metadata)
@@ -118,7 +114,7 @@ class Settings:
             _validate.count(max_nodes, "max_nodes (0 = unbounded)"),
             options,
             None if estimate is None else str(estimate),
-            None if on_expired_hold is None else str(on_expired_hold),
+            _validate.expired_hold(on_expired_hold),
             handoff_from,
             Exhaustion.checked(on_exhausted, pause_timeout_s),
             disclose_budget,

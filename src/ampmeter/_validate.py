@@ -10,9 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from ampmeter import money
+
+ExpiredHold = Literal["charge", "release"]
+"""What a shared ledger does with a hold whose lease ran out: charge it, or release it."""
 
 MAX_COUNT: Final = 2**53
 """The largest token count or counter value accepted: JSON readers keep integers exact to here."""
@@ -133,3 +136,14 @@ def metadata(value: object, what: str = "metadata") -> dict[str, Any]:
     if not isinstance(value, (dict, Mapping)):  # a dict, as usual, needs no ABC check
         raise TypeError(f"{what} must be a dict or None, got {_type_name(value)}")
     return dict(value)
+
+
+def expired_hold(value: object, what: str = "on_expired_hold") -> ExpiredHold | None:
+    """None, ``"charge"`` or ``"release"``: what happens to a hold whose lease runs out."""
+    if value == "charge":
+        return "charge"
+    if value == "release":
+        return "release"
+    if value is None:
+        return None
+    raise ValueError(f"{what} must be 'charge' or 'release', got {value!r}")

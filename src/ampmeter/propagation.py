@@ -37,7 +37,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-from ampmeter import money
+from ampmeter import _validate, money
 from ampmeter.errors import HandoffError
 from ampmeter.keys import is_money
 from ampmeter.limits import Limit
@@ -94,7 +94,7 @@ class Handoff:
     pause_timeout_s: float | None = None
     # what the ledger does when the lease of one of the child's holds runs out (the parent's
     # rule: "charge" or "release"; None in tokens of older versions: the ledger's own)
-    on_expired_hold: str | None = None
+    on_expired_hold: _validate.ExpiredHold | None = None
 
 
 def encode(handoff: Handoff, *, ledger: Ledger | None = None) -> str:
@@ -215,11 +215,7 @@ def _handoff(data: Any) -> Handoff:
         raise ValueError(f"'exhausted' must name 'raise' or 'pause', got {mode!r}")
     if pause_s is not None and (isinstance(pause_s, bool) or not isinstance(pause_s, (int, float))):
         raise TypeError("the pause time of 'exhausted' must be a number of seconds or null")
-    expired_hold = data.get("expired_hold")
-    if expired_hold not in (None, "charge", "release"):
-        raise ValueError(
-            f"'expired_hold' must be 'charge', 'release' or null, not {expired_hold!r}"
-        )
+    expired_hold = _validate.expired_hold(data.get("expired_hold"), "'expired_hold'")
     return Handoff(
         texts["chain"],
         texts["node"],

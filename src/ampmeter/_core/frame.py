@@ -18,6 +18,7 @@ from ampmeter._core.outcome import Outcome, TerminationReason
 
 if TYPE_CHECKING:
     from ampmeter._core.kernel import Level
+    from ampmeter._validate import ExpiredHold
     from ampmeter.context import ExecutionContext
     from ampmeter.ledgers.base import Ledger
     from ampmeter.limits import ExceededLimit, Limit
@@ -73,7 +74,7 @@ class Frame:
         handoff_from: Handoff | None,
         exhaustion: Exhaustion | None = None,
         disclose_budget: bool | None = None,
-        on_expired_hold: str | None = None,
+        on_expired_hold: ExpiredHold | None = None,
     ) -> None:
         self.context = context
         self.name = context.name
@@ -109,7 +110,7 @@ class Frame:
         )
         # What a shared ledger does when the lease of a hold of this context's calls runs out
         # (set here or above; None: each ledger's own rule).
-        self.on_expired_hold: str | None = on_expired_hold or (
+        self.on_expired_hold: ExpiredHold | None = on_expired_hold or (
             parent.on_expired_hold if parent is not None else None
         )
         self.revision = 0

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Literal
 
+from ampmeter import _validate
 from ampmeter._core.idempotency import KEEP_S
 from ampmeter.errors import BudgetUnavailable
 from ampmeter.ledgers._amounts import (
@@ -86,7 +87,7 @@ SETTLE_RETRY_PAUSES_S = (0.05, 0.2)
 # How often a ledger without leases replays a journal that waits (it has nothing to renew).
 JOURNAL_REPLAY_S = 1.0
 
-ExpiredHold = Literal["charge", "release"]
+ExpiredHold = _validate.ExpiredHold
 
 HANDOFF_KEY_ENV = "AMPMETER_HANDOFF_KEY"
 """The environment variable a hand-off signing key comes from when the ledger has none."""
@@ -169,7 +170,7 @@ class Ledger(ABC):
         handoff_key: str | bytes | None = None,
     ) -> None:
         self.scope = check_scope(scope)
-        check_expired_hold(on_expired_hold)
+        _validate.expired_hold(on_expired_hold)
         if handoff_key is not None and not isinstance(handoff_key, (str, bytes)):
             raise TypeError(f"handoff_key must be a str or bytes, got {type(handoff_key).__name__}")
         if handoff_key is not None and not handoff_key:
@@ -267,7 +268,7 @@ class Ledger(ABC):
         spans = check_windows(windows)
         charge = self._charge_expired
         if on_expired_hold is not None:
-            charge = check_expired_hold(on_expired_hold) == "charge"
+            charge = _validate.expired_hold(on_expired_hold) == "charge"
         for key, _, _ in spans:
             wanted.setdefault(key, 0)
         if self._journal is not None and self._journal.pending:
@@ -632,13 +633,6 @@ class Ledger(ABC):
         """The renewal thread's tick: replay a waiting journal, then renew (if any to renew)."""
         self._replay_journal(strict=False)
         return self._backend_renew(reservation_ids) if reservation_ids else set()
-
-
-def check_expired_hold(rule: object) -> ExpiredHold:
-    """``rule`` if it is ``"charge"`` or ``"release"``, else ``ValueError``."""
-    if rule == "charge" or rule == "release":
-        return rule
-    raise ValueError(f"on_expired_hold must be 'charge' or 'release', got {rule!r}")
 
 
 def check_reservation(reservation: object) -> Reservation:

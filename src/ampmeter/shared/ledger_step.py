@@ -29,7 +29,7 @@ from ampmeter.policies.options import KEY_REPEATS_FOR, shared_refusal
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.usage import Usage
-    from ampmeter.ledgers.base import ExpiredHold, Ledger, Refusal
+    from ampmeter.ledgers.base import Ledger, Refusal
 
 __all__ = ["LedgerStep"]
 
@@ -157,7 +157,7 @@ class LedgerStep(Step):
                 ancestors=request.ancestors,
                 windows=request.spans,
                 # the rule of the context that makes the call, else the ledger's own
-                on_expired_hold=_expired_hold(chain.frame.on_expired_hold),
+                on_expired_hold=chain.frame.on_expired_hold,
             )
         except BudgetUnavailable as error:
             if frame.on_ledger_error == "allow":
@@ -305,11 +305,6 @@ def shared_ceilings(
                 ceilings[key] = limit.max_value  # the tightest; the first of equals
                 owners[key] = limit
     return ceilings, owners
-
-
-def _expired_hold(rule: str | None) -> ExpiredHold | None:
-    """A context's checked ``on_expired_hold`` as the ledger takes it."""
-    return "charge" if rule == "charge" else "release" if rule == "release" else None
 
 
 def _amount(fixed: Any, reservation: Mapping[str, Any], key: str) -> Any:
