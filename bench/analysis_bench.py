@@ -40,6 +40,8 @@ from typing import Any
 
 import orjson
 
+from ampmeter.analysis import EXTENDED_COLUMNS
+
 TARGET_RATIO = 10.0
 TARGET_SECONDS = 5.0
 
@@ -324,28 +326,16 @@ def baseline(stream: str, problems: str, events: str) -> list[dict[str, Any]]:
     return rows
 
 
-EXTENDED = (
-    "t",
-    "cum_accuracy",
-    "attempt_success_rate_p50",
-    "tokens_total_p50",
-    "latency_ms_p50",
-    "latency_ms_p95",
-    "cost_usd_pipeline_avg",
-    "cost_usd_total_avg",
-)
-
-
 def baseline_csv(rows: list[dict[str, Any]], path: str) -> None:
     """The extended CSV with the csv module (None as empty, floats as repr)."""
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(EXTENDED)
+        writer.writerow(EXTENDED_COLUMNS)
         for row in rows:
             writer.writerow(
                 [
                     "" if row[k] is None else repr(row[k]) if isinstance(row[k], float) else row[k]
-                    for k in EXTENDED
+                    for k in EXTENDED_COLUMNS
                 ]
             )
 

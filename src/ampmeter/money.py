@@ -22,7 +22,6 @@ __all__ = [
     "NANO_PER_USD",
     "format_usd",
     "from_nano",
-    "nano_ceil",
     "to_nano",
     "usd",
     "whole_nano",
@@ -72,11 +71,6 @@ def whole_nano(amount: Decimal, what: str = "amount", *, round_up: bool = False)
     if abs(nano) > _MAX_NANO:
         raise ValueError(f"{what} is too large to count: {amount!r}")
     return nano
-
-
-def nano_ceil(amount: Decimal) -> int:
-    """A Decimal amount of dollars as nano-dollars rounded up: what a reservation holds."""
-    return int(amount.scaleb(9).to_integral_value(ROUND_CEILING))
 
 
 def from_nano(nano: int) -> Decimal:

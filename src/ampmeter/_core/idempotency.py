@@ -139,4 +139,4 @@ def _nothing(usage: Usage) -> Usage:
 def _marked(outcome: Outcome, meta: dict[str, Any], first: First) -> Outcome:
     meta[META_DUPLICATE_OF] = first[0]
     meta[META_FIRST_COST] = float(money.from_nano(first[1]))  # metadata is JSON for the log
-    return outcome.with_usage(0, 0, 0, meta)
+    return outcome._replace(cost_nano=0, tokens_in=0, tokens_out=0, metadata=meta)

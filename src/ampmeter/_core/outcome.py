@@ -71,21 +71,3 @@ class Outcome(NamedTuple):
         error = type(exc).__name__
         reason = redact.error_text(exc)
         return cls("fail", cost_nano, tokens_in, tokens_out, error, reason, metadata)
-
-    def with_usage(
-        self,
-        cost_nano: int,
-        tokens_in: int | None,
-        tokens_out: int | None,
-        metadata: Mapping[str, Any] | None,
-    ) -> Outcome:
-        """This outcome with what the call used."""
-        return Outcome(
-            self.status,
-            cost_nano,
-            tokens_in,
-            tokens_out,
-            self.error_class,
-            self.stop_reason,
-            metadata,
-        )

@@ -170,7 +170,7 @@ def counts(obj: object, names: tuple[str, ...]) -> list[int | None]:
     """The token counts ``names`` of ``obj`` (a usage object, its details, or None), read in one
     pass with a reader chosen for ``obj``: each a real int, or None where it is absent or
     anything else (a bool, an SDK's ``omit`` sentinel, a hostile body's string)."""
-    read: FieldReader = dict.get if isinstance(obj, dict) else getattr  # as :func:`reader`
+    read = reader(obj)
     found: list[int | None] = []
     for name in names:
         value = read(obj, name, None)

@@ -228,7 +228,9 @@ def estimate(
         n_in = 0
     n_out = None if max_tokens is None else _count("max_tokens", max_tokens)
     cost = estimate_checked(model, provider, prompt_tokens=n_in, max_tokens=n_out)
-    return None if cost is None else money.from_nano(money.nano_ceil(cost))
+    if cost is None:
+        return None
+    return money.from_nano(money.whole_nano(cost, "the estimate", round_up=True))
 
 
 def estimate_checked(

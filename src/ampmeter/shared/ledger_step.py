@@ -263,7 +263,7 @@ class LedgerStep(Step):
         if failure is None:
             return outcome
         meta = {**(outcome.metadata or {}), "ledger_error": failure}
-        return outcome.with_usage(outcome.cost_nano, outcome.tokens_in, outcome.tokens_out, meta)
+        return outcome._replace(metadata=meta)
 
     def release(self, flight: Flight) -> None:
         for ledger, held in flight.ledger_holds:
