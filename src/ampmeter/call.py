@@ -273,7 +273,7 @@ class Call:
         meta: dict[str, Any] | None = None
         t_in, t_out = self.tokens_in or 0, self.tokens_out or 0
         if kind == "llm" or (kind == "embedding" and model):
-            price = price_call(
+            cost, meta, unpriced = price_call(
                 self._chain.pricing,
                 model,
                 flight.provider,
@@ -286,7 +286,6 @@ class Call:
                 self.reasoning_tokens,
                 self.tool_calls_made,
             )
-            cost, meta = price.cost, price.metadata
             if kind == "llm":
                 usage = Usage(
                     "llm",
@@ -300,7 +299,7 @@ class Call:
                     1,
                     succeeded,
                     failed,
-                    price.unpriced,
+                    unpriced,
                 )
                 size = flight.prompt_size
                 if exc is None and size is not None and self.tokens_in:

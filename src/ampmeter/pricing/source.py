@@ -35,7 +35,7 @@ from ampmeter.node import (
 if TYPE_CHECKING:
     from ampmeter.pricing.table import PriceResult
 
-__all__ = ["NO_PRICES", "TABLE", "Priced", "Pricing", "checked", "price_call"]
+__all__ = ["NO_PRICES", "TABLE", "Pricing", "checked", "price_call"]
 
 
 class Pricing(Protocol):
@@ -113,17 +113,6 @@ def checked(pricing: object) -> Pricing | None:
     return pricing  # type: ignore[return-value]
 
 
-class Priced:
-    """What an ended LLM (or embedding) call cost, and the metadata its price leaves."""
-
-    __slots__ = ("cost", "metadata", "unpriced")
-
-    def __init__(self, cost: int, metadata: dict[str, Any], unpriced: int) -> None:
-        self.cost = cost
-        self.metadata = metadata
-        self.unpriced = unpriced
-
-
 def price_call(
     pricing: Pricing,
     model: str | None,
@@ -136,10 +125,11 @@ def price_call(
     cache_writes: int,
     reasoning: int,
     tools: int,
-) -> Priced:
-    """The price of an ended call in nano-dollars: ``cost`` as given, else ``pricing``'s
-    (unpriced when the model is unknown or the call recorded nothing). The price may be a
-    Decimal or a float of dollars."""
+) -> tuple[int, dict[str, Any], int]:
+    """What an ended LLM (or embedding) call cost in nano-dollars, the metadata its price
+    leaves, and 1 when it is unpriced (else 0). The cost is ``cost`` as given, else
+    ``pricing``'s (unpriced when the model is unknown or the call recorded nothing); a price
+    may be a Decimal or a float of dollars."""
     version: str | None = None
     if cost is not None:
         status = "given"
@@ -170,4 +160,4 @@ def price_call(
     if reasoning:
         meta[META_REASONING_TOKENS] = reasoning
     meta[META_TOOL_CALLS_MADE] = tools
-    return Priced(cost, meta, int(status == "unpriced"))
+    return cost, meta, int(status == "unpriced")
