@@ -40,10 +40,10 @@ def usd(value: object, what: str = "amount", *, allow_negative: bool = False) ->
     NaN, infinities and (unless ``allow_negative``) negative amounts raise ``ValueError`` or
     ``TypeError`` naming ``what``.
     """
-    if isinstance(value, float):
-        amount = Decimal(repr(value))  # NaN and infinities are refused below
-    elif isinstance(value, Decimal):
+    if isinstance(value, Decimal):
         amount = value
+    elif isinstance(value, float):
+        amount = Decimal(repr(value))  # NaN and infinities are refused below
     elif isinstance(value, (int, str)) and not isinstance(value, bool):
         try:
             amount = Decimal(value)
@@ -75,9 +75,9 @@ def whole_nano(amount: Decimal, what: str = "amount", *, round_up: bool = False)
 
 def from_nano(nano: int) -> Decimal:
     """Whole nano-dollars as an exact Decimal of dollars (``50_000_000`` is ``Decimal("0.05")``)."""
-    amount = Decimal(nano).scaleb(-9)
-    whole = amount.to_integral_value()
-    return whole.quantize(Decimal(1)) if amount == whole else amount.normalize()
+    if nano % NANO_PER_USD:
+        return Decimal(nano).scaleb(-9).normalize()
+    return Decimal(nano // NANO_PER_USD)
 
 
 def format_usd(amount: Decimal | int | float) -> str:
