@@ -15,7 +15,8 @@ that reserves is rounded up instead, so rounding never lets a call through.
 
 from __future__ import annotations
 
-from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal, InvalidOperation
+import math
+from decimal import Decimal, InvalidOperation
 from typing import Final
 
 __all__ = [
@@ -67,7 +68,8 @@ def whole_nano(amount: Decimal, what: str = "amount", *, round_up: bool = False)
     """An exact Decimal of dollars as whole nano-dollars: rounded half to even, or up
     (``round_up``: what a reservation holds). ``ValueError`` naming ``what`` beyond what an
     int64 counts."""
-    nano = int(amount.scaleb(9).to_integral_value(ROUND_CEILING if round_up else ROUND_HALF_EVEN))
+    scaled = amount.scaleb(9)
+    nano = math.ceil(scaled) if round_up else round(scaled)  # round(): half to even
     if abs(nano) > _MAX_NANO:
         raise ValueError(f"{what} is too large to count: {amount!r}")
     return nano

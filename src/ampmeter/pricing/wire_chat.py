@@ -46,7 +46,9 @@ def _messages(messages: object, model: object, tally: Tally) -> None:
     """Every message in one pass: its framing, its text as sent (content as a string, the
     common case, and a refusal), and what each other field adds (content as a list of parts, a
     name, tool and function calls)."""
-    for message in _list(messages):
+    if not isinstance(messages, list):
+        return
+    for message in messages:
         if not isinstance(message, dict):
             continue
         tally.framing += TOKENS_PER_MESSAGE
