@@ -59,9 +59,12 @@ def usd(value: object, what: str = "amount", *, allow_negative: bool = False) ->
     return amount
 
 
-def to_nano(value: object, what: str = "amount", *, allow_negative: bool = False) -> int:
-    """``value`` in dollars (see :func:`usd`) as whole nano-dollars, rounded half to even."""
-    return whole_nano(usd(value, what, allow_negative=allow_negative), what)
+def to_nano(
+    value: object, what: str = "amount", *, allow_negative: bool = False, round_up: bool = False
+) -> int:
+    """``value`` in dollars (see :func:`usd`) as whole nano-dollars, rounded half to even, or up
+    (``round_up``, see :func:`whole_nano`)."""
+    return whole_nano(usd(value, what, allow_negative=allow_negative), what, round_up=round_up)
 
 
 def whole_nano(amount: Decimal, what: str = "amount", *, round_up: bool = False) -> int:

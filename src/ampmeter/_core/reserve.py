@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, Literal
 
-from ampmeter import _validate
+from ampmeter import _validate, money
 from ampmeter._core.usage import Usage
 from ampmeter.pricing import request_size
 from ampmeter.pricing.max_output import max_output_tokens
@@ -85,7 +85,7 @@ def model_estimate(
         # must not treat a call of unknown length as free.
         found = pricing.estimate(model, provider, prompt_tokens=in_tokens, max_tokens=out_tokens)
         priced = found is not None
-        cost = 0 if found is None else _validate.nano(found, "the price estimate", round_up=True)
+        cost = 0 if found is None else money.to_nano(found, "the price estimate", round_up=True)
     else:
         cost = 0
     counted = int(kind == "llm")
