@@ -70,10 +70,14 @@ def model_estimate(
     mode: EstimateMode,
 ) -> tuple[Usage, RequestSize | None, bool]:
     """What an LLM call or an embedding request (``max_tokens`` 0: it writes nothing) reserves
-    (see the module docstring), the measure of its request (for learning) and whether its model
-    has a price. An LLM call counts one call and one step; an embedding none."""
+    (see the module docstring), the measure of its request to learn from (None when there is
+    none, or it is too short to teach anything: :func:`~ampmeter.pricing.request_size.learn`)
+    and whether its model has a price. An LLM call counts one call and one step; an embedding
+    none."""
     out_tokens = None if max_tokens is None else _validate.count(max_tokens, "max_tokens")
     in_tokens, size = prompt_estimate(prompt_tokens, prompt_text, request, model, mode)
+    if size is not None and size.chars < request_size.MIN_LEARN_CHARS:
+        size = None  # known now: the call's end need not offer it to learn
     if mode == "bound" and out_tokens is None:
         out_tokens = (max_output_tokens(model) if model else None) or BOUND_OUTPUT_TOKENS
     priced = model != ""  # an empty model name has no price
