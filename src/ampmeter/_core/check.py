@@ -1,8 +1,8 @@
 """Compiled limit rows: what the kernel's check compares, built once per set of limits.
 
-A context's limits become *rows* when it is made (:func:`compile_limits`); at each level the
-rows become *entries* (:func:`compile_entries`): the cells to read, in check order, rebuilt only
-when a key or cell is added at that level.
+A context's limits become *rows* when it is made (:func:`compile_limits`); a :class:`Guard`
+pairs a level with the rows checked there and keeps their *entries* (:func:`compile_entries`):
+the cells to read, in check order, rebuilt only when a key or cell was added at that level.
 """
 
 from __future__ import annotations
@@ -21,8 +21,25 @@ Entry = tuple["Cell | None", Any, Any, str]
 """One value a check compares: ``(cell or None, max_value, limit object, key)``."""
 Hit = tuple[Any, str, Any]
 """A limit found exceeded: ``(limit object, key, value)``."""
-Guard = tuple["Level", tuple[LimitRow, ...]]
-"""A level that can stop calls, with its compiled limits."""
+
+
+class Guard:
+    """A level that can stop calls, with its compiled limits (``rows``) and the entries that
+    check them there (valid while ``version`` is the level's)."""
+
+    __slots__ = ("entries", "level", "rows", "version")
+
+    def __init__(self, level: Level, rows: tuple[LimitRow, ...]) -> None:
+        self.level = level
+        self.rows = rows
+        self.entries: tuple[Entry, ...] = ()
+        self.version = -1  # compiled at no version yet
+
+    def compile(self) -> tuple[Entry, ...]:
+        """Build :attr:`entries` again for the level as it is now (a key or cell was added)."""
+        self.entries = compile_entries(self.level, self.rows)
+        self.version = self.level.version
+        return self.entries
 
 
 def compile_limits(limits: Iterable[Any]) -> tuple[LimitRow, ...]:

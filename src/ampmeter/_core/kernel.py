@@ -536,9 +536,9 @@ class Kernel:
         ``holds`` is False) what calls in flight hold."""
         with self._lock:
             if pending:  # prefix limits see pending keys new to a level
-                for level, _ in guards:
+                for guard in guards:
                     for key in pending:
-                        level.note(key)
+                        guard.level.note(key)
             return self._check(guards, pending, holds)
 
     def _check(
@@ -564,7 +564,8 @@ class Kernel:
     ) -> tuple[int, Hit] | None:
         """The first guard with an exceeded limit, and what exceeds it."""
         holds = holds and bool(self._open)
-        for index, (level, rows) in enumerate(guards):
+        for index, guard in enumerate(guards):
+            level = guard.level
             extras: Mapping[str, Any] | None = pending
             held = self.held_at(level) if holds else None
             if held:
@@ -572,7 +573,8 @@ class Kernel:
                     for name, amount in pending.items():
                         held[name] = held.get(name, 0) + amount
                 extras = held
-            for cell, top, limit, key in level.compiled(rows):
+            entries = guard.entries if guard.version == level.version else guard.compile()
+            for cell, top, limit, key in entries:
                 extra = extras.get(key, 0) if extras else 0
                 if cell is None:
                     if extra and extra > top:

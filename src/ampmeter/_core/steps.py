@@ -152,7 +152,7 @@ class Chain:
         self.emitter = emitter
         self.level = frame.level
         self.guards = tuple(f for f in frame.chain if f.can_stop())
-        self.guard_rows: tuple[Guard, ...] = tuple((f.level, f.rows) for f in self.guards)
+        self.guard_rows = tuple(Guard(f.level, f.rows) for f in self.guards)
         self.revision = frame.root.revision
         self.policies = policies
         self.pricing = pricing  # what the calls that record no cost are priced with
@@ -227,7 +227,7 @@ class Chain:
         (:meth:`~ampmeter.ExecutionContext.raise_limit`)."""
         revision = self.frame.root.revision
         if revision != self.revision:
-            self.guard_rows = tuple((f.level, f.rows) for f in self.guards)
+            self.guard_rows = tuple(Guard(f.level, f.rows) for f in self.guards)
             self.revision = revision
         return self.guard_rows
 

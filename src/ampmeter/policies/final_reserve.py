@@ -7,13 +7,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ampmeter import money
+from ampmeter._core.check import Guard
 from ampmeter.keys import KEY_COST
 from ampmeter.limits import DerivedCeiling, Limit
 from ampmeter.policies.options import is_cost_ceiling
 from ampmeter.policies.step import PolicyStep
 
 if TYPE_CHECKING:
-    from ampmeter._core.check import Guard, LimitRow
+    from ampmeter._core.check import LimitRow
     from ampmeter._core.frame import Frame
     from ampmeter._core.steps import Chain, Flight
     from ampmeter.policies.marks import CallMarks
@@ -45,8 +46,8 @@ class FinalReserve(PolicyStep):
         base = self.chain.rows()
         if base is not self.base:
             self.lowered = tuple(
-                (level, (*rows, *_lowered(frame)))
-                for frame, (level, rows) in zip(self.chain.guards, base, strict=True)
+                Guard(guard.level, (*guard.rows, *_lowered(frame)))
+                for frame, guard in zip(self.chain.guards, base, strict=True)
             )
             self.base = base
         return self.lowered
