@@ -449,7 +449,7 @@ class ExecutionContext(CallMaker):
             raise ExecutionCanceled(f"context {self.name!r} was canceled")
         self._raise_if_exceeded()
         frame = self._frame
-        own = tuple(row for row in frame.rows if row[0] is False and row[1] == KEY_ITERATIONS)
+        own = tuple(row for row in frame.guard.rows if row[0] is False and row[1] == KEY_ITERATIONS)
         if own:
             found = self._kernel.check((Guard(frame.level, own),), {KEY_ITERATIONS: 1})
             if found is not None:

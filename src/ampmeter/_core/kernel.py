@@ -573,7 +573,9 @@ class Kernel:
                     for name, amount in pending.items():
                         held[name] = held.get(name, 0) + amount
                 extras = held
-            entries = guard.entries if guard.version == level.version else guard.compile()
+            rows, version, entries = guard.compiled
+            if rows is not guard.rows or version != level.version:
+                entries = guard.compile()
             for cell, top, limit, key in entries:
                 extra = extras.get(key, 0) if extras else 0
                 if cell is None:

@@ -26,11 +26,11 @@ __all__ = ["FinalReserve"]
 class FinalReserve(PolicyStep):
     """The final-answer reserves of one context and those above it (see the module docstring)."""
 
-    __slots__ = ("base", "lowered")
+    __slots__ = ("lowered", "revision")
 
     def __init__(self, chain: Chain) -> None:
         super().__init__(chain)
-        self.base: tuple[Guard, ...] | None = None  # the guards' ceilings the rows come from
+        self.revision = -1  # the count of raised limits the rows were made at
         self.lowered: tuple[Guard, ...] = ()
 
     def admit(self, flight: Flight, thread: int | None) -> None:
@@ -43,13 +43,14 @@ class FinalReserve(PolicyStep):
     def rows(self) -> tuple[Guard, ...]:
         """The guards' ceilings with each reserve taken off its context's cost ceilings (made
         again when a limit was raised)."""
-        base = self.chain.rows()
-        if base is not self.base:
+        chain = self.chain
+        revision = chain.frame.root.revision
+        if revision != self.revision:
             self.lowered = tuple(
                 Guard(guard.level, (*guard.rows, *_lowered(frame)))
-                for frame, guard in zip(self.chain.guards, base, strict=True)
+                for frame, guard in zip(chain.guards, chain.rows, strict=True)
             )
-            self.base = base
+            self.revision = revision
         return self.lowered
 
     def shared_terms(self, owner: Frame, marks: CallMarks | None, terms: SharedTerms) -> None:

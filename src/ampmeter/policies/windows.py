@@ -82,7 +82,7 @@ class Windows(Observer):
     def admit(self, flight: Flight, thread: int | None) -> None:
         if flight.marks is None:  # embedding requests and steps: the plain ceilings
             return
-        rows = list(flight.rows if flight.rows is not None else self.chain.rows())
+        rows = list(flight.rows if flight.rows is not None else self.chain.rows)
         for index, windows in self.slots:
             guard = rows[index]
             rows[index] = Guard(guard.level, (*guard.rows, *(window.row() for window in windows)))
