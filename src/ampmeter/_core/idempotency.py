@@ -81,7 +81,8 @@ class SeenKeys:
                 return found[0]
             if now - self._oldest_at > self.keep_s or len(self._keys) >= self.max_keys:
                 self._forget(now)
-            self._keys.pop(key, None)  # too old: counted again, as the ledgers do
+            if found is not None:  # too old: counted again, as the ledgers do
+                self._keys.pop(key, None)  # (unless forgotten just now)
             self._keys[key] = (first, now)
             return None
 
