@@ -226,7 +226,8 @@ class Kernel:
     def _end_locked(self, node: Node, outcome: Outcome, end: int) -> None:
         # Plain assignments and additions until the metadata merge: an interrupt, which CPython
         # raises only at calls and loop back-edges, cannot land between them.
-        self._unstarted.pop(node.node_id, None)
+        if self._unstarted:  # (an admitted call left it when it was admitted)
+            self._unstarted.pop(node.node_id, None)
         cost, t_in, t_out = outcome.cost_nano, outcome.tokens_in, outcome.tokens_out
         shown = money.from_nano(cost) if cost else _NO_COST
         previous = node.status

@@ -84,6 +84,7 @@ class Flight:
         reservation: Usage,
         prompt_size: RequestSize | None,
         marks: CallMarks | None,
+        idempotency_key: str | None,
     ) -> None:
         self.kind = kind
         self.name = name
@@ -96,7 +97,7 @@ class Flight:
         self.phase = NEW
         self.rows: tuple[Guard, ...] | None = None  # the ceilings a policy chose, if any
         self.ledger_holds: tuple[tuple[Ledger, Reservation], ...] = ()
-        self.idempotency_key: str | None = None  # counted once per key in the run (replays)
+        self.idempotency_key = idempotency_key  # counted once per key in the run (replays)
 
 
 class Step:
