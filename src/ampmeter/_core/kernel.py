@@ -548,22 +548,9 @@ class Kernel:
         pending: Mapping[str, Any] | None,
         holds: bool = True,
     ) -> tuple[int, Hit] | None:
-        """:meth:`check` under the lock (every pending key known at every guard level);
-        ``holds=False`` leaves out what calls in flight hold (what is spent, and ``pending``)."""
-        found = self._exceeded(guards, pending, holds)
-        if found is not None and any(t.owner() is None for t in self._open.values()):
-            # Holds of abandoned calls must not refuse anyone: sweep and look again.
-            self._sweep_locked()
-            found = self._exceeded(guards, pending, holds)
-        return found
-
-    def _exceeded(
-        self,
-        guards: tuple[Guard, ...],
-        pending: Mapping[str, Any] | None,
-        holds: bool,
-    ) -> tuple[int, Hit] | None:
-        """The first guard with an exceeded limit, and what exceeds it."""
+        """:meth:`check` under the lock (every pending key known at every guard level):
+        the first guard with an exceeded limit, and what exceeds it. ``holds=False`` leaves out
+        what calls in flight hold (what is spent, and ``pending``)."""
         holds = holds and bool(self._open)
         for index, guard in enumerate(guards):
             level = guard.level
@@ -581,10 +568,26 @@ class Kernel:
                 extra = extras.get(key, 0) if extras else 0
                 if cell is None:
                     if extra and extra > top:
-                        return index, (limit, key, extra)
+                        hit = (limit, key, extra)
+                        return self._unless_abandoned((index, hit), guards, pending, holds)
                 elif cell.value + extra > top:
-                    return index, (limit, key, cell.value + extra)
+                    hit = (limit, key, cell.value + extra)
+                    return self._unless_abandoned((index, hit), guards, pending, holds)
         return None
+
+    def _unless_abandoned(
+        self,
+        found: tuple[int, Hit],
+        guards: tuple[Guard, ...],
+        pending: Mapping[str, Any] | None,
+        holds: bool,
+    ) -> tuple[int, Hit] | None:
+        """``found``, unless calls whose owner is gone hold something: their holds must not
+        refuse anyone, so they are swept and the check runs again."""
+        if any(t.owner() is None for t in self._open.values()):
+            self._sweep_locked()
+            return self._check(guards, pending, holds)
+        return found
 
     def _sweep_locked(self) -> None:
         end = now_ms()
