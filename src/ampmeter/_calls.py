@@ -159,8 +159,8 @@ class CallMaker:
             marks = self.policies.llm_marks(
                 model, priced, reservation.tokens_in, prompt_text, final
             )
-        flight = Flight(kind, label, model, provider, reservation, size, marks)
-        return self._begin(flight, metadata, idempotency_key)
+        flight = Flight(kind, label, model, provider, reservation, size, marks, idempotency_key)
+        return self._begin(flight, metadata)
 
     def tool_call(
         self,
@@ -186,8 +186,8 @@ class CallMaker:
         )
         reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
         marks = self.policies.tool_marks(name, arguments)
-        flight = Flight("tool", name, None, None, reservation, None, marks)
-        return self._begin(flight, metadata, idempotency_key)
+        flight = Flight("tool", name, None, None, reservation, None, marks, idempotency_key)
+        return self._begin(flight, metadata)
 
     def step(
         self, name: str, *, kind: str = "system", metadata: Mapping[str, Any] | None = None
@@ -199,17 +199,15 @@ class CallMaker:
         if kind in ("llm", "tool"):
             raise ValueError(f"use llm_call() or tool_call() for {kind!r} nodes")
         check_kind(kind)
-        return self._begin(Flight(kind, name, None, None, Usage(kind), None, None), metadata, None)
+        flight = Flight(kind, name, None, None, Usage(kind), None, None, None)
+        return self._begin(flight, metadata)
 
-    def _begin(
-        self, flight: Flight, metadata: Mapping[str, Any] | None, idempotency_key: str | None
-    ) -> Call:
+    def _begin(self, flight: Flight, metadata: Mapping[str, Any] | None) -> Call:
         """The call of ``flight``, its node begun under the current node, not yet admitted."""
         meta = {} if metadata is None else _validate.metadata(metadata)
         meta.setdefault("context", self.name)  # the event log's metadata.context, for views
         if flight.provider is not None:
             meta[META_PROVIDER] = flight.provider
-        flight.idempotency_key = idempotency_key
         flight.node = self._kernel.begin(
             self.current_parent_id(), flight.kind, flight.name, flight.model, meta, flight
         )

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from ampmeter import _validate
 from ampmeter._calls import CallMaker
 from ampmeter._core import remaining
+from ampmeter._core.check import Guard
 from ampmeter._core.current import (
     CURRENT,
     OPEN,
@@ -448,9 +449,9 @@ class ExecutionContext(CallMaker):
             raise ExecutionCanceled(f"context {self.name!r} was canceled")
         self._raise_if_exceeded()
         frame = self._frame
-        own = tuple(row for row in frame.rows if row[0] is False and row[1] == KEY_ITERATIONS)
+        own = tuple(row for row in frame.guard.rows if row[0] is False and row[1] == KEY_ITERATIONS)
         if own:
-            found = self._kernel.check(((frame.level, own),), {KEY_ITERATIONS: 1})
+            found = self._kernel.check((Guard(frame.level, own),), {KEY_ITERATIONS: 1})
             if found is not None:
                 self._stop(frame, exceeded(found[1]), TerminationReason.LIMIT_EXCEEDED)
         self._iteration = self._kernel.bump(frame.level, KEY_ITERATIONS)

@@ -17,7 +17,7 @@ from enum import Enum
 from typing import Any
 
 from ampmeter import _validate, money
-from ampmeter._core.check import compile_limits
+from ampmeter._core.check import Guard, compile_limits
 from ampmeter._core.kernel import bound
 from ampmeter.keys import (
     KEY_COST,
@@ -209,7 +209,7 @@ def check_limits(
     kernel, level = bound(stats)
     assert level is not None
     internal = None if pending is None else {k: internal_amount(k, v) for k, v in pending.items()}
-    found = kernel.check(((level, compile_limits(limits)),), internal)
+    found = kernel.check((Guard(level, compile_limits(limits)),), internal)
     return None if found is None else exceeded(found[1])
 
 

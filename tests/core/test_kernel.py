@@ -10,7 +10,7 @@ import pytest
 
 from ampmeter import Limit
 from ampmeter._core.cells import Level
-from ampmeter._core.check import compile_limits
+from ampmeter._core.check import Guard, compile_limits
 from ampmeter._core.kernel import Kernel
 from ampmeter._core.outcome import Outcome
 from ampmeter._core.usage import Usage
@@ -109,7 +109,7 @@ def test_admission_holds_and_settlement_replaces_the_hold_by_the_usage() -> None
 
 def test_a_guard_refuses_what_would_break_a_limit_and_holds_nothing() -> None:
     kernel, parent, child, root = make()
-    guards = ((parent, compile_limits([Limit(KEY_INPUT_TOKENS, 50)])),)
+    guards = (Guard(parent, compile_limits([Limit(KEY_INPUT_TOKENS, 50)])),)
     kernel.add(child, KEY_INPUT_TOKENS, 40, False)
     owner = Owner()
     node = kernel.begin(root, "llm", "ask", None, {}, owner)

@@ -9,7 +9,6 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
-from ampmeter._core.check import Entry, LimitRow, compile_entries
 from ampmeter._core.usage import Shape
 from ampmeter.keys import is_money
 from ampmeter.node import Node
@@ -17,7 +16,6 @@ from ampmeter.node import Node
 __all__ = ["Cell", "Level", "Ticket"]
 
 _PLANS_MAX: Final = 4_096  # per level: usage shapes with a resolved cell plan
-_CHECKS_MAX: Final = 64  # per level: limit rows with compiled entries
 
 
 class Cell:
@@ -35,7 +33,6 @@ class Level:
 
     __slots__ = (
         "chain",
-        "checks",
         "counters",
         "gauges",
         "known",
@@ -56,10 +53,9 @@ class Level:
         self.watched: dict[str, list[str]] = {}
         # Usage shape -> the cells it adds to, level by level up the chain.
         self.plans: dict[Shape, tuple[Cell, ...]] = {}
-        # Moves whenever a key or a cell is added here: compiled checks older than it are stale.
+        # Moves whenever a key or a cell is added here: a guard's entries older than it are
+        # stale (see ampmeter._core.check.Guard).
         self.version = 0
-        # id(limit rows) -> (those rows, the version compiled at, the check's entries).
-        self.checks: dict[int, tuple[tuple[LimitRow, ...], int, tuple[Entry, ...]]] = {}
 
     def note(self, key: str) -> None:
         """Record that ``key`` exists here (prefix watch lists see it from now on)."""
@@ -100,18 +96,6 @@ class Level:
         if len(self.plans) < _PLANS_MAX:
             self.plans[shape] = cells
         return cells
-
-    def compiled(self, rows: tuple[LimitRow, ...]) -> tuple[Entry, ...]:
-        """The entries checking ``rows`` here (see :func:`~ampmeter._core.check.compile_entries`),
-        kept until a key or cell is added here."""
-        found = self.checks.get(id(rows))
-        if found is not None and found[0] is rows and found[1] == self.version:
-            return found[2]
-        entries = compile_entries(self, rows)
-        if len(self.checks) >= _CHECKS_MAX:
-            self.checks.clear()
-        self.checks[id(rows)] = (rows, self.version, entries)
-        return entries
 
 
 class Ticket:

@@ -1,8 +1,9 @@
 """Compiled limit rows: what the kernel's check compares, built once per set of limits.
 
-A context's limits become *rows* when it is made (:func:`compile_limits`); at each level the
-rows become *entries* (:func:`compile_entries`): the cells to read, in check order, rebuilt only
-when a key or cell is added at that level.
+A context's limits become *rows* when it is made (:func:`compile_limits`); a :class:`Guard`
+pairs a level with the rows checked there and keeps their *entries* (:func:`compile_entries`):
+the cells to read, in check order, rebuilt only when the rows were replaced (a raised limit) or
+a key or cell was added at that level.
 """
 
 from __future__ import annotations
@@ -21,8 +22,29 @@ Entry = tuple["Cell | None", Any, Any, str]
 """One value a check compares: ``(cell or None, max_value, limit object, key)``."""
 Hit = tuple[Any, str, Any]
 """A limit found exceeded: ``(limit object, key, value)``."""
-Guard = tuple["Level", tuple[LimitRow, ...]]
-"""A level that can stop calls, with its compiled limits."""
+
+
+class Guard:
+    """A level that can stop calls, with its compiled limits (``rows``, replaced whole when a
+    limit is raised, from any thread) and the entries that check them there."""
+
+    __slots__ = ("compiled", "level", "rows")
+
+    def __init__(self, level: Level, rows: tuple[LimitRow, ...]) -> None:
+        self.level = level
+        self.rows = rows
+        # The rows compiled, the level's version then, and their entries: valid while both
+        # are current. One tuple, so a raise between the compilation and its storing shows as
+        # rows that are no longer current.
+        self.compiled: tuple[tuple[LimitRow, ...] | None, int, tuple[Entry, ...]] = (None, 0, ())
+
+    def compile(self) -> tuple[Entry, ...]:
+        """Build the entries again for the rows and the level as they are now (under the
+        kernel's lock)."""
+        rows = self.rows
+        entries = compile_entries(self.level, rows)
+        self.compiled = (rows, self.level.version, entries)
+        return entries
 
 
 def compile_limits(limits: Iterable[Any]) -> tuple[LimitRow, ...]:

@@ -93,7 +93,7 @@ def raise_limit(frame: Frame, key: str, new_max: object) -> None:
             for lim in frame.limits
         )
         frame.limits = limits
-        frame.rows = compile_limits(limits)
+        frame.guard.rows = compile_limits(limits)
         frame.root.revision += 1
     frame.context.wake_paused()
 

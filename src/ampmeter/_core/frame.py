@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from ampmeter._core.check import LimitRow, compile_limits
+from ampmeter._core.check import Guard, compile_limits
 from ampmeter._core.exhaustion import Exhaustion
 from ampmeter._core.idempotency import SeenKeys
 from ampmeter._core.outcome import Outcome, TerminationReason
@@ -43,6 +43,7 @@ class Frame:
         "disclose_budget",
         "exceeded_limit",
         "exhaustion",
+        "guard",
         "handoff_from",
         "ledger",
         "level",
@@ -54,7 +55,6 @@ class Frame:
         "pause_events",
         "revision",
         "root",
-        "rows",
         "seen",
         "span_prefix",
         "started_at",
@@ -83,7 +83,8 @@ class Frame:
         self.root: Frame = self.chain[-1]
         self.level = level
         self.limits = limits
-        self.rows: tuple[LimitRow, ...] = compile_limits(limits)
+        # Its limits as the kernel checks them at its level (rows replaced when one is raised).
+        self.guard = Guard(level, compile_limits(limits))
         self.started_at = time.monotonic()
         self.timeout_s = timeout_s
         self.deadline = None if timeout_s is None else self.started_at + timeout_s
@@ -98,7 +99,8 @@ class Frame:
         self.termination_reason: TerminationReason | None = None
         self.exceeded_limit: ExceededLimit | None = None
         # What a call does at a hard limit (inherited); pauses and resumes seen here; and, on
-        # the root frame, a count of raised limits (chains re-read their ceilings when it moves).
+        # the root frame, a count of raised limits (policies that derive ceilings from the limits
+        # derive them again when it moves).
         self.exhaustion: Exhaustion = exhaustion or (
             parent.exhaustion if parent is not None else Exhaustion()
         )

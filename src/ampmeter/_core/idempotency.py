@@ -18,6 +18,7 @@ then marks the call as above.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -57,13 +58,16 @@ nano-dollars."""
 class SeenKeys:
     """The idempotency keys one run has counted, oldest first, bounded in number and age."""
 
-    __slots__ = ("_keys", "_lock", "keep_s", "max_keys")
+    __slots__ = ("_keys", "_lock", "_oldest_at", "keep_s", "max_keys")
 
     def __init__(self) -> None:
         self.max_keys = KEYS_KEPT
         self.keep_s = KEEP_S
         self._keys: dict[str, tuple[First, float]] = {}
         self._lock = threading.Lock()
+        # The time of the oldest key kept (keys are kept in the order of their time, so none
+        # runs out before it); -inf while it is not known, so the next claim looks.
+        self._oldest_at = -math.inf
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -75,8 +79,10 @@ class SeenKeys:
             found = self._keys.get(key)
             if found is not None and now - found[1] <= self.keep_s:
                 return found[0]
-            self._forget(now)
-            self._keys.pop(key, None)  # too old: counted again, as the ledgers do
+            if now - self._oldest_at > self.keep_s or len(self._keys) >= self.max_keys:
+                self._forget(now)
+            if found is not None:  # too old: counted again, as the ledgers do
+                self._keys.pop(key, None)  # (unless forgotten just now)
             self._keys[key] = (first, now)
             return None
 
@@ -92,8 +98,10 @@ class SeenKeys:
         while keys:
             oldest = next(iter(keys))
             if len(keys) < self.max_keys and now - keys[oldest][1] <= self.keep_s:
+                self._oldest_at = keys[oldest][1]
                 return
             del keys[oldest]
+        self._oldest_at = -math.inf
 
 
 def counted_once(

@@ -226,7 +226,8 @@ class Kernel:
     def _end_locked(self, node: Node, outcome: Outcome, end: int) -> None:
         # Plain assignments and additions until the metadata merge: an interrupt, which CPython
         # raises only at calls and loop back-edges, cannot land between them.
-        self._unstarted.pop(node.node_id, None)
+        if self._unstarted:  # (an admitted call left it when it was admitted)
+            self._unstarted.pop(node.node_id, None)
         cost, t_in, t_out = outcome.cost_nano, outcome.tokens_in, outcome.tokens_out
         shown = money.from_nano(cost) if cost else _NO_COST
         previous = node.status
@@ -536,9 +537,9 @@ class Kernel:
         ``holds`` is False) what calls in flight hold."""
         with self._lock:
             if pending:  # prefix limits see pending keys new to a level
-                for level, _ in guards:
+                for guard in guards:
                     for key in pending:
-                        level.note(key)
+                        guard.level.note(key)
             return self._check(guards, pending, holds)
 
     def _check(
@@ -547,24 +548,12 @@ class Kernel:
         pending: Mapping[str, Any] | None,
         holds: bool = True,
     ) -> tuple[int, Hit] | None:
-        """:meth:`check` under the lock (every pending key known at every guard level);
-        ``holds=False`` leaves out what calls in flight hold (what is spent, and ``pending``)."""
-        found = self._exceeded(guards, pending, holds)
-        if found is not None and any(t.owner() is None for t in self._open.values()):
-            # Holds of abandoned calls must not refuse anyone: sweep and look again.
-            self._sweep_locked()
-            found = self._exceeded(guards, pending, holds)
-        return found
-
-    def _exceeded(
-        self,
-        guards: tuple[Guard, ...],
-        pending: Mapping[str, Any] | None,
-        holds: bool,
-    ) -> tuple[int, Hit] | None:
-        """The first guard with an exceeded limit, and what exceeds it."""
+        """:meth:`check` under the lock (every pending key known at every guard level):
+        the first guard with an exceeded limit, and what exceeds it. ``holds=False`` leaves out
+        what calls in flight hold (what is spent, and ``pending``)."""
         holds = holds and bool(self._open)
-        for index, (level, rows) in enumerate(guards):
+        for index, guard in enumerate(guards):
+            level = guard.level
             extras: Mapping[str, Any] | None = pending
             held = self.held_at(level) if holds else None
             if held:
@@ -572,14 +561,33 @@ class Kernel:
                     for name, amount in pending.items():
                         held[name] = held.get(name, 0) + amount
                 extras = held
-            for cell, top, limit, key in level.compiled(rows):
+            rows, version, entries = guard.compiled
+            if rows is not guard.rows or version != level.version:
+                entries = guard.compile()
+            for cell, top, limit, key in entries:
                 extra = extras.get(key, 0) if extras else 0
                 if cell is None:
                     if extra and extra > top:
-                        return index, (limit, key, extra)
+                        hit = (limit, key, extra)
+                        return self._unless_abandoned((index, hit), guards, pending, holds)
                 elif cell.value + extra > top:
-                    return index, (limit, key, cell.value + extra)
+                    hit = (limit, key, cell.value + extra)
+                    return self._unless_abandoned((index, hit), guards, pending, holds)
         return None
+
+    def _unless_abandoned(
+        self,
+        found: tuple[int, Hit],
+        guards: tuple[Guard, ...],
+        pending: Mapping[str, Any] | None,
+        holds: bool,
+    ) -> tuple[int, Hit] | None:
+        """``found``, unless calls whose owner is gone hold something: their holds must not
+        refuse anyone, so they are swept and the check runs again."""
+        if any(t.owner() is None for t in self._open.values()):
+            self._sweep_locked()
+            return self._check(guards, pending, holds)
+        return found
 
     def _sweep_locked(self) -> None:
         end = now_ms()

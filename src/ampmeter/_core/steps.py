@@ -84,6 +84,7 @@ class Flight:
         reservation: Usage,
         prompt_size: RequestSize | None,
         marks: CallMarks | None,
+        idempotency_key: str | None,
     ) -> None:
         self.kind = kind
         self.name = name
@@ -96,7 +97,7 @@ class Flight:
         self.phase = NEW
         self.rows: tuple[Guard, ...] | None = None  # the ceilings a policy chose, if any
         self.ledger_holds: tuple[tuple[Ledger, Reservation], ...] = ()
-        self.idempotency_key: str | None = None  # counted once per key in the run (replays)
+        self.idempotency_key = idempotency_key  # counted once per key in the run (replays)
 
 
 class Step:
@@ -124,7 +125,6 @@ class Chain:
         "admitters",
         "emitter",
         "frame",
-        "guard_rows",
         "guards",
         "index",
         "kernel",
@@ -132,7 +132,7 @@ class Chain:
         "level",
         "policies",
         "pricing",
-        "revision",
+        "rows",
         "settlers",
         "steps",
         "wait_s",
@@ -152,8 +152,8 @@ class Chain:
         self.emitter = emitter
         self.level = frame.level
         self.guards = tuple(f for f in frame.chain if f.can_stop())
-        self.guard_rows: tuple[Guard, ...] = tuple((f.level, f.rows) for f in self.guards)
-        self.revision = frame.root.revision
+        # The ceilings of every guard: each context's own guard, which a raised limit updates.
+        self.rows = tuple(f.guard for f in self.guards)
         self.policies = policies
         self.pricing = pricing  # what the calls that record no cost are priced with
         self.wait_s = wait_s
@@ -222,15 +222,6 @@ class Chain:
             flight.node.node_id,
         )
 
-    def rows(self) -> tuple[Guard, ...]:
-        """The ceilings of every guard, read again when a limit was raised since the last call
-        (:meth:`~ampmeter.ExecutionContext.raise_limit`)."""
-        revision = self.frame.root.revision
-        if revision != self.revision:
-            self.guard_rows = tuple((f.level, f.rows) for f in self.guards)
-            self.revision = revision
-        return self.guard_rows
-
     def owner(self, found: tuple[int, Hit]) -> Stop:
         """The stop a kernel hit (guard index, hit) stands for."""
         index, hit = found
@@ -240,7 +231,7 @@ class Chain:
         """The first limit above this context exceeded now (a deadline first), as a stop."""
         timed = tuple(f for f in self.guards if f.deadline is not None)
         found = timed_out(timed) if timed else None
-        rows = self.rows()
+        rows = self.rows
         if found is None and rows:
             hit = self.kernel.check(rows, None)
             if hit is not None:
@@ -342,7 +333,7 @@ class LocalLimits(Step):
 
     def admit(self, flight: Flight, thread: int | None) -> Steps | None:
         chain = self.chain
-        rows = flight.rows if flight.rows is not None else chain.rows()
+        rows = flight.rows if flight.rows is not None else chain.rows
         if rows:
             reservation = flight.reservation
             shape = reservation.shape()
@@ -384,7 +375,7 @@ class LocalLimits(Step):
                 if not raised:
                     yield from paused.look(thread, chain, flight, stop)
                 # A raised ceiling is read from the guards (without a policy's own rows).
-                rows = chain.rows()
+                rows = chain.rows
             else:
                 wait = wait or Wait(chain.wait_s)
                 pause = wait.next_pause()
@@ -412,7 +403,7 @@ class LocalLimits(Step):
 
     def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> Outcome:
         chain = self.chain
-        found = chain.kernel.settle(flight.node, chain.level, usage, outcome, chain.rows())
+        found = chain.kernel.settle(flight.node, chain.level, usage, outcome, chain.rows)
         if found is not None:
             owner, limit, reason = chain.owner(found)
             chain.frame.stop(owner, limit, reason)

@@ -77,7 +77,7 @@ Admission = Generator["Pause | Work", Any, None]
 
 def run_sync(admission: Admission) -> None:
     """Run an admission on this thread: sleep through pauses, run work here."""
-    item = _advance(admission, None)
+    item = next(admission, None)  # its first request (None: it is done)
     while item is not None:
         with _giving_back(admission):
             sent = _answer(item)
@@ -86,7 +86,7 @@ def run_sync(admission: Admission) -> None:
 
 async def run_async(admission: Admission) -> None:
     """Run an admission in a task: await pauses, run work on a worker thread."""
-    item = _advance(admission, None)
+    item = next(admission, None)  # its first request (None: it is done)
     while item is not None:
         with _giving_back(admission):
             sent = await _answer_async(item)

@@ -177,6 +177,8 @@ class Policies:
         self, call: Call, request: Mapping[str, Any], refused: ExceededLimit | None
     ) -> None:
         """An instrumented request's marks: its identity, and the pressure hook's refusal."""
+        if not self.marking:
+            return  # no loop guard and no pressure hook: nothing reads them
         marks = call.policy
         if marks is None:
             return

@@ -7,13 +7,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ampmeter import money
+from ampmeter._core.check import Guard
 from ampmeter.keys import KEY_COST
 from ampmeter.limits import DerivedCeiling, Limit
 from ampmeter.policies.options import is_cost_ceiling
 from ampmeter.policies.step import PolicyStep
 
 if TYPE_CHECKING:
-    from ampmeter._core.check import Guard, LimitRow
+    from ampmeter._core.check import LimitRow
     from ampmeter._core.frame import Frame
     from ampmeter._core.steps import Chain, Flight
     from ampmeter.policies.marks import CallMarks
@@ -25,11 +26,11 @@ __all__ = ["FinalReserve"]
 class FinalReserve(PolicyStep):
     """The final-answer reserves of one context and those above it (see the module docstring)."""
 
-    __slots__ = ("base", "lowered")
+    __slots__ = ("lowered", "revision")
 
     def __init__(self, chain: Chain) -> None:
         super().__init__(chain)
-        self.base: tuple[Guard, ...] | None = None  # the guards' ceilings the rows come from
+        self.revision = -1  # the count of raised limits the rows were made at
         self.lowered: tuple[Guard, ...] = ()
 
     def admit(self, flight: Flight, thread: int | None) -> None:
@@ -42,13 +43,14 @@ class FinalReserve(PolicyStep):
     def rows(self) -> tuple[Guard, ...]:
         """The guards' ceilings with each reserve taken off its context's cost ceilings (made
         again when a limit was raised)."""
-        base = self.chain.rows()
-        if base is not self.base:
+        chain = self.chain
+        revision = chain.frame.root.revision
+        if revision != self.revision:
             self.lowered = tuple(
-                (level, (*rows, *_lowered(frame)))
-                for frame, (level, rows) in zip(self.chain.guards, base, strict=True)
+                Guard(guard.level, (*guard.rows, *_lowered(frame)))
+                for frame, guard in zip(chain.guards, chain.rows, strict=True)
             )
-            self.base = base
+            self.revision = revision
         return self.lowered
 
     def shared_terms(self, owner: Frame, marks: CallMarks | None, terms: SharedTerms) -> None:

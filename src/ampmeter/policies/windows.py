@@ -10,6 +10,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from ampmeter._core.check import Guard
 from ampmeter.limits import DerivedCeiling, Limit, LimitType
 from ampmeter.policies.step import Observer
 
@@ -81,10 +82,10 @@ class Windows(Observer):
     def admit(self, flight: Flight, thread: int | None) -> None:
         if flight.marks is None:  # embedding requests and steps: the plain ceilings
             return
-        rows = list(flight.rows if flight.rows is not None else self.chain.rows())
+        rows = list(flight.rows if flight.rows is not None else self.chain.rows)
         for index, windows in self.slots:
-            level, base = rows[index]
-            rows[index] = (level, (*base, *(window.row() for window in windows)))
+            guard = rows[index]
+            rows[index] = Guard(guard.level, (*guard.rows, *(window.row() for window in windows)))
         flight.rows = tuple(rows)
 
     def observe(self, usage: Usage, node_id: str) -> list[dict[str, Any]]:
