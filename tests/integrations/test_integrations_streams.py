@@ -6,6 +6,9 @@ Replayed provider streams (their usage is the truth) through the real ``openai``
 
 from __future__ import annotations
 
+import gc
+import subprocess
+import sys
 from typing import Any
 
 import anthropic
@@ -123,6 +126,49 @@ def test_openai_stream_dropped_unread_is_abandoned(replay: ReplayServer) -> None
         (node,) = llm_nodes(sink)
         assert node.status == "fail" and node.error_class == "StreamAbandoned"
         assert node.tokens_in is not None and node.tokens_in > 0
+
+
+def test_openai_stream_dropped_with_its_response_open_is_abandoned(replay: ReplayServer) -> None:
+    replay.script(CHAT, recorded.openai_chat_stream_usage())
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        stream = client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT, stream=True)
+        del stream  # its response was never closed: only dropping the stream tells
+        gc.collect()  # the SDK's stream and its iterator refer to each other
+        (node,) = llm_nodes(sink)
+        assert node.status == "fail" and node.error_class == "StreamAbandoned"
+        assert node.tokens_in is not None and node.tokens_in > 0
+
+
+_LEFT_UNREAD_AT_EXIT = """
+import atexit, sys
+# Registered first, so it runs after ampmeter's own exit hook (atexit runs last-in first).
+atexit.register(lambda: print([(n.kind, n.status, n.error_class) for n in sink.nodes]))
+import openai
+import ampmeter
+from ampmeter.sinks.memory import MemorySink
+ampmeter.instrument()
+sink = MemorySink()
+ampmeter.ExecutionContext(sinks=[sink]).__enter__()
+client = openai.OpenAI(base_url=sys.argv[1], api_key="k", max_retries=0)
+stream = client.chat.completions.create(
+    model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True
+)
+"""
+
+
+def test_openai_stream_left_unread_at_exit_is_abandoned(replay: ReplayServer) -> None:
+    replay.script(CHAT, recorded.openai_chat_stream_usage())
+    done = subprocess.run(
+        [sys.executable, "-c", _LEFT_UNREAD_AT_EXIT, replay.openai_base_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[('llm', 'fail', 'StreamAbandoned')]"
+    assert "Traceback" not in done.stderr, done.stderr
 
 
 def test_openai_raw_stream_response_and_its_parse_are_the_sdks(replay: ReplayServer) -> None:

@@ -18,6 +18,7 @@ response through a stream of their own: :func:`meter_rebuilt_stream` moves the m
 
 from __future__ import annotations
 
+import atexit
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Final
@@ -35,6 +36,27 @@ __all__ = [
 ]
 
 _METER: Final = "_ampmeter_stream_meter"  # on a metered stream's response: its meter
+
+# Each metered stream's weak reference, whose callback abandons the stream's call when the
+# stream is dropped unread (its iterator never runs then), with the stream's meter. A weak
+# reference calls back only while it is alive itself, so the references are kept here, by
+# identity (a stream need not be hashable); what is still kept at interpreter exit is
+# abandoned then, as a stream dropped at exit would be.
+_WATCHED: dict[int, tuple[weakref.ref[Any], StreamMeter]] = {}
+
+
+def _dropped(stream: weakref.ref[Any]) -> None:
+    watched = _WATCHED.pop(id(stream), None)
+    if watched is not None:
+        watched[1].abandon()
+
+
+@atexit.register
+def _abandon_watched() -> None:
+    for _, meter in list(_WATCHED.values()):
+        meter.dropped = None  # a reference dropped calls nothing back at the exit's teardown
+        meter.abandon()
+    _WATCHED.clear()
 
 
 class StreamMeter:
@@ -59,9 +81,9 @@ class StreamMeter:
         self.info = info  # the request's input estimate, should the stream be cut
         self.tally = Tally()
         self.done = False
-        # Abandons the stream when it is dropped unread (its iterator never runs then); the
-        # meter holds no reference to the stream.
-        self.dropped: weakref.finalize[Any, Any] | None = None
+        # The weak reference that abandons the call when the stream is dropped unread (see
+        # _WATCHED); the meter holds no strong reference to the stream.
+        self.dropped: weakref.ref[Any] | None = None
         self.reading = False  # an event is being read: the iterator itself settles what happens
 
     def end(self, exc: BaseException | None) -> None:
@@ -193,7 +215,7 @@ def _in_place(stream: Any, meter: StreamMeter, iterator: Any, *, is_async: bool)
     # The Stainless SDKs' streams iterate ``_iterator`` (made in __init__, or on first use);
     # the object itself stays untouched otherwise.
     stream._iterator = iterator
-    meter.dropped = weakref.finalize(stream, meter.abandon)
+    _watch(stream, meter)
     response = getattr(stream, "response", None)
     if response is not None:
         _on_close(response, "aclose" if is_async else "close", meter, is_async=is_async)
@@ -208,7 +230,14 @@ def meter_rebuilt_stream(stream: Any, *, is_async: bool) -> None:
     if meter is None or meter.done:
         return
     if meter.dropped is not None:
-        meter.dropped.detach()  # the dropped stream was never read: dropping it ends nothing
+        # The dropped stream was never read: dropping it ends nothing.
+        _WATCHED.pop(id(meter.dropped), None)
     events = meter.async_events if is_async else meter.events
     stream._iterator = events(stream._iterator)
-    meter.dropped = weakref.finalize(stream, meter.abandon)
+    _watch(stream, meter)
+
+
+def _watch(stream: Any, meter: StreamMeter) -> None:
+    """Abandon ``meter``'s call when ``stream`` is dropped before its end."""
+    dropped = meter.dropped = weakref.ref(stream, _dropped)
+    _WATCHED[id(dropped)] = (dropped, meter)
