@@ -20,7 +20,7 @@ from typing import Any
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
-from ampmeter.integrations.wire import counts, get, int_or_none, reader, text_of
+from ampmeter.integrations.wire import counts, get, int_or_none, ints, reader, text_of
 from ampmeter.pricing import request_size
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
@@ -80,7 +80,9 @@ class ChatAdapter(Adapter):
     def read_response(self, result: Any, tally: Tally) -> None:
         read = reader(result)
         tally.note_response_id(self.provider, read(result, "id", None))
-        _read_chat_usage(read(result, "usage", None), tally)
+        usage = read(result, "usage", None)
+        if usage is not None:
+            _read_usage(usage, _CHAT_USAGE, tally)
         capture = settings.capture_content
         declared = read is getattr  # an SDK's object: see the class's documentation
         for choice in read(result, "choices", None) or ():
@@ -103,7 +105,7 @@ class ChatAdapter(Adapter):
             tally.note_response_id(self.provider, read(event, "id", None))
         usage = read(event, "usage", None)
         if usage is not None:
-            _read_chat_usage(usage, tally)
+            _read_usage(usage, _CHAT_USAGE, tally)
         choices = read(event, "choices", None)
         if not choices:
             return hide_usage and usage is not None
@@ -135,20 +137,40 @@ def _count_tool_calls(choice: int, tools: Any, tally: Tally) -> None:
             tally.tool_calls += 1
 
 
-_CHAT_TOTALS = ("prompt_tokens", "completion_tokens")
-_CACHE_COUNTS = ("cached_tokens", "cache_write_tokens")
-_REASONING = ("reasoning_tokens",)
+# The names of an OpenAI usage report's parts: its input and output totals, and the details
+# of each (cached and cache-write tokens of the input, reasoning tokens of the output).
+_CHAT_USAGE = (
+    "prompt_tokens",
+    "completion_tokens",
+    "prompt_tokens_details",
+    "completion_tokens_details",
+)
+_RESPONSES_USAGE = (
+    "input_tokens",
+    "output_tokens",
+    "input_tokens_details",
+    "output_tokens_details",
+)
 
 
-def _read_chat_usage(usage: Any, tally: Tally) -> None:
-    if usage is None:
-        return
-    tally.tokens_in, tally.tokens_out = counts(usage, _CHAT_TOTALS)
+def _read_usage(usage: Any, names: tuple[str, str, str, str], tally: Tally) -> None:
+    """Read an OpenAI usage report (``names``: its parts, :data:`_CHAT_USAGE` or
+    :data:`_RESPONSES_USAGE`) into ``tally``. The details are read with a reader of their
+    own: an older SDK keeps them as a plain dict inside its model."""
+    total_in, total_out, details_in, details_out = names
     read = reader(usage)
-    cached, writes = counts(read(usage, "prompt_tokens_details", None), _CACHE_COUNTS)
+    inputs = read(usage, details_in, None)
+    outputs = read(usage, details_out, None)
+    read_inputs, read_outputs = reader(inputs), reader(outputs)
+    tally.tokens_in, tally.tokens_out, cached, writes, reasoning = ints(
+        read(usage, total_in, None),
+        read(usage, total_out, None),
+        read_inputs(inputs, "cached_tokens", None),
+        read_inputs(inputs, "cache_write_tokens", None),
+        read_outputs(outputs, "reasoning_tokens", None),
+    )
     tally.cached = cached or 0
     tally.cache_write = writes or 0
-    (reasoning,) = counts(read(usage, "completion_tokens_details", None), _REASONING)
     tally.reasoning = reasoning or 0
 
 
@@ -174,7 +196,7 @@ class CompletionsAdapter(ChatAdapter):
             tally.note_response_id(self.provider, read(event, "id", None))
         usage = read(event, "usage", None)
         if usage is not None:
-            _read_chat_usage(usage, tally)
+            _read_usage(usage, _CHAT_USAGE, tally)
         choices = read(event, "choices", None) or ()
         for choice in choices:
             text = get(choice, "text")
@@ -215,7 +237,6 @@ class EmbeddingsAdapter(Adapter):
         return False
 
 
-_RESPONSES_TOTALS = ("input_tokens", "output_tokens")
 _RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
@@ -252,15 +273,7 @@ class ResponsesAdapter(Adapter):
         tally.note_response_id(self.provider, read(result, "id", None))
         usage = read(result, "usage", None)
         if usage is not None:
-            tally.tokens_in, tally.tokens_out = counts(usage, _RESPONSES_TOTALS)
-            read_usage = reader(usage)
-            details = read_usage(usage, "input_tokens_details", None)
-            cached, writes = counts(details, _CACHE_COUNTS)
-            tally.cached = cached or 0
-            tally.cache_write = writes or 0
-            out_details = read_usage(usage, "output_tokens_details", None)
-            (reasoning,) = counts(out_details, _REASONING)
-            tally.reasoning = reasoning or 0
+            _read_usage(usage, _RESPONSES_USAGE, tally)
         calls = 0
         texts: list[str] = []
         for item in read(result, "output", None) or ():

@@ -17,7 +17,7 @@ import orjson
 if TYPE_CHECKING:
     from ampmeter.integrations.adapter import Adapter, Tally
 
-__all__ = ["BodyReader", "FieldReader", "counts", "get", "int_or_none", "reader", "text_of"]
+__all__ = ["BodyReader", "FieldReader", "counts", "get", "int_or_none", "ints", "reader", "text_of"]
 
 
 class BodyReader:
@@ -149,6 +149,14 @@ def text_of(content: Any) -> str:
 def int_or_none(value: object) -> int | None:
     """``value`` if it is a real int (bools and SDK ``omit``/``NOT_GIVEN`` sentinels: None)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def ints(*values: object) -> list[int | None]:
+    """:func:`int_or_none` of each of ``values`` (counts read from a response), in one pass."""
+    found: list[int | None] = []
+    for value in values:
+        found.append(value if isinstance(value, int) and not isinstance(value, bool) else None)
+    return found
 
 
 FieldReader = Callable[[Any, str, None], Any]
