@@ -20,7 +20,7 @@ from typing import Any
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
-from ampmeter.integrations.wire import counts, get, int_or_none, ints, reader, text_of
+from ampmeter.integrations.wire import READERS, counts, get, int_or_none, ints, text_of
 from ampmeter.pricing import request_size
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
@@ -38,13 +38,7 @@ def _joined_text(value: object) -> str:
 
 
 class ChatAdapter(Adapter):
-    """``chat.completions.create`` / ``parse``.
-
-    The choices of a response or chunk, their messages and deltas are models the SDK declares
-    (none is a union): inside an SDK's object each is that model, or a value of a hostile body
-    that ``getattr`` reads as absent, so they are read as the object that holds them. Inside a
-    JSON body they may be anything: a reader is chosen for each.
-    """
+    """``chat.completions.create`` / ``parse``."""
 
     provider = PROVIDER
 
@@ -78,17 +72,15 @@ class ChatAdapter(Adapter):
         return True
 
     def read_response(self, result: Any, tally: Tally) -> None:
-        read = reader(result)
+        read = READERS[type(result)]
         tally.note_response_id(self.provider, read(result, "id", None))
         usage = read(result, "usage", None)
         if usage is not None:
             _read_usage(usage, _CHAT_USAGE, tally)
         capture = settings.capture_content
-        declared = read is getattr  # an SDK's object: see the class's documentation
         for choice in read(result, "choices", None) or ():
-            read_choice = read if declared else reader(choice)
-            message = read_choice(choice, "message", None)
-            read_message = read if declared else reader(message)
+            message = READERS[type(choice)](choice, "message", None)
+            read_message = READERS[type(message)]
             tools = read_message(message, "tool_calls", None)
             if tools:
                 tally.tool_calls += len(tools)
@@ -100,7 +92,7 @@ class ChatAdapter(Adapter):
                     tally.keep_text(content)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
-        read = reader(event)
+        read = READERS[type(event)]
         if tally.response_key is None:
             tally.note_response_id(self.provider, read(event, "id", None))
         usage = read(event, "usage", None)
@@ -109,11 +101,10 @@ class ChatAdapter(Adapter):
         choices = read(event, "choices", None)
         if not choices:
             return hide_usage and usage is not None
-        declared = read is getattr  # an SDK's object: see the class's documentation
         for choice in choices:
-            read_choice = read if declared else reader(choice)
+            read_choice = READERS[type(choice)]
             delta = read_choice(choice, "delta", None)
-            read_delta = read if declared else reader(delta)
+            read_delta = READERS[type(delta)]
             tools = read_delta(delta, "tool_calls", None)
             if tools:
                 _count_tool_calls(read_choice(choice, "index", None) or 0, tools, tally)
@@ -158,10 +149,10 @@ def _read_usage(usage: Any, names: tuple[str, str, str, str], tally: Tally) -> N
     :data:`_RESPONSES_USAGE`) into ``tally``. The details are read with a reader of their
     own: an older SDK keeps them as a plain dict inside its model."""
     total_in, total_out, details_in, details_out = names
-    read = reader(usage)
+    read = READERS[type(usage)]
     inputs = read(usage, details_in, None)
     outputs = read(usage, details_out, None)
-    read_inputs, read_outputs = reader(inputs), reader(outputs)
+    read_inputs, read_outputs = READERS[type(inputs)], READERS[type(outputs)]
     tally.tokens_in, tally.tokens_out, cached, writes, reasoning = ints(
         read(usage, total_in, None),
         read(usage, total_out, None),
@@ -191,7 +182,7 @@ class CompletionsAdapter(ChatAdapter):
         self.read_event(result, tally, False)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
-        read = reader(event)
+        read = READERS[type(event)]
         if tally.response_key is None:
             tally.note_response_id(self.provider, read(event, "id", None))
         usage = read(event, "usage", None)
@@ -269,7 +260,7 @@ class ResponsesAdapter(Adapter):
         return "\n".join(parts)
 
     def read_response(self, result: Any, tally: Tally) -> None:
-        read = reader(result)
+        read = READERS[type(result)]
         tally.note_response_id(self.provider, read(result, "id", None))
         usage = read(result, "usage", None)
         if usage is not None:
@@ -277,7 +268,7 @@ class ResponsesAdapter(Adapter):
         calls = 0
         texts: list[str] = []
         for item in read(result, "output", None) or ():
-            read_item = reader(item)
+            read_item = READERS[type(item)]
             kind = read_item(item, "type", None)
             if isinstance(kind, str) and kind.endswith("_call"):
                 calls += 1
@@ -288,7 +279,7 @@ class ResponsesAdapter(Adapter):
             tally.text = texts
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
-        read = reader(event)
+        read = READERS[type(event)]
         kind = read(event, "type", None)
         if kind in _RESPONSE_ENDS:
             self.read_response(read(event, "response", None), tally)
