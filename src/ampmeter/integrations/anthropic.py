@@ -26,7 +26,7 @@ from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.lifecycle import relieve_pressure, settings
 from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
 from ampmeter.integrations.streams import meter_rebuilt_stream
-from ampmeter.integrations.wire import READERS, counts, get, int_or_none, text_of
+from ampmeter.integrations.wire import READERS, counts, first_int, get, text_of
 from ampmeter.integrations.wrappers import metered_awaitable, metered_request
 
 __all__ = ["instrument_anthropic", "is_instrumented", "uninstrument_anthropic"]
@@ -52,7 +52,7 @@ class MessagesAdapter(Adapter):
         return RequestInfo(
             kwargs.get("model"),
             self.measure(kwargs),
-            int_or_none(kwargs.get("max_tokens")),
+            first_int(kwargs.get("max_tokens")),
             kwargs.get("stream") is True,
         )
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
-from ampmeter.integrations.wire import READERS, counts, get, int_or_none
+from ampmeter.integrations.wire import READERS, counts, first_int, get
 
 __all__ = ["PROVIDER", "GenerateContentAdapter", "model_of_path"]
 
@@ -63,7 +63,7 @@ class GenerateContentAdapter(Adapter):
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
         config = kwargs.get("generationConfig") or kwargs.get("generation_config")
-        max_tokens = int_or_none(get(config, "maxOutputTokens"))
+        max_tokens = first_int(get(config, "maxOutputTokens"))
         stream = self.operation == "streamGenerateContent"
         return RequestInfo(None, self.measure(kwargs), max_tokens, stream)
 

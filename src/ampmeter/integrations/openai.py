@@ -20,7 +20,7 @@ from typing import Any
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
-from ampmeter.integrations.wire import READERS, counts, get, int_or_none, ints, text_of
+from ampmeter.integrations.wire import READERS, counts, first_int, get, ints, text_of
 from ampmeter.pricing import request_size
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
@@ -47,9 +47,7 @@ class ChatAdapter(Adapter):
         self.stream_types = stream_types
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        max_tokens = int_or_none(kwargs.get("max_completion_tokens"))
-        if max_tokens is None:
-            max_tokens = int_or_none(kwargs.get("max_tokens"))
+        max_tokens = first_int(kwargs.get("max_completion_tokens"), kwargs.get("max_tokens"))
         stream = kwargs.get("stream") is True
         return RequestInfo(kwargs.get("model"), self.measure(kwargs), max_tokens, stream)
 
@@ -171,7 +169,7 @@ class CompletionsAdapter(ChatAdapter):
     wire = "completions"
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        max_tokens = int_or_none(kwargs.get("max_tokens"))
+        max_tokens = first_int(kwargs.get("max_tokens"))
         stream = kwargs.get("stream") is True
         return RequestInfo(kwargs.get("model"), self.measure(kwargs), max_tokens, stream)
 
@@ -243,7 +241,7 @@ class ResponsesAdapter(Adapter):
     wire = "responses"
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        max_tokens = int_or_none(kwargs.get("max_output_tokens"))
+        max_tokens = first_int(kwargs.get("max_output_tokens"))
         stream = kwargs.get("stream") is True
         return RequestInfo(kwargs.get("model"), self.measure(kwargs), max_tokens, stream)
 

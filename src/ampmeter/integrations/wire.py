@@ -23,8 +23,8 @@ __all__ = [
     "BodyReader",
     "FieldReader",
     "counts",
+    "first_int",
     "get",
-    "int_or_none",
     "ints",
     "text_of",
 ]
@@ -156,13 +156,18 @@ def text_of(content: Any) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def int_or_none(value: object) -> int | None:
-    """``value`` if it is a real int (bools and SDK ``omit``/``NOT_GIVEN`` sentinels: None)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def first_int(*values: object) -> int | None:
+    """The first of ``values`` that is a real int, or None (bools and SDK ``omit``/``NOT_GIVEN``
+    sentinels are not): a request's output cap, under whichever of its names it was given."""
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
 
 
 def ints(*values: object) -> list[int | None]:
-    """:func:`int_or_none` of each of ``values`` (counts read from a response), in one pass."""
+    """Each of ``values`` (counts read from a response) if it is a real int, else None (as
+    :func:`first_int` tells them), in one pass."""
     found: list[int | None] = []
     for value in values:
         found.append(value if isinstance(value, int) and not isinstance(value, bool) else None)
