@@ -15,24 +15,13 @@ from ampmeter.context import Call
 from ampmeter.pricing import request_size
 from ampmeter.pricing.request_size import RequestSize, Wire
 
-__all__ = ["MAX_RESPONSE_ID", "Adapter", "RequestInfo", "Tally", "request_body"]
+__all__ = ["MAX_RESPONSE_ID", "Adapter", "RequestInfo", "Tally"]
 
 MAX_RESPONSE_ID: Final = 256  # longer ids are no provider's: ignored, never stored or shared
 
 
 # SDK keyword arguments that are not part of the request body (``extra_body`` is merged in).
 _NOT_BODY: Final = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
-
-
-def request_body(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The body an SDK call's keyword arguments send (a JSON body is returned as it is)."""
-    if not _NOT_BODY.intersection(kwargs):
-        return kwargs
-    body = {name: value for name, value in kwargs.items() if name not in _NOT_BODY}
-    extra = kwargs.get("extra_body")
-    if isinstance(extra, Mapping):
-        body.update(extra)
-    return body
 
 
 class RequestInfo:
@@ -141,8 +130,15 @@ class Adapter:
         raise NotImplementedError
 
     def measure(self, kwargs: Mapping[str, Any]) -> RequestSize:
-        """The measure of everything the request sends that is billed as input."""
-        return request_size.measure(self.wire, request_body(kwargs))
+        """The measure of everything the request sends that is billed as input: the body an
+        SDK call's keyword arguments send (``extra_body`` merged in), or a JSON body as it is."""
+        body = kwargs
+        if _NOT_BODY.intersection(kwargs):
+            body = {name: value for name, value in kwargs.items() if name not in _NOT_BODY}
+            extra = kwargs.get("extra_body")
+            if isinstance(extra, Mapping):
+                body.update(extra)
+        return request_size.measure(self.wire, body)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         """The request's text, kept on the node with ``instrument(capture_content=True)``."""
