@@ -167,3 +167,48 @@ def test_an_anthropic_sum_beyond_the_range_counts_as_the_most(replay: ReplayServ
     assert node.tokens_in == MOST
     assert node.metadata["cached_tokens"] == 7
     assert node.tokens_out == usage["output_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("tool_calls", "counted"),
+    [
+        (5, 0),
+        (True, 0),
+        ("abc", 0),
+        ({"index": 0}, 0),
+        ([{"index": [1]}, {"index": "x"}], 1),  # indexes that are no ints read as 0: one call
+        ([{"index": 0}, {"index": 1}], 2),
+    ],
+)
+def test_tool_calls_that_are_not_a_list_count_none_and_never_break_the_call(
+    replay: ReplayServer, tool_calls: object, counted: int
+) -> None:
+    usage = {"prompt_tokens": 10, "completion_tokens": 3}
+    message = {"role": "assistant", "tool_calls": tool_calls}
+    whole = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": message}],
+        "usage": usage,
+    }
+    chunk = {
+        "id": "chatcmpl-2",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": [0], "delta": {"tool_calls": tool_calls}}],
+    }
+    replay.script(
+        CHAT,
+        ReplayResponse.json(whole),
+        ReplayResponse.sse(
+            [(None, chunk), (None, {**chunk, "choices": [], "usage": usage}), (None, "[DONE]")]
+        ),
+    )
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT)
+        list(client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT, stream=True))
+    nodes = [n for n in sink.nodes if n.kind == "llm"]
+    assert [(n.status, n.tokens_in, n.tokens_out) for n in nodes] == [("success", 10, 3)] * 2
+    plain = 2 if isinstance(tool_calls, list) else 0  # a whole message counts its list
+    assert [n.metadata.get("tool_calls_made", 0) for n in nodes] == [plain, counted]

@@ -80,7 +80,7 @@ class ChatAdapter(Adapter):
             message = READERS[type(choice)](choice, "message", None)
             read_message = READERS[type(message)]
             tools = read_message(message, "tool_calls", None)
-            if tools:
+            if isinstance(tools, list):  # a hostile body's number or text is no list of calls
                 tally.tool_calls += len(tools)
             if read_message(message, "function_call", None) is not None:
                 tally.tool_calls += 1
@@ -104,8 +104,8 @@ class ChatAdapter(Adapter):
             delta = read_choice(choice, "delta", None)
             read_delta = READERS[type(delta)]
             tools = read_delta(delta, "tool_calls", None)
-            if tools:
-                _count_tool_calls(read_choice(choice, "index", None) or 0, tools, tally)
+            if tools and isinstance(tools, list):
+                _count_tool_calls(read_choice(choice, "index", None), tools, tally)
             content = read_delta(delta, "content", None)
             if content and isinstance(content, str):
                 tally.chunks += 1
@@ -114,13 +114,15 @@ class ChatAdapter(Adapter):
         return False
 
 
-def _count_tool_calls(choice: int, tools: Any, tally: Tally) -> None:
-    """Count the streamed tool calls not seen yet (a call's later deltas repeat its index)."""
+def _count_tool_calls(choice: object, tools: list[Any], tally: Tally) -> None:
+    """Count the streamed tool calls not seen yet (a call's later deltas repeat its index; an
+    index that is not an int, which no provider sends, reads as 0)."""
     keys = tally.tool_keys
     if keys is None:
         keys = tally.tool_keys = set()
+    at = first_int(choice) or 0
     for tool in tools:
-        key = (choice, get(tool, "index") or 0)
+        key = (at, first_int(get(tool, "index")) or 0)
         if key not in keys:
             keys.add(key)
             tally.tool_calls += 1
