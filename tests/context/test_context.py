@@ -265,6 +265,22 @@ def test_record_checked_stores_as_given_and_shares_records_once_rule() -> None:
         assert (call.cached_tokens, call.cache_write_tokens, call.tokens_in) == (5, 2, 9)
 
 
+def test_offered_idempotency_keys_are_checked_unless_the_instrumentation_checked_them() -> None:
+    with ExecutionContext() as ctx:
+        with ctx.llm_call("plan", model="m") as call:
+            with pytest.raises(TypeError, match="idempotency_key"):
+                call.offer_idempotency_key(7)  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match="idempotency_key"):
+                call.offer_idempotency_key("")
+            assert call.offer_idempotency_key("run-1:step-1")
+            assert call.offer_checked_idempotency_key("run-1:step-1")
+            assert not call.offer_checked_idempotency_key("openai:chatcmpl-1")
+            assert not call.offer_idempotency_key("other")
+        with pytest.raises(RuntimeError, match="has ended"):
+            call.offer_checked_idempotency_key("openai:chatcmpl-2")
+        assert call.node.metadata["idempotency_key"] == "run-1:step-1"
+
+
 def test_llm_call_argument_validation() -> None:
     with ExecutionContext() as ctx:
         with pytest.raises(TypeError, match="model"):
