@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from decimal import Decimal
+from itertools import repeat
 from typing import Any, Final, Literal
 
 from ampmeter import money
@@ -35,13 +36,17 @@ def count(value: object, what: str, *, signed: bool = False) -> int:
 
 
 def counts(names: tuple[str, ...], *values: Any) -> list[int]:
-    """Several counts checked in one pass, each as :func:`count` checks one (``names[i]``
-    names ``values[i]`` in the error)."""
-    for value, what in zip(values, names, strict=True):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{what} must be an int, got {_type_name(value)}")
-        if not 0 <= value <= MAX_COUNT:
-            raise _out_of_range(value, what, False)
+    """Several counts checked at once, each as :func:`count` checks one (``names[i]`` names
+    ``values[i]`` in the error). The checks run over all of them in C, in one pass each; only
+    when one fails are they checked one by one, to name it."""
+    if not (
+        all(map(isinstance, values, repeat(int)))
+        and not any(map(isinstance, values, repeat(bool)))
+        and min(values, default=0) >= 0
+        and max(values, default=0) <= MAX_COUNT
+    ):
+        for value, what in zip(values, names, strict=True):
+            count(value, what)
     return list(map(int, values))  # an int subclass's value as a plain int
 
 
@@ -114,6 +119,9 @@ def text(value: object, what: str, *, empty: bool = True) -> str:
     return value
 
 
+_TEXT_OR_NONE: Final = (str, type(None))
+
+
 def optional_text(value: object, what: str) -> str | None:
     """None, or a str."""
     if value is not None and not isinstance(value, str):
@@ -122,11 +130,11 @@ def optional_text(value: object, what: str) -> str | None:
 
 
 def optional_texts(names: tuple[str, ...], *values: object) -> None:
-    """Several values checked in one pass, each None or a str (``names[i]`` names
-    ``values[i]`` in the error)."""
-    for value, what in zip(values, names, strict=True):
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"{what} must be a str, got {_type_name(value)}")
+    """Several values checked at once, each None or a str (``names[i]`` names ``values[i]`` in
+    the error; as in :func:`counts`, they are checked one by one only when one fails)."""
+    if not all(map(isinstance, values, repeat(_TEXT_OR_NONE))):
+        for value, what in zip(values, names, strict=True):
+            optional_text(value, what)
 
 
 def metadata(value: object, what: str = "metadata") -> dict[str, Any]:

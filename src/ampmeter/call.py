@@ -161,6 +161,35 @@ class Call:
                 f"reasoning_tokens ({reasoning}) exceed tokens_out ({tokens_out}); "
                 "they are counted as part of the output"
             )
+        self.record_checked(
+            None if tokens_in is None else t_in,
+            None if tokens_out is None else t_out,
+            cached,
+            writes,
+            reasoning,
+            tools,
+        )
+        self._cost_nano = cost
+
+    def record_checked(
+        self,
+        tokens_in: int | None,
+        tokens_out: int | None,
+        cached_tokens: int,
+        cache_write_tokens: int,
+        reasoning_tokens: int,
+        tool_calls_made: int,
+    ) -> None:
+        """:meth:`record` for instrumentation that checked the usage where it read it (an
+        integration reading a provider's response): the counts are stored as given, not checked
+        again, and the call is priced when it ends.
+
+        The caller guarantees what :meth:`record` checks: every count an int from 0 to 2**53,
+        ``cached_tokens + cache_write_tokens <= tokens_in`` and ``reasoning_tokens <=
+        tokens_out`` (None counting as 0). Anything else breaks the accounting: usage from
+        anywhere else goes through :meth:`record`. Raises ``RuntimeError`` as :meth:`record`
+        does after the call ended or once it was recorded.
+        """
         flight = self._flight
         if flight.phase == DONE:
             raise RuntimeError(
@@ -172,20 +201,25 @@ class Call:
                 f"call {self.node_id} ({self.name!r}) was recorded already: record() once, "
                 "with the call's whole usage"
             )
-        self.tokens_in = None if tokens_in is None else t_in
-        self.tokens_out = None if tokens_out is None else t_out
-        self._cost_nano = cost
-        self.cached_tokens = cached
-        self.cache_write_tokens = writes
-        self.reasoning_tokens = reasoning
-        self.tool_calls_made = tools
+        self.tokens_in = tokens_in
+        self.tokens_out = tokens_out
+        self.cached_tokens = cached_tokens
+        self.cache_write_tokens = cache_write_tokens
+        self.reasoning_tokens = reasoning_tokens
+        self.tool_calls_made = tool_calls_made
         flight.recorded = True
 
     def offer_idempotency_key(self, key: str) -> bool:
         """Count this call once per ``key`` (see ``llm_call(idempotency_key=...)``), unless it
         has a key already; True if ``key`` is now its key. Instrumented SDK calls offer the
         provider's response id. Must come before the call ends."""
-        _validate.text(key, "idempotency_key", empty=False)
+        return self.offer_checked_idempotency_key(
+            _validate.text(key, "idempotency_key", empty=False)
+        )
+
+    def offer_checked_idempotency_key(self, key: str) -> bool:
+        """:meth:`offer_idempotency_key` for instrumentation that checked ``key`` where it read
+        it (a provider's response id): a non-empty str, taken as given."""
         flight = self._flight
         if flight.phase == DONE:
             raise RuntimeError(f"call {self.node_id} ({self.name!r}) has ended")

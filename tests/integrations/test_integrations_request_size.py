@@ -16,7 +16,8 @@ import httpx
 import openai
 import pytest
 
-from ampmeter import ExecutionContext, LimitExceeded
+from ampmeter import ExecutionContext, Limit, LimitExceeded
+from ampmeter.keys import KEY_OUTPUT_TOKENS
 from ampmeter.pricing import request_size
 from ampmeter.pricing.request_size import Wire
 from ampmeter.sinks.memory import MemorySink
@@ -147,3 +148,23 @@ def test_a_stream_closed_early_counts_the_measured_input(replay: ReplayServer) -
     assert node.status == "fail"
     assert node.metadata["usage_estimated"] is True
     assert node.tokens_in == expected_tokens("chat", body)
+
+
+@pytest.mark.parametrize("helper", [False, True])
+def test_the_output_cap_is_read_under_either_name(replay: ReplayServer, helper: bool) -> None:
+    """``max_tokens`` is the cap when ``max_completion_tokens`` is not an int: the SDK's stream
+    helper sends both, the one not given as the SDK's NOT_GIVEN sentinel."""
+    replay.script("/v1/chat/completions", recorded.openai_chat_stream_usage())
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    cap = [Limit(KEY_OUTPUT_TOKENS, 499)]
+    with ExecutionContext(limits=cap), pytest.raises(LimitExceeded, match="output_tokens"):
+        if helper:
+            with client.chat.completions.stream(
+                model="gpt-4o-mini", messages=MESSAGES, max_tokens=500
+            ) as stream:
+                list(stream)
+        else:
+            client.chat.completions.create(
+                model="gpt-4o-mini", messages=MESSAGES, max_tokens=500, max_completion_tokens=True
+            )
+    assert replay.requests == []

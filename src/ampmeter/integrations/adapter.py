@@ -10,28 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ampmeter._validate import MAX_COUNT
 from ampmeter.context import Call
 from ampmeter.pricing import request_size
 from ampmeter.pricing.request_size import RequestSize, Wire
 
-__all__ = ["MAX_RESPONSE_ID", "Adapter", "RequestInfo", "Tally", "request_body"]
+__all__ = ["MAX_RESPONSE_ID", "Adapter", "RequestInfo", "Tally"]
 
 MAX_RESPONSE_ID: Final = 256  # longer ids are no provider's: ignored, never stored or shared
 
 
 # SDK keyword arguments that are not part of the request body (``extra_body`` is merged in).
 _NOT_BODY: Final = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
-
-
-def request_body(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The body an SDK call's keyword arguments send (a JSON body is returned as it is)."""
-    if not _NOT_BODY.intersection(kwargs):
-        return kwargs
-    body = {name: value for name, value in kwargs.items() if name not in _NOT_BODY}
-    extra = kwargs.get("extra_body")
-    if isinstance(extra, Mapping):
-        body.update(extra)
-    return body
 
 
 class RequestInfo:
@@ -62,7 +52,10 @@ class Tally:
     """Usage seen so far in one response (or stream), in the subset convention.
 
     ``tokens_in`` includes cache reads and writes; ``tokens_out`` includes reasoning tokens.
-    ``text`` (captured content) and ``tool_keys`` are made only when something goes in them.
+    The token counts are the provider's, each an int or None (the readers of :mod:`.wire`
+    make them so), checked by :meth:`record_on`; ``tool_calls`` and ``chunks`` count what the
+    adapter saw itself. ``text`` (captured content) and ``tool_keys`` are made only when
+    something goes in them.
     ``response_key`` is the provider's id of the response as ``"<provider>:<id>"``.
     ``complete``: the stream's last event was read (callers often stop reading there).
 
@@ -101,23 +94,25 @@ class Tally:
             self.text.append(text)
 
     def record_on(self, call: Call) -> None:
-        """Report this usage on ``call`` (nothing when the provider reported none)."""
+        """Report this usage on ``call`` (nothing when the provider reported none).
+
+        The counts are checked here, once, on their way to the call: the readers made each an
+        int or None, and a provider's odd numbers must not break the caller's call, so they
+        are clamped to what the accounting holds (0 to 2**53) and to the subset convention
+        (details no larger than their totals)."""
         t_in, t_out = self.tokens_in, self.tokens_out
         if t_in is None and t_out is None:
             if self.tool_calls:
                 call.tool_calls_made = self.tool_calls
             return
-        t_in = t_in if t_in is not None and t_in > 0 else 0
-        t_out = t_out if t_out is not None and t_out > 0 else 0
+        t_in = min(t_in, MAX_COUNT) if t_in is not None and t_in > 0 else 0
+        t_out = min(t_out, MAX_COUNT) if t_out is not None and t_out > 0 else 0
         cached, writes, reasoning = self.cached, self.cache_write, self.reasoning
         if cached < 0 or writes < 0 or reasoning < 0 or cached + writes > t_in or reasoning > t_out:
-            # A provider that reports details larger than the totals must not break the
-            # caller's call: clamp them to the subset convention.
             cached = min(max(cached, 0), t_in)
             writes = min(max(writes, 0), t_in - cached)
             reasoning = min(max(reasoning, 0), t_out)
-        tools = self.tool_calls if self.tool_calls > 0 else 0
-        call.record(t_in, t_out, None, cached, reasoning, tools, cache_write_tokens=writes)
+        call.record_checked(t_in, t_out, cached, writes, reasoning, self.tool_calls)
 
 
 class Adapter:
@@ -135,8 +130,15 @@ class Adapter:
         raise NotImplementedError
 
     def measure(self, kwargs: Mapping[str, Any]) -> RequestSize:
-        """The measure of everything the request sends that is billed as input."""
-        return request_size.measure(self.wire, request_body(kwargs))
+        """The measure of everything the request sends that is billed as input: the body an
+        SDK call's keyword arguments send (``extra_body`` merged in), or a JSON body as it is."""
+        body = kwargs
+        if _NOT_BODY.intersection(kwargs):
+            body = {name: value for name, value in kwargs.items() if name not in _NOT_BODY}
+            extra = kwargs.get("extra_body")
+            if isinstance(extra, Mapping):
+                body.update(extra)
+        return request_size.measure(self.wire, body)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         """The request's text, kept on the node with ``instrument(capture_content=True)``."""

@@ -26,7 +26,7 @@ from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.lifecycle import relieve_pressure, settings
 from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
 from ampmeter.integrations.streams import meter_rebuilt_stream
-from ampmeter.integrations.wire import counts, get, int_or_none, reader, text_of
+from ampmeter.integrations.wire import READERS, counts, first_int, get, text_of
 from ampmeter.integrations.wrappers import metered_awaitable, metered_request
 
 __all__ = ["instrument_anthropic", "is_instrumented", "uninstrument_anthropic"]
@@ -52,7 +52,7 @@ class MessagesAdapter(Adapter):
         return RequestInfo(
             kwargs.get("model"),
             self.measure(kwargs),
-            int_or_none(kwargs.get("max_tokens")),
+            first_int(kwargs.get("max_tokens")),
             kwargs.get("stream") is True,
         )
 
@@ -64,11 +64,11 @@ class MessagesAdapter(Adapter):
         return "\n".join(p for p in parts if p)
 
     def read_response(self, result: Any, tally: Tally) -> None:
-        read = reader(result)
+        read = READERS[type(result)]
         tally.note_response_id(self.provider, read(result, "id", None))
         _read_usage(read(result, "usage", None), tally)
         for block in read(result, "content", None) or ():
-            read_block = reader(block)
+            read_block = READERS[type(block)]
             kind = read_block(block, "type", None)
             if kind in _TOOL_BLOCKS:
                 tally.tool_calls += 1
@@ -78,11 +78,11 @@ class MessagesAdapter(Adapter):
                     tally.keep_text(text)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
-        read = reader(event)
+        read = READERS[type(event)]
         kind = read(event, "type", None)
         if kind == "message_start":
             message = read(event, "message", None)
-            read_message = reader(message)
+            read_message = READERS[type(message)]
             tally.note_response_id(self.provider, read_message(message, "id", None))
             _read_usage(read_message(message, "usage", None), tally)
         elif kind == "message_delta":

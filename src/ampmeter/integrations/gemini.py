@@ -17,7 +17,7 @@ from typing import Any
 
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
-from ampmeter.integrations.wire import counts, get, int_or_none, reader
+from ampmeter.integrations.wire import READERS, counts, first_int, get
 
 __all__ = ["PROVIDER", "GenerateContentAdapter", "model_of_path"]
 
@@ -63,7 +63,7 @@ class GenerateContentAdapter(Adapter):
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
         config = kwargs.get("generationConfig") or kwargs.get("generation_config")
-        max_tokens = int_or_none(get(config, "maxOutputTokens"))
+        max_tokens = first_int(get(config, "maxOutputTokens"))
         stream = self.operation == "streamGenerateContent"
         return RequestInfo(None, self.measure(kwargs), max_tokens, stream)
 
@@ -79,7 +79,7 @@ class GenerateContentAdapter(Adapter):
         self.read_event(result, tally, False)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
-        read = reader(event)
+        read = READERS[type(event)]
         if tally.response_key is None:
             tally.note_response_id(self.provider, read(event, "responseId", None))
         usage = read(event, "usageMetadata", None)
@@ -92,11 +92,11 @@ class GenerateContentAdapter(Adapter):
                 tally.tokens_out = (candidates or 0) + (thoughts or 0)
                 tally.reasoning = thoughts or 0
         for candidate in read(event, "candidates", None) or ():
-            read_candidate = reader(candidate)
+            read_candidate = READERS[type(candidate)]
             if usage is not None and read_candidate(candidate, "finishReason", None):
                 tally.complete = True  # the last chunk: why generation stopped, the final usage
             for part in get(read_candidate(candidate, "content", None), "parts") or ():
-                read_part = reader(part)
+                read_part = READERS[type(part)]
                 if read_part(part, "functionCall", None) is not None:
                     tally.tool_calls += 1
                 text = read_part(part, "text", None)

@@ -171,7 +171,9 @@ def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> N
     once. Otherwise the node keeps the id as ``response_id``."""
     if tally is not None:
         key = tally.response_key
-        if key is not None and not (settings.response_id_keys and call.offer_idempotency_key(key)):
+        if key is not None and not (
+            settings.response_id_keys and call.offer_checked_idempotency_key(key)
+        ):
             call.context.graph.update_metadata(call.node_id, {META_RESPONSE_ID: key})
         tally.record_on(call)
         if tally.text:

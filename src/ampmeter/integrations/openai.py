@@ -20,7 +20,7 @@ from typing import Any
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
-from ampmeter.integrations.wire import counts, get, int_or_none, reader, text_of
+from ampmeter.integrations.wire import READERS, counts, first_int, get, ints, text_of
 from ampmeter.pricing import request_size
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
@@ -38,13 +38,7 @@ def _joined_text(value: object) -> str:
 
 
 class ChatAdapter(Adapter):
-    """``chat.completions.create`` / ``parse``.
-
-    The choices of a response or chunk, their messages and deltas are models the SDK declares
-    (none is a union): inside an SDK's object each is that model, or a value of a hostile body
-    that ``getattr`` reads as absent, so they are read as the object that holds them. Inside a
-    JSON body they may be anything: a reader is chosen for each.
-    """
+    """``chat.completions.create`` / ``parse``."""
 
     provider = PROVIDER
 
@@ -53,9 +47,7 @@ class ChatAdapter(Adapter):
         self.stream_types = stream_types
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        max_tokens = int_or_none(kwargs.get("max_completion_tokens"))
-        if max_tokens is None:
-            max_tokens = int_or_none(kwargs.get("max_tokens"))
+        max_tokens = first_int(kwargs.get("max_completion_tokens"), kwargs.get("max_tokens"))
         stream = kwargs.get("stream") is True
         return RequestInfo(kwargs.get("model"), self.measure(kwargs), max_tokens, stream)
 
@@ -78,17 +70,17 @@ class ChatAdapter(Adapter):
         return True
 
     def read_response(self, result: Any, tally: Tally) -> None:
-        read = reader(result)
+        read = READERS[type(result)]
         tally.note_response_id(self.provider, read(result, "id", None))
-        _read_chat_usage(read(result, "usage", None), tally)
+        usage = read(result, "usage", None)
+        if usage is not None:
+            _read_usage(usage, _CHAT_USAGE, tally)
         capture = settings.capture_content
-        declared = read is getattr  # an SDK's object: see the class's documentation
         for choice in read(result, "choices", None) or ():
-            read_choice = read if declared else reader(choice)
-            message = read_choice(choice, "message", None)
-            read_message = read if declared else reader(message)
+            message = READERS[type(choice)](choice, "message", None)
+            read_message = READERS[type(message)]
             tools = read_message(message, "tool_calls", None)
-            if tools:
+            if isinstance(tools, list):  # a hostile body's number or text is no list of calls
                 tally.tool_calls += len(tools)
             if read_message(message, "function_call", None) is not None:
                 tally.tool_calls += 1
@@ -98,23 +90,22 @@ class ChatAdapter(Adapter):
                     tally.keep_text(content)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
-        read = reader(event)
+        read = READERS[type(event)]
         if tally.response_key is None:
             tally.note_response_id(self.provider, read(event, "id", None))
         usage = read(event, "usage", None)
         if usage is not None:
-            _read_chat_usage(usage, tally)
+            _read_usage(usage, _CHAT_USAGE, tally)
         choices = read(event, "choices", None)
         if not choices:
             return hide_usage and usage is not None
-        declared = read is getattr  # an SDK's object: see the class's documentation
         for choice in choices:
-            read_choice = read if declared else reader(choice)
+            read_choice = READERS[type(choice)]
             delta = read_choice(choice, "delta", None)
-            read_delta = read if declared else reader(delta)
+            read_delta = READERS[type(delta)]
             tools = read_delta(delta, "tool_calls", None)
-            if tools:
-                _count_tool_calls(read_choice(choice, "index", None) or 0, tools, tally)
+            if tools and isinstance(tools, list):
+                _count_tool_calls(read_choice(choice, "index", None), tools, tally)
             content = read_delta(delta, "content", None)
             if content and isinstance(content, str):
                 tally.chunks += 1
@@ -123,32 +114,54 @@ class ChatAdapter(Adapter):
         return False
 
 
-def _count_tool_calls(choice: int, tools: Any, tally: Tally) -> None:
-    """Count the streamed tool calls not seen yet (a call's later deltas repeat its index)."""
+def _count_tool_calls(choice: object, tools: list[Any], tally: Tally) -> None:
+    """Count the streamed tool calls not seen yet (a call's later deltas repeat its index; an
+    index that is not an int, which no provider sends, reads as 0)."""
     keys = tally.tool_keys
     if keys is None:
         keys = tally.tool_keys = set()
+    at = first_int(choice) or 0
     for tool in tools:
-        key = (choice, get(tool, "index") or 0)
+        key = (at, first_int(get(tool, "index")) or 0)
         if key not in keys:
             keys.add(key)
             tally.tool_calls += 1
 
 
-_CHAT_TOTALS = ("prompt_tokens", "completion_tokens")
-_CACHE_COUNTS = ("cached_tokens", "cache_write_tokens")
-_REASONING = ("reasoning_tokens",)
+# The names of an OpenAI usage report's parts: its input and output totals, and the details
+# of each (cached and cache-write tokens of the input, reasoning tokens of the output).
+_CHAT_USAGE = (
+    "prompt_tokens",
+    "completion_tokens",
+    "prompt_tokens_details",
+    "completion_tokens_details",
+)
+_RESPONSES_USAGE = (
+    "input_tokens",
+    "output_tokens",
+    "input_tokens_details",
+    "output_tokens_details",
+)
 
 
-def _read_chat_usage(usage: Any, tally: Tally) -> None:
-    if usage is None:
-        return
-    tally.tokens_in, tally.tokens_out = counts(usage, _CHAT_TOTALS)
-    read = reader(usage)
-    cached, writes = counts(read(usage, "prompt_tokens_details", None), _CACHE_COUNTS)
+def _read_usage(usage: Any, names: tuple[str, str, str, str], tally: Tally) -> None:
+    """Read an OpenAI usage report (``names``: its parts, :data:`_CHAT_USAGE` or
+    :data:`_RESPONSES_USAGE`) into ``tally``. The details are read with a reader of their
+    own: an older SDK keeps them as a plain dict inside its model."""
+    total_in, total_out, details_in, details_out = names
+    read = READERS[type(usage)]
+    inputs = read(usage, details_in, None)
+    outputs = read(usage, details_out, None)
+    read_inputs, read_outputs = READERS[type(inputs)], READERS[type(outputs)]
+    tally.tokens_in, tally.tokens_out, cached, writes, reasoning = ints(
+        read(usage, total_in, None),
+        read(usage, total_out, None),
+        read_inputs(inputs, "cached_tokens", None),
+        read_inputs(inputs, "cache_write_tokens", None),
+        read_outputs(outputs, "reasoning_tokens", None),
+    )
     tally.cached = cached or 0
     tally.cache_write = writes or 0
-    (reasoning,) = counts(read(usage, "completion_tokens_details", None), _REASONING)
     tally.reasoning = reasoning or 0
 
 
@@ -158,7 +171,7 @@ class CompletionsAdapter(ChatAdapter):
     wire = "completions"
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        max_tokens = int_or_none(kwargs.get("max_tokens"))
+        max_tokens = first_int(kwargs.get("max_tokens"))
         stream = kwargs.get("stream") is True
         return RequestInfo(kwargs.get("model"), self.measure(kwargs), max_tokens, stream)
 
@@ -169,12 +182,12 @@ class CompletionsAdapter(ChatAdapter):
         self.read_event(result, tally, False)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
-        read = reader(event)
+        read = READERS[type(event)]
         if tally.response_key is None:
             tally.note_response_id(self.provider, read(event, "id", None))
         usage = read(event, "usage", None)
         if usage is not None:
-            _read_chat_usage(usage, tally)
+            _read_usage(usage, _CHAT_USAGE, tally)
         choices = read(event, "choices", None) or ()
         for choice in choices:
             text = get(choice, "text")
@@ -215,7 +228,6 @@ class EmbeddingsAdapter(Adapter):
         return False
 
 
-_RESPONSES_TOTALS = ("input_tokens", "output_tokens")
 _RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
@@ -231,7 +243,7 @@ class ResponsesAdapter(Adapter):
     wire = "responses"
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        max_tokens = int_or_none(kwargs.get("max_output_tokens"))
+        max_tokens = first_int(kwargs.get("max_output_tokens"))
         stream = kwargs.get("stream") is True
         return RequestInfo(kwargs.get("model"), self.measure(kwargs), max_tokens, stream)
 
@@ -248,23 +260,15 @@ class ResponsesAdapter(Adapter):
         return "\n".join(parts)
 
     def read_response(self, result: Any, tally: Tally) -> None:
-        read = reader(result)
+        read = READERS[type(result)]
         tally.note_response_id(self.provider, read(result, "id", None))
         usage = read(result, "usage", None)
         if usage is not None:
-            tally.tokens_in, tally.tokens_out = counts(usage, _RESPONSES_TOTALS)
-            read_usage = reader(usage)
-            details = read_usage(usage, "input_tokens_details", None)
-            cached, writes = counts(details, _CACHE_COUNTS)
-            tally.cached = cached or 0
-            tally.cache_write = writes or 0
-            out_details = read_usage(usage, "output_tokens_details", None)
-            (reasoning,) = counts(out_details, _REASONING)
-            tally.reasoning = reasoning or 0
+            _read_usage(usage, _RESPONSES_USAGE, tally)
         calls = 0
         texts: list[str] = []
         for item in read(result, "output", None) or ():
-            read_item = reader(item)
+            read_item = READERS[type(item)]
             kind = read_item(item, "type", None)
             if isinstance(kind, str) and kind.endswith("_call"):
                 calls += 1
@@ -275,7 +279,7 @@ class ResponsesAdapter(Adapter):
             tally.text = texts
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
-        read = reader(event)
+        read = READERS[type(event)]
         kind = read(event, "type", None)
         if kind in _RESPONSE_ENDS:
             self.read_response(read(event, "response", None), tally)

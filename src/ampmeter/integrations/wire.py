@@ -10,14 +10,24 @@ event the caller did not ask for, every event but that one.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from itertools import repeat
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
 if TYPE_CHECKING:
     from ampmeter.integrations.adapter import Adapter, Tally
 
-__all__ = ["BodyReader", "FieldReader", "counts", "get", "int_or_none", "reader", "text_of"]
+__all__ = [
+    "READERS",
+    "BodyReader",
+    "FieldReader",
+    "counts",
+    "first_int",
+    "get",
+    "ints",
+    "text_of",
+]
 
 
 class BodyReader:
@@ -146,36 +156,58 @@ def text_of(content: Any) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def int_or_none(value: object) -> int | None:
-    """``value`` if it is a real int (bools and SDK ``omit``/``NOT_GIVEN`` sentinels: None)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def first_int(*values: object) -> int | None:
+    """The first of ``values`` that is a real int, or None (bools and SDK ``omit``/``NOT_GIVEN``
+    sentinels are not): a request's output cap, under whichever of its names it was given."""
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def ints(*values: object) -> list[int | None]:
+    """Each of ``values`` (counts read from a response) if it is a real int, else None (as
+    :func:`first_int` tells them), in one pass."""
+    found: list[int | None] = []
+    for value in values:
+        found.append(value if isinstance(value, int) and not isinstance(value, bool) else None)
+    return found
 
 
 FieldReader = Callable[[Any, str, None], Any]
 """Reads one field of a response object, called as ``read(obj, name, None)`` (None if absent)."""
 
+_READERS_MAX: Final = 1_024
 
-def reader(obj: object) -> FieldReader:
-    """How to read several fields of ``obj``, one object of a provider's response: ``dict.get``
-    for a JSON object, else ``getattr`` (an SDK's model; None and other values read as absent).
 
-    Chosen once per object, not once per field as :func:`get` does. Not once per response:
-    pydantic keeps a field that an older SDK does not declare (newer usage details) as a plain
-    dict inside the model, and a JSON body may hold anything where an object is expected.
-    """
-    return dict.get if isinstance(obj, dict) else getattr
+class _Readers(dict[type, FieldReader]):
+    """:data:`READERS`: the reader of each type met, chosen the first time it is met."""
+
+    def __missing__(self, kind: type) -> FieldReader:
+        found: FieldReader = dict.get if issubclass(kind, dict) else getattr
+        if len(self) < _READERS_MAX:
+            self[kind] = found
+        return found
+
+
+READERS: Final[dict[type, FieldReader]] = _Readers()
+"""How to read several fields of ``obj``, one object of a provider's response:
+``READERS[type(obj)]`` is ``dict.get`` for a JSON object, else ``getattr`` (an SDK's model;
+None and other values read as absent).
+
+Chosen once per object, not once per field as :func:`get` does. Not once per response:
+pydantic keeps a field that an older SDK does not declare (newer usage details) as a plain
+dict inside the model, and a JSON body may hold anything where an object is expected. The
+answer depends only on the object's type, so it is looked up in a table filled once per type
+(a lookup in C, where choosing it in a function cost a Python call per object read).
+"""
 
 
 def counts(obj: object, names: tuple[str, ...]) -> list[int | None]:
     """The token counts ``names`` of ``obj`` (a usage object, its details, or None), read in one
-    pass with a reader chosen for ``obj``: each a real int, or None where it is absent or
-    anything else (a bool, an SDK's ``omit`` sentinel, a hostile body's string)."""
-    read = reader(obj)
-    found: list[int | None] = []
-    for name in names:
-        value = read(obj, name, None)
-        found.append(value if isinstance(value, int) and not isinstance(value, bool) else None)
-    return found
+    pass with the reader of ``obj``: each a real int, or None where it is absent or anything
+    else (a bool, an SDK's ``omit`` sentinel, a hostile body's string)."""
+    return ints(*map(READERS[type(obj)], repeat(obj), names, repeat(None)))
 
 
 # Whether a type is a Mapping, remembered: an ABC isinstance check costs more than the lookup.

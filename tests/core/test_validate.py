@@ -1,0 +1,53 @@
+"""The argument checks of ``ampmeter._validate`` that take several values at once name the one
+that is wrong, whichever it is, and let every good set through unchanged."""
+
+from __future__ import annotations
+
+import enum
+
+import pytest
+
+from ampmeter import _validate
+
+NAMES = ("tokens_in", "tokens_out", "cached_tokens")
+
+
+class Level(enum.IntEnum):
+    HIGH = 7
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        (True, TypeError, "must be an int, got bool"),
+        (1.0, TypeError, "must be an int, got float"),
+        ("3", TypeError, "must be an int, got str"),
+        (None, TypeError, "must be an int, got NoneType"),
+        (-1, ValueError, "must be >= 0, got -1"),
+        (2**53 + 1, ValueError, "must be at most 2\\*\\*53 in size"),
+    ],
+)
+@pytest.mark.parametrize("at", range(3))
+def test_counts_names_the_value_that_is_not_a_count(
+    bad: object, error: type[Exception], message: str, at: int
+) -> None:
+    values: list[object] = [5, 0, 2**53]
+    values[at] = bad
+    with pytest.raises(error, match=f"^{NAMES[at]} {message}"):
+        _validate.counts(NAMES, *values)
+
+
+def test_counts_gives_plain_ints_at_the_edges() -> None:
+    found = _validate.counts(NAMES, 0, 2**53, Level.HIGH)
+    assert found == [0, 2**53, 7]
+    assert [type(value) for value in found] == [int, int, int]
+
+
+@pytest.mark.parametrize("at", range(3))
+@pytest.mark.parametrize("bad", [3, b"name", ["a"]])
+def test_optional_texts_names_the_value_that_is_not_text(bad: object, at: int) -> None:
+    values: list[object] = ["a", None, ""]
+    values[at] = bad
+    with pytest.raises(TypeError, match=f"^{NAMES[at]} must be a str, got {type(bad).__name__}"):
+        _validate.optional_texts(NAMES, *values)
+    _validate.optional_texts(NAMES, "a", None, "")

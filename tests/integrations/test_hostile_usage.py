@@ -1,0 +1,214 @@
+"""A provider's usage report is checked once, where ampmeter reads it: odd numbers never break
+the caller's call and never reach the accounting unchecked.
+
+Hostile usage bodies are replayed through the real ``openai`` SDK (a whole response and a
+stream) and through plain ``httpx`` (the JSON body reader): what is not an int (a string, a
+bool, a float) reads as absent, negatives count 0, details larger than their totals are cut to
+them, and a count beyond what the accounting holds (2**53) counts as 2**53, so that a budget
+still stops the calls after it.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from ampmeter import ExecutionContext, LimitExceeded, Node
+from ampmeter.keys import KEY_INPUT_TOKENS
+from ampmeter.sinks.memory import MemorySink
+from ampmeter.testing import recorded
+from ampmeter.testing.replay import ReplayResponse, ReplayServer
+
+pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
+
+CHAT = "/v1/chat/completions"
+MESSAGES = "/v1/messages"
+PROMPT = [{"role": "user", "content": "Weather in Paris?"}]
+HUGE = 2**60
+MOST = 2**53  # the largest count the accounting holds
+
+# usage reported -> (tokens_in, tokens_out, cached, cache_write, reasoning) of the node
+CASES: dict[str, tuple[Any, tuple[int | None, ...]]] = {
+    "a string": ({"prompt_tokens": "12", "completion_tokens": 4}, (0, 4, 0, 0, 0)),
+    "bools": ({"prompt_tokens": True, "completion_tokens": False}, (None, None, 0, 0, 0)),
+    "a float": ({"prompt_tokens": 12.0, "completion_tokens": 3}, (0, 3, 0, 0, 0)),
+    "a negative": ({"prompt_tokens": -5, "completion_tokens": 3}, (0, 3, 0, 0, 0)),
+    "details larger than totals": (
+        {
+            "prompt_tokens": 10,
+            "completion_tokens": 3,
+            "prompt_tokens_details": {"cached_tokens": 8, "cache_write_tokens": 5},
+            "completion_tokens_details": {"reasoning_tokens": 9},
+        },
+        (10, 3, 8, 2, 3),
+    ),
+    "negative details": (
+        {
+            "prompt_tokens": 10,
+            "completion_tokens": 3,
+            "prompt_tokens_details": {"cached_tokens": -4, "cache_write_tokens": 2},
+            "completion_tokens_details": {"reasoning_tokens": -1},
+        },
+        (10, 3, 0, 2, 0),
+    ),
+    "details that are not objects": (
+        {
+            "prompt_tokens": 10,
+            "completion_tokens": 3,
+            "prompt_tokens_details": "lots",
+            "completion_tokens_details": [7],
+        },
+        (10, 3, 0, 0, 0),
+    ),
+    "usage that is not an object": ("lots", (None, None, 0, 0, 0)),
+    "huge details": (
+        {
+            "prompt_tokens": 10,
+            "completion_tokens": 3,
+            "prompt_tokens_details": {"cached_tokens": HUGE},
+            "completion_tokens_details": {"reasoning_tokens": HUGE},
+        },
+        (10, 3, 10, 0, 3),
+    ),
+    "huge totals": (
+        {
+            "prompt_tokens": HUGE,
+            "completion_tokens": HUGE,
+            "prompt_tokens_details": {"cached_tokens": HUGE, "cache_write_tokens": 5},
+        },
+        (MOST, MOST, MOST, 0, 0),
+    ),
+}
+
+
+def _usage_of(node: Node) -> tuple[int | None, ...]:
+    meta = node.metadata
+    return (
+        node.tokens_in,
+        node.tokens_out,
+        meta.get("cached_tokens", 0),
+        meta.get("cache_write_tokens", 0),
+        meta.get("reasoning_tokens", 0),
+    )
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_hostile_usage_report_is_checked_where_it_is_read(
+    replay: ReplayServer, case: str
+) -> None:
+    usage, expected = CASES[case]
+    whole = {"id": "chatcmpl-1", "object": "chat.completion", "choices": [], "usage": usage}
+    chunk = {
+        "id": "chatcmpl-2",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": "Sunny"}}],
+    }
+    replay.script(
+        CHAT,
+        ReplayResponse.json(whole),
+        ReplayResponse.sse(
+            [(None, chunk), (None, {**chunk, "choices": [], "usage": usage}), (None, "[DONE]")]
+        ),
+        ReplayResponse.json({**whole, "id": "chatcmpl-3"}),
+    )
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]) as ctx:
+        answer = client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT)
+        chunks = list(
+            client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT, stream=True)
+        )
+        body = {"model": "gpt-4o-mini", "messages": PROMPT}
+        response = httpx.post(f"{replay.openai_base_url}/chat/completions", json=body)
+        in_stats = ctx.stats.get_counter(KEY_INPUT_TOKENS)
+    assert answer.id.startswith("chatcmpl-1") and len(chunks) == 1 and response.status_code == 200
+    nodes = [n for n in sink.nodes if n.kind == "llm"]
+    assert [n.status for n in nodes] == ["success"] * 3
+    assert [_usage_of(n) for n in nodes] == [expected] * 3
+    assert in_stats == 3 * (expected[0] or 0)
+
+
+def test_a_huge_count_counts_as_the_most_the_accounting_holds_so_a_budget_stops_after_it(
+    replay: ReplayServer,
+) -> None:
+    """The call that reported it is not broken (it was sent and answered); the next one is
+    stopped before it is sent."""
+    usage = {"prompt_tokens": HUGE, "completion_tokens": 2}
+    body = {"id": "chatcmpl-1", "object": "chat.completion", "choices": [], "usage": usage}
+    replay.script(CHAT, ReplayResponse.json(body), ReplayResponse.json(body))
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink], max_cost_usd=100.0) as ctx:
+        client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT)
+        with pytest.raises(LimitExceeded):
+            client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT)
+        assert ctx.stats.get_counter(KEY_INPUT_TOKENS) == MOST
+        assert ctx.stats.total_cost() > Decimal(100)
+    assert len(replay.requests) == 1
+    assert [n.status for n in sink.nodes if n.kind == "llm"] == ["success", "halt"]
+
+
+def test_an_anthropic_sum_beyond_the_range_counts_as_the_most(replay: ReplayServer) -> None:
+    """Anthropic's input is the sum of three counts: a sum past 2**53 is clamped as one is."""
+    message = recorded.load("anthropic_message_tool_use")
+    usage = {**message["usage"], "input_tokens": MOST, "cache_read_input_tokens": 7}
+    replay.script(MESSAGES, ReplayResponse.json({**message, "usage": usage}))
+    client = anthropic.Anthropic(base_url=replay.anthropic_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        client.messages.create(model="claude-haiku-4-5", messages=PROMPT, max_tokens=300)
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert node.status == "success"
+    assert node.tokens_in == MOST
+    assert node.metadata["cached_tokens"] == 7
+    assert node.tokens_out == usage["output_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("tool_calls", "counted"),
+    [
+        (5, 0),
+        (True, 0),
+        ("abc", 0),
+        ({"index": 0}, 0),
+        ([{"index": [1]}, {"index": "x"}], 1),  # indexes that are no ints read as 0: one call
+        ([{"index": 0}, {"index": 1}], 2),
+    ],
+)
+def test_tool_calls_that_are_not_a_list_count_none_and_never_break_the_call(
+    replay: ReplayServer, tool_calls: object, counted: int
+) -> None:
+    usage = {"prompt_tokens": 10, "completion_tokens": 3}
+    message = {"role": "assistant", "tool_calls": tool_calls}
+    whole = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": message}],
+        "usage": usage,
+    }
+    chunk = {
+        "id": "chatcmpl-2",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": [0], "delta": {"tool_calls": tool_calls}}],
+    }
+    replay.script(
+        CHAT,
+        ReplayResponse.json(whole),
+        ReplayResponse.sse(
+            [(None, chunk), (None, {**chunk, "choices": [], "usage": usage}), (None, "[DONE]")]
+        ),
+    )
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT)
+        list(client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT, stream=True))
+    nodes = [n for n in sink.nodes if n.kind == "llm"]
+    assert [(n.status, n.tokens_in, n.tokens_out) for n in nodes] == [("success", 10, 3)] * 2
+    plain = 2 if isinstance(tool_calls, list) else 0  # a whole message counts its list
+    assert [n.metadata.get("tool_calls_made", 0) for n in nodes] == [plain, counted]
