@@ -6,19 +6,26 @@ module's business); token and call counts show the paths.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
 from ampmeter import Limit
-from ampmeter._core.cells import Level
+from ampmeter._core.cells import Cell, Level
 from ampmeter._core.check import Guard, compile_limits
 from ampmeter._core.kernel import Kernel
 from ampmeter._core.outcome import Outcome
 from ampmeter._core.usage import Usage
 from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS, KEY_STEPS
+from ampmeter.node import Node
 
 
 class Owner:
-    """Stands for the call object that owns a ticket (the kernel keeps a weak reference)."""
+    """Stands for a call in flight: the kernel's ticket, which it keeps a weak reference to."""
+
+    node: Node
+    feed: Iterator[tuple[Cell, Any]] | None = None
 
 
 def counters(level: Level) -> dict[str, int]:
@@ -90,20 +97,20 @@ def test_usage_is_added_at_the_level_and_every_ancestor() -> None:
 def test_admission_holds_and_settlement_replaces_the_hold_by_the_usage() -> None:
     kernel, parent, child, root = make()
     owner = Owner()
-    node = kernel.begin(root, "llm", "ask", None, {}, owner)
+    node = owner.node = kernel.begin(root, "llm", "ask", None, {}, owner)
     reservation = {KEY_INPUT_TOKENS: 100}
     holds = ((parent, (KEY_INPUT_TOKENS,)),)
     kernel.note(holds)
-    assert kernel.admit(node, owner, reservation, holds, (), True) is None
+    assert kernel.admit(owner, reservation, holds, (), True) is None
     assert node.status == "running" and kernel.is_held(node)
     assert kernel.reserved(parent) == {KEY_INPUT_TOKENS: 100}
     usage = Usage("llm", "", tokens_in=30, tokens_out=5, calls=1, steps=1)
-    assert kernel.settle(node, child, usage, Outcome("success", 0, 30, 5), ()) is None
+    assert kernel.settle(owner, child, usage, Outcome("success", 0, 30, 5), ()) is None
     assert not kernel.is_held(node) and kernel.reserved(parent) == {}
     assert counters(parent)[KEY_INPUT_TOKENS] == 30 and counters(child)[KEY_STEPS] == 1
     assert kernel.node(node.node_id).status == "success"
     # settling again adds nothing
-    kernel.settle(node, child, usage, Outcome("success", 0, 30, 5), ())
+    kernel.settle(owner, child, usage, Outcome("success", 0, 30, 5), ())
     assert counters(parent)[KEY_INPUT_TOKENS] == 30
 
 
@@ -112,10 +119,10 @@ def test_a_guard_refuses_what_would_break_a_limit_and_holds_nothing() -> None:
     guards = (Guard(parent, compile_limits([Limit(KEY_INPUT_TOKENS, 50)])),)
     kernel.add(child, KEY_INPUT_TOKENS, 40, False)
     owner = Owner()
-    node = kernel.begin(root, "llm", "ask", None, {}, owner)
+    node = owner.node = kernel.begin(root, "llm", "ask", None, {}, owner)
     holds = ((parent, (KEY_INPUT_TOKENS,)),)
     kernel.note(holds)
-    refused = kernel.admit(node, owner, {KEY_INPUT_TOKENS: 20}, holds, guards, True)
+    refused = kernel.admit(owner, {KEY_INPUT_TOKENS: 20}, holds, guards, True)
     assert refused is not None
     _, (limit, key, value), waiting_helps = refused
     assert (key, value, waiting_helps) == (KEY_INPUT_TOKENS, 60, False)
@@ -123,16 +130,16 @@ def test_a_guard_refuses_what_would_break_a_limit_and_holds_nothing() -> None:
     assert not kernel.is_held(node) and kernel.reserved(parent) == {}
     assert kernel.abort(node, Outcome("halt", stop_reason="limit"))
     assert kernel.node(node.node_id).status == "halt"
-    assert kernel.admit(node, owner, {KEY_INPUT_TOKENS: 10}, holds, guards, True) is None
+    assert kernel.admit(owner, {KEY_INPUT_TOKENS: 10}, holds, guards, True) is None
 
 
 def test_release_drops_a_hold_without_adding_usage() -> None:
     kernel, parent, _, root = make()
     owner = Owner()
-    node = kernel.begin(root, "llm", "ask", None, {}, owner)
+    node = owner.node = kernel.begin(root, "llm", "ask", None, {}, owner)
     holds = ((parent, (KEY_INPUT_TOKENS,)),)
     kernel.note(holds)
-    kernel.admit(node, owner, {KEY_INPUT_TOKENS: 8}, holds, (), True)
+    kernel.admit(owner, {KEY_INPUT_TOKENS: 8}, holds, (), True)
     kernel.release(node)
     assert kernel.reserved(parent) == {} and counters(parent).get(KEY_INPUT_TOKENS, 0) == 0
 
@@ -140,10 +147,10 @@ def test_release_drops_a_hold_without_adding_usage() -> None:
 def test_a_call_whose_owner_is_gone_is_ended_and_its_hold_returned() -> None:
     kernel, parent, _, root = make()
     owner = Owner()
-    node = kernel.begin(root, "llm", "ask", None, {}, owner)
+    node = owner.node = kernel.begin(root, "llm", "ask", None, {}, owner)
     holds = ((parent, (KEY_INPUT_TOKENS,)),)
     kernel.note(holds)
-    kernel.admit(node, owner, {KEY_INPUT_TOKENS: 8}, holds, (), True)
+    kernel.admit(owner, {KEY_INPUT_TOKENS: 8}, holds, (), True)
     del owner
     assert kernel.reserved(parent) == {}
     assert kernel.node(node.node_id).status == "halt"

@@ -5,15 +5,14 @@ lock."""
 from __future__ import annotations
 
 import threading
-import weakref
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final
+from collections.abc import Iterator, Mapping
+from typing import Any, Final, Protocol
 
 from ampmeter._core.usage import Shape
 from ampmeter.keys import is_money
 from ampmeter.node import Node
 
-__all__ = ["Cell", "Level", "Ticket"]
+__all__ = ["Cell", "Held", "Level", "Ticket"]
 
 _PLANS_MAX: Final = 4_096  # per level: usage shapes with a resolved cell plan
 
@@ -98,32 +97,36 @@ class Level:
         return cells
 
 
-class Ticket:
-    """A call in flight: its node, where its reservation is held, and who owns it.
+class Ticket(Protocol):
+    """What the kernel keeps of a call in flight: its node, where its reservation is held
+    (``holds`` pairs each level whose limits watch it with the keys held there, ``amounts``
+    gives each key's amount), the thread that admitted it, and what its settlement still has to
+    add. The admission chain's :class:`~ampmeter._core.steps.Flight` is one: the kernel fills
+    in the holds when it admits the call and refers to it weakly, so a call dropped without
+    settling (an interrupt) is found by its dead reference and ended."""
 
-    ``holds`` pairs each level whose limits watch the reservation with the keys held there;
-    ``amounts`` gives each key's amount. ``owner`` is a weak reference to the object that will
-    settle the ticket: if it dies first, the kernel ends the call itself.
-    """
+    node: Node
+    amounts: Mapping[str, Any]
+    holds: tuple[tuple[Level, tuple[str, ...]], ...]
+    thread: int
+    # The (cell, amount) pairs of the settlement still to add: an iterator, so an interrupted
+    # settlement resumes exactly where it stopped (None until it starts).
+    feed: Iterator[tuple[Cell, Any]] | None
 
-    __slots__ = ("amounts", "feed", "holds", "node", "owner", "thread")
+
+class Held:
+    """A hold with no call to settle it (:meth:`~ampmeter._core.kernel.Kernel.hold_forever`)."""
+
+    __slots__ = ("amounts", "feed", "holds", "node", "thread")
 
     def __init__(
         self,
         node: Node,
         amounts: Mapping[str, Any],
         holds: tuple[tuple[Level, tuple[str, ...]], ...],
-        owner: object | None,
     ) -> None:
         self.node = node
-        self.thread = threading.get_ident()
         self.amounts = amounts
         self.holds = holds
-        self.owner: Callable[[], object] = _ALIVE if owner is None else weakref.ref(owner)
-        # The (cell, amount) pairs of the settlement still to add: an iterator, so an
-        # interrupted settlement resumes exactly where it stopped.
+        self.thread = threading.get_ident()
         self.feed: Iterator[tuple[Cell, Any]] | None = None
-
-
-def _ALIVE() -> object:
-    return True

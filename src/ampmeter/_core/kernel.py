@@ -5,7 +5,7 @@ one lock taken only with ``with``:
 
 * the graph's nodes and the aggregates kept as nodes end;
 * the stats of every level (a context's :class:`~ampmeter.ExecutionStats`) as cells;
-* the calls in flight (:class:`Ticket`) with their reservations;
+* the calls in flight (each a :class:`Ticket`, referred to weakly) with their reservations;
 * the limit check.
 
 Its interface is narrow: begin, run and end a node; add a :class:`~ampmeter._core.usage.Usage` or a
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, TypeVar
 
 from ampmeter import money
-from ampmeter._core.cells import Cell, Level, Ticket
+from ampmeter._core.cells import Cell, Held, Level, Ticket
 from ampmeter._core.check import Guard, Hit
 from ampmeter._core.outcome import Outcome
 from ampmeter._core.usage import Usage
@@ -88,7 +88,9 @@ class Kernel:
         self._next_id = 1
         self._max_nodes = max_nodes
         self._evictable: deque[str] = deque()
-        self._open: dict[str, Ticket] = {}  # node id -> the call in flight
+        # node id -> the call in flight, weakly: one whose owner dropped it holds nothing more
+        # and is ended by the next sweep.
+        self._open: dict[str, Callable[[], Ticket | None]] = {}
         # node id -> its owner, for calls made and not yet admitted: one whose owner is gone
         # (interrupted before it started) is ended by the next sweep.
         self._unstarted: dict[str, Callable[[], object]] = {}
@@ -373,24 +375,26 @@ class Kernel:
 
     def admit(
         self,
-        node: Node,
-        owner: object,
+        ticket: Ticket,
         amounts: Mapping[str, Any],
         holds: tuple[tuple[Level, tuple[str, ...]], ...],
         guards: tuple[Guard, ...],
         run: bool,
     ) -> tuple[int, Hit, bool] | None:
         """Check ``guards`` with ``amounts`` pending; if none is exceeded, hold the amounts at
-        ``holds`` and (when ``run``) mark the node running, in one step. Returns None when
+        ``holds`` and (when ``run``) mark ``ticket``'s node running, in one step. Returns None when
         held, else the guard index, the hit and whether only holds of calls in flight are in
         the way (what is spent leaves room). Every key of ``amounts`` must have been made known
         at every guard level first (:meth:`note`)."""
-        ticket = Ticket(node, amounts, holds, owner)
         with self._lock:
             hit = self._check(guards, amounts) if guards else None
             if hit is not None:
                 return (*hit, self._check(guards, amounts, False) is None)
-            self._open[node.node_id] = ticket
+            node = ticket.node
+            ticket.amounts = amounts
+            ticket.holds = holds
+            ticket.thread = threading.get_ident()
+            self._open[node.node_id] = weakref.ref(ticket)
             self._unstarted.pop(node.node_id, None)
             if run and node.status == _CREATED:
                 node.status = _RUNNING
@@ -413,9 +417,9 @@ class Kernel:
                 self._settled.notify_all()
 
     def holders(self, node: Node, thread: int | None) -> tuple[list[object], bool]:
-        """Who holds room ``node``'s call might wait for: the owners of the calls it cannot
-        outwait (those it runs inside, and with ``thread`` every call of that thread), and
-        whether any other call in flight holds anything."""
+        """Who holds room ``node``'s call might wait for: the calls it cannot outwait (those it
+        runs inside, and with ``thread`` every call of that thread), and whether any other call
+        in flight holds anything."""
         with self._lock:
             enclosing: set[str] = set()
             parent = self._nodes.get(node.parent_id or "")
@@ -424,29 +428,31 @@ class Kernel:
                 parent = self._nodes.get(parent.parent_id or "")
             stuck: list[object] = []
             others = False
-            for node_id, ticket in self._open.items():
-                if node_id == node.node_id:
+            for node_id, call in self._open.items():
+                ticket = call()
+                if node_id == node.node_id or ticket is None:  # (a dropped call holds nothing)
                     continue
                 if node_id in enclosing or (thread is not None and ticket.thread == thread):
-                    owner = ticket.owner()
-                    if owner is not None:
-                        stuck.append(owner)
+                    stuck.append(ticket)
                 else:
                     others = True
             return stuck, others
 
     def settle(
-        self, node: Node, level: Level, usage: Usage, outcome: Outcome, guards: tuple[Guard, ...]
+        self,
+        ticket: Ticket,
+        level: Level,
+        usage: Usage,
+        outcome: Outcome,
+        guards: tuple[Guard, ...],
     ) -> tuple[int, Hit] | None:
         """End a call: drop its hold, add ``usage`` from ``level`` up, end its node as
         ``outcome`` says, then check ``guards``. Each step runs once even if an interrupt lands
         between them."""
         end = now_ms()
         with self._lock:
-            if node.status in TERMINAL_STATUSES:
+            if ticket.node.status in TERMINAL_STATUSES:
                 return None
-            # (a ticket made here records progress and holds nothing)
-            ticket = self._open.get(node.node_id) or Ticket(node, {}, (), None)
             whole(self._settle_steps, ticket, level, usage, outcome, end)
             return self._check(guards, None) if guards else None
 
@@ -476,8 +482,8 @@ class Kernel:
         without restoring it (an interrupt)."""
         node = self._nodes.get(node_id)
         if node is not None and node.status not in TERMINAL_STATUSES:
-            ticket = self._open.get(node_id)
-            if ticket is None or ticket.owner() is not None:
+            call = self._open.get(node_id)
+            if call is None or call() is not None:
                 return node_id
             self.sweep()
         while node is not None and node.node_id != floor and node.status in TERMINAL_STATUSES:
@@ -491,9 +497,8 @@ class Kernel:
             node = Node(f"held-{len(self._open)}", None, "system", "held", now_ms())
             for key in amounts:
                 level.note(key)
-            self._open[node.node_id + f"@{id(amounts)}"] = Ticket(
-                node, amounts, ((level, tuple(amounts)),), None
-            )
+            held = Held(node, amounts, ((level, tuple(amounts)),))
+            self._open[node.node_id + f"@{id(amounts)}"] = lambda: held  # owned by no one
 
     def release(self, node: Node) -> None:
         """Drop a call's hold without adding usage (its node was ended another way)."""
@@ -584,7 +589,7 @@ class Kernel:
     ) -> tuple[int, Hit] | None:
         """``found``, unless calls whose owner is gone hold something: their holds must not
         refuse anyone, so they are swept and the check runs again."""
-        if any(t.owner() is None for t in self._open.values()):
+        if any(call() is None for call in self._open.values()):
             self._sweep_locked()
             return self._check(guards, pending, holds)
         return found
@@ -597,10 +602,11 @@ class Kernel:
                 if node is not None and node.status not in TERMINAL_STATUSES:
                     self._end_locked(node, _NOT_STARTED, end)
                 self._unstarted.pop(node_id, None)
-        for node_id, ticket in list(self._open.items()):
-            if ticket.owner() is None:
-                if ticket.node.status not in TERMINAL_STATUSES:
-                    self._end_locked(ticket.node, _NO_OUTCOME, end)
+        for node_id, call in list(self._open.items()):
+            if call() is None:
+                node = self._nodes.get(node_id)
+                if node is not None and node.status not in TERMINAL_STATUSES:
+                    self._end_locked(node, _NO_OUTCOME, end)
                 self._open.pop(node_id, None)
         if self._waiting:
             self._settled.notify_all()
@@ -615,7 +621,10 @@ class Kernel:
     def held_at(self, level: Level) -> dict[str, Any]:
         """What calls in flight hold at ``level``, per key (caller holds the lock)."""
         total: dict[str, Any] = {}
-        for ticket in self._open.values():
+        for call in self._open.values():
+            ticket = call()
+            if ticket is None:  # dropped by its owner: it holds nothing (the sweep ends it)
+                continue
             for held_level, keys in ticket.holds:
                 if held_level is level:
                     amounts = ticket.amounts

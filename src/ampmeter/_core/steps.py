@@ -14,7 +14,7 @@ when a context above has one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter._core.check import Guard, Hit
@@ -28,6 +28,7 @@ from ampmeter.keys import KEY_ELAPSED_S
 from ampmeter.limits import ExceededLimit, Limit, exceeded
 
 if TYPE_CHECKING:
+    from ampmeter._core.cells import Cell
     from ampmeter._core.emit import Emitter
     from ampmeter._core.frame import Frame
     from ampmeter._core.kernel import Kernel, Level
@@ -53,11 +54,15 @@ Steps = Generator["Pause | Work", Any, None]
 
 class Flight:
     """One call's state in the chain: its node, reservation, holds and progress. The
-    :class:`~ampmeter.Call` a user sees owns it; the kernel's ticket refers to it weakly, so a
-    call dropped without settling (an interrupt) is found and ended."""
+    :class:`~ampmeter.Call` a user sees owns it; it is the kernel's
+    :class:`~ampmeter._core.cells.Ticket` for the call, referred to weakly, so a call dropped
+    without settling (an interrupt) is found and ended."""
 
     __slots__ = (
         "__weakref__",
+        "amounts",
+        "feed",
+        "holds",
         "idempotency_key",
         "kind",
         "ledger_holds",
@@ -71,9 +76,14 @@ class Flight:
         "recorded",
         "reservation",
         "rows",
+        "thread",
     )
 
     node: Node
+    # Filled in by the kernel when it admits the call (see Ticket).
+    amounts: Mapping[str, Any]
+    holds: tuple[tuple[Level, tuple[str, ...]], ...]
+    thread: int
 
     def __init__(
         self,
@@ -98,6 +108,7 @@ class Flight:
         self.rows: tuple[Guard, ...] | None = None  # the ceilings a policy chose, if any
         self.ledger_holds: tuple[tuple[Ledger, Reservation], ...] = ()
         self.idempotency_key = idempotency_key  # counted once per key in the run (replays)
+        self.feed: Iterator[tuple[Cell, Any]] | None = None  # the kernel's settlement progress
 
 
 class Step:
@@ -341,7 +352,7 @@ class LocalLimits(Step):
             pending: dict[str, Any] = dict(zip(keys, pick(reservation), strict=True))
         else:
             holds, pending = (), {}
-        found = chain.kernel.admit(flight.node, flight, pending, holds, rows, self.run)
+        found = chain.kernel.admit(flight, pending, holds, rows, self.run)
         if found is None:
             return None
         return self.waiting(flight, thread, rows, holds, pending, found)
@@ -383,7 +394,7 @@ class LocalLimits(Step):
                     # Out of time, or only calls this one cannot outwait hold the rest.
                     raise self.busy(flight, index, hit)
                 yield Pause(pause, kernel if thread is not None else None)
-            found = kernel.admit(flight.node, flight, pending, holds, rows, self.run)
+            found = kernel.admit(flight, pending, holds, rows, self.run)
         if paused is not None:
             paused.resumed()
 
@@ -403,7 +414,7 @@ class LocalLimits(Step):
 
     def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> Outcome:
         chain = self.chain
-        found = chain.kernel.settle(flight.node, chain.level, usage, outcome, chain.rows)
+        found = chain.kernel.settle(flight, chain.level, usage, outcome, chain.rows)
         if found is not None:
             owner, limit, reason = chain.owner(found)
             chain.frame.stop(owner, limit, reason)
