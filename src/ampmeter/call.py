@@ -345,5 +345,7 @@ class Call:
         else:
             usage = Usage(kind, cost_nano=cost)
         if flight.idempotency_key is not None:
-            meta = {**(meta or {}), META_IDEMPOTENCY_KEY: flight.idempotency_key}
+            if meta is None:
+                meta = {}
+            meta[META_IDEMPOTENCY_KEY] = flight.idempotency_key  # (price_call's dict is new)
         return usage, Outcome.of(exc, cost, self.tokens_in, self.tokens_out, meta)
