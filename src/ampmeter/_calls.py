@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.kernel import Kernel
     from ampmeter._core.steps import Chain
+    from ampmeter.limits import ExceededLimit
     from ampmeter.policies.configured import Policies
     from ampmeter.pricing.request_size import RequestSize
     from ampmeter.pricing.source import Pricing
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CallMaker"]
 
-_NAMED = ("name", "model", "provider", "idempotency_key")  # a model call's names, in order
+_MODEL_NAMES = ("name", "model", "provider")  # a model call's names, in order
+_NAMED = (*_MODEL_NAMES, "idempotency_key")
 
 
 class CallMaker:
@@ -88,6 +90,9 @@ class CallMaker:
         provider's response id, ``"<provider>:<id>"`` (``instrument(response_id_keys=False)``
         turns that off). A run remembers its latest 20,000 keys for at most a day.
         """
+        self._check_open()
+        _validate.optional_texts(_NAMED, name, model, provider, idempotency_key)
+        meta = {} if metadata is None else _validate.metadata(metadata)
         return self._model_call(
             "llm",
             name,
@@ -96,11 +101,46 @@ class CallMaker:
             estimate_usd,
             prompt_tokens,
             prompt_text,
-            metadata,
+            meta,
             max_tokens,
             request,
             final,
             idempotency_key,
+        )
+
+    def instrumented_llm_call(
+        self,
+        name: str,
+        model: str | None,
+        provider: str,
+        max_tokens: int | None,
+        request: RequestSize,
+        metadata: dict[str, Any],
+        sent: Mapping[str, Any] | None = None,
+        refused: ExceededLimit | None = None,
+    ) -> Call:
+        """The LLM call of an instrumented SDK request, as :meth:`llm_call` makes it, from
+        values its instrumentation checked where it read them: ``name``, ``model`` and
+        ``provider`` strs (or no model), ``request`` the request's measure. The call keeps
+        ``metadata`` (a dict made for it). ``sent`` (what the request sends: its keyword
+        arguments or JSON body) identifies it for the loop guard; ``refused`` is a
+        budget-pressure hook's refusal, reported when the call is admitted. The call is final
+        inside :func:`~ampmeter.final_call`."""
+        self._check_open()
+        return self._model_call(
+            "llm",
+            name,
+            model,
+            provider,
+            None,
+            None,
+            None,
+            metadata,
+            max_tokens,
+            request,
+            final=None,
+            sent=sent,
+            refused=refused,
         )
 
     def embedding_call(
@@ -118,8 +158,11 @@ class CallMaker:
         ``amp:input_tokens[:<model>]`` and ``amp:cost[:<model>]`` (and their limits) like an LLM
         call's, without counting an LLM call or a step. Priced on exit unless recorded with a
         cost; the reservation is ``estimate_usd``, else the price of the input estimate."""
+        self._check_open()
+        _validate.optional_texts(_MODEL_NAMES, name, model, provider)
+        meta = {} if metadata is None else _validate.metadata(metadata)
         return self._model_call(
-            "embedding", name, model, provider, estimate_usd, prompt_tokens, prompt_text, metadata
+            "embedding", name, model, provider, estimate_usd, prompt_tokens, prompt_text, meta
         )
 
     def _model_call(
@@ -131,16 +174,16 @@ class CallMaker:
         estimate_usd: float | Decimal | None,
         prompt_tokens: int | None,
         prompt_text: str | None,
-        metadata: Mapping[str, Any] | None,
+        metadata: dict[str, Any],
         max_tokens: int | None = 0,
         request: RequestSize | None = None,
-        final: bool = False,
+        final: bool | None = False,
         idempotency_key: str | None = None,
+        sent: Mapping[str, Any] | None = None,
+        refused: ExceededLimit | None = None,
     ) -> Call:
         """An LLM call or an embedding request (``max_tokens`` 0: it writes nothing), its
-        reservation estimated from its model."""
-        self._check_open()
-        _validate.optional_texts(_NAMED, name, model, provider, idempotency_key)
+        reservation estimated from its model, from checked names and its own ``metadata``."""
         label = name if name is not None else (model or kind)
         reservation, size, priced = model_estimate(
             kind,
@@ -157,7 +200,7 @@ class CallMaker:
         marks = None
         if kind == "llm":
             marks = self.policies.llm_marks(
-                model, priced, reservation.tokens_in, prompt_text, final
+                model, priced, reservation.tokens_in, final, prompt_text, sent, refused
             )
         flight = Flight(kind, label, model, provider, reservation, size, marks, idempotency_key)
         return self._begin(flight, metadata)
@@ -186,8 +229,9 @@ class CallMaker:
         )
         reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
         marks = self.policies.tool_marks(name, arguments)
+        meta = {} if metadata is None else _validate.metadata(metadata)
         flight = Flight("tool", name, None, None, reservation, None, marks, idempotency_key)
-        return self._begin(flight, metadata)
+        return self._begin(flight, meta)
 
     def step(
         self, name: str, *, kind: str = "system", metadata: Mapping[str, Any] | None = None
@@ -199,12 +243,13 @@ class CallMaker:
         if kind in ("llm", "tool"):
             raise ValueError(f"use llm_call() or tool_call() for {kind!r} nodes")
         check_kind(kind)
-        flight = Flight(kind, name, None, None, Usage(kind), None, None, None)
-        return self._begin(flight, metadata)
-
-    def _begin(self, flight: Flight, metadata: Mapping[str, Any] | None) -> Call:
-        """The call of ``flight``, its node begun under the current node, not yet admitted."""
         meta = {} if metadata is None else _validate.metadata(metadata)
+        flight = Flight(kind, name, None, None, Usage(kind), None, None, None)
+        return self._begin(flight, meta)
+
+    def _begin(self, flight: Flight, meta: dict[str, Any]) -> Call:
+        """The call of ``flight``, its node begun under the current node with ``meta`` (the
+        call's own dict), not yet admitted."""
         meta.setdefault("context", self.name)  # the event log's metadata.context, for views
         if flight.provider is not None:
             meta[META_PROVIDER] = flight.provider

@@ -28,8 +28,14 @@ from ampmeter import (
     validate_event,
 )
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS, KEY_TOOL_CALLS
-from ampmeter.policies import KEY_INPUT_TOKENS_PER_CALL, KEY_REPEATS_FOR, META_LIMIT_EVENTS
+from ampmeter.policies import (
+    KEY_INPUT_TOKENS_PER_CALL,
+    KEY_REPEATS_FOR,
+    META_LIMIT_EVENTS,
+    request_fingerprint,
+)
 from ampmeter.policies import windows as policies_module
+from ampmeter.pricing import request_size
 
 FINE_TUNE = "ft:gpt-4o-mini-2024-07-18:org::id"
 
@@ -548,3 +554,20 @@ def test_an_actual_input_over_the_cap_is_recorded_exactly_and_reported() -> None
     (event,) = events
     assert event.kind == "input_over_limit" and event.value == 80
     assert call.node.metadata[META_LIMIT_EVENTS] == [event.to_dict()]
+
+
+def test_an_instrumented_call_is_final_inside_final_call_and_known_by_what_it_sends() -> None:
+    """The instrumentation's entry takes finality from ``final_call()`` (a plain ``llm_call``
+    from its own argument) and its loop-guard identity from the request it sends."""
+    size = request_size.measure_text("hello")
+    sent = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+    with ExecutionContext(max_cost_usd=1.0, final_reserve_usd=0.5, max_repeats=1) as ctx:
+        first = ctx.instrumented_llm_call("chat", "m", "openai", 10, size, {}, sent)
+        with ampmeter.final_call():
+            final = ctx.instrumented_llm_call("chat", "m", "openai", 10, size, {"k": 1})
+            plain = ctx.llm_call("chat", model="m", estimate_usd=0.01)
+        marks = [call.policy for call in (first, final, plain)]
+        assert [m.final for m in marks if m is not None] == [False, True, False]
+        assert marks[0] is not None and marks[0].fingerprint == request_fingerprint(sent)
+        assert marks[1] is not None and marks[1].fingerprint is None
+        assert ctx.graph.node(final.node_id).metadata["k"] == 1

@@ -139,7 +139,9 @@ def _wrap_stream_helper(
             return original(resource, *args, **kwargs)
         # The helper builds its request now and sends it when entered: the budget-pressure
         # hook sees (and may change) it here, and its refusal stops it when it would be sent.
-        refused, notes = relieve_pressure(ctx, adapter, kwargs)
+        refused = notes = None
+        if ctx.policies.shapes_requests:
+            refused, notes = relieve_pressure(ctx, adapter, kwargs)
         manager = original(resource, *args, **kwargs)
         redact.remember_client(getattr(resource, "_client", None))  # error bodies may echo its key
         # The manager keeps the deferred request in a private (name-mangled) attribute:

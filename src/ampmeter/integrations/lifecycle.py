@@ -20,7 +20,6 @@ from ampmeter.graph import META_PROVIDER
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.disclosure import META_BUDGET_NOTE, disclose
 from ampmeter.limits import ExceededLimit
-from ampmeter.policies import in_final_call
 from ampmeter.policies.downgrade import META_REQUESTED_MODEL, take_requested_model
 
 __all__ = [
@@ -131,14 +130,15 @@ def begin_call(
         meta[META_PROMPT_TEXT] = adapter.prompt_text(request)
     kind = adapter.kind
     if kind == "llm":
-        call = ctx.llm_call(
+        call = ctx.instrumented_llm_call(
             adapter.operation,
-            model=info.model,
-            max_tokens=info.max_tokens,
-            request=info.size,
-            provider=adapter.provider,
-            metadata=meta,
-            final=in_final_call(),
+            info.model,
+            adapter.provider,
+            info.max_tokens,
+            info.size,
+            meta,
+            request,
+            refused,
         )
     elif kind == "embedding":
         call = ctx.embedding_call(
@@ -152,8 +152,6 @@ def begin_call(
         meta[META_MODEL] = info.model
         meta[META_PROVIDER] = adapter.provider
         call = ctx.step(adapter.operation, kind=kind, metadata=meta)
-    if request is not None:
-        ctx.policies.mark_request(call, request, refused)
     try:
         call.start()
     except LimitExceeded as stop:
@@ -207,11 +205,9 @@ def relieve_pressure(
 
     Returns the refusal, to report when the call is admitted, and the node's metadata for what
     was done (the budget line told, the model asked for before a downgrade): the ``refused``
-    and ``extra`` of :func:`begin_call`. A context with neither configured does nothing here:
-    (None, None)."""
+    and ``extra`` of :func:`begin_call`. Called only when the context has either configured
+    (``ctx.policies.shapes_requests``)."""
     pressure = ctx.policies.pressure
-    if pressure is None and not ctx.disclose_budget:
-        return None, None
     notes: dict[str, Any] = {}
     told = disclose(ctx, kwargs, adapter.wire if adapter.kind == "llm" else None)
     if told is not None:

@@ -45,7 +45,9 @@ def _before(
     first change the request (``kwargs``, in place) or refuse it (the call is then refused at
     admission)."""
     redact.remember_client(getattr(resource, "_client", None))  # the Stainless resource's client
-    refused, notes = relieve_pressure(ctx, adapter, kwargs)
+    refused = notes = None
+    if ctx.policies.shapes_requests:
+        refused, notes = relieve_pressure(ctx, adapter, kwargs)
     info = adapter.request_info(kwargs)
     hide = adapter.prepare_stream(kwargs) if info.stream else False
     return begin_call(ctx, adapter, info, notes, kwargs, refused), info, hide

@@ -32,6 +32,7 @@ from ampmeter.policies.options import (
     META_LIMIT_EVENTS,
     PolicyOptions,
     fingerprint,
+    in_final_call,
     is_cost_ceiling,
     request_fingerprint,
 )
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.steps import Chain
     from ampmeter._core.usage import Usage
-    from ampmeter.call import Call
     from ampmeter.limits import ExceededLimit, Limit
 
 __all__ = ["Policies"]
@@ -66,6 +66,7 @@ class Policies:
         "options",
         "pressure",
         "repeats",
+        "shapes_requests",
         "steps",
         "thresholds",
         "tracks_repeats",
@@ -90,6 +91,7 @@ class Policies:
         self.thresholds: Thresholds | None = None
         self.marking = False
         self.tracks_repeats = False
+        self.shapes_requests = False
 
     def steps_for(self, chain: Chain) -> tuple[PolicyStep, ...]:
         """The policy steps of ``chain`` (this context's), in admission order; none for a
@@ -133,6 +135,9 @@ class Policies:
         self.observers = tuple(step for step in self.steps if isinstance(step, Observer))
         # Only the unpriced rule in force: a priced call needs no marks.
         self.marking = any(step is not self.unpriced for step in self.steps)
+        # Fixed once the chain is made: whether an instrumented request may be changed or
+        # refused before it is sent (integrations.lifecycle.relieve_pressure).
+        self.shapes_requests = self.pressure is not None or chain.frame.disclose_budget
         return self.steps
 
     @property
@@ -152,17 +157,26 @@ class Policies:
         model: str | None,
         priced: bool,
         input_tokens: int,
-        prompt_text: str | None,
-        final: bool,
+        final: bool | None,
+        prompt_text: str | None = None,
+        request: Mapping[str, Any] | None = None,
+        refused: ExceededLimit | None = None,
     ) -> CallMarks | None:
         """The marks of an LLM call (``priced``: by the table, a set price or the caller);
-        None when no policy needs them."""
+        None when no policy needs them. ``final`` None: as :func:`final_call` says here. An
+        instrumented request is identified by what it sends (``request``), any other call by
+        its ``prompt_text``; ``refused`` is a budget-pressure hook's refusal."""
         if not self.marking and (priced or self.unpriced is None):
             return None
         key = None
-        if prompt_text is not None and self.tracks_repeats:
-            key = fingerprint("llm", model, prompt_text)
-        return CallMarks(model, priced, input_tokens, final, key)
+        if self.tracks_repeats:
+            if request is not None:
+                key = request_fingerprint(request)
+            elif prompt_text is not None:
+                key = fingerprint("llm", model, prompt_text)
+        if final is None:
+            final = in_final_call()
+        return CallMarks(model, priced, input_tokens, final, key, refused)
 
     def tool_marks(self, name: str, arguments: object) -> CallMarks | None:
         """The marks of a tool call (a loop-guard identity when ``arguments`` are given)."""
@@ -172,19 +186,6 @@ class Policies:
         if arguments is not None and self.tracks_repeats:
             key = fingerprint("tool", name, arguments)
         return CallMarks(None, True, 0, False, key)
-
-    def mark_request(
-        self, call: Call, request: Mapping[str, Any], refused: ExceededLimit | None
-    ) -> None:
-        """An instrumented request's marks: its identity, and the pressure hook's refusal."""
-        if not self.marking:
-            return  # no loop guard and no pressure hook: nothing reads them
-        marks = call.policy
-        if marks is None:
-            return
-        marks.refusal = refused
-        if self.tracks_repeats:
-            marks.fingerprint = request_fingerprint(request)
 
     # -- trace records and shared ledgers -----------------------------------------------------
 

@@ -24,10 +24,11 @@ class CallMarks:
         input_tokens: int,
         final: bool,
         fingerprint: str | None,
+        refusal: ExceededLimit | None = None,
     ) -> None:
         self.model = model
         self.priced = priced
         self.input_tokens = input_tokens
         self.final = final
         self.fingerprint = fingerprint
-        self.refusal: ExceededLimit | None = None  # set by the budget-pressure hook
+        self.refusal = refusal
