@@ -26,8 +26,9 @@ Run: ``python bench/sdk_bench.py [--quick]``.
 test`` or ``make bench``) counts instead the machine instructions a client process executes per
 call, raw, metered by ampmeter and, when installed, under shekel: callgrind counts nothing until
 the warm-up is done, then the ``N`` calls only (the client switches collection on and off with
-``callgrind_control``), so neither start-up nor a one-off difference between two processes'
-start-ups enters the figure, and it does not move with the machine's load.
+``callgrind_control``) after a full garbage collection, so neither start-up, nor a collection
+of what start-up made, nor a one-off difference between two processes' start-ups enters the
+figure, and it does not move with the machine's load.
 
 ``python bench/sdk_bench.py --opcodes`` counts the Python opcodes one call executes after the
 warm-up, and the Python function calls it makes (each sets up a frame), each mode in its own
@@ -41,6 +42,7 @@ Hold a peer comparison against this count.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import re
 import shutil
@@ -321,6 +323,10 @@ def _client(base_url: str, mode: str, workload: str, calls: int) -> None:
     ):
         for _ in range(_WARM_UP):
             call(client, asks_usage)
+        # What start-up made (modules, a price table loaded by the first call) is collected
+        # now: otherwise a full collection of it falls inside the counted calls of one mode and
+        # not the other, depending only on when the collector's thresholds are crossed.
+        gc.collect()
         _collect(True)
         for _ in range(calls):
             call(client, asks_usage)
