@@ -23,6 +23,7 @@ from ampmeter.keys import KEY_INPUT_TOKENS
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded
 from ampmeter.testing.replay import ReplayResponse, ReplayServer
+from support.wire import chat_stream
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
@@ -111,9 +112,7 @@ def test_a_hostile_usage_report_is_checked_where_it_is_read(
     replay.script(
         CHAT,
         ReplayResponse.json(whole),
-        ReplayResponse.sse(
-            [(None, chunk), (None, {**chunk, "choices": [], "usage": usage}), (None, "[DONE]")]
-        ),
+        chat_stream(chunk, usage),
         ReplayResponse.json({**whole, "id": "chatcmpl-3"}),
     )
     client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
@@ -199,9 +198,7 @@ def test_tool_calls_that_are_not_a_list_count_none_and_never_break_the_call(
     replay.script(
         CHAT,
         ReplayResponse.json(whole),
-        ReplayResponse.sse(
-            [(None, chunk), (None, {**chunk, "choices": [], "usage": usage}), (None, "[DONE]")]
-        ),
+        chat_stream(chunk, usage),
     )
     client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
     sink = MemorySink()

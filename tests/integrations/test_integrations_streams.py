@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
@@ -19,6 +20,7 @@ from ampmeter import ExecutionContext, LimitExceeded, Node
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded
 from ampmeter.testing.replay import ReplayResponse, ReplayServer
+from support.wire import chat_stream
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
@@ -103,38 +105,30 @@ async def test_openai_async_stream_is_the_sdks_async_stream(replay: ReplayServer
     )
 
 
-def test_openai_stream_closed_half_way_is_abandoned(replay: ReplayServer) -> None:
+def _read_one_then_close(stream: openai.Stream[Any]) -> None:
+    next(stream)  # the SDK's own __next__
+    stream.close()
+
+
+def _close_its_response(stream: openai.Stream[Any]) -> None:
+    stream.response.close()  # as SDK helpers do, without the stream
+
+
+def _leave_it(stream: openai.Stream[Any]) -> None:
+    """Nothing: its response stays open, and only dropping the stream tells."""
+
+
+@pytest.mark.parametrize("leave", [_read_one_then_close, _close_its_response, _leave_it])
+def test_an_openai_stream_left_before_its_end_is_abandoned(
+    replay: ReplayServer, leave: Callable[[openai.Stream[Any]], None]
+) -> None:
     replay.script(CHAT, recorded.openai_chat_stream_usage())
     client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
     sink = MemorySink()
     with ExecutionContext(sinks=[sink]):
         stream = client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT, stream=True)
-        next(stream)  # the SDK's own __next__
-        stream.close()
-        (node,) = llm_nodes(sink)
-        assert node.status == "fail" and node.error_class == "StreamAbandoned"
-
-
-def test_openai_stream_dropped_unread_is_abandoned(replay: ReplayServer) -> None:
-    replay.script(CHAT, recorded.openai_chat_stream_usage())
-    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
-    sink = MemorySink()
-    with ExecutionContext(sinks=[sink]):
-        stream = client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT, stream=True)
-        stream.response.close()
+        leave(stream)
         del stream
-        (node,) = llm_nodes(sink)
-        assert node.status == "fail" and node.error_class == "StreamAbandoned"
-        assert node.tokens_in is not None and node.tokens_in > 0
-
-
-def test_openai_stream_dropped_with_its_response_open_is_abandoned(replay: ReplayServer) -> None:
-    replay.script(CHAT, recorded.openai_chat_stream_usage())
-    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
-    sink = MemorySink()
-    with ExecutionContext(sinks=[sink]):
-        stream = client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT, stream=True)
-        del stream  # its response was never closed: only dropping the stream tells
         gc.collect()  # the SDK's stream and its iterator refer to each other
         (node,) = llm_nodes(sink)
         assert node.status == "fail" and node.error_class == "StreamAbandoned"
@@ -254,9 +248,7 @@ def test_openai_choices_of_a_hostile_body_are_skipped_and_its_usage_counted(
     replay.script(
         CHAT,
         ReplayResponse.json({**whole, "usage": usage}),
-        ReplayResponse.sse(
-            [(None, chunk), (None, {**chunk, "choices": [], "usage": usage}), (None, "[DONE]")]
-        ),
+        chat_stream(chunk, usage),
     )
     client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
     sink = MemorySink()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ampmeter.testing.replay import ReplayResponse
 
 
@@ -26,4 +28,12 @@ def chat_completion(model: str, tokens_in: int, tokens_out: int) -> ReplayRespon
                 "total_tokens": tokens_in + tokens_out,
             },
         }
+    )
+
+
+def chat_stream(chunk: dict[str, Any], usage: dict[str, Any]) -> ReplayResponse:
+    """A ``chat.completion.chunk`` stream: ``chunk``, then a chunk of the same id carrying
+    ``usage`` and no choices (as ``stream_options.include_usage`` asks), then ``[DONE]``."""
+    return ReplayResponse.sse(
+        [(None, chunk), (None, {**chunk, "choices": [], "usage": usage}), (None, "[DONE]")]
     )
