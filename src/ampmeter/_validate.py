@@ -8,9 +8,8 @@ other amounts are finite floats.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
-from itertools import repeat
 from typing import Any, Final, Literal
 
 from ampmeter import money
@@ -37,17 +36,20 @@ def count(value: object, what: str, *, signed: bool = False) -> int:
 
 def counts(names: tuple[str, ...], *values: Any) -> list[int]:
     """Several counts checked at once, each as :func:`count` checks one (``names[i]`` names
-    ``values[i]`` in the error). The checks run over all of them in C, in one pass each; only
-    when one fails are they checked one by one, to name it."""
-    if not (
-        all(map(isinstance, values, repeat(int)))
-        and not any(map(isinstance, values, repeat(bool)))
-        and min(values, default=0) >= 0
-        and max(values, default=0) <= MAX_COUNT
-    ):
-        for value, what in zip(values, names, strict=True):
-            count(value, what)
-    return list(map(int, values))  # an int subclass's value as a plain int
+    ``values[i]`` in the error), as plain ints."""
+    checked: list[int] = []
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+            _refuse(count, names, values)
+        checked.append(int(value))  # an int subclass's value as a plain int
+    return checked
+
+
+def _refuse(check: Callable[[Any, str], object], names: tuple[str, ...], values: Any) -> None:
+    """Run ``check`` on each of ``values`` in turn, so that the first it refuses raises its
+    error, naming that value (the one-pass checks above only know that one failed)."""
+    for value, what in zip(values, names, strict=True):
+        check(value, what)
 
 
 def _out_of_range(value: int, what: str, signed: bool) -> ValueError:
@@ -119,9 +121,6 @@ def text(value: object, what: str, *, empty: bool = True) -> str:
     return value
 
 
-_TEXT_OR_NONE: Final = (str, type(None))
-
-
 def optional_text(value: object, what: str) -> str | None:
     """None, or a str."""
     if value is not None and not isinstance(value, str):
@@ -131,10 +130,10 @@ def optional_text(value: object, what: str) -> str | None:
 
 def optional_texts(names: tuple[str, ...], *values: object) -> None:
     """Several values checked at once, each None or a str (``names[i]`` names ``values[i]`` in
-    the error; as in :func:`counts`, they are checked one by one only when one fails)."""
-    if not all(map(isinstance, values, repeat(_TEXT_OR_NONE))):
-        for value, what in zip(values, names, strict=True):
-            optional_text(value, what)
+    the error)."""
+    for value in values:
+        if value is not None and not isinstance(value, str):
+            _refuse(optional_text, names, values)
 
 
 def metadata(value: object, what: str = "metadata") -> dict[str, Any]:

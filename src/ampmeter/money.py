@@ -32,6 +32,10 @@ NANO_PER_USD: Final = 10**9
 """Nano-dollars in one US dollar: the unit every amount of money is counted in inside."""
 
 _MAX_NANO: Final = 2**63 - 1
+_ZERO: Final = Decimal(0)
+# Powers of ten whose coefficient is 1: multiplying by one only moves the exponent.
+_DOLLARS_TO_NANO: Final = Decimal("1E+9")
+_NANO_TO_DOLLARS: Final = Decimal("1E-9")
 
 
 def usd(value: object, what: str = "amount", *, allow_negative: bool = False) -> Decimal:
@@ -54,7 +58,7 @@ def usd(value: object, what: str = "amount", *, allow_negative: bool = False) ->
         raise TypeError(f"{what} must be a number of dollars, got {type(value).__name__}")
     if not amount.is_finite():
         raise ValueError(f"{what} must be a finite amount of dollars, got {value!r}")
-    if amount < 0 and not allow_negative:
+    if not allow_negative and amount < _ZERO:
         raise ValueError(f"{what} must be >= 0, got {value!r}")
     return amount
 
@@ -71,7 +75,7 @@ def whole_nano(amount: Decimal, what: str = "amount", *, round_up: bool = False)
     """An exact Decimal of dollars as whole nano-dollars: rounded half to even, or up
     (``round_up``: what a reservation holds). ``ValueError`` naming ``what`` beyond what an
     int64 counts."""
-    scaled = amount.scaleb(9)
+    scaled = amount * _DOLLARS_TO_NANO
     nano = math.ceil(scaled) if round_up else round(scaled)  # round(): half to even
     if abs(nano) > _MAX_NANO:
         raise ValueError(f"{what} is too large to count: {amount!r}")
@@ -81,7 +85,7 @@ def whole_nano(amount: Decimal, what: str = "amount", *, round_up: bool = False)
 def from_nano(nano: int) -> Decimal:
     """Whole nano-dollars as an exact Decimal of dollars (``50_000_000`` is ``Decimal("0.05")``)."""
     if nano % NANO_PER_USD:
-        return Decimal(nano).scaleb(-9).normalize()
+        return (Decimal(nano) * _NANO_TO_DOLLARS).normalize()
     return Decimal(nano // NANO_PER_USD)
 
 

@@ -50,8 +50,9 @@ class Level:
         self.known: dict[str, None] = {}
         # For each prefix a limit watches, the keys starting with it (kept up to date).
         self.watched: dict[str, list[str]] = {}
-        # Usage shape -> the cells it adds to, level by level up the chain.
-        self.plans: dict[Shape, tuple[Cell, ...]] = {}
+        # Usage shape -> the cells it adds to, level by level up the chain, each with the Usage
+        # field it adds.
+        self.plans: dict[Shape, tuple[tuple[Cell, int], ...]] = {}
         # Moves whenever a key or a cell is added here: a guard's entries older than it are
         # stale (see ampmeter._core.check.Guard).
         self.version = 0
@@ -86,11 +87,14 @@ class Level:
             self.note(key)
         return found
 
-    def plan(self, shape: Shape) -> tuple[Cell, ...]:
+    def plan(self, shape: Shape) -> tuple[tuple[Cell, int], ...]:
         """The cells a usage of ``shape`` adds to here and at every ancestor, level by level in
-        ``shape``'s order (made now if new; kept in :attr:`plans`)."""
+        ``shape``'s order, each with the Usage field it adds (made now if new; kept in
+        :attr:`plans`)."""
         cells = tuple(
-            stats.cell(key, gauge) for stats in self.chain for key, _, gauge in shape.entries
+            (stats.cell(key, gauge), field)
+            for stats in self.chain
+            for key, field, gauge in shape.entries
         )
         if len(self.plans) < _PLANS_MAX:
             self.plans[shape] = cells
@@ -109,9 +113,9 @@ class Ticket(Protocol):
     amounts: Mapping[str, Any]
     holds: tuple[tuple[Level, tuple[str, ...]], ...]
     thread: int
-    # The (cell, amount) pairs of the settlement still to add: an iterator, so an interrupted
-    # settlement resumes exactly where it stopped (None until it starts).
-    feed: Iterator[tuple[Cell, Any]] | None
+    # The (cell, Usage field) pairs of the settlement still to add: an iterator, so an
+    # interrupted settlement resumes exactly where it stopped (None until it starts).
+    feed: Iterator[tuple[Cell, int]] | None
 
 
 class Held:
@@ -129,4 +133,4 @@ class Held:
         self.amounts = amounts
         self.holds = holds
         self.thread = threading.get_ident()
-        self.feed: Iterator[tuple[Cell, Any]] | None = None
+        self.feed: Iterator[tuple[Cell, int]] | None = None

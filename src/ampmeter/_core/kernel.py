@@ -179,7 +179,7 @@ class Kernel:
     def _new_id(self) -> str:
         number = self._next_id
         self._next_id = number + 1
-        return f"n{number:06d}"
+        return "n" + str(number).zfill(6)
 
     def node(self, node_id: str) -> Node:
         """The kernel's own node object, for the facade to pass back in (KeyError naming the id
@@ -331,8 +331,8 @@ class Kernel:
 
     def _add_locked(self, level: Level, key: str, delta: Any, gauge: bool) -> None:
         chain = (level,) if key in LOCAL_KEYS else level.chain
-        cells = [stats.cell(key, gauge) for stats in chain]  # made first: nothing added yet
-        whole(_drain, zip(cells, (delta,) * len(cells), strict=True))
+        cells = [(stats.cell(key, gauge), 0) for stats in chain]  # made first: nothing added yet
+        whole(_drain, iter(cells), (delta,))
 
     def set(self, level: Level, key: str, value: Any, gauge: bool) -> None:
         """Set ``key`` at ``level`` only."""
@@ -342,14 +342,13 @@ class Kernel:
     def add_usage(self, level: Level, usage: Usage) -> None:
         """Add ``usage`` at ``level`` and every ancestor, in one step (a trace record)."""
         with self._lock:
-            whole(_drain, self._feed(level, usage))
+            whole(_drain, self._feed(level, usage), usage)
 
     @staticmethod
-    def _feed(level: Level, usage: Usage) -> Iterator[tuple[Cell, Any]]:
-        """The (cell, amount) pairs that add ``usage`` at ``level`` and every ancestor."""
+    def _feed(level: Level, usage: Usage) -> Iterator[tuple[Cell, int]]:
+        """The (cell, Usage field) pairs that add ``usage`` at ``level`` and every ancestor."""
         shape = usage.shape()
-        cells = level.plans.get(shape) or level.plan(shape)
-        return zip(cells, shape.pick(usage) * len(level.chain), strict=True)
+        return iter(level.plans.get(shape) or level.plan(shape))
 
     def bump(self, level: Level, key: str) -> int:
         """Add 1 to ``key`` at ``level`` only and return the new value (iterations)."""
@@ -463,8 +462,8 @@ class Kernel:
         # ends once, the pop is safe to repeat.
         if ticket.feed is None:
             ticket.feed = self._feed(level, usage)
-        for cell, amount in ticket.feed:
-            cell.value += amount
+        for cell, field in ticket.feed:
+            cell.value += usage[field]
         node = ticket.node
         if node.status not in TERMINAL_STATUSES:
             self._end_locked(node, outcome, end)
@@ -653,12 +652,13 @@ def bound(view: object) -> tuple[Kernel, Level | None]:
     return _VIEWS[view]
 
 
-def _drain(feed: Iterator[tuple[Cell, Any]]) -> None:
-    """Add each amount to its cell. An addition is straight-line bytecode and the iterator moves
-    only when the next pair is taken, so an interrupt lands between two additions and draining
-    the same iterator again resumes exactly there."""
-    for cell, amount in feed:
-        cell.value += amount
+def _drain(feed: Iterator[tuple[Cell, int]], amounts: tuple[Any, ...]) -> None:
+    """Add ``amounts[field]`` to each cell of ``feed``'s (cell, field) pairs. An addition is
+    straight-line bytecode and the iterator moves only when the next pair is taken, so an
+    interrupt lands between two additions and draining the same iterator again resumes exactly
+    there."""
+    for cell, field in feed:
+        cell.value += amounts[field]
 
 
 def whole(step: Callable[..., None], *args: Any) -> None:

@@ -14,14 +14,14 @@ when a context above has one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter._core.check import Guard, Hit
 from ampmeter._core.exhaustion import PauseWait
 from ampmeter._core.idempotency import counted_once, usage_after
 from ampmeter._core.outcome import Outcome, TerminationReason
-from ampmeter._core.usage import Shape, Usage, picker
+from ampmeter._core.usage import Shape, Usage
 from ampmeter._core.waiting import Pause, Wait, Work
 from ampmeter.errors import BudgetBusy, ExecutionCanceled, LimitExceeded
 from ampmeter.keys import KEY_ELAPSED_S
@@ -46,9 +46,7 @@ _CACHE_MAX: Final = 4_096  # per context: reservation shapes with a resolved hol
 
 Stop = tuple["Frame", "ExceededLimit", TerminationReason]
 """A refusal: the context whose limit fired, the limit, and the reason it stops."""
-HoldPlan = tuple[
-    tuple[tuple["Level", tuple[str, ...]], ...], tuple[str, ...], Callable[[Usage], tuple[Any, ...]]
-]
+HoldPlan = tuple[tuple[tuple["Level", tuple[str, ...]], ...], tuple[tuple[str, int], ...]]
 Steps = Generator["Pause | Work", Any, None]
 
 
@@ -108,7 +106,7 @@ class Flight:
         self.rows: tuple[Guard, ...] | None = None  # the ceilings a policy chose, if any
         self.ledger_holds: tuple[tuple[Ledger, Reservation], ...] = ()
         self.idempotency_key = idempotency_key  # counted once per key in the run (replays)
-        self.feed: Iterator[tuple[Cell, Any]] | None = None  # the kernel's settlement progress
+        self.feed: Iterator[tuple[Cell, int]] | None = None  # the kernel's settlement progress
 
 
 class Step:
@@ -327,8 +325,8 @@ class LocalLimits(Step):
 
     def plan(self, shape: Shape) -> HoldPlan:
         """Where a reservation of this shape is held (each guard, with the keys its limits
-        watch), which of its keys any guard watches, and a function picking their amounts (made
-        now; kept in :attr:`plans`)."""
+        watch), and which of its keys any guard watches, each with its Usage field (made now;
+        kept in :attr:`plans`)."""
         holds = []
         watched: dict[str, int] = {}
         for frame in self.chain.guards:
@@ -336,7 +334,7 @@ class LocalLimits(Step):
             if keys:
                 holds.append((frame.level, keys))
                 watched.update((k, f) for k, f, _ in shape.entries if k in keys)
-        plan = (tuple(holds), tuple(watched), picker(tuple(watched.values())))
+        plan = (tuple(holds), tuple(watched.items()))
         self.chain.kernel.note(plan[0])
         if len(self.plans) < _CACHE_MAX:
             self.plans[shape] = plan
@@ -348,8 +346,8 @@ class LocalLimits(Step):
         if rows:
             reservation = flight.reservation
             shape = reservation.shape()
-            holds, keys, pick = self.plans.get(shape) or self.plan(shape)
-            pending: dict[str, Any] = dict(zip(keys, pick(reservation), strict=True))
+            holds, watched = self.plans.get(shape) or self.plan(shape)
+            pending: dict[str, Any] = {key: reservation[field] for key, field in watched}
         else:
             holds, pending = (), {}
         found = chain.kernel.admit(flight, pending, holds, rows, self.run)

@@ -7,8 +7,6 @@ usage to the standard keys of :mod:`ampmeter.keys`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
 from ampmeter import _validate, money
@@ -47,22 +45,12 @@ class Shape:
     """The keys one shape of usage adds to. Shapes are interned (one object per shape), so
     caches key on them by identity."""
 
-    __slots__ = ("entries", "fields", "keys", "pick")
+    __slots__ = ("entries", "fields", "keys")
 
     def __init__(self, entries: tuple[Entry, ...]) -> None:
         self.entries = entries
         self.keys: tuple[str, ...] = tuple(key for key, _, _ in entries)
         self.fields: tuple[int, ...] = tuple(field for _, field, _ in entries)
-        self.pick = picker(self.fields)  # usage -> the amounts of these keys, in order
-
-
-def picker(fields: tuple[int, ...]) -> Callable[[Usage], tuple[Any, ...]]:
-    """A function giving a usage's values at ``fields`` as a tuple, in one C call: an
-    itemgetter of two or more fields gives a tuple, while one of a single field gives the item
-    itself, so one field (or none) is taken as a slice, which is a tuple."""
-    if len(fields) > 1:
-        return itemgetter(*fields)
-    return itemgetter(slice(fields[0], fields[0] + 1) if fields else slice(0))
 
 
 _shapes: dict[tuple[Any, ...], Shape] = {}
@@ -153,7 +141,7 @@ class Usage(NamedTuple):
 
     def values(self, shape: Shape) -> tuple[Any, ...]:
         """The amounts of ``shape``'s keys, in its order."""
-        return shape.pick(self)
+        return tuple(self[field] for field in shape.fields)
 
     def amounts(self) -> dict[str, Any]:
         """Every key of :meth:`entries` with its amount as a ledger takes it: money as exact

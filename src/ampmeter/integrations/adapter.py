@@ -105,14 +105,21 @@ class Tally:
             if self.tool_calls:
                 call.tool_calls_made = self.tool_calls
             return
-        t_in = min(t_in, MAX_COUNT) if t_in is not None and t_in > 0 else 0
-        t_out = min(t_out, MAX_COUNT) if t_out is not None and t_out > 0 else 0
+        t_in = 0 if t_in is None else t_in
+        t_out = 0 if t_out is None else t_out
+        if not (0 <= t_in <= MAX_COUNT and 0 <= t_out <= MAX_COUNT):
+            t_in, t_out = _clamped(t_in), _clamped(t_out)
         cached, writes, reasoning = self.cached, self.cache_write, self.reasoning
         if cached < 0 or writes < 0 or reasoning < 0 or cached + writes > t_in or reasoning > t_out:
             cached = min(max(cached, 0), t_in)
             writes = min(max(writes, 0), t_in - cached)
             reasoning = min(max(reasoning, 0), t_out)
         call.record_checked(t_in, t_out, cached, writes, reasoning, self.tool_calls)
+
+
+def _clamped(count: int) -> int:
+    """A provider's count as the accounting holds it: from 0 to 2**53."""
+    return 0 if count < 0 else min(count, MAX_COUNT)
 
 
 class Adapter:

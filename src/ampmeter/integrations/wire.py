@@ -10,7 +10,6 @@ event the caller did not ask for, every event but that one.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from itertools import repeat
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -207,7 +206,12 @@ def counts(obj: object, names: tuple[str, ...]) -> list[int | None]:
     """The token counts ``names`` of ``obj`` (a usage object, its details, or None), read in one
     pass with the reader of ``obj``: each a real int, or None where it is absent or anything
     else (a bool, an SDK's ``omit`` sentinel, a hostile body's string)."""
-    return ints(*map(READERS[type(obj)], repeat(obj), names, repeat(None)))
+    read = READERS[type(obj)]
+    found: list[int | None] = []
+    for name in names:
+        value = read(obj, name, None)
+        found.append(value if isinstance(value, int) and not isinstance(value, bool) else None)
+    return found
 
 
 # Whether a type is a Mapping, remembered: an ABC isinstance check costs more than the lookup.

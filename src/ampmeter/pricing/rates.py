@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["Rates", "compile_price", "rates_from_json", "rates_to_json"]
 
 _ZERO: Final = Decimal(0)
+_PER_MILLION: Final = Decimal("1E-6")  # coefficient 1: multiplying by it only moves the exponent
 # A rate as (threshold, USD per million units) steps, highest threshold first; the last step is
 # the base rate with threshold -1. A step applies when the call's input tokens exceed its
 # threshold (genai-prices' "cliff" tiers: crossing a threshold re-prices every token of a kind).
@@ -55,7 +56,7 @@ class Rates:
             per_million += cache_write * r.cache_write
         if reasoning:
             per_million += reasoning * r.reasoning
-        cost = per_million.scaleb(-6)
+        cost = per_million * _PER_MILLION
         return cost + r.per_call if r.per_call else cost
 
 
