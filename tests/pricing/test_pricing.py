@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import subprocess
@@ -612,11 +611,14 @@ def test_bad_model_or_provider(model: object, provider: object, error: type[Exce
 # --------------------------------------------------------------------------- the result
 
 
-def test_price_result_is_frozen_and_slotted() -> None:
+def test_price_result_cannot_be_changed() -> None:
     result = price("gpt-4o", "openai", input_tokens=1, output_tokens=1)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         result.cost_usd = Decimal(0)  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        result.note = "added"  # type: ignore[attr-defined]
     assert not hasattr(result, "__dict__")
+    assert result == PriceResult(result.cost_usd, result.pricing_version, "priced")
 
 
 def test_importing_pricing_does_not_import_genai_prices(tmp_path: Path) -> None:

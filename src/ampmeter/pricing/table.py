@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass
 from decimal import Decimal
-from typing import Final, Literal, SupportsIndex, cast
+from typing import Final, Literal, NamedTuple, SupportsIndex, cast
 
 from ampmeter import money
 from ampmeter.pricing import genai_table, request_size, user_prices
@@ -75,9 +74,9 @@ DEFAULT_ESTIMATE_OUTPUT_TOKENS: Final = 1024
 maximum output is not in :mod:`ampmeter.pricing.max_output`'s table."""
 
 
-@dataclass(frozen=True, slots=True)
-class PriceResult:
-    """The cost of one call.
+class PriceResult(NamedTuple):
+    """The cost of one call (a named tuple: it cannot be changed, and is cheap to make once per
+    call).
 
     ``cost_usd`` is exact Decimal dollars, and ``None`` exactly when ``status`` is
     ``"unpriced"`` (the model is unknown).
