@@ -47,7 +47,7 @@ def counts(names: tuple[str, ...], *values: Any) -> list[int]:
 
 def _refuse(check: Callable[[Any, str], object], names: tuple[str, ...], values: Any) -> None:
     """Run ``check`` on each of ``values`` in turn, so that the first it refuses raises its
-    error, naming that value (the one-pass checks above only know that one failed)."""
+    error, naming that value (the loops that call this know only that one of them failed)."""
     for value, what in zip(values, names, strict=True):
         check(value, what)
 

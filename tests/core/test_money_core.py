@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ampmeter import ExecutionContext, LimitExceeded
+from ampmeter import ExecutionContext, LimitExceeded, money
 from ampmeter.keys import KEY_COST
 from ampmeter.ledgers import SqliteLedger
 from ampmeter.propagation import decode
@@ -150,3 +152,50 @@ def test_a_cap_admits_exactly_floor_of_cap_over_price(cap: Decimal, price: Decim
         made, _ = _spend_until_refused(ctx, price)
     assert made == expected
     assert ctx.stats.total_cost() == price * expected
+
+
+# Decimals a user or a price table may give: up to 20 significant digits, from 1e-30 dollars
+# up to 1e9 (what whole nano-dollars in an int64 hold).
+_AMOUNTS = st.builds(
+    lambda digits, exponent: Decimal(f"{digits}E{exponent}"),
+    st.integers(min_value=-(10**20) + 1, max_value=10**20 - 1),
+    st.integers(min_value=-50, max_value=-11),
+)
+
+
+@given(_AMOUNTS)
+def test_whole_nano_rounds_the_exact_amount_half_to_even_or_up(amount: Decimal) -> None:
+    exact = Fraction(amount) * 10**9  # the amount in nano-dollars, as an exact fraction
+    assert money.whole_nano(amount) == round(exact)  # Fraction rounds half to even
+    assert money.whole_nano(amount, round_up=True) == math.ceil(exact)
+
+
+@pytest.mark.parametrize(
+    ("amount", "nearest", "up"),
+    [
+        ("0.0000000015", 2, 2),
+        ("0.0000000025", 2, 3),
+        ("0.0000000001", 0, 1),
+        ("-0.0000000015", -2, -1),
+    ],
+)
+def test_whole_nano_at_ties_and_below_one_nano_dollar(amount: str, nearest: int, up: int) -> None:
+    assert money.whole_nano(Decimal(amount)) == nearest
+    assert money.whole_nano(Decimal(amount), round_up=True) == up
+
+
+@given(st.integers(min_value=-(2**63) + 1, max_value=2**63 - 1))
+def test_from_nano_is_exact_written_shortest_and_comes_back(nano: int) -> None:
+    dollars = money.from_nano(nano)
+    assert Fraction(dollars) == Fraction(nano, 10**9)
+    if nano % 10**9:
+        assert dollars == dollars.normalize() and dollars.as_tuple().digits[-1] != 0
+    else:
+        assert dollars.as_tuple().exponent == 0  # whole dollars as an integer, not 1E+2
+    assert money.whole_nano(dollars) == nano
+
+
+def test_whole_nano_refuses_what_an_int64_cannot_count() -> None:
+    assert money.whole_nano(Decimal("9223372036.854775807")) == 2**63 - 1
+    with pytest.raises(ValueError, match="price is too large to count"):
+        money.whole_nano(Decimal("9223372036.854775808"), "price")

@@ -77,14 +77,15 @@ def test_a_tool_call_counts_tool_calls_and_no_tokens() -> None:
     assert keys(usage) == [KEY_TOOL_CALLS, KEY_TOOL_CALLS + ":search", KEY_STEPS]
 
 
-def test_values_follow_the_shape_keys_in_order() -> None:
+def test_amounts_follow_the_shape_keys_in_order() -> None:
     usage = Usage("llm", "m1", tokens_in=7, tokens_out=3, calls=1)
-    shape = usage.shape()
-    assert dict(zip(shape.keys, usage.values(shape), strict=True)) == {
-        key: usage[field] for key, field, _ in usage.entries()
+    amounts = usage.amounts()
+    assert list(amounts) == list(usage.shape().keys)
+    assert amounts == {
+        key: money.from_nano(usage[field]) if gauge else usage[field]
+        for key, field, gauge in usage.entries()
     }
-    single = Usage("llm", "", tokens_in=9)
-    assert single.values(single.shape()) == (9,)
+    assert Usage("llm", "", tokens_in=9).amounts() == {KEY_INPUT_TOKENS: 9}
 
 
 def test_shapes_are_shared_by_usages_that_differ_only_in_nonzero_amounts() -> None:
@@ -148,4 +149,4 @@ def test_each_amount_is_counted_once_in_its_total_and_once_per_model(
     assert amounts.get(KEY_LLM_CALLS, 0) == calls
     if not model:
         assert not any(":" in key.removeprefix("amp:") for key in amounts)
-    assert usage.values(usage.shape()) == tuple(usage[field] for _, field, _ in usage.entries())
+    assert list(amounts) == [key for key, _, _ in usage.entries()]

@@ -331,7 +331,8 @@ class Kernel:
 
     def _add_locked(self, level: Level, key: str, delta: Any, gauge: bool) -> None:
         chain = (level,) if key in LOCAL_KEYS else level.chain
-        cells = [(stats.cell(key, gauge), 0) for stats in chain]  # made first: nothing added yet
+        # The cells are made first (nothing is added yet); each adds field 0 of ``(delta,)``.
+        cells = [(stats.cell(key, gauge), 0) for stats in chain]
         whole(_drain, iter(cells), (delta,))
 
     def set(self, level: Level, key: str, value: Any, gauge: bool) -> None:

@@ -45,12 +45,11 @@ class Shape:
     """The keys one shape of usage adds to. Shapes are interned (one object per shape), so
     caches key on them by identity."""
 
-    __slots__ = ("entries", "fields", "keys")
+    __slots__ = ("entries", "keys")
 
     def __init__(self, entries: tuple[Entry, ...]) -> None:
         self.entries = entries
         self.keys: tuple[str, ...] = tuple(key for key, _, _ in entries)
-        self.fields: tuple[int, ...] = tuple(field for _, field, _ in entries)
 
 
 _shapes: dict[tuple[Any, ...], Shape] = {}
@@ -155,17 +154,13 @@ class Usage(NamedTuple):
         """``(key, field, is_gauge)`` for each key this usage adds to (see :meth:`shape`)."""
         return self.shape().entries
 
-    def values(self, shape: Shape) -> tuple[Any, ...]:
-        """The amounts of ``shape``'s keys, in its order."""
-        return tuple(self[field] for field in shape.fields)
-
     def amounts(self) -> dict[str, Any]:
         """Every key of :meth:`entries` with its amount as a ledger takes it: money as exact
         Decimal dollars, other keys as ints."""
-        shape = self.shape()
+        fields: tuple[Any, ...] = self
         return {
-            key: money.from_nano(value) if is_money(key) else value
-            for key, value in zip(shape.keys, self.values(shape), strict=True)
+            key: money.from_nano(fields[field]) if is_money(key) else fields[field]
+            for key, field, _ in self.shape().entries
         }
 
     def _translate(self) -> tuple[Entry, ...]:
