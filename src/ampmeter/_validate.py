@@ -106,8 +106,7 @@ def nano(value: object, what: str, *, allow_negative: bool = False, round_up: bo
     if isinstance(value, str):
         raise TypeError(f"{what} must be a number of dollars, got {_type_name(value)}")
     try:
-        found = money.usd(value, what, allow_negative=allow_negative)
-        return money.whole_nano(found, what, round_up=round_up)
+        return money.to_nano(value, what, allow_negative=allow_negative, round_up=round_up)
     except (OverflowError, ArithmeticError):
         raise ValueError(f"{what} must be a finite amount of dollars, got {value!r}") from None
 

@@ -195,6 +195,52 @@ def test_from_nano_is_exact_written_shortest_and_comes_back(nano: int) -> None:
     assert money.whole_nano(dollars) == nano
 
 
+# Floats as people write them (whole nano-dollars, the quick reading), floats with more decimals
+# than a nano-dollar, and any float an int64 of nano-dollars holds, around the $1,099 edge too.
+_FLOATS = st.one_of(
+    st.builds(lambda nano: nano / 10**9, st.integers(min_value=-(2**41), max_value=2**41)),
+    st.builds(
+        lambda digits, exponent: float(f"{digits}E{exponent}"),
+        st.integers(min_value=-(10**17) + 1, max_value=10**17 - 1),
+        st.integers(min_value=-30, max_value=-8),
+    ),
+    st.floats(allow_nan=False, allow_infinity=False, min_value=-9e9, max_value=9e9),
+)
+
+
+@settings(max_examples=2_000)
+@given(_FLOATS)
+def test_a_float_converts_as_written_to_nano_dollars(value: float) -> None:
+    exact = Fraction(Decimal(repr(value))) * 10**9  # the float as written, in nano-dollars
+    assert money.to_nano(value, allow_negative=True) == round(exact)
+    assert money.to_nano(value, allow_negative=True, round_up=True) == math.ceil(exact)
+
+
+@pytest.mark.parametrize(
+    ("value", "nano", "up"),
+    [
+        (0.002, 2_000_000, 2_000_000),
+        (0.1 + 0.2, 300_000_000, 300_000_001),  # 0.30000000000000004 as written
+        (1099.5116277759999, 1_099_511_627_776, 1_099_511_627_776),
+        (1e-10, 0, 1),
+        (2.5e-09, 2, 3),  # a tie: half to even
+        (-0.0, 0, 0),
+        (123456789.123456789, 123_456_789_123_456_790, 123_456_789_123_456_790),
+    ],
+)
+def test_a_float_converts_at_the_edges_of_the_quick_reading(
+    value: float, nano: int, up: int
+) -> None:
+    assert money.to_nano(value) == nano
+    assert money.to_nano(value, round_up=True) == up
+
+
+@pytest.mark.parametrize("value", [-0.5, -1e-9, float("nan"), float("inf"), -float("inf")])
+def test_a_float_that_is_no_amount_is_refused_by_name(value: float) -> None:
+    with pytest.raises(ValueError, match="estimate_usd must be"):
+        money.to_nano(value, "estimate_usd")
+
+
 def test_whole_nano_refuses_what_an_int64_cannot_count() -> None:
     assert money.whole_nano(Decimal("9223372036.854775807")) == 2**63 - 1
     with pytest.raises(ValueError, match="price is too large to count"):
