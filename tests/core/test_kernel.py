@@ -54,6 +54,16 @@ def test_a_node_runs_and_ends_once_and_the_aggregates_count_it() -> None:
     assert kernel.node(node.node_id).status == "success"
 
 
+def test_a_begun_node_has_every_field_as_its_keywords_would_set_it() -> None:
+    kernel, _, _, root = make()
+    meta = {"a": 1}
+    node = kernel.begin(root, "llm", "ask", "m", meta)
+    expected = Node(
+        node.node_id, root, "llm", "ask", node.start_ts_ms, model="m", metadata=meta, depth=1
+    )
+    assert node == expected and node.metadata is meta
+
+
 def test_a_second_root_and_an_unknown_parent_are_refused() -> None:
     kernel, _, _, _ = make()
     with pytest.raises(RuntimeError, match="exactly one root"):

@@ -157,15 +157,23 @@ class Kernel:
             if parent is None:
                 raise KeyError(self.unknown(parent_id, "parent_id"))
             depth = parent.depth + 1
-            node = Node(
+            node = Node(  # positional: a dataclass's keyword arguments cost a dict per node
                 self._new_id(),
                 parent_id,
                 kind,
                 name,
                 start,
-                model=model,
-                metadata=metadata,
-                depth=depth,
+                None,
+                _CREATED,
+                model,
+                0,
+                _NO_COST,
+                None,
+                None,
+                None,
+                None,
+                metadata,
+                depth,
             )
             self._nodes[node.node_id] = node
             if owner is not None:
