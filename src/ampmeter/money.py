@@ -8,7 +8,7 @@ Integers add exactly and cost little on the hot path; 2⁵³ n$ (what a Lua numb
 keeps exact) is over nine million dollars.
 
 At the public boundary money is :class:`decimal.Decimal` in dollars. A float a user passes
-(``max_cost_usd=0.3``) is read once, as written (``repr``), never through its binary value.
+(``max_cost_usd=0.3``) means what it reads as (its ``repr``), never its binary value.
 An amount finer than a nano-dollar is rounded to the nearest one, ties to even; an estimate
 that reserves is rounded up instead, so rounding never lets a call through.
 """
