@@ -101,8 +101,8 @@ def dollars(value: object, what: str, *, allow_negative: bool = False) -> Decima
 def nano(value: object, what: str, *, allow_negative: bool = False, round_up: bool = False) -> int:
     """:func:`dollars` as whole nano-dollars, rounded half to even; or up (``round_up``): an
     estimate that reserves, so that rounding never lets a call through. The amount is read
-    once (money.usd refuses what is not a number; a string, which it would parse, is not a
-    user's amount here)."""
+    once (money.to_nano refuses what is not a number; a string, which it would parse, is not
+    a user's amount here)."""
     if isinstance(value, str):
         raise TypeError(f"{what} must be a number of dollars, got {_type_name(value)}")
     try:

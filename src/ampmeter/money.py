@@ -36,7 +36,7 @@ _ZERO: Final = Decimal(0)
 # Powers of ten whose coefficient is 1: multiplying by one only moves the exponent.
 _DOLLARS_TO_NANO: Final = Decimal("1E+9")
 _NANO_TO_DOLLARS: Final = Decimal("1E-9")
-_NANO_PER_USD_FLOAT: Final = 1e9
+_NANO_PER_USD_FLOAT: Final = float(NANO_PER_USD)
 _EXACT_FLOAT_NANO: Final = float(2**40)  # nano-dollars a float product keeps to 2**-12
 
 
