@@ -410,12 +410,11 @@ def _cluster_spender(port: int, scope: str, name: str, ceiling: float, seed: int
 def test_four_processes_on_a_three_node_cluster_share_one_ceiling() -> None:
     with RedisClusterNodes() as cluster:
         client = RedisCluster(host="127.0.0.1", port=cluster.ports[0], decode_responses=True)
-        scopes = [_scope() for _ in range(6)]
-        # the trees spread over the nodes, each tree's keys in one slot
-        slots = {client.keyslot(f"ampmeter:{{{scope}}}:spent") for scope in scopes}
-        owners = {client.get_node_from_key(f"ampmeter:{{{s}}}:x").name for s in scopes}
-        assert len(slots) == len(scopes) and len(owners) > 1
-        scope, ceiling = scopes[0], 15.0
+        # The tree's keys share one slot, so one node owns them all. The workers talk first to
+        # the nodes in turn, so at least two of them reach the owner through redirects. (Which
+        # node owns a random scope is chance: an assertion that six random scopes spread over
+        # the nodes fails once in 243 runs, and failed in CI.)
+        scope, ceiling = _scope(), 15.0
         out = FORK.Queue()
         workers = [
             FORK.Process(
