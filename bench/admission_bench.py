@@ -18,13 +18,13 @@ Run: ``python bench/admission_bench.py [--quick]``.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from _options import parse
 from ampmeter import ExecutionContext, LimitExceeded
 from ampmeter.keys import KEY_COST
 from ampmeter.ledgers import SqliteLedger
@@ -117,7 +117,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    for row in run(quick="--quick" in sys.argv[1:]):
+    for row in run(quick=parse(__doc__).quick):
         print(
             f"{row['name']:<72} {row['ampmeter']:.3f} vs {row['baseline']:.3f}  "
             f"{'met' if row['met'] else 'MISSED'}"

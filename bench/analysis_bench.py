@@ -40,6 +40,7 @@ from typing import Any
 
 import orjson
 
+from _options import parse
 from ampmeter.analysis import EXTENDED_COLUMNS
 
 TARGET_RATIO = 10.0
@@ -498,7 +499,7 @@ def main() -> None:
     if len(sys.argv) >= 2 and sys.argv[1] == "--child":
         _child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         return
-    quick = "--quick" in sys.argv[1:]
+    quick = parse(__doc__).quick
     for row in run(quick):
         ratio = f"{row['ratio']:.1f}x" if row["ratio"] is not None else "-"
         print(

@@ -39,6 +39,7 @@ from typing import Any
 import openai
 
 import ampmeter
+from _options import parse
 from ampmeter import ExecutionContext, LimitExceeded, money
 from ampmeter.pricing import request_size
 from ampmeter.testing import BillingProvider
@@ -223,7 +224,7 @@ def table(found: list[Cell]) -> str:
 
 
 def main(argv: list[str]) -> None:
-    quick = "--quick" in argv
+    quick = parse(__doc__, argv).quick
     if not estimate_modes():
         print(
             "ExecutionContext(..., estimate=...) is not available in this ampmeter: only the "

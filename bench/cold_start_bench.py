@@ -22,6 +22,8 @@ import sys
 import tempfile
 from typing import Any
 
+from _options import parse
+
 IMPORT_TARGET_MS = 100.0
 PRICE_TARGET_MS = 50.0
 
@@ -96,7 +98,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    for row in run(quick="--quick" in sys.argv[1:]):
+    for row in run(quick=parse(__doc__).quick):
         print(
             f"{row['name']:<50} {row['ampmeter']:8.1f} {row['unit']}  baseline "
             f"{row['baseline']:8.1f} ({row['baseline_name']})  ratio {row['ratio']:.1f}x  "

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _options import parse
 from ampmeter import ExecutionContext, Limit, LimitType
 from ampmeter.keys import KEY_INPUT_TOKENS, KEY_INPUT_TOKENS_FOR
 
@@ -133,8 +134,9 @@ def _print(rows: list[dict[str, Any]]) -> None:
 
 
 if __name__ == "__main__":
-    _print(run(quick="--quick" in sys.argv[1:]))
-    if "--phases" in sys.argv[1:]:
+    options = parse(__doc__, phases="also time each phase of a context round")
+    _print(run(quick=options.quick))
+    if options.phases:
         _phases_us()  # warm up
         phases = _phases_us()
         print("phases (µs): " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))

@@ -22,10 +22,11 @@ from __future__ import annotations
 import gc
 import os
 import statistics
-import sys
 import time
 import tracemalloc
 from typing import Any
+
+from _options import parse
 
 # bench/ is on sys.path both when this file runs as a script and under bench/run.py.
 from _otel_baseline import NAME as OTEL_NAME
@@ -238,4 +239,4 @@ def _print(rows: list[dict[str, Any]]) -> None:
 
 
 if __name__ == "__main__":
-    _print(run(quick="--quick" in sys.argv[1:]))
+    _print(run(quick=parse(__doc__).quick))

@@ -7,7 +7,6 @@ context on the same file that reserves at one scope. The ratio is baseline / han
 
 from __future__ import annotations
 
-import argparse
 import secrets
 import statistics
 import sys
@@ -16,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _options import parse
 from ampmeter import ExecutionContext, Limit
 from ampmeter.ledgers import SqliteLedger
 
@@ -69,10 +69,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> None:
     """Print the row."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer iterations")
-    args = parser.parse_args(argv)
-    for row in run(args.quick):
+    for row in run(parse(__doc__, argv).quick):
         print(
             f"{row['name']}\n  ampmeter {row['ampmeter']:.1f} {row['unit']}  |  "
             f"{row['baseline_name']} {row['baseline']:.1f}  |  ratio {row['ratio']:.2f}  |  "

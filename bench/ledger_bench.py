@@ -10,7 +10,6 @@ directory. Run: ``python bench/ledger_bench.py``.
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import shutil
 import socket
@@ -25,6 +24,7 @@ from typing import Any
 
 import redis
 
+from _options import parse
 from ampmeter.ledgers import InMemoryLedger, Ledger, RedisLedger, SqliteLedger
 
 PROCESSES = 8
@@ -207,10 +207,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> None:
     """Print the rows side by side."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer iterations")
-    args = parser.parse_args(argv)
-    for row in run(args.quick):
+    for row in run(parse(__doc__, argv).quick):
         print(
             f"{row['name']}\n  ampmeter {row['ampmeter']:.1f} {row['unit']}  |  "
             f"{row['baseline_name']} {row['baseline']:.1f}  |  ratio {row['ratio']:.2f}  |  "

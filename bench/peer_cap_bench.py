@@ -63,6 +63,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from _options import parser
+
 HERE = Path(__file__).resolve().parent
 REQUIREMENTS = HERE / "peers-requirements.txt"
 VENV = HERE / ".peers-venv"
@@ -629,14 +631,19 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["--child"]:
         child(argv[1])
         return
-    peers = PEERS
-    if "--peers" in argv:
-        peers = tuple(argv[argv.index("--peers") + 1].split(","))
-        unknown = set(peers) - set(PEERS)
-        if unknown:
-            raise SystemExit(f"unknown peers {sorted(unknown)}; known: {', '.join(PEERS)}")
+    options = parser(__doc__)
+    options.add_argument(
+        "--peers",
+        default=",".join(PEERS),
+        help=f"the peers to measure, comma-separated (default: all of {', '.join(PEERS)})",
+    )
+    args = options.parse_args(argv)
+    peers = tuple(args.peers.split(","))
+    unknown = set(peers) - set(PEERS)
+    if unknown:
+        options.error(f"unknown peers {sorted(unknown)}; known: {', '.join(PEERS)}")
     found = []
-    for cell in measured("--quick" in argv, peers):
+    for cell in measured(args.quick, peers):
         found.append(cell)
         print(line(cell), flush=True)
     print()

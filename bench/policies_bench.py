@@ -17,10 +17,10 @@ Run: ``python bench/policies_bench.py [--quick]``.
 from __future__ import annotations
 
 import statistics
-import sys
 from collections.abc import Callable
 from typing import Any
 
+from _options import parse
 from ampmeter import ExecutionContext, Limit
 from ampmeter.keys import KEY_LLM_CALLS
 
@@ -96,7 +96,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    for r in run(quick="--quick" in sys.argv[1:]):
+    for r in run(quick=parse(__doc__).quick):
         print(
             f"{r['name']:<52} {r['ampmeter']:8.3f} µs  baseline {r['baseline']:8.3f} µs  "
             f"ratio {r['ratio']:.2f}x"

@@ -9,9 +9,10 @@ Run: ``python bench/pricing_bench.py [--quick]``.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from collections.abc import Callable
+
+from _options import parse
 
 TARGET_US = 5.0
 
@@ -85,7 +86,7 @@ def run(quick: bool) -> list[dict[str, object]]:
 
 def main() -> None:
     """Print the rows as a table."""
-    rows = run("--quick" in sys.argv[1:])
+    rows = run(parse(__doc__).quick)
     print(f"{'benchmark':45} {'ampmeter':>10} {'baseline':>10} {'ratio':>8}  target     met")
     for r in rows:
         base = "-" if r["baseline"] is None else f"{r['baseline']:.2f}"

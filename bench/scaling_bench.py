@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextvars
 import gc
 import statistics
-import sys
 import threading
 import time
 import tracemalloc
 from typing import Any
 
+from _options import parse
 from ampmeter import ExecutionContext, ExecutionGraph, ExecutionStats, Limit, LimitType
 
 
@@ -214,5 +214,5 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    for r in run("--quick" in sys.argv):
+    for r in run(parse(__doc__).quick):
         print(r)

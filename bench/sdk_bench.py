@@ -57,6 +57,7 @@ from typing import Any
 import openai
 
 import ampmeter
+from _options import parse
 
 # shekel patches LiteLLM too, importing it: keep LiteLLM from fetching its price map.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -454,15 +455,21 @@ def _print_opcodes() -> None:
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--opcodes-client"]:
     print(*_opcodes_of_one_call(sys.argv[2], sys.argv[3], sys.argv[4]))
-elif __name__ == "__main__" and "--opcodes" in sys.argv:
-    _print_opcodes()
 elif __name__ == "__main__" and sys.argv[1:2] == ["--client"]:
     _client(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
-elif __name__ == "__main__" and "--instructions" in sys.argv:
-    _print_instructions("--quick" in sys.argv)
 elif __name__ == "__main__":
-    for row in run("--quick" in sys.argv):
-        print(
-            f"{row['name']:60s} ampmeter {row['ampmeter']:7.1f} µs   "
-            f"{row['baseline_name']} {row['baseline']:7.1f} µs"
-        )
+    options = parse(
+        __doc__,
+        instructions="count machine instructions per call under callgrind (needs valgrind)",
+        opcodes="count the Python opcodes and function calls of one call, exactly",
+    )
+    if options.opcodes:
+        _print_opcodes()
+    elif options.instructions:
+        _print_instructions(options.quick)
+    else:
+        for row in run(options.quick):
+            print(
+                f"{row['name']:60s} ampmeter {row['ampmeter']:7.1f} µs   "
+                f"{row['baseline_name']} {row['baseline']:7.1f} µs"
+            )

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from _options import parse
 from ampmeter.graph import Node
 from ampmeter.logs import read_jsonl
 from ampmeter.sinks.jsonl import JsonlSink, node_to_event
@@ -148,7 +148,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    rows = run("--quick" in sys.argv[1:])
+    rows = run(parse(__doc__).quick)
     print(f"{'bench':44} {'ampmeter':>14} {'baseline':>14} {'ratio':>7}  target / met")
     for r in rows:
         base = f"{r['baseline']:,.0f}" if r["baseline"] is not None else "-"

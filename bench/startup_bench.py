@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _options import parse
+
 RUN_TARGET_MS = 150.0
 
 
@@ -106,5 +108,5 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    for row in run("--quick" in sys.argv):
+    for row in run(parse(__doc__).quick):
         print(f"{row['name']:56s} +{row['ampmeter']:8.1f} ms  (baseline {row['baseline']} ms)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import orjson
 from rich.console import Console
 
+from _options import parse
 from ampmeter.cli.watch.follow import LogFollower
 from ampmeter.cli.watch.state import WatchState
 from ampmeter.cli.watch.view import FrameInfo, render_frame
@@ -126,7 +126,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    for r in run("--quick" in sys.argv[1:]):
+    for r in run(parse(__doc__).quick):
         base = f"{r['baseline']:,.0f}" if r["baseline"] is not None else "-"
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
         print(
