@@ -463,6 +463,8 @@ elif __name__ == "__main__":
         instructions="count machine instructions per call under callgrind (needs valgrind)",
         opcodes="count the Python opcodes and function calls of one call, exactly",
     )
+    if options.opcodes and options.instructions:
+        sys.exit("--opcodes and --instructions are two different counts: choose one")
     if options.opcodes:
         _print_opcodes()
     elif options.instructions:

@@ -59,3 +59,15 @@ def test_help_prints_the_benchmarks_description_and_runs_nothing() -> None:
     assert "Time ampmeter adds to a real ``openai`` chat call" in done.stdout
     # the options' help ends the output: no row was measured after it
     assert done.stdout.rstrip().endswith("exactly")
+
+
+def test_two_different_counts_at_once_are_refused_before_anything_runs() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "sdk_bench.py"), "--opcodes", "--instructions"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert "--opcodes and --instructions are two different counts" in done.stderr
