@@ -187,7 +187,7 @@ class CallMaker:
         label = name if name is not None else (model or kind)
         reservation, size, priced = model_estimate(
             kind,
-            self._pricing,
+            self._chain.pricing,
             model,
             provider,
             estimate_usd,

@@ -106,6 +106,25 @@ def test_an_embedders_prices_reserve_and_price_the_call_exactly() -> None:
     assert call.node.metadata["pricing_version"] == "flat-1"
 
 
+class FloatPrices:
+    """An embedder's prices in float dollars: 0.1 + 0.2 (0.30000000000000004) for any call."""
+
+    def price(self, model: str, provider: str | None = None, **tokens: int) -> PriceResult:
+        return PriceResult(0.1 + 0.2, "floats", "priced")  # type: ignore[arg-type]
+
+    def estimate(self, model: str, provider: str | None = None, **sizes: Any) -> float:
+        return 0.1 + 0.2
+
+
+def test_an_embedders_float_prices_are_read_as_written_in_nano_dollars() -> None:
+    ctx = ExecutionContext(max_cost_usd=10, pricing=FloatPrices())  # type: ignore[arg-type]
+    with ctx, ctx.llm_call(model="any", max_tokens=1) as call:
+        assert ctx.stats.reserved()[KEY_COST] == Decimal("0.300000001")  # rounded up
+        call.record(1, 1)
+    assert call.node.cost_usd == Decimal("0.3")  # to the nearest nano-dollar
+    assert call.node.metadata["pricing_version"] == "floats"
+
+
 @pytest.mark.parametrize("bad", [object(), "table", 3])
 def test_pricing_without_price_and_estimate_is_an_error_naming_the_keyword(bad: Any) -> None:
     with pytest.raises(TypeError, match="pricing must have price"):

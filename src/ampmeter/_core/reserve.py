@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, Literal
 
-from ampmeter import _validate, money
+from ampmeter import _validate
 from ampmeter._core.usage import Usage
 from ampmeter.pricing import request_size
 from ampmeter.pricing.max_output import max_output_tokens
 
 if TYPE_CHECKING:
     from ampmeter.pricing.request_size import RequestSize
-    from ampmeter.pricing.source import Pricing
+    from ampmeter.pricing.source import NanoPricing
 
 __all__ = [
     "BOUND_OUTPUT_TOKENS",
@@ -59,7 +59,7 @@ def prompt_estimate(
 
 def model_estimate(
     kind: Literal["llm", "embedding"],
-    pricing: Pricing,
+    pricing: NanoPricing,
     model: str | None,
     provider: str | None,
     estimate_usd: object,
@@ -87,9 +87,9 @@ def model_estimate(
     elif model:
         # Without max_tokens the pricing layer assumes its default output length: a budget
         # must not treat a call of unknown length as free.
-        found = pricing.estimate(model, provider, prompt_tokens=in_tokens, max_tokens=out_tokens)
+        found = pricing.estimate_nano(model, provider, in_tokens, out_tokens)
         priced = found is not None
-        cost = 0 if found is None else money.to_nano(found, "the price estimate", round_up=True)
+        cost = 0 if found is None else found
     else:
         cost = 0
     counted = int(kind == "llm")

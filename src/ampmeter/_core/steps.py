@@ -26,6 +26,7 @@ from ampmeter._core.waiting import Pause, Wait, Work
 from ampmeter.errors import BudgetBusy, ExecutionCanceled, LimitExceeded
 from ampmeter.keys import KEY_ELAPSED_S
 from ampmeter.limits import ExceededLimit, Limit, exceeded
+from ampmeter.pricing.source import in_nano
 
 if TYPE_CHECKING:
     from ampmeter._core.cells import Cell
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from ampmeter.policies.configured import Policies
     from ampmeter.policies.marks import CallMarks
     from ampmeter.pricing.request_size import RequestSize
-    from ampmeter.pricing.source import Pricing
+    from ampmeter.pricing.source import NanoPricing, Pricing
 
 __all__ = ["ADMITTED", "DONE", "NEW", "Chain", "Flight", "Step", "Stop", "timed_out"]
 
@@ -164,7 +165,7 @@ class Chain:
         # The ceilings of every guard: each context's own guard, which a raised limit updates.
         self.rows = tuple(f.guard for f in self.guards)
         self.policies = policies
-        self.pricing = pricing  # what the calls that record no cost are priced with
+        self.pricing: NanoPricing = in_nano(pricing)  # what calls are estimated and priced with
         self.wait_s = wait_s
         self.ledgered = tuple(f for f in self.guards if f.ledger is not None)
         steps: list[Step] = [Cancel(self)]

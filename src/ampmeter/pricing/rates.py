@@ -1,23 +1,28 @@
 """The resolved rates of one model, and the exact cost of one call at those rates.
 
 Rates are genai-prices' own :class:`~decimal.Decimal` prices in USD per million tokens, kept
-as they are (never through float), so a cost is the exact decimal sum a person would work
-out by hand. Tiered prices are compiled once into bands; the per-request fee is held per call.
+as they are (never through float), and beside them as integers scaled by a power of ten, so a
+cost is the exact decimal sum a person would work out by hand, worked out in integers. Tiered
+prices are compiled once into bands; the per-request fee is held per call.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
+
+from ampmeter import money
 
 if TYPE_CHECKING:
     from genai_prices.types import ModelPrice
 
-__all__ = ["Rates", "compile_price", "rates_from_json", "rates_to_json"]
+__all__ = ["MAX_PLACES", "Rates", "compile_price", "rates_from_json", "rates_to_json"]
 
 _ZERO: Final = Decimal(0)
-_PER_MILLION: Final = Decimal("1E-6")  # coefficient 1: multiplying by it only moves the exponent
+MAX_PLACES: Final = 24
+"""The most decimal places a rate (USD per million tokens) may have: a yocto-dollar per million
+tokens is far below any price, and the integers a call is priced with stay small."""
 # A rate as (threshold, USD per million units) steps, highest threshold first; the last step is
 # the base rate with threshold -1. A step applies when the call's input tokens exceed its
 # threshold (genai-prices' "cliff" tiers: crossing a threshold re-prices every token of a kind).
@@ -37,27 +42,81 @@ class Rates:
     version: str
     # Tiered prices: (threshold, rates for prompts longer than that), highest threshold first.
     bands: tuple[tuple[int, Rates], ...] | None = None
+    # The same rates as integers, made once here so that pricing a call is integer arithmetic:
+    # every rate times 10**places (units of 10**-(6 + places) USD per token), and the fee in
+    # those units. Exact: places is the most decimals any rate has.
+    places: int = field(init=False, repr=False, compare=False)
+    scaled: tuple[int, int, int, int, int, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        token_rates = (self.input, self.output, self.cache_read, self.cache_write, self.reasoning)
+        if not all(rate.is_finite() for rate in (*token_rates, self.per_call)):
+            raise ValueError("rates must be finite")
+        places = max(0, *(_decimals(rate) for rate in token_rates), _decimals(self.per_call) - 6)
+        if places > MAX_PLACES:
+            raise ValueError(f"a rate may have at most {MAX_PLACES} decimal places")
+        scaled = (
+            *(_scaled(rate, places) for rate in token_rates),
+            _scaled(self.per_call, places + 6),
+        )
+        object.__setattr__(self, "places", places)
+        object.__setattr__(self, "scaled", scaled)
 
     def cost(
         self, inp: int, out: int, cache_read: int, cache_write: int, reasoning: int
     ) -> Decimal:
         """Exact USD for one call with these (already validated) counts."""
+        units, places = self._units(inp, out, cache_read, cache_write, reasoning)
+        return Decimal(f"{units}E-{places}")
+
+    def nano(
+        self,
+        inp: int,
+        out: int,
+        cache_read: int,
+        cache_write: int,
+        reasoning: int,
+        what: str = "price",
+        *,
+        round_up: bool = False,
+    ) -> int:
+        """:meth:`cost` in whole nano-dollars, rounded half to even, or up (``round_up``: what
+        a reservation holds); ``ValueError`` naming ``what`` beyond what an int64 counts."""
+        units, places = self._units(inp, out, cache_read, cache_write, reasoning)
+        return money.scaled_nano(units, places, what, round_up=round_up)
+
+    def _units(
+        self, inp: int, out: int, cache_read: int, cache_write: int, reasoning: int
+    ) -> tuple[int, int]:
+        """The exact cost as ``units`` × 10**-``places`` USD."""
         r = self
         if self.bands is not None:
             for threshold, band in self.bands:
                 if inp > threshold:
                     r = band
                     break
-        # Kinds a call did not use are skipped: each Decimal product costs as much as the rest.
-        per_million = (inp - cache_read - cache_write) * r.input + (out - reasoning) * r.output
-        if cache_read:
-            per_million += cache_read * r.cache_read
-        if cache_write:
-            per_million += cache_write * r.cache_write
-        if reasoning:
-            per_million += reasoning * r.reasoning
-        cost = per_million * _PER_MILLION
-        return cost + r.per_call if r.per_call else cost
+        r_in, r_out, r_read, r_write, r_reasoning, r_call = r.scaled
+        units = (
+            (inp - cache_read - cache_write) * r_in
+            + cache_read * r_read
+            + cache_write * r_write
+            + (out - reasoning) * r_out
+            + reasoning * r_reasoning
+            + r_call
+        )
+        return units, r.places + 6
+
+
+def _decimals(rate: Decimal) -> int:
+    """How many decimal places ``rate`` (finite) is written with (negative for ``1E+2``)."""
+    return -int(rate.as_tuple().exponent)
+
+
+def _scaled(rate: Decimal, places: int) -> int:
+    """``rate`` × 10**places, exactly (``places`` is at least the rate's decimals)."""
+    sign, digits, exponent = rate.as_tuple()
+    value: int = int("".join(map(str, digits))) * 10 ** (int(exponent) + places)
+    return -value if sign else value
 
 
 def _step_rate(steps: _Steps, input_tokens: int) -> Decimal:

@@ -7,13 +7,17 @@ its ``pricing`` (``ExecutionContext(pricing=...)``; children inherit it). Anythi
 * :data:`TABLE`, the default: the prices of :mod:`ampmeter.pricing` (genai-prices and the
   user's prices), imported when the first call needs a price, so that making a context does
   not load the table. A context checks a call's counts where they enter (``llm_call``,
-  ``record``), so TABLE prices them without checking them again
-  (:func:`~ampmeter.pricing.table.price_checked`,
-  :func:`~ampmeter.pricing.table.estimate_checked`);
+  ``record``) and counts money in nano-dollars, so TABLE prices its calls without checking
+  them again, in integers (:func:`~ampmeter.pricing.table.price_nano`,
+  :func:`~ampmeter.pricing.table.estimate_nano`);
 * :data:`NO_PRICES`: prices nothing. Every call without a cost of its own is ``unpriced``
   (never $0), so under a cost limit it is refused unless it carries an ``estimate_usd``
   (``on_unpriced`` decides); for tests and embedders that bring their own costs;
-* the module :mod:`ampmeter.pricing`, or an embedder's own object.
+* the module :mod:`ampmeter.pricing`, or an embedder's own object. Its dollars are read as
+  every amount a user gives is (:func:`ampmeter.money.to_nano`: a float as written).
+
+A context prices through :func:`in_nano`, which gives each of these the same two functions in
+nano-dollars (:class:`NanoPricing`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from ampmeter.node import (
 if TYPE_CHECKING:
     from ampmeter.pricing.table import PriceResult
 
-__all__ = ["NO_PRICES", "TABLE", "Pricing", "checked", "price_call"]
+__all__ = ["NO_PRICES", "TABLE", "NanoPricing", "Pricing", "checked", "in_nano", "price_call"]
 
 
 class Pricing(Protocol):
@@ -48,22 +52,48 @@ class Pricing(Protocol):
     def estimate(self, *args: Any, **kwargs: Any) -> Decimal | None: ...
 
 
+class NanoPricing(Protocol):
+    """A context's pricing as it prices calls: in whole nano-dollars, for counts it checked."""
+
+    def price_nano(
+        self,
+        model: str,
+        provider: str | None,
+        input_tokens: int,
+        output_tokens: int,
+        cached_tokens: int,
+        cache_write_tokens: int,
+        reasoning_tokens: int,
+    ) -> tuple[int | None, str]:
+        """The cost of an ended call (rounded half to even; None when unpriced), and the
+        pricing version."""
+        ...
+
+    def estimate_nano(
+        self, model: str, provider: str | None, prompt_tokens: int, max_tokens: int | None
+    ) -> int | None:
+        """What a call may cost before it is made, rounded up (None when unpriced)."""
+        ...
+
+
 class _Table:
-    """:mod:`ampmeter.pricing`'s ``price`` and ``estimate`` for counts a context has checked
-    already (:func:`~ampmeter.pricing.table.price_checked`,
-    :func:`~ampmeter.pricing.table.estimate_checked`), imported when the first call needs a
-    price and kept on this object from then on."""
+    """:mod:`ampmeter.pricing`'s ``price`` and ``estimate``, and their nano-dollar forms for
+    counts a context has checked already (:func:`~ampmeter.pricing.table.price_nano`,
+    :func:`~ampmeter.pricing.table.estimate_nano`), imported when the first call needs a price
+    and kept on this object from then on."""
 
     # Declared for the type checker; each is set on first use by __getattr__.
     price: Callable[..., PriceResult]
     estimate: Callable[..., Decimal | None]
+    price_nano: Callable[..., tuple[int | None, str]]
+    estimate_nano: Callable[..., int | None]
 
     def __getattr__(self, name: str) -> Any:
-        if name not in ("price", "estimate"):
+        if name not in ("price", "estimate", "price_nano", "estimate_nano"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         from ampmeter.pricing import table
 
-        function = table.price_checked if name == "price" else table.estimate_checked
+        function = getattr(table, name)
         setattr(self, name, function)  # later calls find it here, as a plain attribute
         return function
 
@@ -89,8 +119,54 @@ class _NoPrices:
     def estimate(self, model: str, provider: str | None = None, **sizes: Any) -> Decimal | None:
         return None
 
+    def price_nano(self, model: str, provider: str | None, *tokens: int) -> tuple[None, str]:
+        return None, ""
+
+    def estimate_nano(self, model: str, provider: str | None, *sizes: int | None) -> None:
+        return None
+
     def __repr__(self) -> str:
         return "ampmeter.pricing.NO_PRICES"
+
+
+class _InNano:
+    """Another pricing's dollars in nano-dollars, as :func:`ampmeter.money.to_nano` reads any
+    amount a user gives (a price may be a Decimal or a float of dollars)."""
+
+    __slots__ = ("pricing",)
+
+    def __init__(self, pricing: Pricing) -> None:
+        self.pricing = pricing
+
+    def price_nano(
+        self,
+        model: str,
+        provider: str | None,
+        input_tokens: int,
+        output_tokens: int,
+        cached_tokens: int,
+        cache_write_tokens: int,
+        reasoning_tokens: int,
+    ) -> tuple[int | None, str]:
+        result = self.pricing.price(
+            model,
+            provider,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_tokens=cached_tokens,
+            cache_write_tokens=cache_write_tokens,
+            reasoning_tokens=reasoning_tokens,
+        )
+        cost = result.cost_usd
+        return None if cost is None else money.to_nano(cost, "price"), result.pricing_version
+
+    def estimate_nano(
+        self, model: str, provider: str | None, prompt_tokens: int, max_tokens: int | None
+    ) -> int | None:
+        found = self.pricing.estimate(
+            model, provider, prompt_tokens=prompt_tokens, max_tokens=max_tokens
+        )
+        return None if found is None else money.to_nano(found, "the price estimate", round_up=True)
 
 
 TABLE: Pricing = _Table()
@@ -113,8 +189,15 @@ def checked(pricing: object) -> Pricing | None:
     return pricing  # type: ignore[return-value]
 
 
+def in_nano(pricing: Pricing) -> NanoPricing:
+    """``pricing`` as a context prices with it, in nano-dollars (made once per context)."""
+    if isinstance(pricing, (_Table, _NoPrices)):
+        return pricing
+    return _InNano(pricing)
+
+
 def price_call(
-    pricing: Pricing,
+    pricing: NanoPricing,
     model: str | None,
     provider: str | None,
     cost: int | None,
@@ -128,28 +211,17 @@ def price_call(
 ) -> tuple[int, dict[str, Any], int]:
     """What an ended LLM (or embedding) call cost in nano-dollars, the metadata its price
     leaves, and 1 when it is unpriced (else 0). The cost is ``cost`` as given, else
-    ``pricing``'s (unpriced when the model is unknown or the call recorded nothing); a price
-    may be a Decimal or a float of dollars."""
+    ``pricing``'s (unpriced when the model is unknown or the call recorded nothing)."""
     version: str | None = None
     if cost is not None:
         status = "given"
     elif not model or not recorded:
         cost, status = 0, "unpriced"
     else:
-        result = pricing.price(
-            model,
-            provider,
-            input_tokens=tokens_in,
-            output_tokens=tokens_out,
-            cached_tokens=cached,
-            cache_write_tokens=cache_writes,
-            reasoning_tokens=reasoning,
+        found, version = pricing.price_nano(
+            model, provider, tokens_in, tokens_out, cached, cache_writes, reasoning
         )
-        version = result.pricing_version
-        if result.cost_usd is None:
-            cost, status = 0, "unpriced"
-        else:
-            cost, status = money.to_nano(result.cost_usd, "price"), "priced"
+        cost, status = (0, "unpriced") if found is None else (found, "priced")
     meta: dict[str, Any] = {META_COST_STATUS: status}
     if version:
         meta[META_PRICING_VERSION] = version

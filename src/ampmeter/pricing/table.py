@@ -57,10 +57,10 @@ __all__ = [
     "PricingStatus",
     "clear_prices",
     "estimate",
-    "estimate_checked",
+    "estimate_nano",
     "load",
     "price",
-    "price_checked",
+    "price_nano",
     "remove_price",
     "set_price",
     "split_provider",
@@ -134,30 +134,6 @@ def price(
             f"reasoning_tokens ({reasoning_tokens}) exceed output_tokens ({output_tokens}); "
             "reasoning tokens are part of the output"
         )
-    return price_checked(
-        model,
-        provider,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        cached_tokens=cached_tokens,
-        cache_write_tokens=cache_write_tokens,
-        reasoning_tokens=reasoning_tokens,
-    )
-
-
-def price_checked(
-    model: str,
-    provider: str | None = None,
-    *,
-    input_tokens: int,
-    output_tokens: int,
-    cached_tokens: int = 0,
-    cache_write_tokens: int = 0,
-    reasoning_tokens: int = 0,
-) -> PriceResult:
-    """:func:`price` of counts already checked: a context checks a call's counts when they are
-    recorded, so :data:`~ampmeter.pricing.TABLE` prices its calls with this. The model and
-    provider names are checked here."""
     rates = _rates_of(model, provider)
     if isinstance(rates, Unpriced):
         return PriceResult(None, rates.version, "unpriced")
@@ -165,6 +141,28 @@ def price_checked(
         input_tokens, output_tokens, cached_tokens, cache_write_tokens, reasoning_tokens
     )
     return PriceResult(cost, rates.version, "priced")
+
+
+def price_nano(
+    model: str,
+    provider: str | None,
+    input_tokens: int,
+    output_tokens: int,
+    cached_tokens: int,
+    cache_write_tokens: int,
+    reasoning_tokens: int,
+) -> tuple[int | None, str]:
+    """:func:`price` of counts already checked, in whole nano-dollars (rounded half to even;
+    None when unpriced), and the pricing version: a context checks a call's counts when they
+    are recorded and counts money in nano-dollars, so :data:`~ampmeter.pricing.TABLE` prices
+    its calls with this. The model and provider names are checked here."""
+    rates = _rates_of(model, provider)
+    if isinstance(rates, Unpriced):
+        return None, rates.version
+    cost = rates.nano(
+        input_tokens, output_tokens, cached_tokens, cache_write_tokens, reasoning_tokens
+    )
+    return cost, rates.version
 
 
 _Entry = Rates | DatedRates | Unpriced
@@ -226,26 +224,19 @@ def estimate(
     else:
         n_in = 0
     n_out = None if max_tokens is None else _count("max_tokens", max_tokens)
-    cost = estimate_checked(model, provider, prompt_tokens=n_in, max_tokens=n_out)
-    if cost is None:
-        return None
-    return money.from_nano(money.whole_nano(cost, "the estimate", round_up=True))
+    cost = estimate_nano(model, provider, n_in, n_out)
+    return None if cost is None else money.from_nano(cost)
 
 
-def estimate_checked(
-    model: str,
-    provider: str | None = None,
-    *,
-    prompt_tokens: int = 0,
-    max_tokens: int | None = None,
-) -> Decimal | None:
-    """:func:`estimate` of counts already checked, as the exact cost (not yet rounded up to a
-    whole nano-dollar): a context checks a call's counts when it is made, and rounds what it
-    reserves up, so :data:`~ampmeter.pricing.TABLE` reserves with this. The model and provider
-    names are checked here."""
+def estimate_nano(
+    model: str, provider: str | None, prompt_tokens: int, max_tokens: int | None
+) -> int | None:
+    """:func:`estimate` of counts already checked, in whole nano-dollars (None when unpriced):
+    what a context reserves for a call, whose counts it checked when the call was made. The
+    model and provider names are checked here."""
     rates = _rates_of(model, provider)
     if isinstance(rates, Unpriced):
         return None
     if max_tokens is None:
         max_tokens = max_output_tokens(model) or DEFAULT_ESTIMATE_OUTPUT_TOKENS
-    return rates.cost(prompt_tokens, max_tokens, 0, 0, 0)
+    return rates.nano(prompt_tokens, max_tokens, 0, 0, 0, "the price estimate", round_up=True)

@@ -1,0 +1,98 @@
+"""A model's rates price a call exactly, in integers: the Decimal cost and the nano-dollars a
+context counts are the sum a person works out by hand from the rates as written."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ampmeter.pricing.rates import MAX_PLACES, Rates
+
+# Rates as tables and users write them: up to nine significant digits, from 1e-12 to 1e5
+# dollars per million tokens, whole numbers written with a positive exponent too (1E+2).
+_RATES = st.builds(
+    lambda digits, exponent: Decimal(f"{digits}E{exponent}"),
+    st.integers(min_value=0, max_value=10**9 - 1),
+    st.integers(min_value=-20, max_value=2),
+)
+_COUNT = st.integers(min_value=0, max_value=2**40)
+
+
+def _flat(rates: tuple[Decimal, ...], bands: tuple[tuple[int, Rates], ...] | None = None) -> Rates:
+    r_in, r_out, r_read, r_write, r_reasoning, r_call = rates
+    return Rates(r_in, r_out, r_read, r_write, r_reasoning, r_call, "v", bands)
+
+
+def _by_hand(rates: Rates, inp: int, out: int, read: int, write: int, reasoning: int) -> Fraction:
+    """The call's cost in dollars, worked out from the Decimal rates in exact fractions."""
+    per_million = (
+        (inp - read - write) * Fraction(rates.input)
+        + read * Fraction(rates.cache_read)
+        + write * Fraction(rates.cache_write)
+        + (out - reasoning) * Fraction(rates.output)
+        + reasoning * Fraction(rates.reasoning)
+    )
+    return per_million / 10**6 + Fraction(rates.per_call)
+
+
+@given(st.tuples(*[_RATES] * 6), st.tuples(*[_COUNT] * 5))
+def test_cost_and_nano_are_the_exact_sum_of_the_rates_as_written(
+    amounts: tuple[Decimal, ...], counts: tuple[int, ...]
+) -> None:
+    rates = _flat(amounts)
+    inp, out, read, write, reasoning = counts
+    inp += read + write  # cache reads and writes are parts of the input,
+    out += reasoning  # reasoning is part of the output
+    exact = _by_hand(rates, inp, out, read, write, reasoning)
+    assert Fraction(rates.cost(inp, out, read, write, reasoning)) == exact
+    nano = exact * 10**9
+    for round_up, expected in ((False, round(nano)), (True, math.ceil(nano))):
+        if expected > 2**63 - 1:
+            with pytest.raises(ValueError, match="price is too large to count"):
+                rates.nano(inp, out, read, write, reasoning, round_up=round_up)
+        else:
+            assert rates.nano(inp, out, read, write, reasoning, round_up=round_up) == expected
+
+
+def test_a_band_prices_prompts_longer_than_its_threshold_with_its_own_places() -> None:
+    short = ("0.15", "0.6", "0.075", "0.15", "0.6", "0")
+    long = ("0.3", "1.2", "0.0375", "0.3", "1.2", "0.0000001")
+    band = _flat(tuple(map(Decimal, long)))
+    rates = _flat(tuple(map(Decimal, short)), ((1000, band),))
+    assert rates.cost(1000, 10, 0, 0, 0) == Decimal("0.000156")  # 1000 x 0.15 + 10 x 0.6, / 1e6
+    assert rates.cost(1001, 10, 1, 0, 0) == Decimal("0.0003121375")  # 1000 x 0.3 + 0.0375 + 12
+    assert rates.nano(1001, 10, 1, 0, 0) == 312_138  # 312,137.5 n$: half to even
+    assert rates.nano(1001, 10, 1, 0, 0, round_up=True) == 312_138
+
+
+def test_a_cost_is_written_to_the_finest_place_of_the_models_rates() -> None:
+    rates = _flat(tuple(map(Decimal, ("2.5", "10", "1.25", "2.5", "10", "0"))))
+    assert str(rates.cost(1200, 350, 0, 0, 0)) == "0.00650000"  # 1.25 per 1e6 tokens: 8 places
+    assert rates.nano(1200, 350, 0, 0, 0) == 6_500_000
+
+
+@pytest.mark.parametrize(
+    ("amounts", "match"),
+    [
+        (("NaN", "1", "1", "1", "1", "0"), "finite"),
+        (("1", "Infinity", "1", "1", "1", "0"), "finite"),
+        (("1", "1", "1", "1", "1", "sNaN"), "finite"),
+        ((f"1E-{MAX_PLACES + 1}", "1", "1", "1", "1", "0"), f"at most {MAX_PLACES} decimal"),
+    ],
+)
+def test_rates_that_cannot_be_counted_are_refused(amounts: tuple[str, ...], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        _flat(tuple(map(Decimal, amounts)))
+
+
+def test_the_finest_rate_allowed_still_prices_exactly() -> None:
+    finest = Decimal(f"1E-{MAX_PLACES}")
+    rates = _flat((finest, finest, finest, finest, finest, Decimal(0)))
+    assert rates.cost(10**6, 0, 0, 0, 0) == finest
+    assert rates.nano(10**6, 0, 0, 0, 0) == 0
+    assert rates.nano(10**6, 0, 0, 0, 0, round_up=True) == 1
