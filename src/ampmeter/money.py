@@ -104,12 +104,13 @@ def scaled_nano(scaled: int, places: int, what: str = "amount", *, round_up: boo
         nano = scaled * 10 ** (9 - places)
     else:
         nano, rest = divmod(scaled, 10 ** (places - 9))
-        half = 5 * 10 ** (places - 10)
         if round_up:
             if rest:
                 nano += 1
-        elif rest > half or (rest == half and nano % 2):
-            nano += 1
+        else:
+            half = 5 * 10 ** (places - 10)
+            if rest > half or (rest == half and nano % 2):
+                nano += 1
     if abs(nano) > _MAX_NANO:
         raise ValueError(f"{what} is too large to count: {Decimal(f'{scaled}E-{places}')!r}")
     return nano

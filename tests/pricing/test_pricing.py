@@ -475,6 +475,7 @@ def test_remove_missing_price_raises_key_error() -> None:
         ({"input_per_mtok": None}, TypeError),
         ({"cached_input_per_mtok": -0.1}, ValueError),
         ({"cache_write_per_mtok": math.nan}, ValueError),
+        ({"cache_write_per_mtok": "1E-25"}, ValueError),  # finer than a rate may be written
         ({"provider": ""}, ValueError),
         ({"provider": 3}, TypeError),
     ],

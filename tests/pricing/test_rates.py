@@ -79,10 +79,18 @@ def test_a_cost_is_written_to_the_finest_place_of_the_models_rates() -> None:
 @pytest.mark.parametrize(
     ("amounts", "match"),
     [
-        (("NaN", "1", "1", "1", "1", "0"), "finite"),
-        (("1", "Infinity", "1", "1", "1", "0"), "finite"),
-        (("1", "1", "1", "1", "1", "sNaN"), "finite"),
-        ((f"1E-{MAX_PLACES + 1}", "1", "1", "1", "1", "0"), f"at most {MAX_PLACES} decimal"),
+        (("NaN", "1", "1", "1", "1", "0"), "the input rate must be finite, got NaN"),
+        (("1", "Infinity", "1", "1", "1", "0"), "the output rate must be finite"),
+        (("1", "1", "1", "1", "1", "sNaN"), "the per-request rate must be finite"),
+        (
+            ("1", "1", f"1E-{MAX_PLACES + 1}", "1", "1", "0"),
+            f"the cache read rate may have at most {MAX_PLACES} decimal places per million "
+            "tokens, got 1E-25",
+        ),
+        (
+            ("1", "1", "1", "1", "1", f"1E-{MAX_PLACES + 7}"),  # the fee is per request
+            f"the per-request rate may have at most {MAX_PLACES} decimal places",
+        ),
     ],
 )
 def test_rates_that_cannot_be_counted_are_refused(amounts: tuple[str, ...], match: str) -> None:
@@ -92,7 +100,8 @@ def test_rates_that_cannot_be_counted_are_refused(amounts: tuple[str, ...], matc
 
 def test_the_finest_rate_allowed_still_prices_exactly() -> None:
     finest = Decimal(f"1E-{MAX_PLACES}")
-    rates = _flat((finest, finest, finest, finest, finest, Decimal(0)))
-    assert rates.cost(10**6, 0, 0, 0, 0) == finest
+    fee = Decimal(f"1E-{MAX_PLACES + 6}")  # per request: as fine per million requests
+    rates = _flat((finest, finest, finest, finest, finest, fee))
+    assert rates.cost(10**6, 0, 0, 0, 0) == finest + fee
     assert rates.nano(10**6, 0, 0, 0, 0) == 0
     assert rates.nano(10**6, 0, 0, 0, 0, round_up=True) == 1

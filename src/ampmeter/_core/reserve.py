@@ -89,7 +89,7 @@ def model_estimate(
         # must not treat a call of unknown length as free.
         found = pricing.estimate_nano(model, provider, in_tokens, out_tokens)
         priced = found is not None
-        cost = 0 if found is None else found
+        cost = found or 0
     else:
         cost = 0
     counted = int(kind == "llm")

@@ -23,6 +23,7 @@ _ZERO: Final = Decimal(0)
 MAX_PLACES: Final = 24
 """The most decimal places a rate (USD per million tokens) may have: a yocto-dollar per million
 tokens is far below any price, and the integers a call is priced with stay small."""
+_KINDS: Final = ("input", "output", "cache read", "cache write", "reasoning", "per-request")
 # A rate as (threshold, USD per million units) steps, highest threshold first; the last step is
 # the base rate with threshold -1. A step applies when the call's input tokens exceed its
 # threshold (genai-prices' "cliff" tiers: crossing a threshold re-prices every token of a kind).
@@ -50,11 +51,19 @@ class Rates:
 
     def __post_init__(self) -> None:
         token_rates = (self.input, self.output, self.cache_read, self.cache_write, self.reasoning)
-        if not all(rate.is_finite() for rate in (*token_rates, self.per_call)):
-            raise ValueError("rates must be finite")
-        places = max(0, *(_decimals(rate) for rate in token_rates), _decimals(self.per_call) - 6)
+        rates = (*token_rates, self.per_call)
+        for kind, rate in zip(_KINDS, rates, strict=True):
+            if not rate.is_finite():
+                raise ValueError(f"the {kind} rate must be finite, got {rate}")
+        # Decimals per million tokens: the fee, in USD per request, may have six more.
+        decimals = (*(_decimals(rate) for rate in token_rates), _decimals(self.per_call) - 6)
+        places = max(0, *decimals)
         if places > MAX_PLACES:
-            raise ValueError(f"a rate may have at most {MAX_PLACES} decimal places")
+            at = decimals.index(places)
+            raise ValueError(
+                f"the {_KINDS[at]} rate may have at most {MAX_PLACES} decimal places per "
+                f"million tokens, got {rates[at]}"
+            )
         scaled = (
             *(_scaled(rate, places) for rate in token_rates),
             _scaled(self.per_call, places + 6),
