@@ -89,7 +89,7 @@ def test_a_cost_is_written_to_the_finest_place_of_the_models_rates() -> None:
         ),
         (
             ("1", "1", "1", "1", "1", f"1E-{MAX_PLACES + 7}"),  # the fee is per request
-            f"the per-request rate may have at most {MAX_PLACES} decimal places",
+            f"the per-request rate may have at most {MAX_PLACES + 6} decimal places, got 1E-31$",
         ),
     ],
 )

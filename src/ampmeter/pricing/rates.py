@@ -60,9 +60,11 @@ class Rates:
         places = max(0, *decimals)
         if places > MAX_PLACES:
             at = decimals.index(places)
+            fee = at == len(token_rates)
+            most, unit = (MAX_PLACES + 6, "") if fee else (MAX_PLACES, " per million tokens")
             raise ValueError(
-                f"the {_KINDS[at]} rate may have at most {MAX_PLACES} decimal places per "
-                f"million tokens, got {rates[at]}"
+                f"the {_KINDS[at]} rate may have at most {most} decimal places{unit}, "
+                f"got {rates[at]}"
             )
         scaled = (
             *(_scaled(rate, places) for rate in token_rates),
@@ -123,9 +125,9 @@ def _decimals(rate: Decimal) -> int:
 
 def _scaled(rate: Decimal, places: int) -> int:
     """``rate`` × 10**places, exactly (``places`` is at least the rate's decimals)."""
-    sign, digits, exponent = rate.as_tuple()
-    value: int = int("".join(map(str, digits))) * 10 ** (int(exponent) + places)
-    return -value if sign else value
+    numerator, denominator = rate.as_integer_ratio()  # the denominator divides 10**places
+    scale: int = 10**places
+    return numerator * scale // denominator
 
 
 def _step_rate(steps: _Steps, input_tokens: int) -> Decimal:
