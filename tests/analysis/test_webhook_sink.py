@@ -320,10 +320,13 @@ def test_credentials_and_an_authorization_header_are_refused_together() -> None:
         WebhookSink("http://u:password1@127.0.0.1:9/x", headers={"Authorization": "Bearer t"})
 
 
-class GarbageReceiver:
-    """A port that answers every request with bytes that are not HTTP."""
+class OneAnswerReceiver:
+    """A port that reads one whole request per connection, answers ``answer`` and hangs up:
+    bytes that are not HTTP, or a 200 that does not say it closes the connection."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+        self.connections = 0
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(16)
@@ -337,9 +340,28 @@ class GarbageReceiver:
                 connection, _ = self.listener.accept()
             except OSError:
                 return  # closed
+            self.connections += 1
             with connection:
-                connection.recv(65536)
-                connection.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+                if self._read_request(connection):
+                    connection.sendall(self.answer)
+
+    @staticmethod
+    def _read_request(connection: socket.socket) -> bool:
+        """Read one whole request (unread bytes would reset the answer); False at EOF."""
+        request = b""
+        while b"\r\n\r\n" not in request:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return False
+            request += chunk
+        head, _, body = request.partition(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        while len(body) < length:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return False
+            body += chunk
+        return True
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -348,8 +370,25 @@ class GarbageReceiver:
         self.thread.join(5)
 
 
+def test_a_kept_connection_the_receiver_closed_is_replaced_at_once() -> None:
+    """No retries allowed: the second event still arrives, on a new connection."""
+    receiver = OneAnswerReceiver(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+    try:
+        hook = WebhookSink(receiver.url, retries=0)
+        for _ in range(2):
+            with ExecutionContext(
+                limits=[Limit(KEY_COST, 1.0, warn_at=(0.5,))], sinks=[hook]
+            ) as ctx:
+                warn_on(ctx)
+            wait_for(lambda: hook.sent + hook.failures == receiver.connections)
+        hook.close()
+    finally:
+        receiver.close()
+    assert (hook.sent, hook.failures, receiver.connections) == (2, 0, 2)
+
+
 def test_an_error_on_the_sending_thread_is_counted_and_the_thread_goes_on() -> None:
-    garbage = GarbageReceiver()
+    garbage = OneAnswerReceiver(b"NOT HTTP AT ALL\r\n\r\n")
     try:
         hook = WebhookSink(garbage.url, retries=1, backoff_s=0.01)
         for _ in range(2):
@@ -414,6 +453,7 @@ def wait_for(condition: Any, timeout_s: float = 5.0) -> None:
         ({"timeout_s": 0}, ValueError, "timeout_s"),
         ({"backoff_s": float("nan")}, ValueError, "backoff_s"),
         ({"headers": {"x": 1}}, TypeError, "headers"),
+        ({"headers": {"x-token": "t\r\nx-evil: 1"}}, ValueError, "'x-token' must not hold"),
     ],
 )
 def test_bad_arguments_are_refused(

@@ -111,6 +111,9 @@ class WebhookSink(Sink):
         for name, value in (headers or {}).items():
             if not isinstance(name, str) or not isinstance(value, str):
                 raise TypeError("headers must map header names to string values")
+            if any(char in name + value for char in "\r\n\0"):
+                # http.client would refuse it on the worker, for every event; say so here
+                raise ValueError(f"header {name.strip()!r} must not hold a line break or NUL")
             redact.remember_secret(value)
             self._headers[name.lower()] = value
         if self._target.authorization is not None:
