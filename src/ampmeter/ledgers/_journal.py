@@ -9,8 +9,8 @@ was journaled, count once.
 Replaying adds spend, so each entry is sealed and checked before it is applied (see
 :mod:`ampmeter.ledgers._journal_entry`); an entry that fails a check is never applied: it is
 renamed ``*.corrupt`` beside the others (kept for a person to look at) and logged with its file
-and the reason. On POSIX the directory is made private to its user, and an entry another user
-owns is refused the same way.
+and the reason. On POSIX the directory is created private to its user (mode 0700), and an
+entry another user owns is refused the same way.
 """
 
 from __future__ import annotations
