@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
+import multiprocessing
 import socket
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -228,6 +232,213 @@ def test_emit_after_close_is_an_error_and_close_is_idempotent(receiver: ReplaySe
         spend(ctx, 0.05)
 
 
+def warn_on(ctx: ExecutionContext) -> None:
+    """One call at 60% of a $1.00 cost limit with a warning at half: one warning event."""
+    spend(ctx, 0.6)
+
+
+def test_events_share_one_kept_connection(receiver: ReplayServer) -> None:
+    limits = [Limit(KEY_COST, 1.0, warn_at=(0.5,))]
+    with WebhookSink(receiver.url + HOOK) as hook:
+        for _ in range(3):
+            with ExecutionContext(limits=limits, sinks=[hook]) as ctx:
+                warn_on(ctx)
+            wait_for(lambda: hook.sent == len(receiver.requests))
+    assert (hook.sent, hook.failures) == (3, 0)
+    assert len({request.peer for request in receiver.requests}) == 1  # one connection
+
+
+def test_a_redirect_is_a_failure_and_never_followed(receiver: ReplayServer) -> None:
+    with ReplayServer(fallback=accepted) as elsewhere:
+        moved = ReplayResponse(status=302, headers=(("location", elsewhere.url + "/stolen"),))
+        receiver.script(HOOK, moved)
+        hook = WebhookSink(
+            receiver.url + HOOK, headers={"authorization": "Bearer hooktoken123"}, backoff_s=0.01
+        )
+        with ExecutionContext(limits=[Limit(KEY_COST, 1.0, warn_at=(0.5,))], sinks=[hook]) as ctx:
+            warn_on(ctx)
+        with pytest.warns(RuntimeWarning, match=r"did not deliver 1 .*HTTP 302, a redirect"):
+            hook.close()
+        assert elsewhere.requests == []  # neither the event nor the token went there
+    assert len(receiver.requests) == 1  # a redirect is not retried either
+    assert (hook.sent, hook.failures) == (0, 1)
+    assert hook.last_error is not None and "not followed" in hook.last_error
+
+
+def test_credentials_in_the_url_are_sent_as_basic_authorization(receiver: ReplayServer) -> None:
+    host = receiver.url.removeprefix("http://")
+    url = f"http://hook-user:pa%40ss-word-1234@{host}{HOOK}"
+    limits = [Limit(KEY_COST, 1.0, warn_at=(0.5,))]
+    with WebhookSink(url) as hook, ExecutionContext(limits=limits, sinks=[hook]) as ctx:
+        warn_on(ctx)
+    assert (hook.sent, hook.failures) == (1, 0)
+    (request,) = receiver.requests
+    assert request.path == HOOK
+    expected = base64.b64encode(b"hook-user:pa@ss-word-1234").decode()
+    assert request.headers["authorization"] == f"Basic {expected}"
+    assert b"pa@ss" not in request.body and b"hook-user" not in request.body
+
+
+def test_credentials_without_a_port_never_show_and_the_failure_is_counted(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Port 80 of loopback: whatever answers there (most often nothing), the event is counted
+    once and the password is in no message, warning or output."""
+    password = "hunter2-webhook-password"
+    hook = WebhookSink(f"http://user:{password}@127.0.0.1/hook", retries=0, timeout_s=1.0)
+    with ExecutionContext(limits=[Limit(KEY_COST, 1.0, warn_at=(0.5,))], sinks=[hook]) as ctx:
+        warn_on(ctx)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hook.close()
+    assert hook.sent + hook.failures == 1
+    texts = [str(warning.message) for warning in caught] + [str(hook.last_error)]
+    texts.extend(capfd.readouterr())
+    assert all(password not in text for text in texts), texts
+    if hook.failures:
+        assert "http://127.0.0.1 " in str(caught[0].message)
+
+
+@pytest.mark.parametrize(
+    ("url", "match"),
+    [
+        ("http://user:s3cret-pass@127.0.0.1:notaport/x", "port is not a number"),
+        ("http://user:s3cret-pass@127.0.0.1:99999/x", "port is not a number"),
+        ("http://user:s3cret-pass@[::1/x", "cannot be read"),
+        ("http://user:s3cret-pass@127.0.0.1/a b", "spaces or control characters"),
+        ("ftp://user:s3cret-pass@127.0.0.1/x", "got a ftp:// URL"),
+    ],
+)
+def test_a_bad_url_is_refused_in_one_line_without_its_credentials(url: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match) as refused:
+        WebhookSink(url)
+    assert "s3cret" not in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_credentials_and_an_authorization_header_are_refused_together() -> None:
+    with pytest.raises(ValueError, match="give one of them"):
+        WebhookSink("http://u:password1@127.0.0.1:9/x", headers={"Authorization": "Bearer t"})
+
+
+class OneAnswerReceiver:
+    """A port that reads one whole request per connection, answers ``answer`` and hangs up:
+    bytes that are not HTTP, or a 200 that does not say it closes the connection."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+        self.connections = 0
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}{HOOK}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            self.connections += 1
+            with connection:
+                if self._read_request(connection):
+                    connection.sendall(self.answer)
+
+    @staticmethod
+    def _read_request(connection: socket.socket) -> bool:
+        """Read one whole request (unread bytes would reset the answer); False at EOF."""
+        request = b""
+        while b"\r\n\r\n" not in request:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return False
+            request += chunk
+        head, _, body = request.partition(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        while len(body) < length:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return False
+            body += chunk
+        return True
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() under way
+        self.listener.close()
+        self.thread.join(5)
+
+
+def test_a_kept_connection_the_receiver_closed_is_replaced_at_once() -> None:
+    """No retries allowed: the second event still arrives, on a new connection."""
+    receiver = OneAnswerReceiver(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+    try:
+        hook = WebhookSink(receiver.url, retries=0)
+        for _ in range(2):
+            with ExecutionContext(
+                limits=[Limit(KEY_COST, 1.0, warn_at=(0.5,))], sinks=[hook]
+            ) as ctx:
+                warn_on(ctx)
+            wait_for(lambda: hook.sent + hook.failures == receiver.connections)
+        hook.close()
+    finally:
+        receiver.close()
+    assert (hook.sent, hook.failures, receiver.connections) == (2, 0, 2)
+
+
+def test_an_error_on_the_sending_thread_is_counted_and_the_thread_goes_on() -> None:
+    garbage = OneAnswerReceiver(b"NOT HTTP AT ALL\r\n\r\n")
+    try:
+        hook = WebhookSink(garbage.url, retries=1, backoff_s=0.01)
+        for _ in range(2):
+            with ExecutionContext(
+                limits=[Limit(KEY_COST, 1.0, warn_at=(0.5,))], sinks=[hook]
+            ) as ctx:
+                warn_on(ctx)
+        with pytest.warns(RuntimeWarning, match=r"did not deliver 2 .*BadStatusLine"):
+            hook.close()
+    finally:
+        garbage.close()
+    assert (hook.sent, hook.failures) == (0, 2)
+
+
+def _warn_in_child(hook: WebhookSink) -> None:
+    limits = [Limit(KEY_COST, 1.0, warn_at=(0.5,))]
+    with ExecutionContext("child", limits=limits, sinks=[hook]) as ctx:
+        warn_on(ctx)
+    # no close(): the child closes its copy of the sink when it exits
+
+
+def test_a_forked_child_sends_its_own_events_on_its_own_connection(
+    receiver: ReplayServer,
+) -> None:
+    limits = [Limit(KEY_COST, 1.0, warn_at=(0.5,))]
+    with WebhookSink(receiver.url + HOOK) as hook:
+        with ExecutionContext("parent", limits=limits, sinks=[hook]) as ctx:
+            warn_on(ctx)
+        wait_for(lambda: hook.sent == 1)  # the parent's connection is open when it forks
+        child = multiprocessing.get_context("fork").Process(target=_warn_in_child, args=(hook,))
+        child.start()
+        child.join(timeout=60)
+        assert child.exitcode == 0
+        with ExecutionContext("parent", limits=limits, sinks=[hook]) as ctx:
+            warn_on(ctx)
+    contexts = [event["context"] for event in received(receiver)]
+    assert sorted(contexts) == ["child", "parent", "parent"]
+    assert (hook.sent, hook.failures) == (2, 0)  # the parent counts its own events only
+    parent_peers = {r.peer for r in receiver.requests if r.json()["context"] == "parent"}
+    child_peers = {r.peer for r in receiver.requests if r.json()["context"] == "child"}
+    assert len(parent_peers) == 1 and not parent_peers & child_peers
+
+
+def wait_for(condition: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
 @pytest.mark.parametrize(
     ("arguments", "error", "match"),
     [
@@ -242,6 +453,7 @@ def test_emit_after_close_is_an_error_and_close_is_idempotent(receiver: ReplaySe
         ({"timeout_s": 0}, ValueError, "timeout_s"),
         ({"backoff_s": float("nan")}, ValueError, "backoff_s"),
         ({"headers": {"x": 1}}, TypeError, "headers"),
+        ({"headers": {"x-token": "t\r\nx-evil: 1"}}, ValueError, "'x-token' must not hold"),
     ],
 )
 def test_bad_arguments_are_refused(

@@ -154,7 +154,11 @@ def test_a_sqlite_file_of_the_float_era_is_refused_untouched(tmp_path: Path) -> 
     db.close()
 
 
-def test_a_journal_entry_of_the_float_era_replays_as_written(tmp_path: Path) -> None:
+def test_a_journal_entry_of_the_float_era_is_kept_aside_unapplied(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It carries no seal, so nothing tells it from a planted file (tests/shared/
+    test_journal_entries.py): it is kept for a person to look at, not replayed."""
     journal = tmp_path / "journal"
     journal.mkdir()
     entry = {
@@ -164,9 +168,13 @@ def test_a_journal_entry_of_the_float_era_replays_as_written(tmp_path: Path) -> 
         "actual": {COST: 0.1, "amp:input_tokens": 12.0},
     }
     (journal / "commit-old.settlement.json").write_bytes(orjson.dumps(entry))
-    with SqliteLedger(tmp_path / "l.db", "s", journal=journal) as ledger:
-        assert ledger.spent() == {COST: Decimal("0.1"), "amp:input_tokens": 12}
-    assert not list(journal.glob("*.json"))
+    with (
+        caplog.at_level("ERROR", logger="ampmeter.ledgers"),
+        SqliteLedger(tmp_path / "l.db", "s", journal=journal) as ledger,
+    ):
+        assert ledger.spent() == {}
+    assert [p.name for p in journal.iterdir()] == ["commit-old.settlement.json.corrupt"]
+    assert "has no seal" in caplog.text
 
 
 def test_a_ceiling_past_what_can_be_counted_never_refuses(make_ledger: MakeLedger) -> None:

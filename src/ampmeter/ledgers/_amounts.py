@@ -17,6 +17,7 @@ from ampmeter.keys import is_money
 from ampmeter.money import NANO_PER_USD, from_nano, to_nano, usd
 
 __all__ = [
+    "MAX_UNITS",
     "Amount",
     "AmountIn",
     "HoldRequest",
@@ -49,8 +50,8 @@ Units: TypeAlias = dict[str, int]
 Limits: TypeAlias = dict[str, Units]
 """Ceilings per scope, the reserving scope first: ``{scope: {key: max}}``, in units."""
 
-_MAX_UNITS = 2**63 - 1  # what SQLite and Redis integers hold
-_MAX_CEILING_USD = Decimal(_MAX_UNITS) / NANO_PER_USD
+MAX_UNITS = 2**63 - 1  # what SQLite and Redis integers hold: the most one amount may be
+_MAX_CEILING_USD = Decimal(MAX_UNITS) / NANO_PER_USD
 
 Windows: TypeAlias = tuple[tuple[str, float, int], ...]
 """Sliding-window ceilings at the reserving scope: ``((key, window_s, max), ...)``."""
@@ -82,7 +83,7 @@ def to_units(key: str, value: object, what: str, *, ceiling: bool = False) -> in
             # A ceiling past what can be counted (2^63 n$) is no ceiling: it never refuses.
             dollars = usd(value, what, allow_negative=True)
             if abs(dollars) > _MAX_CEILING_USD:
-                return _MAX_UNITS if dollars > 0 else -_MAX_UNITS
+                return MAX_UNITS if dollars > 0 else -MAX_UNITS
         return to_nano(value, what, allow_negative=ceiling)
     kind = type(value)
     if kind is int:
@@ -105,10 +106,10 @@ def to_units(key: str, value: object, what: str, *, ceiling: bool = False) -> in
     assert isinstance(number, int)
     if number < 0 and not ceiling:
         raise ValueError(f"{what} must be >= 0, got {value!r}")
-    if abs(number) > _MAX_UNITS:
+    if abs(number) > MAX_UNITS:
         if not ceiling:
             raise ValueError(f"{what} is too large to count: {value!r}")
-        return _MAX_UNITS if number > 0 else -_MAX_UNITS
+        return MAX_UNITS if number > 0 else -MAX_UNITS
     return number
 
 

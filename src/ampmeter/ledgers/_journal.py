@@ -5,6 +5,12 @@ place, so a reader never sees half an entry and processes sharing the directory 
 Replaying applies each entry and deletes its file; entries are idempotent by reservation id, so
 two processes replaying the same file, or a settlement that did reach the backend before it
 was journaled, count once.
+
+Replaying adds spend, so each entry is sealed and checked before it is applied (see
+:mod:`ampmeter.ledgers._journal_entry`); an entry that fails a check is never applied: it is
+renamed ``*.corrupt`` beside the others (kept for a person to look at) and logged with its file
+and the reason. On POSIX the directory is created private to its user (mode 0700), and an
+entry another user owns is refused the same way.
 """
 
 from __future__ import annotations
@@ -17,29 +23,14 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
 
-import orjson
-
-from ampmeter.ledgers._amounts import to_units
+from ampmeter.ledgers._journal_entry import BadEntry, Settlement, read_entry, sealed_entry
 
 __all__ = ["Journal", "Settlement", "default_journal_dir"]
 
 _log = logging.getLogger("ampmeter.ledgers")
 _SUFFIX = ".settlement.json"
-# Entries say their unit; an entry without one was written when amounts were float dollars.
-_UNIT = "nano"
-
-
-class Settlement(NamedTuple):
-    """A commit (``actual`` added at ``scopes``, in stored units: nano-dollars for money keys)
-    or a release of one reservation id; a commit may carry its idempotency key."""
-
-    op: Literal["commit", "release"]
-    reservation_id: str
-    scopes: tuple[str, ...]
-    actual: dict[str, int]
-    idempotency_key: str | None = None
+_ASIDE = ".corrupt"  # what an entry that must not be replayed is renamed to end with
 
 
 def default_journal_dir(backend: str, where: str, scope: str) -> Path:
@@ -61,12 +52,19 @@ def default_journal_dir(backend: str, where: str, scope: str) -> Path:
 
 
 class Journal:
-    """Settlements kept on disk in ``directory`` until :meth:`replay` applies them."""
+    """Settlements kept on disk in ``directory`` until :meth:`replay` applies them.
 
-    __slots__ = ("_appended", "_lock", "directory", "pending")
+    ``tree`` is the root scope of the ledger the journal belongs to: an entry for a scope
+    outside it is refused. ``key`` (the ledger's ``handoff_key``) signs entries and is needed
+    to replay them; without one, entries carry a checksum.
+    """
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    __slots__ = ("_appended", "_key", "_lock", "_tree", "directory", "pending")
+
+    def __init__(self, directory: str | os.PathLike[str], *, tree: str, key: bytes | None) -> None:
         self.directory = Path(directory)
+        self._tree = tree
+        self._key = key
         self._lock = threading.Lock()
         self._appended = 0
         # True while entries may wait: entries left by an earlier process count too
@@ -78,20 +76,18 @@ class Journal:
         A release is not synced: losing one to a power cut costs a hold until its lease ends,
         not spend, and a dead backend can make every reserve journal one.
         """
-        entry = orjson.dumps(
-            {
-                "op": settlement.op,
-                "id": settlement.reservation_id,
-                "scopes": list(settlement.scopes),
-                "actual": settlement.actual,
-                "unit": _UNIT,
-                "idempotency_key": settlement.idempotency_key,
-            }
-        )
+        fields = {
+            "op": settlement.op,
+            "id": settlement.reservation_id,
+            "scopes": list(settlement.scopes),
+            "actual": settlement.actual,
+            "idempotency_key": settlement.idempotency_key,
+        }
+        entry = sealed_entry(fields, self._key)
         digest = hashlib.sha256(settlement.reservation_id.encode()).hexdigest()[:32]
         path = self.directory / f"{settlement.op}-{digest}{_SUFFIX}"
         durable = settlement.op == "commit"
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         descriptor, temporary = tempfile.mkstemp(dir=self.directory, prefix=".", suffix=".tmp")
         try:
             with os.fdopen(descriptor, "wb") as file:
@@ -115,7 +111,8 @@ class Journal:
         """Apply every entry (oldest first) and delete it; return how many were applied.
 
         Stops at the first entry ``apply`` raises for (the backend is down), keeping it and
-        the rest. An entry that cannot be read is renamed ``*.corrupt`` and logged.
+        the rest. An entry that fails a check (see the module) is renamed ``*.corrupt``,
+        logged, and not applied.
         """
         with self._lock:
             appended_before = self._appended
@@ -123,7 +120,7 @@ class Journal:
         if self.directory.is_dir():
             paths = sorted(self._entries(), key=_mtime)
             for path in paths:
-                settlement = _read(path)
+                settlement = self._read(path)
                 if settlement is None:
                     continue
                 apply(settlement)
@@ -134,6 +131,26 @@ class Journal:
             if self._appended == appended_before:
                 self.pending = False
         return applied
+
+    def _read(self, path: Path) -> Settlement | None:
+        """The checked settlement in ``path``; None when it is gone (another process replayed
+        it) or was refused and set aside."""
+        try:
+            with open(path, "rb") as file:
+                owner = os.fstat(file.fileno()).st_uid
+                data = file.read()
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            _set_aside(path, f"it cannot be read: {error}")
+            return None
+        try:
+            if hasattr(os, "getuid") and owner != os.getuid():
+                raise BadEntry(f"it belongs to another user (uid {owner})")
+            return read_entry(data, self._tree, self._key)
+        except BadEntry as bad:
+            _set_aside(path, str(bad))
+            return None
 
     def _entries(self) -> list[Path]:
         try:
@@ -153,39 +170,27 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def _read(path: Path) -> Settlement | None:
+def _set_aside(path: Path, reason: str) -> None:
+    """Rename an entry that must not be replayed out of the journal, keeping it, and say so."""
+    aside = path.with_name(path.name + _ASIDE)
     try:
-        raw = orjson.loads(path.read_bytes())
-        op = raw["op"]
-        if op not in ("commit", "release"):
-            raise ValueError(f"unknown op {op!r}")
-        actual = _actual(raw["actual"], raw.get("unit"))
-        key = raw.get("idempotency_key")
-        scopes = tuple(str(s) for s in raw["scopes"])
-        return Settlement(op, str(raw["id"]), scopes, actual, None if key is None else str(key))
+        path.rename(aside)
     except FileNotFoundError:
-        return None  # replayed meanwhile by another process
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        with contextlib.suppress(OSError):
-            path.rename(path.with_name(path.name + ".corrupt"))
-        _log.error("ledger journal entry %s cannot be read, set aside: %s", path, error)
-        return None
-
-
-def _actual(raw: Any, unit: object) -> dict[str, int]:
-    """An entry's amounts in stored units; an entry of the float era (no unit) held dollars,
-    read as written, and counts as floats."""
-    if not isinstance(raw, dict):
-        raise TypeError("'actual' is not an object")
-    if unit == _UNIT:
-        found = {str(key): value for key, value in raw.items()}
-        for key, value in found.items():
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"'actual'[{key!r}] is not a whole number of units")
-        return found
-    if unit is not None:
-        raise ValueError(f"unknown unit {unit!r}")
-    return {str(key): to_units(str(key), value, f"actual[{key!r}]") for key, value in raw.items()}
+        return  # another process set it aside first
+    except OSError as error:
+        _log.error(
+            "ledger journal entry %s was not applied (%s) and could not be set aside: %s",
+            path,
+            reason,
+            error,
+        )
+        return
+    _log.error(
+        "ledger journal entry %s was not applied and is set aside as %s: %s",
+        path,
+        aside.name,
+        reason,
+    )
 
 
 def _sync_directory(directory: Path) -> None:

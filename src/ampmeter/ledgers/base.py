@@ -12,6 +12,7 @@ import copy
 import hashlib
 import hmac
 import logging
+import os
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -164,7 +165,7 @@ class Ledger(ABC):
         self,
         scope: str,
         lease_s: float | None,
-        journal: Journal | None,
+        journal: str | os.PathLike[str] | None,
         *,
         on_expired_hold: ExpiredHold = "charge",
         handoff_key: str | bytes | None = None,
@@ -178,7 +179,13 @@ class Ledger(ABC):
         self._charge_expired = on_expired_hold == "charge"
         self._handoff_key = handoff_key.encode() if isinstance(handoff_key, str) else handoff_key
         self._lease_s = lease_s
-        self._journal = journal
+        # The journal of settlements the backend could not take (None: a backend in this
+        # process, which is never unreachable); its entries are sealed with the handoff key.
+        self._journal = (
+            None
+            if journal is None
+            else Journal(journal, tree=root_of(self.scope), key=self._handoff_key)
+        )
         self._renewer = Renewer(self._renew_ids, lease_s or 3 * JOURNAL_REPLAY_S)
 
     # -- the public operations --------------------------------------------------------------

@@ -35,7 +35,7 @@ from ampmeter.ledgers._amounts import (
     root_of,
     scope_path,
 )
-from ampmeter.ledgers._journal import Journal, Settlement, default_journal_dir
+from ampmeter.ledgers._journal import Settlement, default_journal_dir
 from ampmeter.ledgers.base import (
     SETTLED_ID,
     SETTLED_KEEP_S,
@@ -135,7 +135,7 @@ class RedisLedger(Ledger):
         super().__init__(
             scope,
             lease,
-            Journal(directory),
+            directory,
             on_expired_hold=on_expired_hold,
             handoff_key=handoff_key,
         )

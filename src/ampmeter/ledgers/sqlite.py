@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Literal, TypeVar
 
 import orjson
@@ -26,7 +24,8 @@ from ampmeter.ledgers._amounts import (
     check_seconds,
     scope_path,
 )
-from ampmeter.ledgers._journal import Journal, Settlement, default_journal_dir
+from ampmeter.ledgers._journal import Settlement, default_journal_dir
+from ampmeter.ledgers._sqlite_file import Connections, immediate
 from ampmeter.ledgers.base import (
     SETTLED_ID,
     SETTLED_KEEP_S,
@@ -45,124 +44,6 @@ __all__ = ["SqliteLedger"]
 
 _T = TypeVar("_T")
 
-# Version 2 keeps amounts as integers (nano-dollars for money keys); version 1 (no user_version)
-# kept float dollars, which this code cannot read.
-_SCHEMA_VERSION = 2
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS ampmeter_spent (
-    scope TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
-    PRIMARY KEY (scope, key)) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS ampmeter_unsettled (
-    scope TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
-    PRIMARY KEY (scope, key)) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS ampmeter_holds (
-    id TEXT PRIMARY KEY, expires_at REAL, scopes BLOB NOT NULL, amounts BLOB NOT NULL,
-    charge INTEGER NOT NULL) WITHOUT ROWID""",
-    "CREATE INDEX IF NOT EXISTS ampmeter_holds_expiry ON ampmeter_holds (expires_at)",
-    """CREATE TABLE IF NOT EXISTS ampmeter_held (
-    scope TEXT NOT NULL, key TEXT NOT NULL, id TEXT NOT NULL, amount INTEGER NOT NULL,
-    PRIMARY KEY (scope, key, id)) WITHOUT ROWID""",
-    "CREATE INDEX IF NOT EXISTS ampmeter_held_id ON ampmeter_held (id)",
-    """CREATE TABLE IF NOT EXISTS ampmeter_settled (
-    id TEXT PRIMARY KEY, committed INTEGER NOT NULL, at REAL NOT NULL) WITHOUT ROWID""",
-    "CREATE INDEX IF NOT EXISTS ampmeter_settled_at ON ampmeter_settled (at)",
-    """CREATE TABLE IF NOT EXISTS ampmeter_expired (
-    id TEXT PRIMARY KEY, scopes BLOB NOT NULL, amounts BLOB NOT NULL, at REAL NOT NULL
-    ) WITHOUT ROWID""",
-    "CREATE INDEX IF NOT EXISTS ampmeter_expired_at ON ampmeter_expired (at)",
-    """CREATE TABLE IF NOT EXISTS ampmeter_idempotency (
-    scope TEXT NOT NULL, key TEXT NOT NULL, amounts BLOB NOT NULL, at REAL NOT NULL,
-    PRIMARY KEY (scope, key)) WITHOUT ROWID""",
-    "CREATE INDEX IF NOT EXISTS ampmeter_idempotency_at ON ampmeter_idempotency (at)",
-    """CREATE TABLE IF NOT EXISTS ampmeter_ceilings (
-    scope TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
-    PRIMARY KEY (scope, key)) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS ampmeter_paused (
-    scope TEXT PRIMARY KEY, at REAL NOT NULL) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS ampmeter_windowed (
-    scope TEXT NOT NULL, key TEXT NOT NULL, keep REAL NOT NULL,
-    PRIMARY KEY (scope, key)) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS ampmeter_window_events (
-    scope TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL, amount INTEGER NOT NULL)""",
-    """CREATE INDEX IF NOT EXISTS ampmeter_window_events_at
-    ON ampmeter_window_events (scope, key, at)""",
-    """CREATE TABLE IF NOT EXISTS ampmeter_claims (
-    scope TEXT NOT NULL, name TEXT NOT NULL, at REAL NOT NULL,
-    PRIMARY KEY (scope, name)) WITHOUT ROWID""",
-)
-
-
-def _create_schema(db: sqlite3.Connection, path: str) -> None:
-    """Create the tables in a new file, or check that an existing file has this version."""
-    with _immediate(db):
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version == _SCHEMA_VERSION:
-            return
-        old = db.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ampmeter_spent'"
-        ).fetchone()
-        if version != 0 or old is not None:
-            raise sqlite3.DatabaseError(
-                f"{path} holds a ledger of another ampmeter version (schema {version or 1}, "
-                f"this one reads {_SCHEMA_VERSION}: amounts are now whole nano-dollars); "
-                "settle it with the version that wrote it, or use a new file"
-            )
-        for statement in _SCHEMA:
-            db.execute(statement)
-        db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
-
-
-class _Connections:
-    """One connection per live thread of this process, all closed together.
-
-    A thread's connection is closed once the thread has ended (noticed when another thread
-    opens its first), so a program that starts many short threads holds few connections.
-    """
-
-    def __init__(self, path: str, timeout_s: float) -> None:
-        self.path = path
-        self.timeout_s = timeout_s
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._open: dict[threading.Thread, sqlite3.Connection] = {}
-        self._pid = os.getpid()
-        self.closed = False
-
-    def get(self) -> sqlite3.Connection:
-        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
-        if connection is not None and self._pid == os.getpid():
-            return connection
-        if self.closed:
-            raise LedgerUnavailable(f"SQLite ledger {self.path} is closed")
-        with self._lock:
-            if self._pid != os.getpid():
-                # a forked child must not touch its parent's connections, only drop them
-                self._pid, self._open, self._local = os.getpid(), {}, threading.local()
-            for thread in [thread for thread in self._open if not thread.is_alive()]:
-                self._open.pop(thread).close()
-            connection = sqlite3.connect(
-                self.path, timeout=self.timeout_s, isolation_level=None, check_same_thread=False
-            )
-            try:
-                connection.execute("PRAGMA journal_mode=WAL")
-                connection.execute("PRAGMA synchronous=NORMAL")
-                _create_schema(connection, self.path)
-            except BaseException:
-                connection.close()
-                raise
-            self._open[threading.current_thread()] = connection
-        self._local.connection = connection
-        return connection
-
-    def close(self) -> None:
-        with self._lock:
-            self.closed = True
-            mine = self._pid == os.getpid()
-            connections, self._open = list(self._open.values()), {}
-        if mine:
-            for connection in connections:
-                connection.close()
-
 
 class SqliteLedger(Ledger):
     """A :class:`Ledger` kept in the SQLite file ``path`` (created if missing).
@@ -176,7 +57,10 @@ class SqliteLedger(Ledger):
     take (default: under the user's cache directory, one per file and scope tree).
     ``handoff_key`` signs hand-off tokens (see :class:`Ledger`). Amounts are stored as
     integers (nano-dollars for money keys). WAL with ``synchronous=NORMAL``: a committed
-    transaction survives a crash of the process, not necessarily of the machine.
+    transaction survives a crash of the process, not necessarily of the machine. If the file is
+    removed or replaced while the ledger has it open, every operation raises
+    :class:`LedgerUnavailable` until the same file is back (see
+    :mod:`ampmeter.ledgers._sqlite_file`), so the budget never splits between two files.
     """
 
     def __init__(
@@ -206,12 +90,12 @@ class SqliteLedger(Ledger):
         super().__init__(
             scope,
             lease,
-            Journal(directory),
+            directory,
             on_expired_hold=on_expired_hold,
             handoff_key=handoff_key,
         )
         self.path = location
-        self._connections = _Connections(location, timeout)
+        self._connections = Connections(location, timeout)
         self._location: dict[str, object] = {
             "backend": "sqlite",
             "path": location,
@@ -412,7 +296,7 @@ class SqliteLedger(Ledger):
         """Run ``operation`` in one write transaction, after ending expired holds."""
 
         def transaction() -> _T:
-            with _immediate(self._connections.get()) as db:
+            with immediate(self._connections.get()) as db:
                 now = time.time()
                 _reap(db, now)
                 return operation(db, now)
@@ -427,17 +311,6 @@ class SqliteLedger(Ledger):
                 f"SQLite ledger for scope {self.scope!r} at {self.path} is unavailable: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-
-
-@contextmanager
-def _immediate(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield db
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
 
 
 def _reap(db: sqlite3.Connection, now: float) -> None:

@@ -11,31 +11,42 @@ ended ``halt`` (a call refused before it was sent, a context stopped by a limit)
 
 Sending never slows or fails a metered call: :meth:`~WebhookSink.emit` only puts a small dict
 in a bounded queue (a full queue drops the event and counts it), and one worker thread POSTs
-with ``urllib.request``, retrying a connection error, a timeout, a 408, a 429 or a 5xx answer
-with exponential backoff. :meth:`~WebhookSink.close` waits up to ``close_timeout_s`` for what is
-queued, then counts every event not delivered in :attr:`~WebhookSink.failures` and warns once.
+over one kept connection, retrying a connection error, a timeout, a 408, a 429 or a 5xx answer
+with exponential backoff. A redirect is never followed (it would carry the payload and the
+``Authorization`` header to a host nobody named): a 3xx answer is a failure. Any error on the
+worker thread is counted as the failure of the event it was sending; the thread goes on with
+the next. :meth:`~WebhookSink.close` waits up to ``close_timeout_s`` for what is queued, then
+counts every event not delivered in :attr:`~WebhookSink.failures` and warns once.
+
+A process forked from one that holds a sink (``os.fork``, ``multiprocessing`` with fork)
+gets the sink afresh: an empty queue, its own counts, its own connection and worker thread,
+started with its first event; the child closes it when it exits, so its events are delivered
+or reported there.
 
 Payloads hold no secret: only named fields of the event are sent (never the node's metadata
 as a whole, the prompt or a header), and every text in them goes through
 :func:`ampmeter.redact.scrub`, which replaces API keys, bearer tokens and every secret
 registered with :func:`ampmeter.redact.remember_secret` (the SDK integrations register each
-client's key). The URL itself may be a secret (many webhook URLs are), so warnings name only
-its scheme and host.
+client's key). The URL itself may be a secret (many webhook URLs are), so messages name only
+its scheme, host and port; credentials in it (``https://user:password@host/path``) are sent
+as a ``Basic`` authorization header and registered as secrets.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import http.client
 import json
 import math
+import os
 import queue
 import random
+import sys
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 import warnings
+import weakref
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, Final
@@ -45,6 +56,7 @@ from ampmeter.errors import SinkClosedError
 from ampmeter.graph import Node
 from ampmeter.node import META_CONTEXT
 from ampmeter.policies import META_LIMIT_EVENTS
+from ampmeter.sinks._webhook_http import KeptConnection, parse_url
 from ampmeter.sinks.base import Sink
 
 __all__ = ["EVENT_KINDS", "WebhookSink"]
@@ -69,7 +81,8 @@ class WebhookSink(Sink):
     ``threshold``, ``context``) or, for a ``"stop"``, its ``reason``.
 
     Args:
-        url: an ``http`` or ``https`` URL.
+        url: an ``http`` or ``https`` URL; ``user:password@`` in it is sent as ``Basic``
+            authorization (then ``headers`` must not hold an ``authorization`` of its own).
         events: the kinds to send (a subset of :data:`EVENT_KINDS`); None sends all.
         headers: extra request headers (a receiver's token); their values are registered with
             :func:`ampmeter.redact.remember_secret` so no payload ever carries them.
@@ -92,30 +105,66 @@ class WebhookSink(Sink):
         queue_size: int = 1_000,
         close_timeout_s: float = 10.0,
     ) -> None:
-        self._url = _checked_url(url)
-        self._where = _where(url)
+        self._target = parse_url(url)
         self._kinds = _checked_kinds(events)
         self._headers = {"content-type": "application/json", "user-agent": "ampmeter-webhook"}
         for name, value in (headers or {}).items():
             if not isinstance(name, str) or not isinstance(value, str):
                 raise TypeError("headers must map header names to string values")
+            if any(char in name + value for char in "\r\n\0"):
+                # http.client would refuse it on the worker, for every event; say so here
+                raise ValueError(f"header {name.strip()!r} must not hold a line break or NUL")
             redact.remember_secret(value)
             self._headers[name.lower()] = value
+        if self._target.authorization is not None:
+            if "authorization" in self._headers:
+                raise ValueError(
+                    "url holds credentials and headers an authorization header: give one of them"
+                )
+            self._headers["authorization"] = self._target.authorization
         self._timeout = _seconds(timeout_s, "timeout_s", allow_zero=False)
         self._backoff = _seconds(backoff_s, "backoff_s", allow_zero=True)
         self._close_timeout = _seconds(close_timeout_s, "close_timeout_s", allow_zero=True)
         self._retries = _whole(retries, "retries", 0)
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=_whole(queue_size, "queue_size", 1))
-        self._lock = threading.Lock()
+        self._queue_size = _whole(queue_size, "queue_size", 1)
         self._closed = False
+        self._forked = False  # this process was forked from the one that made the sink
+        self._worker: threading.Thread | None = None
+        self._fresh_state()
+        _LIVE.add(self)
+        self._start_worker()
+
+    def _fresh_state(self) -> None:
+        """An empty queue, zero counts and a connection not yet opened."""
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=self._queue_size)
         self._giving_up = threading.Event()  # set when close() stops waiting
         self._sent = 0
         self._failed = 0
         self._dropped = 0
         self._last_error: str | None = None
         self._sending = False  # the worker is delivering an event taken from the queue
-        self._worker = threading.Thread(target=self._run, name="ampmeter-webhook", daemon=True)
-        self._worker.start()
+        self._connection = KeptConnection(self._target, self._timeout)
+
+    def _restart_after_fork(self) -> None:
+        """In a forked child: forget the parent's queue, counts, locks and thread (the
+        parent delivers and reports its own events), and close the child's copy of the
+        parent's socket. The child's worker starts with its first event."""
+        self._connection.close()
+        self._fresh_state()
+        self._worker = None
+        self._forked = True
+
+    def _start_worker(self) -> None:
+        with self._lock:
+            if self._worker is not None:
+                return
+            self._worker = threading.Thread(target=self._run, name="ampmeter-webhook", daemon=True)
+            self._worker.start()
+        if self._forked:
+            # Nobody in a forked child may close the sink (its owner closes it in the parent):
+            # closing it when the child exits delivers what is queued, or says what was not.
+            _close_at_exit(self)
 
     # --- what happened -----------------------------------------------------------------------
 
@@ -127,8 +176,9 @@ class WebhookSink(Sink):
 
     @property
     def failures(self) -> int:
-        """Events not delivered: retries used up, dropped with the queue full, or still queued
-        when :meth:`close` stopped waiting."""
+        """Events not delivered: retries used up, refused or redirected by the receiver, lost
+        to an error on the sending thread, dropped with the queue full, or still queued when
+        :meth:`close` stopped waiting."""
         with self._lock:
             return self._failed + self._dropped
 
@@ -181,26 +231,31 @@ class WebhookSink(Sink):
             if self._closed:
                 return
             self._closed = True
-        deadline = time.monotonic() + self._close_timeout
-        with contextlib.suppress(queue.Full):
-            self._queue.put(_STOP, timeout=self._close_timeout)
-        self._worker.join(max(deadline - time.monotonic(), 0.0))
-        if self._worker.is_alive():
-            self._give_up()
+            worker = self._worker
+        if worker is not None and worker.is_alive():
+            deadline = time.monotonic() + self._close_timeout
+            with contextlib.suppress(queue.Full):
+                self._queue.put(_STOP, timeout=self._close_timeout)
+            worker.join(max(deadline - time.monotonic(), 0.0))
+            if worker.is_alive():
+                self._giving_up.set()  # the attempt under way stops at its next backoff
+        self._abandon_queued()
+        if worker is not None and worker.is_alive():
+            self._queue.put_nowait(_STOP)  # the queue is empty now: let the worker end
         with self._lock:
             failed, dropped, error = self._failed + self._dropped, self._dropped, self._last_error
         if failed:
             why = f"; last error: {error}" if error else ""
             warnings.warn(
                 f"ampmeter: WebhookSink did not deliver {failed} limit event(s) to "
-                f"{self._where} ({dropped} dropped with the queue full){why}",
+                f"{self._target.where} ({dropped} dropped with the queue full){why}",
                 RuntimeWarning,
                 stacklevel=2,
             )
 
-    def _give_up(self) -> None:
-        """Count every event not delivered by now as failed, and let the worker end."""
-        self._giving_up.set()  # the attempt under way stops at its next backoff
+    def _abandon_queued(self) -> None:
+        """Count as failed every event not delivered by now: those still queued, and the one
+        being sent (the worker will not count it again)."""
         abandoned = 0
         while True:
             try:
@@ -210,16 +265,17 @@ class WebhookSink(Sink):
             abandoned += item is not _STOP
         with self._lock:
             if self._sending:
-                self._sending = False  # counted here; the worker will not count it again
+                self._sending = False
                 abandoned += 1
             self._failed += abandoned
             if abandoned and self._last_error is None:
                 self._last_error = "the receiver did not answer before close"
-        self._queue.put_nowait(_STOP)  # the queue is empty now
 
     # --- the worker thread -------------------------------------------------------------------
 
     def _put(self, payload: dict[str, Any]) -> None:
+        if self._worker is None:
+            self._start_worker()  # the first event of a forked child
         try:
             self._queue.put_nowait(payload)
         except queue.Full:
@@ -227,6 +283,15 @@ class WebhookSink(Sink):
                 self._dropped += 1
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as failed:  # the thread ends here; close() counts what is left
+            with self._lock:
+                self._last_error = f"the sending thread stopped: {_why(failed)}"
+        finally:
+            self._connection.close()
+
+    def _serve(self) -> None:
         while True:
             item = self._queue.get()
             if item is _STOP:
@@ -238,7 +303,10 @@ class WebhookSink(Sink):
                     self._failed += 1
                     continue
                 self._sending = True
-            error = self._deliver(_body(item))
+            try:
+                error = self._deliver(_body(item))
+            except Exception as failed:  # an answer or a bug nobody foresaw: this event fails
+                error = _why(failed)
             with self._lock:
                 if not self._sending:
                     continue  # close() gave up on it and counted it
@@ -257,18 +325,53 @@ class WebhookSink(Sink):
                 pause = self._backoff * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
                 if self._giving_up.wait(pause):
                     return f"{error} (given up at close)"
-            request = urllib.request.Request(self._url, body, self._headers, method="POST")
             try:
-                with urllib.request.urlopen(request, timeout=self._timeout) as response:
-                    response.read()
-                    return None
-            except urllib.error.HTTPError as failed:
-                error = f"HTTP {failed.code}"
-                if failed.code < 500 and failed.code not in _RETRIED_STATUSES:
-                    return error  # the receiver refuses this payload: sending it again won't help
-            except (OSError, ValueError) as failed:
-                error = redact.scrub(f"{type(failed).__name__}: {failed}")
+                status = self._connection.post(body, self._headers)
+            except (OSError, http.client.HTTPException) as failed:
+                error = _why(failed)
+                continue
+            if 200 <= status < 300:
+                return None
+            error = f"HTTP {status}"
+            if 300 <= status < 400:
+                return f"{error}, a redirect: not followed (give the sink the URL it points to)"
+            if status < 500 and status not in _RETRIED_STATUSES:
+                return error  # the receiver refuses this payload: sending it again won't help
         return error
+
+
+_LIVE: weakref.WeakSet[WebhookSink] = weakref.WeakSet()
+"""Every sink not yet collected: a forked child restarts each of them."""
+
+
+def _restart_in_child() -> None:
+    for sink in list(_LIVE):
+        sink._restart_after_fork()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; elsewhere a process is never forked
+    os.register_at_fork(after_in_child=_restart_in_child)
+
+
+def _close_at_exit(sink: WebhookSink) -> None:
+    """Close ``sink`` when this process exits: at interpreter exit, and at the end of a
+    ``multiprocessing`` child, which leaves with ``os._exit`` after running its finalizers."""
+    ref = weakref.ref(sink)
+    atexit.register(_close_if_alive, ref)
+    if "multiprocessing" in sys.modules:
+        from multiprocessing import util
+
+        util.Finalize(None, _close_if_alive, args=(ref,), exitpriority=0)
+
+
+def _close_if_alive(ref: weakref.ref[WebhookSink]) -> None:
+    sink = ref()
+    if sink is not None:
+        sink.close()
+
+
+def _why(failed: BaseException) -> str:
+    return redact.scrub(f"{type(failed).__name__}: {failed}")
 
 
 def _body(payload: dict[str, Any]) -> bytes:
@@ -300,23 +403,6 @@ def _text(event: Mapping[str, object]) -> str:
     share = f" at {fraction:.0%}" if isinstance(fraction, float) else ""
     limit = f" (limit {event.get('limit')})"
     return f"ampmeter: {event['kind']} on {event.get('key')}{share}{limit}{where}"
-
-
-def _checked_url(url: object) -> str:
-    if not isinstance(url, str):
-        raise TypeError(f"url must be a str, got {type(url).__name__}")
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(
-            f"url must be an http:// or https:// URL with a host, got one starting {url[:12]!r}"
-        )
-    return url
-
-
-def _where(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{parts.hostname}{port}"
 
 
 def _checked_kinds(events: Iterable[str] | None) -> frozenset[str]:

@@ -150,6 +150,8 @@ class RecordedRequest:
     query: str
     headers: Mapping[str, str]
     body: bytes = field(repr=False)
+    peer: tuple[str, int] = ("", 0)
+    """The client's address and port: requests sent on one kept connection share it."""
 
     def json(self) -> Any:
         """The request body decoded as JSON."""
@@ -387,6 +389,7 @@ def _make_handler(owner: ReplayServer) -> type[BaseHTTPRequestHandler]:
                 query=query,
                 headers={k.lower(): v for k, v in self.headers.items()},
                 body=body,
+                peer=(str(self.client_address[0]), int(self.client_address[1])),
             )
             response = owner._take(request) or _exhausted(self.command, path)
             if response.delay:

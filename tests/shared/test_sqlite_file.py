@@ -1,0 +1,83 @@
+"""A SQLite ledger whose file is removed or replaced while it runs fails closed, rather than
+keeping a budget apart from the processes that open the path afterwards. Real files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import uuid
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from ampmeter.errors import BudgetUnavailable
+from ampmeter.ledgers import LedgerUnavailable, SqliteLedger
+
+COST = "amp:cost"
+CAP = {COST: 0.05}
+
+
+def _spend(ledger: SqliteLedger, amount: float) -> None:
+    held = ledger.reserve({COST: amount}, CAP)
+    assert held is not None
+    ledger.commit(held, {COST: amount})
+
+
+def _scope() -> str:
+    return f"test-{uuid.uuid4().hex}"
+
+
+def test_a_removed_file_splits_no_budget(tmp_path: Path) -> None:
+    """The issue's run: the worker kept the deleted file and a new process started a fresh one
+    ($0.10 spent on a $0.05 cap). Now the worker refuses, and its spend waits in its journal."""
+    path, scope = tmp_path / "ledger.db", _scope()
+    worker = SqliteLedger(path, scope, journal=tmp_path / "worker")
+    _spend(worker, 0.03)
+    held = worker.reserve({COST: 0.02}, CAP)
+    assert held is not None
+    for name in ("ledger.db", "ledger.db-wal", "ledger.db-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    with pytest.raises(BudgetUnavailable, match=r"ledger\.db was removed while this ledger"):
+        worker.reserve({COST: 0.01}, CAP)
+    with pytest.raises(LedgerUnavailable, match="kept in"):  # not written to the lost file
+        worker.commit(held, {COST: 0.02})
+    assert not path.exists()  # refusing created no file either
+    newcomer = SqliteLedger(path, scope, journal=tmp_path / "newcomer")
+    _spend(newcomer, 0.05)
+    with pytest.raises(BudgetUnavailable, match="was replaced by another file"):
+        worker.reserve({COST: 0.01}, CAP)
+    # a thread the worker starts now opens no connection to the new file either
+    errors: list[BaseException] = []
+
+    def in_a_thread() -> None:
+        try:
+            worker.spent()
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=in_a_thread)
+    thread.start()
+    thread.join()
+    assert [type(error) for error in errors] == [BudgetUnavailable]
+    assert newcomer.spent() == {COST: Decimal("0.05")}  # the worker's commit is not in it
+    assert list((tmp_path / "worker").glob("commit-*"))  # but kept, not lost
+    newcomer.close()
+    worker.close()
+
+
+def test_a_replaced_file_fails_closed_and_the_same_file_put_back_works(tmp_path: Path) -> None:
+    path, scope = tmp_path / "ledger.db", _scope()
+    ledger = SqliteLedger(path, scope, journal=tmp_path / "j")
+    _spend(ledger, 0.01)
+    other = tmp_path / "other.db"
+    SqliteLedger(other, scope, journal=tmp_path / "k").close()
+    os.rename(path, tmp_path / "kept.db")
+    shutil.copyfile(other, path)  # a restore from a backup, another file at the same path
+    with pytest.raises(BudgetUnavailable, match="replaced by another file"):
+        ledger.spent()
+    os.replace(tmp_path / "kept.db", path)  # the file it opened, back in place
+    assert ledger.spent() == {COST: Decimal("0.01")}
+    _spend(ledger, 0.01)
+    ledger.close()
