@@ -30,6 +30,8 @@ __all__ = [
     "print_error",
     "printable",
     "say",
+    "show",
+    "terminal_lines",
     "user_errors",
 ]
 
@@ -42,13 +44,30 @@ _UNPRINTABLE: Final = re.compile(
 
 def say(line: str) -> None:
     """Write one line of a command's messages to stderr, as plain text (never markup). Text
-    from logs must pass through :func:`printable` first."""
-    typer.echo(line, err=True)
+    from logs must pass through :func:`printable` first (so that its line breaks are escaped
+    too); whatever else reaches the terminal is made safe here by :func:`terminal_lines`."""
+    typer.echo(terminal_lines(line), err=True)
+
+
+def show(text: str) -> None:
+    """Write ``text`` to stdout, as :func:`say` writes to stderr."""
+    typer.echo(terminal_lines(text))
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character written as an escape (``\\x1b``, ``\\n``)."""
+    """``text`` with every control character written as an escape (``\\x1b``, ``\\n``).
+
+    The one place where text for a terminal is made safe: log and provider text reaches the
+    terminal only through it, so no escape sequence in a log can clear the screen, set the
+    window title, write the clipboard or hide a link.
+    """
     return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def terminal_lines(text: str) -> str:
+    """``text`` with each of its lines through :func:`printable`: its own line breaks kept,
+    every other control character escaped."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def print_error(where: str, message: str) -> None:
