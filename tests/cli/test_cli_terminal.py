@@ -23,6 +23,9 @@ from ampmeter.cli import app
 WAIT_S = 120.0  # the machine is shared; nothing here asserts how long a thing takes
 DONE = "__ampmeter_done__"
 START = "__ampmeter_start__"
+# A tmux server of this process's own: sessions that other test processes start and stop on
+# the shared default server made new-session fail while that server was exiting.
+TMUX = ["tmux", "-L", f"ampmeter-cli-{os.getpid()}"]
 
 
 def _open_terminal(*shell: str) -> Iterator[str]:
@@ -32,13 +35,13 @@ def _open_terminal(*shell: str) -> Iterator[str]:
         pytest.skip("tmux is not installed (scripts/system-deps.sh installs it)")
     session = f"ampmeter-cli-{os.getpid()}-{time.monotonic_ns()}"
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "40", *shell],
+        [*TMUX, "new-session", "-d", "-s", session, "-x", "80", "-y", "40", *shell],
         check=True,
         env={**os.environ, "TERM": "xterm-256color"},
     )
-    subprocess.run(["tmux", "set-option", "-t", session, "history-limit", "5000"], check=True)
+    subprocess.run([*TMUX, "set-option", "-t", session, "history-limit", "5000"], check=True)
     yield session
-    subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    subprocess.run([*TMUX, "kill-session", "-t", session], capture_output=True)
 
 
 @pytest.fixture
@@ -64,18 +67,18 @@ def shown(session: str, *args: str) -> str:
     printed from parts so that the typed command line never holds them: a marker a previous
     command in the same pane already printed cannot be mistaken for this one's.
     """
-    subprocess.run(["tmux", "send-keys", "-t", session, "clear", "Enter"], check=True)
-    subprocess.run(["tmux", "clear-history", "-t", session], check=True)
+    subprocess.run([*TMUX, "send-keys", "-t", session, "clear", "Enter"], check=True)
+    subprocess.run([*TMUX, "clear-history", "-t", session], check=True)
     tag = f"{os.getpid()}-{next(_COMMANDS)}"
     command = shlex.join([sys.executable, "-m", "ampmeter", *args])
     line = f"printf '%s%s\\n' {START} {tag}; {command}; printf '%s%s:%s\\n' {DONE} {tag} $?"
-    subprocess.run(["tmux", "send-keys", "-t", session, line, "Enter"], check=True)
+    subprocess.run([*TMUX, "send-keys", "-t", session, line, "Enter"], check=True)
     start = re.compile(rf"^{START}{tag}$", re.M)
     done = re.compile(rf"^{DONE}{tag}:(\d+)$", re.M)
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         text = subprocess.run(
-            ["tmux", "capture-pane", "-p", "-S", "-", "-t", session], capture_output=True, text=True
+            [*TMUX, "capture-pane", "-p", "-S", "-", "-t", session], capture_output=True, text=True
         ).stdout
         began, ended = start.search(text), done.search(text)
         if began is not None and ended is not None:
