@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 import orjson
 import typer
 
-from ampmeter.cli.output import fail, printable, show
+from ampmeter.cli.output import fail, missing_module, printable, show
 
 if TYPE_CHECKING:
     from ampmeter.ledgers.base import BudgetView, Ledger
@@ -67,6 +67,8 @@ def budget(
         opened = _open(ledger, scope)
     except (BudgetUnavailable, ValueError, TypeError) as error:
         _fail(str(error))
+    except ImportError as error:  # redis:// without the redis extra
+        _fail(missing_module(error))
     try:
         if action == "pause":
             opened.pause(scope)

@@ -25,6 +25,7 @@ import typer
 
 __all__ = [
     "fail",
+    "missing_module",
     "number",
     "os_error_message",
     "print_error",
@@ -121,9 +122,29 @@ def os_error_message(exc: OSError) -> str:
     return f"{exc.filename}: {reason}" if exc.filename else reason
 
 
+# The extra that installs each optional module a command may import.
+_EXTRA_OF: Final = {
+    "numpy": "analysis",
+    "duckdb": "analysis",
+    "matplotlib": "analysis",
+    "jsonschema": "analysis",
+    "redis": "redis",
+}
+
+
+def missing_module(exc: ImportError) -> str:
+    """What an ``ImportError`` of an optional module means, with the extra that installs it."""
+    name = (exc.name or "").partition(".")[0]
+    extra = _EXTRA_OF.get(name)
+    if extra is None:  # ampmeter's own message, which names the extra already
+        return str(exc)
+    return f"{name} is not installed: pip install 'ampmeter[{extra}]'"
+
+
 @contextlib.contextmanager
 def user_errors(command: str, *, best_effort_flag: bool = False) -> Iterator[None]:
-    """Turn the errors a user can cause into one line on stderr and exit status 2; show
+    """Turn the errors a user can cause (a missing optional module included) into one line on
+    stderr and exit status 2; show
     warnings (such as a cut-off last line) as one line each. ``best_effort_flag``: the command
     has ``--best-effort``, and a bad line's error says so."""
     from ampmeter.errors import AnalysisError, JsonlError
@@ -139,6 +160,8 @@ def user_errors(command: str, *, best_effort_flag: bool = False) -> Iterator[Non
             fail(command, str(exc))
         except OSError as exc:
             fail(command, os_error_message(exc))
+        except ImportError as exc:  # an optional module a command needs is not installed
+            fail(command, missing_module(exc))
         except ValueError as exc:
             fail(command, str(exc))
         finally:
