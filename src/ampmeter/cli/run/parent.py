@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
-from ampmeter.cli.output import os_error_message
+from ampmeter.cli.output import os_error_message, printable
 from ampmeter.cli.run.config import RunConfig
 
 __all__ = [
@@ -288,7 +288,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
             "context growth",
             f"{summary['context_growth_avg']:+,.1f} tokens/call (base {count('base_context')})",
         ),
-        ("ended", summary["termination"]),
+        ("ended", printable(summary["termination"])),  # read from the run's logs
         ("processes", count("processes")),
     ]
     width = max(len(name) for name, _ in rows)
