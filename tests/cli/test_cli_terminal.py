@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shlex
@@ -22,39 +23,66 @@ from ampmeter.cli import app
 WAIT_S = 120.0  # the machine is shared; nothing here asserts how long a thing takes
 DONE = "__ampmeter_done__"
 START = "__ampmeter_start__"
+# A tmux server of this process's own: sessions that other test processes start and stop on
+# the shared default server made new-session fail while that server was exiting.
+TMUX = ["tmux", "-L", f"ampmeter-cli-{os.getpid()}"]
 
 
-@pytest.fixture
-def terminal() -> Iterator[str]:
+def _open_terminal(*shell: str) -> Iterator[str]:
     if shutil.which("tmux") is None:
         if os.environ.get("CI"):
             pytest.fail("tmux is missing: scripts/system-deps.sh installs it")
         pytest.skip("tmux is not installed (scripts/system-deps.sh installs it)")
     session = f"ampmeter-cli-{os.getpid()}-{time.monotonic_ns()}"
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "40"],
+        [*TMUX, "new-session", "-d", "-s", session, "-x", "80", "-y", "40", *shell],
         check=True,
         env={**os.environ, "TERM": "xterm-256color"},
     )
-    subprocess.run(["tmux", "set-option", "-t", session, "history-limit", "5000"], check=True)
+    subprocess.run([*TMUX, "set-option", "-t", session, "history-limit", "5000"], check=True)
     yield session
-    subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    subprocess.run([*TMUX, "kill-session", "-t", session], capture_output=True)
+
+
+@pytest.fixture
+def terminal() -> Iterator[str]:
+    yield from _open_terminal()
+
+
+@pytest.fixture
+def slow_terminal() -> Iterator[str]:
+    """A shell that takes a while before each prompt (as on a loaded machine): keys typed in
+    that while wait, and the pane still shows the previous command's output."""
+    yield from _open_terminal("env", "PROMPT_COMMAND=sleep 0.5", "bash", "--norc", "--noprofile")
+
+
+_COMMANDS = itertools.count()
 
 
 def shown(session: str, *args: str) -> str:
-    """What ``ampmeter ARGS`` leaves on the 80-column screen (scrollback included)."""
-    subprocess.run(["tmux", "send-keys", "-t", session, "clear", "Enter"], check=True)
-    subprocess.run(["tmux", "clear-history", "-t", session], check=True)
+    """What ``ampmeter ARGS`` leaves on the 80-column screen (scrollback included), ending with
+    a line ``{DONE}<exit status>``.
+
+    The command's output is found between a start and a done marker unique to this command,
+    printed from parts so that the typed command line never holds them: a marker a previous
+    command in the same pane already printed cannot be mistaken for this one's.
+    """
+    subprocess.run([*TMUX, "send-keys", "-t", session, "clear", "Enter"], check=True)
+    subprocess.run([*TMUX, "clear-history", "-t", session], check=True)
+    tag = f"{os.getpid()}-{next(_COMMANDS)}"
     command = shlex.join([sys.executable, "-m", "ampmeter", *args])
-    line = f"echo {START}; {command}; echo {DONE}$?"
-    subprocess.run(["tmux", "send-keys", "-t", session, line, "Enter"], check=True)
+    line = f"printf '%s%s\\n' {START} {tag}; {command}; printf '%s%s:%s\\n' {DONE} {tag} $?"
+    subprocess.run([*TMUX, "send-keys", "-t", session, line, "Enter"], check=True)
+    start = re.compile(rf"^{START}{tag}$", re.M)
+    done = re.compile(rf"^{DONE}{tag}:(\d+)$", re.M)
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         text = subprocess.run(
-            ["tmux", "capture-pane", "-p", "-S", "-", "-t", session], capture_output=True, text=True
+            [*TMUX, "capture-pane", "-p", "-S", "-", "-t", session], capture_output=True, text=True
         ).stdout
-        if re.search(rf"^{DONE}\d+", text, re.M):
-            return text.split(f"\n{START}\n", 1)[-1]
+        began, ended = start.search(text), done.search(text)
+        if began is not None and ended is not None:
+            return text[began.end() + 1 : ended.start()] + f"{DONE}{ended.group(1)}\n"
         time.sleep(0.1)
     pytest.fail(f"timed out waiting for `ampmeter {' '.join(args)}`")
 
@@ -96,6 +124,16 @@ def test_version_and_errors_in_a_terminal(terminal: str, tmp_path: Path) -> None
     joined = text.replace("\n", "")  # the terminal wraps the one long line
     assert f"{bad}:1: field 'cost_usd': must be a finite number" in joined
     assert "--best-effort skips bad lines" in joined and "Traceback" not in text
+
+
+def test_each_command_is_read_from_its_own_output(slow_terminal: str, tmp_path: Path) -> None:
+    text = shown(slow_terminal, "--version")
+    assert exit_status(text) == 0 and "ampmeter " in text
+    # The previous command's output and done marker are still on the screen while this one
+    # waits for its prompt: its own output is read, not theirs.
+    text = shown(slow_terminal, "summary", str(tmp_path / "missing.jsonl"))
+    assert exit_status(text) == 2 and "no such file" in text
+    assert not re.search(r"^ampmeter \d+\.\d+", text, re.M)
 
 
 def _stopped_run(directory: Path) -> None:

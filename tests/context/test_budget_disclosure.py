@@ -100,3 +100,27 @@ def test_disclosed_budget_joins_the_anthropic_system_text() -> None:
 def test_disclose_budget_must_be_a_bool() -> None:
     with pytest.raises(TypeError, match="disclose_budget"):
         ExecutionContext(disclose_budget="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the SDK's notice on the model
+def test_disclosed_budget_joins_messages_and_blocks_given_as_tuples() -> None:
+    blocks = ({"type": "text", "text": "Be brief."},)
+    with BillingProvider(output_tokens=5, prices=PRICES) as server:
+        openai_client = openai.OpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
+        anthropic_client = anthropic.Anthropic(
+            base_url=server.anthropic_base_url, api_key="k", max_retries=0
+        )
+        with ExecutionContext(max_cost_usd=2.0, disclose_budget=True) as ctx:
+            openai_client.chat.completions.create(model="gpt-4o", messages=tuple(MESSAGES))
+            anthropic_client.messages.create(
+                model="claude-sonnet-4-5", max_tokens=5, system=blocks, messages=tuple(MESSAGES)
+            )
+        chat, messages = (request.json() for request in server.requests)
+        assert chat["messages"] == [
+            {"role": "system", "content": "Budget left: $2.00 of $2.00"},
+            *MESSAGES,
+        ]
+        assert messages["system"][0] == blocks[0]
+        assert messages["system"][1]["text"].startswith("Budget left: $")
+        nodes = [n for n in ctx.snapshot()["graph"]["nodes"].values() if n["kind"] == "llm"]
+        assert all(n["metadata"]["budget_note"].startswith("Budget left") for n in nodes)

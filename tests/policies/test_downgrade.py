@@ -71,3 +71,22 @@ def test_a_ladder_is_checked_and_is_the_one_pressure_hook() -> None:
         ExecutionContext(
             max_cost_usd=1.0, downgrade=LADDER, on_budget_pressure=lambda ctx, request: request
         )
+
+
+def test_a_rung_names_models_as_prices_do() -> None:
+    # GPT-4o, a dated gpt-4o and openai/gpt-4o are all priced as gpt-4o, so a rung keyed
+    # gpt-4o takes them; gpt-4o-2024-05-13 has a price of its own, so it is another model.
+    spellings = ["GPT-4o", "gpt-4o-2024-08-06", "openai/gpt-4o", "gpt-4o-2024-05-13"]
+    prices = {name: ("2.50", "10") for name in spellings} | {"gpt-4o-mini": ("0.15", "0.60")}
+    with BillingProvider(output_tokens=5, prices=prices) as server:
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
+        with ExecutionContext(max_cost_usd=1.0, downgrade={0.5: {"gpt-4o": "gpt-4o-mini"}}) as ctx:
+            with ctx.llm_call("earlier work", estimate_usd=0.6) as call:
+                call.record(cost_usd=0.6)  # past the rung
+            for asked in spellings:
+                client.chat.completions.create(model=asked, messages=MESSAGES, max_tokens=5)
+        sent = [request.json()["model"] for request in server.requests]
+        assert sent == ["gpt-4o-mini", "gpt-4o-mini", "gpt-4o-mini", "gpt-4o-2024-05-13"]
+        nodes = [n for n in ctx.snapshot()["graph"]["nodes"].values() if n["kind"] == "llm"]
+        asked_for = [n["metadata"].get("requested_model") for n in nodes if n["model"]]
+        assert [a for a in asked_for if a] == spellings[:3]

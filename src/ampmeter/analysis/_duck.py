@@ -127,12 +127,17 @@ FROM raw
 # anywhere in a line (inside strings too), the file goes to the plain reader, which knows.
 # DuckDB scans the lines as plain text, in parallel and without holding the GIL: a few times
 # faster than searching the bytes from Python.
+# Lines DuckDB reads and the plain reader refuses: NaN/Infinity, trailing commas, numbers too
+# large for a double, and (a line over 2 KiB with more than 1,024 opening brackets) nesting
+# that may be deeper than the 1,024 levels a log line may have.
 _LENIENT_LINES_SQL: Final = r"""
 SELECT count(*) FROM read_csv(?, columns = {'line': 'VARCHAR'}, delim = '\x01', quote = '',
     escape = '', header = false, auto_detect = false, new_line = '\n')
 WHERE contains(line, 'NaN') OR contains(line, 'Infinity')
     OR regexp_matches(line, ',[ \t\r]*[}\]]')
     OR regexp_matches(line, '[0-9][eE]\+?[0-9]{3}') OR regexp_matches(line, '[0-9]{300}')
+    OR (length(line) > 2 * 1024
+        AND length(line) - length(replace(replace(line, '[', ''), '{', '')) > 1024)
 """
 
 

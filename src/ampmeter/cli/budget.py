@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 import orjson
 import typer
 
+from ampmeter.cli.output import fail, missing_module, printable, show
+
 if TYPE_CHECKING:
     from ampmeter.ledgers.base import BudgetView, Ledger
 
@@ -65,6 +67,8 @@ def budget(
         opened = _open(ledger, scope)
     except (BudgetUnavailable, ValueError, TypeError) as error:
         _fail(str(error))
+    except ImportError as error:  # redis:// without the redis extra
+        _fail(missing_module(error))
     try:
         if action == "pause":
             opened.pause(scope)
@@ -124,18 +128,18 @@ def _print(view: BudgetView, as_json: bool) -> None:
 
     def amounts(found: Mapping[str, Decimal | int]) -> str:
         shown = [
-            f"{key} {format_usd(amount) if isinstance(amount, Decimal) else amount}"
+            printable(f"{key} {format_usd(amount) if isinstance(amount, Decimal) else amount}")
             for key, amount in sorted(found.items())
         ]
         return ", ".join(shown) or "-"
 
     paused = "no" if view.paused_by is None else f"yes (paused at {view.paused_by})"
-    typer.echo(f"scope      {view.scope}")
-    typer.echo(f"paused     {paused}")
+    # A ledger is written by other processes (and Redis by anyone): its text is escaped.
+    show(f"scope      {printable(view.scope)}")
+    show(f"paused     {printable(paused)}")
     for name in ("ceilings", "spent", "unsettled", "reserved"):
-        typer.echo(f"{name:<10} {amounts(getattr(view, name))}")
+        show(f"{name:<10} {amounts(getattr(view, name))}")
 
 
 def _fail(message: str) -> NoReturn:
-    typer.echo(f"ampmeter budget: error: {message}", err=True)
-    raise typer.Exit(2)
+    fail("budget", message)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ampmeter.cli.output import fail
+from ampmeter.cli.output import fail, show
 from ampmeter.demo.settings import DEFAULT_PRICE_AS, RUN_MAX_COST
 
 __all__ = ["register"]
@@ -83,7 +83,7 @@ def _demo(
             run_max_cost=run_max_cost,
             run_max_llm_calls=run_max_llm_calls,
             out_dir=out_dir,
-            echo=typer.echo,
+            echo=show,  # the model's answers reach the terminal escaped
         )
     except DemoError as exc:
         fail("demo", str(exc))

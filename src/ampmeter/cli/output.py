@@ -25,11 +25,14 @@ import typer
 
 __all__ = [
     "fail",
+    "missing_module",
     "number",
     "os_error_message",
     "print_error",
     "printable",
     "say",
+    "show",
+    "terminal_lines",
     "user_errors",
 ]
 
@@ -42,13 +45,30 @@ _UNPRINTABLE: Final = re.compile(
 
 def say(line: str) -> None:
     """Write one line of a command's messages to stderr, as plain text (never markup). Text
-    from logs must pass through :func:`printable` first."""
-    typer.echo(line, err=True)
+    from logs must pass through :func:`printable` first (so that its line breaks are escaped
+    too); whatever else reaches the terminal is made safe here by :func:`terminal_lines`."""
+    typer.echo(terminal_lines(line), err=True)
+
+
+def show(text: str) -> None:
+    """Write ``text`` to stdout, as :func:`say` writes to stderr."""
+    typer.echo(terminal_lines(text))
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character written as an escape (``\\x1b``, ``\\n``)."""
+    """``text`` with every control character written as an escape (``\\x1b``, ``\\n``).
+
+    The one place where text for a terminal is made safe: log and provider text reaches the
+    terminal only through it, so no escape sequence in a log can clear the screen, set the
+    window title, write the clipboard or hide a link.
+    """
     return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def terminal_lines(text: str) -> str:
+    """``text`` with each of its lines through :func:`printable`: its own line breaks kept,
+    every other control character escaped."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def print_error(where: str, message: str) -> None:
@@ -102,9 +122,29 @@ def os_error_message(exc: OSError) -> str:
     return f"{exc.filename}: {reason}" if exc.filename else reason
 
 
+# The extra that installs each optional module a command may import.
+_EXTRA_OF: Final = {
+    "numpy": "analysis",
+    "duckdb": "analysis",
+    "matplotlib": "analysis",
+    "jsonschema": "analysis",
+    "redis": "redis",
+}
+
+
+def missing_module(exc: ImportError) -> str:
+    """What an ``ImportError`` of an optional module means, with the extra that installs it."""
+    name = (exc.name or "").partition(".")[0]
+    extra = _EXTRA_OF.get(name)
+    if extra is None:  # ampmeter's own message, which names the extra already
+        return str(exc)
+    return f"{name} is not installed: pip install 'ampmeter[{extra}]'"
+
+
 @contextlib.contextmanager
 def user_errors(command: str, *, best_effort_flag: bool = False) -> Iterator[None]:
-    """Turn the errors a user can cause into one line on stderr and exit status 2; show
+    """Turn the errors a user can cause (a missing optional module included) into one line on
+    stderr and exit status 2; show
     warnings (such as a cut-off last line) as one line each. ``best_effort_flag``: the command
     has ``--best-effort``, and a bad line's error says so."""
     from ampmeter.errors import AnalysisError, JsonlError
@@ -120,6 +160,8 @@ def user_errors(command: str, *, best_effort_flag: bool = False) -> Iterator[Non
             fail(command, str(exc))
         except OSError as exc:
             fail(command, os_error_message(exc))
+        except ImportError as exc:  # an optional module a command needs is not installed
+            fail(command, missing_module(exc))
         except ValueError as exc:
             fail(command, str(exc))
         finally:

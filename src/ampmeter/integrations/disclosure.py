@@ -4,13 +4,15 @@ request, so the model can plan with it. The node records the line it was told
 (``budget_note``).
 
 The line goes where each wire format keeps system text: a leading ``system`` message (chat),
-the ``instructions`` (responses), the ``system`` field (anthropic). The caller's own objects are
+the ``instructions`` (responses), the ``system`` field (anthropic). Messages and system blocks
+may be any iterable the SDKs take (a list, a tuple, a generator). The caller's own objects are
 never changed: the request gets new lists and strings.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, TypeGuard
 
 if TYPE_CHECKING:
     from ampmeter.context import ExecutionContext
@@ -28,15 +30,21 @@ def disclose(ctx: ExecutionContext, kwargs: dict[str, Any], wire: str | None) ->
     note = ctx.budget_note()
     if wire == "anthropic":
         system = kwargs.get("system")
-        if isinstance(system, list):
+        if _is_many(system):
             kwargs["system"] = [*system, {"type": "text", "text": note}]
         else:
             kwargs["system"] = f"{system}\n\n{note}" if system else note
     elif wire == "responses":
         instructions = kwargs.get("instructions")
         kwargs["instructions"] = f"{instructions}\n\n{note}" if instructions else note
-    elif wire == "chat" and isinstance(kwargs.get("messages"), list):
+    elif wire == "chat" and _is_many(kwargs.get("messages")):
         kwargs["messages"] = [{"role": "system", "content": note}, *kwargs["messages"]]
     else:
         return None  # a wire without a place for system text is sent as it is
     return note
+
+
+def _is_many(value: object) -> TypeGuard[Iterable[Any]]:
+    """Whether ``value`` is a collection of messages or blocks (any iterable but text and a
+    single mapping), which the SDKs take as well as a list."""
+    return isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping))

@@ -6,23 +6,36 @@ another refuses. It names the field and what is wrong with it: a missing or mist
 tools need, a count that is not a whole number from 0 to 2⁶³-1 (a larger integer in the file
 has already lost its exactness on reading), a cost or latency that is negative or out of range.
 Numbers that are not finite (``NaN``, ``Infinity``, ``1e400``) never get this far: they are not
-JSON, and the reader names their field (see :func:`non_finite_field`).
+JSON, and the reader names their field (see :func:`non_finite_field`); nor does a line nested
+deeper than :data:`MAX_DEPTH` (see :func:`nesting_problem`), which no tool could walk.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Final
 
 from ampmeter.money import NANO_PER_USD
 
-__all__ = ["MAX_COST_USD", "MAX_COUNT", "event_problem", "non_finite_field"]
+__all__ = [
+    "MAX_COST_USD",
+    "MAX_COUNT",
+    "MAX_DEPTH",
+    "event_problem",
+    "nesting_problem",
+    "non_finite_field",
+]
 
 MAX_COUNT: Final = 2**63 - 1
 """The largest token or retry count a log may hold (what SQLite and DuckDB integers hold)."""
 MAX_COST_USD: Final = MAX_COUNT / NANO_PER_USD
 """The largest cost of one event: what the ledgers can hold as integer nano-dollars."""
+
+MAX_DEPTH: Final = 1024
+"""The deepest nesting of arrays and objects a log line may have: the JSON parser's own limit.
+A deeper line is refused by name (a hostile log must not exhaust the reader's stack)."""
 
 _COUNTS: Final = ("prompt_tokens", "completion_tokens", "total_tokens", "tokens_saved")
 
@@ -92,6 +105,36 @@ def event_problem(obj: dict[str, Any]) -> str | None:
     return None
 
 
+def nesting_problem(raw: bytes | str) -> str | None:
+    """``nested N levels deep, ...`` when the arrays and objects of a line nest deeper than
+    :data:`MAX_DEPTH`, else None. Counted without parsing (and without recursion), so it is
+    safe on any line; only called for a line the fast parser refused."""
+    depth = nesting_depth(raw)
+    if depth <= MAX_DEPTH:
+        return None
+    return f"arrays and objects nested {depth:,} levels deep, more than the {MAX_DEPTH:,} allowed"
+
+
+# A JSON string (escapes included): brackets inside strings do not nest anything.
+_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?')
+_NOT_BRACKET: Final = re.compile(rb"[^\[\]{}]+")
+
+
+def nesting_depth(raw: bytes | str) -> int:
+    """How deep the arrays and objects of a JSON text nest (0 for a scalar), found in one pass
+    over its brackets outside strings; a text that is not JSON gets the depth it reaches."""
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    brackets = _NOT_BRACKET.sub(b"", _STRING.sub(b"", data))
+    depth = deepest = 0
+    for byte in brackets:
+        if byte in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
 def non_finite_field(raw: bytes | str) -> str | None:
     """``field 'x': ...`` naming the first number of a line that is not finite (``NaN``,
     ``Infinity``, ``1e400``), or None when the line has none (or is not JSON at all).
@@ -100,9 +143,9 @@ def non_finite_field(raw: bytes | str) -> str | None:
     """
     try:
         obj = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than Python's parser goes: say less
         return None
-    found = _first_non_finite(obj, "")
+    found = _first_non_finite(obj)
     if found is None:
         return None
     path, value = found
@@ -110,17 +153,18 @@ def non_finite_field(raw: bytes | str) -> str | None:
     return f"{where}: must be a finite number, got {value!r} (NaN, Infinity or too large)"
 
 
-def _first_non_finite(value: object, path: str) -> tuple[str, float] | None:
-    if isinstance(value, float) and not math.isfinite(value):
-        return path, value
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _first_non_finite(item, f"{path}.{key}" if path else str(key))
-            if found is not None:
-                return found
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _first_non_finite(item, f"{path}[{index}]")
-            if found is not None:
-                return found
+def _first_non_finite(value: object) -> tuple[str, float] | None:
+    # Depth first, in document order, with a stack of its own: a line may nest 1,024 deep.
+    stack: list[tuple[str, object]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return path, item
+        if isinstance(item, dict):
+            inner = [(f"{path}.{key}" if path else str(key), v) for key, v in item.items()]
+        elif isinstance(item, list):
+            inner = [(f"{path}[{index}]", v) for index, v in enumerate(item)]
+        else:
+            continue
+        stack.extend(reversed(inner))
     return None

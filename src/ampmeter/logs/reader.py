@@ -1,7 +1,8 @@
 """Reading JSONL logs by the contract's rules: the one reading of a valid line for every tool.
 
 Blank lines are skipped. A line that is not a JSON object, holds a number that is not finite
-(``NaN``, ``Infinity``, ``1e400``), or fails the reader's ``check`` (for event logs,
+(``NaN``, ``Infinity``, ``1e400``), nests deeper than :data:`~ampmeter.logs.events.MAX_DEPTH`
+(1,024 levels), or fails the reader's ``check`` (for event logs,
 :func:`ampmeter.logs.events.event_problem`: negative or out-of-range counts, a bad cost, ...)
 raises :class:`JsonlError` naming the file, the line and the field, unless ``best_effort=True``
 (then it is skipped and counted, and a warning says how many). Only a last line *without its
@@ -29,7 +30,7 @@ from typing import Any, Final
 import orjson
 
 from ampmeter.errors import JsonlError, LogLineError
-from ampmeter.logs.events import non_finite_field
+from ampmeter.logs.events import nesting_problem, non_finite_field
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -240,7 +241,8 @@ class JsonlReader(Iterator[dict[str, Any]]):
                         stacklevel=3,
                     )
                     return
-                self._bad(number, non_finite_field(raw) or f"invalid JSON ({_short(exc)})")
+                reason = nesting_problem(raw) or non_finite_field(raw)
+                self._bad(number, reason or f"invalid JSON ({_short(exc)})")
                 continue
             if type(obj) is not dict:
                 self._bad(number, f"expected a JSON object, got {_json_kind(obj)}")

@@ -6,6 +6,10 @@ The ladder is the context's ``on_budget_pressure`` hook, with ``pressure_at`` it
 so it sees the request where that hook does: before it is measured and reserved, so the
 reservation is priced at the model that is sent. The node keeps the model asked for
 (``requested_model``).
+
+A rung names models as prices do (:mod:`ampmeter.pricing.names`): ``"gpt-4o"`` also takes
+``GPT-4o``, ``gpt-4o-2024-08-06`` and ``openai/gpt-4o``, all priced as gpt-4o. A name the rung
+spells exactly wins over one it only matches so, and either over ``"*"``.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ _REQUESTED: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 class DowngradeLadder:
     """The rungs of a ``downgrade=`` mapping, as a budget-pressure hook (see the module)."""
 
-    __slots__ = ("rungs",)
+    __slots__ = ("_by_identity", "rungs")
 
     def __init__(self, ladder: object) -> None:
         if not isinstance(ladder, Mapping) or not ladder:
@@ -53,6 +57,9 @@ class DowngradeLadder:
                     )
             rungs.append((at, dict(swaps)))
         self.rungs = tuple(sorted(rungs, key=lambda rung: rung[0], reverse=True))
+        # Each rung's named models by identity, made the first time a request needs it (it
+        # reads the price table, which a ladder must not load before a rung is reached).
+        self._by_identity: list[dict[str, str] | None] = [None] * len(self.rungs)
 
     @property
     def lowest(self) -> float:
@@ -66,16 +73,34 @@ class DowngradeLadder:
         if not isinstance(model, str) or pressure is None:
             return request
         spent = pressure.fraction()
-        for at, swaps in self.rungs:
+        for index, (at, swaps) in enumerate(self.rungs):
             if spent < at:
                 continue
-            target = swaps.get(model, swaps.get(ANY_MODEL))
+            target = self._target(index, swaps, model)
             if target is not None:
                 if target != model:
                     request["model"] = target
                     _REQUESTED.set(model)
                 return request
         return request
+
+    def _target(self, index: int, swaps: dict[str, str], model: str) -> str | None:
+        """The model rung ``index`` sends ``model`` to: by its exact name, else by the model
+        it is priced as, else by ``"*"``; None when the rung does not name it."""
+        exact = swaps.get(model)
+        if exact is not None:
+            return exact
+        from ampmeter.pricing.names import model_identity
+
+        named = self._by_identity[index]
+        if named is None:
+            named = {}
+            for source, target in swaps.items():
+                if source != ANY_MODEL:
+                    named.setdefault(model_identity(source), target)
+            self._by_identity[index] = named
+        found = named.get(model_identity(model)) if named else None
+        return found if found is not None else swaps.get(ANY_MODEL)
 
 
 def take_requested_model() -> str | None:

@@ -24,7 +24,7 @@ from ampmeter.pricing import _cache as _price_cache
 from ampmeter.pricing.rates import Rates, compile_price, rates_from_json, rates_to_json
 
 if TYPE_CHECKING:
-    from genai_prices.types import ModelInfo, ModelPrice
+    from genai_prices.types import ModelInfo, ModelPrice, PriceCalculation
 
 __all__ = [
     "DatedRates",
@@ -34,6 +34,7 @@ __all__ = [
     "source",
     "split_provider",
     "table_entry",
+    "table_model_id",
     "table_version",
 ]
 
@@ -188,24 +189,42 @@ def _table_entry(model: str, provider: str | None, generation: int) -> Rates | D
     return rates
 
 
-def _look_up(model: str, provider: str | None) -> Rates | DatedRates | None:
+def _resolve(model: str, provider: str | None) -> PriceCalculation | None:
+    """The table's entry for ``model``: matched as genai-prices matches names (any case, dated
+    snapshots and aliases), then as ``provider/model`` when the name has a provider prefix."""
     table = _table
     assert table is not None  # _current_table() ran first
     from genai_prices import Usage
 
     try:
-        calc = table.calc_price(Usage(input_tokens=0, output_tokens=0), model, provider_id=provider)
+        return table.calc_price(Usage(input_tokens=0, output_tokens=0), model, provider_id=provider)
     except LookupError:
         prefixed = split_provider(model)
         if prefixed is None:
             return None
         named_provider, named_model = prefixed
         try:
-            calc = table.calc_price(
+            return table.calc_price(
                 Usage(input_tokens=0, output_tokens=0), named_model, provider_id=named_provider
             )
         except LookupError:
             return None
+
+
+def table_model_id(model: str, provider: str | None) -> str | None:
+    """The id of the table's model that ``model`` is priced as (``gpt-4o`` for ``GPT-4o``,
+    ``gpt-4o-2024-08-06`` and ``openai/gpt-4o``), or None when the table does not price it."""
+    _current_table()
+    calc = _resolve(model, provider)
+    return None if calc is None else str(calc.model.id)
+
+
+def _look_up(model: str, provider: str | None) -> Rates | DatedRates | None:
+    table = _table
+    assert table is not None  # _current_table() ran first
+    calc = _resolve(model, provider)
+    if calc is None:
+        return None
     if isinstance(calc.model.prices, list):  # conditional prices: pick by request time
         return DatedRates(calc.model, table.version)
     return compile_price(calc.model_price, table.version)

@@ -17,12 +17,25 @@ from ampmeter import money
 if TYPE_CHECKING:
     from genai_prices.types import ModelPrice
 
-__all__ = ["MAX_PLACES", "Rates", "compile_price", "rates_from_json", "rates_to_json"]
+__all__ = [
+    "MAX_PLACES",
+    "MAX_RATE",
+    "Rates",
+    "compile_price",
+    "rate_arg",
+    "rates_from_json",
+    "rates_to_json",
+]
 
 _ZERO: Final = Decimal(0)
 MAX_PLACES: Final = 24
 """The most decimal places a rate (USD per million tokens) may have: a yocto-dollar per million
 tokens is far below any price, and the integers a call is priced with stay small."""
+MAX_RATE: Final = Decimal(10**9)
+"""The highest rate (USD per million tokens, or per request for the fee): a thousand dollars a
+token is far above any price, and a rate past it would only make pricing slow (a rate of
+``1E+999999`` is a number with a million digits)."""
+_MAX_RATE_INT: Final = int(MAX_RATE)
 _KINDS: Final = ("input", "output", "cache read", "cache write", "reasoning", "per-request")
 # A rate as (threshold, USD per million units) steps, highest threshold first; the last step is
 # the base rate with threshold -1. A step applies when the call's input tokens exceed its
@@ -55,6 +68,8 @@ class Rates:
         for kind, rate in zip(_KINDS, rates, strict=True):
             if not rate.is_finite():
                 raise ValueError(f"the {kind} rate must be finite, got {rate}")
+            if rate > MAX_RATE:
+                raise ValueError(f"the {kind} rate must be at most {MAX_RATE:,}, got {rate}")
         # Decimals per million tokens: the fee, in USD per request, may have six more.
         decimals = (*(_decimals(rate) for rate in token_rates), _decimals(self.per_call) - 6)
         places = max(0, *decimals)
@@ -116,6 +131,31 @@ class Rates:
             + r_call
         )
         return units, r.places + 6
+
+
+def rate_arg(value: object, what: str) -> Decimal:
+    """``value`` (see :func:`ampmeter.money.usd`) as a rate in USD per million tokens, checked
+    before any work that grows with its size: ``ValueError`` naming ``what`` for a rate above
+    :data:`MAX_RATE` or with more than :data:`MAX_PLACES` decimal places."""
+    limit = f"{what} must be at most {MAX_RATE:,} USD per million tokens"
+    # An int is compared as an int: comparing it with a Decimal reads all its digits.
+    if isinstance(value, int) and value > _MAX_RATE_INT:
+        raise ValueError(f"{limit}, got an integer of {value.bit_length():,} bits")
+    rate = money.usd(value, what)
+    if rate > MAX_RATE:
+        raise ValueError(f"{limit}, got {_short(rate)}")
+    if _decimals(rate) > MAX_PLACES:
+        raise ValueError(
+            f"{what} may have at most {MAX_PLACES} decimal places (USD per million tokens), "
+            f"got {_short(rate)}"
+        )
+    return rate
+
+
+def _short(rate: Decimal) -> str:
+    """A rate as written, or in scientific notation when that would be long."""
+    text = str(rate)
+    return text if len(text) <= 40 else f"{rate:.6E}"
 
 
 def _decimals(rate: Decimal) -> int:

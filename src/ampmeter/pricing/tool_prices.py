@@ -13,11 +13,22 @@ from __future__ import annotations
 import fnmatch
 import threading
 from decimal import Decimal
+from typing import Final
 
 from ampmeter import money
 from ampmeter.pricing.user_prices import is_pattern
 
-__all__ = ["clear_tool_prices", "remove_tool_price", "set_tool_price", "tool_price"]
+__all__ = [
+    "MAX_TOOL_USD",
+    "clear_tool_prices",
+    "remove_tool_price",
+    "set_tool_price",
+    "tool_price",
+]
+
+MAX_TOOL_USD: Final = Decimal(10**9)
+"""The highest price of one tool call, in dollars: far above any, and well inside what the
+ledgers count (a larger one would only make every call of the tool slow to price)."""
 
 _exact: dict[str, Decimal] = {}
 _patterns: tuple[tuple[str, Decimal], ...] = ()  # longest pattern first
@@ -36,7 +47,12 @@ def set_tool_price(name_or_pattern: str, *, usd: Decimal | float | int | str) ->
     """Price every call of the tool ``name_or_pattern`` (an fnmatch pattern when it holds
     ``*``, ``?`` or ``[``) at ``usd`` dollars; replaces an earlier price of the same name."""
     name = _name_arg(name_or_pattern)
+    # An int is compared as an int: comparing it with a Decimal reads all its digits.
+    if isinstance(usd, int) and usd > int(MAX_TOOL_USD):
+        raise ValueError(f"usd must be at most {MAX_TOOL_USD:,} dollars a call, got more")
     amount = money.usd(usd, "usd")
+    if amount > MAX_TOOL_USD:
+        raise ValueError(f"usd must be at most {MAX_TOOL_USD:,} dollars a call, got {amount:.6E}")
     global _exact, _patterns
     with _lock:
         if is_pattern(name):

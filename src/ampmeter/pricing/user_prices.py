@@ -1,9 +1,10 @@
 """Prices the user sets, which win over the genai-prices table.
 
 Rates are read as written (:func:`ampmeter.money.usd`: ``0.3`` is exactly ``Decimal("0.3")``).
-Names match case-insensitively, exactly or as fnmatch patterns (``"ft:gpt-4o-mini*"``): an
-exact price wins over a pattern, a longer pattern over a shorter one. The tables are replaced,
-never changed in place, so reading them needs no lock.
+Names match case-insensitively (:func:`ampmeter.pricing.names.user_price_names`), exactly
+or as fnmatch patterns (``"ft:gpt-4o-mini*"``): an exact price wins over a pattern, a longer
+pattern over a shorter one. The tables are replaced, never changed in place, so reading them
+needs no lock.
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ import threading
 from decimal import Decimal
 from typing import Final
 
-from ampmeter import money
-from ampmeter.pricing.genai_table import split_provider
-from ampmeter.pricing.rates import Rates
+from ampmeter.pricing.names import user_price_names
+from ampmeter.pricing.rates import Rates, rate_arg
 
 __all__ = [
     "USER_PRICING_VERSION",
@@ -90,20 +90,22 @@ def set_price(
     (``openai/x``) also finds the price set for ``x``. With ``provider`` the price applies only
     to calls that name that provider; without it, to every call of ``model``. Cache reads and
     writes without their own rate are billed at the input rate, reasoning tokens at the output
-    rate. Results carry ``pricing_version == "user"``.
+    rate. Results carry ``pricing_version == "user"``. A rate is at most 1,000,000,000 (a
+    thousand dollars a token) with at most 24 decimal places; ``ValueError`` names the argument
+    that is not, and no price changes.
     """
     key = _key(model_arg(model), provider_arg(provider))
-    r_in = money.usd(input_per_mtok, "input_per_mtok")
-    r_out = money.usd(output_per_mtok, "output_per_mtok")
+    r_in = rate_arg(input_per_mtok, "input_per_mtok")
+    r_out = rate_arg(output_per_mtok, "output_per_mtok")
     r_cr = (
         r_in
         if cached_input_per_mtok is None
-        else money.usd(cached_input_per_mtok, "cached_input_per_mtok")
+        else rate_arg(cached_input_per_mtok, "cached_input_per_mtok")
     )
     r_cw = (
         r_in
         if cache_write_per_mtok is None
-        else money.usd(cache_write_per_mtok, "cache_write_per_mtok")
+        else rate_arg(cache_write_per_mtok, "cache_write_per_mtok")
     )
     rates = Rates(r_in, r_out, r_cr, r_cw, r_out, _ZERO, USER_PRICING_VERSION)
     global _exact, _patterns, changes
@@ -147,11 +149,8 @@ def user_rates(model: str, provider: str | None) -> Rates | None:
     exact, patterns = _exact, _patterns
     if not exact and not patterns:
         return None
-    names = [model.lower()]
-    prefixed = split_provider(model) if "/" in model else None
-    if prefixed is not None:
-        names.append(prefixed[1].lower())
-        provider = provider if provider is not None else prefixed[0]
+    names, prefix = user_price_names(model)
+    provider = provider if provider is not None else prefix
     providers = (None,) if provider is None else (provider.lower(), None)
     for name in names:
         for wanted in providers:

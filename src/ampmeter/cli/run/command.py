@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ampmeter.cli.output import fail, say
+from ampmeter.cli.output import fail, printable, say
 
 __all__ = ["register"]
 
@@ -119,7 +119,7 @@ def run_command_line(
     say("\nampmeter run summary")
     say(format_summary(outcome.summary))
     if outcome.stop_reason:
-        say(f"ampmeter run: stopped: {outcome.stop_reason}")
+        say(printable(f"ampmeter run: stopped: {outcome.stop_reason}"))
     raise typer.Exit(outcome.exit_code)
 
 

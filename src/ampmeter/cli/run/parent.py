@@ -33,8 +33,9 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final
 
+from ampmeter.cli.output import os_error_message, printable
 from ampmeter.cli.run.config import RunConfig
 
 __all__ = [
@@ -99,10 +100,17 @@ def run_command(
     child_env["PYTHONPATH"] = BOOTSTRAP_DIR + (os.pathsep + path if path else "")
     # A process that outlives the wait below may still write into the directory as it is
     # removed; that must not turn a finished run into a crash.
-    with tempfile.TemporaryDirectory(prefix="ampmeter-run-", ignore_cleanup_errors=True) as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="ampmeter-run-", ignore_cleanup_errors=True) as tmp,
+        _open_out(config.out) as target,
+    ):
         events_dir = f"{config.out}.parts" if config.out else os.path.join(tmp, "events")
         processes_dir = os.path.join(tmp, "processes")
-        os.makedirs(events_dir, exist_ok=True)
+        try:
+            os.makedirs(events_dir, exist_ok=True)
+        except OSError as exc:
+            message = f"--out: no folder for the run's parts: {os_error_message(exc)}"
+            raise ValueError(message) from None
         os.mkdir(processes_dir)
         tree: dict[str, Any] = {
             "ledger": config.ledger or os.path.join(tmp, "ledger.sqlite3"),
@@ -129,8 +137,8 @@ def run_command(
             _wait_for_group(proc.pid, _LINGER_S)
         events = sorted(Path(events_dir).glob("*.jsonl"))
         summary = _run_summary(events, len(list(Path(processes_dir).iterdir())), code)
-        if config.out:
-            _merge_events(events, config.out)
+        if target is not None:
+            _merge_events(events, target)
             shutil.rmtree(events_dir, ignore_errors=True)
     if timed_out:
         reason = f"timeout: stopped at --timeout {config.timeout:g} s"
@@ -193,12 +201,26 @@ def _wait_for_group(group: int, limit_s: float) -> None:
         pause = min(pause * 2, 0.05)
 
 
-def _merge_events(files: Sequence[Path], out: str) -> None:
-    """Append every process's events to ``out``, process by process, whole lines only."""
-    with open(out, "ab") as target:
-        for path in files:
-            data = path.read_bytes()
-            target.write(data[: data.rfind(b"\n") + 1])  # a killed writer's cut line is dropped
+def _open_out(out: str | None) -> contextlib.AbstractContextManager[IO[bytes] | None]:
+    """``--out`` opened for appending before the program starts: a path that cannot take the
+    log (a directory, a missing or read-only folder) stops the run before it costs anything,
+    rather than losing the log after it."""
+    if out is None:
+        return contextlib.nullcontext()
+    try:
+        return open(out, "ab")
+    except FileNotFoundError:
+        folder = os.path.dirname(out)
+        raise ValueError(f"--out {out}: the folder {folder} does not exist") from None
+    except OSError as exc:
+        raise ValueError(f"--out {os_error_message(exc)}") from None
+
+
+def _merge_events(files: Sequence[Path], target: IO[bytes]) -> None:
+    """Append every process's events to ``target``, process by process, whole lines only."""
+    for path in files:
+        data = path.read_bytes()
+        target.write(data[: data.rfind(b"\n") + 1])  # a killed writer's cut line is dropped
 
 
 def _run_summary(events: Sequence[Path], processes: int, code: int) -> dict[str, Any]:
@@ -266,7 +288,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
             "context growth",
             f"{summary['context_growth_avg']:+,.1f} tokens/call (base {count('base_context')})",
         ),
-        ("ended", summary["termination"]),
+        ("ended", printable(summary["termination"])),  # read from the run's logs
         ("processes", count("processes")),
     ]
     width = max(len(name) for name, _ in rows)

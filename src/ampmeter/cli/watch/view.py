@@ -62,7 +62,7 @@ def _header(state: WatchState, info: FrameInfo, now_ms: float | None) -> Table:
     if info.pending_bytes:
         files += f", {info.pending_bytes} byte(s) of a line still being written"
     if not info.files:
-        files = "waiting for " + ", ".join(escape(p) for p in info.patterns)
+        files = "waiting for " + ", ".join(escape(printable(p)) for p in info.patterns)
     grid.add_row("ampmeter watch", files + time.strftime("  (%H:%M:%S)"))
     rates = state.rates(now_ms)
     runs = state.runs.values()
@@ -80,6 +80,11 @@ def _header(state: WatchState, info: FrameInfo, now_ms: float | None) -> Table:
         f"(over the last {rates.window_s:,.0f} s)",
     )
     return grid
+
+
+def _key(key: str) -> Text:
+    # A ceiling's key may come from a stop reason in the log: plain text, controls escaped.
+    return Text(printable(key))
 
 
 def _limits(state: WatchState, run: RunState) -> Table:
@@ -100,7 +105,7 @@ def _limits(state: WatchState, run: RunState) -> Table:
     for key, cap in ceilings.items():
         used = run.usage(key)
         if used is None:
-            grid.add_row(escape(key), "[dim]not in the log[/]", "", f"of {_amount(key, cap)}")
+            grid.add_row(_key(key), "[dim]not in the log[/]", "", f"of {_amount(key, cap)}")
             continue
         share = used / cap if cap > 0 else (1.0 if used > 0 else 0.0)
         style = "red" if share >= 1 else "yellow" if share >= 0.8 else "green"
@@ -111,7 +116,7 @@ def _limits(state: WatchState, run: RunState) -> Table:
             complete_style=style,
             finished_style=style,
         )
-        grid.add_row(escape(key), _amount(key, used), bar, f"{share:.0%} of {_amount(key, cap)}")
+        grid.add_row(_key(key), _amount(key, used), bar, f"{share:.0%} of {_amount(key, cap)}")
     return grid
 
 
@@ -147,9 +152,10 @@ def _running_label(run: RunState, span: str) -> Text:
 def _label(call: Call) -> Text:
     mark, style = _MARK.get(call.status, ("?", "white"))
     name = short_ids(call.name)
-    text = Text.assemble((f"{mark} ", style), (f"{call.kind} ", "dim"), (name, "bold"))
+    kind = printable(call.kind)
+    text = Text.assemble((f"{mark} ", style), (f"{kind} ", "dim"), (name, "bold"))
     if call.model:
-        text.append(f"  {call.model}", "cyan")
+        text.append(f"  {printable(call.model)}", "cyan")
     if call.kind == "llm" and call.status != "halt":
         text.append(f"  {call.tokens_in:,}→{call.tokens_out:,} tok")
     if call.cost_usd or call.unpriced:
@@ -159,28 +165,54 @@ def _label(call: Call) -> Text:
     if call.status == "halt":
         text.append(f"  stopped: {short_ids(call.stop_reason or 'limit')}", style)
     elif call.status == "fail" and call.error_class:
-        text.append(f"  {call.error_class}", style)
+        text.append(f"  {printable(call.error_class)}", style)
     return text
 
 
-def _start(run: RunState, span: str) -> float:
-    """When a call started (a running call: when its first inner call started)."""
-    call = run.calls.get(span)
-    if call is not None and call.end_ms is not None:
-        return call.end_ms - (call.latency_ms or 0.0)
-    return min((_start(run, s) for s in run.children.get(span, ())), default=math.inf)
+def _start(run: RunState, span: str, known: dict[str, float]) -> float:
+    """When a call started (a running call: when its first inner call started), remembered in
+    ``known``. Walked with a stack of its own: a chain of running calls may be any length."""
+    pending = [span]
+    entered: set[str] = set()
+    while pending:
+        current = pending[-1]
+        if current in known:
+            pending.pop()
+            continue
+        call = run.calls.get(current)
+        if call is not None and call.end_ms is not None:
+            known[current] = call.end_ms - (call.latency_ms or 0.0)
+            pending.pop()
+            continue
+        kids = run.children.get(current, ())
+        waiting = [k for k in kids if k not in known and k not in entered]
+        if current not in entered and waiting:
+            entered.add(current)
+            pending.extend(waiting)
+            continue
+        # Its inner calls are known now (or, in a damaged log's cycle, never will be).
+        known[current] = min((known.get(k, math.inf) for k in kids), default=math.inf)
+        pending.pop()
+    return known[span]
 
 
-def _subtree(
-    run: RunState, span: str, prefix: str, last: bool, rows: list[tuple[str, str]]
-) -> None:
-    """Rows of ``span`` and its calls, each with the tree's lines in front of it."""
-    rows.append((prefix + ("└─ " if last else "├─ "), span))
-    kids = run.children.get(span, ())
-    ordered = sorted(kids, key=lambda s: (_start(run, s), s)) if len(kids) > 1 else kids
-    inner = prefix + ("   " if last else "│  ")
-    for index, kid in enumerate(ordered):
-        _subtree(run, kid, inner, index == len(ordered) - 1, rows)
+def _subtree(run: RunState, top: str, last: bool, rows: list[tuple[str, str]]) -> None:
+    """Rows of the top-level call ``top`` and its calls, each with the tree's lines in front of
+    it, in display order. Walked with a stack of its own: a log's tree may be any depth."""
+    known: dict[str, float] = {}
+    seen: set[str] = set()  # a damaged log's cycle is drawn once
+    stack = [(top, "", last)]
+    while stack:
+        span, prefix, is_last = stack.pop()
+        if span in seen:
+            continue
+        seen.add(span)
+        rows.append((prefix + ("└─ " if is_last else "├─ "), span))
+        kids = run.children.get(span, ())
+        if len(kids) > 1:
+            kids = sorted(kids, key=lambda s: (_start(run, s, known), s))
+        inner = prefix + ("   " if is_last else "│  ")
+        stack.extend((kid, inner, i == len(kids) - 1) for i, kid in reversed(list(enumerate(kids))))
 
 
 def _tree(run: RunState, max_rows: int) -> Text:
@@ -193,7 +225,7 @@ def _tree(run: RunState, max_rows: int) -> Text:
     tops = list(run.top)
     for index in range(len(tops) - 1, -1, -1):
         block: list[tuple[str, str]] = []
-        _subtree(run, tops[index], "", index == len(tops) - 1, block)
+        _subtree(run, tops[index], index == len(tops) - 1, block)
         rows[:0] = block
         if len(rows) >= max_rows:
             break
@@ -232,7 +264,7 @@ def _title(run: RunState, now_ms: float | None) -> Text:
         title.append("  nothing running", "dim")
     else:
         termination, reason = ending
-        words, style = _ENDED.get(termination, (f"ended: {termination}", "white"))
+        words, style = _ENDED.get(termination, (f"ended: {printable(termination)}", "white"))
         title.append(f"  ■ {words}", f"bold {style}")
         if reason and termination != "limit_exceeded":  # a stop's reason is on its row
             title.append(f" ({short_ids(reason)})", style)
