@@ -22,6 +22,7 @@ from typing import Literal
 from ampmeter import _validate
 from ampmeter._core.idempotency import KEEP_S
 from ampmeter.errors import BudgetUnavailable
+from ampmeter.ledgers import _notes
 from ampmeter.ledgers._amounts import (
     Amount,
     AmountIn,
@@ -36,15 +37,16 @@ from ampmeter.ledgers._amounts import (
     check_seconds,
     check_segment,
     check_windows,
+    raised_ceiling,
     root_of,
     to_amount,
-    to_units,
 )
 from ampmeter.ledgers._journal import Journal, Settlement
 from ampmeter.ledgers._renewal import Renewer
 from ampmeter.ledgers._rules import (
     SETTLED_ID,
     BudgetView,
+    PausedCall,
     Refusal,
     Reservation,
     UnsettledHold,
@@ -61,6 +63,7 @@ __all__ = [
     "Committed",
     "Ledger",
     "LedgerUnavailable",
+    "PausedCall",
     "Refusal",
     "Reservation",
     "UnsettledHold",
@@ -411,11 +414,45 @@ class Ledger(ABC):
 
     def set_ceiling(self, scope: str, key: str, value: AmountIn) -> None:
         """Set the ceiling ``key`` of ``scope`` to ``value``, higher or lower: the operator's
-        raise (``ampmeter budget raise``). A call waiting for room sees it at its next try."""
+        raise (``ampmeter budget raise``). ``value`` is checked as a limit's maximum is
+        everywhere (dollars ``>= 0`` for money, a whole number for counts; an unknown ``amp:``
+        key is refused). A call waiting for room sees it at its next try."""
         name = self._readable(scope)
         field = check_key(key, "key")
-        units = to_units(field, value, f"ceiling {field!r}", ceiling=True)
-        self._backend_set_ceilings(name, {field: units}, False)
+        self._backend_set_ceilings(name, {field: raised_ceiling(field, value)}, False)
+        # Then a fresh mark (after the ceiling: whoever sees the mark sees the ceiling).
+        self._backend_set_note(name, _notes.raised_name(field), uuid.uuid4().hex)
+
+    def raise_mark(self, key: str, scope: str | None = None) -> str | None:
+        """A mark that changes with every :meth:`set_ceiling` of ``key`` at ``scope`` (default:
+        this ledger's); None before the first. A call paused at its cap keeps the mark it saw
+        when it paused and takes a ceiling kept here only once the mark has changed: a raise
+        made after it paused, never one an earlier run left behind."""
+        name = self._readable(scope)
+        return self._backend_notes(name).get(_notes.raised_name(check_key(key, "key")))
+
+    def note_paused(self, call: PausedCall, scope: str | None = None) -> None:
+        """Note (or renew) ``call``, paused at a cap on ``scope`` (default: this ledger's), so
+        :meth:`show` lists it; notes of other calls that have lapsed are dropped."""
+        name = self._readable(scope)
+        notes = self._backend_notes(name)
+        for lapsed in _notes.paused_calls(notes, time.time(), lapsed=True):
+            self._backend_set_note(name, _notes.paused_name(lapsed), None)
+        self._backend_set_note(name, _notes.paused_name(call.id), _notes.paused_text(call))
+
+    def forget_paused(self, call_id: str, scope: str | None = None) -> None:
+        """Drop the note of a paused call (:meth:`note_paused`): it went on or stopped."""
+        self._backend_set_note(self._readable(scope), _notes.paused_name(call_id), None)
+
+    def paused_calls(self, scope: str | None = None) -> tuple[PausedCall, ...]:
+        """The calls paused at a cap on ``scope`` (default: this ledger's) now."""
+        notes = self._backend_notes(self._readable(scope))
+        return tuple(_notes.paused_calls(notes, time.time(), lapsed=False).values())
+
+    def exists(self, scope: str | None = None) -> bool:
+        """Whether the ledger keeps anything (spend, holds, ceilings, a pause, notes) for
+        ``scope`` (default: this ledger's) or a scope below it."""
+        return self._backend_known(self._readable(scope))
 
     def pause(self, scope: str | None = None) -> None:
         """Pause ``scope`` (default: this ledger's): from its next reserve on, no process admits
@@ -438,6 +475,7 @@ class Ledger(ABC):
             amounts_out(self._backend_read("unsettled", name)),
             {key: to_amount(key, value) for key, value in self._backend_ceilings(name).items()},
             self._backend_paused_by(name),
+            self.paused_calls(name),
         )
 
     def flush(self) -> None:
@@ -527,6 +565,18 @@ class Ledger(ABC):
     @abstractmethod
     def _backend_paused_by(self, scope: str) -> str | None:
         """The nearest paused scope of ``scope``'s path (itself first), or None."""
+
+    @abstractmethod
+    def _backend_notes(self, scope: str) -> dict[str, str]:
+        """The notes kept for ``scope``: name -> text."""
+
+    @abstractmethod
+    def _backend_set_note(self, scope: str, name: str, value: str | None) -> None:
+        """Keep the note ``name`` of ``scope`` as ``value`` (a non-empty text; None drops it)."""
+
+    @abstractmethod
+    def _backend_known(self, scope: str) -> bool:
+        """Whether anything is kept for ``scope`` or a scope below it."""
 
     def _backend_close(self) -> None:  # noqa: B027 - a no-op default is right in-process
         """Release connections; the ledger is unusable afterwards."""

@@ -48,6 +48,13 @@ _T = TypeVar("_T")
 # Version 2 keeps amounts as integers (nano-dollars for money keys); version 1 (no user_version)
 # kept float dollars, which this code cannot read.
 _SCHEMA_VERSION = 2
+# The notes of a scope (an operator's raise, a call paused at its cap): added to files of this
+# version written before it had them, so it is created whenever a file is opened.
+_NOTES = """CREATE TABLE IF NOT EXISTS ampmeter_notes (
+    scope TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL,
+    PRIMARY KEY (scope, name)) WITHOUT ROWID"""
+# The tables that name scopes: a scope exists when one of them names it or a scope below it.
+_SCOPED = ("spent", "unsettled", "held", "ceilings", "paused", "notes")
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS ampmeter_spent (
     scope TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
@@ -89,6 +96,7 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS ampmeter_claims (
     scope TEXT NOT NULL, name TEXT NOT NULL, at REAL NOT NULL,
     PRIMARY KEY (scope, name)) WITHOUT ROWID""",
+    _NOTES,
 )
 
 
@@ -97,6 +105,7 @@ def _create_schema(db: sqlite3.Connection, path: str) -> None:
     with _immediate(db):
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version == _SCHEMA_VERSION:
+            db.execute(_NOTES)
             return
         old = db.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ampmeter_spent'"
@@ -397,6 +406,37 @@ class SqliteLedger(Ledger):
 
     def _backend_paused_by(self, scope: str) -> str | None:
         return self._guarded(lambda: _paused_by(self._connections.get(), scope))
+
+    def _backend_notes(self, scope: str) -> dict[str, str]:
+        def read() -> dict[str, str]:
+            rows = self._connections.get().execute(
+                "SELECT name, value FROM ampmeter_notes WHERE scope = ?", (scope,)
+            )
+            return dict(rows.fetchall())
+
+        return self._guarded(read)
+
+    def _backend_set_note(self, scope: str, name: str, value: str | None) -> None:
+        def write(db: sqlite3.Connection, now: float) -> None:
+            if value is None:
+                db.execute("DELETE FROM ampmeter_notes WHERE scope = ? AND name = ?", (scope, name))
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO ampmeter_notes VALUES (?, ?, ?)", (scope, name, value)
+                )
+
+        self._run(write)
+
+    def _backend_known(self, scope: str) -> bool:
+        below = scope + "/"
+        union = " UNION ALL ".join(
+            f"SELECT 1 FROM ampmeter_{table} WHERE scope = ? OR substr(scope, 1, ?) = ?"
+            for table in _SCOPED
+        )
+        args = [value for _ in _SCOPED for value in (scope, len(below), below)]
+        return self._guarded(
+            lambda: self._connections.get().execute(f"{union} LIMIT 1", args).fetchone() is not None
+        )
 
     def reservation_ids(self) -> set[str]:
         """Ids of the reservations the file holds now (expired ones included until reaped)."""
