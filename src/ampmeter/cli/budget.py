@@ -54,8 +54,10 @@ def budget(
 ) -> None:
     """Show, pause, resume or raise a budget scope in a shared ledger (SQLite or Redis).
 
-    A pause holds in every process from its next admission on (calls there fail closed);
-    ``raise`` sets a ceiling kept in the ledger.
+    ``show`` lists what the scope spent and holds, its ceilings, and the calls paused at their
+    context's own cap. A pause holds in every process from its next admission on (calls there
+    fail closed); ``raise`` sets a ceiling kept in the ledger, checked as every limit is, and
+    lets calls paused on the scope go on.
     """
     if action not in _ACTIONS:
         _fail(f"unknown action {action!r}: use one of {', '.join(_ACTIONS)}")
