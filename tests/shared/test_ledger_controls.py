@@ -194,11 +194,11 @@ def test_paused_calls_are_noted_listed_and_lapse(make_ledger: MakeLedger) -> Non
 
     ledger = make_ledger()
     now = time.time()
-    live = PausedCall("n000002-a", COST, Decimal("0.1"), "nightly", now - 3, now + 30)
-    steps = PausedCall("n000003-b", "amp:steps", 20, "nightly", now - 1, now + 30)
-    dead = PausedCall("n000009-c", COST, Decimal("1"), "crashed", now - 90, now - 60)
-    for call in (dead, live, steps):
-        ledger.note_paused(call)
+    dead = ledger.note_paused("n000009-c", COST, 1, "crashed", now - 90, -60)
+    live = ledger.note_paused("n000002-a", COST, "0.1", "nightly", now - 3, 30)
+    steps = ledger.note_paused("n000003-b", "amp:steps", 20, "nightly", now - 1, 30)
+    assert isinstance(live, PausedCall) and live.cap == Decimal("0.1") and live.until > now + 29
+    assert dead.until < now
     assert sorted(ledger.paused_calls(), key=lambda c: c.id) == [live, steps]
     assert ledger.show().paused_calls == ledger.paused_calls()
     assert ledger.child("below").paused_calls() == ()

@@ -192,8 +192,6 @@ class PauseWait:
         and keep the raise mark it finds; later, renew the note now and then, and take a
         ceiling the ledger keeps above the context's own once the mark has moved on (an
         operator raised it after the pause: ``ampmeter budget raise``)."""
-        from ampmeter.ledgers.base import PausedCall
-
         ledger = self.owner.ledger
         assert ledger is not None
         limit = self.exceeded.limit
@@ -202,11 +200,8 @@ class PauseWait:
         if self.noted_at is None or now - self.noted_at >= _RENEW_S:
             if self.noted_at is None:
                 self.mark = ledger.raise_mark(key)  # raises made before this one do not count
-            until = time.time() + _NOTE_S
-            paused = PausedCall(
-                self.call_id, key, limit.max_value, self.owner.name, self.since, until
-            )
-            ledger.note_paused(paused)
+            context, since = self.owner.name, self.since
+            ledger.note_paused(self.call_id, key, limit.max_value, context, since, _NOTE_S)
             self.noted_at = now
             return
         if ledger.raise_mark(key) == self.mark:

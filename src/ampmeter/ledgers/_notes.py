@@ -6,6 +6,7 @@ agrees."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 import orjson
@@ -14,7 +15,7 @@ from ampmeter.keys import is_money
 from ampmeter.ledgers._amounts import check_key, to_amount, to_units
 from ampmeter.ledgers._rules import PausedCall
 
-__all__ = ["paused_calls", "paused_name", "paused_text", "raised_name"]
+__all__ = ["paused_call", "paused_calls", "paused_name", "paused_text", "raised_name"]
 
 _RAISED = "raised:"
 _PAUSED = "paused:"
@@ -22,12 +23,22 @@ _PAUSED = "paused:"
 
 def raised_name(key: str) -> str:
     """The note that marks the last operator's raise of ``key``."""
-    return _RAISED + key
+    return _RAISED + check_key(key, "key")
 
 
 def paused_name(call_id: str) -> str:
     """The note of the paused call ``call_id``."""
     return _PAUSED + call_id
+
+
+def paused_call(
+    call_id: str, key: str, cap: object, context: str, since: float, lasts_s: float
+) -> PausedCall:
+    """The checked :class:`PausedCall` a context notes (see ``Ledger.note_paused``)."""
+    field = check_key(key, "key")
+    amount = to_amount(field, to_units(field, cap, "cap", ceiling=True))
+    until = time.time() + lasts_s
+    return PausedCall(check_key(call_id, "call id"), field, amount, context, since, until)
 
 
 def paused_text(call: PausedCall) -> str:
@@ -42,7 +53,9 @@ def paused_text(call: PausedCall) -> str:
     return orjson.dumps(body).decode()
 
 
-def paused_calls(notes: Mapping[str, str], now: float, *, lapsed: bool) -> dict[str, PausedCall]:
+def paused_calls(
+    notes: Mapping[str, str], now: float, *, lapsed: bool = False
+) -> dict[str, PausedCall]:
     """The paused calls among ``notes`` (by id) that are live at ``now``, or those that lapsed
     (``lapsed``); a note that does not read as one counts as lapsed."""
     found: dict[str, PausedCall] = {}

@@ -413,10 +413,9 @@ class Ledger(ABC):
         return {key: to_amount(key, value) for key, value in kept.items()}
 
     def set_ceiling(self, scope: str, key: str, value: AmountIn) -> None:
-        """Set the ceiling ``key`` of ``scope`` to ``value``, higher or lower: the operator's
-        raise (``ampmeter budget raise``). ``value`` is checked as a limit's maximum is
-        everywhere (dollars ``>= 0`` for money, a whole number for counts; an unknown ``amp:``
-        key is refused). A call waiting for room sees it at its next try."""
+        """Set the ceiling ``key`` of ``scope`` to ``value`` (checked as every limit's maximum
+        is), higher or lower: the operator's raise (``ampmeter budget raise``). A call waiting
+        for room, or paused at its cap there, sees it at its next try."""
         name = self._readable(scope)
         field = check_key(key, "key")
         self._backend_set_ceilings(name, {field: raised_ceiling(field, value)}, False)
@@ -425,20 +424,28 @@ class Ledger(ABC):
 
     def raise_mark(self, key: str, scope: str | None = None) -> str | None:
         """A mark that changes with every :meth:`set_ceiling` of ``key`` at ``scope`` (default:
-        this ledger's); None before the first. A call paused at its cap keeps the mark it saw
-        when it paused and takes a ceiling kept here only once the mark has changed: a raise
-        made after it paused, never one an earlier run left behind."""
-        name = self._readable(scope)
-        return self._backend_notes(name).get(_notes.raised_name(check_key(key, "key")))
+        this ledger's), None before the first: a call paused at its cap takes a ceiling kept
+        here only once the mark moved since it paused (never one an earlier run left)."""
+        return self._backend_notes(self._readable(scope)).get(_notes.raised_name(key))
 
-    def note_paused(self, call: PausedCall, scope: str | None = None) -> None:
-        """Note (or renew) ``call``, paused at a cap on ``scope`` (default: this ledger's), so
-        :meth:`show` lists it; notes of other calls that have lapsed are dropped."""
+    def note_paused(
+        self,
+        call_id: str,
+        key: str,
+        cap: AmountIn,
+        context: str,
+        since: float,
+        lasts_s: float,
+        scope: str | None = None,
+    ) -> PausedCall:
+        """Note the call ``call_id`` of ``context``, paused since ``since`` at its ``cap`` on
+        ``key``, for ``lasts_s`` (then it lapses) at ``scope`` (default: this ledger's)."""
         name = self._readable(scope)
-        notes = self._backend_notes(name)
-        for lapsed in _notes.paused_calls(notes, time.time(), lapsed=True):
+        call = _notes.paused_call(call_id, key, cap, context, since, lasts_s)
+        for lapsed in _notes.paused_calls(self._backend_notes(name), time.time(), lapsed=True):
             self._backend_set_note(name, _notes.paused_name(lapsed), None)
         self._backend_set_note(name, _notes.paused_name(call.id), _notes.paused_text(call))
+        return call
 
     def forget_paused(self, call_id: str, scope: str | None = None) -> None:
         """Drop the note of a paused call (:meth:`note_paused`): it went on or stopped."""
@@ -446,12 +453,11 @@ class Ledger(ABC):
 
     def paused_calls(self, scope: str | None = None) -> tuple[PausedCall, ...]:
         """The calls paused at a cap on ``scope`` (default: this ledger's) now."""
-        notes = self._backend_notes(self._readable(scope))
-        return tuple(_notes.paused_calls(notes, time.time(), lapsed=False).values())
+        found = _notes.paused_calls(self._backend_notes(self._readable(scope)), time.time())
+        return tuple(found.values())
 
     def exists(self, scope: str | None = None) -> bool:
-        """Whether the ledger keeps anything (spend, holds, ceilings, a pause, notes) for
-        ``scope`` (default: this ledger's) or a scope below it."""
+        """Whether the ledger keeps anything for ``scope`` (default: this ledger's) or below it."""
         return self._backend_known(self._readable(scope))
 
     def pause(self, scope: str | None = None) -> None:
