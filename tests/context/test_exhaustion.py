@@ -345,8 +345,14 @@ def test_a_ceiling_an_earlier_run_left_is_never_taken_only_a_raise_after_the_pau
 
 
 def test_a_pause_ends_when_the_contexts_timeout_runs_out() -> None:
+    from ampmeter.pricing import NO_PRICES  # the calls give their cost: no table to load
+
     ctx = ExecutionContext(
-        max_cost_usd=0.10, on_exhausted="pause", timeout_s=0.8, pause_timeout_s=10
+        max_cost_usd=0.10,
+        on_exhausted="pause",
+        timeout_s=0.8,
+        pause_timeout_s=10,
+        pricing=NO_PRICES,
     )
     started = time.monotonic()
     with pytest.raises(LimitExceeded, match="timeout_s ran out") as caught, ctx:
