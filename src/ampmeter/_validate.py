@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any, Final, Literal
 
 from ampmeter import money
+from ampmeter.keys import key_unit
 
 ExpiredHold = Literal["charge", "release"]
 """What a shared ledger does with a hold whose lease ran out: charge it, or release it."""
@@ -109,6 +110,36 @@ def nano(value: object, what: str, *, allow_negative: bool = False, round_up: bo
         return money.to_nano(value, what, allow_negative=allow_negative, round_up=round_up)
     except (OverflowError, ArithmeticError):
         raise ValueError(f"{what} must be a finite amount of dollars, got {value!r}") from None
+
+
+def whole(value: object, what: str) -> int:
+    """A whole number ``0 <= value <= 2**53``: an int, or a float or Decimal without a fraction
+    (a limit read from a config file as ``20.0``)."""
+    if isinstance(value, (float, Decimal)):
+        finite = math.isfinite(value) if isinstance(value, float) else value.is_finite()
+        if not finite or value != int(value):
+            raise ValueError(f"{what} must be a whole number, got {value}")
+        return count(int(value), what)
+    return count(value, what)
+
+
+def limit_max(key: str, value: object, what: str) -> Decimal | int | float:
+    """The maximum of a limit on ``key``, checked the one way every place that sets one checks
+    it (a :class:`~ampmeter.Limit`, a context's ``max_*`` keywords, ``raise_limit``, a ledger's
+    ``set_ceiling`` and ``ampmeter budget raise``, a hand-off token): dollars ``>= 0`` a ledger
+    can count for money keys, a whole number ``0..2**53`` for keys that count things, any finite
+    number for the caller's own keys. An ``amp:`` key ampmeter does not know is refused."""
+    unit = key_unit(key)
+    if unit is None:
+        raise ValueError(
+            f"{what}: {key!r} is not a key ampmeter counts (its keys are in ampmeter.keys, "
+            "such as amp:cost or amp:llm_calls; give your own keys your own prefix, myapp:...)"
+        )
+    if unit == "money":
+        return dollars(value, what)
+    if unit == "count":
+        return whole(value, what)
+    return number(value, what)
 
 
 def text(value: object, what: str, *, empty: bool = True) -> str:

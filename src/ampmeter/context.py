@@ -109,10 +109,10 @@ class ExecutionContext(CallMaker):
       charges by default). Children and hand-offs inherit it. A context shows the charges of
       dead workers' holds under its ledger scope and its hand-offs (see :meth:`close`);
     * ``on_exhausted``: what a call that would break a hard limit does: ``"raise"`` (default:
-      :class:`~ampmeter.LimitExceeded`) or ``"pause"``: it waits, holding no lock, until the
-      ceiling is raised (:meth:`raise_limit`, or ``ampmeter budget raise`` / ``resume`` on the
-      shared ledger); a callable ``on_exhausted(ctx, exceeded) -> new_max | None`` is asked
-      first and may raise it at once. ``pause_timeout_s`` ends a pause (None: no end) with
+      :class:`~ampmeter.LimitExceeded`) or ``"pause"``: it waits, holding no lock, for a raise
+      made after it paused (:meth:`raise_limit`, ``ampmeter budget raise`` / ``resume``); a
+      callable ``on_exhausted(ctx, exceeded) -> new_max | None`` is asked at once (None stops
+      the call). ``pause_timeout_s`` (None: no end) or ``timeout_s`` ends a pause with
       ``LimitExceeded``. Each pause and resume is a limit event. Children inherit both;
     * ``disclose_budget``: tell instrumented LLM requests the budget left (:meth:`budget_note`)
       as a system message; the node keeps the line (``budget_note``). Children inherit it;

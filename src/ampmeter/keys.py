@@ -50,12 +50,68 @@ KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE: Final = "amp:toolchain_parse_error_consec
 # Wall time of a context in seconds: not stored, reported when a timeout stops a call.
 KEY_ELAPSED_S: Final = "amp:elapsed_s"
 
+# Keys the policies stop calls on (a refusal names them; a user may limit them too).
+KEY_REPEATS_FOR: Final = "amp:repeats:"
+"""Prefix of the loop guard's keys: ``amp:repeats:<hash of the request>``."""
+KEY_INPUT_TOKENS_PER_CALL: Final = "amp:input_tokens_per_call"
+"""The key a refusal by ``max_input_tokens_per_call`` names."""
+KEY_BUDGET_PRESSURE: Final = "amp:budget_pressure"
+"""The key a refusal by the ``on_budget_pressure`` hook names (its value: the fraction spent)."""
+
 PROTECTED_KEYS: Final = frozenset({KEY_ITERATIONS})
 # Keys that belong to one context only: a child's value never reaches its parent, so a
 # successful parse in a child can reset them without leaving stale counts upstairs.
 LOCAL_KEYS: Final = frozenset(
     {KEY_ITERATIONS, KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE}
 )
+
+
+# The ``amp:`` keys that count whole things, and the families of them (a model, a tool, an
+# iteration or a request appended): a limit on one is a whole number, never below zero.
+_COUNT_KEYS: Final = frozenset(
+    {
+        KEY_INPUT_TOKENS,
+        KEY_OUTPUT_TOKENS,
+        KEY_CACHED_INPUT_TOKENS,
+        KEY_REASONING_TOKENS,
+        KEY_LLM_CALLS,
+        KEY_TOOL_CALLS,
+        KEY_STEPS,
+        KEY_RETRIES,
+        KEY_UNPRICED_LLM_CALLS,
+        KEY_ITERATIONS,
+        KEY_FORMAT_PARSE_ERROR_TOTAL,
+        KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
+        KEY_TOOLCHAIN_PARSE_ERROR_TOTAL,
+        KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE,
+        KEY_INPUT_TOKENS_PER_CALL,
+    }
+)
+_COUNT_FAMILIES: Final = (
+    KEY_INPUT_TOKENS_FOR,
+    KEY_OUTPUT_TOKENS_FOR,
+    KEY_CACHED_INPUT_TOKENS_FOR,
+    KEY_REASONING_TOKENS_FOR,
+    KEY_TOOL_CALLS_FOR,
+    KEY_FORMAT_PARSE_ERROR_AT,
+    KEY_TOOLCHAIN_PARSE_ERROR_AT,
+    KEY_REPEATS_FOR,
+)
+# ``amp:`` keys measured in other units: seconds, a fraction of a budget.
+_MEASURE_KEYS: Final = frozenset({KEY_ELAPSED_S, KEY_BUDGET_PRESSURE})
+
+
+def key_unit(key: str) -> str | None:
+    """What a value of ``key`` is: ``"money"`` (dollars), ``"count"`` (a whole number of
+    things) or ``"number"`` (any number: the caller's own keys, seconds, fractions); None for
+    a key in ampmeter's namespace that ampmeter does not know (a typo such as ``amp:cots``)."""
+    if is_money(key):
+        return "money"
+    if not key.startswith(KEY_PREFIX) or key in _MEASURE_KEYS:
+        return "number"
+    if key in _COUNT_KEYS or key.startswith(_COUNT_FAMILIES):
+        return "count"
+    return None
 
 
 def is_money(key: str) -> bool:
@@ -69,5 +125,6 @@ def is_money(key: str) -> bool:
 __all__ = [name for name in dir() if name.startswith("KEY_")] + [
     "LOCAL_KEYS",
     "is_money",
+    "key_unit",
     "PROTECTED_KEYS",
 ]

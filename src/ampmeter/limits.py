@@ -77,12 +77,10 @@ class Limit:
             raise TypeError(f"Limit key must be a str, got {type(self.key).__name__}")
         if not self.key:
             raise ValueError("Limit key must not be empty")
-        # Any finite number: a gauge can go below zero, so a negative ceiling can make sense.
+        # The one check of a limit's maximum (money, whole counts, or any finite number for
+        # the caller's own keys, whose gauges may go below zero).
         what = f"Limit max_value for {self.key!r}"
-        if is_money(self.key):
-            value: Any = _validate.dollars(self.max_value, what, allow_negative=True)
-        else:
-            value = _validate.number(self.max_value, what)
+        value = _validate.limit_max(self.key, self.max_value, what)
         object.__setattr__(self, "max_value", value)
         try:
             object.__setattr__(self, "type", LimitType(self.type))
@@ -243,9 +241,14 @@ def context_limits(
             if not isinstance(limit, Limit):
                 raise TypeError(f"limits must hold Limit objects, got {type(limit).__name__}")
             built.append(limit)
-    cost = None if max_cost_usd is None else _validate.dollars(max_cost_usd, "max_cost_usd")
-    steps = None if max_steps is None else _validate.count(max_steps, "max_steps")
-    retries = None if max_retries is None else _validate.count(max_retries, "max_retries")
+    cost, steps, retries = (
+        None if value is None else _validate.limit_max(key, value, what)
+        for key, value, what in (
+            (KEY_COST, max_cost_usd, "max_cost_usd"),
+            (KEY_STEPS, max_steps, "max_steps"),
+            (KEY_RETRIES, max_retries, "max_retries"),
+        )
+    )
     if cost is not None:
         built.append(Limit(KEY_COST, cost))
     if steps is not None:

@@ -115,7 +115,7 @@ def test_shortcuts_become_limits() -> None:
         ({"max_cost_usd": "1"}, TypeError, "max_cost_usd"),
         ({"max_steps": -1}, ValueError, "max_steps"),
         ({"max_steps": True}, TypeError, "max_steps"),
-        ({"max_steps": 2.0}, TypeError, "max_steps"),
+        ({"max_steps": 2.5}, ValueError, "max_steps must be a whole number"),
         ({"max_retries": -3}, ValueError, "max_retries"),
         ({"max_retries": False}, TypeError, "max_retries"),
         ({"timeout_s": -1.0}, ValueError, "timeout_s"),

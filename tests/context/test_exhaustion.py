@@ -11,12 +11,13 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ampmeter import ExecutionContext, LimitExceeded
+from ampmeter import ExecutionContext, LimitExceeded, find_limit_exceeded
 from ampmeter.ledgers import Ledger, RedisLedger, SqliteLedger
 from support.redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
@@ -103,23 +104,26 @@ def test_a_pause_that_times_out_stops_as_before_and_keeps_the_spend() -> None:
     assert snap["termination_reason"] == "limit_exceeded"
 
 
-def test_a_callback_may_raise_the_ceiling_at_once_or_let_the_call_pause() -> None:
+def test_a_callback_may_raise_the_ceiling_at_once_or_stop_the_call() -> None:
     asked: list[tuple[str, str]] = []
 
     def approve(ctx: ExecutionContext, exceeded: Any) -> float | None:
         asked.append((ctx.name, exceeded.limit.key))
         return 1.5 if len(asked) == 1 else None
 
-    with ExecutionContext(
-        "run", max_cost_usd=1.0, on_exhausted=approve, pause_timeout_s=0.2
-    ) as ctx:
+    # A callback that declines stops the call at once (never waiting out pause_timeout_s).
+    with ExecutionContext("run", max_cost_usd=1.0, on_exhausted=approve, pause_timeout_s=5) as ctx:
         spend(ctx, "first", 0.9, 0.9)
         spend(ctx, "approved", 0.3, 0.3)
         assert ctx.limits[0].max_value == 1.5
-        with pytest.raises(LimitExceeded):
+        started = time.monotonic()
+        with pytest.raises(LimitExceeded, match="on_exhausted returned None") as caught:
             spend(ctx, "declined", 0.4, 0.4)
+        assert time.monotonic() - started < 2.0
+        assert find_limit_exceeded(caught.value) is caught.value
     assert asked == [("run", COST), ("run", COST)]
-    assert kinds(ctx.snapshot()["limit_events"]) == ["pause", "resume", "pause", "pause_timeout"]
+    assert kinds(ctx.snapshot()["limit_events"]) == ["pause", "resume", "pause", "pause_declined"]
+    assert float(ctx.snapshot()["gauges"][COST]) == pytest.approx(1.2)
 
 
 def test_children_inherit_the_pause_and_a_parent_raise_frees_them() -> None:
@@ -316,3 +320,47 @@ def test_pauses_and_resumes_leave_the_process_through_the_webhook_sink() -> None
         ("pause", COST, "second"),
         ("resume", COST, "second"),
     ]
+
+
+def test_a_ceiling_an_earlier_run_left_is_never_taken_only_a_raise_after_the_pause(
+    shared: tuple[str, Ledger],
+) -> None:
+    where, ledger = shared
+    # An earlier run's hand-off kept $5 for this scope, and an operator raised it once, too.
+    ledger.set_ceilings(ledger.scope, {COST: 5})
+    ledger.set_ceiling(ledger.scope, COST, 5)
+    with ExecutionContext(
+        max_cost_usd=0.10, ledger=ledger, on_exhausted="pause", pause_timeout_s=20
+    ) as ctx:
+        spend(ctx, "first", 0.05, 0.05)
+        spend(ctx, "second", 0.05, 0.05)
+        raiser = Later(0.6, lambda: budget("raise", where, ledger.scope, COST, "0.15"))
+        started = time.monotonic()
+        spend(ctx, "third", 0.05, 0.05)  # waits for the raise: the $5 left there is no approval
+        waited = time.monotonic() - started
+        raiser.join()
+        assert waited > 0.55
+        assert ctx.limits[0].max_value == Decimal("0.15")  # the raise, never the old $5
+    assert ledger.spent()[COST] == Decimal("0.15")
+
+
+def test_a_pause_ends_when_the_contexts_timeout_runs_out() -> None:
+    from ampmeter.pricing import NO_PRICES  # the calls give their cost: no table to load
+
+    ctx = ExecutionContext(
+        max_cost_usd=0.10,
+        on_exhausted="pause",
+        timeout_s=0.8,
+        pause_timeout_s=10,
+        pricing=NO_PRICES,
+    )
+    started = time.monotonic()
+    with pytest.raises(LimitExceeded, match="timeout_s ran out") as caught, ctx:
+        spend(ctx, "first", 0.10, 0.10)
+        spend(ctx, "second", 0.05, 0.05)
+    assert time.monotonic() - started < 4.0
+    assert find_limit_exceeded(caught.value) is caught.value
+    snap = ctx.snapshot()
+    assert snap["termination_reason"] == "timeout"
+    assert kinds(snap["limit_events"]) == ["pause", "pause_timeout"]
+    assert float(snap["gauges"][COST]) == pytest.approx(0.10)

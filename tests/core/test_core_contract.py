@@ -59,7 +59,7 @@ def test_bad_ceilings_name_the_argument(argument: str, value: object, error: typ
 
 @pytest.mark.parametrize(
     ("value", "error"),
-    [(HUGE, ValueError), (-1, ValueError), (True, TypeError), (1.5, TypeError), ("3", TypeError)],
+    [(HUGE, ValueError), (-1, ValueError), (True, TypeError), (1.5, ValueError), ("3", TypeError)],
 )
 @pytest.mark.parametrize("argument", ["max_steps", "max_retries"])
 def test_bad_count_ceilings_name_the_argument(argument: str, value: object, error: type) -> None:

@@ -452,3 +452,37 @@ def test_a_childs_retries_roll_up_to_the_parent(sqlite_ledger: SqliteLedger) -> 
         assert done.stdout.strip() == "4"
     assert ctx.stats.counters()["amp:retries"] == 1 + 4
     assert sqlite_ledger.spent()["amp:retries"] == 1 + 4  # the parent's shared ceiling saw them
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_a_ceiling_raised_over_a_parent_without_limits_stops_its_child(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from ampmeter import LimitExceeded, find_limit_exceeded
+    from ampmeter.ledgers import Ledger
+
+    root = f"team-{os.urandom(4).hex()}"
+    opened: list[Ledger] = []
+    for _ in range(2):  # the run's ledger, and the operator's own connection
+        if backend == "sqlite":
+            opened.append(SqliteLedger(tmp_path / "budget.sqlite3", root))
+        else:
+            server: RedisServer = request.getfixturevalue("redis_server")
+            opened.append(RedisLedger(server.url, root, timeout_s=5.0))
+    ledger, operator = opened
+    try:
+        with ExecutionContext("boss", ledger=ledger) as boss:  # a ledger, and no limits
+            token = boss.handoff("researcher")
+            with ExecutionContext.from_handoff(token, ledger=ledger) as child:
+                spend(child, 1)
+                operator.set_ceiling(root, "amp:cost", COST * 1.5)  # ampmeter budget raise
+                with pytest.raises(LimitExceeded) as caught:
+                    spend(child, 1)
+        assert find_limit_exceeded(caught.value) is caught.value
+        assert f"shared budget {root!r}: limit exceeded: amp:cost = $0.25 > $0.1875" in str(
+            caught.value
+        )
+        assert float(ledger.spent()["amp:cost"]) == COST
+    finally:
+        for each in opened:
+            each.close()

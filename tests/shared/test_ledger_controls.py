@@ -173,6 +173,53 @@ def test_kept_ceilings_need_scopes_of_the_tree(make_ledger: MakeLedger) -> None:
     assert ledger.ceilings() == {}
 
 
+def test_only_an_operators_raise_moves_the_raise_mark(make_ledger: MakeLedger) -> None:
+    root = make_ledger()
+    run = root.child("run")
+    assert run.raise_mark(COST) is None
+    root.set_ceilings(run.scope, {COST: 5})  # a hand-off's ceiling is no raise
+    assert run.raise_mark(COST) is None
+    root.set_ceiling(run.scope, COST, 5)
+    first = run.raise_mark(COST)
+    assert first is not None and root.raise_mark(COST, run.scope) == first
+    root.set_ceiling(run.scope, COST, 5)  # the same value again is a new raise
+    second = run.raise_mark(COST)
+    assert second not in (None, first)
+    root.set_ceiling(run.scope, "amp:llm_calls", 3)  # another key's raise leaves it alone
+    assert run.raise_mark(COST) == second and root.raise_mark(COST) is None
+
+
+def test_paused_calls_are_noted_listed_and_lapse(make_ledger: MakeLedger) -> None:
+    from ampmeter.ledgers import PausedCall
+
+    ledger = make_ledger()
+    now = time.time()
+    dead = ledger.note_paused("n000009-c", COST, 1, "crashed", now - 90, -60)
+    live = ledger.note_paused("n000002-a", COST, "0.1", "nightly", now - 3, 30)
+    steps = ledger.note_paused("n000003-b", "amp:steps", 20, "nightly", now - 1, 30)
+    assert isinstance(live, PausedCall) and live.cap == Decimal("0.1") and live.until > now + 29
+    assert dead.until < now
+    assert sorted(ledger.paused_calls(), key=lambda c: c.id) == [live, steps]
+    assert ledger.show().paused_calls == ledger.paused_calls()
+    assert ledger.child("below").paused_calls() == ()
+    ledger.forget_paused(live.id)
+    ledger.forget_paused("never-noted")
+    assert ledger.paused_calls() == (steps,)
+
+
+def test_a_scope_exists_once_anything_is_kept_there_or_below(make_ledger: MakeLedger) -> None:
+    root = make_ledger()
+    run = root.child("run")
+    worker = run.child("worker")
+    assert not root.exists() and not run.exists()
+    held = worker.reserve({COST: 0.01}, {})
+    assert held is not None
+    assert root.exists() and run.exists() and worker.exists()
+    assert not root.child("ru").exists() and not worker.child("x").exists()
+    root.pause(root.scope + "/paused-only")
+    assert root.exists(root.scope + "/paused-only")
+
+
 # -- the operator's pause -------------------------------------------------------------------------
 
 

@@ -237,10 +237,14 @@ class Chain:
         index, hit = found
         return self.guards[index], exceeded(hit), TerminationReason.LIMIT_EXCEEDED
 
+    def deadline_passed(self) -> Stop | None:
+        """The first context above whose wall time (``timeout_s``) is over, as a stop."""
+        timed = tuple(f for f in self.guards if f.deadline is not None)
+        return timed_out(timed) if timed else None
+
     def exceeded_now(self) -> Stop | None:
         """The first limit above this context exceeded now (a deadline first), as a stop."""
-        timed = tuple(f for f in self.guards if f.deadline is not None)
-        found = timed_out(timed) if timed else None
+        found = self.deadline_passed()
         rows = self.rows
         if found is None and rows:
             hit = self.kernel.check(rows, None)
@@ -371,31 +375,36 @@ class LocalLimits(Step):
         kernel = chain.kernel
         wait: Wait | None = None
         paused: PauseWait | None = None
-        while found is not None:
-            index, hit, busy = found
-            if not busy:
-                stop = chain.owner((index, hit))
-                if not chain.frame.exhaustion.pauses:
-                    raise chain.refuse(flight, stop)
-                if paused is None:
-                    paused = PauseWait(chain.frame, stop[0], stop[1], kernel, flight.node)
-                    raised = yield from paused.begin()
+        try:
+            while found is not None:
+                index, hit, busy = found
+                if not busy:
+                    stop = chain.owner((index, hit))
+                    if not chain.frame.exhaustion.pauses:
+                        raise chain.refuse(flight, stop)
+                    if paused is None:
+                        paused = PauseWait(chain.frame, stop[0], stop[1], kernel, flight.node)
+                        raised = yield from paused.begin(chain, flight, stop)
+                    else:
+                        raised = False
+                    if not raised:
+                        yield from paused.look(thread, chain, flight, stop)
+                    # A raised ceiling is read from the guards (without a policy's own rows).
+                    rows = chain.rows
                 else:
-                    raised = False
-                if not raised:
-                    yield from paused.look(thread, chain, flight, stop)
-                # A raised ceiling is read from the guards (without a policy's own rows).
-                rows = chain.rows
-            else:
-                wait = wait or Wait(chain.wait_s)
-                pause = wait.next_pause()
-                if pause is None or not kernel.holders(flight.node, thread)[1]:
-                    # Out of time, or only calls this one cannot outwait hold the rest.
-                    raise self.busy(flight, index, hit)
-                yield Pause(pause, kernel if thread is not None else None)
-            found = kernel.admit(flight, pending, holds, rows, self.run)
+                    wait = wait or Wait(chain.wait_s)
+                    pause = wait.next_pause()
+                    if pause is None or not kernel.holders(flight.node, thread)[1]:
+                        # Out of time, or only calls this one cannot outwait hold the rest.
+                        raise self.busy(flight, index, hit)
+                    yield Pause(pause, kernel if thread is not None else None)
+                found = kernel.admit(flight, pending, holds, rows, self.run)
+        except BaseException:
+            if paused is not None:
+                paused.abandon()
+            raise
         if paused is not None:
-            paused.resumed()
+            yield from paused.resumed()
 
     def busy(self, flight: Flight, index: int, hit: Hit) -> BudgetBusy:
         """Stop a call that waited in vain for calls in flight to settle."""

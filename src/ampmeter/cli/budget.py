@@ -1,16 +1,20 @@
 """The ``ampmeter budget`` command: an operator's handle on a shared ledger, from any process.
 
 ``ampmeter budget show|pause|resume|raise LEDGER SCOPE [KEY VALUE]``: LEDGER is a SQLite file
-or a ``redis://`` (``rediss://``, ``unix://``) URL. ``pause`` stops every process from admitting
-anything more at SCOPE and below it, from its next admission on; ``resume`` lifts it; ``raise``
-sets the ceiling KEY of SCOPE to VALUE (dollars for ``amp:cost`` keys, a whole number else),
-higher or lower. Added to the app by :func:`register`; the ledgers load when the command runs.
+or a ``redis://`` (``rediss://``, ``unix://``) URL. ``show`` prints what the ledger keeps for
+SCOPE, the calls paused at their context's own cap among it (a SCOPE the ledger knows nothing of
+is an error); ``pause`` stops every process from admitting anything more at SCOPE and below it,
+from its next admission on; ``resume`` lifts it; ``raise`` sets the ceiling KEY of SCOPE to
+VALUE (dollars for ``amp:cost`` keys, a whole number for counts), higher or lower, checked as
+every limit's maximum is, and says when it is below what SCOPE has spent; calls paused there
+take it. Added to the app by :func:`register`; the ledgers load when the command runs.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
@@ -52,8 +56,10 @@ def budget(
 ) -> None:
     """Show, pause, resume or raise a budget scope in a shared ledger (SQLite or Redis).
 
-    A pause holds in every process from its next admission on (calls there fail closed);
-    ``raise`` sets a ceiling kept in the ledger.
+    ``show`` lists what the scope spent and holds, its ceilings, and the calls paused at their
+    context's own cap. A pause holds in every process from its next admission on (calls there
+    fail closed); ``raise`` sets a ceiling kept in the ledger, checked as every limit is, and
+    lets calls paused on the scope go on.
     """
     if action not in _ACTIONS:
         _fail(f"unknown action {action!r}: use one of {', '.join(_ACTIONS)}")
@@ -70,13 +76,18 @@ def budget(
     except ImportError as error:  # redis:// without the redis extra
         _fail(missing_module(error))
     try:
+        if action == "show" and not opened.exists(scope):
+            _fail(
+                f"no budget scope {scope!r} in this ledger: nothing was reserved, spent, "
+                "limited or paused there or below it (scopes are paths such as team/run-7)"
+            )
         if action == "pause":
             opened.pause(scope)
         elif action == "resume":
             opened.resume(scope)
         elif action == "raise":
             assert key is not None and value is not None
-            opened.set_ceiling(scope, key, _ceiling(key, value))
+            _raise(opened, scope, key, value)
         _print(opened.show(scope), as_json)
     except (BudgetUnavailable, ValueError, TypeError) as error:
         _fail(str(error))
@@ -98,16 +109,42 @@ def _open(where: str, scope: str) -> Ledger:
     return SqliteLedger(where, scope, lease_s=None)
 
 
-def _ceiling(key: str, value: str) -> str | int:
-    from ampmeter.keys import is_money
+def _raise(opened: Ledger, scope: str, key: str, value: str) -> None:
+    """Set the ceiling (checked as every limit's maximum is) and say when it is below what the
+    scope has spent already."""
+    from ampmeter.money import format_usd
 
+    opened.set_ceiling(scope, key, _number(key, value))
+    ceiling = opened.ceilings(scope)[key]
+    spent = opened.spent(scope).get(key, 0)
+    if spent > ceiling:
+
+        def shown(amount: Decimal | int) -> str:
+            return format_usd(amount) if isinstance(amount, Decimal) else str(amount)
+
+        typer.echo(
+            f"ampmeter budget: note: the new ceiling {key} {shown(ceiling)} is below what "
+            f"{scope!r} has spent ({shown(spent)}): every call there is refused until it is "
+            "raised above that",
+            err=True,
+        )
+
+
+def _number(key: str, value: str) -> Decimal | int | float:
+    """VALUE as the number it reads as (dollars, exactly, for money keys); the ledger checks
+    it as every limit's maximum is checked."""
+    from ampmeter.keys import is_money
+    from ampmeter.money import usd
+
+    what = f"new maximum for {key!r}"
     if is_money(key):
-        return value  # dollars as written
-    try:
-        return int(value)
-    except ValueError:
-        message = f"{key} counts whole things: VALUE must be a whole number, got {value!r}"
-        raise ValueError(message) from None
+        return usd(value, what, allow_negative=True)  # refused below, as everywhere
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            continue
+    raise ValueError(f"{what} must be a number, got {value!r}")
 
 
 def _print(view: BudgetView, as_json: bool) -> None:
@@ -122,6 +159,15 @@ def _print(view: BudgetView, as_json: bool) -> None:
                 name: {key: str(amount) for key, amount in getattr(view, name).items()}
                 for name in ("spent", "reserved", "unsettled", "ceilings")
             },
+            "paused_calls": [
+                {
+                    "key": call.key,
+                    "cap": str(call.cap),
+                    "context": call.context,
+                    "since": call.since,
+                }
+                for call in view.paused_calls
+            ],
         }
         sys.stdout.write(orjson.dumps(data).decode() + "\n")
         return
@@ -133,10 +179,22 @@ def _print(view: BudgetView, as_json: bool) -> None:
         ]
         return ", ".join(shown) or "-"
 
-    paused = "no" if view.paused_by is None else f"yes (paused at {view.paused_by})"
+    calls = view.paused_calls
+    if view.paused_by is not None:
+        paused = f"yes (paused at {view.paused_by})"
+    elif calls:
+        waits = "1 call waits" if len(calls) == 1 else f"{len(calls)} calls wait"
+        paused = f"yes ({waits} at its context's own cap: ampmeter budget raise lets it go on)"
+    else:
+        paused = "no"
     # A ledger is written by other processes (and Redis by anyone): its text is escaped.
     show(f"scope      {printable(view.scope)}")
     show(f"paused     {printable(paused)}")
+    now = time.time()
+    for call in calls:
+        cap = amounts({call.key: call.cap})
+        since = max(now - call.since, 0.0)
+        show(printable(f"waiting    {cap} (cap of context {call.context!r}, paused {since:.0f}s)"))
     for name in ("ceilings", "spent", "unsettled", "reserved"):
         show(f"{name:<10} {amounts(getattr(view, name))}")
 

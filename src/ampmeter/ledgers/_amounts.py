@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import NamedTuple, TypeAlias
 
+from ampmeter import _validate
 from ampmeter.keys import is_money
 from ampmeter.money import NANO_PER_USD, from_nano, to_nano, usd
 
@@ -32,6 +33,7 @@ __all__ = [
     "check_seconds",
     "check_segment",
     "check_windows",
+    "raised_ceiling",
     "root_of",
     "scope_path",
     "to_amount",
@@ -111,6 +113,16 @@ def to_units(key: str, value: object, what: str, *, ceiling: bool = False) -> in
             raise ValueError(f"{what} is too large to count: {value!r}")
         return MAX_UNITS if number > 0 else -MAX_UNITS
     return number
+
+
+def raised_ceiling(key: str, value: object) -> int:
+    """An operator's new ceiling of ``key`` (:meth:`~ampmeter.ledgers.Ledger.set_ceiling`) in
+    units, checked as a limit's maximum is wherever one is set (the same refusals, the same
+    words as ``ExecutionContext.raise_limit``); a string of dollars is read as written."""
+    what = f"new maximum for {key!r}"
+    if isinstance(value, str) and is_money(key):
+        value = usd(value, what)
+    return to_units(key, _validate.limit_max(key, value, what), what, ceiling=True)
 
 
 def to_amount(key: str, units: int) -> Amount:

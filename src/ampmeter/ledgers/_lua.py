@@ -16,7 +16,8 @@ longest sliding window asked for on it, in seconds); 9 window events (sorted set
 ``<prefix><name>`` -> time); 12 expired (hash: id -> the hold charged when its lease ended) and
 13 its times (sorted set); 14 ceilings (hash: field prefix -> JSON ``{key: "max"}``); 15 paused
 (hash: field prefix -> time); 16 idempotency keys (hash: ``<prefix><key>`` -> the JSON amounts
-of their first settlement) and 17 their times (sorted set). ARGV 1 is the TTL in ms ("" =
+of their first settlement) and 17 their times (sorted set); 18 notes (hash: ``<prefix><name>``
+-> text: an operator's raise, a call paused at its cap). ARGV 1 is the TTL in ms ("" =
 none), ARGV 2 how many seconds settled ids, expired holds and idempotency keys are kept. Time
 comes from the server (TIME), never the client.
 """
@@ -27,6 +28,7 @@ __all__ = [
     "CEILINGS",
     "CLAIM",
     "COMMIT",
+    "NOTE",
     "PAUSE",
     "READ",
     "RECENT",
@@ -40,7 +42,7 @@ if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local window_ms = nil
-local tree = {1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}  -- all but the marker
+local tree = {1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}  -- all but the marker
 
 local function open_window()
   if ARGV[1] == '' then return end
@@ -400,6 +402,20 @@ if ARGV[4] == '1' then
   redis.call('HSETNX', KEYS[15], ARGV[3], tostring(now))
 else
   redis.call('HDEL', KEYS[15], ARGV[3])
+end
+close_window()
+return 1
+"""
+)
+
+# ARGV 3 the note's field, 4 its text ("" drops the note).
+NOTE = (
+    _PRELUDE
+    + """
+if ARGV[4] == '' then
+  redis.call('HDEL', KEYS[18], ARGV[3])
+else
+  redis.call('HSET', KEYS[18], ARGV[3], ARGV[4])
 end
 close_window()
 return 1

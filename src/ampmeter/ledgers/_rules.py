@@ -13,6 +13,7 @@ from ampmeter.ledgers._amounts import Amount, Limits, Units, scope_path, to_amou
 __all__ = [
     "SETTLED_ID",
     "BudgetView",
+    "PausedCall",
     "Refusal",
     "Reservation",
     "first_refusal",
@@ -102,12 +103,29 @@ SETTLED_ID = Refusal(None, None)
 
 
 @dataclass(frozen=True, slots=True)
+class PausedCall:
+    """A call paused at a cap (``on_exhausted="pause"``), as its context notes it in the ledger
+    so that an operator sees it (``ampmeter budget show``): the ``key`` whose ceiling stopped
+    it, the context's own ``cap`` on it (Decimal dollars for money keys), the ``context``'s
+    name, and since when (Unix seconds). The note lasts until ``until`` unless its context
+    renews it, so a process that died while paused leaves none behind."""
+
+    id: str
+    key: str
+    cap: Amount
+    context: str
+    since: float
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
 class BudgetView:
     """What :meth:`Ledger.show` reports of one scope (money in Decimal dollars).
 
     ``spent`` includes ``unsettled``: holds whose lease ran out unsettled, charged at their
     reserved amount because their requests may have been billed. ``paused_by`` is the scope
-    whose pause stops this one (itself or one above it), else None.
+    whose pause stops this one (itself or one above it), else None. ``paused_calls`` are the
+    calls paused at a cap on this scope now (see :class:`PausedCall`).
     """
 
     scope: str
@@ -116,6 +134,7 @@ class BudgetView:
     unsettled: Mapping[str, Amount]
     ceilings: Mapping[str, Amount]
     paused_by: str | None
+    paused_calls: tuple[PausedCall, ...] = ()
 
     @property
     def paused(self) -> bool:

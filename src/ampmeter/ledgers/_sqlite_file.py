@@ -24,6 +24,11 @@ __all__ = ["Connections", "immediate"]
 # Version 2 keeps amounts as integers (nano-dollars for money keys); version 1 (no user_version)
 # kept float dollars, which this code cannot read.
 _SCHEMA_VERSION = 2
+# The notes of a scope (an operator's raise, a call paused at its cap): added to files of this
+# version written before it had them, so it is created whenever a file is opened.
+_NOTES = """CREATE TABLE IF NOT EXISTS ampmeter_notes (
+    scope TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL,
+    PRIMARY KEY (scope, name)) WITHOUT ROWID"""
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS ampmeter_spent (
     scope TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
@@ -65,6 +70,7 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS ampmeter_claims (
     scope TEXT NOT NULL, name TEXT NOT NULL, at REAL NOT NULL,
     PRIMARY KEY (scope, name)) WITHOUT ROWID""",
+    _NOTES,
 )
 
 
@@ -73,6 +79,7 @@ def _create_schema(db: sqlite3.Connection, path: str) -> None:
     with immediate(db):
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version == _SCHEMA_VERSION:
+            db.execute(_NOTES)
             return
         old = db.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ampmeter_spent'"

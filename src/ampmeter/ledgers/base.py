@@ -23,6 +23,7 @@ from typing import Literal
 from ampmeter import _validate
 from ampmeter._core.idempotency import KEEP_S
 from ampmeter.errors import BudgetUnavailable
+from ampmeter.ledgers import _notes
 from ampmeter.ledgers._amounts import (
     Amount,
     AmountIn,
@@ -37,15 +38,16 @@ from ampmeter.ledgers._amounts import (
     check_seconds,
     check_segment,
     check_windows,
+    raised_ceiling,
     root_of,
     to_amount,
-    to_units,
 )
 from ampmeter.ledgers._journal import Journal, Settlement
 from ampmeter.ledgers._renewal import Renewer
 from ampmeter.ledgers._rules import (
     SETTLED_ID,
     BudgetView,
+    PausedCall,
     Refusal,
     Reservation,
     UnsettledHold,
@@ -62,6 +64,7 @@ __all__ = [
     "Committed",
     "Ledger",
     "LedgerUnavailable",
+    "PausedCall",
     "Refusal",
     "Reservation",
     "UnsettledHold",
@@ -417,12 +420,52 @@ class Ledger(ABC):
         return {key: to_amount(key, value) for key, value in kept.items()}
 
     def set_ceiling(self, scope: str, key: str, value: AmountIn) -> None:
-        """Set the ceiling ``key`` of ``scope`` to ``value``, higher or lower: the operator's
-        raise (``ampmeter budget raise``). A call waiting for room sees it at its next try."""
+        """Set the ceiling ``key`` of ``scope`` to ``value`` (checked as every limit's maximum
+        is), higher or lower: the operator's raise (``ampmeter budget raise``). A call waiting
+        for room, or paused at its cap there, sees it at its next try."""
         name = self._readable(scope)
         field = check_key(key, "key")
-        units = to_units(field, value, f"ceiling {field!r}", ceiling=True)
-        self._backend_set_ceilings(name, {field: units}, False)
+        self._backend_set_ceilings(name, {field: raised_ceiling(field, value)}, False)
+        # Then a fresh mark (after the ceiling: whoever sees the mark sees the ceiling).
+        self._backend_set_note(name, _notes.raised_name(field), uuid.uuid4().hex)
+
+    def raise_mark(self, key: str, scope: str | None = None) -> str | None:
+        """A mark that changes with every :meth:`set_ceiling` of ``key`` at ``scope`` (default:
+        this ledger's), None before the first: a call paused at its cap takes a ceiling kept
+        here only once the mark moved since it paused (never one an earlier run left)."""
+        return self._backend_notes(self._readable(scope)).get(_notes.raised_name(key))
+
+    def note_paused(
+        self,
+        call_id: str,
+        key: str,
+        cap: AmountIn,
+        context: str,
+        since: float,
+        lasts_s: float,
+        scope: str | None = None,
+    ) -> PausedCall:
+        """Note the call ``call_id`` of ``context``, paused since ``since`` at its ``cap`` on
+        ``key``, for ``lasts_s`` (then it lapses) at ``scope`` (default: this ledger's)."""
+        name = self._readable(scope)
+        call = _notes.paused_call(call_id, key, cap, context, since, lasts_s)
+        for lapsed in _notes.paused_calls(self._backend_notes(name), time.time(), lapsed=True):
+            self._backend_set_note(name, _notes.paused_name(lapsed), None)
+        self._backend_set_note(name, _notes.paused_name(call.id), _notes.paused_text(call))
+        return call
+
+    def forget_paused(self, call_id: str, scope: str | None = None) -> None:
+        """Drop the note of a paused call (:meth:`note_paused`): it went on or stopped."""
+        self._backend_set_note(self._readable(scope), _notes.paused_name(call_id), None)
+
+    def paused_calls(self, scope: str | None = None) -> tuple[PausedCall, ...]:
+        """The calls paused at a cap on ``scope`` (default: this ledger's) now."""
+        found = _notes.paused_calls(self._backend_notes(self._readable(scope)), time.time())
+        return tuple(found.values())
+
+    def exists(self, scope: str | None = None) -> bool:
+        """Whether the ledger keeps anything for ``scope`` (default: this ledger's) or below it."""
+        return self._backend_known(self._readable(scope))
 
     def pause(self, scope: str | None = None) -> None:
         """Pause ``scope`` (default: this ledger's): from its next reserve on, no process admits
@@ -445,6 +488,7 @@ class Ledger(ABC):
             amounts_out(self._backend_read("unsettled", name)),
             {key: to_amount(key, value) for key, value in self._backend_ceilings(name).items()},
             self._backend_paused_by(name),
+            self.paused_calls(name),
         )
 
     def flush(self) -> None:
@@ -534,6 +578,18 @@ class Ledger(ABC):
     @abstractmethod
     def _backend_paused_by(self, scope: str) -> str | None:
         """The nearest paused scope of ``scope``'s path (itself first), or None."""
+
+    @abstractmethod
+    def _backend_notes(self, scope: str) -> dict[str, str]:
+        """The notes kept for ``scope``: name -> text."""
+
+    @abstractmethod
+    def _backend_set_note(self, scope: str, name: str, value: str | None) -> None:
+        """Keep the note ``name`` of ``scope`` as ``value`` (a non-empty text; None drops it)."""
+
+    @abstractmethod
+    def _backend_known(self, scope: str) -> bool:
+        """Whether anything is kept for ``scope`` or a scope below it."""
 
     def _backend_close(self) -> None:  # noqa: B027 - a no-op default is right in-process
         """Release connections; the ledger is unusable afterwards."""

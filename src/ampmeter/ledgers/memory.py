@@ -58,6 +58,7 @@ class _State:
         "idempotent",
         "leases",
         "lock",
+        "notes",
         "paused",
         "released",
         "reserved",
@@ -86,6 +87,7 @@ class _State:
         self.claims: set[tuple[str, str]] = set()
         self.ceilings: dict[str, Units] = {}
         self.paused: set[str] = set()
+        self.notes: dict[str, dict[str, str]] = {}  # scope -> name -> value
 
 
 class InMemoryLedger(Ledger):
@@ -247,6 +249,26 @@ class InMemoryLedger(Ledger):
     def _backend_paused_by(self, scope: str) -> str | None:
         with self._state.lock:
             return self._paused_by(scope)
+
+    def _backend_notes(self, scope: str) -> dict[str, str]:
+        with self._state.lock:
+            return dict(self._state.notes.get(scope, {}))
+
+    def _backend_set_note(self, scope: str, name: str, value: str | None) -> None:
+        notes = self._state.notes
+        with self._state.lock:
+            if value is not None:
+                notes.setdefault(scope, {})[name] = value
+            elif scope in notes:
+                notes[scope].pop(name, None)
+
+    def _backend_known(self, scope: str) -> bool:
+        state = self._state
+        below = scope + "/"
+        with state.lock:
+            tables = (state.spent, state.reserved, state.unsettled, state.ceilings, state.notes)
+            names = {name for table in tables for name in table} | state.paused
+            return any(name == scope or name.startswith(below) for name in names)
 
     def _paused_by(self, scope: str) -> str | None:
         paused = self._state.paused

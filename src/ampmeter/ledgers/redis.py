@@ -11,6 +11,7 @@ Amounts are integers (nano-dollars for money keys) added with ``HINCRBY``: every
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
@@ -68,7 +69,11 @@ _SUFFIXES = (
     "paused",
     "idempotency",
     "idempotency_at",
+    "notes",
 )
+# The hashes whose fields name a scope (after its field prefix): spent, reserved, unsettled,
+# ceilings, paused, notes.
+_SCOPED = (0, 1, 10, 13, 14, 17)
 _HASH_OF = {"spent": "1", "reserved": "2", "unsettled": "11"}
 _SEP = "\x1f"  # between a scope's path below the root and a key, in hash fields
 
@@ -147,6 +152,7 @@ class RedisLedger(Ledger):
         self._release = self._client.register_script(_lua.RELEASE)
         self._renew = self._client.register_script(_lua.RENEW)
         self._claim = self._client.register_script(_lua.CLAIM)
+        self._note = self._client.register_script(_lua.NOTE)
         self._recent = self._client.register_script(_lua.RECENT)
 
     def location(self) -> dict[str, object]:
@@ -290,6 +296,35 @@ class RedisLedger(Ledger):
         marks: list[Any] = self._call(lambda: self._client.hmget(self._keys[14], fields))
         paused = [name for name, mark in zip(path, marks, strict=True) if mark is not None]
         return paused[0] if paused else None
+
+    def _backend_notes(self, scope: str) -> dict[str, str]:
+        raw: dict[Any, Any] = self._call(lambda: self._client.hgetall(self._keys[17]))
+        prefix = self._prefix(scope)
+        found: dict[str, str] = {}
+        for field, value in raw.items():
+            name = _text(field)
+            if prefix and name.startswith(prefix):
+                found[name[len(prefix) :]] = _text(value)
+            elif not prefix and _SEP not in name:
+                found[name] = _text(value)
+        return found
+
+    def _backend_set_note(self, scope: str, name: str, value: str | None) -> None:
+        # A note is never empty (a mark, or JSON): "" is the script's word for "drop it".
+        args = [*self._common(), self._prefix(scope) + name, value or ""]
+        self._call(lambda: self._note(keys=self._keys, args=args))
+
+    def _backend_known(self, scope: str) -> bool:
+        below = scope.partition("/")[2]
+        for index in _SCOPED:
+            key = self._keys[index]
+            fields: list[Any] = self._call(functools.partial(self._client.hkeys, key))
+            for field in map(_text, fields):
+                # The root holds every field of its tree; another scope its own and those
+                # of the scopes below it.
+                if not below or field.startswith((below + _SEP, below + "/")):
+                    return True
+        return False
 
     def _backend_claim(self, scope: str, name: str) -> bool:
         args = [*self._common(), self._prefix(scope) + name]

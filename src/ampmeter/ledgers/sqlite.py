@@ -44,6 +44,9 @@ __all__ = ["SqliteLedger"]
 
 _T = TypeVar("_T")
 
+# The tables that name scopes: a scope exists when one of them names it or a scope below it.
+_SCOPED = ("spent", "unsettled", "held", "ceilings", "paused", "notes")
+
 
 class SqliteLedger(Ledger):
     """A :class:`Ledger` kept in the SQLite file ``path`` (created if missing).
@@ -281,6 +284,37 @@ class SqliteLedger(Ledger):
 
     def _backend_paused_by(self, scope: str) -> str | None:
         return self._guarded(lambda: _paused_by(self._connections.get(), scope))
+
+    def _backend_notes(self, scope: str) -> dict[str, str]:
+        def read() -> dict[str, str]:
+            rows = self._connections.get().execute(
+                "SELECT name, value FROM ampmeter_notes WHERE scope = ?", (scope,)
+            )
+            return dict(rows.fetchall())
+
+        return self._guarded(read)
+
+    def _backend_set_note(self, scope: str, name: str, value: str | None) -> None:
+        def write(db: sqlite3.Connection, now: float) -> None:
+            if value is None:
+                db.execute("DELETE FROM ampmeter_notes WHERE scope = ? AND name = ?", (scope, name))
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO ampmeter_notes VALUES (?, ?, ?)", (scope, name, value)
+                )
+
+        self._run(write)
+
+    def _backend_known(self, scope: str) -> bool:
+        below = scope + "/"
+        union = " UNION ALL ".join(
+            f"SELECT 1 FROM ampmeter_{table} WHERE scope = ? OR substr(scope, 1, ?) = ?"
+            for table in _SCOPED
+        )
+        args = [value for _ in _SCOPED for value in (scope, len(below), below)]
+        return self._guarded(
+            lambda: self._connections.get().execute(f"{union} LIMIT 1", args).fetchone() is not None
+        )
 
     def reservation_ids(self) -> set[str]:
         """Ids of the reservations the file holds now (expired ones included until reaped)."""

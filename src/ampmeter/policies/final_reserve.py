@@ -58,7 +58,8 @@ class FinalReserve(PolicyStep):
         final = marks is not None and marks.final
         if reserve is not None and KEY_COST in terms.ceilings and not final:
             top = terms.ceilings[KEY_COST] - reserve
-            terms.cap(KEY_COST, top, Limit(KEY_COST, top))
+            # A ceiling lowered below the reserve leaves nothing (named as $0; the cap is exact).
+            terms.cap(KEY_COST, top, Limit(KEY_COST, max(top, 0)))
 
 
 def _lowered(frame: Frame) -> tuple[LimitRow, ...]:
@@ -72,6 +73,6 @@ def _lowered(frame: Frame) -> tuple[LimitRow, ...]:
         if is_cost_ceiling(limit):
             top = limit.max_value - reserve
             note = f"final-answer reserve ({kept} kept for a call marked final)"
-            ceiling = DerivedCeiling(Limit(KEY_COST, top), 0, note)
+            ceiling = DerivedCeiling(Limit(KEY_COST, max(top, 0)), 0, note)
             rows.append((False, KEY_COST, money.to_nano(top, allow_negative=True), ceiling))
     return tuple(rows)

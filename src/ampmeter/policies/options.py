@@ -11,7 +11,12 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ampmeter import _validate
-from ampmeter.keys import KEY_COST
+from ampmeter.keys import (
+    KEY_BUDGET_PRESSURE,
+    KEY_COST,
+    KEY_INPUT_TOKENS_PER_CALL,
+    KEY_REPEATS_FOR,
+)
 from ampmeter.limits import ExceededLimit, Limit, LimitType, warn_fractions
 
 if TYPE_CHECKING:
@@ -38,12 +43,6 @@ SHARED_READ_S: Final = 0.5
 """How long a shared ledger's totals, once read, stand for the budget pressure and
 ``wrap_up`` (a settlement always reads them afresh)."""
 
-KEY_REPEATS_FOR: Final = "amp:repeats:"
-"""Prefix of the loop guard's keys: ``amp:repeats:<hash of the request>``."""
-KEY_INPUT_TOKENS_PER_CALL: Final = "amp:input_tokens_per_call"
-"""The key a refusal by ``max_input_tokens_per_call`` names."""
-KEY_BUDGET_PRESSURE: Final = "amp:budget_pressure"
-"""The key a refusal by the ``on_budget_pressure`` hook names (its value: the fraction spent)."""
 META_LIMIT_EVENTS: Final = "limit_events"
 """Node metadata: the :class:`LimitEvent` dicts the node's settlement produced."""
 

@@ -60,6 +60,11 @@ class LedgerRequest:
         if found is not None and refusal.key in found[1]:
             stop = ExceededLimit(found[1][refusal.key], refusal.key, value)
             return refusal.scope or "", shared_refusal(stop)
+        if refusal.scope is not None and refusal.key is not None:
+            # A ceiling only the ledger keeps (an operator's ``budget raise`` on a scope whose
+            # context has no limit of its own there): the refusal itself names it.
+            kept = Limit(refusal.key, max(refusal.ceiling, 0))  # below 0 refuses as 0 does
+            return refusal.scope, shared_refusal(ExceededLimit(kept, refusal.key, value))
         # A refusal without a ceiling (a settled id): the first ceiling stands for it.
         first = next(((s, f) for s, f in self.scopes.items() if f[0]), None)
         if first is None:  # only windows were asked for
@@ -81,15 +86,20 @@ class LedgerStep(Step):
     def admit(self, flight: Flight, thread: int | None) -> Steps:
         for frame in self.chain.ledgered:
             request = self.request(frame, flight)
-            if request is None:
-                continue
-            wait: Wait | None = None
-            paused: PauseWait | None = None
+            if request is not None:
+                yield from self.admit_at(frame, flight, thread, request)
+
+    def admit_at(
+        self, frame: Frame, flight: Flight, thread: int | None, request: LedgerRequest
+    ) -> Steps:
+        """Hold ``flight`` in ``frame``'s ledger: wait for calls in flight, or pause (when the
+        context says so) until a raise or an operator's resume."""
+        wait: Wait | None = None
+        paused: PauseWait | None = None
+        try:
             while True:
                 refusal = yield Work(functools.partial(self.try_once, flight, request))
                 if refusal is None:
-                    if paused is not None:
-                        paused.resumed()
                     break
                 if refusal.busy and not refusal.paused:
                     wait = wait or Wait(self.chain.wait_s)
@@ -99,13 +109,18 @@ class LedgerStep(Step):
                 stop: Stop = (frame, request.stop(refusal)[1], TerminationReason.LIMIT_EXCEEDED)
                 raised = False
                 if paused is None:
-                    paused = PauseWait(
-                        self.chain.frame, frame, stop[1], self.chain.kernel, flight.node
-                    )
-                    raised = yield from paused.begin()
+                    chain = self.chain
+                    paused = PauseWait(chain.frame, frame, stop[1], chain.kernel, flight.node)
+                    raised = yield from paused.begin(chain, flight, stop)
                 if not raised:
                     yield from paused.look(thread, self.chain, flight, stop)
                 request = self.request(frame, flight) or request  # a raise changes the ceilings
+        except BaseException:
+            if paused is not None:
+                paused.abandon()
+            raise
+        if paused is not None:
+            yield from paused.resumed()
 
     def request(self, frame: Frame, flight: Flight) -> LedgerRequest | None:
         """What the call reserves in ``frame``'s shared ledger, and against which ceilings
