@@ -15,7 +15,9 @@ import functools
 import json
 import os
 import secrets
+import signal
 import sys
+import threading
 import time
 from types import TracebackType
 from typing import Any
@@ -65,6 +67,24 @@ def child_setup(*, top: bool) -> None:
         previous_hook(kind, exc, tb)
 
     sys.excepthook = excepthook
+    _interrupt_on_sigterm()
+
+
+def _interrupt_on_sigterm() -> None:
+    """Let SIGTERM (``--timeout``, or a SIGTERM sent to ``ampmeter run``) unwind this process
+    as an interrupt instead of ending it on the spot, so a call in flight is charged at its
+    reservation and logged (:mod:`ampmeter._core.interrupted`) and the log is closed. Only
+    where the program left SIGTERM at its default: its own handler is its own business."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminated)
 
 
 class _Process:
@@ -83,6 +103,7 @@ class _Process:
     @classmethod
     def start(cls, config: RunConfig, top: bool) -> None:
         """Open this process's context (the top one's node is the run's root)."""
+        from ampmeter._core.current import set_enclosing_context
         from ampmeter.context import ExecutionContext
         from ampmeter.integrations import set_default_context
         from ampmeter.sinks.jsonl import JsonlSink
@@ -103,6 +124,7 @@ class _Process:
                 metadata={"pid": pid},
             )
         deadline = tree["deadline"]
+        set_enclosing_context(None)  # a fork child's copy of its parent's is not ours
         ctx = ExecutionContext(
             "ampmeter_run" if top else f"process {pid}",
             limits=config.limits(),
@@ -113,6 +135,7 @@ class _Process:
         )
         ctx.__enter__()  # also in a fork child: the parent's context is not ours any more
         set_default_context(ctx)
+        set_enclosing_context(ctx)  # the program's own contexts run inside the run's
         if top and ctx.node_id != tree["root"]:
             raise RuntimeError(
                 f"the run's root context got node id {ctx.node_id!r}, not {tree['root']!r}: "
