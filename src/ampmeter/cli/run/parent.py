@@ -279,11 +279,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     unpriced = summary.get("unpriced_calls", 0)
     cost = format_usd(summary["cost_usd"])
     if summary.get("unsettled_calls"):
-        cost += (
-            f" (of it {format_usd(summary['unsettled_cost_usd'])} unsettled: "
-            f"{summary['unsettled_calls']:,} call(s) in flight when they were stopped, "
-            "charged at their reservation)"
-        )
+        # calls in flight when they were stopped, or whose worker died: charged as reserved
+        cost += f" ({format_usd(summary['unsettled_cost_usd'])} of it unsettled)"
     if unpriced:
         cost += f" + {unpriced:,} unpriced call(s)"
     rows = [
