@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from ampmeter.cli.run.config import RunConfig
+from ampmeter.cli.run.leftover import open_run_ledger
 from ampmeter.cli.run.parent import ENV_CONFIG, ENV_TREE
 
 __all__ = ["child_setup", "mark_process"]
@@ -111,7 +112,7 @@ class _Process:
 
         tree = json.loads(os.environ[ENV_TREE])
         pid = os.getpid()
-        ledger = _open_ledger(tree["ledger"], tree["scope"])
+        ledger = open_run_ledger(tree["ledger"], tree["scope"])
         log = JsonlSink(os.path.join(tree["events"], f"{time.time_ns()}-{pid}.jsonl"), flush="line")
         sink: Any = log
         if not top:
@@ -152,13 +153,3 @@ class _Process:
         self.ctx.close(self.seen[0] if self.seen else None)
         self.sink.close()
         self.ledger.close()
-
-
-def _open_ledger(where: str, scope: str) -> Any:
-    if where.startswith(("redis://", "rediss://")):
-        from ampmeter.ledgers.redis import RedisLedger
-
-        return RedisLedger(where, scope)
-    from ampmeter.ledgers.sqlite import SqliteLedger
-
-    return SqliteLedger(where, scope)

@@ -43,6 +43,7 @@ from ampmeter.cli.run.ending import (
     EXIT_UNMETERED,
     judge,
 )
+from ampmeter.cli.run.leftover import record_leftover_holds
 from ampmeter.cli.run.tree import TreeWatch, joined_pids
 
 __all__ = [
@@ -138,6 +139,7 @@ def run_command(
         if not timed_out:
             _wait_for_group(proc.pid, _LINGER_S)
         watch.stop()
+        record_leftover_holds(tree)
         joined = joined_pids(processes_dir)
         unmetered = watch.unmetered(joined)
         events = sorted(Path(events_dir).glob("*.jsonl"))
