@@ -28,9 +28,9 @@ __all__ = [
 class RunSummary:
     """What one run did. ``cost_usd`` is the priced cost; ``unpriced_calls`` counts calls whose
     cost could not be priced (their cost is unknown, not zero); ``unsettled_cost_usd`` is the
-    part of ``cost_usd`` charged for holds of workers that died mid-call (events with
-    ``cost_status: "unsettled"``). Every run has one root, so the
-    ``*_per_root`` amplification factors equal the totals (amplification-factor spec)."""
+    part of ``cost_usd`` charged at a reservation: calls in flight when stopped, holds of workers
+    that died mid-call (events with ``cost_status: "unsettled"``). Every run has one root, so
+    the ``*_per_root`` amplification factors equal the totals (amplification-factor spec)."""
 
     run_id: str
     llm_calls: int
