@@ -7,7 +7,8 @@ does not make it free: it ends ``fail`` (its error class the interrupt's), charg
 reserved, with ``cost_status`` ``"unsettled"``, like the hold of a worker that died mid-call
 (:mod:`ampmeter.shared.unsettled`): the bill is unknown, the reservation is its ceiling. No
 tokens are recorded (the provider never reported any). A call interrupted *before* it was
-admitted was never sent: it still ends ``halt``, free.
+admitted was never sent: it still ends ``halt``, free; so does one that reserved no cost (its
+price is unknown: there is no amount to charge, and it stays marked ``unpriced``).
 """
 
 from __future__ import annotations
@@ -30,9 +31,13 @@ COST_STATUS_UNSETTLED: Final = "unsettled"
 
 def is_interrupted_in_flight(flight: Flight, exc: BaseException) -> bool:
     """Whether ``exc`` is an interrupt (a ``BaseException`` that is not an ``Exception``)
-    ending ``flight`` after it was admitted and before it recorded usage."""
+    ending ``flight`` after it was admitted and before it recorded usage, with a reserved cost
+    to charge (a call reserved at nothing, its price unknown, still ends ``halt``)."""
     return (
-        not isinstance(exc, Exception) and flight.node.status == "running" and not flight.recorded
+        not isinstance(exc, Exception)
+        and flight.node.status == "running"
+        and not flight.recorded
+        and flight.reservation.cost_nano > 0
     )
 
 

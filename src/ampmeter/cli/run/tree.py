@@ -57,6 +57,7 @@ class TreeWatch:
     session: int
     available: bool = field(default_factory=lambda: (_PROC / "self" / "stat").exists())
     seen: dict[tuple[int, str], Seen] = field(default_factory=dict)
+    _outside: set[int] = field(default_factory=set)  # pids seen, not of the tree
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -83,7 +84,13 @@ class TreeWatch:
         """Look at every process once: note those of the tree, and which run Python."""
         found: dict[int, tuple[str, int]] = {}  # pid -> (start time, parent pid)
         in_tree: set[int] = {self.session}
-        for entry in _numeric_entries():
+        entries = _numeric_entries()
+        # A process once seen outside the tree stays outside (its children are new pids), so
+        # only new processes and the tree's are read again: a poll costs little on a busy host.
+        self._outside &= set(entries)
+        for entry in entries:
+            if entry in self._outside:
+                continue
             stat = _stat(entry)
             if stat is None:
                 continue
@@ -103,6 +110,7 @@ class TreeWatch:
         for pid in in_tree:
             if pid in found:
                 self._note(pid, found[pid][0])
+        self._outside |= found.keys() - in_tree
 
     def _note(self, pid: int, start: str) -> None:
         key = (pid, start)
