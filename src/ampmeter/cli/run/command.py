@@ -147,7 +147,8 @@ def run_command_line(
             f"ampmeter run: {len(unmetered)} Python process(es) ran without joining the run's "
             f"metering{accepted}: their LLM calls were not counted and not limited. Start them "
             "with the program's environment (env=None, or dict(os.environ, ...)) and without "
-            "-I or -S, or give them a hand-off token (docs/cli.md)."
+            "-I or -S, or give them a hand-off token (docs/integrations.md: processes that "
+            "escape the run)."
         )
     if outcome.stop_reason:
         say(f"ampmeter run: stopped: {outcome.stop_reason}")
