@@ -63,8 +63,11 @@ def shown(session: str, *args: str) -> str:
         text = subprocess.run(
             ["tmux", "capture-pane", "-p", "-S", "-", "-t", session], capture_output=True, text=True
         ).stdout
-        if re.search(rf"^{DONE}\d+", text, re.M):
-            return text.split(f"\n{START}\n", 1)[-1]
+        # Only what follows this command's start: on a loaded machine `clear` may not have
+        # run yet, and the previous command's end is still on the screen.
+        _, started, after = text.rpartition(f"\n{START}\n")
+        if started and re.search(rf"^{DONE}\d+", after, re.M):
+            return after
         time.sleep(0.1)
     pytest.fail(f"timed out waiting for `ampmeter {' '.join(args)}`")
 
