@@ -219,6 +219,7 @@ _ENDED: Final = {
     "error": ("ended: error", "red"),
     "limit_exceeded": ("ended: stopped by a limit", "magenta"),
     "timeout": ("ended: timed out", "magenta"),
+    "admission_wait": ("ended: waited too long for calls in flight", "magenta"),
 }
 
 
