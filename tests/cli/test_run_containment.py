@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -84,30 +85,44 @@ def test_a_call_in_flight_at_the_timeout_is_charged(tmp_path: Path) -> None:
 
 
 # The program exits while a daemon thread waits for its call's answer: the process cannot end
-# the call, and its hold stays in the run's ledger (as after a SIGKILL).
+# the call, and its hold stays in the run's ledger (as after a SIGKILL). It exits once the test
+# has seen the provider receive the call (the file GO appears).
 EXIT_WITH_CALL_OPEN = """
-import os, threading, time, httpx
+import os, sys, threading, time, httpx
 def call():
     httpx.post(os.environ["LLM_URL"] + "/chat/completions", timeout=120, json={
         "model": "gpt-4o-mini", "max_tokens": 50,
         "messages": [{"role": "user", "content": "Say yes."}]})
 threading.Thread(target=call, daemon=True).start()
-time.sleep(0.5)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
 """
 
 
 def test_a_call_left_open_at_exit_is_charged_by_the_run(tmp_path: Path) -> None:
-    app, out = tmp_path / "app.py", tmp_path / "events.jsonl"
+    app, out, go = tmp_path / "app.py", tmp_path / "events.jsonl", tmp_path / "go"
     app.write_text(EXIT_WITH_CALL_OPEN)
+    ended: list[Any] = []
     with BillingProvider(delay_s=60, prices=PRICES) as provider:
         env = {**os.environ, "LLM_URL": provider.openai_base_url}
-        outcome = run_command([str(app)], RunConfig(max_cost=1.0, out=str(out)), env=env)
+        config = RunConfig(max_cost=1.0, out=str(out))
+        runner = threading.Thread(
+            target=lambda: ended.append(run_command([str(app), str(go)], config, env=env))
+        )
+        runner.start()
+        deadline = time.monotonic() + 60
+        while not provider.requests:
+            assert time.monotonic() < deadline and runner.is_alive()
+            time.sleep(0.02)
+        go.touch()
+        runner.join(60)
         received = len(provider.requests)
     assert received == 1
     (call,) = _events(out)
     assert call["metadata"]["cost_status"] == "unsettled" and call["cost_usd"] > 0
     assert call["metadata"]["error_class"] == "UnsettledHold"
     assert "parent_id" not in call  # a top-level call of the run's one tree
+    (outcome,) = ended
     assert outcome.exit_code == 0 and outcome.summary["unsettled_calls"] == 1
 
 
