@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 from ampmeter import _validate, money
 from ampmeter._core.current import CURRENT, restore
 from ampmeter._core.idempotency import META_IDEMPOTENCY_KEY
+from ampmeter._core.interrupted import charged_in_flight, is_interrupted_in_flight
 from ampmeter._core.outcome import Outcome
 from ampmeter._core.steps import ADMITTED, DONE, Chain, Flight
 from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
+from ampmeter.keys import KEY_UNSETTLED_COST
 from ampmeter.node import Node
 from ampmeter.pricing import request_size
 from ampmeter.pricing.source import price_call
@@ -297,8 +299,14 @@ class Call:
         await off_loop(lambda: self._chain.settle(flight, *ended))
 
     def _ended(self, exc: BaseException | None) -> tuple[Usage, Outcome]:
-        """What the call used and how it ended (priced now when no cost was recorded)."""
+        """What the call used and how it ended (priced now when no cost was recorded; an
+        interrupt in flight charges the reservation: see :mod:`ampmeter._core.interrupted`)."""
         flight = self._flight
+        if exc is not None and is_interrupted_in_flight(flight, exc):
+            usage, outcome = charged_in_flight(flight, exc)
+            if usage.cost_nano:
+                self._chain.kernel.add(self._chain.level, KEY_UNSETTLED_COST, usage.cost_nano, True)
+            return usage, outcome
         succeeded = int(exc is None)
         failed = int(isinstance(exc, Exception))  # (an interrupt halts: neither)
         kind, model = flight.kind, flight.model

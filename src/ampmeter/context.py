@@ -23,6 +23,7 @@ from ampmeter._core.current import (
     any_open_context,
     current_context,
     current_node_id,
+    enclosing_context,
     open_contexts,
     restore,
 )
@@ -165,7 +166,7 @@ class ExecutionContext(CallMaker):
         pricing: Pricing | None = None,
     ) -> None:
         self._setup(
-            None,
+            enclosing_context(),  # ``ampmeter run``'s context: the program's runs inside it
             Settings.checked(
                 name,
                 limits=limits,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import shlex
@@ -19,6 +20,7 @@ from typer.testing import CliRunner
 
 from ampmeter import ExecutionContext, JsonlSink, LimitExceeded
 from ampmeter.cli import app
+from ampmeter.testing.billing import BillingProvider
 
 WAIT_S = 120.0  # the machine is shared; nothing here asserts how long a thing takes
 DONE = "__ampmeter_done__"
@@ -26,6 +28,14 @@ START = "__ampmeter_start__"
 # A tmux server of this process's own: sessions that other test processes start and stop on
 # the shared default server made new-session fail while that server was exiting.
 TMUX = ["tmux", "-L", f"ampmeter-cli-{os.getpid()}"]
+# `run -h`'s table of exit statuses and end reasons.
+EXIT_TABLE = [
+    ("130 / 143", "interrupted"),
+    ("124", "timeout"),
+    ("5", "unmetered"),
+    ("3", "limit_exceeded"),
+    ("4", "admission_wait"),
+]
 
 
 def _open_terminal(*shell: str) -> Iterator[str]:
@@ -106,7 +116,10 @@ def test_help_reads_the_same_everywhere_in_80_columns(terminal: str, command: li
         for name in ("summary", "amortize", "validate", "report", "demo", "run", "watch"):
             assert re.search(rf"│ {name}\s", text), name
     if command == ["run"]:  # the grace period is documented, and what it applies to
-        assert "--grace" in text and "SIGTERM" in text and "Exit status: the program's" in text
+        assert "--grace" in text and "SIGTERM" in text
+        # One table of exit statuses and end reasons, readable in 80 columns.
+        for status, reason in EXIT_TABLE:
+            assert re.search(rf"^\s+{status}\s+{reason}\s", text, re.M), (status, text)
 
 
 def test_version_and_errors_in_a_terminal(terminal: str, tmp_path: Path) -> None:
@@ -173,3 +186,46 @@ def test_watch_once_on_a_directory_in_80_columns(terminal: str, tmp_path: Path) 
         if clock.match(word) or word in words:
             continue
         assert word.endswith("…") and any(w.startswith(word[:-1]) for w in words), word
+
+
+def test_ctrl_c_charges_the_call_in_flight_and_ends_interrupted(
+    terminal: str, tmp_path: Path
+) -> None:
+    """Ctrl-C in a real terminal while a call is in flight: the provider got the request, so
+    the log charges it (at its reservation, unsettled), and the run says `interrupted`, 130."""
+    program, out = tmp_path / "agent.py", tmp_path / "events.jsonl"
+    program.write_text(
+        "import os, httpx\n"
+        "httpx.post(os.environ['LLM_URL'] + '/chat/completions', timeout=120, json={\n"
+        "    'model': 'gpt-4o-mini', 'max_tokens': 50,\n"
+        "    'messages': [{'role': 'user', 'content': 'Say yes.'}]})\n"
+    )
+    with BillingProvider(delay_s=60, prices={"gpt-4o-mini": ("0.15", "0.60")}) as provider:
+        command = shlex.join(
+            [sys.executable, "-m", "ampmeter", "run", "--out", str(out), "--", str(program)]
+        )
+        line = f"LLM_URL={provider.openai_base_url} {command}; echo {DONE}$?"
+        subprocess.run([*TMUX, "send-keys", "-t", terminal, line, "Enter"], check=True)
+        deadline = time.monotonic() + WAIT_S
+        while not provider.requests:
+            assert time.monotonic() < deadline, "the program never sent its call"
+            time.sleep(0.05)
+        subprocess.run([*TMUX, "send-keys", "-t", terminal, "C-c"], check=True)
+        while True:
+            text = subprocess.run(
+                [*TMUX, "capture-pane", "-p", "-S", "-", "-t", terminal],
+                capture_output=True,
+                text=True,
+            ).stdout
+            if re.search(rf"^{DONE}\d+", text, re.M):
+                break
+            assert time.monotonic() < deadline, text
+            time.sleep(0.1)
+    assert exit_status(text) == 130, text
+    assert re.search(r"^  ended\s+interrupted$", text, re.M), text
+    assert "interrupted: SIGINT passed to the program" in text
+    assert re.search(r"^  cost\s+\$0\.\d+ \(\$0\.\d+ of it unsettled\)$", text, re.M), text
+    assert "LLM calls        1 (1 failed, 0 stopped before they were sent)" in text
+    (call,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert call["metadata"]["cost_status"] == "unsettled" and call["cost_usd"] > 0
+    assert call["metadata"]["status"] == "fail"

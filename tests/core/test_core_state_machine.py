@@ -205,7 +205,12 @@ class CoreMachine(RuleBasedStateMachine):
         except KeyboardInterrupt as interrupt:
             assert not admitted.call.__exit__(KeyboardInterrupt, interrupt, None)
         self.ended.append(admitted.call)
-        assert admitted.call.node.status == "halt"
+        if usage is None and admitted.estimate > 0:
+            # In flight and maybe billed: charged at its reservation, as unsettled spend.
+            admitted.scope.own.add(Totals(0, 0, admitted.estimate))
+            assert admitted.call.node.status == "fail"
+        else:
+            assert admitted.call.node.status == "halt"
 
     @precondition(has_open_scope)
     @rule(data=st.data(), early=st.booleans())

@@ -15,8 +15,10 @@ __all__ = [
     "any_open_context",
     "current_context",
     "current_node_id",
+    "enclosing_context",
     "open_contexts",
     "restore",
+    "set_enclosing_context",
 ]
 
 CURRENT: contextvars.ContextVar[tuple[ExecutionContext, str] | None] = contextvars.ContextVar(
@@ -26,6 +28,23 @@ CURRENT: contextvars.ContextVar[tuple[ExecutionContext, str] | None] = contextva
 
 OPEN: weakref.WeakSet[ExecutionContext] = weakref.WeakSet()
 """Contexts made and not yet closed, in any thread."""
+
+_ENCLOSING: list[ExecutionContext] = []  # at most one: the process's enclosing context
+
+
+def set_enclosing_context(context: ExecutionContext | None) -> None:
+    """Make ``context`` the parent of every context this process makes without one (None: no
+    such parent). ``ampmeter run`` sets its process's context here, so a context the program
+    opens itself runs inside the run: its calls are logged and count toward the run's limits,
+    and its own limits still apply."""
+    _ENCLOSING[:] = [] if context is None else [context]
+
+
+def enclosing_context() -> ExecutionContext | None:
+    """The context that new contexts of this process run inside, while it is open, or None."""
+    if _ENCLOSING and not _ENCLOSING[0].closed:
+        return _ENCLOSING[0]
+    return None
 
 
 def current_context() -> ExecutionContext | None:

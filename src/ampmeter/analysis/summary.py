@@ -28,9 +28,9 @@ __all__ = [
 class RunSummary:
     """What one run did. ``cost_usd`` is the priced cost; ``unpriced_calls`` counts calls whose
     cost could not be priced (their cost is unknown, not zero); ``unsettled_cost_usd`` is the
-    part of ``cost_usd`` charged for holds of workers that died mid-call (events with
-    ``cost_status: "unsettled"``). Every run has one root, so the
-    ``*_per_root`` amplification factors equal the totals (amplification-factor spec)."""
+    part of ``cost_usd`` charged at a reservation: calls in flight when stopped, holds of workers
+    that died mid-call (events with ``cost_status: "unsettled"``). Every run has one root, so
+    the ``*_per_root`` amplification factors equal the totals (amplification-factor spec)."""
 
     run_id: str
     llm_calls: int
@@ -84,11 +84,23 @@ def termination_of(
     if reason:
         return reason, stop
     if first_halt is not None:
-        timed_out = stop is not None and ("elapsed" in stop or "timeout" in stop)
-        return ("timeout" if timed_out else "limit_exceeded"), stop
+        return _stop_kind(stop), stop
     if last_top[0] == "fail":
         return "error", last_top[1]
     return "success", None
+
+
+def _stop_kind(stop: str | None) -> str:
+    """What kind of stop a halted call's ``stop_reason`` names: a wait for other calls'
+    reservations that ran out (``BudgetBusy``: the budget was not spent) is an
+    ``admission_wait``, the wall-time limit a ``timeout``, anything else a limit."""
+    if stop is None:
+        return "limit_exceeded"
+    if "calls in flight" in stop:  # both BudgetBusy reasons (local and shared) say so
+        return "admission_wait"
+    if "amp:elapsed_s" in stop:
+        return "timeout"
+    return "limit_exceeded"
 
 
 def _termination(run: Run) -> tuple[str, str | None]:

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter import money
+from ampmeter._core.interrupted import COST_STATUS_UNSETTLED
 from ampmeter._core.outcome import Outcome
 from ampmeter.keys import (
     KEY_COST,
@@ -46,8 +47,6 @@ if TYPE_CHECKING:
 
 __all__ = ["COST_STATUS_UNSETTLED", "UNSETTLED_NAME", "record_unsettled"]
 
-COST_STATUS_UNSETTLED: Final = "unsettled"
-"""The ``cost_status`` of a node that records a dead worker's charged hold."""
 UNSETTLED_NAME: Final = "unsettled hold"
 """The name of such a node."""
 

@@ -15,12 +15,15 @@ import functools
 import json
 import os
 import secrets
+import signal
 import sys
+import threading
 import time
 from types import TracebackType
 from typing import Any
 
 from ampmeter.cli.run.config import RunConfig
+from ampmeter.cli.run.leftover import open_run_ledger
 from ampmeter.cli.run.parent import ENV_CONFIG, ENV_TREE
 
 __all__ = ["child_setup", "mark_process"]
@@ -65,6 +68,24 @@ def child_setup(*, top: bool) -> None:
         previous_hook(kind, exc, tb)
 
     sys.excepthook = excepthook
+    _interrupt_on_sigterm()
+
+
+def _interrupt_on_sigterm() -> None:
+    """Let SIGTERM (``--timeout``, or a SIGTERM sent to ``ampmeter run``) unwind this process
+    as an interrupt instead of ending it on the spot, so a call in flight is charged at its
+    reservation and logged (:mod:`ampmeter._core.interrupted`) and the log is closed. Only
+    where the program left SIGTERM at its default: its own handler is its own business."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminated)
 
 
 class _Process:
@@ -83,6 +104,7 @@ class _Process:
     @classmethod
     def start(cls, config: RunConfig, top: bool) -> None:
         """Open this process's context (the top one's node is the run's root)."""
+        from ampmeter._core.current import set_enclosing_context
         from ampmeter.context import ExecutionContext
         from ampmeter.integrations import set_default_context
         from ampmeter.sinks.jsonl import JsonlSink
@@ -90,7 +112,7 @@ class _Process:
 
         tree = json.loads(os.environ[ENV_TREE])
         pid = os.getpid()
-        ledger = _open_ledger(tree["ledger"], tree["scope"])
+        ledger = open_run_ledger(tree["ledger"], tree["scope"])
         log = JsonlSink(os.path.join(tree["events"], f"{time.time_ns()}-{pid}.jsonl"), flush="line")
         sink: Any = log
         if not top:
@@ -103,6 +125,7 @@ class _Process:
                 metadata={"pid": pid},
             )
         deadline = tree["deadline"]
+        set_enclosing_context(None)  # a fork child's copy of its parent's is not ours
         ctx = ExecutionContext(
             "ampmeter_run" if top else f"process {pid}",
             limits=config.limits(),
@@ -113,6 +136,7 @@ class _Process:
         )
         ctx.__enter__()  # also in a fork child: the parent's context is not ours any more
         set_default_context(ctx)
+        set_enclosing_context(ctx)  # the program's own contexts run inside the run's
         if top and ctx.node_id != tree["root"]:
             raise RuntimeError(
                 f"the run's root context got node id {ctx.node_id!r}, not {tree['root']!r}: "
@@ -129,13 +153,3 @@ class _Process:
         self.ctx.close(self.seen[0] if self.seen else None)
         self.sink.close()
         self.ledger.close()
-
-
-def _open_ledger(where: str, scope: str) -> Any:
-    if where.startswith(("redis://", "rediss://")):
-        from ampmeter.ledgers.redis import RedisLedger
-
-        return RedisLedger(where, scope)
-    from ampmeter.ledgers.sqlite import SqliteLedger
-
-    return SqliteLedger(where, scope)

@@ -80,6 +80,15 @@ def run_command_line(
             "a SQLite ledger for this run's process tree.",
         ),
     ] = None,
+    allow_unmetered: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unmetered",
+            help="Accept Python processes of the program's tree that never joined the run's "
+            "metering (started with another environment, `-I` or `-S`): they are still named, "
+            "but the run does not exit 5 for them.",
+        ),
+    ] = False,
 ) -> None:
     """Run a Python program with its LLM calls metered and limited.
 
@@ -88,8 +97,21 @@ def run_command_line(
     AMPMETER_MAX_TOKENS_PER_MODEL (MODEL=N,...), AMPMETER_TIMEOUT, AMPMETER_GRACE, AMPMETER_OUT
     and AMPMETER_LEDGER; flags win.
 
-    Exit status: the program's own; 3 when a limit stopped one of its calls (read from the
-    run's log, whichever process made the call); 124 when --timeout stopped it.
+    A context the program opens itself runs inside the run's: its calls are logged and count
+    toward the run's limits, and its own limits apply too. A Python process of the program's
+    tree that never joined the run's metering (started with an environment of its own, or
+    `python -I` / `-S`) is named, and the run exits 5: pass the environment on, or use
+    `--allow-unmetered`.
+
+    Exit status | end reason ("ended") | when (the first that applies)
+    --- | --- | ---
+    130 / 143 | interrupted | Ctrl-C / SIGTERM, passed on to the program
+    124 | timeout | --timeout ended the program
+    5 | unmetered | Python processes ran outside the run's metering
+    3 | limit_exceeded | a limit stopped a call, in any process
+    4 | admission_wait | a call waited past its admission timeout for others' holds
+    the program's | success / error | nothing above; 3 and 4 replace only its 0 and 1
+    2 | | `ampmeter run` used wrongly, or metering could not start
 
     Example: `ampmeter run --max-cost 0.50 --out run.jsonl -- python agent.py`
     """
@@ -113,11 +135,21 @@ def run_command_line(
             capture_content=capture_content or None,
             ledger=ledger,
         )
-        outcome = run_command(command, config)
+        outcome = run_command(command, config, allow_unmetered=allow_unmetered)
     except ValueError as exc:
         fail("run", str(exc))
     say("\nampmeter run summary")
     say(format_summary(outcome.summary))
+    unmetered = outcome.summary["unmetered"]
+    if unmetered:
+        accepted = " (accepted: --allow-unmetered)" if allow_unmetered else ""
+        say(
+            f"ampmeter run: {len(unmetered)} Python process(es) ran without joining the run's "
+            f"metering{accepted}: their LLM calls were not counted and not limited. Start them "
+            "with the program's environment (env=None, or dict(os.environ, ...)) and without "
+            "-I or -S, or give them a hand-off token (docs/integrations.md: processes that "
+            "escape the run)."
+        )
     if outcome.stop_reason:
         say(printable(f"ampmeter run: stopped: {outcome.stop_reason}"))
     raise typer.Exit(outcome.exit_code)

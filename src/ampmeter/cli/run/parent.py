@@ -37,27 +37,34 @@ from typing import IO, Any, Final
 
 from ampmeter.cli.output import os_error_message, printable
 from ampmeter.cli.run.config import RunConfig
+from ampmeter.cli.run.ending import (
+    EXIT_ADMISSION_WAIT,
+    EXIT_LIMIT,
+    EXIT_TIMEOUT,
+    EXIT_UNMETERED,
+    judge,
+)
+from ampmeter.cli.run.leftover import record_leftover_holds
+from ampmeter.cli.run.tree import TreeWatch, joined_pids
 
 __all__ = [
     "BOOTSTRAP_DIR",
     "ENV_CONFIG",
     "ENV_TREE",
+    "EXIT_ADMISSION_WAIT",
     "EXIT_LIMIT",
     "EXIT_TIMEOUT",
+    "EXIT_UNMETERED",
     "ROOT_NODE_ID",
     "RunOutcome",
     "format_summary",
     "run_command",
 ]
 
-EXIT_LIMIT: Final = 3
-"""Exit code of ``ampmeter run`` when a limit stopped a call of the program."""
-EXIT_TIMEOUT: Final = 124
-"""Exit code when the program was stopped at ``--timeout``."""
-
 ENV_CONFIG: Final = "AMPMETER_RUN_CONFIG"
 ENV_TREE: Final = "AMPMETER_RUN_TREE"
 ENV_TOP_TAKEN: Final = "AMPMETER_RUN_TOP_TAKEN"  # set by the first Python process of the run
+ENV_PROCESSES: Final = "AMPMETER_RUN_PROCESSES"  # where each joining process leaves its mark
 # The node id of a new context's root: the top process's context, under which the others' logs
 # hang (known before the top process starts metering, which it may do late or never).
 ROOT_NODE_ID: Final = "n000001"
@@ -69,7 +76,8 @@ BOOTSTRAP_DIR: Final = str(Path(__file__).resolve().parent / "_bootstrap")
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """What a metered run ended with: ``summary`` is the run's figures (always there)."""
+    """What a metered run ended with: ``summary`` is the run's figures (always there), with
+    ``unmetered`` the Python processes of its tree that never joined (pid and command)."""
 
     exit_code: int
     program_exit_code: int | None
@@ -83,12 +91,13 @@ def run_command(
     *,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
+    allow_unmetered: bool = False,
 ) -> RunOutcome:
     """Run ``command`` (a Python program) metered; return its exit code and summary.
 
-    A first argument ending in ``.py`` is run with this interpreter. The exit code is
-    :data:`EXIT_TIMEOUT` when ``config.timeout`` stopped the program, :data:`EXIT_LIMIT` when
-    the run's logs show a call stopped by a limit, else the program's own.
+    A first argument ending in ``.py`` is run with this interpreter. The exit code and end
+    reason follow :mod:`ampmeter.cli.run.ending`; ``allow_unmetered`` accepts Python
+    processes of the tree that never joined the run's metering (they are still named).
     """
     if not command:
         raise ValueError("no command given: use `ampmeter run -- python your_script.py`")
@@ -126,27 +135,38 @@ def run_command(
         # outside the process tree (a key the user set is kept).
         child_env.setdefault("AMPMETER_HANDOFF_KEY", secrets.token_hex(32))
         child_env[ENV_TREE] = json.dumps(tree)
+        child_env[ENV_PROCESSES] = processes_dir
         child_env.pop(ENV_TOP_TAKEN, None)
         try:
             proc = subprocess.Popen(argv, env=child_env, cwd=cwd, start_new_session=True)
         except OSError as exc:
             raise ValueError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
-        with _forwarding_signals(proc.pid):
+        watch = TreeWatch(proc.pid).start()
+        with _forwarding_signals(proc.pid) as signalled:
             code, timed_out = _wait(proc, config.timeout, config.grace)
         if not timed_out:
             _wait_for_group(proc.pid, _LINGER_S)
+        watch.stop()
+        record_leftover_holds(tree)
+        joined = joined_pids(processes_dir)
+        unmetered = watch.unmetered(joined)
         events = sorted(Path(events_dir).glob("*.jsonl"))
-        summary = _run_summary(events, len(list(Path(processes_dir).iterdir())), code)
+        summary = _run_summary(events, len(joined))
+        summary["other_processes"] = watch.others() if watch.available else None
+        summary["unmetered"] = [{"pid": s.pid, "command": s.command} for s in unmetered]
         if target is not None:
             _merge_events(events, target)
             shutil.rmtree(events_dir, ignore_errors=True)
-    if timed_out:
-        reason = f"timeout: stopped at --timeout {config.timeout:g} s"
-        summary.update(termination="timeout", stop_reason=reason)
-        return RunOutcome(EXIT_TIMEOUT, code, summary, reason)
-    if summary["termination"] in ("limit_exceeded", "timeout"):
-        return RunOutcome(EXIT_LIMIT, code, summary, summary["stop_reason"])
-    return RunOutcome(code if code is not None else 1, code, summary, None)
+    ending = judge(
+        code,
+        logged=(summary["termination"], summary["stop_reason"]),
+        timeout=config.timeout,
+        timed_out=timed_out,
+        signalled=signalled[0] if signalled else None,
+        unmetered=0 if allow_unmetered else len(unmetered),
+    )
+    summary.update(termination=ending.termination, stop_reason=ending.stop_reason)
+    return RunOutcome(ending.exit_code, code, summary, ending.stop_reason)
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float | None, grace: float) -> tuple[int, bool]:
@@ -170,19 +190,22 @@ def _signal_group(group: int, signum: int) -> None:
 
 
 @contextlib.contextmanager
-def _forwarding_signals(group: int) -> Iterator[None]:
+def _forwarding_signals(group: int) -> Iterator[list[int]]:
     """Pass SIGINT and SIGTERM on to the program's process group (it has its own, so a
-    terminal's Ctrl-C would not reach it) while the program runs."""
+    terminal's Ctrl-C would not reach it) while the program runs; yields the list of the
+    signals passed on, so the run can say it was interrupted."""
+    passed: list[int] = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield passed
         return
 
     def forward(signum: int, frame: object) -> None:
+        passed.append(signum)
         _signal_group(group, signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield passed
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -223,23 +246,27 @@ def _merge_events(files: Sequence[Path], target: IO[bytes]) -> None:
         target.write(data[: data.rfind(b"\n") + 1])  # a killed writer's cut line is dropped
 
 
-def _run_summary(events: Sequence[Path], processes: int, code: int) -> dict[str, Any]:
-    """The run's figures and how it ended, from every process's events by the rules of
-    ``ampmeter summary`` (a killed writer's cut last line is ignored, as there)."""
+def _run_summary(events: Sequence[Path], processes: int) -> dict[str, Any]:
+    """The run's figures and how its log says it ended, from every process's events by the
+    rules of ``ampmeter summary`` (a killed writer's cut last line is ignored, as there).
+    Money is summed exactly, as each event wrote it."""
     import warnings
+    from decimal import Decimal
 
-    from ampmeter.analysis.runs import load_runs
+    from ampmeter.analysis.runs import is_unsettled, load_runs
     from ampmeter.analysis.summary import summarize_run
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a cut last line of a killed worker
         runs = list(load_runs(events, best_effort=True).values())
     rows = [summarize_run(run) for run in runs]
-    stopped = next((r for r in rows if r.termination in ("limit_exceeded", "timeout")), None)
+    stops = ("limit_exceeded", "admission_wait", "timeout")
+    stopped = next((r for r in rows if r.termination in stops), None)
     if stopped is not None:
         termination, stop_reason = stopped.termination, stopped.stop_reason
     else:
-        termination, stop_reason = ("success" if code == 0 else "error"), None
+        termination, stop_reason = "success", None
+    calls = [call for run in runs for call in run.calls]
     llm = sum(r.llm_calls for r in rows)
     tools = sum(r.tool_calls for r in rows)
     return {
@@ -250,7 +277,11 @@ def _run_summary(events: Sequence[Path], processes: int, code: int) -> dict[str,
         "retries": sum(r.retries for r in rows),
         "tokens_in": sum(r.tokens_in for r in rows),
         "tokens_out": sum(r.tokens_out for r in rows),
-        "cost_usd": sum(r.cost_usd for r in rows),
+        "cost_usd": sum((Decimal(repr(c.cost_usd)) for c in calls if not c.unpriced), Decimal(0)),
+        "unsettled_cost_usd": sum(
+            (Decimal(repr(c.cost_usd)) for c in calls if is_unsettled(c)), Decimal(0)
+        ),
+        "unsettled_calls": sum(1 for c in calls if is_unsettled(c)),
         "unpriced_calls": sum(r.unpriced_calls for r in rows),
         "amplification": llm + tools,
         "base_context": rows[0].base_context if len(rows) == 1 else 0,
@@ -262,13 +293,20 @@ def _run_summary(events: Sequence[Path], processes: int, code: int) -> dict[str,
 
 
 def format_summary(summary: Mapping[str, Any]) -> str:
-    """The summary as an aligned two-column table, numbers in the CLI's one format."""
+    """The summary as an aligned two-column table, numbers in the CLI's one format, money as
+    ``ampmeter summary`` and every message write it."""
     from ampmeter.money import format_usd
 
     def count(key: str) -> str:
         return f"{summary[key]:,}"
 
     unpriced = summary.get("unpriced_calls", 0)
+    cost = format_usd(summary["cost_usd"])
+    if summary.get("unsettled_calls"):
+        # calls in flight when they were stopped, or whose worker died: charged as reserved
+        cost += f" ({format_usd(summary['unsettled_cost_usd'])} of it unsettled)"
+    if unpriced:
+        cost += f" + {unpriced:,} unpriced call(s)"
     rows = [
         (
             "LLM calls",
@@ -278,18 +316,32 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         ("tool calls", count("tool_calls")),
         ("retries", count("retries")),
         ("tokens in / out", f"{count('tokens_in')} / {count('tokens_out')}"),
-        (
-            "cost",
-            format_usd(summary["cost_usd"])
-            + (f" + {unpriced:,} unpriced call(s)" if unpriced else ""),
-        ),
+        ("cost", cost),
         ("amplification", f"{count('amplification')} calls for 1 run"),
         (
             "context growth",
             f"{summary['context_growth_avg']:+,.1f} tokens/call (base {count('base_context')})",
         ),
         ("ended", printable(summary["termination"])),  # read from the run's logs
-        ("processes", count("processes")),
+        ("processes", _processes_line(summary)),
     ]
     width = max(len(name) for name, _ in rows)
-    return "\n".join(f"  {name:<{width}}  {value}" for name, value in rows)
+    lines = [f"  {name:<{width}}  {value}" for name, value in rows]
+    for seen in summary.get("unmetered", ()):
+        command = printable(seen["command"])  # another process's command line
+        lines.append(f"  {'':<{width}}  unmetered: pid {seen['pid']}: {command}")
+    return "\n".join(lines)
+
+
+def _processes_line(summary: Mapping[str, Any]) -> str:
+    """How many Python processes joined the run, how many ran Python without joining, and
+    how many others (not Python: never metered, never flagged) the tree had."""
+    joined = summary["processes"]
+    text = f"{joined:,} Python joined the run"
+    unmetered = len(summary.get("unmetered", ()))
+    if unmetered:
+        text += f", {unmetered:,} Python ran unmetered"
+    others = summary.get("other_processes")
+    if others is None:
+        return text + " (the process tree was not watched: no /proc here)"
+    return text + (f", {others:,} not Python" if others else "")

@@ -98,7 +98,9 @@ def _limits(state: WatchState, run: RunState) -> Table:
     grid.add_row("spent", spent, "", f"tokens {tokens_in:,} in / {tokens_out:,} out")
     if run.unsettled_cost_usd:
         charged = _money(run.unsettled_cost_usd)
-        grid.add_row("unsettled", charged, "", "[dim]of it, holds of workers that died[/]")
+        grid.add_row(
+            "unsettled", charged, "", "[dim]of it, calls in flight at a stop or in dead workers[/]"
+        )
     ceilings = state.ceilings_of(run)
     if not ceilings:
         grid.add_row("limits", "[dim]no ceiling known (give --max-cost, --max-llm-calls, ...)[/]")
@@ -249,6 +251,7 @@ _ENDED: Final = {
     "error": ("ended: error", "red"),
     "limit_exceeded": ("ended: stopped by a limit", "magenta"),
     "timeout": ("ended: timed out", "magenta"),
+    "admission_wait": ("ended: waited too long for calls in flight", "magenta"),
 }
 
 

@@ -6,7 +6,8 @@ is imported first, so a project's own site customisation keeps working.
 Start-up stays nearly free: this module imports no part of ampmeter but its post-import hooks.
 Metering (``instrument()``, the process's context, ledger and log file) starts when the program
 first imports a library whose calls ampmeter meters, or ampmeter itself; a process that imports
-none of them cannot make a call to meter, and only leaves a mark that it was part of the run.
+none of them cannot make a call to meter. Every process leaves a mark that it joined the run
+as it starts (:mod:`ampmeter.cli.run.tree` names the Python processes that left none).
 """
 
 import importlib
@@ -17,9 +18,10 @@ from types import ModuleType
 # Importing one of these starts metering (after the outermost of them being imported is complete:
 # openai imports httpx, and openai must not be patched half-initialised).
 _TRIGGERS = ("ampmeter", "openai", "anthropic", "httpx", "httpx2", "aiohttp")
-_ENV_CONFIG = "AMPMETER_RUN_CONFIG"  # these three names are ampmeter.cli.run.parent's
+_ENV_CONFIG = "AMPMETER_RUN_CONFIG"  # these four names are ampmeter.cli.run.parent's
 _ENV_TREE = "AMPMETER_RUN_TREE"
 _ENV_TOP_TAKEN = "AMPMETER_RUN_TOP_TAKEN"
+_ENV_PROCESSES = "AMPMETER_RUN_PROCESSES"
 
 
 def _chain_existing() -> None:
@@ -61,9 +63,11 @@ def _hooks() -> ModuleType:
 class _Process:
     """This interpreter's part of the run until metering starts."""
 
-    def __init__(self, top: bool) -> None:  # (no __future__ import: it costs a few ms)
+    def __init__(self, top: bool, processes: str) -> None:  # (no __future__ import: ms)
         self.top = top  # the run's first Python process: its context is the tree's root
         self.started = False
+        self.processes = processes  # the run's directory of marks
+        self.joined()
 
     def start(self, module: ModuleType) -> None:
         # (``module`` itself is still marked initialising while its post-import hooks run.)
@@ -80,17 +84,13 @@ class _Process:
 
     def forked(self) -> None:
         self.top = False
+        self.joined()
 
-    def exit(self) -> None:
-        """Leave a mark for a process that never started metering (it made no call)."""
-        if self.started:
-            return
-        import json
-
-        tree = json.loads(os.environ[_ENV_TREE])
-        path = os.path.join(tree["processes"], f"{os.getpid()}-unmetered")
+    def joined(self) -> None:
+        """Leave a mark that this process joined the run (``ampmeter run`` counts the marks,
+        and names the Python processes of its tree that left none)."""
         try:
-            with open(path, "w", encoding="utf-8"):
+            with open(os.path.join(self.processes, f"{os.getpid()}-joined"), "w"):
                 pass
         except OSError:
             pass  # the run's directory is gone: the parent has stopped waiting
@@ -104,15 +104,12 @@ def _initializing(name: str) -> bool:
 def _setup() -> None:
     if _ENV_CONFIG not in os.environ or _ENV_TREE not in os.environ:
         return
-    process = _Process(top=_ENV_TOP_TAKEN not in os.environ)
+    process = _Process(_ENV_TOP_TAKEN not in os.environ, os.environ.get(_ENV_PROCESSES, ""))
     os.environ[_ENV_TOP_TAKEN] = "1"  # the programs this one starts are not the top
     hooks = _hooks()
     for name in _TRIGGERS:
         hooks.when_imported(name, process.start)
     os.register_at_fork(after_in_child=process.forked)
-    import atexit
-
-    atexit.register(process.exit)
 
 
 _chain_existing()

@@ -1,0 +1,59 @@
+"""A call interrupted while in flight is charged at its reservation, as unsettled spend.
+
+Once a call is admitted its request may be on the wire, and a provider bills a request whose
+answer nobody waits for. So an interrupt that reaches an admitted call before it recorded any
+usage (Ctrl-C, the SIGTERM of ``ampmeter run --timeout``, ``SystemExit`` from another thread)
+does not make it free: it ends ``fail`` (its error class the interrupt's), charged the cost it
+reserved, with ``cost_status`` ``"unsettled"``, like the hold of a worker that died mid-call
+(:mod:`ampmeter.shared.unsettled`): the bill is unknown, the reservation is its ceiling. No
+tokens are recorded (the provider never reported any). A call interrupted *before* it was
+admitted was never sent: it still ends ``halt``, free; so does one that reserved no cost (its
+price is unknown: there is no amount to charge, and it stays marked ``unpriced``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from ampmeter import money
+from ampmeter._core.outcome import Outcome
+from ampmeter._core.usage import Usage
+from ampmeter.node import META_COST_STATUS
+
+if TYPE_CHECKING:
+    from ampmeter._core.steps import Flight
+
+__all__ = ["COST_STATUS_UNSETTLED", "charged_in_flight", "is_interrupted_in_flight"]
+
+COST_STATUS_UNSETTLED: Final = "unsettled"
+"""The ``cost_status`` of a call charged at its reservation because its bill is unknown."""
+
+
+def is_interrupted_in_flight(flight: Flight, exc: BaseException) -> bool:
+    """Whether ``exc`` is an interrupt (a ``BaseException`` that is not an ``Exception``)
+    ending ``flight`` after it was admitted and before it recorded usage, with a reserved cost
+    to charge (a call reserved at nothing, its price unknown, still ends ``halt``)."""
+    return (
+        not isinstance(exc, Exception)
+        and flight.node.status == "running"
+        and not flight.recorded
+        and flight.reservation.cost_nano > 0
+    )
+
+
+def charged_in_flight(flight: Flight, exc: BaseException) -> tuple[Usage, Outcome]:
+    """The usage and outcome of a call ``exc`` interrupted in flight: its reserved cost."""
+    cost = flight.reservation.cost_nano
+    kind = flight.kind
+    if kind == "llm":
+        usage = Usage("llm", flight.model or "", "", cost_nano=cost, calls=1)
+    elif kind == "tool":
+        usage = Usage("tool", "", flight.name, cost_nano=cost, calls=1)
+    else:
+        usage = Usage(kind, flight.model or "", cost_nano=cost)
+    reason = (
+        f"interrupted ({type(exc).__name__}) after it was sent: charged at its reservation "
+        f"({money.format_usd(money.from_nano(cost))}) as unsettled spend"
+    )
+    meta = {META_COST_STATUS: COST_STATUS_UNSETTLED}
+    return usage, Outcome("fail", cost, None, None, type(exc).__name__, reason, meta)

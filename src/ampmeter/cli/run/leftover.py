@@ -1,0 +1,72 @@
+"""Holds left in the run's ledger once every process of the run has ended: charged and logged.
+
+A process that ended with a call in flight and could not end the call itself (killed with
+SIGKILL after ``--grace``, ``os._exit``, or an exit while a daemon thread waited for its
+answer) leaves that call's hold in the run's ledger and nothing in the log. Its request may
+have been billed. The run's processes take their holds with a short lease
+(:data:`RUN_LEASE_S`, renewed every third of it while they live); once the whole tree has
+ended, ``ampmeter run`` waits for whatever is still held to run out of lease, which the ledger
+then charges as unsettled spend, and records each such hold as an ``unsettled hold`` node under
+the run's root (:mod:`ampmeter.shared.unsettled`), so the log, ``summary``, ``report`` and
+``watch`` count it. A run whose calls all ended waits for nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Final
+
+__all__ = ["RUN_LEASE_S", "open_run_ledger", "record_leftover_holds"]
+
+RUN_LEASE_S: Final = 4.0
+"""The lease of a hold taken by a process of the run."""
+_POLL_S: Final = 0.2
+
+
+def open_run_ledger(where: str, scope: str) -> Any:
+    """The run's ledger: Redis at ``where`` (a ``redis://`` URL), else the SQLite file."""
+    if where.startswith(("redis://", "rediss://")):
+        from ampmeter.ledgers.redis import RedisLedger
+
+        return RedisLedger(where, scope, lease_s=RUN_LEASE_S)
+    from ampmeter.ledgers.sqlite import SqliteLedger
+
+    return SqliteLedger(where, scope, lease_s=RUN_LEASE_S)
+
+
+def record_leftover_holds(tree: dict[str, Any]) -> None:
+    """Charge and log the holds the run's processes left (see the module); ``tree`` is the
+    run's settings as its processes got them."""
+    where = tree["ledger"]
+    if not where.startswith(("redis://", "rediss://")) and not os.path.exists(where):
+        return  # no process of the run metered anything
+    ledger = open_run_ledger(where, tree["scope"])
+    try:
+        if not _held(ledger):
+            return
+        deadline = time.monotonic() + RUN_LEASE_S + 2 * _POLL_S
+        while _held(ledger) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+        _record(ledger, tree)
+    finally:
+        ledger.close()
+
+
+def _held(ledger: Any) -> bool:
+    return any(ledger.reserved().values())
+
+
+def _record(ledger: Any, tree: dict[str, Any]) -> None:
+    from ampmeter.context import ExecutionContext
+    from ampmeter.sinks.jsonl import JsonlSink
+    from ampmeter.sinks.relabel import RelabeledSink
+
+    path = os.path.join(tree["events"], f"{time.time_ns()}-{os.getpid()}-leftover.jsonl")
+    log = JsonlSink(path, flush="line")
+    sink = RelabeledSink(
+        log, prefix="leftover.", attach_to=tree["root"], depth_offset=1, keep_root=False
+    )
+    # Its close records, once across every reader, each hold charged as unsettled.
+    ExecutionContext("ampmeter_run", ledger=ledger, chain_id=tree["chain"], sinks=[sink]).close()
+    log.close()
