@@ -53,9 +53,10 @@ class Tally:
 
     ``tokens_in`` includes cache reads and writes; ``tokens_out`` includes reasoning tokens.
     The token counts are the provider's, each an int or None (the readers of :mod:`.wire`
-    make them so), checked by :meth:`record_on`; ``tool_calls`` and ``chunks`` count what the
-    adapter saw itself. ``text`` (captured content) and ``tool_keys`` are made only when
-    something goes in them.
+    make them so), checked by :meth:`record_on`; ``tool_calls``, ``chunks`` and ``chars`` count
+    what the adapter saw itself (``chars`` only where the provider may not report usage: in
+    streams, and in a whole response without its usage). ``text`` (captured content) and
+    ``tool_keys`` are made only when something goes in them.
     ``response_key`` is the provider's id of the response as ``"<provider>:<id>"``.
     ``complete``: the stream's last event was read (callers often stop reading there).
 
@@ -70,6 +71,8 @@ class Tally:
     reasoning: int = 0
     tool_calls: int = 0
     chunks: int = 0  # events that carried generated content (a cut stream's output estimate)
+    chars: int = 0  # characters of generated text and tool arguments (for unreported usage)
+    estimated: bool = False  # some counts are ampmeter's estimate: the provider reported none
     text: list[str] | None = None
     tool_keys: set[tuple[int, int]] | None = None  # (choice, tool) indexes of streamed tool calls
     response_key: str | None = None
@@ -114,7 +117,9 @@ class Tally:
             cached = min(max(cached, 0), t_in)
             writes = min(max(writes, 0), t_in - cached)
             reasoning = min(max(reasoning, 0), t_out)
-        call.record_checked(t_in, t_out, cached, writes, reasoning, self.tool_calls)
+        call.record_checked(
+            t_in, t_out, cached, writes, reasoning, self.tool_calls, estimated=self.estimated
+        )
 
 
 def _clamped(count: int) -> int:

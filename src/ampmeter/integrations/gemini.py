@@ -102,6 +102,7 @@ class GenerateContentAdapter(Adapter):
                 text = read_part(part, "text", None)
                 if isinstance(text, str) and text:
                     tally.chunks += 1
+                    tally.chars += len(text)
                     if settings.capture_content and not read_part(part, "thought", None):
                         tally.keep_text(text)
         return False

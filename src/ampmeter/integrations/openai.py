@@ -76,18 +76,25 @@ class ChatAdapter(Adapter):
         if usage is not None:
             _read_usage(usage, _CHAT_USAGE, tally)
         capture = settings.capture_content
+        unreported = usage is None  # then the output is counted from the text (a proxy's cut)
         for choice in read(result, "choices", None) or ():
             message = READERS[type(choice)](choice, "message", None)
             read_message = READERS[type(message)]
             tools = read_message(message, "tool_calls", None)
             if isinstance(tools, list):  # a hostile body's number or text is no list of calls
                 tally.tool_calls += len(tools)
-            if read_message(message, "function_call", None) is not None:
+            function = read_message(message, "function_call", None)
+            if function is not None:
                 tally.tool_calls += 1
-            if capture:
+            if capture or unreported:
                 content = read_message(message, "content", None)
                 if isinstance(content, str):
-                    tally.keep_text(content)
+                    if capture:
+                        tally.keep_text(content)
+                    tally.chars += len(content)
+            if unreported:
+                for tool in [*(tools if isinstance(tools, list) else ()), {"function": function}]:
+                    tally.chars += _arguments_length(get(tool, "function"))
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
         read = READERS[type(event)]
@@ -109,6 +116,7 @@ class ChatAdapter(Adapter):
             content = read_delta(delta, "content", None)
             if content and isinstance(content, str):
                 tally.chunks += 1
+                tally.chars += len(content)
                 if settings.capture_content:
                     tally.keep_text(content)
         return False
@@ -126,6 +134,15 @@ def _count_tool_calls(choice: object, tools: list[Any], tally: Tally) -> None:
         if key not in keys:
             keys.add(key)
             tally.tool_calls += 1
+        tally.chars += _arguments_length(get(tool, "function"))
+
+
+def _arguments_length(function: object) -> int:
+    """The characters of a tool call's name and arguments (output the model wrote)."""
+    name, arguments = get(function, "name"), get(function, "arguments")
+    return (len(name) if isinstance(name, str) else 0) + (
+        len(arguments) if isinstance(arguments, str) else 0
+    )
 
 
 # The names of an OpenAI usage report's parts: its input and output totals, and the details
@@ -193,6 +210,7 @@ class CompletionsAdapter(ChatAdapter):
             text = get(choice, "text")
             if isinstance(text, str) and text:
                 tally.chunks += 1
+                tally.chars += len(text)
                 if settings.capture_content:
                     tally.keep_text(text)
         return hide_usage and usage is not None and not choices
@@ -229,6 +247,15 @@ class EmbeddingsAdapter(Adapter):
 
 
 _RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+# Events that carry output the model writes (their ``delta`` text).
+_OUTPUT_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.function_call_arguments.delta",
+        "response.custom_tool_call_input.delta",
+        "response.refusal.delta",
+    }
+)
 
 
 class ResponsesAdapter(Adapter):
@@ -272,8 +299,13 @@ class ResponsesAdapter(Adapter):
             kind = read_item(item, "type", None)
             if isinstance(kind, str) and kind.endswith("_call"):
                 calls += 1
-            elif kind == "message" and settings.capture_content:
-                texts.append(text_of(read_item(item, "content", None)))
+                if usage is None:
+                    tally.chars += _arguments_length(item)
+            elif kind == "message":
+                if settings.capture_content:
+                    texts.append(text_of(read_item(item, "content", None)))
+                if usage is None:
+                    tally.chars += len(text_of(read_item(item, "content", None)))
         tally.tool_calls = calls
         if texts:
             tally.text = texts
@@ -284,8 +316,11 @@ class ResponsesAdapter(Adapter):
         if kind in _RESPONSE_ENDS:
             self.read_response(read(event, "response", None), tally)
             tally.complete = True
-        elif kind == "response.output_text.delta":
+        elif kind in _OUTPUT_DELTAS:
             tally.chunks += 1
+            delta = read(event, "delta", None)
+            if isinstance(delta, str):
+                tally.chars += len(delta)
         elif kind == "response.created":  # the id, also for a stream cut before its end
             tally.note_response_id(self.provider, get(read(event, "response", None), "id"))
         return False

@@ -70,9 +70,9 @@ _PER_MILLION: Final = Decimal(1_000_000)
 class BilledCall:
     """One request the provider answered and billed.
 
-    ``usage_reported`` is False for an OpenAI stream sent without ``include_usage``: billed,
-    but the client was never told. ``cost_usd`` is None when the provider has no price for
-    ``model``.
+    ``usage_reported`` is False for an OpenAI stream sent without ``include_usage``, and for
+    every answer of a provider that ``strip_usage``: billed, but the client was never told.
+    ``cost_usd`` is None when the provider has no price for ``model``.
     """
 
     wire: BillingWire
@@ -102,6 +102,9 @@ class BillingProvider(ReplayServer):
         prices: USD per million input and output tokens per model name, as ``(input,
             output)`` (Decimal, str, int or float, read as written), for :attr:`billed_usd`.
         delay_s: seconds each billed answer waits before it is sent (the provider's time).
+        strip_usage: answer without usage, as a proxy that strips it does: ``usage`` is null
+            in a whole answer and absent from every event of a stream (the request is billed
+            all the same).
         host: address to bind (loopback by default).
         port: TCP port; 0 picks a free one.
     """
@@ -117,6 +120,7 @@ class BillingProvider(ReplayServer):
         media_tokens: int = 85,
         prices: Mapping[str, tuple[object, object]] | None = None,
         delay_s: float = 0.0,
+        strip_usage: bool = False,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -146,6 +150,7 @@ class BillingProvider(ReplayServer):
         self.tool_framing = tool_framing
         self.media_tokens = media_tokens
         self.delay_s = float(delay_s)
+        self.strip_usage = bool(strip_usage)
         self._prices = {
             model: (
                 money.usd(pair[0], f"prices[{model!r}] input"),
@@ -234,7 +239,7 @@ class BillingProvider(ReplayServer):
             return _error(wire, 400, str(error))
         stream = body.get("stream") is True
         options = body.get("stream_options")
-        told = (
+        told = not self.strip_usage and (
             not stream
             or wire == "anthropic"
             or (isinstance(options, dict) and options.get("include_usage") is True)
@@ -377,7 +382,12 @@ def _chat_answer(call: BilledCall, number: int, capped: bool) -> ReplayResponse:
     if not call.stream:
         message = {"role": "assistant", "content": _WORD * call.output_tokens}
         choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
-        body = {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
+        body = {
+            **head,
+            "object": "chat.completion",
+            "choices": [choice],
+            "usage": usage if call.usage_reported else None,
+        }
         return ReplayResponse.json(body)
     chunk = {**head, "object": "chat.completion.chunk"}
 
@@ -415,6 +425,8 @@ def _anthropic_answer(call: BilledCall, number: int, capped: bool) -> ReplayResp
                 **counts,
             },
         }
+        if not call.usage_reported:
+            del body["usage"]
         return ReplayResponse.json(body)
     start = {
         **message,
@@ -422,9 +434,14 @@ def _anthropic_answer(call: BilledCall, number: int, capped: bool) -> ReplayResp
         "stop_reason": None,
         "usage": {"input_tokens": call.input_tokens, "output_tokens": 1, **counts},
     }
+    ending = {"stop_reason": finish, "stop_sequence": None}
+    ending_event: dict[str, Any] = {"type": "message_delta", "delta": ending}
+    if call.usage_reported:
+        ending_event["usage"] = {"output_tokens": call.output_tokens}
+    else:
+        del start["usage"]
     block = {"type": "text", "text": ""}
     text_delta = {"type": "text_delta", "text": _WORD}
-    ending = {"stop_reason": finish, "stop_sequence": None}
     events: list[tuple[str | None, Any]] = [
         ("message_start", {"type": "message_start", "message": start}),
         (
@@ -436,10 +453,9 @@ def _anthropic_answer(call: BilledCall, number: int, capped: bool) -> ReplayResp
         ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": text_delta})
         for _ in range(call.output_tokens)
     ]
-    final_usage = {"output_tokens": call.output_tokens}
     events += [
         ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        ("message_delta", {"type": "message_delta", "delta": ending, "usage": final_usage}),
+        ("message_delta", ending_event),
         ("message_stop", {"type": "message_stop"}),
     ]
     return ReplayResponse.sse(events)

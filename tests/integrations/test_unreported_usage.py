@@ -1,0 +1,178 @@
+"""A response without usage is charged, never zero (issue 36, point 2).
+
+The billing provider bills every request; here its answers carry no usage (a stream sent with
+``include_usage: false``, a proxy that strips ``usage``). Driven through the real openai and
+anthropic SDKs under a cost cap, the cap holds: ampmeter charges each call its input estimate
+and the output it counted from what it received, marks it ``estimated`` on the node and in the
+event log, and stops the next call before it is sent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+
+from ampmeter import ExecutionContext, LimitExceeded
+from ampmeter.sinks.jsonl import JsonlSink
+from ampmeter.sinks.memory import MemorySink
+from ampmeter.testing import BillingProvider
+
+pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
+
+KEY = "test-key"
+PRICES = {"gpt-4o": ("2.5", "10"), "claude-haiku-4-5": ("1", "5")}
+MESSAGES = [{"role": "user", "content": "Write a long story about the sea. " * 4}]
+CAP = Decimal("0.01")
+OUTPUT = 100  # tokens of every answer: about $0.001 a call on gpt-4o
+
+
+def _chat_stream_without_usage(server: BillingProvider) -> None:
+    client = openai.OpenAI(base_url=server.openai_base_url, api_key=KEY, max_retries=0)
+    stream = client.chat.completions.create(
+        model="gpt-4o",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        max_tokens=OUTPUT,
+        stream=True,
+        stream_options={"include_usage": False},
+    )
+    assert all(chunk.choices for chunk in stream)  # the caller sees the chunks it asked for
+
+
+def _chat(server: BillingProvider) -> None:
+    client = openai.OpenAI(base_url=server.openai_base_url, api_key=KEY, max_retries=0)
+    answer = client.chat.completions.create(
+        model="gpt-4o",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        max_tokens=OUTPUT,
+    )
+    assert answer.usage is None and answer.choices[0].message.content
+
+
+def _chat_stream(server: BillingProvider) -> None:
+    client = openai.OpenAI(base_url=server.openai_base_url, api_key=KEY, max_retries=0)
+    stream = client.chat.completions.create(
+        model="gpt-4o",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        max_tokens=OUTPUT,
+        stream=True,
+    )
+    assert all(chunk.choices for chunk in stream)
+
+
+def _messages(server: BillingProvider) -> None:
+    client = anthropic.Anthropic(base_url=server.anthropic_base_url, api_key=KEY, max_retries=0)
+    answer = client.messages.create(
+        model="claude-haiku-4-5",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        max_tokens=OUTPUT,
+    )
+    assert answer.content
+
+
+def _messages_stream(server: BillingProvider) -> None:
+    # (The SDK's messages.stream helper itself needs the usage of message_delta: a proxy that
+    # strips it breaks the helper, with or without ampmeter. The raw event stream reads on.)
+    client = anthropic.Anthropic(base_url=server.anthropic_base_url, api_key=KEY, max_retries=0)
+    events = client.messages.create(
+        model="claude-haiku-4-5",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        max_tokens=OUTPUT,
+        stream=True,
+    )
+    assert [event.type for event in events][-1] == "message_stop"
+
+
+# name -> (the call, whether the provider strips usage from every answer)
+CASES: dict[str, tuple[Callable[[BillingProvider], None], bool]] = {
+    "openai stream with include_usage false": (_chat_stream_without_usage, False),
+    "openai answer whose usage a proxy stripped": (_chat, True),
+    "openai stream whose usage a proxy stripped": (_chat_stream, True),
+    "anthropic answer whose usage a proxy stripped": (_messages, True),
+    "anthropic stream whose usage a proxy stripped": (_messages_stream, True),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_calls_without_usage_are_charged_estimated_and_the_cap_holds(
+    case: str, tmp_path: Path
+) -> None:
+    call, strip = CASES[case]
+    log = tmp_path / "calls.jsonl"
+    sink = MemorySink()
+    with BillingProvider(output_tokens=OUTPUT, prices=PRICES, strip_usage=strip) as server:
+        with (
+            pytest.raises(LimitExceeded),
+            JsonlSink(log) as jsonl,
+            ExecutionContext(max_cost_usd=CAP, sinks=[sink, jsonl]) as ctx,
+        ):
+            for _ in range(100):  # on a $0 count this would never stop
+                call(server)
+        billed = server.billed_usd
+        calls = server.calls
+    recorded = ctx.stats.total_cost()
+    assert not any(c.usage_reported for c in calls)
+    assert len(calls) >= 5  # the cap was spent on calls, not refused at once
+    assert billed <= CAP, f"the provider billed {billed} under a {CAP} cap"
+    assert recorded >= billed, f"recorded {recorded} < billed {billed}"
+    assert recorded <= billed * Decimal("1.25")  # counted from what came back, not a guess
+    nodes = [n for n in sink.nodes if n.kind == "llm" and n.status == "success"]
+    assert len(nodes) == len(calls)
+    assert {n.metadata["cost_status"] for n in nodes} == {"estimated"}
+    for node, billed_call in zip(nodes, calls, strict=True):
+        assert node.tokens_out == billed_call.output_tokens  # one "tok " a token, as counted
+        assert node.tokens_in is not None and node.tokens_in >= billed_call.input_tokens
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    llm_events = [
+        e
+        for e in events
+        if e["event_type"] == "llm_completion" and e["metadata"]["status"] == "success"
+    ]
+    assert llm_events and all(e["metadata"]["cost_status"] == "estimated" for e in llm_events)
+    assert sum(e["cost_usd"] for e in llm_events) >= float(billed)
+
+
+def test_a_plain_stream_asks_for_usage_and_the_caller_never_sees_the_usage_chunk() -> None:
+    """Without stream_options, ampmeter asks for usage; the usage-only chunk (no choices,
+    which frameworks that read ``choices[0]`` would trip on) is kept from the caller, and the
+    call is priced from the provider's own count."""
+    sink = MemorySink()
+    with BillingProvider(output_tokens=7, prices=PRICES) as server:
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key=KEY, max_retries=0)
+        with ExecutionContext(sinks=[sink]):
+            chunks = list(
+                client.chat.completions.create(
+                    model="gpt-4o",
+                    messages=MESSAGES,  # type: ignore[arg-type]
+                    stream=True,
+                )
+            )
+        (billed,) = server.calls
+        sent = server.requests[0].json()
+    assert sent["stream_options"] == {"include_usage": True} and billed.usage_reported
+    assert all(chunk.choices and chunk.usage is None for chunk in chunks)
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert node.metadata["cost_status"] == "priced"
+    assert (node.tokens_in, node.tokens_out) == (billed.input_tokens, billed.output_tokens)
+
+
+def test_a_response_that_cannot_be_counted_is_charged_its_most_output() -> None:
+    """A whole answer with no usage and nothing in it to count (no text, no tool call) is
+    charged its input estimate and its ``max_tokens``."""
+    sink = MemorySink()
+    with BillingProvider(output_tokens=0, prices=PRICES, strip_usage=True) as server:
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key=KEY, max_retries=0)
+        with ExecutionContext(sinks=[sink]):
+            client.chat.completions.create(
+                model="gpt-4o",
+                messages=MESSAGES,  # type: ignore[arg-type]
+                max_tokens=321,
+            )
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert node.tokens_out == 321 and node.metadata["cost_status"] == "estimated"
+    assert node.cost_usd > 0
