@@ -17,8 +17,14 @@ from pathlib import Path
 import anthropic
 import openai
 import pytest
+from typer.testing import CliRunner
 
 from ampmeter import ExecutionContext, LimitExceeded
+from ampmeter.analysis import summarize
+from ampmeter.cli import app
+from ampmeter.logs import event_problem, validate_event
+from ampmeter.report import write_report
+from ampmeter.report.charts import dollars
 from ampmeter.sinks.jsonl import JsonlSink
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import BillingProvider
@@ -176,3 +182,43 @@ def test_a_response_that_cannot_be_counted_is_charged_its_most_output() -> None:
     (node,) = [n for n in sink.nodes if n.kind == "llm"]
     assert node.tokens_out == 321 and node.metadata["cost_status"] == "estimated"
     assert node.cost_usd > 0
+
+
+def test_estimated_spend_is_shown_by_summary_report_and_watch(tmp_path: Path) -> None:
+    """One call billed without its usage beside one with it: every reader shows the estimated
+    part of the spend as its own figure (both summary engines alike) and the log stays valid."""
+    log = tmp_path / "calls.jsonl"
+    with JsonlSink(log) as jsonl, ExecutionContext("mixed", sinks=[jsonl]) as ctx:
+        with BillingProvider(output_tokens=OUTPUT, prices=PRICES) as server:
+            client = openai.OpenAI(base_url=server.openai_base_url, api_key=KEY, max_retries=0)
+            client.chat.completions.create(
+                model="gpt-4o",
+                messages=MESSAGES,  # type: ignore[arg-type]
+                max_tokens=OUTPUT,
+            )
+        with BillingProvider(output_tokens=OUTPUT, prices=PRICES, strip_usage=True) as server:
+            _chat(server)
+            (billed,) = server.calls
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    for event in events:
+        validate_event(event)
+        assert event_problem(event) is None
+    statuses = [e["metadata"]["cost_status"] for e in events]
+    assert statuses == ["priced", "estimated"]
+    estimated = events[1]["cost_usd"]
+    assert estimated >= float(billed.cost_usd or 0) > 0
+    (run,) = summarize([log], engine="python").runs
+    assert run.estimated_cost_usd == pytest.approx(estimated)
+    assert run.cost_usd == pytest.approx(float(ctx.stats.total_cost()))
+    assert summarize([log], engine="duckdb").runs == [run]
+    runner = CliRunner()
+    out = runner.invoke(app, ["summary", str(log)], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "estimated $" in out.output
+    html = Path(write_report([log], tmp_path / "report.html")).read_text()
+    shown = dollars(estimated)
+    assert f'<b class="estimated">{shown}</b> estimated' in html
+    assert f'<span class="badge estimated">{shown} estimated</span>' in html
+    watched = runner.invoke(app, ["watch", "--once", str(log)], env={"COLUMNS": "160"})
+    assert watched.exit_code == 0, watched.output
+    assert "estimated" in watched.stdout

@@ -230,6 +230,7 @@ def _run_summary(events: Sequence[Path], processes: int, code: int) -> dict[str,
         "tokens_out": sum(r.tokens_out for r in rows),
         "cost_usd": sum(r.cost_usd for r in rows),
         "unpriced_calls": sum(r.unpriced_calls for r in rows),
+        "estimated_cost_usd": sum(r.estimated_cost_usd for r in rows),
         "amplification": llm + tools,
         "base_context": rows[0].base_context if len(rows) == 1 else 0,
         "context_growth_avg": rows[0].context_growth_avg if len(rows) == 1 else 0.0,
@@ -247,6 +248,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         return f"{summary[key]:,}"
 
     unpriced = summary.get("unpriced_calls", 0)
+    estimated = summary.get("estimated_cost_usd", 0.0)
     rows = [
         (
             "LLM calls",
@@ -259,7 +261,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         (
             "cost",
             format_usd(summary["cost_usd"])
-            + (f" + {unpriced:,} unpriced call(s)" if unpriced else ""),
+            + (f" + {unpriced:,} unpriced call(s)" if unpriced else "")
+            + (f" ({format_usd(estimated)} of it estimated)" if estimated else ""),
         ),
         ("amplification", f"{count('amplification')} calls for 1 run"),
         (
