@@ -26,7 +26,7 @@ from ampmeter._core.steps import ADMITTED, DONE, Chain, Flight
 from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
 from ampmeter.node import Node
-from ampmeter.pricing import request_size
+from ampmeter.pricing import request_size, stored_state
 from ampmeter.pricing.source import price_call
 
 if TYPE_CHECKING:
@@ -352,8 +352,11 @@ class Call:
                 )
                 size = flight.prompt_size
                 # (An estimate teaches nothing: it would only confirm itself.)
-                if exc is None and size is not None and self.tokens_in and not self._estimated:
-                    request_size.learn(model or "", size, self.tokens_in)
+                if self.tokens_in and not self._estimated:
+                    # What stored state of unknown size is estimated at ("learned").
+                    stored_state.note_input(model or "", self.tokens_in)
+                    if exc is None and size is not None:
+                        request_size.learn(model or "", size, self.tokens_in)
             else:
                 usage = Usage("embedding", model or "", "", t_in, t_out, cost_nano=cost)
         elif kind == "tool":

@@ -17,11 +17,12 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
+from ampmeter._validate import MAX_COUNT
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
 from ampmeter.integrations.wire import READERS, counts, first_int, get, ints, text_of
-from ampmeter.pricing import request_size
+from ampmeter.pricing import request_size, stored_state
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
 
@@ -288,10 +289,17 @@ class ResponsesAdapter(Adapter):
 
     def read_response(self, result: Any, tally: Tally) -> None:
         read = READERS[type(result)]
-        tally.note_response_id(self.provider, read(result, "id", None))
+        response_id = read(result, "id", None)
+        tally.note_response_id(self.provider, response_id)
         usage = read(result, "usage", None)
         if usage is not None:
             _read_usage(usage, _RESPONSES_USAGE, tally)
+            if tally.tokens_in is not None and tally.tokens_out is not None:
+                # The state a request continuing this response (or its conversation) is
+                # billed for: what this one read and wrote.
+                conversation = read(result, "conversation", None)
+                stored = sum(min(max(n, 0), MAX_COUNT) for n in (tally.tokens_in, tally.tokens_out))
+                stored_state.remember(response_id, conversation, stored)
         calls = 0
         texts: list[str] = []
         for item in read(result, "output", None) or ():
@@ -376,6 +384,9 @@ def instrument_openai() -> bool:
     from ampmeter.integrations.openai_websocket import patch_responses_websocket
 
     _patches.extend(patch_responses_websocket())
+    from ampmeter.integrations.openai_conversations import patch_conversations
+
+    _patches.extend(patch_conversations())
     return True
 
 

@@ -1,8 +1,9 @@
 """A loopback provider that bills every request the way a real one does.
 
-A :class:`BillingProvider` answers the OpenAI Chat Completions route (``POST
-/v1/chat/completions``) and the Anthropic Messages route (``POST /v1/messages``), plain and
-streamed, and bills each request's input from *everything* in it, not only the message text:
+A :class:`BillingProvider` answers OpenAI's Chat Completions (``POST /v1/chat/completions``)
+and Responses (``POST /v1/responses``, stored conversations: :mod:`.billing_responses`) and
+Anthropic's Messages (``POST /v1/messages``), plain and streamed, and bills each request's input
+from *everything* in it, not only the message text:
 
 * the text of every message and every content part, in every role (Anthropic's ``system``
   included), a message's ``name``, the name and arguments of every tool call it carries, and
@@ -49,15 +50,22 @@ from fractions import Fraction
 from typing import Any, Final, Literal
 
 from ampmeter import money
+from ampmeter.testing.billing_responses import (
+    StoredConversations,
+    conversations_answer,
+    responses_answer,
+    responses_parts,
+)
 from ampmeter.testing.replay import RecordedRequest, ReplayResponse, ReplayServer
 
 __all__ = ["BilledCall", "BillingProvider", "BillingWire"]
 
-BillingWire = Literal["chat", "anthropic"]
+BillingWire = Literal["chat", "anthropic", "responses"]
 
 _ROUTES: Final[Mapping[str, BillingWire]] = {
     "/v1/chat/completions": "chat",
     "/v1/messages": "anthropic",
+    "/v1/responses": "responses",
 }
 _WORD: Final = "tok "  # one output token of the fixed answer
 _MEDIA_PARTS: Final = frozenset(
@@ -159,6 +167,7 @@ class BillingProvider(ReplayServer):
             for model, pair in (prices or {}).items()
         }
         self._billed: list[BilledCall] = []
+        self._stored = StoredConversations()
         self._billed_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._in_flight = 0
@@ -204,24 +213,37 @@ class BillingProvider(ReplayServer):
     def input_tokens(self, wire: BillingWire, body: Mapping[str, Any]) -> int:
         """The input tokens this provider bills for ``body`` sent on ``wire``.
 
-        Raises ``ValueError`` for a body the provider would reject.
+        A Responses request is also billed the stored conversation it continues. Raises
+        ``ValueError`` for a body the provider would reject.
         """
+        stored = 0
         try:
-            chars, messages, media, tools = _billed_parts(wire, body)
-        except _Rejected as error:
+            if wire == "responses":
+                texts, messages, media, tools = responses_parts(body, _compact)
+                chars = sum(map(len, texts))
+                stored = self._stored.billed_for(body)
+            else:
+                chars, messages, media, tools = _billed_parts(wire, body)
+        except (_Rejected, LookupError) as error:
             raise ValueError(str(error)) from None
         return (
-            math.ceil(chars / self.chars_per_token)
+            stored
+            + math.ceil(chars / self.chars_per_token)
             + messages * self.message_framing
             + self.request_framing
             + media * self.media_tokens
             + (self.tool_framing if tools else 0)
         )
 
+    def _items_tokens(self, items: list[Any]) -> int:
+        return self.input_tokens("responses", {"input": items}) - self.request_framing
+
     # --- answering ---------------------------------------------------------------------------
 
     def _answer(self, request: RecordedRequest) -> ReplayResponse:
         wire = _ROUTES.get(request.path) if request.method == "POST" else None
+        if wire is None and request.path.startswith("/v1/conversations"):
+            return conversations_answer(request, self._stored, self._items_tokens)
         if wire is None:
             return _error(
                 "chat", 404, f"billing provider: no route {request.method} {request.path}"
@@ -241,7 +263,7 @@ class BillingProvider(ReplayServer):
         options = body.get("stream_options")
         told = not self.strip_usage and (
             not stream
-            or wire == "anthropic"
+            or wire != "chat"  # only Chat Completions streams report usage on request
             or (isinstance(options, dict) and options.get("include_usage") is True)
         )
         call = BilledCall(
@@ -266,6 +288,11 @@ class BillingProvider(ReplayServer):
         capped = tokens_out < self.output_tokens
         if wire == "chat":
             return _chat_answer(call, number, capped)
+        if wire == "responses":
+            response_id = f"resp_bill{number:06d}"
+            self._stored.keep(body, response_id, tokens_in + tokens_out)
+            whole, events = responses_answer(call, response_id, body, _WORD, capped)
+            return ReplayResponse.json(whole) if events is None else ReplayResponse.sse(events)
         return _anthropic_answer(call, number, capped)
 
     def _cost(self, model: str, tokens_in: int, tokens_out: int) -> Decimal | None:
@@ -355,7 +382,8 @@ def _compact(value: object) -> str:
 
 
 def _max_tokens(wire: BillingWire, body: Mapping[str, Any]) -> int:
-    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    names = ("max_output_tokens",) if wire == "responses" else ("max_completion_tokens",)
+    value = next((body[n] for n in names if n in body), body.get("max_tokens"))
     if value is None:
         if wire == "anthropic":
             raise _Rejected("max_tokens: field required")
