@@ -44,7 +44,7 @@ class RequestInfo:
 
     @property
     def input_tokens(self) -> int:
-        """The estimated input tokens (for a stream cut before its usage arrived)."""
+        """The estimated input tokens (``"learned"``: an embedding request's reservation)."""
         return request_size.input_tokens(self.size, self.model)
 
 

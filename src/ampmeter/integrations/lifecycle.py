@@ -187,9 +187,9 @@ def finish_abandoned(call: Call, tally: Tally, info: RequestInfo) -> None:
     """End the node of a stream closed before its last event.
 
     The provider bills a cut stream but its usage report (OpenAI's comes last) may not have
-    arrived: count the request's input estimate and the output received (at least one token
-    per content event), and say so on the node (``usage_estimated``, and ``cost_status``
-    ``"estimated"``).
+    arrived: count the request's input estimate (its reservation's, in the context's estimate
+    mode) and the output received (at least one token per content event), and say so on the
+    node (``usage_estimated``, and ``cost_status`` ``"estimated"``). ``info`` is the request's.
     """
     if estimate_cut_stream(call, tally):
         call.context.graph.update_metadata(call.node_id, {META_USAGE_ESTIMATED: True})
