@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import openai
@@ -143,10 +144,17 @@ def test_calls_without_usage_are_charged_estimated_and_the_cap_holds(
     assert sum(e["cost_usd"] for e in llm_events) >= float(billed)
 
 
-def test_a_plain_stream_asks_for_usage_and_the_caller_never_sees_the_usage_chunk() -> None:
-    """Without stream_options, ampmeter asks for usage; the usage-only chunk (no choices,
-    which frameworks that read ``choices[0]`` would trip on) is kept from the caller, and the
-    call is priced from the provider's own count."""
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"stream_options": None}, {"stream_options": {"include_usage": None}}],
+    ids=["no stream_options", "stream_options null", "include_usage null"],
+)
+def test_a_plain_stream_asks_for_usage_and_the_caller_never_sees_the_usage_chunk(
+    options: dict[str, Any],
+) -> None:
+    """Unless the caller set ``include_usage``, ampmeter asks for usage; the usage-only chunk
+    (no choices, which frameworks that read ``choices[0]`` would trip on) is kept from the
+    caller, and the call is priced from the provider's own count."""
     sink = MemorySink()
     with BillingProvider(output_tokens=7, prices=PRICES) as server:
         client = openai.OpenAI(base_url=server.openai_base_url, api_key=KEY, max_retries=0)
@@ -156,6 +164,7 @@ def test_a_plain_stream_asks_for_usage_and_the_caller_never_sees_the_usage_chunk
                     model="gpt-4o",
                     messages=MESSAGES,  # type: ignore[arg-type]
                     stream=True,
+                    **options,
                 )
             )
         (billed,) = server.calls

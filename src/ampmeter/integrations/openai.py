@@ -6,9 +6,10 @@ Patched at the resource-class level (``Completions.create``/``parse``,
 helpers send their request through ``create`` and are covered by it. Retries are counted from
 the SDK client's ``_sleep_for_retry``.
 
-Streamed Chat Completions get ``stream_options={"include_usage": True}`` when the caller did not
-ask for usage; the extra usage-only chunk this makes the server send is consumed here and not
-shown to the caller, so the caller sees the same chunks as without ampmeter.
+Streamed Chat Completions get ``stream_options={"include_usage": True}`` unless the caller set
+``include_usage`` (to false: the call is then charged an estimate, see :mod:`.unreported`);
+the extra usage-only chunk this makes the server send is consumed here and not shown to the
+caller, so the caller sees the same chunks as without ampmeter.
 """
 
 from __future__ import annotations
@@ -59,14 +60,14 @@ class ChatAdapter(Adapter):
         return "\n".join([text_of(get(m, "content")) for m in messages])
 
     def prepare_stream(self, kwargs: dict[str, Any]) -> bool:
+        # Usage is asked for unless the caller said whether they want it (a stream without
+        # it is charged an estimate); stream_options of null is no options.
         options = kwargs.get("stream_options")
         if isinstance(options, Mapping):
-            if "include_usage" in options:
+            if options.get("include_usage") is not None:
                 return False
             kwargs["stream_options"] = {**options, "include_usage": True}
             return True
-        if options is None and "stream_options" in kwargs:
-            return False  # the caller explicitly sent null: leave it alone
         kwargs["stream_options"] = {"include_usage": True}
         return True
 
