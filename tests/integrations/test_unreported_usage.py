@@ -28,7 +28,8 @@ from ampmeter.report import write_report
 from ampmeter.report.charts import dollars
 from ampmeter.sinks.jsonl import JsonlSink
 from ampmeter.sinks.memory import MemorySink
-from ampmeter.testing import BillingProvider
+from ampmeter.testing import BillingProvider, recorded
+from ampmeter.testing.replay import ReplayResponse, ReplayServer
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
@@ -231,3 +232,29 @@ def test_estimated_spend_is_shown_by_summary_report_and_watch(tmp_path: Path) ->
     watched = runner.invoke(app, ["watch", "--once", str(log)], env={"COLUMNS": "160"})
     assert watched.exit_code == 0, watched.output
     assert "estimated" in watched.stdout
+
+
+def test_a_gemini_answer_without_usage_metadata_is_estimated(replay: ReplayServer) -> None:
+    """google-genai, read at the HTTP layer: an answer without ``usageMetadata`` is charged
+    its input estimate and the output counted from its text and function calls."""
+    from google import genai
+    from google.genai import types
+
+    body = recorded.load("gemini_generate_content")
+    del body["usageMetadata"]
+    replay.script("/v1beta/models/gemini-2.5-flash:generateContent", ReplayResponse.json(body))
+    options = types.HttpOptions(base_url=replay.url, api_version="v1beta")
+    client = genai.Client(api_key="k", http_options=options)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        client.models.generate_content(
+            model="gemini-2.5-flash",
+            contents="Weather in Paris and Oslo?",
+            config=types.GenerateContentConfig(max_output_tokens=300),
+        )
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert node.metadata["cost_status"] == "estimated" and node.cost_usd > 0
+    assert node.tokens_in is not None and node.tokens_in > 0
+    # "Checking the weather in both cities." and two calls of get_weather, at 4 characters a
+    # token: counted, not the 300 the call could have written.
+    assert node.tokens_out is not None and 20 <= node.tokens_out < 300

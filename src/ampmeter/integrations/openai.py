@@ -299,7 +299,7 @@ class ResponsesAdapter(Adapter):
                 # The state a request continuing this response (or its conversation) is
                 # billed for: what this one read and wrote.
                 conversation = read(result, "conversation", None)
-                stored = sum(min(max(n, 0), MAX_COUNT) for n in (tally.tokens_in, tally.tokens_out))
+                stored = min(max(tally.tokens_in, 0) + max(tally.tokens_out, 0), MAX_COUNT)
                 stored_state.remember(response_id, conversation, stored)
         calls = 0
         texts: list[str] = []
