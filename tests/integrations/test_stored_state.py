@@ -22,7 +22,8 @@ from ampmeter.pricing import request_size, stored_state
 from ampmeter.pricing.context_window import context_window
 from ampmeter.pricing.request_size import RequestSize
 from ampmeter.sinks.memory import MemorySink
-from ampmeter.testing import BillingProvider
+from ampmeter.testing import BillingProvider, recorded
+from ampmeter.testing.replay import ReplayServer
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
@@ -179,3 +180,34 @@ def test_items_added_outside_a_response_make_a_conversation_unknown() -> None:
 
 def _cost_of(calls: list[Any]) -> Decimal:
     return sum((c.cost_usd for c in calls), Decimal(0))
+
+
+def test_a_gemini_cached_content_is_state_of_unknown_size(replay: ReplayServer) -> None:
+    """Gemini bills a ``cachedContent`` the request names as input; its size is not in the
+    body. ``bound`` reserves the model's window for it (a small cap stops the call unsent);
+    ``learned`` reserves the largest input seen for the model, once one is seen."""
+    from google import genai
+    from google.genai import types
+
+    route = "/v1beta/models/gemini-2.5-flash:generateContent"
+    options = types.HttpOptions(base_url=replay.url, api_version="v1beta")
+    client = genai.Client(api_key="k", http_options=options)
+    cached = types.GenerateContentConfig(cached_content="cachedContents/c1", max_output_tokens=50)
+    plain = types.GenerateContentConfig(max_output_tokens=50)
+
+    def ask(config: types.GenerateContentConfig) -> None:
+        client.models.generate_content(model="gemini-2.5-flash", contents="Go on.", config=config)
+
+    with ExecutionContext(max_cost_usd=0.05, estimate="bound"), pytest.raises(LimitExceeded):
+        ask(cached)
+    assert replay.requests == []
+    replay.script(route, recorded.gemini_generate_content(), recorded.gemini_generate_content())
+    with ExecutionContext(max_cost_usd=0.05, estimate="learned"):
+        ask(plain)  # 2,150 input tokens billed: the largest seen for the model
+        ask(cached)
+    assert [r.json().get("cachedContent") for r in replay.requests] == [None, "cachedContents/c1"]
+    size = request_size.measure("gemini", replay.requests[1].json())
+    assert size.stored is None
+    learned = request_size.input_tokens(size, "gemini-2.5-flash", "learned")
+    assert learned >= 2_150
+    assert request_size.input_tokens(size, "gemini-2.5-flash", "bound") > 1_000_000
