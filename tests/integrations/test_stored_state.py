@@ -23,7 +23,7 @@ from ampmeter.pricing.context_window import context_window
 from ampmeter.pricing.request_size import RequestSize
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import BillingProvider, recorded
-from ampmeter.testing.replay import ReplayServer
+from ampmeter.testing.replay import ReplayResponse, ReplayServer
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
@@ -211,3 +211,44 @@ def test_a_gemini_cached_content_is_state_of_unknown_size(replay: ReplayServer) 
     learned = request_size.input_tokens(size, "gemini-2.5-flash", "learned")
     assert learned >= 2_150
     assert request_size.input_tokens(size, "gemini-2.5-flash", "bound") > 1_000_000
+
+
+async def test_async_conversations_are_followed_too() -> None:
+    """The async client's conversations and items: made empty is known, grown is unknown."""
+    with BillingProvider(output_tokens=OUTPUT, prices=PRICES) as server:
+        client = openai.AsyncOpenAI(base_url=server.openai_base_url, api_key=KEY, max_retries=0)
+        conversation = (await client.conversations.create()).id
+        assert stored_state.stored_tokens(None, conversation) == 0
+        with ExecutionContext(estimate="bound"):
+            await client.responses.create(
+                model=MODEL, input=TURN, max_output_tokens=OUTPUT, conversation=conversation
+            )
+        (billed,) = server.calls
+        assert stored_state.stored_tokens(None, conversation) == (
+            billed.input_tokens + billed.output_tokens
+        )
+        await client.conversations.items.create(
+            conversation_id=conversation, items=[{"role": "user", "content": "More."}]
+        )
+        assert stored_state.stored_tokens(None, conversation) is None
+        await client.close()
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [None, "lots", {"input_tokens": "12", "output_tokens": 3}, {"input_tokens": True}],
+    ids=["null", "text", "a string count", "a bool count"],
+)
+def test_a_response_without_readable_usage_leaves_its_continuation_unknown(
+    replay: ReplayServer, usage: Any
+) -> None:
+    """Its size is not taken as 0 (which would make the next request look free): a request
+    continuing it is reserved as continuing state of unknown size."""
+    body = {"id": "resp_odd", "object": "response", "status": "completed", "model": MODEL}
+    replay.script("/v1/responses", ReplayResponse.json({**body, "output": [], "usage": usage}))
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key=KEY, max_retries=0)
+    with ExecutionContext(estimate="bound"):
+        answer = client.responses.create(model=MODEL, input=TURN, max_output_tokens=OUTPUT)
+    assert stored_state.stored_tokens(answer.id, None) is None
+    continued = {"model": MODEL, "input": TURN, "previous_response_id": answer.id}
+    assert request_size.measure("responses", continued).stored is None
