@@ -24,6 +24,7 @@ from ampmeter import ExecutionContext, LimitExceeded
 from ampmeter.analysis import summarize
 from ampmeter.cli import app
 from ampmeter.logs import event_problem, validate_event
+from ampmeter.pricing import tokenizer
 from ampmeter.report import write_report
 from ampmeter.report.charts import dollars
 from ampmeter.sinks.jsonl import JsonlSink
@@ -258,3 +259,46 @@ def test_a_gemini_answer_without_usage_metadata_is_estimated(replay: ReplayServe
     # "Checking the weather in both cities." and two calls of get_weather, at 4 characters a
     # token: counted, not the 300 the call could have written.
     assert node.tokens_out is not None and 20 <= node.tokens_out < 300
+
+
+def test_with_the_tokenizer_a_whole_answer_without_usage_is_counted_by_it() -> None:
+    """Switched on, the offline tokenizer counts the text of an OpenAI model's answer that
+    came without its usage (dense text the characters would undercount)."""
+    pytest.importorskip("bpe_openai")
+    dense = "東京の天気は晴れです。" * 20  # about a token a character, not four characters
+    sink = MemorySink()
+    tokenizer.use(True)
+    try:
+        with BillingProvider(output_tokens=1, prices=PRICES, strip_usage=True) as server:
+            server.script(
+                "/v1/chat/completions",
+                ReplayResponse.json(
+                    {
+                        "id": "chatcmpl-dense",
+                        "object": "chat.completion",
+                        "model": "gpt-4o",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": dense},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": None,
+                    }
+                ),
+            )
+            client = openai.OpenAI(base_url=server.openai_base_url, api_key=KEY, max_retries=0)
+            with ExecutionContext(sinks=[sink]):
+                client.chat.completions.create(
+                    model="gpt-4o",
+                    messages=MESSAGES,  # type: ignore[arg-type]
+                    max_tokens=1000,
+                )
+        counted = tokenizer.counter("gpt-4o")
+        assert counted is not None
+        (node,) = [n for n in sink.nodes if n.kind == "llm"]
+        assert node.tokens_out == counted(dense) > len(dense) // 4 + 20
+        assert node.metadata["cost_status"] == "estimated"
+    finally:
+        tokenizer.use(False)

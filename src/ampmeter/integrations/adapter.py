@@ -72,6 +72,7 @@ class Tally:
     tool_calls: int = 0
     chunks: int = 0  # events that carried generated content (a cut stream's output estimate)
     chars: int = 0  # characters of generated text and tool arguments (for unreported usage)
+    received: list[str] | None = None  # that text, from a whole response without usage
     estimated: bool = False  # some counts are ampmeter's estimate: the provider reported none
     text: list[str] | None = None
     tool_keys: set[tuple[int, int]] | None = None  # (choice, tool) indexes of streamed tool calls
@@ -88,6 +89,16 @@ class Tally:
             and response_id.isprintable()
         ):
             self.response_key = f"{provider}:{response_id}"
+
+    def receive(self, text: str) -> None:
+        """Count the output text of a whole response that reported no usage (kept, so that
+        the offline tokenizer can count it where it knows the model)."""
+        if text:
+            self.chars += len(text)
+            if self.received is None:
+                self.received = [text]
+            else:
+                self.received.append(text)
 
     def keep_text(self, text: str) -> None:
         """Keep a piece of the response's text (with ``instrument(capture_content=True)``)."""

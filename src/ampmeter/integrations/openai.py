@@ -93,10 +93,11 @@ class ChatAdapter(Adapter):
                 if isinstance(content, str):
                     if capture:
                         tally.keep_text(content)
-                    tally.chars += len(content)
+                    if unreported:
+                        tally.receive(content)
             if unreported:
                 for tool in [*(tools if isinstance(tools, list) else ()), {"function": function}]:
-                    tally.chars += _arguments_length(get(tool, "function"))
+                    tally.receive(_arguments_text(get(tool, "function")))
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
         read = READERS[type(event)]
@@ -136,14 +137,14 @@ def _count_tool_calls(choice: object, tools: list[Any], tally: Tally) -> None:
         if key not in keys:
             keys.add(key)
             tally.tool_calls += 1
-        tally.chars += _arguments_length(get(tool, "function"))
+        tally.chars += len(_arguments_text(get(tool, "function")))
 
 
-def _arguments_length(function: object) -> int:
-    """The characters of a tool call's name and arguments (output the model wrote)."""
+def _arguments_text(function: object) -> str:
+    """A tool call's name and arguments (output the model wrote), as far as they are text."""
     name, arguments = get(function, "name"), get(function, "arguments")
-    return (len(name) if isinstance(name, str) else 0) + (
-        len(arguments) if isinstance(arguments, str) else 0
+    return (name if isinstance(name, str) else "") + (
+        arguments if isinstance(arguments, str) else ""
     )
 
 
@@ -309,12 +310,12 @@ class ResponsesAdapter(Adapter):
             if isinstance(kind, str) and kind.endswith("_call"):
                 calls += 1
                 if usage is None:
-                    tally.chars += _arguments_length(item)
+                    tally.receive(_arguments_text(item))
             elif kind == "message":
                 if settings.capture_content:
                     texts.append(text_of(read_item(item, "content", None)))
                 if usage is None:
-                    tally.chars += len(text_of(read_item(item, "content", None)))
+                    tally.receive(text_of(read_item(item, "content", None)))
         tally.tool_calls = calls
         if texts:
             tally.text = texts

@@ -7,8 +7,10 @@ the request all the same, so its call is charged what ampmeter can tell:
 * the input its reservation estimated (in the context's ``estimate`` mode, stored state
   included), when the input count is missing;
 * the output counted from what was received: the characters of text and tool arguments at the
-  model's learned tokens-per-character ratio, and at least one token per content event (a
-  streamed event carries at least one token); when nothing was received that could be counted,
+  model's learned tokens-per-character ratio (the text of a whole response by the offline
+  tokenizer, ``ampmeter[tokenizer]``, when it is switched on and knows the model), and at
+  least one token per content event (a streamed event carries at least one token); when
+  nothing was received that could be counted,
   the most the call could write (its ``max_tokens``, else its model's maximum output).
 
 The call's ``cost_status`` is then ``"estimated"``, on its node, in the event log and in every
@@ -21,17 +23,23 @@ import math
 
 from ampmeter.context import Call
 from ampmeter.integrations.adapter import Tally
-from ampmeter.pricing import request_size
+from ampmeter.pricing import request_size, tokenizer
 from ampmeter.pricing.max_output import output_bound
 
 __all__ = ["estimate_cut_stream", "estimate_unreported", "received_output_tokens"]
 
 
 def received_output_tokens(tally: Tally, model: str | None) -> int | None:
-    """The output tokens counted from what ``tally`` received, or None when nothing was."""
+    """The output tokens counted from what ``tally`` received, or None when nothing was: by
+    the offline tokenizer when it is switched on, knows the model and the text was kept (a
+    whole response), else at the model's ratio."""
     if tally.chars <= 0 and tally.chunks <= 0:
         return None
-    counted = math.ceil(tally.chars * request_size.learned_ratio(model or ""))
+    count = tokenizer.counter(model) if model and tally.received else None
+    if count is not None and tally.received:
+        counted = count("".join(tally.received))
+    else:
+        counted = math.ceil(tally.chars * request_size.learned_ratio(model or ""))
     return max(counted, tally.chunks)
 
 
