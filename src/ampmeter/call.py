@@ -28,7 +28,7 @@ from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
 from ampmeter.keys import KEY_UNSETTLED_COST
 from ampmeter.node import Node
-from ampmeter.pricing import request_size
+from ampmeter.pricing import request_size, stored_state
 from ampmeter.pricing.source import price_call
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ class Call:
     __slots__ = (
         "_chain",
         "_cost_nano",
+        "_estimated",
         "_flight",
         "_learn",
         "_token",
@@ -78,6 +79,7 @@ class Call:
         self.tokens_in: int | None = None
         self.tokens_out: int | None = None
         self._cost_nano: int | None = None  # the recorded cost, if any
+        self._estimated = False  # the recorded counts are ampmeter's, not the provider's
         self.cached_tokens = 0
         self.cache_write_tokens = 0
         self.reasoning_tokens = 0
@@ -118,6 +120,13 @@ class Call:
     def cost_usd(self) -> Decimal | None:
         """The cost recorded, in dollars (None until :meth:`record` gives one)."""
         return None if self._cost_nano is None else money.from_nano(self._cost_nano)
+
+    @property
+    def reserved_tokens(self) -> tuple[int, int]:
+        """The input and output tokens this call's reservation holds (the output is 0 when
+        the call set no ``max_tokens`` and the context estimates ``"learned"``)."""
+        reservation = self._flight.reservation
+        return reservation.tokens_in, reservation.tokens_out
 
     @property
     def policy(self) -> CallMarks | None:
@@ -181,6 +190,8 @@ class Call:
         cache_write_tokens: int,
         reasoning_tokens: int,
         tool_calls_made: int,
+        *,
+        estimated: bool = False,
     ) -> None:
         """:meth:`record` for instrumentation that checked the usage where it read it (an
         integration reading a provider's response): the counts are stored as given, not checked
@@ -190,7 +201,9 @@ class Call:
         ``cached_tokens + cache_write_tokens <= tokens_in`` and ``reasoning_tokens <=
         tokens_out`` (None counting as 0). Anything else breaks the accounting: usage from
         anywhere else goes through :meth:`record`. Raises ``RuntimeError`` as :meth:`record`
-        does after the call ended or once it was recorded.
+        does after the call ended or once it was recorded. ``estimated``: the counts are
+        ampmeter's own (the provider reported none), so the call's ``cost_status`` is
+        ``"estimated"``.
         """
         flight = self._flight
         if flight.phase == DONE:
@@ -209,6 +222,7 @@ class Call:
         self.cache_write_tokens = cache_write_tokens
         self.reasoning_tokens = reasoning_tokens
         self.tool_calls_made = tool_calls_made
+        self._estimated = estimated
         flight.recorded = True
 
     def offer_idempotency_key(self, key: str) -> bool:
@@ -327,6 +341,7 @@ class Call:
                 self.cache_write_tokens,
                 self.reasoning_tokens,
                 self.tool_calls_made,
+                self._estimated,
             )
             if kind == "llm":
                 usage = Usage(
@@ -344,8 +359,12 @@ class Call:
                     unpriced,
                 )
                 size = flight.prompt_size
-                if exc is None and size is not None and self.tokens_in:
-                    request_size.learn(model or "", size, self.tokens_in)
+                # (An estimate teaches nothing: it would only confirm itself.)
+                if self.tokens_in and not self._estimated:
+                    # What stored state of unknown size is estimated at ("learned").
+                    stored_state.note_input(model or "", self.tokens_in)
+                    if exc is None and size is not None:
+                        request_size.learn(model or "", size, self.tokens_in)
             else:
                 usage = Usage("embedding", model or "", "", t_in, t_out, cost_nano=cost)
         elif kind == "tool":

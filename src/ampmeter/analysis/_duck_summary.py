@@ -57,7 +57,7 @@ _CREATE: Final = """
 CREATE TABLE ev (
     run_id VARCHAR, kind TINYINT, llm_completion BOOLEAN, span_id VARCHAR, parent_id VARCHAR,
     status TINYINT, tokens_in BIGINT, tokens_out BIGINT, cost DOUBLE, unpriced BOOLEAN,
-    unsettled BOOLEAN, retries BIGINT, stop_reason VARCHAR, error_class VARCHAR,
+    unsettled BOOLEAN, estimated BOOLEAN, retries BIGINT, stop_reason VARCHAR, error_class VARCHAR,
     termination VARCHAR, ok BOOLEAN
 )
 """
@@ -83,6 +83,8 @@ INSERT INTO ev SELECT
              AND metadata.cost_status->>'$' = 'unpriced', false),
     coalesce(json_type(metadata.cost_status) = 'VARCHAR'
              AND metadata.cost_status->>'$' = 'unsettled', false),
+    coalesce(json_type(metadata.cost_status) = 'VARCHAR'
+             AND metadata.cost_status->>'$' = 'estimated', false),
     coalesce(TRY_CAST(metadata.retries_used AS BIGINT), 0),
     {_text("metadata.stop_reason")},
     {_text("metadata.error_class")},
@@ -152,7 +154,7 @@ _EVENT_COLUMNS: Final = """
 WITH spans AS (
     SELECT run_id, span_id, max(rowid) AS row, count(*) AS n FROM ev GROUP BY run_id, span_id
 )
-SELECT r.idx::INTEGER AS run, e.cost, e.unpriced, e.unsettled, e.status,
+SELECT r.idx::INTEGER AS run, e.cost, e.unpriced, e.unsettled, e.estimated, e.status,
        CASE WHEN e.parent_id IS NULL THEN -1 ELSE coalesce(s.row, -2) END::BIGINT AS parent
 FROM ev e
 JOIN runs r ON r.run_id = e.run_id
@@ -218,6 +220,7 @@ def _rows(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
     cost = np.asarray(cols["cost"])
     costs = _costs_of(run, cost, ~np.asarray(cols["unpriced"]), count)
     unsettled = _costs_of(run, cost, np.asarray(cols["unsettled"]), count)
+    estimated = _costs_of(run, cost, np.asarray(cols["estimated"]), count)
     failed_tops = [int(r) for r in last_top if r >= 0 and status[r] == _FAIL]
     errors = (
         dict(
@@ -249,6 +252,7 @@ def _rows(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
                 cost_usd=costs[i],
                 unpriced_calls=unpriced,
                 unsettled_cost_usd=unsettled[i],
+                estimated_cost_usd=estimated[i],
                 llm_calls_per_root=float(llm),
                 tool_calls_per_root=float(tool),
                 retries_per_root=float(int(retries)),
@@ -267,7 +271,7 @@ def _rows(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
 
 
 def _costs_of(run: Any, cost: Any, keep: Any, count: int) -> list[float]:
-    """Each run's cost of the events ``keep`` marks (its priced ones, its unsettled ones),
+    """Each run's cost of the events ``keep`` marks (its priced, unsettled, estimated ones),
     added in log order by Python's ``sum`` (as the plain path)."""
     order = np.argsort(run[keep], kind="stable")
     values = cost[keep][order].tolist()

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ampmeter.analysis.ceilings import call_usage, parse_stop_reason
-from ampmeter.analysis.runs import Call, LoggedCalls, call_depths, is_unsettled
+from ampmeter.analysis.runs import Call, LoggedCalls, call_depths, is_estimated, is_unsettled
 from ampmeter.analysis.summary import RunSummary, termination_of
 from ampmeter.metrics import was_sent
 from ampmeter.policies import META_LIMIT_EVENTS
@@ -72,6 +72,7 @@ class RunDigest:
     cost_usd: float = 0.0
     unpriced_calls: int = 0
     unsettled_cost_usd: float = 0.0
+    estimated_cost_usd: float = 0.0
     halted: int = 0
     """Stopped LLM and tool calls (the summary's ``halted``)."""
     halted_nodes: int = 0
@@ -135,6 +136,8 @@ class RunDigest:
             self.cost_usd += call.cost_usd
         if is_unsettled(call):
             self.unsettled_cost_usd += call.cost_usd
+        elif is_estimated(call):
+            self.estimated_cost_usd += call.cost_usd
         code = _CODE.get(status, _OTHER)
         error = 0
         if code == _HALT:
@@ -214,6 +217,7 @@ class RunDigest:
             cost_usd=self.cost_usd,
             unpriced_calls=self.unpriced_calls,
             unsettled_cost_usd=self.unsettled_cost_usd,
+            estimated_cost_usd=self.estimated_cost_usd,
             llm_calls_per_root=float(self.llm_calls),
             tool_calls_per_root=float(self.tool_calls),
             retries_per_root=float(self.retries),

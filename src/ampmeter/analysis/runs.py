@@ -23,6 +23,7 @@ __all__ = [
     "call_depths",
     "call_from_event",
     "event_time_ms",
+    "is_estimated",
     "is_unsettled",
     "load_runs",
 ]
@@ -69,6 +70,12 @@ def is_unsettled(call: Call) -> bool:
     """Whether ``call`` records the hold of a worker that died mid-call, charged as unsettled
     spend (``metadata.cost_status`` is ``"unsettled"``; its cost is the charged hold)."""
     return call.metadata.get("cost_status") == "unsettled"
+
+
+def is_estimated(call: Call) -> bool:
+    """Whether ``call``'s cost is ampmeter's estimate: its provider billed it without reporting
+    its usage (``metadata.cost_status`` is ``"estimated"``; its cost counts in the total)."""
+    return call.metadata.get("cost_status") == "estimated"
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from ampmeter.analysis.amortization import DUCKDB_THRESHOLD_BYTES, Engine, duckdb_available
 from ampmeter.analysis.quantiles import percentile
-from ampmeter.analysis.runs import Run, is_unsettled, load_runs
+from ampmeter.analysis.runs import Run, is_estimated, is_unsettled, load_runs
 from ampmeter.metrics import TaskResult
 
 __all__ = [
@@ -29,7 +29,9 @@ class RunSummary:
     """What one run did. ``cost_usd`` is the priced cost; ``unpriced_calls`` counts calls whose
     cost could not be priced (their cost is unknown, not zero); ``unsettled_cost_usd`` is the
     part of ``cost_usd`` charged at a reservation: calls in flight when stopped, holds of workers
-    that died mid-call (events with ``cost_status: "unsettled"``). Every run has one root, so
+    that died mid-call (events with ``cost_status: "unsettled"``); ``estimated_cost_usd`` the
+    part charged for calls whose provider did not report their usage (``cost_status:
+    "estimated"``: estimated from the request and what came back). Every run has one root, so
     the ``*_per_root`` amplification factors equal the totals (amplification-factor spec)."""
 
     run_id: str
@@ -41,6 +43,7 @@ class RunSummary:
     cost_usd: float
     unpriced_calls: int
     unsettled_cost_usd: float
+    estimated_cost_usd: float
     llm_calls_per_root: float
     tool_calls_per_root: float
     retries_per_root: float
@@ -132,6 +135,7 @@ def summarize_run(run: Run) -> RunSummary:
         cost_usd=sum((c.cost_usd for c in calls if not c.unpriced), 0.0),
         unpriced_calls=sum(1 for c in calls if c.unpriced),
         unsettled_cost_usd=sum((c.cost_usd for c in calls if is_unsettled(c)), 0.0),
+        estimated_cost_usd=sum((c.cost_usd for c in calls if is_estimated(c)), 0.0),
         llm_calls_per_root=float(llm),
         tool_calls_per_root=float(tools),
         retries_per_root=float(retries),

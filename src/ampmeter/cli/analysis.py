@@ -65,6 +65,7 @@ _SUMMARY_COLUMNS: Final = (
     ("cost_usd", "cost $"),
     ("unpriced_calls", "unpriced"),
     ("unsettled_cost_usd", "unsettled $"),
+    ("estimated_cost_usd", "estimated $"),
     ("llm_calls_per_root", "LLM amp"),
     ("tool_calls_per_root", "tool amp"),
     ("base_context", "base ctx"),

@@ -44,7 +44,7 @@ class RequestInfo:
 
     @property
     def input_tokens(self) -> int:
-        """The estimated input tokens (for a stream cut before its usage arrived)."""
+        """The estimated input tokens (``"learned"``: an embedding request's reservation)."""
         return request_size.input_tokens(self.size, self.model)
 
 
@@ -53,9 +53,10 @@ class Tally:
 
     ``tokens_in`` includes cache reads and writes; ``tokens_out`` includes reasoning tokens.
     The token counts are the provider's, each an int or None (the readers of :mod:`.wire`
-    make them so), checked by :meth:`record_on`; ``tool_calls`` and ``chunks`` count what the
-    adapter saw itself. ``text`` (captured content) and ``tool_keys`` are made only when
-    something goes in them.
+    make them so), checked by :meth:`record_on`; ``tool_calls``, ``chunks`` and ``chars`` count
+    what the adapter saw itself (``chars`` only where the provider may not report usage: in
+    streams, and in a whole response without its usage). ``text`` (captured content) and
+    ``tool_keys`` are made only when something goes in them.
     ``response_key`` is the provider's id of the response as ``"<provider>:<id>"``.
     ``complete``: the stream's last event was read (callers often stop reading there).
 
@@ -70,6 +71,9 @@ class Tally:
     reasoning: int = 0
     tool_calls: int = 0
     chunks: int = 0  # events that carried generated content (a cut stream's output estimate)
+    chars: int = 0  # characters of generated text and tool arguments (for unreported usage)
+    received: list[str] | None = None  # that text, from a whole response without usage
+    estimated: bool = False  # some counts are ampmeter's estimate: the provider reported none
     text: list[str] | None = None
     tool_keys: set[tuple[int, int]] | None = None  # (choice, tool) indexes of streamed tool calls
     response_key: str | None = None
@@ -85,6 +89,16 @@ class Tally:
             and response_id.isprintable()
         ):
             self.response_key = f"{provider}:{response_id}"
+
+    def receive(self, text: str) -> None:
+        """Count the output text of a whole response that reported no usage (kept, so that
+        the offline tokenizer can count it where it knows the model)."""
+        if text:
+            self.chars += len(text)
+            if self.received is None:
+                self.received = [text]
+            else:
+                self.received.append(text)
 
     def keep_text(self, text: str) -> None:
         """Keep a piece of the response's text (with ``instrument(capture_content=True)``)."""
@@ -114,7 +128,9 @@ class Tally:
             cached = min(max(cached, 0), t_in)
             writes = min(max(writes, 0), t_in - cached)
             reasoning = min(max(reasoning, 0), t_out)
-        call.record_checked(t_in, t_out, cached, writes, reasoning, self.tool_calls)
+        call.record_checked(
+            t_in, t_out, cached, writes, reasoning, self.tool_calls, estimated=self.estimated
+        )
 
 
 def _clamped(count: int) -> int:

@@ -28,6 +28,7 @@ from ampmeter.integrations.patching import Patch, patch_base_clients, patch_meth
 from ampmeter.integrations.streams import meter_rebuilt_stream
 from ampmeter.integrations.wire import READERS, counts, first_int, get, text_of
 from ampmeter.integrations.wrappers import metered_awaitable, metered_request
+from ampmeter.pricing.measure_parts import json_text
 
 __all__ = ["instrument_anthropic", "is_instrumented", "uninstrument_anthropic"]
 
@@ -66,7 +67,8 @@ class MessagesAdapter(Adapter):
     def read_response(self, result: Any, tally: Tally) -> None:
         read = READERS[type(result)]
         tally.note_response_id(self.provider, read(result, "id", None))
-        _read_usage(read(result, "usage", None), tally)
+        usage = read(result, "usage", None)
+        _read_usage(usage, tally)
         for block in read(result, "content", None) or ():
             read_block = READERS[type(block)]
             kind = read_block(block, "type", None)
@@ -76,6 +78,8 @@ class MessagesAdapter(Adapter):
                 text = read_block(block, "text", None)
                 if isinstance(text, str):
                     tally.keep_text(text)
+            if usage is None:  # a proxy's cut: the output is counted from what it wrote
+                tally.chars += _block_length(block, read_block)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
         read = READERS[type(event)]
@@ -92,12 +96,38 @@ class MessagesAdapter(Adapter):
                 tally.tool_calls += 1
         elif kind == "content_block_delta":
             tally.chunks += 1
-            text = get(read(event, "delta", None), "text")
-            if isinstance(text, str) and settings.capture_content:
-                tally.keep_text(text)
+            delta = read(event, "delta", None)
+            read_delta = READERS[type(delta)]
+            text = read_delta(delta, "text", None)
+            if isinstance(text, str):
+                tally.chars += len(text)
+                if settings.capture_content:
+                    tally.keep_text(text)
+            else:
+                for name in _DELTA_TEXTS:
+                    written = read_delta(delta, name, None)
+                    if isinstance(written, str):
+                        tally.chars += len(written)
         elif kind == "message_stop":
             tally.complete = True
         return False
+
+
+# The fields of a content delta other than ``text`` that carry what the model wrote.
+_DELTA_TEXTS = ("partial_json", "thinking")
+
+
+def _block_length(block: Any, read: Any) -> int:
+    """The characters the model wrote in one content block (text, thinking, a tool's input)."""
+    written = 0
+    for name in ("text", "thinking", "name"):
+        value = read(block, name, None)
+        if isinstance(value, str):
+            written += len(value)
+    tool_input = read(block, "input", None)
+    if tool_input is not None:
+        written += len(json_text(tool_input))
+    return written
 
 
 def _omitted(value: object) -> bool:

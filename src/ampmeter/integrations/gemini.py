@@ -18,6 +18,7 @@ from typing import Any
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.wire import READERS, counts, first_int, get
+from ampmeter.pricing.measure_parts import json_text
 
 __all__ = ["PROVIDER", "GenerateContentAdapter", "model_of_path"]
 
@@ -97,11 +98,14 @@ class GenerateContentAdapter(Adapter):
                 tally.complete = True  # the last chunk: why generation stopped, the final usage
             for part in get(read_candidate(candidate, "content", None), "parts") or ():
                 read_part = READERS[type(part)]
-                if read_part(part, "functionCall", None) is not None:
+                function = read_part(part, "functionCall", None)
+                if function is not None:
                     tally.tool_calls += 1
+                    tally.chars += len(json_text(function))  # written by the model: output
                 text = read_part(part, "text", None)
                 if isinstance(text, str) and text:
                     tally.chunks += 1
+                    tally.chars += len(text)
                     if settings.capture_content and not read_part(part, "thought", None):
                         tally.keep_text(text)
         return False

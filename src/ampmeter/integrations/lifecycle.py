@@ -19,6 +19,7 @@ from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
 from ampmeter.graph import META_PROVIDER
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.disclosure import META_BUDGET_NOTE, disclose
+from ampmeter.integrations.unreported import estimate_cut_stream, estimate_unreported
 from ampmeter.limits import ExceededLimit
 from ampmeter.policies.downgrade import META_REQUESTED_MODEL, take_requested_model
 
@@ -162,6 +163,7 @@ def begin_call(
 
 def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> None:
     """End a request's node with the usage read from its response (None: nothing was read).
+    Counts the response did not report are estimated (:mod:`.unreported`).
 
     The provider's id of the response (``"<provider>:<id>"``) is the call's idempotency key
     unless the call has one or ``instrument(response_id_keys=False)``: a response delivered
@@ -173,6 +175,7 @@ def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> N
             settings.response_id_keys and call.offer_checked_idempotency_key(key)
         ):
             call.context.graph.update_metadata(call.node_id, {META_RESPONSE_ID: key})
+        estimate_unreported(call, tally)  # a response without its usage was billed all the same
         tally.record_on(call)
         if tally.text:
             text = "".join(tally.text)
@@ -184,13 +187,11 @@ def finish_abandoned(call: Call, tally: Tally, info: RequestInfo) -> None:
     """End the node of a stream closed before its last event.
 
     The provider bills a cut stream but its usage report (OpenAI's comes last) may not have
-    arrived: count the request's input estimate (from ``info``, worked out only here) and one
-    token per content event, and say so on the node.
+    arrived: count the request's input estimate (its reservation's, in the context's estimate
+    mode) and the output received (at least one token per content event), and say so on the
+    node (``usage_estimated``, and ``cost_status`` ``"estimated"``). ``info`` is the request's.
     """
-    if tally.tokens_in is None or (tally.tokens_out or 0) < tally.chunks:
-        if tally.tokens_in is None:
-            tally.tokens_in = info.input_tokens
-        tally.tokens_out = max(tally.tokens_out or 0, tally.chunks)
+    if estimate_cut_stream(call, tally):
         call.context.graph.update_metadata(call.node_id, {META_USAGE_ESTIMATED: True})
     cut = StreamAbandoned("the stream was closed before its last event was read")
     finish_call(call, tally, cut)

@@ -6,9 +6,10 @@ Patched at the resource-class level (``Completions.create``/``parse``,
 helpers send their request through ``create`` and are covered by it. Retries are counted from
 the SDK client's ``_sleep_for_retry``.
 
-Streamed Chat Completions get ``stream_options={"include_usage": True}`` when the caller did not
-ask for usage; the extra usage-only chunk this makes the server send is consumed here and not
-shown to the caller, so the caller sees the same chunks as without ampmeter.
+Streamed Chat Completions get ``stream_options={"include_usage": True}`` unless the caller set
+``include_usage`` (to false: the call is then charged an estimate, see :mod:`.unreported`);
+the extra usage-only chunk this makes the server send is consumed here and not shown to the
+caller, so the caller sees the same chunks as without ampmeter.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
+from ampmeter._validate import MAX_COUNT
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
 from ampmeter.integrations.wire import READERS, counts, first_int, get, ints, text_of
-from ampmeter.pricing import request_size
+from ampmeter.pricing import request_size, stored_state
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
 
@@ -58,14 +60,14 @@ class ChatAdapter(Adapter):
         return "\n".join([text_of(get(m, "content")) for m in messages])
 
     def prepare_stream(self, kwargs: dict[str, Any]) -> bool:
+        # Usage is asked for unless the caller said whether they want it (a stream without
+        # it is charged an estimate); stream_options of null is no options.
         options = kwargs.get("stream_options")
         if isinstance(options, Mapping):
-            if "include_usage" in options:
+            if options.get("include_usage") is not None:
                 return False
             kwargs["stream_options"] = {**options, "include_usage": True}
             return True
-        if options is None and "stream_options" in kwargs:
-            return False  # the caller explicitly sent null: leave it alone
         kwargs["stream_options"] = {"include_usage": True}
         return True
 
@@ -76,18 +78,26 @@ class ChatAdapter(Adapter):
         if usage is not None:
             _read_usage(usage, _CHAT_USAGE, tally)
         capture = settings.capture_content
+        unreported = usage is None  # then the output is counted from the text (a proxy's cut)
         for choice in read(result, "choices", None) or ():
             message = READERS[type(choice)](choice, "message", None)
             read_message = READERS[type(message)]
             tools = read_message(message, "tool_calls", None)
             if isinstance(tools, list):  # a hostile body's number or text is no list of calls
                 tally.tool_calls += len(tools)
-            if read_message(message, "function_call", None) is not None:
+            function = read_message(message, "function_call", None)
+            if function is not None:
                 tally.tool_calls += 1
-            if capture:
+            if capture or unreported:
                 content = read_message(message, "content", None)
                 if isinstance(content, str):
-                    tally.keep_text(content)
+                    if capture:
+                        tally.keep_text(content)
+                    if unreported:
+                        tally.receive(content)
+            if unreported:
+                for tool in [*(tools if isinstance(tools, list) else ()), {"function": function}]:
+                    tally.receive(_arguments_text(get(tool, "function")))
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
         read = READERS[type(event)]
@@ -109,6 +119,7 @@ class ChatAdapter(Adapter):
             content = read_delta(delta, "content", None)
             if content and isinstance(content, str):
                 tally.chunks += 1
+                tally.chars += len(content)
                 if settings.capture_content:
                     tally.keep_text(content)
         return False
@@ -126,6 +137,15 @@ def _count_tool_calls(choice: object, tools: list[Any], tally: Tally) -> None:
         if key not in keys:
             keys.add(key)
             tally.tool_calls += 1
+        tally.chars += len(_arguments_text(get(tool, "function")))
+
+
+def _arguments_text(function: object) -> str:
+    """A tool call's name and arguments (output the model wrote), as far as they are text."""
+    name, arguments = get(function, "name"), get(function, "arguments")
+    return (name if isinstance(name, str) else "") + (
+        arguments if isinstance(arguments, str) else ""
+    )
 
 
 # The names of an OpenAI usage report's parts: its input and output totals, and the details
@@ -193,6 +213,7 @@ class CompletionsAdapter(ChatAdapter):
             text = get(choice, "text")
             if isinstance(text, str) and text:
                 tally.chunks += 1
+                tally.chars += len(text)
                 if settings.capture_content:
                     tally.keep_text(text)
         return hide_usage and usage is not None and not choices
@@ -229,6 +250,15 @@ class EmbeddingsAdapter(Adapter):
 
 
 _RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+# Events that carry output the model writes (their ``delta`` text).
+_OUTPUT_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.function_call_arguments.delta",
+        "response.custom_tool_call_input.delta",
+        "response.refusal.delta",
+    }
+)
 
 
 class ResponsesAdapter(Adapter):
@@ -261,10 +291,17 @@ class ResponsesAdapter(Adapter):
 
     def read_response(self, result: Any, tally: Tally) -> None:
         read = READERS[type(result)]
-        tally.note_response_id(self.provider, read(result, "id", None))
+        response_id = read(result, "id", None)
+        tally.note_response_id(self.provider, response_id)
         usage = read(result, "usage", None)
         if usage is not None:
             _read_usage(usage, _RESPONSES_USAGE, tally)
+            if tally.tokens_in is not None and tally.tokens_out is not None:
+                # The state a request continuing this response (or its conversation) is
+                # billed for: what this one read and wrote.
+                conversation = read(result, "conversation", None)
+                stored = min(max(tally.tokens_in, 0) + max(tally.tokens_out, 0), MAX_COUNT)
+                stored_state.remember(response_id, conversation, stored)
         calls = 0
         texts: list[str] = []
         for item in read(result, "output", None) or ():
@@ -272,8 +309,13 @@ class ResponsesAdapter(Adapter):
             kind = read_item(item, "type", None)
             if isinstance(kind, str) and kind.endswith("_call"):
                 calls += 1
-            elif kind == "message" and settings.capture_content:
-                texts.append(text_of(read_item(item, "content", None)))
+                if usage is None:
+                    tally.receive(_arguments_text(item))
+            elif kind == "message":
+                if settings.capture_content:
+                    texts.append(text_of(read_item(item, "content", None)))
+                if usage is None:
+                    tally.receive(text_of(read_item(item, "content", None)))
         tally.tool_calls = calls
         if texts:
             tally.text = texts
@@ -284,8 +326,11 @@ class ResponsesAdapter(Adapter):
         if kind in _RESPONSE_ENDS:
             self.read_response(read(event, "response", None), tally)
             tally.complete = True
-        elif kind == "response.output_text.delta":
+        elif kind in _OUTPUT_DELTAS:
             tally.chunks += 1
+            delta = read(event, "delta", None)
+            if isinstance(delta, str):
+                tally.chars += len(delta)
         elif kind == "response.created":  # the id, also for a stream cut before its end
             tally.note_response_id(self.provider, get(read(event, "response", None), "id"))
         return False
@@ -341,6 +386,9 @@ def instrument_openai() -> bool:
     from ampmeter.integrations.openai_websocket import patch_responses_websocket
 
     _patches.extend(patch_responses_websocket())
+    from ampmeter.integrations.openai_conversations import patch_conversations
+
+    _patches.extend(patch_conversations())
     return True
 
 

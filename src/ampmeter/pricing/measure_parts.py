@@ -23,7 +23,10 @@ class RequestSize(NamedTuple):
     documents, and prompts sent as token ids; ``media`` the tokens of images, audio and files
     by the provider's rules (a stated bound where they are unknown). ``text_tokens`` is the
     text's count by an offline tokenizer of the model's family when one is installed
-    (``ampmeter[tokenizer]``), else None. A plain immutable value: one is made per request.
+    (``ampmeter[tokenizer]``), else None. ``stored`` is the tokens of state the provider
+    keeps that the request continues (a stored response or conversation: billed as input, not
+    in the body; see :mod:`~ampmeter.pricing.stored_state`), 0 for none, None when its size
+    is unknown. A plain immutable value: one is made per request.
     """
 
     chars: int
@@ -31,6 +34,7 @@ class RequestSize(NamedTuple):
     framing: int = 0
     media: int = 0
     text_tokens: int | None = None
+    stored: int | None = 0
 
 
 def json_text(value: object) -> str:

@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
-from ampmeter.pricing import tokenizer
+from ampmeter.pricing import stored_state, tokenizer
 from ampmeter.pricing.measure_parts import RequestSize
 
 __all__ = [
@@ -122,9 +122,12 @@ def _load(wire: str) -> _Measure:
 
 
 def input_tokens(size: RequestSize, model: str | None, mode: EstimateMode = "learned") -> int:
-    """The input tokens to reserve for a request of ``size`` sent to ``model``."""
-    chars, utf8_bytes, framing, media, text_tokens = size
-    fixed = framing + media
+    """The input tokens to reserve for a request of ``size`` sent to ``model`` (stored state
+    of unknown size: :func:`~ampmeter.pricing.stored_state.unknown_state_tokens`)."""
+    chars, utf8_bytes, framing, media, text_tokens, stored = size
+    if stored is None:
+        stored = stored_state.unknown_state_tokens(model, mode)
+    fixed = framing + media + stored
     if mode == "bound":
         return utf8_bytes + fixed
     if mode != "learned":
@@ -149,9 +152,9 @@ def learned_ratio(model: str) -> float:
 def learn(model: str, size: RequestSize, prompt_tokens: int) -> None:
     """Learn from a finished call: a request of ``size`` was billed ``prompt_tokens`` input
     tokens (cached ones included). See the module docs for the rule."""
-    if not model or size.chars < MIN_LEARN_CHARS or prompt_tokens <= 0:
-        return
-    billed_text = prompt_tokens - size.framing - size.media
+    if not model or size.chars < MIN_LEARN_CHARS or prompt_tokens <= 0 or size.stored is None:
+        return  # (billed for state of unknown size: the text's share of the bill is unknown)
+    billed_text = prompt_tokens - size.framing - size.media - size.stored
     if size.text_tokens is not None and size.text_tokens > 0:
         key, per_unit, start = (model, "tokens"), size.text_tokens, 1.0
         # A tokenizer token is at least one byte: no more billed tokens than bytes.

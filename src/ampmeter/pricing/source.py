@@ -208,10 +208,13 @@ def price_call(
     cache_writes: int,
     reasoning: int,
     tools: int,
+    estimated: bool = False,
 ) -> tuple[int, dict[str, Any], int]:
     """What an ended LLM (or embedding) call cost in nano-dollars, the metadata its price
     leaves, and 1 when it is unpriced (else 0). The cost is ``cost`` as given, else
-    ``pricing``'s (unpriced when the model is unknown or the call recorded nothing)."""
+    ``pricing``'s (unpriced when the model is unknown or the call recorded nothing), with
+    ``cost_status`` ``"estimated"`` when the counts were ``estimated`` (the provider reported
+    none, so they are ampmeter's)."""
     version: str | None = None
     if cost is not None:
         status = "given"
@@ -221,7 +224,10 @@ def price_call(
         found, version = pricing.price_nano(
             model, provider, tokens_in, tokens_out, cached, cache_writes, reasoning
         )
-        cost, status = (0, "unpriced") if found is None else (found, "priced")
+        if found is None:
+            cost, status = 0, "unpriced"
+        else:
+            cost, status = found, "estimated" if estimated else "priced"
     meta: dict[str, Any] = {META_COST_STATUS: status}
     if version:
         meta[META_PRICING_VERSION] = version

@@ -11,8 +11,10 @@ image at its media resolution, 1,120 tokens at the default (high), which is take
 audio is 32 tokens a second and video 263; a PDF page is billed as an image
 (:data:`PAGE_TOKENS`, the larger of the documented per-page counts). Gemini documents no
 framing; :data:`TOKENS_PER_CONTENT` is a stated bound for the turn markers, and each text part
-counts one token more than its bytes could need (a word-boundary marker). Not measurable
-from the body: a ``cachedContent`` the request names (billed as cached input).
+counts one token more than its bytes could need (a word-boundary marker). A
+``cachedContent`` the request names is billed as (cached) input but is not in the body: the
+measure says it continues stored state of unknown size (see
+:mod:`~ampmeter.pricing.stored_state`).
 """
 
 from __future__ import annotations
@@ -81,7 +83,11 @@ def measure_gemini(
             ("responseJsonSchema", "response_json_schema"),
         ):
             tally.json(_get(config, camel, snake))
-    return tally.size(counter)
+    size = tally.size(counter)
+    if _get(body, "cachedContent", "cached_content") is not None:
+        # Billed as input, its size not in the body: stored state of unknown size.
+        return size._replace(stored=None)
+    return size
 
 
 def _content(content: Mapping[str, Any], gemini_3: bool, tally: Tally) -> None:

@@ -9,9 +9,10 @@ Chat Completions' (OpenAI's cookbook: 3 tokens per message, 3 that prime the rep
 function and 12 for the tool block), as both render to the same model input. Images, audio
 and files follow :mod:`ampmeter.pricing.openai_media`.
 
-Not in the body, so not measured: the conversation a ``previous_response_id`` or
-``conversation`` continues, and a stored prompt's template. The provider bills them as
-input; the ``"learned"`` estimate absorbs them only through its bounded learning rate.
+The conversation a ``previous_response_id`` or ``conversation`` continues is billed as input
+but not in the body: its size is the measure's ``stored`` tokens, known from the responses
+ampmeter saw (:mod:`ampmeter.pricing.stored_state`), else unknown. Not measured: a stored
+prompt's template.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ampmeter.pricing import openai_media
+from ampmeter.pricing import openai_media, stored_state
 from ampmeter.pricing.measure_parts import RequestSize, Tally
 from ampmeter.pricing.wire_chat import (
     REPLY_PRIMING,
@@ -68,7 +69,9 @@ def measure_responses(
     prompt = body.get("prompt")
     if isinstance(prompt, dict):
         tally.any_text(prompt.get("variables"))
-    return tally.size(counter)
+    size = tally.size(counter)
+    stored = stored_state.stored_tokens(body.get("previous_response_id"), body.get("conversation"))
+    return size if stored == 0 else size._replace(stored=stored)
 
 
 def _item(item: Mapping[str, Any], model: str | None, tally: Tally) -> None:

@@ -200,6 +200,7 @@ def _overview(digest: LogDigest, sources: str) -> str:
     cost = sum(r.cost_usd for r in runs)
     unpriced = sum(r.unpriced_calls for r in runs)
     unsettled = sum(r.unsettled_cost_usd for r in runs)
+    estimated = sum(r.estimated_cost_usd for r in runs)
     tokens_in = sum(r.tokens_in for r in runs)
     tokens_out = sum(r.tokens_out for r in runs)
     p50 = digest.latency_percentile(50.0)
@@ -210,6 +211,7 @@ def _overview(digest: LogDigest, sources: str) -> str:
         f"<b>{failed:,}</b> failed",
         f"<b>{dollars(cost)}</b> priced" + (f" + {unpriced:,} unpriced" if unpriced else ""),
         *([f'<b class="unsettled">{dollars(unsettled)}</b> unsettled'] if unsettled else []),
+        *([f'<b class="estimated">{dollars(estimated)}</b> estimated'] if estimated else []),
         f"<b>{tokens_in:,}</b> tokens in / <b>{tokens_out:,}</b> out",
     ]
     if p50 is not None:

@@ -36,6 +36,7 @@ TABLE_COLUMNS: Final = (
     ("cost_usd", "cost (priced)"),
     ("unpriced_calls", "unpriced calls"),
     ("unsettled_cost_usd", "unsettled spend"),
+    ("estimated_cost_usd", "estimated spend"),
     ("base_context", "base ctx"),
     ("context_growth_avg", "ctx growth"),
     ("max_depth", "max depth"),
@@ -55,6 +56,7 @@ _SUMMED: Final = (
     "cost_usd",
     "unpriced_calls",
     "unsettled_cost_usd",
+    "estimated_cost_usd",
 )
 PAGE_ROWS: Final = 50
 PAGE_RUNS: Final = 20
@@ -78,7 +80,7 @@ def _fmt(value: object) -> str:
 
 
 def _cell(key: str, value: object) -> str:
-    if key in ("cost_usd", "unsettled_cost_usd") and isinstance(value, float):
+    if key in ("cost_usd", "unsettled_cost_usd", "estimated_cost_usd") and isinstance(value, float):
         return dollars(value)
     return _fmt(value)
 
@@ -173,6 +175,9 @@ def run_panel(
     if s.unsettled_cost_usd:
         unsettled = dollars(s.unsettled_cost_usd)
         marks.append(f'<span class="badge unsettled">{esc(unsettled)} unsettled</span>')
+    if s.estimated_cost_usd:
+        estimated = dollars(s.estimated_cost_usd)
+        marks.append(f'<span class="badge estimated">{esc(estimated)} estimated</span>')
     cost = dollars(s.cost_usd) + (f" + {s.unpriced_calls} unpriced" if s.unpriced_calls else "")
     head = (
         f'<summary><span class="run-id">{esc(run.run_id)}</span> '

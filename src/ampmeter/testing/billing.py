@@ -1,8 +1,9 @@
 """A loopback provider that bills every request the way a real one does.
 
-A :class:`BillingProvider` answers the OpenAI Chat Completions route (``POST
-/v1/chat/completions``) and the Anthropic Messages route (``POST /v1/messages``), plain and
-streamed, and bills each request's input from *everything* in it, not only the message text:
+A :class:`BillingProvider` answers OpenAI's Chat Completions (``POST /v1/chat/completions``)
+and Responses (``POST /v1/responses``, stored conversations: :mod:`.billing_responses`) and
+Anthropic's Messages (``POST /v1/messages``), plain and streamed, and bills each request's input
+from *everything* in it, not only the message text:
 
 * the text of every message and every content part, in every role (Anthropic's ``system``
   included), a message's ``name``, the name and arguments of every tool call it carries, and
@@ -49,15 +50,22 @@ from fractions import Fraction
 from typing import Any, Final, Literal
 
 from ampmeter import money
+from ampmeter.testing.billing_responses import (
+    StoredConversations,
+    conversations_answer,
+    responses_answer,
+    responses_parts,
+)
 from ampmeter.testing.replay import RecordedRequest, ReplayResponse, ReplayServer
 
 __all__ = ["BilledCall", "BillingProvider", "BillingWire"]
 
-BillingWire = Literal["chat", "anthropic"]
+BillingWire = Literal["chat", "anthropic", "responses"]
 
 _ROUTES: Final[Mapping[str, BillingWire]] = {
     "/v1/chat/completions": "chat",
     "/v1/messages": "anthropic",
+    "/v1/responses": "responses",
 }
 _WORD: Final = "tok "  # one output token of the fixed answer
 _MEDIA_PARTS: Final = frozenset(
@@ -70,9 +78,9 @@ _PER_MILLION: Final = Decimal(1_000_000)
 class BilledCall:
     """One request the provider answered and billed.
 
-    ``usage_reported`` is False for an OpenAI stream sent without ``include_usage``: billed,
-    but the client was never told. ``cost_usd`` is None when the provider has no price for
-    ``model``.
+    ``usage_reported`` is False for an OpenAI stream sent without ``include_usage``, and for
+    every answer of a provider that ``strip_usage``: billed, but the client was never told.
+    ``cost_usd`` is None when the provider has no price for ``model``.
     """
 
     wire: BillingWire
@@ -102,6 +110,9 @@ class BillingProvider(ReplayServer):
         prices: USD per million input and output tokens per model name, as ``(input,
             output)`` (Decimal, str, int or float, read as written), for :attr:`billed_usd`.
         delay_s: seconds each billed answer waits before it is sent (the provider's time).
+        strip_usage: answer without usage, as a proxy that strips it does: ``usage`` is null
+            in a whole answer and absent from every event of a stream (the request is billed
+            all the same).
         host: address to bind (loopback by default).
         port: TCP port; 0 picks a free one.
     """
@@ -117,6 +128,7 @@ class BillingProvider(ReplayServer):
         media_tokens: int = 85,
         prices: Mapping[str, tuple[object, object]] | None = None,
         delay_s: float = 0.0,
+        strip_usage: bool = False,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -146,6 +158,7 @@ class BillingProvider(ReplayServer):
         self.tool_framing = tool_framing
         self.media_tokens = media_tokens
         self.delay_s = float(delay_s)
+        self.strip_usage = bool(strip_usage)
         self._prices = {
             model: (
                 money.usd(pair[0], f"prices[{model!r}] input"),
@@ -154,6 +167,7 @@ class BillingProvider(ReplayServer):
             for model, pair in (prices or {}).items()
         }
         self._billed: list[BilledCall] = []
+        self._stored = StoredConversations()
         self._billed_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._in_flight = 0
@@ -199,24 +213,37 @@ class BillingProvider(ReplayServer):
     def input_tokens(self, wire: BillingWire, body: Mapping[str, Any]) -> int:
         """The input tokens this provider bills for ``body`` sent on ``wire``.
 
-        Raises ``ValueError`` for a body the provider would reject.
+        A Responses request is also billed the stored conversation it continues. Raises
+        ``ValueError`` for a body the provider would reject.
         """
+        stored = 0
         try:
-            chars, messages, media, tools = _billed_parts(wire, body)
-        except _Rejected as error:
+            if wire == "responses":
+                texts, messages, media, tools = responses_parts(body, _compact)
+                chars = sum(map(len, texts))
+                stored = self._stored.billed_for(body)
+            else:
+                chars, messages, media, tools = _billed_parts(wire, body)
+        except (_Rejected, LookupError) as error:
             raise ValueError(str(error)) from None
         return (
-            math.ceil(chars / self.chars_per_token)
+            stored
+            + math.ceil(chars / self.chars_per_token)
             + messages * self.message_framing
             + self.request_framing
             + media * self.media_tokens
             + (self.tool_framing if tools else 0)
         )
 
+    def _items_tokens(self, items: list[Any]) -> int:
+        return self.input_tokens("responses", {"input": items}) - self.request_framing
+
     # --- answering ---------------------------------------------------------------------------
 
     def _answer(self, request: RecordedRequest) -> ReplayResponse:
         wire = _ROUTES.get(request.path) if request.method == "POST" else None
+        if wire is None and request.path.startswith("/v1/conversations"):
+            return conversations_answer(request, self._stored, self._items_tokens)
         if wire is None:
             return _error(
                 "chat", 404, f"billing provider: no route {request.method} {request.path}"
@@ -234,9 +261,9 @@ class BillingProvider(ReplayServer):
             return _error(wire, 400, str(error))
         stream = body.get("stream") is True
         options = body.get("stream_options")
-        told = (
+        told = not self.strip_usage and (
             not stream
-            or wire == "anthropic"
+            or wire != "chat"  # only Chat Completions streams report usage on request
             or (isinstance(options, dict) and options.get("include_usage") is True)
         )
         call = BilledCall(
@@ -261,6 +288,11 @@ class BillingProvider(ReplayServer):
         capped = tokens_out < self.output_tokens
         if wire == "chat":
             return _chat_answer(call, number, capped)
+        if wire == "responses":
+            response_id = f"resp_bill{number:06d}"
+            self._stored.keep(body, response_id, tokens_in + tokens_out)
+            whole, events = responses_answer(call, response_id, body, _WORD, capped)
+            return ReplayResponse.json(whole) if events is None else ReplayResponse.sse(events)
         return _anthropic_answer(call, number, capped)
 
     def _cost(self, model: str, tokens_in: int, tokens_out: int) -> Decimal | None:
@@ -350,7 +382,8 @@ def _compact(value: object) -> str:
 
 
 def _max_tokens(wire: BillingWire, body: Mapping[str, Any]) -> int:
-    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    names = ("max_output_tokens",) if wire == "responses" else ("max_completion_tokens",)
+    value = next((body[n] for n in names if n in body), body.get("max_tokens"))
     if value is None:
         if wire == "anthropic":
             raise _Rejected("max_tokens: field required")
@@ -377,7 +410,12 @@ def _chat_answer(call: BilledCall, number: int, capped: bool) -> ReplayResponse:
     if not call.stream:
         message = {"role": "assistant", "content": _WORD * call.output_tokens}
         choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
-        body = {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
+        body = {
+            **head,
+            "object": "chat.completion",
+            "choices": [choice],
+            "usage": usage if call.usage_reported else None,
+        }
         return ReplayResponse.json(body)
     chunk = {**head, "object": "chat.completion.chunk"}
 
@@ -415,6 +453,8 @@ def _anthropic_answer(call: BilledCall, number: int, capped: bool) -> ReplayResp
                 **counts,
             },
         }
+        if not call.usage_reported:
+            del body["usage"]
         return ReplayResponse.json(body)
     start = {
         **message,
@@ -422,9 +462,14 @@ def _anthropic_answer(call: BilledCall, number: int, capped: bool) -> ReplayResp
         "stop_reason": None,
         "usage": {"input_tokens": call.input_tokens, "output_tokens": 1, **counts},
     }
+    ending = {"stop_reason": finish, "stop_sequence": None}
+    ending_event: dict[str, Any] = {"type": "message_delta", "delta": ending}
+    if call.usage_reported:
+        ending_event["usage"] = {"output_tokens": call.output_tokens}
+    else:
+        del start["usage"]
     block = {"type": "text", "text": ""}
     text_delta = {"type": "text_delta", "text": _WORD}
-    ending = {"stop_reason": finish, "stop_sequence": None}
     events: list[tuple[str | None, Any]] = [
         ("message_start", {"type": "message_start", "message": start}),
         (
@@ -436,10 +481,9 @@ def _anthropic_answer(call: BilledCall, number: int, capped: bool) -> ReplayResp
         ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": text_delta})
         for _ in range(call.output_tokens)
     ]
-    final_usage = {"output_tokens": call.output_tokens}
     events += [
         ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        ("message_delta", {"type": "message_delta", "delta": ending, "usage": final_usage}),
+        ("message_delta", ending_event),
         ("message_stop", {"type": "message_stop"}),
     ]
     return ReplayResponse.sse(events)

@@ -253,7 +253,7 @@ def _run_summary(events: Sequence[Path], processes: int) -> dict[str, Any]:
     import warnings
     from decimal import Decimal
 
-    from ampmeter.analysis.runs import is_unsettled, load_runs
+    from ampmeter.analysis.runs import is_estimated, is_unsettled, load_runs
     from ampmeter.analysis.summary import summarize_run
 
     with warnings.catch_warnings():
@@ -283,6 +283,9 @@ def _run_summary(events: Sequence[Path], processes: int) -> dict[str, Any]:
         ),
         "unsettled_calls": sum(1 for c in calls if is_unsettled(c)),
         "unpriced_calls": sum(r.unpriced_calls for r in rows),
+        "estimated_cost_usd": sum(
+            (Decimal(repr(c.cost_usd)) for c in calls if is_estimated(c)), Decimal(0)
+        ),
         "amplification": llm + tools,
         "base_context": rows[0].base_context if len(rows) == 1 else 0,
         "context_growth_avg": rows[0].context_growth_avg if len(rows) == 1 else 0.0,
@@ -307,6 +310,9 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         cost += f" ({format_usd(summary['unsettled_cost_usd'])} of it unsettled)"
     if unpriced:
         cost += f" + {unpriced:,} unpriced call(s)"
+    estimated = summary.get("estimated_cost_usd", 0)
+    if estimated:
+        cost += f" ({format_usd(estimated)} of it estimated)"
     rows = [
         (
             "LLM calls",

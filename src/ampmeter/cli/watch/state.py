@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ampmeter.analysis.ceilings import call_usage, derivable, parse_stop_reason
-from ampmeter.analysis.runs import Call, call_from_event, is_unsettled
+from ampmeter.analysis.runs import Call, call_from_event, is_estimated, is_unsettled
 from ampmeter.analysis.summary import termination_of
 
 __all__ = ["QUIET_MS", "RATE_WINDOW_MS", "RUNNING", "Rates", "RunState", "Stop", "WatchState"]
@@ -64,6 +64,7 @@ class RunState:
     halted: list[str] = field(default_factory=list)
     unpriced: int = 0
     unsettled_cost_usd: float = 0.0  # charged for holds of workers that died mid-call
+    estimated_cost_usd: float = 0.0  # charged for calls billed without their usage reported
     per_second: dict[int, list[float]] = field(default_factory=dict)  # s -> [LLM calls, USD]
     first_start_ms: float = math.inf
     last_end_ms: float = -math.inf
@@ -122,6 +123,8 @@ class RunState:
         self.unpriced += call.unpriced
         if is_unsettled(call):
             self.unsettled_cost_usd += call.cost_usd
+        elif is_estimated(call):
+            self.estimated_cost_usd += call.cost_usd
         if call.status == "halt":
             self.halted.append(span)
             limit = parse_stop_reason(call.stop_reason)

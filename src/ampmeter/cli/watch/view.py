@@ -15,7 +15,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from ampmeter.analysis.runs import Call
+from ampmeter.analysis.runs import Call, is_estimated
 from ampmeter.cli.output import printable
 from ampmeter.cli.watch.state import RUNNING, RunState, WatchState
 from ampmeter.keys import KEY_COST, KEY_COST_FOR, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS
@@ -101,6 +101,9 @@ def _limits(state: WatchState, run: RunState) -> Table:
         grid.add_row(
             "unsettled", charged, "", "[dim]of it, calls in flight at a stop or in dead workers[/]"
         )
+    if run.estimated_cost_usd:
+        charged = _money(run.estimated_cost_usd)
+        grid.add_row("estimated", charged, "", "[dim]of it, calls billed without their usage[/]")
     ceilings = state.ceilings_of(run)
     if not ceilings:
         grid.add_row("limits", "[dim]no ceiling known (give --max-cost, --max-llm-calls, ...)[/]")
@@ -162,6 +165,8 @@ def _label(call: Call) -> Text:
         text.append(f"  {call.tokens_in:,}→{call.tokens_out:,} tok")
     if call.cost_usd or call.unpriced:
         text.append("  unpriced" if call.unpriced else f"  {_money(call.cost_usd)}")
+        if is_estimated(call):
+            text.append(" estimated", "yellow")
     if call.latency_ms is not None and call.status != "halt":
         text.append(f"  {call.latency_ms:,.0f} ms", "dim")
     if call.status == "halt":

@@ -1,0 +1,79 @@
+"""Usage a provider did not report, for a request it billed: estimated, never zero.
+
+A response can arrive without its usage: a stream sent with ``include_usage: false``, a proxy
+that strips ``usage`` from the body, a stream cut before its usage event. The provider billed
+the request all the same, so its call is charged what ampmeter can tell:
+
+* the input its reservation estimated (in the context's ``estimate`` mode, stored state
+  included), when the input count is missing;
+* the output counted from what was received: the characters of text and tool arguments at the
+  model's learned tokens-per-character ratio (the text of a whole response by the offline
+  tokenizer, ``ampmeter[tokenizer]``, when it is switched on and knows the model), and at
+  least one token per content event (a streamed event carries at least one token); when
+  nothing was received that could be counted,
+  the most the call could write (its ``max_tokens``, else its model's maximum output).
+
+The call's ``cost_status`` is then ``"estimated"``, on its node, in the event log and in every
+view of it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ampmeter.context import Call
+from ampmeter.integrations.adapter import Tally
+from ampmeter.pricing import request_size, tokenizer
+from ampmeter.pricing.max_output import output_bound
+
+__all__ = ["estimate_cut_stream", "estimate_unreported", "received_output_tokens"]
+
+
+def received_output_tokens(tally: Tally, model: str | None) -> int | None:
+    """The output tokens counted from what ``tally`` received, or None when nothing was: by
+    the offline tokenizer when it is switched on, knows the model and the text was kept (a
+    whole response), else at the model's ratio."""
+    if tally.chars <= 0 and tally.chunks <= 0:
+        return None
+    count = tokenizer.counter(model) if model and tally.received else None
+    if count is not None and tally.received:
+        counted = count("".join(tally.received))
+    else:
+        counted = math.ceil(tally.chars * request_size.learned_ratio(model or ""))
+    return max(counted, tally.chunks)
+
+
+def estimate_unreported(call: Call, tally: Tally) -> None:
+    """Estimate what ``tally`` lacks of the usage of ``call``'s request, which was sent and
+    answered (see the module). A request always has input, so a missing input count is
+    estimated; a missing output count beside a reported input count is 0 (Gemini leaves out
+    counts that are 0), estimated only when the response reported no usage at all."""
+    if tally.tokens_in is not None:
+        return
+    kind = call.kind
+    if kind not in ("llm", "embedding"):
+        return
+    reserved_in, reserved_out = call.reserved_tokens
+    tally.tokens_in = reserved_in
+    if tally.tokens_out is None:
+        if kind == "embedding":
+            tally.tokens_out = 0
+        else:
+            counted = received_output_tokens(tally, call.model)
+            tally.tokens_out = (
+                counted if counted is not None else reserved_out or output_bound(call.model, None)
+            )
+    tally.estimated = True
+
+
+def estimate_cut_stream(call: Call, tally: Tally) -> bool:
+    """Complete the usage of a stream cut before its last event (its usage report, OpenAI's
+    last, may not have come): what was not reported is estimated, and the output is at least
+    what was received. True if anything was estimated."""
+    if tally.tokens_in is not None and (tally.tokens_out or 0) >= tally.chunks:
+        return False
+    estimate_unreported(call, tally)  # the input if missing (the output too if nothing came)
+    counted = received_output_tokens(tally, call.model) or 0
+    tally.tokens_out = max(tally.tokens_out or 0, counted)
+    tally.estimated = True
+    return True
