@@ -211,15 +211,15 @@ class Call:
 
     def offer_idempotency_key(self, key: str) -> bool:
         """Count this call once per ``key`` (see ``llm_call(idempotency_key=...)``), unless it
-        has a key already; True if ``key`` is now its key. Instrumented SDK calls offer the
-        provider's response id. Must come before the call ends."""
+        has a key already; True if ``key`` is now its key. Must come before the call ends."""
         return self.offer_checked_idempotency_key(
             _validate.text(key, "idempotency_key", empty=False)
         )
 
     def offer_checked_idempotency_key(self, key: str) -> bool:
-        """:meth:`offer_idempotency_key` for instrumentation that checked ``key`` where it read
-        it (a provider's response id): a non-empty str, taken as given."""
+        """:meth:`offer_idempotency_key` for instrumentation that checked ``key`` where it made
+        it (a caching gateway's response, ``instrument(response_id_keys=True)``): a non-empty
+        str, taken as given."""
         flight = self._flight
         if flight.phase == DONE:
             raise RuntimeError(f"call {self.node_id} ({self.name!r}) has ended")

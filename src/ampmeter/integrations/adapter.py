@@ -56,7 +56,8 @@ class Tally:
     make them so), checked by :meth:`record_on`; ``tool_calls`` and ``chunks`` count what the
     adapter saw itself. ``text`` (captured content) and ``tool_keys`` are made only when
     something goes in them.
-    ``response_key`` is the provider's id of the response as ``"<provider>:<id>"``.
+    ``response_key`` is the provider's id of the response as ``"<provider>:<id>"`` (kept on the
+    node as ``response_id``; an idempotency key only through :meth:`gateway_key`).
     ``complete``: the stream's last event was read (callers often stop reading there).
 
     A tally starts empty: every field starts as the class's value, and an adapter sets only
@@ -85,6 +86,20 @@ class Tally:
             and response_id.isprintable()
         ):
             self.response_key = f"{provider}:{response_id}"
+
+    def gateway_key(self, endpoint: str) -> str | None:
+        """The idempotency key of this response under ``instrument(response_id_keys=True)``:
+        its id, the ``endpoint`` it came from (the SDK operation) and every count it reports.
+        A caching gateway that delivers one stored response again repeats all of them; a
+        server that only repeats ids (a mock, Ollama's ``chatcmpl-<0..998>``) does not, and
+        each of its answers with other usage, or from another endpoint, is another call.
+        None when the response had no id."""
+        if self.response_key is None:
+            return None
+        return (
+            f"{self.response_key} {endpoint} in={self.tokens_in} out={self.tokens_out} "
+            f"cached={self.cached} written={self.cache_write} reasoning={self.reasoning}"
+        )
 
     def keep_text(self, text: str) -> None:
         """Keep a piece of the response's text (with ``instrument(capture_content=True)``)."""
