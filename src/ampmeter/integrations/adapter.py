@@ -15,9 +15,10 @@ from ampmeter.context import Call
 from ampmeter.pricing import request_size
 from ampmeter.pricing.request_size import RequestSize, Wire
 
-__all__ = ["MAX_RESPONSE_ID", "Adapter", "RequestInfo", "Tally"]
+__all__ = ["MAX_RESPONSE_ID", "META_USAGE_CLAMPED", "Adapter", "RequestInfo", "Tally"]
 
 MAX_RESPONSE_ID: Final = 256  # longer ids are no provider's: ignored, never stored or shared
+META_USAGE_CLAMPED: Final = "usage_clamped"  # a reported count was outside 0..2**53
 
 
 # SDK keyword arguments that are not part of the request body (``extra_body`` is merged in).
@@ -113,8 +114,9 @@ class Tally:
 
         The counts are checked here, once, on their way to the call: the readers made each an
         int or None, and a provider's odd numbers must not break the caller's call, so they
-        are clamped to what the accounting holds (0 to 2**53) and to the subset convention
-        (details no larger than their totals)."""
+        are clamped to what the accounting holds (0 to 2**53), the node then saying
+        ``usage_clamped``, and to the subset convention (details no larger than their
+        totals)."""
         t_in, t_out = self.tokens_in, self.tokens_out
         if t_in is None and t_out is None:
             if self.tool_calls:
@@ -124,6 +126,7 @@ class Tally:
         t_out = 0 if t_out is None else t_out
         if not (0 <= t_in <= MAX_COUNT and 0 <= t_out <= MAX_COUNT):
             t_in, t_out = _clamped(t_in), _clamped(t_out)
+            call.context.graph.update_metadata(call.node_id, {META_USAGE_CLAMPED: True})
         cached, writes, reasoning = self.cached, self.cache_write, self.reasoning
         if cached < 0 or writes < 0 or reasoning < 0 or cached + writes > t_in or reasoning > t_out:
             cached = min(max(cached, 0), t_in)
