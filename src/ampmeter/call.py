@@ -16,7 +16,7 @@ import contextvars
 import threading
 from decimal import Decimal
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 
 from ampmeter import _validate, money
 from ampmeter._core.current import CURRENT, restore
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Call"]
 
+_Count = TypeVar("_Count", int, "int | None")
+
 # The counts record() takes, in its order (what an error names).
 _RECORDED = (
     "tokens_in",
@@ -46,40 +48,84 @@ _RECORDED = (
 )
 
 
+class _Recorded(Generic[_Count]):
+    """One count of a call's usage, read-only: :meth:`Call.record` is its only writer. A count
+    assigned from outside would be settled unchecked (a negative input count gives a cap back),
+    so an assignment is refused, naming what to do instead."""
+
+    __slots__ = ("name", "slot")
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.slot = f"_{name}"
+
+    @overload
+    def __get__(self, call: None, owner: type) -> _Recorded[_Count]: ...
+
+    @overload
+    def __get__(self, call: Call, owner: type) -> _Count: ...
+
+    def __get__(self, call: Call | None, owner: type) -> _Recorded[_Count] | _Count:
+        if call is None:
+            return self
+        count: _Count = getattr(call, self.slot)
+        return count
+
+    def __set__(self, call: Call, value: object) -> NoReturn:
+        raise AttributeError(
+            f"a call's {self.name} is read-only: report its usage with call.record(...), once, "
+            "before the call ends"
+        )
+
+    def __delete__(self, call: Call) -> NoReturn:
+        self.__set__(call, None)
+
+
 class Call:
     """One call (LLM, tool or step) in a context: reserve before, record after.
 
     Use it as ``with ctx.llm_call(...) as call:`` (or ``async with``), and report usage with
     :meth:`record` once, inside the block. Integrations that cannot wrap a block (a stream that
     ends later) call :meth:`start` and :meth:`finish` themselves.
+
+    Its counts (``tokens_in``, ``tokens_out``, ``cached_tokens``, ``cache_write_tokens``,
+    ``reasoning_tokens``, ``tool_calls_made``) are read-only: :meth:`record` is their only
+    writer (``tokens_in`` and ``tokens_out`` are None until it gives them).
     """
 
     __slots__ = (
+        "_cache_write_tokens",
+        "_cached_tokens",
         "_chain",
         "_cost_nano",
         "_flight",
         "_learn",
+        "_reasoning_tokens",
         "_token",
-        "cache_write_tokens",
-        "cached_tokens",
+        "_tokens_in",
+        "_tokens_out",
+        "_tool_calls_made",
         "context",
-        "reasoning_tokens",
-        "tokens_in",
-        "tokens_out",
-        "tool_calls_made",
     )
+
+    tokens_in: _Recorded[int | None] = _Recorded()
+    tokens_out: _Recorded[int | None] = _Recorded()
+    cached_tokens: _Recorded[int] = _Recorded()
+    cache_write_tokens: _Recorded[int] = _Recorded()
+    reasoning_tokens: _Recorded[int] = _Recorded()
+    tool_calls_made: _Recorded[int] = _Recorded()
 
     def __init__(self, context: ExecutionContext, chain: Chain, flight: Flight) -> None:
         self.context = context
         self._chain = chain
         self._flight = flight
-        self.tokens_in: int | None = None
-        self.tokens_out: int | None = None
+        self._tokens_in: int | None = None
+        self._tokens_out: int | None = None
         self._cost_nano: int | None = None  # the recorded cost, if any
-        self.cached_tokens = 0
-        self.cache_write_tokens = 0
-        self.reasoning_tokens = 0
-        self.tool_calls_made = 0
+        self._cached_tokens = 0
+        self._cache_write_tokens = 0
+        self._reasoning_tokens = 0
+        self._tool_calls_made = 0
         self._token: contextvars.Token[Any] | None = None
 
     @property
@@ -201,13 +247,22 @@ class Call:
                 f"call {self.node_id} ({self.name!r}) was recorded already: record() once, "
                 "with the call's whole usage"
             )
-        self.tokens_in = tokens_in
-        self.tokens_out = tokens_out
-        self.cached_tokens = cached_tokens
-        self.cache_write_tokens = cache_write_tokens
-        self.reasoning_tokens = reasoning_tokens
-        self.tool_calls_made = tool_calls_made
+        self._tokens_in = tokens_in
+        self._tokens_out = tokens_out
+        self._cached_tokens = cached_tokens
+        self._cache_write_tokens = cache_write_tokens
+        self._reasoning_tokens = reasoning_tokens
+        self._tool_calls_made = tool_calls_made
         flight.recorded = True
+
+    def note_tool_calls(self, count: int) -> None:
+        """Note the tool calls a response asked for when it reported no usage to
+        :meth:`record` (instrumentation reading a provider's response): the call stays
+        unrecorded, and is priced as such. ``RuntimeError`` as :meth:`record` once it ended."""
+        checked = _validate.count(count, "tool_calls_made")
+        if self._flight.phase == DONE:
+            raise RuntimeError(f"call {self.node_id} ({self.name!r}) has ended")
+        self._tool_calls_made = checked
 
     def offer_idempotency_key(self, key: str) -> bool:
         """Count this call once per ``key`` (see ``llm_call(idempotency_key=...)``), unless it
@@ -305,7 +360,7 @@ class Call:
         given = self._cost_nano
         cost = 0 if given is None else given
         meta: dict[str, Any] | None = None
-        t_in, t_out = self.tokens_in or 0, self.tokens_out or 0
+        t_in, t_out = self._tokens_in or 0, self._tokens_out or 0
         if kind == "llm" or (kind == "embedding" and model):
             cost, meta, unpriced = price_call(
                 self._chain.pricing,
@@ -315,10 +370,10 @@ class Call:
                 flight.recorded,
                 t_in,
                 t_out,
-                self.cached_tokens,
-                self.cache_write_tokens,
-                self.reasoning_tokens,
-                self.tool_calls_made,
+                self._cached_tokens,
+                self._cache_write_tokens,
+                self._reasoning_tokens,
+                self._tool_calls_made,
             )
             if kind == "llm":
                 usage = Usage(
@@ -327,8 +382,8 @@ class Call:
                     "",
                     t_in,
                     t_out,
-                    self.cached_tokens,
-                    self.reasoning_tokens,
+                    self._cached_tokens,
+                    self._reasoning_tokens,
                     cost,
                     1,
                     succeeded,
@@ -336,8 +391,8 @@ class Call:
                     unpriced,
                 )
                 size = flight.prompt_size
-                if exc is None and size is not None and self.tokens_in:
-                    request_size.learn(model or "", size, self.tokens_in)
+                if exc is None and size is not None and t_in:
+                    request_size.learn(model or "", size, t_in)
             else:
                 usage = Usage("embedding", model or "", "", t_in, t_out, cost_nano=cost)
         elif kind == "tool":
@@ -348,4 +403,4 @@ class Call:
             if meta is None:
                 meta = {}
             meta[META_IDEMPOTENCY_KEY] = flight.idempotency_key  # (price_call's dict is new)
-        return usage, Outcome.of(exc, cost, self.tokens_in, self.tokens_out, meta)
+        return usage, Outcome.of(exc, cost, self._tokens_in, self._tokens_out, meta)

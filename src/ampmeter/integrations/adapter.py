@@ -120,7 +120,7 @@ class Tally:
         t_in, t_out = self.tokens_in, self.tokens_out
         if t_in is None and t_out is None:
             if self.tool_calls:
-                call.tool_calls_made = self.tool_calls
+                call.note_tool_calls(self.tool_calls)
             return
         t_in = 0 if t_in is None else t_in
         t_out = 0 if t_out is None else t_out
