@@ -86,9 +86,9 @@ class CallMaker:
         ``final_reserve_usd``. An ``idempotency_key`` (a replayed workflow step's) counts the
         call once per run and per shared ledger scope: a key seen before adds nothing, here or
         in the ledger (the node notes ``duplicate_of``: the node that counted it, or
-        ``"ledger:<scope>"`` when another process did). Instrumented SDK calls are keyed by the
-        provider's response id, ``"<provider>:<id>"`` (``instrument(response_id_keys=False)``
-        turns that off). A run remembers its latest 20,000 keys for at most a day.
+        ``"ledger:<scope>"`` when another process did). A provider's response id is never a
+        key unless ``instrument(response_id_keys=True)`` asks for it (a caching gateway). A run
+        remembers its latest 20,000 keys for at most a day.
         """
         self._check_open()
         _validate.optional_texts(_NAMED, name, model, provider, idempotency_key)

@@ -16,7 +16,7 @@ import contextvars
 import threading
 from decimal import Decimal
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 
 from ampmeter import _validate, money
 from ampmeter._core.current import CURRENT, restore
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Call"]
 
+_Count = TypeVar("_Count", int, "int | None")
+
 # The counts record() takes, in its order (what an error names).
 _RECORDED = (
     "tokens_in",
@@ -48,42 +50,86 @@ _RECORDED = (
 )
 
 
+class _Recorded(Generic[_Count]):
+    """One count of a call's usage, read-only: :meth:`Call.record` is its only writer. A count
+    assigned from outside would be settled unchecked (a negative input count gives a cap back),
+    so an assignment is refused, naming what to do instead."""
+
+    __slots__ = ("name", "slot")
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.slot = f"_{name}"
+
+    @overload
+    def __get__(self, call: None, owner: type) -> _Recorded[_Count]: ...
+
+    @overload
+    def __get__(self, call: Call, owner: type) -> _Count: ...
+
+    def __get__(self, call: Call | None, owner: type) -> _Recorded[_Count] | _Count:
+        if call is None:
+            return self
+        count: _Count = getattr(call, self.slot)
+        return count
+
+    def __set__(self, call: Call, value: object) -> NoReturn:
+        raise AttributeError(
+            f"a call's {self.name} is read-only: report its usage with call.record(...), once, "
+            "before the call ends"
+        )
+
+    def __delete__(self, call: Call) -> NoReturn:
+        self.__set__(call, None)
+
+
 class Call:
     """One call (LLM, tool or step) in a context: reserve before, record after.
 
     Use it as ``with ctx.llm_call(...) as call:`` (or ``async with``), and report usage with
     :meth:`record` once, inside the block. Integrations that cannot wrap a block (a stream that
     ends later) call :meth:`start` and :meth:`finish` themselves.
+
+    Its counts (``tokens_in``, ``tokens_out``, ``cached_tokens``, ``cache_write_tokens``,
+    ``reasoning_tokens``, ``tool_calls_made``) are read-only: :meth:`record` is their only
+    writer (``tokens_in`` and ``tokens_out`` are None until it gives them).
     """
 
     __slots__ = (
+        "_cache_write_tokens",
+        "_cached_tokens",
         "_chain",
         "_cost_nano",
         "_estimated",
         "_flight",
         "_learn",
+        "_reasoning_tokens",
         "_token",
-        "cache_write_tokens",
-        "cached_tokens",
+        "_tokens_in",
+        "_tokens_out",
+        "_tool_calls_made",
         "context",
-        "reasoning_tokens",
-        "tokens_in",
-        "tokens_out",
-        "tool_calls_made",
     )
+
+    tokens_in: _Recorded[int | None] = _Recorded()
+    tokens_out: _Recorded[int | None] = _Recorded()
+    cached_tokens: _Recorded[int] = _Recorded()
+    cache_write_tokens: _Recorded[int] = _Recorded()
+    reasoning_tokens: _Recorded[int] = _Recorded()
+    tool_calls_made: _Recorded[int] = _Recorded()
 
     def __init__(self, context: ExecutionContext, chain: Chain, flight: Flight) -> None:
         self.context = context
         self._chain = chain
         self._flight = flight
-        self.tokens_in: int | None = None
-        self.tokens_out: int | None = None
+        self._tokens_in: int | None = None
+        self._tokens_out: int | None = None
         self._cost_nano: int | None = None  # the recorded cost, if any
         self._estimated = False  # the recorded counts are ampmeter's, not the provider's
-        self.cached_tokens = 0
-        self.cache_write_tokens = 0
-        self.reasoning_tokens = 0
-        self.tool_calls_made = 0
+        self._cached_tokens = 0
+        self._cache_write_tokens = 0
+        self._reasoning_tokens = 0
+        self._tool_calls_made = 0
         self._token: contextvars.Token[Any] | None = None
 
     @property
@@ -216,26 +262,35 @@ class Call:
                 f"call {self.node_id} ({self.name!r}) was recorded already: record() once, "
                 "with the call's whole usage"
             )
-        self.tokens_in = tokens_in
-        self.tokens_out = tokens_out
-        self.cached_tokens = cached_tokens
-        self.cache_write_tokens = cache_write_tokens
-        self.reasoning_tokens = reasoning_tokens
-        self.tool_calls_made = tool_calls_made
+        self._tokens_in = tokens_in
+        self._tokens_out = tokens_out
+        self._cached_tokens = cached_tokens
+        self._cache_write_tokens = cache_write_tokens
+        self._reasoning_tokens = reasoning_tokens
+        self._tool_calls_made = tool_calls_made
         self._estimated = estimated
         flight.recorded = True
 
+    def note_tool_calls(self, count: int) -> None:
+        """Note the tool calls a response asked for when it reported no usage to
+        :meth:`record` (instrumentation reading a provider's response): the call stays
+        unrecorded, and is priced as such. ``RuntimeError`` as :meth:`record` once it ended."""
+        checked = _validate.count(count, "tool_calls_made")
+        if self._flight.phase == DONE:
+            raise RuntimeError(f"call {self.node_id} ({self.name!r}) has ended")
+        self._tool_calls_made = checked
+
     def offer_idempotency_key(self, key: str) -> bool:
         """Count this call once per ``key`` (see ``llm_call(idempotency_key=...)``), unless it
-        has a key already; True if ``key`` is now its key. Instrumented SDK calls offer the
-        provider's response id. Must come before the call ends."""
+        has a key already; True if ``key`` is now its key. Must come before the call ends."""
         return self.offer_checked_idempotency_key(
             _validate.text(key, "idempotency_key", empty=False)
         )
 
     def offer_checked_idempotency_key(self, key: str) -> bool:
-        """:meth:`offer_idempotency_key` for instrumentation that checked ``key`` where it read
-        it (a provider's response id): a non-empty str, taken as given."""
+        """:meth:`offer_idempotency_key` for instrumentation that checked ``key`` where it made
+        it (a caching gateway's response, ``instrument(response_id_keys=True)``): a non-empty
+        str, taken as given."""
         flight = self._flight
         if flight.phase == DONE:
             raise RuntimeError(f"call {self.node_id} ({self.name!r}) has ended")
@@ -327,7 +382,7 @@ class Call:
         given = self._cost_nano
         cost = 0 if given is None else given
         meta: dict[str, Any] | None = None
-        t_in, t_out = self.tokens_in or 0, self.tokens_out or 0
+        t_in, t_out = self._tokens_in or 0, self._tokens_out or 0
         if kind == "llm" or (kind == "embedding" and model):
             cost, meta, unpriced = price_call(
                 self._chain.pricing,
@@ -337,10 +392,10 @@ class Call:
                 flight.recorded,
                 t_in,
                 t_out,
-                self.cached_tokens,
-                self.cache_write_tokens,
-                self.reasoning_tokens,
-                self.tool_calls_made,
+                self._cached_tokens,
+                self._cache_write_tokens,
+                self._reasoning_tokens,
+                self._tool_calls_made,
                 self._estimated,
             )
             if kind == "llm":
@@ -350,8 +405,8 @@ class Call:
                     "",
                     t_in,
                     t_out,
-                    self.cached_tokens,
-                    self.reasoning_tokens,
+                    self._cached_tokens,
+                    self._reasoning_tokens,
                     cost,
                     1,
                     succeeded,
@@ -360,11 +415,11 @@ class Call:
                 )
                 size = flight.prompt_size
                 # (An estimate teaches nothing: it would only confirm itself.)
-                if self.tokens_in and not self._estimated:
+                if t_in and not self._estimated:
                     # What stored state of unknown size is estimated at ("learned").
-                    stored_state.note_input(model or "", self.tokens_in)
+                    stored_state.note_input(model or "", t_in)
                     if exc is None and size is not None:
-                        request_size.learn(model or "", size, self.tokens_in)
+                        request_size.learn(model or "", size, t_in)
             else:
                 usage = Usage("embedding", model or "", "", t_in, t_out, cost_nano=cost)
         elif kind == "tool":
@@ -375,4 +430,4 @@ class Call:
             if meta is None:
                 meta = {}
             meta[META_IDEMPOTENCY_KEY] = flight.idempotency_key  # (price_call's dict is new)
-        return usage, Outcome.of(exc, cost, self.tokens_in, self.tokens_out, meta)
+        return usage, Outcome.of(exc, cost, self._tokens_in, self._tokens_out, meta)

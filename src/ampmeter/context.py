@@ -129,8 +129,8 @@ class ExecutionContext(CallMaker):
 
     Replays count once: a call or trace record with an ``idempotency_key`` already counted in
     this run, or (through ``ledger``) in its scope by any process, adds nothing and its node
-    says ``duplicate_of``; instrumented SDK calls are keyed by the provider's response id
-    (:meth:`llm_call`, ``instrument(response_id_keys=...)``).
+    says ``duplicate_of``. Only keys the caller gives count once: a provider's response id
+    is not one (:meth:`llm_call`, ``instrument(response_id_keys=...)``).
     """
 
     def __init__(

@@ -163,7 +163,9 @@ class ExecutionGraph:
     ) -> None:
         """End a node as ``success`` with its cost and tokens; no change if already terminal.
 
-        ``metadata`` (optional) is merged into the node's metadata in the same step.
+        ``metadata`` (optional) is merged into the node's metadata in the same step. The node of
+        a call in flight is its call's to end (``RuntimeError``, nothing changes), as for
+        :meth:`mark_failure` and :meth:`mark_halt`.
         """
         self._end(node_id, "success", cost_usd, tokens_in, tokens_out, None, None, metadata)
 
@@ -215,8 +217,17 @@ class ExecutionGraph:
         if metadata is not None and not isinstance(metadata, dict):
             raise TypeError(f"metadata must be a dict or None, got {type(metadata).__name__}")
         node = self._get(node_id)
+        kernel = self._kernel
+        if kernel.is_held(node, or_unstarted=True):
+            kernel.sweep()  # (a call its owner dropped is ended now: nothing to refuse)
+            if kernel.is_held(node, or_unstarted=True):
+                raise RuntimeError(
+                    f"node {node_id} ({node.name!r}) belongs to a call in flight, and only that "
+                    "call ends it: report its usage with call.record(...); mark_* is for nodes "
+                    "begun with begin_node()"
+                )
         outcome = Outcome(status, cost, t_in, t_out, error_class, reason, metadata)
-        self._kernel.end(node, outcome)
+        kernel.end(node, outcome)
 
     def increment_retries(self, node_id: str) -> None:
         """Count one retry on a node; no change once the node is terminal."""

@@ -20,7 +20,9 @@ from decimal import Decimal, InvalidOperation
 from typing import Final
 
 __all__ = [
+    "MAX_NANO",
     "NANO_PER_USD",
+    "TooLargeToCount",
     "format_usd",
     "from_nano",
     "scaled_nano",
@@ -32,13 +34,19 @@ __all__ = [
 NANO_PER_USD: Final = 10**9
 """Nano-dollars in one US dollar: the unit every amount of money is counted in inside."""
 
-_MAX_NANO: Final = 2**63 - 1
+MAX_NANO: Final = 2**63 - 1
+"""The most nano-dollars one amount may be (about $9.2 billion): what a signed 64-bit integer,
+as the ledgers and logs store it, holds."""
 _ZERO: Final = Decimal(0)
 # Powers of ten whose coefficient is 1: multiplying by one only moves the exponent.
 _DOLLARS_TO_NANO: Final = Decimal("1E+9")
 _NANO_TO_DOLLARS: Final = Decimal("1E-9")
 _NANO_PER_USD_FLOAT: Final = float(NANO_PER_USD)
 _EXACT_FLOAT_NANO: Final = float(2**40)  # nano-dollars a float product keeps to 2**-12
+
+
+class TooLargeToCount(ValueError):
+    """An amount beyond :data:`MAX_NANO` nano-dollars."""
 
 
 def usd(value: object, what: str = "amount", *, allow_negative: bool = False) -> Decimal:
@@ -91,8 +99,8 @@ def whole_nano(amount: Decimal, what: str = "amount", *, round_up: bool = False)
     int64 counts."""
     scaled = amount * _DOLLARS_TO_NANO
     nano = math.ceil(scaled) if round_up else round(scaled)  # round(): half to even
-    if abs(nano) > _MAX_NANO:
-        raise ValueError(f"{what} is too large to count: {amount!r}")
+    if abs(nano) > MAX_NANO:
+        raise TooLargeToCount(f"{what} is too large to count: {amount!r}")
     return nano
 
 
@@ -111,8 +119,8 @@ def scaled_nano(scaled: int, places: int, what: str = "amount", *, round_up: boo
             half = 5 * 10 ** (places - 10)
             if rest > half or (rest == half and nano % 2):
                 nano += 1
-    if abs(nano) > _MAX_NANO:
-        raise ValueError(f"{what} is too large to count: {Decimal(f'{scaled}E-{places}')!r}")
+    if abs(nano) > MAX_NANO:
+        raise TooLargeToCount(f"{what} is too large to count: {Decimal(f'{scaled}E-{places}')!r}")
     return nano
 
 

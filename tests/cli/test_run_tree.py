@@ -65,10 +65,14 @@ if __name__ == "__main__":
 """
 
 
-def run_app(tmp_path: Path, mode: str, config: RunConfig) -> tuple[Any, list[dict[str, Any]], int]:
+def run_app(
+    tmp_path: Path, mode: str, config: RunConfig, *, verbatim_ids: bool = False
+) -> tuple[Any, list[dict[str, Any]], int]:
+    """Run the app under ``config``; ``verbatim_ids``: the server answers every request with
+    the same response id (``c1``), as gateways and mock servers do."""
     app = tmp_path / "app.py"
     app.write_text(APP)
-    with ReplayServer() as server:
+    with ReplayServer(verbatim_ids=verbatim_ids) as server:
         server.script("/v1/chat/completions", *(ReplayResponse.json(COMPLETION) for _ in range(20)))
         env = {**os.environ, "LLM_URL": server.openai_base_url}
         outcome = run_command([str(app), mode], config, env=env)
@@ -115,13 +119,22 @@ def _check_limit_run(
 
 def test_a_spawn_pool_that_hits_a_limit_gives_the_same_answer_every_time(tmp_path: Path) -> None:
     """Pool workers end by SIGTERM when the pool closes and never write a summary of their
-    own; the answer comes from the run's log, so it does not depend on which lived longest."""
+    own; the answer comes from the run's log, so it does not depend on which lived longest.
+
+    The last time the server answers every request with the same response id, as gateways and
+    mock servers do: an id is no idempotency key, every answer was billed and counts, so the
+    pool still sends 2 requests (not 8)."""
     for attempt in range(3):
         out = tmp_path / f"events{attempt}.jsonl"
         config = RunConfig(max_llm_calls=2, out=str(out))
+        repeated = attempt == 2
+        outcome, events, requests = run_app(tmp_path, "pool-spawn", config, verbatim_ids=repeated)
         # each time: the limit's exit code and termination, and a reason naming the limit
         # (its wording says whether the worker's own count or the shared ledger refused)
-        _check_limit_run(out, "pool-spawn", *run_app(tmp_path, "pool-spawn", config))
+        _check_limit_run(out, "pool-spawn", outcome, events, requests)
+        llm = [e for e in events if e["event_type"] == "llm_completion"]
+        ids = {e["metadata"]["response_id"] for e in llm if e["metadata"]["status"] != "halt"}
+        assert len(ids) == (1 if repeated else 2)  # the premise: one id, or one each
 
 
 def test_a_process_that_outlives_the_program_is_waited_for_briefly(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ still stops the calls after it.
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -18,8 +19,10 @@ import httpx
 import openai
 import pytest
 
-from ampmeter import ExecutionContext, LimitExceeded, Node
+from ampmeter import ExecutionContext, LimitExceeded, Node, money
+from ampmeter.analysis import summarize
 from ampmeter.keys import KEY_INPUT_TOKENS
+from ampmeter.sinks.jsonl import JsonlSink
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded
 from ampmeter.testing.replay import ReplayResponse, ReplayServer
@@ -172,6 +175,42 @@ def test_a_huge_count_counts_as_the_most_the_accounting_holds_so_a_budget_stops_
         assert ctx.stats.total_cost() > Decimal(100)
     assert len(replay.requests) == 1
     assert [n.status for n in sink.nodes if n.kind == "llm"] == ["success", "halt"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_price_beyond_what_money_counts_is_charged_as_the_most_and_the_call_returns(
+    replay: ReplayServer, tmp_path: Path, stream: bool
+) -> None:
+    """2**60 tokens of gpt-4o cost more than money counts (2**63 - 1 nano-dollars): the counts
+    are clamped to 2**53, their price to the most money counts, the node says both, and the
+    caller gets the response; the next call is refused before it is sent, and the log reads."""
+    usage = {"prompt_tokens": HUGE, "completion_tokens": HUGE}
+    body = {"id": "chatcmpl-1", "object": "chat.completion", "choices": [], "usage": usage}
+    chunk = {
+        "id": "chatcmpl-2",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": "Sunny"}}],
+    }
+    replay.script(CHAT, chat_stream(chunk, usage) if stream else ReplayResponse.json(body))
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    log = tmp_path / "events.jsonl"
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink, JsonlSink(str(log))], max_cost_usd=100.0) as ctx:
+        answer = client.chat.completions.create(model="gpt-4o", messages=PROMPT, stream=stream)
+        received = [c.choices[0].delta.content for c in answer if c.choices] if stream else answer
+        with pytest.raises(LimitExceeded):
+            client.chat.completions.create(model="gpt-4o", messages=PROMPT)
+        assert ctx.stats.total_cost() == money.from_nano(money.MAX_NANO)
+    assert received == ["Sunny"] if stream else received.id.startswith("chatcmpl-1")
+    assert len(replay.requests) == 1
+    sent, refused = [n for n in sink.nodes if n.kind == "llm"]
+    assert (sent.status, refused.status) == ("success", "halt")
+    assert sent.tokens_in == sent.tokens_out == MOST
+    assert sent.cost_usd == money.from_nano(money.MAX_NANO)
+    assert sent.metadata["cost_status"] == "priced"
+    assert sent.metadata["usage_clamped"] is sent.metadata["cost_clamped"] is True
+    (run,) = summarize([log]).runs
+    assert run.cost_usd == float(money.from_nano(money.MAX_NANO)) and run.llm_calls == 2
 
 
 def test_an_anthropic_sum_beyond_the_range_counts_as_the_most(replay: ReplayServer) -> None:

@@ -1,10 +1,12 @@
-"""The provider's response id as the idempotency key of an instrumented call.
+"""The provider's response id on an instrumented call's node, and as its idempotency key with
+``instrument(response_id_keys=True)`` (a caching gateway).
 
-A response delivered twice (a recorded cassette, a framework that replays through the
-instrumented client) is the same response: it counts once, locally and through a shared ledger,
-and the second call still returns the SDK's object as usual. The replay server sends the
-recorded ids as they are (``verbatim_ids=True``), as a cassette would; by default it gives each
-response a fresh id, as a real provider does, and every call counts.
+Every node keeps its response's id (``response_id``). With gateway keys, a response delivered
+twice (a gateway's cache, a recorded cassette) is the same response: it counts once, locally and
+through a shared ledger, and the second call still returns the SDK's object as usual. The
+replay server sends the recorded ids as they are (``verbatim_ids=True``), as a cassette would;
+by default it gives each response a fresh id, as a real provider does, and every call counts.
+By default an id is never a key (tests/integrations/test_repeated_ids.py).
 """
 
 from __future__ import annotations
@@ -178,7 +180,8 @@ def llm_nodes(ctx: ExecutionContext) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("name", list(SENDERS))
-def test_a_response_delivered_twice_counts_once(name: str) -> None:
+def test_a_response_delivered_twice_counts_once_with_gateway_keys(name: str) -> None:
+    instrument(response_id_keys=True)  # the fixture puts the default back
     send, path, response = SENDERS[name]
     with ReplayServer(verbatim_ids=True) as server:
         server.script(path, response(), response())
@@ -191,8 +194,10 @@ def test_a_response_delivered_twice_counts_once(name: str) -> None:
     assert once == twice and once[0] > 0 and once[1] > 0
     assert ctx.stats.get_counter(KEY_LLM_CALLS) == 1
     first, again = llm_nodes(ctx)
-    assert first["metadata"]["idempotency_key"] == key and first["cost_usd"] > 0
-    assert again["metadata"]["idempotency_key"] == key
+    assert first["metadata"]["response_id"] == again["metadata"]["response_id"] == key
+    assert first["metadata"]["idempotency_key"].startswith(f"{key} ")  # id, endpoint, usage
+    assert first["cost_usd"] > 0
+    assert again["metadata"]["idempotency_key"] == first["metadata"]["idempotency_key"]
     assert again["metadata"]["duplicate_of"] == first["node_id"]
     assert again["status"] == "success" and again["cost_usd"] == 0
     assert again["tokens_in"] == again["tokens_out"] == 0
@@ -202,19 +207,21 @@ def test_a_response_delivered_twice_counts_once(name: str) -> None:
 @pytest.mark.parametrize("name", ["openai chat stream", "anthropic messages"])
 def test_fresh_ids_count_every_response(name: str) -> None:
     """The replay server's default, like a provider: each response has its own id."""
+    instrument(response_id_keys=True)
     send, path, response = SENDERS[name]
     with ReplayServer() as server, ExecutionContext() as ctx:
         server.script(path, response(), response())
         keys = {send(server), send(server)}
     assert len(keys) == 2
     assert ctx.stats.get_counter(KEY_LLM_CALLS) == 2
-    assert {n["metadata"]["idempotency_key"] for n in llm_nodes(ctx)} == keys
+    assert {n["metadata"]["response_id"] for n in llm_nodes(ctx)} == keys
     assert all("duplicate_of" not in n["metadata"] for n in llm_nodes(ctx))
 
 
 def test_a_redelivered_response_counts_once_in_the_shared_ledger(tmp_path: Path) -> None:
     """A second run that replays the first run's cassette adds nothing to the shared spend,
     nor to its own stats: the ledger says it counted the response already."""
+    instrument(response_id_keys=True)
     path = tmp_path / "budget.sqlite3"
     with ReplayServer(verbatim_ids=True) as server, SqliteLedger(path, "team") as ledger:
         server.script(CHAT, recorded.openai_chat_tool_calls(), recorded.openai_chat_tool_calls())
@@ -232,8 +239,8 @@ def test_a_redelivered_response_counts_once_in_the_shared_ledger(tmp_path: Path)
     assert Decimal(str(node["metadata"]["first_cost_usd"])) == spent
 
 
-def test_response_id_keys_off_counts_every_delivery() -> None:
-    instrument(response_id_keys=False)  # the fixture restores the default
+def test_by_default_a_response_delivered_twice_counts_twice() -> None:
+    """An id is no key unless asked: a delivery the provider may have billed counts."""
     with ReplayServer(verbatim_ids=True) as server, ExecutionContext() as ctx:
         server.script(CHAT, recorded.openai_chat_tool_calls(), recorded.openai_chat_tool_calls())
         key = openai_chat(server)
@@ -250,8 +257,9 @@ def test_response_id_keys_off_counts_every_delivery() -> None:
     "bad_id", ["x" * (MAX_RESPONSE_ID + 1), "chatcmpl-1\nforged", ""], ids=["long", "nl", "empty"]
 )
 def test_an_id_no_provider_would_send_is_not_a_key(bad_id: str) -> None:
-    """A hostile or broken server's id (too long, control characters, empty) is never a key:
-    each delivery counts."""
+    """A hostile or broken server's id (too long, control characters, empty) is never a key,
+    nor kept on the node: each delivery counts."""
+    instrument(response_id_keys=True)
     body = {**recorded.load("openai_chat_tool_calls"), "id": bad_id}
     with ReplayServer(verbatim_ids=True) as server, ExecutionContext() as ctx:
         server.script(CHAT, ReplayResponse.json(body), ReplayResponse.json(body))
@@ -259,3 +267,4 @@ def test_an_id_no_provider_would_send_is_not_a_key(bad_id: str) -> None:
         openai_chat(server)
     assert ctx.stats.get_counter(KEY_LLM_CALLS) == 2
     assert all("idempotency_key" not in n["metadata"] for n in llm_nodes(ctx))
+    assert all("response_id" not in n["metadata"] for n in llm_nodes(ctx))

@@ -149,13 +149,16 @@ def test_an_idempotency_key_must_be_text() -> None:
         ctx.llm_call("x", idempotency_key=7)  # type: ignore[arg-type]
 
 
-def test_an_instrumented_call_is_keyed_by_the_providers_response_id(instrumented: None) -> None:
-    """The node keeps the provider's response id as its key; a replay that re-delivers the
-    response with that key counts nothing more (tests/test_response_ids.py re-delivers it
-    through the SDKs)."""
+def test_a_gateway_keyed_call_counts_once_per_key(instrumented: None) -> None:
+    """With ``instrument(response_id_keys=True)`` the node's key is the provider's response id
+    with its endpoint and usage; a replay that re-delivers the response with that key counts
+    nothing more (tests/integrations/test_response_ids.py re-delivers it through the SDKs)."""
     import openai
 
+    from ampmeter.integrations import instrument
     from ampmeter.testing import BillingProvider
+
+    instrument(response_id_keys=True)  # the fixture puts the default back
 
     with BillingProvider(output_tokens=5) as server:
         client = openai.OpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
@@ -165,7 +168,7 @@ def test_an_instrumented_call_is_keyed_by_the_providers_response_id(instrumented
             )
             node = next(n for n in ctx.snapshot()["graph"]["nodes"].values() if n["kind"] == "llm")
             key = node["metadata"]["idempotency_key"]
-            assert key == f"openai:{answer.id}"
+            assert key.startswith(f"openai:{answer.id} chat.completions.create in=")
             spent = ctx.stats.get_gauge(KEY_COST)
             assert spent > 0
             usage = answer.usage
@@ -290,11 +293,15 @@ def test_a_response_redelivered_to_a_new_process_counts_once(
     shared: tuple[str, str, Ledger], instrumented: None
 ) -> None:
     """A worker is killed after an instrumented call; its replacement gets the same response
-    again (a cassette replayed through the SDK): keyed by the provider's response id, it adds
-    nothing to the ledger nor to the new process's own stats."""
+    again (a gateway's cache, a cassette replayed through the SDK): keyed by the provider's
+    response id with its endpoint and usage (``response_id_keys=True``), it adds nothing to the
+    ledger nor to the new process's own stats."""
     import openai
 
+    from ampmeter.integrations import instrument
     from ampmeter.testing import ReplayServer, recorded
+
+    instrument(response_id_keys=True)  # the fixture puts the default back
 
     opener, scope, ledger = shared
     with ReplayServer(verbatim_ids=True) as server:
@@ -307,7 +314,7 @@ def test_a_response_redelivered_to_a_new_process_counts_once(
             import ampmeter
             from ampmeter import ExecutionContext
             from ampmeter.ledgers import RedisLedger, SqliteLedger
-            ampmeter.instrument()
+            ampmeter.instrument(response_id_keys=True)
             client = openai.OpenAI(base_url={server.openai_base_url!r}, api_key="k")
             ctx = ExecutionContext(max_cost_usd=5.0, ledger={opener}).__enter__()
             client.chat.completions.create(model="gpt-4o-mini", messages=[])
@@ -338,5 +345,5 @@ def test_a_response_redelivered_to_a_new_process_counts_once(
     assert ctx.stats.get_gauge(KEY_COST) == 0 and ctx.stats.get_counter("amp:llm_calls") == 0
     (node,) = [n for n in ctx.snapshot()["graph"]["nodes"].values() if n["kind"] == "llm"]
     assert node["metadata"]["duplicate_of"] == f"ledger:{scope}"
-    assert node["metadata"]["idempotency_key"] == f"openai:{answer.id}"
+    assert node["metadata"]["idempotency_key"].startswith(f"openai:{answer.id} ")
     assert Decimal(str(node["metadata"]["first_cost_usd"])) == spent

@@ -9,9 +9,11 @@ before this run, in a shared ledger (a step re-executed in a new process), the l
 marks it the same way, with ``duplicate_of`` naming the ledger scope, so this process's stats
 agree with the ledger.
 
-A run remembers at most :data:`KEYS_KEPT` keys, none longer than :data:`KEEP_S` (the ledgers'
-``SETTLED_KEEP_S``): with the provider's response id as every instrumented call's key, a long
-run would otherwise keep one key per call for ever. The oldest are forgotten first; a key
+Only keys the caller gives, or ampmeter makes, are keys: a provider's response id is not one
+unless ``instrument(response_id_keys=True)`` asks for it (a caching gateway), and then only
+with the endpoint and the usage it came with. A run remembers at most :data:`KEYS_KEPT` keys,
+none longer than :data:`KEEP_S` (the ledgers' ``SETTLED_KEEP_S``): with a key on every call, a
+long run would otherwise keep one key per call for ever. The oldest are forgotten first; a key
 forgotten here counts again, unless a shared ledger still remembers it (a day), whose answer
 then marks the call as above.
 """

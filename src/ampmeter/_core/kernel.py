@@ -374,8 +374,7 @@ class Kernel:
 
     @staticmethod
     def values(level: Level, gauge: bool) -> dict[str, Any]:
-        """A copy of ``{key: value}`` of the counters (or gauges) at ``level``; no lock, so a
-        repr may ask for it while the lock is held (a dict copy is one step)."""
+        """The counters (or gauges) at ``level``, copied unlocked (a repr asks under the lock)."""
         cells = level.gauges if gauge else level.counters
         return {key: cell.value for key, cell in list(cells.items())}
 
@@ -480,9 +479,10 @@ class Kernel:
         if self._waiting:
             self._settled.notify_all()
 
-    def is_held(self, node: Node) -> bool:
-        """Whether ``node``'s call holds a reservation (was admitted and not yet settled)."""
-        return node.node_id in self._open
+    def is_held(self, node: Node, or_unstarted: bool = False) -> bool:
+        """Whether ``node``'s call holds a reservation (admitted, not settled), or with
+        ``or_unstarted`` whether a call owns it at all (made, not ended): only it ends it."""
+        return node.node_id in self._open or (or_unstarted and node.node_id in self._unstarted)
 
     def open_ancestor(self, node_id: str, floor: str) -> str:
         """``node_id`` if it is open and owned, else its nearest such ancestor (at most up to

@@ -136,7 +136,7 @@ _armed: set[str] = set()  # the modules instrument() patches (now, or when impor
 def instrument(
     *,
     capture_content: bool = False,
-    response_id_keys: bool = True,
+    response_id_keys: bool = False,
     openai: bool = True,
     anthropic: bool = True,
     http: bool = True,
@@ -163,13 +163,17 @@ def instrument(
     default: logs then hold no conversation text, and the message of a provider error, which may
     echo the prompt, is withheld from error text).
 
-    With ``response_id_keys`` (the default) the provider's id of each response is its call's
-    ``idempotency_key``, as ``"<provider>:<id>"`` (``openai:chatcmpl-…``, ``anthropic:msg_…``,
-    ``google:<responseId>``), unless the call has a key of its own: a response delivered twice
-    (a recorded cassette, a framework that replays through the instrumented client) counts once
-    per run and per shared ledger scope. Real providers never repeat an id; turn it off for a
-    server that does (a mock answering every request with one fixed body), whose repeats would
-    otherwise count as nothing. Calling ``instrument`` again only updates these two settings.
+    Each node keeps the provider's id of its response as ``response_id``, written
+    ``"<provider>:<id>"`` (``openai:chatcmpl-…``, ``anthropic:msg_…``, ``google:<responseId>``).
+    Ids are never trusted to deduplicate calls by default: gateways and mock servers answer
+    every request with one id and Ollama draws its ids from 999 values, so a repeated id is
+    another billed call and counts. Only a key the caller gives (``idempotency_key=``) or one
+    ampmeter makes itself makes a call count once. ``response_id_keys=True`` is for a caching
+    gateway that delivers one stored response again: a call is then keyed by its response's id,
+    its endpoint (the SDK operation) and every count of its usage together, so only the same
+    stored response from the same endpoint counts once (per run and per shared ledger scope);
+    its node says ``duplicate_of``. Calling ``instrument`` again only updates these two
+    settings.
     """
     for name, flag in (
         ("capture_content", capture_content),
@@ -225,7 +229,7 @@ def uninstrument() -> None:
         if module is not None:
             getattr(module, undo)()
     settings.capture_content = False
-    settings.response_id_keys = True
+    settings.response_id_keys = False
     redact.configure(capture_content=False)
 
 

@@ -15,9 +15,10 @@ from ampmeter.context import Call
 from ampmeter.pricing import request_size
 from ampmeter.pricing.request_size import RequestSize, Wire
 
-__all__ = ["MAX_RESPONSE_ID", "Adapter", "RequestInfo", "Tally"]
+__all__ = ["MAX_RESPONSE_ID", "META_USAGE_CLAMPED", "Adapter", "RequestInfo", "Tally"]
 
 MAX_RESPONSE_ID: Final = 256  # longer ids are no provider's: ignored, never stored or shared
+META_USAGE_CLAMPED: Final = "usage_clamped"  # a reported count was outside 0..2**53
 
 
 # SDK keyword arguments that are not part of the request body (``extra_body`` is merged in).
@@ -57,7 +58,8 @@ class Tally:
     what the adapter saw itself (``chars`` only where the provider may not report usage: in
     streams, and in a whole response without its usage). ``text`` (captured content) and
     ``tool_keys`` are made only when something goes in them.
-    ``response_key`` is the provider's id of the response as ``"<provider>:<id>"``.
+    ``response_key`` is the provider's id of the response as ``"<provider>:<id>"`` (kept on the
+    node as ``response_id``; an idempotency key only through :meth:`gateway_key`).
     ``complete``: the stream's last event was read (callers often stop reading there).
 
     A tally starts empty: every field starts as the class's value, and an adapter sets only
@@ -100,6 +102,20 @@ class Tally:
             else:
                 self.received.append(text)
 
+    def gateway_key(self, endpoint: str) -> str | None:
+        """The idempotency key of this response under ``instrument(response_id_keys=True)``:
+        its id, the ``endpoint`` it came from (the SDK operation) and every count it reports.
+        A caching gateway that delivers one stored response again repeats all of them; a
+        server that only repeats ids (a mock, Ollama's ``chatcmpl-<0..998>``) does not, and
+        each of its answers with other usage, or from another endpoint, is another call.
+        None when the response had no id."""
+        if self.response_key is None:
+            return None
+        return (
+            f"{self.response_key} {endpoint} in={self.tokens_in} out={self.tokens_out} "
+            f"cached={self.cached} written={self.cache_write} reasoning={self.reasoning}"
+        )
+
     def keep_text(self, text: str) -> None:
         """Keep a piece of the response's text (with ``instrument(capture_content=True)``)."""
         if self.text is None:
@@ -112,17 +128,19 @@ class Tally:
 
         The counts are checked here, once, on their way to the call: the readers made each an
         int or None, and a provider's odd numbers must not break the caller's call, so they
-        are clamped to what the accounting holds (0 to 2**53) and to the subset convention
-        (details no larger than their totals)."""
+        are clamped to what the accounting holds (0 to 2**53), the node then saying
+        ``usage_clamped``, and to the subset convention (details no larger than their
+        totals)."""
         t_in, t_out = self.tokens_in, self.tokens_out
         if t_in is None and t_out is None:
             if self.tool_calls:
-                call.tool_calls_made = self.tool_calls
+                call.note_tool_calls(self.tool_calls)
             return
         t_in = 0 if t_in is None else t_in
         t_out = 0 if t_out is None else t_out
         if not (0 <= t_in <= MAX_COUNT and 0 <= t_out <= MAX_COUNT):
             t_in, t_out = _clamped(t_in), _clamped(t_out)
+            call.context.graph.update_metadata(call.node_id, {META_USAGE_CLAMPED: True})
         cached, writes, reasoning = self.cached, self.cache_write, self.reasoning
         if cached < 0 or writes < 0 or reasoning < 0 or cached + writes > t_in or reasoning > t_out:
             cached = min(max(cached, 0), t_in)

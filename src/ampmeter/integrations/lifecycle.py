@@ -50,7 +50,7 @@ META_RESPONSE_TEXT: Final = "response_text"  # only with instrument(capture_cont
 META_USAGE_ESTIMATED: Final = "usage_estimated"  # a cut stream's usage, partly estimated
 META_TRANSPORT: Final = "transport"  # how a request metered below the SDKs went: httpx, ...
 META_MODEL: Final = "model"  # the model of a non-LLM node (an embedding), which has no model field
-META_RESPONSE_ID: Final = "response_id"  # the provider's id, when it is not the call's key
+META_RESPONSE_ID: Final = "response_id"  # the provider's id of the response ("<provider>:<id>")
 
 
 @dataclass(slots=True)
@@ -58,7 +58,7 @@ class Settings:
     """Process-wide integration settings (set by ``instrument()``)."""
 
     capture_content: bool = False
-    response_id_keys: bool = True  # a response's provider id is its call's idempotency key
+    response_id_keys: bool = False  # a caching gateway's response (id, endpoint, usage) is a key
     default_context: ExecutionContext | None = None
     warned_unmetered: bool = False  # the unmetered-call warning was shown (it is shown once)
 
@@ -165,16 +165,20 @@ def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> N
     """End a request's node with the usage read from its response (None: nothing was read).
     Counts the response did not report are estimated (:mod:`.unreported`).
 
-    The provider's id of the response (``"<provider>:<id>"``) is the call's idempotency key
-    unless the call has one or ``instrument(response_id_keys=False)``: a response delivered
-    twice (a recorded cassette, a framework's replay through the instrumented client) counts
-    once. Otherwise the node keeps the id as ``response_id``."""
+    The node keeps the provider's id of the response as ``response_id`` (``"<provider>:<id>"``).
+    That id is never trusted as an idempotency key by default: gateways and mock servers repeat
+    one id, and Ollama draws its ids from 999 values, so a repeated id is another billed call.
+    With ``instrument(response_id_keys=True)`` (for a caching gateway) a call without a key of
+    its own is keyed by the id, the endpoint and the usage together (:meth:`Tally.gateway_key`):
+    only the same stored response delivered again counts once."""
     if tally is not None:
-        key = tally.response_key
-        if key is not None and not (
-            settings.response_id_keys and call.offer_checked_idempotency_key(key)
-        ):
-            call.context.graph.update_metadata(call.node_id, {META_RESPONSE_ID: key})
+        response_id = tally.response_key
+        if response_id is not None:
+            call.context.graph.update_metadata(call.node_id, {META_RESPONSE_ID: response_id})
+            if settings.response_id_keys:
+                key = tally.gateway_key(call.name)
+                assert key is not None  # (it has an id)
+                call.offer_checked_idempotency_key(key)
         estimate_unreported(call, tally)  # a response without its usage was billed all the same
         tally.record_on(call)
         if tally.text:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ampmeter import money
 from ampmeter.node import (
@@ -39,7 +39,18 @@ from ampmeter.node import (
 if TYPE_CHECKING:
     from ampmeter.pricing.table import PriceResult
 
-__all__ = ["NO_PRICES", "TABLE", "NanoPricing", "Pricing", "checked", "in_nano", "price_call"]
+__all__ = [
+    "META_COST_CLAMPED",
+    "NO_PRICES",
+    "TABLE",
+    "NanoPricing",
+    "Pricing",
+    "checked",
+    "in_nano",
+    "price_call",
+]
+
+META_COST_CLAMPED: Final = "cost_clamped"  # priced past what money counts: the most it counts
 
 
 class Pricing(Protocol):
@@ -214,21 +225,30 @@ def price_call(
     leaves, and 1 when it is unpriced (else 0). The cost is ``cost`` as given, else
     ``pricing``'s (unpriced when the model is unknown or the call recorded nothing), with
     ``cost_status`` ``"estimated"`` when the counts were ``estimated`` (the provider reported
-    none, so they are ampmeter's)."""
+    none, so they are ampmeter's). A price beyond what money counts (a provider reporting
+    absurd usage: 2**53 tokens of a $10 per million model) is charged as the most it counts,
+    :data:`~ampmeter.money.MAX_NANO`, and the node says ``cost_clamped``: the caller still gets
+    the response it paid for, and no budget lets another call through."""
     version: str | None = None
+    clamped = False
     if cost is not None:
         status = "given"
     elif not model or not recorded:
         cost, status = 0, "unpriced"
     else:
-        found, version = pricing.price_nano(
-            model, provider, tokens_in, tokens_out, cached, cache_writes, reasoning
-        )
+        try:
+            found, version = pricing.price_nano(
+                model, provider, tokens_in, tokens_out, cached, cache_writes, reasoning
+            )
+        except money.TooLargeToCount:
+            found, clamped = money.MAX_NANO, True
         if found is None:
             cost, status = 0, "unpriced"
         else:
             cost, status = found, "estimated" if estimated else "priced"
     meta: dict[str, Any] = {META_COST_STATUS: status}
+    if clamped:
+        meta[META_COST_CLAMPED] = True
     if version:
         meta[META_PRICING_VERSION] = version
     if cached:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import random
 import threading
 import time
 from collections.abc import Mapping
@@ -113,6 +114,10 @@ class BillingProvider(ReplayServer):
         strip_usage: answer without usage, as a proxy that strips it does: ``usage`` is null
             in a whole answer and absent from every event of a stream (the request is billed
             all the same).
+        id_pool: how many response ids to draw from, at random (None: every answer has an id
+            of its own, as from a real provider). 1 answers every request with the same id,
+            as gateways and mock servers do; 999 is Ollama's ``chatcmpl-<0..998>``. Scripted
+            responses then keep their recorded ids too.
         host: address to bind (loopback by default).
         port: TCP port; 0 picks a free one.
     """
@@ -129,6 +134,7 @@ class BillingProvider(ReplayServer):
         prices: Mapping[str, tuple[object, object]] | None = None,
         delay_s: float = 0.0,
         strip_usage: bool = False,
+        id_pool: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -149,7 +155,12 @@ class BillingProvider(ReplayServer):
             raise TypeError(f"delay_s must be a number of seconds, got {delay_s!r}")
         if not (math.isfinite(delay_s) and delay_s >= 0):
             raise ValueError(f"delay_s must be a finite number of seconds >= 0, got {delay_s}")
-        super().__init__(host, port, fallback=self._answer)
+        if id_pool is not None and (
+            isinstance(id_pool, bool) or not isinstance(id_pool, int) or id_pool < 1
+        ):
+            raise ValueError(f"id_pool must be an int >= 1 or None, got {id_pool!r}")
+        # Repeated ids are sent as they are (scripted responses too: their recorded ids).
+        super().__init__(host, port, fallback=self._answer, verbatim_ids=id_pool is not None)
         # Read as written, so 2.5 characters a token divides exactly.
         self.chars_per_token = Fraction(repr(float(chars_per_token)))
         self.output_tokens = output_tokens
@@ -170,6 +181,8 @@ class BillingProvider(ReplayServer):
         self._stored = StoredConversations()
         self._billed_lock = threading.Lock()
         self._ids = itertools.count(1)
+        self._id_pool = id_pool
+        self._id_draws = random.Random(id_pool)  # (seeded: a run's ids are the same each time)
         self._in_flight = 0
         self._peak = 0
 
@@ -285,6 +298,9 @@ class BillingProvider(ReplayServer):
             with self._billed_lock:
                 self._in_flight -= 1
         number = next(self._ids)
+        if self._id_pool is not None:
+            with self._billed_lock:
+                number = self._id_draws.randrange(self._id_pool)
         capped = tokens_out < self.output_tokens
         if wire == "chat":
             return _chat_answer(call, number, capped)
