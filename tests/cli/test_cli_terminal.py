@@ -38,6 +38,19 @@ EXIT_TABLE = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _tmux_server() -> Iterator[None]:
+    """The module's own tmux server, kept up while it has no session: a server exits with its
+    last session, and a new-session racing that exit failed."""
+    if shutil.which("tmux") is None:
+        yield
+        return
+    keep = [*TMUX, "start-server", ";", "set-option", "-g", "exit-empty", "off"]
+    subprocess.run(keep, check=True, env={**os.environ, "TERM": "xterm-256color"})
+    yield
+    subprocess.run([*TMUX, "kill-server"], capture_output=True)
+
+
 def _open_terminal(*shell: str) -> Iterator[str]:
     if shutil.which("tmux") is None:
         if os.environ.get("CI"):

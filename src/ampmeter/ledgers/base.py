@@ -79,10 +79,8 @@ __all__ = [
 # The claim name (at the root scope) of the first reader that reports an unsettled hold.
 UNSETTLED_CLAIM = "amp:unsettled:"
 
-# How long a settled (committed or released) reservation id, an expired hold kept for its
-# commit, and an idempotency key are remembered: a repeat of any of them within this time is
-# recognised and ignored. A run keeps its own keys as long (the core defines the figure, so
-# that a context never imports the ledgers).
+# How long settled reservation ids, expired holds kept for their commit and idempotency keys
+# are remembered (a repeat within it is ignored); the core's figure, as a context keeps its own.
 SETTLED_KEEP_S = KEEP_S
 
 # Pauses between the tries of a commit or release before it goes to the journal.
@@ -182,12 +180,11 @@ class Ledger(ABC):
         self._charge_expired = on_expired_hold == "charge"
         self._handoff_key = handoff_key.encode() if isinstance(handoff_key, str) else handoff_key
         self._lease_s = lease_s
-        # The journal of settlements the backend could not take (None: a backend in this
-        # process, which is never unreachable); its entries are sealed with the handoff key.
+        # Settlements the backend could not take, sealed with the handoff key (None: an
+        # in-process backend is never unreachable).
+        tree = root_of(self.scope)
         self._journal = (
-            None
-            if journal is None
-            else Journal(journal, tree=root_of(self.scope), key=self._handoff_key)
+            None if journal is None else Journal(journal, tree=tree, key=self._handoff_key)
         )
         self._renewer = Renewer(self._renew_ids, lease_s or 3 * JOURNAL_REPLAY_S)
 
@@ -410,10 +407,9 @@ class Ledger(ABC):
         return {key: to_amount(key, value) for key, value in self._backend_ceilings(name).items()}
 
     def set_ceilings(self, scope: str, ceilings: Mapping[str, AmountIn]) -> dict[str, Amount]:
-        """Keep ``ceilings`` (``{key: max}``) for ``scope``; every later reserve at or below it
-        obeys them. They only ever tighten: a key already kept keeps the lower of the two
-        (so a child handed these cannot raise them; an operator uses :meth:`set_ceiling`).
-        Returns every ceiling now kept there."""
+        """Keep ``ceilings`` (``{key: max}``) for ``scope`` and below; they only ever tighten (a
+        child handed them cannot raise them; an operator uses :meth:`set_ceiling`). Returns
+        every ceiling now kept there."""
         name = self._readable(scope)
         wanted = check_amounts(ceilings, "ceilings", ceiling=True)
         kept = self._backend_set_ceilings(name, wanted, True)
@@ -430,9 +426,8 @@ class Ledger(ABC):
         self._backend_set_note(name, _notes.raised_name(field), uuid.uuid4().hex)
 
     def raise_mark(self, key: str, scope: str | None = None) -> str | None:
-        """A mark that changes with every :meth:`set_ceiling` of ``key`` at ``scope`` (default:
-        this ledger's), None before the first: a call paused at its cap takes a ceiling kept
-        here only once the mark moved since it paused (never one an earlier run left)."""
+        """A mark each :meth:`set_ceiling` of ``key`` at ``scope`` moves (None before the first):
+        a paused call takes a kept ceiling only once it moved (never one an earlier run left)."""
         return self._backend_notes(self._readable(scope)).get(_notes.raised_name(key))
 
     def note_paused(
@@ -445,8 +440,8 @@ class Ledger(ABC):
         lasts_s: float,
         scope: str | None = None,
     ) -> PausedCall:
-        """Note the call ``call_id`` of ``context``, paused since ``since`` at its ``cap`` on
-        ``key``, for ``lasts_s`` (then it lapses) at ``scope`` (default: this ledger's)."""
+        """Note ``context``'s call ``call_id``, paused since ``since`` at ``cap`` on ``key``, at
+        ``scope``, for ``lasts_s`` (then the note lapses)."""
         name = self._readable(scope)
         call = _notes.paused_call(call_id, key, cap, context, since, lasts_s)
         for lapsed in _notes.paused_calls(self._backend_notes(name), time.time(), lapsed=True):
@@ -497,11 +492,8 @@ class Ledger(ABC):
             self._journal.replay(self._apply_settlement)
 
     def close(self) -> None:
-        """Replay what the journal holds if possible, stop renewing, release the backend.
-
-        A child ledger shares its parent's backend and leaves it open. Whatever the journal
-        cannot replay now stays on disk for the next ledger of this scope and backend.
-        """
+        """Replay what the journal holds if possible, stop renewing, release the backend (a
+        child ledger leaves its parent's open); what cannot be replayed stays on disk."""
         if self._journal is not None:
             try:
                 self.flush()
