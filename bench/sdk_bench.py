@@ -1,48 +1,41 @@
-"""Time ampmeter adds to a real ``openai`` chat call, beside its peers doing the same job.
+"""Instructions and time ampmeter adds to a real ``openai`` chat call, beside its peers.
 
 The provider is a loopback HTTP server in its own process answering at once with recorded
-OpenAI bodies (``ampmeter.testing.recorded``), so the client's work is what is measured. One
-``openai.OpenAI`` client makes every call; rounds interleave the modes in a rotating order:
+OpenAI bodies (``ampmeter.testing.recorded``), each response with an id of its own, so the
+client's work is what is measured. Every tool runs in **its own clean virtualenv** holding the
+same ``openai`` release and nothing but that tool (made under ``bench/.sdk-venvs`` on first use,
+ignored by git): a package the development environment happens to hold cannot enter a figure
+(its ``huggingface_hub`` imports ``filelock``, whose audit hook adds about 50k instructions to
+every SDK call in the process). The client process is ``bench/_sdk_client.py``; the modes:
 
-* ``raw``: the SDK as installed (the baseline);
+* ``raw``: the SDK as installed (the baseline), in a virtualenv with ``openai`` only;
 * ``ampmeter``: ``instrument()`` and an open ``ExecutionContext`` (node, limits check,
-  reservation, usage, price);
-* ``shekel``: an open ``shekel.budget()`` (it patches the SDK while a budget is open);
-* ``openllmetry``: ``OpenAIInstrumentor`` (``opentelemetry-instrumentation-openai``) with an SDK
-  tracer provider and no exporter (the instrumentation's own work).
+  reservation, usage, price), with this checkout installed;
+* ``shekel``: an open ``shekel.budget()`` (the release pinned in ``peers-requirements.txt``);
+* ``openllmetry``: ``OpenAIInstrumentor`` with an SDK tracer provider and no exporter.
 
 Two workloads: a plain chat call, and a stream that ends with a usage chunk. The raw and peer
 streams ask for that chunk themselves (``stream_options.include_usage``); ampmeter's caller does
-not, so ampmeter asks for it and hides it, which is what its users pay. Each figure is the
-mean time per call in a round, as wall time and as CPU time of the calling thread (what the
-metering itself costs; steadier than wall time on a busy machine); "added" is the median over
-rounds of a mode's time minus raw's in the same round, in µs and as a share of the raw call.
+not, so ampmeter asks for it and hides it, which is what its users pay.
 
-Targets (issue 15): ampmeter adds at most 1.5% to a plain call and 3% to the stream.
-
-Run: ``python bench/sdk_bench.py [--quick]``.
+``python bench/sdk_bench.py [--quick]``: rounds interleave the modes' client processes in a
+rotating order; each gives the mean wall time and calling-thread CPU time per call after its
+warm-up; "added" is the median over rounds of a mode's time minus raw's in the same round.
 
 ``python bench/sdk_bench.py --instructions [--quick]`` (needs valgrind; never part of ``make
-test`` or ``make bench``) counts instead the machine instructions a client process executes per
-call, raw, metered by ampmeter and, when installed, under shekel: callgrind counts nothing until
-the warm-up is done, then the ``N`` calls only (the client switches collection on and off with
-``callgrind_control``) after a full garbage collection, so neither start-up, nor a collection
-of what start-up made, nor a one-off difference between two processes' start-ups enters the
-figure, and it does not move with the machine's load.
+test`` or ``make bench``) counts the machine instructions a client process executes per call,
+raw and each tool, in one run: callgrind counts nothing until the warm-up is done and a full
+collection has run, then the ``N`` calls only, so neither start-up nor a collection of what
+start-up made enters the figure, and it does not move with the machine's load.
 
 ``python bench/sdk_bench.py --opcodes`` counts the Python opcodes one call executes after the
-warm-up, and the Python function calls it makes (each sets up a frame), each mode in its own
-process (``sys.settrace`` events). The count is exact: it
-does not move with the seed, the heap or what else the environment installs, while callgrind's
-count moves with layout effects of the process (the type-attribute cache, dict probing, the
-allocator), larger when a peer imports more (``shekel.budget()`` imports every SDK it patches).
-Hold a peer comparison against this count.
+warm-up, and the Python function calls it makes (``sys.settrace`` events), exactly.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
+import importlib.metadata
 import os
 import re
 import shutil
@@ -50,22 +43,19 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-import openai
-
-import ampmeter
 from _options import parse
+from _venvs import clean_python
 
-# shekel patches LiteLLM too, importing it: keep LiteLLM from fetching its price map.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-MODEL = "gpt-4o-mini"
-MESSAGES = [{"role": "user", "content": "What is the answer?"}]
+HERE = Path(__file__).resolve().parent
+CLIENT = HERE / "_sdk_client.py"
+VENVS = HERE / ".sdk-venvs"
 PLAIN_TARGET = 1.5
 STREAM_TARGET = 3.0
+WORKLOADS = ("plain", "stream")
 
 # The provider: a stdlib HTTP/1.1 server (keep-alive) that answers every chat request with the
 # recorded completion, or the recorded chunks when streaming (the usage chunk only if asked),
@@ -131,115 +121,84 @@ def _provider() -> Iterator[str]:
         proc.wait()
 
 
-def _plain(client: openai.OpenAI, asks_usage: bool) -> None:
-    client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=50)
-
-
-def _stream(client: openai.OpenAI, asks_usage: bool) -> None:
-    options = {"stream_options": {"include_usage": True}} if asks_usage else {}
-    for _chunk in client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, max_tokens=50, stream=True, **options
-    ):
-        pass
-
-
-@contextlib.contextmanager
-def _raw() -> Iterator[bool]:
-    yield True
-
-
-@contextlib.contextmanager
-def _ampmeter() -> Iterator[bool]:
-    ampmeter.instrument()
+def _pinned(name: str) -> str:
+    """``name==version``: the release the development environment holds (its lock), or else
+    the one ``peers-requirements.txt`` pins."""
     try:
-        with ampmeter.ExecutionContext("bench", max_cost_usd=1e9):
-            yield False  # the caller does not ask for usage: ampmeter does
-    finally:
-        ampmeter.uninstrument()
+        return f"{name}=={importlib.metadata.version(name)}"
+    except importlib.metadata.PackageNotFoundError:
+        for line in (HERE / "peers-requirements.txt").read_text().splitlines():
+            if line.split("==")[0].strip() == name:
+                return line.strip()
+        raise
 
 
-@contextlib.contextmanager
-def _shekel() -> Iterator[bool]:
-    import shekel
-
-    with shekel.budget(max_usd=1e9):
-        yield True
-
-
-_otel: Any = None
-
-
-@contextlib.contextmanager
-def _openllmetry() -> Iterator[bool]:
-    global _otel
-    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
-    from opentelemetry.sdk.trace import TracerProvider
-
-    if _otel is None:
-        _otel = (OpenAIInstrumentor(), TracerProvider())
-    instrumentor, provider = _otel
-    instrumentor.instrument(tracer_provider=provider)
-    try:
-        yield True
-    finally:
-        instrumentor.uninstrument()
-
-
-def _peers() -> dict[str, Callable[[], contextlib.AbstractContextManager[bool]]]:
-    modes: dict[str, Callable[[], contextlib.AbstractContextManager[bool]]] = {
-        "raw": _raw,
-        "ampmeter": _ampmeter,
+def _requirements() -> dict[str, list[str]]:
+    openai = _pinned("openai")
+    return {
+        "raw": [openai],
+        "ampmeter": [openai, f"-e {HERE.parent}"],
+        "shekel": [openai, _pinned("shekel")],
+        "openllmetry": [
+            openai,
+            _pinned("opentelemetry-instrumentation-openai"),
+            _pinned("opentelemetry-sdk"),
+        ],
     }
-    for name, factory, module in (
-        ("shekel", _shekel, "shekel"),
-        ("openllmetry", _openllmetry, "opentelemetry.instrumentation.openai"),
-    ):
-        try:
-            __import__(module)
-        except ImportError:
-            print(f"[sdk] {name} is not installed: left out", file=sys.stderr)
+
+
+def pythons(modes: tuple[str, ...]) -> dict[str, Path]:
+    """Each mode's clean interpreter (raw first); a peer that cannot be installed is left out
+    with a line saying why, and so is everything when raw or ampmeter cannot."""
+    wanted = _requirements()
+    found: dict[str, Path] = {}
+    for mode in ("raw", *modes):
+        python, why = clean_python(VENVS / mode, wanted[mode])
+        if python is None:
+            if mode in ("raw", "ampmeter"):
+                sys.exit(f"[sdk] cannot make the {mode} virtualenv: {why}")
+            print(f"[sdk] {mode} left out: {why}", file=sys.stderr)
             continue
-        modes[name] = factory
-    return modes
+        found[mode] = python
+    return found
 
 
-@contextlib.contextmanager
-def _isolated(name: str) -> Iterator[None]:
-    """Put back ``Completions.create`` as it was before a mode, if the mode's teardown did not.
+def _client(
+    python: Path,
+    what: str,
+    base_url: str,
+    mode: str,
+    workload: str,
+    calls: int,
+    prefix: list[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [*(prefix or []), str(python), str(CLIENT), what, base_url, mode, workload, str(calls)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONHASHSEED": "0"},  # string hashes move dict probing
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the {mode} {workload} client failed:\n{done.stderr[-2000:]}")
+    return done
 
-    OpenLLMetry's ``uninstrument()`` can leave its wrapper in place once another library has
-    patched the same method, so its wrappers piled up round after round (every later mode,
-    ampmeter's included, then paid for all of them, and a full run never ended).
-    """
-    from openai.resources.chat.completions import Completions
 
-    before = Completions.__dict__["create"]
-    try:
-        yield
-    finally:
-        if Completions.__dict__["create"] is not before:
-            print(f"[sdk] {name} left Completions.create patched: put back", file=sys.stderr)
-            Completions.create = before  # type: ignore[method-assign]
+# -- wall and CPU time per call ------------------------------------------------------------
 
 
 def _measure(
-    client: openai.OpenAI, call: Callable[[openai.OpenAI, bool], None], rounds: int, calls: int
+    found: dict[str, Path], base_url: str, workload: str, rounds: int, calls: int
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Wall time and calling-thread CPU time per call (µs) of each mode, one value per round."""
-    modes = _peers()
-    names = list(modes)
+    names = list(found)
     wall: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
     for round_no in range(rounds):
-        order = names[round_no % len(names) :] + names[: round_no % len(names)]
-        for name in order:
-            with _isolated(name), modes[name]() as asks_usage:
-                call(client, asks_usage)  # warm this mode's path
-                start, start_cpu = time.perf_counter(), time.thread_time()
-                for _ in range(calls):
-                    call(client, asks_usage)
-                cpu[name].append((time.thread_time() - start_cpu) / calls * 1e6)
-                wall[name].append((time.perf_counter() - start) / calls * 1e6)
+        for name in names[round_no % len(names) :] + names[: round_no % len(names)]:
+            out = _client(found[name], "wall", base_url, name, workload, calls).stdout.split()
+            wall[name].append(float(out[-2]))
+            cpu[name].append(float(out[-1]))
     return wall, cpu
 
 
@@ -287,12 +246,10 @@ def _rows(
 
 def run(quick: bool) -> list[dict[str, Any]]:
     rounds, calls = (6, 100) if quick else (15, 300)
-    with (
-        _provider() as base_url,
-        openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0) as client,
-    ):
-        plain_wall, plain_cpu = _measure(client, _plain, rounds, calls)
-        stream_wall, stream_cpu = _measure(client, _stream, rounds, calls)
+    found = pythons(("ampmeter", "shekel", "openllmetry"))
+    with _provider() as base_url:
+        plain_wall, plain_cpu = _measure(found, base_url, "plain", rounds, calls)
+        stream_wall, stream_cpu = _measure(found, base_url, "stream", rounds, calls)
     return [
         *_rows("plain chat call, wall", plain_wall, PLAIN_TARGET),
         *_rows("plain chat call, caller's CPU", plain_cpu, None),
@@ -303,76 +260,36 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 # -- instructions per call (callgrind) -------------------------------------------------------
 
-_WORKLOADS: dict[str, Callable[[openai.OpenAI, bool], None]] = {"plain": _plain, "stream": _stream}
-_WARM_UP = 20
 
-
-def _collect(on: bool) -> None:
-    """Switch callgrind's collection for this process on or off (it returns once done)."""
-    switch = "on" if on else "off"
-    subprocess.run(
-        ["callgrind_control", "-i", switch, str(os.getpid())], check=True, capture_output=True
-    )
-
-
-def _client(base_url: str, mode: str, workload: str, calls: int) -> None:
-    """The process callgrind runs: a warm-up, then ``calls`` calls in one mode, counted."""
-    call = _WORKLOADS[workload]
-    with (
-        openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0) as client,
-        _peers()[mode]() as asks_usage,
-    ):
-        for _ in range(_WARM_UP):
-            call(client, asks_usage)
-        # What start-up made (modules, a price table loaded by the first call) is collected
-        # now: otherwise a full collection of it falls inside the counted calls of one mode and
-        # not the other, depending only on when the collector's thresholds are crossed.
-        gc.collect()
-        _collect(True)
-        for _ in range(calls):
-            call(client, asks_usage)
-        _collect(False)
-
-
-def _instructions(base_url: str, mode: str, workload: str, calls: int) -> float:
+def _instructions(python: Path, base_url: str, mode: str, workload: str, calls: int) -> float:
     """Instructions the client process executes per call, over ``calls`` calls after a warm-up."""
     with tempfile.TemporaryDirectory(prefix="sdk_bench.") as tmp:
-        done = subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                "--instr-atstart=no",
-                f"--callgrind-out-file={os.path.join(tmp, 'callgrind.out')}",
-                sys.executable,
-                __file__,
-                "--client",
-                base_url,
-                mode,
-                workload,
-                str(calls),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, "PYTHONHASHSEED": "0"},  # string hashes move dict probing
-        )
+        valgrind = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={os.path.join(tmp, 'callgrind.out')}",
+        ]
+        done = _client(python, "instructions", base_url, mode, workload, calls, valgrind)
     found = re.search(r"Collected : (\d+)", done.stderr)
-    if done.returncode != 0 or found is None:
-        raise RuntimeError(f"the {mode} {workload} client failed:\n{done.stderr[-2000:]}")
+    if found is None:
+        raise RuntimeError(f"callgrind counted nothing for {mode} {workload}:\n{done.stderr}")
     return int(found.group(1)) / calls
 
 
 def instructions(quick: bool) -> list[tuple[str, str, float, float]]:
     """(workload, mode, raw, mode's) instructions per call for the plain call and the stream:
-    ampmeter, and shekel beside it when installed."""
+    ampmeter, and shekel beside it, each in its clean virtualenv, in one run."""
     calls = 100 if quick else 300
-    modes = [mode for mode in ("ampmeter", "shekel") if mode in _peers()]
+    found = pythons(("ampmeter", "shekel"))
     rows = []
     with _provider() as base_url:
-        for workload in _WORKLOADS:
-            raw = _instructions(base_url, "raw", workload, calls)
-            for mode in modes:
-                rows.append((workload, mode, raw, _instructions(base_url, mode, workload, calls)))
+        for workload in WORKLOADS:
+            raw = _instructions(found["raw"], base_url, "raw", workload, calls)
+            for mode in found:
+                if mode != "raw":
+                    metered = _instructions(found[mode], base_url, mode, workload, calls)
+                    rows.append((workload, mode, raw, metered))
     return rows
 
 
@@ -392,52 +309,16 @@ def _print_instructions(quick: bool) -> None:
 # -- Python opcodes per call (exact) -------------------------------------------------------
 
 
-def _opcodes_of_one_call(base_url: str, mode: str, workload: str) -> tuple[int, int]:
-    """Opcodes the calling thread executes in one call, after the warm-up, in one mode, and
-    the Python function calls it makes."""
-    call = _WORKLOADS[workload]
-    count = calls = 0
-
-    def trace(frame: Any, event: str, arg: Any) -> Any:
-        nonlocal count, calls
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            count += 1
-        elif event == "call":
-            calls += 1
-        return trace
-
-    with (
-        openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0) as client,
-        _peers()[mode]() as asks_usage,
-    ):
-        for _ in range(_WARM_UP):
-            call(client, asks_usage)
-        sys.settrace(trace)
-        try:
-            call(client, asks_usage)
-        finally:
-            sys.settrace(None)
-    return count, calls
-
-
 def opcodes() -> list[tuple[str, str, int, int]]:
-    """(workload, mode, opcodes, Python calls per call) for every installed mode, each in a
-    fresh process."""
+    """(workload, mode, opcodes, Python calls) of one call for every mode, each in a fresh
+    process in its clean virtualenv."""
+    found = pythons(("ampmeter", "shekel", "openllmetry"))
     rows = []
     with _provider() as base_url:
-        for workload in _WORKLOADS:
-            for mode in _peers():
-                done = subprocess.run(
-                    [sys.executable, __file__, "--opcodes-client", base_url, mode, workload],
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
-                if done.returncode != 0:
-                    raise RuntimeError(f"the {mode} {workload} client failed:\n{done.stderr}")
-                count, calls = done.stdout.split()[-2:]
-                rows.append((workload, mode, int(count), int(calls)))
+        for workload in WORKLOADS:
+            for mode, python in found.items():
+                out = _client(python, "opcodes", base_url, mode, workload, 1).stdout.split()
+                rows.append((workload, mode, int(out[-2]), int(out[-1])))
     return rows
 
 
@@ -453,11 +334,7 @@ def _print_opcodes() -> None:
             )
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--opcodes-client"]:
-    print(*_opcodes_of_one_call(sys.argv[2], sys.argv[3], sys.argv[4]))
-elif __name__ == "__main__" and sys.argv[1:2] == ["--client"]:
-    _client(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
-elif __name__ == "__main__":
+if __name__ == "__main__":
     options = parse(
         __doc__,
         instructions="count machine instructions per call under callgrind (needs valgrind)",

@@ -56,7 +56,7 @@ def test_help_prints_the_benchmarks_description_and_runs_nothing() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: sdk_bench.py [-h] [--quick] [--instructions]")
-    assert "Time ampmeter adds to a real ``openai`` chat call" in done.stdout
+    assert "Instructions and time ampmeter adds to a real ``openai`` chat call" in done.stdout
     # the options' help ends the output: no row was measured after it
     assert done.stdout.rstrip().endswith("exactly")
 

@@ -15,14 +15,14 @@ from typing import Annotated, Any, Final
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from ampmeter.cli import analysis, budget, demo
+from ampmeter.cli import analysis, budget, demo, proxy
 from ampmeter.cli.output import print_error
 from ampmeter.cli.run import command as run
 from ampmeter.cli.watch import command as watch
 
 __all__ = ["COMMAND_MODULES", "FlagCommand", "app", "main"]
 
-COMMAND_MODULES: Final = (analysis, budget, demo, run, watch)
+COMMAND_MODULES: Final = (analysis, budget, demo, proxy, run, watch)
 """The modules whose ``register(app)`` adds their commands, in the order ``--help`` lists them."""
 
 

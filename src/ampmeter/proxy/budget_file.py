@@ -1,0 +1,171 @@
+"""The budget file: who may call through the proxy, under which limits, on which ledger.
+
+A TOML file, read once when the proxy starts::
+
+    [proxy]
+    ledger = "budgets.sqlite"          # or "redis://host:6379/0"; none: each proxy counts alone
+    log_dir = "runs/proxy"             # one JSONL log per caller
+
+    [upstreams]                        # where each route forwards (these are the defaults)
+    openai = "https://api.openai.com/v1"
+    anthropic = "https://api.anthropic.com"
+
+    [callers.research]
+    key = "research-team-key"          # the proxy key the caller sends (see the proxy's docs)
+    scope = "team/research"            # the ledger scope its spend is kept under
+    max_cost_usd = 5.00
+    limits = { "amp:llm_calls" = 500 }
+
+Each caller's table takes the keywords of :class:`~ampmeter.ExecutionContext` that make sense
+for a long-lived budget (the limits, ``on_unpriced``, ``estimate``, ``admission_timeout_s``,
+``warn_at``) plus ``key``, ``scope`` and ``limits`` (limit keys to ceilings). A mistake is a
+:class:`BudgetFileError` naming the file, the table and the key; nothing is half-read.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ampmeter.errors import AmpmeterError
+
+__all__ = ["BudgetFileError", "CallerBudget", "ProxyBudgets", "read_budget_file"]
+
+DEFAULT_UPSTREAMS: Final[Mapping[str, str]] = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+}
+
+# ExecutionContext keywords a caller's table may set, with the types TOML gives them.
+_CONTEXT_KEYWORDS: Final[Mapping[str, tuple[type, ...]]] = {
+    "max_cost_usd": (int, float),
+    "max_steps": (int,),
+    "max_retries": (int,),
+    "admission_timeout_s": (int, float),
+    "on_unpriced": (str,),
+    "estimate": (str,),
+    "warn_at": (list,),
+    "max_input_tokens_per_call": (int,),
+}
+_CALLER_KEYS: Final = frozenset({"key", "scope", "limits", *_CONTEXT_KEYWORDS})
+
+
+class BudgetFileError(AmpmeterError, ValueError):
+    """The budget file cannot be used as written (the message names the file and the key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallerBudget:
+    """One caller: its name, the proxy key that names it, its ledger scope and limits."""
+
+    name: str
+    key: str | None
+    scope: str
+    limits: Mapping[str, int | float] = field(default_factory=dict)
+    context_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyBudgets:
+    """Everything a budget file says: the callers, the upstreams, the ledger and the logs."""
+
+    callers: tuple[CallerBudget, ...]
+    upstreams: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_UPSTREAMS))
+    ledger: str | None = None
+    log_dir: str | None = None
+
+
+def read_budget_file(path: str | os.PathLike[str]) -> ProxyBudgets:
+    """The budgets in TOML file ``path`` (see the module's documentation)."""
+    where = os.fspath(path)
+    try:
+        with open(where, "rb") as handle:
+            data = _toml().load(handle)
+    except OSError as exc:
+        raise BudgetFileError(f"cannot read the budget file {where}: {exc.strerror}") from None
+    except ValueError as exc:  # tomllib.TOMLDecodeError
+        raise BudgetFileError(f"{where} is not valid TOML: {exc}") from None
+    return budgets_from(data, where)
+
+
+def budgets_from(data: Mapping[str, Any], where: str = "<budgets>") -> ProxyBudgets:
+    """The budgets a parsed budget file holds (``where`` names it in errors)."""
+    unknown = set(data) - {"proxy", "upstreams", "callers"}
+    if unknown:
+        raise BudgetFileError(f"{where}: unknown table {sorted(unknown)[0]!r}")
+    proxy = _table(data, "proxy", where)
+    unknown = set(proxy) - {"ledger", "log_dir"}
+    if unknown:
+        raise BudgetFileError(f"{where}: [proxy] has no key {sorted(unknown)[0]!r}")
+    upstreams = dict(DEFAULT_UPSTREAMS)
+    for name, url in _table(data, "upstreams", where).items():
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise BudgetFileError(f"{where}: [upstreams] {name} must be an http(s) URL")
+        upstreams[name] = url.rstrip("/")
+    callers = tuple(
+        _caller(name, table, where) for name, table in _table(data, "callers", where).items()
+    )
+    keys = [c.key for c in callers if c.key is not None]
+    if len(set(keys)) != len(keys):
+        raise BudgetFileError(f"{where}: two callers share one key")
+    return ProxyBudgets(
+        callers,
+        upstreams,
+        _optional_text(proxy, "ledger", "[proxy]", where),
+        _optional_text(proxy, "log_dir", "[proxy]", where),
+    )
+
+
+def _caller(name: str, table: object, where: str) -> CallerBudget:
+    label = f"[callers.{name}]"
+    if not isinstance(table, dict):
+        raise BudgetFileError(f"{where}: {label} must be a table")
+    unknown = set(table) - _CALLER_KEYS
+    if unknown:
+        raise BudgetFileError(f"{where}: {label} has no key {sorted(unknown)[0]!r}")
+    options: dict[str, Any] = {}
+    for key, kinds in _CONTEXT_KEYWORDS.items():
+        if key in table:
+            value = table[key]
+            if isinstance(value, bool) or not isinstance(value, kinds):
+                raise BudgetFileError(f"{where}: {label} {key} = {value!r} is of the wrong type")
+            options[key] = value
+    limits = table.get("limits", {})
+    if not isinstance(limits, dict) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in limits.values()
+    ):
+        raise BudgetFileError(f"{where}: {label} limits must map limit keys to numbers")
+    return CallerBudget(
+        name,
+        _optional_text(table, "key", label, where),
+        _optional_text(table, "scope", label, where) or f"proxy/{name}",
+        limits,
+        options,
+    )
+
+
+def _table(data: Mapping[str, Any], name: str, where: str) -> dict[str, Any]:
+    found = data.get(name, {})
+    if not isinstance(found, dict):
+        raise BudgetFileError(f"{where}: [{name}] must be a table")
+    return found
+
+
+def _optional_text(table: Mapping[str, Any], key: str, label: str, where: str) -> str | None:
+    value = table.get(key)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise BudgetFileError(f"{where}: {label} {key} must be a non-empty string")
+    return value
+
+
+def _toml() -> Any:
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib
+    import tomli  # the proxy extra installs it on Python 3.10
+
+    return tomli

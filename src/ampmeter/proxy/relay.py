@@ -1,0 +1,243 @@
+"""One request through the proxy: identify the caller, admit, forward, pass the body, settle.
+
+A request is metered exactly as an SDK request sent through an instrumented HTTP client: the
+same wire-format readers estimate it (:func:`ampmeter.integrations.http.adapter_for_path`), the
+caller's context admits it (reserving the estimate on the caller's ledger scope) or refuses it
+before a byte goes upstream, and the upstream's body is read as it passes, event by event, into
+the node's usage. The caller's own API key goes upstream untouched; the proxy key that names
+the caller does not.
+
+Admission and settlement may wait (for other calls' reservations, for a ledger round trip):
+they run on the relay's worker threads, so the event loop keeps passing other streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final
+
+import aiohttp
+import orjson
+from aiohttp import web
+from multidict import CIMultiDict
+
+from ampmeter.context import ExecutionContext
+from ampmeter.errors import BudgetBusy, LimitExceeded
+from ampmeter.integrations.adapter import Adapter, RequestInfo
+from ampmeter.integrations.http import Admitted, adapter_for_path, response_reader
+from ampmeter.integrations.lifecycle import (
+    META_TRANSPORT,
+    begin_call,
+    finish_abandoned,
+    finish_call,
+)
+
+__all__ = ["KEY_HEADER", "Relay", "refusal"]
+
+KEY_HEADER: Final = "x-ampmeter-key"
+"""The header that names the caller (or put the key in the path: ``/k/<key>/openai``)."""
+
+# Hop-by-hop headers (RFC 9110 7.6.1) and those the proxy sets itself are not forwarded.
+_NOT_FORWARDED: Final = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "content-encoding",  # the upstream's body is passed on decoded
+        KEY_HEADER,
+    }
+)
+
+
+class Relay:
+    """Forwards requests of known callers to their upstreams, metered in each caller's context.
+
+    ``contexts`` maps each caller's proxy key (None: the caller that needs no key) to its open
+    context; ``upstreams`` maps a route (``openai``, ``anthropic``) to its base URL.
+    ``allow_unestimated``: forward a POST whose cost cannot be estimated (an unknown route or
+    body) unmetered, instead of refusing it.
+    """
+
+    def __init__(
+        self,
+        contexts: Mapping[str | None, ExecutionContext],
+        upstreams: Mapping[str, str],
+        *,
+        allow_unestimated: bool = False,
+        workers: int = 128,
+    ) -> None:
+        self._contexts = dict(contexts)
+        self._upstreams = dict(upstreams)
+        self._allow_unestimated = allow_unestimated
+        self._workers = ThreadPoolExecutor(workers, thread_name_prefix="ampmeter-proxy")
+        self._session: aiohttp.ClientSession | None = None
+
+    async def open(self) -> None:
+        """Open the pooled upstream client (on the server's loop)."""
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+            auto_decompress=True,
+            connector=aiohttp.TCPConnector(limit=0),  # the callers' concurrency is the limit
+        )
+
+    async def close(self) -> None:
+        """Close the upstream client and the worker threads."""
+        if self._session is not None:
+            await self._session.close()
+        self._workers.shutdown(wait=True)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        """The aiohttp handler of every proxied route."""
+        route = request.match_info["route"]
+        key = request.match_info.get("key") or request.headers.get(KEY_HEADER)
+        ctx = self._contexts.get(key)
+        if ctx is None:
+            return refusal(route, 401, "no caller has that proxy key", "authentication_error")
+        base = self._upstreams.get(route)
+        if base is None:
+            return refusal(route, 404, f"no upstream is configured for {route!r}", "not_found")
+        path = "/" + request.match_info["tail"]
+        url = base + path + (f"?{request.query_string}" if request.query_string else "")
+        content = await request.read()
+        if request.method != "POST":  # listing models and the like: nothing is billed
+            return await self._forward(request, url, content, None)
+        adapter = adapter_for_path(path)
+        body = _json_object(content)
+        info = adapter.request_info(body) if adapter is not None and body is not None else None
+        if adapter is None or body is None or info is None or info.model is None:
+            if self._allow_unestimated:
+                return await self._forward(request, url, content, None)
+            return refusal(
+                route,
+                400,
+                f"the proxy cannot estimate what POST {path} costs, so it does not forward it "
+                "(start the proxy with --allow-unestimated to forward such requests unmetered)",
+                "invalid_request_error",
+            )
+        return await self._metered(request, ctx, route, url, adapter, info, body, content)
+
+    async def _metered(
+        self,
+        request: web.Request,
+        ctx: ExecutionContext,
+        route: str,
+        url: str,
+        adapter: Adapter,
+        info: RequestInfo,
+        body: dict[str, Any],
+        content: bytes,
+    ) -> web.StreamResponse:
+        hide = info.stream and adapter.prepare_stream(body)
+        loop = asyncio.get_running_loop()
+        meta = {META_TRANSPORT: "proxy"}
+        try:
+            call = await loop.run_in_executor(
+                self._workers, begin_call, ctx, adapter, info, meta, body
+            )
+        except BudgetBusy as busy:
+            return refusal(route, 429, str(busy), "rate_limit_error", retry_after=1)
+        except LimitExceeded as stop:
+            return refusal(route, 402, str(stop), "insufficient_quota")
+        admitted = Admitted(call, adapter, info, hide, body)
+        return await self._forward(request, url, orjson.dumps(body) if hide else content, admitted)
+
+    async def _forward(
+        self, request: web.Request, url: str, content: bytes, admitted: Admitted | None
+    ) -> web.StreamResponse:
+        assert self._session is not None, "the relay is not open"
+        headers = CIMultiDict(
+            (k, v) for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED
+        )
+        try:
+            upstream = await self._session.request(
+                request.method, url, headers=headers, data=content or None
+            )
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            if admitted is not None:
+                await self._settle(finish_call, admitted.call, None, exc)
+            route = request.match_info["route"]
+            return refusal(route, 502, f"the upstream could not be reached: {exc}", "api_error")
+        async with upstream:
+            reader = None
+            if admitted is not None:
+                reader = response_reader(
+                    admitted, upstream.status, upstream.headers.get("content-type", "")
+                )
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for name, value in upstream.headers.items():
+                if name.lower() not in _NOT_FORWARDED:
+                    response.headers.add(name, value)
+            await response.prepare(request)
+            try:
+                async for piece in upstream.content.iter_any():
+                    out = reader.feed(piece) if reader is not None else piece
+                    if out:
+                        await response.write(out)
+                tail = reader.end() if reader is not None else b""
+                if tail:
+                    await response.write(tail)
+                await response.write_eof()
+            except (ConnectionResetError, asyncio.CancelledError):
+                # The caller went away mid-body: what was sent is charged (usage seen so far,
+                # or the reservation when none was), as for an SDK stream closed early.
+                if reader is not None and admitted is not None:
+                    await self._settle(
+                        finish_abandoned, admitted.call, reader.tally, admitted.info, shield=True
+                    )
+                raise
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                if reader is not None and admitted is not None:
+                    await self._settle(finish_call, admitted.call, reader.tally, exc)
+                with contextlib.suppress(Exception):
+                    await response.write_eof()
+                return response
+            if reader is not None and admitted is not None:
+                await self._settle(finish_call, admitted.call, reader.tally, None)
+            return response
+
+    async def _settle(self, finish: Any, *args: Any, shield: bool = False) -> None:
+        """Run ``finish(*args)`` (it may commit to a ledger) on a worker thread."""
+        job = asyncio.get_running_loop().run_in_executor(self._workers, finish, *args)
+        await (asyncio.shield(job) if shield else job)
+
+
+def _json_object(content: bytes) -> dict[str, Any] | None:
+    try:
+        body = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def refusal(
+    route: str, status: int, message: str, kind: str, *, retry_after: int | None = None
+) -> web.Response:
+    """An error in the provider's own shape, so any SDK raises it as that provider's API error.
+
+    ``x-should-retry: false`` tells the official SDKs not to retry it (a budget stop would be
+    refused again); a busy budget (429) gives ``retry-after`` instead.
+    """
+    if route == "anthropic":
+        kind = {"insufficient_quota": "billing_error", "not_found": "not_found_error"}.get(
+            kind, kind
+        )
+        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+    else:
+        body = {"error": {"message": message, "type": kind, "param": None, "code": "ampmeter"}}
+    headers = {"content-type": "application/json"}
+    if retry_after is None:
+        headers["x-should-retry"] = "false"
+    else:
+        headers["retry-after"] = str(retry_after)
+    return web.Response(status=status, body=orjson.dumps(body), headers=headers)
