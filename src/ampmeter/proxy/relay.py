@@ -179,18 +179,18 @@ class Relay:
                 if name.lower() not in _NOT_FORWARDED:
                     response.headers.add(name, value)
             await response.prepare(request)
+            passing = _Passing(response)
             try:
                 async for piece in upstream.content.iter_any():
-                    out = reader.feed(piece) if reader is not None else piece
-                    if out:
-                        await response.write(out)
-                tail = reader.end() if reader is not None else b""
-                if tail:
-                    await response.write(tail)
-                await response.write_eof()
-            except (ConnectionResetError, asyncio.CancelledError):
-                # The caller went away mid-body: what was sent is charged (usage seen so far,
-                # or the reservation when none was), as for an SDK stream closed early.
+                    await passing.write(reader.feed(piece) if reader is not None else piece)
+                    if reader is None and passing.gone:
+                        break  # nothing to count: stop reading what nobody will see
+                if reader is not None:
+                    await passing.write(reader.end())
+                await passing.end()
+            except asyncio.CancelledError:
+                # The proxy is stopping mid-body: what was sent is charged (usage seen so far,
+                # or the reservation's estimate), as for an SDK stream closed early.
                 if reader is not None and admitted is not None:
                     await self._settle(
                         finish_abandoned, admitted.call, reader.tally, admitted.info, shield=True
@@ -199,8 +199,7 @@ class Relay:
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 if reader is not None and admitted is not None:
                     await self._settle(finish_call, admitted.call, reader.tally, exc)
-                with contextlib.suppress(Exception):
-                    await response.write_eof()
+                await passing.end()
                 return response
             if reader is not None and admitted is not None:
                 await self._settle(finish_call, admitted.call, reader.tally, None)
@@ -210,6 +209,29 @@ class Relay:
         """Run ``finish(*args)`` (it may commit to a ledger) on a worker thread."""
         job = asyncio.get_running_loop().run_in_executor(self._workers, finish, *args)
         await (asyncio.shield(job) if shield else job)
+
+
+class _Passing:
+    """The body on its way to the caller. A caller that hangs up mid-body is let go, and the
+    upstream's body is still read to its end: the provider bills the whole answer (it cannot
+    know the caller left), and its usage, which comes last, is then counted exactly instead of
+    estimated."""
+
+    def __init__(self, response: web.StreamResponse) -> None:
+        self._response = response
+        self.gone = False
+
+    async def write(self, data: bytes) -> None:
+        if data and not self.gone:
+            try:
+                await self._response.write(data)
+            except (ConnectionResetError, aiohttp.ClientConnectionError):
+                self.gone = True
+
+    async def end(self) -> None:
+        if not self.gone:
+            with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionError):
+                await self._response.write_eof()
 
 
 def _json_object(content: bytes) -> dict[str, Any] | None:
