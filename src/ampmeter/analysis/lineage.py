@@ -26,6 +26,7 @@ __all__ = [
     "is_own_stop",
     "lineage_of",
     "process_of",
+    "run_labels",
     "run_name",
     "stop_owner",
 ]
@@ -233,3 +234,27 @@ class RunContexts:
                 rows.append((share, path, key, used, cap, sub.stop is not None))
         rows.sort(key=lambda row: -row[0])
         return rows
+
+
+def _short_id(run_id: str) -> str:
+    return run_id if len(run_id) <= 12 else run_id[:8] + "…"
+
+
+def run_labels(runs: Iterable[tuple[str, str | None]]) -> dict[str, str]:
+    """How every view names runs, from (run id, root name) pairs: the root context's name,
+    with the run's id (long ids cut to 8 characters) where two runs share a name; the id
+    alone for a run whose log gives no name."""
+    pairs = list(runs)
+    counts: dict[str, int] = {}
+    for _, name in pairs:
+        if name:
+            counts[name] = counts.get(name, 0) + 1
+    labels = {}
+    for run_id, name in pairs:
+        if not name:
+            labels[run_id] = run_id
+        elif counts[name] > 1:
+            labels[run_id] = f"{name} ({_short_id(run_id)})"
+        else:
+            labels[run_id] = name
+    return labels

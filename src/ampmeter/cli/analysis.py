@@ -5,14 +5,11 @@ from __future__ import annotations
 import enum
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Final, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from ampmeter.cli.output import fail, number, printable, say, user_errors
-
-if TYPE_CHECKING:
-    from rich.text import Text
 
 __all__ = ["register"]
 
@@ -46,32 +43,12 @@ class EngineName(str, enum.Enum):
     duckdb = "duckdb"
 
 
-def _cell(value: object) -> Text:
-    """A table cell: numbers in the one format, text plain (never markup), controls escaped."""
-    from rich.text import Text
+class SummaryFormat(str, enum.Enum):
+    """What ``ampmeter summary`` prints."""
 
-    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
-        return Text(number(value))
-    return Text(printable(str(value)))
-
-
-_SUMMARY_COLUMNS: Final = (
-    ("run_id", "run"),
-    ("llm_calls", "LLM"),
-    ("tool_calls", "tools"),
-    ("retries", "retries"),
-    ("tokens_in", "tok in"),
-    ("tokens_out", "tok out"),
-    ("cost_usd", "cost $"),
-    ("unpriced_calls", "unpriced"),
-    ("unsettled_cost_usd", "unsettled $"),
-    ("llm_calls_per_root", "LLM amp"),
-    ("tool_calls_per_root", "tool amp"),
-    ("base_context", "base ctx"),
-    ("context_growth_avg", "growth"),
-    ("max_depth", "depth"),
-    ("termination", "termination"),
-)
+    table = "table"
+    json = "json"
+    csv = "csv"
 
 
 def summary_command(
@@ -81,11 +58,21 @@ def summary_command(
         typer.Option("--engine", help="auto picks DuckDB for logs over 64 MB in all."),
     ] = EngineName.auto,
     best_effort: BestEffort = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Show every column, not only those that fit 80.")
+    ] = False,
+    fmt: Annotated[
+        SummaryFormat,
+        typer.Option("--format", help="table for people; json or csv: every field of every run."),
+    ] = SummaryFormat.table,
 ) -> None:
-    """Print a table of runs: calls, tokens, cost, amplification, growth, depth, termination.
+    """Print one row per run: its name, LLM calls sent and refused, tokens, cost, how it ended.
 
-    Runs are told apart by run_id; the last two rows give the p50 and p95 across runs. Both
-    engines give the same table.
+    Runs are told apart by run_id and named by their root context (with the id where names
+    collide). The table fits 80 columns; --wide adds tools, retries, tokens out, unpriced and
+    unsettled spend, amplification, context growth and depth; --format json or csv prints
+    every field. The last two rows give the p50 and p95 across runs. Both engines give the
+    same rows.
     """
     from ampmeter.analysis import summarize
 
@@ -101,31 +88,22 @@ def summary_command(
             )
         except ImportError as exc:  # --engine duckdb without the analysis extra
             fail("summary", str(exc))
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    from ampmeter.cli.summary import as_csv, as_json, as_table
 
-    out = Table(title=f"{len(table.runs)} run(s)", header_style="bold")
-    for key, label in _SUMMARY_COLUMNS:
-        text = key in ("run_id", "termination")
-        out.add_column(label, justify="left" if text else "right", overflow="fold")
-    for run in table.runs:
-        row = run.to_dict()
-        out.add_row(*(_cell(row[key]) for key, _ in _SUMMARY_COLUMNS))
-    if table.runs:
-        for q in ("p50", "p95"):
-            cells = []
-            for key, _ in _SUMMARY_COLUMNS:
-                if key == "run_id":
-                    cells.append(Text(q))
-                else:
-                    across = table.across.get(key)
-                    cells.append(_cell(across.get(q)) if across is not None else Text(""))
-            out.add_row(*cells, style="italic dim")
+    if fmt is SummaryFormat.json:
+        typer.echo(as_json(table))
+        return
+    if fmt is SummaryFormat.csv:
+        typer.echo(as_csv(table), nl=False)
+        return
+    if not table.runs:
+        say("ampmeter summary: warning: the logs hold no event, so no run")
+    from rich.console import Console
+
     console = Console()
-    if not console.is_terminal:  # piped or captured: do not squeeze into 80 columns
+    if wide and not console.is_terminal:  # piped or captured: do not squeeze every column
         console = Console(width=200)
-    console.print(out)
+    console.print(as_table(table, wide))
 
 
 def amortize_command(

@@ -15,6 +15,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from ampmeter.analysis.lineage import run_labels
 from ampmeter.analysis.runs import Call
 from ampmeter.cli.output import latency, money, printable
 from ampmeter.cli.watch.state import RUNNING, RunState, WatchState
@@ -243,7 +244,7 @@ _ENDED: Final = {
 
 def _title(run: RunState, now_ms: float | None, label: str) -> Text:
     title = Text.assemble(("run ", "bold"), (label, "bold underline"))
-    if run.name and label == short_ids(run.name):  # else the label has the id already
+    if run.name and label == short_ids(run.name):  # else the label holds the id already
         title.append(f"  {short_ids(run.run_id)[:9]}", "dim")
     running = run.running()
     ending = run.ending(now_ms)
@@ -273,22 +274,9 @@ def _duration(ms: float) -> str:
     return f"{seconds // 3600} h"
 
 
-def run_labels(runs: Sequence[RunState]) -> dict[str, str]:
-    """Each run's label: its root context's name, with its short id where names collide."""
-    counts: dict[str, int] = {}
-    for run in runs:
-        if run.name:
-            counts[run.name] = counts.get(run.name, 0) + 1
-    labels = {}
-    for run in runs:
-        short = short_ids(run.run_id)
-        if run.name is None:
-            labels[run.run_id] = short
-        elif counts[run.name] > 1:
-            labels[run.run_id] = f"{short_ids(run.name)} ({short[:9]})"
-        else:
-            labels[run.run_id] = short_ids(run.name)
-    return labels
+def _labels(runs: Sequence[RunState]) -> dict[str, str]:
+    labels = run_labels((run.run_id, run.name) for run in runs)
+    return {run_id: short_ids(label) for run_id, label in labels.items()}
 
 
 def _run_block(
@@ -331,7 +319,7 @@ def render_frame(
 
     runs = sorted(state.runs.values(), key=lambda run: run.last_end_ms, reverse=True)
     parts: list[RenderableType] = [_header(state, info, now_ms), Text("")]
-    labels = run_labels(runs)
+    labels = _labels(runs)
     for run in sorted(runs[:max_runs], key=lambda r: r.run_id):
         parts += [_run_block(state, run, max_rows, now_ms, labels[run.run_id]), Text("")]
     if len(runs) > max_runs:
