@@ -24,7 +24,7 @@ from ampmeter.report import (
     save_png,
     write_report,
 )
-from ampmeter.report.charts import bars_by_model, nice_ticks, tick_label
+from ampmeter.report.charts import bars_by_model, line_chart, nice_ticks, tick_label
 from support.event_logs import SCRIPT_NAME, make_event_log, make_stream_logs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -167,6 +167,19 @@ def test_ticks_keep_their_labels_apart() -> None:
         labels = [tick_label(t, ticks) for t in ticks]
         assert len(set(labels)) == len(labels), labels
     assert nice_ticks(1, 6, 560, 30, integer=True) == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_line_chart_s_axes_reach_past_its_data() -> None:
+    """Issue 39: input tokens reaching 46 were drawn under an axis labelled up to 40."""
+    chart = line_chart(
+        [("run", [(1.0, 12.0), (2.0, 30.0), (3.0, 46.0)])],
+        x_label="LLM call",
+        y_label="input tokens",
+    )
+    y_labels = [float(v) for v in re.findall(r'class="tick" text-anchor="end">([\d.,]+)<', chart)]
+    assert y_labels and max(y_labels) >= 46, y_labels
+    top_tick = re.search(r'text-anchor="end">' + re.escape(f"{max(y_labels):,.0f}") + "<", chart)
+    assert top_tick is not None
 
 
 def test_many_runs_get_totals_and_pages(tmp_path: Path) -> None:

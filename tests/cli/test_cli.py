@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import re
@@ -14,11 +13,9 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from ampmeter import ExecutionContext, JsonlSink, Limit, LimitExceeded
 from ampmeter.analysis import EXTENDED_COLUMNS, V0_COLUMNS, amortization_curve
 from ampmeter.cli import app
-from ampmeter.keys import KEY_LLM_CALLS
-from support.event_logs import make_event_log, make_stream_logs
+from support.event_logs import make_event_log, make_research_log, make_stream_logs
 
 runner = CliRunner()
 
@@ -66,23 +63,8 @@ def test_summary_prints_a_table(tmp_path: Path) -> None:
         assert text in result.stdout
 
 
-def _research_log(path: Path, runs: int) -> Path:
-    """Runs like issue 39's: a root capped at $0.0004, six sub-agents capped at 2 LLM calls
-    (each refused a third), under UUID chain ids, all of one name."""
-    with JsonlSink(path) as sink:
-        for _ in range(runs):
-            with ExecutionContext("research_run", max_cost_usd=0.0004, sinks=[sink]) as root:
-                for i in range(6):
-                    child = root.spawn_child(f"researcher-{i}", limits=[Limit(KEY_LLM_CALLS, 2)])
-                    with contextlib.suppress(LimitExceeded), child:
-                        for j in range(3):
-                            with child.llm_call(f"ask-{j}", model="m", estimate_usd=1e-5) as c:
-                                c.record(tokens_in=100, tokens_out=10, cost_usd=0.00001)
-    return path
-
-
 def test_summary_fits_80_columns_and_prints_json_and_csv(tmp_path: Path) -> None:
-    log = _research_log(tmp_path / "r.jsonl", 2)
+    log = make_research_log(tmp_path / "r.jsonl", 2)
     result = runner.invoke(app, ["summary", str(log)], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
@@ -248,6 +230,13 @@ def test_report_command_writes_html(tmp_path: Path) -> None:
     result = runner.invoke(app, ["report", str(bad), "-o", str(tmp_path / "r2.html")])
     assert result.exit_code == 2
     assert f"{bad}:1: field 'usage': must be an object" in _one_clear_line(result.stderr)
+    # A log with no event: one clear error and exit 2, not a report of "0 run(s)".
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    result = runner.invoke(app, ["report", str(empty), "-o", str(tmp_path / "r3.html")])
+    assert result.exit_code == 2 and not (tmp_path / "r3.html").exists()
+    line = _one_clear_line(result.stderr)
+    assert "empty.jsonl: no event in the log(s), so no run to report" in line
 
 
 def test_real_process(tmp_path: Path) -> None:
