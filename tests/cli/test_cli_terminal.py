@@ -31,11 +31,16 @@ def terminal() -> Iterator[str]:
             pytest.fail("tmux is missing: scripts/system-deps.sh installs it")
         pytest.skip("tmux is not installed (scripts/system-deps.sh installs it)")
     session = f"ampmeter-cli-{os.getpid()}-{time.monotonic_ns()}"
-    subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "40"],
-        check=True,
-        env={**os.environ, "TERM": "xterm-256color"},
-    )
+    new = ["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "40"]
+    env = {**os.environ, "TERM": "xterm-256color"}
+    # The last test's kill-session ends the tmux server when it held the only session; a new
+    # session asked for while it exits fails ("server exited unexpectedly"): ask again.
+    for _ in range(20):
+        if subprocess.run(new, env=env, capture_output=True).returncode == 0:
+            break
+        time.sleep(0.1)
+    else:
+        subprocess.run(new, check=True, env=env)
     subprocess.run(["tmux", "set-option", "-t", session, "history-limit", "5000"], check=True)
     yield session
     subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
@@ -81,6 +86,27 @@ def test_help_reads_the_same_everywhere_in_80_columns(terminal: str, command: li
         assert "--grace" in text and "SIGTERM" in text and "Exit status: the program's" in text
 
 
+def test_one_help_style_same_placeholders_choices_listed_nothing_eaten(terminal: str) -> None:
+    """Issue 39: the same placeholder for the same thing in every command, choices listed, and
+    no markup eating a glob's star."""
+    helps = {c: shown(terminal, c, "-h") for c in ("summary", "report", "validate", "watch")}
+    for command, text in helps.items():
+        assert f"Usage: ampmeter {command} [OPTIONS] {{LOG...}}" in text, text
+    words = helps["watch"].replace("│", " ").split()  # the help wraps in its box
+    assert "'runs/*.jsonl');" in words and "*.jsonl" in words
+    for command in ("watch", "demo", "run"):
+        assert re.search(r"--max-cost\s+USD\s", shown(terminal, command, "-h")), command
+    assert re.search(r"--max-llm-calls\s+N\s", helps["watch"])
+    budget = shown(terminal, "budget", "-h")
+    assert "{ACTION} {LEDGER} {SCOPE} [KEY] [VALUE]" in budget
+    assert "<show|pause|resume|raise>" in budget
+    text = shown(terminal, "budget", "frob", "ledger.db", "team")
+    joined = " ".join(text.split())  # the terminal wraps the one long line
+    assert exit_status(text) == 2 and "'frob' is not one of 'show', 'pause', 'resume'" in joined
+    summary = helps["summary"]
+    assert "<table|json|csv>" in summary and "--wide" in summary
+
+
 def test_version_and_errors_in_a_terminal(terminal: str, tmp_path: Path) -> None:
     text = shown(terminal, "--version")
     assert exit_status(text) == 0 and re.search(r"^ampmeter \d+\.\d+", text, re.M)
@@ -116,7 +142,10 @@ def _stopped_run(directory: Path) -> None:
 
 
 def test_watch_once_on_a_directory_in_80_columns(terminal: str, tmp_path: Path) -> None:
-    _stopped_run(tmp_path)
+    # Written by a process of its own, which has ended: watch calls a run ended only then.
+    writer = f"import sys; sys.path[:0] = {sys.path!r}; from test_cli_terminal import _stopped_run"
+    writer += f"; from pathlib import Path; _stopped_run(Path({str(tmp_path)!r}))"
+    subprocess.run([sys.executable, "-c", writer], check=True, cwd=Path(__file__).parent)
     text = shown(terminal, "watch", "--once", str(tmp_path))
     assert exit_status(text) == 0
     # Runs by their context's name and a short id; a real tree, indented by depth.

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -230,3 +232,17 @@ def test_demo_command_reports_bad_flags(args: list[str], match: str) -> None:
     result = CliRunner().invoke(app, ["demo", *args])
     assert result.exit_code == 2
     assert match in result.output
+
+
+def test_demo_checks_for_its_server_before_installing_the_model(tmp_path: Path) -> None:
+    """Issue 39: without xllamacpp the demo says so before it installs (or starts) anything."""
+    script = (
+        "import sys; sys.modules['xllamacpp'] = None\n"
+        "from ampmeter.cli import main\n"
+        f"main(['demo', '--out-dir', {str(tmp_path / 'out')!r}])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert "'xllamacpp' package, which is not installed" in done.stderr
+    assert "installing" not in done.stdout + done.stderr and "starting" not in done.stdout
+    assert not (tmp_path / "out").exists()

@@ -16,7 +16,9 @@ __all__ = ["register"]
 LogsArg = Annotated[
     list[Path],
     typer.Argument(
-        help="JSONL log files (TokenTracker events; .gz too).", show_default=False, metavar="LOG"
+        help="JSONL log files (TokenTracker events; .gz too).",
+        show_default=False,
+        metavar="LOG...",
     ),
 ]
 BestEffort = Annotated[
@@ -108,18 +110,26 @@ def summary_command(
 
 def amortize_command(
     stream: Annotated[
-        Path, typer.Argument(help="The *.stream.jsonl file.", show_default=False, metavar="STREAM")
+        Path,
+        typer.Argument(help="The `*.stream.jsonl` file.", show_default=False, metavar="STREAM"),
     ],
     output: Annotated[
-        Path, typer.Option("-o", "--output", help="Where to write the CSV.", show_default=False)
+        Path,
+        typer.Option(
+            "-o", "--output", help="Where to write the CSV.", show_default=False, metavar="PATH"
+        ),
     ],
     problems: Annotated[
         Optional[Path],  # noqa: UP045 - typer needs Optional on Python 3.10
-        typer.Option("--problems", help="The *.problems.jsonl file (accuracy, latency)."),
+        typer.Option(
+            "--problems", help="The `*.problems.jsonl` file (accuracy, latency).", metavar="PATH"
+        ),
     ] = None,
     events: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--events", help="The TokenTracker event log (Track A/B cost)."),
+        typer.Option(
+            "--events", help="The TokenTracker event log (Track A/B cost).", metavar="LOG"
+        ),
     ] = None,
     fmt: Annotated[
         Format,
@@ -130,7 +140,7 @@ def amortize_command(
     ] = Format.v0,
     plot: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--plot", help="Also draw the curve as a PNG here."),
+        typer.Option("--plot", help="Also draw the curve as a PNG here.", metavar="PATH"),
     ] = None,
     engine: Annotated[
         EngineName,
@@ -170,9 +180,9 @@ def validate_command(logs: LogsArg) -> None:
 
     Lines are read by the same rules as every other command (only a last line without its
     newline is a cut-off write); event logs are also checked against the TokenTracker v0
-    schema, and *.stream.jsonl, *.problems.jsonl and *.calls.jsonl against the fields analysis
-    needs. Exit status: 0 when every line is valid, 1 when some are not, 2 when a file cannot be
-    read.
+    schema, and `*.stream.jsonl`, `*.problems.jsonl` and `*.calls.jsonl` against the fields
+    analysis needs. Exit status: 0 when every line is valid, 1 when some are not, 2 when a file
+    cannot be read.
     """
     from ampmeter.analysis.validate import validate_file
 
@@ -194,18 +204,19 @@ def validate_command(logs: LogsArg) -> None:
 
 def report_command(
     logs: LogsArg,
-    output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path(
-        "report.html"
-    ),
-    title: Annotated[str, typer.Option("--title", help="Title of the report.")] = (
-        "ampmeter report"
-    ),
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="The HTML file to write.", metavar="PATH")
+    ] = Path("report.html"),
+    title: Annotated[
+        str, typer.Option("--title", help="Title of the report.", metavar="TEXT")
+    ] = "ampmeter report",
     best_effort: BestEffort = False,
 ) -> None:
     """Write one self-contained HTML report: summary, figures and call trees.
 
-    The file opens from disk with no network. Pass *.stream.jsonl with its .problems.jsonl and
-    .token_events.jsonl siblings to include the amortization figure.
+    The file opens from disk with no network. Pass `*.stream.jsonl` with its `.problems.jsonl`
+    and `.token_events.jsonl` siblings to include the amortization figure. Logs that hold no
+    event are an error (exit status 2), not a report of nothing.
     """
     from ampmeter.report import write_report
 

@@ -161,6 +161,15 @@ def run_demo(
     out = Path(out_dir)
     server: LocalLLMServer | None = None
     if base_url is None:
+        # What the local server needs is checked before the model's 93 MB wheel is installed.
+        try:
+            import xllamacpp  # noqa: F401
+        except ImportError:
+            raise DemoError(
+                "the demo's local model is served with the 'xllamacpp' package, which is not "
+                "installed: pip install 'ampmeter[demo]' (or give --base-url of a running "
+                "OpenAI-compatible server)"
+            ) from None
         if model_path is None:
             model_path = locate_or_install_model(echo)
         server = LocalLLMServer(model_path, n_ctx=2048, threads=2)
