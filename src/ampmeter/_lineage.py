@@ -10,6 +10,7 @@ call pays one dictionary entry, not a walk up the tree.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from collections.abc import Sequence
 from typing import Any, Final
@@ -21,7 +22,7 @@ __all__ = ["META_CONTEXTS", "Lineage", "lineage"]
 
 META_CONTEXTS: Final = "contexts"
 """The metadata key of the lineage (a list of ``{"name", "limits"}``, root first; the root also
-holds ``pid`` and ``host``)."""
+holds its ``id``, ``pid`` and ``host``)."""
 
 Lineage = tuple[dict[str, Any], ...]
 
@@ -51,6 +52,8 @@ def lineage(above: Lineage | None, name: str, limits: Sequence[Limit]) -> Lineag
     if ceilings:
         entry["limits"] = ceilings
     if above is None:
-        entry |= {"pid": os.getpid(), "host": socket.gethostname()}
+        # A root also says which one it is (two roots of one name in one process are two
+        # runs) and where it runs (so a view can tell whether it still does).
+        entry |= {"id": secrets.token_hex(6), "pid": os.getpid(), "host": socket.gethostname()}
         return (entry,)
     return (*above, entry)

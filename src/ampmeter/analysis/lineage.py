@@ -37,12 +37,13 @@ _KEY: Final = "contexts"
 @dataclass(frozen=True, slots=True)
 class ContextInfo:
     """One context of a call's lineage: its name, its own ceilings (stats key -> value), and
-    for a root the process it ran in."""
+    for a root its id and the process it ran in."""
 
     name: str
     limits: dict[str, float] = field(default_factory=dict)
     pid: int | None = None
     host: str | None = None
+    id: str | None = None
 
 
 def _number(value: object) -> float | None:
@@ -76,11 +77,13 @@ def _entry(raw: object) -> ContextInfo | None:
                 limits[key] = number
     pid = raw.get("pid")
     host = raw.get("host")
+    ident = raw.get("id")
     return ContextInfo(
         name,
         limits,
         pid if type(pid) is int and pid > 0 else None,
         host if isinstance(host, str) else None,
+        ident if isinstance(ident, str) else None,
     )
 
 

@@ -271,8 +271,9 @@ def _ask_all(
             uninstrument()
     seconds = time.perf_counter() - began
     echo(totals(run_summary, summaries, budget.describe(), seconds, out, RUN_ID))
-    ceilings = {KEY_COST: max_cost, KEY_LLM_CALLS: max_steps}  # each question's own limits
-    # The run budget covers every question together; the report's per-run limits cannot show it.
+    # The log says every limit and who set it (metadata.contexts): the report shows each
+    # question's own and the run budget, which covers every question together.
+    ceilings: dict[str, float] = {}
     by_run = [f"q{t}" for t, q in enumerate(summaries) if q["stopped_by"] == "run budget"]
     stops = f"; it stopped {', '.join(by_run)} before a call" if by_run else ""
     budget_note = (

@@ -142,6 +142,28 @@ def _nodes(run: RunDigest) -> list[list[Any]]:
     ]
 
 
+def _root_key(run: RunDigest) -> tuple[str, str] | None:
+    root = run.contexts.root
+    return None if root is None or root.id is None else (root.name, root.id)
+
+
+def _shared_roots(
+    runs: Sequence[RunDigest],
+) -> dict[tuple[str, str], tuple[int, dict[str, float]]]:
+    """Roots (one context in one process) that more than one run of the report ran under, as
+    a stream logger writes each problem as a run: how many runs, and their usage together."""
+    found: dict[tuple[str, str], tuple[int, dict[str, float]]] = {}
+    for run in runs:
+        key = _root_key(run)
+        if key is None:
+            continue
+        count, usage = found.get(key, (0, {}))
+        for name, value in run.usage.items():
+            usage[name] = usage.get(name, 0.0) + value
+        found[key] = (count + 1, usage)
+    return {key: value for key, value in found.items() if value[0] > 1}
+
+
 def focus_run(runs: Sequence[RunDigest]) -> int:
     """The run the first screen opens: the first with a stop whose calls the report holds (so
     its timeline can be drawn), else the first with a stop, else the first run."""
@@ -279,6 +301,7 @@ def build_report(
         names = ", ".join(os.path.basename(p) for p in paths)
         raise ValueError(f"{names}: no event in the log(s), so no run to report")
     labels = run_labels((r.run_id, r.contexts.name) for r in runs)
+    roots = _shared_roots(runs)
     table = summary_table([r.summary() for r in runs])
     curve = _curves(streams, given) if streams else None
 
@@ -296,7 +319,9 @@ def build_report(
             data_index = len(data_runs)
             data_runs.append({"id": run.run_id, "t0": run.start_ms, "nodes": _nodes(run)})
         label = labels[run.run_id]
-        panels[i] = run_panel(number, run, data_index, limits_given, number == 0, label)
+        root = _root_key(run)
+        shared = roots.get(root) if root is not None else None
+        panels[i] = run_panel(number, run, data_index, limits_given, number == 0, label, shared)
     esc = html.escape
     glance = ""
     if runs:

@@ -118,15 +118,34 @@ def _limit_row(
     )
 
 
-def _limits(run: RunDigest, given: Mapping[str, float], most_subagents: int = 8) -> str:
+def _limits(
+    run: RunDigest,
+    given: Mapping[str, float],
+    shared: tuple[int, Mapping[str, float]] | None = None,
+    most_subagents: int = 8,
+) -> str:
     """The run's spend against each of its own ceilings (set by its root context, as the log
     says; given; or named by a stop of the run's own), its spend on the main keys when no
     ceiling is known for them, then each sub-agent's own limits, nearest to their ceiling
-    first."""
+    first. ``shared``: (how many runs, their usage by key) when the root's ceilings cover
+    other runs of the report too (a stream logger's problems), so its share says it."""
     root = run.contexts.name
     ceilings: dict[str, tuple[float, str]] = {
         key: (cap, f"set by {root}") for key, cap in run.contexts.own_limits().items()
     }
+    together = []
+    if shared is not None and ceilings:
+        usage = shared[1]
+        for key, (cap, _) in ceilings.items():
+            if derivable(key):
+                spent = _amount(key, usage.get(key, 0.0))
+                together.append(f"{esc(key)}: {esc(spent)} of {esc(_amount(key, cap))}")
+    note = (
+        f'<p class="muted shared">{esc(str(root))}\'s ceilings cover {shared[0]:,} runs of this '
+        f"report; together they used {'; '.join(together)}.</p>"
+        if together and shared is not None
+        else ""
+    )
     for key, cap in given.items():
         ceilings.setdefault(key, (cap, "given"))
     for key, cap in run.ceilings.items():
@@ -138,14 +157,15 @@ def _limits(run: RunDigest, given: Mapping[str, float], most_subagents: int = 8)
     rows += [
         _limit_row(k, run.usage.get(k, 0.0), None, "") for k in _SPEND_KEYS if k not in ceilings
     ]
-    subagents = run.contexts.subagent_rows()
+    # A sub-agent's limit the logs cannot tell (parse errors in a row) is shown if it stopped it.
+    subagents = [row for row in run.contexts.subagent_rows() if row[3] is not None or row[5]]
     for _, path, key, used, cap, stopped in subagents[:most_subagents]:
         origin = f"set by {path[-1]}" + (", which it stopped" if stopped else "")
         rows.append(_limit_row(key, used, cap, origin, context=path[-1]))
     if len(subagents) > most_subagents:
         more = len(subagents) - most_subagents
         rows.append(f'<p class="muted">and {more:,} more sub-agent limit(s)</p>')
-    return f'<div class="limits">{"".join(rows)}</div>'
+    return f'<div class="limits">{"".join(rows)}</div>{note}'
 
 
 def _stops(run: RunDigest) -> str:
@@ -175,6 +195,7 @@ def run_panel(
     given: Mapping[str, float],
     open_: bool,
     label: str,
+    shared: tuple[int, Mapping[str, float]] | None = None,
 ) -> str:
     """One run's panel: spend against each limit and its stops side by side, its timeline,
     then its calls (drawn by the page's script from the data of run ``data_index``; None when
@@ -191,7 +212,8 @@ def run_panel(
         unsettled = dollars(s.unsettled_cost_usd)
         marks.append(f'<span class="badge unsettled">{esc(unsettled)} unsettled</span>')
     cost = dollars(s.cost_usd) + (f" + {s.unpriced_calls} unpriced" if s.unpriced_calls else "")
-    run_id = f'<span class="run-id muted">{esc(run.run_id)}</span> ' if label != run.run_id else ""
+    named = run.contexts.name
+    run_id = f'<span class="run-id muted">{esc(run.run_id)}</span> ' if label == named else ""
     head = (
         f'<summary><span class="run-name">{esc(label)}</span> {run_id}'
         f'<span class="muted">{run.events:,} nodes · {esc(cost)} · {esc(s.termination)}'
@@ -223,7 +245,7 @@ def run_panel(
     return (
         f'<details class="run" id="run-{index}"{data}{" open" if open_ else ""}>{head}'
         f'{limit_events}<div class="glance"><section class="limit-panel"><h3>Spend and limits'
-        f'</h3>{_limits(run, given)}</section><section class="stop-panel"><h3>Stops '
+        f'</h3>{_limits(run, given, shared)}</section><section class="stop-panel"><h3>Stops '
         f'<span class="muted">({run.halted_nodes:,})</span></h3>{_stops(run)}</section></div>'
         f"{timeline}{calls}</details>"
     )
