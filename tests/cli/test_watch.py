@@ -312,6 +312,8 @@ def test_runs_are_named_by_their_root_and_limits_stay_with_who_set_them(tmp_path
     assert own and sub and own.start() < sub.start(), text
     assert "600%" not in text and "of 2\n" not in text.split("researcher")[0]
     assert text.count("■ ended: success") == 2 and "stopped by a limit" not in text
+    # Refused calls are not LLM calls sent.
+    assert text.count("calls 12 LLM call(s) sent, 6 refused before sending") == 2
 
 
 LOOP = """

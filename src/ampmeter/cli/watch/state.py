@@ -21,7 +21,7 @@ from typing import Any, Final
 from ampmeter.analysis.ceilings import call_usage, derivable, parse_stop_reason
 from ampmeter.analysis.lineage import RunContexts, is_own_stop
 from ampmeter.analysis.runs import Call, call_from_event, is_unsettled
-from ampmeter.analysis.summary import termination_of
+from ampmeter.analysis.summary import refused, termination_of
 from ampmeter.cli.watch.processes import verdict
 
 __all__ = ["QUIET_MS", "RATE_WINDOW_MS", "RUNNING", "Rates", "RunState", "Stop", "WatchState"]
@@ -65,6 +65,8 @@ class RunState:
     top: dict[str, None] = field(default_factory=dict)  # top-level spans, first-seen order
     halted: list[str] = field(default_factory=list)
     unpriced: int = 0
+    llm_sent: int = 0  # LLM calls that were sent
+    refused: int = 0  # LLM and tool calls a limit refused before they were sent
     unsettled_cost_usd: float = 0.0  # charged for holds of workers that died mid-call
     per_second: dict[int, list[float]] = field(default_factory=dict)  # s -> [LLM calls, USD]
     first_start_ms: float = math.inf
@@ -140,6 +142,10 @@ class RunState:
         for key, value in call_usage(call).items():
             totals[key] = totals.get(key, 0.0) + value
         self.unpriced += call.unpriced
+        if call.kind in ("llm", "tool") and refused(call):
+            self.refused += 1
+        elif call.kind == "llm":
+            self.llm_sent += 1
         if is_unsettled(call):
             self.unsettled_cost_usd += call.cost_usd
         if call.end_ms is not None:

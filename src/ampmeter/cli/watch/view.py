@@ -118,6 +118,9 @@ def _limits(state: WatchState, run: RunState, max_subagents: int = 3) -> Group:
         ("  tokens ", "bold"),
         f"{tokens_in:,} in / {tokens_out:,} out",
     )
+    calls = Text.assemble(("calls ", "bold"), f"{run.llm_sent:,} LLM call(s) sent")
+    if run.refused:
+        calls.append(f", {run.refused:,} refused before sending")
     if run.unsettled_cost_usd:
         spent.append(f"  (unsettled {_money(run.unsettled_cost_usd)}: holds of workers that died)")
     ceilings = state.ceilings_of(run)
@@ -134,7 +137,7 @@ def _limits(state: WatchState, run: RunState, max_subagents: int = 3) -> Group:
     if len(rows) > max_subagents:
         more = len(rows) - max_subagents
         grid.add_row(f"[dim]… {more} more sub-agent limit(s)[/]")
-    return Group(spent, grid)
+    return Group(spent, calls, grid)
 
 
 # Long hexadecimal ids (run UUIDs, ledger scopes) shortened to their first 8 digits: the frame
