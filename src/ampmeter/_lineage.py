@@ -10,8 +10,6 @@ call pays one dictionary entry, not a walk up the tree.
 from __future__ import annotations
 
 import os
-import secrets
-import socket
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -53,7 +51,8 @@ def lineage(above: Lineage | None, name: str, limits: Sequence[Limit]) -> Lineag
         entry["limits"] = ceilings
     if above is None:
         # A root also says which one it is (two roots of one name in one process are two
-        # runs) and where it runs (so a view can tell whether it still does).
-        entry |= {"id": secrets.token_hex(6), "pid": os.getpid(), "host": socket.gethostname()}
+        # runs) and where it runs (so a view can tell whether it still does); with os alone,
+        # as secrets and socket would add to every process's cold start.
+        entry |= {"id": os.urandom(6).hex(), "pid": os.getpid(), "host": os.uname().nodename}
         return (entry,)
     return (*above, entry)

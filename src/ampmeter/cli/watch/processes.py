@@ -9,7 +9,6 @@ is not taken for the run's. A process on another machine cannot be checked.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterable
 from functools import cache
 
@@ -19,7 +18,7 @@ __all__ = ["this_host", "verdict"]
 @cache
 def this_host() -> str:
     """This machine's host name, as ampmeter writes it in the log."""
-    return socket.gethostname()
+    return os.uname().nodename
 
 
 def _boot_time_s() -> float | None:
