@@ -52,7 +52,10 @@ def lineage(above: Lineage | None, name: str, limits: Sequence[Limit]) -> Lineag
     if above is None:
         # A root also says which one it is (two roots of one name in one process are two
         # runs) and where it runs (so a view can tell whether it still does); with os alone,
-        # as secrets and socket would add to every process's cold start.
-        entry |= {"id": os.urandom(6).hex(), "pid": os.getpid(), "host": os.uname().nodename}
+        # as secrets and socket would add to every process's cold start. The id is digits
+        # only: hex such as "3e100" reads as a huge exponent to the summary's DuckDB scan,
+        # which then reads the whole file the slow way.
+        ident = f"{int.from_bytes(os.urandom(6), 'big'):015d}"
+        entry |= {"id": ident, "pid": os.getpid(), "host": os.uname().nodename}
         return (entry,)
     return (*above, entry)
