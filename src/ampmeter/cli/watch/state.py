@@ -2,8 +2,11 @@
 
 Logs hold one line per *finished* call, so a call still running is seen only through its
 children: a ``parent_id`` that has no event yet is a call that has not ended, shown as running
-until its own line arrives. Ceilings come from the caller (flags, ``AMPMETER_MAX_*``) and are
-completed from the stops seen in the logs, whose reasons name the limit and its ceiling.
+until its own line arrives. A call in flight with no inner call ended logs nothing at all, so
+a run counts as going while a process that wrote it is alive (the root context in
+``metadata.contexts`` names it). The run's own ceilings are those its root context set (the
+log says them), else the caller's (flags, ``AMPMETER_MAX_*``), completed from the run's own
+stops, whose reasons name the limit and its ceiling; each sub-agent's limits stay its own.
 
 Everything a frame shows is kept up to date as events arrive (totals per stats key, the tree's
 child lists, stops, calls and dollars per second), so drawing a frame does not walk every call
