@@ -27,12 +27,10 @@ from ampmeter.analysis.runs import Call, call_from_event, is_unsettled
 from ampmeter.analysis.summary import refused, termination_of
 from ampmeter.cli.watch.processes import verdict
 
-__all__ = ["QUIET_MS", "RATE_WINDOW_MS", "RUNNING", "Rates", "RunState", "Stop", "WatchState"]
+__all__ = ["RATE_WINDOW_MS", "RUNNING", "Rates", "RunState", "Stop", "WatchState"]
 
 RUNNING: Final = "running"
 RATE_WINDOW_MS: Final = 60_000.0
-QUIET_MS: Final = 5_000.0
-"""A run with nothing running and no new line for this long is shown as ended."""
 
 
 @dataclass(slots=True)
