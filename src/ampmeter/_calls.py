@@ -16,6 +16,7 @@ from ampmeter import _validate
 from ampmeter._core.reserve import model_estimate
 from ampmeter._core.steps import Flight
 from ampmeter._core.usage import Usage
+from ampmeter._lineage import META_CONTEXTS, Lineage
 from ampmeter.call import Call
 from ampmeter.graph import check_kind
 from ampmeter.keys import KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE
@@ -43,6 +44,7 @@ class CallMaker:
     """Makes a context's calls (see the module docstring)."""
 
     name: str
+    _lineage: Lineage
     _chain: Chain
     _frame: Frame
     _kernel: Kernel
@@ -251,6 +253,7 @@ class CallMaker:
         """The call of ``flight``, its node begun under the current node with ``meta`` (the
         call's own dict), not yet admitted."""
         meta.setdefault("context", self.name)  # the event log's metadata.context, for views
+        meta.setdefault(META_CONTEXTS, self._lineage)  # and the contexts it ran in, root first
         if flight.provider is not None:
             meta[META_PROVIDER] = flight.provider
         flight.node = self._kernel.begin(

@@ -33,6 +33,7 @@ from ampmeter._core.frame import Frame
 from ampmeter._core.kernel import bound
 from ampmeter._core.outcome import TerminationReason
 from ampmeter._core.steps import Chain
+from ampmeter._lineage import META_CONTEXTS, lineage
 from ampmeter._settings import Settings
 from ampmeter.call import Call
 from ampmeter.errors import ExecutionCanceled, LimitExceeded
@@ -211,6 +212,8 @@ class ExecutionContext(CallMaker):
         name = settings.name
         self.name = name
         self.parent = parent
+        self._lineage = lineage(parent._lineage if parent else None, name, settings.limits)
+        settings.metadata[META_CONTEXTS] = self._lineage  # a sub-agent's own event says it too
         self.ledger = settings.ledger
         self.on_ledger_error = settings.on_ledger_error
         self.data: Any = None

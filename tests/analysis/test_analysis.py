@@ -577,7 +577,12 @@ def test_digest_counts_stopped_calls_apart_and_keeps_them_out_of_latency(tmp_pat
     assert digest.latency_count == 2
     p50 = digest.latency_percentile(50.0)
     assert p50 is not None and p50 >= 40
-    assert "amp:cost" in run.ceilings and run.usage["amp:cost"] == pytest.approx(0.002)
+    # The sub-agent's own ceiling is the sub-agent's, not the run's (issue 39).
+    assert run.ceilings == {} and run.usage["amp:cost"] == pytest.approx(0.002)
+    researcher = run.contexts.subagents[("agent", "researcher")]
+    assert researcher.limits == {"amp:cost": 0.0015} and researcher.stop is not None
+    assert researcher.used("amp:cost") == pytest.approx(0.001)
+    assert summary.termination == "success" and summary.name == "agent"
     assert [s.name for s in run.stops] == ["again", "researcher"]
     assert [s.depth for s in run.stops] == [2, 1]
 

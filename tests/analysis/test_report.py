@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from ampmeter import ExecutionContext
 from ampmeter.analysis import amortization_curve
+from ampmeter.logs import StreamMetricsLogger
 from ampmeter.report import (
     amortization_figure,
     build_report,
@@ -24,8 +26,8 @@ from ampmeter.report import (
     save_png,
     write_report,
 )
-from ampmeter.report.charts import bars_by_model, nice_ticks, tick_label
-from support.event_logs import SCRIPT_NAME, make_event_log, make_stream_logs
+from ampmeter.report.charts import bars_by_model, line_chart, nice_ticks, tick_label
+from support.event_logs import SCRIPT_NAME, make_event_log, make_research_log, make_stream_logs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -167,6 +169,43 @@ def test_ticks_keep_their_labels_apart() -> None:
         labels = [tick_label(t, ticks) for t in ticks]
         assert len(set(labels)) == len(labels), labels
     assert nice_ticks(1, 6, 560, 30, integer=True) == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_root_s_ceilings_over_many_runs_say_what_the_runs_used_together(
+    tmp_path: Path,
+) -> None:
+    """A stream logger writes each problem as a run, all under one root and its budget (the
+    demo's run budget): each run's panel says what they used together against that budget,
+    while two roots of one name in one process stay two runs of their own."""
+    with (
+        StreamMetricsLogger(tmp_path, "batch") as logger,
+        ExecutionContext("batch_run", max_cost_usd=0.01) as root,
+    ):
+        for t in range(3):
+            with (
+                root.spawn_child(f"q{t}", sinks=[logger.problem(t, f"q{t}")]) as child,
+                child.llm_call("solve", model="m", estimate_usd=0.002) as call,
+            ):
+                call.record(tokens_in=10, tokens_out=1, cost_usd=0.002)
+    page = build_report([logger.token_events_path])
+    note = "batch_run's ceilings cover 3 runs of this report; together they used"
+    assert page.count(note) == 3 and "amp:cost: $0.006 of $0.01." in page
+    assert "ceiling set by batch_run" in page
+    two = build_report([make_research_log(tmp_path / "r.jsonl", 2)])
+    assert "ceilings cover" not in two and two.count("of $0.0004 (30%; ceiling set by") == 2
+
+
+def test_a_line_chart_s_axes_reach_past_its_data() -> None:
+    """Issue 39: input tokens reaching 46 were drawn under an axis labelled up to 40."""
+    chart = line_chart(
+        [("run", [(1.0, 12.0), (2.0, 30.0), (3.0, 46.0)])],
+        x_label="LLM call",
+        y_label="input tokens",
+    )
+    y_labels = [float(v) for v in re.findall(r'class="tick" text-anchor="end">([\d.,]+)<', chart)]
+    assert y_labels and max(y_labels) >= 46, y_labels
+    top_tick = re.search(r'text-anchor="end">' + re.escape(f"{max(y_labels):,.0f}") + "<", chart)
+    assert top_tick is not None
 
 
 def test_many_runs_get_totals_and_pages(tmp_path: Path) -> None:

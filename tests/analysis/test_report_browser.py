@@ -24,6 +24,7 @@ from support.event_logs import (
     IMG_PAYLOAD,
     SCRIPT_NAME,
     make_event_log,
+    make_research_log,
     make_stream_logs,
     make_subagent_log,
 )
@@ -272,12 +273,13 @@ def test_what_a_person_sees(browser: object, tmp_path: Path) -> None:
             [selector, box["x"] + box["width"] / 2, box["y"] + min(box["height"] / 2, 30)],
         ), selector
     limit = glance.locator(".limit", has_text="amp:cost")
-    assert "named by a stop" in limit.inner_text() and "of $0.002" in limit.inner_text()
+    # The ceiling the run's root context set, named as such (the log says it).
+    assert "set by agent" in limit.inner_text() and "of $0.002" in limit.inner_text()
     assert limit.locator(".bar > span").bounding_box()["width"] > 50  # type: ignore[index]
     stops = glance.locator("ol.stops li")
     assert stops.count() == 1 and "amp:cost" in stops.first.inner_text()
-    assert "10 sent" in glance.locator("summary").inner_text()
-    assert "1 stopped before sending" in glance.locator("summary").inner_text()
+    assert "10 calls sent" in glance.locator("summary").inner_text()
+    assert "1 refused" in glance.locator("summary").inner_text()
     # The timeline: bars of different lengths, the stop marked, its reason in its own column.
     gantt = glance.locator("svg.gantt")
     bars = gantt.locator("rect.bar")
@@ -311,11 +313,11 @@ def test_what_a_person_sees(browser: object, tmp_path: Path) -> None:
     assert "3 stopped before sending" in sent
     # Sizes follow the data: one model with a price is one short row.
     assert _box(page, "svg.by-model")["height"] < 90
-    # The sub-agent's stop: its own node is in the stop list, but not among stopped calls.
-    sub_row = page.locator("table.summary tbody tr", has_text="sub").first
+    # The sub-agent's stop: its own node is in the stop list, but not among refused calls.
+    sub_row = page.locator("table.summary tbody tr", has_text="(sub)").first
     column = page.evaluate(
         "() => [...document.querySelectorAll('table.summary th')]"
-        ".findIndex(th => th.textContent.startsWith('stopped'))"
+        ".findIndex(th => th.textContent.startsWith('refused'))"
     )
     assert sub_row.locator("td").nth(column).inner_text() == "1"
     sub_row.locator("a.open-run").click()
@@ -328,6 +330,73 @@ def test_what_a_person_sees(browser: object, tmp_path: Path) -> None:
     assert page.evaluate(OVERLAPS) == []
     page.screenshot(path=str(tmp_path / "full.png"), full_page=True)
     assert left_the_page == []
+    page.close()
+
+
+def test_a_run_is_its_root_s_and_each_limit_is_its_setter_s(
+    browser: object, tmp_path: Path
+) -> None:
+    """Issue 39: one run, root capped at $0.0004, six sub-agents capped at 2 LLM calls."""
+    out = Path(write_report([make_research_log(tmp_path / "r.jsonl")], tmp_path / "r.html"))
+    page = browser.new_page()  # type: ignore[attr-defined]
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(out.as_uri())
+    _open(page)
+    glance = page.locator("#glance details.run")
+    head = glance.locator("summary").inner_text()
+    assert head.startswith("research_run") and "success" in head and "6 refused" in head
+    # The run's own ceiling first, named by who set it; then each sub-agent's own.
+    limits = glance.locator(".limit-panel .limit").all_inner_texts()
+    assert "amp:cost" in limits[0] and "of $0.0004 (30%; ceiling set by research_run)" in limits[0]
+    subagents = [t for t in limits if "researcher-" in t]
+    assert len(subagents) == 6 and all(
+        "amp:llm_calls" in t and "2 of 2 (100%" in t and "which it stopped" in t for t in subagents
+    ), limits
+    assert "no ceiling known" not in " ".join(limits[:1]) and "600%" not in page.content()
+    # The table names the run; its calls are counted as sent and refused.
+    row = page.locator("table.summary tbody tr").first.inner_text().split("\t")
+    assert row[:4] == ["research_run", "12", "0", "6"], row
+    # With one run the run at a glance is all there is: no empty "every other run" section.
+    assert page.locator("h2", has_text="Every other run").count() == 0
+    assert "(the only run)" in page.inner_text("#glance h2")
+    # The timeline lists each sub-agent above its first call.
+    labels = glance.locator("svg.gantt text.label").all_text_contents()
+    for i in range(6):
+        assert labels.index(f"system researcher-{i}") < labels.index("llm ask-0", i * 4), labels
+    # A sub-agent's row shows what its calls used; money reads one way.
+    top = glance.locator("ul.tree.top > li > .node").first
+    assert "with its calls: tokens 200 / 20 · $0.00002" in top.inner_text()
+    top.locator("button.toggle").click()
+    inner = glance.locator("ul.tree ul.tree .node").all_inner_texts()
+    assert any("$0.00001" in t for t in inner) and any("$0.00" in t for t in inner)
+    assert "$0.000 " not in page.inner_text("body") and "e-" not in page.inner_text(".limits")
+    assert page.evaluate(OVERLAPS) == []
+    page.screenshot(path=str(tmp_path / "research.png"), full_page=True)
+    page.close()
+
+
+def test_latency_reads_with_separators(browser: object, tmp_path: Path) -> None:
+    log = tmp_path / "slow.jsonl"
+    event = {
+        "timestamp": "2026-01-22T08:10:22.436Z",
+        "run_id": "slow",
+        "span_id": "s1",
+        "event_type": "llm_completion",
+        "operation": "think",
+        "model": "m",
+        "cost_usd": 0.00001298,
+        "latency_ms": 22436,
+        "usage": {"prompt_tokens": 12345, "completion_tokens": 2},
+        "metadata": {"status": "success"},
+    }
+    log.write_bytes(orjson.dumps(event) + b"\n")
+    out = Path(write_report([log], tmp_path / "slow.html"))
+    page = browser.new_page()  # type: ignore[attr-defined]
+    page.goto(out.as_uri())
+    _open(page)
+    node = page.locator("#glance ul.tree.top .node").first.inner_text()
+    assert "22,436 ms" in node and "tokens 12,345 / 2" in node and "$0.00001298" in node
+    assert "22,436 ms" in page.inner_text(".overview")
     page.close()
 
 

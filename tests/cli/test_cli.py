@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import io
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +15,7 @@ from typer.testing import CliRunner
 
 from ampmeter.analysis import EXTENDED_COLUMNS, V0_COLUMNS, amortization_curve
 from ampmeter.cli import app
-from support.event_logs import make_event_log, make_stream_logs
+from support.event_logs import make_event_log, make_research_log, make_stream_logs
 
 runner = CliRunner()
 
@@ -59,6 +61,39 @@ def test_summary_prints_a_table(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     for text in ("run-a", "run-b", "limit_exceeded", "p50", "p95", "2 run(s)"):
         assert text in result.stdout
+
+
+def test_summary_fits_80_columns_and_prints_json_and_csv(tmp_path: Path) -> None:
+    log = make_research_log(tmp_path / "r.jsonl", 2)
+    result = runner.invoke(app, ["summary", str(log)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, result.stdout
+    header = next(line for line in lines if "termination" in line)
+    assert header.split() == ["run", "LLM", "sent", "refused", "tok", "in", "cost", "termination"]
+    rows = [line for line in lines if line.lstrip().startswith("research_run (")]
+    # Named by the root context, told apart by their ids; 12 calls sent, 6 refused, and the
+    # sub-agents' stops are not the runs' end.
+    assert len(rows) == 2 and all(
+        re.search(r"\(\w{8}…\)\s+12\s+6\s+1,200\s+\$0\.00012\s+success", r) for r in rows
+    ), rows
+
+    wide = runner.invoke(app, ["summary", "--wide", str(log)])
+    assert "unsettled" in wide.stdout and "growth" in wide.stdout and "depth" in wide.stdout
+
+    result = runner.invoke(app, ["summary", "--format", "json", str(log)])
+    assert result.exit_code == 0, result.output
+    data = orjson.loads(result.stdout)
+    run = data["runs"][0]
+    assert run["name"] == "research_run" and run["label"].startswith("research_run (")
+    assert (run["llm_calls"], run["llm_sent"], run["refused_calls"]) == (18, 12, 6)
+    assert run["cost_usd"] == 0.00012 and run["termination"] == "success"
+    assert data["across"]["llm_sent"] == {"p50": 12.0, "p95": 12.0}
+
+    result = runner.invoke(app, ["summary", "--format", "csv", str(log)])
+    table = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(table) == 2 and table[0]["name"] == "research_run"
+    assert table[0]["refused_calls"] == "6" and table[0]["cost_usd"] == "0.00012"
 
 
 def test_amortize_v0_and_extended_with_plot(tmp_path: Path) -> None:
@@ -195,6 +230,13 @@ def test_report_command_writes_html(tmp_path: Path) -> None:
     result = runner.invoke(app, ["report", str(bad), "-o", str(tmp_path / "r2.html")])
     assert result.exit_code == 2
     assert f"{bad}:1: field 'usage': must be an object" in _one_clear_line(result.stderr)
+    # A log with no event: one clear error and exit 2, not a report of "0 run(s)".
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    result = runner.invoke(app, ["report", str(empty), "-o", str(tmp_path / "r3.html")])
+    assert result.exit_code == 2 and not (tmp_path / "r3.html").exists()
+    line = _one_clear_line(result.stderr)
+    assert "empty.jsonl: no event in the log(s), so no run to report" in line
 
 
 def test_real_process(tmp_path: Path) -> None:

@@ -112,7 +112,7 @@ def test_mistakes_are_one_line_errors_and_create_nothing(tmp_path: Path) -> None
     path = tmp_path / "budget.sqlite3"
     SqliteLedger(path, "team").close()
     for args, message in [
-        (("stop", str(path), "team"), "unknown action 'stop'"),
+        (("stop", str(path), "team"), "'stop' is not one of 'show', 'pause', 'resume', 'raise'"),
         (("raise", str(path), "team", COST), "raise needs KEY and VALUE"),
         (("raise", str(path), "team", COST, "lots"), "amp:cost"),
         (("raise", str(path), "team", "amp:llm_calls", "2.5"), "whole number"),

@@ -53,7 +53,7 @@ def test_printable_escapes_controls_and_keeps_text() -> None:
 def test_summary_prints_hostile_run_ids_as_text(tmp_path: Path, run_id: str) -> None:
     log = make_event_log(tmp_path / "a.jsonl", run_id)
     for engine in ("python", "duckdb"):
-        result = runner.invoke(app, ["summary", "--engine", engine, str(log)])
+        result = runner.invoke(app, ["summary", "--wide", "--engine", engine, str(log)])
         assert result.exit_code == 0, result.output
         no_raw_control(result.stdout)
         assert printable(run_id) in result.stdout.replace("\n", "")
@@ -62,7 +62,7 @@ def test_summary_prints_hostile_run_ids_as_text(tmp_path: Path, run_id: str) -> 
 def test_summary_as_a_real_process_prints_markup_literally(tmp_path: Path) -> None:
     log = make_event_log(tmp_path / "a.jsonl", "[/bold]\x1b[2J")
     done = subprocess.run(
-        [sys.executable, "-m", "ampmeter", "summary", str(log)],
+        [sys.executable, "-m", "ampmeter", "summary", "--wide", str(log)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -135,6 +135,27 @@ def test_help_reads_the_same_everywhere_in_80_columns(terminal: str, command: li
             assert re.search(rf"^\s+{status}\s+{reason}\s", text, re.M), (status, text)
 
 
+def test_one_help_style_same_placeholders_choices_listed_nothing_eaten(terminal: str) -> None:
+    """Issue 39: the same placeholder for the same thing in every command, choices listed, and
+    no markup eating a glob's star."""
+    helps = {c: shown(terminal, c, "-h") for c in ("summary", "report", "validate", "watch")}
+    for command, text in helps.items():
+        assert f"Usage: ampmeter {command} [OPTIONS] {{LOG...}}" in text, text
+    words = helps["watch"].replace("│", " ").split()  # the help wraps in its box
+    assert "'runs/*.jsonl');" in words and "*.jsonl" in words
+    for command in ("watch", "demo", "run"):
+        assert re.search(r"--max-cost\s+USD\s", shown(terminal, command, "-h")), command
+    assert re.search(r"--max-llm-calls\s+N\s", helps["watch"])
+    budget = shown(terminal, "budget", "-h")
+    assert "{ACTION} {LEDGER} {SCOPE} [KEY] [VALUE]" in budget
+    assert "<show|pause|resume|raise>" in budget
+    text = shown(terminal, "budget", "frob", "ledger.db", "team")
+    joined = " ".join(text.split())  # the terminal wraps the one long line
+    assert exit_status(text) == 2 and "'frob' is not one of 'show', 'pause', 'resume'" in joined
+    summary = helps["summary"]
+    assert "<table|json|csv>" in summary and "--wide" in summary
+
+
 def test_version_and_errors_in_a_terminal(terminal: str, tmp_path: Path) -> None:
     text = shown(terminal, "--version")
     assert exit_status(text) == 0 and re.search(r"^ampmeter \d+\.\d+", text, re.M)
@@ -180,7 +201,10 @@ def _stopped_run(directory: Path) -> None:
 
 
 def test_watch_once_on_a_directory_in_80_columns(terminal: str, tmp_path: Path) -> None:
-    _stopped_run(tmp_path)
+    # Written by a process of its own, which has ended: watch calls a run ended only then.
+    writer = f"import sys; sys.path[:0] = {sys.path!r}; from test_cli_terminal import _stopped_run"
+    writer += f"; from pathlib import Path; _stopped_run(Path({str(tmp_path)!r}))"
+    subprocess.run([sys.executable, "-c", writer], check=True, cwd=Path(__file__).parent)
     text = shown(terminal, "watch", "--once", str(tmp_path))
     assert exit_status(text) == 0
     # Runs by their context's name and a short id; a real tree, indented by depth.

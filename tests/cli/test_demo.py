@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,7 +105,8 @@ def test_demo_on_local_model_writes_logs_and_prices_as_hosted(
     assert outcome.report is not None
     page = outcome.report.read_text()
     assert page.lstrip().lower().startswith("<!doctype html")
-    assert "priced as gpt-4o-mini" in page and "ceiling given" in page
+    # Each question's own ceilings, named by who set them (the log says them).
+    assert "priced as gpt-4o-mini" in page and "ceiling set by q0" in page
 
 
 def test_run_budget_stops_a_sub_agent_and_the_run_totals_are_the_sum(
@@ -230,3 +233,17 @@ def test_demo_command_reports_bad_flags(args: list[str], match: str) -> None:
     result = CliRunner().invoke(app, ["demo", *args])
     assert result.exit_code == 2
     assert match in result.output
+
+
+def test_demo_checks_for_its_server_before_installing_the_model(tmp_path: Path) -> None:
+    """Issue 39: without xllamacpp the demo says so before it installs (or starts) anything."""
+    script = (
+        "import sys; sys.modules['xllamacpp'] = None\n"
+        "from ampmeter.cli import main\n"
+        f"main(['demo', '--out-dir', {str(tmp_path / 'out')!r}])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert "'xllamacpp' package, which is not installed" in done.stderr
+    assert "installing" not in done.stdout + done.stderr and "starting" not in done.stdout
+    assert not (tmp_path / "out").exists()

@@ -174,7 +174,7 @@ def test_once_frame_shows_tree_bars_stops_and_a_pending_line(tmp_path: Path) -> 
     assert "├─ ● running  n000002, 1 inner call(s) ended" in text
     assert "│  └─ ✓ llm op_n000003" in text
     assert "└─ ■ llm op_n000004  m  stopped: limit exceeded: amp:llm_calls = 3 > 2" in text
-    assert re.search(r"amp:cost\s+\$0\.001000 .*25% of \$0\.004000", text), text
+    assert re.search(r"amp:cost\s+\$0\.001 .*25% of \$0\.004\b", text), text
     assert re.search(r"amp:llm_calls\s+1 .*50% of 2", text), text  # learned from the stop
     assert "last stops" in text
 
@@ -215,9 +215,9 @@ def test_a_call_still_running_in_another_process_is_shown_running(tmp_path: Path
     try:
         text = wait_for("the inner call's line", frame_showing("draft", str(log)))
         # Its inner call names the context it ran in; the call itself has not ended yet.
-        assert "└─ ● running in worker  n000002, 1 inner call(s) ended" in text, text
+        assert "└─ ● running  n000002, 1 inner call(s) ended" in text, text
         assert "   └─ ✓ llm draft" in text
-        assert "1 running" in text
+        assert "1 seen running" in text
         assert "✓ llm draft  gpt-4o-mini  1,000→200 tok" in text
         (tmp_path / "go").touch()
         assert proc.wait(timeout=WAIT_S) == 0
@@ -226,6 +226,94 @@ def test_a_call_still_running_in_another_process_is_shown_running(tmp_path: Path
     text = frame(str(log))
     assert "✓ system research" in text and "● running" not in text
     assert "run worker" in text and "■ ended: success" in text
+
+
+SLOW = """
+import sys, time
+from pathlib import Path
+from ampmeter import ExecutionContext, JsonlSink
+out, gate = sys.argv[1], Path(sys.argv[2])
+with JsonlSink(out, flush="line") as log:
+    with ExecutionContext("slow_agent", sinks=[log]) as ctx:
+        with ctx.llm_call("quick", model="gpt-4o-mini") as call:
+            call.record(tokens_in=10, tokens_out=2)
+        with ctx.llm_call("slow", model="gpt-4o-mini") as call:  # in flight, nothing logged
+            while not (gate / "go").exists():
+                time.sleep(0.05)
+            call.record(tokens_in=10, tokens_out=2)
+"""
+
+
+def test_a_run_whose_call_is_in_flight_is_running_until_its_process_ends(
+    tmp_path: Path,
+) -> None:
+    """Issue 39: a call slower than the quiet time logs nothing while in flight; the run is
+    shown running while its process is alive, and ended only once the process has ended."""
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW)
+    log = tmp_path / "s.jsonl"
+    proc = subprocess.Popen([sys.executable, str(script), str(log), str(tmp_path)])
+    try:
+        text = wait_for("the first call's line", frame_showing("quick", str(log)))
+        assert "run slow_agent" in text
+        assert "● running (its process is alive" in text, text
+        assert "1 run(s), 1 going" in text and "■ ended" not in text
+        # Live, long after the last line (the old rule said "ended" after 5 quiet seconds).
+        state = WatchState()
+        state.add(LogFollower([log]).poll()[0].records, str(log), arrived_ms=0.0)
+        run = next(iter(state.runs.values()))
+        assert run.ending(now_ms=time.time() * 1000.0) is None
+        assert run.liveness() == "alive"
+        (tmp_path / "go").touch()
+        assert proc.wait(timeout=WAIT_S) == 0
+    finally:
+        proc.kill()
+    text = frame(str(log))
+    assert "run slow_agent" in text and "■ ended: success" in text
+
+
+def test_a_log_naming_no_process_is_never_called_ended(tmp_path: Path) -> None:
+    """Another producer's log names no process: the view says how long it has been quiet."""
+    log = tmp_path / "other.jsonl"
+    log.write_bytes(event("n000002"))
+    text = frame(str(log))
+    assert re.search(r"no new line for \d+ s", text), text
+    assert "■ ended" not in text
+
+
+RESEARCH = """
+import contextlib, sys
+from ampmeter import ExecutionContext, JsonlSink, LimitExceeded, Limit
+with JsonlSink(sys.argv[1]) as sink:
+    for run in ("run-a", "run-b"):
+        root = ExecutionContext("research_run", max_cost_usd=0.0004, sinks=[sink], chain_id=run)
+        with root:
+            for i in range(6):
+                child = root.spawn_child(f"researcher-{i}", limits=[Limit("amp:llm_calls", 2)])
+                with contextlib.suppress(LimitExceeded), child:
+                    for j in range(3):
+                        with child.llm_call(f"ask-{j}", model="m", estimate_usd=0.00001) as call:
+                            call.record(tokens_in=100, tokens_out=10, cost_usd=0.00001)
+"""
+
+
+def test_runs_are_named_by_their_root_and_limits_stay_with_who_set_them(tmp_path: Path) -> None:
+    """Issue 39: six sub-agents each stopped by their own cap of 2 LLM calls, under a root
+    capped at $0.0004. The run is the root's, its own cap comes first, each sub-agent's cap is
+    its own, and their stops are not the run's end."""
+    log = tmp_path / "research.jsonl"
+    subprocess.run([sys.executable, "-c", RESEARCH, str(log)], check=True, timeout=WAIT_S)
+    text = frame(str(log))
+    # Two runs with one name: each is told apart by its id.
+    assert "run research_run (run-a)" in text and "run research_run (run-b)" in text, text
+    assert "researcher-0  " not in text.split("\n")[4]  # the title is not a sub-agent's
+    own = re.search(r"amp:cost\s+\$0\.00012 .*30% of \$0\.0004\b", text)
+    sub = re.search(r"researcher-\d amp:llm_calls\s+2 .*100% of 2  ■ stopped", text)
+    assert own and sub and own.start() < sub.start(), text
+    assert "600%" not in text and "of 2\n" not in text.split("researcher")[0]
+    assert text.count("■ ended: success") == 2 and "stopped by a limit" not in text
+    # Refused calls are not LLM calls sent.
+    assert text.count("calls 12 LLM call(s) sent, 6 refused before sending") == 2
 
 
 LOOP = """
@@ -327,7 +415,8 @@ def test_live_view_in_a_real_terminal(tmp_path: Path, tmux: str) -> None:
         with ctx.llm_call("plan", model="gpt-4o-mini", max_tokens=500) as call:
             call.record(tokens_in=10_000, tokens_out=500)
         shown = wait_for("the first call", screen("llm plan"))
-        assert "run agent  live-run" in shown and "amp:cost" in shown and "of $0.010000" in shown
+        # The ceiling the run set itself (the log says it) wins over the --max-cost guess.
+        assert "run agent  live-run" in shown and "amp:cost" in shown and "of $0.0025" in shown
         with pytest.raises(LimitExceeded):
             for _ in range(5):
                 with ctx.llm_call("act", model="gpt-4o-mini", max_tokens=500) as call:

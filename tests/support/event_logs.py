@@ -11,6 +11,8 @@ import pytest
 
 from ampmeter.context import ExecutionContext
 from ampmeter.errors import LimitExceeded
+from ampmeter.keys import KEY_LLM_CALLS
+from ampmeter.limits import Limit
 from ampmeter.logs import StreamMetricsLogger
 from ampmeter.sinks.jsonl import JsonlSink
 
@@ -97,4 +99,23 @@ def make_subagent_log(path: Path) -> Path:
                     call.record(tokens_in=300, tokens_out=20, cost_usd=0.001)
                 with child.llm_call("again", model="gpt-4o-mini", estimate_usd=0.001):
                     pass
+    return path
+
+
+def make_research_log(path: Path, runs: int = 1, chain_ids: tuple[str, ...] = ()) -> Path:
+    """Runs like issue 39's: a root ``research_run`` capped at $0.0004 with six sub-agents,
+    each capped at 2 LLM calls of $0.00001 and refused a third (the program goes on)."""
+    with JsonlSink(path) as sink:
+        for number in range(runs):
+            chain = chain_ids[number] if chain_ids else None
+            root = ExecutionContext(
+                "research_run", max_cost_usd=0.0004, sinks=[sink], chain_id=chain
+            )
+            with root:
+                for i in range(6):
+                    child = root.spawn_child(f"researcher-{i}", limits=[Limit(KEY_LLM_CALLS, 2)])
+                    with contextlib.suppress(LimitExceeded), child:
+                        for j in range(3):
+                            with child.llm_call(f"ask-{j}", model="m", estimate_usd=1e-5) as c:
+                                c.record(tokens_in=100, tokens_out=10, cost_usd=0.00001)
     return path

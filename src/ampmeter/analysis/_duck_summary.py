@@ -23,8 +23,10 @@ from typing import Any, Final
 
 import duckdb
 import numpy as np
+import orjson
 
 from ampmeter.analysis._duck import Progress, strict_json_only
+from ampmeter.analysis.lineage import is_own_stop, run_name
 from ampmeter.analysis.runs import call_depths
 from ampmeter.analysis.summary import RunSummary, termination_of
 from ampmeter.logs.events import MAX_COST_USD
@@ -58,7 +60,7 @@ CREATE TABLE ev (
     run_id VARCHAR, kind TINYINT, llm_completion BOOLEAN, span_id VARCHAR, parent_id VARCHAR,
     status TINYINT, tokens_in BIGINT, tokens_out BIGINT, cost DOUBLE, unpriced BOOLEAN,
     unsettled BOOLEAN, estimated BOOLEAN, retries BIGINT, stop_reason VARCHAR, error_class VARCHAR,
-    termination VARCHAR, ok BOOLEAN
+    termination VARCHAR, contexts VARCHAR, other_process BOOLEAN, ok BOOLEAN
 )
 """
 
@@ -89,6 +91,8 @@ INSERT INTO ev SELECT
     {_text("metadata.stop_reason")},
     {_text("metadata.error_class")},
     {_text("metadata.termination_reason")},
+    CASE WHEN json_type(metadata.contexts) = 'ARRAY' THEN metadata.contexts::VARCHAR END,
+    coalesce(json_type(metadata.pid) <> 'NULL', false),
     coalesce(
         json_type(run_id) = 'VARCHAR' AND json_type(event_type) = 'VARCHAR'
         AND json_type(span_id) = 'VARCHAR' AND {_text_ok("parent_id")}
@@ -110,7 +114,7 @@ FROM read_json(?, format='newline_delimited', records=true, columns={{
                      tokens_saved JSON)',
     'cost_usd': 'JSON', 'latency_ms': 'JSON',
     'metadata': 'STRUCT(status JSON, cost_status JSON, retries_used JSON, stop_reason JSON,
-                        error_class JSON, termination_reason JSON)'}})
+                        error_class JSON, termination_reason JSON, contexts JSON, pid JSON)'}})
 """
 
 # Runs in first-seen order, with their integer totals and the rows the termination needs.
@@ -121,6 +125,10 @@ SELECT run_id, row_number() OVER (ORDER BY min(rowid)) - 1 AS idx, min(rowid) AS
        sum(retries) AS retries, sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out,
        count(*) FILTER (WHERE unpriced) AS unpriced,
        count(*) FILTER (WHERE status = 1 AND kind IN (1, 2)) AS halted,
+       count(*) FILTER (WHERE status = 1 AND kind IN (1, 2) AND tokens_in = 0
+                        AND tokens_out = 0) AS refused,
+       count(*) FILTER (WHERE status = 1 AND kind = 1 AND tokens_in = 0
+                        AND tokens_out = 0) AS llm_refused,
        count(*) FILTER (WHERE status = 2) AS failed,
        min(rowid) FILTER (WHERE status = 1) AS halt_row,
        max(rowid) FILTER (WHERE termination IS NOT NULL) AS term_row,
@@ -138,7 +146,7 @@ FROM (
 _RUN_ROWS: Final = """
 SELECT r.run_id, r.llm, r.tool, r.retries, r.tokens_in, r.tokens_out, r.unpriced, r.halted,
        r.halt_row IS NOT NULL, r.failed, h.stop_reason, t.termination, r.completions,
-       f.tokens_in, l.tokens_in
+       f.tokens_in, l.tokens_in, r.refused, r.llm_refused
 FROM runs r
 LEFT JOIN ev h ON h.rowid = r.halt_row
 LEFT JOIN ev t ON t.rowid = r.term_row
@@ -159,6 +167,15 @@ SELECT r.idx::INTEGER AS run, e.cost, e.unpriced, e.unsettled, e.estimated, e.st
 FROM ev e
 JOIN runs r ON r.run_id = e.run_id
 LEFT JOIN spans s ON s.run_id = e.run_id AND s.span_id = e.parent_id
+ORDER BY e.rowid
+"""
+
+# What the run's name and its own stop are read from (analysis.lineage, in Python): every
+# event's lineage until a run's name is found, and every stopped call's.
+_LINEAGES: Final = """
+SELECT r.idx, e.status = 1, e.stop_reason, e.contexts, e.other_process
+FROM ev e JOIN runs r USING (run_id)
+WHERE e.contexts IS NOT NULL OR e.status = 1
 ORDER BY e.rowid
 """
 
@@ -232,19 +249,23 @@ def _rows(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
         if failed_tops
         else {}
     )
+    names, own_stops = _lineages(con, count)
     out = []
     for i, row in enumerate(runs):
-        run_id, llm, tool, retries, t_in, t_out, unpriced, halted, any_halt, failed = row[:10]
-        stop, reason, completions, first_in, last_in = row[10:]
+        run_id, llm, tool, retries, t_in, t_out, unpriced, halted, _, failed = row[:10]
+        _, reason, completions, first_in, last_in, refused, llm_refused = row[10:]
         top_row = int(last_top[i])
         top_status = "" if top_row < 0 else "fail" if status[top_row] == _FAIL else "other"
         termination, stop_reason = termination_of(
-            reason, (stop,) if any_halt else None, (top_status, errors.get(top_row))
+            reason, own_stops.get(i), (top_status, errors.get(top_row))
         )
         out.append(
             RunSummary(
                 run_id=run_id,
+                name=names.get(i),
                 llm_calls=llm,
+                llm_sent=llm - llm_refused,
+                refused_calls=refused,
                 tool_calls=tool,
                 retries=int(retries),
                 tokens_in=int(t_in),
@@ -268,6 +289,28 @@ def _rows(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
             )
         )
     return out
+
+
+def _lineages(
+    con: duckdb.DuckDBPyConnection, count: int
+) -> tuple[dict[int, str | None], dict[int, tuple[str | None]]]:
+    """Each run's name and its first stop by its own ceiling, by the plain path's rules
+    (:func:`~ampmeter.analysis.lineage.run_name`, :func:`~ampmeter.analysis.lineage.is_own_stop`)
+    applied to the lineages DuckDB read."""
+    metadatas: dict[int, list[dict[str, Any]]] = {}
+    own_stops: dict[int, tuple[str | None]] = {}
+    for run, halted, stop, contexts, other in con.execute(_LINEAGES).fetchall():
+        meta: dict[str, Any] = {}
+        if contexts is not None:
+            meta["contexts"] = orjson.loads(contexts)
+        if other:
+            meta["pid"] = True
+        if contexts is not None:
+            metadatas.setdefault(run, []).append(meta)
+        if halted and run not in own_stops and is_own_stop(meta, stop):
+            own_stops[run] = (stop,)
+    names = {run: run_name(found) for run, found in metadatas.items()}
+    return names, own_stops
 
 
 def _costs_of(run: Any, cost: Any, keep: Any, count: int) -> list[float]:

@@ -1,7 +1,8 @@
 """How much of each limit a run used: a stats key's value added up from a run's calls, and
 the ceilings that the logs reveal.
 
-Logs do not carry limits, but a stopped call's reason names the limit it hit and its ceiling
+ampmeter's logs say every context's own ceilings (:mod:`ampmeter.analysis.lineage`); other
+logs may not, but a stopped call's reason names the limit it hit and its ceiling
 (``limit exceeded: amp:cost = 0.0031 > 0.003``); :func:`ceilings_from_stops` collects those.
 """
 

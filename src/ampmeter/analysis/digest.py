@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ampmeter.analysis.ceilings import call_usage, parse_stop_reason
+from ampmeter.analysis.lineage import RunContexts, is_own_stop
 from ampmeter.analysis.runs import Call, LoggedCalls, call_depths, is_estimated, is_unsettled
 from ampmeter.analysis.summary import RunSummary, termination_of
 from ampmeter.metrics import was_sent
@@ -63,6 +64,7 @@ class RunDigest:
     sources: list[str] = field(default_factory=list)
     events: int = 0
     llm_calls: int = 0
+    llm_sent: int = 0
     tool_calls: int = 0
     sent_calls: int = 0
     stopped_unsent: int = 0
@@ -100,6 +102,8 @@ class RunDigest:
     _error_names: dict[str | None, int] = field(default_factory=lambda: {None: 0})
     _stop_positions: list[int] = field(default_factory=list)
     _last_top: tuple[str, str | None] = ("", None)
+    contexts: RunContexts = field(default_factory=RunContexts)
+    """The run's root context (its name, its own ceilings) and its sub-agents' own limits."""
 
     @property
     def detailed(self) -> bool:
@@ -123,6 +127,7 @@ class RunDigest:
             else:
                 self.stopped_unsent += 1
         if kind == "llm" and sent:
+            self.llm_sent += 1
             if self.completions == 0:
                 self.first_completion_in = call.tokens_in
             self.last_completion_in = call.tokens_in
@@ -140,15 +145,18 @@ class RunDigest:
             self.estimated_cost_usd += call.cost_usd
         code = _CODE.get(status, _OTHER)
         error = 0
+        self.contexts.add(call)
         if code == _HALT:
             self.halted_nodes += 1
             if counted:  # a sub-agent's own node is not a call (DESIGN.md §2)
                 self.halted += 1
-            if self.first_halt is None:
-                self.first_halt = (call.stop_reason,)
-            limit = parse_stop_reason(call.stop_reason)
-            if limit is not None:
-                self.ceilings[limit.key] = limit.ceiling
+            # Only a stop by the run's own ceiling ends the run or tells its ceiling.
+            if is_own_stop(call.metadata, call.stop_reason):
+                if self.first_halt is None:
+                    self.first_halt = (call.stop_reason,)
+                limit = parse_stop_reason(call.stop_reason)
+                if limit is not None:
+                    self.ceilings[limit.key] = limit.ceiling
             if len(self.stops) < STOPS_KEPT:
                 self.stops.append(_light(call))
                 self._stop_positions.append(position)
@@ -209,7 +217,10 @@ class RunDigest:
             growth = (self.last_completion_in - self.first_completion_in) / (self.completions - 1)
         return RunSummary(
             run_id=self.run_id,
+            name=self.contexts.name,
             llm_calls=self.llm_calls,
+            llm_sent=self.llm_sent,
+            refused_calls=self.stopped_unsent,
             tool_calls=self.tool_calls,
             retries=self.retries,
             tokens_in=self.tokens_in,

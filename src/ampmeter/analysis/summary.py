@@ -9,14 +9,16 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final
 
 from ampmeter.analysis.amortization import DUCKDB_THRESHOLD_BYTES, Engine, duckdb_available
+from ampmeter.analysis.lineage import is_own_stop, run_name
 from ampmeter.analysis.quantiles import percentile
-from ampmeter.analysis.runs import Run, is_estimated, is_unsettled, load_runs
+from ampmeter.analysis.runs import Call, Run, is_estimated, is_unsettled, load_runs
 from ampmeter.metrics import TaskResult
 
 __all__ = [
     "NUMERIC_COLUMNS",
     "RunSummary",
     "SummaryTable",
+    "refused",
     "summarize",
     "summarize_run",
     "summary_table",
@@ -32,10 +34,20 @@ class RunSummary:
     that died mid-call (events with ``cost_status: "unsettled"``); ``estimated_cost_usd`` the
     part charged for calls whose provider did not report their usage (``cost_status:
     "estimated"``: estimated from the request and what came back). Every run has one root, so
-    the ``*_per_root`` amplification factors equal the totals (amplification-factor spec)."""
+    the ``*_per_root`` amplification factors equal the totals (amplification-factor spec).
+
+    ``name`` is the run's root context's name (None when the log does not say it).
+    ``llm_calls`` and ``tool_calls`` count every call that ended, refused ones too (the
+    graph's totals); ``llm_sent`` counts the LLM calls that were sent, and ``refused_calls``
+    the LLM and tool calls a limit stopped before they were sent (no tokens). ``termination``
+    is ``limit_exceeded`` only for a stop by the run's own ceiling: a sub-agent stopped by its
+    own cap ends the sub-agent, not the run."""
 
     run_id: str
+    name: str | None
     llm_calls: int
+    llm_sent: int
+    refused_calls: int
     tool_calls: int
     retries: int
     tokens_in: int
@@ -61,7 +73,9 @@ class RunSummary:
 
 
 NUMERIC_COLUMNS: Final = tuple(
-    f.name for f in fields(RunSummary) if f.name not in ("run_id", "termination", "stop_reason")
+    f.name
+    for f in fields(RunSummary)
+    if f.name not in ("run_id", "name", "termination", "stop_reason")
 )
 
 
@@ -106,8 +120,15 @@ def _stop_kind(stop: str | None) -> str:
     return "limit_exceeded"
 
 
+def refused(call: Call) -> bool:
+    """Whether an LLM or tool call was refused before it was sent: stopped, with no tokens
+    (a call stopped in flight was sent, and has them; ``ampmeter.metrics`` reads it so too)."""
+    return call.status == "halt" and call.tokens_in == 0 and call.tokens_out == 0
+
+
 def _termination(run: Run) -> tuple[str, str | None]:
-    halt = next((c for c in run.calls if c.status == "halt"), None)
+    halts = (c for c in run.calls if c.status == "halt")
+    halt = next((c for c in halts if is_own_stop(c.metadata, c.stop_reason)), None)
     top = [c for c in run.calls if c.depth == 1]
     return termination_of(
         run.termination_reason,
@@ -121,13 +142,17 @@ def summarize_run(run: Run) -> RunSummary:
     calls = run.calls
     counted = [c for c in calls if c.kind in ("llm", "tool")]
     llm = sum(1 for c in counted if c.kind == "llm")
+    refusals = [c for c in counted if refused(c)]
     tools = len(counted) - llm
     retries = sum(c.retries for c in calls)
     task = TaskResult.from_events(run.events, run_id=run.run_id)
     termination, stop = _termination(run)
     return RunSummary(
         run_id=run.run_id,
+        name=run_name(c.metadata for c in calls),
         llm_calls=llm,
+        llm_sent=llm - sum(1 for c in refusals if c.kind == "llm"),
+        refused_calls=len(refusals),
         tool_calls=tools,
         retries=retries,
         tokens_in=sum(c.tokens_in for c in calls),

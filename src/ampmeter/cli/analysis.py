@@ -5,21 +5,20 @@ from __future__ import annotations
 import enum
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Final, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from ampmeter.cli.output import fail, number, printable, say, user_errors
-
-if TYPE_CHECKING:
-    from rich.text import Text
 
 __all__ = ["register"]
 
 LogsArg = Annotated[
     list[Path],
     typer.Argument(
-        help="JSONL log files (TokenTracker events; .gz too).", show_default=False, metavar="LOG"
+        help="JSONL log files (TokenTracker events; .gz too).",
+        show_default=False,
+        metavar="LOG...",
     ),
 ]
 BestEffort = Annotated[
@@ -46,33 +45,12 @@ class EngineName(str, enum.Enum):
     duckdb = "duckdb"
 
 
-def _cell(value: object) -> Text:
-    """A table cell: numbers in the one format, text plain (never markup), controls escaped."""
-    from rich.text import Text
+class SummaryFormat(str, enum.Enum):
+    """What ``ampmeter summary`` prints."""
 
-    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
-        return Text(number(value))
-    return Text(printable(str(value)))
-
-
-_SUMMARY_COLUMNS: Final = (
-    ("run_id", "run"),
-    ("llm_calls", "LLM"),
-    ("tool_calls", "tools"),
-    ("retries", "retries"),
-    ("tokens_in", "tok in"),
-    ("tokens_out", "tok out"),
-    ("cost_usd", "cost $"),
-    ("unpriced_calls", "unpriced"),
-    ("unsettled_cost_usd", "unsettled $"),
-    ("estimated_cost_usd", "estimated $"),
-    ("llm_calls_per_root", "LLM amp"),
-    ("tool_calls_per_root", "tool amp"),
-    ("base_context", "base ctx"),
-    ("context_growth_avg", "growth"),
-    ("max_depth", "depth"),
-    ("termination", "termination"),
-)
+    table = "table"
+    json = "json"
+    csv = "csv"
 
 
 def summary_command(
@@ -82,11 +60,21 @@ def summary_command(
         typer.Option("--engine", help="auto picks DuckDB for logs over 64 MB in all."),
     ] = EngineName.auto,
     best_effort: BestEffort = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Show every column, not only those that fit 80.")
+    ] = False,
+    fmt: Annotated[
+        SummaryFormat,
+        typer.Option("--format", help="table for people; json or csv: every field of every run."),
+    ] = SummaryFormat.table,
 ) -> None:
-    """Print a table of runs: calls, tokens, cost, amplification, growth, depth, termination.
+    """Print one row per run: its name, LLM calls sent and refused, tokens, cost, how it ended.
 
-    Runs are told apart by run_id; the last two rows give the p50 and p95 across runs. Both
-    engines give the same table.
+    Runs are told apart by run_id and named by their root context (with the id where names
+    collide). The table fits 80 columns; --wide adds tools, retries, tokens out, unpriced and
+    unsettled spend, amplification, context growth and depth; --format json or csv prints
+    every field. The last two rows give the p50 and p95 across runs. Both engines give the
+    same rows.
     """
     from ampmeter.analysis import summarize
 
@@ -102,47 +90,46 @@ def summary_command(
             )
         except ImportError as exc:  # --engine duckdb without the analysis extra
             fail("summary", str(exc))
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    from ampmeter.cli.summary import as_csv, as_json, as_table
 
-    out = Table(title=f"{len(table.runs)} run(s)", header_style="bold")
-    for key, label in _SUMMARY_COLUMNS:
-        text = key in ("run_id", "termination")
-        out.add_column(label, justify="left" if text else "right", overflow="fold")
-    for run in table.runs:
-        row = run.to_dict()
-        out.add_row(*(_cell(row[key]) for key, _ in _SUMMARY_COLUMNS))
-    if table.runs:
-        for q in ("p50", "p95"):
-            cells = []
-            for key, _ in _SUMMARY_COLUMNS:
-                if key == "run_id":
-                    cells.append(Text(q))
-                else:
-                    across = table.across.get(key)
-                    cells.append(_cell(across.get(q)) if across is not None else Text(""))
-            out.add_row(*cells, style="italic dim")
+    if fmt is SummaryFormat.json:
+        typer.echo(as_json(table))
+        return
+    if fmt is SummaryFormat.csv:
+        typer.echo(as_csv(table), nl=False)
+        return
+    if not table.runs:
+        say("ampmeter summary: warning: the logs hold no event, so no run")
+    from rich.console import Console
+
     console = Console()
-    if not console.is_terminal:  # piped or captured: do not squeeze into 80 columns
+    if wide and not console.is_terminal:  # piped or captured: do not squeeze every column
         console = Console(width=200)
-    console.print(out)
+    console.print(as_table(table, wide))
 
 
 def amortize_command(
     stream: Annotated[
-        Path, typer.Argument(help="The *.stream.jsonl file.", show_default=False, metavar="STREAM")
+        Path,
+        typer.Argument(help="The `*.stream.jsonl` file.", show_default=False, metavar="STREAM"),
     ],
     output: Annotated[
-        Path, typer.Option("-o", "--output", help="Where to write the CSV.", show_default=False)
+        Path,
+        typer.Option(
+            "-o", "--output", help="Where to write the CSV.", show_default=False, metavar="PATH"
+        ),
     ],
     problems: Annotated[
         Optional[Path],  # noqa: UP045 - typer needs Optional on Python 3.10
-        typer.Option("--problems", help="The *.problems.jsonl file (accuracy, latency)."),
+        typer.Option(
+            "--problems", help="The `*.problems.jsonl` file (accuracy, latency).", metavar="PATH"
+        ),
     ] = None,
     events: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--events", help="The TokenTracker event log (Track A/B cost)."),
+        typer.Option(
+            "--events", help="The TokenTracker event log (Track A/B cost).", metavar="LOG"
+        ),
     ] = None,
     fmt: Annotated[
         Format,
@@ -153,7 +140,7 @@ def amortize_command(
     ] = Format.v0,
     plot: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--plot", help="Also draw the curve as a PNG here."),
+        typer.Option("--plot", help="Also draw the curve as a PNG here.", metavar="PATH"),
     ] = None,
     engine: Annotated[
         EngineName,
@@ -193,9 +180,9 @@ def validate_command(logs: LogsArg) -> None:
 
     Lines are read by the same rules as every other command (only a last line without its
     newline is a cut-off write); event logs are also checked against the TokenTracker v0
-    schema, and *.stream.jsonl, *.problems.jsonl and *.calls.jsonl against the fields analysis
-    needs. Exit status: 0 when every line is valid, 1 when some are not, 2 when a file cannot be
-    read.
+    schema, and `*.stream.jsonl`, `*.problems.jsonl` and `*.calls.jsonl` against the fields
+    analysis needs. Exit status: 0 when every line is valid, 1 when some are not, 2 when a file
+    cannot be read.
     """
     from ampmeter.analysis.validate import validate_file
 
@@ -217,18 +204,19 @@ def validate_command(logs: LogsArg) -> None:
 
 def report_command(
     logs: LogsArg,
-    output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path(
-        "report.html"
-    ),
-    title: Annotated[str, typer.Option("--title", help="Title of the report.")] = (
-        "ampmeter report"
-    ),
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="The HTML file to write.", metavar="PATH")
+    ] = Path("report.html"),
+    title: Annotated[
+        str, typer.Option("--title", help="Title of the report.", metavar="TEXT")
+    ] = "ampmeter report",
     best_effort: BestEffort = False,
 ) -> None:
     """Write one self-contained HTML report: summary, figures and call trees.
 
-    The file opens from disk with no network. Pass *.stream.jsonl with its .problems.jsonl and
-    .token_events.jsonl siblings to include the amortization figure.
+    The file opens from disk with no network. Pass `*.stream.jsonl` with its `.problems.jsonl`
+    and `.token_events.jsonl` siblings to include the amortization figure. Logs that hold no
+    event are an error (exit status 2), not a report of nothing.
     """
     from ampmeter.report import write_report
 

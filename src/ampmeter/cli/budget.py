@@ -12,6 +12,7 @@ take it. Added to the app by :func:`register`; the ledgers load when the command
 
 from __future__ import annotations
 
+import enum
 import os
 import sys
 import time
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = ["budget", "register"]
 
-_ACTIONS = ("show", "pause", "resume", "raise")
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
@@ -38,19 +38,40 @@ def register(app: typer.Typer) -> None:
     app.command("budget")(budget)
 
 
+class Action(str, enum.Enum):
+    """What ``ampmeter budget`` does to a scope."""
+
+    show = "show"
+    pause = "pause"
+    resume = "resume"
+    raise_ = "raise"
+
+
 def budget(
     action: Annotated[
-        str, typer.Argument(help="show, pause, resume or raise.", show_default=False)
+        Action,
+        typer.Argument(
+            help="What to do: show, pause, resume or raise a ceiling.",
+            show_default=False,
+            metavar="ACTION",
+        ),
     ],
     ledger: Annotated[
-        str, typer.Argument(help="A SQLite ledger file or a redis:// URL.", show_default=False)
+        str,
+        typer.Argument(
+            help="A SQLite ledger file or a `redis://` URL.", show_default=False, metavar="LEDGER"
+        ),
     ],
-    scope: Annotated[str, typer.Argument(help="The budget scope, e.g. team/run-7.")],
+    scope: Annotated[
+        str, typer.Argument(help="The budget scope, e.g. team/run-7.", metavar="SCOPE")
+    ],
     key: Annotated[
-        Optional[str], typer.Argument(help="raise: the ceiling's key (amp:cost...).")  # noqa: UP045
+        Optional[str],  # noqa: UP045
+        typer.Argument(help="raise: the ceiling's key (amp:cost...).", metavar="[KEY]"),
     ] = None,
     value: Annotated[
-        Optional[str], typer.Argument(help="raise: its new maximum (dollars for amp:cost).")  # noqa: UP045
+        Optional[str],  # noqa: UP045
+        typer.Argument(help="raise: its new maximum (dollars for amp:cost).", metavar="[VALUE]"),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="show: print one JSON object.")] = False,
 ) -> None:
@@ -61,8 +82,6 @@ def budget(
     fail closed); ``raise`` sets a ceiling kept in the ledger, checked as every limit is, and
     lets calls paused on the scope go on.
     """
-    if action not in _ACTIONS:
-        _fail(f"unknown action {action!r}: use one of {', '.join(_ACTIONS)}")
     if action == "raise" and (key is None or value is None):
         _fail("raise needs KEY and VALUE (ampmeter budget raise LEDGER SCOPE amp:cost 2.50)")
     if action != "raise" and (key is not None or value is not None):

@@ -6,7 +6,8 @@ exit with status 2; there is never a traceback or a boxed panel. Text from logs 
 reasons, file names) is printed as plain text, never as markup, with control characters and
 terminal escape sequences shown escaped (``\\x1b``). Numbers are written one way everywhere:
 whole numbers with thousands separators (``1,198,000``), fractions to four significant digits
-without an exponent (``0.0123``, ``1,198,000.5``), money with :func:`ampmeter.money.format_usd`.
+without an exponent (``0.0123``, ``1,198,000.5``), money with :func:`money`, latency with
+:func:`latency`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import typer
 
 __all__ = [
     "fail",
+    "latency",
     "missing_module",
+    "money",
     "number",
     "os_error_message",
     "print_error",
@@ -100,6 +103,21 @@ def number(value: float | int | decimal.Decimal | None) -> str:
     digits = max(4 - exact.adjusted() - 1, 1)
     text = f"{exact:,.{digits}f}".rstrip("0").rstrip(".")
     return text
+
+
+def money(value: float | decimal.Decimal) -> str:
+    """Dollars as every command shows them: :func:`ampmeter.money.format_usd` of the amount to
+    the nano-dollar (``$0.00012``, ``$1,234.50``), so a sum of floats shows no binary noise."""
+    from ampmeter.money import format_usd
+
+    if isinstance(value, decimal.Decimal):
+        return format_usd(value.quantize(decimal.Decimal("1e-9")))
+    return format_usd(round(value, 9))
+
+
+def latency(ms: float) -> str:
+    """Milliseconds as every command shows them: ``22,436 ms``."""
+    return f"{ms:,.0f} ms"
 
 
 # What the OS's own texts for these errors mean for a file named on the command line.

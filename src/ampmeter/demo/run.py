@@ -161,6 +161,15 @@ def run_demo(
     out = Path(out_dir)
     server: LocalLLMServer | None = None
     if base_url is None:
+        # What the local server needs is checked before the model's 93 MB wheel is installed.
+        try:
+            import xllamacpp  # noqa: F401
+        except ImportError:
+            raise DemoError(
+                "the demo's local model is served with the 'xllamacpp' package, which is not "
+                "installed: pip install 'ampmeter[demo]' (or give --base-url of a running "
+                "OpenAI-compatible server)"
+            ) from None
         if model_path is None:
             model_path = locate_or_install_model(echo)
         server = LocalLLMServer(model_path, n_ctx=2048, threads=2)
@@ -262,8 +271,9 @@ def _ask_all(
             uninstrument()
     seconds = time.perf_counter() - began
     echo(totals(run_summary, summaries, budget.describe(), seconds, out, RUN_ID))
-    ceilings = {KEY_COST: max_cost, KEY_LLM_CALLS: max_steps}  # each question's own limits
-    # The run budget covers every question together; the report's per-run limits cannot show it.
+    # The log says every limit and who set it (metadata.contexts): the report shows each
+    # question's own and the run budget, which covers every question together.
+    ceilings: dict[str, float] = {}
     by_run = [f"q{t}" for t, q in enumerate(summaries) if q["stopped_by"] == "run budget"]
     stops = f"; it stopped {', '.join(by_run)} before a call" if by_run else ""
     budget_note = (

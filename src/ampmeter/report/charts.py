@@ -26,9 +26,11 @@ __all__ = [
 
 
 def dollars(value: float) -> str:
-    """Dollars as people read them (``$0.0506``, never ``5.06e-02``): to the cent from $1 up,
-    else to the micro-dollar."""
-    return format_usd(round(value, 2 if abs(value) >= 1 else 6))
+    """Dollars as every view shows them (``$0.00012``, ``$1,234.50``, never ``5.06e-02``):
+    :func:`ampmeter.money.format_usd` of the amount to the nano-dollar, the unit ampmeter
+    counts in, so a sum of floats shows no binary noise (as ``ampmeter summary`` and
+    ``watch``)."""
+    return format_usd(round(value, 9))
 
 
 _CHAR_PX: Final = 6.6  # a generous average advance of an 11 px system-ui glyph
@@ -72,6 +74,14 @@ def nice_ticks(
     first = math.ceil(low / step - 1e-9) * step
     count = int((high - first) / step + 1e-9) + 1
     return [round(first + i * step, 12) for i in range(count)]
+
+
+def covering(ticks: list[float], high: float) -> list[float]:
+    """``ticks`` with one more step when the last falls short of ``high``, so the axis they
+    label reaches past every point (an axis labelled to 40 for data reaching 46 misleads)."""
+    if len(ticks) > 1 and ticks[-1] < high - 1e-12:
+        ticks = [*ticks, round(ticks[-1] + (ticks[1] - ticks[0]), 12)]
+    return ticks
 
 
 def tick_label(value: float, ticks: Sequence[float]) -> str:
@@ -272,7 +282,8 @@ def line_chart(
     def fmt(v: float) -> str:
         return dollars(v) if y_format == "usd" else number(v)
 
-    y_ticks = nice_ticks(y0, y1, 120, 18)
+    y_ticks = covering(nice_ticks(y0, y1, 120, 18), y1)
+    y1 = max(y1, y_ticks[-1])
     y_labels = [("$" if y_format == "usd" else "") + tick_label(t, y_ticks) for t in y_ticks]
     left = 14 + max(text_width(label) for label in y_labels)
     right, top, bottom, plot_h = 16, 10, 34, 140
@@ -294,7 +305,8 @@ def line_chart(
         body.append(_text(left - 4, py(tick) + 4, label, "tick", "end"))
     whole = all(p[0] == int(p[0]) for p in points)
     label_px = text_width(f"{x1:,.2f}") + 14
-    x_ticks = nice_ticks(x0, x1, plot_w, label_px, integer=whole)
+    x_ticks = covering(nice_ticks(x0, x1, plot_w, label_px, integer=whole), x1)
+    x1 = max(x1, x_ticks[-1])
     labels = [(px(t), tick_label(t, x_ticks)) for t in x_ticks]
     body.append(_x_ticks(labels, top + plot_h + 14, left, left + plot_w))
     body.append(_text(left + plot_w / 2, height - 4, x_label, "axis", "middle"))

@@ -28,6 +28,7 @@ from typing import Any, Final
 from ampmeter._files import replaced_when_complete, require_file
 from ampmeter.analysis.amortization import amortization_curve
 from ampmeter.analysis.digest import LogDigest, RunDigest, digest_logs
+from ampmeter.analysis.lineage import run_labels
 from ampmeter.analysis.summary import summary_table
 from ampmeter.metrics import was_sent
 from ampmeter.report import charts
@@ -91,8 +92,32 @@ def _curves(streams: list[str], given: set[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def _rollups(run: RunDigest) -> list[list[Any] | None]:
+    """Per kept call with inner calls (a sub-agent, a step): what its subtree used, as
+    ``[tokens_in, tokens_out, priced cost, unpriced calls]``; None for a call with none. A
+    sub-agent's own event has no usage of its own: the report shows this instead of zeros."""
+    calls = run.calls
+    index = {c.span_id: i for i, c in enumerate(calls)}
+    totals: list[list[Any] | None] = [None] * len(calls)
+    # Deepest first, so a call's total is complete before it is added to its parent's.
+    for i in sorted(range(len(calls)), key=lambda i: -calls[i].depth):
+        call = calls[i]
+        own = [call.tokens_in, call.tokens_out, 0.0 if call.unpriced else call.cost_usd]
+        own.append(int(call.unpriced))
+        inner = totals[i]
+        whole = own if inner is None else [a + b for a, b in zip(own, inner, strict=True)]
+        parent = index.get(call.parent_id) if call.parent_id is not None else None
+        if parent is not None and parent != i:
+            above = totals[parent]
+            totals[parent] = (
+                whole if above is None else [a + b for a, b in zip(above, whole, strict=True)]
+            )
+    return totals
+
+
 def _nodes(run: RunDigest) -> list[list[Any]]:
     index = {c.span_id: i for i, c in enumerate(run.calls)}
+    rollups = _rollups(run)
     return [
         [
             c.span_id,
@@ -111,9 +136,32 @@ def _nodes(run: RunDigest) -> list[list[Any]]:
             c.error_class,
             c.end_ms,
             c.depth,
+            rollup,
         ]
-        for c in run.calls
+        for c, rollup in zip(run.calls, rollups, strict=True)
     ]
+
+
+def _root_key(run: RunDigest) -> tuple[str, str] | None:
+    root = run.contexts.root
+    return None if root is None or root.id is None else (root.name, root.id)
+
+
+def _shared_roots(
+    runs: Sequence[RunDigest],
+) -> dict[tuple[str, str], tuple[int, dict[str, float]]]:
+    """Roots (one context in one process) that more than one run of the report ran under, as
+    a stream logger writes each problem as a run: how many runs, and their usage together."""
+    found: dict[tuple[str, str], tuple[int, dict[str, float]]] = {}
+    for run in runs:
+        key = _root_key(run)
+        if key is None:
+            continue
+        count, usage = found.get(key, (0, {}))
+        for name, value in run.usage.items():
+            usage[name] = usage.get(name, 0.0) + value
+        found[key] = (count + 1, usage)
+    return {key: value for key, value in found.items() if value[0] > 1}
 
 
 def focus_run(runs: Sequence[RunDigest]) -> int:
@@ -128,11 +176,13 @@ def _figure(title: str, body: str, note: str = "") -> str:
     return f"<figure><figcaption>{html.escape(title)}</figcaption>{body}{caption}</figure>"
 
 
-def _figures(digest: LogDigest, curve: list[dict[str, Any]] | None) -> list[str]:
+def _figures(
+    digest: LogDigest, curve: list[dict[str, Any]] | None, labels: Mapping[str, str]
+) -> list[str]:
     growth = sorted(
         (
             (
-                run.run_id,
+                labels[run.run_id],
                 [
                     c.tokens_in
                     for c in run.calls
@@ -233,7 +283,9 @@ def build_report(
 ) -> str:
     """The report's HTML for ``logs``: TokenTracker event logs (any name), plus optionally
     ``*.stream.jsonl`` files, whose ``.problems.jsonl`` and ``.token_events.jsonl`` siblings
-    are used for the amortization figures when they are among ``logs`` too.
+    are used for the amortization figures when they are among ``logs`` too. Logs that hold
+    no event (and no stream) raise ``ValueError``: a report of nothing would read as a run
+    that cost nothing.
 
     ``ceilings`` maps stats keys (``amp:cost``, ``amp:llm_calls``, ...) to the limits every
     run had; ceilings named by a run's stops are shown too. ``notes`` are shown under the
@@ -247,6 +299,11 @@ def build_report(
     event_paths, streams, given = _split(paths)
     digest = digest_logs(event_paths, best_effort=best_effort)
     runs = digest.runs
+    if not runs and not streams:
+        names = ", ".join(os.path.basename(p) for p in paths)
+        raise ValueError(f"{names}: no event in the log(s), so no run to report")
+    labels = run_labels((r.run_id, r.contexts.name) for r in runs)
+    roots = _shared_roots(runs)
     table = summary_table([r.summary() for r in runs])
     curve = _curves(streams, given) if streams else None
 
@@ -263,14 +320,18 @@ def build_report(
         if run.calls:
             data_index = len(data_runs)
             data_runs.append({"id": run.run_id, "t0": run.start_ms, "nodes": _nodes(run)})
-        panels[i] = run_panel(number, run, data_index, limits_given, open_=number == 0)
+        label = labels[run.run_id]
+        root = _root_key(run)
+        shared = roots.get(root) if root is not None else None
+        panels[i] = run_panel(number, run, data_index, limits_given, number == 0, label, shared)
     esc = html.escape
     glance = ""
     if runs:
+        which = "first run with a stop" if runs[focus].halted_nodes else "first run"
+        why = "the only run" if len(runs) == 1 else f"the {which}; every run is listed below"
         glance = (
-            f'<section id="glance"><h2>Run at a glance <span class="muted">(the '
-            f"{'first run with a stop' if runs[focus].halted_nodes else 'first run'}; "
-            f"every run is listed below)</span></h2>{panels[focus]}</section>"
+            f'<section id="glance"><h2>Run at a glance <span class="muted">({why})</span></h2>'
+            f"{panels[focus]}</section>"
         )
     others = "".join(panels[i] for i in panel_runs[1:])
     unpanelled = len(runs) - len(panel_runs)
@@ -295,19 +356,26 @@ def build_report(
 {note_html}
 {glance or '<p class="muted">no runs</p>'}
 <h2>All runs</h2>
-{runs_table(table.runs, table.across, links)}
+{runs_table(table.runs, table.across, links, labels)}
 <h2>Figures</h2>
-<div class="figures">{"".join(_figures(digest, curve))}</div>
-<h2>Every run</h2>
-<p class="muted">Open a run to see its limits, stops, timeline and calls; + opens a node.
-Stopped calls are marked in red, failed ones in orange.</p>
-<div class="paged" data-page="{PAGE_RUNS}" data-items=":scope > details.run">{others}
-<nav class="pager"></nav></div>{others_note}
+<div class="figures">{"".join(_figures(digest, curve, labels))}</div>
+{_every_run(others, others_note)}
 <div id="tip" role="tooltip" hidden></div>
 <script type="application/json" id="amp-data">{embed_json({"runs": data_runs})}</script>
 <script>{_asset("report.js")}</script>
 </body></html>
 """
+
+
+def _every_run(panels: str, note: str) -> str:
+    """The section of the other runs' panels; none when the run at a glance is the only one."""
+    if not panels:
+        return note
+    return f"""<h2>Every other run</h2>
+<p class="muted">Open a run to see its limits, stops, timeline and calls; + opens a node.
+Stopped calls are marked in red, failed ones in orange.</p>
+<div class="paged" data-page="{PAGE_RUNS}" data-items=":scope > details.run">{panels}
+<nav class="pager"></nav></div>{note}"""
 
 
 def write_report(

@@ -25,10 +25,10 @@ esc = html.escape
 
 # The amplification factors per root are left out: with one root per run they equal the totals.
 TABLE_COLUMNS: Final = (
-    ("run_id", "run"),
-    ("llm_calls", "LLM calls"),
+    ("label", "run"),
+    ("llm_sent", "LLM calls sent"),
     ("tool_calls", "tool calls"),
-    ("halted", "stopped calls"),
+    ("refused_calls", "refused calls"),
     ("failed", "failed"),
     ("retries", "retries"),
     ("tokens_in", "tokens in"),
@@ -43,12 +43,12 @@ TABLE_COLUMNS: Final = (
     ("termination", "termination"),
     ("stop_reason", "stop reason"),
 )
-_TEXT_COLUMNS: Final = ("run_id", "termination", "stop_reason")
+_TEXT_COLUMNS: Final = ("label", "termination", "stop_reason")
 # Columns whose total over runs means something (a sum of depths or of averages does not).
 _SUMMED: Final = (
-    "llm_calls",
+    "llm_sent",
     "tool_calls",
-    "halted",
+    "refused_calls",
     "failed",
     "retries",
     "tokens_in",
@@ -91,8 +91,11 @@ def _amount(key: str, value: float) -> str:
     return f"{value:,.0f}" if value == int(value) else f"{value:,.4g}"
 
 
-def _limit_row(key: str, used: float | None, cap: float | None, origin: str) -> str:
-    name = f'<span class="key">{esc(key)}</span>'
+def _limit_row(
+    key: str, used: float | None, cap: float | None, origin: str, context: str | None = None
+) -> str:
+    where = f'<span class="context">{esc(context)}</span> ' if context else ""
+    name = f'<span class="key">{where}{esc(key)}</span>'
     if cap is None:
         spent = esc(_amount(key, used or 0.0))
         return (
@@ -117,23 +120,54 @@ def _limit_row(key: str, used: float | None, cap: float | None, origin: str) -> 
     )
 
 
-def _limits(run: RunDigest, given: Mapping[str, float]) -> str:
-    """The run's spend against each limit whose ceiling is known (given, or named by a stop),
-    and its spend on the main keys when no ceiling is known for them."""
-    ceilings = {**run.ceilings, **given}
+def _limits(
+    run: RunDigest,
+    given: Mapping[str, float],
+    shared: tuple[int, Mapping[str, float]] | None = None,
+    most_subagents: int = 8,
+) -> str:
+    """The run's spend against each of its own ceilings (set by its root context, as the log
+    says; given; or named by a stop of the run's own), its spend on the main keys when no
+    ceiling is known for them, then each sub-agent's own limits, nearest to their ceiling
+    first. ``shared``: (how many runs, their usage by key) when the root's ceilings cover
+    other runs of the report too (a stream logger's problems), so its share says it."""
+    root = run.contexts.name
+    ceilings: dict[str, tuple[float, str]] = {
+        key: (cap, f"set by {root}") for key, cap in run.contexts.own_limits().items()
+    }
+    together = []
+    if shared is not None and ceilings:
+        usage = shared[1]
+        for key, (cap, _) in ceilings.items():
+            if derivable(key):
+                spent = _amount(key, usage.get(key, 0.0))
+                together.append(f"{esc(key)}: {esc(spent)} of {esc(_amount(key, cap))}")
+    note = (
+        f'<p class="muted shared">{esc(str(root))}\'s ceilings cover {shared[0]:,} runs of this '
+        f"report; together they used {'; '.join(together)}.</p>"
+        if together and shared is not None
+        else ""
+    )
+    for key, cap in given.items():
+        ceilings.setdefault(key, (cap, "given"))
+    for key, cap in run.ceilings.items():
+        ceilings.setdefault(key, (cap, "named by a stop"))
     rows = [
-        _limit_row(
-            key,
-            run.usage.get(key, 0.0) if derivable(key) else None,
-            cap,
-            "given" if key in given else "named by a stop",
-        )
-        for key, cap in ceilings.items()
+        _limit_row(key, run.usage.get(key, 0.0) if derivable(key) else None, cap, origin)
+        for key, (cap, origin) in ceilings.items()
     ]
     rows += [
         _limit_row(k, run.usage.get(k, 0.0), None, "") for k in _SPEND_KEYS if k not in ceilings
     ]
-    return f'<div class="limits">{"".join(rows)}</div>'
+    # A sub-agent's limit the logs cannot tell (parse errors in a row) is shown if it stopped it.
+    subagents = [row for row in run.contexts.subagent_rows() if row[3] is not None or row[5]]
+    for _, path, key, used, cap, stopped in subagents[:most_subagents]:
+        origin = f"set by {path[-1]}" + (", which it stopped" if stopped else "")
+        rows.append(_limit_row(key, used, cap, origin, context=path[-1]))
+    if len(subagents) > most_subagents:
+        more = len(subagents) - most_subagents
+        rows.append(f'<p class="muted">and {more:,} more sub-agent limit(s)</p>')
+    return f'<div class="limits">{"".join(rows)}</div>{note}'
 
 
 def _stops(run: RunDigest) -> str:
@@ -157,17 +191,21 @@ def _stops(run: RunDigest) -> str:
 
 
 def run_panel(
-    index: int, run: RunDigest, data_index: int | None, given: Mapping[str, float], open_: bool
+    index: int,
+    run: RunDigest,
+    data_index: int | None,
+    given: Mapping[str, float],
+    open_: bool,
+    label: str,
+    shared: tuple[int, Mapping[str, float]] | None = None,
 ) -> str:
     """One run's panel: spend against each limit and its stops side by side, its timeline,
     then its calls (drawn by the page's script from the data of run ``data_index``; None when
     the run is beyond the report's detail budget)."""
     s = run.summary()
-    marks = [f'<span class="badge sent">{run.sent_calls:,} sent</span>']
+    marks = [f'<span class="badge sent">{run.sent_calls:,} calls sent</span>']
     if run.stopped_unsent:
-        marks.append(
-            f'<span class="badge halt">{run.stopped_unsent:,} stopped before sending</span>'
-        )
+        marks.append(f'<span class="badge halt">{run.stopped_unsent:,} refused</span>')
     if s.failed:
         marks.append(f'<span class="badge fail">{s.failed:,} failed</span>')
     badge, limit_events = limit_events_html(run.limit_events)
@@ -179,8 +217,10 @@ def run_panel(
         estimated = dollars(s.estimated_cost_usd)
         marks.append(f'<span class="badge estimated">{esc(estimated)} estimated</span>')
     cost = dollars(s.cost_usd) + (f" + {s.unpriced_calls} unpriced" if s.unpriced_calls else "")
+    named = run.contexts.name
+    run_id = f'<span class="run-id muted">{esc(run.run_id)}</span> ' if label == named else ""
     head = (
-        f'<summary><span class="run-id">{esc(run.run_id)}</span> '
+        f'<summary><span class="run-name">{esc(label)}</span> {run_id}'
         f'<span class="muted">{run.events:,} nodes · {esc(cost)} · {esc(s.termination)}'
         f"</span> {' '.join(m for m in marks if m)}</summary>"
     )
@@ -210,7 +250,7 @@ def run_panel(
     return (
         f'<details class="run" id="run-{index}"{data}{" open" if open_ else ""}>{head}'
         f'{limit_events}<div class="glance"><section class="limit-panel"><h3>Spend and limits'
-        f'</h3>{_limits(run, given)}</section><section class="stop-panel"><h3>Stops '
+        f'</h3>{_limits(run, given, shared)}</section><section class="stop-panel"><h3>Stops '
         f'<span class="muted">({run.halted_nodes:,})</span></h3>{_stops(run)}</section></div>'
         f"{timeline}{calls}</details>"
     )
@@ -220,6 +260,7 @@ def runs_table(
     summaries: Sequence[RunSummary],
     across: Mapping[str, Mapping[str, float | None]],
     panels: Mapping[int, int],
+    labels: Mapping[str, str],
 ) -> str:
     """All runs in one sortable table shown :data:`PAGE_ROWS` rows a page, with a totals row
     and the p50/p95 of each column across runs; a run's id links to its panel (``panels``
@@ -233,19 +274,20 @@ def runs_table(
     for i, summary in enumerate(summaries):
         d = summary.to_dict()
         d["stop_reason"] = scrubbed(d["stop_reason"])
+        d["label"] = labels.get(summary.run_id, summary.run_id)
         cells = []
         for key, _ in TABLE_COLUMNS:
             if key not in _TEXT_COLUMNS:
                 cells.append(f'<td data-v="{d[key]!r}">{esc(_cell(key, d[key]))}</td>')
                 continue
             text = esc(_fmt(d[key])).replace("_", "_<wbr>")  # may break after "_" when narrow
-            if key == "run_id" and i in panels:
+            if key == "label" and i in panels:
                 text = f'<a href="#run-{panels[i]}" class="open-run">{text}</a>'
             cells.append(f'<td class="text">{text}</td>')
         body.append(f"<tr>{''.join(cells)}</tr>")
     totals = "".join(
         f'<td class="text">total ({len(summaries):,} runs)</td>'
-        if k == "run_id"
+        if k == "label"
         else f"<td>{esc(_cell(k, sum(getattr(s, k) for s in summaries)))}</td>"
         if k in _SUMMED
         else "<td></td>"
@@ -256,7 +298,7 @@ def runs_table(
         row = "".join(
             f"<td>{esc(_cell(k, across[k][q]))}</td>"
             if k in NUMERIC_COLUMNS
-            else f'<td class="text">{q if k == "run_id" else ""}</td>'
+            else f'<td class="text">{q if k == "label" else ""}</td>'
             for k, _ in TABLE_COLUMNS
         )
         foot.append(f'<tr class="across">{row}</tr>')

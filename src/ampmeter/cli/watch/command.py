@@ -19,26 +19,39 @@ def _watch(
     logs: Annotated[
         list[str],
         typer.Argument(
-            help="JSONL logs to follow: files, directories (their *.jsonl files), or globs in "
-            "quotes (e.g. 'runs/*.jsonl'); directories and globs also pick up files created "
+            help="JSONL logs to follow: files, directories (their `*.jsonl` files), or globs in "
+            "quotes (e.g. `'runs/*.jsonl'`); directories and globs also pick up files created "
             "later.",
             show_default=False,
+            metavar="LOG...",
         ),
     ],
     once: Annotated[
         bool, typer.Option("--once", help="Print one frame of what the logs hold now and exit.")
     ] = False,
     interval: Annotated[
-        float, typer.Option("--interval", help="Seconds between redraws.", min=0.05)
+        float,
+        typer.Option("--interval", help="Seconds between redraws.", min=0.05, metavar="SECONDS"),
     ] = 1.0,
     max_cost: Annotated[
-        float | None, typer.Option("--max-cost", help="The runs' cost ceiling in USD.")
+        float | None,
+        typer.Option(
+            "--max-cost", help="Cost ceiling in USD, for logs that do not say it.", metavar="USD"
+        ),
     ] = None,
     max_llm_calls: Annotated[
-        int | None, typer.Option("--max-llm-calls", help="The runs' most LLM calls.")
+        int | None,
+        typer.Option(
+            "--max-llm-calls", help="Most LLM calls, for logs that do not say it.", metavar="N"
+        ),
     ] = None,
     max_input_tokens: Annotated[
-        int | None, typer.Option("--max-input-tokens", help="The runs' most input tokens.")
+        int | None,
+        typer.Option(
+            "--max-input-tokens",
+            help="Most input tokens over all calls, for logs that do not say it.",
+            metavar="N",
+        ),
     ] = None,
     max_tokens_per_model: Annotated[
         list[str] | None,
@@ -48,18 +61,24 @@ def _watch(
             help="Most input tokens for one model (repeatable).",
         ),
     ] = None,
-    runs: Annotated[int, typer.Option("--runs", help="How many runs to show.", min=1)] = 4,
-    rows: Annotated[int, typer.Option("--rows", help="Call-tree rows per run.", min=1)] = 20,
+    runs: Annotated[
+        int, typer.Option("--runs", help="How many runs to show.", min=1, metavar="N")
+    ] = 4,
+    rows: Annotated[
+        int, typer.Option("--rows", help="Call-tree rows per run.", min=1, metavar="N")
+    ] = 20,
 ) -> None:
     """Watch JSONL logs while they are written: call trees, spend against ceilings, stops.
 
     Follows every file as it grows, from one process or many (`ampmeter run --out PATH` writes
-    to the directory PATH.parts while it runs). Each run is shown by its context's name and a
-    short id, with its calls as a tree. Calls that have not ended yet are shown as running once
-    one of their inner calls has ended. A run with nothing running and no new line for 5 s is
-    marked ended, with how it ended (by the rules of `ampmeter summary`). Ceilings come from the
-    flags or the same AMPMETER_MAX_* variables as `ampmeter run`; a stop in the log also shows
-    the ceiling of the limit that made it.
+    to the directory `PATH.parts` while it runs). Each run is named by its root context (with
+    a short id where names collide), with its calls as a tree; a call that has not ended is
+    shown running once one of its inner calls has ended. A run is running while a process that
+    wrote it is alive (however long its calls take) and ended, with how it ended (by the rules
+    of `ampmeter summary`), once they all have ended; for a log that names no process this
+    machine can check, the view says how long no line came. The run's own ceilings come first
+    (as the log says them; else from the flags or the same `AMPMETER_MAX_*` variables as
+    `ampmeter run`), then each sub-agent's own.
     """
     from ampmeter.cli.run.config import RunConfig, parse_model_limits
     from ampmeter.cli.watch.live import watch

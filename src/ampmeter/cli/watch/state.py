@@ -2,8 +2,11 @@
 
 Logs hold one line per *finished* call, so a call still running is seen only through its
 children: a ``parent_id`` that has no event yet is a call that has not ended, shown as running
-until its own line arrives. Ceilings come from the caller (flags, ``AMPMETER_MAX_*``) and are
-completed from the stops seen in the logs, whose reasons name the limit and its ceiling.
+until its own line arrives. A call in flight with no inner call ended logs nothing at all, so
+a run counts as going while a process that wrote it is alive (the root context in
+``metadata.contexts`` names it). The run's own ceilings are those its root context set (the
+log says them), else the caller's (flags, ``AMPMETER_MAX_*``), completed from the run's own
+stops, whose reasons name the limit and its ceiling; each sub-agent's limits stay its own.
 
 Everything a frame shows is kept up to date as events arrive (totals per stats key, the tree's
 child lists, stops, calls and dollars per second), so drawing a frame does not walk every call
@@ -19,15 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ampmeter.analysis.ceilings import call_usage, derivable, parse_stop_reason
+from ampmeter.analysis.lineage import RunContexts, is_own_stop
 from ampmeter.analysis.runs import Call, call_from_event, is_estimated, is_unsettled
-from ampmeter.analysis.summary import termination_of
+from ampmeter.analysis.summary import refused, termination_of
+from ampmeter.cli.watch.processes import verdict
 
-__all__ = ["QUIET_MS", "RATE_WINDOW_MS", "RUNNING", "Rates", "RunState", "Stop", "WatchState"]
+__all__ = ["RATE_WINDOW_MS", "RUNNING", "Rates", "RunState", "Stop", "WatchState"]
 
 RUNNING: Final = "running"
 RATE_WINDOW_MS: Final = 60_000.0
-QUIET_MS: Final = 5_000.0
-"""A run with nothing running and no new line for this long is shown as ended."""
 
 
 @dataclass(slots=True)
@@ -63,13 +66,18 @@ class RunState:
     top: dict[str, None] = field(default_factory=dict)  # top-level spans, first-seen order
     halted: list[str] = field(default_factory=list)
     unpriced: int = 0
+    llm_sent: int = 0  # LLM calls that were sent
+    refused: int = 0  # LLM and tool calls a limit refused before they were sent
     unsettled_cost_usd: float = 0.0  # charged for holds of workers that died mid-call
     estimated_cost_usd: float = 0.0  # charged for calls billed without their usage reported
     per_second: dict[int, list[float]] = field(default_factory=dict)  # s -> [LLM calls, USD]
     first_start_ms: float = math.inf
     last_end_ms: float = -math.inf
-    name: str | None = None  # the context name of the run's top-level calls
+    name: str | None = None  # the run's root context (else: the context of its top-level calls)
     named_by_call: bool = False  # the name came from a call (not from a sub-agent's own node)
+    contexts: RunContexts = field(default_factory=RunContexts)  # root, processes, sub-agents
+    run_halts: list[str] = field(default_factory=list)  # stops by the run's own ceilings
+    first_begin_ms: float = math.inf  # when its earliest call began
     last_top: tuple[str, str | None] = ("", None)  # status and error of the last top-level call
     last_top_end_ms: float = -math.inf
     arrived_ms: float = -math.inf  # when (wall clock) its last line was read
@@ -88,22 +96,37 @@ class RunState:
 
     def ending(self, now_ms: float | None) -> tuple[str, str | None] | None:
         """How the run ended (termination and reason, by ``ampmeter summary``'s rules), or
-        None while it may still be going: something is running, or (``now_ms`` given) a line
-        arrived in the last :data:`QUIET_MS`."""
-        if self.running():
+        None while it is going or may be: something is running, one of the processes that
+        wrote it is alive, or it cannot be told (see :meth:`quiet_ms`)."""
+        if self.running() or self.liveness() != "ended":
             return None
-        if now_ms is not None and now_ms - self.arrived_ms < QUIET_MS:
-            return None
-        first_halt = (self.calls[self.halted[0]].stop_reason,) if self.halted else None
+        halts = self.run_halts
+        first_halt = (self.calls[halts[0]].stop_reason,) if halts else None
         return termination_of(None, first_halt, self.last_top)
+
+    def liveness(self) -> str | None:
+        """``"alive"`` while a process that wrote the run runs, ``"ended"`` once every one has
+        ended, None when the log names no process this machine can check."""
+        return verdict(self.contexts.processes, self.first_begin_ms)
+
+    def quiet_ms(self, now_ms: float | None) -> float | None:
+        """How long no line arrived, when nothing tells whether the run goes on (the log names
+        no process this machine can check): None otherwise."""
+        if self.running() or self.liveness() is not None:
+            return None
+        return max((now_ms if now_ms is not None else time.time() * 1000.0) - self.arrived_ms, 0)
 
     def index(self, call: Call) -> None:
         """Count a call that is new to this run into every derived figure."""
         span, parent = call.span_id, call.parent_id
+        self.contexts.add(call)
+        if self.contexts.name is not None:
+            self.name = self.contexts.name
         if parent is None:
-            # A sub-agent's own node carries its own name; a call, the run's context's name.
+            # A sub-agent's own node carries its own name; a call, the run's context's name
+            # (both only stand in for the root's name in logs that do not give it).
             context = call.metadata.get("context")
-            if isinstance(context, str) and not self.named_by_call:
+            if isinstance(context, str) and not self.named_by_call and self.contexts.root is None:
                 if context != call.name:
                     self.name, self.named_by_call = context, True
                 elif self.name is None:
@@ -121,15 +144,23 @@ class RunState:
         for key, value in call_usage(call).items():
             totals[key] = totals.get(key, 0.0) + value
         self.unpriced += call.unpriced
+        if call.kind in ("llm", "tool") and refused(call):
+            self.refused += 1
+        elif call.kind == "llm":
+            self.llm_sent += 1
         if is_unsettled(call):
             self.unsettled_cost_usd += call.cost_usd
         elif is_estimated(call):
             self.estimated_cost_usd += call.cost_usd
+        if call.end_ms is not None:
+            self.first_begin_ms = min(self.first_begin_ms, call.end_ms - (call.latency_ms or 0))
         if call.status == "halt":
             self.halted.append(span)
-            limit = parse_stop_reason(call.stop_reason)
-            if limit is not None:
-                self.learned_ceilings[limit.key] = limit.ceiling
+            if is_own_stop(call.metadata, call.stop_reason):
+                self.run_halts.append(span)
+                limit = parse_stop_reason(call.stop_reason)
+                if limit is not None:
+                    self.learned_ceilings[limit.key] = limit.ceiling
         elif call.end_ms is not None:
             bucket = self.per_second.setdefault(int(call.end_ms // 1000), [0.0, 0.0])
             bucket[0] += call.kind == "llm"
@@ -199,8 +230,12 @@ class WatchState:
                 del self.runs[run_id]
 
     def ceilings_of(self, run: RunState) -> dict[str, float]:
-        """The run's ceilings: the given ones, then any a stop in this run revealed."""
-        return {**run.learned_ceilings, **self.ceilings}
+        """The run's own ceilings: those its root context set (as the log says), the given
+        ones, then any a stop by the run's own ceiling revealed."""
+        found = run.contexts.own_limits()
+        for key, value in (*self.ceilings.items(), *run.learned_ceilings.items()):
+            found.setdefault(key, value)
+        return found
 
     def stops(self, last: int = 5) -> list[Stop]:
         """The ``last`` most recent halted calls, newest first."""

@@ -15,8 +15,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from ampmeter.analysis.lineage import run_labels
 from ampmeter.analysis.runs import Call, is_estimated
-from ampmeter.cli.output import printable
+from ampmeter.cli.output import latency, money, printable
 from ampmeter.cli.watch.state import RUNNING, RunState, WatchState
 from ampmeter.keys import KEY_COST, KEY_COST_FOR, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS
 
@@ -28,7 +29,7 @@ _MARK: Final = {
     "halt": ("■", "magenta"),
     RUNNING: ("●", "yellow"),
 }
-_BAR_WIDTH: Final = 24
+_BAR_WIDTH: Final = 16
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class FrameInfo:
 
 
 def _money(value: float) -> str:
-    return f"${value:,.6f}" if value < 1 else f"${value:,.2f}"
+    return money(value)
 
 
 def _amount(key: str, value: float) -> str:
@@ -69,14 +70,17 @@ def _header(state: WatchState, info: FrameInfo, now_ms: float | None) -> Table:
     ended = sum(len(run.calls) for run in runs)
     spent = sum(run.usage(KEY_COST) or 0.0 for run in runs)
     running = sum(len(run.running()) for run in runs)
+    going = sum(1 for run in runs if run.running() or run.liveness() == "alive")
+    # "Going" counts runs whose processes are alive: a call in flight logs nothing until it
+    # ends, so the calls seen running (a parent of an ended call) can be none of them.
     grid.add_row(
         "all runs",
-        f"{len(state.runs)} run(s), {ended} call(s) ended, {running} running, "
-        f"{_money(spent)} spent",
+        f"{len(state.runs)} run(s), {going} going · {ended} call(s) ended, {running} seen "
+        f"running · {_money(spent)}",
     )
     grid.add_row(
         "rate",
-        f"{rates.calls_per_min:,.1f} LLM calls/min, {_money(rates.usd_per_min)}/min "
+        f"{rates.calls_per_min:,.1f} LLM calls/min, {money(round(rates.usd_per_min, 6))}/min "
         f"(over the last {rates.window_s:,.0f} s)",
     )
     return grid
@@ -87,42 +91,61 @@ def _key(key: str) -> Text:
     return Text(printable(key))
 
 
-def _limits(state: WatchState, run: RunState) -> Table:
+def _bar_row(
+    key: str, used: float | None, cap: float, note: str = ""
+) -> tuple[RenderableType, ...]:
+    """A limit's row: what was used, a bar, and the share of the ceiling (and ``note``)."""
+    if used is None:
+        return "[dim]not in the log[/]", "", f"of {_amount(key, cap)}"
+    share = used / cap if cap > 0 else (1.0 if used > 0 else 0.0)
+    style = "red" if share >= 1 else "yellow" if share >= 0.8 else "green"
+    bar = ProgressBar(
+        total=1.0,
+        completed=min(share, 1.0),
+        width=_BAR_WIDTH,
+        complete_style=style,
+        finished_style=style,
+    )
+    return _amount(key, used), bar, f"{share:.0%} of {_amount(key, cap)}{note}"
+
+
+def _limits(state: WatchState, run: RunState, max_subagents: int = 3) -> Group:
     grid = Table.grid(padding=(0, 1))
-    for _ in range(4):
-        grid.add_column()
+    grid.add_column(no_wrap=True, overflow="ellipsis", max_width=28)
+    for _ in range(3):
+        grid.add_column(no_wrap=True)
     tokens_in = int(run.usage(KEY_INPUT_TOKENS) or 0)
     tokens_out = int(run.usage(KEY_OUTPUT_TOKENS) or 0)
     unpriced = run.unpriced_calls()
-    spent = _money(run.usage(KEY_COST) or 0.0) + (f" + {unpriced} unpriced" if unpriced else "")
-    grid.add_row("spent", spent, "", f"tokens {tokens_in:,} in / {tokens_out:,} out")
+    spent = Text.assemble(
+        ("spent ", "bold"),
+        _money(run.usage(KEY_COST) or 0.0) + (f" + {unpriced} unpriced" if unpriced else ""),
+        ("  tokens ", "bold"),
+        f"{tokens_in:,} in / {tokens_out:,} out",
+    )
+    calls = Text.assemble(("calls ", "bold"), f"{run.llm_sent:,} LLM call(s) sent")
+    if run.refused:
+        calls.append(f", {run.refused:,} refused before sending")
     if run.unsettled_cost_usd:
-        charged = _money(run.unsettled_cost_usd)
-        grid.add_row(
-            "unsettled", charged, "", "[dim]of it, calls in flight at a stop or in dead workers[/]"
-        )
+        unsettled = _money(run.unsettled_cost_usd)
+        spent.append(f"  (unsettled {unsettled}: calls in flight at a stop or in dead workers)")
     if run.estimated_cost_usd:
-        charged = _money(run.estimated_cost_usd)
-        grid.add_row("estimated", charged, "", "[dim]of it, calls billed without their usage[/]")
+        spent.append(f"  (estimated {_money(run.estimated_cost_usd)}: billed without their usage)")
     ceilings = state.ceilings_of(run)
     if not ceilings:
-        grid.add_row("limits", "[dim]no ceiling known (give --max-cost, --max-llm-calls, ...)[/]")
-    for key, cap in ceilings.items():
-        used = run.usage(key)
-        if used is None:
-            grid.add_row(_key(key), "[dim]not in the log[/]", "", f"of {_amount(key, cap)}")
-            continue
-        share = used / cap if cap > 0 else (1.0 if used > 0 else 0.0)
-        style = "red" if share >= 1 else "yellow" if share >= 0.8 else "green"
-        bar = ProgressBar(
-            total=1.0,
-            completed=min(share, 1.0),
-            width=_BAR_WIDTH,
-            complete_style=style,
-            finished_style=style,
-        )
-        grid.add_row(_key(key), _amount(key, used), bar, f"{share:.0%} of {_amount(key, cap)}")
-    return grid
+        known = "[dim]no ceiling of the run's known (give --max-cost, --max-llm-calls, ...)[/]"
+        grid.add_row("limits", known)
+    for key, cap in ceilings.items():  # the run's own ceilings first
+        grid.add_row(_key(key), *_bar_row(key, run.usage(key), cap))
+    # Then each sub-agent's own limits, the nearest to (or past) their ceiling first.
+    rows = run.contexts.subagent_rows()
+    for _, path, key, used, cap, stopped in rows[:max_subagents]:
+        label = Text.assemble((printable(short_ids(path[-1])), "bold"), f" {printable(key)}")
+        grid.add_row(label, *_bar_row(key, used, cap, "  ■ stopped" if stopped else ""))
+    if len(rows) > max_subagents:
+        more = len(rows) - max_subagents
+        grid.add_row(f"[dim]… {more} more sub-agent limit(s)[/]")
+    return Group(spent, calls, grid)
 
 
 # Long hexadecimal ids (run UUIDs, ledger scopes) shortened to their first 8 digits: the frame
@@ -168,7 +191,7 @@ def _label(call: Call) -> Text:
         if is_estimated(call):
             text.append(" estimated", "yellow")
     if call.latency_ms is not None and call.status != "halt":
-        text.append(f"  {call.latency_ms:,.0f} ms", "dim")
+        text.append(f"  {latency(call.latency_ms)}", "dim")
     if call.status == "halt":
         text.append(f"  stopped: {short_ids(call.stop_reason or 'limit')}", style)
     elif call.status == "fail" and call.error_class:
@@ -260,30 +283,50 @@ _ENDED: Final = {
 }
 
 
-def _title(run: RunState, now_ms: float | None) -> Text:
-    title = Text.assemble(("run ", "bold"), (short_ids(run.name or run.run_id), "bold underline"))
-    if run.name:
+def _title(run: RunState, now_ms: float | None, label: str) -> Text:
+    title = Text.assemble(("run ", "bold"), (label, "bold underline"))
+    if run.name and label == short_ids(run.name):  # else the label holds the id already
         title.append(f"  {short_ids(run.run_id)[:9]}", "dim")
     running = run.running()
     ending = run.ending(now_ms)
+    quiet = run.quiet_ms(now_ms)
     if running:
-        title.append(f"  {len(running)} running", "yellow")
-    elif ending is None:
-        title.append("  nothing running", "dim")
-    else:
+        title.append(f"  ● {len(running)} call(s) running", "yellow")
+    elif run.liveness() == "alive":
+        title.append("  ● running (its process is alive; a call logs when it ends)", "yellow")
+    elif ending is not None:
         termination, reason = ending
         words, style = _ENDED.get(termination, (f"ended: {printable(termination)}", "white"))
         title.append(f"  ■ {words}", f"bold {style}")
         if reason and termination != "limit_exceeded":  # a stop's reason is on its row
             title.append(f" ({short_ids(reason)})", style)
+    elif quiet is not None:
+        # The log names no process this machine can check: say what is known, not "ended".
+        title.append(f"  no new line for {_duration(quiet)}", "dim")
     return title
 
 
-def _run_block(state: WatchState, run: RunState, max_rows: int, now_ms: float | None) -> Group:
-    return Group(_title(run, now_ms), _limits(state, run), _tree(run, max_rows))
+def _duration(ms: float) -> str:
+    seconds = int(ms // 1000)
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h"
 
 
-def _stops(state: WatchState) -> Table | Text:
+def _labels(runs: Sequence[RunState]) -> dict[str, str]:
+    labels = run_labels((run.run_id, run.name) for run in runs)
+    return {run_id: short_ids(label) for run_id, label in labels.items()}
+
+
+def _run_block(
+    state: WatchState, run: RunState, max_rows: int, now_ms: float | None, label: str
+) -> Group:
+    return Group(_title(run, now_ms, label), _limits(state, run), _tree(run, max_rows))
+
+
+def _stops(state: WatchState, labels: dict[str, str]) -> Table | Text:
     stops = state.stops()
     if not stops:
         return Text("no call stopped by a limit", style="dim")
@@ -296,10 +339,9 @@ def _stops(state: WatchState) -> Table | Text:
     table.add_column("reason", overflow="fold", ratio=1)
     for stop in stops:
         at = time.strftime("%H:%M:%S", time.localtime(stop.at_ms / 1000)) if stop.at_ms else "-"
-        run = state.runs[stop.run_id]
         table.add_row(
             at,
-            Text(short_ids(run.name or run.run_id)),
+            Text(labels[stop.run_id]),
             Text(short_ids(stop.name)),
             Text(short_ids(stop.reason)),
         )
@@ -318,9 +360,10 @@ def render_frame(
 
     runs = sorted(state.runs.values(), key=lambda run: run.last_end_ms, reverse=True)
     parts: list[RenderableType] = [_header(state, info, now_ms), Text("")]
+    labels = _labels(runs)
     for run in sorted(runs[:max_runs], key=lambda r: r.run_id):
-        parts += [_run_block(state, run, max_rows, now_ms), Text("")]
+        parts += [_run_block(state, run, max_rows, now_ms, labels[run.run_id]), Text("")]
     if len(runs) > max_runs:
         parts.append(Text(f"{len(runs) - max_runs} less recent run(s) not shown", style="dim"))
-    parts.append(_stops(state))
+    parts.append(_stops(state, labels))
     return Group(*parts)

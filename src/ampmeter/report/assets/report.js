@@ -7,7 +7,9 @@
   var data = JSON.parse(document.getElementById("amp-data").textContent);
   var CHUNK = 200, TIMELINE_ROWS = 300, SVG = "http://www.w3.org/2000/svg";
   // node = [span_id, parent_index, kind, name, status, model, tokens_in, tokens_out,
-  //         cost_usd, unpriced, latency_ms, retries, stop_reason, error_class, end_ms, depth]
+  //         cost_usd, unpriced, latency_ms, retries, stop_reason, error_class, end_ms, depth,
+  //         rollup], rollup = null or what the node's inner calls used with it:
+  //         [tokens_in, tokens_out, priced cost_usd, unpriced calls]
   function el(tag, cls, text) {
     var e = document.createElement(tag);
     if (cls) e.className = cls;
@@ -20,7 +22,17 @@
     if (text !== undefined) e.textContent = String(text);
     return e;
   }
-  function money(v, unpriced) { return unpriced ? "unpriced" : "$" + Number(v).toPrecision(4); }
+  // Numbers as every ampmeter view shows them: money to the nano-dollar with at least two
+  // decimals ($0.00, $0.00001298, $1,234.50), counts and milliseconds with separators.
+  function count(v) { return Number(v).toLocaleString("en-US", {maximumFractionDigits: 0}); }
+  function dollars(v) {
+    var text = Math.abs(Number(v)).toFixed(9).replace(/0+$/, ""), dot = text.indexOf(".");
+    var frac = text.slice(dot + 1);
+    while (frac.length < 2) frac += "0";
+    return (Number(v) < 0 ? "-" : "") + "$" + count(text.slice(0, dot)) + "." + frac;
+  }
+  function money(v, unpriced) { return unpriced ? "unpriced" : dollars(v); }
+  function millis(v) { return count(v) + " ms"; }
 
   // -- tooltips: any element with data-tip, under the pointer --------------------------------
   var tip = document.getElementById("tip");
@@ -80,9 +92,16 @@
     div.appendChild(el("span", "name", n[3]));
     div.appendChild(el("span", "badge " + n[4], n[4]));
     if (n[5]) div.appendChild(el("span", "field model", n[5]));
-    div.appendChild(el("span", "field", "tokens " + n[6] + " / " + n[7]));
-    div.appendChild(el("span", "field", money(n[8], n[9])));
-    if (n[10] !== null) div.appendChild(el("span", "field", n[10] + " ms"));
+    var all = n[16];
+    if (all) {  // a sub-agent or step: what it used with its inner calls
+      var unpriced = all[3] ? " + " + all[3] + " unpriced" : "";
+      div.appendChild(el("span", "field rollup", "with its calls: tokens " + count(all[0]) +
+        " / " + count(all[1]) + " · " + dollars(all[2]) + unpriced));
+    } else {
+      div.appendChild(el("span", "field", "tokens " + count(n[6]) + " / " + count(n[7])));
+      div.appendChild(el("span", "field", money(n[8], n[9])));
+    }
+    if (n[10] !== null) div.appendChild(el("span", "field", millis(n[10])));
     if (n[11]) div.appendChild(el("span", "field", "retries " + n[11]));
     if (n[12]) div.appendChild(el("span", "field stop", "stop: " + n[12]));
     if (n[13]) div.appendChild(el("span", "field error", "error: " + n[13]));
@@ -146,7 +165,11 @@
       calls.push({i: i, end: n[14], start: n[14] - (n[10] || 0)});
     }
     if (!calls.length) { box.appendChild(el("p", "muted", "No call in this run has a timestamp.")); return; }
-    calls.sort(function (a, b) { return a.start - b.start || a.i - b.i; });
+    // By start; a call that starts with the one it runs in (a sub-agent and its first call,
+    // in the same millisecond) comes after it: the shallower first.
+    calls.sort(function (a, b) {
+      return a.start - b.start || (run.nodes[a.i][15] || 1) - (run.nodes[b.i][15] || 1) || a.i - b.i;
+    });
     var hidden = Math.max(0, calls.length - TIMELINE_ROWS);
     calls = calls.slice(0, TIMELINE_ROWS);
     var t0 = Infinity, t1 = -Infinity, stops = 0;
@@ -176,8 +199,9 @@
     if (STOPS) root.appendChild(svg("text", {x: PLOT_END + 12, y: 12, "class": "stop-head"}, "stopped because"));
     calls.forEach(function (c, r) {
       var n = run.nodes[c.i], y = TOP + r * ROW, halted = n[4] === "halt";
-      var what = n[2] + " " + n[3] + ": " + (n[10] || 0) + " ms, " + n[4] +
-        (n[5] ? ", " + n[5] : "") + ", tokens " + n[6] + "/" + n[7] + ", " + money(n[8], n[9]);
+      var used = n[16] ? ", with its calls: tokens " + count(n[16][0]) + "/" + count(n[16][1]) + ", " + dollars(n[16][2])
+                       : ", tokens " + count(n[6]) + "/" + count(n[7]) + ", " + money(n[8], n[9]);
+      var what = n[2] + " " + n[3] + ": " + millis(n[10] || 0) + ", " + n[4] + (n[5] ? ", " + n[5] : "") + used;
       if (halted) {
         root.appendChild(svg("rect", {x: 0, y: y, width: W, height: ROW, "class": "halt-row"}));
       }
