@@ -102,6 +102,12 @@ class BillingProvider(ReplayServer):
         prices: USD per million input and output tokens per model name, as ``(input,
             output)`` (Decimal, str, int or float, read as written), for :attr:`billed_usd`.
         delay_s: seconds each billed answer waits before it is sent (the provider's time).
+        answer: the text of every answer (None: ``output_tokens`` words); its length in
+            tokens is still ``output_tokens`` (or ``max_tokens`` when fewer), as billed. A
+            stream sends it in that many pieces.
+        distinct_ids: how many response ids the provider draws from (None: every answer has
+            an id of its own; 1: every answer has the same id, as some gateways and mock
+            servers do; 999: like Ollama's ``chatcmpl-<0..998>``).
         host: address to bind (loopback by default).
         port: TCP port; 0 picks a free one.
     """
@@ -117,6 +123,8 @@ class BillingProvider(ReplayServer):
         media_tokens: int = 85,
         prices: Mapping[str, tuple[object, object]] | None = None,
         delay_s: float = 0.0,
+        answer: str | None = None,
+        distinct_ids: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -137,7 +145,15 @@ class BillingProvider(ReplayServer):
             raise TypeError(f"delay_s must be a number of seconds, got {delay_s!r}")
         if not (math.isfinite(delay_s) and delay_s >= 0):
             raise ValueError(f"delay_s must be a finite number of seconds >= 0, got {delay_s}")
-        super().__init__(host, port, fallback=self._answer)
+        if answer is not None and not isinstance(answer, str):
+            raise TypeError(f"answer must be a str or None, got {type(answer).__name__}")
+        if distinct_ids is not None and (
+            isinstance(distinct_ids, bool) or not isinstance(distinct_ids, int) or distinct_ids < 1
+        ):
+            raise ValueError(f"distinct_ids must be an int >= 1 or None, got {distinct_ids!r}")
+        # Ids drawn from few values are sent as they are (a replay server makes each unique).
+        verbatim = distinct_ids is not None
+        super().__init__(host, port, fallback=self._answer, verbatim_ids=verbatim)
         # Read as written, so 2.5 characters a token divides exactly.
         self.chars_per_token = Fraction(repr(float(chars_per_token)))
         self.output_tokens = output_tokens
@@ -146,6 +162,8 @@ class BillingProvider(ReplayServer):
         self.tool_framing = tool_framing
         self.media_tokens = media_tokens
         self.delay_s = float(delay_s)
+        self.answer = answer
+        self.distinct_ids = distinct_ids
         self._prices = {
             model: (
                 money.usd(pair[0], f"prices[{model!r}] input"),
@@ -258,10 +276,13 @@ class BillingProvider(ReplayServer):
             with self._billed_lock:
                 self._in_flight -= 1
         number = next(self._ids)
+        if self.distinct_ids is not None:
+            number = (number - 1) % self.distinct_ids
         capped = tokens_out < self.output_tokens
+        pieces = _pieces(self.answer, call.output_tokens)
         if wire == "chat":
-            return _chat_answer(call, number, capped)
-        return _anthropic_answer(call, number, capped)
+            return _chat_answer(call, number, capped, pieces)
+        return _anthropic_answer(call, number, capped, pieces)
 
     def _cost(self, model: str, tokens_in: int, tokens_out: int) -> Decimal | None:
         rates = self._prices.get(model)
@@ -363,7 +384,18 @@ def _max_tokens(wire: BillingWire, body: Mapping[str, Any]) -> int:
 # --- answers -------------------------------------------------------------------------------------
 
 
-def _chat_answer(call: BilledCall, number: int, capped: bool) -> ReplayResponse:
+def _pieces(answer: str | None, tokens: int) -> list[str]:
+    """The answer's text as ``tokens`` pieces (one per output token, as streamed)."""
+    if answer is None:
+        return [_WORD] * tokens
+    if tokens == 0:
+        return []
+    size = -(-len(answer) // tokens) or 1
+    found = [answer[at : at + size] for at in range(0, len(answer), size)]
+    return found + [""] * (tokens - len(found))
+
+
+def _chat_answer(call: BilledCall, number: int, capped: bool, pieces: list[str]) -> ReplayResponse:
     ident = f"chatcmpl-bill{number:06d}"
     usage = {
         "prompt_tokens": call.input_tokens,
@@ -375,7 +407,7 @@ def _chat_answer(call: BilledCall, number: int, capped: bool) -> ReplayResponse:
     head = {"id": ident, "created": int(time.time()), "model": call.model}
     finish = "length" if capped else "stop"
     if not call.stream:
-        message = {"role": "assistant", "content": _WORD * call.output_tokens}
+        message = {"role": "assistant", "content": "".join(pieces)}
         choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
         body = {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
         return ReplayResponse.json(body)
@@ -386,7 +418,7 @@ def _chat_answer(call: BilledCall, number: int, capped: bool) -> ReplayResponse:
         return None, {**chunk, "choices": [choice]}
 
     events: list[tuple[str | None, Any]] = [delta({"role": "assistant", "content": ""}, None)]
-    events += [delta({"content": _WORD}, None) for _ in range(call.output_tokens)]
+    events += [delta({"content": piece}, None) for piece in pieces]
     events.append(delta({}, finish))
     if call.usage_reported:
         events.append((None, {**chunk, "choices": [], "usage": usage}))
@@ -394,7 +426,9 @@ def _chat_answer(call: BilledCall, number: int, capped: bool) -> ReplayResponse:
     return ReplayResponse.sse(events)
 
 
-def _anthropic_answer(call: BilledCall, number: int, capped: bool) -> ReplayResponse:
+def _anthropic_answer(
+    call: BilledCall, number: int, capped: bool, pieces: list[str]
+) -> ReplayResponse:
     finish = "max_tokens" if capped else "end_turn"
     message: dict[str, Any] = {
         "id": f"msg_bill{number:06d}",
@@ -407,7 +441,7 @@ def _anthropic_answer(call: BilledCall, number: int, capped: bool) -> ReplayResp
     if not call.stream:
         body = {
             **message,
-            "content": [{"type": "text", "text": _WORD * call.output_tokens}],
+            "content": [{"type": "text", "text": "".join(pieces)}],
             "stop_reason": finish,
             "usage": {
                 "input_tokens": call.input_tokens,
@@ -423,7 +457,6 @@ def _anthropic_answer(call: BilledCall, number: int, capped: bool) -> ReplayResp
         "usage": {"input_tokens": call.input_tokens, "output_tokens": 1, **counts},
     }
     block = {"type": "text", "text": ""}
-    text_delta = {"type": "text_delta", "text": _WORD}
     ending = {"stop_reason": finish, "stop_sequence": None}
     events: list[tuple[str | None, Any]] = [
         ("message_start", {"type": "message_start", "message": start}),
@@ -433,8 +466,15 @@ def _anthropic_answer(call: BilledCall, number: int, capped: bool) -> ReplayResp
         ),
     ]
     events += [
-        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": text_delta})
-        for _ in range(call.output_tokens)
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": piece},
+            },
+        )
+        for piece in pieces
     ]
     final_usage = {"output_tokens": call.output_tokens}
     events += [
