@@ -14,7 +14,8 @@ streamed, and bills each request's input from *everything* in it, not only the m
   ``request_framing`` per request, and ``tool_framing`` once when the request defines tools
   (Anthropic documents such a tool-use system prompt).
 
-All billed text is counted together at ``chars_per_token`` characters a token, rounded up. The
+All billed text is counted together at ``chars_per_token`` characters a token, rounded up (or
+piece by piece by a tokenizer given as ``text_tokens``). The
 answer is ``output_tokens`` tokens of fixed text, or ``max_tokens`` when that is fewer (then
 it ends with ``finish_reason="length"`` / ``stop_reason="max_tokens"``). A stream reports its
 usage as the provider does: Anthropic always, OpenAI only with ``stream_options:
@@ -40,9 +41,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -105,9 +107,12 @@ class BillingProvider(ReplayServer):
         answer: the text of every answer (None: ``output_tokens`` words); its length in
             tokens is still ``output_tokens`` (or ``max_tokens`` when fewer), as billed. A
             stream sends it in that many pieces.
-        distinct_ids: how many response ids the provider draws from (None: every answer has
-            an id of its own; 1: every answer has the same id, as some gateways and mock
-            servers do; 999: like Ollama's ``chatcmpl-<0..998>``).
+        text_tokens: counts the tokens of a piece of billed text, as a provider's own
+            tokenizer does (each message's text, each tool's JSON, on its own); None: all
+            billed text together at ``chars_per_token``.
+        distinct_ids: how many response ids the provider draws its ids from, at random (None:
+            every answer has an id of its own; 1: every answer has the same id, as some
+            gateways and mock servers do; 999: like Ollama's ``chatcmpl-<0..998>``).
         host: address to bind (loopback by default).
         port: TCP port; 0 picks a free one.
     """
@@ -124,6 +129,7 @@ class BillingProvider(ReplayServer):
         prices: Mapping[str, tuple[object, object]] | None = None,
         delay_s: float = 0.0,
         answer: str | None = None,
+        text_tokens: Callable[[str], int] | None = None,
         distinct_ids: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -145,6 +151,8 @@ class BillingProvider(ReplayServer):
             raise TypeError(f"delay_s must be a number of seconds, got {delay_s!r}")
         if not (math.isfinite(delay_s) and delay_s >= 0):
             raise ValueError(f"delay_s must be a finite number of seconds >= 0, got {delay_s}")
+        if text_tokens is not None and not callable(text_tokens):
+            raise TypeError(f"text_tokens must be callable or None, got {text_tokens!r}")
         if answer is not None and not isinstance(answer, str):
             raise TypeError(f"answer must be a str or None, got {type(answer).__name__}")
         if distinct_ids is not None and (
@@ -163,7 +171,9 @@ class BillingProvider(ReplayServer):
         self.media_tokens = media_tokens
         self.delay_s = float(delay_s)
         self.answer = answer
+        self.text_tokens = text_tokens
         self.distinct_ids = distinct_ids
+        self._id_draws = random.Random(0)  # the same ids in every run
         self._prices = {
             model: (
                 money.usd(pair[0], f"prices[{model!r}] input"),
@@ -220,11 +230,15 @@ class BillingProvider(ReplayServer):
         Raises ``ValueError`` for a body the provider would reject.
         """
         try:
-            chars, messages, media, tools = _billed_parts(wire, body)
+            texts, messages, media, tools = _billed_parts(wire, body)
         except _Rejected as error:
             raise ValueError(str(error)) from None
+        if self.text_tokens is None:
+            text = math.ceil(sum(map(len, texts)) / self.chars_per_token)
+        else:
+            text = sum(map(self.text_tokens, texts))
         return (
-            math.ceil(chars / self.chars_per_token)
+            text
             + messages * self.message_framing
             + self.request_framing
             + media * self.media_tokens
@@ -277,7 +291,8 @@ class BillingProvider(ReplayServer):
                 self._in_flight -= 1
         number = next(self._ids)
         if self.distinct_ids is not None:
-            number = (number - 1) % self.distinct_ids
+            with self._billed_lock:  # drawn at random, as Ollama does, from a seeded generator
+                number = self._id_draws.randrange(self.distinct_ids)
         capped = tokens_out < self.output_tokens
         pieces = _pieces(self.answer, call.output_tokens)
         if wire == "chat":
@@ -294,8 +309,9 @@ class BillingProvider(ReplayServer):
 # --- what a request bills ------------------------------------------------------------------------
 
 
-def _billed_parts(wire: BillingWire, body: Mapping[str, Any]) -> tuple[int, int, int, bool]:
-    """Characters of billed text, framed messages, media parts, and whether tools are defined."""
+def _billed_parts(wire: BillingWire, body: Mapping[str, Any]) -> tuple[list[str], int, int, bool]:
+    """The pieces of billed text, framed messages, media parts, and whether tools are
+    defined."""
     texts: list[str] = []
     media = 0
     messages = body.get("messages")
@@ -325,7 +341,7 @@ def _billed_parts(wire: BillingWire, body: Mapping[str, Any]) -> tuple[int, int,
     for key in ("response_format", "output_format"):
         if body.get(key) is not None:
             texts.append(_compact(body[key]))
-    return sum(map(len, texts)), framed, media, bool(tools)
+    return texts, framed, media, bool(tools)
 
 
 def _content(content: object, texts: list[str]) -> int:
