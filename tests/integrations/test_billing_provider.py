@@ -355,6 +355,7 @@ def test_scripted_errors_come_first_and_are_not_billed(provider: BillingProvider
         ({"delay_s": -0.1}, ValueError),
         ({"prices": {"m": ("x", "1")}}, ValueError),
         ({"answer": 3}, TypeError),
+        ({"text_tokens": 3}, TypeError),
         ({"distinct_ids": 0}, ValueError),
         ({"distinct_ids": True}, ValueError),
     ],
