@@ -40,6 +40,15 @@ The peers run in their own virtualenv (``bench/.peers-venv``, made by this scrip
 and reports on stdout; ampmeter runs in this process. Run: ``python bench/peer_cap_bench.py
 [--quick] [--peers shekel,litellm]`` (quick: no tools, 8 and 128 threads). Not a timed test:
 the figures do not depend on speed.
+
+Options for harder providers (not in the default run): ``--density 1,1.6,2.5`` bills text at
+that many times characters/4 (dense text, code, CJK: the provider counts 1.6 or 2.5 times more
+tokens than prose), each density its own cells; ``--repeated-ids N`` has the provider draw its
+response ids from N values (1: one id for every answer, as some gateways and mock servers do;
+999: like Ollama); ``--estimate bound`` runs ampmeter's context with ``estimate="bound"``;
+``--tokenizer`` switches ampmeter's offline tokenizer on and has the provider count text with
+gpt-4o-mini's own encoding (o200k_base) instead of characters. ``--peers ''`` measures ampmeter
+alone. Every ampmeter cell starts with nothing learned, as a fresh process would.
 """
 
 from __future__ import annotations
@@ -417,6 +426,32 @@ def redis_server() -> Iterator[str | None]:
 
 
 @dataclass(frozen=True)
+class Provider:
+    """How the loopback provider bills and answers (the options of a run)."""
+
+    density: float = 1.0  # text billed at this many times characters/4
+    distinct_ids: int | None = None  # response ids drawn from this many values
+    tokenizer: bool = False  # text counted by o200k_base (density then unused)
+
+    def billing(self) -> dict[str, Any]:
+        """The ``BillingProvider`` arguments."""
+        found: dict[str, Any] = {
+            "chars_per_token": 4.0 / self.density,
+            "id_pool": self.distinct_ids,
+        }
+        if self.tokenizer:
+            import bpe_openai
+
+            encoding = bpe_openai.get_encoding("o200k_base")
+            found["text_tokens"] = lambda text: len(encoding.encode(text, disallowed_special=()))
+        return found
+
+    @property
+    def label(self) -> str:
+        return "o200k" if self.tokenizer else f"x{self.density:g}"
+
+
+@dataclass(frozen=True)
 class Cell:
     """One tool on one workload, and what the provider billed."""
 
@@ -424,6 +459,7 @@ class Cell:
     version: str
     tools: int
     workers: int
+    density: str
     cap: Decimal
     billed: Decimal
     billed_calls: int
@@ -475,10 +511,13 @@ def spec_for(tools: int, workers: int) -> dict[str, Any]:
 
 def run_ampmeter(spec: dict[str, Any]) -> Tally:
     from ampmeter import ExecutionContext, LimitExceeded
+    from ampmeter.pricing import request_size
 
+    request_size.forget()  # the first wave is reserved with nothing learned, as in a new process
     client = openai_client(spec)
     kwargs = request(spec)
-    with ExecutionContext("peer_cap_bench", max_cost_usd=float(spec["cap"])):
+    estimate = spec.get("estimate", "learned")
+    with ExecutionContext("peer_cap_bench", max_cost_usd=float(spec["cap"]), estimate=estimate):
         tally = hammer(
             spec["workers"],
             lambda: contextlib.nullcontext(lambda: client.chat.completions.create(**kwargs)),
@@ -512,7 +551,15 @@ def run_peer(python: Path, peer: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {"errors": 1, "first_error": f"no result (exit {done.returncode}): {done.stderr[-300:]}"}
 
 
-def measure(tool: str, tools: int, workers: int, python: Path | None, redis: str | None) -> Cell:
+def measure(
+    tool: str,
+    tools: int,
+    workers: int,
+    python: Path | None,
+    redis: str | None,
+    provider: Provider = Provider(),
+    estimate: str = "learned",
+) -> Cell:
     """One tool on one cell, against a fresh provider."""
     import ampmeter
     from ampmeter.testing import BillingProvider
@@ -520,12 +567,14 @@ def measure(tool: str, tools: int, workers: int, python: Path | None, redis: str
 
     spec = spec_for(tools, workers)
     server = BillingProvider(
-        chars_per_token=4.0, output_tokens=MAX_TOKENS, prices=PRICES, delay_s=PROVIDER_S
+        output_tokens=MAX_TOKENS, prices=PRICES, delay_s=PROVIDER_S, **provider.billing()
     )
     with server:
         body = request(spec)
         cap = (CALLS * one_call_cost(server, body)).quantize(Decimal("0.000001"))
-        spec.update(base_url=server.openai_base_url, cap=str(cap), redis_url=redis)
+        spec.update(
+            base_url=server.openai_base_url, cap=str(cap), redis_url=redis, estimate=estimate
+        )
         if tool == "ampmeter":
             found = {"version": ampmeter.__version__, **run_ampmeter(spec).report()}
         elif python is None:
@@ -534,40 +583,51 @@ def measure(tool: str, tools: int, workers: int, python: Path | None, redis: str
             found = run_peer(python, tool, spec)
         billed, calls, peak = server.billed_usd, len(server.calls), server.peak_in_flight
     tally = {**Tally().report(), **found}
-    return Cell(tool, found.get("version", "?"), tools, workers, cap, billed, calls, peak, tally)
+    version = found.get("version", "?")
+    return Cell(tool, version, tools, workers, provider.label, cap, billed, calls, peak, tally)
 
 
 # --- the run --------------------------------------------------------------------------------------
 
 
-def measured(quick: bool, peers: tuple[str, ...] = PEERS) -> Iterator[Cell]:
+def measured(
+    quick: bool,
+    peers: tuple[str, ...] = PEERS,
+    providers: tuple[Provider, ...] = (Provider(),),
+    estimate: str = "learned",
+) -> Iterator[Cell]:
     """Every tool on every cell, ampmeter first in each, yielding each cell as it ends."""
     import ampmeter
 
     if str(HERE) not in sys.path:
         sys.path.insert(0, str(HERE))  # cap_bench: the same model, prices and call cost
     ampmeter.instrument(http=False)
-    python, why = peers_python()
-    if python is None:
+    if any(p.tokenizer for p in providers):
+        from ampmeter.pricing import tokenizer
+
+        tokenizer.use()
+    python, why = (None, "no peers asked for") if not peers else peers_python()
+    if python is None and peers:
         print(f"the peers could not be installed: {why}", file=sys.stderr, flush=True)
     tools = (0,) if quick else TOOLS
     workers = (8, 128) if quick else WORKERS
     with redis_server() as redis:
-        for count in tools:
-            for threads in workers:
-                for tool in ("ampmeter", *peers):
-                    yield measure(tool, count, threads, python, redis)
+        for provider in providers:
+            for count in tools:
+                for threads in workers:
+                    for tool in ("ampmeter", *peers):
+                        yield measure(tool, count, threads, python, redis, provider, estimate)
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
     """The rows for ``bench/run.py``: ampmeter's billed/cap beside each peer's, per cell."""
     found = list(measured(quick))
-    ours = {(c.tools, c.workers): c for c in found if c.tool == "ampmeter"}
+    ours = {(c.density, c.tools, c.workers): c for c in found if c.tool == "ampmeter"}
     rows = []
     for cell in found:
         if cell.tool == "ampmeter":
             continue
-        mine = ours[(cell.tools, cell.workers)]
+        mine = ours[(cell.density, cell.tools, cell.workers)]
         rows.append(
             {
                 "name": f"{cell.tools} tools, {cell.workers} threads, one cap: billed/cap, "
@@ -588,7 +648,7 @@ def line(cell: Cell) -> str:
     error = f"  first error: {cell.tally['first_error']}" if cell.tally["first_error"] else ""
     error += f"  [{cell.tally['note']}]" if cell.tally["note"] else ""
     return (
-        f"{cell.tool:<22} {cell.tools:>2} tools {cell.workers:>3} threads  "
+        f"{cell.tool:<22} {cell.density:>5} {cell.tools:>2} tools {cell.workers:>3} threads  "
         f"billed/cap {cell.billed_over_cap:6.3f}  billed {cell.billed_calls:>4}  "
         f"refused {cell.refused_before:>4}  stopped after {cell.stopped_after:>4}  "
         f"errors {cell.tally['errors']}  ({cell.how}){error}"
@@ -598,13 +658,14 @@ def line(cell: Cell) -> str:
 def table(found: list[Cell]) -> str:
     """The cells as a Markdown table."""
     lines = [
-        "| tool | tools | threads | billed/cap | calls billed | refused before sending | "
-        "stopped after a billed call | errors | how it stops |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| tool | text billed | tools | threads | billed/cap | calls billed | "
+        "refused before sending | stopped after a billed call | errors | how it stops |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in found:
         lines.append(
-            f"| {c.tool} {c.version} | {c.tools} | {c.workers} | {c.billed_over_cap:.3f} | "
+            f"| {c.tool} {c.version} | {c.density} | {c.tools} | {c.workers} | "
+            f"{c.billed_over_cap:.3f} | "
             f"{c.billed_calls} | {c.refused_before} | {c.stopped_after} | {c.tally['errors']} | "
             f"{c.how} |"
         )
@@ -613,11 +674,11 @@ def table(found: list[Cell]) -> str:
 
 def summary(found: list[Cell]) -> str:
     """One row per tool: billed/cap in every cell, and how it stopped its workers."""
-    cells = sorted({(c.tools, c.workers) for c in found})
-    head = " | ".join(f"{tools} tools, {workers} thr." for tools, workers in cells)
+    cells = list(dict.fromkeys((c.density, c.tools, c.workers) for c in found))
+    head = " | ".join(f"{d} {tools} tools, {workers} thr." for d, tools, workers in cells)
     lines = [f"| tool | {head} | how it stops |", "|---|" + "---|" * (len(cells) + 1)]
     for tool in dict.fromkeys(c.tool for c in found):
-        mine = {(c.tools, c.workers): c for c in found if c.tool == tool}
+        mine = {(c.density, c.tools, c.workers): c for c in found if c.tool == tool}
         figures = " | ".join(
             f"{mine[key].billed_over_cap:.2f}" if key in mine else "-" for key in cells
         )
@@ -635,15 +696,50 @@ def main(argv: list[str]) -> None:
     options.add_argument(
         "--peers",
         default=",".join(PEERS),
-        help=f"the peers to measure, comma-separated (default: all of {', '.join(PEERS)})",
+        help=f"the peers to measure, comma-separated (default: all of {', '.join(PEERS)}; "
+        "'' for ampmeter alone)",
+    )
+    options.add_argument(
+        "--density",
+        default="1",
+        help="text billed at these multiples of characters/4, comma-separated (e.g. 1,1.6,2.5)",
+    )
+    options.add_argument(
+        "--repeated-ids",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the provider draws its response ids from N values (1: the same id every time)",
+    )
+    options.add_argument(
+        "--estimate",
+        choices=("learned", "bound"),
+        default="learned",
+        help="ampmeter's estimate mode",
+    )
+    options.add_argument(
+        "--tokenizer",
+        action="store_true",
+        help="ampmeter's offline tokenizer on, and the provider counting text with o200k_base",
     )
     args = options.parse_args(argv)
-    peers = tuple(args.peers.split(","))
+    peers = tuple(name for name in args.peers.split(",") if name)
     unknown = set(peers) - set(PEERS)
     if unknown:
         options.error(f"unknown peers {sorted(unknown)}; known: {', '.join(PEERS)}")
+    try:
+        densities = tuple(float(d) for d in args.density.split(","))
+    except ValueError:
+        options.error(f"--density takes numbers, comma-separated; got {args.density!r}")
+    if not all(0 < d <= 4 for d in densities):
+        options.error("--density: each multiple must be above 0 and at most 4 (a token a byte)")
+    if args.repeated_ids is not None and args.repeated_ids < 1:
+        options.error("--repeated-ids must be at least 1")
+    if args.tokenizer and args.density != "1":
+        options.error("--tokenizer bills text by its encoding: it takes no --density")
+    providers = tuple(Provider(d, args.repeated_ids, args.tokenizer) for d in densities)
     found = []
-    for cell in measured(args.quick, peers):
+    for cell in measured(args.quick, peers, providers, args.estimate):
         found.append(cell)
         print(line(cell), flush=True)
     print()

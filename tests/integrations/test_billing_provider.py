@@ -354,6 +354,10 @@ def test_scripted_errors_come_first_and_are_not_billed(provider: BillingProvider
         ({"message_framing": True}, ValueError),
         ({"delay_s": -0.1}, ValueError),
         ({"prices": {"m": ("x", "1")}}, ValueError),
+        ({"answer": 3}, TypeError),
+        ({"text_tokens": 3}, TypeError),
+        ({"id_pool": 0}, ValueError),
+        ({"id_pool": True}, ValueError),
     ],
 )
 def test_bad_arguments_are_refused(arguments: dict[str, Any], error: type[Exception]) -> None:
@@ -416,3 +420,33 @@ def test_a_legacy_function_call_is_billed(provider: BillingProvider) -> None:
     assert plain == 3 + 3
     texts = ["lookup", '{"id": 7}']
     assert provider.input_tokens("chat", {"messages": [called]}) == expected_tokens(texts, 1, 4.0)
+
+
+def test_a_given_answer_is_sent_and_billed_at_output_tokens() -> None:
+    with BillingProvider(answer="[[ ## answer ## ]] 4", output_tokens=5) as provider:
+        client = openai.OpenAI(base_url=provider.openai_base_url, api_key=KEY)
+        request: Any = {"model": "m", "messages": [{"role": "user", "content": USER}]}
+        plain = client.chat.completions.create(**request)
+        streamed = client.chat.completions.create(
+            **request, stream=True, stream_options={"include_usage": True}
+        )
+        pieces = [c.choices[0].delta.content for c in streamed if c.choices]
+    assert plain.choices[0].message.content == "[[ ## answer ## ]] 4"
+    assert "".join(p or "" for p in pieces) == "[[ ## answer ## ]] 4"
+    assert plain.usage is not None and plain.usage.completion_tokens == 5
+    assert [c.output_tokens for c in provider.calls] == [5, 5]
+
+
+@pytest.mark.parametrize(("distinct", "expected"), [(None, 4), (1, 1), (2, 2)])
+def test_response_ids_repeat_when_drawn_from_few_values(
+    distinct: int | None, expected: int
+) -> None:
+    with BillingProvider(id_pool=distinct) as provider:
+        client = openai.OpenAI(base_url=provider.openai_base_url, api_key=KEY)
+        ids = {
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": USER}]
+            ).id
+            for _ in range(4)
+        }
+    assert len(ids) == expected

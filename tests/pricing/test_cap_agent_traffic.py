@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import threading
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -37,9 +38,11 @@ needs_whole_request_estimate = pytest.mark.xfail(
 )
 
 
-def run_workers(cpt: float, options: dict[str, Any]) -> tuple[Decimal, Decimal, Decimal]:
+def run_workers(
+    cpt: float, options: dict[str, Any], text_tokens: Callable[[str], int] | None = None
+) -> tuple[Decimal, Decimal, Decimal]:
     """The cap, what the provider billed and what ampmeter recorded, after THREADS workers
-    called until refused."""
+    called until refused (``text_tokens``: the provider's tokenizer, else ``cpt``)."""
     request_size.forget()
     messages: Any = [
         {"role": "system", "content": SYSTEM_PROMPT},
@@ -49,7 +52,11 @@ def run_workers(cpt: float, options: dict[str, Any]) -> tuple[Decimal, Decimal, 
     body = {"model": MODEL, "messages": messages, "tools": tools, "max_tokens": MAX_TOKENS}
     failures: list[BaseException] = []
     with BillingProvider(
-        chars_per_token=cpt, output_tokens=MAX_TOKENS, prices=PRICES, delay_s=0.3
+        chars_per_token=cpt,
+        text_tokens=text_tokens,
+        output_tokens=MAX_TOKENS,
+        prices=PRICES,
+        delay_s=0.3,
     ) as provider:
         one = provider.input_tokens("chat", body) * Decimal("0.15") + MAX_TOKENS * Decimal("0.6")
         cap = (CALLS * one / 1_000_000).quantize(Decimal("0.000001"))
@@ -98,3 +105,33 @@ def test_the_bound_estimate_holds_at_two_and_a_half_characters_a_token() -> None
     cap, billed, recorded = run_workers(2.5, {"estimate": "bound"})
     assert money.to_nano(recorded) == money.to_nano(billed)
     assert billed <= cap, f"billed {billed} over a cap of {cap} ({billed / cap:.3f}x)"
+
+
+def test_the_first_wave_of_learned_estimates_holds_text_billed_two_and_a_half_times() -> None:
+    """Before any call settles, a model's estimate starts at a token a character: 48 threads
+    sending text billed at 1.6 characters a token (2.5x characters/4) stay under the cap."""
+    cap, billed, recorded = run_workers(1.6, {})
+    assert money.to_nano(recorded) == money.to_nano(billed)
+    assert billed <= cap, f"billed {billed} over a cap of {cap} ({billed / cap:.3f}x)"
+    assert billed >= cap * Decimal("0.85"), f"only {billed / cap:.1%} of the cap used"
+
+
+def test_the_bound_with_the_tokenizer_is_tight_against_a_provider_of_that_encoding() -> None:
+    """With the tokenizer, ``bound`` reserves each text's tokens in the model's encoding: no
+    overshoot against a provider that bills with that encoding, and the cap is used."""
+    bpe_openai = pytest.importorskip("bpe_openai")
+    from ampmeter.pricing import tokenizer
+
+    encoding = bpe_openai.get_encoding("o200k_base")
+
+    def o200k(text: str) -> int:
+        return len(encoding.encode(text, disallowed_special=()))
+
+    tokenizer.use()
+    try:
+        cap, billed, recorded = run_workers(4.0, {"estimate": "bound"}, o200k)
+    finally:
+        tokenizer.use(False)
+    assert money.to_nano(recorded) == money.to_nano(billed)
+    assert billed <= cap, f"billed {billed} over a cap of {cap} ({billed / cap:.3f}x)"
+    assert billed >= cap * Decimal("0.95"), f"only {billed / cap:.1%} of the cap used"

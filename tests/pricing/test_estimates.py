@@ -62,7 +62,11 @@ def test_tool_heavy_calls_leave_a_plain_prompt_within_one_and_a_half_times() -> 
 
 def test_one_call_whose_tools_were_not_measured_moves_the_ratio_at_most_a_step() -> None:
     """The issue's poisoning: 10 tools billed but only a 43-character prompt measured."""
-    before = input_tokens(measure("chat", chat(PROSE)), "gpt-4o")
+    prose = measure("chat", chat(PROSE))
+    for _ in range(8):  # prose's ratio learned first
+        learn("gpt-4o", prose, billed(PROSE))
+    before = input_tokens(prose, "gpt-4o")
+    assert before <= 1.05 * billed(PROSE)
     learn("gpt-4o", estimates.measure_text("What is the weather in Lyon today, please?!"), 2616)
     after = input_tokens(measure("chat", chat(PROSE)), "gpt-4o")
     assert after <= math.ceil(before * estimates.MAX_STEP_UP)
@@ -72,17 +76,33 @@ def test_one_call_whose_tools_were_not_measured_moves_the_ratio_at_most_a_step()
     assert estimates.learned_ratio("gpt-4o") <= 1.0
 
 
-def test_dense_text_is_reserved_in_full_after_four_calls() -> None:
+def test_dense_text_is_reserved_in_full_from_the_first_call() -> None:
+    """The prior (a token a character) covers text billed 3x characters/4 before any call
+    settled; learning comes down to the truth from above, never under it."""
     size = estimates.measure_text(DENSE)
     seen = []
     for _ in range(4):
         seen.append(input_tokens(size, "dense-model"))
         learn("dense-model", size, TRUE_TOKENS)
-    assert seen == [100, 140, 196, 275]  # at most x1.4 a call
-    assert input_tokens(size, "dense-model") == TRUE_TOKENS
-    assert estimates.prompt_tokens(DENSE, "other-model") == 100  # each model learns its own
+    assert seen == [400, 320, 300, 300]  # at most /1.25 a call, never below what was billed
+    assert all(estimate >= TRUE_TOKENS for estimate in seen)
+    assert estimates.prompt_tokens(DENSE, "other-model") == 400  # each model learns its own
     learn("dense-model", size, 50)  # a lower observation lowers the ratio by at most 1.25
     assert input_tokens(size, "dense-model") in (240, 241)  # 300 / 1.25, rounded up
+
+
+@pytest.mark.parametrize("density", [1.0, 1.6, 2.5])
+def test_prose_comes_down_to_its_rate_and_no_density_is_under_reserved(density: float) -> None:
+    """Text billed ``density`` times characters/4: every estimate before and while learning
+    holds it, and prose (density 1) is reserved at its own rate after seven calls."""
+    size = estimates.measure_text(PROSE)
+    truth = math.ceil(len(PROSE) * density / 4)
+    seen = []
+    for _ in range(8):
+        seen.append(input_tokens(size, "m"))
+        learn("m", size, truth)
+    assert all(estimate >= truth for estimate in seen)
+    assert seen[-1] == truth
 
 
 def test_observations_that_cannot_teach_are_ignored() -> None:
@@ -91,7 +111,7 @@ def test_observations_that_cannot_teach_are_ignored() -> None:
     learn("m", estimates.measure_text("short"), 900)  # too short
     learn("", estimates.measure_text(DENSE), 900)  # no model
     learn("m", estimates.measure_text(DENSE), 0)
-    assert estimates.learned_ratio("m") == 0.25
+    assert estimates.learned_ratio("m") == estimates.PRIOR_RATIO == 1.0
 
 
 def test_learned_never_exceeds_bound() -> None:

@@ -508,11 +508,11 @@ def test_estimate_uses_prompt_tokens_and_max_tokens() -> None:
     assert got is not None and got > 0
 
 
-def test_estimate_counts_text_as_characters_over_four_rounded_up() -> None:
-    text = "x" * 4001  # -> 1001 tokens
-    assert CHARS_PER_TOKEN == 4
+def test_estimate_counts_text_at_a_token_a_character_until_the_model_is_learned() -> None:
+    text = "x" * 4001  # -> 4001 tokens: the prior, above any but the densest text
+    assert CHARS_PER_TOKEN == 4  # what prose comes down to once learned
     got = estimate("gpt-4o", "openai", prompt_text=text, max_tokens=0)
-    assert got == price("gpt-4o", "openai", input_tokens=1001, output_tokens=0).cost_usd
+    assert got == price("gpt-4o", "openai", input_tokens=4001, output_tokens=0).cost_usd
 
 
 def test_estimate_prefers_the_given_token_count_over_text() -> None:

@@ -470,7 +470,9 @@ def test_measure_does_not_change_the_body() -> None:
 def test_bound_is_bytes_plus_framing_and_media() -> None:
     size = RequestSize(chars=10, utf8_bytes=30, framing=7, media=85)
     assert input_tokens(size, "m", "bound") == 30 + 7 + 85
-    assert input_tokens(size, "m") == 3 + 7 + 85  # ten characters at four a token
+    assert input_tokens(size, "m") == 10 + 7 + 85  # ten characters at the prior, one a token
+    counted = RequestSize(chars=10, utf8_bytes=30, framing=7, media=85, text_tokens=4)
+    assert input_tokens(counted, "m", "bound") == 4 + 7 + 85  # the model's own encoding
     with pytest.raises(ValueError, match="estimate mode"):
         input_tokens(size, "m", "guess")  # type: ignore[arg-type]
     assert request_size.measure_text("héllo") == RequestSize(5, 6)

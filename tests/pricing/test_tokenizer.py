@@ -60,8 +60,8 @@ def test_dense_text_is_counted_exactly_before_any_call() -> None:
     assert estimate == o200k(DENSE) + 3 + 3  # the text, one message, the reply's priming
     tokenizer.use(False)
     by_chars = input_tokens(measure("chat", chat(DENSE)), "gpt-4o")
-    assert by_chars == 100 + 6  # four characters a token: far under the real count
-    assert by_chars < estimate / 2
+    assert by_chars == 400 + 6  # the prior, a token a character: not under the real count
+    assert by_chars >= estimate
 
 
 def test_learning_corrects_the_count_by_a_bounded_step() -> None:
@@ -107,3 +107,28 @@ def test_the_bound_is_never_below_a_real_tokenizer(parts: list[str], encoding: s
     counted = sum(len(enc.encode(p, disallowed_special=())) for p in parts)
     # The cookbook's framing: 3 a message and 3 for the reply.
     assert counted + 3 * len(parts) + 3 <= input_tokens(size, "gpt-4o", "bound")
+
+
+def test_the_bound_counts_with_the_models_own_encoding() -> None:
+    """With the tokenizer on, ``bound`` reserves each message's tokens in the model's encoding
+    plus the framing: the exact count, about a quarter of one token per byte for prose."""
+    body = {
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "system", "content": PROSE},
+            {"role": "user", "content": DENSE},
+        ],
+    }
+    bound = input_tokens(measure("chat", body), "gpt-4o", "bound")
+    assert bound == o200k(PROSE) + o200k(DENSE) + 3 * 2 + 3
+    tokenizer.use(False)
+    by_bytes = input_tokens(measure("chat", body), "gpt-4o", "bound")
+    assert by_bytes > 2 * bound
+
+
+@settings(max_examples=100, deadline=None)
+@given(parts=st.lists(texts, min_size=1, max_size=5))
+def test_the_tokenizer_bound_is_never_below_the_encoding(parts: list[str]) -> None:
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": p} for p in parts]}
+    counted = sum(o200k(p) for p in parts)
+    assert counted + 3 * len(parts) + 3 <= input_tokens(measure("chat", body), "gpt-4o", "bound")

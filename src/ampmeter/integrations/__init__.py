@@ -95,6 +95,12 @@ def _instrument_litellm(module: ModuleType) -> None:
     instrument_litellm(module)
 
 
+def _instrument_dspy(module: ModuleType) -> None:
+    from ampmeter.integrations.dspy_engine import instrument_dspy
+
+    instrument_dspy(module)
+
+
 def _instrument_mcp(module: ModuleType) -> None:
     from ampmeter.integrations.mcp_tools import instrument_mcp
 
@@ -125,6 +131,7 @@ _TARGETS: dict[str, Callable[[ModuleType], object]] = {
     "llama_index.core": _instrument_llama_index,
     "mcp": _instrument_mcp,
     "litellm": _instrument_litellm,
+    "dspy.clients.engines.lm15_engine": _instrument_dspy,
     "websockets": _instrument_websockets,
     "websockets.legacy.client": _instrument_websockets_legacy,
     "threading": _instrument_threads,
@@ -155,7 +162,9 @@ def instrument(
     context runs in that context (:mod:`ampmeter.integrations.threads`). With ``mcp``, each
     MCP tool call is a ``tool`` node (:mod:`ampmeter.integrations.mcp_tools`). With ``openai``
     or ``http``, LiteLLM's own ``num_retries`` gives a budget stop back instead of retrying it
-    (:mod:`ampmeter.integrations.litellm_retries`).
+    (:mod:`ampmeter.integrations.litellm_retries`). With ``http``, DSPy's native engine (its own
+    client over stdlib sockets) is metered at its request/response boundary
+    (:mod:`ampmeter.integrations.dspy_engine`).
 
     A library already imported is patched at once, the others right after their own import, so
     a program pays nothing for libraries it does not use. Returns the names patched now.
@@ -195,6 +204,7 @@ def instrument(
         "llama_index.core": llama_index,
         "mcp": mcp,
         "litellm": openai or http,
+        "dspy.clients.engines.lm15_engine": http,
         "websockets": http,
         "websockets.legacy.client": http,
         "threading": threads,
@@ -224,6 +234,7 @@ def uninstrument() -> None:
         ("mcp_tools", "uninstrument_mcp"),
         ("websocket_client", "uninstrument_websockets"),
         ("litellm_retries", "uninstrument_litellm"),
+        ("dspy_engine", "uninstrument_dspy"),
     ):
         module = sys.modules.get(f"ampmeter.integrations.{name}")
         if module is not None:

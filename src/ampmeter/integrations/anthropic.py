@@ -91,6 +91,10 @@ class MessagesAdapter(Adapter):
             _read_usage(read_message(message, "usage", None), tally)
         elif kind == "message_delta":
             _read_usage(read(event, "usage", None), tally)
+            # The delta that gives the stop reason carries the final usage, and only
+            # message_stop follows: LiteLLM's stream stops reading here, never to close it.
+            if get(read(event, "delta", None), "stop_reason") is not None:
+                tally.complete = True
         elif kind == "content_block_start":
             if get(read(event, "content_block", None), "type") in _TOOL_BLOCKS:
                 tally.tool_calls += 1

@@ -22,11 +22,11 @@ class RequestSize(NamedTuple):
     tokens known without reading the text: the per-message and per-request tokens the provider
     documents, and prompts sent as token ids; ``media`` the tokens of images, audio and files
     by the provider's rules (a stated bound where they are unknown). ``text_tokens`` is the
-    text's count by an offline tokenizer of the model's family when one is installed
-    (``ampmeter[tokenizer]``), else None. ``stored`` is the tokens of state the provider
-    keeps that the request continues (a stored response or conversation: billed as input, not
-    in the body; see :mod:`~ampmeter.pricing.stored_state`), 0 for none, None when its size
-    is unknown. A plain immutable value: one is made per request.
+    text's count by an offline tokenizer of the model's family when one is switched on
+    (``ampmeter[tokenizer]``), each piece of text counted on its own, else None. ``stored`` is
+    the tokens of state the provider keeps that the request continues (a stored response or
+    conversation: billed as input, not in the body; see :mod:`~ampmeter.pricing.stored_state`),
+    0 for none, None when its size is unknown. A plain immutable value: one is made per request.
     """
 
     chars: int
@@ -109,9 +109,11 @@ class Tally:
         self.texts.extend(text for text in _strings(value, scalars=False) if text)
 
     def size(self, counter: Callable[[str], int] | None = None) -> RequestSize:
-        """The measure of what was added; ``counter`` (text -> tokens) counts the text exactly."""
+        """The measure of what was added; ``counter`` (text -> tokens) counts the text exactly,
+        each piece on its own: a provider renders each message's content on its own, and two
+        pieces counted together may share a token that the rendering does not."""
         text = "".join(self.texts)
-        tokens = None if counter is None else counter(text)
+        tokens = None if counter is None else sum(map(counter, self.texts))
         return RequestSize(
             len(text),
             len(text.encode("utf-8", "surrogatepass")),

@@ -7,23 +7,29 @@ everything its provider bills as input (see :mod:`~ampmeter.pricing.wire_chat`,
 :func:`input_tokens` turns a measure into tokens for a model:
 
 - ``"bound"``: a ceiling no tokenizer can exceed: the UTF-8 bytes of all text (no token is
-  shorter than one byte), plus the framing and the media tokens.
+  shorter than one byte), plus the framing and the media tokens. With the
+  ``ampmeter[tokenizer]`` extra switched on, an OpenAI model's text is counted by its own
+  encoding instead (each piece of text on its own, as the provider renders each message's
+  content on its own): the ceiling for that encoding, about a quarter of the bytes for prose.
 - ``"learned"`` (the default): the text's characters times a tokens-per-character ratio
   learned per model, plus framing and media tokens, never more than the bound. With the
-  ``ampmeter[tokenizer]`` extra, OpenAI models' text is counted by their own tokenizer
-  instead, times a learned correction.
+  tokenizer, OpenAI models' text is counted by their own encoding instead, times a learned
+  correction.
 
-**What is learned, and how fast.** When a call settles, :func:`learn` compares the input
-tokens the provider billed with the measure of the *same whole request*: the billed tokens
-less framing and media, over the characters (or tokenizer tokens) of all its text, is one
-observation of the model's ratio. An observation above the request's bytes per character
+**What is learned, and how fast.** A model's ratio starts at :data:`PRIOR_RATIO`, one token a
+character: four times what English prose comes to, and more than dense text (code, JSON,
+non-Latin scripts: 1.6 to 2.5 times characters/4) is billed, so the first calls, reserved
+before any has settled, cannot overshoot a cap. When a call settles, :func:`learn` compares
+the input tokens the provider billed with the measure of the *same whole request*: the billed
+tokens less framing and media, over the characters (or tokenizer tokens) of all its text, is
+one observation of the model's ratio. An observation above the request's bytes per character
 (more tokens than any tokenizer makes: something was billed that the body did not show) is
 cut to it; one below :data:`MIN_RATIO` (the fixed parts were over-counted) teaches nothing.
-The ratio then moves to the observation, but by at most ×1.4 up and ÷1.25 down per call. So
-one odd call can raise later estimates by at most 1.4×, while dense text that is billed 3×
-the starting guess (four characters a token) is reserved in full after four calls. Requests
-under :data:`MIN_LEARN_CHARS` characters (framing dominates them) teach nothing. Each model
-keeps its own ratio, for the life of the process.
+The ratio then moves to the observation, but by at most ×1.4 up and ÷1.25 down per call: it
+comes down from the prior to prose's four characters a token in seven calls, never below what
+it saw, and one odd call can raise later estimates by at most 1.4×. Requests under
+:data:`MIN_LEARN_CHARS` characters (framing dominates them) teach nothing. Each model keeps
+its own ratio, for the life of the process (each process of a shared scope learns its own).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ __all__ = [
     "MAX_STEP_UP",
     "MIN_LEARN_CHARS",
     "MIN_RATIO",
+    "PRIOR_RATIO",
     "EstimateMode",
     "RequestSize",
     "Wire",
@@ -59,7 +66,11 @@ EstimateMode = Literal["learned", "bound"]
 Wire = Literal["chat", "completions", "responses", "anthropic", "gemini"]
 
 CHARS_PER_TOKEN: Final = 4
-"""The starting assumption: four characters per token (English prose on current tokenizers)."""
+"""Four characters per token: English prose on current tokenizers (where a learned ratio
+usually comes down to)."""
+PRIOR_RATIO: Final = 1.0
+"""The tokens per character a model's ``"learned"`` estimate starts at, until a call teaches it:
+one a character, above what any but the densest text is billed (the bound still caps it)."""
 MIN_RATIO: Final = 0.1
 """The fewest tokens per character an observation may show (ten characters a token)."""
 MAX_STEP_UP: Final = 1.4
@@ -68,7 +79,6 @@ MAX_STEP_DOWN: Final = 1.25
 """The most one call can divide a model's learned ratio by."""
 MIN_LEARN_CHARS: Final = 32
 
-_DEFAULT_RATIO: Final = 1.0 / CHARS_PER_TOKEN
 _MAX_MODELS: Final = 4_096
 # wire -> (module, function); each estimator is imported when its wire is first measured, so
 # importing ampmeter does not pay for the formats a program never sends.
@@ -129,13 +139,14 @@ def input_tokens(size: RequestSize, model: str | None, mode: EstimateMode = "lea
         stored = stored_state.unknown_state_tokens(model, mode)
     fixed = framing + media + stored
     if mode == "bound":
-        return utf8_bytes + fixed
+        # A token of the model's own encoding, counted piece by piece, is its ceiling.
+        return (utf8_bytes if text_tokens is None else min(text_tokens, utf8_bytes)) + fixed
     if mode != "learned":
         raise ValueError(f"estimate mode must be 'learned' or 'bound', got {mode!r}")
     if text_tokens is not None:
         text = text_tokens * _ratios.get((model or "", "tokens"), 1.0)
     else:
-        text = chars * _ratios.get((model or "", "chars"), _DEFAULT_RATIO)
+        text = chars * _ratios.get((model or "", "chars"), PRIOR_RATIO)
     return min(math.ceil(text), utf8_bytes) + fixed
 
 
@@ -145,8 +156,9 @@ def prompt_tokens(text: str, model: str | None = None) -> int:
 
 
 def learned_ratio(model: str) -> float:
-    """The tokens-per-character ratio used for ``model`` now."""
-    return _ratios.get((model, "chars"), _DEFAULT_RATIO)
+    """The tokens-per-character ratio used for ``model`` now (:data:`PRIOR_RATIO` until a
+    call taught it)."""
+    return _ratios.get((model, "chars"), PRIOR_RATIO)
 
 
 def learn(model: str, size: RequestSize, prompt_tokens: int) -> None:
@@ -160,7 +172,7 @@ def learn(model: str, size: RequestSize, prompt_tokens: int) -> None:
         # A tokenizer token is at least one byte: no more billed tokens than bytes.
         ceiling = size.utf8_bytes / size.text_tokens
     else:
-        key, per_unit, start = (model, "chars"), size.chars, _DEFAULT_RATIO
+        key, per_unit, start = (model, "chars"), size.chars, PRIOR_RATIO
         ceiling = size.utf8_bytes / size.chars
     observed = billed_text / per_unit
     if observed < MIN_RATIO * (size.chars / per_unit):

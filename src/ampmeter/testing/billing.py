@@ -15,7 +15,8 @@ from *everything* in it, not only the message text:
   ``request_framing`` per request, and ``tool_framing`` once when the request defines tools
   (Anthropic documents such a tool-use system prompt).
 
-All billed text is counted together at ``chars_per_token`` characters a token, rounded up. The
+All billed text is counted together at ``chars_per_token`` characters a token, rounded up (or
+piece by piece by a tokenizer given as ``text_tokens``). The
 answer is ``output_tokens`` tokens of fixed text, or ``max_tokens`` when that is fewer (then
 it ends with ``finish_reason="length"`` / ``stop_reason="max_tokens"``). A stream reports its
 usage as the provider does: Anthropic always, OpenAI only with ``stream_options:
@@ -44,7 +45,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -118,6 +119,12 @@ class BillingProvider(ReplayServer):
             of its own, as from a real provider). 1 answers every request with the same id,
             as gateways and mock servers do; 999 is Ollama's ``chatcmpl-<0..998>``. Scripted
             responses then keep their recorded ids too.
+        answer: the text of every answer (None: ``output_tokens`` words); its length in
+            tokens is still ``output_tokens`` (or ``max_tokens`` when fewer), as billed. A
+            stream sends it in that many pieces.
+        text_tokens: counts the tokens of a piece of billed text, as a provider's own
+            tokenizer does (each message's text, each tool's JSON, on its own); None: all
+            billed text together at ``chars_per_token``.
         host: address to bind (loopback by default).
         port: TCP port; 0 picks a free one.
     """
@@ -135,6 +142,8 @@ class BillingProvider(ReplayServer):
         delay_s: float = 0.0,
         strip_usage: bool = False,
         id_pool: int | None = None,
+        answer: str | None = None,
+        text_tokens: Callable[[str], int] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -155,6 +164,10 @@ class BillingProvider(ReplayServer):
             raise TypeError(f"delay_s must be a number of seconds, got {delay_s!r}")
         if not (math.isfinite(delay_s) and delay_s >= 0):
             raise ValueError(f"delay_s must be a finite number of seconds >= 0, got {delay_s}")
+        if text_tokens is not None and not callable(text_tokens):
+            raise TypeError(f"text_tokens must be callable or None, got {text_tokens!r}")
+        if answer is not None and not isinstance(answer, str):
+            raise TypeError(f"answer must be a str or None, got {type(answer).__name__}")
         if id_pool is not None and (
             isinstance(id_pool, bool) or not isinstance(id_pool, int) or id_pool < 1
         ):
@@ -170,6 +183,8 @@ class BillingProvider(ReplayServer):
         self.media_tokens = media_tokens
         self.delay_s = float(delay_s)
         self.strip_usage = bool(strip_usage)
+        self.answer = answer
+        self.text_tokens = text_tokens
         self._prices = {
             model: (
                 money.usd(pair[0], f"prices[{model!r}] input"),
@@ -233,15 +248,18 @@ class BillingProvider(ReplayServer):
         try:
             if wire == "responses":
                 texts, messages, media, tools = responses_parts(body, _compact)
-                chars = sum(map(len, texts))
                 stored = self._stored.billed_for(body)
             else:
-                chars, messages, media, tools = _billed_parts(wire, body)
+                texts, messages, media, tools = _billed_parts(wire, body)
         except (_Rejected, LookupError) as error:
             raise ValueError(str(error)) from None
+        if self.text_tokens is None:
+            text = math.ceil(sum(map(len, texts)) / self.chars_per_token)
+        else:
+            text = sum(map(self.text_tokens, texts))
         return (
             stored
-            + math.ceil(chars / self.chars_per_token)
+            + text
             + messages * self.message_framing
             + self.request_framing
             + media * self.media_tokens
@@ -302,14 +320,15 @@ class BillingProvider(ReplayServer):
             with self._billed_lock:
                 number = self._id_draws.randrange(self._id_pool)
         capped = tokens_out < self.output_tokens
+        pieces = _pieces(self.answer, call.output_tokens)
         if wire == "chat":
-            return _chat_answer(call, number, capped)
+            return _chat_answer(call, number, capped, pieces)
         if wire == "responses":
             response_id = f"resp_bill{number:06d}"
             self._stored.keep(body, response_id, tokens_in + tokens_out)
             whole, events = responses_answer(call, response_id, body, _WORD, capped)
             return ReplayResponse.json(whole) if events is None else ReplayResponse.sse(events)
-        return _anthropic_answer(call, number, capped)
+        return _anthropic_answer(call, number, capped, pieces)
 
     def _cost(self, model: str, tokens_in: int, tokens_out: int) -> Decimal | None:
         rates = self._prices.get(model)
@@ -321,8 +340,9 @@ class BillingProvider(ReplayServer):
 # --- what a request bills ------------------------------------------------------------------------
 
 
-def _billed_parts(wire: BillingWire, body: Mapping[str, Any]) -> tuple[int, int, int, bool]:
-    """Characters of billed text, framed messages, media parts, and whether tools are defined."""
+def _billed_parts(wire: BillingWire, body: Mapping[str, Any]) -> tuple[list[str], int, int, bool]:
+    """The pieces of billed text, framed messages, media parts, and whether tools are
+    defined."""
     texts: list[str] = []
     media = 0
     messages = body.get("messages")
@@ -352,7 +372,7 @@ def _billed_parts(wire: BillingWire, body: Mapping[str, Any]) -> tuple[int, int,
     for key in ("response_format", "output_format"):
         if body.get(key) is not None:
             texts.append(_compact(body[key]))
-    return sum(map(len, texts)), framed, media, bool(tools)
+    return texts, framed, media, bool(tools)
 
 
 def _content(content: object, texts: list[str]) -> int:
@@ -412,7 +432,18 @@ def _max_tokens(wire: BillingWire, body: Mapping[str, Any]) -> int:
 # --- answers -------------------------------------------------------------------------------------
 
 
-def _chat_answer(call: BilledCall, number: int, capped: bool) -> ReplayResponse:
+def _pieces(answer: str | None, tokens: int) -> list[str]:
+    """The answer's text as ``tokens`` pieces (one per output token, as streamed)."""
+    if answer is None:
+        return [_WORD] * tokens
+    if tokens == 0:
+        return []
+    size = -(-len(answer) // tokens) or 1
+    found = [answer[at : at + size] for at in range(0, len(answer), size)]
+    return found + [""] * (tokens - len(found))
+
+
+def _chat_answer(call: BilledCall, number: int, capped: bool, pieces: list[str]) -> ReplayResponse:
     ident = f"chatcmpl-bill{number:06d}"
     usage = {
         "prompt_tokens": call.input_tokens,
@@ -424,7 +455,7 @@ def _chat_answer(call: BilledCall, number: int, capped: bool) -> ReplayResponse:
     head = {"id": ident, "created": int(time.time()), "model": call.model}
     finish = "length" if capped else "stop"
     if not call.stream:
-        message = {"role": "assistant", "content": _WORD * call.output_tokens}
+        message = {"role": "assistant", "content": "".join(pieces)}
         choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
         body = {
             **head,
@@ -440,7 +471,7 @@ def _chat_answer(call: BilledCall, number: int, capped: bool) -> ReplayResponse:
         return None, {**chunk, "choices": [choice]}
 
     events: list[tuple[str | None, Any]] = [delta({"role": "assistant", "content": ""}, None)]
-    events += [delta({"content": _WORD}, None) for _ in range(call.output_tokens)]
+    events += [delta({"content": piece}, None) for piece in pieces]
     events.append(delta({}, finish))
     if call.usage_reported:
         events.append((None, {**chunk, "choices": [], "usage": usage}))
@@ -448,7 +479,9 @@ def _chat_answer(call: BilledCall, number: int, capped: bool) -> ReplayResponse:
     return ReplayResponse.sse(events)
 
 
-def _anthropic_answer(call: BilledCall, number: int, capped: bool) -> ReplayResponse:
+def _anthropic_answer(
+    call: BilledCall, number: int, capped: bool, pieces: list[str]
+) -> ReplayResponse:
     finish = "max_tokens" if capped else "end_turn"
     message: dict[str, Any] = {
         "id": f"msg_bill{number:06d}",
@@ -461,7 +494,7 @@ def _anthropic_answer(call: BilledCall, number: int, capped: bool) -> ReplayResp
     if not call.stream:
         body = {
             **message,
-            "content": [{"type": "text", "text": _WORD * call.output_tokens}],
+            "content": [{"type": "text", "text": "".join(pieces)}],
             "stop_reason": finish,
             "usage": {
                 "input_tokens": call.input_tokens,
@@ -485,7 +518,6 @@ def _anthropic_answer(call: BilledCall, number: int, capped: bool) -> ReplayResp
     else:
         del start["usage"]
     block = {"type": "text", "text": ""}
-    text_delta = {"type": "text_delta", "text": _WORD}
     events: list[tuple[str | None, Any]] = [
         ("message_start", {"type": "message_start", "message": start}),
         (
@@ -494,8 +526,15 @@ def _anthropic_answer(call: BilledCall, number: int, capped: bool) -> ReplayResp
         ),
     ]
     events += [
-        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": text_delta})
-        for _ in range(call.output_tokens)
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": piece},
+            },
+        )
+        for piece in pieces
     ]
     events += [
         ("content_block_stop", {"type": "content_block_stop", "index": 0}),
