@@ -147,8 +147,8 @@ def test_a_hostile_usage_report_is_checked_where_it_is_read(
     outputs = [n.tokens_out for n in nodes]
     if expected[1] == ESTIMATED:
         # The whole answer had no choices: nothing to count (the model's most); the stream
-        # said "Sunny": counted.
-        assert outputs == [16_384, 2, 16_384]
+        # said "Sunny": counted, a token per character (never fewer than were billed).
+        assert outputs == [16_384, 5, 16_384]
     for node in nodes:
         got = _usage_of(node)
         assert got[2:] == expected[2:]

@@ -140,7 +140,8 @@ def test_state_of_unknown_size_reserves_the_context_window_in_bound_mode() -> No
         assert ctx.stats.total_cost() >= server.billed_usd - _cost_of(server.calls[:2])
     size = RequestSize(chars=40, utf8_bytes=40, framing=6, stored=None)
     assert request_size.input_tokens(size, MODEL, "bound") == 40 + 6 + window
-    assert request_size.input_tokens(size, MODEL, "learned") == 10 + 6 + seen
+    text = request_size.input_tokens(RequestSize(chars=40, utf8_bytes=40, framing=0), MODEL)
+    assert request_size.input_tokens(size, MODEL, "learned") == text + 6 + seen
 
 
 def test_a_known_stored_conversation_is_reserved_at_its_size() -> None:

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 from ampmeter.pricing.rates import MAX_PLACES, Rates
 
-# Rates as tables and users write them: up to nine significant digits, from 1e-12 to 1e5
-# dollars per million tokens, whole numbers written with a positive exponent too (1E+2).
+# Rates as tables and users write them: up to nine significant digits, up to the most a rate
+# may be ($1e9 per million tokens), whole numbers written with a positive exponent too (1E+2).
 _RATES = st.builds(
     lambda digits, exponent: Decimal(f"{digits}E{exponent}"),
     st.integers(min_value=0, max_value=10**9 - 1),
     st.integers(min_value=-20, max_value=2),
-)
+).filter(lambda rate: rate <= 10**9)
 _COUNT = st.integers(min_value=0, max_value=2**40)
 
 

@@ -6,12 +6,13 @@ the request all the same, so its call is charged what ampmeter can tell:
 
 * the input its reservation estimated (in the context's ``estimate`` mode, stored state
   included), when the input count is missing;
-* the output counted from what was received: the characters of text and tool arguments at the
-  model's learned tokens-per-character ratio (the text of a whole response by the offline
-  tokenizer, ``ampmeter[tokenizer]``, when it is switched on and knows the model), and at
-  least one token per content event (a streamed event carries at least one token); when
-  nothing was received that could be counted,
-  the most the call could write (its ``max_tokens``, else its model's maximum output).
+* the output counted from what was received, failing toward charging: a token per character
+  of text and tool arguments (a token of text is, but for rare characters split into bytes,
+  at least one character), at most the call's ``max_tokens`` (the provider wrote no more), and
+  at least one token per content event; the text of a whole response exactly by the offline
+  tokenizer (``ampmeter[tokenizer]``) when it is switched on and knows the model. When nothing
+  was received that could be counted, the most the call could write (its ``max_tokens``, else
+  its model's maximum output).
 
 The call's ``cost_status`` is then ``"estimated"``, on its node, in the event log and in every
 view of it.
@@ -19,27 +20,25 @@ view of it.
 
 from __future__ import annotations
 
-import math
-
 from ampmeter.context import Call
 from ampmeter.integrations.adapter import Tally
-from ampmeter.pricing import request_size, tokenizer
+from ampmeter.pricing import tokenizer
 from ampmeter.pricing.max_output import output_bound
 
 __all__ = ["estimate_cut_stream", "estimate_unreported", "received_output_tokens"]
 
 
-def received_output_tokens(tally: Tally, model: str | None) -> int | None:
+def received_output_tokens(tally: Tally, model: str | None, most: int | None) -> int | None:
     """The output tokens counted from what ``tally`` received, or None when nothing was: by
     the offline tokenizer when it is switched on, knows the model and the text was kept (a
-    whole response), else at the model's ratio."""
+    whole response), else a token per character, at most ``most`` (the call's ``max_tokens``)."""
     if tally.chars <= 0 and tally.chunks <= 0:
         return None
     count = tokenizer.counter(model) if model and tally.received else None
     if count is not None and tally.received:
         counted = count("".join(tally.received))
     else:
-        counted = math.ceil(tally.chars * request_size.learned_ratio(model or ""))
+        counted = tally.chars if most is None else min(tally.chars, most)
     return max(counted, tally.chunks)
 
 
@@ -59,7 +58,7 @@ def estimate_unreported(call: Call, tally: Tally) -> None:
         if kind == "embedding":
             tally.tokens_out = 0
         else:
-            counted = received_output_tokens(tally, call.model)
+            counted = received_output_tokens(tally, call.model, reserved_out or None)
             tally.tokens_out = (
                 counted if counted is not None else reserved_out or output_bound(call.model, None)
             )
@@ -73,7 +72,7 @@ def estimate_cut_stream(call: Call, tally: Tally) -> bool:
     if tally.tokens_in is not None and (tally.tokens_out or 0) >= tally.chunks:
         return False
     estimate_unreported(call, tally)  # the input if missing (the output too if nothing came)
-    counted = received_output_tokens(tally, call.model) or 0
+    counted = received_output_tokens(tally, call.model, call.reserved_tokens[1] or None) or 0
     tally.tokens_out = max(tally.tokens_out or 0, counted)
     tally.estimated = True
     return True
