@@ -1,48 +1,27 @@
 """Agents in another language: the official Node SDKs (``openai``, ``@anthropic-ai/sdk``)
-through the metering proxy, as ``ampmeter run --proxy`` would point them at it.
-
-The SDKs are the pinned ones of ``tests/support/node/package.json``, installed with ``npm ci``
-on first use (the lock file records no download addresses). Without Node.js the test is skipped
-on a developer's machine and fails under CI, where it must run.
-"""
+through the metering proxy, as ``ampmeter run --proxy`` would point them at it (the SDKs:
+:mod:`support.node_sdks`)."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
 from ampmeter.proxy import MeteringProxy
 from ampmeter.proxy.budget_file import budgets_from
 from ampmeter.testing.billing import BillingProvider
+from support.node_sdks import NODE_DIR, node_with_sdks
 
-NODE_DIR = Path(__file__).resolve().parents[1] / "support" / "node"
 PRICES = {"gpt-4o-mini": ("0.15", "0.60"), "claude-haiku-4-5": ("1.00", "5.00")}
 
 
 @pytest.fixture(scope="module")
 def node() -> str:
-    found, npm = shutil.which("node"), shutil.which("npm")
-    if found is None or npm is None:
-        if os.environ.get("CI"):
-            pytest.fail("Node.js and npm are needed for the proxy's Node test")
-        pytest.skip("Node.js and npm are not installed")
-    if not (NODE_DIR / "node_modules" / "openai").is_dir():
-        done = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
-            cwd=NODE_DIR,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-    return found
+    return node_with_sdks()
 
 
 def test_the_node_sdks_are_metered_and_stopped_by_the_proxy(node: str) -> None:

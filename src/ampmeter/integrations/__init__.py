@@ -32,6 +32,7 @@ from ampmeter.integrations import _hooks
 from ampmeter.integrations.anthropic import instrument_anthropic, uninstrument_anthropic
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.openai import instrument_openai, uninstrument_openai
+from ampmeter.integrations.proxy_mark import Marker
 
 __all__ = [
     "StreamAbandoned",
@@ -192,6 +193,7 @@ def instrument(
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
     settings.capture_content = capture_content
     settings.response_id_keys = response_id_keys
+    settings.marker = Marker.from_env()
     redact.configure(capture_content=capture_content)
     chosen = {
         "openai": openai,

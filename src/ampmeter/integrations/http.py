@@ -49,6 +49,7 @@ from ampmeter.integrations.lifecycle import (
     finish_abandoned,
     finish_call,
     raise_stop,
+    settings,
 )
 from ampmeter.integrations.openai import (
     ChatAdapter,
@@ -57,6 +58,7 @@ from ampmeter.integrations.openai import (
     ResponsesAdapter,
 )
 from ampmeter.integrations.patching import Patch, undo_all
+from ampmeter.integrations.proxy_mark import METERED_HEADER
 from ampmeter.integrations.wire import BodyReader
 
 __all__ = [
@@ -303,15 +305,31 @@ def _settle(admitted: Admitted, response: Any, streamed: bool, body_type: type) 
     return response
 
 
+def _mark(request: Any) -> None:
+    """Mark a request this process meters for the run's proxy (see :mod:`.proxy_mark`)."""
+    try:
+        body = request.content  # raises when the body is a stream not read yet
+    except Exception:
+        return  # unmarked: the proxy meters it too (counted twice, never not at all)
+    mark = settings.marker.mark_for(str(request.url), body)
+    if mark is not None:
+        request.headers[METERED_HEADER] = mark
+
+
 def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
     @functools.wraps(original)
     def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
         # ACTIVE_CALL first: every request of the openai and anthropic SDKs comes through here
         # with its call already metered by their patch, and should cost no more than this.
-        found = None if ACTIVE_CALL.get() is not None else _admit_or_stop(module, request, stream)
+        active = ACTIVE_CALL.get()
+        found = None if active is not None else _admit_or_stop(module, request, stream)
         if found is None:
+            if active is not None and settings.marker.proxy_url is not None:
+                _mark(request)
             return original(client, request, stream=stream, **kwargs)
         admitted, request = found
+        if settings.marker.proxy_url is not None:
+            _mark(request)
         token = ACTIVE_CALL.set(admitted.call)
         try:
             response = original(client, request, stream=stream, **kwargs)
@@ -328,10 +346,15 @@ def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type
 def _wrap_async_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
     @functools.wraps(original)
     async def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
-        found = None if ACTIVE_CALL.get() is not None else _admit_or_stop(module, request, stream)
+        active = ACTIVE_CALL.get()
+        found = None if active is not None else _admit_or_stop(module, request, stream)
         if found is None:
+            if active is not None and settings.marker.proxy_url is not None:
+                _mark(request)
             return await original(client, request, stream=stream, **kwargs)
         admitted, request = found
+        if settings.marker.proxy_url is not None:
+            _mark(request)
         token = ACTIVE_CALL.set(admitted.call)
         try:
             response = await original(client, request, stream=stream, **kwargs)

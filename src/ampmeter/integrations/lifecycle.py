@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ampmeter.context import Call, ExecutionContext
@@ -19,6 +19,7 @@ from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
 from ampmeter.graph import META_PROVIDER
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.disclosure import META_BUDGET_NOTE, disclose
+from ampmeter.integrations.proxy_mark import Marker
 from ampmeter.integrations.unreported import estimate_cut_stream, estimate_unreported
 from ampmeter.limits import ExceededLimit
 from ampmeter.policies.downgrade import META_REQUESTED_MODEL, take_requested_model
@@ -61,6 +62,7 @@ class Settings:
     response_id_keys: bool = False  # a caching gateway's response (id, endpoint, usage) is a key
     default_context: ExecutionContext | None = None
     warned_unmetered: bool = False  # the unmetered-call warning was shown (it is shown once)
+    marker: Marker = field(default_factory=Marker)  # marks requests to `ampmeter run --proxy`
 
 
 settings = Settings()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
@@ -34,6 +35,7 @@ from ampmeter.integrations.lifecycle import (
     finish_abandoned,
     finish_call,
 )
+from ampmeter.integrations.proxy_mark import METERED_HEADER, metered_mark
 
 __all__ = ["KEY_HEADER", "Relay", "refusal"]
 
@@ -56,6 +58,7 @@ _NOT_FORWARDED: Final = frozenset(
         "content-length",
         "content-encoding",  # the upstream's body is passed on decoded
         KEY_HEADER,
+        METERED_HEADER,
     }
 )
 
@@ -66,7 +69,9 @@ class Relay:
     ``contexts`` maps each caller's proxy key (None: the caller that needs no key) to its open
     context; ``upstreams`` maps a route (``openai``, ``anthropic``) to its base URL.
     ``allow_unestimated``: forward a POST whose cost cannot be estimated (an unknown route or
-    body) unmetered, instead of refusing it.
+    body) unmetered, instead of refusing it. ``trusted_key``: a request marked with it (see
+    :mod:`ampmeter.integrations.proxy_mark`) was metered by the process that sent it, and
+    passes unmetered (``ampmeter run --proxy``: its Python processes meter their own calls).
     """
 
     def __init__(
@@ -75,11 +80,13 @@ class Relay:
         upstreams: Mapping[str, str],
         *,
         allow_unestimated: bool = False,
+        trusted_key: bytes | None = None,
         workers: int = 128,
     ) -> None:
         self._contexts = dict(contexts)
         self._upstreams = dict(upstreams)
         self._allow_unestimated = allow_unestimated
+        self._trusted_key = trusted_key
         self._workers = ThreadPoolExecutor(workers, thread_name_prefix="ampmeter-proxy")
         self._session: aiohttp.ClientSession | None = None
 
@@ -110,7 +117,8 @@ class Relay:
         path = "/" + request.match_info["tail"]
         url = base + path + (f"?{request.query_string}" if request.query_string else "")
         content = await request.read()
-        if request.method != "POST":  # listing models and the like: nothing is billed
+        if request.method != "POST" or self._metered_by_sender(request, content):
+            # Listing models and the like (nothing is billed), or a request its sender metered.
             return await self._forward(request, url, content, None)
         adapter = adapter_for_path(path)
         body = _json_object(content)
@@ -126,6 +134,12 @@ class Relay:
                 "invalid_request_error",
             )
         return await self._metered(request, ctx, route, url, adapter, info, body, content)
+
+    def _metered_by_sender(self, request: web.Request, content: bytes) -> bool:
+        mark = request.headers.get(METERED_HEADER)
+        if mark is None or self._trusted_key is None:
+            return False
+        return hmac.compare_digest(mark, metered_mark(self._trusted_key, content))
 
     async def _metered(
         self,

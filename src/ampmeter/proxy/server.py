@@ -21,6 +21,7 @@ import asyncio
 import os
 import signal
 import threading
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -42,7 +43,9 @@ class MeteringProxy:
 
     ``with MeteringProxy(budgets) as proxy:`` serves on a thread of its own until the block
     ends; :meth:`serve_forever` serves on the calling thread. ``host`` is loopback unless told
-    otherwise; ``port`` 0 picks a free one (:attr:`url` says which).
+    otherwise; ``port`` 0 picks a free one (:attr:`url` says which). ``make_context`` makes a
+    caller's context (default: from its budget, with the file's ledger and logs); the proxy
+    closes it when it stops. ``trusted_key``: see :class:`~ampmeter.proxy.relay.Relay`.
     """
 
     def __init__(
@@ -52,6 +55,8 @@ class MeteringProxy:
         host: str = "127.0.0.1",
         port: int = 0,
         allow_unestimated: bool = False,
+        make_context: Callable[[CallerBudget], ExecutionContext] | None = None,
+        trusted_key: bytes | None = None,
     ) -> None:
         if not budgets.callers:
             raise ValueError("the budget file names no caller: add a [callers.NAME] table")
@@ -59,6 +64,8 @@ class MeteringProxy:
         self._host = host
         self._port = port
         self._allow_unestimated = allow_unestimated
+        self._make_context = make_context or self._context_for
+        self._trusted_key = trusted_key
         self._closing = ExitStack()
         self._contexts: dict[str | None, ExecutionContext] = {}
         self._by_name: dict[str, ExecutionContext] = {}
@@ -90,7 +97,7 @@ class MeteringProxy:
 
     def _open_contexts(self) -> None:
         for caller in self._budgets.callers:
-            ctx = self._context_for(caller)
+            ctx = self._make_context(caller)
             self._closing.callback(ctx.close)
             self._contexts[caller.key] = ctx
             self._by_name[caller.name] = ctx
@@ -158,6 +165,7 @@ class MeteringProxy:
                 self._contexts,
                 self._budgets.upstreams,
                 allow_unestimated=self._allow_unestimated,
+                trusted_key=self._trusted_key,
             )
             await relay.open()
             app = web.Application(client_max_size=_MAX_BODY)

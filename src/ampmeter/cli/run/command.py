@@ -80,6 +80,24 @@ def run_command_line(
             "a SQLite ledger for this run's process tree.",
         ),
     ] = None,
+    proxy: Annotated[
+        bool,
+        typer.Option(
+            "--proxy",
+            help="Also serve a metering proxy on loopback and point the program's OpenAI and "
+            "Anthropic base URLs at it (OPENAI_BASE_URL, ANTHROPIC_BASE_URL): processes in any "
+            "language are metered and capped with the rest (needs ampmeter[proxy]).",
+        ),
+    ] = False,
+    upstream: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--upstream",
+            metavar="NAME=URL",
+            help="Where the proxy forwards openai or anthropic requests (repeatable; default: "
+            "the base URL variables of this environment, else the official endpoints).",
+        ),
+    ] = None,
     allow_unmetered: Annotated[
         bool,
         typer.Option(
@@ -119,7 +137,7 @@ def run_command_line(
         command = command[1:]
     if not command:
         fail("run", "give the program to run after `--`, e.g. `ampmeter run -- python agent.py`")
-    from ampmeter.cli.run.config import RunConfig, parse_model_limits
+    from ampmeter.cli.run.config import RunConfig, parse_model_limits, parse_upstreams
     from ampmeter.cli.run.parent import format_summary, run_command
 
     try:
@@ -134,6 +152,8 @@ def run_command_line(
             out=out,
             capture_content=capture_content or None,
             ledger=ledger,
+            proxy=proxy or None,
+            upstreams=parse_upstreams(upstream or []),
         )
         outcome = run_command(command, config, allow_unmetered=allow_unmetered)
     except ValueError as exc:

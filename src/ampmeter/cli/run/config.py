@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_INPUT_TOKENS_FOR, KEY_LLM_CALLS
 
-__all__ = ["DEFAULT_GRACE_S", "RunConfig", "parse_model_limits"]
+__all__ = ["DEFAULT_GRACE_S", "RunConfig", "parse_model_limits", "parse_upstreams"]
 
 DEFAULT_GRACE_S: Final = 2.0
 """Seconds the program gets to shut down after ``--timeout`` sent it SIGTERM."""
@@ -42,6 +42,8 @@ class RunConfig:
     out: str | None = None
     capture_content: bool = False
     ledger: str | None = None
+    proxy: bool = False
+    upstreams: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check_number("max_cost", self.max_cost, integer=False)
@@ -55,6 +57,15 @@ class RunConfig:
                     f"--max-tokens-per-model needs MODEL=N with a model name, got {model!r}"
                 )
             _check_number("", cap, integer=True, what=f"--max-tokens-per-model {model}")
+        for route, url in self.upstreams.items():
+            if route not in _ROUTES:
+                raise ValueError(
+                    f"--upstream {route}=...: the proxy's routes are {', '.join(_ROUTES)}"
+                )
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"--upstream {route}={url}: give an http:// or https:// URL")
+        if self.upstreams and not self.proxy:
+            raise ValueError("--upstream sets where --proxy forwards: give --proxy too")
         if self.ledger is not None and not self.ledger.startswith(("redis://", "rediss://")):
             raise ValueError(
                 f"--ledger must be a redis:// or rediss:// URL, got {self.ledger!r} (without "
@@ -98,6 +109,20 @@ class RunConfig:
         for model, cap in self.max_tokens_per_model.items():
             limits.append(Limit(KEY_INPUT_TOKENS_FOR + model, cap))
         return limits
+
+
+_ROUTES: Final = ("openai", "anthropic")
+
+
+def parse_upstreams(items: Sequence[str]) -> dict[str, str]:
+    """``--upstream NAME=URL`` values as ``{NAME: URL}`` (checked by :class:`RunConfig`)."""
+    found: dict[str, str] = {}
+    for item in items:
+        name, sep, url = item.partition("=")
+        if not sep or not name or not url:
+            raise ValueError(f"--upstream needs NAME=URL (openai=https://...), got {item!r}")
+        found[name.strip()] = url.strip().rstrip("/")
+    return found
 
 
 def _check_number(name: str, value: object, *, integer: bool, what: str = "") -> None:

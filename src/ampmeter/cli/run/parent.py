@@ -45,6 +45,7 @@ from ampmeter.cli.run.ending import (
     judge,
 )
 from ampmeter.cli.run.leftover import record_leftover_holds
+from ampmeter.cli.run.proxied import run_proxy
 from ampmeter.cli.run.tree import TreeWatch, joined_pids
 
 __all__ = [
@@ -137,15 +138,18 @@ def run_command(
         child_env[ENV_TREE] = json.dumps(tree)
         child_env[ENV_PROCESSES] = processes_dir
         child_env.pop(ENV_TOP_TAKEN, None)
-        try:
-            proc = subprocess.Popen(argv, env=child_env, cwd=cwd, start_new_session=True)
-        except OSError as exc:
-            raise ValueError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
-        watch = TreeWatch(proc.pid).start()
-        with _forwarding_signals(proc.pid) as signalled:
-            code, timed_out = _wait(proc, config.timeout, config.grace)
-        if not timed_out:
-            _wait_for_group(proc.pid, _LINGER_S)
+        with contextlib.ExitStack() as serving:
+            if config.proxy:  # until the program's whole process group has ended
+                serving.enter_context(run_proxy(config, tree, child_env))
+            try:
+                proc = subprocess.Popen(argv, env=child_env, cwd=cwd, start_new_session=True)
+            except OSError as exc:
+                raise ValueError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
+            watch = TreeWatch(proc.pid).start()
+            with _forwarding_signals(proc.pid) as signalled:
+                code, timed_out = _wait(proc, config.timeout, config.grace)
+            if not timed_out:
+                _wait_for_group(proc.pid, _LINGER_S)
         watch.stop()
         record_leftover_holds(tree)
         joined = joined_pids(processes_dir)

@@ -1,0 +1,88 @@
+"""``ampmeter run --proxy``: the run's metering proxy, for the processes that are not Python.
+
+The parent starts a :class:`~ampmeter.proxy.MeteringProxy` on a free loopback port before the
+program. Its one caller is the run: its context has the run's limits, on the run's ledger scope
+and chain, and logs into the run's events under the run's root, so a request from a Node, Go or
+Rust process is one node of the run, capped with everything else. The program's environment
+points the provider SDKs at it (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``); the upstreams are
+what those variables named in the parent's environment (the official endpoints otherwise), or
+``--upstream NAME=URL``. A Python process meters its own calls in-process, and marks them, so
+the proxy lets them through without counting them again (:mod:`ampmeter.integrations.proxy_mark`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import time
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+from ampmeter.cli.run.config import RunConfig
+from ampmeter.cli.run.leftover import open_run_ledger
+from ampmeter.integrations.proxy_mark import PROXY_URL_ENV
+
+__all__ = ["run_proxy"]
+
+# The variables a provider SDK reads its base URL from, by the proxy's route for it.
+_BASE_URL_ENV = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
+
+
+@contextlib.contextmanager
+def run_proxy(
+    config: RunConfig, tree: dict[str, Any], child_env: MutableMapping[str, str]
+) -> Iterator[None]:
+    """Serve the run's proxy while the block runs, and point ``child_env`` at it."""
+    try:
+        from ampmeter.proxy.budget_file import DEFAULT_UPSTREAMS, CallerBudget, ProxyBudgets
+        from ampmeter.proxy.server import MeteringProxy
+    except ImportError as missing:
+        raise ValueError(f"--proxy needs {missing.name}: pip install 'ampmeter[proxy]'") from None
+    upstreams = {
+        route: (child_env.get(variable) or DEFAULT_UPSTREAMS[route]).rstrip("/")
+        for route, variable in _BASE_URL_ENV.items()
+    }
+    upstreams.update(config.upstreams)
+    budgets = ProxyBudgets((CallerBudget("proxy", None, tree["scope"]),), upstreams)
+    closing = contextlib.ExitStack()
+
+    def the_runs_context(caller: CallerBudget) -> Any:
+        from ampmeter.context import ExecutionContext
+        from ampmeter.sinks.jsonl import JsonlSink
+        from ampmeter.sinks.relabel import RelabeledSink
+
+        ledger = closing.enter_context(open_run_ledger(tree["ledger"], tree["scope"]))
+        log = os.path.join(tree["events"], f"{time.time_ns()}-proxy.jsonl")
+        sink = closing.enter_context(JsonlSink(log, flush="line"))
+        deadline = tree["deadline"]
+        return ExecutionContext(
+            "proxy",
+            limits=config.limits(),
+            timeout_s=None if deadline is None else max(deadline - time.time(), 0.0),
+            sinks=[
+                RelabeledSink(
+                    sink,
+                    prefix=f"proxy-{secrets.token_hex(2)}.",
+                    attach_to=tree["root"],
+                    depth_offset=1,
+                    keep_root=False,
+                )
+            ],
+            ledger=ledger,
+            chain_id=tree["chain"],
+        )
+
+    key = child_env["AMPMETER_HANDOFF_KEY"].encode()
+    with closing:
+        proxy = MeteringProxy(budgets, make_context=the_runs_context, trusted_key=key)
+        try:
+            proxy.__enter__()
+        except OSError as exc:
+            raise ValueError(f"--proxy: cannot listen on loopback: {exc.strerror}") from None
+        try:
+            child_env.update(proxy.base_urls())
+            child_env[PROXY_URL_ENV] = proxy.url
+            yield
+        finally:
+            proxy.stop()

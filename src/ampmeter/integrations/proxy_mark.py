@@ -1,0 +1,53 @@
+"""Requests this process meters itself, marked for the metering proxy of ``ampmeter run --proxy``.
+
+Under ``ampmeter run --proxy`` a Python process meters its own LLM calls in-process (its call
+tree, its contexts) and its base URLs point at the run's proxy, which meters every request of
+the run's other processes. So that a call is not counted twice, a request this process already
+metered carries ``x-ampmeter-metered``: an HMAC-SHA256 of its body under the run's key
+(``AMPMETER_HANDOFF_KEY``), which the proxy checks before it lets the request through
+unmetered. A request without a valid mark is metered by the proxy (at worst counted twice,
+never not at all). The mark is only ever sent to the run's proxy (``AMPMETER_PROXY_URL``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from typing import Final
+
+__all__ = ["METERED_HEADER", "PROXY_URL_ENV", "Marker", "metered_mark"]
+
+METERED_HEADER: Final = "x-ampmeter-metered"
+PROXY_URL_ENV: Final = "AMPMETER_PROXY_URL"
+_KEY_ENV: Final = "AMPMETER_HANDOFF_KEY"
+
+
+def metered_mark(key: bytes, body: bytes) -> str:
+    """The mark of a request with ``body``, under ``key``."""
+    return hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+class Marker:
+    """Marks the requests this process meters that go to the run's proxy (read once from the
+    environment when the integrations are switched on; a no-op elsewhere)."""
+
+    __slots__ = ("key", "proxy_url")
+
+    def __init__(self, proxy_url: str | None = None, key: bytes | None = None) -> None:
+        self.proxy_url = proxy_url
+        self.key = key
+
+    @classmethod
+    def from_env(cls) -> Marker:
+        """The marker of this process: active only under ``ampmeter run --proxy``."""
+        url, key = os.environ.get(PROXY_URL_ENV), os.environ.get(_KEY_ENV)
+        if not url or not key:
+            return cls()
+        return cls(url.rstrip("/") + "/", key.encode())
+
+    def mark_for(self, url: str, body: bytes) -> str | None:
+        """The mark for a metered request to ``url`` with ``body``, or None (not the proxy)."""
+        if self.proxy_url is None or self.key is None or not url.startswith(self.proxy_url):
+            return None
+        return metered_mark(self.key, body)
