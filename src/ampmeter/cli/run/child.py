@@ -68,14 +68,21 @@ def child_setup(*, top: bool) -> None:
         previous_hook(kind, exc, tb)
 
     sys.excepthook = excepthook
-    _interrupt_on_sigterm()
+    if top:
+        _interrupt_on_sigterm()
 
 
 def _interrupt_on_sigterm() -> None:
     """Let SIGTERM (``--timeout``, or a SIGTERM sent to ``ampmeter run``) unwind this process
     as an interrupt instead of ending it on the spot, so a call in flight is charged at its
     reservation and logged (:mod:`ampmeter._core.interrupted`) and the log is closed. Only
-    where the program left SIGTERM at its default: its own handler is its own business."""
+    where the program left SIGTERM at its default: its own handler is its own business.
+
+    Only in the run's top process, as SIGINT does there. Its worker processes are ended by
+    SIGTERM on the spot, as multiprocessing expects: a pool terminates its idle workers so,
+    and an exception raised into one that holds the pool's queue lock (or in its exit hooks)
+    left it hanging and the run with it. A worker's call cut so is charged by the run from
+    its expired hold (:mod:`ampmeter.cli.run.leftover`)."""
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
