@@ -23,9 +23,11 @@ import httpx
 import openai
 import pytest
 
+from ampmeter.analysis import summarize
 from ampmeter.proxy import BudgetFileError, MeteringProxy, read_budget_file
 from ampmeter.proxy.budget_file import ProxyBudgets, budgets_from
 from ampmeter.testing.billing import BillingProvider
+from ampmeter.testing.replay import ReplayResponse, ReplayServer
 from support.redis_server import RedisServer, redis_server_fixture
 
 __all__ = ["redis_server_fixture"]
@@ -294,3 +296,92 @@ def test_the_proxy_command_serves_until_interrupted_and_keeps_its_log(tmp_path: 
         assert len(log.splitlines()) == 1
         assert "team-secret" not in out + err + log
         assert "sk-own" not in out + err + log
+
+
+def test_responses_and_embeddings_through_the_proxy(tmp_path: Path) -> None:
+    """The Responses API (plain, streamed, and continuing a stored response, whose stored
+    input is billed again) and embeddings are metered like chat: recorded equals billed."""
+    with BillingProvider(prices=PRICES, output_tokens=20) as bill:
+        config = budgets(bill, {"team": {"max_cost_usd": 1.0}}, log_dir=str(tmp_path))
+        with MeteringProxy(config) as proxy:
+            client = openai.OpenAI(base_url=proxy.base_urls()["OPENAI_BASE_URL"], api_key="k")
+            first = client.responses.create(model="gpt-4o-mini", input="Plan the week. " * 8)
+            later = client.responses.create(
+                model="gpt-4o-mini", input="And the weekend?", previous_response_id=first.id
+            )
+            events = client.responses.create(
+                model="gpt-4o-mini", input="Say more.", previous_response_id=later.id, stream=True
+            )
+            assert [e.type for e in events][-1] == "response.completed"
+            assert proxy.context("team").stats.total_cost() == bill.billed_usd > 0
+    embedding = {
+        "object": "list",
+        "data": [{"object": "embedding", "index": 0, "embedding": [0.25, -0.5]}],
+        "model": "text-embedding-3-small",
+        "usage": {"prompt_tokens": 8, "total_tokens": 8},
+    }
+    with ReplayServer() as replay:
+        replay.script("/v1/embeddings", ReplayResponse.json(embedding))
+        config = budgets_from(
+            {"upstreams": {"openai": replay.openai_base_url}, "callers": {"team": {}}}
+        )
+        with MeteringProxy(config) as proxy:
+            client = openai.OpenAI(base_url=proxy.base_urls()["OPENAI_BASE_URL"], api_key="k")
+            made = client.embeddings.create(model="text-embedding-3-small", input="a cat")
+            assert made.data[0].embedding == [0.25, -0.5]
+            assert proxy.context("team").stats.get_counter("amp:input_tokens") == 8
+    # what the proxy logged reads as one run named after its caller
+    (run,) = summarize([tmp_path / "team.jsonl"]).runs
+    assert run.name == "team" and run.llm_sent == 3 and run.termination == "success"
+
+
+_CLIENT_PROCESS = """
+import sys, threading, openai
+client = openai.OpenAI(base_url=sys.argv[1], api_key="sk-own", max_retries=0)
+answered = refused = 0
+lock = threading.Lock()
+def work():
+    global answered, refused
+    for _ in range(20):
+        try:
+            client.chat.completions.create(
+                model="gpt-4o-mini", max_tokens=40,
+                messages=[{"role": "user", "content": "Summarise the notes, please. " * 8}],
+            )
+        except openai.APIStatusError as error:
+            if error.response.headers.get("retry-after"):
+                continue  # busy: other calls' holds
+            with lock:
+                refused += 1
+            return
+        with lock:
+            answered += 1
+threads = [threading.Thread(target=work) for _ in range(16)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(answered, refused)
+"""
+
+
+def test_64_concurrent_requests_from_four_processes_hold_one_cap(tmp_path: Path) -> None:
+    cap = Decimal("0.001")
+    script = tmp_path / "client.py"
+    script.write_text(_CLIENT_PROCESS)
+    with BillingProvider(prices=PRICES, output_tokens=40) as bill:
+        config = budgets(bill, {"team": {"max_cost_usd": float(cap)}})
+        with MeteringProxy(config) as proxy:
+            base = proxy.base_urls()["OPENAI_BASE_URL"]
+            processes = [
+                subprocess.Popen(
+                    [sys.executable, str(script), base], stdout=subprocess.PIPE, text=True
+                )
+                for _ in range(4)
+            ]
+            outputs = [p.communicate(timeout=120)[0].split() for p in processes]
+            recorded = proxy.context("team").stats.total_cost()
+        assert all(p.returncode == 0 for p in processes)
+        answered = sum(int(out[0]) for out in outputs)
+        assert sum(int(out[1]) for out in outputs) == 64  # every client thread was stopped
+        assert answered == len(bill.calls) > 0
+        assert recorded == bill.billed_usd <= cap
+        assert bill.billed_usd > cap * Decimal("0.9")
