@@ -24,6 +24,7 @@ import openai
 import pytest
 
 from ampmeter.analysis import summarize
+from ampmeter.local_llm import LocalLLMServer
 from ampmeter.proxy import BudgetFileError, MeteringProxy, read_budget_file
 from ampmeter.proxy.budget_file import ProxyBudgets, budgets_from
 from ampmeter.testing.billing import BillingProvider
@@ -385,3 +386,28 @@ def test_64_concurrent_requests_from_four_processes_hold_one_cap(tmp_path: Path)
         assert answered == len(bill.calls) > 0
         assert recorded == bill.billed_usd <= cap
         assert bill.billed_usd > cap * Decimal("0.9")
+
+
+def test_the_local_model_through_the_proxy(llm_server: LocalLLMServer) -> None:
+    """A real llama.cpp server as the upstream: what it reports is what the proxy counts, and
+    an unpriced model under no cost limit is let through and logged as unpriced."""
+    config = budgets_from(
+        {
+            "upstreams": {"openai": llm_server.base_url},
+            "callers": {"team": {"limits": {"amp:llm_calls": 1}}},
+        }
+    )
+    with MeteringProxy(config) as proxy:
+        client = openai.OpenAI(base_url=proxy.base_urls()["OPENAI_BASE_URL"], api_key="local")
+        answer = client.chat.completions.create(
+            model=llm_server.model, messages=[{"role": "user", "content": "Hi"}], max_tokens=8
+        )
+        with pytest.raises(openai.APIStatusError) as stopped:
+            client.chat.completions.create(
+                model=llm_server.model, messages=[{"role": "user", "content": "Hi"}], max_tokens=8
+            )
+        stats = proxy.context("team").stats
+    assert stopped.value.status_code == 402
+    assert answer.usage is not None
+    assert stats.get_counter("amp:input_tokens") == answer.usage.prompt_tokens
+    assert stats.get_counter("amp:output_tokens") == answer.usage.completion_tokens
