@@ -201,7 +201,6 @@ class Relay:
                         break  # nothing to count: stop reading what nobody will see
                 if reader is not None:
                     await passing.write(reader.end())
-                await passing.end()
             except asyncio.CancelledError:
                 # The proxy is stopping mid-body: what was sent is charged (usage seen so far,
                 # or the reservation's estimate), as for an SDK stream closed early.
@@ -215,8 +214,11 @@ class Relay:
                     await self._settle(finish_call, admitted.call, reader.tally, exc)
                 await passing.end()
                 return response
+            # Settled before the body's end reaches the caller: once a client has its answer,
+            # the call counts (a program that exits at once leaves nothing open).
             if reader is not None and admitted is not None:
                 await self._settle(finish_call, admitted.call, reader.tally, None)
+            await passing.end()
             return response
 
     async def _settle(self, finish: Any, *args: Any, shield: bool = False) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import socket
 import threading
 import time
 import uuid
@@ -378,6 +379,12 @@ def _make_handler(owner: ReplayServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         timeout = 5  # idle keep-alive connections do not outlive a test for long
+
+        def setup(self) -> None:
+            super().setup()
+            # Headers and body go out in two writes: on a kept connection Nagle's algorithm
+            # held the second until the client's delayed ACK, 40 ms an answer.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
         def _serve(self) -> None:
             length = int(self.headers.get("content-length") or 0)
