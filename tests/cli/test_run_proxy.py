@@ -92,6 +92,40 @@ def test_a_python_program_under_the_proxy_is_counted_once(tmp_path: Path) -> Non
         assert cost == provider.billed_usd
 
 
+# Raw HTTP clients below the SDKs: aiohttp (json=) and urllib (http.client), to the run's proxy.
+RAW_AGENT = """
+import asyncio, json, os, urllib.request, aiohttp
+url = os.environ["OPENAI_BASE_URL"] + "/chat/completions"
+body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi"}]}
+async def main():
+    async with aiohttp.ClientSession() as session:
+        for _ in range(2):
+            async with session.post(url, json=body) as response:
+                assert response.status == 200, await response.text()
+                await response.read()
+asyncio.run(main())
+request = urllib.request.Request(
+    url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+)
+urllib.request.urlopen(request).read()
+"""
+
+
+def test_a_python_program_on_raw_http_clients_under_the_proxy_is_counted_once(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "agent.py"
+    script.write_text(RAW_AGENT)
+    log = tmp_path / "run.jsonl"
+    with BillingProvider(prices=PRICES) as provider:
+        done = run(["--out", str(log), "--", sys.executable, str(script)], provider, tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert len(provider.calls) == 3
+        cost, sent = logged_cost(log)
+        assert sent == 3  # metered where it was sent, passed by the proxy: not six
+        assert cost == provider.billed_usd
+
+
 def test_upstream_needs_the_proxy_and_names_a_route(tmp_path: Path) -> None:
     with BillingProvider(prices=PRICES) as provider:
         done = run(["--upstream", "gemini=http://127.0.0.1:9", "--", "true"], provider, tmp_path)

@@ -20,8 +20,9 @@ import orjson
 from yarl import URL
 
 from ampmeter.integrations.http import Admitted, BodyMeter, admit, response_reader
-from ampmeter.integrations.lifecycle import ACTIVE_CALL, finish_call
+from ampmeter.integrations.lifecycle import ACTIVE_CALL, finish_call, settings
 from ampmeter.integrations.patching import Patch, undo_all
+from ampmeter.integrations.proxy_mark import METERED_HEADER
 
 __all__ = ["instrument_aiohttp", "uninstrument_aiohttp"]
 
@@ -197,13 +198,24 @@ def _wrap_request(original: Callable[..., Any], *, post: bool) -> Callable[..., 
         admitted = admit("POST", URL(str(url)).path, body, "aiohttp", may_ask_usage=True)
         if admitted is None:
             return original(session, *args, **kwargs)
-        if admitted.hide:  # send the body that asks for the usage
+        marker = settings.marker
+        if admitted.hide or marker.proxy_url is not None:
+            # The body that asks for the usage, or the exact bytes the proxy's mark is of.
             was_json = kwargs.pop("json", None) is not None
-            kwargs["data"] = orjson.dumps(admitted.body)
-            kwargs["headers"] = _headers_for_new_body(kwargs.get("headers"), was_json)
+            data = orjson.dumps(admitted.body) if admitted.hide else _bytes(body)
+            kwargs["data"] = data
+            headers = _headers_for_new_body(kwargs.get("headers"), was_json)
+            mark = marker.mark_for(str(url), data)
+            if mark is not None:
+                headers.append((METERED_HEADER, mark))
+            kwargs["headers"] = headers
         return _MeteredRequest(original(session, *args, **kwargs), admitted)
 
     return request
+
+
+def _bytes(body: bytes | str) -> bytes:
+    return body.encode() if isinstance(body, str) else body
 
 
 def _headers_for_new_body(headers: Any, was_json: bool) -> list[tuple[str, str]]:

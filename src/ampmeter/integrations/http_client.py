@@ -24,8 +24,9 @@ from urllib.parse import urlsplit
 
 from ampmeter.errors import LimitExceeded
 from ampmeter.integrations.http import Admitted, BodyMeter, admit, response_reader
-from ampmeter.integrations.lifecycle import finish_call, raise_stop
+from ampmeter.integrations.lifecycle import finish_call, raise_stop, settings
 from ampmeter.integrations.patching import Patch, undo_all
+from ampmeter.integrations.proxy_mark import METERED_HEADER
 from ampmeter.integrations.wire import BodyReader
 
 __all__ = ["instrument_http_client", "instrument_urllib3", "uninstrument_http_client"]
@@ -90,12 +91,33 @@ def _admit(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Admitted | None:
         raise
 
 
+def _marked(
+    connection: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The request's arguments with the mark for the run's proxy (:mod:`.proxy_mark`), when it
+    goes there."""
+    _, url, body = _request_parts(args, kwargs)
+    # http.client sends a str body encoded as ISO-8859-1.
+    data = body.encode("iso-8859-1") if isinstance(body, str) else bytes(body)
+    where = f"http://{connection.host}:{connection.port}{urlsplit(url).path}"
+    mark = settings.marker.mark_for(where, data)
+    if mark is None:
+        return args, kwargs
+    given = kwargs.pop("headers", None) if "headers" in kwargs else None
+    if given is None and len(args) > 3:
+        given = args[3]
+    kwargs["headers"] = {**(given or {}), METERED_HEADER: mark}
+    return args[:3], kwargs
+
+
 def _wrap_request(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def request(connection: Any, *args: Any, **kwargs: Any) -> Any:
         admitted = _admit(args, kwargs)
         if admitted is None:
             return original(connection, *args, **kwargs)
+        if settings.marker.proxy_url is not None:
+            args, kwargs = _marked(connection, args, kwargs)
         try:
             result = original(connection, *args, **kwargs)
         except BaseException as exc:
