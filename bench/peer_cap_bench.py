@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -73,6 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from _options import parser
+from _venvs import clean_python
 
 HERE = Path(__file__).resolve().parent
 REQUIREMENTS = HERE / "peers-requirements.txt"
@@ -371,23 +371,8 @@ def child(peer: str) -> None:
 
 def peers_python() -> tuple[Path | None, str]:
     """The peers' interpreter, installing them first when the pins changed; or why not."""
-    python = VENV / "bin" / "python"
-    stamp = VENV / "requirements.sha256"
-    wanted = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
-    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
-        return python, ""
-    print(f"installing the peers into {VENV} ...", flush=True)
-    shutil.rmtree(VENV, ignore_errors=True)
-    steps = [
-        [sys.executable, "-m", "venv", str(VENV)],
-        [str(python), "-m", "pip", "install", "-q", "-r", str(REQUIREMENTS)],
-    ]
-    for step in steps:
-        done = subprocess.run(step, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            return None, f"`{' '.join(step[-4:])}` failed: {done.stderr.strip()[-400:]}"
-    stamp.write_text(wanted)
-    return python, ""
+    pins = [line.strip() for line in REQUIREMENTS.read_text().splitlines()]
+    return clean_python(VENV, [pin for pin in pins if pin and not pin.startswith("#")])
 
 
 def free_port() -> int:

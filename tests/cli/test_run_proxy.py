@@ -14,6 +14,8 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
+
 from ampmeter.analysis import load_runs
 from ampmeter.testing.billing import BillingProvider
 from support.node_sdks import NODE_DIR, node_with_sdks
@@ -79,19 +81,6 @@ for _ in range(3):
 """
 
 
-def test_a_python_program_under_the_proxy_is_counted_once(tmp_path: Path) -> None:
-    script = tmp_path / "agent.py"
-    script.write_text(PYTHON_AGENT)
-    log = tmp_path / "run.jsonl"
-    with BillingProvider(prices=PRICES) as provider:
-        done = run(["--out", str(log), "--", sys.executable, str(script)], provider, tmp_path)
-        assert done.returncode == 0, done.stderr
-        assert len(provider.calls) == 6
-        cost, sent = logged_cost(log)
-        assert sent == 6  # metered in-process, passed by the proxy: not twelve
-        assert cost == provider.billed_usd
-
-
 # Raw HTTP clients below the SDKs: aiohttp (json=) and urllib (http.client), to the run's proxy.
 RAW_AGENT = """
 import asyncio, json, os, urllib.request, aiohttp
@@ -111,18 +100,25 @@ urllib.request.urlopen(request).read()
 """
 
 
-def test_a_python_program_on_raw_http_clients_under_the_proxy_is_counted_once(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("agent", "calls"),
+    [(PYTHON_AGENT, 6), (RAW_AGENT, 3)],
+    ids=["openai SDK (httpx)", "aiohttp and urllib (http.client)"],
+)
+def test_a_python_program_under_the_proxy_is_counted_once(
+    tmp_path: Path, agent: str, calls: int
 ) -> None:
+    """Metered in-process and marked, its requests pass the proxy uncounted: each call is
+    logged once (without the mark, twice)."""
     script = tmp_path / "agent.py"
-    script.write_text(RAW_AGENT)
+    script.write_text(agent)
     log = tmp_path / "run.jsonl"
     with BillingProvider(prices=PRICES) as provider:
         done = run(["--out", str(log), "--", sys.executable, str(script)], provider, tmp_path)
         assert done.returncode == 0, done.stderr
-        assert len(provider.calls) == 3
+        assert len(provider.calls) == calls
         cost, sent = logged_cost(log)
-        assert sent == 3  # metered where it was sent, passed by the proxy: not six
+        assert sent == calls
         assert cost == provider.billed_usd
 
 
