@@ -39,10 +39,10 @@ from ampmeter.errors import (
 )
 from ampmeter.executor import CONTINUE, AgentLoop, ExecutionResult, Executor
 from ampmeter.graph import ExecutionGraph, Node
-from ampmeter.limits import ExceededLimit, Limit, LimitType, check_limits, default_limits
+from ampmeter.limits import ExceededLimit, Limit, LimitType, default_limits
 from ampmeter.policies import LimitEvent, final_call
 from ampmeter.sinks.base import Sink
-from ampmeter.stats import ExecutionStats
+from ampmeter.stats import ExecutionStats, check_limits
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace
 
 if TYPE_CHECKING:

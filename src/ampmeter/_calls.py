@@ -13,14 +13,15 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 from ampmeter import _validate
-from ampmeter._core.reserve import model_estimate
 from ampmeter._core.steps import Flight
 from ampmeter._core.usage import Usage
 from ampmeter._lineage import META_CONTEXTS, Lineage
+from ampmeter._reserve import model_estimate
 from ampmeter.call import Call
 from ampmeter.graph import check_kind
 from ampmeter.keys import KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE
 from ampmeter.node import META_PROVIDER
+from ampmeter.policies.options import META_LIMIT_EVENTS
 from ampmeter.trace import TraceRecord, trace_effect
 from ampmeter.wrapping import Decision, WrapOptions, run_wrapped
 
@@ -28,10 +29,11 @@ if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.kernel import Kernel
     from ampmeter._core.steps import Chain
+    from ampmeter.graph import ExecutionGraph
     from ampmeter.limits import ExceededLimit
     from ampmeter.policies.configured import Policies
     from ampmeter.pricing.request_size import RequestSize
-    from ampmeter.pricing.source import Pricing
+    from ampmeter.pricing.source import NanoPricing, Pricing
     from ampmeter.stats import ExecutionStats
 
 __all__ = ["CallMaker"]
@@ -50,9 +52,12 @@ class CallMaker:
     _kernel: Kernel
     _estimate: str
     _pricing: Pricing
+    _prices: NanoPricing
     _iteration: int
+    _node_id: str
     policies: Policies
     stats: ExecutionStats
+    graph: ExecutionGraph
 
     def _check_open(self) -> None:
         raise NotImplementedError
@@ -189,7 +194,7 @@ class CallMaker:
         label = name if name is not None else (model or kind)
         reservation, size, priced = model_estimate(
             kind,
-            self._chain.pricing,
+            self._prices,
             model,
             provider,
             estimate_usd,
@@ -259,7 +264,7 @@ class CallMaker:
         flight.node = self._kernel.begin(
             self.current_parent_id(), flight.kind, flight.name, flight.model, meta, flight
         )
-        return Call(self, self._chain, flight)  # type: ignore[arg-type]
+        return Call(self, self._chain, flight, self._prices)  # type: ignore[arg-type]
 
     def retry(self, call: Call) -> None:
         """Count one retry on ``call``."""
@@ -298,7 +303,11 @@ class CallMaker:
                 return  # a replayed record: counted once already
         if usage is not None:
             self._kernel.add_usage(self._frame.level, usage)
-            self.policies.traced(usage)
+            events = self.policies.traced(usage)
+            if events:  # what a call's settlement would report, on the context's own node
+                graph, node_id = self.graph, self._node_id
+                ended = graph.node(node_id).metadata.get(META_LIMIT_EVENTS, ())
+                graph.update_metadata(node_id, {META_LIMIT_EVENTS: [*ended, *events]})
         else:
             total, at, consecutive = keys
             for key in (total, at + str(self._iteration), consecutive):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ampmeter import _validate
 from ampmeter._core.exhaustion import Exhaustion
-from ampmeter._core.reserve import ESTIMATE_MODES
+from ampmeter._reserve import ESTIMATE_MODES
 from ampmeter.limits import Limit, context_limits
 from ampmeter.node import META_CONTEXT
 from ampmeter.policies.options import PolicyOptions

@@ -19,17 +19,17 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 
 from ampmeter import _validate, money
-from ampmeter._core.current import CURRENT, restore
 from ampmeter._core.idempotency import META_IDEMPOTENCY_KEY
 from ampmeter._core.interrupted import charged_in_flight, is_interrupted_in_flight
 from ampmeter._core.outcome import Outcome
 from ampmeter._core.steps import ADMITTED, DONE, Chain, Flight
 from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
+from ampmeter._current import CURRENT, restore
 from ampmeter.keys import KEY_UNSETTLED_COST
 from ampmeter.node import Node
 from ampmeter.pricing import request_size, stored_state
-from ampmeter.pricing.source import price_call
+from ampmeter.pricing.source import NanoPricing, price_call
 
 if TYPE_CHECKING:
     from ampmeter.context import ExecutionContext
@@ -103,6 +103,7 @@ class Call:
         "_estimated",
         "_flight",
         "_learn",
+        "_prices",
         "_reasoning_tokens",
         "_token",
         "_tokens_in",
@@ -118,10 +119,13 @@ class Call:
     reasoning_tokens: _Recorded[int] = _Recorded()
     tool_calls_made: _Recorded[int] = _Recorded()
 
-    def __init__(self, context: ExecutionContext, chain: Chain, flight: Flight) -> None:
+    def __init__(
+        self, context: ExecutionContext, chain: Chain, flight: Flight, prices: NanoPricing
+    ) -> None:
         self.context = context
         self._chain = chain
         self._flight = flight
+        self._prices = prices  # the context's pricing, as it prices a call
         self._tokens_in: int | None = None
         self._tokens_out: int | None = None
         self._cost_nano: int | None = None  # the recorded cost, if any
@@ -177,7 +181,8 @@ class Call:
     @property
     def policy(self) -> CallMarks | None:
         """What the context's policies noted about this call (None when none applies)."""
-        return self._flight.marks
+        marks: CallMarks | None = self._flight.marks
+        return marks
 
     def record(
         self,
@@ -385,7 +390,7 @@ class Call:
         t_in, t_out = self._tokens_in or 0, self._tokens_out or 0
         if kind == "llm" or (kind == "embedding" and model):
             cost, meta, unpriced = price_call(
-                self._chain.pricing,
+                self._prices,
                 model,
                 flight.provider,
                 given,

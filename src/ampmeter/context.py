@@ -15,9 +15,13 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ampmeter import _validate
 from ampmeter._calls import CallMaker
-from ampmeter._core import remaining
-from ampmeter._core.check import Guard
-from ampmeter._core.current import (
+from ampmeter._core.emit import Emitter
+from ampmeter._core.exhaustion import ExhaustedHook, raise_limit
+from ampmeter._core.frame import Frame
+from ampmeter._core.kernel import bound
+from ampmeter._core.outcome import TerminationReason
+from ampmeter._core.steps import Chain
+from ampmeter._current import (
     CURRENT,
     OPEN,
     any_open_context,
@@ -27,24 +31,19 @@ from ampmeter._core.current import (
     open_contexts,
     restore,
 )
-from ampmeter._core.emit import Emitter
-from ampmeter._core.exhaustion import ExhaustedHook, raise_limit
-from ampmeter._core.frame import Frame
-from ampmeter._core.kernel import bound
-from ampmeter._core.outcome import TerminationReason
-from ampmeter._core.steps import Chain
 from ampmeter._lineage import META_CONTEXTS, lineage
 from ampmeter._settings import Settings
 from ampmeter.call import Call
 from ampmeter.errors import ExecutionCanceled, LimitExceeded
 from ampmeter.graph import ExecutionGraph
-from ampmeter.keys import KEY_ITERATIONS, is_money
-from ampmeter.limits import ExceededLimit, Limit, context_limits, exceeded
-from ampmeter.money import to_nano
+from ampmeter.keys import KEY_ITERATIONS
+from ampmeter.limits import ExceededLimit, Limit, context_limits
 from ampmeter.policies.configured import Policies
 from ampmeter.policies.options import LimitEvent, PolicyOptions, PressureHook
-from ampmeter.pricing.source import TABLE, Pricing
+from ampmeter.pricing.source import TABLE, Pricing, in_nano
+from ampmeter.shared import remaining
 from ampmeter.shared.handoff import Handoffs
+from ampmeter.shared.ledger_step import LedgerStep
 from ampmeter.stats import ExecutionStats
 from ampmeter.wrapping import Decision, WrapOptions
 
@@ -209,6 +208,7 @@ class ExecutionContext(CallMaker):
         if settings.timeout_s is not None and load is not None:
             load()  # the price table's first load never counts against the timeout
         self._pricing = pricing
+        self._prices = in_nano(pricing)  # as calls are estimated and priced with it
         name = settings.name
         self.name = name
         self.parent = parent
@@ -236,17 +236,18 @@ class ExecutionContext(CallMaker):
         assert level is not None
         self._kernel = kernel
         self._frame = Frame(
-            self,
-            parent.frame if parent is not None else None,
-            level,
-            settings.limits,
-            settings.timeout_s,
-            settings.ledger,
-            settings.on_ledger_error,
-            settings.handoff_from,
-            settings.exhaustion,
-            settings.disclose_budget,
-            settings.on_expired_hold,
+            name=name,
+            node_id=self._node_id,
+            parent=parent._frame if parent is not None else None,
+            level=level,
+            limits=settings.limits,
+            timeout_s=settings.timeout_s,
+            ledger=settings.ledger,
+            on_ledger_error=settings.on_ledger_error,
+            handoff_from=settings.handoff_from,
+            exhaustion=settings.exhaustion,
+            disclose_budget=settings.disclose_budget,
+            on_expired_hold=settings.on_expired_hold,
         )
         wait = settings.admission_timeout_s
         if wait is None:
@@ -255,21 +256,25 @@ class ExecutionContext(CallMaker):
         self._closed = False
         self._iteration = 0
         self._token: Any = None
+        self._sinks = sinks
         self._emitter = Emitter(name, self.graph.chain_id, sinks)
         self.policy_options: PolicyOptions = settings.options.inherit(
             parent.policy_options if parent is not None else None
         )
-        self.policies = Policies(self._frame, self.policy_options)  # wiring, not user API
-        self._chain = Chain(self._frame, kernel, self._emitter, self.policies, wait, pricing)
+        self.policies = Policies(self._frame, self.policy_options, self.stats, pricing)
+        self._chain = Chain(
+            frame=self._frame,
+            kernel=kernel,
+            emitter=self._emitter,
+            wait_s=wait,
+            ask_exhausted=self._ask_exhausted,
+        )
+        ledger_step = LedgerStep(self._chain) if self._chain.ledgered else None
+        self._chain.install(self.policies.steps_for(self._chain), ledger_step)
         self._handoffs = Handoffs(self._frame, kernel, self._emitter)
         OPEN.add(self)
 
     # -- identity -----------------------------------------------------------------------------
-
-    @property
-    def frame(self) -> Frame:
-        """This context's part in admission (for its children; not user API)."""
-        return self._frame
 
     @property
     def limits(self) -> tuple[Limit, ...]:
@@ -323,7 +328,7 @@ class ExecutionContext(CallMaker):
     @property
     def sinks(self) -> tuple[Sink, ...]:
         """The sinks this context's nodes go to (its own and its parents')."""
-        return self._emitter.sinks
+        return self._sinks
 
     @property
     def sink_errors(self) -> tuple[Exception, ...]:
@@ -415,7 +420,16 @@ class ExecutionContext(CallMaker):
         """Set this context's hard limit on ``key`` to ``new_max_value`` (from any thread): calls
         paused on it (``on_exhausted="pause"``) go on, and later calls are checked against it.
         ``KeyError`` when this context has no hard limit on ``key``."""
-        raise_limit(self._frame, key, new_max_value)
+        raise_limit(self._frame, key, new_max_value, self._kernel)
+
+    def _ask_exhausted(self, owner: Frame, exceeded: ExceededLimit) -> object:
+        """Ask this context's ``on_exhausted`` callback about a limit of ``owner`` (this
+        context's frame or one above): the callback is given the context that owns it."""
+        context = self
+        while context._frame is not owner and context.parent is not None:
+            context = context.parent
+        hook = self._frame.exhaustion.hook
+        return None if hook is None else hook(context, exceeded)
 
     @property
     def disclose_budget(self) -> bool:
@@ -434,10 +448,6 @@ class ExecutionContext(CallMaker):
         steps`` (the tightest limits, as :meth:`remaining` finds them)."""
         return remaining.note(remaining.left(self._frame, self._kernel))
 
-    def wake_paused(self) -> None:
-        """Wake calls paused at a limit so they look again (after a raise)."""
-        self._kernel.wake()
-
     # -- iterations, cancel, close ------------------------------------------------------------
 
     def start_iteration(self) -> int:
@@ -452,13 +462,10 @@ class ExecutionContext(CallMaker):
         if self.canceled:
             raise ExecutionCanceled(f"context {self.name!r} was canceled")
         self._raise_if_exceeded()
-        frame = self._frame
-        own = tuple(row for row in frame.guard.rows if row[0] is False and row[1] == KEY_ITERATIONS)
-        if own:
-            found = self._kernel.check((Guard(frame.level, own),), {KEY_ITERATIONS: 1})
-            if found is not None:
-                self._stop(frame, exceeded(found[1]), TerminationReason.LIMIT_EXCEEDED)
-        self._iteration = self._kernel.bump(frame.level, KEY_ITERATIONS)
+        found = self._chain.iteration_refused()
+        if found is not None:
+            self._stop(*found)
+        self._iteration = self._kernel.bump(self._frame.level, KEY_ITERATIONS)
         return self._iteration
 
     def end_iteration(self) -> None:
@@ -655,7 +662,7 @@ class ExecutionContext(CallMaker):
         )
         ctx = cls.__new__(cls)
         ctx._setup(None, settings)
-        ctx.frame.span_prefix = prefix
+        ctx._frame.span_prefix = prefix
         return ctx
 
     @classmethod
@@ -673,15 +680,7 @@ class ExecutionContext(CallMaker):
         process left unsettled are not counted here: its parent records them (the ledger
         still counts them against every ceiling)."""
         ctx = cls.from_handoff(token, ledger=ledger, sinks=sinks, pricing=pricing)
-        shared = ctx.ledger
-        assert shared is not None  # a hand-off always has its ledger
-        charged = shared.unsettled()
-        for key, value in shared.spent().items():
-            in_dollars = is_money(key)  # the kernel counts money in whole nano-dollars
-            amount = to_nano(value) if in_dollars else int(value)
-            held = charged.get(key, 0)
-            amount -= to_nano(held) if in_dollars else int(held)
-            ctx._kernel.add(ctx._frame.level, key, amount, in_dollars)
+        ctx._handoffs.count_spent_before()
         return ctx
 
     def refresh_handoffs(self) -> dict[str, Any]:

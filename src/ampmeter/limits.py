@@ -11,14 +11,12 @@ refusing) or count only a sliding window (``window_s``); :mod:`ampmeter.policies
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from ampmeter import _validate, money
-from ampmeter._core.check import Guard, compile_limits
-from ampmeter._core.kernel import bound
 from ampmeter.keys import (
     KEY_COST,
     KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
@@ -28,15 +26,12 @@ from ampmeter.keys import (
     KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE,
     is_money,
 )
-from ampmeter.stats import ExecutionStats, internal_amount
 
 __all__ = [
     "DerivedCeiling",
     "ExceededLimit",
     "Limit",
     "LimitType",
-    "check_limits",
-    "compile_limits",
     "context_limits",
     "default_limits",
 ]
@@ -188,27 +183,6 @@ def default_limits() -> list[Limit]:
         Limit(KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, 3),
         Limit(KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE, 3),
     ]
-
-
-def check_limits(
-    stats: ExecutionStats,
-    limits: Sequence[Limit],
-    pending: Mapping[str, Any] | None = None,
-) -> ExceededLimit | None:
-    """The first limit that ``stats`` exceeds, or None.
-
-    Values include usage reserved by calls in flight, plus ``pending`` (the reservation of a call
-    about to start; money in dollars), so a check before a call asks "would this call break a
-    limit?".
-    """
-    for limit in limits:
-        if not isinstance(limit, Limit):
-            raise TypeError(f"limits must hold Limit objects, got {type(limit).__name__}")
-    kernel, level = bound(stats)
-    assert level is not None
-    internal = None if pending is None else {k: internal_amount(k, v) for k, v in pending.items()}
-    found = kernel.check((Guard(level, compile_limits(limits)),), internal)
-    return None if found is None else exceeded(found[1])
 
 
 def exceeded(hit: tuple[object, str, Any]) -> ExceededLimit:

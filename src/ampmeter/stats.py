@@ -14,7 +14,9 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from ampmeter import _validate, money
+from ampmeter._core.check import Guard, compile_limits
 from ampmeter._core.kernel import Kernel, Level, bind, bound
+from ampmeter._core.usage import internal_amount
 from ampmeter.keys import (
     KEY_COST,
     KEY_FORMAT_PARSE_ERROR_TOTAL,
@@ -25,11 +27,14 @@ from ampmeter.keys import (
     PROTECTED_KEYS,
     is_money,
 )
+from ampmeter.limits import ExceededLimit, Limit, exceeded
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from ampmeter.graph import ExecutionGraph
 
-__all__ = ["ExecutionStats"]
+__all__ = ["ExecutionStats", "check_limits"]
 
 
 def _gauge_amount(key: str, value: object, what: str) -> Any:
@@ -37,11 +42,6 @@ def _gauge_amount(key: str, value: object, what: str) -> Any:
     if is_money(key):
         return _validate.nano(value, what, allow_negative=True)
     return _validate.number(value, what)
-
-
-def internal_amount(key: str, value: Any) -> Any:
-    """An amount of ``key`` as the kernel counts it: money (dollars) as whole nano-dollars."""
-    return money.to_nano(value, key, allow_negative=True) if is_money(key) else value
 
 
 def _shown(values: dict[str, Any]) -> dict[str, Any]:
@@ -211,3 +211,24 @@ class ExecutionStats:
     def __repr__(self) -> str:
         # No lock: a repr may be asked for while the (non-reentrant) lock is held.
         return f"ExecutionStats(counters={self.counters()!r}, gauges={self.gauges()!r})"
+
+
+def check_limits(
+    stats: ExecutionStats,
+    limits: Sequence[Limit],
+    pending: Mapping[str, Any] | None = None,
+) -> ExceededLimit | None:
+    """The first limit that ``stats`` exceeds, or None.
+
+    Values include usage reserved by calls in flight, plus ``pending`` (the reservation of a call
+    about to start; money in dollars), so a check before a call asks "would this call break a
+    limit?".
+    """
+    for limit in limits:
+        if not isinstance(limit, Limit):
+            raise TypeError(f"limits must hold Limit objects, got {type(limit).__name__}")
+    kernel, level = bound(stats)
+    assert level is not None
+    internal = None if pending is None else {k: internal_amount(k, v) for k, v in pending.items()}
+    found = kernel.check((Guard(level, compile_limits(limits)),), internal)
+    return None if found is None else exceeded(found[1])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ampmeter import ExecutionContext, Limit, LimitExceeded, current_context
-from ampmeter._core.reserve import BOUND_OUTPUT_TOKENS
+from ampmeter._reserve import BOUND_OUTPUT_TOKENS
 from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS, KEY_OUTPUT_TOKENS
 from ampmeter.ledgers import SqliteLedger
 

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from ampmeter.node import Node
-    from ampmeter.sinks.base import Sink
+from ampmeter.node import Node
 
-__all__ = ["Emitter"]
+__all__ = ["Emitter", "Sink"]
+
+
+class Sink(Protocol):
+    """Where ended nodes go, as the core sees it (:class:`ampmeter.sinks.base.Sink` is one)."""
+
+    def emit(self, node: Node, chain_id: str) -> None:
+        """Take one ended node of chain ``chain_id``."""
+
+    def flush(self) -> None:
+        """Write out what is buffered."""
 
 
 class Emitter:

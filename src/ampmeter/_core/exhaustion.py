@@ -18,23 +18,30 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ampmeter import _validate
 from ampmeter._core.check import compile_limits
 from ampmeter._core.waiting import Pause, Wait, Work
+from ampmeter.limits import Limit
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.kernel import Kernel
     from ampmeter._core.steps import Chain, Flight, Stop
-    from ampmeter.context import ExecutionContext
     from ampmeter.limits import ExceededLimit
 
-__all__ = ["ON_EXHAUSTED_MODES", "ExhaustedHook", "Exhaustion", "PauseWait", "raise_limit"]
+__all__ = [
+    "ON_EXHAUSTED_MODES",
+    "ExhaustedHook",
+    "Exhaustion",
+    "PauseLedger",
+    "PauseWait",
+    "raise_limit",
+]
 
 ON_EXHAUSTED_MODES: Final = ("raise", "pause")
 META_LIMIT_EVENTS: Final = "limit_events"
@@ -44,10 +51,29 @@ _EVENTS_KEPT: Final = 1_000  # per context, for the snapshot
 _NOTE_S: Final = 30.0  # how long a paused call's note in the ledger lasts unless renewed
 _RENEW_S: Final = 10.0  # how often a paused call renews it
 
-ExhaustedHook = Callable[["ExecutionContext", "ExceededLimit"], "float | Decimal | int | None"]
-"""``on_exhausted(ctx, exceeded) -> new_max | None``: a new ceiling for the exceeded limit's key
-resumes the call at once; None declines, and the call stops with
-:class:`~ampmeter.LimitExceeded`."""
+ExhaustedHook = Callable[[Any, "ExceededLimit"], "float | Decimal | int | None"]
+"""``on_exhausted(ctx, exceeded) -> new_max | None`` (``ctx``: the context whose limit was met):
+a new ceiling for the exceeded limit's key resumes the call at once; None declines, and the call
+stops with :class:`~ampmeter.LimitExceeded`."""
+
+
+class PauseLedger(Protocol):
+    """What a paused call asks of its context's shared ledger (:class:`ampmeter.Ledger` is
+    one): where ceilings were raised, and a note of the pause for ``ampmeter budget show``."""
+
+    def raise_mark(self, key: str) -> str | None:
+        """The mark of the last raise of ``key``'s ceiling (None: never raised)."""
+
+    def ceilings(self) -> Mapping[str, Any]:
+        """The ceilings the ledger keeps for its scope."""
+
+    def note_paused(
+        self, call_id: str, key: str, cap: Any, context: str, since: float, lasts_s: float
+    ) -> object:
+        """Note a paused call (renewed while it waits)."""
+
+    def forget_paused(self, call_id: str) -> None:
+        """Drop a paused call's note."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +106,9 @@ class Exhaustion:
         return self.mode == "pause"
 
 
-def raise_limit(frame: Frame, key: str, new_max: object) -> None:
+def raise_limit(frame: Frame, key: str, new_max: object, kernel: Kernel) -> None:
     """Set the ceiling of ``frame``'s limit on ``key`` to ``new_max`` (any thread); calls paused
     on it try again at once. ``KeyError`` names the key when the context has no such ceiling."""
-    from ampmeter.limits import Limit
-
     value = _validate.limit_max(key, new_max, f"new maximum for {key!r}")
     with _RAISE_LOCK:
         found = [lim for lim in frame.limits if lim.key == key and lim.is_ceiling]
@@ -100,7 +124,7 @@ def raise_limit(frame: Frame, key: str, new_max: object) -> None:
         frame.limits = limits
         frame.guard.rows = compile_limits(limits)
         frame.root.revision += 1
-    frame.context.wake_paused()
+    kernel.wake()
 
 
 _RAISE_LOCK = threading.Lock()
@@ -146,15 +170,13 @@ class PauseWait:
         """Note the pause; ask the callback, if any. True when the callback raised the limit;
         a callback that returns None stops the call."""
         self.event("pause")
-        hook = self.frame.exhaustion.hook
-        if hook is None:
+        if self.frame.exhaustion.hook is None:
             return False
-        context = self.owner.context
-        new_max = yield Work(lambda: hook(context, self.exceeded))
+        new_max = yield Work(lambda: chain.ask_exhausted(self.owner, self.exceeded))
         if new_max is None:
             self.event("pause_declined")
             raise chain.refuse(flight, stop, f"{stop[1]}; on_exhausted returned None")
-        raise_limit(self.owner, self.exceeded.limit.key, new_max)
+        raise_limit(self.owner, self.exceeded.limit.key, new_max, self.kernel)
         return True
 
     def look(
@@ -209,7 +231,7 @@ class PauseWait:
         kept = ledger.ceilings().get(key)
         mine = next((lim.max_value for lim in self.owner.limits if lim.key == key), None)
         if kept is not None and mine is not None and Decimal(str(kept)) > Decimal(str(mine)):
-            raise_limit(self.owner, key, kept)
+            raise_limit(self.owner, key, kept, self.kernel)
 
     def end(self) -> Generator[Work, Any, None]:
         """Drop the pause's note from the ledger (the call goes on or stops)."""

@@ -3,26 +3,24 @@
 Each :class:`~ampmeter.ExecutionContext` owns one :class:`Frame`; the admission chain reads the
 frames of a context and of every context above it, and marks the ones a stop ends. The frame
 holds this state so that contexts, calls and steps share it without reading each other's
-private fields.
+private fields. It does not know its context: the core is a leaf, and what a frame needs from
+above (a shared ledger, a hand-off link, the policies' state) it is handed, by protocol or as
+data the core does not read.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ampmeter._core.check import Guard, compile_limits
-from ampmeter._core.exhaustion import Exhaustion
+from ampmeter._core.exhaustion import Exhaustion, PauseLedger
 from ampmeter._core.idempotency import SeenKeys
 from ampmeter._core.outcome import Outcome, TerminationReason
 
 if TYPE_CHECKING:
     from ampmeter._core.kernel import Level
-    from ampmeter._validate import ExpiredHold
-    from ampmeter.context import ExecutionContext
-    from ampmeter.ledgers.base import Ledger
     from ampmeter.limits import ExceededLimit, Limit
-    from ampmeter.propagation import Handoff
 
 __all__ = ["Frame"]
 
@@ -38,7 +36,6 @@ class Frame:
         "canceled",
         "canceled_in_tree",
         "chain",
-        "context",
         "deadline",
         "disclose_budget",
         "exceeded_limit",
@@ -49,10 +46,12 @@ class Frame:
         "level",
         "limits",
         "name",
+        "node_id",
         "on_expired_hold",
         "on_ledger_error",
         "parent",
         "pause_events",
+        "policies",
         "revision",
         "root",
         "seen",
@@ -64,20 +63,22 @@ class Frame:
 
     def __init__(
         self,
-        context: ExecutionContext,
+        *,
+        name: str,
+        node_id: str,
         parent: Frame | None,
         level: Level,
         limits: tuple[Limit, ...],
         timeout_s: float | None,
-        ledger: Ledger | None,
+        ledger: PauseLedger | None,
         on_ledger_error: str,
-        handoff_from: Handoff | None,
+        handoff_from: Any,
         exhaustion: Exhaustion | None = None,
         disclose_budget: bool | None = None,
-        on_expired_hold: ExpiredHold | None = None,
+        on_expired_hold: Literal["charge", "release"] | None = None,
     ) -> None:
-        self.context = context
-        self.name = context.name
+        self.name = name
+        self.node_id = node_id  # the context's own node
         self.parent = parent
         self.chain: tuple[Frame, ...] = (self, *(parent.chain if parent is not None else ()))
         self.root: Frame = self.chain[-1]
@@ -88,7 +89,9 @@ class Frame:
         self.started_at = time.monotonic()
         self.timeout_s = timeout_s
         self.deadline = None if timeout_s is None else self.started_at + timeout_s
-        self.ledger = ledger
+        # The shared ledger (as the shared ledger step and a pause use it) and the hand-off this
+        # context was made from (None: none; the ledger step reads it).
+        self.ledger: Any = ledger
         self.on_ledger_error = on_ledger_error
         self.handoff_from = handoff_from
         self.canceled = False
@@ -112,12 +115,14 @@ class Frame:
         )
         # What a shared ledger does when the lease of a hold of this context's calls runs out
         # (set here or above; None: each ledger's own rule).
-        self.on_expired_hold: ExpiredHold | None = on_expired_hold or (
+        self.on_expired_hold: Literal["charge", "release"] | None = on_expired_hold or (
             parent.on_expired_hold if parent is not None else None
         )
         self.revision = 0
         # The idempotency keys the run has counted: one set, the root's, shared by every frame.
         self.seen: SeenKeys = parent.seen if parent is not None else SeenKeys()
+        # What the context's policies keep for it (their steps read it; the core does not).
+        self.policies: Any = None
 
     def can_stop(self) -> bool:
         """Whether this context can stop a call (only those take part in admission)."""

@@ -5,16 +5,16 @@ refusal; a step that must wait returns a generator of its waits, see
 :mod:`ampmeter._core.waiting`, and one that never waits returns None),
 ``settle(flight, usage, outcome)`` (the call ended: replace holds by what it used; returns the
 outcome, with anything the step adds to the node) and ``release(flight)`` (give holds back
-without usage). A context builds its :class:`Chain` once, when it is made, from the steps its
-configuration needs: cancellation always, the deadline when a context above has a timeout, one
-step per policy in force (:mod:`ampmeter.policies`), the local limits, and the shared ledger
-when a context above has one.
+without usage). A context builds its :class:`Chain` once, when it is made: the chain holds the
+core's own steps (cancellation always, the deadline when a context above has a timeout, the
+local limits) and the context hands it the rest (:meth:`Chain.install`): one step per policy in
+force (:mod:`ampmeter.policies`) and the shared ledger's when a context above has one.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter._core.check import Guard, Hit
@@ -24,21 +24,15 @@ from ampmeter._core.outcome import Outcome, TerminationReason
 from ampmeter._core.usage import Shape, Usage
 from ampmeter._core.waiting import Pause, Wait, Work
 from ampmeter.errors import BudgetBusy, ExecutionCanceled, LimitExceeded
-from ampmeter.keys import KEY_ELAPSED_S
+from ampmeter.keys import KEY_ELAPSED_S, KEY_ITERATIONS
 from ampmeter.limits import ExceededLimit, Limit, exceeded
-from ampmeter.pricing.source import in_nano
 
 if TYPE_CHECKING:
     from ampmeter._core.cells import Cell
     from ampmeter._core.emit import Emitter
     from ampmeter._core.frame import Frame
     from ampmeter._core.kernel import Kernel, Level
-    from ampmeter.ledgers.base import Ledger, Reservation
     from ampmeter.node import Node
-    from ampmeter.policies.configured import Policies
-    from ampmeter.policies.marks import CallMarks
-    from ampmeter.pricing.request_size import RequestSize
-    from ampmeter.pricing.source import NanoPricing, Pricing
 
 __all__ = ["ADMITTED", "DONE", "NEW", "Chain", "Flight", "Step", "Stop", "timed_out"]
 
@@ -91,8 +85,8 @@ class Flight:
         model: str | None,
         provider: str | None,
         reservation: Usage,
-        prompt_size: RequestSize | None,
-        marks: CallMarks | None,
+        prompt_size: Any,
+        marks: Any,
         idempotency_key: str | None,
     ) -> None:
         self.kind = kind
@@ -100,12 +94,12 @@ class Flight:
         self.model = model
         self.provider = provider
         self.reservation = reservation
-        self.prompt_size = prompt_size
-        self.marks = marks
+        self.prompt_size = prompt_size  # the request's measure (the facade learns from it)
+        self.marks = marks  # what the policies noted about the call (None: nothing)
         self.recorded = False
         self.phase = NEW
         self.rows: tuple[Guard, ...] | None = None  # the ceilings a policy chose, if any
-        self.ledger_holds: tuple[tuple[Ledger, Reservation], ...] = ()
+        self.ledger_holds: tuple[tuple[Any, Any], ...] = ()  # (ledger, its reservation)
         self.idempotency_key = idempotency_key  # counted once per key in the run (replays)
         self.feed: Iterator[tuple[Cell, int]] | None = None  # the kernel's settlement progress
 
@@ -133,15 +127,13 @@ class Chain:
 
     __slots__ = (
         "admitters",
+        "ask_exhausted",
         "emitter",
         "frame",
         "guards",
-        "index",
         "kernel",
         "ledgered",
         "level",
-        "policies",
-        "pricing",
         "rows",
         "settlers",
         "steps",
@@ -150,12 +142,12 @@ class Chain:
 
     def __init__(
         self,
+        *,
         frame: Frame,
         kernel: Kernel,
         emitter: Emitter,
-        policies: Policies,
         wait_s: float,
-        pricing: Pricing,
+        ask_exhausted: Callable[[Frame, ExceededLimit], object],
     ) -> None:
         self.frame = frame
         self.kernel = kernel
@@ -164,20 +156,23 @@ class Chain:
         self.guards = tuple(f for f in frame.chain if f.can_stop())
         # The ceilings of every guard: each context's own guard, which a raised limit updates.
         self.rows = tuple(f.guard for f in self.guards)
-        self.policies = policies
-        self.pricing: NanoPricing = in_nano(pricing)  # what calls are estimated and priced with
         self.wait_s = wait_s
+        # An on_exhausted callback, asked about the frame whose limit a paused call met.
+        self.ask_exhausted = ask_exhausted
         self.ledgered = tuple(f for f in self.guards if f.ledger is not None)
+        self.install((), None)
+
+    def install(self, policy_steps: Sequence[Step], ledger_step: Step | None) -> None:
+        """Put the steps the context hands over in their places: the policies' before the
+        local limits, the shared ledger's (needed when a context above has a ledger) last."""
         steps: list[Step] = [Cancel(self)]
         timed = tuple(f for f in self.guards if f.deadline is not None)
         if timed:
             steps.append(Deadline(self, timed))
-        steps.extend(policies.steps_for(self))
-        steps.append(LocalLimits(self, run=not self.ledgered))
-        if self.ledgered:
-            from ampmeter.shared.ledger_step import LedgerStep
-
-            steps.append(LedgerStep(self))
+        steps.extend(policy_steps)
+        steps.append(LocalLimits(self, run=ledger_step is None))
+        if ledger_step is not None:
+            steps.append(ledger_step)
         self.steps: tuple[Step, ...] = tuple(steps)
         # Admission asks only the steps that admit anything; settlement only those that settle
         # anything, last step first.
@@ -251,6 +246,15 @@ class Chain:
             if hit is not None:
                 found = self.owner(hit)
         return found
+
+    def iteration_refused(self) -> Stop | None:
+        """The stop of this context's own iteration limit were one more iteration to start."""
+        frame = self.frame
+        own = tuple(row for row in frame.guard.rows if not row[0] and row[1] == KEY_ITERATIONS)
+        found = self.kernel.check((Guard(frame.level, own),), {KEY_ITERATIONS: 1}) if own else None
+        return (
+            None if found is None else (frame, exceeded(found[1]), TerminationReason.LIMIT_EXCEEDED)
+        )
 
     # -- settlement -----------------------------------------------------------------------------
 

@@ -30,7 +30,13 @@ from ampmeter.keys import (
     is_money,
 )
 
-__all__ = ["Entry", "Shape", "Usage"]
+__all__ = ["Entry", "Shape", "Usage", "internal_amount"]
+
+
+def internal_amount(key: str, value: Any) -> Any:
+    """An amount of ``key`` as the kernel counts it: money (dollars) as whole nano-dollars."""
+    return money.to_nano(value, key, allow_negative=True) if is_money(key) else value
+
 
 # Field positions, for the kernel's per-shape plans (see Usage.entries).
 _IN, _OUT, _CACHED, _REASONING, _COST, _CALLS, _STEPS, _RETRIES, _UNPRICED = range(3, 12)

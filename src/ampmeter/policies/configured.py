@@ -29,7 +29,6 @@ from ampmeter.policies.input_cap import InputCap
 from ampmeter.policies.loop_guard import LoopGuard, Repeats
 from ampmeter.policies.marks import CallMarks
 from ampmeter.policies.options import (
-    META_LIMIT_EVENTS,
     PolicyOptions,
     fingerprint,
     in_final_call,
@@ -37,7 +36,7 @@ from ampmeter.policies.options import (
     request_fingerprint,
 )
 from ampmeter.policies.pressure import Pressure
-from ampmeter.policies.step import Observer, PolicyStep, SharedTerms
+from ampmeter.policies.step import Observer, PolicyStep, SharedTerms, Totals
 from ampmeter.policies.thresholds import Thresholds, Watch
 from ampmeter.policies.unpriced import Unpriced
 from ampmeter.policies.windows import Window, Windows
@@ -65,8 +64,10 @@ class Policies:
         "observers",
         "options",
         "pressure",
+        "pricing",
         "repeats",
         "shapes_requests",
+        "stats",
         "steps",
         "thresholds",
         "tracks_repeats",
@@ -75,9 +76,14 @@ class Policies:
         "windows",
     )
 
-    def __init__(self, frame: Frame, options: PolicyOptions) -> None:
+    def __init__(
+        self, frame: Frame, options: PolicyOptions, stats: Totals, pricing: object
+    ) -> None:
         self.frame = frame
+        frame.policies = self  # how the policy steps of this context and below find it
         self.options = options
+        self.stats = stats  # the context's stats (thresholds and budget pressure read them)
+        self.pricing = pricing  # the context's pricing (named in the unpriced rule's message)
         self.log = EventLog(options.on_limit_event)
         most = options.max_repeats
         self.repeats = None if most is None else Repeats(frame, most)
@@ -97,7 +103,7 @@ class Policies:
         """The policy steps of ``chain`` (this context's), in admission order; none for a
         policy that is not configured."""
         frames = chain.frame.chain
-        declared = tuple(frame.context.policies for frame in frames)
+        declared: tuple[Policies, ...] = tuple(frame.policies for frame in frames)
         options = self.options
         ceilings = tuple(
             (frame, limit.max_value)
@@ -117,7 +123,7 @@ class Policies:
             self.unpriced = Unpriced(chain, owner, mode == "refuse", self.log)
         counters = tuple(p.repeats for p in declared if p.repeats is not None)
         self.tracks_repeats = bool(counters)
-        reserve = any(f.context.policy_options.final_reserve_usd is not None for f in chain.guards)
+        reserve = any(f.policies.options.final_reserve_usd is not None for f in chain.guards)
         windows = any(p.windows for p in declared)
         watches = tuple(p.watch for p in declared if p.watch is not None)
         if watches:
@@ -189,15 +195,11 @@ class Policies:
 
     # -- trace records and shared ledgers -----------------------------------------------------
 
-    def traced(self, usage: Usage) -> None:
-        """After a trace record's ``usage`` was added: what a call's settlement would report,
-        with the events on the context's own node."""
-        node_id = self.frame.context.node_id
-        events = [e for step in reversed(self.observers) for e in step.observe(usage, node_id)]
-        if events:
-            graph = self.frame.context.graph
-            ended = graph.node(node_id).metadata.get(META_LIMIT_EVENTS, ())
-            graph.update_metadata(node_id, {META_LIMIT_EVENTS: [*ended, *events]})
+    def traced(self, usage: Usage) -> list[dict[str, Any]]:
+        """After a trace record's ``usage`` was added: the events a call's settlement would
+        report (the context puts them on its own node)."""
+        node_id = self.frame.node_id
+        return [e for step in reversed(self.observers) for e in step.observe(usage, node_id)]
 
     def shared_terms(
         self,

@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ampmeter.limits import warn_fractions
-
-if TYPE_CHECKING:
-    from ampmeter.context import ExecutionContext
 
 __all__ = ["META_REQUESTED_MODEL", "DowngradeLadder", "take_requested_model"]
 
@@ -66,8 +63,9 @@ class DowngradeLadder:
         """The first fraction at which the ladder acts."""
         return self.rungs[-1][0]
 
-    def __call__(self, ctx: ExecutionContext, request: dict[str, Any]) -> dict[str, Any]:
-        """The request, its model swapped by the highest rung reached that names it."""
+    def __call__(self, ctx: Any, request: dict[str, Any]) -> dict[str, Any]:
+        """The request, its model swapped by the highest rung reached that names it (``ctx``:
+        the ExecutionContext the call runs in)."""
         model = request.get("model")
         pressure = ctx.policies.pressure
         if not isinstance(model, str) or pressure is None:

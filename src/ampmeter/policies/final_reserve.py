@@ -54,7 +54,7 @@ class FinalReserve(PolicyStep):
         return self.lowered
 
     def shared_terms(self, owner: Frame, marks: CallMarks | None, terms: SharedTerms) -> None:
-        reserve = owner.context.policy_options.final_reserve_usd
+        reserve = owner.policies.options.final_reserve_usd
         final = marks is not None and marks.final
         if reserve is not None and KEY_COST in terms.ceilings and not final:
             top = terms.ceilings[KEY_COST] - reserve
@@ -64,7 +64,7 @@ class FinalReserve(PolicyStep):
 
 def _lowered(frame: Frame) -> tuple[LimitRow, ...]:
     """Rows for ``frame``'s cost ceilings less its reserve (none without a reserve)."""
-    reserve = frame.context.policy_options.final_reserve_usd
+    reserve = frame.policies.options.final_reserve_usd
     if reserve is None:
         return ()
     kept = money.format_usd(reserve)

@@ -8,7 +8,7 @@ import contextvars
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 from ampmeter import _validate
 from ampmeter.keys import (
@@ -18,9 +18,6 @@ from ampmeter.keys import (
     KEY_REPEATS_FOR,
 )
 from ampmeter.limits import ExceededLimit, Limit, LimitType, warn_fractions
-
-if TYPE_CHECKING:
-    from ampmeter.context import ExecutionContext
 
 __all__ = [
     "KEY_BUDGET_PRESSURE",
@@ -47,7 +44,8 @@ META_LIMIT_EVENTS: Final = "limit_events"
 """Node metadata: the :class:`LimitEvent` dicts the node's settlement produced."""
 
 OnUnpriced = Literal["refuse", "warn", "allow"]
-PressureHook = Callable[["ExecutionContext", dict[str, Any]], "dict[str, Any] | None"]
+# The first argument is the ExecutionContext the call runs in (policies never import contexts).
+PressureHook = Callable[[Any, dict[str, Any]], "dict[str, Any] | None"]
 
 # -- final calls ----------------------------------------------------------------------------------
 

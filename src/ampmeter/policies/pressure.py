@@ -18,7 +18,6 @@ from ampmeter.policies.step import PolicyStep
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.steps import Chain, Flight
-    from ampmeter.context import ExecutionContext
 
 __all__ = ["PRESSURE_AT", "Pressure"]
 
@@ -50,9 +49,9 @@ class Pressure(PolicyStep):
 
     def fraction(self) -> float:
         """The largest share of a cost ceiling here or above that is spent."""
-        return max(float(_spent_cost(frame.context) / top) for frame, top in self.ceilings)
+        return max(float(_spent_cost(frame) / top) for frame, top in self.ceilings)
 
-    def relieve(self, ctx: ExecutionContext, request: dict[str, Any]) -> ExceededLimit | None:
+    def relieve(self, ctx: Any, request: dict[str, Any]) -> ExceededLimit | None:
         """Pass ``request`` (an SDK call's keyword arguments) to the hook once ``at`` of a cost
         ceiling is spent: its answer replaces the request in place, or (None) refuses it; the
         refusal is returned."""
@@ -76,11 +75,12 @@ class Pressure(PolicyStep):
         return None
 
 
-def _spent_cost(ctx: ExecutionContext) -> Decimal:
-    """What ``ctx``'s cost budget has spent, in dollars: through a shared ledger, every
-    process's spend (read at most every :data:`SHARED_READ_S`); else this process's."""
-    local: Decimal = ctx.stats.get_gauge(KEY_COST)
-    if ctx.ledger is None:
+def _spent_cost(frame: Frame) -> Decimal:
+    """What the cost budget of ``frame``'s context has spent, in dollars: through a shared
+    ledger, every process's spend (read at most every :data:`SHARED_READ_S`); else this
+    process's."""
+    local: Decimal = frame.policies.stats.get_gauge(KEY_COST)
+    if frame.ledger is None:
         return local
-    totals = shared_totals(ctx.ledger).read()
+    totals = shared_totals(frame.ledger).read()
     return local if totals is None else max(local, Decimal(totals.get(KEY_COST, 0)))

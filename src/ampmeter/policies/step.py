@@ -3,7 +3,8 @@ to a shared ledger's reservation, and the events it reports once a call's usage 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ampmeter._core.outcome import Outcome, TerminationReason
 from ampmeter._core.steps import Chain, Flight, Step
@@ -16,7 +17,17 @@ if TYPE_CHECKING:
     from ampmeter.limits import ExceededLimit, Limit
     from ampmeter.policies.marks import CallMarks
 
-__all__ = ["Observer", "PolicyStep", "SharedTerms"]
+__all__ = ["Observer", "PolicyStep", "SharedTerms", "Totals"]
+
+
+class Totals(Protocol):
+    """A context's stats as policies read them (:class:`~ampmeter.ExecutionStats` is one)."""
+
+    def get_counter(self, key: str) -> int:
+        """A counter's value (0 when never written)."""
+
+    def get_gauge(self, key: str) -> Decimal:
+        """A gauge's value (money in dollars)."""
 
 
 class SharedTerms:

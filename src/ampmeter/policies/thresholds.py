@@ -76,7 +76,7 @@ class Watch:
     def look(self, entries: Entries, node_id: str, found: Found) -> None:
         """Add to ``found`` the events a usage of ``entries``, added at ``node_id``, fires."""
         watched = self.pairs(entries)
-        stats = self.frame.context.stats
+        stats = self.frame.policies.stats
         shared = self.shared
         totals = None
         if shared is not None and any((i, k) not in self.done for i, _, k, _ in watched):

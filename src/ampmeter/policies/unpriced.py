@@ -42,13 +42,14 @@ class Unpriced(PolicyStep):
 
     def unpriced(self, flight: Flight, model: str | None) -> None:
         """Refuse (or report) a call to ``model``, which has no price."""
-        if self.chain.frame.context.pricing is TABLE:
+        pricing = self.chain.frame.policies.pricing
+        if pricing is TABLE:
             fix = (
                 f"price it with ampmeter.set_price({model!r}, input_per_mtok=..., "
                 f"output_per_mtok=...) (patterns like 'ft:gpt-4o-mini*' work), "
             )
         else:  # set_price changes the table, which this context's pricing does not read
-            fix = f"price it in the context's pricing ({self.chain.frame.context.pricing!r}), "
+            fix = f"price it in the context's pricing ({pricing!r}), "
         note = (
             f"model {model!r} has no price and context {self.owner.name!r} has a cost limit; "
             f"{fix}give the call an estimate_usd, or set on_unpriced='warn' or 'allow'"

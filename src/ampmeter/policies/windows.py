@@ -61,7 +61,8 @@ class Window:
 
 def windows_of(frame: Frame) -> tuple[Window, ...]:
     """The windows of ``frame``'s context (none when it declares no windowed limit)."""
-    return frame.context.policies.windows
+    windows: tuple[Window, ...] = frame.policies.windows
+    return windows
 
 
 class Windows(Observer):

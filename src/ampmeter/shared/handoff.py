@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ampmeter._core.outcome import Outcome
+from ampmeter._core.usage import internal_amount
 from ampmeter.errors import HandoffError
 from ampmeter.keys import (
     KEY_COST,
@@ -29,7 +30,6 @@ from ampmeter.keys import (
 )
 from ampmeter.limits import LimitType
 from ampmeter.shared.unsettled import record_unsettled
-from ampmeter.stats import internal_amount
 
 if TYPE_CHECKING:
     from ampmeter._core.emit import Emitter
@@ -82,6 +82,17 @@ class Handoffs:
         # The dead workers' holds at this context's own scope recorded so far (id -> amounts).
         self.own_recorded: dict[str, Mapping[str, Any]] = {}
         self.made: list[HandoffSpend] = []
+
+    def count_spent_before(self) -> None:
+        """Count what this context's ledger scope spent before this process resumed it, less
+        the holds a dead process left unsettled (its parent records those)."""
+        shared = self.frame.ledger
+        assert shared is not None  # a hand-off always has its ledger
+        charged = shared.unsettled()
+        level = self.frame.level
+        for key, value in shared.spent().items():
+            held = charged.get(key, 0)
+            self.kernel.add(level, key, internal_amount(key, value - held), is_money(key))
 
     def give(
         self,
@@ -194,7 +205,7 @@ class Handoffs:
         try:
             holds = [h for h in ledger.unsettled_holds() if h.scopes[0] == ledger.scope]
             if holds:
-                node_id = self.frame.context.node_id
+                node_id = self.frame.node_id
                 level = self.frame.level
                 record_unsettled(
                     holds, ledger, self.kernel, level, self.emitter, node_id, self.own_recorded

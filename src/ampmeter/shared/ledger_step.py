@@ -131,7 +131,7 @@ class LedgerStep(Step):
         candidates = tuple(keys_a_call_adds(flight.reservation))
         ceilings, owners = shared_ceilings(frame.limits, candidates)
         # The policies' terms: the reserve, the loop guard, windows, watched keys.
-        ceilings, owners, extra, windows = self.chain.policies.shared_terms(
+        ceilings, owners, extra, windows = self.chain.frame.policies.shared_terms(
             frame, flight.marks, ceilings, owners
         )
         # A context made from a hand-off also holds at the scopes of the contexts above it,

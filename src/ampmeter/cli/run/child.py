@@ -111,7 +111,7 @@ class _Process:
     @classmethod
     def start(cls, config: RunConfig, top: bool) -> None:
         """Open this process's context (the top one's node is the run's root)."""
-        from ampmeter._core.current import set_enclosing_context
+        from ampmeter._current import set_enclosing_context
         from ampmeter.context import ExecutionContext
         from ampmeter.integrations import set_default_context
         from ampmeter.sinks.jsonl import JsonlSink
