@@ -102,17 +102,17 @@ class CallMaker:
         meta = {} if metadata is None else _validate.metadata(metadata)
         return self._model_call(
             "llm",
-            name,
-            model,
-            provider,
-            estimate_usd,
-            prompt_tokens,
-            prompt_text,
             meta,
-            max_tokens,
-            request,
-            final,
-            idempotency_key,
+            name=name,
+            model=model,
+            provider=provider,
+            estimate_usd=estimate_usd,
+            prompt_tokens=prompt_tokens,
+            prompt_text=prompt_text,
+            max_tokens=max_tokens,
+            request=request,
+            final=final,
+            idempotency_key=idempotency_key,
         )
 
     def instrumented_llm_call(
@@ -123,6 +123,7 @@ class CallMaker:
         max_tokens: int | None,
         request: RequestSize,
         metadata: dict[str, Any],
+        *,
         sent: Mapping[str, Any] | None = None,
         refused: ExceededLimit | None = None,
     ) -> Call:
@@ -136,15 +137,12 @@ class CallMaker:
         self._check_open()
         return self._model_call(
             "llm",
-            name,
-            model,
-            provider,
-            None,
-            None,
-            None,
             metadata,
-            max_tokens,
-            request,
+            name=name,
+            model=model,
+            provider=provider,
+            max_tokens=max_tokens,
+            request=request,
             final=None,
             sent=sent,
             refused=refused,
@@ -169,19 +167,27 @@ class CallMaker:
         _validate.optional_texts(_MODEL_NAMES, name, model, provider)
         meta = {} if metadata is None else _validate.metadata(metadata)
         return self._model_call(
-            "embedding", name, model, provider, estimate_usd, prompt_tokens, prompt_text, meta
+            "embedding",
+            meta,
+            name=name,
+            model=model,
+            provider=provider,
+            estimate_usd=estimate_usd,
+            prompt_tokens=prompt_tokens,
+            prompt_text=prompt_text,
         )
 
     def _model_call(
         self,
         kind: Literal["llm", "embedding"],
+        metadata: dict[str, Any],
+        *,
         name: str | None,
         model: str | None,
         provider: str | None,
-        estimate_usd: float | Decimal | None,
-        prompt_tokens: int | None,
-        prompt_text: str | None,
-        metadata: dict[str, Any],
+        estimate_usd: float | Decimal | None = None,
+        prompt_tokens: int | None = None,
+        prompt_text: str | None = None,
         max_tokens: int | None = 0,
         request: RequestSize | None = None,
         final: bool | None = False,
@@ -197,19 +203,28 @@ class CallMaker:
             self._prices,
             model,
             provider,
-            estimate_usd,
-            max_tokens,
-            prompt_tokens,
-            prompt_text,
-            request,
-            self._estimate,  # type: ignore[arg-type]
+            estimate_usd=estimate_usd,
+            max_tokens=max_tokens,
+            prompt_tokens=prompt_tokens,
+            prompt_text=prompt_text,
+            request=request,
+            mode=self._estimate,  # type: ignore[arg-type]
         )
         marks = None
         if kind == "llm":
             marks = self.policies.llm_marks(
                 model, priced, reservation.tokens_in, final, prompt_text, sent, refused
             )
-        flight = Flight(kind, label, model, provider, reservation, size, marks, idempotency_key)
+        flight = Flight(
+            kind,
+            label,
+            reservation,
+            model=model,
+            provider=provider,
+            prompt_size=size,
+            marks=marks,
+            idempotency_key=idempotency_key,
+        )
         return self._begin(flight, metadata)
 
     def tool_call(
@@ -237,7 +252,7 @@ class CallMaker:
         reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
         marks = self.policies.tool_marks(name, arguments)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        flight = Flight("tool", name, None, None, reservation, None, marks, idempotency_key)
+        flight = Flight("tool", name, reservation, marks=marks, idempotency_key=idempotency_key)
         return self._begin(flight, meta)
 
     def step(
@@ -251,7 +266,7 @@ class CallMaker:
             raise ValueError(f"use llm_call() or tool_call() for {kind!r} nodes")
         check_kind(kind)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        flight = Flight(kind, name, None, None, Usage(kind), None, None, None)
+        flight = Flight(kind, name, Usage(kind))
         return self._begin(flight, meta)
 
     def _begin(self, flight: Flight, meta: dict[str, Any]) -> Call:

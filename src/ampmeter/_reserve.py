@@ -62,6 +62,7 @@ def model_estimate(
     pricing: NanoPricing,
     model: str | None,
     provider: str | None,
+    *,
     estimate_usd: object,
     max_tokens: object,
     prompt_tokens: object,
@@ -93,5 +94,13 @@ def model_estimate(
     else:
         cost = 0
     counted = int(kind == "llm")
-    usage = Usage(kind, model or "", "", in_tokens, out_tokens or 0, 0, 0, cost, counted, counted)
+    usage = Usage(
+        kind,
+        model or "",
+        tokens_in=in_tokens,
+        tokens_out=out_tokens or 0,
+        cost_nano=cost,
+        calls=counted,
+        steps=counted,
+    )
     return usage, size, priced

@@ -393,30 +393,28 @@ class Call:
                 self._prices,
                 model,
                 flight.provider,
-                given,
-                flight.recorded,
-                t_in,
-                t_out,
-                self._cached_tokens,
-                self._cache_write_tokens,
-                self._reasoning_tokens,
-                self._tool_calls_made,
-                self._estimated,
+                cost=given,
+                recorded=flight.recorded,
+                tokens_in=t_in,
+                tokens_out=t_out,
+                cached=self._cached_tokens,
+                cache_writes=self._cache_write_tokens,
+                reasoning=self._reasoning_tokens,
+                tools=self._tool_calls_made,
+                estimated=self._estimated,
             )
             if kind == "llm":
                 usage = Usage(
-                    "llm",
-                    model or "",
-                    "",
-                    t_in,
-                    t_out,
-                    self._cached_tokens,
-                    self._reasoning_tokens,
-                    cost,
-                    1,
-                    succeeded,
-                    failed,
-                    unpriced,
+                    model=model or "",
+                    tokens_in=t_in,
+                    tokens_out=t_out,
+                    cached_tokens=self._cached_tokens,
+                    reasoning_tokens=self._reasoning_tokens,
+                    cost_nano=cost,
+                    calls=1,
+                    steps=succeeded,
+                    retries=failed,
+                    unpriced=unpriced,
                 )
                 size = flight.prompt_size
                 # (An estimate teaches nothing: it would only confirm itself.)
@@ -426,9 +424,13 @@ class Call:
                     if exc is None and size is not None:
                         request_size.learn(model or "", size, t_in)
             else:
-                usage = Usage("embedding", model or "", "", t_in, t_out, cost_nano=cost)
+                usage = Usage(
+                    "embedding", model or "", tokens_in=t_in, tokens_out=t_out, cost_nano=cost
+                )
         elif kind == "tool":
-            usage = Usage("tool", "", flight.name, 0, 0, 0, 0, cost, 1, succeeded, failed)
+            usage = Usage(
+                "tool", tool=flight.name, cost_nano=cost, calls=1, steps=succeeded, retries=failed
+            )
         else:
             usage = Usage(kind, cost_nano=cost)
         if flight.idempotency_key is not None:

@@ -167,7 +167,7 @@ class ExecutionGraph:
         a call in flight is its call's to end (``RuntimeError``, nothing changes), as for
         :meth:`mark_failure` and :meth:`mark_halt`.
         """
-        self._end(node_id, "success", cost_usd, tokens_in, tokens_out, None, None, metadata)
+        self._end(node_id, "success", cost_usd, tokens_in, tokens_out, metadata=metadata)
 
     def mark_failure(
         self,
@@ -183,7 +183,14 @@ class ExecutionGraph:
         """End a node as ``fail`` (an error). ``cost_usd`` is for calls billed before failing."""
         _validate.text(error_class, "error_class")
         self._end(
-            node_id, "fail", cost_usd, tokens_in, tokens_out, error_class, stop_reason, metadata
+            node_id,
+            "fail",
+            cost_usd,
+            tokens_in,
+            tokens_out,
+            error_class=error_class,
+            stop_reason=stop_reason,
+            metadata=metadata,
         )
 
     def mark_halt(
@@ -197,7 +204,15 @@ class ExecutionGraph:
         metadata: dict[str, Any] | None = None,
     ) -> None:
         """End a node as ``halt`` (stopped by a policy such as a budget); no change if terminal."""
-        self._end(node_id, "halt", cost_usd, tokens_in, tokens_out, None, stop_reason, metadata)
+        self._end(
+            node_id,
+            "halt",
+            cost_usd,
+            tokens_in,
+            tokens_out,
+            stop_reason=stop_reason,
+            metadata=metadata,
+        )
 
     def _end(
         self,
@@ -206,8 +221,9 @@ class ExecutionGraph:
         cost_usd: object,
         tokens_in: object,
         tokens_out: object,
-        error_class: str | None,
-        stop_reason: object,
+        *,
+        error_class: str | None = None,
+        stop_reason: object = None,
         metadata: object,
     ) -> None:
         cost = _validate.nano(cost_usd, "cost_usd")

@@ -157,23 +157,16 @@ class Kernel:
             if parent is None:
                 raise KeyError(self.unknown(parent_id, "parent_id"))
             depth = parent.depth + 1
-            node = Node(  # positional: a dataclass's keyword arguments cost a dict per node
-                self._new_id(),
-                parent_id,
-                kind,
-                name,
-                start,
-                None,
-                _CREATED,
-                model,
-                0,
-                _NO_COST,
-                None,
-                None,
-                None,
-                None,
-                metadata,
-                depth,
+            node = Node(
+                node_id=self._new_id(),
+                parent_id=parent_id,
+                kind=kind,
+                name=name,
+                start_ts_ms=start,
+                model=model,
+                cost_usd=_NO_COST,
+                metadata=metadata,
+                depth=depth,
             )
             self._nodes[node.node_id] = node
             if owner is not None:

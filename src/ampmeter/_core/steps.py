@@ -82,12 +82,13 @@ class Flight:
         self,
         kind: str,
         name: str,
-        model: str | None,
-        provider: str | None,
         reservation: Usage,
-        prompt_size: Any,
-        marks: Any,
-        idempotency_key: str | None,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        prompt_size: Any = None,
+        marks: Any = None,
+        idempotency_key: str | None = None,
     ) -> None:
         self.kind = kind
         self.name = name

@@ -111,17 +111,17 @@ class Usage(NamedTuple):
         if reasoning > t_out:
             raise ValueError(f"reasoning_tokens ({reasoning}) exceed tokens_out ({t_out})")
         return cls(
-            _validate.text(kind, "kind", empty=False),
-            _validate.text(model, "model"),
-            _validate.text(tool, "tool"),
-            t_in,
-            t_out,
-            cached,
-            reasoning,
-            _validate.nano(cost_usd, "cost_usd"),
-            _validate.count(calls, "calls"),
-            _validate.count(steps, "steps"),
-            _validate.count(retries, "retries"),
+            kind=_validate.text(kind, "kind", empty=False),
+            model=_validate.text(model, "model"),
+            tool=_validate.text(tool, "tool"),
+            tokens_in=t_in,
+            tokens_out=t_out,
+            cached_tokens=cached,
+            reasoning_tokens=reasoning,
+            cost_nano=_validate.nano(cost_usd, "cost_usd"),
+            calls=_validate.count(calls, "calls"),
+            steps=_validate.count(steps, "steps"),
+            retries=_validate.count(retries, "retries"),
         )
 
     def shape(self) -> Shape:

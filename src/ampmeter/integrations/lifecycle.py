@@ -140,8 +140,8 @@ def begin_call(
             info.max_tokens,
             info.size,
             meta,
-            request,
-            refused,
+            sent=request,
+            refused=refused,
         )
     elif kind == "embedding":
         call = ctx.embedding_call(

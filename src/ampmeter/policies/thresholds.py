@@ -100,7 +100,14 @@ class Watch:
                         self.fired.add(mark)
                         if _first(shared, "warning", limit, key, threshold):
                             event = LimitEvent(
-                                "warning", limit, key, value, fraction, node_id, name, threshold
+                                "warning",
+                                limit,
+                                key,
+                                value,
+                                fraction,
+                                node_id,
+                                name,
+                                threshold=threshold,
                             )
                             found.append((log, event))
                 if limit.soft and value > top and (index, key, None) not in self.fired:

@@ -142,19 +142,19 @@ class Handoffs:
         # The child pauses where this context would (a callback cannot travel: it pauses).
         exhaustion = self.frame.exhaustion
         handoff = Handoff(
-            chain_id,
-            logged_id,
-            depth,
-            name,
-            scope,
-            location,
-            limits,
-            ancestors,
-            deadline,
-            exhaustion.mode,
-            exhaustion.timeout_s,
+            chain_id=chain_id,
+            node_id=logged_id,
+            depth=depth,
+            name=name,
+            scope=scope,
+            ledger=location,
+            limits=limits,
+            ancestors=ancestors,
+            deadline=deadline,
+            on_exhausted=exhaustion.mode,
+            pause_timeout_s=exhaustion.timeout_s,
             # The child's holds end as this context's would (its rule, else the ledger's).
-            self.frame.on_expired_hold or ledger.on_expired_hold,
+            on_expired_hold=self.frame.on_expired_hold or ledger.on_expired_hold,
         )
         return encode(handoff, ledger=ledger)
 

@@ -155,7 +155,14 @@ class LedgerStep(Step):
         ancestors = {scope: found[0] for scope, found in scopes.items() if scope != ledger.scope}
         spans = tuple((lim.key, lim.window_s or 0.0, lim.max_value) for lim in windows)
         return LedgerRequest(
-            frame, ledger, amounts, ceilings, ancestors or None, scopes, windows, spans
+            frame,
+            ledger,
+            amounts,
+            ceilings,
+            ancestors or None,
+            scopes,
+            windows=windows,
+            spans=spans,
         )
 
     def try_once(self, flight: Flight, request: LedgerRequest) -> Refusal | None:
