@@ -3,7 +3,7 @@ specification's compatibility paths (``wrap_*`` with a :class:`~ampmeter.wrappin
 ``trace`` records for usage reported after the fact).
 
 :class:`CallMaker` is the part of :class:`~ampmeter.ExecutionContext` that makes calls; the
-context gives it its admission chain, its frame and its policies when it is made.
+context gives it its admission, its frame and its policies when it is made.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ampmeter.wrapping import Decision, WrapOptions, run_wrapped
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.kernel import Kernel
-    from ampmeter._core.steps import Chain
+    from ampmeter._core.steps import Admission
     from ampmeter.graph import ExecutionGraph
     from ampmeter.limits import ExceededLimit
     from ampmeter.policies.configured import Policies
@@ -47,7 +47,7 @@ class CallMaker:
 
     name: str
     _lineage: Lineage
-    _chain: Chain
+    _admission: Admission
     _frame: Frame
     _kernel: Kernel
     _estimate: str
@@ -279,7 +279,7 @@ class CallMaker:
         flight.node = self._kernel.begin(
             self.current_parent_id(), flight.kind, flight.name, flight.model, meta, flight
         )
-        return Call(self, self._chain, flight, self._prices)  # type: ignore[arg-type]
+        return Call(self, self._admission, flight, self._prices)  # type: ignore[arg-type]
 
     def retry(self, call: Call) -> None:
         """Count one retry on ``call``."""

@@ -3,7 +3,7 @@
 A call goes through four steps:
 
 1. **begin** - its node is created in the graph under the current node (when the call is made);
-2. **admit** - the context's admission chain checks the call's reservation (a
+2. **admit** - the context's admission checks the call's reservation (a
    :class:`~ampmeter._core.usage.Usage` estimate) against every limit above it and holds it, or
    halts the node and raises :class:`~ampmeter.LimitExceeded` before any user code runs;
 3. **run** - the user's block (or the SDK request) runs;
@@ -22,7 +22,7 @@ from ampmeter import _validate, money
 from ampmeter._core.idempotency import META_IDEMPOTENCY_KEY
 from ampmeter._core.interrupted import charged_in_flight, is_interrupted_in_flight
 from ampmeter._core.outcome import Outcome
-from ampmeter._core.steps import ADMITTED, DONE, Chain, Flight
+from ampmeter._core.steps import ADMITTED, DONE, Admission, Flight
 from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
 from ampmeter._current import CURRENT, restore
@@ -96,9 +96,9 @@ class Call:
     """
 
     __slots__ = (
+        "_admission",
         "_cache_write_tokens",
         "_cached_tokens",
-        "_chain",
         "_cost_nano",
         "_estimated",
         "_flight",
@@ -120,10 +120,10 @@ class Call:
     tool_calls_made: _Recorded[int] = _Recorded()
 
     def __init__(
-        self, context: ExecutionContext, chain: Chain, flight: Flight, prices: NanoPricing
+        self, context: ExecutionContext, admission: Admission, flight: Flight, prices: NanoPricing
     ) -> None:
         self.context = context
-        self._chain = chain
+        self._admission = admission
         self._flight = flight
         self._prices = prices  # the context's pricing, as it prices a call
         self._tokens_in: int | None = None
@@ -194,14 +194,17 @@ class Call:
         tool_calls_made: int = 0,
         *,
         cache_write_tokens: int = 0,
+        estimated: bool = False,
     ) -> None:
-        """Report the call's usage, once, before the call ends.
+        """Report the call's usage, once, before the call ends: the only writer of its counts.
 
         Cached and cache-write tokens are subsets of ``tokens_in``, reasoning tokens of
         ``tokens_out``. Without ``cost_usd`` the pricing layer prices the call when it ends.
-        Counts are ints from 0 to 2**53; the cost a finite number >= 0. Recording after the
-        call ended, or a second time, raises ``RuntimeError``: usage recorded twice would be
-        either lost or counted twice, and neither is what the caller meant.
+        Counts are ints from 0 to 2**53; the cost a finite number >= 0. ``estimated``: the
+        counts are an estimate, not the provider's (the call's ``cost_status`` says
+        ``"estimated"``). Recording after the call ended, or a second time, raises
+        ``RuntimeError``: usage recorded twice would be either lost or counted twice, and
+        neither is what the caller meant.
         """
         t_in, t_out, cached, writes, reasoning, tools = _validate.counts(
             _RECORDED,
@@ -223,39 +226,6 @@ class Call:
                 f"reasoning_tokens ({reasoning}) exceed tokens_out ({tokens_out}); "
                 "they are counted as part of the output"
             )
-        self.record_checked(
-            None if tokens_in is None else t_in,
-            None if tokens_out is None else t_out,
-            cached,
-            writes,
-            reasoning,
-            tools,
-        )
-        self._cost_nano = cost
-
-    def record_checked(
-        self,
-        tokens_in: int | None,
-        tokens_out: int | None,
-        cached_tokens: int,
-        cache_write_tokens: int,
-        reasoning_tokens: int,
-        tool_calls_made: int,
-        *,
-        estimated: bool = False,
-    ) -> None:
-        """:meth:`record` for instrumentation that checked the usage where it read it (an
-        integration reading a provider's response): the counts are stored as given, not checked
-        again, and the call is priced when it ends.
-
-        The caller guarantees what :meth:`record` checks: every count an int from 0 to 2**53,
-        ``cached_tokens + cache_write_tokens <= tokens_in`` and ``reasoning_tokens <=
-        tokens_out`` (None counting as 0). Anything else breaks the accounting: usage from
-        anywhere else goes through :meth:`record`. Raises ``RuntimeError`` as :meth:`record`
-        does after the call ended or once it was recorded. ``estimated``: the counts are
-        ampmeter's own (the provider reported none), so the call's ``cost_status`` is
-        ``"estimated"``.
-        """
         flight = self._flight
         if flight.phase == DONE:
             raise RuntimeError(
@@ -267,13 +237,14 @@ class Call:
                 f"call {self.node_id} ({self.name!r}) was recorded already: record() once, "
                 "with the call's whole usage"
             )
-        self._tokens_in = tokens_in
-        self._tokens_out = tokens_out
-        self._cached_tokens = cached_tokens
-        self._cache_write_tokens = cache_write_tokens
-        self._reasoning_tokens = reasoning_tokens
-        self._tool_calls_made = tool_calls_made
-        self._estimated = estimated
+        self._tokens_in = None if tokens_in is None else t_in
+        self._tokens_out = None if tokens_out is None else t_out
+        self._cached_tokens = cached
+        self._cache_write_tokens = writes
+        self._reasoning_tokens = reasoning
+        self._tool_calls_made = tools
+        self._cost_nano = cost
+        self._estimated = bool(estimated)
         flight.recorded = True
 
     def note_tool_calls(self, count: int) -> None:
@@ -288,14 +259,7 @@ class Call:
     def offer_idempotency_key(self, key: str) -> bool:
         """Count this call once per ``key`` (see ``llm_call(idempotency_key=...)``), unless it
         has a key already; True if ``key`` is now its key. Must come before the call ends."""
-        return self.offer_checked_idempotency_key(
-            _validate.text(key, "idempotency_key", empty=False)
-        )
-
-    def offer_checked_idempotency_key(self, key: str) -> bool:
-        """:meth:`offer_idempotency_key` for instrumentation that checked ``key`` where it made
-        it (a caching gateway's response, ``instrument(response_id_keys=True)``): a non-empty
-        str, taken as given."""
+        key = _validate.text(key, "idempotency_key", empty=False)
         flight = self._flight
         if flight.phase == DONE:
             raise RuntimeError(f"call {self.node_id} ({self.name!r}) has ended")
@@ -306,7 +270,7 @@ class Call:
 
     def retry(self) -> None:
         """Count one retry on this call (its node and ``amp:retries`` everywhere above)."""
-        self._chain.kernel.retry(self._flight.node, self._chain.level)
+        self._admission.kernel.retry(self._flight.node, self._admission.level)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -316,7 +280,7 @@ class Call:
         Raises :class:`~ampmeter.LimitExceeded` (the node is halted) when the call would break a
         limit of this context or an enclosing one, and ``ExecutionCanceled`` after ``cancel()``.
         """
-        run_sync(self._chain.admission(self._flight, threading.get_ident()))
+        run_sync(self._admission.admit(self._flight, threading.get_ident()))
         return self
 
     def finish(self, exc: BaseException | None = None) -> None:
@@ -325,7 +289,7 @@ class Call:
         if flight.phase == DONE:
             return
         flight.phase = DONE
-        self._chain.settle(flight, *self._ended(exc))
+        self._admission.settle(flight, *self._ended(exc))
 
     def __enter__(self) -> Call:
         self.start()
@@ -348,7 +312,7 @@ class Call:
             restore(self._token, self.context)
 
     async def __aenter__(self) -> Call:
-        await run_async(self._chain.admission(self._flight, None))
+        await run_async(self._admission.admit(self._flight, None))
         try:
             self._token = CURRENT.set((self.context, self._flight.node.node_id))
         except BaseException as exc:
@@ -370,7 +334,7 @@ class Call:
         flight.phase = DONE
         ended = self._ended(exc)
         # Committing to a ledger is a network round trip: on a worker thread, the loop goes on.
-        await off_loop(lambda: self._chain.settle(flight, *ended))
+        await off_loop(lambda: self._admission.settle(flight, *ended))
 
     def _ended(self, exc: BaseException | None) -> tuple[Usage, Outcome]:
         """What the call used and how it ended (priced now when no cost was recorded; an
@@ -379,7 +343,9 @@ class Call:
         if exc is not None and is_interrupted_in_flight(flight, exc):
             usage, outcome = charged_in_flight(flight, exc)
             if usage.cost_nano:
-                self._chain.kernel.add(self._chain.level, KEY_UNSETTLED_COST, usage.cost_nano, True)
+                self._admission.kernel.add(
+                    self._admission.level, KEY_UNSETTLED_COST, usage.cost_nano, True
+                )
             return usage, outcome
         succeeded = int(exc is None)
         failed = int(isinstance(exc, Exception))  # (an interrupt halts: neither)

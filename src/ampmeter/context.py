@@ -1,7 +1,7 @@
 """ExecutionContext: one per agent (or sub-agent) run; it checks, records and contains its calls.
 
-A context builds its admission chain (:mod:`ampmeter._core.steps`) once, when it is made, and
-every call it makes (:class:`~ampmeter.call.Call`) passes that chain before it runs and settles
+A context builds its admission (:mod:`ampmeter._core.steps`) once, when it is made, and
+every call it makes (:class:`~ampmeter.call.Call`) passes that admission before it runs and settles
 through it when it ends.
 """
 
@@ -20,7 +20,7 @@ from ampmeter._core.exhaustion import ExhaustedHook, raise_limit
 from ampmeter._core.frame import Frame
 from ampmeter._core.kernel import bound
 from ampmeter._core.outcome import TerminationReason
-from ampmeter._core.steps import Chain
+from ampmeter._core.steps import Admission
 from ampmeter._current import (
     CURRENT,
     OPEN,
@@ -262,15 +262,15 @@ class ExecutionContext(CallMaker):
             parent.policy_options if parent is not None else None
         )
         self.policies = Policies(self._frame, self.policy_options, self.stats, pricing)
-        self._chain = Chain(
+        self._admission = Admission(
             frame=self._frame,
             kernel=kernel,
             emitter=self._emitter,
             wait_s=wait,
             ask_exhausted=self._ask_exhausted,
         )
-        ledger_step = LedgerStep(self._chain) if self._chain.ledgered else None
-        self._chain.install(self.policies.steps_for(self._chain), ledger_step)
+        ledger_step = LedgerStep(self._admission) if self._admission.ledgered else None
+        self._admission.install(self.policies.steps_for(self._admission), ledger_step)
         self._handoffs = Handoffs(self._frame, kernel, self._emitter)
         OPEN.add(self)
 
@@ -462,7 +462,7 @@ class ExecutionContext(CallMaker):
         if self.canceled:
             raise ExecutionCanceled(f"context {self.name!r} was canceled")
         self._raise_if_exceeded()
-        found = self._chain.iteration_refused()
+        found = self._admission.iteration_refused()
         if found is not None:
             self._stop(*found)
         self._iteration = self._kernel.bump(self._frame.level, KEY_ITERATIONS)
@@ -474,7 +474,7 @@ class ExecutionContext(CallMaker):
         self._raise_if_exceeded()
 
     def _raise_if_exceeded(self) -> None:
-        found = self._chain.exceeded_now()
+        found = self._admission.exceeded_now()
         if found is not None:
             self._stop(*found)
 

@@ -29,6 +29,7 @@ from ampmeter import (
     current_context,
     current_node_id,
 )
+from ampmeter.call import Call
 from ampmeter.graph import ExecutionGraph
 from ampmeter.keys import (
     KEY_CACHED_INPUT_TOKENS,
@@ -243,19 +244,20 @@ def test_record_validates_and_is_taken_once() -> None:
         assert ctx.stats.total_cost() == Decimal("0.2")
 
 
-def test_record_checked_stores_as_given_and_shares_records_once_rule() -> None:
-    """The instrumentation's hand-over stores checked counts as they are (a tokens_in of None
-    stays None) and, like record(), is taken once and only while the call runs."""
+def test_record_is_the_one_writer_and_takes_an_estimate_once() -> None:
+    """record() keeps a tokens_in of None as None, marks counts that are an estimate, and is
+    taken once and only while the call runs (there is no unchecked twin)."""
+    assert not hasattr(Call, "record_checked") and not hasattr(
+        Call, "offer_checked_idempotency_key"
+    )
     with ExecutionContext(pricing=NO_PRICES) as ctx:
         with ctx.llm_call("plan", model="m") as call:
-            call.record_checked(None, 7, 0, 0, 3, 2)
+            call.record(None, 7, reasoning_tokens=3, tool_calls_made=2, estimated=True)
             with pytest.raises(RuntimeError, match="recorded already"):
                 call.record(tokens_in=1, tokens_out=1)
-            with pytest.raises(RuntimeError, match="recorded already"):
-                call.record_checked(1, 1, 0, 0, 0, 0)
         assert (call.tokens_in, call.tokens_out, call.reasoning_tokens) == (None, 7, 3)
         with pytest.raises(RuntimeError, match="has ended"):
-            call.record_checked(1, 1, 0, 0, 0, 0)
+            call.record(1, 1)
         node = _node(ctx, call.node_id)
         assert (node.tokens_in, node.tokens_out) == (None, 7)
         assert node.metadata["tool_calls_made"] == 2
@@ -265,7 +267,7 @@ def test_record_checked_stores_as_given_and_shares_records_once_rule() -> None:
         assert (call.cached_tokens, call.cache_write_tokens, call.tokens_in) == (5, 2, 9)
 
 
-def test_offered_idempotency_keys_are_checked_unless_the_instrumentation_checked_them() -> None:
+def test_offered_idempotency_keys_are_checked() -> None:
     with ExecutionContext() as ctx:
         with ctx.llm_call("plan", model="m") as call:
             with pytest.raises(TypeError, match="idempotency_key"):
@@ -273,11 +275,11 @@ def test_offered_idempotency_keys_are_checked_unless_the_instrumentation_checked
             with pytest.raises(ValueError, match="idempotency_key"):
                 call.offer_idempotency_key("")
             assert call.offer_idempotency_key("run-1:step-1")
-            assert call.offer_checked_idempotency_key("run-1:step-1")
-            assert not call.offer_checked_idempotency_key("openai:chatcmpl-1")
+            assert call.offer_idempotency_key("run-1:step-1")
+            assert not call.offer_idempotency_key("openai:chatcmpl-1")
             assert not call.offer_idempotency_key("other")
         with pytest.raises(RuntimeError, match="has ended"):
-            call.offer_checked_idempotency_key("openai:chatcmpl-2")
+            call.offer_idempotency_key("openai:chatcmpl-2")
         assert call.node.metadata["idempotency_key"] == "run-1:step-1"
 
 

@@ -60,3 +60,27 @@ def test_steps_never_import_contexts_or_stats(path: Path) -> None:
     facade = {"context", "call", "stats", "graph", "_calls"}
     reached = {m for m in _imported(path) if _part(m) in facade}
     assert not reached, f"{path.parent.name}/{path.name} imports {sorted(reached)}"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        *sorted((SRC / "_core").glob("*.py")),
+        *sorted((SRC / "policies").glob("*.py")),
+        *sorted((SRC / "shared").glob("*.py")),
+        *(SRC / f"{name}.py" for name in ("call", "_calls", "context")),
+    ],
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_chain_names_one_thing_the_run(path: Path) -> None:
+    """ "Chain" is the run's call tree (``chain_id``) only: the admission steps are an
+    ``Admission``, the frames or levels up to the root an ``ancestry``."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.ClassDef):
+            names.add(node.name)
+    assert not names & {"chain", "_chain", "Chain"}, path.name

@@ -28,10 +28,11 @@ class Cell:
 
 
 class Level:
-    """The stats of one context: counters and gauges as cells, and its chain up to the root."""
+    """The stats of one context: counters and gauges as cells, and its ancestry (itself, then
+    each level up to the root)."""
 
     __slots__ = (
-        "chain",
+        "ancestry",
         "counters",
         "gauges",
         "known",
@@ -43,14 +44,14 @@ class Level:
 
     def __init__(self, parent: Level | None) -> None:
         self.parent = parent
-        self.chain: tuple[Level, ...] = (self,) + (parent.chain if parent is not None else ())
+        self.ancestry: tuple[Level, ...] = (self,) + (parent.ancestry if parent is not None else ())
         self.counters: dict[str, Cell] = {}
         self.gauges: dict[str, Cell] = {}
         # Every key ever written or held here, in first-seen order.
         self.known: dict[str, None] = {}
         # For each prefix a limit watches, the keys starting with it (kept up to date).
         self.watched: dict[str, list[str]] = {}
-        # Usage shape -> the cells it adds to, level by level up the chain, each with the Usage
+        # Usage shape -> the cells it adds to, level by level up its ancestry, each with the Usage
         # field it adds.
         self.plans: dict[Shape, tuple[tuple[Cell, int], ...]] = {}
         # Moves whenever a key or a cell is added here: a guard's entries older than it are
@@ -93,7 +94,7 @@ class Level:
         :attr:`plans`)."""
         cells = tuple(
             (stats.cell(key, gauge), field)
-            for stats in self.chain
+            for stats in self.ancestry
             for key, field, gauge in shape.entries
         )
         if len(self.plans) < _PLANS_MAX:
@@ -105,7 +106,7 @@ class Ticket(Protocol):
     """What the kernel keeps of a call in flight: its node, where its reservation is held
     (``holds`` pairs each level whose limits watch it with the keys held there, ``amounts``
     gives each key's amount), the thread that admitted it, and what its settlement still has to
-    add. The admission chain's :class:`~ampmeter._core.steps.Flight` is one: the kernel fills
+    add. The admission's :class:`~ampmeter._core.steps.Flight` is one: the kernel fills
     in the holds when it admits the call and refers to it weakly, so a call dropped without
     settling (an interrupt) is found by its dead reference and ended."""
 

@@ -1,7 +1,7 @@
 """What a call does at a hard limit: stop (``on_exhausted="raise"``, the default), pause until
 a person raises the ceiling (``"pause"``), or ask a callback (a new ceiling, or None to stop).
 
-A paused call waits in the admission chain's own wait (it yields :class:`Pause` and, for a
+A paused call waits in the admission's own wait (it yields :class:`Pause` and, for a
 shared ledger, :class:`Work`), so it holds no lock and an ``asyncio`` task leaves the event loop
 free. It tries again when a ceiling is raised for it after it paused: :func:`raise_limit` from
 any thread, or ``ampmeter budget raise`` on its ledger scope from any process (a raise is known
@@ -31,7 +31,7 @@ from ampmeter.limits import Limit
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.kernel import Kernel
-    from ampmeter._core.steps import Chain, Flight, Stop
+    from ampmeter._core.steps import Admission, Flight, Stop
     from ampmeter.limits import ExceededLimit
 
 __all__ = [
@@ -166,38 +166,40 @@ class PauseWait:
         timeout = frame.exhaustion.timeout_s
         self.wait = Wait(timeout) if timeout is not None else None
 
-    def begin(self, chain: Chain, flight: Flight, stop: Stop) -> Generator[Pause | Work, Any, bool]:
+    def begin(
+        self, admission: Admission, flight: Flight, stop: Stop
+    ) -> Generator[Pause | Work, Any, bool]:
         """Note the pause; ask the callback, if any. True when the callback raised the limit;
         a callback that returns None stops the call."""
         self.event("pause")
         if self.frame.exhaustion.hook is None:
             return False
-        new_max = yield Work(lambda: chain.ask_exhausted(self.owner, self.exceeded))
+        new_max = yield Work(lambda: admission.ask_exhausted(self.owner, self.exceeded))
         if new_max is None:
             self.event("pause_declined")
-            raise chain.refuse(flight, stop, f"{stop[1]}; on_exhausted returned None")
+            raise admission.refuse(flight, stop, f"{stop[1]}; on_exhausted returned None")
         raise_limit(self.owner, self.exceeded.limit.key, new_max, self.kernel)
         return True
 
     def look(
-        self, thread: int | None, chain: Chain, flight: Flight, stop: Stop
+        self, thread: int | None, admission: Admission, flight: Flight, stop: Stop
     ) -> Generator[Pause | Work, Any, None]:
         """Wait once for a raise (a ceiling raised in the shared ledger after the pause is
         taken), or stop the call with :class:`~ampmeter.LimitExceeded` when
         ``pause_timeout_s`` or a context's ``timeout_s`` is over."""
-        timed = chain.deadline_passed()
+        timed = admission.deadline_passed()
         if timed is not None:
             yield from self.end()
             self.event("pause_timeout")
             note = f"paused {self.waited():.3g}s at {self.exceeded.limit.describe()}"
-            raise chain.refuse(flight, timed, f"{timed[1]} ({note}; timeout_s ran out)")
+            raise admission.refuse(flight, timed, f"{timed[1]} ({note}; timeout_s ran out)")
         if self.owner.ledger is not None:
             yield Work(self.watch_ledger)
         pause = self.next_pause(thread)
         if pause is None:
             yield from self.end()
             self.event("pause_timeout")
-            raise chain.refuse(flight, stop, f"{stop[1]}; {self.timeout_note()}")
+            raise admission.refuse(flight, stop, f"{stop[1]}; {self.timeout_note()}")
         yield pause
 
     def next_pause(self, thread: int | None) -> Pause | None:

@@ -1,6 +1,6 @@
 """A context's part in admission: its limits, deadline and ledger, and how it stopped.
 
-Each :class:`~ampmeter.ExecutionContext` owns one :class:`Frame`; the admission chain reads the
+Each :class:`~ampmeter.ExecutionContext` owns one :class:`Frame`; the admission reads the
 frames of a context and of every context above it, and marks the ones a stop ends. The frame
 holds this state so that contexts, calls and steps share it without reading each other's
 private fields. It does not know its context: the core is a leaf, and what a frame needs from
@@ -33,9 +33,9 @@ class Frame:
     """The admission state of one context (see the module docstring)."""
 
     __slots__ = (
+        "ancestry",
         "canceled",
         "canceled_in_tree",
-        "chain",
         "deadline",
         "disclose_budget",
         "exceeded_limit",
@@ -80,8 +80,8 @@ class Frame:
         self.name = name
         self.node_id = node_id  # the context's own node
         self.parent = parent
-        self.chain: tuple[Frame, ...] = (self, *(parent.chain if parent is not None else ()))
-        self.root: Frame = self.chain[-1]
+        self.ancestry: tuple[Frame, ...] = (self, *(parent.ancestry if parent is not None else ()))
+        self.root: Frame = self.ancestry[-1]
         self.level = level
         self.limits = limits
         # Its limits as the kernel checks them at its level (rows replaced when one is raised).
@@ -96,7 +96,7 @@ class Frame:
         self.handoff_from = handoff_from
         self.canceled = False
         # On the root frame: whether any context of the tree was canceled (until one is, a
-        # call has no chain of contexts to look through).
+        # call has no contexts above to look through).
         self.canceled_in_tree = False
         self.span_prefix = ""  # prepended to this process's node ids in a multi-process run
         self.termination_reason: TerminationReason | None = None
@@ -135,12 +135,12 @@ class Frame:
 
     def any_canceled(self) -> bool:
         """Whether this context or one above it was canceled."""
-        return self.root.canceled_in_tree and any(frame.canceled for frame in self.chain)
+        return self.root.canceled_in_tree and any(frame.canceled for frame in self.ancestry)
 
     def stop(self, owner: Frame, limit: ExceededLimit, reason: TerminationReason) -> None:
         """Record a stop: the context whose limit fired (``owner``), and every context between
         it and this one, stop for ``reason``."""
-        for frame in self.chain:
+        for frame in self.ancestry:
             if frame.exceeded_limit is None:
                 frame.exceeded_limit = limit
             current = frame.termination_reason

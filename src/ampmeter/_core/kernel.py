@@ -331,9 +331,9 @@ class Kernel:
             self._add_locked(level, key, delta, gauge)
 
     def _add_locked(self, level: Level, key: str, delta: Any, gauge: bool) -> None:
-        chain = (level,) if key in LOCAL_KEYS else level.chain
+        levels = (level,) if key in LOCAL_KEYS else level.ancestry
         # The cells are made first (nothing is added yet); each adds field 0 of ``(delta,)``.
-        cells = [(stats.cell(key, gauge), 0) for stats in chain]
+        cells = [(stats.cell(key, gauge), 0) for stats in levels]
         whole(_drain, iter(cells), (delta,))
 
     def set(self, level: Level, key: str, value: Any, gauge: bool) -> None:

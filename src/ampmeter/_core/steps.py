@@ -1,14 +1,15 @@
-"""The admission chain: every containment concern is a step a call passes before it runs.
+"""The admission: every containment concern is a step a call passes before it runs.
 
 A step has three verbs: ``admit(flight, thread)`` (holds what the step needs, or raises the
 refusal; a step that must wait returns a generator of its waits, see
 :mod:`ampmeter._core.waiting`, and one that never waits returns None),
 ``settle(flight, usage, outcome)`` (the call ended: replace holds by what it used; returns the
 outcome, with anything the step adds to the node) and ``release(flight)`` (give holds back
-without usage). A context builds its :class:`Chain` once, when it is made: the chain holds the
+without usage). A context builds its :class:`Admission` once, when it is made: it holds the
 core's own steps (cancellation always, the deadline when a context above has a timeout, the
-local limits) and the context hands it the rest (:meth:`Chain.install`): one step per policy in
-force (:mod:`ampmeter.policies`) and the shared ledger's when a context above has one.
+local limits) and the context hands it the rest (:meth:`Admission.install`): one step per
+policy in force (:mod:`ampmeter.policies`) and the shared ledger's when a context above has
+one.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from ampmeter._core.kernel import Kernel, Level
     from ampmeter.node import Node
 
-__all__ = ["ADMITTED", "DONE", "NEW", "Chain", "Flight", "Step", "Stop", "timed_out"]
+__all__ = ["ADMITTED", "DONE", "NEW", "Admission", "Flight", "Step", "Stop", "timed_out"]
 
 NEW, ADMITTED, DONE = 0, 1, 2
 _CACHE_MAX: Final = 4_096  # per context: reservation shapes with a resolved hold plan
@@ -46,7 +47,7 @@ Steps = Generator["Pause | Work", Any, None]
 
 
 class Flight:
-    """One call's state in the chain: its node, reservation, holds and progress. The
+    """One call's state in the admission: its node, reservation, holds and progress. The
     :class:`~ampmeter.Call` a user sees owns it; it is the kernel's
     :class:`~ampmeter._core.cells.Ticket` for the call, referred to weakly, so a call dropped
     without settling (an interrupt) is found and ended."""
@@ -123,7 +124,7 @@ class Step:
         """Give this step's holds back without usage."""
 
 
-class Chain:
+class Admission:
     """The steps of one context's calls, built once when the context is made."""
 
     __slots__ = (
@@ -154,7 +155,7 @@ class Chain:
         self.kernel = kernel
         self.emitter = emitter
         self.level = frame.level
-        self.guards = tuple(f for f in frame.chain if f.can_stop())
+        self.guards = tuple(f for f in frame.ancestry if f.can_stop())
         # The ceilings of every guard: each context's own guard, which a raised limit updates.
         self.rows = tuple(f.guard for f in self.guards)
         self.wait_s = wait_s
@@ -182,7 +183,7 @@ class Chain:
 
     # -- admission ------------------------------------------------------------------------------
 
-    def admission(self, flight: Flight, thread: int | None) -> Steps:
+    def admit(self, flight: Flight, thread: int | None) -> Steps:
         """Pass ``flight`` through every step (``thread``: the waiting thread, None in a task).
         A refusal or an interrupt gives back what earlier steps held, and halts the node."""
         if flight.phase != NEW:
@@ -284,31 +285,31 @@ class Chain:
 class Cancel(Step):
     """A canceled context (or one above it) runs no more calls."""
 
-    __slots__ = ("chain",)
+    __slots__ = ("admission",)
 
-    def __init__(self, chain: Chain) -> None:
-        self.chain = chain
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
 
     def admit(self, flight: Flight, thread: int | None) -> None:
-        frame = self.chain.frame
+        frame = self.admission.frame
         if frame.any_canceled():
-            self.chain.halt(flight, "context canceled")
+            self.admission.halt(flight, "context canceled")
             raise ExecutionCanceled(f"context {frame.name!r} was canceled", flight.node.node_id)
 
 
 class Deadline(Step):
     """A context above with a timeout stops calls once its wall time is over."""
 
-    __slots__ = ("chain", "timed")
+    __slots__ = ("admission", "timed")
 
-    def __init__(self, chain: Chain, timed: tuple[Frame, ...]) -> None:
-        self.chain = chain
+    def __init__(self, admission: Admission, timed: tuple[Frame, ...]) -> None:
+        self.admission = admission
         self.timed = timed
 
     def admit(self, flight: Flight, thread: int | None) -> None:
         found = timed_out(self.timed)
         if found is not None:
-            raise self.chain.refuse(flight, found)
+            raise self.admission.refuse(flight, found)
 
 
 def timed_out(timed: tuple[Frame, ...]) -> Stop | None:
@@ -326,10 +327,10 @@ class LocalLimits(Step):
     """The limits of this context and those above it, checked and held in the kernel in one
     step. A call that does not fit only because of other calls' holds waits for them."""
 
-    __slots__ = ("chain", "plans", "run")
+    __slots__ = ("admission", "plans", "run")
 
-    def __init__(self, chain: Chain, run: bool) -> None:
-        self.chain = chain
+    def __init__(self, admission: Admission, run: bool) -> None:
+        self.admission = admission
         self.run = run  # mark the node running here (no ledger step follows)
         self.plans: dict[Shape, HoldPlan] = {}
 
@@ -339,20 +340,20 @@ class LocalLimits(Step):
         kept in :attr:`plans`)."""
         holds = []
         watched: dict[str, int] = {}
-        for frame in self.chain.guards:
+        for frame in self.admission.guards:
             keys = tuple(k for k in shape.keys if any(lim.matches(k) for lim in frame.limits))
             if keys:
                 holds.append((frame.level, keys))
                 watched.update((k, f) for k, f, _ in shape.entries if k in keys)
         plan = (tuple(holds), tuple(watched.items()))
-        self.chain.kernel.note(plan[0])
+        self.admission.kernel.note(plan[0])
         if len(self.plans) < _CACHE_MAX:
             self.plans[shape] = plan
         return plan
 
     def admit(self, flight: Flight, thread: int | None) -> Steps | None:
-        chain = self.chain
-        rows = flight.rows if flight.rows is not None else chain.rows
+        admission = self.admission
+        rows = flight.rows if flight.rows is not None else admission.rows
         if rows:
             reservation = flight.reservation
             shape = reservation.shape()
@@ -360,7 +361,7 @@ class LocalLimits(Step):
             pending: dict[str, Any] = {key: reservation[field] for key, field in watched}
         else:
             holds, pending = (), {}
-        found = chain.kernel.admit(flight, pending, holds, rows, self.run)
+        found = admission.kernel.admit(flight, pending, holds, rows, self.run)
         if found is None:
             return None
         return self.waiting(flight, thread, rows, holds, pending, found)
@@ -376,28 +377,28 @@ class LocalLimits(Step):
     ) -> Steps:
         """Admit a call that did not fit (``found``): pause at a spent limit when the context
         says so, wait for calls in flight that hold the rest, or raise the stop."""
-        chain = self.chain
-        kernel = chain.kernel
+        admission = self.admission
+        kernel = admission.kernel
         wait: Wait | None = None
         paused: PauseWait | None = None
         try:
             while found is not None:
                 index, hit, busy = found
                 if not busy:
-                    stop = chain.owner((index, hit))
-                    if not chain.frame.exhaustion.pauses:
-                        raise chain.refuse(flight, stop)
+                    stop = admission.owner((index, hit))
+                    if not admission.frame.exhaustion.pauses:
+                        raise admission.refuse(flight, stop)
                     if paused is None:
-                        paused = PauseWait(chain.frame, stop[0], stop[1], kernel, flight.node)
-                        raised = yield from paused.begin(chain, flight, stop)
+                        paused = PauseWait(admission.frame, stop[0], stop[1], kernel, flight.node)
+                        raised = yield from paused.begin(admission, flight, stop)
                     else:
                         raised = False
                     if not raised:
-                        yield from paused.look(thread, chain, flight, stop)
+                        yield from paused.look(thread, admission, flight, stop)
                     # A raised ceiling is read from the guards (without a policy's own rows).
-                    rows = chain.rows
+                    rows = admission.rows
                 else:
-                    wait = wait or Wait(chain.wait_s)
+                    wait = wait or Wait(admission.wait_s)
                     pause = wait.next_pause()
                     if pause is None or not kernel.holders(flight.node, thread)[1]:
                         # Out of time, or only calls this one cannot outwait hold the rest.
@@ -413,10 +414,10 @@ class LocalLimits(Step):
 
     def busy(self, flight: Flight, index: int, hit: Hit) -> BudgetBusy:
         """Stop a call that waited in vain for calls in flight to settle."""
-        chain = self.chain
+        admission = self.admission
         limit = exceeded(hit)
-        reason = f"waited {chain.wait_s:g}s for calls in flight to settle: {limit}"
-        chain.halt(flight, reason)
+        reason = f"waited {admission.wait_s:g}s for calls in flight to settle: {limit}"
+        admission.halt(flight, reason)
         return BudgetBusy(
             f"{flight.kind} call {flight.name!r} stopped before it ran: what is spent leaves "
             f"room, but calls in flight held the rest ({reason}); raise admission_timeout_s to "
@@ -426,11 +427,11 @@ class LocalLimits(Step):
         )
 
     def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> Outcome:
-        chain = self.chain
-        found = chain.kernel.settle(flight, chain.level, usage, outcome, chain.rows)
+        admission = self.admission
+        found = admission.kernel.settle(flight, admission.level, usage, outcome, admission.rows)
         if found is not None:
-            owner, limit, reason = chain.owner(found)
-            chain.frame.stop(owner, limit, reason)
+            owner, limit, reason = admission.owner(found)
+            admission.frame.stop(owner, limit, reason)
         return outcome
 
 

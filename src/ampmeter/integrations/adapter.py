@@ -146,8 +146,14 @@ class Tally:
             cached = min(max(cached, 0), t_in)
             writes = min(max(writes, 0), t_in - cached)
             reasoning = min(max(reasoning, 0), t_out)
-        call.record_checked(
-            t_in, t_out, cached, writes, reasoning, self.tool_calls, estimated=self.estimated
+        call.record(
+            t_in,
+            t_out,
+            cached_tokens=cached,
+            cache_write_tokens=writes,
+            reasoning_tokens=reasoning,
+            tool_calls_made=self.tool_calls,
+            estimated=self.estimated,
         )
 
 

@@ -180,7 +180,7 @@ def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> N
             if settings.response_id_keys:
                 key = tally.gateway_key(call.name)
                 assert key is not None  # (it has an id)
-                call.offer_checked_idempotency_key(key)
+                call.offer_idempotency_key(key)
         estimate_unreported(call, tally)  # a response without its usage was billed all the same
         tally.record_on(call)
         if tally.text:

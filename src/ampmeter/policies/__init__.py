@@ -14,11 +14,11 @@
   of the cost budget is spent.
 
 :mod:`~ampmeter.policies.options` holds the options and events. Each policy is one step of the
-admission chain, in a module of its own (:mod:`~ampmeter.policies.pressure`,
+admission, in a module of its own (:mod:`~ampmeter.policies.pressure`,
 :mod:`~ampmeter.policies.input_cap`, :mod:`~ampmeter.policies.unpriced`,
 :mod:`~ampmeter.policies.loop_guard`, :mod:`~ampmeter.policies.final_reserve`,
 :mod:`~ampmeter.policies.windows`, :mod:`~ampmeter.policies.thresholds`), put in a context's
-chain only when configured there or above (:mod:`~ampmeter.policies.configured`);
+admission only when configured there or above (:mod:`~ampmeter.policies.configured`);
 :mod:`~ampmeter.policies.shared_totals` holds the shared ledger's totals they read.
 """
 

@@ -1,7 +1,7 @@
 """The policies configured for one context: what it declares (its own event list, loop-guard
-counts, windows and watched limits) and the policy steps its admission chain holds.
+counts, windows and watched limits) and the policy steps its admission holds.
 
-A context makes its :class:`Policies` once, when it is made, and its chain asks for the steps
+A context makes its :class:`Policies` once, when it is made, and its admission asks for the steps
 (:meth:`Policies.steps_for`): one step per policy in force for its calls, its own or inherited,
 and none for a policy not configured. The steps, in admission order:
 
@@ -13,7 +13,7 @@ and none for a policy not configured. The steps, in admission order:
 6. :class:`~ampmeter.policies.windows.Windows` (``Limit(..., window_s=...)``),
 7. :class:`~ampmeter.policies.thresholds.Thresholds` (``warn_at`` and ``soft=True``).
 
-Besides the chain, this object is the wiring the integrations and the shared ledger step use:
+Besides the admission, this object is the wiring the integrations and the shared ledger step use:
 a call's marks, a request's identity, the pressure hook, trace records and shared terms.
 """
 
@@ -43,7 +43,7 @@ from ampmeter.policies.windows import Window, Windows
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Chain
+    from ampmeter._core.steps import Admission
     from ampmeter._core.usage import Usage
     from ampmeter.limits import ExceededLimit, Limit
 
@@ -99,10 +99,10 @@ class Policies:
         self.tracks_repeats = False
         self.shapes_requests = False
 
-    def steps_for(self, chain: Chain) -> tuple[PolicyStep, ...]:
-        """The policy steps of ``chain`` (this context's), in admission order; none for a
+    def steps_for(self, admission: Admission) -> tuple[PolicyStep, ...]:
+        """The policy steps of ``admission`` (this context's), in admission order; none for a
         policy that is not configured."""
-        frames = chain.frame.chain
+        frames = admission.frame.ancestry
         declared: tuple[Policies, ...] = tuple(frame.policies for frame in frames)
         options = self.options
         ceilings = tuple(
@@ -113,37 +113,37 @@ class Policies:
         )
         if options.on_budget_pressure is not None and ceilings:
             self.pressure = Pressure(
-                chain, options.on_budget_pressure, options.pressure_at, ceilings
+                admission, options.on_budget_pressure, options.pressure_at, ceilings
             )
         cap = options.max_input_tokens_per_call
-        input_cap = None if cap is None else InputCap(chain, cap, self.log)
+        input_cap = None if cap is None else InputCap(admission, cap, self.log)
         owner = next((f for f in frames if any(map(_watches_cost, f.limits))), None)
         mode = options.on_unpriced or "refuse"
         if mode != "allow" and owner is not None:
-            self.unpriced = Unpriced(chain, owner, mode == "refuse", self.log)
+            self.unpriced = Unpriced(admission, owner, mode == "refuse", self.log)
         counters = tuple(p.repeats for p in declared if p.repeats is not None)
         self.tracks_repeats = bool(counters)
-        reserve = any(f.policies.options.final_reserve_usd is not None for f in chain.guards)
+        reserve = any(f.policies.options.final_reserve_usd is not None for f in admission.guards)
         windows = any(p.windows for p in declared)
         watches = tuple(p.watch for p in declared if p.watch is not None)
         if watches:
-            self.thresholds = Thresholds(chain, watches)
+            self.thresholds = Thresholds(admission, watches)
         steps = (
             self.pressure,
             input_cap,
             self.unpriced,
-            LoopGuard(chain, counters) if counters else None,
-            FinalReserve(chain) if reserve else None,
-            Windows(chain) if windows else None,
+            LoopGuard(admission, counters) if counters else None,
+            FinalReserve(admission) if reserve else None,
+            Windows(admission) if windows else None,
             self.thresholds,
         )
         self.steps = tuple(step for step in steps if step is not None)
         self.observers = tuple(step for step in self.steps if isinstance(step, Observer))
         # Only the unpriced rule in force: a priced call needs no marks.
         self.marking = any(step is not self.unpriced for step in self.steps)
-        # Fixed once the chain is made: whether an instrumented request may be changed or
+        # Fixed once the admission is made: whether an instrumented request may be changed or
         # refused before it is sent (integrations.lifecycle.relieve_pressure).
-        self.shapes_requests = self.pressure is not None or chain.frame.disclose_budget
+        self.shapes_requests = self.pressure is not None or admission.frame.disclose_budget
         return self.steps
 
     @property

@@ -16,7 +16,7 @@ from ampmeter.policies.step import PolicyStep
 if TYPE_CHECKING:
     from ampmeter._core.check import LimitRow
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Chain, Flight
+    from ampmeter._core.steps import Admission, Flight
     from ampmeter.policies.marks import CallMarks
     from ampmeter.policies.step import SharedTerms
 
@@ -28,8 +28,8 @@ class FinalReserve(PolicyStep):
 
     __slots__ = ("lowered", "revision")
 
-    def __init__(self, chain: Chain) -> None:
-        super().__init__(chain)
+    def __init__(self, admission: Admission) -> None:
+        super().__init__(admission)
         self.revision = -1  # the count of raised limits the rows were made at
         self.lowered: tuple[Guard, ...] = ()
 
@@ -43,12 +43,12 @@ class FinalReserve(PolicyStep):
     def rows(self) -> tuple[Guard, ...]:
         """The guards' ceilings with each reserve taken off its context's cost ceilings (made
         again when a limit was raised)."""
-        chain = self.chain
-        revision = chain.frame.root.revision
+        admission = self.admission
+        revision = admission.frame.root.revision
         if revision != self.revision:
             self.lowered = tuple(
                 Guard(guard.level, (*guard.rows, *_lowered(frame)))
-                for frame, guard in zip(chain.guards, chain.rows, strict=True)
+                for frame, guard in zip(admission.guards, admission.rows, strict=True)
             )
             self.revision = revision
         return self.lowered

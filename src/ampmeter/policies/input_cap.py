@@ -11,7 +11,7 @@ from ampmeter.policies.options import KEY_INPUT_TOKENS_PER_CALL, LimitEvent
 from ampmeter.policies.step import Observer
 
 if TYPE_CHECKING:
-    from ampmeter._core.steps import Chain, Flight
+    from ampmeter._core.steps import Admission, Flight
     from ampmeter._core.usage import Usage
     from ampmeter.policies.events import EventLog
 
@@ -23,8 +23,8 @@ class InputCap(Observer):
 
     __slots__ = ("cap", "limit", "log")
 
-    def __init__(self, chain: Chain, cap: int, log: EventLog) -> None:
-        super().__init__(chain)
+    def __init__(self, admission: Admission, cap: int, log: EventLog) -> None:
+        super().__init__(admission)
         self.cap = cap
         self.limit = Limit(KEY_INPUT_TOKENS_PER_CALL, cap)
         self.log = log  # the context's own events
@@ -34,7 +34,7 @@ class InputCap(Observer):
         if flight.kind == "llm" and marks is not None and marks.input_tokens > self.cap:
             note = "input too large for one call (max_input_tokens_per_call)"
             over = ExceededLimit(self.limit, KEY_INPUT_TOKENS_PER_CALL, marks.input_tokens, note)
-            raise self.refuse(flight, self.chain.frame, over)
+            raise self.refuse(flight, self.admission.frame, over)
 
     def observe(self, usage: Usage, node_id: str) -> list[dict[str, Any]]:
         cap = self.cap
@@ -47,7 +47,7 @@ class InputCap(Observer):
             float(usage.tokens_in),
             usage.tokens_in / max(cap, 1),
             node_id,
-            self.chain.frame.name,
+            self.admission.frame.name,
         )
         self.log.report(event)
         return [event.to_dict()]

@@ -13,7 +13,7 @@ from ampmeter.policies.step import PolicyStep
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Chain, Flight
+    from ampmeter._core.steps import Admission, Flight
     from ampmeter.policies.marks import CallMarks
     from ampmeter.policies.step import SharedTerms
 
@@ -49,8 +49,8 @@ class LoopGuard(PolicyStep):
 
     __slots__ = ("counters",)
 
-    def __init__(self, chain: Chain, counters: tuple[Repeats, ...]) -> None:
-        super().__init__(chain)
+    def __init__(self, admission: Admission, counters: tuple[Repeats, ...]) -> None:
+        super().__init__(admission)
         self.counters = counters  # innermost first
 
     def admit(self, flight: Flight, thread: int | None) -> None:

@@ -17,7 +17,7 @@ from ampmeter.policies.step import PolicyStep
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Chain, Flight
+    from ampmeter._core.steps import Admission, Flight
 
 __all__ = ["PRESSURE_AT", "Pressure"]
 
@@ -32,12 +32,12 @@ class Pressure(PolicyStep):
 
     def __init__(
         self,
-        chain: Chain,
+        admission: Admission,
         hook: PressureHook,
         at: float | None,
         ceilings: tuple[tuple[Frame, Decimal], ...],
     ) -> None:
-        super().__init__(chain)
+        super().__init__(admission)
         self.hook = hook
         self.at = PRESSURE_AT if at is None else at
         self.ceilings = ceilings  # every cost ceiling here and above, with its context
@@ -45,7 +45,7 @@ class Pressure(PolicyStep):
     def admit(self, flight: Flight, thread: int | None) -> None:
         marks = flight.marks
         if marks is not None and marks.refusal is not None:
-            raise self.refuse(flight, self.chain.frame, marks.refusal)
+            raise self.refuse(flight, self.admission.frame, marks.refusal)
 
     def fraction(self) -> float:
         """The largest share of a cost ceiling here or above that is spent."""

@@ -1,4 +1,4 @@
-"""What every policy step shares beyond the admission chain's three verbs: the terms it adds
+"""What every policy step shares beyond the admission's three verbs: the terms it adds
 to a shared ledger's reservation, and the events it reports once a call's usage is added."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ampmeter._core.outcome import Outcome, TerminationReason
-from ampmeter._core.steps import Chain, Flight, Step
+from ampmeter._core.steps import Admission, Flight, Step
 from ampmeter.policies.options import META_LIMIT_EVENTS
 
 if TYPE_CHECKING:
@@ -55,16 +55,16 @@ class SharedTerms:
 
 
 class PolicyStep(Step):
-    """A policy in a context's admission chain."""
+    """A policy in a context's admission."""
 
-    __slots__ = ("chain",)
+    __slots__ = ("admission",)
 
-    def __init__(self, chain: Chain) -> None:
-        self.chain = chain
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
 
     def refuse(self, flight: Flight, owner: Frame, stop: ExceededLimit) -> LimitExceeded:
         """Halt ``flight`` for ``stop`` (a limit of ``owner``); the error to raise."""
-        return self.chain.refuse(flight, (owner, stop, TerminationReason.LIMIT_EXCEEDED))
+        return self.admission.refuse(flight, (owner, stop, TerminationReason.LIMIT_EXCEEDED))
 
     def shared_terms(self, owner: Frame, marks: CallMarks | None, terms: SharedTerms) -> None:
         """Add this policy's terms for ``owner``'s shared ledger (through a shared ledger a
@@ -84,5 +84,5 @@ class Observer(PolicyStep):
     def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> Outcome:
         events = self.observe(usage, flight.node.node_id)
         if events:
-            self.chain.kernel.append_metadata(flight.node, META_LIMIT_EVENTS, events)
+            self.admission.kernel.append_metadata(flight.node, META_LIMIT_EVENTS, events)
         return outcome

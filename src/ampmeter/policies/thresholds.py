@@ -15,7 +15,7 @@ from ampmeter.policies.step import Observer
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Chain
+    from ampmeter._core.steps import Admission
     from ampmeter._core.usage import Usage
     from ampmeter.limits import Limit
     from ampmeter.policies.events import EventLog
@@ -137,8 +137,8 @@ class Thresholds(Observer):
 
     __slots__ = ("watches",)
 
-    def __init__(self, chain: Chain, watches: tuple[Watch, ...]) -> None:
-        super().__init__(chain)
+    def __init__(self, admission: Admission, watches: tuple[Watch, ...]) -> None:
+        super().__init__(admission)
         self.watches = watches  # innermost first
 
     def observe(self, usage: Usage, node_id: str) -> list[dict[str, Any]]:

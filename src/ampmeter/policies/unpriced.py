@@ -1,7 +1,7 @@
 """Unpriced models: under a cost limit (of the context or one above it) an LLM call to a model
 the pricing cannot price is refused before it is sent (``on_unpriced="refuse"``, the default)
 or let through with a warning and an ``unpriced`` event (``"warn"``); ``"allow"`` puts no step
-in the chain. An unpriced call is never counted as free: its node says ``unpriced``."""
+in the admission. An unpriced call is never counted as free: its node says ``unpriced``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ampmeter.pricing.source import TABLE
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Chain, Flight
+    from ampmeter._core.steps import Admission, Flight
     from ampmeter.policies.events import EventLog
 
 __all__ = ["Unpriced"]
@@ -29,8 +29,8 @@ class Unpriced(PolicyStep):
 
     __slots__ = ("log", "owner", "refuses")
 
-    def __init__(self, chain: Chain, owner: Frame, refuses: bool, log: EventLog) -> None:
-        super().__init__(chain)
+    def __init__(self, admission: Admission, owner: Frame, refuses: bool, log: EventLog) -> None:
+        super().__init__(admission)
         self.owner = owner  # the nearest context with a cost limit
         self.refuses = refuses
         self.log = log  # the context's own events
@@ -42,7 +42,7 @@ class Unpriced(PolicyStep):
 
     def unpriced(self, flight: Flight, model: str | None) -> None:
         """Refuse (or report) a call to ``model``, which has no price."""
-        pricing = self.chain.frame.policies.pricing
+        pricing = self.admission.frame.policies.pricing
         if pricing is TABLE:
             fix = (
                 f"price it with ampmeter.set_price({model!r}, input_per_mtok=..., "
@@ -58,6 +58,6 @@ class Unpriced(PolicyStep):
             stop = ExceededLimit(_LIMIT, KEY_UNPRICED_LLM_CALLS, 1, note)
             raise self.refuse(flight, self.owner, stop)
         warnings.warn(f"ampmeter: {note}", RuntimeWarning, stacklevel=4)
-        node_id, name = flight.node.node_id, self.chain.frame.name
+        node_id, name = flight.node.node_id, self.admission.frame.name
         event = LimitEvent("unpriced", _LIMIT, KEY_UNPRICED_LLM_CALLS, 1.0, 1.0, node_id, name)
         self.log.report(event)

@@ -17,7 +17,7 @@ from ampmeter.policies.step import Observer
 if TYPE_CHECKING:
     from ampmeter._core.check import LimitRow
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Chain, Flight
+    from ampmeter._core.steps import Admission, Flight
     from ampmeter._core.usage import Usage
     from ampmeter.policies.marks import CallMarks
     from ampmeter.policies.step import SharedTerms
@@ -70,20 +70,20 @@ class Windows(Observer):
 
     __slots__ = ("slots", "windows")
 
-    def __init__(self, chain: Chain) -> None:
-        super().__init__(chain)
+    def __init__(self, admission: Admission) -> None:
+        super().__init__(admission)
         # (guard index, that guard's windows), and every window here and above
         self.slots = tuple(
             (index, windows_of(frame))
-            for index, frame in enumerate(chain.guards)
+            for index, frame in enumerate(admission.guards)
             if windows_of(frame)
         )
-        self.windows = tuple(w for frame in chain.frame.chain for w in windows_of(frame))
+        self.windows = tuple(w for frame in admission.frame.ancestry for w in windows_of(frame))
 
     def admit(self, flight: Flight, thread: int | None) -> None:
         if flight.marks is None:  # embedding requests and steps: the plain ceilings
             return
-        rows = list(flight.rows if flight.rows is not None else self.chain.rows)
+        rows = list(flight.rows if flight.rows is not None else self.admission.rows)
         for index, windows in self.slots:
             guard = rows[index]
             rows[index] = Guard(guard.level, (*guard.rows, *(window.row() for window in windows)))

@@ -1,2 +1,2 @@
-"""Budgets shared beyond one process: the ledger step of the admission chain, and hand-offs
+"""Budgets shared beyond one process: the ledger step of the admission, and hand-offs
 (a context handing part of its run to another process)."""

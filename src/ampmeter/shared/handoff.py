@@ -105,7 +105,7 @@ class Handoffs:
         """The token of a new hand-off, whose node ``begin`` makes (see the module docstring)."""
         from ampmeter.propagation import Handoff, encode  # ledgers load only when used
 
-        owner = next((f for f in self.frame.chain if f.ledger is not None), None)
+        owner = next((f for f in self.frame.ancestry if f.ledger is not None), None)
         if owner is None or owner.ledger is None:
             raise HandoffError(
                 f"context {self.frame.name!r} cannot hand off {name!r}: a hand-off needs a "

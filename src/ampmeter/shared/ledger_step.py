@@ -19,7 +19,7 @@ from ampmeter import redact
 from ampmeter._core.exhaustion import PauseWait
 from ampmeter._core.idempotency import counted_before
 from ampmeter._core.outcome import Outcome, TerminationReason
-from ampmeter._core.steps import Chain, Flight, Step, Steps, Stop
+from ampmeter._core.steps import Admission, Flight, Step, Steps, Stop
 from ampmeter._core.waiting import Pause, Wait, Work
 from ampmeter.errors import BudgetBusy, BudgetUnavailable, LimitExceeded
 from ampmeter.keys import KEY_RETRIES, KEY_UNPRICED_LLM_CALLS
@@ -78,13 +78,13 @@ class LedgerRequest:
 class LedgerStep(Step):
     """Holds a call's reservation in every shared ledger above it (see the module docstring)."""
 
-    __slots__ = ("chain",)
+    __slots__ = ("admission",)
 
-    def __init__(self, chain: Chain) -> None:
-        self.chain = chain
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
 
     def admit(self, flight: Flight, thread: int | None) -> Steps:
-        for frame in self.chain.ledgered:
+        for frame in self.admission.ledgered:
             request = self.request(frame, flight)
             if request is not None:
                 yield from self.admit_at(frame, flight, thread, request)
@@ -102,18 +102,20 @@ class LedgerStep(Step):
                 if refusal is None:
                     break
                 if refusal.busy and not refusal.paused:
-                    wait = wait or Wait(self.chain.wait_s)
+                    wait = wait or Wait(self.admission.wait_s)
                     yield Pause(self.pause(flight, request, refusal, wait, thread))
                     continue
                 # Spent, or paused by an operator, and this context pauses rather than stops.
                 stop: Stop = (frame, request.stop(refusal)[1], TerminationReason.LIMIT_EXCEEDED)
                 raised = False
                 if paused is None:
-                    chain = self.chain
-                    paused = PauseWait(chain.frame, frame, stop[1], chain.kernel, flight.node)
-                    raised = yield from paused.begin(chain, flight, stop)
+                    admission = self.admission
+                    paused = PauseWait(
+                        admission.frame, frame, stop[1], admission.kernel, flight.node
+                    )
+                    raised = yield from paused.begin(admission, flight, stop)
                 if not raised:
-                    yield from paused.look(thread, self.chain, flight, stop)
+                    yield from paused.look(thread, self.admission, flight, stop)
                 request = self.request(frame, flight) or request  # a raise changes the ceilings
         except BaseException:
             if paused is not None:
@@ -131,7 +133,7 @@ class LedgerStep(Step):
         candidates = tuple(keys_a_call_adds(flight.reservation))
         ceilings, owners = shared_ceilings(frame.limits, candidates)
         # The policies' terms: the reserve, the loop guard, windows, watched keys.
-        ceilings, owners, extra, windows = self.chain.frame.policies.shared_terms(
+        ceilings, owners, extra, windows = self.admission.frame.policies.shared_terms(
             frame, flight.marks, ceilings, owners
         )
         # A context made from a hand-off also holds at the scopes of the contexts above it,
@@ -171,7 +173,7 @@ class LedgerStep(Step):
         spent raises :class:`~ampmeter.LimitExceeded` at once."""
         from ampmeter.ledgers.base import Refusal
 
-        chain, frame, ledger = self.chain, request.frame, request.ledger
+        admission, frame, ledger = self.admission, request.frame, request.ledger
         try:
             held = ledger.try_reserve(
                 request.amounts,
@@ -179,29 +181,29 @@ class LedgerStep(Step):
                 ancestors=request.ancestors,
                 windows=request.spans,
                 # the rule of the context that makes the call, else the ledger's own
-                on_expired_hold=chain.frame.on_expired_hold,
+                on_expired_hold=admission.frame.on_expired_hold,
             )
         except BudgetUnavailable as error:
             if frame.on_ledger_error == "allow":
-                chain.kernel.update(
+                admission.kernel.update(
                     flight.node,
                     {"budget_enforced": False, "ledger_error": redact.error_text(error)},
                 )
                 return None
             reason = f"budget ledger unavailable (fail closed): {error}"
-            chain.abandon(flight, reason)
+            admission.abandon(flight, reason)
             raise BudgetUnavailable(
                 f"{flight.kind} call {flight.name!r} stopped: {reason}", None, flight.node.node_id
             ) from error
         except BaseException as error:
-            chain.abandon(flight, f"ledger error: {redact.error_text(error)}")
+            admission.abandon(flight, f"ledger error: {redact.error_text(error)}")
             raise
         if isinstance(held, Refusal):
-            if chain.frame.exhaustion.pauses and (held.paused or not held.busy):
+            if admission.frame.exhaustion.pauses and (held.paused or not held.busy):
                 return held  # the call pauses (admit)
             if held.paused:  # an operator's pause (ampmeter budget pause) fails closed
                 reason = f"shared budget {held.scope!r} is paused (ampmeter budget resume)"
-                chain.abandon(flight, reason)
+                admission.abandon(flight, reason)
                 raise LimitExceeded(
                     f"{flight.kind} call {flight.name!r} stopped before it ran: {reason}",
                     None,
@@ -219,7 +221,9 @@ class LedgerStep(Step):
         self, flight: Flight, frame: Frame, stop: ExceededLimit, message: str
     ) -> LimitExceeded:
         """Stop the call for a shared ceiling; the error to raise."""
-        return self.chain.refuse(flight, (frame, stop, TerminationReason.LIMIT_EXCEEDED), message)
+        return self.admission.refuse(
+            flight, (frame, stop, TerminationReason.LIMIT_EXCEEDED), message
+        )
 
     def pause(
         self,
@@ -238,7 +242,7 @@ class LedgerStep(Step):
             scope, stop = request.stop(refusal)
             waited = f"waited {wait.waited():.3g}s of admission_timeout_s={wait.limit_s:g}"
             reason = f"calls in flight held the rest of shared budget {scope!r} ({waited}): {stop}"
-            self.chain.abandon(flight, reason)
+            self.admission.abandon(flight, reason)
             raise BudgetBusy(
                 f"{flight.kind} call {flight.name!r} stopped before it ran: what is spent leaves "
                 f"room, but {reason}; raise admission_timeout_s to wait longer",
@@ -250,7 +254,7 @@ class LedgerStep(Step):
     def own_holds(self, flight: Flight, refusal: Refusal, thread: int | None) -> Any:
         """What this process's calls that ``flight`` cannot outwait hold at the refusing
         ceiling: the calls it runs inside and, on a thread, every call of that thread."""
-        stuck, _ = self.chain.kernel.holders(flight.node, thread)
+        stuck, _ = self.admission.kernel.holders(flight.node, thread)
         total: Any = 0
         for other in stuck:
             if not isinstance(other, Flight) or other is flight:
@@ -281,7 +285,7 @@ class LedgerStep(Step):
                 continue
             if committed.duplicate:  # counted before this run (a step re-run after a crash)
                 scope = held.scopes[0] if held.scopes else ledger.scope
-                outcome = counted_before(self.chain.frame, flight, outcome, scope, committed)
+                outcome = counted_before(self.admission.frame, flight, outcome, scope, committed)
         if failure is None:
             return outcome
         meta = {**(outcome.metadata or {}), "ledger_error": failure}

@@ -29,7 +29,7 @@ _NAMES = {keys.KEY_STEPS: "steps", keys.KEY_LLM_CALLS: "LLM calls", keys.KEY_RET
 def left(frame: Frame, kernel: Kernel) -> Left:
     """What is left of each exact hard limit on ``frame`` and the frames above it."""
     found: Left = {}
-    for each in frame.chain:
+    for each in frame.ancestry:
         limits = _ceilings(each.limits)
         if not limits:
             continue
