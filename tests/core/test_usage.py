@@ -150,3 +150,25 @@ def test_each_amount_is_counted_once_in_its_total_and_once_per_model(
     if not model:
         assert not any(":" in key.removeprefix("amp:") for key in amounts)
     assert list(amounts) == [key for key, _, _ in usage.entries()]
+
+
+def test_shapes_past_the_one_shape_cache_are_not_kept_and_still_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The interned shapes are the one shape cache: past its cap a shape is made again each
+    time, nothing per context keeps it, and the call counts as any other."""
+    from ampmeter import ExecutionContext, Limit
+    from ampmeter._core import usage as usage_module
+
+    seen = Usage("llm", "shape-model-a", tokens_in=1, calls=1)
+    assert seen.shape() is seen.shape() and seen.shape().interned
+    monkeypatch.setattr(usage_module, "_SHAPES_MAX", 0)
+    fresh = Usage("llm", "shape-model-b", tokens_in=1, calls=1)
+    assert fresh.shape() is not fresh.shape() and not fresh.shape().interned
+    limits = [Limit("amp:cost", 1, warn_at=(0.5,))]
+    with ExecutionContext(limits=limits) as ctx:
+        for _ in range(3):
+            with ctx.llm_call("c", model="shape-model-b", estimate_usd=0.2) as call:
+                call.record(tokens_in=3, tokens_out=2, cost_usd=0.25)
+    assert ctx.stats.get_gauge("amp:cost:shape-model-b") == Decimal("0.75")
+    assert [e["kind"] for e in ctx.snapshot()["limit_events"]] == ["warning"]

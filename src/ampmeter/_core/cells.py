@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from ampmeter._core.usage import Shape
 from ampmeter.keys import is_money
 from ampmeter.node import Node
 
 __all__ = ["Cell", "Held", "Level", "Ticket"]
-
-_PLANS_MAX: Final = 4_096  # per level: usage shapes with a resolved cell plan
 
 
 class Cell:
@@ -97,7 +95,7 @@ class Level:
             for stats in self.ancestry
             for key, field, gauge in shape.entries
         )
-        if len(self.plans) < _PLANS_MAX:
+        if shape.interned:
             self.plans[shape] = cells
         return cells
 

@@ -287,11 +287,6 @@ class Kernel:
         with self._lock:
             node.metadata[key] = [*node.metadata.get(key, ()), *values]
 
-    def metadata_of(self, node: Node, key: str) -> Any:
-        """One metadata value of a node (None when absent), read under the lock."""
-        with self._lock:
-            return node.metadata.get(key)
-
     def add_handed_off(
         self, llm_calls: int, tool_calls: int, tokens_in: int, tokens_out: int, cost: Any
     ) -> None:

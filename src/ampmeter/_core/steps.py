@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from ampmeter._core.check import Guard, Hit
 from ampmeter._core.exhaustion import PauseWait
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["ADMITTED", "DONE", "NEW", "Admission", "Flight", "Step", "Stop", "timed_out"]
 
 NEW, ADMITTED, DONE = 0, 1, 2
-_CACHE_MAX: Final = 4_096  # per context: reservation shapes with a resolved hold plan
 
 Stop = tuple["Frame", "ExceededLimit", TerminationReason]
 """A refusal: the context whose limit fired, the limit, and the reason it stops."""
@@ -139,6 +138,7 @@ class Admission:
         "rows",
         "settlers",
         "steps",
+        "timed",
         "wait_s",
     )
 
@@ -162,15 +162,15 @@ class Admission:
         # An on_exhausted callback, asked about the frame whose limit a paused call met.
         self.ask_exhausted = ask_exhausted
         self.ledgered = tuple(f for f in self.guards if f.ledger is not None)
+        self.timed = tuple(f for f in self.guards if f.deadline is not None)  # with a timeout_s
         self.install((), None)
 
     def install(self, policy_steps: Sequence[Step], ledger_step: Step | None) -> None:
         """Put the steps the context hands over in their places: the policies' before the
         local limits, the shared ledger's (needed when a context above has a ledger) last."""
         steps: list[Step] = [Cancel(self)]
-        timed = tuple(f for f in self.guards if f.deadline is not None)
-        if timed:
-            steps.append(Deadline(self, timed))
+        if self.timed:
+            steps.append(Deadline(self, self.timed))
         steps.extend(policy_steps)
         steps.append(LocalLimits(self, run=ledger_step is None))
         if ledger_step is not None:
@@ -214,15 +214,11 @@ class Admission:
         if self.kernel.abort(flight.node, Outcome("halt", stop_reason=reason)):
             self.emitter.emit(flight.node)
 
-    def halt(self, flight: Flight, reason: str) -> None:
-        """End a call that did not run as ``halt`` with ``reason``."""
-        self.abandon(flight, reason)
-
     def refuse(self, flight: Flight, stop: Stop, message: str | None = None) -> LimitExceeded:
         """Record ``stop`` and halt the call; the error to raise."""
         owner, limit, reason = stop
         self.frame.stop(owner, limit, reason)
-        self.halt(flight, message or str(limit))
+        self.abandon(flight, message or str(limit))
         return LimitExceeded(
             f"{flight.kind} call {flight.name!r} stopped before it ran: {message or limit}",
             limit,
@@ -236,8 +232,7 @@ class Admission:
 
     def deadline_passed(self) -> Stop | None:
         """The first context above whose wall time (``timeout_s``) is over, as a stop."""
-        timed = tuple(f for f in self.guards if f.deadline is not None)
-        return timed_out(timed) if timed else None
+        return timed_out(self.timed) if self.timed else None
 
     def exceeded_now(self) -> Stop | None:
         """The first limit above this context exceeded now (a deadline first), as a stop."""
@@ -293,7 +288,7 @@ class Cancel(Step):
     def admit(self, flight: Flight, thread: int | None) -> None:
         frame = self.admission.frame
         if frame.any_canceled():
-            self.admission.halt(flight, "context canceled")
+            self.admission.abandon(flight, "context canceled")
             raise ExecutionCanceled(f"context {frame.name!r} was canceled", flight.node.node_id)
 
 
@@ -347,7 +342,7 @@ class LocalLimits(Step):
                 watched.update((k, f) for k, f, _ in shape.entries if k in keys)
         plan = (tuple(holds), tuple(watched.items()))
         self.admission.kernel.note(plan[0])
-        if len(self.plans) < _CACHE_MAX:
+        if shape.interned:
             self.plans[shape] = plan
         return plan
 
@@ -417,7 +412,7 @@ class LocalLimits(Step):
         admission = self.admission
         limit = exceeded(hit)
         reason = f"waited {admission.wait_s:g}s for calls in flight to settle: {limit}"
-        admission.halt(flight, reason)
+        admission.abandon(flight, reason)
         return BudgetBusy(
             f"{flight.kind} call {flight.name!r} stopped before it ran: what is spent leaves "
             f"room, but calls in flight held the rest ({reason}); raise admission_timeout_s to "

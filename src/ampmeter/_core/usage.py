@@ -48,14 +48,17 @@ _SHAPES_MAX: Final = 4_096
 
 
 class Shape:
-    """The keys one shape of usage adds to. Shapes are interned (one object per shape), so
-    caches key on them by identity."""
+    """The keys one shape of usage adds to. Shapes are interned (one object per shape, up to
+    :data:`_SHAPES_MAX` of them): this is the one shape cache. What a context works out per
+    shape (where a reservation is held, which cells a usage adds to, which limits it reaches)
+    is kept for interned shapes only, so it is bounded by the same number."""
 
-    __slots__ = ("entries", "keys")
+    __slots__ = ("entries", "interned", "keys")
 
-    def __init__(self, entries: tuple[Entry, ...]) -> None:
+    def __init__(self, entries: tuple[Entry, ...], interned: bool) -> None:
         self.entries = entries
         self.keys: tuple[str, ...] = tuple(key for key, _, _ in entries)
+        self.interned = interned  # False past the cap: worked out again each time
 
 
 _shapes: dict[tuple[Any, ...], Shape] = {}
@@ -151,8 +154,8 @@ class Usage(NamedTuple):
         )
         found = _shapes.get(key)
         if found is None:
-            found = Shape(self._translate())
-            if len(_shapes) < _SHAPES_MAX:
+            found = Shape(self._translate(), len(_shapes) < _SHAPES_MAX)
+            if found.interned:
                 _shapes[key] = found
         return found
 

@@ -6,7 +6,7 @@ each settlement, and a warning fires once per scope across processes
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from ampmeter.limits import LimitType
 from ampmeter.policies.options import LimitEvent
@@ -16,7 +16,7 @@ from ampmeter.policies.step import Observer
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.steps import Admission
-    from ampmeter._core.usage import Usage
+    from ampmeter._core.usage import Shape, Usage
     from ampmeter.limits import Limit
     from ampmeter.policies.events import EventLog
     from ampmeter.policies.marks import CallMarks
@@ -24,9 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Thresholds", "Watch"]
 
-_MATCHED_MAX: Final = 4_096  # per context: usage shapes with their watched (limit, key) pairs
-
-Entries = tuple[tuple[str, int, bool], ...]
 Found = list[tuple["EventLog", LimitEvent]]
 
 
@@ -41,7 +38,7 @@ class Watch:
         self.log = log  # the declaring context's events
         self.fired: set[tuple[int, str, float | None]] = set()
         self.done: set[tuple[int, str]] = set()  # (limit, key) pairs with nothing left to fire
-        self.matched: dict[Entries, tuple[Any, ...]] = {}
+        self.matched: dict[Shape, tuple[Any, ...]] = {}
         self.wrapped = False
         ledger = frame.ledger
         self.shared: SharedTotals | None = None if ledger is None else shared_totals(ledger)
@@ -59,23 +56,23 @@ class Watch:
                 self.wrapped = True
         return self.wrapped
 
-    def pairs(self, entries: Entries) -> tuple[Any, ...]:
-        """Which (limit, key) pairs a usage of this shape reaches (found once per shape)."""
-        watched = self.matched.get(entries)
+    def pairs(self, shape: Shape) -> tuple[Any, ...]:
+        """Which (limit, key) pairs a usage of ``shape`` reaches (found once per shape)."""
+        watched = self.matched.get(shape)
         if watched is None:
             watched = tuple(
                 (index, limit, key, gauge)
                 for index, limit in enumerate(self.limits)
-                for key, _, gauge in entries
+                for key, _, gauge in shape.entries
                 if limit.matches(key)
             )
-            if len(self.matched) < _MATCHED_MAX:
-                self.matched[entries] = watched
+            if shape.interned:
+                self.matched[shape] = watched
         return watched
 
-    def look(self, entries: Entries, node_id: str, found: Found) -> None:
-        """Add to ``found`` the events a usage of ``entries``, added at ``node_id``, fires."""
-        watched = self.pairs(entries)
+    def look(self, shape: Shape, node_id: str, found: Found) -> None:
+        """Add to ``found`` the events a usage of ``shape``, added at ``node_id``, fires."""
+        watched = self.pairs(shape)
         stats = self.frame.policies.stats
         shared = self.shared
         totals = None
@@ -142,10 +139,10 @@ class Thresholds(Observer):
         self.watches = watches  # innermost first
 
     def observe(self, usage: Usage, node_id: str) -> list[dict[str, Any]]:
-        entries = usage.entries()
+        shape = usage.shape()
         found: Found = []
         for watch in self.watches:
-            watch.look(entries, node_id, found)
+            watch.look(shape, node_id, found)
         for log, event in found:
             log.report(event)
         return [event.to_dict() for _, event in found]

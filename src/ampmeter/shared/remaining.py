@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ampmeter import keys, money
+from ampmeter._core.usage import internal_amount
 from ampmeter.limits import LimitType
 
 if TYPE_CHECKING:
@@ -74,17 +75,14 @@ def _shared(found: Left, ledger: Ledger, scope: str, limits: tuple[Limit, ...]) 
     view = ledger.show(scope)
     ceilings: dict[str, Any] = {lim.key: lim.internal_max for lim in limits}
     for key, kept in view.ceilings.items():
-        kept_here = _internal(key, kept)
+        kept_here = internal_amount(key, kept)
         if key not in ceilings or kept_here < ceilings[key]:
             ceilings[key] = kept_here
     for key, ceiling in ceilings.items():
-        used = _internal(key, view.spent.get(key, 0)) + _internal(key, view.reserved.get(key, 0))
+        used = internal_amount(key, view.spent.get(key, 0)) + internal_amount(
+            key, view.reserved.get(key, 0)
+        )
         _keep(found, key, ceiling - used, ceiling)
-
-
-def _internal(key: str, amount: Any) -> Any:
-    """A ledger's amount as the kernel counts it: whole nano-dollars for money."""
-    return money.to_nano(amount, allow_negative=True) if keys.is_money(key) else amount
 
 
 def _keep(found: Left, key: str, rest: Any, ceiling: Any) -> None:
