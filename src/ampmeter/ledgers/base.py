@@ -56,6 +56,7 @@ from ampmeter.ledgers._rules import (
     kept_limits,
     tightened,
 )
+from ampmeter.ledgers.reach import reach_of
 
 __all__ = [
     "SETTLED_ID",
@@ -203,13 +204,17 @@ class Ledger(ABC):
         child._root_ledger = self._root_ledger or self
         return child
 
+    @property
+    def lease_s(self) -> float | None:
+        """How long a reservation holds unless renewed (None: until it is settled)."""
+        return self._lease_s
+
     def location(self) -> dict[str, object]:
-        """Where another process finds this ledger's backend, without any secret (a hand-off
-        token carries it). A ledger kept in this process has no such place: ``TypeError``."""
-        raise TypeError(
-            f"{type(self).__name__} lives in this process and cannot be shared with another; "
-            "use SqliteLedger (one machine) or RedisLedger (many)"
-        )
+        """Where another process finds this ledger, without any secret (a hand-off token
+        carries it), as its :class:`~ampmeter.ledgers.reach.Reach` describes it. A ledger no
+        other process can reach (one kept in this process) has no such place: ``TypeError``."""
+        reach = reach_of(self)
+        return {"backend": reach.name, **reach.describe(self)}
 
     def sign_handoff(self, body: bytes) -> bytes | None:
         """The HMAC-SHA256 of ``body`` under this ledger's ``handoff_key``, or None without

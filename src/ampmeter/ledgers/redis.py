@@ -15,7 +15,7 @@ import functools
 import os
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 try:
     import orjson
@@ -47,6 +47,7 @@ from ampmeter.ledgers.base import (
     Reservation,
     held_reservation,
 )
+from ampmeter.ledgers.reach import Location, Reach, register, settings
 
 __all__ = ["RedisLedger"]
 
@@ -154,11 +155,6 @@ class RedisLedger(Ledger):
         self._claim = self._client.register_script(_lua.CLAIM)
         self._note = self._client.register_script(_lua.NOTE)
         self._recent = self._client.register_script(_lua.RECENT)
-
-    def location(self) -> dict[str, object]:
-        """The server's URL without user or password, ``credentials`` True when the other
-        process must bring its own client (see :meth:`Ledger.location`)."""
-        return dict(self._location)
 
     def _backend_reserve(self, request: HoldRequest) -> Reservation | Refusal:
         reservation_id, amounts, limits, windows, charge = request
@@ -379,8 +375,9 @@ def _where(client: redis.Redis | RedisCluster) -> str:
 def _location(
     where: str | redis.Redis | RedisCluster, ttl: float | None, lease: float | None
 ) -> dict[str, object]:
-    """What a hand-off token may say about this backend: never a user name or a password."""
-    found: dict[str, object] = {"backend": "redis", "ttl_s": ttl, "lease_s": lease}
+    """What a hand-off token may say about this backend: never a user name or a password
+    (``credentials`` is True when another process must bring its own client)."""
+    found: dict[str, object] = {"ttl_s": ttl, "lease_s": lease}
     if isinstance(where, RedisCluster):
         found.update(url=None, cluster=_where(where), credentials=True)
         return found
@@ -409,3 +406,40 @@ def _identity(client: redis.Redis | RedisCluster) -> str:
     if isinstance(client, RedisCluster):
         return _where(client)
     return f"{_where(client)}/{client.connection_pool.connection_kwargs.get('db', 0)}"
+
+
+def _place(location: Location) -> str:
+    """The server and database a location names, written one way (credentials and options
+    aside; ``localhost`` is ``127.0.0.1``)."""
+    if location.get("cluster"):
+        return f"cluster {location['cluster']}"
+    parts = urlsplit(str(location["url"]))
+    db = parse_qs(parts.query).get("db", ["0"])[0]
+    if parts.scheme == "unix":
+        return f"unix://{parts.path}?db={db}"
+    host = (parts.hostname or "").lower()
+    host = "127.0.0.1" if host in ("localhost", "::1") else host
+    return f"{parts.scheme}://{host}:{parts.port or 6379}/{parts.path.strip('/') or db}"
+
+
+def _address(text: str) -> dict[str, object] | None:
+    if not text.startswith(("redis://", "rediss://", "unix://")):
+        return None
+    return {"url": text}
+
+
+def _reopen(location: Location, scope: str) -> RedisLedger:
+    found = settings(location, "ttl_s", "lease_s", "timeout_s")
+    return RedisLedger(str(location["url"]), scope, **found)
+
+
+register(
+    Reach(
+        name="redis",
+        kind=RedisLedger,
+        describe=lambda ledger: dict(ledger._location),
+        reopen=_reopen,
+        place=_place,
+        address=_address,
+    )
+)

@@ -39,6 +39,7 @@ from ampmeter.ledgers.base import (
     kept_limits,
     tightened,
 )
+from ampmeter.ledgers.reach import Location, Reach, register, settings
 
 __all__ = ["SqliteLedger"]
 
@@ -99,16 +100,7 @@ class SqliteLedger(Ledger):
         )
         self.path = location
         self._connections = Connections(location, timeout)
-        self._location: dict[str, object] = {
-            "backend": "sqlite",
-            "path": location,
-            "lease_s": lease,
-        }
         self._guarded(self._connections.get)  # create the file and schema, or fail now
-
-    def location(self) -> dict[str, object]:
-        """The SQLite file and lease (see :meth:`Ledger.location`)."""
-        return dict(self._location)
 
     def _backend_reserve(self, request: HoldRequest) -> Reservation | Refusal:
         reservation_id, amounts, limits, windows, charge = request
@@ -493,3 +485,23 @@ def _reservation(
     return held_reservation(
         reservation_id, _units(amounts), expires_at, tuple(orjson.loads(scopes))
     )
+
+
+def _reopen(location: Location, scope: str) -> SqliteLedger:
+    path = str(location["path"])
+    if location.get("create") is False and not os.path.isfile(path):
+        raise ValueError(f"no ledger file at {path!r} (give a SQLite ledger file or a server URL)")
+    return SqliteLedger(path, scope, **settings(location, "lease_s", "timeout_s"))
+
+
+register(
+    Reach(
+        name="sqlite",
+        kind=SqliteLedger,
+        describe=lambda ledger: {"path": ledger.path, "lease_s": ledger.lease_s},
+        reopen=_reopen,
+        place=lambda location: os.path.realpath(str(location["path"])),
+        # Any address that is not a URL is a file's path.
+        address=lambda text: None if "://" in text else {"path": os.path.abspath(text)},
+    )
+)
