@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 from ampmeter.errors import BudgetUnavailable
 
-__all__ = ["Connections", "immediate"]
+__all__ = ["Connections", "MemoryDatabase", "immediate"]
 
 # Version 2 keeps amounts as integers (nano-dollars for money keys); version 1 (no user_version)
 # kept float dollars, which this code cannot read.
@@ -146,6 +146,11 @@ class Connections:
         self._local.connection = connection
         return connection
 
+    @contextmanager
+    def use(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection (see :meth:`get`) for one operation."""
+        yield self.get()
+
     def close(self) -> None:
         with self._lock:
             self.closed = True
@@ -169,6 +174,28 @@ class Connections:
             "ledger refuses every operation (settlements go to its journal). Put the file back, "
             "or stop every process using it and start over with one file"
         )
+
+
+class MemoryDatabase:
+    """A database in this process's memory (an :class:`~ampmeter.ledgers.InMemoryLedger`'s):
+    one connection, which the threads take in turn, one operation at a time."""
+
+    path = ":memory:"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        _create_schema(self._db, self.path)
+
+    @contextmanager
+    def use(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for this thread alone until the operation ends."""
+        with self._lock:
+            yield self._db
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
 
 
 def _identity(path: str) -> tuple[int, int]:

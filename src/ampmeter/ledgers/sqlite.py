@@ -1,8 +1,8 @@
-"""A ledger in a SQLite file, shared by every process and thread of one machine.
+"""Ledgers kept in SQLite: a file shared by every process and thread of one machine, or the
+memory of one process.
 
-Each reserve, commit, release and renewal is one ``BEGIN IMMEDIATE`` transaction, so it is
-checked and applied atomically against what every other process holds; the file is in WAL
-mode, so reads never wait for writers. Each thread of each process gets its own connection.
+Each operation is one transaction (reserve, commit, release and renewal ``BEGIN IMMEDIATE``),
+so it is checked and applied atomically against what every other thread and process holds.
 Leases use this machine's clock. ``reserved`` is summed from the live holds on every read, so
 it returns to exact zero by itself.
 """
@@ -25,7 +25,7 @@ from ampmeter.ledgers._amounts import (
     scope_path,
 )
 from ampmeter.ledgers._journal import Settlement, default_journal_dir
-from ampmeter.ledgers._sqlite_file import Connections, immediate
+from ampmeter.ledgers._sqlite_file import Connections, MemoryDatabase, immediate
 from ampmeter.ledgers.base import (
     SETTLED_ID,
     SETTLED_KEEP_S,
@@ -41,7 +41,7 @@ from ampmeter.ledgers.base import (
 )
 from ampmeter.ledgers.reach import Location, Reach, register, settings
 
-__all__ = ["SqliteLedger"]
+__all__ = ["SqlLedger", "SqliteLedger"]
 
 _T = TypeVar("_T")
 
@@ -49,58 +49,30 @@ _T = TypeVar("_T")
 _SCOPED = ("spent", "unsettled", "held", "ceilings", "paused", "notes")
 
 
-class SqliteLedger(Ledger):
-    """A :class:`Ledger` kept in the SQLite file ``path`` (created if missing).
+class SqlLedger(Ledger):
+    """The :class:`Ledger` semantics kept in SQLite: in a file (:class:`SqliteLedger`) or in this
+    process's memory (:class:`~ampmeter.ledgers.InMemoryLedger`), so both count alike.
 
-    Every process and thread that opens the same file shares its budgets. ``lease_s`` (None =
-    never) is how long an unsettled reservation holds its amounts unless renewed (this
-    process renews its own every ``lease_s / 3`` while it lives); ``on_expired_hold`` says
-    whether a hold whose lease ends is charged as unsettled spend (default) or released.
-    ``timeout_s`` is how long an operation waits for the file's write lock before raising
-    :class:`LedgerUnavailable`. ``journal`` is the directory for settlements the file cannot
-    take (default: under the user's cache directory, one per file and scope tree).
-    ``handoff_key`` signs hand-off tokens (see :class:`Ledger`). Amounts are stored as
-    integers (nano-dollars for money keys). WAL with ``synchronous=NORMAL``: a committed
-    transaction survives a crash of the process, not necessarily of the machine. If the file is
-    removed or replaced while the ledger has it open, every operation raises
-    :class:`LedgerUnavailable` until the same file is back (see
-    :mod:`ampmeter.ledgers._sqlite_file`), so the budget never splits between two files.
+    ``connections`` hands out a connection per operation (see :mod:`._sqlite_file`); the
+    other arguments are :class:`Ledger`'s.
     """
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
-        scope: str = "default",
+        scope: str,
+        connections: Connections | MemoryDatabase,
         *,
-        lease_s: float | None = 30.0,
-        timeout_s: float = 5.0,
-        journal: str | os.PathLike[str] | None = None,
-        on_expired_hold: ExpiredHold = "charge",
-        handoff_key: str | bytes | None = None,
+        lease_s: float | None,
+        journal: str | os.PathLike[str] | None,
+        on_expired_hold: ExpiredHold,
+        handoff_key: str | bytes | None,
     ) -> None:
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path must be a str or path, got {type(path).__name__}")
-        location = os.path.abspath(os.fspath(path))
-        if os.path.isdir(location):
-            raise ValueError(f"path {location!r} is a directory, not a SQLite file")
         lease = check_seconds(lease_s, "lease_s", optional=True)
-        timeout = check_seconds(timeout_s, "timeout_s", optional=False)
-        assert timeout is not None
-        directory = (
-            journal
-            if journal is not None
-            else default_journal_dir("sqlite", location, scope if isinstance(scope, str) else "")
-        )
         super().__init__(
-            scope,
-            lease,
-            directory,
-            on_expired_hold=on_expired_hold,
-            handoff_key=handoff_key,
+            scope, lease, journal, on_expired_hold=on_expired_hold, handoff_key=handoff_key
         )
-        self.path = location
-        self._connections = Connections(location, timeout)
-        self._guarded(self._connections.get)  # create the file and schema, or fail now
+        self._connections = connections
+        self._query(lambda db: None)  # create the file and schema, or fail now
 
     def _backend_reserve(self, request: HoldRequest) -> Reservation | Refusal:
         reservation_id, amounts, limits, windows, charge = request
@@ -236,9 +208,7 @@ class SqliteLedger(Ledger):
         return self._run(read)
 
     def _backend_recent(self, scope: str, key: str, window_s: float) -> int:
-        return self._guarded(
-            lambda: _recent(self._connections.get(), time.time(), scope, key, window_s)
-        )
+        return self._query(lambda db: _recent(db, time.time(), scope, key, window_s))
 
     def _backend_claim(self, scope: str, name: str) -> bool:
         def claim(db: sqlite3.Connection, now: float) -> bool:
@@ -252,7 +222,7 @@ class SqliteLedger(Ledger):
         return self._run(claim)
 
     def _backend_ceilings(self, scope: str) -> Units:
-        return self._guarded(lambda: _ceilings(self._connections.get(), scope))
+        return self._query(lambda db: _ceilings(db, scope))
 
     def _backend_set_ceilings(self, scope: str, ceilings: Units, tighten: bool) -> Units:
         def write(db: sqlite3.Connection, now: float) -> Units:
@@ -275,16 +245,11 @@ class SqliteLedger(Ledger):
         self._run(write)
 
     def _backend_paused_by(self, scope: str) -> str | None:
-        return self._guarded(lambda: _paused_by(self._connections.get(), scope))
+        return self._query(lambda db: _paused_by(db, scope))
 
     def _backend_notes(self, scope: str) -> dict[str, str]:
-        def read() -> dict[str, str]:
-            rows = self._connections.get().execute(
-                "SELECT name, value FROM ampmeter_notes WHERE scope = ?", (scope,)
-            )
-            return dict(rows.fetchall())
-
-        return self._guarded(read)
+        query = "SELECT name, value FROM ampmeter_notes WHERE scope = ?"
+        return self._query(lambda db: dict(db.execute(query, (scope,)).fetchall()))
 
     def _backend_set_note(self, scope: str, name: str, value: str | None) -> None:
         def write(db: sqlite3.Connection, now: float) -> None:
@@ -304,15 +269,11 @@ class SqliteLedger(Ledger):
             for table in _SCOPED
         )
         args = [value for _ in _SCOPED for value in (scope, len(below), below)]
-        return self._guarded(
-            lambda: self._connections.get().execute(f"{union} LIMIT 1", args).fetchone() is not None
-        )
+        return self._query(lambda db: db.execute(f"{union} LIMIT 1", args).fetchone() is not None)
 
     def reservation_ids(self) -> set[str]:
-        """Ids of the reservations the file holds now (expired ones included until reaped)."""
-        rows = self._guarded(
-            lambda: self._connections.get().execute("SELECT id FROM ampmeter_holds").fetchall()
-        )
+        """Ids of the reservations the ledger holds now (expired ones included until reaped)."""
+        rows = self._query(lambda db: db.execute("SELECT id FROM ampmeter_holds").fetchall())
         return {row[0] for row in rows}
 
     def _backend_close(self) -> None:
@@ -321,22 +282,77 @@ class SqliteLedger(Ledger):
     def _run(self, operation: Callable[[sqlite3.Connection, float], _T]) -> _T:
         """Run ``operation`` in one write transaction, after ending expired holds."""
 
-        def transaction() -> _T:
-            with immediate(self._connections.get()) as db:
+        def transaction(db: sqlite3.Connection) -> _T:
+            with immediate(db):
                 now = time.time()
                 _reap(db, now)
                 return operation(db, now)
 
-        return self._guarded(transaction)
+        return self._query(transaction)
 
-    def _guarded(self, operation: Callable[[], _T]) -> _T:
+    def _query(self, operation: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``operation`` on a connection; a SQLite error is :class:`LedgerUnavailable`."""
         try:
-            return operation()
+            with self._connections.use() as db:
+                return operation(db)
         except sqlite3.Error as exc:
             raise LedgerUnavailable(
-                f"SQLite ledger for scope {self.scope!r} at {self.path} is unavailable: "
-                f"{type(exc).__name__}: {exc}"
+                f"SQLite ledger for scope {self.scope!r} at {self._connections.path} is "
+                f"unavailable: {type(exc).__name__}: {exc}"
             ) from exc
+
+
+class SqliteLedger(SqlLedger):
+    """A :class:`Ledger` kept in the SQLite file ``path`` (created if missing).
+
+    Every process and thread that opens the same file shares its budgets. ``lease_s`` (None =
+    never) is how long an unsettled reservation holds its amounts unless renewed (this
+    process renews its own every ``lease_s / 3`` while it lives); ``on_expired_hold`` says
+    whether a hold whose lease ends is charged as unsettled spend (default) or released.
+    ``timeout_s`` is how long an operation waits for the file's write lock before raising
+    :class:`LedgerUnavailable`. ``journal`` is the directory for settlements the file cannot
+    take (default: under the user's cache directory, one per file and scope tree).
+    ``handoff_key`` signs hand-off tokens (see :class:`Ledger`). Amounts are stored as
+    integers (nano-dollars for money keys). Each reserve, commit, release and renewal is one
+    ``BEGIN IMMEDIATE`` transaction, so it is checked and applied atomically against what every
+    other process holds; the file is in WAL mode, so reads never wait for writers, and
+    ``synchronous=NORMAL``: a committed transaction survives a crash of the process, not
+    necessarily of the machine. If the file is removed or replaced while the ledger has it
+    open, every operation raises :class:`LedgerUnavailable` until the same file is back (see
+    :mod:`ampmeter.ledgers._sqlite_file`), so the budget never splits between two files.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        scope: str = "default",
+        *,
+        lease_s: float | None = 30.0,
+        timeout_s: float = 5.0,
+        journal: str | os.PathLike[str] | None = None,
+        on_expired_hold: ExpiredHold = "charge",
+        handoff_key: str | bytes | None = None,
+    ) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or path, got {type(path).__name__}")
+        location = os.path.abspath(os.fspath(path))
+        if os.path.isdir(location):
+            raise ValueError(f"path {location!r} is a directory, not a SQLite file")
+        timeout = check_seconds(timeout_s, "timeout_s", optional=False)
+        assert timeout is not None
+        if journal is None:
+            journal = default_journal_dir(
+                "sqlite", location, scope if isinstance(scope, str) else ""
+            )
+        self.path = location
+        super().__init__(
+            scope,
+            Connections(location, timeout),
+            lease_s=lease_s,
+            journal=journal,
+            on_expired_hold=on_expired_hold,
+            handoff_key=handoff_key,
+        )
 
 
 def _reap(db: sqlite3.Connection, now: float) -> None:
