@@ -40,6 +40,7 @@ from ampmeter.ledgers._amounts import (
     check_windows,
     raised_ceiling,
     root_of,
+    scope_path,
     to_amount,
 )
 from ampmeter.ledgers._journal import Journal, Settlement
@@ -380,7 +381,7 @@ class Ledger(ABC):
         rid = check_reservation_id(hold if isinstance(hold, str) else hold.id)
         if rid in self._renewer.tracked():
             return False
-        return self._backend_claim(root_of(self.scope), UNSETTLED_CLAIM + rid)
+        return self._claim(root_of(self.scope), UNSETTLED_CLAIM + rid)
 
     def reserved(self, scope: str | None = None) -> dict[str, Amount]:
         """The amounts live reservations hold at ``scope`` (default: this ledger's), per key."""
@@ -402,7 +403,7 @@ class Ledger(ABC):
     def claim(self, name: str) -> bool:
         """True for the first caller, in any process, that claims ``name`` at this scope; False
         for every later one (claims are kept as long as the scope's spend)."""
-        return self._backend_claim(self.scope, check_key(name, "claim name"))
+        return self._claim(self.scope, check_key(name, "claim name"))
 
     # -- ceilings kept in the ledger, and the operator's handles -----------------------------
 
@@ -470,12 +471,12 @@ class Ledger(ABC):
     def pause(self, scope: str | None = None) -> None:
         """Pause ``scope`` (default: this ledger's): from its next reserve on, no process admits
         anything there or below it (a :class:`Refusal` with ``paused``) until :meth:`resume`."""
-        self._backend_set_paused(self._readable(scope), True)
+        self._backend_set_note(self._readable(scope), _notes.PAUSE, repr(time.time()))
 
     def resume(self, scope: str | None = None) -> None:
         """Lift a :meth:`pause` of ``scope`` (default: this ledger's); a pause of an enclosing
         scope still applies."""
-        self._backend_set_paused(self._readable(scope), False)
+        self._backend_set_note(self._readable(scope), _notes.PAUSE, None)
 
     def show(self, scope: str | None = None) -> BudgetView:
         """What the ledger holds for ``scope`` (default: this ledger's): see :class:`BudgetView`."""
@@ -487,7 +488,7 @@ class Ledger(ABC):
             amounts_out(self._backend_read("reserved", name)),
             amounts_out(self._backend_read("unsettled", name)),
             {key: to_amount(key, value) for key, value in self._backend_ceilings(name).items()},
-            self._backend_paused_by(name),
+            next((at for at in scope_path(name) if _notes.PAUSE in self._backend_notes(at)), None),
             self.paused_calls(name),
         )
 
@@ -525,17 +526,14 @@ class Ledger(ABC):
     def _backend_reserve(self, request: HoldRequest) -> Reservation | Refusal:
         """One atomic reserve (see :meth:`try_reserve`). ``request.limits`` lists the own scope
         first, and the backend adds the kept ceilings with :func:`kept_limits`; the windows apply
-        at the own scope. A paused scope on the path refuses first, then a settled id with
-        :data:`SETTLED_ID`, a ceiling as :func:`first_refusal` names it, a window after every
-        ceiling fits. A taken hold remembers ``request.charge``: whether its expiry charges it."""
+        at the own scope. A scope of the path with the note ``_notes.PAUSE`` refuses first, then
+        a settled id with :data:`SETTLED_ID`, a ceiling as :func:`first_refusal` names it, a
+        window after every ceiling fits. A taken hold remembers ``request.charge``: whether its
+        expiry charges it."""
 
     @abstractmethod
     def _backend_recent(self, scope: str, key: str, window_s: float) -> int:
         """What was committed of ``key`` at ``scope`` in the last ``window_s`` seconds."""
-
-    @abstractmethod
-    def _backend_claim(self, scope: str, name: str) -> bool:
-        """Atomically record ``name`` at ``scope``; True if it was not there yet."""
 
     @abstractmethod
     def _backend_commit(self, settlement: Settlement) -> Units | None:
@@ -569,20 +567,15 @@ class Ledger(ABC):
         """Atomically write ``ceilings`` for ``scope`` (see :func:`tightened`); all kept now."""
 
     @abstractmethod
-    def _backend_set_paused(self, scope: str, paused: bool) -> None:
-        """Mark ``scope`` paused, or not."""
-
-    @abstractmethod
-    def _backend_paused_by(self, scope: str) -> str | None:
-        """The nearest paused scope of ``scope``'s path (itself first), or None."""
-
-    @abstractmethod
     def _backend_notes(self, scope: str) -> dict[str, str]:
         """The notes kept for ``scope``: name -> text."""
 
     @abstractmethod
-    def _backend_set_note(self, scope: str, name: str, value: str | None) -> None:
-        """Keep the note ``name`` of ``scope`` as ``value`` (a non-empty text; None drops it)."""
+    def _backend_set_note(
+        self, scope: str, name: str, value: str | None, *, first: bool = False
+    ) -> bool:
+        """Atomically keep the note ``name`` of ``scope`` as ``value`` (a non-empty text; None
+        drops it); with ``first``, only if there is no such note yet. True if it was written."""
 
     @abstractmethod
     def _backend_known(self, scope: str) -> bool:
@@ -688,6 +681,10 @@ class Ledger(ABC):
         except LedgerUnavailable:
             if strict:
                 raise
+
+    def _claim(self, scope: str, name: str) -> bool:
+        """True for the first claim of ``name`` at ``scope``: a note that is never rewritten."""
+        return self._backend_set_note(scope, _notes.claim_name(name), "1", first=True)
 
     def _renew_ids(self, reservation_ids: list[str]) -> set[str]:
         """The renewal thread's tick: replay a waiting journal, then renew (if any to renew)."""

@@ -3,8 +3,8 @@
 Each operation is one Lua script run with EVALSHA (redis-py loads it on first use), so a
 reservation is checked and taken atomically against everything every other process holds. Leases
 use the Redis server's clock, so the clocks of the workers do not matter. A scope tree (every
-scope under one root) lives in ten keys with the hash tag ``{<root>}``, so on Redis Cluster
-every script touches one slot.
+scope under one root) lives in keys with the hash tag ``{<root>}``, so on Redis Cluster every
+script touches one slot.
 
 Amounts are integers (nano-dollars for money keys) added with ``HINCRBY``: every sum is exact.
 """
@@ -62,20 +62,18 @@ _SUFFIXES = (
     "window",
     "windowed",
     "window_events",
-    "claims",
     "unsettled",
     "expired",
     "expired_at",
     "ceilings",
-    "paused",
     "idempotency",
     "idempotency_at",
     "notes",
 )
 # The hashes whose fields name a scope (after its field prefix): spent, reserved, unsettled,
-# ceilings, paused, notes.
-_SCOPED = (0, 1, 10, 13, 14, 17)
-_HASH_OF = {"spent": "1", "reserved": "2", "unsettled": "11"}
+# ceilings, notes.
+_SCOPED = (0, 1, 9, 12, 15)
+_HASH_OF = {"spent": "1", "reserved": "2", "unsettled": "10"}
 _SEP = "\x1f"  # between a scope's path below the root and a key, in hash fields
 
 
@@ -148,11 +146,9 @@ class RedisLedger(Ledger):
         self._reserve = self._client.register_script(_lua.RESERVE)
         self._read = self._client.register_script(_lua.READ)
         self._ceilings = self._client.register_script(_lua.CEILINGS)
-        self._pause = self._client.register_script(_lua.PAUSE)
         self._commit = self._client.register_script(_lua.COMMIT)
         self._release = self._client.register_script(_lua.RELEASE)
         self._renew = self._client.register_script(_lua.RENEW)
-        self._claim = self._client.register_script(_lua.CLAIM)
         self._note = self._client.register_script(_lua.NOTE)
         self._recent = self._client.register_script(_lua.RECENT)
 
@@ -254,7 +250,7 @@ class RedisLedger(Ledger):
         return found
 
     def _backend_unsettled_holds(self) -> list[tuple[str, Units, tuple[str, ...]]]:
-        args = [*self._common(), "12"]  # the expired holds, after ending those whose lease ran out
+        args = [*self._common(), "11"]  # the expired holds, after ending those whose lease ran out
         raw: list[Any] = self._call(lambda: self._read(keys=self._keys, args=args))
         found: list[tuple[str, Units, tuple[str, ...]]] = []
         for index in range(0, len(raw), 2):
@@ -273,7 +269,7 @@ class RedisLedger(Ledger):
         )
 
     def _backend_ceilings(self, scope: str) -> Units:
-        raw = self._call(lambda: self._client.hget(self._keys[13], self._prefix(scope)))
+        raw = self._call(lambda: self._client.hget(self._keys[12], self._prefix(scope)))
         return {} if raw is None else _units(raw)
 
     def _backend_set_ceilings(self, scope: str, ceilings: Units, tighten: bool) -> Units:
@@ -282,19 +278,8 @@ class RedisLedger(Ledger):
             args += (key, str(value))
         return _units(self._call(lambda: self._ceilings(keys=self._keys, args=args)))
 
-    def _backend_set_paused(self, scope: str, paused: bool) -> None:
-        args = [*self._common(), self._prefix(scope), "1" if paused else "0"]
-        self._call(lambda: self._pause(keys=self._keys, args=args))
-
-    def _backend_paused_by(self, scope: str) -> str | None:
-        path = scope_path(scope)
-        fields = [self._prefix(name) for name in path]
-        marks: list[Any] = self._call(lambda: self._client.hmget(self._keys[14], fields))
-        paused = [name for name, mark in zip(path, marks, strict=True) if mark is not None]
-        return paused[0] if paused else None
-
     def _backend_notes(self, scope: str) -> dict[str, str]:
-        raw: dict[Any, Any] = self._call(lambda: self._client.hgetall(self._keys[17]))
+        raw: dict[Any, Any] = self._call(lambda: self._client.hgetall(self._keys[15]))
         prefix = self._prefix(scope)
         found: dict[str, str] = {}
         for field, value in raw.items():
@@ -305,10 +290,12 @@ class RedisLedger(Ledger):
                 found[name] = _text(value)
         return found
 
-    def _backend_set_note(self, scope: str, name: str, value: str | None) -> None:
+    def _backend_set_note(
+        self, scope: str, name: str, value: str | None, *, first: bool = False
+    ) -> bool:
         # A note is never empty (a mark, or JSON): "" is the script's word for "drop it".
-        args = [*self._common(), self._prefix(scope) + name, value or ""]
-        self._call(lambda: self._note(keys=self._keys, args=args))
+        args = [*self._common(), self._prefix(scope) + name, value or "", "1" if first else "0"]
+        return bool(int(self._call(lambda: self._note(keys=self._keys, args=args))))
 
     def _backend_known(self, scope: str) -> bool:
         below = scope.partition("/")[2]
@@ -321,10 +308,6 @@ class RedisLedger(Ledger):
                 if not below or field.startswith((below + _SEP, below + "/")):
                     return True
         return False
-
-    def _backend_claim(self, scope: str, name: str) -> bool:
-        args = [*self._common(), self._prefix(scope) + name]
-        return bool(int(self._call(lambda: self._claim(keys=self._keys, args=args))))
 
     def reservation_ids(self) -> set[str]:
         """Ids of the reservations Redis holds now in this scope tree (expired ones included

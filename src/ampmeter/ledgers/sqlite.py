@@ -25,6 +25,7 @@ from ampmeter.ledgers._amounts import (
     scope_path,
 )
 from ampmeter.ledgers._journal import Settlement, default_journal_dir
+from ampmeter.ledgers._notes import PAUSE
 from ampmeter.ledgers._sqlite_file import Connections, MemoryDatabase, immediate
 from ampmeter.ledgers.base import (
     SETTLED_ID,
@@ -46,7 +47,7 @@ __all__ = ["SqlLedger", "SqliteLedger"]
 _T = TypeVar("_T")
 
 # The tables that name scopes: a scope exists when one of them names it or a scope below it.
-_SCOPED = ("spent", "unsettled", "held", "ceilings", "paused", "notes")
+_SCOPED = ("spent", "unsettled", "held", "ceilings", "notes")
 
 
 class SqlLedger(Ledger):
@@ -210,17 +211,6 @@ class SqlLedger(Ledger):
     def _backend_recent(self, scope: str, key: str, window_s: float) -> int:
         return self._query(lambda db: _recent(db, time.time(), scope, key, window_s))
 
-    def _backend_claim(self, scope: str, name: str) -> bool:
-        def claim(db: sqlite3.Connection, now: float) -> bool:
-            return (
-                db.execute(
-                    "INSERT OR IGNORE INTO ampmeter_claims VALUES (?, ?, ?)", (scope, name, now)
-                ).rowcount
-                == 1
-            )
-
-        return self._run(claim)
-
     def _backend_ceilings(self, scope: str) -> Units:
         return self._query(lambda db: _ceilings(db, scope))
 
@@ -235,32 +225,19 @@ class SqlLedger(Ledger):
 
         return self._run(write)
 
-    def _backend_set_paused(self, scope: str, paused: bool) -> None:
-        def write(db: sqlite3.Connection, now: float) -> None:
-            if paused:
-                db.execute("INSERT OR IGNORE INTO ampmeter_paused VALUES (?, ?)", (scope, now))
-            else:
-                db.execute("DELETE FROM ampmeter_paused WHERE scope = ?", (scope,))
-
-        self._run(write)
-
-    def _backend_paused_by(self, scope: str) -> str | None:
-        return self._query(lambda db: _paused_by(db, scope))
-
     def _backend_notes(self, scope: str) -> dict[str, str]:
         query = "SELECT name, value FROM ampmeter_notes WHERE scope = ?"
         return self._query(lambda db: dict(db.execute(query, (scope,)).fetchall()))
 
-    def _backend_set_note(self, scope: str, name: str, value: str | None) -> None:
-        def write(db: sqlite3.Connection, now: float) -> None:
-            if value is None:
-                db.execute("DELETE FROM ampmeter_notes WHERE scope = ? AND name = ?", (scope, name))
-            else:
-                db.execute(
-                    "INSERT OR REPLACE INTO ampmeter_notes VALUES (?, ?, ?)", (scope, name, value)
-                )
-
-        self._run(write)
+    def _backend_set_note(
+        self, scope: str, name: str, value: str | None, *, first: bool = False
+    ) -> bool:
+        args: tuple[str, ...] = (scope, name)
+        query = "DELETE FROM ampmeter_notes WHERE scope = ? AND name = ?"
+        if value is not None:
+            verb = "INSERT OR IGNORE" if first else "INSERT OR REPLACE"
+            query, args = f"{verb} INTO ampmeter_notes VALUES (?, ?, ?)", (scope, name, value)
+        return self._run(lambda db, now: db.execute(query, args).rowcount == 1)
 
     def _backend_known(self, scope: str) -> bool:
         below = scope + "/"
@@ -428,15 +405,11 @@ def _ceilings(db: sqlite3.Connection, scope: str) -> Units:
 
 
 def _paused_by(db: sqlite3.Connection, scope: str) -> str | None:
+    """The nearest scope of ``scope``'s path (itself first) that an operator paused."""
     path = scope_path(scope)
     marks = ",".join("?" * len(path))
-    found = {
-        row[0]
-        for row in db.execute(
-            f"SELECT scope FROM ampmeter_paused WHERE scope IN ({marks})",
-            path,
-        )
-    }
+    query = f"SELECT scope FROM ampmeter_notes WHERE name = ? AND scope IN ({marks})"
+    found = {row[0] for row in db.execute(query, (PAUSE, *path))}
     return next((name for name in path if name in found), None)
 
 
