@@ -37,16 +37,8 @@ from ampmeter.ledgers._amounts import (
     scope_path,
 )
 from ampmeter.ledgers._journal import Settlement, default_journal_dir
-from ampmeter.ledgers.base import (
-    SETTLED_ID,
-    SETTLED_KEEP_S,
-    ExpiredHold,
-    Ledger,
-    LedgerUnavailable,
-    Refusal,
-    Reservation,
-    held_reservation,
-)
+from ampmeter.ledgers._rules import SETTLED_ID, Refusal, Reservation, held_reservation
+from ampmeter.ledgers.base import SETTLED_KEEP_S, ExpiredHold, Ledger, LedgerUnavailable
 from ampmeter.ledgers.reach import Location, Reach, register, settings
 
 __all__ = ["RedisLedger"]

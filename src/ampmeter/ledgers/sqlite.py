@@ -26,13 +26,8 @@ from ampmeter.ledgers._amounts import (
 )
 from ampmeter.ledgers._journal import Settlement, default_journal_dir
 from ampmeter.ledgers._notes import PAUSE
-from ampmeter.ledgers._sqlite_file import Connections, MemoryDatabase, immediate
-from ampmeter.ledgers.base import (
+from ampmeter.ledgers._rules import (
     SETTLED_ID,
-    SETTLED_KEEP_S,
-    ExpiredHold,
-    Ledger,
-    LedgerUnavailable,
     Refusal,
     Reservation,
     first_refusal,
@@ -40,6 +35,8 @@ from ampmeter.ledgers.base import (
     kept_limits,
     tightened,
 )
+from ampmeter.ledgers._sqlite_file import Connections, MemoryDatabase, immediate
+from ampmeter.ledgers.base import SETTLED_KEEP_S, ExpiredHold, Ledger, LedgerUnavailable
 from ampmeter.ledgers.reach import Location, Reach, register, settings
 
 __all__ = ["SqlLedger", "SqliteLedger"]
