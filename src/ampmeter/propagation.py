@@ -217,18 +217,18 @@ def _handoff(data: Any) -> Handoff:
         raise TypeError("the pause time of 'exhausted' must be a number of seconds or null")
     expired_hold = _validate.expired_hold(data.get("expired_hold"), "'expired_hold'")
     return Handoff(
-        texts["chain"],
-        texts["node"],
-        depth,
-        name,
-        scope,
-        ledger,
-        limits,
-        ancestors,
-        deadline,
-        mode,
-        None if pause_s is None else float(pause_s),
-        expired_hold,
+        chain_id=texts["chain"],
+        node_id=texts["node"],
+        depth=depth,
+        name=name,
+        scope=scope,
+        ledger=ledger,
+        limits=limits,
+        ancestors=ancestors,
+        deadline=deadline,
+        on_exhausted=mode,
+        pause_timeout_s=None if pause_s is None else float(pause_s),
+        on_expired_hold=expired_hold,
     )
 
 

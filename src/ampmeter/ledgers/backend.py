@@ -19,7 +19,10 @@ if TYPE_CHECKING:
     from ampmeter.ledgers._journal import Settlement
     from ampmeter.ledgers._rules import Refusal, Reservation
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "Which"]
+
+Which = Literal["spent", "reserved", "unsettled", "ceilings"]
+"""What :meth:`Backend._backend_read` reads of a scope."""
 
 
 class Backend(ABC):
@@ -55,17 +58,14 @@ class Backend(ABC):
         """Renew the live ones of ``reservation_ids``; return those that were live."""
 
     @abstractmethod
-    def _backend_read(self, which: Literal["spent", "reserved", "unsettled"], scope: str) -> Units:
-        """The ``spent``, ``reserved`` or ``unsettled`` amounts of ``scope``."""
+    def _backend_read(self, which: Which, scope: str) -> Units:
+        """The ``spent``, ``reserved`` or ``unsettled`` amounts of ``scope``, or the
+        ``ceilings`` kept for it."""
 
     @abstractmethod
     def _backend_unsettled_holds(self) -> list[tuple[str, Units, tuple[str, ...]]]:
         """Every hold of this scope tree charged as unsettled now (after ending the holds
         whose lease ran out), as ``(id, amounts, scopes)``."""
-
-    @abstractmethod
-    def _backend_ceilings(self, scope: str) -> Units:
-        """The ceilings kept for ``scope``."""
 
     @abstractmethod
     def _backend_set_ceilings(self, scope: str, ceilings: Units, tighten: bool) -> Units:

@@ -400,7 +400,7 @@ class Ledger(Controls):
             amounts_out(self._backend_read("spent", name)),
             amounts_out(self._backend_read("reserved", name)),
             amounts_out(self._backend_read("unsettled", name)),
-            {key: to_amount(key, value) for key, value in self._backend_ceilings(name).items()},
+            self.ceilings(name),
             next((at for at in scope_path(name) if _notes.PAUSE in self._backend_notes(at)), None),
             self.paused_calls(name),
         )

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 try:
@@ -38,6 +38,7 @@ from ampmeter.ledgers._amounts import (
 )
 from ampmeter.ledgers._journal import Settlement, default_journal_dir
 from ampmeter.ledgers._rules import SETTLED_ID, Refusal, Reservation, held_reservation
+from ampmeter.ledgers.backend import Which
 from ampmeter.ledgers.base import SETTLED_KEEP_S, ExpiredHold, Ledger, LedgerUnavailable
 from ampmeter.ledgers.reach import Location, Reach, register, settings
 
@@ -227,19 +228,14 @@ class RedisLedger(Ledger):
         live = self._call(lambda: self._renew(keys=self._keys, args=args))
         return {_text(item) for item in live}
 
-    def _backend_read(self, which: Literal["spent", "reserved", "unsettled"], scope: str) -> Units:
+    def _backend_read(self, which: Which, scope: str) -> Units:
+        if which == "ceilings":
+            raw = self._call(lambda: self._client.hget(self._keys[12], self._prefix(scope)))
+            return {} if raw is None else _units(raw)
         args = [*self._common(), _HASH_OF[which]]
-        raw: list[Any] = self._call(lambda: self._read(keys=self._keys, args=args))
-        prefix = self._prefix(scope)
-        found: Units = {}
-        for index in range(0, len(raw), 2):
-            name = _text(raw[index])
-            if prefix:
-                if name.startswith(prefix):
-                    found[name[len(prefix) :]] = int(_text(raw[index + 1]))
-            elif _SEP not in name:
-                found[name] = int(_text(raw[index + 1]))
-        return found
+        flat: list[Any] = self._call(lambda: self._read(keys=self._keys, args=args))
+        pairs = zip(flat[::2], flat[1::2], strict=True)
+        return {name: int(value) for name, value in self._own(pairs, scope).items()}
 
     def _backend_unsettled_holds(self) -> list[tuple[str, Units, tuple[str, ...]]]:
         args = [*self._common(), "11"]  # the expired holds, after ending those whose lease ran out
@@ -260,10 +256,6 @@ class RedisLedger(Ledger):
             int(text.rpartition(_SEP)[2]) for text in map(_text, members) if text.startswith(head)
         )
 
-    def _backend_ceilings(self, scope: str) -> Units:
-        raw = self._call(lambda: self._client.hget(self._keys[12], self._prefix(scope)))
-        return {} if raw is None else _units(raw)
-
     def _backend_set_ceilings(self, scope: str, ceilings: Units, tighten: bool) -> Units:
         args = [*self._common(), self._prefix(scope), "1" if tighten else "0"]
         for key, value in ceilings.items():
@@ -272,15 +264,7 @@ class RedisLedger(Ledger):
 
     def _backend_notes(self, scope: str) -> dict[str, str]:
         raw: dict[Any, Any] = self._call(lambda: self._client.hgetall(self._keys[15]))
-        prefix = self._prefix(scope)
-        found: dict[str, str] = {}
-        for field, value in raw.items():
-            name = _text(field)
-            if prefix and name.startswith(prefix):
-                found[name[len(prefix) :]] = _text(value)
-            elif not prefix and _SEP not in name:
-                found[name] = _text(value)
-        return found
+        return self._own(raw.items(), scope)
 
     def _backend_set_note(
         self, scope: str, name: str, value: str | None, *, first: bool = False
@@ -310,6 +294,16 @@ class RedisLedger(Ledger):
     def _backend_close(self) -> None:
         if self._owns_client:
             self._client.close()
+
+    def _own(self, pairs: Iterable[tuple[Any, Any]], scope: str) -> dict[str, str]:
+        """The fields of a tree's hash (``pairs``) that are ``scope``'s, without its prefix."""
+        prefix = self._prefix(scope)
+        found: dict[str, str] = {}
+        for field, value in pairs:
+            name = _text(field)
+            if name.startswith(prefix) and _SEP not in name[len(prefix) :]:
+                found[name[len(prefix) :]] = _text(value)
+        return found
 
     def _prefix(self, scope: str) -> str:
         """The hash-field prefix of ``scope``: its path below the root, then the separator."""

@@ -36,6 +36,7 @@ from ampmeter.ledgers._rules import (
     tightened,
 )
 from ampmeter.ledgers._sqlite_file import Connections, MemoryDatabase, immediate
+from ampmeter.ledgers.backend import Which
 from ampmeter.ledgers.base import SETTLED_KEEP_S, ExpiredHold, Ledger, LedgerUnavailable
 from ampmeter.ledgers.reach import Location, Reach, register, settings
 
@@ -88,7 +89,7 @@ class SqlLedger(Ledger):
             ).fetchone()
             if row is not None:
                 return _reservation(reservation_id, *row)
-            checked = kept_limits(own, limits, lambda scope: _ceilings(db, scope))
+            checked = kept_limits(own, limits, lambda scope: _read(db, "ceilings", scope))
             refusal = first_refusal(
                 checked, amounts, lambda scope: (_read(db, "spent", scope), _held(db, scope))
             )
@@ -189,7 +190,7 @@ class SqlLedger(Ledger):
 
         return self._run(renew)
 
-    def _backend_read(self, which: Literal["spent", "reserved", "unsettled"], scope: str) -> Units:
+    def _backend_read(self, which: Which, scope: str) -> Units:
         # A write transaction: holds whose lease ended are charged or returned first.
         if which == "reserved":
             return self._run(lambda db, now: _held(db, scope))
@@ -208,12 +209,9 @@ class SqlLedger(Ledger):
     def _backend_recent(self, scope: str, key: str, window_s: float) -> int:
         return self._query(lambda db: _recent(db, time.time(), scope, key, window_s))
 
-    def _backend_ceilings(self, scope: str) -> Units:
-        return self._query(lambda db: _ceilings(db, scope))
-
     def _backend_set_ceilings(self, scope: str, ceilings: Units, tighten: bool) -> Units:
         def write(db: sqlite3.Connection, now: float) -> Units:
-            kept = tightened(_ceilings(db, scope), ceilings, tighten)
+            kept = tightened(_read(db, "ceilings", scope), ceilings, tighten)
             db.executemany(
                 "INSERT OR REPLACE INTO ampmeter_ceilings VALUES (?, ?, ?)",
                 [(scope, key, value) for key, value in kept.items()],
@@ -383,9 +381,11 @@ def _add(db: sqlite3.Connection, table: str, rows: list[tuple[str, str, int]]) -
     db.execute(f"DELETE FROM {table} WHERE value = 0")
 
 
-def _read(db: sqlite3.Connection, which: Literal["spent", "unsettled"], scope: str) -> Units:
-    table = "ampmeter_spent" if which == "spent" else "ampmeter_unsettled"
-    query = f"SELECT key, value FROM {table} WHERE scope = ?"
+def _read(
+    db: sqlite3.Connection, which: Literal["spent", "unsettled", "ceilings"], scope: str
+) -> Units:
+    """The amounts a table of ``(scope, key, value)`` rows keeps for ``scope``."""
+    query = f"SELECT key, value FROM ampmeter_{which} WHERE scope = ?"
     return {key: int(value) for key, value in db.execute(query, (scope,))}
 
 
@@ -394,11 +394,6 @@ def _held(db: sqlite3.Connection, scope: str) -> Units:
         "SELECT key, SUM(amount) FROM ampmeter_held WHERE scope = ? GROUP BY key", (scope,)
     )
     return {key: int(value) for key, value in rows if value}
-
-
-def _ceilings(db: sqlite3.Connection, scope: str) -> Units:
-    rows = db.execute("SELECT key, value FROM ampmeter_ceilings WHERE scope = ?", (scope,))
-    return {key: int(value) for key, value in rows}
 
 
 def _paused_by(db: sqlite3.Connection, scope: str) -> str | None:
