@@ -79,9 +79,6 @@ JOURNAL_REPLAY_S = 1.0
 
 ExpiredHold = _validate.ExpiredHold
 
-HANDOFF_KEY_ENV = "AMPMETER_HANDOFF_KEY"
-"""The environment variable a hand-off signing key comes from when the ledger has none."""
-
 _log = logging.getLogger("ampmeter.ledgers")
 
 LedgerUnavailable = BudgetUnavailable

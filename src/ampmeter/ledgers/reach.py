@@ -34,8 +34,9 @@ __all__ = [
 Location = Mapping[str, Any]
 """Where a ledger is, as :meth:`~ampmeter.ledgers.Ledger.location` describes it."""
 
-# The modules that declare the built-in shared ledgers, loaded on first need: the Redis one needs
-# the optional redis package, so it is not imported before a location or address asks for it.
+# The modules that declare the built-in shared ledgers, loaded when a location or an address names
+# a ledger not registered yet: the Redis one needs the optional redis package, so a process that
+# never names it never imports it.
 _BUILT_IN = ("ampmeter.ledgers.sqlite", "ampmeter.ledgers.redis")
 
 
@@ -77,7 +78,6 @@ def register(reach: Reach) -> None:
 def reach_of(ledger: Ledger) -> Reach:
     """The declaration of ``ledger``'s class (or of the nearest class it extends), or
     ``TypeError`` for a ledger no other process can reach."""
-    _load_built_in()
     for kind in type(ledger).__mro__:
         for reach in _reaches.values():
             if reach.kind is kind:
@@ -90,9 +90,12 @@ def reach_of(ledger: Ledger) -> Reach:
 
 def location_of(location: Location) -> tuple[Reach, str]:
     """The declaration a location names and the place it names, or ``ValueError``."""
-    _load_built_in()
     name = location.get("backend")
-    reach = _reaches.get(name) if isinstance(name, str) else None
+    if not isinstance(name, str):
+        raise ValueError(f"a ledger's location names its backend, got {name!r}")
+    if name not in _reaches:
+        _load_built_in()
+    reach = _reaches.get(name)
     if reach is None:
         raise ValueError(f"the ledger {name!r} is not one this process can open ({_known()})")
     try:
@@ -117,11 +120,12 @@ def open_address(address: str, scope: str, **options: Any) -> Ledger:
 
 def at_address(address: str) -> tuple[Reach, dict[str, object]]:
     """The declaration whose ledgers ``address`` (a path, a URL) names, and its location."""
-    _load_built_in()
-    for reach in reversed(_reaches.values()):  # the latest first: one may narrow an earlier one
-        found = reach.address(address)
-        if found is not None:
-            return reach, {"backend": reach.name, **found}
+    for _ in range(2):  # then again with every built-in ledger loaded
+        for reach in reversed(_reaches.values()):  # the latest first: it may narrow another
+            found = reach.address(address)
+            if found is not None:
+                return reach, {"backend": reach.name, **found}
+        _load_built_in()
     raise ValueError(
         f"{address!r} is not the address of a ledger this process can open ({_known()})"
     )
