@@ -33,7 +33,6 @@ import threading
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
@@ -71,7 +70,8 @@ HANDOFF_LOG_ENV: Final = "AMPMETER_HANDOFF_LOG"
 HANDOFF_KEY_ENV: Final = "AMPMETER_HANDOFF_KEY"
 """The environment variable of the key that signs hand-off tokens when the ledger has none."""
 LEDGER_ALLOW_ENV: Final = "AMPMETER_LEDGER_ALLOW"
-"""Ledgers a receiving process may open from a token: SQLite paths and Redis URLs, by commas."""
+"""Ledgers a receiving process may open from a token: their addresses (a SQLite file's path, a
+Redis URL: see :func:`ampmeter.ledgers.reach.at_address`), separated by commas."""
 
 _VERSION: Final = "amp2."
 _MAX_TOKEN: Final = 16_384
@@ -193,8 +193,8 @@ def _handoff(data: Any) -> Handoff:
     depth, ledger, deadline = data["depth"], data["ledger"], data["deadline"]
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"'depth' must be an int >= 1, got {depth!r}")
-    if not isinstance(ledger, dict) or ledger.get("backend") not in ("sqlite", "redis"):
-        raise ValueError("'ledger' must name a sqlite or redis backend")
+    if not isinstance(ledger, dict) or not isinstance(ledger.get("backend"), str):
+        raise ValueError("'ledger' must be an object naming its backend")
     if deadline is not None and (
         isinstance(deadline, bool) or not isinstance(deadline, (int, float))
     ):
@@ -217,18 +217,18 @@ def _handoff(data: Any) -> Handoff:
         raise TypeError("the pause time of 'exhausted' must be a number of seconds or null")
     expired_hold = _validate.expired_hold(data.get("expired_hold"), "'expired_hold'")
     return Handoff(
-        texts["chain"],
-        texts["node"],
-        depth,
-        name,
-        scope,
-        ledger,
-        limits,
-        ancestors,
-        deadline,
-        mode,
-        None if pause_s is None else float(pause_s),
-        expired_hold,
+        chain_id=texts["chain"],
+        node_id=texts["node"],
+        depth=depth,
+        name=name,
+        scope=scope,
+        ledger=ledger,
+        limits=limits,
+        ancestors=ancestors,
+        deadline=deadline,
+        on_exhausted=mode,
+        pause_timeout_s=None if pause_s is None else float(pause_s),
+        on_expired_hold=expired_hold,
     )
 
 
@@ -292,82 +292,61 @@ def open_ledger(handoff: Handoff, ledger: Ledger | None = None) -> Ledger:
     ``AMPMETER_LEDGER_ALLOW`` lists it: a token never makes this process create a file or
     connect anywhere it did not configure.
     """
-    from ampmeter.ledgers.base import Ledger
+    from ampmeter.ledgers import reach
 
-    where = handoff.ledger
+    try:
+        found, place = reach.location_of(handoff.ledger)
+    except ValueError as error:
+        raise HandoffError(f"cannot open the hand-off's ledger: {error}") from None
+    wanted = f"the {found.name} ledger {place}"
     if ledger is not None:
-        if not isinstance(ledger, Ledger):
-            raise TypeError(f"ledger must be a Ledger, got {type(ledger).__name__}")
-        try:
-            mine = ledger.location()
-        except TypeError as error:
-            raise HandoffError(f"ledger= cannot receive a hand-off: {error}") from None
-        if _identity(mine) != _identity(where):
-            raise HandoffError(
-                f"ledger= is {_describe(mine)}, not the hand-off's ledger {_describe(where)}: "
-                "the child's spend would never reach its parent"
-            )
-        if ledger.scope == handoff.scope:
-            return ledger
-        if not handoff.scope.startswith(ledger.scope + "/"):
-            raise HandoffError(
-                f"ledger scope {ledger.scope!r} does not enclose the hand-off's scope "
-                f"{handoff.scope!r}: give a ledger on the same backend at {handoff.scope!r} or "
-                "a scope above it"
-            )
-        for segment in handoff.scope[len(ledger.scope) + 1 :].split("/"):
-            ledger = ledger.child(segment)
-        return ledger
-    if where["backend"] == "redis" and (where.get("credentials") or not where.get("url")):
+        return _child_of(ledger, handoff, wanted)
+    if handoff.ledger.get("credentials"):
         raise HandoffError(
-            "the hand-off's Redis ledger needs credentials, which a token never carries: "
-            f"pass ledger=RedisLedger(<url with password>, {handoff.scope.split('/')[0]!r}) "
-            "to from_handoff()"
+            f"{wanted} needs credentials, which a token never carries: pass "
+            f"ledger={found.kind.__name__}(..., {handoff.scope.split('/')[0]!r}) to from_handoff()"
         )
-    allowed = [entry.strip() for entry in os.environ.get(LEDGER_ALLOW_ENV, "").split(",")]
-    if _identity(where) not in {_identity(_location_of(entry)) for entry in allowed if entry}:
+    allowed = set()
+    for entry in os.environ.get(LEDGER_ALLOW_ENV, "").split(","):
+        try:
+            allowed.add(reach.location_of(reach.at_address(entry.strip())[1])[1])
+        except ValueError:
+            continue  # an entry this process cannot open allows nothing
+    if place not in allowed:
         raise HandoffError(
-            f"the hand-off names {_describe(where)}, which this process did not configure: "
+            f"the hand-off names {wanted}, which this process did not configure: "
             f"pass ledger=... to from_handoff(), or list it in {LEDGER_ALLOW_ENV}"
         )
-    lease = where.get("lease_s")
-    if where["backend"] == "sqlite":
-        from ampmeter.ledgers.sqlite import SqliteLedger
-
-        return SqliteLedger(str(where["path"]), handoff.scope, lease_s=lease)
-    from ampmeter.ledgers.redis import RedisLedger
-
-    return RedisLedger(str(where["url"]), handoff.scope, ttl_s=where.get("ttl_s"), lease_s=lease)
+    return found.reopen(handoff.ledger, handoff.scope)
 
 
-def _location_of(entry: str) -> dict[str, object]:
-    """An allow-list entry (a Redis URL or a SQLite path) as a ledger location."""
-    if entry.startswith(("redis://", "rediss://", "unix://")):
-        return {"backend": "redis", "url": entry}
-    return {"backend": "sqlite", "path": os.path.abspath(entry)}
+def _child_of(ledger: Ledger, handoff: Handoff, wanted: str) -> Ledger:
+    """``ledger`` (the receiving process's own) at the hand-off's scope, if it is the token's."""
+    from ampmeter.ledgers import reach
+    from ampmeter.ledgers.base import Ledger
 
-
-def _identity(where: Mapping[str, Any]) -> tuple[object, ...]:
-    """What makes two ledger locations the same backend: the SQLite file, or the Redis
-    server and database (credentials and options aside)."""
-    if where.get("backend") == "sqlite":
-        return ("sqlite", os.path.realpath(str(where.get("path"))))
-    if where.get("cluster"):
-        return ("redis-cluster", str(where["cluster"]))
-    parts = urlsplit(str(where.get("url") or ""))
-    if parts.scheme == "unix":
-        db = parse_qs(parts.query).get("db", ["0"])[0]
-        return ("redis-unix", parts.path, str(db))
-    db = parts.path.strip("/") or parse_qs(parts.query).get("db", ["0"])[0]
-    host = (parts.hostname or "").lower()
-    host = "127.0.0.1" if host in ("localhost", "::1") else host
-    return ("redis", parts.scheme == "rediss", host, parts.port or 6379, str(db))
-
-
-def _describe(where: Mapping[str, Any]) -> str:
-    if where.get("backend") == "sqlite":
-        return f"the SQLite ledger {where.get('path')}"
-    return f"the Redis ledger {where.get('url') or where.get('cluster')}"
+    if not isinstance(ledger, Ledger):
+        raise TypeError(f"ledger must be a Ledger, got {type(ledger).__name__}")
+    try:
+        mine, place = reach.location_of(ledger.location())
+    except TypeError as error:
+        raise HandoffError(f"ledger= cannot receive a hand-off: {error}") from None
+    if f"the {mine.name} ledger {place}" != wanted:
+        raise HandoffError(
+            f"ledger= is the {mine.name} ledger {place}, not the hand-off's ledger ({wanted}): "
+            "the child's spend would never reach its parent"
+        )
+    if ledger.scope == handoff.scope:
+        return ledger
+    if not handoff.scope.startswith(ledger.scope + "/"):
+        raise HandoffError(
+            f"ledger scope {ledger.scope!r} does not enclose the hand-off's scope "
+            f"{handoff.scope!r}: give a ledger on the same backend at {handoff.scope!r} or "
+            "a scope above it"
+        )
+    for segment in handoff.scope[len(ledger.scope) + 1 :].split("/"):
+        ledger = ledger.child(segment)
+    return ledger
 
 
 # -- attaching by itself ------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from decimal import Decimal
 import pytest
 
 from ampmeter.ledgers import Ledger, Refusal, Reservation
+from ampmeter.ledgers.sqlite import SqlLedger
 from support.ledger_backends import MakeLedger, make_ledger_fixture  # noqa: F401
 from support.redis_server import redis_server_fixture  # noqa: F401
 
@@ -272,7 +273,9 @@ def test_idempotency_keys_are_forgotten_after_the_settled_horizon(
     make_ledger: MakeLedger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ledger = make_ledger()
-    monkeypatch.setattr(sys.modules[type(ledger).__module__], "SETTLED_KEEP_S", 0.3)
+    # the module that keeps commits: the in-memory ledger is the SQLite ledger's code
+    backend = SqlLedger.__module__ if isinstance(ledger, SqlLedger) else type(ledger).__module__
+    monkeypatch.setattr(sys.modules[backend], "SETTLED_KEEP_S", 0.3)
     for _ in range(2):
         held = ledger.reserve({}, {})
         assert held is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import threading
 import uuid
 from decimal import Decimal
@@ -81,3 +82,20 @@ def test_a_replaced_file_fails_closed_and_the_same_file_put_back_works(tmp_path:
     assert ledger.spent() == {COST: Decimal("0.01")}
     _spend(ledger, 0.01)
     ledger.close()
+
+
+def test_pauses_and_claims_of_a_file_from_before_notes_are_kept(tmp_path: Path) -> None:
+    """Pauses and claims had tables of their own; a file written then keeps both on opening."""
+    path, scope = tmp_path / "ledger.db", _scope()
+    SqliteLedger(path, scope).close()  # a file of this schema version
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE ampmeter_paused (scope TEXT PRIMARY KEY, at REAL NOT NULL)")
+        db.execute("CREATE TABLE ampmeter_claims (scope TEXT, name TEXT, at REAL)")
+        db.execute("INSERT INTO ampmeter_paused VALUES (?, 1.0)", (scope,))
+        db.execute("INSERT INTO ampmeter_claims VALUES (?, 'warned', 1.0)", (scope,))
+    with SqliteLedger(path, scope) as ledger:
+        assert ledger.show().paused_by == scope
+        assert ledger.reserve({COST: 0.01}, CAP) is None  # still paused
+        assert not ledger.claim("warned") and ledger.claim("other")
+        ledger.resume()
+        assert ledger.reserve({COST: 0.01}, CAP) is not None

@@ -13,7 +13,6 @@ take it. Added to the app by :func:`register`; the ledgers load when the command
 from __future__ import annotations
 
 import enum
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -29,8 +28,6 @@ if TYPE_CHECKING:
     from ampmeter.ledgers.base import BudgetView, Ledger
 
 __all__ = ["budget", "register"]
-
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 def register(app: typer.Typer) -> None:
@@ -115,17 +112,11 @@ def budget(
 
 
 def _open(where: str, scope: str) -> Ledger:
-    """The ledger at ``where``, bound to ``scope``'s tree; a SQLite file must exist already
-    (a typo must not create an empty ledger that nobody uses)."""
-    if where.startswith(_REDIS_SCHEMES):
-        from ampmeter.ledgers.redis import RedisLedger
+    """The ledger at ``where``, bound to ``scope``'s tree; it must exist already (a typo must
+    not create an empty ledger that nobody uses)."""
+    from ampmeter.ledgers.reach import open_address
 
-        return RedisLedger(where, scope, lease_s=None, timeout_s=5.0)
-    if not os.path.isfile(where):
-        raise ValueError(f"no ledger file at {where!r} (give a SQLite ledger or a redis:// URL)")
-    from ampmeter.ledgers.sqlite import SqliteLedger
-
-    return SqliteLedger(where, scope, lease_s=None)
+    return open_address(where, scope, lease_s=None, timeout_s=5.0, create=False)
 
 
 def _raise(opened: Ledger, scope: str, key: str, value: str) -> None:

@@ -2,7 +2,9 @@
 
 Money keys take and return dollars (Decimal out); the backends count integer nano-dollars.
 
-``RedisLedger`` is imported lazily, so the package works without the ``redis`` extra.
+``RedisLedger`` is imported lazily, so the package works without the ``redis`` extra. A ledger
+another process can reach declares how in a :class:`Reach` given to :func:`register` (see
+:mod:`ampmeter.ledgers.reach`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ampmeter.ledgers.base import (
     UnsettledHold,
 )
 from ampmeter.ledgers.memory import InMemoryLedger
+from ampmeter.ledgers.reach import Reach, register
 from ampmeter.ledgers.sqlite import SqliteLedger
 
 if TYPE_CHECKING:
@@ -32,11 +35,13 @@ __all__ = [
     "Ledger",
     "LedgerUnavailable",
     "PausedCall",
+    "Reach",
     "RedisLedger",
     "Refusal",
     "Reservation",
     "SqliteLedger",
     "UnsettledHold",
+    "register",
 ]
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "Windows",
     "amounts_out",
     "check_amounts",
+    "check_ancestors",
     "check_key",
     "check_reservation_id",
     "check_scope",
@@ -177,6 +178,22 @@ def check_windows(windows: object) -> Windows:
             (name, seconds, to_units(name, top, f"window max of {name!r}", ceiling=True))
         )
     return tuple(checked)
+
+
+def check_ancestors(own: str, ancestors: object) -> Limits:
+    """``ancestors`` (``{scope: {key: max}}``, each scope enclosing ``own``) in units, or raise
+    naming what is wrong."""
+    if not isinstance(ancestors, Mapping):
+        raise TypeError(
+            f"ancestors must be a mapping of scope to ceilings, got {type(ancestors).__name__}"
+        )
+    checked: Limits = {}
+    for scope, ceilings in ancestors.items():
+        name = check_scope(scope)
+        if not own.startswith(name + "/"):
+            raise ValueError(f"ancestors: {name!r} does not enclose this ledger's scope {own!r}")
+        checked[name] = check_amounts(ceilings, f"ancestors[{name!r}]", ceiling=True)
+    return checked
 
 
 def check_reservation_id(reservation_id: object) -> str:

@@ -21,14 +21,21 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+from ampmeter.errors import BudgetUnavailable
 from ampmeter.ledgers._journal_entry import BadEntry, Settlement, read_entry, sealed_entry
 
 __all__ = ["Journal", "Settlement", "default_journal_dir"]
 
 _log = logging.getLogger("ampmeter.ledgers")
+_R = TypeVar("_R")
+
+# Pauses between the tries of a commit or release before it goes to the journal.
+SETTLE_RETRY_PAUSES_S = (0.05, 0.2)
 _SUFFIX = ".settlement.json"
 _ASIDE = ".corrupt"  # what an entry that must not be replayed is renamed to end with
 
@@ -106,6 +113,41 @@ class Journal:
             self._appended += 1
             self.pending = True
         return path
+
+    def settle(
+        self,
+        settlement: Settlement,
+        apply: Callable[[Settlement], _R],
+        kept: Callable[[], object],
+    ) -> _R:
+        """``apply(settlement)`` after replaying what waits, with a few quick retries while the
+        backend is unavailable; then keep it here, call ``kept`` and raise
+        :class:`~ampmeter.errors.BudgetUnavailable` saying where it is (or that it is lost, when
+        it cannot be written either)."""
+        try:
+            if self.pending:
+                self.replay(apply)  # fails fast while the backend is down
+            for pause in (*SETTLE_RETRY_PAUSES_S, None):
+                try:
+                    return apply(settlement)
+                except BudgetUnavailable:
+                    if pause is None:
+                        raise
+                    time.sleep(pause)
+            raise AssertionError("not reached: the last try returns or raises")
+        except BudgetUnavailable as error:
+            what = f"the {settlement.op} of reservation {settlement.reservation_id!r}"
+            try:
+                path = self.append(settlement)
+            except OSError as failed:
+                raise BudgetUnavailable(
+                    f"{error}; {what} could not be journaled in {self.directory} either "
+                    f"({failed}): it is lost"
+                ) from error
+            kept()
+            raise BudgetUnavailable(
+                f"{error}; {what} is kept in {path} and applied when the ledger is back"
+            ) from error
 
     def replay(self, apply: Callable[[Settlement], object]) -> int:
         """Apply every entry (oldest first) and delete it; return how many were applied.

@@ -6,30 +6,28 @@ for money keys), stored as Redis integers and changed with ``HINCRBY``; Lua comp
 doubles, exact up to 2^53 (over nine million dollars). Amounts travel as decimal strings and
 are never formatted by Lua, so no digit is lost.
 
-KEYS (same order in every script): 1 spent, 2 reserved and 11 unsettled (hashes: field
+KEYS (same order in every script): 1 spent, 2 reserved and 10 unsettled (hashes: field
 ``<path below the root>\\x1f<key>``, or just ``<key>`` for the root itself); 3 holds (hash: id ->
 JSON ``{"s": scopes, "p": field prefixes, "a": [key, amount, ...], "x": 1 if its expiry charges
 it}``); 4 leases (sorted set: id by expiry); 5 committed and 6 released (sorted sets: settled
 ids by time); 7 window (string whose expiry is the tree's TTL); 8 windowed (hash: field -> the
 longest sliding window asked for on it, in seconds); 9 window events (sorted set:
-``<field>\\x1f<id>\\x1f<amount>`` by the time its commit was applied); 10 claims (hash:
-``<prefix><name>`` -> time); 12 expired (hash: id -> the hold charged when its lease ended) and
-13 its times (sorted set); 14 ceilings (hash: field prefix -> JSON ``{key: "max"}``); 15 paused
-(hash: field prefix -> time); 16 idempotency keys (hash: ``<prefix><key>`` -> the JSON amounts
-of their first settlement) and 17 their times (sorted set); 18 notes (hash: ``<prefix><name>``
--> text: an operator's raise, a call paused at its cap). ARGV 1 is the TTL in ms ("" =
-none), ARGV 2 how many seconds settled ids, expired holds and idempotency keys are kept. Time
-comes from the server (TIME), never the client.
+``<field>\\x1f<id>\\x1f<amount>`` by the time its commit was applied); 11 expired (hash: id ->
+the hold charged when its lease ended) and 12 its times (sorted set); 13 ceilings (hash: field
+prefix -> JSON ``{key: "max"}``); 14 idempotency keys (hash: ``<prefix><key>`` -> the JSON
+amounts of their first settlement) and 15 their times (sorted set); 16 notes (hash:
+``<prefix><name>`` -> text: an operator's pause or raise, a call paused at its cap, a claim; see
+:mod:`ampmeter.ledgers._notes`). ARGV 1 is the TTL in ms ("" = none), ARGV 2 how many seconds
+settled ids, expired holds and idempotency keys are kept. Time comes from the server (TIME),
+never the client.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "CEILINGS",
-    "CLAIM",
     "COMMIT",
     "NOTE",
-    "PAUSE",
     "READ",
     "RECENT",
     "RELEASE",
@@ -42,7 +40,7 @@ if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local window_ms = nil
-local tree = {1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}  -- all but the marker
+local tree = {1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16}  -- all but the marker
 
 local function open_window()
   if ARGV[1] == '' then return end
@@ -94,13 +92,13 @@ end
 
 -- Take back the unsettled charge of a hold whose lease ended (its settlement came).
 local function uncharge(id)
-  local raw = redis.call('HGET', KEYS[12], id)
+  local raw = redis.call('HGET', KEYS[11], id)
   if not raw then return end
   local hold = cjson.decode(raw)
   add_hold(1, hold, -1)
-  add_hold(11, hold, -1)
-  redis.call('HDEL', KEYS[12], id)
-  redis.call('ZREM', KEYS[13], id)
+  add_hold(10, hold, -1)
+  redis.call('HDEL', KEYS[11], id)
+  redis.call('ZREM', KEYS[12], id)
 end
 
 local function forget(zset, hash, horizon)
@@ -120,17 +118,17 @@ local function reap()
       if hold.x == 1 then
         -- its request may have been billed: charged as unsettled spend until settled
         add_hold(1, hold, 1)
-        add_hold(11, hold, 1)
-        redis.call('HSET', KEYS[12], id, raw)
-        redis.call('ZADD', KEYS[13], now, id)
+        add_hold(10, hold, 1)
+        redis.call('HSET', KEYS[11], id, raw)
+        redis.call('ZADD', KEYS[12], now, id)
       end
     end
   end
   local horizon = now - tonumber(ARGV[2])
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', horizon)
   redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', horizon)
-  forget(KEYS[13], KEYS[12], horizon)
-  forget(KEYS[17], KEYS[16], horizon)
+  forget(KEYS[12], KEYS[11], horizon)
+  forget(KEYS[15], KEYS[14], horizon)
 end
 
 -- What was committed of a field since `start` (the window events' amounts).
@@ -179,12 +177,12 @@ for n = 1, tonumber(ARGV[7]) do
   path[n] = entry
 end
 for n, entry in ipairs(path) do
-  if redis.call('HEXISTS', KEYS[15], entry.prefix) == 1 then
+  if redis.call('HEXISTS', KEYS[16], entry.prefix .. 'pause') == 1 then  -- _notes.PAUSE
     close_window()
     return {5, t[1], t[2], tostring(n), ''}
   end
 end
-if settled(id) or redis.call('HEXISTS', KEYS[12], id) == 1 then
+if settled(id) or redis.call('HEXISTS', KEYS[11], id) == 1 then
   close_window()
   return {0, t[1], t[2], '', ''}
 end
@@ -201,7 +199,7 @@ end
 local scopes, prefixes = {}, {}
 local busy = nil
 for n, entry in ipairs(path) do
-  local kept = redis.call('HGET', KEYS[14], entry.prefix)
+  local kept = redis.call('HGET', KEYS[13], entry.prefix)
   local has_kept = false
   if kept then
     for key, ceiling in pairs(cjson.decode(kept)) do
@@ -291,13 +289,13 @@ uncharge(id)
 redis.call('ZREM', KEYS[6], id)
 redis.call('ZADD', KEYS[5], now, id)
 if ARGV[4] ~= '' then
-  local seen = redis.call('HGET', KEYS[16], ARGV[4])
+  local seen = redis.call('HGET', KEYS[14], ARGV[4])
   if seen then
     close_window()
     return {2, seen}
   end
-  redis.call('HSET', KEYS[16], ARGV[4], ARGV[5])
-  redis.call('ZADD', KEYS[17], now, ARGV[4])
+  redis.call('HSET', KEYS[14], ARGV[4], ARGV[5])
+  redis.call('ZADD', KEYS[15], now, ARGV[4])
 end
 local count = tonumber(ARGV[6])
 local i = 7 + count
@@ -354,7 +352,7 @@ return live
 """
 )
 
-# ARGV 3 the number of the hash to read (1 spent, 2 reserved, 11 unsettled, 12 expired holds),
+# ARGV 3 the number of the hash to read (1 spent, 2 reserved, 10 unsettled, 11 expired holds),
 # after ending the holds whose lease ran out. Returns its fields and values.
 READ = (
     _PRELUDE
@@ -370,7 +368,7 @@ return found
 CEILINGS = (
     _PRELUDE
     + """
-local raw = redis.call('HGET', KEYS[14], ARGV[3])
+local raw = redis.call('HGET', KEYS[13], ARGV[3])
 local kept = {}
 local count = 0
 if raw then
@@ -388,47 +386,28 @@ for i = 5, #ARGV, 2 do
 end
 local encoded = '{}'
 if count > 0 then encoded = cjson.encode(kept) end
-redis.call('HSET', KEYS[14], ARGV[3], encoded)
+redis.call('HSET', KEYS[13], ARGV[3], encoded)
 close_window()
 return encoded
 """
 )
 
-# ARGV 3 the scope's field prefix, 4 "1" to pause it, "0" to resume it.
-PAUSE = (
-    _PRELUDE
-    + """
-if ARGV[4] == '1' then
-  redis.call('HSETNX', KEYS[15], ARGV[3], tostring(now))
-else
-  redis.call('HDEL', KEYS[15], ARGV[3])
-end
-close_window()
-return 1
-"""
-)
-
-# ARGV 3 the note's field, 4 its text ("" drops the note).
+# ARGV 3 the note's field, 4 its text ("" drops the note), 5 "1" to write it only if it is not
+# there yet. Returns 1 if the note was written (or dropped), else 0.
 NOTE = (
     _PRELUDE
     + """
+local done
 if ARGV[4] == '' then
-  redis.call('HDEL', KEYS[18], ARGV[3])
+  done = redis.call('HDEL', KEYS[16], ARGV[3])
+elseif ARGV[5] == '1' then
+  done = redis.call('HSETNX', KEYS[16], ARGV[3], ARGV[4])
 else
-  redis.call('HSET', KEYS[18], ARGV[3], ARGV[4])
+  redis.call('HSET', KEYS[16], ARGV[3], ARGV[4])
+  done = 1
 end
 close_window()
-return 1
-"""
-)
-
-# ARGV 3 the claim's field. Returns 1 if it was new (this caller is the first), else 0.
-CLAIM = (
-    _PRELUDE
-    + """
-local first = redis.call('HSETNX', KEYS[10], ARGV[3], tostring(now))
-close_window()
-return first
+return done
 """
 )
 

@@ -1,5 +1,6 @@
-"""The notes a ledger keeps per scope beside its amounts: the mark of an operator's last raise
-of each ceiling, and the calls paused at a cap (see :class:`~ampmeter.ledgers.PausedCall`).
+"""The notes a ledger keeps per scope beside its amounts: an operator's pause of the scope, the
+mark of an operator's last raise of each ceiling, the calls paused at a cap (see
+:class:`~ampmeter.ledgers.PausedCall`) and claims (what happens once per scope).
 
 A backend keeps notes as text by name; this module names and reads them, so every backend
 agrees."""
@@ -15,10 +16,26 @@ from ampmeter.keys import is_money
 from ampmeter.ledgers._amounts import check_key, to_amount, to_units
 from ampmeter.ledgers._rules import PausedCall
 
-__all__ = ["paused_call", "paused_calls", "paused_name", "paused_text", "raised_name"]
+__all__ = [
+    "PAUSE",
+    "claim_name",
+    "paused_call",
+    "paused_calls",
+    "paused_name",
+    "paused_text",
+    "raised_name",
+]
 
+PAUSE = "pause"
+"""The note of a scope an operator paused (its text: when); a reserve on the path refuses."""
 _RAISED = "raised:"
 _PAUSED = "paused:"
+_CLAIM = "claim:"
+
+
+def claim_name(name: str) -> str:
+    """The note whose first writer claims ``name``."""
+    return _CLAIM + name
 
 
 def raised_name(key: str) -> str:

@@ -8,7 +8,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from ampmeter.ledgers._amounts import Amount, Limits, Units, scope_path, to_amount
+from ampmeter.ledgers._amounts import (
+    Amount,
+    Limits,
+    Units,
+    check_scope,
+    root_of,
+    scope_path,
+    to_amount,
+)
 
 __all__ = [
     "SETTLED_ID",
@@ -16,8 +24,10 @@ __all__ = [
     "PausedCall",
     "Refusal",
     "Reservation",
+    "check_reservation",
     "first_refusal",
     "held_reservation",
+    "held_scopes",
     "kept_limits",
     "tightened",
 ]
@@ -203,6 +213,29 @@ def tightened(kept: Units, ceilings: Units, tighten: bool) -> Units:
         if not tighten or key not in result or ceiling < result[key]:
             result[key] = ceiling
     return result
+
+
+def check_reservation(reservation: object) -> Reservation:
+    """Return ``reservation`` if it is a :class:`Reservation`, else raise ``TypeError``."""
+    if not isinstance(reservation, Reservation):
+        raise TypeError(
+            f"expected a Reservation or a reservation id, got {type(reservation).__name__}"
+        )
+    return reservation
+
+
+def held_scopes(own: str, reservation: Reservation) -> tuple[str, ...]:
+    """The scopes ``reservation`` holds at (``own``, a ledger's scope, for one built by hand),
+    or ``ValueError`` when one is outside ``own``'s tree."""
+    scopes = reservation.scopes or (own,)
+    root = root_of(own)
+    for scope in scopes:
+        if scope != own and root_of(check_scope(scope)) != root:
+            raise ValueError(
+                f"reservation {reservation.id!r} holds scope {scope!r}, outside the tree "
+                f"{root!r} of this ledger"
+            )
+    return scopes
 
 
 def held_reservation(

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 from ampmeter.errors import BudgetUnavailable
 
-__all__ = ["Connections", "immediate"]
+__all__ = ["Connections", "MemoryDatabase", "immediate"]
 
 # Version 2 keeps amounts as integers (nano-dollars for money keys); version 1 (no user_version)
 # kept float dollars, which this code cannot read.
@@ -58,8 +58,6 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS ampmeter_ceilings (
     scope TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
     PRIMARY KEY (scope, key)) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS ampmeter_paused (
-    scope TEXT PRIMARY KEY, at REAL NOT NULL) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS ampmeter_windowed (
     scope TEXT NOT NULL, key TEXT NOT NULL, keep REAL NOT NULL,
     PRIMARY KEY (scope, key)) WITHOUT ROWID""",
@@ -67,9 +65,6 @@ _SCHEMA = (
     scope TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL, amount INTEGER NOT NULL)""",
     """CREATE INDEX IF NOT EXISTS ampmeter_window_events_at
     ON ampmeter_window_events (scope, key, at)""",
-    """CREATE TABLE IF NOT EXISTS ampmeter_claims (
-    scope TEXT NOT NULL, name TEXT NOT NULL, at REAL NOT NULL,
-    PRIMARY KEY (scope, name)) WITHOUT ROWID""",
     _NOTES,
 )
 
@@ -80,6 +75,7 @@ def _create_schema(db: sqlite3.Connection, path: str) -> None:
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version == _SCHEMA_VERSION:
             db.execute(_NOTES)
+            _move_into_notes(db)
             return
         old = db.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ampmeter_spent'"
@@ -93,6 +89,22 @@ def _create_schema(db: sqlite3.Connection, path: str) -> None:
         for statement in _SCHEMA:
             db.execute(statement)
         db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+
+
+# Pauses and claims had tables of their own before they were notes (see ledgers/_notes.py).
+_MOVED = {
+    "ampmeter_paused": "'pause', CAST(at AS TEXT)",
+    "ampmeter_claims": "'claim:' || name, '1'",
+}
+
+
+def _move_into_notes(db: sqlite3.Connection) -> None:
+    """Move the pauses and claims a file of this version kept in their old tables into notes."""
+    for table, columns in _MOVED.items():
+        found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+        if db.execute(found, (table,)).fetchone() is not None:
+            db.execute(f"INSERT OR IGNORE INTO ampmeter_notes SELECT scope, {columns} FROM {table}")
+            db.execute(f"DROP TABLE {table}")
 
 
 class Connections:
@@ -146,6 +158,11 @@ class Connections:
         self._local.connection = connection
         return connection
 
+    @contextmanager
+    def use(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection (see :meth:`get`) for one operation."""
+        yield self.get()
+
     def close(self) -> None:
         with self._lock:
             self.closed = True
@@ -169,6 +186,28 @@ class Connections:
             "ledger refuses every operation (settlements go to its journal). Put the file back, "
             "or stop every process using it and start over with one file"
         )
+
+
+class MemoryDatabase:
+    """A database in this process's memory (an :class:`~ampmeter.ledgers.InMemoryLedger`'s):
+    one connection, which the threads take in turn, one operation at a time."""
+
+    path = ":memory:"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        _create_schema(self._db, self.path)
+
+    @contextmanager
+    def use(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for this thread alone until the operation ends."""
+        with self._lock:
+            yield self._db
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
 
 
 def _identity(path: str) -> tuple[int, int]:

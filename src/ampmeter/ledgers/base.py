@@ -13,12 +13,9 @@ import hashlib
 import hmac
 import logging
 import os
-import time
 import uuid
-from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Literal
 
 from ampmeter import _validate
 from ampmeter._core.idempotency import KEEP_S
@@ -32,33 +29,32 @@ from ampmeter.ledgers._amounts import (
     Units,
     amounts_out,
     check_amounts,
+    check_ancestors,
     check_key,
     check_reservation_id,
     check_scope,
     check_seconds,
     check_segment,
     check_windows,
-    raised_ceiling,
     root_of,
+    scope_path,
     to_amount,
 )
+from ampmeter.ledgers._controls import Controls
 from ampmeter.ledgers._journal import Journal, Settlement
 from ampmeter.ledgers._renewal import Renewer
 from ampmeter.ledgers._rules import (
-    SETTLED_ID,
     BudgetView,
     PausedCall,
     Refusal,
     Reservation,
     UnsettledHold,
-    first_refusal,
-    held_reservation,
-    kept_limits,
-    tightened,
+    check_reservation,
+    held_scopes,
 )
+from ampmeter.ledgers.reach import reach_of
 
 __all__ = [
-    "SETTLED_ID",
     "Amount",
     "BudgetView",
     "Committed",
@@ -69,11 +65,6 @@ __all__ = [
     "Reservation",
     "UnsettledHold",
     "check_scope",
-    "first_refusal",
-    "held_reservation",
-    "kept_limits",
-    "root_of",
-    "tightened",
 ]
 
 # The claim name (at the root scope) of the first reader that reports an unsettled hold.
@@ -83,16 +74,10 @@ UNSETTLED_CLAIM = "amp:unsettled:"
 # are remembered (a repeat within it is ignored); the core's figure, as a context keeps its own.
 SETTLED_KEEP_S = KEEP_S
 
-# Pauses between the tries of a commit or release before it goes to the journal.
-SETTLE_RETRY_PAUSES_S = (0.05, 0.2)
-
 # How often a ledger without leases replays a journal that waits (it has nothing to renew).
 JOURNAL_REPLAY_S = 1.0
 
 ExpiredHold = _validate.ExpiredHold
-
-HANDOFF_KEY_ENV = "AMPMETER_HANDOFF_KEY"
-"""The environment variable a hand-off signing key comes from when the ledger has none."""
 
 _log = logging.getLogger("ampmeter.ledgers")
 
@@ -112,7 +97,7 @@ class Committed(dict[str, Amount]):
         self.duplicate = duplicate
 
 
-class Ledger(ABC):
+class Ledger(Controls):
     """Reservations and spend for a tree of budget scopes (``tenant-42/run-7/researcher``).
 
     A ledger is bound to one scope; :meth:`child` gives a ledger on the same backend for a
@@ -203,13 +188,17 @@ class Ledger(ABC):
         child._root_ledger = self._root_ledger or self
         return child
 
+    @property
+    def lease_s(self) -> float | None:
+        """How long a reservation holds unless renewed (None: until it is settled)."""
+        return self._lease_s
+
     def location(self) -> dict[str, object]:
-        """Where another process finds this ledger's backend, without any secret (a hand-off
-        token carries it). A ledger kept in this process has no such place: ``TypeError``."""
-        raise TypeError(
-            f"{type(self).__name__} lives in this process and cannot be shared with another; "
-            "use SqliteLedger (one machine) or RedisLedger (many)"
-        )
+        """Where another process finds this ledger, without any secret (a hand-off token
+        carries it), as its :class:`~ampmeter.ledgers.reach.Reach` describes it. A ledger no
+        other process can reach (one kept in this process) has no such place: ``TypeError``."""
+        reach = reach_of(self)
+        return {"backend": reach.name, **reach.describe(self)}
 
     def sign_handoff(self, body: bytes) -> bytes | None:
         """The HMAC-SHA256 of ``body`` under this ledger's ``handoff_key``, or None without
@@ -270,7 +259,7 @@ class Ledger(ABC):
         wanted = check_amounts(amounts, "amounts")
         limits: Limits = {self.scope: check_amounts(ceilings, "ceilings", ceiling=True)}
         if ancestors is not None:
-            limits.update(self._check_ancestors(ancestors))
+            limits.update(check_ancestors(self.scope, ancestors))
         rid = uuid.uuid4().hex if reservation_id is None else check_reservation_id(reservation_id)
         spans = check_windows(windows)
         charge = self._charge_expired
@@ -314,7 +303,7 @@ class Ledger(ABC):
         held = check_reservation(reservation)
         cost = check_amounts(actual, "actual")
         key = None if idempotency_key is None else check_key(idempotency_key, "idempotency_key")
-        scopes = self._scopes_of(held)
+        scopes = held_scopes(self.scope, held)
         first = self._settle(Settlement("commit", held.id, scopes, cost, key))
         return Committed(amounts_out(cost if first is None else first), duplicate=first is not None)
 
@@ -375,7 +364,7 @@ class Ledger(ABC):
         rid = check_reservation_id(hold if isinstance(hold, str) else hold.id)
         if rid in self._renewer.tracked():
             return False
-        return self._backend_claim(root_of(self.scope), UNSETTLED_CLAIM + rid)
+        return self._claim(root_of(self.scope), UNSETTLED_CLAIM + rid)
 
     def reserved(self, scope: str | None = None) -> dict[str, Amount]:
         """The amounts live reservations hold at ``scope`` (default: this ledger's), per key."""
@@ -397,80 +386,7 @@ class Ledger(ABC):
     def claim(self, name: str) -> bool:
         """True for the first caller, in any process, that claims ``name`` at this scope; False
         for every later one (claims are kept as long as the scope's spend)."""
-        return self._backend_claim(self.scope, check_key(name, "claim name"))
-
-    # -- ceilings kept in the ledger, and the operator's handles -----------------------------
-
-    def ceilings(self, scope: str | None = None) -> dict[str, Amount]:
-        """The ceilings the ledger keeps for ``scope`` (default: this ledger's) itself."""
-        name = self._readable(scope)
-        return {key: to_amount(key, value) for key, value in self._backend_ceilings(name).items()}
-
-    def set_ceilings(self, scope: str, ceilings: Mapping[str, AmountIn]) -> dict[str, Amount]:
-        """Keep ``ceilings`` (``{key: max}``) for ``scope`` and below; they only ever tighten (a
-        child handed them cannot raise them; an operator uses :meth:`set_ceiling`). Returns
-        every ceiling now kept there."""
-        name = self._readable(scope)
-        wanted = check_amounts(ceilings, "ceilings", ceiling=True)
-        kept = self._backend_set_ceilings(name, wanted, True)
-        return {key: to_amount(key, value) for key, value in kept.items()}
-
-    def set_ceiling(self, scope: str, key: str, value: AmountIn) -> None:
-        """Set the ceiling ``key`` of ``scope`` to ``value`` (checked as every limit's maximum
-        is), higher or lower: the operator's raise (``ampmeter budget raise``). A call waiting
-        for room, or paused at its cap there, sees it at its next try."""
-        name = self._readable(scope)
-        field = check_key(key, "key")
-        self._backend_set_ceilings(name, {field: raised_ceiling(field, value)}, False)
-        # Then a fresh mark (after the ceiling: whoever sees the mark sees the ceiling).
-        self._backend_set_note(name, _notes.raised_name(field), uuid.uuid4().hex)
-
-    def raise_mark(self, key: str, scope: str | None = None) -> str | None:
-        """A mark each :meth:`set_ceiling` of ``key`` at ``scope`` moves (None before the first):
-        a paused call takes a kept ceiling only once it moved (never one an earlier run left)."""
-        return self._backend_notes(self._readable(scope)).get(_notes.raised_name(key))
-
-    def note_paused(
-        self,
-        call_id: str,
-        key: str,
-        cap: AmountIn,
-        context: str,
-        since: float,
-        lasts_s: float,
-        scope: str | None = None,
-    ) -> PausedCall:
-        """Note ``context``'s call ``call_id``, paused since ``since`` at ``cap`` on ``key``, at
-        ``scope``, for ``lasts_s`` (then the note lapses)."""
-        name = self._readable(scope)
-        call = _notes.paused_call(call_id, key, cap, context, since, lasts_s)
-        for lapsed in _notes.paused_calls(self._backend_notes(name), time.time(), lapsed=True):
-            self._backend_set_note(name, _notes.paused_name(lapsed), None)
-        self._backend_set_note(name, _notes.paused_name(call.id), _notes.paused_text(call))
-        return call
-
-    def forget_paused(self, call_id: str, scope: str | None = None) -> None:
-        """Drop the note of a paused call (:meth:`note_paused`): it went on or stopped."""
-        self._backend_set_note(self._readable(scope), _notes.paused_name(call_id), None)
-
-    def paused_calls(self, scope: str | None = None) -> tuple[PausedCall, ...]:
-        """The calls paused at a cap on ``scope`` (default: this ledger's) now."""
-        found = _notes.paused_calls(self._backend_notes(self._readable(scope)), time.time())
-        return tuple(found.values())
-
-    def exists(self, scope: str | None = None) -> bool:
-        """Whether the ledger keeps anything for ``scope`` (default: this ledger's) or below it."""
-        return self._backend_known(self._readable(scope))
-
-    def pause(self, scope: str | None = None) -> None:
-        """Pause ``scope`` (default: this ledger's): from its next reserve on, no process admits
-        anything there or below it (a :class:`Refusal` with ``paused``) until :meth:`resume`."""
-        self._backend_set_paused(self._readable(scope), True)
-
-    def resume(self, scope: str | None = None) -> None:
-        """Lift a :meth:`pause` of ``scope`` (default: this ledger's); a pause of an enclosing
-        scope still applies."""
-        self._backend_set_paused(self._readable(scope), False)
+        return self._claim(self.scope, check_key(name, "claim name"))
 
     def show(self, scope: str | None = None) -> BudgetView:
         """What the ledger holds for ``scope`` (default: this ledger's): see :class:`BudgetView`."""
@@ -481,8 +397,8 @@ class Ledger(ABC):
             amounts_out(self._backend_read("spent", name)),
             amounts_out(self._backend_read("reserved", name)),
             amounts_out(self._backend_read("unsettled", name)),
-            {key: to_amount(key, value) for key, value in self._backend_ceilings(name).items()},
-            self._backend_paused_by(name),
+            self.ceilings(name),
+            next((at for at in scope_path(name) if _notes.PAUSE in self._backend_notes(at)), None),
             self.paused_calls(name),
         )
 
@@ -514,113 +430,7 @@ class Ledger(ABC):
     ) -> None:
         self.close()
 
-    # -- what a backend implements ----------------------------------------------------------
-
-    @abstractmethod
-    def _backend_reserve(self, request: HoldRequest) -> Reservation | Refusal:
-        """One atomic reserve (see :meth:`try_reserve`). ``request.limits`` lists the own scope
-        first, and the backend adds the kept ceilings with :func:`kept_limits`; the windows apply
-        at the own scope. A paused scope on the path refuses first, then a settled id with
-        :data:`SETTLED_ID`, a ceiling as :func:`first_refusal` names it, a window after every
-        ceiling fits. A taken hold remembers ``request.charge``: whether its expiry charges it."""
-
-    @abstractmethod
-    def _backend_recent(self, scope: str, key: str, window_s: float) -> int:
-        """What was committed of ``key`` at ``scope`` in the last ``window_s`` seconds."""
-
-    @abstractmethod
-    def _backend_claim(self, scope: str, name: str) -> bool:
-        """Atomically record ``name`` at ``scope``; True if it was not there yet."""
-
-    @abstractmethod
-    def _backend_commit(self, settlement: Settlement) -> Units | None:
-        """One atomic commit of ``settlement.actual`` at its scopes (see :meth:`commit`); the
-        first settlement's amounts when its idempotency key was seen at its own scope (the
-        first), else None."""
-
-    @abstractmethod
-    def _backend_release(self, reservation_id: str) -> None:
-        """One atomic release, leaving a tombstone for an id never reserved."""
-
-    @abstractmethod
-    def _backend_renew(self, reservation_ids: list[str]) -> set[str]:
-        """Renew the live ones of ``reservation_ids``; return those that were live."""
-
-    @abstractmethod
-    def _backend_read(self, which: Literal["spent", "reserved", "unsettled"], scope: str) -> Units:
-        """The ``spent``, ``reserved`` or ``unsettled`` amounts of ``scope``."""
-
-    @abstractmethod
-    def _backend_unsettled_holds(self) -> list[tuple[str, Units, tuple[str, ...]]]:
-        """Every hold of this scope tree charged as unsettled now (after ending the holds
-        whose lease ran out), as ``(id, amounts, scopes)``."""
-
-    @abstractmethod
-    def _backend_ceilings(self, scope: str) -> Units:
-        """The ceilings kept for ``scope``."""
-
-    @abstractmethod
-    def _backend_set_ceilings(self, scope: str, ceilings: Units, tighten: bool) -> Units:
-        """Atomically write ``ceilings`` for ``scope`` (see :func:`tightened`); all kept now."""
-
-    @abstractmethod
-    def _backend_set_paused(self, scope: str, paused: bool) -> None:
-        """Mark ``scope`` paused, or not."""
-
-    @abstractmethod
-    def _backend_paused_by(self, scope: str) -> str | None:
-        """The nearest paused scope of ``scope``'s path (itself first), or None."""
-
-    @abstractmethod
-    def _backend_notes(self, scope: str) -> dict[str, str]:
-        """The notes kept for ``scope``: name -> text."""
-
-    @abstractmethod
-    def _backend_set_note(self, scope: str, name: str, value: str | None) -> None:
-        """Keep the note ``name`` of ``scope`` as ``value`` (a non-empty text; None drops it)."""
-
-    @abstractmethod
-    def _backend_known(self, scope: str) -> bool:
-        """Whether anything is kept for ``scope`` or a scope below it."""
-
-    def _backend_close(self) -> None:  # noqa: B027 - a no-op default is right in-process
-        """Release connections; the ledger is unusable afterwards."""
-
     # -- shared machinery -------------------------------------------------------------------
-
-    def _check_ancestors(self, ancestors: object) -> Limits:
-        if not isinstance(ancestors, Mapping):
-            raise TypeError(
-                f"ancestors must be a mapping of scope to ceilings, got {type(ancestors).__name__}"
-            )
-        checked: Limits = {}
-        for scope, ceilings in ancestors.items():
-            name = check_scope(scope)
-            if not self.scope.startswith(name + "/"):
-                raise ValueError(
-                    f"ancestors: {name!r} does not enclose this ledger's scope {self.scope!r}"
-                )
-            checked[name] = check_amounts(ceilings, f"ancestors[{name!r}]", ceiling=True)
-        return checked
-
-    def _scopes_of(self, reservation: Reservation) -> tuple[str, ...]:
-        scopes = reservation.scopes or (self.scope,)
-        root = root_of(self.scope)
-        for scope in scopes:
-            if scope != self.scope and root_of(check_scope(scope)) != root:
-                raise ValueError(
-                    f"reservation {reservation.id!r} holds scope {scope!r}, outside the tree "
-                    f"{root!r} of this ledger"
-                )
-        return scopes
-
-    def _readable(self, scope: str | None) -> str:
-        if scope is None:
-            return self.scope
-        name = check_scope(scope)
-        if root_of(name) != root_of(self.scope):
-            raise ValueError(f"scope {name!r} is outside the tree {root_of(self.scope)!r}")
-        return name
 
     def _abandon(self, reservation_id: str) -> None:
         """Release ``reservation_id`` after a reserve that raised, or journal that release."""
@@ -639,34 +449,14 @@ class Ledger(ABC):
         self._renewer.ensure_running()  # replays it once the backend is back
 
     def _settle(self, settlement: Settlement) -> Units | None:
-        """Apply a commit or release with a few quick retries, else journal it and say so."""
+        """Apply a commit or release, or journal it (see :meth:`Journal.settle`)."""
         self._renewer.forget(settlement.reservation_id)
-        journal = self._journal
-        if journal is None:
+        if self._journal is None:
             return self._apply_settlement(settlement)
-        try:
-            self._replay_journal(strict=True)  # fails fast while the backend is down
-            for pause in (*SETTLE_RETRY_PAUSES_S, None):
-                try:
-                    return self._apply_settlement(settlement)
-                except LedgerUnavailable:
-                    if pause is None:
-                        raise
-                    time.sleep(pause)
-        except LedgerUnavailable as error:
-            try:
-                path = journal.append(settlement)
-            except OSError as failed:
-                raise LedgerUnavailable(
-                    f"{error}; the {settlement.op} of reservation {settlement.reservation_id!r} "
-                    f"could not be journaled in {journal.directory} either ({failed}): it is lost"
-                ) from error
-            self._renewer.ensure_running()  # replays it soon after the backend is back
-            raise LedgerUnavailable(
-                f"{error}; the {settlement.op} of reservation {settlement.reservation_id!r} is "
-                f"kept in {path} and applied when the ledger is back"
-            ) from error
-        return None  # not reached: the loop returns or raises
+        # A journaled settlement is replayed soon after the backend is back.
+        return self._journal.settle(
+            settlement, self._apply_settlement, self._renewer.ensure_running
+        )
 
     def _apply_settlement(self, settlement: Settlement) -> Units | None:
         if settlement.op == "commit":
@@ -684,16 +474,11 @@ class Ledger(ABC):
             if strict:
                 raise
 
+    def _claim(self, scope: str, name: str) -> bool:
+        """True for the first claim of ``name`` at ``scope``: a note that is never rewritten."""
+        return self._backend_set_note(scope, _notes.claim_name(name), "1", first=True)
+
     def _renew_ids(self, reservation_ids: list[str]) -> set[str]:
         """The renewal thread's tick: replay a waiting journal, then renew (if any to renew)."""
         self._replay_journal(strict=False)
         return self._backend_renew(reservation_ids) if reservation_ids else set()
-
-
-def check_reservation(reservation: object) -> Reservation:
-    """Return ``reservation`` if it is a :class:`Reservation`, else raise ``TypeError``."""
-    if not isinstance(reservation, Reservation):
-        raise TypeError(
-            f"expected a Reservation or a reservation id, got {type(reservation).__name__}"
-        )
-    return reservation

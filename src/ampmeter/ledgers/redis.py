@@ -3,8 +3,8 @@
 Each operation is one Lua script run with EVALSHA (redis-py loads it on first use), so a
 reservation is checked and taken atomically against everything every other process holds. Leases
 use the Redis server's clock, so the clocks of the workers do not matter. A scope tree (every
-scope under one root) lives in ten keys with the hash tag ``{<root>}``, so on Redis Cluster
-every script touches one slot.
+scope under one root) lives in keys with the hash tag ``{<root>}``, so on Redis Cluster every
+script touches one slot.
 
 Amounts are integers (nano-dollars for money keys) added with ``HINCRBY``: every sum is exact.
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
-from typing import Any, Literal, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 try:
     import orjson
@@ -37,16 +37,10 @@ from ampmeter.ledgers._amounts import (
     scope_path,
 )
 from ampmeter.ledgers._journal import Settlement, default_journal_dir
-from ampmeter.ledgers.base import (
-    SETTLED_ID,
-    SETTLED_KEEP_S,
-    ExpiredHold,
-    Ledger,
-    LedgerUnavailable,
-    Refusal,
-    Reservation,
-    held_reservation,
-)
+from ampmeter.ledgers._rules import SETTLED_ID, Refusal, Reservation, held_reservation
+from ampmeter.ledgers.backend import Which
+from ampmeter.ledgers.base import SETTLED_KEEP_S, ExpiredHold, Ledger, LedgerUnavailable
+from ampmeter.ledgers.reach import Location, Reach, register, settings
 
 __all__ = ["RedisLedger"]
 
@@ -61,20 +55,18 @@ _SUFFIXES = (
     "window",
     "windowed",
     "window_events",
-    "claims",
     "unsettled",
     "expired",
     "expired_at",
     "ceilings",
-    "paused",
     "idempotency",
     "idempotency_at",
     "notes",
 )
 # The hashes whose fields name a scope (after its field prefix): spent, reserved, unsettled,
-# ceilings, paused, notes.
-_SCOPED = (0, 1, 10, 13, 14, 17)
-_HASH_OF = {"spent": "1", "reserved": "2", "unsettled": "11"}
+# ceilings, notes.
+_SCOPED = (0, 1, 9, 12, 15)
+_HASH_OF = {"spent": "1", "reserved": "2", "unsettled": "10"}
 _SEP = "\x1f"  # between a scope's path below the root and a key, in hash fields
 
 
@@ -147,18 +139,11 @@ class RedisLedger(Ledger):
         self._reserve = self._client.register_script(_lua.RESERVE)
         self._read = self._client.register_script(_lua.READ)
         self._ceilings = self._client.register_script(_lua.CEILINGS)
-        self._pause = self._client.register_script(_lua.PAUSE)
         self._commit = self._client.register_script(_lua.COMMIT)
         self._release = self._client.register_script(_lua.RELEASE)
         self._renew = self._client.register_script(_lua.RENEW)
-        self._claim = self._client.register_script(_lua.CLAIM)
         self._note = self._client.register_script(_lua.NOTE)
         self._recent = self._client.register_script(_lua.RECENT)
-
-    def location(self) -> dict[str, object]:
-        """The server's URL without user or password, ``credentials`` True when the other
-        process must bring its own client (see :meth:`Ledger.location`)."""
-        return dict(self._location)
 
     def _backend_reserve(self, request: HoldRequest) -> Reservation | Refusal:
         reservation_id, amounts, limits, windows, charge = request
@@ -243,22 +228,17 @@ class RedisLedger(Ledger):
         live = self._call(lambda: self._renew(keys=self._keys, args=args))
         return {_text(item) for item in live}
 
-    def _backend_read(self, which: Literal["spent", "reserved", "unsettled"], scope: str) -> Units:
+    def _backend_read(self, which: Which, scope: str) -> Units:
+        if which == "ceilings":
+            raw = self._call(lambda: self._client.hget(self._keys[12], self._prefix(scope)))
+            return {} if raw is None else _units(raw)
         args = [*self._common(), _HASH_OF[which]]
-        raw: list[Any] = self._call(lambda: self._read(keys=self._keys, args=args))
-        prefix = self._prefix(scope)
-        found: Units = {}
-        for index in range(0, len(raw), 2):
-            name = _text(raw[index])
-            if prefix:
-                if name.startswith(prefix):
-                    found[name[len(prefix) :]] = int(_text(raw[index + 1]))
-            elif _SEP not in name:
-                found[name] = int(_text(raw[index + 1]))
-        return found
+        flat: list[Any] = self._call(lambda: self._read(keys=self._keys, args=args))
+        pairs = zip(flat[::2], flat[1::2], strict=True)
+        return {name: int(value) for name, value in self._own(pairs, scope).items()}
 
     def _backend_unsettled_holds(self) -> list[tuple[str, Units, tuple[str, ...]]]:
-        args = [*self._common(), "12"]  # the expired holds, after ending those whose lease ran out
+        args = [*self._common(), "11"]  # the expired holds, after ending those whose lease ran out
         raw: list[Any] = self._call(lambda: self._read(keys=self._keys, args=args))
         found: list[tuple[str, Units, tuple[str, ...]]] = []
         for index in range(0, len(raw), 2):
@@ -276,43 +256,22 @@ class RedisLedger(Ledger):
             int(text.rpartition(_SEP)[2]) for text in map(_text, members) if text.startswith(head)
         )
 
-    def _backend_ceilings(self, scope: str) -> Units:
-        raw = self._call(lambda: self._client.hget(self._keys[13], self._prefix(scope)))
-        return {} if raw is None else _units(raw)
-
     def _backend_set_ceilings(self, scope: str, ceilings: Units, tighten: bool) -> Units:
         args = [*self._common(), self._prefix(scope), "1" if tighten else "0"]
         for key, value in ceilings.items():
             args += (key, str(value))
         return _units(self._call(lambda: self._ceilings(keys=self._keys, args=args)))
 
-    def _backend_set_paused(self, scope: str, paused: bool) -> None:
-        args = [*self._common(), self._prefix(scope), "1" if paused else "0"]
-        self._call(lambda: self._pause(keys=self._keys, args=args))
-
-    def _backend_paused_by(self, scope: str) -> str | None:
-        path = scope_path(scope)
-        fields = [self._prefix(name) for name in path]
-        marks: list[Any] = self._call(lambda: self._client.hmget(self._keys[14], fields))
-        paused = [name for name, mark in zip(path, marks, strict=True) if mark is not None]
-        return paused[0] if paused else None
-
     def _backend_notes(self, scope: str) -> dict[str, str]:
-        raw: dict[Any, Any] = self._call(lambda: self._client.hgetall(self._keys[17]))
-        prefix = self._prefix(scope)
-        found: dict[str, str] = {}
-        for field, value in raw.items():
-            name = _text(field)
-            if prefix and name.startswith(prefix):
-                found[name[len(prefix) :]] = _text(value)
-            elif not prefix and _SEP not in name:
-                found[name] = _text(value)
-        return found
+        raw: dict[Any, Any] = self._call(lambda: self._client.hgetall(self._keys[15]))
+        return self._own(raw.items(), scope)
 
-    def _backend_set_note(self, scope: str, name: str, value: str | None) -> None:
+    def _backend_set_note(
+        self, scope: str, name: str, value: str | None, *, first: bool = False
+    ) -> bool:
         # A note is never empty (a mark, or JSON): "" is the script's word for "drop it".
-        args = [*self._common(), self._prefix(scope) + name, value or ""]
-        self._call(lambda: self._note(keys=self._keys, args=args))
+        args = [*self._common(), self._prefix(scope) + name, value or "", "1" if first else "0"]
+        return bool(int(self._call(lambda: self._note(keys=self._keys, args=args))))
 
     def _backend_known(self, scope: str) -> bool:
         below = scope.partition("/")[2]
@@ -326,10 +285,6 @@ class RedisLedger(Ledger):
                     return True
         return False
 
-    def _backend_claim(self, scope: str, name: str) -> bool:
-        args = [*self._common(), self._prefix(scope) + name]
-        return bool(int(self._call(lambda: self._claim(keys=self._keys, args=args))))
-
     def reservation_ids(self) -> set[str]:
         """Ids of the reservations Redis holds now in this scope tree (expired ones included
         until reaped)."""
@@ -339,6 +294,16 @@ class RedisLedger(Ledger):
     def _backend_close(self) -> None:
         if self._owns_client:
             self._client.close()
+
+    def _own(self, pairs: Iterable[tuple[Any, Any]], scope: str) -> dict[str, str]:
+        """The fields of a tree's hash (``pairs``) that are ``scope``'s, without its prefix."""
+        prefix = self._prefix(scope)
+        found: dict[str, str] = {}
+        for field, value in pairs:
+            name = _text(field)
+            if name.startswith(prefix) and _SEP not in name[len(prefix) :]:
+                found[name[len(prefix) :]] = _text(value)
+        return found
 
     def _prefix(self, scope: str) -> str:
         """The hash-field prefix of ``scope``: its path below the root, then the separator."""
@@ -379,8 +344,9 @@ def _where(client: redis.Redis | RedisCluster) -> str:
 def _location(
     where: str | redis.Redis | RedisCluster, ttl: float | None, lease: float | None
 ) -> dict[str, object]:
-    """What a hand-off token may say about this backend: never a user name or a password."""
-    found: dict[str, object] = {"backend": "redis", "ttl_s": ttl, "lease_s": lease}
+    """What a hand-off token may say about this backend: never a user name or a password
+    (``credentials`` is True when another process must bring its own client)."""
+    found: dict[str, object] = {"ttl_s": ttl, "lease_s": lease}
     if isinstance(where, RedisCluster):
         found.update(url=None, cluster=_where(where), credentials=True)
         return found
@@ -409,3 +375,40 @@ def _identity(client: redis.Redis | RedisCluster) -> str:
     if isinstance(client, RedisCluster):
         return _where(client)
     return f"{_where(client)}/{client.connection_pool.connection_kwargs.get('db', 0)}"
+
+
+def _place(location: Location) -> str:
+    """The server and database a location names, written one way (credentials and options
+    aside; ``localhost`` is ``127.0.0.1``)."""
+    if location.get("cluster"):
+        return f"cluster {location['cluster']}"
+    parts = urlsplit(str(location["url"]))
+    db = parse_qs(parts.query).get("db", ["0"])[0]
+    if parts.scheme == "unix":
+        return f"unix://{parts.path}?db={db}"
+    host = (parts.hostname or "").lower()
+    host = "127.0.0.1" if host in ("localhost", "::1") else host
+    return f"{parts.scheme}://{host}:{parts.port or 6379}/{parts.path.strip('/') or db}"
+
+
+def _address(text: str) -> dict[str, object] | None:
+    if not text.startswith(("redis://", "rediss://", "unix://")):
+        return None
+    return {"url": text}
+
+
+def _reopen(location: Location, scope: str) -> RedisLedger:
+    found = settings(location, "ttl_s", "lease_s", "timeout_s")
+    return RedisLedger(str(location["url"]), scope, **found)
+
+
+register(
+    Reach(
+        name="redis",
+        kind=RedisLedger,
+        describe=lambda ledger: dict(ledger._location),
+        reopen=_reopen,
+        place=_place,
+        address=_address,
+    )
+)

@@ -1,8 +1,8 @@
-"""A ledger in a SQLite file, shared by every process and thread of one machine.
+"""Ledgers kept in SQLite: a file shared by every process and thread of one machine, or the
+memory of one process.
 
-Each reserve, commit, release and renewal is one ``BEGIN IMMEDIATE`` transaction, so it is
-checked and applied atomically against what every other process holds; the file is in WAL
-mode, so reads never wait for writers. Each thread of each process gets its own connection.
+Each operation is one transaction (reserve, commit, release and renewal ``BEGIN IMMEDIATE``),
+so it is checked and applied atomically against what every other thread and process holds.
 Leases use this machine's clock. ``reserved`` is summed from the live holds on every read, so
 it returns to exact zero by itself.
 """
@@ -25,13 +25,9 @@ from ampmeter.ledgers._amounts import (
     scope_path,
 )
 from ampmeter.ledgers._journal import Settlement, default_journal_dir
-from ampmeter.ledgers._sqlite_file import Connections, immediate
-from ampmeter.ledgers.base import (
+from ampmeter.ledgers._notes import PAUSE
+from ampmeter.ledgers._rules import (
     SETTLED_ID,
-    SETTLED_KEEP_S,
-    ExpiredHold,
-    Ledger,
-    LedgerUnavailable,
     Refusal,
     Reservation,
     first_refusal,
@@ -39,76 +35,43 @@ from ampmeter.ledgers.base import (
     kept_limits,
     tightened,
 )
+from ampmeter.ledgers._sqlite_file import Connections, MemoryDatabase, immediate
+from ampmeter.ledgers.backend import Which
+from ampmeter.ledgers.base import SETTLED_KEEP_S, ExpiredHold, Ledger, LedgerUnavailable
+from ampmeter.ledgers.reach import Location, Reach, register, settings
 
-__all__ = ["SqliteLedger"]
+__all__ = ["SqlLedger", "SqliteLedger"]
 
 _T = TypeVar("_T")
 
 # The tables that name scopes: a scope exists when one of them names it or a scope below it.
-_SCOPED = ("spent", "unsettled", "held", "ceilings", "paused", "notes")
+_SCOPED = ("spent", "unsettled", "held", "ceilings", "notes")
 
 
-class SqliteLedger(Ledger):
-    """A :class:`Ledger` kept in the SQLite file ``path`` (created if missing).
+class SqlLedger(Ledger):
+    """The :class:`Ledger` semantics kept in SQLite: in a file (:class:`SqliteLedger`) or in this
+    process's memory (:class:`~ampmeter.ledgers.InMemoryLedger`), so both count alike.
 
-    Every process and thread that opens the same file shares its budgets. ``lease_s`` (None =
-    never) is how long an unsettled reservation holds its amounts unless renewed (this
-    process renews its own every ``lease_s / 3`` while it lives); ``on_expired_hold`` says
-    whether a hold whose lease ends is charged as unsettled spend (default) or released.
-    ``timeout_s`` is how long an operation waits for the file's write lock before raising
-    :class:`LedgerUnavailable`. ``journal`` is the directory for settlements the file cannot
-    take (default: under the user's cache directory, one per file and scope tree).
-    ``handoff_key`` signs hand-off tokens (see :class:`Ledger`). Amounts are stored as
-    integers (nano-dollars for money keys). WAL with ``synchronous=NORMAL``: a committed
-    transaction survives a crash of the process, not necessarily of the machine. If the file is
-    removed or replaced while the ledger has it open, every operation raises
-    :class:`LedgerUnavailable` until the same file is back (see
-    :mod:`ampmeter.ledgers._sqlite_file`), so the budget never splits between two files.
+    ``connections`` hands out a connection per operation (see :mod:`._sqlite_file`); the
+    other arguments are :class:`Ledger`'s.
     """
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
-        scope: str = "default",
+        scope: str,
+        connections: Connections | MemoryDatabase,
         *,
-        lease_s: float | None = 30.0,
-        timeout_s: float = 5.0,
-        journal: str | os.PathLike[str] | None = None,
-        on_expired_hold: ExpiredHold = "charge",
-        handoff_key: str | bytes | None = None,
+        lease_s: float | None,
+        journal: str | os.PathLike[str] | None,
+        on_expired_hold: ExpiredHold,
+        handoff_key: str | bytes | None,
     ) -> None:
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path must be a str or path, got {type(path).__name__}")
-        location = os.path.abspath(os.fspath(path))
-        if os.path.isdir(location):
-            raise ValueError(f"path {location!r} is a directory, not a SQLite file")
         lease = check_seconds(lease_s, "lease_s", optional=True)
-        timeout = check_seconds(timeout_s, "timeout_s", optional=False)
-        assert timeout is not None
-        directory = (
-            journal
-            if journal is not None
-            else default_journal_dir("sqlite", location, scope if isinstance(scope, str) else "")
-        )
         super().__init__(
-            scope,
-            lease,
-            directory,
-            on_expired_hold=on_expired_hold,
-            handoff_key=handoff_key,
+            scope, lease, journal, on_expired_hold=on_expired_hold, handoff_key=handoff_key
         )
-        self.path = location
-        self._connections = Connections(location, timeout)
-        self._location: dict[str, object] = {
-            "backend": "sqlite",
-            "path": location,
-            "lease_s": lease,
-        }
-        self._guarded(self._connections.get)  # create the file and schema, or fail now
-
-    def location(self) -> dict[str, object]:
-        """The SQLite file and lease (see :meth:`Ledger.location`)."""
-        return dict(self._location)
+        self._connections = connections
+        self._query(lambda db: None)  # create the file and schema, or fail now
 
     def _backend_reserve(self, request: HoldRequest) -> Reservation | Refusal:
         reservation_id, amounts, limits, windows, charge = request
@@ -126,7 +89,7 @@ class SqliteLedger(Ledger):
             ).fetchone()
             if row is not None:
                 return _reservation(reservation_id, *row)
-            checked = kept_limits(own, limits, lambda scope: _ceilings(db, scope))
+            checked = kept_limits(own, limits, lambda scope: _read(db, "ceilings", scope))
             refusal = first_refusal(
                 checked, amounts, lambda scope: (_read(db, "spent", scope), _held(db, scope))
             )
@@ -227,7 +190,7 @@ class SqliteLedger(Ledger):
 
         return self._run(renew)
 
-    def _backend_read(self, which: Literal["spent", "reserved", "unsettled"], scope: str) -> Units:
+    def _backend_read(self, which: Which, scope: str) -> Units:
         # A write transaction: holds whose lease ended are charged or returned first.
         if which == "reserved":
             return self._run(lambda db, now: _held(db, scope))
@@ -244,27 +207,11 @@ class SqliteLedger(Ledger):
         return self._run(read)
 
     def _backend_recent(self, scope: str, key: str, window_s: float) -> int:
-        return self._guarded(
-            lambda: _recent(self._connections.get(), time.time(), scope, key, window_s)
-        )
-
-    def _backend_claim(self, scope: str, name: str) -> bool:
-        def claim(db: sqlite3.Connection, now: float) -> bool:
-            return (
-                db.execute(
-                    "INSERT OR IGNORE INTO ampmeter_claims VALUES (?, ?, ?)", (scope, name, now)
-                ).rowcount
-                == 1
-            )
-
-        return self._run(claim)
-
-    def _backend_ceilings(self, scope: str) -> Units:
-        return self._guarded(lambda: _ceilings(self._connections.get(), scope))
+        return self._query(lambda db: _recent(db, time.time(), scope, key, window_s))
 
     def _backend_set_ceilings(self, scope: str, ceilings: Units, tighten: bool) -> Units:
         def write(db: sqlite3.Connection, now: float) -> Units:
-            kept = tightened(_ceilings(db, scope), ceilings, tighten)
+            kept = tightened(_read(db, "ceilings", scope), ceilings, tighten)
             db.executemany(
                 "INSERT OR REPLACE INTO ampmeter_ceilings VALUES (?, ?, ?)",
                 [(scope, key, value) for key, value in kept.items()],
@@ -273,37 +220,19 @@ class SqliteLedger(Ledger):
 
         return self._run(write)
 
-    def _backend_set_paused(self, scope: str, paused: bool) -> None:
-        def write(db: sqlite3.Connection, now: float) -> None:
-            if paused:
-                db.execute("INSERT OR IGNORE INTO ampmeter_paused VALUES (?, ?)", (scope, now))
-            else:
-                db.execute("DELETE FROM ampmeter_paused WHERE scope = ?", (scope,))
-
-        self._run(write)
-
-    def _backend_paused_by(self, scope: str) -> str | None:
-        return self._guarded(lambda: _paused_by(self._connections.get(), scope))
-
     def _backend_notes(self, scope: str) -> dict[str, str]:
-        def read() -> dict[str, str]:
-            rows = self._connections.get().execute(
-                "SELECT name, value FROM ampmeter_notes WHERE scope = ?", (scope,)
-            )
-            return dict(rows.fetchall())
+        query = "SELECT name, value FROM ampmeter_notes WHERE scope = ?"
+        return self._query(lambda db: dict(db.execute(query, (scope,)).fetchall()))
 
-        return self._guarded(read)
-
-    def _backend_set_note(self, scope: str, name: str, value: str | None) -> None:
-        def write(db: sqlite3.Connection, now: float) -> None:
-            if value is None:
-                db.execute("DELETE FROM ampmeter_notes WHERE scope = ? AND name = ?", (scope, name))
-            else:
-                db.execute(
-                    "INSERT OR REPLACE INTO ampmeter_notes VALUES (?, ?, ?)", (scope, name, value)
-                )
-
-        self._run(write)
+    def _backend_set_note(
+        self, scope: str, name: str, value: str | None, *, first: bool = False
+    ) -> bool:
+        args: tuple[str, ...] = (scope, name)
+        query = "DELETE FROM ampmeter_notes WHERE scope = ? AND name = ?"
+        if value is not None:
+            verb = "INSERT OR IGNORE" if first else "INSERT OR REPLACE"
+            query, args = f"{verb} INTO ampmeter_notes VALUES (?, ?, ?)", (scope, name, value)
+        return self._run(lambda db, now: db.execute(query, args).rowcount == 1)
 
     def _backend_known(self, scope: str) -> bool:
         below = scope + "/"
@@ -312,15 +241,11 @@ class SqliteLedger(Ledger):
             for table in _SCOPED
         )
         args = [value for _ in _SCOPED for value in (scope, len(below), below)]
-        return self._guarded(
-            lambda: self._connections.get().execute(f"{union} LIMIT 1", args).fetchone() is not None
-        )
+        return self._query(lambda db: db.execute(f"{union} LIMIT 1", args).fetchone() is not None)
 
     def reservation_ids(self) -> set[str]:
-        """Ids of the reservations the file holds now (expired ones included until reaped)."""
-        rows = self._guarded(
-            lambda: self._connections.get().execute("SELECT id FROM ampmeter_holds").fetchall()
-        )
+        """Ids of the reservations the ledger holds now (expired ones included until reaped)."""
+        rows = self._query(lambda db: db.execute("SELECT id FROM ampmeter_holds").fetchall())
         return {row[0] for row in rows}
 
     def _backend_close(self) -> None:
@@ -329,22 +254,77 @@ class SqliteLedger(Ledger):
     def _run(self, operation: Callable[[sqlite3.Connection, float], _T]) -> _T:
         """Run ``operation`` in one write transaction, after ending expired holds."""
 
-        def transaction() -> _T:
-            with immediate(self._connections.get()) as db:
+        def transaction(db: sqlite3.Connection) -> _T:
+            with immediate(db):
                 now = time.time()
                 _reap(db, now)
                 return operation(db, now)
 
-        return self._guarded(transaction)
+        return self._query(transaction)
 
-    def _guarded(self, operation: Callable[[], _T]) -> _T:
+    def _query(self, operation: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``operation`` on a connection; a SQLite error is :class:`LedgerUnavailable`."""
         try:
-            return operation()
+            with self._connections.use() as db:
+                return operation(db)
         except sqlite3.Error as exc:
             raise LedgerUnavailable(
-                f"SQLite ledger for scope {self.scope!r} at {self.path} is unavailable: "
-                f"{type(exc).__name__}: {exc}"
+                f"SQLite ledger for scope {self.scope!r} at {self._connections.path} is "
+                f"unavailable: {type(exc).__name__}: {exc}"
             ) from exc
+
+
+class SqliteLedger(SqlLedger):
+    """A :class:`Ledger` kept in the SQLite file ``path`` (created if missing).
+
+    Every process and thread that opens the same file shares its budgets. ``lease_s`` (None =
+    never) is how long an unsettled reservation holds its amounts unless renewed (this
+    process renews its own every ``lease_s / 3`` while it lives); ``on_expired_hold`` says
+    whether a hold whose lease ends is charged as unsettled spend (default) or released.
+    ``timeout_s`` is how long an operation waits for the file's write lock before raising
+    :class:`LedgerUnavailable`. ``journal`` is the directory for settlements the file cannot
+    take (default: under the user's cache directory, one per file and scope tree).
+    ``handoff_key`` signs hand-off tokens (see :class:`Ledger`). Amounts are stored as
+    integers (nano-dollars for money keys). Each reserve, commit, release and renewal is one
+    ``BEGIN IMMEDIATE`` transaction, so it is checked and applied atomically against what every
+    other process holds; the file is in WAL mode, so reads never wait for writers, and
+    ``synchronous=NORMAL``: a committed transaction survives a crash of the process, not
+    necessarily of the machine. If the file is removed or replaced while the ledger has it
+    open, every operation raises :class:`LedgerUnavailable` until the same file is back (see
+    :mod:`ampmeter.ledgers._sqlite_file`), so the budget never splits between two files.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        scope: str = "default",
+        *,
+        lease_s: float | None = 30.0,
+        timeout_s: float = 5.0,
+        journal: str | os.PathLike[str] | None = None,
+        on_expired_hold: ExpiredHold = "charge",
+        handoff_key: str | bytes | None = None,
+    ) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or path, got {type(path).__name__}")
+        location = os.path.abspath(os.fspath(path))
+        if os.path.isdir(location):
+            raise ValueError(f"path {location!r} is a directory, not a SQLite file")
+        timeout = check_seconds(timeout_s, "timeout_s", optional=False)
+        assert timeout is not None
+        if journal is None:
+            journal = default_journal_dir(
+                "sqlite", location, scope if isinstance(scope, str) else ""
+            )
+        self.path = location
+        super().__init__(
+            scope,
+            Connections(location, timeout),
+            lease_s=lease_s,
+            journal=journal,
+            on_expired_hold=on_expired_hold,
+            handoff_key=handoff_key,
+        )
 
 
 def _reap(db: sqlite3.Connection, now: float) -> None:
@@ -401,9 +381,11 @@ def _add(db: sqlite3.Connection, table: str, rows: list[tuple[str, str, int]]) -
     db.execute(f"DELETE FROM {table} WHERE value = 0")
 
 
-def _read(db: sqlite3.Connection, which: Literal["spent", "unsettled"], scope: str) -> Units:
-    table = "ampmeter_spent" if which == "spent" else "ampmeter_unsettled"
-    query = f"SELECT key, value FROM {table} WHERE scope = ?"
+def _read(
+    db: sqlite3.Connection, which: Literal["spent", "unsettled", "ceilings"], scope: str
+) -> Units:
+    """The amounts a table of ``(scope, key, value)`` rows keeps for ``scope``."""
+    query = f"SELECT key, value FROM ampmeter_{which} WHERE scope = ?"
     return {key: int(value) for key, value in db.execute(query, (scope,))}
 
 
@@ -414,21 +396,12 @@ def _held(db: sqlite3.Connection, scope: str) -> Units:
     return {key: int(value) for key, value in rows if value}
 
 
-def _ceilings(db: sqlite3.Connection, scope: str) -> Units:
-    rows = db.execute("SELECT key, value FROM ampmeter_ceilings WHERE scope = ?", (scope,))
-    return {key: int(value) for key, value in rows}
-
-
 def _paused_by(db: sqlite3.Connection, scope: str) -> str | None:
+    """The nearest scope of ``scope``'s path (itself first) that an operator paused."""
     path = scope_path(scope)
     marks = ",".join("?" * len(path))
-    found = {
-        row[0]
-        for row in db.execute(
-            f"SELECT scope FROM ampmeter_paused WHERE scope IN ({marks})",
-            path,
-        )
-    }
+    query = f"SELECT scope FROM ampmeter_notes WHERE name = ? AND scope IN ({marks})"
+    found = {row[0] for row in db.execute(query, (PAUSE, *path))}
     return next((name for name in path if name in found), None)
 
 
@@ -493,3 +466,23 @@ def _reservation(
     return held_reservation(
         reservation_id, _units(amounts), expires_at, tuple(orjson.loads(scopes))
     )
+
+
+def _reopen(location: Location, scope: str) -> SqliteLedger:
+    path = str(location["path"])
+    if location.get("create") is False and not os.path.isfile(path):
+        raise ValueError(f"no ledger file at {path!r} (give a SQLite ledger file or a server URL)")
+    return SqliteLedger(path, scope, **settings(location, "lease_s", "timeout_s"))
+
+
+register(
+    Reach(
+        name="sqlite",
+        kind=SqliteLedger,
+        describe=lambda ledger: {"path": ledger.path, "lease_s": ledger.lease_s},
+        reopen=_reopen,
+        place=lambda location: os.path.realpath(str(location["path"])),
+        # Any address that is not a URL is a file's path.
+        address=lambda text: None if "://" in text else {"path": os.path.abspath(text)},
+    )
+)

@@ -195,10 +195,6 @@ class MeteringProxy:
 
 
 def _open_ledger(where: str, scope: str) -> Any:
-    if where.startswith(("redis://", "rediss://", "unix://")):
-        from ampmeter.ledgers.redis import RedisLedger
+    from ampmeter.ledgers.reach import open_address
 
-        return RedisLedger(where, scope)
-    from ampmeter.ledgers.sqlite import SqliteLedger
-
-    return SqliteLedger(where, scope)
+    return open_address(where, scope)

@@ -25,14 +25,10 @@ _POLL_S: Final = 0.2
 
 
 def open_run_ledger(where: str, scope: str) -> Any:
-    """The run's ledger: Redis at ``where`` (a ``redis://`` URL), else the SQLite file."""
-    if where.startswith(("redis://", "rediss://")):
-        from ampmeter.ledgers.redis import RedisLedger
+    """The run's ledger at ``where`` (a server URL, or the SQLite file's path)."""
+    from ampmeter.ledgers.reach import open_address
 
-        return RedisLedger(where, scope, lease_s=RUN_LEASE_S)
-    from ampmeter.ledgers.sqlite import SqliteLedger
-
-    return SqliteLedger(where, scope, lease_s=RUN_LEASE_S)
+    return open_address(where, scope, lease_s=RUN_LEASE_S)
 
 
 def record_leftover_holds(tree: dict[str, Any]) -> None:
