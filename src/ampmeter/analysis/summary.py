@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final
 
-from ampmeter.analysis.amortization import DUCKDB_THRESHOLD_BYTES, Engine, duckdb_available
+from ampmeter.analysis.amortization import Engine, use_duckdb
 from ampmeter.analysis.lineage import is_own_stop, run_name
 from ampmeter.analysis.quantiles import percentile
 from ampmeter.analysis.runs import Call, Run, is_estimated, is_unsettled, load_runs
@@ -188,27 +188,13 @@ def summarize(
     event lacking a field raises :class:`AnalysisError`, a missing path ``FileNotFoundError``.
 
     ``engine="duckdb"`` (or ``"auto"`` on inputs over :data:`DUCKDB_THRESHOLD_BYTES`, when
-    duckdb and numpy are installed) reads the logs with DuckDB and gives identical rows; a log
+    duckdb is installed) reads the logs with DuckDB and gives identical rows; a log
     it cannot read exactly is read again by the plain reader, which reports the precise error.
     ``progress`` shows a progress bar on stderr while DuckDB reads.
     """
-    if engine not in ("auto", "python", "duckdb"):
-        raise ValueError(f"engine must be 'auto', 'python' or 'duckdb', got {engine!r}")
     names = [os.fspath(p) for p in paths]
-    if engine == "duckdb" and best_effort:
-        raise ValueError("the duckdb engine reads strictly; use engine='python' for best_effort")
-    use_duck = engine == "duckdb" or (
-        engine == "auto"
-        and not best_effort
-        and duckdb_available()
-        and sum(os.path.getsize(p) for p in names if os.path.isfile(p)) >= DUCKDB_THRESHOLD_BYTES
-    )
     runs: list[RunSummary] | None = None
-    if use_duck:
-        if not duckdb_available():
-            raise ImportError(
-                "the duckdb engine needs duckdb and numpy: install ampmeter[analysis]"
-            )
+    if use_duckdb(engine, best_effort, names):
         from ampmeter.analysis._duck_summary import summarize_runs
 
         runs = summarize_runs(names, progress=progress)
