@@ -3,6 +3,8 @@ and the p50/p95 of every numeric column across runs."""
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
@@ -137,6 +139,12 @@ def _termination(run: Run) -> tuple[str, str | None]:
     )
 
 
+def _added(values: Iterable[float]) -> float:
+    """Floats added one by one in log order, as every engine and the report's digest add them
+    (``sum`` compensates its rounding from Python 3.12 on, which would set the engines apart)."""
+    return functools.reduce(operator.add, values, 0.0)
+
+
 def summarize_run(run: Run) -> RunSummary:
     """The summary row of one run."""
     calls = run.calls
@@ -157,10 +165,10 @@ def summarize_run(run: Run) -> RunSummary:
         retries=retries,
         tokens_in=sum(c.tokens_in for c in calls),
         tokens_out=sum(c.tokens_out for c in calls),
-        cost_usd=sum((c.cost_usd for c in calls if not c.unpriced), 0.0),
+        cost_usd=_added(c.cost_usd for c in calls if not c.unpriced),
         unpriced_calls=sum(1 for c in calls if c.unpriced),
-        unsettled_cost_usd=sum((c.cost_usd for c in calls if is_unsettled(c)), 0.0),
-        estimated_cost_usd=sum((c.cost_usd for c in calls if is_estimated(c)), 0.0),
+        unsettled_cost_usd=_added(c.cost_usd for c in calls if is_unsettled(c)),
+        estimated_cost_usd=_added(c.cost_usd for c in calls if is_estimated(c)),
         llm_calls_per_root=float(llm),
         tool_calls_per_root=float(tools),
         retries_per_root=float(retries),
