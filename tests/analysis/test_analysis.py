@@ -28,16 +28,8 @@ from ampmeter.analysis import (
     write_extended_csv,
     write_v0_csv,
 )
+from ampmeter.analysis import _records as rec
 from ampmeter.analysis._curve import ROW_COLUMNS
-from ampmeter.analysis._records import (
-    EventRow,
-    ProblemRow,
-    StreamRow,
-    event_fields,
-    problem_fields,
-    read_records,
-    stream_fields,
-)
 from ampmeter.logs import JsonlError, TruncatedLineWarning
 from support.event_logs import (
     make_event_log,
@@ -286,7 +278,9 @@ def test_missing_file_and_bad_engine(tmp_path: Path) -> None:
 
 
 def curve_rows(
-    stream: list[StreamRow], problems: list[ProblemRow] | None, events: list[EventRow] | None
+    stream: list[rec.StreamRow],
+    problems: list[rec.ProblemRow] | None,
+    events: list[rec.EventRow] | None,
 ) -> list[dict[str, Any]]:
     """The curve written out naively from its definition: every prefix sorted again."""
     all_t = sorted(
@@ -492,9 +486,9 @@ def test_both_engines_give_the_curve_of_its_definition(
         "token_events_jsonl": e_path if with_events else None,
     }
     reference = curve_rows(
-        read_records(stream, stream_fields),
-        read_records(p_path, problem_fields) if with_problems else None,
-        read_records(e_path, event_fields) if with_events else None,
+        rec.read_records(stream, rec.stream_fields),
+        rec.read_records(p_path, rec.problem_fields) if with_problems else None,
+        rec.read_records(e_path, rec.event_fields) if with_events else None,
     )
     fast = amortization_curve(stream, engine=engine, **kwargs)  # type: ignore[arg-type]
     assert fast == reference
@@ -568,9 +562,9 @@ def test_duckdb_engine_matches_the_reference_on_thousands_of_rows(tmp_path: Path
     )
     kwargs = {"problems_jsonl": problems, "token_events_jsonl": events}
     reference = curve_rows(
-        read_records(stream, stream_fields),
-        read_records(problems, problem_fields),
-        read_records(events, event_fields),
+        rec.read_records(stream, rec.stream_fields),
+        rec.read_records(problems, rec.problem_fields),
+        rec.read_records(events, rec.event_fields),
     )
     duck = amortization_table(stream, engine="duckdb", **kwargs)
     assert duck.rows() == reference
