@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any, Final, Literal
 
 from ampmeter._files import replaced_when_complete, require_file
@@ -86,19 +87,17 @@ class CurveTable:
         rows = self._cells
         if only_stream_rows:
             rows = [cells for cells in rows if cells[_SOLVED] is not None]
-        names = [ROW_COLUMNS[i] for i in indexes]
-        return _write(path, names, ([cells[i] for i in indexes] for cells in rows))
+        pick = itemgetter(*indexes)  # one cell, or a tuple of them
+        picked = map(pick, rows) if len(indexes) > 1 else ((pick(cells),) for cells in rows)
+        _write(path, [ROW_COLUMNS[i] for i in indexes], picked)
+        return len(rows)
 
 
-def _write(path: PathLike, names: list[str], rows: Iterable[list[Any]]) -> int:
-    count = 0
+def _write(path: PathLike, names: list[str], rows: Iterable[Sequence[Any]]) -> None:
     with replaced_when_complete(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(names)
-        for cells in rows:  # the csv module writes None as empty, a float as its repr
-            writer.writerow(cells)
-            count += 1
-    return count
+        writer.writerows(rows)  # None as an empty cell, a float as its repr
 
 
 def _index(name: str) -> int:
@@ -228,7 +227,9 @@ def write_csv(rows: Rows | CurveTable, path: PathLike, columns: Iterable[str]) -
     if isinstance(rows, CurveTable):
         return rows.write_csv(path, columns)
     names = list(columns)
-    return _write(path, names, ([row.get(name) for name in names] for row in rows))
+    cells = [[row.get(name) for name in names] for row in rows]
+    _write(path, names, cells)
+    return len(cells)
 
 
 def write_v0_csv(rows: Rows | CurveTable, path: PathLike) -> int:
