@@ -25,8 +25,8 @@ import orjson
 
 from ampmeter.analysis._duck import Progress, strict_json_only
 from ampmeter.analysis.lineage import is_own_stop, run_name
+from ampmeter.analysis.run_summary import RunSummary, termination_of
 from ampmeter.analysis.runs import call_depths
-from ampmeter.analysis.summary import RunSummary, termination_of
 from ampmeter.logs.events import MAX_COST_USD
 
 __all__ = ["summarize_runs"]
@@ -55,7 +55,7 @@ def _text(col: str) -> str:
 
 _CREATE: Final = """
 CREATE TABLE ev (
-    run_id VARCHAR, kind TINYINT, llm_completion BOOLEAN, span_id VARCHAR, parent_id VARCHAR,
+    run_id VARCHAR, kind TINYINT, span_id VARCHAR, parent_id VARCHAR,
     status TINYINT, tokens_in BIGINT, tokens_out BIGINT, cost DOUBLE, unpriced BOOLEAN,
     unsettled BOOLEAN, estimated BOOLEAN, retries BIGINT, stop_reason VARCHAR, error_class VARCHAR,
     termination VARCHAR, contexts VARCHAR, other_process BOOLEAN, ok BOOLEAN
@@ -70,7 +70,6 @@ INSERT INTO ev SELECT
     CASE WHEN json_type(event_type) <> 'VARCHAR' THEN 0
          WHEN event_type->>'$' IN ('llm_completion', 'llm') THEN 1
          WHEN event_type->>'$' IN ('tool_call', 'tool') THEN 2 ELSE 0 END,
-    coalesce(json_type(event_type) = 'VARCHAR' AND event_type->>'$' = 'llm_completion', false),
     {_text("span_id")},
     {_text("parent_id")},
     CASE WHEN json_type(metadata.status) <> 'VARCHAR' THEN 0
@@ -140,7 +139,7 @@ SELECT run_id, row_number() OVER (ORDER BY min(rowid)) - 1 AS idx, min(rowid) AS
 FROM (
     -- Per-call metrics: completions that were sent (ampmeter.metrics.was_sent, in SQL).
     SELECT *, rowid AS rowid,
-           llm_completion AND NOT (status = 1 AND tokens_in = 0 AND tokens_out = 0) AS sent
+           kind = 1 AND NOT (status = 1 AND tokens_in = 0 AND tokens_out = 0) AS sent
     FROM ev
 ) GROUP BY run_id
 """
