@@ -199,7 +199,9 @@ def use_duckdb(engine: str, best_effort: bool, paths: list[str]) -> bool:
     if engine == "duckdb" and best_effort:
         raise ValueError("the duckdb engine reads strictly; use engine='python' for best_effort")
     if engine == "duckdb" and not duckdb_available():
-        raise ImportError("the duckdb engine needs duckdb: install ampmeter[analysis]")
+        raise ImportError(
+            "the duckdb engine needs duckdb: install ampmeter[analysis]", name="duckdb"
+        )
     return engine == "duckdb" or (
         engine == "auto"
         and not best_effort
