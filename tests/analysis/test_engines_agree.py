@@ -8,6 +8,8 @@ with the same message.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from hypothesis import strategies as st
 
 from ampmeter.analysis import amortization_curve, summarize
 from ampmeter.analysis.digest import digest_logs
+from support.event_logs import make_event_log, make_stream_logs
 
 pytest.importorskip("duckdb")
 
@@ -202,3 +205,25 @@ def test_numbers_beyond_a_double_get_the_same_verdict(
     python = verdict(lambda: amortization_curve(stream, token_events_jsonl=events, engine="python"))
     duck = verdict(lambda: amortization_curve(stream, token_events_jsonl=events, engine="duckdb"))
     assert duck == python
+
+
+def test_the_duckdb_engines_need_no_numpy(tmp_path: Path) -> None:
+    """With numpy unimportable, both DuckDB engines run and give the plain engine's results
+    (before, the DuckDB engines were numpy code and refused to run without it)."""
+    logs = make_stream_logs(tmp_path, problems=7)
+    events = make_event_log(tmp_path / "agent.jsonl")
+    code = (
+        "import sys; sys.modules['numpy'] = None\n"
+        "from ampmeter.analysis import amortization_curve, summarize\n"
+        "stream, problems, events, log = sys.argv[1:]\n"
+        "kw = {'problems_jsonl': problems, 'token_events_jsonl': events}\n"
+        "duck = amortization_curve(stream, engine='duckdb', **kw)\n"
+        "assert duck == amortization_curve(stream, engine='python', **kw), duck\n"
+        "assert len(duck) == 7 and duck[-1]['latency_ms_p95'] is not None\n"
+        "assert summarize([log], engine='duckdb') == summarize([log], engine='python')\n"
+    )
+    paths = [logs["stream"], logs["problems"], logs["events"], events]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *map(str, paths)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from ampmeter.analysis import NUMERIC_COLUMNS, AnalysisError, SummaryTable, load_runs, summarize
 from ampmeter.analysis._duck_summary import summarize_runs
+from ampmeter.analysis.digest import digest_logs
 from ampmeter.analysis.summary import summary_table
 from ampmeter.cli import app
 from ampmeter.context import ExecutionContext
@@ -428,3 +429,29 @@ def test_cli_summary_engines_print_the_same_table(tmp_path: Path) -> None:
     )
     result = runner.invoke(app, ["summary", "--engine", "spark", str(a)])
     assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("engine", ["python", "duckdb"])
+def test_summary_and_report_count_the_same_llm_calls_for_context_growth(
+    tmp_path: Path, engine: str
+) -> None:
+    """A producer that writes event_type "llm" (a name readers accept) makes LLM calls: the
+    summary's base context and growth count them, as the report's digest always did (the two
+    were separate definitions before, and the summary's skipped them)."""
+    path = tmp_path / "raw.jsonl"
+    events = [
+        {
+            "run_id": "r",
+            "span_id": f"s{i}",
+            "event_type": "llm",
+            "usage": {"prompt_tokens": tokens, "completion_tokens": 5},
+            "cost_usd": 0.001,
+            "metadata": {"status": "success"},
+        }
+        for i, tokens in enumerate((100, 160, 250))
+    ]
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+    (row,) = summarize([path], engine=engine).runs  # type: ignore[arg-type]
+    assert (row.llm_calls, row.base_context, row.context_growth_avg) == (3, 100, 75.0)
+    (digested,) = digest_logs([path]).runs
+    assert digested.summary() == row

@@ -50,13 +50,16 @@ def test_run_checks_out_before_the_program_starts(tmp_path: Path, out: str) -> N
     assert not started.exists()  # the program never ran: nothing was spent, no log was lost
 
 
-def test_amortize_without_numpy_names_the_extra(tmp_path: Path) -> None:
+def test_amortize_needs_no_numpy_and_its_duckdb_engine_names_the_extra(tmp_path: Path) -> None:
     logs = make_stream_logs(tmp_path, problems=2)
+    csv = tmp_path / "curve.csv"
+    status, output = ampmeter("amortize", str(logs["stream"]), "-o", str(csv), without="numpy")
+    assert status == 0 and csv.read_text().startswith("t,"), output
     status, output = ampmeter(
-        "amortize", str(logs["stream"]), "-o", str(tmp_path / "curve.csv"), without="numpy"
+        "amortize", str(logs["stream"]), "-o", str(csv), "--engine", "duckdb", without="duckdb"
     )
     assert status == 2
-    expected = "numpy is not installed: pip install 'ampmeter[analysis]'"
+    expected = "duckdb is not installed: pip install 'ampmeter[analysis]'"
     assert_one_line(output, f"ampmeter amortize: error: {expected}")
 
 

@@ -5,6 +5,7 @@ from ampmeter.analysis.amortization import (
     DUCKDB_THRESHOLD_BYTES,
     EXTENDED_COLUMNS,
     V0_COLUMNS,
+    CurveTable,
     amortization_curve,
     amortization_table,
     write_csv,
@@ -28,6 +29,7 @@ __all__ = [
     "V0_COLUMNS",
     "AnalysisError",
     "Call",
+    "CurveTable",
     "Run",
     "RunSummary",
     "RunningPercentile",
@@ -43,12 +45,3 @@ __all__ = [
     "write_extended_csv",
     "write_v0_csv",
 ]
-
-
-def __getattr__(name: str) -> object:
-    # CurveTable needs numpy, which the record-by-record path does without: import on use.
-    if name == "CurveTable":
-        from ampmeter.analysis._table import CurveTable
-
-        return CurveTable
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
-"""The DuckDB engine: read the amortization inputs column-wise, in parallel, off the GIL.
+"""The DuckDB reader of the amortization inputs: the files are parsed in parallel, off the GIL.
 
-It fetches numpy columns (no Python object per record) holding exactly the values the plain
-reader would, in the same order, so the shared column code gives identical rows. ``t`` is
+It gives exactly the records the plain reader would, in the same order, so the one curve
+computation (:mod:`ampmeter.analysis._curve`) gives identical rows. ``t`` is
 checked to be a JSON integer here as well; any other problem (bad JSON, a cut-off last line,
 a field DuckDB cannot convert) makes that file be read again by the plain reader, which either
 raises the precise ``file:line`` error or, for a cut-off last line, reads it by the contract's
@@ -18,17 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 import duckdb
-import numpy as np
 
-from ampmeter.analysis._columns import (
-    EventColumns,
-    ProblemColumns,
-    StreamColumns,
-    event_columns,
-    problem_columns,
-    stream_columns,
-)
 from ampmeter.analysis._records import (
+    EventRow,
+    ProblemRow,
+    StreamRow,
     event_fields,
     problem_fields,
     read_records,
@@ -36,8 +30,6 @@ from ampmeter.analysis._records import (
 )
 
 __all__ = ["Progress", "read_inputs", "strict_json_only"]
-
-Fetched = dict[str, Any]
 
 _THEN = "\n-- or else --\n"  # separates queries tried in turn until one reads every record
 
@@ -159,40 +151,31 @@ def strict_json_only(path: str) -> bool:
 
 
 def read_inputs(
-    stream: str,
-    problems: str | None,
-    events: str | None,
-    *,
-    progress: bool = False,
-    on_problems: Callable[[ProblemColumns], object] | None = None,
-) -> tuple[StreamColumns, ProblemColumns | None, EventColumns | None]:
-    """The stream, problems and event columns of the given files (see the module docs).
-
-    The problems are read first and handed to ``on_problems`` (if given) at once, so work on
-    them can start while the other files are read.
-    """
+    stream: str, problems: str | None, events: str | None, *, progress: bool = False
+) -> tuple[list[StreamRow], list[ProblemRow] | None, list[EventRow] | None]:
+    """The records of the given files, as the plain reader gives them (see the module docs)."""
     con = duckdb.connect(":memory:")
     # The byte scan for lenient JSON runs beside DuckDB's reads, which release the GIL.
     pool = ThreadPoolExecutor(1, thread_name_prefix="ampmeter-scan")
     try:
-        jobs: list[tuple[str, str, str, Callable[[Fetched, str], Any]]] = []
+        jobs: list[tuple[str, str, str, Callable[[dict[str, Any]], Any]]] = [
+            ("stream", stream, _STREAM_SQL, stream_fields)
+        ]
         if problems:
-            jobs.append(("problems", problems, _PROBLEMS_SQL, _problems))
-        jobs.append(("stream", stream, _STREAM_SQL, _stream))
+            jobs.append(("problems", problems, _PROBLEMS_SQL, problem_fields))
         if events:
-            jobs.append(("events", events, _EVENTS_META_SQL + _THEN + _EVENTS_SQL, _events))
+            jobs.append(("events", events, _EVENTS_META_SQL + _THEN + _EVENTS_SQL, event_fields))
         strict = {path: pool.submit(_strict_or_unknown, path) for _, path, _, _ in jobs}
         out: dict[str, Any] = {}
         with Progress(con, progress, len(jobs)) as bar:
-            for label, path, sql, convert in jobs:
-                if strict[path].done() and not strict[path].result():
-                    out[label] = convert({}, path)  # the plain reader names the bad line
-                else:
-                    out[label] = bar.run(label, functools.partial(_read, con, path, sql, convert))
-                    if not strict[path].result():
-                        out[label] = convert({}, path)
-                if label == "problems" and on_problems is not None:
-                    on_problems(out[label])
+            for label, path, sql, fields in jobs:
+                records = None
+                if not (strict[path].done() and not strict[path].result()):
+                    records = bar.run(label, functools.partial(_read, con, path, sql))
+                if records is None or not strict[path].result():
+                    # the plain reader names the bad line, or reads a cut-off last line
+                    records = read_records(path, fields)
+                out[label] = records
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         con.close()
@@ -206,60 +189,21 @@ def _strict_or_unknown(path: str) -> bool:
         return False  # the plain reader reports what is wrong with the file
 
 
-def _read(
-    con: duckdb.DuckDBPyConnection, path: str, sql: str, convert: Callable[[Fetched, str], Any]
-) -> Any:
+def _read(con: duckdb.DuckDBPyConnection, path: str, sql: str) -> list[Any] | None:
+    """The records the first query of ``sql`` that vouches for every one of them reads; None
+    when none does (a record breaks the contract: the plain reader names its line, and it is
+    the authority should it accept what the checks rejected)."""
     for query in sql.split(_THEN):
         try:
-            fetched = con.execute(query, [path]).fetchnumpy()
+            con.execute(f"CREATE OR REPLACE TEMP TABLE records AS {query}", [path])
         except duckdb.Error:
-            break
-        if bool(np.all(np.ma.filled(fetched["ok"], False))):
-            return convert(fetched, path)
-    # A record breaks the contract: the plain reader names its line. It is also the
-    # authority should it accept what the SQL checks rejected.
-    return convert({}, path)
-
-
-def _plain(array: Any) -> Any:
-    return np.ma.getdata(array)
-
-
-def _nullable(array: Any) -> tuple[Any, Any]:
-    valid = ~np.ma.getmaskarray(array)
-    data = np.ma.getdata(array)
-    return (data if valid.all() else data[valid]), valid
-
-
-def _stream(fetched: Fetched, path: str) -> StreamColumns:
-    if not fetched:
-        return stream_columns(read_records(path, stream_fields))
-    return StreamColumns(
-        _plain(fetched["t"]),
-        _plain(fetched["cumulative_api_cost_usd"]),
-        _plain(fetched["cumulative_solved"]),
-        _plain(fetched["cost_per_solved"]),
-    )
-
-
-def _problems(fetched: Fetched, path: str) -> ProblemColumns:
-    if not fetched:
-        return problem_columns(read_records(path, problem_fields))
-    return ProblemColumns(
-        _plain(fetched["t"]),
-        _plain(fetched["solved"]),
-        *_nullable(fetched["attempt_success_rate"]),
-        *_nullable(fetched["tokens_total"]),
-        *_nullable(fetched["latency_total_ms"]),
-    )
-
-
-def _events(fetched: Fetched, path: str) -> EventColumns:
-    if not fetched:
-        return event_columns(read_records(path, event_fields))
-    return EventColumns(
-        _plain(fetched["t"]), _plain(fetched["pipeline"]), _plain(fetched["cost_usd"])
-    )
+            return None
+        (all_ok,) = con.execute("SELECT coalesce(bool_and(ok), true) FROM records").fetchone() or (
+            False,
+        )
+        if all_ok:
+            return con.execute("SELECT * EXCLUDE (ok) FROM records ORDER BY rowid").fetchall()
+    return None
 
 
 class Progress:

@@ -1,10 +1,9 @@
 """The DuckDB engine of :func:`ampmeter.analysis.summarize`: the same rows, read in parallel.
 
 DuckDB reads the fields the summary needs into a table, in log order (one insert per file,
-so ``rowid`` is the event's position across all files); SQL groups the runs and adds up their
-integer columns; numpy computes every call's depth from a parent-row column by pointer jumping.
-Floats are added by Python's own ``sum`` in log order, as the plain path does, so every value
-is identical, not merely close.
+so ``rowid`` is the event's position across all files); SQL groups the runs, adds up their
+columns (floats one by one in log order, as the plain path adds them, so every value is
+identical, not merely close) and finds every call's depth by pointer jumping.
 
 The fast path only takes what it can read exactly. Any record it cannot vouch for (a field of
 the wrong JSON type, a span id that is not a string, ``NaN``/``Infinity`` or a trailing comma,
@@ -22,13 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 import duckdb
-import numpy as np
 import orjson
 
 from ampmeter.analysis._duck import Progress, strict_json_only
 from ampmeter.analysis.lineage import is_own_stop, run_name
+from ampmeter.analysis.run_summary import RunSummary, termination_of
 from ampmeter.analysis.runs import call_depths
-from ampmeter.analysis.summary import RunSummary, termination_of
 from ampmeter.logs.events import MAX_COST_USD
 
 __all__ = ["summarize_runs"]
@@ -57,7 +55,7 @@ def _text(col: str) -> str:
 
 _CREATE: Final = """
 CREATE TABLE ev (
-    run_id VARCHAR, kind TINYINT, llm_completion BOOLEAN, span_id VARCHAR, parent_id VARCHAR,
+    run_id VARCHAR, kind TINYINT, span_id VARCHAR, parent_id VARCHAR,
     status TINYINT, tokens_in BIGINT, tokens_out BIGINT, cost DOUBLE, unpriced BOOLEAN,
     unsettled BOOLEAN, estimated BOOLEAN, retries BIGINT, stop_reason VARCHAR, error_class VARCHAR,
     termination VARCHAR, contexts VARCHAR, other_process BOOLEAN, ok BOOLEAN
@@ -72,7 +70,6 @@ INSERT INTO ev SELECT
     CASE WHEN json_type(event_type) <> 'VARCHAR' THEN 0
          WHEN event_type->>'$' IN ('llm_completion', 'llm') THEN 1
          WHEN event_type->>'$' IN ('tool_call', 'tool') THEN 2 ELSE 0 END,
-    coalesce(json_type(event_type) = 'VARCHAR' AND event_type->>'$' = 'llm_completion', false),
     {_text("span_id")},
     {_text("parent_id")},
     CASE WHEN json_type(metadata.status) <> 'VARCHAR' THEN 0
@@ -124,6 +121,10 @@ SELECT run_id, row_number() OVER (ORDER BY min(rowid)) - 1 AS idx, min(rowid) AS
        count(*) FILTER (WHERE kind = 1) AS llm, count(*) FILTER (WHERE kind = 2) AS tool,
        sum(retries) AS retries, sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out,
        count(*) FILTER (WHERE unpriced) AS unpriced,
+       -- floats added one by one in log order, as the plain path adds them
+       coalesce(sum(cost ORDER BY rowid) FILTER (WHERE NOT unpriced), 0.0) AS cost,
+       coalesce(sum(cost ORDER BY rowid) FILTER (WHERE unsettled), 0.0) AS unsettled_cost,
+       coalesce(sum(cost ORDER BY rowid) FILTER (WHERE estimated), 0.0) AS estimated_cost,
        count(*) FILTER (WHERE status = 1 AND kind IN (1, 2)) AS halted,
        count(*) FILTER (WHERE status = 1 AND kind IN (1, 2) AND tokens_in = 0
                         AND tokens_out = 0) AS refused,
@@ -138,37 +139,49 @@ SELECT run_id, row_number() OVER (ORDER BY min(rowid)) - 1 AS idx, min(rowid) AS
 FROM (
     -- Per-call metrics: completions that were sent (ampmeter.metrics.was_sent, in SQL).
     SELECT *, rowid AS rowid,
-           llm_completion AND NOT (status = 1 AND tokens_in = 0 AND tokens_out = 0) AS sent
+           kind = 1 AND NOT (status = 1 AND tokens_in = 0 AND tokens_out = 0) AS sent
     FROM ev
 ) GROUP BY run_id
 """
 
+# Every event's parent row, by pointer jumping in SQL (each step doubles how far a row has
+# climbed): ``up`` is -1 for no parent, -2 for a parent that is not in the run's log. A span id
+# seen twice resolves to its last row, as in the plain path; such runs are redone by
+# call_depths, and so are runs still climbing at the end (a cycle).
+_LINKS: Final = """
+CREATE OR REPLACE TEMP TABLE links AS
+WITH spans AS (SELECT run_id, span_id, max(rowid) AS row FROM ev GROUP BY run_id, span_id)
+SELECT e.rowid AS row, CASE WHEN e.parent_id IS NULL THEN -1 ELSE coalesce(s.row, -2) END AS up,
+       1::BIGINT AS dist
+FROM ev e LEFT JOIN spans s ON s.run_id = e.run_id AND s.span_id = e.parent_id
+"""
+
+_JUMP: Final = """
+CREATE OR REPLACE TEMP TABLE links AS
+SELECT l.row, CASE WHEN l.up >= 0 THEN u.up ELSE l.up END AS up,
+       l.dist + CASE WHEN l.up >= 0 THEN u.dist ELSE 0 END AS dist
+FROM links l LEFT JOIN links u ON u.row = l.up
+"""
+
+# 1 + the parent's depth: 1 for a call without a parent, 2 under a parent not in the log.
 _RUN_ROWS: Final = """
+WITH depth AS (SELECT row, dist + (up = -2)::BIGINT AS depth FROM links),
+per_run AS (
+    SELECT e.run_id, max(d.depth) AS max_depth, max(e.rowid) FILTER (WHERE d.depth = 1) AS top
+    FROM ev e JOIN depth d ON d.row = e.rowid GROUP BY e.run_id
+)
 SELECT r.run_id, r.llm, r.tool, r.retries, r.tokens_in, r.tokens_out, r.unpriced, r.halted,
-       r.halt_row IS NOT NULL, r.failed, h.stop_reason, t.termination, r.completions,
-       f.tokens_in, l.tokens_in, r.refused, r.llm_refused
+       r.failed, t.termination, r.completions, f.tokens_in, l.tokens_in, r.refused,
+       r.llm_refused, r.cost, r.unsettled_cost, r.estimated_cost, p.max_depth,
+       coalesce(top.status = {fail}, false), top.error_class, top.rowid IS NOT NULL
 FROM runs r
-LEFT JOIN ev h ON h.rowid = r.halt_row
+JOIN per_run p ON p.run_id = r.run_id
 LEFT JOIN ev t ON t.rowid = r.term_row
 LEFT JOIN ev f ON f.rowid = r.first_completion
 LEFT JOIN ev l ON l.rowid = r.last_completion
+LEFT JOIN ev top ON top.rowid = p.top
 ORDER BY r.idx
-"""
-
-# One row per event in log order: its run, cost, status and the row of its parent (-1: no
-# parent, -2: a parent that is not in the run's log). A span id seen twice resolves to its
-# last row, as in the plain path; such runs are flagged and redone by call_depths.
-_EVENT_COLUMNS: Final = """
-WITH spans AS (
-    SELECT run_id, span_id, max(rowid) AS row, count(*) AS n FROM ev GROUP BY run_id, span_id
-)
-SELECT r.idx::INTEGER AS run, e.cost, e.unpriced, e.unsettled, e.estimated, e.status,
-       CASE WHEN e.parent_id IS NULL THEN -1 ELSE coalesce(s.row, -2) END::BIGINT AS parent
-FROM ev e
-JOIN runs r ON r.run_id = e.run_id
-LEFT JOIN spans s ON s.run_id = e.run_id AND s.span_id = e.parent_id
-ORDER BY e.rowid
-"""
+""".replace("{fail}", str(_FAIL))
 
 # What the run's name and its own stop are read from (analysis.lineage, in Python): every
 # event's lineage until a run's name is found, and every stopped call's.
@@ -179,9 +192,12 @@ WHERE e.contexts IS NOT NULL OR e.status = 1
 ORDER BY e.rowid
 """
 
-_DUPLICATED: Final = """
+_DAMAGED: Final = """
 SELECT DISTINCT r.idx FROM (SELECT run_id FROM ev GROUP BY run_id, span_id HAVING count(*) > 1)
 JOIN runs r USING (run_id)
+UNION
+SELECT DISTINCT r.idx FROM links l JOIN ev e ON e.rowid = l.row JOIN runs r USING (run_id)
+WHERE l.up >= 0
 """
 
 
@@ -214,51 +230,30 @@ def summarize_runs(paths: list[str], *, progress: bool = False) -> list[RunSumma
         if bad or (total and last != total - 1):
             return None
         con.execute(_RUNS)
-        return _rows(con)
+        return _rows(con, total)
     finally:
         con.close()
 
 
-def _rows(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
-    runs = con.execute(_RUN_ROWS).fetchall()
-    if not runs:
-        return []
-    cols = con.execute(_EVENT_COLUMNS).fetchnumpy()
-    run = np.asarray(cols["run"], dtype=np.int64)
-    depth = _depths(con, run, np.asarray(cols["parent"], dtype=np.int64), len(runs))
-    count = len(runs)
-    max_depth = np.zeros(count, dtype=np.int64)
-    np.maximum.at(max_depth, run, depth)
-    rows = np.arange(len(run), dtype=np.int64)
-    top = depth == 1
-    last_top = np.full(count, -1, dtype=np.int64)
-    np.maximum.at(last_top, run[top], rows[top])
-    status = np.asarray(cols["status"])
-    cost = np.asarray(cols["cost"])
-    costs = _costs_of(run, cost, ~np.asarray(cols["unpriced"]), count)
-    unsettled = _costs_of(run, cost, np.asarray(cols["unsettled"]), count)
-    estimated = _costs_of(run, cost, np.asarray(cols["estimated"]), count)
-    failed_tops = [int(r) for r in last_top if r >= 0 and status[r] == _FAIL]
-    errors = (
-        dict(
-            con.execute(
-                "SELECT rowid, error_class FROM ev WHERE rowid IN (SELECT unnest(?::BIGINT[]))",
-                [failed_tops],
-            ).fetchall()
-        )
-        if failed_tops
-        else {}
-    )
-    names, own_stops = _lineages(con, count)
+def _rows(con: duckdb.DuckDBPyConnection, total: int) -> list[RunSummary]:
+    con.execute(_LINKS)
+    for _ in range(max(1, total).bit_length() + 2):
+        if not con.execute("SELECT count(*) FROM links WHERE up >= 0").fetchone()[0]:  # type: ignore[index]
+            break
+        con.execute(_JUMP)
+    damaged = {idx for (idx,) in con.execute(_DAMAGED).fetchall()}
+    names, own_stops = _lineages(con)
     out = []
-    for i, row in enumerate(runs):
-        run_id, llm, tool, retries, t_in, t_out, unpriced, halted, _, failed = row[:10]
-        _, reason, completions, first_in, last_in, refused, llm_refused = row[10:]
-        top_row = int(last_top[i])
-        top_status = "" if top_row < 0 else "fail" if status[top_row] == _FAIL else "other"
-        termination, stop_reason = termination_of(
-            reason, own_stops.get(i), (top_status, errors.get(top_row))
-        )
+    for i, row in enumerate(con.execute(_RUN_ROWS).fetchall()):
+        run_id, llm, tool, retries, t_in, t_out, unpriced, halted, failed, reason = row[:10]
+        completions, first_in, last_in, refused, llm_refused, cost, unsettled, estimated = row[
+            10:18
+        ]
+        max_depth, top_failed, top_error, has_top = row[18:]
+        if i in damaged:
+            max_depth, top_failed, top_error, has_top = _damaged_depths(con, i)
+        top = ("fail" if top_failed else "other", top_error) if has_top else ("", None)
+        termination, stop_reason = termination_of(reason, own_stops.get(i), top)
         out.append(
             RunSummary(
                 run_id=run_id,
@@ -270,10 +265,10 @@ def _rows(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
                 retries=int(retries),
                 tokens_in=int(t_in),
                 tokens_out=int(t_out),
-                cost_usd=costs[i],
+                cost_usd=cost,
                 unpriced_calls=unpriced,
-                unsettled_cost_usd=unsettled[i],
-                estimated_cost_usd=estimated[i],
+                unsettled_cost_usd=unsettled,
+                estimated_cost_usd=estimated,
                 llm_calls_per_root=float(llm),
                 tool_calls_per_root=float(tool),
                 retries_per_root=float(int(retries)),
@@ -281,7 +276,7 @@ def _rows(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
                 context_growth_avg=(last_in - first_in) / (completions - 1)
                 if completions >= 2
                 else 0.0,
-                max_depth=int(max_depth[i]),
+                max_depth=int(max_depth),
                 halted=halted,
                 failed=failed,
                 termination=termination,
@@ -291,8 +286,24 @@ def _rows(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
     return out
 
 
+def _damaged_depths(con: duckdb.DuckDBPyConnection, run: int) -> tuple[int, bool, str | None, bool]:
+    """Depth, and the last top-level call, of a run whose call tree is damaged (a span id seen
+    twice, a cycle), by the plain path's own rules (:func:`call_depths`)."""
+    events = con.execute(
+        "SELECT e.span_id, e.parent_id, e.status, e.error_class FROM ev e "
+        "JOIN runs r USING (run_id) WHERE r.idx = ? ORDER BY e.rowid",
+        [run],
+    ).fetchall()
+    depths = call_depths([e[0] for e in events], [e[1] for e in events])
+    tops = [i for i, depth in enumerate(depths) if depth == 1]
+    if not tops:
+        return max(depths, default=0), False, None, False
+    _, _, status, error = events[tops[-1]]
+    return max(depths), status == _FAIL, error, True
+
+
 def _lineages(
-    con: duckdb.DuckDBPyConnection, count: int
+    con: duckdb.DuckDBPyConnection,
 ) -> tuple[dict[int, str | None], dict[int, tuple[str | None]]]:
     """Each run's name and its first stop by its own ceiling, by the plain path's rules
     (:func:`~ampmeter.analysis.lineage.run_name`, :func:`~ampmeter.analysis.lineage.is_own_stop`)
@@ -311,43 +322,3 @@ def _lineages(
             own_stops[run] = (stop,)
     names = {run: run_name(found) for run, found in metadatas.items()}
     return names, own_stops
-
-
-def _costs_of(run: Any, cost: Any, keep: Any, count: int) -> list[float]:
-    """Each run's cost of the events ``keep`` marks (its priced, unsettled, estimated ones),
-    added in log order by Python's ``sum`` (as the plain path)."""
-    order = np.argsort(run[keep], kind="stable")
-    values = cost[keep][order].tolist()
-    ends = np.cumsum(np.bincount(run[keep], minlength=count)).tolist()
-    out, start = [], 0
-    for end in ends:
-        out.append(sum(values[start:end], 0.0))
-        start = end
-    return out
-
-
-def _depths(con: duckdb.DuckDBPyConnection, run: Any, parent: Any, count: int) -> Any:
-    """Every event's depth: 1 + the parent's depth (0 without a parent, 1 for a parent not in
-    the log), by pointer jumping; runs with a duplicated span id or a cycle by call_depths."""
-    dist = np.ones(len(parent), dtype=np.int64)
-    nxt = parent.copy()
-    for _ in range(max(1, len(parent)).bit_length() + 2):
-        active = np.flatnonzero(nxt >= 0)
-        if not active.size:
-            break
-        up = nxt[active]
-        dist[active] += dist[up]
-        nxt[active] = nxt[up]
-    depth = dist + (nxt == -2)
-    redo = {int(r) for r in np.unique(run[nxt >= 0])}  # still climbing: a cycle
-    redo.update(int(r) for (r,) in con.execute(_DUPLICATED).fetchall())
-    if redo:
-        for r in sorted(redo):
-            spans = con.execute(
-                "SELECT e.span_id, e.parent_id FROM ev e JOIN runs r USING (run_id) "
-                "WHERE r.idx = ? ORDER BY e.rowid",
-                [r],
-            ).fetchall()
-            rows = np.flatnonzero(run == r)
-            depth[rows] = call_depths([s for s, _ in spans], [p for _, p in spans])
-    return depth

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Final, Literal
+from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
+from typing import Any, Final, Literal
 
 from ampmeter._files import replaced_when_complete, require_file
-from ampmeter.analysis._pycurve import curve_rows
+from ampmeter.analysis._curve import ROW_COLUMNS, curve_cells
 from ampmeter.analysis._records import (
     EXTENDED_COLUMNS,
     V0_COLUMNS,
@@ -35,13 +35,11 @@ from ampmeter.analysis._records import (
     stream_fields,
 )
 
-if TYPE_CHECKING:
-    from ampmeter.analysis._table import CurveTable
-
 __all__ = [
     "DUCKDB_THRESHOLD_BYTES",
     "EXTENDED_COLUMNS",
     "V0_COLUMNS",
+    "CurveTable",
     "amortization_curve",
     "amortization_table",
     "duckdb_available",
@@ -55,6 +53,58 @@ DUCKDB_THRESHOLD_BYTES: Final = 64 * 1024 * 1024
 
 Engine = Literal["auto", "python", "duckdb"]
 PathLike = str | os.PathLike[str]
+_SOLVED: Final = ROW_COLUMNS.index("cumulative_solved")
+
+
+class CurveTable:
+    """The curve's rows as tuples of :data:`~ampmeter.analysis._curve.ROW_COLUMNS` (a dict
+    per row only when asked for): what :func:`amortization_table` gives."""
+
+    __slots__ = ("_cells",)
+
+    def __init__(self, cells: list[tuple[Any, ...]]) -> None:
+        self._cells = cells
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    def column(self, name: str) -> list[Any]:
+        """Column ``name`` as Python values (None where there is none)."""
+        index = _index(name)
+        return [cells[index] for cells in self._cells]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every row as a dict with all the curve's columns, in ``t`` order."""
+        return [dict(zip(ROW_COLUMNS, cells, strict=True)) for cells in self._cells]
+
+    def write_csv(
+        self, path: PathLike, columns: Iterable[str], *, only_stream_rows: bool = False
+    ) -> int:
+        """Write ``columns`` as CSV (None as an empty cell, floats as ``repr``), replacing
+        ``path`` only when complete; ``only_stream_rows`` keeps the rows with a stream line.
+        Returns the number of data rows."""
+        indexes = [_index(name) for name in columns]
+        rows = self._cells
+        if only_stream_rows:
+            rows = [cells for cells in rows if cells[_SOLVED] is not None]
+        pick = itemgetter(*indexes)  # one cell, or a tuple of them
+        picked = map(pick, rows) if len(indexes) > 1 else ((pick(cells),) for cells in rows)
+        _write(path, [ROW_COLUMNS[i] for i in indexes], picked)
+        return len(rows)
+
+
+def _write(path: PathLike, names: list[str], rows: Iterable[Sequence[Any]]) -> None:
+    with replaced_when_complete(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(names)
+        writer.writerows(rows)  # None as an empty cell, a float as its repr
+
+
+def _index(name: str) -> int:
+    try:
+        return ROW_COLUMNS.index(name)
+    except ValueError:
+        raise KeyError(f"unknown curve column {name!r}") from None
 
 
 def amortization_table(
@@ -66,50 +116,31 @@ def amortization_table(
     engine: Engine = "auto",
     progress: bool = False,
 ) -> CurveTable:
-    """The curve of :func:`amortization_curve` as columns (a :class:`CurveTable`), without
-    building a dict per row; the fast way to a CSV of a large run. Needs numpy (the
-    ``analysis`` extra). Same arguments and errors as :func:`amortization_curve`."""
-    from ampmeter.analysis import _columns
-
+    """The curve of :func:`amortization_curve` as a :class:`CurveTable`, without building a
+    dict per row: the way to a CSV of a large run. Same arguments and errors."""
     stream_path, problems_path, events_path, use_duck = _plan(
         stream_jsonl, problems_jsonl, token_events_jsonl, best_effort, engine
     )
-    # The problem side (percentiles) runs in a thread while the other files are read.
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ampmeter-problems")
-    pending: list[Future[_columns.ProblemStats]] = []
+    if use_duck:
+        from ampmeter.analysis._duck import read_inputs
 
-    def start(problems: _columns.ProblemColumns) -> None:
-        pending.append(pool.submit(_columns.problem_stats, problems))
-
-    try:
-        if use_duck:
-            from ampmeter.analysis._duck import read_inputs
-
-            stream, _, events = read_inputs(
-                stream_path, problems_path, events_path, progress=progress, on_problems=start
-            )
-        else:
-            if problems_path:
-                start(
-                    _columns.problem_columns(
-                        read_records(problems_path, problem_fields, best_effort=best_effort)
-                    )
-                )
-            stream = _columns.stream_columns(
-                read_records(stream_path, stream_fields, best_effort=best_effort)
-            )
-            events = (
-                _columns.event_columns(
-                    read_records(events_path, event_fields, best_effort=best_effort)
-                )
-                if events_path
-                else None
-            )
-        stats = pending[0].result() if pending else None
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-    return _columns.curve_table(
-        stream, stats, events, stream_path=stream_path, best_effort=best_effort
+        stream, problems, events = read_inputs(
+            stream_path, problems_path, events_path, progress=progress
+        )
+    else:
+        stream = read_records(stream_path, stream_fields, best_effort=best_effort)
+        problems = (
+            read_records(problems_path, problem_fields, best_effort=best_effort)
+            if problems_path
+            else None
+        )
+        events = (
+            read_records(events_path, event_fields, best_effort=best_effort)
+            if events_path
+            else None
+        )
+    return CurveTable(
+        curve_cells(stream, problems, events, stream_path=stream_path, best_effort=best_effort)
     )
 
 
@@ -129,34 +160,16 @@ def amortization_curve(
     of the wrong type raises :class:`AnalysisError` naming ``file:line``; so does a ``t`` that
     appears twice in the stream file. ``engine="duckdb"`` (or ``"auto"`` on inputs over
     :data:`DUCKDB_THRESHOLD_BYTES`) reads the files with DuckDB and gives the same rows;
-    ``progress`` shows a progress bar on stderr while it reads. With numpy installed the curve
-    is computed column-wise (:func:`amortization_table`); without it, record by record, with
-    the same results.
+    ``progress`` shows a progress bar on stderr while it reads.
     """
-    if _numpy_available():
-        return amortization_table(
-            stream_jsonl,
-            problems_jsonl=problems_jsonl,
-            token_events_jsonl=token_events_jsonl,
-            best_effort=best_effort,
-            engine=engine,
-            progress=progress,
-        ).rows()
-    stream_path, problems_path, events_path, use_duck = _plan(
-        stream_jsonl, problems_jsonl, token_events_jsonl, best_effort, engine
-    )
-    if use_duck:
-        raise ImportError("the duckdb engine needs numpy: install ampmeter[analysis]")
-    stream = read_records(stream_path, stream_fields, best_effort=best_effort)
-    problems = (
-        read_records(problems_path, problem_fields, best_effort=best_effort)
-        if problems_path
-        else None
-    )
-    events = (
-        read_records(events_path, event_fields, best_effort=best_effort) if events_path else None
-    )
-    return curve_rows(stream, problems, events, stream_path=stream_path, best_effort=best_effort)
+    return amortization_table(
+        stream_jsonl,
+        problems_jsonl=problems_jsonl,
+        token_events_jsonl=token_events_jsonl,
+        best_effort=best_effort,
+        engine=engine,
+        progress=progress,
+    ).rows()
 
 
 def _plan(
@@ -167,90 +180,66 @@ def _plan(
     engine: str,
 ) -> tuple[str, str | None, str | None, bool]:
     """Check the arguments; the three paths and whether DuckDB reads them."""
-    if engine not in ("auto", "python", "duckdb"):
-        raise ValueError(f"engine must be 'auto', 'python' or 'duckdb', got {engine!r}")
     stream_path = os.fspath(stream_jsonl)
     problems_path = os.fspath(problems_jsonl) if problems_jsonl else None
     events_path = os.fspath(token_events_jsonl) if token_events_jsonl else None
     paths = [p for p in (stream_path, problems_path, events_path) if p]
+    use_duck = use_duckdb(engine, best_effort, paths)
     for path in paths:
         require_file(path)
-    use_duck = engine == "duckdb" or (
-        engine == "auto"
-        and not best_effort
-        and duckdb_available()
-        and sum(os.path.getsize(p) for p in paths) >= DUCKDB_THRESHOLD_BYTES
-    )
-    if use_duck and best_effort:
-        raise ValueError("the duckdb engine reads strictly; use engine='python' for best_effort")
     return stream_path, problems_path, events_path, use_duck
 
 
-def _numpy_available() -> bool:
+def use_duckdb(engine: str, best_effort: bool, paths: list[str]) -> bool:
+    """Whether DuckDB reads ``paths`` for ``engine`` (the rule every analysis job shares):
+    always for ``"duckdb"``, and for ``"auto"`` on inputs over :data:`DUCKDB_THRESHOLD_BYTES`
+    when DuckDB is installed and reading is strict."""
+    if engine not in ("auto", "python", "duckdb"):
+        raise ValueError(f"engine must be 'auto', 'python' or 'duckdb', got {engine!r}")
+    if engine == "duckdb" and best_effort:
+        raise ValueError("the duckdb engine reads strictly; use engine='python' for best_effort")
+    if engine == "duckdb" and not duckdb_available():
+        raise ImportError(
+            "the duckdb engine needs duckdb: install ampmeter[analysis]", name="duckdb"
+        )
+    return engine == "duckdb" or (
+        engine == "auto"
+        and not best_effort
+        and duckdb_available()
+        and sum(os.path.getsize(p) for p in paths if os.path.isfile(p)) >= DUCKDB_THRESHOLD_BYTES
+    )
+
+
+def duckdb_available() -> bool:
+    """Whether the DuckDB engine can run here (duckdb is installed)."""
     try:
-        import numpy  # noqa: F401
+        import duckdb  # noqa: F401
     except ImportError:
         return False
     return True
 
 
-def duckdb_available() -> bool:
-    """Whether the DuckDB engine can run here (duckdb and numpy are installed)."""
-    try:
-        import duckdb  # noqa: F401
-    except ImportError:
-        return False
-    return _numpy_available()
-
-
-def _cell(value: object) -> object:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return repr(value)
-    return value
-
-
 Rows = Iterable[Mapping[str, Any]]
 
 
-def _as_table(rows: object) -> CurveTable | None:
-    if not _numpy_available():
-        return None
-    from ampmeter.analysis._table import CurveTable
-
-    return rows if isinstance(rows, CurveTable) else None
-
-
 def write_csv(rows: Rows | CurveTable, path: PathLike, columns: Iterable[str]) -> int:
-    """Write ``rows`` (dicts, or a :class:`CurveTable`, written column-wise and much faster)
-    as CSV with exactly ``columns`` (None as an empty cell, floats in full precision); returns
-    the number of data rows. The file is replaced only when complete."""
-    table = _as_table(rows)
-    if table is not None:
-        return table.write_csv(path, columns)
+    """Write ``rows`` (dicts, or a :class:`CurveTable`) as CSV with exactly ``columns`` (None
+    as an empty cell, floats in full precision); returns the number of data rows. The file is
+    replaced only when complete."""
+    if isinstance(rows, CurveTable):
+        return rows.write_csv(path, columns)
     names = list(columns)
-    count = 0
-    with replaced_when_complete(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(names)
-        for row in rows:  # type: ignore[union-attr]
-            writer.writerow([_cell(row.get(name)) for name in names])
-            count += 1
-    return count
+    cells = [[row.get(name) for name in names] for row in rows]
+    _write(path, names, cells)
+    return len(cells)
 
 
 def write_v0_csv(rows: Rows | CurveTable, path: PathLike) -> int:
     """The v0 CSV: ``t`` and the stream's three columns, for every ``t`` that
     has a stream line, in ``t`` order."""
-    table = _as_table(rows)
-    if table is not None:
-        return table.write_csv(path, V0_COLUMNS, only_stream_rows=True)
-    return write_csv(
-        (r for r in rows if r.get("cumulative_solved") is not None),  # type: ignore[union-attr]
-        path,
-        V0_COLUMNS,
-    )
+    if isinstance(rows, CurveTable):
+        return rows.write_csv(path, V0_COLUMNS, only_stream_rows=True)
+    return write_csv((r for r in rows if r.get("cumulative_solved") is not None), path, V0_COLUMNS)
 
 
 def write_extended_csv(rows: Rows | CurveTable, path: PathLike) -> int:

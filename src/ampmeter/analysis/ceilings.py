@@ -12,19 +12,8 @@ import re
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
+from ampmeter import keys
 from ampmeter.analysis.runs import Call
-from ampmeter.keys import (
-    KEY_COST,
-    KEY_COST_FOR,
-    KEY_INPUT_TOKENS,
-    KEY_INPUT_TOKENS_FOR,
-    KEY_LLM_CALLS,
-    KEY_OUTPUT_TOKENS,
-    KEY_OUTPUT_TOKENS_FOR,
-    KEY_STEPS,
-    KEY_TOOL_CALLS,
-    KEY_TOOL_CALLS_FOR,
-)
 
 __all__ = [
     "StopLimit",
@@ -76,13 +65,20 @@ def ceilings_from_stops(calls: Iterable[Call]) -> dict[str, float]:
 
 
 _EXACT_KEYS: Final = frozenset(
-    {KEY_COST, KEY_LLM_CALLS, KEY_TOOL_CALLS, KEY_STEPS, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS}
+    {
+        keys.KEY_COST,
+        keys.KEY_LLM_CALLS,
+        keys.KEY_TOOL_CALLS,
+        keys.KEY_STEPS,
+        keys.KEY_INPUT_TOKENS,
+        keys.KEY_OUTPUT_TOKENS,
+    }
 )
 _PREFIX_KEYS: Final = (
-    KEY_COST_FOR,
-    KEY_TOOL_CALLS_FOR,
-    KEY_INPUT_TOKENS_FOR,
-    KEY_OUTPUT_TOKENS_FOR,
+    keys.KEY_COST_FOR,
+    keys.KEY_TOOL_CALLS_FOR,
+    keys.KEY_INPUT_TOKENS_FOR,
+    keys.KEY_OUTPUT_TOKENS_FOR,
 )
 
 
@@ -100,21 +96,21 @@ def call_usage(call: Call) -> dict[str, float]:
     if call.status == "halt":
         return {}
     model, cost = call.model, call.cost_usd
-    usage = {KEY_COST: cost}
+    usage = {keys.KEY_COST: cost}
     if model:
-        usage[KEY_COST_FOR + model] = cost
+        usage[keys.KEY_COST_FOR + model] = cost
     if call.kind == "llm":
-        usage[KEY_LLM_CALLS] = 1.0
-        usage[KEY_INPUT_TOKENS] = float(call.tokens_in)
-        usage[KEY_OUTPUT_TOKENS] = float(call.tokens_out)
+        usage[keys.KEY_LLM_CALLS] = 1.0
+        usage[keys.KEY_INPUT_TOKENS] = float(call.tokens_in)
+        usage[keys.KEY_OUTPUT_TOKENS] = float(call.tokens_out)
         if model:
-            usage[KEY_INPUT_TOKENS_FOR + model] = float(call.tokens_in)
-            usage[KEY_OUTPUT_TOKENS_FOR + model] = float(call.tokens_out)
+            usage[keys.KEY_INPUT_TOKENS_FOR + model] = float(call.tokens_in)
+            usage[keys.KEY_OUTPUT_TOKENS_FOR + model] = float(call.tokens_out)
     elif call.kind == "tool":
-        usage[KEY_TOOL_CALLS] = 1.0
-        usage[KEY_TOOL_CALLS_FOR + call.name] = 1.0
+        usage[keys.KEY_TOOL_CALLS] = 1.0
+        usage[keys.KEY_TOOL_CALLS_FOR + call.name] = 1.0
     if call.kind in ("llm", "tool") and call.status == "success":
-        usage[KEY_STEPS] = 1.0
+        usage[keys.KEY_STEPS] = 1.0
     return usage
 
 

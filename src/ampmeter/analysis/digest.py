@@ -29,8 +29,8 @@ from typing import Any, Final
 
 from ampmeter.analysis.ceilings import call_usage, parse_stop_reason
 from ampmeter.analysis.lineage import RunContexts, is_own_stop
+from ampmeter.analysis.run_summary import RunSummary, termination_of
 from ampmeter.analysis.runs import Call, LoggedCalls, call_depths, is_estimated, is_unsettled
-from ampmeter.analysis.summary import RunSummary, termination_of
 from ampmeter.metrics import was_sent
 from ampmeter.policies import META_LIMIT_EVENTS
 

@@ -7,10 +7,8 @@ n - 1)``. :class:`RunningPercentile` keeps the values split in two heaps at ``lo
 value costs O(log n) and reading the percentile O(1): a curve with a percentile at every
 ``t`` costs O(n log n), not O(n²).
 
-:func:`running_percentiles` and :func:`prefix_percentiles` give the same numbers for many
-prefixes of a sequence at once with numpy (see :mod:`ampmeter.analysis._kth`): all values are
-known up front, so each prefix's two order statistics come from one vectorised wavelet-matrix
-descent instead of a heap operation per value in Python.
+:func:`running_percentiles` gives :class:`RunningPercentile`'s value after each value of a
+sequence.
 """
 
 from __future__ import annotations
@@ -18,14 +16,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import numpy.typing as npt
-
-__all__ = ["RunningPercentile", "percentile", "prefix_percentiles", "running_percentiles"]
-
-_INT64_SPAN = 2**63
+__all__ = ["RunningPercentile", "percentile", "running_percentiles"]
 
 
 def _check_q(q: float) -> float:
@@ -94,109 +86,18 @@ class RunningPercentile:
 
 def running_percentiles(values: Iterable[float | None], q: float) -> list[float | None]:
     """The ``q``-th percentile of the non-null values among the first ``i + 1`` values, for
-    every ``i``: what :class:`RunningPercentile` would give after each value (None values are
-    left out; None while there is no value yet). Needs numpy.
-
-    Values must be finite ints or floats; when they are all ints they are compared exactly,
-    otherwise as floats. ``-0.0`` counts as ``0.0``.
-    """
-    import numpy as np
-
-    q = _check_q(q)
-    items = list(values)
-    present = [v for v in items if v is not None]
-    for v in present:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"running_percentiles needs finite numbers or None, got {v!r}")
-    valid = np.fromiter((v is not None for v in items), dtype=bool, count=len(items))
-    ends = np.cumsum(valid, dtype=np.int64)
-    out: list[float | None] = [None] * len(items)
-    if not present:
-        return out
-    first = int(np.argmax(ends > 0))
-    (column,) = prefix_percentiles(number_array(present), ends[first:], (q,))
-    out[first:] = column.tolist()
+    every ``i``: what :class:`RunningPercentile` gives after each value (None values are left
+    out; None while there is no value yet). Values must be finite ints or floats."""
+    running = RunningPercentile(q)
+    out: list[float | None] = []
+    for value in values:
+        if value is not None:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+            ):
+                raise ValueError(f"running_percentiles needs finite numbers or None, got {value!r}")
+            running.add(value)
+        out.append(running.value())
     return out
-
-
-def number_array(values: Sequence[float]) -> npt.NDArray[Any]:
-    """``values`` as a numpy array that keeps them exact: int64 (object for ints beyond it)
-    when all are ints, float64 otherwise."""
-    import numpy as np
-
-    if all(type(v) is int for v in values):
-        try:
-            return np.array(values, dtype=np.int64)
-        except OverflowError:
-            return np.array(values, dtype=object)
-    return np.array(values, dtype=np.float64)
-
-
-def prefix_percentiles(
-    values: npt.NDArray[Any], ends: npt.NDArray[Any], qs: Sequence[float]
-) -> list[npt.NDArray[Any]]:
-    """For each ``q`` of ``qs``, a float64 array: the ``q``-th percentile of ``values[:e]`` for
-    each ``e`` of ``ends`` (every ``e`` in ``[1, len(values)]``), with :func:`percentile`'s
-    arithmetic, bit for bit.
-
-    ``values`` is float64, int64 or (for ints beyond int64) an object array of ints.
-    """
-    import numpy as np
-
-    checked = [_check_q(q) for q in qs]
-    if values.dtype.kind == "f":
-        values = values + 0.0  # -0.0 and 0.0 are one value: make them one bit pattern too
-    with np.errstate(over="ignore", invalid="ignore"):
-        return _prefix_percentiles(np, values, ends, checked)
-
-
-def _prefix_percentiles(
-    np: Any, values: npt.NDArray[Any], ends: npt.NDArray[Any], qs: list[float]
-) -> list[npt.NDArray[Any]]:
-    from ampmeter.analysis._kth import WaveletMatrix
-
-    uniq, codes = np.unique(values, return_inverse=True)
-    matrix = WaveletMatrix(codes.ravel(), max(1, (len(uniq) - 1).bit_length()))
-    # The formula's (high - low) must not overflow for high == low to be skipped safely (and,
-    # for ints, for int64 to be exact); otherwise every high is looked up / Python ints used.
-    if uniq.dtype.kind == "f":
-        tame = bool(np.isfinite(uniq[-1] - uniq[0]))
-    else:
-        tame = int(uniq[-1]) - int(uniq[0]) < _INT64_SPAN
-    exact_ints = uniq.dtype.kind == "O" or (not tame and uniq.dtype.kind in "iu")
-    if len(ends) and bool(np.all(ends[1:] >= ends[:-1])):  # the usual case: no sort needed
-        step = np.empty(len(ends), dtype=bool)
-        step[0] = True
-        np.not_equal(ends[1:], ends[:-1], out=step[1:])
-        distinct_ends = ends[step]
-        back = np.cumsum(step) - 1
-    else:
-        distinct_ends, back = np.unique(ends, return_inverse=True)
-        back = back.ravel()
-    results: list[npt.NDArray[Any]] = []
-    for q in qs:
-        rank = (distinct_ends - 1).astype(np.float64) * q / 100.0
-        lo = np.floor(rank).astype(np.int64)
-        hi = np.minimum(lo + 1, distinct_ends - 1)
-        frac = rank - lo
-        lo_code = matrix.kth(distinct_ends, lo)
-        if tame:
-            hi_code = lo_code.copy()
-            need = np.flatnonzero(frac != 0.0)  # elsewhere low + (high - low) * 0.0 == low
-            hi_code[need] = matrix.kth(distinct_ends[need], hi[need])
-        else:
-            hi_code = matrix.kth(distinct_ends, hi)
-        low = uniq[lo_code]
-        high = uniq[hi_code]
-        if exact_ints:
-            column = np.array(
-                [
-                    lv + (hv - lv) * f
-                    for lv, hv, f in zip(low.tolist(), high.tolist(), frac.tolist(), strict=True)
-                ],
-                dtype=np.float64,
-            )
-        else:
-            column = low + (high - low) * frac
-        results.append(column.astype(np.float64, copy=False)[back])
-    return results
