@@ -22,6 +22,7 @@ from typing import Any, Final
 import orjson
 
 from ampmeter import money
+from ampmeter._scoped import Closeable
 from ampmeter.graph import META_COST_STATUS, Node
 from ampmeter.sinks.base import Sink
 from ampmeter.sinks.jsonl import (
@@ -110,7 +111,7 @@ class _Tally:
         self.cost = Decimal(0)  # summed exactly; a number only where it is written
 
 
-class StreamMetricsLogger:
+class StreamMetricsLogger(Closeable):
     """Writes the four files of one stream run; see the module docs. A context manager.
 
     Per problem, either call :meth:`log_call` for each operation, or pass
@@ -480,12 +481,6 @@ class StreamMetricsLogger:
             self._closed = True
             for file in (self._calls, self._problems, self._stream, self._events):
                 file.close()
-
-    def __enter__(self) -> StreamMetricsLogger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class ProblemSink(Sink):
