@@ -23,16 +23,10 @@ import orjson
 
 from ampmeter import money
 from ampmeter._scoped import Closeable
+from ampmeter.errors import SinkClosedError
 from ampmeter.graph import META_COST_STATUS, Node
+from ampmeter.logs.lines import COMPONENTS, EVENT_TYPES, encode_event, iso_utc, node_to_event
 from ampmeter.sinks.base import Sink
-from ampmeter.sinks.jsonl import (
-    COMPONENTS,
-    EVENT_TYPES,
-    SinkClosedError,
-    encode_event,
-    iso_utc,
-    node_to_event,
-)
 
 __all__ = ["ProblemSink", "StreamCumulativeMetrics", "StreamMetricsLogger"]
 
