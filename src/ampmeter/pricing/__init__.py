@@ -71,23 +71,7 @@ __all__ = [
 __getattr__ = lazy_names(
     __name__,
     {
-        **dict.fromkeys(
-            (
-                "CHARS_PER_TOKEN",
-                "DEFAULT_ESTIMATE_OUTPUT_TOKENS",
-                "USER_PRICING_VERSION",
-                "PriceResult",
-                "PricingStatus",
-                "clear_prices",
-                "estimate",
-                "load",
-                "price",
-                "remove_price",
-                "set_price",
-                "table_version",
-            ),
-            "ampmeter.pricing.table",
-        ),
+        **dict.fromkeys(__all__, "ampmeter.pricing.table"),  # those imported above never get here
         **dict.fromkeys(
             ("clear_tool_prices", "remove_tool_price", "set_tool_price", "tool_price"),
             "ampmeter.pricing.tool_prices",

@@ -33,16 +33,4 @@ __all__ = [
 
 
 # The figures need matplotlib (the ``analysis`` extra): imported on first use.
-__getattr__ = lazy_names(
-    __name__,
-    dict.fromkeys(
-        (
-            "amortization_figure",
-            "context_growth_figure",
-            "cost_tokens_by_model_figure",
-            "latency_figure",
-            "save_png",
-        ),
-        "ampmeter.report.figures",
-    ),
-)
+__getattr__ = lazy_names(__name__, dict.fromkeys(__all__, "ampmeter.report.figures"))
