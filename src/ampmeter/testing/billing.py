@@ -50,7 +50,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Final, Literal
 
-from ampmeter import money
+from ampmeter import _validate, money
 from ampmeter.testing.billing_responses import (
     StoredConversations,
     conversations_answer,
@@ -147,10 +147,8 @@ class BillingProvider(ReplayServer):
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        if isinstance(chars_per_token, bool) or not isinstance(chars_per_token, (int, float)):
-            raise TypeError(f"chars_per_token must be a number, got {chars_per_token!r}")
-        if not (math.isfinite(chars_per_token) and chars_per_token > 0):
-            raise ValueError(f"chars_per_token must be a finite number > 0, got {chars_per_token}")
+        if not _validate.amount(chars_per_token, "chars_per_token"):
+            raise ValueError("chars_per_token must be more than 0, got 0")
         for name, value in (
             ("output_tokens", output_tokens),
             ("message_framing", message_framing),
@@ -160,10 +158,7 @@ class BillingProvider(ReplayServer):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-        if isinstance(delay_s, bool) or not isinstance(delay_s, (int, float)):
-            raise TypeError(f"delay_s must be a number of seconds, got {delay_s!r}")
-        if not (math.isfinite(delay_s) and delay_s >= 0):
-            raise ValueError(f"delay_s must be a finite number of seconds >= 0, got {delay_s}")
+        _validate.amount(delay_s, "delay_s")
         if text_tokens is not None and not callable(text_tokens):
             raise TypeError(f"text_tokens must be callable or None, got {text_tokens!r}")
         if answer is not None and not isinstance(answer, str):

@@ -34,10 +34,10 @@ provided: ...") or the offending input: the worst case for what reaches a log.
 from __future__ import annotations
 
 import json
-import math
 from importlib import resources
 from typing import Any, Final
 
+from ampmeter import _validate
 from ampmeter.testing.replay import RecordedRequest, ReplayResponse, Responder
 
 __all__ = [
@@ -196,15 +196,7 @@ def _recorded_error(provider: str, status: int, retry_after: float | None) -> Re
 def _retry_headers(retry_after: float | None) -> dict[str, str]:
     if retry_after is None:
         return {}
-    if (
-        isinstance(retry_after, bool)
-        or not isinstance(retry_after, (int, float))
-        or not math.isfinite(retry_after)
-        or retry_after < 0
-    ):
-        raise ValueError(
-            f"retry_after must be a finite number of seconds >= 0, got {retry_after!r}"
-        )
+    _validate.amount(retry_after, "retry_after")
     return {"retry-after": f"{retry_after:g}", "retry-after-ms": f"{retry_after * 1000:g}"}
 
 
