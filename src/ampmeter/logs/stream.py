@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
@@ -41,6 +42,45 @@ _CALL_META_KEYS: Final = (
     "normalization",
     "precheck_failure_reason",
 )
+
+
+def _name(value: object, what: str) -> None:
+    _validate.text(value, what, empty=False)
+
+
+def _flag(value: object, what: str) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"{what} must be a bool or None, got {value!r}")
+
+
+def _cost(value: object, what: str) -> None:
+    if value is not None:
+        _validate.dollars(value, what)
+
+
+# The fields of a calls.jsonl line that log_call is given, in order, each with its check.
+_CALL_FIELDS: Final[dict[str, Callable[[object, str], object]]] = {
+    "call_id": _name,
+    "parent_id": _validate.optional_text,
+    "t": _validate.count,
+    "problem_id": _name,
+    "operation": _name,
+    "attempt_index": _validate.optional_count,
+    "temperature": _validate.optional_amount,
+    "validator_passed": _flag,
+    "failure_reason": _validate.optional_text,
+    "prompt_variant": _validate.optional_text,
+    "prompt_tokens": _validate.optional_count,
+    "completion_tokens": _validate.optional_count,
+    "total_tokens": _validate.optional_count,
+    "latency_ms": _validate.optional_amount,
+    "api_cost_usd": _cost,
+    "error_type": _validate.optional_text,
+    "raw_output": _validate.optional_text,
+    "candidate_line": _validate.optional_text,
+    "normalization": _validate.optional_text,
+    "precheck_failure_reason": _validate.optional_text,
+}
 
 
 class _LineFile:
@@ -154,36 +194,10 @@ class StreamMetricsLogger(Closeable):
         to ``rag_retrieval`` for ``operation="retrieve"`` and ``llm_completion`` otherwise; a
         call without ``api_cost_usd`` is written with cost 0.0 and ``cost_status="unpriced"``.
         """
-        _validate.count(t, "t")
-        for name, value in (
-            ("call_id", call_id),
-            ("problem_id", problem_id),
-            ("operation", operation),
-        ):
-            _validate.text(value, name, empty=False)
-        for name, optional in (
-            ("parent_id", parent_id),
-            ("failure_reason", failure_reason),
-            ("prompt_variant", prompt_variant),
-            ("error_type", error_type),
-            ("raw_output", raw_output),
-            ("candidate_line", candidate_line),
-            ("normalization", normalization),
-            ("precheck_failure_reason", precheck_failure_reason),
-        ):
-            _validate.optional_text(optional, name)
+        given = locals()  # the arguments by name, before anything else is bound here
+        for name, check in _CALL_FIELDS.items():
+            check(given[name], name)
         _validate.text(model, "model")
-        if validator_passed is not None and not isinstance(validator_passed, bool):
-            raise TypeError(f"validator_passed must be a bool or None, got {validator_passed!r}")
-        for name, count in (
-            ("attempt_index", attempt_index),
-            ("prompt_tokens", prompt_tokens),
-            ("completion_tokens", completion_tokens),
-            ("total_tokens", total_tokens),
-        ):
-            _validate.optional_count(count, name)
-        _validate.optional_amount(temperature, "temperature")
-        _validate.optional_amount(latency_ms, "latency_ms")
         cost = None if api_cost_usd is None else _validate.dollars(api_cost_usd, "api_cost_usd")
         if event_type is None:
             event_type = "rag_retrieval" if operation == "retrieve" else "llm_completion"
@@ -193,28 +207,10 @@ class StreamMetricsLogger(Closeable):
             )
         if total_tokens is None and (prompt_tokens is not None or completion_tokens is not None):
             total_tokens = (prompt_tokens or 0) + (completion_tokens or 0)
-        call = {
-            "call_id": call_id,
-            "parent_id": parent_id,
-            "t": t,
-            "problem_id": problem_id,
-            "operation": operation,
-            "attempt_index": attempt_index,
-            "temperature": temperature,
-            "validator_passed": validator_passed,
-            "failure_reason": failure_reason,
-            "prompt_variant": prompt_variant,
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": total_tokens,
-            "latency_ms": None if latency_ms is None else float(latency_ms),
-            "api_cost_usd": None if api_cost_usd is None else float(api_cost_usd),
-            "error_type": error_type,
-            "raw_output": raw_output,
-            "candidate_line": candidate_line,
-            "normalization": normalization,
-            "precheck_failure_reason": precheck_failure_reason,
-        }
+        call = {name: given[name] for name in _CALL_FIELDS}
+        call["total_tokens"] = total_tokens
+        call["latency_ms"] = None if latency_ms is None else float(latency_ms)
+        call["api_cost_usd"] = None if cost is None else float(cost)
         event: dict[str, Any] = {
             "timestamp": iso_utc(time.time_ns() // 1_000_000),
             "run_id": f"{self.run_id}:{problem_id}",
@@ -358,12 +354,9 @@ class StreamMetricsLogger(Closeable):
             memory_n_nodes,
             memory_n_edges,
         )
-        for name, count in (
-            ("solved_attempt", solved_attempt),
-            ("llm_calls", llm_calls),
-            ("tokens_total", tokens_total),
-        ):
-            _validate.optional_count(count, name)
+        _validate.optional_count(solved_attempt, "solved_attempt")
+        _validate.optional_count(llm_calls, "llm_calls")
+        _validate.optional_count(tokens_total, "tokens_total")
         _validate.optional_amount(latency_total_ms, "latency_total_ms")
         for name, rate in (
             ("attempt_success_rate", attempt_success_rate),
