@@ -22,9 +22,9 @@ import orjson
 from ampmeter import _validate
 from ampmeter._scoped import Closeable
 from ampmeter.errors import SinkClosedError
-from ampmeter.graph import META_COST_STATUS, Node
 from ampmeter.logs.lines import COMPONENTS, EVENT_TYPES, encode_event, iso_utc, node_to_event
 from ampmeter.logs.stream_totals import StreamCumulativeMetrics, StreamTotals, Tally
+from ampmeter.node import META_COST_STATUS, Node
 from ampmeter.sinks.base import Sink
 
 __all__ = ["ProblemSink", "StreamCumulativeMetrics", "StreamMetricsLogger"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ampmeter._scoped import Closeable
-from ampmeter.graph import Node
+from ampmeter.node import Node
 
 __all__ = ["Sink"]
 

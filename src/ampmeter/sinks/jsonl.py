@@ -32,8 +32,8 @@ import weakref
 from typing import Final
 
 from ampmeter.errors import SinkClosedError, SinkWriteError
-from ampmeter.graph import Node
 from ampmeter.logs.lines import COMPONENTS, EVENT_TYPES, encode_event, iso_utc, node_to_event
+from ampmeter.node import Node
 from ampmeter.sinks.base import Sink
 from ampmeter.sinks.cut_tail import CUT_SUFFIX, CutTailWarning, set_aside_cut_tail
 

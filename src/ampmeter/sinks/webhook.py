@@ -52,8 +52,7 @@ from typing import Any, Final
 
 from ampmeter import _validate, redact
 from ampmeter.errors import SinkClosedError
-from ampmeter.graph import Node
-from ampmeter.node import META_CONTEXT
+from ampmeter.node import META_CONTEXT, Node
 from ampmeter.policies import META_LIMIT_EVENTS
 from ampmeter.sinks._webhook_http import KeptConnection, parse_url
 from ampmeter.sinks.base import Sink
