@@ -41,4 +41,3 @@ def model_identity(model: str) -> str:
     if found is not None:
         return found.lower()
     return user_price_names(model)[0][-1]
-
