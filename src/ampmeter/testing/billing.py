@@ -45,10 +45,9 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from ampmeter import _validate, money
 from ampmeter.testing.billing_responses import (
@@ -59,6 +58,8 @@ from ampmeter.testing.billing_responses import (
 )
 from ampmeter.testing.billing_wires import (
     WORD,
+    BilledCall,
+    BillingWire,
     answer_pieces,
     anthropic_answer,
     billed_parts,
@@ -70,32 +71,12 @@ from ampmeter.testing.replay import RecordedRequest, ReplayResponse, ReplayServe
 
 __all__ = ["BilledCall", "BillingProvider", "BillingWire"]
 
-BillingWire = Literal["chat", "anthropic", "responses"]
-
 _ROUTES: Final[Mapping[str, BillingWire]] = {
     "/v1/chat/completions": "chat",
     "/v1/messages": "anthropic",
     "/v1/responses": "responses",
 }
 _PER_MILLION: Final = Decimal(1_000_000)
-
-
-@dataclass(frozen=True, slots=True)
-class BilledCall:
-    """One request the provider answered and billed.
-
-    ``usage_reported`` is False for an OpenAI stream sent without ``include_usage``, and for
-    every answer of a provider that ``strip_usage``: billed, but the client was never told.
-    ``cost_usd`` is None when the provider has no price for ``model``.
-    """
-
-    wire: BillingWire
-    model: str
-    stream: bool
-    input_tokens: int
-    output_tokens: int
-    usage_reported: bool
-    cost_usd: Decimal | None
 
 
 class BillingProvider(ReplayServer):

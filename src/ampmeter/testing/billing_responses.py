@@ -18,13 +18,10 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ampmeter.testing.billing_wires import compact, error_answer
+from ampmeter.testing.billing_wires import BilledCall, compact, error_answer
 from ampmeter.testing.replay import RecordedRequest, ReplayResponse
-
-if TYPE_CHECKING:
-    from ampmeter.testing.billing import BilledCall
 
 __all__ = [
     "StoredConversations",

@@ -1,21 +1,23 @@
-"""The billing provider's Chat Completions and Messages routes: what a request bills, and the
-answers, whole or streamed, in each provider's shape. A body the provider rejects raises
-``ValueError``, which the provider answers with a 400 (:func:`error_answer`)."""
+"""The billing provider's Chat Completions and Messages routes: what a request bills, the
+record of a billed call (:class:`BilledCall`, which every route answers from), and the answers,
+whole or streamed, in each provider's shape. A body the provider rejects raises ``ValueError``,
+which the provider answers with a 400 (:func:`error_answer`)."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Final, Literal
 
 from ampmeter.testing.replay import ReplayResponse
 
-if TYPE_CHECKING:
-    from ampmeter.testing.billing import BilledCall, BillingWire
-
 __all__ = [
     "WORD",
+    "BilledCall",
+    "BillingWire",
     "answer_pieces",
     "anthropic_answer",
     "billed_parts",
@@ -25,10 +27,29 @@ __all__ = [
     "max_tokens",
 ]
 
+BillingWire = Literal["chat", "anthropic", "responses"]
 WORD: Final = "tok "  # one output token of the fixed answer
 _MEDIA_PARTS: Final = frozenset(
     {"image_url", "input_audio", "file", "image", "document", "input_image", "input_file"}
 )
+
+
+@dataclass(frozen=True, slots=True)
+class BilledCall:
+    """One request the provider answered and billed.
+
+    ``usage_reported`` is False for an OpenAI stream sent without ``include_usage``, and for
+    every answer of a provider that ``strip_usage``: billed, but the client was never told.
+    ``cost_usd`` is None when the provider has no price for ``model``.
+    """
+
+    wire: BillingWire
+    model: str
+    stream: bool
+    input_tokens: int
+    output_tokens: int
+    usage_reported: bool
+    cost_usd: Decimal | None
 
 
 def billed_parts(wire: BillingWire, body: Mapping[str, Any]) -> tuple[list[str], int, int, bool]:
