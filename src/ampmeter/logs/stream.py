@@ -347,16 +347,16 @@ class StreamMetricsLogger(Closeable):
         for name, flag in (("solved", solved), ("retrieval_hit", retrieval_hit)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
-        _validate.counts(
-            ("attempts", "reuse_count", "memory_n_nodes", "memory_n_edges"),
-            attempts,
-            reuse_count,
-            memory_n_nodes,
-            memory_n_edges,
-        )
-        _validate.optional_count(solved_attempt, "solved_attempt")
-        _validate.optional_count(llm_calls, "llm_calls")
-        _validate.optional_count(tokens_total, "tokens_total")
+        _validate.count(attempts, "attempts")
+        for name, count in (
+            ("solved_attempt", solved_attempt),
+            ("llm_calls", llm_calls),
+            ("tokens_total", tokens_total),
+            ("reuse_count", reuse_count),
+            ("memory_n_nodes", memory_n_nodes),
+            ("memory_n_edges", memory_n_edges),
+        ):
+            _validate.optional_count(count, name)
         _validate.optional_amount(latency_total_ms, "latency_total_ms")
         for name, rate in (
             ("attempt_success_rate", attempt_success_rate),
