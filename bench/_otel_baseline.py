@@ -15,10 +15,11 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from types import TracebackType
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from ampmeter._scoped import Scoped
 
 __all__ = ["NAME", "CountingExporter", "OtelSpanBaseline"]
 
@@ -40,7 +41,7 @@ class CountingExporter(SpanExporter):
         """Nothing to release."""
 
 
-class OtelSpanBaseline:
+class OtelSpanBaseline(Scoped):
     """A tracer wired like a production service: TracerProvider + BatchSpanProcessor.
 
     :meth:`span` is the unit of work: start a span with three attributes (kind, name, model),
@@ -89,13 +90,5 @@ class OtelSpanBaseline:
         """Flush and stop the batch processor's worker thread."""
         self.provider.shutdown()
 
-    def __enter__(self) -> OtelSpanBaseline:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _leave(self, exc: BaseException | None) -> None:
         self.shutdown()

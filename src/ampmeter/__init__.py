@@ -8,8 +8,9 @@ integrations, metrics) is imported the first time one of its names is used, so `
 ampmeter`` stays cheap for programs that only meter.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ampmeter._lazy import lazy_names
 from ampmeter.context import (
     Call,
     Decision,
@@ -116,16 +117,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'ampmeter' has no attribute {name!r}")
-    import importlib
-
-    module = importlib.import_module(module_name)
-    value = module if module_name == f"ampmeter.{name}" else getattr(module, name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 def __dir__() -> list[str]:

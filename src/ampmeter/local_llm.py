@@ -34,9 +34,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final
 
+from ampmeter._scoped import Scoped
 from ampmeter.errors import LocalLLMError
 
 __all__ = [
@@ -108,7 +108,7 @@ def _check_positive_int(name: str, value: object) -> int:
     return value
 
 
-class LocalLLMServer:
+class LocalLLMServer(Scoped):
     """A llama.cpp HTTP server running inside this process, serving one GGUF model.
 
     Use it as a context manager, or call :meth:`start` and :meth:`stop`::
@@ -258,15 +258,10 @@ class LocalLLMServer:
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(server))
         _RETIRED.append(server)
 
-    def __enter__(self) -> LocalLLMServer:
-        return self.start()
+    def _enter(self) -> None:
+        self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _leave(self, exc: BaseException | None) -> None:
         self.stop()
 
     def __repr__(self) -> str:

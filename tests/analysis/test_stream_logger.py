@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from ampmeter.graph import ExecutionGraph
 from ampmeter.logs import ProblemSink, StreamMetricsLogger, read_jsonl, validate_event
-from ampmeter.logs.stream import percentile
+from ampmeter.logs.stream_totals import percentile
 from ampmeter.sinks.jsonl import SinkClosedError
 
 CALL_KEYS = {

@@ -25,7 +25,7 @@ _COUNT = st.integers(min_value=0, max_value=2**40)
 
 def _flat(rates: tuple[Decimal, ...], bands: tuple[tuple[int, Rates], ...] | None = None) -> Rates:
     r_in, r_out, r_read, r_write, r_reasoning, r_call = rates
-    return Rates(r_in, r_out, r_read, r_write, r_reasoning, r_call, "v", bands)
+    return Rates(r_in, r_out, r_read, r_write, r_reasoning, r_call, version="v", bands=bands)
 
 
 def _by_hand(rates: Rates, inp: int, out: int, read: int, write: int, reasoning: int) -> Fraction:

@@ -190,9 +190,8 @@ def run_demo(
         priced = True
         budget = _RunBudget(run_max_cost, run_max_llm_calls)
         with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
-            return _ask_all(
-                client, model, max_cost, max_steps, questions, budget, out, pricing_note, echo
-            )
+            asker = _Asker(client, model, max_cost, max_steps)
+            return _ask_all(asker, questions, budget, out, pricing_note, echo)
     finally:
         if priced:
             pricing.remove_price(model)  # leave the process's price table as it was
@@ -221,10 +220,7 @@ class _RunBudget:
 
 
 def _ask_all(
-    client: Any,
-    model: str,
-    max_cost: float,
-    max_steps: int,
+    asker: _Asker,
     questions: int,
     budget: _RunBudget,
     out: Path,
@@ -240,7 +236,7 @@ def _ask_all(
         old.unlink()  # a fresh demo run, not appended to the last one
     echo(
         f"run {RUN_CONTEXT!r}: budget {budget.describe()} in all; each question a sub-agent "
-        f"with at most {max_steps} LLM calls, ${max_cost:g}, "
+        f"with at most {asker.max_steps} LLM calls, ${asker.max_cost:g}, "
         f"{MAX_CONSECUTIVE_FORMAT_ERRORS} consecutive format errors"
     )
     results: list[AgentResult] = []
@@ -254,9 +250,7 @@ def _ask_all(
             ExecutionContext(RUN_CONTEXT, limits=budget.limits()) as run_ctx,
         ):
             for t, (question, expected) in enumerate(QUESTIONS[:questions]):
-                result, summary, solved = _ask_one(
-                    run_ctx, logger, t, question, expected, client, model, max_cost, max_steps
-                )
+                result, summary, solved = asker.ask(run_ctx, logger, t, question, expected)
                 results.append(result)
                 summaries.append(summary)
                 echo(question_line(t, result, summary, solved))
@@ -285,52 +279,60 @@ def _ask_all(
     return DemoOutcome(results, summaries, out, report, run_summary)
 
 
-def _ask_one(
-    run_ctx: ExecutionContext,
-    logger: StreamMetricsLogger,
-    t: int,
-    question: str,
-    expected: str,
-    client: Any,
-    model: str,
-    max_cost: float,
-    max_steps: int,
-) -> tuple[AgentResult, dict[str, Any], bool]:
-    """One question as a sub-agent of ``run_ctx``, logged as problem ``t`` of the stream."""
-    sink = logger.problem(t, f"q{t}")
-    limits = [
-        Limit(KEY_COST, max_cost),
-        Limit(KEY_LLM_CALLS, max_steps),
-        Limit(KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, MAX_CONSECUTIVE_FORMAT_ERRORS),
-    ]
-    began = time.perf_counter()
-    with run_ctx.spawn_child(f"q{t}", limits=limits, sinks=[sink]) as ctx:
-        result = run_agent(ctx, client, model, question, max_tokens=MAX_TOKENS)
-    seconds = time.perf_counter() - began
-    exceeded = result.stop_exceeded
-    stopped_by = None
-    if result.stopped is not None:
-        run_limit = exceeded is not None and any(exceeded.limit is lim for lim in run_ctx.limits)
-        stopped_by = "run budget" if run_limit else "question limit"
-    summary = {
-        **usage(ctx.stats),
-        "termination": _termination(ctx),
-        "stop_reason": _reason(exceeded),
-        "stopped_by": stopped_by,
-        "stop_before": result.stop_before,
-        "stop_node": result.stop_node,
-    }
-    solved = result.answer is not None and expected in result.answer.lower()
-    # The figures are given, not left to the sink's tally: that tally also counts the halted
-    # call and the question's own node, which are not calls that were made.
-    sink.log_problem(
-        solved,
-        llm_calls=summary["llm_calls"],
-        tokens_total=summary["tokens_in"] + summary["tokens_out"],
-        latency_total_ms=seconds * 1000.0,
-        api_cost_usd=summary["cost_usd"],
-    )
-    return result, summary, solved
+@dataclass(frozen=True)
+class _Asker:
+    """What every question of a demo run is asked with: the model and each question's limits."""
+
+    client: Any
+    model: str
+    max_cost: float
+    max_steps: int
+
+    def ask(
+        self,
+        run_ctx: ExecutionContext,
+        logger: StreamMetricsLogger,
+        t: int,
+        question: str,
+        expected: str,
+    ) -> tuple[AgentResult, dict[str, Any], bool]:
+        """One question as a sub-agent of ``run_ctx``, logged as problem ``t`` of the stream."""
+        sink = logger.problem(t, f"q{t}")
+        limits = [
+            Limit(KEY_COST, self.max_cost),
+            Limit(KEY_LLM_CALLS, self.max_steps),
+            Limit(KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, MAX_CONSECUTIVE_FORMAT_ERRORS),
+        ]
+        began = time.perf_counter()
+        with run_ctx.spawn_child(f"q{t}", limits=limits, sinks=[sink]) as ctx:
+            result = run_agent(ctx, self.client, self.model, question, max_tokens=MAX_TOKENS)
+        seconds = time.perf_counter() - began
+        exceeded = result.stop_exceeded
+        stopped_by = None
+        if result.stopped is not None:
+            run_limit = exceeded is not None and any(
+                exceeded.limit is lim for lim in run_ctx.limits
+            )
+            stopped_by = "run budget" if run_limit else "question limit"
+        summary = {
+            **usage(ctx.stats),
+            "termination": _termination(ctx),
+            "stop_reason": _reason(exceeded),
+            "stopped_by": stopped_by,
+            "stop_before": result.stop_before,
+            "stop_node": result.stop_node,
+        }
+        solved = result.answer is not None and expected in result.answer.lower()
+        # The figures are given, not left to the sink's tally: that tally also counts the halted
+        # call and the question's own node, which are not calls that were made.
+        sink.log_problem(
+            solved,
+            llm_calls=summary["llm_calls"],
+            tokens_total=summary["tokens_in"] + summary["tokens_out"],
+            latency_total_ms=seconds * 1000.0,
+            api_cost_usd=summary["cost_usd"],
+        )
+        return result, summary, solved
 
 
 def _termination(ctx: ExecutionContext) -> str:

@@ -29,6 +29,7 @@ from typing import Any, Final
 
 import orjson
 
+from ampmeter._scoped import Closeable
 from ampmeter.errors import JsonlError, LogLineError
 from ampmeter.logs.events import nesting_problem, non_finite_field
 
@@ -135,7 +136,7 @@ class ReadSummary:
     truncated_last_line: bool = False
 
 
-class JsonlReader(Iterator[dict[str, Any]]):
+class JsonlReader(Closeable, Iterator[dict[str, Any]]):
     """Iterator over the JSON objects of a JSONL source; see :func:`read_jsonl`.
 
     ``summary`` (and ``skipped``) fill in as the iterator advances; they are final once it is
@@ -176,12 +177,6 @@ class JsonlReader(Iterator[dict[str, Any]]):
         self._it.close()
         for handle in self._handles:  # also when iteration never started
             handle.close()
-
-    def __enter__(self) -> JsonlReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _lines(self, lines: Iterator[bytes | str | LongLine]) -> Iterator[tuple[int, bytes | str]]:
         """Numbered non-blank lines; a damaged compressed tail ends the stream with a warning."""

@@ -9,29 +9,23 @@ Every line is written (and handed to the OS) before the call returns.
 
 from __future__ import annotations
 
-import bisect
-import math
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
 
-from ampmeter import money
-from ampmeter.graph import META_COST_STATUS, Node
+from ampmeter import _validate
+from ampmeter._scoped import Closeable
+from ampmeter.errors import SinkClosedError
+from ampmeter.logs.lines import COMPONENTS, EVENT_TYPES, encode_event, iso_utc, node_to_event
+from ampmeter.logs.stream_totals import StreamCumulativeMetrics, StreamTotals, Tally
+from ampmeter.node import META_COST_STATUS, Node
 from ampmeter.sinks.base import Sink
-from ampmeter.sinks.jsonl import (
-    COMPONENTS,
-    EVENT_TYPES,
-    SinkClosedError,
-    encode_event,
-    iso_utc,
-    node_to_event,
-)
 
 __all__ = ["ProblemSink", "StreamCumulativeMetrics", "StreamMetricsLogger"]
 
@@ -50,32 +44,43 @@ _CALL_META_KEYS: Final = (
 )
 
 
-@dataclass(slots=True)
-class StreamCumulativeMetrics:
-    """One line of ``*.stream.jsonl``: the stream's totals after problem ``t``."""
-
-    t: int
-    cumulative_solved: int
-    cumulative_api_cost_usd: float
-    cost_per_solved: float
-    contamination_rate: float | None
-    p50_latency_ms: float
-    p95_latency_ms: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """The line as a dict (the stream line's keys plus the two latency percentiles)."""
-        return asdict(self)
+def _name(value: object, what: str) -> None:
+    _validate.text(value, what, empty=False)
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    """The ``q``-th percentile (0-100) of sorted values, linear interpolation; 0.0 if empty."""
-    if not sorted_values:
-        return 0.0
-    rank = (len(sorted_values) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = min(low + 1, len(sorted_values) - 1)
-    fraction = rank - low
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
+def _flag(value: object, what: str) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"{what} must be a bool or None, got {value!r}")
+
+
+def _cost(value: object, what: str) -> None:
+    if value is not None:
+        _validate.dollars(value, what)
+
+
+# The fields of a calls.jsonl line that log_call is given, in order, each with its check.
+_CALL_FIELDS: Final[dict[str, Callable[[object, str], object]]] = {
+    "call_id": _name,
+    "parent_id": _validate.optional_text,
+    "t": _validate.count,
+    "problem_id": _name,
+    "operation": _name,
+    "attempt_index": _validate.optional_count,
+    "temperature": _validate.optional_amount,
+    "validator_passed": _flag,
+    "failure_reason": _validate.optional_text,
+    "prompt_variant": _validate.optional_text,
+    "prompt_tokens": _validate.optional_count,
+    "completion_tokens": _validate.optional_count,
+    "total_tokens": _validate.optional_count,
+    "latency_ms": _validate.optional_amount,
+    "api_cost_usd": _cost,
+    "error_type": _validate.optional_text,
+    "raw_output": _validate.optional_text,
+    "candidate_line": _validate.optional_text,
+    "normalization": _validate.optional_text,
+    "precheck_failure_reason": _validate.optional_text,
+}
 
 
 class _LineFile:
@@ -97,20 +102,7 @@ class _LineFile:
         os.close(self.fd)
 
 
-class _Tally:
-    """What was seen of one problem's calls, to fill its problems line."""
-
-    __slots__ = ("cost", "latency_ms", "llm_calls", "root_latency_ms", "tokens")
-
-    def __init__(self) -> None:
-        self.llm_calls = 0
-        self.tokens = 0
-        self.latency_ms = 0.0
-        self.root_latency_ms: float | None = None
-        self.cost = Decimal(0)  # summed exactly; a number only where it is written
-
-
-class StreamMetricsLogger:
+class StreamMetricsLogger(Closeable):
     """Writes the four files of one stream run; see the module docs. A context manager.
 
     Per problem, either call :meth:`log_call` for each operation, or pass
@@ -143,12 +135,8 @@ class StreamMetricsLogger:
                 opened.close()
             raise
         self._calls, self._problems, self._stream, self._events = files
-        self._tallies: dict[tuple[int, str], _Tally] = {}
-        self._latencies: list[float] = []
-        self._solved = 0
-        self._cost = Decimal(0)
-        self._contamination_sum = 0.0
-        self._contamination_n = 0
+        self._tallies: dict[tuple[int, str], Tally] = {}
+        self._totals = StreamTotals()
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -206,32 +194,11 @@ class StreamMetricsLogger:
         to ``rag_retrieval`` for ``operation="retrieve"`` and ``llm_completion`` otherwise; a
         call without ``api_cost_usd`` is written with cost 0.0 and ``cost_status="unpriced"``.
         """
-        _check_str(call_id, "call_id")
-        _check_t(t)
-        _check_str(problem_id, "problem_id")
-        _check_str(operation, "operation")
-        _check_opt_str(parent_id, "parent_id")
-        _check_opt_int(attempt_index, "attempt_index")
-        _check_opt_number(temperature, "temperature")
-        if validator_passed is not None and not isinstance(validator_passed, bool):
-            raise TypeError(f"validator_passed must be a bool or None, got {validator_passed!r}")
-        for name, text in (
-            ("failure_reason", failure_reason),
-            ("prompt_variant", prompt_variant),
-            ("error_type", error_type),
-            ("raw_output", raw_output),
-            ("candidate_line", candidate_line),
-            ("normalization", normalization),
-            ("precheck_failure_reason", precheck_failure_reason),
-        ):
-            _check_opt_str(text, name)
-        _check_opt_int(prompt_tokens, "prompt_tokens")
-        _check_opt_int(completion_tokens, "completion_tokens")
-        _check_opt_int(total_tokens, "total_tokens")
-        _check_opt_number(latency_ms, "latency_ms")
-        _check_opt_number(api_cost_usd, "api_cost_usd")
-        if not isinstance(model, str):
-            raise TypeError(f"model must be a str, got {type(model).__name__}")
+        given = locals()  # the arguments by name, before anything else is bound here
+        for name, check in _CALL_FIELDS.items():
+            check(given[name], name)
+        _validate.text(model, "model")
+        cost = None if api_cost_usd is None else _validate.dollars(api_cost_usd, "api_cost_usd")
         if event_type is None:
             event_type = "rag_retrieval" if operation == "retrieve" else "llm_completion"
         elif event_type not in _EVENT_TYPE_VALUES:
@@ -240,28 +207,10 @@ class StreamMetricsLogger:
             )
         if total_tokens is None and (prompt_tokens is not None or completion_tokens is not None):
             total_tokens = (prompt_tokens or 0) + (completion_tokens or 0)
-        call = {
-            "call_id": call_id,
-            "parent_id": parent_id,
-            "t": t,
-            "problem_id": problem_id,
-            "operation": operation,
-            "attempt_index": attempt_index,
-            "temperature": temperature,
-            "validator_passed": validator_passed,
-            "failure_reason": failure_reason,
-            "prompt_variant": prompt_variant,
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": total_tokens,
-            "latency_ms": None if latency_ms is None else float(latency_ms),
-            "api_cost_usd": None if api_cost_usd is None else float(api_cost_usd),
-            "error_type": error_type,
-            "raw_output": raw_output,
-            "candidate_line": candidate_line,
-            "normalization": normalization,
-            "precheck_failure_reason": precheck_failure_reason,
-        }
+        call = {name: given[name] for name in _CALL_FIELDS}
+        call["total_tokens"] = total_tokens
+        call["latency_ms"] = None if latency_ms is None else float(latency_ms)
+        call["api_cost_usd"] = None if cost is None else float(cost)
         event: dict[str, Any] = {
             "timestamp": iso_utc(time.time_ns() // 1_000_000),
             "run_id": f"{self.run_id}:{problem_id}",
@@ -298,12 +247,12 @@ class StreamMetricsLogger:
             self._check_open()
             self._calls.write(_dumps(call))
             self._events.write(encode_event(event))
-            tally = self._tallies.setdefault((t, problem_id), _Tally())
+            tally = self._tallies.setdefault((t, problem_id), Tally())
             if event_type == "llm_completion":
                 tally.llm_calls += 1
             tally.tokens += total_tokens or 0
             tally.latency_ms += latency_ms or 0.0
-            tally.cost += money.usd(api_cost_usd or 0, "api_cost_usd", allow_negative=True)
+            tally.cost += cost or 0
 
     def problem(self, t: int, problem_id: str) -> ProblemSink:
         """A sink for one problem's ``ExecutionContext`` (``sinks=[logger.problem(t, pid)]``).
@@ -311,14 +260,14 @@ class StreamMetricsLogger:
         Each finished call becomes a ``calls.jsonl`` line and a TokenTracker event; the
         context's root gives the problem's wall-clock latency.
         """
-        _check_t(t)
-        _check_str(problem_id, "problem_id")
+        _validate.count(t, "t")
+        _validate.text(problem_id, "problem_id", empty=False)
         return ProblemSink(self, t, problem_id)
 
     def _record_node(self, node: Node, t: int, problem_id: str) -> None:
         with self._lock:
             self._check_open()
-            tally = self._tallies.setdefault((t, problem_id), _Tally())
+            tally = self._tallies.setdefault((t, problem_id), Tally())
             if node.parent_id is None:
                 if node.end_ts_ms is not None:
                     tally.root_latency_ms = (tally.root_latency_ms or 0.0) + (
@@ -393,33 +342,38 @@ class StreamMetricsLogger:
         what :meth:`log_call` or :meth:`problem`'s sink saw for ``(t, problem_id)`` (latency:
         the contexts' wall-clock time when a context was seen, else the sum of call latencies).
         """
-        _check_t(t)
-        _check_str(problem_id, "problem_id")
-        if not isinstance(solved, bool):
-            raise TypeError(f"solved must be a bool, got {type(solved).__name__}")
-        if not isinstance(retrieval_hit, bool):
-            raise TypeError(f"retrieval_hit must be a bool, got {type(retrieval_hit).__name__}")
-        _check_int(attempts, "attempts")
-        _check_opt_int(solved_attempt, "solved_attempt")
-        _check_opt_int(llm_calls, "llm_calls")
-        _check_opt_int(tokens_total, "tokens_total")
-        _check_opt_int(reuse_count, "reuse_count")
-        _check_opt_int(memory_n_nodes, "memory_n_nodes")
-        _check_opt_int(memory_n_edges, "memory_n_edges")
-        _check_opt_number(latency_total_ms, "latency_total_ms")
-        _check_opt_number(api_cost_usd, "api_cost_usd")
-        _check_opt_rate(attempt_success_rate, "attempt_success_rate")
-        _check_opt_rate(contamination_rate, "contamination_rate")
+        _validate.count(t, "t")
+        _validate.text(problem_id, "problem_id", empty=False)
+        for name, flag in (("solved", solved), ("retrieval_hit", retrieval_hit)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+        _validate.count(attempts, "attempts")
+        for name, count in (
+            ("solved_attempt", solved_attempt),
+            ("llm_calls", llm_calls),
+            ("tokens_total", tokens_total),
+            ("reuse_count", reuse_count),
+            ("memory_n_nodes", memory_n_nodes),
+            ("memory_n_edges", memory_n_edges),
+        ):
+            _validate.optional_count(count, name)
+        _validate.optional_amount(latency_total_ms, "latency_total_ms")
+        for name, rate in (
+            ("attempt_success_rate", attempt_success_rate),
+            ("contamination_rate", contamination_rate),
+        ):
+            if rate is not None and _validate.amount(rate, name) > 1.0:
+                raise ValueError(f"{name} must be between 0 and 1, got {rate!r}")
         with self._lock:
             self._check_open()
-            tally = self._tallies.get((t, problem_id)) or _Tally()
+            tally = self._tallies.get((t, problem_id)) or Tally()
             if latency_total_ms is None:
                 seen = tally.root_latency_ms
                 latency_total_ms = seen if seen is not None else tally.latency_ms
             cost = (
                 tally.cost
                 if api_cost_usd is None
-                else money.usd(api_cost_usd, "api_cost_usd", allow_negative=True)
+                else _validate.dollars(api_cost_usd, "api_cost_usd")
             )
             line = {
                 "t": t,
@@ -438,32 +392,13 @@ class StreamMetricsLogger:
                 "memory_n_edges": memory_n_edges,
                 "contamination_rate": contamination_rate,
             }
-            solved_total = self._solved + (1 if solved else 0)
-            cost_total = self._cost + cost
-            latencies = self._latencies
-            bisect.insort(latencies, float(latency_total_ms))
-            c_sum, c_n = self._contamination_sum, self._contamination_n
-            if contamination_rate is not None:
-                c_sum, c_n = c_sum + contamination_rate, c_n + 1
-            cumulative = StreamCumulativeMetrics(
-                t=t,
-                cumulative_solved=solved_total,
-                cumulative_api_cost_usd=float(cost_total),
-                cost_per_solved=float(cost_total / max(1, solved_total)),
-                contamination_rate=c_sum / c_n if c_n else None,
-                p50_latency_ms=percentile(latencies, 50.0),
-                p95_latency_ms=percentile(latencies, 95.0),
-            )
-            try:
-                self._problems.write(_dumps(line))
-                self._stream.write(_dumps(cumulative.to_dict()))
-            except BaseException:
-                latencies.remove(float(latency_total_ms))
-                raise
+            totals = self._totals.after(solved, cost, float(latency_total_ms), contamination_rate)
+            cumulative = totals.line(t)
+            self._problems.write(_dumps(line))
+            self._stream.write(_dumps(cumulative.to_dict()))
             # Only now, with both lines written, does the state move on.
             self._tallies.pop((t, problem_id), None)
-            self._solved, self._cost = solved_total, cost_total
-            self._contamination_sum, self._contamination_n = c_sum, c_n
+            self._totals = totals
             return cumulative
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -480,12 +415,6 @@ class StreamMetricsLogger:
             self._closed = True
             for file in (self._calls, self._problems, self._stream, self._events):
                 file.close()
-
-    def __enter__(self) -> StreamMetricsLogger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class ProblemSink(Sink):
@@ -525,52 +454,3 @@ class ProblemSink(Sink):
 
 def _dumps(obj: dict[str, Any]) -> bytes:
     return orjson.dumps(obj, default=str, option=orjson.OPT_APPEND_NEWLINE)
-
-
-def _check_t(t: object) -> None:
-    if isinstance(t, bool) or not isinstance(t, int):
-        raise TypeError(f"t must be an int, got {type(t).__name__}")
-    if t < 0:
-        raise ValueError(f"t must be >= 0, got {t}")
-
-
-def _check_str(value: object, name: str) -> None:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-    if not value:
-        raise ValueError(f"{name} must not be empty")
-
-
-def _check_opt_str(value: object, name: str) -> None:
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
-
-
-def _check_int(value: object, name: str) -> None:
-    if value is None:
-        raise TypeError(f"{name} must be an int, got None")
-    _check_opt_int(value, name)
-
-
-def _check_opt_int(value: object, name: str) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-
-
-def _check_opt_number(value: object, name: str) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
-        raise TypeError(f"{name} must be a number or None, got {type(value).__name__}")
-    if not 0 <= value < math.inf:  # a Decimal from ctx.stats (exact money) is taken as is
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-
-
-def _check_opt_rate(value: object, name: str) -> None:
-    _check_opt_number(value, name)
-    if value is not None and value > 1.0:  # type: ignore[operator]
-        raise ValueError(f"{name} must be between 0 and 1, got {value!r}")

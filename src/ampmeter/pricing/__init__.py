@@ -14,8 +14,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ampmeter._lazy import lazy_names
 from ampmeter.pricing.source import NO_PRICES, TABLE, Pricing
 
 if TYPE_CHECKING:
@@ -65,16 +66,16 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # The price table pulls in genai-prices and the disk index: it loads on first use, so that
-    # ``import ampmeter`` (which needs only request_size) stays the accounting core alone.
-    if name in __all__:
-        import importlib
-
-        module = "max_output" if name == "output_bound" else "table"
-        if name.endswith(("tool_price", "tool_prices")):
-            module = "tool_prices"
-        value = getattr(importlib.import_module(f"ampmeter.pricing.{module}"), name)
-        globals()[name] = value  # resolved once: later lookups are plain module attributes
-        return value
-    raise AttributeError(f"module 'ampmeter.pricing' has no attribute {name!r}")
+# The price table pulls in genai-prices and the disk index: it loads on first use, so that
+# ``import ampmeter`` (which needs only request_size) stays the accounting core alone.
+__getattr__ = lazy_names(
+    __name__,
+    {
+        **dict.fromkeys(__all__, "ampmeter.pricing.table"),  # those imported above never get here
+        **dict.fromkeys(
+            ("clear_tool_prices", "remove_tool_price", "set_tool_price", "tool_price"),
+            "ampmeter.pricing.tool_prices",
+        ),
+        "output_bound": "ampmeter.pricing.max_output",
+    },
+)

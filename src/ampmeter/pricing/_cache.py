@@ -14,10 +14,11 @@ import hashlib
 import importlib.util
 import json
 import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Final
+
+from ampmeter._files import replaced_when_complete
 
 __all__ = ["MISS", "lookup", "store"]
 
@@ -83,15 +84,8 @@ def store(model: str, provider: str | None, rates: Any) -> None:
             return
         with contextlib.suppress(OSError):
             _path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=_path.parent, prefix=".prices-", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as out:
-                    json.dump(entries, out, separators=(",", ":"))
-                os.replace(tmp, _path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            with replaced_when_complete(_path) as tmp:
+                Path(tmp).write_text(json.dumps(entries, separators=(",", ":")), encoding="utf-8")
 
 
 def forget() -> None:

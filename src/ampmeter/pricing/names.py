@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-__all__ = ["model_identity", "same_model", "user_price_names"]
+__all__ = ["model_identity", "user_price_names"]
 
 
 def user_price_names(model: str) -> tuple[list[str], str | None]:
@@ -41,8 +41,3 @@ def model_identity(model: str) -> str:
     if found is not None:
         return found.lower()
     return user_price_names(model)[0][-1]
-
-
-def same_model(a: str, b: str) -> bool:
-    """Whether the names ``a`` and ``b`` are priced as the same model."""
-    return a == b or a.lower() == b.lower() or model_identity(a) == model_identity(b)

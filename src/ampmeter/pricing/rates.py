@@ -53,9 +53,9 @@ class Rates:
     cache_write: Decimal
     reasoning: Decimal
     per_call: Decimal  # USD per request
-    version: str
+    version: str = field(kw_only=True)
     # Tiered prices: (threshold, rates for prompts longer than that), highest threshold first.
-    bands: tuple[tuple[int, Rates], ...] | None = None
+    bands: tuple[tuple[int, Rates], ...] | None = field(default=None, kw_only=True)
     # The same rates as integers, made once here so that pricing a call is integer arithmetic:
     # every rate times 10**places (units of 10**-(6 + places) USD per token), and the fee in
     # those units. Exact: places is the most decimals any rate has.
@@ -201,7 +201,7 @@ def compile_price(model_price: ModelPrice, version: str) -> Rates | None:
 
     def flat(input_tokens: int, bands: tuple[tuple[int, Rates], ...] | None = None) -> Rates:
         r_in, r_out, r_cr, r_cw, r_rs, r_call = (_step_rate(s, input_tokens) for s in all_steps)
-        return Rates(r_in, r_out, r_cr, r_cw, r_rs, r_call, version, bands)
+        return Rates(r_in, r_out, r_cr, r_cw, r_rs, r_call, version=version, bands=bands)
 
     thresholds = sorted({t for steps in all_steps for t, _ in steps if t >= 0}, reverse=True)
     bands = tuple((t, flat(t + 1)) for t in thresholds)
@@ -261,6 +261,6 @@ def rates_from_json(value: dict[str, Any]) -> Rates:
         r_write,
         r_reasoning,
         r_call,
-        str(value["version"]),
-        None if bands is None else tuple((int(t), rates_from_json(b)) for t, b in bands),
+        version=str(value["version"]),
+        bands=None if bands is None else tuple((int(t), rates_from_json(b)) for t, b in bands),
     )

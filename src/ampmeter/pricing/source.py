@@ -140,6 +140,16 @@ class _NoPrices:
         return "ampmeter.pricing.NO_PRICES"
 
 
+# The counts an ended call is priced by, as NanoPricing.price_nano takes them in order.
+_COUNTS: Final = (
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
+
+
 class _InNano:
     """Another pricing's dollars in nano-dollars, as :func:`ampmeter.money.to_nano` reads any
     amount a user gives (a price may be a Decimal or a float of dollars)."""
@@ -149,25 +159,8 @@ class _InNano:
     def __init__(self, pricing: Pricing) -> None:
         self.pricing = pricing
 
-    def price_nano(
-        self,
-        model: str,
-        provider: str | None,
-        input_tokens: int,
-        output_tokens: int,
-        cached_tokens: int,
-        cache_write_tokens: int,
-        reasoning_tokens: int,
-    ) -> tuple[int | None, str]:
-        result = self.pricing.price(
-            model,
-            provider,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cached_tokens=cached_tokens,
-            cache_write_tokens=cache_write_tokens,
-            reasoning_tokens=reasoning_tokens,
-        )
+    def price_nano(self, model: str, provider: str | None, *counts: int) -> tuple[int | None, str]:
+        result = self.pricing.price(model, provider, **dict(zip(_COUNTS, counts, strict=True)))
         cost = result.cost_usd
         return None if cost is None else money.to_nano(cost, "price"), result.pricing_version
 

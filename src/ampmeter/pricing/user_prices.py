@@ -107,7 +107,7 @@ def set_price(
         if cache_write_per_mtok is None
         else rate_arg(cache_write_per_mtok, "cache_write_per_mtok")
     )
-    rates = Rates(r_in, r_out, r_cr, r_cw, r_out, _ZERO, USER_PRICING_VERSION)
+    rates = Rates(r_in, r_out, r_cr, r_cw, r_out, _ZERO, version=USER_PRICING_VERSION)
     global _exact, _patterns, changes
     with _lock:
         changes += 1

@@ -50,20 +50,12 @@ def measure_anthropic(
     """The measure of a Messages ``body`` (``counter``: a tokenizer's count)."""
     tally = Tally()
     tally.framing += TOKENS_PER_REQUEST
-    system = body.get("system")
-    if isinstance(system, str):
-        tally.text(system)
-    elif isinstance(system, list):
-        _blocks(system, tally)
+    _content(body.get("system"), tally)
     messages = body.get("messages")
     for message in messages if isinstance(messages, list) else ():
         if isinstance(message, dict):
             tally.framing += TOKENS_PER_MESSAGE
-            content = message.get("content")
-            if isinstance(content, str):
-                tally.text(content)
-            elif isinstance(content, list):
-                _blocks(content, tally)
+            _content(message.get("content"), tally)
     tools = body.get("tools")
     if isinstance(tools, list) and tools:
         tally.framing += _tool_prompt(body.get("model"), body.get("tool_choice"))
@@ -86,8 +78,10 @@ def _tool_prompt(model: object, choice: object) -> int:
     return forced if kind in ("any", "tool") else auto
 
 
-def _blocks(blocks: list[Any], tally: Tally) -> None:
-    for block in blocks:
+def _content(content: object, tally: Tally) -> None:
+    """A system prompt's or a message's content: a string, or a list of blocks."""
+    blocks = [content] if isinstance(content, str) else content
+    for block in blocks if isinstance(blocks, list) else ():
         if isinstance(block, str):
             tally.text(block)
         elif isinstance(block, dict):
@@ -102,11 +96,7 @@ def _block(block: Mapping[str, Any], tally: Tally) -> None:
         tally.text(block.get("name"))
         tally.json(block.get("input"))
     elif kind == "tool_result":
-        content = block.get("content")
-        if isinstance(content, list):
-            _blocks(content, tally)
-        else:
-            tally.text(content)
+        _content(block.get("content"), tally)
     elif kind == "image":
         tally.media += _image(block.get("source"))
     elif kind == "document":
@@ -145,11 +135,7 @@ def _document(source: object, tally: Tally) -> None:
     if kind == "text":
         tally.text(source.get("data"))
     elif kind == "content":
-        content = source.get("content")
-        if isinstance(content, list):
-            _blocks(content, tally)
-        else:
-            tally.text(content)
+        _content(source.get("content"), tally)
     else:
         pages = UNSEEN_FILE_PAGES
         data = source.get("data")

@@ -6,8 +6,9 @@ The HTML report needs nothing beyond the core; the PNG figures need matplotlib (
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ampmeter._lazy import lazy_names
 from ampmeter.report.html import build_report, embed_json, write_report
 
 if TYPE_CHECKING:
@@ -31,9 +32,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from ampmeter.report import figures
-
-        return getattr(figures, name)
-    raise AttributeError(f"module 'ampmeter.report' has no attribute {name!r}")
+# The figures need matplotlib (the ``analysis`` extra): imported on first use.
+__getattr__ = lazy_names(__name__, dict.fromkeys(__all__, "ampmeter.report.figures"))

@@ -13,9 +13,11 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Final
 
+from ampmeter.keys import KEY_COST, KEY_COST_FOR
 from ampmeter.money import format_usd
 
 __all__ = [
+    "amount",
     "bars_by_model",
     "dollars",
     "latency_histogram",
@@ -31,6 +33,14 @@ def dollars(value: float) -> str:
     counts in, so a sum of floats shows no binary noise (as ``ampmeter summary`` and
     ``watch``)."""
     return format_usd(round(value, 9))
+
+
+def amount(key: str, value: float) -> str:
+    """The value of stats key ``key`` as every view shows it: dollars for a cost key, else a
+    count with thousands separators."""
+    if key == KEY_COST or key.startswith(KEY_COST_FOR):
+        return dollars(value)
+    return f"{value:,.0f}" if value == int(value) else f"{value:,.4g}"
 
 
 _CHAR_PX: Final = 6.6  # a generous average advance of an 11 px system-ui glyph

@@ -15,8 +15,8 @@ from ampmeter import redact
 from ampmeter.analysis.ceilings import derivable
 from ampmeter.analysis.digest import RunDigest
 from ampmeter.analysis.summary import NUMERIC_COLUMNS, RunSummary
-from ampmeter.keys import KEY_COST, KEY_COST_FOR, KEY_INPUT_TOKENS, KEY_LLM_CALLS
-from ampmeter.report.charts import dollars
+from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS
+from ampmeter.report.charts import amount, dollars
 from ampmeter.report.limit_events import limit_events_html
 
 __all__ = ["TABLE_COLUMNS", "run_panel", "runs_table", "scrubbed"]
@@ -85,19 +85,13 @@ def _cell(key: str, value: object) -> str:
     return _fmt(value)
 
 
-def _amount(key: str, value: float) -> str:
-    if key == KEY_COST or key.startswith(KEY_COST_FOR):
-        return dollars(value)
-    return f"{value:,.0f}" if value == int(value) else f"{value:,.4g}"
-
-
 def _limit_row(
     key: str, used: float | None, cap: float | None, origin: str, context: str | None = None
 ) -> str:
     where = f'<span class="context">{esc(context)}</span> ' if context else ""
     name = f'<span class="key">{where}{esc(key)}</span>'
     if cap is None:
-        spent = esc(_amount(key, used or 0.0))
+        spent = esc(amount(key, used or 0.0))
         return (
             f'<div class="limit none">{name}<span class="bar"></span>'
             f'<span class="used">{spent} <span class="muted">(no ceiling known)</span>'
@@ -106,16 +100,16 @@ def _limit_row(
     if used is None:
         return (
             f'<div class="limit">{name}<span class="bar"></span><span class="used muted">'
-            f"not in the log; ceiling {esc(_amount(key, cap))} ({origin})</span></div>"
+            f"not in the log; ceiling {esc(amount(key, cap))} ({origin})</span></div>"
         )
     share = used / cap if cap > 0 else (1.0 if used > 0 else 0.0)
     level = "over" if share >= 1 else "near" if share >= 0.8 else "ok"
-    tip = esc(f"{key}: {_amount(key, used)} of {_amount(key, cap)} ({share:.0%})", quote=True)
+    tip = esc(f"{key}: {amount(key, used)} of {amount(key, cap)} ({share:.0%})", quote=True)
     return (
         f'<div class="limit {level}">{name}<span class="bar" role="meter" data-tip="{tip}" '
         f'aria-valuenow="{share:.4f}" aria-valuemin="0" aria-valuemax="1">'
         f'<span style="width:{min(share, 1.0) * 100:.1f}%"></span></span>'
-        f'<span class="used">{esc(_amount(key, used))} of {esc(_amount(key, cap))} '
+        f'<span class="used">{esc(amount(key, used))} of {esc(amount(key, cap))} '
         f"({share:.0%}; ceiling {origin})</span></div>"
     )
 
@@ -140,8 +134,8 @@ def _limits(
         usage = shared[1]
         for key, (cap, _) in ceilings.items():
             if derivable(key):
-                spent = _amount(key, usage.get(key, 0.0))
-                together.append(f"{esc(key)}: {esc(spent)} of {esc(_amount(key, cap))}")
+                spent = amount(key, usage.get(key, 0.0))
+                together.append(f"{esc(key)}: {esc(spent)} of {esc(amount(key, cap))}")
     note = (
         f'<p class="muted shared">{esc(str(root))}\'s ceilings cover {shared[0]:,} runs of this '
         f"report; together they used {'; '.join(together)}.</p>"

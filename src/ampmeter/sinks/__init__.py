@@ -5,8 +5,9 @@ Each sink module is imported on first use (``OtelSink`` needs the ``ampmeter[ote
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ampmeter._lazy import lazy_names
 from ampmeter.errors import SinkClosedError, SinkWriteError
 from ampmeter.sinks.base import Sink
 
@@ -17,10 +18,12 @@ if TYPE_CHECKING:
     from ampmeter.sinks.webhook import WebhookSink
 
 _LAZY = {
-    **dict.fromkeys(("COMPONENTS", "EVENT_TYPES", "JsonlSink", "node_to_event"), "jsonl"),
-    "MemorySink": "memory",
-    "OtelSink": "otel",
-    "WebhookSink": "webhook",
+    **dict.fromkeys(
+        ("COMPONENTS", "EVENT_TYPES", "JsonlSink", "node_to_event"), "ampmeter.sinks.jsonl"
+    ),
+    "MemorySink": "ampmeter.sinks.memory",
+    "OtelSink": "ampmeter.sinks.otel",
+    "WebhookSink": "ampmeter.sinks.webhook",
 }
 
 __all__ = [
@@ -37,12 +40,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ampmeter.sinks' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"ampmeter.sinks.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)

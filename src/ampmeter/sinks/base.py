@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-
-from ampmeter.graph import Node
+from ampmeter._scoped import Closeable
+from ampmeter.node import Node
 
 __all__ = ["Sink"]
 
 
-class Sink:
+class Sink(Closeable):
     """Receives every node of a run when it reaches a terminal status.
 
     Contexts call :meth:`emit` right after a node ends (and with the root when the context
@@ -27,14 +26,3 @@ class Sink:
 
     def close(self) -> None:
         """Flush and release resources; further :meth:`emit` calls are errors."""
-
-    def __enter__(self) -> Sink:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -17,41 +17,25 @@ mode       when the line is written                         SIGKILL     power lo
 =========  ===============================================  ==========  ====================
 
 ``line`` is the default: once ``emit`` returned the event is the kernel's, which a killed
-process cannot lose, for about the cost of one ``write`` system call per event.
-
-Opening a file whose last line was cut by a crash (it does not end with a line break) first
-sets that tail aside: a tail that is a whole JSON object only lacked its line break and gets
-one; anything else is moved, byte for byte, to ``<path>.cut`` (appended, one tail per line) and
-the log is truncated after its last whole line. Appending therefore never glues an event onto a
-cut line, and strict reading of the log still works.
+process cannot lose, for about the cost of one ``write`` system call per event. A file whose
+last line was cut by a crash is repaired before the first append (:mod:`.cut_tail`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import queue
-import stat
 import threading
-import time
-import warnings
 import weakref
-from typing import Any, BinaryIO, Final
-
-import orjson
+from typing import Final
 
 from ampmeter.errors import SinkClosedError, SinkWriteError
-from ampmeter.graph import (
-    META_CACHED_TOKENS,
-    META_COMPONENT,
-    META_CONTEXT,
-    META_COST_STATUS,
-    META_PRICING_VERSION,
-    Node,
-)
+from ampmeter.logs.lines import COMPONENTS, EVENT_TYPES, encode_event, iso_utc, node_to_event
+from ampmeter.node import Node
 from ampmeter.sinks.base import Sink
+from ampmeter.sinks.cut_tail import CUT_SUFFIX, CutTailWarning, set_aside_cut_tail
 
 __all__ = [
     "COMPONENTS",
@@ -69,157 +53,9 @@ __all__ = [
 ]
 
 FLUSH_MODES: Final = ("line", "batch", "fsync")
-EVENT_TYPES: Final[dict[str, str]] = {
-    "llm": "llm_completion",
-    "tool": "tool_call",
-    "system": "cpu_op",
-    "embedding": "embedding",
-    "retrieval": "rag_retrieval",
-    "memory": "memory_update",
-}
-COMPONENTS: Final = frozenset({"pipeline", "auxiliary", "rag_infra", "evaluator", "metagraph"})
-CUT_SUFFIX: Final = ".cut"  # where a crash's cut last line is moved when the log is reopened
 
-_OPTS: Final = orjson.OPT_APPEND_NEWLINE
 _BATCH: Final = 1024  # events per hand-off to the writer thread
 _IDLE_FLUSH_S: Final = 0.25  # a partial batch reaches the file at most this long after emit
-_CHUNK: Final = 1 << 16  # bytes read at a time while looking for a cut tail
-_PARSE_TAIL_MAX: Final = 1 << 20  # a longer cut tail is moved aside without trying to parse it
-
-
-class CutTailWarning(UserWarning):
-    """A log opened for appending ended with a cut line, which was set aside."""
-
-
-_ts_cache: tuple[int, str] = (-1, "")
-
-
-def iso_utc(ms: int) -> str:
-    """ISO 8601 UTC timestamp with milliseconds (``2026-01-22T08:10:00.123Z``) of epoch ms."""
-    global _ts_cache
-    sec, frac = divmod(ms, 1000)
-    cached = _ts_cache
-    if cached[0] != sec:
-        cached = (sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)))
-        _ts_cache = cached
-    return f"{cached[1]}.{frac:03d}Z"
-
-
-def node_to_event(
-    node: Node,
-    run_id: str,
-    component: str = "pipeline",
-    extra_metadata: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Map a terminal node to one TokenTracker v0 event (a dict ready to encode).
-
-    ``parent_id`` is left out for top-level calls (depth 1, whose parent is the root) and for
-    parentless nodes; the node's ``component`` metadata wins over ``component`` when it is one
-    of the schema's components. ``metadata.context`` names the context the node ran in (a
-    sub-agent's own node: that sub-agent), so views show names, not ids. ``extra_metadata`` is
-    merged over the node's own metadata; ampmeter's status fields are merged last.
-    """
-    end = node.end_ts_ms
-    if end is None:
-        raise ValueError(f"node {node.node_id!r} is not finished (status {node.status!r})")
-    event_type = EVENT_TYPES.get(node.kind)
-    if event_type is None:
-        raise ValueError(f"node {node.node_id!r} has unknown kind {node.kind!r}")
-    # Dict literals throughout: this runs once per event on the writer thread.
-    meta = node.metadata
-    t_in = node.tokens_in or 0
-    t_out = node.tokens_out or 0
-    usage = {"prompt_tokens": t_in, "completion_tokens": t_out, "total_tokens": t_in + t_out}
-    cost = float(node.cost_usd)  # JSONL keeps cost_usd a JSON number
-    if meta:
-        cached = meta.get(META_CACHED_TOKENS)
-        if type(cached) is int and cached >= 0:
-            usage["tokens_saved"] = cached
-        comp = meta.get(META_COMPONENT)
-        if type(comp) is str and comp in COMPONENTS:
-            component = comp
-        cost_status = meta.get(META_COST_STATUS)
-        if cost_status == "unpriced":
-            cost = 0.0
-        if extra_metadata:
-            meta = {**meta, **extra_metadata}
-        metadata = {
-            **meta,
-            "pricing_version": meta.get(META_PRICING_VERSION),
-            "status": node.status,
-            "retries_used": node.retries_used,
-            "error_class": node.error_class,
-            "stop_reason": node.stop_reason,
-            "cost_status": cost_status,
-        }
-        if metadata.get(META_CONTEXT) is True:  # a sub-agent's own node: its name is the context's
-            metadata[META_CONTEXT] = node.name
-    else:
-        metadata = {
-            **(extra_metadata or {}),
-            "pricing_version": None,
-            "status": node.status,
-            "retries_used": node.retries_used,
-            "error_class": node.error_class,
-            "stop_reason": node.stop_reason,
-            "cost_status": None,
-        }
-    event: dict[str, Any] = {"timestamp": iso_utc(end), "run_id": run_id, "span_id": node.node_id}
-    parent_id = node.parent_id
-    if parent_id is not None and node.depth != 1:
-        event["parent_id"] = parent_id
-    event |= {
-        "event_type": event_type,
-        "operation": node.name,
-        "component": component,
-        "model": node.model or "",
-        "usage": usage,
-        "cost_usd": cost,
-        "latency_ms": int(end - node.start_ts_ms),
-        "metadata": metadata,
-    }
-    return event
-
-
-def encode_event(event: dict[str, Any]) -> bytes:
-    """One JSONL line (with its newline) for ``event``.
-
-    Values JSON cannot hold are written as their ``str()``; if the event still cannot be
-    encoded (an integer beyond 64 bits, metadata nesting too deep), the offending values are
-    written as strings and ``metadata.encode_error`` says why, so one odd value never loses the
-    event.
-    """
-    try:
-        return orjson.dumps(event, default=_text, option=_OPTS)
-    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
-        metadata = event.get("metadata")
-        safe = {k: _plain(v) if k in _NUMBERS else v for k, v in event.items()}
-        usage = event.get("usage")
-        if isinstance(usage, dict):
-            safe["usage"] = {k: _plain(v) for k, v in usage.items()}
-        if isinstance(metadata, dict):
-            plain = {str(k): _plain(v) for k, v in metadata.items()}
-            plain["encode_error"] = str(exc)
-            safe["metadata"] = plain
-        return orjson.dumps(safe, default=_text, option=_OPTS | orjson.OPT_NON_STR_KEYS)
-
-
-_NUMBERS: Final = frozenset({"cost_usd", "latency_ms"})
-
-
-def _plain(value: object) -> object:
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, float) or (isinstance(value, int) and -(2**63) <= value < 2**64):
-        return value
-    return _text(value)
-
-
-def _text(value: object) -> str:
-    try:
-        return str(value)
-    except Exception:
-        return f"<unprintable {type(value).__name__}>"
 
 
 # A buffered batch: nodes, each run of them preceded by its chain id as a 1-tuple. Marking only
@@ -262,49 +98,33 @@ class _Writer:
         self.buf_chain = _NO_CHAIN
         return batch
 
-    def line(self, node: Node, chain_id: str) -> bytes:
-        """The one way a node becomes a line: its event dict, encoded."""
-        return encode_event(node_to_event(node, self.run_id or chain_id, self.component))
-
-    def encode(self, batch: _Batch) -> tuple[bytes, int]:
-        """(the lines, the number of nodes) of ``batch``."""
-        line = self.line
-        out: list[bytes] = []
-        append = out.append
+    def encode(self, batch: _Batch) -> bytes:
+        """The lines of ``batch``: each node's event (:func:`node_to_event`), encoded."""
+        lines = []
         chain_id = ""
-        markers = 0
         for item in batch:
-            if type(item) is tuple:
+            if isinstance(item, tuple):
                 chain_id = item[0]
-                markers += 1
             else:
-                append(line(item, chain_id))  # type: ignore[arg-type]
-        return b"".join(out), len(batch) - markers
+                event = node_to_event(item, self.run_id or chain_id, self.component)
+                lines.append(encode_event(event))
+        return b"".join(lines)
 
     def write(self, items: _Batch) -> None:
         """Write ``items`` or count them as lost; the first failure is kept for the callers."""
+        count = _node_count(items)
         if self.error is not None:
-            self.lost += _node_count(items)
+            self.lost += count
             return
         try:
-            data, count = self.encode(items)
-            self._put(data)
+            self._put(self.encode(items))
         except Exception as exc:  # a failed write must reach the caller, never kill the thread
-            self._fail(exc, _node_count(items))
+            self.error = exc
+            self.lost += count
+            with contextlib.suppress(OSError):  # leave only whole lines for the next reader
+                os.ftruncate(self.fd, self.offset)
             return
         self.written += count
-
-    def write_one(self, node: Node, chain_id: str) -> None:
-        """:meth:`write` for a single event (``line``/``fsync`` modes, on the caller's thread)."""
-        if self.error is not None:
-            self.lost += 1
-            return
-        try:
-            self._put(self.line(node, chain_id))
-        except Exception as exc:
-            self._fail(exc, 1)
-            return
-        self.written += 1
 
     def _put(self, data: bytes) -> None:
         """Append ``data`` whole (``write`` may take it in parts), then fsync if asked."""
@@ -319,16 +139,6 @@ class _Writer:
         if self.mode == "fsync":
             os.fsync(self.fd)
         self.offset += len(data)
-
-    def _fail(self, exc: Exception, count: int) -> None:
-        self.error = exc
-        self.lost += count
-        self._cut_partial_line()
-
-    def _cut_partial_line(self) -> None:
-        # Leave only whole lines behind, so the next reader is not handed a broken last line.
-        with contextlib.suppress(OSError):
-            os.ftruncate(self.fd, self.offset)
 
     def failure(self) -> SinkWriteError:
         exc = self.error
@@ -399,77 +209,6 @@ class _Writer:
         except OSError as exc:
             if self.error is None:
                 self.error = exc
-
-
-def set_aside_cut_tail(path: str) -> int:
-    """Make ``path`` end with a whole line before anything is appended; return the bytes moved.
-
-    A tail without a line break that is a whole JSON object gets its line break; any other tail
-    (a line cut by a crash) is appended to ``path + CUT_SUFFIX`` and cut off ``path``, with a
-    :class:`CutTailWarning`. A missing, empty or non-regular file is left alone. Assumes no
-    other process is writing ``path`` at this moment (a crashed writer is not).
-    """
-    try:
-        f = open(path, "r+b")  # noqa: SIM115 - closed below on every path
-    except (FileNotFoundError, PermissionError):  # nothing to repair, or no way to read it
-        return 0
-    with f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return 0
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # one repair at a time (sinks opened together)
-        size = f.seek(0, os.SEEK_END)
-        if size == 0:
-            return 0
-        f.seek(size - 1)
-        if f.read(1) == b"\n":
-            return 0
-        tail_start = _after_last_line_break(f, size)
-        if size - tail_start <= _PARSE_TAIL_MAX:
-            f.seek(tail_start)
-            try:
-                whole = type(orjson.loads(f.read(size - tail_start))) is dict
-            except orjson.JSONDecodeError:
-                whole = False
-            if whole:  # a complete event that only lacks its line break
-                with open(path, "ab") as append:
-                    append.write(b"\n")
-                return 0
-        if os.fstat(f.fileno()).st_size != size:
-            return 0  # the file grows: a live writer is finishing that line, not a crash
-        aside = path + CUT_SUFFIX
-        with open(aside, "ab") as out:
-            f.seek(tail_start)
-            left = size - tail_start
-            while left > 0 and (piece := f.read(min(_CHUNK, left))):
-                out.write(piece)
-                left -= len(piece)
-            out.write(b"\n")
-            out.flush()
-            os.fsync(out.fileno())  # the tail is safe elsewhere before it leaves the log
-        if os.fstat(f.fileno()).st_size != size:
-            return 0  # it grew meanwhile (the copy aside is then only a spare)
-        f.truncate(tail_start)
-    moved = size - tail_start
-    warnings.warn(
-        f"{path}: its last line was cut ({moved} bytes without a line break, as a crash leaves "
-        f"it); moved it to {aside} so that new events start on a line of their own",
-        CutTailWarning,
-        stacklevel=3,
-    )
-    return moved
-
-
-def _after_last_line_break(f: BinaryIO, size: int) -> int:
-    """The offset just after the last ``\\n`` of the open file ``f`` (0 if it has none)."""
-    end = size
-    while end > 0:
-        begin = max(0, end - _CHUNK)
-        f.seek(begin)
-        found = f.read(end - begin).rfind(b"\n")
-        if found >= 0:
-            return begin + found + 1
-        end = begin
-    return 0
 
 
 def _seekable(fd: int) -> bool:
@@ -568,7 +307,7 @@ class JsonlSink(Sink):
                 w.lost += 1
                 raise w.failure()
             if w.thread is None:
-                w.write_one(node, chain_id)
+                w.write([(chain_id,), node])
                 if w.error is not None:
                     raise w.failure()
                 return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
-from ampmeter.graph import Node, json_copy
+from ampmeter.node import Node, json_copy
 from ampmeter.sinks.base import Sink
 from ampmeter.sinks.jsonl import SinkClosedError
 

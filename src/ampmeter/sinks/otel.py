@@ -32,7 +32,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("OtelSink needs OpenTelemetry: pip install 'ampmeter[otel]'") from exc
 
 from ampmeter import redact
-from ampmeter.graph import (
+from ampmeter.node import (
     META_CACHE_WRITE_TOKENS,
     META_CACHED_TOKENS,
     META_CONTEXT,

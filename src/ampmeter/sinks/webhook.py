@@ -38,7 +38,6 @@ import atexit
 import contextlib
 import http.client
 import json
-import math
 import os
 import queue
 import random
@@ -51,10 +50,9 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, Final
 
-from ampmeter import redact
+from ampmeter import _validate, redact
 from ampmeter.errors import SinkClosedError
-from ampmeter.graph import Node
-from ampmeter.node import META_CONTEXT
+from ampmeter.node import META_CONTEXT, Node
 from ampmeter.policies import META_LIMIT_EVENTS
 from ampmeter.sinks._webhook_http import KeptConnection, parse_url
 from ampmeter.sinks.base import Sink
@@ -122,11 +120,15 @@ class WebhookSink(Sink):
                     "url holds credentials and headers an authorization header: give one of them"
                 )
             self._headers["authorization"] = self._target.authorization
-        self._timeout = _seconds(timeout_s, "timeout_s", allow_zero=False)
-        self._backoff = _seconds(backoff_s, "backoff_s", allow_zero=True)
-        self._close_timeout = _seconds(close_timeout_s, "close_timeout_s", allow_zero=True)
-        self._retries = _whole(retries, "retries", 0)
-        self._queue_size = _whole(queue_size, "queue_size", 1)
+        self._timeout = _validate.amount(timeout_s, "timeout_s")
+        if not self._timeout:
+            raise ValueError("timeout_s must be more than 0 seconds, got 0")
+        self._backoff = _validate.amount(backoff_s, "backoff_s")
+        self._close_timeout = _validate.amount(close_timeout_s, "close_timeout_s")
+        self._retries = _validate.count(retries, "retries")
+        self._queue_size = _validate.count(queue_size, "queue_size")
+        if not self._queue_size:
+            raise ValueError("queue_size must be at least 1, got 0")
         self._closed = False
         self._forked = False  # this process was forked from the one that made the sink
         self._worker: threading.Thread | None = None
@@ -418,18 +420,3 @@ def _checked_kinds(events: Iterable[str] | None) -> frozenset[str]:
             f"{', '.join(unknown) if unknown else 'none'}"
         )
     return kinds
-
-
-def _seconds(value: object, name: str, *, allow_zero: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
-    least = ">=" if allow_zero else ">"
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be a finite number of seconds {least} 0, got {value}")
-    return float(value)
-
-
-def _whole(value: object, name: str, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
-    return value

@@ -40,62 +40,43 @@ not billed.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-from ampmeter import money
+from ampmeter import _validate, money
 from ampmeter.testing.billing_responses import (
     StoredConversations,
     conversations_answer,
     responses_answer,
     responses_parts,
 )
+from ampmeter.testing.billing_wires import (
+    WORD,
+    BilledCall,
+    BillingWire,
+    answer_pieces,
+    anthropic_answer,
+    billed_parts,
+    chat_answer,
+    error_answer,
+    max_tokens,
+)
 from ampmeter.testing.replay import RecordedRequest, ReplayResponse, ReplayServer
 
 __all__ = ["BilledCall", "BillingProvider", "BillingWire"]
-
-BillingWire = Literal["chat", "anthropic", "responses"]
 
 _ROUTES: Final[Mapping[str, BillingWire]] = {
     "/v1/chat/completions": "chat",
     "/v1/messages": "anthropic",
     "/v1/responses": "responses",
 }
-_WORD: Final = "tok "  # one output token of the fixed answer
-_MEDIA_PARTS: Final = frozenset(
-    {"image_url", "input_audio", "file", "image", "document", "input_image", "input_file"}
-)
 _PER_MILLION: Final = Decimal(1_000_000)
-
-
-@dataclass(frozen=True, slots=True)
-class BilledCall:
-    """One request the provider answered and billed.
-
-    ``usage_reported`` is False for an OpenAI stream sent without ``include_usage``, and for
-    every answer of a provider that ``strip_usage``: billed, but the client was never told.
-    ``cost_usd`` is None when the provider has no price for ``model``.
-    """
-
-    wire: BillingWire
-    model: str
-    stream: bool
-    input_tokens: int
-    output_tokens: int
-    usage_reported: bool
-    cost_usd: Decimal | None
-
-
-class _Rejected(Exception):
-    """A request the provider answers with a 400 and does not bill."""
 
 
 class BillingProvider(ReplayServer):
@@ -147,10 +128,8 @@ class BillingProvider(ReplayServer):
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        if isinstance(chars_per_token, bool) or not isinstance(chars_per_token, (int, float)):
-            raise TypeError(f"chars_per_token must be a number, got {chars_per_token!r}")
-        if not (math.isfinite(chars_per_token) and chars_per_token > 0):
-            raise ValueError(f"chars_per_token must be a finite number > 0, got {chars_per_token}")
+        if not _validate.amount(chars_per_token, "chars_per_token"):
+            raise ValueError("chars_per_token must be more than 0, got 0")
         for name, value in (
             ("output_tokens", output_tokens),
             ("message_framing", message_framing),
@@ -160,10 +139,7 @@ class BillingProvider(ReplayServer):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-        if isinstance(delay_s, bool) or not isinstance(delay_s, (int, float)):
-            raise TypeError(f"delay_s must be a number of seconds, got {delay_s!r}")
-        if not (math.isfinite(delay_s) and delay_s >= 0):
-            raise ValueError(f"delay_s must be a finite number of seconds >= 0, got {delay_s}")
+        _validate.amount(delay_s, "delay_s")
         if text_tokens is not None and not callable(text_tokens):
             raise TypeError(f"text_tokens must be callable or None, got {text_tokens!r}")
         if answer is not None and not isinstance(answer, str):
@@ -247,11 +223,11 @@ class BillingProvider(ReplayServer):
         stored = 0
         try:
             if wire == "responses":
-                texts, messages, media, tools = responses_parts(body, _compact)
+                texts, messages, media, tools = responses_parts(body)
                 stored = self._stored.billed_for(body)
             else:
-                texts, messages, media, tools = _billed_parts(wire, body)
-        except (_Rejected, LookupError) as error:
+                texts, messages, media, tools = billed_parts(wire, body)
+        except LookupError as error:  # a stored response it does not know
             raise ValueError(str(error)) from None
         if self.text_tokens is None:
             text = math.ceil(sum(map(len, texts)) / self.chars_per_token)
@@ -276,20 +252,20 @@ class BillingProvider(ReplayServer):
         if wire is None and request.path.startswith("/v1/conversations"):
             return conversations_answer(request, self._stored, self._items_tokens)
         if wire is None:
-            return _error(
+            return error_answer(
                 "chat", 404, f"billing provider: no route {request.method} {request.path}"
             )
         try:
             body = request.json()
             if not isinstance(body, dict):
-                raise _Rejected("the request body must be a JSON object")
+                raise ValueError("the request body must be a JSON object")
             model = body.get("model")
             if not isinstance(model, str) or not model:
-                raise _Rejected("model must be a non-empty string")
+                raise ValueError("model must be a non-empty string")
             tokens_in = self.input_tokens(wire, body)
-            tokens_out = min(self.output_tokens, _max_tokens(wire, body))
-        except (ValueError, _Rejected) as error:
-            return _error(wire, 400, str(error))
+            tokens_out = min(self.output_tokens, max_tokens(wire, body))
+        except ValueError as error:
+            return error_answer(wire, 400, str(error))
         stream = body.get("stream") is True
         options = body.get("stream_options")
         told = not self.strip_usage and (
@@ -320,235 +296,18 @@ class BillingProvider(ReplayServer):
             with self._billed_lock:
                 number = self._id_draws.randrange(self._id_pool)
         capped = tokens_out < self.output_tokens
-        pieces = _pieces(self.answer, call.output_tokens)
+        pieces = answer_pieces(self.answer, call.output_tokens)
         if wire == "chat":
-            return _chat_answer(call, number, capped, pieces)
+            return chat_answer(call, number, capped, pieces)
         if wire == "responses":
             response_id = f"resp_bill{number:06d}"
             self._stored.keep(body, response_id, tokens_in + tokens_out)
-            whole, events = responses_answer(call, response_id, body, _WORD, capped)
+            whole, events = responses_answer(call, response_id, body, WORD, capped)
             return ReplayResponse.json(whole) if events is None else ReplayResponse.sse(events)
-        return _anthropic_answer(call, number, capped, pieces)
+        return anthropic_answer(call, number, capped, pieces)
 
     def _cost(self, model: str, tokens_in: int, tokens_out: int) -> Decimal | None:
         rates = self._prices.get(model)
         if rates is None:
             return None
         return (tokens_in * rates[0] + tokens_out * rates[1]) / _PER_MILLION
-
-
-# --- what a request bills ------------------------------------------------------------------------
-
-
-def _billed_parts(wire: BillingWire, body: Mapping[str, Any]) -> tuple[list[str], int, int, bool]:
-    """The pieces of billed text, framed messages, media parts, and whether tools are
-    defined."""
-    texts: list[str] = []
-    media = 0
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise _Rejected("messages must be a non-empty list")
-    framed = len(messages)
-    if wire == "anthropic":
-        system = body.get("system")
-        if system is not None:
-            media += _content(system, texts)
-            framed += 1
-    for message in messages:
-        if not isinstance(message, dict):
-            raise _Rejected("every message must be an object")
-        media += _content(message.get("content"), texts)
-        name = message.get("name")
-        if isinstance(name, str):
-            texts.append(name)
-        calls = [*(message.get("tool_calls") or ()), {"function": message.get("function_call")}]
-        for call in calls:
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(function, dict):
-                texts.append(str(function.get("name", "")))
-                texts.append(str(function.get("arguments", "")))
-    tools = [*_listed(body, "tools"), *_listed(body, "functions")]
-    texts.extend(_compact(tool) for tool in tools)
-    for key in ("response_format", "output_format"):
-        if body.get(key) is not None:
-            texts.append(_compact(body[key]))
-    return texts, framed, media, bool(tools)
-
-
-def _content(content: object, texts: list[str]) -> int:
-    """Adds the billed text of a message's content to ``texts``; returns its media parts."""
-    if content is None:
-        return 0
-    if isinstance(content, str):
-        texts.append(content)
-        return 0
-    if not isinstance(content, list):
-        raise _Rejected("message content must be a string or a list of parts")
-    media = 0
-    for part in content:
-        if not isinstance(part, dict):
-            raise _Rejected("every content part must be an object")
-        kind = part.get("type")
-        if kind in _MEDIA_PARTS:
-            media += 1
-        elif kind == "tool_use":
-            texts.append(str(part.get("name", "")))
-            texts.append(_compact(part.get("input", {})))
-        elif kind == "tool_result":
-            media += _content(part.get("content"), texts)
-        else:
-            for key in ("text", "thinking", "refusal"):
-                value = part.get(key)
-                if isinstance(value, str):
-                    texts.append(value)
-    return media
-
-
-def _listed(body: Mapping[str, Any], key: str) -> list[Any]:
-    value = body.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise _Rejected(f"{key} must be a list")
-    return value
-
-
-def _compact(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _max_tokens(wire: BillingWire, body: Mapping[str, Any]) -> int:
-    names = ("max_output_tokens",) if wire == "responses" else ("max_completion_tokens",)
-    value = next((body[n] for n in names if n in body), body.get("max_tokens"))
-    if value is None:
-        if wire == "anthropic":
-            raise _Rejected("max_tokens: field required")
-        return 2**31
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _Rejected(f"max_tokens must be an integer >= 1, got {value!r}")
-    return value
-
-
-# --- answers -------------------------------------------------------------------------------------
-
-
-def _pieces(answer: str | None, tokens: int) -> list[str]:
-    """The answer's text as ``tokens`` pieces (one per output token, as streamed)."""
-    if answer is None:
-        return [_WORD] * tokens
-    if tokens == 0:
-        return []
-    size = -(-len(answer) // tokens) or 1
-    found = [answer[at : at + size] for at in range(0, len(answer), size)]
-    return found + [""] * (tokens - len(found))
-
-
-def _chat_answer(call: BilledCall, number: int, capped: bool, pieces: list[str]) -> ReplayResponse:
-    ident = f"chatcmpl-bill{number:06d}"
-    usage = {
-        "prompt_tokens": call.input_tokens,
-        "completion_tokens": call.output_tokens,
-        "total_tokens": call.input_tokens + call.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": 0},
-        "completion_tokens_details": {"reasoning_tokens": 0},
-    }
-    head = {"id": ident, "created": int(time.time()), "model": call.model}
-    finish = "length" if capped else "stop"
-    if not call.stream:
-        message = {"role": "assistant", "content": "".join(pieces)}
-        choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
-        body = {
-            **head,
-            "object": "chat.completion",
-            "choices": [choice],
-            "usage": usage if call.usage_reported else None,
-        }
-        return ReplayResponse.json(body)
-    chunk = {**head, "object": "chat.completion.chunk"}
-
-    def delta(part: dict[str, Any], reason: str | None) -> tuple[None, dict[str, Any]]:
-        choice = {"index": 0, "delta": part, "finish_reason": reason, "logprobs": None}
-        return None, {**chunk, "choices": [choice]}
-
-    events: list[tuple[str | None, Any]] = [delta({"role": "assistant", "content": ""}, None)]
-    events += [delta({"content": piece}, None) for piece in pieces]
-    events.append(delta({}, finish))
-    if call.usage_reported:
-        events.append((None, {**chunk, "choices": [], "usage": usage}))
-    events.append((None, "[DONE]"))
-    return ReplayResponse.sse(events)
-
-
-def _anthropic_answer(
-    call: BilledCall, number: int, capped: bool, pieces: list[str]
-) -> ReplayResponse:
-    finish = "max_tokens" if capped else "end_turn"
-    message: dict[str, Any] = {
-        "id": f"msg_bill{number:06d}",
-        "type": "message",
-        "role": "assistant",
-        "model": call.model,
-        "stop_sequence": None,
-    }
-    counts = {"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-    if not call.stream:
-        body = {
-            **message,
-            "content": [{"type": "text", "text": "".join(pieces)}],
-            "stop_reason": finish,
-            "usage": {
-                "input_tokens": call.input_tokens,
-                "output_tokens": call.output_tokens,
-                **counts,
-            },
-        }
-        if not call.usage_reported:
-            del body["usage"]
-        return ReplayResponse.json(body)
-    start = {
-        **message,
-        "content": [],
-        "stop_reason": None,
-        "usage": {"input_tokens": call.input_tokens, "output_tokens": 1, **counts},
-    }
-    ending = {"stop_reason": finish, "stop_sequence": None}
-    ending_event: dict[str, Any] = {"type": "message_delta", "delta": ending}
-    if call.usage_reported:
-        ending_event["usage"] = {"output_tokens": call.output_tokens}
-    else:
-        del start["usage"]
-    block = {"type": "text", "text": ""}
-    events: list[tuple[str | None, Any]] = [
-        ("message_start", {"type": "message_start", "message": start}),
-        (
-            "content_block_start",
-            {"type": "content_block_start", "index": 0, "content_block": block},
-        ),
-    ]
-    events += [
-        (
-            "content_block_delta",
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "text_delta", "text": piece},
-            },
-        )
-        for piece in pieces
-    ]
-    events += [
-        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        ("message_delta", ending_event),
-        ("message_stop", {"type": "message_stop"}),
-    ]
-    return ReplayResponse.sse(events)
-
-
-def _error(wire: BillingWire, status: int, message: str) -> ReplayResponse:
-    headers = {"x-should-retry": "false"}
-    if wire == "anthropic":
-        kind = "invalid_request_error" if status == 400 else "not_found_error"
-        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
-        return ReplayResponse.json(body, status=status, headers=headers)
-    error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
-    return ReplayResponse.json({"error": error}, status=status, headers=headers)

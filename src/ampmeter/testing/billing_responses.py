@@ -18,12 +18,10 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ampmeter.testing.billing_wires import BilledCall, compact, error_answer
 from ampmeter.testing.replay import RecordedRequest, ReplayResponse
-
-if TYPE_CHECKING:
-    from ampmeter.testing.billing import BilledCall
 
 __all__ = [
     "StoredConversations",
@@ -95,9 +93,9 @@ def stored_ids(body: Mapping[str, Any]) -> tuple[str | None, str | None]:
     return previous, conversation
 
 
-def responses_parts(body: Mapping[str, Any], compact: Any) -> tuple[list[str], int, int, bool]:
+def responses_parts(body: Mapping[str, Any]) -> tuple[list[str], int, int, bool]:
     """The billed texts, framed items, media parts and whether tools are defined, of a
-    Responses ``body`` (``compact``: the JSON text of a value); ``ValueError`` for a body the
+    Responses ``body``; ``ValueError`` for a body the
     provider rejects."""
     texts: list[str] = []
     framed = media = 0
@@ -211,7 +209,7 @@ def conversations_answer(
     body = request.json() if request.body else {}
     items = body.get("items") if isinstance(body, dict) else None
     if items is not None and not isinstance(items, list):
-        return _bad_request("items must be a list")
+        return error_answer("chat", 400, "items must be a list")
     if parts == ["v1", "conversations"]:
         conversation = stored.add_items(None, tokens_of(items) if items else 0)
         made = {"id": conversation, "object": "conversation", "created_at": int(time.time())}
@@ -222,9 +220,6 @@ def conversations_answer(
         return ReplayResponse.json(
             {"object": "list", "data": listed, "first_id": "item_0", "has_more": False}
         )
-    return _bad_request(f"billing provider: no route POST {request.path} with these items")
-
-
-def _bad_request(message: str) -> ReplayResponse:
-    error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
-    return ReplayResponse.json({"error": error}, status=400, headers={"x-should-retry": "false"})
+    return error_answer(
+        "chat", 400, f"billing provider: no route POST {request.path} with these items"
+    )

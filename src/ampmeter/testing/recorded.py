@@ -34,10 +34,10 @@ provided: ...") or the offending input: the worst case for what reaches a log.
 from __future__ import annotations
 
 import json
-import math
 from importlib import resources
 from typing import Any, Final
 
+from ampmeter import _validate
 from ampmeter.testing.replay import RecordedRequest, ReplayResponse, Responder
 
 __all__ = [
@@ -153,18 +153,7 @@ def openai_error(status: int, *, retry_after: float | None = 0.001) -> ReplayRes
     ``retry_after`` (seconds) sets ``retry-after`` and ``retry-after-ms``; the SDK honours any
     positive value, so the small default makes its retry nearly immediate. ``None`` omits them.
     """
-    _check_error_status("openai", status)
-    headers = _openai_headers()
-    headers.update(_retry_headers(retry_after))
-    if status == 429:
-        headers.update(
-            {
-                "x-ratelimit-limit-requests": "3",
-                "x-ratelimit-remaining-requests": "0",
-                "x-ratelimit-reset-requests": "20s",
-            }
-        )
-    return ReplayResponse.json(load(f"openai_error_{status}"), status=status, headers=headers)
+    return _recorded_error("openai", status, retry_after)
 
 
 def anthropic_error(status: int, *, retry_after: float | None = 0.001) -> ReplayResponse:
@@ -172,40 +161,42 @@ def anthropic_error(status: int, *, retry_after: float | None = 0.001) -> Replay
 
     ``retry_after`` works as in :func:`openai_error`.
     """
-    _check_error_status("anthropic", status)
-    headers = _anthropic_headers()
-    headers.update(_retry_headers(retry_after))
-    if status == 429:
-        headers.update(
-            {
-                "anthropic-ratelimit-requests-limit": "50",
-                "anthropic-ratelimit-requests-remaining": "0",
-                "anthropic-ratelimit-requests-reset": "2025-01-01T00:00:20Z",
-            }
-        )
-    body = load(f"anthropic_error_{status}")
-    headers["request-id"] = str(body["request_id"])
-    return ReplayResponse.json(body, status=status, headers=headers)
+    return _recorded_error("anthropic", status, retry_after)
 
 
-def _check_error_status(provider: str, status: int) -> None:
+# The rate-limit headers each provider sends with a 429.
+_RATE_LIMITED: Final = {
+    "openai": {
+        "x-ratelimit-limit-requests": "3",
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": "20s",
+    },
+    "anthropic": {
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": "2025-01-01T00:00:20Z",
+    },
+}
+
+
+def _recorded_error(provider: str, status: int, retry_after: float | None) -> ReplayResponse:
     if status not in _ERROR_STATUSES[provider]:
         known = ", ".join(str(code) for code in _ERROR_STATUSES[provider])
         raise ValueError(f"no recorded {provider} error for status {status!r}; known: {known}")
+    headers = _openai_headers() if provider == "openai" else _anthropic_headers()
+    headers.update(_retry_headers(retry_after))
+    if status == 429:
+        headers.update(_RATE_LIMITED[provider])
+    body = load(f"{provider}_error_{status}")
+    if provider == "anthropic":
+        headers["request-id"] = str(body["request_id"])
+    return ReplayResponse.json(body, status=status, headers=headers)
 
 
 def _retry_headers(retry_after: float | None) -> dict[str, str]:
     if retry_after is None:
         return {}
-    if (
-        isinstance(retry_after, bool)
-        or not isinstance(retry_after, (int, float))
-        or not math.isfinite(retry_after)
-        or retry_after < 0
-    ):
-        raise ValueError(
-            f"retry_after must be a finite number of seconds >= 0, got {retry_after!r}"
-        )
+    _validate.amount(retry_after, "retry_after")
     return {"retry-after": f"{retry_after:g}", "retry-after-ms": f"{retry_after * 1000:g}"}
 
 

@@ -35,8 +35,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Final
+
+from ampmeter._scoped import Scoped
 
 __all__ = ["RecordedRequest", "ReplayResponse", "ReplayServer", "Responder"]
 
@@ -163,7 +164,7 @@ Responder = Callable[[RecordedRequest], ReplayResponse]
 """A scripted answer computed from the request it answers."""
 
 
-class ReplayServer:
+class ReplayServer(Scoped):
     """A threaded HTTP server on loopback that answers from per-route response queues.
 
     Args:
@@ -227,15 +228,10 @@ class ReplayServer:
         if thread is not None:
             thread.join()
 
-    def __enter__(self) -> ReplayServer:
-        return self.start()
+    def _enter(self) -> None:
+        self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _leave(self, exc: BaseException | None) -> None:
         self.stop()
 
     @property

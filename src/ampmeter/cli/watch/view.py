@@ -19,7 +19,8 @@ from ampmeter.analysis.lineage import run_labels
 from ampmeter.analysis.runs import Call, is_estimated
 from ampmeter.cli.output import latency, money, printable
 from ampmeter.cli.watch.state import RUNNING, RunState, WatchState
-from ampmeter.keys import KEY_COST, KEY_COST_FOR, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS
+from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS
+from ampmeter.report.charts import amount
 
 __all__ = ["FrameInfo", "render_frame", "short_ids"]
 
@@ -41,16 +42,6 @@ class FrameInfo:
     lines: int
     bad_lines: int
     pending_bytes: int
-
-
-def _money(value: float) -> str:
-    return money(value)
-
-
-def _amount(key: str, value: float) -> str:
-    if key == KEY_COST or key.startswith(KEY_COST_FOR):
-        return _money(value)
-    return f"{value:,.0f}" if value == int(value) else f"{value:,.4g}"
 
 
 def _header(state: WatchState, info: FrameInfo, now_ms: float | None) -> Table:
@@ -76,7 +67,7 @@ def _header(state: WatchState, info: FrameInfo, now_ms: float | None) -> Table:
     grid.add_row(
         "all runs",
         f"{len(state.runs)} run(s), {going} going · {ended} call(s) ended, {running} seen "
-        f"running · {_money(spent)}",
+        f"running · {money(spent)}",
     )
     grid.add_row(
         "rate",
@@ -96,7 +87,7 @@ def _bar_row(
 ) -> tuple[RenderableType, ...]:
     """A limit's row: what was used, a bar, and the share of the ceiling (and ``note``)."""
     if used is None:
-        return "[dim]not in the log[/]", "", f"of {_amount(key, cap)}"
+        return "[dim]not in the log[/]", "", f"of {amount(key, cap)}"
     share = used / cap if cap > 0 else (1.0 if used > 0 else 0.0)
     style = "red" if share >= 1 else "yellow" if share >= 0.8 else "green"
     bar = ProgressBar(
@@ -106,7 +97,7 @@ def _bar_row(
         complete_style=style,
         finished_style=style,
     )
-    return _amount(key, used), bar, f"{share:.0%} of {_amount(key, cap)}{note}"
+    return amount(key, used), bar, f"{share:.0%} of {amount(key, cap)}{note}"
 
 
 def _limits(state: WatchState, run: RunState, max_subagents: int = 3) -> Group:
@@ -119,7 +110,7 @@ def _limits(state: WatchState, run: RunState, max_subagents: int = 3) -> Group:
     unpriced = run.unpriced_calls()
     spent = Text.assemble(
         ("spent ", "bold"),
-        _money(run.usage(KEY_COST) or 0.0) + (f" + {unpriced} unpriced" if unpriced else ""),
+        money(run.usage(KEY_COST) or 0.0) + (f" + {unpriced} unpriced" if unpriced else ""),
         ("  tokens ", "bold"),
         f"{tokens_in:,} in / {tokens_out:,} out",
     )
@@ -127,10 +118,10 @@ def _limits(state: WatchState, run: RunState, max_subagents: int = 3) -> Group:
     if run.refused:
         calls.append(f", {run.refused:,} refused before sending")
     if run.unsettled_cost_usd:
-        unsettled = _money(run.unsettled_cost_usd)
+        unsettled = money(run.unsettled_cost_usd)
         spent.append(f"  (unsettled {unsettled}: calls in flight at a stop or in dead workers)")
     if run.estimated_cost_usd:
-        spent.append(f"  (estimated {_money(run.estimated_cost_usd)}: billed without their usage)")
+        spent.append(f"  (estimated {money(run.estimated_cost_usd)}: billed without their usage)")
     ceilings = state.ceilings_of(run)
     if not ceilings:
         known = "[dim]no ceiling of the run's known (give --max-cost, --max-llm-calls, ...)[/]"
@@ -187,7 +178,7 @@ def _label(call: Call) -> Text:
     if call.kind == "llm" and call.status != "halt":
         text.append(f"  {call.tokens_in:,}→{call.tokens_out:,} tok")
     if call.cost_usd or call.unpriced:
-        text.append("  unpriced" if call.unpriced else f"  {_money(call.cost_usd)}")
+        text.append("  unpriced" if call.unpriced else f"  {money(call.cost_usd)}")
         if is_estimated(call):
             text.append(" estimated", "yellow")
     if call.latency_ms is not None and call.status != "halt":
