@@ -24,6 +24,7 @@ from typing import Any
 
 from ampmeter.cli.run.config import RunConfig
 from ampmeter.cli.run.leftover import open_run_ledger
+from ampmeter.cli.run.notices import say_limit_event
 from ampmeter.cli.run.parent import ENV_CONFIG, ENV_TREE
 
 __all__ = ["child_setup", "mark_process"]
@@ -53,6 +54,7 @@ def child_setup(*, top: bool) -> None:
 
     from ampmeter.integrations import instrument
 
+    config.set_prices()
     instrument(capture_content=config.capture_content)
     _Process.start(config, top)
     os.register_at_fork(after_in_child=functools.partial(_Process.start, config, False))
@@ -135,11 +137,12 @@ class _Process:
         set_enclosing_context(None)  # a fork child's copy of its parent's is not ours
         ctx = ExecutionContext(
             "ampmeter_run" if top else f"process {pid}",
-            limits=config.limits(),
             timeout_s=None if deadline is None else max(deadline - time.time(), 0.0),
             sinks=[sink],
             ledger=ledger,
             chain_id=tree["chain"],
+            on_limit_event=say_limit_event,
+            **config.context_keywords(),
         )
         ctx.__enter__()  # also in a fork child: the parent's context is not ours any more
         set_default_context(ctx)

@@ -21,6 +21,7 @@ from typing import Any
 
 from ampmeter.cli.run.config import RunConfig
 from ampmeter.cli.run.leftover import open_run_ledger
+from ampmeter.cli.run.notices import say_limit_event
 from ampmeter.integrations.proxy_mark import PROXY_URL_ENV
 
 __all__ = ["run_proxy"]
@@ -58,7 +59,8 @@ def run_proxy(
         deadline = tree["deadline"]
         return ExecutionContext(
             "proxy",
-            limits=config.limits(),
+            on_limit_event=say_limit_event,
+            **config.context_keywords(),
             timeout_s=None if deadline is None else max(deadline - time.time(), 0.0),
             sinks=[
                 RelabeledSink(
@@ -73,6 +75,7 @@ def run_proxy(
             chain_id=tree["chain"],
         )
 
+    config.set_prices()  # the proxy prices its calls in this process
     key = child_env["AMPMETER_HANDOFF_KEY"].encode()
     with closing:
         proxy = MeteringProxy(budgets, make_context=the_runs_context, trusted_key=key)
