@@ -73,16 +73,8 @@ def test_price_prices_a_model_the_table_lacks_in_every_process(tmp_path: Path) -
     with BillingProvider(output_tokens=5, prices=PRICES) as bill:
         code, _, err = _run(tmp_path, bill, "--max-cost", "1", MODEL="local-model")
         assert code == 3 and "no price" in err and _sent(bill) == []  # refused, never $0
-        code, out, err = _run(
-            tmp_path,
-            bill,
-            "--max-cost",
-            "1",
-            "--output",
-            "json",
-            MODEL="local-model",
-            AMPMETER_PRICE="local-model=1/2",
-        )
+        price = {"MODEL": "local-model", "AMPMETER_PRICE": "local-model=1/2"}
+        code, out, err = _run(tmp_path, bill, "--max-cost", "1", "--output", "json", **price)
         billed = bill.billed_usd
     assert code == 0, err
     result = json.loads(out)  # stdout is the result alone: the program's lines went to stderr
@@ -127,15 +119,8 @@ def test_downgrade_sends_later_calls_to_the_cheaper_model(tmp_path: Path) -> Non
     # One gpt-4o call (9 input tokens and 10 output) costs $0.0001225, past half of $0.0002:
     # every later call goes to gpt-4o-mini (a second gpt-4o call would not have fitted).
     with BillingProvider(output_tokens=10, prices=PRICES) as bill:
-        code, _, err = _run(
-            tmp_path,
-            bill,
-            "--max-cost",
-            "0.0002",
-            "--downgrade",
-            "gpt-4o=gpt-4o-mini@0.5",
-            MODEL="gpt-4o",
-        )
+        args = ["--max-cost", "0.0002", "--downgrade", "gpt-4o=gpt-4o-mini@0.5"]
+        code, _, err = _run(tmp_path, bill, *args, MODEL="gpt-4o")
         sent = _sent(bill)
     assert code == 0, err
     assert sent[0] == "gpt-4o" and sent[1:] == ["gpt-4o-mini"] * 3
@@ -145,17 +130,8 @@ def test_dry_run_warns_stops_nothing_and_says_what_it_would_have_stopped(
     tmp_path: Path,
 ) -> None:
     with BillingProvider(output_tokens=5, prices=PRICES) as bill:
-        code, out, err = _run(
-            tmp_path,
-            bill,
-            "--max-llm-calls",
-            "2",
-            "--warn-at",
-            "0.5",
-            "--dry-run",
-            "--output",
-            "json",
-        )
+        args = ["--max-llm-calls", "2", "--warn-at", "0.5", "--dry-run", "--output", "json"]
+        code, out, err = _run(tmp_path, bill, *args)
         assert len(_sent(bill)) == 4
     assert code == 0, err
     assert err.count("warning: 50% of amp:llm_calls > 2 (soft) used") == 1  # once, in one process
@@ -217,17 +193,8 @@ def test_a_paused_call_goes_on_when_the_budget_is_raised(tmp_path: Path) -> None
 def test_a_pause_ends_at_its_timeout(tmp_path: Path) -> None:
     with BillingProvider(output_tokens=5, prices=PRICES) as bill:
         began = time.monotonic()
-        code, _, err = _run(
-            tmp_path,
-            bill,
-            "--max-llm-calls",
-            "1",
-            "--on-exhausted",
-            "pause",
-            "--pause-timeout",
-            "0.5",
-            calls=2,
-        )
+        args = ["--max-llm-calls", "1", "--on-exhausted", "pause", "--pause-timeout", "0.5"]
+        code, _, err = _run(tmp_path, bill, *args, calls=2)
         assert len(bill.requests) == 1
     assert code == 3 and "pause_timeout_s ran out" in err
     assert time.monotonic() - began < 30

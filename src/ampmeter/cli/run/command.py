@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import enum
 import os
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import typer
 
@@ -20,28 +19,6 @@ def _option(flag: str, metavar: str | None, text: str, panel: str, **more: Any) 
     """One option of ``run``: each is also ``AMPMETER_<NAME>`` and ``<name>`` in the budget
     file (:mod:`ampmeter.cli.run.sources`)."""
     return typer.Option(flag, metavar=metavar, help=text, rich_help_panel=panel, **more)
-
-
-class OnUnpriced(str, enum.Enum):
-    """``--on-unpriced``: what a call to a model without a price does under a cost limit."""
-
-    refuse = "refuse"
-    warn = "warn"
-    allow = "allow"
-
-
-class OnExhausted(str, enum.Enum):
-    """``--on-exhausted``: what a call a limit would stop does."""
-
-    raise_ = "raise"
-    pause = "pause"
-
-
-class Output(str, enum.Enum):
-    """``--output``: what the run prints on stdout."""
-
-    text = "text"
-    json = "json"
 
 
 Count = Optional[int]  # noqa: UP045 - typer needs Optional on Python 3.10
@@ -125,7 +102,7 @@ def run_command_line(
         ),
     ] = None,
     on_unpriced: Annotated[
-        Optional[OnUnpriced],  # noqa: UP045
+        Optional[Literal["refuse", "warn", "allow"]],  # noqa: UP045
         _option(
             "--on-unpriced",
             None,
@@ -156,7 +133,7 @@ def run_command_line(
         ),
     ] = None,
     on_exhausted: Annotated[
-        Optional[OnExhausted],  # noqa: UP045
+        Optional[Literal["raise", "pause"]],  # noqa: UP045
         _option(
             "--on-exhausted",
             None,
@@ -225,7 +202,7 @@ def run_command_line(
         ),
     ] = None,
     output: Annotated[
-        Optional[Output],  # noqa: UP045
+        Optional[Literal["text", "json"]],  # noqa: UP045
         _option(
             "--output",
             None,
@@ -299,8 +276,6 @@ def run_command_line(
     """
     flags = dict(locals())  # every option, by its RunConfig field (sources.gather reads them)
     flags["upstreams"] = flags.pop("upstream")
-    for name in ("on_unpriced", "on_exhausted", "output"):
-        flags[name] = flags[name] and flags[name].value
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
