@@ -275,7 +275,6 @@ def run_command_line(
     Example: `ampmeter run --max-cost 0.50 --out run.jsonl -- python agent.py`
     """
     flags = dict(locals())  # every option, by its RunConfig field (sources.gather reads them)
-    flags["upstreams"] = flags.pop("upstream")
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:

@@ -88,7 +88,7 @@ class RunConfig:
     ledger: str | None = None
     scope: str | None = None
     proxy: bool = False
-    upstreams: dict[str, str] = field(default_factory=dict)
+    upstream: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in LIMIT_KEYS:
@@ -131,12 +131,12 @@ class RunConfig:
             raise ControlError("scope", f"must be a path such as team/nightly, got {self.scope!r}")
         if self.ledger is not None:
             _check_ledger(self.ledger)
-        for route, url in self.upstreams.items():
+        for route, url in self.upstream.items():
             if route not in _ROUTES:
                 raise ControlError("upstream", f"{route}=...: the routes are {', '.join(_ROUTES)}")
             if not url.startswith(("http://", "https://")):
                 raise ControlError("upstream", f"{route}={url}: give an http(s):// URL")
-        if self.upstreams and not self.proxy:
+        if self.upstream and not self.proxy:
             raise ControlError("upstream", "sets where --proxy forwards: give --proxy too")
 
     def limits(self) -> list[Any]:

@@ -44,7 +44,7 @@ def run_proxy(
         route: (child_env.get(variable) or DEFAULT_UPSTREAMS[route]).rstrip("/")
         for route, variable in _BASE_URL_ENV.items()
     }
-    upstreams.update(config.upstreams)
+    upstreams.update(config.upstream)
     budgets = ProxyBudgets((CallerBudget("proxy", None, tree["scope"]),), upstreams)
     closing = contextlib.ExitStack()
 

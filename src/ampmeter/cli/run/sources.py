@@ -41,7 +41,7 @@ _ITEMS: Final[dict[str, Callable[[list[str]], Any]]] = {
     "price": list,
     "downgrade": list,
     "max_tokens_per_model": parse_model_limits,
-    "upstreams": parse_upstreams,
+    "upstream": parse_upstreams,
 }
 _SWITCHES: Final = ("dry_run", "capture_content", "proxy")
 _TEXT: Final = ("out", "ledger", "scope", *CHOICES)
@@ -51,11 +51,7 @@ _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 def env_name(control: str) -> str:
     """The environment variable of ``control``."""
-    return "AMPMETER_" + ("UPSTREAM" if control == "upstreams" else control.upper())
-
-
-def _file_key(control: str) -> str:
-    return "upstream" if control == "upstreams" else control
+    return "AMPMETER_" + control.upper()
 
 
 def gather(
@@ -70,7 +66,7 @@ def gather(
     given: dict[str, str] = {}  # where each control's value came from, as the user names it
     for field in dataclasses.fields(RunConfig):
         name = field.name
-        flag, raw_env, key = flags.get(name), env.get(env_name(name), "").strip(), _file_key(name)
+        flag, raw_env = flags.get(name), env.get(env_name(name), "").strip()
         try:
             if flag not in (None, False, [], {}):
                 given[name] = flag_of(name)
@@ -78,9 +74,9 @@ def gather(
             elif raw_env:
                 given[name] = env_name(name)
                 values[name] = _from_text(name, raw_env)
-            elif key in in_file:
-                given[name] = f"{path}: {key}"
-                values[name] = _from_file(name, in_file[key])
+            elif name in in_file:
+                given[name] = f"{path}: {name}"
+                values[name] = _from_file(name, in_file[name])
         except ControlError as error:
             raise ValueError(f"{given[name]} {error.problem}") from None
     try:
@@ -104,7 +100,7 @@ def _from_file(name: str, value: Any) -> Any:
 
 def _read_file(path: str) -> dict[str, Any]:
     data = read_toml(path)
-    refuse_unknown(data, [_file_key(f.name) for f in dataclasses.fields(RunConfig)], path)
+    refuse_unknown(data, [f.name for f in dataclasses.fields(RunConfig)], path)
     return data
 
 
