@@ -134,13 +134,16 @@ def test_dry_run_warns_stops_nothing_and_says_what_it_would_have_stopped(
         code, out, err = _run(tmp_path, bill, *args)
         assert len(_sent(bill)) == 4
     assert code == 0, err
-    assert err.count("warning: 50% of amp:llm_calls > 2 (soft) used") == 1  # once, in one process
-    assert "dry run: amp:llm_calls reached 3" in err and "would have stopped it" in err
+    assert err.count("warning: 50% of amp:llm_calls > 2 used: 1") == 1  # once, in one process
+    assert "dry run: amp:llm_calls reached 3" in err
+    assert "without --dry-run, amp:llm_calls > 2 would have stopped this call" in err
     result = json.loads(out)
     assert result["dry_run"] is True and result["end_reason"] == "success"
     kinds = [e["kind"] for e in result["limit_events"]]
     assert kinds == ["warning", "soft_limit"]
-    assert result["limit_events"][1]["limit"] == "amp:llm_calls > 2 (soft)"
+    passed = result["limit_events"][1]
+    assert passed["limit"] == "amp:llm_calls > 2 (soft)"
+    assert f"dry run          amp:llm_calls > 2 passed at call {passed['node_id']}" in err
 
 
 def test_runs_with_one_ledger_and_scope_share_one_budget(tmp_path: Path) -> None:

@@ -24,7 +24,6 @@ from typing import Any
 
 from ampmeter.cli.run.config import RunConfig
 from ampmeter.cli.run.leftover import open_run_ledger
-from ampmeter.cli.run.notices import say_limit_event
 from ampmeter.cli.run.parent import ENV_CONFIG, ENV_TREE
 
 __all__ = ["child_setup", "mark_process"]
@@ -141,7 +140,6 @@ class _Process:
             sinks=[sink],
             ledger=ledger,
             chain_id=tree["chain"],
-            on_limit_event=say_limit_event,
             **config.context_keywords(),
         )
         ctx.__enter__()  # also in a fork child: the parent's context is not ours any more

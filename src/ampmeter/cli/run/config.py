@@ -7,6 +7,7 @@ reads them, in that order of precedence).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -133,7 +134,9 @@ class RunConfig:
             _check_ledger(self.ledger)
         for route, url in self.upstream.items():
             if route not in _ROUTES:
-                raise ControlError("upstream", f"{route}=...: the routes are {', '.join(_ROUTES)}")
+                raise ControlError(
+                    "upstream", f"{route}=...: the proxy's routes are {', '.join(_ROUTES)}"
+                )
             if not url.startswith(("http://", "https://")):
                 raise ControlError("upstream", f"{route}={url}: give an http(s):// URL")
         if self.upstream and not self.proxy:
@@ -201,11 +204,17 @@ class RunConfig:
 
     def context_keywords(self) -> dict[str, Any]:
         """The keywords of the run's :class:`~ampmeter.ExecutionContext` in each process."""
+        from ampmeter.cli.run.notices import say_limit_event
+
         on_unpriced = self.on_unpriced
+        refuses_unpriced = on_unpriced in (None, "refuse")
         if self.dry_run and on_unpriced != "allow":
             on_unpriced = "warn"  # a dry run stops nothing
         keywords: dict[str, Any] = {
             "limits": self.limits(),
+            "on_limit_event": functools.partial(
+                say_limit_event, dry_run=self.dry_run and refuses_unpriced
+            ),
             "on_unpriced": on_unpriced,
             "on_exhausted": self.on_exhausted,
             "pause_timeout_s": self.pause_timeout,

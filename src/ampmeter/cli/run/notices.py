@@ -19,31 +19,38 @@ __all__ = ["say_limit_event", "watching_pauses"]
 _PAUSE_POLL_S: Final = 0.25
 
 
-def say_limit_event(event: Any) -> None:
+def say_limit_event(event: Any, *, dry_run: bool = False) -> None:
     """The ``on_limit_event`` of the run's contexts: one line per event (a
-    :class:`~ampmeter.LimitEvent`)."""
+    :class:`~ampmeter.LimitEvent`); ``dry_run``: the run's limits are soft, and unpriced calls
+    let through only because of it."""
     from ampmeter.cli.output import printable, say
     from ampmeter.keys import is_money
     from ampmeter.money import format_usd
 
     value = format_usd(event.value) if is_money(event.key) else f"{event.value:,}"
-    where = f"call {event.node_id} of {event.context}"
+    limit = plain_limit(event.limit.describe())
     if event.kind == "warning":
-        text = f"warning: {event.threshold:.0%} of {event.limit.describe()} used ({value}, {where})"
+        text = f"warning: {event.threshold:.0%} of {limit} used: {value} (in {event.context})"
     elif event.kind == "soft_limit":
         text = (
-            f"dry run: {event.key} reached {value} at {where}: without --dry-run, "
-            f"{event.limit.describe().replace(' (soft)', '')} would have stopped it or a call "
-            "before it"
+            f"dry run: {event.key} reached {value} (in {event.context}): without --dry-run, "
+            f"{limit} would have stopped this call or one before it"
         )
     elif event.kind == "unpriced":
         text = (
-            f"warning: {where} went to a model without a price: it counts as unpriced, never "
-            "$0 (price it with --price MODEL=IN/OUT)"
+            f"warning: a call in {event.context} went to a model without a price: it counts "
+            "as unpriced, never $0 (give --price MODEL=IN/OUT)"
         )
+        if dry_run:
+            text += "; without --dry-run it would have been refused"
     else:
-        text = f"{event.kind}: {event.limit.describe()} ({value}, {where})"
+        text = f"{event.kind}: {limit}: {value} (in {event.context})"
     say(printable(f"ampmeter run: {text}"))
+
+
+def plain_limit(described: str) -> str:
+    """A limit as the user set it: a dry run makes every limit soft, which is not theirs."""
+    return described.removesuffix(" (soft)")
 
 
 @contextlib.contextmanager

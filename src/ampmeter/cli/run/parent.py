@@ -45,7 +45,7 @@ from ampmeter.cli.run.ending import (
     judge,
 )
 from ampmeter.cli.run.leftover import record_leftover_holds
-from ampmeter.cli.run.notices import watching_pauses
+from ampmeter.cli.run.notices import plain_limit, watching_pauses
 from ampmeter.cli.run.proxied import run_proxy
 from ampmeter.cli.run.tree import TreeWatch, joined_pids
 
@@ -345,7 +345,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     ]
     passed = [e for e in summary.get("limit_events", ()) if e.get("kind") == "soft_limit"]
     for event in passed:  # a dry run: what the limits would have stopped
-        rows.append(("dry run", printable(f"{event['limit']} passed at call {event['node_id']}")))
+        limit = plain_limit(str(event.get("limit")))
+        rows.append(("dry run", printable(f"{limit} passed at call {event['node_id']}")))
     width = max(len(name) for name, _ in rows)
     lines = [f"  {name:<{width}}  {value}" for name, value in rows]
     for seen in summary.get("unmetered", ()):

@@ -21,7 +21,6 @@ from typing import Any
 
 from ampmeter.cli.run.config import RunConfig
 from ampmeter.cli.run.leftover import open_run_ledger
-from ampmeter.cli.run.notices import say_limit_event
 from ampmeter.integrations.proxy_mark import PROXY_URL_ENV
 
 __all__ = ["run_proxy"]
@@ -59,7 +58,6 @@ def run_proxy(
         deadline = tree["deadline"]
         return ExecutionContext(
             "proxy",
-            on_limit_event=say_limit_event,
             **config.context_keywords(),
             timeout_s=None if deadline is None else max(deadline - time.time(), 0.0),
             sinks=[

@@ -57,12 +57,13 @@ def spend_by_model(calls: Iterable[Call]) -> dict[str, dict[str, Any]]:
 
 def limit_events(calls: Iterable[Call]) -> list[dict[str, Any]]:
     """What the limits reported on the run's calls, in log order: warnings, pauses and resumes,
-    and (kind ``soft_limit``) each limit a dry run let a call pass."""
+    and (kind ``soft_limit``) each limit a dry run let a call pass. ``node_id`` is the call's
+    id in the run's log."""
     found = []
     for call in calls:
         for event in call.metadata.get(_LIMIT_EVENTS) or ():
             if isinstance(event, dict):
-                found.append({**event, "node_id": event.get("node_id", call.span_id)})
+                found.append({**event, "node_id": call.span_id})
     return found
 
 
