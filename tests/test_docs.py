@@ -18,6 +18,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+_RUN_BUDGET = re.compile(
+    r"^```toml\n(# [^\n]*: the controls of ampmeter run\n.*?)^```$", re.S | re.M
+)
 
 
 def _blocks() -> list[tuple[str, str]]:
@@ -47,3 +50,14 @@ def test_block_runs_as_written(where: str, code: str, tmp_path: Path) -> None:
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, f"{where} failed:\n{done.stdout}\n{done.stderr}"
+
+
+def test_the_run_budget_file_example_reads_as_written(tmp_path: Path) -> None:
+    from ampmeter.cli.run.sources import gather
+
+    examples = [m.group(1) for page in PAGES for m in _RUN_BUDGET.finditer(page.read_text("utf-8"))]
+    assert examples
+    for example in examples:
+        (tmp_path / "budget.toml").write_text(example, "utf-8")
+        config = gather({}, {}, str(tmp_path / "budget.toml"))
+        assert config.limits() and config.prices() and config.ladder() and config.warn_at

@@ -236,7 +236,7 @@ def test_run_shares_a_redis_ledger(tmp_path: Path, redis_server: RedisServer) ->
 
 def test_bad_ledger_url_is_refused() -> None:
     with pytest.raises(ValueError, match="redis://"):
-        RunConfig(ledger="/tmp/some.sqlite3")
+        RunConfig(ledger="http://example.com/ledger")
 
 
 def test_timeout_ends_the_whole_process_group(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from ampmeter.cli import app as cli_app
 from ampmeter.cli.run.config import RunConfig, parse_model_limits
 from ampmeter.cli.run.parent import EXIT_LIMIT, run_command
+from ampmeter.cli.run.sources import gather
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.logs.schema import validate_event
 
@@ -36,7 +37,7 @@ def test_parse_model_limits() -> None:
         with pytest.raises(
             ValueError, match=r"^--max-tokens-per-model .*(MODEL=N|whole number|>= 0)"
         ):
-            parse_model_limits([bad])
+            gather({"max_tokens_per_model": [bad]}, {})
 
 
 def test_config_from_env_and_flags_win() -> None:
@@ -46,7 +47,7 @@ def test_config_from_env_and_flags_win() -> None:
         "AMPMETER_MAX_TOKENS_PER_MODEL": "m1=10,m2=20",
         "AMPMETER_OUT": "x.jsonl",
     }
-    config = RunConfig.from_env(env, max_llm_calls=3)
+    config = gather({"max_llm_calls": 3}, env)
     assert (config.max_cost, config.max_llm_calls, config.out) == (0.5, 3, "x.jsonl")
     assert config.max_tokens_per_model == {"m1": 10, "m2": 20}
     assert {limit.key for limit in config.limits()} == {
@@ -60,7 +61,7 @@ def test_config_from_env_and_flags_win() -> None:
 @pytest.mark.parametrize("env", [{"AMPMETER_MAX_COST": "lots"}, {"AMPMETER_MAX_LLM_CALLS": "2.5"}])
 def test_bad_env_value_is_named(env: dict[str, str]) -> None:
     with pytest.raises(ValueError, match=next(iter(env))):
-        RunConfig.from_env(env)
+        gather({}, env)
 
 
 def test_negative_or_nan_limits_are_refused() -> None:

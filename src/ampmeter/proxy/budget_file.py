@@ -25,12 +25,11 @@ for a long-lived budget (the limits, ``on_unpriced``, ``estimate``, ``admission_
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ampmeter.errors import AmpmeterError
+from ampmeter.budget_toml import BudgetFileError, read_toml, refuse_unknown, table_of
 
 __all__ = ["BudgetFileError", "CallerBudget", "ProxyBudgets", "read_budget_file"]
 
@@ -51,10 +50,6 @@ _CONTEXT_KEYWORDS: Final[Mapping[str, tuple[type, ...]]] = {
     "max_input_tokens_per_call": (int,),
 }
 _CALLER_KEYS: Final = frozenset({"key", "scope", "limits", *_CONTEXT_KEYWORDS})
-
-
-class BudgetFileError(AmpmeterError, ValueError):
-    """The budget file cannot be used as written (the message names the file and the key)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,33 +75,21 @@ class ProxyBudgets:
 
 def read_budget_file(path: str | os.PathLike[str]) -> ProxyBudgets:
     """The budgets in TOML file ``path`` (see the module's documentation)."""
-    where = os.fspath(path)
-    try:
-        with open(where, "rb") as handle:
-            data = _toml().load(handle)
-    except OSError as exc:
-        raise BudgetFileError(f"cannot read the budget file {where}: {exc.strerror}") from None
-    except ValueError as exc:  # tomllib.TOMLDecodeError
-        raise BudgetFileError(f"{where} is not valid TOML: {exc}") from None
-    return budgets_from(data, where)
+    return budgets_from(read_toml(path), os.fspath(path))
 
 
 def budgets_from(data: Mapping[str, Any], where: str = "<budgets>") -> ProxyBudgets:
     """The budgets a parsed budget file holds (``where`` names it in errors)."""
-    unknown = set(data) - {"proxy", "upstreams", "callers"}
-    if unknown:
-        raise BudgetFileError(f"{where}: unknown table {sorted(unknown)[0]!r}")
-    proxy = _table(data, "proxy", where)
-    unknown = set(proxy) - {"ledger", "log_dir"}
-    if unknown:
-        raise BudgetFileError(f"{where}: [proxy] has no key {sorted(unknown)[0]!r}")
+    refuse_unknown(data, ("proxy", "upstreams", "callers"), where)
+    proxy = table_of(data, "proxy", where)
+    refuse_unknown(proxy, ("ledger", "log_dir"), f"{where}: [proxy]")
     upstreams = dict(DEFAULT_UPSTREAMS)
-    for name, url in _table(data, "upstreams", where).items():
+    for name, url in table_of(data, "upstreams", where).items():
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise BudgetFileError(f"{where}: [upstreams] {name} must be an http(s) URL")
         upstreams[name] = url.rstrip("/")
     callers = tuple(
-        _caller(name, table, where) for name, table in _table(data, "callers", where).items()
+        _caller(name, table, where) for name, table in table_of(data, "callers", where).items()
     )
     keys = [c.key for c in callers if c.key is not None]
     if len(set(keys)) != len(keys):
@@ -123,9 +106,7 @@ def _caller(name: str, table: object, where: str) -> CallerBudget:
     label = f"[callers.{name}]"
     if not isinstance(table, dict):
         raise BudgetFileError(f"{where}: {label} must be a table")
-    unknown = set(table) - _CALLER_KEYS
-    if unknown:
-        raise BudgetFileError(f"{where}: {label} has no key {sorted(unknown)[0]!r}")
+    refuse_unknown(table, _CALLER_KEYS, f"{where}: {label}")
     options: dict[str, Any] = {}
     for key, kinds in _CONTEXT_KEYWORDS.items():
         if key in table:
@@ -147,25 +128,8 @@ def _caller(name: str, table: object, where: str) -> CallerBudget:
     )
 
 
-def _table(data: Mapping[str, Any], name: str, where: str) -> dict[str, Any]:
-    found = data.get(name, {})
-    if not isinstance(found, dict):
-        raise BudgetFileError(f"{where}: [{name}] must be a table")
-    return found
-
-
 def _optional_text(table: Mapping[str, Any], key: str, label: str, where: str) -> str | None:
     value = table.get(key)
     if value is not None and (not isinstance(value, str) or not value):
         raise BudgetFileError(f"{where}: {label} {key} must be a non-empty string")
     return value
-
-
-def _toml() -> Any:
-    if sys.version_info >= (3, 11):
-        import tomllib
-
-        return tomllib
-    import tomli  # the proxy extra installs it on Python 3.10
-
-    return tomli

@@ -53,6 +53,7 @@ def child_setup(*, top: bool) -> None:
 
     from ampmeter.integrations import instrument
 
+    config.set_prices()
     instrument(capture_content=config.capture_content)
     _Process.start(config, top)
     os.register_at_fork(after_in_child=functools.partial(_Process.start, config, False))
@@ -135,11 +136,11 @@ class _Process:
         set_enclosing_context(None)  # a fork child's copy of its parent's is not ours
         ctx = ExecutionContext(
             "ampmeter_run" if top else f"process {pid}",
-            limits=config.limits(),
             timeout_s=None if deadline is None else max(deadline - time.time(), 0.0),
             sinks=[sink],
             ledger=ledger,
             chain_id=tree["chain"],
+            **config.context_keywords(),
         )
         ctx.__enter__()  # also in a fork child: the parent's context is not ours any more
         set_default_context(ctx)

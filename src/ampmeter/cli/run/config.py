@@ -1,117 +1,227 @@
-"""The limits and output of one ``ampmeter run``: from flags, or from ``AMPMETER_*`` variables.
+"""The controls of one ``ampmeter run``, checked once, as the run's processes receive them.
 
-``AMPMETER_MAX_COST``, ``AMPMETER_MAX_LLM_CALLS``, ``AMPMETER_MAX_INPUT_TOKENS``,
-``AMPMETER_MAX_TOKENS_PER_MODEL`` (``MODEL=N,MODEL=N``), ``AMPMETER_TIMEOUT``,
-``AMPMETER_GRACE``, ``AMPMETER_OUT`` and ``AMPMETER_LEDGER``; flags win.
+Each control has one name: the flag ``--max-cost``, the variable ``AMPMETER_MAX_COST`` (which a
+child process inherits) and the budget file's key ``max_cost`` (:mod:`ampmeter.cli.run.sources`
+reads them, in that order of precedence).
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Final
 
-from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_INPUT_TOKENS_FOR, KEY_LLM_CALLS
+from ampmeter.keys import (
+    KEY_COST,
+    KEY_INPUT_TOKENS,
+    KEY_INPUT_TOKENS_FOR,
+    KEY_LLM_CALLS,
+    KEY_OUTPUT_TOKENS,
+    KEY_STEPS,
+    KEY_TOOL_CALLS,
+)
 
-__all__ = ["DEFAULT_GRACE_S", "RunConfig", "parse_model_limits", "parse_upstreams"]
+__all__ = ["DEFAULT_GRACE_S", "ControlError", "RunConfig", "parse_model_limits", "parse_upstreams"]
 
 DEFAULT_GRACE_S: Final = 2.0
 """Seconds the program gets to shut down after ``--timeout`` sent it SIGTERM."""
 
-# Each setting, its flag (for messages: a user reads flags, not field names) and its variable.
-_FLAGS: Final = {
-    "max_cost": ("--max-cost", "AMPMETER_MAX_COST"),
-    "max_llm_calls": ("--max-llm-calls", "AMPMETER_MAX_LLM_CALLS"),
-    "max_input_tokens": ("--max-input-tokens", "AMPMETER_MAX_INPUT_TOKENS"),
-    "timeout": ("--timeout", "AMPMETER_TIMEOUT"),
-    "grace": ("--grace", "AMPMETER_GRACE"),
+# The limits, by control, on the stats key each caps.
+LIMIT_KEYS: Final = {
+    "max_cost": KEY_COST,
+    "max_llm_calls": KEY_LLM_CALLS,
+    "max_input_tokens": KEY_INPUT_TOKENS,
+    "max_tokens": KEY_OUTPUT_TOKENS,
+    "max_steps": KEY_STEPS,
+    "max_tool_calls": KEY_TOOL_CALLS,
 }
+CHOICES: Final = {
+    "on_unpriced": ("refuse", "warn", "allow"),
+    "on_exhausted": ("raise", "pause"),
+    "output": ("text", "json"),
+}
+_SECONDS: Final = ("timeout", "grace", "pause_timeout")
+_ROUTES: Final = ("openai", "anthropic")
+
+
+class ControlError(ValueError):
+    """A control's value is wrong: ``problem`` says how (the message names the flag; a value
+    read from the environment or a budget file is named as it was given there)."""
+
+    def __init__(self, control: str, problem: str) -> None:
+        super().__init__(f"{flag_of(control)} {problem}")
+        self.control = control
+        self.problem = problem
+
+
+def flag_of(control: str) -> str:
+    """The command-line flag of ``control`` (a :class:`RunConfig` field)."""
+    return "--" + control.replace("_", "-")
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Limits and output of one metered run (None: no such limit)."""
+    """The controls of one metered run (None, empty: not set). Repeatable controls keep what
+    the user wrote (``price``: ``MODEL=IN/OUT``, ``downgrade``: ``FROM=TO@FRACTION``)."""
 
     max_cost: float | None = None
     max_llm_calls: int | None = None
     max_input_tokens: int | None = None
+    max_tokens: int | None = None
+    max_steps: int | None = None
+    max_tool_calls: int | None = None
     max_tokens_per_model: dict[str, int] = field(default_factory=dict)
+    price: list[str] = field(default_factory=list)
+    on_unpriced: str | None = None
+    warn_at: list[float] = field(default_factory=list)
+    downgrade: list[str] = field(default_factory=list)
+    on_exhausted: str | None = None
+    pause_timeout: float | None = None
+    dry_run: bool = False
     timeout: float | None = None
     grace: float = DEFAULT_GRACE_S
     out: str | None = None
+    output: str = "text"
     capture_content: bool = False
     ledger: str | None = None
+    scope: str | None = None
     proxy: bool = False
-    upstreams: dict[str, str] = field(default_factory=dict)
+    upstream: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check_number("max_cost", self.max_cost, integer=False)
-        _check_number("max_llm_calls", self.max_llm_calls, integer=True)
-        _check_number("max_input_tokens", self.max_input_tokens, integer=True)
-        _check_number("timeout", self.timeout, integer=False)
-        _check_number("grace", self.grace, integer=False)
+        for name in LIMIT_KEYS:
+            _check_number(name, getattr(self, name), integer=name != "max_cost")
+        for name in _SECONDS:
+            _check_number(name, getattr(self, name), integer=False)
         for model, cap in self.max_tokens_per_model.items():
             if not isinstance(model, str) or not model:
-                raise ValueError(
-                    f"--max-tokens-per-model needs MODEL=N with a model name, got {model!r}"
-                )
-            _check_number("", cap, integer=True, what=f"--max-tokens-per-model {model}")
-        for route, url in self.upstreams.items():
+                raise ControlError("max_tokens_per_model", f"needs MODEL=N, got {model!r}")
+            _check_number("max_tokens_per_model", cap, integer=True)
+        for name, choices in CHOICES.items():
+            value = getattr(self, name)
+            if value is not None and value not in choices:
+                raise ControlError(name, f"must be one of {', '.join(choices)}, got {value!r}")
+        for name in ("price", "downgrade", "warn_at"):
+            if not isinstance(getattr(self, name), list):
+                raise ControlError(name, f"must be a list, got {getattr(self, name)!r}")
+        self.prices()
+        self.ladder()
+        for fraction in self.warn_at:
+            _check_fraction("warn_at", fraction)
+        self._check_together()
+
+    def _check_together(self) -> None:
+        limited = any(getattr(self, name) is not None for name in LIMIT_KEYS)
+        limited = limited or bool(self.max_tokens_per_model)
+        if self.warn_at and not limited:
+            raise ControlError("warn_at", "warns at fractions of a limit: give a limit too")
+        if self.downgrade and self.max_cost is None:
+            raise ControlError("downgrade", "acts at fractions of --max-cost: give --max-cost too")
+        if self.pause_timeout is not None and self.on_exhausted != "pause":
+            raise ControlError("pause_timeout", "ends a pause: give --on-exhausted pause too")
+        if self.scope is not None and self.ledger is None:
+            raise ControlError(
+                "scope",
+                "names a budget in a shared ledger: give --ledger too (without it "
+                "the run's ledger is its own)",
+            )
+        if self.scope is not None and (not self.scope or self.scope.strip("/") != self.scope):
+            raise ControlError("scope", f"must be a path such as team/nightly, got {self.scope!r}")
+        if self.ledger is not None:
+            _check_ledger(self.ledger)
+        for route, url in self.upstream.items():
             if route not in _ROUTES:
-                raise ValueError(
-                    f"--upstream {route}=...: the proxy's routes are {', '.join(_ROUTES)}"
+                raise ControlError(
+                    "upstream", f"{route}=...: the proxy's routes are {', '.join(_ROUTES)}"
                 )
             if not url.startswith(("http://", "https://")):
-                raise ValueError(f"--upstream {route}={url}: give an http:// or https:// URL")
-        if self.upstreams and not self.proxy:
-            raise ValueError("--upstream sets where --proxy forwards: give --proxy too")
-        if self.ledger is not None and not self.ledger.startswith(("redis://", "rediss://")):
-            raise ValueError(
-                f"--ledger must be a redis:// or rediss:// URL, got {self.ledger!r} (without "
-                "it, the run shares a SQLite ledger in its temporary directory)"
-            )
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str], **overrides: Any) -> RunConfig:
-        """Config from ``AMPMETER_*`` variables, with non-None ``overrides`` (flags) winning."""
-        values: dict[str, Any] = {
-            "max_cost": _env_number(env, "AMPMETER_MAX_COST", float),
-            "max_llm_calls": _env_number(env, "AMPMETER_MAX_LLM_CALLS", int),
-            "max_input_tokens": _env_number(env, "AMPMETER_MAX_INPUT_TOKENS", int),
-            "timeout": _env_number(env, "AMPMETER_TIMEOUT", float),
-            "grace": _env_number(env, "AMPMETER_GRACE", float),
-            "out": env.get("AMPMETER_OUT") or None,
-            "ledger": env.get("AMPMETER_LEDGER") or None,
-        }
-        if values["grace"] is None:
-            del values["grace"]
-        per_model = env.get("AMPMETER_MAX_TOKENS_PER_MODEL", "").strip()
-        if per_model:
-            items = [p for p in per_model.split(",") if p.strip()]
-            values["max_tokens_per_model"] = parse_model_limits(items)
-        for key, value in overrides.items():
-            if value is not None and value != {}:
-                values[key] = value
-        return cls(**values)
+                raise ControlError("upstream", f"{route}={url}: give an http(s):// URL")
+        if self.upstream and not self.proxy:
+            raise ControlError("upstream", "sets where --proxy forwards: give --proxy too")
 
     def limits(self) -> list[Any]:
-        """The :class:`~ampmeter.Limit` objects this config asks for."""
+        """The :class:`~ampmeter.Limit` objects of the run: each warns at ``warn_at`` and, in a
+        dry run, is soft (it reports the call that passes it and stops nothing)."""
         from ampmeter.limits import Limit
 
-        limits: list[Limit] = []
-        if self.max_cost is not None:
-            limits.append(Limit(KEY_COST, self.max_cost))
-        if self.max_llm_calls is not None:
-            limits.append(Limit(KEY_LLM_CALLS, self.max_llm_calls))
-        if self.max_input_tokens is not None:
-            limits.append(Limit(KEY_INPUT_TOKENS, self.max_input_tokens))
-        for model, cap in self.max_tokens_per_model.items():
-            limits.append(Limit(KEY_INPUT_TOKENS_FOR + model, cap))
-        return limits
+        caps = [(key, getattr(self, name)) for name, key in LIMIT_KEYS.items()]
+        caps += [(KEY_INPUT_TOKENS_FOR + m, cap) for m, cap in self.max_tokens_per_model.items()]
+        warn_at = tuple(self.warn_at)
+        return [
+            Limit(key, cap, warn_at=warn_at, soft=self.dry_run)
+            for key, cap in caps
+            if cap is not None
+        ]
 
+    def prices(self) -> dict[str, tuple[Decimal, Decimal]]:
+        """``--price MODEL=IN/OUT`` as ``{model: (input, output)}``, USD per million tokens,
+        exactly as written."""
+        from ampmeter.pricing.rates import rate_arg
 
-_ROUTES: Final = ("openai", "anthropic")
+        found: dict[str, tuple[Decimal, Decimal]] = {}
+        for item in self.price:
+            model, _, rates = str(item).rpartition("=")
+            parts = rates.split("/")
+            if not model.strip() or len(parts) != 2:
+                raise ControlError("price", f"needs MODEL=IN/OUT (gpt-4o=2.50/10), got {item!r}")
+            try:
+                found[model.strip()] = (
+                    rate_arg(parts[0].strip(), "IN"),
+                    rate_arg(parts[1].strip(), "OUT"),
+                )
+            except (TypeError, ValueError) as exc:
+                raise ControlError("price", f"{item}: {exc}") from None
+        return found
+
+    def ladder(self) -> dict[float, dict[str, str]]:
+        """``--downgrade FROM=TO@FRACTION`` as the ``downgrade=`` ladder of a context."""
+        ladder: dict[float, dict[str, str]] = {}
+        for item in self.downgrade:
+            swap, _, at = str(item).rpartition("@")
+            source, _, target = swap.partition("=")
+            if not (source.strip() and target.strip() and at.strip()):
+                raise ControlError(
+                    "downgrade", f"needs FROM=TO@FRACTION (gpt-4o=gpt-4o-mini@0.8), got {item!r}"
+                )
+            try:
+                fraction = float(at)
+            except ValueError:
+                raise ControlError("downgrade", f"{item}: FRACTION must be a number") from None
+            _check_fraction("downgrade", fraction, item)
+            ladder.setdefault(fraction, {})[source.strip()] = target.strip()
+        return ladder
+
+    def set_prices(self) -> None:
+        """Price this process's calls as ``--price`` says (it wins over the price table)."""
+        if self.price:
+            from ampmeter.pricing.user_prices import set_price
+
+            for model, (rate_in, rate_out) in self.prices().items():
+                set_price(model, input_per_mtok=rate_in, output_per_mtok=rate_out)
+
+    def context_keywords(self) -> dict[str, Any]:
+        """The keywords of the run's :class:`~ampmeter.ExecutionContext` in each process."""
+        from ampmeter.cli.run.notices import say_limit_event
+
+        on_unpriced = self.on_unpriced
+        refuses_unpriced = on_unpriced in (None, "refuse")
+        if self.dry_run and on_unpriced != "allow":
+            on_unpriced = "warn"  # a dry run stops nothing
+        keywords: dict[str, Any] = {
+            "limits": self.limits(),
+            "on_limit_event": functools.partial(
+                say_limit_event, dry_run=self.dry_run and refuses_unpriced
+            ),
+            "on_unpriced": on_unpriced,
+            "on_exhausted": self.on_exhausted,
+            "pause_timeout_s": self.pause_timeout,
+        }
+        if self.downgrade:
+            keywords["downgrade"] = self.ladder()
+        return keywords
 
 
 def parse_upstreams(items: Sequence[str]) -> dict[str, str]:
@@ -120,32 +230,9 @@ def parse_upstreams(items: Sequence[str]) -> dict[str, str]:
     for item in items:
         name, sep, url = item.partition("=")
         if not sep or not name or not url:
-            raise ValueError(f"--upstream needs NAME=URL (openai=https://...), got {item!r}")
+            raise ControlError("upstream", f"needs NAME=URL (openai=https://...), got {item!r}")
         found[name.strip()] = url.strip().rstrip("/")
     return found
-
-
-def _check_number(name: str, value: object, *, integer: bool, what: str = "") -> None:
-    if value is None:
-        return
-    what = what or _FLAGS[name][0]
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        kind = "a whole number" if integer else "a number"
-        raise ValueError(f"{what} must be {kind}, got {value!r}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{what} must be a finite number >= 0, got {value!r}")
-
-
-def _env_number(env: Mapping[str, str], name: str, kind: type) -> Any:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return None
-    try:
-        return kind(raw)
-    except ValueError:
-        kind_name = "a whole number" if kind is int else "a number"
-        raise ValueError(f"{name} must be {kind_name}, got {raw!r}") from None
 
 
 def parse_model_limits(items: Sequence[str]) -> dict[str, int]:
@@ -154,14 +241,41 @@ def parse_model_limits(items: Sequence[str]) -> dict[str, int]:
     for item in items:
         model, sep, raw = item.strip().rpartition("=")
         if not sep or not model.strip():
-            raise ValueError(f"--max-tokens-per-model must look like MODEL=N, got {item!r}")
+            raise ControlError("max_tokens_per_model", f"must look like MODEL=N, got {item!r}")
         try:
-            cap = int(raw)
+            limits[model.strip()] = int(raw)
         except ValueError:
-            raise ValueError(
-                f"--max-tokens-per-model {model}: N must be a whole number, got {raw!r}"
+            raise ControlError(
+                "max_tokens_per_model", f"{model}: N must be a whole number, got {raw!r}"
             ) from None
-        if cap < 0:
-            raise ValueError(f"--max-tokens-per-model {model}: N must be >= 0, got {cap}")
-        limits[model.strip()] = cap
     return limits
+
+
+def _check_number(name: str, value: object, *, integer: bool) -> None:
+    if value is None:
+        return
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        kind = "a whole number" if integer else "a number"
+        raise ControlError(name, f"must be {kind}, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ControlError(name, f"must be a finite number >= 0, got {value!r}")
+
+
+def _check_fraction(name: str, value: object, item: str = "") -> None:
+    where = f"{item}: FRACTION" if item else "FRACTION"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ControlError(name, f"{where} must be a number in (0, 1], got {value!r}")
+    if not 0 < value <= 1:
+        raise ControlError(name, f"{where} must be in (0, 1], got {value!r}")
+
+
+def _check_ledger(where: str) -> None:
+    if where.startswith(("redis://", "rediss://")):
+        return
+    if where in ("memory", ":memory:") or "://" in where:
+        raise ControlError(
+            "ledger",
+            f"must be a SQLite file or a redis:// URL, got {where!r} (the run's processes "
+            "share it: an in-memory ledger lives in one process)",
+        )

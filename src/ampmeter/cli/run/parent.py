@@ -45,6 +45,7 @@ from ampmeter.cli.run.ending import (
     judge,
 )
 from ampmeter.cli.run.leftover import record_leftover_holds
+from ampmeter.cli.run.notices import plain_limit, watching_pauses
 from ampmeter.cli.run.proxied import run_proxy
 from ampmeter.cli.run.tree import TreeWatch, joined_pids
 
@@ -124,7 +125,7 @@ def run_command(
         os.mkdir(processes_dir)
         tree: dict[str, Any] = {
             "ledger": config.ledger or os.path.join(tmp, "ledger.sqlite3"),
-            "scope": f"run-{uuid.uuid4().hex}",
+            "scope": config.scope or f"run-{uuid.uuid4().hex}",
             "chain": str(uuid.uuid4()),
             "events": events_dir,
             "processes": processes_dir,
@@ -141,12 +142,16 @@ def run_command(
         with contextlib.ExitStack() as serving:
             if config.proxy:  # until the program's whole process group has ended
                 serving.enter_context(run_proxy(config, tree, child_env))
+            # With --output json, stdout is the result's alone: the program writes to stderr.
+            stdout = sys.stderr if config.output == "json" else None
             try:
-                proc = subprocess.Popen(argv, env=child_env, cwd=cwd, start_new_session=True)
+                proc = subprocess.Popen(
+                    argv, env=child_env, cwd=cwd, start_new_session=True, stdout=stdout
+                )
             except OSError as exc:
                 raise ValueError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
             watch = TreeWatch(proc.pid).start()
-            with _forwarding_signals(proc.pid) as signalled:
+            with _forwarding_signals(proc.pid) as signalled, watching_pauses(config, tree):
                 code, timed_out = _wait(proc, config.timeout, config.grace)
             if not timed_out:
                 _wait_for_group(proc.pid, _LINGER_S)
@@ -259,6 +264,7 @@ def _run_summary(events: Sequence[Path], processes: int) -> dict[str, Any]:
 
     from ampmeter.analysis.runs import is_estimated, is_unsettled, load_runs
     from ampmeter.analysis.summary import summarize_run
+    from ampmeter.cli.run.result import limit_events, spend_by_model
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a cut last line of a killed worker
@@ -296,6 +302,8 @@ def _run_summary(events: Sequence[Path], processes: int) -> dict[str, Any]:
         "termination": termination,
         "stop_reason": stop_reason,
         "processes": processes,
+        "models": spend_by_model(calls),
+        "limit_events": limit_events(calls),
     }
 
 
@@ -335,6 +343,10 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         ("ended", printable(summary["termination"])),  # read from the run's logs
         ("processes", _processes_line(summary)),
     ]
+    passed = [e for e in summary.get("limit_events", ()) if e.get("kind") == "soft_limit"]
+    for event in passed:  # a dry run: what the limits would have stopped
+        limit = plain_limit(str(event.get("limit")))
+        rows.append(("dry run", printable(f"{limit} passed at call {event['node_id']}")))
     width = max(len(name) for name, _ in rows)
     lines = [f"  {name:<{width}}  {value}" for name, value in rows]
     for seen in summary.get("unmetered", ()):

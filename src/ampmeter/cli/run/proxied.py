@@ -43,7 +43,7 @@ def run_proxy(
         route: (child_env.get(variable) or DEFAULT_UPSTREAMS[route]).rstrip("/")
         for route, variable in _BASE_URL_ENV.items()
     }
-    upstreams.update(config.upstreams)
+    upstreams.update(config.upstream)
     budgets = ProxyBudgets((CallerBudget("proxy", None, tree["scope"]),), upstreams)
     closing = contextlib.ExitStack()
 
@@ -58,7 +58,7 @@ def run_proxy(
         deadline = tree["deadline"]
         return ExecutionContext(
             "proxy",
-            limits=config.limits(),
+            **config.context_keywords(),
             timeout_s=None if deadline is None else max(deadline - time.time(), 0.0),
             sinks=[
                 RelabeledSink(
@@ -73,6 +73,7 @@ def run_proxy(
             chain_id=tree["chain"],
         )
 
+    config.set_prices()  # the proxy prices its calls in this process
     key = child_env["AMPMETER_HANDOFF_KEY"].encode()
     with closing:
         proxy = MeteringProxy(budgets, make_context=the_runs_context, trusted_key=key)

@@ -80,17 +80,17 @@ def _watch(
     (as the log says them; else from the flags or the same `AMPMETER_MAX_*` variables as
     `ampmeter run`), then each sub-agent's own.
     """
-    from ampmeter.cli.run.config import RunConfig, parse_model_limits
+    from ampmeter.cli.run.sources import gather
     from ampmeter.cli.watch.live import watch
 
     try:
-        config = RunConfig.from_env(
-            os.environ,
-            max_cost=max_cost,
-            max_llm_calls=max_llm_calls,
-            max_input_tokens=max_input_tokens,
-            max_tokens_per_model=parse_model_limits(max_tokens_per_model or []),
-        )
+        flags = {
+            "max_cost": max_cost,
+            "max_llm_calls": max_llm_calls,
+            "max_input_tokens": max_input_tokens,
+            "max_tokens_per_model": max_tokens_per_model,
+        }
+        config = gather(flags, os.environ)
     except ValueError as exc:
         fail("watch", str(exc))
     compressed = [p for p in logs if p.endswith(".gz") and not _is_glob(p)]

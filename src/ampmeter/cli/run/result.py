@@ -1,0 +1,95 @@
+"""``ampmeter run --output json``: the run's result as one JSON document, and the parts of the
+run's figures it needs beyond the summary (spend per model, what the limits reported).
+
+Money is an exact decimal string (``"0.00007785"``), as every event wrote it; counts are
+numbers. The keys: ``exit_code``, ``end_reason``, ``stop_reason``, ``program_exit_code``,
+``dry_run``, ``totals`` (the summary's figures), ``limits`` (each stats key capped, with its
+maximum, and ``timeout_s``), ``models`` (per model: calls sent and refused, tokens, cost) and
+``limit_events`` (warnings, pauses and, in a dry run, what would have been stopped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ampmeter.cli.run.config import RunConfig
+
+if TYPE_CHECKING:
+    from ampmeter.analysis.runs import Call
+    from ampmeter.cli.run.parent import RunOutcome
+
+__all__ = ["limit_events", "result_json", "spend_by_model"]
+
+_LIMIT_EVENTS = "limit_events"  # the node metadata each limit event is kept in
+
+
+def spend_by_model(calls: Iterable[Call]) -> dict[str, dict[str, Any]]:
+    """Per model of the run's LLM calls: calls sent and refused, tokens, priced cost (exact)
+    and calls without a price."""
+    models: dict[str, dict[str, Any]] = {}
+    for call in calls:
+        if call.kind != "llm":
+            continue
+        row = models.setdefault(
+            call.model,
+            {
+                "llm_calls": 0,
+                "refused_calls": 0,
+                "tokens_in": 0,
+                "tokens_out": 0,
+                "cost_usd": Decimal(0),
+                "unpriced_calls": 0,
+            },
+        )
+        row["refused_calls" if call.status == "halt" else "llm_calls"] += 1
+        row["tokens_in"] += call.tokens_in
+        row["tokens_out"] += call.tokens_out
+        if call.unpriced:
+            row["unpriced_calls"] += 1
+        else:
+            row["cost_usd"] += Decimal(repr(call.cost_usd))
+    return models
+
+
+def limit_events(calls: Iterable[Call]) -> list[dict[str, Any]]:
+    """What the limits reported on the run's calls, in log order: warnings, pauses and resumes,
+    and (kind ``soft_limit``) each limit a dry run let a call pass. ``node_id`` is the call's
+    id in the run's log."""
+    found = []
+    for call in calls:
+        for event in call.metadata.get(_LIMIT_EVENTS) or ():
+            if isinstance(event, dict):
+                found.append({**event, "node_id": call.span_id})
+    return found
+
+
+def result_json(outcome: RunOutcome, config: RunConfig) -> str:
+    """The run's result (see the module)."""
+    summary = dict(outcome.summary)
+    models = summary.pop("models", {})
+    events = summary.pop("limit_events", [])
+    limits: dict[str, Any] = {limit.key: limit.max_value for limit in config.limits()}
+    if config.timeout is not None:
+        limits["timeout_s"] = config.timeout
+    document = {
+        "exit_code": outcome.exit_code,
+        "end_reason": summary.pop("termination"),
+        "stop_reason": summary.pop("stop_reason"),
+        "program_exit_code": outcome.program_exit_code,
+        "dry_run": config.dry_run,
+        "totals": summary,
+        "limits": limits,
+        "models": models,
+        "limit_events": events,
+    }
+    return orjson.dumps(document, default=_exact, option=orjson.OPT_INDENT_2).decode()
+
+
+def _exact(value: object) -> str:
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    raise TypeError(f"not JSON: {type(value).__name__}")

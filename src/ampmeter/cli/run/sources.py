@@ -1,0 +1,125 @@
+"""Where ``ampmeter run``'s controls come from: the command line beats the environment, which
+beats the budget file.
+
+One name per control: the flag ``--max-tool-calls``, the variable ``AMPMETER_MAX_TOOL_CALLS``
+(a repeatable control's items separated by commas there: ``AMPMETER_PRICE=a=1/2,b=3/4``) and the
+budget file's key ``max_tool_calls`` (a repeatable control is a list). The budget file is TOML,
+named by ``--budget-file`` or ``AMPMETER_BUDGET_FILE``::
+
+    max_cost = 0.50
+    max_tool_calls = 40
+    warn_at = [0.5, 0.8]
+    price = ["local-model=0.10/0.40"]
+    downgrade = ["gpt-4o=gpt-4o-mini@0.8"]
+
+A mistake names where the value came from (the flag, the variable, or the file and its key)
+and starts nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from ampmeter.budget_toml import read_toml, refuse_unknown
+from ampmeter.cli.run.config import (
+    CHOICES,
+    LIMIT_KEYS,
+    ControlError,
+    RunConfig,
+    flag_of,
+    parse_model_limits,
+    parse_upstreams,
+)
+
+__all__ = ["BUDGET_FILE_ENV", "gather"]
+
+BUDGET_FILE_ENV: Final = "AMPMETER_BUDGET_FILE"
+# Controls given as items, and how the items become the config's value.
+_ITEMS: Final[dict[str, Callable[[list[str]], Any]]] = {
+    "price": list,
+    "downgrade": list,
+    "max_tokens_per_model": parse_model_limits,
+    "upstream": parse_upstreams,
+}
+_SWITCHES: Final = ("dry_run", "capture_content", "proxy")
+_TEXT: Final = ("out", "ledger", "scope", *CHOICES)
+_INTEGERS: Final = tuple(name for name in LIMIT_KEYS if name != "max_cost")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def env_name(control: str) -> str:
+    """The environment variable of ``control``."""
+    return "AMPMETER_" + control.upper()
+
+
+def gather(
+    flags: Mapping[str, Any], env: Mapping[str, str], budget_file: str | None = None
+) -> RunConfig:
+    """The run's config: each control from ``flags`` (a :class:`RunConfig` field to its value;
+    None, False or empty: not given), else ``env``, else the budget file (``budget_file``, else
+    ``AMPMETER_BUDGET_FILE``)."""
+    path = budget_file or env.get(BUDGET_FILE_ENV) or None
+    in_file = _read_file(path) if path else {}
+    values: dict[str, Any] = {}
+    given: dict[str, str] = {}  # where each control's value came from, as the user names it
+    for field in dataclasses.fields(RunConfig):
+        name = field.name
+        flag, raw_env = flags.get(name), env.get(env_name(name), "").strip()
+        try:
+            if flag not in (None, False, [], {}):
+                given[name] = flag_of(name)
+                values[name] = _items(name, flag) if name in _ITEMS else flag
+            elif raw_env:
+                given[name] = env_name(name)
+                values[name] = _from_text(name, raw_env)
+            elif name in in_file:
+                given[name] = f"{path}: {name}"
+                values[name] = _from_file(name, in_file[name])
+        except ControlError as error:
+            raise ValueError(f"{given[name]} {error.problem}") from None
+    try:
+        return RunConfig(**values)
+    except ControlError as error:
+        where = given.get(error.control, flag_of(error.control))
+        raise ValueError(f"{where} {error.problem}") from None
+
+
+def _items(name: str, items: Any) -> Any:
+    return _ITEMS[name](list(items))
+
+
+def _from_file(name: str, value: Any) -> Any:
+    if name not in _ITEMS:
+        return value  # checked by RunConfig, as a flag's value is
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ControlError(name, f"must be a list of strings, got {value!r}")
+    return _items(name, value)
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    data = read_toml(path)
+    refuse_unknown(data, [f.name for f in dataclasses.fields(RunConfig)], path)
+    return data
+
+
+def _from_text(name: str, raw: str) -> Any:
+    """The value of variable ``env_name(name)``, read as the flag's would be."""
+    what = env_name(name)
+    if name in _ITEMS:
+        return _items(name, [item for item in raw.split(",") if item.strip()])
+    if name in _SWITCHES:
+        if raw.lower() not in _TRUE + _FALSE:
+            raise ValueError(f"{what} must be 1 or 0 (true or false), got {raw!r}")
+        return raw.lower() in _TRUE
+    if name in _TEXT:
+        return raw
+    kind: type = int if name in _INTEGERS else float
+    try:
+        if name == "warn_at":
+            return [float(item) for item in raw.split(",") if item.strip()]
+        return kind(raw)
+    except ValueError:
+        what_kind = "a whole number" if kind is int else "a number"
+        raise ValueError(f"{what} must be {what_kind}, got {raw!r}") from None
