@@ -10,6 +10,7 @@ ampmeter`` stays cheap for programs that only meter.
 
 from typing import TYPE_CHECKING, Any
 
+from ampmeter.budget import Budget
 from ampmeter.context import (
     Call,
     Decision,
@@ -40,7 +41,7 @@ from ampmeter.errors import (
 from ampmeter.executor import CONTINUE, AgentLoop, ExecutionResult, Executor
 from ampmeter.graph import ExecutionGraph, Node
 from ampmeter.limits import ExceededLimit, Limit, LimitType, check_limits, default_limits
-from ampmeter.policies import LimitEvent, final_call
+from ampmeter.policies import LimitEvent, Policies, final_call
 from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace
@@ -137,6 +138,7 @@ __all__ = [
     "AgentLoop",
     "AmpmeterError",
     "AnalysisError",
+    "Budget",
     "BudgetBusy",
     "BudgetUnavailable",
     "Call",
@@ -165,6 +167,7 @@ __all__ = [
     "ModelCallTrace",
     "Node",
     "ParseErrorTrace",
+    "Policies",
     "PriceResult",
     "Sink",
     "SinkClosedError",

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ampmeter._core.kernel import Kernel
     from ampmeter._core.steps import Chain
     from ampmeter.limits import ExceededLimit
-    from ampmeter.policies.configured import Policies
+    from ampmeter.policies.configured import ConfiguredPolicies
     from ampmeter.pricing.request_size import RequestSize
     from ampmeter.pricing.source import Pricing
     from ampmeter.stats import ExecutionStats
@@ -51,7 +51,7 @@ class CallMaker:
     _estimate: str
     _pricing: Pricing
     _iteration: int
-    policies: Policies
+    _policies: ConfiguredPolicies
     stats: ExecutionStats
 
     def _check_open(self) -> None:
@@ -201,7 +201,7 @@ class CallMaker:
         )
         marks = None
         if kind == "llm":
-            marks = self.policies.llm_marks(
+            marks = self._policies.llm_marks(
                 model, priced, reservation.tokens_in, final, prompt_text, sent, refused
             )
         flight = Flight(kind, label, model, provider, reservation, size, marks, idempotency_key)
@@ -230,7 +230,7 @@ class CallMaker:
             else _validate.nano(estimate_usd, "estimate_usd", round_up=True)
         )
         reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
-        marks = self.policies.tool_marks(name, arguments)
+        marks = self._policies.tool_marks(name, arguments)
         meta = {} if metadata is None else _validate.metadata(metadata)
         flight = Flight("tool", name, None, None, reservation, None, marks, idempotency_key)
         return self._begin(flight, meta)
@@ -298,7 +298,7 @@ class CallMaker:
                 return  # a replayed record: counted once already
         if usage is not None:
             self._kernel.add_usage(self._frame.level, usage)
-            self.policies.traced(usage)
+            self._policies.traced(usage)
         else:
             total, at, consecutive = keys
             for key in (total, at + str(self._iteration), consecutive):

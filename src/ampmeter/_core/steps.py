@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ampmeter._core.kernel import Kernel, Level
     from ampmeter.ledgers.base import Ledger, Reservation
     from ampmeter.node import Node
-    from ampmeter.policies.configured import Policies
+    from ampmeter.policies.configured import ConfiguredPolicies
     from ampmeter.policies.marks import CallMarks
     from ampmeter.pricing.request_size import RequestSize
     from ampmeter.pricing.source import NanoPricing, Pricing
@@ -153,7 +153,7 @@ class Chain:
         frame: Frame,
         kernel: Kernel,
         emitter: Emitter,
-        policies: Policies,
+        policies: ConfiguredPolicies,
         wait_s: float,
         pricing: Pricing,
     ) -> None:

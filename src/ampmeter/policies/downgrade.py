@@ -69,7 +69,9 @@ class DowngradeLadder:
     def __call__(self, ctx: ExecutionContext, request: dict[str, Any]) -> dict[str, Any]:
         """The request, its model swapped by the highest rung reached that names it."""
         model = request.get("model")
-        pressure = ctx.policies.pressure
+        from ampmeter.context import configured_policies  # the context made the ladder's step
+
+        pressure = configured_policies(ctx).pressure
         if not isinstance(model, str) or pressure is None:
             return request
         spent = pressure.fraction()

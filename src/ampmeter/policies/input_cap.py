@@ -7,15 +7,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ampmeter.limits import ExceededLimit, Limit
-from ampmeter.policies.options import KEY_INPUT_TOKENS_PER_CALL, LimitEvent
+from ampmeter.policies.options import (
+    KEY_INPUT_TOKENS_PER_CALL,
+    LimitEvent,
+    Policy,
+    count_option,
+)
 from ampmeter.policies.step import Observer
 
 if TYPE_CHECKING:
     from ampmeter._core.steps import Chain, Flight
     from ampmeter._core.usage import Usage
+    from ampmeter.policies.configured import ConfiguredPolicies
     from ampmeter.policies.events import EventLog
 
-__all__ = ["InputCap"]
+__all__ = ["POLICY", "InputCap"]
 
 
 class InputCap(Observer):
@@ -51,3 +57,12 @@ class InputCap(Observer):
         )
         self.log.report(event)
         return [event.to_dict()]
+
+
+def _make(chain: Chain, configured: ConfiguredPolicies) -> InputCap | None:
+    cap = configured.values.max_input_tokens_per_call
+    return None if cap is None else InputCap(chain, cap, configured.log)
+
+
+POLICY = Policy("input_cap", (count_option("max_input_tokens_per_call", inherited=True),), _make)
+"""``max_input_tokens_per_call``, inherited."""

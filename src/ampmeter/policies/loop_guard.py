@@ -8,16 +8,19 @@ import threading
 from typing import TYPE_CHECKING
 
 from ampmeter.limits import ExceededLimit, Limit
-from ampmeter.policies.options import KEY_REPEATS_FOR
+from ampmeter.policies.options import KEY_REPEATS_FOR, Policy, count_option
 from ampmeter.policies.step import PolicyStep
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.steps import Chain, Flight
+    from ampmeter.policies.configured import ConfiguredPolicies
+    from ampmeter.policies.events import EventLog
     from ampmeter.policies.marks import CallMarks
+    from ampmeter.policies.registry import Policies
     from ampmeter.policies.step import SharedTerms
 
-__all__ = ["LoopGuard", "Repeats"]
+__all__ = ["POLICY", "LoopGuard", "Repeats"]
 
 
 class Repeats:
@@ -48,6 +51,7 @@ class LoopGuard(PolicyStep):
     """The loop guards of one context and those above it (see the module docstring)."""
 
     __slots__ = ("counters",)
+    fingerprints = True
 
     def __init__(self, chain: Chain, counters: tuple[Repeats, ...]) -> None:
         super().__init__(chain)
@@ -69,3 +73,17 @@ class LoopGuard(PolicyStep):
                 key = KEY_REPEATS_FOR + marks.fingerprint
                 terms.cap(key, float(counter.most), Limit(key, counter.most))
                 terms.extra[key] = 1.0  # each request holds one repeat
+
+
+def _declare(frame: Frame, policies: Policies, log: EventLog) -> Repeats | None:
+    most = policies.max_repeats
+    return None if most is None else Repeats(frame, most)
+
+
+def _make(chain: Chain, configured: ConfiguredPolicies) -> LoopGuard | None:
+    counters = tuple(repeats for _, repeats in configured.declarations("loop_guard"))
+    return LoopGuard(chain, counters) if counters else None
+
+
+POLICY = Policy("loop_guard", (count_option("max_repeats"),), _make, _declare)
+"""``max_repeats``, of the context that sets it (and binding its descendants)."""

@@ -3,7 +3,7 @@ to a shared ledger's reservation, and the events it reports once a call's usage 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ampmeter._core.outcome import Outcome, TerminationReason
 from ampmeter._core.steps import Chain, Flight, Step
@@ -44,9 +44,12 @@ class SharedTerms:
 
 
 class PolicyStep(Step):
-    """A policy in a context's admission chain."""
+    """A policy in a context's admission chain. ``marks_priced``: whether it needs the marks
+    of a priced call; ``fingerprints``: whether it needs each call's loop-guard identity."""
 
     __slots__ = ("chain",)
+    marks_priced: ClassVar[bool] = True
+    fingerprints: ClassVar[bool] = False
 
     def __init__(self, chain: Chain) -> None:
         self.chain = chain
@@ -58,6 +61,10 @@ class PolicyStep(Step):
     def shared_terms(self, owner: Frame, marks: CallMarks | None, terms: SharedTerms) -> None:
         """Add this policy's terms for ``owner``'s shared ledger (through a shared ledger a
         policy counts what every process sharing the scope did)."""
+
+    def wraps_up(self) -> bool:
+        """Whether this policy asks the agent to finish (``ctx.wrap_up``)."""
+        return False
 
 
 class Observer(PolicyStep):

@@ -1,0 +1,90 @@
+"""A context's limits as one frozen value: :class:`Budget`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from ampmeter import _validate
+from ampmeter._core.exhaustion import ExhaustedHook, Exhaustion
+from ampmeter.keys import KEY_COST, KEY_RETRIES, KEY_STEPS
+from ampmeter.limits import Limit, context_limits, warn_fractions
+
+__all__ = ["Budget"]
+
+_SHORTCUTS = ((KEY_COST, "max_cost_usd"), (KEY_STEPS, "max_steps"), (KEY_RETRIES, "max_retries"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budget:
+    """What one context may spend, as a frozen value: ``Budget(max_cost_usd=1.0, max_steps=20,
+    timeout_s=60)`` is what ``ExecutionContext(max_cost_usd=1.0, max_steps=20, timeout_s=60)``
+    builds, and ``ExecutionContext(budget=...)`` or ``spawn_child(name, budget=...)`` takes it.
+
+    * ``limits``: :class:`~ampmeter.Limit` objects on stats keys;
+    * ``max_cost_usd``, ``max_steps``, ``max_retries``: shortcuts for limits on ``amp:cost``
+      (exact Decimal dollars), ``amp:steps`` (successful calls) and ``amp:retries``;
+    * ``timeout_s``: wall time; calls after it are refused;
+    * ``warn_at``: fractions of the shortcut limits at which a warning event is reported;
+    * ``on_exhausted``, ``pause_timeout_s``: what a call at a hard limit does (``"raise"``,
+      ``"pause"`` or a callable; unset: as the enclosing context).
+
+    Each value is checked once, when the budget is made, with an error that names it; a
+    context's own budget is :attr:`ExecutionContext.budget <ampmeter.ExecutionContext.budget>`.
+    The limits of every enclosing context bind a child as well as its own.
+    """
+
+    limits: tuple[Limit, ...] = ()
+    max_cost_usd: Decimal | None = None
+    max_steps: int | None = None
+    max_retries: int | None = None
+    timeout_s: float | None = None
+    warn_at: tuple[float, ...] = ()
+    on_exhausted: str | ExhaustedHook | None = None
+    pause_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        fix = object.__setattr__  # a frozen value sets its checked fields once, here
+        fix(self, "limits", context_limits(self.limits, None, None, None))
+        for key, name in _SHORTCUTS:
+            value = getattr(self, name)
+            if value is not None:
+                fix(self, name, _validate.limit_max(key, value, name))
+        fix(self, "timeout_s", _validate.optional_amount(self.timeout_s, "timeout_s"))
+        if self.warn_at is None or self.warn_at == ():
+            fix(self, "warn_at", ())
+        else:
+            fix(self, "warn_at", warn_fractions(self.warn_at, "warn_at"))
+        exhaustion = Exhaustion.checked(self.on_exhausted, self.pause_timeout_s)
+        if exhaustion is not None:
+            fix(self, "pause_timeout_s", exhaustion.timeout_s)
+
+    @classmethod
+    def given(cls, budget: Budget | None, shortcuts: dict[str, Any]) -> Budget:
+        """``budget``, or one made of ``shortcuts`` (a context's keywords; None: not given)."""
+        given = {name: value for name, value in shortcuts.items() if value is not None}
+        if budget is None:
+            return cls(**given)
+        if not isinstance(budget, Budget):
+            raise TypeError(f"budget must be a Budget, got {type(budget).__name__}")
+        if given:
+            raise TypeError(f"give budget= or {', '.join(given)}=, not both")
+        return budget
+
+    @property
+    def all_limits(self) -> tuple[Limit, ...]:
+        """:attr:`limits` and the shortcuts' limits (with ``warn_at``), as the context checks
+        them."""
+        shortcuts = tuple(
+            Limit(key, value, warn_at=self.warn_at)
+            for key, name in _SHORTCUTS
+            if (value := getattr(self, name)) is not None
+        )
+        return (*self.limits, *shortcuts)
+
+    @property
+    def exhaustion(self) -> Exhaustion | None:
+        """The checked ``on_exhausted`` and ``pause_timeout_s`` (None: as the enclosing
+        context)."""
+        return Exhaustion.checked(self.on_exhausted, self.pause_timeout_s)

@@ -1,0 +1,115 @@
+"""The one list of policies, in admission order, and :class:`Policies`, the frozen value of a
+context's policy options. A new policy is a module that declares its
+:class:`~ampmeter.policies.options.Policy` and one line here (or :func:`register`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Any, NoReturn
+
+from ampmeter.policies import (
+    events,
+    final_reserve,
+    input_cap,
+    loop_guard,
+    pressure,
+    thresholds,
+    unpriced,
+    windows,
+)
+from ampmeter.policies.options import Option, Policy
+
+__all__ = ["POLICIES", "Policies", "register"]
+
+POLICIES: list[Policy] = [
+    events.POLICY,  # where limit events go (no step)
+    pressure.POLICY,
+    input_cap.POLICY,
+    unpriced.POLICY,
+    loop_guard.POLICY,
+    final_reserve.POLICY,
+    windows.POLICY,
+    thresholds.POLICY,
+]
+"""Every policy, in admission order: a context's chain holds each one's step where in force."""
+
+
+def register(policy: Policy) -> None:
+    """Add ``policy`` to :data:`POLICIES` (its step goes last); its keywords must be new."""
+    taken = set(_options())
+    clash = sorted(taken.intersection(option.name for option in policy.options))
+    if clash or any(p.name == policy.name for p in POLICIES):
+        raise ValueError(f"policy {policy.name!r} is already registered or takes {clash}")
+    POLICIES.append(policy)
+
+
+def _options() -> dict[str, Option]:
+    return {option.name: option for policy in POLICIES for option in policy.options}
+
+
+class Policies:
+    """A context's policy options, as a frozen value: ``Policies(max_repeats=3,
+    on_unpriced="warn")`` is what ``ExecutionContext(max_repeats=3, on_unpriced="warn")`` builds,
+    and ``ExecutionContext(policies=...)`` takes it.
+
+    The keywords are those the registered policies declare (see
+    :class:`~ampmeter.ExecutionContext`); each is checked here, once, and an unknown one is a
+    ``TypeError``. An option not set reads None. ``ctx.policies`` is the value in force: the
+    context's own, with the inherited options (``on_unpriced``, ``on_limit_event``,
+    ``max_input_tokens_per_call``, ``on_budget_pressure``, ``pressure_at``) its parent's where
+    not set here.
+    """
+
+    __slots__ = ("_values",)
+    _values: Mapping[str, Any]
+
+    def __init__(self, **options: Any) -> None:
+        values: dict[str, Any] = {}
+        if options:
+            known = _options()
+            for name, value in options.items():
+                option = known.get(name)
+                if option is None:
+                    raise TypeError(
+                        f"unknown keyword {name!r}: not a context keyword nor a policy option "
+                        f"({', '.join(sorted(known))})"
+                    )
+                if value is not None:
+                    values[name] = option.check(value)
+            for policy in POLICIES:
+                if policy.translate is not None:
+                    policy.translate(values)
+        object.__setattr__(self, "_values", MappingProxyType(values))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in _options():
+            raise AttributeError(f"Policies has no option {name!r}")
+        return self._values.get(name)
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError("Policies is frozen: make a new one (Policies(...)) instead")
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        """The options set, as (keyword, value) pairs."""
+        return iter(self._values.items())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Policies) and dict(self._values) == dict(other._values)
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._values.items(), key=lambda item: item[0])))
+
+    def __repr__(self) -> str:
+        return f"Policies({', '.join(f'{k}={v!r}' for k, v in self._values.items())})"
+
+    def inherit(self, parent: Policies | None) -> Policies:
+        """These options, with the parent's inherited ones where not set here."""
+        if parent is None or not parent._values:
+            return self
+        inherited = {o.name for p in POLICIES for o in p.options if o.inherited}
+        merged = {k: v for k, v in parent._values.items() if k in inherited}
+        merged.update(self._values)
+        value = Policies.__new__(Policies)
+        object.__setattr__(value, "_values", MappingProxyType(merged))
+        return value
