@@ -84,14 +84,24 @@ class Settings:
         """Settings from a context's keywords: ``budget`` or its short forms, ``policies`` or
         the policy options, and the context's own."""
         given = dict(keywords)
-        shortcuts = {f.name: given.pop(f.name) for f in fields(Budget) if f.name in given}
-        budget = Budget.given(given.pop("budget", None), shortcuts)
-        policies = given.pop("policies", None)
+        budget, policies = given.pop("budget", None), given.pop("policies", None)
+        short = {f.name: given.pop(f.name) for f in fields(Budget) if f.name in given}
         own = {f.name: given.pop(f.name) for f in fields(cls) if f.name in given}
-        if policies is None:
-            policies = Policies(**given)
-        elif not isinstance(policies, Policies):
-            raise TypeError(f"policies must be a Policies, got {type(policies).__name__}")
-        elif set_here := [name for name, value in given.items() if value is not None]:
-            raise TypeError(f"give policies= or {', '.join(set_here)}=, not both")
-        return cls(name=name, budget=budget, policies=policies, **own)
+        return cls(
+            name=name,
+            budget=_value("budget", budget, Budget, short),
+            policies=_value("policies", policies, Policies, given),
+            **own,
+        )
+
+
+def _value(name: str, value: Any, kind: type[Any], short: dict[str, Any]) -> Any:
+    """``value``, or the ``kind`` its ``short`` keywords make (None: not given); not both."""
+    if value is None:
+        return kind(**short)
+    given = [key for key, item in short.items() if item is not None]
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    if given:
+        raise TypeError(f"give {name}= or {', '.join(given)}=, not both")
+    return value

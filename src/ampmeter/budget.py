@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
 
 from ampmeter import _validate
 from ampmeter._core.exhaustion import ExhaustedHook, Exhaustion
@@ -21,19 +20,10 @@ class Budget:
     """What one context may spend, as a frozen value: ``Budget(max_cost_usd=1.0, max_steps=20,
     timeout_s=60)`` is what ``ExecutionContext(max_cost_usd=1.0, max_steps=20, timeout_s=60)``
     builds, and ``ExecutionContext(budget=...)`` or ``spawn_child(name, budget=...)`` takes it.
-
-    * ``limits``: :class:`~ampmeter.Limit` objects on stats keys;
-    * ``max_cost_usd``, ``max_steps``, ``max_retries``: shortcuts for limits on ``amp:cost``
-      (exact Decimal dollars), ``amp:steps`` (successful calls) and ``amp:retries``;
-    * ``timeout_s``: wall time; calls after it are refused;
-    * ``warn_at``: fractions of the shortcut limits at which a warning event is reported;
-    * ``on_exhausted``, ``pause_timeout_s``: what a call at a hard limit does (``"raise"``,
-      ``"pause"`` or a callable; unset: as the enclosing context).
-
-    Each value is checked once, when the budget is made, with an error that names it; a
-    context's own budget is :attr:`ExecutionContext.budget <ampmeter.ExecutionContext.budget>`.
-    The limits of every enclosing context bind a child as well as its own.
-    """
+    Its fields are the keywords of :class:`~ampmeter.ExecutionContext` of the same names
+    (``max_cost_usd`` in exact Decimal dollars), each checked once, when the budget is made, by
+    an error that names it. The limits of every enclosing context bind a child as well as its
+    own."""
 
     limits: tuple[Limit, ...] = ()
     max_cost_usd: Decimal | None = None
@@ -59,18 +49,6 @@ class Budget:
         exhaustion = Exhaustion.checked(self.on_exhausted, self.pause_timeout_s)
         if exhaustion is not None:
             fix(self, "pause_timeout_s", exhaustion.timeout_s)
-
-    @classmethod
-    def given(cls, budget: Budget | None, shortcuts: dict[str, Any]) -> Budget:
-        """``budget``, or one made of ``shortcuts`` (a context's keywords; None: not given)."""
-        given = {name: value for name, value in shortcuts.items() if value is not None}
-        if budget is None:
-            return cls(**given)
-        if not isinstance(budget, Budget):
-            raise TypeError(f"budget must be a Budget, got {type(budget).__name__}")
-        if given:
-            raise TypeError(f"give budget= or {', '.join(given)}=, not both")
-        return budget
 
     @property
     def all_limits(self) -> tuple[Limit, ...]:

@@ -83,9 +83,7 @@ class ExecutionContext(CallMaker):
       ``amp:steps`` (successful calls) and ``amp:retries``), ``timeout_s`` (wall time; calls
       after it are refused), ``warn_at``, ``on_exhausted`` and ``pause_timeout_s`` (below);
     * ``policies``: the policy options as one :class:`~ampmeter.Policies`, or as keywords
-      (``policy_options``: ``on_unpriced``, ``on_limit_event``, ``final_reserve_usd``,
-      ``max_repeats``, ``max_input_tokens_per_call``, ``on_budget_pressure``, ``pressure_at``,
-      ``downgrade``, below, and those of any policy registered in
+      (``policy_options``: those below, and those of the policies in
       :mod:`ampmeter.policies.registry`);
     * ``chain_id``, ``metadata``: the graph's id and the context node's metadata;
     * ``sinks``: where every ended node goes (children add theirs to their parent's). A sink
@@ -169,31 +167,10 @@ class ExecutionContext(CallMaker):
         pricing: Pricing | None = None,
         **policy_options: Any,
     ) -> None:
-        given = dict(
-            budget=budget,
-            policies=policies,
-            limits=limits,
-            max_cost_usd=max_cost_usd,
-            max_steps=max_steps,
-            max_retries=max_retries,
-            timeout_s=timeout_s,
-            warn_at=warn_at,
-            on_exhausted=on_exhausted,
-            pause_timeout_s=pause_timeout_s,
-            chain_id=chain_id,
-            metadata=metadata,
-            sinks=sinks,
-            ledger=ledger,
-            on_ledger_error=on_ledger_error,
-            max_nodes=max_nodes,
-            admission_timeout_s=admission_timeout_s,
-            estimate=estimate,
-            on_expired_hold=on_expired_hold,
-            disclose_budget=disclose_budget,
-            pricing=pricing,
-        )
+        given = {**locals(), **policy_options}  # every keyword above, by its name
+        del given["self"], given["name"], given["policy_options"]
         # ``ampmeter run``'s context encloses the program's: its runs go inside it.
-        self._setup(enclosing_context(), Settings.of(name, {**given, **policy_options}))
+        self._setup(enclosing_context(), Settings.of(name, given))
 
     def _setup(self, parent: ExecutionContext | None, settings: Settings) -> None:
         if settings.pricing is not None:
@@ -542,7 +519,7 @@ class ExecutionContext(CallMaker):
             "sink_errors": [f"{type(e).__name__}: {e}" for e in self._emitter.errors],
             "sink_failures": sum(self._emitter.failures.values()),
             "limit_events": [
-                *self._policies.events(),
+                *self._policies.log.dicts(),
                 *self._frame.pause_events,
             ],
             "graph": self.graph.snapshot(),
@@ -626,25 +603,21 @@ class ExecutionContext(CallMaker):
             for sink in sinks
         ]
         timeout = None if found.deadline is None else max(found.deadline - time.time(), 0.0)
-        budget = Budget(
-            limits=found.limits,
-            timeout_s=timeout,
-            on_exhausted=found.on_exhausted,
-            pause_timeout_s=found.pause_timeout_s,
-        )
-        settings = Settings(
-            name=found.name,
-            budget=budget,
-            policies=Policies(),
-            chain_id=found.chain_id,
-            metadata={"handoff_from": found.node_id},
-            sinks=tuple(wrapped),
-            ledger=shared,
-            estimate=getattr(found, "estimate", None),
-            on_expired_hold=found.on_expired_hold,
-            handoff_from=found,
-            pricing=pricing,
-        )
+        given = {
+            "limits": found.limits,
+            "timeout_s": timeout,
+            "on_exhausted": found.on_exhausted,
+            "pause_timeout_s": found.pause_timeout_s,
+            "chain_id": found.chain_id,
+            "metadata": {"handoff_from": found.node_id},
+            "sinks": wrapped,
+            "ledger": shared,
+            "estimate": getattr(found, "estimate", None),
+            "on_expired_hold": found.on_expired_hold,
+            "handoff_from": found,
+            "pricing": pricing,
+        }
+        settings = Settings.of(found.name, given)
         ctx = cls.__new__(cls)
         ctx._setup(None, settings)
         ctx.frame.span_prefix = prefix

@@ -22,24 +22,19 @@ options; :mod:`~ampmeter.policies.shared_totals` holds the shared ledger's total
 
 from __future__ import annotations
 
-from ampmeter.policies.marks import CallMarks
 from ampmeter.policies.options import (
     KEY_BUDGET_PRESSURE,
     KEY_INPUT_TOKENS_PER_CALL,
     KEY_REPEATS_FOR,
     META_LIMIT_EVENTS,
     LimitEvent,
-    OnUnpriced,
     Option,
     Policy,
-    PressureHook,
     final_call,
-    fingerprint,
-    in_final_call,
     request_fingerprint,
 )
 from ampmeter.policies.registry import POLICIES, Policies, register
-from ampmeter.policies.shared_totals import SHARED_READ_S, SharedTotals, shared_totals
+from ampmeter.policies.shared_totals import SHARED_READ_S
 
 __all__ = [
     "KEY_BUDGET_PRESSURE",
@@ -48,18 +43,11 @@ __all__ = [
     "META_LIMIT_EVENTS",
     "POLICIES",
     "SHARED_READ_S",
-    "CallMarks",
     "LimitEvent",
-    "OnUnpriced",
     "Option",
     "Policies",
     "Policy",
-    "PressureHook",
-    "SharedTotals",
     "final_call",
-    "fingerprint",
-    "in_final_call",
     "register",
     "request_fingerprint",
-    "shared_totals",
 ]

@@ -1,14 +1,6 @@
 """The policies configured for one context: what it declares for its own and its descendants'
-steps, and the policy steps of its admission chain, one per registered policy in force
-(:data:`~ampmeter.policies.registry.POLICIES`), in the registry's order:
-
-1. :class:`~ampmeter.policies.pressure.Pressure` (a budget-pressure hook's refusal),
-2. :class:`~ampmeter.policies.input_cap.InputCap` (``max_input_tokens_per_call``),
-3. :class:`~ampmeter.policies.unpriced.Unpriced` (``on_unpriced``, under a cost limit),
-4. :class:`~ampmeter.policies.loop_guard.LoopGuard` (``max_repeats``),
-5. :class:`~ampmeter.policies.final_reserve.FinalReserve` (``final_reserve_usd``),
-6. :class:`~ampmeter.policies.windows.Windows` (``Limit(..., window_s=...)``),
-7. :class:`~ampmeter.policies.thresholds.Thresholds` (``warn_at`` and ``soft=True``).
+steps, and the policy steps of its admission chain: one per registered policy in force, in the
+order of :data:`~ampmeter.policies.registry.POLICIES`.
 
 Besides the chain, this object is the wiring the integrations and the shared ledger step use:
 a call's marks, a request's identity, the pressure hook, trace records and shared terms.
@@ -64,7 +56,7 @@ class ConfiguredPolicies:
         self.log = EventLog(values.on_limit_event)
         self.declared: dict[str, Any] = {}
         for policy in POLICIES:
-            state = None if policy.declare is None else policy.declare(frame, values, self.log)
+            state = None if policy.declare is None else policy.declare(self)
             if state is not None:
                 self.declared[policy.name] = state
         self.steps: tuple[PolicyStep, ...] = ()
@@ -101,10 +93,6 @@ class ConfiguredPolicies:
     def wrap_up(self) -> bool:
         """Whether a soft limit of this context or an enclosing one was exceeded."""
         return any(step.wraps_up() for step in self.steps)
-
-    def events(self) -> list[dict[str, Any]]:
-        """This context's own limit events, as dicts."""
-        return self.log.dicts()
 
     # -- making a call --------------------------------------------------------------------------
 

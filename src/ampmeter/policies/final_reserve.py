@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.steps import Chain, Flight
     from ampmeter.policies.configured import ConfiguredPolicies
-    from ampmeter.policies.events import EventLog
     from ampmeter.policies.marks import CallMarks
     from ampmeter.policies.registry import Policies
     from ampmeter.policies.step import SharedTerms
@@ -82,8 +81,8 @@ def _lowered(frame: Frame, reserve: Decimal | None) -> tuple[LimitRow, ...]:
     return tuple(rows)
 
 
-def _declare(frame: Frame, policies: Policies, log: EventLog) -> Decimal | None:
-    reserve: Decimal | None = policies.final_reserve_usd
+def _declare(configured: ConfiguredPolicies) -> Decimal | None:
+    reserve: Decimal | None = configured.values.final_reserve_usd
     return reserve
 
 

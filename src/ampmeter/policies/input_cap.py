@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ampmeter._validate import count
 from ampmeter.limits import ExceededLimit, Limit
 from ampmeter.policies.options import (
     KEY_INPUT_TOKENS_PER_CALL,
     LimitEvent,
+    Option,
     Policy,
-    count_option,
 )
 from ampmeter.policies.step import Observer
 
@@ -64,5 +65,6 @@ def _make(chain: Chain, configured: ConfiguredPolicies) -> InputCap | None:
     return None if cap is None else InputCap(chain, cap, configured.log)
 
 
-POLICY = Policy("input_cap", (count_option("max_input_tokens_per_call", inherited=True),), _make)
+_OPTION = Option("max_input_tokens_per_call", lambda n: count(n, "max_input_tokens_per_call"), True)
+POLICY = Policy("input_cap", (_OPTION,), _make)
 """``max_input_tokens_per_call``, inherited."""

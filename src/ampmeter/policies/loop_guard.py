@@ -7,17 +7,16 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from ampmeter._validate import count
 from ampmeter.limits import ExceededLimit, Limit
-from ampmeter.policies.options import KEY_REPEATS_FOR, Policy, count_option
+from ampmeter.policies.options import KEY_REPEATS_FOR, Option, Policy
 from ampmeter.policies.step import PolicyStep
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.steps import Chain, Flight
     from ampmeter.policies.configured import ConfiguredPolicies
-    from ampmeter.policies.events import EventLog
     from ampmeter.policies.marks import CallMarks
-    from ampmeter.policies.registry import Policies
     from ampmeter.policies.step import SharedTerms
 
 __all__ = ["POLICY", "LoopGuard", "Repeats"]
@@ -75,9 +74,9 @@ class LoopGuard(PolicyStep):
                 terms.extra[key] = 1.0  # each request holds one repeat
 
 
-def _declare(frame: Frame, policies: Policies, log: EventLog) -> Repeats | None:
-    most = policies.max_repeats
-    return None if most is None else Repeats(frame, most)
+def _declare(configured: ConfiguredPolicies) -> Repeats | None:
+    most = configured.values.max_repeats
+    return None if most is None else Repeats(configured.frame, most)
 
 
 def _make(chain: Chain, configured: ConfiguredPolicies) -> LoopGuard | None:
@@ -85,5 +84,6 @@ def _make(chain: Chain, configured: ConfiguredPolicies) -> LoopGuard | None:
     return LoopGuard(chain, counters) if counters else None
 
 
-POLICY = Policy("loop_guard", (count_option("max_repeats"),), _make, _declare)
+_OPTION = Option("max_repeats", lambda most: count(most, "max_repeats"))
+POLICY = Policy("loop_guard", (_OPTION,), _make, _declare)
 """``max_repeats``, of the context that sets it (and binding its descendants)."""

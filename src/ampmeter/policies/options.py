@@ -7,9 +7,8 @@ import contextlib
 import contextvars
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
-from ampmeter import _validate
 from ampmeter.keys import (
     KEY_BUDGET_PRESSURE,
     KEY_COST,
@@ -19,11 +18,9 @@ from ampmeter.keys import (
 from ampmeter.limits import ExceededLimit, Limit, LimitType
 
 if TYPE_CHECKING:
-    from ampmeter._core.frame import Frame
     from ampmeter._core.steps import Chain
     from ampmeter.context import ExecutionContext
     from ampmeter.policies.configured import ConfiguredPolicies
-    from ampmeter.policies.events import EventLog
     from ampmeter.policies.registry import Policies
     from ampmeter.policies.step import PolicyStep
 
@@ -33,12 +30,10 @@ __all__ = [
     "KEY_REPEATS_FOR",
     "META_LIMIT_EVENTS",
     "LimitEvent",
-    "OnUnpriced",
     "Option",
     "Policy",
     "PressureHook",
     "callable_option",
-    "count_option",
     "final_call",
     "fingerprint",
     "in_final_call",
@@ -47,14 +42,9 @@ __all__ = [
     "shared_refusal",
 ]
 
-SHARED_READ_S: Final = 0.5
-"""How long a shared ledger's totals, once read, stand for the budget pressure and
-``wrap_up`` (a settlement always reads them afresh)."""
-
 META_LIMIT_EVENTS: Final = "limit_events"
 """Node metadata: the :class:`LimitEvent` dicts the node's settlement produced."""
 
-OnUnpriced = Literal["refuse", "warn", "allow"]
 PressureHook = Callable[["ExecutionContext", dict[str, Any]], "dict[str, Any] | None"]
 
 # -- final calls ----------------------------------------------------------------------------------
@@ -132,22 +122,17 @@ class Option:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """A policy as the registry (:mod:`~ampmeter.policies.registry`) knows it.
-
-    * ``options``: its keywords;
-    * ``make(chain, configured)``: its step in a context's chain, None when not in force there
-      (``configured``: the context's :class:`~ampmeter.policies.configured.ConfiguredPolicies`);
-    * ``declare(frame, policies, log)``: what a context that configures it keeps for its own
-      and its descendants' steps (its counts, windows, watched limits), None for nothing;
-    * ``translate(values)``: rewrite the checked keywords in place (``downgrade`` is a hook);
-    * ``check(policies, limits)``: check the options against the context's own limits before
-      anything is made.
-    """
+    """A policy as the registry (:mod:`~ampmeter.policies.registry`) knows it: its keywords;
+    ``make(chain, configured)``, its step in a context's chain (None: not in force there);
+    ``declare(configured)``, what a context keeps for its own and its descendants'
+    steps (counts, windows, watched limits; None: nothing); ``translate(values)``, a rewrite of
+    the checked keywords (``downgrade`` is a hook); ``check(policies, limits)``, a check against
+    the context's own limits before anything is made."""
 
     name: str
     options: tuple[Option, ...]
     make: Callable[[Chain, ConfiguredPolicies], PolicyStep | None]
-    declare: Callable[[Frame, Policies, EventLog], Any] | None = None
+    declare: Callable[[ConfiguredPolicies], Any] | None = None
     translate: Callable[[dict[str, Any]], None] | None = None
     check: Callable[[Policies, tuple[Limit, ...]], None] | None = None
 
@@ -161,11 +146,6 @@ def callable_option(name: str, *, inherited: bool = True) -> Option:
         return hook
 
     return Option(name, check, inherited)
-
-
-def count_option(name: str, *, inherited: bool = False) -> Option:
-    """An option whose value is a count (an int >= 0)."""
-    return Option(name, lambda value: _validate.count(value, name), inherited)
 
 
 def is_cost_ceiling(limit: Limit) -> bool:

@@ -4,7 +4,7 @@ context's policy options. A new policy is a module that declares its
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NoReturn
 
@@ -23,14 +23,14 @@ from ampmeter.policies.options import Option, Policy
 __all__ = ["POLICIES", "Policies", "register"]
 
 POLICIES: list[Policy] = [
-    events.POLICY,  # where limit events go (no step)
-    pressure.POLICY,
-    input_cap.POLICY,
-    unpriced.POLICY,
-    loop_guard.POLICY,
-    final_reserve.POLICY,
-    windows.POLICY,
-    thresholds.POLICY,
+    events.POLICY,  # on_limit_event: where the others' events go (no step)
+    pressure.POLICY,  # a budget-pressure hook's refusal (on_budget_pressure, downgrade)
+    input_cap.POLICY,  # max_input_tokens_per_call
+    unpriced.POLICY,  # on_unpriced, under a cost limit
+    loop_guard.POLICY,  # max_repeats
+    final_reserve.POLICY,  # final_reserve_usd
+    windows.POLICY,  # Limit(..., window_s=...)
+    thresholds.POLICY,  # Limit(..., warn_at=..., soft=True), warn_at
 ]
 """Every policy, in admission order: a context's chain holds each one's step where in force."""
 
@@ -51,15 +51,11 @@ def _options() -> dict[str, Option]:
 class Policies:
     """A context's policy options, as a frozen value: ``Policies(max_repeats=3,
     on_unpriced="warn")`` is what ``ExecutionContext(max_repeats=3, on_unpriced="warn")`` builds,
-    and ``ExecutionContext(policies=...)`` takes it.
-
-    The keywords are those the registered policies declare (see
-    :class:`~ampmeter.ExecutionContext`); each is checked here, once, and an unknown one is a
-    ``TypeError``. An option not set reads None. ``ctx.policies`` is the value in force: the
-    context's own, with the inherited options (``on_unpriced``, ``on_limit_event``,
-    ``max_input_tokens_per_call``, ``on_budget_pressure``, ``pressure_at``) its parent's where
-    not set here.
-    """
+    and ``ExecutionContext(policies=...)`` takes it. The keywords are those the registered
+    policies declare (see :class:`~ampmeter.ExecutionContext`), each checked here, once; an
+    option not set reads None. ``ctx.policies`` is the value in force: the context's own, with
+    its parent's inherited options (all but ``max_repeats`` and ``final_reserve_usd``) where
+    not set here."""
 
     __slots__ = ("_values",)
     _values: Mapping[str, Any]
@@ -89,10 +85,6 @@ class Policies:
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError("Policies is frozen: make a new one (Policies(...)) instead")
-
-    def __iter__(self) -> Iterator[tuple[str, Any]]:
-        """The options set, as (keyword, value) pairs."""
-        return iter(self._values.items())
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Policies) and dict(self._values) == dict(other._values)

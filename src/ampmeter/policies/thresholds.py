@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from ampmeter.policies.configured import ConfiguredPolicies
     from ampmeter.policies.events import EventLog
     from ampmeter.policies.marks import CallMarks
-    from ampmeter.policies.registry import Policies
     from ampmeter.policies.step import SharedTerms
 
 __all__ = ["POLICY", "Thresholds", "Watch"]
@@ -156,9 +155,10 @@ class Thresholds(Observer):
                 )
 
 
-def _declare(frame: Frame, policies: Policies, log: EventLog) -> Watch | None:
+def _declare(configured: ConfiguredPolicies) -> Watch | None:
+    frame = configured.frame
     watched = tuple(lim for lim in frame.limits if lim.warn_at or lim.soft)
-    return Watch(frame, watched, log) if watched else None
+    return Watch(frame, watched, configured.log) if watched else None
 
 
 def _make(chain: Chain, configured: ConfiguredPolicies) -> Thresholds | None:

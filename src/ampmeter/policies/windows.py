@@ -21,9 +21,7 @@ if TYPE_CHECKING:
     from ampmeter._core.steps import Chain, Flight
     from ampmeter._core.usage import Usage
     from ampmeter.policies.configured import ConfiguredPolicies
-    from ampmeter.policies.events import EventLog
     from ampmeter.policies.marks import CallMarks
-    from ampmeter.policies.registry import Policies
     from ampmeter.policies.step import SharedTerms
 
 __all__ = ["POLICY", "Window", "Windows"]
@@ -103,8 +101,9 @@ class Windows(Observer):
             terms.extra.update((lim.key, None) for lim in limits if lim.type is LimitType.EXACT)
 
 
-def _declare(frame: Frame, policies: Policies, log: EventLog) -> tuple[Window, ...] | None:
-    return tuple(Window(lim) for lim in frame.limits if lim.window_s is not None) or None
+def _declare(configured: ConfiguredPolicies) -> tuple[Window, ...] | None:
+    limits = configured.frame.limits
+    return tuple(Window(lim) for lim in limits if lim.window_s is not None) or None
 
 
 def _make(chain: Chain, configured: ConfiguredPolicies) -> Windows | None:
