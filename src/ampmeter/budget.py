@@ -7,12 +7,17 @@ from decimal import Decimal
 
 from ampmeter import _validate
 from ampmeter._core.exhaustion import ExhaustedHook, Exhaustion
-from ampmeter.keys import KEY_COST, KEY_RETRIES, KEY_STEPS
+from ampmeter.keys import KEY_COST, KEY_LLM_CALLS, KEY_RETRIES, KEY_STEPS
 from ampmeter.limits import Limit, context_limits, warn_fractions
 
 __all__ = ["Budget"]
 
-_SHORTCUTS = ((KEY_COST, "max_cost_usd"), (KEY_STEPS, "max_steps"), (KEY_RETRIES, "max_retries"))
+_SHORTCUTS = (
+    (KEY_COST, "max_cost_usd"),
+    (KEY_STEPS, "max_steps"),
+    (KEY_LLM_CALLS, "max_llm_calls"),
+    (KEY_RETRIES, "max_retries"),
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +33,7 @@ class Budget:
     limits: tuple[Limit, ...] = ()
     max_cost_usd: Decimal | None = None
     max_steps: int | None = None
+    max_llm_calls: int | None = None
     max_retries: int | None = None
     timeout_s: float | None = None
     warn_at: tuple[float, ...] = ()

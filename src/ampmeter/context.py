@@ -79,9 +79,10 @@ class ExecutionContext(CallMaker):
     * ``budget``: the context's limits as one :class:`~ampmeter.Budget`, or its short forms:
       ``limits`` (:class:`~ampmeter.Limit` objects on stats keys, fixed when the context is
       made: a sub-agent that needs others gets them from :meth:`spawn_child`),
-      ``max_cost_usd``, ``max_steps``, ``max_retries`` (shortcuts for limits on ``amp:cost``,
-      ``amp:steps`` (successful calls) and ``amp:retries``), ``timeout_s`` (wall time; calls
-      after it are refused), ``warn_at``, ``on_exhausted`` and ``pause_timeout_s`` (below);
+      ``max_cost_usd``, ``max_steps``, ``max_llm_calls``, ``max_retries`` (shortcuts for
+      limits on ``amp:cost``, ``amp:steps`` (successful calls), ``amp:llm_calls`` and
+      ``amp:retries``), ``timeout_s`` (wall time; calls after it are refused), ``warn_at``,
+      ``on_exhausted`` and ``pause_timeout_s`` (below);
     * ``policies``: the policy options as one :class:`~ampmeter.Policies`, or as keywords
       (``policy_options``: those below, and those of the policies in
       :mod:`ampmeter.policies.registry`);
@@ -149,6 +150,7 @@ class ExecutionContext(CallMaker):
         limits: Sequence[Limit] | None = None,
         max_cost_usd: float | Decimal | None = None,
         max_steps: int | None = None,
+        max_llm_calls: int | None = None,
         max_retries: int | None = None,
         timeout_s: float | None = None,
         warn_at: Sequence[float] | None = None,
@@ -189,7 +191,6 @@ class ExecutionContext(CallMaker):
         self._lineage = lineage(parent._lineage if parent else None, name, limits)
         settings.metadata[META_CONTEXTS] = self._lineage  # a sub-agent's own event says it too
         self.ledger = settings.ledger
-        self.on_ledger_error = settings.on_ledger_error
         self.data: Any = None
         if parent is None:
             self.graph = ExecutionGraph(settings.chain_id, max_nodes=settings.max_nodes)
@@ -369,7 +370,7 @@ class ExecutionContext(CallMaker):
         inherits the inherited policy options, ``on_ledger_error`` and the others this context
         has where not given."""
         self._check_open()
-        keywords.setdefault("on_ledger_error", self.on_ledger_error)
+        keywords.setdefault("on_ledger_error", self._frame.on_ledger_error)
         child = ExecutionContext.__new__(ExecutionContext)
         child._setup(self, Settings.of(name, keywords))
         return child

@@ -115,7 +115,7 @@ def test_values_are_frozen_and_children_inherit_the_policies() -> None:
         for sub in (grandchild, child):
             sub.close()
     # wiring is not on the context
-    assert not hasattr(ctx, "policy_options")
+    assert not hasattr(ctx, "policy_options") and not hasattr(ctx, "on_ledger_error")
     assert not hasattr(ctx, "configured_policies")
 
 
@@ -191,3 +191,15 @@ def test_values_and_keywords_refuse_the_same_way(
         ExecutionContext(**keywords)
     with ExecutionContext("parent") as parent, pytest.raises(error, match=match):
         parent.spawn_child("child", **keywords)
+
+
+def test_max_llm_calls_is_a_short_keyword_like_max_steps() -> None:
+    with ExecutionContext("run", max_llm_calls=2) as ctx:
+        assert ctx.limits == (Limit("amp:llm_calls", 2),) and ctx.budget.max_llm_calls == 2
+        for _ in range(2):
+            with ctx.llm_call("think", estimate_usd=0.0) as call:
+                call.record(cost_usd=0.0)
+        with pytest.raises(LimitExceeded, match="amp:llm_calls"), ctx.llm_call("think"):
+            pass
+    with pytest.raises(ValueError, match="max_llm_calls must be a whole number"):
+        Budget(max_llm_calls=1.5)  # type: ignore[arg-type]
