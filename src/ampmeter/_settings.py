@@ -83,16 +83,21 @@ class Settings:
     def of(cls, name: str, keywords: Mapping[str, Any]) -> Settings:
         """Settings from a context's keywords: ``budget`` or its short forms, ``policies`` or
         the policy options, and the context's own."""
-        given = dict(keywords)
-        budget, policies = given.pop("budget", None), given.pop("policies", None)
-        short = {f.name: given.pop(f.name) for f in fields(Budget) if f.name in given}
-        own = {f.name: given.pop(f.name) for f in fields(cls) if f.name in given}
+        short: dict[str, Any] = {}
+        own: dict[str, Any] = {}
+        options: dict[str, Any] = {}
+        for key, value in keywords.items():
+            (short if key in _BUDGET else own if key in _OWN else options)[key] = value
         return cls(
             name=name,
-            budget=_value("budget", budget, Budget, short),
-            policies=_value("policies", policies, Policies, given),
+            budget=_value("budget", options.pop("budget", None), Budget, short),
+            policies=_value("policies", options.pop("policies", None), Policies, options),
             **own,
         )
+
+
+_BUDGET = frozenset(f.name for f in fields(Budget) if f.init)
+_OWN = frozenset(f.name for f in fields(Settings)) - {"name", "budget", "policies"}
 
 
 def _value(name: str, value: Any, kind: type[Any], short: dict[str, Any]) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from ampmeter import _validate
@@ -39,14 +39,23 @@ class Budget:
     warn_at: tuple[float, ...] = ()
     on_exhausted: str | ExhaustedHook | None = None
     pause_timeout_s: float | None = None
+    all_limits: tuple[Limit, ...] = field(init=False, repr=False, compare=False)
+    """:attr:`limits` and the shortcuts' limits (with ``warn_at``), as the context checks them."""
+    exhaustion: Exhaustion | None = field(init=False, repr=False, compare=False)
+    """The checked ``on_exhausted`` and ``pause_timeout_s`` (None: as the enclosing context)."""
 
     def __post_init__(self) -> None:
         fix = object.__setattr__  # a frozen value sets its checked fields once, here
-        fix(self, "limits", context_limits(self.limits, None, None, None))
+        if self.limits is None or self.limits == ():
+            fix(self, "limits", ())
+        else:
+            fix(self, "limits", context_limits(self.limits, None, None, None))
+        shortcuts = []
         for key, name in _SHORTCUTS:
             value = getattr(self, name)
             if value is not None:
                 fix(self, name, _validate.limit_max(key, value, name))
+                shortcuts.append((key, getattr(self, name)))
         fix(self, "timeout_s", _validate.optional_amount(self.timeout_s, "timeout_s"))
         if self.warn_at is None or self.warn_at == ():
             fix(self, "warn_at", ())
@@ -55,20 +64,6 @@ class Budget:
         exhaustion = Exhaustion.checked(self.on_exhausted, self.pause_timeout_s)
         if exhaustion is not None:
             fix(self, "pause_timeout_s", exhaustion.timeout_s)
-
-    @property
-    def all_limits(self) -> tuple[Limit, ...]:
-        """:attr:`limits` and the shortcuts' limits (with ``warn_at``), as the context checks
-        them."""
-        shortcuts = tuple(
-            Limit(key, value, warn_at=self.warn_at)
-            for key, name in _SHORTCUTS
-            if (value := getattr(self, name)) is not None
-        )
-        return (*self.limits, *shortcuts)
-
-    @property
-    def exhaustion(self) -> Exhaustion | None:
-        """The checked ``on_exhausted`` and ``pause_timeout_s`` (None: as the enclosing
-        context)."""
-        return Exhaustion.checked(self.on_exhausted, self.pause_timeout_s)
+        fix(self, "exhaustion", exhaustion)
+        made = (Limit(key, value, warn_at=self.warn_at) for key, value in shortcuts)
+        fix(self, "all_limits", (*self.limits, *made))

@@ -174,6 +174,7 @@ def test_short_keywords_and_values_give_equal_contexts() -> None:
         ({"policies": Policies(), "max_repeats": 2}, TypeError, "policies= or max_repeats="),
         ({"budget": {"max_steps": 3}}, TypeError, "budget must be a Budget"),
         ({"policies": {"max_repeats": 3}}, TypeError, "policies must be a Policies"),
+        ({"limits": 0}, TypeError, "limits must be a list of Limit"),
         ({"max_cost_usd": -1}, ValueError, "max_cost_usd"),
         ({"warn_at": (1.5,)}, ValueError, "warn_at"),
         ({"pause_timeout_s": -1}, ValueError, "pause_timeout_s"),

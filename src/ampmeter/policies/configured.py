@@ -77,8 +77,14 @@ class ConfiguredPolicies:
     def steps_for(self, chain: Chain) -> tuple[PolicyStep, ...]:
         """The policy steps of ``chain`` (this context's), in admission order; none for a
         policy that is not in force."""
-        made = (policy.make(chain, self) for policy in POLICIES)
-        self.steps = tuple(step for step in made if step is not None)
+        steps = []
+        for policy in POLICIES:
+            step = policy.make(chain, self)
+            if step is not None:
+                steps.append(step)
+        self.steps = tuple(steps)
+        if not steps and not chain.frame.disclose_budget:
+            return ()  # nothing to mark, shape or observe
         self.observers = tuple(step for step in self.steps if isinstance(step, Observer))
         self.pressure = next((s for s in self.steps if isinstance(s, Pressure)), None)
         # A priced call needs no marks when only the unpriced rule is in force.

@@ -97,15 +97,15 @@ def _spent_cost(ctx: ExecutionContext) -> Decimal:
 
 def _make(chain: Chain, configured: ConfiguredPolicies) -> Pressure | None:
     hook = configured.values.on_budget_pressure
+    if hook is None:
+        return None
     ceilings = tuple(
         (frame, limit.max_value)
         for frame in chain.frame.chain
         for limit in frame.limits
         if is_cost_ceiling(limit) and limit.max_value > 0
     )
-    if hook is None or not ceilings:
-        return None
-    return Pressure(chain, hook, configured.values.pressure_at, ceilings)
+    return Pressure(chain, hook, configured.values.pressure_at, ceilings) if ceilings else None
 
 
 def _ladder(values: dict[str, Any]) -> None:

@@ -44,8 +44,16 @@ def register(policy: Policy) -> None:
     POLICIES.append(policy)
 
 
+_INDEX: list[Any] = [0, {}]  # how many policies the index has, and their options by keyword
+
+
 def _options() -> dict[str, Option]:
-    return {option.name: option for policy in POLICIES for option in policy.options}
+    """Every registered option by keyword (made again when :data:`POLICIES` changed length:
+    a line added here, :func:`register`)."""
+    if _INDEX[0] != len(POLICIES):
+        _INDEX[:] = len(POLICIES), {o.name: o for p in POLICIES for o in p.options}
+    options: dict[str, Option] = _INDEX[1]
+    return options
 
 
 class Policies:
@@ -79,7 +87,7 @@ class Policies:
         object.__setattr__(self, "_values", MappingProxyType(values))
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name not in _options():
+        if name not in _options():
             raise AttributeError(f"Policies has no option {name!r}")
         return self._values.get(name)
 

@@ -70,10 +70,10 @@ def _watches_cost(limit: Limit) -> bool:
 
 def _make(chain: Chain, configured: ConfiguredPolicies) -> Unpriced | None:
     mode = configured.values.on_unpriced or "refuse"
-    owner = next((f for f in chain.frame.chain if any(map(_watches_cost, f.limits))), None)
-    if mode == "allow" or owner is None:
+    if mode == "allow":
         return None
-    return Unpriced(chain, owner, mode == "refuse", configured.log)
+    owner = next((f for f in chain.frame.chain if any(map(_watches_cost, f.limits))), None)
+    return None if owner is None else Unpriced(chain, owner, mode == "refuse", configured.log)
 
 
 def _mode(mode: object) -> object:
