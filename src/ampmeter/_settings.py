@@ -80,7 +80,9 @@ class Settings:
         fix(self, "pricing", source.checked(self.pricing))
 
     @classmethod
-    def of(cls, name: str, keywords: Mapping[str, Any]) -> Settings:
+    def of(
+        cls, name: str, keywords: Mapping[str, Any], handoff_from: Handoff | None = None
+    ) -> Settings:
         """Settings from a context's keywords: ``budget`` or its short forms, ``policies`` or
         the policy options, and the context's own."""
         short: dict[str, Any] = {}
@@ -92,12 +94,13 @@ class Settings:
             name=name,
             budget=_value("budget", options.pop("budget", None), Budget, short),
             policies=_value("policies", options.pop("policies", None), Policies, options),
+            handoff_from=handoff_from,
             **own,
         )
 
 
 _BUDGET = frozenset(f.name for f in fields(Budget) if f.init)
-_OWN = frozenset(f.name for f in fields(Settings)) - {"name", "budget", "policies"}
+_OWN = frozenset(f.name for f in fields(Settings)) - {"name", "budget", "policies", "handoff_from"}
 
 
 def _value(name: str, value: Any, kind: type[Any], short: dict[str, Any]) -> Any:

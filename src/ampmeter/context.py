@@ -615,10 +615,9 @@ class ExecutionContext(CallMaker):
             "ledger": shared,
             "estimate": getattr(found, "estimate", None),
             "on_expired_hold": found.on_expired_hold,
-            "handoff_from": found,
             "pricing": pricing,
         }
-        settings = Settings.of(found.name, given)
+        settings = Settings.of(found.name, given, handoff_from=found)
         ctx = cls.__new__(cls)
         ctx._setup(None, settings)
         ctx.frame.span_prefix = prefix

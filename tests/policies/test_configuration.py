@@ -83,6 +83,8 @@ def test_a_policy_registered_by_one_line_is_applied_and_inherited() -> None:
 def test_an_unregistered_keyword_is_refused_by_name() -> None:
     with pytest.raises(TypeError, match="unknown keyword 'banned_tools'"):
         ExecutionContext(banned_tools=["rm"])
+    with pytest.raises(TypeError, match="unknown keyword 'handoff_from'"):
+        ExecutionContext(handoff_from=None)  # made by from_handoff only
     with pytest.raises(TypeError, match="unknown keyword 'max_repeat'"):
         Policies(max_repeat=3)
 
