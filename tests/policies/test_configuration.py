@@ -4,7 +4,9 @@ registered in one list, so a policy of one's own is one module and one line."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -116,6 +118,8 @@ def test_values_are_frozen_and_children_inherit_the_policies() -> None:
         assert grandchild.policies.max_input_tokens_per_call == 100
         for sub in (grandchild, child):
             sub.close()
+    assert copy.deepcopy(policies) == pickle.loads(pickle.dumps(policies)) == policies
+    assert copy.deepcopy(budget) == budget
     # wiring is not on the context
     assert not hasattr(ctx, "policy_options") and not hasattr(ctx, "on_ledger_error")
     assert not hasattr(ctx, "configured_policies")

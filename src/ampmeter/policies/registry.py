@@ -5,6 +5,7 @@ context's policy options. A new policy is a module that declares its
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from types import MappingProxyType
 from typing import Any, NoReturn
 
@@ -93,6 +94,10 @@ class Policies:
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError("Policies is frozen: make a new one (Policies(...)) instead")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # copy and pickle make the value again from its options (its slot is read-only)
+        return (partial(Policies, **self._values), ())
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Policies) and dict(self._values) == dict(other._values)
