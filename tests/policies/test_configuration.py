@@ -102,6 +102,9 @@ def test_values_are_frozen_and_children_inherit_the_policies() -> None:
     policies = Policies(on_unpriced="warn", max_repeats=2, pressure_at=0.5)
     with pytest.raises(AttributeError, match="frozen"):
         policies.max_repeats = 3
+    with pytest.raises(AttributeError, match="frozen"):
+        del policies._values
+    assert hash(policies) == hash(Policies(pressure_at=0.5, max_repeats=2, on_unpriced="warn"))
     with ExecutionContext("run", budget=budget, policies=policies) as ctx:
         assert ctx.budget is budget and ctx.policies is policies
         with pytest.raises(AttributeError):

@@ -92,8 +92,10 @@ class Policies:
             raise AttributeError(f"Policies has no option {name!r}")
         return self._values.get(name)
 
-    def __setattr__(self, name: str, value: object) -> NoReturn:
+    def __setattr__(self, name: str, value: object = None) -> NoReturn:
         raise AttributeError("Policies is frozen: make a new one (Policies(...)) instead")
+
+    __delattr__ = __setattr__
 
     def __reduce__(self) -> tuple[Any, ...]:
         # copy and pickle make the value again from its options (its slot is read-only)
@@ -103,7 +105,7 @@ class Policies:
         return isinstance(other, Policies) and dict(self._values) == dict(other._values)
 
     def __hash__(self) -> int:
-        return hash(tuple(sorted(self._values.items(), key=lambda item: item[0])))
+        return hash(tuple(sorted(self._values.items())))  # keywords are distinct: never values
 
     def __repr__(self) -> str:
         return f"Policies({', '.join(f'{k}={v!r}' for k, v in self._values.items())})"
@@ -112,8 +114,8 @@ class Policies:
         """These options, with the parent's inherited ones where not set here."""
         if parent is None or not parent._values:
             return self
-        inherited = {o.name for p in POLICIES for o in p.options if o.inherited}
-        merged = {k: v for k, v in parent._values.items() if k in inherited}
+        known = _options()
+        merged = {k: v for k, v in parent._values.items() if known[k].inherited}
         merged.update(self._values)
         value = Policies.__new__(Policies)
         object.__setattr__(value, "_values", MappingProxyType(merged))
