@@ -22,13 +22,11 @@ _SHORTCUTS = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Budget:
-    """What one context may spend, as a frozen value: ``Budget(max_cost_usd=1.0, max_steps=20,
-    timeout_s=60)`` is what ``ExecutionContext(max_cost_usd=1.0, max_steps=20, timeout_s=60)``
-    builds, and ``ExecutionContext(budget=...)`` or ``spawn_child(name, budget=...)`` takes it.
-    Its fields are the keywords of :class:`~ampmeter.ExecutionContext` of the same names
-    (``max_cost_usd`` in exact Decimal dollars), each checked once, when the budget is made, by
-    an error that names it. The limits of every enclosing context bind a child as well as its
-    own."""
+    """What one context may spend, as a frozen value: ``Budget(max_cost_usd=1.0, timeout_s=60)``
+    is what ``ExecutionContext(max_cost_usd=1.0, timeout_s=60)`` builds, and ``budget=`` takes.
+    The fields are the context's keywords of the same names (``max_cost_usd`` in exact Decimal
+    dollars), each checked once, here, by an error that names it. The limits of every enclosing
+    context bind a child as well as its own."""
 
     limits: tuple[Limit, ...] = ()
     max_cost_usd: Decimal | None = None

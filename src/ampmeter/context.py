@@ -347,7 +347,7 @@ class ExecutionContext(CallMaker):
     def wrap_up(self) -> bool:
         """True once a soft limit of this context or an enclosing one was exceeded: the agent
         should finish with what it has (hard limits still hold)."""
-        return self._policies.wrap_up
+        return any(step.wraps_up() for step in self._policies.steps)
 
     def current_parent_id(self) -> str:
         """Where a node made now in this context goes: the innermost open call or step block
@@ -364,11 +364,8 @@ class ExecutionContext(CallMaker):
 
     def spawn_child(self, name: str, **keywords: Any) -> ExecutionContext:
         """A context for a sub-agent: a ``system`` node here, stats that roll up into ours.
-
-        ``keywords`` are those of :class:`ExecutionContext` (``budget=`` or ``max_cost_usd=``,
-        ``policies=`` or ``max_repeats=``, ``metadata``, ``sinks``, ``ledger``, ...); the child
-        inherits the inherited policy options, ``on_ledger_error`` and the others this context
-        has where not given."""
+        ``keywords`` are those of :class:`ExecutionContext`; the child inherits what it does not
+        set of the inherited policy options, ``on_ledger_error`` and the like."""
         self._check_open()
         keywords.setdefault("on_ledger_error", self._frame.on_ledger_error)
         child = ExecutionContext.__new__(ExecutionContext)

@@ -33,7 +33,7 @@ from ampmeter.policies.options import (
     final_call,
     request_fingerprint,
 )
-from ampmeter.policies.registry import POLICIES, Policies, register
+from ampmeter.policies.registry import POLICIES, Policies
 from ampmeter.policies.shared_totals import SHARED_READ_S
 
 __all__ = [
@@ -48,6 +48,5 @@ __all__ = [
     "Policies",
     "Policy",
     "final_call",
-    "register",
     "request_fingerprint",
 ]

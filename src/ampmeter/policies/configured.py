@@ -95,11 +95,6 @@ class ConfiguredPolicies:
         self.shapes_requests = self.pressure is not None or chain.frame.disclose_budget
         return self.steps
 
-    @property
-    def wrap_up(self) -> bool:
-        """Whether a soft limit of this context or an enclosing one was exceeded."""
-        return any(step.wraps_up() for step in self.steps)
-
     # -- making a call --------------------------------------------------------------------------
 
     def llm_marks(

@@ -122,12 +122,10 @@ class Option:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """A policy as the registry (:mod:`~ampmeter.policies.registry`) knows it: its keywords;
-    ``make(chain, configured)``, its step in a context's chain (None: not in force there);
-    ``declare(configured)``, what a context keeps for its own and its descendants'
-    steps (counts, windows, watched limits; None: nothing); ``translate(values)``, a rewrite of
-    the checked keywords (``downgrade`` is a hook); ``check(policies, limits)``, a check against
-    the context's own limits before anything is made."""
+    """A policy as :mod:`~ampmeter.policies.registry` lists it: its keywords; ``make``, its step
+    in a context's chain (None: not in force); ``declare``, what a context keeps for its and its
+    descendants' steps (counts, windows, watches); ``translate``, a rewrite of the checked
+    keywords; ``check``, of them against the context's own limits, before anything is made."""
 
     name: str
     options: tuple[Option, ...]

@@ -1,6 +1,6 @@
 """The one list of policies, in admission order, and :class:`Policies`, the frozen value of a
 context's policy options. A new policy is a module that declares its
-:class:`~ampmeter.policies.options.Policy` and one line here (or :func:`register`)."""
+:class:`~ampmeter.policies.options.Policy` and one line here (or ``POLICIES.append(...)``)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from ampmeter.policies import (
 )
 from ampmeter.policies.options import Option, Policy
 
-__all__ = ["POLICIES", "Policies", "register"]
+__all__ = ["POLICIES", "Policies"]
 
 POLICIES: list[Policy] = [
     events.POLICY,  # on_limit_event: where the others' events go (no step)
@@ -36,35 +36,27 @@ POLICIES: list[Policy] = [
 """Every policy, in admission order: a context's chain holds each one's step where in force."""
 
 
-def register(policy: Policy) -> None:
-    """Add ``policy`` to :data:`POLICIES` (its step goes last); its keywords must be new."""
-    taken = set(_options())
-    clash = sorted(taken.intersection(option.name for option in policy.options))
-    if clash or any(p.name == policy.name for p in POLICIES):
-        raise ValueError(f"policy {policy.name!r} is already registered or takes {clash}")
-    POLICIES.append(policy)
-
-
 _INDEX: list[Any] = [0, {}]  # how many policies the index has, and their options by keyword
 
 
 def _options() -> dict[str, Option]:
-    """Every registered option by keyword (made again when :data:`POLICIES` changed length:
-    a line added here, :func:`register`)."""
+    """Every registered option by keyword (made again when :data:`POLICIES` grew); a keyword
+    two policies declare is refused."""
     if _INDEX[0] != len(POLICIES):
-        _INDEX[:] = len(POLICIES), {o.name: o for p in POLICIES for o in p.options}
+        index: dict[str, Option] = {}
+        for option in (option for policy in POLICIES for option in policy.options):
+            if index.setdefault(option.name, option) is not option:
+                raise ValueError(f"two registered policies take the keyword {option.name!r}")
+        _INDEX[:] = len(POLICIES), index
     options: dict[str, Option] = _INDEX[1]
     return options
 
 
 class Policies:
-    """A context's policy options, as a frozen value: ``Policies(max_repeats=3,
-    on_unpriced="warn")`` is what ``ExecutionContext(max_repeats=3, on_unpriced="warn")`` builds,
-    and ``ExecutionContext(policies=...)`` takes it. The keywords are those the registered
-    policies declare (see :class:`~ampmeter.ExecutionContext`), each checked here, once; an
-    option not set reads None. ``ctx.policies`` is the value in force: the context's own, with
-    its parent's inherited options (all but ``max_repeats`` and ``final_reserve_usd``) where
-    not set here."""
+    """A context's policy options, as a frozen value: ``Policies(max_repeats=3)`` is what
+    ``ExecutionContext(max_repeats=3)`` builds, and ``policies=`` takes. The keywords are those
+    the registered policies declare, each checked once, here; one not set reads None. A child
+    inherits all but ``max_repeats`` and ``final_reserve_usd`` where it does not set them."""
 
     __slots__ = ("_values",)
     _values: Mapping[str, Any]
