@@ -11,6 +11,7 @@ ampmeter`` stays cheap for programs that only meter.
 from typing import TYPE_CHECKING
 
 from ampmeter._lazy import lazy_names
+from ampmeter.budget import Budget
 from ampmeter.context import (
     Call,
     Decision,
@@ -41,7 +42,7 @@ from ampmeter.errors import (
 from ampmeter.executor import CONTINUE, AgentLoop, ExecutionResult, Executor
 from ampmeter.graph import ExecutionGraph, Node
 from ampmeter.limits import ExceededLimit, Limit, LimitType, default_limits
-from ampmeter.policies import LimitEvent, final_call
+from ampmeter.policies import LimitEvent, Policies, final_call
 from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats, check_limits
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace
@@ -129,6 +130,7 @@ __all__ = [
     "AgentLoop",
     "AmpmeterError",
     "AnalysisError",
+    "Budget",
     "BudgetBusy",
     "BudgetUnavailable",
     "Call",
@@ -157,6 +159,7 @@ __all__ = [
     "ModelCallTrace",
     "Node",
     "ParseErrorTrace",
+    "Policies",
     "PriceResult",
     "Sink",
     "SinkClosedError",

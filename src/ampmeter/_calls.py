@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ampmeter._core.steps import Admission
     from ampmeter.graph import ExecutionGraph
     from ampmeter.limits import ExceededLimit
-    from ampmeter.policies.configured import Policies
+    from ampmeter.policies.configured import ConfiguredPolicies
     from ampmeter.pricing.request_size import RequestSize
     from ampmeter.pricing.source import NanoPricing, Pricing
     from ampmeter.stats import ExecutionStats
@@ -55,7 +55,7 @@ class CallMaker:
     _prices: NanoPricing
     _iteration: int
     _node_id: str
-    policies: Policies
+    _policies: ConfiguredPolicies
     stats: ExecutionStats
     graph: ExecutionGraph
 
@@ -212,7 +212,7 @@ class CallMaker:
         )
         marks = None
         if kind == "llm":
-            marks = self.policies.llm_marks(
+            marks = self._policies.llm_marks(
                 model, priced, reservation.tokens_in, final, prompt_text, sent, refused
             )
         flight = Flight(
@@ -250,7 +250,7 @@ class CallMaker:
             else _validate.nano(estimate_usd, "estimate_usd", round_up=True)
         )
         reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
-        marks = self.policies.tool_marks(name, arguments)
+        marks = self._policies.tool_marks(name, arguments)
         meta = {} if metadata is None else _validate.metadata(metadata)
         flight = Flight("tool", name, reservation, marks=marks, idempotency_key=idempotency_key)
         return self._begin(flight, meta)
@@ -318,7 +318,7 @@ class CallMaker:
                 return  # a replayed record: counted once already
         if usage is not None:
             self._kernel.add_usage(self._frame.level, usage)
-            events = self.policies.traced(usage)
+            events = self._policies.traced(usage)
             if events:  # what a call's settlement would report, on the context's own node
                 graph, node_id = self.graph, self._node_id
                 ended = graph.node(node_id).metadata.get(META_LIMIT_EVENTS, ())

@@ -1,18 +1,18 @@
-"""The checked settings of one context: every keyword of :class:`~ampmeter.ExecutionContext`,
-validated once, before anything is made (an error names the keyword to fix)."""
+"""The checked settings of one context: its :class:`~ampmeter.Budget`, its
+:class:`~ampmeter.Policies` and its own keywords, validated once, before anything is made (an
+error names the keyword to fix)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from ampmeter import _validate
-from ampmeter._core.exhaustion import Exhaustion
 from ampmeter._reserve import ESTIMATE_MODES
-from ampmeter.limits import Limit, context_limits
+from ampmeter.budget import Budget
 from ampmeter.node import META_CONTEXT
-from ampmeter.policies.options import PolicyOptions
+from ampmeter.policies.registry import POLICIES, Policies
 from ampmeter.pricing import source
 
 if TYPE_CHECKING:
@@ -24,112 +24,92 @@ if TYPE_CHECKING:
 __all__ = ["Settings"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """A context's checked keywords. ``None`` means "as the enclosing context" for
-    ``admission_timeout_s``, ``estimate``, ``on_expired_hold`` and ``pricing``."""
+    ``admission_timeout_s``, ``estimate``, ``on_expired_hold``, ``disclose_budget`` and
+    ``pricing``."""
 
     name: str
-    limits: tuple[Limit, ...]
-    timeout_s: float | None
-    admission_timeout_s: float | None
-    chain_id: str | None
-    metadata: dict[str, Any]
-    sinks: tuple[Sink, ...]
-    ledger: Ledger | None
-    on_ledger_error: str
-    max_nodes: int
-    options: PolicyOptions
-    estimate: str | None
-    on_expired_hold: _validate.ExpiredHold | None
-    handoff_from: Handoff | None = None
-    exhaustion: Exhaustion | None = None
+    budget: Budget
+    policies: Policies
+    chain_id: str | None = None
+    metadata: Any = None
+    sinks: tuple[Sink, ...] = ()
+    ledger: Ledger | None = None
+    on_ledger_error: str = "halt"
+    max_nodes: int = 0
+    admission_timeout_s: float | None = None
+    estimate: str | None = None
+    on_expired_hold: _validate.ExpiredHold | None = None
     disclose_budget: bool | None = None
     pricing: Pricing | None = None
+    handoff_from: Handoff | None = None
 
-    @classmethod
-    def checked(
-        cls,
-        name: object,
-        *,
-        limits: Sequence[Limit] | None = None,
-        max_cost_usd: object = None,
-        max_steps: object = None,
-        max_retries: object = None,
-        timeout_s: object = None,
-        chain_id: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        sinks: Iterable[Sink] = (),
-        ledger: Ledger | None = None,
-        on_ledger_error: object = "halt",
-        max_nodes: int = 0,
-        admission_timeout_s: object = None,
-        estimate: object = None,
-        on_expired_hold: object = None,
-        handoff_from: Handoff | None = None,
-        on_exhausted: object = None,
-        pause_timeout_s: object = None,
-        disclose_budget: object = None,
-        downgrade: object = None,
-        pricing: object = None,
-        **policy_options: Any,
-    ) -> Settings:
-        """Settings from a user's keywords; each error names its keyword."""
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"name must be a non-empty str, got {name!r}")
-        if downgrade is not None:
-            policy_options = with_ladder(downgrade, policy_options)
-        options = PolicyOptions.checked(**policy_options)
-        own = context_limits(limits, max_cost_usd, max_steps, max_retries)
-        shortcuts = sum(v is not None for v in (max_cost_usd, max_steps, max_retries))
-        own = options.with_shortcut_warnings(own, shortcuts)
-        options.check_reserve(own)
-        if on_ledger_error not in ("halt", "allow"):
-            raise ValueError(f"on_ledger_error must be 'halt' or 'allow', got {on_ledger_error!r}")
-        if estimate is not None and estimate not in ESTIMATE_MODES:
-            raise ValueError(f"estimate must be 'learned' or 'bound', got {estimate!r}")
-        if disclose_budget is not None and not isinstance(disclose_budget, bool):
-            raise TypeError(f"disclose_budget must be True or False, got {disclose_budget!r}")
-        meta = _validate.metadata(metadata)
+    def __post_init__(self) -> None:
+        fix = object.__setattr__  # a frozen value sets its checked fields once, here
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name must be a non-empty str, got {self.name!r}")
+        for policy in POLICIES:
+            if policy.check is not None:
+                policy.check(self.policies, self.budget.all_limits)
+        if self.on_ledger_error not in ("halt", "allow"):
+            raise ValueError(
+                f"on_ledger_error must be 'halt' or 'allow', got {self.on_ledger_error!r}"
+            )
+        if self.estimate is not None and self.estimate not in ESTIMATE_MODES:
+            raise ValueError(f"estimate must be 'learned' or 'bound', got {self.estimate!r}")
+        if self.disclose_budget is not None and not isinstance(self.disclose_budget, bool):
+            raise TypeError(f"disclose_budget must be True or False, got {self.disclose_budget!r}")
+        meta = _validate.metadata(self.metadata)
         meta[META_CONTEXT] = True
-        if ledger is not None:
+        fix(self, "metadata", meta)
+        if self.ledger is not None:
             from ampmeter.ledgers.base import Ledger
 
-            if not isinstance(ledger, Ledger):
-                raise TypeError(f"ledger must be a Ledger, got {type(ledger).__name__}")
-        own_sinks = tuple(sinks)
-        for sink in own_sinks:
+            if not isinstance(self.ledger, Ledger):
+                raise TypeError(f"ledger must be a Ledger, got {type(self.ledger).__name__}")
+        fix(self, "sinks", tuple(self.sinks))
+        for sink in self.sinks:
             if not callable(getattr(sink, "emit", None)):
                 raise TypeError(f"sinks must be Sink objects, got {type(sink).__name__}")
+        fix(self, "max_nodes", _validate.count(self.max_nodes, "max_nodes (0 = unbounded)"))
+        wait = _validate.optional_amount(self.admission_timeout_s, "admission_timeout_s")
+        fix(self, "admission_timeout_s", wait)
+        fix(self, "on_expired_hold", _validate.expired_hold(self.on_expired_hold))
+        fix(self, "pricing", source.checked(self.pricing))
+
+    @classmethod
+    def of(
+        cls, name: str, keywords: Mapping[str, Any], handoff_from: Handoff | None = None
+    ) -> Settings:
+        """Settings from a context's keywords: ``budget`` or its short forms, ``policies`` or
+        the policy options, and the context's own."""
+        short: dict[str, Any] = {}
+        own: dict[str, Any] = {}
+        options: dict[str, Any] = {}
+        for key, value in keywords.items():
+            (short if key in _BUDGET else own if key in _OWN else options)[key] = value
         return cls(
-            name,
-            own,
-            _validate.optional_amount(timeout_s, "timeout_s"),
-            _validate.optional_amount(admission_timeout_s, "admission_timeout_s"),
-            chain_id,
-            meta,
-            own_sinks,
-            ledger,
-            str(on_ledger_error),
-            _validate.count(max_nodes, "max_nodes (0 = unbounded)"),
-            options,
-            None if estimate is None else str(estimate),
-            _validate.expired_hold(on_expired_hold),
-            handoff_from,
-            Exhaustion.checked(on_exhausted, pause_timeout_s),
-            disclose_budget,
-            source.checked(pricing),
+            name=name,
+            budget=_value("budget", options.pop("budget", None), Budget, short),
+            policies=_value("policies", options.pop("policies", None), Policies, options),
+            handoff_from=handoff_from,
+            **own,
         )
 
 
-def with_ladder(downgrade: object, policy_options: dict[str, Any]) -> dict[str, Any]:
-    """The policy keywords with ``downgrade`` as the budget-pressure hook (one hook per
-    context: a ladder and an ``on_budget_pressure`` of one's own do not mix)."""
-    from ampmeter.policies.downgrade import DowngradeLadder
+_BUDGET = frozenset(f.name for f in fields(Budget) if f.init)
+_OWN = frozenset(f.name for f in fields(Settings)) - {"name", "budget", "policies", "handoff_from"}
 
-    if policy_options.get("on_budget_pressure") is not None:
-        raise ValueError(
-            "give downgrade= or on_budget_pressure=, not both (the ladder is a pressure hook)"
-        )
-    ladder = DowngradeLadder(downgrade)
-    return {**policy_options, "on_budget_pressure": ladder, "pressure_at": ladder.lowest}
+
+def _value(name: str, value: Any, kind: type[Any], short: dict[str, Any]) -> Any:
+    """``value``, or the ``kind`` its ``short`` keywords make (None: not given); not both."""
+    if value is None:
+        return kind(**short)
+    given = [key for key, item in short.items() if item is not None]
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    if given:
+        raise TypeError(f"give {name}= or {', '.join(given)}=, not both")
+    return value

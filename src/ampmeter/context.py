@@ -8,7 +8,7 @@ through it when it ends.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -33,13 +33,14 @@ from ampmeter._current import (
 )
 from ampmeter._lineage import META_CONTEXTS, lineage
 from ampmeter._settings import Settings
+from ampmeter.budget import Budget
 from ampmeter.call import Call
 from ampmeter.errors import ExecutionCanceled, LimitExceeded
 from ampmeter.graph import ExecutionGraph
 from ampmeter.keys import KEY_ITERATIONS
 from ampmeter.limits import ExceededLimit, Limit, context_limits
-from ampmeter.policies.configured import Policies
-from ampmeter.policies.options import LimitEvent, PolicyOptions, PressureHook
+from ampmeter.policies.configured import ConfiguredPolicies
+from ampmeter.policies.registry import Policies
 from ampmeter.pricing.source import TABLE, Pricing, in_nano
 from ampmeter.shared import remaining
 from ampmeter.shared.handoff import Handoffs
@@ -58,6 +59,7 @@ __all__ = [
     "TerminationReason",
     "WrapOptions",
     "any_open_context",
+    "configured_policies",
     "current_context",
     "current_node_id",
     "open_contexts",
@@ -73,11 +75,16 @@ class ExecutionContext(CallMaker):
     Keywords:
 
     * ``name``: the context's name, on its node and on every event it logs;
-    * ``limits``: :class:`~ampmeter.Limit` objects on stats keys, fixed when the context is made
-      (a sub-agent that needs others gets them from :meth:`spawn_child`);
-    * ``max_cost_usd``, ``max_steps``, ``max_retries``: shortcuts for limits on ``amp:cost``,
-      ``amp:steps`` (successful calls) and ``amp:retries``;
-    * ``timeout_s``: wall time; calls after it are refused;
+    * ``budget``: the context's limits as one :class:`~ampmeter.Budget`, or its short forms:
+      ``limits`` (:class:`~ampmeter.Limit` objects on stats keys, fixed when the context is
+      made: a sub-agent that needs others gets them from :meth:`spawn_child`),
+      ``max_cost_usd``, ``max_steps``, ``max_llm_calls``, ``max_retries`` (shortcuts for
+      limits on ``amp:cost``, ``amp:steps`` (successful calls), ``amp:llm_calls`` and
+      ``amp:retries``), ``timeout_s`` (wall time; calls after it are refused), ``warn_at``,
+      ``on_exhausted`` and ``pause_timeout_s`` (below);
+    * ``policies``: the policy options as one :class:`~ampmeter.Policies`, or as keywords
+      (``policy_options``: those below, and those of the policies in
+      :mod:`ampmeter.policies.registry`);
     * ``chain_id``, ``metadata``: the graph's id and the context node's metadata;
     * ``sinks``: where every ended node goes (children add theirs to their parent's). A sink
       that fails never fails the call: its first error is kept in :attr:`sink_errors` (with one
@@ -137,11 +144,17 @@ class ExecutionContext(CallMaker):
         self,
         name: str = "agent_run",
         *,
+        budget: Budget | None = None,
+        policies: Policies | None = None,
         limits: Sequence[Limit] | None = None,
         max_cost_usd: float | Decimal | None = None,
         max_steps: int | None = None,
+        max_llm_calls: int | None = None,
         max_retries: int | None = None,
         timeout_s: float | None = None,
+        warn_at: Sequence[float] | None = None,
+        on_exhausted: Literal["raise", "pause"] | ExhaustedHook | None = None,
+        pause_timeout_s: float | None = None,
         chain_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         sinks: Iterable[Sink] = (),
@@ -149,73 +162,35 @@ class ExecutionContext(CallMaker):
         on_ledger_error: Literal["halt", "allow"] = "halt",
         max_nodes: int = 0,
         admission_timeout_s: float | None = None,
-        on_unpriced: Literal["refuse", "warn", "allow"] | None = None,
-        warn_at: Sequence[float] | None = None,
-        on_limit_event: Callable[[LimitEvent], None] | None = None,
-        final_reserve_usd: float | None = None,
-        max_repeats: int | None = None,
-        max_input_tokens_per_call: int | None = None,
-        on_budget_pressure: PressureHook | None = None,
-        pressure_at: float | None = None,
         estimate: Literal["learned", "bound"] | None = None,
         on_expired_hold: Literal["charge", "release"] | None = None,
-        on_exhausted: Literal["raise", "pause"] | ExhaustedHook | None = None,
-        pause_timeout_s: float | None = None,
         disclose_budget: bool | None = None,
-        downgrade: Mapping[float, Mapping[str, str]] | None = None,
         pricing: Pricing | None = None,
+        **policy_options: Any,
     ) -> None:
-        self._setup(
-            enclosing_context(),  # ``ampmeter run``'s context: the program's runs inside it
-            Settings.checked(
-                name,
-                limits=limits,
-                max_cost_usd=max_cost_usd,
-                max_steps=max_steps,
-                max_retries=max_retries,
-                timeout_s=timeout_s,
-                chain_id=chain_id,
-                metadata=metadata,
-                sinks=sinks,
-                ledger=ledger,
-                on_ledger_error=on_ledger_error,
-                max_nodes=max_nodes,
-                admission_timeout_s=admission_timeout_s,
-                estimate=estimate,
-                on_expired_hold=on_expired_hold,
-                on_exhausted=on_exhausted,
-                pause_timeout_s=pause_timeout_s,
-                disclose_budget=disclose_budget,
-                downgrade=downgrade,
-                on_unpriced=on_unpriced,
-                warn_at=warn_at,
-                on_limit_event=on_limit_event,
-                final_reserve_usd=final_reserve_usd,
-                max_repeats=max_repeats,
-                max_input_tokens_per_call=max_input_tokens_per_call,
-                on_budget_pressure=on_budget_pressure,
-                pressure_at=pressure_at,
-                pricing=pricing,
-            ),
-        )
+        given = {**locals(), **policy_options}  # every keyword above, by its name
+        del given["self"], given["name"], given["policy_options"]
+        # ``ampmeter run``'s context encloses the program's: its runs go inside it.
+        self._setup(enclosing_context(), Settings.of(name, given))
 
     def _setup(self, parent: ExecutionContext | None, settings: Settings) -> None:
         if settings.pricing is not None:
             pricing = settings.pricing
         else:
             pricing = parent.pricing if parent is not None else TABLE
+        budget = settings.budget
         load = getattr(pricing, "load", None)
-        if settings.timeout_s is not None and load is not None:
+        if budget.timeout_s is not None and load is not None:
             load()  # the price table's first load never counts against the timeout
         self._pricing = pricing
         self._prices = in_nano(pricing)  # as calls are estimated and priced with it
         name = settings.name
         self.name = name
         self.parent = parent
-        self._lineage = lineage(parent._lineage if parent else None, name, settings.limits)
+        limits = budget.all_limits
+        self._lineage = lineage(parent._lineage if parent else None, name, limits)
         settings.metadata[META_CONTEXTS] = self._lineage  # a sub-agent's own event says it too
         self.ledger = settings.ledger
-        self.on_ledger_error = settings.on_ledger_error
         self.data: Any = None
         if parent is None:
             self.graph = ExecutionGraph(settings.chain_id, max_nodes=settings.max_nodes)
@@ -240,12 +215,12 @@ class ExecutionContext(CallMaker):
             node_id=self._node_id,
             parent=parent._frame if parent is not None else None,
             level=level,
-            limits=settings.limits,
-            timeout_s=settings.timeout_s,
+            limits=limits,
+            timeout_s=budget.timeout_s,
             ledger=settings.ledger,
             on_ledger_error=settings.on_ledger_error,
             handoff_from=settings.handoff_from,
-            exhaustion=settings.exhaustion,
+            exhaustion=budget.exhaustion,
             disclose_budget=settings.disclose_budget,
             on_expired_hold=settings.on_expired_hold,
         )
@@ -258,10 +233,14 @@ class ExecutionContext(CallMaker):
         self._token: Any = None
         self._sinks = sinks
         self._emitter = Emitter(name, self.graph.chain_id, sinks)
-        self.policy_options: PolicyOptions = settings.options.inherit(
-            parent.policy_options if parent is not None else None
+        self._budget = budget
+        self._policies = ConfiguredPolicies(
+            self._frame,
+            settings.policies.inherit(parent.policies if parent is not None else None),
+            parent._policies if parent is not None else None,
+            self.stats,
+            pricing,
         )
-        self.policies = Policies(self._frame, self.policy_options, self.stats, pricing)
         self._admission = Admission(
             frame=self._frame,
             kernel=kernel,
@@ -270,7 +249,7 @@ class ExecutionContext(CallMaker):
             ask_exhausted=self._ask_exhausted,
         )
         ledger_step = LedgerStep(self._admission) if self._admission.ledgered else None
-        self._admission.install(self.policies.steps_for(self._admission), ledger_step)
+        self._admission.install(self._policies.steps_for(self._admission), ledger_step)
         self._handoffs = Handoffs(self._frame, kernel, self._emitter)
         OPEN.add(self)
 
@@ -287,6 +266,18 @@ class ExecutionContext(CallMaker):
             "ExecutionContext.limits is read-only: limits are fixed when the context is made; "
             "use spawn_child(limits=...) for a part of the run that needs other limits"
         )
+
+    @property
+    def budget(self) -> Budget:
+        """This context's own :class:`~ampmeter.Budget` (frozen; the limits of the contexts
+        above bind it too)."""
+        return self._budget
+
+    @property
+    def policies(self) -> Policies:
+        """The :class:`~ampmeter.Policies` in force here (frozen): this context's own options,
+        with the inherited ones of the contexts above where not set here."""
+        return self._policies.values
 
     @property
     def chain_id(self) -> str:
@@ -363,7 +354,7 @@ class ExecutionContext(CallMaker):
     def wrap_up(self) -> bool:
         """True once a soft limit of this context or an enclosing one was exceeded: the agent
         should finish with what it has (hard limits still hold)."""
-        return self.policies.wrap_up
+        return any(step.wraps_up() for step in self._policies.steps)
 
     def current_parent_id(self) -> str:
         """Where a node made now in this context goes: the innermost open call or step block
@@ -378,40 +369,14 @@ class ExecutionContext(CallMaker):
 
     # -- children -----------------------------------------------------------------------------
 
-    def spawn_child(
-        self,
-        name: str,
-        *,
-        limits: Sequence[Limit] | None = None,
-        max_cost_usd: float | Decimal | None = None,
-        max_steps: int | None = None,
-        max_retries: int | None = None,
-        timeout_s: float | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        sinks: Iterable[Sink] = (),
-        ledger: Ledger | None = None,
-        **policy_options: Any,
-    ) -> ExecutionContext:
+    def spawn_child(self, name: str, **keywords: Any) -> ExecutionContext:
         """A context for a sub-agent: a ``system`` node here, stats that roll up into ours.
-
-        ``policy_options`` are the policy keywords of :class:`ExecutionContext` (``warn_at``,
-        ``max_repeats``, ...); the child inherits the others from this context."""
+        ``keywords`` are those of :class:`ExecutionContext`; the child inherits what it does not
+        set of the inherited policy options, ``on_ledger_error`` and the like."""
         self._check_open()
-        settings = Settings.checked(
-            name,
-            limits=limits,
-            max_cost_usd=max_cost_usd,
-            max_steps=max_steps,
-            max_retries=max_retries,
-            timeout_s=timeout_s,
-            metadata=metadata,
-            sinks=sinks,
-            ledger=ledger,
-            on_ledger_error=self.on_ledger_error,
-            **policy_options,
-        )
+        keywords.setdefault("on_ledger_error", self._frame.on_ledger_error)
         child = ExecutionContext.__new__(ExecutionContext)
-        child._setup(self, settings)
+        child._setup(self, Settings.of(name, keywords))
         return child
 
     # -- exhaustion ---------------------------------------------------------------------------
@@ -561,7 +526,7 @@ class ExecutionContext(CallMaker):
             "sink_errors": [f"{type(e).__name__}: {e}" for e in self._emitter.errors],
             "sink_failures": sum(self._emitter.failures.values()),
             "limit_events": [
-                *self.policies.events(),
+                *self._policies.log.dicts(),
                 *self._frame.pause_events,
             ],
             "graph": self.graph.snapshot(),
@@ -645,21 +610,20 @@ class ExecutionContext(CallMaker):
             for sink in sinks
         ]
         timeout = None if found.deadline is None else max(found.deadline - time.time(), 0.0)
-        settings = Settings.checked(
-            found.name,
-            limits=found.limits,
-            timeout_s=timeout,
-            chain_id=found.chain_id,
-            metadata={"handoff_from": found.node_id},
-            sinks=wrapped,
-            ledger=shared,
-            estimate=getattr(found, "estimate", None),
-            on_expired_hold=found.on_expired_hold,
-            on_exhausted=found.on_exhausted,
-            pause_timeout_s=found.pause_timeout_s,
-            handoff_from=found,
-            pricing=pricing,
-        )
+        given = {
+            "limits": found.limits,
+            "timeout_s": timeout,
+            "on_exhausted": found.on_exhausted,
+            "pause_timeout_s": found.pause_timeout_s,
+            "chain_id": found.chain_id,
+            "metadata": {"handoff_from": found.node_id},
+            "sinks": wrapped,
+            "ledger": shared,
+            "estimate": getattr(found, "estimate", None),
+            "on_expired_hold": found.on_expired_hold,
+            "pricing": pricing,
+        }
+        settings = Settings.of(found.name, given, handoff_from=found)
         ctx = cls.__new__(cls)
         ctx._setup(None, settings)
         ctx._frame.span_prefix = prefix
@@ -697,3 +661,9 @@ class ExecutionContext(CallMaker):
 def _json_numbers(values: dict[str, Any]) -> dict[str, Any]:
     """Values for a JSON snapshot: Decimal money as numbers, as the logs write it."""
     return {k: float(v) if isinstance(v, Decimal) else v for k, v in values.items()}
+
+
+def configured_policies(ctx: ExecutionContext) -> ConfiguredPolicies:
+    """The policy steps of ``ctx``'s chain and their wiring (for the integrations; not user
+    API)."""
+    return ctx._policies

@@ -27,6 +27,7 @@ from ampmeter import (
     MemorySink,
     validate_event,
 )
+from ampmeter.context import configured_policies
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS, KEY_TOOL_CALLS
 from ampmeter.policies import (
     KEY_INPUT_TOKENS_PER_CALL,
@@ -85,7 +86,7 @@ def test_a_child_of_a_cost_limited_context_refuses_unpriced_models_too() -> None
 def test_without_a_cost_limit_unpriced_models_run_and_policies_cost_nothing() -> None:
     with ExecutionContext(max_steps=5) as ctx, ctx.llm_call(model=FINE_TUNE) as call:
         call.record(3, 4)
-    assert ctx.policies.steps == ()  # no policy step in the chain
+    assert configured_policies(ctx).steps == ()  # no policy step in the chain
     assert ctx.stats.get_counter("amp:unpriced_llm_calls") == 1
 
 

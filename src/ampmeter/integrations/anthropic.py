@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ampmeter import redact
+from ampmeter.context import configured_policies
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.lifecycle import relieve_pressure, settings
@@ -174,7 +175,7 @@ def _wrap_stream_helper(
         # The helper builds its request now and sends it when entered: the budget-pressure
         # hook sees (and may change) it here, and its refusal stops it when it would be sent.
         refused = notes = None
-        if ctx.policies.shapes_requests:
+        if configured_policies(ctx).shapes_requests:
             refused, notes = relieve_pressure(ctx, adapter, kwargs)
         manager = original(resource, *args, **kwargs)
         redact.remember_client(getattr(resource, "_client", None))  # error bodies may echo its key

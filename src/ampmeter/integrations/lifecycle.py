@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ampmeter.context import Call, ExecutionContext
+from ampmeter.context import Call, ExecutionContext, configured_policies
 from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
 from ampmeter.graph import META_PROVIDER
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
@@ -213,8 +213,8 @@ def relieve_pressure(
     Returns the refusal, to report when the call is admitted, and the node's metadata for what
     was done (the budget line told, the model asked for before a downgrade): the ``refused``
     and ``extra`` of :func:`begin_call`. Called only when the context has either configured
-    (``ctx.policies.shapes_requests``)."""
-    pressure = ctx.policies.pressure
+    (``configured_policies(ctx).shapes_requests``)."""
+    pressure = configured_policies(ctx).pressure
     notes: dict[str, Any] = {}
     told = disclose(ctx, kwargs, adapter.wire if adapter.kind == "llm" else None)
     if told is not None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ampmeter import redact
-from ampmeter.context import Call, ExecutionContext
+from ampmeter.context import Call, ExecutionContext, configured_policies
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.lifecycle import (
@@ -46,7 +46,7 @@ def _before(
     admission)."""
     redact.remember_client(getattr(resource, "_client", None))  # the Stainless resource's client
     refused = notes = None
-    if ctx.policies.shapes_requests:
+    if configured_policies(ctx).shapes_requests:
         refused, notes = relieve_pressure(ctx, adapter, kwargs)
     info = adapter.request_info(kwargs)
     hide = adapter.prepare_stream(kwargs) if info.stream else False

@@ -13,51 +13,40 @@
 * a **budget-pressure hook** that may change or refuse an instrumented request once a fraction
   of the cost budget is spent.
 
-:mod:`~ampmeter.policies.options` holds the options and events. Each policy is one step of the
-admission, in a module of its own (:mod:`~ampmeter.policies.pressure`,
-:mod:`~ampmeter.policies.input_cap`, :mod:`~ampmeter.policies.unpriced`,
-:mod:`~ampmeter.policies.loop_guard`, :mod:`~ampmeter.policies.final_reserve`,
-:mod:`~ampmeter.policies.windows`, :mod:`~ampmeter.policies.thresholds`), put in a context's
-admission only when configured there or above (:mod:`~ampmeter.policies.configured`);
-:mod:`~ampmeter.policies.shared_totals` holds the shared ledger's totals they read.
+Each policy is a module that declares its options and makes its step of the admission chain
+(a :class:`~ampmeter.policies.options.Policy`), listed once in
+:mod:`~ampmeter.policies.registry`; a context's chain holds the steps in force there or above
+(:mod:`~ampmeter.policies.configured`). :class:`Policies` is the frozen value of a context's
+options; :mod:`~ampmeter.policies.shared_totals` holds the shared ledger's totals they read.
 """
 
 from __future__ import annotations
 
-from ampmeter.policies.configured import Policies
-from ampmeter.policies.marks import CallMarks
 from ampmeter.policies.options import (
     KEY_BUDGET_PRESSURE,
     KEY_INPUT_TOKENS_PER_CALL,
     KEY_REPEATS_FOR,
     META_LIMIT_EVENTS,
     LimitEvent,
-    OnUnpriced,
-    PolicyOptions,
-    PressureHook,
+    Option,
+    Policy,
     final_call,
-    fingerprint,
-    in_final_call,
     request_fingerprint,
 )
-from ampmeter.policies.shared_totals import SHARED_READ_S, SharedTotals, shared_totals
+from ampmeter.policies.registry import POLICIES, Policies
+from ampmeter.policies.shared_totals import SHARED_READ_S
 
 __all__ = [
     "KEY_BUDGET_PRESSURE",
     "KEY_INPUT_TOKENS_PER_CALL",
     "KEY_REPEATS_FOR",
     "META_LIMIT_EVENTS",
+    "POLICIES",
     "SHARED_READ_S",
-    "CallMarks",
     "LimitEvent",
-    "OnUnpriced",
+    "Option",
     "Policies",
-    "PolicyOptions",
-    "PressureHook",
-    "SharedTotals",
+    "Policy",
     "final_call",
-    "fingerprint",
-    "in_final_call",
     "request_fingerprint",
-    "shared_totals",
 ]

@@ -63,14 +63,12 @@ class DowngradeLadder:
         """The first fraction at which the ladder acts."""
         return self.rungs[-1][0]
 
-    def __call__(self, ctx: Any, request: dict[str, Any]) -> dict[str, Any]:
-        """The request, its model swapped by the highest rung reached that names it (``ctx``:
-        the ExecutionContext the call runs in)."""
+    def swapped(self, request: dict[str, Any], spent: float) -> dict[str, Any]:
+        """The request, its model swapped by the highest rung ``spent`` (the largest share of
+        a cost ceiling spent) reaches that names it."""
         model = request.get("model")
-        pressure = ctx.policies.pressure
-        if not isinstance(model, str) or pressure is None:
+        if not isinstance(model, str):
             return request
-        spent = pressure.fraction()
         for index, (at, swaps) in enumerate(self.rungs):
             if spent < at:
                 continue

@@ -8,9 +8,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ampmeter.policies.options import LimitEvent
+from ampmeter.policies.options import LimitEvent, Policy, callable_option
 
-__all__ = ["EventLog"]
+__all__ = ["POLICY", "EventLog"]
 
 
 class EventLog:
@@ -45,3 +45,7 @@ class EventLog:
         """The events so far, as dicts."""
         with self.lock:
             return [event.to_dict() for event in self.events]
+
+
+POLICY = Policy("events", (callable_option("on_limit_event"),), lambda chain, configured: None)
+"""``on_limit_event``: the callback every policy's events go to (no step of its own)."""

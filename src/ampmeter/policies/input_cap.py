@@ -6,16 +6,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ampmeter._validate import count
 from ampmeter.limits import ExceededLimit, Limit
-from ampmeter.policies.options import KEY_INPUT_TOKENS_PER_CALL, LimitEvent
+from ampmeter.policies.options import (
+    KEY_INPUT_TOKENS_PER_CALL,
+    LimitEvent,
+    Option,
+    Policy,
+)
 from ampmeter.policies.step import Observer
 
 if TYPE_CHECKING:
     from ampmeter._core.steps import Admission, Flight
     from ampmeter._core.usage import Usage
+    from ampmeter.policies.configured import ConfiguredPolicies
     from ampmeter.policies.events import EventLog
 
-__all__ = ["InputCap"]
+__all__ = ["POLICY", "InputCap"]
 
 
 class InputCap(Observer):
@@ -51,3 +58,13 @@ class InputCap(Observer):
         )
         self.log.report(event)
         return [event.to_dict()]
+
+
+def _make(admission: Admission, configured: ConfiguredPolicies) -> InputCap | None:
+    cap = configured.values.max_input_tokens_per_call
+    return None if cap is None else InputCap(admission, cap, configured.log)
+
+
+_OPTION = Option("max_input_tokens_per_call", lambda n: count(n, "max_input_tokens_per_call"), True)
+POLICY = Policy("input_cap", (_OPTION,), _make)
+"""``max_input_tokens_per_call``, inherited."""

@@ -7,17 +7,19 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from ampmeter._validate import count
 from ampmeter.limits import ExceededLimit, Limit
-from ampmeter.policies.options import KEY_REPEATS_FOR
+from ampmeter.policies.options import KEY_REPEATS_FOR, Option, Policy
 from ampmeter.policies.step import PolicyStep
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.steps import Admission, Flight
+    from ampmeter.policies.configured import ConfiguredPolicies
     from ampmeter.policies.marks import CallMarks
     from ampmeter.policies.step import SharedTerms
 
-__all__ = ["LoopGuard", "Repeats"]
+__all__ = ["POLICY", "LoopGuard", "Repeats"]
 
 
 class Repeats:
@@ -48,6 +50,7 @@ class LoopGuard(PolicyStep):
     """The loop guards of one context and those above it (see the module docstring)."""
 
     __slots__ = ("counters",)
+    fingerprints = True
 
     def __init__(self, admission: Admission, counters: tuple[Repeats, ...]) -> None:
         super().__init__(admission)
@@ -69,3 +72,18 @@ class LoopGuard(PolicyStep):
                 key = KEY_REPEATS_FOR + marks.fingerprint
                 terms.cap(key, float(counter.most), Limit(key, counter.most))
                 terms.extra[key] = 1.0  # each request holds one repeat
+
+
+def _declare(configured: ConfiguredPolicies) -> Repeats | None:
+    most = configured.values.max_repeats
+    return None if most is None else Repeats(configured.frame, most)
+
+
+def _make(admission: Admission, configured: ConfiguredPolicies) -> LoopGuard | None:
+    counters = tuple(repeats for _, repeats in configured.declarations("loop_guard"))
+    return LoopGuard(admission, counters) if counters else None
+
+
+_OPTION = Option("max_repeats", lambda most: count(most, "max_repeats"))
+POLICY = Policy("loop_guard", (_OPTION,), _make, _declare)
+"""``max_repeats``, of the context that sets it (and binding its descendants)."""

@@ -1,5 +1,5 @@
-"""Policy options and what policies report: the keywords of a context, limit events, final
-calls, and the loop guard's identity of a request."""
+"""What policies declare and report: their options, limit events, final calls, and the loop
+guard's identity of a request."""
 
 from __future__ import annotations
 
@@ -7,17 +7,21 @@ import contextlib
 import contextvars
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from decimal import Decimal
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
-from ampmeter import _validate
 from ampmeter.keys import (
     KEY_BUDGET_PRESSURE,
     KEY_COST,
     KEY_INPUT_TOKENS_PER_CALL,
     KEY_REPEATS_FOR,
 )
-from ampmeter.limits import ExceededLimit, Limit, LimitType, warn_fractions
+from ampmeter.limits import ExceededLimit, Limit, LimitType
+
+if TYPE_CHECKING:
+    from ampmeter._core.steps import Admission
+    from ampmeter.policies.configured import ConfiguredPolicies
+    from ampmeter.policies.registry import Policies
+    from ampmeter.policies.step import PolicyStep
 
 __all__ = [
     "KEY_BUDGET_PRESSURE",
@@ -25,9 +29,10 @@ __all__ = [
     "KEY_REPEATS_FOR",
     "META_LIMIT_EVENTS",
     "LimitEvent",
-    "OnUnpriced",
-    "PolicyOptions",
+    "Option",
+    "Policy",
     "PressureHook",
+    "callable_option",
     "final_call",
     "fingerprint",
     "in_final_call",
@@ -36,14 +41,9 @@ __all__ = [
     "shared_refusal",
 ]
 
-SHARED_READ_S: Final = 0.5
-"""How long a shared ledger's totals, once read, stand for the budget pressure and
-``wrap_up`` (a settlement always reads them afresh)."""
-
 META_LIMIT_EVENTS: Final = "limit_events"
 """Node metadata: the :class:`LimitEvent` dicts the node's settlement produced."""
 
-OnUnpriced = Literal["refuse", "warn", "allow"]
 # The first argument is the ExecutionContext the call runs in (policies never import contexts).
 PressureHook = Callable[[Any, dict[str, Any]], "dict[str, Any] | None"]
 
@@ -106,106 +106,44 @@ class LimitEvent:
         }
 
 
-# -- options --------------------------------------------------------------------------------------
+# -- declarations ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class PolicyOptions:
-    """A context's policy options (see :class:`~ampmeter.ExecutionContext`). ``None`` means
-    "as the enclosing context" for the inherited ones: ``on_unpriced``, ``on_limit_event``,
-    ``max_input_tokens_per_call``, ``on_budget_pressure`` and ``pressure_at``."""
+class Option:
+    """One keyword a policy declares: ``check`` turns a user's value (never None) into the
+    policy's, with an error that names the keyword; ``inherited`` options apply to children
+    that do not set them."""
 
-    on_unpriced: OnUnpriced | None = None
-    warn_at: tuple[float, ...] = ()
-    on_limit_event: Callable[[LimitEvent], None] | None = None
-    final_reserve_usd: Decimal | None = None
-    max_repeats: int | None = None
-    max_input_tokens_per_call: int | None = None
-    on_budget_pressure: PressureHook | None = None
-    pressure_at: float | None = None
+    name: str
+    check: Callable[[Any], Any]
+    inherited: bool = False
 
-    @classmethod
-    def checked(
-        cls,
-        *,
-        on_unpriced: object = None,
-        warn_at: object = None,
-        on_limit_event: object = None,
-        final_reserve_usd: object = None,
-        max_repeats: object = None,
-        max_input_tokens_per_call: object = None,
-        on_budget_pressure: object = None,
-        pressure_at: object = None,
-    ) -> PolicyOptions:
-        """Options from untrusted values; each error names its argument."""
-        if on_unpriced not in (None, "refuse", "warn", "allow"):
-            raise ValueError(
-                f"on_unpriced must be 'refuse', 'warn' or 'allow', got {on_unpriced!r}"
-            )
-        for name, hook in (
-            ("on_limit_event", on_limit_event),
-            ("on_budget_pressure", on_budget_pressure),
-        ):
-            if hook is not None and not callable(hook):
-                raise TypeError(f"{name} must be callable, got {type(hook).__name__}")
-        fraction = None
-        if pressure_at is not None:
-            fraction = warn_fractions((pressure_at,), "pressure_at")[0]
-        return cls(
-            on_unpriced,
-            () if warn_at is None else warn_fractions(warn_at, "warn_at"),
-            on_limit_event,  # type: ignore[arg-type]
-            None
-            if final_reserve_usd is None
-            else _validate.dollars(final_reserve_usd, "final_reserve_usd"),
-            None if max_repeats is None else _validate.count(max_repeats, "max_repeats"),
-            None
-            if max_input_tokens_per_call is None
-            else _validate.count(max_input_tokens_per_call, "max_input_tokens_per_call"),
-            on_budget_pressure,  # type: ignore[arg-type]
-            fraction,
-        )
 
-    def with_shortcut_warnings(
-        self, limits: tuple[Limit, ...], shortcuts: int
-    ) -> tuple[Limit, ...]:
-        """``limits`` with ``warn_at`` given to the last ``shortcuts`` (``max_cost_usd`` & co.)."""
-        if not self.warn_at or not shortcuts:
-            return limits
-        first = len(limits) - shortcuts
-        return (*limits[:first], *(replace(lim, warn_at=self.warn_at) for lim in limits[first:]))
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A policy as :mod:`~ampmeter.policies.registry` lists it: its keywords; ``make``, its step
+    in a context's chain (None: not in force); ``declare``, what a context keeps for its and its
+    descendants' steps (counts, windows, watches); ``translate``, a rewrite of the checked
+    keywords; ``check``, of them against the context's own limits, before anything is made."""
 
-    def check_reserve(self, limits: tuple[Limit, ...]) -> None:
-        """A reserve needs a cost ceiling of the same context larger than it."""
-        reserve = self.final_reserve_usd
-        if reserve is None:
-            return
-        ceilings = [lim.max_value for lim in limits if is_cost_ceiling(lim)]
-        if not ceilings:
-            raise ValueError(
-                "final_reserve_usd needs a cost limit on the same context (max_cost_usd=...)"
-            )
-        if reserve >= min(ceilings):
-            raise ValueError(
-                f"final_reserve_usd ({reserve}) must be less than the cost limit ({min(ceilings)})"
-            )
+    name: str
+    options: tuple[Option, ...]
+    make: Callable[[Admission, ConfiguredPolicies], PolicyStep | None]
+    declare: Callable[[ConfiguredPolicies], Any] | None = None
+    translate: Callable[[dict[str, Any]], None] | None = None
+    check: Callable[[Policies, tuple[Limit, ...]], None] | None = None
 
-    def inherit(self, parent: PolicyOptions | None) -> PolicyOptions:
-        """These options with the inherited ones the parent's where not set here."""
-        if parent is None:
-            return self
-        return replace(
-            self,
-            on_unpriced=self.on_unpriced or parent.on_unpriced,
-            on_limit_event=self.on_limit_event or parent.on_limit_event,
-            max_input_tokens_per_call=(
-                self.max_input_tokens_per_call
-                if self.max_input_tokens_per_call is not None
-                else parent.max_input_tokens_per_call
-            ),
-            on_budget_pressure=self.on_budget_pressure or parent.on_budget_pressure,
-            pressure_at=self.pressure_at if self.pressure_at is not None else parent.pressure_at,
-        )
+
+def callable_option(name: str, *, inherited: bool = True) -> Option:
+    """An option whose value is a callback."""
+
+    def check(hook: object) -> object:
+        if not callable(hook):
+            raise TypeError(f"{name} must be callable, got {type(hook).__name__}")
+        return hook
+
+    return Option(name, check, inherited)
 
 
 def is_cost_ceiling(limit: Limit) -> bool:

@@ -10,16 +10,25 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter.keys import KEY_COST
-from ampmeter.limits import ExceededLimit, Limit
-from ampmeter.policies.options import KEY_BUDGET_PRESSURE, PressureHook
+from ampmeter.limits import ExceededLimit, Limit, warn_fractions
+from ampmeter.policies.downgrade import DowngradeLadder
+from ampmeter.policies.options import (
+    KEY_BUDGET_PRESSURE,
+    Option,
+    Policy,
+    PressureHook,
+    callable_option,
+    is_cost_ceiling,
+)
 from ampmeter.policies.shared_totals import shared_totals
 from ampmeter.policies.step import PolicyStep
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.steps import Admission, Flight
+    from ampmeter.policies.configured import ConfiguredPolicies
 
-__all__ = ["PRESSURE_AT", "Pressure"]
+__all__ = ["POLICY", "PRESSURE_AT", "Pressure"]
 
 PRESSURE_AT: Final = 0.8
 """The share of a cost ceiling at which the hook starts to see requests, unless told."""
@@ -59,7 +68,10 @@ class Pressure(PolicyStep):
         if spent < self.at:
             return None
         hook = self.hook
-        changed = hook(ctx, dict(request))
+        if isinstance(hook, DowngradeLadder):  # the ladder reads the share spent, not the context
+            changed: object = hook.swapped(dict(request), spent)
+        else:
+            changed = hook(ctx, dict(request))
         if changed is None:
             name = getattr(hook, "__qualname__", type(hook).__name__)
             note = f"refused by on_budget_pressure hook {name}"
@@ -84,3 +96,42 @@ def _spent_cost(frame: Frame) -> Decimal:
         return local
     totals = shared_totals(frame.ledger).read()
     return local if totals is None else max(local, Decimal(totals.get(KEY_COST, 0)))
+
+
+def _make(admission: Admission, configured: ConfiguredPolicies) -> Pressure | None:
+    hook = configured.values.on_budget_pressure
+    if hook is None:
+        return None
+    ceilings = tuple(
+        (frame, limit.max_value)
+        for frame in admission.frame.ancestry
+        for limit in frame.limits
+        if is_cost_ceiling(limit) and limit.max_value > 0
+    )
+    return Pressure(admission, hook, configured.values.pressure_at, ceilings) if ceilings else None
+
+
+def _ladder(values: dict[str, Any]) -> None:
+    """``downgrade`` as the pressure hook, with ``pressure_at`` its lowest rung (one hook per
+    context: a ladder and an ``on_budget_pressure`` of one's own do not mix)."""
+    ladder = values.pop("downgrade", None)
+    if ladder is None:
+        return
+    if "on_budget_pressure" in values:
+        raise ValueError(
+            "give downgrade= or on_budget_pressure=, not both (the ladder is a pressure hook)"
+        )
+    values.update(on_budget_pressure=ladder, pressure_at=ladder.lowest)
+
+
+POLICY = Policy(
+    "pressure",
+    (
+        callable_option("on_budget_pressure"),
+        Option("pressure_at", lambda at: warn_fractions((at,), "pressure_at")[0], inherited=True),
+        Option("downgrade", DowngradeLadder, inherited=True),
+    ),
+    _make,
+    translate=_ladder,
+)
+"""``on_budget_pressure`` and ``pressure_at`` (or a ``downgrade`` ladder), inherited."""

@@ -4,7 +4,7 @@ to a shared ledger's reservation, and the events it reports once a call's usage 
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ampmeter._core.outcome import Outcome, TerminationReason
 from ampmeter._core.steps import Admission, Flight, Step
@@ -55,9 +55,12 @@ class SharedTerms:
 
 
 class PolicyStep(Step):
-    """A policy in a context's admission."""
+    """A policy in a context's admission. ``marks_priced``: whether it needs the marks of a
+    priced call; ``fingerprints``: whether it needs each call's loop-guard identity."""
 
     __slots__ = ("admission",)
+    marks_priced: ClassVar[bool] = True
+    fingerprints: ClassVar[bool] = False
 
     def __init__(self, admission: Admission) -> None:
         self.admission = admission
@@ -69,6 +72,10 @@ class PolicyStep(Step):
     def shared_terms(self, owner: Frame, marks: CallMarks | None, terms: SharedTerms) -> None:
         """Add this policy's terms for ``owner``'s shared ledger (through a shared ledger a
         policy counts what every process sharing the scope did)."""
+
+    def wraps_up(self) -> bool:
+        """Whether this policy asks the agent to finish (``ctx.wrap_up``)."""
+        return False
 
 
 class Observer(PolicyStep):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ampmeter.limits import LimitType
-from ampmeter.policies.options import LimitEvent
+from ampmeter.policies.options import LimitEvent, Policy
 from ampmeter.policies.shared_totals import SharedTotals, shared_totals
 from ampmeter.policies.step import Observer
 
@@ -18,11 +18,12 @@ if TYPE_CHECKING:
     from ampmeter._core.steps import Admission
     from ampmeter._core.usage import Shape, Usage
     from ampmeter.limits import Limit
+    from ampmeter.policies.configured import ConfiguredPolicies
     from ampmeter.policies.events import EventLog
     from ampmeter.policies.marks import CallMarks
     from ampmeter.policies.step import SharedTerms
 
-__all__ = ["Thresholds", "Watch"]
+__all__ = ["POLICY", "Thresholds", "Watch"]
 
 Found = list[tuple["EventLog", LimitEvent]]
 
@@ -147,9 +148,27 @@ class Thresholds(Observer):
             log.report(event)
         return [event.to_dict() for _, event in found]
 
+    def wraps_up(self) -> bool:
+        return any(watch.wrap_up() for watch in self.watches)
+
     def shared_terms(self, owner: Frame, marks: CallMarks | None, terms: SharedTerms) -> None:
         for watch in self.watches:
             if watch.frame is owner:  # held so that the ledger keeps their shared total
                 terms.extra.update(
                     (lim.key, None) for lim in watch.limits if lim.type is LimitType.EXACT
                 )
+
+
+def _declare(configured: ConfiguredPolicies) -> Watch | None:
+    frame = configured.frame
+    watched = tuple(lim for lim in frame.limits if lim.warn_at or lim.soft)
+    return Watch(frame, watched, configured.log) if watched else None
+
+
+def _make(admission: Admission, configured: ConfiguredPolicies) -> Thresholds | None:
+    watches = tuple(watch for _, watch in configured.declarations("thresholds"))
+    return Thresholds(admission, watches) if watches else None
+
+
+POLICY = Policy("thresholds", (), _make, _declare)
+"""Warnings (``warn_at``) and soft limits (``soft=True``) of the limits: no keyword of their own."""

@@ -8,18 +8,19 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
-from ampmeter.keys import KEY_UNPRICED_LLM_CALLS
+from ampmeter.keys import KEY_COST, KEY_UNPRICED_LLM_CALLS
 from ampmeter.limits import ExceededLimit, Limit
-from ampmeter.policies.options import LimitEvent
+from ampmeter.policies.options import LimitEvent, Option, Policy
 from ampmeter.policies.step import PolicyStep
 from ampmeter.pricing.source import TABLE
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.steps import Admission, Flight
+    from ampmeter.policies.configured import ConfiguredPolicies
     from ampmeter.policies.events import EventLog
 
-__all__ = ["Unpriced"]
+__all__ = ["POLICY", "Unpriced"]
 
 _LIMIT = Limit(KEY_UNPRICED_LLM_CALLS, 0)
 
@@ -28,6 +29,7 @@ class Unpriced(PolicyStep):
     """The unpriced-model rule of one context's calls (see the module docstring)."""
 
     __slots__ = ("log", "owner", "refuses")
+    marks_priced = False  # a priced call is none of its business
 
     def __init__(self, admission: Admission, owner: Frame, refuses: bool, log: EventLog) -> None:
         super().__init__(admission)
@@ -61,3 +63,25 @@ class Unpriced(PolicyStep):
         node_id, name = flight.node.node_id, self.admission.frame.name
         event = LimitEvent("unpriced", _LIMIT, KEY_UNPRICED_LLM_CALLS, 1.0, 1.0, node_id, name)
         self.log.report(event)
+
+
+def _watches_cost(limit: Limit) -> bool:
+    return limit.matches(KEY_COST) or (limit.key.startswith(KEY_COST) and not limit.soft)
+
+
+def _make(admission: Admission, configured: ConfiguredPolicies) -> Unpriced | None:
+    mode = configured.values.on_unpriced or "refuse"
+    if mode == "allow":
+        return None
+    owner = next((f for f in admission.frame.ancestry if any(map(_watches_cost, f.limits))), None)
+    return None if owner is None else Unpriced(admission, owner, mode == "refuse", configured.log)
+
+
+def _mode(mode: object) -> object:
+    if mode not in ("refuse", "warn", "allow"):
+        raise ValueError(f"on_unpriced must be 'refuse', 'warn' or 'allow', got {mode!r}")
+    return mode
+
+
+POLICY = Policy("unpriced", (Option("on_unpriced", _mode, inherited=True),), _make)
+"""``on_unpriced``, inherited."""

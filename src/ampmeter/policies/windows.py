@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ampmeter._core.check import Guard
 from ampmeter.limits import DerivedCeiling, Limit, LimitType
+from ampmeter.policies.options import Policy
 from ampmeter.policies.step import Observer
 
 if TYPE_CHECKING:
@@ -19,10 +20,11 @@ if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
     from ampmeter._core.steps import Admission, Flight
     from ampmeter._core.usage import Usage
+    from ampmeter.policies.configured import ConfiguredPolicies
     from ampmeter.policies.marks import CallMarks
     from ampmeter.policies.step import SharedTerms
 
-__all__ = ["Window", "Windows"]
+__all__ = ["POLICY", "Window", "Windows"]
 
 
 class Window:
@@ -59,26 +61,21 @@ class Window:
         return (False, limit.key, limit.internal_max + gone, ceiling)
 
 
-def windows_of(frame: Frame) -> tuple[Window, ...]:
-    """The windows of ``frame``'s context (none when it declares no windowed limit)."""
-    windows: tuple[Window, ...] = frame.policies.windows
-    return windows
-
-
 class Windows(Observer):
     """The windowed limits of one context and those above it (see the module docstring)."""
 
-    __slots__ = ("slots", "windows")
+    __slots__ = ("by_frame", "slots", "windows")
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(self, admission: Admission, by_frame: dict[Frame, tuple[Window, ...]]) -> None:
         super().__init__(admission)
+        self.by_frame = by_frame  # the windows of each context here and above that has any
         # (guard index, that guard's windows), and every window here and above
         self.slots = tuple(
-            (index, windows_of(frame))
+            (index, by_frame[frame])
             for index, frame in enumerate(admission.guards)
-            if windows_of(frame)
+            if frame in by_frame
         )
-        self.windows = tuple(w for frame in admission.frame.ancestry for w in windows_of(frame))
+        self.windows = tuple(w for windows in by_frame.values() for w in windows)
 
     def admit(self, flight: Flight, thread: int | None) -> None:
         if flight.marks is None:  # embedding requests and steps: the plain ceilings
@@ -98,7 +95,21 @@ class Windows(Observer):
         return []
 
     def shared_terms(self, owner: Frame, marks: CallMarks | None, terms: SharedTerms) -> None:
-        limits = tuple(window.limit for window in windows_of(owner))
+        limits = tuple(window.limit for window in self.by_frame.get(owner, ()))
         if limits:
             terms.windows = limits
             terms.extra.update((lim.key, None) for lim in limits if lim.type is LimitType.EXACT)
+
+
+def _declare(configured: ConfiguredPolicies) -> tuple[Window, ...] | None:
+    limits = configured.frame.limits
+    return tuple(Window(lim) for lim in limits if lim.window_s is not None) or None
+
+
+def _make(admission: Admission, configured: ConfiguredPolicies) -> Windows | None:
+    by_frame = dict(configured.declarations("windows"))
+    return Windows(admission, by_frame) if by_frame else None
+
+
+POLICY = Policy("windows", (), _make, _declare)
+"""Windowed limits (``Limit(..., window_s=...)``): no keyword of its own."""
