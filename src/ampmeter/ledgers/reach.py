@@ -62,7 +62,6 @@ class Reach:
 
 
 _reaches: dict[str, Reach] = {}
-_loaded: dict[str, str] = {}  # built-in module -> "" once loaded, else why it could not load
 
 
 def register(reach: Reach) -> None:
@@ -133,15 +132,8 @@ def at_address(address: str) -> tuple[Reach, dict[str, object]]:
 
 def _load_built_in() -> None:
     for module in _BUILT_IN:
-        if module not in _loaded:
-            try:
-                importlib.import_module(module)
-            except ImportError as error:
-                _loaded[module] = str(error)
-            else:
-                _loaded[module] = ""
+        importlib.import_module(module)  # each registers its Reach (once: modules are cached)
 
 
 def _known() -> str:
-    missing = "; ".join(why for why in _loaded.values() if why)
-    return "known: " + ", ".join(sorted(_reaches)) + (f"; {missing}" if missing else "")
+    return "known: " + ", ".join(sorted(_reaches))

@@ -17,15 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-try:
-    import orjson
-    import redis
-    from redis.backoff import NoBackoff
-    from redis.cluster import RedisCluster
-    from redis.exceptions import RedisClusterException
-    from redis.retry import Retry
-except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError("RedisLedger needs the redis package: pip install 'ampmeter[redis]'") from exc
+import orjson
 
 from ampmeter.ledgers import _lua
 from ampmeter.ledgers._amounts import (
@@ -41,6 +33,18 @@ from ampmeter.ledgers._rules import SETTLED_ID, Refusal, Reservation, held_reser
 from ampmeter.ledgers.backend import Which
 from ampmeter.ledgers.base import SETTLED_KEEP_S, ExpiredHold, Ledger, LedgerUnavailable
 from ampmeter.ledgers.reach import Location, Reach, register, settings
+
+# Without the redis package this module still loads, so that its Reach names Redis addresses
+# and locations; making a RedisLedger then says what to install.
+_MISSING: ImportError | None = None
+try:
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.cluster import RedisCluster
+    from redis.exceptions import RedisClusterException
+    from redis.retry import Retry
+except ImportError as missing:  # pragma: no cover - depends on the installed extras
+    _MISSING = missing
 
 __all__ = ["RedisLedger"]
 
@@ -98,6 +102,10 @@ class RedisLedger(Ledger):
         on_expired_hold: ExpiredHold = "charge",
         handoff_key: str | bytes | None = None,
     ) -> None:
+        if _MISSING is not None:
+            raise ImportError(
+                "RedisLedger needs the redis package: pip install 'ampmeter[redis]'"
+            ) from _MISSING
         if not isinstance(url, (str, redis.Redis, RedisCluster)):
             raise TypeError(
                 "url must be a redis:// URL str, a redis.Redis or a redis.cluster.RedisCluster, "
