@@ -180,6 +180,7 @@ def test_a_paused_call_goes_on_when_the_budget_is_raised(tmp_path: Path) -> None
             lines.append(line)
         assert len(bill.requests) == 1  # the second call waits, unsent
         hint = next(line for line in lines if "paused:" in line)
+        assert "a call of process" in hint and "waits at the limit on amp:llm_calls" in hint
         assert f"ampmeter budget raise {ledger} ci amp:llm_calls NEW_MAX" in hint
         raise_it = ["budget", "raise", str(ledger), "ci", "amp:llm_calls", "2"]
         subprocess.run(

@@ -76,26 +76,28 @@ def _watch(tree: dict[str, Any], stop: threading.Event) -> None:
     from ampmeter.cli.output import printable, say
 
     where, scope = tree["ledger"], tree["scope"]
+    at = f"{shlex.quote(where)} {shlex.quote(scope)}"
     seen: set[str] = set()
     ledger = None
     try:
         while not stop.wait(_PAUSE_POLL_S):
-            if ledger is None:
-                if not where.startswith(("redis://", "rediss://")) and not os.path.exists(where):
-                    continue  # no process has metered yet
-                ledger = open_run_ledger(where, scope)
-            with contextlib.suppress(Exception):  # busy or gone: look again
-                for call in ledger.show(scope).paused_calls:
-                    if call.id not in seen:
-                        seen.add(call.id)
-                        command = f"ampmeter budget raise {shlex.quote(where)} {shlex.quote(scope)}"
-                        say(
-                            printable(
-                                f"ampmeter run: paused: a call of {call.context} is at its limit "
-                                f"{call.key} {call.cap}; it goes on once the limit is raised: "
-                                f"{command} {call.key} NEW_MAX"
-                            )
-                        )
+            if not where.startswith(("redis://", "rediss://")) and not os.path.exists(where):
+                continue  # no process has metered yet
+            try:
+                ledger = ledger or open_run_ledger(where, scope)
+                paused = [c for c in ledger.show(scope).paused_calls if c.id not in seen]
+            except Exception:  # busy, or not reachable now: look again
+                continue
+            for call in paused:
+                seen.add(call.id)
+                say(
+                    printable(
+                        f"ampmeter run: paused: a call of {call.context} waits at the limit on "
+                        f"{call.key}; it goes on once the limit is raised: ampmeter budget "
+                        f"raise {at} {call.key} NEW_MAX (what is spent: ampmeter budget show "
+                        f"{at})"
+                    )
+                )
     finally:
         if ledger is not None:
             ledger.close()
