@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ampmeter._core.kernel import Cell, Level
+    from ampmeter._core.cells import Cell, Level
 
 __all__ = ["Entry", "Guard", "Hit", "LimitRow", "compile_entries", "compile_limits"]
 
