@@ -23,6 +23,7 @@ __all__ = [
     "latency_histogram",
     "line_chart",
     "nice_ticks",
+    "share_of",
     "text_width",
 ]
 
@@ -33,6 +34,14 @@ def dollars(value: float) -> str:
     counts in, so a sum of floats shows no binary noise (as ``ampmeter summary`` and
     ``watch``)."""
     return format_usd(round(value, 9))
+
+
+def share_of(used: float, cap: float) -> tuple[float, str]:
+    """The share of ceiling ``cap`` that ``used`` is, and how every view marks it: ``"over"``
+    from the whole ceiling, ``"near"`` from 80 %, else ``"ok"`` (a zero ceiling is reached by
+    any use)."""
+    share = used / cap if cap > 0 else (1.0 if used > 0 else 0.0)
+    return share, "over" if share >= 1 else "near" if share >= 0.8 else "ok"
 
 
 def amount(key: str, value: float) -> str:

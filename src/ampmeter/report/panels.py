@@ -16,7 +16,7 @@ from ampmeter.analysis.ceilings import derivable
 from ampmeter.analysis.digest import RunDigest
 from ampmeter.analysis.summary import NUMERIC_COLUMNS, RunSummary
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS
-from ampmeter.report.charts import amount, dollars
+from ampmeter.report.charts import amount, dollars, share_of
 from ampmeter.report.limit_events import limit_events_html
 
 __all__ = ["TABLE_COLUMNS", "run_panel", "runs_table", "scrubbed"]
@@ -102,8 +102,7 @@ def _limit_row(
             f'<div class="limit">{name}<span class="bar"></span><span class="used muted">'
             f"not in the log; ceiling {esc(amount(key, cap))} ({origin})</span></div>"
         )
-    share = used / cap if cap > 0 else (1.0 if used > 0 else 0.0)
-    level = "over" if share >= 1 else "near" if share >= 0.8 else "ok"
+    share, level = share_of(used, cap)
     tip = esc(f"{key}: {amount(key, used)} of {amount(key, cap)} ({share:.0%})", quote=True)
     return (
         f'<div class="limit {level}">{name}<span class="bar" role="meter" data-tip="{tip}" '

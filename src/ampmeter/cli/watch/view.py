@@ -20,7 +20,7 @@ from ampmeter.analysis.runs import Call, is_estimated
 from ampmeter.cli.output import latency, money, printable
 from ampmeter.cli.watch.state import RUNNING, RunState, WatchState
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS
-from ampmeter.report.charts import amount
+from ampmeter.report.charts import amount, share_of
 
 __all__ = ["FrameInfo", "render_frame", "short_ids"]
 
@@ -82,14 +82,17 @@ def _key(key: str) -> Text:
     return Text(printable(key))
 
 
+_LEVEL_STYLES: Final = {"over": "red", "near": "yellow", "ok": "green"}
+
+
 def _bar_row(
     key: str, used: float | None, cap: float, note: str = ""
 ) -> tuple[RenderableType, ...]:
     """A limit's row: what was used, a bar, and the share of the ceiling (and ``note``)."""
     if used is None:
         return "[dim]not in the log[/]", "", f"of {amount(key, cap)}"
-    share = used / cap if cap > 0 else (1.0 if used > 0 else 0.0)
-    style = "red" if share >= 1 else "yellow" if share >= 0.8 else "green"
+    share, level = share_of(used, cap)
+    style = _LEVEL_STYLES[level]
     bar = ProgressBar(
         total=1.0,
         completed=min(share, 1.0),
