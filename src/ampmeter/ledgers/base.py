@@ -15,10 +15,10 @@ import logging
 import os
 import uuid
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 
 from ampmeter import _validate
 from ampmeter._core.idempotency import KEEP_S
+from ampmeter._scoped import Closeable
 from ampmeter.errors import BudgetUnavailable
 from ampmeter.ledgers import _notes
 from ampmeter.ledgers._amounts import (
@@ -97,7 +97,7 @@ class Committed(dict[str, Amount]):
         self.duplicate = duplicate
 
 
-class Ledger(Controls):
+class Ledger(Controls, Closeable):
     """Reservations and spend for a tree of budget scopes (``tenant-42/run-7/researcher``).
 
     A ledger is bound to one scope; :meth:`child` gives a ledger on the same backend for a
@@ -418,17 +418,6 @@ class Ledger(Controls):
         if self._root_ledger is None:
             self._renewer.stop()
             self._backend_close()
-
-    def __enter__(self) -> Ledger:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- shared machinery -------------------------------------------------------------------
 
