@@ -142,8 +142,9 @@ def run_command(
         with contextlib.ExitStack() as serving:
             if config.proxy:  # until the program's whole process group has ended
                 serving.enter_context(run_proxy(config, tree, child_env))
-            # With --output json, stdout is the result's alone: the program writes to stderr.
-            stdout = sys.stderr if config.output == "json" else None
+            # With --output json, stdout is the result's alone: the program writes to stderr
+            # (the descriptor: sys.stderr may be a Python object without one, as under a test).
+            stdout = 2 if config.output == "json" else None
             try:
                 proc = subprocess.Popen(
                     argv, env=child_env, cwd=cwd, start_new_session=True, stdout=stdout
