@@ -14,7 +14,6 @@ import atexit
 import functools
 import json
 import os
-import secrets
 import signal
 import sys
 import threading
@@ -113,35 +112,18 @@ class _Process:
     def start(cls, config: RunConfig, top: bool) -> None:
         """Open this process's context (the top one's node is the run's root)."""
         from ampmeter._current import set_enclosing_context
-        from ampmeter.context import ExecutionContext
         from ampmeter.integrations import set_default_context
         from ampmeter.sinks.jsonl import JsonlSink
-        from ampmeter.sinks.relabel import RelabeledSink
 
         tree = json.loads(os.environ[ENV_TREE])
         pid = os.getpid()
         ledger = open_run_ledger(tree["ledger"], tree["scope"])
         log = JsonlSink(os.path.join(tree["events"], f"{time.time_ns()}-{pid}.jsonl"), flush="line")
-        sink: Any = log
-        if not top:
-            sink = RelabeledSink(
-                log,
-                prefix=f"p{pid}-{secrets.token_hex(2)}.",
-                attach_to=tree["root"],
-                depth_offset=1,
-                keep_root=False,
-                metadata={"pid": pid},
-            )
-        deadline = tree["deadline"]
         set_enclosing_context(None)  # a fork child's copy of its parent's is not ours
-        ctx = ExecutionContext(
-            "ampmeter_run" if top else f"process {pid}",
-            timeout_s=None if deadline is None else max(deadline - time.time(), 0.0),
-            sinks=[sink],
-            ledger=ledger,
-            chain_id=tree["chain"],
-            **config.context_keywords(),
-        )
+        if top:
+            ctx = config.context("ampmeter_run", tree, ledger, log)
+        else:
+            ctx = config.context(f"process {pid}", tree, ledger, log, "p", pid=pid)
         ctx.__enter__()  # also in a fork child: the parent's context is not ours any more
         set_default_context(ctx)
         set_enclosing_context(ctx)  # the program's own contexts run inside the run's

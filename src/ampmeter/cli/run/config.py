@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import functools
 import math
+import secrets
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from ampmeter.keys import (
     KEY_COST,
@@ -75,10 +77,10 @@ class RunConfig:
     max_tool_calls: int | None = None
     max_tokens_per_model: dict[str, int] = field(default_factory=dict)
     price: list[str] = field(default_factory=list)
-    on_unpriced: str | None = None
+    on_unpriced: Literal["refuse", "warn", "allow"] | None = None
     warn_at: list[float] = field(default_factory=list)
     downgrade: list[str] = field(default_factory=list)
-    on_exhausted: str | None = None
+    on_exhausted: Literal["raise", "pause"] | None = None
     pause_timeout: float | None = None
     dry_run: bool = False
     timeout: float | None = None
@@ -202,26 +204,52 @@ class RunConfig:
             for model, (rate_in, rate_out) in self.prices().items():
                 set_price(model, input_per_mtok=rate_in, output_per_mtok=rate_out)
 
-    def context_keywords(self) -> dict[str, Any]:
-        """The keywords of the run's :class:`~ampmeter.ExecutionContext` in each process."""
+    def context(
+        self,
+        name: str,
+        tree: dict[str, Any],
+        ledger: Any,
+        log: Any,
+        under_root: str | None = None,
+        **metadata: Any,
+    ) -> Any:
+        """An :class:`~ampmeter.ExecutionContext` of the run (``tree``: the run's settings as
+        its processes get them) with these controls, on ``ledger``, logging to ``log``: the
+        run's root, or a part hung under it (``under_root`` starts its node ids there, and its
+        events carry ``metadata``)."""
         from ampmeter.cli.run.notices import say_limit_event
+        from ampmeter.context import ExecutionContext
+        from ampmeter.sinks.relabel import RelabeledSink
 
+        if under_root is not None:
+            log = RelabeledSink(
+                log,
+                prefix=f"{under_root}{metadata.get('pid', '')}-{secrets.token_hex(2)}.",
+                attach_to=tree["root"],
+                depth_offset=1,
+                keep_root=False,
+                metadata=metadata or None,
+            )
         on_unpriced = self.on_unpriced
         refuses_unpriced = on_unpriced in (None, "refuse")
         if self.dry_run and on_unpriced != "allow":
             on_unpriced = "warn"  # a dry run stops nothing
-        keywords: dict[str, Any] = {
-            "limits": self.limits(),
-            "on_limit_event": functools.partial(
+        deadline = tree["deadline"]
+        return ExecutionContext(
+            name,
+            limits=self.limits(),
+            timeout_s=None if deadline is None else max(deadline - time.time(), 0.0),
+            sinks=[log],
+            ledger=ledger,
+            chain_id=tree["chain"],
+            on_limit_event=functools.partial(
                 say_limit_event, dry_run=self.dry_run and refuses_unpriced
             ),
-            "on_unpriced": on_unpriced,
-            "on_exhausted": self.on_exhausted,
-            "pause_timeout_s": self.pause_timeout,
-        }
-        if self.downgrade:
-            keywords["downgrade"] = self.ladder()
-        return keywords
+            on_unpriced=on_unpriced,
+            on_exhausted=self.on_exhausted,
+            pause_timeout_s=self.pause_timeout,
+            downgrade=self.ladder() or None,
+        )
 
 
 def parse_upstreams(items: Sequence[str]) -> dict[str, str]:

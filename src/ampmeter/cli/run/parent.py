@@ -142,8 +142,9 @@ def run_command(
         with contextlib.ExitStack() as serving:
             if config.proxy:  # until the program's whole process group has ended
                 serving.enter_context(run_proxy(config, tree, child_env))
-            # With --output json, stdout is the result's alone: the program writes to stderr.
-            stdout = sys.stderr if config.output == "json" else None
+            # With --output json, stdout is the result's alone: the program writes to stderr
+            # (the descriptor: sys.stderr may be a Python object without one, as under a test).
+            stdout = 2 if config.output == "json" else None
             try:
                 proc = subprocess.Popen(
                     argv, env=child_env, cwd=cwd, start_new_session=True, stdout=stdout
@@ -260,11 +261,10 @@ def _run_summary(events: Sequence[Path], processes: int) -> dict[str, Any]:
     rules of ``ampmeter summary`` (a killed writer's cut last line is ignored, as there).
     Money is summed exactly, as each event wrote it."""
     import warnings
-    from decimal import Decimal
 
     from ampmeter.analysis.runs import is_estimated, is_unsettled, load_runs
     from ampmeter.analysis.summary import summarize_run
-    from ampmeter.cli.run.result import limit_events, spend_by_model
+    from ampmeter.cli.run.result import exact_usd, limit_events, spend_by_model
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a cut last line of a killed worker
@@ -287,15 +287,11 @@ def _run_summary(events: Sequence[Path], processes: int) -> dict[str, Any]:
         "retries": sum(r.retries for r in rows),
         "tokens_in": sum(r.tokens_in for r in rows),
         "tokens_out": sum(r.tokens_out for r in rows),
-        "cost_usd": sum((Decimal(repr(c.cost_usd)) for c in calls if not c.unpriced), Decimal(0)),
-        "unsettled_cost_usd": sum(
-            (Decimal(repr(c.cost_usd)) for c in calls if is_unsettled(c)), Decimal(0)
-        ),
+        "cost_usd": exact_usd(c for c in calls if not c.unpriced),
+        "unsettled_cost_usd": exact_usd(filter(is_unsettled, calls)),
         "unsettled_calls": sum(1 for c in calls if is_unsettled(c)),
         "unpriced_calls": sum(r.unpriced_calls for r in rows),
-        "estimated_cost_usd": sum(
-            (Decimal(repr(c.cost_usd)) for c in calls if is_estimated(c)), Decimal(0)
-        ),
+        "estimated_cost_usd": exact_usd(filter(is_estimated, calls)),
         "amplification": llm + tools,
         "base_context": rows[0].base_context if len(rows) == 1 else 0,
         "context_growth_avg": rows[0].context_growth_avg if len(rows) == 1 else 0.0,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import time
 from collections.abc import Iterator, MutableMapping
 from typing import Any
@@ -48,30 +47,12 @@ def run_proxy(
     closing = contextlib.ExitStack()
 
     def the_runs_context(caller: CallerBudget) -> Any:
-        from ampmeter.context import ExecutionContext
         from ampmeter.sinks.jsonl import JsonlSink
-        from ampmeter.sinks.relabel import RelabeledSink
 
         ledger = closing.enter_context(open_run_ledger(tree["ledger"], tree["scope"]))
         log = os.path.join(tree["events"], f"{time.time_ns()}-proxy.jsonl")
         sink = closing.enter_context(JsonlSink(log, flush="line"))
-        deadline = tree["deadline"]
-        return ExecutionContext(
-            "proxy",
-            **config.context_keywords(),
-            timeout_s=None if deadline is None else max(deadline - time.time(), 0.0),
-            sinks=[
-                RelabeledSink(
-                    sink,
-                    prefix=f"proxy-{secrets.token_hex(2)}.",
-                    attach_to=tree["root"],
-                    depth_offset=1,
-                    keep_root=False,
-                )
-            ],
-            ledger=ledger,
-            chain_id=tree["chain"],
-        )
+        return config.context("proxy", tree, ledger, sink, "proxy")
 
     config.set_prices()  # the proxy prices its calls in this process
     key = child_env["AMPMETER_HANDOFF_KEY"].encode()

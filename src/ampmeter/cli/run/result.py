@@ -22,9 +22,14 @@ if TYPE_CHECKING:
     from ampmeter.analysis.runs import Call
     from ampmeter.cli.run.parent import RunOutcome
 
-__all__ = ["limit_events", "result_json", "spend_by_model"]
+__all__ = ["exact_usd", "limit_events", "result_json", "spend_by_model"]
 
 _LIMIT_EVENTS = "limit_events"  # the node metadata each limit event is kept in
+
+
+def exact_usd(calls: Iterable[Call]) -> Decimal:
+    """The cost of ``calls`` summed exactly, each as its event wrote it."""
+    return sum((Decimal(repr(call.cost_usd)) for call in calls), Decimal(0))
 
 
 def spend_by_model(calls: Iterable[Call]) -> dict[str, dict[str, Any]]:
@@ -51,7 +56,7 @@ def spend_by_model(calls: Iterable[Call]) -> dict[str, dict[str, Any]]:
         if call.unpriced:
             row["unpriced_calls"] += 1
         else:
-            row["cost_usd"] += Decimal(repr(call.cost_usd))
+            row["cost_usd"] += exact_usd((call,))
     return models
 
 
