@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
+from types import ModuleType
 from typing import Any
 
 from ampmeter import redact
@@ -235,7 +236,7 @@ def _patch_rebuilding_managers() -> list[Patch]:
     ]
 
 
-def instrument_anthropic() -> bool:
+def instrument_anthropic(_module: ModuleType | None = None) -> bool:
     """Patch the installed ``anthropic`` SDK (idempotent); False if it is not installed."""
     if _patches:
         return True

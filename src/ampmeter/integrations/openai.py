@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 from ampmeter._validate import MAX_COUNT
@@ -336,7 +337,7 @@ class ResponsesAdapter(Adapter):
         return False
 
 
-def instrument_openai() -> bool:
+def instrument_openai(_module: ModuleType | None = None) -> bool:
     """Patch the installed ``openai`` SDK (idempotent); False if it is not installed."""
     if _patches:
         return True
