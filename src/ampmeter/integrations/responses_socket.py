@@ -30,7 +30,7 @@ from ampmeter.integrations.wire import get
 
 __all__ = ["PendingResponse", "ResponseFailed", "ResponsesOnSocket", "responses_on"]
 
-_ADAPTER: Final = ResponsesAdapter("responses.connect.create", ())
+_ADAPTER: Final = ResponsesAdapter("responses.connect.create")
 _ATTRIBUTE: Final = "_ampmeter_pending_responses"  # where a connection's responses live
 
 
