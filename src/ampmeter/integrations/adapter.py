@@ -1,8 +1,8 @@
 """The request model an SDK or wire-format module describes its requests with.
 
 An :class:`Adapter` says what a request asks for (:class:`RequestInfo`) and how to read usage
-from a whole response or from one stream event into a :class:`Tally`; the lifecycle, the SDK door,
-streams and HTTP layers do the rest the same way for every wire format.
+from a whole response or from one stream event into a :class:`Tally`; the lifecycle, the SDK
+door, streams and HTTP layers do the rest the same way for every wire format.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ampmeter.integrations.wire import first_int
 from ampmeter.pricing import request_size
 from ampmeter.pricing.request_size import RequestSize, Wire
 
@@ -126,14 +127,18 @@ class Adapter:
     operation: str = ""
     kind: str = "llm"  # the node kind: "llm", or "embedding" for an embeddings endpoint
     wire: Wire = "chat"  # the wire format its requests are measured in
+    max_tokens_fields: tuple[str, ...] = ("max_tokens",)  # where a request caps its output
 
     def __init__(self, operation: str) -> None:
         self.operation = operation
 
-    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        """Model, measure, output cap and streaming flag of a request (SDK keyword arguments
-        or a JSON body)."""
-        raise NotImplementedError
+    def request_info(self, body: Mapping[str, Any]) -> RequestInfo:
+        """Model, measure, output cap (the first of :attr:`max_tokens_fields` given) and
+        streaming flag of a request's JSON body."""
+        fields = self.max_tokens_fields
+        max_tokens = first_int(*(body.get(name) for name in fields)) if fields else None
+        measure = request_size.measure(self.wire, body)
+        return RequestInfo(body.get("model"), measure, max_tokens, body.get("stream") is True)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         """The request's text, kept on the node with ``instrument(capture_content=True)``."""

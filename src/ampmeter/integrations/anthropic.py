@@ -18,12 +18,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
-from ampmeter.integrations.lifecycle import settings
+from ampmeter.integrations.adapter import Adapter, Tally
+from ampmeter.integrations.lifecycle import HELPER, settings
 from ampmeter.integrations.patching import Patch, undo_all
 from ampmeter.integrations.streams import meter_rebuilt_stream
-from ampmeter.integrations.wire import READERS, counts, first_int, get, text_of
-from ampmeter.pricing import request_size
+from ampmeter.integrations.wire import READERS, counts, get, text_of
 from ampmeter.pricing.measure_parts import json_text
 
 __all__ = ["instrument_anthropic", "is_instrumented", "uninstrument_anthropic"]
@@ -40,14 +39,6 @@ class MessagesAdapter(Adapter):
     provider = PROVIDER
 
     wire = "anthropic"
-
-    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        return RequestInfo(
-            kwargs.get("model"),
-            request_size.measure(self.wire, kwargs),
-            first_int(kwargs.get("max_tokens")),
-            kwargs.get("stream") is True,
-        )
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         parts = [text_of(kwargs.get("system")) if not _omitted(kwargs.get("system")) else ""]
@@ -156,9 +147,16 @@ def _read_usage(usage: Any, tally: Tally) -> None:
         tally.reasoning = thinking
 
 
+# These SDKs name no helper in their request's headers: the managers name theirs.
+
+
 def _enter_rebuilding(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
     def enter(manager: Any) -> Any:
-        stream = original(manager)
+        token = HELPER.set("stream")
+        try:
+            stream = original(manager)
+        finally:
+            HELPER.reset(token)
         meter_rebuilt_stream(stream, is_async=False)
         return stream
 
@@ -167,7 +165,11 @@ def _enter_rebuilding(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 def _aenter_rebuilding(original: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Any]:
     async def aenter(manager: Any) -> Any:
-        stream = await original(manager)
+        token = HELPER.set("stream")
+        try:
+            stream = await original(manager)
+        finally:
+            HELPER.reset(token)
         meter_rebuilt_stream(stream, is_async=True)
         return stream
 

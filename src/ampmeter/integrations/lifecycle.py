@@ -27,6 +27,7 @@ from ampmeter.policies.downgrade import META_REQUESTED_MODEL, take_requested_mod
 
 __all__ = [
     "ACTIVE_CALL",
+    "HELPER",
     "META_OPERATION",
     "META_PROMPT_TEXT",
     "META_RESPONSE_ID",
@@ -71,6 +72,13 @@ settings = Settings()
 # that an SDK patch already meters.
 ACTIVE_CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar(
     "ampmeter_active_sdk_call", default=None
+)
+
+
+# The helper an SDK's own hook says a request comes from, where its headers do not (see
+# :mod:`.anthropic`): read by :mod:`.sdk`.
+HELPER: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "ampmeter_sdk_helper", default=None
 )
 
 

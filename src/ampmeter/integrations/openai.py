@@ -41,12 +41,7 @@ class ChatAdapter(Adapter):
 
     provider = PROVIDER
 
-    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        max_tokens = first_int(kwargs.get("max_completion_tokens"), kwargs.get("max_tokens"))
-        stream = kwargs.get("stream") is True
-        return RequestInfo(
-            kwargs.get("model"), request_size.measure(self.wire, kwargs), max_tokens, stream
-        )
+    max_tokens_fields: tuple[str, ...] = ("max_completion_tokens", "max_tokens")
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         messages = kwargs.get("messages")
@@ -185,12 +180,7 @@ class CompletionsAdapter(ChatAdapter):
 
     wire = "completions"
 
-    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        max_tokens = first_int(kwargs.get("max_tokens"))
-        stream = kwargs.get("stream") is True
-        return RequestInfo(
-            kwargs.get("model"), request_size.measure(self.wire, kwargs), max_tokens, stream
-        )
+    max_tokens_fields = ("max_tokens",)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         return _joined_text(kwargs.get("prompt"))
@@ -262,12 +252,7 @@ class ResponsesAdapter(Adapter):
 
     wire = "responses"
 
-    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        max_tokens = first_int(kwargs.get("max_output_tokens"))
-        stream = kwargs.get("stream") is True
-        return RequestInfo(
-            kwargs.get("model"), request_size.measure(self.wire, kwargs), max_tokens, stream
-        )
+    max_tokens_fields = ("max_output_tokens",)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         parts: list[str] = []

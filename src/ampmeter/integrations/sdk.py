@@ -28,6 +28,7 @@ from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.http import adapter_for_path
 from ampmeter.integrations.lifecycle import (
     ACTIVE_CALL,
+    HELPER,
     Admitted,
     begin_call,
     count_retry,
@@ -53,7 +54,7 @@ def _operation(options: Any, headers: Mapping[str, Any], base: str) -> str:
         helper = headers.get(name)
         if isinstance(helper, str) and helper:
             return helper if "." in helper else f"{base}.{helper}"
-    return f"{base}.create"
+    return f"{base}.{HELPER.get() or 'create'}"
 
 
 def admit(client: Any, options: Any) -> Admitted | None:
