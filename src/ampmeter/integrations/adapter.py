@@ -135,8 +135,7 @@ class Adapter:
     def request_info(self, body: Mapping[str, Any]) -> RequestInfo:
         """Model, measure, output cap (the first of :attr:`max_tokens_fields` given) and
         streaming flag of a request's JSON body."""
-        fields = self.max_tokens_fields
-        max_tokens = first_int(*(body.get(name) for name in fields)) if fields else None
+        max_tokens = first_int(*map(body.get, self.max_tokens_fields))
         measure = request_size.measure(self.wire, body)
         return RequestInfo(body.get("model"), measure, max_tokens, body.get("stream") is True)
 

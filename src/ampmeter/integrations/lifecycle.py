@@ -194,7 +194,8 @@ def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> N
                 key = tally.gateway_key(call.name)
                 assert key is not None  # (it has an id)
                 call.offer_checked_idempotency_key(key)
-        estimate_unreported(call, tally)  # a response without its usage was billed all the same
+        if tally.tokens_in is None:  # a response without its usage was billed all the same
+            estimate_unreported(call, tally)
         _record(call, tally)
         if tally.text:
             text = "".join(tally.text)
