@@ -10,13 +10,13 @@
     with ampmeter.ExecutionContext(max_cost_usd=0.50):
         client.chat.completions.create(...)        # reserved, checked, recorded
 
-The ``openai`` and ``anthropic`` SDKs are patched at their resource methods; any other client
-that speaks a known wire format over ``httpx`` or ``httpx2`` (LiteLLM, google-genai, mistralai,
-plain httpx) is metered at the HTTP layer (:mod:`ampmeter.integrations.http`). A request is
-metered once, by the first layer that sees it. Outside a context the libraries behave exactly
-as without ampmeter. No API key, header or (unless ``capture_content=True``) prompt or response
-text is put on a node; a failed call's error text is scrubbed by :mod:`ampmeter.redact` (the
-client's API key included).
+The ``openai`` and ``anthropic`` SDKs are metered at their clients' one door
+(:mod:`ampmeter.integrations.sdk`); any other client that speaks a known wire format over
+``httpx`` or ``httpx2`` (LiteLLM, google-genai, mistralai, plain httpx) is metered at the HTTP
+layer (:mod:`ampmeter.integrations.http`). A request is metered once, by the first layer that
+sees it. Outside a context the libraries behave exactly as without ampmeter. No API key, header
+or (unless ``capture_content=True``) prompt or response text is put on a node; a failed call's
+error text is scrubbed by :mod:`ampmeter.redact` (the client's API key included).
 """
 
 from __future__ import annotations
@@ -102,11 +102,15 @@ INTEGRATIONS: tuple[Integration, ...] = (
         "uninstrument_dspy",
     ),
     _row(
-        "websockets", "http", "websocket_client", "instrument_websockets", "uninstrument_websockets"
+        "websockets",
+        "openai http",
+        "websocket_client",
+        "instrument_websockets",
+        "uninstrument_websockets",
     ),
     _row(
         "websockets.legacy.client",
-        "http",
+        "openai http",
         "websocket_client",
         "instrument_websockets_legacy",
         "uninstrument_websockets",
@@ -139,9 +143,10 @@ def instrument(
     mcp: bool = True,
 ) -> list[str]:
     """Meter the SDKs (``openai``, ``anthropic``) and the HTTP libraries (``http``: httpx,
-    httpx2, aiohttp and ``http.client``, which ``urllib`` and ``requests`` use, and the
-    Responses WebSocket protocol over the ``websockets`` clients, the legacy one included)
-    whenever they are imported; idempotent.
+    httpx2, aiohttp and ``http.client``, which ``urllib`` and ``requests`` use) whenever they
+    are imported; idempotent. With ``openai`` or ``http``, the Responses WebSocket protocol is
+    metered over the ``websockets`` clients (the legacy one included), which the ``openai``
+    SDK's ``responses.connect()`` sends through.
 
     With ``llama_index``, the lazy streams LlamaIndex returns are metered against the context
     they were created in (:mod:`ampmeter.integrations.llama_index`). With ``threads``, work

@@ -20,7 +20,7 @@ from typing import Any
 
 from ampmeter.integrations.adapter import Adapter, Tally
 from ampmeter.integrations.lifecycle import HELPER, settings
-from ampmeter.integrations.patching import Patch, undo_all
+from ampmeter.integrations.patching import Patch
 from ampmeter.integrations.streams import meter_rebuilt_stream
 from ampmeter.integrations.wire import READERS, counts, get, text_of
 from ampmeter.pricing.measure_parts import json_text
@@ -29,8 +29,6 @@ __all__ = ["instrument_anthropic", "is_instrumented", "uninstrument_anthropic"]
 
 PROVIDER = "anthropic"
 _TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
-
-_patches: list[Patch] = []
 
 
 class MessagesAdapter(Adapter):
@@ -194,24 +192,20 @@ def _patch_rebuilding_managers() -> list[Patch]:
 
 def instrument_anthropic(_module: ModuleType | None = None) -> bool:
     """Patch the installed ``anthropic`` SDK (idempotent); False if it is not installed."""
-    if _patches:
-        return True
-    try:
-        from anthropic import _base_client
-    except ImportError:
-        return False
-    from ampmeter.integrations.sdk import patch_clients  # (it reads this module's adapter)
+    from ampmeter.integrations import sdk  # (it reads this module's adapter)
 
-    _patches.extend(patch_clients(_base_client))
-    _patches.extend(_patch_rebuilding_managers())
-    return True
+    return sdk.instrument_sdk(PROVIDER, _patch_rebuilding_managers)
 
 
 def uninstrument_anthropic() -> None:
     """Restore every patched ``anthropic`` attribute exactly (idempotent)."""
-    undo_all(_patches)
+    from ampmeter.integrations import sdk
+
+    sdk.uninstrument_sdk(PROVIDER)
 
 
 def is_instrumented() -> bool:
     """Whether the ``anthropic`` SDK is currently patched."""
-    return bool(_patches)
+    from ampmeter.integrations import sdk
+
+    return sdk.is_instrumented(PROVIDER)

@@ -18,15 +18,12 @@ from typing import Any
 from ampmeter._validate import MAX_COUNT
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
-from ampmeter.integrations.patching import Patch, undo_all
 from ampmeter.integrations.wire import READERS, counts, first_int, get, ints, text_of
 from ampmeter.pricing import request_size, stored_state
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
 
 PROVIDER = "openai"
-
-_patches: list[Patch] = []
 
 
 def _joined_text(value: object) -> str:
@@ -315,29 +312,21 @@ class ResponsesAdapter(Adapter):
 
 def instrument_openai(_module: ModuleType | None = None) -> bool:
     """Patch the installed ``openai`` SDK (idempotent); False if it is not installed."""
-    if _patches:
-        return True
-    try:
-        from openai import _base_client
-    except ImportError:
-        return False
-    from ampmeter.integrations.sdk import patch_clients  # (it reads this module's adapters)
-
-    _patches.extend(patch_clients(_base_client))
-    from ampmeter.integrations.openai_websocket import patch_responses_websocket
-
-    _patches.extend(patch_responses_websocket())
+    from ampmeter.integrations import sdk  # (it reads this module's adapters)
     from ampmeter.integrations.openai_conversations import patch_conversations
 
-    _patches.extend(patch_conversations())
-    return True
+    return sdk.instrument_sdk(PROVIDER, patch_conversations)
 
 
 def uninstrument_openai() -> None:
     """Restore every patched ``openai`` attribute exactly (idempotent)."""
-    undo_all(_patches)
+    from ampmeter.integrations import sdk
+
+    sdk.uninstrument_sdk(PROVIDER)
 
 
 def is_instrumented() -> bool:
     """Whether the ``openai`` SDK is currently patched."""
-    return bool(_patches)
+    from ampmeter.integrations import sdk
+
+    return sdk.is_instrumented(PROVIDER)

@@ -20,6 +20,7 @@ after the SDK method: the helper the SDK names in its ``X-Stainless-Helper-Metho
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -34,11 +35,11 @@ from ampmeter.integrations.lifecycle import (
     count_retry,
     relieve_pressure,
 )
-from ampmeter.integrations.patching import Patch
+from ampmeter.integrations.patching import Patch, undo_all
 from ampmeter.integrations.raw import RAW_RESPONSE_HEADER, after_raw, after_raw_async
 from ampmeter.integrations.streams import meter_result
 
-__all__ = ["admit", "patch_clients"]
+__all__ = ["admit", "instrument_sdk", "is_instrumented", "uninstrument_sdk"]
 
 # The header naming the SDK helper a request comes from (openai: the method's whole name;
 # anthropic: the verb, e.g. "stream").
@@ -136,7 +137,7 @@ def _retry_counter(original: Callable[..., Any], *, is_async: bool) -> Callable[
     return sleep
 
 
-def patch_clients(base_client: Any) -> list[Patch]:
+def _patch_clients(base_client: Any) -> list[Patch]:
     """Meter the requests of an SDK's sync and async clients (its ``_base_client`` module)."""
     patches = []
     for client, is_async in (
@@ -150,3 +151,31 @@ def patch_clients(base_client: Any) -> list[Patch]:
         door = _async_door if is_async else _door
         patches.append(Patch.apply(client, "request", door(client.__dict__["request"])))
     return patches
+
+
+_patched: dict[str, list[Patch]] = {}  # by SDK package
+
+
+def instrument_sdk(package: str, *more: Callable[[], list[Patch]]) -> bool:
+    """Meter the installed SDK ``package`` (``openai``, ``anthropic``; idempotent): its clients'
+    door, and the ``more`` patches it needs. False if it is not installed."""
+    if _patched.get(package):
+        return True
+    try:
+        base_client = importlib.import_module(f"{package}._base_client")
+    except ImportError:
+        return False
+    patches = _patched[package] = _patch_clients(base_client)
+    for patch in more:
+        patches.extend(patch())
+    return True
+
+
+def uninstrument_sdk(package: str) -> None:
+    """Restore every attribute of ``package`` patched, exactly (idempotent)."""
+    undo_all(_patched.pop(package, []))
+
+
+def is_instrumented(package: str) -> bool:
+    """Whether the SDK ``package`` is currently patched."""
+    return bool(_patched.get(package))
