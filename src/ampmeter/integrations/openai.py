@@ -313,9 +313,8 @@ class ResponsesAdapter(Adapter):
 def instrument_openai(_module: ModuleType | None = None) -> bool:
     """Patch the installed ``openai`` SDK (idempotent); False if it is not installed."""
     from ampmeter.integrations import sdk  # (it reads this module's adapters)
-    from ampmeter.integrations.openai_conversations import patch_conversations
 
-    return sdk.instrument_sdk(PROVIDER, patch_conversations)
+    return sdk.instrument_sdk(PROVIDER)
 
 
 def uninstrument_openai() -> None:

@@ -38,6 +38,7 @@ from ampmeter.integrations.lifecycle import (
 from ampmeter.integrations.patching import Patch, undo_all
 from ampmeter.integrations.raw import RAW_RESPONSE_HEADER, after_raw, after_raw_async
 from ampmeter.integrations.streams import meter_result
+from ampmeter.pricing import stored_state
 
 __all__ = ["admit", "instrument_sdk", "is_instrumented", "uninstrument_sdk"]
 
@@ -86,12 +87,36 @@ def admit(client: Any, options: Any) -> Admitted | None:
     return Admitted(call, adapter, info, hide, body, bool(headers.get(RAW_RESPONSE_HEADER)))
 
 
+def _stored_state_changed(options: Any) -> bool:
+    """Note what a request that is no LLM call does to OpenAI's stored conversations
+    (:mod:`ampmeter.pricing.stored_state`); True when it makes an empty one.
+
+    A response in a conversation is billed for all it holds, and ampmeter learns that size
+    from the responses it reads. Items put in one otherwise (``conversations.create(items=)``,
+    ``conversations.items.create``) are billed as input by every later response, uncounted:
+    the conversation's size becomes unknown (forgotten before the request is sent: one that
+    fails may still have added them). One made empty is known to hold nothing."""
+    path = options.url.partition("?")[0]
+    if not path.startswith("/conversations") or options.method.lower() != "post":
+        return False
+    parts = path.strip("/").split("/")
+    if len(parts) == 3 and parts[2] == "items":
+        stored_state.forget_conversation(parts[1])
+        return False
+    body = options.json_data
+    return len(parts) == 1 and not (isinstance(body, Mapping) and body.get("items"))
+
+
 def _door(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def request(client: Any, cast_to: Any, options: Any, *args: Any, **kwargs: Any) -> Any:
         admitted = admit(client, options)
         if admitted is None:
-            return original(client, cast_to, options, *args, **kwargs)
+            made_empty = _stored_state_changed(options)
+            result = original(client, cast_to, options, *args, **kwargs)
+            if made_empty:
+                stored_state.remember(None, result, 0)
+            return result
         with admitted:
             result = original(client, cast_to, options, *args, **kwargs)
         if admitted.raw:
@@ -107,7 +132,11 @@ def _async_door(original: Callable[..., Any]) -> Callable[..., Any]:
     async def request(client: Any, cast_to: Any, options: Any, *args: Any, **kwargs: Any) -> Any:
         admitted = admit(client, options)
         if admitted is None:
-            return await original(client, cast_to, options, *args, **kwargs)
+            made_empty = _stored_state_changed(options)
+            result = await original(client, cast_to, options, *args, **kwargs)
+            if made_empty:
+                stored_state.remember(None, result, 0)
+            return result
         with admitted:
             result = await original(client, cast_to, options, *args, **kwargs)
         if admitted.raw:
