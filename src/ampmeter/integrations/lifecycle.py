@@ -36,7 +36,6 @@ __all__ = [
     "META_USAGE_ESTIMATED",
     "Admitted",
     "Settings",
-    "active_call",
     "begin_call",
     "count_retry",
     "finish_abandoned",
@@ -105,11 +104,6 @@ class Admitted:
             ACTIVE_CALL.reset(self._token)
         if exc is not None:
             finish_call(self.call, None, exc)
-
-
-def active_call() -> Call | None:
-    """The metered call whose SDK request is in progress here, or None."""
-    return ACTIVE_CALL.get()
 
 
 def count_retry() -> None:

@@ -71,15 +71,16 @@ def admit(client: Any, options: Any) -> Admitted | None:
     adapter = adapter_for_path(path)
     if adapter is None or not isinstance(body, dict) or options.method.lower() != "post":
         return None
+    extra = options.extra_json if isinstance(options.extra_json, Mapping) else None
+    sent = {**body, **extra} if extra else body  # what is sent: extra_body merged in
+    if not isinstance(sent.get("model"), str):
+        return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
     redact.remember_client(client)  # a provider's error body may echo its key
     refused = notes = None
-    if ctx.policies.shapes_requests:
+    if ctx.policies.shapes_requests:  # the hook may change the body (before it is measured)
         refused, notes = relieve_pressure(ctx, adapter, body)
-    extra = options.extra_json
-    sent = {**body, **extra} if isinstance(extra, Mapping) and extra else body
+        sent = {**body, **extra} if extra else body
     info = adapter.request_info(sent)
-    if info.model is None:
-        return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
     hide = adapter.prepare_stream(body) if info.stream else False
     headers = options.headers if isinstance(options.headers, Mapping) else {}
     operation = _operation(options, headers, adapter.operation)
