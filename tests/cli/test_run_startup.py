@@ -83,10 +83,10 @@ def test_importing_an_sdk_starts_metering_with_the_run_limits(tmp_path: Path) ->
         "import sys\n"
         "assert not [m for m in sys.modules if m.startswith('ampmeter.context')]\n"
         "import openai, ampmeter\n"
-        "from openai.resources.chat.completions import Completions\n"
+        "from openai._base_client import SyncAPIClient\n"
         "ctx = ampmeter.current_context()\n"
         "assert ctx is not None and ctx.name == 'ampmeter_run', ctx\n"
-        "assert hasattr(Completions.create, '__ampmeter_original__')\n"
+        "assert hasattr(SyncAPIClient.request, '__wrapped__')\n"  # the SDK's door, metered
         "assert [l.max_value for l in ctx.limits] == [2], ctx.limits\n"
     )
     outcome = run_command([str(program)], RunConfig(max_llm_calls=2))

@@ -6,7 +6,8 @@ from typing import Any
 
 import anthropic
 import pytest
-from anthropic.resources.messages import AsyncMessages, Messages
+from anthropic._base_client import AsyncAPIClient, SyncAPIClient
+from anthropic.resources.messages import Messages
 
 import ampmeter.pricing
 from ampmeter import ExecutionContext, Limit, LimitExceeded
@@ -132,15 +133,20 @@ async def test_async_stream_helper_stopped_by_limit_sends_nothing(
     assert ctx.stats.get_counter(KEY_LLM_CALLS) == 0
 
 
-def test_uninstrument_restores_messages_exactly() -> None:
+def test_uninstrument_restores_the_clients_door_exactly() -> None:
+    """The SDK is metered at its clients' one door (``request``); ``messages`` is left as it
+    is."""
     uninstrument()
-    originals = {name: Messages.__dict__[name] for name in ("create", "stream")}
-    async_create = AsyncMessages.__dict__["create"]
+    doors = (SyncAPIClient, AsyncAPIClient)
+    originals = [client.__dict__["request"] for client in doors]
+    methods = {name: Messages.__dict__[name] for name in ("create", "stream")}
     instrument()
-    assert Messages.__dict__["stream"] is not originals["stream"]
+    assert all(
+        client.__dict__["request"] is not o for client, o in zip(doors, originals, strict=True)
+    )
+    assert {name: Messages.__dict__[name] for name in ("create", "stream")} == methods
     uninstrument()
-    assert {name: Messages.__dict__[name] for name in ("create", "stream")} == originals
-    assert AsyncMessages.__dict__["create"] is async_create
+    assert [client.__dict__["request"] for client in doors] == originals
 
 
 def test_beta_messages_create_and_stream_helper_are_metered(

@@ -484,17 +484,17 @@ def test_instrument_imports_nothing_and_patches_each_library_when_it_is_imported
         "assert 'websockets.legacy.client' not in sys.modules\n"
         "assert hasattr(http.client.HTTPConnection.request, '__wrapped__')\n"
         "assert hasattr(http.client.HTTPResponse.read, '__wrapped__')\n"
-        "from openai.resources.chat.completions import Completions\n"
+        "from openai._base_client import SyncAPIClient\n"
         "assert hasattr(httpx.Client.send, '__wrapped__')\n"
-        "assert hasattr(Completions.create, '__ampmeter_original__')\n"
+        "assert hasattr(SyncAPIClient.request, '__wrapped__')\n"
         "assert 'anthropic' not in sys.modules\n"
         "ampmeter.uninstrument()\n"
         "assert not hasattr(httpx.Client.send, '__wrapped__')\n"
         "assert not hasattr(http.client.HTTPConnection.request, '__wrapped__')\n"
-        "assert not hasattr(Completions.create, '__ampmeter_original__')\n"
+        "assert not hasattr(SyncAPIClient.request, '__wrapped__')\n"
         "import anthropic\n"  # after uninstrument(): left alone
-        "from anthropic.resources.messages import Messages\n"
-        "assert not hasattr(Messages.create, '__ampmeter_original__')\n"
+        "from anthropic._base_client import SyncAPIClient as AnthropicClient\n"
+        "assert not hasattr(AnthropicClient.request, '__wrapped__')\n"
         "print('ok')\n"
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)

@@ -7,7 +7,8 @@ import json
 
 import openai
 import pytest
-from openai.resources.chat.completions import AsyncCompletions, Completions
+from openai._base_client import AsyncAPIClient, SyncAPIClient
+from openai.resources.chat.completions import Completions
 from openai.resources.responses import Responses
 
 import ampmeter.pricing
@@ -222,25 +223,22 @@ def test_capture_content_opt_in(openai_client: openai.OpenAI, llm_server: LocalL
 
 
 def test_uninstrument_restores_exactly_and_instrument_is_idempotent() -> None:
+    """The SDK is metered at its clients' one door (``request``); its resource methods are
+    left as they are."""
     uninstrument()
-    originals = (
-        Completions.__dict__["create"],
-        AsyncCompletions.__dict__["create"],
-        Responses.__dict__["create"],
-    )
+    doors = (SyncAPIClient, AsyncAPIClient)
+    originals = [client.__dict__["request"] for client in doors]
+    methods = (Completions.__dict__["create"], Responses.__dict__["create"])
     instrument()
-    patched = Completions.__dict__["create"]
-    assert patched is not originals[0]
+    patched = [client.__dict__["request"] for client in doors]
+    assert all(p is not o for p, o in zip(patched, originals, strict=True))
     instrument()
-    assert Completions.__dict__["create"] is patched  # not wrapped twice
+    assert [client.__dict__["request"] for client in doors] == patched  # not wrapped twice
+    assert (Completions.__dict__["create"], Responses.__dict__["create"]) == methods
     assert is_instrumented()
     uninstrument()
     uninstrument()
-    assert (
-        Completions.__dict__["create"],
-        AsyncCompletions.__dict__["create"],
-        Responses.__dict__["create"],
-    ) == originals
+    assert [client.__dict__["request"] for client in doors] == originals
     assert not is_instrumented()
     instrument()
 

@@ -64,7 +64,7 @@ def test_each_response_is_a_node_with_its_usage_and_limits_stop_before_sending(
     node, halted = llm_nodes(sink)
     assert (node.tokens_in, node.tokens_out) == (usage["input_tokens"], usage["output_tokens"])
     assert node.metadata["cached_tokens"] == usage["input_tokens_details"]["cached_tokens"]
-    assert node.metadata[META_TRANSPORT] == "websocket"
+    assert node.metadata[META_TRANSPORT] == "websockets"  # the SDK sends through that client
     assert node.metadata[META_OPERATION] == "responses.connect.create"
     assert node.status == "success" and halted.status == "halt"
     assert ctx.stats.get_counter(KEY_LLM_CALLS) == 1
@@ -167,7 +167,7 @@ def test_the_sdks_connection_is_not_metered_twice(socket_server: ResponsesSocket
         connection.response.create(model="o4-mini", input="Look it up.")
         until_done(connection)
     (node,) = llm_nodes(sink)
-    assert node.metadata[META_TRANSPORT] == "websocket"  # the SDK layer's, once
+    assert node.metadata[META_TRANSPORT] == "websockets"  # one layer meters it, once
     assert node.status == "success"
 
 

@@ -119,8 +119,8 @@ def test_the_oldest_beta_stream_helper_gets_budget_pressure(llm_server: LocalLLM
     result = run_program(oldest_env(), PRESSURE_PROGRAM, llm_server.base_url, llm_server.model)
     assert result["seen"] == [llm_server.model, llm_server.model]
     assert result["nodes"] == [
-        ["chat.completions.create", "cheap-model", "success"],  # the helper goes through create
-        ["chat.completions.create", llm_server.model, "halt"],
+        ["beta.chat.completions.stream", "cheap-model", "success"],  # the SDK names its helper
+        ["beta.chat.completions.stream", llm_server.model, "halt"],
     ]
     assert "on_budget_pressure hook" in result["refused"]
 

@@ -325,9 +325,9 @@ def test_stream_helpers_get_budget_pressure(
     nodes = [n for n in sink.nodes if n.kind == "llm"]
     assert [(n.name, n.model, n.status) for n in nodes] == [
         ("chat.completions.create", llm_server.model, "success"),
-        ("chat.completions.create", "cheap-model", "success"),  # the helper sends through create
+        ("chat.completions.stream", "cheap-model", "success"),  # the SDK names its helper
         ("messages.stream", "cheap-model", "success"),
-        ("chat.completions.create", llm_server.model, "halt"),
+        ("chat.completions.stream", llm_server.model, "halt"),
         ("messages.stream", llm_server.model, "halt"),
     ]
     assert all(n.cost_usd < 0.01 for n in nodes[1:])  # priced as the cheap model

@@ -10,19 +10,21 @@
     with ampmeter.ExecutionContext(max_cost_usd=0.50):
         client.chat.completions.create(...)        # reserved, checked, recorded
 
-The ``openai`` and ``anthropic`` SDKs are patched at their resource methods; any other client
-that speaks a known wire format over ``httpx`` or ``httpx2`` (LiteLLM, google-genai, mistralai,
-plain httpx) is metered at the HTTP layer (:mod:`ampmeter.integrations.http`). A request is
-metered once, by the first layer that sees it. Outside a context the libraries behave exactly
-as without ampmeter. No API key, header or (unless ``capture_content=True``) prompt or response
-text is put on a node; a failed call's error text is scrubbed by :mod:`ampmeter.redact` (the
-client's API key included).
+The ``openai`` and ``anthropic`` SDKs are metered at their clients' one door
+(:mod:`ampmeter.integrations.sdk`); any other client that speaks a known wire format over
+``httpx`` or ``httpx2`` (LiteLLM, google-genai, mistralai, plain httpx) is metered at the HTTP
+layer (:mod:`ampmeter.integrations.http`). A request is metered once, by the first layer that
+sees it. Outside a context the libraries behave exactly as without ampmeter. No API key, header
+or (unless ``capture_content=True``) prompt or response text is put on a node; a failed call's
+error text is scrubbed by :mod:`ampmeter.redact` (the client's API key included).
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 
 from ampmeter import redact
@@ -47,98 +49,86 @@ __all__ = [
 ]
 
 
-def _instrument_http_library(module: ModuleType) -> None:
-    # Imported here: a program that never imports httpx pays nothing for the HTTP layer.
-    from ampmeter.integrations.http import instrument_httpx
+@dataclass(frozen=True, slots=True)
+class Integration:
+    """One integration: the library module whose import patches it, the :func:`instrument`
+    switches that turn it on (any of them), and its patch and undo, each ``"module:function"``
+    (the module is imported only when the library is: a program pays nothing for libraries it
+    does not use). A new provider is its own module and one row of :data:`INTEGRATIONS`."""
 
-    instrument_httpx(module)
-
-
-def _instrument_aiohttp(module: ModuleType) -> None:
-    from ampmeter.integrations.http_aiohttp import instrument_aiohttp
-
-    instrument_aiohttp(module)
-
-
-def _instrument_llama_index(module: ModuleType) -> None:
-    from ampmeter.integrations.llama_index import instrument_llama_index
-
-    instrument_llama_index(module)
+    trigger: str
+    switches: tuple[str, ...]
+    patch: str  # called with the imported library module
+    undo: str  # called with nothing; idempotent
 
 
-def _instrument_http_client(module: ModuleType) -> None:
-    from ampmeter.integrations.http_client import instrument_http_client
-
-    instrument_http_client(module)
-
-
-def _instrument_urllib3(module: ModuleType) -> None:
-    from ampmeter.integrations.http_client import instrument_urllib3
-
-    instrument_urllib3(module)
+def _resolve(target: str) -> Callable[..., object]:
+    """The function ``"module:function"`` names."""
+    module, _, name = target.partition(":")
+    function: Callable[..., object] = getattr(importlib.import_module(module), name)
+    return function
 
 
-def _instrument_websockets(module: ModuleType) -> None:
-    from ampmeter.integrations.websocket_client import instrument_websockets
-
-    instrument_websockets(module)
-
-
-def _instrument_websockets_legacy(module: ModuleType) -> None:
-    from ampmeter.integrations.websocket_client import instrument_websockets_legacy
-
-    instrument_websockets_legacy(module)
+def _row(trigger: str, switches: str, module: str, patch: str, undo: str) -> Integration:
+    where = f"ampmeter.integrations.{module}"
+    return Integration(trigger, tuple(switches.split()), f"{where}:{patch}", f"{where}:{undo}")
 
 
-def _instrument_litellm(module: ModuleType) -> None:
-    from ampmeter.integrations.litellm_retries import instrument_litellm
+# Every integration, in the order instrument() arms them.
+INTEGRATIONS: tuple[Integration, ...] = (
+    _row("openai", "openai", "openai", "instrument_openai", "uninstrument_openai"),
+    _row("anthropic", "anthropic", "anthropic", "instrument_anthropic", "uninstrument_anthropic"),
+    _row("httpx", "http", "http", "instrument_httpx", "uninstrument_httpx"),
+    _row("httpx2", "http", "http", "instrument_httpx", "uninstrument_httpx"),
+    _row("aiohttp", "http", "http_aiohttp", "instrument_aiohttp", "uninstrument_aiohttp"),
+    _row(
+        "http.client", "http", "http_client", "instrument_http_client", "uninstrument_http_client"
+    ),
+    _row("urllib3", "http", "http_client", "instrument_urllib3", "uninstrument_http_client"),
+    _row(
+        "llama_index.core",
+        "llama_index",
+        "llama_index",
+        "instrument_llama_index",
+        "uninstrument_llama_index",
+    ),
+    _row("mcp", "mcp", "mcp_tools", "instrument_mcp", "uninstrument_mcp"),
+    _row("litellm", "openai http", "litellm_retries", "instrument_litellm", "uninstrument_litellm"),
+    _row(
+        "dspy.clients.engines.lm15_engine",
+        "http",
+        "dspy_engine",
+        "instrument_dspy",
+        "uninstrument_dspy",
+    ),
+    _row(
+        "websockets",
+        "openai http",
+        "websocket_client",
+        "instrument_websockets",
+        "uninstrument_websockets",
+    ),
+    _row(
+        "websockets.legacy.client",
+        "openai http",
+        "websocket_client",
+        "instrument_websockets_legacy",
+        "uninstrument_websockets",
+    ),
+    _row("threading", "threads", "threads", "instrument_threads", "uninstrument_threads"),
+    _row(
+        "concurrent.futures.thread",
+        "threads",
+        "threads",
+        "instrument_thread_pools",
+        "uninstrument_threads",
+    ),
+)
+_armed: set[str] = set()  # the triggers instrument() patches (now, or when imported)
 
-    instrument_litellm(module)
 
-
-def _instrument_dspy(module: ModuleType) -> None:
-    from ampmeter.integrations.dspy_engine import instrument_dspy
-
-    instrument_dspy(module)
-
-
-def _instrument_mcp(module: ModuleType) -> None:
-    from ampmeter.integrations.mcp_tools import instrument_mcp
-
-    instrument_mcp(module)
-
-
-def _instrument_threads(_module: ModuleType) -> None:
-    from ampmeter.integrations.threads import instrument_threads
-
-    instrument_threads()
-
-
-def _instrument_thread_pools(module: ModuleType) -> None:
-    from ampmeter.integrations.threads import instrument_thread_pools
-
-    instrument_thread_pools(module)
-
-
-# What instrument() patches, by the module whose import triggers the patch.
-_TARGETS: dict[str, Callable[[ModuleType], object]] = {
-    "openai": lambda _module: instrument_openai(),
-    "anthropic": lambda _module: instrument_anthropic(),
-    "httpx": _instrument_http_library,
-    "httpx2": _instrument_http_library,
-    "aiohttp": _instrument_aiohttp,
-    "http.client": _instrument_http_client,
-    "urllib3": _instrument_urllib3,
-    "llama_index.core": _instrument_llama_index,
-    "mcp": _instrument_mcp,
-    "litellm": _instrument_litellm,
-    "dspy.clients.engines.lm15_engine": _instrument_dspy,
-    "websockets": _instrument_websockets,
-    "websockets.legacy.client": _instrument_websockets_legacy,
-    "threading": _instrument_threads,
-    "concurrent.futures.thread": _instrument_thread_pools,
-}
-_armed: set[str] = set()  # the modules instrument() patches (now, or when imported)
+def _arm(integration: Integration) -> Callable[[ModuleType], object]:
+    return lambda module: _resolve(integration.patch)(module)
 
 
 def instrument(
@@ -153,9 +143,10 @@ def instrument(
     mcp: bool = True,
 ) -> list[str]:
     """Meter the SDKs (``openai``, ``anthropic``) and the HTTP libraries (``http``: httpx,
-    httpx2, aiohttp and ``http.client``, which ``urllib`` and ``requests`` use, and the
-    Responses WebSocket protocol over the ``websockets`` clients, the legacy one included)
-    whenever they are imported; idempotent.
+    httpx2, aiohttp and ``http.client``, which ``urllib`` and ``requests`` use) whenever they
+    are imported; idempotent. With ``openai`` or ``http``, the Responses WebSocket protocol is
+    metered over the ``websockets`` clients (the legacy one included), which the ``openai``
+    SDK's ``responses.connect()`` sends through.
 
     With ``llama_index``, the lazy streams LlamaIndex returns are metered against the context
     they were created in (:mod:`ampmeter.integrations.llama_index`). With ``threads``, work
@@ -195,28 +186,20 @@ def instrument(
     settings.response_id_keys = response_id_keys
     settings.marker = Marker.from_env()
     redact.configure(capture_content=capture_content)
-    chosen = {
+    switches = {
         "openai": openai,
         "anthropic": anthropic,
-        "httpx": http,
-        "httpx2": http,
-        "aiohttp": http,
-        "http.client": http,
-        "urllib3": http,
-        "llama_index.core": llama_index,
+        "http": http,
+        "llama_index": llama_index,
+        "threads": threads,
         "mcp": mcp,
-        "litellm": openai or http,
-        "dspy.clients.engines.lm15_engine": http,
-        "websockets": http,
-        "websockets.legacy.client": http,
-        "threading": threads,
-        "concurrent.futures.thread": threads,
     }
-    done = [name for name, wanted in chosen.items() if wanted and name in sys.modules]
-    for name, patch in _TARGETS.items():
-        if chosen[name] and name not in _armed:
-            _armed.add(name)
-            _hooks.when_imported(name, patch)
+    chosen = [row for row in INTEGRATIONS if any(switches[name] for name in row.switches)]
+    done = [row.trigger for row in chosen if row.trigger in sys.modules]
+    for row in chosen:
+        if row.trigger not in _armed:
+            _armed.add(row.trigger)
+            _hooks.when_imported(row.trigger, _arm(row))
     return done
 
 
@@ -225,22 +208,9 @@ def uninstrument() -> None:
     (idempotent)."""
     _armed.clear()
     _hooks.cancel_all()
-    uninstrument_openai()
-    uninstrument_anthropic()
-    for name, undo in (
-        ("http", "uninstrument_httpx"),
-        ("http_aiohttp", "uninstrument_aiohttp"),
-        ("http_client", "uninstrument_http_client"),
-        ("llama_index", "uninstrument_llama_index"),
-        ("threads", "uninstrument_threads"),
-        ("mcp_tools", "uninstrument_mcp"),
-        ("websocket_client", "uninstrument_websockets"),
-        ("litellm_retries", "uninstrument_litellm"),
-        ("dspy_engine", "uninstrument_dspy"),
-    ):
-        module = sys.modules.get(f"ampmeter.integrations.{name}")
-        if module is not None:
-            getattr(module, undo)()
+    for undo in dict.fromkeys(row.undo for row in INTEGRATIONS):
+        if undo.partition(":")[0] in sys.modules:  # never imported: nothing was patched
+            _resolve(undo)()
     settings.capture_content = False
     settings.response_id_keys = False
     redact.configure(capture_content=False)
@@ -248,16 +218,14 @@ def uninstrument() -> None:
 
 def is_instrumented() -> bool:
     """Whether :func:`instrument` is in effect (or an SDK was patched on its own)."""
-    from ampmeter.integrations import anthropic as _anthropic
-    from ampmeter.integrations import http as _http
-    from ampmeter.integrations import openai as _openai
-
-    return (
-        bool(_armed)
-        or _openai.is_instrumented()
-        or _anthropic.is_instrumented()
-        or (_http.is_instrumented())
-    )
+    if _armed:
+        return True
+    for row in INTEGRATIONS:
+        module = sys.modules.get(row.patch.partition(":")[0])
+        probe = getattr(module, "is_instrumented", None)
+        if probe is not None and probe():
+            return True
+    return False
 
 
 def set_default_context(context: ExecutionContext | None) -> None:

@@ -1,8 +1,8 @@
 """The request model an SDK or wire-format module describes its requests with.
 
 An :class:`Adapter` says what a request asks for (:class:`RequestInfo`) and how to read usage
-from a whole response or from one stream event into a :class:`Tally`; the lifecycle, wrappers,
-streams and HTTP layers do the rest the same way for every wire format.
+from a whole response or from one stream event into a :class:`Tally`; the lifecycle, the SDK
+door, streams and HTTP layers do the rest the same way for every wire format.
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ampmeter._validate import MAX_COUNT
-from ampmeter.context import Call
+from ampmeter.integrations.wire import first_int
 from ampmeter.pricing import request_size
 from ampmeter.pricing.request_size import RequestSize, Wire
 
@@ -19,10 +18,6 @@ __all__ = ["MAX_RESPONSE_ID", "META_USAGE_CLAMPED", "Adapter", "RequestInfo", "T
 
 MAX_RESPONSE_ID: Final = 256  # longer ids are no provider's: ignored, never stored or shared
 META_USAGE_CLAMPED: Final = "usage_clamped"  # a reported count was outside 0..2**53
-
-
-# SDK keyword arguments that are not part of the request body (``extra_body`` is merged in).
-_NOT_BODY: Final = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
 
 
 class RequestInfo:
@@ -54,10 +49,11 @@ class Tally:
 
     ``tokens_in`` includes cache reads and writes; ``tokens_out`` includes reasoning tokens.
     The token counts are the provider's, each an int or None (the readers of :mod:`.wire`
-    make them so), checked by :meth:`record_on`; ``tool_calls``, ``chunks`` and ``chars`` count
-    what the adapter saw itself (``chars`` only where the provider may not report usage: in
-    streams, and in a whole response without its usage). ``text`` (captured content) and
-    ``tool_keys`` are made only when something goes in them.
+    make them so), checked where they are recorded (:func:`.lifecycle.finish_call`);
+    ``tool_calls``, ``chunks`` and ``chars`` count what the adapter saw itself (``chars`` only
+    where the provider may not report usage: in streams, and in a whole response without its
+    usage). ``text`` (captured content) and ``tool_keys`` are made only when something goes in
+    them.
     ``response_key`` is the provider's id of the response as ``"<provider>:<id>"`` (kept on the
     node as ``response_id``; an idempotency key only through :meth:`gateway_key`).
     ``complete``: the stream's last event was read (callers often stop reading there).
@@ -123,44 +119,6 @@ class Tally:
         else:
             self.text.append(text)
 
-    def record_on(self, call: Call) -> None:
-        """Report this usage on ``call`` (nothing when the provider reported none).
-
-        The counts are checked here, once, on their way to the call: the readers made each an
-        int or None, and a provider's odd numbers must not break the caller's call, so they
-        are clamped to what the accounting holds (0 to 2**53), the node then saying
-        ``usage_clamped``, and to the subset convention (details no larger than their
-        totals)."""
-        t_in, t_out = self.tokens_in, self.tokens_out
-        if t_in is None and t_out is None:
-            if self.tool_calls:
-                call.note_tool_calls(self.tool_calls)
-            return
-        t_in = 0 if t_in is None else t_in
-        t_out = 0 if t_out is None else t_out
-        if not (0 <= t_in <= MAX_COUNT and 0 <= t_out <= MAX_COUNT):
-            t_in, t_out = _clamped(t_in), _clamped(t_out)
-            call.context.graph.update_metadata(call.node_id, {META_USAGE_CLAMPED: True})
-        cached, writes, reasoning = self.cached, self.cache_write, self.reasoning
-        if cached < 0 or writes < 0 or reasoning < 0 or cached + writes > t_in or reasoning > t_out:
-            cached = min(max(cached, 0), t_in)
-            writes = min(max(writes, 0), t_in - cached)
-            reasoning = min(max(reasoning, 0), t_out)
-        call.record(
-            t_in,
-            t_out,
-            cached_tokens=cached,
-            cache_write_tokens=writes,
-            reasoning_tokens=reasoning,
-            tool_calls_made=self.tool_calls,
-            estimated=self.estimated,
-        )
-
-
-def _clamped(count: int) -> int:
-    """A provider's count as the accounting holds it: from 0 to 2**53."""
-    return 0 if count < 0 else min(count, MAX_COUNT)
-
 
 class Adapter:
     """One SDK operation's wire format. Provider modules subclass it."""
@@ -169,23 +127,17 @@ class Adapter:
     operation: str = ""
     kind: str = "llm"  # the node kind: "llm", or "embedding" for an embeddings endpoint
     wire: Wire = "chat"  # the wire format its requests are measured in
-    stream_types: tuple[type, ...] = ()  # the SDK's stream classes: a result of one is a stream
+    max_tokens_fields: tuple[str, ...] = ("max_tokens",)  # where a request caps its output
 
-    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        """Model, measure, output cap and streaming flag of a request (SDK keyword arguments
-        or a JSON body)."""
-        raise NotImplementedError
+    def __init__(self, operation: str) -> None:
+        self.operation = operation
 
-    def measure(self, kwargs: Mapping[str, Any]) -> RequestSize:
-        """The measure of everything the request sends that is billed as input: the body an
-        SDK call's keyword arguments send (``extra_body`` merged in), or a JSON body as it is."""
-        body = kwargs
-        if _NOT_BODY.intersection(kwargs):
-            body = {name: value for name, value in kwargs.items() if name not in _NOT_BODY}
-            extra = kwargs.get("extra_body")
-            if isinstance(extra, Mapping):
-                body.update(extra)
-        return request_size.measure(self.wire, body)
+    def request_info(self, body: Mapping[str, Any]) -> RequestInfo:
+        """Model, measure, output cap (the first of :attr:`max_tokens_fields` given) and
+        streaming flag of a request's JSON body."""
+        max_tokens = first_int(*map(body.get, self.max_tokens_fields))
+        measure = request_size.measure(self.wire, body)
+        return RequestInfo(body.get("model"), measure, max_tokens, body.get("stream") is True)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         """The request's text, kept on the node with ``instrument(capture_content=True)``."""

@@ -1,11 +1,8 @@
-"""Anthropic SDK instrumentation: Messages, sync and async, plain, streamed and the stream helper.
-
-Patched at the resource-class level (``Messages.create``/``parse``/``stream`` and their async
-twins). ``messages.stream`` defers its request until the helper is entered, so the patch swaps
-the helper's deferred request for a metered one: limits are checked when the request would be
-sent, and the helper reads its events through the metered stream. Older SDKs (0.40) build the
-helper's stream anew over that request's response, so their managers' ``__enter__`` /
-``__aenter__`` move the metering to the stream they hand out.
+"""The Anthropic Messages wire format and the ``anthropic`` SDK's instrumentation: its requests
+are metered at the client's one door (:mod:`.sdk`): sync and async, plain, streamed, and the
+``messages.stream`` helper, whose deferred request is checked when it is sent. Older SDKs (0.40)
+build the helper's stream anew over that request's response, so their managers' ``__enter__``
+/ ``__aenter__`` move the metering to the stream they hand out.
 
 Anthropic reports cache tokens beside the input (``input_tokens`` counts only the uncached
 part); they are normalised to the subset convention here: ``tokens_in = input_tokens +
@@ -18,17 +15,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
+from types import ModuleType
 from typing import Any
 
-from ampmeter import redact
-from ampmeter.context import configured_policies
-from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
-from ampmeter.integrations.attach import metered_context
-from ampmeter.integrations.lifecycle import relieve_pressure, settings
-from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
+from ampmeter.integrations.adapter import Adapter, Tally
+from ampmeter.integrations.lifecycle import HELPER, settings
+from ampmeter.integrations.patching import Patch
 from ampmeter.integrations.streams import meter_rebuilt_stream
-from ampmeter.integrations.wire import READERS, counts, first_int, get, text_of
-from ampmeter.integrations.wrappers import metered_awaitable, metered_request
+from ampmeter.integrations.wire import READERS, counts, get, text_of
 from ampmeter.pricing.measure_parts import json_text
 
 __all__ = ["instrument_anthropic", "is_instrumented", "uninstrument_anthropic"]
@@ -36,27 +30,13 @@ __all__ = ["instrument_anthropic", "is_instrumented", "uninstrument_anthropic"]
 PROVIDER = "anthropic"
 _TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
 
-_patches: list[Patch] = []
-
 
 class MessagesAdapter(Adapter):
     """``messages.create`` / ``parse`` / ``stream``."""
 
     provider = PROVIDER
 
-    def __init__(self, operation: str, stream_types: tuple[type, ...]) -> None:
-        self.operation = operation
-        self.stream_types = stream_types
-
     wire = "anthropic"
-
-    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        return RequestInfo(
-            kwargs.get("model"),
-            self.measure(kwargs),
-            first_int(kwargs.get("max_tokens")),
-            kwargs.get("stream") is True,
-        )
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         parts = [text_of(kwargs.get("system")) if not _omitted(kwargs.get("system")) else ""]
@@ -165,46 +145,16 @@ def _read_usage(usage: Any, tally: Tally) -> None:
         tally.reasoning = thinking
 
 
-def _wrap_stream_helper(
-    adapter: MessagesAdapter, original: Callable[..., Any], *, is_async: bool
-) -> Callable[..., Any]:
-    def stream(resource: Any, *args: Any, **kwargs: Any) -> Any:
-        ctx = metered_context()
-        if ctx is None:
-            return original(resource, *args, **kwargs)
-        # The helper builds its request now and sends it when entered: the budget-pressure
-        # hook sees (and may change) it here, and its refusal stops it when it would be sent.
-        refused = notes = None
-        if configured_policies(ctx).shapes_requests:
-            refused, notes = relieve_pressure(ctx, adapter, kwargs)
-        manager = original(resource, *args, **kwargs)
-        redact.remember_client(getattr(resource, "_client", None))  # error bodies may echo its key
-        # The manager keeps the deferred request in a private (name-mangled) attribute:
-        # MessageStreamManager, AsyncMessageStreamManager and their Beta twins.
-        attr = f"_{type(manager).__name__.lstrip('_')}__api_request"
-        request = getattr(manager, attr, None)
-        if request is None:  # an SDK whose helper is built differently: leave it alone
-            return manager
-        info = adapter.request_info({**kwargs, "stream": True})
-        deferred: Any
-        if is_async:
-            deferred = metered_awaitable(adapter, info, request, kwargs, refused, notes)
-        else:
-            deferred = metered_request(adapter, info, request, kwargs, refused, notes)
-        setattr(manager, attr, deferred)
-        return manager
-
-    stream.__doc__ = original.__doc__
-    stream.__name__ = getattr(original, "__name__", "stream")
-    stream.__qualname__ = getattr(original, "__qualname__", "stream")
-    stream.__wrapped__ = original  # type: ignore[attr-defined]
-    stream.__ampmeter_original__ = original  # type: ignore[attr-defined]
-    return stream
+# These SDKs name no helper in their request's headers: the managers name theirs.
 
 
 def _enter_rebuilding(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
     def enter(manager: Any) -> Any:
-        stream = original(manager)
+        token = HELPER.set("stream")
+        try:
+            stream = original(manager)
+        finally:
+            HELPER.reset(token)
         meter_rebuilt_stream(stream, is_async=False)
         return stream
 
@@ -213,7 +163,11 @@ def _enter_rebuilding(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 def _aenter_rebuilding(original: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Any]:
     async def aenter(manager: Any) -> Any:
-        stream = await original(manager)
+        token = HELPER.set("stream")
+        try:
+            stream = await original(manager)
+        finally:
+            HELPER.reset(token)
         meter_rebuilt_stream(stream, is_async=True)
         return stream
 
@@ -236,56 +190,22 @@ def _patch_rebuilding_managers() -> list[Patch]:
     ]
 
 
-def instrument_anthropic() -> bool:
+def instrument_anthropic(_module: ModuleType | None = None) -> bool:
     """Patch the installed ``anthropic`` SDK (idempotent); False if it is not installed."""
-    if _patches:
-        return True
-    try:
-        import anthropic
-        from anthropic import _base_client
-        from anthropic.resources.messages import AsyncMessages, Messages
-    except ImportError:
-        return False
-    sync_stream: tuple[type, ...] = (anthropic.Stream,)
-    async_stream: tuple[type, ...] = (anthropic.AsyncStream,)
-    owners: list[tuple[type, str, tuple[type, ...], bool]] = [
-        (Messages, "messages", sync_stream, False),
-        (AsyncMessages, "messages", async_stream, True),
-    ]
-    try:  # client.beta.messages: the same wire format, with beta features switched on
-        from anthropic.resources.beta.messages import AsyncMessages as AsyncBetaMessages
-        from anthropic.resources.beta.messages import Messages as BetaMessages
-    except ImportError:
-        pass
-    else:
-        owners += [
-            (BetaMessages, "beta.messages", sync_stream, False),
-            (AsyncBetaMessages, "beta.messages", async_stream, True),
-        ]
-    for owner, prefix, types, is_async in owners:
-        for name in ("create", "parse"):
-            adapter = MessagesAdapter(f"{prefix}.{name}", types)
-            patch = patch_method(owner, name, adapter, is_async=is_async)
-            if patch is not None:
-                _patches.append(patch)
-        helper = owner.__dict__.get("stream")
-        if helper is not None:
-            adapter = MessagesAdapter(f"{prefix}.stream", types)
-            _patches.append(
-                Patch.apply(
-                    owner, "stream", _wrap_stream_helper(adapter, helper, is_async=is_async)
-                )
-            )
-    _patches.extend(_patch_rebuilding_managers())
-    _patches.extend(patch_base_clients(_base_client))
-    return True
+    from ampmeter.integrations import sdk  # (it reads this module's adapter)
+
+    return sdk.instrument_sdk(PROVIDER, _patch_rebuilding_managers)
 
 
 def uninstrument_anthropic() -> None:
     """Restore every patched ``anthropic`` attribute exactly (idempotent)."""
-    undo_all(_patches)
+    from ampmeter.integrations import sdk
+
+    sdk.uninstrument_sdk(PROVIDER)
 
 
 def is_instrumented() -> bool:
     """Whether the ``anthropic`` SDK is currently patched."""
-    return bool(_patches)
+    from ampmeter.integrations import sdk
+
+    return sdk.is_instrumented(PROVIDER)

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Final
 
-from ampmeter.context import Call, ExecutionContext
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.dspy_request import (
@@ -35,12 +33,13 @@ from ampmeter.integrations.dspy_request import (
 )
 from ampmeter.integrations.lifecycle import (
     ACTIVE_CALL,
+    Admitted,
     begin_call,
-    finish_abandoned,
     finish_call,
     settings,
 )
 from ampmeter.integrations.patching import Patch, undo_all
+from ampmeter.integrations.streams import StreamMeter
 from ampmeter.pricing import request_size
 from ampmeter.pricing.request_size import Wire
 
@@ -54,30 +53,53 @@ _patches: list[Patch] = []
 
 
 class _EngineAdapter(Adapter):
-    """A DSPy engine request's node: its provider, operation and wire format."""
+    """A DSPy engine request's node and how its responses and stream events are read: its
+    provider, operation, wire format and how its provider counts usage."""
 
-    def __init__(self, provider: str, operation: str, wire: Wire) -> None:
+    def __init__(self, provider: str, operation: str, wire: Wire, family: str | None) -> None:
+        super().__init__(operation)
         self.provider = provider
-        self.operation = operation
         self.wire = wire
+        self.family = family
+
+    def read_response(self, result: Any, tally: Tally) -> None:
+        tally.note_response_id(self.provider, getattr(result, "id", None))
+        read_usage(getattr(result, "usage", None), self.family, tally)
+        message = getattr(result, "message", None)
+        tally.tool_calls = count_tool_calls(getattr(message, "parts", ()))
+        if settings.capture_content:
+            text = getattr(result, "text", None)
+            if isinstance(text, str):
+                tally.keep_text(text)
+
+    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        kind = getattr(event, "type", None)
+        if kind == "start":
+            tally.note_response_id(self.provider, getattr(event, "id", None))
+        elif kind == "delta":
+            delta = getattr(event, "delta", None)
+            tally.chunks += 1
+            if getattr(delta, "type", None) == "tool_call" and getattr(delta, "name", None):
+                tally.tool_calls += 1  # a call's first delta names it
+            text = getattr(delta, "text", None)
+            if settings.capture_content and isinstance(text, str):
+                tally.keep_text(text)
+        elif kind == "end":
+            read_usage(getattr(event, "usage", None), self.family, tally)
+            tally.complete = True
+        return False
 
 
-_adapters: dict[tuple[str, str, str], _EngineAdapter] = {}
+_adapters: dict[tuple[str, str, str, str | None], _EngineAdapter] = {}
 
 
-@dataclass(frozen=True, slots=True)
-class _Metered:
-    """A request admitted: its call, the request's measure and model, how usage is counted."""
-
-    call: Call
-    info: RequestInfo
-    provider: str
-    family: str | None
-
-
-def _begin(ctx: ExecutionContext, engine: Any, request: Any, stream: bool) -> _Metered | None:
-    """Measure and admit ``request`` (``LimitExceeded`` if it does not fit); None when the
-    engine cannot route it (it then refuses the request itself, before sending anything)."""
+def _admit(engine: Any, request: Any, stream: bool) -> Admitted | None:
+    """Measure and admit ``request`` (``LimitExceeded`` if it does not fit); None when no
+    context meters it here, or the engine cannot route it (it then refuses the request
+    itself, before sending anything)."""
+    ctx = metered_context()
+    if ctx is None or ACTIVE_CALL.get() is not None:
+        return None
     try:
         route = engine.resolve(request.model)
         config = request.config
@@ -85,67 +107,36 @@ def _begin(ctx: ExecutionContext, engine: Any, request: Any, stream: bool) -> _M
         return None
     wire = wire_of(route.adapter)
     provider = _PROVIDERS.get(route.provider, route.provider)
-    operation = "dspy.stream" if stream else "dspy.complete"
-    key = (provider, operation, wire)
+    key = (
+        provider,
+        "dspy.stream" if stream else "dspy.complete",
+        wire,
+        USAGE_FAMILIES.get(route.adapter),
+    )
     adapter = _adapters.get(key)
     if adapter is None:
-        adapter = _adapters[key] = _EngineAdapter(provider, operation, wire)
+        adapter = _adapters[key] = _EngineAdapter(*key)
     body = request_body(wire, route.model, request)
     info = RequestInfo(route.model, request_size.measure(wire, body), config.max_tokens, stream)
-    call = begin_call(ctx, adapter, info, None, body)
-    return _Metered(call, info, provider, USAGE_FAMILIES.get(route.adapter))
+    return Admitted(begin_call(ctx, adapter, info, None, body), adapter, info, False, body)
 
 
-def _read_response(response: Any, metered: _Metered) -> Tally:
+def _settle(admitted: Admitted, response: Any) -> Any:
     tally = Tally()
-    tally.note_response_id(metered.provider, getattr(response, "id", None))
-    read_usage(getattr(response, "usage", None), metered.family, tally)
-    message = getattr(response, "message", None)
-    parts = getattr(message, "parts", ())
-    tally.tool_calls = count_tool_calls(parts)
-    if settings.capture_content:
-        text = getattr(response, "text", None)
-        if isinstance(text, str):
-            tally.keep_text(text)
-    return tally
-
-
-def _read_event(event: Any, tally: Tally, metered: _Metered) -> None:
-    kind = getattr(event, "type", None)
-    if kind == "start":
-        tally.note_response_id(metered.provider, getattr(event, "id", None))
-    elif kind == "delta":
-        delta = getattr(event, "delta", None)
-        tally.chunks += 1
-        if getattr(delta, "type", None) == "tool_call" and getattr(delta, "name", None):
-            tally.tool_calls += 1  # a call's first delta names it
-        text = getattr(delta, "text", None)
-        if settings.capture_content and isinstance(text, str):
-            tally.keep_text(text)
-    elif kind == "end":
-        read_usage(getattr(event, "usage", None), metered.family, tally)
-        tally.complete = True
+    admitted.adapter.read_response(response, tally)
+    finish_call(admitted.call, tally, None)
+    return response
 
 
 def _wrap_complete(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def complete(engine: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
-        ctx = metered_context()
-        metered = None
-        if ctx is not None and ACTIVE_CALL.get() is None:
-            metered = _begin(ctx, engine, request, stream=False)
-        if metered is None:
+        admitted = _admit(engine, request, stream=False)
+        if admitted is None:
             return original(engine, request, *args, **kwargs)
-        token = ACTIVE_CALL.set(metered.call)
-        try:
+        with admitted:
             response = original(engine, request, *args, **kwargs)
-        except BaseException as exc:
-            finish_call(metered.call, None, exc)
-            raise
-        finally:
-            ACTIVE_CALL.reset(token)
-        finish_call(metered.call, _read_response(response, metered), None)
-        return response
+        return _settle(admitted, response)
 
     return complete
 
@@ -153,70 +144,35 @@ def _wrap_complete(original: Callable[..., Any]) -> Callable[..., Any]:
 def _wrap_async_complete(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     async def complete(engine: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
-        ctx = metered_context()
-        metered = None
-        if ctx is not None and ACTIVE_CALL.get() is None:
-            metered = _begin(ctx, engine, request, stream=False)
-        if metered is None:
+        admitted = _admit(engine, request, stream=False)
+        if admitted is None:
             return await original(engine, request, *args, **kwargs)
-        token = ACTIVE_CALL.set(metered.call)
-        try:
+        with admitted:
             response = await original(engine, request, *args, **kwargs)
-        except BaseException as exc:
-            finish_call(metered.call, None, exc)
-            raise
-        finally:
-            ACTIVE_CALL.reset(token)
-        finish_call(metered.call, _read_response(response, metered), None)
-        return response
+        return _settle(admitted, response)
 
     return complete
 
 
-class _StreamEnd:
-    """How a metered stream's node ends: once, at its end event, error or cut."""
-
-    __slots__ = ("done", "metered", "tally")
-
-    def __init__(self, metered: _Metered) -> None:
-        self.metered = metered
-        self.tally = Tally()
-        self.done = False
-
-    def read(self, event: Any) -> None:
-        _read_event(event, self.tally, self.metered)
-        if self.tally.complete:
-            self.finish(None)  # the caller may stop reading at the end event
-
-    def finish(self, exc: BaseException | None) -> None:
-        if not self.done:
-            self.done = True
-            finish_call(self.metered.call, self.tally, exc)
-
-    def cut(self) -> None:
-        if not self.done:
-            self.done = True
-            finish_abandoned(self.metered.call, self.tally, self.metered.info)
+def _meter(admitted: Admitted) -> StreamMeter:
+    return StreamMeter(admitted.call, admitted.adapter, False, admitted.info)
 
 
 def _wrap_stream(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def stream(engine: Any, request: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
         # A generator, as the engine's own: nothing is admitted or sent until it is read.
-        ctx = metered_context()
-        metered = None
-        if ctx is not None and ACTIVE_CALL.get() is None:
-            metered = _begin(ctx, engine, request, stream=True)
+        admitted = _admit(engine, request, stream=True)
         events = original(engine, request, *args, **kwargs)
-        if metered is None:
+        if admitted is None:
             yield from events
             return
-        end = _StreamEnd(metered)
+        end = _meter(admitted)
         try:
             while True:
                 # Marked active only while the engine works: the caller's own calls between
                 # events are not this request's.
-                token = ACTIVE_CALL.set(metered.call)
+                token = ACTIVE_CALL.set(admitted.call)
                 try:
                     event = next(events)
                 except StopIteration:
@@ -227,15 +183,15 @@ def _wrap_stream(original: Callable[..., Any]) -> Callable[..., Any]:
                 yield event
         except GeneratorExit:
             events.close()
-            end.cut()
+            end.abandon()
             raise
         except BaseException as exc:
-            end.finish(exc)
+            end.end(exc)
             raise
         if end.tally.complete:
-            end.finish(None)
+            end.end(None)
         else:
-            end.cut()
+            end.abandon()
 
     return stream
 
@@ -243,19 +199,16 @@ def _wrap_stream(original: Callable[..., Any]) -> Callable[..., Any]:
 def _wrap_async_stream(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     async def stream(engine: Any, request: Any, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        ctx = metered_context()
-        metered = None
-        if ctx is not None and ACTIVE_CALL.get() is None:
-            metered = _begin(ctx, engine, request, stream=True)
+        admitted = _admit(engine, request, stream=True)
         events = original(engine, request, *args, **kwargs)
-        if metered is None:
+        if admitted is None:
             async for event in events:
                 yield event
             return
-        end = _StreamEnd(metered)
+        end = _meter(admitted)
         try:
             while True:
-                token = ACTIVE_CALL.set(metered.call)
+                token = ACTIVE_CALL.set(admitted.call)
                 try:
                     event = await events.__anext__()
                 except StopAsyncIteration:
@@ -266,15 +219,15 @@ def _wrap_async_stream(original: Callable[..., Any]) -> Callable[..., Any]:
                 yield event
         except GeneratorExit:
             await events.aclose()
-            end.cut()
+            end.abandon()
             raise
         except BaseException as exc:
-            end.finish(exc)
+            end.end(exc)
             raise
         if end.tally.complete:
-            end.finish(None)
+            end.end(None)
         else:
-            end.cut()
+            end.abandon()
 
     return stream
 

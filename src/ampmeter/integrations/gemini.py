@@ -18,6 +18,7 @@ from typing import Any
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.wire import READERS, counts, first_int, get
+from ampmeter.pricing import request_size
 from ampmeter.pricing.measure_parts import json_text
 
 __all__ = ["PROVIDER", "GenerateContentAdapter", "model_of_path"]
@@ -57,16 +58,13 @@ class GenerateContentAdapter(Adapter):
 
     provider = PROVIDER
 
-    def __init__(self, operation: str) -> None:
-        self.operation = operation
-
     wire = "gemini"
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
         config = kwargs.get("generationConfig") or kwargs.get("generation_config")
         max_tokens = first_int(get(config, "maxOutputTokens"))
         stream = self.operation == "streamGenerateContent"
-        return RequestInfo(None, self.measure(kwargs), max_tokens, stream)
+        return RequestInfo(None, request_size.measure(self.wire, kwargs), max_tokens, stream)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         parts = _parts_text(kwargs.get("systemInstruction") or kwargs.get("system_instruction"))

@@ -29,7 +29,6 @@ for usage gets ``stream_options.include_usage`` and the extra usage event is not
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import AsyncIterator, Callable, Iterator
 from types import ModuleType
@@ -37,7 +36,6 @@ from typing import Any, Final
 
 import orjson
 
-from ampmeter.errors import LimitExceeded
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.anthropic import MessagesAdapter
 from ampmeter.integrations.attach import metered_context
@@ -45,10 +43,10 @@ from ampmeter.integrations.gemini import GenerateContentAdapter, model_of_path
 from ampmeter.integrations.lifecycle import (
     ACTIVE_CALL,
     META_TRANSPORT,
+    Admitted,
     begin_call,
     finish_abandoned,
     finish_call,
-    raise_stop,
     settings,
 )
 from ampmeter.integrations.openai import (
@@ -62,7 +60,6 @@ from ampmeter.integrations.proxy_mark import METERED_HEADER
 from ampmeter.integrations.wire import BodyReader
 
 __all__ = [
-    "Admitted",
     "BodyMeter",
     "adapter_for_path",
     "admit",
@@ -72,11 +69,11 @@ __all__ = [
 ]
 
 
-_CHAT: Final = ChatAdapter("chat.completions", ())
-_RESPONSES: Final = ResponsesAdapter("responses", ())
+_CHAT: Final = ChatAdapter("chat.completions")
+_RESPONSES: Final = ResponsesAdapter("responses")
 _EMBEDDINGS: Final = EmbeddingsAdapter("embeddings")
-_COMPLETIONS: Final = CompletionsAdapter("completions", ())
-_MESSAGES: Final = MessagesAdapter("messages", ())
+_COMPLETIONS: Final = CompletionsAdapter("completions")
+_MESSAGES: Final = MessagesAdapter("messages")
 _GENERATE: Final = GenerateContentAdapter("generateContent")
 _STREAM_GENERATE: Final = GenerateContentAdapter("streamGenerateContent")
 
@@ -108,17 +105,6 @@ def _json_body(content: bytes | str) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return body if isinstance(body, dict) else None
-
-
-@dataclasses.dataclass(slots=True)
-class Admitted:
-    """A request let through: its node, how to read its response, the request to send."""
-
-    call: Any
-    adapter: Adapter
-    info: RequestInfo
-    hide: bool  # ampmeter asked for a usage event the caller must not see
-    body: dict[str, Any]
 
 
 def admit(
@@ -176,15 +162,6 @@ def _admit(module: ModuleType, request: Any, streamed: bool) -> tuple[Admitted, 
             extensions=request.extensions,
         )
     return admitted, request
-
-
-def _admit_or_stop(module: ModuleType, request: Any, streamed: bool) -> tuple[Admitted, Any] | None:
-    """:func:`_admit`, its stop raised past the retry loop of an SDK sending through here."""
-    try:
-        return _admit(module, request, streamed)
-    except LimitExceeded as stop:
-        raise_stop(stop)
-        raise  # raise_stop always raises
 
 
 def response_reader(admitted: Admitted, status: int, content_type: str) -> BodyReader | None:
@@ -316,29 +293,28 @@ def _mark(request: Any) -> None:
         request.headers[METERED_HEADER] = mark
 
 
+def _send_metered(module: ModuleType, request: Any, stream: bool) -> tuple[Admitted | None, Any]:
+    """Admit a request about to be sent (None: not one to meter here), and the request to
+    send; marked for the run's proxy when this process meters it."""
+    active = ACTIVE_CALL.get()
+    found = None if active is not None else _admit(module, request, stream)
+    admitted, request = (None, request) if found is None else found
+    if settings.marker.proxy_url is not None and (active is not None or admitted is not None):
+        _mark(request)
+    return admitted, request
+
+
 def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
     @functools.wraps(original)
     def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
-        # ACTIVE_CALL first: every request of the openai and anthropic SDKs comes through here
-        # with its call already metered by their patch, and should cost no more than this.
-        active = ACTIVE_CALL.get()
-        found = None if active is not None else _admit_or_stop(module, request, stream)
-        if found is None:
-            if active is not None and settings.marker.proxy_url is not None:
-                _mark(request)
-            return original(client, request, stream=stream, **kwargs)
-        admitted, request = found
-        if settings.marker.proxy_url is not None:
-            _mark(request)
-        token = ACTIVE_CALL.set(admitted.call)
-        try:
-            response = original(client, request, stream=stream, **kwargs)
-        except BaseException as exc:
-            finish_call(admitted.call, None, exc)
-            raise
-        finally:
-            ACTIVE_CALL.reset(token)
-        return _settle(admitted, response, stream, body_type)
+        # A request the SDKs' door already meters (ACTIVE_CALL) passes after one check.
+        if ACTIVE_CALL.get() is None or settings.marker.proxy_url is not None:
+            admitted, request = _send_metered(module, request, stream)
+            if admitted is not None:
+                with admitted:
+                    response = original(client, request, stream=stream, **kwargs)
+                return _settle(admitted, response, stream, body_type)
+        return original(client, request, stream=stream, **kwargs)
 
     return send
 
@@ -346,24 +322,13 @@ def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type
 def _wrap_async_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
     @functools.wraps(original)
     async def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
-        active = ACTIVE_CALL.get()
-        found = None if active is not None else _admit_or_stop(module, request, stream)
-        if found is None:
-            if active is not None and settings.marker.proxy_url is not None:
-                _mark(request)
-            return await original(client, request, stream=stream, **kwargs)
-        admitted, request = found
-        if settings.marker.proxy_url is not None:
-            _mark(request)
-        token = ACTIVE_CALL.set(admitted.call)
-        try:
-            response = await original(client, request, stream=stream, **kwargs)
-        except BaseException as exc:
-            finish_call(admitted.call, None, exc)
-            raise
-        finally:
-            ACTIVE_CALL.reset(token)
-        return _settle(admitted, response, stream, body_type)
+        if ACTIVE_CALL.get() is None or settings.marker.proxy_url is not None:
+            admitted, request = _send_metered(module, request, stream)
+            if admitted is not None:
+                with admitted:
+                    response = await original(client, request, stream=stream, **kwargs)
+                return _settle(admitted, response, stream, body_type)
+        return await original(client, request, stream=stream, **kwargs)
 
     return send
 

@@ -19,8 +19,8 @@ from typing import Any
 import orjson
 from yarl import URL
 
-from ampmeter.integrations.http import Admitted, BodyMeter, admit, response_reader
-from ampmeter.integrations.lifecycle import ACTIVE_CALL, finish_call, settings
+from ampmeter.integrations.http import BodyMeter, admit, response_reader
+from ampmeter.integrations.lifecycle import Admitted, settings
 from ampmeter.integrations.patching import Patch, undo_all
 from ampmeter.integrations.proxy_mark import METERED_HEADER
 
@@ -146,14 +146,8 @@ class _FilteredContent(_MeteredContent):
 
 
 async def _send(request: Any, admitted: Admitted) -> Any:
-    token = ACTIVE_CALL.set(admitted.call)
-    try:
+    with admitted:
         response = await request
-    except BaseException as exc:
-        finish_call(admitted.call, None, exc)
-        raise
-    finally:
-        ACTIVE_CALL.reset(token)
     reader = response_reader(admitted, response.status, response.headers.get("Content-Type", ""))
     if reader is not None:
         content_type = _FilteredContent if admitted.hide else _MeteredContent

@@ -22,9 +22,8 @@ from types import ModuleType
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from ampmeter.errors import LimitExceeded
-from ampmeter.integrations.http import Admitted, BodyMeter, admit, response_reader
-from ampmeter.integrations.lifecycle import finish_call, raise_stop, settings
+from ampmeter.integrations.http import BodyMeter, admit, response_reader
+from ampmeter.integrations.lifecycle import Admitted, finish_call, settings
 from ampmeter.integrations.patching import Patch, undo_all
 from ampmeter.integrations.proxy_mark import METERED_HEADER
 from ampmeter.integrations.wire import BodyReader
@@ -84,11 +83,7 @@ def _admit(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Admitted | None:
     if method.upper() != "POST" or not isinstance(body, (bytes, bytearray, str)):
         return None
     content = bytes(body) if isinstance(body, bytearray) else body
-    try:
-        return admit("POST", urlsplit(url).path, content, "http.client", may_ask_usage=False)
-    except LimitExceeded as stop:
-        raise_stop(stop)
-        raise
+    return admit("POST", urlsplit(url).path, content, "http.client", may_ask_usage=False)
 
 
 def _marked(

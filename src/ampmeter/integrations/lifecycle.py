@@ -1,6 +1,6 @@
 """The life of one metered request: its node begun and admitted, then ended with its usage.
 
-Every layer (SDK method wrappers, streams, raw responses, the HTTP and WebSocket layers) begins
+Every layer (the SDKs' door, streams, raw responses, the HTTP and WebSocket layers) begins
 a request's node with :func:`begin_call` before anything is sent (``LimitExceeded`` then stops
 it) and ends it with :func:`finish_call`, or :func:`finish_abandoned` for a stream cut short.
 :data:`ACTIVE_CALL` names the call whose request is running here, so that a lower layer leaves
@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ampmeter._validate import MAX_COUNT
 from ampmeter.context import Call, ExecutionContext, configured_policies
 from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
 from ampmeter.graph import META_PROVIDER
-from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.integrations.adapter import META_USAGE_CLAMPED, Adapter, RequestInfo, Tally
 from ampmeter.integrations.disclosure import META_BUDGET_NOTE, disclose
 from ampmeter.integrations.proxy_mark import Marker
 from ampmeter.integrations.unreported import estimate_cut_stream, estimate_unreported
@@ -26,21 +27,19 @@ from ampmeter.policies.downgrade import META_REQUESTED_MODEL, take_requested_mod
 
 __all__ = [
     "ACTIVE_CALL",
-    "IN_SDK_REQUEST",
+    "HELPER",
     "META_OPERATION",
     "META_PROMPT_TEXT",
     "META_RESPONSE_ID",
     "META_RESPONSE_TEXT",
     "META_TRANSPORT",
     "META_USAGE_ESTIMATED",
+    "Admitted",
     "Settings",
-    "StopSignal",
-    "active_call",
     "begin_call",
     "count_retry",
     "finish_abandoned",
     "finish_call",
-    "raise_stop",
     "relieve_pressure",
     "settings",
 ]
@@ -75,33 +74,36 @@ ACTIVE_CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar(
 )
 
 
-# Set while an SDK's generic ``request`` (the door of every resource method and of its public
-# ``client.post()``) runs: openai < 3 catches every ``Exception`` raised by its transport, retries
-# it and re-raises it as a connection error, so a stop raised below it travels as a
-# :class:`StopSignal` (not an ``Exception``) up to that door, which raises the stop itself.
-IN_SDK_REQUEST: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "ampmeter_in_sdk_request", default=False
+# The helper an SDK's own hook says a request comes from, where its headers do not (see
+# :mod:`.anthropic`): read by :mod:`.sdk`.
+HELPER: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "ampmeter_sdk_helper", default=None
 )
 
 
-class StopSignal(BaseException):
-    """A :class:`LimitExceeded` on its way through an SDK's retry loop (never seen outside)."""
+@dataclass(slots=True)
+class Admitted:
+    """A request let through (:func:`begin_call` done): its call, how to read its response,
+    and what was changed to send it. ``with admitted:`` around sending it makes it the active
+    call meanwhile (:data:`ACTIVE_CALL`), and an error raised ends it failed."""
 
-    def __init__(self, stop: LimitExceeded) -> None:
-        super().__init__(str(stop))
-        self.stop = stop
+    call: Call
+    adapter: Adapter
+    info: RequestInfo
+    hide: bool  # ampmeter asked for a usage event the caller must not see
+    body: dict[str, Any]  # the request's JSON body (as changed to ask for that event)
+    raw: bool = False  # an SDK's raw-response wrapper made it (see :mod:`.raw`)
+    _token: contextvars.Token[Call | None] | None = None
 
+    def __enter__(self) -> Call:
+        self._token = ACTIVE_CALL.set(self.call)
+        return self.call
 
-def raise_stop(stop: LimitExceeded) -> None:
-    """Raise ``stop`` from a transport: as a :class:`StopSignal` inside an SDK request."""
-    if IN_SDK_REQUEST.get():
-        raise StopSignal(stop) from None
-    raise stop
-
-
-def active_call() -> Call | None:
-    """The metered call whose SDK request is in progress here, or None."""
-    return ACTIVE_CALL.get()
+    def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
+        if self._token is not None:
+            ACTIVE_CALL.reset(self._token)
+        if exc is not None:
+            finish_call(self.call, None, exc)
 
 
 def count_retry() -> None:
@@ -118,15 +120,20 @@ def begin_call(
     extra: Mapping[str, Any] | None = None,
     request: Mapping[str, Any] | None = None,
     refused: ExceededLimit | None = None,
+    *,
+    operation: str | None = None,
 ) -> Call:
     """Begin and admit the node of one request (``LimitExceeded`` if it does not fit).
 
     ``extra``: more metadata for the node. ``request`` (the SDK call's keyword arguments, or the
     JSON body) lets the context's policies see what is sent (the loop guard); ``refused`` is a
     budget-pressure hook's refusal to report (:func:`relieve_pressure`). The input estimate
-    comes from the request's measure (``info.size``).
+    comes from the request's measure (``info.size``). ``operation`` names the node (else the
+    adapter's operation).
     """
-    meta: dict[str, Any] = {META_OPERATION: adapter.operation}
+    if operation is None:
+        operation = adapter.operation
+    meta: dict[str, Any] = {META_OPERATION: operation}
     if extra:
         meta.update(extra)
     if settings.capture_content and request is not None:
@@ -134,7 +141,7 @@ def begin_call(
     kind = adapter.kind
     if kind == "llm":
         call = ctx.instrumented_llm_call(
-            adapter.operation,
+            operation,
             info.model,
             adapter.provider,
             info.max_tokens,
@@ -145,7 +152,7 @@ def begin_call(
         )
     elif kind == "embedding":
         call = ctx.embedding_call(
-            adapter.operation,
+            operation,
             model=info.model,
             prompt_tokens=info.input_tokens,
             provider=adapter.provider,
@@ -154,7 +161,7 @@ def begin_call(
     else:
         meta[META_MODEL] = info.model
         meta[META_PROVIDER] = adapter.provider
-        call = ctx.step(adapter.operation, kind=kind, metadata=meta)
+        call = ctx.step(operation, kind=kind, metadata=meta)
     try:
         call.start()
     except LimitExceeded as stop:
@@ -181,12 +188,51 @@ def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> N
                 key = tally.gateway_key(call.name)
                 assert key is not None  # (it has an id)
                 call.offer_idempotency_key(key)
-        estimate_unreported(call, tally)  # a response without its usage was billed all the same
-        tally.record_on(call)
+        if tally.tokens_in is None:  # a response without its usage was billed all the same
+            estimate_unreported(call, tally)
+        _record(call, tally)
         if tally.text:
             text = "".join(tally.text)
             call.context.graph.update_metadata(call.node_id, {META_RESPONSE_TEXT: text})
     call.finish(exc)
+
+
+def _record(call: Call, tally: Tally) -> None:
+    """Report ``tally``'s usage on ``call`` (nothing when the provider reported none).
+
+    The counts are checked here, once, on their way to the call: the readers made each an int
+    or None, and a provider's odd numbers must not break the caller's call, so they are clamped
+    to what the accounting holds (0 to 2**53), the node then saying ``usage_clamped``, and to
+    the subset convention (details no larger than their totals)."""
+    t_in, t_out = tally.tokens_in, tally.tokens_out
+    if t_in is None and t_out is None:
+        if tally.tool_calls:
+            call.note_tool_calls(tally.tool_calls)
+        return
+    t_in = 0 if t_in is None else t_in
+    t_out = 0 if t_out is None else t_out
+    if not (0 <= t_in <= MAX_COUNT and 0 <= t_out <= MAX_COUNT):
+        t_in, t_out = _clamped(t_in), _clamped(t_out)
+        call.context.graph.update_metadata(call.node_id, {META_USAGE_CLAMPED: True})
+    cached, writes, reasoning = tally.cached, tally.cache_write, tally.reasoning
+    if cached < 0 or writes < 0 or reasoning < 0 or cached + writes > t_in or reasoning > t_out:
+        cached = min(max(cached, 0), t_in)
+        writes = min(max(writes, 0), t_in - cached)
+        reasoning = min(max(reasoning, 0), t_out)
+    call.record(
+        t_in,
+        t_out,
+        cached_tokens=cached,
+        cache_write_tokens=writes,
+        reasoning_tokens=reasoning,
+        tool_calls_made=tally.tool_calls,
+        estimated=tally.estimated,
+    )
+
+
+def _clamped(count: int) -> int:
+    """A provider's count as the accounting holds it: from 0 to 2**53."""
+    return 0 if count < 0 else min(count, MAX_COUNT)
 
 
 def finish_abandoned(call: Call, tally: Tally, info: RequestInfo) -> None:

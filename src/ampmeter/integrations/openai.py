@@ -1,10 +1,7 @@
-"""OpenAI SDK instrumentation: Chat Completions and Responses, sync and async, plain and streamed.
-
-Patched at the resource-class level (``Completions.create``/``parse``,
-``Responses.create``/``parse`` and their async twins), so clients made before and after
-:func:`instrument_openai` are covered. The ``chat.completions.stream`` and ``responses.stream``
-helpers send their request through ``create`` and are covered by it. Retries are counted from
-the SDK client's ``_sleep_for_retry``.
+"""OpenAI wire formats (Chat Completions, Responses, embeddings, legacy completions) and the
+``openai`` SDK's instrumentation: its requests are metered at the client's one door
+(:mod:`.sdk`), so clients made before and after :func:`instrument_openai` are covered, sync and
+async, plain, streamed, through the helpers and the raw-response wrappers alike.
 
 Streamed Chat Completions get ``stream_options={"include_usage": True}`` unless the caller set
 ``include_usage`` (to false: the call is then charged an estimate, see :mod:`.unreported`);
@@ -14,22 +11,19 @@ caller, so the caller sees the same chunks as without ampmeter.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 from ampmeter._validate import MAX_COUNT
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
-from ampmeter.integrations.patching import Patch, patch_base_clients, patch_method, undo_all
 from ampmeter.integrations.wire import READERS, counts, first_int, get, ints, text_of
 from ampmeter.pricing import request_size, stored_state
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
 
 PROVIDER = "openai"
-
-_patches: list[Patch] = []
 
 
 def _joined_text(value: object) -> str:
@@ -44,14 +38,7 @@ class ChatAdapter(Adapter):
 
     provider = PROVIDER
 
-    def __init__(self, operation: str, stream_types: tuple[type, ...]) -> None:
-        self.operation = operation
-        self.stream_types = stream_types
-
-    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        max_tokens = first_int(kwargs.get("max_completion_tokens"), kwargs.get("max_tokens"))
-        stream = kwargs.get("stream") is True
-        return RequestInfo(kwargs.get("model"), self.measure(kwargs), max_tokens, stream)
+    max_tokens_fields: tuple[str, ...] = ("max_completion_tokens", "max_tokens")
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         messages = kwargs.get("messages")
@@ -190,10 +177,7 @@ class CompletionsAdapter(ChatAdapter):
 
     wire = "completions"
 
-    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        max_tokens = first_int(kwargs.get("max_tokens"))
-        stream = kwargs.get("stream") is True
-        return RequestInfo(kwargs.get("model"), self.measure(kwargs), max_tokens, stream)
+    max_tokens_fields = ("max_tokens",)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         return _joined_text(kwargs.get("prompt"))
@@ -227,9 +211,6 @@ class EmbeddingsAdapter(Adapter):
 
     provider = PROVIDER
     kind = "embedding"
-
-    def __init__(self, operation: str) -> None:
-        self.operation = operation
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
         size = request_size.measure_text(self.prompt_text(kwargs))
@@ -266,16 +247,9 @@ class ResponsesAdapter(Adapter):
 
     provider = PROVIDER
 
-    def __init__(self, operation: str, stream_types: tuple[type, ...]) -> None:
-        self.operation = operation
-        self.stream_types = stream_types
-
     wire = "responses"
 
-    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        max_tokens = first_int(kwargs.get("max_output_tokens"))
-        stream = kwargs.get("stream") is True
-        return RequestInfo(kwargs.get("model"), self.measure(kwargs), max_tokens, stream)
+    max_tokens_fields = ("max_output_tokens",)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         parts: list[str] = []
@@ -336,67 +310,22 @@ class ResponsesAdapter(Adapter):
         return False
 
 
-def instrument_openai() -> bool:
+def instrument_openai(_module: ModuleType | None = None) -> bool:
     """Patch the installed ``openai`` SDK (idempotent); False if it is not installed."""
-    if _patches:
-        return True
-    try:
-        import openai
-        from openai import _base_client
-        from openai.resources.chat.completions import AsyncCompletions, Completions
-    except ImportError:
-        return False
-    sync_stream: tuple[type, ...] = (openai.Stream,)
-    async_stream: tuple[type, ...] = (openai.AsyncStream,)
-    targets: list[tuple[type, str, Adapter, bool]] = []
-    for name in ("create", "parse"):
-        targets.append(
-            (Completions, name, ChatAdapter(f"chat.completions.{name}", sync_stream), False)
-        )
-        targets.append(
-            (AsyncCompletions, name, ChatAdapter(f"chat.completions.{name}", async_stream), True)
-        )
-    try:
-        from openai.resources.responses import AsyncResponses, Responses
-    except ImportError:  # an SDK from before the Responses API
-        pass
-    else:
-        for name in ("create", "parse"):
-            targets.append(
-                (Responses, name, ResponsesAdapter(f"responses.{name}", sync_stream), False)
-            )
-            targets.append(
-                (AsyncResponses, name, ResponsesAdapter(f"responses.{name}", async_stream), True)
-            )
-    try:  # openai 1.40-1.91: beta.chat.completions.parse posts itself, not through create
-        beta_chat = importlib.import_module("openai.resources.beta.chat.completions")
-    except ImportError:  # newer SDKs: it moved to chat.completions.parse, patched above
-        pass
-    else:
-        operation = "beta.chat.completions.parse"
-        targets.append((beta_chat.Completions, "parse", ChatAdapter(operation, sync_stream), False))
-        targets.append(
-            (beta_chat.AsyncCompletions, "parse", ChatAdapter(operation, async_stream), True)
-        )
-    for owner, name, adapter, is_async in targets:
-        patch = patch_method(owner, name, adapter, is_async=is_async)
-        if patch is not None:
-            _patches.append(patch)
-    _patches.extend(patch_base_clients(_base_client))
-    from ampmeter.integrations.openai_websocket import patch_responses_websocket
+    from ampmeter.integrations import sdk  # (it reads this module's adapters)
 
-    _patches.extend(patch_responses_websocket())
-    from ampmeter.integrations.openai_conversations import patch_conversations
-
-    _patches.extend(patch_conversations())
-    return True
+    return sdk.instrument_sdk(PROVIDER)
 
 
 def uninstrument_openai() -> None:
     """Restore every patched ``openai`` attribute exactly (idempotent)."""
-    undo_all(_patches)
+    from ampmeter.integrations import sdk
+
+    sdk.uninstrument_sdk(PROVIDER)
 
 
 def is_instrumented() -> bool:
     """Whether the ``openai`` SDK is currently patched."""
-    return bool(_patches)
+    from ampmeter.integrations import sdk
+
+    return sdk.is_instrumented(PROVIDER)

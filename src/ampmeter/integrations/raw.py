@@ -10,21 +10,15 @@ from __future__ import annotations
 import functools
 import inspect
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Final
 
-from ampmeter.context import Call
-from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
-from ampmeter.integrations.lifecycle import finish_call
-from ampmeter.integrations.streams import (
-    MeterStream,
-    StreamMeter,
-    meter_async_stream,
-    meter_stream,
-)
+from ampmeter.integrations.adapter import Tally
+from ampmeter.integrations.lifecycle import Admitted, finish_call
+from ampmeter.integrations.streams import StreamMeter, meter_result
 from ampmeter.integrations.wire import BodyReader
 
-__all__ = ["RAW_RESPONSE_HEADER", "after_raw", "after_raw_async", "is_raw_request"]
+__all__ = ["RAW_RESPONSE_HEADER", "after_raw", "after_raw_async"]
 
 
 # The header the Stainless SDKs (openai, anthropic) add to a request made through
@@ -33,57 +27,35 @@ __all__ = ["RAW_RESPONSE_HEADER", "after_raw", "after_raw_async", "is_raw_reques
 RAW_RESPONSE_HEADER: Final = "X-Stainless-Raw-Response"
 
 
-def is_raw_request(kwargs: Mapping[str, Any]) -> bool:
-    """Whether the SDK call was made through one of its raw-response wrappers."""
-    headers = kwargs.get("extra_headers")
-    if not headers:  # the usual case: no ABC isinstance check on every call
-        return False
-    return isinstance(headers, Mapping) and bool(headers.get(RAW_RESPONSE_HEADER))
-
-
-def after_raw(result: Any, call: Call, adapter: Adapter, info: RequestInfo, hide: bool) -> Any:
+def after_raw(result: Any, admitted: Admitted) -> Any:
     """Read a raw response's usage (``parse()`` sync: all but the async
     ``.with_streaming_response``) and hand the raw response back as it is."""
     try:
         parsed = result.parse()
     except Exception:
         # The caller's own parse() will raise the same; the call was sent and answered.
-        finish_call(call, Tally(), None)
+        finish_call(admitted.call, Tally(), None)
         return result
-    return _settle_parsed(result, parsed, call, adapter, info, hide, meter_stream)
+    return _settle_parsed(result, parsed, admitted, is_async=False)
 
 
-async def after_raw_async(
-    result: Any, call: Call, adapter: Adapter, info: RequestInfo, hide: bool
-) -> Any:
+async def after_raw_async(result: Any, admitted: Admitted) -> Any:
     """:func:`after_raw` for an async client's raw response (``parse()`` may be a coroutine)."""
     try:
         parsed = result.parse()
         if inspect.isawaitable(parsed):
             parsed = await parsed
     except Exception:
-        finish_call(call, Tally(), None)
+        finish_call(admitted.call, Tally(), None)
         return result
-    return _settle_parsed(result, parsed, call, adapter, info, hide, meter_async_stream)
+    return _settle_parsed(result, parsed, admitted, is_async=True)
 
 
-def _settle_parsed(
-    result: Any,
-    parsed: Any,
-    call: Call,
-    adapter: Adapter,
-    info: RequestInfo,
-    hide: bool,
-    meter: MeterStream,
-) -> Any:
-    if isinstance(parsed, adapter.stream_types):
-        # The SDK caches what parse() returns: the caller's parse() gets this metered stream.
-        stream_meter = meter(parsed, call, adapter, hide, info)
-        _read_raw_body(result, stream_meter)
-        return result
-    tally = Tally()
-    adapter.read_response(parsed, tally)
-    finish_call(call, tally, None)
+def _settle_parsed(result: Any, parsed: Any, admitted: Admitted, *, is_async: bool) -> Any:
+    # The SDK caches what parse() returns: the caller's parse() gets this metered stream.
+    meter = meter_result(admitted, parsed, is_async=is_async)
+    if meter is not None:
+        _read_raw_body(result, meter)
     return result
 
 

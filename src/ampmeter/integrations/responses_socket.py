@@ -5,8 +5,8 @@ reserved) before the frame is sent. The server events read back are matched to t
 by the id ``response.created`` announces, and each node ends with the usage of
 ``response.completed`` / ``incomplete`` / ``failed``; an ``error`` event fails the oldest
 response not yet answered. Responses still open when the connection closes end as abandoned
-streams do. Used by the SDK's own connection (:mod:`ampmeter.integrations.openai_websocket`)
-and by any ``websockets`` client (:mod:`ampmeter.integrations.websocket_client`).
+streams do. Metered at the ``websockets`` client (:mod:`ampmeter.integrations.websocket_client`),
+whoever opened the connection: the ``openai`` SDK's ``responses.connect()`` included.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ampmeter.integrations.wire import get
 
 __all__ = ["PendingResponse", "ResponseFailed", "ResponsesOnSocket", "responses_on"]
 
-_ADAPTER: Final = ResponsesAdapter("responses.connect.create", ())
+_ADAPTER: Final = ResponsesAdapter("responses.connect.create")
 _ATTRIBUTE: Final = "_ampmeter_pending_responses"  # where a connection's responses live
 
 

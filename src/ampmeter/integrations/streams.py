@@ -25,14 +25,12 @@ from typing import Any, Final
 
 from ampmeter.context import Call
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
-from ampmeter.integrations.lifecycle import finish_abandoned, finish_call
+from ampmeter.integrations.lifecycle import Admitted, finish_abandoned, finish_call
 
 __all__ = [
-    "MeterStream",
     "StreamMeter",
-    "meter_async_stream",
     "meter_rebuilt_stream",
-    "meter_stream",
+    "meter_result",
 ]
 
 _METER: Final = "_ampmeter_stream_meter"  # on a metered stream's response: its meter
@@ -157,10 +155,6 @@ class StreamMeter:
             raise
 
 
-MeterStream = Callable[[Any, Call, Adapter, bool, RequestInfo], "StreamMeter"]
-"""How a stream is metered in place: :func:`meter_stream` or :func:`meter_async_stream`."""
-
-
 def _on_close(response: Any, name: str, meter: StreamMeter, *, is_async: bool) -> None:
     """Have ``response.<name>()`` (its close) also tell ``meter``; the SDK helpers close the
     response directly. The hook holds the response weakly (no cycle keeps it alive)."""
@@ -193,21 +187,17 @@ def _on_close(response: Any, name: str, meter: StreamMeter, *, is_async: bool) -
     setattr(response, name, close)
 
 
-def meter_stream(
-    stream: Any, call: Call, adapter: Adapter, hide_usage: bool, info: RequestInfo
-) -> StreamMeter:
-    """Meter a sync SDK stream in place (it is returned to the caller as it is)."""
-    meter = StreamMeter(call, adapter, hide_usage, info)
-    _in_place(stream, meter, meter.events(stream._iterator), is_async=False)
-    return meter
-
-
-def meter_async_stream(
-    stream: Any, call: Call, adapter: Adapter, hide_usage: bool, info: RequestInfo
-) -> StreamMeter:
-    """Meter an async SDK stream in place (it is returned to the caller as it is)."""
-    meter = StreamMeter(call, adapter, hide_usage, info)
-    _in_place(stream, meter, meter.async_events(stream._iterator), is_async=True)
+def meter_result(admitted: Admitted, result: Any, *, is_async: bool) -> StreamMeter | None:
+    """Meter an SDK's stream in place (its meter returned), or record a whole response's usage
+    and end the call (None); either way ``result`` itself is what the caller gets."""
+    if not admitted.info.stream:
+        tally = Tally()
+        admitted.adapter.read_response(result, tally)
+        finish_call(admitted.call, tally, None)
+        return None
+    meter = StreamMeter(admitted.call, admitted.adapter, admitted.hide, admitted.info)
+    events = meter.async_events if is_async else meter.events
+    _in_place(result, meter, events(result._iterator), is_async=is_async)
     return meter
 
 

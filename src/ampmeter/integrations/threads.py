@@ -60,7 +60,7 @@ def _run_in(thread: threading.Thread, context: contextvars.Context) -> None:
     thread.run = run_in_context  # type: ignore[method-assign]
 
 
-def instrument_threads() -> None:
+def instrument_threads(_module: ModuleType | None = None) -> None:
     """Carry the context into ``threading.Thread`` objects started in it (idempotent)."""
     if any(patch.owner is threading.Thread for patch in _patches):
         return

@@ -7,8 +7,8 @@ and those of the legacy asyncio client (``websockets.legacy.client``, which
 removal, announced for 2030) once a program imports it:
 a text or binary frame holding a ``response.create`` event is admitted before it is sent (a
 stop raises ``LimitExceeded`` and the frame never leaves), and frames read back are matched to
-their responses (:mod:`ampmeter.integrations.responses_socket`) while any is open. A frame
-sent by the SDK's own ``responses.connect()`` is already metered there and left alone.
+their responses (:mod:`ampmeter.integrations.responses_socket`) while any is open. The
+``openai`` SDK's ``responses.connect()`` sends through these clients: it is metered here, once.
 """
 
 from __future__ import annotations

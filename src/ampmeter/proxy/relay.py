@@ -28,9 +28,10 @@ from multidict import CIMultiDict
 from ampmeter.context import ExecutionContext
 from ampmeter.errors import BudgetBusy, LimitExceeded
 from ampmeter.integrations.adapter import Adapter, RequestInfo
-from ampmeter.integrations.http import Admitted, adapter_for_path, response_reader
+from ampmeter.integrations.http import adapter_for_path, response_reader
 from ampmeter.integrations.lifecycle import (
     META_TRANSPORT,
+    Admitted,
     begin_call,
     finish_abandoned,
     finish_call,

@@ -1,0 +1,214 @@
+"""The Stainless SDKs (``openai``, ``anthropic``): each request metered at the SDK's one door.
+
+Every request of these SDKs goes through its client's generic ``request`` (resource methods,
+``parse``, the stream helpers, ``.with_raw_response`` and ``.with_streaming_response``, the
+public ``client.post()``), once per call, above the SDK's retry loop. That door is the one
+place a call is metered:
+
+* no current context, or a path that names no known wire format: the SDK runs untouched;
+* otherwise the call's node is begun and admitted from the JSON body the SDK built
+  (``LimitExceeded`` is raised there, before a request exists and outside the retry loop, so it
+  reaches the caller as itself), the SDK sends it, and the node ends with the usage of the
+  SDK's own result (a stream when it ends: :mod:`.streams`; a raw response: :mod:`.raw`).
+
+The HTTP layer below sees the call as already metered (:data:`.lifecycle.ACTIVE_CALL`) and
+leaves it alone. Retries are counted from the client's ``_sleep_for_retry``. The node is named
+after the SDK method: the helper the SDK names in its ``X-Stainless-Helper-Method`` header
+(``chat.completions.parse``, ``messages.stream``), else ``<resource>.create``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from ampmeter import redact
+from ampmeter.context import configured_policies
+from ampmeter.integrations.attach import metered_context
+from ampmeter.integrations.http import adapter_for_path
+from ampmeter.integrations.lifecycle import (
+    ACTIVE_CALL,
+    HELPER,
+    Admitted,
+    begin_call,
+    count_retry,
+    relieve_pressure,
+)
+from ampmeter.integrations.patching import Patch, undo_all
+from ampmeter.integrations.raw import RAW_RESPONSE_HEADER, after_raw, after_raw_async
+from ampmeter.integrations.streams import meter_result
+from ampmeter.pricing import stored_state
+
+__all__ = ["admit", "instrument_sdk", "is_instrumented", "uninstrument_sdk"]
+
+# The header naming the SDK helper a request comes from (openai: the method's whole name;
+# anthropic: the verb, e.g. "stream").
+_HELPER_HEADERS: Final = ("X-Stainless-Helper-Method", "x-stainless-helper-method")
+
+
+def _operation(options: Any, headers: Mapping[str, Any], base: str) -> str:
+    """The SDK method a request comes from (see the module's documentation)."""
+    qualifiers = getattr(options, "qualifiers", None) or {}
+    if qualifiers.get("beta") or "beta=true" in options.url:  # anthropic's client.beta
+        base = f"beta.{base}"
+    for name in _HELPER_HEADERS:
+        helper = headers.get(name)
+        if isinstance(helper, str) and helper:
+            return helper if "." in helper else f"{base}.{helper}"
+    return f"{base}.{HELPER.get() or 'create'}"
+
+
+def admit(client: Any, options: Any) -> Admitted | None:
+    """Begin and admit the call of an SDK request (None: not one to meter here)."""
+    if ACTIVE_CALL.get() is not None:
+        return None
+    ctx = metered_context()
+    if ctx is None:
+        return None
+    body = options.json_data
+    path = options.url.partition("?")[0]
+    adapter = adapter_for_path(path)
+    if adapter is None or not isinstance(body, dict) or options.method.lower() != "post":
+        return None
+    extra = options.extra_json if isinstance(options.extra_json, Mapping) else None
+    sent = {**body, **extra} if extra else body  # what is sent: extra_body merged in
+    if not isinstance(sent.get("model"), str):
+        return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
+    redact.remember_client(client)  # a provider's error body may echo its key
+    refused = notes = None
+    if configured_policies(
+        ctx
+    ).shapes_requests:  # the hook may change the body (before it is measured)
+        refused, notes = relieve_pressure(ctx, adapter, body)
+        sent = {**body, **extra} if extra else body
+    info = adapter.request_info(sent)
+    hide = adapter.prepare_stream(body) if info.stream else False
+    headers = options.headers if isinstance(options.headers, Mapping) else {}
+    operation = _operation(options, headers, adapter.operation)
+    call = begin_call(ctx, adapter, info, notes, sent, refused, operation=operation)
+    return Admitted(call, adapter, info, hide, body, bool(headers.get(RAW_RESPONSE_HEADER)))
+
+
+def _stored_state_changed(options: Any) -> bool:
+    """Note what a request that is no LLM call does to OpenAI's stored conversations
+    (:mod:`ampmeter.pricing.stored_state`); True when it makes an empty one.
+
+    A response in a conversation is billed for all it holds, and ampmeter learns that size
+    from the responses it reads. Items put in one otherwise (``conversations.create(items=)``,
+    ``conversations.items.create``) are billed as input by every later response, uncounted:
+    the conversation's size becomes unknown (forgotten before the request is sent: one that
+    fails may still have added them). One made empty is known to hold nothing."""
+    path = options.url.partition("?")[0]
+    if not path.startswith("/conversations") or options.method.lower() != "post":
+        return False
+    parts = path.strip("/").split("/")
+    if len(parts) == 3 and parts[2] == "items":
+        stored_state.forget_conversation(parts[1])
+        return False
+    body = options.json_data
+    return len(parts) == 1 and not (isinstance(body, Mapping) and body.get("items"))
+
+
+def _door(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def request(client: Any, cast_to: Any, options: Any, *args: Any, **kwargs: Any) -> Any:
+        admitted = admit(client, options)
+        if admitted is None:
+            made_empty = _stored_state_changed(options)
+            result = original(client, cast_to, options, *args, **kwargs)
+            if made_empty:
+                stored_state.remember(None, result, 0)
+            return result
+        with admitted:
+            result = original(client, cast_to, options, *args, **kwargs)
+        if admitted.raw:
+            return after_raw(result, admitted)
+        meter_result(admitted, result, is_async=False)
+        return result
+
+    return request
+
+
+def _async_door(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    async def request(client: Any, cast_to: Any, options: Any, *args: Any, **kwargs: Any) -> Any:
+        admitted = admit(client, options)
+        if admitted is None:
+            made_empty = _stored_state_changed(options)
+            result = await original(client, cast_to, options, *args, **kwargs)
+            if made_empty:
+                stored_state.remember(None, result, 0)
+            return result
+        with admitted:
+            result = await original(client, cast_to, options, *args, **kwargs)
+        if admitted.raw:
+            return await after_raw_async(result, admitted)
+        meter_result(admitted, result, is_async=True)
+        return result
+
+    return request
+
+
+def _retry_counter(original: Callable[..., Any], *, is_async: bool) -> Callable[..., Any]:
+    """The client's ``_sleep_for_retry``, counting a retry on the call being sent."""
+    if is_async:
+
+        @functools.wraps(original)
+        async def sleep_async(client: Any, *args: Any, **kwargs: Any) -> Any:
+            count_retry()
+            return await original(client, *args, **kwargs)
+
+        return sleep_async
+
+    @functools.wraps(original)
+    def sleep(client: Any, *args: Any, **kwargs: Any) -> Any:
+        count_retry()
+        return original(client, *args, **kwargs)
+
+    return sleep
+
+
+def _patch_clients(base_client: Any) -> list[Patch]:
+    """Meter the requests of an SDK's sync and async clients (its ``_base_client`` module)."""
+    patches = []
+    for client, is_async in (
+        (base_client.SyncAPIClient, False),
+        (base_client.AsyncAPIClient, True),
+    ):
+        sleep = client.__dict__.get("_sleep_for_retry")
+        if sleep is not None:
+            counter = _retry_counter(sleep, is_async=is_async)
+            patches.append(Patch.apply(client, "_sleep_for_retry", counter))
+        door = _async_door if is_async else _door
+        patches.append(Patch.apply(client, "request", door(client.__dict__["request"])))
+    return patches
+
+
+_patched: dict[str, list[Patch]] = {}  # by SDK package
+
+
+def instrument_sdk(package: str, *more: Callable[[], list[Patch]]) -> bool:
+    """Meter the installed SDK ``package`` (``openai``, ``anthropic``; idempotent): its clients'
+    door, and the ``more`` patches it needs. False if it is not installed."""
+    if _patched.get(package):
+        return True
+    try:
+        base_client = importlib.import_module(f"{package}._base_client")
+    except ImportError:
+        return False
+    patches = _patched[package] = _patch_clients(base_client)
+    for patch in more:
+        patches.extend(patch())
+    return True
+
+
+def uninstrument_sdk(package: str) -> None:
+    """Restore every attribute of ``package`` patched, exactly (idempotent)."""
+    undo_all(_patched.pop(package, []))
+
+
+def is_instrumented(package: str) -> bool:
+    """Whether the SDK ``package`` is currently patched."""
+    return bool(_patched.get(package))

@@ -1,0 +1,86 @@
+"""One SDK call is metered at one layer: the client's door admits it and reads its result; the
+HTTP layer below passes it after one check, and its request is measured once."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+import ampmeter.integrations
+from ampmeter import ExecutionContext
+from ampmeter.sinks.memory import MemorySink
+from ampmeter.testing import recorded
+from ampmeter.testing.replay import ReplayServer
+
+pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
+
+INTEGRATIONS = Path(ampmeter.integrations.__file__).parent
+PROMPT = [{"role": "user", "content": "Weather in Paris and Oslo?"}]
+
+
+def ampmeter_calls(call: Callable[[], Any]) -> Counter[tuple[str, str]]:
+    """How often each function of the integrations (``file:function``) ran during ``call``,
+    and the request measures taken (``pricing:measure``)."""
+    seen: Counter[tuple[str, str]] = Counter()
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event != "call":
+            return
+        path = Path(frame.f_code.co_filename)
+        if path.parent == INTEGRATIONS:
+            seen[(path.name, frame.f_code.co_name)] += 1
+        elif path.name == "request_size.py" and frame.f_code.co_name == "measure":
+            seen[("pricing", "measure")] += 1
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_an_openai_call_is_admitted_once_at_the_door_and_measured_once(
+    replay: ReplayServer,
+) -> None:
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    replay.script("/v1/chat/completions", recorded.openai_chat_tool_calls())
+    sink = MemorySink()
+    with ExecutionContext(max_cost_usd=1.0, sinks=[sink]):
+        seen = ampmeter_calls(
+            lambda: client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT)
+        )
+    wrappers = {name for name in seen if name[1] in ("request", "send", "metered", "create")}
+    assert wrappers == {("sdk.py", "request"), ("http.py", "send")}
+    assert seen[("sdk.py", "admit")] == seen[("lifecycle.py", "begin_call")] == 1
+    assert seen[("pricing", "measure")] == 1  # the request's shape, once
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert node.name == "chat.completions.create" and node.status == "success"
+
+
+def test_an_anthropic_stream_helper_is_admitted_once_at_the_door(replay: ReplayServer) -> None:
+    client = anthropic.Anthropic(base_url=replay.anthropic_base_url, api_key="k", max_retries=0)
+    replay.script("/v1/messages", recorded.anthropic_message_stream())
+    sink = MemorySink()
+
+    def call() -> None:
+        with client.messages.stream(
+            model="claude-sonnet-4-5", max_tokens=100, messages=PROMPT
+        ) as stream:
+            stream.get_final_message()
+
+    with ExecutionContext(max_cost_usd=1.0, sinks=[sink]):
+        seen = ampmeter_calls(call)
+    assert seen[("lifecycle.py", "begin_call")] == 1
+    assert seen[("pricing", "measure")] == 1
+    assert ("anthropic.py", "stream") not in seen  # the helper itself is left as it is
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert node.name == "messages.stream" and node.status == "success" and node.tokens_out
