@@ -41,14 +41,21 @@ and reports on stdout; ampmeter runs in this process. Run: ``python bench/peer_c
 [--quick] [--peers shekel,litellm]`` (quick: no tools, 8 and 128 threads). Not a timed test:
 the figures do not depend on speed.
 
-Options for harder providers (not in the default run): ``--density 1,1.6,2.5`` bills text at
-that many times characters/4 (dense text, code, CJK: the provider counts 1.6 or 2.5 times more
-tokens than prose), each density its own cells; ``--repeated-ids N`` has the provider draw its
-response ids from N values (1: one id for every answer, as some gateways and mock servers do;
-999: like Ollama); ``--estimate bound`` runs ampmeter's context with ``estimate="bound"``;
-``--tokenizer`` switches ampmeter's offline tokenizer on and has the provider count text with
-gpt-4o-mini's own encoding (o200k_base) instead of characters. ``--peers ''`` measures ampmeter
-alone. Every ampmeter cell starts with nothing learned, as a fresh process would.
+Options for harder providers (not in the default run), each adding its own cells:
+``--density 1,1.6,2.5`` bills text at that many times characters/4 (dense text, code, CJK: the
+provider counts 1.6 or 2.5 times more tokens than prose); ``--tokenizer`` adds a provider that
+counts text with gpt-4o-mini's own encoding (o200k_base), with ampmeter's offline tokenizer on
+in its cells (off in the others); ``--repeated-ids 1,999`` adds a provider (characters/4) per N
+that draws its response ids from N values (1: one id for every answer, as some gateways and
+mock servers do; 999: like Ollama). ``--estimate learned,bound`` runs ampmeter's cells in each
+estimate mode. ``--processes 4`` runs every case a second time as 4 worker processes (the
+workers split among them) sharing the cap through a real ``redis-server`` this script starts:
+ampmeter on a ``RedisLedger`` scope, shekel on its ``RedisBackend``; the other peers keep their
+budget in one process (AgentBudget's session, veronica-core's ``veronica_guard``, pydantic-ai's
+``RunUsage``, LiteLLM's module globals and its budget manager's local file), so they have no
+process cells. ``--tools``, ``--workers``, ``--calls`` (what the cap is worth) and
+``--provider-s`` size the cells; ``--peers ''`` measures ampmeter alone. Every ampmeter cell
+starts with nothing learned, as a fresh process would.
 """
 
 from __future__ import annotations
