@@ -44,24 +44,21 @@ def is_interrupted_in_flight(flight: Flight, exc: BaseException) -> bool:
 
 
 def charged_in_flight(flight: Flight, exc: BaseException) -> tuple[Usage, Outcome]:
-    """The usage and outcome of a call ``exc`` interrupted in flight: its reserved cost (an
-    LLM call that reserved none is counted sent and unpriced)."""
+    """The usage and outcome of a call ``exc`` interrupted in flight: its reserved cost (none:
+    an LLM call counted sent and unpriced)."""
     cost = flight.reservation.cost_nano
     kind = flight.kind
-    if kind == "llm" and not cost:
-        usage = Usage("llm", flight.model or "", "", calls=1, unpriced=1)
-        reason = f"interrupted ({type(exc).__name__}) after it was sent: its price is unknown"
-        meta = {META_COST_STATUS: "unpriced"}
-        return usage, Outcome("fail", 0, None, None, type(exc).__name__, reason, meta)
     if kind == "llm":
-        usage = Usage("llm", flight.model or "", "", cost_nano=cost, calls=1)
+        usage = Usage(
+            "llm", flight.model or "", "", cost_nano=cost, calls=1, unpriced=int(not cost)
+        )
     elif kind == "tool":
         usage = Usage("tool", "", flight.name, cost_nano=cost, calls=1)
     else:
         usage = Usage(kind, flight.model or "", cost_nano=cost)
-    reason = (
-        f"interrupted ({type(exc).__name__}) after it was sent: charged at its reservation "
-        f"({money.format_usd(money.from_nano(cost))}) as unsettled spend"
+    charged = f"charged at its reservation ({money.format_usd(money.from_nano(cost))})"
+    reason = f"interrupted ({type(exc).__name__}) after it was sent: " + (
+        f"{charged} as unsettled spend" if cost else "its price is unknown"
     )
-    meta = {META_COST_STATUS: COST_STATUS_UNSETTLED}
+    meta = {META_COST_STATUS: COST_STATUS_UNSETTLED if cost else "unpriced"}
     return usage, Outcome("fail", cost, None, None, type(exc).__name__, reason, meta)
