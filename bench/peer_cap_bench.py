@@ -33,7 +33,7 @@ Each tool is set up the way its documentation tells users to cap spend:
 For each tool and cell: ``billed/cap`` from the provider's bill, the calls billed, the calls
 the tool refused before sending (attempts the provider never saw), and the stops the tool
 raised only after a call had been billed. A worker ends at its first stop; a tool that never
-stops is cut at ``ATTEMPT_BOUND`` attempts and reported as such.
+stops is cut at 5 × ``CALLS`` attempts (at least 3 a worker) and reported as such.
 
 The peers run in their own virtualenv (``bench/.peers-venv``, made by this script from
 ``bench/peers-requirements.txt``), one child process per cell that reads its orders on stdin
@@ -104,7 +104,8 @@ DISTRIBUTIONS = {
 TOOLS = (0, 10)
 WORKERS = (8, 32, 128)
 CALLS = 100  # the cap is worth this many calls (``--calls``)
-BOUND_FACTOR = 5  # a tool that never stops its workers is cut at this many times CALLS attempts
+BOUND_FACTOR = 5  # a tool that never stops is cut after this many times CALLS attempts ...
+BOUND_PER_WORKER = 3  # ... or this many per worker, if more (every worker sees its refusal)
 PROVIDER_S = 0.5  # the provider's time per call: every worker is in flight at once
 CHILD_TIMEOUT_S = 600
 RESULT = "peer-cap-result "  # marks the child's one line of results on stdout
@@ -701,7 +702,7 @@ def measure(tool: str, case: Case, settings: Settings) -> Cell:
             tokenizer=case.provider.tokenizer,
             processes=case.processes,
             scope=f"peer-cap-{os.getpid()}-{time.time_ns()}",
-            attempt_bound=BOUND_FACTOR * settings.calls,
+            attempt_bound=max(BOUND_FACTOR * settings.calls, BOUND_PER_WORKER * case.workers),
         )
         if python is None:
             found = {"errors": 1, "first_error": "the peers' virtualenv could not be made"}
@@ -930,14 +931,12 @@ def main(argv: list[str]) -> None:
         *(Provider(distinct_ids=pool) for pool in pools),
     )
     tools = numbers(args.tools, int, "--tools") if args.tools else TOOLS
-    if args.quick:
-        tools, workers = (0,), (8, 128)
     plan = Plan(
         peers=peers,
         providers=providers,
         estimates=estimates,
-        tools=tools,
-        workers=workers,
+        tools=(0,) if args.quick else tools,
+        workers=(8, 128) if args.quick else workers,
         processes=args.processes,
         calls=args.calls,
         provider_s=args.provider_s,
