@@ -33,7 +33,7 @@ Each tool is set up the way its documentation tells users to cap spend:
 For each tool and cell: ``billed/cap`` from the provider's bill, the calls billed, the calls
 the tool refused before sending (attempts the provider never saw), and the stops the tool
 raised only after a call had been billed. A worker ends at its first stop; a tool that never
-stops is cut at ``ATTEMPT_BOUND`` attempts and reported as such.
+stops is cut at 5 × ``CALLS`` attempts (at least 3 a worker) and reported as such.
 
 The peers run in their own virtualenv (``bench/.peers-venv``, made by this script from
 ``bench/peers-requirements.txt``), one child process per cell that reads its orders on stdin
@@ -41,14 +41,21 @@ and reports on stdout; ampmeter runs in this process. Run: ``python bench/peer_c
 [--quick] [--peers shekel,litellm]`` (quick: no tools, 8 and 128 threads). Not a timed test:
 the figures do not depend on speed.
 
-Options for harder providers (not in the default run): ``--density 1,1.6,2.5`` bills text at
-that many times characters/4 (dense text, code, CJK: the provider counts 1.6 or 2.5 times more
-tokens than prose), each density its own cells; ``--repeated-ids N`` has the provider draw its
-response ids from N values (1: one id for every answer, as some gateways and mock servers do;
-999: like Ollama); ``--estimate bound`` runs ampmeter's context with ``estimate="bound"``;
-``--tokenizer`` switches ampmeter's offline tokenizer on and has the provider count text with
-gpt-4o-mini's own encoding (o200k_base) instead of characters. ``--peers ''`` measures ampmeter
-alone. Every ampmeter cell starts with nothing learned, as a fresh process would.
+Options for harder providers (not in the default run), each adding its own cells:
+``--density 1,1.6,2.5`` bills text at that many times characters/4 (dense text, code, CJK: the
+provider counts 1.6 or 2.5 times more tokens than prose); ``--tokenizer`` adds a provider that
+counts text with gpt-4o-mini's own encoding (o200k_base), with ampmeter's offline tokenizer on
+in its cells (off in the others); ``--repeated-ids 1,999`` adds a provider (characters/4) per N
+that draws its response ids from N values (1: one id for every answer, as some gateways and
+mock servers do; 999: like Ollama). ``--estimate learned,bound`` runs ampmeter's cells in each
+estimate mode. ``--processes 4`` runs every case a second time as 4 worker processes (the
+workers split among them) sharing the cap through a real ``redis-server`` this script starts:
+ampmeter on a ``RedisLedger`` scope, shekel on its ``RedisBackend``; the other peers keep their
+budget in one process (AgentBudget's session, veronica-core's ``veronica_guard``, pydantic-ai's
+``RunUsage``, LiteLLM's module globals and its budget manager's local file), so they have no
+process cells. ``--tools``, ``--workers``, ``--calls`` (what the cap is worth) and
+``--provider-s`` size the cells; ``--peers ''`` measures ampmeter alone. Every ampmeter cell
+starts with nothing learned, as a fresh process would.
 """
 
 from __future__ import annotations
@@ -86,6 +93,7 @@ PEERS: tuple[str, ...] = (
     "litellm-budget-manager",
 )
 DISTRIBUTIONS = {
+    "ampmeter": "ampmeter",
     "shekel": "shekel",
     "agentbudget": "agentbudget",
     "veronica-core": "veronica-core",
@@ -95,11 +103,14 @@ DISTRIBUTIONS = {
 }
 TOOLS = (0, 10)
 WORKERS = (8, 32, 128)
-CALLS = 100  # the cap is worth this many calls
-ATTEMPT_BOUND = 5 * CALLS  # a tool that never stops its workers is cut here
+CALLS = 100  # the cap is worth this many calls (``--calls``)
+BOUND_FACTOR = 5  # a tool that never stops is cut after this many times CALLS attempts ...
+BOUND_PER_WORKER = 3  # ... or this many per worker, if more (every worker sees its refusal)
 PROVIDER_S = 0.5  # the provider's time per call: every worker is in flight at once
 CHILD_TIMEOUT_S = 600
 RESULT = "peer-cap-result "  # marks the child's one line of results on stdout
+READY = "peer-cap-ready"  # a worker process is set up and waits for the word to start
+SHARED_STORE = ("ampmeter", "shekel")  # the tools that share one cap across processes
 
 Call = Callable[[], object]
 
@@ -130,18 +141,27 @@ class Tally:
         }
 
 
+def wait_for_go() -> None:
+    """In a worker process: say it is ready and wait for the parent's word (a line on stdin),
+    so the processes of a cell start calling together."""
+    print(READY, flush=True)
+    sys.stdin.readline()
+
+
 def hammer(
-    workers: int,
+    spec: dict[str, Any],
     calls: Callable[[], contextlib.AbstractContextManager[Call]],
     stop: tuple[type[BaseException], ...],
 ) -> Tally:
-    """Run ``workers`` threads that call until the tool raises one of ``stop``.
+    """Run ``spec["workers"]`` threads that call until the tool raises one of ``stop``.
 
     ``calls()`` is entered once in each thread and yields that thread's call: the same call for
-    most tools, a per-thread budget or model for those that need one.
+    most tools, a per-thread budget or model for those that need one. In one of several worker
+    processes the threads start once every process is ready.
     """
     tally = Tally()
-    barrier = threading.Barrier(workers)
+    workers, bound = spec["workers"], spec["attempt_bound"]
+    barrier = threading.Barrier(workers, action=wait_for_go if spec.get("processes") else None)
 
     def worker() -> None:
         try:
@@ -149,7 +169,7 @@ def hammer(
                 barrier.wait()
                 while True:
                     with tally.lock:
-                        if tally.attempts >= ATTEMPT_BOUND:
+                        if tally.attempts >= bound:
                             tally.bounded = True
                             return
                         tally.attempts += 1
@@ -207,7 +227,7 @@ def run_shekel(spec: dict[str, Any]) -> Tally:
     if not spec.get("redis_url"):
         raise RuntimeError("no redis-server: shekel shares a cap across workers only through Redis")
     backend = RedisBackend(url=spec["redis_url"])
-    name = f"peer-cap-{os.getpid()}-{time.time_ns()}"
+    name = spec["scope"]  # one name for every worker process of the cell: one shared cap
     client = openai_client(spec)
     kwargs = request(spec)
 
@@ -216,7 +236,7 @@ def run_shekel(spec: dict[str, Any]) -> Tally:
         with shekel.budget(max_usd=float(spec["cap"]), name=name, backend=backend):
             yield lambda: client.chat.completions.create(**kwargs)
 
-    return hammer(spec["workers"], calls, (BudgetExceededError,))
+    return hammer(spec, calls, (BudgetExceededError,))
 
 
 def run_agentbudget(spec: dict[str, Any]) -> Tally:
@@ -228,7 +248,7 @@ def run_agentbudget(spec: dict[str, Any]) -> Tally:
     with budget.session() as session:
         client = wrap_client(openai_client(spec), session)
         return hammer(
-            spec["workers"],
+            spec,
             lambda: contextlib.nullcontext(lambda: client.chat.completions.create(**kwargs)),
             (BudgetExhausted,),
         )
@@ -245,7 +265,7 @@ def run_veronica(spec: dict[str, Any]) -> Tally:
 
     def run() -> Tally:
         return hammer(
-            spec["workers"],
+            spec,
             lambda: contextlib.nullcontext(lambda: client.chat.completions.create(**kwargs)),
             (VeronicaHalt,),
         )
@@ -291,7 +311,7 @@ def run_pydantic_ai(spec: dict[str, Any]) -> Tally:
             lambda: agent.run_sync(user, model=model, usage=shared, usage_limits=limits)
         )
 
-    tally = hammer(spec["workers"], calls, (UsageLimitExceeded,))
+    tally = hammer(spec, calls, (UsageLimitExceeded,))
     tally.note = f"the shared RunUsage recorded {shared.requests} requests, cost {shared.cost}"
     return tally
 
@@ -310,7 +330,7 @@ def run_litellm(spec: dict[str, Any]) -> Tally:
             **kwargs, api_base=spec["base_url"], api_key="bench-key", num_retries=0
         )
 
-    tally = hammer(spec["workers"], lambda: contextlib.nullcontext(call), (BudgetExceededError,))
+    tally = hammer(spec, lambda: contextlib.nullcontext(call), (BudgetExceededError,))
     # The budget manager's documented running total (its quick start prints it).
     tally.note = f"litellm._current_cost ended at {litellm._current_cost!r}"
     return tally
@@ -340,12 +360,42 @@ def run_litellm_budget_manager(spec: dict[str, Any]) -> Tally:
         manager.update_cost(completion_obj=response, user=user)
         return response
 
-    tally = hammer(spec["workers"], lambda: contextlib.nullcontext(call), (OverBudget,))
+    tally = hammer(spec, lambda: contextlib.nullcontext(call), (OverBudget,))
     tally.note = f"the budget manager recorded {manager.get_current_cost(user=user)!r} USD"
     return tally
 
 
+def run_ampmeter(spec: dict[str, Any]) -> Tally:
+    """ampmeter's cell: one context on the cap, on a Redis ledger when in worker processes."""
+    import ampmeter
+    from ampmeter import ExecutionContext, LimitExceeded
+    from ampmeter.ledgers.redis import RedisLedger
+    from ampmeter.pricing import request_size, tokenizer
+
+    ampmeter.instrument(http=False)
+    tokenizer.use(spec["tokenizer"])
+    request_size.forget()  # the first wave is reserved with nothing learned, as in a new process
+    ledger = RedisLedger(spec["redis_url"], spec["scope"]) if spec.get("processes") else None
+    client = openai_client(spec)
+    kwargs = request(spec)
+    cap = float(spec["cap"])
+    try:
+        with ExecutionContext(
+            "peer_cap_bench", max_cost_usd=cap, estimate=spec["estimate"], ledger=ledger
+        ):
+            return hammer(
+                spec,
+                lambda: contextlib.nullcontext(lambda: client.chat.completions.create(**kwargs)),
+                (LimitExceeded,),
+            )
+    finally:
+        client.close()
+        if ledger is not None:
+            ledger.close()
+
+
 RUNNERS: dict[str, Callable[[dict[str, Any]], Tally]] = {
+    "ampmeter": run_ampmeter,
     "shekel": run_shekel,
     "agentbudget": run_agentbudget,
     "veronica-core": run_veronica,
@@ -355,12 +405,13 @@ RUNNERS: dict[str, Callable[[dict[str, Any]], Tally]] = {
 }
 
 
-def child(peer: str) -> None:
-    """A peer's cell: orders on stdin, one line of results on stdout."""
-    spec = json.loads(sys.stdin.read())
-    report: dict[str, Any] = {"version": importlib.metadata.version(DISTRIBUTIONS[peer])}
+def child(tool: str) -> None:
+    """A tool's cell (or its share of one, in a worker process): orders on stdin's first line,
+    one line of results on stdout."""
+    spec = json.loads(sys.stdin.readline())
+    report: dict[str, Any] = {"version": importlib.metadata.version(DISTRIBUTIONS[tool])}
     try:
-        report.update(RUNNERS[peer](spec).report())
+        report.update(RUNNERS[tool](spec).report())
     except Exception as error:
         report.update(Tally(errors=1, first_error=f"set-up failed: {error!r}"[:300]).report())
     print(RESULT + json.dumps(report), flush=True)
@@ -433,18 +484,47 @@ class Provider:
 
     @property
     def label(self) -> str:
-        return "o200k" if self.tokenizer else f"x{self.density:g}"
+        text = "o200k" if self.tokenizer else f"x{self.density:g}"
+        return text if self.distinct_ids is None else f"{text} ids{self.distinct_ids}"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One workload: the provider, the tool schemas, the workers, how they run, the estimate."""
+
+    provider: Provider
+    tools: int
+    workers: int
+    processes: int = 0  # 0: threads of one process; else that many processes on one Redis
+    estimate: str = "learned"  # ampmeter's estimate mode (a peer has none)
+
+    def key(self, tool: str) -> tuple[str, int, int, str, str]:
+        """The case's column in the summary; a peer's case names no estimate."""
+        estimate = self.estimate if tool == "ampmeter" else "-"
+        return (self.provider.label, self.tools, self.workers, self.way, estimate)
+
+    @property
+    def way(self) -> str:
+        return f"{self.processes} proc." if self.processes else "threads"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The options every case of a run shares."""
+
+    calls: int = CALLS  # the cap is worth this many calls
+    provider_s: float = PROVIDER_S
+    redis: str | None = None
+    python: Path | None = None  # the peers' interpreter
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One tool on one workload, and what the provider billed."""
+    """One tool on one case, and what the provider billed."""
 
     tool: str
     version: str
-    tools: int
-    workers: int
-    density: str
+    case: Case
     cap: Decimal
     billed: Decimal
     billed_calls: int
@@ -468,7 +548,7 @@ class Cell:
     @property
     def how(self) -> str:
         if self.tally["bounded"]:
-            return f"never stopped (cut at {ATTEMPT_BOUND} attempts)"
+            return "never stopped (cut)"
         if self.tally["stops"] == 0:
             return "did not stop"
         if self.stopped_after == 0:
@@ -494,32 +574,23 @@ def spec_for(tools: int, workers: int) -> dict[str, Any]:
     }
 
 
-def run_ampmeter(spec: dict[str, Any]) -> Tally:
-    from ampmeter import ExecutionContext, LimitExceeded
-    from ampmeter.pricing import request_size
-
-    request_size.forget()  # the first wave is reserved with nothing learned, as in a new process
-    client = openai_client(spec)
-    kwargs = request(spec)
-    estimate = spec.get("estimate", "learned")
-    with ExecutionContext("peer_cap_bench", max_cost_usd=float(spec["cap"]), estimate=estimate):
-        tally = hammer(
-            spec["workers"],
-            lambda: contextlib.nullcontext(lambda: client.chat.completions.create(**kwargs)),
-            (LimitExceeded,),
-        )
-    client.close()
-    return tally
+def child_command(python: Path, tool: str) -> tuple[list[str], dict[str, str]]:
+    """How to start a tool's child: its command line and environment. ampmeter's runs in this
+    interpreter; a peer's in the peers' virtualenv, with nothing of this one on its path."""
+    command = [str(python), str(Path(__file__).resolve()), "--child", tool]
+    if tool == "ampmeter":
+        return command, dict(os.environ)
+    return command, {**os.environ, "PYTHONPATH": "", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def run_peer(python: Path, peer: str, spec: dict[str, Any]) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": "", "PYTHONDONTWRITEBYTECODE": "1"}
+    command, env = child_command(python, peer)
     # A scratch folder to run in: LiteLLM's budget manager writes user_cost.json where it runs.
     try:
         with tempfile.TemporaryDirectory(prefix="peer-cap-") as scratch:
             done = subprocess.run(
-                [str(python), str(Path(__file__).resolve()), "--child", peer],
-                input=json.dumps(spec),
+                command,
+                input=json.dumps(spec) + "\n",
                 capture_output=True,
                 text=True,
                 timeout=CHILD_TIMEOUT_S,
@@ -529,94 +600,194 @@ def run_peer(python: Path, peer: str, spec: dict[str, Any]) -> dict[str, Any]:
             )
     except subprocess.TimeoutExpired:
         return {"errors": 1, "first_error": f"timed out after {CHILD_TIMEOUT_S} s"}
-    for line in done.stdout.splitlines():
-        if line.startswith(RESULT):
-            found: dict[str, Any] = json.loads(line[len(RESULT) :])
+    return result_of(done.stdout, done.returncode, done.stderr)
+
+
+def result_of(stdout: str, returncode: int | None, stderr: str) -> dict[str, Any]:
+    """The child's line of results, or an error saying why there is none."""
+    for text in stdout.splitlines():
+        if text.startswith(RESULT):
+            found: dict[str, Any] = json.loads(text[len(RESULT) :])
             return found
-    return {"errors": 1, "first_error": f"no result (exit {done.returncode}): {done.stderr[-300:]}"}
+    return {"errors": 1, "first_error": f"no result (exit {returncode}): {stderr[-300:]}"}
 
 
-def measure(
-    tool: str,
-    tools: int,
-    workers: int,
-    python: Path | None,
-    redis: str | None,
-    provider: Provider = Provider(),
-    estimate: str = "learned",
-) -> Cell:
-    """One tool on one cell, against a fresh provider."""
+def run_processes(python: Path, tool: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A cell run by ``spec["processes"]`` worker processes sharing the cap through Redis, the
+    workers split evenly among them; they start calling together once every one is set up."""
+    count = spec["processes"]
+    orders = json.dumps({**spec, "workers": spec["workers"] // count}) + "\n"
+    command, env = child_command(python, tool)
+    with (
+        tempfile.TemporaryDirectory(prefix="peer-cap-") as scratch,
+        contextlib.ExitStack() as stack,
+    ):
+        logs = [stack.enter_context(Path(scratch, f"{n}.err").open("w+")) for n in range(count)]
+        children = [
+            subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=env,
+                cwd=scratch,
+            )
+            for log in logs
+        ]
+        for process in children:
+            assert process.stdin is not None
+            process.stdin.write(orders)
+            process.stdin.flush()
+        early = [until_ready(process) for process in children]  # all set up before any starts
+        reports = []
+        for process, output, log in zip(children, early, logs, strict=True):
+            try:
+                rest, _ = process.communicate("go\n", timeout=CHILD_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                rest, _ = process.communicate()
+            log.seek(0)
+            reports.append(result_of(output + rest, process.returncode, log.read()))
+    return merged(reports)
+
+
+def until_ready(process: subprocess.Popen[str]) -> str:
+    """Read a worker process's output until it says it is ready (then nothing kept) or it ends
+    (then what it wrote: its result, if it failed before being ready)."""
+    assert process.stdout is not None
+    seen = []
+    for text in process.stdout:
+        if text.startswith(READY):
+            return ""
+        seen.append(text)
+    return "".join(seen)
+
+
+def merged(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The worker processes' tallies as one."""
+    total = {**Tally().report(), "version": reports[0].get("version", "?")}
+    for report in reports:
+        for name in ("attempts", "stops", "errors"):
+            total[name] += report.get(name, 0)
+        total["bounded"] = total["bounded"] or report.get("bounded", False)
+        total["first_error"] = total["first_error"] or report.get("first_error", "")
+        if report.get("note") and report["note"] not in total["note"]:
+            total["note"] = "; ".join(filter(None, (total["note"], report["note"])))
+    return total
+
+
+def measure(tool: str, case: Case, settings: Settings) -> Cell:
+    """One tool on one case, against a fresh provider."""
     import ampmeter
     from ampmeter.testing import BillingProvider
     from cap_bench import MAX_TOKENS, PRICES, one_call_cost
 
-    spec = spec_for(tools, workers)
+    spec = spec_for(case.tools, case.workers)
     server = BillingProvider(
-        output_tokens=MAX_TOKENS, prices=PRICES, delay_s=PROVIDER_S, **provider.billing()
+        output_tokens=MAX_TOKENS,
+        prices=PRICES,
+        delay_s=settings.provider_s,
+        **case.provider.billing(),
     )
+    python = Path(sys.executable) if tool == "ampmeter" else settings.python
     with server:
         body = request(spec)
-        cap = (CALLS * one_call_cost(server, body)).quantize(Decimal("0.000001"))
+        cap = (settings.calls * one_call_cost(server, body)).quantize(Decimal("0.000001"))
         spec.update(
-            base_url=server.openai_base_url, cap=str(cap), redis_url=redis, estimate=estimate
+            base_url=server.openai_base_url,
+            cap=str(cap),
+            redis_url=settings.redis,
+            estimate=case.estimate,
+            tokenizer=case.provider.tokenizer,
+            processes=case.processes,
+            scope=f"peer-cap-{os.getpid()}-{time.time_ns()}",
+            attempt_bound=max(BOUND_FACTOR * settings.calls, BOUND_PER_WORKER * case.workers),
         )
-        if tool == "ampmeter":
-            found = {"version": ampmeter.__version__, **run_ampmeter(spec).report()}
-        elif python is None:
+        if python is None:
             found = {"errors": 1, "first_error": "the peers' virtualenv could not be made"}
+        elif case.processes and settings.redis is None:
+            found = {"errors": 1, "first_error": "no redis-server to share the cap through"}
+        elif case.processes:
+            found = run_processes(python, tool, spec)
+        elif tool == "ampmeter":
+            found = {"version": ampmeter.__version__, **run_ampmeter(spec).report()}
         else:
             found = run_peer(python, tool, spec)
         billed, calls, peak = server.billed_usd, len(server.calls), server.peak_in_flight
     tally = {**Tally().report(), **found}
-    version = found.get("version", "?")
-    return Cell(tool, version, tools, workers, provider.label, cap, billed, calls, peak, tally)
+    return Cell(
+        tool=tool,
+        version=found.get("version", "?"),
+        case=case,
+        cap=cap,
+        billed=billed,
+        billed_calls=calls,
+        peak_in_flight=peak,
+        tally=tally,
+    )
 
 
 # --- the run --------------------------------------------------------------------------------------
 
 
-def measured(
-    quick: bool,
-    peers: tuple[str, ...] = PEERS,
-    providers: tuple[Provider, ...] = (Provider(),),
-    estimate: str = "learned",
-) -> Iterator[Cell]:
-    """Every tool on every cell, ampmeter first in each, yielding each cell as it ends."""
+@dataclass(frozen=True)
+class Plan:
+    """What one run measures (the command line's options)."""
+
+    peers: tuple[str, ...] = PEERS
+    providers: tuple[Provider, ...] = (Provider(),)
+    estimates: tuple[str, ...] = ("learned",)
+    tools: tuple[int, ...] = TOOLS
+    workers: tuple[int, ...] = WORKERS
+    processes: int = 0  # also run every case in this many processes on one Redis
+    calls: int = CALLS
+    provider_s: float = PROVIDER_S
+
+    def cases(self) -> Iterator[tuple[str, Case]]:
+        """Each tool and case, ampmeter first in each (in each of its estimate modes); in
+        processes, only the tools that can share a cap across them."""
+        for provider in self.providers:
+            for tools in self.tools:
+                for workers in self.workers:
+                    for processes in (0, self.processes) if self.processes else (0,):
+                        for estimate in self.estimates:
+                            yield "ampmeter", Case(provider, tools, workers, processes, estimate)
+                        for peer in self.peers:
+                            if not processes or peer in SHARED_STORE:
+                                yield peer, Case(provider, tools, workers, processes)
+
+
+def measured(plan: Plan) -> Iterator[Cell]:
+    """Every tool on every case of ``plan``, yielding each cell as it ends."""
     import ampmeter
 
     if str(HERE) not in sys.path:
         sys.path.insert(0, str(HERE))  # cap_bench: the same model, prices and call cost
     ampmeter.instrument(http=False)
-    if any(p.tokenizer for p in providers):
-        from ampmeter.pricing import tokenizer
-
-        tokenizer.use()
-    python, why = (None, "no peers asked for") if not peers else peers_python()
-    if python is None and peers:
+    python, why = (None, "no peers asked for") if not plan.peers else peers_python()
+    if python is None and plan.peers:
         print(f"the peers could not be installed: {why}", file=sys.stderr, flush=True)
-    tools = (0,) if quick else TOOLS
-    workers = (8, 128) if quick else WORKERS
     with redis_server() as redis:
-        for provider in providers:
-            for count in tools:
-                for threads in workers:
-                    for tool in ("ampmeter", *peers):
-                        yield measure(tool, count, threads, python, redis, provider, estimate)
+        settings = Settings(plan.calls, plan.provider_s, redis, python)
+        for tool, case in plan.cases():
+            yield measure(tool, case, settings)
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
     """The rows for ``bench/run.py``: ampmeter's billed/cap beside each peer's, per cell."""
-    found = list(measured(quick))
-    ours = {(c.density, c.tools, c.workers): c for c in found if c.tool == "ampmeter"}
+    plan = Plan(tools=(0,), workers=(8, 128)) if quick else Plan()
+    found = list(measured(plan))
+    ours = {c.case: c for c in found if c.tool == "ampmeter"}
     rows = []
     for cell in found:
         if cell.tool == "ampmeter":
             continue
-        mine = ours[(cell.density, cell.tools, cell.workers)]
+        mine = ours[cell.case]
         rows.append(
             {
-                "name": f"{cell.tools} tools, {cell.workers} threads, one cap: billed/cap, "
-                f"ampmeter beside {cell.tool} ({cell.how})",
+                "name": f"{cell.case.tools} tools, {cell.case.workers} threads, one cap: "
+                f"billed/cap, ampmeter beside {cell.tool} ({cell.how})",
                 "unit": "billed/cap",
                 "ampmeter": round(mine.billed_over_cap, 3),
                 "baseline": round(cell.billed_over_cap, 3),
@@ -632,8 +803,9 @@ def run(quick: bool) -> list[dict[str, Any]]:
 def line(cell: Cell) -> str:
     error = f"  first error: {cell.tally['first_error']}" if cell.tally["first_error"] else ""
     error += f"  [{cell.tally['note']}]" if cell.tally["note"] else ""
+    label, tools, workers, way, estimate = cell.case.key(cell.tool)
     return (
-        f"{cell.tool:<22} {cell.density:>5} {cell.tools:>2} tools {cell.workers:>3} threads  "
+        f"{cell.tool:<22} {estimate:<7} {label:>10} {tools:>2} tools {workers:>3} {way:<8} "
         f"billed/cap {cell.billed_over_cap:6.3f}  billed {cell.billed_calls:>4}  "
         f"refused {cell.refused_before:>4}  stopped after {cell.stopped_after:>4}  "
         f"errors {cell.tally['errors']}  ({cell.how}){error}"
@@ -643,34 +815,48 @@ def line(cell: Cell) -> str:
 def table(found: list[Cell]) -> str:
     """The cells as a Markdown table."""
     lines = [
-        "| tool | text billed | tools | threads | billed/cap | calls billed | "
+        "| tool | estimate | text billed | tools | workers | billed/cap | calls billed | "
         "refused before sending | stopped after a billed call | errors | how it stops |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in found:
+        label, tools, workers, way, estimate = c.case.key(c.tool)
         lines.append(
-            f"| {c.tool} {c.version} | {c.density} | {c.tools} | {c.workers} | "
-            f"{c.billed_over_cap:.3f} | "
-            f"{c.billed_calls} | {c.refused_before} | {c.stopped_after} | {c.tally['errors']} | "
-            f"{c.how} |"
+            f"| {c.tool} {c.version} | {estimate} | {label} | {tools} | {workers} {way} | "
+            f"{c.billed_over_cap:.3f} | {c.billed_calls} | {c.refused_before} | "
+            f"{c.stopped_after} | {c.tally['errors']} | {c.how} |"
         )
     return "\n".join(lines)
 
 
 def summary(found: list[Cell]) -> str:
-    """One row per tool: billed/cap in every cell, and how it stopped its workers."""
-    cells = list(dict.fromkeys((c.density, c.tools, c.workers) for c in found))
-    head = " | ".join(f"{d} {tools} tools, {workers} thr." for d, tools, workers in cells)
-    lines = [f"| tool | {head} | how it stops |", "|---|" + "---|" * (len(cells) + 1)]
-    for tool in dict.fromkeys(c.tool for c in found):
-        mine = {(c.density, c.tools, c.workers): c for c in found if c.tool == tool}
+    """One row per tool and estimate, one column per workload: billed/cap."""
+    columns = list(dict.fromkeys(c.case.key(c.tool)[:4] for c in found))
+    head = " | ".join(
+        f"{label} {tools} tools, {workers} {way}" for label, tools, workers, way in columns
+    )
+    lines = [f"| tool | {head} |", "|---|" + "---|" * len(columns)]
+    rows = dict.fromkeys((c.tool, c.case.key(c.tool)[4]) for c in found)
+    for tool, estimate in rows:
+        mine = {
+            c.case.key(c.tool)[:4]: c
+            for c in found
+            if c.tool == tool and c.case.key(c.tool)[4] == estimate
+        }
         figures = " | ".join(
-            f"{mine[key].billed_over_cap:.2f}" if key in mine else "-" for key in cells
+            f"{mine[key].billed_over_cap:.2f}" if key in mine else "-" for key in columns
         )
-        hows = ", ".join(dict.fromkeys(c.how for c in mine.values()))
-        version = next(iter(mine.values())).version
-        lines.append(f"| {tool} {version} | {figures} | {hows} |")
+        name = tool if estimate == "-" else f"{tool} ({estimate})"
+        lines.append(f"| {name} | {figures} |")
     return "\n".join(lines)
+
+
+def numbers(text: str, kind: type[float] | type[int], option: str) -> tuple[Any, ...]:
+    """A comma-separated option's values (none when empty)."""
+    try:
+        return tuple(kind(value) for value in text.split(",") if value)
+    except ValueError:
+        raise SystemExit(f"{option} takes numbers, comma-separated; got {text!r}") from None
 
 
 def main(argv: list[str]) -> None:
@@ -691,40 +877,72 @@ def main(argv: list[str]) -> None:
     )
     options.add_argument(
         "--repeated-ids",
-        type=int,
-        default=None,
-        metavar="N",
-        help="the provider draws its response ids from N values (1: the same id every time)",
+        default="",
+        metavar="N[,N...]",
+        help="also a provider (characters/4) drawing its response ids from N values, for each N "
+        "(1: the same id every time)",
     )
     options.add_argument(
         "--estimate",
-        choices=("learned", "bound"),
         default="learned",
-        help="ampmeter's estimate mode",
+        help="ampmeter's estimate modes, comma-separated: learned, bound (default: learned)",
     )
     options.add_argument(
         "--tokenizer",
         action="store_true",
-        help="ampmeter's offline tokenizer on, and the provider counting text with o200k_base",
+        help="also a provider counting text with o200k_base, with ampmeter's tokenizer on",
+    )
+    options.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run each case as N worker processes sharing the cap through one Redis "
+        "(ampmeter and shekel; the other peers have no shared store)",
+    )
+    options.add_argument("--tools", default=None, help="tool schemas per request (default 0,10)")
+    options.add_argument("--workers", default=None, help="worker counts (default 8,32,128)")
+    options.add_argument("--calls", type=int, default=CALLS, help="the cap is worth N calls")
+    options.add_argument(
+        "--provider-s", type=float, default=PROVIDER_S, help="the provider's seconds per call"
     )
     args = options.parse_args(argv)
     peers = tuple(name for name in args.peers.split(",") if name)
     unknown = set(peers) - set(PEERS)
     if unknown:
         options.error(f"unknown peers {sorted(unknown)}; known: {', '.join(PEERS)}")
-    try:
-        densities = tuple(float(d) for d in args.density.split(","))
-    except ValueError:
-        options.error(f"--density takes numbers, comma-separated; got {args.density!r}")
+    estimates = tuple(mode for mode in args.estimate.split(",") if mode)
+    if not estimates or not set(estimates) <= {"learned", "bound"}:
+        options.error(f"--estimate takes learned and/or bound; got {args.estimate!r}")
+    densities = numbers(args.density, float, "--density")
     if not all(0 < d <= 4 for d in densities):
         options.error("--density: each multiple must be above 0 and at most 4 (a token a byte)")
-    if args.repeated_ids is not None and args.repeated_ids < 1:
-        options.error("--repeated-ids must be at least 1")
-    if args.tokenizer and args.density != "1":
-        options.error("--tokenizer bills text by its encoding: it takes no --density")
-    providers = tuple(Provider(d, args.repeated_ids, args.tokenizer) for d in densities)
+    pools = numbers(args.repeated_ids, int, "--repeated-ids")
+    if not all(pool >= 1 for pool in pools):
+        options.error("--repeated-ids: each N must be at least 1")
+    workers = numbers(args.workers, int, "--workers") if args.workers else WORKERS
+    if args.processes < 0 or any(w % max(args.processes, 1) or w < 1 for w in workers):
+        options.error("--processes must divide every worker count")
+    if args.calls < 1 or args.provider_s < 0:
+        options.error("--calls must be at least 1 and --provider-s not negative")
+    providers = (
+        *(Provider(d) for d in densities),
+        *((Provider(tokenizer=True),) if args.tokenizer else ()),
+        *(Provider(distinct_ids=pool) for pool in pools),
+    )
+    tools = numbers(args.tools, int, "--tools") if args.tools else TOOLS
+    plan = Plan(
+        peers=peers,
+        providers=providers,
+        estimates=estimates,
+        tools=(0,) if args.quick else tools,
+        workers=(8, 128) if args.quick else workers,
+        processes=args.processes,
+        calls=args.calls,
+        provider_s=args.provider_s,
+    )
     found = []
-    for cell in measured(args.quick, peers, providers, args.estimate):
+    for cell in measured(plan):
         found.append(cell)
         print(line(cell), flush=True)
     print()

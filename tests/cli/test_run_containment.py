@@ -99,13 +99,16 @@ while not os.path.exists(sys.argv[1]):
 """
 
 
-def test_a_call_left_open_at_exit_is_charged_by_the_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("max_cost", [1.0, None], ids=["with a cap", "without limits"])
+def test_a_call_left_open_at_exit_is_charged_by_the_run(
+    tmp_path: Path, max_cost: float | None
+) -> None:
     app, out, go = tmp_path / "app.py", tmp_path / "events.jsonl", tmp_path / "go"
     app.write_text(EXIT_WITH_CALL_OPEN)
     ended: list[Any] = []
     with BillingProvider(delay_s=60, prices=PRICES) as provider:
         env = {**os.environ, "LLM_URL": provider.openai_base_url}
-        config = RunConfig(max_cost=1.0, out=str(out))
+        config = RunConfig(max_cost=max_cost, out=str(out))
         runner = threading.Thread(
             target=lambda: ended.append(run_command([str(app), str(go)], config, env=env))
         )

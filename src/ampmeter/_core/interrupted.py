@@ -7,8 +7,10 @@ does not make it free: it ends ``fail`` (its error class the interrupt's), charg
 reserved, with ``cost_status`` ``"unsettled"``, like the hold of a worker that died mid-call
 (:mod:`ampmeter.shared.unsettled`): the bill is unknown, the reservation is its ceiling. No
 tokens are recorded (the provider never reported any). A call interrupted *before* it was
-admitted was never sent: it still ends ``halt``, free; so does one that reserved no cost (its
-price is unknown: there is no amount to charge, and it stays marked ``unpriced``).
+admitted was never sent: it still ends ``halt``, free. An LLM call of a model with no known
+price reserved no cost, so there is no amount to charge: it still ends ``fail``, counted as a
+sent call, ``cost_status`` ``"unpriced"`` (never a free stop). A call with neither a cost nor a
+model (a bare ``llm_call`` or ``tool_call``) has nothing to say it was sent: it ends ``halt``.
 """
 
 from __future__ import annotations
@@ -32,28 +34,31 @@ COST_STATUS_UNSETTLED: Final = "unsettled"
 def is_interrupted_in_flight(flight: Flight, exc: BaseException) -> bool:
     """Whether ``exc`` is an interrupt (a ``BaseException`` that is not an ``Exception``)
     ending ``flight`` after it was admitted and before it recorded usage, with a reserved cost
-    to charge (a call reserved at nothing, its price unknown, still ends ``halt``)."""
+    to charge or a model whose call was sent unpriced."""
     return (
         not isinstance(exc, Exception)
         and flight.node.status == "running"
         and not flight.recorded
-        and flight.reservation.cost_nano > 0
+        and (flight.reservation.cost_nano > 0 or (flight.kind == "llm" and bool(flight.model)))
     )
 
 
 def charged_in_flight(flight: Flight, exc: BaseException) -> tuple[Usage, Outcome]:
-    """The usage and outcome of a call ``exc`` interrupted in flight: its reserved cost."""
+    """The usage and outcome of a call ``exc`` interrupted in flight: its reserved cost (none:
+    an LLM call counted sent and unpriced)."""
     cost = flight.reservation.cost_nano
     kind = flight.kind
     if kind == "llm":
-        usage = Usage("llm", flight.model or "", "", cost_nano=cost, calls=1)
+        usage = Usage(
+            "llm", flight.model or "", "", cost_nano=cost, calls=1, unpriced=int(not cost)
+        )
     elif kind == "tool":
         usage = Usage("tool", "", flight.name, cost_nano=cost, calls=1)
     else:
         usage = Usage(kind, flight.model or "", cost_nano=cost)
-    reason = (
-        f"interrupted ({type(exc).__name__}) after it was sent: charged at its reservation "
-        f"({money.format_usd(money.from_nano(cost))}) as unsettled spend"
+    charged = f"charged at its reservation ({money.format_usd(money.from_nano(cost))})"
+    reason = f"interrupted ({type(exc).__name__}) after it was sent: " + (
+        f"{charged} as unsettled spend" if cost else "its price is unknown"
     )
-    meta = {META_COST_STATUS: COST_STATUS_UNSETTLED}
+    meta = {META_COST_STATUS: COST_STATUS_UNSETTLED if cost else "unpriced"}
     return usage, Outcome("fail", cost, None, None, type(exc).__name__, reason, meta)

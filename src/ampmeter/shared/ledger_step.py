@@ -85,9 +85,7 @@ class LedgerStep(Step):
 
     def admit(self, flight: Flight, thread: int | None) -> Steps:
         for frame in self.admission.ledgered:
-            request = self.request(frame, flight)
-            if request is not None:
-                yield from self.admit_at(frame, flight, thread, request)
+            yield from self.admit_at(frame, flight, thread, self.request(frame, flight))
 
     def admit_at(
         self, frame: Frame, flight: Flight, thread: int | None, request: LedgerRequest
@@ -116,7 +114,7 @@ class LedgerStep(Step):
                     raised = yield from paused.begin(admission, flight, stop)
                 if not raised:
                     yield from paused.look(thread, self.admission, flight, stop)
-                request = self.request(frame, flight) or request  # a raise changes the ceilings
+                request = self.request(frame, flight)  # a raise changes the ceilings
         except BaseException:
             if paused is not None:
                 paused.abandon()
@@ -124,9 +122,8 @@ class LedgerStep(Step):
         if paused is not None:
             yield from paused.resumed()
 
-    def request(self, frame: Frame, flight: Flight) -> LedgerRequest | None:
-        """What the call reserves in ``frame``'s shared ledger, and against which ceilings
-        (None: nothing there watches it)."""
+    def request(self, frame: Frame, flight: Flight) -> LedgerRequest:
+        """What the call reserves in ``frame``'s shared ledger, and against which ceilings."""
         ledger = frame.ledger
         assert ledger is not None
         reservation = flight.reservation.amounts()
@@ -138,17 +135,17 @@ class LedgerStep(Step):
         )
         # A context made from a hand-off also holds at the scopes of the contexts above it,
         # and records every key a call adds (retries too), so the parent can read the child's
-        # whole spend.
+        # whole spend. So does a context with no ceiling there: its spend is the scope's, and
+        # the hold of a call whose process dies mid-call is charged from its lease (else a
+        # killed worker of a run without limits would leave its billed call nowhere).
         link = frame.handoff_from
         scopes = {ledger.scope: (ceilings, owners)}
         if link is not None:
             for scope, limits in link.ancestors:
                 scopes[scope] = shared_ceilings(limits, candidates)
-        elif not ceilings and not extra:
-            return None
         keys = dict.fromkeys(k for c, _ in scopes.values() for k in c)
         keys.update(dict.fromkeys(extra))
-        if link is not None:
+        if link is not None or not keys:
             keys.update(dict.fromkeys(candidates))
             keys[KEY_RETRIES] = None
             if flight.kind == "llm":
