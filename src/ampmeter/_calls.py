@@ -103,12 +103,10 @@ class CallMaker:
         return self._model_call(
             "llm",
             meta,
-            name=name,
-            model=model,
-            provider=provider,
-            estimate_usd=estimate_usd,
-            prompt_tokens=prompt_tokens,
-            prompt_text=prompt_text,
+            (name, model, provider),
+            estimate_usd,
+            prompt_tokens,
+            prompt_text,
             max_tokens=max_tokens,
             request=request,
             final=final,
@@ -138,9 +136,7 @@ class CallMaker:
         return self._model_call(
             "llm",
             metadata,
-            name=name,
-            model=model,
-            provider=provider,
+            (name, model, provider),
             max_tokens=max_tokens,
             request=request,
             final=None,
@@ -167,27 +163,18 @@ class CallMaker:
         _validate.optional_texts(_MODEL_NAMES, name, model, provider)
         meta = {} if metadata is None else _validate.metadata(metadata)
         return self._model_call(
-            "embedding",
-            meta,
-            name=name,
-            model=model,
-            provider=provider,
-            estimate_usd=estimate_usd,
-            prompt_tokens=prompt_tokens,
-            prompt_text=prompt_text,
+            "embedding", meta, (name, model, provider), estimate_usd, prompt_tokens, prompt_text
         )
 
     def _model_call(
         self,
         kind: Literal["llm", "embedding"],
         metadata: dict[str, Any],
-        *,
-        name: str | None,
-        model: str | None,
-        provider: str | None,
+        names: tuple[str | None, str | None, str | None],
         estimate_usd: float | Decimal | None = None,
         prompt_tokens: int | None = None,
         prompt_text: str | None = None,
+        *,
         max_tokens: int | None = 0,
         request: RequestSize | None = None,
         final: bool | None = False,
@@ -196,7 +183,9 @@ class CallMaker:
         refused: ExceededLimit | None = None,
     ) -> Call:
         """An LLM call or an embedding request (``max_tokens`` 0: it writes nothing), its
-        reservation estimated from its model, from checked names and its own ``metadata``."""
+        reservation estimated from its model, from its checked ``names`` (name, model,
+        provider) and its own ``metadata``."""
+        name, model, provider = names
         label = name if name is not None else (model or kind)
         reservation, size, priced = model_estimate(
             kind,

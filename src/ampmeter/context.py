@@ -211,13 +211,13 @@ class ExecutionContext(CallMaker):
         assert level is not None
         self._kernel = kernel
         self._frame = Frame(
-            name=name,
-            node_id=self._node_id,
-            parent=parent._frame if parent is not None else None,
-            level=level,
-            limits=limits,
-            timeout_s=budget.timeout_s,
-            ledger=settings.ledger,
+            name,
+            self._node_id,
+            parent._frame if parent is not None else None,
+            level,
+            limits,
+            budget.timeout_s,
+            settings.ledger,
             on_ledger_error=settings.on_ledger_error,
             handoff_from=settings.handoff_from,
             exhaustion=budget.exhaustion,

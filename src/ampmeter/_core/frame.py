@@ -63,7 +63,6 @@ class Frame:
 
     def __init__(
         self,
-        *,
         name: str,
         node_id: str,
         parent: Frame | None,
@@ -71,6 +70,7 @@ class Frame:
         limits: tuple[Limit, ...],
         timeout_s: float | None,
         ledger: PauseLedger | None,
+        *,
         on_ledger_error: str,
         handoff_from: Any,
         exhaustion: Exhaustion | None = None,

@@ -142,13 +142,13 @@ class Handoffs:
         # The child pauses where this context would (a callback cannot travel: it pauses).
         exhaustion = self.frame.exhaustion
         handoff = Handoff(
-            chain_id=chain_id,
-            node_id=logged_id,
-            depth=depth,
-            name=name,
-            scope=scope,
-            ledger=location,
-            limits=limits,
+            chain_id,
+            logged_id,
+            depth,
+            name,
+            scope,
+            location,
+            limits,
             ancestors=ancestors,
             deadline=deadline,
             on_exhausted=exhaustion.mode,
