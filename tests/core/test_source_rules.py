@@ -68,20 +68,7 @@ def test_the_private_import_rule_finds_a_private_name_and_allows_a_private_modul
     assert _private_imports(source) == ["ampmeter.analysis._duck._Hidden (line 1)"]
 
 
-# The core and what calls pass through; policies/options.py is the configuration's (its own
-# checks follow with the configuration's values).
-_CALL_PATH = sorted(
-    {
-        *PACKAGE.glob("_core/*.py"),
-        *PACKAGE.glob("shared/*.py"),
-        *PACKAGE.glob("policies/*.py"),
-        *(PACKAGE / f"{name}.py" for name in ("call", "_calls", "context", "graph", "_reserve")),
-    }
-    - {PACKAGE / "policies" / "options.py"}
-)
-
-
-@pytest.mark.parametrize("path", _CALL_PATH, ids=_name)
+@pytest.mark.parametrize("path", MODULES, ids=_name)
 def test_no_call_passes_eight_or_more_arguments_by_position(path: Path) -> None:
     """Eight positional arguments cannot be read without counting: name them (issue 38)."""
     found = [

@@ -24,7 +24,7 @@ import os
 from array import array
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ampmeter.analysis.ceilings import call_usage, parse_stop_reason
@@ -244,24 +244,7 @@ class RunDigest:
 
 def _light(call: Call) -> Call:
     """A copy of ``call`` without its metadata dict (the report reads only the fields)."""
-    return Call(
-        call.span_id,
-        call.parent_id,
-        call.kind,
-        call.name,
-        call.status,
-        call.model,
-        call.tokens_in,
-        call.tokens_out,
-        call.cost_usd,
-        call.unpriced,
-        call.latency_ms,
-        call.retries,
-        call.stop_reason,
-        call.error_class,
-        call.tool_calls_made,
-        call.end_ms,
-    )
+    return replace(call, metadata={})
 
 
 @dataclass(slots=True)

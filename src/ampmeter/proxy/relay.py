@@ -134,7 +134,9 @@ class Relay:
                 "(start the proxy with --allow-unestimated to forward such requests unmetered)",
                 "invalid_request_error",
             )
-        return await self._metered(request, ctx, route, url, adapter, info, body, content)
+        return await self._metered(
+            request, ctx, route, url, adapter, info, body=body, content=content
+        )
 
     def _metered_by_sender(self, request: web.Request, content: bytes) -> bool:
         mark = request.headers.get(METERED_HEADER)
@@ -150,6 +152,7 @@ class Relay:
         url: str,
         adapter: Adapter,
         info: RequestInfo,
+        *,
         body: dict[str, Any],
         content: bytes,
     ) -> web.StreamResponse:
