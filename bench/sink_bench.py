@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from _options import parse
-from ampmeter.graph import Node
 from ampmeter.logs import read_jsonl
+from ampmeter.node import Node
 from ampmeter.sinks.jsonl import JsonlSink, node_to_event
 
 

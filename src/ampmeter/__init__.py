@@ -40,8 +40,9 @@ from ampmeter.errors import (
     find_limit_exceeded,
 )
 from ampmeter.executor import CONTINUE, AgentLoop, ExecutionResult, Executor
-from ampmeter.graph import ExecutionGraph, Node
+from ampmeter.graph import ExecutionGraph
 from ampmeter.limits import ExceededLimit, Limit, LimitType, default_limits
+from ampmeter.node import Node
 from ampmeter.policies import LimitEvent, Policies, final_call
 from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats, check_limits

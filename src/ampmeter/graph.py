@@ -17,41 +17,9 @@ from typing import Any, Final
 from ampmeter import _validate
 from ampmeter._core.kernel import Kernel, bind, now_ms
 from ampmeter._core.outcome import Outcome
-from ampmeter.node import (
-    KINDS,
-    META_CACHE_WRITE_TOKENS,
-    META_CACHED_TOKENS,
-    META_COMPONENT,
-    META_CONTEXT,
-    META_COST_STATUS,
-    META_PRICING_VERSION,
-    META_PROVIDER,
-    META_REASONING_TOKENS,
-    META_TOOL_CALLS_MADE,
-    STATUSES,
-    TERMINAL_STATUSES,
-    Node,
-    copy_metadata,
-    json_copy,
-)
+from ampmeter.node import KINDS, Node, copy_metadata
 
-__all__ = [
-    "KINDS",
-    "META_CACHED_TOKENS",
-    "META_CACHE_WRITE_TOKENS",
-    "META_COMPONENT",
-    "META_CONTEXT",
-    "META_COST_STATUS",
-    "META_PRICING_VERSION",
-    "META_PROVIDER",
-    "META_REASONING_TOKENS",
-    "META_TOOL_CALLS_MADE",
-    "STATUSES",
-    "TERMINAL_STATUSES",
-    "ExecutionGraph",
-    "Node",
-    "json_copy",
-]
+__all__ = ["ExecutionGraph"]
 
 # Past this many nodes a snapshot pauses the cyclic GC while it copies (see snapshot()).
 _SNAPSHOT_GC_PAUSE_NODES: Final = 2_000

@@ -16,8 +16,8 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from ampmeter import money
-from ampmeter.graph import META_TOOL_CALLS_MADE, TERMINAL_STATUSES, Node
 from ampmeter.logs.reader import iter_lines, read_jsonl
+from ampmeter.node import META_TOOL_CALLS_MADE, TERMINAL_STATUSES, Node
 
 __all__ = ["ContextLike", "GraphLike", "LLMCallMetrics", "TaskResult"]
 

@@ -25,12 +25,12 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from ampmeter.graph import (
+from ampmeter.graph import ExecutionGraph
+from ampmeter.node import (
     META_CACHED_TOKENS,
     META_CONTEXT,
     META_PROVIDER,
     META_REASONING_TOKENS,
-    ExecutionGraph,
 )
 from ampmeter.sinks.otel import (
     DURATION_BUCKETS_S,

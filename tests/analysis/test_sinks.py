@@ -21,8 +21,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ampmeter.graph import ExecutionGraph, Node
+from ampmeter.graph import ExecutionGraph
 from ampmeter.logs import read_jsonl, validate_event
+from ampmeter.node import Node
 from ampmeter.sinks.jsonl import (
     CUT_SUFFIX,
     CutTailWarning,
@@ -356,7 +357,7 @@ def test_batch_sink_is_flushed_at_interpreter_exit(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {SRC!r})
-        from ampmeter.graph import Node
+        from ampmeter.node import Node
         from ampmeter.sinks.jsonl import JsonlSink
         sink = JsonlSink({str(path)!r}, flush="batch")
         for i in range(2500):

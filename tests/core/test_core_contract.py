@@ -26,7 +26,7 @@ from ampmeter import (
     ModelCallTrace,
 )
 from ampmeter._core.usage import Usage
-from ampmeter.graph import ExecutionGraph, Node
+from ampmeter.graph import ExecutionGraph
 from ampmeter.keys import (
     KEY_COST,
     KEY_INPUT_TOKENS,
@@ -35,6 +35,7 @@ from ampmeter.keys import (
     KEY_LLM_CALLS,
     KEY_STEPS,
 )
+from ampmeter.node import Node
 from ampmeter.sinks.base import Sink
 
 # -- bad numbers ------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from ampmeter import BudgetBusy, ExecutionContext, LimitExceeded
-from ampmeter.graph import TERMINAL_STATUSES
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS, KEY_STEPS
+from ampmeter.node import TERMINAL_STATUSES
 
 amounts = st.integers(0, 6).map(lambda eighths: eighths / 8)
 counts = st.integers(0, 50)

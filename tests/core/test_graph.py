@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from ampmeter.graph import KINDS, ExecutionGraph, Node
+from ampmeter.graph import ExecutionGraph
+from ampmeter.node import KINDS, Node
 
 NODE_FIELDS = {
     "node_id",

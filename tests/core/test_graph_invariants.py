@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
-from ampmeter.graph import KINDS, TERMINAL_STATUSES, ExecutionGraph
+from ampmeter.graph import ExecutionGraph
+from ampmeter.node import KINDS, TERMINAL_STATUSES
 
 NEXT = {
     "created": {"created", "running", "fail", "halt", "success"},

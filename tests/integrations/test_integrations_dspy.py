@@ -17,6 +17,12 @@ from ampmeter.node import Node
 from ampmeter.testing import BillingProvider
 
 dspy = pytest.importorskip("dspy")
+from dspy.clients.engines.lm15_engine import (  # noqa: E402
+    AsyncLM15Engine,
+    LM15Engine,
+    RouterConfig,
+)
+from dspy.lm15 import Config, Message, Request  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
@@ -152,3 +158,33 @@ def test_usage_is_read_in_the_subset_convention(
     read_usage(usage, family, tally)
     assert (tally.tokens_in, tally.tokens_out) == expected
     assert (tally.cached, tally.cache_write, tally.reasoning) == (30, 20, 7)
+
+
+@pytest.mark.parametrize("way", ["sync", "async"])
+def test_an_engine_stream_closed_early_is_charged_as_cut(bill: BillingProvider, way: str) -> None:
+    config = RouterConfig(
+        api_keys={"openai-chat": "k"}, base_urls={"openai-chat": bill.openai_base_url}
+    )
+    request = Request(
+        model=f"openai-chat:{MODEL}",
+        messages=(Message.user("Say hello."),),
+        config=Config(max_tokens=40),
+    )
+
+    async def read_one_then_close() -> str:
+        events = AsyncLM15Engine(config).stream(request)
+        first = await anext(events)
+        await events.aclose()
+        return str(first.type)
+
+    with ExecutionContext() as ctx:
+        if way == "async":
+            first = asyncio.run(read_one_then_close())
+        else:
+            events = LM15Engine(config).stream(request)
+            first = next(events).type
+            events.close()
+    assert first == "start" and len(bill.calls) == 1
+    (node,) = llm_nodes(ctx)
+    assert (node.status, node.error_class) == ("fail", "StreamAbandoned")
+    assert node.tokens_in and node.tokens_out == 40  # charged up to its max_tokens

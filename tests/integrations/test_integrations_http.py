@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import sys
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -623,3 +624,25 @@ async def test_aiohttp_stream_that_asked_for_usage_is_passed_on_whole(
     usage = [chunk["usage"] for chunk in _sse_chunks(received) if chunk.get("usage")][-1]
     node = only(sink)
     assert (node.tokens_in, node.tokens_out) == (usage["prompt_tokens"], usage["completion_tokens"])
+
+
+def test_a_stream_whose_done_event_ends_the_body_unclosed_is_ended_before_it_is_handed_out(
+    replay: ReplayServer,
+) -> None:
+    # Usage is asked for (and its event hidden), and the body ends with "data: [DONE]" and no
+    # blank line: that last event reaches the caller only when the body is complete. A caller
+    # that stops there has read the whole body: the node ends with its usage, not abandoned.
+    stream = recorded.openai_chat_stream_usage()
+    *events, done = stream.chunks
+    replay.script("/v1/chat/completions", replace(stream, chunks=(*events, done.rstrip())))
+    sink = MemorySink()
+    body = {"model": "gpt-4o-mini", "messages": MESSAGES, "stream": True}
+    with ExecutionContext(sinks=[sink]), httpx.Client() as client:
+        url = replay.openai_base_url + "/chat/completions"
+        with client.stream("POST", url, json=body) as response:
+            for piece in response.iter_raw():
+                if b"[DONE]" in piece:
+                    break
+    node = only(sink)
+    assert node.status == "success" and node.tokens_in and node.tokens_out
+    assert META_USAGE_ESTIMATED not in node.metadata

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import aclosing, closing, contextmanager
 from types import ModuleType
 from typing import Any, Final
 
+from ampmeter.context import Call
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.dspy_request import (
@@ -48,6 +50,7 @@ __all__ = ["instrument_dspy", "uninstrument_dspy"]
 # lm15's provider names that ampmeter's pricing knows by another name.
 _PROVIDERS: Final = {"openai-chat": "openai", "openai": "openai", "gemini": "google"}
 _ENGINES: Final = ("LM15Engine", "AsyncLM15Engine")
+_END: Final = object()  # an engine stream's end
 
 _patches: list[Patch] = []
 
@@ -158,6 +161,35 @@ def _meter(admitted: Admitted) -> StreamMeter:
     return StreamMeter(admitted.call, admitted.adapter, False, admitted.info)
 
 
+@contextmanager
+def _settled(meter: StreamMeter) -> Iterator[None]:
+    """End a stream's node as its reading ends: with the usage of its end event, as cut when
+    closed or exhausted before that event, or with the error that stops the reading."""
+    try:
+        yield
+    except GeneratorExit:
+        meter.abandon()
+        raise
+    except BaseException as exc:
+        meter.end(exc)
+        raise
+    if meter.tally.complete:
+        meter.end(None)
+    else:
+        meter.abandon()
+
+
+@contextmanager
+def _active(call: Call) -> Iterator[None]:
+    """Mark ``call`` active only while the engine works: the caller's own calls between
+    events are not this request's."""
+    token = ACTIVE_CALL.set(call)
+    try:
+        yield
+    finally:
+        ACTIVE_CALL.reset(token)
+
+
 def _wrap_stream(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def stream(engine: Any, request: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
@@ -168,30 +200,14 @@ def _wrap_stream(original: Callable[..., Any]) -> Callable[..., Any]:
             yield from events
             return
         end = _meter(admitted)
-        try:
+        with _settled(end), closing(events):
             while True:
-                # Marked active only while the engine works: the caller's own calls between
-                # events are not this request's.
-                token = ACTIVE_CALL.set(admitted.call)
-                try:
-                    event = next(events)
-                except StopIteration:
+                with _active(admitted.call):
+                    event = next(events, _END)
+                if event is _END:
                     break
-                finally:
-                    ACTIVE_CALL.reset(token)
                 end.read(event)
                 yield event
-        except GeneratorExit:
-            events.close()
-            end.abandon()
-            raise
-        except BaseException as exc:
-            end.end(exc)
-            raise
-        if end.tally.complete:
-            end.end(None)
-        else:
-            end.abandon()
 
     return stream
 
@@ -206,28 +222,15 @@ def _wrap_async_stream(original: Callable[..., Any]) -> Callable[..., Any]:
                 yield event
             return
         end = _meter(admitted)
-        try:
-            while True:
-                token = ACTIVE_CALL.set(admitted.call)
-                try:
-                    event = await events.__anext__()
-                except StopAsyncIteration:
-                    break
-                finally:
-                    ACTIVE_CALL.reset(token)
-                end.read(event)
-                yield event
-        except GeneratorExit:
-            await events.aclose()
-            end.abandon()
-            raise
-        except BaseException as exc:
-            end.end(exc)
-            raise
-        if end.tally.complete:
-            end.end(None)
-        else:
-            end.abandon()
+        with _settled(end):
+            async with aclosing(events):
+                while True:
+                    with _active(admitted.call):
+                        event = await anext(events, _END)
+                    if event is _END:
+                        break
+                    end.read(event)
+                    yield event
 
     return stream
 

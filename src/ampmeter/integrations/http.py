@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, Final
 
@@ -197,6 +198,31 @@ class BodyMeter:
             self.done = True
             finish_call(self._call, self.reader.tally, exc)
 
+    def take(self, piece: bytes) -> bytes:
+        """Read ``piece`` of the body; return what the caller gets of it."""
+        out = self.reader.feed(piece)
+        if self.reader.complete:
+            self.end(None)  # the caller may stop reading at the last event
+        return out
+
+    def finish(self) -> bytes:
+        """The body is complete: end the node; return the bytes still owed to the caller."""
+        tail = self.reader.end()
+        self.end(None)
+        return tail
+
+    @contextmanager
+    def ending_on_error(self) -> Iterator[None]:
+        """End the node with the error that stops the reading (a reader closing the body
+        early is no error: :meth:`abandon` counts it)."""
+        try:
+            yield
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            self.end(exc)
+            raise
+
     def abandon(self) -> None:
         """End the node of a body closed or dropped before its end."""
         if not self.done:
@@ -215,23 +241,12 @@ class BodyMeter:
 
 class _SyncBody(BodyMeter):
     def __iter__(self) -> Iterator[bytes]:
-        reader = self.reader
-        try:
+        with self.ending_on_error():
             for piece in self.inner:
-                out = reader.feed(piece)
-                if reader.complete:
-                    self.end(None)  # the caller may stop reading at the last event
-                if out:
+                if out := self.take(piece):
                     yield out
-            tail = reader.end()
-        except GeneratorExit:
-            raise
-        except BaseException as exc:
-            self.end(exc)
-            raise
-        if tail:
-            yield tail
-        self.end(None)
+            if tail := self.finish():
+                yield tail
 
     def close(self) -> None:
         try:
@@ -242,23 +257,12 @@ class _SyncBody(BodyMeter):
 
 class _AsyncBody(BodyMeter):
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        reader = self.reader
-        try:
+        with self.ending_on_error():
             async for piece in self.inner:
-                out = reader.feed(piece)
-                if reader.complete:
-                    self.end(None)  # the caller may stop reading at the last event
-                if out:
+                if out := self.take(piece):
                     yield out
-            tail = reader.end()
-        except GeneratorExit:
-            raise
-        except BaseException as exc:
-            self.end(exc)
-            raise
-        if tail:
-            yield tail
-        self.end(None)
+            if tail := self.finish():
+                yield tail
 
     async def aclose(self) -> None:
         try:

@@ -99,13 +99,10 @@ class _FilteredContent(_MeteredContent):
             return False
         data = await self.inner.readany()
         if data:
-            self._buffer += self.reader.feed(data)
-            if self.reader.complete:
-                self.end(None)
+            self._buffer += self.take(data)
             return True
         self._eof = True
-        self._buffer += self.reader.end()
-        self.end(None)
+        self._buffer += self.finish()
         return False
 
     def _take(self, size: int) -> bytes:

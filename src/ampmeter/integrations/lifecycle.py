@@ -17,12 +17,12 @@ from typing import Any, Final
 from ampmeter._validate import MAX_COUNT
 from ampmeter.context import Call, ExecutionContext, configured_policies
 from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
-from ampmeter.graph import META_PROVIDER
 from ampmeter.integrations.adapter import META_USAGE_CLAMPED, Adapter, RequestInfo, Tally
 from ampmeter.integrations.disclosure import META_BUDGET_NOTE, disclose
 from ampmeter.integrations.proxy_mark import Marker
 from ampmeter.integrations.unreported import estimate_cut_stream, estimate_unreported
 from ampmeter.limits import ExceededLimit
+from ampmeter.node import META_PROVIDER
 from ampmeter.policies.downgrade import META_REQUESTED_MODEL, take_requested_model
 
 __all__ = [

@@ -18,7 +18,7 @@ from typing import Any
 from ampmeter._validate import MAX_COUNT
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
-from ampmeter.integrations.wire import READERS, counts, first_int, get, ints, text_of
+from ampmeter.integrations.wire import READERS, FieldReader, counts, first_int, get, ints, text_of
 from ampmeter.pricing import request_size, stored_state
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
@@ -86,13 +86,19 @@ class ChatAdapter(Adapter):
                 for tool in [*(tools if isinstance(tools, list) else ()), {"function": function}]:
                     tally.receive(_arguments_text(get(tool, "function")))
 
-    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+    def _read_head(self, event: Any, tally: Tally) -> tuple[FieldReader, Any]:
+        """Note an event's response id and read its usage; return the event's field reader
+        and its usage (None: the event has none)."""
         read = READERS[type(event)]
         if tally.response_key is None:
             tally.note_response_id(self.provider, read(event, "id", None))
         usage = read(event, "usage", None)
         if usage is not None:
             _read_usage(usage, _CHAT_USAGE, tally)
+        return read, usage
+
+    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        read, usage = self._read_head(event, tally)
         choices = read(event, "choices", None)
         if not choices:
             return hide_usage and usage is not None
@@ -186,12 +192,7 @@ class CompletionsAdapter(ChatAdapter):
         self.read_event(result, tally, False)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
-        read = READERS[type(event)]
-        if tally.response_key is None:
-            tally.note_response_id(self.provider, read(event, "id", None))
-        usage = read(event, "usage", None)
-        if usage is not None:
-            _read_usage(usage, _CHAT_USAGE, tally)
+        read, usage = self._read_head(event, tally)
         choices = read(event, "choices", None) or ()
         for choice in choices:
             text = get(choice, "text")

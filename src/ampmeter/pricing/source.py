@@ -66,18 +66,10 @@ class Pricing(Protocol):
 class NanoPricing(Protocol):
     """A context's pricing as it prices calls: in whole nano-dollars, for counts it checked."""
 
-    def price_nano(
-        self,
-        model: str,
-        provider: str | None,
-        input_tokens: int,
-        output_tokens: int,
-        cached_tokens: int,
-        cache_write_tokens: int,
-        reasoning_tokens: int,
-    ) -> tuple[int | None, str]:
-        """The cost of an ended call (rounded half to even; None when unpriced), and the
-        pricing version."""
+    def price_nano(self, model: str, provider: str | None, *counts: int) -> tuple[int | None, str]:
+        """The cost of an ended call with ``counts`` (its input, output, cached, cache-write
+        and reasoning tokens, in that order: ``_COUNTS``), rounded half to even (None when
+        unpriced), and the pricing version."""
         ...
 
     def estimate_nano(
@@ -140,7 +132,7 @@ class _NoPrices:
         return "ampmeter.pricing.NO_PRICES"
 
 
-# The counts an ended call is priced by, as NanoPricing.price_nano takes them in order.
+# The counts an ended call is priced by, in the order NanoPricing.price_nano takes them.
 _COUNTS: Final = (
     "input_tokens",
     "output_tokens",
