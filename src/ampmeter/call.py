@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextvars
 import threading
 from decimal import Decimal
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 
 from ampmeter import _validate, money
@@ -26,6 +25,7 @@ from ampmeter._core.steps import ADMITTED, DONE, Admission, Flight
 from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
 from ampmeter._current import CURRENT, restore
+from ampmeter._scoped import Scoped
 from ampmeter.keys import KEY_UNSETTLED_COST
 from ampmeter.node import Node
 from ampmeter.pricing import request_size, stored_state
@@ -83,7 +83,7 @@ class _Recorded(Generic[_Count]):
         self.__set__(call, None)
 
 
-class Call:
+class Call(Scoped):
     """One call (LLM, tool or step) in a context: reserve before, record after.
 
     Use it as ``with ctx.llm_call(...) as call:`` (or ``async with``), and report usage with
@@ -291,44 +291,31 @@ class Call:
         flight.phase = DONE
         self._admission.settle(flight, *self._ended(exc))
 
-    def __enter__(self) -> Call:
+    def _enter(self) -> None:
         self.start()
+        self._make_current()
+
+    def _make_current(self) -> None:
         try:
             self._token = CURRENT.set((self.context, self._flight.node.node_id))
         except BaseException as exc:  # interrupted right after admission: give the hold back
             self.finish(exc)
             raise
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _leave(self, exc: BaseException | None) -> None:
         try:
             self.finish(exc)
         finally:
             restore(self._token, self.context)
 
-    async def __aenter__(self) -> Call:
+    async def _aenter(self) -> None:
         await run_async(self._admission.admit(self._flight, None))
-        try:
-            self._token = CURRENT.set((self.context, self._flight.node.node_id))
-        except BaseException as exc:
-            self.finish(exc)
-            raise
-        return self
+        self._make_current()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _aleave(self, exc: BaseException | None) -> None:
         flight = self._flight
         if flight.phase != ADMITTED or not flight.ledger_holds:
-            self.__exit__(exc_type, exc, tb)
+            self._leave(exc)
             return
         restore(self._token, self.context)
         flight.phase = DONE

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ampmeter import _validate
@@ -32,6 +31,7 @@ from ampmeter._current import (
     restore,
 )
 from ampmeter._lineage import META_CONTEXTS, lineage
+from ampmeter._scoped import Scoped
 from ampmeter._settings import Settings
 from ampmeter.budget import Budget
 from ampmeter.call import Call
@@ -69,7 +69,7 @@ ADMISSION_TIMEOUT_S: Final = 30.0
 """How long a call that does not fit only because of calls in flight waits for them by default."""
 
 
-class ExecutionContext(CallMaker):
+class ExecutionContext(CallMaker, Scoped):
     """One agent run (or sub-agent): its limits, its live stats and its place in the graph.
 
     Keywords:
@@ -482,31 +482,13 @@ class ExecutionContext(CallMaker):
         if self._emitter.errors and exc is None:
             raise self._emitter.errors[0]
 
-    def __enter__(self) -> ExecutionContext:
+    def _enter(self) -> None:
         self._token = CURRENT.set((self, self._node_id))
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _leave(self, exc: BaseException | None) -> None:
         token, self._token = self._token, None
-        parent = self.parent
-        restore(token, parent)
+        restore(token, self.parent)
         self.close(exc)
-
-    async def __aenter__(self) -> ExecutionContext:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
 
     def snapshot(self) -> dict[str, Any]:
         """Graph snapshot plus this context's counters, gauges, reservations and termination.
