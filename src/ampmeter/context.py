@@ -7,12 +7,10 @@ through it when it ends.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from ampmeter import _validate
 from ampmeter._calls import CallMaker
 from ampmeter._core.emit import Emitter
 from ampmeter._core.exhaustion import ExhaustedHook, raise_limit
@@ -30,15 +28,14 @@ from ampmeter._current import (
     open_contexts,
     restore,
 )
+from ampmeter._handing_off import HandingOff
 from ampmeter._lineage import META_CONTEXTS, lineage
 from ampmeter._scoped import Scoped
 from ampmeter._settings import Settings
 from ampmeter.budget import Budget
 from ampmeter.call import Call
-from ampmeter.errors import ExecutionCanceled, LimitExceeded
 from ampmeter.graph import ExecutionGraph
-from ampmeter.keys import KEY_ITERATIONS
-from ampmeter.limits import ExceededLimit, Limit, context_limits
+from ampmeter.limits import ExceededLimit, Limit
 from ampmeter.policies.configured import ConfiguredPolicies
 from ampmeter.policies.registry import Policies
 from ampmeter.pricing.source import TABLE, Pricing, in_nano
@@ -69,7 +66,7 @@ ADMISSION_TIMEOUT_S: Final = 30.0
 """How long a call that does not fit only because of calls in flight waits for them by default."""
 
 
-class ExecutionContext(CallMaker, Scoped):
+class ExecutionContext(CallMaker, HandingOff, Scoped):
     """One agent run (or sub-agent): its limits, its live stats and its place in the graph.
 
     Keywords:
@@ -413,39 +410,7 @@ class ExecutionContext(CallMaker, Scoped):
         steps`` (the tightest limits, as :meth:`remaining` finds them)."""
         return remaining.note(remaining.left(self._frame, self._kernel))
 
-    # -- iterations, cancel, close ------------------------------------------------------------
-
-    def start_iteration(self) -> int:
-        """Start a new iteration if every limit allows it, and return its number.
-
-        Limits are checked first, with the new iteration counted as pending: with an iteration
-        limit of N exactly N iterations start, and a stop names the limit actually exceeded.
-        Raises ``LimitExceeded`` (the iteration does not start) or ``ExecutionCanceled`` once
-        this context or an enclosing one was canceled.
-        """
-        self._check_open()
-        if self.canceled:
-            raise ExecutionCanceled(f"context {self.name!r} was canceled")
-        self._raise_if_exceeded()
-        found = self._admission.iteration_refused()
-        if found is not None:
-            self._stop(*found)
-        self._iteration = self._kernel.bump(self._frame.level, KEY_ITERATIONS)
-        return self._iteration
-
-    def end_iteration(self) -> None:
-        """An iteration completed: raise ``LimitExceeded`` if a limit is exceeded now."""
-        self._check_open()
-        self._raise_if_exceeded()
-
-    def _raise_if_exceeded(self) -> None:
-        found = self._admission.exceeded_now()
-        if found is not None:
-            self._stop(*found)
-
-    def _stop(self, owner: Frame, limit: ExceededLimit, reason: TerminationReason) -> None:
-        self._frame.stop(owner, limit, reason)
-        raise LimitExceeded(f"{self.name}: {limit}", limit, None)
+    # -- cancel, close ------------------------------------------------------------------------
 
     def cancel(self) -> None:
         """Stop this context: further calls in it (and in its children) are halted."""
@@ -520,124 +485,6 @@ class ExecutionContext(CallMaker, Scoped):
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"context {self.name!r} is closed")
-
-    # -- hand-off to another process ----------------------------------------------------------
-
-    def handoff(
-        self,
-        name: str,
-        *,
-        limits: Sequence[Limit] | None = None,
-        max_cost_usd: float | Decimal | None = None,
-        max_steps: int | None = None,
-        max_retries: int | None = None,
-        timeout_s: float | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> str:
-        """Start a child that runs in another process; return its token (no secret in it).
-
-        A ``system`` node is added here for the child. The other process calls
-        :meth:`from_handoff` with the token: its calls then count at once toward its own limits
-        (these arguments, as for :meth:`spawn_child`) and toward those of this context and of
-        every context above it that shares a ledger, through the ledger's scope
-        ``<scope>/<hand-off node>``. When this context closes, the child's spend is read from
-        the ledger and added to these stats and the graph's aggregates (close it after the
-        child is done). Needs a shared ledger (``SqliteLedger`` or ``RedisLedger``) on this
-        context or one above it.
-        """
-        self._check_open()
-        _validate.text(name, "name", empty=False)
-        own = context_limits(limits, max_cost_usd, max_steps, max_retries)
-        timeout = _validate.optional_amount(timeout_s, "timeout_s")
-        meta = _validate.metadata(metadata)
-        parent_id = self.current_parent_id()
-        return self._handoffs.give(
-            name,
-            lambda: self._kernel.begin(parent_id, "system", name, None, meta),
-            self.chain_id,
-            own,
-            timeout,
-        )
-
-    @classmethod
-    def from_handoff(
-        cls,
-        token: str,
-        *,
-        ledger: Ledger | None = None,
-        sinks: Iterable[Sink] = (),
-        pricing: Pricing | None = None,
-    ) -> ExecutionContext:
-        """The context of a child handed off with :meth:`handoff`, in this process.
-
-        Its calls reserve in the hand-off's ledger scope and every scope above it, so they stop
-        at the child's limits and at its parents' remaining budget. ``ledger`` (same backend,
-        at or above the hand-off's scope) is needed when the backend wants credentials; else
-        one is opened from the token. Nodes reach ``sinks`` with ids of their own under the
-        hand-off node and the parent's chain id, so both logs read as one tree. ``pricing`` as
-        for :class:`ExecutionContext` (a token carries no prices: the default is the table).
-        """
-        import secrets
-
-        from ampmeter.propagation import decode, open_ledger  # ledgers load only when used
-        from ampmeter.sinks.relabel import RelabeledSink
-
-        found = decode(token, ledger=ledger)
-        shared = open_ledger(found, ledger)
-        prefix = f"{found.node_id}.{secrets.token_hex(3)}."
-        wrapped = [
-            RelabeledSink(
-                sink, prefix=prefix, attach_to=found.node_id, depth_offset=found.depth + 1
-            )
-            for sink in sinks
-        ]
-        timeout = None if found.deadline is None else max(found.deadline - time.time(), 0.0)
-        given = {
-            "limits": found.limits,
-            "timeout_s": timeout,
-            "on_exhausted": found.on_exhausted,
-            "pause_timeout_s": found.pause_timeout_s,
-            "chain_id": found.chain_id,
-            "metadata": {"handoff_from": found.node_id},
-            "sinks": wrapped,
-            "ledger": shared,
-            "estimate": getattr(found, "estimate", None),
-            "on_expired_hold": found.on_expired_hold,
-            "pricing": pricing,
-        }
-        settings = Settings.of(found.name, given, handoff_from=found)
-        ctx = cls.__new__(cls)
-        ctx._setup(None, settings)
-        ctx._frame.span_prefix = prefix
-        return ctx
-
-    @classmethod
-    def resume(
-        cls,
-        token: str,
-        *,
-        ledger: Ledger | None = None,
-        sinks: Iterable[Sink] = (),
-        pricing: Pricing | None = None,
-    ) -> ExecutionContext:
-        """Continue, in this process, a handed-off run whose process is gone (from its saved
-        :meth:`handoff` token): the same ledger scope, with what the scope has spent already
-        counted here from the start, so its limits hold across the restart. The holds the dead
-        process left unsettled are not counted here: its parent records them (the ledger
-        still counts them against every ceiling)."""
-        ctx = cls.from_handoff(token, ledger=ledger, sinks=sinks, pricing=pricing)
-        ctx._handoffs.count_spent_before()
-        return ctx
-
-    def refresh_handoffs(self) -> dict[str, Any]:
-        """Read the spend of this context's hand-offs from the ledger again; add what is new.
-
-        A handed-off child may go on spending after this context closed (a background worker):
-        its spend reaches these stats (and every context above) when this is called, and
-        :meth:`snapshot` calls it. Returns what was added, per key. A ledger that cannot be read
-        now adds nothing; the next call catches up.
-        """
-        return self._handoffs.refresh()
 
 
 def _json_numbers(values: dict[str, Any]) -> dict[str, Any]:
