@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import threading
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
+from typing import TYPE_CHECKING, Any
 
 from ampmeter import _validate, money
 from ampmeter._core.idempotency import META_IDEMPOTENCY_KEY
@@ -25,6 +25,7 @@ from ampmeter._core.steps import ADMITTED, DONE, Admission, Flight
 from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
 from ampmeter._current import CURRENT, restore
+from ampmeter._readonly import ReadOnly
 from ampmeter._scoped import Scoped
 from ampmeter.keys import KEY_UNSETTLED_COST
 from ampmeter.node import Node
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Call"]
 
-_Count = TypeVar("_Count", int, "int | None")
-
 # The counts record() takes, in its order (what an error names).
 _RECORDED = (
     "tokens_in",
@@ -48,39 +47,10 @@ _RECORDED = (
     "reasoning_tokens",
     "tool_calls_made",
 )
-
-
-class _Recorded(Generic[_Count]):
-    """One count of a call's usage, read-only: :meth:`Call.record` is its only writer. A count
-    assigned from outside would be settled unchecked (a negative input count gives a cap back),
-    so an assignment is refused, naming what to do instead."""
-
-    __slots__ = ("name", "slot")
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-        self.slot = f"_{name}"
-
-    @overload
-    def __get__(self, call: None, owner: type) -> _Recorded[_Count]: ...
-
-    @overload
-    def __get__(self, call: Call, owner: type) -> _Count: ...
-
-    def __get__(self, call: Call | None, owner: type) -> _Recorded[_Count] | _Count:
-        if call is None:
-            return self
-        count: _Count = getattr(call, self.slot)
-        return count
-
-    def __set__(self, call: Call, value: object) -> NoReturn:
-        raise AttributeError(
-            f"a call's {self.name} is read-only: report its usage with call.record(...), once, "
-            "before the call ends"
-        )
-
-    def __delete__(self, call: Call) -> NoReturn:
-        self.__set__(call, None)
+_COUNT = "One count of the call's usage, read-only: :meth:`Call.record` is its only writer."
+# A count assigned from outside would be settled unchecked (a negative input count gives a cap
+# back), so an assignment is refused, naming what to do instead.
+_RECORD = ": report its usage with call.record(...), once, before the call ends"
 
 
 class Call(Scoped):
@@ -112,12 +82,12 @@ class Call(Scoped):
         "context",
     )
 
-    tokens_in: _Recorded[int | None] = _Recorded()
-    tokens_out: _Recorded[int | None] = _Recorded()
-    cached_tokens: _Recorded[int] = _Recorded()
-    cache_write_tokens: _Recorded[int] = _Recorded()
-    reasoning_tokens: _Recorded[int] = _Recorded()
-    tool_calls_made: _Recorded[int] = _Recorded()
+    tokens_in: ReadOnly[int | None] = ReadOnly(_COUNT, _RECORD)
+    tokens_out: ReadOnly[int | None] = ReadOnly(_COUNT, _RECORD)
+    cached_tokens: ReadOnly[int] = ReadOnly(_COUNT, _RECORD)
+    cache_write_tokens: ReadOnly[int] = ReadOnly(_COUNT, _RECORD)
+    reasoning_tokens: ReadOnly[int] = ReadOnly(_COUNT, _RECORD)
+    tool_calls_made: ReadOnly[int] = ReadOnly(_COUNT, _RECORD)
 
     def __init__(
         self, context: ExecutionContext, admission: Admission, flight: Flight, prices: NanoPricing

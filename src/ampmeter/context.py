@@ -30,6 +30,7 @@ from ampmeter._current import (
 )
 from ampmeter._handing_off import HandingOff
 from ampmeter._lineage import META_CONTEXTS, lineage
+from ampmeter._readonly import ReadOnly
 from ampmeter._scoped import Scoped
 from ampmeter._settings import Settings
 from ampmeter.budget import Budget
@@ -42,12 +43,12 @@ from ampmeter.pricing.source import TABLE, Pricing, in_nano
 from ampmeter.shared import remaining
 from ampmeter.shared.handoff import Handoffs
 from ampmeter.shared.ledger_step import LedgerStep
+from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats
 from ampmeter.wrapping import Decision, WrapOptions
 
 if TYPE_CHECKING:
     from ampmeter.ledgers.base import Ledger
-    from ampmeter.sinks.base import Sink
 
 __all__ = [
     "Call",
@@ -136,6 +137,15 @@ class ExecutionContext(CallMaker, HandingOff, Scoped):
     says ``duplicate_of``. Only keys the caller gives count once: a provider's response id
     is not one (:meth:`llm_call`, ``instrument(response_id_keys=...)``).
     """
+
+    budget = ReadOnly[Budget]("Its own frozen :class:`~ampmeter.Budget` (those above bind it too).")
+    node_id = ReadOnly[str]("Its own node: the graph's root, or a sub-agent's ``system`` node.")
+    iteration = ReadOnly[int]("How many iterations have started (1-based), 0 before the first.")
+    estimate = ReadOnly[str]("How a call's reservation is estimated: ``'learned'`` or ``'bound'``.")
+    pricing = ReadOnly[Pricing]("Where its prices come from (``pricing=``, or its parent's).")
+    admission_timeout_s = ReadOnly[float]("How long a call waits for calls in flight to make room.")
+    sinks = ReadOnly[tuple[Sink, ...]]("Where its nodes go: its own sinks and its parents'.")
+    closed = ReadOnly[bool]("Whether :meth:`close` ran.")
 
     def __init__(
         self,
@@ -265,12 +275,6 @@ class ExecutionContext(CallMaker, HandingOff, Scoped):
         )
 
     @property
-    def budget(self) -> Budget:
-        """This context's own :class:`~ampmeter.Budget` (frozen; the limits of the contexts
-        above bind it too)."""
-        return self._budget
-
-    @property
     def policies(self) -> Policies:
         """The :class:`~ampmeter.Policies` in force here (frozen): this context's own options,
         with the inherited ones of the contexts above where not set here."""
@@ -282,41 +286,11 @@ class ExecutionContext(CallMaker, HandingOff, Scoped):
         return self.graph.chain_id
 
     @property
-    def node_id(self) -> str:
-        """This context's own node: the graph's root, or the ``system`` node of a sub-agent."""
-        return self._node_id
-
-    @property
-    def iteration(self) -> int:
-        """How many iterations have started (1-based), 0 before the first."""
-        return self._iteration
-
-    @property
-    def estimate(self) -> str:
-        """How this context estimates a call's reservation: ``"learned"`` or ``"bound"``."""
-        return self._estimate
-
-    @property
-    def pricing(self) -> Pricing:
-        """Where this context's prices come from (``pricing=``, or its parent's)."""
-        return self._pricing
-
-    @property
     def on_expired_hold(self) -> str | None:
         """What a shared ledger does with the hold of a call of this context whose lease ran
         out (``"charge"`` or ``"release"``): the rule set here, on a context above or by the
         hand-off this context came from; None when none was set (each ledger's own applies)."""
         return self._frame.on_expired_hold
-
-    @property
-    def admission_timeout_s(self) -> float:
-        """How long a call waits for calls in flight to make room."""
-        return self._admission_timeout_s
-
-    @property
-    def sinks(self) -> tuple[Sink, ...]:
-        """The sinks this context's nodes go to (its own and its parents')."""
-        return self._sinks
 
     @property
     def sink_errors(self) -> tuple[Exception, ...]:
@@ -341,11 +315,6 @@ class ExecutionContext(CallMaker, HandingOff, Scoped):
     @exceeded_limit.setter
     def exceeded_limit(self, value: ExceededLimit | None) -> None:
         self._frame.exceeded_limit = value
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` ran."""
-        return self._closed
 
     @property
     def wrap_up(self) -> bool:
