@@ -1,4 +1,4 @@
-"""The calls a context makes: LLM and embedding calls, tool calls, steps, and the
+"""The calls a context makes: LLM and embedding calls, tool calls, steps, iterations, and the
 specification's compatibility paths (``wrap_*`` with a :class:`~ampmeter.wrapping.Decision`, and
 ``trace`` records for usage reported after the fact).
 
@@ -13,13 +13,18 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 from ampmeter import _validate
-from ampmeter._core.steps import Flight
+from ampmeter._core.steps import Flight, Stop
 from ampmeter._core.usage import Usage
 from ampmeter._lineage import META_CONTEXTS, Lineage
 from ampmeter._reserve import model_estimate
 from ampmeter.call import Call
+from ampmeter.errors import ExecutionCanceled, LimitExceeded
 from ampmeter.graph import check_kind
-from ampmeter.keys import KEY_FORMAT_PARSE_ERROR_CONSECUTIVE, KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE
+from ampmeter.keys import (
+    KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
+    KEY_ITERATIONS,
+    KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE,
+)
 from ampmeter.node import META_PROVIDER
 from ampmeter.policies.options import META_LIMIT_EVENTS
 from ampmeter.trace import TraceRecord, trace_effect
@@ -325,3 +330,33 @@ class CallMaker:
             self.stats.reset_counter(KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE)
         else:
             raise ValueError(f"kind must be 'format' or 'toolchain', got {kind!r}")
+
+    # -- iterations ---------------------------------------------------------------------------
+
+    def start_iteration(self) -> int:
+        """Start a new iteration if every limit allows it, and return its number.
+
+        Limits are checked first, with the new iteration counted as pending: with an iteration
+        limit of N exactly N iterations start, and a stop names the limit actually exceeded.
+        Raises ``LimitExceeded`` (the iteration does not start) or ``ExecutionCanceled`` once
+        this context or an enclosing one was canceled.
+        """
+        self._check_open()
+        if self._frame.any_canceled():
+            raise ExecutionCanceled(f"context {self.name!r} was canceled")
+        self._stop_at(self._admission.exceeded_now())
+        self._stop_at(self._admission.iteration_refused())
+        self._iteration = self._kernel.bump(self._frame.level, KEY_ITERATIONS)
+        return self._iteration
+
+    def end_iteration(self) -> None:
+        """An iteration completed: raise ``LimitExceeded`` if a limit is exceeded now."""
+        self._check_open()
+        self._stop_at(self._admission.exceeded_now())
+
+    def _stop_at(self, found: Stop | None) -> None:
+        """Stop the context at ``found``'s limit (``LimitExceeded``), if a limit was found."""
+        if found is not None:
+            owner, limit, reason = found
+            self._frame.stop(owner, limit, reason)
+            raise LimitExceeded(f"{self.name}: {limit}", limit, None)

@@ -15,8 +15,7 @@ from __future__ import annotations
 import contextvars
 import threading
 from decimal import Decimal
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
+from typing import TYPE_CHECKING, Any
 
 from ampmeter import _validate, money
 from ampmeter._core.idempotency import META_IDEMPOTENCY_KEY
@@ -26,6 +25,8 @@ from ampmeter._core.steps import ADMITTED, DONE, Admission, Flight
 from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
 from ampmeter._current import CURRENT, restore
+from ampmeter._readonly import ReadOnly
+from ampmeter._scoped import Scoped
 from ampmeter.keys import KEY_UNSETTLED_COST
 from ampmeter.node import Node
 from ampmeter.pricing import request_size, stored_state
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Call"]
 
-_Count = TypeVar("_Count", int, "int | None")
-
 # The counts record() takes, in its order (what an error names).
 _RECORDED = (
     "tokens_in",
@@ -48,42 +47,13 @@ _RECORDED = (
     "reasoning_tokens",
     "tool_calls_made",
 )
+_COUNT = "One count of the call's usage, read-only: :meth:`Call.record` is its only writer."
+# A count assigned from outside would be settled unchecked (a negative input count gives a cap
+# back), so an assignment is refused, naming what to do instead.
+_RECORD = ": report its usage with call.record(...), once, before the call ends"
 
 
-class _Recorded(Generic[_Count]):
-    """One count of a call's usage, read-only: :meth:`Call.record` is its only writer. A count
-    assigned from outside would be settled unchecked (a negative input count gives a cap back),
-    so an assignment is refused, naming what to do instead."""
-
-    __slots__ = ("name", "slot")
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-        self.slot = f"_{name}"
-
-    @overload
-    def __get__(self, call: None, owner: type) -> _Recorded[_Count]: ...
-
-    @overload
-    def __get__(self, call: Call, owner: type) -> _Count: ...
-
-    def __get__(self, call: Call | None, owner: type) -> _Recorded[_Count] | _Count:
-        if call is None:
-            return self
-        count: _Count = getattr(call, self.slot)
-        return count
-
-    def __set__(self, call: Call, value: object) -> NoReturn:
-        raise AttributeError(
-            f"a call's {self.name} is read-only: report its usage with call.record(...), once, "
-            "before the call ends"
-        )
-
-    def __delete__(self, call: Call) -> NoReturn:
-        self.__set__(call, None)
-
-
-class Call:
+class Call(Scoped):
     """One call (LLM, tool or step) in a context: reserve before, record after.
 
     Use it as ``with ctx.llm_call(...) as call:`` (or ``async with``), and report usage with
@@ -112,12 +82,12 @@ class Call:
         "context",
     )
 
-    tokens_in: _Recorded[int | None] = _Recorded()
-    tokens_out: _Recorded[int | None] = _Recorded()
-    cached_tokens: _Recorded[int] = _Recorded()
-    cache_write_tokens: _Recorded[int] = _Recorded()
-    reasoning_tokens: _Recorded[int] = _Recorded()
-    tool_calls_made: _Recorded[int] = _Recorded()
+    tokens_in: ReadOnly[int | None] = ReadOnly(_COUNT, _RECORD)
+    tokens_out: ReadOnly[int | None] = ReadOnly(_COUNT, _RECORD)
+    cached_tokens: ReadOnly[int] = ReadOnly(_COUNT, _RECORD)
+    cache_write_tokens: ReadOnly[int] = ReadOnly(_COUNT, _RECORD)
+    reasoning_tokens: ReadOnly[int] = ReadOnly(_COUNT, _RECORD)
+    tool_calls_made: ReadOnly[int] = ReadOnly(_COUNT, _RECORD)
 
     def __init__(
         self, context: ExecutionContext, admission: Admission, flight: Flight, prices: NanoPricing
@@ -291,44 +261,31 @@ class Call:
         flight.phase = DONE
         self._admission.settle(flight, *self._ended(exc))
 
-    def __enter__(self) -> Call:
+    def _enter(self) -> None:
         self.start()
+        self._make_current()
+
+    def _make_current(self) -> None:
         try:
             self._token = CURRENT.set((self.context, self._flight.node.node_id))
         except BaseException as exc:  # interrupted right after admission: give the hold back
             self.finish(exc)
             raise
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _leave(self, exc: BaseException | None) -> None:
         try:
             self.finish(exc)
         finally:
             restore(self._token, self.context)
 
-    async def __aenter__(self) -> Call:
+    async def _aenter(self) -> None:
         await run_async(self._admission.admit(self._flight, None))
-        try:
-            self._token = CURRENT.set((self.context, self._flight.node.node_id))
-        except BaseException as exc:
-            self.finish(exc)
-            raise
-        return self
+        self._make_current()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _aleave(self, exc: BaseException | None) -> None:
         flight = self._flight
         if flight.phase != ADMITTED or not flight.ledger_holds:
-            self.__exit__(exc_type, exc, tb)
+            self._leave(exc)
             return
         restore(self._token, self.context)
         flight.phase = DONE

@@ -7,13 +7,10 @@ through it when it ends.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from ampmeter import _validate
 from ampmeter._calls import CallMaker
 from ampmeter._core.emit import Emitter
 from ampmeter._core.exhaustion import ExhaustedHook, raise_limit
@@ -31,26 +28,27 @@ from ampmeter._current import (
     open_contexts,
     restore,
 )
+from ampmeter._handing_off import HandingOff
 from ampmeter._lineage import META_CONTEXTS, lineage
+from ampmeter._readonly import ReadOnly
+from ampmeter._scoped import Scoped
 from ampmeter._settings import Settings
 from ampmeter.budget import Budget
 from ampmeter.call import Call
-from ampmeter.errors import ExecutionCanceled, LimitExceeded
 from ampmeter.graph import ExecutionGraph
-from ampmeter.keys import KEY_ITERATIONS
-from ampmeter.limits import ExceededLimit, Limit, context_limits
+from ampmeter.limits import ExceededLimit, Limit
 from ampmeter.policies.configured import ConfiguredPolicies
 from ampmeter.policies.registry import Policies
 from ampmeter.pricing.source import TABLE, Pricing, in_nano
 from ampmeter.shared import remaining
 from ampmeter.shared.handoff import Handoffs
 from ampmeter.shared.ledger_step import LedgerStep
+from ampmeter.sinks.base import Sink
 from ampmeter.stats import ExecutionStats
 from ampmeter.wrapping import Decision, WrapOptions
 
 if TYPE_CHECKING:
     from ampmeter.ledgers.base import Ledger
-    from ampmeter.sinks.base import Sink
 
 __all__ = [
     "Call",
@@ -69,7 +67,7 @@ ADMISSION_TIMEOUT_S: Final = 30.0
 """How long a call that does not fit only because of calls in flight waits for them by default."""
 
 
-class ExecutionContext(CallMaker):
+class ExecutionContext(CallMaker, HandingOff, Scoped):
     """One agent run (or sub-agent): its limits, its live stats and its place in the graph.
 
     Keywords:
@@ -139,6 +137,15 @@ class ExecutionContext(CallMaker):
     says ``duplicate_of``. Only keys the caller gives count once: a provider's response id
     is not one (:meth:`llm_call`, ``instrument(response_id_keys=...)``).
     """
+
+    budget = ReadOnly[Budget]("Its own frozen :class:`~ampmeter.Budget` (those above bind it too).")
+    node_id = ReadOnly[str]("Its own node: the graph's root, or a sub-agent's ``system`` node.")
+    iteration = ReadOnly[int]("How many iterations have started (1-based), 0 before the first.")
+    estimate = ReadOnly[str]("How a call's reservation is estimated: ``'learned'`` or ``'bound'``.")
+    pricing = ReadOnly[Pricing]("Where its prices come from (``pricing=``, or its parent's).")
+    admission_timeout_s = ReadOnly[float]("How long a call waits for calls in flight to make room.")
+    sinks = ReadOnly[tuple[Sink, ...]]("Where its nodes go: its own sinks and its parents'.")
+    closed = ReadOnly[bool]("Whether :meth:`close` ran.")
 
     def __init__(
         self,
@@ -268,12 +275,6 @@ class ExecutionContext(CallMaker):
         )
 
     @property
-    def budget(self) -> Budget:
-        """This context's own :class:`~ampmeter.Budget` (frozen; the limits of the contexts
-        above bind it too)."""
-        return self._budget
-
-    @property
     def policies(self) -> Policies:
         """The :class:`~ampmeter.Policies` in force here (frozen): this context's own options,
         with the inherited ones of the contexts above where not set here."""
@@ -285,41 +286,11 @@ class ExecutionContext(CallMaker):
         return self.graph.chain_id
 
     @property
-    def node_id(self) -> str:
-        """This context's own node: the graph's root, or the ``system`` node of a sub-agent."""
-        return self._node_id
-
-    @property
-    def iteration(self) -> int:
-        """How many iterations have started (1-based), 0 before the first."""
-        return self._iteration
-
-    @property
-    def estimate(self) -> str:
-        """How this context estimates a call's reservation: ``"learned"`` or ``"bound"``."""
-        return self._estimate
-
-    @property
-    def pricing(self) -> Pricing:
-        """Where this context's prices come from (``pricing=``, or its parent's)."""
-        return self._pricing
-
-    @property
     def on_expired_hold(self) -> str | None:
         """What a shared ledger does with the hold of a call of this context whose lease ran
         out (``"charge"`` or ``"release"``): the rule set here, on a context above or by the
         hand-off this context came from; None when none was set (each ledger's own applies)."""
         return self._frame.on_expired_hold
-
-    @property
-    def admission_timeout_s(self) -> float:
-        """How long a call waits for calls in flight to make room."""
-        return self._admission_timeout_s
-
-    @property
-    def sinks(self) -> tuple[Sink, ...]:
-        """The sinks this context's nodes go to (its own and its parents')."""
-        return self._sinks
 
     @property
     def sink_errors(self) -> tuple[Exception, ...]:
@@ -344,11 +315,6 @@ class ExecutionContext(CallMaker):
     @exceeded_limit.setter
     def exceeded_limit(self, value: ExceededLimit | None) -> None:
         self._frame.exceeded_limit = value
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` ran."""
-        return self._closed
 
     @property
     def wrap_up(self) -> bool:
@@ -413,39 +379,7 @@ class ExecutionContext(CallMaker):
         steps`` (the tightest limits, as :meth:`remaining` finds them)."""
         return remaining.note(remaining.left(self._frame, self._kernel))
 
-    # -- iterations, cancel, close ------------------------------------------------------------
-
-    def start_iteration(self) -> int:
-        """Start a new iteration if every limit allows it, and return its number.
-
-        Limits are checked first, with the new iteration counted as pending: with an iteration
-        limit of N exactly N iterations start, and a stop names the limit actually exceeded.
-        Raises ``LimitExceeded`` (the iteration does not start) or ``ExecutionCanceled`` once
-        this context or an enclosing one was canceled.
-        """
-        self._check_open()
-        if self.canceled:
-            raise ExecutionCanceled(f"context {self.name!r} was canceled")
-        self._raise_if_exceeded()
-        found = self._admission.iteration_refused()
-        if found is not None:
-            self._stop(*found)
-        self._iteration = self._kernel.bump(self._frame.level, KEY_ITERATIONS)
-        return self._iteration
-
-    def end_iteration(self) -> None:
-        """An iteration completed: raise ``LimitExceeded`` if a limit is exceeded now."""
-        self._check_open()
-        self._raise_if_exceeded()
-
-    def _raise_if_exceeded(self) -> None:
-        found = self._admission.exceeded_now()
-        if found is not None:
-            self._stop(*found)
-
-    def _stop(self, owner: Frame, limit: ExceededLimit, reason: TerminationReason) -> None:
-        self._frame.stop(owner, limit, reason)
-        raise LimitExceeded(f"{self.name}: {limit}", limit, None)
+    # -- cancel, close ------------------------------------------------------------------------
 
     def cancel(self) -> None:
         """Stop this context: further calls in it (and in its children) are halted."""
@@ -482,31 +416,13 @@ class ExecutionContext(CallMaker):
         if self._emitter.errors and exc is None:
             raise self._emitter.errors[0]
 
-    def __enter__(self) -> ExecutionContext:
+    def _enter(self) -> None:
         self._token = CURRENT.set((self, self._node_id))
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _leave(self, exc: BaseException | None) -> None:
         token, self._token = self._token, None
-        parent = self.parent
-        restore(token, parent)
+        restore(token, self.parent)
         self.close(exc)
-
-    async def __aenter__(self) -> ExecutionContext:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
 
     def snapshot(self) -> dict[str, Any]:
         """Graph snapshot plus this context's counters, gauges, reservations and termination.
@@ -538,124 +454,6 @@ class ExecutionContext(CallMaker):
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"context {self.name!r} is closed")
-
-    # -- hand-off to another process ----------------------------------------------------------
-
-    def handoff(
-        self,
-        name: str,
-        *,
-        limits: Sequence[Limit] | None = None,
-        max_cost_usd: float | Decimal | None = None,
-        max_steps: int | None = None,
-        max_retries: int | None = None,
-        timeout_s: float | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> str:
-        """Start a child that runs in another process; return its token (no secret in it).
-
-        A ``system`` node is added here for the child. The other process calls
-        :meth:`from_handoff` with the token: its calls then count at once toward its own limits
-        (these arguments, as for :meth:`spawn_child`) and toward those of this context and of
-        every context above it that shares a ledger, through the ledger's scope
-        ``<scope>/<hand-off node>``. When this context closes, the child's spend is read from
-        the ledger and added to these stats and the graph's aggregates (close it after the
-        child is done). Needs a shared ledger (``SqliteLedger`` or ``RedisLedger``) on this
-        context or one above it.
-        """
-        self._check_open()
-        _validate.text(name, "name", empty=False)
-        own = context_limits(limits, max_cost_usd, max_steps, max_retries)
-        timeout = _validate.optional_amount(timeout_s, "timeout_s")
-        meta = _validate.metadata(metadata)
-        parent_id = self.current_parent_id()
-        return self._handoffs.give(
-            name,
-            lambda: self._kernel.begin(parent_id, "system", name, None, meta),
-            self.chain_id,
-            own,
-            timeout,
-        )
-
-    @classmethod
-    def from_handoff(
-        cls,
-        token: str,
-        *,
-        ledger: Ledger | None = None,
-        sinks: Iterable[Sink] = (),
-        pricing: Pricing | None = None,
-    ) -> ExecutionContext:
-        """The context of a child handed off with :meth:`handoff`, in this process.
-
-        Its calls reserve in the hand-off's ledger scope and every scope above it, so they stop
-        at the child's limits and at its parents' remaining budget. ``ledger`` (same backend,
-        at or above the hand-off's scope) is needed when the backend wants credentials; else
-        one is opened from the token. Nodes reach ``sinks`` with ids of their own under the
-        hand-off node and the parent's chain id, so both logs read as one tree. ``pricing`` as
-        for :class:`ExecutionContext` (a token carries no prices: the default is the table).
-        """
-        import secrets
-
-        from ampmeter.propagation import decode, open_ledger  # ledgers load only when used
-        from ampmeter.sinks.relabel import RelabeledSink
-
-        found = decode(token, ledger=ledger)
-        shared = open_ledger(found, ledger)
-        prefix = f"{found.node_id}.{secrets.token_hex(3)}."
-        wrapped = [
-            RelabeledSink(
-                sink, prefix=prefix, attach_to=found.node_id, depth_offset=found.depth + 1
-            )
-            for sink in sinks
-        ]
-        timeout = None if found.deadline is None else max(found.deadline - time.time(), 0.0)
-        given = {
-            "limits": found.limits,
-            "timeout_s": timeout,
-            "on_exhausted": found.on_exhausted,
-            "pause_timeout_s": found.pause_timeout_s,
-            "chain_id": found.chain_id,
-            "metadata": {"handoff_from": found.node_id},
-            "sinks": wrapped,
-            "ledger": shared,
-            "estimate": getattr(found, "estimate", None),
-            "on_expired_hold": found.on_expired_hold,
-            "pricing": pricing,
-        }
-        settings = Settings.of(found.name, given, handoff_from=found)
-        ctx = cls.__new__(cls)
-        ctx._setup(None, settings)
-        ctx._frame.span_prefix = prefix
-        return ctx
-
-    @classmethod
-    def resume(
-        cls,
-        token: str,
-        *,
-        ledger: Ledger | None = None,
-        sinks: Iterable[Sink] = (),
-        pricing: Pricing | None = None,
-    ) -> ExecutionContext:
-        """Continue, in this process, a handed-off run whose process is gone (from its saved
-        :meth:`handoff` token): the same ledger scope, with what the scope has spent already
-        counted here from the start, so its limits hold across the restart. The holds the dead
-        process left unsettled are not counted here: its parent records them (the ledger
-        still counts them against every ceiling)."""
-        ctx = cls.from_handoff(token, ledger=ledger, sinks=sinks, pricing=pricing)
-        ctx._handoffs.count_spent_before()
-        return ctx
-
-    def refresh_handoffs(self) -> dict[str, Any]:
-        """Read the spend of this context's hand-offs from the ledger again; add what is new.
-
-        A handed-off child may go on spending after this context closed (a background worker):
-        its spend reaches these stats (and every context above) when this is called, and
-        :meth:`snapshot` calls it. Returns what was added, per key. A ledger that cannot be read
-        now adds nothing; the next call catches up.
-        """
-        return self._handoffs.refresh()
 
 
 def _json_numbers(values: dict[str, Any]) -> dict[str, Any]:

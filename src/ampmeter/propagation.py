@@ -16,20 +16,19 @@ configured itself: the ``ledger=`` it passes (which must be the token's), or one
 ``AMPMETER_LEDGER_ALLOW`` (SQLite paths and Redis URLs, separated by commas).
 
 Tokens travel in the ``AMPMETER_HANDOFF`` environment variable (an instrumented process that
-finds one and has no context attaches to it by itself, see :func:`attach_from_env`) or in the
+finds one and has no context attaches to it by itself, see
+:func:`ampmeter.integrations.attach.attach_from_env`) or in the
 ``ampmeter-handoff`` HTTP header (:func:`inject` / :func:`extract`, like OpenTelemetry's
 propagators).
 """
 
 from __future__ import annotations
 
-import atexit
 import base64
 import binascii
 import hashlib
 import hmac
 import os
-import threading
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -42,7 +41,6 @@ from ampmeter.keys import is_money
 from ampmeter.limits import Limit
 
 if TYPE_CHECKING:
-    from ampmeter.context import ExecutionContext
     from ampmeter.ledgers.base import Ledger
 
 __all__ = [
@@ -52,7 +50,6 @@ __all__ = [
     "HANDOFF_LOG_ENV",
     "LEDGER_ALLOW_ENV",
     "Handoff",
-    "attach_from_env",
     "decode",
     "encode",
     "extract",
@@ -65,7 +62,8 @@ HANDOFF_ENV: Final = "AMPMETER_HANDOFF"
 HANDOFF_HEADER: Final = "ampmeter-handoff"
 """The HTTP header a hand-off token travels in (header names are case-insensitive)."""
 HANDOFF_LOG_ENV: Final = "AMPMETER_HANDOFF_LOG"
-"""Where a process that attaches by itself (:func:`attach_from_env`) writes its JSONL events."""
+"""Where a process that attaches by itself (:mod:`ampmeter.integrations.attach`) writes its
+JSONL events."""
 
 HANDOFF_KEY_ENV: Final = "AMPMETER_HANDOFF_KEY"
 """The environment variable of the key that signs hand-off tokens when the ledger has none."""
@@ -347,49 +345,3 @@ def _child_of(ledger: Ledger, handoff: Handoff, wanted: str) -> Ledger:
     for segment in handoff.scope[len(ledger.scope) + 1 :].split("/"):
         ledger = ledger.child(segment)
     return ledger
-
-
-# -- attaching by itself ------------------------------------------------------------------------
-
-_attached: dict[int, ExecutionContext | None] = {}  # pid -> the context attached from the env
-_attach_lock = threading.Lock()
-
-
-def attach_from_env() -> ExecutionContext | None:
-    """The context made from ``AMPMETER_HANDOFF`` in this process (made on first use), or None.
-
-    Its events go to the JSONL file ``AMPMETER_HANDOFF_LOG`` names (if any); it closes when the
-    interpreter exits. A damaged token or unreachable ledger raises :class:`HandoffError` once
-    and is not retried.
-    """
-    pid = os.getpid()
-    if pid in _attached:
-        return _attached[pid]
-    with _attach_lock:
-        if pid in _attached:
-            return _attached[pid]
-        _attached[pid] = None
-        token = os.environ.get(HANDOFF_ENV)
-        if not token:
-            return None
-        from ampmeter.context import ExecutionContext
-        from ampmeter.sinks.jsonl import JsonlSink
-
-        log = os.environ.get(HANDOFF_LOG_ENV)
-        sink = JsonlSink(log, flush="line") if log else None
-        try:
-            ctx = ExecutionContext.from_handoff(token, sinks=[sink] if sink else [])
-        except Exception as error:
-            if sink is not None:
-                sink.close()
-            raise HandoffError(f"cannot attach to {HANDOFF_ENV}: {error}") from error
-        _attached[pid] = ctx
-
-        def close() -> None:
-            if os.getpid() == pid:
-                ctx.close()
-                if sink is not None:
-                    sink.close()
-
-        atexit.register(close)
-        return ctx

@@ -8,6 +8,7 @@ while a context is open elsewhere, goes out unmetered and says so once.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
@@ -16,11 +17,11 @@ import weakref
 from typing import Any
 
 from ampmeter.context import ExecutionContext, any_open_context, current_context, open_contexts
-from ampmeter.errors import StreamOutlivedContext, note_stop
+from ampmeter.errors import HandoffError, StreamOutlivedContext, note_stop
 from ampmeter.integrations.lifecycle import settings
-from ampmeter.propagation import HANDOFF_ENV, attach_from_env
+from ampmeter.propagation import HANDOFF_ENV, HANDOFF_LOG_ENV
 
-__all__ = ["metered_context", "remember_stream_origin"]
+__all__ = ["attach_from_env", "metered_context", "remember_stream_origin"]
 
 # Lazy streams: generators that send their request only when first read (LlamaIndex's
 # ``stream_chat()``), by the id of the generator's frame, with the context they were made in.
@@ -99,3 +100,46 @@ def _warn_unmetered() -> None:
         RuntimeWarning,
         stacklevel=4,
     )
+
+
+_attached: dict[int, ExecutionContext | None] = {}  # pid -> the context attached from the env
+_attach_lock = threading.Lock()
+
+
+def attach_from_env() -> ExecutionContext | None:
+    """The context made from ``AMPMETER_HANDOFF`` in this process (made on first use), or None.
+
+    Its events go to the JSONL file ``AMPMETER_HANDOFF_LOG`` names (if any); it closes when the
+    interpreter exits. A damaged token or unreachable ledger raises :class:`HandoffError` once
+    and is not retried.
+    """
+    pid = os.getpid()
+    if pid in _attached:
+        return _attached[pid]
+    with _attach_lock:
+        if pid in _attached:
+            return _attached[pid]
+        _attached[pid] = None
+        token = os.environ.get(HANDOFF_ENV)
+        if not token:
+            return None
+        from ampmeter.sinks.jsonl import JsonlSink
+
+        log = os.environ.get(HANDOFF_LOG_ENV)
+        sink = JsonlSink(log, flush="line") if log else None
+        try:
+            ctx = ExecutionContext.from_handoff(token, sinks=[sink] if sink else [])
+        except Exception as error:
+            if sink is not None:
+                sink.close()
+            raise HandoffError(f"cannot attach to {HANDOFF_ENV}: {error}") from error
+        _attached[pid] = ctx
+
+        def close() -> None:
+            if os.getpid() == pid:
+                ctx.close()
+                if sink is not None:
+                    sink.close()
+
+        atexit.register(close)
+        return ctx

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ampmeter._core.outcome import Outcome
@@ -97,12 +97,13 @@ class Handoffs:
     def give(
         self,
         name: str,
-        begin: Callable[[], Node],
-        chain_id: str,
+        parent_id: str,
+        metadata: dict[str, Any],
         limits: tuple[Limit, ...],
         timeout: float | None,
     ) -> str:
-        """The token of a new hand-off, whose node ``begin`` makes (see the module docstring)."""
+        """The token of a new hand-off, whose node goes under ``parent_id`` (see the module
+        docstring)."""
         from ampmeter.propagation import Handoff, encode  # ledgers load only when used
 
         owner = next((f for f in self.frame.ancestry if f.ledger is not None), None)
@@ -117,7 +118,7 @@ class Handoffs:
             location = ledger.location()
         except TypeError as error:
             raise HandoffError(f"cannot hand off {name!r}: {error}") from None
-        node = begin()
+        node = self.kernel.begin(parent_id, "system", name, None, metadata)
         self.kernel.run(node)
         root = self.frame.root  # the context that owns the graph: its ids are logged prefixed
         logged_id = root.span_prefix + node.node_id
@@ -142,7 +143,7 @@ class Handoffs:
         # The child pauses where this context would (a callback cannot travel: it pauses).
         exhaustion = self.frame.exhaustion
         handoff = Handoff(
-            chain_id,
+            self.kernel.chain_id,
             logged_id,
             depth,
             name,

@@ -1,0 +1,276 @@
+"""The graph's nodes, their ids and metadata, and the aggregates kept as they end: the base of
+the :class:`~ampmeter._core.kernel.Kernel`, which adds stats, calls in flight, the limit check."""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeVar
+
+from ampmeter import money
+from ampmeter._core.outcome import Outcome
+from ampmeter.node import TERMINAL_STATUSES, Node
+
+__all__ = ["NodeTable", "now_ms"]
+
+_CREATED: Final = "created"
+_RUNNING: Final = "running"
+_T = TypeVar("_T")
+_NO_COST: Final = money.from_nano(0)
+
+
+def now_ms() -> int:
+    """Milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+class NodeTable:
+    """The nodes of one graph and its aggregates, behind one lock taken only with ``with``."""
+
+    __slots__ = (
+        "_evictable",
+        "_in_flight",
+        "_lock",
+        "_max_depth",
+        "_max_nodes",
+        "_next_id",
+        "_nodes",
+        "_root_id",
+        "_total_cost_usd",
+        "_total_llm_calls",
+        "_total_retries",
+        "_total_tokens_in",
+        "_total_tokens_out",
+        "_total_tool_calls",
+        "_unstarted",
+        "chain_id",
+    )
+
+    def __init__(self, chain_id: str, max_nodes: int = 0) -> None:
+        self.chain_id = chain_id
+        self._lock = threading.Lock()
+        self._nodes: dict[str, Node] = {}
+        self._root_id: str | None = None
+        self._next_id = 1
+        self._max_nodes = max_nodes
+        self._evictable: deque[str] = deque()
+        # node id -> its owner, for calls made and not yet admitted: one whose owner is gone
+        # (interrupted before it started) is ended by the next sweep.
+        self._unstarted: dict[str, Callable[[], object]] = {}
+        self._total_cost_usd = 0  # nano-dollars
+        self._total_llm_calls = 0
+        self._total_tool_calls = 0
+        self._total_retries = 0
+        self._total_tokens_in = 0
+        self._total_tokens_out = 0
+        self._max_depth = 0
+        self._in_flight = 0
+
+    @property
+    def root_id(self) -> str | None:
+        """The root's node id, or None before :meth:`create_root`."""
+        return self._root_id
+
+    @property
+    def next_number(self) -> int:
+        """The number the next node id gets."""
+        return self._next_id
+
+    @next_number.setter
+    def next_number(self, value: int) -> None:
+        with self._lock:
+            self._next_id = value
+
+    def node_count(self) -> int:
+        """How many nodes are kept in memory."""
+        return len(self._nodes)
+
+    def create_root(self, name: str, metadata: dict[str, Any]) -> Node:
+        """Make the single root (``system``, depth 0, ``running``); RuntimeError if one exists."""
+        with self._lock:
+            if self._root_id is not None:
+                raise RuntimeError(
+                    f"graph {self.chain_id!r} already has a root ({self._root_id}); "
+                    "a graph has exactly one root"
+                )
+            node = Node(
+                self._new_id(), None, "system", name, now_ms(), status=_RUNNING, metadata=metadata
+            )
+            self._nodes[node.node_id] = node
+            self._root_id = node.node_id
+        return node
+
+    def begin(
+        self,
+        parent_id: str,
+        kind: str,
+        name: str,
+        model: str | None,
+        metadata: dict[str, Any],
+        owner: object | None = None,
+    ) -> Node:
+        """Make a ``created`` node under ``parent_id`` (KeyError if there is no such node).
+        With an ``owner`` (a call), the node ends as ``halt`` if the owner is dropped before
+        the call is admitted or ended."""
+        start = now_ms()
+        with self._lock:
+            parent = self._nodes.get(parent_id)
+            if parent is None:
+                raise KeyError(self.unknown(parent_id, "parent_id"))
+            depth = parent.depth + 1
+            node = Node(
+                node_id=self._new_id(),
+                parent_id=parent_id,
+                kind=kind,
+                name=name,
+                start_ts_ms=start,
+                model=model,
+                cost_usd=_NO_COST,
+                metadata=metadata,
+                depth=depth,
+            )
+            self._nodes[node.node_id] = node
+            if owner is not None:
+                self._unstarted[node.node_id] = weakref.ref(owner)
+            if depth > self._max_depth:
+                self._max_depth = depth
+            if self._max_nodes and len(self._nodes) > self._max_nodes:
+                self._evict()
+        return node
+
+    def _new_id(self) -> str:
+        number = self._next_id
+        self._next_id = number + 1
+        return "n" + str(number).zfill(6)
+
+    def node(self, node_id: str) -> Node:
+        """The kernel's own node object, for the facade to pass back in (KeyError naming the id
+        when unknown or evicted). Never handed to users: they get :meth:`copy`."""
+        found = self._nodes.get(node_id)
+        if found is None:
+            raise KeyError(self.unknown(node_id, "node_id"))
+        return found
+
+    def copy(self, node_id: str, copier: Callable[[Node], _T]) -> _T:
+        """``copier`` applied to one node under the lock (a copy a user may keep)."""
+        with self._lock:
+            return copier(self.node(node_id))
+
+    def copy_all(self, copier: Callable[[Node], _T]) -> tuple[str | None, dict[str, _T]]:
+        """The root id and ``copier`` applied to every node kept, under the lock."""
+        with self._lock:
+            return self._root_id, {node_id: copier(n) for node_id, n in self._nodes.items()}
+
+    def unknown(self, node_id: str, what: str) -> str:
+        """The message for an id that is not in the graph."""
+        evicted = " (unknown or evicted)" if self._max_nodes and node_id.startswith("n") else ""
+        return f"{what} {node_id!r} is not in graph {self.chain_id!r}{evicted}"
+
+    def run(self, node: Node) -> None:
+        """``created`` -> ``running``; no change otherwise."""
+        with self._lock:
+            self._start_locked(node)
+
+    def _start_locked(self, node: Node) -> None:
+        if node.status == _CREATED:
+            node.status = _RUNNING
+            if node.parent_id is not None:
+                self._in_flight += 1
+
+    def end(self, node: Node, outcome: Outcome) -> bool:
+        """End an open node; False (and no change) if it had ended already."""
+        end = now_ms()
+        with self._lock:
+            if node.status in TERMINAL_STATUSES:
+                return False
+            if node.parent_id is None and (
+                outcome.cost_nano or outcome.tokens_in or outcome.tokens_out
+            ):
+                raise ValueError("the root node carries no cost or tokens of its own")
+            self._end_locked(node, outcome, end)
+        return True
+
+    def _end_locked(self, node: Node, outcome: Outcome, end: int) -> None:
+        # Plain assignments and additions until the metadata merge: an interrupt, which CPython
+        # raises only at calls and loop back-edges, cannot land between them.
+        if self._unstarted:  # (an admitted call left it when it was admitted)
+            self._unstarted.pop(node.node_id, None)
+        status, cost, t_in, t_out, error_class, stop_reason, metadata = outcome
+        shown = money.from_nano(cost) if cost else _NO_COST
+        previous = node.status
+        node.status = status
+        node.end_ts_ms = end
+        node.cost_usd = shown
+        node.tokens_in = t_in
+        node.tokens_out = t_out
+        node.error_class = error_class
+        node.stop_reason = stop_reason
+        if node.parent_id is not None:
+            if previous == _RUNNING:
+                self._in_flight -= 1
+            self._total_cost_usd += cost
+            self._total_retries += node.retries_used
+            if t_in:
+                self._total_tokens_in += t_in
+            if t_out:
+                self._total_tokens_out += t_out
+            kind = node.kind
+            if kind == "llm":
+                self._total_llm_calls += 1
+            elif kind == "tool":
+                self._total_tool_calls += 1
+        if metadata:
+            node.metadata.update(metadata)
+        if self._max_nodes and node.parent_id is not None:
+            self._evictable.append(node.node_id)
+            self._evict()
+
+    def _evict(self) -> None:
+        nodes, evictable = self._nodes, self._evictable
+        while len(nodes) > self._max_nodes and evictable:
+            nodes.pop(evictable.popleft(), None)
+
+    def update(self, node: Node, values: Mapping[str, Any]) -> None:
+        """Merge ``values`` into an open node's metadata."""
+        with self._lock:
+            if node.status not in TERMINAL_STATUSES:
+                node.metadata.update(values)
+
+    def append_metadata(self, node: Node, key: str, values: list[Any]) -> None:
+        """Add ``values`` to the list under ``key`` in a node's metadata (also once it ended:
+        what its settlement reported, before sinks see it)."""
+        with self._lock:
+            node.metadata[key] = [*node.metadata.get(key, ()), *values]
+
+    def add_handed_off(
+        self, llm_calls: int, tool_calls: int, tokens_in: int, tokens_out: int, cost: Any
+    ) -> None:
+        """Count in the aggregates what a handed-off child (another process) spent: its calls
+        are no nodes of this graph, yet the chain's totals include them."""
+        with self._lock:
+            self._total_llm_calls += llm_calls
+            self._total_tool_calls += tool_calls
+            self._total_tokens_in += tokens_in
+            self._total_tokens_out += tokens_out
+            self._total_cost_usd += cost
+
+    def aggregates(self) -> dict[str, Any]:
+        """The chain aggregates (see :meth:`ampmeter.ExecutionGraph.snapshot`)."""
+        with self._lock:
+            return {
+                "total_cost_usd": money.from_nano(self._total_cost_usd),
+                "total_llm_calls": self._total_llm_calls,
+                "total_tool_calls": self._total_tool_calls,
+                "total_retries": self._total_retries,
+                "total_tokens_in": self._total_tokens_in,
+                "total_tokens_out": self._total_tokens_out,
+                "max_depth": self._max_depth,
+                "in_flight": self._in_flight,
+                # one root per graph; the per-root fields stay floats
+                "llm_calls_per_root": float(self._total_llm_calls),
+                "tool_calls_per_root": float(self._total_tool_calls),
+                "retries_per_root": float(self._total_retries),
+            }
