@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ampmeter._calls import CallMaker
 from ampmeter._core.emit import Emitter
-from ampmeter._core.exhaustion import ExhaustedHook, raise_limit
+from ampmeter._core.exhaustion import ExhaustedHook
 from ampmeter._core.frame import Frame
 from ampmeter._core.kernel import bound
 from ampmeter._core.outcome import TerminationReason
+from ampmeter._core.pausing import raise_limit
 from ampmeter._core.steps import Admission
 from ampmeter._current import (
     CURRENT,

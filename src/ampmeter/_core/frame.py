@@ -22,7 +22,10 @@ if TYPE_CHECKING:
     from ampmeter._core.kernel import Level
     from ampmeter.limits import ExceededLimit, Limit
 
-__all__ = ["Frame"]
+__all__ = ["Frame", "Stop"]
+
+Stop = tuple["Frame", "ExceededLimit", TerminationReason]
+"""A refusal: the context whose limit fired, the limit, and the reason it stops."""
 
 _LOCAL_TERMINATIONS: Final = frozenset(
     {TerminationReason.LIMIT_EXCEEDED, TerminationReason.TIMEOUT}

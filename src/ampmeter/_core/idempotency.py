@@ -30,9 +30,7 @@ from ampmeter import money
 from ampmeter.keys import KEY_COST
 
 if TYPE_CHECKING:
-    from ampmeter._core.frame import Frame
     from ampmeter._core.outcome import Outcome
-    from ampmeter._core.steps import Flight
     from ampmeter._core.usage import Usage
 
 __all__ = [
@@ -107,31 +105,27 @@ class SeenKeys:
 
 
 def counted_once(
-    frame: Frame, flight: Flight, usage: Usage, outcome: Outcome
+    seen: SeenKeys, key: str, node_id: str, usage: Usage, outcome: Outcome
 ) -> tuple[Usage, Outcome]:
-    """The usage this call adds: its own the first time its key is seen in the run, else
-    nothing (the node notes the first node and the cost it counted). ``outcome``'s metadata
-    names the key already (:data:`META_IDEMPOTENCY_KEY`)."""
-    key = flight.idempotency_key
-    assert key is not None
-    first = frame.seen.claim(key, (flight.node.node_id, outcome.cost_nano))
+    """The usage the call of node ``node_id`` adds: its own the first time its ``key`` is
+    ``seen`` in the run, else nothing (the node notes the first node and the cost it counted).
+    ``outcome``'s metadata names the key already (:data:`META_IDEMPOTENCY_KEY`)."""
+    first = seen.claim(key, (node_id, outcome.cost_nano))
     if first is None:
         return usage, outcome
     return _nothing(usage), _marked(outcome, {**(outcome.metadata or {})}, first)
 
 
 def counted_before(
-    frame: Frame, flight: Flight, outcome: Outcome, scope: str, amounts: Mapping[str, Any]
+    seen: SeenKeys, key: str, outcome: Outcome, scope: str, amounts: Mapping[str, Any]
 ) -> Outcome:
-    """``outcome`` of a call whose key a shared ledger at ``scope`` had counted before this
+    """``outcome`` of a call whose ``key`` a shared ledger at ``scope`` had counted before this
     run (``amounts``: what it counted then): the call adds nothing here either."""
-    key = flight.idempotency_key
-    assert key is not None
     meta = outcome.metadata or {}
     if META_DUPLICATE_OF in meta:
         return outcome  # this run had counted it already
     first = (f"ledger:{scope}", money.to_nano(amounts.get(KEY_COST, 0)))
-    frame.seen.replace(key, first)
+    seen.replace(key, first)
     return _marked(outcome, {**meta, META_IDEMPOTENCY_KEY: key}, first)
 
 

@@ -19,9 +19,10 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ampmeter._core.check import Guard, Hit
-from ampmeter._core.exhaustion import PauseWait
+from ampmeter._core.frame import Stop
 from ampmeter._core.idempotency import counted_once, usage_after
 from ampmeter._core.outcome import Outcome, TerminationReason
+from ampmeter._core.pausing import PauseWait
 from ampmeter._core.usage import Shape, Usage
 from ampmeter._core.waiting import Pause, Wait, Work
 from ampmeter.errors import BudgetBusy, ExecutionCanceled, LimitExceeded
@@ -39,8 +40,6 @@ __all__ = ["ADMITTED", "DONE", "NEW", "Admission", "Flight", "Step", "Stop", "ti
 
 NEW, ADMITTED, DONE = 0, 1, 2
 
-Stop = tuple["Frame", "ExceededLimit", TerminationReason]
-"""A refusal: the context whose limit fired, the limit, and the reason it stops."""
 HoldPlan = tuple[tuple[tuple["Level", tuple[str, ...]], ...], tuple[tuple[str, int], ...]]
 Steps = Generator["Pause | Work", Any, None]
 
@@ -265,9 +264,10 @@ class Admission:
             self.kernel.end(node, outcome)
             self.emitter.emit(node)
             return
-        keyed = flight.idempotency_key is not None
-        if keyed:
-            usage, outcome = counted_once(self.frame, flight, usage, outcome)
+        key = flight.idempotency_key
+        keyed = key is not None
+        if key is not None:
+            usage, outcome = counted_once(self.frame.seen, key, flight.node.node_id, usage, outcome)
         ledgered = keyed and bool(self.ledgered)
         for step in self.settlers:
             outcome = step.settle(flight, usage, outcome)

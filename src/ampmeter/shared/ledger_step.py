@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ampmeter import redact
-from ampmeter._core.exhaustion import PauseWait
 from ampmeter._core.idempotency import counted_before
 from ampmeter._core.outcome import Outcome, TerminationReason
+from ampmeter._core.pausing import PauseWait
 from ampmeter._core.steps import Admission, Flight, Step, Steps, Stop
 from ampmeter._core.waiting import Pause, Wait, Work
 from ampmeter.errors import BudgetBusy, BudgetUnavailable, LimitExceeded
@@ -280,9 +280,11 @@ class LedgerStep(Step):
             except Exception as error:
                 failure = redact.error_text(error)
                 continue
-            if committed.duplicate:  # counted before this run (a step re-run after a crash)
+            key = flight.idempotency_key
+            if committed.duplicate and key is not None:  # counted before this run (a re-run)
                 scope = held.scopes[0] if held.scopes else ledger.scope
-                outcome = counted_before(self.admission.frame, flight, outcome, scope, committed)
+                seen = self.admission.frame.seen
+                outcome = counted_before(seen, key, outcome, scope, committed)
         if failure is None:
             return outcome
         meta = {**(outcome.metadata or {}), "ledger_error": failure}
