@@ -27,6 +27,7 @@ from ampmeter.keys import (
 )
 from ampmeter.node import META_PROVIDER
 from ampmeter.policies.options import META_LIMIT_EVENTS
+from ampmeter.pricing.source import plan_for
 from ampmeter.trace import TraceRecord, trace_effect
 from ampmeter.wrapping import Decision, WrapOptions, run_wrapped
 
@@ -37,8 +38,9 @@ if TYPE_CHECKING:
     from ampmeter.graph import ExecutionGraph
     from ampmeter.limits import ExceededLimit
     from ampmeter.policies.configured import ConfiguredPolicies
+    from ampmeter.pricing.plan import PricePlan
     from ampmeter.pricing.request_size import RequestSize
-    from ampmeter.pricing.source import NanoPricing, Pricing
+    from ampmeter.pricing.source import Pricing
     from ampmeter.stats import ExecutionStats
 
 __all__ = ["CallMaker"]
@@ -57,7 +59,6 @@ class CallMaker:
     _kernel: Kernel
     _estimate: str
     _pricing: Pricing
-    _prices: NanoPricing
     _iteration: int
     _node_id: str
     _policies: ConfiguredPolicies
@@ -192,11 +193,11 @@ class CallMaker:
         provider) and its own ``metadata``."""
         name, model, provider = names
         label = name if name is not None else (model or kind)
+        plan = None if not model else plan_for(self._pricing, model, provider)
         reservation, size, priced = model_estimate(
             kind,
-            self._prices,
+            plan,
             model,
-            provider,
             estimate_usd=estimate_usd,
             max_tokens=max_tokens,
             prompt_tokens=prompt_tokens,
@@ -219,7 +220,7 @@ class CallMaker:
             marks=marks,
             idempotency_key=idempotency_key,
         )
-        return self._begin(flight, metadata)
+        return self._begin(flight, metadata, plan)
 
     def tool_call(
         self,
@@ -263,9 +264,9 @@ class CallMaker:
         flight = Flight(kind, name, Usage(kind))
         return self._begin(flight, meta)
 
-    def _begin(self, flight: Flight, meta: dict[str, Any]) -> Call:
+    def _begin(self, flight: Flight, meta: dict[str, Any], plan: PricePlan | None = None) -> Call:
         """The call of ``flight``, its node begun under the current node with ``meta`` (the
-        call's own dict), not yet admitted."""
+        call's own dict), not yet admitted; ``plan`` prices it when it ends."""
         meta.setdefault("context", self.name)  # the event log's metadata.context, for views
         meta.setdefault(META_CONTEXTS, self._lineage)  # and the contexts it ran in, root first
         if flight.provider is not None:
@@ -273,7 +274,7 @@ class CallMaker:
         flight.node = self._kernel.begin(
             self.current_parent_id(), flight.kind, flight.name, flight.model, meta, flight
         )
-        return Call(self, self._admission, flight, self._prices)  # type: ignore[arg-type]
+        return Call(self, self._admission, flight, plan)  # type: ignore[arg-type]
 
     def retry(self, call: Call) -> None:
         """Count one retry on ``call``."""

@@ -30,11 +30,12 @@ from ampmeter._scoped import Scoped
 from ampmeter.keys import KEY_UNSETTLED_COST
 from ampmeter.node import Node
 from ampmeter.pricing import request_size, stored_state
-from ampmeter.pricing.source import NanoPricing, price_call
+from ampmeter.pricing.source import price_call
 
 if TYPE_CHECKING:
     from ampmeter.context import ExecutionContext
     from ampmeter.policies.marks import CallMarks
+    from ampmeter.pricing.plan import PricePlan
 
 __all__ = ["Call"]
 
@@ -73,7 +74,7 @@ class Call(Scoped):
         "_estimated",
         "_flight",
         "_learn",
-        "_prices",
+        "_plan",
         "_reasoning_tokens",
         "_token",
         "_tokens_in",
@@ -90,12 +91,16 @@ class Call(Scoped):
     tool_calls_made: ReadOnly[int] = ReadOnly(_COUNT, _RECORD)
 
     def __init__(
-        self, context: ExecutionContext, admission: Admission, flight: Flight, prices: NanoPricing
+        self,
+        context: ExecutionContext,
+        admission: Admission,
+        flight: Flight,
+        plan: PricePlan | None,
     ) -> None:
         self.context = context
         self._admission = admission
         self._flight = flight
-        self._prices = prices  # the context's pricing, as it prices a call
+        self._plan = plan  # the price plan of its model (None: a tool, or no model)
         self._tokens_in: int | None = None
         self._tokens_out: int | None = None
         self._cost_nano: int | None = None  # the recorded cost, if any
@@ -313,9 +318,7 @@ class Call(Scoped):
         t_in, t_out = self._tokens_in or 0, self._tokens_out or 0
         if kind == "llm" or (kind == "embedding" and model):
             cost, meta, unpriced = price_call(
-                self._prices,
-                model,
-                flight.provider,
+                self._plan,
                 cost=given,
                 recorded=flight.recorded,
                 tokens_in=t_in,

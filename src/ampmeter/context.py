@@ -40,7 +40,7 @@ from ampmeter.graph import ExecutionGraph
 from ampmeter.limits import ExceededLimit, Limit
 from ampmeter.policies.configured import ConfiguredPolicies
 from ampmeter.policies.registry import Policies
-from ampmeter.pricing.source import TABLE, Pricing, in_nano
+from ampmeter.pricing.source import TABLE, Pricing
 from ampmeter.shared import remaining
 from ampmeter.shared.handoff import Handoffs
 from ampmeter.shared.ledger_step import LedgerStep
@@ -191,7 +191,6 @@ class ExecutionContext(CallMaker, HandingOff, Scoped):
         if budget.timeout_s is not None and load is not None:
             load()  # the price table's first load never counts against the timeout
         self._pricing = pricing
-        self._prices = in_nano(pricing)  # as calls are estimated and priced with it
         name = settings.name
         self.name = name
         self.parent = parent

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from ampmeter import ExecutionContext, Limit, LimitExceeded, current_context
-from ampmeter._reserve import BOUND_OUTPUT_TOKENS
 from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS, KEY_OUTPUT_TOKENS
 from ampmeter.ledgers import SqliteLedger
+from ampmeter.pricing.max_output import DEFAULT_OUTPUT_BOUND
 
 
 def test_contexts_closed_out_of_order_never_leave_a_closed_one_current() -> None:
@@ -96,7 +96,7 @@ def test_bound_estimates_reserve_a_ceiling_and_children_inherit_the_mode() -> No
         with child.llm_call("big", model="gpt-4o", request=size, max_tokens=50):
             assert ctx.stats.reserved()[KEY_INPUT_TOKENS] == 907  # every byte, and the framing
         with child.llm_call("open-ended", model="no-such-model", estimate_usd=0.0, request=size):
-            assert ctx.stats.reserved()[KEY_OUTPUT_TOKENS] == BOUND_OUTPUT_TOKENS
+            assert ctx.stats.reserved()[KEY_OUTPUT_TOKENS] == DEFAULT_OUTPUT_BOUND
     with ExecutionContext(limits=watched) as learned:
         assert learned.estimate == "learned"
         with learned.llm_call("big", model="gpt-4o", request=size, max_tokens=50):

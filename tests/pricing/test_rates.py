@@ -11,7 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ampmeter.money import scaled_nano
 from ampmeter.pricing.rates import MAX_PLACES, Rates
+from support.exact_prices import by_hand
 
 # Rates as tables and users write them: up to nine significant digits, up to the most a rate
 # may be ($1e9 per million tokens), whole numbers written with a positive exponent too (1E+2).
@@ -28,16 +30,15 @@ def _flat(rates: tuple[Decimal, ...], bands: tuple[tuple[int, Rates], ...] | Non
     return Rates(r_in, r_out, r_read, r_write, r_reasoning, r_call, version="v", bands=bands)
 
 
-def _by_hand(rates: Rates, inp: int, out: int, read: int, write: int, reasoning: int) -> Fraction:
-    """The call's cost in dollars, worked out from the Decimal rates in exact fractions."""
-    per_million = (
-        (inp - read - write) * Fraction(rates.input)
-        + read * Fraction(rates.cache_read)
-        + write * Fraction(rates.cache_write)
-        + (out - reasoning) * Fraction(rates.output)
-        + reasoning * Fraction(rates.reasoning)
-    )
-    return per_million / 10**6 + Fraction(rates.per_call)
+def _cost(rates: Rates, *counts: int) -> Decimal:
+    """The exact Decimal cost of ``rates.units``."""
+    units, places = rates.units(*counts)
+    return Decimal(f"{units}E-{places}")
+
+
+def _nano(rates: Rates, *counts: int, round_up: bool = False) -> int:
+    """``rates.units`` in whole nano-dollars, as a plan prices a call."""
+    return scaled_nano(*rates.units(*counts), "price", round_up=round_up)
 
 
 @given(st.tuples(*[_RATES] * 6), st.tuples(*[_COUNT] * 5))
@@ -48,15 +49,15 @@ def test_cost_and_nano_are_the_exact_sum_of_the_rates_as_written(
     inp, out, read, write, reasoning = counts
     inp += read + write  # cache reads and writes are parts of the input,
     out += reasoning  # reasoning is part of the output
-    exact = _by_hand(rates, inp, out, read, write, reasoning)
-    assert Fraction(rates.cost(inp, out, read, write, reasoning)) == exact
+    exact = by_hand(rates, inp, out, read, write, reasoning)
+    assert Fraction(_cost(rates, inp, out, read, write, reasoning)) == exact
     nano = exact * 10**9
     for round_up, expected in ((False, round(nano)), (True, math.ceil(nano))):
         if expected > 2**63 - 1:
             with pytest.raises(ValueError, match="price is too large to count"):
-                rates.nano(inp, out, read, write, reasoning, round_up=round_up)
+                _nano(rates, inp, out, read, write, reasoning, round_up=round_up)
         else:
-            assert rates.nano(inp, out, read, write, reasoning, round_up=round_up) == expected
+            assert _nano(rates, inp, out, read, write, reasoning, round_up=round_up) == expected
 
 
 def test_a_band_prices_prompts_longer_than_its_threshold_with_its_own_places() -> None:
@@ -64,16 +65,16 @@ def test_a_band_prices_prompts_longer_than_its_threshold_with_its_own_places() -
     long = ("0.3", "1.2", "0.0375", "0.3", "1.2", "0.0000001")
     band = _flat(tuple(map(Decimal, long)))
     rates = _flat(tuple(map(Decimal, short)), ((1000, band),))
-    assert rates.cost(1000, 10, 0, 0, 0) == Decimal("0.000156")  # 1000 x 0.15 + 10 x 0.6, / 1e6
-    assert rates.cost(1001, 10, 1, 0, 0) == Decimal("0.0003121375")  # 1000 x 0.3 + 0.0375 + 12
-    assert rates.nano(1001, 10, 1, 0, 0) == 312_138  # 312,137.5 n$: half to even
-    assert rates.nano(1001, 10, 1, 0, 0, round_up=True) == 312_138
+    assert _cost(rates, 1000, 10, 0, 0, 0) == Decimal("0.000156")  # 1000 x 0.15 + 10 x 0.6, / 1e6
+    assert _cost(rates, 1001, 10, 1, 0, 0) == Decimal("0.0003121375")  # 1000 x 0.3 + 0.0375 + 12
+    assert _nano(rates, 1001, 10, 1, 0, 0) == 312_138  # 312,137.5 n$: half to even
+    assert _nano(rates, 1001, 10, 1, 0, 0, round_up=True) == 312_138
 
 
 def test_a_cost_is_written_to_the_finest_place_of_the_models_rates() -> None:
     rates = _flat(tuple(map(Decimal, ("2.5", "10", "1.25", "2.5", "10", "0"))))
-    assert str(rates.cost(1200, 350, 0, 0, 0)) == "0.00650000"  # 1.25 per 1e6 tokens: 8 places
-    assert rates.nano(1200, 350, 0, 0, 0) == 6_500_000
+    assert str(_cost(rates, 1200, 350, 0, 0, 0)) == "0.00650000"  # 1.25 per 1e6 tokens: 8 places
+    assert _nano(rates, 1200, 350, 0, 0, 0) == 6_500_000
 
 
 @pytest.mark.parametrize(
@@ -102,6 +103,6 @@ def test_the_finest_rate_allowed_still_prices_exactly() -> None:
     finest = Decimal(f"1E-{MAX_PLACES}")
     fee = Decimal(f"1E-{MAX_PLACES + 6}")  # per request: as fine per million requests
     rates = _flat((finest, finest, finest, finest, finest, fee))
-    assert rates.cost(10**6, 0, 0, 0, 0) == finest + fee
-    assert rates.nano(10**6, 0, 0, 0, 0) == 0
-    assert rates.nano(10**6, 0, 0, 0, 0, round_up=True) == 1
+    assert _cost(rates, 10**6, 0, 0, 0, 0) == finest + fee
+    assert _nano(rates, 10**6, 0, 0, 0, 0) == 0
+    assert _nano(rates, 10**6, 0, 0, 0, 0, round_up=True) == 1

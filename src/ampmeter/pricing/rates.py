@@ -88,33 +88,11 @@ class Rates:
         object.__setattr__(self, "places", places)
         object.__setattr__(self, "scaled", scaled)
 
-    def cost(
-        self, inp: int, out: int, cache_read: int, cache_write: int, reasoning: int
-    ) -> Decimal:
-        """Exact USD for one call with these (already validated) counts."""
-        units, places = self._units(inp, out, cache_read, cache_write, reasoning)
-        return Decimal(f"{units}E-{places}")
-
-    def nano(
-        self,
-        inp: int,
-        out: int,
-        cache_read: int,
-        cache_write: int,
-        reasoning: int,
-        what: str = "price",
-        *,
-        round_up: bool = False,
-    ) -> int:
-        """:meth:`cost` in whole nano-dollars, rounded half to even, or up (``round_up``: what
-        a reservation holds); ``ValueError`` naming ``what`` beyond what an int64 counts."""
-        units, places = self._units(inp, out, cache_read, cache_write, reasoning)
-        return money.scaled_nano(units, places, what, round_up=round_up)
-
-    def _units(
+    def units(
         self, inp: int, out: int, cache_read: int, cache_write: int, reasoning: int
     ) -> tuple[int, int]:
-        """The exact cost as ``units`` × 10**-``places`` USD."""
+        """The exact cost of one call with these (already validated) counts, as ``units`` ×
+        10**-``places`` USD."""
         r = self
         if self.bands is not None:
             for threshold, band in self.bands:

@@ -8,16 +8,15 @@ its ``pricing`` (``ExecutionContext(pricing=...)``; children inherit it). Anythi
   user's prices), imported when the first call needs a price, so that making a context does
   not load the table. A context checks a call's counts where they enter (``llm_call``,
   ``record``) and counts money in nano-dollars, so TABLE prices its calls without checking
-  them again, in integers (:func:`~ampmeter.pricing.table.price_nano`,
-  :func:`~ampmeter.pricing.table.estimate_nano`);
+  them again, in integers (:class:`~ampmeter.pricing.plan.TablePlan`);
 * :data:`NO_PRICES`: prices nothing. Every call without a cost of its own is ``unpriced``
   (never $0), so under a cost limit it is refused unless it carries an ``estimate_usd``
   (``on_unpriced`` decides); for tests and embedders that bring their own costs;
 * the module :mod:`ampmeter.pricing`, or an embedder's own object. Its dollars are read as
   every amount a user gives is (:func:`ampmeter.money.to_nano`: a float as written).
 
-A context prices through :func:`in_nano`, which gives each of these the same two functions in
-nano-dollars (:class:`NanoPricing`).
+A call is estimated and priced through the plan of its model (:func:`plan_for`:
+:mod:`ampmeter.pricing.plan`), found once per call.
 """
 
 from __future__ import annotations
@@ -37,17 +36,18 @@ from ampmeter.node import (
 )
 
 if TYPE_CHECKING:
+    from ampmeter.pricing.plan import PricePlan, TablePlan
     from ampmeter.pricing.table import PriceResult
 
 __all__ = [
     "META_COST_CLAMPED",
     "NO_PRICES",
     "TABLE",
-    "NanoPricing",
     "Pricing",
     "checked",
-    "in_nano",
+    "plan_for",
     "price_call",
+    "table_plan",
 ]
 
 META_COST_CLAMPED: Final = "cost_clamped"  # priced past what money counts: the most it counts
@@ -63,36 +63,16 @@ class Pricing(Protocol):
     def estimate(self, *args: Any, **kwargs: Any) -> Decimal | None: ...
 
 
-class NanoPricing(Protocol):
-    """A context's pricing as it prices calls: in whole nano-dollars, for counts it checked."""
-
-    def price_nano(self, model: str, provider: str | None, *counts: int) -> tuple[int | None, str]:
-        """The cost of an ended call with ``counts`` (its input, output, cached, cache-write
-        and reasoning tokens, in that order: ``_COUNTS``), rounded half to even (None when
-        unpriced), and the pricing version."""
-        ...
-
-    def estimate_nano(
-        self, model: str, provider: str | None, prompt_tokens: int, max_tokens: int | None
-    ) -> int | None:
-        """What a call may cost before it is made, rounded up (None when unpriced)."""
-        ...
-
-
 class _Table:
-    """:mod:`ampmeter.pricing`'s ``price`` and ``estimate``, and their nano-dollar forms for
-    counts a context has checked already (:func:`~ampmeter.pricing.table.price_nano`,
-    :func:`~ampmeter.pricing.table.estimate_nano`), imported when the first call needs a price
-    and kept on this object from then on."""
+    """:mod:`ampmeter.pricing`'s ``price`` and ``estimate``, imported when first called and
+    kept on this object from then on (a context prices its calls through :func:`plan_for`)."""
 
     # Declared for the type checker; each is set on first use by __getattr__.
     price: Callable[..., PriceResult]
     estimate: Callable[..., Decimal | None]
-    price_nano: Callable[..., tuple[int | None, str]]
-    estimate_nano: Callable[..., int | None]
 
     def __getattr__(self, name: str) -> Any:
-        if name not in ("price", "estimate", "price_nano", "estimate_nano"):
+        if name not in ("price", "estimate"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         from ampmeter.pricing import table
 
@@ -122,47 +102,8 @@ class _NoPrices:
     def estimate(self, model: str, provider: str | None = None, **sizes: Any) -> Decimal | None:
         return None
 
-    def price_nano(self, model: str, provider: str | None, *tokens: int) -> tuple[None, str]:
-        return None, ""
-
-    def estimate_nano(self, model: str, provider: str | None, *sizes: int | None) -> None:
-        return None
-
     def __repr__(self) -> str:
         return "ampmeter.pricing.NO_PRICES"
-
-
-# The counts an ended call is priced by, in the order NanoPricing.price_nano takes them.
-_COUNTS: Final = (
-    "input_tokens",
-    "output_tokens",
-    "cached_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-)
-
-
-class _InNano:
-    """Another pricing's dollars in nano-dollars, as :func:`ampmeter.money.to_nano` reads any
-    amount a user gives (a price may be a Decimal or a float of dollars)."""
-
-    __slots__ = ("pricing",)
-
-    def __init__(self, pricing: Pricing) -> None:
-        self.pricing = pricing
-
-    def price_nano(self, model: str, provider: str | None, *counts: int) -> tuple[int | None, str]:
-        result = self.pricing.price(model, provider, **dict(zip(_COUNTS, counts, strict=True)))
-        cost = result.cost_usd
-        return None if cost is None else money.to_nano(cost, "price"), result.pricing_version
-
-    def estimate_nano(
-        self, model: str, provider: str | None, prompt_tokens: int, max_tokens: int | None
-    ) -> int | None:
-        found = self.pricing.estimate(
-            model, provider, prompt_tokens=prompt_tokens, max_tokens=max_tokens
-        )
-        return None if found is None else money.to_nano(found, "the price estimate", round_up=True)
 
 
 TABLE: Pricing = _Table()
@@ -185,17 +126,42 @@ def checked(pricing: object) -> Pricing | None:
     return pricing  # type: ignore[return-value]
 
 
-def in_nano(pricing: Pricing) -> NanoPricing:
-    """``pricing`` as a context prices with it, in nano-dollars (made once per context)."""
-    if isinstance(pricing, (_Table, _NoPrices)):
-        return pricing
-    return _InNano(pricing)
+_PLANS_MAX: Final = 4096
+_plans: dict[tuple[str, str | None], TablePlan] = {}
+
+
+def plan_for(pricing: Pricing, model: str, provider: str | None) -> PricePlan:
+    """The price plan of ``model`` at ``provider`` under a context's ``pricing``: for
+    :data:`TABLE` compiled once per name and kept (it follows later changes of the table and
+    the user's prices itself); ``TypeError``/``ValueError`` for a model or provider that is not
+    a name."""
+    if pricing is not TABLE:
+        from ampmeter.pricing.plan import AskedPlan
+
+        return AskedPlan(pricing, model, provider)
+    return table_plan(model, provider)
+
+
+def table_plan(model: str, provider: str | None) -> TablePlan:
+    """:func:`plan_for` of :data:`TABLE`."""
+    try:
+        plan = _plans.get((model, provider))
+    except TypeError:  # not a name at all, which model_arg reports
+        plan = None
+    if plan is not None:
+        return plan
+    from ampmeter.pricing.plan import TablePlan
+    from ampmeter.pricing.user_prices import model_arg, provider_arg
+
+    plan = TablePlan(model_arg(model), provider_arg(provider))
+    if len(_plans) >= _PLANS_MAX:
+        _plans.clear()
+    _plans[model, provider] = plan
+    return plan
 
 
 def price_call(
-    pricing: NanoPricing,
-    model: str | None,
-    provider: str | None,
+    plan: PricePlan | None,
     cost: int | None,
     recorded: bool,
     tokens_in: int,
@@ -207,8 +173,9 @@ def price_call(
     estimated: bool = False,
 ) -> tuple[int, dict[str, Any], int]:
     """What an ended LLM (or embedding) call cost in nano-dollars, the metadata its price
-    leaves, and 1 when it is unpriced (else 0). The cost is ``cost`` as given, else
-    ``pricing``'s (unpriced when the model is unknown or the call recorded nothing), with
+    leaves, and 1 when it is unpriced (else 0). The cost is ``cost`` as given, else its model's
+    ``plan``'s (unpriced without a model, when the model is unknown or when the call recorded
+    nothing), with
     ``cost_status`` ``"estimated"`` when the counts were ``estimated`` (the provider reported
     none, so they are ampmeter's). A price beyond what money counts (a provider reporting
     absurd usage: 2**53 tokens of a $10 per million model) is charged as the most it counts,
@@ -218,13 +185,11 @@ def price_call(
     clamped = False
     if cost is not None:
         status = "given"
-    elif not model or not recorded:
+    elif plan is None or not recorded:
         cost, status = 0, "unpriced"
     else:
         try:
-            found, version = pricing.price_nano(
-                model, provider, tokens_in, tokens_out, cached, cache_writes, reasoning
-            )
+            found, version = plan.price_nano(tokens_in, tokens_out, cached, cache_writes, reasoning)
         except money.TooLargeToCount:
             found, clamped = money.MAX_NANO, True
         if found is None:

@@ -24,29 +24,20 @@ from __future__ import annotations
 import math
 import operator
 from decimal import Decimal
-from typing import Final, Literal, NamedTuple, SupportsIndex, cast
+from typing import Literal, NamedTuple, SupportsIndex, cast
 
 from ampmeter import money
-from ampmeter.pricing import genai_table, request_size, user_prices
-from ampmeter.pricing.genai_table import (
-    DatedRates,
-    Unpriced,
-    load,
-    split_provider,
-    table_entry,
-    table_version,
-)
-from ampmeter.pricing.max_output import max_output_tokens
-from ampmeter.pricing.rates import Rates
+from ampmeter.pricing import request_size
+from ampmeter.pricing.genai_table import load, split_provider, table_version
+from ampmeter.pricing.plan import DEFAULT_ESTIMATE_OUTPUT_TOKENS
 from ampmeter.pricing.request_size import CHARS_PER_TOKEN
+from ampmeter.pricing.source import table_plan
 from ampmeter.pricing.user_prices import (
     USER_PRICING_VERSION,
     clear_prices,
     model_arg,
-    provider_arg,
     remove_price,
     set_price,
-    user_rates,
 )
 
 __all__ = [
@@ -57,10 +48,8 @@ __all__ = [
     "PricingStatus",
     "clear_prices",
     "estimate",
-    "estimate_nano",
     "load",
     "price",
-    "price_nano",
     "remove_price",
     "set_price",
     "split_provider",
@@ -68,10 +57,6 @@ __all__ = [
 ]
 
 PricingStatus = Literal["priced", "unpriced"]
-
-DEFAULT_ESTIMATE_OUTPUT_TOKENS: Final = 1024
-"""Output tokens :func:`estimate` assumes when the call sets no ``max_tokens`` and the model's
-maximum output is not in :mod:`ampmeter.pricing.max_output`'s table."""
 
 
 class PriceResult(NamedTuple):
@@ -134,68 +119,10 @@ def price(
             f"reasoning_tokens ({reasoning_tokens}) exceed output_tokens ({output_tokens}); "
             "reasoning tokens are part of the output"
         )
-    rates = _rates_of(model, provider)
-    if isinstance(rates, Unpriced):
-        return PriceResult(None, rates.version, "unpriced")
-    cost = rates.cost(
+    cost, version = table_plan(model, provider).price_usd(
         input_tokens, output_tokens, cached_tokens, cache_write_tokens, reasoning_tokens
     )
-    return PriceResult(cost, rates.version, "priced")
-
-
-def price_nano(
-    model: str,
-    provider: str | None,
-    input_tokens: int,
-    output_tokens: int,
-    cached_tokens: int,
-    cache_write_tokens: int,
-    reasoning_tokens: int,
-) -> tuple[int | None, str]:
-    """:func:`price` of counts already checked, in whole nano-dollars (rounded half to even;
-    None when unpriced), and the pricing version: a context checks a call's counts when they
-    are recorded and counts money in nano-dollars, so :data:`~ampmeter.pricing.TABLE` prices
-    its calls with this. The model and provider names are checked here."""
-    rates = _rates_of(model, provider)
-    if isinstance(rates, Unpriced):
-        return None, rates.version
-    cost = rates.nano(
-        input_tokens, output_tokens, cached_tokens, cache_write_tokens, reasoning_tokens
-    )
-    return cost, rates.version
-
-
-_Entry = Rates | DatedRates | Unpriced
-# (model, provider) -> (table source, user price changes, entry): each name's rates resolved
-# once, and again only when the table's source or the user's prices change since.
-_resolved: dict[tuple[str, str | None], tuple[object, int, _Entry]] = {}
-_RESOLVED_MAX: Final = 4096
-
-
-def _rates_of(model: str, provider: str | None) -> Rates | Unpriced:
-    """The rates in force for ``model`` at ``provider``: a user price, else the table's. A
-    name not resolved before is checked first (``TypeError``/``ValueError`` naming it)."""
-    source, changes = genai_table.source(), user_prices.changes
-    try:
-        resolved_from, resolved_at, rates = _resolved[model, provider]
-    except (KeyError, TypeError):  # TypeError: not a name at all, which _resolve reports
-        rates = _resolve(model, provider, source, changes)
-    else:
-        if resolved_from is not source or resolved_at != changes:
-            rates = _resolve(model, provider, source, changes)
-    if isinstance(rates, DatedRates):
-        return rates.in_force() or Unpriced(rates.version)
-    return rates
-
-
-def _resolve(model: str, provider: str | None, source: object, changes: int) -> _Entry:
-    model, provider = model_arg(model), provider_arg(provider)
-    user = user_rates(model, provider)
-    rates = user if user is not None else table_entry(model, provider)
-    if len(_resolved) >= _RESOLVED_MAX:
-        _resolved.clear()
-    _resolved[model, provider] = (source, changes, rates)
-    return rates
+    return PriceResult(cost, version, "unpriced" if cost is None else "priced")
 
 
 def estimate(
@@ -224,19 +151,5 @@ def estimate(
     else:
         n_in = 0
     n_out = None if max_tokens is None else _count("max_tokens", max_tokens)
-    cost = estimate_nano(model, provider, n_in, n_out)
+    cost = table_plan(model, provider).estimate_nano(n_in, n_out)
     return None if cost is None else money.from_nano(cost)
-
-
-def estimate_nano(
-    model: str, provider: str | None, prompt_tokens: int, max_tokens: int | None
-) -> int | None:
-    """:func:`estimate` of counts already checked, in whole nano-dollars (None when unpriced):
-    what a context reserves for a call, whose counts it checked when the call was made. The
-    model and provider names are checked here."""
-    rates = _rates_of(model, provider)
-    if isinstance(rates, Unpriced):
-        return None
-    if max_tokens is None:
-        max_tokens = max_output_tokens(model) or DEFAULT_ESTIMATE_OUTPUT_TOKENS
-    return rates.nano(prompt_tokens, max_tokens, 0, 0, 0, "the price estimate", round_up=True)
