@@ -19,7 +19,7 @@ import pytest
 
 from ampmeter import ExecutionContext, LimitExceeded
 from ampmeter.pricing import request_size, stored_state
-from ampmeter.pricing.context_window import context_window
+from ampmeter.pricing.genai_table import context_window
 from ampmeter.pricing.request_size import RequestSize
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import BillingProvider, recorded

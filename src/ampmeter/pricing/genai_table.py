@@ -11,6 +11,7 @@ that provider.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import threading
@@ -24,11 +25,13 @@ from ampmeter.pricing import _cache as _price_cache
 from ampmeter.pricing.rates import Rates, compile_price, rates_from_json, rates_to_json
 
 if TYPE_CHECKING:
-    from genai_prices.types import ModelInfo, ModelPrice, PriceCalculation
+    from genai_prices.types import ModelInfo, PriceCalculation
 
 __all__ = [
+    "DEFAULT_CONTEXT_WINDOW",
     "DatedRates",
     "Unpriced",
+    "context_window",
     "load",
     "now",
     "source",
@@ -130,7 +133,7 @@ class DatedRates:
         if moment < until:
             return rates
         stamp = datetime.fromtimestamp(moment, _UTC)
-        rates = _compiled(self.model_info.get_prices(stamp), self.version)
+        rates = compile_price(self.model_info.get_prices(stamp), self.version)
         self.state = (_next_change(self.model_info, stamp), rates)
         return rates
 
@@ -166,20 +169,6 @@ def _as_utc(moment: time) -> time:
     return datetime.combine(date(1970, 1, 1), moment).astimezone(_UTC).timetz()
 
 
-# id(ModelPrice) -> (the ModelPrice, kept alive so its id stays unique, its compiled rates)
-_compiled_prices: dict[tuple[int, str], tuple[object, Rates | None]] = {}
-
-
-def _compiled(model_price: ModelPrice, version: str) -> Rates | None:
-    key = (id(model_price), version)
-    hit = _compiled_prices.get(key)
-    if hit is not None and hit[0] is model_price:
-        return hit[1]
-    rates = compile_price(model_price, version)
-    _compiled_prices[key] = (model_price, rates)
-    return rates
-
-
 @lru_cache(maxsize=4096)
 def _table_entry(model: str, provider: str | None, generation: int) -> Rates | DatedRates | None:
     """Resolve ``model`` in the table and keep the answer in the disk index; ``generation``
@@ -196,19 +185,15 @@ def _resolve(model: str, provider: str | None) -> PriceCalculation | None:
     assert table is not None  # _current_table() ran first
     from genai_prices import Usage
 
+    usage = Usage(input_tokens=0, output_tokens=0)
     try:
-        return table.calc_price(Usage(input_tokens=0, output_tokens=0), model, provider_id=provider)
+        return table.calc_price(usage, model, provider_id=provider)
     except LookupError:
         prefixed = split_provider(model)
-        if prefixed is None:
-            return None
-        named_provider, named_model = prefixed
-        try:
-            return table.calc_price(
-                Usage(input_tokens=0, output_tokens=0), named_model, provider_id=named_provider
-            )
-        except LookupError:
-            return None
+    if prefixed is not None:
+        with contextlib.suppress(LookupError):
+            return table.calc_price(usage, prefixed[1], provider_id=prefixed[0])
+    return None
 
 
 def table_model_id(model: str, provider: str | None) -> str | None:
@@ -217,6 +202,23 @@ def table_model_id(model: str, provider: str | None) -> str | None:
     _current_table()
     calc = _resolve(model, provider)
     return None if calc is None else str(calc.model.id)
+
+
+DEFAULT_CONTEXT_WINDOW: Final = 2_097_152
+"""The context window taken for a model the price table does not know: 2M tokens, the
+largest window of the common hosted models (Gemini 1.5 Pro's)."""
+
+
+@lru_cache(maxsize=1_024)
+def context_window(model: str | None) -> int:
+    """The most input tokens ``model`` takes in one request, as the price table gives it (the
+    ceiling on provider-kept state of unknown size), else :data:`DEFAULT_CONTEXT_WINDOW`."""
+    if not model:
+        return DEFAULT_CONTEXT_WINDOW
+    _current_table()
+    calc = _resolve(model, None)
+    window = None if calc is None else calc.model.context_window
+    return window if isinstance(window, int) and window > 0 else DEFAULT_CONTEXT_WINDOW
 
 
 def _look_up(model: str, provider: str | None) -> Rates | DatedRates | None:

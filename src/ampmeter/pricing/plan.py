@@ -42,7 +42,9 @@ _State = tuple[object, int, DatedRates | None, Rates | None, str]
 
 
 class TablePlan:
-    """The table's (or the user's) prices of one model at one provider (see the module docs)."""
+    """The table's (or the user's) prices of one model at one provider (see the module docs).
+    Whether the model has a price is whether :meth:`estimate_nano` gives one (None: unpriced),
+    as of that moment: a price set later prices it from then on."""
 
     __slots__ = ("_state", "model", "output_bound", "output_default", "provider")
 
@@ -58,7 +60,7 @@ class TablePlan:
 
     def _compile(self) -> _State:
         # Read before resolving: a change made meanwhile is seen, and compiled, on the next use.
-        source, changes = genai_table.source(), user_prices.changes
+        source, changes = genai_table.source(), user_prices.book.changes
         entry: Rates | DatedRates | Unpriced | None = user_rates(self.model, self.provider)
         if entry is None:
             entry = table_entry(self.model, self.provider)
@@ -77,7 +79,7 @@ class TablePlan:
         """The exact cost as ``units`` × 10**-``places`` USD (``units`` None when unpriced) by
         the rates in force now, and their pricing version."""
         source, changes, dated, rates, version = self._state
-        if source is not genai_table.source() or changes != user_prices.changes:
+        if source is not genai_table.source() or changes != user_prices.book.changes:
             source, changes, dated, rates, version = self._compile()
         if dated is not None:
             rates = dated.in_force()
@@ -113,11 +115,6 @@ class TablePlan:
         units, places, version = self._units(inp, out, cache_read, cache_write, reasoning)
         return None if units is None else Decimal(f"{units}E-{places}"), version
 
-    @property
-    def priced(self) -> bool:
-        """Whether the model has a price now (a price set later prices it from then on)."""
-        return self._units(0, 0, 0, 0, 0)[0] is not None
-
 
 class AskedPlan:
     """Another pricing (:data:`~ampmeter.pricing.NO_PRICES`, an embedder's), asked for each
@@ -151,11 +148,6 @@ class AskedPlan:
         )
         cost = result.cost_usd
         return None if cost is None else money.to_nano(cost, "price"), result.pricing_version
-
-    @property
-    def priced(self) -> bool:
-        """Whether the pricing estimates a call of the model."""
-        return self.estimate_nano(0, 0) is not None
 
 
 PricePlan = TablePlan | AskedPlan

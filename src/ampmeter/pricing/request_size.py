@@ -1,35 +1,23 @@
 """How many input tokens a request will be billed for, before it is sent.
 
-A request is *measured* once (:class:`RequestSize`) by the estimator of its wire format, from
-everything its provider bills as input (see :mod:`~ampmeter.pricing.wire_chat`,
-:mod:`~ampmeter.pricing.wire_responses`, :mod:`~ampmeter.pricing.wire_anthropic`,
-:mod:`~ampmeter.pricing.wire_gemini`); the measure does not depend on the estimate mode.
-:func:`input_tokens` turns a measure into tokens for a model:
+A request is *measured* once (:class:`RequestSize`) by the estimator of its wire format (the
+``wire_*`` modules), from everything its provider bills as input; the measure does not depend
+on the estimate mode. :func:`input_tokens` turns a measure into tokens for a model, in the two
+modes docs/containment.md explains ("What a request is estimated at"): ``"bound"``, a ceiling
+no tokenizer can exceed (no token is shorter than one UTF-8 byte; with the
+``ampmeter[tokenizer]`` extra, an OpenAI model's own encoding, each piece of text on its own as
+the provider renders it), and ``"learned"`` (the default), the text times a ratio learned per
+model, never more than the bound.
 
-- ``"bound"``: a ceiling no tokenizer can exceed: the UTF-8 bytes of all text (no token is
-  shorter than one byte), plus the framing and the media tokens. With the
-  ``ampmeter[tokenizer]`` extra switched on, an OpenAI model's text is counted by its own
-  encoding instead (each piece of text on its own, as the provider renders each message's
-  content on its own): the ceiling for that encoding, about a quarter of the bytes for prose.
-- ``"learned"`` (the default): the text's characters times a tokens-per-character ratio
-  learned per model, plus framing and media tokens, never more than the bound. With the
-  tokenizer, OpenAI models' text is counted by their own encoding instead, times a learned
-  correction.
-
-**What is learned, and how fast.** A model's ratio starts at :data:`PRIOR_RATIO`, one token a
-character: four times what English prose comes to, and more than dense text (code, JSON,
-non-Latin scripts: 1.6 to 2.5 times characters/4) is billed, so the first calls, reserved
-before any has settled, cannot overshoot a cap. When a call settles, :func:`learn` compares
-the input tokens the provider billed with the measure of the *same whole request*: the billed
-tokens less framing and media, over the characters (or tokenizer tokens) of all its text, is
-one observation of the model's ratio. An observation above the request's bytes per character
-(more tokens than any tokenizer makes: something was billed that the body did not show) is
-cut to it; one below :data:`MIN_RATIO` (the fixed parts were over-counted) teaches nothing.
-The ratio then moves to the observation, but by at most ×1.4 up and ÷1.25 down per call: it
-comes down from the prior to prose's four characters a token in seven calls, never below what
-it saw, and one odd call can raise later estimates by at most 1.4×. Requests under
-:data:`MIN_LEARN_CHARS` characters (framing dominates them) teach nothing. Each model keeps
-its own ratio, for the life of the process (each process of a shared scope learns its own).
+What is learned (:func:`learn`): the input tokens the provider billed, less framing and media,
+over the characters (or tokenizer tokens) of the *same whole request*, is one observation of
+the model's ratio. The ratio starts at :data:`PRIOR_RATIO`, a token a character, so that the
+first calls, reserved before any has settled, cannot overshoot a cap. An observation above the
+request's bytes per character (something was billed that the body did not show) is cut to it;
+one below :data:`MIN_RATIO` (the fixed parts were over-counted) teaches nothing. The ratio moves
+by at most :data:`MAX_STEP_UP` up and :data:`MAX_STEP_DOWN` down per call, so one odd call
+cannot distort later estimates. Requests under :data:`MIN_LEARN_CHARS` characters (framing
+dominates them) teach nothing. Each process learns its own ratios.
 """
 
 from __future__ import annotations

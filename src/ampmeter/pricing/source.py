@@ -139,7 +139,11 @@ def plan_for(pricing: Pricing, model: str, provider: str | None) -> PricePlan:
         from ampmeter.pricing.plan import AskedPlan
 
         return AskedPlan(pricing, model, provider)
-    return table_plan(model, provider)
+    try:
+        plan = _plans.get((model, provider))
+    except TypeError:  # not a name at all, which table_plan reports
+        plan = None
+    return table_plan(model, provider) if plan is None else plan
 
 
 def table_plan(model: str, provider: str | None) -> TablePlan:

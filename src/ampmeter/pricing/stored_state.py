@@ -127,7 +127,7 @@ def unknown_state_tokens(model: str | None, mode: str) -> int:
     """The tokens to reserve for stored state of unknown size continued by a request to
     ``model``: its context window in ``"bound"`` mode (no request can be billed more input);
     in ``"learned"`` mode the largest input seen for the model, else its context window."""
-    from ampmeter.pricing.context_window import context_window
+    from ampmeter.pricing.genai_table import context_window
 
     if mode == "learned":
         seen = largest_input(model)

@@ -10,13 +10,11 @@ pattern over a shorter one. Prices are read as written (``0.005`` is exactly 0.0
 
 from __future__ import annotations
 
-import fnmatch
-import threading
 from decimal import Decimal
 from typing import Final
 
 from ampmeter import money
-from ampmeter.pricing.user_prices import is_pattern
+from ampmeter.pricing.price_book import PriceBook, is_pattern
 
 __all__ = [
     "MAX_TOOL_USD",
@@ -30,9 +28,7 @@ MAX_TOOL_USD: Final = Decimal(10**9)
 """The highest price of one tool call, in dollars: far above any, and well inside what the
 ledgers count (a larger one would only make every call of the tool slow to price)."""
 
-_exact: dict[str, Decimal] = {}
-_patterns: tuple[tuple[str, Decimal], ...] = ()  # longest pattern first
-_lock = threading.Lock()
+_book: PriceBook[Decimal] = PriceBook()  # by (name, None): names match case-sensitively
 
 
 def _name_arg(name: object) -> str:
@@ -53,46 +49,23 @@ def set_tool_price(name_or_pattern: str, *, usd: Decimal | float | int | str) ->
     amount = money.usd(usd, "usd")
     if amount > MAX_TOOL_USD:
         raise ValueError(f"usd must be at most {MAX_TOOL_USD:,} dollars a call, got {amount:.6E}")
-    global _exact, _patterns
-    with _lock:
-        if is_pattern(name):
-            kept = [p for p in _patterns if p[0] != name]
-            _patterns = tuple(sorted([*kept, (name, amount)], key=lambda p: -len(p[0])))
-        else:
-            _exact = {**_exact, name: amount}
+    _book.set((name, None), amount)
 
 
 def remove_tool_price(name_or_pattern: str) -> None:
     """Remove a price set with :func:`set_tool_price`; ``KeyError`` if there is none."""
     name = _name_arg(name_or_pattern)
-    global _exact, _patterns
-    with _lock:
-        if is_pattern(name):
-            if not any(p[0] == name for p in _patterns):
-                raise KeyError(f"no tool price was set for pattern {name!r}")
-            _patterns = tuple(p for p in _patterns if p[0] != name)
-        elif name in _exact:
-            _exact = {k: v for k, v in _exact.items() if k != name}
-        else:
-            raise KeyError(f"no tool price was set for tool {name!r}")
+    if not _book.remove((name, None)):
+        kind = "pattern" if is_pattern(name) else "tool"
+        raise KeyError(f"no tool price was set for {kind} {name!r}")
 
 
 def clear_tool_prices() -> None:
     """Remove every tool price."""
-    global _exact, _patterns
-    with _lock:
-        _exact = {}
-        _patterns = ()
+    _book.clear()
 
 
 def tool_price(name: str) -> Decimal | None:
     """The dollars one call of tool ``name`` costs, or None when no price covers it (unpriced,
     which is not the same as a price of zero)."""
-    exact, patterns = _exact, _patterns
-    found = exact.get(name)
-    if found is not None or not patterns:
-        return found
-    for pattern, amount in patterns:
-        if fnmatch.fnmatchcase(name, pattern):
-            return amount
-    return None
+    return _book.find((name,))

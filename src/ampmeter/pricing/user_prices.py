@@ -2,25 +2,22 @@
 
 Rates are read as written (:func:`ampmeter.money.usd`: ``0.3`` is exactly ``Decimal("0.3")``).
 Names match case-insensitively (:func:`ampmeter.pricing.names.user_price_names`), exactly
-or as fnmatch patterns (``"ft:gpt-4o-mini*"``): an exact price wins over a pattern, a longer
-pattern over a shorter one. The tables are replaced, never changed in place, so reading them
-needs no lock.
+or as fnmatch patterns (``"ft:gpt-4o-mini*"``): a :class:`~ampmeter.pricing.price_book.PriceBook`.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import threading
 from decimal import Decimal
 from typing import Final
 
 from ampmeter.pricing.names import user_price_names
+from ampmeter.pricing.price_book import PriceBook, is_pattern
 from ampmeter.pricing.rates import Rates, rate_arg
 
 __all__ = [
     "USER_PRICING_VERSION",
+    "book",
     "clear_prices",
-    "is_pattern",
     "model_arg",
     "provider_arg",
     "remove_price",
@@ -32,19 +29,9 @@ USER_PRICING_VERSION: Final = "user"
 """``pricing_version`` of a price that comes from :func:`set_price`."""
 
 _ZERO: Final = Decimal(0)
-_PATTERN_CHARS: Final = frozenset("*?[")
 
-_exact: dict[tuple[str, str | None], Rates] = {}
-# (pattern, provider, rates), longest pattern first.
-_patterns: tuple[tuple[str, str | None, Rates], ...] = ()
-_lock = threading.Lock()
-changes = 0
-"""How many times the user's prices changed: an answer resolved from them holds while this does."""
-
-
-def is_pattern(name: str) -> bool:
-    """Whether ``name`` is an fnmatch pattern (holds ``*``, ``?`` or ``[``)."""
-    return not _PATTERN_CHARS.isdisjoint(name)
+book: PriceBook[Rates] = PriceBook()
+"""The prices :func:`set_price` set, by ``(model, provider)`` in lower case."""
 
 
 def model_arg(model: object) -> str:
@@ -107,58 +94,27 @@ def set_price(
         if cache_write_per_mtok is None
         else rate_arg(cache_write_per_mtok, "cache_write_per_mtok")
     )
-    rates = Rates(r_in, r_out, r_cr, r_cw, r_out, _ZERO, version=USER_PRICING_VERSION)
-    global _exact, _patterns, changes
-    with _lock:
-        changes += 1
-        if is_pattern(key[0]):
-            kept = [p for p in _patterns if (p[0], p[1]) != key]
-            _patterns = tuple(sorted([*kept, (*key, rates)], key=lambda p: -len(p[0])))
-        else:
-            _exact = {**_exact, key: rates}
+    book.set(key, Rates(r_in, r_out, r_cr, r_cw, r_out, _ZERO, version=USER_PRICING_VERSION))
 
 
 def remove_price(model: str, *, provider: str | None = None) -> None:
     """Remove a price set with :func:`set_price`; ``KeyError`` if there is none."""
     key = _key(model_arg(model), provider_arg(provider))
-    where = "" if provider is None else f" for provider {provider!r}"
-    global _exact, _patterns, changes
-    with _lock:
-        changes += 1
-        if is_pattern(key[0]):
-            if not any((p[0], p[1]) == key for p in _patterns):
-                raise KeyError(f"no price was set for pattern {model!r}{where}")
-            _patterns = tuple(p for p in _patterns if (p[0], p[1]) != key)
-            return
-        if key not in _exact:
-            raise KeyError(f"no price was set for model {model!r}{where}")
-        _exact = {k: v for k, v in _exact.items() if k != key}
+    if not book.remove(key):
+        kind = "pattern" if is_pattern(key[0]) else "model"
+        where = "" if provider is None else f" for provider {provider!r}"
+        raise KeyError(f"no price was set for {kind} {model!r}{where}")
 
 
 def clear_prices() -> None:
     """Remove every price set with :func:`set_price` (the table is untouched)."""
-    global _exact, _patterns, changes
-    with _lock:
-        changes += 1
-        _exact = {}
-        _patterns = ()
+    book.clear()
 
 
 def user_rates(model: str, provider: str | None) -> Rates | None:
     """The price :func:`set_price` gave ``model`` (exact first, then patterns), or None."""
-    exact, patterns = _exact, _patterns
-    if not exact and not patterns:
+    if not book:
         return None
     names, prefix = user_price_names(model)
     provider = provider if provider is not None else prefix
-    providers = (None,) if provider is None else (provider.lower(), None)
-    for name in names:
-        for wanted in providers:
-            rates = exact.get((name, wanted))
-            if rates is not None:
-                return rates
-    for name in names:
-        for pattern, pattern_provider, rates in patterns:
-            if pattern_provider in providers and fnmatch.fnmatchcase(name, pattern):
-                return rates
-    return None
+    return book.find(names, (None,) if provider is None else (provider.lower(), None))
