@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from ampmeter.pricing.names import longest_prefix
+
 __all__ = ["DEFAULT_OUTPUT_BOUND", "max_output_tokens", "output_bound"]
 
 DEFAULT_OUTPUT_BOUND: Final = 32_768
@@ -52,13 +54,8 @@ def output_bound(model: str | None, max_tokens: int | None) -> int:
 
 def _lookup(model: str) -> int | None:
     table = _load()
-    name = model.rpartition("/")[2].lower()
-    matches = [
-        entry
-        for entry in table
-        if name.startswith(entry) and (len(name) == len(entry) or name[len(entry)] in _SEPARATORS)
-    ]
-    return table[max(matches, key=len)] if matches else None
+    found = longest_prefix(table, model, _SEPARATORS)
+    return None if found is None else table[found]
 
 
 def _load() -> dict[str, int]:

@@ -11,9 +11,25 @@ matches it: in lower case, without a provider prefix the table knows (``openai/m
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import lru_cache
 
-__all__ = ["model_identity", "user_price_names"]
+__all__ = ["longest_prefix", "model_identity", "user_price_names"]
+
+
+def longest_prefix(prefixes: Iterable[str], model: object, separators: str = "") -> str | None:
+    """The longest of ``prefixes`` that ``model``'s name (in lower case, without a provider
+    prefix) starts with, or None: the rule every per-family table (output limits, encodings,
+    image and tool-prompt rules) is read by. With ``separators``, only a prefix followed by one
+    of them or by the end of the name counts (``gpt-4`` is not ``gpt-40``)."""
+    name = model.rpartition("/")[2].lower() if isinstance(model, str) else ""
+    found: str | None = None
+    for prefix in prefixes:
+        if not name.startswith(prefix) or (found is not None and len(found) >= len(prefix)):
+            continue
+        if not separators or len(name) == len(prefix) or name[len(prefix)] in separators:
+            found = prefix
+    return found
 
 
 def user_price_names(model: str) -> tuple[list[str], str | None]:

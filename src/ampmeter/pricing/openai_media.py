@@ -20,26 +20,27 @@ import math
 from typing import Final
 
 from ampmeter.pricing import media
+from ampmeter.pricing.names import longest_prefix
 
 __all__ = ["audio_tokens", "file_tokens", "image_tokens", "url_image_tokens"]
 
-# (model prefix, base tokens, tokens per tile); the longest matching prefix wins.
-_TILE_RULES: Final = (
-    ("gpt-4o-mini", 2833, 5667),
-    ("gpt-5", 70, 140),
-    ("o1", 75, 150),
-    ("o3", 75, 150),
-    ("computer-use", 65, 129),
-)
+# Model prefix -> (base tokens, tokens per tile); the longest matching prefix wins.
+_TILE_RULES: Final = {
+    "gpt-4o-mini": (2833, 5667),
+    "gpt-5": (70, 140),
+    "o1": (75, 150),
+    "o3": (75, 150),
+    "computer-use": (65, 129),
+}
 _DEFAULT_TILE: Final = (85, 170)  # gpt-4o, gpt-4.1, gpt-4.5 and models not listed
-# (model prefix, tokens per 32-pixel patch)
-_PATCH_RULES: Final = (
-    ("gpt-4.1-mini", 1.62),
-    ("gpt-4.1-nano", 2.46),
-    ("gpt-5-mini", 1.62),
-    ("gpt-5-nano", 2.46),
-    ("o4-mini", 1.72),
-)
+# Model prefix -> tokens per 32-pixel patch
+_PATCH_RULES: Final = {
+    "gpt-4.1-mini": 1.62,
+    "gpt-4.1-nano": 2.46,
+    "gpt-5-mini": 1.62,
+    "gpt-5-nano": 2.46,
+    "o4-mini": 1.72,
+}
 _MAX_PATCHES: Final = 1536
 _MAX_TILES: Final = 8  # the largest image after scaling is 768x2048: 2 x 4 tiles
 
@@ -54,30 +55,13 @@ PAGE_TEXT_TOKENS: Final = 1_500
 UNSEEN_FILE_PAGES: Final = 4
 
 
-def _name(model: str | None) -> str:
-    return (model or "").rpartition("/")[2].lower()
-
-
-def _tile_rule(name: str) -> tuple[int, int]:
-    matches = [rule for rule in _TILE_RULES if name.startswith(rule[0])]
-    if not matches:
-        return _DEFAULT_TILE
-    _, base, per_tile = max(matches, key=lambda rule: len(rule[0]))
-    return base, per_tile
-
-
-def _patch_rule(name: str) -> float | None:
-    matches = [rule for rule in _PATCH_RULES if name.startswith(rule[0])]
-    return max(matches, key=lambda rule: len(rule[0]))[1] if matches else None
-
-
 def image_tokens(model: str | None, detail: object, size: tuple[int, int] | None) -> int:
     """Tokens of one image of ``size`` (None: unknown) sent to ``model`` at ``detail``."""
-    name = _name(model)
-    per_patch = _patch_rule(name)
-    if per_patch is not None:
-        return math.ceil(_patches(size) * per_patch)
-    base, per_tile = _tile_rule(name)
+    patch_rule = longest_prefix(_PATCH_RULES, model)
+    if patch_rule is not None:
+        return math.ceil(_patches(size) * _PATCH_RULES[patch_rule])
+    tile_rule = longest_prefix(_TILE_RULES, model)
+    base, per_tile = _DEFAULT_TILE if tile_rule is None else _TILE_RULES[tile_rule]
     if detail == "low":
         return base
     return base + per_tile * _tiles(size)

@@ -20,21 +20,23 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final
 
+from ampmeter.pricing.names import longest_prefix
+
 __all__ = ["available", "counter", "encoding_name", "in_use", "use"]
 
-# (model name prefix, encoding); the longest matching prefix wins.
-_FAMILIES: Final = (
-    ("gpt-4o", "o200k_base"),
-    ("chatgpt-4o", "o200k_base"),
-    ("gpt-4.1", "o200k_base"),
-    ("gpt-4.5", "o200k_base"),
-    ("gpt-5", "o200k_base"),
-    ("o1", "o200k_base"),
-    ("o3", "o200k_base"),
-    ("o4", "o200k_base"),
-    ("gpt-4", "cl100k_base"),
-    ("gpt-3.5", "cl100k_base"),
-)
+# Model name prefix -> encoding; the longest matching prefix wins.
+_FAMILIES: Final = {
+    "gpt-4o": "o200k_base",
+    "chatgpt-4o": "o200k_base",
+    "gpt-4.1": "o200k_base",
+    "gpt-4.5": "o200k_base",
+    "gpt-5": "o200k_base",
+    "o1": "o200k_base",
+    "o3": "o200k_base",
+    "o4": "o200k_base",
+    "gpt-4": "cl100k_base",
+    "gpt-3.5": "cl100k_base",
+}
 _SEPARATORS: Final = "-.:_@"
 _MISSING: Final = object()
 
@@ -77,14 +79,8 @@ def in_use() -> bool:
 
 def encoding_name(model: str) -> str | None:
     """The encoding of ``model`` (``"o200k_base"`` for gpt-4o), or None for other families."""
-    name = model.rpartition("/")[2].lower()
-    matches = [
-        (prefix, encoding)
-        for prefix, encoding in _FAMILIES
-        if name.startswith(prefix)
-        and (len(name) == len(prefix) or name[len(prefix)] in _SEPARATORS)
-    ]
-    return max(matches, key=lambda match: len(match[0]))[1] if matches else None
+    found = longest_prefix(_FAMILIES, model, _SEPARATORS)
+    return None if found is None else _FAMILIES[found]
 
 
 def counter(model: str) -> Callable[[str], int] | None:

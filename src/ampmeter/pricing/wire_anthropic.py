@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from ampmeter.pricing import media
 from ampmeter.pricing.measure_parts import RequestSize, Tally
+from ampmeter.pricing.names import longest_prefix
 
 __all__ = ["image_tokens", "measure_anthropic"]
 
@@ -32,15 +33,15 @@ PAGE_TEXT_TOKENS: Final = 3_000
 MAX_IMAGE_TOKENS: Final = 1_600
 UNSEEN_FILE_PAGES: Final = 4  # a document sent by URL or file id cannot be seen before the call
 _LONG_EDGE: Final = 1568
-# (model prefix, tool-use system prompt tokens with tool_choice auto/none, with any/tool);
+# Model prefix -> tool-use system prompt tokens with tool_choice auto/none, with any/tool;
 # the longest matching prefix wins; other models take the Claude 4 figures.
-_TOOL_PROMPTS: Final = (
-    ("claude-3-opus", 530, 281),
-    ("claude-3-sonnet", 159, 235),
-    ("claude-3-haiku", 264, 340),
-    ("claude-3-5-haiku", 264, 340),
-    ("claude-3-5-sonnet", 346, 313),
-)
+_TOOL_PROMPTS: Final = {
+    "claude-3-opus": (530, 281),
+    "claude-3-sonnet": (159, 235),
+    "claude-3-haiku": (264, 340),
+    "claude-3-5-haiku": (264, 340),
+    "claude-3-5-sonnet": (346, 313),
+}
 _DEFAULT_TOOL_PROMPT: Final = (346, 313)
 
 
@@ -69,11 +70,8 @@ def measure_anthropic(
 
 
 def _tool_prompt(model: object, choice: object) -> int:
-    name = model.rpartition("/")[2].lower() if isinstance(model, str) else ""
-    matches = [rule for rule in _TOOL_PROMPTS if name.startswith(rule[0])]
-    _, auto, forced = (
-        max(matches, key=lambda rule: len(rule[0])) if matches else ("", *_DEFAULT_TOOL_PROMPT)
-    )
+    found = longest_prefix(_TOOL_PROMPTS, model)
+    auto, forced = _DEFAULT_TOOL_PROMPT if found is None else _TOOL_PROMPTS[found]
     kind = choice.get("type") if isinstance(choice, dict) else None
     return forced if kind in ("any", "tool") else auto
 
