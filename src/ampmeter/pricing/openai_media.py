@@ -1,5 +1,5 @@
-"""OpenAI's documented token counts of images, audio and files, shared by Chat Completions and
-Responses.
+"""The content parts Chat Completions and Responses send (text, refusals, images, audio, files),
+and OpenAI's documented token counts of their media.
 
 Images follow OpenAI's vision guide ("Calculating costs"):
 
@@ -17,12 +17,26 @@ for input, so they are counted by stated bounds (see the constants).
 from __future__ import annotations
 
 import math
-from typing import Final
+from typing import Any, Final
 
 from ampmeter.pricing import media
+from ampmeter.pricing.measure_parts import Tally
 from ampmeter.pricing.names import longest_prefix
 
-__all__ = ["audio_tokens", "file_tokens", "image_tokens", "url_image_tokens"]
+__all__ = [
+    "NOT_SENT_TO_MODEL",
+    "add_content",
+    "audio_tokens",
+    "file_tokens",
+    "image_tokens",
+    "url_image_tokens",
+]
+
+# Keys of a part or an input item that are bookkeeping, not model input.
+NOT_SENT_TO_MODEL: Final = frozenset({"type", "id", "call_id", "status", "role"})
+_TEXT_PARTS: Final = frozenset(
+    {"text", "input_text", "output_text", "summary_text", "reasoning_text"}
+)
 
 # Model prefix -> (base tokens, tokens per tile); the longest matching prefix wins.
 _TILE_RULES: Final = {
@@ -110,3 +124,42 @@ def file_tokens(model: str | None, file_data: object) -> int:
         payload = media.decode_all(found[1] if found is not None else file_data)
         pages = media.pdf_pages(payload) or UNSEEN_FILE_PAGES
     return pages * (PAGE_TEXT_TOKENS + image_tokens(model, "high", None))
+
+
+def add_content(content: object, model: object, tally: Tally) -> None:
+    """Content as both APIs send it: a string, or a list of parts (either API's spelling)."""
+    if isinstance(content, str):
+        tally.text(content)
+        return
+    name = model if isinstance(model, str) else None
+    for part in content if isinstance(content, list) else ():
+        if isinstance(part, dict):
+            _add_part(part, name, tally)
+        else:
+            tally.text(part)
+
+
+def _add_part(part: dict[str, Any], model: str | None, tally: Tally) -> None:
+    kind = part.get("type")
+    if kind in _TEXT_PARTS:
+        tally.text(part.get("text"))
+    elif kind == "refusal":
+        tally.text(part.get("refusal"))
+    elif kind in ("image_url", "input_image"):
+        image: object = part.get("image_url")
+        detail: object = part.get("detail")
+        if isinstance(image, dict):  # Chat Completions: {"url": ..., "detail": ...}
+            detail = image.get("detail")
+            image = image.get("url")
+        tally.media += url_image_tokens(model, image, detail)
+    elif kind == "input_audio":
+        audio = part.get("input_audio")
+        data = audio.get("data") if isinstance(audio, dict) else part.get("data")
+        tally.media += audio_tokens(data)
+    elif kind in ("file", "input_file"):
+        file = part.get("file") if kind == "file" else part  # Chat Completions nests it
+        if isinstance(file, dict):
+            tally.text(file.get("filename"))
+            tally.media += file_tokens(model, file.get("file_data"))
+    else:  # a part this module does not know: every string in it is sent
+        tally.any_text({k: v for k, v in part.items() if k not in NOT_SENT_TO_MODEL})

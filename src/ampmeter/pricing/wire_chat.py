@@ -76,12 +76,8 @@ def _response_format(response_format: object, model: object, tally: Tally) -> No
 
 
 def _prediction(prediction: object, model: object, tally: Tally) -> None:
-    if isinstance(prediction, dict):
-        content = prediction.get("content")  # a string, or a list of text parts
-        if isinstance(content, str):
-            tally.text(content)
-        else:
-            _parts(content, model, tally)
+    if isinstance(prediction, dict):  # its content: a string, or a list of text parts
+        openai_media.add_content(prediction.get("content"), model, tally)
 
 
 def measure_completions(
@@ -129,22 +125,13 @@ def _function_call(call: object, model: object, tally: Tally) -> None:
         tally.json(call.get("input"))
 
 
-def _parts(content: object, model: object, tally: Tally) -> None:
-    """Content sent as a list of parts: text, images, audio, files."""
-    for part in _list(content):
-        if isinstance(part, str):
-            tally.text(part)
-        elif isinstance(part, dict):
-            _part(part, str(model) if isinstance(model, str) else None, tally)
-
-
 # The fields of a message whose string value is its text as sent.
 _TEXT_FIELDS: Final = frozenset({"content", "refusal"})
 
 # What each other field of a message adds (its role is in the framing).
 _MESSAGE_PARTS: Final[dict[str, Callable[[Any, object, Tally], None]]] = {
     "name": _name,
-    "content": _parts,
+    "content": openai_media.add_content,
     "tool_calls": _tool_calls,
     "function_call": _function_call,
 }
@@ -158,28 +145,3 @@ _BODY_PARTS: Final[dict[str, Callable[[Any, object, Tally], None]]] = {
     "response_format": _response_format,
     "prediction": _prediction,
 }
-
-
-def _part(part: dict[str, Any], model: str | None, tally: Tally) -> None:
-    kind = part.get("type")
-    if kind == "image_url":
-        image = part.get("image_url")
-        if isinstance(image, dict):
-            tally.media += openai_media.url_image_tokens(
-                model, image.get("url"), image.get("detail")
-            )
-        else:
-            tally.media += openai_media.url_image_tokens(model, image, None)
-    elif kind == "input_audio":
-        audio = part.get("input_audio")
-        if isinstance(audio, dict):
-            tally.media += openai_media.audio_tokens(audio.get("data"))
-    elif kind == "file":
-        file = part.get("file")
-        if isinstance(file, dict):
-            tally.text(file.get("filename"))
-            tally.media += openai_media.file_tokens(model, file.get("file_data"))
-    elif kind in ("text", "refusal"):
-        tally.text(part.get(kind))
-    else:  # a part this module does not know: every string in it is sent
-        tally.any_text({key: value for key, value in part.items() if key != "type"})

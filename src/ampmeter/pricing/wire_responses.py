@@ -31,9 +31,6 @@ from ampmeter.pricing.wire_chat import (
 
 __all__ = ["measure_responses"]
 
-# Keys of an input item that are bookkeeping, not model input.
-_NOT_SENT_TO_MODEL = frozenset({"type", "id", "call_id", "status", "role"})
-
 
 def measure_responses(
     body: Mapping[str, Any], counter: Callable[[str], int] | None = None
@@ -78,47 +75,17 @@ def _item(item: Mapping[str, Any], model: str | None, tally: Tally) -> None:
     kind = item.get("type", "message")
     tally.framing += TOKENS_PER_MESSAGE
     if kind == "message":
-        _content(item.get("content"), model, tally)
+        openai_media.add_content(item.get("content"), model, tally)
     elif kind in ("function_call", "custom_tool_call", "mcp_call"):
         tally.text(item.get("name"))
         tally.json(item.get("arguments"))
         tally.json(item.get("input"))
-        _content(item.get("output"), model, tally)
+        openai_media.add_content(item.get("output"), model, tally)
     elif kind in ("function_call_output", "custom_tool_call_output"):
-        _content(item.get("output"), model, tally)
+        openai_media.add_content(item.get("output"), model, tally)
     elif kind == "reasoning":
         for key in ("summary", "content"):
-            _content(item.get(key), model, tally)
+            openai_media.add_content(item.get(key), model, tally)
         tally.text(item.get("encrypted_content"))
     else:  # items this module does not know: every string in them is sent
-        tally.any_text({k: v for k, v in item.items() if k not in _NOT_SENT_TO_MODEL})
-
-
-def _content(content: object, model: str | None, tally: Tally) -> None:
-    if isinstance(content, str):
-        tally.text(content)
-        return
-    if not isinstance(content, list):
-        return
-    for part in content:
-        if not isinstance(part, dict):
-            tally.text(part)
-            continue
-        kind = part.get("type")
-        if kind == "input_image":
-            tally.media += openai_media.url_image_tokens(
-                model, part.get("image_url"), part.get("detail")
-            )
-        elif kind == "input_file":
-            tally.text(part.get("filename"))
-            tally.media += openai_media.file_tokens(model, part.get("file_data"))
-        elif kind == "input_audio":
-            audio = part.get("input_audio")
-            data = audio.get("data") if isinstance(audio, dict) else part.get("data")
-            tally.media += openai_media.audio_tokens(data)
-        elif kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
-            tally.text(part.get("text"))
-        elif kind == "refusal":
-            tally.text(part.get("refusal"))
-        else:
-            tally.any_text({k: v for k, v in part.items() if k not in _NOT_SENT_TO_MODEL})
+        tally.any_text({k: v for k, v in item.items() if k not in openai_media.NOT_SENT_TO_MODEL})
