@@ -81,18 +81,13 @@ def forget_conversation(conversation: object) -> None:
 def stored_tokens(previous_response_id: object, conversation: object) -> int | None:
     """The tokens of stored state a request continues: 0 when it continues none, None when
     it continues state of unknown size (an id not seen here, or not an id at all)."""
-    named = [
-        (prefix, value)
-        for prefix, value in (("response", previous_response_id), ("conversation", conversation))
-        if value is not None
-    ]
     total = 0
-    for prefix, value in named:
+    for prefix, value in (("response", previous_response_id), ("conversation", conversation)):
+        if value is None:
+            continue
         found = _id_of(value)
-        if found is None:
-            return None
         with _lock:
-            size = _sizes.get(f"{prefix}:{found}")
+            size = None if found is None else _sizes.get(f"{prefix}:{found}")
         if size is None:
             return None
         total += size
