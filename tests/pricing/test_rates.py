@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ampmeter.money import scaled_nano
-from ampmeter.pricing.rates import MAX_PLACES, Rates
+from ampmeter.pricing.rates import MAX_PLACES, Rates, rates_from_json, rates_to_json
 from support.exact_prices import by_hand
 
 # Rates as tables and users write them: up to nine significant digits, up to the most a rate
@@ -83,6 +83,7 @@ def test_a_cost_is_written_to_the_finest_place_of_the_models_rates() -> None:
         (("NaN", "1", "1", "1", "1", "0"), "the input rate must be finite, got NaN"),
         (("1", "Infinity", "1", "1", "1", "0"), "the output rate must be finite"),
         (("1", "1", "1", "1", "1", "sNaN"), "the per-request rate must be finite"),
+        (("1", "1", "1", "-0.5", "1", "0"), "the cache write rate must be >= 0, got -0.5"),
         (
             ("1", "1", f"1E-{MAX_PLACES + 1}", "1", "1", "0"),
             f"the cache read rate may have at most {MAX_PLACES} decimal places per million "
@@ -106,3 +107,22 @@ def test_the_finest_rate_allowed_still_prices_exactly() -> None:
     assert _cost(rates, 10**6, 0, 0, 0, 0) == finest + fee
     assert _nano(rates, 10**6, 0, 0, 0, 0) == 0
     assert _nano(rates, 10**6, 0, 0, 0, 0, round_up=True) == 1
+
+
+@pytest.mark.parametrize(
+    ("entry", "error"),
+    [
+        ({"usd": ["1", "1", "1", "-1", "1", "0"], "version": "v", "bands": None}, ValueError),
+        ({"usd": ["1", "1", "1"], "version": "v", "bands": None}, TypeError),
+        ({"usd": [1.5, 1, 1, 1, 1, 0], "version": "v", "bands": None}, TypeError),
+        ({"usd": ["1", "1", "1", "1", "1", "x"], "version": "v", "bands": None}, ArithmeticError),
+        ({"rates": ["1"] * 6, "version": "v", "bands": None}, KeyError),
+    ],
+)
+def test_a_disk_index_entry_that_is_not_rates_is_refused(
+    entry: dict[str, object], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        rates_from_json(entry)
+    good = {"usd": ["2.5", "10", "1.25", "2.5", "10", "0"], "version": "v", "bands": None}
+    assert rates_to_json(rates_from_json(good)) == good

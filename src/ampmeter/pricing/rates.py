@@ -68,6 +68,8 @@ class Rates:
         for kind, rate in zip(_KINDS, rates, strict=True):
             if not rate.is_finite():
                 raise ValueError(f"the {kind} rate must be finite, got {rate}")
+            if rate < 0:
+                raise ValueError(f"the {kind} rate must be >= 0, got {rate}")
             if rate > MAX_RATE:
                 raise ValueError(f"the {kind} rate must be at most {MAX_RATE:,}, got {rate}")
         # Decimals per million tokens: the fee, in USD per request, may have six more.
@@ -221,24 +223,14 @@ def rates_to_json(rates: Rates) -> dict[str, object]:
 
 
 def rates_from_json(value: dict[str, Any]) -> Rates:
-    """The :class:`Rates` :func:`rates_to_json` wrote; ``TypeError``, ``ValueError`` or
-    ``KeyError`` for anything else (an index written by another version is not trusted)."""
-    amounts = value["usd"]
-    if not isinstance(amounts, list) or len(amounts) != 6:
-        raise ValueError("rates must hold six amounts")
-    if not all(isinstance(amount, str) for amount in amounts):
+    """The :class:`Rates` :func:`rates_to_json` wrote; ``TypeError``, ``ValueError``,
+    ``KeyError`` or ``ArithmeticError`` for anything else (an index written by another version
+    is not trusted: :class:`Rates` checks every amount as it checks the table's)."""
+    amounts, bands = value["usd"], value["bands"]
+    if not isinstance(amounts, list) or not all(isinstance(amount, str) for amount in amounts):
         raise TypeError("rates must be decimal strings")
-    r_in, r_out, r_read, r_write, r_reasoning, r_call = (Decimal(a) for a in amounts)
-    if not all(a.is_finite() and a >= 0 for a in (r_in, r_out, r_read, r_write, r_reasoning)):
-        raise ValueError("rates must be finite and >= 0")
-    bands = value["bands"]
     return Rates(
-        r_in,
-        r_out,
-        r_read,
-        r_write,
-        r_reasoning,
-        r_call,
+        *map(Decimal, amounts),
         version=str(value["version"]),
         bands=None if bands is None else tuple((int(t), rates_from_json(b)) for t, b in bands),
     )
