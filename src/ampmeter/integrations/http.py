@@ -61,43 +61,50 @@ from ampmeter.integrations.proxy_mark import METERED_HEADER
 from ampmeter.integrations.wire import BodyReader
 
 __all__ = [
+    "ROUTES",
     "BodyMeter",
     "adapter_for_path",
     "admit",
     "instrument_httpx",
     "response_reader",
     "uninstrument_httpx",
+    "unwrapped_send",
 ]
 
 
-_CHAT: Final = ChatAdapter("chat.completions")
-_RESPONSES: Final = ResponsesAdapter("responses")
-_EMBEDDINGS: Final = EmbeddingsAdapter("embeddings")
-_COMPLETIONS: Final = CompletionsAdapter("completions")
-_MESSAGES: Final = MessagesAdapter("messages")
-_GENERATE: Final = GenerateContentAdapter("generateContent")
-_STREAM_GENERATE: Final = GenerateContentAdapter("streamGenerateContent")
-
-# Checked in order: "/chat/completions" before "/completions".
-_ROUTES: Final[tuple[tuple[str, Adapter], ...]] = (
-    ("/chat/completions", _CHAT),
-    ("/responses", _RESPONSES),
-    ("/embeddings", _EMBEDDINGS),
-    ("/completions", _COMPLETIONS),
-    ("/messages", _MESSAGES),
-    (":generateContent", _GENERATE),
-    (":streamGenerateContent", _STREAM_GENERATE),
-)
+# The reader of each wire format, by how a request path ends; checked in order
+# ("/chat/completions" before "/completions"). The SDKs' own paths are these keys.
+ROUTES: Final[dict[str, Adapter]] = {
+    "/chat/completions": ChatAdapter("chat.completions"),
+    "/responses": ResponsesAdapter("responses"),
+    "/embeddings": EmbeddingsAdapter("embeddings"),
+    "/completions": CompletionsAdapter("completions"),
+    "/messages": MessagesAdapter("messages"),
+    ":generateContent": GenerateContentAdapter("generateContent"),
+    ":streamGenerateContent": GenerateContentAdapter("streamGenerateContent"),
+}
 
 _patches: list[Patch] = []
 
 
 def adapter_for_path(path: str) -> Adapter | None:
     """The reader of the wire format a request path names, or None."""
-    for suffix, adapter in _ROUTES:
+    for suffix, adapter in ROUTES.items():
         if path.endswith(suffix):
             return adapter
     return None
+
+
+def unwrapped_send(client_class: type) -> Any:
+    """The ``send`` that httpx client class ``client_class`` inherits, as it is without this
+    module's patch (for an SDK's own client, whose every request the SDK's door meters)."""
+    for owner in client_class.__mro__:
+        if "send" in owner.__dict__:
+            for patch in _patches:
+                if patch.owner is owner:
+                    return patch.original
+            return owner.__dict__["send"]
+    raise TypeError(f"{client_class.__name__} is no httpx client")
 
 
 def _json_body(content: bytes | str) -> dict[str, Any] | None:

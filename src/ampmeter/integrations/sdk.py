@@ -27,7 +27,7 @@ from typing import Any, Final
 from ampmeter import redact
 from ampmeter.context import configured_policies
 from ampmeter.integrations.attach import metered_context
-from ampmeter.integrations.http import adapter_for_path
+from ampmeter.integrations.http import ROUTES, adapter_for_path, unwrapped_send
 from ampmeter.integrations.lifecycle import (
     ACTIVE_CALL,
     HELPER,
@@ -35,6 +35,7 @@ from ampmeter.integrations.lifecycle import (
     begin_call,
     count_retry,
     relieve_pressure,
+    settings,
 )
 from ampmeter.integrations.patching import Patch, undo_all
 from ampmeter.integrations.raw import RAW_RESPONSE_HEADER, after_raw, after_raw_async
@@ -64,13 +65,15 @@ def admit(client: Any, options: Any) -> Admitted | None:
     """Begin and admit the call of an SDK request (None: not one to meter here)."""
     if ACTIVE_CALL.get() is not None:
         return None
+    body = options.json_data
+    if not isinstance(body, dict) or options.method.lower() != "post":
+        return None
+    path = options.url.partition("?")[0]
+    adapter = ROUTES.get(path) or adapter_for_path(path)  # the SDK's own paths are the keys
+    if adapter is None:
+        return None
     ctx = metered_context()
     if ctx is None:
-        return None
-    body = options.json_data
-    path = options.url.partition("?")[0]
-    adapter = adapter_for_path(path)
-    if adapter is None or not isinstance(body, dict) or options.method.lower() != "post":
         return None
     extra = options.extra_json if isinstance(options.extra_json, Mapping) else None
     sent = {**body, **extra} if extra else body  # what is sent: extra_body merged in
@@ -78,9 +81,7 @@ def admit(client: Any, options: Any) -> Admitted | None:
         return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
     redact.remember_client(client)  # a provider's error body may echo its key
     refused = notes = None
-    if configured_policies(
-        ctx
-    ).shapes_requests:  # the hook may change the body (before it is measured)
+    if configured_policies(ctx).shapes_requests:  # the hook may change the body (measured after)
         refused, notes = relieve_pressure(ctx, adapter, body)
         sent = {**body, **extra} if extra else body
     info = adapter.request_info(sent)
@@ -171,11 +172,16 @@ def _retry_counter(original: Callable[..., Any], *, is_async: bool) -> Callable[
 
 
 def _patch_clients(base_client: Any) -> list[Patch]:
-    """Meter the requests of an SDK's sync and async clients (its ``_base_client`` module)."""
+    """Meter the requests of an SDK's sync and async clients (its ``_base_client`` module).
+
+    The door meters every request the SDK's own httpx clients send, so those send past the
+    HTTP layer (one wrapper per call), unless under ``ampmeter run --proxy`` the HTTP layer
+    must mark them (:mod:`.proxy_mark`). A client the caller gives the SDK (``http_client=``)
+    keeps the HTTP layer, which leaves a request the door meters alone after one check."""
     patches = []
-    for client, is_async in (
-        (base_client.SyncAPIClient, False),
-        (base_client.AsyncAPIClient, True),
+    for client, http_client, is_async in (
+        (base_client.SyncAPIClient, "SyncHttpxClientWrapper", False),
+        (base_client.AsyncAPIClient, "AsyncHttpxClientWrapper", True),
     ):
         sleep = client.__dict__.get("_sleep_for_retry")
         if sleep is not None:
@@ -183,6 +189,9 @@ def _patch_clients(base_client: Any) -> list[Patch]:
             patches.append(Patch.apply(client, "_sleep_for_retry", counter))
         door = _async_door if is_async else _door
         patches.append(Patch.apply(client, "request", door(client.__dict__["request"])))
+        own = getattr(base_client, http_client, None)
+        if own is not None and settings.marker.proxy_url is None:
+            patches.append(Patch.apply(own, "send", unwrapped_send(own)))
     return patches
 
 
