@@ -6,20 +6,11 @@ here, at ``Client.send`` / ``AsyncClient.send`` (the one door every request of a
 through, whatever transport is mounted: LiteLLM's aiohttp transport included), and, for
 aiohttp's own clients, in :mod:`ampmeter.integrations.http_aiohttp`.
 
-A ``POST`` is metered when a context is current, no SDK patch is already metering the request
-(:data:`~ampmeter.integrations.lifecycle.ACTIVE_CALL`), and its path names a known wire format:
-
-=====================================  ===========================================
-path ends with                         wire format (reader)
-=====================================  ===========================================
-``/chat/completions``                  OpenAI Chat Completions
-``/responses``                         OpenAI Responses
-``/embeddings``                        OpenAI embeddings (an ``embedding`` node)
-``/completions``                       OpenAI legacy completions
-``/messages``                          Anthropic Messages
-``:generateContent``                   Gemini
-``:streamGenerateContent``             Gemini, streamed (SSE or a JSON array)
-=====================================  ===========================================
+A ``POST`` is metered when a context is current, no SDK door is already metering the request
+(:data:`~ampmeter.integrations.lifecycle.ACTIVE_CALL`; the SDKs' own clients send past this
+layer), and its path names a known wire format (:data:`ROUTES`: OpenAI Chat Completions,
+Responses, embeddings and legacy completions, Anthropic Messages, Gemini; a streamed Gemini
+answer is SSE or a JSON array).
 
 The request's JSON body is read before anything is sent, so limits stop the request before a
 byte leaves. The response body is read as it passes to the caller (streams included) with the
@@ -74,6 +65,7 @@ __all__ = [
 
 # The reader of each wire format, by how a request path ends; checked in order
 # ("/chat/completions" before "/completions"). The SDKs' own paths are these keys.
+# ("/embeddings" makes an ``embedding`` node.)
 ROUTES: Final[dict[str, Adapter]] = {
     "/chat/completions": ChatAdapter("chat.completions"),
     "/responses": ResponsesAdapter("responses"),
