@@ -36,8 +36,8 @@ from ampmeter.integrations.lifecycle import (
     ACTIVE_CALL,
     META_TRANSPORT,
     Admitted,
+    Meter,
     begin_call,
-    finish_abandoned,
     finish_call,
     settings,
 )
@@ -180,22 +180,14 @@ class _ProviderError(Exception):
         super().__init__(f"the provider answered HTTP {status}")
 
 
-class BodyMeter:
+class BodyMeter(Meter):
     """A response body being read into its request's node: ends the node at the body's end
     (or its last event), or as abandoned when closed or dropped before."""
 
     def __init__(self, inner: Any, reader: BodyReader, admitted: Admitted) -> None:
+        super().__init__(admitted.call, reader.tally, admitted.info)
         self.inner = inner
         self.reader = reader
-        self._call = admitted.call
-        self._info = admitted.info
-        self.done = False
-
-    def end(self, exc: BaseException | None) -> None:
-        """End the node with the usage read (``exc``: the error reading the body raised)."""
-        if not self.done:
-            self.done = True
-            finish_call(self._call, self.reader.tally, exc)
 
     def take(self, piece: bytes) -> bytes:
         """Read ``piece`` of the body; return what the caller gets of it."""
@@ -221,12 +213,6 @@ class BodyMeter:
         except BaseException as exc:
             self.end(exc)
             raise
-
-    def abandon(self) -> None:
-        """End the node of a body closed or dropped before its end."""
-        if not self.done:
-            self.done = True
-            finish_abandoned(self._call, self.reader.tally, self._info)
 
     def __del__(self) -> None:
         # A response dropped unread is still counted, with the usage seen so far. Nothing can be

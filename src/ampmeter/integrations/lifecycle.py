@@ -40,6 +40,7 @@ __all__ = [
     "META_TRANSPORT",
     "META_USAGE_ESTIMATED",
     "Admitted",
+    "Meter",
     "Settings",
     "begin_call",
     "count_retry",
@@ -108,6 +109,32 @@ class Admitted:
             ACTIVE_CALL.reset(self._token)
         if exc is not None:
             finish_call(self.call, None, exc)
+
+
+class Meter:
+    """A response being read into its call, which it ends once: with the usage read, at the
+    response's end or with the error reading it raised (:meth:`end`), or as abandoned when it
+    is closed or dropped before (:meth:`abandon`). ``info`` is the request's."""
+
+    __slots__ = ("call", "done", "info", "tally")
+
+    def __init__(self, call: Call, tally: Tally, info: RequestInfo) -> None:
+        self.call = call
+        self.tally = tally
+        self.info = info  # the request's input estimate, should the response be cut
+        self.done = False
+
+    def end(self, exc: BaseException | None) -> None:
+        """End the call with the usage read (``exc``: the error reading the response raised)."""
+        if not self.done:
+            self.done = True
+            finish_call(self.call, self.tally, exc)
+
+    def abandon(self) -> None:
+        """End the call of a response closed or dropped before its end."""
+        if not self.done:
+            self.done = True
+            finish_abandoned(self.call, self.tally, self.info)
 
 
 def count_retry() -> None:

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from ampmeter.context import Call
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
-from ampmeter.integrations.lifecycle import Admitted, finish_abandoned, finish_call
+from ampmeter.integrations.lifecycle import Admitted, Meter, finish_call
 
 __all__ = [
     "StreamMeter",
@@ -57,44 +57,19 @@ def _abandon_watched() -> None:
     _WATCHED.clear()
 
 
-class StreamMeter:
+class StreamMeter(Meter):
     """The metering of one streamed response: its call, the usage read so far, and its end."""
 
-    __slots__ = (
-        "__weakref__",
-        "adapter",
-        "call",
-        "done",
-        "dropped",
-        "hide",
-        "info",
-        "reading",
-        "tally",
-    )
+    __slots__ = ("__weakref__", "adapter", "dropped", "hide", "reading")
 
     def __init__(self, call: Call, adapter: Adapter, hide_usage: bool, info: RequestInfo) -> None:
-        self.call = call
+        super().__init__(call, Tally(), info)
         self.adapter = adapter
         self.hide = hide_usage
-        self.info = info  # the request's input estimate, should the stream be cut
-        self.tally = Tally()
-        self.done = False
         # The weak reference that abandons the call when the stream is dropped unread (see
         # _WATCHED); the meter holds no strong reference to the stream.
         self.dropped: weakref.ref[Any] | None = None
         self.reading = False  # an event is being read: the iterator itself settles what happens
-
-    def end(self, exc: BaseException | None) -> None:
-        """End the call with the usage read (``exc``: the error the stream raised)."""
-        if not self.done:
-            self.done = True
-            finish_call(self.call, self.tally, exc)
-
-    def abandon(self) -> None:
-        """End the call of a stream closed or dropped before its end."""
-        if not self.done:
-            self.done = True
-            finish_abandoned(self.call, self.tally, self.info)
 
     def response_closed(self) -> None:
         """The stream's response was closed: abandoned, unless the stream is ending it itself."""
