@@ -138,32 +138,6 @@ def admit(
     return Admitted(call, adapter, info, hide, body)
 
 
-def _admit(module: ModuleType, request: Any, streamed: bool) -> tuple[Admitted, Any] | None:
-    """:func:`admit` for an httpx request; also the request to send."""
-    if request.method != "POST":
-        return None
-    try:
-        content = request.content  # raises when the body is a stream not read yet
-    except Exception:
-        return None
-    # Ask for the usage of a stream the caller reads piece by piece (a body read whole would
-    # have to be rewritten to hide the extra event: it is left as it is).
-    admitted = admit("POST", request.url.path, content, module.__name__, may_ask_usage=streamed)
-    if admitted is None:
-        return None
-    if admitted.hide:
-        headers = request.headers.copy()
-        headers.pop("content-length", None)
-        request = module.Request(
-            request.method,
-            request.url,
-            headers=headers,
-            content=orjson.dumps(admitted.body),
-            extensions=request.extensions,
-        )
-    return admitted, request
-
-
 def response_reader(admitted: Admitted, status: int, content_type: str) -> BodyReader | None:
     """How to read a response's body (None: an error status, and the node ended failed)."""
     if status >= 400:
@@ -283,11 +257,31 @@ def _mark(request: Any) -> None:
 
 
 def _send_metered(module: ModuleType, request: Any, stream: bool) -> tuple[Admitted | None, Any]:
-    """Admit a request about to be sent (None: not one to meter here), and the request to
-    send; marked for the run's proxy when this process meters it."""
+    """Admit an httpx request about to be sent (None: not one to meter here), and the request
+    to send: rebuilt when changed to ask for a stream's usage, marked for the run's proxy when
+    this process meters it."""
     active = ACTIVE_CALL.get()
-    found = None if active is not None else _admit(module, request, stream)
-    admitted, request = (None, request) if found is None else found
+    admitted = None
+    if active is None and request.method == "POST":
+        try:
+            content = request.content  # raises when the body is a stream not read yet
+        except Exception:
+            content = None
+        if content is not None:
+            # Ask for the usage of a stream the caller reads piece by piece (a body read whole
+            # would have to be rewritten to hide the extra event: it is left as it is).
+            path, transport = request.url.path, module.__name__
+            admitted = admit("POST", path, content, transport, may_ask_usage=stream)
+        if admitted is not None and admitted.hide:
+            headers = request.headers.copy()
+            headers.pop("content-length", None)
+            request = module.Request(
+                request.method,
+                request.url,
+                headers=headers,
+                content=orjson.dumps(admitted.body),
+                extensions=request.extensions,
+            )
     if settings.marker.proxy_url is not None and (active is not None or admitted is not None):
         _mark(request)
     return admitted, request

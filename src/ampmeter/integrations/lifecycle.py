@@ -200,18 +200,14 @@ def finish_call(
     call: Call, tally: Tally | None, exc: BaseException | None, meta: dict[str, Any] | None = None
 ) -> None:
     """End a request's node with the usage read from its response (None: nothing was read)
-    and what was read about it (``meta``, merged into the node's metadata as it ends, with the
-    rest: all in one step). Counts the response did not report are estimated
-    (:mod:`.unreported`).
+    and what was read about it (``meta``), merged into the node's metadata as it ends: all in
+    one step. Counts the response did not report are estimated (:mod:`.unreported`).
 
-    The node keeps the provider's id of the response as ``response_id`` (``"<provider>:<id>"``);
-    an id that is not printable text of at most :data:`.adapter.MAX_RESPONSE_ID` characters is
-    ignored: it could not be a ledger key. That id is never trusted as an idempotency key by
-    default: gateways and mock servers repeat one id, and Ollama draws its ids from 999 values,
-    so a repeated id is another billed call. With ``instrument(response_id_keys=True)`` (for a
-    caching gateway) a call without a key of its own is keyed by the id, the endpoint and the
-    usage together (:meth:`Tally.gateway_key`): only the same stored response delivered again
-    counts once."""
+    The node keeps the provider's id of the response as ``response_id`` (``"<provider>:<id>"``)
+    when it is printable text of at most :data:`.adapter.MAX_RESPONSE_ID` characters (else it
+    could not be a ledger key). The id is no idempotency key (servers repeat ids: see
+    ``instrument(response_id_keys=...)``), except for a caching gateway, keyed by
+    :meth:`Tally.gateway_key`."""
     if tally is not None:
         meta = {} if meta is None else meta
         response_id = tally.response_id

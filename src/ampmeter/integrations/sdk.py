@@ -1,20 +1,16 @@
 """The Stainless SDKs (``openai``, ``anthropic``): each request metered at the SDK's one door.
 
-Every request of these SDKs goes through its client's generic ``request`` (resource methods,
-``parse``, the stream helpers, ``.with_raw_response`` and ``.with_streaming_response``, the
-public ``client.post()``), once per call, above the SDK's retry loop. That door is the one
-place a call is metered:
-
-* no current context, or a path that names no known wire format: the SDK runs untouched;
-* otherwise the call's node is begun and admitted from the JSON body the SDK built
-  (``LimitExceeded`` is raised there, before a request exists and outside the retry loop, so it
-  reaches the caller as itself), the SDK sends it, and the node ends with the usage of the
-  SDK's own result (a stream when it ends: :mod:`.streams`; a raw response: :mod:`.raw`).
-
-The HTTP layer below sees the call as already metered (:data:`.lifecycle.ACTIVE_CALL`) and
-leaves it alone. Retries are counted from the client's ``_sleep_for_retry``. The node is named
-after the SDK method: the helper the SDK names in its ``X-Stainless-Helper-Method`` header
-(``chat.completions.parse``, ``messages.stream``), else ``<resource>.create``.
+Every request of these SDKs (every method docs/integrations.md lists) goes through its
+client's generic ``request`` once per call, above the SDK's retry loop: the one place a call is
+metered. A request in a known wire format, made where a context applies (:mod:`.attach`), is
+begun and admitted from the JSON body the SDK built (``LimitExceeded`` is raised there, before
+a request exists and outside the retry loop, so it reaches the caller as itself), sent by the
+SDK, and ended with the usage of the SDK's own result (a stream when it ends: :mod:`.streams`;
+a raw response: :mod:`.raw`); any other request runs untouched. The HTTP layer below never
+meters it again (:func:`_patch_clients`). Retries are counted from the client's
+``_sleep_for_retry``. The node is named after the SDK method: the helper the SDK names in its
+``X-Stainless-Helper-Method`` header (``chat.completions.parse``, ``messages.stream``), else
+``<resource>.create``.
 """
 
 from __future__ import annotations
