@@ -214,8 +214,9 @@ class EmbeddingsAdapter(Adapter):
     kind = "embedding"
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        model = kwargs.get("model")
         size = request_size.measure_text(self.prompt_text(kwargs))
-        return RequestInfo(kwargs.get("model"), size, 0, False)
+        return RequestInfo(model if isinstance(model, str) else None, size, 0, False)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         return _joined_text(kwargs.get("input"))
