@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ampmeter._validate import MAX_COUNT
-from ampmeter.context import Call, ExecutionContext, configured_policies
+from ampmeter.context import Call, ExecutionContext
 from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
 from ampmeter.integrations.adapter import (
     MAX_RESPONSE_ID,
@@ -29,6 +29,7 @@ from ampmeter.integrations.proxy_mark import Marker
 from ampmeter.integrations.unreported import estimate_cut_stream, estimate_unreported
 from ampmeter.limits import ExceededLimit
 from ampmeter.policies.downgrade import META_REQUESTED_MODEL, take_requested_model
+from ampmeter.policies.pressure import Pressure
 
 __all__ = [
     "ACTIVE_CALL",
@@ -279,7 +280,7 @@ def finish_abandoned(call: Call, tally: Tally, info: RequestInfo) -> None:
 
 
 def relieve_pressure(
-    ctx: ExecutionContext, adapter: Adapter, kwargs: dict[str, Any]
+    ctx: ExecutionContext, pressure: Pressure | None, adapter: Adapter, kwargs: dict[str, Any]
 ) -> tuple[ExceededLimit | None, dict[str, Any] | None]:
     """Under budget pressure, let the context's ``on_budget_pressure`` hook change the request
     (``kwargs``, in place) or refuse it. An LLM request is told the budget first, in the place
@@ -288,8 +289,7 @@ def relieve_pressure(
     Returns the refusal, to report when the call is admitted, and the node's metadata for what
     was done (the budget line told, the model asked for before a downgrade): the ``refused``
     and ``extra`` of :func:`begin_call`. Called only when the context has either configured
-    (``configured_policies(ctx).shapes_requests``)."""
-    pressure = configured_policies(ctx).pressure
+    (its policies' ``shapes_requests``; ``pressure`` is their ``pressure``)."""
     notes: dict[str, Any] = {}
     told = disclose(ctx, kwargs, adapter.wire if adapter.kind == "llm" else None)
     if told is not None:

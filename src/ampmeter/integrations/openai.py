@@ -268,7 +268,8 @@ class ResponsesAdapter(Adapter):
     def read_response(self, result: Any, tally: Tally) -> None:
         read = READERS[type(result)]
         response_id = read(result, "id", None)
-        tally.response_id = response_id
+        if tally.response_id is None:  # a stream's is its first (``response.created``)
+            tally.response_id = response_id
         usage = read(result, "usage", None)
         if usage is not None:
             _read_usage(usage, _RESPONSES_USAGE, tally)

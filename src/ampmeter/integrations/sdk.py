@@ -77,8 +77,9 @@ def admit(client: Any, options: Any) -> Admitted | None:
         return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
     redact.remember_client(client)  # a provider's error body may echo its key
     refused = notes = None
-    if configured_policies(ctx).shapes_requests:  # the hook may change the body (measured after)
-        refused, notes = relieve_pressure(ctx, adapter, body)
+    policies = configured_policies(ctx)
+    if policies.shapes_requests:  # the hook may change the body (measured after)
+        refused, notes = relieve_pressure(ctx, policies.pressure, adapter, body)
         sent = {**body, **extra} if extra else body
     info = adapter.request_info(sent)
     hide = adapter.prepare_stream(body) if info.stream else False

@@ -171,20 +171,12 @@ def meter_result(admitted: Admitted, result: Any, *, is_async: bool) -> StreamMe
         finish_call(admitted.call, tally, None)
         return None
     meter = StreamMeter(admitted.call, admitted.adapter, admitted.hide, admitted.info)
-    events = meter.async_events if is_async else meter.events
-    _in_place(result, meter, events(result._iterator), is_async=is_async)
-    return meter
-
-
-def _in_place(stream: Any, meter: StreamMeter, iterator: Any, *, is_async: bool) -> None:
-    # The Stainless SDKs' streams iterate ``_iterator`` (made in __init__, or on first use);
-    # the object itself stays untouched otherwise.
-    stream._iterator = iterator
-    _watch(stream, meter)
-    response = getattr(stream, "response", None)
+    _read_through(result, meter, is_async=is_async)
+    response = getattr(result, "response", None)
     if response is not None:
         _on_close(response, "aclose" if is_async else "close", meter, is_async=is_async)
         setattr(response, _METER, meter)
+    return meter
 
 
 def meter_rebuilt_stream(stream: Any, *, is_async: bool) -> None:
@@ -197,12 +189,14 @@ def meter_rebuilt_stream(stream: Any, *, is_async: bool) -> None:
     if meter.dropped is not None:
         # The dropped stream was never read: dropping it ends nothing.
         _WATCHED.pop(id(meter.dropped), None)
+    _read_through(stream, meter, is_async=is_async)
+
+
+def _read_through(stream: Any, meter: StreamMeter, *, is_async: bool) -> None:
+    """Have ``meter`` read ``stream``'s events on their way out, and abandon its call when the
+    stream is dropped before its end. The Stainless SDKs' streams iterate ``_iterator`` (made
+    in __init__, or on first use); the object itself stays untouched otherwise."""
     events = meter.async_events if is_async else meter.events
     stream._iterator = events(stream._iterator)
-    _watch(stream, meter)
-
-
-def _watch(stream: Any, meter: StreamMeter) -> None:
-    """Abandon ``meter``'s call when ``stream`` is dropped before its end."""
     dropped = meter.dropped = weakref.ref(stream, _dropped)
     _WATCHED[id(dropped)] = (dropped, meter)
