@@ -40,22 +40,12 @@ class RequestInfo(NamedTuple):
 
 
 class Tally:
-    """Usage seen so far in one response (or stream), in the subset convention.
-
-    ``tokens_in`` includes cache reads and writes; ``tokens_out`` includes reasoning tokens.
-    The token counts are the provider's, each an int or None (the readers of :mod:`.wire`
-    make them so), checked where they are recorded (:func:`.lifecycle.finish_call`);
-    ``tool_calls``, ``chunks`` and ``chars`` count what the adapter saw itself (``chars`` only
-    where the provider may not report usage: in streams, and in a whole response without its
-    usage). ``text`` (captured content) and ``tool_keys`` are made only when something goes in
-    them.
-    ``response_id`` is the provider's id of the response as read (a stream's first), checked
-    when the call ends (kept on the node as ``response_id``, ``"<provider>:<id>"``; an
-    idempotency key only through :meth:`gateway_key`).
-    ``complete``: the stream's last event was read (callers often stop reading there).
-
-    A tally starts empty: every field starts as the class's value, and an adapter sets only
-    what the response reports.
+    """Usage seen so far in one response (or stream), in the subset convention: ``tokens_in``
+    includes cache reads and writes, ``tokens_out`` reasoning tokens. The token counts are the
+    provider's, each an int or None (the readers of :mod:`.wire` make them so), checked where
+    they are recorded (:func:`.lifecycle.finish_call`); the other counts are what the adapter
+    saw itself. A tally starts empty (every field the class's value): an adapter sets only what
+    the response reports, and a list or set is made only when something goes in it.
     """
 
     tokens_in: int | None = None
@@ -65,13 +55,17 @@ class Tally:
     reasoning: int = 0
     tool_calls: int = 0
     chunks: int = 0  # events that carried generated content (a cut stream's output estimate)
-    chars: int = 0  # characters of generated text and tool arguments (for unreported usage)
+    # Characters of generated text and tool arguments: only where the provider may not report
+    # usage (in streams, and in a whole response without it).
+    chars: int = 0
     received: list[str] | None = None  # that text, from a whole response without usage
     estimated: bool = False  # some counts are ampmeter's estimate: the provider reported none
-    text: list[str] | None = None
+    text: list[str] | None = None  # the response's text (with capture_content)
     tool_keys: set[tuple[int, int]] | None = None  # (choice, tool) indexes of streamed tool calls
+    # The provider's id of the response as read (a stream's first), checked when the call ends:
+    # the node's ``response_id``, an idempotency key only through :meth:`gateway_key`.
     response_id: object = None
-    complete: bool = False
+    complete: bool = False  # the stream's last event was read (callers often stop there)
 
     def receive(self, text: str) -> None:
         """Count the output text of a whole response that reported no usage (kept, so that

@@ -1,10 +1,7 @@
-"""HTTP-layer metering: LLM requests sent with ``httpx`` or ``httpx2`` by any client.
-
-The SDK patches cover the ``openai`` and ``anthropic`` SDKs; everything else that speaks a known
-wire format over httpx (LiteLLM's own handlers, google-genai, mistralai, plain httpx) is metered
-here, at ``Client.send`` / ``AsyncClient.send`` (the one door every request of a client goes
-through, whatever transport is mounted: LiteLLM's aiohttp transport included), and, for
-aiohttp's own clients, in :mod:`ampmeter.integrations.http_aiohttp`.
+"""HTTP-layer metering: LLM requests sent with ``httpx`` or ``httpx2`` by any client that has
+no SDK door (LiteLLM's own handlers, google-genai, mistralai, plain httpx), at ``Client.send`` /
+``AsyncClient.send``: the one door every request of a client goes through, whatever transport
+is mounted (LiteLLM's aiohttp transport included). aiohttp's own clients: :mod:`.http_aiohttp`.
 
 A ``POST`` is metered when a context is current, no SDK door is already metering the request
 (:data:`~ampmeter.integrations.lifecycle.ACTIVE_CALL`; the SDKs' own clients send past this
