@@ -12,7 +12,6 @@ if TYPE_CHECKING:
 __all__ = [
     "CURRENT",
     "OPEN",
-    "any_open_context",
     "current_context",
     "current_node_id",
     "enclosing_context",
@@ -62,11 +61,6 @@ def current_node_id() -> str | None:
 def open_contexts() -> list[ExecutionContext]:
     """Contexts made and not yet closed, in any thread (to explain an unmetered call)."""
     return list(OPEN)
-
-
-def any_open_context() -> bool:
-    """Whether any context is open, in any thread (every SDK call outside a context asks)."""
-    return bool(OPEN)
 
 
 def restore(token: contextvars.Token[Any] | None, fallback: ExecutionContext | None) -> None:

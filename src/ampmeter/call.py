@@ -258,13 +258,20 @@ class Call(Scoped):
         run_sync(self._admission.admit(self._flight, threading.get_ident()))
         return self
 
-    def finish(self, exc: BaseException | None = None) -> None:
-        """End the call: success, or ``fail`` with ``exc``'s class (``halt`` if interrupted)."""
+    def finish(
+        self, exc: BaseException | None = None, metadata: dict[str, Any] | None = None
+    ) -> None:
+        """End the call: success, or ``fail`` with ``exc``'s class (``halt`` if interrupted).
+        ``metadata`` (what an integration read from the response) is merged into the node's as
+        it ends, in the same step."""
         flight = self._flight
         if flight.phase == DONE:
             return
         flight.phase = DONE
-        self._admission.settle(flight, *self._ended(exc))
+        usage, outcome = self._ended(exc)
+        if metadata:
+            outcome = outcome._replace(metadata={**metadata, **(outcome.metadata or {})})
+        self._admission.settle(flight, usage, outcome)
 
     def _enter(self) -> None:
         self.start()

@@ -22,7 +22,6 @@ from ampmeter._core.steps import Admission
 from ampmeter._current import (
     CURRENT,
     OPEN,
-    any_open_context,
     current_context,
     current_node_id,
     enclosing_context,
@@ -57,7 +56,6 @@ __all__ = [
     "ExecutionContext",
     "TerminationReason",
     "WrapOptions",
-    "any_open_context",
     "configured_policies",
     "current_context",
     "current_node_id",

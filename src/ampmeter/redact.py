@@ -37,7 +37,6 @@ __all__ = [
     "MIN_SECRET_LENGTH",
     "REDACTED",
     "configure",
-    "content_captured",
     "error_text",
     "remember_client",
     "remember_secret",
@@ -89,11 +88,6 @@ def configure(*, capture_content: bool) -> None:
     if not isinstance(capture_content, bool):
         raise TypeError(f"capture_content must be a bool, got {type(capture_content).__name__}")
     _capture_content = capture_content
-
-
-def content_captured() -> bool:
-    """The current :func:`configure` setting."""
-    return _capture_content
 
 
 def remember_secret(value: object) -> None:

@@ -393,6 +393,19 @@ def test_requests_outside_a_context_or_of_unknown_paths_are_left_alone(
     assert calls(sink) == []
 
 
+def test_a_body_whose_model_is_no_string_is_no_llm_request(replay: ReplayServer) -> None:
+    """A model that is not text (a hostile or broken body's number) names no model: the
+    request is left alone, embeddings included, and the caller's request goes through."""
+    replay.script("/v1/embeddings", recorded.openai_chat_tool_calls())
+    replay.script("/v1/chat/completions", recorded.openai_chat_tool_calls())
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        for path in ("/embeddings", "/chat/completions"):
+            body = {"model": 5, "input": "a cat", "messages": []}
+            assert httpx.post(replay.openai_base_url + path, json=body).status_code == 200
+    assert calls(sink) == []
+
+
 def test_uninstrument_restores_the_clients_exactly() -> None:
     patched = httpx.Client.__dict__["send"], httpx2.AsyncClient.__dict__["send"]
     uninstrument()

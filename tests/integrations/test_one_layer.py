@@ -1,5 +1,6 @@
 """One SDK call is metered at one layer: the client's door admits it and reads its result; the
-HTTP layer below passes it after one check, and its request is measured once."""
+SDK's own HTTP client sends it past the HTTP layer (a client the caller gives the SDK passes it
+after one check), and its request is measured once."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from types import FrameType
 from typing import Any
 
 import anthropic
+import httpx2
 import openai
 import pytest
 
@@ -59,7 +61,7 @@ def test_an_openai_call_is_admitted_once_at_the_door_and_measured_once(
             lambda: client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT)
         )
     wrappers = {name for name in seen if name[1] in ("request", "send", "metered", "create")}
-    assert wrappers == {("sdk.py", "request"), ("http.py", "send")}
+    assert wrappers == {("sdk.py", "request")}  # the HTTP layer's send does not run
     assert seen[("sdk.py", "admit")] == seen[("lifecycle.py", "begin_call")] == 1
     assert seen[("pricing", "measure")] == 1  # the request's shape, once
     (node,) = [n for n in sink.nodes if n.kind == "llm"]
@@ -84,3 +86,35 @@ def test_an_anthropic_stream_helper_is_admitted_once_at_the_door(replay: ReplayS
     assert ("anthropic.py", "stream") not in seen  # the helper itself is left as it is
     (node,) = [n for n in sink.nodes if n.kind == "llm"]
     assert node.name == "messages.stream" and node.status == "success" and node.tokens_out
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_client_the_caller_gives_the_sdk_is_metered_once_and_the_sdk_alone_at_the_wire(
+    replay: ReplayServer, is_async: bool
+) -> None:
+    """A caller's own httpx client keeps the HTTP layer, which leaves the door's call alone;
+    with the SDK's door removed, the HTTP layer meters the SDK's own client again."""
+    import asyncio
+
+    from ampmeter.integrations import openai as openai_integration
+
+    sink = MemorySink()
+
+    def call(client: Any) -> Any:
+        create = client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT)
+        return asyncio.run(create) if is_async else create
+
+    own = httpx2.AsyncClient() if is_async else httpx2.Client()
+    kind = openai.AsyncOpenAI if is_async else openai.OpenAI
+    given = kind(base_url=replay.openai_base_url, api_key="k", max_retries=0, http_client=own)
+    plain = kind(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    with ExecutionContext(max_cost_usd=1.0, sinks=[sink]):
+        replay.script("/v1/chat/completions", recorded.openai_chat_tool_calls())
+        seen = ampmeter_calls(lambda: call(given))
+        assert ("http.py", "send") in seen and seen[("lifecycle.py", "begin_call")] == 1
+        openai_integration.uninstrument_openai()
+        replay.script("/v1/chat/completions", recorded.openai_chat_tool_calls())
+        seen = ampmeter_calls(lambda: call(plain))
+        assert seen[("http.py", "admit")] == 1 and ("sdk.py", "request") not in seen
+    names = [n.name for n in sink.nodes if n.kind == "llm"]
+    assert names == ["chat.completions.create", "chat.completions"]  # each call once

@@ -8,7 +8,7 @@ door, streams and HTTP layers do the rest the same way for every wire format.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from ampmeter.integrations.wire import first_int
 from ampmeter.pricing import request_size
@@ -20,23 +20,18 @@ MAX_RESPONSE_ID: Final = 256  # longer ids are no provider's: ignored, never sto
 META_USAGE_CLAMPED: Final = "usage_clamped"  # a reported count was outside 0..2**53
 
 
-class RequestInfo:
-    """What a request asks for, as far as the reservation is concerned (read, never changed).
+class RequestInfo(NamedTuple):
+    """What a request asks for, as far as the reservation is concerned (a value).
 
-    ``model`` is the request's as given: anything but a string (an SDK's ``omit`` sentinel, a
-    JSON body's number) is no model. ``size`` measures everything the request sends that is
-    billed as input (:func:`ampmeter.pricing.request_size.measure`).
+    ``model`` is the request's model, or None (anything but a string, an SDK's ``omit``
+    sentinel or a JSON body's number, is no model). ``size`` measures everything the request
+    sends that is billed as input (:func:`ampmeter.pricing.request_size.measure`).
     """
 
-    __slots__ = ("max_tokens", "model", "size", "stream")
-
-    def __init__(
-        self, model: object, size: RequestSize, max_tokens: int | None, stream: bool
-    ) -> None:
-        self.model = model if isinstance(model, str) else None
-        self.size = size
-        self.max_tokens = max_tokens
-        self.stream = stream
+    model: str | None
+    size: RequestSize
+    max_tokens: int | None
+    stream: bool
 
     @property
     def input_tokens(self) -> int:
@@ -45,21 +40,12 @@ class RequestInfo:
 
 
 class Tally:
-    """Usage seen so far in one response (or stream), in the subset convention.
-
-    ``tokens_in`` includes cache reads and writes; ``tokens_out`` includes reasoning tokens.
-    The token counts are the provider's, each an int or None (the readers of :mod:`.wire`
-    make them so), checked where they are recorded (:func:`.lifecycle.finish_call`);
-    ``tool_calls``, ``chunks`` and ``chars`` count what the adapter saw itself (``chars`` only
-    where the provider may not report usage: in streams, and in a whole response without its
-    usage). ``text`` (captured content) and ``tool_keys`` are made only when something goes in
-    them.
-    ``response_key`` is the provider's id of the response as ``"<provider>:<id>"`` (kept on the
-    node as ``response_id``; an idempotency key only through :meth:`gateway_key`).
-    ``complete``: the stream's last event was read (callers often stop reading there).
-
-    A tally starts empty: every field starts as the class's value, and an adapter sets only
-    what the response reports.
+    """Usage seen so far in one response (or stream), in the subset convention: ``tokens_in``
+    includes cache reads and writes, ``tokens_out`` reasoning tokens. The token counts are the
+    provider's, each an int or None (the readers of :mod:`.wire` make them so), checked where
+    they are recorded (:func:`.lifecycle.finish_call`); the other counts are what the adapter
+    saw itself. A tally starts empty (every field the class's value): an adapter sets only what
+    the response reports, and a list or set is made only when something goes in it.
     """
 
     tokens_in: int | None = None
@@ -69,24 +55,17 @@ class Tally:
     reasoning: int = 0
     tool_calls: int = 0
     chunks: int = 0  # events that carried generated content (a cut stream's output estimate)
-    chars: int = 0  # characters of generated text and tool arguments (for unreported usage)
+    # Characters of generated text and tool arguments: only where the provider may not report
+    # usage (in streams, and in a whole response without it).
+    chars: int = 0
     received: list[str] | None = None  # that text, from a whole response without usage
     estimated: bool = False  # some counts are ampmeter's estimate: the provider reported none
-    text: list[str] | None = None
+    text: list[str] | None = None  # the response's text (with capture_content)
     tool_keys: set[tuple[int, int]] | None = None  # (choice, tool) indexes of streamed tool calls
-    response_key: str | None = None
-    complete: bool = False
-
-    def note_response_id(self, provider: str, response_id: object) -> None:
-        """Keep the provider's id of the response (a stream whose events all repeat it notes
-        it once: until ``response_key`` is set). An id that is not printable text of at most
-        :data:`MAX_RESPONSE_ID` characters is ignored: it could not be a ledger key."""
-        if (
-            isinstance(response_id, str)
-            and 0 < len(response_id) <= MAX_RESPONSE_ID
-            and response_id.isprintable()
-        ):
-            self.response_key = f"{provider}:{response_id}"
+    # The provider's id of the response as read (a stream's first), checked when the call ends:
+    # the node's ``response_id``, an idempotency key only through :meth:`gateway_key`.
+    response_id: object = None
+    complete: bool = False  # the stream's last event was read (callers often stop there)
 
     def receive(self, text: str) -> None:
         """Count the output text of a whole response that reported no usage (kept, so that
@@ -98,17 +77,15 @@ class Tally:
             else:
                 self.received.append(text)
 
-    def gateway_key(self, endpoint: str) -> str | None:
+    def gateway_key(self, response_key: str, endpoint: str) -> str:
         """The idempotency key of this response under ``instrument(response_id_keys=True)``:
-        its id, the ``endpoint`` it came from (the SDK operation) and every count it reports.
-        A caching gateway that delivers one stored response again repeats all of them; a
-        server that only repeats ids (a mock, Ollama's ``chatcmpl-<0..998>``) does not, and
-        each of its answers with other usage, or from another endpoint, is another call.
-        None when the response had no id."""
-        if self.response_key is None:
-            return None
+        its id (``response_key``, ``"<provider>:<id>"``), the ``endpoint`` it came from (the SDK
+        operation) and every count it reports. A caching gateway that delivers one stored
+        response again repeats all of them; a server that only repeats ids (a mock, Ollama's
+        ``chatcmpl-<0..998>``) does not, and each of its answers with other usage, or from
+        another endpoint, is another call."""
         return (
-            f"{self.response_key} {endpoint} in={self.tokens_in} out={self.tokens_out} "
+            f"{response_key} {endpoint} in={self.tokens_in} out={self.tokens_out} "
             f"cached={self.cached} written={self.cache_write} reasoning={self.reasoning}"
         )
 
@@ -135,9 +112,13 @@ class Adapter:
     def request_info(self, body: Mapping[str, Any]) -> RequestInfo:
         """Model, measure, output cap (the first of :attr:`max_tokens_fields` given) and
         streaming flag of a request's JSON body."""
-        max_tokens = first_int(*map(body.get, self.max_tokens_fields))
-        measure = request_size.measure(self.wire, body)
-        return RequestInfo(body.get("model"), measure, max_tokens, body.get("stream") is True)
+        model = body.get("model")
+        return RequestInfo(
+            model if isinstance(model, str) else None,
+            request_size.measure(self.wire, body),
+            first_int(*map(body.get, self.max_tokens_fields)),
+            body.get("stream") is True,
+        )
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         """The request's text, kept on the node with ``instrument(capture_content=True)``."""

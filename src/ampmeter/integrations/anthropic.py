@@ -47,7 +47,7 @@ class MessagesAdapter(Adapter):
 
     def read_response(self, result: Any, tally: Tally) -> None:
         read = READERS[type(result)]
-        tally.note_response_id(self.provider, read(result, "id", None))
+        tally.response_id = read(result, "id", None)
         usage = read(result, "usage", None)
         _read_usage(usage, tally)
         for block in read(result, "content", None) or ():
@@ -68,7 +68,7 @@ class MessagesAdapter(Adapter):
         if kind == "message_start":
             message = read(event, "message", None)
             read_message = READERS[type(message)]
-            tally.note_response_id(self.provider, read_message(message, "id", None))
+            tally.response_id = read_message(message, "id", None)
             _read_usage(read_message(message, "usage", None), tally)
         elif kind == "message_delta":
             _read_usage(read(event, "usage", None), tally)

@@ -16,7 +16,8 @@ import warnings
 import weakref
 from typing import Any
 
-from ampmeter.context import ExecutionContext, any_open_context, current_context, open_contexts
+from ampmeter._current import CURRENT, OPEN, open_contexts
+from ampmeter.context import ExecutionContext
 from ampmeter.errors import HandoffError, StreamOutlivedContext, note_stop
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.propagation import HANDOFF_ENV, HANDOFF_LOG_ENV
@@ -35,14 +36,15 @@ def metered_context() -> ExecutionContext | None:
         origin = _origin_of_running_stream()
         if origin is not None:
             return origin
-    ctx = current_context()
+    current = CURRENT.get()
+    if current is not None:
+        return current[0]
+    ctx = settings.default_context
     if ctx is None:
-        ctx = settings.default_context
-        if ctx is None:
-            if HANDOFF_ENV in os.environ:
-                return attach_from_env()
-            if not settings.warned_unmetered and any_open_context():
-                _warn_unmetered()
+        if HANDOFF_ENV in os.environ:
+            return attach_from_env()
+        if not settings.warned_unmetered and OPEN:
+            _warn_unmetered()
     return ctx
 
 

@@ -66,7 +66,7 @@ class _EngineAdapter(Adapter):
         self.family = family
 
     def read_response(self, result: Any, tally: Tally) -> None:
-        tally.note_response_id(self.provider, getattr(result, "id", None))
+        tally.response_id = getattr(result, "id", None)
         read_usage(getattr(result, "usage", None), self.family, tally)
         message = getattr(result, "message", None)
         tally.tool_calls = count_tool_calls(getattr(message, "parts", ()))
@@ -78,7 +78,7 @@ class _EngineAdapter(Adapter):
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
         kind = getattr(event, "type", None)
         if kind == "start":
-            tally.note_response_id(self.provider, getattr(event, "id", None))
+            tally.response_id = getattr(event, "id", None)
         elif kind == "delta":
             delta = getattr(event, "delta", None)
             tally.chunks += 1

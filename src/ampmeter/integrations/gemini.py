@@ -79,8 +79,8 @@ class GenerateContentAdapter(Adapter):
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
         read = READERS[type(event)]
-        if tally.response_key is None:
-            tally.note_response_id(self.provider, read(event, "responseId", None))
+        if tally.response_id is None:
+            tally.response_id = read(event, "responseId", None)
         usage = read(event, "usageMetadata", None)
         if usage is not None:
             prompt, tool_prompt, cached, candidates, thoughts = counts(usage, _USAGE_COUNTS)

@@ -1,25 +1,13 @@
-"""HTTP-layer metering: LLM requests sent with ``httpx`` or ``httpx2`` by any client.
+"""HTTP-layer metering: LLM requests sent with ``httpx`` or ``httpx2`` by any client that has
+no SDK door (LiteLLM's own handlers, google-genai, mistralai, plain httpx), at ``Client.send`` /
+``AsyncClient.send``: the one door every request of a client goes through, whatever transport
+is mounted (LiteLLM's aiohttp transport included). aiohttp's own clients: :mod:`.http_aiohttp`.
 
-The SDK patches cover the ``openai`` and ``anthropic`` SDKs; everything else that speaks a known
-wire format over httpx (LiteLLM's own handlers, google-genai, mistralai, plain httpx) is metered
-here, at ``Client.send`` / ``AsyncClient.send`` (the one door every request of a client goes
-through, whatever transport is mounted: LiteLLM's aiohttp transport included), and, for
-aiohttp's own clients, in :mod:`ampmeter.integrations.http_aiohttp`.
-
-A ``POST`` is metered when a context is current, no SDK patch is already metering the request
-(:data:`~ampmeter.integrations.lifecycle.ACTIVE_CALL`), and its path names a known wire format:
-
-=====================================  ===========================================
-path ends with                         wire format (reader)
-=====================================  ===========================================
-``/chat/completions``                  OpenAI Chat Completions
-``/responses``                         OpenAI Responses
-``/embeddings``                        OpenAI embeddings (an ``embedding`` node)
-``/completions``                       OpenAI legacy completions
-``/messages``                          Anthropic Messages
-``:generateContent``                   Gemini
-``:streamGenerateContent``             Gemini, streamed (SSE or a JSON array)
-=====================================  ===========================================
+A ``POST`` is metered when a context is current, no SDK door is already metering the request
+(:data:`~ampmeter.integrations.lifecycle.ACTIVE_CALL`; the SDKs' own clients send past this
+layer), and its path names a known wire format (:data:`ROUTES`: OpenAI Chat Completions,
+Responses, embeddings and legacy completions, Anthropic Messages, Gemini; a streamed Gemini
+answer is SSE or a JSON array).
 
 The request's JSON body is read before anything is sent, so limits stop the request before a
 byte leaves. The response body is read as it passes to the caller (streams included) with the
@@ -45,8 +33,8 @@ from ampmeter.integrations.lifecycle import (
     ACTIVE_CALL,
     META_TRANSPORT,
     Admitted,
+    Meter,
     begin_call,
-    finish_abandoned,
     finish_call,
     settings,
 )
@@ -61,43 +49,51 @@ from ampmeter.integrations.proxy_mark import METERED_HEADER
 from ampmeter.integrations.wire import BodyReader
 
 __all__ = [
+    "ROUTES",
     "BodyMeter",
     "adapter_for_path",
     "admit",
     "instrument_httpx",
     "response_reader",
     "uninstrument_httpx",
+    "unwrapped_send",
 ]
 
 
-_CHAT: Final = ChatAdapter("chat.completions")
-_RESPONSES: Final = ResponsesAdapter("responses")
-_EMBEDDINGS: Final = EmbeddingsAdapter("embeddings")
-_COMPLETIONS: Final = CompletionsAdapter("completions")
-_MESSAGES: Final = MessagesAdapter("messages")
-_GENERATE: Final = GenerateContentAdapter("generateContent")
-_STREAM_GENERATE: Final = GenerateContentAdapter("streamGenerateContent")
-
-# Checked in order: "/chat/completions" before "/completions".
-_ROUTES: Final[tuple[tuple[str, Adapter], ...]] = (
-    ("/chat/completions", _CHAT),
-    ("/responses", _RESPONSES),
-    ("/embeddings", _EMBEDDINGS),
-    ("/completions", _COMPLETIONS),
-    ("/messages", _MESSAGES),
-    (":generateContent", _GENERATE),
-    (":streamGenerateContent", _STREAM_GENERATE),
-)
+# The reader of each wire format, by how a request path ends; checked in order
+# ("/chat/completions" before "/completions"). The SDKs' own paths are these keys.
+# ("/embeddings" makes an ``embedding`` node.)
+ROUTES: Final[dict[str, Adapter]] = {
+    "/chat/completions": ChatAdapter("chat.completions"),
+    "/responses": ResponsesAdapter("responses"),
+    "/embeddings": EmbeddingsAdapter("embeddings"),
+    "/completions": CompletionsAdapter("completions"),
+    "/messages": MessagesAdapter("messages"),
+    ":generateContent": GenerateContentAdapter("generateContent"),
+    ":streamGenerateContent": GenerateContentAdapter("streamGenerateContent"),
+}
 
 _patches: list[Patch] = []
 
 
 def adapter_for_path(path: str) -> Adapter | None:
     """The reader of the wire format a request path names, or None."""
-    for suffix, adapter in _ROUTES:
+    for suffix, adapter in ROUTES.items():
         if path.endswith(suffix):
             return adapter
     return None
+
+
+def unwrapped_send(client_class: type) -> Any:
+    """The ``send`` that httpx client class ``client_class`` inherits, as it is without this
+    module's patch (for an SDK's own client, whose every request the SDK's door meters)."""
+    for owner in client_class.__mro__:
+        if "send" in owner.__dict__:
+            for patch in _patches:
+                if patch.owner is owner:
+                    return patch.original
+            return owner.__dict__["send"]
+    raise TypeError(f"{client_class.__name__} is no httpx client")
 
 
 def _json_body(content: bytes | str) -> dict[str, Any] | None:
@@ -139,32 +135,6 @@ def admit(
     return Admitted(call, adapter, info, hide, body)
 
 
-def _admit(module: ModuleType, request: Any, streamed: bool) -> tuple[Admitted, Any] | None:
-    """:func:`admit` for an httpx request; also the request to send."""
-    if request.method != "POST":
-        return None
-    try:
-        content = request.content  # raises when the body is a stream not read yet
-    except Exception:
-        return None
-    # Ask for the usage of a stream the caller reads piece by piece (a body read whole would
-    # have to be rewritten to hide the extra event: it is left as it is).
-    admitted = admit("POST", request.url.path, content, module.__name__, may_ask_usage=streamed)
-    if admitted is None:
-        return None
-    if admitted.hide:
-        headers = request.headers.copy()
-        headers.pop("content-length", None)
-        request = module.Request(
-            request.method,
-            request.url,
-            headers=headers,
-            content=orjson.dumps(admitted.body),
-            extensions=request.extensions,
-        )
-    return admitted, request
-
-
 def response_reader(admitted: Admitted, status: int, content_type: str) -> BodyReader | None:
     """How to read a response's body (None: an error status, and the node ended failed)."""
     if status >= 400:
@@ -181,22 +151,14 @@ class _ProviderError(Exception):
         super().__init__(f"the provider answered HTTP {status}")
 
 
-class BodyMeter:
+class BodyMeter(Meter):
     """A response body being read into its request's node: ends the node at the body's end
     (or its last event), or as abandoned when closed or dropped before."""
 
     def __init__(self, inner: Any, reader: BodyReader, admitted: Admitted) -> None:
+        super().__init__(admitted.call, reader.tally, admitted.info)
         self.inner = inner
         self.reader = reader
-        self._call = admitted.call
-        self._info = admitted.info
-        self.done = False
-
-    def end(self, exc: BaseException | None) -> None:
-        """End the node with the usage read (``exc``: the error reading the body raised)."""
-        if not self.done:
-            self.done = True
-            finish_call(self._call, self.reader.tally, exc)
 
     def take(self, piece: bytes) -> bytes:
         """Read ``piece`` of the body; return what the caller gets of it."""
@@ -222,12 +184,6 @@ class BodyMeter:
         except BaseException as exc:
             self.end(exc)
             raise
-
-    def abandon(self) -> None:
-        """End the node of a body closed or dropped before its end."""
-        if not self.done:
-            self.done = True
-            finish_abandoned(self._call, self.reader.tally, self._info)
 
     def __del__(self) -> None:
         # A response dropped unread is still counted, with the usage seen so far. Nothing can be
@@ -298,11 +254,31 @@ def _mark(request: Any) -> None:
 
 
 def _send_metered(module: ModuleType, request: Any, stream: bool) -> tuple[Admitted | None, Any]:
-    """Admit a request about to be sent (None: not one to meter here), and the request to
-    send; marked for the run's proxy when this process meters it."""
+    """Admit an httpx request about to be sent (None: not one to meter here), and the request
+    to send: rebuilt when changed to ask for a stream's usage, marked for the run's proxy when
+    this process meters it."""
     active = ACTIVE_CALL.get()
-    found = None if active is not None else _admit(module, request, stream)
-    admitted, request = (None, request) if found is None else found
+    admitted = None
+    if active is None and request.method == "POST":
+        try:
+            content = request.content  # raises when the body is a stream not read yet
+        except Exception:
+            content = None
+        if content is not None:
+            # Ask for the usage of a stream the caller reads piece by piece (a body read whole
+            # would have to be rewritten to hide the extra event: it is left as it is).
+            path, transport = request.url.path, module.__name__
+            admitted = admit("POST", path, content, transport, may_ask_usage=stream)
+        if admitted is not None and admitted.hide:
+            headers = request.headers.copy()
+            headers.pop("content-length", None)
+            request = module.Request(
+                request.method,
+                request.url,
+                headers=headers,
+                content=orjson.dumps(admitted.body),
+                extensions=request.extensions,
+            )
     if settings.marker.proxy_url is not None and (active is not None or admitted is not None):
         _mark(request)
     return admitted, request

@@ -15,15 +15,21 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ampmeter._validate import MAX_COUNT
-from ampmeter.context import Call, ExecutionContext, configured_policies
+from ampmeter.context import Call, ExecutionContext
 from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
-from ampmeter.integrations.adapter import META_USAGE_CLAMPED, Adapter, RequestInfo, Tally
+from ampmeter.integrations.adapter import (
+    MAX_RESPONSE_ID,
+    META_USAGE_CLAMPED,
+    Adapter,
+    RequestInfo,
+    Tally,
+)
 from ampmeter.integrations.disclosure import META_BUDGET_NOTE, disclose
 from ampmeter.integrations.proxy_mark import Marker
 from ampmeter.integrations.unreported import estimate_cut_stream, estimate_unreported
 from ampmeter.limits import ExceededLimit
-from ampmeter.node import META_PROVIDER
 from ampmeter.policies.downgrade import META_REQUESTED_MODEL, take_requested_model
+from ampmeter.policies.pressure import Pressure
 
 __all__ = [
     "ACTIVE_CALL",
@@ -35,6 +41,7 @@ __all__ = [
     "META_TRANSPORT",
     "META_USAGE_ESTIMATED",
     "Admitted",
+    "Meter",
     "Settings",
     "begin_call",
     "count_retry",
@@ -49,7 +56,6 @@ META_PROMPT_TEXT: Final = "prompt_text"  # only with instrument(capture_content=
 META_RESPONSE_TEXT: Final = "response_text"  # only with instrument(capture_content=True)
 META_USAGE_ESTIMATED: Final = "usage_estimated"  # a cut stream's usage, partly estimated
 META_TRANSPORT: Final = "transport"  # how a request metered below the SDKs went: httpx, ...
-META_MODEL: Final = "model"  # the model of a non-LLM node (an embedding), which has no model field
 META_RESPONSE_ID: Final = "response_id"  # the provider's id of the response ("<provider>:<id>")
 
 
@@ -106,6 +112,32 @@ class Admitted:
             finish_call(self.call, None, exc)
 
 
+class Meter:
+    """A response being read into its call, which it ends once: with the usage read, at the
+    response's end or with the error reading it raised (:meth:`end`), or as abandoned when it
+    is closed or dropped before (:meth:`abandon`). ``info`` is the request's."""
+
+    __slots__ = ("call", "done", "info", "tally")
+
+    def __init__(self, call: Call, tally: Tally, info: RequestInfo) -> None:
+        self.call = call
+        self.tally = tally
+        self.info = info  # the request's input estimate, should the response be cut
+        self.done = False
+
+    def end(self, exc: BaseException | None) -> None:
+        """End the call with the usage read (``exc``: the error reading the response raised)."""
+        if not self.done:
+            self.done = True
+            finish_call(self.call, self.tally, exc)
+
+    def abandon(self) -> None:
+        """End the call of a response closed or dropped before its end."""
+        if not self.done:
+            self.done = True
+            finish_abandoned(self.call, self.tally, self.info)
+
+
 def count_retry() -> None:
     """Count one SDK retry on the active call (called from the SDK's retry sleep)."""
     call = ACTIVE_CALL.get()
@@ -138,8 +170,7 @@ def begin_call(
         meta.update(extra)
     if settings.capture_content and request is not None:
         meta[META_PROMPT_TEXT] = adapter.prompt_text(request)
-    kind = adapter.kind
-    if kind == "llm":
+    if adapter.kind == "llm":
         call = ctx.instrumented_llm_call(
             operation,
             info.model,
@@ -150,7 +181,7 @@ def begin_call(
             sent=request,
             refused=refused,
         )
-    elif kind == "embedding":
+    else:  # an embeddings endpoint
         call = ctx.embedding_call(
             operation,
             model=info.model,
@@ -158,10 +189,6 @@ def begin_call(
             provider=adapter.provider,
             metadata=meta,
         )
-    else:
-        meta[META_MODEL] = info.model
-        meta[META_PROVIDER] = adapter.provider
-        call = ctx.step(operation, kind=kind, metadata=meta)
     try:
         call.start()
     except LimitExceeded as stop:
@@ -170,39 +197,43 @@ def begin_call(
     return call
 
 
-def finish_call(call: Call, tally: Tally | None, exc: BaseException | None) -> None:
-    """End a request's node with the usage read from its response (None: nothing was read).
-    Counts the response did not report are estimated (:mod:`.unreported`).
+def finish_call(
+    call: Call, tally: Tally | None, exc: BaseException | None, meta: dict[str, Any] | None = None
+) -> None:
+    """End a request's node with the usage read from its response (None: nothing was read)
+    and what was read about it (``meta``), merged into the node's metadata as it ends: all in
+    one step. Counts the response did not report are estimated (:mod:`.unreported`).
 
-    The node keeps the provider's id of the response as ``response_id`` (``"<provider>:<id>"``).
-    That id is never trusted as an idempotency key by default: gateways and mock servers repeat
-    one id, and Ollama draws its ids from 999 values, so a repeated id is another billed call.
-    With ``instrument(response_id_keys=True)`` (for a caching gateway) a call without a key of
-    its own is keyed by the id, the endpoint and the usage together (:meth:`Tally.gateway_key`):
-    only the same stored response delivered again counts once."""
+    The node keeps the provider's id of the response as ``response_id`` (``"<provider>:<id>"``)
+    when it is printable text of at most :data:`.adapter.MAX_RESPONSE_ID` characters (else it
+    could not be a ledger key). The id is no idempotency key (servers repeat ids: see
+    ``instrument(response_id_keys=...)``), except for a caching gateway, keyed by
+    :meth:`Tally.gateway_key`."""
     if tally is not None:
-        response_id = tally.response_key
-        if response_id is not None:
-            call.context.graph.update_metadata(call.node_id, {META_RESPONSE_ID: response_id})
+        meta = {} if meta is None else meta
+        response_id = tally.response_id
+        if (
+            isinstance(response_id, str)
+            and 0 < len(response_id) <= MAX_RESPONSE_ID
+            and response_id.isprintable()
+        ):
+            key = meta[META_RESPONSE_ID] = f"{call.provider}:{response_id}"
             if settings.response_id_keys:
-                key = tally.gateway_key(call.name)
-                assert key is not None  # (it has an id)
-                call.offer_idempotency_key(key)
+                call.offer_idempotency_key(tally.gateway_key(key, call.name))
         if tally.tokens_in is None:  # a response without its usage was billed all the same
             estimate_unreported(call, tally)
-        _record(call, tally)
+        _record(call, tally, meta)
         if tally.text:
-            text = "".join(tally.text)
-            call.context.graph.update_metadata(call.node_id, {META_RESPONSE_TEXT: text})
-    call.finish(exc)
+            meta[META_RESPONSE_TEXT] = "".join(tally.text)
+    call.finish(exc, meta)
 
 
-def _record(call: Call, tally: Tally) -> None:
+def _record(call: Call, tally: Tally, meta: dict[str, Any]) -> None:
     """Report ``tally``'s usage on ``call`` (nothing when the provider reported none).
 
     The counts are checked here, once, on their way to the call: the readers made each an int
     or None, and a provider's odd numbers must not break the caller's call, so they are clamped
-    to what the accounting holds (0 to 2**53), the node then saying ``usage_clamped``, and to
+    to what the accounting holds (0 to 2**53), ``meta`` then saying ``usage_clamped``, and to
     the subset convention (details no larger than their totals)."""
     t_in, t_out = tally.tokens_in, tally.tokens_out
     if t_in is None and t_out is None:
@@ -213,7 +244,7 @@ def _record(call: Call, tally: Tally) -> None:
     t_out = 0 if t_out is None else t_out
     if not (0 <= t_in <= MAX_COUNT and 0 <= t_out <= MAX_COUNT):
         t_in, t_out = _clamped(t_in), _clamped(t_out)
-        call.context.graph.update_metadata(call.node_id, {META_USAGE_CLAMPED: True})
+        meta[META_USAGE_CLAMPED] = True
     cached, writes, reasoning = tally.cached, tally.cache_write, tally.reasoning
     if cached < 0 or writes < 0 or reasoning < 0 or cached + writes > t_in or reasoning > t_out:
         cached = min(max(cached, 0), t_in)
@@ -243,14 +274,13 @@ def finish_abandoned(call: Call, tally: Tally, info: RequestInfo) -> None:
     mode) and the output received (at least one token per content event), and say so on the
     node (``usage_estimated``, and ``cost_status`` ``"estimated"``). ``info`` is the request's.
     """
-    if estimate_cut_stream(call, tally):
-        call.context.graph.update_metadata(call.node_id, {META_USAGE_ESTIMATED: True})
+    meta = {META_USAGE_ESTIMATED: True} if estimate_cut_stream(call, tally) else None
     cut = StreamAbandoned("the stream was closed before its last event was read")
-    finish_call(call, tally, cut)
+    finish_call(call, tally, cut, meta)
 
 
 def relieve_pressure(
-    ctx: ExecutionContext, adapter: Adapter, kwargs: dict[str, Any]
+    ctx: ExecutionContext, pressure: Pressure | None, adapter: Adapter, kwargs: dict[str, Any]
 ) -> tuple[ExceededLimit | None, dict[str, Any] | None]:
     """Under budget pressure, let the context's ``on_budget_pressure`` hook change the request
     (``kwargs``, in place) or refuse it. An LLM request is told the budget first, in the place
@@ -259,8 +289,7 @@ def relieve_pressure(
     Returns the refusal, to report when the call is admitted, and the node's metadata for what
     was done (the budget line told, the model asked for before a downgrade): the ``refused``
     and ``extra`` of :func:`begin_call`. Called only when the context has either configured
-    (``configured_policies(ctx).shapes_requests``)."""
-    pressure = configured_policies(ctx).pressure
+    (its policies' ``shapes_requests``; ``pressure`` is their ``pressure``)."""
     notes: dict[str, Any] = {}
     told = disclose(ctx, kwargs, adapter.wire if adapter.kind == "llm" else None)
     if told is not None:

@@ -60,7 +60,7 @@ class ChatAdapter(Adapter):
 
     def read_response(self, result: Any, tally: Tally) -> None:
         read = READERS[type(result)]
-        tally.note_response_id(self.provider, read(result, "id", None))
+        tally.response_id = read(result, "id", None)
         usage = read(result, "usage", None)
         if usage is not None:
             _read_usage(usage, _CHAT_USAGE, tally)
@@ -90,8 +90,8 @@ class ChatAdapter(Adapter):
         """Note an event's response id and read its usage; return the event's field reader
         and its usage (None: the event has none)."""
         read = READERS[type(event)]
-        if tally.response_key is None:
-            tally.note_response_id(self.provider, read(event, "id", None))
+        if tally.response_id is None:
+            tally.response_id = read(event, "id", None)
         usage = read(event, "usage", None)
         if usage is not None:
             _read_usage(usage, _CHAT_USAGE, tally)
@@ -214,8 +214,9 @@ class EmbeddingsAdapter(Adapter):
     kind = "embedding"
 
     def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
+        model = kwargs.get("model")
         size = request_size.measure_text(self.prompt_text(kwargs))
-        return RequestInfo(kwargs.get("model"), size, 0, False)
+        return RequestInfo(model if isinstance(model, str) else None, size, 0, False)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         return _joined_text(kwargs.get("input"))
@@ -267,7 +268,8 @@ class ResponsesAdapter(Adapter):
     def read_response(self, result: Any, tally: Tally) -> None:
         read = READERS[type(result)]
         response_id = read(result, "id", None)
-        tally.note_response_id(self.provider, response_id)
+        if tally.response_id is None:  # a stream's is its first (``response.created``)
+            tally.response_id = response_id
         usage = read(result, "usage", None)
         if usage is not None:
             _read_usage(usage, _RESPONSES_USAGE, tally)
@@ -307,7 +309,7 @@ class ResponsesAdapter(Adapter):
             if isinstance(delta, str):
                 tally.chars += len(delta)
         elif kind == "response.created":  # the id, also for a stream cut before its end
-            tally.note_response_id(self.provider, get(read(event, "response", None), "id"))
+            tally.response_id = get(read(event, "response", None), "id")
         return False
 
 

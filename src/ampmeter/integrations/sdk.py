@@ -1,20 +1,16 @@
 """The Stainless SDKs (``openai``, ``anthropic``): each request metered at the SDK's one door.
 
-Every request of these SDKs goes through its client's generic ``request`` (resource methods,
-``parse``, the stream helpers, ``.with_raw_response`` and ``.with_streaming_response``, the
-public ``client.post()``), once per call, above the SDK's retry loop. That door is the one
-place a call is metered:
-
-* no current context, or a path that names no known wire format: the SDK runs untouched;
-* otherwise the call's node is begun and admitted from the JSON body the SDK built
-  (``LimitExceeded`` is raised there, before a request exists and outside the retry loop, so it
-  reaches the caller as itself), the SDK sends it, and the node ends with the usage of the
-  SDK's own result (a stream when it ends: :mod:`.streams`; a raw response: :mod:`.raw`).
-
-The HTTP layer below sees the call as already metered (:data:`.lifecycle.ACTIVE_CALL`) and
-leaves it alone. Retries are counted from the client's ``_sleep_for_retry``. The node is named
-after the SDK method: the helper the SDK names in its ``X-Stainless-Helper-Method`` header
-(``chat.completions.parse``, ``messages.stream``), else ``<resource>.create``.
+Every request of these SDKs (every method docs/integrations.md lists) goes through its
+client's generic ``request`` once per call, above the SDK's retry loop: the one place a call is
+metered. A request in a known wire format, made where a context applies (:mod:`.attach`), is
+begun and admitted from the JSON body the SDK built (``LimitExceeded`` is raised there, before
+a request exists and outside the retry loop, so it reaches the caller as itself), sent by the
+SDK, and ended with the usage of the SDK's own result (a stream when it ends: :mod:`.streams`;
+a raw response: :mod:`.raw`); any other request runs untouched. The HTTP layer below never
+meters it again (:func:`_patch_clients`). Retries are counted from the client's
+``_sleep_for_retry``. The node is named after the SDK method: the helper the SDK names in its
+``X-Stainless-Helper-Method`` header (``chat.completions.parse``, ``messages.stream``), else
+``<resource>.create``.
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ from typing import Any, Final
 from ampmeter import redact
 from ampmeter.context import configured_policies
 from ampmeter.integrations.attach import metered_context
-from ampmeter.integrations.http import adapter_for_path
+from ampmeter.integrations.http import ROUTES, adapter_for_path, unwrapped_send
 from ampmeter.integrations.lifecycle import (
     ACTIVE_CALL,
     HELPER,
@@ -35,6 +31,7 @@ from ampmeter.integrations.lifecycle import (
     begin_call,
     count_retry,
     relieve_pressure,
+    settings,
 )
 from ampmeter.integrations.patching import Patch, undo_all
 from ampmeter.integrations.raw import RAW_RESPONSE_HEADER, after_raw, after_raw_async
@@ -64,13 +61,15 @@ def admit(client: Any, options: Any) -> Admitted | None:
     """Begin and admit the call of an SDK request (None: not one to meter here)."""
     if ACTIVE_CALL.get() is not None:
         return None
+    body = options.json_data
+    if not isinstance(body, dict) or options.method.lower() != "post":
+        return None
+    path = options.url.partition("?")[0]
+    adapter = ROUTES.get(path) or adapter_for_path(path)  # the SDK's own paths are the keys
+    if adapter is None:
+        return None
     ctx = metered_context()
     if ctx is None:
-        return None
-    body = options.json_data
-    path = options.url.partition("?")[0]
-    adapter = adapter_for_path(path)
-    if adapter is None or not isinstance(body, dict) or options.method.lower() != "post":
         return None
     extra = options.extra_json if isinstance(options.extra_json, Mapping) else None
     sent = {**body, **extra} if extra else body  # what is sent: extra_body merged in
@@ -78,10 +77,9 @@ def admit(client: Any, options: Any) -> Admitted | None:
         return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
     redact.remember_client(client)  # a provider's error body may echo its key
     refused = notes = None
-    if configured_policies(
-        ctx
-    ).shapes_requests:  # the hook may change the body (before it is measured)
-        refused, notes = relieve_pressure(ctx, adapter, body)
+    policies = configured_policies(ctx)
+    if policies.shapes_requests:  # the hook may change the body (measured after)
+        refused, notes = relieve_pressure(ctx, policies.pressure, adapter, body)
         sent = {**body, **extra} if extra else body
     info = adapter.request_info(sent)
     hide = adapter.prepare_stream(body) if info.stream else False
@@ -171,11 +169,16 @@ def _retry_counter(original: Callable[..., Any], *, is_async: bool) -> Callable[
 
 
 def _patch_clients(base_client: Any) -> list[Patch]:
-    """Meter the requests of an SDK's sync and async clients (its ``_base_client`` module)."""
+    """Meter the requests of an SDK's sync and async clients (its ``_base_client`` module).
+
+    The door meters every request the SDK's own httpx clients send, so those send past the
+    HTTP layer (one wrapper per call), unless under ``ampmeter run --proxy`` the HTTP layer
+    must mark them (:mod:`.proxy_mark`). A client the caller gives the SDK (``http_client=``)
+    keeps the HTTP layer, which leaves a request the door meters alone after one check."""
     patches = []
-    for client, is_async in (
-        (base_client.SyncAPIClient, False),
-        (base_client.AsyncAPIClient, True),
+    for client, http_client, is_async in (
+        (base_client.SyncAPIClient, "SyncHttpxClientWrapper", False),
+        (base_client.AsyncAPIClient, "AsyncHttpxClientWrapper", True),
     ):
         sleep = client.__dict__.get("_sleep_for_retry")
         if sleep is not None:
@@ -183,6 +186,9 @@ def _patch_clients(base_client: Any) -> list[Patch]:
             patches.append(Patch.apply(client, "_sleep_for_retry", counter))
         door = _async_door if is_async else _door
         patches.append(Patch.apply(client, "request", door(client.__dict__["request"])))
+        own = getattr(base_client, http_client, None)
+        if own is not None and settings.marker.proxy_url is None:
+            patches.append(Patch.apply(own, "send", unwrapped_send(own)))
     return patches
 
 

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from ampmeter.context import Call
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
-from ampmeter.integrations.lifecycle import Admitted, finish_abandoned, finish_call
+from ampmeter.integrations.lifecycle import Admitted, Meter, finish_call
 
 __all__ = [
     "StreamMeter",
@@ -57,44 +57,19 @@ def _abandon_watched() -> None:
     _WATCHED.clear()
 
 
-class StreamMeter:
+class StreamMeter(Meter):
     """The metering of one streamed response: its call, the usage read so far, and its end."""
 
-    __slots__ = (
-        "__weakref__",
-        "adapter",
-        "call",
-        "done",
-        "dropped",
-        "hide",
-        "info",
-        "reading",
-        "tally",
-    )
+    __slots__ = ("__weakref__", "adapter", "dropped", "hide", "reading")
 
     def __init__(self, call: Call, adapter: Adapter, hide_usage: bool, info: RequestInfo) -> None:
-        self.call = call
+        super().__init__(call, Tally(), info)
         self.adapter = adapter
         self.hide = hide_usage
-        self.info = info  # the request's input estimate, should the stream be cut
-        self.tally = Tally()
-        self.done = False
         # The weak reference that abandons the call when the stream is dropped unread (see
         # _WATCHED); the meter holds no strong reference to the stream.
         self.dropped: weakref.ref[Any] | None = None
         self.reading = False  # an event is being read: the iterator itself settles what happens
-
-    def end(self, exc: BaseException | None) -> None:
-        """End the call with the usage read (``exc``: the error the stream raised)."""
-        if not self.done:
-            self.done = True
-            finish_call(self.call, self.tally, exc)
-
-    def abandon(self) -> None:
-        """End the call of a stream closed or dropped before its end."""
-        if not self.done:
-            self.done = True
-            finish_abandoned(self.call, self.tally, self.info)
 
     def response_closed(self) -> None:
         """The stream's response was closed: abandoned, unless the stream is ending it itself."""
@@ -196,20 +171,12 @@ def meter_result(admitted: Admitted, result: Any, *, is_async: bool) -> StreamMe
         finish_call(admitted.call, tally, None)
         return None
     meter = StreamMeter(admitted.call, admitted.adapter, admitted.hide, admitted.info)
-    events = meter.async_events if is_async else meter.events
-    _in_place(result, meter, events(result._iterator), is_async=is_async)
-    return meter
-
-
-def _in_place(stream: Any, meter: StreamMeter, iterator: Any, *, is_async: bool) -> None:
-    # The Stainless SDKs' streams iterate ``_iterator`` (made in __init__, or on first use);
-    # the object itself stays untouched otherwise.
-    stream._iterator = iterator
-    _watch(stream, meter)
-    response = getattr(stream, "response", None)
+    _read_through(result, meter, is_async=is_async)
+    response = getattr(result, "response", None)
     if response is not None:
         _on_close(response, "aclose" if is_async else "close", meter, is_async=is_async)
         setattr(response, _METER, meter)
+    return meter
 
 
 def meter_rebuilt_stream(stream: Any, *, is_async: bool) -> None:
@@ -222,12 +189,14 @@ def meter_rebuilt_stream(stream: Any, *, is_async: bool) -> None:
     if meter.dropped is not None:
         # The dropped stream was never read: dropping it ends nothing.
         _WATCHED.pop(id(meter.dropped), None)
+    _read_through(stream, meter, is_async=is_async)
+
+
+def _read_through(stream: Any, meter: StreamMeter, *, is_async: bool) -> None:
+    """Have ``meter`` read ``stream``'s events on their way out, and abandon its call when the
+    stream is dropped before its end. The Stainless SDKs' streams iterate ``_iterator`` (made
+    in __init__, or on first use); the object itself stays untouched otherwise."""
     events = meter.async_events if is_async else meter.events
     stream._iterator = events(stream._iterator)
-    _watch(stream, meter)
-
-
-def _watch(stream: Any, meter: StreamMeter) -> None:
-    """Abandon ``meter``'s call when ``stream`` is dropped before its end."""
     dropped = meter.dropped = weakref.ref(stream, _dropped)
     _WATCHED[id(dropped)] = (dropped, meter)

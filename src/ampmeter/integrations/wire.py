@@ -179,20 +179,28 @@ FieldReader = Callable[[Any, str, None], Any]
 _READERS_MAX: Final = 1_024
 
 
+def _mapping_get(obj: Mapping[str, Any], name: str, default: None) -> Any:
+    return obj.get(name, default)
+
+
 class _Readers(dict[type, FieldReader]):
     """:data:`READERS`: the reader of each type met, chosen the first time it is met."""
 
     def __missing__(self, kind: type) -> FieldReader:
-        found: FieldReader = dict.get if issubclass(kind, dict) else getattr
+        found: FieldReader = getattr
+        if issubclass(kind, dict):
+            found = dict.get
+        elif issubclass(kind, Mapping):  # a request's messages may be any mapping
+            found = _mapping_get
         if len(self) < _READERS_MAX:
             self[kind] = found
         return found
 
 
 READERS: Final[dict[type, FieldReader]] = _Readers()
-"""How to read several fields of ``obj``, one object of a provider's response:
-``READERS[type(obj)]`` is ``dict.get`` for a JSON object, else ``getattr`` (an SDK's model;
-None and other values read as absent).
+"""How to read several fields of ``obj``, one object of a provider's response or a request:
+``READERS[type(obj)]`` is ``dict.get`` for a JSON object, ``getattr`` for an SDK's model (None
+and other values read as absent).
 
 Chosen once per object, not once per field as :func:`get` does. Not once per response:
 pydantic keeps a field that an older SDK does not declare (newer usage details) as a plain
@@ -214,14 +222,7 @@ def counts(obj: object, names: tuple[str, ...]) -> list[int | None]:
     return found
 
 
-# Whether a type is a Mapping, remembered: an ABC isinstance check costs more than the lookup.
-_IS_MAPPING: dict[type, bool] = {dict: True, type(None): False}
-
-
 def get(obj: Any, name: str) -> Any:
     """Attribute or mapping key ``name`` of ``obj`` (None when absent): one field of anything,
     a request's messages (any mapping) included."""
-    mapping = _IS_MAPPING.get(type(obj))
-    if mapping is None:
-        mapping = _IS_MAPPING[type(obj)] = isinstance(obj, Mapping)
-    return obj.get(name) if mapping else getattr(obj, name, None)
+    return READERS[type(obj)](obj, name, None)
