@@ -86,42 +86,27 @@ class TaskResult:
     def from_nodes(cls, nodes: Iterable[Node]) -> TaskResult:
         """Build from graph nodes: finished ``llm`` nodes in start order, totals over all
         finished non-root nodes, duration from the root (or from the nodes' span)."""
-        root: Node | None = None
+        span: tuple[float | None, float | None] = (None, None)
+        rows: list[_Row] = []
         llm: list[Node] = []
-        totals = _Totals()
         for node in nodes:
             if not isinstance(node, Node):
                 raise TypeError(f"nodes must be ampmeter Nodes, got {type(node).__name__}")
             if node.parent_id is None:
-                root = node
+                span = (node.start_ts_ms, node.end_ts_ms)
                 continue
             if node.status not in TERMINAL_STATUSES:
                 continue
-            totals.add(
-                node.kind,
-                node.tokens_in or 0,
-                node.tokens_out or 0,
-                node.cost_usd,
-                node.start_ts_ms,
-                node.end_ts_ms,
-            )
-            if node.kind == "llm" and was_sent(node.status, node.tokens_in, node.tokens_out):
+            t_in, t_out = node.tokens_in or 0, node.tokens_out or 0
+            rows.append((node.kind, t_in, t_out, node.cost_usd, node.start_ts_ms, node.end_ts_ms))
+            if node.kind == "llm" and was_sent(node.status, t_in, t_out):
                 llm.append(node)
         llm.sort(key=lambda n: n.start_ts_ms)  # stable: creation order breaks ties
-        calls = _Calls()
-        for node in llm:
-            tools = node.metadata.get(META_TOOL_CALLS_MADE)
-            calls.add(
-                node.tokens_in or 0,
-                node.tokens_out or 0,
-                tools if type(tools) is int and tools >= 0 else 0,
-                float(node.latency_ms or 0),
-            )
-        if root is not None:
-            totals.first_ms = root.start_ts_ms
-            if root.end_ts_ms is not None:
-                totals.last_ms = root.end_ts_ms
-        return totals.result(calls.metrics)
+        calls = [
+            (n.tokens_in or 0, n.tokens_out or 0, _tools(n.metadata), float(n.latency_ms or 0))
+            for n in llm
+        ]
+        return _task(rows, calls, span)
 
     @classmethod
     def from_context(cls, ctx: ContextLike) -> TaskResult:
@@ -145,24 +130,22 @@ class TaskResult:
         """
         if run_id is not None and not isinstance(run_id, str):
             raise TypeError(f"run_id must be a str or None, got {type(run_id).__name__}")
-        events = _events(path_or_lines)
-        totals = _Totals()
-        calls = _Calls()
+        rows: list[_Row] = []
+        calls: list[_Call] = []
         runs: set[str] = set()
-        for index, event in enumerate(events, 1):
+        for index, event in enumerate(_events(path_or_lines), 1):
             event_run = event.get("run_id")
             if run_id is not None and event_run != run_id:
                 continue
             if isinstance(event_run, str):
                 runs.add(event_run)
             kind, t_in, t_out, cost, latency, end_ms = _event_fields(event, index)
-            start_ms = None if end_ms is None else end_ms - latency
-            totals.add(kind, t_in, t_out, cost, start_ms, end_ms)
+            rows.append(
+                (kind, t_in, t_out, cost, None if end_ms is None else end_ms - latency, end_ms)
+            )
             if kind == "llm" and was_sent(_status(event), t_in, t_out):
-                meta = event.get("metadata")
-                tools = meta.get(META_TOOL_CALLS_MADE) if isinstance(meta, dict) else None
-                calls.add(t_in, t_out, tools if type(tools) is int and tools >= 0 else 0, latency)
-        if run_id is not None and totals.events == 0:
+                calls.append((t_in, t_out, _tools(event.get("metadata")), latency))
+        if run_id is not None and not rows:
             raise ValueError(f"no events with run_id {run_id!r} in the log")
         if run_id is None and len(runs) > 1:
             names = ", ".join(repr(r) for r in sorted(runs)[:5])
@@ -170,82 +153,49 @@ class TaskResult:
                 f"the log holds {len(runs)} runs ({names}{', ...' if len(runs) > 5 else ''}); "
                 "pass run_id= to choose one"
             )
-        return totals.result(calls.metrics)
+        return _task(rows, calls)
 
 
-class _Calls:
-    """Per-call metrics with the running input total, kept as the calls are added."""
-
-    __slots__ = ("cumulative", "metrics")
-
-    def __init__(self) -> None:
-        self.metrics: list[LLMCallMetrics] = []
-        self.cumulative = 0
-
-    def add(self, t_in: int, t_out: int, tools: int, latency_ms: float) -> None:
-        self.cumulative += t_in
-        self.metrics.append(
-            LLMCallMetrics(len(self.metrics) + 1, t_in, t_out, tools, self.cumulative, latency_ms)
-        )
+# (kind, tokens in, tokens out, cost, start ms, end ms) of a finished call or event
+_Row = tuple[str, int, int, "Decimal | float", "float | None", "float | None"]
+# (tokens in, tokens out, tool calls made, latency ms) of an LLM call that was sent
+_Call = tuple[int, int, int, float]
 
 
-class _Totals:
-    __slots__ = (
-        "cost",
-        "events",
-        "first_ms",
-        "input",
-        "last_ms",
-        "llm_calls",
-        "output",
-        "tool_calls",
+def _task(
+    rows: list[_Row], calls: list[_Call], span: tuple[float | None, float | None] = (None, None)
+) -> TaskResult:
+    """The task of ``rows``, with ``calls`` in call order; its duration from ``span`` (the
+    root's start and end) where known, else from the rows' earliest start and latest end."""
+    metrics: list[LLMCallMetrics] = []
+    cumulative = 0
+    for number, (t_in, t_out, tools, latency) in enumerate(calls, 1):
+        cumulative += t_in
+        metrics.append(LLMCallMetrics(number, t_in, t_out, tools, cumulative, latency))
+    first = span[0] if span[0] is not None else min(_known(r[4] for r in rows), default=None)
+    last = span[1] if span[1] is not None else max(_known(r[5] for r in rows), default=None)
+    duration = 0.0 if first is None or last is None else max(0.0, (last - first) / 1000.0)
+    # summed exactly; a float only in the result
+    cost = sum((money.usd(r[3], "cost_usd", allow_negative=True) for r in rows), Decimal(0))
+    return TaskResult(
+        metrics,
+        sum(r[1] for r in rows),
+        sum(r[2] for r in rows),
+        sum(r[0] == "llm" for r in rows),
+        sum(r[0] == "tool" for r in rows),
+        float(cost),
+        duration,
     )
 
-    def __init__(self) -> None:
-        self.events = 0
-        self.input = 0
-        self.output = 0
-        self.llm_calls = 0
-        self.tool_calls = 0
-        self.cost = Decimal(0)  # summed exactly; a float only in the result
-        self.first_ms: float | None = None
-        self.last_ms: float | None = None
 
-    def add(
-        self,
-        kind: str,
-        t_in: int,
-        t_out: int,
-        cost: Decimal | float,
-        start_ms: float | None,
-        end_ms: float | None,
-    ) -> None:
-        self.events += 1
-        self.input += t_in
-        self.output += t_out
-        self.cost += money.usd(cost, "cost_usd", allow_negative=True)
-        if kind == "llm":
-            self.llm_calls += 1
-        elif kind == "tool":
-            self.tool_calls += 1
-        if start_ms is not None and (self.first_ms is None or start_ms < self.first_ms):
-            self.first_ms = start_ms
-        if end_ms is not None and (self.last_ms is None or end_ms > self.last_ms):
-            self.last_ms = end_ms
+def _known(values: Iterable[float | None]) -> list[float]:
+    return [value for value in values if value is not None]
 
-    def result(self, metrics: list[LLMCallMetrics]) -> TaskResult:
-        duration = 0.0
-        if self.first_ms is not None and self.last_ms is not None:
-            duration = max(0.0, (self.last_ms - self.first_ms) / 1000.0)
-        return TaskResult(
-            metrics,
-            self.input,
-            self.output,
-            self.llm_calls,
-            self.tool_calls,
-            float(self.cost),
-            duration,
-        )
+
+def _tools(metadata: object) -> int:
+    """The tool calls an LLM call asked for, from its metadata (0 when not a count)."""
+    tools = metadata.get(META_TOOL_CALLS_MADE) if isinstance(metadata, Mapping) else None
+    return tools if type(tools) is int and tools >= 0 else 0
 
 
 def was_sent(status: object, tokens_in: int | None, tokens_out: int | None) -> bool:
