@@ -1,25 +1,18 @@
-"""Hand-off tokens: a budget that follows work into another process or onto another machine.
+"""Hand-off tokens: a budget that follows work into another process or onto another machine
+(``docs/shared-budgets.md``).
 
 ``token = ctx.handoff("researcher", max_cost_usd=0.20)`` makes a ``system`` node for a child
-that runs elsewhere and returns a token; the other side calls
-``ExecutionContext.from_handoff(token)``. The token says where the shared ledger is, which
-scope the child spends in, the child's own limits and the limits of every scope above it, the
-chain (run) id, the hand-off node's id and what an expired hold of the child's costs (the
-parent's ``on_expired_hold``). It carries no secret: a Redis URL loses its user and
-password, and the child must then bring its own ledger (``from_handoff(token, ledger=...)``).
+that runs elsewhere; the other side calls ``ExecutionContext.from_handoff(token)``. The token
+says where the shared ledger is, the child's scope, its limits and those of every scope above
+it, the chain id, the hand-off node and the parent's ``on_expired_hold``. It carries no secret:
+a Redis URL loses its user and password, and the child must then bring its own ledger.
 
-Tokens are signed with HMAC-SHA256 under the ledger's ``handoff_key`` or, without one, the key
-in ``AMPMETER_HANDOFF_KEY`` (``ampmeter run`` makes one per run); a token whose signature fails
-is a :class:`HandoffError`. The limits a child obeys are kept in the ledger by the parent, so
-even a validly signed token cannot lift them. A receiving process opens only a ledger it
-configured itself: the ``ledger=`` it passes (which must be the token's), or one listed in
-``AMPMETER_LEDGER_ALLOW`` (SQLite paths and Redis URLs, separated by commas).
-
-Tokens travel in the ``AMPMETER_HANDOFF`` environment variable (an instrumented process that
-finds one and has no context attaches to it by itself, see
-:func:`ampmeter.integrations.attach.attach_from_env`) or in the
-``ampmeter-handoff`` HTTP header (:func:`inject` / :func:`extract`, like OpenTelemetry's
-propagators).
+Tokens are signed with HMAC-SHA256 under the ledger's ``handoff_key``, else
+``AMPMETER_HANDOFF_KEY``. The limits a child obeys are kept in the ledger by the parent, so even
+a validly signed token cannot lift them; and a token never makes a process open a ledger it did
+not configure (``ledger=``, or ``AMPMETER_LEDGER_ALLOW``). Tokens travel in ``AMPMETER_HANDOFF``
+(:func:`ampmeter.integrations.attach.attach_from_env`) or the ``ampmeter-handoff`` HTTP header
+(:func:`inject` / :func:`extract`, like OpenTelemetry's propagators).
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ cumulative stream, TokenTracker events) go to ``out_dir``.
 
 from __future__ import annotations
 
-import importlib
 import math
 import time
 from collections.abc import Callable
@@ -77,24 +76,12 @@ def _demo_rates(
     from ampmeter import pricing
 
     if free:
-        return (
-            0.0,
-            0.0,
-            (
-                "pricing: free (--free): every call costs $0, so no dollar budget "
-                "can stop one; --run-max-llm-calls can"
-            ),
-        )
+        note = "free (--free): every call costs $0, so no dollar budget can stop one; "
+        return 0.0, 0.0, f"pricing: {note}--run-max-llm-calls can"
     if price_in is not None or price_out is not None:
         rate_in, rate_out = price_in or 0.0, price_out or 0.0
-        return (
-            rate_in,
-            rate_out,
-            (
-                f"pricing: ${rate_in:g} / ${rate_out:g} per million input / "
-                "output tokens (--price-in/--price-out)"
-            ),
-        )
+        rates = f"${rate_in:g} / ${rate_out:g} per million input / output tokens"
+        return rate_in, rate_out, f"pricing: {rates} (--price-in/--price-out)"
     if price_as is None:
         raise DemoError("give a model to price as, --price-in/--price-out, or --free")
     table_in = pricing.price(price_as, input_tokens=1_000_000, output_tokens=0).cost_usd
@@ -102,15 +89,12 @@ def _demo_rates(
     if table_in is None or table_out is None:
         raise DemoError(f"--price-as {price_as!r}: the price table does not know this model")
     rate_in, rate_out = float(table_in), float(table_out)
-    return (
-        rate_in,
-        rate_out,
-        (
-            f"pricing: the local model's calls are priced as {price_as} (${rate_in:g} / "
-            f"${rate_out:g} per million input / output tokens) to tell the budget in dollars; "
-            "nothing is paid"
-        ),
+    rates = f"${rate_in:g} / ${rate_out:g} per million input / output tokens"
+    note = (
+        f"pricing: the local model's calls are priced as {price_as} ({rates}) to tell the "
+        "budget in dollars; nothing is paid"
     )
+    return rate_in, rate_out, note
 
 
 def run_demo(
@@ -267,7 +251,6 @@ def _ask_all(
     echo(totals(run_summary, summaries, budget.describe(), seconds, out, RUN_ID))
     # The log says every limit and who set it (metadata.contexts): the report shows each
     # question's own and the run budget, which covers every question together.
-    ceilings: dict[str, float] = {}
     by_run = [f"q{t}" for t, q in enumerate(summaries) if q["stopped_by"] == "run budget"]
     stops = f"; it stopped {', '.join(by_run)} before a call" if by_run else ""
     budget_note = (
@@ -275,7 +258,7 @@ def _ask_all(
         f"${run_summary['cost_usd']:.6f} in {run_summary['llm_calls']} LLM calls"
         f"{stops}"
     )
-    report = _render_report(out, echo, ceilings, [pricing_note, budget_note])
+    report = _render_report(out, echo, [pricing_note, budget_note])
     return DemoOutcome(results, summaries, out, report, run_summary)
 
 
@@ -344,30 +327,20 @@ def _reason(exceeded: ExceededLimit | None) -> str | None:
     return None if exceeded is None else str(exceeded)
 
 
-def _render_report(
-    out: Path, echo: Callable[[str], Any], ceilings: dict[str, float], notes: list[str]
-) -> Path | None:
-    """Render the HTML report with ``ampmeter.report`` when it is installed."""
-    try:
-        report = importlib.import_module("ampmeter.report")
-    except ImportError:
-        return None
-    write = getattr(report, "write_report", None)
-    if not callable(write):
-        return None
+def _render_report(out: Path, echo: Callable[[str], Any], notes: list[str]) -> Path | None:
+    """Render the HTML report of the run's logs; None (and said why) when it fails."""
+    from ampmeter.report import write_report
+
     logs = [out / f"{RUN_ID}.{part}.jsonl" for part in ("token_events", "stream", "problems")]
-    target = out / "report.html"
     try:
-        written = write(
+        written = write_report(
             [p for p in logs if p.is_file()],
-            target,
+            out / "report.html",
             title="ampmeter demo",
-            ceilings=ceilings,
             notes=notes,
         )
     except Exception as exc:  # the report is a bonus: the demo's own output is already printed
         echo(f"(HTML report not rendered: {exc})")
         return None
-    path = Path(written) if isinstance(written, (str, Path)) else target
-    echo(f"report: {path}")
-    return path
+    echo(f"report: {written}")
+    return Path(written)
