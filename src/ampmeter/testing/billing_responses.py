@@ -20,7 +20,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ampmeter.testing.billing_wires import BilledCall, compact, error_answer
+from ampmeter.testing.billing_wires import (
+    BilledCall,
+    billed_content,
+    compact,
+    error_answer,
+    listed,
+)
 from ampmeter.testing.replay import RecordedRequest, ReplayResponse
 
 __all__ = [
@@ -114,23 +120,12 @@ def responses_parts(body: Mapping[str, Any]) -> tuple[list[str], int, int, bool]
             continue
         if not isinstance(item, Mapping):
             raise ValueError("every input item must be a string or an object")
-        for key in ("name", "arguments", "output"):
-            if isinstance(item.get(key), str):
-                texts.append(item[key])
-        content = item.get("content")
-        if isinstance(content, str):
-            texts.append(content)
-        elif isinstance(content, list):
-            for part in content:
-                if not isinstance(part, Mapping):
-                    raise ValueError("every content part must be an object")
-                if part.get("type") in ("input_image", "input_file", "input_audio"):
-                    media += 1
-                elif isinstance(part.get("text"), str):
-                    texts.append(part["text"])
-    tools = body.get("tools") or []
-    if not isinstance(tools, list):
-        raise ValueError("tools must be a list")
+        texts.extend(
+            item[key] for key in ("name", "arguments", "output") if isinstance(item.get(key), str)
+        )
+        if isinstance(item.get("content"), (str, list)):
+            media += billed_content(item["content"], texts)
+    tools = listed(body, "tools")
     texts.extend(compact(tool) for tool in tools)
     text = body.get("text")
     if isinstance(text, Mapping) and text.get("format") is not None:
