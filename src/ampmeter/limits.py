@@ -215,18 +215,11 @@ def context_limits(
             if not isinstance(limit, Limit):
                 raise TypeError(f"limits must hold Limit objects, got {type(limit).__name__}")
             built.append(limit)
-    cost, steps, retries = (
-        None if value is None else _validate.limit_max(key, value, what)
-        for key, value, what in (
-            (KEY_COST, max_cost_usd, "max_cost_usd"),
-            (KEY_STEPS, max_steps, "max_steps"),
-            (KEY_RETRIES, max_retries, "max_retries"),
-        )
-    )
-    if cost is not None:
-        built.append(Limit(KEY_COST, cost))
-    if steps is not None:
-        built.append(Limit(KEY_STEPS, steps))
-    if retries is not None:
-        built.append(Limit(KEY_RETRIES, retries))
+    for key, value, what in (
+        (KEY_COST, max_cost_usd, "max_cost_usd"),
+        (KEY_STEPS, max_steps, "max_steps"),
+        (KEY_RETRIES, max_retries, "max_retries"),
+    ):
+        if value is not None:
+            built.append(Limit(key, _validate.limit_max(key, value, what)))
     return tuple(built)

@@ -13,13 +13,16 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ampmeter import money
 from ampmeter.logs.reader import iter_lines, read_jsonl
 from ampmeter.node import META_TOOL_CALLS_MADE, TERMINAL_STATUSES, Node
 
-__all__ = ["ContextLike", "GraphLike", "LLMCallMetrics", "TaskResult"]
+if TYPE_CHECKING:
+    from ampmeter.context import ExecutionContext
+
+__all__ = ["LLMCallMetrics", "TaskResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,23 +35,6 @@ class LLMCallMetrics:
     tool_calls_made: int
     cumulative_input: int
     latency_ms: float
-
-
-class GraphLike(Protocol):
-    """What :meth:`TaskResult.from_context` needs of a graph."""
-
-    def nodes(self) -> list[Node]:
-        """Copies of the graph's nodes in creation order."""
-        ...
-
-
-class ContextLike(Protocol):
-    """Anything with a ``graph`` (an ``ExecutionContext``)."""
-
-    @property
-    def graph(self) -> GraphLike:
-        """The context's execution graph."""
-        ...
 
 
 @dataclass(slots=True)
@@ -109,7 +95,7 @@ class TaskResult:
         return _task(rows, calls, span)
 
     @classmethod
-    def from_context(cls, ctx: ContextLike) -> TaskResult:
+    def from_context(cls, ctx: ExecutionContext) -> TaskResult:
         """Build from a live or closed context: ``from_nodes(ctx.graph.nodes())``.
 
         With ``max_nodes`` set on the graph, evicted nodes are no longer there to count.

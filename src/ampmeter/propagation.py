@@ -181,15 +181,11 @@ def _handoff(data: Any) -> Handoff:
     for name, value in texts.items():
         if not isinstance(value, str) or not value:
             raise TypeError(f"{name!r} must be a non-empty str")
-    depth, ledger, deadline = data["depth"], data["ledger"], data["deadline"]
+    depth, ledger = data["depth"], data["ledger"]
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"'depth' must be an int >= 1, got {depth!r}")
     if not isinstance(ledger, dict) or not isinstance(ledger.get("backend"), str):
         raise ValueError("'ledger' must be an object naming its backend")
-    if deadline is not None and (
-        isinstance(deadline, bool) or not isinstance(deadline, (int, float))
-    ):
-        raise TypeError("'deadline' must be a number of Unix seconds or null")
     from ampmeter.ledgers.base import check_scope  # the ledgers load only when a token is read
 
     scope = check_scope(texts["scope"])
@@ -199,28 +195,34 @@ def _handoff(data: Any) -> Handoff:
     for name, _ in ancestors:
         if not scope.startswith(name + "/"):
             raise ValueError(f"ancestor scope {name!r} does not enclose {scope!r}")
-    limits = _limits_in(data["limits"])
-    name = texts["name"]
     mode, pause_s = data.get("exhausted") or ("raise", None)
     if mode not in ("raise", "pause"):
         raise ValueError(f"'exhausted' must name 'raise' or 'pause', got {mode!r}")
-    if pause_s is not None and (isinstance(pause_s, bool) or not isinstance(pause_s, (int, float))):
-        raise TypeError("the pause time of 'exhausted' must be a number of seconds or null")
-    expired_hold = _validate.expired_hold(data.get("expired_hold"), "'expired_hold'")
     return Handoff(
         chain_id=texts["chain"],
         node_id=texts["node"],
         depth=depth,
-        name=name,
+        name=texts["name"],
         scope=scope,
         ledger=ledger,
-        limits=limits,
+        limits=_limits_in(data["limits"]),
         ancestors=ancestors,
-        deadline=deadline,
+        deadline=_seconds(data["deadline"], "'deadline' must be a number of Unix seconds"),
         on_exhausted=mode,
-        pause_timeout_s=None if pause_s is None else float(pause_s),
-        on_expired_hold=expired_hold,
+        pause_timeout_s=_seconds(
+            pause_s, "the pause time of 'exhausted' must be a number of seconds"
+        ),
+        on_expired_hold=_validate.expired_hold(data.get("expired_hold"), "'expired_hold'"),
     )
+
+
+def _seconds(value: object, wanted: str) -> float | None:
+    """A time in a token: a number, or null."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{wanted} or null")
+    return float(value)
 
 
 def _limits_out(limits: tuple[Limit, ...]) -> list[list[Any]]:

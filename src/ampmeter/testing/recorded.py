@@ -199,37 +199,33 @@ def _echo_message(request: RecordedRequest) -> str:
     )
 
 
-def _echo_kind(provider: str, status: int) -> tuple[str, str | None]:
-    kinds = _ECHO_TYPES[provider]
-    if status not in kinds:
-        known = ", ".join(str(code) for code in kinds)
-        raise ValueError(f"no echoing {provider} error for status {status!r}; known: {known}")
-    return kinds[status]
-
-
 def openai_error_echoing(status: int) -> Responder:
     """An OpenAI error (400, 401, 429, 500) whose message quotes the request's key and prompt."""
-    kind, code = _echo_kind("openai", status)
-
-    def answer(request: RecordedRequest) -> ReplayResponse:
-        error = {"message": _echo_message(request), "type": kind, "param": None, "code": code}
-        headers = {**_HEADERS["openai"], "x-should-retry": "false"}
-        return ReplayResponse.json({"error": error}, status=status, headers=headers)
-
-    return answer
+    return _error_echoing("openai", status)
 
 
 def anthropic_error_echoing(status: int) -> Responder:
     """An Anthropic error (400, 401, 429, 500, 529) quoting the request's key and prompt."""
-    kind, _ = _echo_kind("anthropic", status)
+    return _error_echoing("anthropic", status)
+
+
+def _error_echoing(provider: str, status: int) -> Responder:
+    kinds = _ECHO_TYPES[provider]
+    if status not in kinds:
+        known = ", ".join(str(code) for code in kinds)
+        raise ValueError(f"no echoing {provider} error for status {status!r}; known: {known}")
+    kind, code = kinds[status]
+    headers = {**_HEADERS[provider], "x-should-retry": "false"}
 
     def answer(request: RecordedRequest) -> ReplayResponse:
-        body = {
-            "type": "error",
-            "error": {"type": kind, "message": _echo_message(request)},
-            "request_id": "req_replay_echo",
-        }
-        headers = {**_HEADERS["anthropic"], "x-should-retry": "false"}
+        message = _echo_message(request)
+        if provider == "openai":
+            body: dict[str, Any] = {
+                "error": {"message": message, "type": kind, "param": None, "code": code}
+            }
+        else:
+            error = {"type": kind, "message": message}
+            body = {"type": "error", "error": error, "request_id": "req_replay_echo"}
         return ReplayResponse.json(body, status=status, headers=headers)
 
     return answer

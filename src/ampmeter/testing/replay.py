@@ -9,17 +9,16 @@ cached and reasoning token details, rate limits), so tests point the real ``open
         client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=1)
         client.chat.completions.create(...)   # the SDK retries the 429 and gets the 200
 
-Each request takes the next response queued for its method and path. A request with nothing
-left to answer goes to the server's ``fallback`` responder when it has one (a server that
-answers every request by rule, such as :class:`~ampmeter.testing.BillingProvider`), else gets a
-404 whose message says so, with ``x-should-retry: false``. A queued
-callable is called with the :class:`RecordedRequest` and answers with the response it returns
-(an error body echoing the request's key or prompt, as real providers' bodies do).
+Each request takes the next response queued for its method and path; a queued callable
+answers from the :class:`RecordedRequest` (an error body echoing its key or prompt, as real
+providers' do). A request with nothing left goes to the ``fallback`` responder (a server that
+answers by rule, such as :class:`~ampmeter.testing.BillingProvider`), else gets a 404 that says
+so, with ``x-should-retry: false``.
 
 Like a real provider, the server gives every response it sends an id of its own: the recorded
 id (``id``, a stream's ``message.id`` or ``response.id``, Gemini's ``responseId``) with a fresh
-suffix, the same in every event of one stream. ``ReplayServer(verbatim_ids=True)`` sends the
-recorded ids as they are, to test a response delivered twice.
+suffix, the same in every event of one stream. ``verbatim_ids=True`` sends the recorded ids as
+they are, to test a response delivered twice.
 """
 
 from __future__ import annotations
@@ -44,14 +43,13 @@ __all__ = ["RecordedRequest", "ReplayResponse", "ReplayServer", "Responder"]
 _METHODS: Final = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 
 
-def _encode_json(payload: Any) -> bytes:
-    return json.dumps(payload, separators=(",", ":")).encode("utf-8")
+def _compact(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"))
 
 
 def _sse_event(event: str | None, data: Any) -> bytes:
-    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     head = f"event: {event}\n" if event is not None else ""
-    return f"{head}data: {text}\n\n".encode()
+    return f"{head}data: {data if isinstance(data, str) else _compact(data)}\n\n".encode()
 
 
 @dataclass(frozen=True)
@@ -114,7 +112,7 @@ class ReplayResponse:
         merged = {"content-type": "application/json", **(headers or {})}
         return cls(
             status=status,
-            chunks=(_encode_json(payload),),
+            chunks=(_compact(payload).encode(),),
             headers=tuple(merged.items()),
             delay=delay,
         )
