@@ -46,7 +46,6 @@ from ampmeter.testing.billing_responses import (
     responses_parts,
 )
 from ampmeter.testing.billing_wires import (
-    WORD,
     BilledCall,
     BillingWire,
     answer_pieces,
@@ -275,15 +274,13 @@ class BillingProvider(ReplayServer):
             self._billed.append(call)
             self._in_flight += 1
             self._peak = max(self._peak, self._in_flight)
+            pool = self._id_pool
+            number = next(self._ids) if pool is None else self._id_draws.randrange(pool)
         try:
             time.sleep(self.delay_s)
         finally:
             with self._billed_lock:
                 self._in_flight -= 1
-        number = next(self._ids)
-        if self._id_pool is not None:
-            with self._billed_lock:
-                number = self._id_draws.randrange(self._id_pool)
         capped = tokens_out < self.output_tokens
         pieces = answer_pieces(self.answer, call.output_tokens)
         if wire == "chat":
@@ -291,8 +288,7 @@ class BillingProvider(ReplayServer):
         if wire == "responses":
             response_id = f"resp_bill{number:06d}"
             self._stored.keep(body, response_id, tokens_in + tokens_out)
-            whole, events = responses_answer(call, response_id, body, WORD, capped)
-            return ReplayResponse.json(whole) if events is None else ReplayResponse.sse(events)
+            return responses_answer(call, response_id, body, capped)
         return anthropic_answer(call, number, capped, pieces)
 
     def _cost(self, model: str, tokens_in: int, tokens_out: int) -> Decimal | None:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ampmeter.testing.billing_wires import (
+    WORD,
     BilledCall,
     billed_content,
     compact,
@@ -134,9 +135,9 @@ def responses_parts(body: Mapping[str, Any]) -> tuple[list[str], int, int, bool]
 
 
 def responses_answer(
-    call: BilledCall, response_id: str, body: Mapping[str, Any], word: str, capped: bool
-) -> tuple[dict[str, Any], list[tuple[str | None, Any]] | None]:
-    """The answer: a whole response, or (``call.stream``) also its server-sent events."""
+    call: BilledCall, response_id: str, body: Mapping[str, Any], capped: bool
+) -> ReplayResponse:
+    """The answer: a whole response, or (``call.stream``) its server-sent events."""
     _, conversation = stored_ids(body)
     usage = {
         "input_tokens": call.input_tokens,
@@ -145,13 +146,12 @@ def responses_answer(
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": call.input_tokens + call.output_tokens,
     }
-    text = word * call.output_tokens
     message = {
         "type": "message",
         "id": f"msg_{response_id}",
         "status": "completed",
         "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
+        "content": [{"type": "output_text", "text": WORD * call.output_tokens, "annotations": []}],
     }
     response: dict[str, Any] = {
         "id": response_id,
@@ -171,26 +171,19 @@ def responses_answer(
     if conversation is not None:
         response["conversation"] = {"id": conversation}
     if not call.stream:
-        return response, None
+        return ReplayResponse.json(response)
     started = {**response, "status": "in_progress", "output": [], "usage": None}
-    events: list[tuple[str | None, Any]] = [
-        ("response.created", {"type": "response.created", "response": started})
-    ]
-    for _ in range(call.output_tokens):
-        delta = {
-            "type": "response.output_text.delta",
-            "item_id": message["id"],
-            "output_index": 0,
-            "content_index": 0,
-            "delta": word,
-            "logprobs": [],
-        }
-        events.append(("response.output_text.delta", delta))
+    delta = {"item_id": message["id"], "output_index": 0, "content_index": 0, "delta": WORD}
     end = "response.incomplete" if capped else "response.completed"
-    events.append((end, {"type": end, "response": response}))
-    for number, (_, event) in enumerate(events):
-        event["sequence_number"] = number
-    return response, events
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("response.created", {"response": started}),
+        *[("response.output_text.delta", {**delta, "logprobs": []})] * call.output_tokens,
+        (end, {"response": response}),
+    ]
+    return ReplayResponse.sse(
+        (name, {"type": name, **data, "sequence_number": number})
+        for number, (name, data) in enumerate(events)
+    )
 
 
 def conversations_answer(
