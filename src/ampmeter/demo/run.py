@@ -15,13 +15,13 @@ cumulative stream, TokenTracker events) go to ``out_dir``.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ampmeter import _validate
 from ampmeter.context import ExecutionContext
 from ampmeter.demo.agent import AgentResult, run_agent
 from ampmeter.demo.model import locate_or_install_model
@@ -55,18 +55,6 @@ class DemoOutcome:
     out_dir: Path
     report: Path | None
     run_summary: dict[str, Any]
-
-
-def _check(name: str, value: float, *, integer: bool = False, minimum: float = 0) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or (integer and not isinstance(value, int))
-        or not math.isfinite(value)
-        or value < minimum
-    ):
-        kind = "an integer" if integer else "a finite number"
-        raise DemoError(f"{name} must be {kind} >= {minimum:g}, got {value!r}")
 
 
 def _demo_rates(
@@ -119,18 +107,19 @@ def run_demo(
     Calls are priced as ``price_as`` unless ``price_in``/``price_out`` are given or ``free``;
     ``run_max_cost`` (USD) and ``run_max_llm_calls`` are the whole run's budget (None: none).
     """
-    for name, value in (
-        ("price_in", price_in),
-        ("price_out", price_out),
-        ("run_max_cost", run_max_cost),
-    ):
-        if value is not None:
-            _check(name, value)
-    _check("max_cost", max_cost)
-    _check("max_steps", max_steps, integer=True, minimum=1)
-    _check("questions", questions, integer=True, minimum=1)
+    counts = {"max_steps": max_steps, "questions": questions}
     if run_max_llm_calls is not None:
-        _check("run_max_llm_calls", run_max_llm_calls, integer=True, minimum=1)
+        counts["run_max_llm_calls"] = run_max_llm_calls
+    try:
+        _validate.amount(max_cost, "max_cost")
+        for name, amount in (("price_in", price_in), ("price_out", price_out)):
+            _validate.optional_amount(amount, name)
+        _validate.optional_amount(run_max_cost, "run_max_cost")
+        for name, number in counts.items():
+            if _validate.count(number, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {number}")
+    except (TypeError, ValueError) as error:
+        raise DemoError(str(error)) from None
     rate_in, rate_out, pricing_note = _demo_rates(price_in, price_out, price_as, free)
     if questions > len(QUESTIONS):
         raise DemoError(f"questions must be at most {len(QUESTIONS)}, got {questions}")
@@ -172,10 +161,15 @@ def run_demo(
         echo(pricing_note)
         pricing.set_price(model, input_per_mtok=rate_in, output_per_mtok=rate_out)
         priced = True
-        budget = _RunBudget(run_max_cost, run_max_llm_calls)
+        limits = [] if run_max_cost is None else [Limit(KEY_COST, run_max_cost)]
+        shown = [] if run_max_cost is None else [f"${run_max_cost:g}"]
+        if run_max_llm_calls is not None:
+            limits.append(Limit(KEY_LLM_CALLS, run_max_llm_calls))
+            shown.append(f"{run_max_llm_calls} LLM calls")
+        budget = " and ".join(shown) or "no limit"
         with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
             asker = _Asker(client, model, max_cost, max_steps)
-            return _ask_all(asker, questions, budget, out, pricing_note, echo)
+            return _ask_all(asker, questions, limits, budget, out, pricing_note, echo)
     finally:
         if priced:
             pricing.remove_price(model)  # leave the process's price table as it was
@@ -183,34 +177,16 @@ def run_demo(
             server.stop()
 
 
-@dataclass(frozen=True)
-class _RunBudget:
-    """The whole run's limits: a dollar ceiling and/or a number of LLM calls."""
-
-    max_cost: float | None
-    max_llm_calls: int | None
-
-    def limits(self) -> list[Limit]:
-        out = [] if self.max_cost is None else [Limit(KEY_COST, self.max_cost)]
-        if self.max_llm_calls is not None:
-            out.append(Limit(KEY_LLM_CALLS, self.max_llm_calls))
-        return out
-
-    def describe(self) -> str:
-        parts = [] if self.max_cost is None else [f"${self.max_cost:g}"]
-        if self.max_llm_calls is not None:
-            parts.append(f"{self.max_llm_calls} LLM calls")
-        return " and ".join(parts) or "no limit"
-
-
 def _ask_all(
     asker: _Asker,
     questions: int,
-    budget: _RunBudget,
+    limits: list[Limit],
+    budget: str,
     out: Path,
     pricing_note: str,
     echo: Callable[[str], Any],
 ) -> DemoOutcome:
+    """Ask the first ``questions`` under the run's ``limits`` (``budget``: as a user reads them)."""
     from ampmeter.integrations import instrument, is_instrumented, uninstrument
 
     was_instrumented = is_instrumented()
@@ -219,7 +195,7 @@ def _ask_all(
     for old in out.glob(f"{RUN_ID}.*.jsonl"):
         old.unlink()  # a fresh demo run, not appended to the last one
     echo(
-        f"run {RUN_CONTEXT!r}: budget {budget.describe()} in all; each question a sub-agent "
+        f"run {RUN_CONTEXT!r}: budget {budget} in all; each question a sub-agent "
         f"with at most {asker.max_steps} LLM calls, ${asker.max_cost:g}, "
         f"{MAX_CONSECUTIVE_FORMAT_ERRORS} consecutive format errors"
     )
@@ -231,7 +207,7 @@ def _ask_all(
         # calls must reach only that question's problem sink.
         with (
             StreamMetricsLogger(out, RUN_ID) as logger,
-            ExecutionContext(RUN_CONTEXT, limits=budget.limits()) as run_ctx,
+            ExecutionContext(RUN_CONTEXT, limits=limits) as run_ctx,
         ):
             for t, (question, expected) in enumerate(QUESTIONS[:questions]):
                 result, summary, solved = asker.ask(run_ctx, logger, t, question, expected)
@@ -248,13 +224,13 @@ def _ask_all(
         if not was_instrumented:
             uninstrument()
     seconds = time.perf_counter() - began
-    echo(totals(run_summary, summaries, budget.describe(), seconds, out, RUN_ID))
+    echo(totals(run_summary, summaries, budget, seconds, out, RUN_ID))
     # The log says every limit and who set it (metadata.contexts): the report shows each
     # question's own and the run budget, which covers every question together.
     by_run = [f"q{t}" for t, q in enumerate(summaries) if q["stopped_by"] == "run budget"]
     stops = f"; it stopped {', '.join(by_run)} before a call" if by_run else ""
     budget_note = (
-        f"run budget: {budget.describe()} for all questions together; they spent "
+        f"run budget: {budget} for all questions together; they spent "
         f"${run_summary['cost_usd']:.6f} in {run_summary['llm_calls']} LLM calls"
         f"{stops}"
     )

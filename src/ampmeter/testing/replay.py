@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import socket
 import threading
 import time
@@ -36,6 +35,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 
+from ampmeter import _validate
 from ampmeter._scoped import Scoped
 
 __all__ = ["RecordedRequest", "ReplayResponse", "ReplayServer", "Responder"]
@@ -71,9 +71,7 @@ class ReplayResponse:
     delay: float = 0.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.status, bool) or not isinstance(self.status, int):
-            raise TypeError(f"status must be an int, got {type(self.status).__name__}")
-        if not 100 <= self.status <= 599:
+        if not 100 <= _validate.count(self.status, "status") <= 599:
             raise ValueError(
                 f"status must be an HTTP status code from 100 to 599, got {self.status}"
             )
@@ -89,10 +87,7 @@ class ReplayResponse:
                 f"cut_after must be an int from 0 to {len(self.chunks) - 1} (fewer chunks than "
                 f"the body has), got {self.cut_after!r}"
             )
-        if not isinstance(self.delay, (int, float)) or not (
-            math.isfinite(self.delay) and self.delay >= 0
-        ):
-            raise ValueError(f"delay must be a finite number of seconds >= 0, got {self.delay!r}")
+        _validate.amount(self.delay, "delay (seconds)")
 
     @property
     def body(self) -> bytes:
