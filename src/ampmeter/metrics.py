@@ -8,7 +8,6 @@ log (:meth:`TaskResult.from_events`).
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -245,10 +244,9 @@ def _event_fields(
     latency = event.get("latency_ms") or 0
     if isinstance(latency, bool) or not isinstance(latency, (int, float)):
         raise ValueError(f"event {index}: latency_ms must be a number, got {latency!r}")
-    end_ms: float | None = None
-    stamp = event.get("timestamp")
-    if isinstance(stamp, str):
-        end_ms = _epoch_ms(stamp)
+    from ampmeter.analysis.runs import event_time_ms  # (the analysis reads timestamps so)
+
+    end_ms = event_time_ms(event.get("timestamp"))
     kind = _EVENT_KINDS.get(str(event.get("event_type")), "other")
     return kind, t_in, t_out, float(cost), float(latency), end_ms
 
@@ -259,14 +257,3 @@ def _count(value: object, index: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"event {index}: {what} must be an int >= 0, got {value!r}")
     return value
-
-
-def _epoch_ms(stamp: str) -> float | None:
-    text = stamp[:-1] + "+00:00" if stamp.endswith(("Z", "z")) else stamp
-    try:
-        moment = _dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=_dt.timezone.utc)
-    return moment.timestamp() * 1000.0

@@ -200,7 +200,6 @@ class ReplayServer(Scoped):
         if self._httpd is not None:
             raise RuntimeError(f"the replay server is already running at {self.url}")
         httpd = _Server(self._address, _make_handler(self))
-        httpd.daemon_threads = True
         thread = threading.Thread(
             target=httpd.serve_forever,
             kwargs={"poll_interval": 0.02},  # how long stop() waits for the loop to notice
@@ -342,6 +341,7 @@ def _collect_ids(document: Any, ids: set[str]) -> None:
 
 
 class _Server(ThreadingHTTPServer):
+    daemon_threads = True
     # Many clients connect at once in the concurrency tests and benchmarks; with the default
     # backlog of 5 the kernel drops their connection attempts and each waits a second to retry.
     request_queue_size = 256
