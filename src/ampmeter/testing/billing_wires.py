@@ -237,10 +237,6 @@ def anthropic_answer(
 
 
 def error_answer(wire: BillingWire, status: int, message: str) -> ReplayResponse:
-    headers = {"x-should-retry": "false"}
-    if wire == "anthropic":
-        kind = "invalid_request_error" if status == 400 else "not_found_error"
-        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
-        return ReplayResponse.json(body, status=status, headers=headers)
-    error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
-    return ReplayResponse.json({"error": error}, status=status, headers=headers)
+    """A 400 (a request the provider rejects) or a 404 (a route it does not have)."""
+    kind = "not_found_error" if wire == "anthropic" and status == 404 else "invalid_request_error"
+    return ReplayResponse.error(wire, status, message, kind)

@@ -215,18 +215,11 @@ def _error_echoing(provider: str, status: int) -> Responder:
         known = ", ".join(str(code) for code in kinds)
         raise ValueError(f"no echoing {provider} error for status {status!r}; known: {known}")
     kind, code = kinds[status]
-    headers = {**_HEADERS[provider], "x-should-retry": "false"}
 
     def answer(request: RecordedRequest) -> ReplayResponse:
         message = _echo_message(request)
-        if provider == "openai":
-            body: dict[str, Any] = {
-                "error": {"message": message, "type": kind, "param": None, "code": code}
-            }
-        else:
-            error = {"type": kind, "message": message}
-            body = {"type": "error", "error": error, "request_id": "req_replay_echo"}
-        return ReplayResponse.json(body, status=status, headers=headers)
+        headers = _HEADERS[provider]
+        return ReplayResponse.error(provider, status, message, kind, code=code, headers=headers)
 
     return answer
 

@@ -113,6 +113,28 @@ class ReplayResponse:
         )
 
     @classmethod
+    def error(
+        cls,
+        provider: str,
+        status: int,
+        message: str,
+        kind: str,
+        *,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> ReplayResponse:
+        """An error in the shape of ``provider`` (``"anthropic"``, else OpenAI's), of type
+        ``kind``, that the SDKs do not retry (``x-should-retry: false``)."""
+        body: dict[str, Any] = {
+            "error": {"message": message, "type": kind, "param": None, "code": code}
+        }
+        if provider == "anthropic":
+            error = {"type": kind, "message": message}
+            body = {"type": "error", "error": error, "request_id": "req_replay"}
+        merged = {**(headers or {}), "x-should-retry": "false"}
+        return cls.json(body, status=status, headers=merged)
+
+    @classmethod
     def sse(
         cls,
         events: Iterable[tuple[str | None, Any]],
@@ -355,15 +377,6 @@ def _route(method: str, path: str) -> tuple[str, str]:
     return method.upper(), path
 
 
-def _exhausted(method: str, path: str) -> ReplayResponse:
-    message = f"replay server: no scripted response left for {method} {path}"
-    return ReplayResponse.json(
-        {"error": {"message": message, "type": "replay_exhausted", "param": None, "code": None}},
-        status=404,
-        headers={"x-should-retry": "false"},
-    )
-
-
 def _make_handler(owner: ReplayServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -387,7 +400,10 @@ def _make_handler(owner: ReplayServer) -> type[BaseHTTPRequestHandler]:
                 body=body,
                 peer=(str(self.client_address[0]), int(self.client_address[1])),
             )
-            response = owner._take(request) or _exhausted(self.command, path)
+            response = owner._take(request)
+            if response is None:
+                gone = f"replay server: no scripted response left for {self.command} {path}"
+                response = ReplayResponse.error("openai", 404, gone, "replay_exhausted")
             if response.delay:
                 time.sleep(response.delay)
             self._write(response)
