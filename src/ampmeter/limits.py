@@ -194,10 +194,9 @@ def exceeded(hit: tuple[object, str, Any]) -> ExceededLimit:
         value, note = value - found.offset, found.note
         found = found.limit
     assert isinstance(found, Limit)
-    limit = found
     if is_money(key):
         value = money.from_nano(value)
-    return ExceededLimit(limit, key, value, note)
+    return ExceededLimit(found, key, value, note)
 
 
 def context_limits(

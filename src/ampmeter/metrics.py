@@ -195,9 +195,7 @@ def was_sent(status: object, tokens_in: int | None, tokens_out: int | None) -> b
 def _status(event: Mapping[str, Any]) -> object:
     """An event's status: in its metadata (the contract's place) or else at the top level."""
     meta = event.get("metadata")
-    if isinstance(meta, dict) and "status" in meta:
-        return meta["status"]
-    return event.get("status")
+    return (meta if isinstance(meta, dict) and "status" in meta else event).get("status")
 
 
 _EVENT_KINDS = {"llm_completion": "llm", "tool_call": "tool"}

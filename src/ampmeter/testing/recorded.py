@@ -150,20 +150,18 @@ def _recorded_error(provider: str, status: int, retry_after: float | None) -> Re
     if name not in WIRE_NAMES:
         known = ", ".join(n.removeprefix(prefix) for n in WIRE_NAMES if n.startswith(prefix))
         raise ValueError(f"no recorded {provider} error for status {status!r}; known: {known}")
-    headers = {**_HEADERS[provider], **_retry_headers(retry_after)}
+    headers = dict(_HEADERS[provider])
+    if retry_after is not None:
+        _validate.amount(retry_after, "retry_after")
+        headers.update(
+            {"retry-after": f"{retry_after:g}", "retry-after-ms": f"{retry_after * 1000:g}"}
+        )
     if status == 429:
         headers.update(_RATE_LIMITED[provider])
     body = load(name)
     if provider == "anthropic":
         headers["request-id"] = str(body["request_id"])
     return ReplayResponse.json(body, status=status, headers=headers)
-
-
-def _retry_headers(retry_after: float | None) -> dict[str, str]:
-    if retry_after is None:
-        return {}
-    _validate.amount(retry_after, "retry_after")
-    return {"retry-after": f"{retry_after:g}", "retry-after-ms": f"{retry_after * 1000:g}"}
 
 
 # (error type, code) of the echoing errors, per provider and status, as the providers name them
