@@ -209,14 +209,11 @@ class BillingProvider(ReplayServer):
         ``ValueError`` for a body the provider would reject.
         """
         stored = 0
-        try:
-            if wire == "responses":
-                texts, messages, media, tools = responses_parts(body)
-                stored = self._stored.billed_for(body)
-            else:
-                texts, messages, media, tools = billed_parts(wire, body)
-        except LookupError as error:  # a stored response it does not know
-            raise ValueError(str(error)) from None
+        if wire == "responses":
+            texts, messages, media, tools = responses_parts(body)
+            stored = self._stored.billed_for(body)
+        else:
+            texts, messages, media, tools = billed_parts(wire, body)
         if self.text_tokens is None:
             text = math.ceil(sum(map(len, texts)) / self.chars_per_token)
         else:

@@ -62,14 +62,14 @@ class StoredConversations:
         return conversation
 
     def billed_for(self, body: Mapping[str, Any]) -> int:
-        """The stored tokens ``body`` continues; ``LookupError`` for an unknown response."""
+        """The stored tokens ``body`` continues; ``ValueError`` (a 400) for an unknown response."""
         previous, conversation = stored_ids(body)
         total = 0
         with self._lock:
             if previous is not None:
                 size = self._sizes.get(f"response:{_FRESH_SUFFIX.sub('', previous)}")
                 if size is None:
-                    raise LookupError(f"Previous response with id '{previous}' not found.")
+                    raise ValueError(f"Previous response with id '{previous}' not found.")
                 total += size
             if conversation is not None:
                 total += self._sizes.get(f"conversation:{conversation}", 0)
