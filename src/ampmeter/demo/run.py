@@ -214,12 +214,7 @@ def _ask_all(
                 results.append(result)
                 summaries.append(summary)
                 echo(question_line(t, result, summary, solved))
-        run_summary = {
-            "name": RUN_CONTEXT,
-            **usage(run_ctx.stats),
-            "termination": _termination(run_ctx),
-            "stop_reason": _reason(run_ctx.exceeded_limit),
-        }
+        run_summary = {"name": RUN_CONTEXT, **_summary(run_ctx, run_ctx.exceeded_limit)}
     finally:
         if not was_instrumented:
             uninstrument()
@@ -274,9 +269,7 @@ class _Asker:
             )
             stopped_by = "run budget" if run_limit else "question limit"
         summary = {
-            **usage(ctx.stats),
-            "termination": _termination(ctx),
-            "stop_reason": _reason(exceeded),
+            **_summary(ctx, exceeded),
             "stopped_by": stopped_by,
             "stop_before": result.stop_before,
             "stop_node": result.stop_node,
@@ -294,13 +287,12 @@ class _Asker:
         return result, summary, solved
 
 
-def _termination(ctx: ExecutionContext) -> str:
+def _summary(ctx: ExecutionContext, exceeded: ExceededLimit | None) -> dict[str, Any]:
+    """A context's usage, how it ended, and the limit that stopped it (``exceeded``)."""
     reason = ctx.termination_reason
-    return reason.value if reason is not None else "success"
-
-
-def _reason(exceeded: ExceededLimit | None) -> str | None:
-    return None if exceeded is None else str(exceeded)
+    termination = reason.value if reason is not None else "success"
+    stop = None if exceeded is None else str(exceeded)
+    return {**usage(ctx.stats), "termination": termination, "stop_reason": stop}
 
 
 def _render_report(out: Path, echo: Callable[[str], Any], notes: list[str]) -> Path | None:
