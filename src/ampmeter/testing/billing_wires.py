@@ -239,4 +239,4 @@ def anthropic_answer(
 def error_answer(wire: BillingWire, status: int, message: str) -> ReplayResponse:
     """A 400 (a request the provider rejects) or a 404 (a route it does not have)."""
     kind = "not_found_error" if wire == "anthropic" and status == 404 else "invalid_request_error"
-    return ReplayResponse.error(wire, status, message, kind)
+    return ReplayResponse.error(wire, status, {"type": kind, "message": message})

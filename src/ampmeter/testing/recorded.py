@@ -215,9 +215,8 @@ def _error_echoing(provider: str, status: int) -> Responder:
     kind, code = kinds[status]
 
     def answer(request: RecordedRequest) -> ReplayResponse:
-        message = _echo_message(request)
-        headers = _HEADERS[provider]
-        return ReplayResponse.error(provider, status, message, kind, code=code, headers=headers)
+        error = {"type": kind, "message": _echo_message(request), "code": code}
+        return ReplayResponse.error(provider, status, error, _HEADERS[provider])
 
     return answer
 

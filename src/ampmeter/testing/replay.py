@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import MappingProxyType
 from typing import Any, Final
 
 from ampmeter import _validate
@@ -41,6 +42,7 @@ from ampmeter._scoped import Scoped
 __all__ = ["RecordedRequest", "ReplayResponse", "ReplayServer", "Responder"]
 
 _METHODS: Final = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+_NO_HEADERS: Final[Mapping[str, str]] = MappingProxyType({})
 
 
 def _compact(data: Any) -> str:
@@ -117,21 +119,19 @@ class ReplayResponse:
         cls,
         provider: str,
         status: int,
-        message: str,
-        kind: str,
-        *,
-        code: str | None = None,
-        headers: Mapping[str, str] | None = None,
+        error: Mapping[str, Any],
+        headers: Mapping[str, str] = _NO_HEADERS,
     ) -> ReplayResponse:
-        """An error in the shape of ``provider`` (``"anthropic"``, else OpenAI's), of type
-        ``kind``, that the SDKs do not retry (``x-should-retry: false``)."""
+        """An error in the shape of ``provider`` (``"anthropic"``, else OpenAI's) that the SDKs
+        do not retry; ``error`` holds its ``type``, ``message`` and (OpenAI's) ``code``."""
+        kind, message = error["type"], error["message"]
         body: dict[str, Any] = {
-            "error": {"message": message, "type": kind, "param": None, "code": code}
+            "error": {"message": message, "type": kind, "param": None, "code": error.get("code")}
         }
         if provider == "anthropic":
-            error = {"type": kind, "message": message}
-            body = {"type": "error", "error": error, "request_id": "req_replay"}
-        merged = {**(headers or {}), "x-should-retry": "false"}
+            details = {"type": kind, "message": message}
+            body = {"type": "error", "error": details, "request_id": "req_replay"}
+        merged = {**headers, "x-should-retry": "false"}
         return cls.json(body, status=status, headers=merged)
 
     @classmethod
@@ -403,7 +403,9 @@ def _make_handler(owner: ReplayServer) -> type[BaseHTTPRequestHandler]:
             response = owner._take(request)
             if response is None:
                 gone = f"replay server: no scripted response left for {self.command} {path}"
-                response = ReplayResponse.error("openai", 404, gone, "replay_exhausted")
+                response = ReplayResponse.error(
+                    "openai", 404, {"type": "replay_exhausted", "message": gone}
+                )
             if response.delay:
                 time.sleep(response.delay)
             self._write(response)
