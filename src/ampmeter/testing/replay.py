@@ -422,13 +422,12 @@ def _make_handler(owner: ReplayServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("transfer-encoding", "chunked")
             self.send_header("cache-control", "no-cache")
             self.end_headers()
-            for index, chunk in enumerate(response.chunks):
-                if response.cut_after is not None and index >= response.cut_after:
-                    self.wfile.flush()
-                    self.close_connection = True
-                    return
+            for chunk in response.chunks[: response.cut_after]:  # (None: every chunk)
                 self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
                 self.wfile.flush()
+            if response.cut_after is not None:
+                self.close_connection = True  # the body is cut off, like a dropped stream
+                return
             self.wfile.write(b"0\r\n\r\n")
 
         do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
