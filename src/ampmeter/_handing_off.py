@@ -114,7 +114,6 @@ class HandingOff:
             "metadata": {"handoff_from": found.node_id},
             "sinks": wrapped,
             "ledger": shared,
-            "estimate": getattr(found, "estimate", None),
             "on_expired_hold": found.on_expired_hold,
             "pricing": pricing,
         }

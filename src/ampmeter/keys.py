@@ -66,39 +66,16 @@ LOCAL_KEYS: Final = frozenset(
 )
 
 
-# The ``amp:`` keys that count whole things, and the families of them (a model, a tool, an
-# iteration or a request appended): a limit on one is a whole number, never below zero.
-_COUNT_KEYS: Final = frozenset(
-    {
-        KEY_INPUT_TOKENS,
-        KEY_OUTPUT_TOKENS,
-        KEY_CACHED_INPUT_TOKENS,
-        KEY_REASONING_TOKENS,
-        KEY_LLM_CALLS,
-        KEY_TOOL_CALLS,
-        KEY_STEPS,
-        KEY_RETRIES,
-        KEY_UNPRICED_LLM_CALLS,
-        KEY_ITERATIONS,
-        KEY_FORMAT_PARSE_ERROR_TOTAL,
-        KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
-        KEY_TOOLCHAIN_PARSE_ERROR_TOTAL,
-        KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE,
-        KEY_INPUT_TOKENS_PER_CALL,
-    }
-)
-_COUNT_FAMILIES: Final = (
-    KEY_INPUT_TOKENS_FOR,
-    KEY_OUTPUT_TOKENS_FOR,
-    KEY_CACHED_INPUT_TOKENS_FOR,
-    KEY_REASONING_TOKENS_FOR,
-    KEY_TOOL_CALLS_FOR,
-    KEY_FORMAT_PARSE_ERROR_AT,
-    KEY_TOOLCHAIN_PARSE_ERROR_AT,
-    KEY_REPEATS_FOR,
-)
-# ``amp:`` keys measured in other units: seconds, a fraction of a budget.
+# ``amp:`` keys measured in other units: seconds, a fraction of a budget. Every other key above
+# that is not money counts whole things (a limit on one is a whole number, never below zero),
+# and so does each key of a family (a model, a tool, an iteration or a request appended).
 _MEASURE_KEYS: Final = frozenset({KEY_ELAPSED_S, KEY_BUDGET_PRESSURE})
+_KNOWN_KEYS: Final = frozenset(
+    value
+    for name, value in list(globals().items())
+    if name.startswith("KEY_") and value != KEY_PREFIX
+)
+_KEY_FAMILIES: Final = tuple(key for key in _KNOWN_KEYS if key.endswith(":"))
 
 
 def key_unit(key: str) -> str | None:
@@ -109,7 +86,7 @@ def key_unit(key: str) -> str | None:
         return "money"
     if not key.startswith(KEY_PREFIX) or key in _MEASURE_KEYS:
         return "number"
-    if key in _COUNT_KEYS or key.startswith(_COUNT_FAMILIES):
+    if key in _KNOWN_KEYS or key.startswith(_KEY_FAMILIES):
         return "count"
     return None
 

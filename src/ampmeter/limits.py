@@ -194,10 +194,9 @@ def exceeded(hit: tuple[object, str, Any]) -> ExceededLimit:
         value, note = value - found.offset, found.note
         found = found.limit
     assert isinstance(found, Limit)
-    limit = found
     if is_money(key):
         value = money.from_nano(value)
-    return ExceededLimit(limit, key, value, note)
+    return ExceededLimit(found, key, value, note)
 
 
 def context_limits(
@@ -215,18 +214,11 @@ def context_limits(
             if not isinstance(limit, Limit):
                 raise TypeError(f"limits must hold Limit objects, got {type(limit).__name__}")
             built.append(limit)
-    cost, steps, retries = (
-        None if value is None else _validate.limit_max(key, value, what)
-        for key, value, what in (
-            (KEY_COST, max_cost_usd, "max_cost_usd"),
-            (KEY_STEPS, max_steps, "max_steps"),
-            (KEY_RETRIES, max_retries, "max_retries"),
-        )
-    )
-    if cost is not None:
-        built.append(Limit(KEY_COST, cost))
-    if steps is not None:
-        built.append(Limit(KEY_STEPS, steps))
-    if retries is not None:
-        built.append(Limit(KEY_RETRIES, retries))
+    for key, value, what in (
+        (KEY_COST, max_cost_usd, "max_cost_usd"),
+        (KEY_STEPS, max_steps, "max_steps"),
+        (KEY_RETRIES, max_retries, "max_retries"),
+    ):
+        if value is not None:
+            built.append(Limit(key, _validate.limit_max(key, value, what)))
     return tuple(built)

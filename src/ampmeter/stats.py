@@ -90,16 +90,6 @@ class ExecutionStats:
         self._level = Level(parent_level)
         bind(self, self._kernel, self._level)
 
-    @property
-    def chain(self) -> tuple[ExecutionStats, ...]:
-        """This stats object and its ancestors, nearest first."""
-        found: list[ExecutionStats] = []
-        stats: ExecutionStats | None = self
-        while stats is not None:
-            found.append(stats)
-            stats = stats.parent
-        return tuple(found)
-
     # -- counters ---------------------------------------------------------------------------
 
     def incr_counter(self, key: str, delta: int = 1) -> None:

@@ -79,9 +79,8 @@ def trace_effect(record: object) -> tuple[Usage | None, tuple[str, str, str]]:
         )
         return usage, _NO_KEYS
     if isinstance(record, ToolCallTrace):
-        if not isinstance(record.tool_name, str) or not record.tool_name:
-            raise ValueError(f"tool_name must be a non-empty str, got {record.tool_name!r}")
-        return Usage("tool", tool=record.tool_name, calls=1), _NO_KEYS
+        tool = _validate.text(record.tool_name, "tool_name", empty=False)
+        return Usage("tool", tool=tool, calls=1), _NO_KEYS
     if isinstance(record, ParseErrorTrace):
         if record.error_type == "format":
             return None, (

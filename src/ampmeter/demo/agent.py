@@ -35,6 +35,10 @@ EXAMPLE: Final = (
     {"role": "user", "content": "Observation: 8"},
     {"role": "assistant", "content": "Final Answer: 8"},
 )
+_FORMAT_REMINDER: Final = {
+    "role": "user",
+    "content": "Use the format: 'Action: tool[input]' or 'Final Answer: ...'",
+}
 _FINAL: Final = re.compile(r"final answer\s*:\s*(.+)", re.IGNORECASE | re.DOTALL)
 _ACTION: Final = re.compile(
     r"action\s*:\s*(calculator|lookup)\s*[\[(]\s*(.+?)\s*[\])]", re.IGNORECASE | re.DOTALL
@@ -106,13 +110,7 @@ def run_agent(
             if parsed is None:
                 result.parse_errors += 1
                 ctx.trace(ParseErrorTrace(error_type="format", raw_content=text[:200]))
-                messages.append({"role": "assistant", "content": text})
-                messages.append(
-                    {
-                        "role": "user",
-                        "content": "Use the format: 'Action: tool[input]' or 'Final Answer: ...'",
-                    }
-                )
+                messages += [{"role": "assistant", "content": text}, _FORMAT_REMINDER]
                 continue
             ctx.parse_ok("format")
             if parsed.final is not None:
@@ -120,15 +118,14 @@ def run_agent(
                 return result
             pending = f"tool call {parsed.tool}[{parsed.argument}]"
             observation = _use_tool(ctx, parsed)
-            messages.append({"role": "assistant", "content": text})
-            messages.append({"role": "user", "content": f"Observation: {observation}"})
+            messages += [
+                {"role": "assistant", "content": text},
+                {"role": "user", "content": f"Observation: {observation}"},
+            ]
     except LimitExceeded as exc:
         result.stopped = str(exc.exceeded) if exc.exceeded is not None else str(exc)
-        result.stop_before, result.stop_exceeded, result.stop_node = (
-            pending,
-            exc.exceeded,
-            exc.node_id,
-        )
+        result.stop_before, result.stop_node = pending, exc.node_id
+        result.stop_exceeded = exc.exceeded
         return result
 
 

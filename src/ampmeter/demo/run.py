@@ -15,14 +15,13 @@ cumulative stream, TokenTracker events) go to ``out_dir``.
 
 from __future__ import annotations
 
-import importlib
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ampmeter import _validate
 from ampmeter.context import ExecutionContext
 from ampmeter.demo.agent import AgentResult, run_agent
 from ampmeter.demo.model import locate_or_install_model
@@ -58,18 +57,6 @@ class DemoOutcome:
     run_summary: dict[str, Any]
 
 
-def _check(name: str, value: float, *, integer: bool = False, minimum: float = 0) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or (integer and not isinstance(value, int))
-        or not math.isfinite(value)
-        or value < minimum
-    ):
-        kind = "an integer" if integer else "a finite number"
-        raise DemoError(f"{name} must be {kind} >= {minimum:g}, got {value!r}")
-
-
 def _demo_rates(
     price_in: float | None, price_out: float | None, price_as: str | None, free: bool
 ) -> tuple[float, float, str]:
@@ -77,24 +64,12 @@ def _demo_rates(
     from ampmeter import pricing
 
     if free:
-        return (
-            0.0,
-            0.0,
-            (
-                "pricing: free (--free): every call costs $0, so no dollar budget "
-                "can stop one; --run-max-llm-calls can"
-            ),
-        )
+        note = "free (--free): every call costs $0, so no dollar budget can stop one; "
+        return 0.0, 0.0, f"pricing: {note}--run-max-llm-calls can"
     if price_in is not None or price_out is not None:
         rate_in, rate_out = price_in or 0.0, price_out or 0.0
-        return (
-            rate_in,
-            rate_out,
-            (
-                f"pricing: ${rate_in:g} / ${rate_out:g} per million input / "
-                "output tokens (--price-in/--price-out)"
-            ),
-        )
+        rates = f"${rate_in:g} / ${rate_out:g} per million input / output tokens"
+        return rate_in, rate_out, f"pricing: {rates} (--price-in/--price-out)"
     if price_as is None:
         raise DemoError("give a model to price as, --price-in/--price-out, or --free")
     table_in = pricing.price(price_as, input_tokens=1_000_000, output_tokens=0).cost_usd
@@ -102,15 +77,12 @@ def _demo_rates(
     if table_in is None or table_out is None:
         raise DemoError(f"--price-as {price_as!r}: the price table does not know this model")
     rate_in, rate_out = float(table_in), float(table_out)
-    return (
-        rate_in,
-        rate_out,
-        (
-            f"pricing: the local model's calls are priced as {price_as} (${rate_in:g} / "
-            f"${rate_out:g} per million input / output tokens) to tell the budget in dollars; "
-            "nothing is paid"
-        ),
+    rates = f"${rate_in:g} / ${rate_out:g} per million input / output tokens"
+    note = (
+        f"pricing: the local model's calls are priced as {price_as} ({rates}) to tell the "
+        "budget in dollars; nothing is paid"
     )
+    return rate_in, rate_out, note
 
 
 def run_demo(
@@ -135,18 +107,19 @@ def run_demo(
     Calls are priced as ``price_as`` unless ``price_in``/``price_out`` are given or ``free``;
     ``run_max_cost`` (USD) and ``run_max_llm_calls`` are the whole run's budget (None: none).
     """
-    for name, value in (
-        ("price_in", price_in),
-        ("price_out", price_out),
-        ("run_max_cost", run_max_cost),
-    ):
-        if value is not None:
-            _check(name, value)
-    _check("max_cost", max_cost)
-    _check("max_steps", max_steps, integer=True, minimum=1)
-    _check("questions", questions, integer=True, minimum=1)
+    counts = {"max_steps": max_steps, "questions": questions}
     if run_max_llm_calls is not None:
-        _check("run_max_llm_calls", run_max_llm_calls, integer=True, minimum=1)
+        counts["run_max_llm_calls"] = run_max_llm_calls
+    try:
+        _validate.amount(max_cost, "max_cost")
+        for name, amount in (("price_in", price_in), ("price_out", price_out)):
+            _validate.optional_amount(amount, name)
+        _validate.optional_amount(run_max_cost, "run_max_cost")
+        for name, number in counts.items():
+            if _validate.count(number, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {number}")
+    except (TypeError, ValueError) as error:
+        raise DemoError(str(error)) from None
     rate_in, rate_out, pricing_note = _demo_rates(price_in, price_out, price_as, free)
     if questions > len(QUESTIONS):
         raise DemoError(f"questions must be at most {len(QUESTIONS)}, got {questions}")
@@ -188,10 +161,15 @@ def run_demo(
         echo(pricing_note)
         pricing.set_price(model, input_per_mtok=rate_in, output_per_mtok=rate_out)
         priced = True
-        budget = _RunBudget(run_max_cost, run_max_llm_calls)
+        limits = [] if run_max_cost is None else [Limit(KEY_COST, run_max_cost)]
+        shown = [] if run_max_cost is None else [f"${run_max_cost:g}"]
+        if run_max_llm_calls is not None:
+            limits.append(Limit(KEY_LLM_CALLS, run_max_llm_calls))
+            shown.append(f"{run_max_llm_calls} LLM calls")
+        budget = " and ".join(shown) or "no limit"
         with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
             asker = _Asker(client, model, max_cost, max_steps)
-            return _ask_all(asker, questions, budget, out, pricing_note, echo)
+            return _ask_all(asker, questions, limits, budget, out, pricing_note, echo)
     finally:
         if priced:
             pricing.remove_price(model)  # leave the process's price table as it was
@@ -199,34 +177,16 @@ def run_demo(
             server.stop()
 
 
-@dataclass(frozen=True)
-class _RunBudget:
-    """The whole run's limits: a dollar ceiling and/or a number of LLM calls."""
-
-    max_cost: float | None
-    max_llm_calls: int | None
-
-    def limits(self) -> list[Limit]:
-        out = [] if self.max_cost is None else [Limit(KEY_COST, self.max_cost)]
-        if self.max_llm_calls is not None:
-            out.append(Limit(KEY_LLM_CALLS, self.max_llm_calls))
-        return out
-
-    def describe(self) -> str:
-        parts = [] if self.max_cost is None else [f"${self.max_cost:g}"]
-        if self.max_llm_calls is not None:
-            parts.append(f"{self.max_llm_calls} LLM calls")
-        return " and ".join(parts) or "no limit"
-
-
 def _ask_all(
     asker: _Asker,
     questions: int,
-    budget: _RunBudget,
+    limits: list[Limit],
+    budget: str,
     out: Path,
     pricing_note: str,
     echo: Callable[[str], Any],
 ) -> DemoOutcome:
+    """Ask the first ``questions`` under the run's ``limits`` (``budget``: as a user reads them)."""
     from ampmeter.integrations import instrument, is_instrumented, uninstrument
 
     was_instrumented = is_instrumented()
@@ -235,7 +195,7 @@ def _ask_all(
     for old in out.glob(f"{RUN_ID}.*.jsonl"):
         old.unlink()  # a fresh demo run, not appended to the last one
     echo(
-        f"run {RUN_CONTEXT!r}: budget {budget.describe()} in all; each question a sub-agent "
+        f"run {RUN_CONTEXT!r}: budget {budget} in all; each question a sub-agent "
         f"with at most {asker.max_steps} LLM calls, ${asker.max_cost:g}, "
         f"{MAX_CONSECUTIVE_FORMAT_ERRORS} consecutive format errors"
     )
@@ -247,35 +207,29 @@ def _ask_all(
         # calls must reach only that question's problem sink.
         with (
             StreamMetricsLogger(out, RUN_ID) as logger,
-            ExecutionContext(RUN_CONTEXT, limits=budget.limits()) as run_ctx,
+            ExecutionContext(RUN_CONTEXT, limits=limits) as run_ctx,
         ):
             for t, (question, expected) in enumerate(QUESTIONS[:questions]):
                 result, summary, solved = asker.ask(run_ctx, logger, t, question, expected)
                 results.append(result)
                 summaries.append(summary)
                 echo(question_line(t, result, summary, solved))
-        run_summary = {
-            "name": RUN_CONTEXT,
-            **usage(run_ctx.stats),
-            "termination": _termination(run_ctx),
-            "stop_reason": _reason(run_ctx.exceeded_limit),
-        }
+        run_summary = {"name": RUN_CONTEXT, **_summary(run_ctx, run_ctx.exceeded_limit)}
     finally:
         if not was_instrumented:
             uninstrument()
     seconds = time.perf_counter() - began
-    echo(totals(run_summary, summaries, budget.describe(), seconds, out, RUN_ID))
+    echo(totals(run_summary, summaries, budget, seconds, out, RUN_ID))
     # The log says every limit and who set it (metadata.contexts): the report shows each
     # question's own and the run budget, which covers every question together.
-    ceilings: dict[str, float] = {}
     by_run = [f"q{t}" for t, q in enumerate(summaries) if q["stopped_by"] == "run budget"]
     stops = f"; it stopped {', '.join(by_run)} before a call" if by_run else ""
     budget_note = (
-        f"run budget: {budget.describe()} for all questions together; they spent "
+        f"run budget: {budget} for all questions together; they spent "
         f"${run_summary['cost_usd']:.6f} in {run_summary['llm_calls']} LLM calls"
         f"{stops}"
     )
-    report = _render_report(out, echo, ceilings, [pricing_note, budget_note])
+    report = _render_report(out, echo, [pricing_note, budget_note])
     return DemoOutcome(results, summaries, out, report, run_summary)
 
 
@@ -315,9 +269,7 @@ class _Asker:
             )
             stopped_by = "run budget" if run_limit else "question limit"
         summary = {
-            **usage(ctx.stats),
-            "termination": _termination(ctx),
-            "stop_reason": _reason(exceeded),
+            **_summary(ctx, exceeded),
             "stopped_by": stopped_by,
             "stop_before": result.stop_before,
             "stop_node": result.stop_node,
@@ -335,39 +287,28 @@ class _Asker:
         return result, summary, solved
 
 
-def _termination(ctx: ExecutionContext) -> str:
+def _summary(ctx: ExecutionContext, exceeded: ExceededLimit | None) -> dict[str, Any]:
+    """A context's usage, how it ended, and the limit that stopped it (``exceeded``)."""
     reason = ctx.termination_reason
-    return reason.value if reason is not None else "success"
+    termination = reason.value if reason is not None else "success"
+    stop = None if exceeded is None else str(exceeded)
+    return {**usage(ctx.stats), "termination": termination, "stop_reason": stop}
 
 
-def _reason(exceeded: ExceededLimit | None) -> str | None:
-    return None if exceeded is None else str(exceeded)
+def _render_report(out: Path, echo: Callable[[str], Any], notes: list[str]) -> Path | None:
+    """Render the HTML report of the run's logs; None (and said why) when it fails."""
+    from ampmeter.report import write_report
 
-
-def _render_report(
-    out: Path, echo: Callable[[str], Any], ceilings: dict[str, float], notes: list[str]
-) -> Path | None:
-    """Render the HTML report with ``ampmeter.report`` when it is installed."""
-    try:
-        report = importlib.import_module("ampmeter.report")
-    except ImportError:
-        return None
-    write = getattr(report, "write_report", None)
-    if not callable(write):
-        return None
     logs = [out / f"{RUN_ID}.{part}.jsonl" for part in ("token_events", "stream", "problems")]
-    target = out / "report.html"
     try:
-        written = write(
+        written = write_report(
             [p for p in logs if p.is_file()],
-            target,
+            out / "report.html",
             title="ampmeter demo",
-            ceilings=ceilings,
             notes=notes,
         )
     except Exception as exc:  # the report is a bonus: the demo's own output is already printed
         echo(f"(HTML report not rendered: {exc})")
         return None
-    path = Path(written) if isinstance(written, (str, Path)) else target
-    echo(f"report: {path}")
-    return path
+    echo(f"report: {written}")
+    return Path(written)

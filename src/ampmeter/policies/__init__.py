@@ -1,17 +1,6 @@
-"""Containment policies beyond plain ceilings.
-
-* **unpriced models**: under a cost limit (of the context or an enclosing one) a call to a model
-  the pricing layer cannot price is refused before it is sent (``on_unpriced="refuse"``, the
-  default), reported (``"warn"``) or let through (``"allow"``);
-* **warnings** (``Limit(..., warn_at=(0.5, 0.8))``) and **soft limits** (``soft=True``, which
-  set ``ctx.wrap_up`` instead of refusing), reported as :class:`LimitEvent`;
-* a **final-answer reserve** (``final_reserve_usd``) only calls marked final may spend;
-* **windowed limits** (``Limit(key, max, window_s=60)``);
-* a **loop guard** (``max_repeats``): the same request or tool call with the same arguments
-  more than N times is refused;
-* a **per-call input cap** (``max_input_tokens_per_call``);
-* a **budget-pressure hook** that may change or refuse an instrumented request once a fraction
-  of the cost budget is spent.
+"""Containment policies beyond plain ceilings (``docs/containment.md`` describes each): unpriced
+models, warnings and soft limits, a final-answer reserve, windowed limits, a loop guard, a
+per-call input cap and a budget-pressure hook (or a downgrade ladder).
 
 Each policy is a module that declares its options and makes its step of the admission chain
 (a :class:`~ampmeter.policies.options.Policy`), listed once in

@@ -1,15 +1,9 @@
-"""A downgrade ladder: past each fraction of the cost ceiling, instrumented requests for the
-named models go to a cheaper one (``downgrade={0.8: {"gpt-4o": "gpt-4o-mini"}, 0.95: {"*":
-"gpt-4o-mini"}}``).
-
-The ladder is the context's ``on_budget_pressure`` hook, with ``pressure_at`` its lowest rung,
-so it sees the request where that hook does: before it is measured and reserved, so the
-reservation is priced at the model that is sent. The node keeps the model asked for
+"""A downgrade ladder (``downgrade={0.8: {"gpt-4o": "gpt-4o-mini"}}``; ``docs/containment.md``
+says how rungs name models): past each fraction of the cost ceiling, instrumented requests for
+the named models go to a cheaper one. The ladder is the context's ``on_budget_pressure`` hook,
+with ``pressure_at`` its lowest rung, so it sees the request before it is measured and reserved:
+the reservation is priced at the model that is sent. The node keeps the model asked for
 (``requested_model``).
-
-A rung names models as prices do (:mod:`ampmeter.pricing.names`): ``"gpt-4o"`` also takes
-``GPT-4o``, ``gpt-4o-2024-08-06`` and ``openai/gpt-4o``, all priced as gpt-4o. A name the rung
-spells exactly wins over one it only matches so, and either over ``"*"``.
 """
 
 from __future__ import annotations

@@ -56,15 +56,12 @@ class Pressure(PolicyStep):
         if marks is not None and marks.refusal is not None:
             raise self.refuse(flight, self.admission.frame, marks.refusal)
 
-    def fraction(self) -> float:
-        """The largest share of a cost ceiling here or above that is spent."""
-        return max(float(_spent_cost(frame) / top) for frame, top in self.ceilings)
-
     def relieve(self, ctx: Any, request: dict[str, Any]) -> ExceededLimit | None:
         """Pass ``request`` (an SDK call's keyword arguments) to the hook once ``at`` of a cost
         ceiling is spent: its answer replaces the request in place, or (None) refuses it; the
         refusal is returned."""
-        spent = self.fraction()
+        # the largest share of a cost ceiling here or above that is spent
+        spent = max(float(_spent_cost(frame) / top) for frame, top in self.ceilings)
         if spent < self.at:
             return None
         hook = self.hook

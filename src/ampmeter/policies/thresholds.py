@@ -79,8 +79,6 @@ class Watch:
         totals = None
         if shared is not None and any((i, k) not in self.done for i, _, k, _ in watched):
             totals = shared.read(fresh=True)  # the shared total, this call's commit included
-        name = self.frame.name
-        log = self.log
         for index, limit, key, gauge in watched:
             if (index, key) in self.done:
                 continue
@@ -91,29 +89,28 @@ class Watch:
             else:
                 value = stats.get_gauge(key) if gauge else float(stats.get_counter(key))
             fraction = float(value / top) if top > 0 else (1.0 if value > top else 0.0)
-            with log.lock:
-                for threshold in limit.warn_at:
-                    mark = (index, key, threshold)
-                    if fraction >= threshold and mark not in self.fired:
-                        self.fired.add(mark)
-                        if _first(shared, "warning", limit, key, threshold):
-                            event = LimitEvent(
-                                "warning",
-                                limit,
-                                key,
-                                value,
-                                fraction,
-                                node_id,
-                                name,
-                                threshold=threshold,
-                            )
-                            found.append((log, event))
-                if limit.soft and value > top and (index, key, None) not in self.fired:
-                    self.fired.add((index, key, None))
-                    self.wrapped = True
-                    if _first(shared, "soft_limit", limit, key, None):
-                        event = LimitEvent("soft_limit", limit, key, value, fraction, node_id, name)
-                        found.append((log, event))
+            # (kind, threshold) of each event due: a soft limit's has no threshold
+            due = [("warning", at) for at in limit.warn_at if fraction >= at]
+            if limit.soft and value > top:
+                due.append(("soft_limit", None))
+            with self.log.lock:
+                for kind, threshold in due:
+                    if (index, key, threshold) in self.fired:
+                        continue
+                    self.fired.add((index, key, threshold))
+                    self.wrapped = self.wrapped or threshold is None
+                    if _first(shared, kind, limit, key, threshold):
+                        event = LimitEvent(
+                            kind,
+                            limit,
+                            key,
+                            value,
+                            fraction,
+                            node_id,
+                            self.frame.name,
+                            threshold=threshold,
+                        )
+                        found.append((self.log, event))
                 if all((index, key, t) in self.fired for t in limit.warn_at) and (
                     not limit.soft or (index, key, None) in self.fired
                 ):

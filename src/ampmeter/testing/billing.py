@@ -1,40 +1,29 @@
 """A loopback provider that bills every request the way a real one does.
 
-A :class:`BillingProvider` answers OpenAI's Chat Completions (``POST /v1/chat/completions``)
-and Responses (``POST /v1/responses``, stored conversations: :mod:`.billing_responses`) and
-Anthropic's Messages (``POST /v1/messages``), plain and streamed, and bills each request's input
-from *everything* in it, not only the message text:
-
-* the text of every message and every content part, in every role (Anthropic's ``system``
-  included), a message's ``name``, the name and arguments of every tool call it carries, and
-  the content of every tool result;
-* every tool or function definition, the ``response_format`` (OpenAI) and ``output_format``
-  (Anthropic), each as its compact JSON text: keys, values and punctuation;
-* ``media_tokens`` per image, audio or file part;
-* framing: ``message_framing`` tokens per message (a system prompt counts as one),
-  ``request_framing`` per request, and ``tool_framing`` once when the request defines tools
-  (Anthropic documents such a tool-use system prompt).
-
-All billed text is counted together at ``chars_per_token`` characters a token, rounded up (or
-piece by piece by a tokenizer given as ``text_tokens``). The
-answer is ``output_tokens`` tokens of fixed text, or ``max_tokens`` when that is fewer (then
-it ends with ``finish_reason="length"`` / ``stop_reason="max_tokens"``). A stream reports its
-usage as the provider does: Anthropic always, OpenAI only with ``stream_options:
+A :class:`BillingProvider` answers OpenAI's Chat Completions and Responses (stored
+conversations: :mod:`.billing_responses`) and Anthropic's Messages, plain and streamed, and
+bills each request's input from *everything* in it, not only the message text: every message's
+text and content parts in every role (Anthropic's ``system`` too), names, tool calls and tool
+results; every tool definition and the ``response_format`` / ``output_format`` as compact JSON;
+``media_tokens`` per image, audio or file part; and framing tokens per message, per request and
+(``tool_framing``) once for a request that defines tools, as Anthropic's tool-use system prompt
+is. Billed text is counted at ``chars_per_token`` characters a token, rounded up (or by a
+tokenizer given as ``text_tokens``). The answer is ``output_tokens`` tokens, or ``max_tokens``
+when fewer (then ``finish_reason="length"`` / ``stop_reason="max_tokens"``). A stream reports
+usage as the provider's does: Anthropic always, OpenAI only with ``stream_options:
 {"include_usage": true}`` (it is billed either way).
 
 Every billed request is kept as a :class:`BilledCall`, so a test can compare what the provider
-saw and billed with what ampmeter recorded::
+billed with what ampmeter recorded::
 
     with BillingProvider(chars_per_token=2.5, prices={"gpt-4o-mini": ("0.15", "0.60")}) as bill:
         client = openai.OpenAI(base_url=bill.openai_base_url, api_key="k")
         ...
         assert ctx.stats.total_cost() == bill.billed_usd
 
-It is a :class:`~ampmeter.testing.ReplayServer`: responses scripted with
-:meth:`~ampmeter.testing.ReplayServer.script` (a 429, a cut stream) are answered first, and
-only what is left is billed. A request the provider would reject (no model, messages that are
-not a list, Anthropic without ``max_tokens``) gets a 400 in the provider's error shape and is
-not billed.
+It is a :class:`~ampmeter.testing.ReplayServer`: scripted responses (a 429, a cut stream) are
+answered first, and only what is left is billed. A request the provider would reject (no model,
+messages not a list, Anthropic without ``max_tokens``) gets a 400 in its error shape, unbilled.
 """
 
 from __future__ import annotations
@@ -57,7 +46,6 @@ from ampmeter.testing.billing_responses import (
     responses_parts,
 )
 from ampmeter.testing.billing_wires import (
-    WORD,
     BilledCall,
     BillingWire,
     answer_pieces,
@@ -221,14 +209,11 @@ class BillingProvider(ReplayServer):
         ``ValueError`` for a body the provider would reject.
         """
         stored = 0
-        try:
-            if wire == "responses":
-                texts, messages, media, tools = responses_parts(body)
-                stored = self._stored.billed_for(body)
-            else:
-                texts, messages, media, tools = billed_parts(wire, body)
-        except LookupError as error:  # a stored response it does not know
-            raise ValueError(str(error)) from None
+        if wire == "responses":
+            texts, messages, media, tools = responses_parts(body)
+            stored = self._stored.billed_for(body)
+        else:
+            texts, messages, media, tools = billed_parts(wire, body)
         if self.text_tokens is None:
             text = math.ceil(sum(map(len, texts)) / self.chars_per_token)
         else:
@@ -286,15 +271,13 @@ class BillingProvider(ReplayServer):
             self._billed.append(call)
             self._in_flight += 1
             self._peak = max(self._peak, self._in_flight)
+            pool = self._id_pool
+            number = next(self._ids) if pool is None else self._id_draws.randrange(pool)
         try:
             time.sleep(self.delay_s)
         finally:
             with self._billed_lock:
                 self._in_flight -= 1
-        number = next(self._ids)
-        if self._id_pool is not None:
-            with self._billed_lock:
-                number = self._id_draws.randrange(self._id_pool)
         capped = tokens_out < self.output_tokens
         pieces = answer_pieces(self.answer, call.output_tokens)
         if wire == "chat":
@@ -302,8 +285,7 @@ class BillingProvider(ReplayServer):
         if wire == "responses":
             response_id = f"resp_bill{number:06d}"
             self._stored.keep(body, response_id, tokens_in + tokens_out)
-            whole, events = responses_answer(call, response_id, body, WORD, capped)
-            return ReplayResponse.json(whole) if events is None else ReplayResponse.sse(events)
+            return responses_answer(call, response_id, body, capped)
         return anthropic_answer(call, number, capped, pieces)
 
     def _cost(self, model: str, tokens_in: int, tokens_out: int) -> Decimal | None:

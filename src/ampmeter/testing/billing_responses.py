@@ -20,7 +20,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ampmeter.testing.billing_wires import BilledCall, compact, error_answer
+from ampmeter.testing.billing_wires import (
+    WORD,
+    BilledCall,
+    billed_content,
+    compact,
+    error_answer,
+    listed,
+)
 from ampmeter.testing.replay import RecordedRequest, ReplayResponse
 
 __all__ = [
@@ -55,14 +62,14 @@ class StoredConversations:
         return conversation
 
     def billed_for(self, body: Mapping[str, Any]) -> int:
-        """The stored tokens ``body`` continues; ``LookupError`` for an unknown response."""
+        """The stored tokens ``body`` continues; ``ValueError`` (a 400) for an unknown response."""
         previous, conversation = stored_ids(body)
         total = 0
         with self._lock:
             if previous is not None:
                 size = self._sizes.get(f"response:{_FRESH_SUFFIX.sub('', previous)}")
                 if size is None:
-                    raise LookupError(f"Previous response with id '{previous}' not found.")
+                    raise ValueError(f"Previous response with id '{previous}' not found.")
                 total += size
             if conversation is not None:
                 total += self._sizes.get(f"conversation:{conversation}", 0)
@@ -114,23 +121,12 @@ def responses_parts(body: Mapping[str, Any]) -> tuple[list[str], int, int, bool]
             continue
         if not isinstance(item, Mapping):
             raise ValueError("every input item must be a string or an object")
-        for key in ("name", "arguments", "output"):
-            if isinstance(item.get(key), str):
-                texts.append(item[key])
-        content = item.get("content")
-        if isinstance(content, str):
-            texts.append(content)
-        elif isinstance(content, list):
-            for part in content:
-                if not isinstance(part, Mapping):
-                    raise ValueError("every content part must be an object")
-                if part.get("type") in ("input_image", "input_file", "input_audio"):
-                    media += 1
-                elif isinstance(part.get("text"), str):
-                    texts.append(part["text"])
-    tools = body.get("tools") or []
-    if not isinstance(tools, list):
-        raise ValueError("tools must be a list")
+        texts.extend(
+            item[key] for key in ("name", "arguments", "output") if isinstance(item.get(key), str)
+        )
+        if isinstance(item.get("content"), (str, list)):
+            media += billed_content(item["content"], texts)
+    tools = listed(body, "tools")
     texts.extend(compact(tool) for tool in tools)
     text = body.get("text")
     if isinstance(text, Mapping) and text.get("format") is not None:
@@ -139,9 +135,9 @@ def responses_parts(body: Mapping[str, Any]) -> tuple[list[str], int, int, bool]
 
 
 def responses_answer(
-    call: BilledCall, response_id: str, body: Mapping[str, Any], word: str, capped: bool
-) -> tuple[dict[str, Any], list[tuple[str | None, Any]] | None]:
-    """The answer: a whole response, or (``call.stream``) also its server-sent events."""
+    call: BilledCall, response_id: str, body: Mapping[str, Any], capped: bool
+) -> ReplayResponse:
+    """The answer: a whole response, or (``call.stream``) its server-sent events."""
     _, conversation = stored_ids(body)
     usage = {
         "input_tokens": call.input_tokens,
@@ -150,13 +146,12 @@ def responses_answer(
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": call.input_tokens + call.output_tokens,
     }
-    text = word * call.output_tokens
     message = {
         "type": "message",
         "id": f"msg_{response_id}",
         "status": "completed",
         "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
+        "content": [{"type": "output_text", "text": WORD * call.output_tokens, "annotations": []}],
     }
     response: dict[str, Any] = {
         "id": response_id,
@@ -176,26 +171,19 @@ def responses_answer(
     if conversation is not None:
         response["conversation"] = {"id": conversation}
     if not call.stream:
-        return response, None
+        return ReplayResponse.json(response)
     started = {**response, "status": "in_progress", "output": [], "usage": None}
-    events: list[tuple[str | None, Any]] = [
-        ("response.created", {"type": "response.created", "response": started})
-    ]
-    for _ in range(call.output_tokens):
-        delta = {
-            "type": "response.output_text.delta",
-            "item_id": message["id"],
-            "output_index": 0,
-            "content_index": 0,
-            "delta": word,
-            "logprobs": [],
-        }
-        events.append(("response.output_text.delta", delta))
+    delta = {"item_id": message["id"], "output_index": 0, "content_index": 0, "delta": WORD}
     end = "response.incomplete" if capped else "response.completed"
-    events.append((end, {"type": end, "response": response}))
-    for number, (_, event) in enumerate(events):
-        event["sequence_number"] = number
-    return response, events
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("response.created", {"response": started}),
+        *[("response.output_text.delta", {**delta, "logprobs": []})] * call.output_tokens,
+        (end, {"response": response}),
+    ]
+    return ReplayResponse.sse(
+        (name, {"type": name, **data, "sequence_number": number})
+        for number, (name, data) in enumerate(events)
+    )
 
 
 def conversations_answer(

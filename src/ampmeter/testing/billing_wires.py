@@ -20,10 +20,12 @@ __all__ = [
     "BillingWire",
     "answer_pieces",
     "anthropic_answer",
+    "billed_content",
     "billed_parts",
     "chat_answer",
     "compact",
     "error_answer",
+    "listed",
     "max_tokens",
 ]
 
@@ -64,12 +66,12 @@ def billed_parts(wire: BillingWire, body: Mapping[str, Any]) -> tuple[list[str],
     if wire == "anthropic":
         system = body.get("system")
         if system is not None:
-            media += _content(system, texts)
+            media += billed_content(system, texts)
             framed += 1
     for message in messages:
         if not isinstance(message, dict):
             raise ValueError("every message must be an object")
-        media += _content(message.get("content"), texts)
+        media += billed_content(message.get("content"), texts)
         name = message.get("name")
         if isinstance(name, str):
             texts.append(name)
@@ -79,7 +81,7 @@ def billed_parts(wire: BillingWire, body: Mapping[str, Any]) -> tuple[list[str],
             if isinstance(function, dict):
                 texts.append(str(function.get("name", "")))
                 texts.append(str(function.get("arguments", "")))
-    tools = [*_listed(body, "tools"), *_listed(body, "functions")]
+    tools = [*listed(body, "tools"), *listed(body, "functions")]
     texts.extend(compact(tool) for tool in tools)
     for key in ("response_format", "output_format"):
         if body.get(key) is not None:
@@ -87,7 +89,7 @@ def billed_parts(wire: BillingWire, body: Mapping[str, Any]) -> tuple[list[str],
     return texts, framed, media, bool(tools)
 
 
-def _content(content: object, texts: list[str]) -> int:
+def billed_content(content: object, texts: list[str]) -> int:
     """Adds the billed text of a message's content to ``texts``; returns its media parts."""
     if content is None:
         return 0
@@ -107,7 +109,7 @@ def _content(content: object, texts: list[str]) -> int:
             texts.append(str(part.get("name", "")))
             texts.append(compact(part.get("input", {})))
         elif kind == "tool_result":
-            media += _content(part.get("content"), texts)
+            media += billed_content(part.get("content"), texts)
         else:
             for key in ("text", "thinking", "refusal"):
                 value = part.get(key)
@@ -116,7 +118,8 @@ def _content(content: object, texts: list[str]) -> int:
     return media
 
 
-def _listed(body: Mapping[str, Any], key: str) -> list[Any]:
+def listed(body: Mapping[str, Any], key: str) -> list[Any]:
+    """``body[key]``, a list when given (``ValueError`` for anything else)."""
     value = body.get(key)
     if value is None:
         return []
@@ -199,65 +202,41 @@ def anthropic_answer(
         "model": call.model,
         "stop_sequence": None,
     }
-    counts = {"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-    if not call.stream:
-        body = {
-            **message,
-            "content": [{"type": "text", "text": "".join(pieces)}],
-            "stop_reason": finish,
-            "usage": {
-                "input_tokens": call.input_tokens,
-                "output_tokens": call.output_tokens,
-                **counts,
-            },
-        }
-        if not call.usage_reported:
-            del body["usage"]
-        return ReplayResponse.json(body)
-    start = {
-        **message,
-        "content": [],
-        "stop_reason": None,
-        "usage": {"input_tokens": call.input_tokens, "output_tokens": 1, **counts},
+    usage = {
+        "input_tokens": call.input_tokens,
+        "output_tokens": call.output_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
     }
-    ending = {"stop_reason": finish, "stop_sequence": None}
-    ending_event: dict[str, Any] = {"type": "message_delta", "delta": ending}
-    if call.usage_reported:
-        ending_event["usage"] = {"output_tokens": call.output_tokens}
-    else:
-        del start["usage"]
-    block = {"type": "text", "text": ""}
-    events: list[tuple[str | None, Any]] = [
-        ("message_start", {"type": "message_start", "message": start}),
-        (
-            "content_block_start",
-            {"type": "content_block_start", "index": 0, "content_block": block},
-        ),
+    if not call.stream:
+        text = {"type": "text", "text": "".join(pieces)}
+        body = {**message, "content": [text], "stop_reason": finish}
+        if call.usage_reported:
+            body["usage"] = usage
+        return ReplayResponse.json(body)
+    start = {**message, "content": [], "stop_reason": None}
+    ending: dict[str, Any] = {"delta": {"stop_reason": finish, "stop_sequence": None}}
+    if call.usage_reported:  # the input at the start, the output at the end
+        start["usage"] = {**usage, "output_tokens": 1}
+        ending["usage"] = {"output_tokens": call.output_tokens}
+    block = {"index": 0, "content_block": {"type": "text", "text": ""}}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"message": start}),
+        ("content_block_start", block),
     ]
     events += [
-        (
-            "content_block_delta",
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "text_delta", "text": piece},
-            },
-        )
+        ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": piece}})
         for piece in pieces
     ]
     events += [
-        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        ("message_delta", ending_event),
-        ("message_stop", {"type": "message_stop"}),
+        ("content_block_stop", {"index": 0}),
+        ("message_delta", ending),
+        ("message_stop", {}),
     ]
-    return ReplayResponse.sse(events)
+    return ReplayResponse.sse([(name, {"type": name, **data}) for name, data in events])
 
 
 def error_answer(wire: BillingWire, status: int, message: str) -> ReplayResponse:
-    headers = {"x-should-retry": "false"}
-    if wire == "anthropic":
-        kind = "invalid_request_error" if status == 400 else "not_found_error"
-        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
-        return ReplayResponse.json(body, status=status, headers=headers)
-    error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
-    return ReplayResponse.json({"error": error}, status=status, headers=headers)
+    """A 400 (a request the provider rejects) or a 404 (a route it does not have)."""
+    kind = "not_found_error" if wire == "anthropic" and status == 404 else "invalid_request_error"
+    return ReplayResponse.error(wire, status, {"type": kind, "message": message})

@@ -1,34 +1,14 @@
-"""Recorded provider responses, in the wire formats the OpenAI and Anthropic APIs document.
+"""Recorded provider responses, in the wire formats the OpenAI, Anthropic and Gemini APIs
+document.
 
-The bodies live as JSON files in ``wire/`` beside this module; :func:`load` returns a fresh copy
-of one, and the other functions wrap them as :class:`~ampmeter.testing.replay.ReplayResponse`
-objects ready to script on a :class:`~ampmeter.testing.replay.ReplayServer`.
+The bodies live as JSON files in ``wire/`` beside this module (:data:`WIRE_NAMES`); :func:`load`
+returns a fresh copy of one, and the other functions wrap them as
+:class:`~ampmeter.testing.replay.ReplayResponse` objects ready to script on a
+:class:`~ampmeter.testing.replay.ReplayServer` (each says what its body holds).
 
-========================================  =====================================================
-``openai_chat_tool_calls``                chat completion with two tool calls, cached prompt
-                                          tokens and reasoning completion tokens
-``openai_chat_stream_usage``              chat completion chunks; the last (empty ``choices``)
-                                          carries the usage, then ``data: [DONE]``
-``openai_responses_usage``                Responses API object with reasoning, function call
-                                          and message items; cached and reasoning details
-``anthropic_message_tool_use``            Messages response with text and two tool_use blocks,
-                                          cache read and cache creation tokens
-``anthropic_message_stream``              Messages event stream: usage in ``message_start``,
-                                          final ``output_tokens`` in ``message_delta``
-``openai_embeddings``                     two embeddings and their prompt-token usage
-``gemini_generate_content``               Gemini ``generateContent`` response: text, two
-                                          function calls, cached and thought tokens
-``gemini_stream_generate_content``        Gemini ``streamGenerateContent`` chunks, each with
-                                          the usage so far; the last has ``finishReason``
-``openai_error_429`` / ``_500``           OpenAI error bodies
-``anthropic_error_429`` / ``_500`` /      Anthropic error bodies (529 is "overloaded")
-``_529``
-========================================  =====================================================
-
-:func:`openai_error_echoing` and :func:`anthropic_error_echoing` (and their ``stream_`` twins,
-an error event after the first chunks of a stream) answer with an error whose message quotes
-the request's API key and prompt, as provider bodies quote a wrong key ("Incorrect API key
-provided: ...") or the offending input: the worst case for what reaches a log.
+The ``*_error_echoing`` responders answer with an error whose message quotes the request's API
+key and prompt, as provider bodies quote a wrong key ("Incorrect API key provided: ...") or the
+offending input: the worst case for what reaches a log.
 """
 
 from __future__ import annotations
@@ -59,22 +39,28 @@ __all__ = [
     "openai_stream_error_echoing",
 ]
 
-WIRE_NAMES: Final = (
-    "anthropic_error_429",
-    "anthropic_error_500",
-    "anthropic_error_529",
-    "anthropic_message_stream",
-    "anthropic_message_tool_use",
-    "gemini_generate_content",
-    "gemini_stream_generate_content",
-    "openai_chat_stream_usage",
-    "openai_chat_tool_calls",
-    "openai_embeddings",
-    "openai_error_429",
-    "openai_error_500",
-    "openai_responses_usage",
-)
-_ERROR_STATUSES: Final = {"openai": (429, 500), "anthropic": (429, 500, 529)}
+_WIRE = resources.files("ampmeter.testing").joinpath("wire")
+WIRE_NAMES: Final = tuple(sorted(f.name[:-5] for f in _WIRE.iterdir() if f.name.endswith(".json")))
+"""The names of the recorded bodies."""
+
+
+# What each provider's answers carry, and the rate-limit headers it sends with a 429.
+_HEADERS: Final = {
+    "openai": {"x-request-id": "req_replay", "openai-processing-ms": "1"},
+    "anthropic": {"request-id": "req_replay"},
+}
+_RATE_LIMITED: Final = {
+    "openai": {
+        "x-ratelimit-limit-requests": "3",
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": "20s",
+    },
+    "anthropic": {
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": "2025-01-01T00:00:20Z",
+    },
+}
 
 
 def load(name: str) -> Any:
@@ -85,18 +71,12 @@ def load(name: str) -> Any:
     """
     if name not in WIRE_NAMES:
         raise KeyError(f"no recorded body named {name!r}; known: {', '.join(WIRE_NAMES)}")
-    text = (
-        resources.files("ampmeter.testing")
-        .joinpath("wire")
-        .joinpath(f"{name}.json")
-        .read_text("utf-8")
-    )
-    return json.loads(text)
+    return json.loads(_WIRE.joinpath(f"{name}.json").read_text("utf-8"))
 
 
 def openai_chat_tool_calls() -> ReplayResponse:
     """A ``chat.completion`` with tool calls and detailed usage."""
-    return ReplayResponse.json(load("openai_chat_tool_calls"), headers=_openai_headers())
+    return ReplayResponse.json(load("openai_chat_tool_calls"), headers=_HEADERS["openai"])
 
 
 def openai_chat_stream_usage(*, cut_after: int | None = None) -> ReplayResponse:
@@ -109,17 +89,17 @@ def openai_chat_stream_usage(*, cut_after: int | None = None) -> ReplayResponse:
         (None, chunk) for chunk in load("openai_chat_stream_usage")
     ]
     events.append((None, "[DONE]"))
-    return ReplayResponse.sse(events, headers=_openai_headers(), cut_after=cut_after)
+    return ReplayResponse.sse(events, headers=_HEADERS["openai"], cut_after=cut_after)
 
 
 def openai_responses_usage() -> ReplayResponse:
     """A Responses API ``response`` object with cached and reasoning token details."""
-    return ReplayResponse.json(load("openai_responses_usage"), headers=_openai_headers())
+    return ReplayResponse.json(load("openai_responses_usage"), headers=_HEADERS["openai"])
 
 
 def openai_embeddings() -> ReplayResponse:
     """An ``embeddings`` list of two vectors with its usage."""
-    return ReplayResponse.json(load("openai_embeddings"), headers=_openai_headers())
+    return ReplayResponse.json(load("openai_embeddings"), headers=_HEADERS["openai"])
 
 
 def gemini_generate_content() -> ReplayResponse:
@@ -138,13 +118,13 @@ def gemini_stream_generate_content(*, sse: bool = True) -> ReplayResponse:
 
 def anthropic_message_tool_use() -> ReplayResponse:
     """A Messages API ``message`` with tool_use blocks and prompt-cache usage."""
-    return ReplayResponse.json(load("anthropic_message_tool_use"), headers=_anthropic_headers())
+    return ReplayResponse.json(load("anthropic_message_tool_use"), headers=_HEADERS["anthropic"])
 
 
 def anthropic_message_stream(*, cut_after: int | None = None) -> ReplayResponse:
     """A Messages API event stream (``message_start`` ... ``message_stop``)."""
     events = [(item["event"], item["data"]) for item in load("anthropic_message_stream")]
-    return ReplayResponse.sse(events, headers=_anthropic_headers(), cut_after=cut_after)
+    return ReplayResponse.sse(events, headers=_HEADERS["anthropic"], cut_after=cut_after)
 
 
 def openai_error(status: int, *, retry_after: float | None = 0.001) -> ReplayResponse:
@@ -164,48 +144,24 @@ def anthropic_error(status: int, *, retry_after: float | None = 0.001) -> Replay
     return _recorded_error("anthropic", status, retry_after)
 
 
-# The rate-limit headers each provider sends with a 429.
-_RATE_LIMITED: Final = {
-    "openai": {
-        "x-ratelimit-limit-requests": "3",
-        "x-ratelimit-remaining-requests": "0",
-        "x-ratelimit-reset-requests": "20s",
-    },
-    "anthropic": {
-        "anthropic-ratelimit-requests-limit": "50",
-        "anthropic-ratelimit-requests-remaining": "0",
-        "anthropic-ratelimit-requests-reset": "2025-01-01T00:00:20Z",
-    },
-}
-
-
 def _recorded_error(provider: str, status: int, retry_after: float | None) -> ReplayResponse:
-    if status not in _ERROR_STATUSES[provider]:
-        known = ", ".join(str(code) for code in _ERROR_STATUSES[provider])
+    prefix = f"{provider}_error_"
+    name = f"{prefix}{status}"
+    if name not in WIRE_NAMES:
+        known = ", ".join(n.removeprefix(prefix) for n in WIRE_NAMES if n.startswith(prefix))
         raise ValueError(f"no recorded {provider} error for status {status!r}; known: {known}")
-    headers = _openai_headers() if provider == "openai" else _anthropic_headers()
-    headers.update(_retry_headers(retry_after))
+    headers = dict(_HEADERS[provider])
+    if retry_after is not None:
+        _validate.amount(retry_after, "retry_after")
+        headers.update(
+            {"retry-after": f"{retry_after:g}", "retry-after-ms": f"{retry_after * 1000:g}"}
+        )
     if status == 429:
         headers.update(_RATE_LIMITED[provider])
-    body = load(f"{provider}_error_{status}")
+    body = load(name)
     if provider == "anthropic":
         headers["request-id"] = str(body["request_id"])
     return ReplayResponse.json(body, status=status, headers=headers)
-
-
-def _retry_headers(retry_after: float | None) -> dict[str, str]:
-    if retry_after is None:
-        return {}
-    _validate.amount(retry_after, "retry_after")
-    return {"retry-after": f"{retry_after:g}", "retry-after-ms": f"{retry_after * 1000:g}"}
-
-
-def _openai_headers() -> dict[str, str]:
-    return {"x-request-id": "req_replay", "openai-processing-ms": "1"}
-
-
-def _anthropic_headers() -> dict[str, str]:
-    return {"request-id": "req_replay"}
 
 
 # (error type, code) of the echoing errors, per provider and status, as the providers name them
@@ -241,38 +197,26 @@ def _echo_message(request: RecordedRequest) -> str:
     )
 
 
-def _echo_kind(provider: str, status: int) -> tuple[str, str | None]:
-    kinds = _ECHO_TYPES[provider]
-    if status not in kinds:
-        known = ", ".join(str(code) for code in kinds)
-        raise ValueError(f"no echoing {provider} error for status {status!r}; known: {known}")
-    return kinds[status]
-
-
 def openai_error_echoing(status: int) -> Responder:
     """An OpenAI error (400, 401, 429, 500) whose message quotes the request's key and prompt."""
-    kind, code = _echo_kind("openai", status)
-
-    def answer(request: RecordedRequest) -> ReplayResponse:
-        error = {"message": _echo_message(request), "type": kind, "param": None, "code": code}
-        headers = {**_openai_headers(), "x-should-retry": "false"}
-        return ReplayResponse.json({"error": error}, status=status, headers=headers)
-
-    return answer
+    return _error_echoing("openai", status)
 
 
 def anthropic_error_echoing(status: int) -> Responder:
     """An Anthropic error (400, 401, 429, 500, 529) quoting the request's key and prompt."""
-    kind, _ = _echo_kind("anthropic", status)
+    return _error_echoing("anthropic", status)
+
+
+def _error_echoing(provider: str, status: int) -> Responder:
+    kinds = _ECHO_TYPES[provider]
+    if status not in kinds:
+        known = ", ".join(str(code) for code in kinds)
+        raise ValueError(f"no echoing {provider} error for status {status!r}; known: {known}")
+    kind, code = kinds[status]
 
     def answer(request: RecordedRequest) -> ReplayResponse:
-        body = {
-            "type": "error",
-            "error": {"type": kind, "message": _echo_message(request)},
-            "request_id": "req_replay_echo",
-        }
-        headers = {**_anthropic_headers(), "x-should-retry": "false"}
-        return ReplayResponse.json(body, status=status, headers=headers)
+        error = {"type": kind, "message": _echo_message(request), "code": code}
+        return ReplayResponse.error(provider, status, error, _HEADERS[provider])
 
     return answer
 
@@ -286,7 +230,7 @@ def openai_stream_error_echoing() -> Responder:
         error = {"message": _echo_message(request), "type": "server_error", "code": None}
         events: list[tuple[str | None, Any]] = [(None, chunk) for chunk in chunks]
         events.append((None, {"error": error}))
-        return ReplayResponse.sse(events, headers=_openai_headers())
+        return ReplayResponse.sse(events, headers=_HEADERS["openai"])
 
     return answer
 
@@ -300,6 +244,6 @@ def anthropic_stream_error_echoing() -> Responder:
         events: list[tuple[str | None, Any]] = [(e["event"], e["data"]) for e in recorded]
         error = {"type": "overloaded_error", "message": _echo_message(request)}
         events.append(("error", {"type": "error", "error": error}))
-        return ReplayResponse.sse(events, headers=_anthropic_headers())
+        return ReplayResponse.sse(events, headers=_HEADERS["anthropic"])
 
     return answer

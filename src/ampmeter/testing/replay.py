@@ -9,24 +9,22 @@ cached and reasoning token details, rate limits), so tests point the real ``open
         client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=1)
         client.chat.completions.create(...)   # the SDK retries the 429 and gets the 200
 
-Each request takes the next response queued for its method and path. A request with nothing
-left to answer goes to the server's ``fallback`` responder when it has one (a server that
-answers every request by rule, such as :class:`~ampmeter.testing.BillingProvider`), else gets a
-404 whose message says so, with ``x-should-retry: false``. A queued
-callable is called with the :class:`RecordedRequest` and answers with the response it returns
-(an error body echoing the request's key or prompt, as real providers' bodies do).
+Each request takes the next response queued for its method and path; a queued callable
+answers from the :class:`RecordedRequest` (an error body echoing its key or prompt, as real
+providers' do). A request with nothing left goes to the ``fallback`` responder (a server that
+answers by rule, such as :class:`~ampmeter.testing.BillingProvider`), else gets a 404 that says
+so, with ``x-should-retry: false``.
 
 Like a real provider, the server gives every response it sends an id of its own: the recorded
 id (``id``, a stream's ``message.id`` or ``response.id``, Gemini's ``responseId``) with a fresh
-suffix, the same in every event of one stream. ``ReplayServer(verbatim_ids=True)`` sends the
-recorded ids as they are, to test a response delivered twice.
+suffix, the same in every event of one stream. ``verbatim_ids=True`` sends the recorded ids as
+they are, to test a response delivered twice.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import socket
 import threading
 import time
@@ -35,23 +33,25 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import MappingProxyType
 from typing import Any, Final
 
+from ampmeter import _validate
 from ampmeter._scoped import Scoped
 
 __all__ = ["RecordedRequest", "ReplayResponse", "ReplayServer", "Responder"]
 
 _METHODS: Final = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+_NO_HEADERS: Final[Mapping[str, str]] = MappingProxyType({})
 
 
-def _encode_json(payload: Any) -> bytes:
-    return json.dumps(payload, separators=(",", ":")).encode("utf-8")
+def _compact(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"))
 
 
 def _sse_event(event: str | None, data: Any) -> bytes:
-    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     head = f"event: {event}\n" if event is not None else ""
-    return f"{head}data: {text}\n\n".encode()
+    return f"{head}data: {data if isinstance(data, str) else _compact(data)}\n\n".encode()
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,7 @@ class ReplayResponse:
     delay: float = 0.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.status, bool) or not isinstance(self.status, int):
-            raise TypeError(f"status must be an int, got {type(self.status).__name__}")
-        if not 100 <= self.status <= 599:
+        if not 100 <= _validate.count(self.status, "status") <= 599:
             raise ValueError(
                 f"status must be an HTTP status code from 100 to 599, got {self.status}"
             )
@@ -91,10 +89,7 @@ class ReplayResponse:
                 f"cut_after must be an int from 0 to {len(self.chunks) - 1} (fewer chunks than "
                 f"the body has), got {self.cut_after!r}"
             )
-        if not isinstance(self.delay, (int, float)) or not (
-            math.isfinite(self.delay) and self.delay >= 0
-        ):
-            raise ValueError(f"delay must be a finite number of seconds >= 0, got {self.delay!r}")
+        _validate.amount(self.delay, "delay (seconds)")
 
     @property
     def body(self) -> bytes:
@@ -114,10 +109,30 @@ class ReplayResponse:
         merged = {"content-type": "application/json", **(headers or {})}
         return cls(
             status=status,
-            chunks=(_encode_json(payload),),
+            chunks=(_compact(payload).encode(),),
             headers=tuple(merged.items()),
             delay=delay,
         )
+
+    @classmethod
+    def error(
+        cls,
+        provider: str,
+        status: int,
+        error: Mapping[str, Any],
+        headers: Mapping[str, str] = _NO_HEADERS,
+    ) -> ReplayResponse:
+        """An error in the shape of ``provider`` (``"anthropic"``, else OpenAI's) that the SDKs
+        do not retry; ``error`` holds its ``type``, ``message`` and (OpenAI's) ``code``."""
+        kind, message = error["type"], error["message"]
+        body: dict[str, Any] = {
+            "error": {"message": message, "type": kind, "param": None, "code": error.get("code")}
+        }
+        if provider == "anthropic":
+            details = {"type": kind, "message": message}
+            body = {"type": "error", "error": details, "request_id": "req_replay"}
+        merged = {**headers, "x-should-retry": "false"}
+        return cls.json(body, status=status, headers=merged)
 
     @classmethod
     def sse(
@@ -207,7 +222,6 @@ class ReplayServer(Scoped):
         if self._httpd is not None:
             raise RuntimeError(f"the replay server is already running at {self.url}")
         httpd = _Server(self._address, _make_handler(self))
-        httpd.daemon_threads = True
         thread = threading.Thread(
             target=httpd.serve_forever,
             kwargs={"poll_interval": 0.02},  # how long stop() waits for the loop to notice
@@ -349,6 +363,7 @@ def _collect_ids(document: Any, ids: set[str]) -> None:
 
 
 class _Server(ThreadingHTTPServer):
+    daemon_threads = True
     # Many clients connect at once in the concurrency tests and benchmarks; with the default
     # backlog of 5 the kernel drops their connection attempts and each waits a second to retry.
     request_queue_size = 256
@@ -360,15 +375,6 @@ def _route(method: str, path: str) -> tuple[str, str]:
     if not isinstance(method, str) or method.upper() not in _METHODS:
         raise ValueError(f"method must be one of {sorted(_METHODS)}, got {method!r}")
     return method.upper(), path
-
-
-def _exhausted(method: str, path: str) -> ReplayResponse:
-    message = f"replay server: no scripted response left for {method} {path}"
-    return ReplayResponse.json(
-        {"error": {"message": message, "type": "replay_exhausted", "param": None, "code": None}},
-        status=404,
-        headers={"x-should-retry": "false"},
-    )
 
 
 def _make_handler(owner: ReplayServer) -> type[BaseHTTPRequestHandler]:
@@ -394,7 +400,12 @@ def _make_handler(owner: ReplayServer) -> type[BaseHTTPRequestHandler]:
                 body=body,
                 peer=(str(self.client_address[0]), int(self.client_address[1])),
             )
-            response = owner._take(request) or _exhausted(self.command, path)
+            response = owner._take(request)
+            if response is None:
+                gone = f"replay server: no scripted response left for {self.command} {path}"
+                response = ReplayResponse.error(
+                    "openai", 404, {"type": "replay_exhausted", "message": gone}
+                )
             if response.delay:
                 time.sleep(response.delay)
             self._write(response)
@@ -411,13 +422,12 @@ def _make_handler(owner: ReplayServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("transfer-encoding", "chunked")
             self.send_header("cache-control", "no-cache")
             self.end_headers()
-            for index, chunk in enumerate(response.chunks):
-                if response.cut_after is not None and index >= response.cut_after:
-                    self.wfile.flush()
-                    self.close_connection = True
-                    return
+            for chunk in response.chunks[: response.cut_after]:  # (None: every chunk)
                 self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
                 self.wfile.flush()
+            if response.cut_after is not None:
+                self.close_connection = True  # the body is cut off, like a dropped stream
+                return
             self.wfile.write(b"0\r\n\r\n")
 
         do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
