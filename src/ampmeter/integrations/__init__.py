@@ -69,58 +69,44 @@ def _resolve(target: str) -> Callable[..., object]:
     return function
 
 
-def _row(trigger: str, switches: str, module: str, patch: str, undo: str) -> Integration:
+def _row(trigger: str, switches: str, patch: str, undo: str = "") -> Integration:
+    """A row whose patch is ``"module:function"`` in this package; its undo is the module's
+    ``un``-prefixed function unless named."""
+    module, _, function = patch.partition(":")
     where = f"ampmeter.integrations.{module}"
-    return Integration(trigger, tuple(switches.split()), f"{where}:{patch}", f"{where}:{undo}")
+    return Integration(
+        trigger,
+        tuple(switches.split()),
+        f"{where}:{function}",
+        f"{where}:{undo or 'un' + function}",
+    )
 
 
 # Every integration, in the order instrument() arms them.
 INTEGRATIONS: tuple[Integration, ...] = (
-    _row("openai", "openai", "openai", "instrument_openai", "uninstrument_openai"),
-    _row("anthropic", "anthropic", "anthropic", "instrument_anthropic", "uninstrument_anthropic"),
-    _row("httpx", "http", "http", "instrument_httpx", "uninstrument_httpx"),
-    _row("httpx2", "http", "http", "instrument_httpx", "uninstrument_httpx"),
-    _row("aiohttp", "http", "http_aiohttp", "instrument_aiohttp", "uninstrument_aiohttp"),
-    _row(
-        "http.client", "http", "http_client", "instrument_http_client", "uninstrument_http_client"
-    ),
-    _row("urllib3", "http", "http_client", "instrument_urllib3", "uninstrument_http_client"),
-    _row(
-        "llama_index.core",
-        "llama_index",
-        "llama_index",
-        "instrument_llama_index",
-        "uninstrument_llama_index",
-    ),
-    _row("mcp", "mcp", "mcp_tools", "instrument_mcp", "uninstrument_mcp"),
-    _row("litellm", "openai http", "litellm_retries", "instrument_litellm", "uninstrument_litellm"),
-    _row(
-        "dspy.clients.engines.lm15_engine",
-        "http",
-        "dspy_engine",
-        "instrument_dspy",
-        "uninstrument_dspy",
-    ),
-    _row(
-        "websockets",
-        "openai http",
-        "websocket_client",
-        "instrument_websockets",
-        "uninstrument_websockets",
-    ),
+    _row("openai", "openai", "openai:instrument_openai"),
+    _row("anthropic", "anthropic", "anthropic:instrument_anthropic"),
+    _row("httpx", "http", "http:instrument_httpx"),
+    _row("httpx2", "http", "http:instrument_httpx"),
+    _row("aiohttp", "http", "http_aiohttp:instrument_aiohttp"),
+    _row("http.client", "http", "http_client:instrument_http_client"),
+    _row("urllib3", "http", "http_client:instrument_urllib3", "uninstrument_http_client"),
+    _row("llama_index.core", "llama_index", "llama_index:instrument_llama_index"),
+    _row("mcp", "mcp", "mcp_tools:instrument_mcp"),
+    _row("litellm", "openai http", "litellm_retries:instrument_litellm"),
+    _row("dspy.clients.engines.lm15_engine", "http", "dspy_engine:instrument_dspy"),
+    _row("websockets", "openai http", "websocket_client:instrument_websockets"),
     _row(
         "websockets.legacy.client",
         "openai http",
-        "websocket_client",
-        "instrument_websockets_legacy",
+        "websocket_client:instrument_websockets_legacy",
         "uninstrument_websockets",
     ),
-    _row("threading", "threads", "threads", "instrument_threads", "uninstrument_threads"),
+    _row("threading", "threads", "threads:instrument_threads"),
     _row(
         "concurrent.futures.thread",
         "threads",
-        "threads",
-        "instrument_thread_pools",
+        "threads:instrument_thread_pools",
         "uninstrument_threads",
     ),
 )

@@ -30,62 +30,12 @@ _patches: list[Patch] = []
 
 
 class _MeteredContent(BodyMeter):
-    """An aiohttp ``StreamReader`` whose reads also feed the request's node."""
+    """An aiohttp ``StreamReader`` whose reads also feed the request's node, with the usage
+    event ampmeter asked for taken out.
 
-    def _seen(self, data: bytes) -> bytes:
-        self.reader.feed(data)
-        if self.reader.complete or self.inner.at_eof():
-            self.reader.end()
-            self.end(None)
-        return data
-
-    async def read(self, n: int = -1) -> bytes:
-        return self._seen(await self.inner.read(n))
-
-    async def readany(self) -> bytes:
-        return self._seen(await self.inner.readany())
-
-    async def readline(self, **kwargs: Any) -> bytes:
-        return self._seen(await self.inner.readline(**kwargs))
-
-    async def readuntil(self, *args: Any, **kwargs: Any) -> bytes:
-        return self._seen(await self.inner.readuntil(*args, **kwargs))
-
-    async def readexactly(self, n: int) -> bytes:
-        return self._seen(await self.inner.readexactly(n))
-
-    async def readchunk(self) -> tuple[bytes, bool]:
-        data, end_of_chunk = await self.inner.readchunk()
-        return self._seen(data), end_of_chunk
-
-    async def _pieces(self, read: Callable[[], Any]) -> AsyncIterator[bytes]:
-        while True:
-            data = await read()
-            if not data:
-                self._seen(b"")
-                return
-            yield data
-
-    def iter_any(self) -> AsyncIterator[bytes]:
-        return self._pieces(self.readany)
-
-    def iter_chunked(self, n: int) -> AsyncIterator[bytes]:
-        return self._pieces(lambda: self.read(n))
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self._pieces(self.readline)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "inner":  # a failed __init__: no recursion
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-
-class _FilteredContent(_MeteredContent):
-    """A response body with the usage event ampmeter asked for taken out.
-
-    What the caller may see comes from the reader whole events at a time, so it is buffered
-    here and each read method hands it out with its own semantics (a line for ``readline``).
+    What the caller may see comes from the reader (whole events at a time when an event is
+    hidden), so it is buffered here and each read method hands it out with its own semantics
+    (a line for ``readline``).
     """
 
     def __init__(self, inner: Any, reader: Any, admitted: Admitted) -> None:
@@ -100,10 +50,11 @@ class _FilteredContent(_MeteredContent):
         data = await self.inner.readany()
         if data:
             self._buffer += self.take(data)
-            return True
+            if not self.inner.at_eof():
+                return True
         self._eof = True
         self._buffer += self.finish()
-        return False
+        return bool(data)
 
     def _take(self, size: int) -> bytes:
         out = bytes(self._buffer[:size])
@@ -141,14 +92,31 @@ class _FilteredContent(_MeteredContent):
     def at_eof(self) -> bool:
         return self._eof and not self._buffer
 
+    async def _pieces(self, read: Callable[[], Any]) -> AsyncIterator[bytes]:
+        while data := await read():
+            yield data
+
+    def iter_any(self) -> AsyncIterator[bytes]:
+        return self._pieces(self.readany)
+
+    def iter_chunked(self, n: int) -> AsyncIterator[bytes]:
+        return self._pieces(lambda: self.read(n))
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._pieces(self.readline)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # a failed __init__: no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
 
 async def _send(request: Any, admitted: Admitted) -> Any:
     with admitted:
         response = await request
     reader = response_reader(admitted, response.status, response.headers.get("Content-Type", ""))
     if reader is not None:
-        content_type = _FilteredContent if admitted.hide else _MeteredContent
-        response.content = content_type(response.content, reader, admitted)
+        response.content = _MeteredContent(response.content, reader, admitted)
     return response
 
 
