@@ -13,14 +13,13 @@ their responses (:mod:`ampmeter.integrations.responses_socket`) while any is ope
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+from collections.abc import Generator
 from types import ModuleType
 from typing import Any, Final
 
 import orjson
 
-from ampmeter.integrations.patching import Patch, undo_all
+from ampmeter.integrations.patching import Patch, around, undo_all
 from ampmeter.integrations.responses_socket import PendingResponse, responses_on
 
 __all__ = ["instrument_websockets", "instrument_websockets_legacy", "uninstrument_websockets"]
@@ -65,76 +64,40 @@ def _observe(connection: Any, message: Any) -> None:
             responses.observe(event)
 
 
-def _not_sent(connection: Any, pending: PendingResponse, exc: BaseException) -> None:
-    responses = responses_on(connection, create=False)
-    if responses is not None:
-        responses.not_sent(pending, exc)
+def _sending(connection: Any, message: Any, *args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
+    pending = _admit(connection, message)
+    if pending is None:
+        return (yield)
+    try:
+        return (yield)
+    except BaseException as exc:
+        responses = responses_on(connection, create=False)
+        if responses is not None:
+            responses.not_sent(pending, exc)
+        raise
 
 
-def _abandon_all(connection: Any) -> None:
-    responses = responses_on(connection, create=False)
-    if responses is not None:
-        responses.abandon_all()
+def _receiving(connection: Any, *args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
+    message = yield
+    _observe(connection, message)
+    return message
 
 
-def _sync_wrappers(cls: type) -> dict[str, Callable[..., Any]]:
-    send, recv, close = cls.send, cls.recv, cls.close  # type: ignore[attr-defined]
-
-    @functools.wraps(send)
-    def metered_send(connection: Any, message: Any, *args: Any, **kwargs: Any) -> Any:
-        pending = _admit(connection, message)
-        if pending is None:
-            return send(connection, message, *args, **kwargs)
-        try:
-            return send(connection, message, *args, **kwargs)
-        except BaseException as exc:
-            _not_sent(connection, pending, exc)
-            raise
-
-    @functools.wraps(recv)
-    def metered_recv(connection: Any, *args: Any, **kwargs: Any) -> Any:
-        message = recv(connection, *args, **kwargs)
-        _observe(connection, message)
-        return message
-
-    @functools.wraps(close)
-    def metered_close(connection: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return close(connection, *args, **kwargs)
-        finally:
-            _abandon_all(connection)
-
-    return {"send": metered_send, "recv": metered_recv, "close": metered_close}
+def _closing(connection: Any, *args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
+    try:
+        return (yield)
+    finally:
+        responses = responses_on(connection, create=False)
+        if responses is not None:
+            responses.abandon_all()
 
 
-def _async_wrappers(cls: type) -> dict[str, Callable[..., Any]]:
-    send, recv, close = cls.send, cls.recv, cls.close  # type: ignore[attr-defined]
+_HOOKS: Final = {"send": _sending, "recv": _receiving, "close": _closing}
 
-    @functools.wraps(send)
-    async def metered_send(connection: Any, message: Any, *args: Any, **kwargs: Any) -> Any:
-        pending = _admit(connection, message)
-        if pending is None:
-            return await send(connection, message, *args, **kwargs)
-        try:
-            return await send(connection, message, *args, **kwargs)
-        except BaseException as exc:
-            _not_sent(connection, pending, exc)
-            raise
 
-    @functools.wraps(recv)
-    async def metered_recv(connection: Any, *args: Any, **kwargs: Any) -> Any:
-        message = await recv(connection, *args, **kwargs)
-        _observe(connection, message)
-        return message
-
-    @functools.wraps(close)
-    async def metered_close(connection: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await close(connection, *args, **kwargs)
-        finally:
-            _abandon_all(connection)
-
-    return {"send": metered_send, "recv": metered_recv, "close": metered_close}
+def _patch(cls: type, patches: list[Patch]) -> None:
+    for name, hook in _HOOKS.items():
+        patches.append(Patch.apply(cls, name, around(getattr(cls, name), hook)))
 
 
 def instrument_websockets(_module: ModuleType) -> None:
@@ -144,12 +107,8 @@ def instrument_websockets(_module: ModuleType) -> None:
     from websockets.asyncio.client import ClientConnection as AsyncClientConnection
     from websockets.sync.client import ClientConnection
 
-    for cls, wrappers in (
-        (ClientConnection, _sync_wrappers(ClientConnection)),
-        (AsyncClientConnection, _async_wrappers(AsyncClientConnection)),
-    ):
-        for name, wrapper in wrappers.items():
-            _patches.append(Patch.apply(cls, name, wrapper))
+    _patch(ClientConnection, _patches)
+    _patch(AsyncClientConnection, _patches)
 
 
 def instrument_websockets_legacy(module: ModuleType) -> None:
@@ -157,9 +116,7 @@ def instrument_websockets_legacy(module: ModuleType) -> None:
     Patched on its import only: importing it warns of its deprecation."""
     if _legacy_patches:
         return
-    cls = module.WebSocketClientProtocol
-    for name, wrapper in _async_wrappers(cls).items():
-        _legacy_patches.append(Patch.apply(cls, name, wrapper))
+    _patch(module.WebSocketClientProtocol, _legacy_patches)
 
 
 def uninstrument_websockets() -> None:
