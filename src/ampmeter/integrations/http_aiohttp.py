@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Generator
 from typing import Any
 
 import orjson
+from multidict import CIMultiDict
 from yarl import URL
 
 from ampmeter.integrations.http import BodyMeter, admit, response_reader
@@ -160,31 +161,18 @@ def _wrap_request(original: Callable[..., Any], *, post: bool) -> Callable[..., 
         marker = settings.marker
         if admitted.hide or marker.proxy_url is not None:
             # The body that asks for the usage, or the exact bytes the proxy's mark is of.
-            was_json = kwargs.pop("json", None) is not None
-            data = orjson.dumps(admitted.body) if admitted.hide else _bytes(body)
-            kwargs["data"] = data
-            headers = _headers_for_new_body(kwargs.get("headers"), was_json)
+            raw = body.encode() if isinstance(body, str) else body
+            kwargs["data"] = data = orjson.dumps(admitted.body) if admitted.hide else raw
+            headers = kwargs["headers"] = CIMultiDict(kwargs.get("headers") or ())
+            headers.popall("Content-Length", None)  # the body changed length
+            if kwargs.pop("json", None) is not None:  # the content type aiohttp sets for json=
+                headers.setdefault("Content-Type", "application/json")
             mark = marker.mark_for(str(url), data)
             if mark is not None:
-                headers.append((METERED_HEADER, mark))
-            kwargs["headers"] = headers
+                headers.add(METERED_HEADER, mark)
         return _MeteredRequest(original(session, *args, **kwargs), admitted)
 
     return request
-
-
-def _bytes(body: bytes | str) -> bytes:
-    return body.encode() if isinstance(body, str) else body
-
-
-def _headers_for_new_body(headers: Any, was_json: bool) -> list[tuple[str, str]]:
-    """The caller's headers without a Content-Length (the body changed length), and with the
-    JSON content type that aiohttp would have set for ``json=``."""
-    items = list((headers.items() if hasattr(headers, "items") else headers) or ())
-    kept = [(str(name), value) for name, value in items if str(name).lower() != "content-length"]
-    if was_json and not any(name.lower() == "content-type" for name, _ in kept):
-        kept.append(("Content-Type", "application/json"))
-    return kept
 
 
 def instrument_aiohttp(module: Any) -> None:

@@ -41,23 +41,19 @@ def _wrap_start(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def start(thread: threading.Thread) -> None:
         if current_context() is not None:
-            _run_in(thread, contextvars.copy_context())
+            # The thread runs its run() (a subclass's own too) in a copy of this context.
+            context, run = contextvars.copy_context(), thread.run
+
+            def run_in_context() -> None:
+                try:
+                    context.run(run)
+                finally:
+                    del thread.__dict__["run"]  # the thread's own run() again, and no cycle left
+
+            thread.run = run_in_context  # type: ignore[method-assign]
         original(thread)
 
     return start
-
-
-def _run_in(thread: threading.Thread, context: contextvars.Context) -> None:
-    """Have ``thread`` run its ``run()`` (a subclass's own too) inside ``context``."""
-    run = thread.run
-
-    def run_in_context() -> None:
-        try:
-            context.run(run)
-        finally:
-            del thread.__dict__["run"]  # the thread's own run() again, and no cycle left
-
-    thread.run = run_in_context  # type: ignore[method-assign]
 
 
 def instrument_threads(_module: ModuleType | None = None) -> None:
