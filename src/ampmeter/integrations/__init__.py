@@ -1,21 +1,12 @@
 """Instrumentation: every LLM request made inside a context becomes a node (``llm``, or
-``embedding`` for an embeddings request).
-
-::
-
-    import ampmeter
-    from ampmeter.integrations import instrument
-
-    instrument()                                   # each SDK and HTTP library when imported
-    with ampmeter.ExecutionContext(max_cost_usd=0.50):
-        client.chat.completions.create(...)        # reserved, checked, recorded
+``embedding`` for an embeddings request); docs/integrations.md says what each library meters.
 
 The ``openai`` and ``anthropic`` SDKs are metered at their clients' one door
 (:mod:`ampmeter.integrations.sdk`); any other client that speaks a known wire format over
-``httpx`` or ``httpx2`` (LiteLLM, google-genai, mistralai, plain httpx) is metered at the HTTP
-layer (:mod:`ampmeter.integrations.http`). A request is metered once, by the first layer that
-sees it. Outside a context the libraries behave exactly as without ampmeter. No API key, header
-or (unless ``capture_content=True``) prompt or response text is put on a node; a failed call's
+``httpx`` or ``httpx2`` (LiteLLM, google-genai, mistralai, plain httpx) at the HTTP layer
+(:mod:`ampmeter.integrations.http`). A request is metered once, by the first layer that sees it.
+Outside a context the libraries behave exactly as without ampmeter. No API key, header or
+(unless ``capture_content=True``) prompt or response text is put on a node; a failed call's
 error text is scrubbed by :mod:`ampmeter.redact` (the client's API key included).
 """
 
@@ -150,17 +141,13 @@ def instrument(
     default: logs then hold no conversation text, and the message of a provider error, which may
     echo the prompt, is withheld from error text).
 
-    Each node keeps the provider's id of its response as ``response_id``, written
-    ``"<provider>:<id>"`` (``openai:chatcmpl-…``, ``anthropic:msg_…``, ``google:<responseId>``).
-    Ids are never trusted to deduplicate calls by default: gateways and mock servers answer
-    every request with one id and Ollama draws its ids from 999 values, so a repeated id is
-    another billed call and counts. Only a key the caller gives (``idempotency_key=``) or one
-    ampmeter makes itself makes a call count once. ``response_id_keys=True`` is for a caching
-    gateway that delivers one stored response again: a call is then keyed by its response's id,
-    its endpoint (the SDK operation) and every count of its usage together, so only the same
-    stored response from the same endpoint counts once (per run and per shared ledger scope);
-    its node says ``duplicate_of``. Calling ``instrument`` again only updates these two
-    settings.
+    ``response_id_keys=True`` is for a caching gateway that delivers one stored response again:
+    a call is then keyed by its response's id, its endpoint (the SDK operation) and every count
+    of its usage together, so the same stored response from the same endpoint counts once (per
+    run and per shared ledger scope; its node says ``duplicate_of``). By default a repeated id
+    is another billed call and counts: gateways and mock servers answer every request with one
+    id, and Ollama draws its ids from 999 values (docs/integrations.md). Calling ``instrument``
+    again only updates these two settings.
     """
     for name, flag in (
         ("capture_content", capture_content),

@@ -1,18 +1,13 @@
 """DSPy's native engine, metered at its request/response boundary.
 
 DSPy 3's default engine (``LM15Engine`` and ``AsyncLM15Engine``, its vendored ``lm15`` client)
-sends requests over its own stdlib sockets, below no SDK and no HTTP library ampmeter patches.
-Every request DSPy sends through it passes one of four methods, each taking one
-``dspy.lm15.Request``: ``complete`` (a ``Response``) and ``stream`` (a generator of events), sync
-and async. Those are wrapped: the request is measured (:mod:`.dspy_request`) and admitted before
-the engine runs, so a limit stops it before a byte is sent (DSPy raises the stop inside its own
-``LM`` error, the stop in its chain: :func:`ampmeter.find_limit_exceeded`), and the node ends
-with the usage the response (or the stream's end event) reports. A stream cut before its end is
-charged as any cut stream. DSPy's retries call the engine again: each attempt is its own node.
-
-DSPy's LiteLLM engine is not patched here: LiteLLM's requests are metered by the SDK and HTTP
-layers, once. Budget-pressure hooks that rewrite a request (a downgrade, the budget told to the
-model) do not apply to these requests: lm15's requests are immutable.
+sends over its own stdlib sockets, below every SDK and HTTP library ampmeter patches. Each
+request passes ``complete`` (a ``Response``) or ``stream`` (a generator of events), sync or
+async, with one ``dspy.lm15.Request``: it is measured (:mod:`.dspy_request`) and admitted before
+the engine runs, and its node ends with the usage the response (or the stream's end event)
+reports. Budget-pressure hooks that rewrite a request (a downgrade, the budget told to the
+model) do not apply here: lm15's requests are immutable. DSPy's LiteLLM engine is metered by
+the layers above, once.
 """
 
 from __future__ import annotations

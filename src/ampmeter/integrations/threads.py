@@ -1,12 +1,10 @@
 """Threads carry the context that started them.
 
-A ``contextvars`` context does not follow work into another thread: a call submitted to a
-``concurrent.futures.ThreadPoolExecutor`` (LiteLLM's ``batch_completion``, a user's
-``executor.submit(client.chat.completions.create, ...)``) or run by a ``threading.Thread``
-would find no current context and go out unmetered. Once instrumented, work submitted or
-started while an ampmeter context is current runs in a copy of the submitter's contextvars
-context, so its calls attach to the submitter's node and obey its limits. Work submitted
-outside a context runs exactly as without ampmeter.
+A ``contextvars`` context does not follow work into another thread, so a call submitted to a
+``ThreadPoolExecutor`` (LiteLLM's ``batch_completion``, a user's ``executor.submit``) or run by
+a ``threading.Thread`` would go out unmetered. Once instrumented, work submitted or started
+while an ampmeter context is current runs in a copy of the submitter's contextvars context;
+work submitted outside a context runs exactly as without ampmeter.
 """
 
 from __future__ import annotations
