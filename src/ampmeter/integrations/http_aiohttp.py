@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Callable, Generator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -121,25 +121,6 @@ async def _send(request: Any, admitted: Admitted) -> Any:
     return response
 
 
-class _MeteredRequest:
-    """What ``ClientSession.request`` returns: awaitable, and an async context manager."""
-
-    def __init__(self, request: Any, admitted: Admitted) -> None:
-        self._coro = _send(request, admitted)
-        self._response: Any = None
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        return self._coro.__await__()
-
-    async def __aenter__(self) -> Any:
-        self._response = await self._coro
-        return self._response
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self._response.release()
-        await self._response.wait_for_close()
-
-
 def _wrap_request(original: Callable[..., Any], *, post: bool) -> Callable[..., Any]:
     """``ClientSession.request`` (``post=False``) or ``.post`` (which does not go through it)."""
 
@@ -170,7 +151,8 @@ def _wrap_request(original: Callable[..., Any], *, post: bool) -> Callable[..., 
             mark = marker.mark_for(str(url), data)
             if mark is not None:
                 headers.add(METERED_HEADER, mark)
-        return _MeteredRequest(original(session, *args, **kwargs), admitted)
+        sent = original(session, *args, **kwargs)
+        return type(sent)(_send(sent, admitted))  # aiohttp's own awaitable context manager
 
     return request
 
