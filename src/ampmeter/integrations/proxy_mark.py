@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+from dataclasses import dataclass
 from typing import Final
 
 __all__ = ["METERED_HEADER", "PROXY_URL_ENV", "Marker", "metered_mark"]
@@ -26,15 +27,13 @@ def metered_mark(key: bytes, body: bytes) -> str:
     return hmac.new(key, body, hashlib.sha256).hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
 class Marker:
     """Marks the requests this process meters that go to the run's proxy (read once from the
     environment when the integrations are switched on; a no-op elsewhere)."""
 
-    __slots__ = ("key", "proxy_url")
-
-    def __init__(self, proxy_url: str | None = None, key: bytes | None = None) -> None:
-        self.proxy_url = proxy_url
-        self.key = key
+    proxy_url: str | None = None
+    key: bytes | None = None
 
     @classmethod
     def from_env(cls) -> Marker:
