@@ -1,21 +1,12 @@
 """Instrumentation: every LLM request made inside a context becomes a node (``llm``, or
-``embedding`` for an embeddings request).
-
-::
-
-    import ampmeter
-    from ampmeter.integrations import instrument
-
-    instrument()                                   # each SDK and HTTP library when imported
-    with ampmeter.ExecutionContext(max_cost_usd=0.50):
-        client.chat.completions.create(...)        # reserved, checked, recorded
+``embedding`` for an embeddings request); docs/integrations.md says what each library meters.
 
 The ``openai`` and ``anthropic`` SDKs are metered at their clients' one door
 (:mod:`ampmeter.integrations.sdk`); any other client that speaks a known wire format over
-``httpx`` or ``httpx2`` (LiteLLM, google-genai, mistralai, plain httpx) is metered at the HTTP
-layer (:mod:`ampmeter.integrations.http`). A request is metered once, by the first layer that
-sees it. Outside a context the libraries behave exactly as without ampmeter. No API key, header
-or (unless ``capture_content=True``) prompt or response text is put on a node; a failed call's
+``httpx`` or ``httpx2`` (LiteLLM, google-genai, mistralai, plain httpx) at the HTTP layer
+(:mod:`ampmeter.integrations.http`). A request is metered once, by the first layer that sees it.
+Outside a context the libraries behave exactly as without ampmeter. No API key, header or
+(unless ``capture_content=True``) prompt or response text is put on a node; a failed call's
 error text is scrubbed by :mod:`ampmeter.redact` (the client's API key included).
 """
 
@@ -69,58 +60,44 @@ def _resolve(target: str) -> Callable[..., object]:
     return function
 
 
-def _row(trigger: str, switches: str, module: str, patch: str, undo: str) -> Integration:
+def _row(trigger: str, switches: str, patch: str, undo: str = "") -> Integration:
+    """A row whose patch is ``"module:function"`` in this package; its undo is the module's
+    ``un``-prefixed function unless named."""
+    module, _, function = patch.partition(":")
     where = f"ampmeter.integrations.{module}"
-    return Integration(trigger, tuple(switches.split()), f"{where}:{patch}", f"{where}:{undo}")
+    return Integration(
+        trigger,
+        tuple(switches.split()),
+        f"{where}:{function}",
+        f"{where}:{undo or 'un' + function}",
+    )
 
 
 # Every integration, in the order instrument() arms them.
 INTEGRATIONS: tuple[Integration, ...] = (
-    _row("openai", "openai", "openai", "instrument_openai", "uninstrument_openai"),
-    _row("anthropic", "anthropic", "anthropic", "instrument_anthropic", "uninstrument_anthropic"),
-    _row("httpx", "http", "http", "instrument_httpx", "uninstrument_httpx"),
-    _row("httpx2", "http", "http", "instrument_httpx", "uninstrument_httpx"),
-    _row("aiohttp", "http", "http_aiohttp", "instrument_aiohttp", "uninstrument_aiohttp"),
-    _row(
-        "http.client", "http", "http_client", "instrument_http_client", "uninstrument_http_client"
-    ),
-    _row("urllib3", "http", "http_client", "instrument_urllib3", "uninstrument_http_client"),
-    _row(
-        "llama_index.core",
-        "llama_index",
-        "llama_index",
-        "instrument_llama_index",
-        "uninstrument_llama_index",
-    ),
-    _row("mcp", "mcp", "mcp_tools", "instrument_mcp", "uninstrument_mcp"),
-    _row("litellm", "openai http", "litellm_retries", "instrument_litellm", "uninstrument_litellm"),
-    _row(
-        "dspy.clients.engines.lm15_engine",
-        "http",
-        "dspy_engine",
-        "instrument_dspy",
-        "uninstrument_dspy",
-    ),
-    _row(
-        "websockets",
-        "openai http",
-        "websocket_client",
-        "instrument_websockets",
-        "uninstrument_websockets",
-    ),
+    _row("openai", "openai", "openai:instrument_openai"),
+    _row("anthropic", "anthropic", "anthropic:instrument_anthropic"),
+    _row("httpx", "http", "http:instrument_httpx"),
+    _row("httpx2", "http", "http:instrument_httpx"),
+    _row("aiohttp", "http", "http_aiohttp:instrument_aiohttp"),
+    _row("http.client", "http", "http_client:instrument_http_client"),
+    _row("urllib3", "http", "http_client:instrument_urllib3", "uninstrument_http_client"),
+    _row("llama_index.core", "llama_index", "llama_index:instrument_llama_index"),
+    _row("mcp", "mcp", "mcp_tools:instrument_mcp"),
+    _row("litellm", "openai http", "litellm_retries:instrument_litellm"),
+    _row("dspy.clients.engines.lm15_engine", "http", "dspy_engine:instrument_dspy"),
+    _row("websockets", "openai http", "websocket_client:instrument_websockets"),
     _row(
         "websockets.legacy.client",
         "openai http",
-        "websocket_client",
-        "instrument_websockets_legacy",
+        "websocket_client:instrument_websockets_legacy",
         "uninstrument_websockets",
     ),
-    _row("threading", "threads", "threads", "instrument_threads", "uninstrument_threads"),
+    _row("threading", "threads", "threads:instrument_threads"),
     _row(
         "concurrent.futures.thread",
         "threads",
-        "threads",
-        "instrument_thread_pools",
+        "threads:instrument_thread_pools",
         "uninstrument_threads",
     ),
 )
@@ -164,17 +141,13 @@ def instrument(
     default: logs then hold no conversation text, and the message of a provider error, which may
     echo the prompt, is withheld from error text).
 
-    Each node keeps the provider's id of its response as ``response_id``, written
-    ``"<provider>:<id>"`` (``openai:chatcmpl-…``, ``anthropic:msg_…``, ``google:<responseId>``).
-    Ids are never trusted to deduplicate calls by default: gateways and mock servers answer
-    every request with one id and Ollama draws its ids from 999 values, so a repeated id is
-    another billed call and counts. Only a key the caller gives (``idempotency_key=``) or one
-    ampmeter makes itself makes a call count once. ``response_id_keys=True`` is for a caching
-    gateway that delivers one stored response again: a call is then keyed by its response's id,
-    its endpoint (the SDK operation) and every count of its usage together, so only the same
-    stored response from the same endpoint counts once (per run and per shared ledger scope);
-    its node says ``duplicate_of``. Calling ``instrument`` again only updates these two
-    settings.
+    ``response_id_keys=True`` is for a caching gateway that delivers one stored response again:
+    a call is then keyed by its response's id, its endpoint (the SDK operation) and every count
+    of its usage together, so the same stored response from the same endpoint counts once (per
+    run and per shared ledger scope; its node says ``duplicate_of``). By default a repeated id
+    is another billed call and counts: gateways and mock servers answer every request with one
+    id, and Ollama draws its ids from 999 values (docs/integrations.md). Calling ``instrument``
+    again only updates these two settings.
     """
     for name, flag in (
         ("capture_content", capture_content),

@@ -13,14 +13,15 @@ cache_read_input_tokens + cache_creation_input_tokens``, with the cache reads as
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Generator, Mapping
 from types import ModuleType
 from typing import Any
 
 from ampmeter.integrations.adapter import Adapter, Tally
 from ampmeter.integrations.lifecycle import HELPER, settings
-from ampmeter.integrations.patching import Patch
+from ampmeter.integrations.patching import Patch, around
 from ampmeter.integrations.streams import meter_rebuilt_stream
 from ampmeter.integrations.wire import READERS, counts, get, text_of
 from ampmeter.pricing.measure_parts import json_text
@@ -148,30 +149,16 @@ def _read_usage(usage: Any, tally: Tally) -> None:
 # These SDKs name no helper in their request's headers: the managers name theirs.
 
 
-def _enter_rebuilding(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    def enter(manager: Any) -> Any:
-        token = HELPER.set("stream")
-        try:
-            stream = original(manager)
-        finally:
-            HELPER.reset(token)
-        meter_rebuilt_stream(stream, is_async=False)
-        return stream
-
-    return enter
-
-
-def _aenter_rebuilding(original: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Any]:
-    async def aenter(manager: Any) -> Any:
-        token = HELPER.set("stream")
-        try:
-            stream = await original(manager)
-        finally:
-            HELPER.reset(token)
-        meter_rebuilt_stream(stream, is_async=True)
-        return stream
-
-    return aenter
+def _rebuilding(manager: Any, *, is_async: bool) -> Generator[None, Any, Any]:
+    """Around a manager's ``__enter__`` / ``__aenter__``: the request it sends names the
+    helper, and the stream it hands out is metered."""
+    token = HELPER.set("stream")
+    try:
+        stream = yield
+    finally:
+        HELPER.reset(token)
+    meter_rebuilt_stream(stream, is_async=is_async)
+    return stream
 
 
 def _patch_rebuilding_managers() -> list[Patch]:
@@ -184,9 +171,11 @@ def _patch_rebuilding_managers() -> list[Patch]:
     if "response" not in inspect.signature(streaming.MessageStream.__init__).parameters:
         return []
     sync, asynchronous = streaming.MessageStreamManager, streaming.AsyncMessageStreamManager
+    enter = around(sync.__enter__, functools.partial(_rebuilding, is_async=False))
+    aenter = around(asynchronous.__aenter__, functools.partial(_rebuilding, is_async=True))
     return [
-        Patch.apply(sync, "__enter__", _enter_rebuilding(sync.__enter__)),
-        Patch.apply(asynchronous, "__aenter__", _aenter_rebuilding(asynchronous.__aenter__)),
+        Patch.apply(sync, "__enter__", enter),
+        Patch.apply(asynchronous, "__aenter__", aenter),
     ]
 
 

@@ -1,12 +1,10 @@
-"""Telling the agent its budget: with ``disclose_budget=True`` a context adds one line, such as
-``Budget left: $0.42 of $1.00, 7 of 20 steps``, as a system message to every instrumented LLM
-request, so the model can plan with it. The node records the line it was told
-(``budget_note``).
+"""Telling the agent its budget (``disclose_budget=True``): the context's budget line is added
+as system text to every instrumented LLM request, and the node records it (``budget_note``).
 
 The line goes where each wire format keeps system text: a leading ``system`` message (chat),
 the ``instructions`` (responses), the ``system`` field (anthropic). Messages and system blocks
-may be any iterable the SDKs take (a list, a tuple, a generator). The caller's own objects are
-never changed: the request gets new lists and strings.
+may be any iterable the SDKs take; the caller's own objects are never changed: the request
+gets new lists and strings.
 """
 
 from __future__ import annotations

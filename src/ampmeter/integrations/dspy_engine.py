@@ -1,24 +1,19 @@
 """DSPy's native engine, metered at its request/response boundary.
 
 DSPy 3's default engine (``LM15Engine`` and ``AsyncLM15Engine``, its vendored ``lm15`` client)
-sends requests over its own stdlib sockets, below no SDK and no HTTP library ampmeter patches.
-Every request DSPy sends through it passes one of four methods, each taking one
-``dspy.lm15.Request``: ``complete`` (a ``Response``) and ``stream`` (a generator of events), sync
-and async. Those are wrapped: the request is measured (:mod:`.dspy_request`) and admitted before
-the engine runs, so a limit stops it before a byte is sent (DSPy raises the stop inside its own
-``LM`` error, the stop in its chain: :func:`ampmeter.find_limit_exceeded`), and the node ends
-with the usage the response (or the stream's end event) reports. A stream cut before its end is
-charged as any cut stream. DSPy's retries call the engine again: each attempt is its own node.
-
-DSPy's LiteLLM engine is not patched here: LiteLLM's requests are metered by the SDK and HTTP
-layers, once. Budget-pressure hooks that rewrite a request (a downgrade, the budget told to the
-model) do not apply to these requests: lm15's requests are immutable.
+sends over its own stdlib sockets, below every SDK and HTTP library ampmeter patches. Each
+request passes ``complete`` (a ``Response``) or ``stream`` (a generator of events), sync or
+async, with one ``dspy.lm15.Request``: it is measured (:mod:`.dspy_request`) and admitted before
+the engine runs, and its node ends with the usage the response (or the stream's end event)
+reports. Budget-pressure hooks that rewrite a request (a downgrade, the budget told to the
+model) do not apply here: lm15's requests are immutable. DSPy's LiteLLM engine is metered by
+the layers above, once.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from contextlib import aclosing, closing, contextmanager
 from types import ModuleType
 from typing import Any, Final
@@ -40,7 +35,7 @@ from ampmeter.integrations.lifecycle import (
     finish_call,
     settings,
 )
-from ampmeter.integrations.patching import Patch, undo_all
+from ampmeter.integrations.patching import Patch, around, undo_all
 from ampmeter.integrations.streams import StreamMeter
 from ampmeter.pricing import request_size
 from ampmeter.pricing.request_size import Wire
@@ -49,7 +44,6 @@ __all__ = ["instrument_dspy", "uninstrument_dspy"]
 
 # lm15's provider names that ampmeter's pricing knows by another name.
 _PROVIDERS: Final = {"openai-chat": "openai", "openai": "openai", "gemini": "google"}
-_ENGINES: Final = ("LM15Engine", "AsyncLM15Engine")
 _END: Final = object()  # an engine stream's end
 
 _patches: list[Patch] = []
@@ -93,7 +87,7 @@ class _EngineAdapter(Adapter):
         return False
 
 
-_adapters: dict[tuple[str, str, str, str | None], _EngineAdapter] = {}
+_adapter = functools.cache(_EngineAdapter)  # one per (provider, operation, wire, family)
 
 
 def _admit(engine: Any, request: Any, stream: bool) -> Admitted | None:
@@ -110,55 +104,24 @@ def _admit(engine: Any, request: Any, stream: bool) -> Admitted | None:
         return None
     wire = wire_of(route.adapter)
     provider = _PROVIDERS.get(route.provider, route.provider)
-    key = (
-        provider,
-        "dspy.stream" if stream else "dspy.complete",
-        wire,
-        USAGE_FAMILIES.get(route.adapter),
-    )
-    adapter = _adapters.get(key)
-    if adapter is None:
-        adapter = _adapters[key] = _EngineAdapter(*key)
+    operation = "dspy.stream" if stream else "dspy.complete"
+    adapter = _adapter(provider, operation, wire, USAGE_FAMILIES.get(route.adapter))
     body = request_body(wire, route.model, request)
     info = RequestInfo(route.model, request_size.measure(wire, body), config.max_tokens, stream)
     return Admitted(begin_call(ctx, adapter, info, None, body), adapter, info, False, body)
 
 
-def _settle(admitted: Admitted, response: Any) -> Any:
+def _completing(engine: Any, request: Any, *args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
+    """Around ``complete``: admitted before the engine runs, ended with the response's usage."""
+    admitted = _admit(engine, request, stream=False)
+    if admitted is None:
+        return (yield)
+    with admitted:
+        response = yield
     tally = Tally()
     admitted.adapter.read_response(response, tally)
     finish_call(admitted.call, tally, None)
     return response
-
-
-def _wrap_complete(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def complete(engine: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
-        admitted = _admit(engine, request, stream=False)
-        if admitted is None:
-            return original(engine, request, *args, **kwargs)
-        with admitted:
-            response = original(engine, request, *args, **kwargs)
-        return _settle(admitted, response)
-
-    return complete
-
-
-def _wrap_async_complete(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    async def complete(engine: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
-        admitted = _admit(engine, request, stream=False)
-        if admitted is None:
-            return await original(engine, request, *args, **kwargs)
-        with admitted:
-            response = await original(engine, request, *args, **kwargs)
-        return _settle(admitted, response)
-
-    return complete
-
-
-def _meter(admitted: Admitted) -> StreamMeter:
-    return StreamMeter(admitted.call, admitted.adapter, False, admitted.info)
 
 
 @contextmanager
@@ -199,7 +162,7 @@ def _wrap_stream(original: Callable[..., Any]) -> Callable[..., Any]:
         if admitted is None:
             yield from events
             return
-        end = _meter(admitted)
+        end = StreamMeter(admitted.call, admitted.adapter, False, admitted.info)
         with _settled(end), closing(events):
             while True:
                 with _active(admitted.call):
@@ -221,7 +184,7 @@ def _wrap_async_stream(original: Callable[..., Any]) -> Callable[..., Any]:
             async for event in events:
                 yield event
             return
-        end = _meter(admitted)
+        end = StreamMeter(admitted.call, admitted.adapter, False, admitted.info)
         with _settled(end):
             async with aclosing(events):
                 while True:
@@ -235,10 +198,7 @@ def _wrap_async_stream(original: Callable[..., Any]) -> Callable[..., Any]:
     return stream
 
 
-_WRAPPERS: Final = {
-    "LM15Engine": (("complete", _wrap_complete), ("stream", _wrap_stream)),
-    "AsyncLM15Engine": (("complete", _wrap_async_complete), ("stream", _wrap_async_stream)),
-}
+_STREAMS: Final = {"LM15Engine": _wrap_stream, "AsyncLM15Engine": _wrap_async_stream}
 
 
 def instrument_dspy(module: ModuleType) -> None:
@@ -246,14 +206,15 @@ def instrument_dspy(module: ModuleType) -> None:
     idempotent)."""
     if _patches:
         return
-    for engine_name in _ENGINES:
+    for engine_name, wrap_stream in _STREAMS.items():
         engine = getattr(module, engine_name, None)
         if not isinstance(engine, type):
             continue
-        for method, wrap in _WRAPPERS[engine_name]:
-            original = engine.__dict__.get(method)
-            if callable(original):
-                _patches.append(Patch.apply(engine, method, wrap(original)))
+        complete, stream = engine.__dict__.get("complete"), engine.__dict__.get("stream")
+        if callable(complete):
+            _patches.append(Patch.apply(engine, "complete", around(complete, _completing)))
+        if callable(stream):
+            _patches.append(Patch.apply(engine, "stream", wrap_stream(stream)))
 
 
 def uninstrument_dspy() -> None:

@@ -18,6 +18,7 @@ includes both.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from types import SimpleNamespace
 from typing import Any, Final
 
 from ampmeter.integrations.adapter import Tally
@@ -53,30 +54,25 @@ def request_body(wire: Wire, model: str, request: Any) -> dict[str, Any]:
     return body
 
 
+def _text(text: str) -> SimpleNamespace:
+    """A plain string where lm15 accepts one in place of a text part."""
+    return SimpleNamespace(type="text", text=text)
+
+
 def _system_parts(system: object) -> tuple[Any, ...]:
     if system is None:
         return ()
     if isinstance(system, str):
-        return (_Text(system),)
+        return (_text(system),)
     return tuple(system) if isinstance(system, Iterable) else ()
-
-
-class _Text:
-    """A plain string where lm15 accepts one in place of a text part."""
-
-    __slots__ = ("text",)
-    type = "text"
-
-    def __init__(self, text: str) -> None:
-        self.text = text
 
 
 def _parts(content: object) -> tuple[Any, ...]:
     """A tool result's content (a string, one part, or a sequence of both) as parts."""
     if isinstance(content, str):
-        return (_Text(content),)
+        return (_text(content),)
     if isinstance(content, (list, tuple)):
-        return tuple(_Text(item) if isinstance(item, str) else item for item in content)
+        return tuple(_text(item) if isinstance(item, str) else item for item in content)
     return (content,)
 
 
@@ -130,7 +126,7 @@ def _chat_body(request: Any) -> dict[str, Any]:
             messages.append(row)
     body: dict[str, Any] = {"messages": messages}
     if request.tools:
-        body["tools"] = [_chat_tool(tool) for tool in request.tools]
+        body["tools"] = [_tool(tool, "chat") for tool in request.tools]
     return body
 
 
@@ -152,13 +148,17 @@ def _subtype(part: Any) -> str:
     return media_type.rpartition("/")[2] if isinstance(media_type, str) else ""
 
 
-def _chat_tool(tool: Any) -> dict[str, Any]:
-    if getattr(tool, "type", None) == "function":
-        function = {"name": tool.name, "parameters": tool.parameters}
-        if tool.description is not None:
-            function["description"] = tool.description
-        return {"type": "function", "function": function}
-    return {"type": tool.name, **(getattr(tool, "config", None) or {})}
+def _tool(tool: Any, wire: Wire) -> dict[str, Any]:
+    """A function tool's definition (or a built-in tool with its configuration) as ``wire``
+    writes it."""
+    if getattr(tool, "type", None) != "function":
+        named = {"name": tool.name} if wire == "anthropic" else {}
+        return {"type": tool.name, **named, **(getattr(tool, "config", None) or {})}
+    schema = "input_schema" if wire == "anthropic" else "parameters"
+    found = {"name": tool.name, schema: tool.parameters}
+    if tool.description is not None:
+        found["description"] = tool.description
+    return found if wire == "anthropic" else {"type": "function", "function": found}
 
 
 # --- Anthropic Messages -------------------------------------------------------------------------
@@ -175,7 +175,7 @@ def _anthropic_body(request: Any) -> dict[str, Any]:
     if system:
         body["system"] = [_anthropic_block(part) for part in system]
     if request.tools:
-        body["tools"] = [_anthropic_tool(tool) for tool in request.tools]
+        body["tools"] = [_tool(tool, "anthropic") for tool in request.tools]
     return body
 
 
@@ -190,15 +190,6 @@ def _anthropic_block(part: Any) -> dict[str, Any]:
         source = {"type": "url", "url": _media_url(part)}
         return {"type": "image" if kind == "image" else "document", "source": source}
     return {"type": "text", "text": _text_of(part)}
-
-
-def _anthropic_tool(tool: Any) -> dict[str, Any]:
-    if getattr(tool, "type", None) == "function":
-        found = {"name": tool.name, "input_schema": tool.parameters}
-        if tool.description is not None:
-            found["description"] = tool.description
-        return found
-    return {"type": tool.name, "name": tool.name, **(getattr(tool, "config", None) or {})}
 
 
 # --- usage ------------------------------------------------------------------------------------

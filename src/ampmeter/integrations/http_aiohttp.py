@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Callable, Generator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
+from multidict import CIMultiDict
 from yarl import URL
 
 from ampmeter.integrations.http import BodyMeter, admit, response_reader
@@ -30,62 +31,12 @@ _patches: list[Patch] = []
 
 
 class _MeteredContent(BodyMeter):
-    """An aiohttp ``StreamReader`` whose reads also feed the request's node."""
+    """An aiohttp ``StreamReader`` whose reads also feed the request's node, with the usage
+    event ampmeter asked for taken out.
 
-    def _seen(self, data: bytes) -> bytes:
-        self.reader.feed(data)
-        if self.reader.complete or self.inner.at_eof():
-            self.reader.end()
-            self.end(None)
-        return data
-
-    async def read(self, n: int = -1) -> bytes:
-        return self._seen(await self.inner.read(n))
-
-    async def readany(self) -> bytes:
-        return self._seen(await self.inner.readany())
-
-    async def readline(self, **kwargs: Any) -> bytes:
-        return self._seen(await self.inner.readline(**kwargs))
-
-    async def readuntil(self, *args: Any, **kwargs: Any) -> bytes:
-        return self._seen(await self.inner.readuntil(*args, **kwargs))
-
-    async def readexactly(self, n: int) -> bytes:
-        return self._seen(await self.inner.readexactly(n))
-
-    async def readchunk(self) -> tuple[bytes, bool]:
-        data, end_of_chunk = await self.inner.readchunk()
-        return self._seen(data), end_of_chunk
-
-    async def _pieces(self, read: Callable[[], Any]) -> AsyncIterator[bytes]:
-        while True:
-            data = await read()
-            if not data:
-                self._seen(b"")
-                return
-            yield data
-
-    def iter_any(self) -> AsyncIterator[bytes]:
-        return self._pieces(self.readany)
-
-    def iter_chunked(self, n: int) -> AsyncIterator[bytes]:
-        return self._pieces(lambda: self.read(n))
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self._pieces(self.readline)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "inner":  # a failed __init__: no recursion
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-
-class _FilteredContent(_MeteredContent):
-    """A response body with the usage event ampmeter asked for taken out.
-
-    What the caller may see comes from the reader whole events at a time, so it is buffered
-    here and each read method hands it out with its own semantics (a line for ``readline``).
+    What the caller may see comes from the reader (whole events at a time when an event is
+    hidden), so it is buffered here and each read method hands it out with its own semantics
+    (a line for ``readline``).
     """
 
     def __init__(self, inner: Any, reader: Any, admitted: Admitted) -> None:
@@ -100,10 +51,11 @@ class _FilteredContent(_MeteredContent):
         data = await self.inner.readany()
         if data:
             self._buffer += self.take(data)
-            return True
+            if not self.inner.at_eof():
+                return True
         self._eof = True
         self._buffer += self.finish()
-        return False
+        return bool(data)
 
     def _take(self, size: int) -> bytes:
         out = bytes(self._buffer[:size])
@@ -141,34 +93,32 @@ class _FilteredContent(_MeteredContent):
     def at_eof(self) -> bool:
         return self._eof and not self._buffer
 
+    async def _pieces(self, read: Callable[[], Any]) -> AsyncIterator[bytes]:
+        while data := await read():
+            yield data
+
+    def iter_any(self) -> AsyncIterator[bytes]:
+        return self._pieces(self.readany)
+
+    def iter_chunked(self, n: int) -> AsyncIterator[bytes]:
+        return self._pieces(lambda: self.read(n))
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._pieces(self.readline)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # a failed __init__: no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
 
 async def _send(request: Any, admitted: Admitted) -> Any:
     with admitted:
         response = await request
     reader = response_reader(admitted, response.status, response.headers.get("Content-Type", ""))
     if reader is not None:
-        content_type = _FilteredContent if admitted.hide else _MeteredContent
-        response.content = content_type(response.content, reader, admitted)
+        response.content = _MeteredContent(response.content, reader, admitted)
     return response
-
-
-class _MeteredRequest:
-    """What ``ClientSession.request`` returns: awaitable, and an async context manager."""
-
-    def __init__(self, request: Any, admitted: Admitted) -> None:
-        self._coro = _send(request, admitted)
-        self._response: Any = None
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        return self._coro.__await__()
-
-    async def __aenter__(self) -> Any:
-        self._response = await self._coro
-        return self._response
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self._response.release()
-        await self._response.wait_for_close()
 
 
 def _wrap_request(original: Callable[..., Any], *, post: bool) -> Callable[..., Any]:
@@ -192,31 +142,19 @@ def _wrap_request(original: Callable[..., Any], *, post: bool) -> Callable[..., 
         marker = settings.marker
         if admitted.hide or marker.proxy_url is not None:
             # The body that asks for the usage, or the exact bytes the proxy's mark is of.
-            was_json = kwargs.pop("json", None) is not None
-            data = orjson.dumps(admitted.body) if admitted.hide else _bytes(body)
-            kwargs["data"] = data
-            headers = _headers_for_new_body(kwargs.get("headers"), was_json)
+            raw = body.encode() if isinstance(body, str) else body
+            kwargs["data"] = data = orjson.dumps(admitted.body) if admitted.hide else raw
+            headers = kwargs["headers"] = CIMultiDict(kwargs.get("headers") or ())
+            headers.popall("Content-Length", None)  # the body changed length
+            if kwargs.pop("json", None) is not None:  # the content type aiohttp sets for json=
+                headers.setdefault("Content-Type", "application/json")
             mark = marker.mark_for(str(url), data)
             if mark is not None:
-                headers.append((METERED_HEADER, mark))
-            kwargs["headers"] = headers
-        return _MeteredRequest(original(session, *args, **kwargs), admitted)
+                headers.add(METERED_HEADER, mark)
+        sent = original(session, *args, **kwargs)
+        return type(sent)(_send(sent, admitted))  # aiohttp's own awaitable context manager
 
     return request
-
-
-def _bytes(body: bytes | str) -> bytes:
-    return body.encode() if isinstance(body, str) else body
-
-
-def _headers_for_new_body(headers: Any, was_json: bool) -> list[tuple[str, str]]:
-    """The caller's headers without a Content-Length (the body changed length), and with the
-    JSON content type that aiohttp would have set for ``json=``."""
-    items = list((headers.items() if hasattr(headers, "items") else headers) or ())
-    kept = [(str(name), value) for name, value in items if str(name).lower() != "content-length"]
-    if was_json and not any(name.lower() == "content-type" for name, _ in kept):
-        kept.append(("Content-Type", "application/json"))
-    return kept
 
 
 def instrument_aiohttp(module: Any) -> None:

@@ -52,23 +52,12 @@ class _ResponseBody(BodyMeter):
         """``data`` was read from the body (``decoded``: already decompressed)."""
         if self.done:
             return
+        if data and self._inflate is not None and not decoded:
+            data = self._inflate.decompress(data)
         if data:
-            if self._inflate is not None and not decoded:
-                data = self._inflate.decompress(data)
             self.reader.feed(data)
-            if self.reader.complete:
-                self._finish()
-        if not data or self.inner.isclosed():
-            self._finish()
-
-    def _finish(self) -> None:
-        if not self.done:
-            self.reader.end()
-            self.end(None)
-
-    def closed(self) -> None:
-        """The response was closed: abandoned unless its body was read to the end."""
-        self.abandon()
+        if not data or self.reader.complete or self.inner.isclosed():
+            self.finish()
 
 
 def _request_parts(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str, Any]:
@@ -144,8 +133,9 @@ def _wrap_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
     return getresponse
 
 
-def _wrap_read(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``read``/``read1``/``readline`` of a response: what they return is read into its node."""
+def _wrap_read(original: Callable[..., Any], *, into: bool = False) -> Callable[..., Any]:
+    """``read``/``read1``/``readline`` of a response (``into``: ``readinto``): what they read is
+    read into its node."""
 
     @functools.wraps(original)
     def read(response: Any, *args: Any, **kwargs: Any) -> Any:
@@ -154,30 +144,13 @@ def _wrap_read(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(response, *args, **kwargs)
         meter.busy = True  # a chunked readline reads through read(): one piece, seen once
         try:
-            data = original(response, *args, **kwargs)
+            result = original(response, *args, **kwargs)
         finally:
             meter.busy = False
-        meter.seen(data)
-        return data
+        meter.seen(bytes(memoryview(args[0])[:result]) if into else result)
+        return result
 
     return read
-
-
-def _wrap_readinto(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def readinto(response: Any, buffer: Any) -> Any:
-        meter = response.__dict__.get(_METER)
-        if meter is None or meter.busy:
-            return original(response, buffer)
-        meter.busy = True
-        try:
-            count = original(response, buffer)
-        finally:
-            meter.busy = False
-        meter.seen(bytes(memoryview(buffer)[:count]))
-        return count
-
-    return readinto
 
 
 def _wrap_close(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -187,8 +160,8 @@ def _wrap_close(original: Callable[..., Any]) -> Callable[..., Any]:
             original(response)
         finally:
             meter = response.__dict__.get(_METER)
-            if meter is not None:
-                meter.closed()
+            if meter is not None:  # abandoned unless its body was read to the end
+                meter.abandon()
 
     return close
 
@@ -223,7 +196,7 @@ def instrument_http_client(module: ModuleType) -> None:
     )
     for name in ("read", "read1", "readline"):
         _patches.append(Patch.apply(response, name, _wrap_read(getattr(response, name))))
-    _patches.append(Patch.apply(response, "readinto", _wrap_readinto(response.readinto)))
+    _patches.append(Patch.apply(response, "readinto", _wrap_read(response.readinto, into=True)))
     _patches.append(Patch.apply(response, "close", _wrap_close(response.close)))
 
 

@@ -13,60 +13,43 @@ its chain) instead of retrying. Every other error is retried as LiteLLM does.
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Generator
 from types import ModuleType
 from typing import Any, Final
 
 from ampmeter.errors import find_limit_exceeded
-from ampmeter.integrations.patching import Patch, undo_all
+from ampmeter.integrations.patching import Patch, around, undo_all
 
 __all__ = ["instrument_litellm", "uninstrument_litellm"]
 
-_RETRY_HELPERS: Final = ("completion_with_retries", "responses_with_retries")
-_ASYNC_RETRY_HELPERS: Final = ("acompletion_with_retries", "aresponses_with_retries")
+_RETRY_HELPERS: Final = (
+    "completion_with_retries",
+    "responses_with_retries",
+    "acompletion_with_retries",
+    "aresponses_with_retries",
+)
 
 _patches: list[Patch] = []
 
 
-def _stop_being_retried() -> BaseException | None:
-    """The error being handled where the helper was called, if it carries a stop."""
+def _not_retrying_a_stop(*args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
+    """Raise the error being handled where the helper was called, if it carries a stop (what
+    LiteLLM raises without ``num_retries``); else run the helper."""
     handled = sys.exc_info()[1]
-    return handled if find_limit_exceeded(handled) is not None else None
-
-
-def _sync_helper(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def helper(*args: Any, **kwargs: Any) -> Any:
-        stopped = _stop_being_retried()
-        if stopped is not None:
-            raise stopped  # what LiteLLM raises without num_retries
-        return original(*args, **kwargs)
-
-    return helper
-
-
-def _async_helper(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    async def helper(*args: Any, **kwargs: Any) -> Any:
-        stopped = _stop_being_retried()
-        if stopped is not None:
-            raise stopped
-        return await original(*args, **kwargs)
-
-    return helper
+    if handled is not None and find_limit_exceeded(handled) is not None:
+        raise handled
+    return (yield)
 
 
 def instrument_litellm(module: ModuleType) -> None:
     """Keep ``module``'s (``litellm``'s) retry helpers from retrying a stop (idempotent)."""
     if _patches:
         return
-    for names, wrap in ((_RETRY_HELPERS, _sync_helper), (_ASYNC_RETRY_HELPERS, _async_helper)):
-        for name in names:
-            original = module.__dict__.get(name)
-            if callable(original):
-                _patches.append(Patch.apply(module, name, wrap(original)))
+    for name in _RETRY_HELPERS:
+        original = module.__dict__.get(name)
+        if callable(original):
+            _patches.append(Patch.apply(module, name, around(original, _not_retrying_a_stop)))
 
 
 def uninstrument_litellm() -> None:

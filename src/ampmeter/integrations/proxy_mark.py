@@ -1,11 +1,9 @@
-"""Requests this process meters itself, marked for the metering proxy of ``ampmeter run --proxy``.
+"""Requests this process meters itself, marked for the metering proxy of ``ampmeter run --proxy``
+(docs/proxy.md), so that the proxy does not count them again.
 
-Under ``ampmeter run --proxy`` a Python process meters its own LLM calls in-process (its call
-tree, its contexts) and its base URLs point at the run's proxy, which meters every request of
-the run's other processes. So that a call is not counted twice, a request this process already
-metered carries ``x-ampmeter-metered``: an HMAC-SHA256 of its body under the run's key
+The mark (``x-ampmeter-metered``) is an HMAC-SHA256 of the request's body under the run's key
 (``AMPMETER_HANDOFF_KEY``), which the proxy checks before it lets the request through
-unmetered. A request without a valid mark is metered by the proxy (at worst counted twice,
+unmetered: a request without a valid mark is metered by the proxy (at worst counted twice,
 never not at all). The mark is only ever sent to the run's proxy (``AMPMETER_PROXY_URL``).
 """
 
@@ -14,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+from dataclasses import dataclass
 from typing import Final
 
 __all__ = ["METERED_HEADER", "PROXY_URL_ENV", "Marker", "metered_mark"]
@@ -28,15 +27,13 @@ def metered_mark(key: bytes, body: bytes) -> str:
     return hmac.new(key, body, hashlib.sha256).hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
 class Marker:
     """Marks the requests this process meters that go to the run's proxy (read once from the
     environment when the integrations are switched on; a no-op elsewhere)."""
 
-    __slots__ = ("key", "proxy_url")
-
-    def __init__(self, proxy_url: str | None = None, key: bytes | None = None) -> None:
-        self.proxy_url = proxy_url
-        self.key = key
+    proxy_url: str | None = None
+    key: bytes | None = None
 
     @classmethod
     def from_env(cls) -> Marker:

@@ -11,6 +11,7 @@ import functools
 import inspect
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Final
 
 from ampmeter.integrations.adapter import Tally
@@ -66,7 +67,7 @@ def _read_raw_body(result: Any, meter: StreamMeter) -> None:
     for name in _BODY_ITERATORS:
         method = getattr(type(result), name, None)
         if method is not None:
-            setattr(result, name, _read_while_iterating(ref, method, _SseReader(meter), name))
+            setattr(result, name, _read_while_iterating(ref, method, meter, name))
 
 
 # The raw responses' ways of reading a streamed body piece by piece (the async response's are
@@ -74,61 +75,54 @@ def _read_raw_body(result: Any, meter: StreamMeter) -> None:
 _BODY_ITERATORS: Final = frozenset({"iter_bytes", "iter_text", "iter_lines"})
 
 
-_END: Final = object()  # a body iterator's end
-
-
-class _SseReader:
-    """Reads server-sent events from a raw body as it passes, into a metered stream's tally."""
-
-    def __init__(self, meter: StreamMeter) -> None:
-        self._meter = meter
-        self._body = BodyReader(meter.adapter, meter.tally, sse=True)
-
-    def feed(self, piece: str | bytes, *, whole_line: bool) -> None:
-        data = piece.encode() if isinstance(piece, str) else piece
-        self._body.feed(data + b"\n" if whole_line else data)
-
-    def next_piece(self, pieces: Iterator[Any]) -> Any:
-        """The next piece of ``pieces`` (``_END`` after the last)."""
-        self._meter.reading = True
-        try:
-            return next(pieces, _END)
-        finally:
-            self._meter.reading = False
-
-    async def next_async_piece(self, pieces: AsyncIterator[Any]) -> Any:
-        """:meth:`next_piece` of an async body iterator."""
-        self._meter.reading = True
-        try:
-            return await anext(pieces, _END)
-        finally:
-            self._meter.reading = False
-
-    def end(self) -> None:
-        self._body.end()
-        self._meter.end(None)
+_END: Final[Any] = object()  # a body iterator's end
 
 
 def _read_while_iterating(
-    ref: weakref.ref[Any], method: Callable[..., Any], reader: _SseReader, name: str
+    ref: weakref.ref[Any], method: Callable[..., Any], meter: StreamMeter, name: str
 ) -> Callable[..., Any]:
-    """Body iterator ``method`` of the raw response ``ref`` names, with each piece fed to
-    ``reader`` (``iter_lines`` gives lines without their line break)."""
-    whole_line = name == "iter_lines"
+    """Body iterator ``method`` of the raw response ``ref`` names, with each piece's
+    server-sent events read into ``meter`` (``iter_lines`` gives lines without their line
+    break)."""
+    body = BodyReader(meter.adapter, meter.tally, sse=True)
+    line_break = b"\n" if name == "iter_lines" else b""
+
+    def feed(piece: str | bytes) -> None:
+        body.feed((piece.encode() if isinstance(piece, str) else piece) + line_break)
+
+    def end() -> None:
+        body.end()
+        meter.end(None)
 
     # The HTTP response closes itself after its last piece: while a piece is being read, the
     # reader (not the close) decides how the call ends.
+    @contextmanager
+    def reading() -> Iterator[None]:
+        meter.reading = True
+        try:
+            yield
+        finally:
+            meter.reading = False
+
     def sync_pieces(pieces: Iterator[Any]) -> Iterator[Any]:
-        while (piece := reader.next_piece(pieces)) is not _END:
-            reader.feed(piece, whole_line=whole_line)
+        while True:
+            with reading():
+                piece = next(pieces, _END)
+            if piece is _END:
+                break
+            feed(piece)
             yield piece
-        reader.end()
+        end()
 
     async def async_pieces(pieces: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        while (piece := await reader.next_async_piece(pieces)) is not _END:
-            reader.feed(piece, whole_line=whole_line)
+        while True:
+            with reading():
+                piece = await anext(pieces, _END)
+            if piece is _END:
+                break
+            feed(piece)
             yield piece
-        reader.end()
+        end()
 
     @functools.wraps(method)
     def iterate(*args: Any, **kwargs: Any) -> Any:

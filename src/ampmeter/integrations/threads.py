@@ -1,12 +1,10 @@
 """Threads carry the context that started them.
 
-A ``contextvars`` context does not follow work into another thread: a call submitted to a
-``concurrent.futures.ThreadPoolExecutor`` (LiteLLM's ``batch_completion``, a user's
-``executor.submit(client.chat.completions.create, ...)``) or run by a ``threading.Thread``
-would find no current context and go out unmetered. Once instrumented, work submitted or
-started while an ampmeter context is current runs in a copy of the submitter's contextvars
-context, so its calls attach to the submitter's node and obey its limits. Work submitted
-outside a context runs exactly as without ampmeter.
+A ``contextvars`` context does not follow work into another thread, so a call submitted to a
+``ThreadPoolExecutor`` (LiteLLM's ``batch_completion``, a user's ``executor.submit``) or run by
+a ``threading.Thread`` would go out unmetered. Once instrumented, work submitted or started
+while an ampmeter context is current runs in a copy of the submitter's contextvars context;
+work submitted outside a context runs exactly as without ampmeter.
 """
 
 from __future__ import annotations
@@ -41,23 +39,19 @@ def _wrap_start(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def start(thread: threading.Thread) -> None:
         if current_context() is not None:
-            _run_in(thread, contextvars.copy_context())
+            # The thread runs its run() (a subclass's own too) in a copy of this context.
+            context, run = contextvars.copy_context(), thread.run
+
+            def run_in_context() -> None:
+                try:
+                    context.run(run)
+                finally:
+                    del thread.__dict__["run"]  # the thread's own run() again, and no cycle left
+
+            thread.run = run_in_context  # type: ignore[method-assign]
         original(thread)
 
     return start
-
-
-def _run_in(thread: threading.Thread, context: contextvars.Context) -> None:
-    """Have ``thread`` run its ``run()`` (a subclass's own too) inside ``context``."""
-    run = thread.run
-
-    def run_in_context() -> None:
-        try:
-            context.run(run)
-        finally:
-            del thread.__dict__["run"]  # the thread's own run() again, and no cycle left
-
-    thread.run = run_in_context  # type: ignore[method-assign]
 
 
 def instrument_threads(_module: ModuleType | None = None) -> None:

@@ -1,35 +1,136 @@
 """The Responses WebSocket protocol metered at the ``websockets`` client, whoever opened the
-connection (openai-agents' and pydantic-ai's WebSocket modes, or a program's own client).
+connection (openai-agents' and pydantic-ai's WebSocket modes, the ``openai`` SDK's
+``responses.connect()``, or a program's own client): metered here, once.
 
 ``ClientConnection.send`` / ``recv`` / ``close`` of the sync and asyncio clients are wrapped,
 and those of the legacy asyncio client (``websockets.legacy.client``, which
 ``websockets.client.connect`` still returns; deprecated since websockets 14, shipped until its
-removal, announced for 2030) once a program imports it:
-a text or binary frame holding a ``response.create`` event is admitted before it is sent (a
-stop raises ``LimitExceeded`` and the frame never leaves), and frames read back are matched to
-their responses (:mod:`ampmeter.integrations.responses_socket`) while any is open. The
-``openai`` SDK's ``responses.connect()`` sends through these clients: it is metered here, once.
+removal, announced for 2030) once a program imports it. Each text or binary frame holding a
+``response.create`` event is one ``llm`` node, admitted before the frame is sent (a stop raises
+``LimitExceeded`` and the frame never leaves). The server events read back are matched to their
+response by the id ``response.created`` announces, and each node ends with the usage of
+``response.completed`` / ``incomplete`` / ``failed``; an ``error`` event fails the oldest
+response not yet answered. Responses still open when the connection closes end as abandoned
+streams do.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+from collections.abc import Generator
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Final
 
 import orjson
 
-from ampmeter.integrations.patching import Patch, undo_all
-from ampmeter.integrations.responses_socket import PendingResponse, responses_on
+from ampmeter.context import Call
+from ampmeter.integrations.adapter import RequestInfo, Tally
+from ampmeter.integrations.attach import metered_context
+from ampmeter.integrations.lifecycle import (
+    ACTIVE_CALL,
+    META_TRANSPORT,
+    begin_call,
+    finish_abandoned,
+    finish_call,
+)
+from ampmeter.integrations.openai import ResponsesAdapter
+from ampmeter.integrations.patching import Patch, around, undo_all
+from ampmeter.integrations.wire import get
 
-__all__ = ["instrument_websockets", "instrument_websockets_legacy", "uninstrument_websockets"]
+__all__ = [
+    "ResponseFailed",
+    "instrument_websockets",
+    "instrument_websockets_legacy",
+    "uninstrument_websockets",
+]
 
 _MARK: Final = "response.create"
-_TRANSPORT: Final = "websockets"
+_ADAPTER: Final = ResponsesAdapter("responses.connect.create")
+_ATTRIBUTE: Final = "_ampmeter_pending_responses"  # where a connection's responses live
 
 _patches: list[Patch] = []
 _legacy_patches: list[Patch] = []
+
+
+class ResponseFailed(Exception):
+    """The server reported the response failed (recorded on the node, never raised)."""
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One response sent and not yet finished."""
+
+    call: Call
+    info: RequestInfo
+    tally: Tally = field(default_factory=Tally)
+    response_id: str | None = None
+
+
+class _Responses:
+    """The responses of one connection, oldest first."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self) -> None:
+        self.pending: list[_Pending] = []
+
+    def admit(self, event: dict[str, Any]) -> _Pending | None:
+        """Begin the node of a ``response.create`` event (None: not one, or not metered here;
+        ``LimitExceeded`` when it would break a limit). Call before sending the frame."""
+        if event.get("type") != _MARK or ACTIVE_CALL.get() is not None:
+            return None
+        ctx = metered_context()
+        if ctx is None:
+            return None
+        info = _ADAPTER.request_info(event)
+        call = begin_call(ctx, _ADAPTER, info, {META_TRANSPORT: "websockets"}, event)
+        response = _Pending(call, info)
+        self.pending.append(response)  # before sending: the answer may be read on another thread
+        return response
+
+    def not_sent(self, response: _Pending, exc: BaseException) -> None:
+        """Sending the frame of ``response`` failed."""
+        if response in self.pending:
+            self.pending.remove(response)
+        finish_call(response.call, None, exc)
+
+    def observe(self, event: Any) -> None:
+        """Read one server event into the response it belongs to."""
+        queue = self.pending
+        if not queue:
+            return
+        kind = get(event, "type")
+        response_id = get(get(event, "response"), "id")
+        if kind == "response.created":
+            for pending in queue:
+                if pending.response_id is None:
+                    pending.response_id = response_id
+                    return
+            return
+        if kind == "error":  # the oldest request not yet answered was refused
+            pending = next((p for p in queue if p.response_id is None), queue[0])
+            queue.remove(pending)
+            message = get(get(event, "error"), "message")
+            finish_call(pending.call, None, ResponseFailed(str(message or "error event")))
+            return
+        pending = next((p for p in queue if response_id and p.response_id == response_id), queue[0])
+        _ADAPTER.read_event(event, pending.tally, False)
+        if pending.tally.complete:
+            queue.remove(pending)
+            failed = ResponseFailed("response.failed") if kind == "response.failed" else None
+            finish_call(pending.call, pending.tally, failed)
+
+    def abandon_all(self) -> None:
+        """The connection closed: every response still open ends as abandoned."""
+        while self.pending:
+            response = self.pending.pop(0)
+            finish_abandoned(response.call, response.tally, response.info)
+
+
+def _responses_on(connection: Any) -> _Responses | None:
+    """The responses of ``connection``, if it sent any."""
+    found: _Responses | None = connection.__dict__.get(_ATTRIBUTE)
+    return found
 
 
 def _event(message: Any) -> Any:
@@ -43,7 +144,7 @@ def _event(message: Any) -> Any:
     return event if isinstance(event, dict) else None
 
 
-def _admit(connection: Any, message: Any) -> PendingResponse | None:
+def _admit(connection: Any, message: Any) -> _Pending | None:
     if not isinstance(message, (str, bytes)):
         return None
     mark: Any = _MARK if isinstance(message, str) else _MARK.encode()
@@ -52,89 +153,49 @@ def _admit(connection: Any, message: Any) -> PendingResponse | None:
     event = _event(message)
     if event is None:
         return None
-    responses = responses_on(connection)
-    assert responses is not None
-    return responses.admit(event, _TRANSPORT)
+    responses = _responses_on(connection)
+    if responses is None:
+        responses = _Responses()
+        setattr(connection, _ATTRIBUTE, responses)
+    return responses.admit(event)
 
 
-def _observe(connection: Any, message: Any) -> None:
-    responses = responses_on(connection, create=False)
-    if responses is not None and responses.pending:
+def _sending(connection: Any, message: Any, *args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
+    pending = _admit(connection, message)
+    try:
+        return (yield)
+    except BaseException as exc:
+        responses = _responses_on(connection)
+        if pending is not None and responses is not None:
+            responses.not_sent(pending, exc)
+        raise
+
+
+def _receiving(connection: Any, *args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
+    message = yield
+    responses = _responses_on(connection)
+    if responses is not None and responses.pending:  # read only while a response is open
         event = _event(message)
         if event is not None:
             responses.observe(event)
+    return message
 
 
-def _not_sent(connection: Any, pending: PendingResponse, exc: BaseException) -> None:
-    responses = responses_on(connection, create=False)
-    if responses is not None:
-        responses.not_sent(pending, exc)
+def _closing(connection: Any, *args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
+    try:
+        return (yield)
+    finally:
+        responses = _responses_on(connection)
+        if responses is not None:
+            responses.abandon_all()
 
 
-def _abandon_all(connection: Any) -> None:
-    responses = responses_on(connection, create=False)
-    if responses is not None:
-        responses.abandon_all()
+_HOOKS: Final = {"send": _sending, "recv": _receiving, "close": _closing}
 
 
-def _sync_wrappers(cls: type) -> dict[str, Callable[..., Any]]:
-    send, recv, close = cls.send, cls.recv, cls.close  # type: ignore[attr-defined]
-
-    @functools.wraps(send)
-    def metered_send(connection: Any, message: Any, *args: Any, **kwargs: Any) -> Any:
-        pending = _admit(connection, message)
-        if pending is None:
-            return send(connection, message, *args, **kwargs)
-        try:
-            return send(connection, message, *args, **kwargs)
-        except BaseException as exc:
-            _not_sent(connection, pending, exc)
-            raise
-
-    @functools.wraps(recv)
-    def metered_recv(connection: Any, *args: Any, **kwargs: Any) -> Any:
-        message = recv(connection, *args, **kwargs)
-        _observe(connection, message)
-        return message
-
-    @functools.wraps(close)
-    def metered_close(connection: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return close(connection, *args, **kwargs)
-        finally:
-            _abandon_all(connection)
-
-    return {"send": metered_send, "recv": metered_recv, "close": metered_close}
-
-
-def _async_wrappers(cls: type) -> dict[str, Callable[..., Any]]:
-    send, recv, close = cls.send, cls.recv, cls.close  # type: ignore[attr-defined]
-
-    @functools.wraps(send)
-    async def metered_send(connection: Any, message: Any, *args: Any, **kwargs: Any) -> Any:
-        pending = _admit(connection, message)
-        if pending is None:
-            return await send(connection, message, *args, **kwargs)
-        try:
-            return await send(connection, message, *args, **kwargs)
-        except BaseException as exc:
-            _not_sent(connection, pending, exc)
-            raise
-
-    @functools.wraps(recv)
-    async def metered_recv(connection: Any, *args: Any, **kwargs: Any) -> Any:
-        message = await recv(connection, *args, **kwargs)
-        _observe(connection, message)
-        return message
-
-    @functools.wraps(close)
-    async def metered_close(connection: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await close(connection, *args, **kwargs)
-        finally:
-            _abandon_all(connection)
-
-    return {"send": metered_send, "recv": metered_recv, "close": metered_close}
+def _patch(cls: type, patches: list[Patch]) -> None:
+    for name, hook in _HOOKS.items():
+        patches.append(Patch.apply(cls, name, around(getattr(cls, name), hook)))
 
 
 def instrument_websockets(_module: ModuleType) -> None:
@@ -144,12 +205,8 @@ def instrument_websockets(_module: ModuleType) -> None:
     from websockets.asyncio.client import ClientConnection as AsyncClientConnection
     from websockets.sync.client import ClientConnection
 
-    for cls, wrappers in (
-        (ClientConnection, _sync_wrappers(ClientConnection)),
-        (AsyncClientConnection, _async_wrappers(AsyncClientConnection)),
-    ):
-        for name, wrapper in wrappers.items():
-            _patches.append(Patch.apply(cls, name, wrapper))
+    _patch(ClientConnection, _patches)
+    _patch(AsyncClientConnection, _patches)
 
 
 def instrument_websockets_legacy(module: ModuleType) -> None:
@@ -157,9 +214,7 @@ def instrument_websockets_legacy(module: ModuleType) -> None:
     Patched on its import only: importing it warns of its deprecation."""
     if _legacy_patches:
         return
-    cls = module.WebSocketClientProtocol
-    for name, wrapper in _async_wrappers(cls).items():
-        _legacy_patches.append(Patch.apply(cls, name, wrapper))
+    _patch(module.WebSocketClientProtocol, _legacy_patches)
 
 
 def uninstrument_websockets() -> None:

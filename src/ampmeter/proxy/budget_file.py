@@ -1,25 +1,10 @@
-"""The budget file: who may call through the proxy, under which limits, on which ledger.
+"""The budget file of the metering proxy: who may call through it, under which limits, on which
+ledger (its format, with an example: docs/proxy.md).
 
-A TOML file, read once when the proxy starts::
-
-    [proxy]
-    ledger = "budgets.sqlite"          # or "redis://host:6379/0"; none: each proxy counts alone
-    log_dir = "runs/proxy"             # one JSONL log per caller
-
-    [upstreams]                        # where each route forwards (these are the defaults)
-    openai = "https://api.openai.com/v1"
-    anthropic = "https://api.anthropic.com"
-
-    [callers.research]
-    key = "research-team-key"          # the proxy key the caller sends (see the proxy's docs)
-    scope = "team/research"            # the ledger scope its spend is kept under
-    max_cost_usd = 5.00
-    limits = { "amp:llm_calls" = 500 }
-
-Each caller's table takes the keywords of :class:`~ampmeter.ExecutionContext` that make sense
-for a long-lived budget (the limits, ``on_unpriced``, ``estimate``, ``admission_timeout_s``,
-``warn_at``) plus ``key``, ``scope`` and ``limits`` (limit keys to ceilings). A mistake is a
-:class:`BudgetFileError` naming the file, the table and the key; nothing is half-read.
+A TOML file, read once when the proxy starts. Each caller's table takes the keywords of
+:class:`~ampmeter.ExecutionContext` that make sense for a long-lived budget plus ``key``,
+``scope`` and ``limits`` (limit keys to ceilings). A mistake is a :class:`BudgetFileError`
+naming the file, the table and the key; nothing is half-read.
 """
 
 from __future__ import annotations

@@ -27,7 +27,6 @@ from multidict import CIMultiDict
 
 from ampmeter.context import ExecutionContext
 from ampmeter.errors import BudgetBusy, LimitExceeded
-from ampmeter.integrations.adapter import Adapter, RequestInfo
 from ampmeter.integrations.http import adapter_for_path, response_reader
 from ampmeter.integrations.lifecycle import (
     META_TRANSPORT,
@@ -134,41 +133,22 @@ class Relay:
                 "(start the proxy with --allow-unestimated to forward such requests unmetered)",
                 "invalid_request_error",
             )
-        return await self._metered(
-            request, ctx, route, url, adapter, info, body=body, content=content
-        )
-
-    def _metered_by_sender(self, request: web.Request, content: bytes) -> bool:
-        mark = request.headers.get(METERED_HEADER)
-        if mark is None or self._trusted_key is None:
-            return False
-        return hmac.compare_digest(mark, metered_mark(self._trusted_key, content))
-
-    async def _metered(
-        self,
-        request: web.Request,
-        ctx: ExecutionContext,
-        route: str,
-        url: str,
-        adapter: Adapter,
-        info: RequestInfo,
-        *,
-        body: dict[str, Any],
-        content: bytes,
-    ) -> web.StreamResponse:
         hide = info.stream and adapter.prepare_stream(body)
-        loop = asyncio.get_running_loop()
         meta = {META_TRANSPORT: "proxy"}
         try:
-            call = await loop.run_in_executor(
-                self._workers, begin_call, ctx, adapter, info, meta, body
-            )
+            call = await self._on_worker(begin_call, ctx, adapter, info, meta, body)
         except BudgetBusy as busy:
             return refusal(route, 429, str(busy), "rate_limit_error", retry_after=1)
         except LimitExceeded as stop:
             return refusal(route, 402, str(stop), "insufficient_quota")
         admitted = Admitted(call, adapter, info, hide, body)
         return await self._forward(request, url, orjson.dumps(body) if hide else content, admitted)
+
+    def _metered_by_sender(self, request: web.Request, content: bytes) -> bool:
+        mark = request.headers.get(METERED_HEADER)
+        if mark is None or self._trusted_key is None:
+            return False
+        return hmac.compare_digest(mark, metered_mark(self._trusted_key, content))
 
     async def _forward(
         self, request: web.Request, url: str, content: bytes, admitted: Admitted | None
@@ -183,21 +163,21 @@ class Relay:
             )
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             if admitted is not None:
-                await self._settle(finish_call, admitted.call, None, exc)
+                await self._on_worker(finish_call, admitted.call, None, exc)
             route = request.match_info["route"]
             return refusal(route, 502, f"the upstream could not be reached: {exc}", "api_error")
         async with upstream:
             reader = None
             if admitted is not None:
-                reader = response_reader(
-                    admitted, upstream.status, upstream.headers.get("content-type", "")
-                )
+                content_type = upstream.headers.get("content-type", "")
+                reader = response_reader(admitted, upstream.status, content_type)
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for name, value in upstream.headers.items():
                 if name.lower() not in _NOT_FORWARDED:
                     response.headers.add(name, value)
             await response.prepare(request)
             passing = _Passing(response)
+            error: BaseException | None = None
             try:
                 async for piece in upstream.content.iter_any():
                     await passing.write(reader.feed(piece) if reader is not None else piece)
@@ -209,26 +189,24 @@ class Relay:
                 # The proxy is stopping mid-body: what was sent is charged (usage seen so far,
                 # or the reservation's estimate), as for an SDK stream closed early.
                 if reader is not None and admitted is not None:
-                    await self._settle(
+                    await self._on_worker(
                         finish_abandoned, admitted.call, reader.tally, admitted.info, shield=True
                     )
                 raise
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                if reader is not None and admitted is not None:
-                    await self._settle(finish_call, admitted.call, reader.tally, exc)
-                await passing.end()
-                return response
+                error = exc
             # Settled before the body's end reaches the caller: once a client has its answer,
             # the call counts (a program that exits at once leaves nothing open).
             if reader is not None and admitted is not None:
-                await self._settle(finish_call, admitted.call, reader.tally, None)
+                await self._on_worker(finish_call, admitted.call, reader.tally, error)
             await passing.end()
             return response
 
-    async def _settle(self, finish: Any, *args: Any, shield: bool = False) -> None:
-        """Run ``finish(*args)`` (it may commit to a ledger) on a worker thread."""
-        job = asyncio.get_running_loop().run_in_executor(self._workers, finish, *args)
-        await (asyncio.shield(job) if shield else job)
+    async def _on_worker(self, function: Any, *args: Any, shield: bool = False) -> Any:
+        """``function(*args)`` (admission and settlement may wait for a ledger) on a worker
+        thread."""
+        job = asyncio.get_running_loop().run_in_executor(self._workers, function, *args)
+        return await (asyncio.shield(job) if shield else job)
 
 
 class _Passing:

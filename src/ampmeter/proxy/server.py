@@ -2,17 +2,11 @@
 
 :class:`MeteringProxy` opens one :class:`~ampmeter.ExecutionContext` per caller of the budget
 file (on the configured ledger, so several proxies share one cap through Redis or one SQLite
-file), serves the provider routes on a loopback port by default, and closes everything when it
-stops. A route prefix stands for its upstream's base URL, whatever follows is appended to it::
-
-    http://HOST:PORT/openai/...          the openai upstream (OPENAI_BASE_URL, ending in /v1)
-    http://HOST:PORT/anthropic/...       the anthropic upstream (ANTHROPIC_BASE_URL)
-    http://HOST:PORT/k/<key>/openai/...  the same, naming the caller by its proxy key
-
-so a client is pointed at the proxy by replacing its base URL with the route's prefix.
-
-A caller is named by the key in the path or by the ``x-ampmeter-key`` header; a caller
-configured without a key takes requests that name none.
+file), serves the provider routes (docs/proxy.md) on a loopback port by default, and closes
+everything when it stops. A route prefix stands for its upstream's base URL (``/openai/...``,
+``/anthropic/...``); a caller is named by its proxy key in the path (``/k/<key>/openai/...``)
+or the ``x-ampmeter-key`` header, and one configured without a key takes requests that name
+none.
 """
 
 from __future__ import annotations
@@ -112,7 +106,9 @@ class MeteringProxy:
             sinks.append(self._closing.enter_context(JsonlSink(path, flush="line")))
         ledger = None
         if self._budgets.ledger is not None:
-            ledger = _open_ledger(self._budgets.ledger, caller.scope)
+            from ampmeter.ledgers.reach import open_address
+
+            ledger = open_address(self._budgets.ledger, caller.scope)
             self._closing.callback(ledger.close)
         limits = [Limit(key, value) for key, value in caller.limits.items()]
         # Opened, never entered: the proxy's contexts are current nowhere, each request names
@@ -192,9 +188,3 @@ class MeteringProxy:
                 await relay.close()
             self._closing.close()
             self._ready.set()
-
-
-def _open_ledger(where: str, scope: str) -> Any:
-    from ampmeter.ledgers.reach import open_address
-
-    return open_address(where, scope)
