@@ -1,23 +1,18 @@
 """Reading the contract's JSONL files record by record, with errors that name ``file:line``.
 
 Parsing rules (blank lines, invalid JSON, a cut-off last line, best-effort mode) belong to
-:func:`ampmeter.logs.read_jsonl`; this module only checks the fields analysis needs. The reader
-does not hand out line numbers, so when a record is rejected its line is found again by
-counting records from the top of the file (only on that error path).
+:func:`ampmeter.logs.read_jsonl`; this module only checks the fields analysis needs.
 """
 
 from __future__ import annotations
 
-import gzip
 import os
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable
 from typing import Any, Final, TypeVar
-
-import orjson
 
 from ampmeter.errors import AnalysisError
 from ampmeter.logs import read_jsonl
-from ampmeter.logs.reader import LongLine, file_lines, max_line_bytes
 
 __all__ = [
     "EXTENDED_COLUMNS",
@@ -25,7 +20,6 @@ __all__ = [
     "AnalysisError",
     "event_fields",
     "problem_fields",
-    "raw_lines",
     "read_records",
     "stream_fields",
 ]
@@ -45,8 +39,6 @@ EXTENDED_COLUMNS: Final = (
 """The columns of the extended amortization CSV (``t`` and the run's quality and cost)."""
 
 T = TypeVar("T")
-
-_GZIP_MAGIC: Final = b"\x1f\x8b"
 
 # (t, cumulative_api_cost_usd, cumulative_solved, cost_per_solved)
 StreamRow = tuple[int, float, int, float]
@@ -166,49 +158,20 @@ def read_records(
     a record that is valid JSON but breaks the contract is never skipped silently).
     """
     name = os.fspath(path)
-    out: list[T] = []
-    append = out.append
-    index = 0
     with read_jsonl(name, best_effort=best_effort) as reader:
         try:
-            for index, obj in enumerate(reader):  # noqa: B007 - index used on error
-                append(fields(obj))
+            return [fields(obj) for obj in reader]
         except _FieldError as exc:
-            raise AnalysisError(name, record_line(name, index, best_effort), str(exc)) from None
-    return out
+            raise AnalysisError(name, reader.line, str(exc)) from None
 
 
 def record_line(path: str, index: int, best_effort: bool) -> int | None:
-    """Line number (1-based) of the ``index``-th record (0-based) of ``path``, by the reader's
-    rules: blank lines and (in best-effort mode) lines that are not JSON objects don't count."""
-    seen = -1
-    for number, raw in enumerate(raw_lines(path), 1):
-        if isinstance(raw, LongLine):
-            ok = False
-        elif not raw.strip():
-            continue
-        else:
-            try:
-                ok = type(orjson.loads(raw)) is dict
-            except orjson.JSONDecodeError:
-                ok = False
-        if not ok:
-            if best_effort:
-                continue
-            return None  # the reader would have failed here first
-        seen += 1
-        if seen == index:
-            return number
+    """Line number (1-based) of the ``index``-th record (0-based) of ``path``, read again by
+    the reader's rules (only for an error message, so the first pass keeps no line numbers)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the first pass has already told them
+        with read_jsonl(path, best_effort=best_effort) as reader:
+            for seen, _ in enumerate(reader):
+                if seen == index:
+                    return reader.line
     return None
-
-
-def raw_lines(path: str) -> Iterator[bytes | LongLine]:
-    """The raw lines of ``path`` (gzip or not), a :class:`LongLine` for a line over the limit."""
-    limit = max_line_bytes()
-    with open(path, "rb") as handle:
-        compressed = path.endswith(".gz") or handle.peek(2)[:2] == _GZIP_MAGIC
-        if compressed:
-            with gzip.GzipFile(fileobj=handle, mode="rb") as unzipped:
-                yield from file_lines(unzipped, limit)
-        else:
-            yield from file_lines(handle, limit)

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Final, TypeVar
 
-from ampmeter.analysis._records import AnalysisError, record_line
 from ampmeter.logs import event_problem, read_jsonl
 
 __all__ = [
@@ -89,14 +88,6 @@ class Run:
     termination_reason: str | None = None
 
 
-def _int(value: object, what: str) -> int:
-    if value is None:
-        return 0
-    if type(value) is not int or value < 0:
-        raise ValueError(f"{what} must be an int >= 0, got {value!r}")
-    return value
-
-
 def event_time_ms(value: object) -> float | None:
     """Epoch milliseconds of an ISO 8601 timestamp (``...Z`` too); None if it is not one."""
     if not isinstance(value, str):
@@ -111,25 +102,14 @@ def event_time_ms(value: object) -> float | None:
 
 
 def call_from_event(obj: dict[str, Any], index: int = 0) -> Call:
-    """One TokenTracker event as a :class:`Call`; ``ValueError`` names a malformed field.
+    """One TokenTracker event that passed :func:`ampmeter.logs.event_problem` as a
+    :class:`Call` (that check is what makes its fields safe to read here).
 
     ``index`` (the event's position) names events that have no ``span_id``.
     """
-    event_type = obj.get("event_type")
-    if not isinstance(event_type, str):
-        raise ValueError(f"'event_type' must be a string, got {event_type!r}")
-    run_id = obj.get("run_id")
-    if not isinstance(run_id, str):
-        raise ValueError(f"'run_id' must be a string, got {run_id!r}")
-    usage = obj.get("usage")
-    if not isinstance(usage, dict):
-        raise ValueError("missing 'usage' object")
-    cost = obj.get("cost_usd")
-    if type(cost) not in (int, float):
-        raise ValueError(f"'cost_usd' must be a number, got {cost!r}")
+    event_type: str = obj["event_type"]
+    usage: dict[str, Any] = obj["usage"]
     latency = obj.get("latency_ms")
-    if latency is not None and type(latency) not in (int, float):
-        raise ValueError(f"'latency_ms' must be a number, got {latency!r}")
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     span = obj.get("span_id")
@@ -146,12 +126,12 @@ def call_from_event(obj: dict[str, Any], index: int = 0) -> Call:
         name=str(name) if name is not None else event_type,
         status=STATUS_OF.get(status, status),
         model=str(obj.get("model") or ""),
-        tokens_in=_int(usage.get("prompt_tokens"), "usage.prompt_tokens"),
-        tokens_out=_int(usage.get("completion_tokens"), "usage.completion_tokens"),
-        cost_usd=float(cost),  # type: ignore[arg-type]
+        tokens_in=usage.get("prompt_tokens") or 0,
+        tokens_out=usage.get("completion_tokens") or 0,
+        cost_usd=float(obj["cost_usd"]),
         unpriced=meta.get("cost_status") == "unpriced",
         latency_ms=float(latency) if latency is not None else None,
-        retries=_int(meta.get("retries_used"), "metadata.retries_used"),
+        retries=meta.get("retries_used") or 0,
         stop_reason=str(stop) if stop is not None else None,
         error_class=str(error) if error is not None else None,
         tool_calls_made=tools if type(tools) is int and tools >= 0 else 0,
@@ -164,9 +144,8 @@ class LoggedCalls:
     """The calls of TokenTracker logs, event by event, as ``(path, event, call)``.
 
     Lines are read by the one reading every tool shares (:func:`ampmeter.logs.read_jsonl`
-    with :func:`ampmeter.logs.event_problem`); an event whose fields no reader accepts raises
-    :class:`AnalysisError` naming ``file:line``. ``skipped_lines`` counts the lines
-    ``best_effort`` skipped so far.
+    with :func:`ampmeter.logs.event_problem`, which names ``file:line`` and the field of an
+    event no reader accepts). ``skipped_lines`` counts the lines ``best_effort`` skipped so far.
     """
 
     def __init__(
@@ -182,12 +161,7 @@ class LoggedCalls:
             path = os.fspath(raw_path)
             with read_jsonl(path, best_effort=best_effort, check=event_problem) as reader:
                 for index, obj in enumerate(reader):
-                    try:
-                        call = call_from_event(obj, index)
-                    except ValueError as exc:
-                        line = record_line(path, index, best_effort)
-                        raise AnalysisError(path, line, str(exc)) from None
-                    yield path, obj, call
+                    yield path, obj, call_from_event(obj, index)
                 self.skipped_lines += reader.skipped
 
 

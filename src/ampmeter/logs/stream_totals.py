@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -28,7 +29,7 @@ class StreamCumulativeMetrics:
         return asdict(self)
 
 
-def percentile(sorted_values: list[float] | tuple[float, ...], q: float) -> float:
+def percentile(sorted_values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0-100) of sorted values, linear interpolation; 0.0 if empty."""
     if not sorted_values:
         return 0.0
