@@ -29,7 +29,17 @@ from ampmeter.analysis._records import (
     stream_fields,
 )
 
-__all__ = ["Progress", "read_inputs", "strict_json_only"]
+__all__ = [
+    "Progress",
+    "count_ok",
+    "int_ok",
+    "is_null",
+    "number_ok",
+    "read_inputs",
+    "strict_json_only",
+    "text_of",
+    "text_ok",
+]
 
 _THEN = "\n-- or else --\n"  # separates queries tried in turn until one reads every record
 
@@ -39,30 +49,48 @@ _INTEGER = "('BIGINT', 'UBIGINT')"
 _NUMBER = "('BIGINT', 'UBIGINT', 'DOUBLE')"
 
 
-def _int_ok(col: str) -> str:
+def int_ok(col: str) -> str:
+    """SQL: JSON field ``col`` is an integer that fits a BIGINT."""
     # an int beyond BIGINT is valid JSON the plain reader takes: leave it to that reader
     return f"(json_type({col}) IN {_INTEGER} AND TRY_CAST({col} AS BIGINT) IS NOT NULL)"
 
 
-_INT_T = _int_ok("t")
+_INT_T = int_ok("t")
 
 
-def _number_ok(col: str) -> str:
+def number_ok(col: str) -> str:
+    """SQL: JSON field ``col`` is a finite number."""
     return f"(json_type({col}) IN {_NUMBER} AND isfinite(TRY_CAST({col} AS DOUBLE)))"
 
 
-def _null(col: str) -> str:
+def is_null(col: str) -> str:
+    """SQL: JSON field ``col`` is missing or null."""
     return f"({col} IS NULL OR json_type({col}) = 'NULL')"
+
+
+def count_ok(col: str) -> str:
+    """SQL: JSON field ``col`` is missing, null (a count of 0) or a BIGINT ``>= 0``."""
+    return f"({is_null(col)} OR ({int_ok(col)} AND TRY_CAST({col} AS BIGINT) >= 0))"
+
+
+def text_ok(col: str) -> str:
+    """SQL: JSON field ``col`` is missing, null or a string."""
+    return f"({is_null(col)} OR json_type({col}) = 'VARCHAR')"
+
+
+def text_of(col: str) -> str:
+    """SQL: JSON field ``col`` as text when it is a string, else NULL."""
+    return f"CASE WHEN json_type({col}) = 'VARCHAR' THEN {col}->>'$' END"
 
 
 def _opt(col: str, cast: str) -> str:
     """``col`` cast to ``cast`` (SQL NULL for JSON null), for a field that may be null."""
-    return f"CASE WHEN NOT {_null(col)} THEN TRY_CAST({col} AS {cast}) END"
+    return f"CASE WHEN NOT {is_null(col)} THEN TRY_CAST({col} AS {cast}) END"
 
 
 _STREAM_SQL = f"""
-SELECT coalesce({_INT_T} AND {_number_ok("cumulative_api_cost_usd")}
-                AND {_int_ok("cumulative_solved")} AND {_number_ok("cost_per_solved")}, false)
+SELECT coalesce({_INT_T} AND {number_ok("cumulative_api_cost_usd")}
+                AND {int_ok("cumulative_solved")} AND {number_ok("cost_per_solved")}, false)
        AS ok,
        TRY_CAST(t AS BIGINT) AS t, TRY_CAST(cumulative_api_cost_usd AS DOUBLE)
        AS cumulative_api_cost_usd, TRY_CAST(cumulative_solved AS BIGINT) AS cumulative_solved,
@@ -74,9 +102,9 @@ FROM read_json(?, format='newline_delimited', columns={{
 
 _PROBLEMS_SQL = f"""
 SELECT coalesce({_INT_T} AND json_type(solved) = 'BOOLEAN'
-                AND ({_null("attempt_success_rate")} OR {_number_ok("attempt_success_rate")})
-                AND ({_null("tokens_total")} OR {_int_ok("tokens_total")})
-                AND ({_null("latency_total_ms")} OR {_number_ok("latency_total_ms")}), false)
+                AND ({is_null("attempt_success_rate")} OR {number_ok("attempt_success_rate")})
+                AND ({is_null("tokens_total")} OR {int_ok("tokens_total")})
+                AND ({is_null("latency_total_ms")} OR {number_ok("latency_total_ms")}), false)
        AS ok,
        TRY_CAST(t AS BIGINT) AS t, TRY_CAST(solved AS BOOLEAN) AS solved,
        {_opt("attempt_success_rate", "DOUBLE")} AS attempt_success_rate,
@@ -90,7 +118,7 @@ FROM read_json(?, format='newline_delimited', columns={{
 # Events usually carry metadata.t: reading only that is much faster than also reading a
 # top-level t as JSON, which the full query below does when some event lacks metadata.t.
 _EVENTS_META_SQL = f"""
-SELECT coalesce({_int_ok("metadata.t")} AND {_number_ok("cost_usd")}, false) AS ok,
+SELECT coalesce({int_ok("metadata.t")} AND {number_ok("cost_usd")}, false) AS ok,
        TRY_CAST(metadata.t AS BIGINT) AS t,
        coalesce(json_type(component) = 'VARCHAR' AND component->>'$' = 'pipeline', false)
        AS pipeline, TRY_CAST(cost_usd AS DOUBLE) AS cost_usd
@@ -106,7 +134,7 @@ WITH raw AS (
     FROM read_json(?, format='newline_delimited', columns={{
         't': 'JSON', 'component': 'JSON', 'cost_usd': 'JSON', 'metadata': 'STRUCT(t JSON)'}})
 )
-SELECT coalesce({_INT_T} AND {_number_ok("cost_usd")}, false) AS ok,
+SELECT coalesce({_INT_T} AND {number_ok("cost_usd")}, false) AS ok,
        TRY_CAST(t AS BIGINT) AS t,
        coalesce(json_type(component) = 'VARCHAR' AND component->>'$' = 'pipeline', false)
        AS pipeline, TRY_CAST(cost_usd AS DOUBLE) AS cost_usd
@@ -114,14 +142,12 @@ FROM raw
 """
 
 
-# JSON that DuckDB reads and the plain reader rejects: NaN, Infinity, trailing commas, and
-# numbers too big for a double (1e400, 400 digits: DuckDB reads inf or a huge int). Found
-# anywhere in a line (inside strings too), the file goes to the plain reader, which knows.
-# DuckDB scans the lines as plain text, in parallel and without holding the GIL: a few times
-# faster than searching the bytes from Python.
 # Lines DuckDB reads and the plain reader refuses: NaN/Infinity, trailing commas, numbers too
-# large for a double, and (a line over 2 KiB with more than 1,024 opening brackets) nesting
-# that may be deeper than the 1,024 levels a log line may have.
+# big for a double (1e400, 400 digits: DuckDB reads inf or a huge int), and (a line over 2 KiB
+# with more than 1,024 opening brackets) nesting that may be deeper than the 1,024 levels a
+# log line may have. Found anywhere in a line (inside strings too), the file goes to the plain
+# reader, which knows. DuckDB scans the lines as plain text, in parallel and without holding
+# the GIL: a few times faster than searching the bytes from Python.
 _LENIENT_LINES_SQL: Final = r"""
 SELECT count(*) FROM read_csv(?, columns = {'line': 'VARCHAR'}, delim = '\x01', quote = '',
     escape = '', header = false, auto_detect = false, new_line = '\n')

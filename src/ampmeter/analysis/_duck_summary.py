@@ -23,7 +23,15 @@ from typing import Any, Final
 import duckdb
 import orjson
 
-from ampmeter.analysis._duck import Progress, strict_json_only
+from ampmeter.analysis._duck import (
+    Progress,
+    count_ok,
+    is_null,
+    number_ok,
+    strict_json_only,
+    text_of,
+    text_ok,
+)
 from ampmeter.analysis.lineage import is_own_stop, run_name
 from ampmeter.analysis.run_summary import RunSummary, termination_of
 from ampmeter.analysis.runs import call_depths
@@ -32,26 +40,6 @@ from ampmeter.logs.events import MAX_COST_USD
 __all__ = ["summarize_runs"]
 
 _HALT, _FAIL = 1, 2
-
-_COUNT = "('BIGINT', 'UBIGINT')"
-_NUMBER = "('BIGINT', 'UBIGINT', 'DOUBLE')"
-
-
-def _count_ok(col: str) -> str:
-    # None / missing is 0; otherwise an int >= 0 that fits a BIGINT (else: the plain path)
-    return (
-        f"({col} IS NULL OR json_type({col}) = 'NULL' OR (json_type({col}) IN {_COUNT} "
-        f"AND TRY_CAST({col} AS BIGINT) >= 0))"
-    )
-
-
-def _text_ok(col: str) -> str:
-    return f"({col} IS NULL OR json_type({col}) IN ('NULL', 'VARCHAR'))"
-
-
-def _text(col: str) -> str:
-    return f"CASE WHEN json_type({col}) = 'VARCHAR' THEN {col}->>'$' END"
-
 
 _CREATE: Final = """
 CREATE TABLE ev (
@@ -66,44 +54,38 @@ CREATE TABLE ev (
 # names "llm" and "tool" themselves pass through unchanged).
 _INSERT: Final = f"""
 INSERT INTO ev SELECT
-    {_text("run_id")},
+    {text_of("run_id")},
     CASE WHEN json_type(event_type) <> 'VARCHAR' THEN 0
          WHEN event_type->>'$' IN ('llm_completion', 'llm') THEN 1
          WHEN event_type->>'$' IN ('tool_call', 'tool') THEN 2 ELSE 0 END,
-    {_text("span_id")},
-    {_text("parent_id")},
+    {text_of("span_id")},
+    {text_of("parent_id")},
     CASE WHEN json_type(metadata.status) <> 'VARCHAR' THEN 0
          WHEN metadata.status->>'$' = 'halt' THEN {_HALT}
          WHEN metadata.status->>'$' = 'fail' THEN {_FAIL} ELSE 0 END,
     coalesce(TRY_CAST(usage.prompt_tokens AS BIGINT), 0),
     coalesce(TRY_CAST(usage.completion_tokens AS BIGINT), 0),
     TRY_CAST(cost_usd AS DOUBLE),
-    coalesce(json_type(metadata.cost_status) = 'VARCHAR'
-             AND metadata.cost_status->>'$' = 'unpriced', false),
-    coalesce(json_type(metadata.cost_status) = 'VARCHAR'
-             AND metadata.cost_status->>'$' = 'unsettled', false),
-    coalesce(json_type(metadata.cost_status) = 'VARCHAR'
-             AND metadata.cost_status->>'$' = 'estimated', false),
+    coalesce({text_of("metadata.cost_status")} = 'unpriced', false),
+    coalesce({text_of("metadata.cost_status")} = 'unsettled', false),
+    coalesce({text_of("metadata.cost_status")} = 'estimated', false),
     coalesce(TRY_CAST(metadata.retries_used AS BIGINT), 0),
-    {_text("metadata.stop_reason")},
-    {_text("metadata.error_class")},
-    {_text("metadata.termination_reason")},
+    {text_of("metadata.stop_reason")},
+    {text_of("metadata.error_class")},
+    {text_of("metadata.termination_reason")},
     CASE WHEN json_type(metadata.contexts) = 'ARRAY' THEN metadata.contexts::VARCHAR END,
     coalesce(json_type(metadata.pid) <> 'NULL', false),
     coalesce(
         json_type(run_id) = 'VARCHAR' AND json_type(event_type) = 'VARCHAR'
-        AND json_type(span_id) = 'VARCHAR' AND {_text_ok("parent_id")}
-        AND usage IS NOT NULL AND {_count_ok("usage.prompt_tokens")}
-        AND {_count_ok("usage.completion_tokens")} AND {_count_ok("usage.total_tokens")}
-        AND {_count_ok("usage.tokens_saved")}
-        AND json_type(cost_usd) IN {_NUMBER} AND isfinite(TRY_CAST(cost_usd AS DOUBLE))
-        AND TRY_CAST(cost_usd AS DOUBLE) BETWEEN 0 AND {MAX_COST_USD}
-        AND (latency_ms IS NULL OR json_type(latency_ms) = 'NULL'
-             OR (json_type(latency_ms) IN {_NUMBER}
-                 AND isfinite(TRY_CAST(latency_ms AS DOUBLE))
-                 AND TRY_CAST(latency_ms AS DOUBLE) >= 0))
-        AND {_count_ok("metadata.retries_used")} AND {_text_ok("metadata.stop_reason")}
-        AND {_text_ok("metadata.error_class")},
+        AND json_type(span_id) = 'VARCHAR' AND {text_ok("parent_id")}
+        AND usage IS NOT NULL AND {count_ok("usage.prompt_tokens")}
+        AND {count_ok("usage.completion_tokens")} AND {count_ok("usage.total_tokens")}
+        AND {count_ok("usage.tokens_saved")}
+        AND {number_ok("cost_usd")} AND TRY_CAST(cost_usd AS DOUBLE) BETWEEN 0 AND {MAX_COST_USD}
+        AND ({is_null("latency_ms")}
+             OR ({number_ok("latency_ms")} AND TRY_CAST(latency_ms AS DOUBLE) >= 0))
+        AND {count_ok("metadata.retries_used")} AND {text_ok("metadata.stop_reason")}
+        AND {text_ok("metadata.error_class")},
         false)
 FROM read_json(?, format='newline_delimited', records=true, columns={{
     'run_id': 'JSON', 'event_type': 'JSON', 'span_id': 'JSON', 'parent_id': 'JSON',
