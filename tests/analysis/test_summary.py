@@ -308,6 +308,39 @@ def test_duplicated_span_ids_and_cycles_follow_the_plain_rules(tmp_path: Path) -
     assert [r.max_depth for r in table.runs] == [3, 2]
 
 
+def test_other_producers_status_words_count_alike_in_both_engines(tmp_path: Path) -> None:
+    def event(span: str, status: str, where: str) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "run_id": span,
+            "event_type": "llm_completion",
+            "span_id": span,
+            "usage": {"prompt_tokens": 1},
+            "cost_usd": 0.0,
+            "metadata": {"error_class": "Boom"},
+        }
+        if where == "metadata":
+            out["metadata"]["status"] = status
+        else:  # another producer's event: the status at the top level, none in metadata
+            out["status"] = status
+        return out
+
+    lines = [
+        event("a", "error", "metadata"),
+        event("b", "timeout", "top"),
+        event("c", "halt", "top"),
+        event("d", "ok", "top"),
+    ]
+    path = tmp_path / "other.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in lines))
+    table = _both([path])
+    assert [(r.failed, r.halted, r.termination) for r in table.runs] == [
+        (1, 0, "error"),
+        (1, 0, "error"),
+        (0, 1, "limit_exceeded"),
+        (0, 0, "success"),
+    ]
+
+
 def _damaged(tmp_path: Path, change: str) -> Path:
     path = make_event_log(tmp_path / "a.jsonl", "a", halt=False)
     lines = path.read_text().splitlines()

@@ -3,21 +3,24 @@
 DuckDB reads the fields the summary needs into a table, in log order (one insert per file,
 so ``rowid`` is the event's position across all files); SQL groups the runs, adds up their
 columns (floats one by one in log order, as the plain path adds them, so every value is
-identical, not merely close) and finds every call's depth by pointer jumping.
+identical, not merely close); each run's call depths, name and own stop are then found from
+its events in log order by the plain path's own rules (:class:`~ampmeter.analysis.runs.CallTree`,
+:mod:`ampmeter.analysis.lineage`), so damaged trees (a span id seen twice, a cycle) come out
+alike too.
 
 The fast path only takes what it can read exactly. Any record it cannot vouch for (a field of
 the wrong JSON type, a span id that is not a string, ``NaN``/``Infinity`` or a trailing comma,
 which DuckDB accepts and the JSON reader does not, a cut-off last line, a file DuckDB cannot
 open) makes :func:`summarize_runs` return None, and the caller reads everything again with the
 plain reader: it either raises the precise ``file:line`` error or gives the rows by the
-contract's rules. Runs whose call tree is damaged (a span id seen twice, a parent cycle) get
-their depths from :func:`ampmeter.analysis.runs.call_depths`, the plain path's own rules.
+contract's rules.
 """
 
 from __future__ import annotations
 
 import functools
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import duckdb
@@ -34,12 +37,17 @@ from ampmeter.analysis._duck import (
 )
 from ampmeter.analysis.lineage import is_own_stop, run_name
 from ampmeter.analysis.run_summary import RunSummary, termination_of
-from ampmeter.analysis.runs import call_depths
+from ampmeter.analysis.runs import STATUS_OF, CallTree
 from ampmeter.logs.events import MAX_COST_USD
 
 __all__ = ["summarize_runs"]
 
 _HALT, _FAIL = 1, 2
+# The status as the plain path reads it (call_from_event): metadata's, else the event's own,
+# with other producers' words for a failure (STATUS_OF) counted as one.
+_STATUS: Final = "coalesce(metadata.status, status)"
+_FAILED: Final = str(("fail", *(word for word, status in STATUS_OF.items() if status == "fail")))
+_BATCH: Final = 10_000  # rows fetched at a time
 
 _CREATE: Final = """
 CREATE TABLE ev (
@@ -60,9 +68,9 @@ INSERT INTO ev SELECT
          WHEN event_type->>'$' IN ('tool_call', 'tool') THEN 2 ELSE 0 END,
     {text_of("span_id")},
     {text_of("parent_id")},
-    CASE WHEN json_type(metadata.status) <> 'VARCHAR' THEN 0
-         WHEN metadata.status->>'$' = 'halt' THEN {_HALT}
-         WHEN metadata.status->>'$' = 'fail' THEN {_FAIL} ELSE 0 END,
+    CASE WHEN json_type({_STATUS}) <> 'VARCHAR' THEN 0
+         WHEN {_STATUS}->>'$' = 'halt' THEN {_HALT}
+         WHEN {_STATUS}->>'$' IN {_FAILED} THEN {_FAIL} ELSE 0 END,
     coalesce(TRY_CAST(usage.prompt_tokens AS BIGINT), 0),
     coalesce(TRY_CAST(usage.completion_tokens AS BIGINT), 0),
     TRY_CAST(cost_usd AS DOUBLE),
@@ -89,6 +97,7 @@ INSERT INTO ev SELECT
         false)
 FROM read_json(?, format='newline_delimited', records=true, columns={{
     'run_id': 'JSON', 'event_type': 'JSON', 'span_id': 'JSON', 'parent_id': 'JSON',
+    'status': 'JSON',
     'usage': 'STRUCT(prompt_tokens JSON, completion_tokens JSON, total_tokens JSON,
                      tokens_saved JSON)',
     'cost_usd': 'JSON', 'latency_ms': 'JSON',
@@ -99,7 +108,7 @@ FROM read_json(?, format='newline_delimited', records=true, columns={{
 # Runs in first-seen order, with their integer totals and the rows the termination needs.
 _RUNS: Final = """
 CREATE TABLE runs AS
-SELECT run_id, row_number() OVER (ORDER BY min(rowid)) - 1 AS idx, min(rowid) AS first_row,
+SELECT run_id, row_number() OVER (ORDER BY min(rowid)) - 1 AS idx,
        count(*) FILTER (WHERE kind = 1) AS llm, count(*) FILTER (WHERE kind = 2) AS tool,
        sum(retries) AS retries, sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out,
        count(*) FILTER (WHERE unpriced) AS unpriced,
@@ -113,7 +122,6 @@ SELECT run_id, row_number() OVER (ORDER BY min(rowid)) - 1 AS idx, min(rowid) AS
        count(*) FILTER (WHERE status = 1 AND kind = 1 AND tokens_in = 0
                         AND tokens_out = 0) AS llm_refused,
        count(*) FILTER (WHERE status = 2) AS failed,
-       min(rowid) FILTER (WHERE status = 1) AS halt_row,
        max(rowid) FILTER (WHERE termination IS NOT NULL) AS term_row,
        count(*) FILTER (WHERE sent) AS completions,
        min(rowid) FILTER (WHERE sent) AS first_completion,
@@ -126,60 +134,24 @@ FROM (
 ) GROUP BY run_id
 """
 
-# Every event's parent row, by pointer jumping in SQL (each step doubles how far a row has
-# climbed): ``up`` is -1 for no parent, -2 for a parent that is not in the run's log. A span id
-# seen twice resolves to its last row, as in the plain path; such runs are redone by
-# call_depths, and so are runs still climbing at the end (a cycle).
-_LINKS: Final = """
-CREATE OR REPLACE TEMP TABLE links AS
-WITH spans AS (SELECT run_id, span_id, max(rowid) AS row FROM ev GROUP BY run_id, span_id)
-SELECT e.rowid AS row, CASE WHEN e.parent_id IS NULL THEN -1 ELSE coalesce(s.row, -2) END AS up,
-       1::BIGINT AS dist
-FROM ev e LEFT JOIN spans s ON s.run_id = e.run_id AND s.span_id = e.parent_id
-"""
-
-_JUMP: Final = """
-CREATE OR REPLACE TEMP TABLE links AS
-SELECT l.row, CASE WHEN l.up >= 0 THEN u.up ELSE l.up END AS up,
-       l.dist + CASE WHEN l.up >= 0 THEN u.dist ELSE 0 END AS dist
-FROM links l LEFT JOIN links u ON u.row = l.up
-"""
-
-# 1 + the parent's depth: 1 for a call without a parent, 2 under a parent not in the log.
+# The run's row with the events its termination and context growth are read from.
 _RUN_ROWS: Final = """
-WITH depth AS (SELECT row, dist + (up = -2)::BIGINT AS depth FROM links),
-per_run AS (
-    SELECT e.run_id, max(d.depth) AS max_depth, max(e.rowid) FILTER (WHERE d.depth = 1) AS top
-    FROM ev e JOIN depth d ON d.row = e.rowid GROUP BY e.run_id
-)
 SELECT r.run_id, r.llm, r.tool, r.retries, r.tokens_in, r.tokens_out, r.unpriced, r.halted,
        r.failed, t.termination, r.completions, f.tokens_in, l.tokens_in, r.refused,
-       r.llm_refused, r.cost, r.unsettled_cost, r.estimated_cost, p.max_depth,
-       coalesce(top.status = {fail}, false), top.error_class, top.rowid IS NOT NULL
+       r.llm_refused, r.cost, r.unsettled_cost, r.estimated_cost
 FROM runs r
-JOIN per_run p ON p.run_id = r.run_id
 LEFT JOIN ev t ON t.rowid = r.term_row
 LEFT JOIN ev f ON f.rowid = r.first_completion
 LEFT JOIN ev l ON l.rowid = r.last_completion
-LEFT JOIN ev top ON top.rowid = p.top
 ORDER BY r.idx
-""".replace("{fail}", str(_FAIL))
-
-# What the run's name and its own stop are read from (analysis.lineage, in Python): every
-# event's lineage until a run's name is found, and every stopped call's.
-_LINEAGES: Final = """
-SELECT r.idx, e.status = 1, e.stop_reason, e.contexts, e.other_process
-FROM ev e JOIN runs r USING (run_id)
-WHERE e.contexts IS NOT NULL OR e.status = 1
-ORDER BY e.rowid
 """
 
-_DAMAGED: Final = """
-SELECT DISTINCT r.idx FROM (SELECT run_id FROM ev GROUP BY run_id, span_id HAVING count(*) > 1)
-JOIN runs r USING (run_id)
-UNION
-SELECT DISTINCT r.idx FROM links l JOIN ev e ON e.rowid = l.row JOIN runs r USING (run_id)
-WHERE l.up >= 0
+# Every event's place in its run's tree and its lineage, in log order.
+_TREES: Final = """
+SELECT r.idx, e.span_id, e.parent_id, e.status, e.error_class, e.stop_reason, e.contexts,
+       e.other_process
+FROM ev e JOIN runs r USING (run_id)
+ORDER BY e.rowid
 """
 
 
@@ -212,34 +184,25 @@ def summarize_runs(paths: list[str], *, progress: bool = False) -> list[RunSumma
         if bad or (total and last != total - 1):
             return None
         con.execute(_RUNS)
-        return _rows(con, total)
+        return _rows(con)
     finally:
         con.close()
 
 
-def _rows(con: duckdb.DuckDBPyConnection, total: int) -> list[RunSummary]:
-    con.execute(_LINKS)
-    for _ in range(max(1, total).bit_length() + 2):
-        if not con.execute("SELECT count(*) FROM links WHERE up >= 0").fetchone()[0]:  # type: ignore[index]
-            break
-        con.execute(_JUMP)
-    damaged = {idx for (idx,) in con.execute(_DAMAGED).fetchall()}
-    names, own_stops = _lineages(con)
+def _rows(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
+    trees = _trees(con)
     out = []
     for i, row in enumerate(con.execute(_RUN_ROWS).fetchall()):
         run_id, llm, tool, retries, t_in, t_out, unpriced, halted, failed, reason = row[:10]
         completions, first_in, last_in, refused, llm_refused, cost, unsettled, estimated = row[
             10:18
         ]
-        max_depth, top_failed, top_error, has_top = row[18:]
-        if i in damaged:
-            max_depth, top_failed, top_error, has_top = _damaged_depths(con, i)
-        top = ("fail" if top_failed else "other", top_error) if has_top else ("", None)
-        termination, stop_reason = termination_of(reason, own_stops.get(i), top)
+        tree, depths, last_top = trees[i]
+        termination, stop_reason = termination_of(reason, tree.own_stop, last_top)
         out.append(
             RunSummary(
                 run_id=run_id,
-                name=names.get(i),
+                name=run_name(tree.metadatas),
                 llm_calls=llm,
                 llm_sent=llm - llm_refused,
                 refused_calls=refused,
@@ -258,7 +221,7 @@ def _rows(con: duckdb.DuckDBPyConnection, total: int) -> list[RunSummary]:
                 context_growth_avg=(last_in - first_in) / (completions - 1)
                 if completions >= 2
                 else 0.0,
-                max_depth=int(max_depth),
+                max_depth=max(depths, default=0),
                 halted=halted,
                 failed=failed,
                 termination=termination,
@@ -268,39 +231,33 @@ def _rows(con: duckdb.DuckDBPyConnection, total: int) -> list[RunSummary]:
     return out
 
 
-def _damaged_depths(con: duckdb.DuckDBPyConnection, run: int) -> tuple[int, bool, str | None, bool]:
-    """Depth, and the last top-level call, of a run whose call tree is damaged (a span id seen
-    twice, a cycle), by the plain path's own rules (:func:`call_depths`)."""
-    events = con.execute(
-        "SELECT e.span_id, e.parent_id, e.status, e.error_class FROM ev e "
-        "JOIN runs r USING (run_id) WHERE r.idx = ? ORDER BY e.rowid",
-        [run],
-    ).fetchall()
-    depths = call_depths([e[0] for e in events], [e[1] for e in events])
-    tops = [i for i, depth in enumerate(depths) if depth == 1]
-    if not tops:
-        return max(depths, default=0), False, None, False
-    _, _, status, error = events[tops[-1]]
-    return max(depths), status == _FAIL, error, True
+@dataclass(slots=True)
+class _Tree:
+    """One run's call tree and lineages, read in log order."""
+
+    calls: CallTree = field(default_factory=CallTree)
+    metadatas: list[dict[str, Any]] = field(default_factory=list)
+    own_stop: tuple[str | None] | None = None
 
 
-def _lineages(
-    con: duckdb.DuckDBPyConnection,
-) -> tuple[dict[int, str | None], dict[int, tuple[str | None]]]:
-    """Each run's name and its first stop by its own ceiling, by the plain path's rules
-    (:func:`~ampmeter.analysis.lineage.run_name`, :func:`~ampmeter.analysis.lineage.is_own_stop`)
-    applied to the lineages DuckDB read."""
-    metadatas: dict[int, list[dict[str, Any]]] = {}
-    own_stops: dict[int, tuple[str | None]] = {}
-    for run, halted, stop, contexts, other in con.execute(_LINEAGES).fetchall():
-        meta: dict[str, Any] = {}
-        if contexts is not None:
-            meta["contexts"] = orjson.loads(contexts)
-        if other:
-            meta["pid"] = True
-        if contexts is not None:
-            metadatas.setdefault(run, []).append(meta)
-        if halted and run not in own_stops and is_own_stop(meta, stop):
-            own_stops[run] = (stop,)
-    names = {run: run_name(found) for run, found in metadatas.items()}
-    return names, own_stops
+def _trees(con: duckdb.DuckDBPyConnection) -> list[tuple[_Tree, list[int], tuple[str, str | None]]]:
+    """Every run's tree, call depths and last top-level call, by the plain path's own rules
+    (:class:`~ampmeter.analysis.runs.CallTree`), with its lineages and its first stop by its
+    own ceiling (:func:`~ampmeter.analysis.lineage.is_own_stop`)."""
+    trees: dict[int, _Tree] = {}
+    cursor = con.execute(_TREES)
+    while rows := cursor.fetchmany(_BATCH):
+        for run, span, parent, status, error, stop, contexts, other in rows:
+            tree = trees.get(run)
+            if tree is None:
+                tree = trees[run] = _Tree()
+            tree.calls.add(span, parent, status == _FAIL, error)
+            meta: dict[str, Any] = {}
+            if contexts is not None:
+                meta["contexts"] = orjson.loads(contexts)
+                tree.metadatas.append(meta)
+            if other:
+                meta["pid"] = True
+            if status == _HALT and tree.own_stop is None and is_own_stop(meta, stop):
+                tree.own_stop = (stop,)
+    return [(tree, *tree.calls.finish()) for tree in trees.values()]

@@ -6,6 +6,7 @@ Shared by :func:`ampmeter.analysis.summarize` and the HTML report.
 from __future__ import annotations
 
 import os
+from array import array
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -17,6 +18,7 @@ __all__ = [
     "KIND_OF_EVENT",
     "STATUS_OF",
     "Call",
+    "CallTree",
     "LoggedCalls",
     "Run",
     "call_depths",
@@ -39,6 +41,7 @@ KIND_OF_EVENT: Final = {
 }
 STATUS_OF: Final = {"ok": "success", "error": "fail", "timeout": "fail"}
 """Other producers' status words, as the node statuses ``success``/``fail``/``halt``."""
+_FAILED, _HAS_PARENT = 1, 2
 
 
 @dataclass(slots=True)
@@ -197,6 +200,46 @@ def _set_depths(calls: list[Call]) -> None:
     depths = call_depths([c.span_id for c in calls], [c.parent_id for c in calls])
     for call, depth in zip(calls, depths, strict=True):
         call.depth = depth
+
+
+class CallTree:
+    """One run's calls in log order, in 21 bytes each (the ids as hashes, whether it failed,
+    its error class as a number), until the pass ends and :meth:`finish` finds their depths and
+    the last top-level call: what both engines of :func:`ampmeter.analysis.summarize` keep."""
+
+    __slots__ = ("_error_names", "_errors", "_flags", "_parents", "_spans")
+
+    def __init__(self) -> None:
+        self._spans = array("q")
+        self._parents = array("q")
+        self._flags = array("b")  # _FAILED | _HAS_PARENT
+        self._errors = array("i")
+        self._error_names: dict[str | None, int] = {None: 0}
+
+    def add(
+        self, span_id: str, parent_id: str | None, failed: bool, error_class: str | None
+    ) -> None:
+        """One more call of the run (its error class matters only when it ``failed``)."""
+        names = self._error_names
+        self._spans.append(hash(span_id))
+        self._parents.append(0 if parent_id is None else hash(parent_id))
+        self._flags.append(failed | (0 if parent_id is None else _HAS_PARENT))
+        self._errors.append(names.setdefault(error_class, len(names)) if failed else 0)
+
+    def finish(self) -> tuple[list[int], tuple[str, str | None]]:
+        """Every call's depth (:func:`call_depths`), and ``("fail", error class)`` or
+        ``("other", None)`` for the last top-level call (``("", None)`` when there is none)."""
+        flags = self._flags
+        parents = [self._parents[i] if flags[i] & _HAS_PARENT else None for i in range(len(flags))]
+        depths = call_depths(self._spans, parents)
+        last = next((i for i in range(len(depths) - 1, -1, -1) if depths[i] == 1), None)
+        top: tuple[str, str | None] = ("", None)
+        if last is not None and flags[last] & _FAILED:
+            names = {number: name for name, number in self._error_names.items()}
+            top = ("fail", names[self._errors[last]])
+        elif last is not None:
+            top = ("other", None)
+        return depths, top
 
 
 def call_depths(span_ids: Sequence[H], parent_ids: Sequence[H | None]) -> list[int]:
