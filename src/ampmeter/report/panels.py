@@ -45,18 +45,10 @@ TABLE_COLUMNS: Final = (
 )
 _TEXT_COLUMNS: Final = ("label", "termination", "stop_reason")
 # Columns whose total over runs means something (a sum of depths or of averages does not).
-_SUMMED: Final = (
-    "llm_sent",
-    "tool_calls",
-    "refused_calls",
-    "failed",
-    "retries",
-    "tokens_in",
-    "tokens_out",
-    "cost_usd",
-    "unpriced_calls",
-    "unsettled_cost_usd",
-    "estimated_cost_usd",
+_SUMMED: Final = tuple(
+    key
+    for key, _ in TABLE_COLUMNS
+    if key not in (*_TEXT_COLUMNS, "base_context", "context_growth_avg", "max_depth")
 )
 PAGE_ROWS: Final = 50
 PAGE_RUNS: Final = 20
