@@ -14,7 +14,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
 import duckdb
@@ -193,7 +193,7 @@ def read_inputs(
             jobs.append(("events", events, _EVENTS_META_SQL + _THEN + _EVENTS_SQL, event_fields))
         strict = {path: pool.submit(_strict_or_unknown, path) for _, path, _, _ in jobs}
         out: dict[str, Any] = {}
-        with Progress(con, progress, len(jobs)) as bar:
+        with Progress(con, progress) as bar:
             for label, path, sql, fields in jobs:
                 records = None
                 if not (strict[path].done() and not strict[path].result()):
@@ -235,10 +235,9 @@ def _read(con: duckdb.DuckDBPyConnection, path: str, sql: str) -> list[Any] | No
 class Progress:
     """A rich progress bar over DuckDB's own query progress (a no-op when disabled)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, enabled: bool, total: int) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, enabled: bool) -> None:
         self._con = con
         self._enabled = enabled
-        self._total = total
         self._bar: Any = None
 
     def __enter__(self) -> Progress:
@@ -266,14 +265,13 @@ class Progress:
         if self._bar is None:
             return job()
         task = self._bar.add_task(label, total=100.0)
-        result: list[Any] = []
-        error: list[BaseException] = []
+        future: Future[Any] = Future()
 
         def work() -> None:
             try:
-                result.append(job())
+                future.set_result(job())
             except BaseException as exc:  # handed back to the caller's thread
-                error.append(exc)
+                future.set_exception(exc)
 
         worker = threading.Thread(target=work, name="ampmeter-duckdb-read", daemon=True)
         worker.start()
@@ -286,6 +284,4 @@ class Progress:
             if done >= 0:
                 self._bar.update(task, completed=min(done, 100.0))
         self._bar.update(task, completed=100.0)
-        if error:
-            raise error[0]
-        return result[0]
+        return future.result()

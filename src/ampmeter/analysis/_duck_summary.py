@@ -167,7 +167,7 @@ def summarize_runs(paths: list[str], *, progress: bool = False) -> list[RunSumma
         # The byte scan runs beside DuckDB's reads, which release the GIL.
         with ThreadPoolExecutor(1, thread_name_prefix="ampmeter-scan") as pool:
             strict = [pool.submit(strict_json_only, path) for path in paths]
-            with Progress(con, progress, len(paths)) as bar:
+            with Progress(con, progress) as bar:
                 for path in paths:
                     try:
                         bar.run(path, functools.partial(con.execute, _INSERT, [path]))

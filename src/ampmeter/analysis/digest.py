@@ -308,9 +308,7 @@ def digest_logs(
 
 
 def _add_model(by_model: dict[str, dict[str, float]], call: Call) -> None:
-    slot = by_model.get(call.model or "(none)")
-    if slot is None:
-        slot = by_model[call.model or "(none)"] = {"cost_usd": 0.0, "tokens": 0.0}
+    slot = by_model.setdefault(call.model or "(none)", {"cost_usd": 0.0, "tokens": 0.0})
     if not call.unpriced:
         slot["cost_usd"] += call.cost_usd
     slot["tokens"] += call.tokens_in + call.tokens_out

@@ -48,16 +48,11 @@ class ContextInfo:
 
 def _number(value: object) -> float | None:
     """A ceiling as the log writes it: money as decimal text, counts as numbers."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
-    if isinstance(value, (int, float)):
+    try:
         number = float(value)
-    elif isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-    else:
+    except ValueError:  # text that is not a number
         return None
     return number if math.isfinite(number) else None
 

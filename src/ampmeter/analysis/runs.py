@@ -87,8 +87,6 @@ class Run:
     run_id: str
     sources: list[str] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    termination_reason: str | None = None
 
 
 def event_time_ms(value: object) -> float | None:
@@ -187,10 +185,6 @@ def load_runs(
         if path not in run.sources:
             run.sources.append(path)
         run.calls.append(call)
-        run.events.append(obj)
-        reason = call.metadata.get("termination_reason")
-        if isinstance(reason, str):
-            run.termination_reason = reason
     for run in runs.values():
         _set_depths(run.calls)
     return runs
