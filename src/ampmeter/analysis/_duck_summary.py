@@ -35,7 +35,7 @@ from ampmeter.analysis._duck import (
     text_of,
     text_ok,
 )
-from ampmeter.analysis.lineage import is_own_stop, run_name
+from ampmeter.analysis.lineage import RunContexts, is_own_stop
 from ampmeter.analysis.run_summary import RunSummary, termination_of
 from ampmeter.analysis.runs import STATUS_OF, CallTree
 from ampmeter.logs.events import MAX_COST_USD
@@ -202,7 +202,7 @@ def _rows(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
         out.append(
             RunSummary(
                 run_id=run_id,
-                name=run_name(tree.metadatas),
+                name=tree.contexts.name,
                 llm_calls=llm,
                 llm_sent=llm - llm_refused,
                 refused_calls=refused,
@@ -236,7 +236,7 @@ class _Tree:
     """One run's call tree and lineages, read in log order."""
 
     calls: CallTree = field(default_factory=CallTree)
-    metadatas: list[dict[str, Any]] = field(default_factory=list)
+    contexts: RunContexts = field(default_factory=RunContexts)
     own_stop: tuple[str | None] | None = None
 
 
@@ -255,9 +255,9 @@ def _trees(con: duckdb.DuckDBPyConnection) -> list[tuple[_Tree, list[int], tuple
             meta: dict[str, Any] = {}
             if contexts is not None:
                 meta["contexts"] = orjson.loads(contexts)
-                tree.metadatas.append(meta)
             if other:
                 meta["pid"] = True
+            tree.contexts.add_root(meta)
             if status == _HALT and tree.own_stop is None and is_own_stop(meta, stop):
                 tree.own_stop = (stop,)
     return [(tree, *tree.calls.finish()) for tree in trees.values()]

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from ampmeter._files import replaced_when_complete, require_file
 from ampmeter.analysis._curve import ROW_COLUMNS, curve_cells
@@ -53,6 +53,7 @@ DUCKDB_THRESHOLD_BYTES: Final = 64 * 1024 * 1024
 
 Engine = Literal["auto", "python", "duckdb"]
 PathLike = str | os.PathLike[str]
+T = TypeVar("T")
 _SOLVED: Final = ROW_COLUMNS.index("cumulative_solved")
 
 
@@ -124,17 +125,13 @@ def amortization_table(
             stream_path, problems_path, events_path, progress=progress
         )
     else:
+
+        def read(path: str | None, fields: Callable[[dict[str, Any]], T]) -> list[T] | None:
+            return read_records(path, fields, best_effort=best_effort) if path else None
+
         stream = read_records(stream_path, stream_fields, best_effort=best_effort)
-        problems = (
-            read_records(problems_path, problem_fields, best_effort=best_effort)
-            if problems_path
-            else None
-        )
-        events = (
-            read_records(events_path, event_fields, best_effort=best_effort)
-            if events_path
-            else None
-        )
+        problems = read(problems_path, problem_fields)
+        events = read(events_path, event_fields)
     return CurveTable(
         curve_cells(stream, problems, events, stream_path=stream_path, best_effort=best_effort)
     )
