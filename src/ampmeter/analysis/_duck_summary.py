@@ -1,12 +1,12 @@
 """The DuckDB engine of :func:`ampmeter.analysis.summarize`: the same rows, read in parallel.
 
 DuckDB reads the fields the summary needs into a table, in log order (one insert per file,
-so ``rowid`` is the event's position across all files); SQL groups the runs, adds up their
+so ``rowid`` is the event's position across all files); SQL groups the runs and adds up their
 columns (floats one by one in log order, as the plain path adds them, so every value is
-identical, not merely close); each run's call depths, name and own stop are then found from
-its events in log order by the plain path's own rules (:class:`~ampmeter.analysis.runs.CallTree`,
-:mod:`ampmeter.analysis.lineage`), so damaged trees (a span id seen twice, a cycle) come out
-alike too.
+identical, not merely close). The totals then fill the plain path's own
+:class:`~ampmeter.analysis.digest.RunDigest`, which places each event in its run's call tree
+and lineage in log order and gives the summary row: one definition of a run's row, damaged
+trees (a span id seen twice, a cycle) included.
 
 The fast path only takes what it can read exactly. Any record it cannot vouch for (a field of
 the wrong JSON type, a span id that is not a string, ``NaN``/``Infinity`` or a trailing comma,
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import duckdb
@@ -35,14 +34,15 @@ from ampmeter.analysis._duck import (
     text_of,
     text_ok,
 )
-from ampmeter.analysis.lineage import RunContexts, is_own_stop
-from ampmeter.analysis.run_summary import RunSummary, termination_of
-from ampmeter.analysis.runs import STATUS_OF, CallTree
+from ampmeter.analysis.digest import RunDigest
+from ampmeter.analysis.run_summary import RunSummary
+from ampmeter.analysis.runs import STATUS_OF
 from ampmeter.logs.events import MAX_COST_USD
 
 __all__ = ["summarize_runs"]
 
 _HALT, _FAIL = 1, 2
+_STATUS_WORDS: Final = {_HALT: "halt", _FAIL: "fail"}
 # The status as the plain path reads it (call_from_event): metadata's, else the event's own,
 # with other producers' words for a failure (STATUS_OF) counted as one.
 _STATUS: Final = "coalesce(metadata.status, status)"
@@ -136,9 +136,12 @@ FROM (
 
 # The run's row with the events its termination and context growth are read from.
 _RUN_ROWS: Final = """
-SELECT r.run_id, r.llm, r.tool, r.retries, r.tokens_in, r.tokens_out, r.unpriced, r.halted,
-       r.failed, t.termination, r.completions, f.tokens_in, l.tokens_in, r.refused,
-       r.llm_refused, r.cost, r.unsettled_cost, r.estimated_cost
+SELECT r.run_id, r.llm AS llm_calls, r.llm - r.llm_refused AS llm_sent,
+       r.refused AS stopped_unsent, r.tool AS tool_calls, r.retries, r.tokens_in, r.tokens_out,
+       r.cost AS cost_usd, r.unpriced AS unpriced_calls, r.unsettled_cost AS unsettled_cost_usd,
+       r.estimated_cost AS estimated_cost_usd, r.halted, r.failed, r.completions,
+       coalesce(f.tokens_in, 0) AS first_completion_in,
+       coalesce(l.tokens_in, 0) AS last_completion_in, t.termination AS termination_reason
 FROM runs r
 LEFT JOIN ev t ON t.rowid = r.term_row
 LEFT JOIN ev f ON f.rowid = r.first_completion
@@ -190,74 +193,23 @@ def summarize_runs(paths: list[str], *, progress: bool = False) -> list[RunSumma
 
 
 def _rows(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
-    trees = _trees(con)
-    out = []
-    for i, row in enumerate(con.execute(_RUN_ROWS).fetchall()):
-        run_id, llm, tool, retries, t_in, t_out, unpriced, halted, failed, reason = row[:10]
-        completions, first_in, last_in, refused, llm_refused, cost, unsettled, estimated = row[
-            10:18
-        ]
-        tree, depths, last_top = trees[i]
-        termination, stop_reason = termination_of(reason, tree.own_stop, last_top)
-        out.append(
-            RunSummary(
-                run_id=run_id,
-                name=tree.contexts.name,
-                llm_calls=llm,
-                llm_sent=llm - llm_refused,
-                refused_calls=refused,
-                tool_calls=tool,
-                retries=int(retries),
-                tokens_in=int(t_in),
-                tokens_out=int(t_out),
-                cost_usd=cost,
-                unpriced_calls=unpriced,
-                unsettled_cost_usd=unsettled,
-                estimated_cost_usd=estimated,
-                llm_calls_per_root=float(llm),
-                tool_calls_per_root=float(tool),
-                retries_per_root=float(int(retries)),
-                base_context=first_in if completions else 0,
-                context_growth_avg=(last_in - first_in) / (completions - 1)
-                if completions >= 2
-                else 0.0,
-                max_depth=max(depths, default=0),
-                halted=halted,
-                failed=failed,
-                termination=termination,
-                stop_reason=stop_reason,
-            )
-        )
-    return out
-
-
-@dataclass(slots=True)
-class _Tree:
-    """One run's call tree and lineages, read in log order."""
-
-    calls: CallTree = field(default_factory=CallTree)
-    contexts: RunContexts = field(default_factory=RunContexts)
-    own_stop: tuple[str | None] | None = None
-
-
-def _trees(con: duckdb.DuckDBPyConnection) -> list[tuple[_Tree, list[int], tuple[str, str | None]]]:
-    """Every run's tree, call depths and last top-level call, by the plain path's own rules
-    (:class:`~ampmeter.analysis.runs.CallTree`), with its lineages and its first stop by its
-    own ceiling (:func:`~ampmeter.analysis.lineage.is_own_stop`)."""
-    trees: dict[int, _Tree] = {}
+    """Each run's counts from SQL, and its tree, name and own stop from its events in log
+    order, in the plain path's :class:`~ampmeter.analysis.digest.RunDigest`, whose summary
+    row is then the one both engines give."""
+    result = con.execute(_RUN_ROWS)  # columns named as RunDigest's fields
+    names = [column[0] for column in result.description]
+    runs = [RunDigest(**dict(zip(names, row, strict=True))) for row in result.fetchall()]
     cursor = con.execute(_TREES)
     while rows := cursor.fetchmany(_BATCH):
-        for run, span, parent, status, error, stop, contexts, other in rows:
-            tree = trees.get(run)
-            if tree is None:
-                tree = trees[run] = _Tree()
-            tree.calls.add(span, parent, status == _FAIL, error)
+        for index, span, parent, status, error, stop, contexts, other in rows:
             meta: dict[str, Any] = {}
             if contexts is not None:
                 meta["contexts"] = orjson.loads(contexts)
             if other:
                 meta["pid"] = True
-            tree.contexts.add_root(meta)
-            if status == _HALT and tree.own_stop is None and is_own_stop(meta, stop):
-                tree.own_stop = (stop,)
-    return [(tree, *tree.calls.finish()) for tree in trees.values()]
+            run = runs[index]
+            run.contexts.add_root(meta)
+            run.place(span, parent, _STATUS_WORDS.get(status, "success"), error, meta, stop)
+    for run in runs:
+        run.finish()
+    return [run.summary() for run in runs]

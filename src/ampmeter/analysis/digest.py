@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -135,17 +135,15 @@ class RunDigest:
         elif is_estimated(call):
             self.estimated_cost_usd += call.cost_usd
         self.contexts.add(call)
+        meta, stop = call.metadata, call.stop_reason
+        own_stop = self.place(call.span_id, call.parent_id, status, call.error_class, meta, stop)
         if status == "halt":
             self.halted_nodes += 1
             if counted:  # a sub-agent's own node is not a call (DESIGN.md §2)
                 self.halted += 1
-            # Only a stop by the run's own ceiling ends the run or tells its ceiling.
-            if is_own_stop(call.metadata, call.stop_reason):
-                if self.first_halt is None:
-                    self.first_halt = (call.stop_reason,)
-                limit = parse_stop_reason(call.stop_reason)
-                if limit is not None:
-                    self.ceilings[limit.key] = limit.ceiling
+            limit = parse_stop_reason(stop) if own_stop else None
+            if limit is not None:
+                self.ceilings[limit.key] = limit.ceiling
             if len(self.stops) < STOPS_KEPT:
                 self.stops.append(_light(call))
                 self._stop_positions.append(position)
@@ -167,11 +165,28 @@ class RunDigest:
                 self.start_ms = start
             if self.end_ms is None or call.end_ms > self.end_ms:
                 self.end_ms = call.end_ms
-        self._tree.add(call.span_id, call.parent_id, status == "fail", call.error_class)
         if keep:
             self.calls.append(_light(call))
         else:
             self.calls_dropped += 1
+
+    def place(
+        self,
+        span_id: str,
+        parent_id: str | None,
+        status: str,
+        error_class: str | None,
+        metadata: Mapping[str, Any],
+        stop_reason: str | None,
+    ) -> bool:
+        """Note where one event sits in the run's call tree, and whether it is a stop by the
+        run's own ceiling (True): only such a stop ends the run or tells its ceiling. The part
+        of :meth:`add` the DuckDB engine runs too, having added up the counts in SQL."""
+        self._tree.add(span_id, parent_id, status == "fail", error_class)
+        own = status == "halt" and is_own_stop(metadata, stop_reason)
+        if own and self.first_halt is None:
+            self.first_halt = (stop_reason,)
+        return own
 
     def finish(self) -> None:
         """Find the call depths (and with them the last top-level call) once the pass is over."""
