@@ -52,14 +52,6 @@ class _FieldError(ValueError):
     """A record is unusable; the caller adds where it came from."""
 
 
-def _is_int(value: object) -> bool:
-    return type(value) is int
-
-
-def _is_number(value: object) -> bool:
-    return type(value) is float or type(value) is int
-
-
 def _kind(value: object) -> str:
     if value is None:
         return "null"
@@ -77,16 +69,16 @@ def _kind(value: object) -> str:
 def _t(value: object, where: str = "t") -> int:
     if value is None:
         raise _FieldError(f"missing {where!r} (an int is required)")
-    if not _is_int(value):
+    if type(value) is not int:
         raise _FieldError(f"{where!r} must be an int, got {_kind(value)}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def _number(obj: dict[str, Any], key: str) -> float:
     if key not in obj:
         raise _FieldError(f"missing {key!r} (a number is required)")
     value = obj[key]
-    if not _is_number(value):
+    if type(value) not in (int, float):
         raise _FieldError(f"{key!r} must be a number, got {_kind(value)}")
     return float(value)  # type: ignore[arg-type, unused-ignore]
 
@@ -95,7 +87,7 @@ def _opt_number(obj: dict[str, Any], key: str) -> float | None:
     value = obj.get(key)
     if value is None:
         return None
-    if not _is_number(value):
+    if type(value) not in (int, float):
         raise _FieldError(f"{key!r} must be a number or null, got {_kind(value)}")
     return float(value)  # type: ignore[arg-type, unused-ignore]
 
@@ -107,9 +99,9 @@ def stream_fields(obj: dict[str, Any]) -> StreamRow:
     solved = obj.get("cumulative_solved")
     if "cumulative_solved" not in obj:
         raise _FieldError("missing 'cumulative_solved' (an int is required)")
-    if not _is_int(solved):
+    if type(solved) is not int:
         raise _FieldError(f"'cumulative_solved' must be an int, got {_kind(solved)}")
-    return t, cost, solved, _number(obj, "cost_per_solved")  # type: ignore[return-value]
+    return t, cost, solved, _number(obj, "cost_per_solved")
 
 
 def problem_fields(obj: dict[str, Any]) -> ProblemRow:
@@ -121,7 +113,7 @@ def problem_fields(obj: dict[str, Any]) -> ProblemRow:
         what = "missing 'solved'" if "solved" not in obj else f"got {_kind(solved)}"
         raise _FieldError(f"'solved' must be true or false ({what})")
     tokens = obj.get("tokens_total")
-    if tokens is not None and not _is_int(tokens):
+    if tokens is not None and type(tokens) is not int:
         raise _FieldError(f"'tokens_total' must be an int or null, got {_kind(tokens)}")
     return (
         t,
