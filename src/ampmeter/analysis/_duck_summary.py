@@ -30,6 +30,7 @@ from ampmeter.analysis._duck import (
     count_ok,
     is_null,
     number_ok,
+    readable,
     strict_json_only,
     text_of,
     text_ok,
@@ -164,8 +165,7 @@ def summarize_runs(paths: list[str], *, progress: bool = False) -> list[RunSumma
     con = duckdb.connect(":memory:")
     try:
         con.execute(_CREATE)
-        # DuckDB would expand glob characters to other files
-        if any(c in path for path in paths for c in "*?[{"):
+        if not all(map(readable, paths)):
             return None
         # The byte scan runs beside DuckDB's reads, which release the GIL.
         with ThreadPoolExecutor(1, thread_name_prefix="ampmeter-scan") as pool:
