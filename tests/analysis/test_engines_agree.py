@@ -227,3 +227,28 @@ def test_the_duckdb_engines_need_no_numpy(tmp_path: Path) -> None:
         [sys.executable, "-c", code, *map(str, paths)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_duckdb_engines_never_read_a_file_a_glob_in_the_name_matches(tmp_path: Path) -> None:
+    # DuckDB expands glob characters: "a[1]" would read "a1", a different log
+    def stream(cost: float) -> list[str]:
+        return [
+            record(
+                {
+                    "t": t,
+                    "cumulative_api_cost_usd": cost * t,
+                    "cumulative_solved": t,
+                    "cost_per_solved": cost,
+                }
+            )
+            for t in (1, 2)
+        ]
+
+    named = write(tmp_path / "a[1].stream.jsonl", stream(1.0))
+    write(tmp_path / "a1.stream.jsonl", stream(99.0))
+    duck = amortization_curve(named, engine="duckdb")
+    assert duck == amortization_curve(named, engine="python")
+    assert [r["cost_per_solved"] for r in duck] == [1.0, 1.0]
+    events = make_event_log(tmp_path / "run[1].jsonl", "mine")
+    make_event_log(tmp_path / "run1.jsonl", "other")
+    assert [r.run_id for r in summarize([events], engine="duckdb").runs] == ["mine"]

@@ -276,18 +276,21 @@ def test_duckdb_engine_is_identical_on_thousands_of_deep_events(tmp_path: Path) 
     assert max(r.max_depth for r in table.runs) > 30
 
 
+def _llm_event(run: str, span: str, **fields: Any) -> dict[str, Any]:
+    """A small LLM event of ``run``, with ``fields`` added."""
+    return {
+        "run_id": run,
+        "event_type": "llm_completion",
+        "span_id": span,
+        "usage": {"prompt_tokens": 1},
+        "cost_usd": 0.0,
+        **fields,
+    }
+
+
 def test_duplicated_span_ids_and_cycles_follow_the_plain_rules(tmp_path: Path) -> None:
     def event(span: str, parent: str | None, run: str) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "run_id": run,
-            "event_type": "llm_completion",
-            "span_id": span,
-            "usage": {"prompt_tokens": 1},
-            "cost_usd": 0.0,
-        }
-        if parent is not None:
-            out["parent_id"] = parent
-        return out
+        return _llm_event(run, span) if parent is None else _llm_event(run, span, parent_id=parent)
 
     lines = [
         # "a" twice: "c" hangs under the id whose depth was found first (2, below a missing
@@ -306,6 +309,26 @@ def test_duplicated_span_ids_and_cycles_follow_the_plain_rules(tmp_path: Path) -
     assert [c.depth for c in runs["cycle"].calls] == [2, 1, 2]
     table = _both([path])
     assert [r.max_depth for r in table.runs] == [3, 2]
+
+
+def test_other_producers_status_words_count_alike_in_both_engines(tmp_path: Path) -> None:
+    error = {"error_class": "Boom"}
+    lines = [
+        _llm_event("a", "a", metadata={"status": "error", **error}),
+        # other producers' events: the status at the top level, none in metadata
+        _llm_event("b", "b", status="timeout", metadata=error),
+        _llm_event("c", "c", status="halt", metadata=error),
+        _llm_event("d", "d", status="ok", metadata=error),
+    ]
+    path = tmp_path / "other.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in lines))
+    table = _both([path])
+    assert [(r.failed, r.halted, r.termination) for r in table.runs] == [
+        (1, 0, "error"),
+        (1, 0, "error"),
+        (0, 1, "limit_exceeded"),
+        (0, 0, "success"),
+    ]
 
 
 def _damaged(tmp_path: Path, change: str) -> Path:

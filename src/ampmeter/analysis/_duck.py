@@ -14,7 +14,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
 import duckdb
@@ -29,7 +29,18 @@ from ampmeter.analysis._records import (
     stream_fields,
 )
 
-__all__ = ["Progress", "read_inputs", "strict_json_only"]
+__all__ = [
+    "Progress",
+    "count_ok",
+    "int_ok",
+    "is_null",
+    "number_ok",
+    "read_inputs",
+    "readable",
+    "strict_json_only",
+    "text_of",
+    "text_ok",
+]
 
 _THEN = "\n-- or else --\n"  # separates queries tried in turn until one reads every record
 
@@ -39,30 +50,48 @@ _INTEGER = "('BIGINT', 'UBIGINT')"
 _NUMBER = "('BIGINT', 'UBIGINT', 'DOUBLE')"
 
 
-def _int_ok(col: str) -> str:
+def int_ok(col: str) -> str:
+    """SQL: JSON field ``col`` is an integer that fits a BIGINT."""
     # an int beyond BIGINT is valid JSON the plain reader takes: leave it to that reader
     return f"(json_type({col}) IN {_INTEGER} AND TRY_CAST({col} AS BIGINT) IS NOT NULL)"
 
 
-_INT_T = _int_ok("t")
+_INT_T = int_ok("t")
 
 
-def _number_ok(col: str) -> str:
+def number_ok(col: str) -> str:
+    """SQL: JSON field ``col`` is a finite number."""
     return f"(json_type({col}) IN {_NUMBER} AND isfinite(TRY_CAST({col} AS DOUBLE)))"
 
 
-def _null(col: str) -> str:
+def is_null(col: str) -> str:
+    """SQL: JSON field ``col`` is missing or null."""
     return f"({col} IS NULL OR json_type({col}) = 'NULL')"
+
+
+def count_ok(col: str) -> str:
+    """SQL: JSON field ``col`` is missing, null (a count of 0) or a BIGINT ``>= 0``."""
+    return f"({is_null(col)} OR ({int_ok(col)} AND TRY_CAST({col} AS BIGINT) >= 0))"
+
+
+def text_ok(col: str) -> str:
+    """SQL: JSON field ``col`` is missing, null or a string."""
+    return f"({is_null(col)} OR json_type({col}) = 'VARCHAR')"
+
+
+def text_of(col: str) -> str:
+    """SQL: JSON field ``col`` as text when it is a string, else NULL."""
+    return f"CASE WHEN json_type({col}) = 'VARCHAR' THEN {col}->>'$' END"
 
 
 def _opt(col: str, cast: str) -> str:
     """``col`` cast to ``cast`` (SQL NULL for JSON null), for a field that may be null."""
-    return f"CASE WHEN NOT {_null(col)} THEN TRY_CAST({col} AS {cast}) END"
+    return f"CASE WHEN NOT {is_null(col)} THEN TRY_CAST({col} AS {cast}) END"
 
 
 _STREAM_SQL = f"""
-SELECT coalesce({_INT_T} AND {_number_ok("cumulative_api_cost_usd")}
-                AND {_int_ok("cumulative_solved")} AND {_number_ok("cost_per_solved")}, false)
+SELECT coalesce({_INT_T} AND {number_ok("cumulative_api_cost_usd")}
+                AND {int_ok("cumulative_solved")} AND {number_ok("cost_per_solved")}, false)
        AS ok,
        TRY_CAST(t AS BIGINT) AS t, TRY_CAST(cumulative_api_cost_usd AS DOUBLE)
        AS cumulative_api_cost_usd, TRY_CAST(cumulative_solved AS BIGINT) AS cumulative_solved,
@@ -74,9 +103,9 @@ FROM read_json(?, format='newline_delimited', columns={{
 
 _PROBLEMS_SQL = f"""
 SELECT coalesce({_INT_T} AND json_type(solved) = 'BOOLEAN'
-                AND ({_null("attempt_success_rate")} OR {_number_ok("attempt_success_rate")})
-                AND ({_null("tokens_total")} OR {_int_ok("tokens_total")})
-                AND ({_null("latency_total_ms")} OR {_number_ok("latency_total_ms")}), false)
+                AND ({is_null("attempt_success_rate")} OR {number_ok("attempt_success_rate")})
+                AND ({is_null("tokens_total")} OR {int_ok("tokens_total")})
+                AND ({is_null("latency_total_ms")} OR {number_ok("latency_total_ms")}), false)
        AS ok,
        TRY_CAST(t AS BIGINT) AS t, TRY_CAST(solved AS BOOLEAN) AS solved,
        {_opt("attempt_success_rate", "DOUBLE")} AS attempt_success_rate,
@@ -90,7 +119,7 @@ FROM read_json(?, format='newline_delimited', columns={{
 # Events usually carry metadata.t: reading only that is much faster than also reading a
 # top-level t as JSON, which the full query below does when some event lacks metadata.t.
 _EVENTS_META_SQL = f"""
-SELECT coalesce({_int_ok("metadata.t")} AND {_number_ok("cost_usd")}, false) AS ok,
+SELECT coalesce({int_ok("metadata.t")} AND {number_ok("cost_usd")}, false) AS ok,
        TRY_CAST(metadata.t AS BIGINT) AS t,
        coalesce(json_type(component) = 'VARCHAR' AND component->>'$' = 'pipeline', false)
        AS pipeline, TRY_CAST(cost_usd AS DOUBLE) AS cost_usd
@@ -106,7 +135,7 @@ WITH raw AS (
     FROM read_json(?, format='newline_delimited', columns={{
         't': 'JSON', 'component': 'JSON', 'cost_usd': 'JSON', 'metadata': 'STRUCT(t JSON)'}})
 )
-SELECT coalesce({_INT_T} AND {_number_ok("cost_usd")}, false) AS ok,
+SELECT coalesce({_INT_T} AND {number_ok("cost_usd")}, false) AS ok,
        TRY_CAST(t AS BIGINT) AS t,
        coalesce(json_type(component) = 'VARCHAR' AND component->>'$' = 'pipeline', false)
        AS pipeline, TRY_CAST(cost_usd AS DOUBLE) AS cost_usd
@@ -114,14 +143,12 @@ FROM raw
 """
 
 
-# JSON that DuckDB reads and the plain reader rejects: NaN, Infinity, trailing commas, and
-# numbers too big for a double (1e400, 400 digits: DuckDB reads inf or a huge int). Found
-# anywhere in a line (inside strings too), the file goes to the plain reader, which knows.
-# DuckDB scans the lines as plain text, in parallel and without holding the GIL: a few times
-# faster than searching the bytes from Python.
 # Lines DuckDB reads and the plain reader refuses: NaN/Infinity, trailing commas, numbers too
-# large for a double, and (a line over 2 KiB with more than 1,024 opening brackets) nesting
-# that may be deeper than the 1,024 levels a log line may have.
+# big for a double (1e400, 400 digits: DuckDB reads inf or a huge int), and (a line over 2 KiB
+# with more than 1,024 opening brackets) nesting that may be deeper than the 1,024 levels a
+# log line may have. Found anywhere in a line (inside strings too), the file goes to the plain
+# reader, which knows. DuckDB scans the lines as plain text, in parallel and without holding
+# the GIL: a few times faster than searching the bytes from Python.
 _LENIENT_LINES_SQL: Final = r"""
 SELECT count(*) FROM read_csv(?, columns = {'line': 'VARCHAR'}, delim = '\x01', quote = '',
     escape = '', header = false, auto_detect = false, new_line = '\n')
@@ -167,10 +194,10 @@ def read_inputs(
             jobs.append(("events", events, _EVENTS_META_SQL + _THEN + _EVENTS_SQL, event_fields))
         strict = {path: pool.submit(_strict_or_unknown, path) for _, path, _, _ in jobs}
         out: dict[str, Any] = {}
-        with Progress(con, progress, len(jobs)) as bar:
+        with Progress(con, progress) as bar:
             for label, path, sql, fields in jobs:
                 records = None
-                if not (strict[path].done() and not strict[path].result()):
+                if readable(path) and not (strict[path].done() and not strict[path].result()):
                     records = bar.run(label, functools.partial(_read, con, path, sql))
                 if records is None or not strict[path].result():
                     # the plain reader names the bad line, or reads a cut-off last line
@@ -180,6 +207,13 @@ def read_inputs(
         pool.shutdown(wait=True, cancel_futures=True)
         con.close()
     return out["stream"], out.get("problems"), out.get("events")
+
+
+def readable(path: str) -> bool:
+    """Whether DuckDB may be given ``path``: it expands glob characters, so a name holding one
+    could read another file (``a[1].jsonl`` reads ``a1.jsonl``); such a file is the plain
+    reader's."""
+    return not any(c in path for c in "*?[{")
 
 
 def _strict_or_unknown(path: str) -> bool:
@@ -209,10 +243,9 @@ def _read(con: duckdb.DuckDBPyConnection, path: str, sql: str) -> list[Any] | No
 class Progress:
     """A rich progress bar over DuckDB's own query progress (a no-op when disabled)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, enabled: bool, total: int) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, enabled: bool) -> None:
         self._con = con
         self._enabled = enabled
-        self._total = total
         self._bar: Any = None
 
     def __enter__(self) -> Progress:
@@ -240,14 +273,13 @@ class Progress:
         if self._bar is None:
             return job()
         task = self._bar.add_task(label, total=100.0)
-        result: list[Any] = []
-        error: list[BaseException] = []
+        future: Future[Any] = Future()
 
         def work() -> None:
             try:
-                result.append(job())
+                future.set_result(job())
             except BaseException as exc:  # handed back to the caller's thread
-                error.append(exc)
+                future.set_exception(exc)
 
         worker = threading.Thread(target=work, name="ampmeter-duckdb-read", daemon=True)
         worker.start()
@@ -260,6 +292,4 @@ class Progress:
             if done >= 0:
                 self._bar.update(task, completed=min(done, 100.0))
         self._bar.update(task, completed=100.0)
-        if error:
-            raise error[0]
-        return result[0]
+        return future.result()

@@ -1,23 +1,18 @@
 """Reading the contract's JSONL files record by record, with errors that name ``file:line``.
 
 Parsing rules (blank lines, invalid JSON, a cut-off last line, best-effort mode) belong to
-:func:`ampmeter.logs.read_jsonl`; this module only checks the fields analysis needs. The reader
-does not hand out line numbers, so when a record is rejected its line is found again by
-counting records from the top of the file (only on that error path).
+:func:`ampmeter.logs.read_jsonl`; this module only checks the fields analysis needs.
 """
 
 from __future__ import annotations
 
-import gzip
 import os
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable
 from typing import Any, Final, TypeVar
-
-import orjson
 
 from ampmeter.errors import AnalysisError
 from ampmeter.logs import read_jsonl
-from ampmeter.logs.reader import LongLine, file_lines, max_line_bytes
 
 __all__ = [
     "EXTENDED_COLUMNS",
@@ -25,7 +20,6 @@ __all__ = [
     "AnalysisError",
     "event_fields",
     "problem_fields",
-    "raw_lines",
     "read_records",
     "stream_fields",
 ]
@@ -46,8 +40,6 @@ EXTENDED_COLUMNS: Final = (
 
 T = TypeVar("T")
 
-_GZIP_MAGIC: Final = b"\x1f\x8b"
-
 # (t, cumulative_api_cost_usd, cumulative_solved, cost_per_solved)
 StreamRow = tuple[int, float, int, float]
 # (t, solved, attempt_success_rate, tokens_total, latency_total_ms)
@@ -58,14 +50,6 @@ EventRow = tuple[int, bool, float]
 
 class _FieldError(ValueError):
     """A record is unusable; the caller adds where it came from."""
-
-
-def _is_int(value: object) -> bool:
-    return type(value) is int
-
-
-def _is_number(value: object) -> bool:
-    return type(value) is float or type(value) is int
 
 
 def _kind(value: object) -> str:
@@ -85,16 +69,16 @@ def _kind(value: object) -> str:
 def _t(value: object, where: str = "t") -> int:
     if value is None:
         raise _FieldError(f"missing {where!r} (an int is required)")
-    if not _is_int(value):
+    if type(value) is not int:
         raise _FieldError(f"{where!r} must be an int, got {_kind(value)}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def _number(obj: dict[str, Any], key: str) -> float:
     if key not in obj:
         raise _FieldError(f"missing {key!r} (a number is required)")
     value = obj[key]
-    if not _is_number(value):
+    if type(value) not in (int, float):
         raise _FieldError(f"{key!r} must be a number, got {_kind(value)}")
     return float(value)  # type: ignore[arg-type, unused-ignore]
 
@@ -103,7 +87,7 @@ def _opt_number(obj: dict[str, Any], key: str) -> float | None:
     value = obj.get(key)
     if value is None:
         return None
-    if not _is_number(value):
+    if type(value) not in (int, float):
         raise _FieldError(f"{key!r} must be a number or null, got {_kind(value)}")
     return float(value)  # type: ignore[arg-type, unused-ignore]
 
@@ -115,9 +99,9 @@ def stream_fields(obj: dict[str, Any]) -> StreamRow:
     solved = obj.get("cumulative_solved")
     if "cumulative_solved" not in obj:
         raise _FieldError("missing 'cumulative_solved' (an int is required)")
-    if not _is_int(solved):
+    if type(solved) is not int:
         raise _FieldError(f"'cumulative_solved' must be an int, got {_kind(solved)}")
-    return t, cost, solved, _number(obj, "cost_per_solved")  # type: ignore[return-value]
+    return t, cost, solved, _number(obj, "cost_per_solved")
 
 
 def problem_fields(obj: dict[str, Any]) -> ProblemRow:
@@ -129,7 +113,7 @@ def problem_fields(obj: dict[str, Any]) -> ProblemRow:
         what = "missing 'solved'" if "solved" not in obj else f"got {_kind(solved)}"
         raise _FieldError(f"'solved' must be true or false ({what})")
     tokens = obj.get("tokens_total")
-    if tokens is not None and not _is_int(tokens):
+    if tokens is not None and type(tokens) is not int:
         raise _FieldError(f"'tokens_total' must be an int or null, got {_kind(tokens)}")
     return (
         t,
@@ -166,49 +150,20 @@ def read_records(
     a record that is valid JSON but breaks the contract is never skipped silently).
     """
     name = os.fspath(path)
-    out: list[T] = []
-    append = out.append
-    index = 0
     with read_jsonl(name, best_effort=best_effort) as reader:
         try:
-            for index, obj in enumerate(reader):  # noqa: B007 - index used on error
-                append(fields(obj))
+            return [fields(obj) for obj in reader]
         except _FieldError as exc:
-            raise AnalysisError(name, record_line(name, index, best_effort), str(exc)) from None
-    return out
+            raise AnalysisError(name, reader.line, str(exc)) from None
 
 
 def record_line(path: str, index: int, best_effort: bool) -> int | None:
-    """Line number (1-based) of the ``index``-th record (0-based) of ``path``, by the reader's
-    rules: blank lines and (in best-effort mode) lines that are not JSON objects don't count."""
-    seen = -1
-    for number, raw in enumerate(raw_lines(path), 1):
-        if isinstance(raw, LongLine):
-            ok = False
-        elif not raw.strip():
-            continue
-        else:
-            try:
-                ok = type(orjson.loads(raw)) is dict
-            except orjson.JSONDecodeError:
-                ok = False
-        if not ok:
-            if best_effort:
-                continue
-            return None  # the reader would have failed here first
-        seen += 1
-        if seen == index:
-            return number
+    """Line number (1-based) of the ``index``-th record (0-based) of ``path``, read again by
+    the reader's rules (only for an error message, so the first pass keeps no line numbers)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the first pass has already told them
+        with read_jsonl(path, best_effort=best_effort) as reader:
+            for seen, _ in enumerate(reader):
+                if seen == index:
+                    return reader.line
     return None
-
-
-def raw_lines(path: str) -> Iterator[bytes | LongLine]:
-    """The raw lines of ``path`` (gzip or not), a :class:`LongLine` for a line over the limit."""
-    limit = max_line_bytes()
-    with open(path, "rb") as handle:
-        compressed = path.endswith(".gz") or handle.peek(2)[:2] == _GZIP_MAGIC
-        if compressed:
-            with gzip.GzipFile(fileobj=handle, mode="rb") as unzipped:
-                yield from file_lines(unzipped, limit)
-        else:
-            yield from file_lines(handle, limit)

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from ampmeter._files import replaced_when_complete, require_file
 from ampmeter.analysis._curve import ROW_COLUMNS, curve_cells
@@ -53,6 +53,7 @@ DUCKDB_THRESHOLD_BYTES: Final = 64 * 1024 * 1024
 
 Engine = Literal["auto", "python", "duckdb"]
 PathLike = str | os.PathLike[str]
+T = TypeVar("T")
 _SOLVED: Final = ROW_COLUMNS.index("cumulative_solved")
 
 
@@ -89,15 +90,11 @@ class CurveTable:
             rows = [cells for cells in rows if cells[_SOLVED] is not None]
         pick = itemgetter(*indexes)  # one cell, or a tuple of them
         picked = map(pick, rows) if len(indexes) > 1 else ((pick(cells),) for cells in rows)
-        _write(path, [ROW_COLUMNS[i] for i in indexes], picked)
+        with replaced_when_complete(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f, lineterminator="\n")
+            writer.writerow([ROW_COLUMNS[i] for i in indexes])
+            writer.writerows(picked)  # None as an empty cell, a float as its repr
         return len(rows)
-
-
-def _write(path: PathLike, names: list[str], rows: Iterable[Sequence[Any]]) -> None:
-    with replaced_when_complete(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(names)
-        writer.writerows(rows)  # None as an empty cell, a float as its repr
 
 
 def _index(name: str) -> int:
@@ -128,17 +125,13 @@ def amortization_table(
             stream_path, problems_path, events_path, progress=progress
         )
     else:
+
+        def read(path: str | None, fields: Callable[[dict[str, Any]], T]) -> list[T] | None:
+            return read_records(path, fields, best_effort=best_effort) if path else None
+
         stream = read_records(stream_path, stream_fields, best_effort=best_effort)
-        problems = (
-            read_records(problems_path, problem_fields, best_effort=best_effort)
-            if problems_path
-            else None
-        )
-        events = (
-            read_records(events_path, event_fields, best_effort=best_effort)
-            if events_path
-            else None
-        )
+        problems = read(problems_path, problem_fields)
+        events = read(events_path, event_fields)
     return CurveTable(
         curve_cells(stream, problems, events, stream_path=stream_path, best_effort=best_effort)
     )
@@ -222,24 +215,23 @@ def duckdb_available() -> bool:
 Rows = Iterable[Mapping[str, Any]]
 
 
+def _table(rows: Rows | CurveTable) -> CurveTable:
+    if isinstance(rows, CurveTable):
+        return rows
+    return CurveTable([tuple(row.get(name) for name in ROW_COLUMNS) for row in rows])
+
+
 def write_csv(rows: Rows | CurveTable, path: PathLike, columns: Iterable[str]) -> int:
     """Write ``rows`` (dicts, or a :class:`CurveTable`) as CSV with exactly ``columns`` (None
     as an empty cell, floats in full precision); returns the number of data rows. The file is
     replaced only when complete."""
-    if isinstance(rows, CurveTable):
-        return rows.write_csv(path, columns)
-    names = list(columns)
-    cells = [[row.get(name) for name in names] for row in rows]
-    _write(path, names, cells)
-    return len(cells)
+    return _table(rows).write_csv(path, columns)
 
 
 def write_v0_csv(rows: Rows | CurveTable, path: PathLike) -> int:
     """The v0 CSV: ``t`` and the stream's three columns, for every ``t`` that
     has a stream line, in ``t`` order."""
-    if isinstance(rows, CurveTable):
-        return rows.write_csv(path, V0_COLUMNS, only_stream_rows=True)
-    return write_csv((r for r in rows if r.get("cumulative_solved") is not None), path, V0_COLUMNS)
+    return _table(rows).write_csv(path, V0_COLUMNS, only_stream_rows=True)
 
 
 def write_extended_csv(rows: Rows | CurveTable, path: PathLike) -> int:

@@ -3,13 +3,12 @@ the ceilings that the logs reveal.
 
 ampmeter's logs say every context's own ceilings (:mod:`ampmeter.analysis.lineage`); other
 logs may not, but a stopped call's reason names the limit it hit and its ceiling
-(``limit exceeded: amp:cost = 0.0031 > 0.003``); :func:`ceilings_from_stops` collects those.
+(``limit exceeded: amp:cost = 0.0031 > 0.003``); :func:`parse_stop_reason` reads it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import Final, NamedTuple
 
 from ampmeter import keys
@@ -18,10 +17,8 @@ from ampmeter.analysis.runs import Call
 __all__ = [
     "StopLimit",
     "call_usage",
-    "ceilings_from_stops",
     "derivable",
     "parse_stop_reason",
-    "usage_for_key",
 ]
 
 _STOP_REASON: Final = re.compile(
@@ -51,17 +48,6 @@ def parse_stop_reason(reason: str | None) -> StopLimit | None:
 def _amount(text: str) -> float:
     """A number as a stop reason writes it: money as people write it (``$1,234.50``)."""
     return float(text.replace("$", "").replace(",", ""))
-
-
-def ceilings_from_stops(calls: Iterable[Call]) -> dict[str, float]:
-    """Ceilings named by the stopped (``halt``) calls, by stats key."""
-    found: dict[str, float] = {}
-    for call in calls:
-        if call.status == "halt":
-            limit = parse_stop_reason(call.stop_reason)
-            if limit is not None:
-                found[limit.key] = limit.ceiling
-    return found
 
 
 _EXACT_KEYS: Final = frozenset(
@@ -112,10 +98,3 @@ def call_usage(call: Call) -> dict[str, float]:
     if call.kind in ("llm", "tool") and call.status == "success":
         usage[keys.KEY_STEPS] = 1.0
     return usage
-
-
-def usage_for_key(calls: Iterable[Call], key: str) -> float | None:
-    """The value of stats key ``key`` added up from ``calls`` (None: logs cannot tell it)."""
-    if not derivable(key):
-        return None
-    return float(sum(call_usage(call).get(key, 0.0) for call in calls))

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import math
 import os
-from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ampmeter.analysis.ceilings import call_usage, parse_stop_reason
 from ampmeter.analysis.lineage import RunContexts, is_own_stop
 from ampmeter.analysis.run_summary import RunSummary, termination_of
-from ampmeter.analysis.runs import Call, LoggedCalls, call_depths, is_estimated, is_unsettled
+from ampmeter.analysis.runs import Call, CallTree, LoggedCalls, is_estimated, is_unsettled
 from ampmeter.metrics import was_sent
 from ampmeter.policies import META_LIMIT_EVENTS
 
@@ -50,10 +49,6 @@ DETAIL_PER_RUN: Final = 12_000
 STOPS_KEPT: Final = 50
 """Stopped calls (and limit events) kept per run for the stop list."""
 _DISTINCT_LATENCIES: Final = 100_000  # past this many distinct values, count whole ms only
-
-_SUCCESS, _FAIL, _HALT, _OTHER = 0, 1, 2, 3
-_CODE: Final = {"success": _SUCCESS, "fail": _FAIL, "halt": _HALT}
-_HAS_PARENT: Final = 4
 
 
 @dataclass(slots=True)
@@ -95,11 +90,7 @@ class RunDigest:
     """The run's events in full, in log order, while the detail budget lasts."""
     calls_dropped: int = 0
     max_depth: int = 0
-    _spans: array[int] = field(default_factory=lambda: array("q"))
-    _parents: array[int] = field(default_factory=lambda: array("q"))
-    _flags: array[int] = field(default_factory=lambda: array("b"))
-    _errors: array[int] = field(default_factory=lambda: array("i"))
-    _error_names: dict[str | None, int] = field(default_factory=lambda: {None: 0})
+    _tree: CallTree = field(default_factory=CallTree)
     _stop_positions: list[int] = field(default_factory=list)
     _last_top: tuple[str, str | None] = ("", None)
     contexts: RunContexts = field(default_factory=RunContexts)
@@ -143,26 +134,21 @@ class RunDigest:
             self.unsettled_cost_usd += call.cost_usd
         elif is_estimated(call):
             self.estimated_cost_usd += call.cost_usd
-        code = _CODE.get(status, _OTHER)
-        error = 0
         self.contexts.add(call)
-        if code == _HALT:
+        meta, stop = call.metadata, call.stop_reason
+        own_stop = self.place(call.span_id, call.parent_id, status, call.error_class, meta, stop)
+        if status == "halt":
             self.halted_nodes += 1
             if counted:  # a sub-agent's own node is not a call (DESIGN.md §2)
                 self.halted += 1
-            # Only a stop by the run's own ceiling ends the run or tells its ceiling.
-            if is_own_stop(call.metadata, call.stop_reason):
-                if self.first_halt is None:
-                    self.first_halt = (call.stop_reason,)
-                limit = parse_stop_reason(call.stop_reason)
-                if limit is not None:
-                    self.ceilings[limit.key] = limit.ceiling
+            limit = parse_stop_reason(stop) if own_stop else None
+            if limit is not None:
+                self.ceilings[limit.key] = limit.ceiling
             if len(self.stops) < STOPS_KEPT:
                 self.stops.append(_light(call))
                 self._stop_positions.append(position)
-        elif code == _FAIL:
+        elif status == "fail":
             self.failed += 1
-            error = self._error_names.setdefault(call.error_class, len(self._error_names))
         reason = call.metadata.get("termination_reason")
         if isinstance(reason, str):
             self.termination_reason = reason
@@ -179,35 +165,39 @@ class RunDigest:
                 self.start_ms = start
             if self.end_ms is None or call.end_ms > self.end_ms:
                 self.end_ms = call.end_ms
-        self._spans.append(hash(call.span_id))
-        self._parents.append(0 if call.parent_id is None else hash(call.parent_id))
-        self._flags.append(code | (0 if call.parent_id is None else _HAS_PARENT))
-        self._errors.append(error)
         if keep:
             self.calls.append(_light(call))
         else:
             self.calls_dropped += 1
 
+    def place(
+        self,
+        span_id: str,
+        parent_id: str | None,
+        status: str,
+        error_class: str | None,
+        metadata: Mapping[str, Any],
+        stop_reason: str | None,
+    ) -> bool:
+        """Note where one event sits in the run's call tree, and whether it is a stop by the
+        run's own ceiling (True): only such a stop ends the run or tells its ceiling. The part
+        of :meth:`add` the DuckDB engine runs too, having added up the counts in SQL."""
+        self._tree.add(span_id, parent_id, status == "fail", error_class)
+        own = status == "halt" and is_own_stop(metadata, stop_reason)
+        if own and self.first_halt is None:
+            self.first_halt = (stop_reason,)
+        return own
+
     def finish(self) -> None:
         """Find the call depths (and with them the last top-level call) once the pass is over."""
-        flags = self._flags
-        parents = [self._parents[i] if flags[i] & _HAS_PARENT else None for i in range(len(flags))]
-        depths = call_depths(self._spans, parents)
+        depths, self._last_top = self._tree.finish()
+        self._tree = CallTree()  # the per-event arrays are only needed for the depths
         self.max_depth = max(depths, default=0)
-        last = next((i for i in range(len(depths) - 1, -1, -1) if depths[i] == 1), None)
-        if last is not None:
-            code = flags[last] & 3
-            status = {_SUCCESS: "success", _FAIL: "fail", _HALT: "halt"}.get(code, "other")
-            names = {number: name for name, number in self._error_names.items()}
-            self._last_top = (status, names[self._errors[last]])
         # the kept calls are the run's first events, in order
         for call, depth in zip(self.calls, depths, strict=False):
             call.depth = depth
         for stop, position in zip(self.stops, self._stop_positions, strict=True):
             stop.depth = depths[position]
-        # the per-event arrays are only needed for the depths
-        self._spans, self._parents, self._flags = array("q"), array("q"), array("b")
-        self._errors, self._error_names = array("i"), {None: 0}
 
     def summary(self) -> RunSummary:
         """The run's summary row (equal to :func:`ampmeter.analysis.summarize_run`'s)."""
@@ -333,9 +323,7 @@ def digest_logs(
 
 
 def _add_model(by_model: dict[str, dict[str, float]], call: Call) -> None:
-    slot = by_model.get(call.model or "(none)")
-    if slot is None:
-        slot = by_model[call.model or "(none)"] = {"cost_usd": 0.0, "tokens": 0.0}
+    slot = by_model.setdefault(call.model or "(none)", {"cost_usd": 0.0, "tokens": 0.0})
     if not call.unpriced:
         slot["cost_usd"] += call.cost_usd
     slot["tokens"] += call.tokens_in + call.tokens_out

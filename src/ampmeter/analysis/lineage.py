@@ -48,16 +48,11 @@ class ContextInfo:
 
 def _number(value: object) -> float | None:
     """A ceiling as the log writes it: money as decimal text, counts as numbers."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
-    if isinstance(value, (int, float)):
+    try:
         number = float(value)
-    elif isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-    else:
+    except ValueError:  # text that is not a number
         return None
     return number if math.isfinite(number) else None
 
@@ -142,16 +137,10 @@ def run_name(metadatas: Iterable[Mapping[str, Any]]) -> str | None:
     """A run's name: its root context's, from the first event (in log order) that gives a
     lineage, one of the run's own process taken before one that ``ampmeter run`` marks as
     another process's (``metadata.pid``); None when no event gives one."""
-    other = None
+    contexts = RunContexts()
     for metadata in metadatas:
-        lineage = lineage_of(metadata)
-        if lineage is None:
-            continue
-        if metadata.get("pid") is None:
-            return lineage[0].name
-        if other is None:
-            other = lineage[0].name
-    return other
+        contexts.add_root(metadata)
+    return contexts.name
 
 
 Path = tuple[str, ...]
@@ -178,7 +167,7 @@ class SubAgentLimits:
 @dataclass(slots=True)
 class RunContexts:
     """What a run's lineages tell, gathered call by call: its root context (the one of its
-    own process before another process's, as :func:`run_name`), the processes that wrote it,
+    own process before another process's), the processes that wrote it,
     and each sub-agent's own limits with its usage and stop."""
 
     root: ContextInfo | None = None
@@ -186,14 +175,21 @@ class RunContexts:
     processes: set[tuple[str | None, int]] = field(default_factory=set)
     subagents: dict[Path, SubAgentLimits] = field(default_factory=dict)
 
+    def add_root(self, metadata: Mapping[str, Any]) -> tuple[ContextInfo, ...] | None:
+        """Take the root of an event's lineage as the run's unless one is known (one of the
+        run's own process is kept over another process's); the lineage, None if it has none."""
+        lineage = lineage_of(metadata)
+        if lineage is not None:
+            own_process = metadata.get("pid") is None
+            if self.root is None or (own_process and not self.root_is_run):
+                self.root, self.root_is_run = lineage[0], own_process
+        return lineage
+
     def add(self, call: Call) -> None:
         """Count one call (its lineage, if it has one)."""
-        lineage = lineage_of(call.metadata)
+        lineage = self.add_root(call.metadata)
         if lineage is None:
             return
-        own_process = call.metadata.get("pid") is None
-        if self.root is None or (own_process and not self.root_is_run):
-            self.root, self.root_is_run = lineage[0], own_process
         process = process_of(lineage, call.metadata)
         if process is not None:
             self.processes.add(process)

@@ -1,6 +1,7 @@
 """Percentiles with linear interpolation, on a sorted list or over a growing set.
 
-Both use the same arithmetic as :func:`ampmeter.logs.stream` does for its latency lines: for
+Both use the arithmetic of the stream logger's latency lines
+(:func:`ampmeter.logs.stream_totals.percentile`): for
 ``n`` values and percentile ``q`` (0-100) the rank is ``(n - 1) * q / 100``; the result is
 ``v[lo] + (v[hi] - v[lo]) * (rank - lo)`` with ``lo = floor(rank)`` and ``hi = min(lo + 1,
 n - 1)``. :class:`RunningPercentile` keeps the values split in two heaps at ``lo``, so adding a
@@ -17,6 +18,8 @@ import heapq
 import math
 from collections.abc import Iterable, Sequence
 
+from ampmeter.logs import stream_totals
+
 __all__ = ["RunningPercentile", "percentile", "running_percentiles"]
 
 
@@ -29,14 +32,7 @@ def _check_q(q: float) -> float:
 def percentile(sorted_values: Sequence[float], q: float) -> float | None:
     """The ``q``-th percentile (0-100) of ascending ``sorted_values``; None when empty."""
     q = _check_q(q)
-    n = len(sorted_values)
-    if n == 0:
-        return None
-    rank = (n - 1) * q / 100.0
-    lo = math.floor(rank)
-    hi = min(lo + 1, n - 1)
-    low = sorted_values[lo]
-    return low + (sorted_values[hi] - low) * (rank - lo)
+    return stream_totals.percentile(sorted_values, q) if sorted_values else None
 
 
 class RunningPercentile:

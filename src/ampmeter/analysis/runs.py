@@ -6,18 +6,19 @@ Shared by :func:`ampmeter.analysis.summarize` and the HTML report.
 from __future__ import annotations
 
 import os
+from array import array
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Final, TypeVar
 
-from ampmeter.analysis._records import AnalysisError, record_line
 from ampmeter.logs import event_problem, read_jsonl
 
 __all__ = [
     "KIND_OF_EVENT",
     "STATUS_OF",
     "Call",
+    "CallTree",
     "LoggedCalls",
     "Run",
     "call_depths",
@@ -40,6 +41,7 @@ KIND_OF_EVENT: Final = {
 }
 STATUS_OF: Final = {"ok": "success", "error": "fail", "timeout": "fail"}
 """Other producers' status words, as the node statuses ``success``/``fail``/``halt``."""
+_FAILED, _HAS_PARENT = 1, 2
 
 
 @dataclass(slots=True)
@@ -85,16 +87,6 @@ class Run:
     run_id: str
     sources: list[str] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    termination_reason: str | None = None
-
-
-def _int(value: object, what: str) -> int:
-    if value is None:
-        return 0
-    if type(value) is not int or value < 0:
-        raise ValueError(f"{what} must be an int >= 0, got {value!r}")
-    return value
 
 
 def event_time_ms(value: object) -> float | None:
@@ -111,25 +103,14 @@ def event_time_ms(value: object) -> float | None:
 
 
 def call_from_event(obj: dict[str, Any], index: int = 0) -> Call:
-    """One TokenTracker event as a :class:`Call`; ``ValueError`` names a malformed field.
+    """One TokenTracker event that passed :func:`ampmeter.logs.event_problem` as a
+    :class:`Call` (that check is what makes its fields safe to read here).
 
     ``index`` (the event's position) names events that have no ``span_id``.
     """
-    event_type = obj.get("event_type")
-    if not isinstance(event_type, str):
-        raise ValueError(f"'event_type' must be a string, got {event_type!r}")
-    run_id = obj.get("run_id")
-    if not isinstance(run_id, str):
-        raise ValueError(f"'run_id' must be a string, got {run_id!r}")
-    usage = obj.get("usage")
-    if not isinstance(usage, dict):
-        raise ValueError("missing 'usage' object")
-    cost = obj.get("cost_usd")
-    if type(cost) not in (int, float):
-        raise ValueError(f"'cost_usd' must be a number, got {cost!r}")
+    event_type: str = obj["event_type"]
+    usage: dict[str, Any] = obj["usage"]
     latency = obj.get("latency_ms")
-    if latency is not None and type(latency) not in (int, float):
-        raise ValueError(f"'latency_ms' must be a number, got {latency!r}")
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     span = obj.get("span_id")
@@ -146,12 +127,12 @@ def call_from_event(obj: dict[str, Any], index: int = 0) -> Call:
         name=str(name) if name is not None else event_type,
         status=STATUS_OF.get(status, status),
         model=str(obj.get("model") or ""),
-        tokens_in=_int(usage.get("prompt_tokens"), "usage.prompt_tokens"),
-        tokens_out=_int(usage.get("completion_tokens"), "usage.completion_tokens"),
-        cost_usd=float(cost),  # type: ignore[arg-type]
+        tokens_in=usage.get("prompt_tokens") or 0,
+        tokens_out=usage.get("completion_tokens") or 0,
+        cost_usd=float(obj["cost_usd"]),
         unpriced=meta.get("cost_status") == "unpriced",
         latency_ms=float(latency) if latency is not None else None,
-        retries=_int(meta.get("retries_used"), "metadata.retries_used"),
+        retries=meta.get("retries_used") or 0,
         stop_reason=str(stop) if stop is not None else None,
         error_class=str(error) if error is not None else None,
         tool_calls_made=tools if type(tools) is int and tools >= 0 else 0,
@@ -164,9 +145,8 @@ class LoggedCalls:
     """The calls of TokenTracker logs, event by event, as ``(path, event, call)``.
 
     Lines are read by the one reading every tool shares (:func:`ampmeter.logs.read_jsonl`
-    with :func:`ampmeter.logs.event_problem`); an event whose fields no reader accepts raises
-    :class:`AnalysisError` naming ``file:line``. ``skipped_lines`` counts the lines
-    ``best_effort`` skipped so far.
+    with :func:`ampmeter.logs.event_problem`, which names ``file:line`` and the field of an
+    event no reader accepts). ``skipped_lines`` counts the lines ``best_effort`` skipped so far.
     """
 
     def __init__(
@@ -182,12 +162,7 @@ class LoggedCalls:
             path = os.fspath(raw_path)
             with read_jsonl(path, best_effort=best_effort, check=event_problem) as reader:
                 for index, obj in enumerate(reader):
-                    try:
-                        call = call_from_event(obj, index)
-                    except ValueError as exc:
-                        line = record_line(path, index, best_effort)
-                        raise AnalysisError(path, line, str(exc)) from None
-                    yield path, obj, call
+                    yield path, obj, call_from_event(obj, index)
                 self.skipped_lines += reader.skipped
 
 
@@ -210,10 +185,6 @@ def load_runs(
         if path not in run.sources:
             run.sources.append(path)
         run.calls.append(call)
-        run.events.append(obj)
-        reason = call.metadata.get("termination_reason")
-        if isinstance(reason, str):
-            run.termination_reason = reason
     for run in runs.values():
         _set_depths(run.calls)
     return runs
@@ -223,6 +194,46 @@ def _set_depths(calls: list[Call]) -> None:
     depths = call_depths([c.span_id for c in calls], [c.parent_id for c in calls])
     for call, depth in zip(calls, depths, strict=True):
         call.depth = depth
+
+
+class CallTree:
+    """One run's calls in log order, in 21 bytes each (the ids as hashes, whether it failed,
+    its error class as a number), until the pass ends and :meth:`finish` finds their depths and
+    the last top-level call: what both engines of :func:`ampmeter.analysis.summarize` keep."""
+
+    __slots__ = ("_error_names", "_errors", "_flags", "_parents", "_spans")
+
+    def __init__(self) -> None:
+        self._spans = array("q")
+        self._parents = array("q")
+        self._flags = array("b")  # _FAILED | _HAS_PARENT
+        self._errors = array("i")
+        self._error_names: dict[str | None, int] = {None: 0}
+
+    def add(
+        self, span_id: str, parent_id: str | None, failed: bool, error_class: str | None
+    ) -> None:
+        """One more call of the run (its error class matters only when it ``failed``)."""
+        names = self._error_names
+        self._spans.append(hash(span_id))
+        self._parents.append(0 if parent_id is None else hash(parent_id))
+        self._flags.append(failed | (0 if parent_id is None else _HAS_PARENT))
+        self._errors.append(names.setdefault(error_class, len(names)) if failed else 0)
+
+    def finish(self) -> tuple[list[int], tuple[str, str | None]]:
+        """Every call's depth (:func:`call_depths`), and ``("fail", error class)`` or
+        ``("other", None)`` for the last top-level call (``("", None)`` when there is none)."""
+        flags = self._flags
+        parents = [self._parents[i] if flags[i] & _HAS_PARENT else None for i in range(len(flags))]
+        depths = call_depths(self._spans, parents)
+        last = next((i for i in range(len(depths) - 1, -1, -1) if depths[i] == 1), None)
+        top: tuple[str, str | None] = ("", None)
+        if last is not None and flags[last] & _FAILED:
+            names = {number: name for name, number in self._error_names.items()}
+            top = ("fail", names[self._errors[last]])
+        elif last is not None:
+            top = ("other", None)
+        return depths, top
 
 
 def call_depths(span_ids: Sequence[H], parent_ids: Sequence[H | None]) -> list[int]:

@@ -74,6 +74,7 @@ def node_to_event(
     t_out = node.tokens_out or 0
     usage = {"prompt_tokens": t_in, "completion_tokens": t_out, "total_tokens": t_in + t_out}
     cost = float(node.cost_usd)  # JSONL keeps cost_usd a JSON number
+    cost_status = None
     if meta:
         cached = meta.get(META_CACHED_TOKENS)
         if type(cached) is int and cached >= 0:
@@ -84,29 +85,19 @@ def node_to_event(
         cost_status = meta.get(META_COST_STATUS)
         if cost_status == "unpriced":
             cost = 0.0
-        if extra_metadata:
-            meta = {**meta, **extra_metadata}
-        metadata = {
-            **meta,
-            "pricing_version": meta.get(META_PRICING_VERSION),
-            "status": node.status,
-            "retries_used": node.retries_used,
-            "error_class": node.error_class,
-            "stop_reason": node.stop_reason,
-            "cost_status": cost_status,
-        }
-        if metadata.get(META_CONTEXT) is True:  # a sub-agent's own node: its name is the context's
-            metadata[META_CONTEXT] = node.name
-    else:
-        metadata = {
-            **(extra_metadata or {}),
-            "pricing_version": None,
-            "status": node.status,
-            "retries_used": node.retries_used,
-            "error_class": node.error_class,
-            "stop_reason": node.stop_reason,
-            "cost_status": None,
-        }
+    if extra_metadata:
+        meta = {**meta, **extra_metadata}
+    metadata = {
+        **meta,
+        "pricing_version": meta.get(META_PRICING_VERSION),
+        "status": node.status,
+        "retries_used": node.retries_used,
+        "error_class": node.error_class,
+        "stop_reason": node.stop_reason,
+        "cost_status": cost_status,
+    }
+    if metadata.get(META_CONTEXT) is True:  # a sub-agent's own node: its name is the context's
+        metadata[META_CONTEXT] = node.name
     event: dict[str, Any] = {"timestamp": iso_utc(end), "run_id": run_id, "span_id": node.node_id}
     parent_id = node.parent_id
     if parent_id is not None and node.depth != 1:

@@ -1,19 +1,12 @@
-"""Reading JSONL logs by the contract's rules: the one reading of a valid line for every tool.
+"""Reading JSONL logs by the contract's rules: the one reading of a valid line for every tool
+(the rules are listed in ``docs/logs-and-analysis.md`` and on :func:`read_jsonl`).
 
-Blank lines are skipped. A line that is not a JSON object, holds a number that is not finite
-(``NaN``, ``Infinity``, ``1e400``), nests deeper than :data:`~ampmeter.logs.events.MAX_DEPTH`
-(1,024 levels), or fails the reader's ``check`` (for event logs,
-:func:`ampmeter.logs.events.event_problem`: negative or out-of-range counts, a bad cost, ...)
-raises :class:`JsonlError` naming the file, the line and the field, unless ``best_effort=True``
-(then it is skipped and counted, and a warning says how many). Only a last line *without its
-newline* is a write cut off by a crash: if it cannot be decoded it is dropped with a
-:class:`TruncatedLineWarning`. A complete last line is judged like any other. ``.gz`` files (or
-any gzip data) are decompressed on the fly.
-
-A line may be at most :func:`max_line_bytes` long (64 MiB unless the ``AMPMETER_MAX_LINE_BYTES``
-environment variable says otherwise), so reading a file never holds more than about that much
-of one line: a longer line raises :class:`JsonlError` naming ``file:line`` and its size (in
-best-effort mode it is skipped like any bad line), read past in fixed-size pieces.
+Only a last line *without its newline* can be a write cut off by a crash, so only it is dropped
+with a warning; a complete bad line is an error naming ``file:line`` (skipped and counted in
+best-effort mode). No line longer than :func:`max_line_bytes` is ever held: a hostile log must
+not exhaust memory, so such a line is read past in fixed-size pieces and refused by its size;
+nor its stack, so a line nested deeper than :data:`~ampmeter.logs.events.MAX_DEPTH` is refused
+by name. ``.gz`` files (or any gzip data) are decompressed on the fly.
 """
 
 from __future__ import annotations

@@ -245,14 +245,7 @@ class StreamMetricsLogger(Closeable):
         }
         with self._lock:
             self._check_open()
-            self._calls.write(_dumps(call))
-            self._events.write(encode_event(event))
-            tally = self._tallies.setdefault((t, problem_id), Tally())
-            if event_type == "llm_completion":
-                tally.llm_calls += 1
-            tally.tokens += total_tokens or 0
-            tally.latency_ms += latency_ms or 0.0
-            tally.cost += cost or 0
+            self._write_call((t, problem_id), call, event, cost or Decimal(0))
 
     def problem(self, t: int, problem_id: str) -> ProblemSink:
         """A sink for one problem's ``ExecutionContext`` (``sinks=[logger.problem(t, pid)]``).
@@ -307,13 +300,20 @@ class StreamMetricsLogger(Closeable):
                 call[key] = meta.get(key)
             if node.status != "success" and call["failure_reason"] is None:
                 call["failure_reason"] = node.stop_reason
-            self._calls.write(_dumps(call))
-            self._events.write(encode_event(event))
-            if node.kind == "llm":
-                tally.llm_calls += 1
-            tally.tokens += total or 0
-            tally.latency_ms += call["latency_ms"]
-            tally.cost += node.cost_usd
+            self._write_call((t, problem_id), call, event, node.cost_usd)
+
+    def _write_call(
+        self, key: tuple[int, str], call: dict[str, Any], event: dict[str, Any], cost: Decimal
+    ) -> None:
+        """Write one call's ``calls.jsonl`` line and event, and count it for its problem (the
+        caller holds the lock)."""
+        self._calls.write(_dumps(call))
+        self._events.write(encode_event(event))
+        tally = self._tallies.setdefault(key, Tally())
+        tally.llm_calls += event["event_type"] == "llm_completion"
+        tally.tokens += call["total_tokens"] or 0
+        tally.latency_ms += call["latency_ms"] or 0.0
+        tally.cost += cost
 
     # -- problems ---------------------------------------------------------------------------
 

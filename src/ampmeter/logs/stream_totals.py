@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -28,7 +29,7 @@ class StreamCumulativeMetrics:
         return asdict(self)
 
 
-def percentile(sorted_values: list[float] | tuple[float, ...], q: float) -> float:
+def percentile(sorted_values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0-100) of sorted values, linear interpolation; 0.0 if empty."""
     if not sorted_values:
         return 0.0
@@ -79,14 +80,12 @@ class StreamTotals:
         )
 
 
+@dataclass(slots=True)
 class Tally:
     """What was seen of one problem's calls, to fill its problems line."""
 
-    __slots__ = ("cost", "latency_ms", "llm_calls", "root_latency_ms", "tokens")
-
-    def __init__(self) -> None:
-        self.llm_calls = 0
-        self.tokens = 0
-        self.latency_ms = 0.0
-        self.root_latency_ms: float | None = None
-        self.cost = Decimal(0)  # summed exactly; a number only where it is written
+    llm_calls: int = 0
+    tokens: int = 0
+    latency_ms: float = 0.0
+    root_latency_ms: float | None = None
+    cost: Decimal = Decimal(0)  # summed exactly; a number only where it is written

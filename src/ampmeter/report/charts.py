@@ -159,6 +159,15 @@ def _x_ticks(ticks: Sequence[tuple[float, str]], y: float, left: float, right: f
     return "".join(out)
 
 
+def _y_grid(marks: Sequence[tuple[float, str]], left: float, width: float) -> str:
+    """A grid line across the plot, labelled left of the axis, at each ``(y, label)``."""
+    return "".join(
+        f'<line class="grid" x1="{left}" x2="{left + width}" y1="{y:.1f}" y2="{y:.1f}"></line>'
+        + _text(left - 4, y + 4, label, "tick", "end")
+        for y, label in marks
+    )
+
+
 def bars_by_model(by_model: Mapping[str, Mapping[str, float]]) -> str:
     """Priced cost and tokens per model as two bar columns, one 22 px row per model (so one
     model gives one short row, not a panel). ``by_model`` maps a model to ``cost_usd`` and
@@ -226,13 +235,9 @@ def latency_histogram(counts: Mapping[float, int], p50: float | None, p95: float
     def x(value: float) -> float:
         return left + (value - low) / (width * bins) * plot_w
 
-    body = []
-    for tick in nice_ticks(0, peak, plot_h, 16, integer=True):
-        y = top + plot_h - tick / peak * plot_h
-        body.append(
-            f'<line class="grid" x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}"></line>'
-        )
-        body.append(_text(left - 4, y + 4, f"{tick:,.0f}", "tick", "end"))
+    y_ticks = nice_ticks(0, peak, plot_h, 16, integer=True)
+    marks = [(top + plot_h - tick / peak * plot_h, f"{tick:,.0f}") for tick in y_ticks]
+    body = [_y_grid(marks, left, plot_w)]
     bar_w = plot_w / bins
     for i, count in enumerate(tally):
         if not count:
@@ -315,13 +320,9 @@ def line_chart(
     def py(v: float) -> float:
         return top + plot_h - (v - y0) / (y1 - y0) * plot_h
 
-    body = []
-    for tick, label in zip(y_ticks, y_labels, strict=True):
-        body.append(
-            f'<line class="grid" x1="{left}" x2="{left + plot_w}" y1="{py(tick):.1f}" '
-            f'y2="{py(tick):.1f}"></line>'
-        )
-        body.append(_text(left - 4, py(tick) + 4, label, "tick", "end"))
+    body = [
+        _y_grid([(py(t), label) for t, label in zip(y_ticks, y_labels, strict=True)], left, plot_w)
+    ]
     whole = all(p[0] == int(p[0]) for p in points)
     label_px = text_width(f"{x1:,.2f}") + 14
     x_ticks = covering(nice_ticks(x0, x1, plot_w, label_px, integer=whole), x1)

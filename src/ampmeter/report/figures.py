@@ -1,6 +1,7 @@
-"""PNG figures of ampmeter's logs, drawn with matplotlib's Agg backend (no display needed).
+"""The amortization curve as a PNG (``ampmeter amortize --plot``), drawn with matplotlib's Agg
+backend (no display needed); the report draws its figures as inline SVG (:mod:`.charts`).
 
-Each function returns the PNG bytes; :func:`save_png` writes them to a file.
+:func:`amortization_figure` returns the PNG bytes; :func:`save_png` writes them to a file.
 """
 
 from __future__ import annotations
@@ -17,13 +18,7 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-__all__ = [
-    "amortization_figure",
-    "context_growth_figure",
-    "cost_tokens_by_model_figure",
-    "latency_figure",
-    "save_png",
-]
+__all__ = ["amortization_figure", "save_png"]
 
 _SIZE = (7.0, 3.6)
 _DPI = 100
@@ -82,81 +77,4 @@ def amortization_figure(rows: Sequence[Mapping[str, Any]]) -> bytes:
         ax2.plot([p[0] for p in acc], [p[1] for p in acc], color="#d62728", label="accuracy")
         ax2.set_ylabel("cumulative accuracy", color="#d62728")
         ax2.set_ylim(0.0, 1.05)
-    return _png(fig)
-
-
-def context_growth_figure(runs: Mapping[str, Sequence[int]], *, max_runs: int = 12) -> bytes:
-    """Input tokens of each LLM call against the call number, one line per run (at most
-    ``max_runs``, the longest ones)."""
-    fig = Figure(figsize=_SIZE)
-    ax = fig.add_subplot()
-    shown = sorted(((k, v) for k, v in runs.items() if v), key=lambda kv: -len(kv[1]))[:max_runs]
-    if not shown:
-        _empty(ax, "no LLM calls")
-        return _png(fig)
-    for run_id, tokens in shown:
-        ax.plot(range(1, len(tokens) + 1), tokens, marker="o", markersize=3, label=run_id[:32])
-    ax.set_title("Context growth")
-    ax.set_xlabel("LLM call")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("input tokens")
-    ax.set_ylim(bottom=0)
-    if len(shown) > 1:
-        ax.legend(fontsize="x-small", loc="upper left")
-    return _png(fig)
-
-
-def cost_tokens_by_model_figure(by_model: Mapping[str, Mapping[str, float]]) -> bytes:
-    """Priced cost and tokens (in + out) per model, side by side.
-
-    ``by_model`` maps a model name to ``{"cost_usd": ..., "tokens": ...}``.
-    """
-    fig = Figure(figsize=_SIZE)
-    models = [m for m in by_model if m]
-    if not models:
-        _empty(fig.add_subplot(), "no model calls")
-        return _png(fig)
-    names = [m[:24] for m in models]
-    ax1, ax2 = fig.subplots(1, 2)
-    costs = [by_model[m].get("cost_usd", 0.0) for m in models]
-    if any(costs):
-        ax1.barh(names, costs, color="#2ca02c")
-    else:
-        ax1.set_yticks(range(len(names)), names)
-        ax1.text(
-            0.5,
-            0.5,
-            "no priced cost",
-            ha="center",
-            va="center",
-            transform=ax1.transAxes,
-            color="#666",
-        )
-        ax1.set_xticks([])
-    ax1.set_title("cost by model (USD)")
-    ax2.barh(names, [by_model[m].get("tokens", 0.0) for m in models], color="#9467bd")
-    ax2.set_title("tokens by model")
-    ax2.set_yticks([])
-    return _png(fig)
-
-
-def latency_figure(latencies_ms: Sequence[float]) -> bytes:
-    """Histogram of call latencies (ms) with the p50 and p95 marked."""
-    from ampmeter.analysis.quantiles import percentile
-
-    fig = Figure(figsize=_SIZE)
-    ax = fig.add_subplot()
-    values = sorted(latencies_ms)
-    if not values:
-        _empty(ax, "no latencies")
-        return _png(fig)
-    ax.hist(values, bins=min(50, max(5, len(values) // 4)), color="#ff7f0e")
-    for q, style in ((50.0, "-"), (95.0, "--")):
-        v = percentile(values, q)
-        if v is not None:
-            ax.axvline(v, color="black", linestyle=style, label=f"p{q:.0f} = {v:,.0f} ms")
-    ax.set_title("Latency distribution")
-    ax.set_xlabel("latency (ms)")
-    ax.set_ylabel("calls")
-    ax.legend(fontsize="small")
     return _png(fig)

@@ -214,21 +214,15 @@ def _figures(
         ),
     ]
     if curve is not None:
-        cps = [
-            (float(r["t"]), float(r["cost_per_solved"]))
-            for r in curve
-            if r.get("cost_per_solved") is not None
-        ]
-        acc = [
-            (float(r["t"]), float(r["cum_accuracy"]))
-            for r in curve
-            if r.get("cum_accuracy") is not None
-        ]
+
+        def points(column: str) -> list[tuple[float, float]]:
+            return [(float(r["t"]), float(r[column])) for r in curve if r.get(column) is not None]
+
         figs[:0] = [
             _figure(
                 "Amortization: cost per solved problem",
                 charts.line_chart(
-                    [("cost per solved", cps)],
+                    [("cost per solved", points("cost_per_solved"))],
                     x_label="t (problems)",
                     y_label="cost per solved",
                     y_format="usd",
@@ -236,7 +230,11 @@ def _figures(
             ),
             _figure(
                 "Amortization: cumulative accuracy",
-                charts.line_chart([("accuracy", acc)], x_label="t (problems)", y_label="accuracy"),
+                charts.line_chart(
+                    [("accuracy", points("cum_accuracy"))],
+                    x_label="t (problems)",
+                    y_label="accuracy",
+                ),
             ),
         ]
     return figs

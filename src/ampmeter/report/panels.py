@@ -1,5 +1,6 @@
-"""The pieces of the report's HTML for one run (spend against each limit, the stop list, the
-panel that holds them with the timeline and the calls) and the table of all runs.
+"""The pieces of the report's HTML for one run (spend against each limit, the stop list, its
+limit events, the panel that holds them with the timeline and the calls) and the table of all
+runs.
 
 Log text is escaped here; stop reasons are scrubbed of secrets again, since logs written
 elsewhere (or by an older version) may hold unscrubbed error text.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 from ampmeter import redact
 from ampmeter.analysis.ceilings import derivable
@@ -17,7 +18,6 @@ from ampmeter.analysis.digest import RunDigest
 from ampmeter.analysis.summary import NUMERIC_COLUMNS, RunSummary
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS
 from ampmeter.report.charts import amount, dollars, share_of
-from ampmeter.report.limit_events import limit_events_html
 
 __all__ = ["TABLE_COLUMNS", "run_panel", "runs_table", "scrubbed"]
 
@@ -45,18 +45,10 @@ TABLE_COLUMNS: Final = (
 )
 _TEXT_COLUMNS: Final = ("label", "termination", "stop_reason")
 # Columns whose total over runs means something (a sum of depths or of averages does not).
-_SUMMED: Final = (
-    "llm_sent",
-    "tool_calls",
-    "refused_calls",
-    "failed",
-    "retries",
-    "tokens_in",
-    "tokens_out",
-    "cost_usd",
-    "unpriced_calls",
-    "unsettled_cost_usd",
-    "estimated_cost_usd",
+_SUMMED: Final = tuple(
+    key
+    for key, _ in TABLE_COLUMNS
+    if key not in (*_TEXT_COLUMNS, "base_context", "context_growth_avg", "max_depth")
 )
 PAGE_ROWS: Final = 50
 PAGE_RUNS: Final = 20
@@ -163,6 +155,24 @@ def _limits(
     return f'<div class="limits">{"".join(rows)}</div>{note}'
 
 
+def _limit_events(events: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """A badge for the run's summary line and the list of its limit events ("" when none),
+    from the ``limit_events`` metadata the policies write (see :mod:`ampmeter.policies`)."""
+    if not events:
+        return "", ""
+    items = []
+    for event in events:
+        fraction = event.get("fraction")
+        share = f" ({fraction:.0%})" if isinstance(fraction, (int, float)) else ""
+        items.append(
+            f"<li>{esc(str(event.get('kind')))}: {esc(str(event.get('key')))}{esc(share)} "
+            f'<span class="muted">limit {esc(str(event.get("limit")))}, node '
+            f"{esc(str(event.get('node_id')))}</span></li>"
+        )
+    badge = f'<span class="badge warn">{len(events)} limit event(s)</span>'
+    return badge, f'<ul class="limit-events">{"".join(items)}</ul>'
+
+
 def _stops(run: RunDigest) -> str:
     if not run.stops:
         return '<p class="muted">No call was stopped.</p>'
@@ -201,7 +211,7 @@ def run_panel(
         marks.append(f'<span class="badge halt">{run.stopped_unsent:,} refused</span>')
     if s.failed:
         marks.append(f'<span class="badge fail">{s.failed:,} failed</span>')
-    badge, limit_events = limit_events_html(run.limit_events)
+    badge, limit_events = _limit_events(run.limit_events)
     marks.append(badge)
     if s.unsettled_cost_usd:
         unsettled = dollars(s.unsettled_cost_usd)
