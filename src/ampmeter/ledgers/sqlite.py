@@ -88,7 +88,7 @@ class SqlLedger(Ledger):
                 (reservation_id,),
             ).fetchone()
             if row is not None:
-                return _reservation(reservation_id, *row)
+                return held_reservation(reservation_id, _units(row[2]), row[0], _scopes(row[1]))
             checked = kept_limits(own, limits, lambda scope: _read(db, "ceilings", scope))
             refusal = first_refusal(
                 checked, amounts, lambda scope: (_read(db, "spent", scope), _held(db, scope))
@@ -169,24 +169,10 @@ class SqlLedger(Ledger):
 
     def _backend_renew(self, reservation_ids: list[str]) -> set[str]:
         def renew(db: sqlite3.Connection, now: float) -> set[str]:
-            live: set[str] = set()
-            for reservation_id in reservation_ids:
-                if self._lease_s is None:
-                    found = db.execute(
-                        "SELECT 1 FROM ampmeter_holds WHERE id = ?", (reservation_id,)
-                    ).fetchone()
-                    changed = found is not None
-                else:
-                    changed = (
-                        db.execute(
-                            "UPDATE ampmeter_holds SET expires_at = ? WHERE id = ?",
-                            (now + self._lease_s, reservation_id),
-                        ).rowcount
-                        == 1
-                    )
-                if changed:
-                    live.add(reservation_id)
-            return live
+            # Without a lease of its own the ledger keeps each hold's expiry: it only finds them.
+            expires_at = None if self._lease_s is None else now + self._lease_s
+            query = "UPDATE ampmeter_holds SET expires_at = COALESCE(?, expires_at) WHERE id = ?"
+            return {rid for rid in reservation_ids if db.execute(query, (expires_at, rid)).rowcount}
 
         return self._run(renew)
 
@@ -200,9 +186,7 @@ class SqlLedger(Ledger):
         # A write transaction: holds whose lease ended are charged or returned first.
         def read(db: sqlite3.Connection, now: float) -> list[tuple[str, Units, tuple[str, ...]]]:
             rows = db.execute("SELECT id, amounts, scopes FROM ampmeter_expired ORDER BY at")
-            return [
-                (rid, _units(amounts), tuple(orjson.loads(scopes))) for rid, amounts, scopes in rows
-            ]
+            return [(rid, _units(amounts), _scopes(scopes)) for rid, amounts, scopes in rows]
 
         return self._run(read)
 
@@ -460,12 +444,8 @@ def _units(raw: bytes) -> Units:
     return {str(key): int(value) for key, value in orjson.loads(raw).items()}
 
 
-def _reservation(
-    reservation_id: str, expires_at: float | None, scopes: bytes, amounts: bytes
-) -> Reservation:
-    return held_reservation(
-        reservation_id, _units(amounts), expires_at, tuple(orjson.loads(scopes))
-    )
+def _scopes(raw: bytes) -> tuple[str, ...]:
+    return tuple(orjson.loads(raw))
 
 
 def _reopen(location: Location, scope: str) -> SqliteLedger:
