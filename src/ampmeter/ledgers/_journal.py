@@ -1,16 +1,12 @@
 """The local journal of settlements (commits, releases) a ledger backend could not take.
 
-One file per settlement in a directory, written to a temporary name, synced and renamed into
-place, so a reader never sees half an entry and processes sharing the directory need no lock.
-Replaying applies each entry and deletes its file; entries are idempotent by reservation id, so
-two processes replaying the same file, or a settlement that did reach the backend before it
-was journaled, count once.
-
-Replaying adds spend, so each entry is sealed and checked before it is applied (see
-:mod:`ampmeter.ledgers._journal_entry`); an entry that fails a check is never applied: it is
-renamed ``*.corrupt`` beside the others (kept for a person to look at) and logged with its file
-and the reason. On POSIX the directory is created private to its user (mode 0700), and an
-entry another user owns is refused the same way.
+One file per settlement, written to a temporary name, synced and renamed into place, so a reader
+never sees half an entry and processes sharing the directory need no lock. Entries are
+idempotent by reservation id, so two processes replaying one file, or a settlement that reached
+the backend before it was journaled, count once. Replaying adds spend, so each entry is checked
+first (:mod:`ampmeter.ledgers._journal_entry`); one that fails is never applied: it is renamed
+``*.corrupt`` (kept for a person to look at) and logged with the reason. On POSIX the directory
+is private to its user (mode 0700), and an entry another user owns is refused the same way.
 """
 
 from __future__ import annotations

@@ -180,7 +180,6 @@ class OtelSink(Sink):
 
     def _span(self, node: Node, chain_id: str, name: str, attributes: dict[str, Any]) -> None:
         trace_id = trace_id_for(chain_id)
-        parent_context = None
         if node.parent_id is not None:
             parent = SpanContext(
                 trace_id,
