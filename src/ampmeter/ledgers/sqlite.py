@@ -262,20 +262,16 @@ class SqliteLedger(SqlLedger):
     """A :class:`Ledger` kept in the SQLite file ``path`` (created if missing).
 
     Every process and thread that opens the same file shares its budgets. ``lease_s`` (None =
-    never) is how long an unsettled reservation holds its amounts unless renewed (this
-    process renews its own every ``lease_s / 3`` while it lives); ``on_expired_hold`` says
-    whether a hold whose lease ends is charged as unsettled spend (default) or released.
-    ``timeout_s`` is how long an operation waits for the file's write lock before raising
-    :class:`LedgerUnavailable`. ``journal`` is the directory for settlements the file cannot
-    take (default: under the user's cache directory, one per file and scope tree).
-    ``handoff_key`` signs hand-off tokens (see :class:`Ledger`). Amounts are stored as
-    integers (nano-dollars for money keys). Each reserve, commit, release and renewal is one
-    ``BEGIN IMMEDIATE`` transaction, so it is checked and applied atomically against what every
-    other process holds; the file is in WAL mode, so reads never wait for writers, and
+    never) is how long an unsettled reservation holds unless renewed (this process renews its
+    own every ``lease_s / 3``); ``on_expired_hold`` says whether a hold whose lease ends is
+    charged as unsettled spend (default) or released. ``timeout_s`` is how long an operation
+    waits for the file's write lock before raising :class:`LedgerUnavailable`. ``journal`` is
+    the directory for settlements the file cannot take (default: under the user's cache
+    directory, one per file and scope tree). ``handoff_key`` signs hand-off tokens (see
+    :class:`Ledger`). The file is in WAL mode, so reads never wait for writers, with
     ``synchronous=NORMAL``: a committed transaction survives a crash of the process, not
-    necessarily of the machine. If the file is removed or replaced while the ledger has it
-    open, every operation raises :class:`LedgerUnavailable` until the same file is back (see
-    :mod:`ampmeter.ledgers._sqlite_file`), so the budget never splits between two files.
+    necessarily of the machine. A file removed or replaced while open fails every operation
+    until it is back (see :mod:`ampmeter.ledgers._sqlite_file`): the budget never splits.
     """
 
     def __init__(
