@@ -123,14 +123,12 @@ class Journal:
         try:
             if self.pending:
                 self.replay(apply)  # fails fast while the backend is down
-            for pause in (*SETTLE_RETRY_PAUSES_S, None):
+            for pause in SETTLE_RETRY_PAUSES_S:
                 try:
                     return apply(settlement)
                 except BudgetUnavailable:
-                    if pause is None:
-                        raise
                     time.sleep(pause)
-            raise AssertionError("not reached: the last try returns or raises")
+            return apply(settlement)  # the last try
         except BudgetUnavailable as error:
             what = f"the {settlement.op} of reservation {settlement.reservation_id!r}"
             try:

@@ -132,15 +132,15 @@ class RedisLedger(Ledger):
             self._client = url
         self._where = _where(self._client)
         self._location = _location(url if isinstance(url, str) else self._client, ttl, lease)
-        directory = (
-            journal
-            if journal is not None
-            else default_journal_dir("redis", _identity(self._client), scope)
-        )
+        if journal is None:  # one per server and database (what a journal belongs to)
+            db = ""
+            if not isinstance(self._client, RedisCluster):
+                db = f"/{self._client.connection_pool.connection_kwargs.get('db', 0)}"
+            journal = default_journal_dir("redis", self._where + db, scope)
         super().__init__(
             scope,
             lease,
-            directory,
+            journal,
             on_expired_hold=on_expired_hold,
             handoff_key=handoff_key,
         )
@@ -369,13 +369,6 @@ def _location(
         url = f"{scheme}://{kwargs.get('host')}:{kwargs.get('port')}/{kwargs.get('db', 0)}"
     found.update(url=url, credentials=secret)
     return found
-
-
-def _identity(client: redis.Redis | RedisCluster) -> str:
-    """The server and database the client points at: what a journal belongs to."""
-    if isinstance(client, RedisCluster):
-        return _where(client)
-    return f"{_where(client)}/{client.connection_pool.connection_kwargs.get('db', 0)}"
 
 
 def _place(location: Location) -> str:
