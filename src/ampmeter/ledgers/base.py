@@ -40,7 +40,6 @@ from ampmeter.ledgers._amounts import (
     scope_path,
     to_amount,
 )
-from ampmeter.ledgers._controls import Controls
 from ampmeter.ledgers._journal import Journal, Settlement
 from ampmeter.ledgers._renewal import Renewer
 from ampmeter.ledgers._rules import (
@@ -98,7 +97,7 @@ class Committed(dict[str, Amount]):
         self.duplicate = duplicate
 
 
-class Ledger(Controls, Closeable):
+class Ledger(_notes.Controls, Closeable):
     """Reservations and spend for a tree of budget scopes (``tenant-42/run-7/researcher``).
 
     A ledger is bound to one scope; :meth:`child` gives a ledger on the same backend for a
