@@ -9,8 +9,9 @@ another process can reach declares how in a :class:`Reach` given to :func:`regis
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ampmeter._lazy import lazy_names
 from ampmeter.ledgers.base import (
     BudgetView,
     Committed,
@@ -44,10 +45,4 @@ __all__ = [
     "register",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name == "RedisLedger":
-        from ampmeter.ledgers.redis import RedisLedger
-
-        return RedisLedger
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, {"RedisLedger": "ampmeter.ledgers.redis"})

@@ -88,25 +88,16 @@ def to_units(key: str, value: object, what: str, *, ceiling: bool = False) -> in
             if abs(dollars) > _MAX_CEILING_USD:
                 return MAX_UNITS if dollars > 0 else -MAX_UNITS
         return to_nano(value, what, allow_negative=ceiling)
-    kind = type(value)
-    if kind is int:
+    if type(value) is int:  # a count as most callers give it: nothing to convert
         number = value
     elif isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
-        raise TypeError(f"{what} must be a number, got {kind.__name__}")
-    elif isinstance(value, int):
-        number = int(value)
+        raise TypeError(f"{what} must be a number, got {type(value).__name__}")
+    elif not (value.is_finite() if isinstance(value, Decimal) else math.isfinite(value)):
+        raise ValueError(f"{what} must be finite, got {value!r}")
     else:
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{what} must be finite, got {value!r}")
-        if isinstance(value, Decimal) and not value.is_finite():
-            raise ValueError(f"{what} must be finite, got {value!r}")
-        if value == int(value):
-            number = int(value)
-        elif ceiling:
-            number = math.floor(value)
-        else:
+        number = math.floor(value)  # exact for ints and Decimals
+        if number != value and not ceiling:
             raise ValueError(f"{what} counts whole things, got {value!r}")
-    assert isinstance(number, int)
     if number < 0 and not ceiling:
         raise ValueError(f"{what} must be >= 0, got {value!r}")
     if abs(number) > MAX_UNITS:

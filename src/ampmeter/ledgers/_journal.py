@@ -1,16 +1,12 @@
 """The local journal of settlements (commits, releases) a ledger backend could not take.
 
-One file per settlement in a directory, written to a temporary name, synced and renamed into
-place, so a reader never sees half an entry and processes sharing the directory need no lock.
-Replaying applies each entry and deletes its file; entries are idempotent by reservation id, so
-two processes replaying the same file, or a settlement that did reach the backend before it
-was journaled, count once.
-
-Replaying adds spend, so each entry is sealed and checked before it is applied (see
-:mod:`ampmeter.ledgers._journal_entry`); an entry that fails a check is never applied: it is
-renamed ``*.corrupt`` beside the others (kept for a person to look at) and logged with its file
-and the reason. On POSIX the directory is created private to its user (mode 0700), and an
-entry another user owns is refused the same way.
+One file per settlement, written to a temporary name, synced and renamed into place, so a reader
+never sees half an entry and processes sharing the directory need no lock. Entries are
+idempotent by reservation id, so two processes replaying one file, or a settlement that reached
+the backend before it was journaled, count once. Replaying adds spend, so each entry is checked
+first (:mod:`ampmeter.ledgers._journal_entry`); one that fails is never applied: it is renamed
+``*.corrupt`` (kept for a person to look at) and logged with the reason. On POSIX the directory
+is private to its user (mode 0700), and an entry another user owns is refused the same way.
 """
 
 from __future__ import annotations
@@ -127,14 +123,12 @@ class Journal:
         try:
             if self.pending:
                 self.replay(apply)  # fails fast while the backend is down
-            for pause in (*SETTLE_RETRY_PAUSES_S, None):
+            for pause in SETTLE_RETRY_PAUSES_S:
                 try:
                     return apply(settlement)
                 except BudgetUnavailable:
-                    if pause is None:
-                        raise
                     time.sleep(pause)
-            raise AssertionError("not reached: the last try returns or raises")
+            return apply(settlement)  # the last try
         except BudgetUnavailable as error:
             what = f"the {settlement.op} of reservation {settlement.reservation_id!r}"
             try:

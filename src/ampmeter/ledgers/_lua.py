@@ -145,50 +145,51 @@ end
 
 open_window()
 reap()
+local function main()
+"""
+
+# Every script's body ends the function the prelude opens; the epilogue keeps the tree's TTL.
+_EPILOGUE = """
+end
+local result = main()
+close_window()
+return result
 """
 
 # ARGV 3 id, 4 lease seconds ("" = none), 5 the amounts' JSON [key, amount, ...], 6 "1" if
-# the hold's expiry charges it, 7 how many scopes on the path (the own scope first, then each
-# enclosing one), then per scope: its name, field prefix, "1" if the caller named it, m, and m
-# (key, ceiling) pairs; then w and w (field, window seconds, ceiling) triples of sliding
-# windows at the own scope. Returns {status, seconds, microseconds of the server clock, JSON,
-# expiry}: status 1 taken (the JSON is the new hold), 0 refused (a settled id), 2 already held
-# under this id (the existing hold and its expiry), 3 refused by a ceiling: the JSON
-# [scope number, key, spent, reserved, ceiling] of the ceiling that refused - one broken by
-# what is spent alone, at any scope, before one broken only by reservations in flight; 4
-# refused by a window (checked once every ceiling fits): [window number, committed in the
-# window, reserved]; 5 refused because the scope with that number is paused.
+# the hold's expiry charges it, 7 the JSON of the scopes on the path (the own scope first, then
+# each enclosing one), each [name, field prefix, true if the caller named it, [key, ceiling,
+# ...]]; 8 the JSON of the sliding windows at the own scope, [[field, window seconds, ceiling],
+# ...]. Returns {status, seconds, microseconds of the server clock, JSON, expiry}: status 1
+# taken (the JSON is the new hold), 0 refused (a settled id), 2 already held under this id (the
+# existing hold and its expiry), 3 refused by a ceiling: the JSON [scope number, key, spent,
+# reserved, ceiling] of the ceiling that refused - one broken by what is spent alone, at any
+# scope, before one broken only by reservations in flight; 4 refused by a window (checked once
+# every ceiling fits): [window number, committed in the window, reserved]; 5 refused because
+# the scope with that number is paused.
 RESERVE = (
     _PRELUDE
     + """
 local id = ARGV[3]
 local path = {}
-local i = 8
-for n = 1, tonumber(ARGV[7]) do
-  local entry = {name = ARGV[i], prefix = ARGV[i + 1], given = ARGV[i + 2] == '1',
-                 ceilings = {}, order = {}}
-  local m = tonumber(ARGV[i + 3])
-  i = i + 4
-  for _ = 1, m do
-    entry.ceilings[ARGV[i]] = ARGV[i + 1]
-    entry.order[#entry.order + 1] = ARGV[i]
-    i = i + 2
+for n, step in ipairs(cjson.decode(ARGV[7])) do
+  local entry = {name = step[1], prefix = step[2], given = step[3], ceilings = {}, order = {}}
+  for j = 1, #step[4], 2 do
+    entry.ceilings[step[4][j]] = step[4][j + 1]
+    entry.order[#entry.order + 1] = step[4][j]
   end
   path[n] = entry
 end
 for n, entry in ipairs(path) do
   if redis.call('HEXISTS', KEYS[16], entry.prefix .. 'pause') == 1 then  -- _notes.PAUSE
-    close_window()
     return {5, t[1], t[2], tostring(n), ''}
   end
 end
 if settled(id) or redis.call('HEXISTS', KEYS[11], id) == 1 then
-  close_window()
   return {0, t[1], t[2], '', ''}
 end
 local existing = redis.call('HGET', KEYS[3], id)
 if existing then
-  close_window()
   return {2, t[1], t[2], existing, redis.call('ZSCORE', KEYS[4], id) or ''}
 end
 local flat = cjson.decode(ARGV[5])
@@ -224,7 +225,6 @@ for n, entry in ipairs(path) do
       if tonumber(spent) + tonumber(held) + amount > tonumber(ceiling) then
         local found = cjson.encode({n, key, spent, held, ceiling})
         if tonumber(spent) + amount > tonumber(ceiling) then
-          close_window()
           return {3, t[1], t[2], found, ''}
         end
         busy = busy or found
@@ -233,29 +233,26 @@ for n, entry in ipairs(path) do
   end
 end
 if busy then
-  close_window()
   return {3, t[1], t[2], busy, ''}
 end
-local w = tonumber(ARGV[i] or '0')
-if w > 0 then
+local windows = cjson.decode(ARGV[8])
+if #windows > 0 then
   local longest = 0
-  for j = i + 1, i + 3 * w, 3 do
-    local field, span = ARGV[j], tonumber(ARGV[j + 1])
+  for _, window in ipairs(windows) do
+    local field, span = window[1], tonumber(window[2])
     local keep = tonumber(redis.call('HGET', KEYS[8], field) or '0')
-    if span > keep then redis.call('HSET', KEYS[8], field, ARGV[j + 1]) end
+    if span > keep then redis.call('HSET', KEYS[8], field, window[2]) end
   end
   for _, keep in ipairs(redis.call('HVALS', KEYS[8])) do
     longest = math.max(longest, tonumber(keep))
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', now - longest)
   local key_of = string.len(path[1].prefix)
-  for n = 1, w do
-    local j = i + 3 * n - 2
-    local field, span, ceiling = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+  for n, window in ipairs(windows) do
+    local field, span, ceiling = window[1], tonumber(window[2]), tonumber(window[3])
     local held = redis.call('HGET', KEYS[2], field) or '0'
     local used = recent(field, now - span)
     if used + tonumber(held) + (wanted[string.sub(field, key_of + 1)] or 0) > ceiling then
-      close_window()
       return {4, t[1], t[2], cjson.encode({n, string.format('%.0f', used), held}), ''}
     end
   end
@@ -267,21 +264,20 @@ redis.call('HSET', KEYS[3], id, raw)
 local expiry = '+inf'
 if ARGV[4] ~= '' then expiry = now + tonumber(ARGV[4]) end
 redis.call('ZADD', KEYS[4], expiry, id)
-close_window()
 return {1, t[1], t[2], raw, ''}
 """
+    + _EPILOGUE
 )
 
-# ARGV 3 id, 4 the idempotency field ("" = none), 5 the amounts' JSON kept for it, 6 how many
-# field prefixes, the prefixes, then n and n (key, amount) pairs. Returns {1, ""} if applied,
-# {0, ""} if already committed, {2, JSON} if the idempotency field was seen (the JSON of its
-# first settlement's amounts; nothing added).
+# ARGV 3 id, 4 the idempotency field ("" = none), 5 the amounts' JSON [key, amount, ...] (also
+# kept for the idempotency field), 6 the JSON of the field prefixes of its scopes. Returns
+# {1, ""} if applied, {0, ""} if already committed, {2, JSON} if the idempotency field was seen
+# (the JSON of its first settlement's amounts; nothing added).
 COMMIT = (
     _PRELUDE
     + """
 local id = ARGV[3]
 if redis.call('ZSCORE', KEYS[5], id) then
-  close_window()
   return {0, ''}
 end
 drop(id)
@@ -291,31 +287,26 @@ redis.call('ZADD', KEYS[5], now, id)
 if ARGV[4] ~= '' then
   local seen = redis.call('HGET', KEYS[14], ARGV[4])
   if seen then
-    close_window()
     return {2, seen}
   end
   redis.call('HSET', KEYS[14], ARGV[4], ARGV[5])
   redis.call('ZADD', KEYS[15], now, ARGV[4])
 end
-local count = tonumber(ARGV[6])
-local i = 7 + count
-local n = tonumber(ARGV[i])
-for p = 7, 6 + count do
-  local j = i + 1
-  for _ = 1, n do
-    if ARGV[j + 1] ~= '0' then
-      local field = ARGV[p] .. ARGV[j]
-      add(1, field, ARGV[j + 1], 1)
+local amounts = cjson.decode(ARGV[5])
+for _, prefix in ipairs(cjson.decode(ARGV[6])) do
+  for j = 1, #amounts, 2 do
+    if amounts[j + 1] ~= '0' then
+      local field = prefix .. amounts[j]
+      add(1, field, amounts[j + 1], 1)
       if redis.call('HEXISTS', KEYS[8], field) == 1 then
-        redis.call('ZADD', KEYS[9], now, field .. '\\31' .. id .. '\\31' .. ARGV[j + 1])
+        redis.call('ZADD', KEYS[9], now, field .. '\\31' .. id .. '\\31' .. amounts[j + 1])
       end
     end
-    j = j + 2
   end
 end
-close_window()
 return {1, ''}
 """
+    + _EPILOGUE
 )
 
 # ARGV 3 id. Returns 1 if applied (a tombstone for an id never reserved), 0 if already settled.
@@ -324,15 +315,14 @@ RELEASE = (
     + """
 local id = ARGV[3]
 if settled(id) then
-  close_window()
   return 0
 end
 drop(id)
 uncharge(id)
 redis.call('ZADD', KEYS[6], now, id)
-close_window()
 return 1
 """
+    + _EPILOGUE
 )
 
 # ARGV 3 lease seconds ("" = none), 4... ids. Returns the ids that were live (and are renewed).
@@ -347,9 +337,9 @@ for i = 4, #ARGV do
     live[#live + 1] = id
   end
 end
-close_window()
 return live
 """
+    + _EPILOGUE
 )
 
 # ARGV 3 the number of the hash to read (1 spent, 2 reserved, 10 unsettled, 11 expired holds),
@@ -358,9 +348,9 @@ READ = (
     _PRELUDE
     + """
 local found = redis.call('HGETALL', KEYS[tonumber(ARGV[3])])
-close_window()
 return found
 """
+    + _EPILOGUE
 )
 
 # ARGV 3 the scope's field prefix, 4 "1" to only lower ceilings already kept, then
@@ -387,9 +377,9 @@ end
 local encoded = '{}'
 if count > 0 then encoded = cjson.encode(kept) end
 redis.call('HSET', KEYS[13], ARGV[3], encoded)
-close_window()
 return encoded
 """
+    + _EPILOGUE
 )
 
 # ARGV 3 the note's field, 4 its text ("" drops the note), 5 "1" to write it only if it is not
@@ -406,9 +396,9 @@ else
   redis.call('HSET', KEYS[16], ARGV[3], ARGV[4])
   done = 1
 end
-close_window()
 return done
 """
+    + _EPILOGUE
 )
 
 # ARGV 1 window seconds. Returns the window events committed in the last that many seconds by

@@ -29,13 +29,12 @@ _SCHEMA_VERSION = 2
 _NOTES = """CREATE TABLE IF NOT EXISTS ampmeter_notes (
     scope TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL,
     PRIMARY KEY (scope, name)) WITHOUT ROWID"""
+# The amounts per (scope, key): spent, charged as unsettled, and the ceilings kept.
+_AMOUNTS = """CREATE TABLE IF NOT EXISTS ampmeter_{} (
+    scope TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
+    PRIMARY KEY (scope, key)) WITHOUT ROWID"""
 _SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS ampmeter_spent (
-    scope TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
-    PRIMARY KEY (scope, key)) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS ampmeter_unsettled (
-    scope TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
-    PRIMARY KEY (scope, key)) WITHOUT ROWID""",
+    *(_AMOUNTS.format(table) for table in ("spent", "unsettled", "ceilings")),
     """CREATE TABLE IF NOT EXISTS ampmeter_holds (
     id TEXT PRIMARY KEY, expires_at REAL, scopes BLOB NOT NULL, amounts BLOB NOT NULL,
     charge INTEGER NOT NULL) WITHOUT ROWID""",
@@ -55,9 +54,6 @@ _SCHEMA = (
     scope TEXT NOT NULL, key TEXT NOT NULL, amounts BLOB NOT NULL, at REAL NOT NULL,
     PRIMARY KEY (scope, key)) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS ampmeter_idempotency_at ON ampmeter_idempotency (at)",
-    """CREATE TABLE IF NOT EXISTS ampmeter_ceilings (
-    scope TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
-    PRIMARY KEY (scope, key)) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS ampmeter_windowed (
     scope TEXT NOT NULL, key TEXT NOT NULL, keep REAL NOT NULL,
     PRIMARY KEY (scope, key)) WITHOUT ROWID""",

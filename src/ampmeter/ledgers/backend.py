@@ -1,11 +1,9 @@
 """What a ledger implements to keep budgets somewhere: a few atomic steps on stored units.
 
 :class:`~ampmeter.ledgers.Ledger` does the rest (argument checks, dollars, idempotence, leases,
-the journal). A new ledger is one module: a ``Ledger`` subclass that implements these methods,
-and a :class:`~ampmeter.ledgers.reach.Reach` given to :func:`~ampmeter.ledgers.register` when
-another process should reach it. Each step is atomic against every other process sharing the
-store. Notes (:mod:`ampmeter.ledgers._notes`) carry pauses, raise marks, paused calls and claims,
-so a backend keeps them as plain text by name.
+the journal); ``docs/shared-budgets.md`` says how a new ledger is added. Each step is atomic
+against every other process sharing the store. Notes (:mod:`ampmeter.ledgers._notes`) carry
+pauses, raise marks, paused calls and claims, so a backend keeps them as plain text by name.
 """
 
 from __future__ import annotations

@@ -40,7 +40,6 @@ from ampmeter.ledgers._amounts import (
     scope_path,
     to_amount,
 )
-from ampmeter.ledgers._controls import Controls
 from ampmeter.ledgers._journal import Journal, Settlement
 from ampmeter.ledgers._renewal import Renewer
 from ampmeter.ledgers._rules import (
@@ -52,6 +51,7 @@ from ampmeter.ledgers._rules import (
     check_reservation,
     held_scopes,
 )
+from ampmeter.ledgers.backend import Which
 from ampmeter.ledgers.reach import reach_of
 
 __all__ = [
@@ -97,48 +97,28 @@ class Committed(dict[str, Amount]):
         self.duplicate = duplicate
 
 
-class Ledger(Controls, Closeable):
+class Ledger(_notes.Controls, Closeable):
     """Reservations and spend for a tree of budget scopes (``tenant-42/run-7/researcher``).
 
     A ledger is bound to one scope; :meth:`child` gives a ledger on the same backend for a
     scope below it. Money keys (``amp:cost``, ``amp:cost:<model>``) take dollars (Decimal,
     float read as written, int or str) and come back as Decimal; other keys count whole things
     as ints. Backends store integers (nano-dollars), so every sum is exact. Every backend has
-    the same semantics:
+    the same semantics (each method states its part; ``docs/shared-budgets.md`` the whole):
 
-    * :meth:`reserve` atomically checks, for every scope it names (its own and ``ancestors``)
-      and every scope above it whose ceilings the ledger keeps (:meth:`set_ceilings`), and
-      every key ``k`` of that scope's ceilings, that ``spent[k] + reserved[k] + amount`` is
-      not *strictly greater* than the ceiling; if any would be, nothing changes and None is
-      returned. Otherwise the amounts are added to ``reserved`` at every one of those scopes.
-      A paused scope (:meth:`pause`), or one below a paused scope, admits nothing.
-      :meth:`try_reserve` is the same step, but a refusal says which ceiling refused and
-      whether only reservations in flight were in the way (:class:`Refusal`).
-    * :meth:`commit` replaces a reservation by the actual spend at each of its scopes;
-      :meth:`release` returns it unused. Both are idempotent per reservation id, and a
-      reservation id once settled can never be reserved again (a late reserve returns None).
-      A commit with an ``idempotency_key`` already seen at the scope adds nothing.
-    * Reservations carry a lease: past it they end inside every reserve, commit and release
-      (atomically), so a crashed worker cannot hold budget forever. With
-      ``on_expired_hold="charge"`` (the default) an ended hold is charged at its reserved
-      amount as *unsettled* spend (its request may have been billed); a later commit of it
-      replaces that charge with the actual amount, a release takes it back. With
-      ``"release"`` the hold returns to the pool. A reserve may name its own rule (a context's
-      ``on_expired_hold``); :meth:`unsettled_holds` lists the charged holds and
-      :meth:`claim_unsettled` lets exactly one surviving reader report each. A daemon thread
-      renews, every third of the lease, each unsettled reservation whose :class:`Reservation`
-      this process still holds.
-    * A reserve that raises (the backend timed out or went away, an interrupt) leaves no hold:
-      the ledger releases its id, or journals that release.
+    * A reserve holds only if, at every scope it names and every scope above whose ceilings
+      the ledger keeps, ``spent + reserved + amount`` stays within each ceiling; a paused
+      scope, or one below it, admits nothing. Commit and release are idempotent per id.
+    * Reservations carry a lease, so a crashed worker cannot hold budget forever; a daemon
+      thread renews, every third of the lease, each hold whose :class:`Reservation` this
+      process still holds. A hold whose lease ends is charged as *unsettled* spend
+      (``on_expired_hold="charge"``, the default: its request may have been billed) until its
+      commit or release comes, or returned to the pool (``"release"``).
+    * A reserve that raises (a timeout, a lost connection, an interrupt) leaves no hold: the
+      ledger releases its id, or journals that release.
     * A commit or release the backend cannot take is retried briefly, then kept in a local
       journal and replayed (idempotent by id) at the next operation, :meth:`flush` or
       :meth:`close`: spend is never dropped, while new reservations fail closed.
-    * A reserve with ``windows`` also checks, at its own scope, that what was committed in the
-      last ``window_s`` seconds plus ``reserved`` plus the amount stays within each window's
-      ceiling. From then on every commit of such a key at that scope is remembered with its
-      time (for the longest window asked for), so :meth:`recent` and later windows see it.
-    * :meth:`claim` is true for the first caller of a name at a scope, in any process: what
-      happens once per budget (a warning fired by one process of many).
 
     ``handoff_key`` signs and checks hand-off tokens (:mod:`ampmeter.propagation`); without
     it the key comes from ``AMPMETER_HANDOFF_KEY``.
@@ -226,10 +206,12 @@ class Ledger(Controls, Closeable):
         settled (committed, or released - also before it was ever reserved); nothing changed
         then. Reserving a live ``reservation_id`` again returns that reservation, holding once.
         ``windows`` (``(key, window_s, max)`` triples) are sliding-window ceilings at this
-        scope (see :class:`Ledger`); a window's key is held (with amount 0 if not in
-        ``amounts``) so that its commit is counted. ``on_expired_hold`` is what this hold's
-        lease running out does (``"charge"`` or ``"release"``, see :class:`Ledger`); None: the
-        ledger's own :attr:`on_expired_hold`.
+        scope: what was committed of ``key`` in the last ``window_s`` seconds, plus
+        ``reserved``, plus the amount, stays within ``max``; from then on each commit of
+        ``key`` here is remembered (for the longest window asked), so :meth:`recent` and later
+        windows see it. A window's key is held (0 if not in ``amounts``) so its commit counts.
+        ``on_expired_hold`` is what this hold's lease running out does (``"charge"`` or
+        ``"release"``, see :class:`Ledger`); None: the ledger's own :attr:`on_expired_hold`.
         Raises :class:`LedgerUnavailable` when the backend cannot be reached (fail closed);
         whatever the request may still do on the way, its id is released (or journaled).
         """
@@ -315,11 +297,7 @@ class Ledger(Controls, Closeable):
         a hold charged as unsettled takes the charge back. When the backend cannot be reached
         the release is journaled like a commit.
         """
-        if isinstance(reservation, str):
-            rid = check_reservation_id(reservation)
-        else:
-            rid = check_reservation(reservation).id
-        self._settle(Settlement("release", rid, (), {}))
+        self._settle(Settlement("release", _id_of(reservation), (), {}))
 
     def renew(self, reservation: Reservation | str) -> bool:
         """Extend a live reservation's lease by the lease length from now; False if not live.
@@ -327,24 +305,17 @@ class Ledger(Controls, Closeable):
         A reservation without a lease is just checked for being live. This process's own
         reservations are renewed by a daemon thread; call this for one reserved elsewhere.
         """
-        if isinstance(reservation, str):
-            rid = check_reservation_id(reservation)
-        else:
-            rid = check_reservation(reservation).id
+        rid = _id_of(reservation)
         self._replay_journal(strict=False)
         return rid in self._backend_renew([rid])
 
     def spent(self, scope: str | None = None) -> dict[str, Amount]:
         """The spend per key at ``scope`` (default: this ledger's), unsettled charges included."""
-        name = self._readable(scope)
-        self._replay_journal(strict=False)  # journaled spend first, when the backend is back
-        return amounts_out(self._backend_read("spent", name))
+        return self._amounts("spent", scope)
 
     def unsettled(self, scope: str | None = None) -> dict[str, Amount]:
         """The part of :meth:`spent` charged for holds whose lease ran out unsettled."""
-        name = self._readable(scope)
-        self._replay_journal(strict=False)
-        return amounts_out(self._backend_read("unsettled", name))
+        return self._amounts("unsettled", scope)
 
     def unsettled_holds(self, scope: str | None = None) -> list[UnsettledHold]:
         """The holds charged as unsettled that held ``scope`` (default: this ledger's) or a
@@ -368,9 +339,7 @@ class Ledger(Controls, Closeable):
 
     def reserved(self, scope: str | None = None) -> dict[str, Amount]:
         """The amounts live reservations hold at ``scope`` (default: this ledger's), per key."""
-        name = self._readable(scope)
-        self._replay_journal(strict=False)
-        return amounts_out(self._backend_read("reserved", name))
+        return self._amounts("reserved", scope)
 
     def recent(self, key: str, window_s: float, scope: str | None = None) -> Amount:
         """What was committed of ``key`` at ``scope`` (default: this ledger's) in the last
@@ -391,12 +360,11 @@ class Ledger(Controls, Closeable):
     def show(self, scope: str | None = None) -> BudgetView:
         """What the ledger holds for ``scope`` (default: this ledger's): see :class:`BudgetView`."""
         name = self._readable(scope)
-        self._replay_journal(strict=False)
         return BudgetView(
             name,
-            amounts_out(self._backend_read("spent", name)),
-            amounts_out(self._backend_read("reserved", name)),
-            amounts_out(self._backend_read("unsettled", name)),
+            self._amounts("spent", name),
+            self._amounts("reserved", name),
+            self._amounts("unsettled", name),
             self.ceilings(name),
             next((at for at in scope_path(name) if _notes.PAUSE in self._backend_notes(at)), None),
             self.paused_calls(name),
@@ -420,6 +388,13 @@ class Ledger(Controls, Closeable):
             self._backend_close()
 
     # -- shared machinery -------------------------------------------------------------------
+
+    def _amounts(self, which: Which, scope: str | None) -> dict[str, Amount]:
+        """The ``which`` amounts of ``scope``, journaled spend replayed first (when the backend
+        is back)."""
+        name = self._readable(scope)
+        self._replay_journal(strict=False)
+        return amounts_out(self._backend_read(which, name))
 
     def _abandon(self, reservation_id: str) -> None:
         """Release ``reservation_id`` after a reserve that raised, or journal that release."""
@@ -471,3 +446,10 @@ class Ledger(Controls, Closeable):
         """The renewal thread's tick: replay a waiting journal, then renew (if any to renew)."""
         self._replay_journal(strict=False)
         return self._backend_renew(reservation_ids) if reservation_ids else set()
+
+
+def _id_of(reservation: Reservation | str) -> str:
+    """The checked id of ``reservation`` (a :class:`Reservation` or its id)."""
+    if isinstance(reservation, str):
+        return check_reservation_id(reservation)
+    return check_reservation(reservation).id

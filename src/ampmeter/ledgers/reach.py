@@ -1,13 +1,11 @@
 """How another process reaches a ledger: each shared ledger's one declaration, kept in one table.
 
-A ledger kept outside one process (a file, a server) declares a :class:`Reach` once, beside its
-class, and :func:`register` keeps it here. Hand-off tokens (:mod:`ampmeter.propagation`) and the
-command line find ledgers only through this table, so a new ledger is its module and one
-:func:`register` call; nothing outside :mod:`ampmeter.ledgers` names a backend.
-
-A *location* is what :meth:`~ampmeter.ledgers.Ledger.location` returns: the declaration's
-``describe`` of the ledger plus ``"backend"``, its name. It never holds a secret (a token carries
-it); ``"credentials": True`` in it says that another process must bring its own ledger.
+Hand-off tokens (:mod:`ampmeter.propagation`) and the command line find ledgers only through
+this table, so a new ledger is its module and one :func:`register` call; nothing outside
+:mod:`ampmeter.ledgers` names a backend. A *location* (:meth:`~ampmeter.ledgers.Ledger.location`)
+is the declaration's ``describe`` of a ledger plus ``"backend"``, its name. It never holds a
+secret (a token carries it); ``"credentials": True`` in it says that another process must bring
+its own ledger.
 """
 
 from __future__ import annotations

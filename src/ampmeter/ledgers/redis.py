@@ -132,15 +132,15 @@ class RedisLedger(Ledger):
             self._client = url
         self._where = _where(self._client)
         self._location = _location(url if isinstance(url, str) else self._client, ttl, lease)
-        directory = (
-            journal
-            if journal is not None
-            else default_journal_dir("redis", _identity(self._client), scope)
-        )
+        if journal is None:  # one per server and database (what a journal belongs to)
+            db = ""
+            if not isinstance(self._client, RedisCluster):
+                db = f"/{self._client.connection_pool.connection_kwargs.get('db', 0)}"
+            journal = default_journal_dir("redis", self._where + db, scope)
         super().__init__(
             scope,
             lease,
-            directory,
+            journal,
             on_expired_hold=on_expired_hold,
             handoff_key=handoff_key,
         )
@@ -155,29 +155,22 @@ class RedisLedger(Ledger):
 
     def _backend_reserve(self, request: HoldRequest) -> Reservation | Refusal:
         reservation_id, amounts, limits, windows, charge = request
-        flat: list[str] = []
-        for key, value in amounts.items():
-            flat += (key, str(value))
         path = scope_path(next(iter(limits)))
-        args: list[str] = [
+        steps = [
+            [scope, self._prefix(scope), scope in limits, _texts(limits.get(scope, {}))]
+            for scope in path
+        ]
+        own = self._prefix(path[0])
+        spans = [[own + key, repr(span), str(ceiling)] for key, span, ceiling in windows]
+        args = [
             *self._common(),
             reservation_id,
             self._lease_arg,
-            orjson.dumps(flat).decode(),
+            _flat(amounts),
             "1" if charge else "0",
-            str(len(path)),
+            orjson.dumps(steps).decode(),
+            orjson.dumps(spans).decode(),
         ]
-        for scope in path:
-            ceilings = limits.get(scope)
-            args += (scope, self._prefix(scope), "0" if ceilings is None else "1")
-            args.append(str(len(ceilings or ())))
-            for key, value in (ceilings or {}).items():
-                args += (key, str(value))
-        if windows:
-            own = self._prefix(path[0])
-            args.append(str(len(windows)))
-            for key, span, ceiling in windows:
-                args += (own + key, repr(span), str(ceiling))
         answer = self._call(lambda: self._reserve(keys=self._keys, args=args))
         status, seconds, micros, found, expiry = (_text(part) for part in answer)
         if status == "0":
@@ -194,38 +187,22 @@ class RedisLedger(Ledger):
             key, span, ceiling = windows[int(number) - 1]
             asked = amounts.get(key, 0)
             return Refusal.of_units(path[0], key, int(used), int(held), asked, ceiling, span)
-        hold = orjson.loads(found)
         expires_at = None
         if status == "1" and self._lease_arg:
             expires_at = int(seconds) + int(micros) / 1e6 + float(self._lease_arg)
         if status == "2":
             expires_at = None if expiry in ("", "inf", "+inf") else float(expiry)
-        pairs = hold["a"] if isinstance(hold["a"], list) else []  # Lua writes [] as {}
-        held_amounts = {pairs[i]: int(pairs[i + 1]) for i in range(0, len(pairs), 2)}
-        return held_reservation(reservation_id, held_amounts, expires_at, tuple(hold["s"]))
+        held_amounts, scopes = _hold(found)
+        return held_reservation(reservation_id, held_amounts, expires_at, scopes)
 
     def _backend_commit(self, settlement: Settlement) -> Units | None:
         _, reservation_id, scopes, actual, idempotency_key = settlement
         field = "" if idempotency_key is None else self._prefix(scopes[0]) + idempotency_key
-        pairs: list[str] = []
-        for key, value in actual.items():
-            pairs += (key, str(value))
-        args: list[str] = [
-            *self._common(),
-            reservation_id,
-            field,
-            orjson.dumps(pairs).decode(),
-            str(len(scopes)),
-        ]
-        args += (self._prefix(scope) for scope in scopes)
-        args.append(str(len(actual)))
-        args += pairs
+        prefixes = orjson.dumps([self._prefix(scope) for scope in scopes]).decode()
+        args = [*self._common(), reservation_id, field, _flat(actual), prefixes]
         answer = self._call(lambda: self._commit(keys=self._keys, args=args))
         status, seen = (_text(part) for part in answer)
-        if status != "2":
-            return None
-        first = orjson.loads(seen)
-        return {first[i]: int(first[i + 1]) for i in range(0, len(first), 2)}
+        return _pairs(orjson.loads(seen)) if status == "2" else None
 
     def _backend_release(self, reservation_id: str) -> None:
         args = [*self._common(), reservation_id]
@@ -248,13 +225,8 @@ class RedisLedger(Ledger):
     def _backend_unsettled_holds(self) -> list[tuple[str, Units, tuple[str, ...]]]:
         args = [*self._common(), "11"]  # the expired holds, after ending those whose lease ran out
         raw: list[Any] = self._call(lambda: self._read(keys=self._keys, args=args))
-        found: list[tuple[str, Units, tuple[str, ...]]] = []
-        for index in range(0, len(raw), 2):
-            hold = orjson.loads(_text(raw[index + 1]))
-            pairs = hold["a"] if isinstance(hold["a"], list) else []  # Lua writes [] as {}
-            amounts = {pairs[i]: int(pairs[i + 1]) for i in range(0, len(pairs), 2)}
-            found.append((_text(raw[index]), amounts, tuple(hold["s"])))
-        return found
+        pairs = zip(raw[::2], raw[1::2], strict=True)
+        return [(_text(rid), *_hold(hold)) for rid, hold in pairs]
 
     def _backend_recent(self, scope: str, key: str, window_s: float) -> int:
         head = self._prefix(scope) + key + _SEP
@@ -266,8 +238,7 @@ class RedisLedger(Ledger):
 
     def _backend_set_ceilings(self, scope: str, ceilings: Units, tighten: bool) -> Units:
         args = [*self._common(), self._prefix(scope), "1" if tighten else "0"]
-        for key, value in ceilings.items():
-            args += (key, str(value))
+        args += _texts(ceilings)
         return _units(self._call(lambda: self._ceilings(keys=self._keys, args=args)))
 
     def _backend_notes(self, scope: str) -> dict[str, str]:
@@ -335,6 +306,28 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _texts(units: Units) -> list[str]:
+    """``units`` as the scripts take amounts: ``[key, "amount", ...]``, never a Lua number."""
+    return [text for pair in units.items() for text in map(str, pair)]
+
+
+def _flat(units: Units) -> str:
+    """:func:`_texts` as JSON."""
+    return orjson.dumps(_texts(units)).decode()
+
+
+def _pairs(flat: list[Any]) -> Units:
+    """Amounts from the scripts' ``[key, amount, ...]`` (Lua writes an empty list as ``{}``)."""
+    items = flat if isinstance(flat, list) else []
+    return {items[i]: int(items[i + 1]) for i in range(0, len(items), 2)}
+
+
+def _hold(raw: Any) -> tuple[Units, tuple[str, ...]]:
+    """The amounts and scopes of a hold's JSON as the scripts keep it."""
+    hold = orjson.loads(_text(raw))
+    return _pairs(hold["a"]), tuple(hold["s"])
+
+
 def _units(raw: Any) -> Units:
     """Kept ceilings from their JSON (``{key: "units"}``)."""
     return {str(key): int(value) for key, value in orjson.loads(_text(raw)).items()}
@@ -376,13 +369,6 @@ def _location(
         url = f"{scheme}://{kwargs.get('host')}:{kwargs.get('port')}/{kwargs.get('db', 0)}"
     found.update(url=url, credentials=secret)
     return found
-
-
-def _identity(client: redis.Redis | RedisCluster) -> str:
-    """The server and database the client points at: what a journal belongs to."""
-    if isinstance(client, RedisCluster):
-        return _where(client)
-    return f"{_where(client)}/{client.connection_pool.connection_kwargs.get('db', 0)}"
 
 
 def _place(location: Location) -> str:

@@ -88,7 +88,7 @@ class SqlLedger(Ledger):
                 (reservation_id,),
             ).fetchone()
             if row is not None:
-                return _reservation(reservation_id, *row)
+                return held_reservation(reservation_id, _units(row[2]), row[0], _scopes(row[1]))
             checked = kept_limits(own, limits, lambda scope: _read(db, "ceilings", scope))
             refusal = first_refusal(
                 checked, amounts, lambda scope: (_read(db, "spent", scope), _held(db, scope))
@@ -169,24 +169,10 @@ class SqlLedger(Ledger):
 
     def _backend_renew(self, reservation_ids: list[str]) -> set[str]:
         def renew(db: sqlite3.Connection, now: float) -> set[str]:
-            live: set[str] = set()
-            for reservation_id in reservation_ids:
-                if self._lease_s is None:
-                    found = db.execute(
-                        "SELECT 1 FROM ampmeter_holds WHERE id = ?", (reservation_id,)
-                    ).fetchone()
-                    changed = found is not None
-                else:
-                    changed = (
-                        db.execute(
-                            "UPDATE ampmeter_holds SET expires_at = ? WHERE id = ?",
-                            (now + self._lease_s, reservation_id),
-                        ).rowcount
-                        == 1
-                    )
-                if changed:
-                    live.add(reservation_id)
-            return live
+            # Without a lease of its own the ledger keeps each hold's expiry: it only finds them.
+            expires_at = None if self._lease_s is None else now + self._lease_s
+            query = "UPDATE ampmeter_holds SET expires_at = COALESCE(?, expires_at) WHERE id = ?"
+            return {rid for rid in reservation_ids if db.execute(query, (expires_at, rid)).rowcount}
 
         return self._run(renew)
 
@@ -200,9 +186,7 @@ class SqlLedger(Ledger):
         # A write transaction: holds whose lease ended are charged or returned first.
         def read(db: sqlite3.Connection, now: float) -> list[tuple[str, Units, tuple[str, ...]]]:
             rows = db.execute("SELECT id, amounts, scopes FROM ampmeter_expired ORDER BY at")
-            return [
-                (rid, _units(amounts), tuple(orjson.loads(scopes))) for rid, amounts, scopes in rows
-            ]
+            return [(rid, _units(amounts), _scopes(scopes)) for rid, amounts, scopes in rows]
 
         return self._run(read)
 
@@ -278,20 +262,16 @@ class SqliteLedger(SqlLedger):
     """A :class:`Ledger` kept in the SQLite file ``path`` (created if missing).
 
     Every process and thread that opens the same file shares its budgets. ``lease_s`` (None =
-    never) is how long an unsettled reservation holds its amounts unless renewed (this
-    process renews its own every ``lease_s / 3`` while it lives); ``on_expired_hold`` says
-    whether a hold whose lease ends is charged as unsettled spend (default) or released.
-    ``timeout_s`` is how long an operation waits for the file's write lock before raising
-    :class:`LedgerUnavailable`. ``journal`` is the directory for settlements the file cannot
-    take (default: under the user's cache directory, one per file and scope tree).
-    ``handoff_key`` signs hand-off tokens (see :class:`Ledger`). Amounts are stored as
-    integers (nano-dollars for money keys). Each reserve, commit, release and renewal is one
-    ``BEGIN IMMEDIATE`` transaction, so it is checked and applied atomically against what every
-    other process holds; the file is in WAL mode, so reads never wait for writers, and
+    never) is how long an unsettled reservation holds unless renewed (this process renews its
+    own every ``lease_s / 3``); ``on_expired_hold`` says whether a hold whose lease ends is
+    charged as unsettled spend (default) or released. ``timeout_s`` is how long an operation
+    waits for the file's write lock before raising :class:`LedgerUnavailable`. ``journal`` is
+    the directory for settlements the file cannot take (default: under the user's cache
+    directory, one per file and scope tree). ``handoff_key`` signs hand-off tokens (see
+    :class:`Ledger`). The file is in WAL mode, so reads never wait for writers, with
     ``synchronous=NORMAL``: a committed transaction survives a crash of the process, not
-    necessarily of the machine. If the file is removed or replaced while the ledger has it
-    open, every operation raises :class:`LedgerUnavailable` until the same file is back (see
-    :mod:`ampmeter.ledgers._sqlite_file`), so the budget never splits between two files.
+    necessarily of the machine. A file removed or replaced while open fails every operation
+    until it is back (see :mod:`ampmeter.ledgers._sqlite_file`): the budget never splits.
     """
 
     def __init__(
@@ -460,12 +440,8 @@ def _units(raw: bytes) -> Units:
     return {str(key): int(value) for key, value in orjson.loads(raw).items()}
 
 
-def _reservation(
-    reservation_id: str, expires_at: float | None, scopes: bytes, amounts: bytes
-) -> Reservation:
-    return held_reservation(
-        reservation_id, _units(amounts), expires_at, tuple(orjson.loads(scopes))
-    )
+def _scopes(raw: bytes) -> tuple[str, ...]:
+    return tuple(orjson.loads(raw))
 
 
 def _reopen(location: Location, scope: str) -> SqliteLedger:

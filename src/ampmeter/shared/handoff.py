@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ampmeter._core.outcome import Outcome
@@ -45,20 +46,18 @@ __all__ = ["HandoffSpend", "Handoffs"]
 _AGGREGATED = (KEY_LLM_CALLS, KEY_TOOL_CALLS, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS)
 
 
+@dataclass(slots=True, eq=False)
 class HandoffSpend:
     """A hand-off made by a context, and how much of its spend the context has counted."""
 
-    __slots__ = ("counted", "error", "ledger", "lock", "node", "recorded", "scope")
-
-    def __init__(self, node: Node, ledger: Ledger, scope: str) -> None:
-        self.node = node
-        self.ledger = ledger
-        self.scope = scope
-        self.counted: dict[str, Any] = {}
-        # the child's unsettled holds recorded as nodes here: id -> the hold's amounts
-        self.recorded: dict[str, Mapping[str, Any]] = {}
-        self.error: Exception | None = None  # the last read's, None once one succeeded
-        self.lock = threading.Lock()
+    node: Node
+    ledger: Ledger
+    scope: str
+    counted: dict[str, Any] = field(default_factory=dict)
+    # the child's unsettled holds recorded as nodes here: id -> the hold's amounts
+    recorded: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    error: Exception | None = None  # the last read's, None once one succeeded
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def take_new(self, spent: Mapping[str, Any]) -> dict[str, Any]:
         """What ``spent`` (a fresh read) holds beyond what was counted; now counted too."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -150,7 +150,8 @@ class LedgerStep(Step):
             keys[KEY_RETRIES] = None
             if flight.kind == "llm":
                 keys[KEY_UNPRICED_LLM_CALLS] = None  # unpriced is not zero, also for the parent
-        amounts = {key: _amount(extra.get(key), reservation, key) for key in keys}
+        # A policy's fixed amount, else (no term, or None) the call's own estimate.
+        amounts = {k: reservation.get(k, 0) if extra.get(k) is None else extra[k] for k in keys}
         ancestors = {scope: found[0] for scope, found in scopes.items() if scope != ledger.scope}
         spans = tuple((lim.key, lim.window_s or 0.0, lim.max_value) for lim in windows)
         return LedgerRequest(
@@ -209,18 +210,10 @@ class LedgerStep(Step):
             if held.busy:
                 return held
             scope, stop = request.stop(held)
-            message = f"shared budget {scope!r}: {stop}"
-            raise self.refused(flight, frame, stop, message)
+            why: Stop = (frame, stop, TerminationReason.LIMIT_EXCEEDED)
+            raise admission.refuse(flight, why, f"shared budget {scope!r}: {stop}")
         flight.ledger_holds = (*flight.ledger_holds, (ledger, held))
         return None
-
-    def refused(
-        self, flight: Flight, frame: Frame, stop: ExceededLimit, message: str
-    ) -> LimitExceeded:
-        """Stop the call for a shared ceiling; the error to raise."""
-        return self.admission.refuse(
-            flight, (frame, stop, TerminationReason.LIMIT_EXCEEDED), message
-        )
 
     def pause(
         self,
@@ -330,8 +323,3 @@ def shared_ceilings(
                 ceilings[key] = limit.max_value  # the tightest; the first of equals
                 owners[key] = limit
     return ceilings, owners
-
-
-def _amount(fixed: Any, reservation: Mapping[str, Any], key: str) -> Any:
-    """What a ledger holds for ``key``: a policy's ``fixed`` amount, else the call's estimate."""
-    return reservation.get(key, 0) if fixed is None else fixed

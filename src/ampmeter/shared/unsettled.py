@@ -1,26 +1,12 @@
 """Unsettled spend: the holds of dead workers that a shared ledger charged, shown by a survivor.
 
-A worker that dies mid-call (SIGKILL, a lost machine) never settles its hold. When the hold's
-lease runs out, a ledger with ``on_expired_hold="charge"`` charges it at its reserved amount as
-*unsettled* spend (its request may have been billed). A context that survives - the parent of a
-dead hand-off child (for the holds under the hand-off's scope), or a context with ``ledger=`` on
-the scope the dead worker held at - reads those holds when it closes and when its snapshot is
-taken, and records each as a node of its own:
-
-* kind ``llm`` (``tool`` when the hold counted tool calls), named ``unsettled hold``, status
-  ``fail`` with ``error_class`` ``"UnsettledHold"`` and a stop reason that says what happened;
-* ``cost_usd`` the charged amount, ``model`` when the hold names one (``amp:cost:<model>``), no
-  tokens (the provider never reported any), and metadata ``cost_status: "unsettled"``,
-  ``reservation_id`` and ``ledger_scope``;
-* its cost added to the context's stats (``amp:cost``, the model's key, and
-  ``amp:unsettled_cost``), its call to ``amp:llm_calls`` / ``amp:tool_calls``, and to the graph's
-  aggregates, so totals, the JSONL log and every reader of it carry it.
-
-Each hold is recorded once across every process: the first reader claims it in the ledger
-(:meth:`~ampmeter.ledgers.Ledger.claim_unsettled`); a hold this process still renews is its own
-call's to settle. A charge once recorded stays recorded: if the worker was only paused and
-commits later, its own log has the actual amount and the survivor's stats do not count the hold
-again (see :meth:`~ampmeter.shared.handoff.Handoffs.refresh`).
+A worker that dies mid-call never settles its hold; once its lease runs out the ledger charges it
+as *unsettled* spend (its request may have been billed). A surviving context - the parent of a
+dead hand-off child, or one with ``ledger=`` on the scope the worker held at - records each such
+hold as a failed node of its own (named ``unsettled hold``, ``error_class`` ``"UnsettledHold"``,
+``cost_status: "unsettled"``) whose cost counts in its stats (``amp:unsettled_cost`` too) and
+aggregates, so every total and log carries it. Each hold is recorded once across every process:
+the first reader claims it in the ledger; a hold this process still renews is its own call's.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The HTTP side of :class:`~ampmeter.sinks.webhook.WebhookSink`: its URL and one kept connection.
 
-The sink POSTs with the standard library's ``http.client`` rather than an HTTP library: the
-core's dependencies stay few (orjson and the price table), and a webhook needs only what
-``http.client`` does: one connection kept open between events (a TLS handshake per alert
-would cost more than the alert), and no redirect ever followed, since a redirect would carry
-the ``Authorization`` header and the payload to a host the user did not name.
-
-A URL's credentials (``https://user:password@host/path``) become a ``Basic`` authorization
-header, as curl sends them; they never appear in a message, since the sink names a URL only
-by its scheme, host and port.
+The standard library's ``http.client`` does all a webhook needs, so the core's dependencies stay
+few: one connection kept open between events (a TLS handshake per alert would cost more than the
+alert), and no redirect ever followed (it would carry the ``Authorization`` header and the
+payload to a host the user did not name). A URL's ``user:password@`` becomes a ``Basic``
+authorization header, as curl sends it, and never appears in a message.
 """
 
 from __future__ import annotations

@@ -58,15 +58,7 @@ _BATCH: Final = 1024  # events per hand-off to the writer thread
 _IDLE_FLUSH_S: Final = 0.25  # a partial batch reaches the file at most this long after emit
 
 
-# A buffered batch: nodes, each run of them preceded by its chain id as a 1-tuple. Marking only
-# the changes (instead of a (node, chain_id) pair per event) keeps emit() from allocating, and so
-# from feeding the cyclic garbage collector a long-lived object per event.
-_Batch = list["Node | tuple[str]"]
-_NO_CHAIN: Final = object()  # the chain of an empty buffer: the first emit always marks its own
-
-
-def _node_count(batch: _Batch) -> int:
-    return sum(type(item) is not tuple for item in batch)
+_Batch = list[tuple[Node, str]]  # (node, chain id) pairs
 
 
 class _Writer:
@@ -80,7 +72,6 @@ class _Writer:
         self.component = component
         self.lock = threading.Lock()
         self.buf: _Batch = []
-        self.buf_chain: object = _NO_CHAIN  # chain id of the buffer's last marker
         self.queue: queue.Queue[_Batch | threading.Event | None] = queue.Queue(maxsize=64)
         self.offset = os.lseek(fd, 0, os.SEEK_END) if _seekable(fd) else 0
         self.written = 0
@@ -93,26 +84,19 @@ class _Writer:
 
     def take(self) -> _Batch:
         """Swap the buffer for an empty one and return it (the caller holds the lock)."""
-        batch = self.buf
-        self.buf = []
-        self.buf_chain = _NO_CHAIN
+        batch, self.buf = self.buf, []
         return batch
 
     def encode(self, batch: _Batch) -> bytes:
         """The lines of ``batch``: each node's event (:func:`node_to_event`), encoded."""
-        lines = []
-        chain_id = ""
-        for item in batch:
-            if isinstance(item, tuple):
-                chain_id = item[0]
-            else:
-                event = node_to_event(item, self.run_id or chain_id, self.component)
-                lines.append(encode_event(event))
-        return b"".join(lines)
+        return b"".join(
+            encode_event(node_to_event(node, self.run_id or chain_id, self.component))
+            for node, chain_id in batch
+        )
 
     def write(self, items: _Batch) -> None:
         """Write ``items`` or count them as lost; the first failure is kept for the callers."""
-        count = _node_count(items)
+        count = len(items)
         if self.error is not None:
             self.lost += count
             return
@@ -307,16 +291,12 @@ class JsonlSink(Sink):
                 w.lost += 1
                 raise w.failure()
             if w.thread is None:
-                w.write([(chain_id,), node])
+                w.write([(node, chain_id)])
                 if w.error is not None:
                     raise w.failure()
                 return
-            buf = w.buf
-            if chain_id is not w.buf_chain:
-                buf.append((chain_id,))
-                w.buf_chain = chain_id
-            buf.append(node)
-            if len(buf) >= _BATCH:
+            w.buf.append((node, chain_id))
+            if len(w.buf) >= _BATCH:
                 w.queue.put(w.take())  # blocks while the writer is behind: back-pressure
 
     def flush(self) -> None:

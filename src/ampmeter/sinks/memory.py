@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
+from ampmeter.errors import SinkClosedError
 from ampmeter.node import Node, json_copy
 from ampmeter.sinks.base import Sink
-from ampmeter.sinks.jsonl import SinkClosedError
 
 __all__ = ["MemorySink"]
 

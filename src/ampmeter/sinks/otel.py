@@ -180,7 +180,6 @@ class OtelSink(Sink):
 
     def _span(self, node: Node, chain_id: str, name: str, attributes: dict[str, Any]) -> None:
         trace_id = trace_id_for(chain_id)
-        parent_context = None
         if node.parent_id is not None:
             parent = SpanContext(
                 trace_id,
@@ -211,12 +210,7 @@ class OtelSink(Sink):
         span.end(end_time=(node.end_ts_ms or node.start_ts_ms) * 1_000_000)
 
     def _metrics(self, node: Node, operation: str) -> None:
-        labels: dict[str, str] = {"gen_ai.operation.name": operation}
-        if node.model:
-            labels["gen_ai.request.model"] = node.model
-        provider = node.metadata.get(META_PROVIDER)
-        if isinstance(provider, str):
-            labels["gen_ai.provider.name"] = provider
+        labels = _labels(node, operation)
         if node.tokens_in is not None:
             self._token_usage.record(node.tokens_in, {**labels, "gen_ai.token.type": "input"})
         if node.tokens_out is not None:
@@ -248,18 +242,27 @@ def _error_type(node: Node) -> str:
     return "halt" if node.status == "halt" else "_OTHER"
 
 
+def _labels(node: Node, operation: str) -> dict[str, str]:
+    """What a span and the metrics both say of a node: the operation, model and provider."""
+    labels = {"gen_ai.operation.name": operation}
+    if node.model:
+        labels["gen_ai.request.model"] = node.model
+    provider = node.metadata.get(META_PROVIDER)
+    if isinstance(provider, str):
+        labels["gen_ai.provider.name"] = provider
+    return labels
+
+
 def _attributes(node: Node, chain_id: str, operation: str) -> dict[str, Any]:
     meta = node.metadata
     attributes: dict[str, Any] = {
-        "gen_ai.operation.name": operation,
+        **_labels(node, operation),
         "ampmeter.node_id": node.node_id,
         "ampmeter.chain_id": chain_id,
         "ampmeter.kind": node.kind,
         "ampmeter.status": node.status,
         "ampmeter.cost_usd": float(node.cost_usd),  # span attributes take numbers
     }
-    if node.model:
-        attributes["gen_ai.request.model"] = node.model
     if node.tokens_in is not None:
         attributes["gen_ai.usage.input_tokens"] = node.tokens_in
     if node.tokens_out is not None:
@@ -272,9 +275,6 @@ def _attributes(node: Node, chain_id: str, operation: str) -> dict[str, Any]:
         value = meta.get(key)
         if isinstance(value, int) and not isinstance(value, bool):
             attributes[name] = value
-    provider = meta.get(META_PROVIDER)
-    if isinstance(provider, str):
-        attributes["gen_ai.provider.name"] = provider
     if node.kind == "tool":
         attributes["gen_ai.tool.name"] = node.name
     if operation == _INVOKE_AGENT:

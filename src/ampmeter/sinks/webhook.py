@@ -1,35 +1,15 @@
 """A sink that sends limit events to a webhook: alerts that leave the process.
 
-:class:`WebhookSink` looks at every finished node and POSTs one JSON object per limit event to
-a URL: the warnings, soft limits and other events the policies write in the node's
-``limit_events`` metadata (pauses and resumes among them), and a ``"stop"`` for every node that
-ended ``halt`` (a call refused before it was sent, a context stopped by a limit)::
-
-    hook = WebhookSink("https://alerts.example.com/ampmeter", events=("warning", "stop"))
-    with hook, ExecutionContext(limits=[Limit(KEY_COST, 5.0, warn_at=(0.8,))], sinks=[hook]):
-        run_agent()
-
 Sending never slows or fails a metered call: :meth:`~WebhookSink.emit` only puts a small dict
 in a bounded queue (a full queue drops the event and counts it), and one worker thread POSTs
-over one kept connection, retrying a connection error, a timeout, a 408, a 429 or a 5xx answer
+over one kept connection, retrying a connection error, a timeout, a 408, a 425, a 429 or a 5xx
 with exponential backoff. A redirect is never followed (it would carry the payload and the
-``Authorization`` header to a host nobody named): a 3xx answer is a failure. Any error on the
-worker thread is counted as the failure of the event it was sending; the thread goes on with
-the next. :meth:`~WebhookSink.close` waits up to ``close_timeout_s`` for what is queued, then
-counts every event not delivered in :attr:`~WebhookSink.failures` and warns once.
-
-A process forked from one that holds a sink (``os.fork``, ``multiprocessing`` with fork)
-gets the sink afresh: an empty queue, its own counts, its own connection and worker thread,
-started with its first event; the child closes it when it exits, so its events are delivered
-or reported there.
-
-Payloads hold no secret: only named fields of the event are sent (never the node's metadata
-as a whole, the prompt or a header), and every text in them goes through
-:func:`ampmeter.redact.scrub`, which replaces API keys, bearer tokens and every secret
-registered with :func:`ampmeter.redact.remember_secret` (the SDK integrations register each
-client's key). The URL itself may be a secret (many webhook URLs are), so messages name only
-its scheme, host and port; credentials in it (``https://user:password@host/path``) are sent
-as a ``Basic`` authorization header and registered as secrets.
+``Authorization`` header to a host nobody named). Any error on the worker is counted as the
+failure of the event it was sending. A forked child gets the sink afresh (its own queue, counts,
+connection and worker) and closes it when it exits, so its events are delivered or reported
+there. Payloads hold only named fields of an event, every text scrubbed
+(:func:`ampmeter.redact.scrub`); messages name the URL (which may be a secret) only by its
+scheme, host and port.
 """
 
 from __future__ import annotations
