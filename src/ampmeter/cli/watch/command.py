@@ -6,13 +6,17 @@ Only typer is imported here; the view (rich, the log follower) loads when the co
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ampmeter.cli.output import fail
+from ampmeter.cli.run.command import with_controls
 
 __all__ = ["register"]
+
+# The controls of ``ampmeter run`` that ``watch`` takes: the ceilings it shows usage against.
+_CEILINGS = ("max_cost", "max_llm_calls", "max_input_tokens", "max_tokens_per_model")
 
 
 def _watch(
@@ -33,40 +37,13 @@ def _watch(
         float,
         typer.Option("--interval", help="Seconds between redraws.", min=0.05, metavar="SECONDS"),
     ] = 1.0,
-    max_cost: Annotated[
-        float | None,
-        typer.Option(
-            "--max-cost", help="Cost ceiling in USD, for logs that do not say it.", metavar="USD"
-        ),
-    ] = None,
-    max_llm_calls: Annotated[
-        int | None,
-        typer.Option(
-            "--max-llm-calls", help="Most LLM calls, for logs that do not say it.", metavar="N"
-        ),
-    ] = None,
-    max_input_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--max-input-tokens",
-            help="Most input tokens over all calls, for logs that do not say it.",
-            metavar="N",
-        ),
-    ] = None,
-    max_tokens_per_model: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--max-tokens-per-model",
-            metavar="MODEL=N",
-            help="Most input tokens for one model (repeatable).",
-        ),
-    ] = None,
     runs: Annotated[
         int, typer.Option("--runs", help="How many runs to show.", min=1, metavar="N")
     ] = 4,
     rows: Annotated[
         int, typer.Option("--rows", help="Call-tree rows per run.", min=1, metavar="N")
     ] = 20,
+    **controls: Any,
 ) -> None:
     """Watch JSONL logs while they are written: call trees, spend against ceilings, stops.
 
@@ -84,13 +61,7 @@ def _watch(
     from ampmeter.cli.watch.live import watch
 
     try:
-        flags = {
-            "max_cost": max_cost,
-            "max_llm_calls": max_llm_calls,
-            "max_input_tokens": max_input_tokens,
-            "max_tokens_per_model": max_tokens_per_model,
-        }
-        config = gather(flags, os.environ)
+        config = gather(controls, os.environ)
     except ValueError as exc:
         fail("watch", str(exc))
     compressed = [p for p in logs if p.endswith(".gz") and not _is_glob(p)]
@@ -114,4 +85,4 @@ def _is_glob(text: str) -> bool:
 
 def register(app: typer.Typer) -> None:
     """Add the ``watch`` command to ``app``."""
-    app.command("watch")(_watch)
+    app.command("watch")(with_controls(_watch, _CEILINGS, " For logs that do not say it."))
