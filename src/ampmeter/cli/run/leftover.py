@@ -24,20 +24,21 @@ RUN_LEASE_S: Final = 4.0
 _POLL_S: Final = 0.2
 
 
-def open_run_ledger(where: str, scope: str) -> Any:
-    """The run's ledger at ``where`` (a server URL, or the SQLite file's path)."""
+def open_run_ledger(where: str, scope: str, *, create: bool = True) -> Any:
+    """The run's ledger at ``where`` (a server URL, or the SQLite file's path; ``create``: else
+    a file not there yet, as before any process of the run metered, is a ``ValueError``)."""
     from ampmeter.ledgers.reach import open_address
 
-    return open_address(where, scope, lease_s=RUN_LEASE_S)
+    return open_address(where, scope, lease_s=RUN_LEASE_S, create=create)
 
 
 def record_leftover_holds(tree: dict[str, Any]) -> None:
     """Charge and log the holds the run's processes left (see the module); ``tree`` is the
     run's settings as its processes got them."""
-    where = tree["ledger"]
-    if not where.startswith(("redis://", "rediss://")) and not os.path.exists(where):
+    try:
+        ledger = open_run_ledger(tree["ledger"], tree["scope"], create=False)
+    except ValueError:
         return  # no process of the run metered anything
-    ledger = open_run_ledger(where, tree["scope"])
     try:
         if not _held(ledger):
             return

@@ -1,11 +1,7 @@
-"""``ampmeter run --output json``: the run's result as one JSON document, and the parts of the
-run's figures it needs beyond the summary (spend per model, what the limits reported).
-
-Money is an exact decimal string (``"0.00007785"``), as every event wrote it; counts are
-numbers. The keys: ``exit_code``, ``end_reason``, ``stop_reason``, ``program_exit_code``,
-``dry_run``, ``totals`` (the summary's figures), ``limits`` (each stats key capped, with its
-maximum, and ``timeout_s``), ``models`` (per model: calls sent and refused, tokens, cost) and
-``limit_events`` (warnings, pauses and, in a dry run, what would have been stopped).
+"""``ampmeter run --output json``: the run's result as one JSON document (its keys:
+``docs/integrations.md``), and the parts of the run's figures it needs beyond the summary
+(spend per model, what the limits reported). Money is an exact decimal string, as every event
+wrote it; counts are numbers.
 """
 
 from __future__ import annotations

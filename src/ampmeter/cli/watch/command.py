@@ -5,6 +5,7 @@ Only typer is imported here; the view (rich, the log follower) loads when the co
 
 from __future__ import annotations
 
+import glob
 import os
 from typing import Annotated, Any
 
@@ -64,23 +65,17 @@ def _watch(
         config = gather(controls, os.environ)
     except ValueError as exc:
         fail("watch", str(exc))
-    compressed = [p for p in logs if p.endswith(".gz") and not _is_glob(p)]
+    compressed = [p for p in logs if p.endswith(".gz") and not glob.has_magic(p)]
     if compressed:
         fail(
             "watch",
             f"{compressed[0]} is compressed; watch follows plain JSONL files as they grow "
             "(use `ampmeter summary` or `report` for .gz)",
         )
-    if once and not any(os.path.exists(p) or _is_glob(p) for p in logs):
+    if once and not any(os.path.exists(p) or glob.has_magic(p) for p in logs):
         fail("watch", f"{logs[0]}: no such file or directory")
     ceilings = {limit.key: float(limit.max_value) for limit in config.limits()}
     watch(logs, ceilings=ceilings, once=once, interval=interval, max_runs=runs, max_rows=rows)
-
-
-def _is_glob(text: str) -> bool:
-    import glob
-
-    return glob.has_magic(text)
 
 
 def register(app: typer.Typer) -> None:

@@ -65,7 +65,7 @@ class RunState:
     children: dict[str, list[str]] = field(default_factory=dict)  # parent -> spans, arrival order
     top: dict[str, None] = field(default_factory=dict)  # top-level spans, first-seen order
     halted: list[str] = field(default_factory=list)
-    unpriced: int = 0
+    unpriced: int = 0  # calls whose cost could not be priced (their $0 is not a real zero)
     llm_sent: int = 0  # LLM calls that were sent
     refused: int = 0  # LLM and tool calls a limit refused before they were sent
     unsettled_cost_usd: float = 0.0  # charged for holds of workers that died mid-call
@@ -89,10 +89,6 @@ class RunState:
     def usage(self, key: str) -> float | None:
         """This run's value of a stats key, added up from its calls (None: not derivable)."""
         return self.totals.get(key, 0.0) if derivable(key) else None
-
-    def unpriced_calls(self) -> int:
-        """Calls whose cost could not be priced (their $0 is not a real zero)."""
-        return self.unpriced
 
     def ending(self, now_ms: float | None) -> tuple[str, str | None] | None:
         """How the run ended (termination and reason, by ``ampmeter summary``'s rules), or
