@@ -12,17 +12,17 @@ take it. Added to the app by :func:`register`; the ledgers load when the command
 
 from __future__ import annotations
 
-import enum
 import sys
 import time
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 import orjson
 import typer
 
 from ampmeter.cli.output import fail, missing_module, printable, show
+from ampmeter.cli.params import argument, option
 
 if TYPE_CHECKING:
     from ampmeter.ledgers.base import BudgetView, Ledger
@@ -35,33 +35,13 @@ def register(app: typer.Typer) -> None:
     app.command("budget")(budget)
 
 
-class Action(str, enum.Enum):
-    """What ``ampmeter budget`` does to a scope."""
-
-    show = "show"
-    pause = "pause"
-    resume = "resume"
-    raise_ = "raise"
-
-
 def budget(
     action: Annotated[
-        Action,
-        typer.Argument(
-            help="What to do: show, pause, resume or raise a ceiling.",
-            show_default=False,
-            metavar="ACTION",
-        ),
+        Literal["show", "pause", "resume", "raise"],
+        argument("What to do: show, pause, resume or raise a ceiling.", "ACTION"),
     ],
-    ledger: Annotated[
-        str,
-        typer.Argument(
-            help="A SQLite ledger file or a `redis://` URL.", show_default=False, metavar="LEDGER"
-        ),
-    ],
-    scope: Annotated[
-        str, typer.Argument(help="The budget scope, e.g. team/run-7.", metavar="SCOPE")
-    ],
+    ledger: Annotated[str, argument("A SQLite ledger file or a `redis://` URL.", "LEDGER")],
+    scope: Annotated[str, argument("The budget scope, e.g. team/run-7.", "SCOPE")],
     key: Annotated[
         Optional[str],  # noqa: UP045
         typer.Argument(help="raise: the ceiling's key (amp:cost...).", metavar="[KEY]"),
@@ -70,7 +50,7 @@ def budget(
         Optional[str],  # noqa: UP045
         typer.Argument(help="raise: its new maximum (dollars for amp:cost).", metavar="[VALUE]"),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="show: print one JSON object.")] = False,
+    as_json: Annotated[bool, option("--json", "show: print one JSON object.")] = False,
 ) -> None:
     """Show, pause, resume or raise a budget scope in a shared ledger (SQLite or Redis).
 
@@ -80,22 +60,27 @@ def budget(
     lets calls paused on the scope go on.
     """
     if action == "raise" and (key is None or value is None):
-        _fail("raise needs KEY and VALUE (ampmeter budget raise LEDGER SCOPE amp:cost 2.50)")
+        fail(
+            "budget", "raise needs KEY and VALUE (ampmeter budget raise LEDGER SCOPE amp:cost 2.50)"
+        )
     if action != "raise" and (key is not None or value is not None):
-        _fail(f"{action} takes no KEY or VALUE")
+        fail("budget", f"{action} takes no KEY or VALUE")
     from ampmeter.errors import BudgetUnavailable
+    from ampmeter.ledgers.reach import open_address
 
     try:
-        opened = _open(ledger, scope)
+        # The ledger must exist already: a typo must not create an empty one that nobody uses.
+        opened = open_address(ledger, scope, lease_s=None, timeout_s=5.0, create=False)
     except (BudgetUnavailable, ValueError, TypeError) as error:
-        _fail(str(error))
+        fail("budget", str(error))
     except ImportError as error:  # redis:// without the redis extra
-        _fail(missing_module(error))
+        fail("budget", missing_module(error))
     try:
         if action == "show" and not opened.exists(scope):
-            _fail(
+            fail(
+                "budget",
                 f"no budget scope {scope!r} in this ledger: nothing was reserved, spent, "
-                "limited or paused there or below it (scopes are paths such as team/run-7)"
+                "limited or paused there or below it (scopes are paths such as team/run-7)",
             )
         if action == "pause":
             opened.pause(scope)
@@ -106,17 +91,9 @@ def budget(
             _raise(opened, scope, key, value)
         _print(opened.show(scope), as_json)
     except (BudgetUnavailable, ValueError, TypeError) as error:
-        _fail(str(error))
+        fail("budget", str(error))
     finally:
         opened.close()
-
-
-def _open(where: str, scope: str) -> Ledger:
-    """The ledger at ``where``, bound to ``scope``'s tree; it must exist already (a typo must
-    not create an empty ledger that nobody uses)."""
-    from ampmeter.ledgers.reach import open_address
-
-    return open_address(where, scope, lease_s=None, timeout_s=5.0, create=False)
 
 
 def _raise(opened: Ledger, scope: str, key: str, value: str) -> None:
@@ -207,7 +184,3 @@ def _print(view: BudgetView, as_json: bool) -> None:
         show(printable(f"waiting    {cap} (cap of context {call.context!r}, paused {since:.0f}s)"))
     for name in ("ceilings", "spent", "unsettled", "reserved"):
         show(f"{name:<10} {amounts(getattr(view, name))}")
-
-
-def _fail(message: str) -> NoReturn:
-    fail("budget", message)

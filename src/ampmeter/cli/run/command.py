@@ -12,6 +12,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ampmeter.cli.output import fail, printable, say, show
+from ampmeter.cli.params import argument, option
 from ampmeter.cli.run.config import OTHERS, SHARED, RunConfig, control_types, flag_of
 
 __all__ = ["register", "with_controls"]
@@ -43,17 +44,15 @@ def _option(field: dataclasses.Field[Any], note: str) -> inspect.Parameter:
     budget file: :mod:`ampmeter.cli.run.sources`)."""
     kind = control_types()[field.name]
     described = field.metadata
-    option = typer.Option(
-        flag_of(field.name),
-        metavar=described["metavar"],
-        help=described["help"] + note,
-        rich_help_panel=None if note else described["panel"],
+    panel = None if note else described["panel"]
+    given = option(
+        flag_of(field.name), described["help"] + note, described["metavar"], rich_help_panel=panel
     )
     if kind is bool:
-        annotation, default = Annotated[bool, option], False
+        annotation, default = Annotated[bool, given], False
     else:  # not given: None (NAME=VALUE items come as a list of text)
-        given = list[str] if typing.get_origin(kind) is dict else kind
-        annotation, default = Annotated[given | None, option], None
+        kind = list[str] if typing.get_origin(kind) is dict else kind
+        annotation, default = Annotated[kind | None, given], None
     return inspect.Parameter(
         field.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation
     )
@@ -62,27 +61,25 @@ def _option(field: dataclasses.Field[Any], note: str) -> inspect.Parameter:
 def run_command_line(
     command: Annotated[
         list[str],
-        typer.Argument(
-            help="The program and its arguments, after `--` (e.g. `-- python agent.py`).",
-            show_default=False,
-            metavar="COMMAND",
+        argument(
+            "The program and its arguments, after `--` (e.g. `-- python agent.py`).", "COMMAND"
         ),
     ],
     budget_file: Annotated[
         Optional[str],  # noqa: UP045 - typer needs Optional on Python 3.10
-        typer.Option(
+        option(
             "--budget-file",
-            metavar="PATH",
-            help="A TOML file of these controls, keyed by their names with underscores "
+            "A TOML file of these controls, keyed by their names with underscores "
             '(max_cost = 0.5, price = ["m=1/2"]).',
+            "PATH",
             rich_help_panel=SHARED,
         ),
     ] = None,
     allow_unmetered: Annotated[
         bool,
-        typer.Option(
+        option(
             "--allow-unmetered",
-            help="Accept Python processes of the program's tree that never joined the run's "
+            "Accept Python processes of the program's tree that never joined the run's "
             "metering (started with another environment, `-I` or `-S`): they are still named, "
             "but the run does not exit 5 for them.",
             rich_help_panel=OTHERS,

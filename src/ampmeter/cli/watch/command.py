@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from ampmeter.cli.output import fail
+from ampmeter.cli.params import argument, option
 from ampmeter.cli.run.command import with_controls
 
 __all__ = ["register"]
@@ -23,27 +24,21 @@ _CEILINGS = ("max_cost", "max_llm_calls", "max_input_tokens", "max_tokens_per_mo
 def _watch(
     logs: Annotated[
         list[str],
-        typer.Argument(
-            help="JSONL logs to follow: files, directories (their `*.jsonl` files), or globs in "
+        argument(
+            "JSONL logs to follow: files, directories (their `*.jsonl` files), or globs in "
             "quotes (e.g. `'runs/*.jsonl'`); directories and globs also pick up files created "
             "later.",
-            show_default=False,
-            metavar="LOG...",
+            "LOG...",
         ),
     ],
     once: Annotated[
-        bool, typer.Option("--once", help="Print one frame of what the logs hold now and exit.")
+        bool, option("--once", "Print one frame of what the logs hold now and exit.")
     ] = False,
     interval: Annotated[
-        float,
-        typer.Option("--interval", help="Seconds between redraws.", min=0.05, metavar="SECONDS"),
+        float, option("--interval", "Seconds between redraws.", "SECONDS", min=0.05)
     ] = 1.0,
-    runs: Annotated[
-        int, typer.Option("--runs", help="How many runs to show.", min=1, metavar="N")
-    ] = 4,
-    rows: Annotated[
-        int, typer.Option("--rows", help="Call-tree rows per run.", min=1, metavar="N")
-    ] = 20,
+    runs: Annotated[int, option("--runs", "How many runs to show.", "N", min=1)] = 4,
+    rows: Annotated[int, option("--rows", "Call-tree rows per run.", "N", min=1)] = 20,
     **controls: Any,
 ) -> None:
     """Watch JSONL logs while they are written: call trees, spend against ceilings, stops.
