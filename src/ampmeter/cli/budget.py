@@ -1,13 +1,6 @@
-"""The ``ampmeter budget`` command: an operator's handle on a shared ledger, from any process.
-
-``ampmeter budget show|pause|resume|raise LEDGER SCOPE [KEY VALUE]``: LEDGER is a SQLite file
-or a ``redis://`` (``rediss://``, ``unix://``) URL. ``show`` prints what the ledger keeps for
-SCOPE, the calls paused at their context's own cap among it (a SCOPE the ledger knows nothing of
-is an error); ``pause`` stops every process from admitting anything more at SCOPE and below it,
-from its next admission on; ``resume`` lifts it; ``raise`` sets the ceiling KEY of SCOPE to
-VALUE (dollars for ``amp:cost`` keys, a whole number for counts), higher or lower, checked as
-every limit's maximum is, and says when it is below what SCOPE has spent; calls paused there
-take it. Added to the app by :func:`register`; the ledgers load when the command runs.
+"""The ``ampmeter budget`` command: an operator's handle on a shared ledger, from any process
+(``show|pause|resume|raise LEDGER SCOPE [KEY VALUE]``: its help says what each does). Added to
+the app by :func:`register`; the ledgers load when the command runs.
 """
 
 from __future__ import annotations

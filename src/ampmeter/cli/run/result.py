@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["exact_usd", "limit_events", "result_json", "spend_by_model"]
 
 _LIMIT_EVENTS = "limit_events"  # the node metadata each limit event is kept in
+_COUNTS = ("llm_calls", "refused_calls", "tokens_in", "tokens_out", "unpriced_calls")
 
 
 def exact_usd(calls: Iterable[Call]) -> Decimal:
@@ -35,17 +36,7 @@ def spend_by_model(calls: Iterable[Call]) -> dict[str, dict[str, Any]]:
     for call in calls:
         if call.kind != "llm":
             continue
-        row = models.setdefault(
-            call.model,
-            {
-                "llm_calls": 0,
-                "refused_calls": 0,
-                "tokens_in": 0,
-                "tokens_out": 0,
-                "cost_usd": Decimal(0),
-                "unpriced_calls": 0,
-            },
-        )
+        row = models.setdefault(call.model, {**dict.fromkeys(_COUNTS, 0), "cost_usd": Decimal(0)})
         row["refused_calls" if call.status == "halt" else "llm_calls"] += 1
         row["tokens_in"] += call.tokens_in
         row["tokens_out"] += call.tokens_out

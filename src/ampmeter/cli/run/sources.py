@@ -1,19 +1,11 @@
 """Where ``ampmeter run``'s controls come from: the command line beats the environment, which
-beats the budget file.
+beats the budget file (``docs/integrations.md`` shows one).
 
 One name per control: the flag ``--max-tool-calls``, the variable ``AMPMETER_MAX_TOOL_CALLS``
-(a repeatable control's items separated by commas there: ``AMPMETER_PRICE=a=1/2,b=3/4``) and the
-budget file's key ``max_tool_calls`` (a repeatable control is a list). The budget file is TOML,
-named by ``--budget-file`` or ``AMPMETER_BUDGET_FILE``::
-
-    max_cost = 0.50
-    max_tool_calls = 40
-    warn_at = [0.5, 0.8]
-    price = ["local-model=0.10/0.40"]
-    downgrade = ["gpt-4o=gpt-4o-mini@0.8"]
-
-A mistake names where the value came from (the flag, the variable, or the file and its key)
-and starts nothing. How each control is read follows its type in :class:`RunConfig`.
+(a repeatable control's items separated by commas) and the budget file's key
+``max_tool_calls`` (a repeatable control is a list); how each is read follows its type in
+:class:`~ampmeter.cli.run.config.RunConfig`. A mistake names where the value came from (the
+flag, the variable, or the file and its key) and starts nothing.
 """
 
 from __future__ import annotations
