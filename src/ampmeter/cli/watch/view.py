@@ -105,21 +105,23 @@ def _limits(state: WatchState, run: RunState, max_subagents: int = 3) -> Group:
         grid.add_column(no_wrap=True)
     tokens_in = int(run.usage(KEY_INPUT_TOKENS) or 0)
     tokens_out = int(run.usage(KEY_OUTPUT_TOKENS) or 0)
-    unpriced = run.unpriced
+    counted = run.digest
+    unpriced = counted.unpriced_calls
     spent = Text.assemble(
         ("spent ", "bold"),
         money(run.usage(KEY_COST) or 0.0) + (f" + {unpriced} unpriced" if unpriced else ""),
         ("  tokens ", "bold"),
         f"{tokens_in:,} in / {tokens_out:,} out",
     )
-    calls = Text.assemble(("calls ", "bold"), f"{run.llm_sent:,} LLM call(s) sent")
-    if run.refused:
-        calls.append(f", {run.refused:,} refused before sending")
-    if run.unsettled_cost_usd:
-        unsettled = money(run.unsettled_cost_usd)
+    calls = Text.assemble(("calls ", "bold"), f"{counted.llm_sent:,} LLM call(s) sent")
+    if counted.stopped_unsent:
+        calls.append(f", {counted.stopped_unsent:,} refused before sending")
+    if counted.unsettled_cost_usd:
+        unsettled = money(counted.unsettled_cost_usd)
         spent.append(f"  (unsettled {unsettled}: calls in flight at a stop or in dead workers)")
-    if run.estimated_cost_usd:
-        spent.append(f"  (estimated {money(run.estimated_cost_usd)}: billed without their usage)")
+    if counted.estimated_cost_usd:
+        estimated = money(counted.estimated_cost_usd)
+        spent.append(f"  (estimated {estimated}: billed without their usage)")
     ceilings = state.ceilings_of(run)
     if not ceilings:
         known = "[dim]no ceiling of the run's known (give --max-cost, --max-llm-calls, ...)[/]"
@@ -128,7 +130,7 @@ def _limits(state: WatchState, run: RunState, max_subagents: int = 3) -> Group:
         # A ceiling's key may come from a stop reason in the log: plain text, controls escaped.
         grid.add_row(Text(printable(key)), *_bar_row(key, run.usage(key), cap))
     # Then each sub-agent's own limits, the nearest to (or past) their ceiling first.
-    rows = run.contexts.subagent_rows()
+    rows = counted.contexts.subagent_rows()
     for _, path, key, used, cap, stopped in rows[:max_subagents]:
         label = Text.assemble((printable(short_ids(path[-1])), "bold"), f" {printable(key)}")
         grid.add_row(label, *_bar_row(key, used, cap, "  ■ stopped" if stopped else ""))
