@@ -246,19 +246,17 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         for name, kind in control_types().items():
+            value, choices = getattr(self, name), typing.get_args(kind)
             if kind in (int, float):
-                _check_number(name, getattr(self, name), integer=kind is int)
+                _check_number(name, value, integer=kind is int)
+            elif typing.get_origin(kind) is Literal and value not in (None, *choices):
+                raise ControlError(name, f"must be one of {', '.join(choices)}, got {value!r}")
+            elif typing.get_origin(kind) is list and not isinstance(value, list):
+                raise ControlError(name, f"must be a list, got {value!r}")
         for model, cap in self.max_tokens_per_model.items():
             if not isinstance(model, str) or not model:
                 raise ControlError("max_tokens_per_model", f"needs MODEL=N, got {model!r}")
             _check_number("max_tokens_per_model", cap, integer=True)
-        for name, choices in control_choices().items():
-            value = getattr(self, name)
-            if value is not None and value not in choices:
-                raise ControlError(name, f"must be one of {', '.join(choices)}, got {value!r}")
-        for name in ("price", "downgrade", "warn_at"):
-            if not isinstance(getattr(self, name), list):
-                raise ControlError(name, f"must be a list, got {getattr(self, name)!r}")
         self.prices()
         self.ladder()
         for fraction in self.warn_at:
@@ -412,14 +410,6 @@ def control_types() -> dict[str, Any]:
             given[0] if typing.get_origin(hint) in (typing.Union, types.UnionType) else hint
         )
     return found
-
-
-def control_choices() -> dict[str, tuple[str, ...]]:
-    """The controls that take one of a few words, and their words."""
-    kinds = control_types().items()
-    return {
-        name: typing.get_args(kind) for name, kind in kinds if typing.get_origin(kind) is Literal
-    }
 
 
 def _check_number(name: str, value: object, *, integer: bool) -> None:
