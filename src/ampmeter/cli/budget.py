@@ -92,19 +92,13 @@ def budget(
 def _raise(opened: Ledger, scope: str, key: str, value: str) -> None:
     """Set the ceiling (checked as every limit's maximum is) and say when it is below what the
     scope has spent already."""
-    from ampmeter.money import format_usd
-
     opened.set_ceiling(scope, key, _number(key, value))
     ceiling = opened.ceilings(scope)[key]
     spent = opened.spent(scope).get(key, 0)
     if spent > ceiling:
-
-        def shown(amount: Decimal | int) -> str:
-            return format_usd(amount) if isinstance(amount, Decimal) else str(amount)
-
         typer.echo(
-            f"ampmeter budget: note: the new ceiling {key} {shown(ceiling)} is below what "
-            f"{scope!r} has spent ({shown(spent)}): every call there is refused until it is "
+            f"ampmeter budget: note: the new ceiling {key} {_amount(ceiling)} is below what "
+            f"{scope!r} has spent ({_amount(spent)}): every call there is refused until it is "
             "raised above that",
             err=True,
         )
@@ -127,9 +121,14 @@ def _number(key: str, value: str) -> Decimal | int | float:
     raise ValueError(f"{what} must be a number, got {value!r}")
 
 
-def _print(view: BudgetView, as_json: bool) -> None:
+def _amount(amount: Decimal | int) -> str:
+    """Dollars for a money key's amount (a Decimal), the count itself for the others."""
     from ampmeter.money import format_usd
 
+    return format_usd(amount) if isinstance(amount, Decimal) else str(amount)
+
+
+def _print(view: BudgetView, as_json: bool) -> None:
     if as_json:
         data = {
             "scope": view.scope,
@@ -153,10 +152,7 @@ def _print(view: BudgetView, as_json: bool) -> None:
         return
 
     def amounts(found: Mapping[str, Decimal | int]) -> str:
-        shown = [
-            printable(f"{key} {format_usd(amount) if isinstance(amount, Decimal) else amount}")
-            for key, amount in sorted(found.items())
-        ]
+        shown = [printable(f"{key} {_amount(amount)}") for key, amount in sorted(found.items())]
         return ", ".join(shown) or "-"
 
     calls = view.paused_calls

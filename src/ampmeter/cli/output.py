@@ -101,8 +101,7 @@ def number(value: float | int | decimal.Decimal | None) -> str:
         return f"{int(exact):,}"
     # Four significant digits for a fraction; a large number keeps its whole part.
     digits = max(4 - exact.adjusted() - 1, 1)
-    text = f"{exact:,.{digits}f}".rstrip("0").rstrip(".")
-    return text
+    return f"{exact:,.{digits}f}".rstrip("0").rstrip(".")
 
 
 def money(value: float | decimal.Decimal) -> str:
