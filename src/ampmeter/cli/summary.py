@@ -22,16 +22,6 @@ __all__ = ["as_csv", "as_json", "as_table"]
 
 _MONEY: Final = frozenset({"cost_usd", "unsettled_cost_usd", "estimated_cost_usd"})
 
-NARROW: Final = (
-    ("label", "run"),
-    ("llm_sent", "LLM sent"),
-    ("refused_calls", "refused"),
-    ("tokens_in", "tok in"),
-    ("cost_usd", "cost"),
-    ("termination", "termination"),
-)
-"""The columns that fit 80: the run, what was sent and refused, the context, cost, the end."""
-
 WIDE: Final = (
     ("label", "run"),
     ("run_id", "run id"),
@@ -52,6 +42,12 @@ WIDE: Final = (
     ("max_depth", "depth"),
     ("termination", "termination"),
 )
+NARROW: Final = tuple(
+    column
+    for column in WIDE
+    if column[0] in ("label", "llm_sent", "refused_calls", "tokens_in", "cost_usd", "termination")
+)
+"""The columns that fit 80: the run, what was sent and refused, the context, cost, the end."""
 
 
 def _cell(key: str, value: object) -> Text:
