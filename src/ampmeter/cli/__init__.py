@@ -1,12 +1,5 @@
-"""The ``ampmeter`` command line.
-
-- :mod:`ampmeter.cli.application`: the typer app, its help and error style, its commands;
-- :mod:`ampmeter.cli.output`: the error line, escaping of text from logs, the number format;
-- :mod:`ampmeter.cli.analysis`: ``summary``, ``amortize``, ``validate``, ``report``;
-- :mod:`ampmeter.cli.demo`: ``demo``;
-- :mod:`ampmeter.cli.run`: ``run`` (the command, the parent that starts and judges the program,
-  the metering of each of its processes, and the ``sitecustomize`` that starts it);
-- :mod:`ampmeter.cli.watch`: ``watch`` (the command, the log follower, the state, the view).
+"""The ``ampmeter`` command line: :mod:`.application` is the app, each command a module of its
+own (``run`` and ``watch`` packages of their own), :mod:`.output` how they all talk.
 
 Importing this package imports nothing else: every process of an ``ampmeter run`` imports
 :mod:`ampmeter.cli.run.child`, and must not pay for typer. ``app`` and ``main`` load the app

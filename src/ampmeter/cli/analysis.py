@@ -2,71 +2,42 @@
 
 from __future__ import annotations
 
-import enum
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
 from ampmeter.cli.output import fail, number, printable, say, user_errors
+from ampmeter.cli.params import argument, option
 
 __all__ = ["register"]
 
 LogsArg = Annotated[
-    list[Path],
-    typer.Argument(
-        help="JSONL log files (TokenTracker events; .gz too).",
-        show_default=False,
-        metavar="LOG...",
-    ),
+    list[Path], argument("JSONL log files (TokenTracker events; .gz too).", "LOG...")
 ]
 BestEffort = Annotated[
     bool,
-    typer.Option(
-        "--best-effort",
-        help="Skip bad lines (and count them) instead of stopping at the first one.",
+    option(
+        "--best-effort", "Skip bad lines (and count them) instead of stopping at the first one."
     ),
 ]
-
-
-class Format(str, enum.Enum):
-    """CSV layouts of ``ampmeter amortize``."""
-
-    v0 = "v0"
-    extended = "extended"
-
-
-class EngineName(str, enum.Enum):
-    """Query engines of ``ampmeter amortize`` and ``summary``."""
-
-    auto = "auto"
-    python = "python"
-    duckdb = "duckdb"
-
-
-class SummaryFormat(str, enum.Enum):
-    """What ``ampmeter summary`` prints."""
-
-    table = "table"
-    json = "json"
-    csv = "csv"
+Engine = Literal["auto", "python", "duckdb"]  # the query engines of `amortize` and `summary`
 
 
 def summary_command(
     logs: LogsArg,
     engine: Annotated[
-        EngineName,
-        typer.Option("--engine", help="auto picks DuckDB for logs over 64 MB in all."),
-    ] = EngineName.auto,
+        Engine, option("--engine", "auto picks DuckDB for logs over 64 MB in all.")
+    ] = "auto",
     best_effort: BestEffort = False,
     wide: Annotated[
-        bool, typer.Option("--wide", help="Show every column, not only those that fit 80.")
+        bool, option("--wide", "Show every column, not only those that fit 80.")
     ] = False,
     fmt: Annotated[
-        SummaryFormat,
-        typer.Option("--format", help="table for people; json or csv: every field of every run."),
-    ] = SummaryFormat.table,
+        Literal["table", "json", "csv"],
+        option("--format", "table for people; json or csv: every field of every run."),
+    ] = "table",
 ) -> None:
     """Print one row per run: its name, LLM calls sent and refused, tokens, cost, how it ended.
 
@@ -78,13 +49,13 @@ def summary_command(
     """
     from ampmeter.analysis import summarize
 
-    if engine is EngineName.duckdb and best_effort:
+    if engine == "duckdb" and best_effort:
         fail("summary", "--engine duckdb reads strictly; use --engine python with --best-effort")
     with user_errors("summary", best_effort_flag=True):
         try:
             table = summarize(
                 logs,
-                engine=engine.value,  # type: ignore[arg-type, unused-ignore]
+                engine=engine,
                 best_effort=best_effort,
                 progress=sys.stderr.isatty(),
             )
@@ -92,10 +63,10 @@ def summary_command(
             fail("summary", str(exc))
     from ampmeter.cli.summary import as_csv, as_json, as_table
 
-    if fmt is SummaryFormat.json:
+    if fmt == "json":
         typer.echo(as_json(table))
         return
-    if fmt is SummaryFormat.csv:
+    if fmt == "csv":
         typer.echo(as_csv(table), nl=False)
         return
     if not table.runs:
@@ -109,43 +80,32 @@ def summary_command(
 
 
 def amortize_command(
-    stream: Annotated[
-        Path,
-        typer.Argument(help="The `*.stream.jsonl` file.", show_default=False, metavar="STREAM"),
-    ],
+    stream: Annotated[Path, argument("The `*.stream.jsonl` file.", "STREAM")],
     output: Annotated[
-        Path,
-        typer.Option(
-            "-o", "--output", help="Where to write the CSV.", show_default=False, metavar="PATH"
-        ),
+        Path, option("-o --output", "Where to write the CSV.", "PATH", show_default=False)
     ],
     problems: Annotated[
         Optional[Path],  # noqa: UP045 - typer needs Optional on Python 3.10
-        typer.Option(
-            "--problems", help="The `*.problems.jsonl` file (accuracy, latency).", metavar="PATH"
-        ),
+        option("--problems", "The `*.problems.jsonl` file (accuracy, latency).", "PATH"),
     ] = None,
     events: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option(
-            "--events", help="The TokenTracker event log (Track A/B cost).", metavar="LOG"
-        ),
+        option("--events", "The TokenTracker event log (Track A/B cost).", "LOG"),
     ] = None,
     fmt: Annotated[
-        Format,
-        typer.Option(
+        Literal["v0", "extended"],
+        option(
             "--format",
-            help="v0: the stream's four columns; extended: also accuracy, latency, Track A/B.",
+            "v0: the stream's four columns; extended: also accuracy, latency, Track A/B.",
         ),
-    ] = Format.v0,
+    ] = "v0",
     plot: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--plot", help="Also draw the curve as a PNG here.", metavar="PATH"),
+        option("--plot", "Also draw the curve as a PNG here.", "PATH"),
     ] = None,
     engine: Annotated[
-        EngineName,
-        typer.Option("--engine", help="auto picks DuckDB for inputs over 64 MB."),
-    ] = EngineName.auto,
+        Engine, option("--engine", "auto picks DuckDB for inputs over 64 MB.")
+    ] = "auto",
     best_effort: BestEffort = False,
 ) -> None:
     """Write the amortization curve against t as CSV (and optionally a PNG).
@@ -162,10 +122,10 @@ def amortize_command(
             problems_jsonl=problems,
             token_events_jsonl=events,
             best_effort=best_effort,
-            engine=engine.value,  # type: ignore[arg-type, unused-ignore]
+            engine=engine,
             progress=sys.stderr.isatty(),
         )
-        writer = write_v0_csv if fmt is Format.v0 else write_extended_csv
+        writer = write_v0_csv if fmt == "v0" else write_extended_csv
         count = writer(table, output)
         if plot is not None:
             from ampmeter.report.figures import amortization_figure, save_png
@@ -204,12 +164,10 @@ def validate_command(logs: LogsArg) -> None:
 
 def report_command(
     logs: LogsArg,
-    output: Annotated[
-        Path, typer.Option("-o", "--output", help="The HTML file to write.", metavar="PATH")
-    ] = Path("report.html"),
-    title: Annotated[
-        str, typer.Option("--title", help="Title of the report.", metavar="TEXT")
-    ] = "ampmeter report",
+    output: Annotated[Path, option("-o --output", "The HTML file to write.", "PATH")] = Path(
+        "report.html"
+    ),
+    title: Annotated[str, option("--title", "Title of the report.", "TEXT")] = "ampmeter report",
     best_effort: BestEffort = False,
 ) -> None:
     """Write one self-contained HTML report: summary, figures and call trees.

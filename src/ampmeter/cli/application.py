@@ -57,23 +57,24 @@ class _OneLineErrors(TyperGroup):
         windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
-        if not standalone_mode:
-            return super().main(
-                args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra
-            )
         try:
             code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         except Exception as exc:
+            if not standalone_mode:
+                raise
+            name = prog_name or "ampmeter"
             if type(exc).__name__ == "Abort":
-                print_error(prog_name or "ampmeter", "aborted")
+                print_error(name, "aborted")
                 sys.exit(1)
             if not hasattr(exc, "format_message") or not hasattr(exc, "exit_code"):
                 raise  # not a usage error
             if type(exc).__name__ != "NoArgsIsHelpError":  # its help is already printed
                 ctx = getattr(exc, "ctx", None)
-                where = ctx.command_path if ctx is not None else prog_name or "ampmeter"
+                where = ctx.command_path if ctx is not None else name
                 print_error(where, f"{exc.format_message()} (see '{where} --help')")
             sys.exit(exc.exit_code)
+        if not standalone_mode:
+            return code
         sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -1,28 +1,21 @@
-"""The ``ampmeter budget`` command: an operator's handle on a shared ledger, from any process.
-
-``ampmeter budget show|pause|resume|raise LEDGER SCOPE [KEY VALUE]``: LEDGER is a SQLite file
-or a ``redis://`` (``rediss://``, ``unix://``) URL. ``show`` prints what the ledger keeps for
-SCOPE, the calls paused at their context's own cap among it (a SCOPE the ledger knows nothing of
-is an error); ``pause`` stops every process from admitting anything more at SCOPE and below it,
-from its next admission on; ``resume`` lifts it; ``raise`` sets the ceiling KEY of SCOPE to
-VALUE (dollars for ``amp:cost`` keys, a whole number for counts), higher or lower, checked as
-every limit's maximum is, and says when it is below what SCOPE has spent; calls paused there
-take it. Added to the app by :func:`register`; the ledgers load when the command runs.
+"""The ``ampmeter budget`` command: an operator's handle on a shared ledger, from any process
+(``show|pause|resume|raise LEDGER SCOPE [KEY VALUE]``: its help says what each does). Added to
+the app by :func:`register`; the ledgers load when the command runs.
 """
 
 from __future__ import annotations
 
-import enum
 import sys
 import time
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 import orjson
 import typer
 
 from ampmeter.cli.output import fail, missing_module, printable, show
+from ampmeter.cli.params import argument, option
 
 if TYPE_CHECKING:
     from ampmeter.ledgers.base import BudgetView, Ledger
@@ -35,33 +28,13 @@ def register(app: typer.Typer) -> None:
     app.command("budget")(budget)
 
 
-class Action(str, enum.Enum):
-    """What ``ampmeter budget`` does to a scope."""
-
-    show = "show"
-    pause = "pause"
-    resume = "resume"
-    raise_ = "raise"
-
-
 def budget(
     action: Annotated[
-        Action,
-        typer.Argument(
-            help="What to do: show, pause, resume or raise a ceiling.",
-            show_default=False,
-            metavar="ACTION",
-        ),
+        Literal["show", "pause", "resume", "raise"],
+        argument("What to do: show, pause, resume or raise a ceiling.", "ACTION"),
     ],
-    ledger: Annotated[
-        str,
-        typer.Argument(
-            help="A SQLite ledger file or a `redis://` URL.", show_default=False, metavar="LEDGER"
-        ),
-    ],
-    scope: Annotated[
-        str, typer.Argument(help="The budget scope, e.g. team/run-7.", metavar="SCOPE")
-    ],
+    ledger: Annotated[str, argument("A SQLite ledger file or a `redis://` URL.", "LEDGER")],
+    scope: Annotated[str, argument("The budget scope, e.g. team/run-7.", "SCOPE")],
     key: Annotated[
         Optional[str],  # noqa: UP045
         typer.Argument(help="raise: the ceiling's key (amp:cost...).", metavar="[KEY]"),
@@ -70,7 +43,7 @@ def budget(
         Optional[str],  # noqa: UP045
         typer.Argument(help="raise: its new maximum (dollars for amp:cost).", metavar="[VALUE]"),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="show: print one JSON object.")] = False,
+    as_json: Annotated[bool, option("--json", "show: print one JSON object.")] = False,
 ) -> None:
     """Show, pause, resume or raise a budget scope in a shared ledger (SQLite or Redis).
 
@@ -80,22 +53,27 @@ def budget(
     lets calls paused on the scope go on.
     """
     if action == "raise" and (key is None or value is None):
-        _fail("raise needs KEY and VALUE (ampmeter budget raise LEDGER SCOPE amp:cost 2.50)")
+        fail(
+            "budget", "raise needs KEY and VALUE (ampmeter budget raise LEDGER SCOPE amp:cost 2.50)"
+        )
     if action != "raise" and (key is not None or value is not None):
-        _fail(f"{action} takes no KEY or VALUE")
+        fail("budget", f"{action} takes no KEY or VALUE")
     from ampmeter.errors import BudgetUnavailable
+    from ampmeter.ledgers.reach import open_address
 
     try:
-        opened = _open(ledger, scope)
+        # The ledger must exist already: a typo must not create an empty one that nobody uses.
+        opened = open_address(ledger, scope, lease_s=None, timeout_s=5.0, create=False)
     except (BudgetUnavailable, ValueError, TypeError) as error:
-        _fail(str(error))
+        fail("budget", str(error))
     except ImportError as error:  # redis:// without the redis extra
-        _fail(missing_module(error))
+        fail("budget", missing_module(error))
     try:
         if action == "show" and not opened.exists(scope):
-            _fail(
+            fail(
+                "budget",
                 f"no budget scope {scope!r} in this ledger: nothing was reserved, spent, "
-                "limited or paused there or below it (scopes are paths such as team/run-7)"
+                "limited or paused there or below it (scopes are paths such as team/run-7)",
             )
         if action == "pause":
             opened.pause(scope)
@@ -106,35 +84,21 @@ def budget(
             _raise(opened, scope, key, value)
         _print(opened.show(scope), as_json)
     except (BudgetUnavailable, ValueError, TypeError) as error:
-        _fail(str(error))
+        fail("budget", str(error))
     finally:
         opened.close()
-
-
-def _open(where: str, scope: str) -> Ledger:
-    """The ledger at ``where``, bound to ``scope``'s tree; it must exist already (a typo must
-    not create an empty ledger that nobody uses)."""
-    from ampmeter.ledgers.reach import open_address
-
-    return open_address(where, scope, lease_s=None, timeout_s=5.0, create=False)
 
 
 def _raise(opened: Ledger, scope: str, key: str, value: str) -> None:
     """Set the ceiling (checked as every limit's maximum is) and say when it is below what the
     scope has spent already."""
-    from ampmeter.money import format_usd
-
     opened.set_ceiling(scope, key, _number(key, value))
     ceiling = opened.ceilings(scope)[key]
     spent = opened.spent(scope).get(key, 0)
     if spent > ceiling:
-
-        def shown(amount: Decimal | int) -> str:
-            return format_usd(amount) if isinstance(amount, Decimal) else str(amount)
-
         typer.echo(
-            f"ampmeter budget: note: the new ceiling {key} {shown(ceiling)} is below what "
-            f"{scope!r} has spent ({shown(spent)}): every call there is refused until it is "
+            f"ampmeter budget: note: the new ceiling {key} {_amount(ceiling)} is below what "
+            f"{scope!r} has spent ({_amount(spent)}): every call there is refused until it is "
             "raised above that",
             err=True,
         )
@@ -157,9 +121,14 @@ def _number(key: str, value: str) -> Decimal | int | float:
     raise ValueError(f"{what} must be a number, got {value!r}")
 
 
-def _print(view: BudgetView, as_json: bool) -> None:
+def _amount(amount: Decimal | int) -> str:
+    """Dollars for a money key's amount (a Decimal), the count itself for the others."""
     from ampmeter.money import format_usd
 
+    return format_usd(amount) if isinstance(amount, Decimal) else str(amount)
+
+
+def _print(view: BudgetView, as_json: bool) -> None:
     if as_json:
         data = {
             "scope": view.scope,
@@ -183,10 +152,7 @@ def _print(view: BudgetView, as_json: bool) -> None:
         return
 
     def amounts(found: Mapping[str, Decimal | int]) -> str:
-        shown = [
-            printable(f"{key} {format_usd(amount) if isinstance(amount, Decimal) else amount}")
-            for key, amount in sorted(found.items())
-        ]
+        shown = [printable(f"{key} {_amount(amount)}") for key, amount in sorted(found.items())]
         return ", ".join(shown) or "-"
 
     calls = view.paused_calls
@@ -207,7 +173,3 @@ def _print(view: BudgetView, as_json: bool) -> None:
         show(printable(f"waiting    {cap} (cap of context {call.context!r}, paused {since:.0f}s)"))
     for name in ("ceilings", "spent", "unsettled", "reserved"):
         show(f"{name:<10} {amounts(getattr(view, name))}")
-
-
-def _fail(message: str) -> NoReturn:
-    fail("budget", message)

@@ -8,106 +8,66 @@ from typing import Annotated
 import typer
 
 from ampmeter.cli.output import fail, show
+from ampmeter.cli.params import option
 from ampmeter.demo.settings import DEFAULT_PRICE_AS, RUN_MAX_COST
 
 __all__ = ["register"]
 
+_PRICE_AS = "(instead of --price-as)"
+
 
 def _demo(
-    model: Annotated[
-        Path | None,
-        typer.Option("--model", help="A GGUF model file (default: SmolLM2-135M).", metavar="PATH"),
+    model_path: Annotated[
+        Path | None, option("--model", "A GGUF model file (default: SmolLM2-135M).", "PATH")
     ] = None,
     base_url: Annotated[
-        str | None,
-        typer.Option(
-            "--base-url", help="Use this OpenAI-compatible server instead.", metavar="URL"
-        ),
+        str | None, option("--base-url", "Use this OpenAI-compatible server instead.", "URL")
     ] = None,
     model_name: Annotated[
-        str | None,
-        typer.Option("--model-name", help="Model name sent with --base-url.", metavar="NAME"),
+        str | None, option("--model-name", "Model name sent with --base-url.", "NAME")
     ] = None,
     price_in: Annotated[
-        float | None,
-        typer.Option(
-            "--price-in",
-            help="USD per million input tokens (instead of --price-as).",
-            metavar="USD",
-        ),
+        float | None, option("--price-in", f"USD per million input tokens {_PRICE_AS}.", "USD")
     ] = None,
     price_out: Annotated[
-        float | None,
-        typer.Option(
-            "--price-out",
-            help="USD per million output tokens (instead of --price-as).",
-            metavar="USD",
-        ),
+        float | None, option("--price-out", f"USD per million output tokens {_PRICE_AS}.", "USD")
     ] = None,
     price_as: Annotated[
-        str,
-        typer.Option(
-            "--price-as",
-            help="Price the local model's calls as this hosted model.",
-            metavar="MODEL",
-        ),
+        str, option("--price-as", "Price the local model's calls as this hosted model.", "MODEL")
     ] = DEFAULT_PRICE_AS,
     free: Annotated[
-        bool, typer.Option("--free", help="Price every call at $0 (no dollar budget can bite).")
+        bool, option("--free", "Price every call at $0 (no dollar budget can bite).")
     ] = False,
     max_cost: Annotated[
-        float, typer.Option("--max-cost", help="Cost ceiling per question in USD.", metavar="USD")
+        float, option("--max-cost", "Cost ceiling per question in USD.", "USD")
     ] = 0.01,
-    max_steps: Annotated[
-        int, typer.Option("--max-steps", help="Most LLM calls per question.", metavar="N")
-    ] = 6,
-    questions: Annotated[
-        int, typer.Option("--questions", help="How many questions.", metavar="N")
-    ] = 4,
+    max_steps: Annotated[int, option("--max-steps", "Most LLM calls per question.", "N")] = 6,
+    questions: Annotated[int, option("--questions", "How many questions.", "N")] = 4,
     run_max_cost: Annotated[
         float,
-        typer.Option(
+        option(
             "--run-max-cost",
-            help="Cost ceiling of the whole run in USD (default: a little less than the default "
+            "Cost ceiling of the whole run in USD (default: a little less than the default "
             "questions cost, so a call of the last one is stopped before it is made).",
-            metavar="USD",
+            "USD",
         ),
     ] = RUN_MAX_COST,
     run_max_llm_calls: Annotated[
-        int | None,
-        typer.Option(
-            "--run-max-llm-calls", help="Also cap the whole run's LLM calls.", metavar="N"
-        ),
+        int | None, option("--run-max-llm-calls", "Also cap the whole run's LLM calls.", "N")
     ] = None,
-    out_dir: Annotated[
-        Path, typer.Option("--out-dir", help="Where the logs go.", metavar="DIR")
-    ] = Path("runs/demo"),
+    out_dir: Annotated[Path, option("--out-dir", "Where the logs go.", "DIR")] = Path("runs/demo"),
 ) -> None:
     """Run a small ReAct agent on a real local model under limits and print what it cost.
 
     The local model's calls are priced as a hosted model (gpt-4o-mini unless told otherwise) so
     that the run's budget is in dollars; nothing is paid.
     """
+    options = dict(locals())  # run_demo's keywords, each as its option gave it
     from ampmeter.demo.run import run_demo
     from ampmeter.errors import DemoError
 
     try:
-        run_demo(
-            model_path=model,
-            base_url=base_url,
-            model_name=model_name,
-            price_in=price_in,
-            price_out=price_out,
-            price_as=price_as,
-            free=free,
-            max_cost=max_cost,
-            max_steps=max_steps,
-            questions=questions,
-            run_max_cost=run_max_cost,
-            run_max_llm_calls=run_max_llm_calls,
-            out_dir=out_dir,
-            echo=show,  # the model's answers reach the terminal escaped
-        )
+        run_demo(**options, echo=show)  # the model's answers reach the terminal escaped
     except DemoError as exc:
         fail("demo", str(exc))
 

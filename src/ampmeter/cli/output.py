@@ -101,8 +101,7 @@ def number(value: float | int | decimal.Decimal | None) -> str:
         return f"{int(exact):,}"
     # Four significant digits for a fraction; a large number keeps its whole part.
     digits = max(4 - exact.adjusted() - 1, 1)
-    text = f"{exact:,.{digits}f}".rstrip("0").rstrip(".")
-    return text
+    return f"{exact:,.{digits}f}".rstrip("0").rstrip(".")
 
 
 def money(value: float | decimal.Decimal) -> str:
@@ -174,14 +173,12 @@ def user_errors(command: str, *, best_effort_flag: bool = False) -> Iterator[Non
         except JsonlError as exc:
             hint = " (--best-effort skips bad lines and counts them)" if best_effort_flag else ""
             fail(command, f"{exc}{hint}")
-        except AnalysisError as exc:
+        except (AnalysisError, ValueError) as exc:
             fail(command, str(exc))
         except OSError as exc:
             fail(command, os_error_message(exc))
         except ImportError as exc:  # an optional module a command needs is not installed
             fail(command, missing_module(exc))
-        except ValueError as exc:
-            fail(command, str(exc))
         finally:
             for item in caught:
                 message = printable(f"ampmeter {command}: warning: {item.message}")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ampmeter.cli.output import fail, say
+from ampmeter.cli.params import option
 
 if TYPE_CHECKING:
     from ampmeter.proxy import MeteringProxy
@@ -26,24 +27,21 @@ def register(app: typer.Typer) -> None:
 def proxy(
     budget_file: Annotated[
         Path,
-        typer.Option(
+        option(
             "--budget-file",
-            metavar="FILE",
-            help="The TOML file naming the callers, their limits, the ledger and upstreams.",
+            "The TOML file naming the callers, their limits, the ledger and upstreams.",
+            "FILE",
         ),
     ],
     host: Annotated[
-        str,
-        typer.Option(
-            "--host", metavar="ADDRESS", help="Where to listen (loopback unless you say so)."
-        ),
+        str, option("--host", "Where to listen (loopback unless you say so).", "ADDRESS")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", metavar="PORT", help="0 picks a free port.")] = 0,
+    port: Annotated[int, option("--port", "0 picks a free port.", "PORT")] = 0,
     allow_unestimated: Annotated[
         bool,
-        typer.Option(
+        option(
             "--allow-unestimated",
-            help="Forward, unmetered, a POST whose cost cannot be estimated (else refused).",
+            "Forward, unmetered, a POST whose cost cannot be estimated (else refused).",
         ),
     ] = False,
 ) -> None:

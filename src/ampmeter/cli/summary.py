@@ -22,16 +22,6 @@ __all__ = ["as_csv", "as_json", "as_table"]
 
 _MONEY: Final = frozenset({"cost_usd", "unsettled_cost_usd", "estimated_cost_usd"})
 
-NARROW: Final = (
-    ("label", "run"),
-    ("llm_sent", "LLM sent"),
-    ("refused_calls", "refused"),
-    ("tokens_in", "tok in"),
-    ("cost_usd", "cost"),
-    ("termination", "termination"),
-)
-"""The columns that fit 80: the run, what was sent and refused, the context, cost, the end."""
-
 WIDE: Final = (
     ("label", "run"),
     ("run_id", "run id"),
@@ -52,6 +42,12 @@ WIDE: Final = (
     ("max_depth", "depth"),
     ("termination", "termination"),
 )
+NARROW: Final = tuple(
+    column
+    for column in WIDE
+    if column[0] in ("label", "llm_sent", "refused_calls", "tokens_in", "cost_usd", "termination")
+)
+"""The columns that fit 80: the run, what was sent and refused, the context, cost, the end."""
 
 
 def _cell(key: str, value: object) -> Text:
@@ -70,8 +66,10 @@ def _plain(row: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, 9) if k in _MONEY and isinstance(v, float) else v for k, v in row.items()}
 
 
-def _labels(table: SummaryTable) -> dict[str, str]:
-    return run_labels((run.run_id, run.name) for run in table.runs)
+def _rows(table: SummaryTable) -> list[dict[str, Any]]:
+    """Every field of every run, and its label."""
+    labels = run_labels((run.run_id, run.name) for run in table.runs)
+    return [{**run.to_dict(), "label": labels[run.run_id]} for run in table.runs]
 
 
 def as_table(table: SummaryTable, wide: bool) -> Table:
@@ -98,9 +96,7 @@ def as_table(table: SummaryTable, wide: bool) -> Table:
             max_width=28 if run_column else None,
             no_wrap=run_column or key == "termination",
         )
-    labels = _labels(table)
-    for run in table.runs:
-        row: dict[str, Any] = {**run.to_dict(), "label": labels[run.run_id]}
+    for row in _rows(table):
         out.add_row(*(_cell(key, row[key]) for key, _ in columns))
     if table.runs:
         for q in ("p50", "p95"):
@@ -117,8 +113,7 @@ def as_table(table: SummaryTable, wide: bool) -> Table:
 
 def as_json(table: SummaryTable) -> str:
     """Every field of every run (with its label), and the p50/p95 across runs, as JSON."""
-    labels = _labels(table)
-    runs = [_plain({**run.to_dict(), "label": labels[run.run_id]}) for run in table.runs]
+    runs = [_plain(row) for row in _rows(table)]
     across = {
         key: {q: round(v, 9) if key in _MONEY and v is not None else v for q, v in qs.items()}
         for key, qs in table.across.items()
@@ -129,10 +124,8 @@ def as_json(table: SummaryTable) -> str:
 def as_csv(table: SummaryTable) -> str:
     """Every field of every run (with its label), one row per run, as CSV."""
     names = ["label", *(f.name for f in fields(RunSummary))]
-    labels = _labels(table)
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
     writer.writeheader()
-    for run in table.runs:
-        writer.writerow(_plain({**run.to_dict(), "label": labels[run.run_id]}))
+    writer.writerows(_plain(row) for row in _rows(table))
     return buffer.getvalue()

@@ -25,17 +25,7 @@ from ampmeter.cli.run.config import RunConfig
 from ampmeter.cli.run.leftover import open_run_ledger
 from ampmeter.cli.run.parent import ENV_CONFIG, ENV_TREE
 
-__all__ = ["child_setup", "mark_process"]
-
-
-def mark_process(processes_dir: str, tag: str) -> None:
-    """Leave a mark that this process was part of the run (the summary counts them)."""
-    path = os.path.join(processes_dir, f"{os.getpid()}-{tag}")
-    try:
-        with open(path, "w", encoding="utf-8"):
-            pass
-    except OSError:
-        pass  # this process outlived the run: `ampmeter run` has reported and cleaned up
+__all__ = ["child_setup"]
 
 
 def child_setup(*, top: bool) -> None:
@@ -100,12 +90,11 @@ class _Process:
 
     current: _Process | None = None
 
-    def __init__(self, ctx: Any, sink: Any, ledger: Any, processes_dir: str) -> None:
+    def __init__(self, ctx: Any, sink: Any, ledger: Any) -> None:
         self.pid = os.getpid()
         self.ctx = ctx
         self.sink = sink
         self.ledger = ledger
-        self.processes_dir = processes_dir
         self.seen: list[BaseException] = []
 
     @classmethod
@@ -132,8 +121,7 @@ class _Process:
                 f"the run's root context got node id {ctx.node_id!r}, not {tree['root']!r}: "
                 "the other processes' logs would not join it"
             )
-        mark_process(tree["processes"], "metered")
-        cls.current = cls(ctx, log, ledger, tree["processes"])
+        cls.current = cls(ctx, log, ledger)
         atexit.register(cls.current.finish)
 
     def finish(self) -> None:

@@ -2,251 +2,90 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
-from typing import Annotated, Any, Literal, Optional
+import typing
+from collections.abc import Sequence
+from typing import Annotated, Any, Optional
 
 import typer
 
 from ampmeter.cli.output import fail, printable, say, show
+from ampmeter.cli.params import argument, option
+from ampmeter.cli.run.config import OTHERS, SHARED, RunConfig, control_types, flag_of
 
-__all__ = ["register"]
-
-_LIMITS, _POLICIES = "Limits (the whole process tree)", "Prices and what happens at a limit"
-_SHARED, _OUTPUT, _OTHERS = "Shared budget and budget file", "Output", "Processes not in Python"
-
-
-def _option(flag: str, metavar: str | None, text: str, panel: str, **more: Any) -> Any:
-    """One option of ``run``: each is also ``AMPMETER_<NAME>`` and ``<name>`` in the budget
-    file (:mod:`ampmeter.cli.run.sources`)."""
-    return typer.Option(flag, metavar=metavar, help=text, rich_help_panel=panel, **more)
+__all__ = ["register", "with_controls"]
 
 
-Count = Optional[int]  # noqa: UP045 - typer needs Optional on Python 3.10
-Number = Optional[float]  # noqa: UP045
-Text = Optional[str]  # noqa: UP045
-Items = Optional[list[str]]  # noqa: UP045
+def with_controls(command: Any, names: Sequence[str] = (), note: str = "") -> Any:
+    """Give ``command`` the options of the controls ``names`` (every one when none is named),
+    each as :class:`~ampmeter.cli.run.config.RunConfig` describes it (``note``: words added to
+    each help text, which then shows no groups); ``command`` takes them as keyword arguments,
+    after its own arguments and before its own options."""
+    own = [
+        param
+        for param in inspect.signature(command, eval_str=True).parameters.values()
+        if param.kind is not param.VAR_KEYWORD
+    ]
+    controls = [
+        _option(field, note)
+        for field in dataclasses.fields(RunConfig)
+        if field.name in names or not names
+    ]
+    arguments = [param for param in own if param.default is param.empty]
+    options = [param for param in own if param.default is not param.empty]
+    command.__signature__ = inspect.Signature([*arguments, *controls, *options])
+    return command
+
+
+def _option(field: dataclasses.Field[Any], note: str) -> inspect.Parameter:
+    """The typer option of one control (each is also ``AMPMETER_<NAME>`` and ``<name>`` in the
+    budget file: :mod:`ampmeter.cli.run.sources`)."""
+    kind = control_types()[field.name]
+    described = field.metadata
+    panel = None if note else described["panel"]
+    given = option(
+        flag_of(field.name), described["help"] + note, described["metavar"], rich_help_panel=panel
+    )
+    if kind is bool:
+        annotation, default = Annotated[bool, given], False
+    else:  # not given: None (NAME=VALUE items come as a list of text)
+        kind = list[str] if typing.get_origin(kind) is dict else kind
+        annotation, default = Annotated[kind | None, given], None
+    return inspect.Parameter(
+        field.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation
+    )
 
 
 def run_command_line(
     command: Annotated[
         list[str],
-        typer.Argument(
-            help="The program and its arguments, after `--` (e.g. `-- python agent.py`).",
-            show_default=False,
-            metavar="COMMAND",
+        argument(
+            "The program and its arguments, after `--` (e.g. `-- python agent.py`).", "COMMAND"
         ),
     ],
-    max_cost: Annotated[
-        Number, _option("--max-cost", "USD", "Cost ceiling in USD.", _LIMITS)
-    ] = None,
-    max_llm_calls: Annotated[
-        Count, _option("--max-llm-calls", "N", "Most LLM calls sent.", _LIMITS)
-    ] = None,
-    max_steps: Annotated[
-        Count,
-        _option("--max-steps", "N", "Most steps (LLM and tool calls that succeeded).", _LIMITS),
-    ] = None,
-    max_tool_calls: Annotated[
-        Count, _option("--max-tool-calls", "N", "Most tool calls.", _LIMITS)
-    ] = None,
-    max_tokens: Annotated[
-        Count,
-        _option(
-            "--max-tokens",
-            "N",
-            "Most tokens the models write (output tokens, as an API's max_tokens counts them) "
-            "over all calls.",
-            _LIMITS,
-        ),
-    ] = None,
-    max_input_tokens: Annotated[
-        Count, _option("--max-input-tokens", "N", "Most input tokens over all calls.", _LIMITS)
-    ] = None,
-    max_tokens_per_model: Annotated[
-        Items,
-        _option(
-            "--max-tokens-per-model",
-            "MODEL=N",
-            "Most input tokens for one model (repeatable).",
-            _LIMITS,
-        ),
-    ] = None,
-    timeout: Annotated[
-        Number,
-        _option(
-            "--timeout",
-            "SECONDS",
-            "Wall-time limit: calls past it are refused, and at SECONDS the program gets "
-            "SIGTERM (then SIGKILL after --grace). Exit status 124.",
-            _LIMITS,
-        ),
-    ] = None,
-    grace: Annotated[
-        Number,
-        _option(
-            "--grace",
-            "SECONDS",
-            "How long the program may take to shut down after --timeout's SIGTERM before it is "
-            "killed (default 2). Only its own shutdown: the work stops at --timeout.",
-            _LIMITS,
-        ),
-    ] = None,
-    price: Annotated[
-        Items,
-        _option(
-            "--price",
-            "MODEL=IN/OUT",
-            "Price a model in USD per million input / output tokens, read exactly as written "
-            "(repeatable; MODEL may be a pattern such as 'ft:gpt-4o*'). Wins over the price table.",
-            _POLICIES,
-        ),
-    ] = None,
-    on_unpriced: Annotated[
-        Optional[Literal["refuse", "warn", "allow"]],  # noqa: UP045
-        _option(
-            "--on-unpriced",
-            None,
-            "A call to a model without a price under --max-cost: refused before it is sent "
-            "(default), let through with a warning, or allowed. Its cost counts as unpriced, "
-            "never as $0.",
-            _POLICIES,
-        ),
-    ] = None,
-    warn_at: Annotated[
-        Optional[list[float]],  # noqa: UP045
-        _option(
-            "--warn-at",
-            "FRACTION",
-            "Warn once when this fraction of each limit is used, in any process (repeatable: "
-            "--warn-at 0.5 --warn-at 0.8).",
-            _POLICIES,
-        ),
-    ] = None,
-    downgrade: Annotated[
-        Items,
-        _option(
-            "--downgrade",
-            "FROM=TO@FRACTION",
-            "Past FRACTION of --max-cost, send requests for model FROM ('*': any) to model TO, "
-            "reserved at TO's price (repeatable).",
-            _POLICIES,
-        ),
-    ] = None,
-    on_exhausted: Annotated[
-        Optional[Literal["raise", "pause"]],  # noqa: UP045
-        _option(
-            "--on-exhausted",
-            None,
-            "A call a limit would stop: stop it (raise, the default) or pause it until the "
-            "limit is raised with `ampmeter budget raise` (the run says how).",
-            _POLICIES,
-        ),
-    ] = None,
-    pause_timeout: Annotated[
-        Number,
-        _option(
-            "--pause-timeout",
-            "SECONDS",
-            "How long a paused call waits before it is stopped (default: no end).",
-            _POLICIES,
-        ),
-    ] = None,
-    dry_run: Annotated[
-        bool,
-        _option(
-            "--dry-run",
-            None,
-            "Meter and warn, never stop: each limit only says which call passed it (and "
-            "--on-unpriced refuse becomes warn; --timeout still ends the program).",
-            _POLICIES,
-        ),
-    ] = False,
-    ledger: Annotated[
-        Text,
-        _option(
-            "--ledger",
-            "LEDGER",
-            "Share the limits through this ledger: a SQLite file (processes of one machine) or a "
-            "redis:// URL (many machines). Default: a SQLite ledger of this run's own.",
-            _SHARED,
-        ),
-    ] = None,
-    scope: Annotated[
-        Text,
-        _option(
-            "--scope",
-            "SCOPE",
-            "The budget scope in --ledger that runs given the same SCOPE spend together "
-            "(e.g. team/nightly). Default: one of this run's own.",
-            _SHARED,
-        ),
-    ] = None,
     budget_file: Annotated[
-        Text,
-        _option(
+        Optional[str],  # noqa: UP045 - typer needs Optional on Python 3.10
+        option(
             "--budget-file",
-            "PATH",
             "A TOML file of these controls, keyed by their names with underscores "
             '(max_cost = 0.5, price = ["m=1/2"]).',
-            _SHARED,
-        ),
-    ] = None,
-    out: Annotated[
-        Text,
-        _option(
-            "--out",
             "PATH",
-            "Write the TokenTracker JSONL events here (while the run lasts, each process "
-            "writes to PATH.parts/, which `ampmeter watch` can follow).",
-            _OUTPUT,
-        ),
-    ] = None,
-    output: Annotated[
-        Optional[Literal["text", "json"]],  # noqa: UP045
-        _option(
-            "--output",
-            None,
-            "json: print the run's result as one JSON document on stdout (totals, end reason, "
-            "exit status, limits, spend per model); the program's output and every other "
-            "message go to stderr.",
-            _OUTPUT,
-        ),
-    ] = None,
-    capture_content: Annotated[
-        bool, _option("--capture-content", None, "Also log prompt and response text.", _OUTPUT)
-    ] = False,
-    proxy: Annotated[
-        bool,
-        _option(
-            "--proxy",
-            None,
-            "Also serve a metering proxy on loopback and point the program's OpenAI and "
-            "Anthropic base URLs at it (OPENAI_BASE_URL, ANTHROPIC_BASE_URL): processes in any "
-            "language are metered and capped with the rest (needs ampmeter[proxy]).",
-            _OTHERS,
-        ),
-    ] = False,
-    upstream: Annotated[
-        Items,
-        _option(
-            "--upstream",
-            "NAME=URL",
-            "Where the proxy forwards openai or anthropic requests (repeatable; default: the "
-            "base URL variables of this environment, else the official endpoints).",
-            _OTHERS,
+            rich_help_panel=SHARED,
         ),
     ] = None,
     allow_unmetered: Annotated[
         bool,
-        _option(
+        option(
             "--allow-unmetered",
-            None,
             "Accept Python processes of the program's tree that never joined the run's "
             "metering (started with another environment, `-I` or `-S`): they are still named, "
             "but the run does not exit 5 for them.",
-            _OTHERS,
+            rich_help_panel=OTHERS,
         ),
     ] = False,
+    **controls: Any,
 ) -> None:
     """Run a Python program with its LLM calls metered and limited.
 
@@ -274,7 +113,6 @@ def run_command_line(
 
     Example: `ampmeter run --max-cost 0.50 --out run.jsonl -- python agent.py`
     """
-    flags = dict(locals())  # every option, by its RunConfig field (sources.gather reads them)
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
@@ -283,7 +121,7 @@ def run_command_line(
     from ampmeter.cli.run.sources import gather
 
     try:
-        config = gather(flags, os.environ, budget_file)
+        config = gather(controls, os.environ, budget_file)
         outcome = run_command(command, config, allow_unmetered=allow_unmetered)
     except ValueError as exc:
         fail("run", str(exc))
@@ -311,4 +149,6 @@ def run_command_line(
 def register(app: typer.Typer) -> None:
     """Add the ``run`` command to ``app``."""
     # Everything after the program's name is the program's own (its flags are not ours).
-    app.command("run", context_settings={"allow_interspersed_args": False})(run_command_line)
+    app.command("run", context_settings={"allow_interspersed_args": False})(
+        with_controls(run_command_line)
+    )

@@ -11,7 +11,9 @@ import functools
 import math
 import secrets
 import time
-from collections.abc import Sequence
+import types
+import typing
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final, Literal
@@ -40,13 +42,10 @@ LIMIT_KEYS: Final = {
     "max_steps": KEY_STEPS,
     "max_tool_calls": KEY_TOOL_CALLS,
 }
-CHOICES: Final = {
-    "on_unpriced": ("refuse", "warn", "allow"),
-    "on_exhausted": ("raise", "pause"),
-    "output": ("text", "json"),
-}
-_SECONDS: Final = ("timeout", "grace", "pause_timeout")
 _ROUTES: Final = ("openai", "anthropic")
+# The groups of ``ampmeter run --help``.
+LIMITS, POLICIES = "Limits (the whole process tree)", "Prices and what happens at a limit"
+SHARED, OUTPUT, OTHERS = "Shared budget and budget file", "Output", "Processes not in Python"
 
 
 class ControlError(ValueError):
@@ -64,51 +63,200 @@ def flag_of(control: str) -> str:
     return "--" + control.replace("_", "-")
 
 
+def _described(
+    panel: str,
+    metavar: str | None,
+    text: str,
+    parse: Callable[[list[str]], Any] | None = None,
+) -> dict[str, Any]:
+    """A field's metadata: a control of ``ampmeter run``, its help ``text``, shown in ``panel``
+    with ``metavar``, and for a repeatable control, how its items become the value (``parse``,
+    else a list)."""
+    return {"panel": panel, "metavar": metavar, "help": text, "parse": parse}
+
+
+def _control(panel: str, metavar: str | None, text: str, default: Any = None) -> Any:
+    """A field of :class:`RunConfig` that holds one value."""
+    return field(default=default, metadata=_described(panel, metavar, text))
+
+
+def parse_upstreams(items: Sequence[str]) -> dict[str, str]:
+    """``--upstream NAME=URL`` values as ``{NAME: URL}`` (checked by :class:`RunConfig`)."""
+    found: dict[str, str] = {}
+    for item in items:
+        name, sep, url = item.partition("=")
+        if not sep or not name or not url:
+            raise ControlError("upstream", f"needs NAME=URL (openai=https://...), got {item!r}")
+        found[name.strip()] = url.strip().rstrip("/")
+    return found
+
+
+def parse_model_limits(items: Sequence[str]) -> dict[str, int]:
+    """``["gpt-4o=1000", ...]`` -> ``{"gpt-4o": 1000}``; a bad item raises ``ValueError``."""
+    limits: dict[str, int] = {}
+    for item in items:
+        model, sep, raw = item.strip().rpartition("=")
+        if not sep or not model.strip():
+            raise ControlError("max_tokens_per_model", f"must look like MODEL=N, got {item!r}")
+        try:
+            limits[model.strip()] = int(raw)
+        except ValueError:
+            raise ControlError(
+                "max_tokens_per_model", f"{model}: N must be a whole number, got {raw!r}"
+            ) from None
+    return limits
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """The controls of one metered run (None, empty: not set). Repeatable controls keep what
-    the user wrote (``price``: ``MODEL=IN/OUT``, ``downgrade``: ``FROM=TO@FRACTION``)."""
+    the user wrote (``price``: ``MODEL=IN/OUT``, ``downgrade``: ``FROM=TO@FRACTION``).
 
-    max_cost: float | None = None
-    max_llm_calls: int | None = None
-    max_input_tokens: int | None = None
-    max_tokens: int | None = None
-    max_steps: int | None = None
-    max_tool_calls: int | None = None
-    max_tokens_per_model: dict[str, int] = field(default_factory=dict)
-    price: list[str] = field(default_factory=list)
-    on_unpriced: Literal["refuse", "warn", "allow"] | None = None
-    warn_at: list[float] = field(default_factory=list)
-    downgrade: list[str] = field(default_factory=list)
-    on_exhausted: Literal["raise", "pause"] | None = None
-    pause_timeout: float | None = None
-    dry_run: bool = False
-    timeout: float | None = None
-    grace: float = DEFAULT_GRACE_S
-    out: str | None = None
-    output: str = "text"
-    capture_content: bool = False
-    ledger: str | None = None
-    scope: str | None = None
-    proxy: bool = False
-    upstream: dict[str, str] = field(default_factory=dict)
+    Each field is described once here, with the help ``ampmeter run --help`` shows in its group
+    (:func:`_control`); the flag, the variable and the budget file's key all come from it."""
+
+    max_cost: float | None = _control(LIMITS, "USD", "Cost ceiling in USD.")
+    max_llm_calls: int | None = _control(LIMITS, "N", "Most LLM calls sent.")
+    max_steps: int | None = _control(LIMITS, "N", "Most steps (LLM and tool calls that succeeded).")
+    max_tool_calls: int | None = _control(LIMITS, "N", "Most tool calls.")
+    max_tokens: int | None = _control(
+        LIMITS,
+        "N",
+        "Most tokens the models write (output tokens, as an API's max_tokens counts them) "
+        "over all calls.",
+    )
+    max_input_tokens: int | None = _control(LIMITS, "N", "Most input tokens over all calls.")
+    max_tokens_per_model: dict[str, int] = field(
+        default_factory=dict,
+        metadata=_described(
+            LIMITS, "MODEL=N", "Most input tokens for one model (repeatable).", parse_model_limits
+        ),
+    )
+    timeout: float | None = _control(
+        LIMITS,
+        "SECONDS",
+        "Wall-time limit: calls past it are refused, and at SECONDS the program gets "
+        "SIGTERM (then SIGKILL after --grace). Exit status 124.",
+    )
+    grace: float = _control(
+        LIMITS,
+        "SECONDS",
+        "How long the program may take to shut down after --timeout's SIGTERM before it is "
+        "killed (default 2). Only its own shutdown: the work stops at --timeout.",
+        DEFAULT_GRACE_S,
+    )
+    price: list[str] = field(
+        default_factory=list,
+        metadata=_described(
+            POLICIES,
+            "MODEL=IN/OUT",
+            "Price a model in USD per million input / output tokens, read exactly as written "
+            "(repeatable; MODEL may be a pattern such as 'ft:gpt-4o*'). Wins over the price "
+            "table.",
+        ),
+    )
+    on_unpriced: Literal["refuse", "warn", "allow"] | None = _control(
+        POLICIES,
+        None,
+        "A call to a model without a price under --max-cost: refused before it is sent "
+        "(default), let through with a warning, or allowed. Its cost counts as unpriced, "
+        "never as $0.",
+    )
+    warn_at: list[float] = field(
+        default_factory=list,
+        metadata=_described(
+            POLICIES,
+            "FRACTION",
+            "Warn once when this fraction of each limit is used, in any process (repeatable: "
+            "--warn-at 0.5 --warn-at 0.8).",
+        ),
+    )
+    downgrade: list[str] = field(
+        default_factory=list,
+        metadata=_described(
+            POLICIES,
+            "FROM=TO@FRACTION",
+            "Past FRACTION of --max-cost, send requests for model FROM ('*': any) to model TO, "
+            "reserved at TO's price (repeatable).",
+        ),
+    )
+    on_exhausted: Literal["raise", "pause"] | None = _control(
+        POLICIES,
+        None,
+        "A call a limit would stop: stop it (raise, the default) or pause it until the "
+        "limit is raised with `ampmeter budget raise` (the run says how).",
+    )
+    pause_timeout: float | None = _control(
+        POLICIES,
+        "SECONDS",
+        "How long a paused call waits before it is stopped (default: no end).",
+    )
+    dry_run: bool = _control(
+        POLICIES,
+        None,
+        "Meter and warn, never stop: each limit only says which call passed it (and "
+        "--on-unpriced refuse becomes warn; --timeout still ends the program).",
+        False,
+    )
+    ledger: str | None = _control(
+        SHARED,
+        "LEDGER",
+        "Share the limits through this ledger: a SQLite file (processes of one machine) or a "
+        "redis:// URL (many machines). Default: a SQLite ledger of this run's own.",
+    )
+    scope: str | None = _control(
+        SHARED,
+        "SCOPE",
+        "The budget scope in --ledger that runs given the same SCOPE spend together "
+        "(e.g. team/nightly). Default: one of this run's own.",
+    )
+    out: str | None = _control(
+        OUTPUT,
+        "PATH",
+        "Write the TokenTracker JSONL events here (while the run lasts, each process "
+        "writes to PATH.parts/, which `ampmeter watch` can follow).",
+    )
+    output: Literal["text", "json"] = _control(
+        OUTPUT,
+        None,
+        "json: print the run's result as one JSON document on stdout (totals, end reason, "
+        "exit status, limits, spend per model); the program's output and every other "
+        "message go to stderr.",
+        "text",
+    )
+    capture_content: bool = _control(OUTPUT, None, "Also log prompt and response text.", False)
+    proxy: bool = _control(
+        OTHERS,
+        None,
+        "Also serve a metering proxy on loopback and point the program's OpenAI and "
+        "Anthropic base URLs at it (OPENAI_BASE_URL, ANTHROPIC_BASE_URL): processes in any "
+        "language are metered and capped with the rest (needs ampmeter[proxy]).",
+        False,
+    )
+    upstream: dict[str, str] = field(
+        default_factory=dict,
+        metadata=_described(
+            OTHERS,
+            "NAME=URL",
+            "Where the proxy forwards openai or anthropic requests (repeatable; default: the "
+            "base URL variables of this environment, else the official endpoints).",
+            parse_upstreams,
+        ),
+    )
 
     def __post_init__(self) -> None:
-        for name in LIMIT_KEYS:
-            _check_number(name, getattr(self, name), integer=name != "max_cost")
-        for name in _SECONDS:
-            _check_number(name, getattr(self, name), integer=False)
+        for name, kind in control_types().items():
+            value, choices = getattr(self, name), typing.get_args(kind)
+            if kind in (int, float):
+                _check_number(name, value, integer=kind is int)
+            elif typing.get_origin(kind) is Literal and value not in (None, *choices):
+                raise ControlError(name, f"must be one of {', '.join(choices)}, got {value!r}")
+            elif typing.get_origin(kind) is list and not isinstance(value, list):
+                raise ControlError(name, f"must be a list, got {value!r}")
         for model, cap in self.max_tokens_per_model.items():
             if not isinstance(model, str) or not model:
                 raise ControlError("max_tokens_per_model", f"needs MODEL=N, got {model!r}")
             _check_number("max_tokens_per_model", cap, integer=True)
-        for name, choices in CHOICES.items():
-            value = getattr(self, name)
-            if value is not None and value not in choices:
-                raise ControlError(name, f"must be one of {', '.join(choices)}, got {value!r}")
-        for name in ("price", "downgrade", "warn_at"):
-            if not isinstance(getattr(self, name), list):
-                raise ControlError(name, f"must be a list, got {getattr(self, name)!r}")
         self.prices()
         self.ladder()
         for fraction in self.warn_at:
@@ -252,31 +400,16 @@ class RunConfig:
         )
 
 
-def parse_upstreams(items: Sequence[str]) -> dict[str, str]:
-    """``--upstream NAME=URL`` values as ``{NAME: URL}`` (checked by :class:`RunConfig`)."""
-    found: dict[str, str] = {}
-    for item in items:
-        name, sep, url = item.partition("=")
-        if not sep or not name or not url:
-            raise ControlError("upstream", f"needs NAME=URL (openai=https://...), got {item!r}")
-        found[name.strip()] = url.strip().rstrip("/")
+@functools.cache
+def control_types() -> dict[str, Any]:
+    """Each control's type, without its None (``float | None``: ``float``)."""
+    found = {}
+    for name, hint in typing.get_type_hints(RunConfig).items():
+        given = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        found[name] = (
+            given[0] if typing.get_origin(hint) in (typing.Union, types.UnionType) else hint
+        )
     return found
-
-
-def parse_model_limits(items: Sequence[str]) -> dict[str, int]:
-    """``["gpt-4o=1000", ...]`` -> ``{"gpt-4o": 1000}``; a bad item raises ``ValueError``."""
-    limits: dict[str, int] = {}
-    for item in items:
-        model, sep, raw = item.strip().rpartition("=")
-        if not sep or not model.strip():
-            raise ControlError("max_tokens_per_model", f"must look like MODEL=N, got {item!r}")
-        try:
-            limits[model.strip()] = int(raw)
-        except ValueError:
-            raise ControlError(
-                "max_tokens_per_model", f"{model}: N must be a whole number, got {raw!r}"
-            ) from None
-    return limits
 
 
 def _check_number(name: str, value: object, *, integer: bool) -> None:

@@ -1,15 +1,5 @@
-"""How an ``ampmeter run`` ended: one end reason and one exit status, each meaning one thing.
-
-| exit | end reason | meaning |
-|---|---|---|
-| 0 | ``success`` | the program exited 0 and nothing stopped it |
-| the program's | ``error`` | the program exited with its own non-zero status |
-| 2 | | ``ampmeter run`` was used wrongly, or metering could not start |
-| 3 | ``limit_exceeded`` | a limit stopped a call (in any process of the run) |
-| 4 | ``admission_wait`` | a call waited for other calls' reservations past its admission timeout |
-| 5 | ``unmetered`` | processes of the run's tree ran Python without joining its metering |
-| 124 | ``timeout`` | ``--timeout`` ended the run |
-| 130 / 143 | ``interrupted`` | the run got SIGINT (Ctrl-C) / SIGTERM and passed it to the program |
+"""How an ``ampmeter run`` ended: one end reason and one exit status, each meaning one thing
+(the table: ``docs/integrations.md``, "Exit status and end reason").
 
 When several apply, the first of interrupted, timeout, unmetered, then the stop (3 or 4) wins:
 each is a fact about the whole run that the later ones cannot undo. A stop (3 or 4) replaces

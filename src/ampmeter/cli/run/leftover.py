@@ -1,14 +1,11 @@
 """Holds left in the run's ledger once every process of the run has ended: charged and logged.
 
-A process that ended with a call in flight and could not end the call itself (killed with
-SIGKILL after ``--grace``, ``os._exit``, or an exit while a daemon thread waited for its
-answer) leaves that call's hold in the run's ledger and nothing in the log. Its request may
-have been billed. The run's processes take their holds with a short lease
-(:data:`RUN_LEASE_S`, renewed every third of it while they live); once the whole tree has
-ended, ``ampmeter run`` waits for whatever is still held to run out of lease, which the ledger
-then charges as unsettled spend, and records each such hold as an ``unsettled hold`` node under
-the run's root (:mod:`ampmeter.shared.unsettled`), so the log, ``summary``, ``report`` and
-``watch`` count it. A run whose calls all ended waits for nothing.
+A process that ended with a call in flight and could not end the call itself (killed after
+``--grace``, ``os._exit``) leaves that call's hold in the run's ledger and nothing in the log,
+and its request may have been billed. The run's processes hold with a short lease
+(:data:`RUN_LEASE_S`), so once the tree has ended the run waits for such holds to run out,
+which the ledger charges as unsettled spend, and logs each as an ``unsettled hold`` node under
+the run's root (:mod:`ampmeter.shared.unsettled`) for ``summary``, ``report`` and ``watch``.
 """
 
 from __future__ import annotations
@@ -24,20 +21,21 @@ RUN_LEASE_S: Final = 4.0
 _POLL_S: Final = 0.2
 
 
-def open_run_ledger(where: str, scope: str) -> Any:
-    """The run's ledger at ``where`` (a server URL, or the SQLite file's path)."""
+def open_run_ledger(where: str, scope: str, *, create: bool = True) -> Any:
+    """The run's ledger at ``where`` (a server URL, or the SQLite file's path; ``create``: else
+    a file not there yet, as before any process of the run metered, is a ``ValueError``)."""
     from ampmeter.ledgers.reach import open_address
 
-    return open_address(where, scope, lease_s=RUN_LEASE_S)
+    return open_address(where, scope, lease_s=RUN_LEASE_S, create=create)
 
 
 def record_leftover_holds(tree: dict[str, Any]) -> None:
     """Charge and log the holds the run's processes left (see the module); ``tree`` is the
     run's settings as its processes got them."""
-    where = tree["ledger"]
-    if not where.startswith(("redis://", "rediss://")) and not os.path.exists(where):
+    try:
+        ledger = open_run_ledger(tree["ledger"], tree["scope"], create=False)
+    except ValueError:
         return  # no process of the run metered anything
-    ledger = open_run_ledger(where, tree["scope"])
     try:
         if not _held(ledger):
             return

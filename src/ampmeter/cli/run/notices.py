@@ -5,7 +5,6 @@ with the command that lets it go on."""
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
 import threading
 from collections.abc import Iterator
@@ -81,10 +80,8 @@ def _watch(tree: dict[str, Any], stop: threading.Event) -> None:
     ledger = None
     try:
         while not stop.wait(_PAUSE_POLL_S):
-            if not where.startswith(("redis://", "rediss://")) and not os.path.exists(where):
-                continue  # no process has metered yet
-            try:
-                ledger = ledger or open_run_ledger(where, scope)
+            try:  # (until a process has metered, there is no ledger to open)
+                ledger = ledger or open_run_ledger(where, scope, create=False)
                 paused = [c for c in ledger.show(scope).paused_calls if c.id not in seen]
             except Exception:  # busy, or not reachable now: look again
                 continue

@@ -1,19 +1,15 @@
 """The parent side of ``ampmeter run``: start the program, stop it on time, and judge the run.
 
 The program runs in a process group of its own with ``ampmeter/cli/run/_bootstrap`` first on
-``PYTHONPATH``; the ``sitecustomize`` there meters every Python interpreter of its process tree
-(:mod:`ampmeter.cli.run.child`). Each process writes its events line by line to a file of its
-own (in ``<out>.parts/`` while the run lasts, so it can be watched), which the parent merges
-into ``--out`` at the end.
+``PYTHONPATH``, whose ``sitecustomize`` meters every Python interpreter of its tree
+(:mod:`.child`). Each process writes its events to a file of its own (in ``<out>.parts/``
+while the run lasts, so it can be watched), which the parent merges into ``--out`` at the end.
 
-How the run ended is read from what it recorded, never from which processes lived to say so:
-the events of every process (a call a limit stopped is a ``halt`` line, written before the
-stop reaches the program, so a worker killed right after still left it) are summarised by the
-same rules as ``ampmeter summary``. The same run therefore gives the same answer every time.
-
-``--timeout N`` is the run's wall-time limit: every context of the run refuses calls past N s,
-and at N s the program's whole process group gets SIGTERM; whatever still runs ``--grace`` s
-later (default 2) is killed. The grace period is for the program's own shutdown only.
+How the run ended is read from what it recorded, never from which processes lived to say so
+(a call a limit stopped is a ``halt`` line, written before the stop reaches the program, so a
+worker killed right after still left it), by the rules of ``ampmeter summary``: the same run
+gives the same answer every time. ``--timeout``: every context of the run refuses calls past
+it, and then the program's group gets SIGTERM, and SIGKILL ``--grace`` s later.
 """
 
 from __future__ import annotations
@@ -37,27 +33,18 @@ from typing import IO, Any, Final
 
 from ampmeter.cli.output import os_error_message, printable
 from ampmeter.cli.run.config import RunConfig
-from ampmeter.cli.run.ending import (
-    EXIT_ADMISSION_WAIT,
-    EXIT_LIMIT,
-    EXIT_TIMEOUT,
-    EXIT_UNMETERED,
-    judge,
-)
+from ampmeter.cli.run.ending import EXIT_LIMIT, EXIT_TIMEOUT, judge
 from ampmeter.cli.run.leftover import record_leftover_holds
 from ampmeter.cli.run.notices import plain_limit, watching_pauses
 from ampmeter.cli.run.proxied import run_proxy
 from ampmeter.cli.run.tree import TreeWatch, joined_pids
 
+# (EXIT_LIMIT and EXIT_TIMEOUT: what a caller of run_command compares its exit code with.)
 __all__ = [
-    "BOOTSTRAP_DIR",
     "ENV_CONFIG",
     "ENV_TREE",
-    "EXIT_ADMISSION_WAIT",
     "EXIT_LIMIT",
     "EXIT_TIMEOUT",
-    "EXIT_UNMETERED",
-    "ROOT_NODE_ID",
     "RunOutcome",
     "format_summary",
     "run_command",

@@ -1,13 +1,9 @@
-"""``ampmeter run --proxy``: the run's metering proxy, for the processes that are not Python.
+"""``ampmeter run --proxy``: the run's metering proxy, for the processes that are not Python
+(what it sets and where it forwards: ``docs/proxy.md``).
 
-The parent starts a :class:`~ampmeter.proxy.MeteringProxy` on a free loopback port before the
-program. Its one caller is the run: its context has the run's limits, on the run's ledger scope
-and chain, and logs into the run's events under the run's root, so a request from a Node, Go or
-Rust process is one node of the run, capped with everything else. The program's environment
-points the provider SDKs at it (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``); the upstreams are
-what those variables named in the parent's environment (the official endpoints otherwise), or
-``--upstream NAME=URL``. A Python process meters its own calls in-process, and marks them, so
-the proxy lets them through without counting them again (:mod:`ampmeter.integrations.proxy_mark`).
+Its one caller is the run: its context has the run's limits, on the run's ledger scope and
+chain, and logs into the run's events under the run's root, so a request from a Node, Go or
+Rust process is one node of the run, capped with everything else.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""``ampmeter run --output json``: the run's result as one JSON document, and the parts of the
-run's figures it needs beyond the summary (spend per model, what the limits reported).
-
-Money is an exact decimal string (``"0.00007785"``), as every event wrote it; counts are
-numbers. The keys: ``exit_code``, ``end_reason``, ``stop_reason``, ``program_exit_code``,
-``dry_run``, ``totals`` (the summary's figures), ``limits`` (each stats key capped, with its
-maximum, and ``timeout_s``), ``models`` (per model: calls sent and refused, tokens, cost) and
-``limit_events`` (warnings, pauses and, in a dry run, what would have been stopped).
+"""``ampmeter run --output json``: the run's result as one JSON document (its keys:
+``docs/integrations.md``), and the parts of the run's figures it needs beyond the summary
+(spend per model, what the limits reported). Money is an exact decimal string, as every event
+wrote it; counts are numbers.
 """
 
 from __future__ import annotations
@@ -25,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["exact_usd", "limit_events", "result_json", "spend_by_model"]
 
 _LIMIT_EVENTS = "limit_events"  # the node metadata each limit event is kept in
+_COUNTS = ("llm_calls", "refused_calls", "tokens_in", "tokens_out", "unpriced_calls")
 
 
 def exact_usd(calls: Iterable[Call]) -> Decimal:
@@ -39,17 +36,7 @@ def spend_by_model(calls: Iterable[Call]) -> dict[str, dict[str, Any]]:
     for call in calls:
         if call.kind != "llm":
             continue
-        row = models.setdefault(
-            call.model,
-            {
-                "llm_calls": 0,
-                "refused_calls": 0,
-                "tokens_in": 0,
-                "tokens_out": 0,
-                "cost_usd": Decimal(0),
-                "unpriced_calls": 0,
-            },
-        )
+        row = models.setdefault(call.model, {**dict.fromkeys(_COUNTS, 0), "cost_usd": Decimal(0)})
         row["refused_calls" if call.status == "halt" else "llm_calls"] += 1
         row["tokens_in"] += call.tokens_in
         row["tokens_out"] += call.tokens_out

@@ -1,51 +1,26 @@
 """Where ``ampmeter run``'s controls come from: the command line beats the environment, which
-beats the budget file.
+beats the budget file (``docs/integrations.md`` shows one).
 
 One name per control: the flag ``--max-tool-calls``, the variable ``AMPMETER_MAX_TOOL_CALLS``
-(a repeatable control's items separated by commas there: ``AMPMETER_PRICE=a=1/2,b=3/4``) and the
-budget file's key ``max_tool_calls`` (a repeatable control is a list). The budget file is TOML,
-named by ``--budget-file`` or ``AMPMETER_BUDGET_FILE``::
-
-    max_cost = 0.50
-    max_tool_calls = 40
-    warn_at = [0.5, 0.8]
-    price = ["local-model=0.10/0.40"]
-    downgrade = ["gpt-4o=gpt-4o-mini@0.8"]
-
-A mistake names where the value came from (the flag, the variable, or the file and its key)
-and starts nothing.
+(a repeatable control's items separated by commas) and the budget file's key
+``max_tool_calls`` (a repeatable control is a list); how each is read follows its type in
+:class:`~ampmeter.cli.run.config.RunConfig`. A mistake names where the value came from (the
+flag, the variable, or the file and its key) and starts nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import typing
+from collections.abc import Mapping
 from typing import Any, Final
 
 from ampmeter.budget_toml import read_toml, refuse_unknown
-from ampmeter.cli.run.config import (
-    CHOICES,
-    LIMIT_KEYS,
-    ControlError,
-    RunConfig,
-    flag_of,
-    parse_model_limits,
-    parse_upstreams,
-)
+from ampmeter.cli.run.config import ControlError, RunConfig, control_types, flag_of
 
 __all__ = ["BUDGET_FILE_ENV", "gather"]
 
 BUDGET_FILE_ENV: Final = "AMPMETER_BUDGET_FILE"
-# Controls given as items, and how the items become the config's value.
-_ITEMS: Final[dict[str, Callable[[list[str]], Any]]] = {
-    "price": list,
-    "downgrade": list,
-    "max_tokens_per_model": parse_model_limits,
-    "upstream": parse_upstreams,
-}
-_SWITCHES: Final = ("dry_run", "capture_content", "proxy")
-_TEXT: Final = ("out", "ledger", "scope", *CHOICES)
-_INTEGERS: Final = tuple(name for name in LIMIT_KEYS if name != "max_cost")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -70,13 +45,13 @@ def gather(
         try:
             if flag not in (None, False, [], {}):
                 given[name] = flag_of(name)
-                values[name] = _items(name, flag) if name in _ITEMS else flag
+                values[name] = _items(field, flag) if _has_items(name) else flag
             elif raw_env:
                 given[name] = env_name(name)
-                values[name] = _from_text(name, raw_env)
+                values[name] = _from_text(field, raw_env)
             elif name in in_file:
                 given[name] = f"{path}: {name}"
-                values[name] = _from_file(name, in_file[name])
+                values[name] = _from_file(field, in_file[name])
         except ControlError as error:
             raise ValueError(f"{given[name]} {error.problem}") from None
     try:
@@ -86,16 +61,22 @@ def gather(
         raise ValueError(f"{where} {error.problem}") from None
 
 
-def _items(name: str, items: Any) -> Any:
-    return _ITEMS[name](list(items))
+def _has_items(name: str) -> bool:
+    """Whether ``name`` is given as items of text (``MODEL=IN/OUT``, ``NAME=URL``)."""
+    kind = control_types()[name]
+    return typing.get_origin(kind) is dict or kind == list[str]
 
 
-def _from_file(name: str, value: Any) -> Any:
-    if name not in _ITEMS:
+def _items(field: dataclasses.Field[Any], items: Any) -> Any:
+    return (field.metadata["parse"] or list)(list(items))
+
+
+def _from_file(field: dataclasses.Field[Any], value: Any) -> Any:
+    if not _has_items(field.name):
         return value  # checked by RunConfig, as a flag's value is
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ControlError(name, f"must be a list of strings, got {value!r}")
-    return _items(name, value)
+        raise ControlError(field.name, f"must be a list of strings, got {value!r}")
+    return _items(field, value)
 
 
 def _read_file(path: str) -> dict[str, Any]:
@@ -104,20 +85,20 @@ def _read_file(path: str) -> dict[str, Any]:
     return data
 
 
-def _from_text(name: str, raw: str) -> Any:
+def _from_text(field: dataclasses.Field[Any], raw: str) -> Any:
     """The value of variable ``env_name(name)``, read as the flag's would be."""
-    what = env_name(name)
-    if name in _ITEMS:
-        return _items(name, [item for item in raw.split(",") if item.strip()])
-    if name in _SWITCHES:
+    name, what = field.name, env_name(field.name)
+    kind = control_types()[name]
+    if _has_items(name):
+        return _items(field, [item for item in raw.split(",") if item.strip()])
+    if kind is bool:
         if raw.lower() not in _TRUE + _FALSE:
             raise ValueError(f"{what} must be 1 or 0 (true or false), got {raw!r}")
         return raw.lower() in _TRUE
-    if name in _TEXT:
+    if kind not in (int, float, list[float]):
         return raw
-    kind: type = int if name in _INTEGERS else float
     try:
-        if name == "warn_at":
+        if kind == list[float]:
             return [float(item) for item in raw.split(",") if item.strip()]
         return kind(raw)
     except ValueError:

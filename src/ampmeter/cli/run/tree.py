@@ -1,23 +1,12 @@
 """The program's process tree, as ``ampmeter run`` sees it: which Python processes never joined
-the run's metering.
+the run's metering (what is flagged and why: ``docs/integrations.md``, "Processes that escape
+the run").
 
-Every Python interpreter that starts with the run's environment joins it: the bootstrap
-``sitecustomize`` leaves a mark named after its pid in the run's directory as it starts (and
-after a ``fork``). A Python started without that environment (``env={"PATH": ...}``), with
-``-I`` (isolated: ``PYTHONPATH`` ignored) or ``-S`` (no ``site``) leaves none: its LLM calls
-would go unmetered and past the run's limits.
-
-While the program runs, :class:`TreeWatch` reads ``/proc`` every :data:`POLL_S` seconds for
-the processes of the program's session (it starts in a session of its own) and their
-descendants, and notes which run a Python interpreter (its executable's name starts with
-``python`` or ``pypy``). What is flagged, precisely: **a Python process of the tree, seen
-running Python in two polls, that left no mark** (two polls, so that the instant between a
-Python program's ``fork`` and its ``exec`` of another program is never taken for a Python
-process). Processes that are not Python (``sh``, ``git``, a compiled tool) are never flagged
-for existing: ampmeter cannot meter them and says how many there were. A Python process
-that lives less than a poll is not seen; importing an LLM SDK alone takes longer.
-
-Without ``/proc`` (macOS, Windows) the tree is not watched, and the summary says so.
+Every Python interpreter that starts with the run's environment leaves a mark named after its
+pid in the run's directory. While the program runs, :class:`TreeWatch` reads ``/proc`` every
+:data:`POLL_S` seconds for the processes of the program's session and their descendants. A
+process is Python once seen running Python in two polls, so that the instant between a Python
+program's ``fork`` and its ``exec`` of another program is never taken for a Python process.
 """
 
 from __future__ import annotations

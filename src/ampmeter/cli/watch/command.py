@@ -5,68 +5,41 @@ Only typer is imported here; the view (rich, the log follower) loads when the co
 
 from __future__ import annotations
 
+import glob
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ampmeter.cli.output import fail
+from ampmeter.cli.params import argument, option
+from ampmeter.cli.run.command import with_controls
 
 __all__ = ["register"]
+
+# The controls of ``ampmeter run`` that ``watch`` takes: the ceilings it shows usage against.
+_CEILINGS = ("max_cost", "max_llm_calls", "max_input_tokens", "max_tokens_per_model")
 
 
 def _watch(
     logs: Annotated[
         list[str],
-        typer.Argument(
-            help="JSONL logs to follow: files, directories (their `*.jsonl` files), or globs in "
+        argument(
+            "JSONL logs to follow: files, directories (their `*.jsonl` files), or globs in "
             "quotes (e.g. `'runs/*.jsonl'`); directories and globs also pick up files created "
             "later.",
-            show_default=False,
-            metavar="LOG...",
+            "LOG...",
         ),
     ],
     once: Annotated[
-        bool, typer.Option("--once", help="Print one frame of what the logs hold now and exit.")
+        bool, option("--once", "Print one frame of what the logs hold now and exit.")
     ] = False,
     interval: Annotated[
-        float,
-        typer.Option("--interval", help="Seconds between redraws.", min=0.05, metavar="SECONDS"),
+        float, option("--interval", "Seconds between redraws.", "SECONDS", min=0.05)
     ] = 1.0,
-    max_cost: Annotated[
-        float | None,
-        typer.Option(
-            "--max-cost", help="Cost ceiling in USD, for logs that do not say it.", metavar="USD"
-        ),
-    ] = None,
-    max_llm_calls: Annotated[
-        int | None,
-        typer.Option(
-            "--max-llm-calls", help="Most LLM calls, for logs that do not say it.", metavar="N"
-        ),
-    ] = None,
-    max_input_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--max-input-tokens",
-            help="Most input tokens over all calls, for logs that do not say it.",
-            metavar="N",
-        ),
-    ] = None,
-    max_tokens_per_model: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--max-tokens-per-model",
-            metavar="MODEL=N",
-            help="Most input tokens for one model (repeatable).",
-        ),
-    ] = None,
-    runs: Annotated[
-        int, typer.Option("--runs", help="How many runs to show.", min=1, metavar="N")
-    ] = 4,
-    rows: Annotated[
-        int, typer.Option("--rows", help="Call-tree rows per run.", min=1, metavar="N")
-    ] = 20,
+    runs: Annotated[int, option("--runs", "How many runs to show.", "N", min=1)] = 4,
+    rows: Annotated[int, option("--rows", "Call-tree rows per run.", "N", min=1)] = 20,
+    **controls: Any,
 ) -> None:
     """Watch JSONL logs while they are written: call trees, spend against ceilings, stops.
 
@@ -84,34 +57,22 @@ def _watch(
     from ampmeter.cli.watch.live import watch
 
     try:
-        flags = {
-            "max_cost": max_cost,
-            "max_llm_calls": max_llm_calls,
-            "max_input_tokens": max_input_tokens,
-            "max_tokens_per_model": max_tokens_per_model,
-        }
-        config = gather(flags, os.environ)
+        config = gather(controls, os.environ)
     except ValueError as exc:
         fail("watch", str(exc))
-    compressed = [p for p in logs if p.endswith(".gz") and not _is_glob(p)]
+    compressed = [p for p in logs if p.endswith(".gz") and not glob.has_magic(p)]
     if compressed:
         fail(
             "watch",
             f"{compressed[0]} is compressed; watch follows plain JSONL files as they grow "
             "(use `ampmeter summary` or `report` for .gz)",
         )
-    if once and not any(os.path.exists(p) or _is_glob(p) for p in logs):
+    if once and not any(os.path.exists(p) or glob.has_magic(p) for p in logs):
         fail("watch", f"{logs[0]}: no such file or directory")
     ceilings = {limit.key: float(limit.max_value) for limit in config.limits()}
     watch(logs, ceilings=ceilings, once=once, interval=interval, max_runs=runs, max_rows=rows)
 
 
-def _is_glob(text: str) -> bool:
-    import glob
-
-    return glob.has_magic(text)
-
-
 def register(app: typer.Typer) -> None:
     """Add the ``watch`` command to ``app``."""
-    app.command("watch")(_watch)
+    app.command("watch")(with_controls(_watch, _CEILINGS, " For logs that do not say it."))

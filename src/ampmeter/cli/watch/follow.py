@@ -44,10 +44,6 @@ class _Tail:
     lines: int = 0
 
 
-def _is_pattern(text: str) -> bool:
-    return glob.has_magic(text)
-
-
 class LogFollower:
     """Reads what was appended to the files named by ``patterns`` (paths or globs)."""
 
@@ -73,7 +69,7 @@ class LogFollower:
     def _matches(self) -> list[str]:
         found: list[str] = []
         for pattern in self.patterns:
-            if _is_pattern(pattern):
+            if glob.has_magic(pattern):
                 names = sorted(glob.glob(pattern))
             elif os.path.isdir(pattern):  # its event logs, not the stream logger's other files
                 names = [

@@ -16,27 +16,6 @@ from ampmeter.cli.watch.view import FrameInfo, render_frame
 __all__ = ["watch"]
 
 
-def _poll(follower: LogFollower, state: WatchState) -> None:
-    for batch in follower.poll():
-        if batch.restarted:
-            state.forget(batch.path)
-        state.add(batch.records, batch.path)
-
-
-def _frame(
-    follower: LogFollower, state: WatchState, live: bool, max_runs: int, max_rows: int
-) -> RenderableType:
-    info = FrameInfo(
-        patterns=follower.patterns,
-        files=len(follower.paths),
-        lines=sum(follower.lines_read(p) for p in follower.paths),
-        bad_lines=follower.bad_lines,
-        pending_bytes=follower.pending_bytes,
-    )
-    now_ms = time.time() * 1000.0 if live else None
-    return render_frame(state, info, now_ms=now_ms, max_runs=max_runs, max_rows=max_rows)
-
-
 def watch(
     patterns: Sequence[str | os.PathLike[str]],
     *,
@@ -58,16 +37,29 @@ def watch(
     follower = LogFollower(patterns)
     state = WatchState(ceilings)
     out = console or Console()
-    _poll(follower, state)
+
+    def poll_and_draw(now_ms: float | None) -> RenderableType:
+        for batch in follower.poll():
+            if batch.restarted:
+                state.forget(batch.path)
+            state.add(batch.records, batch.path)
+        info = FrameInfo(
+            patterns=follower.patterns,
+            files=len(follower.paths),
+            lines=sum(follower.lines_read(p) for p in follower.paths),
+            bad_lines=follower.bad_lines,
+            pending_bytes=follower.pending_bytes,
+        )
+        return render_frame(state, info, now_ms=now_ms, max_runs=max_runs, max_rows=max_rows)
+
     if once:
-        out.print(_frame(follower, state, False, max_runs, max_rows))
+        out.print(poll_and_draw(None))
         return
-    first = _frame(follower, state, True, max_runs, max_rows)
+    first = poll_and_draw(time.time() * 1000.0)
     try:
         with Live(first, console=out, auto_refresh=False, redirect_stderr=False) as live:
             while True:
                 time.sleep(interval)
-                _poll(follower, state)
-                live.update(_frame(follower, state, True, max_runs, max_rows), refresh=True)
+                live.update(poll_and_draw(time.time() * 1000.0), refresh=True)
     except KeyboardInterrupt:
         return

@@ -21,10 +21,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ampmeter.analysis.ceilings import call_usage, derivable, parse_stop_reason
-from ampmeter.analysis.lineage import RunContexts, is_own_stop
-from ampmeter.analysis.runs import Call, call_from_event, is_estimated, is_unsettled
-from ampmeter.analysis.summary import refused, termination_of
+from ampmeter.analysis.ceilings import derivable
+from ampmeter.analysis.digest import RunDigest
+from ampmeter.analysis.runs import Call, call_from_event
+from ampmeter.analysis.summary import termination_of
 from ampmeter.cli.watch.processes import verdict
 
 __all__ = ["RATE_WINDOW_MS", "RUNNING", "Rates", "RunState", "Stop", "WatchState"]
@@ -60,27 +60,24 @@ class RunState:
     run_id: str
     calls: dict[str, Call] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # span id -> file it came from
-    learned_ceilings: dict[str, float] = field(default_factory=dict)
-    totals: dict[str, float] = field(default_factory=dict)  # stats key -> value
+    # Counted as ``ampmeter summary`` counts: calls sent and refused, usage by stats key,
+    # unpriced calls, unsettled and estimated spend, own stops and the ceilings they tell, and
+    # the run's contexts (root, processes, sub-agents).
+    digest: RunDigest = field(init=False)
     children: dict[str, list[str]] = field(default_factory=dict)  # parent -> spans, arrival order
     top: dict[str, None] = field(default_factory=dict)  # top-level spans, first-seen order
     halted: list[str] = field(default_factory=list)
-    unpriced: int = 0
-    llm_sent: int = 0  # LLM calls that were sent
-    refused: int = 0  # LLM and tool calls a limit refused before they were sent
-    unsettled_cost_usd: float = 0.0  # charged for holds of workers that died mid-call
-    estimated_cost_usd: float = 0.0  # charged for calls billed without their usage reported
     per_second: dict[int, list[float]] = field(default_factory=dict)  # s -> [LLM calls, USD]
     first_start_ms: float = math.inf
     last_end_ms: float = -math.inf
     name: str | None = None  # the run's root context (else: the context of its top-level calls)
     named_by_call: bool = False  # the name came from a call (not from a sub-agent's own node)
-    contexts: RunContexts = field(default_factory=RunContexts)  # root, processes, sub-agents
-    run_halts: list[str] = field(default_factory=list)  # stops by the run's own ceilings
-    first_begin_ms: float = math.inf  # when its earliest call began
     last_top: tuple[str, str | None] = ("", None)  # status and error of the last top-level call
     last_top_end_ms: float = -math.inf
     arrived_ms: float = -math.inf  # when (wall clock) its last line was read
+
+    def __post_init__(self) -> None:
+        self.digest = RunDigest(self.run_id)
 
     def running(self) -> list[str]:
         """Span ids named as a parent by some call but not (yet) ended themselves."""
@@ -88,11 +85,7 @@ class RunState:
 
     def usage(self, key: str) -> float | None:
         """This run's value of a stats key, added up from its calls (None: not derivable)."""
-        return self.totals.get(key, 0.0) if derivable(key) else None
-
-    def unpriced_calls(self) -> int:
-        """Calls whose cost could not be priced (their $0 is not a real zero)."""
-        return self.unpriced
+        return self.digest.usage.get(key, 0.0) if derivable(key) else None
 
     def ending(self, now_ms: float | None) -> tuple[str, str | None] | None:
         """How the run ended (termination and reason, by ``ampmeter summary``'s rules), or
@@ -100,14 +93,13 @@ class RunState:
         wrote it is alive, or it cannot be told (see :meth:`quiet_ms`)."""
         if self.running() or self.liveness() != "ended":
             return None
-        halts = self.run_halts
-        first_halt = (self.calls[halts[0]].stop_reason,) if halts else None
-        return termination_of(None, first_halt, self.last_top)
+        return termination_of(None, self.digest.first_halt, self.last_top)
 
     def liveness(self) -> str | None:
         """``"alive"`` while a process that wrote the run runs, ``"ended"`` once every one has
         ended, None when the log names no process this machine can check."""
-        return verdict(self.contexts.processes, self.first_begin_ms)
+        began = self.digest.start_ms  # when its earliest call began
+        return verdict(self.digest.contexts.processes, math.inf if began is None else began)
 
     def quiet_ms(self, now_ms: float | None) -> float | None:
         """How long no line arrived, when nothing tells whether the run goes on (the log names
@@ -119,14 +111,15 @@ class RunState:
     def index(self, call: Call) -> None:
         """Count a call that is new to this run into every derived figure."""
         span, parent = call.span_id, call.parent_id
-        self.contexts.add(call)
-        if self.contexts.name is not None:
-            self.name = self.contexts.name
+        self.digest.add(call, keep=False)
+        contexts = self.digest.contexts
+        if contexts.name is not None:
+            self.name = contexts.name
         if parent is None:
             # A sub-agent's own node carries its own name; a call, the run's context's name
             # (both only stand in for the root's name in logs that do not give it).
             context = call.metadata.get("context")
-            if isinstance(context, str) and not self.named_by_call and self.contexts.root is None:
+            if isinstance(context, str) and not self.named_by_call and contexts.root is None:
                 if context != call.name:
                     self.name, self.named_by_call = context, True
                 elif self.name is None:
@@ -140,27 +133,8 @@ class RunState:
             self.children.setdefault(parent, []).append(span)
             if parent not in self.calls:
                 self.top.setdefault(parent)
-        totals = self.totals
-        for key, value in call_usage(call).items():
-            totals[key] = totals.get(key, 0.0) + value
-        self.unpriced += call.unpriced
-        if call.kind in ("llm", "tool") and refused(call):
-            self.refused += 1
-        elif call.kind == "llm":
-            self.llm_sent += 1
-        if is_unsettled(call):
-            self.unsettled_cost_usd += call.cost_usd
-        elif is_estimated(call):
-            self.estimated_cost_usd += call.cost_usd
-        if call.end_ms is not None:
-            self.first_begin_ms = min(self.first_begin_ms, call.end_ms - (call.latency_ms or 0))
         if call.status == "halt":
             self.halted.append(span)
-            if is_own_stop(call.metadata, call.stop_reason):
-                self.run_halts.append(span)
-                limit = parse_stop_reason(call.stop_reason)
-                if limit is not None:
-                    self.learned_ceilings[limit.key] = limit.ceiling
         elif call.end_ms is not None:
             bucket = self.per_second.setdefault(int(call.end_ms // 1000), [0.0, 0.0])
             bucket[0] += call.kind == "llm"
@@ -232,8 +206,8 @@ class WatchState:
     def ceilings_of(self, run: RunState) -> dict[str, float]:
         """The run's own ceilings: those its root context set (as the log says), the given
         ones, then any a stop by the run's own ceiling revealed."""
-        found = run.contexts.own_limits()
-        for key, value in (*self.ceilings.items(), *run.learned_ceilings.items()):
+        found = run.digest.contexts.own_limits()
+        for key, value in (*self.ceilings.items(), *run.digest.ceilings.items()):
             found.setdefault(key, value)
         return found
 

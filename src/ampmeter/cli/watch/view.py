@@ -77,11 +77,6 @@ def _header(state: WatchState, info: FrameInfo, now_ms: float | None) -> Table:
     return grid
 
 
-def _key(key: str) -> Text:
-    # A ceiling's key may come from a stop reason in the log: plain text, controls escaped.
-    return Text(printable(key))
-
-
 _LEVEL_STYLES: Final = {"over": "red", "near": "yellow", "ok": "green"}
 
 
@@ -110,29 +105,32 @@ def _limits(state: WatchState, run: RunState, max_subagents: int = 3) -> Group:
         grid.add_column(no_wrap=True)
     tokens_in = int(run.usage(KEY_INPUT_TOKENS) or 0)
     tokens_out = int(run.usage(KEY_OUTPUT_TOKENS) or 0)
-    unpriced = run.unpriced_calls()
+    counted = run.digest
+    unpriced = counted.unpriced_calls
     spent = Text.assemble(
         ("spent ", "bold"),
         money(run.usage(KEY_COST) or 0.0) + (f" + {unpriced} unpriced" if unpriced else ""),
         ("  tokens ", "bold"),
         f"{tokens_in:,} in / {tokens_out:,} out",
     )
-    calls = Text.assemble(("calls ", "bold"), f"{run.llm_sent:,} LLM call(s) sent")
-    if run.refused:
-        calls.append(f", {run.refused:,} refused before sending")
-    if run.unsettled_cost_usd:
-        unsettled = money(run.unsettled_cost_usd)
+    calls = Text.assemble(("calls ", "bold"), f"{counted.llm_sent:,} LLM call(s) sent")
+    if counted.stopped_unsent:
+        calls.append(f", {counted.stopped_unsent:,} refused before sending")
+    if counted.unsettled_cost_usd:
+        unsettled = money(counted.unsettled_cost_usd)
         spent.append(f"  (unsettled {unsettled}: calls in flight at a stop or in dead workers)")
-    if run.estimated_cost_usd:
-        spent.append(f"  (estimated {money(run.estimated_cost_usd)}: billed without their usage)")
+    if counted.estimated_cost_usd:
+        estimated = money(counted.estimated_cost_usd)
+        spent.append(f"  (estimated {estimated}: billed without their usage)")
     ceilings = state.ceilings_of(run)
     if not ceilings:
         known = "[dim]no ceiling of the run's known (give --max-cost, --max-llm-calls, ...)[/]"
         grid.add_row("limits", known)
     for key, cap in ceilings.items():  # the run's own ceilings first
-        grid.add_row(_key(key), *_bar_row(key, run.usage(key), cap))
+        # A ceiling's key may come from a stop reason in the log: plain text, controls escaped.
+        grid.add_row(Text(printable(key)), *_bar_row(key, run.usage(key), cap))
     # Then each sub-agent's own limits, the nearest to (or past) their ceiling first.
-    rows = run.contexts.subagent_rows()
+    rows = counted.contexts.subagent_rows()
     for _, path, key, used, cap, stopped in rows[:max_subagents]:
         label = Text.assemble((printable(short_ids(path[-1])), "bold"), f" {printable(key)}")
         grid.add_row(label, *_bar_row(key, used, cap, "  ■ stopped" if stopped else ""))
@@ -193,37 +191,21 @@ def _label(call: Call) -> Text:
     return text
 
 
-def _start(run: RunState, span: str, known: dict[str, float]) -> float:
-    """When a call started (a running call: when its first inner call started), remembered in
-    ``known``. Walked with a stack of its own: a chain of running calls may be any length."""
-    pending = [span]
-    entered: set[str] = set()
-    while pending:
-        current = pending[-1]
-        if current in known:
-            pending.pop()
-            continue
-        call = run.calls.get(current)
-        if call is not None and call.end_ms is not None:
-            known[current] = call.end_ms - (call.latency_ms or 0.0)
-            pending.pop()
-            continue
-        kids = run.children.get(current, ())
-        waiting = [k for k in kids if k not in known and k not in entered]
-        if current not in entered and waiting:
-            entered.add(current)
-            pending.extend(waiting)
-            continue
-        # Its inner calls are known now (or, in a damaged log's cycle, never will be).
-        known[current] = min((known.get(k, math.inf) for k in kids), default=math.inf)
-        pending.pop()
-    return known[span]
+def _start(run: RunState, span: str) -> float:
+    """When a call started: its end less its latency; a running call (or one logged without a
+    time): when the first of its inner calls started, as they logged it."""
+    call = run.calls.get(span)
+    if call is None or call.end_ms is None:
+        timed = [run.calls.get(kid) for kid in run.children.get(span, ())]
+    else:
+        timed = [call]
+    starts = [c.end_ms - (c.latency_ms or 0.0) for c in timed if c and c.end_ms is not None]
+    return min(starts, default=math.inf)
 
 
 def _subtree(run: RunState, top: str, last: bool, rows: list[tuple[str, str]]) -> None:
     """Rows of the top-level call ``top`` and its calls, each with the tree's lines in front of
     it, in display order. Walked with a stack of its own: a log's tree may be any depth."""
-    known: dict[str, float] = {}
     seen: set[str] = set()  # a damaged log's cycle is drawn once
     stack = [(top, "", last)]
     while stack:
@@ -234,7 +216,7 @@ def _subtree(run: RunState, top: str, last: bool, rows: list[tuple[str, str]]) -
         rows.append((prefix + ("└─ " if is_last else "├─ "), span))
         kids = run.children.get(span, ())
         if len(kids) > 1:
-            kids = sorted(kids, key=lambda s: (_start(run, s, known), s))
+            kids = sorted(kids, key=lambda s: (_start(run, s), s))
         inner = prefix + ("   " if is_last else "│  ")
         stack.extend((kid, inner, i == len(kids) - 1) for i, kid in reversed(list(enumerate(kids))))
 
@@ -309,17 +291,6 @@ def _duration(ms: float) -> str:
     return f"{seconds // 3600} h"
 
 
-def _labels(runs: Sequence[RunState]) -> dict[str, str]:
-    labels = run_labels((run.run_id, run.name) for run in runs)
-    return {run_id: short_ids(label) for run_id, label in labels.items()}
-
-
-def _run_block(
-    state: WatchState, run: RunState, max_rows: int, now_ms: float | None, label: str
-) -> Group:
-    return Group(_title(run, now_ms, label), _limits(state, run), _tree(run, max_rows))
-
-
 def _stops(state: WatchState, labels: dict[str, str]) -> Table | Text:
     stops = state.stops()
     if not stops:
@@ -354,9 +325,11 @@ def render_frame(
 
     runs = sorted(state.runs.values(), key=lambda run: run.last_end_ms, reverse=True)
     parts: list[RenderableType] = [_header(state, info, now_ms), Text("")]
-    labels = _labels(runs)
+    named = run_labels((run.run_id, run.name) for run in runs)
+    labels = {run_id: short_ids(label) for run_id, label in named.items()}
     for run in sorted(runs[:max_runs], key=lambda r: r.run_id):
-        parts += [_run_block(state, run, max_rows, now_ms, labels[run.run_id]), Text("")]
+        title = _title(run, now_ms, labels[run.run_id])
+        parts += [Group(title, _limits(state, run), _tree(run, max_rows)), Text("")]
     if len(runs) > max_runs:
         parts.append(Text(f"{len(runs) - max_runs} less recent run(s) not shown", style="dim"))
     parts.append(_stops(state, labels))
