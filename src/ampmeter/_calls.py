@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 from ampmeter import _validate
-from ampmeter._core.steps import Flight, Stop
+from ampmeter._core.steps import Stop
 from ampmeter._core.usage import Usage
 from ampmeter._lineage import META_CONTEXTS, Lineage
 from ampmeter._reserve import model_estimate
@@ -209,7 +209,10 @@ class CallMaker:
             marks = self._policies.llm_marks(
                 model, priced, reservation.tokens_in, final, prompt_text, sent, refused
             )
-        flight = Flight(
+        call = Call(
+            self,  # type: ignore[arg-type]
+            self._admission,
+            self._prices,
             kind,
             label,
             reservation,
@@ -219,7 +222,7 @@ class CallMaker:
             marks=marks,
             idempotency_key=idempotency_key,
         )
-        return self._begin(flight, metadata)
+        return self._begin(call, metadata)
 
     def tool_call(
         self,
@@ -246,8 +249,17 @@ class CallMaker:
         reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
         marks = self._policies.tool_marks(name, arguments)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        flight = Flight("tool", name, reservation, marks=marks, idempotency_key=idempotency_key)
-        return self._begin(flight, meta)
+        call = Call(
+            self,  # type: ignore[arg-type]
+            self._admission,
+            self._prices,
+            "tool",
+            name,
+            reservation,
+            marks=marks,
+            idempotency_key=idempotency_key,
+        )
+        return self._begin(call, meta)
 
     def step(
         self, name: str, *, kind: str = "system", metadata: Mapping[str, Any] | None = None
@@ -260,20 +272,20 @@ class CallMaker:
             raise ValueError(f"use llm_call() or tool_call() for {kind!r} nodes")
         check_kind(kind)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        flight = Flight(kind, name, Usage(kind))
-        return self._begin(flight, meta)
+        call = Call(self, self._admission, self._prices, kind, name, Usage(kind))  # type: ignore[arg-type]
+        return self._begin(call, meta)
 
-    def _begin(self, flight: Flight, meta: dict[str, Any]) -> Call:
-        """The call of ``flight``, its node begun under the current node with ``meta`` (the
-        call's own dict), not yet admitted."""
+    def _begin(self, call: Call, meta: dict[str, Any]) -> Call:
+        """``call``, its node begun under the current node with ``meta`` (the call's own
+        dict), not yet admitted."""
         meta.setdefault("context", self.name)  # the event log's metadata.context, for views
         meta.setdefault(META_CONTEXTS, self._lineage)  # and the contexts it ran in, root first
-        if flight.provider is not None:
-            meta[META_PROVIDER] = flight.provider
-        flight.node = self._kernel.begin(
-            self.current_parent_id(), flight.kind, flight.name, flight.model, meta, flight
+        if call.provider is not None:
+            meta[META_PROVIDER] = call.provider
+        call.kernel_node = self._kernel.begin(
+            self.current_parent_id(), call.kind, call.name, call.model, meta, call
         )
-        return Call(self, self._admission, flight, self._prices)  # type: ignore[arg-type]
+        return call
 
     def retry(self, call: Call) -> None:
         """Count one retry on ``call``."""
