@@ -115,7 +115,7 @@ class Call(Scoped, Ticket):
         )
         self.context = context
         self._admission = admission
-        self.plan = admission.plan(kind, model)
+        self.plan = admission.plans.get((kind, model)) or admission.plan(kind, model)
         self._prices = prices  # the context's pricing, as it prices a call
         self._prompt_size = prompt_size  # the request's measure (learned from at the end)
         self._tokens_in: int | None = None

@@ -9,7 +9,7 @@ without usage). A context builds its :class:`Admission` once, when it is made: i
 core's own steps (the deadline when a context above has a timeout, the local limits; a canceled
 context is refused before any step) and the context hands it the rest
 (:meth:`Admission.install`): one step per policy in force (:mod:`ampmeter.policies`) and the
-shared ledger's when a context above has one. Each call follows the :class:`Plan` of its kind
+shared ledger's when a context above has one. Each call follows the :class:`KindPlan` of its kind
 and model, compiled on the first such call.
 """
 
@@ -24,20 +24,32 @@ from ampmeter._core.frame import Stop
 from ampmeter._core.idempotency import counted_once, usage_after
 from ampmeter._core.outcome import Outcome, TerminationReason
 from ampmeter._core.pausing import PauseWait
-from ampmeter._core.plan import Plan
 from ampmeter._core.ticket import ADMITTED, DONE, NEW, Ticket
-from ampmeter._core.usage import Usage
+from ampmeter._core.usage import Shape, Usage
 from ampmeter._core.waiting import Pause, Wait, Work
 from ampmeter.errors import BudgetBusy, ExecutionCanceled, LimitExceeded
 from ampmeter.keys import KEY_ELAPSED_S, KEY_ITERATIONS
 from ampmeter.limits import ExceededLimit, Limit, exceeded
 
 if TYPE_CHECKING:
+    from ampmeter._core.cells import Cell, Level
     from ampmeter._core.emit import Emitter
     from ampmeter._core.frame import Frame
     from ampmeter._core.kernel import Kernel
 
-__all__ = ["ADMITTED", "DONE", "NEW", "Admission", "Step", "Steps", "Stop", "Ticket", "timed_out"]
+__all__ = [
+    "ADMITTED",
+    "DONE",
+    "NEW",
+    "Admission",
+    "HoldPlan",
+    "KindPlan",
+    "Step",
+    "Steps",
+    "Stop",
+    "Ticket",
+    "timed_out",
+]
 
 Steps = Generator["Pause | Work", Any, None]
 PLANS_MAX: Final = 4_096
@@ -121,16 +133,14 @@ class Admission:
         # anything, last step first.
         self.admitters = tuple(s for s in steps if type(s).admit is not Step.admit)
         self.settlers = tuple(s for s in reversed(steps) if type(s).settle is not Step.settle)
-        self.plans: dict[tuple[str, str | None], Plan] = {}
+        self.plans: dict[tuple[str, str | None], KindPlan] = {}
 
-    def plan(self, kind: str, model: str | None) -> Plan:
-        """The plan of calls of ``kind`` and ``model`` (a tool's name for tools) here, compiled
-        on the first such call (kept for the first :data:`PLANS_MAX` pairs)."""
-        found = self.plans.get((kind, model))
-        if found is None:
-            found = Plan(self, kind)
-            if len(self.plans) < PLANS_MAX:
-                self.plans[kind, model] = found
+    def plan(self, kind: str, model: str | None) -> KindPlan:
+        """Compile the plan of calls of ``kind`` and ``model`` here (its first call: the next
+        find it in :attr:`plans`, which keeps the first :data:`PLANS_MAX` of them)."""
+        found = KindPlan(self, kind)
+        if len(self.plans) < PLANS_MAX:
+            self.plans[kind, model] = found
         return found
 
     # -- admission ------------------------------------------------------------------------------
@@ -362,3 +372,67 @@ def _error_text(error: BaseException) -> str:
     from ampmeter import redact
 
     return redact.error_text(error)
+
+
+HoldPlan = tuple[tuple[tuple["Level", tuple[str, ...]], ...], tuple[str, ...], tuple[int, ...]]
+"""Where a reservation is held: (each guard level with the keys held there, every key held
+anywhere, each key's Usage field)."""
+
+
+class KindPlan:
+    """What every call of one kind and model in one context needs, compiled on the first such
+    call (:meth:`Admission.plan`) instead of worked out per call: the admission steps that can
+    act on its kind (a step that never acts on it is not asked), and per shape of usage
+    (:class:`~ampmeter._core.usage.Shape`, the one shape cache) where a reservation of that
+    shape is held (each guard with the keys its limits watch) and the cells a usage of that
+    shape adds to when the call settles (its context and every context above that is not
+    folded: see :class:`~ampmeter._core.cells.Level`)."""
+
+    __slots__ = ("_adds", "_holds", "admission", "admitters", "epoch")
+
+    def __init__(self, admission: Admission, kind: str) -> None:
+        self.admission = admission
+        self.admitters: tuple[Step, ...] = tuple(
+            step for step in admission.admitters if step.kinds is None or kind in step.kinds
+        )
+        self.epoch = admission.kernel.epoch
+        self._holds: dict[Shape, HoldPlan] = {}
+        self._adds: dict[Shape, tuple[tuple[Cell, int], ...]] = {}
+
+    def holds(self, reservation: Usage) -> tuple[HoldPlan, dict[str, Any]]:
+        """Where ``reservation`` is held, and its amount of each key held."""
+        shape = reservation.shape()
+        found = self._holds.get(shape)
+        if found is None:
+            found = self._hold_plan(shape)
+        _, keys, fields = found
+        return found, dict(zip(keys, map(reservation.__getitem__, fields), strict=True))
+
+    def _hold_plan(self, shape: Shape) -> HoldPlan:
+        holds = []
+        watched: dict[str, int] = {}
+        for frame in self.admission.guards:
+            keys = tuple(k for k in shape.keys if any(lim.matches(k) for lim in frame.limits))
+            if keys:
+                holds.append((frame.level, keys))
+                watched.update((k, f) for k, f, _ in shape.entries if k in keys)
+        plan = (tuple(holds), tuple(watched), tuple(watched.values()))
+        self.admission.kernel.note(plan[0])
+        if shape.interned:
+            self._holds[shape] = plan
+        return plan
+
+    def adds(self, usage: Usage) -> tuple[tuple[Cell, int], ...]:
+        """The (cell, Usage field) pairs ``usage`` adds to when the call settles (under the
+        kernel's lock; worked out again after a folded level began keeping its totals)."""
+        epoch = self.admission.kernel.epoch
+        if epoch != self.epoch:
+            self._adds.clear()
+            self.epoch = epoch
+        shape = usage.shape()
+        found = self._adds.get(shape)
+        if found is None:
+            found = self.admission.level.cells(shape.entries)
+            if shape.interned:
+                self._adds[shape] = found
+        return found

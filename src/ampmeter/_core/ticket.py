@@ -12,7 +12,7 @@ admission (``phase``, ``rows``, ``ledger_holds``) and the kernel (``amounts``, `
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ampmeter._core.readonly import ReadOnly
 from ampmeter._core.usage import Usage
@@ -20,13 +20,27 @@ from ampmeter._core.usage import Usage
 if TYPE_CHECKING:
     from ampmeter._core.cells import Cell, Level
     from ampmeter._core.check import Guard
-    from ampmeter._core.plan import Plan
     from ampmeter.node import Node
 
-__all__ = ["ADMITTED", "DONE", "NEW", "Ticket"]
+__all__ = ["ADMITTED", "DONE", "NEW", "Plan", "Ticket"]
 
 NEW, ADMITTED, DONE = 0, 1, 2
 """A ticket's phases: made, admitted (holding its reservation), ended."""
+
+
+class Plan(Protocol):
+    """What the admission and the kernel read of a call's plan (its context's compiled
+    :class:`~ampmeter._core.steps.KindPlan` for the call's kind and model)."""
+
+    admitters: tuple[Any, ...]
+
+    def holds(self, reservation: Usage) -> tuple[Any, dict[str, Any]]:
+        """Where ``reservation`` is held, and its amount of each key held."""
+        raise NotImplementedError
+
+    def adds(self, usage: Usage) -> tuple[tuple[Cell, int], ...]:
+        """The (cell, Usage field) pairs ``usage`` adds to when the call settles."""
+        raise NotImplementedError
 
 
 class Ticket:

@@ -183,7 +183,7 @@ class LedgerStep(Step):
         except BudgetUnavailable as error:
             if frame.on_ledger_error == "allow":
                 admission.kernel.update(
-                    ticket.kernel_node,
+                    ticket.kernel_node.node_id,
                     {"budget_enforced": False, "ledger_error": redact.error_text(error)},
                 )
                 return None
