@@ -209,20 +209,15 @@ class CallMaker:
             marks = self._policies.llm_marks(
                 model, priced, reservation.tokens_in, final, prompt_text, sent, refused
             )
-        call = Call(
-            self,  # type: ignore[arg-type]
-            self._admission,
-            self._prices,
-            kind,
-            label,
-            reservation,
+        return self._begin(
+            metadata,
+            (kind, label, reservation),
             model=model,
             provider=provider,
             prompt_size=size,
             marks=marks,
             idempotency_key=idempotency_key,
         )
-        return self._begin(call, metadata)
 
     def tool_call(
         self,
@@ -249,17 +244,8 @@ class CallMaker:
         reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
         marks = self._policies.tool_marks(name, arguments)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        call = Call(
-            self,  # type: ignore[arg-type]
-            self._admission,
-            self._prices,
-            "tool",
-            name,
-            reservation,
-            marks=marks,
-            idempotency_key=idempotency_key,
-        )
-        return self._begin(call, meta)
+        ticket = ("tool", name, reservation)
+        return self._begin(meta, ticket, marks=marks, idempotency_key=idempotency_key)
 
     def step(
         self, name: str, *, kind: str = "system", metadata: Mapping[str, Any] | None = None
@@ -272,12 +258,13 @@ class CallMaker:
             raise ValueError(f"use llm_call() or tool_call() for {kind!r} nodes")
         check_kind(kind)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        call = Call(self, self._admission, self._prices, kind, name, Usage(kind))  # type: ignore[arg-type]
-        return self._begin(call, meta)
+        return self._begin(meta, (kind, name, Usage(kind)))
 
-    def _begin(self, call: Call, meta: dict[str, Any]) -> Call:
-        """``call``, its node begun under the current node with ``meta`` (the call's own
-        dict), not yet admitted."""
+    def _begin(self, meta: dict[str, Any], ticket: tuple[str, str, Usage], **fields: Any) -> Call:
+        """A call of ``ticket`` (kind, name, reservation) and ``fields`` (see
+        :class:`~ampmeter._core.ticket.Ticket`), its node begun under the current node with
+        ``meta`` (the call's own dict), not yet admitted."""
+        call = Call(self, self._admission, self._prices, ticket, **fields)  # type: ignore[arg-type]
         meta.setdefault("context", self.name)  # the event log's metadata.context, for views
         meta.setdefault(META_CONTEXTS, self._lineage)  # and the contexts it ran in, root first
         if call.provider is not None:

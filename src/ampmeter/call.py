@@ -94,27 +94,18 @@ class Call(Scoped, Ticket):
         context: ExecutionContext,
         admission: Admission,
         prices: NanoPricing,
-        kind: str,
-        name: str,
-        reservation: Usage,
+        ticket: tuple[str, str, Usage],
         *,
-        model: str | None = None,
-        provider: str | None = None,
         prompt_size: Any = None,
-        marks: Any = None,
-        idempotency_key: str | None = None,
+        **fields: Any,
     ) -> None:
-        super().__init__(
-            kind,
-            name,
-            reservation,
-            model=model,
-            provider=provider,
-            marks=marks,
-            idempotency_key=idempotency_key,
-        )
+        """A call of ``ticket`` (kind, name, reservation) and the :class:`Ticket`'s other
+        ``fields``, made by ``context`` (see :meth:`~ampmeter.ExecutionContext.llm_call`)."""
+        kind, name, reservation = ticket
+        super().__init__(kind, name, reservation, **fields)
         self.context = context
         self._admission = admission
+        model = self._model
         self.plan = admission.plans.get((kind, model)) or admission.plan(kind, model)
         self._prices = prices  # the context's pricing, as it prices a call
         self._prompt_size = prompt_size  # the request's measure (learned from at the end)

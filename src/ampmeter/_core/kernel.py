@@ -257,9 +257,8 @@ class Kernel(NodeTable):
                 level.note(key)
             held.amounts, held.holds = amounts, ((level, tuple(amounts)),)
             held.thread = threading.get_ident()
-            self._open[held.kernel_node.node_id + f"@{id(amounts)}"] = lambda: (
-                held
-            )  # owned by no one
+            owned_by_no_one = f"{held.kernel_node.node_id}@{id(amounts)}"
+            self._open[owned_by_no_one] = lambda: held
 
     def release(self, node: Node) -> None:
         """Drop a call's hold without adding usage (its node was ended another way)."""

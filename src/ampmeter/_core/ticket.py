@@ -12,7 +12,7 @@ admission (``phase``, ``rows``, ``ledger_holds``) and the kernel (``amounts``, `
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ampmeter._core.readonly import ReadOnly
 from ampmeter._core.usage import Usage
@@ -22,25 +22,10 @@ if TYPE_CHECKING:
     from ampmeter._core.check import Guard
     from ampmeter.node import Node
 
-__all__ = ["ADMITTED", "DONE", "NEW", "Plan", "Ticket"]
+__all__ = ["ADMITTED", "DONE", "NEW", "Ticket"]
 
 NEW, ADMITTED, DONE = 0, 1, 2
 """A ticket's phases: made, admitted (holding its reservation), ended."""
-
-
-class Plan(Protocol):
-    """What the admission and the kernel read of a call's plan (its context's compiled
-    :class:`~ampmeter._core.steps.KindPlan` for the call's kind and model)."""
-
-    admitters: tuple[Any, ...]
-
-    def holds(self, reservation: Usage) -> tuple[Any, dict[str, Any]]:
-        """Where ``reservation`` is held, and its amount of each key held."""
-        raise NotImplementedError
-
-    def adds(self, usage: Usage) -> tuple[tuple[Cell, int], ...]:
-        """The (cell, Usage field) pairs ``usage`` adds to when the call settles."""
-        raise NotImplementedError
 
 
 class Ticket:
@@ -77,7 +62,9 @@ class Ticket:
     idempotency_key: ReadOnly[str | None] = ReadOnly("Counted once per key in the run.")
 
     kernel_node: Node  # the kernel's own node (users read ``call.node``, a copy)
-    plan: Plan
+    # The context's plan for the call's kind and model (a steps.KindPlan; named loosely, so
+    # that the ticket imports nothing that imports it).
+    plan: Any
     # Filled in by the kernel when it admits the call: each level whose limits watch the
     # reservation with the keys held there, each key's amount, the admitting thread.
     holds: tuple[tuple[Level, tuple[str, ...]], ...]
