@@ -29,6 +29,7 @@ class InputCap(Observer):
     """The input cap of one context's LLM calls (see the module docstring)."""
 
     __slots__ = ("cap", "limit", "log")
+    kinds = frozenset({"llm"})  # (its admission acts on LLM calls only)
 
     def __init__(self, admission: Admission, cap: int, log: EventLog) -> None:
         super().__init__(admission)

@@ -30,6 +30,7 @@ class Unpriced(PolicyStep):
 
     __slots__ = ("log", "owner", "refuses")
     marks_priced = False  # a priced call is none of its business
+    kinds = frozenset({"llm"})  # (its admission acts on LLM calls only)
 
     def __init__(self, admission: Admission, owner: Frame, refuses: bool, log: EventLog) -> None:
         super().__init__(admission)
