@@ -18,15 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["per_round", "require_valgrind"]
+__all__ = ["per_round", "print_beside_span"]
 
 HERE = Path(__file__).resolve().parent
-
-
-def require_valgrind() -> None:
-    """Exit with a clear message when valgrind is not installed."""
-    if shutil.which("valgrind") is None:
-        sys.exit("--instructions needs valgrind (apt-get install valgrind)")
 
 
 def _collected(module: str, name: str, rounds: int) -> int:
@@ -61,3 +55,13 @@ def _path() -> str:
 def per_round(module: str, name: str, rounds: int = 2_000) -> float:
     """Instructions one round of ``module.ROUNDS[name]`` executes (see the module docstring)."""
     return (_collected(module, name, rounds) - _collected(module, name, 0)) / rounds
+
+
+def print_beside_span(module: str, what: str, target: float) -> None:
+    """Print the instructions of one ``what`` (``module.ROUNDS["ampmeter"]``) beside one
+    OpenTelemetry span (``module.ROUNDS["otel"]``), and how many times cheaper it is."""
+    if shutil.which("valgrind") is None:
+        sys.exit("--instructions needs valgrind (apt-get install valgrind)")
+    amp, span = per_round(module, "ampmeter"), per_round(module, "otel")
+    print(f"{what}: {amp / 1000:.1f}k instructions; one OTel span: {span / 1000:.1f}k")
+    print(f"ratio (span / {what}): {span / amp:.2f}x (target >= {target:g}x)")

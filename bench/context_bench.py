@@ -31,7 +31,7 @@ from ampmeter.keys import KEY_INPUT_TOKENS, KEY_INPUT_TOKENS_FOR
 
 # The shared OTel baseline lives beside this file (also when imported from the repository root).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _instructions import per_round, require_valgrind
+from _instructions import print_beside_span
 from _otel_baseline import NAME as OTEL_NAME
 from _otel_baseline import OtelSpanBaseline, spans
 
@@ -81,13 +81,6 @@ def _rounds(count: int) -> None:
 
 
 ROUNDS = {"ampmeter": _rounds, "otel": spans}
-
-
-def _print_instructions() -> None:
-    require_valgrind()
-    amp, span = per_round("context_bench", "ampmeter"), per_round("context_bench", "otel")
-    print(f"llm_call round: {amp / 1000:.1f}k instructions; {OTEL_NAME}: {span / 1000:.1f}k")
-    print(f"ratio (span / round): {span / amp:.2f}x (target >= 1.7x)")
 
 
 def _phases_us(rounds: int = 20_000) -> dict[str, float]:
@@ -164,7 +157,7 @@ if __name__ == "__main__":
         instructions="count instructions under callgrind instead of timing",
     )
     if options.instructions:
-        _print_instructions()
+        print_beside_span("context_bench", "llm_call round", 1.7)
         sys.exit()
     _print(run(quick=options.quick))
     if options.phases:

@@ -29,7 +29,7 @@ import tracemalloc
 from typing import Any
 
 # bench/ is on sys.path both when this file runs as a script and under bench/run.py.
-from _instructions import per_round, require_valgrind
+from _instructions import print_beside_span
 from _options import parse
 from _otel_baseline import NAME as OTEL_NAME
 from _otel_baseline import OtelSpanBaseline, spans
@@ -67,13 +67,6 @@ def _lifecycles(count: int) -> None:
 
 
 ROUNDS = {"ampmeter": _lifecycles, "otel": spans}
-
-
-def _print_instructions() -> None:
-    require_valgrind()
-    amp, span = per_round("graph_bench", "ampmeter"), per_round("graph_bench", "otel")
-    print(f"node lifecycle: {amp / 1000:.1f}k instructions; {OTEL_NAME}: {span / 1000:.1f}k")
-    print(f"ratio (span / lifecycle): {span / amp:.2f}x (target >= 5x)")
 
 
 def _lifecycle_rows(batches: int) -> list[dict[str, Any]]:
@@ -263,6 +256,6 @@ def _print(rows: list[dict[str, Any]]) -> None:
 if __name__ == "__main__":
     options = parse(__doc__, instructions="count instructions under callgrind instead of timing")
     if options.instructions:
-        _print_instructions()
+        print_beside_span("graph_bench", "node lifecycle", 5)
     else:
         _print(run(quick=options.quick))

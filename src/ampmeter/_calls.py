@@ -211,8 +211,8 @@ class CallMaker:
             )
         return self._begin(
             metadata,
-            (kind, label, reservation),
-            model=model,
+            (kind, label, model),
+            reservation,
             provider=provider,
             prompt_size=size,
             marks=marks,
@@ -244,8 +244,8 @@ class CallMaker:
         reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
         marks = self._policies.tool_marks(name, arguments)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        ticket = ("tool", name, reservation)
-        return self._begin(meta, ticket, marks=marks, idempotency_key=idempotency_key)
+        node = ("tool", name, None)
+        return self._begin(meta, node, reservation, marks=marks, idempotency_key=idempotency_key)
 
     def step(
         self, name: str, *, kind: str = "system", metadata: Mapping[str, Any] | None = None
@@ -258,20 +258,29 @@ class CallMaker:
             raise ValueError(f"use llm_call() or tool_call() for {kind!r} nodes")
         check_kind(kind)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        return self._begin(meta, (kind, name, Usage(kind)))
+        return self._begin(meta, (kind, name, None), Usage(kind))
 
-    def _begin(self, meta: dict[str, Any], ticket: tuple[str, str, Usage], **fields: Any) -> Call:
-        """A call of ``ticket`` (kind, name, reservation) and ``fields`` (see
-        :class:`~ampmeter._core.ticket.Ticket`), its node begun under the current node with
-        ``meta`` (the call's own dict), not yet admitted."""
-        call = Call(self, self._admission, self._prices, ticket, **fields)  # type: ignore[arg-type]
+    def _begin(
+        self,
+        meta: dict[str, Any],
+        node: tuple[str, str, str | None],
+        reservation: Usage,
+        **fields: Any,
+    ) -> Call:
+        """A call reserving ``reservation``, with the other ``fields`` of its
+        :class:`~ampmeter._core.ticket.Ticket`, its node (kind, name, model) begun under the
+        current node with ``meta`` (the call's own dict), and the plan of its kind and model;
+        not yet admitted."""
+        call = Call(self, self._admission, self._prices, reservation, **fields)  # type: ignore[arg-type]
+        kind, name, model = node
         meta.setdefault("context", self.name)  # the event log's metadata.context, for views
         meta.setdefault(META_CONTEXTS, self._lineage)  # and the contexts it ran in, root first
         if call.provider is not None:
             meta[META_PROVIDER] = call.provider
-        call.kernel_node = self._kernel.begin(
-            self.current_parent_id(), call.kind, call.name, call.model, meta, call
-        )
+        parent = self.current_parent_id()
+        call.kernel_node = self._kernel.begin(parent, kind, name, model, meta, call)
+        plans = self._admission.plans
+        call.plan = plans.get((kind, model)) or self._admission.plan(kind, model)
         return call
 
     def retry(self, call: Call) -> None:

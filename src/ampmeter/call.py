@@ -94,19 +94,17 @@ class Call(Scoped, Ticket):
         context: ExecutionContext,
         admission: Admission,
         prices: NanoPricing,
-        ticket: tuple[str, str, Usage],
+        reservation: Usage,
         *,
         prompt_size: Any = None,
         **fields: Any,
     ) -> None:
-        """A call of ``ticket`` (kind, name, reservation) and the :class:`Ticket`'s other
-        ``fields``, made by ``context`` (see :meth:`~ampmeter.ExecutionContext.llm_call`)."""
-        kind, name, reservation = ticket
-        super().__init__(kind, name, reservation, **fields)
+        """A call reserving ``reservation``, with the :class:`Ticket`'s other ``fields``, made
+        by ``context`` (see :meth:`~ampmeter.ExecutionContext.llm_call`), which begins its node
+        and gives it its plan."""
+        super().__init__(reservation, **fields)
         self.context = context
         self._admission = admission
-        model = self._model
-        self.plan = admission.plans.get((kind, model)) or admission.plan(kind, model)
         self._prices = prices  # the context's pricing, as it prices a call
         self._prompt_size = prompt_size  # the request's measure (learned from at the end)
         self._tokens_in: int | None = None
@@ -118,11 +116,6 @@ class Call(Scoped, Ticket):
         self._reasoning_tokens = 0
         self._tool_calls_made = 0
         self._token: contextvars.Token[Any] | None = None
-
-    @property
-    def node_id(self) -> str:
-        """The id of this call's node."""
-        return self.kernel_node.node_id
 
     @property
     def node(self) -> Node:
@@ -294,7 +287,8 @@ class Call(Scoped, Ticket):
             return usage, outcome
         succeeded = int(exc is None)
         failed = int(isinstance(exc, Exception))  # (an interrupt halts: neither)
-        kind, model = self._kind, self._model
+        node = self.kernel_node
+        kind, model = node.kind, node.model
         given = self._cost_nano
         cost = 0 if given is None else given
         meta: dict[str, Any] | None = None
@@ -340,7 +334,7 @@ class Call(Scoped, Ticket):
                 )
         elif kind == "tool":
             usage = Usage(
-                "tool", tool=self._name, cost_nano=cost, calls=1, steps=succeeded, retries=failed
+                "tool", tool=node.name, cost_nano=cost, calls=1, steps=succeeded, retries=failed
             )
         else:
             usage = Usage(kind, cost_nano=cost)

@@ -32,7 +32,7 @@ class LevelPlan:
 
 def ticket_at(level: Level) -> Ticket:
     """A call in flight at ``level``: the kernel's ticket, which it keeps a weak reference to."""
-    ticket = Ticket("llm", "ask", Usage())
+    ticket = Ticket(Usage())
     ticket.plan = LevelPlan(level)  # type: ignore[assignment]
     return ticket
 

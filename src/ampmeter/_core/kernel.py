@@ -251,7 +251,7 @@ class Kernel(NodeTable):
         """Hold ``amounts`` at ``level`` with no node to settle them: a stand-in for calls in
         flight (tests and tools)."""
         with self._lock:
-            held = Ticket("system", "held", Usage("system"))
+            held = Ticket(Usage("system"))
             held.kernel_node = Node(f"held-{len(self._open)}", None, "system", "held", now_ms())
             for key in amounts:
                 level.note(key)

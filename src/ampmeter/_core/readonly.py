@@ -17,14 +17,16 @@ class ReadOnly(property, Generic[_T]):
     objects (a call's kind, its reservation) can be read-only at no cost per call.
     """
 
-    def __init__(self, doc: str, hint: str = "") -> None:
+    def __init__(self, doc: str, hint: str = "", *, of: str = "") -> None:
         super().__init__(doc=doc)
         self.hint = hint
+        self.of = of  # where the value is kept, when not in ``_x`` (``"node.kind"``)
         self.name = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
-        super().__init__(attrgetter(f"_{name}"), self._refuse, self._refuse, self.__doc__)
+        read = attrgetter(self.of or f"_{name}")
+        super().__init__(read, self._refuse, self._refuse, self.__doc__)
 
     def _refuse(self, obj: object, value: object = None) -> NoReturn:
         raise AttributeError(f"{type(obj).__name__}.{self.name} is read-only{self.hint}")

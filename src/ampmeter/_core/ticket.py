@@ -2,11 +2,11 @@
 so the admission and the kernel write into the very object the caller holds: one object per
 call, nothing else allocated for it.
 
-What the caller may read about the call is read-only (its kind, name, model, provider,
-reservation, marks and idempotency key); the rest is the core's bookkeeping, written by the
-admission (``phase``, ``rows``, ``ledger_holds``) and the kernel (``amounts``, ``holds``,
-``thread``, ``feed``). The kernel refers to a ticket weakly, so a call dropped without settling
-(an interrupt) is found by its dead reference and ended.
+What the caller may read about the call is read-only (its kind, name and model, which its
+node keeps, its provider, reservation, marks and idempotency key); the rest is the core's
+bookkeeping, written by the admission (``phase``, ``rows``, ``ledger_holds``) and the kernel
+(``amounts``, ``holds``, ``thread``, ``feed``). The kernel refers to a ticket weakly, so a call
+dropped without settling (an interrupt) is found by its dead reference and ended.
 """
 
 from __future__ import annotations
@@ -35,10 +35,7 @@ class Ticket:
     __slots__ = (
         "__weakref__",
         "_idempotency_key",
-        "_kind",
         "_marks",
-        "_model",
-        "_name",
         "_provider",
         "_reservation",
         "amounts",
@@ -53,9 +50,13 @@ class Ticket:
         "thread",
     )
 
-    kind: ReadOnly[str] = ReadOnly("The call's kind: ``llm``, ``tool``, ``embedding``, a step's.")
-    name: ReadOnly[str] = ReadOnly("The call's name (its node's).")
-    model: ReadOnly[str | None] = ReadOnly("The model called (None for tools and steps).")
+    # Kept once, on the call's node.
+    kind: ReadOnly[str] = ReadOnly(
+        "``llm``, ``tool``, ``embedding``, a step's.", of="kernel_node.kind"
+    )
+    name: ReadOnly[str] = ReadOnly("The call's name (its node's).", of="kernel_node.name")
+    model: ReadOnly[str | None] = ReadOnly("The model called, if any.", of="kernel_node.model")
+    node_id: ReadOnly[str] = ReadOnly("The id of the call's node.", of="kernel_node.node_id")
     provider: ReadOnly[str | None] = ReadOnly("The provider, when known.")
     reservation: ReadOnly[Usage] = ReadOnly("What the call reserves before it runs.")
     marks: ReadOnly[Any] = ReadOnly("What the context's policies noted (None: nothing).")
@@ -73,18 +74,12 @@ class Ticket:
 
     def __init__(
         self,
-        kind: str,
-        name: str,
         reservation: Usage,
         *,
-        model: str | None = None,
         provider: str | None = None,
         marks: Any = None,
         idempotency_key: str | None = None,
     ) -> None:
-        self._kind = kind
-        self._name = name
-        self._model = model
         self._provider = provider
         self._reservation = reservation
         self._marks = marks
