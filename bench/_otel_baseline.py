@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from ampmeter._scoped import Scoped
 
-__all__ = ["NAME", "CountingExporter", "OtelSpanBaseline"]
+__all__ = ["NAME", "CountingExporter", "OtelSpanBaseline", "spans"]
 
 NAME = "OTel SDK span (6 attrs, BatchSpanProcessor)"
 
@@ -92,3 +92,13 @@ class OtelSpanBaseline(Scoped):
 
     def _leave(self, exc: BaseException | None) -> None:
         self.shutdown()
+
+
+def spans(count: int) -> None:
+    """One warm-up span, then ``count`` spans, exported and shut down (a round counted by
+    ``_instructions.per_round``)."""
+    with OtelSpanBaseline() as otel:
+        otel.span()
+        for _ in range(count):
+            otel.span()
+        otel.processor.force_flush()

@@ -10,8 +10,11 @@ Row (measured in this run):
   Baseline: one OTel SDK span with six attributes through a BatchSpanProcessor, timed the same
   way with batches interleaved. ``ratio`` = baseline / ampmeter (how many times cheaper).
 
-Run: ``python bench/context_bench.py [--quick] [--phases]``; ``--phases`` also prints where a
-round's time goes (``llm_call()``, entering, ``record``, exiting), for profiling work.
+Run: ``python bench/context_bench.py [--quick] [--phases] [--instructions]``; ``--phases`` also
+prints where a round's time goes (``llm_call()``, entering, ``record``, exiting), for profiling
+work; ``--instructions`` counts instead the instructions of one round and of one span under
+callgrind (2,000 of each; see ``bench/_instructions.py``), which the machine's load does not
+move.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from ampmeter.keys import KEY_INPUT_TOKENS, KEY_INPUT_TOKENS_FOR
 
 # The shared OTel baseline lives beside this file (also when imported from the repository root).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _instructions import print_beside_span
 from _otel_baseline import NAME as OTEL_NAME
-from _otel_baseline import OtelSpanBaseline
+from _otel_baseline import OtelSpanBaseline, spans
 
 TARGET_US = 5.0
 TARGET_RATIO = 3.0
@@ -64,6 +68,19 @@ def _round_batch_us(batch_size: int) -> float:
     child.close()
     root.close()
     return elapsed / batch_size / 1_000
+
+
+def _rounds(count: int) -> None:
+    """One warm-up round, then ``count`` rounds, in a fresh context tree."""
+    root, child, ctx = _grandchild()
+    for _ in range(count + 1):
+        with ctx.llm_call("plan", model="gpt-4o-mini", estimate_usd=0.002) as call:
+            call.record(tokens_in=1200, tokens_out=350, cost_usd=0.00125)
+    for context in (ctx, child, root):
+        context.close()
+
+
+ROUNDS = {"ampmeter": _rounds, "otel": spans}
 
 
 def _phases_us(rounds: int = 20_000) -> dict[str, float]:
@@ -134,7 +151,14 @@ def _print(rows: list[dict[str, Any]]) -> None:
 
 
 if __name__ == "__main__":
-    options = parse(__doc__, phases="also time each phase of a context round")
+    options = parse(
+        __doc__,
+        phases="also time each phase of a context round",
+        instructions="count instructions under callgrind instead of timing",
+    )
+    if options.instructions:
+        print_beside_span("context_bench", "llm_call round", 1.7)
+        sys.exit()
     _print(run(quick=options.quick))
     if options.phases:
         _phases_us()  # warm up

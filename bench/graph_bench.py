@@ -14,7 +14,9 @@ Rows (each measured in this run):
   and token values the caller already holds; a second row (reported only) also counts fresh
   cost and token objects per node.
 
-Run: ``python bench/graph_bench.py [--quick]``.
+Run: ``python bench/graph_bench.py [--quick] [--instructions]``; ``--instructions`` counts the
+instructions of one node lifecycle and of one span under callgrind instead (2,000 of each; see
+``bench/_instructions.py``), which the machine's load does not move.
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ import time
 import tracemalloc
 from typing import Any
 
-from _options import parse
-
 # bench/ is on sys.path both when this file runs as a script and under bench/run.py.
+from _instructions import print_beside_span
+from _options import parse
 from _otel_baseline import NAME as OTEL_NAME
-from _otel_baseline import OtelSpanBaseline
+from _otel_baseline import OtelSpanBaseline, spans
 from ampmeter.graph import ExecutionGraph
 
 LIFECYCLE_TARGET_US = 2.0
@@ -52,6 +54,19 @@ def _lifecycle_batch_us(batch_size: int) -> float:
         success(node, 0.00125, 1200, 350)
     elapsed = time.perf_counter_ns() - start
     return elapsed / batch_size / 1_000
+
+
+def _lifecycles(count: int) -> None:
+    """One warm-up lifecycle, then ``count`` lifecycles, in a fresh graph."""
+    graph = ExecutionGraph()
+    root = graph.create_root("agent_run")
+    for _ in range(count + 1):
+        node = graph.begin_node(root, "llm", "step", "gpt-4o-mini")
+        graph.mark_running(node)
+        graph.mark_success(node, 0.00125, 1200, 350)
+
+
+ROUNDS = {"ampmeter": _lifecycles, "otel": spans}
 
 
 def _lifecycle_rows(batches: int) -> list[dict[str, Any]]:
@@ -239,4 +254,8 @@ def _print(rows: list[dict[str, Any]]) -> None:
 
 
 if __name__ == "__main__":
-    _print(run(quick=parse(__doc__).quick))
+    options = parse(__doc__, instructions="count instructions under callgrind instead of timing")
+    if options.instructions:
+        print_beside_span("graph_bench", "node lifecycle", 5)
+    else:
+        _print(run(quick=options.quick))

@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 from ampmeter import _validate
-from ampmeter._core.steps import Flight, Stop
+from ampmeter._core.steps import Stop
 from ampmeter._core.usage import Usage
 from ampmeter._lineage import META_CONTEXTS, Lineage
 from ampmeter._reserve import model_estimate
@@ -210,17 +210,16 @@ class CallMaker:
             marks = self._policies.llm_marks(
                 model, priced, reservation.tokens_in, final, prompt_text, sent, refused
             )
-        flight = Flight(
-            kind,
-            label,
+        return self._begin(
+            metadata,
+            (kind, label, model),
             reservation,
-            model=model,
+            price_plan=plan,
             provider=provider,
             prompt_size=size,
             marks=marks,
             idempotency_key=idempotency_key,
         )
-        return self._begin(flight, metadata, plan)
 
     def tool_call(
         self,
@@ -247,8 +246,8 @@ class CallMaker:
         reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
         marks = self._policies.tool_marks(name, arguments)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        flight = Flight("tool", name, reservation, marks=marks, idempotency_key=idempotency_key)
-        return self._begin(flight, meta)
+        node = ("tool", name, None)
+        return self._begin(meta, node, reservation, marks=marks, idempotency_key=idempotency_key)
 
     def step(
         self, name: str, *, kind: str = "system", metadata: Mapping[str, Any] | None = None
@@ -261,20 +260,30 @@ class CallMaker:
             raise ValueError(f"use llm_call() or tool_call() for {kind!r} nodes")
         check_kind(kind)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        flight = Flight(kind, name, Usage(kind))
-        return self._begin(flight, meta)
+        return self._begin(meta, (kind, name, None), Usage(kind))
 
-    def _begin(self, flight: Flight, meta: dict[str, Any], plan: PricePlan | None = None) -> Call:
-        """The call of ``flight``, its node begun under the current node with ``meta`` (the
-        call's own dict), not yet admitted; ``plan`` prices it when it ends."""
+    def _begin(
+        self,
+        meta: dict[str, Any],
+        node: tuple[str, str, str | None],
+        reservation: Usage,
+        **fields: Any,
+    ) -> Call:
+        """A call reserving ``reservation``, with the other ``fields`` of its
+        :class:`~ampmeter._core.ticket.Ticket`, its node (kind, name, model) begun under the
+        current node with ``meta`` (the call's own dict), and the plan of its kind and model;
+        not yet admitted."""
+        call = Call(self, self._admission, reservation, **fields)  # type: ignore[arg-type]
+        kind, name, model = node
         meta.setdefault("context", self.name)  # the event log's metadata.context, for views
         meta.setdefault(META_CONTEXTS, self._lineage)  # and the contexts it ran in, root first
-        if flight.provider is not None:
-            meta[META_PROVIDER] = flight.provider
-        flight.node = self._kernel.begin(
-            self.current_parent_id(), flight.kind, flight.name, flight.model, meta, flight
-        )
-        return Call(self, self._admission, flight, plan)  # type: ignore[arg-type]
+        if call.provider is not None:
+            meta[META_PROVIDER] = call.provider
+        parent = self.current_parent_id()
+        call.kernel_node = self._kernel.begin(parent, kind, name, model, meta, call)
+        plans = self._admission.plans
+        call.plan = plans.get((kind, model)) or self._admission.plan(kind, model)
+        return call
 
     def retry(self, call: Call) -> None:
         """Count one retry on ``call``."""

@@ -21,11 +21,12 @@ from ampmeter import _validate, money
 from ampmeter._core.idempotency import META_IDEMPOTENCY_KEY
 from ampmeter._core.interrupted import charged_in_flight, is_interrupted_in_flight
 from ampmeter._core.outcome import Outcome
-from ampmeter._core.steps import ADMITTED, DONE, Admission, Flight
+from ampmeter._core.readonly import ReadOnly
+from ampmeter._core.steps import Admission
+from ampmeter._core.ticket import ADMITTED, DONE, Ticket
 from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
 from ampmeter._current import CURRENT, restore
-from ampmeter._readonly import ReadOnly
 from ampmeter._scoped import Scoped
 from ampmeter.keys import KEY_UNSETTLED_COST
 from ampmeter.node import Node
@@ -54,7 +55,7 @@ _COUNT = "One count of the call's usage, read-only: :meth:`Call.record` is its o
 _RECORD = ": report its usage with call.record(...), once, before the call ends"
 
 
-class Call(Scoped):
+class Call(Scoped, Ticket):
     """One call (LLM, tool or step) in a context: reserve before, record after.
 
     Use it as ``with ctx.llm_call(...) as call:`` (or ``async with``), and report usage with
@@ -72,9 +73,8 @@ class Call(Scoped):
         "_cached_tokens",
         "_cost_nano",
         "_estimated",
-        "_flight",
-        "_learn",
-        "_plan",
+        "_price_plan",
+        "_prompt_size",
         "_reasoning_tokens",
         "_token",
         "_tokens_in",
@@ -94,13 +94,20 @@ class Call(Scoped):
         self,
         context: ExecutionContext,
         admission: Admission,
-        flight: Flight,
-        plan: PricePlan | None,
+        reservation: Usage,
+        *,
+        price_plan: PricePlan | None = None,
+        prompt_size: Any = None,
+        **fields: Any,
     ) -> None:
+        """A call reserving ``reservation``, with the :class:`Ticket`'s other ``fields``, made
+        by ``context`` (see :meth:`~ampmeter.ExecutionContext.llm_call`), which begins its node
+        and gives it its plan."""
+        super().__init__(reservation, **fields)
         self.context = context
         self._admission = admission
-        self._flight = flight
-        self._plan = plan  # the price plan of its model (None: a tool, or no model)
+        self._price_plan = price_plan  # the price plan of its model (None: a tool, or no model)
+        self._prompt_size = prompt_size  # the request's measure (learned from at the end)
         self._tokens_in: int | None = None
         self._tokens_out: int | None = None
         self._cost_nano: int | None = None  # the recorded cost, if any
@@ -110,31 +117,6 @@ class Call(Scoped):
         self._reasoning_tokens = 0
         self._tool_calls_made = 0
         self._token: contextvars.Token[Any] | None = None
-
-    @property
-    def kind(self) -> str:
-        """The call's kind: ``llm``, ``tool``, ``embedding``, or a step's."""
-        return self._flight.kind
-
-    @property
-    def name(self) -> str:
-        """The call's name (its node's)."""
-        return self._flight.name
-
-    @property
-    def model(self) -> str | None:
-        """The model called (None for tools and steps)."""
-        return self._flight.model
-
-    @property
-    def provider(self) -> str | None:
-        """The provider, when known."""
-        return self._flight.provider
-
-    @property
-    def node_id(self) -> str:
-        """The id of this call's node."""
-        return self._flight.node.node_id
 
     @property
     def node(self) -> Node:
@@ -150,13 +132,13 @@ class Call(Scoped):
     def reserved_tokens(self) -> tuple[int, int]:
         """The input and output tokens this call's reservation holds (the output is 0 when
         the call set no ``max_tokens`` and the context estimates ``"learned"``)."""
-        reservation = self._flight.reservation
+        reservation = self.reservation
         return reservation.tokens_in, reservation.tokens_out
 
     @property
     def policy(self) -> CallMarks | None:
         """What the context's policies noted about this call (None when none applies)."""
-        marks: CallMarks | None = self._flight.marks
+        marks: CallMarks | None = self.marks
         return marks
 
     def record(
@@ -201,13 +183,12 @@ class Call(Scoped):
                 f"reasoning_tokens ({reasoning}) exceed tokens_out ({tokens_out}); "
                 "they are counted as part of the output"
             )
-        flight = self._flight
-        if flight.phase == DONE:
+        if self.phase == DONE:
             raise RuntimeError(
                 f"call {self.node_id} ({self.name!r}) has ended: record() its usage inside the "
                 "with block (or before finish())"
             )
-        if flight.recorded:
+        if self.recorded:
             raise RuntimeError(
                 f"call {self.node_id} ({self.name!r}) was recorded already: record() once, "
                 "with the call's whole usage"
@@ -220,14 +201,14 @@ class Call(Scoped):
         self._tool_calls_made = tools
         self._cost_nano = cost
         self._estimated = bool(estimated)
-        flight.recorded = True
+        self.recorded = True
 
     def note_tool_calls(self, count: int) -> None:
         """Note the tool calls a response asked for when it reported no usage to
         :meth:`record` (instrumentation reading a provider's response): the call stays
         unrecorded, and is priced as such. ``RuntimeError`` as :meth:`record` once it ended."""
         checked = _validate.count(count, "tool_calls_made")
-        if self._flight.phase == DONE:
+        if self.phase == DONE:
             raise RuntimeError(f"call {self.node_id} ({self.name!r}) has ended")
         self._tool_calls_made = checked
 
@@ -235,17 +216,16 @@ class Call(Scoped):
         """Count this call once per ``key`` (see ``llm_call(idempotency_key=...)``), unless it
         has a key already; True if ``key`` is now its key. Must come before the call ends."""
         key = _validate.text(key, "idempotency_key", empty=False)
-        flight = self._flight
-        if flight.phase == DONE:
+        if self.phase == DONE:
             raise RuntimeError(f"call {self.node_id} ({self.name!r}) has ended")
-        if flight.idempotency_key is None:
-            flight.idempotency_key = key
+        if self._idempotency_key is None:
+            self._idempotency_key = key
             return True
-        return flight.idempotency_key == key
+        return self._idempotency_key == key
 
     def retry(self) -> None:
         """Count one retry on this call (its node and ``amp:retries`` everywhere above)."""
-        self._admission.kernel.retry(self._flight.node, self._admission.level)
+        self._admission.kernel.retry(self.kernel_node, self._admission.level)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -255,7 +235,7 @@ class Call(Scoped):
         Raises :class:`~ampmeter.LimitExceeded` (the node is halted) when the call would break a
         limit of this context or an enclosing one, and ``ExecutionCanceled`` after ``cancel()``.
         """
-        run_sync(self._admission.admit(self._flight, threading.get_ident()))
+        run_sync(self._admission.admit(self, threading.get_ident()))
         return self
 
     def finish(
@@ -264,14 +244,13 @@ class Call(Scoped):
         """End the call: success, or ``fail`` with ``exc``'s class (``halt`` if interrupted).
         ``metadata`` (what an integration read from the response) is merged into the node's as
         it ends, in the same step."""
-        flight = self._flight
-        if flight.phase == DONE:
+        if self.phase == DONE:
             return
-        flight.phase = DONE
+        self.phase = DONE
         usage, outcome = self._ended(exc)
         if metadata:
             outcome = outcome._replace(metadata={**metadata, **(outcome.metadata or {})})
-        self._admission.settle(flight, usage, outcome)
+        self._admission.settle(self, usage, outcome)
 
     def _enter(self) -> None:
         self.start()
@@ -279,7 +258,7 @@ class Call(Scoped):
 
     def _make_current(self) -> None:
         try:
-            self._token = CURRENT.set((self.context, self._flight.node.node_id))
+            self._token = CURRENT.set((self.context, self.kernel_node.node_id))
         except BaseException as exc:  # interrupted right after admission: give the hold back
             self.finish(exc)
             raise
@@ -291,26 +270,24 @@ class Call(Scoped):
             restore(self._token, self.context)
 
     async def _aenter(self) -> None:
-        await run_async(self._admission.admit(self._flight, None))
+        await run_async(self._admission.admit(self, None))
         self._make_current()
 
     async def _aleave(self, exc: BaseException | None) -> None:
-        flight = self._flight
-        if flight.phase != ADMITTED or not flight.ledger_holds:
+        if self.phase != ADMITTED or not self.ledger_holds:
             self._leave(exc)
             return
         restore(self._token, self.context)
-        flight.phase = DONE
+        self.phase = DONE
         ended = self._ended(exc)
         # Committing to a ledger is a network round trip: on a worker thread, the loop goes on.
-        await off_loop(lambda: self._admission.settle(flight, *ended))
+        await off_loop(lambda: self._admission.settle(self, *ended))
 
     def _ended(self, exc: BaseException | None) -> tuple[Usage, Outcome]:
         """What the call used and how it ended (priced now when no cost was recorded; an
         interrupt in flight charges the reservation: see :mod:`ampmeter._core.interrupted`)."""
-        flight = self._flight
-        if exc is not None and is_interrupted_in_flight(flight, exc):
-            usage, outcome = charged_in_flight(flight, exc)
+        if exc is not None and is_interrupted_in_flight(self, exc):
+            usage, outcome = charged_in_flight(self, exc)
             if usage.cost_nano:
                 self._admission.kernel.add(
                     self._admission.level, KEY_UNSETTLED_COST, usage.cost_nano, True
@@ -318,16 +295,17 @@ class Call(Scoped):
             return usage, outcome
         succeeded = int(exc is None)
         failed = int(isinstance(exc, Exception))  # (an interrupt halts: neither)
-        kind, model = flight.kind, flight.model
+        node = self.kernel_node
+        kind, model = node.kind, node.model
         given = self._cost_nano
         cost = 0 if given is None else given
         meta: dict[str, Any] | None = None
         t_in, t_out = self._tokens_in or 0, self._tokens_out or 0
         if kind == "llm" or (kind == "embedding" and model):
             cost, meta, unpriced = price_call(
-                self._plan,
+                self._price_plan,
                 cost=given,
-                recorded=flight.recorded,
+                recorded=self.recorded,
                 tokens_in=t_in,
                 tokens_out=t_out,
                 cached=self._cached_tokens,
@@ -349,7 +327,7 @@ class Call(Scoped):
                     retries=failed,
                     unpriced=unpriced,
                 )
-                size = flight.prompt_size
+                size = self._prompt_size
                 # (An estimate teaches nothing: it would only confirm itself.)
                 if t_in and not self._estimated:
                     # What stored state of unknown size is estimated at ("learned").
@@ -362,12 +340,12 @@ class Call(Scoped):
                 )
         elif kind == "tool":
             usage = Usage(
-                "tool", tool=flight.name, cost_nano=cost, calls=1, steps=succeeded, retries=failed
+                "tool", tool=node.name, cost_nano=cost, calls=1, steps=succeeded, retries=failed
             )
         else:
             usage = Usage(kind, cost_nano=cost)
-        if flight.idempotency_key is not None:
+        if self._idempotency_key is not None:
             if meta is None:
                 meta = {}
-            meta[META_IDEMPOTENCY_KEY] = flight.idempotency_key  # (price_call's dict is new)
+            meta[META_IDEMPOTENCY_KEY] = self._idempotency_key  # (price_call's dict is new)
         return usage, Outcome.of(exc, cost, self._tokens_in, self._tokens_out, meta)

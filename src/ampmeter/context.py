@@ -18,6 +18,7 @@ from ampmeter._core.frame import Frame
 from ampmeter._core.kernel import bound
 from ampmeter._core.outcome import TerminationReason
 from ampmeter._core.pausing import raise_limit
+from ampmeter._core.readonly import ReadOnly
 from ampmeter._core.steps import Admission
 from ampmeter._current import (
     CURRENT,
@@ -30,7 +31,6 @@ from ampmeter._current import (
 )
 from ampmeter._handing_off import HandingOff
 from ampmeter._lineage import META_CONTEXTS, lineage
-from ampmeter._readonly import ReadOnly
 from ampmeter._scoped import Scoped
 from ampmeter._settings import Settings
 from ampmeter.budget import Budget
@@ -255,6 +255,10 @@ class ExecutionContext(CallMaker, HandingOff, Scoped):
         )
         ledger_step = LedgerStep(self._admission) if self._admission.ledgered else None
         self._admission.install(self._policies.steps_for(self._admission), ledger_step)
+        if not self._frame.can_stop() and not self._policies.declared:
+            # It limits and holds nothing: settlements below skip it, its totals are summed
+            # from its children when read.
+            kernel.fold(level)
         self._handoffs = Handoffs(self._frame, kernel, self._emitter)
         OPEN.add(self)
 

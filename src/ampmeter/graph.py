@@ -221,7 +221,9 @@ class ExecutionGraph:
         """Merge ``values`` into an open node's metadata; no change once it is terminal."""
         if not isinstance(values, dict):
             raise TypeError(f"values must be a dict, got {type(values).__name__}")
-        self._kernel.update(self._get(node_id), values)
+        if not isinstance(node_id, str):
+            raise TypeError(f"node_id must be a str, got {type(node_id).__name__}")
+        self._kernel.update(node_id, values)
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -205,8 +205,9 @@ class CoreMachine(RuleBasedStateMachine):
         except KeyboardInterrupt as interrupt:
             assert not admitted.call.__exit__(KeyboardInterrupt, interrupt, None)
         self.ended.append(admitted.call)
-        if usage is None and admitted.estimate > 0:
-            # In flight and maybe billed: charged at its reservation, as unsettled spend.
+        if usage is None and (admitted.estimate > 0 or admitted.call.kind == "llm"):
+            # In flight and maybe billed: charged at its reservation, as unsettled spend (an
+            # LLM call names its model, so it was sent even when it reserved nothing).
             admitted.scope.own.add(Totals(0, 0, admitted.estimate))
             assert admitted.call.node.status == "fail"
         else:

@@ -6,9 +6,6 @@ module's business); token and call counts show the paths.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 
 from ampmeter import Limit
@@ -16,20 +13,32 @@ from ampmeter._core.cells import Cell, Level
 from ampmeter._core.check import Guard, compile_limits
 from ampmeter._core.kernel import Kernel
 from ampmeter._core.outcome import Outcome
+from ampmeter._core.ticket import Ticket
 from ampmeter._core.usage import Usage
 from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS, KEY_STEPS
 from ampmeter.node import Node
 
 
-class Owner:
-    """Stands for a call in flight: the kernel's ticket, which it keeps a weak reference to."""
+class LevelPlan:
+    """Stands for a context's plan: a call's usage adds at ``level`` and the levels above it
+    that keep their totals."""
 
-    node: Node
-    feed: Iterator[tuple[Cell, Any]] | None = None
+    def __init__(self, level: Level) -> None:
+        self.level = level
+
+    def adds(self, usage: Usage) -> tuple[tuple[Cell, int], ...]:
+        return self.level.cells(usage.shape().entries)
+
+
+def ticket_at(level: Level) -> Ticket:
+    """A call in flight at ``level``: the kernel's ticket, which it keeps a weak reference to."""
+    ticket = Ticket(Usage())
+    ticket.plan = LevelPlan(level)  # type: ignore[assignment]
+    return ticket
 
 
 def counters(level: Level) -> dict[str, int]:
-    return Kernel.values(level, False)
+    return level.totals(False)
 
 
 def make() -> tuple[Kernel, Level, Level, str]:
@@ -106,8 +115,8 @@ def test_usage_is_added_at_the_level_and_every_ancestor() -> None:
 
 def test_admission_holds_and_settlement_replaces_the_hold_by_the_usage() -> None:
     kernel, parent, child, root = make()
-    owner = Owner()
-    node = owner.node = kernel.begin(root, "llm", "ask", None, {}, owner)
+    owner = ticket_at(child)
+    node = owner.kernel_node = kernel.begin(root, "llm", "ask", None, {}, owner)
     reservation = {KEY_INPUT_TOKENS: 100}
     holds = ((parent, (KEY_INPUT_TOKENS,)),)
     kernel.note(holds)
@@ -115,12 +124,12 @@ def test_admission_holds_and_settlement_replaces_the_hold_by_the_usage() -> None
     assert node.status == "running" and kernel.is_held(node)
     assert kernel.reserved(parent) == {KEY_INPUT_TOKENS: 100}
     usage = Usage("llm", "", tokens_in=30, tokens_out=5, calls=1, steps=1)
-    assert kernel.settle(owner, child, usage, Outcome("success", 0, 30, 5), ()) is None
+    assert kernel.settle(owner, usage, Outcome("success", 0, 30, 5), ()) is None
     assert not kernel.is_held(node) and kernel.reserved(parent) == {}
     assert counters(parent)[KEY_INPUT_TOKENS] == 30 and counters(child)[KEY_STEPS] == 1
     assert kernel.node(node.node_id).status == "success"
     # settling again adds nothing
-    kernel.settle(owner, child, usage, Outcome("success", 0, 30, 5), ())
+    kernel.settle(owner, usage, Outcome("success", 0, 30, 5), ())
     assert counters(parent)[KEY_INPUT_TOKENS] == 30
 
 
@@ -128,8 +137,8 @@ def test_a_guard_refuses_what_would_break_a_limit_and_holds_nothing() -> None:
     kernel, parent, child, root = make()
     guards = (Guard(parent, compile_limits([Limit(KEY_INPUT_TOKENS, 50)])),)
     kernel.add(child, KEY_INPUT_TOKENS, 40, False)
-    owner = Owner()
-    node = owner.node = kernel.begin(root, "llm", "ask", None, {}, owner)
+    owner = ticket_at(child)
+    node = owner.kernel_node = kernel.begin(root, "llm", "ask", None, {}, owner)
     holds = ((parent, (KEY_INPUT_TOKENS,)),)
     kernel.note(holds)
     refused = kernel.admit(owner, {KEY_INPUT_TOKENS: 20}, holds, guards, True)
@@ -145,8 +154,8 @@ def test_a_guard_refuses_what_would_break_a_limit_and_holds_nothing() -> None:
 
 def test_release_drops_a_hold_without_adding_usage() -> None:
     kernel, parent, _, root = make()
-    owner = Owner()
-    node = owner.node = kernel.begin(root, "llm", "ask", None, {}, owner)
+    owner = ticket_at(parent)
+    node = owner.kernel_node = kernel.begin(root, "llm", "ask", None, {}, owner)
     holds = ((parent, (KEY_INPUT_TOKENS,)),)
     kernel.note(holds)
     kernel.admit(owner, {KEY_INPUT_TOKENS: 8}, holds, (), True)
@@ -156,8 +165,8 @@ def test_release_drops_a_hold_without_adding_usage() -> None:
 
 def test_a_call_whose_owner_is_gone_is_ended_and_its_hold_returned() -> None:
     kernel, parent, _, root = make()
-    owner = Owner()
-    node = owner.node = kernel.begin(root, "llm", "ask", None, {}, owner)
+    owner = ticket_at(parent)
+    node = owner.kernel_node = kernel.begin(root, "llm", "ask", None, {}, owner)
     holds = ((parent, (KEY_INPUT_TOKENS,)),)
     kernel.note(holds)
     kernel.admit(owner, {KEY_INPUT_TOKENS: 8}, holds, (), True)

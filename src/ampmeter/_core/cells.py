@@ -1,18 +1,14 @@
-"""Where the kernel keeps values: a :class:`Cell` per key, a :class:`Level` per context, and a
-:class:`Ticket` per call in flight. Only :mod:`ampmeter._core.kernel` changes them, under its
-lock."""
+"""Where the kernel keeps values: a :class:`Cell` per key and a :class:`Level` per context.
+Only :mod:`ampmeter._core.kernel` changes them, under its lock."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 
-from ampmeter._core.usage import Shape
-from ampmeter.keys import is_money
-from ampmeter.node import Node
+from ampmeter._core.usage import Entry
+from ampmeter.keys import LOCAL_KEYS, is_money
 
-__all__ = ["Cell", "Held", "Level", "Ticket"]
+__all__ = ["Cell", "Level"]
 
 
 class Cell:
@@ -26,35 +22,78 @@ class Cell:
 
 
 class Level:
-    """The stats of one context: counters and gauges as cells, and its ancestry (itself, then
-    each level up to the root)."""
+    """The stats of one context: counters and gauges as cells. A level that limits or holds
+    nothing is *folded*: settlements below it skip it, and its totals are its own cells plus
+    its children's totals, summed when someone reads them (:meth:`total`). ``targets`` are the
+    levels a usage made here adds to: itself and every ancestor that is not folded."""
 
     __slots__ = (
-        "ancestry",
+        "children",
         "counters",
+        "folded",
         "gauges",
         "known",
         "parent",
-        "plans",
+        "targets",
         "version",
         "watched",
     )
 
     def __init__(self, parent: Level | None) -> None:
         self.parent = parent
-        self.ancestry: tuple[Level, ...] = (self,) + (parent.ancestry if parent is not None else ())
+        self.children: list[Level] = []
+        self.folded = False
+        upper = () if parent is None else parent.targets
+        self.targets: tuple[Level, ...] = (self, *(up for up in upper if not up.folded))
+        if parent is not None:
+            parent.children.append(self)
         self.counters: dict[str, Cell] = {}
         self.gauges: dict[str, Cell] = {}
         # Every key ever written or held here, in first-seen order.
         self.known: dict[str, None] = {}
         # For each prefix a limit watches, the keys starting with it (kept up to date).
         self.watched: dict[str, list[str]] = {}
-        # Usage shape -> the cells it adds to, level by level up its ancestry, each with the Usage
-        # field it adds.
-        self.plans: dict[Shape, tuple[tuple[Cell, int], ...]] = {}
         # Moves whenever a key or a cell is added here: a guard's entries older than it are
         # stale (see ampmeter._core.check.Guard).
         self.version = 0
+
+    def fold(self, folded: bool) -> None:
+        """Fold this level (or keep its totals again, made from its children now), and
+        work out the targets of every level below it again (under the kernel's lock)."""
+        if not folded and self.folded:
+            for gauge in (False, True):
+                for key, value in self.totals(gauge).items():
+                    self.cell(key, gauge).value = value
+        self.folded = folded
+        below = [self]
+        while below:
+            level = below.pop()
+            parent = level.parent
+            upper = () if parent is None else parent.targets
+            level.targets = (level, *(up for up in upper if not up.folded))
+            below.extend(level.children)
+
+    def total(self, key: str, gauge: bool) -> Any:
+        """The value of ``key`` here (None if never written), children's folded in."""
+        cell = (self.gauges if gauge else self.counters).get(key)
+        value = None if cell is None else cell.value
+        if self.folded and key not in LOCAL_KEYS:
+            for child in self.children:
+                more = child.total(key, gauge)
+                if more is not None:
+                    value = more if value is None else value + more
+        return value
+
+    def totals(self, gauge: bool) -> dict[str, Any]:
+        """Every counter (or gauge) here with its value, children's folded in."""
+        cells = self.gauges if gauge else self.counters
+        found = {key: cell.value for key, cell in list(cells.items())}
+        if self.folded:
+            for child in self.children:
+                for key, value in child.totals(gauge).items():
+                    if key not in LOCAL_KEYS:
+                        found[key] = found[key] + value if key in found else value
+        return found
 
     def note(self, key: str) -> None:
         """Record that ``key`` exists here (prefix watch lists see it from now on)."""
@@ -86,50 +125,10 @@ class Level:
             self.note(key)
         return found
 
-    def plan(self, shape: Shape) -> tuple[tuple[Cell, int], ...]:
-        """The cells a usage of ``shape`` adds to here and at every ancestor, level by level in
-        ``shape``'s order, each with the Usage field it adds (made now if new; kept in
-        :attr:`plans`)."""
-        cells = tuple(
-            (stats.cell(key, gauge), field)
-            for stats in self.ancestry
-            for key, field, gauge in shape.entries
+    def cells(self, entries: tuple[Entry, ...]) -> tuple[tuple[Cell, int], ...]:
+        """The (cell, Usage field) pairs a usage of ``entries`` adds to at every target."""
+        return tuple(
+            (level.cell(key, gauge), field)
+            for level in self.targets
+            for key, field, gauge in entries
         )
-        if shape.interned:
-            self.plans[shape] = cells
-        return cells
-
-
-class Ticket(Protocol):
-    """What the kernel keeps of a call in flight: its node, where its reservation is held
-    (``holds`` pairs each level whose limits watch it with the keys held there, ``amounts``
-    gives each key's amount), the thread that admitted it, and what its settlement still has to
-    add. The admission's :class:`~ampmeter._core.steps.Flight` is one: the kernel fills
-    in the holds when it admits the call and refers to it weakly, so a call dropped without
-    settling (an interrupt) is found by its dead reference and ended."""
-
-    node: Node
-    amounts: Mapping[str, Any]
-    holds: tuple[tuple[Level, tuple[str, ...]], ...]
-    thread: int
-    # The (cell, Usage field) pairs of the settlement still to add: an iterator, so an
-    # interrupted settlement resumes exactly where it stopped (None until it starts).
-    feed: Iterator[tuple[Cell, int]] | None
-
-
-class Held:
-    """A hold with no call to settle it (:meth:`~ampmeter._core.kernel.Kernel.hold_forever`)."""
-
-    __slots__ = ("amounts", "feed", "holds", "node", "thread")
-
-    def __init__(
-        self,
-        node: Node,
-        amounts: Mapping[str, Any],
-        holds: tuple[tuple[Level, tuple[str, ...]], ...],
-    ) -> None:
-        self.node = node
-        self.amounts = amounts
-        self.holds = holds
-        self.thread = threading.get_ident()
-        self.feed: Iterator[tuple[Cell, int]] | None = None

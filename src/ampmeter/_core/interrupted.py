@@ -23,7 +23,7 @@ from ampmeter._core.usage import Usage
 from ampmeter.node import META_COST_STATUS
 
 if TYPE_CHECKING:
-    from ampmeter._core.steps import Flight
+    from ampmeter._core.ticket import Ticket
 
 __all__ = ["COST_STATUS_UNSETTLED", "charged_in_flight", "is_interrupted_in_flight"]
 
@@ -31,31 +31,31 @@ COST_STATUS_UNSETTLED: Final = "unsettled"
 """The ``cost_status`` of a call charged at its reservation because its bill is unknown."""
 
 
-def is_interrupted_in_flight(flight: Flight, exc: BaseException) -> bool:
+def is_interrupted_in_flight(ticket: Ticket, exc: BaseException) -> bool:
     """Whether ``exc`` is an interrupt (a ``BaseException`` that is not an ``Exception``)
-    ending ``flight`` after it was admitted and before it recorded usage, with a reserved cost
+    ending ``ticket`` after it was admitted and before it recorded usage, with a reserved cost
     to charge or a model whose call was sent unpriced."""
     return (
         not isinstance(exc, Exception)
-        and flight.node.status == "running"
-        and not flight.recorded
-        and (flight.reservation.cost_nano > 0 or (flight.kind == "llm" and bool(flight.model)))
+        and ticket.kernel_node.status == "running"
+        and not ticket.recorded
+        and (ticket.reservation.cost_nano > 0 or (ticket.kind == "llm" and bool(ticket.model)))
     )
 
 
-def charged_in_flight(flight: Flight, exc: BaseException) -> tuple[Usage, Outcome]:
+def charged_in_flight(ticket: Ticket, exc: BaseException) -> tuple[Usage, Outcome]:
     """The usage and outcome of a call ``exc`` interrupted in flight: its reserved cost (none:
     an LLM call counted sent and unpriced)."""
-    cost = flight.reservation.cost_nano
-    kind = flight.kind
+    cost = ticket.reservation.cost_nano
+    kind = ticket.kind
     if kind == "llm":
         usage = Usage(
-            "llm", flight.model or "", "", cost_nano=cost, calls=1, unpriced=int(not cost)
+            "llm", ticket.model or "", "", cost_nano=cost, calls=1, unpriced=int(not cost)
         )
     elif kind == "tool":
-        usage = Usage("tool", "", flight.name, cost_nano=cost, calls=1)
+        usage = Usage("tool", "", ticket.name, cost_nano=cost, calls=1)
     else:
-        usage = Usage(kind, flight.model or "", cost_nano=cost)
+        usage = Usage(kind, ticket.model or "", cost_nano=cost)
     charged = f"charged at its reservation ({money.format_usd(money.from_nano(cost))})"
     reason = f"interrupted ({type(exc).__name__}) after it was sent: " + (
         f"{charged} as unsettled spend" if cost else "its price is unknown"

@@ -27,15 +27,16 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
-from ampmeter._core.cells import Cell, Held, Level, Ticket
+from ampmeter._core.cells import Cell, Level
 from ampmeter._core.check import Guard, Hit
 from ampmeter._core.nodes import NodeTable, now_ms
 from ampmeter._core.outcome import Outcome
+from ampmeter._core.ticket import Ticket
 from ampmeter._core.usage import Usage
 from ampmeter.keys import LOCAL_KEYS
 from ampmeter.node import TERMINAL_STATUSES, Node
 
-__all__ = ["Cell", "Kernel", "Level", "Ticket", "bind", "bound", "now_ms"]
+__all__ = ["Cell", "Kernel", "Level", "bind", "bound", "now_ms"]
 
 _NO_OUTCOME: Final = Outcome("halt", stop_reason="interrupted before it was settled")
 _NOT_STARTED: Final = Outcome("halt", stop_reason="interrupted before it started")
@@ -44,7 +45,7 @@ _NOT_STARTED: Final = Outcome("halt", stop_reason="interrupted before it started
 class Kernel(NodeTable):
     """The accounting state of one tree of contexts. See the module docstring."""
 
-    __slots__ = ("_open", "_settled", "_waiting")
+    __slots__ = ("_open", "_settled", "_waiting", "epoch")
 
     def __init__(self, chain_id: str, max_nodes: int = 0) -> None:
         super().__init__(chain_id, max_nodes)
@@ -54,6 +55,9 @@ class Kernel(NodeTable):
         # node id -> the call in flight, weakly: one whose owner dropped it holds nothing more
         # and is ended by the next sweep.
         self._open: dict[str, Callable[[], Ticket | None]] = {}
+        # Moves when a folded level starts keeping its totals: plans work out again which
+        # cells a settlement adds to.
+        self.epoch = 0
 
     def retry(self, node: Node, level: Level | None) -> None:
         """Count one retry on an open node (and ``amp:retries`` from ``level`` up)."""
@@ -77,26 +81,36 @@ class Kernel(NodeTable):
             self._add_locked(level, key, delta, gauge)
 
     def _add_locked(self, level: Level, key: str, delta: Any, gauge: bool) -> None:
-        levels = (level,) if key in LOCAL_KEYS else level.ancestry
+        levels = (level,) if key in LOCAL_KEYS else level.targets
         # The cells are made first (nothing is added yet); each adds field 0 of ``(delta,)``.
         cells = [(stats.cell(key, gauge), 0) for stats in levels]
         whole(_drain, iter(cells), (delta,))
 
     def set(self, level: Level, key: str, value: Any, gauge: bool) -> None:
-        """Set ``key`` at ``level`` only."""
+        """Set ``key`` at ``level`` only: what levels above read stays as it was."""
         with self._lock:
-            level.cell(key, gauge).value = value
+            cell = level.cell(key, gauge)
+            if not level.folded or key in LOCAL_KEYS:
+                before = cell.value
+                cell.value = value
+            else:  # its children's part stays theirs
+                before = level.total(key, gauge)
+                cell.value += value - before
+            parent = level.parent
+            if parent is not None and parent.folded and key not in LOCAL_KEYS:
+                parent.cell(key, gauge).value += before - value
 
     def add_usage(self, level: Level, usage: Usage) -> None:
         """Add ``usage`` at ``level`` and every ancestor, in one step (a trace record)."""
         with self._lock:
-            whole(_drain, self._feed(level, usage), usage)
+            whole(_drain, iter(level.cells(usage.shape().entries)), usage)
 
-    @staticmethod
-    def _feed(level: Level, usage: Usage) -> Iterator[tuple[Cell, int]]:
-        """The (cell, Usage field) pairs that add ``usage`` at ``level`` and every ancestor."""
-        shape = usage.shape()
-        return iter(level.plans.get(shape) or level.plan(shape))
+    def fold(self, level: Level) -> None:
+        """Fold ``level`` (a new one that limits and holds nothing): settlements below it
+        skip it, and its totals are summed from its children when read."""
+        with self._lock:
+            level.fold(True)
+            self.epoch += 1
 
     def bump(self, level: Level, key: str) -> int:
         """Add 1 to ``key`` at ``level`` only and return the new value (iterations)."""
@@ -105,17 +119,21 @@ class Kernel(NodeTable):
             cell.value += 1
             return int(cell.value)
 
-    @staticmethod
-    def value(level: Level, key: str, gauge: bool) -> Any:
+    def value(self, level: Level, key: str, gauge: bool) -> Any:
         """The value of ``key`` at ``level`` (None if never written)."""
-        cell = (level.gauges if gauge else level.counters).get(key)
-        return None if cell is None else cell.value
+        if not level.folded:
+            cell = (level.gauges if gauge else level.counters).get(key)
+            return None if cell is None else cell.value
+        with self._lock:
+            return level.total(key, gauge)
 
-    @staticmethod
-    def values(level: Level, gauge: bool) -> dict[str, Any]:
-        """The counters (or gauges) at ``level``, copied unlocked (a repr asks under the lock)."""
-        cells = level.gauges if gauge else level.counters
-        return {key: cell.value for key, cell in list(cells.items())}
+    def values(self, level: Level, gauge: bool) -> dict[str, Any]:
+        """The counters (or gauges) at ``level``: copied unlocked when the level keeps its
+        totals (a repr asks under the lock), summed under the lock when it is folded."""
+        if not level.folded:
+            return level.totals(gauge)
+        with self._lock:
+            return level.totals(gauge)
 
     # -- calls -----------------------------------------------------------------------------------
 
@@ -136,7 +154,7 @@ class Kernel(NodeTable):
             hit = self._check(guards, amounts) if guards else None
             if hit is not None:
                 return (*hit, self._check(guards, amounts, False) is None)
-            node = ticket.node
+            node = ticket.kernel_node
             ticket.amounts = amounts
             ticket.holds = holds
             ticket.thread = threading.get_ident()
@@ -184,33 +202,26 @@ class Kernel(NodeTable):
             return stuck, others
 
     def settle(
-        self,
-        ticket: Ticket,
-        level: Level,
-        usage: Usage,
-        outcome: Outcome,
-        guards: tuple[Guard, ...],
+        self, ticket: Ticket, usage: Usage, outcome: Outcome, guards: tuple[Guard, ...]
     ) -> tuple[int, Hit] | None:
-        """End a call: drop its hold, add ``usage`` from ``level`` up, end its node as
+        """End a call: drop its hold, add ``usage`` where its plan says, end its node as
         ``outcome`` says, then check ``guards``. Each step runs once even if an interrupt lands
         between them."""
         end = now_ms()
         with self._lock:
-            if ticket.node.status in TERMINAL_STATUSES:
+            if ticket.kernel_node.status in TERMINAL_STATUSES:
                 return None
-            whole(self._settle_steps, ticket, level, usage, outcome, end)
+            whole(self._settle_steps, ticket, usage, outcome, end)
             return self._check(guards, None) if guards else None
 
-    def _settle_steps(
-        self, ticket: Ticket, level: Level, usage: Usage, outcome: Outcome, end: int
-    ) -> None:
+    def _settle_steps(self, ticket: Ticket, usage: Usage, outcome: Outcome, end: int) -> None:
         # Resumable and idempotent (see finish()): the feed continues where it stopped, the node
         # ends once, the pop is safe to repeat.
         if ticket.feed is None:
-            ticket.feed = self._feed(level, usage)
+            ticket.feed = iter(ticket.plan.adds(usage))
         for cell, field in ticket.feed:
             cell.value += usage[field]
-        node = ticket.node
+        node = ticket.kernel_node
         if node.status not in TERMINAL_STATUSES:
             self._end_locked(node, outcome, end)
         self._open.pop(node.node_id, None)
@@ -240,11 +251,14 @@ class Kernel(NodeTable):
         """Hold ``amounts`` at ``level`` with no node to settle them: a stand-in for calls in
         flight (tests and tools)."""
         with self._lock:
-            node = Node(f"held-{len(self._open)}", None, "system", "held", now_ms())
+            held = Ticket(Usage("system"))
+            held.kernel_node = Node(f"held-{len(self._open)}", None, "system", "held", now_ms())
             for key in amounts:
                 level.note(key)
-            held = Held(node, amounts, ((level, tuple(amounts)),))
-            self._open[node.node_id + f"@{id(amounts)}"] = lambda: held  # owned by no one
+            held.amounts, held.holds = amounts, ((level, tuple(amounts)),)
+            held.thread = threading.get_ident()
+            owned_by_no_one = f"{held.kernel_node.node_id}@{id(amounts)}"
+            self._open[owned_by_no_one] = lambda: held
 
     def release(self, node: Node) -> None:
         """Drop a call's hold without adding usage (its node was ended another way)."""
@@ -287,6 +301,10 @@ class Kernel(NodeTable):
         """The first guard (in order) with an exceeded limit, counting ``pending`` and (unless
         ``holds`` is False) what calls in flight hold."""
         with self._lock:
+            for guard in guards:  # a level checked keeps its totals from now on
+                if guard.level.folded:
+                    guard.level.fold(False)
+                    self.epoch += 1
             if pending:  # prefix limits see pending keys new to a level
                 for guard in guards:
                     for key in pending:

@@ -233,9 +233,12 @@ class NodeTable:
         while len(nodes) > self._max_nodes and evictable:
             nodes.pop(evictable.popleft(), None)
 
-    def update(self, node: Node, values: Mapping[str, Any]) -> None:
-        """Merge ``values`` into an open node's metadata."""
+    def update(self, node_id: str, values: Mapping[str, Any]) -> None:
+        """Merge ``values`` into an open node's metadata (KeyError naming an unknown id)."""
         with self._lock:
+            node = self._nodes.get(node_id)
+            if node is None:
+                raise KeyError(self.unknown(node_id, "node_id"))
             if node.status not in TERMINAL_STATUSES:
                 node.metadata.update(values)
 

@@ -1,28 +1,30 @@
 """The admission: every containment concern is a step a call passes before it runs.
 
-A step has three verbs: ``admit(flight, thread)`` (holds what the step needs, or raises the
+A step has three verbs: ``admit(ticket, thread)`` (holds what the step needs, or raises the
 refusal; a step that must wait returns a generator of its waits, see
 :mod:`ampmeter._core.waiting`, and one that never waits returns None),
-``settle(flight, usage, outcome)`` (the call ended: replace holds by what it used; returns the
-outcome, with anything the step adds to the node) and ``release(flight)`` (give holds back
+``settle(ticket, usage, outcome)`` (the call ended: replace holds by what it used; returns the
+outcome, with anything the step adds to the node) and ``release(ticket)`` (give holds back
 without usage). A context builds its :class:`Admission` once, when it is made: it holds the
-core's own steps (cancellation always, the deadline when a context above has a timeout, the
-local limits) and the context hands it the rest (:meth:`Admission.install`): one step per
-policy in force (:mod:`ampmeter.policies`) and the shared ledger's when a context above has
-one.
+core's own steps (the deadline when a context above has a timeout, the local limits; a canceled
+context is refused before any step) and the context hands it the rest
+(:meth:`Admission.install`): one step per policy in force (:mod:`ampmeter.policies`) and the
+shared ledger's when a context above has one. Each call follows the :class:`KindPlan` of its kind
+and model, compiled on the first such call.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter._core.check import Guard, Hit
 from ampmeter._core.frame import Stop
 from ampmeter._core.idempotency import counted_once, usage_after
 from ampmeter._core.outcome import Outcome, TerminationReason
 from ampmeter._core.pausing import PauseWait
+from ampmeter._core.ticket import ADMITTED, DONE, NEW, Ticket
 from ampmeter._core.usage import Shape, Usage
 from ampmeter._core.waiting import Pause, Wait, Work
 from ampmeter.errors import BudgetBusy, ExecutionCanceled, LimitExceeded
@@ -30,95 +32,48 @@ from ampmeter.keys import KEY_ELAPSED_S, KEY_ITERATIONS
 from ampmeter.limits import ExceededLimit, Limit, exceeded
 
 if TYPE_CHECKING:
-    from ampmeter._core.cells import Cell
+    from ampmeter._core.cells import Cell, Level
     from ampmeter._core.emit import Emitter
     from ampmeter._core.frame import Frame
-    from ampmeter._core.kernel import Kernel, Level
-    from ampmeter.node import Node
+    from ampmeter._core.kernel import Kernel
 
-__all__ = ["ADMITTED", "DONE", "NEW", "Admission", "Flight", "Step", "Stop", "timed_out"]
+__all__ = [
+    "ADMITTED",
+    "DONE",
+    "NEW",
+    "Admission",
+    "HoldPlan",
+    "KindPlan",
+    "Step",
+    "Steps",
+    "Stop",
+    "Ticket",
+    "timed_out",
+]
 
-NEW, ADMITTED, DONE = 0, 1, 2
-
-HoldPlan = tuple[tuple[tuple["Level", tuple[str, ...]], ...], tuple[tuple[str, int], ...]]
 Steps = Generator["Pause | Work", Any, None]
-
-
-class Flight:
-    """One call's state in the admission: its node, reservation, holds and progress. The
-    :class:`~ampmeter.Call` a user sees owns it; it is the kernel's
-    :class:`~ampmeter._core.cells.Ticket` for the call, referred to weakly, so a call dropped
-    without settling (an interrupt) is found and ended."""
-
-    __slots__ = (
-        "__weakref__",
-        "amounts",
-        "feed",
-        "holds",
-        "idempotency_key",
-        "kind",
-        "ledger_holds",
-        "marks",
-        "model",
-        "name",
-        "node",
-        "phase",
-        "prompt_size",
-        "provider",
-        "recorded",
-        "reservation",
-        "rows",
-        "thread",
-    )
-
-    node: Node
-    # Filled in by the kernel when it admits the call (see Ticket).
-    amounts: Mapping[str, Any]
-    holds: tuple[tuple[Level, tuple[str, ...]], ...]
-    thread: int
-
-    def __init__(
-        self,
-        kind: str,
-        name: str,
-        reservation: Usage,
-        *,
-        model: str | None = None,
-        provider: str | None = None,
-        prompt_size: Any = None,
-        marks: Any = None,
-        idempotency_key: str | None = None,
-    ) -> None:
-        self.kind = kind
-        self.name = name
-        self.model = model
-        self.provider = provider
-        self.reservation = reservation
-        self.prompt_size = prompt_size  # the request's measure (the facade learns from it)
-        self.marks = marks  # what the policies noted about the call (None: nothing)
-        self.recorded = False
-        self.phase = NEW
-        self.rows: tuple[Guard, ...] | None = None  # the ceilings a policy chose, if any
-        self.ledger_holds: tuple[tuple[Any, Any], ...] = ()  # (ledger, its reservation)
-        self.idempotency_key = idempotency_key  # counted once per key in the run (replays)
-        self.feed: Iterator[tuple[Cell, int]] | None = None  # the kernel's settlement progress
+PLANS_MAX: Final = 4_096
 
 
 class Step:
-    """One containment concern (see the module docstring). The base admits and holds nothing."""
+    """One containment concern (see the module docstring). The base admits and holds nothing.
+    ``kinds``: the kinds of call its admission can act on (None: every kind); the plan of any
+    other kind does not ask it."""
 
     __slots__ = ()
 
-    def admit(self, flight: Flight, thread: int | None) -> Steps | None:
-        """Hold what this step needs for ``flight``, or raise its refusal; a step that must
+    kinds: frozenset[str] | None = None
+
+    def admit(self, ticket: Ticket, thread: int | None) -> Steps | None:
+        """Hold what this step needs for ``ticket``, or raise its refusal; a step that must
         wait returns its waits (a generator), else None."""
         return None
 
-    def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> Outcome:
+    def settle(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> Outcome:
         """The call ended with ``usage``: settle this step's holds."""
         return outcome
 
-    def release(self, flight: Flight) -> None:
+    def release(self, ticket: Ticket) -> None:
         """Give this step's holds back without usage."""
 
 
@@ -134,6 +89,7 @@ class Admission:
         "kernel",
         "ledgered",
         "level",
+        "plans",
         "rows",
         "settlers",
         "steps",
@@ -167,9 +123,7 @@ class Admission:
     def install(self, policy_steps: Sequence[Step], ledger_step: Step | None) -> None:
         """Put the steps the context hands over in their places: the policies' before the
         local limits, the shared ledger's (needed when a context above has a ledger) last."""
-        steps: list[Step] = [Cancel(self)]
-        if self.timed:
-            steps.append(Deadline(self, self.timed))
+        steps: list[Step] = [Deadline(self, self.timed)] if self.timed else []
         steps.extend(policy_steps)
         steps.append(LocalLimits(self, run=ledger_step is None))
         if ledger_step is not None:
@@ -179,18 +133,34 @@ class Admission:
         # anything, last step first.
         self.admitters = tuple(s for s in steps if type(s).admit is not Step.admit)
         self.settlers = tuple(s for s in reversed(steps) if type(s).settle is not Step.settle)
+        self.plans: dict[tuple[str, str | None], KindPlan] = {}
+
+    def plan(self, kind: str, model: str | None) -> KindPlan:
+        """Compile the plan of calls of ``kind`` and ``model`` here (its first call: the next
+        find it in :attr:`plans`, which keeps the first :data:`PLANS_MAX` of them)."""
+        found = KindPlan(self, kind)
+        if len(self.plans) < PLANS_MAX:
+            self.plans[kind, model] = found
+        return found
 
     # -- admission ------------------------------------------------------------------------------
 
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
-        """Pass ``flight`` through every step (``thread``: the waiting thread, None in a task).
-        A refusal or an interrupt gives back what earlier steps held, and halts the node."""
-        if flight.phase != NEW:
-            raise RuntimeError(f"call {flight.node.node_id} was already started")
-        flight.phase = DONE  # refused: the node is halted and nothing is held
+    def admit(self, ticket: Ticket, thread: int | None) -> Steps:
+        """Pass ``ticket`` through every step of its plan (``thread``: the waiting thread, None
+        in a task). A canceled context (or one above it) admits nothing. A refusal or an
+        interrupt gives back what earlier steps held, and halts the node."""
+        if ticket.phase != NEW:
+            raise RuntimeError(f"call {ticket.kernel_node.node_id} was already started")
+        ticket.phase = DONE  # refused: the node is halted and nothing is held
         try:
-            for step in self.admitters:
-                waits = step.admit(flight, thread)
+            frame = self.frame
+            if frame.root.canceled_in_tree and frame.any_canceled():
+                self.abandon(ticket, "context canceled")
+                raise ExecutionCanceled(
+                    f"context {frame.name!r} was canceled", ticket.kernel_node.node_id
+                )
+            for step in ticket.plan.admitters:
+                waits = step.admit(ticket, thread)
                 if waits is not None:
                     yield from waits
         except BaseException as error:
@@ -199,29 +169,29 @@ class Admission:
                 if not isinstance(error, Exception)
                 else f"admission failed: {_error_text(error)}"
             )
-            self.abandon(flight, reason)
+            self.abandon(ticket, reason)
             raise
         if self.ledgered:
-            self.kernel.run(flight.node)
-        flight.phase = ADMITTED
+            self.kernel.run(ticket.kernel_node)
+        ticket.phase = ADMITTED
 
-    def abandon(self, flight: Flight, reason: str) -> None:
-        """Give back every hold of ``flight`` (an admission that did not finish) and end its
+    def abandon(self, ticket: Ticket, reason: str) -> None:
+        """Give back every hold of ``ticket`` (an admission that did not finish) and end its
         node as ``halt`` with ``reason`` (unless a step ended it already)."""
         for step in reversed(self.steps):
-            step.release(flight)
-        if self.kernel.abort(flight.node, Outcome("halt", stop_reason=reason)):
-            self.emitter.emit(flight.node)
+            step.release(ticket)
+        if self.kernel.abort(ticket.kernel_node, Outcome("halt", stop_reason=reason)):
+            self.emitter.emit(ticket.kernel_node)
 
-    def refuse(self, flight: Flight, stop: Stop, message: str | None = None) -> LimitExceeded:
+    def refuse(self, ticket: Ticket, stop: Stop, message: str | None = None) -> LimitExceeded:
         """Record ``stop`` and halt the call; the error to raise."""
         owner, limit, reason = stop
         self.frame.stop(owner, limit, reason)
-        self.abandon(flight, message or str(limit))
+        self.abandon(ticket, message or str(limit))
         return LimitExceeded(
-            f"{flight.kind} call {flight.name!r} stopped before it ran: {message or limit}",
+            f"{ticket.kind} call {ticket.name!r} stopped before it ran: {message or limit}",
             limit,
-            flight.node.node_id,
+            ticket.kernel_node.node_id,
         )
 
     def owner(self, found: tuple[int, Hit]) -> Stop:
@@ -254,9 +224,9 @@ class Admission:
 
     # -- settlement -----------------------------------------------------------------------------
 
-    def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> None:
+    def settle(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> None:
         """End an admitted call: every step settles, last step first, then sinks see the node."""
-        node = flight.node
+        node = ticket.kernel_node
         if node.status == "created" and not self.kernel.is_held(node):
             # Never admitted (refused, or never started): nothing was used.
             if outcome.status == "success":
@@ -264,32 +234,19 @@ class Admission:
             self.kernel.end(node, outcome)
             self.emitter.emit(node)
             return
-        key = flight.idempotency_key
+        key = ticket.idempotency_key
         keyed = key is not None
         if key is not None:
-            usage, outcome = counted_once(self.frame.seen, key, flight.node.node_id, usage, outcome)
+            usage, outcome = counted_once(
+                self.frame.seen, key, ticket.kernel_node.node_id, usage, outcome
+            )
         ledgered = keyed and bool(self.ledgered)
         for step in self.settlers:
-            outcome = step.settle(flight, usage, outcome)
+            outcome = step.settle(ticket, usage, outcome)
             if ledgered:  # a shared ledger may have counted it before this run
                 usage = usage_after(usage, outcome)
         if self.emitter.sinks:
             self.emitter.emit(node)
-
-
-class Cancel(Step):
-    """A canceled context (or one above it) runs no more calls."""
-
-    __slots__ = ("admission",)
-
-    def __init__(self, admission: Admission) -> None:
-        self.admission = admission
-
-    def admit(self, flight: Flight, thread: int | None) -> None:
-        frame = self.admission.frame
-        if frame.any_canceled():
-            self.admission.abandon(flight, "context canceled")
-            raise ExecutionCanceled(f"context {frame.name!r} was canceled", flight.node.node_id)
 
 
 class Deadline(Step):
@@ -301,10 +258,10 @@ class Deadline(Step):
         self.admission = admission
         self.timed = timed
 
-    def admit(self, flight: Flight, thread: int | None) -> None:
+    def admit(self, ticket: Ticket, thread: int | None) -> None:
         found = timed_out(self.timed)
         if found is not None:
-            raise self.admission.refuse(flight, found)
+            raise self.admission.refuse(ticket, found)
 
 
 def timed_out(timed: tuple[Frame, ...]) -> Stop | None:
@@ -322,48 +279,27 @@ class LocalLimits(Step):
     """The limits of this context and those above it, checked and held in the kernel in one
     step. A call that does not fit only because of other calls' holds waits for them."""
 
-    __slots__ = ("admission", "plans", "run")
+    __slots__ = ("admission", "run")
 
     def __init__(self, admission: Admission, run: bool) -> None:
         self.admission = admission
         self.run = run  # mark the node running here (no ledger step follows)
-        self.plans: dict[Shape, HoldPlan] = {}
 
-    def plan(self, shape: Shape) -> HoldPlan:
-        """Where a reservation of this shape is held (each guard, with the keys its limits
-        watch), and which of its keys any guard watches, each with its Usage field (made now;
-        kept in :attr:`plans`)."""
-        holds = []
-        watched: dict[str, int] = {}
-        for frame in self.admission.guards:
-            keys = tuple(k for k in shape.keys if any(lim.matches(k) for lim in frame.limits))
-            if keys:
-                holds.append((frame.level, keys))
-                watched.update((k, f) for k, f, _ in shape.entries if k in keys)
-        plan = (tuple(holds), tuple(watched.items()))
-        self.admission.kernel.note(plan[0])
-        if shape.interned:
-            self.plans[shape] = plan
-        return plan
-
-    def admit(self, flight: Flight, thread: int | None) -> Steps | None:
+    def admit(self, ticket: Ticket, thread: int | None) -> Steps | None:
         admission = self.admission
-        rows = flight.rows if flight.rows is not None else admission.rows
+        rows = ticket.rows if ticket.rows is not None else admission.rows
         if rows:
-            reservation = flight.reservation
-            shape = reservation.shape()
-            holds, watched = self.plans.get(shape) or self.plan(shape)
-            pending: dict[str, Any] = {key: reservation[field] for key, field in watched}
+            (holds, _, _), pending = ticket.plan.holds(ticket.reservation)
         else:
             holds, pending = (), {}
-        found = admission.kernel.admit(flight, pending, holds, rows, self.run)
+        found = admission.kernel.admit(ticket, pending, holds, rows, self.run)
         if found is None:
             return None
-        return self.waiting(flight, thread, rows, holds, pending, found)
+        return self.waiting(ticket, thread, rows, holds, pending, found)
 
     def waiting(
         self,
-        flight: Flight,
+        ticket: Ticket,
         thread: int | None,
         rows: tuple[Guard, ...],
         holds: Any,
@@ -382,24 +318,26 @@ class LocalLimits(Step):
                 if not busy:
                     stop = admission.owner((index, hit))
                     if not admission.frame.exhaustion.pauses:
-                        raise admission.refuse(flight, stop)
+                        raise admission.refuse(ticket, stop)
                     if paused is None:
-                        paused = PauseWait(admission.frame, stop[0], stop[1], kernel, flight.node)
-                        raised = yield from paused.begin(admission, flight, stop)
+                        paused = PauseWait(
+                            admission.frame, stop[0], stop[1], kernel, ticket.kernel_node
+                        )
+                        raised = yield from paused.begin(admission, ticket, stop)
                     else:
                         raised = False
                     if not raised:
-                        yield from paused.look(thread, admission, flight, stop)
+                        yield from paused.look(thread, admission, ticket, stop)
                     # A raised ceiling is read from the guards (without a policy's own rows).
                     rows = admission.rows
                 else:
                     wait = wait or Wait(admission.wait_s)
                     pause = wait.next_pause()
-                    if pause is None or not kernel.holders(flight.node, thread)[1]:
+                    if pause is None or not kernel.holders(ticket.kernel_node, thread)[1]:
                         # Out of time, or only calls this one cannot outwait hold the rest.
-                        raise self.busy(flight, index, hit)
+                        raise self.busy(ticket, index, hit)
                     yield Pause(pause, kernel if thread is not None else None)
-                found = kernel.admit(flight, pending, holds, rows, self.run)
+                found = kernel.admit(ticket, pending, holds, rows, self.run)
         except BaseException:
             if paused is not None:
                 paused.abandon()
@@ -407,23 +345,23 @@ class LocalLimits(Step):
         if paused is not None:
             yield from paused.resumed()
 
-    def busy(self, flight: Flight, index: int, hit: Hit) -> BudgetBusy:
+    def busy(self, ticket: Ticket, index: int, hit: Hit) -> BudgetBusy:
         """Stop a call that waited in vain for calls in flight to settle."""
         admission = self.admission
         limit = exceeded(hit)
         reason = f"waited {admission.wait_s:g}s for calls in flight to settle: {limit}"
-        admission.abandon(flight, reason)
+        admission.abandon(ticket, reason)
         return BudgetBusy(
-            f"{flight.kind} call {flight.name!r} stopped before it ran: what is spent leaves "
+            f"{ticket.kind} call {ticket.name!r} stopped before it ran: what is spent leaves "
             f"room, but calls in flight held the rest ({reason}); raise admission_timeout_s to "
             "wait longer",
             limit,
-            flight.node.node_id,
+            ticket.kernel_node.node_id,
         )
 
-    def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> Outcome:
+    def settle(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> Outcome:
         admission = self.admission
-        found = admission.kernel.settle(flight, admission.level, usage, outcome, admission.rows)
+        found = admission.kernel.settle(ticket, usage, outcome, admission.rows)
         if found is not None:
             owner, limit, reason = admission.owner(found)
             admission.frame.stop(owner, limit, reason)
@@ -434,3 +372,67 @@ def _error_text(error: BaseException) -> str:
     from ampmeter import redact
 
     return redact.error_text(error)
+
+
+HoldPlan = tuple[tuple[tuple["Level", tuple[str, ...]], ...], tuple[str, ...], tuple[int, ...]]
+"""Where a reservation is held: (each guard level with the keys held there, every key held
+anywhere, each key's Usage field)."""
+
+
+class KindPlan:
+    """What every call of one kind and model in one context needs, compiled on the first such
+    call (:meth:`Admission.plan`) instead of worked out per call: the admission steps that can
+    act on its kind (a step that never acts on it is not asked), and per shape of usage
+    (:class:`~ampmeter._core.usage.Shape`, the one shape cache) where a reservation of that
+    shape is held (each guard with the keys its limits watch) and the cells a usage of that
+    shape adds to when the call settles (its context and every context above that is not
+    folded: see :class:`~ampmeter._core.cells.Level`)."""
+
+    __slots__ = ("_adds", "_holds", "admission", "admitters", "epoch")
+
+    def __init__(self, admission: Admission, kind: str) -> None:
+        self.admission = admission
+        self.admitters: tuple[Step, ...] = tuple(
+            step for step in admission.admitters if step.kinds is None or kind in step.kinds
+        )
+        self.epoch = admission.kernel.epoch
+        self._holds: dict[Shape, HoldPlan] = {}
+        self._adds: dict[Shape, tuple[tuple[Cell, int], ...]] = {}
+
+    def holds(self, reservation: Usage) -> tuple[HoldPlan, dict[str, Any]]:
+        """Where ``reservation`` is held, and its amount of each key held."""
+        shape = reservation.shape()
+        found = self._holds.get(shape)
+        if found is None:
+            found = self._hold_plan(shape)
+        _, keys, fields = found
+        return found, dict(zip(keys, map(reservation.__getitem__, fields), strict=True))
+
+    def _hold_plan(self, shape: Shape) -> HoldPlan:
+        holds = []
+        watched: dict[str, int] = {}
+        for frame in self.admission.guards:
+            keys = tuple(k for k in shape.keys if any(lim.matches(k) for lim in frame.limits))
+            if keys:
+                holds.append((frame.level, keys))
+                watched.update((k, f) for k, f, _ in shape.entries if k in keys)
+        plan = (tuple(holds), tuple(watched), tuple(watched.values()))
+        self.admission.kernel.note(plan[0])
+        if shape.interned:
+            self._holds[shape] = plan
+        return plan
+
+    def adds(self, usage: Usage) -> tuple[tuple[Cell, int], ...]:
+        """The (cell, Usage field) pairs ``usage`` adds to when the call settles (under the
+        kernel's lock; worked out again after a folded level began keeping its totals)."""
+        epoch = self.admission.kernel.epoch
+        if epoch != self.epoch:
+            self._adds.clear()
+            self.epoch = epoch
+        shape = usage.shape()
+        found = self._adds.get(shape)
+        if found is None:
+            found = self.admission.level.cells(shape.entries)
+            if shape.interned:
+                self._adds[shape] = found
+        return found

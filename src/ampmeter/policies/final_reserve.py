@@ -17,7 +17,7 @@ from ampmeter.policies.step import PolicyStep
 if TYPE_CHECKING:
     from ampmeter._core.check import LimitRow
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Admission, Flight
+    from ampmeter._core.steps import Admission, Ticket
     from ampmeter.policies.configured import ConfiguredPolicies
     from ampmeter.policies.marks import CallMarks
     from ampmeter.policies.registry import Policies
@@ -37,12 +37,12 @@ class FinalReserve(PolicyStep):
         self.revision = -1  # the count of raised limits the rows were made at
         self.lowered: tuple[Guard, ...] = ()
 
-    def admit(self, flight: Flight, thread: int | None) -> None:
+    def admit(self, ticket: Ticket, thread: int | None) -> None:
         # LLM and tool calls carry marks; embedding requests and steps (none) are checked
         # against the plain ceilings.
-        marks = flight.marks
+        marks = ticket.marks
         if marks is not None and not marks.final:
-            flight.rows = self.rows()
+            ticket.rows = self.rows()
 
     def rows(self) -> tuple[Guard, ...]:
         """The guards' ceilings with each reserve taken off its context's cost ceilings (made

@@ -17,7 +17,7 @@ from ampmeter.policies.options import (
 from ampmeter.policies.step import Observer
 
 if TYPE_CHECKING:
-    from ampmeter._core.steps import Admission, Flight
+    from ampmeter._core.steps import Admission, Ticket
     from ampmeter._core.usage import Usage
     from ampmeter.policies.configured import ConfiguredPolicies
     from ampmeter.policies.events import EventLog
@@ -29,6 +29,7 @@ class InputCap(Observer):
     """The input cap of one context's LLM calls (see the module docstring)."""
 
     __slots__ = ("cap", "limit", "log")
+    kinds = frozenset({"llm"})  # (its admission acts on LLM calls only)
 
     def __init__(self, admission: Admission, cap: int, log: EventLog) -> None:
         super().__init__(admission)
@@ -36,12 +37,12 @@ class InputCap(Observer):
         self.limit = Limit(KEY_INPUT_TOKENS_PER_CALL, cap)
         self.log = log  # the context's own events
 
-    def admit(self, flight: Flight, thread: int | None) -> None:
-        marks = flight.marks
-        if flight.kind == "llm" and marks is not None and marks.input_tokens > self.cap:
+    def admit(self, ticket: Ticket, thread: int | None) -> None:
+        marks = ticket.marks
+        if ticket.kind == "llm" and marks is not None and marks.input_tokens > self.cap:
             note = "input too large for one call (max_input_tokens_per_call)"
             over = ExceededLimit(self.limit, KEY_INPUT_TOKENS_PER_CALL, marks.input_tokens, note)
-            raise self.refuse(flight, self.admission.frame, over)
+            raise self.refuse(ticket, self.admission.frame, over)
 
     def observe(self, usage: Usage, node_id: str) -> list[dict[str, Any]]:
         cap = self.cap

@@ -14,7 +14,7 @@ from ampmeter.policies.step import PolicyStep
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Admission, Flight
+    from ampmeter._core.steps import Admission, Ticket
     from ampmeter.policies.configured import ConfiguredPolicies
     from ampmeter.policies.marks import CallMarks
     from ampmeter.policies.step import SharedTerms
@@ -56,13 +56,13 @@ class LoopGuard(PolicyStep):
         super().__init__(admission)
         self.counters = counters  # innermost first
 
-    def admit(self, flight: Flight, thread: int | None) -> None:
-        marks = flight.marks
+    def admit(self, ticket: Ticket, thread: int | None) -> None:
+        marks = ticket.marks
         if marks is not None and marks.fingerprint is not None:
             for counter in self.counters:
                 stop = counter.count(marks.fingerprint)
                 if stop is not None:
-                    raise self.refuse(flight, counter.frame, stop)
+                    raise self.refuse(ticket, counter.frame, stop)
 
     def shared_terms(self, owner: Frame, marks: CallMarks | None, terms: SharedTerms) -> None:
         if marks is None or marks.fingerprint is None:

@@ -25,7 +25,7 @@ from ampmeter.policies.step import PolicyStep
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Admission, Flight
+    from ampmeter._core.steps import Admission, Ticket
     from ampmeter.policies.configured import ConfiguredPolicies
 
 __all__ = ["POLICY", "PRESSURE_AT", "Pressure"]
@@ -51,10 +51,10 @@ class Pressure(PolicyStep):
         self.at = PRESSURE_AT if at is None else at
         self.ceilings = ceilings  # every cost ceiling here and above, with its context
 
-    def admit(self, flight: Flight, thread: int | None) -> None:
-        marks = flight.marks
+    def admit(self, ticket: Ticket, thread: int | None) -> None:
+        marks = ticket.marks
         if marks is not None and marks.refusal is not None:
-            raise self.refuse(flight, self.admission.frame, marks.refusal)
+            raise self.refuse(ticket, self.admission.frame, marks.refusal)
 
     def relieve(self, ctx: Any, request: dict[str, Any]) -> ExceededLimit | None:
         """Pass ``request`` (an SDK call's keyword arguments) to the hook once ``at`` of a cost

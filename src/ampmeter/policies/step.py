@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ampmeter._core.outcome import Outcome, TerminationReason
-from ampmeter._core.steps import Admission, Flight, Step
+from ampmeter._core.steps import Admission, Step, Ticket
 from ampmeter.policies.options import META_LIMIT_EVENTS
 
 if TYPE_CHECKING:
@@ -65,9 +65,9 @@ class PolicyStep(Step):
     def __init__(self, admission: Admission) -> None:
         self.admission = admission
 
-    def refuse(self, flight: Flight, owner: Frame, stop: ExceededLimit) -> LimitExceeded:
-        """Halt ``flight`` for ``stop`` (a limit of ``owner``); the error to raise."""
-        return self.admission.refuse(flight, (owner, stop, TerminationReason.LIMIT_EXCEEDED))
+    def refuse(self, ticket: Ticket, owner: Frame, stop: ExceededLimit) -> LimitExceeded:
+        """Halt ``ticket`` for ``stop`` (a limit of ``owner``); the error to raise."""
+        return self.admission.refuse(ticket, (owner, stop, TerminationReason.LIMIT_EXCEEDED))
 
     def shared_terms(self, owner: Frame, marks: CallMarks | None, terms: SharedTerms) -> None:
         """Add this policy's terms for ``owner``'s shared ledger (through a shared ledger a
@@ -88,8 +88,8 @@ class Observer(PolicyStep):
         """Look at ``usage`` (added at ``node_id``); the events reported, as dicts."""
         raise NotImplementedError
 
-    def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> Outcome:
-        events = self.observe(usage, flight.node.node_id)
+    def settle(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> Outcome:
+        events = self.observe(usage, ticket.kernel_node.node_id)
         if events:
-            self.admission.kernel.append_metadata(flight.node, META_LIMIT_EVENTS, events)
+            self.admission.kernel.append_metadata(ticket.kernel_node, META_LIMIT_EVENTS, events)
         return outcome

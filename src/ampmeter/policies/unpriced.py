@@ -16,7 +16,7 @@ from ampmeter.pricing.source import TABLE
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Admission, Flight
+    from ampmeter._core.steps import Admission, Ticket
     from ampmeter.policies.configured import ConfiguredPolicies
     from ampmeter.policies.events import EventLog
 
@@ -30,6 +30,7 @@ class Unpriced(PolicyStep):
 
     __slots__ = ("log", "owner", "refuses")
     marks_priced = False  # a priced call is none of its business
+    kinds = frozenset({"llm"})  # (its admission acts on LLM calls only)
 
     def __init__(self, admission: Admission, owner: Frame, refuses: bool, log: EventLog) -> None:
         super().__init__(admission)
@@ -37,12 +38,12 @@ class Unpriced(PolicyStep):
         self.refuses = refuses
         self.log = log  # the context's own events
 
-    def admit(self, flight: Flight, thread: int | None) -> None:
-        marks = flight.marks
-        if flight.kind == "llm" and marks is not None and not marks.priced:
-            self.unpriced(flight, marks.model)
+    def admit(self, ticket: Ticket, thread: int | None) -> None:
+        marks = ticket.marks
+        if ticket.kind == "llm" and marks is not None and not marks.priced:
+            self.unpriced(ticket, marks.model)
 
-    def unpriced(self, flight: Flight, model: str | None) -> None:
+    def unpriced(self, ticket: Ticket, model: str | None) -> None:
         """Refuse (or report) a call to ``model``, which has no price."""
         pricing = self.admission.frame.policies.pricing
         if pricing is TABLE:
@@ -58,9 +59,9 @@ class Unpriced(PolicyStep):
         )
         if self.refuses:
             stop = ExceededLimit(_LIMIT, KEY_UNPRICED_LLM_CALLS, 1, note)
-            raise self.refuse(flight, self.owner, stop)
+            raise self.refuse(ticket, self.owner, stop)
         warnings.warn(f"ampmeter: {note}", RuntimeWarning, stacklevel=4)
-        node_id, name = flight.node.node_id, self.admission.frame.name
+        node_id, name = ticket.kernel_node.node_id, self.admission.frame.name
         event = LimitEvent("unpriced", _LIMIT, KEY_UNPRICED_LLM_CALLS, 1.0, 1.0, node_id, name)
         self.log.report(event)
 

@@ -18,7 +18,7 @@ from ampmeter.policies.step import Observer
 if TYPE_CHECKING:
     from ampmeter._core.check import LimitRow
     from ampmeter._core.frame import Frame
-    from ampmeter._core.steps import Admission, Flight
+    from ampmeter._core.steps import Admission, Ticket
     from ampmeter._core.usage import Usage
     from ampmeter.policies.configured import ConfiguredPolicies
     from ampmeter.policies.marks import CallMarks
@@ -77,14 +77,14 @@ class Windows(Observer):
         )
         self.windows = tuple(w for windows in by_frame.values() for w in windows)
 
-    def admit(self, flight: Flight, thread: int | None) -> None:
-        if flight.marks is None:  # embedding requests and steps: the plain ceilings
+    def admit(self, ticket: Ticket, thread: int | None) -> None:
+        if ticket.marks is None:  # embedding requests and steps: the plain ceilings
             return
-        rows = list(flight.rows if flight.rows is not None else self.admission.rows)
+        rows = list(ticket.rows if ticket.rows is not None else self.admission.rows)
         for index, windows in self.slots:
             guard = rows[index]
             rows[index] = Guard(guard.level, (*guard.rows, *(window.row() for window in windows)))
-        flight.rows = tuple(rows)
+        ticket.rows = tuple(rows)
 
     def observe(self, usage: Usage, node_id: str) -> list[dict[str, Any]]:
         entries = usage.entries()

@@ -19,7 +19,7 @@ from ampmeter import redact
 from ampmeter._core.idempotency import counted_before
 from ampmeter._core.outcome import Outcome, TerminationReason
 from ampmeter._core.pausing import PauseWait
-from ampmeter._core.steps import Admission, Flight, Step, Steps, Stop
+from ampmeter._core.steps import Admission, Step, Steps, Stop, Ticket
 from ampmeter._core.waiting import Pause, Wait, Work
 from ampmeter.errors import BudgetBusy, BudgetUnavailable, LimitExceeded
 from ampmeter.keys import KEY_RETRIES, KEY_UNPRICED_LLM_CALLS
@@ -83,25 +83,25 @@ class LedgerStep(Step):
     def __init__(self, admission: Admission) -> None:
         self.admission = admission
 
-    def admit(self, flight: Flight, thread: int | None) -> Steps:
+    def admit(self, ticket: Ticket, thread: int | None) -> Steps:
         for frame in self.admission.ledgered:
-            yield from self.admit_at(frame, flight, thread, self.request(frame, flight))
+            yield from self.admit_at(frame, ticket, thread, self.request(frame, ticket))
 
     def admit_at(
-        self, frame: Frame, flight: Flight, thread: int | None, request: LedgerRequest
+        self, frame: Frame, ticket: Ticket, thread: int | None, request: LedgerRequest
     ) -> Steps:
-        """Hold ``flight`` in ``frame``'s ledger: wait for calls in flight, or pause (when the
+        """Hold ``ticket`` in ``frame``'s ledger: wait for calls in flight, or pause (when the
         context says so) until a raise or an operator's resume."""
         wait: Wait | None = None
         paused: PauseWait | None = None
         try:
             while True:
-                refusal = yield Work(functools.partial(self.try_once, flight, request))
+                refusal = yield Work(functools.partial(self.try_once, ticket, request))
                 if refusal is None:
                     break
                 if refusal.busy and not refusal.paused:
                     wait = wait or Wait(self.admission.wait_s)
-                    yield Pause(self.pause(flight, request, refusal, wait, thread))
+                    yield Pause(self.pause(ticket, request, refusal, wait, thread))
                     continue
                 # Spent, or paused by an operator, and this context pauses rather than stops.
                 stop: Stop = (frame, request.stop(refusal)[1], TerminationReason.LIMIT_EXCEEDED)
@@ -109,12 +109,12 @@ class LedgerStep(Step):
                 if paused is None:
                     admission = self.admission
                     paused = PauseWait(
-                        admission.frame, frame, stop[1], admission.kernel, flight.node
+                        admission.frame, frame, stop[1], admission.kernel, ticket.kernel_node
                     )
-                    raised = yield from paused.begin(admission, flight, stop)
+                    raised = yield from paused.begin(admission, ticket, stop)
                 if not raised:
-                    yield from paused.look(thread, self.admission, flight, stop)
-                request = self.request(frame, flight)  # a raise changes the ceilings
+                    yield from paused.look(thread, self.admission, ticket, stop)
+                request = self.request(frame, ticket)  # a raise changes the ceilings
         except BaseException:
             if paused is not None:
                 paused.abandon()
@@ -122,16 +122,16 @@ class LedgerStep(Step):
         if paused is not None:
             yield from paused.resumed()
 
-    def request(self, frame: Frame, flight: Flight) -> LedgerRequest:
+    def request(self, frame: Frame, ticket: Ticket) -> LedgerRequest:
         """What the call reserves in ``frame``'s shared ledger, and against which ceilings."""
         ledger = frame.ledger
         assert ledger is not None
-        reservation = flight.reservation.amounts()
-        candidates = tuple(keys_a_call_adds(flight.reservation))
+        reservation = ticket.reservation.amounts()
+        candidates = tuple(keys_a_call_adds(ticket.reservation))
         ceilings, owners = shared_ceilings(frame.limits, candidates)
         # The policies' terms: the reserve, the loop guard, windows, watched keys.
         ceilings, owners, extra, windows = self.admission.frame.policies.shared_terms(
-            frame, flight.marks, ceilings, owners
+            frame, ticket.marks, ceilings, owners
         )
         # A context made from a hand-off also holds at the scopes of the contexts above it,
         # and records every key a call adds (retries too), so the parent can read the child's
@@ -148,7 +148,7 @@ class LedgerStep(Step):
         if link is not None or not keys:
             keys.update(dict.fromkeys(candidates))
             keys[KEY_RETRIES] = None
-            if flight.kind == "llm":
+            if ticket.kind == "llm":
                 keys[KEY_UNPRICED_LLM_CALLS] = None  # unpriced is not zero, also for the parent
         # A policy's fixed amount, else (no term, or None) the call's own estimate.
         amounts = {k: reservation.get(k, 0) if extra.get(k) is None else extra[k] for k in keys}
@@ -165,7 +165,7 @@ class LedgerStep(Step):
             spans=spans,
         )
 
-    def try_once(self, flight: Flight, request: LedgerRequest) -> Refusal | None:
+    def try_once(self, ticket: Ticket, request: LedgerRequest) -> Refusal | None:
         """Ask the ledger once: None when the call holds there now (or may go on without it),
         the refusal when only reservations in flight are in the way; a refusal by what is
         spent raises :class:`~ampmeter.LimitExceeded` at once."""
@@ -184,40 +184,42 @@ class LedgerStep(Step):
         except BudgetUnavailable as error:
             if frame.on_ledger_error == "allow":
                 admission.kernel.update(
-                    flight.node,
+                    ticket.kernel_node.node_id,
                     {"budget_enforced": False, "ledger_error": redact.error_text(error)},
                 )
                 return None
             reason = f"budget ledger unavailable (fail closed): {error}"
-            admission.abandon(flight, reason)
+            admission.abandon(ticket, reason)
             raise BudgetUnavailable(
-                f"{flight.kind} call {flight.name!r} stopped: {reason}", None, flight.node.node_id
+                f"{ticket.kind} call {ticket.name!r} stopped: {reason}",
+                None,
+                ticket.kernel_node.node_id,
             ) from error
         except BaseException as error:
-            admission.abandon(flight, f"ledger error: {redact.error_text(error)}")
+            admission.abandon(ticket, f"ledger error: {redact.error_text(error)}")
             raise
         if isinstance(held, Refusal):
             if admission.frame.exhaustion.pauses and (held.paused or not held.busy):
                 return held  # the call pauses (admit)
             if held.paused:  # an operator's pause (ampmeter budget pause) fails closed
                 reason = f"shared budget {held.scope!r} is paused (ampmeter budget resume)"
-                admission.abandon(flight, reason)
+                admission.abandon(ticket, reason)
                 raise LimitExceeded(
-                    f"{flight.kind} call {flight.name!r} stopped before it ran: {reason}",
+                    f"{ticket.kind} call {ticket.name!r} stopped before it ran: {reason}",
                     None,
-                    flight.node.node_id,
+                    ticket.kernel_node.node_id,
                 )
             if held.busy:
                 return held
             scope, stop = request.stop(held)
             why: Stop = (frame, stop, TerminationReason.LIMIT_EXCEEDED)
-            raise admission.refuse(flight, why, f"shared budget {scope!r}: {stop}")
-        flight.ledger_holds = (*flight.ledger_holds, (ledger, held))
+            raise admission.refuse(ticket, why, f"shared budget {scope!r}: {stop}")
+        ticket.ledger_holds = (*ticket.ledger_holds, (ledger, held))
         return None
 
     def pause(
         self,
-        flight: Flight,
+        ticket: Ticket,
         request: LedgerRequest,
         refusal: Refusal,
         wait: Wait,
@@ -227,53 +229,53 @@ class LedgerStep(Step):
         when the wait is over: out of time, or only holds this call would wait for in vain
         (its enclosing calls' and, on a thread, that thread's own) stand in the way."""
         pause = wait.next_pause()
-        others = refusal.reserved - self.own_holds(flight, refusal, thread)
+        others = refusal.reserved - self.own_holds(ticket, refusal, thread)
         if pause is None or others <= 0:
             scope, stop = request.stop(refusal)
             waited = f"waited {wait.waited():.3g}s of admission_timeout_s={wait.limit_s:g}"
             reason = f"calls in flight held the rest of shared budget {scope!r} ({waited}): {stop}"
-            self.admission.abandon(flight, reason)
+            self.admission.abandon(ticket, reason)
             raise BudgetBusy(
-                f"{flight.kind} call {flight.name!r} stopped before it ran: what is spent leaves "
+                f"{ticket.kind} call {ticket.name!r} stopped before it ran: what is spent leaves "
                 f"room, but {reason}; raise admission_timeout_s to wait longer",
                 stop,
-                flight.node.node_id,
+                ticket.kernel_node.node_id,
             )
         return pause
 
-    def own_holds(self, flight: Flight, refusal: Refusal, thread: int | None) -> Any:
-        """What this process's calls that ``flight`` cannot outwait hold at the refusing
+    def own_holds(self, ticket: Ticket, refusal: Refusal, thread: int | None) -> Any:
+        """What this process's calls that ``ticket`` cannot outwait hold at the refusing
         ceiling: the calls it runs inside and, on a thread, every call of that thread."""
-        stuck, _ = self.admission.kernel.holders(flight.node, thread)
+        stuck, _ = self.admission.kernel.holders(ticket.kernel_node, thread)
         total: Any = 0
         for other in stuck:
-            if not isinstance(other, Flight) or other is flight:
+            if not isinstance(other, Ticket) or other is ticket:
                 continue
             for _, held in other.ledger_holds:
                 if refusal.scope in held.scopes:
                     total += held.amounts.get(refusal.key or "", 0)
         return total
 
-    def settle(self, flight: Flight, usage: Usage, outcome: Outcome) -> Outcome:
+    def settle(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> Outcome:
         """Commit the call's usage to the ledgers that hold it; a failure is noted on the node
         (the call is counted here all the same)."""
-        if not flight.ledger_holds:
+        if not ticket.ledger_holds:
             return outcome
         actual_amounts: dict[str, Any] = usage.amounts()
-        if flight.node.retries_used:  # counted on the node as they happen, shared at the end
-            actual_amounts[KEY_RETRIES] = flight.node.retries_used
+        if ticket.kernel_node.retries_used:  # counted on the node as they happen, shared at the end
+            actual_amounts[KEY_RETRIES] = ticket.kernel_node.retries_used
         failure = None
-        for ledger, held in flight.ledger_holds:
+        for ledger, held in ticket.ledger_holds:
             actual = {key: actual_amounts.get(key, 0) for key in held.amounts}
             for key in actual:
                 if key.startswith(KEY_REPEATS_FOR):  # a repeat counts as held, whatever the end
                     actual[key] = held.amounts[key]
             try:
-                committed = ledger.commit(held, actual, idempotency_key=flight.idempotency_key)
+                committed = ledger.commit(held, actual, idempotency_key=ticket.idempotency_key)
             except Exception as error:
                 failure = redact.error_text(error)
                 continue
-            key = flight.idempotency_key
+            key = ticket.idempotency_key
             if committed.duplicate and key is not None:  # counted before this run (a re-run)
                 scope = held.scopes[0] if held.scopes else ledger.scope
                 seen = self.admission.frame.seen
@@ -283,12 +285,12 @@ class LedgerStep(Step):
         meta = {**(outcome.metadata or {}), "ledger_error": failure}
         return outcome._replace(metadata=meta)
 
-    def release(self, flight: Flight) -> None:
-        for ledger, held in flight.ledger_holds:
+    def release(self, ticket: Ticket) -> None:
+        for ledger, held in ticket.ledger_holds:
             # If the release fails the lease returns the hold; the stop is what matters.
             with contextlib.suppress(Exception):
                 ledger.release(held)
-        flight.ledger_holds = ()
+        ticket.ledger_holds = ()
 
 
 def keys_a_call_adds(reservation: Usage) -> Iterable[str]:

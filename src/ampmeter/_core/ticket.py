@@ -1,0 +1,93 @@
+"""``Ticket``: one call as the core sees it. :class:`~ampmeter.Call` is one (it subclasses it),
+so the admission and the kernel write into the very object the caller holds: one object per
+call, nothing else allocated for it.
+
+What the caller may read about the call is read-only (its kind, name and model, which its
+node keeps, its provider, reservation, marks and idempotency key); the rest is the core's
+bookkeeping, written by the admission (``phase``, ``rows``, ``ledger_holds``) and the kernel
+(``amounts``, ``holds``, ``thread``, ``feed``). The kernel refers to a ticket weakly, so a call
+dropped without settling (an interrupt) is found by its dead reference and ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ampmeter._core.readonly import ReadOnly
+from ampmeter._core.usage import Usage
+
+if TYPE_CHECKING:
+    from ampmeter._core.cells import Cell, Level
+    from ampmeter._core.check import Guard
+    from ampmeter.node import Node
+
+__all__ = ["ADMITTED", "DONE", "NEW", "Ticket"]
+
+NEW, ADMITTED, DONE = 0, 1, 2
+"""A ticket's phases: made, admitted (holding its reservation), ended."""
+
+
+class Ticket:
+    """One call's identity, reservation and progress through the admission (see the module
+    docstring)."""
+
+    __slots__ = (
+        "__weakref__",
+        "_idempotency_key",
+        "_marks",
+        "_provider",
+        "_reservation",
+        "amounts",
+        "feed",
+        "holds",
+        "kernel_node",
+        "ledger_holds",
+        "phase",
+        "plan",
+        "recorded",
+        "rows",
+        "thread",
+    )
+
+    # Kept once, on the call's node.
+    kind: ReadOnly[str] = ReadOnly(
+        "``llm``, ``tool``, ``embedding``, a step's.", of="kernel_node.kind"
+    )
+    name: ReadOnly[str] = ReadOnly("The call's name (its node's).", of="kernel_node.name")
+    model: ReadOnly[str | None] = ReadOnly("The model called, if any.", of="kernel_node.model")
+    node_id: ReadOnly[str] = ReadOnly("The id of the call's node.", of="kernel_node.node_id")
+    provider: ReadOnly[str | None] = ReadOnly("The provider, when known.")
+    reservation: ReadOnly[Usage] = ReadOnly("What the call reserves before it runs.")
+    marks: ReadOnly[Any] = ReadOnly("What the context's policies noted (None: nothing).")
+    idempotency_key: ReadOnly[str | None] = ReadOnly("Counted once per key in the run.")
+
+    kernel_node: Node  # the kernel's own node (users read ``call.node``, a copy)
+    # The context's plan for the call's kind and model (a steps.KindPlan; named loosely, so
+    # that the ticket imports nothing that imports it).
+    plan: Any
+    # Filled in by the kernel when it admits the call: each level whose limits watch the
+    # reservation with the keys held there, each key's amount, the admitting thread.
+    holds: tuple[tuple[Level, tuple[str, ...]], ...]
+    amounts: Mapping[str, Any]
+    thread: int
+
+    def __init__(
+        self,
+        reservation: Usage,
+        *,
+        provider: str | None = None,
+        marks: Any = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        self._provider = provider
+        self._reservation = reservation
+        self._marks = marks
+        self._idempotency_key = idempotency_key
+        self.recorded = False
+        self.phase = NEW
+        self.rows: tuple[Guard, ...] | None = None  # the ceilings a policy chose, if any
+        self.ledger_holds: tuple[tuple[Any, Any], ...] = ()  # (ledger, its reservation)
+        # The (cell, Usage field) pairs of the settlement still to add: an iterator, so an
+        # interrupted settlement resumes exactly where it stopped (None until it starts).
+        self.feed: Iterator[tuple[Cell, int]] | None = None

@@ -1,0 +1,105 @@
+"""One object per call, a plan per (kind, model), and contexts folded in when read (issue 38,
+points 2 and 3).
+
+The :class:`~ampmeter.Call` a caller holds is the kernel's ticket itself (no second object
+per call); every call of one kind and model in a context follows one compiled plan; a context
+that limits and holds nothing is not added to on every settlement, yet reads exactly what its
+descendants used, under threads too.
+"""
+
+from __future__ import annotations
+
+import threading
+from decimal import Decimal
+
+import pytest
+
+from ampmeter import ExecutionContext, Limit
+from ampmeter._core.kernel import bound
+from ampmeter._core.ticket import Ticket
+from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS
+from ampmeter.stats import check_limits
+
+
+def test_a_call_is_the_kernels_ticket_and_its_identity_is_read_only() -> None:
+    ctx = ExecutionContext(max_cost_usd=1)
+    with ctx.llm_call("plan", model="gpt-4o-mini", prompt_tokens=10, max_tokens=5) as call:
+        assert isinstance(call, Ticket)
+        assert call.reservation.tokens_in == 10  # what the kernel holds, read on the call
+        for name in ("kind", "name", "model", "provider", "reservation", "idempotency_key"):
+            with pytest.raises(AttributeError, match=rf"Call\.{name} is read-only"):
+                setattr(call, name, None)
+        call.record(tokens_in=10, tokens_out=5)
+    assert (call.kind, call.model, call.name) == ("llm", "gpt-4o-mini", "plan")
+
+
+def test_calls_of_one_kind_and_model_share_one_plan_and_skip_steps_that_never_act() -> None:
+    with ExecutionContext(max_cost_usd=1, max_input_tokens_per_call=100) as ctx:
+        calls = [ctx.llm_call("a", model="gpt-4o-mini", prompt_tokens=1) for _ in range(3)]
+        assert calls[0].plan is calls[1].plan is calls[2].plan
+        other = ctx.llm_call("b", model="gpt-4o", prompt_tokens=1)
+        assert other.plan is not calls[0].plan
+        tool = ctx.tool_call("search")
+        llm_only = {type(s).__name__ for s in calls[0].plan.admitters} - {
+            type(s).__name__ for s in tool.plan.admitters
+        }
+        assert llm_only == {"Unpriced", "InputCap"}
+        for call in (*calls, other, tool):
+            call.finish()
+
+
+def _cost(ctx: ExecutionContext) -> Decimal:
+    return ctx.stats.total_cost()
+
+
+def test_a_context_without_limits_is_folded_yet_reads_exactly_under_threads() -> None:
+    root = ExecutionContext("root")
+    planner = root.spawn_child("planner")
+    workers = [planner.spawn_child(f"w{i}", max_cost_usd=100) for i in range(4)]
+    _, planner_level = bound(planner.stats)
+    assert planner_level is not None and planner_level.folded  # nothing to limit or hold
+
+    def work(ctx: ExecutionContext) -> None:
+        for _ in range(200):
+            with ctx.llm_call("step", model="gpt-4o-mini", estimate_usd=0.001) as call:
+                call.record(tokens_in=3, tokens_out=1, cost_usd=0.000125)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in workers]
+    threads.append(threading.Thread(target=work, args=(planner,)))  # its own calls too
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Settlements added to each worker and to nothing above: the planner's own cells hold
+    # only its own calls, and reading it folds its children in.
+    assert planner_level.counters[KEY_LLM_CALLS].value == 200
+    assert planner.stats.get_counter(KEY_LLM_CALLS) == 1_000
+    assert root.stats.get_counter(KEY_INPUT_TOKENS) == 3_000
+    assert _cost(root) == _cost(planner) == Decimal("0.125")
+    assert root.stats.counters() == planner.stats.counters()
+    assert root.stats.gauges()[KEY_COST] == Decimal("0.125")
+
+
+def test_setting_a_childs_key_leaves_what_a_folded_parent_reads() -> None:
+    root = ExecutionContext("root")
+    child = root.spawn_child("child")
+    child.stats.incr_counter("my:count", 5)
+    child.stats.set_counter("my:count", 1)  # local: the parent keeps what was counted
+    assert (child.stats.get_counter("my:count"), root.stats.get_counter("my:count")) == (1, 5)
+    root.stats.set_counter("my:count", 2)
+    child.stats.incr_counter("my:count", 1)
+    assert (child.stats.get_counter("my:count"), root.stats.get_counter("my:count")) == (2, 3)
+
+
+def test_a_folded_context_checked_against_limits_keeps_its_totals_from_then_on() -> None:
+    root = ExecutionContext("root")
+    child = root.spawn_child("child", max_cost_usd=10)
+    with child.llm_call("a", model="gpt-4o-mini", estimate_usd=0.5) as call:
+        call.record(tokens_in=7, tokens_out=1, cost_usd=0.5)
+    assert check_limits(root.stats, [Limit(KEY_INPUT_TOKENS, 5)]) is not None
+    _, level = bound(root.stats)
+    assert level is not None and not level.folded
+    with child.llm_call("b", model="gpt-4o-mini", estimate_usd=0.5) as call:
+        call.record(tokens_in=7, tokens_out=1, cost_usd=0.5)
+    assert level.counters[KEY_INPUT_TOKENS].value == 14  # added to by settlements again
+    assert root.stats.total_cost() == Decimal(1)
