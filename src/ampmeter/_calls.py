@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from ampmeter.graph import ExecutionGraph
     from ampmeter.limits import ExceededLimit
     from ampmeter.policies.configured import ConfiguredPolicies
-    from ampmeter.pricing.plan import PricePlan
     from ampmeter.pricing.request_size import RequestSize
     from ampmeter.pricing.source import Pricing
     from ampmeter.stats import ExecutionStats
