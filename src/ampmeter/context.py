@@ -255,10 +255,6 @@ class ExecutionContext(CallMaker, HandingOff, Scoped):
         )
         ledger_step = LedgerStep(self._admission) if self._admission.ledgered else None
         self._admission.install(self._policies.steps_for(self._admission), ledger_step)
-        if not self._frame.can_stop() and not self._policies.declared:
-            # It limits and holds nothing: settlements below skip it, its totals are summed
-            # from its children when read.
-            kernel.fold(level)
         self._handoffs = Handoffs(self._frame, kernel, self._emitter)
         OPEN.add(self)
 

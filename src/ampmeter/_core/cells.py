@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ampmeter._core.usage import Entry
-from ampmeter.keys import LOCAL_KEYS, is_money
+from ampmeter.keys import is_money
 
 __all__ = ["Cell", "Level"]
 
@@ -22,15 +22,11 @@ class Cell:
 
 
 class Level:
-    """The stats of one context: counters and gauges as cells. A level that limits or holds
-    nothing is *folded*: settlements below it skip it, and its totals are its own cells plus
-    its children's totals, summed when someone reads them (:meth:`total`). ``targets`` are the
-    levels a usage made here adds to: itself and every ancestor that is not folded."""
+    """The stats of one context: counters and gauges as cells. ``targets`` are the levels a
+    usage made here adds to: itself and every level above it."""
 
     __slots__ = (
-        "children",
         "counters",
-        "folded",
         "gauges",
         "known",
         "parent",
@@ -41,12 +37,7 @@ class Level:
 
     def __init__(self, parent: Level | None) -> None:
         self.parent = parent
-        self.children: list[Level] = []
-        self.folded = False
-        upper = () if parent is None else parent.targets
-        self.targets: tuple[Level, ...] = (self, *(up for up in upper if not up.folded))
-        if parent is not None:
-            parent.children.append(self)
+        self.targets: tuple[Level, ...] = (self,) + (() if parent is None else parent.targets)
         self.counters: dict[str, Cell] = {}
         self.gauges: dict[str, Cell] = {}
         # Every key ever written or held here, in first-seen order.
@@ -56,44 +47,6 @@ class Level:
         # Moves whenever a key or a cell is added here: a guard's entries older than it are
         # stale (see ampmeter._core.check.Guard).
         self.version = 0
-
-    def fold(self, folded: bool) -> None:
-        """Fold this level (or keep its totals again, made from its children now), and
-        work out the targets of every level below it again (under the kernel's lock)."""
-        if not folded and self.folded:
-            for gauge in (False, True):
-                for key, value in self.totals(gauge).items():
-                    self.cell(key, gauge).value = value
-        self.folded = folded
-        below = [self]
-        while below:
-            level = below.pop()
-            parent = level.parent
-            upper = () if parent is None else parent.targets
-            level.targets = (level, *(up for up in upper if not up.folded))
-            below.extend(level.children)
-
-    def total(self, key: str, gauge: bool) -> Any:
-        """The value of ``key`` here (None if never written), children's folded in."""
-        cell = (self.gauges if gauge else self.counters).get(key)
-        value = None if cell is None else cell.value
-        if self.folded and key not in LOCAL_KEYS:
-            for child in self.children:
-                more = child.total(key, gauge)
-                if more is not None:
-                    value = more if value is None else value + more
-        return value
-
-    def totals(self, gauge: bool) -> dict[str, Any]:
-        """Every counter (or gauge) here with its value, children's folded in."""
-        cells = self.gauges if gauge else self.counters
-        found = {key: cell.value for key, cell in list(cells.items())}
-        if self.folded:
-            for child in self.children:
-                for key, value in child.totals(gauge).items():
-                    if key not in LOCAL_KEYS:
-                        found[key] = found[key] + value if key in found else value
-        return found
 
     def note(self, key: str) -> None:
         """Record that ``key`` exists here (prefix watch lists see it from now on)."""

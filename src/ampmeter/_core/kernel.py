@@ -45,7 +45,7 @@ _NOT_STARTED: Final = Outcome("halt", stop_reason="interrupted before it started
 class Kernel(NodeTable):
     """The accounting state of one tree of contexts. See the module docstring."""
 
-    __slots__ = ("_open", "_settled", "_waiting", "epoch")
+    __slots__ = ("_open", "_settled", "_waiting")
 
     def __init__(self, chain_id: str, max_nodes: int = 0) -> None:
         super().__init__(chain_id, max_nodes)
@@ -55,9 +55,6 @@ class Kernel(NodeTable):
         # node id -> the call in flight, weakly: one whose owner dropped it holds nothing more
         # and is ended by the next sweep.
         self._open: dict[str, Callable[[], Ticket | None]] = {}
-        # Moves when a folded level starts keeping its totals: plans work out again which
-        # cells a settlement adds to.
-        self.epoch = 0
 
     def retry(self, node: Node, level: Level | None) -> None:
         """Count one retry on an open node (and ``amp:retries`` from ``level`` up)."""
@@ -87,30 +84,14 @@ class Kernel(NodeTable):
         whole(_drain, iter(cells), (delta,))
 
     def set(self, level: Level, key: str, value: Any, gauge: bool) -> None:
-        """Set ``key`` at ``level`` only: what levels above read stays as it was."""
+        """Set ``key`` at ``level`` only."""
         with self._lock:
-            cell = level.cell(key, gauge)
-            if not level.folded or key in LOCAL_KEYS:
-                before = cell.value
-                cell.value = value
-            else:  # its children's part stays theirs
-                before = level.total(key, gauge)
-                cell.value += value - before
-            parent = level.parent
-            if parent is not None and parent.folded and key not in LOCAL_KEYS:
-                parent.cell(key, gauge).value += before - value
+            level.cell(key, gauge).value = value
 
     def add_usage(self, level: Level, usage: Usage) -> None:
         """Add ``usage`` at ``level`` and every ancestor, in one step (a trace record)."""
         with self._lock:
             whole(_drain, iter(level.cells(usage.shape().entries)), usage)
-
-    def fold(self, level: Level) -> None:
-        """Fold ``level`` (a new one that limits and holds nothing): settlements below it
-        skip it, and its totals are summed from its children when read."""
-        with self._lock:
-            level.fold(True)
-            self.epoch += 1
 
     def bump(self, level: Level, key: str) -> int:
         """Add 1 to ``key`` at ``level`` only and return the new value (iterations)."""
@@ -121,19 +102,13 @@ class Kernel(NodeTable):
 
     def value(self, level: Level, key: str, gauge: bool) -> Any:
         """The value of ``key`` at ``level`` (None if never written)."""
-        if not level.folded:
-            cell = (level.gauges if gauge else level.counters).get(key)
-            return None if cell is None else cell.value
-        with self._lock:
-            return level.total(key, gauge)
+        cell = (level.gauges if gauge else level.counters).get(key)
+        return None if cell is None else cell.value
 
     def values(self, level: Level, gauge: bool) -> dict[str, Any]:
-        """The counters (or gauges) at ``level``: copied unlocked when the level keeps its
-        totals (a repr asks under the lock), summed under the lock when it is folded."""
-        if not level.folded:
-            return level.totals(gauge)
-        with self._lock:
-            return level.totals(gauge)
+        """The counters (or gauges) at ``level``, copied unlocked (a repr asks under the lock)."""
+        cells = level.gauges if gauge else level.counters
+        return {key: cell.value for key, cell in list(cells.items())}
 
     # -- calls -----------------------------------------------------------------------------------
 
@@ -301,10 +276,6 @@ class Kernel(NodeTable):
         """The first guard (in order) with an exceeded limit, counting ``pending`` and (unless
         ``holds`` is False) what calls in flight hold."""
         with self._lock:
-            for guard in guards:  # a level checked keeps its totals from now on
-                if guard.level.folded:
-                    guard.level.fold(False)
-                    self.epoch += 1
             if pending:  # prefix limits see pending keys new to a level
                 for guard in guards:
                     for key in pending:

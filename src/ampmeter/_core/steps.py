@@ -385,17 +385,15 @@ class KindPlan:
     act on its kind (a step that never acts on it is not asked), and per shape of usage
     (:class:`~ampmeter._core.usage.Shape`, the one shape cache) where a reservation of that
     shape is held (each guard with the keys its limits watch) and the cells a usage of that
-    shape adds to when the call settles (its context and every context above that is not
-    folded: see :class:`~ampmeter._core.cells.Level`)."""
+    shape adds to when the call settles (its context and every context above it)."""
 
-    __slots__ = ("_adds", "_holds", "admission", "admitters", "epoch")
+    __slots__ = ("_adds", "_holds", "admission", "admitters")
 
     def __init__(self, admission: Admission, kind: str) -> None:
         self.admission = admission
         self.admitters: tuple[Step, ...] = tuple(
             step for step in admission.admitters if step.kinds is None or kind in step.kinds
         )
-        self.epoch = admission.kernel.epoch
         self._holds: dict[Shape, HoldPlan] = {}
         self._adds: dict[Shape, tuple[tuple[Cell, int], ...]] = {}
 
@@ -424,11 +422,7 @@ class KindPlan:
 
     def adds(self, usage: Usage) -> tuple[tuple[Cell, int], ...]:
         """The (cell, Usage field) pairs ``usage`` adds to when the call settles (under the
-        kernel's lock; worked out again after a folded level began keeping its totals)."""
-        epoch = self.admission.kernel.epoch
-        if epoch != self.epoch:
-            self._adds.clear()
-            self.epoch = epoch
+        kernel's lock)."""
         shape = usage.shape()
         found = self._adds.get(shape)
         if found is None:
