@@ -220,22 +220,15 @@ def _figures(
 
         figs[:0] = [
             _figure(
-                "Amortization: cost per solved problem",
+                f"Amortization: {title}",
                 charts.line_chart(
-                    [("cost per solved", points("cost_per_solved"))],
-                    x_label="t (problems)",
-                    y_label="cost per solved",
-                    y_format="usd",
+                    [(label, points(column))], x_label="t (problems)", y_label=label, y_format=fmt
                 ),
-            ),
-            _figure(
-                "Amortization: cumulative accuracy",
-                charts.line_chart(
-                    [("accuracy", points("cum_accuracy"))],
-                    x_label="t (problems)",
-                    y_label="accuracy",
-                ),
-            ),
+            )
+            for title, column, label, fmt in (
+                ("cost per solved problem", "cost_per_solved", "cost per solved", "usd"),
+                ("cumulative accuracy", "cum_accuracy", "accuracy", "number"),
+            )
         ]
     return figs
 

@@ -189,12 +189,7 @@ class LedgerStep(Step):
                 )
                 return None
             reason = f"budget ledger unavailable (fail closed): {error}"
-            admission.abandon(ticket, reason)
-            raise BudgetUnavailable(
-                f"{ticket.kind} call {ticket.name!r} stopped: {reason}",
-                None,
-                ticket.kernel_node.node_id,
-            ) from error
+            raise _stopped(admission, ticket, BudgetUnavailable, "stopped", reason) from error
         except BaseException as error:
             admission.abandon(ticket, f"ledger error: {redact.error_text(error)}")
             raise
@@ -203,12 +198,7 @@ class LedgerStep(Step):
                 return held  # the call pauses (admit)
             if held.paused:  # an operator's pause (ampmeter budget pause) fails closed
                 reason = f"shared budget {held.scope!r} is paused (ampmeter budget resume)"
-                admission.abandon(ticket, reason)
-                raise LimitExceeded(
-                    f"{ticket.kind} call {ticket.name!r} stopped before it ran: {reason}",
-                    None,
-                    ticket.kernel_node.node_id,
-                )
+                raise _stopped(admission, ticket, LimitExceeded, "stopped before it ran", reason)
             if held.busy:
                 return held
             scope, stop = request.stop(held)
@@ -325,3 +315,17 @@ def shared_ceilings(
                 ceilings[key] = limit.max_value  # the tightest; the first of equals
                 owners[key] = limit
     return ceilings, owners
+
+
+def _stopped(
+    admission: Admission,
+    ticket: Ticket,
+    error: type[LimitExceeded],
+    how: str,
+    reason: str,
+) -> LimitExceeded:
+    """Abandon ``ticket`` for ``reason``; the ``error`` saying the call ``how`` to raise."""
+    admission.abandon(ticket, reason)
+    return error(
+        f"{ticket.kind} call {ticket.name!r} {how}: {reason}", None, ticket.kernel_node.node_id
+    )
