@@ -20,8 +20,7 @@ from ampmeter.node import Node
 
 
 class LevelPlan:
-    """Stands for a context's plan: a call's usage adds at ``level`` and the levels above it
-    that keep their totals."""
+    """Stands for a context's plan: a call's usage adds at ``level`` and every level above it."""
 
     def __init__(self, level: Level) -> None:
         self.level = level
@@ -38,7 +37,7 @@ def ticket_at(level: Level) -> Ticket:
 
 
 def counters(level: Level) -> dict[str, int]:
-    return level.totals(False)
+    return {key: cell.value for key, cell in level.counters.items()}
 
 
 def make() -> tuple[Kernel, Level, Level, str]:
