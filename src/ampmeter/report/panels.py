@@ -213,9 +213,9 @@ def run_panel(
         marks.append(f'<span class="badge fail">{s.failed:,} failed</span>')
     badge, limit_events = _limit_events(run.limit_events)
     marks.append(badge)
-    for kind, amount in (("unsettled", s.unsettled_cost_usd), ("estimated", s.estimated_cost_usd)):
-        if amount:
-            marks.append(f'<span class="badge {kind}">{esc(dollars(amount))} {kind}</span>')
+    for kind, usd in (("unsettled", s.unsettled_cost_usd), ("estimated", s.estimated_cost_usd)):
+        if usd:
+            marks.append(f'<span class="badge {kind}">{esc(dollars(usd))} {kind}</span>')
     cost = dollars(s.cost_usd) + (f" + {s.unpriced_calls} unpriced" if s.unpriced_calls else "")
     named = run.contexts.name
     run_id = f'<span class="run-id muted">{esc(run.run_id)}</span> ' if label == named else ""
