@@ -40,15 +40,9 @@ _PLAIN_INT: Final = frozenset({int})
 
 def counts(names: tuple[str, ...], *values: Any) -> tuple[int, ...]:
     """Several counts checked at once, each as :func:`count` checks one (``names[i]`` names
-    ``values[i]`` in the error), as plain ints.
-
-    The usual counts (plain ints from 0 to 2**53) pass with a few checks made in C; anything
-    else (a bool, an int subclass, a value out of range) is checked one value at a time."""
-    if (
-        _PLAIN_INT.issuperset(map(type, values))
-        and values
-        and 0 <= min(values) <= max(values) <= MAX_COUNT
-    ):
+    ``values[i]`` in the error), as plain ints. The usual ones (plain ints in range) are
+    checked in C; others one at a time."""
+    if _PLAIN_INT.issuperset(map(type, values)) and min(values) >= 0 and max(values) <= MAX_COUNT:
         return values
     _refuse(count, names, values)
     return tuple(map(int, values))  # an int subclass's value as a plain int
@@ -56,8 +50,7 @@ def counts(names: tuple[str, ...], *values: Any) -> tuple[int, ...]:
 
 def _refuse(check: Callable[[Any, str], object], names: tuple[str, ...], values: Any) -> None:
     """Run ``check`` on each of ``values`` in turn, so that the first it refuses raises its
-    error, naming that value (the quick checks that call this know only that one of them may
-    have failed)."""
+    error, naming that value (the quick checks before this know only that one may be bad)."""
     for value, what in zip(values, names, strict=True):
         check(value, what)
 

@@ -233,7 +233,9 @@ def _record(call: Call, tally: Tally, meta: dict[str, Any]) -> None:
 
     The counts are checked once, by ``call.record``: the readers made each an int or None, and
     the usual ones pass. A provider's odd numbers must not break the caller's call, so counts
-    it refuses are fitted to what the accounting holds (:func:`_fit`) and recorded so."""
+    it refuses are fitted to what the accounting holds and recorded so: totals from 0 to 2**53
+    (``meta`` then saying ``usage_clamped``), negative details as 0, details cut to their totals.
+    """
     t_in, t_out = tally.tokens_in, tally.tokens_out
     if t_in is None and t_out is None:
         if tally.tool_calls:
@@ -250,22 +252,15 @@ def _record(call: Call, tally: Tally, meta: dict[str, Any]) -> None:
             estimated=tally.estimated,
         )
     except ValueError:  # a count out of range or past its total, refused before any change
-        _fit(tally, meta)
-        _record(call, tally, meta)
-
-
-def _fit(tally: Tally, meta: dict[str, Any]) -> None:
-    """Fit a provider's counts in ``tally`` to what the accounting holds: totals from 0 to
-    2**53 (``meta`` then saying ``usage_clamped``), and the subset convention (negative details
-    as 0, details no larger than their totals)."""
-    t_in, t_out = tally.tokens_in or 0, tally.tokens_out or 0
-    if not (0 <= t_in <= MAX_COUNT and 0 <= t_out <= MAX_COUNT):
-        t_in, t_out = min(max(t_in, 0), MAX_COUNT), min(max(t_out, 0), MAX_COUNT)
-        meta[META_USAGE_CLAMPED] = True
-    tally.tokens_in, tally.tokens_out = t_in, t_out
-    tally.cached = min(max(tally.cached, 0), t_in)
-    tally.cache_write = min(max(tally.cache_write, 0), t_in - tally.cached)
-    tally.reasoning = min(max(tally.reasoning, 0), t_out)
+        t_in, t_out = t_in or 0, t_out or 0
+        if not (0 <= t_in <= MAX_COUNT and 0 <= t_out <= MAX_COUNT):
+            t_in, t_out = min(max(t_in, 0), MAX_COUNT), min(max(t_out, 0), MAX_COUNT)
+            meta[META_USAGE_CLAMPED] = True
+        tally.tokens_in, tally.tokens_out = t_in, t_out
+        tally.cached = min(max(tally.cached, 0), t_in)
+        tally.cache_write = min(max(tally.cache_write, 0), t_in - tally.cached)
+        tally.reasoning = min(max(tally.reasoning, 0), t_out)
+        _record(call, tally, meta)  # the fitted counts, which record() takes
 
 
 def finish_abandoned(call: Call, tally: Tally, info: RequestInfo) -> None:

@@ -172,10 +172,7 @@ def ints(*values: Any) -> tuple[int | None, ...]:
     :func:`first_int` tells them). The usual report (plain ints and None) is checked in C."""
     if _COUNT_TYPES.issuperset(map(type, values)):
         return values
-    return tuple(
-        value if isinstance(value, int) and not isinstance(value, bool) else None
-        for value in values
-    )
+    return tuple(map(first_int, values))  # each value on its own
 
 
 FieldReader = Callable[[Any, str, None], Any]
