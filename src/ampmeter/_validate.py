@@ -35,20 +35,22 @@ def count(value: object, what: str, *, signed: bool = False) -> int:
     return int(value)  # an int subclass's value as a plain int
 
 
-def counts(names: tuple[str, ...], *values: Any) -> list[int]:
+_PLAIN_INT: Final = frozenset({int})
+
+
+def counts(names: tuple[str, ...], *values: Any) -> tuple[int, ...]:
     """Several counts checked at once, each as :func:`count` checks one (``names[i]`` names
-    ``values[i]`` in the error), as plain ints."""
-    checked: list[int] = []
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
-            _refuse(count, names, values)
-        checked.append(int(value))  # an int subclass's value as a plain int
-    return checked
+    ``values[i]`` in the error), as plain ints. The usual ones (plain ints in range) are
+    checked in C; others one at a time."""
+    if _PLAIN_INT.issuperset(map(type, values)) and min(values) >= 0 and max(values) <= MAX_COUNT:
+        return values
+    _refuse(count, names, values)
+    return tuple(map(int, values))  # an int subclass's value as a plain int
 
 
 def _refuse(check: Callable[[Any, str], object], names: tuple[str, ...], values: Any) -> None:
     """Run ``check`` on each of ``values`` in turn, so that the first it refuses raises its
-    error, naming that value (the loops that call this know only that one of them failed)."""
+    error, naming that value (the quick checks before this know only that one may be bad)."""
     for value, what in zip(values, names, strict=True):
         check(value, what)
 

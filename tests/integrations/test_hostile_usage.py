@@ -155,6 +155,9 @@ def test_a_hostile_usage_report_is_checked_where_it_is_read(
         assert got[0] == reserved_in
         assert expected[1] == ESTIMATED or got[1] == expected[1]
     assert in_stats == 3 * reserved_in
+    # Only a total outside 0..2**53 is clamped; details cut to their totals are not flagged.
+    clamped = case in ("a negative", "huge totals")
+    assert [n.metadata.get("usage_clamped", False) for n in nodes] == [clamped] * 3
 
 
 def test_a_huge_count_counts_as_the_most_the_accounting_holds_so_a_budget_stops_after_it(

@@ -231,39 +231,36 @@ def finish_call(
 def _record(call: Call, tally: Tally, meta: dict[str, Any]) -> None:
     """Report ``tally``'s usage on ``call`` (nothing when the provider reported none).
 
-    The counts are checked here, once, on their way to the call: the readers made each an int
-    or None, and a provider's odd numbers must not break the caller's call, so they are clamped
-    to what the accounting holds (0 to 2**53), ``meta`` then saying ``usage_clamped``, and to
-    the subset convention (details no larger than their totals)."""
+    The counts are checked once, by ``call.record``: the readers made each an int or None, and
+    the usual ones pass. A provider's odd numbers must not break the caller's call, so counts
+    it refuses are fitted to what the accounting holds and recorded so: totals from 0 to 2**53
+    (``meta`` then saying ``usage_clamped``), negative details as 0, details cut to their totals.
+    """
     t_in, t_out = tally.tokens_in, tally.tokens_out
     if t_in is None and t_out is None:
         if tally.tool_calls:
             call.note_tool_calls(tally.tool_calls)
         return
-    t_in = 0 if t_in is None else t_in
-    t_out = 0 if t_out is None else t_out
-    if not (0 <= t_in <= MAX_COUNT and 0 <= t_out <= MAX_COUNT):
-        t_in, t_out = _clamped(t_in), _clamped(t_out)
-        meta[META_USAGE_CLAMPED] = True
-    cached, writes, reasoning = tally.cached, tally.cache_write, tally.reasoning
-    if cached < 0 or writes < 0 or reasoning < 0 or cached + writes > t_in or reasoning > t_out:
-        cached = min(max(cached, 0), t_in)
-        writes = min(max(writes, 0), t_in - cached)
-        reasoning = min(max(reasoning, 0), t_out)
-    call.record(
-        t_in,
-        t_out,
-        cached_tokens=cached,
-        cache_write_tokens=writes,
-        reasoning_tokens=reasoning,
-        tool_calls_made=tally.tool_calls,
-        estimated=tally.estimated,
-    )
-
-
-def _clamped(count: int) -> int:
-    """A provider's count as the accounting holds it: from 0 to 2**53."""
-    return 0 if count < 0 else min(count, MAX_COUNT)
+    try:
+        call.record(
+            0 if t_in is None else t_in,
+            0 if t_out is None else t_out,
+            cached_tokens=tally.cached,
+            cache_write_tokens=tally.cache_write,
+            reasoning_tokens=tally.reasoning,
+            tool_calls_made=tally.tool_calls,
+            estimated=tally.estimated,
+        )
+    except ValueError:  # a count out of range or past its total, refused before any change
+        t_in, t_out = t_in or 0, t_out or 0
+        if not (0 <= t_in <= MAX_COUNT and 0 <= t_out <= MAX_COUNT):
+            t_in, t_out = min(max(t_in, 0), MAX_COUNT), min(max(t_out, 0), MAX_COUNT)
+            meta[META_USAGE_CLAMPED] = True
+        tally.tokens_in, tally.tokens_out = t_in, t_out
+        tally.cached = min(max(tally.cached, 0), t_in)
+        tally.cache_write = min(max(tally.cache_write, 0), t_in - tally.cached)
+        tally.reasoning = min(max(tally.reasoning, 0), t_out)
+        _record(call, tally, meta)  # the fitted counts, which record() takes
 
 
 def finish_abandoned(call: Call, tally: Tally, info: RequestInfo) -> None:

@@ -164,13 +164,15 @@ def first_int(*values: object) -> int | None:
     return None
 
 
-def ints(*values: object) -> list[int | None]:
+_COUNT_TYPES: Final = frozenset({int, type(None)})
+
+
+def ints(*values: Any) -> tuple[int | None, ...]:
     """Each of ``values`` (counts read from a response) if it is a real int, else None (as
-    :func:`first_int` tells them), in one pass."""
-    found: list[int | None] = []
-    for value in values:
-        found.append(value if isinstance(value, int) and not isinstance(value, bool) else None)
-    return found
+    :func:`first_int` tells them). The usual report (plain ints and None) is checked in C."""
+    if _COUNT_TYPES.issuperset(map(type, values)):
+        return values
+    return tuple(map(first_int, values))  # each value on its own
 
 
 FieldReader = Callable[[Any, str, None], Any]
@@ -210,16 +212,12 @@ answer depends only on the object's type, so it is looked up in a table filled o
 """
 
 
-def counts(obj: object, names: tuple[str, ...]) -> list[int | None]:
-    """The token counts ``names`` of ``obj`` (a usage object, its details, or None), read in one
-    pass with the reader of ``obj``: each a real int, or None where it is absent or anything
-    else (a bool, an SDK's ``omit`` sentinel, a hostile body's string)."""
+def counts(obj: object, names: tuple[str, ...]) -> tuple[int | None, ...]:
+    """The token counts ``names`` of ``obj`` (a usage object, its details, or None), read with
+    the reader of ``obj``: each a real int, or None where it is absent or anything else (a
+    bool, an SDK's ``omit`` sentinel, a hostile body's string), as :func:`ints` tells them."""
     read = READERS[type(obj)]
-    found: list[int | None] = []
-    for name in names:
-        value = read(obj, name, None)
-        found.append(value if isinstance(value, int) and not isinstance(value, bool) else None)
-    return found
+    return ints(*[read(obj, name, None) for name in names])
 
 
 def get(obj: Any, name: str) -> Any:
