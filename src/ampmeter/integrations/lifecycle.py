@@ -260,7 +260,8 @@ def _record(call: Call, tally: Tally, meta: dict[str, Any]) -> None:
         tally.cached = min(max(tally.cached, 0), t_in)
         tally.cache_write = min(max(tally.cache_write, 0), t_in - tally.cached)
         tally.reasoning = min(max(tally.reasoning, 0), t_out)
-        _record(call, tally, meta)  # the fitted counts, which record() takes
+        tally.tool_calls = min(max(tally.tool_calls, 0), MAX_COUNT)
+        _record(call, tally, meta)  # every count fitted, so record() takes them this time
 
 
 def finish_abandoned(call: Call, tally: Tally, info: RequestInfo) -> None:
