@@ -29,7 +29,7 @@ class InputCap(Observer):
     """The input cap of one context's LLM calls (see the module docstring)."""
 
     __slots__ = ("cap", "limit", "log")
-    kinds = frozenset({"llm"})  # (its admission acts on LLM calls only)
+    kinds = frozenset({"llm"})  # the plan of any other kind does not ask it
 
     def __init__(self, admission: Admission, cap: int, log: EventLog) -> None:
         super().__init__(admission)
@@ -39,7 +39,7 @@ class InputCap(Observer):
 
     def admit(self, ticket: Ticket, thread: int | None) -> None:
         marks = ticket.marks
-        if ticket.kind == "llm" and marks is not None and marks.input_tokens > self.cap:
+        if marks is not None and marks.input_tokens > self.cap:
             note = "input too large for one call (max_input_tokens_per_call)"
             over = ExceededLimit(self.limit, KEY_INPUT_TOKENS_PER_CALL, marks.input_tokens, note)
             raise self.refuse(ticket, self.admission.frame, over)

@@ -30,7 +30,7 @@ class Unpriced(PolicyStep):
 
     __slots__ = ("log", "owner", "refuses")
     marks_priced = False  # a priced call is none of its business
-    kinds = frozenset({"llm"})  # (its admission acts on LLM calls only)
+    kinds = frozenset({"llm"})  # the plan of any other kind does not ask it
 
     def __init__(self, admission: Admission, owner: Frame, refuses: bool, log: EventLog) -> None:
         super().__init__(admission)
@@ -40,7 +40,7 @@ class Unpriced(PolicyStep):
 
     def admit(self, ticket: Ticket, thread: int | None) -> None:
         marks = ticket.marks
-        if ticket.kind == "llm" and marks is not None and not marks.priced:
+        if marks is not None and not marks.priced:
             self.unpriced(ticket, marks.model)
 
     def unpriced(self, ticket: Ticket, model: str | None) -> None:
