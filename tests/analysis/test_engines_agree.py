@@ -252,3 +252,26 @@ def test_duckdb_engines_never_read_a_file_a_glob_in_the_name_matches(tmp_path: P
     events = make_event_log(tmp_path / "run[1].jsonl", "mine")
     make_event_log(tmp_path / "run1.jsonl", "other")
     assert [r.run_id for r in summarize([events], engine="duckdb").runs] == ["mine"]
+
+
+def test_auto_reads_the_curve_with_the_plain_reader_at_any_size(tmp_path: Path) -> None:
+    """The plain reader measured faster and smaller than DuckDB's on large curves (bench
+    README), so ``engine="auto"`` never hands a curve to DuckDB; a summary still goes to DuckDB
+    past the threshold (here 0 bytes, so every input is over it)."""
+    logs = make_stream_logs(tmp_path, problems=3)
+    events = make_event_log(tmp_path / "agent.jsonl")
+    code = (
+        "import sys\n"
+        "from ampmeter.analysis import amortization, amortization_curve, summarize\n"
+        "amortization.DUCKDB_THRESHOLD_BYTES = 0\n"
+        "stream, problems, log = sys.argv[1:]\n"
+        "amortization_curve(stream, problems_jsonl=problems, engine='auto')\n"
+        "assert 'ampmeter.analysis._duck' not in sys.modules, 'the curve went to DuckDB'\n"
+        "summarize([log], engine='auto')\n"
+        "assert 'ampmeter.analysis._duck_summary' in sys.modules, 'the summary did not'\n"
+    )
+    paths = [logs["stream"], logs["problems"], events]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *map(str, paths)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr

@@ -67,7 +67,7 @@ def summarize(
     """
     names = [os.fspath(p) for p in paths]
     runs: list[RunSummary] | None = None
-    if use_duckdb(engine, best_effort, names):
+    if use_duckdb(engine, best_effort, names, auto=True):
         from ampmeter.analysis._duck_summary import summarize_runs
 
         runs = summarize_runs(names, progress=progress)

@@ -104,7 +104,7 @@ def amortize_command(
         option("--plot", "Also draw the curve as a PNG here.", "PATH"),
     ] = None,
     engine: Annotated[
-        Engine, option("--engine", "auto picks DuckDB for inputs over 64 MB.")
+        Engine, option("--engine", "auto reads with plain Python, faster here than DuckDB.")
     ] = "auto",
     best_effort: BestEffort = False,
 ) -> None:
