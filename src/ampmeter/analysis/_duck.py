@@ -10,11 +10,11 @@ rules.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-import threading
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Final
 
 import duckdb
@@ -30,11 +30,12 @@ from ampmeter.analysis._records import (
 )
 
 __all__ = [
-    "Progress",
+    "Reader",
     "count_ok",
     "int_ok",
     "is_null",
     "number_ok",
+    "progress",
     "read_inputs",
     "readable",
     "strict_json_only",
@@ -178,7 +179,7 @@ def strict_json_only(path: str) -> bool:
 
 
 def read_inputs(
-    stream: str, problems: str | None, events: str | None, *, progress: bool = False
+    stream: str, problems: str | None, events: str | None, *, show: bool = False
 ) -> tuple[list[StreamRow], list[ProblemRow] | None, list[EventRow] | None]:
     """The records of the given files, as the plain reader gives them (see the module docs)."""
     con = duckdb.connect(":memory:")
@@ -194,11 +195,11 @@ def read_inputs(
             jobs.append(("events", events, _EVENTS_META_SQL + _THEN + _EVENTS_SQL, event_fields))
         strict = {path: pool.submit(_strict_or_unknown, path) for _, path, _, _ in jobs}
         out: dict[str, Any] = {}
-        with Progress(con, progress) as bar:
+        with progress(con, show) as read:
             for label, path, sql, fields in jobs:
                 records = None
                 if readable(path) and not (strict[path].done() and not strict[path].result()):
-                    records = bar.run(label, functools.partial(_read, con, path, sql))
+                    records = read(label, functools.partial(_read, con, path, sql))
                 if records is None or not strict[path].result():
                     # the plain reader names the bad line, or reads a cut-off last line
                     records = read_records(path, fields)
@@ -240,56 +241,41 @@ def _read(con: duckdb.DuckDBPyConnection, path: str, sql: str) -> list[Any] | No
     return None
 
 
-class Progress:
-    """A rich progress bar over DuckDB's own query progress (a no-op when disabled)."""
+Reader = Callable[[str, Callable[[], Any]], Any]
+"""Runs one labelled DuckDB read and gives its result."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, enabled: bool) -> None:
-        self._con = con
-        self._enabled = enabled
-        self._bar: Any = None
 
-    def __enter__(self) -> Progress:
-        if self._enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+@contextlib.contextmanager
+def progress(con: duckdb.DuckDBPyConnection, enabled: bool) -> Iterator[Reader]:
+    """Runs DuckDB reads; when ``enabled``, each on a worker thread under a rich progress bar
+    on stderr that follows the query's own progress."""
+    if not enabled:
+        yield lambda label, job: job()
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._bar = Progress(
-                TextColumn("reading {task.description}", markup=False),
-                BarColumn(),
-                TextColumn("{task.percentage:>5.1f}%"),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            self._bar.start()
-        return self
+    bar = Progress(
+        TextColumn("reading {task.description}", markup=False),
+        BarColumn(),
+        TextColumn("{task.percentage:>5.1f}%"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
 
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-
-    def run(self, label: str, job: Callable[[], Any]) -> Any:
-        """Run ``job`` (a DuckDB read); with the bar on, poll the query's progress meanwhile."""
-        if self._bar is None:
-            return job()
-        task = self._bar.add_task(label, total=100.0)
-        future: Future[Any] = Future()
-
-        def work() -> None:
+    def run(label: str, job: Callable[[], Any]) -> Any:
+        task = bar.add_task(label, total=100.0)
+        future = worker.submit(job)
+        while not wait([future], timeout=0.1).done:
             try:
-                future.set_result(job())
-            except BaseException as exc:  # handed back to the caller's thread
-                future.set_exception(exc)
-
-        worker = threading.Thread(target=work, name="ampmeter-duckdb-read", daemon=True)
-        worker.start()
-        while worker.is_alive():
-            worker.join(0.1)
-            try:
-                done = float(self._con.query_progress())
+                done = float(con.query_progress())
             except duckdb.Error:
                 done = -1.0
             if done >= 0:
-                self._bar.update(task, completed=min(done, 100.0))
-        self._bar.update(task, completed=100.0)
+                bar.update(task, completed=min(done, 100.0))
+        bar.update(task, completed=100.0)
         return future.result()
+
+    with bar, ThreadPoolExecutor(1, thread_name_prefix="ampmeter-duckdb-read") as worker:
+        yield run

@@ -26,10 +26,10 @@ import duckdb
 import orjson
 
 from ampmeter.analysis._duck import (
-    Progress,
     count_ok,
     is_null,
     number_ok,
+    progress,
     readable,
     strict_json_only,
     text_of,
@@ -159,7 +159,7 @@ ORDER BY e.rowid
 """
 
 
-def summarize_runs(paths: list[str], *, progress: bool = False) -> list[RunSummary] | None:
+def summarize_runs(paths: list[str], *, show: bool = False) -> list[RunSummary] | None:
     """The summary rows of the runs in ``paths`` (see the module docs); None when a file must
     be read by the plain reader instead."""
     con = duckdb.connect(":memory:")
@@ -170,10 +170,10 @@ def summarize_runs(paths: list[str], *, progress: bool = False) -> list[RunSumma
         # The byte scan runs beside DuckDB's reads, which release the GIL.
         with ThreadPoolExecutor(1, thread_name_prefix="ampmeter-scan") as pool:
             strict = [pool.submit(strict_json_only, path) for path in paths]
-            with Progress(con, progress) as bar:
+            with progress(con, show) as read:
                 for path in paths:
                     try:
-                        bar.run(path, functools.partial(con.execute, _INSERT, [path]))
+                        read(path, functools.partial(con.execute, _INSERT, [path]))
                     except duckdb.Error:
                         return None
             try:

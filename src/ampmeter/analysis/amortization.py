@@ -115,14 +115,18 @@ def amortization_table(
 ) -> CurveTable:
     """The curve of :func:`amortization_curve` as a :class:`CurveTable`, without building a
     dict per row: the way to a CSV of a large run. Same arguments and errors."""
-    stream_path, problems_path, events_path, use_duck = _plan(
-        stream_jsonl, problems_jsonl, token_events_jsonl, best_effort, engine
-    )
+    stream_path = os.fspath(stream_jsonl)
+    problems_path = os.fspath(problems_jsonl) if problems_jsonl else None
+    events_path = os.fspath(token_events_jsonl) if token_events_jsonl else None
+    paths = [p for p in (stream_path, problems_path, events_path) if p]
+    use_duck = use_duckdb(engine, best_effort, paths, auto=False)
+    for path in paths:
+        require_file(path)
     if use_duck:
         from ampmeter.analysis._duck import read_inputs
 
         stream, problems, events = read_inputs(
-            stream_path, problems_path, events_path, progress=progress
+            stream_path, problems_path, events_path, show=progress
         )
     else:
 
@@ -164,24 +168,6 @@ def amortization_curve(
         engine=engine,
         progress=progress,
     ).rows()
-
-
-def _plan(
-    stream_jsonl: PathLike,
-    problems_jsonl: PathLike | None,
-    token_events_jsonl: PathLike | None,
-    best_effort: bool,
-    engine: str,
-) -> tuple[str, str | None, str | None, bool]:
-    """Check the arguments; the three paths and whether DuckDB reads them."""
-    stream_path = os.fspath(stream_jsonl)
-    problems_path = os.fspath(problems_jsonl) if problems_jsonl else None
-    events_path = os.fspath(token_events_jsonl) if token_events_jsonl else None
-    paths = [p for p in (stream_path, problems_path, events_path) if p]
-    use_duck = use_duckdb(engine, best_effort, paths, auto=False)
-    for path in paths:
-        require_file(path)
-    return stream_path, problems_path, events_path, use_duck
 
 
 def use_duckdb(engine: str, best_effort: bool, paths: list[str], *, auto: bool) -> bool:

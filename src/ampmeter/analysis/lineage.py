@@ -27,7 +27,6 @@ __all__ = [
     "lineage_of",
     "process_of",
     "run_labels",
-    "run_name",
     "stop_owner",
 ]
 
@@ -131,16 +130,6 @@ def is_own_stop(metadata: Mapping[str, Any], stop_reason: str | None) -> bool:
     logged); a sub-agent's stop by its own ceiling is the sub-agent's, not the run's end."""
     lineage = lineage_of(metadata)
     return not lineage or stop_owner(lineage, stop_reason) in (0, None)
-
-
-def run_name(metadatas: Iterable[Mapping[str, Any]]) -> str | None:
-    """A run's name: its root context's, from the first event (in log order) that gives a
-    lineage, one of the run's own process taken before one that ``ampmeter run`` marks as
-    another process's (``metadata.pid``); None when no event gives one."""
-    contexts = RunContexts()
-    for metadata in metadatas:
-        contexts.add_root(metadata)
-    return contexts.name
 
 
 Path = tuple[str, ...]

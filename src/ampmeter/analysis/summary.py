@@ -70,7 +70,7 @@ def summarize(
     if use_duckdb(engine, best_effort, names, auto=True):
         from ampmeter.analysis._duck_summary import summarize_runs
 
-        runs = summarize_runs(names, progress=progress)
+        runs = summarize_runs(names, show=progress)
     if runs is None:  # one streaming pass, in bounded memory, as the report reads
         digest = digest_logs(names, best_effort=best_effort, detail_budget=0)
         runs = [run.summary() for run in digest.runs]
