@@ -43,7 +43,6 @@ __all__ = [
     "text_ok",
 ]
 
-_THEN = "\n-- or else --\n"  # separates queries tried in turn until one reads every record
 
 # Every field is read as JSON and its JSON type checked before the cast, as the plain reader
 # checks Python types: DuckDB would otherwise cast true to 1, "5" to 5.0 and 1e400 to inf.
@@ -117,17 +116,6 @@ FROM read_json(?, format='newline_delimited', columns={{
     'latency_total_ms': 'JSON'}})
 """
 
-# Events usually carry metadata.t: reading only that is much faster than also reading a
-# top-level t as JSON, which the full query below does when some event lacks metadata.t.
-_EVENTS_META_SQL = f"""
-SELECT coalesce({int_ok("metadata.t")} AND {number_ok("cost_usd")}, false) AS ok,
-       TRY_CAST(metadata.t AS BIGINT) AS t,
-       coalesce(json_type(component) = 'VARCHAR' AND component->>'$' = 'pipeline', false)
-       AS pipeline, TRY_CAST(cost_usd AS DOUBLE) AS cost_usd
-FROM read_json(?, format='newline_delimited', columns={{
-    'component': 'JSON', 'cost_usd': 'JSON', 'metadata': 'STRUCT(t JSON)'}})
-"""
-
 _EVENTS_SQL = f"""
 WITH raw AS (
     SELECT CASE WHEN metadata.t IS NULL OR json_type(metadata.t) = 'NULL' THEN t
@@ -162,12 +150,13 @@ WHERE contains(line, 'NaN') OR contains(line, 'Infinity')
 
 
 def strict_json_only(path: str) -> bool:
-    """False when ``path`` may hold JSON that DuckDB accepts and the plain reader rejects.
-
-    Raises ``OSError`` when the file cannot be read.
-    """
-    if os.stat(path).st_size == 0:
-        return True
+    """False when ``path`` may hold JSON that DuckDB accepts and the plain reader rejects, or
+    cannot be read (the plain reader then says what is wrong with it)."""
+    try:
+        if os.stat(path).st_size == 0:
+            return True
+    except OSError:
+        return False
     con = duckdb.connect(":memory:")
     try:
         row = con.execute(_LENIENT_LINES_SQL, [path]).fetchone()
@@ -182,32 +171,30 @@ def read_inputs(
     stream: str, problems: str | None, events: str | None, *, show: bool = False
 ) -> tuple[list[StreamRow], list[ProblemRow] | None, list[EventRow] | None]:
     """The records of the given files, as the plain reader gives them (see the module docs)."""
+    jobs: list[tuple[str, str | None, str, Callable[[dict[str, Any]], Any]]] = [
+        ("stream", stream, _STREAM_SQL, stream_fields),
+        ("problems", problems, _PROBLEMS_SQL, problem_fields),
+        ("events", events, _EVENTS_SQL, event_fields),
+    ]
     con = duckdb.connect(":memory:")
     # The byte scan for lenient JSON runs beside DuckDB's reads, which release the GIL.
     pool = ThreadPoolExecutor(1, thread_name_prefix="ampmeter-scan")
     try:
-        jobs: list[tuple[str, str, str, Callable[[dict[str, Any]], Any]]] = [
-            ("stream", stream, _STREAM_SQL, stream_fields)
-        ]
-        if problems:
-            jobs.append(("problems", problems, _PROBLEMS_SQL, problem_fields))
-        if events:
-            jobs.append(("events", events, _EVENTS_META_SQL + _THEN + _EVENTS_SQL, event_fields))
-        strict = {path: pool.submit(_strict_or_unknown, path) for _, path, _, _ in jobs}
-        out: dict[str, Any] = {}
+        strict = {path: pool.submit(strict_json_only, path) for _, path, _, _ in jobs if path}
+        out: list[Any] = []
         with progress(con, show) as read:
             for label, path, sql, fields in jobs:
                 records = None
-                if readable(path) and not (strict[path].done() and not strict[path].result()):
+                if path and readable(path):
                     records = read(label, functools.partial(_read, con, path, sql))
-                if records is None or not strict[path].result():
+                if path and (records is None or not strict[path].result()):
                     # the plain reader names the bad line, or reads a cut-off last line
                     records = read_records(path, fields)
-                out[label] = records
+                out.append(records)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         con.close()
-    return out["stream"], out.get("problems"), out.get("events")
+    return out[0], out[1], out[2]
 
 
 def readable(path: str) -> bool:
@@ -217,28 +204,20 @@ def readable(path: str) -> bool:
     return not any(c in path for c in "*?[{")
 
 
-def _strict_or_unknown(path: str) -> bool:
-    try:
-        return strict_json_only(path)
-    except OSError:
-        return False  # the plain reader reports what is wrong with the file
-
-
 def _read(con: duckdb.DuckDBPyConnection, path: str, sql: str) -> list[Any] | None:
-    """The records the first query of ``sql`` that vouches for every one of them reads; None
-    when none does (a record breaks the contract: the plain reader names its line, and it is
-    the authority should it accept what the checks rejected)."""
-    for query in sql.split(_THEN):
-        try:
-            con.execute(f"CREATE OR REPLACE TEMP TABLE records AS {query}", [path])
-        except duckdb.Error:
-            return None
-        (all_ok,) = con.execute("SELECT coalesce(bool_and(ok), true) FROM records").fetchone() or (
-            False,
-        )
-        if all_ok:
-            return con.execute("SELECT * EXCLUDE (ok) FROM records ORDER BY rowid").fetchall()
-    return None
+    """The records ``sql`` reads when it vouches for every one of them; None when it does not
+    (a record breaks the contract: the plain reader names its line, and it is the authority
+    should it accept what the checks rejected)."""
+    try:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE records AS {sql}", [path])
+    except duckdb.Error:
+        return None
+    (all_ok,) = con.execute("SELECT coalesce(bool_and(ok), true) FROM records").fetchone() or (
+        False,
+    )
+    if not all_ok:
+        return None
+    return con.execute("SELECT * EXCLUDE (ok) FROM records ORDER BY rowid").fetchall()
 
 
 Reader = Callable[[str, Callable[[], Any]], Any]

@@ -176,10 +176,7 @@ def summarize_runs(paths: list[str], *, show: bool = False) -> list[RunSummary] 
                         read(path, functools.partial(con.execute, _INSERT, [path]))
                     except duckdb.Error:
                         return None
-            try:
-                if not all(job.result() for job in strict):
-                    return None
-            except OSError:
+            if not all(job.result() for job in strict):
                 return None
         total, bad, last = con.execute(
             "SELECT count(*), count(*) FILTER (WHERE NOT ok), max(rowid) FROM ev"

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
 from ampmeter.demo.agent import AgentResult
-from ampmeter.keys import (
-    KEY_COST,
-    KEY_INPUT_TOKENS,
-    KEY_LLM_CALLS,
-    KEY_OUTPUT_TOKENS,
-    KEY_TOOL_CALLS,
-)
+from ampmeter.keys import KEY_LLM_CALLS
 from ampmeter.limits import ExceededLimit
 from ampmeter.stats import ExecutionStats
 
@@ -32,13 +25,12 @@ USAGE_KEYS: Final = ("llm_calls", "tool_calls", "tokens_in", "tokens_out", "cost
 
 def usage(stats: ExecutionStats) -> dict[str, Any]:
     """A context's own usage (its children's included), read from its live stats."""
-    counters, gauges = stats.counters(), stats.gauges()
     return {
-        "llm_calls": counters.get(KEY_LLM_CALLS, 0),
-        "tool_calls": counters.get(KEY_TOOL_CALLS, 0),
-        "tokens_in": counters.get(KEY_INPUT_TOKENS, 0),
-        "tokens_out": counters.get(KEY_OUTPUT_TOKENS, 0),
-        "cost_usd": gauges.get(KEY_COST, Decimal(0)),
+        "llm_calls": stats.get_counter(KEY_LLM_CALLS),
+        "tool_calls": stats.tool_call_count(),
+        "tokens_in": stats.total_input_tokens(),
+        "tokens_out": stats.total_output_tokens(),
+        "cost_usd": stats.total_cost(),
     }
 
 

@@ -198,9 +198,8 @@ class ReplayServer(Scoped):
         fallback: Responder | None = None,
         verbatim_ids: bool = False,
     ) -> None:
-        if not isinstance(host, str) or not host:
-            raise ValueError(f"host must be a non-empty string, got {host!r}")
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        _validate.text(host, "host", empty=False)
+        if _validate.count(port, "port") > 65535:
             raise ValueError(f"port must be an integer from 0 to 65535, got {port!r}")
         if fallback is not None and not callable(fallback):
             raise TypeError(f"fallback must be callable, got {type(fallback).__name__}")
