@@ -283,13 +283,8 @@ def digest_logs(
     detail_budget: int = DETAIL_BUDGET,
     detail_per_run: int = DETAIL_PER_RUN,
 ) -> LogDigest:
-    """Read TokenTracker logs once and digest them (see the module's docstring).
-
-    Errors are those of :func:`ampmeter.analysis.load_runs`: invalid JSON raises
-    :class:`ampmeter.logs.JsonlError` (skipped with ``best_effort``), an event without
-    ``event_type``, ``run_id``, ``usage`` or a numeric ``cost_usd`` :class:`AnalysisError`
-    naming ``file:line``.
-    """
+    """Read TokenTracker logs once and digest them (see the module's docstring), with the
+    errors of :func:`ampmeter.analysis.load_runs`."""
     digest = LogDigest()
     runs: dict[str, RunDigest] = {}
     budget = detail_budget

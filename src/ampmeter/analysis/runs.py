@@ -171,10 +171,9 @@ def load_runs(
 ) -> dict[str, Run]:
     """Read TokenTracker logs and group their events by ``run_id`` (first-seen order).
 
-    Lines are read by the one reading every tool shares (:func:`ampmeter.logs.read_jsonl`
-    with :func:`ampmeter.logs.event_problem`): a line that is not JSON, or an event whose
-    fields no reader accepts, raises :class:`ampmeter.logs.JsonlError` naming the file, the
-    line and the field (skipped and counted with ``best_effort``).
+    Lines are read as :class:`LoggedCalls` reads them: a line that is not JSON, or an event
+    whose fields no reader accepts, raises :class:`ampmeter.logs.JsonlError` naming the file,
+    the line and the field (skipped and counted with ``best_effort``).
     """
     runs: dict[str, Run] = {}
     for path, obj, call in LoggedCalls(paths, best_effort=best_effort):

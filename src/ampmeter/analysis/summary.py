@@ -56,9 +56,8 @@ def summarize(
 ) -> SummaryTable:
     """Summarize the runs in TokenTracker logs (runs are told apart by ``run_id``).
 
-    Reading follows :func:`ampmeter.analysis.runs.load_runs`: invalid JSON raises
-    :class:`ampmeter.logs.JsonlError` naming ``file:line`` (skipped with ``best_effort``), an
-    event lacking a field raises :class:`AnalysisError`, a missing path ``FileNotFoundError``.
+    Reading and its errors follow :func:`ampmeter.analysis.runs.load_runs` (a missing path
+    raises ``FileNotFoundError``).
 
     ``engine="duckdb"`` (or ``"auto"`` on inputs over :data:`DUCKDB_THRESHOLD_BYTES`, when
     duckdb is installed) reads the logs with DuckDB and gives identical rows; a log
