@@ -222,7 +222,11 @@ def test_the_duckdb_engines_need_no_numpy(tmp_path: Path) -> None:
         "assert len(duck) == 7 and duck[-1]['latency_ms_p95'] is not None\n"
         "assert summarize([log], engine='duckdb') == summarize([log], engine='python')\n"
     )
-    paths = [logs["stream"], logs["problems"], logs["events"], events]
+    run_python(code, logs["stream"], logs["problems"], logs["events"], events)
+
+
+def run_python(code: str, *paths: Path) -> None:
+    """Run ``code`` in a fresh interpreter with ``paths`` as its arguments; it must succeed."""
     done = subprocess.run(
         [sys.executable, "-c", code, *map(str, paths)], capture_output=True, text=True
     )
@@ -254,24 +258,22 @@ def test_duckdb_engines_never_read_a_file_a_glob_in_the_name_matches(tmp_path: P
     assert [r.run_id for r in summarize([events], engine="duckdb").runs] == ["mine"]
 
 
+# The threshold set to 0 bytes puts every input over it.
+AUTO_ENGINES = """
+import sys
+from ampmeter.analysis import amortization, amortization_curve, summarize
+amortization.DUCKDB_THRESHOLD_BYTES = 0
+stream, problems, log = sys.argv[1:]
+amortization_curve(stream, problems_jsonl=problems, engine='auto')
+assert 'ampmeter.analysis._duck' not in sys.modules, 'the curve went to DuckDB'
+summarize([log], engine='auto')
+assert 'ampmeter.analysis._duck_summary' in sys.modules, 'the summary did not'
+"""
+
+
 def test_auto_reads_the_curve_with_the_plain_reader_at_any_size(tmp_path: Path) -> None:
     """The plain reader measured faster and smaller than DuckDB's on large curves (bench
-    README), so ``engine="auto"`` never hands a curve to DuckDB; a summary still goes to DuckDB
-    past the threshold (here 0 bytes, so every input is over it)."""
+    README), so ``engine="auto"`` never hands a curve to DuckDB; a summary past the threshold
+    still goes to DuckDB."""
     logs = make_stream_logs(tmp_path, problems=3)
-    events = make_event_log(tmp_path / "agent.jsonl")
-    code = (
-        "import sys\n"
-        "from ampmeter.analysis import amortization, amortization_curve, summarize\n"
-        "amortization.DUCKDB_THRESHOLD_BYTES = 0\n"
-        "stream, problems, log = sys.argv[1:]\n"
-        "amortization_curve(stream, problems_jsonl=problems, engine='auto')\n"
-        "assert 'ampmeter.analysis._duck' not in sys.modules, 'the curve went to DuckDB'\n"
-        "summarize([log], engine='auto')\n"
-        "assert 'ampmeter.analysis._duck_summary' in sys.modules, 'the summary did not'\n"
-    )
-    paths = [logs["stream"], logs["problems"], events]
-    done = subprocess.run(
-        [sys.executable, "-c", code, *map(str, paths)], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
+    run_python(AUTO_ENGINES, logs["stream"], logs["problems"], make_event_log(tmp_path / "a.jsonl"))
