@@ -25,7 +25,7 @@ import ampmeter
 from ampmeter.pricing import NO_PRICES, TABLE, _cache, clear_prices, estimate, price, set_price
 from ampmeter.pricing.genai_table import DatedRates, Unpriced, table_entry
 from ampmeter.pricing.plan import PricePlan, plan_for
-from support.exact_prices import by_hand
+from support.exact_prices import by_hand, plan_estimate, plan_price
 
 # (input, output, cache read, cache write, reasoning): none, everything, and a long prompt that
 # crosses every tier the table has.
@@ -44,33 +44,11 @@ def _half_even(amount: Fraction) -> int:
 
 
 def _price(plan: PricePlan, *counts: int) -> tuple[int | None, str]:
-    """What ``plan`` prices an ended call of these counts at in nano-dollars (None when
-    unpriced), and its pricing version."""
-    inp, out, read, write, reasoning = counts
-    cost, meta, unpriced = plan.price(
-        cost=None,
-        recorded=True,
-        tokens_in=inp,
-        tokens_out=out,
-        cached=read,
-        cache_writes=write,
-        reasoning=reasoning,
-        tools=0,
-    )
-    return (None if unpriced else cost), meta.get("pricing_version", "")
+    cost, meta = plan_price(plan, *counts)
+    return cost, meta.get("pricing_version", "")
 
 
-def _estimate(plan: PricePlan, prompt_tokens: int, max_tokens: int | None) -> int | None:
-    """What ``plan`` reserves for a call in nano-dollars (None when unpriced)."""
-    _, _, cost, priced, _ = plan.reserve(
-        estimate_usd=None,
-        max_tokens=max_tokens,
-        prompt_tokens=prompt_tokens,
-        prompt_text=None,
-        request=None,
-        mode="learned",
-    )
-    return cost if priced else None
+_estimate = plan_estimate
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from ampmeter.money import MAX_NANO
 from ampmeter.pricing.plan import PricePlan
 from ampmeter.pricing.rates import MAX_PLACES, Rates, rates_from_json, rates_to_json
-from support.exact_prices import by_hand
+from support.exact_prices import by_hand, plan_estimate, plan_price
 
 # Rates as tables and users write them: up to nine significant digits, up to the most a rate
 # may be ($1e9 per million tokens), whole numbers written with a positive exponent too (1E+2).
@@ -44,32 +44,15 @@ def _nano(rates: Rates, *counts: int) -> int:
 
 
 def _priced(rates: Rates, *counts: int) -> tuple[int, dict[str, object]]:
-    inp, out, read, write, reasoning = counts
-    cost, meta, unpriced = PricePlan("m", None, rates=rates).price(
-        cost=None,
-        recorded=True,
-        tokens_in=inp,
-        tokens_out=out,
-        cached=read,
-        cache_writes=write,
-        reasoning=reasoning,
-        tools=0,
-    )
-    assert not unpriced
+    cost, meta = plan_price(PricePlan("m", None, rates=rates), *counts)
+    assert cost is not None
     return cost, meta
 
 
 def _reserved(rates: Rates, prompt_tokens: int, max_tokens: int) -> int:
     """The nano-dollars a plan of ``rates`` reserves for a call (rounded up)."""
-    _, _, cost, priced, _ = PricePlan("m", None, rates=rates).reserve(
-        estimate_usd=None,
-        max_tokens=max_tokens,
-        prompt_tokens=prompt_tokens,
-        prompt_text=None,
-        request=None,
-        mode="learned",
-    )
-    assert priced
+    cost = plan_estimate(PricePlan("m", None, rates=rates), prompt_tokens, max_tokens)
+    assert cost is not None
     return cost
 
 
