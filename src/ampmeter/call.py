@@ -347,5 +347,5 @@ class Call(Scoped, Ticket):
         if self._idempotency_key is not None:
             if meta is None:
                 meta = {}
-            meta[META_IDEMPOTENCY_KEY] = self._idempotency_key  # (price_call's dict is new)
+            meta[META_IDEMPOTENCY_KEY] = self._idempotency_key  # (the price's dict is new)
         return usage, Outcome.of(exc, cost, self._tokens_in, self._tokens_out, meta)

@@ -284,7 +284,7 @@ class PricePlan:
         cost = result.cost_usd
         if cost is None:
             return None, result.pricing_version
-        nano = round(money.usd(cost, "price") * money.NANO_PER_USD)  # (Decimal: half to even)
+        nano = round(money.usd(cost, "price").scaleb(9))  # (a Decimal's round: half to even)
         return nano, result.pricing_version
 
 
