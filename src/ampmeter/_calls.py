@@ -16,7 +16,6 @@ from ampmeter import _validate
 from ampmeter._core.steps import Stop
 from ampmeter._core.usage import Usage
 from ampmeter._lineage import META_CONTEXTS, Lineage
-from ampmeter._reserve import model_estimate
 from ampmeter.call import Call
 from ampmeter.errors import ExecutionCanceled, LimitExceeded
 from ampmeter.graph import check_kind
@@ -27,7 +26,7 @@ from ampmeter.keys import (
 )
 from ampmeter.node import META_PROVIDER
 from ampmeter.policies.options import META_LIMIT_EVENTS
-from ampmeter.pricing.source import plan_for
+from ampmeter.pricing.plan import plan_for
 from ampmeter.trace import TraceRecord, trace_effect
 from ampmeter.wrapping import Decision, WrapOptions, run_wrapped
 
@@ -192,11 +191,8 @@ class CallMaker:
         provider) and its own ``metadata``."""
         name, model, provider = names
         label = name if name is not None else (model or kind)
-        plan = None if not model else plan_for(self._pricing, model, provider)
-        reservation, size, priced = model_estimate(
-            kind,
-            plan,
-            model,
+        plan = plan_for(self._pricing, model, provider)
+        tokens_in, tokens_out, cost, priced, size = plan.reserve(
             estimate_usd=estimate_usd,
             max_tokens=max_tokens,
             prompt_tokens=prompt_tokens,
@@ -204,10 +200,20 @@ class CallMaker:
             request=request,
             mode=self._estimate,  # type: ignore[arg-type]
         )
+        counted = int(kind == "llm")  # an LLM call counts one call and one step; an embedding none
+        reservation = Usage(
+            kind,
+            model or "",
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            cost_nano=cost,
+            calls=counted,
+            steps=counted,
+        )
         marks = None
         if kind == "llm":
             marks = self._policies.llm_marks(
-                model, priced, reservation.tokens_in, final, prompt_text, sent, refused
+                model, priced, tokens_in, final, prompt_text, sent, refused
             )
         return self._begin(
             metadata,

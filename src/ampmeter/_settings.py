@@ -9,11 +9,11 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from ampmeter import _validate
-from ampmeter._reserve import ESTIMATE_MODES
 from ampmeter.budget import Budget
 from ampmeter.node import META_CONTEXT
 from ampmeter.policies.registry import POLICIES, Policies
 from ampmeter.pricing import source
+from ampmeter.pricing.plan import ESTIMATE_MODES
 
 if TYPE_CHECKING:
     from ampmeter.ledgers.base import Ledger

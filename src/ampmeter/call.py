@@ -31,7 +31,6 @@ from ampmeter._scoped import Scoped
 from ampmeter.keys import KEY_UNSETTLED_COST
 from ampmeter.node import Node
 from ampmeter.pricing import request_size, stored_state
-from ampmeter.pricing.source import price_call
 
 if TYPE_CHECKING:
     from ampmeter.context import ExecutionContext
@@ -302,8 +301,9 @@ class Call(Scoped, Ticket):
         meta: dict[str, Any] | None = None
         t_in, t_out = self._tokens_in or 0, self._tokens_out or 0
         if kind == "llm" or (kind == "embedding" and model):
-            cost, meta, unpriced = price_call(
-                self._price_plan,
+            plan = self._price_plan
+            assert plan is not None  # every model call has one (CallMaker._model_call)
+            cost, meta, unpriced = plan.price(
                 cost=given,
                 recorded=self.recorded,
                 tokens_in=t_in,
@@ -347,5 +347,5 @@ class Call(Scoped, Ticket):
         if self._idempotency_key is not None:
             if meta is None:
                 meta = {}
-            meta[META_IDEMPOTENCY_KEY] = self._idempotency_key  # (price_call's dict is new)
+            meta[META_IDEMPOTENCY_KEY] = self._idempotency_key  # (the price's dict is new)
         return usage, Outcome.of(exc, cost, self._tokens_in, self._tokens_out, meta)

@@ -25,7 +25,6 @@ __all__ = [
     "TooLargeToCount",
     "format_usd",
     "from_nano",
-    "scaled_nano",
     "to_nano",
     "usd",
     "whole_nano",
@@ -101,26 +100,6 @@ def whole_nano(amount: Decimal, what: str = "amount", *, round_up: bool = False)
     nano = math.ceil(scaled) if round_up else round(scaled)  # round(): half to even
     if abs(nano) > MAX_NANO:
         raise TooLargeToCount(f"{what} is too large to count: {amount!r}")
-    return nano
-
-
-def scaled_nano(scaled: int, places: int, what: str = "amount", *, round_up: bool = False) -> int:
-    """The exact amount ``scaled`` × 10**-``places`` dollars as whole nano-dollars, rounded as
-    :func:`whole_nano` rounds, in integers (a price worked out from integer rates)."""
-    nano: int
-    if places <= 9:
-        nano = scaled * 10 ** (9 - places)
-    else:
-        nano, rest = divmod(scaled, 10 ** (places - 9))
-        if round_up:
-            if rest:
-                nano += 1
-        else:
-            half = 5 * 10 ** (places - 10)
-            if rest > half or (rest == half and nano % 2):
-                nano += 1
-    if abs(nano) > MAX_NANO:
-        raise TooLargeToCount(f"{what} is too large to count: {Decimal(f'{scaled}E-{places}')!r}")
     return nano
 
 

@@ -195,17 +195,6 @@ def test_from_nano_is_exact_written_shortest_and_comes_back(nano: int) -> None:
     assert money.whole_nano(dollars) == nano
 
 
-@given(st.integers(min_value=-(10**30), max_value=10**30), st.integers(min_value=0, max_value=40))
-def test_scaled_nano_rounds_the_exact_amount_as_whole_nano_does(scaled: int, places: int) -> None:
-    exact = Fraction(scaled, 10**places) * 10**9  # in nano-dollars, as an exact fraction
-    for round_up, expected in ((False, round(exact)), (True, math.ceil(exact))):
-        if abs(expected) > 2**63 - 1:
-            with pytest.raises(ValueError, match="price is too large to count"):
-                money.scaled_nano(scaled, places, "price", round_up=round_up)
-        else:
-            assert money.scaled_nano(scaled, places, round_up=round_up) == expected
-
-
 # Floats as people write them (whole nano-dollars, the quick reading), floats with more decimals
 # than a nano-dollar, and any float an int64 of nano-dollars holds, around the $1,099 edge too.
 _FLOATS = st.one_of(

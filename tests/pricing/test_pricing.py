@@ -739,12 +739,31 @@ def test_a_fresh_process_prices_known_models_from_the_disk_index(tmp_path: Path)
     assert third.returncode == 0 and third.stdout.split()[:3] == [cost, status, unpriced]
 
 
+def test_a_price_from_the_disk_index_follows_a_table_loaded_later(tmp_path: Path) -> None:
+    """A plan the disk index answered is compiled again once genai-prices is imported: a live
+    table set then prices the next call."""
+    script = (
+        "import sys, ampmeter\n"
+        "from decimal import Decimal\n"
+        "def cost():\n"
+        "    return ampmeter.price('gpt-4o', 'openai', input_tokens=10**6, output_tokens=0)\n"
+        "before, loaded = cost(), 'genai_prices' in sys.modules\n"
+        "from genai_prices import data_snapshot as d\n"
+        "from genai_prices.types import ClauseEquals, ModelInfo, ModelPrice, Provider\n"
+        "price = ModelPrice(input_mtok=Decimal('7.25'), output_mtok=Decimal('9'))\n"
+        "model = ModelInfo(id='gpt-4o', match=ClauseEquals(equals='gpt-4o'), prices=price)\n"
+        "openai = Provider(id='openai', name='OpenAI', api_pattern='', models=[model])\n"
+        "d.set_custom_snapshot(d.DataSnapshot([openai], from_auto_update=True))\n"
+        "print(before.cost_usd, loaded, cost().cost_usd)\n"
+    )
+    before, loaded, after = _run_twice(script, tmp_path)
+    assert loaded == "False"  # the index answered first
+    assert Decimal(before) != Decimal("7.25") and Decimal(after) == Decimal("7.25")
+
+
 def test_rates_from_the_disk_index_are_decoded_once_per_process(tmp_path: Path) -> None:
     """Every priced call asks the index (for the reservation and for the price): a process
     reads and decodes a model's entry once, and prices it the same way every time."""
-    import subprocess
-    import sys
-
     script = (
         "import ampmeter, ampmeter.pricing as p, ampmeter.pricing._cache as c\n"
         "asked = []\n"
@@ -754,12 +773,21 @@ def test_rates_from_the_disk_index_are_decoded_once_per_process(tmp_path: Path) 
         "for _ in range(5)}\n"
         "print(len(asked), len(costs), 'genai_prices' in __import__('sys').modules)\n"
     )
-    env = {**os.environ, "AMPMETER_CACHE_DIR": str(tmp_path)}
+    assert _run_twice(script, tmp_path) == ["1", "1", "False"]
+
+
+def _run_twice(script: str, index: Path) -> list[str]:
+    """What ``script`` prints (split) in a second fresh process with the disk index in
+    ``index`` (the first wrote it)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "AMPMETER_CACHE_DIR": str(index)}
     subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True)
     done = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
     )
-    assert done.stdout.split() == ["1", "1", "False"]
+    return done.stdout.split()
 
 
 def test_a_loaded_table_writes_each_answer_to_the_disk_index_once(tmp_path: Path) -> None:

@@ -125,6 +125,25 @@ def test_an_embedders_float_prices_are_read_as_written_in_nano_dollars() -> None
     assert call.node.metadata["pricing_version"] == "floats"
 
 
+class AbsurdPrices:
+    """An embedder's prices past what money counts for a call, and a tie for its estimate."""
+
+    def price(self, model: str, provider: str | None = None, **tokens: int) -> PriceResult:
+        return PriceResult(Decimal("1E+30"), "absurd", "priced")
+
+    def estimate(self, model: str, provider: str | None = None, **sizes: Any) -> Decimal:
+        return Decimal("0.0000000025")
+
+
+def test_an_embedders_price_past_what_money_counts_is_charged_as_the_most_and_said() -> None:
+    ctx = ExecutionContext(max_cost_usd=1, pricing=AbsurdPrices())  # type: ignore[arg-type]
+    with ctx, ctx.llm_call(model="any", max_tokens=1) as call:
+        assert ctx.stats.reserved()[KEY_COST] == Decimal("0.000000003")  # rounded up
+        call.record(1, 1)
+    assert call.node.cost_usd == Decimal("9223372036.854775807")
+    assert call.node.metadata["cost_clamped"] is True
+
+
 @pytest.mark.parametrize("bad", [object(), "table", 3])
 def test_pricing_without_price_and_estimate_is_an_error_naming_the_keyword(bad: Any) -> None:
     with pytest.raises(TypeError, match="pricing must have price"):

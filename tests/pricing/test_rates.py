@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ampmeter.money import scaled_nano
+from ampmeter.money import MAX_NANO
+from ampmeter.pricing.plan import PricePlan
 from ampmeter.pricing.rates import MAX_PLACES, Rates, rates_from_json, rates_to_json
-from support.exact_prices import by_hand
+from support.exact_prices import by_hand, plan_estimate, plan_price
 
 # Rates as tables and users write them: up to nine significant digits, up to the most a rate
 # may be ($1e9 per million tokens), whole numbers written with a positive exponent too (1E+2).
@@ -31,14 +32,28 @@ def _flat(rates: tuple[Decimal, ...], bands: tuple[tuple[int, Rates], ...] | Non
 
 
 def _cost(rates: Rates, *counts: int) -> Decimal:
-    """The exact Decimal cost of ``rates.units``."""
-    units, places = rates.units(*counts)
-    return Decimal(f"{units}E-{places}")
+    """The exact Decimal cost a plan of ``rates`` prices a call of these counts at."""
+    cost, _ = PricePlan("m", None, rates=rates).price_usd(*counts)
+    assert cost is not None
+    return cost
 
 
-def _nano(rates: Rates, *counts: int, round_up: bool = False) -> int:
-    """``rates.units`` in whole nano-dollars, as a plan prices a call."""
-    return scaled_nano(*rates.units(*counts), "price", round_up=round_up)
+def _nano(rates: Rates, *counts: int) -> int:
+    """The nano-dollars a plan of ``rates`` prices an ended call of these counts at."""
+    return _priced(rates, *counts)[0]
+
+
+def _priced(rates: Rates, *counts: int) -> tuple[int, dict[str, object]]:
+    cost, meta = plan_price(PricePlan("m", None, rates=rates), *counts)
+    assert cost is not None
+    return cost, meta
+
+
+def _reserved(rates: Rates, prompt_tokens: int, max_tokens: int) -> int:
+    """The nano-dollars a plan of ``rates`` reserves for a call (rounded up)."""
+    cost = plan_estimate(PricePlan("m", None, rates=rates), prompt_tokens, max_tokens)
+    assert cost is not None
+    return cost
 
 
 @given(st.tuples(*[_RATES] * 6), st.tuples(*[_COUNT] * 5))
@@ -51,13 +66,17 @@ def test_cost_and_nano_are_the_exact_sum_of_the_rates_as_written(
     out += reasoning  # reasoning is part of the output
     exact = by_hand(rates, inp, out, read, write, reasoning)
     assert Fraction(_cost(rates, inp, out, read, write, reasoning)) == exact
-    nano = exact * 10**9
-    for round_up, expected in ((False, round(nano)), (True, math.ceil(nano))):
-        if expected > 2**63 - 1:
-            with pytest.raises(ValueError, match="price is too large to count"):
-                _nano(rates, inp, out, read, write, reasoning, round_up=round_up)
-        else:
-            assert _nano(rates, inp, out, read, write, reasoning, round_up=round_up) == expected
+    nano, meta = _priced(rates, inp, out, read, write, reasoning)
+    if round(exact * 10**9) > MAX_NANO:  # charged as the most money counts, and said so
+        assert (nano, meta["cost_clamped"]) == (MAX_NANO, True)
+    else:
+        assert (nano, "cost_clamped" in meta) == (round(exact * 10**9), False)
+    estimate = math.ceil(by_hand(rates, inp, out, 0, 0, 0) * 10**9)
+    if estimate > MAX_NANO:
+        with pytest.raises(ValueError, match="the price estimate is too large to count"):
+            _reserved(rates, inp, out)
+    else:
+        assert _reserved(rates, inp, out) == estimate
 
 
 def test_a_band_prices_prompts_longer_than_its_threshold_with_its_own_places() -> None:
@@ -68,7 +87,8 @@ def test_a_band_prices_prompts_longer_than_its_threshold_with_its_own_places() -
     assert _cost(rates, 1000, 10, 0, 0, 0) == Decimal("0.000156")  # 1000 x 0.15 + 10 x 0.6, / 1e6
     assert _cost(rates, 1001, 10, 1, 0, 0) == Decimal("0.0003121375")  # 1000 x 0.3 + 0.0375 + 12
     assert _nano(rates, 1001, 10, 1, 0, 0) == 312_138  # 312,137.5 n$: half to even
-    assert _nano(rates, 1001, 10, 1, 0, 0, round_up=True) == 312_138
+    assert _reserved(rates, 1001, 10) == 312_400  # 1001 x 0.3 + 10 x 1.2, and the fee
+    assert _reserved(rates, 1000, 10) == 156_000
 
 
 def test_a_cost_is_written_to_the_finest_place_of_the_models_rates() -> None:
@@ -106,7 +126,7 @@ def test_the_finest_rate_allowed_still_prices_exactly() -> None:
     rates = _flat((finest, finest, finest, finest, finest, fee))
     assert _cost(rates, 10**6, 0, 0, 0, 0) == finest + fee
     assert _nano(rates, 10**6, 0, 0, 0, 0) == 0
-    assert _nano(rates, 10**6, 0, 0, 0, 0, round_up=True) == 1
+    assert _reserved(rates, 10**6, 0) == 1  # rounded up
 
 
 @pytest.mark.parametrize(

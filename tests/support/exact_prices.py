@@ -1,13 +1,15 @@
 """A call's cost worked out by hand from a model's Decimal rates, in exact fractions: what the
-integer pricing must equal to the last digit."""
+integer pricing must equal to the last digit; and a price plan's price and estimate of counts."""
 
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
+from ampmeter.pricing.plan import PricePlan
 from ampmeter.pricing.rates import Rates
 
-__all__ = ["by_hand"]
+__all__ = ["by_hand", "plan_estimate", "plan_price"]
 
 
 def by_hand(rates: Rates, inp: int, out: int, read: int, write: int, reasoning: int) -> Fraction:
@@ -24,3 +26,22 @@ def by_hand(rates: Rates, inp: int, out: int, read: int, write: int, reasoning: 
         + reasoning * Fraction(rates.reasoning)
     )
     return per_million / 10**6 + Fraction(rates.per_call)
+
+
+_COUNTS = ("tokens_in", "tokens_out", "cached", "cache_writes", "reasoning")
+_BY_COUNT_ONLY = {"estimate_usd": None, "prompt_text": None, "request": None, "mode": "learned"}
+
+
+def plan_price(plan: PricePlan, *counts: int) -> tuple[int | None, dict[str, Any]]:
+    """What ``plan`` prices an ended call of these counts (input, output, cache read, cache
+    write, reasoning) at in nano-dollars (None when unpriced), and the metadata it leaves."""
+    named = dict(zip(_COUNTS, counts, strict=True))
+    cost, meta, unpriced = plan.price(cost=None, recorded=True, tools=0, **named)
+    return (None if unpriced else cost), meta
+
+
+def plan_estimate(plan: PricePlan, prompt_tokens: int, max_tokens: int | None) -> int | None:
+    """What ``plan`` reserves for a call in nano-dollars (None when unpriced)."""
+    reserved = plan.reserve(prompt_tokens=prompt_tokens, max_tokens=max_tokens, **_BY_COUNT_ONLY)
+    _, _, cost, priced, _ = reserved
+    return cost if priced else None

@@ -16,9 +16,10 @@ import math
 import sys
 import threading
 import time as _time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter.pricing import _cache as _price_cache
@@ -34,11 +35,11 @@ __all__ = [
     "context_window",
     "load",
     "now",
-    "source",
     "split_provider",
     "table_entry",
     "table_model_id",
     "table_version",
+    "watch",
 ]
 
 _UTC: Final = timezone.utc
@@ -266,17 +267,20 @@ def _to_disk(model: str, provider: str | None, rates: Rates | DatedRates | None)
     _price_cache.store(model, provider, value)
 
 
-def source() -> object:
-    """What the table's answers come from now: genai-prices' snapshot (a live update replaces
-    it) once genai-prices is imported, else None (the disk index answers). An answer from
-    :func:`table_entry` holds while this stays the same (a new snapshot starts its generation
-    of answers when the next one is resolved)."""
-    table = _table
-    if table is not None:
-        return table.get_snapshot()
-    if "genai_prices" not in sys.modules:
-        return None
-    return _current_table().snapshot
+def watch() -> tuple[Callable[[], object], object]:
+    """What the table's answers come from now, and a function that tells it again, cheap
+    enough to ask on every call (no ampmeter code runs): genai-prices' snapshot once the table
+    is loaded (a live update replaces it); before that the disk index answers, and the
+    function tells genai-prices' module, None until something imports it (nothing can replace
+    the bundled table before then). An answer from :func:`table_entry` holds while the function
+    tells the same."""
+    if _table is None and "genai_prices" not in sys.modules:
+        return _GENAI_PRICES_IMPORTED, None
+    table = _current_table()
+    return table.get_snapshot, table.get_snapshot()
+
+
+_GENAI_PRICES_IMPORTED: Final = partial(sys.modules.get, "genai_prices")
 
 
 def table_entry(model: str, provider: str | None) -> Rates | DatedRates | Unpriced:

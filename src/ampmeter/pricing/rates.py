@@ -57,9 +57,11 @@ class Rates:
     # Tiered prices: (threshold, rates for prompts longer than that), highest threshold first.
     bands: tuple[tuple[int, Rates], ...] | None = field(default=None, kw_only=True)
     # The same rates as integers, made once here so that pricing a call is integer arithmetic:
-    # every rate times 10**places (units of 10**-(6 + places) USD per token), and the fee in
-    # those units. Exact: places is the most decimals any rate has.
+    # every rate in nano-dollars per token (the fee per call) times divisor, a power of ten.
+    # Exact: places is the most decimals any rate has (per million tokens), and a rate per
+    # million tokens is 1,000 times its nano-dollars per token, so divisor is 10**(places - 3).
     places: int = field(init=False, repr=False, compare=False)
+    divisor: int = field(init=False, repr=False, compare=False)
     scaled: tuple[int, int, int, int, int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -74,43 +76,31 @@ class Rates:
                 raise ValueError(f"the {kind} rate must be at most {MAX_RATE:,}, got {rate}")
         # Decimals per million tokens: the fee, in USD per request, may have six more.
         decimals = (*(_decimals(rate) for rate in token_rates), _decimals(self.per_call) - 6)
-        places = max(0, *decimals)
-        if places > MAX_PLACES:
-            at = decimals.index(places)
+        most = max(decimals)
+        if most > MAX_PLACES:
+            at = decimals.index(most)
             fee = at == len(token_rates)
-            most, unit = (MAX_PLACES + 6, "") if fee else (MAX_PLACES, " per million tokens")
+            limit, unit = (MAX_PLACES + 6, "") if fee else (MAX_PLACES, " per million tokens")
             raise ValueError(
-                f"the {_KINDS[at]} rate may have at most {most} decimal places{unit}, "
+                f"the {_KINDS[at]} rate may have at most {limit} decimal places{unit}, "
                 f"got {rates[at]}"
             )
+        places = max(0, most)
+        finest = max(places, 3)
         scaled = (
-            *(_scaled(rate, places) for rate in token_rates),
-            _scaled(self.per_call, places + 6),
+            *(_scaled(rate, finest) for rate in token_rates),
+            _scaled(self.per_call, finest + 6),
         )
         object.__setattr__(self, "places", places)
+        object.__setattr__(self, "divisor", 10 ** (finest - 3))
         object.__setattr__(self, "scaled", scaled)
 
-    def units(
-        self, inp: int, out: int, cache_read: int, cache_write: int, reasoning: int
-    ) -> tuple[int, int]:
-        """The exact cost of one call with these (already validated) counts, as ``units`` ×
-        10**-``places`` USD."""
-        r = self
-        if self.bands is not None:
-            for threshold, band in self.bands:
-                if inp > threshold:
-                    r = band
-                    break
-        r_in, r_out, r_read, r_write, r_reasoning, r_call = r.scaled
-        units = (
-            (inp - cache_read - cache_write) * r_in
-            + cache_read * r_read
-            + cache_write * r_write
-            + (out - reasoning) * r_out
-            + reasoning * r_reasoning
-            + r_call
-        )
-        return units, r.places + 6
+    def band(self, input_tokens: int) -> Rates:
+        """The rates of a call of ``input_tokens`` (tiered prices: the band it falls in)."""
+        for threshold, band in self.bands or ():
+            if input_tokens > threshold:
+                return band
+        return self
 
 
 def rate_arg(value: object, what: str) -> Decimal:

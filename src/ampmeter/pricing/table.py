@@ -27,11 +27,10 @@ from decimal import Decimal
 from typing import Literal, NamedTuple, SupportsIndex, cast
 
 from ampmeter import money
-from ampmeter.pricing import request_size
 from ampmeter.pricing.genai_table import load, split_provider, table_version
-from ampmeter.pricing.plan import DEFAULT_ESTIMATE_OUTPUT_TOKENS
+from ampmeter.pricing.plan import DEFAULT_ESTIMATE_OUTPUT_TOKENS, plan_for
 from ampmeter.pricing.request_size import CHARS_PER_TOKEN
-from ampmeter.pricing.source import table_plan
+from ampmeter.pricing.source import TABLE
 from ampmeter.pricing.user_prices import (
     USER_PRICING_VERSION,
     clear_prices,
@@ -119,7 +118,7 @@ def price(
             f"reasoning_tokens ({reasoning_tokens}) exceed output_tokens ({output_tokens}); "
             "reasoning tokens are part of the output"
         )
-    cost, version = table_plan(model, provider).price_usd(
+    cost, version = plan_for(TABLE, model_arg(model), provider).price_usd(
         input_tokens, output_tokens, cached_tokens, cache_write_tokens, reasoning_tokens
     )
     return PriceResult(cost, version, "unpriced" if cost is None else "priced")
@@ -142,14 +141,14 @@ def estimate(
     model's documented maximum output (:mod:`ampmeter.pricing.max_output`), else
     :data:`DEFAULT_ESTIMATE_OUTPUT_TOKENS`. ``None`` if unpriced.
     """
-    if prompt_tokens is not None:
-        n_in = _count("prompt_tokens", prompt_tokens)
-    elif prompt_text is not None:
-        if not isinstance(prompt_text, str):
-            raise TypeError(f"prompt_text must be a str, got {type(prompt_text).__name__}")
-        n_in = request_size.prompt_tokens(prompt_text, model_arg(model))  # a name, first
-    else:
-        n_in = 0
+    n_in = None if prompt_tokens is None else _count("prompt_tokens", prompt_tokens)
     n_out = None if max_tokens is None else _count("max_tokens", max_tokens)
-    cost = table_plan(model, provider).estimate_nano(n_in, n_out)
-    return None if cost is None else money.from_nano(cost)
+    _, _, cost, priced, _ = plan_for(TABLE, model_arg(model), provider).reserve(
+        estimate_usd=None,
+        max_tokens=n_out,
+        prompt_tokens=n_in,
+        prompt_text=prompt_text,
+        request=None,
+        mode="learned",
+    )
+    return money.from_nano(cost) if priced else None
