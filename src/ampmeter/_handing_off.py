@@ -124,21 +124,14 @@ class HandingOff:
         return ctx
 
     @classmethod
-    def resume(
-        cls: type[_Context],
-        token: str,
-        *,
-        ledger: Ledger | None = None,
-        sinks: Iterable[Sink] = (),
-        pricing: Pricing | None = None,
-    ) -> _Context:
+    def resume(cls: type[_Context], token: str, **opening: Any) -> _Context:
         """Continue, in this process, a handed-off run whose process is gone (from its saved
-        :meth:`handoff` token; ``ledger``, ``sinks`` and ``pricing`` as for
+        :meth:`handoff` token; the keywords, ``ledger``, ``sinks`` and ``pricing``, are those of
         :meth:`from_handoff`): the same ledger scope, with what the scope has spent already
         counted here from the start, so its limits hold across the restart. The holds the dead
         process left unsettled are not counted here: its parent records them (the ledger
         still counts them against every ceiling)."""
-        ctx = cls.from_handoff(token, ledger=ledger, sinks=sinks, pricing=pricing)
+        ctx = cls.from_handoff(token, **opening)
         ctx._handoffs.count_spent_before()
         return ctx
 
