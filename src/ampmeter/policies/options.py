@@ -31,7 +31,6 @@ __all__ = [
     "LimitEvent",
     "Option",
     "Policy",
-    "PressureHook",
     "callable_option",
     "final_call",
     "fingerprint",
@@ -43,9 +42,6 @@ __all__ = [
 
 META_LIMIT_EVENTS: Final = "limit_events"
 """Node metadata: the :class:`LimitEvent` dicts the node's settlement produced."""
-
-# The first argument is the ExecutionContext the call runs in (policies never import contexts).
-PressureHook = Callable[[Any, dict[str, Any]], "dict[str, Any] | None"]
 
 # -- final calls ----------------------------------------------------------------------------------
 
