@@ -1,10 +1,6 @@
-"""Per-LLM-call metrics and context growth of one task (bench-metrics).
-
-A :class:`TaskResult` holds one :class:`LLMCallMetrics` per LLM call, in call order, plus the
-task's totals. It can be built from a live context (:meth:`TaskResult.from_context`), from the
-finished nodes of a graph (:meth:`TaskResult.from_nodes`) or after the fact from a TokenTracker
-log (:meth:`TaskResult.from_events`).
-"""
+"""Per-LLM-call metrics and context growth of one task (bench-metrics): a :class:`TaskResult`
+holds one :class:`LLMCallMetrics` per LLM call, in call order, plus the task's totals, built from
+a live context, the finished nodes of a graph or, after the fact, a TokenTracker log."""
 
 from __future__ import annotations
 

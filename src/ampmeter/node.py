@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from typing import Any, Final
 
@@ -81,24 +81,13 @@ class Node:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable copy of the node's fields (metadata copied deeply)."""
-        return {
-            "node_id": self.node_id,
-            "parent_id": self.parent_id,
-            "kind": self.kind,
-            "name": self.name,
-            "start_ts_ms": self.start_ts_ms,
-            "end_ts_ms": self.end_ts_ms,
-            "status": self.status,
-            "model": self.model,
-            "retries_used": self.retries_used,
-            "cost_usd": float(self.cost_usd),
-            "tokens_in": self.tokens_in,
-            "tokens_out": self.tokens_out,
-            "stop_reason": self.stop_reason,
-            "error_class": self.error_class,
-            "metadata": copy_metadata(self.metadata) if self.metadata else {},
-            "depth": self.depth,
-        }
+        data = {name: getattr(self, name) for name in _FIELDS}
+        data["cost_usd"] = float(self.cost_usd)
+        data["metadata"] = copy_metadata(self.metadata) if self.metadata else {}
+        return data
+
+
+_FIELDS: Final = tuple(item.name for item in fields(Node))
 
 
 def json_copy(value: Any) -> Any:

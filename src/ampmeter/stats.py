@@ -190,14 +190,6 @@ class ExecutionStats:
         """Toolchain parse errors (tool-call payloads that did not parse)."""
         return self.get_counter(KEY_TOOLCHAIN_PARSE_ERROR_TOTAL)
 
-    # -- calls in flight, simulated (tests and tools that stand in for a call) ----------------
-
-    def _hold_forever(self, amounts: dict[str, Any]) -> None:
-        """Hold ``amounts`` (money in dollars) here as a call in flight would, until the tree
-        is gone."""
-        held = {key: internal_amount(key, value) for key, value in amounts.items()}
-        self._kernel.hold_forever(self._level, held)
-
     def __repr__(self) -> str:
         # No lock: a repr may be asked for while the (non-reentrant) lock is held.
         return f"ExecutionStats(counters={self.counters()!r}, gauges={self.gauges()!r})"
