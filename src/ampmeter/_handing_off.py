@@ -7,7 +7,7 @@ The ledger does the work (:mod:`ampmeter.shared.handoff`); this is what a contex
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -30,18 +30,12 @@ _Context = TypeVar("_Context", bound="HandingOff")
 class HandingOff:
     """Hands part of a context's run to another process (see the module docstring)."""
 
+    # What the context that mixes this in provides.
     _frame: Frame
     _handoffs: Handoffs
-
-    def _check_open(self) -> None:
-        raise NotImplementedError
-
-    def current_parent_id(self) -> str:
-        """Where a node made now goes (see :class:`~ampmeter.ExecutionContext`)."""
-        raise NotImplementedError
-
-    def _setup(self, parent: Any, settings: Settings) -> None:
-        raise NotImplementedError
+    _check_open: Callable[[], None]
+    current_parent_id: Callable[[], str]
+    _setup: Callable[[Any, Settings], None]
 
     def handoff(
         self,

@@ -7,23 +7,6 @@ from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from typing import Any, Final
 
-__all__ = [
-    "KINDS",
-    "META_CACHED_TOKENS",
-    "META_CACHE_WRITE_TOKENS",
-    "META_COMPONENT",
-    "META_CONTEXT",
-    "META_COST_STATUS",
-    "META_PRICING_VERSION",
-    "META_PROVIDER",
-    "META_REASONING_TOKENS",
-    "META_TOOL_CALLS_MADE",
-    "STATUSES",
-    "TERMINAL_STATUSES",
-    "Node",
-    "json_copy",
-]
-
 KINDS: Final = frozenset({"llm", "tool", "system", "embedding", "retrieval", "memory"})
 STATUSES: Final = ("created", "running", "success", "fail", "halt")
 TERMINAL_STATUSES: Final = frozenset({"success", "fail", "halt"})
@@ -124,3 +107,12 @@ def copy_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
             copied: dict[str, Any] = json_copy(metadata)
             return copied
     return metadata.copy()
+
+
+__all__ = [name for name in dir() if name.startswith("META_")] + [
+    "KINDS",
+    "STATUSES",
+    "TERMINAL_STATUSES",
+    "Node",
+    "json_copy",
+]
