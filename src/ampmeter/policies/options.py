@@ -6,15 +6,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Final
 
-from ampmeter.keys import (
-    KEY_BUDGET_PRESSURE,
-    KEY_COST,
-    KEY_INPUT_TOKENS_PER_CALL,
-    KEY_REPEATS_FOR,
-)
+from ampmeter.keys import KEY_COST, KEY_REPEATS_FOR
 from ampmeter.limits import ExceededLimit, Limit, LimitType
 
 if TYPE_CHECKING:
@@ -24,8 +19,6 @@ if TYPE_CHECKING:
     from ampmeter.policies.step import PolicyStep
 
 __all__ = [
-    "KEY_BUDGET_PRESSURE",
-    "KEY_INPUT_TOKENS_PER_CALL",
     "KEY_REPEATS_FOR",
     "META_LIMIT_EVENTS",
     "LimitEvent",
@@ -90,16 +83,8 @@ class LimitEvent:
 
     def to_dict(self) -> dict[str, Any]:
         """The event as JSON-ready data (for logs and snapshots)."""
-        return {
-            "kind": self.kind,
-            "limit": self.limit.describe(),
-            "key": self.key,
-            "value": float(self.value),
-            "fraction": self.fraction,
-            "threshold": self.threshold,
-            "node_id": self.node_id,
-            "context": self.context,
-        }
+        data = {item.name: getattr(self, item.name) for item in fields(self)}
+        return data | {"limit": self.limit.describe(), "value": float(self.value)}
 
 
 # -- declarations ---------------------------------------------------------------------------------

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from ampmeter.keys import KEY_BUDGET_PRESSURE
 from ampmeter.limits import ExceededLimit, Limit, warn_fractions
-from ampmeter.policies.options import KEY_BUDGET_PRESSURE, Option, Policy, callable_option
+from ampmeter.policies.options import Option, Policy, callable_option
 from ampmeter.policies.step import Relief
 
 if TYPE_CHECKING:
