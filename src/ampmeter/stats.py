@@ -27,7 +27,7 @@ from ampmeter.keys import (
     PROTECTED_KEYS,
     is_money,
 )
-from ampmeter.limits import ExceededLimit, Limit, exceeded
+from ampmeter.limits import ExceededLimit, Limit, context_limits, exceeded
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -206,11 +206,9 @@ def check_limits(
     about to start; money in dollars), so a check before a call asks "would this call break a
     limit?".
     """
-    for limit in limits:
-        if not isinstance(limit, Limit):
-            raise TypeError(f"limits must hold Limit objects, got {type(limit).__name__}")
+    checked = context_limits(limits, None, None, None)
     kernel, level = bound(stats)
     assert level is not None
     internal = None if pending is None else {k: internal_amount(k, v) for k, v in pending.items()}
-    found = kernel.check((Guard(level, compile_limits(limits)),), internal)
+    found = kernel.check((Guard(level, compile_limits(checked)),), internal)
     return None if found is None else exceeded(found[1])

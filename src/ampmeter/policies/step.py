@@ -121,8 +121,17 @@ class Relief(PolicyStep):
             raise self.refuse(ticket, self.admission.frame, marks.refusal)
 
     def spent(self) -> float:
-        """The largest share of a cost ceiling here or above that is spent."""
-        return max(float(_spent_cost(frame) / top) for frame, top in self.ceilings)
+        """The largest share of a cost ceiling here or above that is spent: through a shared
+        ledger, of every process's spend (read at most every
+        :data:`~ampmeter.policies.shared_totals.SHARED_READ_S`); else of this process's."""
+        shares = []
+        for frame, top in self.ceilings:
+            spent: Decimal = frame.policies.stats.get_gauge(KEY_COST)
+            totals = None if frame.ledger is None else shared_totals(frame.ledger).read()
+            if totals is not None:
+                spent = max(spent, Decimal(totals.get(KEY_COST, 0)))
+            shares.append(float(spent / top))
+        return max(shares)
 
     def relieve(
         self, ctx: Any, request: dict[str, Any], notes: dict[str, Any]
@@ -131,14 +140,3 @@ class Relief(PolicyStep):
         in) in place, noting in ``notes`` (the node's metadata) what was done, or refuse it:
         the refusal is returned."""
         raise NotImplementedError
-
-
-def _spent_cost(frame: Frame) -> Decimal:
-    """What the cost budget of ``frame``'s context has spent, in dollars: through a shared
-    ledger, every process's spend (read at most every
-    :data:`~ampmeter.policies.shared_totals.SHARED_READ_S`); else this process's."""
-    local: Decimal = frame.policies.stats.get_gauge(KEY_COST)
-    if frame.ledger is None:
-        return local
-    totals = shared_totals(frame.ledger).read()
-    return local if totals is None else max(local, Decimal(totals.get(KEY_COST, 0)))
