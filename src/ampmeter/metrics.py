@@ -128,7 +128,7 @@ class TaskResult:
             meta = event.get("metadata")
             status = (meta if isinstance(meta, dict) and "status" in meta else event).get("status")
             if kind == "llm" and was_sent(status, t_in, t_out):
-                calls.append((t_in, t_out, _tools(event.get("metadata")), latency))
+                calls.append((t_in, t_out, _tools(meta), latency))
         if run_id is not None and not rows:
             raise ValueError(f"no events with run_id {run_id!r} in the log")
         if run_id is None and len(runs) > 1:

@@ -1,11 +1,7 @@
-"""Counters and gauges of a context, propagated live to every enclosing context.
-
-A tree of :class:`ExecutionStats` (one per context) lives in one accounting kernel behind one
-lock, so an increment reaches the context and all of its ancestors in a single atomic step: no
-reader ever sees a child updated and its parent not yet, and concurrent workers cannot lose
-increments. Besides committed values, limit checks count *reservations*: usage that calls in
-flight have announced and not yet replaced by their actual usage (see :meth:`reserved`).
-"""
+"""Counters and gauges of a context, propagated live to every enclosing context: the tree lives
+in one accounting kernel behind one lock, so no reader ever sees a child updated and its parent
+not yet, and concurrent workers cannot lose increments. Limit checks also count what calls in
+flight reserved (:meth:`ExecutionStats.reserved`)."""
 
 from __future__ import annotations
 
