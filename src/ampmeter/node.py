@@ -8,7 +8,6 @@ from decimal import Decimal
 from typing import Any, Final
 
 KINDS: Final = frozenset({"llm", "tool", "system", "embedding", "retrieval", "memory"})
-STATUSES: Final = ("created", "running", "success", "fail", "halt")
 TERMINAL_STATUSES: Final = frozenset({"success", "fail", "halt"})
 
 # Metadata keys that ampmeter itself writes on nodes (usage without a field of its own).
@@ -111,7 +110,6 @@ def copy_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
 
 __all__ = [name for name in dir() if name.startswith("META_")] + [
     "KINDS",
-    "STATUSES",
     "TERMINAL_STATUSES",
     "Node",
     "json_copy",
