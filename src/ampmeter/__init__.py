@@ -76,47 +76,39 @@ if TYPE_CHECKING:
     )
     from ampmeter.sinks import JsonlSink, MemorySink, WebhookSink
 
-# Name -> the module it comes from, imported on first use (PEP 562).
-_LAZY = {
-    # Wiring modules, out of __all__ but reachable as attributes, as a submodule import makes them.
-    "pricing": "ampmeter.pricing",
-    "propagation": "ampmeter.propagation",
-    **dict.fromkeys(
-        (
-            "instrument",
-            "instrument_anthropic",
-            "instrument_openai",
-            "set_default_context",
-            "uninstrument",
-        ),
-        "ampmeter.integrations",
+# Each module's names, imported on first use (PEP 562). The wiring modules (out of __all__)
+# are reachable as attributes, as a submodule import makes them.
+_LAZY_NAMES = {
+    "ampmeter.pricing": (
+        "pricing",
+        "PriceResult",
+        "clear_prices",
+        "estimate",
+        "price",
+        "remove_price",
+        "set_price",
+        "set_tool_price",
     ),
-    **dict.fromkeys(("InMemoryLedger", "Ledger", "SqliteLedger"), "ampmeter.ledgers"),
-    **dict.fromkeys(
-        (
-            "StreamCumulativeMetrics",
-            "StreamMetricsLogger",
-            "event_errors",
-            "read_jsonl",
-            "validate_event",
-        ),
-        "ampmeter.logs",
+    "ampmeter.propagation": ("propagation",),
+    "ampmeter.integrations": (
+        "instrument",
+        "instrument_anthropic",
+        "instrument_openai",
+        "set_default_context",
+        "uninstrument",
     ),
-    **dict.fromkeys(("LLMCallMetrics", "TaskResult"), "ampmeter.metrics"),
-    **dict.fromkeys(
-        (
-            "PriceResult",
-            "clear_prices",
-            "estimate",
-            "price",
-            "remove_price",
-            "set_price",
-            "set_tool_price",
-        ),
-        "ampmeter.pricing",
+    "ampmeter.ledgers": ("InMemoryLedger", "Ledger", "SqliteLedger"),
+    "ampmeter.logs": (
+        "StreamCumulativeMetrics",
+        "StreamMetricsLogger",
+        "event_errors",
+        "read_jsonl",
+        "validate_event",
     ),
-    **dict.fromkeys(("JsonlSink", "MemorySink", "WebhookSink"), "ampmeter.sinks"),
+    "ampmeter.metrics": ("LLMCallMetrics", "TaskResult"),
+    "ampmeter.sinks": ("JsonlSink", "MemorySink", "WebhookSink"),
 }
+_LAZY = {name: module for module, names in _LAZY_NAMES.items() for name in names}
 
 
 __getattr__ = lazy_names(__name__, _LAZY)

@@ -7,7 +7,7 @@ The ledger does the work (:mod:`ampmeter.shared.handoff`); this is what a contex
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -30,18 +30,12 @@ _Context = TypeVar("_Context", bound="HandingOff")
 class HandingOff:
     """Hands part of a context's run to another process (see the module docstring)."""
 
+    # What the context that mixes this in provides.
     _frame: Frame
     _handoffs: Handoffs
-
-    def _check_open(self) -> None:
-        raise NotImplementedError
-
-    def current_parent_id(self) -> str:
-        """Where a node made now goes (see :class:`~ampmeter.ExecutionContext`)."""
-        raise NotImplementedError
-
-    def _setup(self, parent: Any, settings: Settings) -> None:
-        raise NotImplementedError
+    _check_open: Callable[[], None]
+    current_parent_id: Callable[[], str]
+    _setup: Callable[[Any, Settings], None]
 
     def handoff(
         self,
@@ -124,21 +118,14 @@ class HandingOff:
         return ctx
 
     @classmethod
-    def resume(
-        cls: type[_Context],
-        token: str,
-        *,
-        ledger: Ledger | None = None,
-        sinks: Iterable[Sink] = (),
-        pricing: Pricing | None = None,
-    ) -> _Context:
+    def resume(cls: type[_Context], token: str, **opening: Any) -> _Context:
         """Continue, in this process, a handed-off run whose process is gone (from its saved
-        :meth:`handoff` token; ``ledger``, ``sinks`` and ``pricing`` as for
+        :meth:`handoff` token; the keywords, ``ledger``, ``sinks`` and ``pricing``, are those of
         :meth:`from_handoff`): the same ledger scope, with what the scope has spent already
         counted here from the start, so its limits hold across the restart. The holds the dead
         process left unsettled are not counted here: its parent records them (the ledger
         still counts them against every ceiling)."""
-        ctx = cls.from_handoff(token, ledger=ledger, sinks=sinks, pricing=pricing)
+        ctx = cls.from_handoff(token, **opening)
         ctx._handoffs.count_spent_before()
         return ctx
 

@@ -1,9 +1,6 @@
-"""The ``with`` protocol, written once for every object that is entered and left.
-
-Sinks, ledgers, servers, calls and contexts are all used in ``with`` blocks; each says only
-what entering and leaving mean for it (:meth:`Scoped._enter`, :meth:`Scoped._leave`), or, for
-the many that are simply closed, nothing at all (:class:`Closeable`).
-"""
+"""The ``with`` protocol, written once for the sinks, ledgers, servers, calls and contexts: each
+says only what entering and leaving mean for it (:meth:`Scoped._enter`, :meth:`Scoped._leave`),
+or, for the many that are simply closed, nothing at all (:class:`Closeable`)."""
 
 from __future__ import annotations
 

@@ -44,10 +44,7 @@ class Budget:
 
     def __post_init__(self) -> None:
         fix = object.__setattr__  # a frozen value sets its checked fields once, here
-        if self.limits is None or self.limits == ():
-            fix(self, "limits", ())
-        else:
-            fix(self, "limits", context_limits(self.limits, None, None, None))
+        fix(self, "limits", context_limits(self.limits, None, None, None))
         shortcuts = []
         for key, name in _SHORTCUTS:
             value = getattr(self, name)
@@ -55,10 +52,8 @@ class Budget:
                 fix(self, name, _validate.limit_max(key, value, name))
                 shortcuts.append((key, getattr(self, name)))
         fix(self, "timeout_s", _validate.optional_amount(self.timeout_s, "timeout_s"))
-        if self.warn_at is None or self.warn_at == ():
-            fix(self, "warn_at", ())
-        else:
-            fix(self, "warn_at", warn_fractions(self.warn_at, "warn_at"))
+        warn_at = () if self.warn_at is None else warn_fractions(self.warn_at, "warn_at")
+        fix(self, "warn_at", warn_at)
         exhaustion = Exhaustion.checked(self.on_exhausted, self.pause_timeout_s)
         if exhaustion is not None:
             fix(self, "pause_timeout_s", exhaustion.timeout_s)

@@ -123,8 +123,8 @@ class ExecutionContext(CallMaker, HandingOff, Scoped):
       as a system message; the node keeps the line (``budget_note``). Children inherit it;
     * ``downgrade``: a ladder ``{fraction: {model: cheaper model}}`` (``"*"``: any model):
       past each fraction of the cost limit, instrumented requests for a named model are sent
-      to the cheaper one and reserved at its price; the node keeps ``requested_model``. It is
-      the ``on_budget_pressure`` hook (give one or the other);
+      to the cheaper one and reserved at its price; the node keeps ``requested_model``. Give
+      it or an ``on_budget_pressure`` hook, not both (a child's own replaces an inherited one);
     * ``pricing``: where prices come from, to estimate what a call reserves and to price a call
       recorded without a cost: the price table (``ampmeter.pricing.TABLE``, default; loaded on
       the first call that needs it), ``ampmeter.pricing.NO_PRICES`` (nothing is priced: such

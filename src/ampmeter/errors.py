@@ -13,28 +13,6 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from ampmeter.limits import ExceededLimit
 
-__all__ = [
-    "AmpmeterError",
-    "AnalysisError",
-    "BudgetBusy",
-    "BudgetUnavailable",
-    "DemoError",
-    "EventSchemaError",
-    "ExecutionCanceled",
-    "HandoffError",
-    "HookAbort",
-    "JsonlError",
-    "LimitExceeded",
-    "LocalLLMError",
-    "LogLineError",
-    "SinkClosedError",
-    "SinkWriteError",
-    "StreamAbandoned",
-    "StreamOutlivedContext",
-    "find_limit_exceeded",
-    "note_stop",
-]
-
 
 class AmpmeterError(Exception):
     """Base class of the errors ampmeter raises on purpose."""
@@ -207,3 +185,11 @@ class LocalLLMError(AmpmeterError, RuntimeError):
 
 class DemoError(AmpmeterError, ValueError):
     """The demo was asked for something it cannot do (bad flag values, missing model...)."""
+
+
+# Every error class defined here, and the two functions that find a stop again.
+__all__ = [
+    name
+    for name, value in list(globals().items())
+    if isinstance(value, type) and issubclass(value, AmpmeterError)
+] + ["find_limit_exceeded", "note_stop"]

@@ -2,10 +2,8 @@
 
 A limit is exceeded when a value is *strictly greater* than its ``max_value``. Limits are checked
 in list order, counters before gauges, and the first match wins. A key that was never written
-(nor reserved by a call in flight) cannot exceed.
-
-A limit may also warn (``warn_at``), be soft (``soft=True``: it sets ``ctx.wrap_up`` instead of
-refusing) or count only a sliding window (``window_s``); :mod:`ampmeter.policies` does those.
+(nor reserved by a call in flight) cannot exceed. Warnings, soft limits and windows are done
+by :mod:`ampmeter.policies`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Per-LLM-call metrics and context growth of one task (bench-metrics).
-
-A :class:`TaskResult` holds one :class:`LLMCallMetrics` per LLM call, in call order, plus the
-task's totals. It can be built from a live context (:meth:`TaskResult.from_context`), from the
-finished nodes of a graph (:meth:`TaskResult.from_nodes`) or after the fact from a TokenTracker
-log (:meth:`TaskResult.from_events`).
-"""
+"""Per-LLM-call metrics and context growth of one task (bench-metrics): a :class:`TaskResult`
+holds one :class:`LLMCallMetrics` per LLM call, in call order, plus the task's totals, built from
+a live context, the finished nodes of a graph or, after the fact, a TokenTracker log."""
 
 from __future__ import annotations
 
@@ -128,8 +124,11 @@ class TaskResult:
             rows.append(
                 (kind, t_in, t_out, cost, None if end_ms is None else end_ms - latency, end_ms)
             )
-            if kind == "llm" and was_sent(_status(event), t_in, t_out):
-                calls.append((t_in, t_out, _tools(event.get("metadata")), latency))
+            # the status is in the metadata (the contract's place) or else at the top level
+            meta = event.get("metadata")
+            status = (meta if isinstance(meta, dict) and "status" in meta else event).get("status")
+            if kind == "llm" and was_sent(status, t_in, t_out):
+                calls.append((t_in, t_out, _tools(meta), latency))
         if run_id is not None and not rows:
             raise ValueError(f"no events with run_id {run_id!r} in the log")
         if run_id is None and len(runs) > 1:
@@ -157,8 +156,10 @@ def _task(
     for number, (t_in, t_out, tools, latency) in enumerate(calls, 1):
         cumulative += t_in
         metrics.append(LLMCallMetrics(number, t_in, t_out, tools, cumulative, latency))
-    first = span[0] if span[0] is not None else min(_known(r[4] for r in rows), default=None)
-    last = span[1] if span[1] is not None else max(_known(r[5] for r in rows), default=None)
+    starts = (row[4] for row in rows if row[4] is not None)
+    ends = (row[5] for row in rows if row[5] is not None)
+    first = span[0] if span[0] is not None else min(starts, default=None)
+    last = span[1] if span[1] is not None else max(ends, default=None)
     duration = 0.0 if first is None or last is None else max(0.0, (last - first) / 1000.0)
     # summed exactly; a float only in the result
     cost = sum((money.usd(r[3], "cost_usd", allow_negative=True) for r in rows), Decimal(0))
@@ -171,10 +172,6 @@ def _task(
         float(cost),
         duration,
     )
-
-
-def _known(values: Iterable[float | None]) -> list[float]:
-    return [value for value in values if value is not None]
 
 
 def _tools(metadata: object) -> int:
@@ -190,15 +187,6 @@ def was_sent(status: object, tokens_in: int | None, tokens_out: int | None) -> b
     (amplification) but has no usage to measure context growth by.
     """
     return not (status == "halt" and not tokens_in and not tokens_out)
-
-
-def _status(event: Mapping[str, Any]) -> object:
-    """An event's status: in its metadata (the contract's place) or else at the top level."""
-    meta = event.get("metadata")
-    return (meta if isinstance(meta, dict) and "status" in meta else event).get("status")
-
-
-_EVENT_KINDS = {"llm_completion": "llm", "tool_call": "tool"}
 
 
 def _events(
@@ -242,10 +230,10 @@ def _event_fields(
     latency = event.get("latency_ms") or 0
     if isinstance(latency, bool) or not isinstance(latency, (int, float)):
         raise ValueError(f"event {index}: latency_ms must be a number, got {latency!r}")
-    from ampmeter.analysis.runs import event_time_ms  # (the analysis reads timestamps so)
+    from ampmeter.analysis.runs import KIND_OF_EVENT, event_time_ms  # (as the analysis reads)
 
     end_ms = event_time_ms(event.get("timestamp"))
-    kind = _EVENT_KINDS.get(str(event.get("event_type")), "other")
+    kind = KIND_OF_EVENT.get(str(event.get("event_type")), "other")
     return kind, t_in, t_out, float(cost), float(latency), end_ms
 
 

@@ -3,29 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from typing import Any, Final
 
-__all__ = [
-    "KINDS",
-    "META_CACHED_TOKENS",
-    "META_CACHE_WRITE_TOKENS",
-    "META_COMPONENT",
-    "META_CONTEXT",
-    "META_COST_STATUS",
-    "META_PRICING_VERSION",
-    "META_PROVIDER",
-    "META_REASONING_TOKENS",
-    "META_TOOL_CALLS_MADE",
-    "STATUSES",
-    "TERMINAL_STATUSES",
-    "Node",
-    "json_copy",
-]
-
 KINDS: Final = frozenset({"llm", "tool", "system", "embedding", "retrieval", "memory"})
-STATUSES: Final = ("created", "running", "success", "fail", "halt")
 TERMINAL_STATUSES: Final = frozenset({"success", "fail", "halt"})
 
 # Metadata keys that ampmeter itself writes on nodes (usage without a field of its own).
@@ -81,24 +63,13 @@ class Node:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable copy of the node's fields (metadata copied deeply)."""
-        return {
-            "node_id": self.node_id,
-            "parent_id": self.parent_id,
-            "kind": self.kind,
-            "name": self.name,
-            "start_ts_ms": self.start_ts_ms,
-            "end_ts_ms": self.end_ts_ms,
-            "status": self.status,
-            "model": self.model,
-            "retries_used": self.retries_used,
-            "cost_usd": float(self.cost_usd),
-            "tokens_in": self.tokens_in,
-            "tokens_out": self.tokens_out,
-            "stop_reason": self.stop_reason,
-            "error_class": self.error_class,
-            "metadata": copy_metadata(self.metadata) if self.metadata else {},
-            "depth": self.depth,
-        }
+        data = {name: getattr(self, name) for name in _FIELDS}
+        data["cost_usd"] = float(self.cost_usd)
+        data["metadata"] = copy_metadata(self.metadata) if self.metadata else {}
+        return data
+
+
+_FIELDS: Final = tuple(item.name for item in fields(Node))
 
 
 def json_copy(value: Any) -> Any:
@@ -135,3 +106,11 @@ def copy_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
             copied: dict[str, Any] = json_copy(metadata)
             return copied
     return metadata.copy()
+
+
+__all__ = [name for name in dir() if name.startswith("META_")] + [
+    "KINDS",
+    "TERMINAL_STATUSES",
+    "Node",
+    "json_copy",
+]

@@ -1,11 +1,7 @@
-"""Counters and gauges of a context, propagated live to every enclosing context.
-
-A tree of :class:`ExecutionStats` (one per context) lives in one accounting kernel behind one
-lock, so an increment reaches the context and all of its ancestors in a single atomic step: no
-reader ever sees a child updated and its parent not yet, and concurrent workers cannot lose
-increments. Besides committed values, limit checks count *reservations*: usage that calls in
-flight have announced and not yet replaced by their actual usage (see :meth:`reserved`).
-"""
+"""Counters and gauges of a context, propagated live to every enclosing context: the tree lives
+in one accounting kernel behind one lock, so no reader ever sees a child updated and its parent
+not yet, and concurrent workers cannot lose increments. Limit checks also count what calls in
+flight reserved (:meth:`ExecutionStats.reserved`)."""
 
 from __future__ import annotations
 
@@ -27,7 +23,7 @@ from ampmeter.keys import (
     PROTECTED_KEYS,
     is_money,
 )
-from ampmeter.limits import ExceededLimit, Limit, exceeded
+from ampmeter.limits import ExceededLimit, Limit, context_limits, exceeded
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -190,14 +186,6 @@ class ExecutionStats:
         """Toolchain parse errors (tool-call payloads that did not parse)."""
         return self.get_counter(KEY_TOOLCHAIN_PARSE_ERROR_TOTAL)
 
-    # -- calls in flight, simulated (tests and tools that stand in for a call) ----------------
-
-    def _hold_forever(self, amounts: dict[str, Any]) -> None:
-        """Hold ``amounts`` (money in dollars) here as a call in flight would, until the tree
-        is gone."""
-        held = {key: internal_amount(key, value) for key, value in amounts.items()}
-        self._kernel.hold_forever(self._level, held)
-
     def __repr__(self) -> str:
         # No lock: a repr may be asked for while the (non-reentrant) lock is held.
         return f"ExecutionStats(counters={self.counters()!r}, gauges={self.gauges()!r})"
@@ -214,11 +202,9 @@ def check_limits(
     about to start; money in dollars), so a check before a call asks "would this call break a
     limit?".
     """
-    for limit in limits:
-        if not isinstance(limit, Limit):
-            raise TypeError(f"limits must hold Limit objects, got {type(limit).__name__}")
+    checked = context_limits(limits, None, None, None)
     kernel, level = bound(stats)
     assert level is not None
     internal = None if pending is None else {k: internal_amount(k, v) for k, v in pending.items()}
-    found = kernel.check((Guard(level, compile_limits(limits)),), internal)
+    found = kernel.check((Guard(level, compile_limits(checked)),), internal)
     return None if found is None else exceeded(found[1])

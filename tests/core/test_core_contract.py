@@ -363,7 +363,14 @@ STORM = textwrap.dedent(
 
     # Another process sends SIGINT every ~0.15 ms for the given seconds, then exits. The handler
     # raises only while a call is under way, so the interrupts land in ampmeter's code and the
-    # call's block, never in this loop's own bookkeeping.
+    # call's block, never in this loop's own bookkeeping. One call is made first, before the
+    # storm: the first call imports what calls use (pricing), and CPython's import machinery is
+    # not safe against interrupts (one landing just after it takes its global import lock leaves
+    # that lock held), so a storm there would hang the next import in any other thread, whatever
+    # ampmeter does. A slow machine used to start the storm before that first call ended.
+    calls()
+    import _imp
+    assert not _imp.lock_held()
     armed = False
 
     def on_sigint(signum, frame):
@@ -383,8 +390,10 @@ STORM = textwrap.dedent(
             armed = False
             interrupts += 1
 
-    # The lock is free: another thread makes a call at once.
-    worker = threading.Thread(target=calls)
+    assert not _imp.lock_held(), "the storm landed in an import"
+    # The lock is free: another thread makes a call at once (a daemon, so that a call that hangs
+    # fails here, not at exit).
+    worker = threading.Thread(target=calls, daemon=True)
     worker.start()
     worker.join(10)
     assert not worker.is_alive(), "a call hangs after the storm"
@@ -402,7 +411,6 @@ STORM = textwrap.dedent(
 )
 SENDER = (
     "import os, signal, sys, time\n"
-    "time.sleep(0.5)  # the storm starts once the caller is in its loop\n"
     "pid, end = int(sys.argv[1]), time.monotonic() + float(sys.argv[2])\n"
     "while time.monotonic() < end:\n"
     "    os.kill(pid, signal.SIGINT)\n"

@@ -10,6 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ampmeter import ExceededLimit, ExecutionStats, Limit, LimitType, check_limits, default_limits
+from ampmeter._core.kernel import bound
+from ampmeter._core.usage import internal_amount
 from ampmeter.keys import (
     KEY_COST,
     KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
@@ -295,7 +297,7 @@ def test_check_limits_with_reservations_matches_the_rules(
         stats.set_counter(key, c)
     for key, g in gauges.items():
         stats.set_gauge(key, g)
-    stats._hold_forever(reserved)
+    hold_forever(stats, reserved)
     limits = [Limit(key, top, kind) for key, top, kind in specs]
     hit = check_limits(stats, limits, pending)
     for limit in limits:
@@ -340,7 +342,7 @@ def test_watched_prefixes_give_the_reference_answer_before_and_after_watching(
         stats.set_counter(key, count)
     for key, value in gauges.items():
         stats.set_gauge(key, value)
-    stats._hold_forever(reserved)
+    hold_forever(stats, reserved)
     limits = [Limit(key, top, kind) for key, top, kind in specs]
     if prime:
         check_limits(stats, limits, pending)  # starts watching the prefixes
@@ -357,3 +359,10 @@ def test_watched_prefixes_give_the_reference_answer_before_and_after_watching(
                 break
         else:
             assert hit is None
+
+
+def hold_forever(stats: ExecutionStats, amounts: dict[str, float]) -> None:
+    """Hold ``amounts`` (money in dollars) in ``stats`` as a call in flight would."""
+    kernel, level = bound(stats)
+    assert level is not None
+    kernel.hold_forever(level, {key: internal_amount(key, v) for key, v in amounts.items()})

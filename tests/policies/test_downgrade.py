@@ -5,6 +5,7 @@ priced at it, and the node keeps the model asked for."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import openai
 import pytest
@@ -12,6 +13,9 @@ import pytest
 import ampmeter
 from ampmeter import ExecutionContext, LimitExceeded
 from ampmeter.keys import KEY_COST
+from ampmeter.policies import registry
+from ampmeter.policies.options import Option, Policy
+from ampmeter.policies.step import Relief
 from ampmeter.testing import BillingProvider
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
@@ -92,3 +96,68 @@ def test_a_rung_names_models_as_prices_do() -> None:
         nodes = [n for n in ctx.snapshot()["graph"]["nodes"].values() if n["kind"] == "llm"]
         asked_for = [n["metadata"].get("requested_model") for n in nodes if n["model"]]
         assert [a for a in asked_for if a] == spellings[:3]
+
+
+class Tagged(Relief):
+    """A relief policy of one's own: past half the cost ceiling, every request is tagged."""
+
+    __slots__ = ()
+
+    def relieve(self, ctx: Any, request: dict[str, Any], notes: dict[str, Any]) -> None:
+        if self.spent() >= 0.5:
+            request["user"] = "under-pressure"
+            notes["tagged"] = True
+
+
+def _tagged(admission: Any, configured: Any) -> Tagged | None:
+    step = Tagged(admission)
+    return step if configured.values.tag_under_pressure and step.ceilings else None
+
+
+def test_a_relief_of_ones_own_is_one_module_and_one_line() -> None:
+    # The ladder and the hook are two policies of one protocol (Relief); a third needs no
+    # other module to name it.
+    before = list(registry.POLICIES)
+    registry.POLICIES.append(Policy("tag", (Option("tag_under_pressure", bool),), _tagged))
+    try:
+        with BillingProvider(output_tokens=5, prices=PRICES) as server:
+            client = openai.OpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
+            with ExecutionContext(max_cost_usd=1.0, tag_under_pressure=True) as ctx:
+                client.chat.completions.create(model="small", messages=MESSAGES, max_tokens=5)
+                with ctx.llm_call("earlier work", estimate_usd=0.6) as call:
+                    call.record(cost_usd=0.6)  # past half
+                client.chat.completions.create(model="small", messages=MESSAGES, max_tokens=5)
+            users = [request.json().get("user") for request in server.requests]
+        assert users == [None, "under-pressure"]
+        nodes = [n for n in ctx.snapshot()["graph"]["nodes"].values() if n["model"] == "small"]
+        assert [n["metadata"].get("tagged") for n in nodes] == [None, True]
+    finally:
+        registry.POLICIES[:] = before
+
+
+def test_a_childs_own_hook_or_ladder_replaces_the_inherited_one() -> None:
+    asked: list[str] = []
+
+    def hook(ctx: Any, request: dict[str, Any]) -> dict[str, Any]:
+        asked.append(request["model"])
+        return request
+
+    with BillingProvider(output_tokens=5, prices=PRICES) as server:
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
+        with ExecutionContext(max_cost_usd=1.0, downgrade={0.5: {"big-a": "small"}}) as ctx:
+            with ctx.llm_call("earlier work", estimate_usd=0.6) as call:
+                call.record(cost_usd=0.6)  # past the rung and past pressure_at 0.5
+            with ctx.spawn_child("hooked", on_budget_pressure=hook, pressure_at=0.5) as child:
+                assert child.policies.downgrade is None
+                client.chat.completions.create(model="big-a", messages=MESSAGES, max_tokens=5)
+            with ctx.spawn_child("plain") as plain:  # inherits the ladder
+                assert plain.policies.on_budget_pressure is None
+                client.chat.completions.create(model="big-a", messages=MESSAGES, max_tokens=5)
+            with ctx.spawn_child("laddered", downgrade={0.5: {"big-b": "small"}}) as laddered:
+                for model in ("big-a", "big-b"):  # its own ladder, not the parent's
+                    client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=5)
+                with laddered.spawn_child("inner", on_budget_pressure=hook) as inner:
+                    assert inner.policies.downgrade is None
+        sent = [request.json()["model"] for request in server.requests]
+    assert asked == ["big-a"]  # the child's hook, not the parent's ladder
+    assert sent == ["big-a", "small", "big-a", "small"]

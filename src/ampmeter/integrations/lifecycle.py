@@ -28,8 +28,7 @@ from ampmeter.integrations.disclosure import META_BUDGET_NOTE, disclose
 from ampmeter.integrations.proxy_mark import Marker
 from ampmeter.integrations.unreported import estimate_cut_stream, estimate_unreported
 from ampmeter.limits import ExceededLimit
-from ampmeter.policies.downgrade import META_REQUESTED_MODEL, take_requested_model
-from ampmeter.policies.pressure import Pressure
+from ampmeter.policies.step import Relief
 
 __all__ = [
     "ACTIVE_CALL",
@@ -278,24 +277,24 @@ def finish_abandoned(call: Call, tally: Tally, info: RequestInfo) -> None:
 
 
 def relieve_pressure(
-    ctx: ExecutionContext, pressure: Pressure | None, adapter: Adapter, kwargs: dict[str, Any]
+    ctx: ExecutionContext, reliefs: tuple[Relief, ...], adapter: Adapter, kwargs: dict[str, Any]
 ) -> tuple[ExceededLimit | None, dict[str, Any] | None]:
-    """Under budget pressure, let the context's ``on_budget_pressure`` hook change the request
-    (``kwargs``, in place) or refuse it. An LLM request is told the budget first, in the place
-    its wire format keeps system text, when the context asks for it (``disclose_budget``).
+    """Under budget pressure, let the context's ``on_budget_pressure`` hook or downgrade ladder
+    change the request (``kwargs``, in place) or refuse it. An LLM request is told the budget
+    first, in the place its wire format keeps system text, when the context asks for it
+    (``disclose_budget``).
 
     Returns the refusal, to report when the call is admitted, and the node's metadata for what
     was done (the budget line told, the model asked for before a downgrade): the ``refused``
     and ``extra`` of :func:`begin_call`. Called only when the context has either configured
-    (its policies' ``shapes_requests``; ``pressure`` is their ``pressure``)."""
+    (its policies' ``shapes_requests``; ``reliefs`` are their ``reliefs``)."""
     notes: dict[str, Any] = {}
     told = disclose(ctx, kwargs, adapter.wire if adapter.kind == "llm" else None)
     if told is not None:
         notes[META_BUDGET_NOTE] = told
     refused = None
-    if pressure is not None:
-        refused = pressure.relieve(ctx, kwargs)
-        asked = take_requested_model()
-        if asked is not None:
-            notes[META_REQUESTED_MODEL] = asked
+    for relief in reliefs:
+        refused = relief.relieve(ctx, kwargs, notes)
+        if refused is not None:
+            break
     return refused, notes or None

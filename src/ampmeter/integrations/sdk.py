@@ -79,7 +79,7 @@ def admit(client: Any, options: Any) -> Admitted | None:
     refused = notes = None
     policies = configured_policies(ctx)
     if policies.shapes_requests:  # the hook may change the body (measured after)
-        refused, notes = relieve_pressure(ctx, policies.pressure, adapter, body)
+        refused, notes = relieve_pressure(ctx, policies.reliefs, adapter, body)
         sent = {**body, **extra} if extra else body
     info = adapter.request_info(sent)
     hide = adapter.prepare_stream(body) if info.stream else False

@@ -11,10 +11,8 @@ options; :mod:`~ampmeter.policies.shared_totals` holds the shared ledger's total
 
 from __future__ import annotations
 
+from ampmeter.keys import KEY_BUDGET_PRESSURE, KEY_INPUT_TOKENS_PER_CALL, KEY_REPEATS_FOR
 from ampmeter.policies.options import (
-    KEY_BUDGET_PRESSURE,
-    KEY_INPUT_TOKENS_PER_CALL,
-    KEY_REPEATS_FOR,
     META_LIMIT_EVENTS,
     LimitEvent,
     Option,

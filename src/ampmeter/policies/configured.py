@@ -18,9 +18,8 @@ from ampmeter.policies.options import (
     in_final_call,
     request_fingerprint,
 )
-from ampmeter.policies.pressure import Pressure
 from ampmeter.policies.registry import POLICIES, Policies
-from ampmeter.policies.step import Observer, PolicyStep, SharedTerms, Totals
+from ampmeter.policies.step import Observer, PolicyStep, Relief, SharedTerms, Totals
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
@@ -41,8 +40,8 @@ class ConfiguredPolicies:
         "marking",
         "observers",
         "parent",
-        "pressure",
         "pricing",
+        "reliefs",
         "shapes_requests",
         "stats",
         "steps",
@@ -72,7 +71,7 @@ class ConfiguredPolicies:
                 self.declared[policy.name] = state
         self.steps: tuple[PolicyStep, ...] = ()
         self.observers: tuple[Observer, ...] = ()
-        self.pressure: Pressure | None = None
+        self.reliefs: tuple[Relief, ...] = ()
         self.marking = self.tracks_repeats = self.shapes_requests = False
 
     def declarations(self, policy: str) -> tuple[tuple[Frame, Any], ...]:
@@ -97,13 +96,13 @@ class ConfiguredPolicies:
         if not steps and not admission.frame.disclose_budget:
             return ()  # nothing to mark, shape or observe
         self.observers = tuple(step for step in self.steps if isinstance(step, Observer))
-        self.pressure = next((s for s in self.steps if isinstance(s, Pressure)), None)
+        self.reliefs = tuple(step for step in self.steps if isinstance(step, Relief))
         # A priced call needs no marks when only the unpriced rule is in force.
         self.marking = any(step.marks_priced for step in self.steps)
         self.tracks_repeats = any(step.fingerprints for step in self.steps)
         # Fixed once the admission is made: whether an instrumented request may be changed or
         # refused before it is sent (integrations.lifecycle.relieve_pressure).
-        self.shapes_requests = self.pressure is not None or admission.frame.disclose_budget
+        self.shapes_requests = bool(self.reliefs) or admission.frame.disclose_budget
         return self.steps
 
     # -- making a call --------------------------------------------------------------------------

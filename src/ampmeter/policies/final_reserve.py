@@ -5,6 +5,7 @@ Other calls are checked against the ceiling less the reserve, locally and in a s
 from __future__ import annotations
 
 from decimal import Decimal
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from ampmeter import _validate, money
@@ -81,11 +82,6 @@ def _lowered(frame: Frame, reserve: Decimal | None) -> tuple[LimitRow, ...]:
     return tuple(rows)
 
 
-def _declare(configured: ConfiguredPolicies) -> Decimal | None:
-    reserve: Decimal | None = configured.values.final_reserve_usd
-    return reserve
-
-
 def _make(admission: Admission, configured: ConfiguredPolicies) -> FinalReserve | None:
     reserves = dict(configured.declarations("final_reserve"))
     return (
@@ -113,7 +109,7 @@ POLICY = Policy(
     "final_reserve",
     (Option("final_reserve_usd", lambda usd: _validate.dollars(usd, "final_reserve_usd")),),
     _make,
-    _declare,
+    attrgetter("values.final_reserve_usd"),  # what a context declares: its reserve
     check=_check,
 )
 """``final_reserve_usd``, of the context that sets it (its own cost ceilings)."""

@@ -7,13 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ampmeter._validate import count
+from ampmeter.keys import KEY_INPUT_TOKENS_PER_CALL
 from ampmeter.limits import ExceededLimit, Limit
-from ampmeter.policies.options import (
-    KEY_INPUT_TOKENS_PER_CALL,
-    LimitEvent,
-    Option,
-    Policy,
-)
+from ampmeter.policies.options import LimitEvent, Option, Policy
 from ampmeter.policies.step import Observer
 
 if TYPE_CHECKING:

@@ -6,15 +6,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Final
 
-from ampmeter.keys import (
-    KEY_BUDGET_PRESSURE,
-    KEY_COST,
-    KEY_INPUT_TOKENS_PER_CALL,
-    KEY_REPEATS_FOR,
-)
+from ampmeter.keys import KEY_COST, KEY_REPEATS_FOR
 from ampmeter.limits import ExceededLimit, Limit, LimitType
 
 if TYPE_CHECKING:
@@ -24,14 +19,11 @@ if TYPE_CHECKING:
     from ampmeter.policies.step import PolicyStep
 
 __all__ = [
-    "KEY_BUDGET_PRESSURE",
-    "KEY_INPUT_TOKENS_PER_CALL",
     "KEY_REPEATS_FOR",
     "META_LIMIT_EVENTS",
     "LimitEvent",
     "Option",
     "Policy",
-    "PressureHook",
     "callable_option",
     "final_call",
     "fingerprint",
@@ -43,9 +35,6 @@ __all__ = [
 
 META_LIMIT_EVENTS: Final = "limit_events"
 """Node metadata: the :class:`LimitEvent` dicts the node's settlement produced."""
-
-# The first argument is the ExecutionContext the call runs in (policies never import contexts).
-PressureHook = Callable[[Any, dict[str, Any]], "dict[str, Any] | None"]
 
 # -- final calls ----------------------------------------------------------------------------------
 
@@ -94,16 +83,8 @@ class LimitEvent:
 
     def to_dict(self) -> dict[str, Any]:
         """The event as JSON-ready data (for logs and snapshots)."""
-        return {
-            "kind": self.kind,
-            "limit": self.limit.describe(),
-            "key": self.key,
-            "value": float(self.value),
-            "fraction": self.fraction,
-            "threshold": self.threshold,
-            "node_id": self.node_id,
-            "context": self.context,
-        }
+        data = {item.name: getattr(self, item.name) for item in fields(self)}
+        return data | {"limit": self.limit.describe(), "value": float(self.value)}
 
 
 # -- declarations ---------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 from ampmeter.policies import (
+    downgrade,
     events,
     final_reserve,
     input_cap,
@@ -25,7 +26,8 @@ __all__ = ["POLICIES", "Policies"]
 
 POLICIES: list[Policy] = [
     events.POLICY,  # on_limit_event: where the others' events go (no step)
-    pressure.POLICY,  # a budget-pressure hook's refusal (on_budget_pressure, downgrade)
+    pressure.POLICY,  # a budget-pressure hook (on_budget_pressure, pressure_at)
+    downgrade.POLICY,  # or a downgrade ladder
     input_cap.POLICY,  # max_input_tokens_per_call
     unpriced.POLICY,  # on_unpriced, under a cost limit
     loop_guard.POLICY,  # max_repeats

@@ -1,5 +1,6 @@
 """What every policy step shares beyond the admission's three verbs: the terms it adds
-to a shared ledger's reservation, and the events it reports once a call's usage is added."""
+to a shared ledger's reservation, the events it reports once a call's usage is added, and the
+relief it gives an instrumented request under budget pressure."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ampmeter._core.outcome import Outcome, TerminationReason
 from ampmeter._core.steps import Admission, Step, Ticket
-from ampmeter.policies.options import META_LIMIT_EVENTS
+from ampmeter.keys import KEY_COST
+from ampmeter.policies.options import META_LIMIT_EVENTS, is_cost_ceiling
+from ampmeter.policies.shared_totals import shared_totals
 
 if TYPE_CHECKING:
     from ampmeter._core.frame import Frame
@@ -17,7 +20,7 @@ if TYPE_CHECKING:
     from ampmeter.limits import ExceededLimit, Limit
     from ampmeter.policies.marks import CallMarks
 
-__all__ = ["Observer", "PolicyStep", "SharedTerms", "Totals"]
+__all__ = ["Observer", "PolicyStep", "Relief", "SharedTerms", "Totals"]
 
 
 class Totals(Protocol):
@@ -93,3 +96,47 @@ class Observer(PolicyStep):
         if events:
             self.admission.kernel.append_metadata(ticket.kernel_node, META_LIMIT_EVENTS, events)
         return outcome
+
+
+class Relief(PolicyStep):
+    """A policy that may change an instrumented request before it is measured and reserved, or
+    refuse it, by the largest share of a cost ceiling spent here or above (its ``ceilings``,
+    each with its context's frame). Through a shared ledger the spend is what all its processes
+    spent. A refusal stops the call when it is admitted."""
+
+    __slots__ = ("ceilings",)
+
+    def __init__(self, admission: Admission) -> None:
+        super().__init__(admission)
+        self.ceilings = tuple(
+            (frame, limit.max_value)
+            for frame in admission.frame.ancestry
+            for limit in frame.limits
+            if is_cost_ceiling(limit) and limit.max_value > 0
+        )
+
+    def admit(self, ticket: Ticket, thread: int | None) -> None:
+        marks = ticket.marks
+        if marks is not None and marks.refusal is not None:
+            raise self.refuse(ticket, self.admission.frame, marks.refusal)
+
+    def spent(self) -> float:
+        """The largest share of a cost ceiling here or above that is spent: through a shared
+        ledger, of every process's spend (read at most every
+        :data:`~ampmeter.policies.shared_totals.SHARED_READ_S`); else of this process's."""
+        shares = []
+        for frame, top in self.ceilings:
+            spent: Decimal = frame.policies.stats.get_gauge(KEY_COST)
+            totals = None if frame.ledger is None else shared_totals(frame.ledger).read()
+            if totals is not None:
+                spent = max(spent, Decimal(totals.get(KEY_COST, 0)))
+            shares.append(float(spent / top))
+        return max(shares)
+
+    def relieve(
+        self, ctx: Any, request: dict[str, Any], notes: dict[str, Any]
+    ) -> ExceededLimit | None:
+        """Change ``request`` (an SDK call's keyword arguments; ``ctx`` is the context it runs
+        in) in place, noting in ``notes`` (the node's metadata) what was done, or refuse it:
+        the refusal is returned."""
+        raise NotImplementedError

@@ -99,7 +99,10 @@ class Watch:
                         continue
                     self.fired.add((index, key, threshold))
                     self.wrapped = self.wrapped or threshold is None
-                    if _first(shared, kind, limit, key, threshold):
+                    # through a shared ledger, the first process to claim the event reports it
+                    if shared is None or shared.claim(
+                        f"{kind} {limit.describe()} {key} {threshold}"
+                    ):
                         event = LimitEvent(
                             kind,
                             limit,
@@ -115,15 +118,6 @@ class Watch:
                     not limit.soft or (index, key, None) in self.fired
                 ):
                     self.done.add((index, key))  # nothing left to report for this key
-
-
-def _first(
-    shared: SharedTotals | None, kind: str, limit: Limit, key: str, threshold: float | None
-) -> bool:
-    """Whether this process reports the event (through a shared ledger, the first one does)."""
-    if shared is None:
-        return True
-    return shared.claim(f"{kind} {limit.describe()} {key} {threshold}")
 
 
 class Thresholds(Observer):

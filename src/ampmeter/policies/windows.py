@@ -43,20 +43,17 @@ class Window:
         with self.lock:
             self.recent.append((time.monotonic(), amount))
 
-    def left_window(self) -> Any:
-        """The settled amount older than the window (it only grows)."""
-        assert self.limit.window_s is not None
-        start = time.monotonic() - self.limit.window_s
+    def row(self) -> LimitRow:
+        """The window as a ceiling on the running total, raised by the settled amount older
+        than the window (it only grows)."""
+        limit = self.limit
+        assert limit.window_s is not None
+        start = time.monotonic() - limit.window_s
         with self.lock:
             recent = self.recent
             while recent and recent[0][0] <= start:
                 self.expired += recent.popleft()[1]
-            return self.expired
-
-    def row(self) -> LimitRow:
-        """The window as a ceiling on the running total."""
-        gone = self.left_window()
-        limit = self.limit
+            gone = self.expired
         ceiling = DerivedCeiling(limit, gone, f"limit exceeded in {limit.window_s:g}s")
         return (False, limit.key, limit.internal_max + gone, ceiling)
 
