@@ -64,16 +64,10 @@ def _asset(name: str) -> str:
 
 
 def _split(paths: Sequence[str]) -> tuple[list[str], list[str], set[str]]:
-    """(event logs, stream files, every given path); calls files are not needed."""
-    events, streams = [], []
-    for path in paths:
-        if path.endswith(_STREAM):
-            streams.append(path)
-        elif path.endswith(_PROBLEMS) or path.endswith(_CALLS):
-            continue
-        else:
-            events.append(path)
-    return events, streams, set(paths)
+    """(event logs, stream files, every given path); calls and problems files are not read
+    as event logs (a stream's problems file is found from its stream file)."""
+    events = [p for p in paths if not p.endswith((_STREAM, _PROBLEMS, _CALLS))]
+    return events, [p for p in paths if p.endswith(_STREAM)], set(paths)
 
 
 def _curves(streams: list[str], given: set[str]) -> list[dict[str, Any]]:
@@ -235,25 +229,24 @@ def _figures(
 
 def _overview(digest: LogDigest, sources: str) -> str:
     runs = digest.runs
-    sent = sum(r.sent_calls for r in runs)
-    stopped = sum(r.stopped_unsent for r in runs)
-    failed = sum(r.failed for r in runs)
-    cost = sum(r.cost_usd for r in runs)
-    unpriced = sum(r.unpriced_calls for r in runs)
-    unsettled = sum(r.unsettled_cost_usd for r in runs)
-    estimated = sum(r.estimated_cost_usd for r in runs)
-    tokens_in = sum(r.tokens_in for r in runs)
-    tokens_out = sum(r.tokens_out for r in runs)
+
+    def total(name: str) -> Any:
+        return sum(getattr(run, name) for run in runs)
+
+    unpriced, unsettled, estimated = (
+        total(name) for name in ("unpriced_calls", "unsettled_cost_usd", "estimated_cost_usd")
+    )
     p50 = digest.latency_percentile(50.0)
     parts = [
         f"<b>{len(runs):,}</b> run(s)",
-        f"<b>{sent:,}</b> calls sent",
-        f'<b class="stopped">{stopped:,}</b> stopped before sending',
-        f"<b>{failed:,}</b> failed",
-        f"<b>{dollars(cost)}</b> priced" + (f" + {unpriced:,} unpriced" if unpriced else ""),
+        f"<b>{total('sent_calls'):,}</b> calls sent",
+        f'<b class="stopped">{total("stopped_unsent"):,}</b> stopped before sending',
+        f"<b>{total('failed'):,}</b> failed",
+        f"<b>{dollars(total('cost_usd'))}</b> priced"
+        + (f" + {unpriced:,} unpriced" if unpriced else ""),
         *([f'<b class="unsettled">{dollars(unsettled)}</b> unsettled'] if unsettled else []),
         *([f'<b class="estimated">{dollars(estimated)}</b> estimated'] if estimated else []),
-        f"<b>{tokens_in:,}</b> tokens in / <b>{tokens_out:,}</b> out",
+        f"<b>{total('tokens_in'):,}</b> tokens in / <b>{total('tokens_out'):,}</b> out",
     ]
     if p50 is not None:
         parts.append(f"p50 latency <b>{p50:,.0f} ms</b> (sent LLM calls)")
