@@ -9,6 +9,7 @@ Every line is written (and handed to the OS) before the call returns.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -32,8 +33,7 @@ __all__ = ["ProblemSink", "StreamCumulativeMetrics", "StreamMetricsLogger"]
 _EVENT_TYPE_VALUES: Final = frozenset(EVENT_TYPES.values())
 
 
-def _name(value: object, what: str) -> None:
-    _validate.text(value, what, empty=False)
+_name: Final = functools.partial(_validate.text, empty=False)
 
 
 def _flag(value: object, what: str) -> None:

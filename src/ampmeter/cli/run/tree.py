@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from ampmeter.cli.watch.processes import stat_fields
+
 __all__ = ["POLL_S", "Seen", "TreeWatch", "joined_pids"]
 
 POLL_S: Final = 0.1
@@ -87,14 +89,12 @@ class TreeWatch:
             found[entry] = (start, parent)
             if session == self.session:
                 in_tree.add(entry)
-        grew = True
-        while grew:  # descendants that left the session (setsid) are still the program's
-            added = {
-                pid
-                for pid, (start, parent) in found.items()
-                if pid not in in_tree and (parent in in_tree or (pid, start) in self.seen)
-            }
-            grew = bool(added)
+        # Descendants that left the session (setsid) are still the program's.
+        while added := {
+            pid
+            for pid, (start, parent) in found.items()
+            if pid not in in_tree and (parent in in_tree or (pid, start) in self.seen)
+        }:
             in_tree |= added
         for pid in in_tree:
             if pid in found:
@@ -145,11 +145,7 @@ def _numeric_entries() -> list[int]:
 
 def _stat(pid: int) -> tuple[str, int, int] | None:
     """(start time, parent pid, session id) of ``pid``, or None when it is gone."""
-    try:
-        text = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = text.rpartition(")")[2].split()  # the name in brackets may hold spaces
+    fields = stat_fields(pid)
     try:
         return fields[19], int(fields[1]), int(fields[3])
     except (IndexError, ValueError):

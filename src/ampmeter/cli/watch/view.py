@@ -17,7 +17,7 @@ from rich.text import Text
 
 from ampmeter.analysis.lineage import run_labels
 from ampmeter.analysis.runs import Call, is_estimated
-from ampmeter.cli.output import latency, money, printable
+from ampmeter.cli.output import money, printable
 from ampmeter.cli.watch.state import RUNNING, RunState, WatchState
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS
 from ampmeter.report.charts import amount, share_of
@@ -183,7 +183,7 @@ def _label(call: Call) -> Text:
         if is_estimated(call):
             text.append(" estimated", "yellow")
     if call.latency_ms is not None and call.status != "halt":
-        text.append(f"  {latency(call.latency_ms)}", "dim")
+        text.append(f"  {call.latency_ms:,.0f} ms", "dim")
     if call.status == "halt":
         text.append(f"  stopped: {short_ids(call.stop_reason or 'limit')}", style)
     elif call.status == "fail" and call.error_class:
