@@ -173,24 +173,24 @@ def _figure(title: str, body: str, note: str = "") -> str:
 def _figures(
     digest: LogDigest, curve: list[dict[str, Any]] | None, labels: Mapping[str, str]
 ) -> list[str]:
-    growth = sorted(
-        (
-            (
-                labels[run.run_id],
-                [
-                    c.tokens_in
-                    for c in run.calls
-                    if c.kind == "llm" and was_sent(c.status, c.tokens_in, c.tokens_out)
-                ],
-            )
-            for run in digest.runs
-        ),
-        key=lambda item: -len(item[1]),
-    )[:_GROWTH_RUNS]
+    growth = []
+    for run in digest.runs:
+        sent = [
+            c
+            for c in run.calls
+            if c.kind == "llm" and was_sent(c.status, c.tokens_in, c.tokens_out)
+        ]
+        growth.append((labels[run.run_id], [c.tokens_in for c in sent]))
+    growth.sort(key=lambda item: -len(item[1]))
     series = [
-        (name, [(float(i), float(t)) for i, t in enumerate(ts, 1)]) for name, ts in growth if ts
+        (name, [(float(i), float(t)) for i, t in enumerate(ts, 1)])
+        for name, ts in growth[:_GROWTH_RUNS]
+        if ts
     ]
     stopped = sum(r.stopped_unsent for r in digest.runs)
+    unsent = (
+        f"{stopped:,} call(s) stopped before sending are not in these figures." if stopped else ""
+    )
     figs = [
         _figure("Spend by model", charts.bars_by_model(digest.by_model)),
         _figure(
@@ -198,9 +198,7 @@ def _figures(
             charts.latency_histogram(
                 digest.latencies, digest.latency_percentile(50.0), digest.latency_percentile(95.0)
             ),
-            f"{stopped:,} call(s) stopped before sending are not in these figures."
-            if stopped
-            else "",
+            unsent,
         ),
         _figure(
             "Context growth: input tokens per LLM call",

@@ -128,12 +128,8 @@ class TreeWatch:
 
 def joined_pids(processes_dir: str) -> set[int]:
     """The pids that left a mark in the run's directory (see the module)."""
-    pids: set[int] = set()
-    for name in os.listdir(processes_dir):
-        head = name.partition("-")[0]
-        if head.isdigit():
-            pids.add(int(head))
-    return pids
+    heads = (name.partition("-")[0] for name in os.listdir(processes_dir))
+    return {int(head) for head in heads if head.isdigit()}
 
 
 def _numeric_entries() -> list[int]:
