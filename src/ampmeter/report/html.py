@@ -63,14 +63,8 @@ def _asset(name: str) -> str:
     return resources.files("ampmeter.report").joinpath("assets").joinpath(name).read_text("utf-8")
 
 
-def _split(paths: Sequence[str]) -> tuple[list[str], list[str], set[str]]:
-    """(event logs, stream files, every given path); calls and problems files are not read
-    as event logs (a stream's problems file is found from its stream file)."""
-    events = [p for p in paths if not p.endswith((_STREAM, _PROBLEMS, _CALLS))]
-    return events, [p for p in paths if p.endswith(_STREAM)], set(paths)
-
-
 def _curves(streams: list[str], given: set[str]) -> list[dict[str, Any]]:
+    """The amortization rows of each stream file, with its siblings among ``given``."""
     rows: list[dict[str, Any]] = []
     for stream in streams:
         prefix = stream[: -len(_STREAM)]
@@ -278,7 +272,9 @@ def build_report(
         raise ValueError("no log files given")
     for path in paths:
         require_file(path)
-    event_paths, streams, given = _split(paths)
+    # A stream's problems and calls files are found from its stream file, never read as events.
+    event_paths = [p for p in paths if not p.endswith((_STREAM, _PROBLEMS, _CALLS))]
+    streams = [p for p in paths if p.endswith(_STREAM)]
     digest = digest_logs(event_paths, best_effort=best_effort)
     runs = digest.runs
     if not runs and not streams:
@@ -287,7 +283,7 @@ def build_report(
     labels = run_labels((r.run_id, r.contexts.name) for r in runs)
     roots = _shared_roots(runs)
     table = summary_table([r.summary() for r in runs])
-    curve = _curves(streams, given) if streams else None
+    curve = _curves(streams, set(paths)) if streams else None
 
     # ceilings may come as Decimal dollars (the ledger's API) or as plain numbers
     limits_given = {key: float(cap) for key, cap in (ceilings or {}).items()}

@@ -151,11 +151,6 @@ def short_ids(text: str) -> str:
     return _LONG_ID.sub(r"\1…", printable(text))
 
 
-def _short_span(span: str) -> str:
-    # `ampmeter run` prefixes other processes' spans (p<pid>-<tag>.n000003): the node id says it.
-    return span.rpartition(".")[2]
-
-
 def _running_label(run: RunState, span: str) -> Text:
     mark, style = _MARK[RUNNING]
     kids = run.children.get(span, ())
@@ -165,7 +160,9 @@ def _running_label(run: RunState, span: str) -> Text:
     return Text.assemble(
         (f"{mark} running", style),
         (where, "bold"),
-        (f"  {_short_span(span)}, {len(kids)} inner call(s) ended", "dim"),
+        # `ampmeter run` prefixes other processes' spans (p<pid>-<tag>.n000003): the node id
+        # says enough.
+        (f"  {span.rpartition('.')[2]}, {len(kids)} inner call(s) ended", "dim"),
     )
 
 
