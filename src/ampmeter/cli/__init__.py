@@ -6,16 +6,8 @@ Importing this package imports nothing else: every process of an ``ampmeter run`
 when first asked for.
 """
 
-from __future__ import annotations
-
-from typing import Any
+from ampmeter._lazy import lazy_names
 
 __all__ = ["app", "main"]
 
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from ampmeter.cli import application
-
-        return getattr(application, name)
-    raise AttributeError(f"module 'ampmeter.cli' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, dict.fromkeys(__all__, "ampmeter.cli.application"))

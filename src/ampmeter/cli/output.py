@@ -6,8 +6,8 @@ exit with status 2; there is never a traceback or a boxed panel. Text from logs 
 reasons, file names) is printed as plain text, never as markup, with control characters and
 terminal escape sequences shown escaped (``\\x1b``). Numbers are written one way everywhere:
 whole numbers with thousands separators (``1,198,000``), fractions to four significant digits
-without an exponent (``0.0123``, ``1,198,000.5``), money with :func:`money`, latency with
-:func:`latency`.
+without an exponent (``0.0123``, ``1,198,000.5``), money with :func:`money`, latency in whole
+milliseconds (``22,436 ms``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import typer
 
 __all__ = [
     "fail",
-    "latency",
     "missing_module",
     "money",
     "number",
@@ -112,11 +111,6 @@ def money(value: float | decimal.Decimal) -> str:
     if isinstance(value, decimal.Decimal):
         return format_usd(value.quantize(decimal.Decimal("1e-9")))
     return format_usd(round(value, 9))
-
-
-def latency(ms: float) -> str:
-    """Milliseconds as every command shows them: ``22,436 ms``."""
-    return f"{ms:,.0f} ms"
 
 
 # What the OS's own texts for these errors mean for a file named on the command line.

@@ -100,13 +100,10 @@ def as_table(table: SummaryTable, wide: bool) -> Table:
         out.add_row(*(_cell(key, row[key]) for key, _ in columns))
     if table.runs:
         for q in ("p50", "p95"):
-            cells = []
-            for key, _ in columns:
+            cells = [Text(q)]  # under the label; a column with no figures across runs is blank
+            for key, _ in columns[1:]:
                 across = table.across.get(key)
-                if key == "label":
-                    cells.append(Text(q))
-                else:
-                    cells.append(_cell(key, across.get(q)) if across is not None else Text(""))
+                cells.append(Text("") if across is None else _cell(key, across.get(q)))
             out.add_row(*cells, style="italic dim")
     return out
 

@@ -220,7 +220,7 @@ class JsonlReader(Closeable, Iterator[dict[str, Any]]):
             try:
                 obj = loads(raw)
             except orjson.JSONDecodeError as exc:
-                if pending is None and not _ends_line(raw):
+                if pending is None and raw[-1:] not in (b"\n", "\n"):
                     summary.truncated_last_line = True
                     warnings.warn(
                         f"{summary.path}:{number}: ignoring an incomplete last line "
@@ -263,17 +263,6 @@ class JsonlReader(Closeable, Iterator[dict[str, Any]]):
             self._on_skip(number, reason)
 
 
-def _ends_line(raw: bytes | str) -> bool:
-    if isinstance(raw, bytes):
-        return raw.endswith(b"\n")
-    return raw.endswith("\n")
-
-
-def _short(exc: Exception) -> str:
-    text = str(exc)
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
 def _json_kind(obj: object) -> str:
     if isinstance(obj, list):
         return "an array"
@@ -284,6 +273,11 @@ def _json_kind(obj: object) -> str:
     if isinstance(obj, bool):
         return "a boolean"
     return "a number"
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def read_jsonl(

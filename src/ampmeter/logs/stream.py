@@ -9,6 +9,7 @@ Every line is written (and handed to the OS) before the call returns.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -30,22 +31,9 @@ from ampmeter.sinks.base import Sink
 __all__ = ["ProblemSink", "StreamCumulativeMetrics", "StreamMetricsLogger"]
 
 _EVENT_TYPE_VALUES: Final = frozenset(EVENT_TYPES.values())
-# Optional calls.jsonl keys a caller may put on a node's metadata to have them in calls.jsonl.
-_CALL_META_KEYS: Final = (
-    "attempt_index",
-    "temperature",
-    "validator_passed",
-    "failure_reason",
-    "prompt_variant",
-    "raw_output",
-    "candidate_line",
-    "normalization",
-    "precheck_failure_reason",
-)
 
 
-def _name(value: object, what: str) -> None:
-    _validate.text(value, what, empty=False)
+_name: Final = functools.partial(_validate.text, empty=False)
 
 
 def _flag(value: object, what: str) -> None:
@@ -282,22 +270,22 @@ class StreamMetricsLogger(Closeable):
             unpriced = meta.get(META_COST_STATUS) == "unpriced"
             t_in, t_out = node.tokens_in, node.tokens_out
             total = None if t_in is None and t_out is None else (t_in or 0) + (t_out or 0)
-            call: dict[str, Any] = {
-                "call_id": node.node_id,
-                "parent_id": node.parent_id if node.depth > 1 else None,
-                "t": t,
-                "problem_id": problem_id,
-                "operation": node.name,
-                "prompt_tokens": t_in,
-                "completion_tokens": t_out,
-                "total_tokens": total,
-                "latency_ms": float(event["latency_ms"]),
-                "api_cost_usd": None if unpriced else float(node.cost_usd),
+            # The fields a node does not give come from its metadata, where a caller may put them.
+            call: dict[str, Any] = {name: meta.get(name) for name in _CALL_FIELDS}
+            call.update(
+                call_id=node.node_id,
+                parent_id=node.parent_id if node.depth > 1 else None,
+                t=t,
+                problem_id=problem_id,
+                operation=node.name,
+                prompt_tokens=t_in,
+                completion_tokens=t_out,
+                total_tokens=total,
+                latency_ms=float(event["latency_ms"]),
+                api_cost_usd=None if unpriced else float(node.cost_usd),
                 # A call stopped before it ran has no error class; say that it was halted.
-                "error_type": node.error_class or ("halt" if node.status == "halt" else None),
-            }
-            for key in _CALL_META_KEYS:
-                call[key] = meta.get(key)
+                error_type=node.error_class or ("halt" if node.status == "halt" else None),
+            )
             if node.status != "success" and call["failure_reason"] is None:
                 call["failure_reason"] = node.stop_reason
             self._write_call((t, problem_id), call, event, node.cost_usd)

@@ -201,17 +201,10 @@ def bars_by_model(by_model: Mapping[str, Mapping[str, float]]) -> str:
                 f'<rect class="bar {cls}" x="{x0:.1f}" y="{y + 3}" width="{length:.1f}" '
                 f'height="{row - 6}" data-tip="{tip}"></rect>'
             )
-            inside = length > text_width(text) + 8
-            tx = x0 + length - 4 if inside else x0 + length + 4
-            body.append(
-                _text(
-                    tx,
-                    y + 15,
-                    text,
-                    "value in" if inside else "value",
-                    "end" if inside else "start",
-                )
-            )
+            if length > text_width(text) + 8:
+                body.append(_text(x0 + length - 4, y + 15, text, "value in", "end"))
+            else:
+                body.append(_text(x0 + length + 4, y + 15, text, "value", "start"))
     return _svg(_WIDTH, height, "cost and tokens by model", body, "by-model")
 
 
@@ -256,34 +249,19 @@ def latency_histogram(counts: Mapping[float, int], p50: float | None, p95: float
     x_ticks = nice_ticks(low, low + width * bins, plot_w, label_px)
     labels = [(x(t), tick_label(t, x_ticks) + " ms") for t in x_ticks]
     body.append(_x_ticks(labels, top + plot_h + 14, left, left + plot_w))
-    body.append(
-        _text(
-            left + plot_w / 2,
-            height - 4,
-            f"latency of {total:,} sent LLM call(s)",
-            "axis",
-            "middle",
-        )
-    )
+    caption = f"latency of {total:,} sent LLM call(s)"
+    body.append(_text(left + plot_w / 2, height - 4, caption, "axis", "middle"))
     for lane, (name, mark) in enumerate((("p50", p50), ("p95", p95))):
         if mark is None:
             continue
         vx = x(mark)
         text = f"{name} {number(mark)} ms"
-        anchor = "end" if vx > left + plot_w / 2 else "start"
+        anchor, dx = ("end", -4) if vx > left + plot_w / 2 else ("start", 4)
         body.append(
             f'<line class="mark {name}" x1="{vx:.1f}" x2="{vx:.1f}" '
             f'y1="{6 + lane * 15}" y2="{top + plot_h}"></line>'
         )
-        body.append(
-            _text(
-                vx + (-4 if anchor == "end" else 4),
-                15 + lane * 15,
-                text,
-                f"mark-label {name}",
-                anchor,
-            )
-        )
+        body.append(_text(vx + dx, 15 + lane * 15, text, f"mark-label {name}", anchor))
     return _svg(_WIDTH, height, "latency histogram", body, "latency")
 
 

@@ -63,20 +63,8 @@ def _asset(name: str) -> str:
     return resources.files("ampmeter.report").joinpath("assets").joinpath(name).read_text("utf-8")
 
 
-def _split(paths: Sequence[str]) -> tuple[list[str], list[str], set[str]]:
-    """(event logs, stream files, every given path); calls files are not needed."""
-    events, streams = [], []
-    for path in paths:
-        if path.endswith(_STREAM):
-            streams.append(path)
-        elif path.endswith(_PROBLEMS) or path.endswith(_CALLS):
-            continue
-        else:
-            events.append(path)
-    return events, streams, set(paths)
-
-
 def _curves(streams: list[str], given: set[str]) -> list[dict[str, Any]]:
+    """The amortization rows of each stream file, with its siblings among ``given``."""
     rows: list[dict[str, Any]] = []
     for stream in streams:
         prefix = stream[: -len(_STREAM)]
@@ -179,24 +167,24 @@ def _figure(title: str, body: str, note: str = "") -> str:
 def _figures(
     digest: LogDigest, curve: list[dict[str, Any]] | None, labels: Mapping[str, str]
 ) -> list[str]:
-    growth = sorted(
-        (
-            (
-                labels[run.run_id],
-                [
-                    c.tokens_in
-                    for c in run.calls
-                    if c.kind == "llm" and was_sent(c.status, c.tokens_in, c.tokens_out)
-                ],
-            )
-            for run in digest.runs
-        ),
-        key=lambda item: -len(item[1]),
-    )[:_GROWTH_RUNS]
+    growth = []
+    for run in digest.runs:
+        sent = [
+            c
+            for c in run.calls
+            if c.kind == "llm" and was_sent(c.status, c.tokens_in, c.tokens_out)
+        ]
+        growth.append((labels[run.run_id], [c.tokens_in for c in sent]))
+    growth.sort(key=lambda item: -len(item[1]))
     series = [
-        (name, [(float(i), float(t)) for i, t in enumerate(ts, 1)]) for name, ts in growth if ts
+        (name, [(float(i), float(t)) for i, t in enumerate(ts, 1)])
+        for name, ts in growth[:_GROWTH_RUNS]
+        if ts
     ]
     stopped = sum(r.stopped_unsent for r in digest.runs)
+    unsent = (
+        f"{stopped:,} call(s) stopped before sending are not in these figures." if stopped else ""
+    )
     figs = [
         _figure("Spend by model", charts.bars_by_model(digest.by_model)),
         _figure(
@@ -204,9 +192,7 @@ def _figures(
             charts.latency_histogram(
                 digest.latencies, digest.latency_percentile(50.0), digest.latency_percentile(95.0)
             ),
-            f"{stopped:,} call(s) stopped before sending are not in these figures."
-            if stopped
-            else "",
+            unsent,
         ),
         _figure(
             "Context growth: input tokens per LLM call",
@@ -235,25 +221,24 @@ def _figures(
 
 def _overview(digest: LogDigest, sources: str) -> str:
     runs = digest.runs
-    sent = sum(r.sent_calls for r in runs)
-    stopped = sum(r.stopped_unsent for r in runs)
-    failed = sum(r.failed for r in runs)
-    cost = sum(r.cost_usd for r in runs)
-    unpriced = sum(r.unpriced_calls for r in runs)
-    unsettled = sum(r.unsettled_cost_usd for r in runs)
-    estimated = sum(r.estimated_cost_usd for r in runs)
-    tokens_in = sum(r.tokens_in for r in runs)
-    tokens_out = sum(r.tokens_out for r in runs)
+
+    def total(name: str) -> Any:
+        return sum(getattr(run, name) for run in runs)
+
+    unpriced, unsettled, estimated = (
+        total(name) for name in ("unpriced_calls", "unsettled_cost_usd", "estimated_cost_usd")
+    )
     p50 = digest.latency_percentile(50.0)
     parts = [
         f"<b>{len(runs):,}</b> run(s)",
-        f"<b>{sent:,}</b> calls sent",
-        f'<b class="stopped">{stopped:,}</b> stopped before sending',
-        f"<b>{failed:,}</b> failed",
-        f"<b>{dollars(cost)}</b> priced" + (f" + {unpriced:,} unpriced" if unpriced else ""),
+        f"<b>{total('sent_calls'):,}</b> calls sent",
+        f'<b class="stopped">{total("stopped_unsent"):,}</b> stopped before sending',
+        f"<b>{total('failed'):,}</b> failed",
+        f"<b>{dollars(total('cost_usd'))}</b> priced"
+        + (f" + {unpriced:,} unpriced" if unpriced else ""),
         *([f'<b class="unsettled">{dollars(unsettled)}</b> unsettled'] if unsettled else []),
         *([f'<b class="estimated">{dollars(estimated)}</b> estimated'] if estimated else []),
-        f"<b>{tokens_in:,}</b> tokens in / <b>{tokens_out:,}</b> out",
+        f"<b>{total('tokens_in'):,}</b> tokens in / <b>{total('tokens_out'):,}</b> out",
     ]
     if p50 is not None:
         parts.append(f"p50 latency <b>{p50:,.0f} ms</b> (sent LLM calls)")
@@ -287,7 +272,9 @@ def build_report(
         raise ValueError("no log files given")
     for path in paths:
         require_file(path)
-    event_paths, streams, given = _split(paths)
+    # A stream's problems and calls files are found from its stream file, never read as events.
+    event_paths = [p for p in paths if not p.endswith((_STREAM, _PROBLEMS, _CALLS))]
+    streams = [p for p in paths if p.endswith(_STREAM)]
     digest = digest_logs(event_paths, best_effort=best_effort)
     runs = digest.runs
     if not runs and not streams:
@@ -296,7 +283,7 @@ def build_report(
     labels = run_labels((r.run_id, r.contexts.name) for r in runs)
     roots = _shared_roots(runs)
     table = summary_table([r.summary() for r in runs])
-    curve = _curves(streams, given) if streams else None
+    curve = _curves(streams, set(paths)) if streams else None
 
     # ceilings may come as Decimal dollars (the ledger's API) or as plain numbers
     limits_given = {key: float(cap) for key, cap in (ceilings or {}).items()}

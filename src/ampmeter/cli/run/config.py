@@ -63,21 +63,21 @@ def flag_of(control: str) -> str:
     return "--" + control.replace("_", "-")
 
 
-def _described(
+def _control(
     panel: str,
     metavar: str | None,
     text: str,
+    default: Any = None,
     parse: Callable[[list[str]], Any] | None = None,
-) -> dict[str, Any]:
-    """A field's metadata: a control of ``ampmeter run``, its help ``text``, shown in ``panel``
-    with ``metavar``, and for a repeatable control, how its items become the value (``parse``,
-    else a list)."""
-    return {"panel": panel, "metavar": metavar, "help": text, "parse": parse}
-
-
-def _control(panel: str, metavar: str | None, text: str, default: Any = None) -> Any:
-    """A field of :class:`RunConfig` that holds one value."""
-    return field(default=default, metadata=_described(panel, metavar, text))
+) -> Any:
+    """A field of :class:`RunConfig`: a control of ``ampmeter run``, its help ``text``, shown in
+    ``panel`` with ``metavar``. A repeatable control's ``default`` is its empty type (``list``,
+    ``dict``); ``parse`` makes its items the value (else they are a list). It returns a
+    ``dataclasses.field``, which ruff cannot see (hence its RUF009 waived where it is used)."""
+    described = {"panel": panel, "metavar": metavar, "help": text, "parse": parse}
+    if default in (list, dict):
+        return field(default_factory=default, metadata=described)
+    return field(default=default, metadata=described)
 
 
 def parse_upstreams(items: Sequence[str]) -> dict[str, str]:
@@ -126,11 +126,8 @@ class RunConfig:
         "over all calls.",
     )
     max_input_tokens: int | None = _control(LIMITS, "N", "Most input tokens over all calls.")
-    max_tokens_per_model: dict[str, int] = field(
-        default_factory=dict,
-        metadata=_described(
-            LIMITS, "MODEL=N", "Most input tokens for one model (repeatable).", parse_model_limits
-        ),
+    max_tokens_per_model: dict[str, int] = _control(  # noqa: RUF009
+        LIMITS, "MODEL=N", "Most input tokens for one model (repeatable).", dict, parse_model_limits
     )
     timeout: float | None = _control(
         LIMITS,
@@ -145,15 +142,13 @@ class RunConfig:
         "killed (default 2). Only its own shutdown: the work stops at --timeout.",
         DEFAULT_GRACE_S,
     )
-    price: list[str] = field(
-        default_factory=list,
-        metadata=_described(
-            POLICIES,
-            "MODEL=IN/OUT",
-            "Price a model in USD per million input / output tokens, read exactly as written "
-            "(repeatable; MODEL may be a pattern such as 'ft:gpt-4o*'). Wins over the price "
-            "table.",
-        ),
+    price: list[str] = _control(  # noqa: RUF009
+        POLICIES,
+        "MODEL=IN/OUT",
+        "Price a model in USD per million input / output tokens, read exactly as written "
+        "(repeatable; MODEL may be a pattern such as 'ft:gpt-4o*'). Wins over the price "
+        "table.",
+        list,
     )
     on_unpriced: Literal["refuse", "warn", "allow"] | None = _control(
         POLICIES,
@@ -162,23 +157,19 @@ class RunConfig:
         "(default), let through with a warning, or allowed. Its cost counts as unpriced, "
         "never as $0.",
     )
-    warn_at: list[float] = field(
-        default_factory=list,
-        metadata=_described(
-            POLICIES,
-            "FRACTION",
-            "Warn once when this fraction of each limit is used, in any process (repeatable: "
-            "--warn-at 0.5 --warn-at 0.8).",
-        ),
+    warn_at: list[float] = _control(  # noqa: RUF009
+        POLICIES,
+        "FRACTION",
+        "Warn once when this fraction of each limit is used, in any process (repeatable: "
+        "--warn-at 0.5 --warn-at 0.8).",
+        list,
     )
-    downgrade: list[str] = field(
-        default_factory=list,
-        metadata=_described(
-            POLICIES,
-            "FROM=TO@FRACTION",
-            "Past FRACTION of --max-cost, send requests for model FROM ('*': any) to model TO, "
-            "reserved at TO's price (repeatable).",
-        ),
+    downgrade: list[str] = _control(  # noqa: RUF009
+        POLICIES,
+        "FROM=TO@FRACTION",
+        "Past FRACTION of --max-cost, send requests for model FROM ('*': any) to model TO, "
+        "reserved at TO's price (repeatable).",
+        list,
     )
     on_exhausted: Literal["raise", "pause"] | None = _control(
         POLICIES,
@@ -233,15 +224,13 @@ class RunConfig:
         "language are metered and capped with the rest (needs ampmeter[proxy]).",
         False,
     )
-    upstream: dict[str, str] = field(
-        default_factory=dict,
-        metadata=_described(
-            OTHERS,
-            "NAME=URL",
-            "Where the proxy forwards openai or anthropic requests (repeatable; default: the "
-            "base URL variables of this environment, else the official endpoints).",
-            parse_upstreams,
-        ),
+    upstream: dict[str, str] = _control(  # noqa: RUF009
+        OTHERS,
+        "NAME=URL",
+        "Where the proxy forwards openai or anthropic requests (repeatable; default: the "
+        "base URL variables of this environment, else the official endpoints).",
+        dict,
+        parse_upstreams,
     )
 
     def __post_init__(self) -> None:

@@ -126,9 +126,8 @@ def run_command(
         child_env[ENV_TREE] = json.dumps(tree)
         child_env[ENV_PROCESSES] = processes_dir
         child_env.pop(ENV_TOP_TAKEN, None)
-        with contextlib.ExitStack() as serving:
-            if config.proxy:  # until the program's whole process group has ended
-                serving.enter_context(run_proxy(config, tree, child_env))
+        # The proxy serves until the program's whole process group has ended.
+        with run_proxy(config, tree, child_env) if config.proxy else contextlib.nullcontext():
             # With --output json, stdout is the result's alone: the program writes to stderr
             # (the descriptor: sys.stderr may be a Python object without one, as under a test).
             stdout = 2 if config.output == "json" else None

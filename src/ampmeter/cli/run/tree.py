@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from ampmeter.cli.watch.processes import stat_fields
+
 __all__ = ["POLL_S", "Seen", "TreeWatch", "joined_pids"]
 
 POLL_S: Final = 0.1
@@ -87,14 +89,12 @@ class TreeWatch:
             found[entry] = (start, parent)
             if session == self.session:
                 in_tree.add(entry)
-        grew = True
-        while grew:  # descendants that left the session (setsid) are still the program's
-            added = {
-                pid
-                for pid, (start, parent) in found.items()
-                if pid not in in_tree and (parent in in_tree or (pid, start) in self.seen)
-            }
-            grew = bool(added)
+        # Descendants that left the session (setsid) are still the program's.
+        while added := {
+            pid
+            for pid, (start, parent) in found.items()
+            if pid not in in_tree and (parent in in_tree or (pid, start) in self.seen)
+        }:
             in_tree |= added
         for pid in in_tree:
             if pid in found:
@@ -128,12 +128,8 @@ class TreeWatch:
 
 def joined_pids(processes_dir: str) -> set[int]:
     """The pids that left a mark in the run's directory (see the module)."""
-    pids: set[int] = set()
-    for name in os.listdir(processes_dir):
-        head = name.partition("-")[0]
-        if head.isdigit():
-            pids.add(int(head))
-    return pids
+    heads = (name.partition("-")[0] for name in os.listdir(processes_dir))
+    return {int(head) for head in heads if head.isdigit()}
 
 
 def _numeric_entries() -> list[int]:
@@ -145,11 +141,7 @@ def _numeric_entries() -> list[int]:
 
 def _stat(pid: int) -> tuple[str, int, int] | None:
     """(start time, parent pid, session id) of ``pid``, or None when it is gone."""
-    try:
-        text = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = text.rpartition(")")[2].split()  # the name in brackets may hold spaces
+    fields = stat_fields(pid)
     try:
         return fields[19], int(fields[1]), int(fields[3])
     except (IndexError, ValueError):

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable
 from functools import cache
 
-__all__ = ["this_host", "verdict"]
+__all__ = ["stat_fields", "this_host", "verdict"]
 
 
 @cache
@@ -32,18 +32,14 @@ def _boot_time_s() -> float | None:
     return None
 
 
-def _proc_stat(pid: int) -> tuple[str, float | None] | None:
-    """(state letter, start time in epoch seconds) of process ``pid`` where ``/proc`` tells."""
+def stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command's name (which, in brackets, may
+    hold spaces); none where ``/proc`` does not tell."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            fields = handle.read().rpartition(")")[2].split()
-        boot = _boot_time_s()
-        # Field 22 of stat (the 20th after the command's closing parenthesis): clock ticks
-        # after boot at which the process started.
-        started = None if boot is None else boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-        return fields[0], started
-    except (OSError, IndexError, ValueError):
-        return None
+            return handle.read().rpartition(")")[2].split()
+    except OSError:
+        return []
 
 
 def _alive(pid: int, since_ms: float) -> bool:
@@ -53,13 +49,16 @@ def _alive(pid: int, since_ms: float) -> bool:
         return False
     except PermissionError:  # exists, owned by someone else
         pass
-    stat = _proc_stat(pid)
-    if stat is None:
-        return True
-    state, started = stat
-    if state in ("Z", "X"):  # ended, not yet reaped by its parent
+    fields = stat_fields(pid)
+    if fields[:1] in (["Z"], ["X"]):  # ended, not yet reaped by its parent
         return False
-    return started is None or started * 1000.0 <= since_ms + 1000.0
+    boot = _boot_time_s()
+    if boot is None or len(fields) < 20 or not fields[19].isdigit():
+        return True
+    # Field 22 of stat (the 20th after the command's closing parenthesis): clock ticks after
+    # boot at which the process started.
+    started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    return started * 1000.0 <= since_ms + 1000.0
 
 
 def verdict(processes: Iterable[tuple[str | None, int]], since_ms: float) -> str | None:

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from ampmeter.analysis.lineage import run_labels
 from ampmeter.analysis.runs import Call, is_estimated
-from ampmeter.cli.output import latency, money, printable
+from ampmeter.cli.output import money, printable
 from ampmeter.cli.watch.state import RUNNING, RunState, WatchState
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS
 from ampmeter.report.charts import amount, share_of
@@ -151,11 +151,6 @@ def short_ids(text: str) -> str:
     return _LONG_ID.sub(r"\1…", printable(text))
 
 
-def _short_span(span: str) -> str:
-    # `ampmeter run` prefixes other processes' spans (p<pid>-<tag>.n000003): the node id says it.
-    return span.rpartition(".")[2]
-
-
 def _running_label(run: RunState, span: str) -> Text:
     mark, style = _MARK[RUNNING]
     kids = run.children.get(span, ())
@@ -165,7 +160,9 @@ def _running_label(run: RunState, span: str) -> Text:
     return Text.assemble(
         (f"{mark} running", style),
         (where, "bold"),
-        (f"  {_short_span(span)}, {len(kids)} inner call(s) ended", "dim"),
+        # `ampmeter run` prefixes other processes' spans (p<pid>-<tag>.n000003): the node id
+        # says enough.
+        (f"  {span.rpartition('.')[2]}, {len(kids)} inner call(s) ended", "dim"),
     )
 
 
@@ -183,7 +180,7 @@ def _label(call: Call) -> Text:
         if is_estimated(call):
             text.append(" estimated", "yellow")
     if call.latency_ms is not None and call.status != "halt":
-        text.append(f"  {latency(call.latency_ms)}", "dim")
+        text.append(f"  {call.latency_ms:,.0f} ms", "dim")
     if call.status == "halt":
         text.append(f"  stopped: {short_ids(call.stop_reason or 'limit')}", style)
     elif call.status == "fail" and call.error_class:
