@@ -26,13 +26,12 @@ from __future__ import annotations
 
 __all__ = [
     "CEILINGS",
-    "COMMIT",
     "NOTE",
     "READ",
     "RECENT",
-    "RELEASE",
     "RENEW",
     "RESERVE",
+    "SETTLE",
 ]
 
 _PRELUDE = """
@@ -60,10 +59,6 @@ end
 local function close_window()
   if window_ms == nil then return end
   for _, i in ipairs(tree) do redis.call('PEXPIRE', KEYS[i], window_ms) end
-end
-
-local function settled(id)
-  return redis.call('ZSCORE', KEYS[5], id) or redis.call('ZSCORE', KEYS[6], id)
 end
 
 -- Add (sign 1) or subtract (-1) an amount (a decimal string) to a field of hash KEYS[k].
@@ -185,7 +180,8 @@ for n, entry in ipairs(path) do
     return {5, t[1], t[2], tostring(n), ''}
   end
 end
-if settled(id) or redis.call('HEXISTS', KEYS[11], id) == 1 then
+if redis.call('ZSCORE', KEYS[5], id) or redis.call('ZSCORE', KEYS[6], id)
+  or redis.call('HEXISTS', KEYS[11], id) == 1 then
   return {0, t[1], t[2], '', ''}
 end
 local existing = redis.call('HGET', KEYS[3], id)
@@ -269,31 +265,37 @@ return {1, t[1], t[2], raw, ''}
     + _EPILOGUE
 )
 
-# ARGV 3 id, 4 the idempotency field ("" = none), 5 the amounts' JSON [key, amount, ...] (also
-# kept for the idempotency field), 6 the JSON of the field prefixes of its scopes. Returns
-# {1, ""} if applied, {0, ""} if already committed, {2, JSON} if the idempotency field was seen
-# (the JSON of its first settlement's amounts; nothing added).
-COMMIT = (
+# ARGV 3 id, 4 "1" to commit ("0" to release), 5 the idempotency field ("" = none), 6 the
+# amounts' JSON [key, amount, ...] (also kept for the idempotency field), 7 the JSON of the field
+# prefixes of its scopes. A commit after a release still adds what was spent; anything else
+# settles once (a release of an id never reserved leaves a tombstone). Returns {1, ""} if
+# applied, {0, ""} if already settled, {2, JSON} if the idempotency field was seen (the JSON of
+# its first settlement's amounts; nothing added).
+SETTLE = (
     _PRELUDE
     + """
-local id = ARGV[3]
-if redis.call('ZSCORE', KEYS[5], id) then
+local id, commit = ARGV[3], ARGV[4] == '1'
+if redis.call('ZSCORE', KEYS[5], id) or (not commit and redis.call('ZSCORE', KEYS[6], id)) then
   return {0, ''}
 end
 drop(id)
 uncharge(id)
+if not commit then
+  redis.call('ZADD', KEYS[6], now, id)
+  return {1, ''}
+end
 redis.call('ZREM', KEYS[6], id)
 redis.call('ZADD', KEYS[5], now, id)
-if ARGV[4] ~= '' then
-  local seen = redis.call('HGET', KEYS[14], ARGV[4])
+if ARGV[5] ~= '' then
+  local seen = redis.call('HGET', KEYS[14], ARGV[5])
   if seen then
     return {2, seen}
   end
-  redis.call('HSET', KEYS[14], ARGV[4], ARGV[5])
-  redis.call('ZADD', KEYS[15], now, ARGV[4])
+  redis.call('HSET', KEYS[14], ARGV[5], ARGV[6])
+  redis.call('ZADD', KEYS[15], now, ARGV[5])
 end
-local amounts = cjson.decode(ARGV[5])
-for _, prefix in ipairs(cjson.decode(ARGV[6])) do
+local amounts = cjson.decode(ARGV[6])
+for _, prefix in ipairs(cjson.decode(ARGV[7])) do
   for j = 1, #amounts, 2 do
     if amounts[j + 1] ~= '0' then
       local field = prefix .. amounts[j]
@@ -305,22 +307,6 @@ for _, prefix in ipairs(cjson.decode(ARGV[6])) do
   end
 end
 return {1, ''}
-"""
-    + _EPILOGUE
-)
-
-# ARGV 3 id. Returns 1 if applied (a tombstone for an id never reserved), 0 if already settled.
-RELEASE = (
-    _PRELUDE
-    + """
-local id = ARGV[3]
-if settled(id) then
-  return 0
-end
-drop(id)
-uncharge(id)
-redis.call('ZADD', KEYS[6], now, id)
-return 1
 """
     + _EPILOGUE
 )

@@ -147,8 +147,7 @@ class RedisLedger(Ledger):
         self._reserve = self._client.register_script(_lua.RESERVE)
         self._read = self._client.register_script(_lua.READ)
         self._ceilings = self._client.register_script(_lua.CEILINGS)
-        self._commit = self._client.register_script(_lua.COMMIT)
-        self._release = self._client.register_script(_lua.RELEASE)
+        self._settlement = self._client.register_script(_lua.SETTLE)
         self._renew = self._client.register_script(_lua.RENEW)
         self._note = self._client.register_script(_lua.NOTE)
         self._recent = self._client.register_script(_lua.RECENT)
@@ -195,18 +194,15 @@ class RedisLedger(Ledger):
         held_amounts, scopes = _hold(found)
         return held_reservation(reservation_id, held_amounts, expires_at, scopes)
 
-    def _backend_commit(self, settlement: Settlement) -> Units | None:
-        _, reservation_id, scopes, actual, idempotency_key = settlement
+    def _backend_settle(self, settlement: Settlement) -> Units | None:
+        op, reservation_id, scopes, actual, idempotency_key = settlement
         field = "" if idempotency_key is None else self._prefix(scopes[0]) + idempotency_key
         prefixes = orjson.dumps([self._prefix(scope) for scope in scopes]).decode()
-        args = [*self._common(), reservation_id, field, _flat(actual), prefixes]
-        answer = self._call(lambda: self._commit(keys=self._keys, args=args))
+        commit = "1" if op == "commit" else "0"
+        args = [*self._common(), reservation_id, commit, field, _flat(actual), prefixes]
+        answer = self._call(lambda: self._settlement(keys=self._keys, args=args))
         status, seen = (_text(part) for part in answer)
         return _pairs(orjson.loads(seen)) if status == "2" else None
-
-    def _backend_release(self, reservation_id: str) -> None:
-        args = [*self._common(), reservation_id]
-        self._call(lambda: self._release(keys=self._keys, args=args))
 
     def _backend_renew(self, reservation_ids: list[str]) -> set[str]:
         args = [*self._common(), self._lease_arg, *reservation_ids]

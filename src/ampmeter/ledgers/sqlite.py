@@ -122,17 +122,22 @@ class SqlLedger(Ledger):
 
         return self._run(reserve)
 
-    def _backend_commit(self, settlement: Settlement) -> Units | None:
-        _, reservation_id, scopes, actual, idempotency_key = settlement
+    def _backend_settle(self, settlement: Settlement) -> Units | None:
+        op, reservation_id, scopes, actual, idempotency_key = settlement
 
-        def commit(db: sqlite3.Connection, now: float) -> Units | None:
-            if _settled(db, reservation_id) == 1:
+        def settle(db: sqlite3.Connection, now: float) -> Units | None:
+            # A commit after a release still adds what was spent; anything else settles once.
+            settled = _settled(db, reservation_id)
+            if settled == 1 or (settled == 0 and op == "release"):
                 return None
             _drop(db, reservation_id)
             _uncharge(db, reservation_id)
             db.execute(
-                "INSERT OR REPLACE INTO ampmeter_settled VALUES (?, 1, ?)", (reservation_id, now)
+                "INSERT OR REPLACE INTO ampmeter_settled VALUES (?, ?, ?)",
+                (reservation_id, int(op == "commit"), now),
             )
+            if op == "release":
+                return None
             if idempotency_key is not None:
                 seen = db.execute(
                     "SELECT amounts FROM ampmeter_idempotency WHERE scope = ? AND key = ?",
@@ -155,17 +160,7 @@ class SqlLedger(Ledger):
             )
             return None
 
-        return self._run(commit)
-
-    def _backend_release(self, reservation_id: str) -> None:
-        def release(db: sqlite3.Connection, now: float) -> None:
-            if _settled(db, reservation_id) is not None:
-                return
-            _drop(db, reservation_id)
-            _uncharge(db, reservation_id)
-            db.execute("INSERT INTO ampmeter_settled VALUES (?, 0, ?)", (reservation_id, now))
-
-        self._run(release)
+        return self._run(settle)
 
     def _backend_renew(self, reservation_ids: list[str]) -> set[str]:
         def renew(db: sqlite3.Connection, now: float) -> set[str]:
