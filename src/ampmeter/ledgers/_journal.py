@@ -143,8 +143,8 @@ class Journal:
                 f"{error}; {what} is kept in {path} and applied when the ledger is back"
             ) from error
 
-    def replay(self, apply: Callable[[Settlement], object]) -> int:
-        """Apply every entry (oldest first) and delete it; return how many were applied.
+    def replay(self, apply: Callable[[Settlement], object]) -> None:
+        """Apply every entry (oldest first) and delete it.
 
         Stops at the first entry ``apply`` raises for (the backend is down), keeping it and
         the rest. An entry that fails a check (see the module) is renamed ``*.corrupt``,
@@ -152,7 +152,6 @@ class Journal:
         """
         with self._lock:
             appended_before = self._appended
-        applied = 0
         if self.directory.is_dir():
             paths = sorted(self._entries(), key=_mtime)
             for path in paths:
@@ -162,11 +161,9 @@ class Journal:
                 apply(settlement)
                 with contextlib.suppress(FileNotFoundError):  # another process replayed it
                     path.unlink()
-                applied += 1
         with self._lock:
             if self._appended == appended_before:
                 self.pending = False
-        return applied
 
     def _read(self, path: Path) -> Settlement | None:
         """The checked settlement in ``path``; None when it is gone (another process replayed

@@ -155,9 +155,9 @@ return result
 # the hold's expiry charges it, 7 the JSON of the scopes on the path (the own scope first, then
 # each enclosing one), each [name, field prefix, true if the caller named it, [key, ceiling,
 # ...]]; 8 the JSON of the sliding windows at the own scope, [[field, window seconds, ceiling],
-# ...]. Returns {status, seconds, microseconds of the server clock, JSON, expiry}: status 1
-# taken (the JSON is the new hold), 0 refused (a settled id), 2 already held under this id (the
-# existing hold and its expiry), 3 refused by a ceiling: the JSON [scope number, key, spent,
+# ...]. Returns {status, JSON, expiry}: status 1 taken (the new hold and its expiry: the
+# server's clock, "inf" without a lease), 0 refused (a settled id), 2 already held under this id
+# (the existing hold and its expiry), 3 refused by a ceiling: the JSON [scope number, key, spent,
 # reserved, ceiling] of the ceiling that refused - one broken by what is spent alone, at any
 # scope, before one broken only by reservations in flight; 4 refused by a window (checked once
 # every ceiling fits): [window number, committed in the window, reserved]; 5 refused because
@@ -177,16 +177,16 @@ for n, step in ipairs(cjson.decode(ARGV[7])) do
 end
 for n, entry in ipairs(path) do
   if redis.call('HEXISTS', KEYS[16], entry.prefix .. 'pause') == 1 then  -- _notes.PAUSE
-    return {5, t[1], t[2], tostring(n), ''}
+    return {5, tostring(n), ''}
   end
 end
 if redis.call('ZSCORE', KEYS[5], id) or redis.call('ZSCORE', KEYS[6], id)
   or redis.call('HEXISTS', KEYS[11], id) == 1 then
-  return {0, t[1], t[2], '', ''}
+  return {0, '', ''}
 end
 local existing = redis.call('HGET', KEYS[3], id)
 if existing then
-  return {2, t[1], t[2], existing, redis.call('ZSCORE', KEYS[4], id) or ''}
+  return {2, existing, redis.call('ZSCORE', KEYS[4], id) or ''}
 end
 local flat = cjson.decode(ARGV[5])
 local wanted = {}
@@ -221,7 +221,7 @@ for n, entry in ipairs(path) do
       if tonumber(spent) + tonumber(held) + amount > tonumber(ceiling) then
         local found = cjson.encode({n, key, spent, held, ceiling})
         if tonumber(spent) + amount > tonumber(ceiling) then
-          return {3, t[1], t[2], found, ''}
+          return {3, found, ''}
         end
         busy = busy or found
       end
@@ -229,7 +229,7 @@ for n, entry in ipairs(path) do
   end
 end
 if busy then
-  return {3, t[1], t[2], busy, ''}
+  return {3, busy, ''}
 end
 local windows = cjson.decode(ARGV[8])
 if #windows > 0 then
@@ -249,7 +249,7 @@ if #windows > 0 then
     local held = redis.call('HGET', KEYS[2], field) or '0'
     local used = recent(field, now - span)
     if used + tonumber(held) + (wanted[string.sub(field, key_of + 1)] or 0) > ceiling then
-      return {4, t[1], t[2], cjson.encode({n, string.format('%.0f', used), held}), ''}
+      return {4, cjson.encode({n, string.format('%.0f', used), held}), ''}
     end
   end
 end
@@ -260,7 +260,7 @@ redis.call('HSET', KEYS[3], id, raw)
 local expiry = '+inf'
 if ARGV[4] ~= '' then expiry = now + tonumber(ARGV[4]) end
 redis.call('ZADD', KEYS[4], expiry, id)
-return {1, t[1], t[2], raw, ''}
+return {1, raw, redis.call('ZSCORE', KEYS[4], id)}
 """
     + _EPILOGUE
 )
@@ -387,10 +387,12 @@ return done
     + _EPILOGUE
 )
 
-# ARGV 1 window seconds. Returns the window events committed in the last that many seconds by
-# the server's clock (the caller sums the amounts of its field's events).
-RECENT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-return redis.call('ZRANGEBYSCORE', KEYS[9], '(' .. (now - tonumber(ARGV[1])), '+inf')
+# ARGV 3 a field, 4 window seconds. Returns what was committed of the field in the last that
+# many seconds by the server's clock.
+RECENT = (
+    _PRELUDE
+    + """
+return recent(ARGV[3], now - tonumber(ARGV[4]))
 """
+    + _EPILOGUE
+)

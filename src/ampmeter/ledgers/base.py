@@ -228,8 +228,7 @@ class Ledger(_notes.Controls, Closeable):
             charge = _validate.expired_hold(on_expired_hold) == "charge"
         for key, _, _ in spans:
             wanted.setdefault(key, 0)
-        if self._journal is not None and self._journal.pending:
-            self._replay_journal(strict=True)
+        self._replay_journal(strict=True)
         try:
             held = self._backend_reserve(HoldRequest(rid, wanted, limits, spans, charge))
         except BaseException:

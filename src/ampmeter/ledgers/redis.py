@@ -171,7 +171,7 @@ class RedisLedger(Ledger):
             orjson.dumps(spans).decode(),
         ]
         answer = self._call(lambda: self._reserve(keys=self._keys, args=args))
-        status, seconds, micros, found, expiry = (_text(part) for part in answer)
+        status, found, expiry = (_text(part) for part in answer)
         if status == "0":
             return SETTLED_ID
         if status == "5":
@@ -186,11 +186,7 @@ class RedisLedger(Ledger):
             key, span, ceiling = windows[int(number) - 1]
             asked = amounts.get(key, 0)
             return Refusal.of_units(path[0], key, int(used), int(held), asked, ceiling, span)
-        expires_at = None
-        if status == "1" and self._lease_arg:
-            expires_at = int(seconds) + int(micros) / 1e6 + float(self._lease_arg)
-        if status == "2":
-            expires_at = None if expiry in ("", "inf", "+inf") else float(expiry)
+        expires_at = None if expiry in ("", "inf", "+inf") else float(expiry)
         held_amounts, scopes = _hold(found)
         return held_reservation(reservation_id, held_amounts, expires_at, scopes)
 
@@ -225,12 +221,8 @@ class RedisLedger(Ledger):
         return [(_text(rid), *_hold(hold)) for rid, hold in pairs]
 
     def _backend_recent(self, scope: str, key: str, window_s: float) -> int:
-        head = self._prefix(scope) + key + _SEP
-        args = [repr(window_s)]
-        members: list[Any] = self._call(lambda: self._recent(keys=self._keys, args=args))
-        return sum(
-            int(text.rpartition(_SEP)[2]) for text in map(_text, members) if text.startswith(head)
-        )
+        args = [*self._common(), self._prefix(scope) + key, repr(window_s)]
+        return int(self._call(lambda: self._recent(keys=self._keys, args=args)))
 
     def _backend_set_ceilings(self, scope: str, ceilings: Units, tighten: bool) -> Units:
         args = [*self._common(), self._prefix(scope), "1" if tighten else "0"]

@@ -73,7 +73,10 @@ class _Writer:
         self.lock = threading.Lock()
         self.buf: _Batch = []
         self.queue: queue.Queue[_Batch | threading.Event | None] = queue.Queue(maxsize=64)
-        self.offset = os.lseek(fd, 0, os.SEEK_END) if _seekable(fd) else 0
+        try:
+            self.offset = os.lseek(fd, 0, os.SEEK_END)  # where a failed write is cut back to
+        except OSError:  # a pipe or a terminal: nothing to cut
+            self.offset = 0
         self.written = 0
         self.lost = 0
         self.error: BaseException | None = None
@@ -193,14 +196,6 @@ class _Writer:
         except OSError as exc:
             if self.error is None:
                 self.error = exc
-
-
-def _seekable(fd: int) -> bool:
-    try:
-        os.lseek(fd, 0, os.SEEK_CUR)
-    except OSError:
-        return False
-    return True
 
 
 class JsonlSink(Sink):
