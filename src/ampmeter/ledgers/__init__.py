@@ -22,9 +22,8 @@ from ampmeter.ledgers.base import (
     Reservation,
     UnsettledHold,
 )
-from ampmeter.ledgers.memory import InMemoryLedger
 from ampmeter.ledgers.reach import Reach, register
-from ampmeter.ledgers.sqlite import SqliteLedger
+from ampmeter.ledgers.sqlite import InMemoryLedger, SqliteLedger
 
 if TYPE_CHECKING:
     from ampmeter.ledgers.redis import RedisLedger

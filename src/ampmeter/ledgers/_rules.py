@@ -198,11 +198,7 @@ def kept_limits(own: str, limits: Limits, stored: Callable[[str], Units]) -> Lim
         given = limits.get(scope)
         if given is None and not kept and scope != own:
             continue
-        ceilings = dict(given or {})
-        for key, ceiling in kept.items():
-            if key not in ceilings or ceiling < ceilings[key]:
-                ceilings[key] = ceiling
-        merged[scope] = ceilings
+        merged[scope] = tightened(given or {}, kept, True)
     return merged
 
 

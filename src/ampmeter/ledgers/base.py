@@ -324,8 +324,7 @@ class Ledger(_notes.Controls, Closeable):
         ``window_s`` seconds; only commits made after a reserve asked for a window on ``key``
         there are remembered (0 before that)."""
         name = self._readable(scope)
-        span = check_seconds(window_s, "window_s", optional=False)
-        assert span is not None
+        span = check_seconds(window_s, "window_s")
         field = check_key(key, "key")
         self._replay_journal(strict=False)
         return to_amount(field, self._backend_recent(name, field, span))

@@ -40,7 +40,7 @@ from ampmeter.ledgers.backend import Which
 from ampmeter.ledgers.base import SETTLED_KEEP_S, ExpiredHold, Ledger, LedgerUnavailable
 from ampmeter.ledgers.reach import Location, Reach, register, settings
 
-__all__ = ["SqlLedger", "SqliteLedger"]
+__all__ = ["InMemoryLedger", "SqlLedger", "SqliteLedger"]
 
 _T = TypeVar("_T")
 
@@ -66,7 +66,7 @@ class SqlLedger(Ledger):
         on_expired_hold: ExpiredHold,
         handoff_key: str | bytes | None,
     ) -> None:
-        lease = check_seconds(lease_s, "lease_s", optional=True)
+        lease = None if lease_s is None else check_seconds(lease_s, "lease_s")
         super().__init__(
             scope, lease, journal, on_expired_hold=on_expired_hold, handoff_key=handoff_key
         )
@@ -81,7 +81,8 @@ class SqlLedger(Ledger):
             paused = _paused_by(db, own)
             if paused is not None:
                 return Refusal(paused, None, paused=True)
-            if _settled(db, reservation_id) is not None or _expired(db, reservation_id):
+            expired = db.execute("SELECT 1 FROM ampmeter_expired WHERE id = ?", (reservation_id,))
+            if _settled(db, reservation_id) is not None or expired.fetchone() is not None:
                 return SETTLED_ID
             row = db.execute(
                 "SELECT expires_at, scopes, amounts FROM ampmeter_holds WHERE id = ?",
@@ -285,8 +286,7 @@ class SqliteLedger(SqlLedger):
         location = os.path.abspath(os.fspath(path))
         if os.path.isdir(location):
             raise ValueError(f"path {location!r} is a directory, not a SQLite file")
-        timeout = check_seconds(timeout_s, "timeout_s", optional=False)
-        assert timeout is not None
+        timeout = check_seconds(timeout_s, "timeout_s")
         if journal is None:
             journal = default_journal_dir(
                 "sqlite", location, scope if isinstance(scope, str) else ""
@@ -297,6 +297,35 @@ class SqliteLedger(SqlLedger):
             Connections(location, timeout),
             lease_s=lease_s,
             journal=journal,
+            on_expired_hold=on_expired_hold,
+            handoff_key=handoff_key,
+        )
+
+
+class InMemoryLedger(SqlLedger):
+    """A thread-safe ledger kept in this process: the SQLite ledger's own tables and statements
+    in this process's memory, so it counts exactly as the shared ledgers do. No other process
+    can reach it, so it has no journal and no hand-off.
+
+    ``lease_s`` (None = reservations never expire) is how long a reservation holds its amounts
+    before its lease ends (renewed while unsettled, see :class:`Ledger`); ``on_expired_hold``
+    says whether an ended hold is charged as unsettled spend (default) or released.
+    Semantics are those of :class:`Ledger`, identical to the SQLite and Redis ledgers.
+    """
+
+    def __init__(
+        self,
+        scope: str = "default",
+        *,
+        lease_s: float | None = None,
+        on_expired_hold: ExpiredHold = "charge",
+        handoff_key: str | bytes | None = None,
+    ) -> None:
+        super().__init__(
+            scope,
+            MemoryDatabase(),
+            lease_s=lease_s,
+            journal=None,
             on_expired_hold=on_expired_hold,
             handoff_key=handoff_key,
         )
@@ -424,11 +453,6 @@ def _settled(db: sqlite3.Connection, reservation_id: str) -> int | None:
         "SELECT committed FROM ampmeter_settled WHERE id = ?", (reservation_id,)
     ).fetchone()
     return None if row is None else int(row[0])
-
-
-def _expired(db: sqlite3.Connection, reservation_id: str) -> bool:
-    found = db.execute("SELECT 1 FROM ampmeter_expired WHERE id = ?", (reservation_id,))
-    return found.fetchone() is not None
 
 
 def _units(raw: bytes) -> Units:

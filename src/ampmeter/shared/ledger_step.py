@@ -125,7 +125,12 @@ class LedgerStep(Step):
         ledger = frame.ledger
         assert ledger is not None
         reservation = ticket.reservation.amounts()
-        candidates = tuple(keys_a_call_adds(ticket.reservation))
+        # The keys the call may add to when it ends: its reservation's, and its model's or its
+        # tool's cached and reasoning keys.
+        possible = ticket.reservation._replace(
+            cached_tokens=1, reasoning_tokens=1, tokens_in=1, tokens_out=1
+        )
+        candidates = tuple(dict.fromkeys(key for key, _, _ in possible.entries()))
         ceilings, owners = shared_ceilings(frame.limits, candidates)
         # The policies' terms: the reserve, the loop guard, windows, watched keys.
         ceilings, owners, extra, windows = self.admission.frame.policies.shared_terms(
@@ -269,13 +274,6 @@ class LedgerStep(Step):
             with contextlib.suppress(Exception):
                 ledger.release(held)
         ticket.ledger_holds = ()
-
-
-def keys_a_call_adds(reservation: Usage) -> Iterable[str]:
-    """The stats keys a call may add to when it ends: its reservation's, and its model's or its
-    tool's cached and reasoning keys."""
-    possible = reservation._replace(cached_tokens=1, reasoning_tokens=1, tokens_in=1, tokens_out=1)
-    return dict.fromkeys(key for key, _, _ in possible.entries())
 
 
 def shared_ceilings(
