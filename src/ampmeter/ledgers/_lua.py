@@ -346,22 +346,14 @@ CEILINGS = (
     + """
 local raw = redis.call('HGET', KEYS[13], ARGV[3])
 local kept = {}
-local count = 0
-if raw then
-  for key, ceiling in pairs(cjson.decode(raw)) do
-    kept[key] = ceiling
-    count = count + 1
-  end
-end
+if raw then kept = cjson.decode(raw) end
 for i = 5, #ARGV, 2 do
   local old = kept[ARGV[i]]
-  if old == nil then count = count + 1 end
   if ARGV[4] ~= '1' or old == nil or tonumber(ARGV[i + 1]) < tonumber(old) then
     kept[ARGV[i]] = ARGV[i + 1]
   end
 end
-local encoded = '{}'
-if count > 0 then encoded = cjson.encode(kept) end
+local encoded = cjson.encode(kept)  -- an empty table is '{}'
 redis.call('HSET', KEYS[13], ARGV[3], encoded)
 return encoded
 """

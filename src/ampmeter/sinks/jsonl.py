@@ -243,17 +243,21 @@ class _Writer:
             else:
                 self.write(item)
 
+    def hand_over(self, last: threading.Event | None) -> None:
+        """Queue the partial batch, then ``last`` (an event to set, or None: stop)."""
+        with self.lock:
+            items = self.take()
+            if items:
+                self.queue.put(items)
+            self.queue.put(last)
+
     def drain(self) -> None:
         """Hand the partial batch to the writer thread and wait until everything is written."""
         thread = self.thread
         if thread is None or not thread.is_alive():
             return
         done = threading.Event()
-        with self.lock:
-            items = self.take()
-            if items:
-                self.queue.put(items)
-            self.queue.put(done)
+        self.hand_over(done)
         while not done.wait(1.0):
             if not thread.is_alive():  # pragma: no cover - the thread catches everything
                 break
@@ -266,11 +270,7 @@ class _Writer:
             self.closed = True
         thread = self.thread
         if thread is not None and thread.is_alive():
-            with self.lock:
-                items = self.take()
-            if items:
-                self.queue.put(items)
-            self.queue.put(None)
+            self.hand_over(None)
             thread.join()
         try:
             os.close(self.fd)
