@@ -75,11 +75,8 @@ class Controls(Backend):
 
     def ceilings(self, scope: str | None = None) -> dict[str, Amount]:
         """The ceilings the ledger keeps for ``scope`` (default: this ledger's) itself."""
-        name = self._readable(scope)
-        return {
-            key: to_amount(key, value)
-            for key, value in self._backend_read("ceilings", name).items()
-        }
+        kept = self._backend_read("ceilings", self._readable(scope))
+        return {key: to_amount(key, value) for key, value in kept.items()}
 
     def set_ceilings(self, scope: str, ceilings: Mapping[str, AmountIn]) -> dict[str, Amount]:
         """Keep ``ceilings`` (``{key: max}``) for ``scope`` and below; they only ever tighten (a

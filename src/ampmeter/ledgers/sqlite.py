@@ -340,9 +340,7 @@ def _reap(db: sqlite3.Connection, now: float) -> None:
     for reservation_id, scopes, amounts, charge in expired:
         _drop(db, reservation_id)
         if charge:
-            rows = _rows(scopes, amounts, 1)
-            _add(db, "ampmeter_spent", rows)
-            _add(db, "ampmeter_unsettled", rows)
+            _charge(db, scopes, amounts, 1)
             db.execute(
                 "INSERT OR REPLACE INTO ampmeter_expired VALUES (?, ?, ?, ?)",
                 (reservation_id, scopes, amounts, now),
@@ -359,20 +357,17 @@ def _uncharge(db: sqlite3.Connection, reservation_id: str) -> None:
     ).fetchone()
     if row is None:
         return
-    rows = _rows(row[0], row[1], -1)
-    _add(db, "ampmeter_spent", rows)
-    _add(db, "ampmeter_unsettled", rows)
+    _charge(db, row[0], row[1], -1)
     db.execute("DELETE FROM ampmeter_expired WHERE id = ?", (reservation_id,))
 
 
-def _rows(scopes: bytes, amounts: bytes, sign: int) -> list[tuple[str, str, int]]:
+def _charge(db: sqlite3.Connection, scopes: bytes, amounts: bytes, sign: int) -> None:
+    """Charge a hold (its JSON ``scopes`` and ``amounts``) as unsettled spend (``sign`` 1), or
+    take that charge back (-1)."""
     held = _units(amounts)
-    return [
-        (scope, key, sign * value)
-        for scope in orjson.loads(scopes)
-        for key, value in held.items()
-        if value
-    ]
+    rows = [(scope, k, sign * v) for scope in orjson.loads(scopes) for k, v in held.items() if v]
+    _add(db, "ampmeter_spent", rows)
+    _add(db, "ampmeter_unsettled", rows)
 
 
 def _add(db: sqlite3.Connection, table: str, rows: list[tuple[str, str, int]]) -> None:
