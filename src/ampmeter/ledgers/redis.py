@@ -1,12 +1,9 @@
 """A ledger kept in Redis, shared by any number of processes on any number of machines.
 
-Each operation is one Lua script run with EVALSHA (redis-py loads it on first use), so a
-reservation is checked and taken atomically against everything every other process holds. Leases
-use the Redis server's clock, so the clocks of the workers do not matter. A scope tree (every
-scope under one root) lives in keys with the hash tag ``{<root>}``, so on Redis Cluster every
-script touches one slot.
-
-Amounts are integers (nano-dollars for money keys) added with ``HINCRBY``: every sum is exact.
+Each operation is one Lua script (:mod:`._lua`: the keys, the hash tag, exact integer sums) run
+with EVALSHA (redis-py loads it on first use), so a reservation is checked and taken atomically
+against everything every other process holds. Leases use the Redis server's clock, so the
+clocks of the workers do not matter.
 """
 
 from __future__ import annotations
