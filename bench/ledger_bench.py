@@ -25,7 +25,7 @@ from typing import Any
 import redis
 
 from _options import parse
-from ampmeter.ledgers import InMemoryLedger, Ledger, RedisLedger, SqliteLedger
+from ampmeter.ledgers import InMemoryLedger, Ledger, RedisLedger, Reservation, SqliteLedger
 
 PROCESSES = 8
 TARGET_US = 1000.0  # a local round trip should stay well under a millisecond
@@ -79,8 +79,8 @@ def _round_trips_us(ledger: Ledger, calls: int) -> float:
     samples = []
     for _ in range(calls):
         started = time.perf_counter_ns()
-        held = ledger.reserve({"amp:cost": 0.01, "tokens": 500}, {"amp:cost": 1e12})
-        assert held is not None
+        held = ledger.try_reserve({"amp:cost": 0.01, "tokens": 500}, {"amp:cost": 1e12})
+        assert isinstance(held, Reservation)
         ledger.commit(held, {"amp:cost": 0.009, "tokens": 480})
         samples.append((time.perf_counter_ns() - started) / 1000)
     return statistics.median(samples)
@@ -95,13 +95,13 @@ def _open(where: str, scope: str) -> Ledger:
 
 def _hammer(where: str, scope: str, calls: int, start: Any, out: Any) -> None:
     ledger = _open(where, scope)
-    warm = ledger.reserve({}, {})  # connect and load the scripts before the clock starts
-    assert warm is not None
+    warm = ledger.try_reserve({}, {})  # connect and load the scripts before the clock starts
+    assert isinstance(warm, Reservation)
     ledger.release(warm)
     start.wait()
     for _ in range(calls):
-        held = ledger.reserve({"amp:cost": 0.01}, {"amp:cost": 1e12})
-        assert held is not None
+        held = ledger.try_reserve({"amp:cost": 0.01}, {"amp:cost": 1e12})
+        assert isinstance(held, Reservation)
         ledger.commit(held, {"amp:cost": 0.01})
     out.put(time.perf_counter())
     ledger.close()
@@ -136,8 +136,8 @@ def _threads_rate(calls: int) -> float:
     def work() -> None:
         barrier.wait()
         for _ in range(calls):
-            held = ledger.reserve({"amp:cost": 0.01}, {"amp:cost": 1e12})
-            assert held is not None
+            held = ledger.try_reserve({"amp:cost": 0.01}, {"amp:cost": 1e12})
+            assert isinstance(held, Reservation)
             ledger.commit(held, {"amp:cost": 0.01})
 
     threads = [threading.Thread(target=work) for _ in range(PROCESSES)]

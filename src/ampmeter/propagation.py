@@ -1,18 +1,11 @@
 """Hand-off tokens: a budget that follows work into another process or onto another machine
-(``docs/shared-budgets.md``).
+(``docs/shared-budgets.md``: ``ctx.handoff(...)`` here, ``ExecutionContext.from_handoff`` there).
 
-``token = ctx.handoff("researcher", max_cost_usd=0.20)`` makes a ``system`` node for a child
-that runs elsewhere; the other side calls ``ExecutionContext.from_handoff(token)``. The token
-says where the shared ledger is, the child's scope, its limits and those of every scope above
-it, the chain id, the hand-off node and the parent's ``on_expired_hold``. It carries no secret:
-a Redis URL loses its user and password, and the child must then bring its own ledger.
-
-Tokens are signed with HMAC-SHA256 under the ledger's ``handoff_key``, else
-``AMPMETER_HANDOFF_KEY``. The limits a child obeys are kept in the ledger by the parent, so even
-a validly signed token cannot lift them; and a token never makes a process open a ledger it did
-not configure (``ledger=``, or ``AMPMETER_LEDGER_ALLOW``). Tokens travel in ``AMPMETER_HANDOFF``
-(:func:`ampmeter.integrations.attach.attach_from_env`) or the ``ampmeter-handoff`` HTTP header
-(:func:`inject` / :func:`extract`, like OpenTelemetry's propagators).
+A token carries no secret (a Redis URL loses its user and password; the child brings its own
+ledger then) and is signed with HMAC-SHA256. The limits a child obeys are kept in the ledger by
+the parent, so even a validly signed token cannot lift them; and a token never makes a process
+open a ledger it did not configure (``ledger=``, or ``AMPMETER_LEDGER_ALLOW``). Tokens travel in
+``AMPMETER_HANDOFF`` or the ``ampmeter-handoff`` HTTP header (:func:`inject` / :func:`extract`).
 """
 
 from __future__ import annotations
@@ -140,20 +133,21 @@ def _parts(token: object) -> tuple[str, bytes]:
     body, dot, signature = token[len(_VERSION) :].partition(".")
     if not dot or not signature:
         raise HandoffError("hand-off token is damaged: its signature is missing")
-    try:
-        return body, base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
-    except (binascii.Error, ValueError) as error:
-        raise HandoffError(f"hand-off token is damaged: {error}") from None
+    return body, _unb64(signature)
 
 
 def _read_body(body: str) -> Handoff:
+    data = _unb64(body)
     try:
-        data = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-    except (binascii.Error, ValueError) as error:
+        return _handoff(orjson.loads(data))
+    except (KeyError, TypeError, ValueError) as error:  # orjson's JSONDecodeError too
         raise HandoffError(f"hand-off token is damaged: {error}") from None
+
+
+def _unb64(text: str) -> bytes:
     try:
-        return _handoff(data)
-    except (KeyError, TypeError, ValueError) as error:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError) as error:
         raise HandoffError(f"hand-off token is damaged: {error}") from None
 
 
@@ -226,12 +220,11 @@ def _seconds(value: object, wanted: str) -> float | None:
 
 
 def _limits_out(limits: tuple[Limit, ...]) -> list[list[Any]]:
-    return [[limit.key, _max_out(limit), limit.type.value] for limit in limits]
-
-
-def _max_out(limit: Limit) -> object:
     # Money goes as a decimal string: a JSON number would be read back as a binary float.
-    return str(limit.max_value) if is_money(limit.key) else limit.max_value
+    return [
+        [lim.key, str(lim.max_value) if is_money(lim.key) else lim.max_value, lim.type.value]
+        for lim in limits
+    ]
 
 
 def _limits_in(raw: Any) -> tuple[Limit, ...]:

@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from ampmeter.ledgers import Ledger, RedisLedger, Refusal, SqliteLedger
+from support.ledger_backends import reserve
 from support.redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
 COST = "amp:cost"
@@ -68,7 +69,7 @@ def test_show_pause_resume_and_raise_reach_every_process(shared: tuple[str, Ledg
     run = ledger.child("run")
     worker = run.child("worker")
     ledger.set_ceilings(run.scope, {COST: 0.10})
-    held = worker.reserve({COST: 0.06}, {})
+    held = reserve(worker, {COST: 0.06}, {})
     assert held is not None
     worker.commit(held, {COST: 0.06})
 
@@ -96,11 +97,11 @@ def test_show_pause_resume_and_raise_reach_every_process(shared: tuple[str, Ledg
     assert show(where, worker.scope)["paused_by"] == run.scope
 
     assert budget("resume", where, run.scope).returncode == 0
-    assert worker.reserve({COST: 0.06}, {}) is None  # over the kept $0.10
+    assert reserve(worker, {COST: 0.06}, {}) is None  # over the kept $0.10
     done = budget("raise", where, run.scope, COST, "0.50")
     assert done.returncode == 0, done.stderr
     assert run.ceilings() == {COST: Decimal("0.5")}
-    assert worker.reserve({COST: 0.06}, {}) is not None
+    assert reserve(worker, {COST: 0.06}, {}) is not None
     assert show(where, run.scope)["reserved"] == {COST: "0.06"}
 
 
@@ -191,7 +192,7 @@ def test_raise_says_when_the_new_ceiling_is_below_what_is_spent(
     shared: tuple[str, Ledger],
 ) -> None:
     where, ledger = shared
-    held = ledger.reserve({COST: 0.06}, {})
+    held = reserve(ledger, {COST: 0.06}, {})
     assert held is not None
     ledger.commit(held, {COST: 0.06})
     done = budget("raise", where, ledger.scope, COST, "0.05")
@@ -209,7 +210,7 @@ def test_raise_says_when_the_new_ceiling_is_below_what_is_spent(
 def test_show_says_when_a_scope_does_not_exist(shared: tuple[str, Ledger]) -> None:
     where, ledger = shared
     worker = ledger.child("run").child("worker")
-    held = worker.reserve({COST: 0.01}, {})
+    held = reserve(worker, {COST: 0.01}, {})
     assert held is not None
     missing = budget("show", where, ledger.scope + "/rnu")
     assert missing.returncode == 2

@@ -15,6 +15,7 @@ import pytest
 from ampmeter import ExecutionContext
 from ampmeter.ledgers import SqliteLedger
 from ampmeter.testing import BillingProvider
+from support.ledger_backends import reserve
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
@@ -49,7 +50,7 @@ def test_remaining_reads_the_shared_ledger(tmp_path: Path) -> None:
     scope = f"team-{uuid.uuid4().hex[:8]}"
     with SqliteLedger(tmp_path / "b.sqlite3", scope) as ledger:
         with SqliteLedger(tmp_path / "b.sqlite3", scope) as other:  # another worker's spend
-            held = other.reserve({"amp:cost": 0.3}, {"amp:cost": 1.0})
+            held = reserve(other, {"amp:cost": 0.3}, {"amp:cost": 1.0})
             assert held is not None
             other.commit(held, {"amp:cost": 0.25})
         with ExecutionContext(max_cost_usd=1.0, ledger=ledger) as ctx:

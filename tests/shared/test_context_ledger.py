@@ -30,6 +30,7 @@ from ampmeter.keys import (
 )
 from ampmeter.ledgers import InMemoryLedger, Ledger, LedgerUnavailable, RedisLedger
 from ampmeter.limits import Limit, LimitType
+from support.ledger_backends import reserve
 from support.processes import gather
 from support.redis_server import RedisServer, free_port, redis_server_fixture  # noqa: F401
 
@@ -319,7 +320,7 @@ def make_ledger(
 
 
 def _spend_elsewhere(ledger: Ledger, key: str, amount: float) -> None:
-    held = ledger.reserve({key: amount}, {})
+    held = reserve(ledger, {key: amount}, {})
     assert held is not None
     ledger.commit(held, {key: amount})
 

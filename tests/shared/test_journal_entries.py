@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from ampmeter.ledgers import LedgerUnavailable, SqliteLedger
+from support.ledger_backends import reserve
 
 COST = "amp:cost"
 
@@ -28,7 +29,7 @@ def _scope() -> str:
 def _spend_all(path: Path, scope: str, journal: Path, **options: Any) -> None:
     """Spend the whole $1.00 of ``scope``."""
     with SqliteLedger(path, scope, journal=journal, **options) as ledger:
-        held = ledger.reserve({COST: 1.0}, {COST: 1.0})
+        held = reserve(ledger, {COST: 1.0}, {COST: 1.0})
         assert held is not None
         ledger.commit(held, {COST: 1.0})
     journal.mkdir(exist_ok=True)  # where an attacker puts the file (no entry was ever needed)
@@ -53,7 +54,7 @@ def _journaled_commit(path: Path, scope: str, journal: Path, **options: Any) -> 
     """Commit $0.25 while another connection holds the file's write lock: the commit goes to
     the journal. Returns the entry's file."""
     ledger = SqliteLedger(path, scope, timeout_s=0.05, journal=journal, **options)
-    held = ledger.reserve({COST: 0.5}, {})
+    held = reserve(ledger, {COST: 0.5}, {})
     assert held is not None
     blocker = sqlite3.connect(path, isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")
@@ -81,7 +82,7 @@ def test_a_planted_negative_commit_is_set_aside_not_applied(
         SqliteLedger(path, scope, journal=journal) as ledger,
     ):
         assert ledger.spent() == {COST: Decimal("1")}
-        assert ledger.reserve({COST: 0.01}, {COST: 1.0}) is None  # still spent
+        assert reserve(ledger, {COST: 0.01}, {COST: 1.0}) is None  # still spent
     assert [p.name for p in journal.iterdir()] == [planted.name + ".corrupt"]
     assert str(planted) in caplog.text and "no seal" in caplog.text
 

@@ -12,7 +12,7 @@ import pytest
 
 from ampmeter.ledgers import Ledger, Refusal, Reservation
 from ampmeter.ledgers.sqlite import SqlLedger
-from support.ledger_backends import MakeLedger, make_ledger_fixture  # noqa: F401
+from support.ledger_backends import MakeLedger, make_ledger_fixture, reserve  # noqa: F401
 from support.redis_server import redis_server_fixture  # noqa: F401
 
 COST = "amp:cost"
@@ -20,7 +20,7 @@ COST = "amp:cost"
 
 def _leak_hold(ledger: Ledger, amount: object, ceiling: object) -> Reservation:
     """A hold nobody in this process keeps alive (as if its worker died), as a bare id."""
-    held = ledger.reserve({COST: amount}, {COST: ceiling})
+    held = reserve(ledger, {COST: amount}, {COST: ceiling})
     assert held is not None
     orphan = Reservation(held.id, {}, None, held.scopes)
     del held
@@ -45,13 +45,13 @@ def test_an_expired_hold_is_charged_as_unsettled_spend(make_ledger: MakeLedger) 
     assert ledger.unsettled() == {COST: Decimal("0.3")} == ledger.spent()
     refusal = ledger.try_reserve({COST: 0.75}, {COST: 1.0})
     assert isinstance(refusal, Refusal) and not refusal.busy and refusal.spent == Decimal("0.3")
-    assert ledger.reserve({COST: 0.7}, {COST: 1.0}) is not None  # what is left still fits
+    assert reserve(ledger, {COST: 0.7}, {COST: 1.0}) is not None  # what is left still fits
     # the worker was only slow: its commit replaces the charge with what it really spent
     assert ledger.commit(orphan, {COST: 0.1}) == {COST: Decimal("0.1")}
     assert ledger.unsettled() == {} and ledger.spent() == {COST: Decimal("0.1")}
     ledger.commit(orphan, {COST: 0.1})  # once only
     assert ledger.spent() == {COST: Decimal("0.1")}
-    assert ledger.reserve({COST: 0.1}, {}, reservation_id=orphan.id) is None  # settled id
+    assert reserve(ledger, {COST: 0.1}, {}, reservation_id=orphan.id) is None  # settled id
 
 
 def test_releasing_a_charged_hold_takes_the_charge_back(make_ledger: MakeLedger) -> None:
@@ -68,7 +68,7 @@ def test_on_expired_hold_release_returns_the_hold(make_ledger: MakeLedger) -> No
     _leak_hold(ledger, 0.3, 1.0)
     _wait_for_expiry(ledger)
     assert ledger.spent() == {} == ledger.unsettled()
-    assert ledger.reserve({COST: 1.0}, {COST: 1.0}) is not None
+    assert reserve(ledger, {COST: 1.0}, {COST: 1.0}) is not None
 
 
 def test_on_expired_hold_must_be_charge_or_release(make_ledger: MakeLedger) -> None:
@@ -76,7 +76,7 @@ def test_on_expired_hold_must_be_charge_or_release(make_ledger: MakeLedger) -> N
         make_ledger(on_expired_hold="forget")
     ledger = make_ledger()
     with pytest.raises(ValueError, match="on_expired_hold"):
-        ledger.reserve({COST: 0.1}, {}, on_expired_hold="forget")  # type: ignore[arg-type]
+        reserve(ledger, {COST: 0.1}, {}, on_expired_hold="forget")  # type: ignore[arg-type]
     assert ledger.reserved() == {}  # nothing held by the refused call
 
 
@@ -85,8 +85,8 @@ def test_a_reserve_names_its_own_expired_hold_rule(make_ledger: MakeLedger, defa
     """Each hold keeps the rule it was reserved with, whatever the ledger's default."""
     ledger = make_ledger(lease_s=0.5, on_expired_hold=default)
     assert ledger.on_expired_hold == default
-    charged = ledger.reserve({COST: 0.25}, {COST: 1.0}, on_expired_hold="charge")
-    released = ledger.reserve({COST: 0.5}, {COST: 1.0}, on_expired_hold="release")
+    charged = reserve(ledger, {COST: 0.25}, {COST: 1.0}, on_expired_hold="charge")
+    released = reserve(ledger, {COST: 0.5}, {COST: 1.0}, on_expired_hold="release")
     assert charged is not None and released is not None
     charged_id = charged.id
     del charged, released
@@ -102,7 +102,7 @@ def test_a_reserve_names_its_own_expired_hold_rule(make_ledger: MakeLedger, defa
 def test_each_unsettled_hold_is_claimed_once(make_ledger: MakeLedger) -> None:
     root = make_ledger(lease_s=0.5)
     child = root.child("worker")
-    held = child.reserve({COST: 0.25}, {}, ancestors={root.scope: {COST: 1.0}})
+    held = reserve(child, {COST: 0.25}, {}, ancestors={root.scope: {COST: 1.0}})
     assert held is not None
     del held
     gc.collect()
@@ -112,7 +112,7 @@ def test_each_unsettled_hold_is_claimed_once(make_ledger: MakeLedger) -> None:
     assert root.unsettled_holds(child.scope + "-other") == []
     assert child.claim_unsettled(hold) is True
     assert root.claim_unsettled(hold.id) is False  # already reported, by any reader
-    live = root.reserve({COST: 0.1}, {})
+    live = reserve(root, {COST: 0.1}, {})
     assert live is not None
     assert root.claim_unsettled(live.id) is False  # a hold this process renews is its own
 
@@ -120,7 +120,7 @@ def test_each_unsettled_hold_is_claimed_once(make_ledger: MakeLedger) -> None:
 def test_a_charge_counts_at_every_scope_of_the_hold(make_ledger: MakeLedger) -> None:
     root = make_ledger(lease_s=0.5)
     child = root.child("worker")
-    held = child.reserve({COST: 0.25}, {}, ancestors={root.scope: {COST: 1.0}})
+    held = reserve(child, {COST: 0.25}, {}, ancestors={root.scope: {COST: 1.0}})
     assert held is not None
     del held
     gc.collect()
@@ -159,10 +159,10 @@ def test_set_ceilings_only_tightens_and_set_ceiling_raises(make_ledger: MakeLedg
     root.set_ceilings(child.scope, {COST: 0.10})
     # a child handed these cannot raise them
     assert child.set_ceilings(child.scope, {COST: 100}) == {COST: Decimal("0.1")}
-    assert child.reserve({COST: 0.2}, {}) is None
+    assert reserve(child, {COST: 0.2}, {}) is None
     root.set_ceiling(child.scope, COST, "0.50")  # the operator's raise
     assert child.ceilings() == {COST: Decimal("0.5")}
-    assert child.reserve({COST: 0.2}, {}) is not None
+    assert reserve(child, {COST: 0.2}, {}) is not None
 
 
 def test_kept_ceilings_need_scopes_of_the_tree(make_ledger: MakeLedger) -> None:
@@ -213,7 +213,7 @@ def test_a_scope_exists_once_anything_is_kept_there_or_below(make_ledger: MakeLe
     run = root.child("run")
     worker = run.child("worker")
     assert not root.exists() and not run.exists()
-    held = worker.reserve({COST: 0.01}, {})
+    held = reserve(worker, {COST: 0.01}, {})
     assert held is not None
     assert root.exists() and run.exists() and worker.exists()
     assert not root.child("ru").exists() and not worker.child("x").exists()
@@ -227,21 +227,21 @@ def test_a_scope_exists_once_anything_is_kept_there_or_below(make_ledger: MakeLe
 def test_a_paused_scope_admits_nothing_below_it_until_resumed(make_ledger: MakeLedger) -> None:
     root = make_ledger()
     child = root.child("run").child("worker")
-    held = child.reserve({COST: 0.1}, {COST: 1})
+    held = reserve(child, {COST: 0.1}, {COST: 1})
     assert held is not None
     root.pause(root.scope + "/run")
     refusal = child.try_reserve({COST: 0.1}, {COST: 1})
     assert isinstance(refusal, Refusal) and refusal.paused and not refusal.busy
     assert refusal.scope == root.scope + "/run"
-    assert child.reserve({}, {}) is None  # fails closed, whatever is asked
+    assert reserve(child, {}, {}) is None  # fails closed, whatever is asked
     child.commit(held, {COST: 0.1})  # a call already running still settles
     view = child.show()
     assert view.paused and view.paused_by == root.scope + "/run"
     assert view.spent == {COST: Decimal("0.1")} and view.reserved == {}
     assert root.show().paused is False  # above the pause, work goes on
-    assert root.reserve({COST: 0.1}, {}) is not None
+    assert reserve(root, {COST: 0.1}, {}) is not None
     root.resume(root.scope + "/run")
-    assert child.reserve({COST: 0.1}, {COST: 1}) is not None
+    assert reserve(child, {COST: 0.1}, {COST: 1}) is not None
     assert child.show().paused_by is None
 
 
@@ -250,12 +250,12 @@ def test_a_paused_scope_admits_nothing_below_it_until_resumed(make_ledger: MakeL
 
 def test_a_replayed_settlement_counts_once(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
-    first = ledger.reserve({COST: 0.5}, {COST: 1})
+    first = reserve(ledger, {COST: 0.5}, {COST: 1})
     assert first is not None
     counted = ledger.commit(first, {COST: 0.2, "amp:llm_calls": 1}, idempotency_key="step-3")
     assert counted == {COST: Decimal("0.2"), "amp:llm_calls": 1} and not counted.duplicate
     # the step is re-executed after a crash: a new reservation, the same key
-    again = ledger.reserve({COST: 0.5}, {COST: 1})
+    again = reserve(ledger, {COST: 0.5}, {COST: 1})
     assert again is not None
     replayed = ledger.commit(again, {COST: 0.3, "amp:llm_calls": 1}, idempotency_key="step-3")
     assert replayed == {COST: Decimal("0.2"), "amp:llm_calls": 1}  # the first settlement's
@@ -263,7 +263,7 @@ def test_a_replayed_settlement_counts_once(make_ledger: MakeLedger) -> None:
     assert ledger.spent() == {COST: Decimal("0.2"), "amp:llm_calls": 1}
     assert ledger.reserved() == {}  # the replay's hold ended
     other = ledger.child("other")  # keys are per scope
-    held = other.reserve({}, {})
+    held = reserve(other, {}, {})
     assert held is not None
     assert not other.commit(held, {COST: 0.3}, idempotency_key="step-3").duplicate
     assert other.spent() == {COST: Decimal("0.3")}
@@ -277,7 +277,7 @@ def test_idempotency_keys_are_forgotten_after_the_settled_horizon(
     backend = SqlLedger.__module__ if isinstance(ledger, SqlLedger) else type(ledger).__module__
     monkeypatch.setattr(sys.modules[backend], "SETTLED_KEEP_S", 0.3)
     for _ in range(2):
-        held = ledger.reserve({}, {})
+        held = reserve(ledger, {}, {})
         assert held is not None
         ledger.commit(held, {COST: 0.1}, idempotency_key="step-1")
         time.sleep(0.5)
@@ -286,7 +286,7 @@ def test_idempotency_keys_are_forgotten_after_the_settled_horizon(
 
 def test_a_bad_idempotency_key_raises_and_keeps_the_hold(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
-    held = ledger.reserve({COST: 0.1}, {})
+    held = reserve(ledger, {COST: 0.1}, {})
     assert held is not None
     with pytest.raises(TypeError, match="idempotency_key"):
         ledger.commit(held, {COST: 0.1}, idempotency_key="")

@@ -27,6 +27,7 @@ from redis.cluster import RedisCluster
 
 from ampmeter.errors import BudgetUnavailable
 from ampmeter.ledgers import Ledger, LedgerUnavailable, RedisLedger, Refusal, SqliteLedger
+from support.ledger_backends import reserve
 from support.processes import gather
 from support.redis_server import RedisClusterNodes, RedisServer, redis_server_fixture  # noqa: F401
 
@@ -78,8 +79,8 @@ def _spender(
         worker = root.child(name)
         for _ in range(60):
             estimate = _nano(rng.uniform(0.05, 1.0))
-            held = worker.reserve(
-                {"amp:cost": estimate}, {}, ancestors={scope: {"amp:cost": ceiling}}
+            held = reserve(
+                worker, {"amp:cost": estimate}, {}, ancestors={scope: {"amp:cost": ceiling}}
             )
             if held is not None:
                 actual = _nano(float(estimate) * rng.uniform(0.2, 1.0))
@@ -123,7 +124,7 @@ def _long_caller(open_ledger: Opener, scope: str, out: Any) -> None:
     with open_ledger(scope, lease_s=1.0) as ledger:
         give_up = time.monotonic() + 5.0
         while time.monotonic() < give_up:
-            held = ledger.reserve({"amp:cost": 0.75}, {"amp:cost": 1.0})
+            held = reserve(ledger, {"amp:cost": 0.75}, {"amp:cost": 1.0})
             if held is None:
                 time.sleep(0.05)
                 continue
@@ -147,7 +148,7 @@ def test_calls_longer_than_the_lease_keep_their_hold(opener: Opener) -> None:
 
 def _holder(open_ledger: Opener, scope: str, ready: Any) -> None:
     ledger = open_ledger(scope, lease_s=1.0)
-    held = ledger.reserve({"amp:cost": 5.0}, {"amp:cost": 5.0})
+    held = reserve(ledger, {"amp:cost": 5.0}, {"amp:cost": 5.0})
     ready.put(None if held is None else held.id)
     time.sleep(600)  # renewing all along, until killed
 
@@ -161,7 +162,7 @@ def test_holds_of_a_killed_worker_are_charged_after_the_lease(opener: Opener) ->
     assert held_id is not None and process.pid is not None
     with opener(scope) as ledger:
         time.sleep(2.5)  # more than two leases: the holder's thread keeps renewing
-        assert ledger.reserve({"amp:cost": 0.5}, {"amp:cost": 5.0}) is None
+        assert reserve(ledger, {"amp:cost": 0.5}, {"amp:cost": 5.0}) is None
         os.kill(process.pid, signal.SIGKILL)
         process.join(timeout=30)
         deadline = time.monotonic() + 60
@@ -219,13 +220,13 @@ def test_a_context_killed_mid_call_leaves_its_call_charged(opener: Opener) -> No
 def test_a_reserve_that_times_out_leaves_no_hold_once_released(tmp_path: Path) -> None:
     with RedisServer() as server:
         ledger = RedisLedger(server.url, _scope(), timeout_s=0.3, journal=tmp_path / "j")
-        probe = ledger.reserve({}, {})  # connected, scripts loaded
+        probe = reserve(ledger, {}, {})  # connected, scripts loaded
         assert probe is not None
         ledger.release(probe)
         server.pause()
         try:
             with pytest.raises(BudgetUnavailable, match=r"(?i)timeout|timed out"):
-                ledger.reserve({"amp:cost": 1.0}, {"amp:cost": 5.0}, reservation_id="call-42")
+                reserve(ledger, {"amp:cost": 1.0}, {"amp:cost": 5.0}, reservation_id="call-42")
             # the request sits in the frozen server's socket: it will still run
             with pytest.raises(LedgerUnavailable, match="kept in"):
                 ledger.release("call-42")
@@ -235,9 +236,9 @@ def test_a_reserve_that_times_out_leaves_no_hold_once_released(tmp_path: Path) -
         assert ledger.reserved() == {}
         assert ledger.reservation_ids() == set()
         assert (
-            ledger.reserve({"amp:cost": 1.0}, {"amp:cost": 5.0}, reservation_id="call-42") is None
+            reserve(ledger, {"amp:cost": 1.0}, {"amp:cost": 5.0}, reservation_id="call-42") is None
         )
-        assert ledger.reserve({"amp:cost": 5.0}, {"amp:cost": 5.0}) is not None
+        assert reserve(ledger, {"amp:cost": 5.0}, {"amp:cost": 5.0}) is not None
         ledger.close()
 
 
@@ -246,7 +247,7 @@ def test_spend_committed_while_redis_is_down_is_kept_and_replayed(tmp_path: Path
     with RedisServer(persistent=True) as server:
         worker = RedisLedger(server.url, scope, lease_s=6.0, timeout_s=0.3, journal=tmp_path / "a")
         other = RedisLedger(server.url, scope, timeout_s=0.3, journal=tmp_path / "b")
-        held = worker.reserve({"amp:cost": Decimal("0.9")}, {"amp:cost": 1.0})
+        held = reserve(worker, {"amp:cost": Decimal("0.9")}, {"amp:cost": 1.0})
         assert held is not None
         server.kill()
         with pytest.raises(LedgerUnavailable, match="kept in") as caught:
@@ -256,10 +257,10 @@ def test_spend_committed_while_redis_is_down_is_kept_and_replayed(tmp_path: Path
         assert list((tmp_path / "a").glob("commit-*")) != []
         assert "unavailable" in str(caught.value)
         with pytest.raises(BudgetUnavailable):
-            worker.reserve({"amp:cost": 0.01}, {"amp:cost": 1.0})  # new calls fail closed
+            reserve(worker, {"amp:cost": 0.01}, {"amp:cost": 1.0})  # new calls fail closed
         server.restart()
         # Redis came back with its data: the hold is still there, so nobody takes the $0.90
-        assert other.reserve({"amp:cost": 1.0}, {"amp:cost": 1.0}) is None
+        assert reserve(other, {"amp:cost": 1.0}, {"amp:cost": 1.0}) is None
         # the worker makes no more calls; its renewal thread replays the journal by itself
         deadline = time.monotonic() + 60
         while other.spent() != {"amp:cost": Decimal("0.9")} and time.monotonic() < deadline:
@@ -267,8 +268,8 @@ def test_spend_committed_while_redis_is_down_is_kept_and_replayed(tmp_path: Path
         assert other.spent() == {"amp:cost": Decimal("0.9")}
         assert other.reserved() == {}
         assert list((tmp_path / "a").glob("commit-*")) == []
-        assert other.reserve({"amp:cost": 0.2}, {"amp:cost": 1.0}) is None
-        assert other.reserve({"amp:cost": 0.1}, {"amp:cost": 1.0}) is not None
+        assert reserve(other, {"amp:cost": 0.2}, {"amp:cost": 1.0}) is None
+        assert reserve(other, {"amp:cost": 0.1}, {"amp:cost": 1.0}) is not None
         worker.close()
         other.close()
 
@@ -277,7 +278,7 @@ def test_a_journal_left_by_a_closed_ledger_is_replayed_by_the_next(tmp_path: Pat
     scope, journal = _scope(), tmp_path / "journal"
     with RedisServer(persistent=True) as server:
         first = RedisLedger(server.url, scope, lease_s=None, timeout_s=0.3, journal=journal)
-        held = first.reserve({"amp:cost": 1.0}, {})
+        held = reserve(first, {"amp:cost": 1.0}, {})
         assert held is not None
         server.kill()
         with pytest.raises(LedgerUnavailable, match="kept in"):
@@ -285,9 +286,9 @@ def test_a_journal_left_by_a_closed_ledger_is_replayed_by_the_next(tmp_path: Pat
         first.close()  # the process ends while Redis is still down: the journal stays
         server.restart()
         second = RedisLedger(server.url, scope, lease_s=None, timeout_s=5.0, journal=journal)
-        assert second.reserve({"amp:cost": 0.25}, {"amp:cost": 1.0}) is not None  # replays first
+        assert reserve(second, {"amp:cost": 0.25}, {"amp:cost": 1.0}) is not None  # replays first
         assert second.spent() == {"amp:cost": 0.75}
-        assert second.reserve({"amp:cost": 0.25}, {"amp:cost": 1.0}) is None
+        assert reserve(second, {"amp:cost": 0.25}, {"amp:cost": 1.0}) is None
         second.close()
 
 
@@ -310,8 +311,8 @@ def _commit_until(ledger: Ledger, seed: int, stop: threading.Event, tally: _Tall
         # request may still land); without a name the ledger journals that release itself.
         reservation_id = uuid.uuid4().hex if seed % 2 else None
         try:
-            held = ledger.reserve(
-                {"amp:cost": actual}, {"amp:cost": 1e9}, reservation_id=reservation_id
+            held = reserve(
+                ledger, {"amp:cost": actual}, {"amp:cost": 1e9}, reservation_id=reservation_id
             )
         except BudgetUnavailable:
             with tally.lock:
@@ -367,7 +368,7 @@ def test_every_commit_counts_once_through_kills_and_freezes(tmp_path: Path) -> N
 def test_sqlite_commits_while_the_file_is_locked_are_kept_and_replayed(tmp_path: Path) -> None:
     path, scope = tmp_path / "ledger.db", _scope()
     ledger = SqliteLedger(path, scope, timeout_s=0.2, journal=tmp_path / "j")
-    helds = [ledger.reserve({"amp:cost": 0.5}, {"amp:cost": 2.0}) for _ in range(3)]
+    helds = [reserve(ledger, {"amp:cost": 0.5}, {"amp:cost": 2.0}) for _ in range(3)]
     blocker = sqlite3.connect(path, isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")  # another process holding the write lock for long
     try:
@@ -376,11 +377,11 @@ def test_sqlite_commits_while_the_file_is_locked_are_kept_and_replayed(tmp_path:
             with pytest.raises(LedgerUnavailable, match="kept in"):
                 ledger.commit(held, {"amp:cost": 0.25})
         with pytest.raises(BudgetUnavailable, match="locked"):
-            ledger.reserve({"amp:cost": 0.5}, {"amp:cost": 2.0})
+            reserve(ledger, {"amp:cost": 0.5}, {"amp:cost": 2.0})
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
-    assert ledger.reserve({"amp:cost": 1.25}, {"amp:cost": 2.0}) is not None  # replayed first
+    assert reserve(ledger, {"amp:cost": 1.25}, {"amp:cost": 2.0}) is not None  # replayed first
     assert ledger.spent() == {"amp:cost": 0.75}
     assert ledger.reserved() == {"amp:cost": 1.25}
     ledger.close()
@@ -396,8 +397,8 @@ def _cluster_spender(port: int, scope: str, name: str, ceiling: float, seed: int
     with RedisLedger(client, f"{scope}/{name}", lease_s=30.0) as ledger:
         for _ in range(80):
             estimate = _nano(rng.uniform(0.05, 1.0))
-            held = ledger.reserve(
-                {"amp:cost": estimate}, {}, ancestors={scope: {"amp:cost": ceiling}}
+            held = reserve(
+                ledger, {"amp:cost": estimate}, {}, ancestors={scope: {"amp:cost": ceiling}}
             )
             if held is not None:
                 actual = _nano(float(estimate) * rng.uniform(0.2, 1.0))
@@ -447,10 +448,10 @@ def test_windows_and_claims_on_a_cluster_stay_in_the_tree_slot() -> None:
             ledger = root.child("run")
             window = (("calls", 3600.0, 2.0),)
             for _ in range(2):
-                held = ledger.reserve({"calls": 1.0}, {}, windows=window)
+                held = reserve(ledger, {"calls": 1.0}, {}, windows=window)
                 assert held is not None
                 ledger.commit(held, {"calls": 1.0})
-            assert ledger.reserve({"calls": 1.0}, {}, windows=window) is None
+            assert reserve(ledger, {"calls": 1.0}, {}, windows=window) is None
             assert ledger.recent("calls", 3600.0) == 2.0
             assert ledger.claim("warning") and not ledger.claim("warning")
             keys = client.keys(f"ampmeter:{{{scope}}}:*", target_nodes=RedisCluster.ALL_NODES)
@@ -464,7 +465,7 @@ def test_windows_and_claims_on_a_cluster_stay_in_the_tree_slot() -> None:
 
 def test_a_sqlite_ledger_opened_before_a_fork_works_in_the_child(tmp_path: Path) -> None:
     ledger = SqliteLedger(tmp_path / "ledger.db", _scope(), journal=tmp_path / "j")
-    held = ledger.reserve({"amp:cost": 1.0}, {"amp:cost": 2.0})
+    held = reserve(ledger, {"amp:cost": 1.0}, {"amp:cost": 2.0})
     assert held is not None
     process = FORK.Process(target=ledger.commit, args=(held, {"amp:cost": 0.75}))
     process.start()
@@ -479,7 +480,7 @@ def test_an_unreadable_journal_entry_is_set_aside_and_the_rest_replayed(
 ) -> None:
     path, journal = tmp_path / "ledger.db", tmp_path / "journal"
     ledger = SqliteLedger(path, _scope(), timeout_s=0.2, journal=journal)
-    held = ledger.reserve({"amp:cost": 1.0}, {})
+    held = reserve(ledger, {"amp:cost": 1.0}, {})
     assert held is not None
     blocker = sqlite3.connect(path, isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")
@@ -525,7 +526,7 @@ def test_sqlite_connections_of_ended_threads_are_closed(tmp_path: Path) -> None:
     ledger = SqliteLedger(path, _scope(), journal=tmp_path / "j")
 
     def one_call() -> None:
-        held = ledger.reserve({"amp:cost": 0.01}, {"amp:cost": 10.0})
+        held = reserve(ledger, {"amp:cost": 0.01}, {"amp:cost": 10.0})
         assert held is not None
         ledger.commit(held, {"amp:cost": 0.01})
 
@@ -616,16 +617,16 @@ def test_a_reserve_whose_answer_is_lost_is_released_by_its_id(
     url = f"redis://127.0.0.1:{proxy.port}/0"
     ledger = RedisLedger(url, scope, lease_s=None, timeout_s=2.0, journal=tmp_path / "j")
     try:
-        probe = ledger.reserve({}, {})  # connected, scripts loaded
+        probe = reserve(ledger, {}, {})  # connected, scripts loaded
         assert probe is not None
         ledger.release(probe)
         proxy.cut_answers = 1
         with pytest.raises(LedgerUnavailable, match="Connection"):
-            ledger.reserve({"amp:cost": 1.0}, {"amp:cost": 5.0})
+            reserve(ledger, {"amp:cost": 1.0}, {"amp:cost": 5.0})
         assert proxy.cut == 1  # Redis answered: it had taken the hold
         with RedisLedger(redis_server.url, scope) as direct:
             assert direct.reserved() == {} and direct.reservation_ids() == set()
-            assert direct.reserve({"amp:cost": 5.0}, {"amp:cost": 5.0}) is not None
+            assert reserve(direct, {"amp:cost": 5.0}, {"amp:cost": 5.0}) is not None
         assert len(_released_ids(redis_server.url, scope) - {probe.id}) == 1  # by its id
     finally:
         ledger.close()
@@ -640,12 +641,12 @@ def test_a_lost_reserve_without_a_lease_is_released_once_redis_is_reachable_agai
     url = f"redis://127.0.0.1:{proxy.port}/0"
     ledger = RedisLedger(url, scope, lease_s=None, timeout_s=1.0, journal=tmp_path / "j")
     try:
-        probe = ledger.reserve({}, {})
+        probe = reserve(ledger, {}, {})
         assert probe is not None
         ledger.release(probe)
         proxy.down = True  # the reserve's answer is lost, and so is the release that follows
         with pytest.raises(LedgerUnavailable):
-            ledger.reserve({"amp:cost": 1.0}, {"amp:cost": 5.0}, reservation_id="call-9")
+            reserve(ledger, {"amp:cost": 1.0}, {"amp:cost": 5.0}, reservation_id="call-9")
         assert proxy.cut >= 1
         with RedisLedger(redis_server.url, scope) as direct:
             assert direct.reserved() == {"amp:cost": 1}  # a phantom hold, for now

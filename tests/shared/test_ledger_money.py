@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ampmeter.ledgers import LedgerUnavailable, RedisLedger, Refusal, SqliteLedger
-from support.ledger_backends import MakeLedger, make_ledger_fixture  # noqa: F401
+from support.ledger_backends import MakeLedger, make_ledger_fixture, reserve  # noqa: F401
 from support.redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
 COST = "amp:cost"
@@ -25,7 +25,7 @@ def calls_admitted(make_ledger: MakeLedger, cap: object, price: object) -> int:
     at its price."""
     ledger = make_ledger()
     admitted = 0
-    while (held := ledger.reserve({COST: price}, {COST: cap})) is not None:
+    while (held := reserve(ledger, {COST: price}, {COST: cap})) is not None:
         ledger.commit(held, {COST: price})
         admitted += 1
         assert admitted <= 10_000
@@ -67,7 +67,7 @@ def test_a_cap_admits_floor_of_cap_over_price(
 def test_spend_is_the_exact_decimal_sum(make_ledger: MakeLedger, costs: list[Decimal]) -> None:
     ledger = make_ledger()
     for cost in costs:
-        held = ledger.reserve({COST: cost}, {})
+        held = reserve(ledger, {COST: cost}, {})
         assert held is not None
         ledger.commit(held, {COST: cost})
     total = sum(costs, Decimal(0))
@@ -76,7 +76,7 @@ def test_spend_is_the_exact_decimal_sum(make_ledger: MakeLedger, costs: list[Dec
 
 def test_money_comes_back_as_decimal_and_counts_as_int(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
-    held = ledger.reserve({COST: 0.3, "amp:input_tokens": 120.0}, {COST: "1.00"})
+    held = reserve(ledger, {COST: 0.3, "amp:input_tokens": 120.0}, {COST: "1.00"})
     assert held is not None
     assert dict(held.amounts) == {COST: Decimal("0.3"), "amp:input_tokens": 120}
     assert type(held.amounts[COST]) is Decimal and type(held.amounts["amp:input_tokens"]) is int
@@ -94,7 +94,7 @@ def test_money_comes_back_as_decimal_and_counts_as_int(make_ledger: MakeLedger) 
 def test_a_refusal_speaks_exact_dollars(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
     for _ in range(20):
-        held = ledger.reserve({COST: 0.05}, {COST: 1.0})
+        held = reserve(ledger, {COST: 0.05}, {COST: 1.0})
         assert held is not None
         ledger.commit(held, {COST: 0.05})
     refusal = ledger.try_reserve({COST: 0.05}, {COST: 1.0})
@@ -110,16 +110,16 @@ def test_a_refusal_speaks_exact_dollars(make_ledger: MakeLedger) -> None:
 def test_counts_must_be_whole_and_count_ceilings_round_down(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
     with pytest.raises(ValueError, match="whole"):
-        ledger.reserve({"amp:input_tokens": 2.5}, {})
+        reserve(ledger, {"amp:input_tokens": 2.5}, {})
     assert ledger.reserved() == {}
-    assert ledger.reserve({"amp:input_tokens": 3}, {"amp:input_tokens": 2.9}) is None
-    assert ledger.reserve({"amp:input_tokens": 2}, {"amp:input_tokens": 2.9}) is not None
+    assert reserve(ledger, {"amp:input_tokens": 3}, {"amp:input_tokens": 2.9}) is None
+    assert reserve(ledger, {"amp:input_tokens": 2}, {"amp:input_tokens": 2.9}) is not None
 
 
 def test_redis_keeps_integer_nano_dollars(redis_server: RedisServer) -> None:
     scope = f"money-{uuid.uuid4().hex}"
     with RedisLedger(redis_server.url, scope) as ledger:
-        held = ledger.reserve({COST: 0.05}, {COST: 1})
+        held = reserve(ledger, {COST: 0.05}, {COST: 1})
         assert held is not None
         ledger.commit(held, {COST: 0.05})
     raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
@@ -129,7 +129,7 @@ def test_redis_keeps_integer_nano_dollars(redis_server: RedisServer) -> None:
 
 def test_sqlite_keeps_integer_nano_dollars(tmp_path: Path) -> None:
     with SqliteLedger(tmp_path / "l.db", "money") as ledger:
-        held = ledger.reserve({COST: 0.05}, {COST: 1})
+        held = reserve(ledger, {COST: 0.05}, {COST: 1})
         assert held is not None
         ledger.commit(held, {COST: 0.05})
     db = sqlite3.connect(tmp_path / "l.db")
@@ -179,7 +179,7 @@ def test_a_journal_entry_of_the_float_era_is_kept_aside_unapplied(
 
 def test_a_ceiling_past_what_can_be_counted_never_refuses(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
-    held = ledger.reserve({COST: 5, "amp:llm_calls": 1}, {COST: 1e12, "amp:llm_calls": 1e30})
+    held = reserve(ledger, {COST: 5, "amp:llm_calls": 1}, {COST: 1e12, "amp:llm_calls": 1e30})
     assert held is not None
     with pytest.raises(ValueError, match="too large"):
-        ledger.reserve({COST: 1e12}, {})  # an amount that large is a mistake
+        reserve(ledger, {COST: 1e12}, {})  # an amount that large is a mistake

@@ -19,13 +19,13 @@ from ampmeter.ledgers import (
     Refusal,
     Reservation,
 )
-from support.ledger_backends import MakeLedger, make_ledger_fixture  # noqa: F401
+from support.ledger_backends import MakeLedger, make_ledger_fixture, reserve  # noqa: F401
 from support.redis_server import redis_server_fixture  # noqa: F401
 
 
 def test_reserve_holds_amounts_until_commit(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
-    held = ledger.reserve({"amp:cost": 0.25, "tokens": 100}, {"amp:cost": 1.0})
+    held = reserve(ledger, {"amp:cost": 0.25, "tokens": 100}, {"amp:cost": 1.0})
     assert held is not None
     assert dict(held.amounts) == {"amp:cost": 0.25, "tokens": 100.0}
     assert held.expires_at is None
@@ -38,38 +38,38 @@ def test_reserve_holds_amounts_until_commit(make_ledger: MakeLedger) -> None:
 
 def test_ceiling_is_strictly_greater_and_rejection_changes_nothing(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
-    first = ledger.reserve({"amp:cost": 0.5}, {"amp:cost": 1.0})
+    first = reserve(ledger, {"amp:cost": 0.5}, {"amp:cost": 1.0})
     assert first is not None
     ledger.commit(first, {"amp:cost": 0.5})
-    exact = ledger.reserve({"amp:cost": 0.5}, {"amp:cost": 1.0})  # 0.5 + 0.5 == 1.0 is allowed
+    exact = reserve(ledger, {"amp:cost": 0.5}, {"amp:cost": 1.0})  # 0.5 + 0.5 == 1.0 is allowed
     assert exact is not None
-    assert ledger.reserve({"amp:cost": 0.125}, {"amp:cost": 1.0}) is None
+    assert reserve(ledger, {"amp:cost": 0.125}, {"amp:cost": 1.0}) is None
     assert ledger.reserved() == {"amp:cost": 0.5}
     assert ledger.spent() == {"amp:cost": 0.5}
     ledger.release(exact)
-    assert ledger.reserve({"amp:cost": 0.125}, {"amp:cost": 1.0}) is not None
+    assert reserve(ledger, {"amp:cost": 0.125}, {"amp:cost": 1.0}) is not None
 
 
 def test_every_ceiling_is_checked_and_one_failure_rejects_all(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
-    held = ledger.reserve({"amp:cost": 0.5, "tokens": 10}, {"amp:cost": 10.0, "tokens": 10})
+    held = reserve(ledger, {"amp:cost": 0.5, "tokens": 10}, {"amp:cost": 10.0, "tokens": 10})
     assert held is not None
-    assert ledger.reserve({"amp:cost": 0.5, "tokens": 1}, {"amp:cost": 10.0, "tokens": 10}) is None
+    assert reserve(ledger, {"amp:cost": 0.5, "tokens": 1}, {"amp:cost": 10.0, "tokens": 10}) is None
     assert ledger.reserved() == {"amp:cost": 0.5, "tokens": 10.0}
 
 
 def test_ceiling_on_a_key_not_reserved_still_applies(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
-    held = ledger.reserve({"tokens": 5}, {})
+    held = reserve(ledger, {"tokens": 5}, {})
     assert held is not None
     ledger.commit(held, {"amp:cost": 2.0})
-    assert ledger.reserve({"tokens": 1}, {"amp:cost": 1.0}) is None  # spent cost 2.0 > 1.0 already
-    assert ledger.reserve({"tokens": 1}, {"amp:cost": 2.0}) is not None
+    assert reserve(ledger, {"tokens": 1}, {"amp:cost": 1.0}) is None  # spent cost 2.0 > 1.0 already
+    assert reserve(ledger, {"tokens": 1}, {"amp:cost": 2.0}) is not None
 
 
 def test_commit_is_idempotent(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
-    held = ledger.reserve({"amp:cost": 1.0}, {})
+    held = reserve(ledger, {"amp:cost": 1.0}, {})
     assert held is not None
     ledger.commit(held, {"amp:cost": 0.75})
     ledger.commit(held, {"amp:cost": 0.75})
@@ -80,8 +80,8 @@ def test_commit_is_idempotent(make_ledger: MakeLedger) -> None:
 
 def test_release_is_idempotent_and_never_goes_negative(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
-    kept = ledger.reserve({"amp:cost": 1.0}, {})
-    gone = ledger.reserve({"amp:cost": 2.0}, {})
+    kept = reserve(ledger, {"amp:cost": 1.0}, {})
+    gone = reserve(ledger, {"amp:cost": 2.0}, {})
     assert kept is not None and gone is not None
     ledger.release(gone)
     ledger.release(gone)
@@ -91,8 +91,8 @@ def test_release_is_idempotent_and_never_goes_negative(make_ledger: MakeLedger) 
 
 def test_commit_after_release_adds_spend_once(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
-    kept = ledger.reserve({"amp:cost": 1.0}, {})
-    held = ledger.reserve({"amp:cost": 2.0}, {})
+    kept = reserve(ledger, {"amp:cost": 1.0}, {})
+    held = reserve(ledger, {"amp:cost": 2.0}, {})
     assert kept is not None and held is not None
     ledger.release(held)
     ledger.commit(held, {"amp:cost": 0.5})  # the call was made after all: money was spent
@@ -103,7 +103,7 @@ def test_commit_after_release_adds_spend_once(make_ledger: MakeLedger) -> None:
 
 def test_unknown_reservation_adds_spend_without_subtracting(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
-    kept = ledger.reserve({"amp:cost": 1.0}, {})
+    kept = reserve(ledger, {"amp:cost": 1.0}, {})
     assert kept is not None
     stranger = Reservation("not-a-reservation-of-this-ledger", {"amp:cost": 1.0}, None)
     ledger.commit(stranger, {"amp:cost": 0.25})
@@ -114,14 +114,14 @@ def test_unknown_reservation_adds_spend_without_subtracting(make_ledger: MakeLed
 
 def _reap(ledger: Ledger) -> None:
     """Trigger reaping with an operation that changes nothing else."""
-    probe = ledger.reserve({}, {})
+    probe = reserve(ledger, {}, {})
     assert probe is not None
     ledger.release(probe)
 
 
 def test_expired_reservation_returns_to_the_pool(make_ledger: MakeLedger) -> None:
     ledger = make_ledger(lease_s=0.2)
-    dropped = ledger.reserve({"amp:cost": 3.0}, {"amp:cost": 3.0})
+    dropped = reserve(ledger, {"amp:cost": 3.0}, {"amp:cost": 3.0})
     assert dropped is not None and dropped.expires_at is not None
     # Dropped unsettled (a leak): no longer renewed, so its lease runs out like a crashed one's.
     held = Reservation(dropped.id, {"amp:cost": 3.0}, None, dropped.scopes)
@@ -134,13 +134,13 @@ def test_expired_reservation_returns_to_the_pool(make_ledger: MakeLedger) -> Non
     ledger.commit(held, {"amp:cost": 2.5})  # late commit: spend counts, nothing subtracted twice
     assert ledger.spent() == {"amp:cost": 2.5}
     assert ledger.reserved() == {}
-    assert ledger.reserve({"amp:cost": 1.0}, {"amp:cost": 3.0}) is None
+    assert reserve(ledger, {"amp:cost": 1.0}, {"amp:cost": 3.0}) is None
 
 
 def test_reservation_is_a_frozen_copy(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
     amounts = {"amp:cost": 1.0}
-    held = ledger.reserve(amounts, {})
+    held = reserve(ledger, amounts, {})
     assert held is not None
     amounts["amp:cost"] = 99.0
     assert held.amounts["amp:cost"] == 1.0
@@ -167,7 +167,7 @@ def test_bad_amounts_raise_and_change_nothing(
 ) -> None:
     ledger = make_ledger()
     with pytest.raises(error, match="amounts"):
-        ledger.reserve({"amp:cost": 0.5, "bad": value}, {"amp:cost": 1.0})
+        reserve(ledger, {"amp:cost": 0.5, "bad": value}, {"amp:cost": 1.0})
     assert ledger.reserved() == {}
 
 
@@ -176,7 +176,7 @@ def test_bad_actual_raises_and_keeps_the_reservation(
     make_ledger: MakeLedger, value: Any, error: type[Exception]
 ) -> None:
     ledger = make_ledger()
-    held = ledger.reserve({"amp:cost": 0.5}, {})
+    held = reserve(ledger, {"amp:cost": 0.5}, {})
     assert held is not None
     with pytest.raises(error, match="actual"):
         ledger.commit(held, {"amp:cost": 0.5, "bad": value})
@@ -190,20 +190,20 @@ def test_bad_actual_raises_and_keeps_the_reservation(
 def test_bad_ceiling_raises(make_ledger: MakeLedger, value: Any) -> None:
     ledger = make_ledger()
     with pytest.raises((ValueError, TypeError), match="ceilings"):
-        ledger.reserve({"amp:cost": 0.5}, {"amp:cost": value})
+        reserve(ledger, {"amp:cost": 0.5}, {"amp:cost": value})
     assert ledger.reserved() == {}
 
 
 def test_negative_ceiling_rejects_everything(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
-    assert ledger.reserve({}, {"amp:cost": -1.0}) is None
+    assert reserve(ledger, {}, {"amp:cost": -1.0}) is None
 
 
 @pytest.mark.parametrize("bad", [[("amp:cost", 1.0)], {1: 1.0}, {"": 1.0}])
 def test_non_mapping_or_bad_keys_raise_type_error(make_ledger: MakeLedger, bad: Any) -> None:
     ledger = make_ledger()
     with pytest.raises(TypeError, match="amounts"):
-        ledger.reserve(bad, {})
+        reserve(ledger, bad, {})
 
 
 def test_commit_and_release_need_a_reservation(make_ledger: MakeLedger) -> None:
@@ -219,7 +219,7 @@ def test_context_manager_returns_the_ledger(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
     with ledger as entered:
         assert entered is ledger
-        assert entered.reserve({"amp:cost": 1.0}, {"amp:cost": 1.0}) is not None
+        assert reserve(entered, {"amp:cost": 1.0}, {"amp:cost": 1.0}) is not None
 
 
 @pytest.mark.parametrize("lease", [0, -1.0, math.nan, math.inf, "1"])
@@ -244,7 +244,7 @@ def test_threads_never_overshoot_when_actual_is_at_most_the_estimate(
     def worker(index: int) -> None:
         for step in range(60):
             estimate = 0.5 + (step * 7 + index) % 5 * 0.25
-            held = ledger.reserve({"amp:cost": estimate}, {"amp:cost": ceiling})
+            held = reserve(ledger, {"amp:cost": estimate}, {"amp:cost": ceiling})
             if held is None:
                 continue
             admitted[index] += 1
@@ -285,7 +285,7 @@ def test_ledger_matches_a_plain_model(
     order: list[str] = []
     for op, amount, pick in ops:
         if op == "reserve":
-            held = ledger.reserve({"amp:cost": amount}, {"amp:cost": ceiling})
+            held = reserve(ledger, {"amp:cost": amount}, {"amp:cost": ceiling})
             assert (held is None) == (spent + reserved + amount > ceiling)
             if held is not None:
                 live[held.id] = (held, amount)
@@ -316,20 +316,20 @@ def test_child_reserves_against_its_own_and_every_ancestor_ceiling(make_ledger: 
     researcher, writer = run.child("researcher"), run.child("writer")
     assert researcher.scope == f"{root.scope}/run-7/researcher"
     ancestors = {root.scope: {"amp:cost": 10.0}, run.scope: {"amp:cost": 1.0}}
-    first = researcher.reserve({"amp:cost": 0.75}, {"amp:cost": 5.0}, ancestors=ancestors)
+    first = reserve(researcher, {"amp:cost": 0.75}, {"amp:cost": 5.0}, ancestors=ancestors)
     assert first is not None
     assert first.scopes == (researcher.scope, run.scope, root.scope)  # nearest first
     for scope in (researcher.scope, run.scope, root.scope):
         assert root.reserved(scope) == {"amp:cost": 0.75}
     assert writer.reserved() == {}
     # the sibling fits its own ceiling but not the run's, which the researcher holds
-    assert writer.reserve({"amp:cost": 0.5}, {"amp:cost": 5.0}, ancestors=ancestors) is None
+    assert reserve(writer, {"amp:cost": 0.5}, {"amp:cost": 5.0}, ancestors=ancestors) is None
     assert writer.reserved() == {} and run.reserved() == {"amp:cost": 0.75}
     researcher.commit(first, {"amp:cost": 0.5, "calls": 1})
     for scope in (researcher.scope, run.scope, root.scope):
         assert root.spent(scope) == {"amp:cost": 0.5, "calls": 1.0}
         assert root.reserved(scope) == {}
-    second = writer.reserve({"amp:cost": 0.5}, {"amp:cost": 5.0}, ancestors=ancestors)
+    second = reserve(writer, {"amp:cost": 0.5}, {"amp:cost": 5.0}, ancestors=ancestors)
     assert second is not None
     writer.release(second)
     assert run.reserved() == {} and writer.spent() == {}
@@ -339,18 +339,18 @@ def test_child_reserves_against_its_own_and_every_ancestor_ceiling(make_ledger: 
 def test_an_ancestor_without_ceilings_counts_but_never_refuses(make_ledger: MakeLedger) -> None:
     parent = make_ledger()
     child = parent.child("worker")
-    held = child.reserve({"amp:cost": 3.0}, {"amp:cost": 3.0}, ancestors={parent.scope: {}})
+    held = reserve(child, {"amp:cost": 3.0}, {"amp:cost": 3.0}, ancestors={parent.scope: {}})
     assert held is not None
     assert parent.reserved() == {"amp:cost": 3.0}
     child.commit(held, {"amp:cost": 2.0})
     assert parent.spent() == {"amp:cost": 2.0} == child.spent()
-    assert child.reserve({"amp:cost": 1.5}, {"amp:cost": 3.0}) is None  # the child's own ceiling
+    assert reserve(child, {"amp:cost": 1.5}, {"amp:cost": 3.0}) is None  # the child's own ceiling
 
 
 def test_a_parent_may_settle_its_childs_reservation(make_ledger: MakeLedger) -> None:
     parent = make_ledger()
     child = parent.child("a")
-    held = child.reserve({"amp:cost": 1.0}, {}, ancestors={parent.scope: {"amp:cost": 1.0}})
+    held = reserve(child, {"amp:cost": 1.0}, {}, ancestors={parent.scope: {"amp:cost": 1.0}})
     assert held is not None
     parent.commit(held, {"amp:cost": 0.25})  # counted at the reservation's scopes, not the parent's
     assert child.spent() == {"amp:cost": 0.25} == parent.spent()
@@ -361,12 +361,12 @@ def test_the_refusing_ancestor_is_any_of_them_and_nothing_is_held(make_ledger: M
     top = make_ledger()
     middle = top.child("m")
     leaf = middle.child("l")
-    spend = leaf.reserve({"tokens": 90}, {}, ancestors={top.scope: {}, middle.scope: {}})
+    spend = reserve(leaf, {"tokens": 90}, {}, ancestors={top.scope: {}, middle.scope: {}})
     assert spend is not None
     leaf.commit(spend, {"tokens": 90})
     ancestors = {middle.scope: {"tokens": 1000}, top.scope: {"tokens": 100}}
-    assert leaf.reserve({"tokens": 11}, {"tokens": 1000}, ancestors=ancestors) is None
-    assert leaf.reserve({"tokens": 10}, {"tokens": 1000}, ancestors=ancestors) is not None
+    assert reserve(leaf, {"tokens": 11}, {"tokens": 1000}, ancestors=ancestors) is None
+    assert reserve(leaf, {"tokens": 10}, {"tokens": 1000}, ancestors=ancestors) is not None
     assert top.reserved() == middle.reserved() == leaf.reserved() == {"tokens": 10.0}
 
 
@@ -386,10 +386,10 @@ def test_bad_ancestors_raise_and_change_nothing(
     if error is None:  # the ledger's own scope is not its ancestor either
         ancestors, error, match = {ledger.scope: {"amp:cost": 1.0}}, ValueError, "does not enclose"
     with pytest.raises(error, match=match):
-        ledger.reserve({"amp:cost": 0.5}, {"amp:cost": 1.0}, ancestors=ancestors)
+        reserve(ledger, {"amp:cost": 0.5}, {"amp:cost": 1.0}, ancestors=ancestors)
     parent = ledger.scope.rsplit("/", 1)[0]
     with pytest.raises(ValueError, match=r"ancestors\["):
-        ledger.reserve({"amp:cost": 0.5}, {}, ancestors={parent: {"amp:cost": math.nan}})
+        reserve(ledger, {"amp:cost": 0.5}, {}, ancestors={parent: {"amp:cost": math.nan}})
     assert ledger.reserved() == {} and ledger.reserved(parent) == {}
 
 
@@ -405,7 +405,7 @@ def test_scopes_outside_the_tree_cannot_be_read_or_settled(make_ledger: MakeLedg
     ledger = make_ledger()
     with pytest.raises(ValueError, match="outside the tree"):
         ledger.spent("another-tree/x")
-    held = ledger.reserve({"amp:cost": 1.0}, {})
+    held = reserve(ledger, {"amp:cost": 1.0}, {})
     assert held is not None
     stranger = dataclasses.replace(held, scopes=("another-tree",))
     with pytest.raises(ValueError, match="outside the tree"):
@@ -418,11 +418,11 @@ def test_scopes_outside_the_tree_cannot_be_read_or_settled(make_ledger: MakeLedg
 
 def test_reserving_one_id_twice_holds_once(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
-    first = ledger.reserve(
-        {"amp:cost": 0.5, "tokens": 0}, {"amp:cost": 1.0}, reservation_id="call-1"
+    first = reserve(
+        ledger, {"amp:cost": 0.5, "tokens": 0}, {"amp:cost": 1.0}, reservation_id="call-1"
     )
-    again = ledger.reserve(
-        {"amp:cost": 0.5, "tokens": 0}, {"amp:cost": 1.0}, reservation_id="call-1"
+    again = reserve(
+        ledger, {"amp:cost": 0.5, "tokens": 0}, {"amp:cost": 1.0}, reservation_id="call-1"
     )
     assert first is not None and again is not None
     assert first.id == again.id == "call-1"
@@ -432,17 +432,19 @@ def test_reserving_one_id_twice_holds_once(make_ledger: MakeLedger) -> None:
     ledger.commit(first, {"amp:cost": 0.5})
     assert ledger.spent() == {"amp:cost": 0.5}
     # a settled id is never held again: a late duplicate does nothing
-    assert ledger.reserve({"amp:cost": 0.25}, {"amp:cost": 1.0}, reservation_id="call-1") is None
+    assert reserve(ledger, {"amp:cost": 0.25}, {"amp:cost": 1.0}, reservation_id="call-1") is None
     assert ledger.reserved() == {}
 
 
 def test_release_of_an_id_never_reserved_stops_a_late_reserve(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
     ledger.release("timed-out")  # the reserve's reply never came; give back whatever it got
-    assert ledger.reserve({"amp:cost": 0.5}, {"amp:cost": 1.0}, reservation_id="timed-out") is None
+    assert reserve(ledger, {"amp:cost": 0.5}, {"amp:cost": 1.0}, reservation_id="timed-out") is None
     assert ledger.reserved() == {} and ledger.spent() == {}
     ledger.release("timed-out")
-    assert ledger.reserve({"amp:cost": 1.0}, {"amp:cost": 1.0}) is not None  # nothing was left held
+    assert (
+        reserve(ledger, {"amp:cost": 1.0}, {"amp:cost": 1.0}) is not None
+    )  # nothing was left held
 
 
 @pytest.mark.parametrize(
@@ -454,7 +456,7 @@ def test_bad_reservation_ids_raise(
 ) -> None:
     ledger = make_ledger()
     with pytest.raises(error, match="reservation id"):
-        ledger.reserve({"amp:cost": 1.0}, {}, reservation_id=bad)
+        reserve(ledger, {"amp:cost": 1.0}, {}, reservation_id=bad)
     with pytest.raises(error, match="reservation id"):
         ledger.release(bad)
     assert ledger.reserved() == {}
@@ -465,7 +467,7 @@ def test_bad_reservation_ids_raise(
 
 def test_renew_says_whether_a_reservation_is_live(make_ledger: MakeLedger) -> None:
     ledger = make_ledger(lease_s=30.0)
-    held = ledger.reserve({"amp:cost": 1.0}, {})
+    held = reserve(ledger, {"amp:cost": 1.0}, {})
     assert held is not None
     assert ledger.renew(held) is True
     assert ledger.renew(held.id) is True
@@ -480,11 +482,13 @@ def test_a_held_reservation_outlives_its_lease_while_this_process_holds_it(
     make_ledger: MakeLedger,
 ) -> None:
     ledger = make_ledger(lease_s=1.0)
-    held = ledger.reserve({"amp:cost": 1.0}, {"amp:cost": 1.0})
+    held = reserve(ledger, {"amp:cost": 1.0}, {"amp:cost": 1.0})
     assert held is not None and held.expires_at is not None
     stop = time.monotonic() + 3.0  # three leases; the daemon thread renews every third of one
     while time.monotonic() < stop:
-        assert ledger.reserve({"amp:cost": 0.5}, {"amp:cost": 1.0}) is None  # reaps; the hold stays
+        assert (
+            reserve(ledger, {"amp:cost": 0.5}, {"amp:cost": 1.0}) is None
+        )  # reaps; the hold stays
         time.sleep(0.2)
     assert ledger.reserved() == {"amp:cost": 1.0}
     ledger.commit(held, {"amp:cost": 1.0})
@@ -497,18 +501,18 @@ def test_a_held_reservation_outlives_its_lease_while_this_process_holds_it(
 def test_a_window_counts_holds_and_recent_commits_only(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
     window = (("calls", 1.0, 3.0),)
-    first = ledger.reserve({"calls": 1.0}, {}, windows=window)
+    first = reserve(ledger, {"calls": 1.0}, {}, windows=window)
     assert first is not None
-    held = [ledger.reserve({"calls": 1.0}, {}, windows=window) for _ in range(2)]
+    held = [reserve(ledger, {"calls": 1.0}, {}, windows=window) for _ in range(2)]
     assert None not in held
-    assert ledger.reserve({"calls": 1.0}, {}, windows=window) is None  # 3 held: full
+    assert reserve(ledger, {"calls": 1.0}, {}, windows=window) is None  # 3 held: full
     ledger.commit(first, {"calls": 1.0})
     for reservation in held:
         assert reservation is not None
         ledger.release(reservation)  # returned unused: only the commit stays in the window
     assert ledger.recent("calls", 1.0) == 1.0
     assert ledger.spent() == {"calls": 1.0}
-    again = [ledger.reserve({"calls": 1.0}, {}, windows=window) for _ in range(3)]
+    again = [reserve(ledger, {"calls": 1.0}, {}, windows=window) for _ in range(3)]
     assert again[:2] != [None, None] and again[2] is None
     for reservation in again[:2]:
         assert reservation is not None
@@ -518,33 +522,33 @@ def test_a_window_counts_holds_and_recent_commits_only(make_ledger: MakeLedger) 
         time.sleep(0.1)  # the window slides past the commits
     assert ledger.recent("calls", 1.0) == 0.0
     assert ledger.spent() == {"calls": 3.0}  # the running total keeps everything
-    assert ledger.reserve({"calls": 1.0}, {}, windows=window) is not None
+    assert reserve(ledger, {"calls": 1.0}, {}, windows=window) is not None
 
 
 def test_a_window_key_is_held_even_without_an_amount(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
-    held = ledger.reserve({}, {}, windows=(("tokens", 60.0, 100.0),))
+    held = reserve(ledger, {}, {}, windows=(("tokens", 60.0, 100.0),))
     assert held is not None and dict(held.amounts) == {"tokens": 0.0}
     ledger.commit(held, {"tokens": 150.0})  # the actual is known only at the end
     assert ledger.recent("tokens", 60.0) == 150.0
-    assert ledger.reserve({}, {}, windows=(("tokens", 60.0, 100.0),)) is None
-    assert ledger.reserve({}, {}, windows=(("tokens", 60.0, 200.0),)) is not None
+    assert reserve(ledger, {}, {}, windows=(("tokens", 60.0, 100.0),)) is None
+    assert reserve(ledger, {}, {}, windows=(("tokens", 60.0, 200.0),)) is not None
 
 
 def test_windows_and_ceilings_refuse_together(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
     child = ledger.child("run")
     window = (("amp:cost", 60.0, 1.0),)
-    held = child.reserve(
-        {"amp:cost": 0.6}, {"amp:cost": 5.0}, ancestors={ledger.scope: {}}, windows=window
+    held = reserve(
+        child, {"amp:cost": 0.6}, {"amp:cost": 5.0}, ancestors={ledger.scope: {}}, windows=window
     )
     assert held is not None
     child.commit(held, {"amp:cost": 0.6})
-    assert child.reserve({"amp:cost": 0.6}, {"amp:cost": 5.0}, windows=window) is None
+    assert reserve(child, {"amp:cost": 0.6}, {"amp:cost": 5.0}, windows=window) is None
     assert child.reserved() == {} and ledger.recent("amp:cost", 60.0, child.scope) == Decimal("0.6")
     assert ledger.recent("amp:cost", 60.0) == 0.0  # windows are kept where they were asked for
     assert (
-        child.reserve({"amp:cost": 0.3}, {"amp:cost": 0.8}, windows=window) is None
+        reserve(child, {"amp:cost": 0.3}, {"amp:cost": 0.8}, windows=window) is None
     )  # the ceiling
 
 
@@ -564,7 +568,7 @@ def test_bad_windows_raise_and_change_nothing(
 ) -> None:
     ledger = make_ledger()
     with pytest.raises(error):
-        ledger.reserve({"calls": 1.0}, {}, windows=windows)
+        reserve(ledger, {"calls": 1.0}, {}, windows=windows)
     assert ledger.reserved() == {}
 
 
@@ -584,10 +588,10 @@ def test_a_name_is_claimed_once_across_ledgers_of_one_scope(make_ledger: MakeLed
 
 def test_a_refusal_by_holds_alone_is_busy(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
-    spent = ledger.reserve({"amp:cost": 0.25}, {"amp:cost": 1.0})
+    spent = reserve(ledger, {"amp:cost": 0.25}, {"amp:cost": 1.0})
     assert spent is not None
     ledger.commit(spent, {"amp:cost": 0.25})
-    held = ledger.reserve({"amp:cost": 0.5}, {"amp:cost": 1.0})
+    held = reserve(ledger, {"amp:cost": 0.5}, {"amp:cost": 1.0})
     assert held is not None
     refusal = ledger.try_reserve({"amp:cost": 0.5, "tokens": 3}, {"amp:cost": 1.0})
     assert isinstance(refusal, Refusal)
@@ -610,10 +614,10 @@ def test_a_refusal_by_spend_is_not_busy_and_wins_over_a_busy_one(
 ) -> None:
     parent = make_ledger()
     child = parent.child("worker")
-    first = child.reserve({"amp:cost": 0.5, "steps": 1}, {}, ancestors={parent.scope: {}})
+    first = reserve(child, {"amp:cost": 0.5, "steps": 1}, {}, ancestors={parent.scope: {}})
     assert first is not None
     child.commit(first, {"amp:cost": 0.5, "steps": 1})
-    in_flight = child.reserve({"steps": 1}, {"steps": 3}, ancestors={parent.scope: {}})
+    in_flight = reserve(child, {"steps": 1}, {"steps": 3}, ancestors={parent.scope: {}})
     assert in_flight is not None
     # The child's steps ceiling is busy (1 spent + 1 held + 1 > 2), the parent's cost is
     # spent (0.5 + 0.75 > 1.0): the spent one is named, whatever the order of the scopes.
@@ -630,7 +634,7 @@ def test_a_refusal_by_spend_is_not_busy_and_wins_over_a_busy_one(
     assert (busy.scope, busy.key, busy.busy) == (child.scope, "steps", True)
     assert (busy.spent, busy.reserved, busy.amount) == (1.0, 1.0, 1.0)
     assert (
-        child.reserve({"amp:cost": 0.25}, {}, ancestors={parent.scope: {"amp:cost": 1.0}})
+        reserve(child, {"amp:cost": 0.25}, {}, ancestors={parent.scope: {"amp:cost": 1.0}})
         is not None
     )
 

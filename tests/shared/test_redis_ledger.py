@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from ampmeter.ledgers import LedgerUnavailable, RedisLedger, Reservation
+from support.ledger_backends import reserve
 from support.processes import gather
 from support.redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
@@ -51,7 +52,7 @@ def _worker(url: str, scope: str, ceiling: Decimal, seed: int, out: Any) -> None
     with RedisLedger(url, scope, lease_s=30.0, timeout_s=10.0) as ledger:
         for _ in range(CALLS):
             estimate = _nano(rng.uniform(0.05, 1.0))
-            held = ledger.reserve({"amp:cost": estimate}, {"amp:cost": ceiling})
+            held = reserve(ledger, {"amp:cost": estimate}, {"amp:cost": ceiling})
             if held is None:
                 rejected += 1
                 continue
@@ -92,7 +93,7 @@ def test_many_processes_share_one_ceiling(redis_server: RedisServer, client: red
 
 def _holder(url: str, scope: str, mode: Any, ready: Any) -> None:
     ledger = RedisLedger(url, scope, lease_s=1.0, timeout_s=10.0, on_expired_hold=mode)
-    held = ledger.reserve({"amp:cost": 5.0}, {"amp:cost": 5.0})
+    held = reserve(ledger, {"amp:cost": 5.0}, {"amp:cost": 5.0})
     ready.put(None if held is None else held.id)
     time.sleep(600)
 
@@ -118,25 +119,25 @@ def test_hold_of_a_killed_worker_ends_with_its_lease(redis_server: RedisServer, 
     assert ledger.reserved() == {}
     if mode == "charge":  # the dead worker's request may have been billed: charged, kept
         assert ledger.spent() == {"amp:cost": 5} == ledger.unsettled()
-        assert ledger.reserve({"amp:cost": 0.01}, {"amp:cost": 5.0}) is None
+        assert reserve(ledger, {"amp:cost": 0.01}, {"amp:cost": 5.0}) is None
         # a late commit of that call (its worker was only slow) replaces the charge
         ledger.commit(Reservation(held_id, {}, None), {"amp:cost": 1.5})
         assert ledger.spent() == {"amp:cost": Decimal("1.5")} and ledger.unsettled() == {}
     else:
         assert ledger.spent() == {} == ledger.unsettled()
-        assert ledger.reserve({"amp:cost": 5.0}, {"amp:cost": 5.0}) is not None
+        assert reserve(ledger, {"amp:cost": 5.0}, {"amp:cost": 5.0}) is not None
     ledger.close()
 
 
 def test_dead_server_raises_ledger_unavailable() -> None:
     server = RedisServer().start()
     ledger = RedisLedger(server.url, _scope(), timeout_s=0.5)
-    held = ledger.reserve({"amp:cost": 1.0}, {"amp:cost": 2.0})
+    held = reserve(ledger, {"amp:cost": 1.0}, {"amp:cost": 2.0})
     assert held is not None
     server.stop()
     started = time.monotonic()
     with pytest.raises(LedgerUnavailable, match=r"127\.0\.0\.1:\d+ is unavailable"):
-        ledger.reserve({"amp:cost": 1.0}, {"amp:cost": 2.0})
+        reserve(ledger, {"amp:cost": 1.0}, {"amp:cost": 2.0})
     with pytest.raises(LedgerUnavailable):
         ledger.commit(held, {"amp:cost": 1.0})
     with pytest.raises(LedgerUnavailable):
@@ -169,7 +170,7 @@ def test_silent_server_times_out_with_ledger_unavailable() -> None:
             ledger = RedisLedger(f"redis://127.0.0.1:{port}/0", "silent", timeout_s=0.3)
             started = time.monotonic()
             with pytest.raises(LedgerUnavailable, match=r"(?i)timeout|timed out"):
-                ledger.reserve({"amp:cost": 1.0}, {"amp:cost": 2.0})
+                reserve(ledger, {"amp:cost": 1.0}, {"amp:cost": 2.0})
             assert time.monotonic() - started < 10  # a hang guard, not a speed claim
             ledger.close()
         finally:
@@ -182,9 +183,9 @@ def test_silent_server_times_out_with_ledger_unavailable() -> None:
 def test_two_ledgers_on_one_scope_share_state(redis_server: RedisServer) -> None:
     scope = _scope()
     with RedisLedger(redis_server.url, scope) as one, RedisLedger(redis_server.url, scope) as two:
-        held = one.reserve({"amp:cost": 0.75}, {"amp:cost": 1.0})
+        held = reserve(one, {"amp:cost": 0.75}, {"amp:cost": 1.0})
         assert held is not None
-        assert two.reserve({"amp:cost": 0.5}, {"amp:cost": 1.0}) is None
+        assert reserve(two, {"amp:cost": 0.5}, {"amp:cost": 1.0}) is None
         two.commit(held, {"amp:cost": 0.25})  # any process may settle any reservation
         assert one.spent() == {"amp:cost": 0.25}
         assert one.reserved() == {}
@@ -193,7 +194,7 @@ def test_two_ledgers_on_one_scope_share_state(redis_server: RedisServer) -> None
 def test_keys_share_a_cluster_hash_tag(redis_server: RedisServer, client: redis.Redis) -> None:
     scope = _scope()
     with RedisLedger(redis_server.url, scope) as ledger:
-        held = ledger.reserve({"amp:cost": 1.0}, {})
+        held = reserve(ledger, {"amp:cost": 1.0}, {})
         assert held is not None
         ledger.commit(held, {"amp:cost": 1.0})
     keys = set(client.keys(f"ampmeter:{{{scope}}}:*"))
@@ -204,13 +205,13 @@ def test_keys_share_a_cluster_hash_tag(redis_server: RedisServer, client: redis.
 def test_lease_expiry_uses_the_server_clock(redis_server: RedisServer, client: redis.Redis) -> None:
     with RedisLedger(redis_server.url, _scope(), lease_s=7.5) as ledger:
         before = client.time()
-        held = ledger.reserve({"amp:cost": 1.0}, {})
+        held = reserve(ledger, {"amp:cost": 1.0}, {})
         after = client.time()
         assert held is not None and held.expires_at is not None
         assert before[0] + before[1] / 1e6 + 7.5 <= held.expires_at
         assert held.expires_at <= after[0] + after[1] / 1e6 + 7.5
     with RedisLedger(redis_server.url, _scope(), lease_s=None) as forever:
-        kept = forever.reserve({"amp:cost": 1.0}, {})
+        kept = reserve(forever, {"amp:cost": 1.0}, {})
         assert kept is not None and kept.expires_at is None
 
 
@@ -219,16 +220,16 @@ def test_ttl_window_expires_every_key_and_starts_fresh(
 ) -> None:
     scope = _scope()
     with RedisLedger(redis_server.url, scope, ttl_s=0.5) as ledger:
-        held = ledger.reserve({"amp:cost": 1.0}, {"amp:cost": 1.0})
+        held = reserve(ledger, {"amp:cost": 1.0}, {"amp:cost": 1.0})
         assert held is not None
         ledger.commit(held, {"amp:cost": 1.0})
         keys = client.keys(f"ampmeter:{{{scope}}}:*")
         assert keys and all(0 < client.pttl(key) <= 500 for key in keys)
-        assert ledger.reserve({"amp:cost": 1.0}, {"amp:cost": 1.0}) is None
+        assert reserve(ledger, {"amp:cost": 1.0}, {"amp:cost": 1.0}) is None
         deadline = time.monotonic() + 30
         while client.exists(f"ampmeter:{{{scope}}}:window") and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert ledger.reserve({"amp:cost": 1.0}, {"amp:cost": 1.0}) is not None  # a new window
+        assert reserve(ledger, {"amp:cost": 1.0}, {"amp:cost": 1.0}) is not None  # a new window
         assert ledger.spent() == {}
 
 
@@ -241,7 +242,7 @@ def test_scripts_run_by_sha_and_survive_a_script_flush(
 
     with RedisLedger(redis_server.url, _scope()) as ledger:
         before = evalsha_calls()
-        held = ledger.reserve({"amp:cost": 1.0}, {})
+        held = reserve(ledger, {"amp:cost": 1.0}, {})
         assert held is not None
         client.script_flush()
         ledger.commit(held, {"amp:cost": 1.0})  # NOSCRIPT -> loaded again, then run
@@ -254,7 +255,7 @@ def test_sums_stay_exact_over_many_commits(redis_server: RedisServer) -> None:
     actuals = [_nano(rng.uniform(0, 0.01) * 10 ** rng.randint(-6, 2)) for _ in range(400)]
     with RedisLedger(redis_server.url, _scope()) as ledger:
         for actual in actuals:
-            held = ledger.reserve({"amp:cost": rng.random()}, {})
+            held = reserve(ledger, {"amp:cost": rng.random()}, {})
             assert held is not None
             ledger.commit(held, {"amp:cost": actual})
         assert ledger.spent()["amp:cost"] == sum(actuals, Decimal(0))
@@ -287,9 +288,11 @@ def test_a_ready_client_with_bytes_replies_is_used_and_left_open(
     scope = _scope()
     ledger = RedisLedger(client, scope, journal=tmp_path / "j")
     child = ledger.child("run")
-    held = child.reserve({"amp:cost": 0.5}, {"amp:cost": 1.0}, ancestors={scope: {"amp:cost": 0.5}})
+    held = reserve(
+        child, {"amp:cost": 0.5}, {"amp:cost": 1.0}, ancestors={scope: {"amp:cost": 0.5}}
+    )
     assert held is not None
-    assert child.reserve({"amp:cost": 0.5}, {"amp:cost": 1.0}, reservation_id=held.id) == held
+    assert reserve(child, {"amp:cost": 0.5}, {"amp:cost": 1.0}, reservation_id=held.id) == held
     assert ledger.reserved() == {"amp:cost": 0.5} == child.reserved()
     child.commit(held, {"amp:cost": 0.25})
     assert ledger.spent() == {"amp:cost": 0.25} == ledger.spent(child.scope)

@@ -25,6 +25,7 @@ import pytest
 from ampmeter import BudgetBusy, ExecutionContext, LimitExceeded
 from ampmeter.keys import KEY_COST, KEY_RETRIES
 from ampmeter.ledgers import InMemoryLedger, Ledger, RedisLedger, SqliteLedger
+from support.ledger_backends import reserve
 from support.redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
 CAP = Decimal("1.0")
@@ -131,7 +132,7 @@ def test_processes_on_one_redis_cap_wait_for_each_other_and_use_it_up(
 
 def _hold_elsewhere(ledger: Ledger, amount: float) -> Any:
     """Another process's call in flight: a hold on the ledger that nothing here knows of."""
-    held = ledger.reserve({KEY_COST: amount}, {KEY_COST: CAP})
+    held = reserve(ledger, {KEY_COST: amount}, {KEY_COST: CAP})
     assert held is not None
     return held
 

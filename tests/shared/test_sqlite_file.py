@@ -15,13 +15,14 @@ import pytest
 
 from ampmeter.errors import BudgetUnavailable
 from ampmeter.ledgers import LedgerUnavailable, SqliteLedger
+from support.ledger_backends import reserve
 
 COST = "amp:cost"
 CAP = {COST: 0.05}
 
 
 def _spend(ledger: SqliteLedger, amount: float) -> None:
-    held = ledger.reserve({COST: amount}, CAP)
+    held = reserve(ledger, {COST: amount}, CAP)
     assert held is not None
     ledger.commit(held, {COST: amount})
 
@@ -36,19 +37,19 @@ def test_a_removed_file_splits_no_budget(tmp_path: Path) -> None:
     path, scope = tmp_path / "ledger.db", _scope()
     worker = SqliteLedger(path, scope, journal=tmp_path / "worker")
     _spend(worker, 0.03)
-    held = worker.reserve({COST: 0.02}, CAP)
+    held = reserve(worker, {COST: 0.02}, CAP)
     assert held is not None
     for name in ("ledger.db", "ledger.db-wal", "ledger.db-shm"):
         (tmp_path / name).unlink(missing_ok=True)
     with pytest.raises(BudgetUnavailable, match=r"ledger\.db was removed while this ledger"):
-        worker.reserve({COST: 0.01}, CAP)
+        reserve(worker, {COST: 0.01}, CAP)
     with pytest.raises(LedgerUnavailable, match="kept in"):  # not written to the lost file
         worker.commit(held, {COST: 0.02})
     assert not path.exists()  # refusing created no file either
     newcomer = SqliteLedger(path, scope, journal=tmp_path / "newcomer")
     _spend(newcomer, 0.05)
     with pytest.raises(BudgetUnavailable, match="was replaced by another file"):
-        worker.reserve({COST: 0.01}, CAP)
+        reserve(worker, {COST: 0.01}, CAP)
     # a thread the worker starts now opens no connection to the new file either
     errors: list[BaseException] = []
 
@@ -95,7 +96,7 @@ def test_pauses_and_claims_of_a_file_from_before_notes_are_kept(tmp_path: Path) 
         db.execute("INSERT INTO ampmeter_claims VALUES (?, 'warned', 1.0)", (scope,))
     with SqliteLedger(path, scope) as ledger:
         assert ledger.show().paused_by == scope
-        assert ledger.reserve({COST: 0.01}, CAP) is None  # still paused
+        assert reserve(ledger, {COST: 0.01}, CAP) is None  # still paused
         assert not ledger.claim("warned") and ledger.claim("other")
         ledger.resume()
-        assert ledger.reserve({COST: 0.01}, CAP) is not None
+        assert reserve(ledger, {COST: 0.01}, CAP) is not None

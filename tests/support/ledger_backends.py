@@ -1,20 +1,29 @@
-"""The ``make_ledger`` fixture: fresh ledgers of each backend (memory, SQLite, a real Redis)."""
+"""The ``make_ledger`` fixture: fresh ledgers of each backend (memory, SQLite, a real Redis), and
+``reserve``: a reserve that answers None when refused."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ampmeter.ledgers import InMemoryLedger, Ledger, RedisLedger, SqliteLedger
+from ampmeter.ledgers import InMemoryLedger, Ledger, RedisLedger, Reservation, SqliteLedger
 from support.redis_server import RedisServer
 
-__all__ = ["MakeLedger", "make_ledger_fixture"]
+__all__ = ["MakeLedger", "make_ledger_fixture", "reserve"]
 
 MakeLedger = Callable[..., Ledger]
+
+
+def reserve(
+    ledger: Ledger, amounts: Mapping[str, Any], ceilings: Mapping[str, Any], **options: Any
+) -> Reservation | None:
+    """``ledger.try_reserve(...)`` with a refusal as None: what most ledger tests ask."""
+    held = ledger.try_reserve(amounts, ceilings, **options)
+    return held if isinstance(held, Reservation) else None
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"], name="make_ledger")

@@ -1,7 +1,5 @@
 """Budget ledgers: reservations and spend of budget scopes, in-process, in SQLite or in Redis.
 
-Money keys take and return dollars (Decimal out); the backends count integer nano-dollars.
-
 ``RedisLedger`` is imported lazily, so the package works without the ``redis`` extra. A ledger
 another process can reach declares how in a :class:`Reach` given to :func:`register` (see
 :mod:`ampmeter.ledgers.reach`).
@@ -22,9 +20,8 @@ from ampmeter.ledgers.base import (
     Reservation,
     UnsettledHold,
 )
-from ampmeter.ledgers.memory import InMemoryLedger
 from ampmeter.ledgers.reach import Reach, register
-from ampmeter.ledgers.sqlite import SqliteLedger
+from ampmeter.ledgers.sqlite import InMemoryLedger, SqliteLedger
 
 if TYPE_CHECKING:
     from ampmeter.ledgers.redis import RedisLedger

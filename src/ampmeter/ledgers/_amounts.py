@@ -134,11 +134,8 @@ def check_amounts(values: object, what: str, *, ceiling: bool = False) -> Units:
         raise TypeError(f"{what} must be a mapping of str to number, got {type(values).__name__}")
     checked: Units = {}
     for key, value in values.items():
-        if not isinstance(key, str) or not key:
-            raise TypeError(f"{what} keys must be non-empty strings, got {key!r}")
-        if not key.isprintable():
-            raise ValueError(f"{what} key {key!r} must be printable (no control characters)")
-        checked[key] = to_units(key, value, f"{what}[{key!r}]", ceiling=ceiling)
+        name = check_key(key, f"{what} key")
+        checked[name] = to_units(name, value, f"{what}[{name!r}]", ceiling=ceiling)
     return checked
 
 
@@ -163,8 +160,7 @@ def check_windows(windows: object) -> Windows:
             raise TypeError(f"windows must hold (key, window_s, max) triples, got {item!r}")
         key, span, top = item
         name = check_key(key, "window key")
-        seconds = check_seconds(span, f"window_s of {name!r}", optional=False)
-        assert seconds is not None
+        seconds = check_seconds(span, f"window_s of {name!r}")
         checked.append(
             (name, seconds, to_units(name, top, f"window max of {name!r}", ceiling=True))
         )
@@ -222,15 +218,10 @@ def check_segment(name: object) -> str:
     return name
 
 
-def check_seconds(value: object, what: str, *, optional: bool) -> float | None:
-    """Return ``value`` as positive finite seconds (or None when ``optional``), else raise."""
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        allowed = "a number or None" if optional else "a number"
-        raise TypeError(f"{what} must be {allowed}, got {type(value).__name__}")
-    seconds = float(value)
-    if not (0.0 < seconds < math.inf):
+def check_seconds(value: object, what: str) -> float:
+    """Return ``value`` as a finite number of seconds > 0, else raise."""
+    seconds = _validate.number(value, what)
+    if seconds <= 0.0:
         raise ValueError(f"{what} must be a finite number of seconds > 0, got {value!r}")
     return seconds
 

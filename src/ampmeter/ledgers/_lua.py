@@ -26,13 +26,12 @@ from __future__ import annotations
 
 __all__ = [
     "CEILINGS",
-    "COMMIT",
     "NOTE",
     "READ",
     "RECENT",
-    "RELEASE",
     "RENEW",
     "RESERVE",
+    "SETTLE",
 ]
 
 _PRELUDE = """
@@ -60,10 +59,6 @@ end
 local function close_window()
   if window_ms == nil then return end
   for _, i in ipairs(tree) do redis.call('PEXPIRE', KEYS[i], window_ms) end
-end
-
-local function settled(id)
-  return redis.call('ZSCORE', KEYS[5], id) or redis.call('ZSCORE', KEYS[6], id)
 end
 
 -- Add (sign 1) or subtract (-1) an amount (a decimal string) to a field of hash KEYS[k].
@@ -160,9 +155,9 @@ return result
 # the hold's expiry charges it, 7 the JSON of the scopes on the path (the own scope first, then
 # each enclosing one), each [name, field prefix, true if the caller named it, [key, ceiling,
 # ...]]; 8 the JSON of the sliding windows at the own scope, [[field, window seconds, ceiling],
-# ...]. Returns {status, seconds, microseconds of the server clock, JSON, expiry}: status 1
-# taken (the JSON is the new hold), 0 refused (a settled id), 2 already held under this id (the
-# existing hold and its expiry), 3 refused by a ceiling: the JSON [scope number, key, spent,
+# ...]. Returns {status, JSON, expiry}: status 1 taken (the new hold and its expiry: the
+# server's clock, "inf" without a lease), 0 refused (a settled id), 2 already held under this id
+# (the existing hold and its expiry), 3 refused by a ceiling: the JSON [scope number, key, spent,
 # reserved, ceiling] of the ceiling that refused - one broken by what is spent alone, at any
 # scope, before one broken only by reservations in flight; 4 refused by a window (checked once
 # every ceiling fits): [window number, committed in the window, reserved]; 5 refused because
@@ -182,15 +177,16 @@ for n, step in ipairs(cjson.decode(ARGV[7])) do
 end
 for n, entry in ipairs(path) do
   if redis.call('HEXISTS', KEYS[16], entry.prefix .. 'pause') == 1 then  -- _notes.PAUSE
-    return {5, t[1], t[2], tostring(n), ''}
+    return {5, tostring(n), ''}
   end
 end
-if settled(id) or redis.call('HEXISTS', KEYS[11], id) == 1 then
-  return {0, t[1], t[2], '', ''}
+if redis.call('ZSCORE', KEYS[5], id) or redis.call('ZSCORE', KEYS[6], id)
+  or redis.call('HEXISTS', KEYS[11], id) == 1 then
+  return {0, '', ''}
 end
 local existing = redis.call('HGET', KEYS[3], id)
 if existing then
-  return {2, t[1], t[2], existing, redis.call('ZSCORE', KEYS[4], id) or ''}
+  return {2, existing, redis.call('ZSCORE', KEYS[4], id) or ''}
 end
 local flat = cjson.decode(ARGV[5])
 local wanted = {}
@@ -225,7 +221,7 @@ for n, entry in ipairs(path) do
       if tonumber(spent) + tonumber(held) + amount > tonumber(ceiling) then
         local found = cjson.encode({n, key, spent, held, ceiling})
         if tonumber(spent) + amount > tonumber(ceiling) then
-          return {3, t[1], t[2], found, ''}
+          return {3, found, ''}
         end
         busy = busy or found
       end
@@ -233,7 +229,7 @@ for n, entry in ipairs(path) do
   end
 end
 if busy then
-  return {3, t[1], t[2], busy, ''}
+  return {3, busy, ''}
 end
 local windows = cjson.decode(ARGV[8])
 if #windows > 0 then
@@ -253,7 +249,7 @@ if #windows > 0 then
     local held = redis.call('HGET', KEYS[2], field) or '0'
     local used = recent(field, now - span)
     if used + tonumber(held) + (wanted[string.sub(field, key_of + 1)] or 0) > ceiling then
-      return {4, t[1], t[2], cjson.encode({n, string.format('%.0f', used), held}), ''}
+      return {4, cjson.encode({n, string.format('%.0f', used), held}), ''}
     end
   end
 end
@@ -264,36 +260,42 @@ redis.call('HSET', KEYS[3], id, raw)
 local expiry = '+inf'
 if ARGV[4] ~= '' then expiry = now + tonumber(ARGV[4]) end
 redis.call('ZADD', KEYS[4], expiry, id)
-return {1, t[1], t[2], raw, ''}
+return {1, raw, redis.call('ZSCORE', KEYS[4], id)}
 """
     + _EPILOGUE
 )
 
-# ARGV 3 id, 4 the idempotency field ("" = none), 5 the amounts' JSON [key, amount, ...] (also
-# kept for the idempotency field), 6 the JSON of the field prefixes of its scopes. Returns
-# {1, ""} if applied, {0, ""} if already committed, {2, JSON} if the idempotency field was seen
-# (the JSON of its first settlement's amounts; nothing added).
-COMMIT = (
+# ARGV 3 id, 4 "1" to commit ("0" to release), 5 the idempotency field ("" = none), 6 the
+# amounts' JSON [key, amount, ...] (also kept for the idempotency field), 7 the JSON of the field
+# prefixes of its scopes. A commit after a release still adds what was spent; anything else
+# settles once (a release of an id never reserved leaves a tombstone). Returns {1, ""} if
+# applied, {0, ""} if already settled, {2, JSON} if the idempotency field was seen (the JSON of
+# its first settlement's amounts; nothing added).
+SETTLE = (
     _PRELUDE
     + """
-local id = ARGV[3]
-if redis.call('ZSCORE', KEYS[5], id) then
+local id, commit = ARGV[3], ARGV[4] == '1'
+if redis.call('ZSCORE', KEYS[5], id) or (not commit and redis.call('ZSCORE', KEYS[6], id)) then
   return {0, ''}
 end
 drop(id)
 uncharge(id)
+if not commit then
+  redis.call('ZADD', KEYS[6], now, id)
+  return {1, ''}
+end
 redis.call('ZREM', KEYS[6], id)
 redis.call('ZADD', KEYS[5], now, id)
-if ARGV[4] ~= '' then
-  local seen = redis.call('HGET', KEYS[14], ARGV[4])
+if ARGV[5] ~= '' then
+  local seen = redis.call('HGET', KEYS[14], ARGV[5])
   if seen then
     return {2, seen}
   end
-  redis.call('HSET', KEYS[14], ARGV[4], ARGV[5])
-  redis.call('ZADD', KEYS[15], now, ARGV[4])
+  redis.call('HSET', KEYS[14], ARGV[5], ARGV[6])
+  redis.call('ZADD', KEYS[15], now, ARGV[5])
 end
-local amounts = cjson.decode(ARGV[5])
-for _, prefix in ipairs(cjson.decode(ARGV[6])) do
+local amounts = cjson.decode(ARGV[6])
+for _, prefix in ipairs(cjson.decode(ARGV[7])) do
   for j = 1, #amounts, 2 do
     if amounts[j + 1] ~= '0' then
       local field = prefix .. amounts[j]
@@ -305,22 +307,6 @@ for _, prefix in ipairs(cjson.decode(ARGV[6])) do
   end
 end
 return {1, ''}
-"""
-    + _EPILOGUE
-)
-
-# ARGV 3 id. Returns 1 if applied (a tombstone for an id never reserved), 0 if already settled.
-RELEASE = (
-    _PRELUDE
-    + """
-local id = ARGV[3]
-if settled(id) then
-  return 0
-end
-drop(id)
-uncharge(id)
-redis.call('ZADD', KEYS[6], now, id)
-return 1
 """
     + _EPILOGUE
 )
@@ -360,22 +346,14 @@ CEILINGS = (
     + """
 local raw = redis.call('HGET', KEYS[13], ARGV[3])
 local kept = {}
-local count = 0
-if raw then
-  for key, ceiling in pairs(cjson.decode(raw)) do
-    kept[key] = ceiling
-    count = count + 1
-  end
-end
+if raw then kept = cjson.decode(raw) end
 for i = 5, #ARGV, 2 do
   local old = kept[ARGV[i]]
-  if old == nil then count = count + 1 end
   if ARGV[4] ~= '1' or old == nil or tonumber(ARGV[i + 1]) < tonumber(old) then
     kept[ARGV[i]] = ARGV[i + 1]
   end
 end
-local encoded = '{}'
-if count > 0 then encoded = cjson.encode(kept) end
+local encoded = cjson.encode(kept)  -- an empty table is '{}'
 redis.call('HSET', KEYS[13], ARGV[3], encoded)
 return encoded
 """
@@ -401,10 +379,12 @@ return done
     + _EPILOGUE
 )
 
-# ARGV 1 window seconds. Returns the window events committed in the last that many seconds by
-# the server's clock (the caller sums the amounts of its field's events).
-RECENT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-return redis.call('ZRANGEBYSCORE', KEYS[9], '(' .. (now - tonumber(ARGV[1])), '+inf')
+# ARGV 3 a field, 4 window seconds. Returns what was committed of the field in the last that
+# many seconds by the server's clock.
+RECENT = (
+    _PRELUDE
+    + """
+return recent(ARGV[3], now - tonumber(ARGV[4]))
 """
+    + _EPILOGUE
+)

@@ -28,62 +28,22 @@ from ampmeter.ledgers._amounts import (
 from ampmeter.ledgers._rules import PausedCall
 from ampmeter.ledgers.backend import Backend
 
-__all__ = [
-    "PAUSE",
-    "Controls",
-    "claim_name",
-    "paused_call",
-    "paused_calls",
-    "paused_name",
-    "paused_text",
-    "raised_name",
-]
+__all__ = ["CLAIM", "PAUSE", "Controls"]
 
 PAUSE = "pause"
 """The note of a scope an operator paused (its text: when); a reserve on the path refuses."""
-_RAISED = "raised:"
-_PAUSED = "paused:"
-_CLAIM = "claim:"
+CLAIM = "claim:"
+"""The start of the notes whose first writer claims the rest of the name."""
+_RAISED = "raised:"  # + a key: the mark of the last operator's raise of that ceiling
+_PAUSED = "paused:"  # + a call id: a call paused at a cap, as JSON
 
 
-def claim_name(name: str) -> str:
-    """The note whose first writer claims ``name``."""
-    return _CLAIM + name
+def _cap(key: str, cap: object) -> Amount:
+    """A paused call's cap on ``key``, checked as a ceiling is."""
+    return to_amount(key, to_units(key, cap, "cap", ceiling=True))
 
 
-def raised_name(key: str) -> str:
-    """The note that marks the last operator's raise of ``key``."""
-    return _RAISED + check_key(key, "key")
-
-
-def paused_name(call_id: str) -> str:
-    """The note of the paused call ``call_id``."""
-    return _PAUSED + call_id
-
-
-def paused_call(
-    call_id: str, key: str, cap: object, context: str, since: float, lasts_s: float
-) -> PausedCall:
-    """The checked :class:`PausedCall` a context notes (see ``Ledger.note_paused``)."""
-    field = check_key(key, "key")
-    amount = to_amount(field, to_units(field, cap, "cap", ceiling=True))
-    until = time.time() + lasts_s
-    return PausedCall(check_key(call_id, "call id"), field, amount, context, since, until)
-
-
-def paused_text(call: PausedCall) -> str:
-    """The note's text for ``call`` (money as a decimal string, read back exactly)."""
-    body = {
-        "key": call.key,
-        "cap": str(call.cap) if is_money(call.key) else call.cap,
-        "context": call.context,
-        "since": call.since,
-        "until": call.until,
-    }
-    return orjson.dumps(body).decode()
-
-
-def paused_calls(
+def _paused_calls(
     notes: Mapping[str, str], now: float, *, lapsed: bool = False
 ) -> dict[str, PausedCall]:
     """The paused calls among ``notes`` (by id) that are live at ``now``, or those that lapsed
@@ -100,11 +60,11 @@ def paused_calls(
 
 
 def _read(call_id: str, text: str) -> PausedCall | None:
-    """A paused call's note as :func:`paused_text` wrote it, or None if it is not one."""
+    """A paused call's note as :meth:`Controls.note_paused` wrote it, or None if it is not one."""
     try:
         body = orjson.loads(text)
         key, context = check_key(body["key"], "key"), str(body["context"])
-        cap = to_amount(key, to_units(key, body["cap"], "cap", ceiling=True))
+        cap = _cap(key, body["cap"])
         return PausedCall(call_id, key, cap, context, float(body["since"]), float(body["until"]))
     except (KeyError, TypeError, ValueError, orjson.JSONDecodeError):
         return None
@@ -115,11 +75,8 @@ class Controls(Backend):
 
     def ceilings(self, scope: str | None = None) -> dict[str, Amount]:
         """The ceilings the ledger keeps for ``scope`` (default: this ledger's) itself."""
-        name = self._readable(scope)
-        return {
-            key: to_amount(key, value)
-            for key, value in self._backend_read("ceilings", name).items()
-        }
+        kept = self._backend_read("ceilings", self._readable(scope))
+        return {key: to_amount(key, value) for key, value in kept.items()}
 
     def set_ceilings(self, scope: str, ceilings: Mapping[str, AmountIn]) -> dict[str, Amount]:
         """Keep ``ceilings`` (``{key: max}``) for ``scope`` and below; they only ever tighten (a
@@ -138,12 +95,13 @@ class Controls(Backend):
         field = check_key(key, "key")
         self._backend_set_ceilings(name, {field: raised_ceiling(field, value)}, False)
         # Then a fresh mark (after the ceiling: whoever sees the mark sees the ceiling).
-        self._backend_set_note(name, raised_name(field), uuid.uuid4().hex)
+        self._backend_set_note(name, _RAISED + field, uuid.uuid4().hex)
 
     def raise_mark(self, key: str, scope: str | None = None) -> str | None:
         """A mark each :meth:`set_ceiling` of ``key`` at ``scope`` moves (None before the first):
         a paused call takes a kept ceiling only once it moved (never one an earlier run left)."""
-        return self._backend_notes(self._readable(scope)).get(raised_name(key))
+        field = check_key(key, "key")
+        return self._backend_notes(self._readable(scope)).get(_RAISED + field)
 
     def note_paused(
         self,
@@ -158,19 +116,24 @@ class Controls(Backend):
         """Note ``context``'s call ``call_id``, paused since ``since`` at ``cap`` on ``key``, at
         ``scope``, for ``lasts_s`` (then the note lapses)."""
         name = self._readable(scope)
-        call = paused_call(call_id, key, cap, context, since, lasts_s)
-        for lapsed in paused_calls(self._backend_notes(name), time.time(), lapsed=True):
-            self._backend_set_note(name, paused_name(lapsed), None)
-        self._backend_set_note(name, paused_name(call.id), paused_text(call))
+        field = check_key(key, "key")
+        amount, until = _cap(field, cap), time.time() + lasts_s
+        call = PausedCall(check_key(call_id, "call id"), field, amount, context, since, until)
+        for lapsed in _paused_calls(self._backend_notes(name), time.time(), lapsed=True):
+            self._backend_set_note(name, _PAUSED + lapsed, None)
+        # Money as a decimal string, so that it is read back exactly.
+        cap_text = str(amount) if is_money(field) else amount
+        body = {"key": field, "cap": cap_text, "context": context, "since": since, "until": until}
+        self._backend_set_note(name, _PAUSED + call.id, orjson.dumps(body).decode())
         return call
 
     def forget_paused(self, call_id: str, scope: str | None = None) -> None:
         """Drop the note of a paused call (:meth:`note_paused`): it went on or stopped."""
-        self._backend_set_note(self._readable(scope), paused_name(call_id), None)
+        self._backend_set_note(self._readable(scope), _PAUSED + call_id, None)
 
     def paused_calls(self, scope: str | None = None) -> tuple[PausedCall, ...]:
         """The calls paused at a cap on ``scope`` (default: this ledger's) now."""
-        found = paused_calls(self._backend_notes(self._readable(scope)), time.time())
+        found = _paused_calls(self._backend_notes(self._readable(scope)), time.time())
         return tuple(found.values())
 
     def exists(self, scope: str | None = None) -> bool:

@@ -35,7 +35,7 @@ __all__ = [
 
 @dataclass(frozen=True)  # no slots: the renewal thread refers to it weakly
 class Reservation:
-    """A hold on part of a budget, returned by :meth:`Ledger.reserve`.
+    """A hold on part of a budget, returned by :meth:`Ledger.try_reserve`.
 
     ``amounts`` is a read-only copy of what was reserved (Decimal dollars for money keys, ints
     for the rest). ``expires_at`` is the lease end in Unix seconds when it was granted (the
@@ -198,11 +198,7 @@ def kept_limits(own: str, limits: Limits, stored: Callable[[str], Units]) -> Lim
         given = limits.get(scope)
         if given is None and not kept and scope != own:
             continue
-        ceilings = dict(given or {})
-        for key, ceiling in kept.items():
-            if key not in ceilings or ceiling < ceilings[key]:
-                ceilings[key] = ceiling
-        merged[scope] = ceilings
+        merged[scope] = tightened(given or {}, kept, True)
     return merged
 
 

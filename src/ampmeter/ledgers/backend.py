@@ -42,14 +42,11 @@ class Backend(ABC):
         """What was committed of ``key`` at ``scope`` in the last ``window_s`` seconds."""
 
     @abstractmethod
-    def _backend_commit(self, settlement: Settlement) -> Units | None:
-        """One atomic commit of ``settlement.actual`` at its scopes (see :meth:`Ledger.commit`);
-        the first settlement's amounts when its idempotency key was seen at its own scope (the
-        first), else None."""
-
-    @abstractmethod
-    def _backend_release(self, reservation_id: str) -> None:
-        """One atomic release, leaving a tombstone for an id never reserved."""
+    def _backend_settle(self, settlement: Settlement) -> Units | None:
+        """One atomic commit of ``settlement.actual`` at its scopes (see :meth:`Ledger.commit`),
+        or release (a tombstone for an id never reserved: see :meth:`Ledger.release`). A commit
+        whose idempotency key was seen at its own scope (the first) returns the first
+        settlement's amounts; otherwise None."""
 
     @abstractmethod
     def _backend_renew(self, reservation_ids: list[str]) -> set[str]:

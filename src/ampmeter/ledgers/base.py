@@ -187,44 +187,6 @@ class Ledger(_notes.Controls, Closeable):
             return None
         return hmac.new(self._handoff_key, body, hashlib.sha256).digest()
 
-    def reserve(
-        self,
-        amounts: Mapping[str, AmountIn],
-        ceilings: Mapping[str, AmountIn],
-        *,
-        ancestors: Mapping[str, Mapping[str, AmountIn]] | None = None,
-        reservation_id: str | None = None,
-        windows: Sequence[tuple[str, float, AmountIn]] = (),
-        on_expired_hold: ExpiredHold | None = None,
-    ) -> Reservation | None:
-        """Reserve ``amounts`` at this scope and every scope in ``ancestors``, or return None.
-
-        ``ceilings`` are this scope's (``{key: max}``), ``ancestors`` the ceilings of enclosing
-        scopes (``{scope: {key: max}}``; an empty mapping holds and counts there unchecked).
-        The ceilings the ledger keeps for this scope and those above it apply as well. None
-        means a ceiling would be exceeded, a scope is paused, or ``reservation_id`` was already
-        settled (committed, or released - also before it was ever reserved); nothing changed
-        then. Reserving a live ``reservation_id`` again returns that reservation, holding once.
-        ``windows`` (``(key, window_s, max)`` triples) are sliding-window ceilings at this
-        scope: what was committed of ``key`` in the last ``window_s`` seconds, plus
-        ``reserved``, plus the amount, stays within ``max``; from then on each commit of
-        ``key`` here is remembered (for the longest window asked), so :meth:`recent` and later
-        windows see it. A window's key is held (0 if not in ``amounts``) so its commit counts.
-        ``on_expired_hold`` is what this hold's lease running out does (``"charge"`` or
-        ``"release"``, see :class:`Ledger`); None: the ledger's own :attr:`on_expired_hold`.
-        Raises :class:`LedgerUnavailable` when the backend cannot be reached (fail closed);
-        whatever the request may still do on the way, its id is released (or journaled).
-        """
-        held = self.try_reserve(
-            amounts,
-            ceilings,
-            ancestors=ancestors,
-            reservation_id=reservation_id,
-            windows=windows,
-            on_expired_hold=on_expired_hold,
-        )
-        return held if isinstance(held, Reservation) else None
-
     def try_reserve(
         self,
         amounts: Mapping[str, AmountIn],
@@ -235,9 +197,26 @@ class Ledger(_notes.Controls, Closeable):
         windows: Sequence[tuple[str, float, AmountIn]] = (),
         on_expired_hold: ExpiredHold | None = None,
     ) -> Reservation | Refusal:
-        """:meth:`reserve`, but a refusal comes back as a :class:`Refusal` naming the ceiling
-        that refused (or the paused scope) and whether what is spent alone would have left room
-        (``busy``)."""
+        """Reserve ``amounts`` at this scope and every scope in ``ancestors``, or return the
+        :class:`Refusal` that names the ceiling that refused (or the paused scope) and whether
+        what is spent alone would have left room (``busy``).
+
+        ``ceilings`` are this scope's (``{key: max}``), ``ancestors`` the ceilings of enclosing
+        scopes (``{scope: {key: max}}``; an empty mapping holds and counts there unchecked).
+        The ceilings the ledger keeps for this scope and those above it apply as well. A
+        refusal means a ceiling would be exceeded, a scope is paused, or ``reservation_id`` was
+        already settled (committed, or released - also before it was ever reserved); nothing
+        changed then. Reserving a live ``reservation_id`` again returns that reservation,
+        holding once. ``windows`` (``(key, window_s, max)`` triples) are sliding-window ceilings
+        at this scope: what was committed of ``key`` in the last ``window_s`` seconds, plus
+        ``reserved``, plus the amount, stays within ``max``; from then on each commit of
+        ``key`` here is remembered (for the longest window asked), so :meth:`recent` and later
+        windows see it. A window's key is held (0 if not in ``amounts``) so its commit counts.
+        ``on_expired_hold`` is what this hold's lease running out does (``"charge"`` or
+        ``"release"``, see :class:`Ledger`); None: the ledger's own :attr:`on_expired_hold`.
+        Raises :class:`LedgerUnavailable` when the backend cannot be reached (fail closed);
+        whatever the request may still do on the way, its id is released (or journaled).
+        """
         wanted = check_amounts(amounts, "amounts")
         limits: Limits = {self.scope: check_amounts(ceilings, "ceilings", ceiling=True)}
         if ancestors is not None:
@@ -249,8 +228,7 @@ class Ledger(_notes.Controls, Closeable):
             charge = _validate.expired_hold(on_expired_hold) == "charge"
         for key, _, _ in spans:
             wanted.setdefault(key, 0)
-        if self._journal is not None and self._journal.pending:
-            self._replay_journal(strict=True)
+        self._replay_journal(strict=True)
         try:
             held = self._backend_reserve(HoldRequest(rid, wanted, limits, spans, charge))
         except BaseException:
@@ -346,8 +324,7 @@ class Ledger(_notes.Controls, Closeable):
         ``window_s`` seconds; only commits made after a reserve asked for a window on ``key``
         there are remembered (0 before that)."""
         name = self._readable(scope)
-        span = check_seconds(window_s, "window_s", optional=False)
-        assert span is not None
+        span = check_seconds(window_s, "window_s")
         field = check_key(key, "key")
         self._replay_journal(strict=False)
         return to_amount(field, self._backend_recent(name, field, span))
@@ -373,7 +350,7 @@ class Ledger(_notes.Controls, Closeable):
     def flush(self) -> None:
         """Replay the journal now; raises :class:`LedgerUnavailable` if the backend is down."""
         if self._journal is not None:
-            self._journal.replay(self._apply_settlement)
+            self._journal.replay(self._backend_settle)
 
     def close(self) -> None:
         """Replay what the journal holds if possible, stop renewing, release the backend (a
@@ -398,15 +375,16 @@ class Ledger(_notes.Controls, Closeable):
 
     def _abandon(self, reservation_id: str) -> None:
         """Release ``reservation_id`` after a reserve that raised, or journal that release."""
+        release = Settlement("release", reservation_id, (), {})
         try:
-            self._backend_release(reservation_id)
+            self._backend_settle(release)
             return
         except Exception as error:
             _log.warning("releasing abandoned reservation %r failed: %s", reservation_id, error)
         if self._journal is None:
             return
         try:
-            self._journal.append(Settlement("release", reservation_id, (), {}))
+            self._journal.append(release)
         except OSError as error:
             _log.warning("cannot journal the release of %r: %s", reservation_id, error)
             return
@@ -416,31 +394,23 @@ class Ledger(_notes.Controls, Closeable):
         """Apply a commit or release, or journal it (see :meth:`Journal.settle`)."""
         self._renewer.forget(settlement.reservation_id)
         if self._journal is None:
-            return self._apply_settlement(settlement)
+            return self._backend_settle(settlement)
         # A journaled settlement is replayed soon after the backend is back.
-        return self._journal.settle(
-            settlement, self._apply_settlement, self._renewer.ensure_running
-        )
-
-    def _apply_settlement(self, settlement: Settlement) -> Units | None:
-        if settlement.op == "commit":
-            return self._backend_commit(settlement)
-        self._backend_release(settlement.reservation_id)
-        return None
+        return self._journal.settle(settlement, self._backend_settle, self._renewer.ensure_running)
 
     def _replay_journal(self, *, strict: bool) -> None:
         journal = self._journal
         if journal is None or not journal.pending:
             return
         try:
-            journal.replay(self._apply_settlement)
+            journal.replay(self._backend_settle)
         except LedgerUnavailable:
             if strict:
                 raise
 
     def _claim(self, scope: str, name: str) -> bool:
         """True for the first claim of ``name`` at ``scope``: a note that is never rewritten."""
-        return self._backend_set_note(scope, _notes.claim_name(name), "1", first=True)
+        return self._backend_set_note(scope, _notes.CLAIM + name, "1", first=True)
 
     def _renew_ids(self, reservation_ids: list[str]) -> set[str]:
         """The renewal thread's tick: replay a waiting journal, then renew (if any to renew)."""

@@ -1,12 +1,9 @@
 """A ledger kept in Redis, shared by any number of processes on any number of machines.
 
-Each operation is one Lua script run with EVALSHA (redis-py loads it on first use), so a
-reservation is checked and taken atomically against everything every other process holds. Leases
-use the Redis server's clock, so the clocks of the workers do not matter. A scope tree (every
-scope under one root) lives in keys with the hash tag ``{<root>}``, so on Redis Cluster every
-script touches one slot.
-
-Amounts are integers (nano-dollars for money keys) added with ``HINCRBY``: every sum is exact.
+Each operation is one Lua script (:mod:`._lua`: the keys, the hash tag, exact integer sums) run
+with EVALSHA (redis-py loads it on first use), so a reservation is checked and taken atomically
+against everything every other process holds. Leases use the Redis server's clock, so the
+clocks of the workers do not matter.
 """
 
 from __future__ import annotations
@@ -112,9 +109,9 @@ class RedisLedger(Ledger):
                 f"got {type(url).__name__}"
             )
         root = root_of(check_scope(scope))
-        ttl = check_seconds(ttl_s, "ttl_s", optional=True)
-        lease = check_seconds(lease_s, "lease_s", optional=True)
-        timeout = check_seconds(timeout_s, "timeout_s", optional=False)
+        ttl = None if ttl_s is None else check_seconds(ttl_s, "ttl_s")
+        lease = None if lease_s is None else check_seconds(lease_s, "lease_s")
+        timeout = check_seconds(timeout_s, "timeout_s")
         self._ttl_arg = "" if ttl is None else str(max(1, round(ttl * 1000)))
         self._lease_arg = "" if lease is None else repr(lease)
         self._keys = [f"ampmeter:{{{root}}}:{suffix}" for suffix in _SUFFIXES]
@@ -144,14 +141,9 @@ class RedisLedger(Ledger):
             on_expired_hold=on_expired_hold,
             handoff_key=handoff_key,
         )
-        self._reserve = self._client.register_script(_lua.RESERVE)
-        self._read = self._client.register_script(_lua.READ)
-        self._ceilings = self._client.register_script(_lua.CEILINGS)
-        self._commit = self._client.register_script(_lua.COMMIT)
-        self._release = self._client.register_script(_lua.RELEASE)
-        self._renew = self._client.register_script(_lua.RENEW)
-        self._note = self._client.register_script(_lua.NOTE)
-        self._recent = self._client.register_script(_lua.RECENT)
+        self._scripts = {
+            name: self._client.register_script(getattr(_lua, name)) for name in _lua.__all__
+        }
 
     def _backend_reserve(self, request: HoldRequest) -> Reservation | Refusal:
         reservation_id, amounts, limits, windows, charge = request
@@ -162,17 +154,16 @@ class RedisLedger(Ledger):
         ]
         own = self._prefix(path[0])
         spans = [[own + key, repr(span), str(ceiling)] for key, span, ceiling in windows]
-        args = [
-            *self._common(),
+        answer = self._script(
+            "RESERVE",
             reservation_id,
             self._lease_arg,
             _flat(amounts),
             "1" if charge else "0",
             orjson.dumps(steps).decode(),
             orjson.dumps(spans).decode(),
-        ]
-        answer = self._call(lambda: self._reserve(keys=self._keys, args=args))
-        status, seconds, micros, found, expiry = (_text(part) for part in answer)
+        )
+        status, found, expiry = (_text(part) for part in answer)
         if status == "0":
             return SETTLED_ID
         if status == "5":
@@ -187,59 +178,41 @@ class RedisLedger(Ledger):
             key, span, ceiling = windows[int(number) - 1]
             asked = amounts.get(key, 0)
             return Refusal.of_units(path[0], key, int(used), int(held), asked, ceiling, span)
-        expires_at = None
-        if status == "1" and self._lease_arg:
-            expires_at = int(seconds) + int(micros) / 1e6 + float(self._lease_arg)
-        if status == "2":
-            expires_at = None if expiry in ("", "inf", "+inf") else float(expiry)
+        expires_at = None if expiry in ("", "inf", "+inf") else float(expiry)
         held_amounts, scopes = _hold(found)
         return held_reservation(reservation_id, held_amounts, expires_at, scopes)
 
-    def _backend_commit(self, settlement: Settlement) -> Units | None:
-        _, reservation_id, scopes, actual, idempotency_key = settlement
+    def _backend_settle(self, settlement: Settlement) -> Units | None:
+        op, reservation_id, scopes, actual, idempotency_key = settlement
         field = "" if idempotency_key is None else self._prefix(scopes[0]) + idempotency_key
         prefixes = orjson.dumps([self._prefix(scope) for scope in scopes]).decode()
-        args = [*self._common(), reservation_id, field, _flat(actual), prefixes]
-        answer = self._call(lambda: self._commit(keys=self._keys, args=args))
+        commit = "1" if op == "commit" else "0"
+        answer = self._script("SETTLE", reservation_id, commit, field, _flat(actual), prefixes)
         status, seen = (_text(part) for part in answer)
         return _pairs(orjson.loads(seen)) if status == "2" else None
 
-    def _backend_release(self, reservation_id: str) -> None:
-        args = [*self._common(), reservation_id]
-        self._call(lambda: self._release(keys=self._keys, args=args))
-
     def _backend_renew(self, reservation_ids: list[str]) -> set[str]:
-        args = [*self._common(), self._lease_arg, *reservation_ids]
-        live = self._call(lambda: self._renew(keys=self._keys, args=args))
-        return {_text(item) for item in live}
+        return {_text(item) for item in self._script("RENEW", self._lease_arg, *reservation_ids)}
 
     def _backend_read(self, which: Which, scope: str) -> Units:
         if which == "ceilings":
             raw = self._call(lambda: self._client.hget(self._keys[12], self._prefix(scope)))
             return {} if raw is None else _units(raw)
-        args = [*self._common(), _HASH_OF[which]]
-        flat: list[Any] = self._call(lambda: self._read(keys=self._keys, args=args))
+        flat: list[Any] = self._script("READ", _HASH_OF[which])
         pairs = zip(flat[::2], flat[1::2], strict=True)
         return {name: int(value) for name, value in self._own(pairs, scope).items()}
 
     def _backend_unsettled_holds(self) -> list[tuple[str, Units, tuple[str, ...]]]:
-        args = [*self._common(), "11"]  # the expired holds, after ending those whose lease ran out
-        raw: list[Any] = self._call(lambda: self._read(keys=self._keys, args=args))
+        raw: list[Any] = self._script("READ", "11")  # the expired holds (after reaping)
         pairs = zip(raw[::2], raw[1::2], strict=True)
         return [(_text(rid), *_hold(hold)) for rid, hold in pairs]
 
     def _backend_recent(self, scope: str, key: str, window_s: float) -> int:
-        head = self._prefix(scope) + key + _SEP
-        args = [repr(window_s)]
-        members: list[Any] = self._call(lambda: self._recent(keys=self._keys, args=args))
-        return sum(
-            int(text.rpartition(_SEP)[2]) for text in map(_text, members) if text.startswith(head)
-        )
+        return int(self._script("RECENT", self._prefix(scope) + key, repr(window_s)))
 
     def _backend_set_ceilings(self, scope: str, ceilings: Units, tighten: bool) -> Units:
-        args = [*self._common(), self._prefix(scope), "1" if tighten else "0"]
-        args += _texts(ceilings)
-        return _units(self._call(lambda: self._ceilings(keys=self._keys, args=args)))
+        only_lower = "1" if tighten else "0"
+        return _units(self._script("CEILINGS", self._prefix(scope), only_lower, *_texts(ceilings)))
 
     def _backend_notes(self, scope: str) -> dict[str, str]:
         raw: dict[Any, Any] = self._call(lambda: self._client.hgetall(self._keys[15]))
@@ -249,8 +222,8 @@ class RedisLedger(Ledger):
         self, scope: str, name: str, value: str | None, *, first: bool = False
     ) -> bool:
         # A note is never empty (a mark, or JSON): "" is the script's word for "drop it".
-        args = [*self._common(), self._prefix(scope) + name, value or "", "1" if first else "0"]
-        return bool(int(self._call(lambda: self._note(keys=self._keys, args=args))))
+        field = self._prefix(scope) + name
+        return bool(int(self._script("NOTE", field, value or "", "1" if first else "0")))
 
     def _backend_known(self, scope: str) -> bool:
         below = scope.partition("/")[2]
@@ -289,8 +262,11 @@ class RedisLedger(Ledger):
         below = scope.partition("/")[2]
         return below + _SEP if below else ""
 
-    def _common(self) -> tuple[str, str]:
-        return self._ttl_arg, repr(SETTLED_KEEP_S)
+    def _script(self, name: str, *args: str) -> Any:
+        """Run the script ``name`` of :mod:`._lua` on the tree's keys; its ARGV 1 and 2 are the
+        tree's TTL and how long settled ids are kept, the rest ``args``."""
+        script, argv = self._scripts[name], [self._ttl_arg, repr(SETTLED_KEEP_S), *args]
+        return self._call(lambda: script(keys=self._keys, args=argv))
 
     def _call(self, operation: Callable[[], _T]) -> Any:
         try:

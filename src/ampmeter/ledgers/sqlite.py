@@ -40,7 +40,7 @@ from ampmeter.ledgers.backend import Which
 from ampmeter.ledgers.base import SETTLED_KEEP_S, ExpiredHold, Ledger, LedgerUnavailable
 from ampmeter.ledgers.reach import Location, Reach, register, settings
 
-__all__ = ["SqlLedger", "SqliteLedger"]
+__all__ = ["InMemoryLedger", "SqlLedger", "SqliteLedger"]
 
 _T = TypeVar("_T")
 
@@ -66,7 +66,7 @@ class SqlLedger(Ledger):
         on_expired_hold: ExpiredHold,
         handoff_key: str | bytes | None,
     ) -> None:
-        lease = check_seconds(lease_s, "lease_s", optional=True)
+        lease = None if lease_s is None else check_seconds(lease_s, "lease_s")
         super().__init__(
             scope, lease, journal, on_expired_hold=on_expired_hold, handoff_key=handoff_key
         )
@@ -81,7 +81,8 @@ class SqlLedger(Ledger):
             paused = _paused_by(db, own)
             if paused is not None:
                 return Refusal(paused, None, paused=True)
-            if _settled(db, reservation_id) is not None or _expired(db, reservation_id):
+            expired = db.execute("SELECT 1 FROM ampmeter_expired WHERE id = ?", (reservation_id,))
+            if _settled(db, reservation_id) is not None or expired.fetchone() is not None:
                 return SETTLED_ID
             row = db.execute(
                 "SELECT expires_at, scopes, amounts FROM ampmeter_holds WHERE id = ?",
@@ -122,17 +123,22 @@ class SqlLedger(Ledger):
 
         return self._run(reserve)
 
-    def _backend_commit(self, settlement: Settlement) -> Units | None:
-        _, reservation_id, scopes, actual, idempotency_key = settlement
+    def _backend_settle(self, settlement: Settlement) -> Units | None:
+        op, reservation_id, scopes, actual, idempotency_key = settlement
 
-        def commit(db: sqlite3.Connection, now: float) -> Units | None:
-            if _settled(db, reservation_id) == 1:
+        def settle(db: sqlite3.Connection, now: float) -> Units | None:
+            # A commit after a release still adds what was spent; anything else settles once.
+            settled = _settled(db, reservation_id)
+            if settled == 1 or (settled == 0 and op == "release"):
                 return None
             _drop(db, reservation_id)
             _uncharge(db, reservation_id)
             db.execute(
-                "INSERT OR REPLACE INTO ampmeter_settled VALUES (?, 1, ?)", (reservation_id, now)
+                "INSERT OR REPLACE INTO ampmeter_settled VALUES (?, ?, ?)",
+                (reservation_id, int(op == "commit"), now),
             )
+            if op == "release":
+                return None
             if idempotency_key is not None:
                 seen = db.execute(
                     "SELECT amounts FROM ampmeter_idempotency WHERE scope = ? AND key = ?",
@@ -155,17 +161,7 @@ class SqlLedger(Ledger):
             )
             return None
 
-        return self._run(commit)
-
-    def _backend_release(self, reservation_id: str) -> None:
-        def release(db: sqlite3.Connection, now: float) -> None:
-            if _settled(db, reservation_id) is not None:
-                return
-            _drop(db, reservation_id)
-            _uncharge(db, reservation_id)
-            db.execute("INSERT INTO ampmeter_settled VALUES (?, 0, ?)", (reservation_id, now))
-
-        self._run(release)
+        return self._run(settle)
 
     def _backend_renew(self, reservation_ids: list[str]) -> set[str]:
         def renew(db: sqlite3.Connection, now: float) -> set[str]:
@@ -290,8 +286,7 @@ class SqliteLedger(SqlLedger):
         location = os.path.abspath(os.fspath(path))
         if os.path.isdir(location):
             raise ValueError(f"path {location!r} is a directory, not a SQLite file")
-        timeout = check_seconds(timeout_s, "timeout_s", optional=False)
-        assert timeout is not None
+        timeout = check_seconds(timeout_s, "timeout_s")
         if journal is None:
             journal = default_journal_dir(
                 "sqlite", location, scope if isinstance(scope, str) else ""
@@ -307,6 +302,35 @@ class SqliteLedger(SqlLedger):
         )
 
 
+class InMemoryLedger(SqlLedger):
+    """A thread-safe ledger kept in this process: the SQLite ledger's own tables and statements
+    in this process's memory, so it counts exactly as the shared ledgers do. No other process
+    can reach it, so it has no journal and no hand-off.
+
+    ``lease_s`` (None = reservations never expire) is how long a reservation holds its amounts
+    before its lease ends (renewed while unsettled, see :class:`Ledger`); ``on_expired_hold``
+    says whether an ended hold is charged as unsettled spend (default) or released.
+    Semantics are those of :class:`Ledger`, identical to the SQLite and Redis ledgers.
+    """
+
+    def __init__(
+        self,
+        scope: str = "default",
+        *,
+        lease_s: float | None = None,
+        on_expired_hold: ExpiredHold = "charge",
+        handoff_key: str | bytes | None = None,
+    ) -> None:
+        super().__init__(
+            scope,
+            MemoryDatabase(),
+            lease_s=lease_s,
+            journal=None,
+            on_expired_hold=on_expired_hold,
+            handoff_key=handoff_key,
+        )
+
+
 def _reap(db: sqlite3.Connection, now: float) -> None:
     """End the holds whose lease ran out (charging those that ask for it) and forget settled
     ids, expired holds and idempotency keys older than :data:`SETTLED_KEEP_S`."""
@@ -316,9 +340,7 @@ def _reap(db: sqlite3.Connection, now: float) -> None:
     for reservation_id, scopes, amounts, charge in expired:
         _drop(db, reservation_id)
         if charge:
-            rows = _rows(scopes, amounts, 1)
-            _add(db, "ampmeter_spent", rows)
-            _add(db, "ampmeter_unsettled", rows)
+            _charge(db, scopes, amounts, 1)
             db.execute(
                 "INSERT OR REPLACE INTO ampmeter_expired VALUES (?, ?, ?, ?)",
                 (reservation_id, scopes, amounts, now),
@@ -335,20 +357,17 @@ def _uncharge(db: sqlite3.Connection, reservation_id: str) -> None:
     ).fetchone()
     if row is None:
         return
-    rows = _rows(row[0], row[1], -1)
-    _add(db, "ampmeter_spent", rows)
-    _add(db, "ampmeter_unsettled", rows)
+    _charge(db, row[0], row[1], -1)
     db.execute("DELETE FROM ampmeter_expired WHERE id = ?", (reservation_id,))
 
 
-def _rows(scopes: bytes, amounts: bytes, sign: int) -> list[tuple[str, str, int]]:
+def _charge(db: sqlite3.Connection, scopes: bytes, amounts: bytes, sign: int) -> None:
+    """Charge a hold (its JSON ``scopes`` and ``amounts``) as unsettled spend (``sign`` 1), or
+    take that charge back (-1)."""
     held = _units(amounts)
-    return [
-        (scope, key, sign * value)
-        for scope in orjson.loads(scopes)
-        for key, value in held.items()
-        if value
-    ]
+    rows = [(scope, k, sign * v) for scope in orjson.loads(scopes) for k, v in held.items() if v]
+    _add(db, "ampmeter_spent", rows)
+    _add(db, "ampmeter_unsettled", rows)
 
 
 def _add(db: sqlite3.Connection, table: str, rows: list[tuple[str, str, int]]) -> None:
@@ -429,11 +448,6 @@ def _settled(db: sqlite3.Connection, reservation_id: str) -> int | None:
         "SELECT committed FROM ampmeter_settled WHERE id = ?", (reservation_id,)
     ).fetchone()
     return None if row is None else int(row[0])
-
-
-def _expired(db: sqlite3.Connection, reservation_id: str) -> bool:
-    found = db.execute("SELECT 1 FROM ampmeter_expired WHERE id = ?", (reservation_id,))
-    return found.fetchone() is not None
 
 
 def _units(raw: bytes) -> Units:

@@ -1,12 +1,9 @@
-"""Hand-offs: a context hands part of its run to another process, and counts what it spent.
-
-The parent makes a ``system`` node for the child and a token naming a ledger scope under its
-own; the child's calls hold and commit there (and at every scope above), so they stop at the
-child's limits and at its parents' remaining budget. The parent reads the child's spend from
-the ledger and adds it to its stats and its graph's aggregates (:meth:`Handoffs.refresh`).
-The holds of a child that died mid-call, charged as unsettled spend, become nodes of their own
-under the hand-off node (:mod:`ampmeter.shared.unsettled`), as do those of any dead worker on
-the context's own ledger scope.
+"""Hand-offs: a context hands part of its run to another process, and counts what it spent
+(``docs/shared-budgets.md``). The child's calls hold and commit in a ledger scope under the
+parent's (and at every scope above), so they stop at the child's limits and at its parents'
+remaining budget; the parent adds the child's spend, read from the ledger, to its stats and its
+graph's aggregates (:meth:`Handoffs.refresh`). The holds of a dead child, and of any dead worker
+on the context's own scope, become nodes of their own (:mod:`ampmeter.shared.unsettled`).
 """
 
 from __future__ import annotations

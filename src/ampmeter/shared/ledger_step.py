@@ -41,11 +41,9 @@ class LedgerRequest:
     frame: Frame
     ledger: Ledger
     amounts: dict[str, Any]
-    ceilings: dict[str, Any]
-    ancestors: dict[str, dict[str, Any]] | None
-    scopes: dict[str, tuple[dict[str, Any], dict[str, Limit]]]  # scope -> ceilings, their limits
+    # scope -> its ceilings and the limit each comes from, the ledger's own scope first
+    scopes: dict[str, tuple[dict[str, Any], dict[str, Limit]]]
     windows: tuple[Limit, ...] = ()  # the windowed limits the ledger checks at its own scope
-    spans: tuple[tuple[str, float, Any], ...] = ()  # the same, as the ledger takes them
 
     def stop(self, refusal: Refusal) -> tuple[str, ExceededLimit]:
         """The scope and the exceeded limit a ledger's refusal names (with the note of the
@@ -127,7 +125,12 @@ class LedgerStep(Step):
         ledger = frame.ledger
         assert ledger is not None
         reservation = ticket.reservation.amounts()
-        candidates = tuple(keys_a_call_adds(ticket.reservation))
+        # The keys the call may add to when it ends: its reservation's, and its model's or its
+        # tool's cached and reasoning keys.
+        possible = ticket.reservation._replace(
+            cached_tokens=1, reasoning_tokens=1, tokens_in=1, tokens_out=1
+        )
+        candidates = tuple(dict.fromkeys(key for key, _, _ in possible.entries()))
         ceilings, owners = shared_ceilings(frame.limits, candidates)
         # The policies' terms: the reserve, the loop guard, windows, watched keys.
         ceilings, owners, extra, windows = self.admission.frame.policies.shared_terms(
@@ -152,18 +155,7 @@ class LedgerStep(Step):
                 keys[KEY_UNPRICED_LLM_CALLS] = None  # unpriced is not zero, also for the parent
         # A policy's fixed amount, else (no term, or None) the call's own estimate.
         amounts = {k: reservation.get(k, 0) if extra.get(k) is None else extra[k] for k in keys}
-        ancestors = {scope: found[0] for scope, found in scopes.items() if scope != ledger.scope}
-        spans = tuple((lim.key, lim.window_s or 0.0, lim.max_value) for lim in windows)
-        return LedgerRequest(
-            frame,
-            ledger,
-            amounts,
-            ceilings,
-            ancestors or None,
-            scopes,
-            windows=windows,
-            spans=spans,
-        )
+        return LedgerRequest(frame, ledger, amounts, scopes, windows)
 
     def try_once(self, ticket: Ticket, request: LedgerRequest) -> Refusal | None:
         """Ask the ledger once: None when the call holds there now (or may go on without it),
@@ -172,12 +164,13 @@ class LedgerStep(Step):
         from ampmeter.ledgers.base import Refusal
 
         admission, frame, ledger = self.admission, request.frame, request.ledger
+        own, *above = request.scopes.items()
         try:
             held = ledger.try_reserve(
                 request.amounts,
-                request.ceilings,
-                ancestors=request.ancestors,
-                windows=request.spans,
+                own[1][0],
+                ancestors={scope: found[0] for scope, found in above},
+                windows=[(lim.key, lim.window_s or 0.0, lim.max_value) for lim in request.windows],
                 # the rule of the context that makes the call, else the ledger's own
                 on_expired_hold=admission.frame.on_expired_hold,
             )
@@ -281,13 +274,6 @@ class LedgerStep(Step):
             with contextlib.suppress(Exception):
                 ledger.release(held)
         ticket.ledger_holds = ()
-
-
-def keys_a_call_adds(reservation: Usage) -> Iterable[str]:
-    """The stats keys a call may add to when it ends: its reservation's, and its model's or its
-    tool's cached and reasoning keys."""
-    possible = reservation._replace(cached_tokens=1, reasoning_tokens=1, tokens_in=1, tokens_out=1)
-    return dict.fromkeys(key for key, _, _ in possible.entries())
 
 
 def shared_ceilings(

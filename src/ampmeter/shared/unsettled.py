@@ -1,12 +1,8 @@
-"""Unsettled spend: the holds of dead workers that a shared ledger charged, shown by a survivor.
-
-A worker that dies mid-call never settles its hold; once its lease runs out the ledger charges it
-as *unsettled* spend (its request may have been billed). A surviving context - the parent of a
-dead hand-off child, or one with ``ledger=`` on the scope the worker held at - records each such
-hold as a failed node of its own (named ``unsettled hold``, ``error_class`` ``"UnsettledHold"``,
-``cost_status: "unsettled"``) whose cost counts in its stats (``amp:unsettled_cost`` too) and
-aggregates, so every total and log carries it. Each hold is recorded once across every process:
-the first reader claims it in the ledger; a hold this process still renews is its own call's.
+"""Unsettled spend: the holds of dead workers that a shared ledger charged (their requests may
+have been billed), recorded by a surviving context as failed nodes of its own, so every total
+and log carries them (``docs/shared-budgets.md``). Each hold is recorded once across every
+process: the first reader claims it in the ledger; a hold this process still renews is its own
+call's.
 """
 
 from __future__ import annotations

@@ -18,24 +18,28 @@ mode       when the line is written                         SIGKILL     power lo
 
 ``line`` is the default: once ``emit`` returned the event is the kernel's, which a killed
 process cannot lose, for about the cost of one ``write`` system call per event. A file whose
-last line was cut by a crash is repaired before the first append (:mod:`.cut_tail`).
+last line was cut by a crash is repaired before the first append (:func:`set_aside_cut_tail`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import queue
+import stat
 import threading
+import warnings
 import weakref
-from typing import Final
+from typing import BinaryIO, Final
+
+import orjson
 
 from ampmeter.errors import SinkClosedError, SinkWriteError
 from ampmeter.logs.lines import COMPONENTS, EVENT_TYPES, encode_event, iso_utc, node_to_event
 from ampmeter.node import Node
 from ampmeter.sinks.base import Sink
-from ampmeter.sinks.cut_tail import CUT_SUFFIX, CutTailWarning, set_aside_cut_tail
 
 __all__ = [
     "COMPONENTS",
@@ -53,6 +57,88 @@ __all__ = [
 ]
 
 FLUSH_MODES: Final = ("line", "batch", "fsync")
+
+CUT_SUFFIX: Final = ".cut"  # where a crash's cut last line is moved when the log is reopened
+
+_CHUNK: Final = 1 << 16  # bytes read at a time while looking for a cut tail
+_PARSE_TAIL_MAX: Final = 1 << 20  # a longer cut tail is moved aside without trying to parse it
+
+
+class CutTailWarning(UserWarning):
+    """A log opened for appending ended with a cut line, which was set aside."""
+
+
+def set_aside_cut_tail(path: str) -> int:
+    """Make ``path`` end with a whole line before anything is appended; return the bytes moved.
+
+    A tail without a line break that is a whole JSON object gets its line break; any other tail
+    (a line cut by a crash) is appended to ``path + CUT_SUFFIX`` and cut off ``path``, with a
+    :class:`CutTailWarning`. A missing, empty or non-regular file is left alone. Assumes no
+    other process is writing ``path`` at this moment (a crashed writer is not). Appending
+    therefore never glues an event onto a cut line, and strict reading of the log still works.
+    """
+    try:
+        f = open(path, "r+b")  # noqa: SIM115 - closed below on every path
+    except (FileNotFoundError, PermissionError):  # nothing to repair, or no way to read it
+        return 0
+    with f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return 0
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # one repair at a time (sinks opened together)
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        tail_start = _after_last_line_break(f, size)
+        if size - tail_start <= _PARSE_TAIL_MAX:
+            f.seek(tail_start)
+            try:
+                whole = type(orjson.loads(f.read(size - tail_start))) is dict
+            except orjson.JSONDecodeError:
+                whole = False
+            if whole:  # a complete event that only lacks its line break
+                with open(path, "ab") as append:
+                    append.write(b"\n")
+                return 0
+        if os.fstat(f.fileno()).st_size != size:
+            return 0  # the file grows: a live writer is finishing that line, not a crash
+        aside = path + CUT_SUFFIX
+        with open(aside, "ab") as out:
+            f.seek(tail_start)
+            left = size - tail_start
+            while left > 0 and (piece := f.read(min(_CHUNK, left))):
+                out.write(piece)
+                left -= len(piece)
+            out.write(b"\n")
+            out.flush()
+            os.fsync(out.fileno())  # the tail is safe elsewhere before it leaves the log
+        if os.fstat(f.fileno()).st_size != size:
+            return 0  # it grew meanwhile (the copy aside is then only a spare)
+        f.truncate(tail_start)
+    moved = size - tail_start
+    warnings.warn(
+        f"{path}: its last line was cut ({moved} bytes without a line break, as a crash leaves "
+        f"it); moved it to {aside} so that new events start on a line of their own",
+        CutTailWarning,
+        stacklevel=3,
+    )
+    return moved
+
+
+def _after_last_line_break(f: BinaryIO, size: int) -> int:
+    """The offset just after the last ``\\n`` of the open file ``f`` (0 if it has none)."""
+    end = size
+    while end > 0:
+        begin = max(0, end - _CHUNK)
+        f.seek(begin)
+        found = f.read(end - begin).rfind(b"\n")
+        if found >= 0:
+            return begin + found + 1
+        end = begin
+    return 0
+
 
 _BATCH: Final = 1024  # events per hand-off to the writer thread
 _IDLE_FLUSH_S: Final = 0.25  # a partial batch reaches the file at most this long after emit
@@ -73,7 +159,10 @@ class _Writer:
         self.lock = threading.Lock()
         self.buf: _Batch = []
         self.queue: queue.Queue[_Batch | threading.Event | None] = queue.Queue(maxsize=64)
-        self.offset = os.lseek(fd, 0, os.SEEK_END) if _seekable(fd) else 0
+        try:
+            self.offset = os.lseek(fd, 0, os.SEEK_END)  # where a failed write is cut back to
+        except OSError:  # a pipe or a terminal: nothing to cut
+            self.offset = 0
         self.written = 0
         self.lost = 0
         self.error: BaseException | None = None
@@ -87,21 +176,18 @@ class _Writer:
         batch, self.buf = self.buf, []
         return batch
 
-    def encode(self, batch: _Batch) -> bytes:
-        """The lines of ``batch``: each node's event (:func:`node_to_event`), encoded."""
-        return b"".join(
-            encode_event(node_to_event(node, self.run_id or chain_id, self.component))
-            for node, chain_id in batch
-        )
-
     def write(self, items: _Batch) -> None:
         """Write ``items`` or count them as lost; the first failure is kept for the callers."""
         count = len(items)
         if self.error is not None:
             self.lost += count
             return
+        run_id, component = self.run_id, self.component
+        lines = (
+            encode_event(node_to_event(node, run_id or chain, component)) for node, chain in items
+        )
         try:
-            self._put(self.encode(items))
+            self._put(b"".join(lines))  # encoded here: an event that cannot be is a failure too
         except Exception as exc:  # a failed write must reach the caller, never kill the thread
             self.error = exc
             self.lost += count
@@ -112,14 +198,12 @@ class _Writer:
 
     def _put(self, data: bytes) -> None:
         """Append ``data`` whole (``write`` may take it in parts), then fsync if asked."""
-        done = os.write(self.fd, data)
-        if done != len(data):
-            view = memoryview(data)[done:]
-            while view:
-                done = os.write(self.fd, view)
-                if done == 0:
-                    raise OSError(errno.EIO, "write returned 0 bytes")
-                view = view[done:]
+        view = memoryview(data)
+        while view:
+            done = os.write(self.fd, view)
+            if done == 0:
+                raise OSError(errno.EIO, "write returned 0 bytes")
+            view = view[done:]
         if self.mode == "fsync":
             os.fsync(self.fd)
         self.offset += len(data)
@@ -159,17 +243,21 @@ class _Writer:
             else:
                 self.write(item)
 
+    def hand_over(self, last: threading.Event | None) -> None:
+        """Queue the partial batch, then ``last`` (an event to set, or None: stop)."""
+        with self.lock:
+            items = self.take()
+            if items:
+                self.queue.put(items)
+            self.queue.put(last)
+
     def drain(self) -> None:
         """Hand the partial batch to the writer thread and wait until everything is written."""
         thread = self.thread
         if thread is None or not thread.is_alive():
             return
         done = threading.Event()
-        with self.lock:
-            items = self.take()
-            if items:
-                self.queue.put(items)
-            self.queue.put(done)
+        self.hand_over(done)
         while not done.wait(1.0):
             if not thread.is_alive():  # pragma: no cover - the thread catches everything
                 break
@@ -182,25 +270,13 @@ class _Writer:
             self.closed = True
         thread = self.thread
         if thread is not None and thread.is_alive():
-            with self.lock:
-                items = self.take()
-            if items:
-                self.queue.put(items)
-            self.queue.put(None)
+            self.hand_over(None)
             thread.join()
         try:
             os.close(self.fd)
         except OSError as exc:
             if self.error is None:
                 self.error = exc
-
-
-def _seekable(fd: int) -> bool:
-    try:
-        os.lseek(fd, 0, os.SEEK_CUR)
-    except OSError:
-        return False
-    return True
 
 
 class JsonlSink(Sink):

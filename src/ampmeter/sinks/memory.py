@@ -19,12 +19,11 @@ class MemorySink(Sink):
     Reading (:attr:`nodes`, :meth:`nodes_for`) still works after :meth:`close`; emitting does not.
     """
 
-    __slots__ = ("_chain_ids", "_closed", "_lock", "_nodes")
+    __slots__ = ("_closed", "_lock", "_nodes")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._nodes: list[Node] = []
-        self._chain_ids: list[str] = []
+        self._nodes: list[tuple[Node, str]] = []  # (copy, chain id)
         self._closed = False
 
     def emit(self, node: Node, chain_id: str) -> None:
@@ -37,25 +36,23 @@ class MemorySink(Sink):
         with self._lock:
             if self._closed:
                 raise SinkClosedError("MemorySink is closed; create a new sink to keep more nodes")
-            self._nodes.append(copy)
-            self._chain_ids.append(chain_id)
+            self._nodes.append((copy, chain_id))
 
     @property
     def nodes(self) -> list[Node]:
         """The stored nodes in arrival order (a new list each time; the nodes are the copies)."""
         with self._lock:
-            return list(self._nodes)
+            return [node for node, _ in self._nodes]
 
     def nodes_for(self, chain_id: str) -> list[Node]:
         """The stored nodes of one chain, in arrival order."""
         with self._lock:
-            return [n for n, c in zip(self._nodes, self._chain_ids, strict=True) if c == chain_id]
+            return [node for node, chain in self._nodes if chain == chain_id]
 
     def clear(self) -> None:
         """Forget every stored node."""
         with self._lock:
             self._nodes.clear()
-            self._chain_ids.clear()
 
     def __len__(self) -> int:
         return len(self._nodes)

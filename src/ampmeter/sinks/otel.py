@@ -114,13 +114,6 @@ class _NodeIds:
 _install_lock = threading.Lock()
 
 
-def _install_ids(tracer: object) -> None:
-    with _install_lock:
-        current = getattr(tracer, "id_generator", None)
-        if current is not None and not isinstance(current, _NodeIds):
-            setattr(tracer, "id_generator", _NodeIds(current))  # noqa: B010 - SDK Tracer only
-
-
 class OtelSink(Sink):
     """Export nodes as OpenTelemetry spans and GenAI client metrics.
 
@@ -157,7 +150,10 @@ class OtelSink(Sink):
             return self._tracer
         provider = self._tracer_provider or trace.get_tracer_provider()
         tracer = provider.get_tracer(_SCOPE)
-        _install_ids(tracer)
+        with _install_lock:
+            current = getattr(tracer, "id_generator", None)
+            if current is not None and not isinstance(current, _NodeIds):
+                setattr(tracer, "id_generator", _NodeIds(current))  # noqa: B010 - SDK Tracer only
         if not isinstance(provider, trace.ProxyTracerProvider):
             self._tracer = tracer  # the global provider may still be set later: ask again
         return tracer

@@ -50,32 +50,25 @@ class RelabeledSink(Sink):
         self.keep_root = keep_root
         self.metadata = dict(metadata or {})
 
-    def relabel(self, node: Node) -> Node | None:
-        """The node as this run logs it, or None when it is not logged (a dropped root)."""
+    def emit(self, node: Node, chain_id: str) -> None:
+        """Relabel ``node`` and pass it on (a dropped local root is not passed on)."""
         parent = node.parent_id
-        if parent is None:
-            if not self.keep_root:
-                return None
-            new_parent = self.attach_to
-        elif node.depth == 1 and not self.keep_root:
+        if parent is None and not self.keep_root:
+            return
+        if parent is None or (node.depth == 1 and not self.keep_root):
             new_parent = self.attach_to
         else:
             new_parent = self.prefix + parent
         depth = node.depth + self.depth_offset - (0 if self.keep_root else 1)
         meta = {**node.metadata, **self.metadata} if self.metadata else node.metadata
-        return dataclasses.replace(
+        relabeled = dataclasses.replace(
             node,
             node_id=self.prefix + node.node_id,
             parent_id=new_parent,
             depth=depth,
             metadata=meta,
         )
-
-    def emit(self, node: Node, chain_id: str) -> None:
-        """Relabel ``node`` and pass it on."""
-        relabeled = self.relabel(node)
-        if relabeled is not None:
-            self.sink.emit(relabeled, chain_id)
+        self.sink.emit(relabeled, chain_id)
 
     def flush(self) -> None:
         """Flush the wrapped sink."""
