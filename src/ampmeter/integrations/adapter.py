@@ -10,11 +10,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
-from ampmeter.integrations.wire import first_int
-from ampmeter.pricing import request_size
+from ampmeter._validate import MAX_COUNT
+from ampmeter.pricing import request_size, tokenizer
 from ampmeter.pricing.request_size import RequestSize, Wire
 
-__all__ = ["MAX_RESPONSE_ID", "META_USAGE_CLAMPED", "Adapter", "RequestInfo", "Tally"]
+__all__ = [
+    "MAX_RESPONSE_ID",
+    "META_USAGE_CLAMPED",
+    "Adapter",
+    "RequestInfo",
+    "Tally",
+    "first_int",
+    "ints",
+]
 
 MAX_RESPONSE_ID: Final = 256  # longer ids are no provider's: ignored, never stored or shared
 META_USAGE_CLAMPED: Final = "usage_clamped"  # a reported count was outside 0..2**53
@@ -42,7 +50,7 @@ class RequestInfo(NamedTuple):
 class Tally:
     """Usage seen so far in one response (or stream), in the subset convention: ``tokens_in``
     includes cache reads and writes, ``tokens_out`` reasoning tokens. The token counts are the
-    provider's, each an int or None (the readers of :mod:`.wire` make them so), checked where
+    provider's, each an int or None (:func:`ints` makes them so), checked where
     they are recorded (:func:`.lifecycle.finish_call`); the other counts are what the adapter
     saw itself. A tally starts empty (every field the class's value): an adapter sets only what
     the response reports, and a list or set is made only when something goes in it.
@@ -77,6 +85,19 @@ class Tally:
             else:
                 self.received.append(text)
 
+    def fit(self) -> bool:
+        """Fit counts ``Call.record`` refused to what the accounting holds: totals to 0..2**53
+        (True: one was outside), negative details to 0, details cut to their totals."""
+        t_in, t_out = self.tokens_in or 0, self.tokens_out or 0
+        clamped = not (0 <= t_in <= MAX_COUNT and 0 <= t_out <= MAX_COUNT)
+        self.tokens_in = t_in = min(max(t_in, 0), MAX_COUNT)
+        self.tokens_out = t_out = min(max(t_out, 0), MAX_COUNT)
+        self.cached = min(max(self.cached, 0), t_in)
+        self.cache_write = min(max(self.cache_write, 0), t_in - self.cached)
+        self.reasoning = min(max(self.reasoning, 0), t_out)
+        self.tool_calls = min(max(self.tool_calls, 0), MAX_COUNT)
+        return clamped
+
     def gateway_key(self, response_key: str, endpoint: str) -> str:
         """The idempotency key of this response under ``instrument(response_id_keys=True)``:
         its id (``response_key``, ``"<provider>:<id>"``), the ``endpoint`` it came from (the SDK
@@ -97,6 +118,27 @@ class Tally:
             self.text.append(text)
 
 
+def first_int(*values: object) -> int | None:
+    """The first of ``values`` that is a real int, or None (bools and SDK ``omit``/``NOT_GIVEN``
+    sentinels are not): a request's output cap, under whichever of its names it was given."""
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+_COUNT_TYPES: Final = frozenset({int, type(None)})
+
+
+def ints(*values: Any) -> tuple[int | None, ...]:
+    """Each of ``values`` (counts read from a response) if it is a real int, else None (as
+    :func:`first_int` tells them): what a :class:`Tally` holds. The usual report (plain ints and
+    None) is checked in C."""
+    if _COUNT_TYPES.issuperset(map(type, values)):
+        return values
+    return tuple(map(first_int, values))  # each value on its own
+
+
 class Adapter:
     """One SDK operation's wire format. Provider modules subclass it."""
 
@@ -110,15 +152,21 @@ class Adapter:
         self.operation = operation
 
     def request_info(self, body: Mapping[str, Any]) -> RequestInfo:
-        """Model, measure, output cap (the first of :attr:`max_tokens_fields` given) and
+        """Model, measure (:func:`ampmeter.pricing.request_size.measure`), output cap (the first
+        of :attr:`max_tokens_fields` given as an int, as :func:`first_int` tells one) and
         streaming flag of a request's JSON body."""
         model = body.get("model")
-        return RequestInfo(
-            model if isinstance(model, str) else None,
-            request_size.measure(self.wire, body),
-            first_int(*map(body.get, self.max_tokens_fields)),
-            body.get("stream") is True,
-        )
+        if not isinstance(model, str):
+            model = None
+        for name in self.max_tokens_fields:
+            cap = body.get(name)
+            if isinstance(cap, int) and not isinstance(cap, bool):
+                break
+        else:
+            cap = None
+        counter = None if model is None else tokenizer.COUNTERS[model]
+        size = request_size.MEASURES[self.wire](body, counter)
+        return RequestInfo(model, size, cap, body.get("stream") is True)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         """The request's text, kept on the node with ``instrument(capture_content=True)``."""

@@ -75,18 +75,23 @@ def admit(client: Any, options: Any) -> Admitted | None:
     sent = {**body, **extra} if extra else body  # what is sent: extra_body merged in
     if not isinstance(sent.get("model"), str):
         return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
-    redact.remember_client(client)  # a provider's error body may echo its key
     refused = notes = None
     policies = configured_policies(ctx)
     if policies.shapes_requests:  # the hook may change the body (measured after)
         refused, notes = relieve_pressure(ctx, policies.pressure, adapter, body)
         sent = {**body, **extra} if extra else body
     info = adapter.request_info(sent)
-    hide = adapter.prepare_stream(body) if info.stream else False
+    hide = False
+    if info.stream:
+        hide = adapter.prepare_stream(body)
+        # A failed request's key is remembered by ``Admitted``; a stream fails later, from
+        # its events (whose error text may echo it too).
+        redact.remember_client(client)
     headers = options.headers if isinstance(options.headers, Mapping) else {}
     operation = _operation(options, headers, adapter.operation)
     call = begin_call(ctx, adapter, info, notes, sent, refused, operation=operation)
-    return Admitted(call, adapter, info, hide, body, bool(headers.get(RAW_RESPONSE_HEADER)))
+    raw = bool(headers.get(RAW_RESPONSE_HEADER))
+    return Admitted(call, adapter, info, hide, body, raw=raw, client=client)
 
 
 def _stored_state_changed(options: Any) -> bool:

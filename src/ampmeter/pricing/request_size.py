@@ -35,10 +35,12 @@ __all__ = [
     "CHARS_PER_TOKEN",
     "MAX_STEP_DOWN",
     "MAX_STEP_UP",
+    "MEASURES",
     "MIN_LEARN_CHARS",
     "MIN_RATIO",
     "PRIOR_RATIO",
     "EstimateMode",
+    "Measure",
     "RequestSize",
     "Wire",
     "forget",
@@ -70,15 +72,35 @@ MIN_LEARN_CHARS: Final = 32
 _MAX_MODELS: Final = 4_096
 # wire -> (module, function); each estimator is imported when its wire is first measured, so
 # importing ampmeter does not pay for the formats a program never sends.
-_MEASURES: Final = {
+_ESTIMATORS: Final = {
     "chat": ("ampmeter.pricing.wire_chat", "measure_chat"),
     "completions": ("ampmeter.pricing.wire_chat", "measure_completions"),
     "responses": ("ampmeter.pricing.wire_responses", "measure_responses"),
     "anthropic": ("ampmeter.pricing.wire_anthropic", "measure_anthropic"),
     "gemini": ("ampmeter.pricing.wire_gemini", "measure_gemini"),
 }
-_Measure = Callable[[Mapping[str, Any], Callable[[str], int] | None], RequestSize]
-_loaded: dict[str, _Measure] = {}
+Measure = Callable[[Mapping[str, Any], tokenizer.Counter | None], RequestSize]
+"""A wire format's estimator: ``estimator(body, counter)``, ``counter`` the model's
+(:data:`ampmeter.pricing.tokenizer.COUNTERS`)."""
+
+
+class _Measures(dict[str, Measure]):
+    """:data:`MEASURES`: each wire format's estimator, imported when first asked for."""
+
+    def __missing__(self, wire: str) -> Measure:
+        where = _ESTIMATORS.get(wire)
+        if where is None:
+            known = ", ".join(sorted(_ESTIMATORS))
+            raise ValueError(f"unknown wire format {wire!r}; known: {known}")
+        module, name = where
+        estimator: Measure = getattr(importlib.import_module(module), name)
+        self[wire] = estimator
+        return estimator
+
+
+MEASURES: Final[Mapping[str, Measure]] = _Measures()
+"""``MEASURES[wire]`` is the estimator of wire format ``wire`` (:func:`measure` in one lookup,
+for a caller that holds the wire, a JSON body and its model's counter)."""
 
 # (model, basis) -> learned ratio; basis "chars" (tokens per character) or "tokens" (billed
 # tokens per tokenizer token).
@@ -99,24 +121,13 @@ def measure(wire: Wire, body: Mapping[str, Any]) -> RequestSize:
     (dicts, lists, strings). ``ValueError`` for an unknown wire format, ``TypeError`` for a
     body that is not a mapping.
     """
-    estimator = _loaded.get(wire) or _load(wire)
+    estimator = MEASURES[wire]
     if not isinstance(body, dict):  # SDK keyword arguments and JSON bodies are dicts
         if not isinstance(body, Mapping):
             raise TypeError(f"a request body must be a mapping, got {type(body).__name__}")
         body = dict(body)
     model = body.get("model")
-    return estimator(body, tokenizer.counter(model) if isinstance(model, str) else None)
-
-
-def _load(wire: str) -> _Measure:
-    where = _MEASURES.get(wire)
-    if where is None:
-        known = ", ".join(sorted(_MEASURES))
-        raise ValueError(f"unknown wire format {wire!r}; known: {known}")
-    module, name = where
-    estimator: _Measure = getattr(importlib.import_module(module), name)
-    _loaded[wire] = estimator
-    return estimator
+    return estimator(body, tokenizer.COUNTERS[model] if isinstance(model, str) else None)
 
 
 def input_tokens(size: RequestSize, model: str | None, mode: EstimateMode = "learned") -> int:
