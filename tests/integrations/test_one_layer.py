@@ -116,6 +116,8 @@ def test_a_plain_call_does_per_call_only_what_changes_per_call(replay: ReplaySer
     for once_per_client_or_model in ("remember_client", "counter", "request_size.py:measure"):
         assert not [name for name in ran if once_per_client_or_model in name], ran
     assert ran.count("wire_chat.py:measure_chat") == 1
+    # (a lazy stream another test left alive is looked for up the stack: see attach.py)
+    ran = [name for name in ran if name != "attach.py:_origin_of_running_stream"]
     assert len(ran) <= 16 and len({name.split(":")[0] for name in ran}) <= 8, ran
     assert [n.status for n in sink.nodes if n.kind == "llm"] == ["success"] * 2
 

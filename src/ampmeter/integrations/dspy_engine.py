@@ -162,7 +162,7 @@ def _wrap_stream(original: Callable[..., Any]) -> Callable[..., Any]:
         if admitted is None:
             yield from events
             return
-        end = StreamMeter(admitted.call, admitted.adapter, False, admitted.info)
+        end = StreamMeter(admitted.call, admitted.adapter, False)
         with _settled(end), closing(events):
             while True:
                 with _active(admitted.call):
@@ -184,7 +184,7 @@ def _wrap_async_stream(original: Callable[..., Any]) -> Callable[..., Any]:
             async for event in events:
                 yield event
             return
-        end = StreamMeter(admitted.call, admitted.adapter, False, admitted.info)
+        end = StreamMeter(admitted.call, admitted.adapter, False)
         with _settled(end):
             async with aclosing(events):
                 while True:

@@ -119,14 +119,13 @@ class Admitted:
 class Meter:
     """A response being read into its call, which it ends once: with the usage read, at the
     response's end or with the error reading it raised (:meth:`end`), or as abandoned when it
-    is closed or dropped before (:meth:`abandon`). ``info`` is the request's."""
+    is closed or dropped before (:meth:`abandon`)."""
 
-    __slots__ = ("call", "done", "info", "tally")
+    __slots__ = ("call", "done", "tally")
 
-    def __init__(self, call: Call, tally: Tally, info: RequestInfo) -> None:
+    def __init__(self, call: Call, tally: Tally) -> None:
         self.call = call
         self.tally = tally
-        self.info = info  # the request's input estimate, should the response be cut
         self.done = False
 
     def end(self, exc: BaseException | None) -> None:
@@ -139,7 +138,7 @@ class Meter:
         """End the call of a response closed or dropped before its end."""
         if not self.done:
             self.done = True
-            finish_abandoned(self.call, self.tally, self.info)
+            finish_abandoned(self.call, self.tally)
 
 
 def count_retry() -> None:
@@ -257,13 +256,13 @@ def finish_call(
     call.finish(exc, meta)
 
 
-def finish_abandoned(call: Call, tally: Tally, info: RequestInfo) -> None:
+def finish_abandoned(call: Call, tally: Tally) -> None:
     """End the node of a stream closed before its last event.
 
     The provider bills a cut stream but its usage report (OpenAI's comes last) may not have
     arrived: count the request's input estimate (its reservation's, in the context's estimate
     mode) and the output received (at least one token per content event), and say so on the
-    node (``usage_estimated``, and ``cost_status`` ``"estimated"``). ``info`` is the request's.
+    node (``usage_estimated``, and ``cost_status`` ``"estimated"``).
     """
     meta = {META_USAGE_ESTIMATED: True} if estimate_cut_stream(call, tally) else None
     cut = StreamAbandoned("the stream was closed before its last event was read")

@@ -7,11 +7,10 @@ files inside its wheel (byte for byte the files tiktoken verifies by hash) and g
 counts offline. Switched on (:func:`use`), a request to an OpenAI model has its text counted
 exactly: the ``"learned"`` estimate only learns how the provider's rendering differs from that
 count, and ``"bound"`` reserves that count (the ceiling for the model's encoding) instead of a
-token per byte. Without it (or for other model families) :func:`counter` is None and the
-estimates count characters and bytes.
+token per byte. Without it (or for other model families) a model's :data:`COUNTERS` entry is
+None and the estimates count characters and bytes.
 
-An encoding is loaded once per process on first use (about 1.5 s); a model's counter is
-resolved once (:data:`COUNTERS`), and again only after :func:`use` switches the tokenizer.
+An encoding is loaded once per process on first use (about 1.5 s).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from typing import Any, Final
 
 from ampmeter.pricing.names import longest_prefix
 
-__all__ = ["COUNTERS", "Counter", "available", "counter", "encoding_name", "in_use", "use"]
+__all__ = ["COUNTERS", "Counter", "available", "encoding_name", "in_use", "use"]
 
 Counter = Callable[[str], int]
 """Counts the tokens of a text."""
@@ -91,14 +90,8 @@ def encoding_name(model: str) -> str | None:
     return None if found is None else _FAMILIES[found]
 
 
-def counter(model: str) -> Counter | None:
-    """A function that counts the tokens of a text for ``model``, or None when the tokenizer
-    is not in use (:func:`use`) or has no encoding for the model's family."""
-    return COUNTERS[model]
-
-
 def _resolve(model: str) -> Counter | None:
-    """:func:`counter`, worked out (under ``_lock``)."""
+    """``COUNTERS[model]``, worked out (under ``_lock``)."""
     encoding = encoding_name(model) if _enabled else None
     if encoding is None:
         return None
@@ -129,5 +122,6 @@ class _Counters(dict[str, Counter | None]):
 
 _by_model = _Counters()
 COUNTERS: Final[Mapping[str, Counter | None]] = _by_model
-"""``COUNTERS[model]`` is :func:`counter` of ``model``: worked out once per model (until
-:func:`use` is called again), then a lookup in C on each request measured."""
+"""``COUNTERS[model]`` counts the tokens of a text for ``model``, or is None when the
+tokenizer is not in use (:func:`use`) or has no encoding for the model's family: worked out
+once per model (until :func:`use` is called again), then a lookup in C per request."""
