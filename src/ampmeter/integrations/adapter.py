@@ -11,18 +11,11 @@ from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
 from ampmeter._validate import MAX_COUNT
+from ampmeter.integrations.wire import first_int
 from ampmeter.pricing import request_size, tokenizer
 from ampmeter.pricing.request_size import RequestSize, Wire
 
-__all__ = [
-    "MAX_RESPONSE_ID",
-    "META_USAGE_CLAMPED",
-    "Adapter",
-    "RequestInfo",
-    "Tally",
-    "first_int",
-    "ints",
-]
+__all__ = ["MAX_RESPONSE_ID", "META_USAGE_CLAMPED", "Adapter", "RequestInfo", "Tally"]
 
 MAX_RESPONSE_ID: Final = 256  # longer ids are no provider's: ignored, never stored or shared
 META_USAGE_CLAMPED: Final = "usage_clamped"  # a reported count was outside 0..2**53
@@ -41,16 +34,11 @@ class RequestInfo(NamedTuple):
     max_tokens: int | None
     stream: bool
 
-    @property
-    def input_tokens(self) -> int:
-        """The estimated input tokens (``"learned"``: an embedding request's reservation)."""
-        return request_size.input_tokens(self.size, self.model)
-
 
 class Tally:
     """Usage seen so far in one response (or stream), in the subset convention: ``tokens_in``
     includes cache reads and writes, ``tokens_out`` reasoning tokens. The token counts are the
-    provider's, each an int or None (:func:`ints` makes them so), checked where
+    provider's, each an int or None (the readers of :mod:`.wire` make them so), checked where
     they are recorded (:func:`.lifecycle.finish_call`); the other counts are what the adapter
     saw itself. A tally starts empty (every field the class's value): an adapter sets only what
     the response reports, and a list or set is made only when something goes in it.
@@ -118,27 +106,6 @@ class Tally:
             self.text.append(text)
 
 
-def first_int(*values: object) -> int | None:
-    """The first of ``values`` that is a real int, or None (bools and SDK ``omit``/``NOT_GIVEN``
-    sentinels are not): a request's output cap, under whichever of its names it was given."""
-    for value in values:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
-
-
-_COUNT_TYPES: Final = frozenset({int, type(None)})
-
-
-def ints(*values: Any) -> tuple[int | None, ...]:
-    """Each of ``values`` (counts read from a response) if it is a real int, else None (as
-    :func:`first_int` tells them): what a :class:`Tally` holds. The usual report (plain ints and
-    None) is checked in C."""
-    if _COUNT_TYPES.issuperset(map(type, values)):
-        return values
-    return tuple(map(first_int, values))  # each value on its own
-
-
 class Adapter:
     """One SDK operation's wire format. Provider modules subclass it."""
 
@@ -153,19 +120,13 @@ class Adapter:
 
     def request_info(self, body: Mapping[str, Any]) -> RequestInfo:
         """Model, measure (:func:`ampmeter.pricing.request_size.measure`), output cap (the first
-        of :attr:`max_tokens_fields` given as an int, as :func:`first_int` tells one) and
-        streaming flag of a request's JSON body."""
+        of :attr:`max_tokens_fields` given) and streaming flag of a request's JSON body."""
         model = body.get("model")
         if not isinstance(model, str):
             model = None
-        for name in self.max_tokens_fields:
-            cap = body.get(name)
-            if isinstance(cap, int) and not isinstance(cap, bool):
-                break
-        else:
-            cap = None
         counter = None if model is None else tokenizer.COUNTERS[model]
         size = request_size.MEASURES[self.wire](body, counter)
+        cap = first_int(*map(body.get, self.max_tokens_fields))
         return RequestInfo(model, size, cap, body.get("stream") is True)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:

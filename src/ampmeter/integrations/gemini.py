@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally, first_int
+from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
-from ampmeter.integrations.wire import READERS, counts, get
+from ampmeter.integrations.wire import READERS, counts, first_int, get
 from ampmeter.pricing import request_size
 from ampmeter.pricing.measure_parts import json_text
 

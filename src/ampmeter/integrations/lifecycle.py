@@ -30,6 +30,7 @@ from ampmeter.integrations.unreported import estimate_cut_stream, estimate_unrep
 from ampmeter.limits import ExceededLimit
 from ampmeter.policies.downgrade import META_REQUESTED_MODEL, take_requested_model
 from ampmeter.policies.pressure import Pressure
+from ampmeter.pricing import request_size
 
 __all__ = [
     "ACTIVE_CALL",
@@ -188,7 +189,7 @@ def begin_call(
         call = ctx.embedding_call(
             operation,
             model=info.model,
-            prompt_tokens=info.input_tokens,
+            prompt_tokens=request_size.input_tokens(info.size, info.model),
             provider=adapter.provider,
             metadata=meta,
         )

@@ -16,9 +16,9 @@ from types import ModuleType
 from typing import Any
 
 from ampmeter._validate import MAX_COUNT
-from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally, first_int, ints
+from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
-from ampmeter.integrations.wire import READERS, counts, get, text_of
+from ampmeter.integrations.wire import READERS, counts, first_int, get, ints, text_of
 from ampmeter.pricing import request_size, stored_state
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]

@@ -20,7 +20,6 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from ampmeter import redact
 from ampmeter.context import configured_policies
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.http import ROUTES, adapter_for_path, unwrapped_send
@@ -81,12 +80,7 @@ def admit(client: Any, options: Any) -> Admitted | None:
         refused, notes = relieve_pressure(ctx, policies.pressure, adapter, body)
         sent = {**body, **extra} if extra else body
     info = adapter.request_info(sent)
-    hide = False
-    if info.stream:
-        hide = adapter.prepare_stream(body)
-        # A failed request's key is remembered by ``Admitted``; a stream fails later, from
-        # its events (whose error text may echo it too).
-        redact.remember_client(client)
+    hide = adapter.prepare_stream(body) if info.stream else False
     headers = options.headers if isinstance(options.headers, Mapping) else {}
     operation = _operation(options, headers, adapter.operation)
     call = begin_call(ctx, adapter, info, notes, sent, refused, operation=operation)
@@ -154,16 +148,9 @@ def _async_door(original: Callable[..., Any]) -> Callable[..., Any]:
     return request
 
 
-def _retry_counter(original: Callable[..., Any], *, is_async: bool) -> Callable[..., Any]:
-    """The client's ``_sleep_for_retry``, counting a retry on the call being sent."""
-    if is_async:
-
-        @functools.wraps(original)
-        async def sleep_async(client: Any, *args: Any, **kwargs: Any) -> Any:
-            count_retry()
-            return await original(client, *args, **kwargs)
-
-        return sleep_async
+def _retry_counter(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The client's ``_sleep_for_retry``, counting a retry on the call being sent (an async
+    client's gets its sleep to await: the count is made in the request's own context)."""
 
     @functools.wraps(original)
     def sleep(client: Any, *args: Any, **kwargs: Any) -> Any:
@@ -187,8 +174,7 @@ def _patch_clients(base_client: Any) -> list[Patch]:
     ):
         sleep = client.__dict__.get("_sleep_for_retry")
         if sleep is not None:
-            counter = _retry_counter(sleep, is_async=is_async)
-            patches.append(Patch.apply(client, "_sleep_for_retry", counter))
+            patches.append(Patch.apply(client, "_sleep_for_retry", _retry_counter(sleep)))
         door = _async_door if is_async else _door
         patches.append(Patch.apply(client, "request", door(client.__dict__["request"])))
         own = getattr(base_client, http_client, None)

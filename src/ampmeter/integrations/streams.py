@@ -23,6 +23,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Final
 
+from ampmeter import redact
 from ampmeter.context import Call
 from ampmeter.integrations.adapter import Adapter, Tally
 from ampmeter.integrations.lifecycle import Admitted, Meter, finish_call
@@ -170,6 +171,8 @@ def meter_result(admitted: Admitted, result: Any, *, is_async: bool) -> StreamMe
         admitted.adapter.read_response(result, tally)
         finish_call(admitted.call, tally, None)
         return None
+    # A stream's error comes from its events, after its door: the key it may echo is known.
+    redact.remember_client(admitted.client)
     meter = StreamMeter(admitted.call, admitted.adapter, admitted.hide)
     _read_through(result, meter, is_async=is_async)
     response = getattr(result, "response", None)

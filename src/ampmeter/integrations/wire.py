@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from ampmeter.integrations.adapter import ints
-
 if TYPE_CHECKING:
     from ampmeter.integrations.adapter import Adapter, Tally
 
@@ -24,7 +22,9 @@ __all__ = [
     "BodyReader",
     "FieldReader",
     "counts",
+    "first_int",
     "get",
+    "ints",
     "text_of",
 ]
 
@@ -153,6 +153,26 @@ def text_of(content: Any) -> str:
             elif isinstance(part, Mapping) and "content" in part:
                 parts.append(text_of(part["content"]))
     return "\n".join(p for p in parts if p)
+
+
+def first_int(*values: object) -> int | None:
+    """The first of ``values`` that is a real int, or None (bools and SDK ``omit``/``NOT_GIVEN``
+    sentinels are not): a request's output cap, under whichever of its names it was given."""
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+_COUNT_TYPES: Final = frozenset({int, type(None)})
+
+
+def ints(*values: Any) -> tuple[int | None, ...]:
+    """Each of ``values`` (counts read from a response) if it is a real int, else None (as
+    :func:`first_int` tells them). The usual report (plain ints and None) is checked in C."""
+    if _COUNT_TYPES.issuperset(map(type, values)):
+        return values
+    return tuple(map(first_int, values))  # each value on its own
 
 
 FieldReader = Callable[[Any, str, None], Any]

@@ -40,7 +40,6 @@ __all__ = [
     "MIN_RATIO",
     "PRIOR_RATIO",
     "EstimateMode",
-    "Measure",
     "RequestSize",
     "Wire",
     "forget",
@@ -79,28 +78,26 @@ _ESTIMATORS: Final = {
     "anthropic": ("ampmeter.pricing.wire_anthropic", "measure_anthropic"),
     "gemini": ("ampmeter.pricing.wire_gemini", "measure_gemini"),
 }
-Measure = Callable[[Mapping[str, Any], tokenizer.Counter | None], RequestSize]
-"""A wire format's estimator: ``estimator(body, counter)``, ``counter`` the model's
-(:data:`ampmeter.pricing.tokenizer.COUNTERS`)."""
+_Measure = Callable[[Mapping[str, Any], Callable[[str], int] | None], RequestSize]
 
 
-class _Measures(dict[str, Measure]):
+class _Measures(dict[str, _Measure]):
     """:data:`MEASURES`: each wire format's estimator, imported when first asked for."""
 
-    def __missing__(self, wire: str) -> Measure:
+    def __missing__(self, wire: str) -> _Measure:
         where = _ESTIMATORS.get(wire)
         if where is None:
             known = ", ".join(sorted(_ESTIMATORS))
             raise ValueError(f"unknown wire format {wire!r}; known: {known}")
         module, name = where
-        estimator: Measure = getattr(importlib.import_module(module), name)
+        estimator: _Measure = getattr(importlib.import_module(module), name)
         self[wire] = estimator
         return estimator
 
 
-MEASURES: Final[Mapping[str, Measure]] = _Measures()
-"""``MEASURES[wire]`` is the estimator of wire format ``wire`` (:func:`measure` in one lookup,
-for a caller that holds the wire, a JSON body and its model's counter)."""
+MEASURES: Final[Mapping[str, _Measure]] = _Measures()
+"""``MEASURES[wire](body, counter)`` is :func:`measure` in one lookup, for a caller that holds
+a JSON body and its model's counter (:data:`~ampmeter.pricing.tokenizer.COUNTERS`)."""
 
 # (model, basis) -> learned ratio; basis "chars" (tokens per character) or "tokens" (billed
 # tokens per tokenizer token).

@@ -22,10 +22,9 @@ from typing import Any, Final
 
 from ampmeter.pricing.names import longest_prefix
 
-__all__ = ["COUNTERS", "Counter", "available", "encoding_name", "in_use", "use"]
+__all__ = ["COUNTERS", "available", "encoding_name", "in_use", "use"]
 
-Counter = Callable[[str], int]
-"""Counts the tokens of a text."""
+Counter = Callable[[str], int]  # counts the tokens of a text
 
 # Model name prefix -> encoding; the longest matching prefix wins.
 _FAMILIES: Final = {
@@ -90,16 +89,11 @@ def encoding_name(model: str) -> str | None:
     return None if found is None else _FAMILIES[found]
 
 
-def _resolve(model: str) -> Counter | None:
-    """``COUNTERS[model]``, worked out (under ``_lock``)."""
-    encoding = encoding_name(model) if _enabled else None
-    if encoding is None:
-        return None
+def _encoding_counter(encoding: str) -> Counter | None:
+    """The counter of ``encoding`` (loaded once per process), None without the library."""
     found = _counters.get(encoding)
-    if found is None:
-        library = _library()
-        if library is None:
-            return None
+    library = _library()
+    if found is None and library is not None:
         encoder = library.get_encoding(encoding)
 
         def count(text: str) -> int:
@@ -114,7 +108,8 @@ class _Counters(dict[str, Counter | None]):
 
     def __missing__(self, model: str) -> Counter | None:
         with _lock:
-            found = _resolve(model)
+            encoding = encoding_name(model) if _enabled else None
+            found = None if encoding is None else _encoding_counter(encoding)
             if len(self) < _MAX_MODELS:
                 self[model] = found
         return found
