@@ -8,8 +8,8 @@ the report goes through this module:
 * credentials are replaced by ``[REDACTED]`` in that message: bearer tokens, ``sk-...`` and
   ``sk-ant-...`` keys, ``api_key=...`` / ``api-key: ...`` style pairs, ``Authorization:``
   values, every secret registered with :func:`remember_secret`, and the credentials of every
-  SDK client registered with :func:`remember_client` (the SDK integrations register each client
-  they meter) as they are when the text is scrubbed;
+  SDK client registered with :func:`remember_client` (the SDK integrations register a client
+  when a request of it fails or streams) as they are when the text is scrubbed;
 * a provider's error body often echoes the request (the prompt, a tool argument): unless
   content capture is on (:func:`configure`, set by ``instrument(capture_content=...)``), the
   message of an error that carries a provider response is withheld and only its error type and

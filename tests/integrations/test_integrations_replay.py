@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import anthropic
 import openai
 import pytest
@@ -113,6 +115,20 @@ def test_openai_429_then_200_counts_a_retry(replay: ReplayServer) -> None:
     assert node.retries_used == 1
     assert ctx.stats.get_counter(KEY_RETRIES) == 1
     assert len(replay.requests) == 2
+
+
+def test_an_async_clients_retry_is_counted_on_its_call(replay: ReplayServer) -> None:
+    """The async client's retry sleep is counted where the sync one's is, in the request's own
+    context, and is still awaited (the SDK retries after it)."""
+    replay.script(CHAT, recorded.openai_error(500), recorded.openai_chat_tool_calls())
+    client = openai.AsyncOpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=2)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]) as ctx:
+        create = client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT)
+        asyncio.run(create)
+    node = only_llm_node(sink)
+    assert node.status == "success" and node.retries_used == 1
+    assert ctx.stats.get_counter(KEY_RETRIES) == 1 and len(replay.requests) == 2
 
 
 def test_openai_500_marks_fail_with_sdk_error_class(replay: ReplayServer) -> None:

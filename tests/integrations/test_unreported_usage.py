@@ -325,7 +325,7 @@ def test_with_the_tokenizer_a_whole_answer_without_usage_is_counted_by_it() -> N
                     messages=MESSAGES,  # type: ignore[arg-type]
                     max_tokens=1000,
                 )
-        counted = tokenizer.counter("gpt-4o")
+        counted = tokenizer.COUNTERS["gpt-4o"]
         assert counted is not None
         (node,) = [n for n in sink.nodes if n.kind == "llm"]
         assert node.tokens_out == counted(dense) > len(dense) // 4 + 20

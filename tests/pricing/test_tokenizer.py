@@ -132,3 +132,27 @@ def test_the_tokenizer_bound_is_never_below_the_encoding(parts: list[str]) -> No
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": p} for p in parts]}
     counted = sum(o200k(p) for p in parts)
     assert counted + 3 * len(parts) + 3 <= input_tokens(measure("chat", body), "gpt-4o", "bound")
+
+
+def test_a_models_counter_is_resolved_once_and_again_after_use_switches() -> None:
+    """A request's counter is looked up, not worked out, once its model was met: the family's
+    prefix match runs once per model; switching the tokenizer off and on resolves it anew."""
+    resolved: list[str] = []
+    original = tokenizer.encoding_name
+
+    def spy(model: str) -> str | None:
+        resolved.append(model)
+        return original(model)
+
+    tokenizer.use()  # (forgets what was resolved before this test)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tokenizer, "encoding_name", spy)
+        first = measure("chat", chat(PROSE, model="gpt-4o-2024-08-06"))
+        again = measure("chat", chat(PROSE, model="gpt-4o-2024-08-06"))
+        assert resolved == ["gpt-4o-2024-08-06"] and first == again
+        assert first.text_tokens == o200k(PROSE)
+        tokenizer.use(False)
+        assert measure("chat", chat(PROSE, model="gpt-4o-2024-08-06")).text_tokens is None
+        tokenizer.use()
+        assert measure("chat", chat(PROSE, model="gpt-4o-2024-08-06")) == first
+    assert resolved == ["gpt-4o-2024-08-06"] * 2

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
+from ampmeter._validate import MAX_COUNT
 from ampmeter.integrations.wire import first_int
-from ampmeter.pricing import request_size
+from ampmeter.pricing import request_size, tokenizer
 from ampmeter.pricing.request_size import RequestSize, Wire
 
 __all__ = ["MAX_RESPONSE_ID", "META_USAGE_CLAMPED", "Adapter", "RequestInfo", "Tally"]
@@ -32,11 +33,6 @@ class RequestInfo(NamedTuple):
     size: RequestSize
     max_tokens: int | None
     stream: bool
-
-    @property
-    def input_tokens(self) -> int:
-        """The estimated input tokens (``"learned"``: an embedding request's reservation)."""
-        return request_size.input_tokens(self.size, self.model)
 
 
 class Tally:
@@ -77,6 +73,19 @@ class Tally:
             else:
                 self.received.append(text)
 
+    def fit(self) -> bool:
+        """Fit counts ``Call.record`` refused to what the accounting holds: totals to 0..2**53
+        (True: one was outside), negative details to 0, details cut to their totals."""
+        t_in, t_out = self.tokens_in or 0, self.tokens_out or 0
+        clamped = not (0 <= t_in <= MAX_COUNT and 0 <= t_out <= MAX_COUNT)
+        self.tokens_in = t_in = min(max(t_in, 0), MAX_COUNT)
+        self.tokens_out = t_out = min(max(t_out, 0), MAX_COUNT)
+        self.cached = min(max(self.cached, 0), t_in)
+        self.cache_write = min(max(self.cache_write, 0), t_in - self.cached)
+        self.reasoning = min(max(self.reasoning, 0), t_out)
+        self.tool_calls = min(max(self.tool_calls, 0), MAX_COUNT)
+        return clamped
+
     def gateway_key(self, response_key: str, endpoint: str) -> str:
         """The idempotency key of this response under ``instrument(response_id_keys=True)``:
         its id (``response_key``, ``"<provider>:<id>"``), the ``endpoint`` it came from (the SDK
@@ -110,15 +119,15 @@ class Adapter:
         self.operation = operation
 
     def request_info(self, body: Mapping[str, Any]) -> RequestInfo:
-        """Model, measure, output cap (the first of :attr:`max_tokens_fields` given) and
-        streaming flag of a request's JSON body."""
+        """Model, measure (:func:`ampmeter.pricing.request_size.measure`), output cap (the first
+        of :attr:`max_tokens_fields` given) and streaming flag of a request's JSON body."""
         model = body.get("model")
-        return RequestInfo(
-            model if isinstance(model, str) else None,
-            request_size.measure(self.wire, body),
-            first_int(*map(body.get, self.max_tokens_fields)),
-            body.get("stream") is True,
-        )
+        if not isinstance(model, str):
+            model = None
+        counter = None if model is None else tokenizer.COUNTERS[model]
+        size = request_size.MEASURES[self.wire](body, counter)
+        cap = first_int(*map(body.get, self.max_tokens_fields))
+        return RequestInfo(model, size, cap, body.get("stream") is True)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         """The request's text, kept on the node with ``instrument(capture_content=True)``."""

@@ -32,11 +32,10 @@ from ampmeter.integrations.lifecycle import (
     ACTIVE_CALL,
     Admitted,
     begin_call,
-    finish_call,
     settings,
 )
 from ampmeter.integrations.patching import Patch, around, undo_all
-from ampmeter.integrations.streams import StreamMeter
+from ampmeter.integrations.streams import StreamMeter, meter_result
 from ampmeter.pricing import request_size
 from ampmeter.pricing.request_size import Wire
 
@@ -118,9 +117,7 @@ def _completing(engine: Any, request: Any, *args: Any, **kwargs: Any) -> Generat
         return (yield)
     with admitted:
         response = yield
-    tally = Tally()
-    admitted.adapter.read_response(response, tally)
-    finish_call(admitted.call, tally, None)
+    meter_result(admitted, response, is_async=False)
     return response
 
 
@@ -162,7 +159,7 @@ def _wrap_stream(original: Callable[..., Any]) -> Callable[..., Any]:
         if admitted is None:
             yield from events
             return
-        end = StreamMeter(admitted.call, admitted.adapter, False, admitted.info)
+        end = StreamMeter(admitted.call, admitted.adapter, False)
         with _settled(end), closing(events):
             while True:
                 with _active(admitted.call):
@@ -184,7 +181,7 @@ def _wrap_async_stream(original: Callable[..., Any]) -> Callable[..., Any]:
             async for event in events:
                 yield event
             return
-        end = StreamMeter(admitted.call, admitted.adapter, False, admitted.info)
+        end = StreamMeter(admitted.call, admitted.adapter, False)
         with _settled(end):
             async with aclosing(events):
                 while True:

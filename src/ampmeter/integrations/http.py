@@ -156,7 +156,7 @@ class BodyMeter(Meter):
     (or its last event), or as abandoned when closed or dropped before."""
 
     def __init__(self, inner: Any, reader: BodyReader, admitted: Admitted) -> None:
-        super().__init__(admitted.call, reader.tally, admitted.info)
+        super().__init__(admitted.call, reader.tally)
         self.inner = inner
         self.reader = reader
 

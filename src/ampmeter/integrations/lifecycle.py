@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ampmeter._validate import MAX_COUNT
+from ampmeter import redact
 from ampmeter.context import Call, ExecutionContext
 from ampmeter.errors import LimitExceeded, StreamAbandoned, note_stop
 from ampmeter.integrations.adapter import (
@@ -29,6 +29,7 @@ from ampmeter.integrations.proxy_mark import Marker
 from ampmeter.integrations.unreported import estimate_cut_stream, estimate_unreported
 from ampmeter.limits import ExceededLimit
 from ampmeter.policies.step import Relief
+from ampmeter.pricing import request_size
 
 __all__ = [
     "ACTIVE_CALL",
@@ -90,7 +91,9 @@ HELPER: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 class Admitted:
     """A request let through (:func:`begin_call` done): its call, how to read its response,
     and what was changed to send it. ``with admitted:`` around sending it makes it the active
-    call meanwhile (:data:`ACTIVE_CALL`), and an error raised ends it failed."""
+    call meanwhile (:data:`ACTIVE_CALL`), and an error raised ends it failed: the credentials
+    of the SDK ``client`` that sent it are scrubbed from then on (:mod:`ampmeter.redact`), as
+    the error's text, which the node keeps, may echo them."""
 
     call: Call
     adapter: Adapter
@@ -98,6 +101,7 @@ class Admitted:
     hide: bool  # ampmeter asked for a usage event the caller must not see
     body: dict[str, Any]  # the request's JSON body (as changed to ask for that event)
     raw: bool = False  # an SDK's raw-response wrapper made it (see :mod:`.raw`)
+    client: object = None  # the SDK client that sends it (None: sent below the SDKs)
     _token: contextvars.Token[Call | None] | None = None
 
     def __enter__(self) -> Call:
@@ -108,20 +112,20 @@ class Admitted:
         if self._token is not None:
             ACTIVE_CALL.reset(self._token)
         if exc is not None:
+            redact.remember_client(self.client)
             finish_call(self.call, None, exc)
 
 
 class Meter:
     """A response being read into its call, which it ends once: with the usage read, at the
     response's end or with the error reading it raised (:meth:`end`), or as abandoned when it
-    is closed or dropped before (:meth:`abandon`). ``info`` is the request's."""
+    is closed or dropped before (:meth:`abandon`)."""
 
-    __slots__ = ("call", "done", "info", "tally")
+    __slots__ = ("call", "done", "tally")
 
-    def __init__(self, call: Call, tally: Tally, info: RequestInfo) -> None:
+    def __init__(self, call: Call, tally: Tally) -> None:
         self.call = call
         self.tally = tally
-        self.info = info  # the request's input estimate, should the response be cut
         self.done = False
 
     def end(self, exc: BaseException | None) -> None:
@@ -134,7 +138,7 @@ class Meter:
         """End the call of a response closed or dropped before its end."""
         if not self.done:
             self.done = True
-            finish_abandoned(self.call, self.tally, self.info)
+            finish_abandoned(self.call, self.tally)
 
 
 def count_retry() -> None:
@@ -184,7 +188,7 @@ def begin_call(
         call = ctx.embedding_call(
             operation,
             model=info.model,
-            prompt_tokens=info.input_tokens,
+            prompt_tokens=request_size.input_tokens(info.size, info.model),
             provider=adapter.provider,
             metadata=meta,
         )
@@ -207,7 +211,12 @@ def finish_call(
     when it is printable text of at most :data:`.adapter.MAX_RESPONSE_ID` characters (else it
     could not be a ledger key). The id is no idempotency key (servers repeat ids: see
     ``instrument(response_id_keys=...)``), except for a caching gateway, keyed by
-    :meth:`Tally.gateway_key`."""
+    :meth:`Tally.gateway_key`.
+
+    The counts are checked once, by ``call.record``: the readers made each an int or None, and
+    the usual ones pass. A provider's odd numbers must not break the caller's call, so counts
+    it refuses are fitted (:meth:`Tally.fit`) and recorded so (``meta`` then saying
+    ``usage_clamped`` when a total was outside 0..2**53)."""
     if tally is not None:
         meta = {} if meta is None else meta
         response_id = tally.response_id
@@ -221,55 +230,39 @@ def finish_call(
                 call.offer_idempotency_key(tally.gateway_key(key, call.name))
         if tally.tokens_in is None:  # a response without its usage was billed all the same
             estimate_unreported(call, tally)
-        _record(call, tally, meta)
+        if tally.tokens_in is None and tally.tokens_out is None:  # no usage (nor an estimate)
+            if tally.tool_calls:
+                call.note_tool_calls(tally.tool_calls)
+        else:
+            for fitted in (False, True):
+                try:
+                    call.record(
+                        tally.tokens_in or 0,
+                        tally.tokens_out or 0,
+                        cached_tokens=tally.cached,
+                        cache_write_tokens=tally.cache_write,
+                        reasoning_tokens=tally.reasoning,
+                        tool_calls_made=tally.tool_calls,
+                        estimated=tally.estimated,
+                    )
+                    break
+                except ValueError:  # refused before any change: fitted, record() takes them
+                    if fitted:
+                        raise
+                    if tally.fit():
+                        meta[META_USAGE_CLAMPED] = True
         if tally.text:
             meta[META_RESPONSE_TEXT] = "".join(tally.text)
     call.finish(exc, meta)
 
 
-def _record(call: Call, tally: Tally, meta: dict[str, Any]) -> None:
-    """Report ``tally``'s usage on ``call`` (nothing when the provider reported none).
-
-    The counts are checked once, by ``call.record``: the readers made each an int or None, and
-    the usual ones pass. A provider's odd numbers must not break the caller's call, so counts
-    it refuses are fitted to what the accounting holds and recorded so: totals from 0 to 2**53
-    (``meta`` then saying ``usage_clamped``), negative details as 0, details cut to their totals.
-    """
-    t_in, t_out = tally.tokens_in, tally.tokens_out
-    if t_in is None and t_out is None:
-        if tally.tool_calls:
-            call.note_tool_calls(tally.tool_calls)
-        return
-    try:
-        call.record(
-            0 if t_in is None else t_in,
-            0 if t_out is None else t_out,
-            cached_tokens=tally.cached,
-            cache_write_tokens=tally.cache_write,
-            reasoning_tokens=tally.reasoning,
-            tool_calls_made=tally.tool_calls,
-            estimated=tally.estimated,
-        )
-    except ValueError:  # a count out of range or past its total, refused before any change
-        t_in, t_out = t_in or 0, t_out or 0
-        if not (0 <= t_in <= MAX_COUNT and 0 <= t_out <= MAX_COUNT):
-            t_in, t_out = min(max(t_in, 0), MAX_COUNT), min(max(t_out, 0), MAX_COUNT)
-            meta[META_USAGE_CLAMPED] = True
-        tally.tokens_in, tally.tokens_out = t_in, t_out
-        tally.cached = min(max(tally.cached, 0), t_in)
-        tally.cache_write = min(max(tally.cache_write, 0), t_in - tally.cached)
-        tally.reasoning = min(max(tally.reasoning, 0), t_out)
-        tally.tool_calls = min(max(tally.tool_calls, 0), MAX_COUNT)
-        _record(call, tally, meta)  # every count fitted, so record() takes them this time
-
-
-def finish_abandoned(call: Call, tally: Tally, info: RequestInfo) -> None:
+def finish_abandoned(call: Call, tally: Tally) -> None:
     """End the node of a stream closed before its last event.
 
     The provider bills a cut stream but its usage report (OpenAI's comes last) may not have
     arrived: count the request's input estimate (its reservation's, in the context's estimate
     mode) and the output received (at least one token per content event), and say so on the
-    node (``usage_estimated``, and ``cost_status`` ``"estimated"``). ``info`` is the request's.
+    node (``usage_estimated``, and ``cost_status`` ``"estimated"``).
     """
     meta = {META_USAGE_ESTIMATED: True} if estimate_cut_stream(call, tally) else None
     cut = StreamAbandoned("the stream was closed before its last event was read")

@@ -18,7 +18,7 @@ from typing import Any
 from ampmeter._validate import MAX_COUNT
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.lifecycle import settings
-from ampmeter.integrations.wire import READERS, FieldReader, counts, first_int, get, ints, text_of
+from ampmeter.integrations.wire import READERS, counts, first_int, get, ints, text_of
 from ampmeter.pricing import request_size, stored_state
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
@@ -86,35 +86,33 @@ class ChatAdapter(Adapter):
                 for tool in [*(tools if isinstance(tools, list) else ()), {"function": function}]:
                     tally.receive(_arguments_text(get(tool, "function")))
 
-    def _read_head(self, event: Any, tally: Tally) -> tuple[FieldReader, Any]:
-        """Note an event's response id and read its usage; return the event's field reader
-        and its usage (None: the event has none)."""
+    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        """A chunk: its id, usage, and each choice's delta (a legacy completion's: its text)."""
         read = READERS[type(event)]
         if tally.response_id is None:
             tally.response_id = read(event, "id", None)
         usage = read(event, "usage", None)
         if usage is not None:
             _read_usage(usage, _CHAT_USAGE, tally)
-        return read, usage
-
-    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
-        read, usage = self._read_head(event, tally)
         choices = read(event, "choices", None)
         if not choices:
             return hide_usage and usage is not None
         for choice in choices:
             read_choice = READERS[type(choice)]
             delta = read_choice(choice, "delta", None)
-            read_delta = READERS[type(delta)]
-            tools = read_delta(delta, "tool_calls", None)
-            if tools and isinstance(tools, list):
-                _count_tool_calls(read_choice(choice, "index", None), tools, tally)
-            content = read_delta(delta, "content", None)
-            if content and isinstance(content, str):
+            if delta is None:
+                text = read_choice(choice, "text", None)
+            else:
+                read_delta = READERS[type(delta)]
+                tools = read_delta(delta, "tool_calls", None)
+                if tools and isinstance(tools, list):
+                    _count_tool_calls(read_choice(choice, "index", None), tools, tally)
+                text = read_delta(delta, "content", None)
+            if text and isinstance(text, str):
                 tally.chunks += 1
-                tally.chars += len(content)
+                tally.chars += len(text)
                 if settings.capture_content:
-                    tally.keep_text(content)
+                    tally.keep_text(text)
         return False
 
 
@@ -179,7 +177,8 @@ def _read_usage(usage: Any, names: tuple[str, str, str, str], tally: Tally) -> N
 
 
 class CompletionsAdapter(ChatAdapter):
-    """The legacy ``completions`` endpoint: a ``prompt`` in, ``choices[].text`` out."""
+    """The legacy ``completions`` endpoint: a ``prompt`` in, ``choices[].text`` out (read as
+    :class:`ChatAdapter` reads a chunk)."""
 
     wire = "completions"
 
@@ -189,19 +188,7 @@ class CompletionsAdapter(ChatAdapter):
         return _joined_text(kwargs.get("prompt"))
 
     def read_response(self, result: Any, tally: Tally) -> None:
-        self.read_event(result, tally, False)
-
-    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
-        read, usage = self._read_head(event, tally)
-        choices = read(event, "choices", None) or ()
-        for choice in choices:
-            text = get(choice, "text")
-            if isinstance(text, str) and text:
-                tally.chunks += 1
-                tally.chars += len(text)
-                if settings.capture_content:
-                    tally.keep_text(text)
-        return hide_usage and usage is not None and not choices
+        self.read_event(result, tally, False)  # a whole completion reads as one chunk
 
 
 _PROMPT_TOKENS = ("prompt_tokens",)

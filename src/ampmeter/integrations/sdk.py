@@ -20,7 +20,6 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from ampmeter import redact
 from ampmeter.context import configured_policies
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.http import ROUTES, adapter_for_path, unwrapped_send
@@ -75,7 +74,6 @@ def admit(client: Any, options: Any) -> Admitted | None:
     sent = {**body, **extra} if extra else body  # what is sent: extra_body merged in
     if not isinstance(sent.get("model"), str):
         return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
-    redact.remember_client(client)  # a provider's error body may echo its key
     refused = notes = None
     policies = configured_policies(ctx)
     if policies.shapes_requests:  # the hook may change the body (measured after)
@@ -86,7 +84,8 @@ def admit(client: Any, options: Any) -> Admitted | None:
     headers = options.headers if isinstance(options.headers, Mapping) else {}
     operation = _operation(options, headers, adapter.operation)
     call = begin_call(ctx, adapter, info, notes, sent, refused, operation=operation)
-    return Admitted(call, adapter, info, hide, body, bool(headers.get(RAW_RESPONSE_HEADER)))
+    raw = bool(headers.get(RAW_RESPONSE_HEADER))
+    return Admitted(call, adapter, info, hide, body, raw=raw, client=client)
 
 
 def _stored_state_changed(options: Any) -> bool:
@@ -149,16 +148,9 @@ def _async_door(original: Callable[..., Any]) -> Callable[..., Any]:
     return request
 
 
-def _retry_counter(original: Callable[..., Any], *, is_async: bool) -> Callable[..., Any]:
-    """The client's ``_sleep_for_retry``, counting a retry on the call being sent."""
-    if is_async:
-
-        @functools.wraps(original)
-        async def sleep_async(client: Any, *args: Any, **kwargs: Any) -> Any:
-            count_retry()
-            return await original(client, *args, **kwargs)
-
-        return sleep_async
+def _retry_counter(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The client's ``_sleep_for_retry``, counting a retry on the call being sent (an async
+    client's gets its sleep to await: the count is made in the request's own context)."""
 
     @functools.wraps(original)
     def sleep(client: Any, *args: Any, **kwargs: Any) -> Any:
@@ -182,8 +174,7 @@ def _patch_clients(base_client: Any) -> list[Patch]:
     ):
         sleep = client.__dict__.get("_sleep_for_retry")
         if sleep is not None:
-            counter = _retry_counter(sleep, is_async=is_async)
-            patches.append(Patch.apply(client, "_sleep_for_retry", counter))
+            patches.append(Patch.apply(client, "_sleep_for_retry", _retry_counter(sleep)))
         door = _async_door if is_async else _door
         patches.append(Patch.apply(client, "request", door(client.__dict__["request"])))
         own = getattr(base_client, http_client, None)

@@ -23,8 +23,9 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Final
 
+from ampmeter import redact
 from ampmeter.context import Call
-from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.integrations.adapter import Adapter, Tally
 from ampmeter.integrations.lifecycle import Admitted, Meter, finish_call
 
 __all__ = [
@@ -62,8 +63,8 @@ class StreamMeter(Meter):
 
     __slots__ = ("__weakref__", "adapter", "dropped", "hide", "reading")
 
-    def __init__(self, call: Call, adapter: Adapter, hide_usage: bool, info: RequestInfo) -> None:
-        super().__init__(call, Tally(), info)
+    def __init__(self, call: Call, adapter: Adapter, hide_usage: bool) -> None:
+        super().__init__(call, Tally())
         self.adapter = adapter
         self.hide = hide_usage
         # The weak reference that abandons the call when the stream is dropped unread (see
@@ -170,7 +171,9 @@ def meter_result(admitted: Admitted, result: Any, *, is_async: bool) -> StreamMe
         admitted.adapter.read_response(result, tally)
         finish_call(admitted.call, tally, None)
         return None
-    meter = StreamMeter(admitted.call, admitted.adapter, admitted.hide, admitted.info)
+    # A stream's error comes from its events, after its door: the key it may echo is known.
+    redact.remember_client(admitted.client)
+    meter = StreamMeter(admitted.call, admitted.adapter, admitted.hide)
     _read_through(result, meter, is_async=is_async)
     response = getattr(result, "response", None)
     if response is not None:

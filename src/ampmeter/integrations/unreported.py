@@ -28,7 +28,7 @@ def received_output_tokens(tally: Tally, model: str | None, most: int | None) ->
     whole response), else a token per character, at most ``most`` (the call's ``max_tokens``)."""
     if tally.chars <= 0 and tally.chunks <= 0:
         return None
-    count = tokenizer.counter(model) if model and tally.received else None
+    count = tokenizer.COUNTERS[model] if model and tally.received else None
     if count is not None and tally.received:
         counted = count("".join(tally.received))
     else:

@@ -24,7 +24,7 @@ from typing import Any, Final
 import orjson
 
 from ampmeter.context import Call
-from ampmeter.integrations.adapter import RequestInfo, Tally
+from ampmeter.integrations.adapter import Tally
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.lifecycle import (
     ACTIVE_CALL,
@@ -61,7 +61,6 @@ class _Pending:
     """One response sent and not yet finished."""
 
     call: Call
-    info: RequestInfo
     tally: Tally = field(default_factory=Tally)
     response_id: str | None = None
 
@@ -84,7 +83,7 @@ class _Responses:
             return None
         info = _ADAPTER.request_info(event)
         call = begin_call(ctx, _ADAPTER, info, {META_TRANSPORT: "websockets"}, event)
-        response = _Pending(call, info)
+        response = _Pending(call)
         self.pending.append(response)  # before sending: the answer may be read on another thread
         return response
 
@@ -124,7 +123,7 @@ class _Responses:
         """The connection closed: every response still open ends as abandoned."""
         while self.pending:
             response = self.pending.pop(0)
-            finish_abandoned(response.call, response.tally, response.info)
+            finish_abandoned(response.call, response.tally)
 
 
 def _responses_on(connection: Any) -> _Responses | None:

@@ -78,42 +78,39 @@ def _strings(value: object, *, scalars: bool) -> list[str]:
     return found
 
 
-class Tally:
+class Tally(list[str]):
     """The billed text, framing and media tokens of one request, added up part by part.
 
-    ``texts`` holds the strings sent (an estimator that has a string in hand appends it;
-    :meth:`text` takes a value that may not be one), ``framing`` and ``media`` their tokens.
+    The tally is the list of the strings sent (an estimator that has a string in hand appends
+    it; :meth:`text` takes a value that may not be one); ``framing`` and ``media`` are their
+    tokens, 0 (the class's value) until a part adds some. A tally is made per request measured.
     """
 
-    __slots__ = ("framing", "media", "texts")
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-        self.framing = 0
-        self.media = 0
+    framing: int = 0
+    media: int = 0
 
     def text(self, value: object) -> None:
         """Add ``value`` if it is text (anything else sends no text here)."""
         if isinstance(value, str) and value:
-            self.texts.append(value)
+            self.append(value)
 
     def json(self, value: object) -> None:
         """Add ``value`` as the JSON text it is sent as (a string is sent as it is)."""
         if isinstance(value, str):
             self.text(value)
         elif value is not None:
-            self.texts.append(json_text(value))
+            self.append(json_text(value))
 
     def any_text(self, value: object) -> None:
         """Add every string inside ``value`` (a content structure whose keys are not billed)."""
-        self.texts.extend(text for text in _strings(value, scalars=False) if text)
+        self.extend(text for text in _strings(value, scalars=False) if text)
 
     def size(self, counter: Callable[[str], int] | None = None) -> RequestSize:
         """The measure of what was added; ``counter`` (text -> tokens) counts the text exactly,
         each piece on its own: a provider renders each message's content on its own, and two
         pieces counted together may share a token that the rendering does not."""
-        text = "".join(self.texts)
-        tokens = None if counter is None else sum(map(counter, self.texts))
+        text = "".join(self)
+        tokens = None if counter is None else sum(map(counter, self))
         return RequestSize(
             len(text),
             len(text.encode("utf-8", "surrogatepass")),

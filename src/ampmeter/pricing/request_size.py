@@ -35,6 +35,7 @@ __all__ = [
     "CHARS_PER_TOKEN",
     "MAX_STEP_DOWN",
     "MAX_STEP_UP",
+    "MEASURES",
     "MIN_LEARN_CHARS",
     "MIN_RATIO",
     "PRIOR_RATIO",
@@ -70,7 +71,7 @@ MIN_LEARN_CHARS: Final = 32
 _MAX_MODELS: Final = 4_096
 # wire -> (module, function); each estimator is imported when its wire is first measured, so
 # importing ampmeter does not pay for the formats a program never sends.
-_MEASURES: Final = {
+_ESTIMATORS: Final = {
     "chat": ("ampmeter.pricing.wire_chat", "measure_chat"),
     "completions": ("ampmeter.pricing.wire_chat", "measure_completions"),
     "responses": ("ampmeter.pricing.wire_responses", "measure_responses"),
@@ -78,7 +79,25 @@ _MEASURES: Final = {
     "gemini": ("ampmeter.pricing.wire_gemini", "measure_gemini"),
 }
 _Measure = Callable[[Mapping[str, Any], Callable[[str], int] | None], RequestSize]
-_loaded: dict[str, _Measure] = {}
+
+
+class _Measures(dict[str, _Measure]):
+    """:data:`MEASURES`: each wire format's estimator, imported when first asked for."""
+
+    def __missing__(self, wire: str) -> _Measure:
+        where = _ESTIMATORS.get(wire)
+        if where is None:
+            known = ", ".join(sorted(_ESTIMATORS))
+            raise ValueError(f"unknown wire format {wire!r}; known: {known}")
+        module, name = where
+        estimator: _Measure = getattr(importlib.import_module(module), name)
+        self[wire] = estimator
+        return estimator
+
+
+MEASURES: Final[Mapping[str, _Measure]] = _Measures()
+"""``MEASURES[wire](body, counter)`` is :func:`measure` in one lookup, for a caller that holds
+a JSON body and its model's counter (:data:`~ampmeter.pricing.tokenizer.COUNTERS`)."""
 
 # (model, basis) -> learned ratio; basis "chars" (tokens per character) or "tokens" (billed
 # tokens per tokenizer token).
@@ -99,24 +118,13 @@ def measure(wire: Wire, body: Mapping[str, Any]) -> RequestSize:
     (dicts, lists, strings). ``ValueError`` for an unknown wire format, ``TypeError`` for a
     body that is not a mapping.
     """
-    estimator = _loaded.get(wire) or _load(wire)
+    estimator = MEASURES[wire]
     if not isinstance(body, dict):  # SDK keyword arguments and JSON bodies are dicts
         if not isinstance(body, Mapping):
             raise TypeError(f"a request body must be a mapping, got {type(body).__name__}")
         body = dict(body)
     model = body.get("model")
-    return estimator(body, tokenizer.counter(model) if isinstance(model, str) else None)
-
-
-def _load(wire: str) -> _Measure:
-    where = _MEASURES.get(wire)
-    if where is None:
-        known = ", ".join(sorted(_MEASURES))
-        raise ValueError(f"unknown wire format {wire!r}; known: {known}")
-    module, name = where
-    estimator: _Measure = getattr(importlib.import_module(module), name)
-    _loaded[wire] = estimator
-    return estimator
+    return estimator(body, tokenizer.COUNTERS[model] if isinstance(model, str) else None)
 
 
 def input_tokens(size: RequestSize, model: str | None, mode: EstimateMode = "learned") -> int:

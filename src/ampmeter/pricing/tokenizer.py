@@ -7,8 +7,8 @@ files inside its wheel (byte for byte the files tiktoken verifies by hash) and g
 counts offline. Switched on (:func:`use`), a request to an OpenAI model has its text counted
 exactly: the ``"learned"`` estimate only learns how the provider's rendering differs from that
 count, and ``"bound"`` reserves that count (the ceiling for the model's encoding) instead of a
-token per byte. Without it (or for other model families) :func:`counter` is None and the
-estimates count characters and bytes.
+token per byte. Without it (or for other model families) a model's :data:`COUNTERS` entry is
+None and the estimates count characters and bytes.
 
 An encoding is loaded once per process on first use (about 1.5 s).
 """
@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ampmeter.pricing.names import longest_prefix
 
-__all__ = ["available", "counter", "encoding_name", "in_use", "use"]
+__all__ = ["COUNTERS", "available", "encoding_name", "in_use", "use"]
+
+Counter = Callable[[str], int]  # counts the tokens of a text
 
 # Model name prefix -> encoding; the longest matching prefix wins.
 _FAMILIES: Final = {
@@ -40,8 +42,10 @@ _FAMILIES: Final = {
 _SEPARATORS: Final = "-.:_@"
 _MISSING: Final = object()
 
+_MAX_MODELS: Final = 4_096
+
 _module: Any = _MISSING
-_counters: dict[str, Callable[[str], int]] = {}
+_counters: dict[str, Counter] = {}  # by encoding
 _lock = threading.Lock()
 _enabled = False
 
@@ -69,7 +73,9 @@ def use(enabled: bool = True) -> None:
         raise ImportError(
             "the offline tokenizer is not installed: pip install 'ampmeter[tokenizer]'"
         )
-    _enabled = bool(enabled)
+    with _lock:  # (a counter resolved meanwhile under the old setting is not kept)
+        _enabled = bool(enabled)
+        _by_model.clear()
 
 
 def in_use() -> bool:
@@ -83,27 +89,34 @@ def encoding_name(model: str) -> str | None:
     return None if found is None else _FAMILIES[found]
 
 
-def counter(model: str) -> Callable[[str], int] | None:
-    """A function that counts the tokens of a text for ``model``, or None when the tokenizer
-    is not in use (:func:`use`) or has no encoding for the model's family."""
-    if not _enabled:
-        return None
-    encoding = encoding_name(model)
-    if encoding is None:
-        return None
+def _encoding_counter(encoding: str) -> Counter | None:
+    """The counter of ``encoding`` (loaded once per process), None without the library."""
     found = _counters.get(encoding)
-    if found is not None:
-        return found
     library = _library()
-    if library is None:
-        return None
-    with _lock:
-        found = _counters.get(encoding)
-        if found is None:
-            encoder = library.get_encoding(encoding)
+    if found is None and library is not None:
+        encoder = library.get_encoding(encoding)
 
-            def count(text: str) -> int:
-                return len(encoder.encode(text, disallowed_special=()))
+        def count(text: str) -> int:
+            return len(encoder.encode(text, disallowed_special=()))
 
-            _counters[encoding] = found = count
+        _counters[encoding] = found = count
     return found
+
+
+class _Counters(dict[str, Counter | None]):
+    """:data:`COUNTERS`: each model's counter, resolved the first time the model is met."""
+
+    def __missing__(self, model: str) -> Counter | None:
+        with _lock:
+            encoding = encoding_name(model) if _enabled else None
+            found = None if encoding is None else _encoding_counter(encoding)
+            if len(self) < _MAX_MODELS:
+                self[model] = found
+        return found
+
+
+_by_model = _Counters()
+COUNTERS: Final[Mapping[str, Counter | None]] = _by_model
+"""``COUNTERS[model]`` counts the tokens of a text for ``model``, or is None when the
+tokenizer is not in use (:func:`use`) or has no encoding for the model's family: worked out
+once per model (until :func:`use` is called again), then a lookup in C per request."""

@@ -54,7 +54,7 @@ def _messages(messages: object, model: object, tally: Tally) -> None:
         tally.framing += TOKENS_PER_MESSAGE
         for key, value in message.items():  # only the fields a message has are read
             if key in _TEXT_FIELDS and isinstance(value, str):
-                tally.texts.append(value)
+                tally.append(value)
                 continue
             add = _MESSAGE_PARTS.get(key)
             if add is not None:

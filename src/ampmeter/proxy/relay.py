@@ -190,7 +190,7 @@ class Relay:
                 # or the reservation's estimate), as for an SDK stream closed early.
                 if reader is not None and admitted is not None:
                     await self._on_worker(
-                        finish_abandoned, admitted.call, reader.tally, admitted.info, shield=True
+                        finish_abandoned, admitted.call, reader.tally, shield=True
                     )
                 raise
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
