@@ -37,12 +37,31 @@ def test_calls_of_one_kind_and_model_share_one_plan_and_skip_steps_that_never_ac
         other = ctx.llm_call("b", model="gpt-4o", prompt_tokens=1)
         assert other.plan is not calls[0].plan
         tool = ctx.tool_call("search")
-        llm_only = {type(s).__name__ for s in calls[0].plan.admitters} - {
-            type(s).__name__ for s in tool.plan.admitters
-        }
-        assert llm_only == {"Unpriced", "InputCap"}
-        for call in (*calls, other, tool):
+        unknown = ctx.llm_call("c", model="no-such-model", prompt_tokens=1)
+        tool_steps = {type(s).__name__ for s in tool.plan.admitters}
+        llm_only = {type(s).__name__ for s in calls[0].plan.admitters} - tool_steps
+        assert llm_only == {"InputCap"}  # the unpriced rule is no priced call's business
+        unpriced_only = {type(s).__name__ for s in unknown.plan.admitters} - tool_steps
+        assert unpriced_only == {"Unpriced", "InputCap"}
+        for call in (*calls, other, tool, unknown):
             call.finish()
+
+
+def test_a_model_priced_later_follows_the_priced_plan_and_one_unpriced_again_is_refused() -> None:
+    from ampmeter import LimitExceeded, clear_prices, set_price
+
+    with ExecutionContext(max_cost_usd=1) as ctx:
+        with pytest.raises(LimitExceeded, match="has no price"):
+            ctx.llm_call("a", model="later-priced", prompt_tokens=10).start()
+        set_price("later-priced", input_per_mtok=1, output_per_mtok=2)
+        try:
+            with ctx.llm_call("b", model="later-priced", prompt_tokens=10) as call:
+                assert "Unpriced" not in {type(s).__name__ for s in call.plan.admitters}
+                call.record(tokens_in=10, tokens_out=0)
+        finally:
+            clear_prices()
+        with pytest.raises(LimitExceeded, match="has no price"):
+            ctx.llm_call("c", model="later-priced", prompt_tokens=10).start()
 
 
 def _cost(ctx: ExecutionContext) -> Decimal:

@@ -22,9 +22,12 @@ _T = TypeVar("_T")
 _NO_COST: Final = money.from_nano(0)
 
 
+_NS_PER_MS: Final = 1_000_000
+
+
 def now_ms() -> int:
     """Milliseconds since the epoch."""
-    return time.time_ns() // 1_000_000
+    return time.time_ns() // _NS_PER_MS
 
 
 class NodeTable:
@@ -90,49 +93,52 @@ class NodeTable:
 
     def create_root(self, name: str, metadata: dict[str, Any]) -> Node:
         """Make the single root (``system``, depth 0, ``running``); RuntimeError if one exists."""
-        with self._lock:
-            if self._root_id is not None:
-                raise RuntimeError(
-                    f"graph {self.chain_id!r} already has a root ({self._root_id}); "
-                    "a graph has exactly one root"
-                )
-            node = Node(
-                self._new_id(), None, "system", name, now_ms(), status=_RUNNING, metadata=metadata
-            )
-            self._nodes[node.node_id] = node
-            self._root_id = node.node_id
-        return node
+        return self.begin(None, "system", name, None, metadata)
 
     def begin(
         self,
-        parent_id: str,
+        parent_id: str | None,
         kind: str,
         name: str,
         model: str | None,
         metadata: dict[str, Any],
         owner: object | None = None,
     ) -> Node:
-        """Make a ``created`` node under ``parent_id`` (KeyError if there is no such node).
-        With an ``owner`` (a call), the node ends as ``halt`` if the owner is dropped before
-        the call is admitted or ended."""
-        start = now_ms()
+        """Make a ``created`` node under ``parent_id`` (KeyError if there is no such node), or
+        with None the root (``running``; RuntimeError if there is one). With an ``owner`` (a
+        call), the node ends as ``halt`` if the owner is dropped before the call is admitted
+        or ended."""
+        start = time.time_ns() // _NS_PER_MS
         with self._lock:
-            parent = self._nodes.get(parent_id)
-            if parent is None:
-                raise KeyError(self.unknown(parent_id, "parent_id"))
-            depth = parent.depth + 1
+            if parent_id is not None:
+                parent = self._nodes.get(parent_id)
+                if parent is None:
+                    raise KeyError(self.unknown(parent_id, "parent_id"))
+                depth = parent.depth + 1
+            elif self._root_id is not None:
+                raise RuntimeError(
+                    f"graph {self.chain_id!r} already has a root ({self._root_id}); "
+                    "a graph has exactly one root"
+                )
+            else:
+                depth = 0
+            number = self._next_id
+            self._next_id = number + 1
             node = Node(
-                node_id=self._new_id(),
+                node_id="n" + str(number).zfill(6),
                 parent_id=parent_id,
                 kind=kind,
                 name=name,
                 start_ts_ms=start,
+                status=_CREATED if depth else _RUNNING,
                 model=model,
                 cost_usd=_NO_COST,
                 metadata=metadata,
                 depth=depth,
             )
             self._nodes[node.node_id] = node
+            if not depth:
+                self._root_id = node.node_id
             if owner is not None:
                 self._unstarted[node.node_id] = weakref.ref(owner)
             if depth > self._max_depth:
@@ -140,11 +146,6 @@ class NodeTable:
             if self._max_nodes and len(self._nodes) > self._max_nodes:
                 self._evict()
         return node
-
-    def _new_id(self) -> str:
-        number = self._next_id
-        self._next_id = number + 1
-        return "n" + str(number).zfill(6)
 
     def node(self, node_id: str) -> Node:
         """The kernel's own node object, for the facade to pass back in (KeyError naming the id
@@ -182,7 +183,6 @@ class NodeTable:
 
     def end(self, node: Node, outcome: Outcome) -> bool:
         """End an open node; False (and no change) if it had ended already."""
-        end = now_ms()
         with self._lock:
             if node.status in TERMINAL_STATUSES:
                 return False
@@ -190,16 +190,17 @@ class NodeTable:
                 outcome.cost_nano or outcome.tokens_in or outcome.tokens_out
             ):
                 raise ValueError("the root node carries no cost or tokens of its own")
-            self._end_locked(node, outcome, end)
+            self._end_locked(node, outcome)
         return True
 
-    def _end_locked(self, node: Node, outcome: Outcome, end: int) -> None:
+    def _end_locked(self, node: Node, outcome: Outcome) -> None:
         # Plain assignments and additions until the metadata merge: an interrupt, which CPython
         # raises only at calls and loop back-edges, cannot land between them.
         if self._unstarted:  # (an admitted call left it when it was admitted)
             self._unstarted.pop(node.node_id, None)
         status, cost, t_in, t_out, error_class, stop_reason, metadata = outcome
         shown = money.from_nano(cost) if cost else _NO_COST
+        end = time.time_ns() // _NS_PER_MS
         previous = node.status
         node.status = status
         node.end_ts_ms = end

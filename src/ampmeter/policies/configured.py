@@ -39,6 +39,7 @@ class ConfiguredPolicies:
         "frame",
         "log",
         "marking",
+        "marks_unpriced",
         "observers",
         "parent",
         "pressure",
@@ -73,7 +74,10 @@ class ConfiguredPolicies:
         self.steps: tuple[PolicyStep, ...] = ()
         self.observers: tuple[Observer, ...] = ()
         self.pressure: Pressure | None = None
-        self.marking = self.tracks_repeats = self.shapes_requests = False
+        # Whether a priced (an unpriced) LLM call needs its marks: the caller asks for them
+        # only then.
+        self.marking = self.marks_unpriced = False
+        self.tracks_repeats = self.shapes_requests = False
 
     def declarations(self, policy: str) -> tuple[tuple[Frame, Any], ...]:
         """What ``policy`` declared here and in each context above, innermost first."""
@@ -99,7 +103,8 @@ class ConfiguredPolicies:
         self.observers = tuple(step for step in self.steps if isinstance(step, Observer))
         self.pressure = next((s for s in self.steps if isinstance(s, Pressure)), None)
         # A priced call needs no marks when only the unpriced rule is in force.
-        self.marking = any(step.marks_priced for step in self.steps)
+        self.marking = any(step.priced_calls for step in self.steps)
+        self.marks_unpriced = bool(steps)
         self.tracks_repeats = any(step.fingerprints for step in self.steps)
         # Fixed once the admission is made: whether an instrumented request may be changed or
         # refused before it is sent (integrations.lifecycle.relieve_pressure).
@@ -117,13 +122,12 @@ class ConfiguredPolicies:
         prompt_text: str | None = None,
         request: Mapping[str, Any] | None = None,
         refused: ExceededLimit | None = None,
-    ) -> CallMarks | None:
-        """The marks of an LLM call (``priced``: by the table, a set price or the caller);
-        None when no policy needs them. ``final`` None: as :func:`final_call` says here. An
-        instrumented request is identified by what it sends (``request``), any other call by
-        its ``prompt_text``; ``refused`` is a budget-pressure hook's refusal."""
-        if not self.marking and (priced or not self.steps):
-            return None
+    ) -> CallMarks:
+        """The marks of an LLM call (``priced``: by the table, a set price or the caller), asked
+        for only when a policy needs them (:attr:`marking`, :attr:`marks_unpriced`). ``final``
+        None: as :func:`final_call` says here. An instrumented request is identified by what it
+        sends (``request``), any other call by its ``prompt_text``; ``refused`` is a
+        budget-pressure hook's refusal."""
         key = None
         if self.tracks_repeats:
             if request is not None:
