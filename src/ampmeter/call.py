@@ -15,9 +15,10 @@ from __future__ import annotations
 import contextvars
 import threading
 from decimal import Decimal
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ampmeter import _validate, money
+from ampmeter import _validate, money, redact
 from ampmeter._core.idempotency import META_IDEMPOTENCY_KEY
 from ampmeter._core.interrupted import charged_in_flight, is_interrupted_in_flight
 from ampmeter._core.outcome import Outcome
@@ -263,9 +264,23 @@ class Call(Scoped, Ticket):
             outcome = outcome._replace(metadata={**metadata, **(outcome.metadata or {})})
         self.plan.admission.settle(self, usage, outcome)
 
-    def _enter(self) -> None:
+    # The with protocol itself (not Scoped's _enter and _leave): entering and leaving a call
+    # is every call's path, so it takes no extra step.
+    def __enter__(self) -> Call:
         self.start()
         self._make_current()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.finish(exc)
+        finally:
+            restore(self._token, self.context)
 
     def _make_current(self) -> None:
         try:
@@ -273,12 +288,6 @@ class Call(Scoped, Ticket):
         except BaseException as exc:  # interrupted right after admission: give the hold back
             self.finish(exc)
             raise
-
-    def _leave(self, exc: BaseException | None) -> None:
-        try:
-            self.finish(exc)
-        finally:
-            restore(self._token, self.context)
 
     async def _aenter(self) -> None:
         waits = self.plan.admission.admit(self, None)
@@ -288,7 +297,7 @@ class Call(Scoped, Ticket):
 
     async def _aleave(self, exc: BaseException | None) -> None:
         if self.phase != ADMITTED or not self.ledger_holds:
-            self._leave(exc)
+            self.__exit__(None, exc, None)
             return
         restore(self._token, self.context)
         self.phase = DONE
@@ -360,4 +369,12 @@ class Call(Scoped, Ticket):
             if meta is None:
                 meta = {}
             meta[META_IDEMPOTENCY_KEY] = self._idempotency_key  # (price_call's dict is new)
-        return usage, Outcome.of(exc, cost, self._tokens_in, self._tokens_out, meta)
+        # Success without exc, ``halt`` for an interrupt (a BaseException that is not an
+        # Exception), else ``fail``.
+        if exc is None:
+            status, error, reason = "success", None, None
+        elif failed:
+            status, error, reason = "fail", type(exc).__name__, redact.error_text(exc)
+        else:
+            status, error, reason = "halt", None, "interrupted"
+        return usage, Outcome(status, cost, self._tokens_in, self._tokens_out, error, reason, meta)
