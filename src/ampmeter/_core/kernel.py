@@ -135,8 +135,9 @@ class Kernel(NodeTable):
             ticket.thread = threading.get_ident()
             self._open[node.node_id] = weakref.ref(ticket)
             self._unstarted.pop(node.node_id, None)
-            if run:
-                self._start_locked(node)
+            if run:  # (a call's node is made, not yet running, until it is admitted)
+                node.status = "running"
+                self._in_flight += 1
         return None
 
     def wait_for_settlement(self, seconds: float) -> None:

@@ -173,13 +173,10 @@ class NodeTable:
     def run(self, node: Node) -> None:
         """``created`` -> ``running``; no change otherwise."""
         with self._lock:
-            self._start_locked(node)
-
-    def _start_locked(self, node: Node) -> None:
-        if node.status == _CREATED:
-            node.status = _RUNNING
-            if node.parent_id is not None:
-                self._in_flight += 1
+            if node.status == _CREATED:
+                node.status = _RUNNING
+                if node.parent_id is not None:
+                    self._in_flight += 1
 
     def end(self, node: Node, outcome: Outcome) -> bool:
         """End an open node; False (and no change) if it had ended already."""
