@@ -201,7 +201,9 @@ class CallMaker:
         )
         policies = self._policies
         marks = None
-        if kind == "llm" and (policies.marking if priced else policies.marks_unpriced):
+        # (A priced call's marks only when a step marks priced calls; an unpriced one's when
+        # any policy step is in force.)
+        if kind == "llm" and (policies.marking if priced else policies.steps):
             marks = policies.llm_marks(
                 model, priced, reservation.tokens_in, final, prompt_text, sent, refused
             )

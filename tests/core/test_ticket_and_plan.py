@@ -103,3 +103,23 @@ def test_setting_a_childs_key_leaves_what_its_parent_reads() -> None:
     root.stats.set_counter("my:count", 2)
     child.stats.incr_counter("my:count", 1)
     assert (child.stats.get_counter("my:count"), root.stats.get_counter("my:count")) == (2, 3)
+
+
+def test_an_admission_is_a_plain_call_unless_a_step_waits_then_it_hands_back_the_waits() -> None:
+    from ampmeter import BudgetBusy
+    from ampmeter._core.ticket import ADMITTED
+
+    ctx = ExecutionContext(max_cost_usd=1, admission_timeout_s=0.05)
+    first = ctx.llm_call("a", model="gpt-4o-mini", estimate_usd=0.6)
+    assert first.plan.admission.admit(first, threading.get_ident()) is None
+    assert first.phase == ADMITTED and first.node.status == "running"
+    # What is spent leaves room, the first call's hold does not: the second waits for it.
+    second = ctx.llm_call("b", model="gpt-4o-mini", estimate_usd=0.6)
+    waits = second.plan.admission.admit(second, threading.get_ident())
+    assert waits is not None
+    with pytest.raises(BudgetBusy):
+        for _ in waits:
+            pass
+    assert second.node.status == "halt"
+    first.finish()
+    assert ctx.stats.reserved() == {}

@@ -187,8 +187,7 @@ class Kernel(NodeTable):
             if ticket.kernel_node.status in TERMINAL_STATUSES:
                 return None
             plan, shape = ticket.plan, usage.shape()
-            cells = plan.adds.get(shape)
-            ticket.feed = iter(cells if cells is not None else plan.cells(shape))
+            ticket.feed = iter(plan.adds.get(shape) or plan.cells(shape))
             whole(self._settle_steps, ticket, usage, outcome)
             return self._check(guards, None) if guards else None
 

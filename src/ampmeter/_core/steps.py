@@ -16,9 +16,10 @@ and model, compiled on the first such call.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from ampmeter import redact
 from ampmeter._core.check import Guard, Hit
 from ampmeter._core.frame import Stop
 from ampmeter._core.idempotency import counted_once, usage_after
@@ -26,7 +27,7 @@ from ampmeter._core.outcome import Outcome, TerminationReason
 from ampmeter._core.pausing import PauseWait
 from ampmeter._core.ticket import ADMITTED, DONE, NEW, Ticket
 from ampmeter._core.usage import Shape, Usage
-from ampmeter._core.waiting import Pause, Wait, Work
+from ampmeter._core.waiting import Pause, Steps, Wait
 from ampmeter.errors import BudgetBusy, ExecutionCanceled, LimitExceeded
 from ampmeter.keys import KEY_ELAPSED_S, KEY_ITERATIONS
 from ampmeter.limits import ExceededLimit, Limit, exceeded
@@ -51,7 +52,6 @@ __all__ = [
     "timed_out",
 ]
 
-Steps = Generator["Pause | Work", Any, None]
 PLANS_MAX: Final = 4_096
 
 
@@ -138,14 +138,12 @@ class Admission:
         self.plans: dict[tuple[str, str | None, bool], KindPlan] = {}
 
     def plan(self, kind: str, model: str | None, priced: bool) -> KindPlan:
-        """The plan of calls of ``kind`` and ``model`` here, ``priced`` or not (whether a model
-        has a price is asked on each call: prices change), compiled on its first call; the
-        next find it in :attr:`plans`, which keeps the first :data:`PLANS_MAX` of them."""
-        found = self.plans.get((kind, model, priced))
-        if found is None:
-            found = KindPlan(self, kind, priced)
-            if len(self.plans) < PLANS_MAX:
-                self.plans[kind, model, priced] = found
+        """Compile the plan of calls of ``kind`` and ``model`` here, ``priced`` or not (asked on
+        each call: prices change), on its first call: the next find it in :attr:`plans`, which
+        keeps the first :data:`PLANS_MAX` of them."""
+        found = KindPlan(self, kind, priced)
+        if len(self.plans) < PLANS_MAX:
+            self.plans[kind, model, priced] = found
         return found
 
     # -- admission ------------------------------------------------------------------------------
@@ -202,7 +200,7 @@ class Admission:
         reason = (
             "interrupted"
             if not isinstance(error, Exception)
-            else f"admission failed: {_error_text(error)}"
+            else f"admission failed: {redact.error_text(error)}"
         )
         self.abandon(ticket, reason)
 
@@ -322,8 +320,7 @@ class LocalLimits(Step):
         if rows:
             reservation = ticket.reservation
             shape = reservation.shape()
-            plan = ticket.plan.holds.get(shape) or ticket.plan.hold_plan(shape)
-            holds, keys, fields = plan
+            holds, keys, fields = ticket.plan.holds.get(shape) or ticket.plan.hold_plan(shape)
             pending = dict(zip(keys, map(reservation.__getitem__, fields), strict=True))
         else:
             holds, pending = (), {}
@@ -401,12 +398,6 @@ class LocalLimits(Step):
             owner, limit, reason = admission.owner(found)
             admission.frame.stop(owner, limit, reason)
         return outcome
-
-
-def _error_text(error: BaseException) -> str:
-    from ampmeter import redact
-
-    return redact.error_text(error)
 
 
 HoldPlan = tuple[tuple[tuple["Level", tuple[str, ...]], ...], tuple[str, ...], tuple[int, ...]]

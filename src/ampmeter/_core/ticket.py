@@ -64,20 +64,18 @@ class Ticket:
     idempotency_key: ReadOnly[str | None] = ReadOnly("Counted once per key in the run.")
 
     kernel_node: Node  # the kernel's own node (users read ``call.node``, a copy)
-    # The context's plan for the call's kind and model (a steps.KindPlan; named loosely, so
-    # that the ticket imports nothing that imports it).
+    # Its context's steps.KindPlan (named loosely: the ticket imports nothing that imports it).
     plan: Any
     # Written by the admission: the phase (NEW, ADMITTED, DONE), the ceilings a policy chose
-    # (None: the context's), each shared ledger with its reservation.
+    # (None: the context's), each shared ledger with its reservation; by record(): whether the
+    # usage was recorded.
     phase: int
     rows: tuple[Guard, ...] | None
     ledger_holds: tuple[tuple[Any, Any], ...]
-    # Whether the call's usage was recorded (its record() is the only writer).
     recorded: bool
-    # Filled in by the kernel when it admits the call: each level whose limits watch the
-    # reservation with the keys held there, each key's amount, the admitting thread; and when
-    # it settles: the (cell, Usage field) pairs still to add, an iterator, so an interrupted
-    # settlement resumes exactly where it stopped.
+    # Written by the kernel: at admission each level whose limits watch the reservation with
+    # the keys held there, each key's amount, the admitting thread; at settlement the (cell,
+    # Usage field) pairs still to add, an iterator an interrupted settlement resumes.
     holds: tuple[tuple[Level, tuple[str, ...]], ...]
     amounts: Mapping[str, Any]
     thread: int

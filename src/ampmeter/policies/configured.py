@@ -39,7 +39,6 @@ class ConfiguredPolicies:
         "frame",
         "log",
         "marking",
-        "marks_unpriced",
         "observers",
         "parent",
         "pressure",
@@ -74,10 +73,7 @@ class ConfiguredPolicies:
         self.steps: tuple[PolicyStep, ...] = ()
         self.observers: tuple[Observer, ...] = ()
         self.pressure: Pressure | None = None
-        # Whether a priced (an unpriced) LLM call needs its marks: the caller asks for them
-        # only then.
-        self.marking = self.marks_unpriced = False
-        self.tracks_repeats = self.shapes_requests = False
+        self.marking = self.tracks_repeats = self.shapes_requests = False
 
     def declarations(self, policy: str) -> tuple[tuple[Frame, Any], ...]:
         """What ``policy`` declared here and in each context above, innermost first."""
@@ -104,7 +100,6 @@ class ConfiguredPolicies:
         self.pressure = next((s for s in self.steps if isinstance(s, Pressure)), None)
         # A priced call needs no marks when only the unpriced rule is in force.
         self.marking = any(step.priced_calls for step in self.steps)
-        self.marks_unpriced = bool(steps)
         self.tracks_repeats = any(step.fingerprints for step in self.steps)
         # Fixed once the admission is made: whether an instrumented request may be changed or
         # refused before it is sent (integrations.lifecycle.relieve_pressure).
@@ -124,7 +119,8 @@ class ConfiguredPolicies:
         refused: ExceededLimit | None = None,
     ) -> CallMarks:
         """The marks of an LLM call (``priced``: by the table, a set price or the caller), asked
-        for only when a policy needs them (:attr:`marking`, :attr:`marks_unpriced`). ``final``
+        for only when a policy needs them (a priced call's: :attr:`marking`; an unpriced one's:
+        any step). ``final``
         None: as :func:`final_call` says here. An instrumented request is identified by what it
         sends (``request``), any other call by its ``prompt_text``; ``refused`` is a
         budget-pressure hook's refusal."""
