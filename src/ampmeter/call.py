@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextvars
 import threading
 from decimal import Decimal
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ampmeter import _validate, money, redact
@@ -264,23 +263,9 @@ class Call(Scoped, Ticket):
             outcome = outcome._replace(metadata={**metadata, **(outcome.metadata or {})})
         self.plan.admission.settle(self, usage, outcome)
 
-    # The with protocol itself (not Scoped's _enter and _leave): entering and leaving a call
-    # is every call's path, so it takes no extra step.
-    def __enter__(self) -> Call:
+    def _enter(self) -> None:
         self.start()
         self._make_current()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self.finish(exc)
-        finally:
-            restore(self._token, self.context)
 
     def _make_current(self) -> None:
         try:
@@ -288,6 +273,12 @@ class Call(Scoped, Ticket):
         except BaseException as exc:  # interrupted right after admission: give the hold back
             self.finish(exc)
             raise
+
+    def _leave(self, exc: BaseException | None) -> None:
+        try:
+            self.finish(exc)
+        finally:
+            restore(self._token, self.context)
 
     async def _aenter(self) -> None:
         waits = self.plan.admission.admit(self, None)
@@ -297,7 +288,7 @@ class Call(Scoped, Ticket):
 
     async def _aleave(self, exc: BaseException | None) -> None:
         if self.phase != ADMITTED or not self.ledger_holds:
-            self.__exit__(None, exc, None)
+            self._leave(exc)
             return
         restore(self._token, self.context)
         self.phase = DONE

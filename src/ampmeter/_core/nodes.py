@@ -195,17 +195,17 @@ class NodeTable:
         # raises only at calls and loop back-edges, cannot land between them.
         if self._unstarted:  # (an admitted call left it when it was admitted)
             self._unstarted.pop(node.node_id, None)
-        status, cost, t_in, t_out, error_class, stop_reason, metadata = outcome
+        cost, t_in, t_out = outcome.cost_nano, outcome.tokens_in, outcome.tokens_out
         shown = money.from_nano(cost) if cost else _NO_COST
         end = time.time_ns() // _NS_PER_MS
         previous = node.status
-        node.status = status
+        node.status = outcome.status
         node.end_ts_ms = end
         node.cost_usd = shown
         node.tokens_in = t_in
         node.tokens_out = t_out
-        node.error_class = error_class
-        node.stop_reason = stop_reason
+        node.error_class = outcome.error_class
+        node.stop_reason = outcome.stop_reason
         if node.parent_id is not None:
             if previous == _RUNNING:
                 self._in_flight -= 1
@@ -220,8 +220,8 @@ class NodeTable:
                 self._total_llm_calls += 1
             elif kind == "tool":
                 self._total_tool_calls += 1
-        if metadata:
-            node.metadata.update(metadata)
+        if outcome.metadata:
+            node.metadata.update(outcome.metadata)
         if self._max_nodes and node.parent_id is not None:
             self._evictable.append(node.node_id)
             self._evict()
