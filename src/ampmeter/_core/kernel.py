@@ -133,8 +133,8 @@ class Kernel(NodeTable):
             ticket.amounts = amounts
             ticket.holds = holds
             ticket.thread = threading.get_ident()
-            self._open[node.node_id] = weakref.ref(ticket)
-            self._unstarted.pop(node.node_id, None)
+            owner = self._unstarted.pop(node.node_id, None)  # begin()'s weak reference to it
+            self._open[node.node_id] = owner or weakref.ref(ticket)
             if run:  # (a call's node is made, not yet running, until it is admitted)
                 node.status = "running"
                 self._in_flight += 1

@@ -62,7 +62,7 @@ class NodeTable:
         self._evictable: deque[str] = deque()
         # node id -> its owner, for calls made and not yet admitted: one whose owner is gone
         # (interrupted before it started) is ended by the next sweep.
-        self._unstarted: dict[str, Callable[[], object]] = {}
+        self._unstarted: dict[str, Callable[[], Any]] = {}
         self._total_cost_usd = 0  # nano-dollars
         self._total_llm_calls = 0
         self._total_tool_calls = 0
