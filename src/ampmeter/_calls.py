@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ampmeter import _validate
 from ampmeter._core.steps import Stop
 from ampmeter._core.usage import Usage
+from ampmeter._current import CURRENT
 from ampmeter._lineage import META_CONTEXTS, Lineage
 from ampmeter.call import Call
 from ampmeter.errors import ExecutionCanceled, LimitExceeded
@@ -58,16 +59,13 @@ class CallMaker:
     _estimate: str
     _pricing: Pricing
     _iteration: int
+    _closed: bool
     _node_id: str
     _policies: ConfiguredPolicies
     stats: ExecutionStats
     graph: ExecutionGraph
 
     def _check_open(self) -> None:
-        raise NotImplementedError
-
-    def current_parent_id(self) -> str:
-        """Where a node made now goes (see :class:`~ampmeter.ExecutionContext`)."""
         raise NotImplementedError
 
     # -- calls --------------------------------------------------------------------------------
@@ -101,7 +99,6 @@ class CallMaker:
         key unless ``instrument(response_id_keys=True)`` asks for it (a caching gateway). A run
         remembers its latest 20,000 keys for at most a day.
         """
-        self._check_open()
         _validate.optional_texts(_NAMED, name, model, provider, idempotency_key)
         meta = {} if metadata is None else _validate.metadata(metadata)
         return self._model_call(
@@ -136,7 +133,6 @@ class CallMaker:
         arguments or JSON body) identifies it for the loop guard; ``refused`` is a
         budget-pressure hook's refusal, reported when the call is admitted. The call is final
         inside :func:`~ampmeter.final_call`."""
-        self._check_open()
         return self._model_call(
             "llm",
             metadata,
@@ -163,7 +159,6 @@ class CallMaker:
         ``amp:input_tokens[:<model>]`` and ``amp:cost[:<model>]`` (and their limits) like an LLM
         call's, without counting an LLM call or a step. Priced on exit unless recorded with a
         cost; the reservation is ``estimate_usd``, else the price of the input estimate."""
-        self._check_open()
         _validate.optional_texts(_MODEL_NAMES, name, model, provider)
         meta = {} if metadata is None else _validate.metadata(metadata)
         return self._model_call(
@@ -210,15 +205,17 @@ class CallMaker:
             calls=counted,
             steps=counted,
         )
+        policies = self._policies
         marks = None
-        if kind == "llm":
-            marks = self._policies.llm_marks(
-                model, priced, tokens_in, final, prompt_text, sent, refused
-            )
+        # (A priced call's marks only when a step marks priced calls; an unpriced one's when
+        # any policy step is in force.)
+        if kind == "llm" and (policies.marking if priced else policies.steps):
+            marks = policies.llm_marks(model, priced, tokens_in, final, prompt_text, sent, refused)
         return self._begin(
             metadata,
             (kind, label, model),
             reservation,
+            priced,
             price_plan=plan,
             provider=provider,
             prompt_size=size,
@@ -239,7 +236,6 @@ class CallMaker:
 
         ``arguments`` (JSON-like) identify the call for the loop guard (``max_repeats``);
         ``idempotency_key`` counts it once (see :meth:`llm_call`)."""
-        self._check_open()
         _validate.optional_text(idempotency_key, "idempotency_key")
         if not isinstance(name, str) or not name:
             raise ValueError(f"tool name must be a non-empty str, got {name!r}")
@@ -258,7 +254,6 @@ class CallMaker:
         self, name: str, *, kind: str = "system", metadata: Mapping[str, Any] | None = None
     ) -> Call:
         """A block of system work (or ``embedding``/``retrieval``/``memory``) that groups calls."""
-        self._check_open()
         _validate.text(name, "step name")
         _validate.text(kind, "kind")
         if kind in ("llm", "tool"):
@@ -272,23 +267,37 @@ class CallMaker:
         meta: dict[str, Any],
         node: tuple[str, str, str | None],
         reservation: Usage,
+        priced: bool = True,
         **fields: Any,
     ) -> Call:
         """A call reserving ``reservation``, with the other ``fields`` of its
-        :class:`~ampmeter._core.ticket.Ticket`, its node (kind, name, model) begun under the
-        current node with ``meta`` (the call's own dict), and the plan of its kind and model;
-        not yet admitted."""
-        call = Call(self, self._admission, reservation, **fields)  # type: ignore[arg-type]
+        :class:`~ampmeter.Call`, following its context's plan for its kind and model (``priced``
+        or not), its node (kind, name, model) begun under the current node with ``meta`` (the
+        call's own dict); not yet admitted. A closed context makes no calls."""
+        if self._closed:
+            self._check_open()
         kind, name, model = node
+        admission = self._admission
+        plan = admission.plans.get((kind, model, priced)) or admission.plan(kind, model, priced)
+        call = Call(self, reservation, plan, **fields)  # type: ignore[arg-type]
         meta.setdefault("context", self.name)  # the event log's metadata.context, for views
         meta.setdefault(META_CONTEXTS, self._lineage)  # and the contexts it ran in, root first
         if call.provider is not None:
             meta[META_PROVIDER] = call.provider
         parent = self.current_parent_id()
         call.kernel_node = self._kernel.begin(parent, kind, name, model, meta, call)
-        plans = self._admission.plans
-        call.plan = plans.get((kind, model)) or self._admission.plan(kind, model)
         return call
+
+    def current_parent_id(self) -> str:
+        """Where a node made now in this context goes: the innermost open call or step block
+        of this context in this thread or task, else the context's own node."""
+        current = CURRENT.get()
+        if current is None or current[0] is not self or current[1] == self._node_id:
+            return self._node_id
+        found = self._kernel.open_ancestor(current[1], self._node_id)
+        if found != current[1]:
+            CURRENT.set((self, found))  # a block ended without restoring it: mend it here
+        return found
 
     def retry(self, call: Call) -> None:
         """Count one retry on ``call``."""

@@ -17,13 +17,12 @@ import threading
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from ampmeter import _validate, money
+from ampmeter import _validate, money, redact
 from ampmeter._core.idempotency import META_IDEMPOTENCY_KEY
 from ampmeter._core.interrupted import charged_in_flight, is_interrupted_in_flight
 from ampmeter._core.outcome import Outcome
 from ampmeter._core.readonly import ReadOnly
-from ampmeter._core.steps import Admission
-from ampmeter._core.ticket import ADMITTED, DONE, Ticket
+from ampmeter._core.ticket import ADMITTED, DONE, NEW, Ticket
 from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
 from ampmeter._current import CURRENT, restore
@@ -33,6 +32,7 @@ from ampmeter.node import Node
 from ampmeter.pricing import request_size, stored_state
 
 if TYPE_CHECKING:
+    from ampmeter._core.steps import KindPlan
     from ampmeter.context import ExecutionContext
     from ampmeter.policies.marks import CallMarks
     from ampmeter.pricing.plan import PricePlan
@@ -67,7 +67,6 @@ class Call(Scoped, Ticket):
     """
 
     __slots__ = (
-        "_admission",
         "_cache_write_tokens",
         "_cached_tokens",
         "_cost_nano",
@@ -92,19 +91,28 @@ class Call(Scoped, Ticket):
     def __init__(
         self,
         context: ExecutionContext,
-        admission: Admission,
         reservation: Usage,
+        plan: KindPlan,
         *,
+        provider: str | None = None,
+        marks: Any = None,
+        idempotency_key: str | None = None,
         price_plan: PricePlan | None = None,
         prompt_size: Any = None,
-        **fields: Any,
     ) -> None:
-        """A call reserving ``reservation``, with the :class:`Ticket`'s other ``fields``, made
-        by ``context`` (see :meth:`~ampmeter.ExecutionContext.llm_call`), which begins its node
-        and gives it its plan."""
-        super().__init__(reservation, **fields)
+        """A call reserving ``reservation`` by ``plan`` (its context's for its kind and model),
+        made by ``context`` (see :meth:`~ampmeter.ExecutionContext.llm_call`), which begins its
+        node; not yet admitted."""
         self.context = context
-        self._admission = admission
+        self.plan = plan
+        self._reservation = reservation
+        self._provider = provider
+        self._marks = marks
+        self._idempotency_key = idempotency_key
+        self.phase = NEW
+        self.rows = None  # the ceilings a policy chose, if any
+        self.ledger_holds = ()  # (ledger, its reservation)
+        self.recorded = False
         self._price_plan = price_plan  # the price plan of its model (None: a tool, or no model)
         self._prompt_size = prompt_size  # the request's measure (learned from at the end)
         self._tokens_in: int | None = None
@@ -224,7 +232,8 @@ class Call(Scoped, Ticket):
 
     def retry(self) -> None:
         """Count one retry on this call (its node and ``amp:retries`` everywhere above)."""
-        self._admission.kernel.retry(self.kernel_node, self._admission.level)
+        admission = self.plan.admission
+        admission.kernel.retry(self.kernel_node, admission.level)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -234,7 +243,9 @@ class Call(Scoped, Ticket):
         Raises :class:`~ampmeter.LimitExceeded` (the node is halted) when the call would break a
         limit of this context or an enclosing one, and ``ExecutionCanceled`` after ``cancel()``.
         """
-        run_sync(self._admission.admit(self, threading.get_ident()))
+        waits = self.plan.admission.admit(self, threading.get_ident())
+        if waits is not None:  # (a step waits: for room, or on a shared ledger)
+            run_sync(waits)
         return self
 
     def finish(
@@ -249,7 +260,7 @@ class Call(Scoped, Ticket):
         usage, outcome = self._ended(exc)
         if metadata:
             outcome = outcome._replace(metadata={**metadata, **(outcome.metadata or {})})
-        self._admission.settle(self, usage, outcome)
+        self.plan.admission.settle(self, usage, outcome)
 
     def _enter(self) -> None:
         self.start()
@@ -269,7 +280,9 @@ class Call(Scoped, Ticket):
             restore(self._token, self.context)
 
     async def _aenter(self) -> None:
-        await run_async(self._admission.admit(self, None))
+        waits = self.plan.admission.admit(self, None)
+        if waits is not None:
+            await run_async(waits)
         self._make_current()
 
     async def _aleave(self, exc: BaseException | None) -> None:
@@ -280,7 +293,7 @@ class Call(Scoped, Ticket):
         self.phase = DONE
         ended = self._ended(exc)
         # Committing to a ledger is a network round trip: on a worker thread, the loop goes on.
-        await off_loop(lambda: self._admission.settle(self, *ended))
+        await off_loop(lambda: self.plan.admission.settle(self, *ended))
 
     def _ended(self, exc: BaseException | None) -> tuple[Usage, Outcome]:
         """What the call used and how it ended (priced now when no cost was recorded; an
@@ -288,9 +301,8 @@ class Call(Scoped, Ticket):
         if exc is not None and is_interrupted_in_flight(self, exc):
             usage, outcome = charged_in_flight(self, exc)
             if usage.cost_nano:
-                self._admission.kernel.add(
-                    self._admission.level, KEY_UNSETTLED_COST, usage.cost_nano, True
-                )
+                admission = self.plan.admission
+                admission.kernel.add(admission.level, KEY_UNSETTLED_COST, usage.cost_nano, True)
             return usage, outcome
         succeeded = int(exc is None)
         failed = int(isinstance(exc, Exception))  # (an interrupt halts: neither)
@@ -348,4 +360,12 @@ class Call(Scoped, Ticket):
             if meta is None:
                 meta = {}
             meta[META_IDEMPOTENCY_KEY] = self._idempotency_key  # (the price's dict is new)
-        return usage, Outcome.of(exc, cost, self._tokens_in, self._tokens_out, meta)
+        # Success without exc, ``halt`` for an interrupt (a BaseException that is not an
+        # Exception), else ``fail``.
+        if exc is None:
+            status, error, reason = "success", None, None
+        elif failed:
+            status, error, reason = "fail", type(exc).__name__, redact.error_text(exc)
+        else:
+            status, error, reason = "halt", None, "interrupted"
+        return usage, Outcome(status, cost, self._tokens_in, self._tokens_out, error, reason, meta)

@@ -320,17 +320,6 @@ class ExecutionContext(CallMaker, HandingOff, Scoped):
         should finish with what it has (hard limits still hold)."""
         return any(step.wraps_up() for step in self._policies.steps)
 
-    def current_parent_id(self) -> str:
-        """Where a node made now in this context goes: the innermost open call or step block
-        of this context in this thread or task, else the context's own node."""
-        current = CURRENT.get()
-        if current is None or current[0] is not self or current[1] == self._node_id:
-            return self._node_id
-        found = self._kernel.open_ancestor(current[1], self._node_id)
-        if found != current[1]:
-            CURRENT.set((self, found))  # a block ended without restoring it: mend it here
-        return found
-
     # -- children -----------------------------------------------------------------------------
 
     def spawn_child(self, name: str, **keywords: Any) -> ExecutionContext:

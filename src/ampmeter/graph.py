@@ -85,7 +85,12 @@ class ExecutionGraph:
         metadata: dict[str, Any] | None = None,
     ) -> str:
         """Create a node under ``parent_id`` in status ``created`` and return its id."""
-        return self._begin(parent_id, kind, name, model, metadata).node_id
+        checked_kind = check_kind(kind)
+        _validate.text(name, "name")
+        _validate.optional_text(model, "model")
+        _validate.text(parent_id, "parent_id")
+        meta = {} if metadata is None else _validate.metadata(metadata)
+        return self._kernel.begin(parent_id, checked_kind, name, model, meta).node_id
 
     def begin(
         self,
@@ -98,21 +103,6 @@ class ExecutionGraph:
         """:meth:`begin_node`, returning a copy of the new node."""
         node_id = self.begin_node(parent_id, kind, name, model, metadata)
         return self.node(node_id)
-
-    def _begin(
-        self,
-        parent_id: object,
-        kind: object,
-        name: object,
-        model: object,
-        metadata: dict[str, Any] | None,
-    ) -> Node:
-        checked_kind = check_kind(kind)
-        _validate.text(name, "name")
-        _validate.optional_text(model, "model")
-        _validate.text(parent_id, "parent_id")
-        meta = {} if metadata is None else _validate.metadata(metadata)
-        return self._kernel.begin(parent_id, checked_kind, name, model, meta)  # type: ignore[arg-type]
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -210,8 +200,7 @@ class ExecutionGraph:
                     "call ends it: report its usage with call.record(...); mark_* is for nodes "
                     "begun with begin_node()"
                 )
-        outcome = Outcome(status, cost, t_in, t_out, error_class, reason, metadata)
-        kernel.end(node, outcome)
+        kernel.end(node, Outcome(status, cost, t_in, t_out, error_class, reason, metadata))
 
     def increment_retries(self, node_id: str) -> None:
         """Count one retry on a node; no change once the node is terminal."""
@@ -221,22 +210,18 @@ class ExecutionGraph:
         """Merge ``values`` into an open node's metadata; no change once it is terminal."""
         if not isinstance(values, dict):
             raise TypeError(f"values must be a dict, got {type(values).__name__}")
-        if not isinstance(node_id, str):
-            raise TypeError(f"node_id must be a str, got {type(node_id).__name__}")
-        self._kernel.update(node_id, values)
+        self._kernel.update(_checked_id(node_id), values)
 
     # -- reading ----------------------------------------------------------------------------
 
     def _get(self, node_id: object) -> Node:
-        if not isinstance(node_id, str):
+        if not isinstance(node_id, str):  # (as _checked_id: this is every mark_*'s path)
             raise TypeError(f"node_id must be a str, got {type(node_id).__name__}")
         return self._kernel.node(node_id)
 
     def node(self, node_id: str) -> Node:
         """A copy of one node; changing it never changes the graph."""
-        if not isinstance(node_id, str):
-            raise TypeError(f"node_id must be a str, got {type(node_id).__name__}")
-        return self._kernel.copy(node_id, _copy)
+        return self._kernel.copy(_checked_id(node_id), _copy)
 
     def nodes(self) -> list[Node]:
         """Copies of all nodes kept in memory, in creation order."""
@@ -269,6 +254,12 @@ class ExecutionGraph:
             "aggregates": aggregates,
             "snapshot_ts_ms": now_ms(),
         }
+
+
+def _checked_id(node_id: object) -> str:
+    if not isinstance(node_id, str):
+        raise TypeError(f"node_id must be a str, got {type(node_id).__name__}")
+    return node_id
 
 
 def _copy(node: Node) -> Node:

@@ -14,7 +14,7 @@ from ampmeter._core.check import Guard, compile_limits
 from ampmeter._core.kernel import Kernel
 from ampmeter._core.outcome import Outcome
 from ampmeter._core.ticket import Ticket
-from ampmeter._core.usage import Usage
+from ampmeter._core.usage import Shape, Usage
 from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS, KEY_STEPS
 from ampmeter.node import Node
 
@@ -24,15 +24,16 @@ class LevelPlan:
 
     def __init__(self, level: Level) -> None:
         self.level = level
+        self.adds: dict[Shape, tuple[tuple[Cell, int], ...]] = {}
 
-    def adds(self, usage: Usage) -> tuple[tuple[Cell, int], ...]:
-        return self.level.cells(usage.shape().entries)
+    def cells(self, shape: Shape) -> tuple[tuple[Cell, int], ...]:
+        return self.level.cells(shape.entries)
 
 
 def ticket_at(level: Level) -> Ticket:
     """A call in flight at ``level``: the kernel's ticket, which it keeps a weak reference to."""
-    ticket = Ticket(Usage())
-    ticket.plan = LevelPlan(level)  # type: ignore[assignment]
+    ticket = Ticket()
+    ticket.plan = LevelPlan(level)
     return ticket
 
 

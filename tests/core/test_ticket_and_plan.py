@@ -37,12 +37,31 @@ def test_calls_of_one_kind_and_model_share_one_plan_and_skip_steps_that_never_ac
         other = ctx.llm_call("b", model="gpt-4o", prompt_tokens=1)
         assert other.plan is not calls[0].plan
         tool = ctx.tool_call("search")
-        llm_only = {type(s).__name__ for s in calls[0].plan.admitters} - {
-            type(s).__name__ for s in tool.plan.admitters
-        }
-        assert llm_only == {"Unpriced", "InputCap"}
-        for call in (*calls, other, tool):
+        unknown = ctx.llm_call("c", model="no-such-model", prompt_tokens=1)
+        tool_steps = {type(s).__name__ for s in tool.plan.admitters}
+        llm_only = {type(s).__name__ for s in calls[0].plan.admitters} - tool_steps
+        assert llm_only == {"InputCap"}  # the unpriced rule is no priced call's business
+        unpriced_only = {type(s).__name__ for s in unknown.plan.admitters} - tool_steps
+        assert unpriced_only == {"Unpriced", "InputCap"}
+        for call in (*calls, other, tool, unknown):
             call.finish()
+
+
+def test_a_model_priced_later_follows_the_priced_plan_and_one_unpriced_again_is_refused() -> None:
+    from ampmeter import LimitExceeded, clear_prices, set_price
+
+    with ExecutionContext(max_cost_usd=1) as ctx:
+        with pytest.raises(LimitExceeded, match="has no price"):
+            ctx.llm_call("a", model="later-priced", prompt_tokens=10).start()
+        set_price("later-priced", input_per_mtok=1, output_per_mtok=2)
+        try:
+            with ctx.llm_call("b", model="later-priced", prompt_tokens=10) as call:
+                assert "Unpriced" not in {type(s).__name__ for s in call.plan.admitters}
+                call.record(tokens_in=10, tokens_out=0)
+        finally:
+            clear_prices()
+        with pytest.raises(LimitExceeded, match="has no price"):
+            ctx.llm_call("c", model="later-priced", prompt_tokens=10).start()
 
 
 def _cost(ctx: ExecutionContext) -> Decimal:
@@ -84,3 +103,23 @@ def test_setting_a_childs_key_leaves_what_its_parent_reads() -> None:
     root.stats.set_counter("my:count", 2)
     child.stats.incr_counter("my:count", 1)
     assert (child.stats.get_counter("my:count"), root.stats.get_counter("my:count")) == (2, 3)
+
+
+def test_an_admission_is_a_plain_call_unless_a_step_waits_then_it_hands_back_the_waits() -> None:
+    from ampmeter import BudgetBusy
+    from ampmeter._core.ticket import ADMITTED
+
+    ctx = ExecutionContext(max_cost_usd=1, admission_timeout_s=0.05)
+    first = ctx.llm_call("a", model="gpt-4o-mini", estimate_usd=0.6)
+    assert first.plan.admission.admit(first, threading.get_ident()) is None
+    assert first.phase == ADMITTED and first.node.status == "running"
+    # What is spent leaves room, the first call's hold does not: the second waits for it.
+    second = ctx.llm_call("b", model="gpt-4o-mini", estimate_usd=0.6)
+    waits = second.plan.admission.admit(second, threading.get_ident())
+    assert waits is not None
+    with pytest.raises(BudgetBusy):
+        for _ in waits:
+            pass
+    assert second.node.status == "halt"
+    first.finish()
+    assert ctx.stats.reserved() == {}

@@ -133,10 +133,11 @@ class Kernel(NodeTable):
             ticket.amounts = amounts
             ticket.holds = holds
             ticket.thread = threading.get_ident()
-            self._open[node.node_id] = weakref.ref(ticket)
-            self._unstarted.pop(node.node_id, None)
-            if run:
-                self._start_locked(node)
+            owner = self._unstarted.pop(node.node_id, None)  # begin()'s weak reference to it
+            self._open[node.node_id] = owner or weakref.ref(ticket)
+            if run:  # (a call's node is made, not yet running, until it is admitted)
+                node.status = "running"
+                self._in_flight += 1
         return None
 
     def wait_for_settlement(self, seconds: float) -> None:
@@ -182,23 +183,22 @@ class Kernel(NodeTable):
         """End a call: drop its hold, add ``usage`` where its plan says, end its node as
         ``outcome`` says, then check ``guards``. Each step runs once even if an interrupt lands
         between them."""
-        end = now_ms()
         with self._lock:
             if ticket.kernel_node.status in TERMINAL_STATUSES:
                 return None
-            whole(self._settle_steps, ticket, usage, outcome, end)
+            plan, shape = ticket.plan, usage.shape()
+            ticket.feed = iter(plan.adds.get(shape) or plan.cells(shape))
+            whole(self._settle_steps, ticket, usage, outcome)
             return self._check(guards, None) if guards else None
 
-    def _settle_steps(self, ticket: Ticket, usage: Usage, outcome: Outcome, end: int) -> None:
-        # Resumable and idempotent (see finish()): the feed continues where it stopped, the node
-        # ends once, the pop is safe to repeat.
-        if ticket.feed is None:
-            ticket.feed = iter(ticket.plan.adds(usage))
+    def _settle_steps(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> None:
+        # Resumable and idempotent (see finish()): the feed (of the plan's cells) continues
+        # where it stopped, the node ends once, the pop is safe to repeat.
         for cell, field in ticket.feed:
             cell.value += usage[field]
         node = ticket.kernel_node
         if node.status not in TERMINAL_STATUSES:
-            self._end_locked(node, outcome, end)
+            self._end_locked(node, outcome)
         self._open.pop(node.node_id, None)
         if self._waiting:
             self._settled.notify_all()
@@ -226,7 +226,8 @@ class Kernel(NodeTable):
         """Hold ``amounts`` at ``level`` with no node to settle them: a stand-in for calls in
         flight (tests and tools)."""
         with self._lock:
-            held = Ticket(Usage("system"))
+            held = Ticket()
+            held.ledger_holds = ()
             held.kernel_node = Node(f"held-{len(self._open)}", None, "system", "held", now_ms())
             for key in amounts:
                 level.note(key)
@@ -245,15 +246,14 @@ class Kernel(NodeTable):
     def abort(self, node: Node, outcome: Outcome) -> bool:
         """Drop a call's hold and end its node as ``outcome`` says, in one step (an admission
         refused or interrupted half-way); False if the node had ended already."""
-        end = now_ms()
         with self._lock:
             ended = node.status in TERMINAL_STATUSES
-            whole(self._abort_steps, node, outcome, end)
+            whole(self._abort_steps, node, outcome)
             return not ended
 
-    def _abort_steps(self, node: Node, outcome: Outcome, end: int) -> None:
+    def _abort_steps(self, node: Node, outcome: Outcome) -> None:
         if node.status not in TERMINAL_STATUSES:
-            self._end_locked(node, outcome, end)
+            self._end_locked(node, outcome)
         self._open.pop(node.node_id, None)
         if self._waiting:
             self._settled.notify_all()
@@ -330,18 +330,17 @@ class Kernel(NodeTable):
         return found
 
     def _sweep_locked(self) -> None:
-        end = now_ms()
         for node_id, owner in list(self._unstarted.items()):
             if owner() is None:
                 node = self._nodes.get(node_id)
                 if node is not None and node.status not in TERMINAL_STATUSES:
-                    self._end_locked(node, _NOT_STARTED, end)
+                    self._end_locked(node, _NOT_STARTED)
                 self._unstarted.pop(node_id, None)
         for node_id, call in list(self._open.items()):
             if call() is None:
                 node = self._nodes.get(node_id)
                 if node is not None and node.status not in TERMINAL_STATUSES:
-                    self._end_locked(node, _NO_OUTCOME, end)
+                    self._end_locked(node, _NO_OUTCOME)
                 self._open.pop(node_id, None)
         if self._waiting:
             self._settled.notify_all()

@@ -22,9 +22,12 @@ _T = TypeVar("_T")
 _NO_COST: Final = money.from_nano(0)
 
 
+_NS_PER_MS: Final = 1_000_000
+
+
 def now_ms() -> int:
     """Milliseconds since the epoch."""
-    return time.time_ns() // 1_000_000
+    return time.time_ns() // _NS_PER_MS
 
 
 class NodeTable:
@@ -59,7 +62,7 @@ class NodeTable:
         self._evictable: deque[str] = deque()
         # node id -> its owner, for calls made and not yet admitted: one whose owner is gone
         # (interrupted before it started) is ended by the next sweep.
-        self._unstarted: dict[str, Callable[[], object]] = {}
+        self._unstarted: dict[str, Callable[[], Any]] = {}
         self._total_cost_usd = 0  # nano-dollars
         self._total_llm_calls = 0
         self._total_tool_calls = 0
@@ -90,49 +93,52 @@ class NodeTable:
 
     def create_root(self, name: str, metadata: dict[str, Any]) -> Node:
         """Make the single root (``system``, depth 0, ``running``); RuntimeError if one exists."""
-        with self._lock:
-            if self._root_id is not None:
-                raise RuntimeError(
-                    f"graph {self.chain_id!r} already has a root ({self._root_id}); "
-                    "a graph has exactly one root"
-                )
-            node = Node(
-                self._new_id(), None, "system", name, now_ms(), status=_RUNNING, metadata=metadata
-            )
-            self._nodes[node.node_id] = node
-            self._root_id = node.node_id
-        return node
+        return self.begin(None, "system", name, None, metadata)
 
     def begin(
         self,
-        parent_id: str,
+        parent_id: str | None,
         kind: str,
         name: str,
         model: str | None,
         metadata: dict[str, Any],
         owner: object | None = None,
     ) -> Node:
-        """Make a ``created`` node under ``parent_id`` (KeyError if there is no such node).
-        With an ``owner`` (a call), the node ends as ``halt`` if the owner is dropped before
-        the call is admitted or ended."""
-        start = now_ms()
+        """Make a ``created`` node under ``parent_id`` (KeyError if there is no such node), or
+        with None the root (``running``; RuntimeError if there is one). With an ``owner`` (a
+        call), the node ends as ``halt`` if the owner is dropped before the call is admitted
+        or ended."""
+        start = time.time_ns() // _NS_PER_MS
         with self._lock:
-            parent = self._nodes.get(parent_id)
-            if parent is None:
-                raise KeyError(self.unknown(parent_id, "parent_id"))
-            depth = parent.depth + 1
+            if parent_id is not None:
+                parent = self._nodes.get(parent_id)
+                if parent is None:
+                    raise KeyError(self.unknown(parent_id, "parent_id"))
+                depth = parent.depth + 1
+            elif self._root_id is not None:
+                raise RuntimeError(
+                    f"graph {self.chain_id!r} already has a root ({self._root_id}); "
+                    "a graph has exactly one root"
+                )
+            else:
+                depth = 0
+            number = self._next_id
+            self._next_id = number + 1
             node = Node(
-                node_id=self._new_id(),
+                node_id="n" + str(number).zfill(6),
                 parent_id=parent_id,
                 kind=kind,
                 name=name,
                 start_ts_ms=start,
+                status=_CREATED if depth else _RUNNING,
                 model=model,
                 cost_usd=_NO_COST,
                 metadata=metadata,
                 depth=depth,
             )
             self._nodes[node.node_id] = node
+            if not depth:
+                self._root_id = node.node_id
             if owner is not None:
                 self._unstarted[node.node_id] = weakref.ref(owner)
             if depth > self._max_depth:
@@ -140,11 +146,6 @@ class NodeTable:
             if self._max_nodes and len(self._nodes) > self._max_nodes:
                 self._evict()
         return node
-
-    def _new_id(self) -> str:
-        number = self._next_id
-        self._next_id = number + 1
-        return "n" + str(number).zfill(6)
 
     def node(self, node_id: str) -> Node:
         """The kernel's own node object, for the facade to pass back in (KeyError naming the id
@@ -172,17 +173,13 @@ class NodeTable:
     def run(self, node: Node) -> None:
         """``created`` -> ``running``; no change otherwise."""
         with self._lock:
-            self._start_locked(node)
-
-    def _start_locked(self, node: Node) -> None:
-        if node.status == _CREATED:
-            node.status = _RUNNING
-            if node.parent_id is not None:
-                self._in_flight += 1
+            if node.status == _CREATED:
+                node.status = _RUNNING
+                if node.parent_id is not None:
+                    self._in_flight += 1
 
     def end(self, node: Node, outcome: Outcome) -> bool:
         """End an open node; False (and no change) if it had ended already."""
-        end = now_ms()
         with self._lock:
             if node.status in TERMINAL_STATUSES:
                 return False
@@ -190,24 +187,25 @@ class NodeTable:
                 outcome.cost_nano or outcome.tokens_in or outcome.tokens_out
             ):
                 raise ValueError("the root node carries no cost or tokens of its own")
-            self._end_locked(node, outcome, end)
+            self._end_locked(node, outcome)
         return True
 
-    def _end_locked(self, node: Node, outcome: Outcome, end: int) -> None:
+    def _end_locked(self, node: Node, outcome: Outcome) -> None:
         # Plain assignments and additions until the metadata merge: an interrupt, which CPython
         # raises only at calls and loop back-edges, cannot land between them.
         if self._unstarted:  # (an admitted call left it when it was admitted)
             self._unstarted.pop(node.node_id, None)
-        status, cost, t_in, t_out, error_class, stop_reason, metadata = outcome
+        cost, t_in, t_out = outcome.cost_nano, outcome.tokens_in, outcome.tokens_out
         shown = money.from_nano(cost) if cost else _NO_COST
+        end = time.time_ns() // _NS_PER_MS
         previous = node.status
-        node.status = status
+        node.status = outcome.status
         node.end_ts_ms = end
         node.cost_usd = shown
         node.tokens_in = t_in
         node.tokens_out = t_out
-        node.error_class = error_class
-        node.stop_reason = stop_reason
+        node.error_class = outcome.error_class
+        node.stop_reason = outcome.stop_reason
         if node.parent_id is not None:
             if previous == _RUNNING:
                 self._in_flight -= 1
@@ -222,8 +220,8 @@ class NodeTable:
                 self._total_llm_calls += 1
             elif kind == "tool":
                 self._total_tool_calls += 1
-        if metadata:
-            node.metadata.update(metadata)
+        if outcome.metadata:
+            node.metadata.update(outcome.metadata)
         if self._max_nodes and node.parent_id is not None:
             self._evictable.append(node.node_id)
             self._evict()

@@ -6,8 +6,6 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any, NamedTuple
 
-from ampmeter import redact
-
 __all__ = ["Outcome", "TerminationReason"]
 
 
@@ -51,23 +49,3 @@ class Outcome(NamedTuple):
     error_class: str | None = None
     stop_reason: str | None = None
     metadata: Mapping[str, Any] | None = None
-
-    @classmethod
-    def of(
-        cls,
-        exc: BaseException | None,
-        cost_nano: int = 0,
-        tokens_in: int | None = None,
-        tokens_out: int | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> Outcome:
-        """The outcome of a block that ended with ``exc``, having used what the other arguments
-        say: success without ``exc``, ``halt`` for an interrupt (a ``BaseException`` that is not
-        an ``Exception``), else ``fail``."""
-        if exc is None:
-            return cls("success", cost_nano, tokens_in, tokens_out, None, None, metadata)
-        if not isinstance(exc, Exception):
-            return cls("halt", cost_nano, tokens_in, tokens_out, None, "interrupted", metadata)
-        error = type(exc).__name__
-        reason = redact.error_text(exc)
-        return cls("fail", cost_nano, tokens_in, tokens_out, error, reason, metadata)

@@ -16,9 +16,10 @@ and model, compiled on the first such call.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from ampmeter import redact
 from ampmeter._core.check import Guard, Hit
 from ampmeter._core.frame import Stop
 from ampmeter._core.idempotency import counted_once, usage_after
@@ -26,7 +27,7 @@ from ampmeter._core.outcome import Outcome, TerminationReason
 from ampmeter._core.pausing import PauseWait
 from ampmeter._core.ticket import ADMITTED, DONE, NEW, Ticket
 from ampmeter._core.usage import Shape, Usage
-from ampmeter._core.waiting import Pause, Wait, Work
+from ampmeter._core.waiting import Pause, Steps, Wait
 from ampmeter.errors import BudgetBusy, ExecutionCanceled, LimitExceeded
 from ampmeter.keys import KEY_ELAPSED_S, KEY_ITERATIONS
 from ampmeter.limits import ExceededLimit, Limit, exceeded
@@ -51,18 +52,19 @@ __all__ = [
     "timed_out",
 ]
 
-Steps = Generator["Pause | Work", Any, None]
 PLANS_MAX: Final = 4_096
 
 
 class Step:
     """One containment concern (see the module docstring). The base admits and holds nothing.
-    ``kinds``: the kinds of call its admission can act on (None: every kind); the plan of any
-    other kind does not ask it."""
+    ``kinds``: the kinds of call its admission can act on (None: every kind); ``priced_calls``:
+    whether it acts on calls whose model has a price (False: only on unpriced ones). The plan
+    of a call it never acts on does not ask it."""
 
     __slots__ = ()
 
     kinds: frozenset[str] | None = None
+    priced_calls: bool = True
 
     def admit(self, ticket: Ticket, thread: int | None) -> Steps | None:
         """Hold what this step needs for ``ticket``, or raise its refusal; a step that must
@@ -133,22 +135,25 @@ class Admission:
         # anything, last step first.
         self.admitters = tuple(s for s in steps if type(s).admit is not Step.admit)
         self.settlers = tuple(s for s in reversed(steps) if type(s).settle is not Step.settle)
-        self.plans: dict[tuple[str, str | None], KindPlan] = {}
+        self.plans: dict[tuple[str, str | None, bool], KindPlan] = {}
 
-    def plan(self, kind: str, model: str | None) -> KindPlan:
-        """Compile the plan of calls of ``kind`` and ``model`` here (its first call: the next
-        find it in :attr:`plans`, which keeps the first :data:`PLANS_MAX` of them)."""
-        found = KindPlan(self, kind)
+    def plan(self, kind: str, model: str | None, priced: bool) -> KindPlan:
+        """Compile the plan of calls of ``kind`` and ``model`` here, ``priced`` or not (asked on
+        each call: prices change), on its first call: the next find it in :attr:`plans`, which
+        keeps the first :data:`PLANS_MAX` of them."""
+        found = KindPlan(self, kind, priced)
         if len(self.plans) < PLANS_MAX:
-            self.plans[kind, model] = found
+            self.plans[kind, model, priced] = found
         return found
 
     # -- admission ------------------------------------------------------------------------------
 
-    def admit(self, ticket: Ticket, thread: int | None) -> Steps:
+    def admit(self, ticket: Ticket, thread: int | None) -> Steps | None:
         """Pass ``ticket`` through every step of its plan (``thread``: the waiting thread, None
-        in a task). A canceled context (or one above it) admits nothing. A refusal or an
-        interrupt gives back what earlier steps held, and halts the node."""
+        in a task). None once it is admitted; the waits of a step that must wait, with the rest
+        of the admission after them, when one must (:mod:`ampmeter._core.waiting` drives them).
+        A canceled context (or one above it) admits nothing. A refusal or an interrupt gives
+        back what earlier steps held, and halts the node."""
         if ticket.phase != NEW:
             raise RuntimeError(f"call {ticket.kernel_node.node_id} was already started")
         ticket.phase = DONE  # refused: the node is halted and nothing is held
@@ -159,21 +164,45 @@ class Admission:
                 raise ExecutionCanceled(
                     f"context {frame.name!r} was canceled", ticket.kernel_node.node_id
                 )
-            for step in ticket.plan.admitters:
+            admitters = ticket.plan.admitters
+            for step in admitters:
                 waits = step.admit(ticket, thread)
                 if waits is not None:
-                    yield from waits
+                    rest = admitters[admitters.index(step) + 1 :]
+                    return self._waiting(ticket, thread, waits, rest)
         except BaseException as error:
-            reason = (
-                "interrupted"
-                if not isinstance(error, Exception)
-                else f"admission failed: {_error_text(error)}"
-            )
-            self.abandon(ticket, reason)
+            self._failed(ticket, error)
             raise
         if self.ledgered:
             self.kernel.run(ticket.kernel_node)
         ticket.phase = ADMITTED
+        return None
+
+    def _waiting(
+        self, ticket: Ticket, thread: int | None, waits: Steps, rest: tuple[Step, ...]
+    ) -> Steps:
+        """The admission from a step that waits on: its waits, then the steps after it."""
+        try:
+            yield from waits
+            for step in rest:
+                more = step.admit(ticket, thread)
+                if more is not None:
+                    yield from more
+        except BaseException as error:
+            self._failed(ticket, error)
+            raise
+        if self.ledgered:
+            self.kernel.run(ticket.kernel_node)
+        ticket.phase = ADMITTED
+
+    def _failed(self, ticket: Ticket, error: BaseException) -> None:
+        """Halt a call whose admission raised ``error``, giving back what it held."""
+        reason = (
+            "interrupted"
+            if not isinstance(error, Exception)
+            else f"admission failed: {redact.error_text(error)}"
+        )
+        self.abandon(ticket, reason)
 
     def abandon(self, ticket: Ticket, reason: str) -> None:
         """Give back every hold of ``ticket`` (an admission that did not finish) and end its
@@ -289,7 +318,10 @@ class LocalLimits(Step):
         admission = self.admission
         rows = ticket.rows if ticket.rows is not None else admission.rows
         if rows:
-            (holds, _, _), pending = ticket.plan.holds(ticket.reservation)
+            reservation = ticket.reservation
+            shape = reservation.shape()
+            holds, keys, fields = ticket.plan.holds.get(shape) or ticket.plan.hold_plan(shape)
+            pending = dict(zip(keys, map(reservation.__getitem__, fields), strict=True))
         else:
             holds, pending = (), {}
         found = admission.kernel.admit(ticket, pending, holds, rows, self.run)
@@ -368,12 +400,6 @@ class LocalLimits(Step):
         return outcome
 
 
-def _error_text(error: BaseException) -> str:
-    from ampmeter import redact
-
-    return redact.error_text(error)
-
-
 HoldPlan = tuple[tuple[tuple["Level", tuple[str, ...]], ...], tuple[str, ...], tuple[int, ...]]
 """Where a reservation is held: (each guard level with the keys held there, every key held
 anywhere, each key's Usage field)."""
@@ -382,31 +408,28 @@ anywhere, each key's Usage field)."""
 class KindPlan:
     """What every call of one kind and model in one context needs, compiled on the first such
     call (:meth:`Admission.plan`) instead of worked out per call: the admission steps that can
-    act on its kind (a step that never acts on it is not asked), and per shape of usage
-    (:class:`~ampmeter._core.usage.Shape`, the one shape cache) where a reservation of that
-    shape is held (each guard with the keys its limits watch) and the cells a usage of that
-    shape adds to when the call settles (its context and every context above it)."""
+    act on it (a step that never acts on its kind, or only on unpriced calls when it is priced,
+    is not asked), and per shape of usage (:class:`~ampmeter._core.usage.Shape`, the one shape
+    cache) where a reservation of that shape is held (:attr:`holds`: each guard with the keys
+    its limits watch) and the cells a usage of that shape adds to when the call settles
+    (:attr:`adds`: its context and every context above it). A shape's entry is compiled on
+    its first use (:meth:`hold_plan`, :meth:`cells`)."""
 
-    __slots__ = ("_adds", "_holds", "admission", "admitters")
+    __slots__ = ("adds", "admission", "admitters", "holds")
 
-    def __init__(self, admission: Admission, kind: str) -> None:
+    def __init__(self, admission: Admission, kind: str, priced: bool) -> None:
         self.admission = admission
         self.admitters: tuple[Step, ...] = tuple(
-            step for step in admission.admitters if step.kinds is None or kind in step.kinds
+            step
+            for step in admission.admitters
+            if (step.kinds is None or kind in step.kinds) and (step.priced_calls or not priced)
         )
-        self._holds: dict[Shape, HoldPlan] = {}
-        self._adds: dict[Shape, tuple[tuple[Cell, int], ...]] = {}
+        self.holds: dict[Shape, HoldPlan] = {}
+        self.adds: dict[Shape, tuple[tuple[Cell, int], ...]] = {}
 
-    def holds(self, reservation: Usage) -> tuple[HoldPlan, dict[str, Any]]:
-        """Where ``reservation`` is held, and its amount of each key held."""
-        shape = reservation.shape()
-        found = self._holds.get(shape)
-        if found is None:
-            found = self._hold_plan(shape)
-        _, keys, fields = found
-        return found, dict(zip(keys, map(reservation.__getitem__, fields), strict=True))
-
-    def _hold_plan(self, shape: Shape) -> HoldPlan:
+    def hold_plan(self, shape: Shape) -> HoldPlan:
+        """Where a reservation of ``shape`` is held (compiled now; kept for an interned
+        shape)."""
         holds = []
         watched: dict[str, int] = {}
         for frame in self.admission.guards:
@@ -417,16 +440,13 @@ class KindPlan:
         plan = (tuple(holds), tuple(watched), tuple(watched.values()))
         self.admission.kernel.note(plan[0])
         if shape.interned:
-            self._holds[shape] = plan
+            self.holds[shape] = plan
         return plan
 
-    def adds(self, usage: Usage) -> tuple[tuple[Cell, int], ...]:
-        """The (cell, Usage field) pairs ``usage`` adds to when the call settles (under the
-        kernel's lock)."""
-        shape = usage.shape()
-        found = self._adds.get(shape)
-        if found is None:
-            found = self.admission.level.cells(shape.entries)
-            if shape.interned:
-                self._adds[shape] = found
+    def cells(self, shape: Shape) -> tuple[tuple[Cell, int], ...]:
+        """The (cell, Usage field) pairs a usage of ``shape`` adds to when the call settles
+        (compiled now, under the kernel's lock; kept for an interned shape)."""
+        found = self.admission.level.cells(shape.entries)
+        if shape.interned:
+            self.adds[shape] = found
         return found

@@ -1,6 +1,7 @@
 """``Ticket``: one call as the core sees it. :class:`~ampmeter.Call` is one (it subclasses it),
 so the admission and the kernel write into the very object the caller holds: one object per
-call, nothing else allocated for it.
+call, nothing else allocated for it. Its maker (the call's constructor) sets each field below
+that the admission reads before writing it; the kernel writes the rest.
 
 What the caller may read about the call is read-only (its kind, name and model, which its
 node keeps, its provider, reservation, marks and idempotency key); the rest is the core's
@@ -63,31 +64,19 @@ class Ticket:
     idempotency_key: ReadOnly[str | None] = ReadOnly("Counted once per key in the run.")
 
     kernel_node: Node  # the kernel's own node (users read ``call.node``, a copy)
-    # The context's plan for the call's kind and model (a steps.KindPlan; named loosely, so
-    # that the ticket imports nothing that imports it).
+    # Its context's steps.KindPlan (named loosely: the ticket imports nothing that imports it).
     plan: Any
-    # Filled in by the kernel when it admits the call: each level whose limits watch the
-    # reservation with the keys held there, each key's amount, the admitting thread.
+    # Written by the admission: the phase (NEW, ADMITTED, DONE), the ceilings a policy chose
+    # (None: the context's), each shared ledger with its reservation; by record(): whether the
+    # usage was recorded.
+    phase: int
+    rows: tuple[Guard, ...] | None
+    ledger_holds: tuple[tuple[Any, Any], ...]
+    recorded: bool
+    # Written by the kernel: at admission each level whose limits watch the reservation with
+    # the keys held there, each key's amount, the admitting thread; at settlement the (cell,
+    # Usage field) pairs still to add, an iterator an interrupted settlement resumes.
     holds: tuple[tuple[Level, tuple[str, ...]], ...]
     amounts: Mapping[str, Any]
     thread: int
-
-    def __init__(
-        self,
-        reservation: Usage,
-        *,
-        provider: str | None = None,
-        marks: Any = None,
-        idempotency_key: str | None = None,
-    ) -> None:
-        self._provider = provider
-        self._reservation = reservation
-        self._marks = marks
-        self._idempotency_key = idempotency_key
-        self.recorded = False
-        self.phase = NEW
-        self.rows: tuple[Guard, ...] | None = None  # the ceilings a policy chose, if any
-        self.ledger_holds: tuple[tuple[Any, Any], ...] = ()  # (ledger, its reservation)
-        # The (cell, Usage field) pairs of the settlement still to add: an iterator, so an
-        # interrupted settlement resumes exactly where it stopped (None until it starts).
-        self.feed: Iterator[tuple[Cell, int]] | None = None
+    feed: Iterator[tuple[Cell, int]]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 if TYPE_CHECKING:
     from ampmeter._core.kernel import Kernel
 
-__all__ = ["Admission", "Pause", "Wait", "Work", "off_loop", "run_async", "run_sync"]
+__all__ = ["Pause", "Steps", "Wait", "Work", "off_loop", "run_async", "run_sync"]
 
 _T = TypeVar("_T")
 
@@ -72,10 +72,11 @@ class Work:
         self.run = run
 
 
-Admission = Generator["Pause | Work", Any, None]
+Steps = Generator["Pause | Work", Any, None]
+"""An admission's waits, as a step or a whole admission yields them."""
 
 
-def run_sync(admission: Admission) -> None:
+def run_sync(admission: Steps) -> None:
     """Run an admission on this thread: sleep through pauses, run work here."""
     item = next(admission, None)  # its first request (None: it is done)
     while item is not None:
@@ -84,7 +85,7 @@ def run_sync(admission: Admission) -> None:
         item = _advance(admission, sent)
 
 
-async def run_async(admission: Admission) -> None:
+async def run_async(admission: Steps) -> None:
     """Run an admission in a task: await pauses, run work on a worker thread."""
     item = next(admission, None)  # its first request (None: it is done)
     while item is not None:
@@ -116,7 +117,7 @@ async def _answer_async(item: Pause | Work) -> Any:
     return None
 
 
-def _advance(admission: Admission, sent: Any) -> Pause | Work | None:
+def _advance(admission: Steps, sent: Any) -> Pause | Work | None:
     """Answer the admission's last request with ``sent``: its next request (None: it is done)."""
     try:
         return admission.send(sent)
@@ -125,7 +126,7 @@ def _advance(admission: Admission, sent: Any) -> Pause | Work | None:
 
 
 @contextlib.contextmanager
-def _giving_back(admission: Admission) -> Iterator[None]:
+def _giving_back(admission: Steps) -> Iterator[None]:
     """An interrupt while waiting (a signal, a cancelled task) goes into the admission, which
     gives back what it holds, and on to the caller."""
     try:

@@ -98,7 +98,7 @@ class ConfiguredPolicies:
         self.observers = tuple(step for step in self.steps if isinstance(step, Observer))
         self.reliefs = tuple(step for step in self.steps if isinstance(step, Relief))
         # A priced call needs no marks when only the unpriced rule is in force.
-        self.marking = any(step.marks_priced for step in self.steps)
+        self.marking = any(step.priced_calls for step in self.steps)
         self.tracks_repeats = any(step.fingerprints for step in self.steps)
         # Fixed once the admission is made: whether an instrumented request may be changed or
         # refused before it is sent (integrations.lifecycle.relieve_pressure).
@@ -116,13 +116,13 @@ class ConfiguredPolicies:
         prompt_text: str | None = None,
         request: Mapping[str, Any] | None = None,
         refused: ExceededLimit | None = None,
-    ) -> CallMarks | None:
-        """The marks of an LLM call (``priced``: by the table, a set price or the caller);
-        None when no policy needs them. ``final`` None: as :func:`final_call` says here. An
-        instrumented request is identified by what it sends (``request``), any other call by
-        its ``prompt_text``; ``refused`` is a budget-pressure hook's refusal."""
-        if not self.marking and (priced or not self.steps):
-            return None
+    ) -> CallMarks:
+        """The marks of an LLM call (``priced``: by the table, a set price or the caller), asked
+        for only when a policy needs them (a priced call's: :attr:`marking`; an unpriced one's:
+        any step). ``final``
+        None: as :func:`final_call` says here. An instrumented request is identified by what it
+        sends (``request``), any other call by its ``prompt_text``; ``refused`` is a
+        budget-pressure hook's refusal."""
         key = None
         if self.tracks_repeats:
             if request is not None:

@@ -58,11 +58,11 @@ class SharedTerms:
 
 
 class PolicyStep(Step):
-    """A policy in a context's admission. ``marks_priced``: whether it needs the marks of a
-    priced call; ``fingerprints``: whether it needs each call's loop-guard identity."""
+    """A policy in a context's admission. ``priced_calls`` (a :class:`Step`'s): whether it
+    acts on, and needs the marks of, a priced call; ``fingerprints``: whether it needs each
+    call's loop-guard identity."""
 
     __slots__ = ("admission",)
-    marks_priced: ClassVar[bool] = True
     fingerprints: ClassVar[bool] = False
 
     def __init__(self, admission: Admission) -> None:

@@ -29,7 +29,7 @@ class Unpriced(PolicyStep):
     """The unpriced-model rule of one context's calls (see the module docstring)."""
 
     __slots__ = ("log", "owner", "refuses")
-    marks_priced = False  # a priced call is none of its business
+    priced_calls = False  # a priced call is none of its business: its plan leaves this out
     kinds = frozenset({"llm"})  # the plan of any other kind does not ask it
 
     def __init__(self, admission: Admission, owner: Frame, refuses: bool, log: EventLog) -> None:
@@ -39,12 +39,8 @@ class Unpriced(PolicyStep):
         self.log = log  # the context's own events
 
     def admit(self, ticket: Ticket, thread: int | None) -> None:
-        marks = ticket.marks
-        if marks is not None and not marks.priced:
-            self.unpriced(ticket, marks.model)
-
-    def unpriced(self, ticket: Ticket, model: str | None) -> None:
-        """Refuse (or report) a call to ``model``, which has no price."""
+        """Refuse (or report) a call whose model has no price (only their plans ask this)."""
+        model = ticket.model
         pricing = self.admission.frame.policies.pricing
         if pricing is TABLE:
             fix = (
