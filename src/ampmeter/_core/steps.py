@@ -173,9 +173,7 @@ class Admission:
         except BaseException as error:
             self._failed(ticket, error)
             raise
-        if self.ledgered:
-            self.kernel.run(ticket.kernel_node)
-        ticket.phase = ADMITTED
+        self._admitted(ticket)
         return None
 
     def _waiting(
@@ -191,6 +189,11 @@ class Admission:
         except BaseException as error:
             self._failed(ticket, error)
             raise
+        self._admitted(ticket)
+
+    def _admitted(self, ticket: Ticket) -> None:
+        """A call every step let through: admitted, its node running (with a shared ledger,
+        only once the ledger's step has held it too)."""
         if self.ledgered:
             self.kernel.run(ticket.kernel_node)
         ticket.phase = ADMITTED
