@@ -224,6 +224,35 @@ def test_forked_child_does_not_inherit_the_parents_spend(tmp_path: Path) -> None
     assert outcome.summary["processes"] == 2
 
 
+def test_a_forked_worker_ends_at_sigterm_as_multiprocessing_expects(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The run's top process unwinds at SIGTERM (a call in flight is charged and logged); a
+    fork child inherits that handler, and a pool worker terminated while it holds the pool's
+    queue lock must not unwind (it would leave the lock held and the run hanging): the child's
+    SIGTERM is back at the default, in a process forked from the main thread and from another."""
+    program = tmp_path / "forker.py"
+    program.write_text(
+        "import os, signal, sys, threading, openai\n"
+        "print('top', signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, flush=True)\n"
+        "def fork():\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        print('child', signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, flush=True)\n"
+        "        os._exit(0)\n"
+        "    os.waitpid(pid, 0)\n"
+        "fork()\n"
+        "thread = threading.Thread(target=fork)\n"
+        "thread.start(); thread.join()\n"
+    )
+    outcome = run_command([sys.executable, str(program)], RunConfig(out=str(tmp_path / "e.jsonl")))
+    assert outcome.program_exit_code == 0
+    printed = [
+        line for line in capfd.readouterr().out.splitlines() if line.split()[0] in {"top", "child"}
+    ]
+    assert printed == ["top False", "child True", "child True"]
+
+
 def test_run_shares_a_redis_ledger(tmp_path: Path, redis_server: RedisServer) -> None:
     out = tmp_path / "events.jsonl"
     config = RunConfig(max_llm_calls=3, out=str(out), ledger=redis_server.url)

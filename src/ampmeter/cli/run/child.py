@@ -45,7 +45,7 @@ def child_setup(*, top: bool) -> None:
     config.set_prices()
     instrument(capture_content=config.capture_content)
     _Process.start(config, top)
-    os.register_at_fork(after_in_child=functools.partial(_Process.start, config, False))
+    os.register_at_fork(after_in_child=functools.partial(_forked, config))
     previous_hook = sys.excepthook
 
     def excepthook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
@@ -77,12 +77,22 @@ def _interrupt_on_sigterm() -> None:
         return
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return
+    signal.signal(signal.SIGTERM, _terminated)
 
-    def terminated(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
-        raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, terminated)
+def _terminated(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
+    raise SystemExit(128 + signum)
+
+
+def _forked(config: RunConfig) -> None:
+    """Meter a ``fork`` child afresh. A fork inherits the top process's SIGTERM handler, and a
+    pool worker must end on the spot when its pool terminates it (see
+    :func:`_interrupt_on_sigterm`): the handler goes back to the default here."""
+    on_main = threading.current_thread() is threading.main_thread()
+    if on_main and signal.getsignal(signal.SIGTERM) is _terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _Process.start(config, False)
 
 
 class _Process:
