@@ -314,7 +314,7 @@ class Call(Scoped, Ticket):
         t_in, t_out = self._tokens_in or 0, self._tokens_out or 0
         if kind == "llm" or (kind == "embedding" and model):
             plan = self._price_plan
-            assert plan is not None  # every model call has one (CallMaker._model_call)
+            assert plan is not None  # every model call has one (CallMaker.model_call)
             cost, meta, unpriced = plan.price(
                 cost=given,
                 recorded=self.recorded,
