@@ -7,8 +7,6 @@ from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from typing import Any, Final
 
-from ampmeter.money import from_nano
-
 KINDS: Final = frozenset({"llm", "tool", "system", "embedding", "retrieval", "memory"})
 TERMINAL_STATUSES: Final = frozenset({"success", "fail", "halt"})
 
@@ -29,10 +27,9 @@ META_COMPONENT: Final = "component"  # TokenTracker component (pipeline, auxilia
 class Node:
     """One operation in a chain: an LLM call, a tool call or a system step.
 
-    The fifteen fields of the execution-graph specification plus ``depth`` (root = 0); its
-    cost is kept as ``cost_nano`` (whole nano-dollars, as it is counted) and read in dollars as
-    ``cost_usd``. Usage that has no field of its own (cached and reasoning tokens, tool calls
-    made, pricing status) lives in ``metadata``.
+    The fifteen fields of the execution-graph specification plus ``depth`` (root = 0). Usage
+    that has no field of its own (cached and reasoning tokens, tool calls made, pricing status)
+    lives in ``metadata``.
     """
 
     node_id: str
@@ -44,18 +41,13 @@ class Node:
     status: str = "created"
     model: str | None = None
     retries_used: int = 0
-    cost_nano: int = 0
+    cost_usd: Decimal = Decimal(0)
     tokens_in: int | None = None
     tokens_out: int | None = None
     stop_reason: str | None = None
     error_class: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     depth: int = 0
-
-    @property
-    def cost_usd(self) -> Decimal:
-        """The cost in dollars, exact (made when read: most nodes' cost is never read)."""
-        return from_nano(self.cost_nano)
 
     @property
     def is_terminal(self) -> bool:
@@ -72,15 +64,12 @@ class Node:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable copy of the node's fields (metadata copied deeply)."""
         data = {name: getattr(self, name) for name in _FIELDS}
-        data["cost_usd"] = float(data["cost_usd"])
+        data["cost_usd"] = float(self.cost_usd)
         data["metadata"] = copy_metadata(self.metadata) if self.metadata else {}
         return data
 
 
-# The specification's fields, in its order: the cost in dollars where the node keeps nanos.
-_FIELDS: Final = tuple(
-    "cost_usd" if item.name == "cost_nano" else item.name for item in fields(Node)
-)
+_FIELDS: Final = tuple(item.name for item in fields(Node))
 
 
 def json_copy(value: Any) -> Any:

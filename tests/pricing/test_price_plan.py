@@ -225,6 +225,7 @@ def test_a_calls_estimate_and_price_are_one_plan_in_integers() -> None:
         "PricePlan.price",
         "PricePlan._units",
         "learn",  # the request measure learns from the bill
-    ]  # (the node keeps its cost in nano-dollars: dollars are made when it is read)
+        "from_nano",  # the node's cost, in dollars
+    ]
     exact = price("gpt-4o-mini", input_tokens=150, output_tokens=20, cached_tokens=100).cost_usd
     assert exact is not None and call.node.cost_usd == exact.quantize(Decimal("1E-9"))

@@ -19,6 +19,7 @@ __all__ = ["NodeTable", "now_ms"]
 _CREATED: Final = "created"
 _RUNNING: Final = "running"
 _T = TypeVar("_T")
+_NO_COST: Final = money.from_nano(0)
 
 
 _NS_PER_MS: Final = 1_000_000
@@ -131,6 +132,7 @@ class NodeTable:
                 start_ts_ms=start,
                 status=_CREATED if depth else _RUNNING,
                 model=model,
+                cost_usd=_NO_COST,
                 metadata=metadata,
                 depth=depth,
             )
@@ -194,11 +196,12 @@ class NodeTable:
         if self._unstarted:  # (an admitted call left it when it was admitted)
             self._unstarted.pop(node.node_id, None)
         cost, t_in, t_out = outcome.cost_nano, outcome.tokens_in, outcome.tokens_out
+        shown = money.from_nano(cost) if cost else _NO_COST
         end = time.time_ns() // _NS_PER_MS
         previous = node.status
         node.status = outcome.status
         node.end_ts_ms = end
-        node.cost_nano = cost
+        node.cost_usd = shown
         node.tokens_in = t_in
         node.tokens_out = t_out
         node.error_class = outcome.error_class
