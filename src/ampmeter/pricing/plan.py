@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_ESTIMATE_OUTPUT_TOKENS",
     "ESTIMATE_MODES",
+    "MAX_MODELS",
     "META_COST_CLAMPED",
     "PricePlan",
     "forget_inputs",
@@ -203,7 +204,8 @@ class PricePlan:
         what money counts (a provider reporting absurd usage: 2**53 tokens of a $10 per
         million model) is charged as the most it counts, :data:`~ampmeter.money.MAX_NANO`,
         and the node says ``cost_clamped``: the caller still gets the response it paid for,
-        and no budget lets another call through."""
+        and no budget lets another call through. Input the provider counted beyond any before
+        it for the model is noted (:func:`largest_input`)."""
         version: str | None = None
         found: int | None = None
         # A new largest input (as the provider counted: an estimate would only confirm itself).
