@@ -101,7 +101,7 @@ class CallMaker:
         """
         _validate.optional_texts(_NAMED, name, model, provider, idempotency_key)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        return self._model_call(
+        return self.model_call(
             "llm",
             meta,
             (name, model, provider),
@@ -112,36 +112,6 @@ class CallMaker:
             request=request,
             final=final,
             idempotency_key=idempotency_key,
-        )
-
-    def instrumented_llm_call(
-        self,
-        name: str,
-        model: str | None,
-        provider: str,
-        max_tokens: int | None,
-        request: RequestSize,
-        metadata: dict[str, Any],
-        *,
-        sent: Mapping[str, Any] | None = None,
-        refused: ExceededLimit | None = None,
-    ) -> Call:
-        """The LLM call of an instrumented SDK request, as :meth:`llm_call` makes it, from
-        values its instrumentation checked where it read them: ``name``, ``model`` and
-        ``provider`` strs (or no model), ``request`` the request's measure. The call keeps
-        ``metadata`` (a dict made for it). ``sent`` (what the request sends: its keyword
-        arguments or JSON body) identifies it for the loop guard; ``refused`` is a
-        budget-pressure hook's refusal, reported when the call is admitted. The call is final
-        inside :func:`~ampmeter.final_call`."""
-        return self._model_call(
-            "llm",
-            metadata,
-            (name, model, provider),
-            max_tokens=max_tokens,
-            request=request,
-            final=None,
-            sent=sent,
-            refused=refused,
         )
 
     def embedding_call(
@@ -161,11 +131,11 @@ class CallMaker:
         cost; the reservation is ``estimate_usd``, else the price of the input estimate."""
         _validate.optional_texts(_MODEL_NAMES, name, model, provider)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        return self._model_call(
+        return self.model_call(
             "embedding", meta, (name, model, provider), estimate_usd, prompt_tokens, prompt_text
         )
 
-    def _model_call(
+    def model_call(
         self,
         kind: Literal["llm", "embedding"],
         metadata: dict[str, Any],
@@ -183,7 +153,12 @@ class CallMaker:
     ) -> Call:
         """An LLM call or an embedding request (``max_tokens`` 0: it writes nothing), its
         reservation estimated from its model, from its checked ``names`` (name, model,
-        provider) and its own ``metadata``."""
+        provider) and its own ``metadata`` (a dict made for it): what :meth:`llm_call` and
+        :meth:`embedding_call` make once they checked their arguments, and what an SDK's
+        instrumentation asks for with the values it checked where it read the request. Its
+        ``sent`` (what the request sends: its keyword arguments or JSON body) identifies it for
+        the loop guard; ``refused`` is a budget-pressure hook's refusal, reported when the call
+        is admitted; ``final`` None: final inside :func:`~ampmeter.final_call`."""
         name, model, provider = names
         label = name if name is not None else (model or kind)
         plan = plan_for(self._pricing, model, provider)

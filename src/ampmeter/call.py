@@ -29,7 +29,7 @@ from ampmeter._current import CURRENT, restore
 from ampmeter._scoped import Scoped
 from ampmeter.keys import KEY_UNSETTLED_COST
 from ampmeter.node import Node
-from ampmeter.pricing import request_size, stored_state
+from ampmeter.pricing import request_size
 
 if TYPE_CHECKING:
     from ampmeter._core.steps import KindPlan
@@ -314,7 +314,7 @@ class Call(Scoped, Ticket):
         t_in, t_out = self._tokens_in or 0, self._tokens_out or 0
         if kind == "llm" or (kind == "embedding" and model):
             plan = self._price_plan
-            assert plan is not None  # every model call has one (CallMaker._model_call)
+            assert plan is not None  # every model call has one (CallMaker.model_call)
             cost, meta, unpriced = plan.price(
                 cost=given,
                 recorded=self.recorded,
@@ -341,11 +341,8 @@ class Call(Scoped, Ticket):
                 )
                 size = self._prompt_size
                 # (An estimate teaches nothing: it would only confirm itself.)
-                if t_in and not self._estimated:
-                    # What stored state of unknown size is estimated at ("learned").
-                    stored_state.note_input(model or "", t_in)
-                    if exc is None and size is not None:
-                        request_size.learn(model or "", size, t_in)
+                if t_in and not self._estimated and exc is None and size is not None:
+                    request_size.learn(model or "", size, t_in)
             else:
                 usage = Usage(
                     "embedding", model or "", tokens_in=t_in, tokens_out=t_out, cost_nano=cost

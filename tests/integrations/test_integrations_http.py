@@ -17,7 +17,7 @@ import litellm
 import openai
 import pytest
 
-from ampmeter import ExecutionContext, LimitExceeded, Node, find_limit_exceeded
+from ampmeter import ExecutionContext, Limit, LimitExceeded, Node, find_limit_exceeded
 from ampmeter.integrations import instrument, uninstrument
 from ampmeter.integrations.http import META_TRANSPORT
 from ampmeter.integrations.lifecycle import META_OPERATION, META_USAGE_ESTIMATED
@@ -659,3 +659,18 @@ def test_a_stream_whose_done_event_ends_the_body_unclosed_is_ended_before_it_is_
     node = only(sink)
     assert node.status == "success" and node.tokens_in and node.tokens_out
     assert META_USAGE_ESTIMATED not in node.metadata
+
+
+def test_an_embeddings_request_is_estimated_in_the_contexts_mode(replay: ReplayServer) -> None:
+    """An SDK's embeddings request is reserved as any request is, in its context's estimate
+    mode: ``learned`` holds its characters' estimate, ``bound`` its bytes (two per "é"), so a
+    bound context refuses, before sending it, what a learned one lets through."""
+    replay.script("/v1/embeddings", recorded.openai_embeddings())
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    text = "é" * 100
+    limits = [Limit(KEY_INPUT_TOKENS, 150)]
+    with ExecutionContext(limits=limits, estimate="learned"):
+        client.embeddings.create(model="text-embedding-3-small", input=text)
+    with ExecutionContext(limits=limits, estimate="bound"), pytest.raises(LimitExceeded):
+        client.embeddings.create(model="text-embedding-3-small", input=text)
+    assert len(replay.requests) == 1  # the bound context's was never sent

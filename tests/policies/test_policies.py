@@ -563,9 +563,13 @@ def test_an_instrumented_call_is_final_inside_final_call_and_known_by_what_it_se
     size = request_size.measure_text("hello")
     sent = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
     with ExecutionContext(max_cost_usd=1.0, final_reserve_usd=0.5, max_repeats=1) as ctx:
-        first = ctx.instrumented_llm_call("chat", "m", "openai", 10, size, {}, sent=sent)
+        first = ctx.model_call(
+            "llm", {}, ("chat", "m", "openai"), max_tokens=10, request=size, final=None, sent=sent
+        )
         with ampmeter.final_call():
-            final = ctx.instrumented_llm_call("chat", "m", "openai", 10, size, {"k": 1})
+            final = ctx.model_call(
+                "llm", {"k": 1}, ("chat", "m", "openai"), max_tokens=10, request=size, final=None
+            )
             plain = ctx.llm_call("chat", model="m", estimate_usd=0.01)
         marks = [call.policy for call in (first, final, plain)]
         assert [m.final for m in marks if m is not None] == [False, True, False]

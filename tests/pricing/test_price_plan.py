@@ -224,7 +224,6 @@ def test_a_calls_estimate_and_price_are_one_plan_in_integers() -> None:
         "input_tokens",
         "PricePlan.price",
         "PricePlan._units",
-        "note_input",
         "learn",  # the request measure learns from the bill
         "from_nano",  # the node's cost, in dollars
     ]

@@ -8,7 +8,7 @@ door, streams and HTTP layers do the rest the same way for every wire format.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 from ampmeter._validate import MAX_COUNT
 from ampmeter.integrations.wire import first_int
@@ -111,7 +111,7 @@ class Adapter:
 
     provider: str = ""
     operation: str = ""
-    kind: str = "llm"  # the node kind: "llm", or "embedding" for an embeddings endpoint
+    kind: Literal["llm", "embedding"] = "llm"  # the node kind (embedding: an embeddings endpoint)
     wire: Wire = "chat"  # the wire format its requests are measured in
     max_tokens_fields: tuple[str, ...] = ("max_tokens",)  # where a request caps its output
 

@@ -29,7 +29,6 @@ from ampmeter.integrations.proxy_mark import Marker
 from ampmeter.integrations.unreported import estimate_cut_stream, estimate_unreported
 from ampmeter.limits import ExceededLimit
 from ampmeter.policies.step import Relief
-from ampmeter.pricing import request_size
 
 __all__ = [
     "ACTIVE_CALL",
@@ -173,25 +172,16 @@ def begin_call(
         meta.update(extra)
     if settings.capture_content and request is not None:
         meta[META_PROMPT_TEXT] = adapter.prompt_text(request)
-    if adapter.kind == "llm":
-        call = ctx.instrumented_llm_call(
-            operation,
-            info.model,
-            adapter.provider,
-            info.max_tokens,
-            info.size,
-            meta,
-            sent=request,
-            refused=refused,
-        )
-    else:  # an embeddings endpoint
-        call = ctx.embedding_call(
-            operation,
-            model=info.model,
-            prompt_tokens=request_size.input_tokens(info.size, info.model),
-            provider=adapter.provider,
-            metadata=meta,
-        )
+    call = ctx.model_call(
+        adapter.kind,
+        meta,
+        (operation, info.model, adapter.provider),
+        max_tokens=info.max_tokens if adapter.kind == "llm" else 0,  # (embeddings write none)
+        request=info.size,
+        final=None,
+        sent=request,
+        refused=refused,
+    )
     try:
         call.start()
     except LimitExceeded as stop:

@@ -23,6 +23,7 @@ model's documented maximum output, else :data:`~ampmeter.pricing.max_output.DEFA
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
@@ -48,8 +49,11 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_ESTIMATE_OUTPUT_TOKENS",
     "ESTIMATE_MODES",
+    "MAX_MODELS",
     "META_COST_CLAMPED",
     "PricePlan",
+    "forget_inputs",
+    "largest_input",
     "plan_for",
 ]
 
@@ -62,6 +66,13 @@ META_COST_CLAMPED: Final = "cost_clamped"  # priced past what money counts: the 
 # What a kept plan was compiled from: a function telling what the table's answers come from now,
 # what it told then, and the user's price changes then (see genai_table.watch).
 _Stamp = tuple[Callable[[], object], object, int]
+
+# The most input tokens a request to each model was billed in this process (as the provider
+# counted), for the first MAX_MODELS models: what stored state of unknown size is estimated at
+# in "learned" mode (see stored_state.unknown_state_tokens). Noted where a call is priced.
+MAX_MODELS: Final = 4_096
+_largest: dict[str, int] = {}
+_largest_lock = threading.Lock()
 
 
 class PricePlan:
@@ -193,9 +204,14 @@ class PricePlan:
         what money counts (a provider reporting absurd usage: 2**53 tokens of a $10 per
         million model) is charged as the most it counts, :data:`~ampmeter.money.MAX_NANO`,
         and the node says ``cost_clamped``: the caller still gets the response it paid for,
-        and no budget lets another call through."""
+        and no budget lets another call through. Input the provider counted beyond any before
+        it for the model is noted (:func:`largest_input`)."""
         version: str | None = None
         found: int | None = None
+        # A new largest input (as the provider counted: an estimate would only confirm itself).
+        model = self.model
+        if model and not estimated and tokens_in > _largest.get(model, 0):
+            _note_input(model, tokens_in)
         if cost is None and recorded:
             counts = (tokens_in, tokens_out, cached, cache_writes, reasoning)
             if self.asked is not None:
@@ -286,6 +302,27 @@ class PricePlan:
             return None, result.pricing_version
         nano = round(money.usd(cost, "price").scaleb(9))  # (a Decimal's round: half to even)
         return nano, result.pricing_version
+
+
+def _note_input(model: str, tokens: int) -> None:
+    """A request to ``model`` was billed ``tokens`` input tokens, more than any before it."""
+    with _largest_lock:
+        known = _largest.get(model)
+        if known is None and len(_largest) >= MAX_MODELS:
+            return
+        if known is None or tokens > known:
+            _largest[model] = tokens
+
+
+def largest_input(model: str | None) -> int | None:
+    """The most input tokens a request to ``model`` was billed in this process, or None."""
+    return _largest.get(model or "")
+
+
+def forget_inputs() -> None:
+    """Forget the largest inputs (for tests)."""
+    with _largest_lock:
+        _largest.clear()
 
 
 _NO_MODEL: Final = PricePlan(None, None)

@@ -8,10 +8,10 @@ its id, and by its conversation's id when it has one: the next request that cont
 is estimated with that size (:func:`stored_tokens`). State ampmeter never saw (made by another
 process, or grown by items added outside a response) is unknown: then the estimate takes the
 model's context window in ``"bound"`` mode, and in ``"learned"`` mode the largest input seen
-for the model (:func:`largest_input`), else the context window.
+for the model (:func:`ampmeter.pricing.plan.largest_input`, noted where a call is priced), else
+the context window.
 
-Both tables are bounded (the latest :data:`MAX_KEPT` ids, the first :data:`MAX_MODELS`
-models), per process.
+The table of sizes is bounded (the latest :data:`MAX_KEPT` ids), per process.
 """
 
 from __future__ import annotations
@@ -23,11 +23,8 @@ from typing import Final
 
 __all__ = [
     "MAX_KEPT",
-    "MAX_MODELS",
     "forget",
     "forget_conversation",
-    "largest_input",
-    "note_input",
     "remember",
     "stored_tokens",
     "unknown_state_tokens",
@@ -35,11 +32,9 @@ __all__ = [
 
 MAX_KEPT: Final = 100_000
 """Ids (responses and conversations) remembered, latest first out last."""
-MAX_MODELS: Final = 4_096
 _MAX_ID: Final = 256  # longer ids are no provider's: not kept
 
 _sizes: OrderedDict[str, int] = OrderedDict()
-_largest: dict[str, int] = {}
 _lock = threading.Lock()
 
 
@@ -94,28 +89,13 @@ def stored_tokens(previous_response_id: object, conversation: object) -> int | N
     return total
 
 
-def note_input(model: str, tokens: int) -> None:
-    """A request to ``model`` was billed ``tokens`` input tokens (as the provider counted)."""
-    if not model or tokens <= _largest.get(model, 0):
-        return  # (the usual case, read without the lock: only a new largest takes it)
-    with _lock:
-        known = _largest.get(model)
-        if known is None and len(_largest) >= MAX_MODELS:
-            return
-        if known is None or tokens > known:
-            _largest[model] = tokens
-
-
-def largest_input(model: str | None) -> int | None:
-    """The most input tokens a request to ``model`` was billed in this process, or None."""
-    return _largest.get(model or "")
-
-
 def forget() -> None:
     """Forget every size (for tests)."""
+    from ampmeter.pricing.plan import forget_inputs
+
     with _lock:
         _sizes.clear()
-        _largest.clear()
+    forget_inputs()
 
 
 def unknown_state_tokens(model: str | None, mode: str) -> int:
@@ -123,6 +103,7 @@ def unknown_state_tokens(model: str | None, mode: str) -> int:
     ``model``: its context window in ``"bound"`` mode (no request can be billed more input);
     in ``"learned"`` mode the largest input seen for the model, else its context window."""
     from ampmeter.pricing.genai_table import context_window
+    from ampmeter.pricing.plan import largest_input
 
     if mode == "learned":
         seen = largest_input(model)
