@@ -121,19 +121,13 @@ def instrument(
 ) -> list[str]:
     """Meter the SDKs (``openai``, ``anthropic``) and the HTTP libraries (``http``: httpx,
     httpx2, aiohttp and ``http.client``, which ``urllib`` and ``requests`` use) whenever they
-    are imported; idempotent. With ``openai`` or ``http``, the Responses WebSocket protocol is
-    metered over the ``websockets`` clients (the legacy one included), which the ``openai``
-    SDK's ``responses.connect()`` sends through.
-
-    With ``llama_index``, the lazy streams LlamaIndex returns are metered against the context
-    they were created in (:mod:`ampmeter.integrations.llama_index`). With ``threads``, work
-    submitted to a ``ThreadPoolExecutor`` or started as a ``threading.Thread`` inside a
-    context runs in that context (:mod:`ampmeter.integrations.threads`). With ``mcp``, each
-    MCP tool call is a ``tool`` node (:mod:`ampmeter.integrations.mcp_tools`). With ``openai``
-    or ``http``, LiteLLM's own ``num_retries`` gives a budget stop back instead of retrying it
-    (:mod:`ampmeter.integrations.litellm_retries`). With ``http``, DSPy's native engine (its own
-    client over stdlib sockets) is metered at its request/response boundary
-    (:mod:`ampmeter.integrations.dspy_engine`).
+    are imported; idempotent. docs/integrations.md says what each library meters. With
+    ``openai`` or ``http``: the Responses WebSocket protocol over the ``websockets`` clients,
+    and LiteLLM's own ``num_retries`` gives a budget stop back instead of retrying it; with
+    ``http``: DSPy's native engine. ``llama_index``: lazy streams are metered against the
+    context they were created in; ``threads``: work submitted to a ``ThreadPoolExecutor`` or
+    started as a ``threading.Thread`` runs in the submitter's context; ``mcp``: each MCP tool
+    call is a ``tool`` node.
 
     A library already imported is patched at once, the others right after their own import, so
     a program pays nothing for libraries it does not use. Returns the names patched now.
@@ -142,11 +136,9 @@ def instrument(
     echo the prompt, is withheld from error text).
 
     ``response_id_keys=True`` is for a caching gateway that delivers one stored response again:
-    a call is then keyed by its response's id, its endpoint (the SDK operation) and every count
-    of its usage together, so the same stored response from the same endpoint counts once (per
-    run and per shared ledger scope; its node says ``duplicate_of``). By default a repeated id
-    is another billed call and counts: gateways and mock servers answer every request with one
-    id, and Ollama draws its ids from 999 values (docs/integrations.md). Calling ``instrument``
+    a call is then keyed by its response's id, its endpoint and every count of its usage, so
+    the same stored response counts once. By default a repeated id is another billed call and
+    counts (gateways and mock servers answer every request with one id). Calling ``instrument``
     again only updates these two settings.
     """
     for name, flag in (

@@ -40,7 +40,7 @@ class MessagesAdapter(Adapter):
     wire = "anthropic"
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
-        parts = [text_of(kwargs.get("system")) if not _omitted(kwargs.get("system")) else ""]
+        parts = [text_of(kwargs.get("system"))]  # an SDK's omit sentinel has no text
         messages = kwargs.get("messages")
         if isinstance(messages, (list, tuple)):
             parts.extend(text_of(get(m, "content")) for m in messages)
@@ -114,10 +114,6 @@ def _block_length(block: Any, read: Any) -> int:
     if tool_input is not None:
         written += len(json_text(tool_input))
     return written
-
-
-def _omitted(value: object) -> bool:
-    return value is None or type(value).__name__ in ("Omit", "NotGiven")
 
 
 _USAGE_COUNTS = (

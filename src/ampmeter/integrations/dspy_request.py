@@ -22,6 +22,7 @@ from types import SimpleNamespace
 from typing import Any, Final
 
 from ampmeter.integrations.adapter import Tally
+from ampmeter.integrations.wire import counts
 from ampmeter.pricing.measure_parts import json_text
 from ampmeter.pricing.request_size import Wire
 
@@ -30,6 +31,13 @@ __all__ = ["USAGE_FAMILIES", "count_tool_calls", "read_usage", "request_body", "
 # lm15's LM class of a dialect (``Resolution.adapter``) -> how its usage is counted.
 USAGE_FAMILIES: Final = {"AnthropicLM": "anthropic", "GeminiLM": "gemini", "XaiLM": "xai"}
 _TEXT_PARTS: Final = frozenset({"text", "thinking", "refusal"})
+_USAGE_COUNTS: Final = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
 
 
 def wire_of(adapter_name: str) -> Wire:
@@ -195,23 +203,14 @@ def _anthropic_block(part: Any) -> dict[str, Any]:
 # --- usage ------------------------------------------------------------------------------------
 
 
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def read_usage(usage: object, family: str | None, tally: Tally) -> None:
     """Put an lm15 ``Usage`` (as its provider counts, ``family``: :data:`USAGE_FAMILIES`)
     on ``tally`` in the subset convention (input with its cache reads and writes, output with
     its reasoning). Nothing when the provider reported neither input nor output."""
-    if usage is None:
-        return
-    tokens_in = _count(getattr(usage, "input_tokens", None))
-    tokens_out = _count(getattr(usage, "output_tokens", None))
+    tokens_in, tokens_out, cached, writes, reasoning = counts(usage, _USAGE_COUNTS)
     if tokens_in is None and tokens_out is None:
         return
-    cached = _count(getattr(usage, "cache_read_tokens", None)) or 0
-    writes = _count(getattr(usage, "cache_write_tokens", None)) or 0
-    reasoning = _count(getattr(usage, "reasoning_tokens", None)) or 0
+    cached, writes, reasoning = cached or 0, writes or 0, reasoning or 0
     if family == "anthropic":
         tokens_in = (tokens_in or 0) + cached + writes
     if family in ("gemini", "xai"):

@@ -256,7 +256,7 @@ def _mark(request: Any) -> None:
 def _send_metered(module: ModuleType, request: Any, stream: bool) -> tuple[Admitted | None, Any]:
     """Admit an httpx request about to be sent (None: not one to meter here), and the request
     to send: rebuilt when changed to ask for a stream's usage, marked for the run's proxy when
-    this process meters it."""
+    this process meters it (one the SDKs' door already meters, ACTIVE_CALL, is only marked)."""
     active = ACTIVE_CALL.get()
     admitted = None
     if active is None and request.method == "POST":
@@ -287,14 +287,12 @@ def _send_metered(module: ModuleType, request: Any, stream: bool) -> tuple[Admit
 def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
     @functools.wraps(original)
     def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
-        # A request the SDKs' door already meters (ACTIVE_CALL) passes after one check.
-        if ACTIVE_CALL.get() is None or settings.marker.proxy_url is not None:
-            admitted, request = _send_metered(module, request, stream)
-            if admitted is not None:
-                with admitted:
-                    response = original(client, request, stream=stream, **kwargs)
-                return _settle(admitted, response, stream, body_type)
-        return original(client, request, stream=stream, **kwargs)
+        admitted, request = _send_metered(module, request, stream)
+        if admitted is None:
+            return original(client, request, stream=stream, **kwargs)
+        with admitted:
+            response = original(client, request, stream=stream, **kwargs)
+        return _settle(admitted, response, stream, body_type)
 
     return send
 
@@ -302,13 +300,12 @@ def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type
 def _wrap_async_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
     @functools.wraps(original)
     async def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
-        if ACTIVE_CALL.get() is None or settings.marker.proxy_url is not None:
-            admitted, request = _send_metered(module, request, stream)
-            if admitted is not None:
-                with admitted:
-                    response = await original(client, request, stream=stream, **kwargs)
-                return _settle(admitted, response, stream, body_type)
-        return await original(client, request, stream=stream, **kwargs)
+        admitted, request = _send_metered(module, request, stream)
+        if admitted is None:
+            return await original(client, request, stream=stream, **kwargs)
+        with admitted:
+            response = await original(client, request, stream=stream, **kwargs)
+        return _settle(admitted, response, stream, body_type)
 
     return send
 
@@ -317,18 +314,12 @@ def instrument_httpx(module: ModuleType) -> None:
     """Meter the requests of ``module`` (``httpx`` or ``httpx2``) clients (idempotent)."""
     if any(patch.owner is module.Client for patch in _patches):
         return
-    sync_body = type("MeteredSyncBody", (_SyncBody, module.SyncByteStream), {})
-    async_body = type("MeteredAsyncBody", (_AsyncBody, module.AsyncByteStream), {})
-    _patches.append(
-        Patch.apply(module.Client, "send", _wrap_send(module, module.Client.send, sync_body))
-    )
-    _patches.append(
-        Patch.apply(
-            module.AsyncClient,
-            "send",
-            _wrap_async_send(module, module.AsyncClient.send, async_body),
-        )
-    )
+    for client, wrap, body in (
+        (module.Client, _wrap_send, (_SyncBody, module.SyncByteStream)),
+        (module.AsyncClient, _wrap_async_send, (_AsyncBody, module.AsyncByteStream)),
+    ):
+        metered_body = type(f"Metered{body[0].__name__}", body, {})
+        _patches.append(Patch.apply(client, "send", wrap(module, client.send, metered_body)))
 
 
 def uninstrument_httpx() -> None:

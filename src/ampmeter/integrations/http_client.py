@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import functools
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from types import ModuleType
 from typing import Any, Final
 from urllib.parse import urlsplit
 
 from ampmeter.integrations.http import BodyMeter, admit, response_reader
-from ampmeter.integrations.lifecycle import Admitted, finish_call, settings
-from ampmeter.integrations.patching import Patch, undo_all
+from ampmeter.integrations.lifecycle import Admitted, settings
+from ampmeter.integrations.patching import Patch, around, undo_all
 from ampmeter.integrations.proxy_mark import METERED_HEADER
 from ampmeter.integrations.wire import BodyReader
 
@@ -102,35 +102,26 @@ def _wrap_request(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(connection, *args, **kwargs)
         if settings.marker.proxy_url is not None:
             args, kwargs = _marked(connection, args, kwargs)
-        try:
+        with admitted:
             result = original(connection, *args, **kwargs)
-        except BaseException as exc:
-            finish_call(admitted.call, None, exc)
-            raise
         connection.__dict__[_PENDING] = admitted
         return result
 
     return request
 
 
-def _wrap_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def getresponse(connection: Any, *args: Any, **kwargs: Any) -> Any:
-        admitted = connection.__dict__.pop(_PENDING, None)
-        if admitted is None:
-            return original(connection, *args, **kwargs)
-        try:
-            response = original(connection, *args, **kwargs)
-        except BaseException as exc:
-            finish_call(admitted.call, None, exc)
-            raise
-        content_type = response.getheader("content-type") or ""
-        reader = response_reader(admitted, response.status, content_type)
-        if reader is not None:
-            response.__dict__[_METER] = _ResponseBody(response, reader, admitted)
-        return response
-
-    return getresponse
+def _getting_response(connection: Any, *args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
+    """Around ``getresponse``: the response of an admitted request is read into its node."""
+    admitted = connection.__dict__.pop(_PENDING, None)
+    if admitted is None:
+        return (yield)
+    with admitted:
+        response = yield
+    content_type = response.getheader("content-type") or ""
+    reader = response_reader(admitted, response.status, content_type)
+    if reader is not None:
+        response.__dict__[_METER] = _ResponseBody(response, reader, admitted)
+    return response
 
 
 def _wrap_read(original: Callable[..., Any], *, into: bool = False) -> Callable[..., Any]:
@@ -153,17 +144,13 @@ def _wrap_read(original: Callable[..., Any], *, into: bool = False) -> Callable[
     return read
 
 
-def _wrap_close(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def close(response: Any) -> None:
-        try:
-            original(response)
-        finally:
-            meter = response.__dict__.get(_METER)
-            if meter is not None:  # abandoned unless its body was read to the end
-                meter.abandon()
-
-    return close
+def _closing(response: Any) -> Generator[None, Any, Any]:
+    try:
+        return (yield)
+    finally:
+        meter = response.__dict__.get(_METER)
+        if meter is not None:  # abandoned unless its body was read to the end
+            meter.abandon()
 
 
 def _wrap_read_chunked(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -192,12 +179,12 @@ def instrument_http_client(module: ModuleType) -> None:
     connection, response = module.HTTPConnection, module.HTTPResponse
     _patches.append(Patch.apply(connection, "request", _wrap_request(connection.request)))
     _patches.append(
-        Patch.apply(connection, "getresponse", _wrap_getresponse(connection.getresponse))
+        Patch.apply(connection, "getresponse", around(connection.getresponse, _getting_response))
     )
     for name in ("read", "read1", "readline"):
         _patches.append(Patch.apply(response, name, _wrap_read(getattr(response, name))))
     _patches.append(Patch.apply(response, "readinto", _wrap_read(response.readinto, into=True)))
-    _patches.append(Patch.apply(response, "close", _wrap_close(response.close)))
+    _patches.append(Patch.apply(response, "close", around(response.close, _closing)))
 
 
 def instrument_urllib3(module: ModuleType) -> None:

@@ -65,13 +65,11 @@ class _Pending:
     response_id: str | None = None
 
 
+@dataclass(slots=True)
 class _Responses:
     """The responses of one connection, oldest first."""
 
-    __slots__ = ("pending",)
-
-    def __init__(self) -> None:
-        self.pending: list[_Pending] = []
+    pending: list[_Pending] = field(default_factory=list)
 
     def admit(self, event: dict[str, Any]) -> _Pending | None:
         """Begin the node of a ``response.create`` event (None: not one, or not metered here;
@@ -126,12 +124,6 @@ class _Responses:
             finish_abandoned(response.call, response.tally)
 
 
-def _responses_on(connection: Any) -> _Responses | None:
-    """The responses of ``connection``, if it sent any."""
-    found: _Responses | None = connection.__dict__.get(_ATTRIBUTE)
-    return found
-
-
 def _event(message: Any) -> Any:
     """The JSON event a frame carries, or None."""
     if not isinstance(message, (str, bytes, bytearray, memoryview)):
@@ -152,10 +144,7 @@ def _admit(connection: Any, message: Any) -> _Pending | None:
     event = _event(message)
     if event is None:
         return None
-    responses = _responses_on(connection)
-    if responses is None:
-        responses = _Responses()
-        setattr(connection, _ATTRIBUTE, responses)
+    responses: _Responses = vars(connection).setdefault(_ATTRIBUTE, _Responses())
     return responses.admit(event)
 
 
@@ -164,15 +153,14 @@ def _sending(connection: Any, message: Any, *args: Any, **kwargs: Any) -> Genera
     try:
         return (yield)
     except BaseException as exc:
-        responses = _responses_on(connection)
-        if pending is not None and responses is not None:
-            responses.not_sent(pending, exc)
+        if pending is not None:  # admitted: the connection has its responses
+            vars(connection)[_ATTRIBUTE].not_sent(pending, exc)
         raise
 
 
 def _receiving(connection: Any, *args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
     message = yield
-    responses = _responses_on(connection)
+    responses = vars(connection).get(_ATTRIBUTE)
     if responses is not None and responses.pending:  # read only while a response is open
         event = _event(message)
         if event is not None:
@@ -184,7 +172,7 @@ def _closing(connection: Any, *args: Any, **kwargs: Any) -> Generator[None, Any,
     try:
         return (yield)
     finally:
-        responses = _responses_on(connection)
+        responses = vars(connection).get(_ATTRIBUTE)
         if responses is not None:
             responses.abandon_all()
 

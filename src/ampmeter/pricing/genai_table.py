@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from functools import lru_cache, partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from ampmeter.pricing import _cache as _price_cache
 from ampmeter.pricing.rates import Rates, compile_price, rates_from_json, rates_to_json
@@ -61,6 +61,9 @@ class _Table:
     """The lazily imported genai-prices entry points and the snapshot rates were resolved from."""
 
     __slots__ = ("calc_price", "generation", "get_snapshot", "snapshot", "unpriced", "version")
+    version: str
+    snapshot: object
+    unpriced: Unpriced
 
     def __init__(self) -> None:
         import genai_prices
@@ -68,10 +71,7 @@ class _Table:
 
         self.calc_price = genai_prices.calc_price
         self.get_snapshot = data_snapshot.get_snapshot
-        self.version = ""
         self.generation = 0
-        self.snapshot: object = None
-        self.unpriced = Unpriced("")
         self.refresh(self.get_snapshot())
 
     def refresh(self, snapshot: object) -> None:
@@ -95,23 +95,17 @@ _table_lock = threading.Lock()
 
 
 def _current_table() -> _Table:
+    global _table
     table = _table
     if table is None:
-        table = _load_table()
+        with _table_lock:
+            table = _table = _table or _Table()
     snapshot = table.get_snapshot()
     if snapshot is not table.snapshot:
         with _table_lock:
             if snapshot is not table.snapshot:
                 table.refresh(snapshot)
     return table
-
-
-def _load_table() -> _Table:
-    global _table
-    with _table_lock:
-        if _table is None:
-            _table = _Table()
-        return _table
 
 
 class DatedRates:
@@ -174,7 +168,14 @@ def _as_utc(moment: time) -> time:
 def _table_entry(model: str, provider: str | None, generation: int) -> Rates | DatedRates | None:
     """Resolve ``model`` in the table and keep the answer in the disk index; ``generation``
     keys the cache to one table snapshot (so each answer is resolved and stored once)."""
-    rates = _look_up(model, provider)
+    table = _table
+    assert table is not None  # _current_table() ran first
+    calc = _resolve(model, provider)
+    rates: Rates | DatedRates | None = None
+    if calc is not None and isinstance(calc.model.prices, list):
+        rates = DatedRates(calc.model, table.version)  # conditional prices: by request time
+    elif calc is not None:
+        rates = compile_price(calc.model_price, table.version)
     _to_disk(model, provider, rates)
     return rates
 
@@ -222,17 +223,6 @@ def context_window(model: str | None) -> int:
     return window if isinstance(window, int) and window > 0 else DEFAULT_CONTEXT_WINDOW
 
 
-def _look_up(model: str, provider: str | None) -> Rates | DatedRates | None:
-    table = _table
-    assert table is not None  # _current_table() ran first
-    calc = _resolve(model, provider)
-    if calc is None:
-        return None
-    if isinstance(calc.model.prices, list):  # conditional prices: pick by request time
-        return DatedRates(calc.model, table.version)
-    return compile_price(calc.model_price, table.version)
-
-
 # --------------------------------------------------------------------------- the disk index
 
 
@@ -241,10 +231,7 @@ def _from_disk(model: str, provider: str | None) -> Rates | Unpriced | None:
     table, maybe auto-updated, is always asked instead); None when the index has no answer."""
     if _table is not None or "genai_prices" in sys.modules:
         return None
-    return _decode(model, _price_cache.lookup(model, provider))
-
-
-def _decode(model: str, found: Any) -> Rates | Unpriced | None:
+    found = _price_cache.lookup(model, provider)
     if found is _price_cache.MISS:
         return None
     if isinstance(found, str):  # unpriced, with the table version that said so

@@ -37,6 +37,7 @@ token is far above any price, and a rate past it would only make pricing slow (a
 ``1E+999999`` is a number with a million digits)."""
 _MAX_RATE_INT: Final = int(MAX_RATE)
 _KINDS: Final = ("input", "output", "cache read", "cache write", "reasoning", "per-request")
+_AMOUNTS: Final = ("input", "output", "cache_read", "cache_write", "reasoning", "per_call")
 # A rate as (threshold, USD per million units) steps, highest threshold first; the last step is
 # the base rate with threshold -1. A step applies when the call's input tokens exceed its
 # threshold (genai-prices' "cliff" tiers: crossing a threshold re-prices every token of a kind).
@@ -196,17 +197,9 @@ def _steps(value: object) -> _Steps | None:
 
 def rates_to_json(rates: Rates) -> dict[str, object]:
     """``rates`` as JSON for the disk index: every amount a decimal string, so none is rounded."""
-    amounts = (
-        rates.input,
-        rates.output,
-        rates.cache_read,
-        rates.cache_write,
-        rates.reasoning,
-        rates.per_call,
-    )
     bands = rates.bands
     return {
-        "usd": [str(amount) for amount in amounts],
+        "usd": [str(getattr(rates, name)) for name in _AMOUNTS],
         "version": rates.version,
         "bands": None if bands is None else [[t, rates_to_json(b)] for t, b in bands],
     }
