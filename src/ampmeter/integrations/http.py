@@ -242,45 +242,36 @@ def _settle(admitted: Admitted, response: Any, streamed: bool, body_type: type) 
     return response
 
 
-def _mark(request: Any) -> None:
-    """Mark a request this process meters for the run's proxy (see :mod:`.proxy_mark`)."""
-    try:
-        body = request.content  # raises when the body is a stream not read yet
-    except Exception:
-        return  # unmarked: the proxy meters it too (counted twice, never not at all)
-    mark = settings.marker.mark_for(str(request.url), body)
-    if mark is not None:
-        request.headers[METERED_HEADER] = mark
-
-
 def _send_metered(module: ModuleType, request: Any, stream: bool) -> tuple[Admitted | None, Any]:
     """Admit an httpx request about to be sent (None: not one to meter here), and the request
     to send: rebuilt when changed to ask for a stream's usage, marked for the run's proxy when
     this process meters it (one the SDKs' door already meters, ACTIVE_CALL, is only marked)."""
     active = ACTIVE_CALL.get()
+    try:
+        content = request.content  # raises when the body is a stream not read yet
+    except Exception:
+        return None, request  # unmarked: the proxy meters it too (twice, never not at all)
     admitted = None
     if active is None and request.method == "POST":
-        try:
-            content = request.content  # raises when the body is a stream not read yet
-        except Exception:
-            content = None
-        if content is not None:
-            # Ask for the usage of a stream the caller reads piece by piece (a body read whole
-            # would have to be rewritten to hide the extra event: it is left as it is).
-            path, transport = request.url.path, module.__name__
-            admitted = admit("POST", path, content, transport, may_ask_usage=stream)
+        # Ask for the usage of a stream the caller reads piece by piece (a body read whole
+        # would have to be rewritten to hide the extra event: it is left as it is).
+        path, transport = request.url.path, module.__name__
+        admitted = admit("POST", path, content, transport, may_ask_usage=stream)
         if admitted is not None and admitted.hide:
             headers = request.headers.copy()
             headers.pop("content-length", None)
+            content = orjson.dumps(admitted.body)
             request = module.Request(
                 request.method,
                 request.url,
                 headers=headers,
-                content=orjson.dumps(admitted.body),
+                content=content,
                 extensions=request.extensions,
             )
     if settings.marker.proxy_url is not None and (active is not None or admitted is not None):
-        _mark(request)
+        mark = settings.marker.mark_for(str(request.url), content)
+        if mark is not None:
+            request.headers[METERED_HEADER] = mark
     return admitted, request
 
 

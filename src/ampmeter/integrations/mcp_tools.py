@@ -67,10 +67,7 @@ def _wrap_call_tool(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def _is_error(result: Any) -> bool:
     """Whether a tool result says the tool failed (``is_error`` in mcp 2, ``isError`` before)."""
-    flag = getattr(result, "is_error", None)
-    if flag is None:
-        flag = getattr(result, "isError", None)
-    return flag is True
+    return getattr(result, "is_error", None) is True or getattr(result, "isError", None) is True
 
 
 def instrument_mcp(module: ModuleType) -> None:
