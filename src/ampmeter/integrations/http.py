@@ -54,6 +54,7 @@ __all__ = [
     "adapter_for_path",
     "admit",
     "instrument_httpx",
+    "json_object",
     "response_reader",
     "uninstrument_httpx",
     "unwrapped_send",
@@ -96,7 +97,8 @@ def unwrapped_send(client_class: type) -> Any:
     raise TypeError(f"{client_class.__name__} is no httpx client")
 
 
-def _json_body(content: bytes | str) -> dict[str, Any] | None:
+def json_object(content: Any) -> dict[str, Any] | None:
+    """The JSON object ``content`` (text, bytes or a buffer) holds; None for anything else."""
     try:
         body = orjson.loads(content)
     except orjson.JSONDecodeError:
@@ -121,7 +123,7 @@ def admit(
     adapter = adapter_for_path(path)
     if adapter is None:
         return None
-    body = _json_body(content)
+    body = json_object(content)
     if body is None:
         return None
     info = adapter.request_info(body)

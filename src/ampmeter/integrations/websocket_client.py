@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Final
 
-import orjson
-
 from ampmeter.context import Call
 from ampmeter.integrations.adapter import Tally
 from ampmeter.integrations.attach import metered_context
+from ampmeter.integrations.http import json_object
 from ampmeter.integrations.lifecycle import (
     ACTIVE_CALL,
     META_TRANSPORT,
@@ -124,24 +123,13 @@ class _Responses:
             finish_abandoned(response.call, response.tally)
 
 
-def _event(message: Any) -> Any:
-    """The JSON event a frame carries, or None."""
-    if not isinstance(message, (str, bytes, bytearray, memoryview)):
-        return None
-    try:
-        event = orjson.loads(message)
-    except orjson.JSONDecodeError:
-        return None
-    return event if isinstance(event, dict) else None
-
-
 def _admit(connection: Any, message: Any) -> _Pending | None:
     if not isinstance(message, (str, bytes)):
         return None
     mark: Any = _MARK if isinstance(message, str) else _MARK.encode()
     if mark not in message:  # most frames: no parse
         return None
-    event = _event(message)
+    event = json_object(message)
     if event is None:
         return None
     responses: _Responses = vars(connection).setdefault(_ATTRIBUTE, _Responses())
@@ -162,7 +150,7 @@ def _receiving(connection: Any, *args: Any, **kwargs: Any) -> Generator[None, An
     message = yield
     responses = vars(connection).get(_ATTRIBUTE)
     if responses is not None and responses.pending:  # read only while a response is open
-        event = _event(message)
+        event = json_object(message)
         if event is not None:
             responses.observe(event)
     return message

