@@ -183,8 +183,7 @@ def _table_entry(model: str, provider: str | None, generation: int) -> Rates | D
 def _resolve(model: str, provider: str | None) -> PriceCalculation | None:
     """The table's entry for ``model``: matched as genai-prices matches names (any case, dated
     snapshots and aliases), then as ``provider/model`` when the name has a provider prefix."""
-    table = _table
-    assert table is not None  # _current_table() ran first
+    table = _current_table()
     from genai_prices import Usage
 
     usage = Usage(input_tokens=0, output_tokens=0)
@@ -201,7 +200,6 @@ def _resolve(model: str, provider: str | None) -> PriceCalculation | None:
 def table_model_id(model: str, provider: str | None) -> str | None:
     """The id of the table's model that ``model`` is priced as (``gpt-4o`` for ``GPT-4o``,
     ``gpt-4o-2024-08-06`` and ``openai/gpt-4o``), or None when the table does not price it."""
-    _current_table()
     calc = _resolve(model, provider)
     return None if calc is None else str(calc.model.id)
 
@@ -217,7 +215,6 @@ def context_window(model: str | None) -> int:
     ceiling on provider-kept state of unknown size), else :data:`DEFAULT_CONTEXT_WINDOW`."""
     if not model:
         return DEFAULT_CONTEXT_WINDOW
-    _current_table()
     calc = _resolve(model, None)
     window = None if calc is None else calc.model.context_window
     return window if isinstance(window, int) and window > 0 else DEFAULT_CONTEXT_WINDOW

@@ -9,7 +9,7 @@ default applies). Each model name is resolved once and then answered from a cach
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Final
 
 from ampmeter.pricing.names import longest_prefix
@@ -23,7 +23,6 @@ models allow; models that write more are in the table)."""
 
 _TABLE_FILE: Final = "max_output_tokens.json"
 _SEPARATORS: Final = "-@:_"
-_table: dict[str, int] | None = None
 
 
 @lru_cache(maxsize=4_096)
@@ -48,13 +47,11 @@ def output_bound(model: str | None, max_tokens: int | None) -> int:
     return (max_output_tokens(model) if model else None) or DEFAULT_OUTPUT_BOUND
 
 
+@cache
 def _load() -> dict[str, int]:
-    global _table
-    if _table is None:
-        from importlib import resources
+    from importlib import resources
 
-        import orjson
+    import orjson
 
-        raw = orjson.loads(resources.files("ampmeter.pricing").joinpath(_TABLE_FILE).read_bytes())
-        _table = {str(name): int(tokens) for name, tokens in raw["models"].items()}
-    return _table
+    raw = orjson.loads(resources.files("ampmeter.pricing").joinpath(_TABLE_FILE).read_bytes())
+    return {str(name): int(tokens) for name, tokens in raw["models"].items()}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any, Final
 
 from ampmeter.pricing.names import longest_prefix
@@ -36,24 +37,19 @@ _FAMILIES: Final = {
     "gpt-3.5": "cl100k_base",
 }
 _SEPARATORS: Final = "-.:_@"
-_MISSING: Final = object()
 
 _MAX_MODELS: Final = 4_096
 
-_module: Any = _MISSING
-_counters: dict[str, Counter] = {}  # by encoding
 _lock = threading.Lock()
 _enabled = False
 
 
+@cache
 def _library() -> Any:
-    global _module
-    if _module is _MISSING:
-        try:
-            _module = importlib.import_module("bpe_openai")
-        except ImportError:
-            _module = None
-    return _module
+    try:
+        return importlib.import_module("bpe_openai")
+    except ImportError:
+        return None
 
 
 def available() -> bool:
@@ -85,18 +81,18 @@ def encoding_name(model: str) -> str | None:
     return None if found is None else _FAMILIES[found]
 
 
+@cache
 def _encoding_counter(encoding: str) -> Counter | None:
     """The counter of ``encoding`` (loaded once per process), None without the library."""
-    found = _counters.get(encoding)
     library = _library()
-    if found is None and library is not None:
-        encoder = library.get_encoding(encoding)
+    if library is None:
+        return None
+    encoder = library.get_encoding(encoding)
 
-        def count(text: str) -> int:
-            return len(encoder.encode(text, disallowed_special=()))
+    def count(text: str) -> int:
+        return len(encoder.encode(text, disallowed_special=()))
 
-        _counters[encoding] = found = count
-    return found
+    return count
 
 
 class _Counters(dict[str, Counter | None]):
