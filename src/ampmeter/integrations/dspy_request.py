@@ -1,9 +1,7 @@
-"""DSPy's native engine: its requests as the wire bodies they are measured in, and the usage of
-its responses in ampmeter's convention.
+"""DSPy's native engine (:mod:`.dspy_engine`): its requests as the wire bodies they are measured
+in, and the usage of its responses in ampmeter's convention.
 
-DSPy 3's default engine (its vendored ``lm15`` client) takes one ``dspy.lm15.Request`` (model,
-messages of typed parts, system, tools, generation config) and gives back one ``Response`` or a
-stream of events. To reserve, a request is written out as the body its provider's wire format
+To reserve, a ``dspy.lm15.Request`` is written out as the body its provider's wire format
 would carry (:func:`request_body`): every text part, tool call and result, tool definition,
 system prompt and response schema, and each media part in its wire shape, so the estimators of
 :mod:`ampmeter.pricing.request_size` measure it as they measure any request. The Anthropic

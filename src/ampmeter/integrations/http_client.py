@@ -32,6 +32,9 @@ __all__ = ["instrument_http_client", "instrument_urllib3", "uninstrument_http_cl
 
 _PENDING: Final = "_ampmeter_admitted"  # on a connection: its request, until its response
 _METER: Final = "_ampmeter_body"  # on a response: the meter reading its body
+# The parameters both request() methods (http.client's, urllib3's) take by position: the rest
+# are keyword-only.
+_POSITIONAL: Final = ("method", "url", "body", "headers")
 
 _patches: list[Patch] = []
 
@@ -60,50 +63,38 @@ class _ResponseBody(BodyMeter):
             self.finish()
 
 
-def _request_parts(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str, Any]:
-    method = kwargs["method"] if "method" in kwargs else args[0] if args else ""
-    url = kwargs["url"] if "url" in kwargs else args[1] if len(args) > 1 else ""
-    body = kwargs["body"] if "body" in kwargs else args[2] if len(args) > 2 else None
-    return str(method), str(url), body
-
-
-def _admit(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Admitted | None:
-    method, url, body = _request_parts(args, kwargs)
+def _admit(given: dict[str, Any]) -> Admitted | None:
+    method, body = str(given.get("method", "")), given.get("body")
     if method.upper() != "POST" or not isinstance(body, (bytes, bytearray, str)):
         return None
     content = bytes(body) if isinstance(body, bytearray) else body
-    return admit("POST", urlsplit(url).path, content, "http.client", may_ask_usage=False)
+    path = urlsplit(str(given.get("url", ""))).path
+    return admit("POST", path, content, "http.client", may_ask_usage=False)
 
 
-def _marked(
-    connection: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The request's arguments with the mark for the run's proxy (:mod:`.proxy_mark`), when it
-    goes there."""
-    _, url, body = _request_parts(args, kwargs)
+def _mark(connection: Any, given: dict[str, Any]) -> None:
+    """Add the mark for the run's proxy (:mod:`.proxy_mark`) to the request's ``given``
+    arguments, when it goes there."""
+    body = given["body"]
     # http.client sends a str body encoded as ISO-8859-1.
     data = body.encode("iso-8859-1") if isinstance(body, str) else bytes(body)
-    where = f"http://{connection.host}:{connection.port}{urlsplit(url).path}"
+    where = f"http://{connection.host}:{connection.port}{urlsplit(str(given['url'])).path}"
     mark = settings.marker.mark_for(where, data)
-    if mark is None:
-        return args, kwargs
-    given = kwargs.pop("headers", None) if "headers" in kwargs else None
-    if given is None and len(args) > 3:
-        given = args[3]
-    kwargs["headers"] = {**(given or {}), METERED_HEADER: mark}
-    return args[:3], kwargs
+    if mark is not None:
+        given["headers"] = {**(given.get("headers") or {}), METERED_HEADER: mark}
 
 
 def _wrap_request(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def request(connection: Any, *args: Any, **kwargs: Any) -> Any:
-        admitted = _admit(args, kwargs)
+        given = {**dict(zip(_POSITIONAL, args, strict=False)), **kwargs}
+        admitted = _admit(given)
         if admitted is None:
             return original(connection, *args, **kwargs)
         if settings.marker.proxy_url is not None:
-            args, kwargs = _marked(connection, args, kwargs)
+            _mark(connection, given)
         with admitted:
-            result = original(connection, *args, **kwargs)
+            result = original(connection, **given)
         connection.__dict__[_PENDING] = admitted
         return result
 

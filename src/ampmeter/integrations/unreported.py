@@ -1,15 +1,12 @@
 """Usage a provider did not report, for a request it billed: estimated, never zero (the rules
 as users read them: docs/integrations.md).
 
-A response can arrive without its usage (a stream sent with ``include_usage: false``, a proxy
-that strips ``usage``, a stream cut before its usage event). The input is then what the
-reservation estimated; the output is counted from what was received, failing toward charging:
-a token per character of text and tool arguments (a token of text is, but for rare characters
-split into bytes, at least one character), at most the call's ``max_tokens`` (the provider
-wrote no more), at least one token per content event, or exactly by the offline tokenizer when
-it is switched on and knows the model; when nothing countable came, the most the call could
-write (its ``max_tokens``, else its model's maximum output). The call's ``cost_status`` is then
-``"estimated"``.
+The input is what the reservation estimated; the output is counted from what was received,
+failing toward charging: a token per character of text and tool arguments (a token of text is,
+but for rare characters split into bytes, at least one character), at most the call's
+``max_tokens`` (the provider wrote no more), at least one token per content event, or exactly
+by the offline tokenizer when it is switched on and knows the model; when nothing countable
+came, the most the call could write.
 """
 
 from __future__ import annotations
