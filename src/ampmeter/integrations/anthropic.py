@@ -105,11 +105,8 @@ _DELTA_TEXTS = ("partial_json", "thinking")
 
 def _block_length(block: Any, read: Any) -> int:
     """The characters the model wrote in one content block (text, thinking, a tool's input)."""
-    written = 0
-    for name in ("text", "thinking", "name"):
-        value = read(block, name, None)
-        if isinstance(value, str):
-            written += len(value)
+    texts = (read(block, name, None) for name in ("text", "thinking", "name"))
+    written = sum(len(text) for text in texts if isinstance(text, str))
     tool_input = read(block, "input", None)
     if tool_input is not None:
         written += len(json_text(tool_input))

@@ -36,12 +36,8 @@ def model_of_path(path: str) -> str | None:
 
 
 def _parts_text(content: Any) -> list[str]:
-    texts = []
-    for part in get(content, "parts") or ():
-        text = get(part, "text")
-        if isinstance(text, str) and text:
-            texts.append(text)
-    return texts
+    texts = (get(part, "text") for part in get(content, "parts") or ())
+    return [text for text in texts if isinstance(text, str) and text]
 
 
 _USAGE_COUNTS = (
