@@ -168,15 +168,15 @@ def _as_utc(moment: time) -> time:
 def _table_entry(model: str, provider: str | None, generation: int) -> Rates | DatedRates | None:
     """Resolve ``model`` in the table and keep the answer in the disk index; ``generation``
     keys the cache to one table snapshot (so each answer is resolved and stored once)."""
-    table = _table
-    assert table is not None  # _current_table() ran first
+    table = _current_table()
     calc = _resolve(model, provider)
-    rates: Rates | DatedRates | None = None
     if calc is not None and isinstance(calc.model.prices, list):
-        rates = DatedRates(calc.model, table.version)  # conditional prices: by request time
-    elif calc is not None:
-        rates = compile_price(calc.model_price, table.version)
-    _to_disk(model, provider, rates)
+        # Conditional prices, picked by the request's time: always asked of the table.
+        return DatedRates(calc.model, table.version)
+    rates = None if calc is None else compile_price(calc.model_price, table.version)
+    if table.generation == 1:  # the bundled snapshot's answers (not an auto-updated table's)
+        value = table.version if rates is None else rates_to_json(rates)
+        _price_cache.store(model, provider, value)
     return rates
 
 
@@ -239,16 +239,6 @@ def _from_disk(model: str, provider: str | None) -> Rates | Unpriced | None:
         return rates_from_json(found)
     except (TypeError, ValueError, KeyError, ArithmeticError):  # e.g. an older float index
         return None
-
-
-def _to_disk(model: str, provider: str | None, rates: Rates | DatedRates | None) -> None:
-    if isinstance(rates, DatedRates):
-        return  # depends on the time of the request: always asked of the table
-    table = _table
-    if table is None or table.generation != 1:
-        return  # only the bundled snapshot's answers (not an auto-updated table's) are kept
-    value: object = table.version if rates is None else rates_to_json(rates)
-    _price_cache.store(model, provider, value)
 
 
 def watch() -> tuple[Callable[[], object], object]:

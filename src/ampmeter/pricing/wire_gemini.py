@@ -57,17 +57,10 @@ def measure_gemini(
     tally = Tally()
     model = body.get("model")
     gemini_3 = isinstance(model, str) and "gemini-3" in model.lower()
-    system = _get(body, "systemInstruction", "system_instruction")
-    if isinstance(system, str):
-        tally.framing += TOKENS_PER_CONTENT
-        tally.text(system)
-    elif isinstance(system, dict):
-        _content(system, gemini_3, tally)
     contents = body.get("contents")
-    if isinstance(contents, str):
-        tally.framing += TOKENS_PER_CONTENT
-        tally.text(contents)
-    for content in contents if isinstance(contents, list) else ():
+    contents = [contents] if isinstance(contents, str) else contents
+    system = _get(body, "systemInstruction", "system_instruction")
+    for content in [system, *(contents if isinstance(contents, list) else ())]:
         if isinstance(content, dict):
             _content(content, gemini_3, tally)
         elif isinstance(content, str):

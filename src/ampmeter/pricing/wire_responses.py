@@ -44,16 +44,12 @@ def measure_responses(
         tally.framing += TOKENS_PER_MESSAGE
         tally.text(instructions)
     items = body.get("input")
-    if isinstance(items, str):
-        tally.framing += TOKENS_PER_MESSAGE
-        tally.text(items)
-    elif isinstance(items, list):
-        for item in items:
-            if isinstance(item, dict):
-                _item(item, model, tally)
-            elif isinstance(item, str):
-                tally.framing += TOKENS_PER_MESSAGE
-                tally.text(item)
+    for item in [items] if isinstance(items, str) else items if isinstance(items, list) else ():
+        if isinstance(item, dict):
+            _item(item, model, tally)
+        elif isinstance(item, str):
+            tally.framing += TOKENS_PER_MESSAGE
+            tally.text(item)
     tally.framing += REPLY_PRIMING
     tools = body.get("tools")
     if isinstance(tools, list) and tools:
