@@ -183,14 +183,9 @@ def uninstrument() -> None:
 
 def is_instrumented() -> bool:
     """Whether :func:`instrument` is in effect (or an SDK was patched on its own)."""
-    if _armed:
-        return True
-    for row in INTEGRATIONS:
-        module = sys.modules.get(row.patch.partition(":")[0])
-        probe = getattr(module, "is_instrumented", None)
-        if probe is not None and probe():
-            return True
-    return False
+    modules = (sys.modules.get(row.patch.partition(":")[0]) for row in INTEGRATIONS)
+    probes = (getattr(module, "is_instrumented", None) for module in modules)
+    return bool(_armed) or any(probe is not None and probe() for probe in probes)
 
 
 def set_default_context(context: ExecutionContext | None) -> None:

@@ -65,16 +65,11 @@ def _text(text: str) -> SimpleNamespace:
     return SimpleNamespace(type="text", text=text)
 
 
-def _system_parts(system: object) -> tuple[Any, ...]:
-    if system is None:
-        return ()
-    if isinstance(system, str):
-        return (_text(system),)
-    return tuple(system) if isinstance(system, Iterable) else ()
-
-
 def _parts(content: object) -> tuple[Any, ...]:
-    """A tool result's content (a string, one part, or a sequence of both) as parts."""
+    """A system prompt or a tool result's content (a string, one part, or a sequence of both;
+    None: nothing) as parts."""
+    if content is None:
+        return ()
     if isinstance(content, str):
         return (_text(content),)
     if isinstance(content, (list, tuple)):
@@ -109,7 +104,7 @@ def _media_url(part: Any) -> str:
 
 def _chat_body(request: Any) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
-    system = _system_parts(request.system)
+    system = _parts(request.system)
     if system:
         messages.append({"role": "system", "content": [_chat_part(p) for p in system]})
     for message in request.messages:
@@ -177,7 +172,7 @@ def _anthropic_body(request: Any) -> dict[str, Any]:
         role = "assistant" if message.role == "assistant" else "user"
         messages.append({"role": role, "content": blocks})
     body: dict[str, Any] = {"messages": messages}
-    system = _system_parts(request.system)
+    system = _parts(request.system)
     if system:
         body["system"] = [_anthropic_block(part) for part in system]
     if request.tools:

@@ -117,14 +117,10 @@ def admit(
     """
     if method != "POST" or ACTIVE_CALL.get() is not None:
         return None
-    ctx = metered_context()
-    if ctx is None:
-        return None
     adapter = adapter_for_path(path)
-    if adapter is None:
-        return None
-    body = json_object(content)
-    if body is None:
+    ctx = None if adapter is None else metered_context()
+    body = None if ctx is None else json_object(content)
+    if ctx is None or adapter is None or body is None:
         return None
     info = adapter.request_info(body)
     if info.model is None:
