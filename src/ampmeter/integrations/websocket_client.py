@@ -48,7 +48,6 @@ _ADAPTER: Final = ResponsesAdapter("responses.connect.create")
 _ATTRIBUTE: Final = "_ampmeter_pending_responses"  # where a connection's responses live
 
 _patches: list[Patch] = []
-_legacy_patches: list[Patch] = []
 
 
 class ResponseFailed(Exception):
@@ -168,31 +167,27 @@ def _closing(connection: Any, *args: Any, **kwargs: Any) -> Generator[None, Any,
 _HOOKS: Final = {"send": _sending, "recv": _receiving, "close": _closing}
 
 
-def _patch(cls: type, patches: list[Patch]) -> None:
-    for name, hook in _HOOKS.items():
-        patches.append(Patch.apply(cls, name, around(getattr(cls, name), hook)))
+def _patch(*classes: type) -> None:
+    for cls in classes:
+        if not any(patch.owner is cls for patch in _patches):
+            for name, hook in _HOOKS.items():
+                _patches.append(Patch.apply(cls, name, around(getattr(cls, name), hook)))
 
 
 def instrument_websockets(_module: ModuleType) -> None:
     """Meter the sync and asyncio ``websockets`` clients (idempotent)."""
-    if _patches:
-        return
     from websockets.asyncio.client import ClientConnection as AsyncClientConnection
     from websockets.sync.client import ClientConnection
 
-    _patch(ClientConnection, _patches)
-    _patch(AsyncClientConnection, _patches)
+    _patch(ClientConnection, AsyncClientConnection)
 
 
 def instrument_websockets_legacy(module: ModuleType) -> None:
     """Meter the legacy asyncio client of ``module`` (``websockets.legacy.client``; idempotent).
     Patched on its import only: importing it warns of its deprecation."""
-    if _legacy_patches:
-        return
-    _patch(module.WebSocketClientProtocol, _legacy_patches)
+    _patch(module.WebSocketClientProtocol)
 
 
 def uninstrument_websockets() -> None:
     """Restore the ``websockets`` clients, the legacy one included (idempotent)."""
     undo_all(_patches)
-    undo_all(_legacy_patches)
