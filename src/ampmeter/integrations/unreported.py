@@ -45,14 +45,12 @@ def estimate_unreported(call: Call, tally: Tally) -> None:
         return
     reserved_in, reserved_out = call.reserved_tokens
     tally.tokens_in = reserved_in
-    if tally.tokens_out is None:
-        if kind == "embedding":
-            tally.tokens_out = 0
-        else:
-            counted = received_output_tokens(tally, call.model, reserved_out or None)
-            tally.tokens_out = (
-                counted if counted is not None else reserved_out or output_bound(call.model, None)
-            )
+    if tally.tokens_out is None and kind == "embedding":
+        tally.tokens_out = 0
+    elif tally.tokens_out is None:
+        counted = received_output_tokens(tally, call.model, reserved_out or None)
+        most = reserved_out or output_bound(call.model, None)
+        tally.tokens_out = most if counted is None else counted
     tally.estimated = True
 
 

@@ -108,18 +108,16 @@ def _current_table() -> _Table:
     return table
 
 
+@dataclass(slots=True, eq=False)
 class DatedRates:
     """Rates of a model whose table price depends on the request time (start dates, off-peak).
 
     The rates in force are kept until the next instant any of the model's conditions changes.
     """
 
-    __slots__ = ("model_info", "state", "version")
-
-    def __init__(self, model_info: ModelInfo, version: str) -> None:
-        self.model_info = model_info
-        self.version = version
-        self.state: tuple[float, Rates | None] = (-math.inf, None)  # (valid until, rates)
+    model_info: ModelInfo
+    version: str
+    state: tuple[float, Rates | None] = (-math.inf, None)  # (valid until, rates)
 
     def in_force(self) -> Rates | None:
         """The rates in force now (by :data:`now`)."""
