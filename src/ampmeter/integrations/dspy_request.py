@@ -54,6 +54,8 @@ def request_body(wire: Wire, model: str, request: Any) -> dict[str, Any]:
         body = _chat_body(request)
         if config.response_format is not None:
             body["response_format"] = config.response_format
+    if request.tools:
+        body["tools"] = [_tool(tool, wire) for tool in request.tools]
     body["model"] = model
     if config.max_tokens is not None:
         body["max_tokens"] = config.max_tokens
@@ -126,8 +128,6 @@ def _chat_body(request: Any) -> dict[str, Any]:
                 row["tool_calls"] = calls
             messages.append(row)
     body: dict[str, Any] = {"messages": messages}
-    if request.tools:
-        body["tools"] = [_tool(tool, "chat") for tool in request.tools]
     return body
 
 
@@ -175,8 +175,6 @@ def _anthropic_body(request: Any) -> dict[str, Any]:
     system = _parts(request.system)
     if system:
         body["system"] = [_anthropic_block(part) for part in system]
-    if request.tools:
-        body["tools"] = [_tool(tool, "anthropic") for tool in request.tools]
     return body
 
 

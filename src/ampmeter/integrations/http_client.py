@@ -47,9 +47,8 @@ class _ResponseBody(BodyMeter):
         self.busy = False  # a read is under way (the response's reads call one another)
         encoding = (response.getheader("content-encoding") or "").strip().lower()
         # The caller may decompress what it reads; the reader needs the plain body.
-        self._inflate: Any = None
-        if encoding in ("gzip", "deflate"):
-            self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 32)
+        gzipped = encoding in ("gzip", "deflate")
+        self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 32) if gzipped else None
 
     def seen(self, data: bytes, *, decoded: bool = False) -> None:
         """``data`` was read from the body (``decoded``: already decompressed)."""

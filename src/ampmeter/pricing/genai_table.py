@@ -60,10 +60,9 @@ class Unpriced:
 class _Table:
     """The lazily imported genai-prices entry points and the snapshot rates were resolved from."""
 
-    __slots__ = ("calc_price", "generation", "get_snapshot", "snapshot", "unpriced", "version")
+    __slots__ = ("calc_price", "generation", "get_snapshot", "snapshot", "version")
     version: str
     snapshot: object
-    unpriced: Unpriced
 
     def __init__(self) -> None:
         import genai_prices
@@ -84,7 +83,6 @@ class _Table:
             if isinstance(stamp, datetime):
                 version += f"+update@{stamp.isoformat(timespec='seconds')}"
         self.version = version
-        self.unpriced = Unpriced(version)
         self.snapshot = snapshot
         self.generation += 1
         _table_entry.cache_clear()
@@ -264,7 +262,7 @@ def table_entry(model: str, provider: str | None) -> Rates | DatedRates | Unpric
         return known
     table = _current_table()
     rates = _table_entry(model, provider, table.generation)
-    return table.unpriced if rates is None else rates
+    return Unpriced(table.version) if rates is None else rates
 
 
 def load() -> None:
