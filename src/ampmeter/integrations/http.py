@@ -229,14 +229,12 @@ def _settle(admitted: Admitted, response: Any, streamed: bool, body_type: type) 
     reader = response_reader(
         admitted, response.status_code, response.headers.get("content-type", "")
     )
-    if reader is None:
-        return response
-    if not streamed:  # the body was read whole by send()
+    if reader is not None and not streamed:  # the body was read whole by send()
         reader.feed(response.content)
         reader.end()
         finish_call(admitted.call, reader.tally, None)
-        return response
-    response.stream = body_type(response.stream, reader, admitted)
+    elif reader is not None:
+        response.stream = body_type(response.stream, reader, admitted)
     return response
 
 

@@ -123,10 +123,8 @@ class _Responses:
 
 
 def _admit(connection: Any, message: Any) -> _Pending | None:
-    if not isinstance(message, (str, bytes)):
-        return None
     mark: Any = _MARK if isinstance(message, str) else _MARK.encode()
-    if mark not in message:  # most frames: no parse
+    if not isinstance(message, (str, bytes)) or mark not in message:  # most frames: no parse
         return None
     event = json_object(message)
     if event is None:

@@ -292,10 +292,8 @@ def split_provider(model: str) -> tuple[str, str] | None:
     """``("openai", "gpt-4o")`` for ``"openai/gpt-4o"``: a name prefixed with a provider the
     price table knows (or a LiteLLM alias of one); None for any other name."""
     prefix, slash, rest = model.partition("/")
-    if not slash or not rest:
-        return None
     provider = _PROVIDER_ALIASES.get(prefix.lower(), prefix.lower())
-    if provider not in _known_providers():
+    if not slash or not rest or provider not in _known_providers():
         return None
     return provider, rest
 

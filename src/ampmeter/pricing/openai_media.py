@@ -78,12 +78,10 @@ def _tiles(size: tuple[int, int] | None) -> int:
     if size is None or min(size) <= 0:
         return _MAX_TILES
     width, height = float(size[0]), float(size[1])
-    if max(width, height) > 2048:
-        scale = 2048 / max(width, height)
-        width, height = width * scale, height * scale
-    if min(width, height) > 768:
-        scale = 768 / min(width, height)
-        width, height = width * scale, height * scale
+    scale = min(1.0, 2048 / max(width, height))  # fit in 2048x2048
+    width, height = width * scale, height * scale
+    scale = min(1.0, 768 / min(width, height))  # then the shortest side down to 768
+    width, height = width * scale, height * scale
     return math.ceil(width / 512) * math.ceil(height / 512)
 
 

@@ -141,13 +141,6 @@ def _scaled(rate: Decimal, places: int) -> int:
     return numerator * scale // denominator
 
 
-def _step_rate(steps: _Steps, input_tokens: int) -> Decimal:
-    for threshold, rate in steps:
-        if input_tokens > threshold:
-            return rate
-    return steps[-1][1]  # not reached: the base step's threshold is -1
-
-
 def compile_price(model_price: ModelPrice, version: str) -> Rates | None:
     """Turn a genai-prices ``ModelPrice`` into :class:`Rates`; None if it prices no tokens.
 
@@ -171,8 +164,9 @@ def compile_price(model_price: ModelPrice, version: str) -> Rates | None:
     all_steps = (inp, out, cache_read, cache_write, reasoning, per_call)
 
     def flat(input_tokens: int, bands: tuple[tuple[int, Rates], ...] | None = None) -> Rates:
-        r_in, r_out, r_cr, r_cw, r_rs, r_call = (_step_rate(s, input_tokens) for s in all_steps)
-        return Rates(r_in, r_out, r_cr, r_cw, r_rs, r_call, version=version, bands=bands)
+        # The first step the call's input exceeds (the base step's threshold is -1).
+        rates = (next(r for t, r in steps if input_tokens > t) for steps in all_steps)
+        return Rates(*rates, version=version, bands=bands)
 
     thresholds = sorted({t for steps in all_steps for t, _ in steps if t >= 0}, reverse=True)
     bands = tuple((t, flat(t + 1)) for t in thresholds)
