@@ -28,11 +28,8 @@ PROVIDER = "google"
 
 def model_of_path(path: str) -> str | None:
     """The model named by a Gemini path (``.../models/gemini-2.0-flash:generateContent``)."""
-    head = path.rpartition(":")[0]
-    marker = head.rfind("/models/")
-    if marker < 0:
-        return None
-    return head[marker + len("/models/") :] or None
+    _, marker, model = path.rpartition(":")[0].rpartition("/models/")
+    return model if marker and model else None
 
 
 def _parts_text(content: Any) -> list[str]:

@@ -90,10 +90,8 @@ def unwrapped_send(client_class: type) -> Any:
     module's patch (for an SDK's own client, whose every request the SDK's door meters)."""
     for owner in client_class.__mro__:
         if "send" in owner.__dict__:
-            for patch in _patches:
-                if patch.owner is owner:
-                    return patch.original
-            return owner.__dict__["send"]
+            originals = (patch.original for patch in _patches if patch.owner is owner)
+            return next(originals, owner.__dict__["send"])
     raise TypeError(f"{client_class.__name__} is no httpx client")
 
 

@@ -52,21 +52,18 @@ async def after_raw_async(result: Any, admitted: Admitted) -> Any:
 
 
 def _settle_parsed(result: Any, parsed: Any, admitted: Admitted, *, is_async: bool) -> Any:
-    # The SDK caches what parse() returns: the caller's parse() gets this metered stream.
+    # The SDK caches what parse() returns: the caller's parse() gets this metered stream. The
+    # caller may read its lines, text or bytes instead of parsing it: the raw response's body
+    # iterators then read the usage from the events they pass.
     meter = meter_result(admitted, parsed, is_async=is_async)
-    if meter is not None:
-        _read_raw_body(result, meter)
-    return result
-
-
-def _read_raw_body(result: Any, meter: StreamMeter) -> None:
-    """Have the raw response's body iterators read the usage from the events they pass: the
-    caller may read the event stream's lines, text or bytes instead of parsing it."""
+    if meter is None:
+        return result
     ref = weakref.ref(result)  # the hooks live on the response: no cycle through them
     for name in _BODY_ITERATORS:
         method = getattr(type(result), name, None)
         if method is not None:
             setattr(result, name, _read_while_iterating(ref, method, meter, name))
+    return result
 
 
 # The raw responses' ways of reading a streamed body piece by piece (the async response's are

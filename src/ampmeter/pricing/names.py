@@ -54,6 +54,4 @@ def model_identity(model: str) -> str:
     from ampmeter.pricing.genai_table import table_model_id
 
     found = table_model_id(model, None)
-    if found is not None:
-        return found.lower()
-    return user_price_names(model)[0][-1]
+    return found.lower() if found is not None else user_price_names(model)[0][-1]
