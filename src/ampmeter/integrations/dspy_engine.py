@@ -23,7 +23,6 @@ from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.dspy_request import (
     USAGE_FAMILIES,
-    count_tool_calls,
     read_usage,
     request_body,
     wire_of,
@@ -62,7 +61,8 @@ class _EngineAdapter(Adapter):
         tally.response_id = getattr(result, "id", None)
         read_usage(getattr(result, "usage", None), self.family, tally)
         message = getattr(result, "message", None)
-        tally.tool_calls = count_tool_calls(getattr(message, "parts", ()))
+        kinds = (getattr(part, "type", None) for part in getattr(message, "parts", ()))
+        tally.tool_calls = sum(kind == "tool_call" for kind in kinds)
         if settings.capture_content:
             text = getattr(result, "text", None)
             if isinstance(text, str):

@@ -15,7 +15,6 @@ includes both.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from types import SimpleNamespace
 from typing import Any, Final
 
@@ -24,7 +23,7 @@ from ampmeter.integrations.wire import counts
 from ampmeter.pricing.measure_parts import json_text
 from ampmeter.pricing.request_size import Wire
 
-__all__ = ["USAGE_FAMILIES", "count_tool_calls", "read_usage", "request_body", "wire_of"]
+__all__ = ["USAGE_FAMILIES", "read_usage", "request_body", "wire_of"]
 
 # lm15's LM class of a dialect (``Resolution.adapter``) -> how its usage is counted.
 USAGE_FAMILIES: Final = {"AnthropicLM": "anthropic", "GeminiLM": "gemini", "XaiLM": "xai"}
@@ -208,8 +207,3 @@ def read_usage(usage: object, family: str | None, tally: Tally) -> None:
         tokens_out = (tokens_out or 0) + reasoning
     tally.tokens_in, tally.tokens_out = tokens_in, tokens_out
     tally.cached, tally.cache_write, tally.reasoning = cached, writes, reasoning
-
-
-def count_tool_calls(parts: Iterable[Any]) -> int:
-    """The tool calls among a response message's parts."""
-    return sum(1 for part in parts if getattr(part, "type", None) == "tool_call")

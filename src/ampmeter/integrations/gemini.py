@@ -60,12 +60,10 @@ class GenerateContentAdapter(Adapter):
         return RequestInfo(None, request_size.measure(self.wire, kwargs), max_tokens, stream)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
-        parts = _parts_text(kwargs.get("systemInstruction") or kwargs.get("system_instruction"))
+        system = kwargs.get("systemInstruction") or kwargs.get("system_instruction")
         contents = kwargs.get("contents")
-        if isinstance(contents, (list, tuple)):
-            for content in contents:
-                parts.extend(_parts_text(content))
-        return "\n".join(parts)
+        contents = contents if isinstance(contents, (list, tuple)) else ()
+        return "\n".join(text for content in (system, *contents) for text in _parts_text(content))
 
     def read_response(self, result: Any, tally: Tally) -> None:
         self.read_event(result, tally, False)

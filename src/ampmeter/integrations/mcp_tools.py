@@ -58,16 +58,13 @@ def _wrap_call_tool(original: Callable[..., Any]) -> Callable[..., Any]:
             raise
         if price is not None:
             call.record(cost_usd=price)
-        failed = _is_error(result)
+        # The server says the tool failed: ``is_error`` in mcp 2, ``isError`` before.
+        flags = (getattr(result, "is_error", None), getattr(result, "isError", None))
+        failed = any(flag is True for flag in flags)
         call.finish(ToolFailed(f"the MCP tool {name!r} reported an error") if failed else None)
         return result
 
     return call_tool
-
-
-def _is_error(result: Any) -> bool:
-    """Whether a tool result says the tool failed (``is_error`` in mcp 2, ``isError`` before)."""
-    return getattr(result, "is_error", None) is True or getattr(result, "isError", None) is True
 
 
 def instrument_mcp(module: ModuleType) -> None:

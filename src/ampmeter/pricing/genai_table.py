@@ -137,8 +137,6 @@ def _next_change(model_info: ModelInfo, stamp: datetime) -> float:
     changes = [math.inf]
     for conditional in prices if isinstance(prices, list) else ():
         constraint = conditional.constraint
-        if constraint is None:
-            continue
         if isinstance(constraint, StartDateConstraint):
             changes.append(datetime.combine(constraint.start_date, time(), _UTC).timestamp())
         elif isinstance(constraint, TimeOfDateConstraint):
@@ -147,7 +145,7 @@ def _next_change(model_info: ModelInfo, stamp: datetime) -> float:
                 if at <= stamp:
                     at += timedelta(days=1)
                 changes.append(at.timestamp())
-        else:  # a condition this module does not know: re-resolve on every call
+        elif constraint is not None:  # a condition this module does not know: re-resolve always
             return stamp.timestamp()
     instant = stamp.timestamp()
     return min((c for c in changes if c > instant), default=math.inf)

@@ -44,8 +44,7 @@ def data_url(url: object) -> tuple[str, str] | None:
 
 def b64_bytes(data: str) -> int:
     """How many bytes the base64 text ``data`` decodes to (without decoding it)."""
-    n = len(data.rstrip("="))
-    return n * 3 // 4
+    return len(data.rstrip("=")) * 3 // 4
 
 
 def decode_head(data: str, limit: int = _HEAD_BYTES) -> bytes:
