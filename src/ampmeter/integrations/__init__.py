@@ -52,6 +52,10 @@ class Integration:
     patch: str  # called with the imported library module
     undo: str  # called with nothing; idempotent
 
+    def arm(self, module: ModuleType) -> None:
+        """Patch the library ``module`` (imported now)."""
+        _resolve(self.patch)(module)
+
 
 def _resolve(target: str) -> Callable[..., object]:
     """The function ``"module:function"`` names."""
@@ -102,10 +106,6 @@ INTEGRATIONS: tuple[Integration, ...] = (
     ),
 )
 _armed: set[str] = set()  # the triggers instrument() patches (now, or when imported)
-
-
-def _arm(integration: Integration) -> Callable[[ModuleType], object]:
-    return lambda module: _resolve(integration.patch)(module)
 
 
 def instrument(
@@ -164,7 +164,7 @@ def instrument(
     for row in chosen:
         if row.trigger not in _armed:
             _armed.add(row.trigger)
-            _hooks.when_imported(row.trigger, _arm(row))
+            _hooks.when_imported(row.trigger, row.arm)
     return done
 
 

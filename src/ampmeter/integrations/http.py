@@ -134,7 +134,7 @@ def admit(
 def response_reader(admitted: Admitted, status: int, content_type: str) -> BodyReader | None:
     """How to read a response's body (None: an error status, and the node ended failed)."""
     if status >= 400:
-        finish_call(admitted.call, None, _ProviderError(status))
+        finish_call(admitted.call, None, _ProviderError(f"the provider answered HTTP {status}"))
         return None
     sse = content_type.startswith("text/event-stream")
     return BodyReader(admitted.adapter, Tally(), sse=sse, hide=admitted.hide)
@@ -142,9 +142,6 @@ def response_reader(admitted: Admitted, status: int, content_type: str) -> BodyR
 
 class _ProviderError(Exception):
     """The provider answered with an error status (recorded on the node, never raised)."""
-
-    def __init__(self, status: int) -> None:
-        super().__init__(f"the provider answered HTTP {status}")
 
 
 class BodyMeter(Meter):

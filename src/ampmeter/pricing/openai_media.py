@@ -119,11 +119,9 @@ def _file_tokens(model: str | None, file_data: object) -> int:
 
 def add_content(content: object, model: object, tally: Tally) -> None:
     """Content as both APIs send it: a string, or a list of parts (either API's spelling)."""
-    if isinstance(content, str):
-        tally.text(content)
-        return
     name = model if isinstance(model, str) else None
-    for part in content if isinstance(content, list) else ():
+    parts = [content] if isinstance(content, str) else content
+    for part in parts if isinstance(parts, list) else ():
         if isinstance(part, dict):
             _add_part(part, name, tally)
         else:

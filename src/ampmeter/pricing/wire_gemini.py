@@ -71,11 +71,8 @@ def measure_gemini(
         tally.json(tool)
     config = _get(body, "generationConfig", "generation_config")
     if isinstance(config, dict):
-        for camel, snake in (
-            ("responseSchema", "response_schema"),
-            ("responseJsonSchema", "response_json_schema"),
-        ):
-            tally.json(_get(config, camel, snake))
+        tally.json(_get(config, "responseSchema", "response_schema"))
+        tally.json(_get(config, "responseJsonSchema", "response_json_schema"))
     size = tally.size(counter)
     if _get(body, "cachedContent", "cached_content") is not None:
         # Billed as input, its size not in the body: stored state of unknown size.
