@@ -5,14 +5,11 @@ is mounted (LiteLLM's aiohttp transport included). aiohttp's own clients: :mod:`
 
 A ``POST`` is metered when a context is current, no SDK door is already metering the request
 (:data:`~ampmeter.integrations.lifecycle.ACTIVE_CALL`; the SDKs' own clients send past this
-layer), and its path names a known wire format (:data:`ROUTES`: OpenAI Chat Completions,
-Responses, embeddings and legacy completions, Anthropic Messages, Gemini; a streamed Gemini
-answer is SSE or a JSON array).
-
-The request's JSON body is read before anything is sent, so limits stop the request before a
-byte leaves. The response body is read as it passes to the caller (streams included) with the
-same readers the SDK patches use. A streamed OpenAI chat or completions request that did not ask
-for usage gets ``stream_options.include_usage`` and the extra usage event is not passed on.
+layer), and its path names a known wire format (:data:`ROUTES`). Its JSON body is read before
+anything is sent, so limits stop the request before a byte leaves; the response body is read as
+it passes to the caller (streams included; a streamed Gemini answer is SSE or a JSON array). A
+streamed OpenAI chat or completions request that did not ask for usage gets
+``stream_options.include_usage`` and the extra usage event is not passed on.
 """
 
 from __future__ import annotations
@@ -105,15 +102,15 @@ def json_object(content: Any) -> dict[str, Any] | None:
 
 
 def admit(
-    method: str, path: str, content: bytes | str, transport: str, *, may_ask_usage: bool
+    path: str, content: bytes | str, transport: str, *, may_ask_usage: bool
 ) -> Admitted | None:
-    """Begin the node of a request in a known wire format (None: not one to meter here).
+    """Begin the node of a ``POST`` in a known wire format (None: not one to meter here).
 
     Raises ``LimitExceeded`` when it would break a limit: nothing has been sent. With
     ``may_ask_usage`` a stream that did not ask for its usage is changed to ask for it
     (``Admitted.hide``; the caller sends ``Admitted.body`` instead of its own).
     """
-    if method != "POST" or ACTIVE_CALL.get() is not None:
+    if ACTIVE_CALL.get() is not None:
         return None
     adapter = adapter_for_path(path)
     ctx = None if adapter is None else metered_context()
@@ -247,7 +244,7 @@ def _send_metered(module: ModuleType, request: Any, stream: bool) -> tuple[Admit
         # Ask for the usage of a stream the caller reads piece by piece (a body read whole
         # would have to be rewritten to hide the extra event: it is left as it is).
         path, transport = request.url.path, module.__name__
-        admitted = admit("POST", path, content, transport, may_ask_usage=stream)
+        admitted = admit(path, content, transport, may_ask_usage=stream)
         if admitted is not None and admitted.hide:
             headers = request.headers.copy()
             headers.pop("content-length", None)

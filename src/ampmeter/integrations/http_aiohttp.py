@@ -135,7 +135,7 @@ def _wrap_request(original: Callable[..., Any], *, post: bool) -> Callable[..., 
             body = orjson.dumps(kwargs["json"])
         if not isinstance(body, (bytes, str)) or str(method).upper() != "POST":
             return original(session, *args, **kwargs)
-        admitted = admit("POST", URL(str(url)).path, body, "aiohttp", may_ask_usage=True)
+        admitted = admit(URL(str(url)).path, body, "aiohttp", may_ask_usage=True)
         if admitted is None:
             return original(session, *args, **kwargs)
         marker = settings.marker

@@ -68,7 +68,7 @@ def _admit(given: dict[str, Any]) -> Admitted | None:
         return None
     content = bytes(body) if isinstance(body, bytearray) else body
     path = urlsplit(str(given.get("url", ""))).path
-    return admit("POST", path, content, "http.client", may_ask_usage=False)
+    return admit(path, content, "http.client", may_ask_usage=False)
 
 
 def _mark(connection: Any, given: dict[str, Any]) -> None:
