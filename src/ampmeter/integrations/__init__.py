@@ -129,17 +129,13 @@ def instrument(
     started as a ``threading.Thread`` runs in the submitter's context; ``mcp``: each MCP tool
     call is a ``tool`` node.
 
-    A library already imported is patched at once, the others right after their own import, so
-    a program pays nothing for libraries it does not use. Returns the names patched now.
-    ``capture_content=True`` also stores the prompt and response text on each node (off by
-    default: logs then hold no conversation text, and the message of a provider error, which may
-    echo the prompt, is withheld from error text).
-
-    ``response_id_keys=True`` is for a caching gateway that delivers one stored response again:
-    a call is then keyed by its response's id, its endpoint and every count of its usage, so
-    the same stored response counts once. By default a repeated id is another billed call and
-    counts (gateways and mock servers answer every request with one id). Calling ``instrument``
-    again only updates these two settings.
+    A library already imported is patched at once, the others right after their own import.
+    Returns the names patched now. ``capture_content=True`` also stores the prompt and response
+    text on each node (off: logs hold no conversation text, and a provider error's message, which
+    may echo the prompt, is withheld). ``response_id_keys=True`` keys a call by its response's id,
+    endpoint and usage, for a caching gateway that delivers one stored response again (by
+    default a repeated id is another billed call). Calling ``instrument`` again only updates
+    these two settings.
     """
     for name, flag in (
         ("capture_content", capture_content),

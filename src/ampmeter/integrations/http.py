@@ -169,10 +169,9 @@ class BodyMeter(Meter):
         early is no error: :meth:`abandon` counts it)."""
         try:
             yield
-        except GeneratorExit:
-            raise
         except BaseException as exc:
-            self.end(exc)
+            if not isinstance(exc, GeneratorExit):
+                self.end(exc)
             raise
 
     def __del__(self) -> None:

@@ -96,11 +96,10 @@ class _Responses:
             return
         kind = get(event, "type")
         response_id = get(get(event, "response"), "id")
-        if kind == "response.created":
-            for pending in queue:
-                if pending.response_id is None:
-                    pending.response_id = response_id
-                    return
+        if kind == "response.created":  # names the oldest response not yet named
+            unnamed = next((p for p in queue if p.response_id is None), None)
+            if unnamed is not None:
+                unnamed.response_id = response_id
             return
         if kind == "error":  # the oldest request not yet answered was refused
             pending = next((p for p in queue if p.response_id is None), queue[0])
