@@ -104,11 +104,11 @@ class Rates:
         return self
 
 
-def rate_arg(value: object, what: str) -> Decimal:
-    """``value`` (see :func:`ampmeter.money.usd`) as a rate in USD per million tokens, checked
-    before any work that grows with its size: ``ValueError`` naming ``what`` for a rate above
-    :data:`MAX_RATE` or with more than :data:`MAX_PLACES` decimal places."""
-    limit = f"{what} must be at most {MAX_RATE:,} USD per million tokens"
+def rate_arg(value: object, what: str, unit: str = "USD per million tokens") -> Decimal:
+    """``value`` (see :func:`ampmeter.money.usd`) as a rate in ``unit`` (or a tool's dollars a
+    call), checked before any work that grows with its size: ``ValueError`` naming ``what`` for
+    a rate above :data:`MAX_RATE` or with more than :data:`MAX_PLACES` decimal places."""
+    limit = f"{what} must be at most {MAX_RATE:,} {unit}"
     # An int is compared as an int: comparing it with a Decimal reads all its digits.
     if isinstance(value, int) and value > _MAX_RATE_INT:
         raise ValueError(f"{limit}, got an integer of {value.bit_length():,} bits")
@@ -117,8 +117,7 @@ def rate_arg(value: object, what: str) -> Decimal:
         raise ValueError(f"{limit}, got {_short(rate)}")
     if _decimals(rate) > MAX_PLACES:
         raise ValueError(
-            f"{what} may have at most {MAX_PLACES} decimal places (USD per million tokens), "
-            f"got {_short(rate)}"
+            f"{what} may have at most {MAX_PLACES} decimal places ({unit}), got {_short(rate)}"
         )
     return rate
 
