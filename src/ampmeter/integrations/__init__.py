@@ -2,12 +2,10 @@
 ``embedding`` for an embeddings request); docs/integrations.md says what each library meters.
 
 The ``openai`` and ``anthropic`` SDKs are metered at their clients' one door
-(:mod:`ampmeter.integrations.sdk`); any other client that speaks a known wire format over
-``httpx`` or ``httpx2`` (LiteLLM, google-genai, mistralai, plain httpx) at the HTTP layer
-(:mod:`ampmeter.integrations.http`). A request is metered once, by the first layer that sees it.
-Outside a context the libraries behave exactly as without ampmeter. No API key, header or
-(unless ``capture_content=True``) prompt or response text is put on a node; a failed call's
-error text is scrubbed by :mod:`ampmeter.redact` (the client's API key included).
+(:mod:`ampmeter.integrations.sdk`), any other client that speaks a known wire format at the HTTP
+layer (:mod:`ampmeter.integrations.http`): a request is metered once, by the first layer that
+sees it. No API key, header or (unless ``capture_content=True``) prompt or response text is
+put on a node; a failed call's error text is scrubbed by :mod:`ampmeter.redact`.
 """
 
 from __future__ import annotations
@@ -137,16 +135,12 @@ def instrument(
     default a repeated id is another billed call). Calling ``instrument`` again only updates
     these two settings.
     """
-    for name, flag in (
-        ("capture_content", capture_content),
-        ("response_id_keys", response_id_keys),
-    ):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    if not isinstance(response_id_keys, bool):
+        raise TypeError(f"response_id_keys must be a bool, got {type(response_id_keys).__name__}")
+    redact.configure(capture_content=capture_content)  # first: it refuses a value not a bool
     settings.capture_content = capture_content
     settings.response_id_keys = response_id_keys
     settings.marker = Marker.from_env()
-    redact.configure(capture_content=capture_content)
     switches = {
         "openai": openai,
         "anthropic": anthropic,
