@@ -76,10 +76,7 @@ _patches: list[Patch] = []
 
 def adapter_for_path(path: str) -> Adapter | None:
     """The reader of the wire format a request path names, or None."""
-    for suffix, adapter in ROUTES.items():
-        if path.endswith(suffix):
-            return adapter
-    return None
+    return next((adapter for suffix, adapter in ROUTES.items() if path.endswith(suffix)), None)
 
 
 def unwrapped_send(client_class: type) -> Any:

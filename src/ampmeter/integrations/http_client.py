@@ -168,9 +168,8 @@ def instrument_http_client(module: ModuleType) -> None:
         return
     connection, response = module.HTTPConnection, module.HTTPResponse
     _patches.append(Patch.apply(connection, "request", _wrap_request(connection.request)))
-    _patches.append(
-        Patch.apply(connection, "getresponse", around(connection.getresponse, _getting_response))
-    )
+    getresponse = around(connection.getresponse, _getting_response)
+    _patches.append(Patch.apply(connection, "getresponse", getresponse))
     for name in ("read", "read1", "readline"):
         _patches.append(Patch.apply(response, name, _wrap_read(getattr(response, name))))
     _patches.append(Patch.apply(response, "readinto", _wrap_read(response.readinto, into=True)))

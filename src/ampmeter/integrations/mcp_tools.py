@@ -38,13 +38,12 @@ def _wrap_call_tool(original: Callable[..., Any]) -> Callable[..., Any]:
         ctx = metered_context()
         if ctx is None:
             return await original(session, name, *args, **kwargs)
-        arguments = kwargs.get("arguments", args[0] if args else None)
         price = tool_price(name)
         call = ctx.tool_call(
             name,
             estimate_usd=price,
             metadata={META_OPERATION: OPERATION, META_TRANSPORT: "mcp"},
-            arguments=arguments,
+            arguments=kwargs.get("arguments", args[0] if args else None),
         )
         try:
             call.start()

@@ -207,9 +207,7 @@ largest window of the common hosted models (Gemini 1.5 Pro's)."""
 def context_window(model: str | None) -> int:
     """The most input tokens ``model`` takes in one request, as the price table gives it (the
     ceiling on provider-kept state of unknown size), else :data:`DEFAULT_CONTEXT_WINDOW`."""
-    if not model:
-        return DEFAULT_CONTEXT_WINDOW
-    calc = _resolve(model, None)
+    calc = _resolve(model, None) if model else None
     window = None if calc is None else calc.model.context_window
     return window if isinstance(window, int) and window > 0 else DEFAULT_CONTEXT_WINDOW
 
@@ -226,9 +224,8 @@ def _from_disk(model: str, provider: str | None) -> Rates | Unpriced | None:
     if found is _price_cache.MISS:
         return None
     if isinstance(found, str):  # unpriced, with the table version that said so
-        if "/" in model:
-            return None  # maybe written before provider-prefixed names were resolved: ask again
-        return Unpriced(found)
+        # A provider-prefixed name's may be from before those were resolved: ask again.
+        return None if "/" in model else Unpriced(found)
     try:
         return rates_from_json(found)
     except (TypeError, ValueError, KeyError, ArithmeticError):  # e.g. an older float index

@@ -38,12 +38,10 @@ def user_price_names(model: str) -> tuple[list[str], str | None]:
     the provider that prefix names (None without one)."""
     from ampmeter.pricing.genai_table import split_provider
 
-    names = [model.lower()]
     prefixed = split_provider(model) if "/" in model else None
     if prefixed is None:
-        return names, None
-    names.append(prefixed[1].lower())
-    return names, prefixed[0]
+        return [model.lower()], None
+    return [model.lower(), prefixed[1].lower()], prefixed[0]
 
 
 @lru_cache(maxsize=1024)
