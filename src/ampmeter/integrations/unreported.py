@@ -38,10 +38,8 @@ def estimate_unreported(call: Call, tally: Tally) -> None:
     answered (see the module). A request always has input, so a missing input count is
     estimated; a missing output count beside a reported input count is 0 (Gemini leaves out
     counts that are 0), estimated only when the response reported no usage at all."""
-    if tally.tokens_in is not None:
-        return
     kind = call.kind
-    if kind not in ("llm", "embedding"):
+    if tally.tokens_in is not None or kind not in ("llm", "embedding"):
         return
     reserved_in, reserved_out = call.reserved_tokens
     tally.tokens_in = reserved_in
