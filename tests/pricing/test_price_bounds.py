@@ -57,4 +57,7 @@ def test_a_tool_price_too_large_is_refused() -> None:
     for value in (Decimal("1E+999999"), 10**100_000):
         with pytest.raises(ValueError, match=r"^usd must be at most 1,000,000,000 dollars a call"):
             ampmeter.set_tool_price("search", usd=value)  # type: ignore[arg-type]
+    # A price written with a million decimal places is refused before it is worked with.
+    with pytest.raises(ValueError, match=r"^usd may have at most 24 decimal places"):
+        ampmeter.set_tool_price("search", usd="1E-999999")
     assert tool_price("search") == Decimal("0.01")

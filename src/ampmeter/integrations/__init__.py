@@ -2,12 +2,10 @@
 ``embedding`` for an embeddings request); docs/integrations.md says what each library meters.
 
 The ``openai`` and ``anthropic`` SDKs are metered at their clients' one door
-(:mod:`ampmeter.integrations.sdk`); any other client that speaks a known wire format over
-``httpx`` or ``httpx2`` (LiteLLM, google-genai, mistralai, plain httpx) at the HTTP layer
-(:mod:`ampmeter.integrations.http`). A request is metered once, by the first layer that sees it.
-Outside a context the libraries behave exactly as without ampmeter. No API key, header or
-(unless ``capture_content=True``) prompt or response text is put on a node; a failed call's
-error text is scrubbed by :mod:`ampmeter.redact` (the client's API key included).
+(:mod:`ampmeter.integrations.sdk`), any other client that speaks a known wire format at the HTTP
+layer (:mod:`ampmeter.integrations.http`): a request is metered once, by the first layer that
+sees it. No API key, header or (unless ``capture_content=True``) prompt or response text is
+put on a node; a failed call's error text is scrubbed by :mod:`ampmeter.redact`.
 """
 
 from __future__ import annotations
@@ -51,6 +49,10 @@ class Integration:
     switches: tuple[str, ...]
     patch: str  # called with the imported library module
     undo: str  # called with nothing; idempotent
+
+    def arm(self, module: ModuleType) -> None:
+        """Patch the library ``module`` (imported now)."""
+        _resolve(self.patch)(module)
 
 
 def _resolve(target: str) -> Callable[..., object]:
@@ -104,10 +106,6 @@ INTEGRATIONS: tuple[Integration, ...] = (
 _armed: set[str] = set()  # the triggers instrument() patches (now, or when imported)
 
 
-def _arm(integration: Integration) -> Callable[[ModuleType], object]:
-    return lambda module: _resolve(integration.patch)(module)
-
-
 def instrument(
     *,
     capture_content: bool = False,
@@ -121,44 +119,28 @@ def instrument(
 ) -> list[str]:
     """Meter the SDKs (``openai``, ``anthropic``) and the HTTP libraries (``http``: httpx,
     httpx2, aiohttp and ``http.client``, which ``urllib`` and ``requests`` use) whenever they
-    are imported; idempotent. With ``openai`` or ``http``, the Responses WebSocket protocol is
-    metered over the ``websockets`` clients (the legacy one included), which the ``openai``
-    SDK's ``responses.connect()`` sends through.
+    are imported; idempotent. docs/integrations.md says what each library meters. With
+    ``openai`` or ``http``: the Responses WebSocket protocol over the ``websockets`` clients,
+    and LiteLLM's own ``num_retries`` gives a budget stop back instead of retrying it; with
+    ``http``: DSPy's native engine. ``llama_index``: lazy streams are metered against the
+    context they were created in; ``threads``: work submitted to a ``ThreadPoolExecutor`` or
+    started as a ``threading.Thread`` runs in the submitter's context; ``mcp``: each MCP tool
+    call is a ``tool`` node.
 
-    With ``llama_index``, the lazy streams LlamaIndex returns are metered against the context
-    they were created in (:mod:`ampmeter.integrations.llama_index`). With ``threads``, work
-    submitted to a ``ThreadPoolExecutor`` or started as a ``threading.Thread`` inside a
-    context runs in that context (:mod:`ampmeter.integrations.threads`). With ``mcp``, each
-    MCP tool call is a ``tool`` node (:mod:`ampmeter.integrations.mcp_tools`). With ``openai``
-    or ``http``, LiteLLM's own ``num_retries`` gives a budget stop back instead of retrying it
-    (:mod:`ampmeter.integrations.litellm_retries`). With ``http``, DSPy's native engine (its own
-    client over stdlib sockets) is metered at its request/response boundary
-    (:mod:`ampmeter.integrations.dspy_engine`).
-
-    A library already imported is patched at once, the others right after their own import, so
-    a program pays nothing for libraries it does not use. Returns the names patched now.
-    ``capture_content=True`` also stores the prompt and response text on each node (off by
-    default: logs then hold no conversation text, and the message of a provider error, which may
-    echo the prompt, is withheld from error text).
-
-    ``response_id_keys=True`` is for a caching gateway that delivers one stored response again:
-    a call is then keyed by its response's id, its endpoint (the SDK operation) and every count
-    of its usage together, so the same stored response from the same endpoint counts once (per
-    run and per shared ledger scope; its node says ``duplicate_of``). By default a repeated id
-    is another billed call and counts: gateways and mock servers answer every request with one
-    id, and Ollama draws its ids from 999 values (docs/integrations.md). Calling ``instrument``
-    again only updates these two settings.
+    A library already imported is patched at once, the others right after their own import.
+    Returns the names patched now. ``capture_content=True`` also stores the prompt and response
+    text on each node (off: logs hold no conversation text, and a provider error's message, which
+    may echo the prompt, is withheld). ``response_id_keys=True`` keys a call by its response's id,
+    endpoint and usage, for a caching gateway that delivers one stored response again (by
+    default a repeated id is another billed call). Calling ``instrument`` again only updates
+    these two settings.
     """
-    for name, flag in (
-        ("capture_content", capture_content),
-        ("response_id_keys", response_id_keys),
-    ):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    if not isinstance(response_id_keys, bool):
+        raise TypeError(f"response_id_keys must be a bool, got {type(response_id_keys).__name__}")
+    redact.configure(capture_content=capture_content)  # first: it refuses a value not a bool
     settings.capture_content = capture_content
     settings.response_id_keys = response_id_keys
     settings.marker = Marker.from_env()
-    redact.configure(capture_content=capture_content)
     switches = {
         "openai": openai,
         "anthropic": anthropic,
@@ -172,7 +154,7 @@ def instrument(
     for row in chosen:
         if row.trigger not in _armed:
             _armed.add(row.trigger)
-            _hooks.when_imported(row.trigger, _arm(row))
+            _hooks.when_imported(row.trigger, row.arm)
     return done
 
 
@@ -191,14 +173,9 @@ def uninstrument() -> None:
 
 def is_instrumented() -> bool:
     """Whether :func:`instrument` is in effect (or an SDK was patched on its own)."""
-    if _armed:
-        return True
-    for row in INTEGRATIONS:
-        module = sys.modules.get(row.patch.partition(":")[0])
-        probe = getattr(module, "is_instrumented", None)
-        if probe is not None and probe():
-            return True
-    return False
+    modules = (sys.modules.get(row.patch.partition(":")[0]) for row in INTEGRATIONS)
+    probes = (getattr(module, "is_instrumented", None) for module in modules)
+    return bool(_armed) or any(probe is not None and probe() for probe in probes)
 
 
 def set_default_context(context: ExecutionContext | None) -> None:

@@ -40,7 +40,7 @@ class MessagesAdapter(Adapter):
     wire = "anthropic"
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
-        parts = [text_of(kwargs.get("system")) if not _omitted(kwargs.get("system")) else ""]
+        parts = [text_of(kwargs.get("system"))]  # an SDK's omit sentinel has no text
         messages = kwargs.get("messages")
         if isinstance(messages, (list, tuple)):
             parts.extend(text_of(get(m, "content")) for m in messages)
@@ -105,19 +105,12 @@ _DELTA_TEXTS = ("partial_json", "thinking")
 
 def _block_length(block: Any, read: Any) -> int:
     """The characters the model wrote in one content block (text, thinking, a tool's input)."""
-    written = 0
-    for name in ("text", "thinking", "name"):
-        value = read(block, name, None)
-        if isinstance(value, str):
-            written += len(value)
+    texts = (read(block, name, None) for name in ("text", "thinking", "name"))
+    written = sum(len(text) for text in texts if isinstance(text, str))
     tool_input = read(block, "input", None)
     if tool_input is not None:
         written += len(json_text(tool_input))
     return written
-
-
-def _omitted(value: object) -> bool:
-    return value is None or type(value).__name__ in ("Omit", "NotGiven")
 
 
 _USAGE_COUNTS = (

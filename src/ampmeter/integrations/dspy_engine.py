@@ -18,12 +18,10 @@ from contextlib import aclosing, closing, contextmanager
 from types import ModuleType
 from typing import Any, Final
 
-from ampmeter.context import Call
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.dspy_request import (
     USAGE_FAMILIES,
-    count_tool_calls,
     read_usage,
     request_body,
     wire_of,
@@ -62,7 +60,8 @@ class _EngineAdapter(Adapter):
         tally.response_id = getattr(result, "id", None)
         read_usage(getattr(result, "usage", None), self.family, tally)
         message = getattr(result, "message", None)
-        tally.tool_calls = count_tool_calls(getattr(message, "parts", ()))
+        kinds = (getattr(part, "type", None) for part in getattr(message, "parts", ()))
+        tally.tool_calls = sum(kind == "tool_call" for kind in kinds)
         if settings.capture_content:
             text = getattr(result, "text", None)
             if isinstance(text, str):
@@ -139,17 +138,6 @@ def _settled(meter: StreamMeter) -> Iterator[None]:
         meter.abandon()
 
 
-@contextmanager
-def _active(call: Call) -> Iterator[None]:
-    """Mark ``call`` active only while the engine works: the caller's own calls between
-    events are not this request's."""
-    token = ACTIVE_CALL.set(call)
-    try:
-        yield
-    finally:
-        ACTIVE_CALL.reset(token)
-
-
 def _wrap_stream(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def stream(engine: Any, request: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
@@ -162,8 +150,13 @@ def _wrap_stream(original: Callable[..., Any]) -> Callable[..., Any]:
         end = StreamMeter(admitted.call, admitted.adapter, False)
         with _settled(end), closing(events):
             while True:
-                with _active(admitted.call):
+                # The call is active only while the engine works: the caller's own calls
+                # between events are not this request's.
+                token = ACTIVE_CALL.set(admitted.call)
+                try:
                     event = next(events, _END)
+                finally:
+                    ACTIVE_CALL.reset(token)
                 if event is _END:
                     break
                 end.read(event)
@@ -185,8 +178,11 @@ def _wrap_async_stream(original: Callable[..., Any]) -> Callable[..., Any]:
         with _settled(end):
             async with aclosing(events):
                 while True:
-                    with _active(admitted.call):
+                    token = ACTIVE_CALL.set(admitted.call)  # as in the sync stream
+                    try:
                         event = await anext(events, _END)
+                    finally:
+                        ACTIVE_CALL.reset(token)
                     if event is _END:
                         break
                     end.read(event)

@@ -1,9 +1,7 @@
-"""DSPy's native engine: its requests as the wire bodies they are measured in, and the usage of
-its responses in ampmeter's convention.
+"""DSPy's native engine (:mod:`.dspy_engine`): its requests as the wire bodies they are measured
+in, and the usage of its responses in ampmeter's convention.
 
-DSPy 3's default engine (its vendored ``lm15`` client) takes one ``dspy.lm15.Request`` (model,
-messages of typed parts, system, tools, generation config) and gives back one ``Response`` or a
-stream of events. To reserve, a request is written out as the body its provider's wire format
+To reserve, a ``dspy.lm15.Request`` is written out as the body its provider's wire format
 would carry (:func:`request_body`): every text part, tool call and result, tool definition,
 system prompt and response schema, and each media part in its wire shape, so the estimators of
 :mod:`ampmeter.pricing.request_size` measure it as they measure any request. The Anthropic
@@ -17,19 +15,26 @@ includes both.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from types import SimpleNamespace
 from typing import Any, Final
 
 from ampmeter.integrations.adapter import Tally
+from ampmeter.integrations.wire import counts
 from ampmeter.pricing.measure_parts import json_text
 from ampmeter.pricing.request_size import Wire
 
-__all__ = ["USAGE_FAMILIES", "count_tool_calls", "read_usage", "request_body", "wire_of"]
+__all__ = ["USAGE_FAMILIES", "read_usage", "request_body", "wire_of"]
 
 # lm15's LM class of a dialect (``Resolution.adapter``) -> how its usage is counted.
 USAGE_FAMILIES: Final = {"AnthropicLM": "anthropic", "GeminiLM": "gemini", "XaiLM": "xai"}
 _TEXT_PARTS: Final = frozenset({"text", "thinking", "refusal"})
+_USAGE_COUNTS: Final = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
 
 
 def wire_of(adapter_name: str) -> Wire:
@@ -48,6 +53,8 @@ def request_body(wire: Wire, model: str, request: Any) -> dict[str, Any]:
         body = _chat_body(request)
         if config.response_format is not None:
             body["response_format"] = config.response_format
+    if request.tools:
+        body["tools"] = [_tool(tool, wire) for tool in request.tools]
     body["model"] = model
     if config.max_tokens is not None:
         body["max_tokens"] = config.max_tokens
@@ -59,16 +66,11 @@ def _text(text: str) -> SimpleNamespace:
     return SimpleNamespace(type="text", text=text)
 
 
-def _system_parts(system: object) -> tuple[Any, ...]:
-    if system is None:
-        return ()
-    if isinstance(system, str):
-        return (_text(system),)
-    return tuple(system) if isinstance(system, Iterable) else ()
-
-
 def _parts(content: object) -> tuple[Any, ...]:
-    """A tool result's content (a string, one part, or a sequence of both) as parts."""
+    """A system prompt or a tool result's content (a string, one part, or a sequence of both;
+    None: nothing) as parts."""
+    if content is None:
+        return ()
     if isinstance(content, str):
         return (_text(content),)
     if isinstance(content, (list, tuple)):
@@ -103,7 +105,7 @@ def _media_url(part: Any) -> str:
 
 def _chat_body(request: Any) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
-    system = _system_parts(request.system)
+    system = _parts(request.system)
     if system:
         messages.append({"role": "system", "content": [_chat_part(p) for p in system]})
     for message in request.messages:
@@ -125,8 +127,6 @@ def _chat_body(request: Any) -> dict[str, Any]:
                 row["tool_calls"] = calls
             messages.append(row)
     body: dict[str, Any] = {"messages": messages}
-    if request.tools:
-        body["tools"] = [_tool(tool, "chat") for tool in request.tools]
     return body
 
 
@@ -171,11 +171,9 @@ def _anthropic_body(request: Any) -> dict[str, Any]:
         role = "assistant" if message.role == "assistant" else "user"
         messages.append({"role": role, "content": blocks})
     body: dict[str, Any] = {"messages": messages}
-    system = _system_parts(request.system)
+    system = _parts(request.system)
     if system:
         body["system"] = [_anthropic_block(part) for part in system]
-    if request.tools:
-        body["tools"] = [_tool(tool, "anthropic") for tool in request.tools]
     return body
 
 
@@ -195,31 +193,17 @@ def _anthropic_block(part: Any) -> dict[str, Any]:
 # --- usage ------------------------------------------------------------------------------------
 
 
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def read_usage(usage: object, family: str | None, tally: Tally) -> None:
     """Put an lm15 ``Usage`` (as its provider counts, ``family``: :data:`USAGE_FAMILIES`)
     on ``tally`` in the subset convention (input with its cache reads and writes, output with
     its reasoning). Nothing when the provider reported neither input nor output."""
-    if usage is None:
-        return
-    tokens_in = _count(getattr(usage, "input_tokens", None))
-    tokens_out = _count(getattr(usage, "output_tokens", None))
+    tokens_in, tokens_out, cached, writes, reasoning = counts(usage, _USAGE_COUNTS)
     if tokens_in is None and tokens_out is None:
         return
-    cached = _count(getattr(usage, "cache_read_tokens", None)) or 0
-    writes = _count(getattr(usage, "cache_write_tokens", None)) or 0
-    reasoning = _count(getattr(usage, "reasoning_tokens", None)) or 0
+    cached, writes, reasoning = cached or 0, writes or 0, reasoning or 0
     if family == "anthropic":
         tokens_in = (tokens_in or 0) + cached + writes
     if family in ("gemini", "xai"):
         tokens_out = (tokens_out or 0) + reasoning
     tally.tokens_in, tally.tokens_out = tokens_in, tokens_out
     tally.cached, tally.cache_write, tally.reasoning = cached, writes, reasoning
-
-
-def count_tool_calls(parts: Iterable[Any]) -> int:
-    """The tool calls among a response message's parts."""
-    return sum(1 for part in parts if getattr(part, "type", None) == "tool_call")

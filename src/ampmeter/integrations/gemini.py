@@ -28,20 +28,13 @@ PROVIDER = "google"
 
 def model_of_path(path: str) -> str | None:
     """The model named by a Gemini path (``.../models/gemini-2.0-flash:generateContent``)."""
-    head = path.rpartition(":")[0]
-    marker = head.rfind("/models/")
-    if marker < 0:
-        return None
-    return head[marker + len("/models/") :] or None
+    _, marker, model = path.rpartition(":")[0].rpartition("/models/")
+    return model if marker and model else None
 
 
 def _parts_text(content: Any) -> list[str]:
-    texts = []
-    for part in get(content, "parts") or ():
-        text = get(part, "text")
-        if isinstance(text, str) and text:
-            texts.append(text)
-    return texts
+    texts = (get(part, "text") for part in get(content, "parts") or ())
+    return [text for text in texts if isinstance(text, str) and text]
 
 
 _USAGE_COUNTS = (
@@ -67,12 +60,10 @@ class GenerateContentAdapter(Adapter):
         return RequestInfo(None, request_size.measure(self.wire, kwargs), max_tokens, stream)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
-        parts = _parts_text(kwargs.get("systemInstruction") or kwargs.get("system_instruction"))
+        system = kwargs.get("systemInstruction") or kwargs.get("system_instruction")
         contents = kwargs.get("contents")
-        if isinstance(contents, (list, tuple)):
-            for content in contents:
-                parts.extend(_parts_text(content))
-        return "\n".join(parts)
+        contents = contents if isinstance(contents, (list, tuple)) else ()
+        return "\n".join(text for content in (system, *contents) for text in _parts_text(content))
 
     def read_response(self, result: Any, tally: Tally) -> None:
         self.read_event(result, tally, False)

@@ -5,14 +5,11 @@ is mounted (LiteLLM's aiohttp transport included). aiohttp's own clients: :mod:`
 
 A ``POST`` is metered when a context is current, no SDK door is already metering the request
 (:data:`~ampmeter.integrations.lifecycle.ACTIVE_CALL`; the SDKs' own clients send past this
-layer), and its path names a known wire format (:data:`ROUTES`: OpenAI Chat Completions,
-Responses, embeddings and legacy completions, Anthropic Messages, Gemini; a streamed Gemini
-answer is SSE or a JSON array).
-
-The request's JSON body is read before anything is sent, so limits stop the request before a
-byte leaves. The response body is read as it passes to the caller (streams included) with the
-same readers the SDK patches use. A streamed OpenAI chat or completions request that did not ask
-for usage gets ``stream_options.include_usage`` and the extra usage event is not passed on.
+layer), and its path names a known wire format (:data:`ROUTES`). Its JSON body is read before
+anything is sent, so limits stop the request before a byte leaves; the response body is read as
+it passes to the caller (streams included; a streamed Gemini answer is SSE or a JSON array). A
+streamed OpenAI chat or completions request that did not ask for usage gets
+``stream_options.include_usage`` and the extra usage event is not passed on.
 """
 
 from __future__ import annotations
@@ -54,6 +51,7 @@ __all__ = [
     "adapter_for_path",
     "admit",
     "instrument_httpx",
+    "json_object",
     "response_reader",
     "uninstrument_httpx",
     "unwrapped_send",
@@ -78,10 +76,7 @@ _patches: list[Patch] = []
 
 def adapter_for_path(path: str) -> Adapter | None:
     """The reader of the wire format a request path names, or None."""
-    for suffix, adapter in ROUTES.items():
-        if path.endswith(suffix):
-            return adapter
-    return None
+    return next((adapter for suffix, adapter in ROUTES.items() if path.endswith(suffix)), None)
 
 
 def unwrapped_send(client_class: type) -> Any:
@@ -89,14 +84,13 @@ def unwrapped_send(client_class: type) -> Any:
     module's patch (for an SDK's own client, whose every request the SDK's door meters)."""
     for owner in client_class.__mro__:
         if "send" in owner.__dict__:
-            for patch in _patches:
-                if patch.owner is owner:
-                    return patch.original
-            return owner.__dict__["send"]
+            originals = (patch.original for patch in _patches if patch.owner is owner)
+            return next(originals, owner.__dict__["send"])
     raise TypeError(f"{client_class.__name__} is no httpx client")
 
 
-def _json_body(content: bytes | str) -> dict[str, Any] | None:
+def json_object(content: Any) -> dict[str, Any] | None:
+    """The JSON object ``content`` (text, bytes or a buffer) holds; None for anything else."""
     try:
         body = orjson.loads(content)
     except orjson.JSONDecodeError:
@@ -105,24 +99,20 @@ def _json_body(content: bytes | str) -> dict[str, Any] | None:
 
 
 def admit(
-    method: str, path: str, content: bytes | str, transport: str, *, may_ask_usage: bool
+    path: str, content: bytes | str, transport: str, *, may_ask_usage: bool
 ) -> Admitted | None:
-    """Begin the node of a request in a known wire format (None: not one to meter here).
+    """Begin the node of a ``POST`` in a known wire format (None: not one to meter here).
 
     Raises ``LimitExceeded`` when it would break a limit: nothing has been sent. With
     ``may_ask_usage`` a stream that did not ask for its usage is changed to ask for it
     (``Admitted.hide``; the caller sends ``Admitted.body`` instead of its own).
     """
-    if method != "POST" or ACTIVE_CALL.get() is not None:
-        return None
-    ctx = metered_context()
-    if ctx is None:
+    if ACTIVE_CALL.get() is not None:
         return None
     adapter = adapter_for_path(path)
-    if adapter is None:
-        return None
-    body = _json_body(content)
-    if body is None:
+    ctx = None if adapter is None else metered_context()
+    body = None if ctx is None else json_object(content)
+    if ctx is None or adapter is None or body is None:
         return None
     info = adapter.request_info(body)
     if info.model is None:
@@ -138,7 +128,7 @@ def admit(
 def response_reader(admitted: Admitted, status: int, content_type: str) -> BodyReader | None:
     """How to read a response's body (None: an error status, and the node ended failed)."""
     if status >= 400:
-        finish_call(admitted.call, None, _ProviderError(status))
+        finish_call(admitted.call, None, _ProviderError(f"the provider answered HTTP {status}"))
         return None
     sse = content_type.startswith("text/event-stream")
     return BodyReader(admitted.adapter, Tally(), sse=sse, hide=admitted.hide)
@@ -146,9 +136,6 @@ def response_reader(admitted: Admitted, status: int, content_type: str) -> BodyR
 
 class _ProviderError(Exception):
     """The provider answered with an error status (recorded on the node, never raised)."""
-
-    def __init__(self, status: int) -> None:
-        super().__init__(f"the provider answered HTTP {status}")
 
 
 class BodyMeter(Meter):
@@ -179,10 +166,9 @@ class BodyMeter(Meter):
         early is no error: :meth:`abandon` counts it)."""
         try:
             yield
-        except GeneratorExit:
-            raise
         except BaseException as exc:
-            self.end(exc)
+            if not isinstance(exc, GeneratorExit):
+                self.end(exc)
             raise
 
     def __del__(self) -> None:
@@ -231,70 +217,57 @@ def _settle(admitted: Admitted, response: Any, streamed: bool, body_type: type) 
     reader = response_reader(
         admitted, response.status_code, response.headers.get("content-type", "")
     )
-    if reader is None:
-        return response
-    if not streamed:  # the body was read whole by send()
+    if reader is not None and not streamed:  # the body was read whole by send()
         reader.feed(response.content)
         reader.end()
         finish_call(admitted.call, reader.tally, None)
-        return response
-    response.stream = body_type(response.stream, reader, admitted)
+    elif reader is not None:
+        response.stream = body_type(response.stream, reader, admitted)
     return response
-
-
-def _mark(request: Any) -> None:
-    """Mark a request this process meters for the run's proxy (see :mod:`.proxy_mark`)."""
-    try:
-        body = request.content  # raises when the body is a stream not read yet
-    except Exception:
-        return  # unmarked: the proxy meters it too (counted twice, never not at all)
-    mark = settings.marker.mark_for(str(request.url), body)
-    if mark is not None:
-        request.headers[METERED_HEADER] = mark
 
 
 def _send_metered(module: ModuleType, request: Any, stream: bool) -> tuple[Admitted | None, Any]:
     """Admit an httpx request about to be sent (None: not one to meter here), and the request
     to send: rebuilt when changed to ask for a stream's usage, marked for the run's proxy when
-    this process meters it."""
+    this process meters it (one the SDKs' door already meters, ACTIVE_CALL, is only marked)."""
     active = ACTIVE_CALL.get()
+    try:
+        content = request.content  # raises when the body is a stream not read yet
+    except Exception:
+        return None, request  # unmarked: the proxy meters it too (twice, never not at all)
     admitted = None
     if active is None and request.method == "POST":
-        try:
-            content = request.content  # raises when the body is a stream not read yet
-        except Exception:
-            content = None
-        if content is not None:
-            # Ask for the usage of a stream the caller reads piece by piece (a body read whole
-            # would have to be rewritten to hide the extra event: it is left as it is).
-            path, transport = request.url.path, module.__name__
-            admitted = admit("POST", path, content, transport, may_ask_usage=stream)
+        # Ask for the usage of a stream the caller reads piece by piece (a body read whole
+        # would have to be rewritten to hide the extra event: it is left as it is).
+        path, transport = request.url.path, module.__name__
+        admitted = admit(path, content, transport, may_ask_usage=stream)
         if admitted is not None and admitted.hide:
             headers = request.headers.copy()
             headers.pop("content-length", None)
+            content = orjson.dumps(admitted.body)
             request = module.Request(
                 request.method,
                 request.url,
                 headers=headers,
-                content=orjson.dumps(admitted.body),
+                content=content,
                 extensions=request.extensions,
             )
     if settings.marker.proxy_url is not None and (active is not None or admitted is not None):
-        _mark(request)
+        mark = settings.marker.mark_for(str(request.url), content)
+        if mark is not None:
+            request.headers[METERED_HEADER] = mark
     return admitted, request
 
 
 def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
     @functools.wraps(original)
     def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
-        # A request the SDKs' door already meters (ACTIVE_CALL) passes after one check.
-        if ACTIVE_CALL.get() is None or settings.marker.proxy_url is not None:
-            admitted, request = _send_metered(module, request, stream)
-            if admitted is not None:
-                with admitted:
-                    response = original(client, request, stream=stream, **kwargs)
-                return _settle(admitted, response, stream, body_type)
-        return original(client, request, stream=stream, **kwargs)
+        admitted, request = _send_metered(module, request, stream)
+        if admitted is None:
+            return original(client, request, stream=stream, **kwargs)
+        with admitted:
+            response = original(client, request, stream=stream, **kwargs)
+        return _settle(admitted, response, stream, body_type)
 
     return send
 
@@ -302,13 +275,12 @@ def _wrap_send(module: ModuleType, original: Callable[..., Any], body_type: type
 def _wrap_async_send(module: ModuleType, original: Callable[..., Any], body_type: type) -> Any:
     @functools.wraps(original)
     async def send(client: Any, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
-        if ACTIVE_CALL.get() is None or settings.marker.proxy_url is not None:
-            admitted, request = _send_metered(module, request, stream)
-            if admitted is not None:
-                with admitted:
-                    response = await original(client, request, stream=stream, **kwargs)
-                return _settle(admitted, response, stream, body_type)
-        return await original(client, request, stream=stream, **kwargs)
+        admitted, request = _send_metered(module, request, stream)
+        if admitted is None:
+            return await original(client, request, stream=stream, **kwargs)
+        with admitted:
+            response = await original(client, request, stream=stream, **kwargs)
+        return _settle(admitted, response, stream, body_type)
 
     return send
 
@@ -317,18 +289,12 @@ def instrument_httpx(module: ModuleType) -> None:
     """Meter the requests of ``module`` (``httpx`` or ``httpx2``) clients (idempotent)."""
     if any(patch.owner is module.Client for patch in _patches):
         return
-    sync_body = type("MeteredSyncBody", (_SyncBody, module.SyncByteStream), {})
-    async_body = type("MeteredAsyncBody", (_AsyncBody, module.AsyncByteStream), {})
-    _patches.append(
-        Patch.apply(module.Client, "send", _wrap_send(module, module.Client.send, sync_body))
-    )
-    _patches.append(
-        Patch.apply(
-            module.AsyncClient,
-            "send",
-            _wrap_async_send(module, module.AsyncClient.send, async_body),
-        )
-    )
+    for client, wrap, body in (
+        (module.Client, _wrap_send, (_SyncBody, module.SyncByteStream)),
+        (module.AsyncClient, _wrap_async_send, (_AsyncBody, module.AsyncByteStream)),
+    ):
+        metered_body = type(f"Metered{body[0].__name__}", body, {})
+        _patches.append(Patch.apply(client, "send", wrap(module, client.send, metered_body)))
 
 
 def uninstrument_httpx() -> None:

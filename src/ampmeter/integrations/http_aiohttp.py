@@ -124,19 +124,18 @@ async def _send(request: Any, admitted: Admitted) -> Any:
 def _wrap_request(original: Callable[..., Any], *, post: bool) -> Callable[..., Any]:
     """``ClientSession.request`` (``post=False``) or ``.post`` (which does not go through it)."""
 
+    positional = ("url",) if post else ("method", "url")
+
     @functools.wraps(original)
     def request(session: Any, *args: Any, **kwargs: Any) -> Any:
-        if post:
-            method, url = "POST", kwargs["url"] if "url" in kwargs else args[0] if args else ""
-        else:
-            method = kwargs["method"] if "method" in kwargs else args[0] if args else ""
-            url = kwargs["url"] if "url" in kwargs else args[1] if len(args) > 1 else ""
+        given = {**dict(zip(positional, args, strict=False)), **kwargs}
+        method, url = "POST" if post else given.get("method", ""), given.get("url", "")
         body = kwargs.get("data")
         if kwargs.get("json") is not None:
             body = orjson.dumps(kwargs["json"])
         if not isinstance(body, (bytes, str)) or str(method).upper() != "POST":
             return original(session, *args, **kwargs)
-        admitted = admit("POST", URL(str(url)).path, body, "aiohttp", may_ask_usage=True)
+        admitted = admit(URL(str(url)).path, body, "aiohttp", may_ask_usage=True)
         if admitted is None:
             return original(session, *args, **kwargs)
         marker = settings.marker

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import functools
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from types import ModuleType
 from typing import Any, Final
 from urllib.parse import urlsplit
 
 from ampmeter.integrations.http import BodyMeter, admit, response_reader
-from ampmeter.integrations.lifecycle import Admitted, finish_call, settings
-from ampmeter.integrations.patching import Patch, undo_all
+from ampmeter.integrations.lifecycle import Admitted, settings
+from ampmeter.integrations.patching import Patch, around, undo_all
 from ampmeter.integrations.proxy_mark import METERED_HEADER
 from ampmeter.integrations.wire import BodyReader
 
@@ -32,6 +32,9 @@ __all__ = ["instrument_http_client", "instrument_urllib3", "uninstrument_http_cl
 
 _PENDING: Final = "_ampmeter_admitted"  # on a connection: its request, until its response
 _METER: Final = "_ampmeter_body"  # on a response: the meter reading its body
+# The parameters both request() methods (http.client's, urllib3's) take by position: the rest
+# are keyword-only.
+_POSITIONAL: Final = ("method", "url", "body", "headers")
 
 _patches: list[Patch] = []
 
@@ -44,9 +47,8 @@ class _ResponseBody(BodyMeter):
         self.busy = False  # a read is under way (the response's reads call one another)
         encoding = (response.getheader("content-encoding") or "").strip().lower()
         # The caller may decompress what it reads; the reader needs the plain body.
-        self._inflate: Any = None
-        if encoding in ("gzip", "deflate"):
-            self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 32)
+        gzipped = encoding in ("gzip", "deflate")
+        self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 32) if gzipped else None
 
     def seen(self, data: bytes, *, decoded: bool = False) -> None:
         """``data`` was read from the body (``decoded``: already decompressed)."""
@@ -60,77 +62,56 @@ class _ResponseBody(BodyMeter):
             self.finish()
 
 
-def _request_parts(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str, Any]:
-    method = kwargs["method"] if "method" in kwargs else args[0] if args else ""
-    url = kwargs["url"] if "url" in kwargs else args[1] if len(args) > 1 else ""
-    body = kwargs["body"] if "body" in kwargs else args[2] if len(args) > 2 else None
-    return str(method), str(url), body
-
-
-def _admit(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Admitted | None:
-    method, url, body = _request_parts(args, kwargs)
+def _admit(given: dict[str, Any]) -> Admitted | None:
+    method, body = str(given.get("method", "")), given.get("body")
     if method.upper() != "POST" or not isinstance(body, (bytes, bytearray, str)):
         return None
     content = bytes(body) if isinstance(body, bytearray) else body
-    return admit("POST", urlsplit(url).path, content, "http.client", may_ask_usage=False)
+    path = urlsplit(str(given.get("url", ""))).path
+    return admit(path, content, "http.client", may_ask_usage=False)
 
 
-def _marked(
-    connection: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The request's arguments with the mark for the run's proxy (:mod:`.proxy_mark`), when it
-    goes there."""
-    _, url, body = _request_parts(args, kwargs)
+def _mark(connection: Any, given: dict[str, Any]) -> None:
+    """Add the mark for the run's proxy (:mod:`.proxy_mark`) to the request's ``given``
+    arguments, when it goes there."""
+    body = given["body"]
     # http.client sends a str body encoded as ISO-8859-1.
     data = body.encode("iso-8859-1") if isinstance(body, str) else bytes(body)
-    where = f"http://{connection.host}:{connection.port}{urlsplit(url).path}"
+    where = f"http://{connection.host}:{connection.port}{urlsplit(str(given['url'])).path}"
     mark = settings.marker.mark_for(where, data)
-    if mark is None:
-        return args, kwargs
-    given = kwargs.pop("headers", None) if "headers" in kwargs else None
-    if given is None and len(args) > 3:
-        given = args[3]
-    kwargs["headers"] = {**(given or {}), METERED_HEADER: mark}
-    return args[:3], kwargs
+    if mark is not None:
+        given["headers"] = {**(given.get("headers") or {}), METERED_HEADER: mark}
 
 
 def _wrap_request(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def request(connection: Any, *args: Any, **kwargs: Any) -> Any:
-        admitted = _admit(args, kwargs)
+        given = {**dict(zip(_POSITIONAL, args, strict=False)), **kwargs}
+        admitted = _admit(given)
         if admitted is None:
             return original(connection, *args, **kwargs)
         if settings.marker.proxy_url is not None:
-            args, kwargs = _marked(connection, args, kwargs)
-        try:
-            result = original(connection, *args, **kwargs)
-        except BaseException as exc:
-            finish_call(admitted.call, None, exc)
-            raise
+            _mark(connection, given)
+        with admitted:
+            result = original(connection, **given)
         connection.__dict__[_PENDING] = admitted
         return result
 
     return request
 
 
-def _wrap_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def getresponse(connection: Any, *args: Any, **kwargs: Any) -> Any:
-        admitted = connection.__dict__.pop(_PENDING, None)
-        if admitted is None:
-            return original(connection, *args, **kwargs)
-        try:
-            response = original(connection, *args, **kwargs)
-        except BaseException as exc:
-            finish_call(admitted.call, None, exc)
-            raise
-        content_type = response.getheader("content-type") or ""
-        reader = response_reader(admitted, response.status, content_type)
-        if reader is not None:
-            response.__dict__[_METER] = _ResponseBody(response, reader, admitted)
-        return response
-
-    return getresponse
+def _getting_response(connection: Any, *args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
+    """Around ``getresponse``: the response of an admitted request is read into its node."""
+    admitted = connection.__dict__.pop(_PENDING, None)
+    if admitted is None:
+        return (yield)
+    with admitted:
+        response = yield
+    content_type = response.getheader("content-type") or ""
+    reader = response_reader(admitted, response.status, content_type)
+    if reader is not None:
+        response.__dict__[_METER] = _ResponseBody(response, reader, admitted)
+    return response
 
 
 def _wrap_read(original: Callable[..., Any], *, into: bool = False) -> Callable[..., Any]:
@@ -153,17 +134,13 @@ def _wrap_read(original: Callable[..., Any], *, into: bool = False) -> Callable[
     return read
 
 
-def _wrap_close(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def close(response: Any) -> None:
-        try:
-            original(response)
-        finally:
-            meter = response.__dict__.get(_METER)
-            if meter is not None:  # abandoned unless its body was read to the end
-                meter.abandon()
-
-    return close
+def _closing(response: Any) -> Generator[None, Any, Any]:
+    try:
+        return (yield)
+    finally:
+        meter = response.__dict__.get(_METER)
+        if meter is not None:  # abandoned unless its body was read to the end
+            meter.abandon()
 
 
 def _wrap_read_chunked(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -191,13 +168,12 @@ def instrument_http_client(module: ModuleType) -> None:
         return
     connection, response = module.HTTPConnection, module.HTTPResponse
     _patches.append(Patch.apply(connection, "request", _wrap_request(connection.request)))
-    _patches.append(
-        Patch.apply(connection, "getresponse", _wrap_getresponse(connection.getresponse))
-    )
+    getresponse = around(connection.getresponse, _getting_response)
+    _patches.append(Patch.apply(connection, "getresponse", getresponse))
     for name in ("read", "read1", "readline"):
         _patches.append(Patch.apply(response, name, _wrap_read(getattr(response, name))))
     _patches.append(Patch.apply(response, "readinto", _wrap_read(response.readinto, into=True)))
-    _patches.append(Patch.apply(response, "close", _wrap_close(response.close)))
+    _patches.append(Patch.apply(response, "close", around(response.close, _closing)))
 
 
 def instrument_urllib3(module: ModuleType) -> None:

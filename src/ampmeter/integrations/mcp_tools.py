@@ -38,13 +38,12 @@ def _wrap_call_tool(original: Callable[..., Any]) -> Callable[..., Any]:
         ctx = metered_context()
         if ctx is None:
             return await original(session, name, *args, **kwargs)
-        arguments = kwargs.get("arguments", args[0] if args else None)
         price = tool_price(name)
         call = ctx.tool_call(
             name,
             estimate_usd=price,
             metadata={META_OPERATION: OPERATION, META_TRANSPORT: "mcp"},
-            arguments=arguments,
+            arguments=kwargs.get("arguments", args[0] if args else None),
         )
         try:
             call.start()
@@ -58,19 +57,13 @@ def _wrap_call_tool(original: Callable[..., Any]) -> Callable[..., Any]:
             raise
         if price is not None:
             call.record(cost_usd=price)
-        failed = _is_error(result)
+        # The server says the tool failed: ``is_error`` in mcp 2, ``isError`` before.
+        flags = (getattr(result, "is_error", None), getattr(result, "isError", None))
+        failed = any(flag is True for flag in flags)
         call.finish(ToolFailed(f"the MCP tool {name!r} reported an error") if failed else None)
         return result
 
     return call_tool
-
-
-def _is_error(result: Any) -> bool:
-    """Whether a tool result says the tool failed (``is_error`` in mcp 2, ``isError`` before)."""
-    flag = getattr(result, "is_error", None)
-    if flag is None:
-        flag = getattr(result, "isError", None)
-    return flag is True
 
 
 def instrument_mcp(module: ModuleType) -> None:

@@ -11,7 +11,6 @@ import functools
 import inspect
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
 from typing import Any, Final
 
 from ampmeter.integrations.adapter import Tally
@@ -53,21 +52,18 @@ async def after_raw_async(result: Any, admitted: Admitted) -> Any:
 
 
 def _settle_parsed(result: Any, parsed: Any, admitted: Admitted, *, is_async: bool) -> Any:
-    # The SDK caches what parse() returns: the caller's parse() gets this metered stream.
+    # The SDK caches what parse() returns: the caller's parse() gets this metered stream. The
+    # caller may read its lines, text or bytes instead of parsing it: the raw response's body
+    # iterators then read the usage from the events they pass.
     meter = meter_result(admitted, parsed, is_async=is_async)
-    if meter is not None:
-        _read_raw_body(result, meter)
-    return result
-
-
-def _read_raw_body(result: Any, meter: StreamMeter) -> None:
-    """Have the raw response's body iterators read the usage from the events they pass: the
-    caller may read the event stream's lines, text or bytes instead of parsing it."""
+    if meter is None:
+        return result
     ref = weakref.ref(result)  # the hooks live on the response: no cycle through them
     for name in _BODY_ITERATORS:
         method = getattr(type(result), name, None)
         if method is not None:
             setattr(result, name, _read_while_iterating(ref, method, meter, name))
+    return result
 
 
 # The raw responses' ways of reading a streamed body piece by piece (the async response's are
@@ -96,18 +92,13 @@ def _read_while_iterating(
 
     # The HTTP response closes itself after its last piece: while a piece is being read, the
     # reader (not the close) decides how the call ends.
-    @contextmanager
-    def reading() -> Iterator[None]:
-        meter.reading = True
-        try:
-            yield
-        finally:
-            meter.reading = False
-
     def sync_pieces(pieces: Iterator[Any]) -> Iterator[Any]:
         while True:
-            with reading():
+            meter.reading = True
+            try:
                 piece = next(pieces, _END)
+            finally:
+                meter.reading = False
             if piece is _END:
                 break
             feed(piece)
@@ -116,8 +107,11 @@ def _read_while_iterating(
 
     async def async_pieces(pieces: AsyncIterator[Any]) -> AsyncIterator[Any]:
         while True:
-            with reading():
+            meter.reading = True
+            try:
                 piece = await anext(pieces, _END)
+            finally:
+                meter.reading = False
             if piece is _END:
                 break
             feed(piece)

@@ -1,15 +1,12 @@
 """Usage a provider did not report, for a request it billed: estimated, never zero (the rules
 as users read them: docs/integrations.md).
 
-A response can arrive without its usage (a stream sent with ``include_usage: false``, a proxy
-that strips ``usage``, a stream cut before its usage event). The input is then what the
-reservation estimated; the output is counted from what was received, failing toward charging:
-a token per character of text and tool arguments (a token of text is, but for rare characters
-split into bytes, at least one character), at most the call's ``max_tokens`` (the provider
-wrote no more), at least one token per content event, or exactly by the offline tokenizer when
-it is switched on and knows the model; when nothing countable came, the most the call could
-write (its ``max_tokens``, else its model's maximum output). The call's ``cost_status`` is then
-``"estimated"``.
+The input is what the reservation estimated; the output is counted from what was received,
+failing toward charging: a token per character of text and tool arguments (a token of text is,
+but for rare characters split into bytes, at least one character), at most the call's
+``max_tokens`` (the provider wrote no more), at least one token per content event, or exactly
+by the offline tokenizer when it is switched on and knows the model; when nothing countable
+came, the most the call could write.
 """
 
 from __future__ import annotations
@@ -41,21 +38,17 @@ def estimate_unreported(call: Call, tally: Tally) -> None:
     answered (see the module). A request always has input, so a missing input count is
     estimated; a missing output count beside a reported input count is 0 (Gemini leaves out
     counts that are 0), estimated only when the response reported no usage at all."""
-    if tally.tokens_in is not None:
-        return
     kind = call.kind
-    if kind not in ("llm", "embedding"):
+    if tally.tokens_in is not None or kind not in ("llm", "embedding"):
         return
     reserved_in, reserved_out = call.reserved_tokens
     tally.tokens_in = reserved_in
-    if tally.tokens_out is None:
-        if kind == "embedding":
-            tally.tokens_out = 0
-        else:
-            counted = received_output_tokens(tally, call.model, reserved_out or None)
-            tally.tokens_out = (
-                counted if counted is not None else reserved_out or output_bound(call.model, None)
-            )
+    if tally.tokens_out is None and kind == "embedding":
+        tally.tokens_out = 0
+    elif tally.tokens_out is None:
+        counted = received_output_tokens(tally, call.model, reserved_out or None)
+        most = reserved_out or output_bound(call.model, None)
+        tally.tokens_out = most if counted is None else counted
     tally.estimated = True
 
 

@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Final
 
-import orjson
-
 from ampmeter.context import Call
 from ampmeter.integrations.adapter import Tally
 from ampmeter.integrations.attach import metered_context
+from ampmeter.integrations.http import json_object
 from ampmeter.integrations.lifecycle import (
     ACTIVE_CALL,
     META_TRANSPORT,
@@ -49,7 +48,6 @@ _ADAPTER: Final = ResponsesAdapter("responses.connect.create")
 _ATTRIBUTE: Final = "_ampmeter_pending_responses"  # where a connection's responses live
 
 _patches: list[Patch] = []
-_legacy_patches: list[Patch] = []
 
 
 class ResponseFailed(Exception):
@@ -65,13 +63,11 @@ class _Pending:
     response_id: str | None = None
 
 
+@dataclass(slots=True)
 class _Responses:
     """The responses of one connection, oldest first."""
 
-    __slots__ = ("pending",)
-
-    def __init__(self) -> None:
-        self.pending: list[_Pending] = []
+    pending: list[_Pending] = field(default_factory=list)
 
     def admit(self, event: dict[str, Any]) -> _Pending | None:
         """Begin the node of a ``response.create`` event (None: not one, or not metered here;
@@ -100,11 +96,10 @@ class _Responses:
             return
         kind = get(event, "type")
         response_id = get(get(event, "response"), "id")
-        if kind == "response.created":
-            for pending in queue:
-                if pending.response_id is None:
-                    pending.response_id = response_id
-                    return
+        if kind == "response.created":  # names the oldest response not yet named
+            unnamed = next((p for p in queue if p.response_id is None), None)
+            if unnamed is not None:
+                unnamed.response_id = response_id
             return
         if kind == "error":  # the oldest request not yet answered was refused
             pending = next((p for p in queue if p.response_id is None), queue[0])
@@ -126,36 +121,14 @@ class _Responses:
             finish_abandoned(response.call, response.tally)
 
 
-def _responses_on(connection: Any) -> _Responses | None:
-    """The responses of ``connection``, if it sent any."""
-    found: _Responses | None = connection.__dict__.get(_ATTRIBUTE)
-    return found
-
-
-def _event(message: Any) -> Any:
-    """The JSON event a frame carries, or None."""
-    if not isinstance(message, (str, bytes, bytearray, memoryview)):
-        return None
-    try:
-        event = orjson.loads(message)
-    except orjson.JSONDecodeError:
-        return None
-    return event if isinstance(event, dict) else None
-
-
 def _admit(connection: Any, message: Any) -> _Pending | None:
-    if not isinstance(message, (str, bytes)):
-        return None
     mark: Any = _MARK if isinstance(message, str) else _MARK.encode()
-    if mark not in message:  # most frames: no parse
+    if not isinstance(message, (str, bytes)) or mark not in message:  # most frames: no parse
         return None
-    event = _event(message)
+    event = json_object(message)
     if event is None:
         return None
-    responses = _responses_on(connection)
-    if responses is None:
-        responses = _Responses()
-        setattr(connection, _ATTRIBUTE, responses)
+    responses: _Responses = vars(connection).setdefault(_ATTRIBUTE, _Responses())
     return responses.admit(event)
 
 
@@ -164,17 +137,16 @@ def _sending(connection: Any, message: Any, *args: Any, **kwargs: Any) -> Genera
     try:
         return (yield)
     except BaseException as exc:
-        responses = _responses_on(connection)
-        if pending is not None and responses is not None:
-            responses.not_sent(pending, exc)
+        if pending is not None:  # admitted: the connection has its responses
+            vars(connection)[_ATTRIBUTE].not_sent(pending, exc)
         raise
 
 
 def _receiving(connection: Any, *args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
     message = yield
-    responses = _responses_on(connection)
+    responses = vars(connection).get(_ATTRIBUTE)
     if responses is not None and responses.pending:  # read only while a response is open
-        event = _event(message)
+        event = json_object(message)
         if event is not None:
             responses.observe(event)
     return message
@@ -184,7 +156,7 @@ def _closing(connection: Any, *args: Any, **kwargs: Any) -> Generator[None, Any,
     try:
         return (yield)
     finally:
-        responses = _responses_on(connection)
+        responses = vars(connection).get(_ATTRIBUTE)
         if responses is not None:
             responses.abandon_all()
 
@@ -192,31 +164,27 @@ def _closing(connection: Any, *args: Any, **kwargs: Any) -> Generator[None, Any,
 _HOOKS: Final = {"send": _sending, "recv": _receiving, "close": _closing}
 
 
-def _patch(cls: type, patches: list[Patch]) -> None:
-    for name, hook in _HOOKS.items():
-        patches.append(Patch.apply(cls, name, around(getattr(cls, name), hook)))
+def _patch(*classes: type) -> None:
+    for cls in classes:
+        if not any(patch.owner is cls for patch in _patches):
+            for name, hook in _HOOKS.items():
+                _patches.append(Patch.apply(cls, name, around(getattr(cls, name), hook)))
 
 
 def instrument_websockets(_module: ModuleType) -> None:
     """Meter the sync and asyncio ``websockets`` clients (idempotent)."""
-    if _patches:
-        return
     from websockets.asyncio.client import ClientConnection as AsyncClientConnection
     from websockets.sync.client import ClientConnection
 
-    _patch(ClientConnection, _patches)
-    _patch(AsyncClientConnection, _patches)
+    _patch(ClientConnection, AsyncClientConnection)
 
 
 def instrument_websockets_legacy(module: ModuleType) -> None:
     """Meter the legacy asyncio client of ``module`` (``websockets.legacy.client``; idempotent).
     Patched on its import only: importing it warns of its deprecation."""
-    if _legacy_patches:
-        return
-    _patch(module.WebSocketClientProtocol, _legacy_patches)
+    _patch(module.WebSocketClientProtocol)
 
 
 def uninstrument_websockets() -> None:
     """Restore the ``websockets`` clients, the legacy one included (idempotent)."""
     undo_all(_patches)
-    undo_all(_legacy_patches)

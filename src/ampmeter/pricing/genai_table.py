@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from functools import lru_cache, partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from ampmeter.pricing import _cache as _price_cache
 from ampmeter.pricing.rates import Rates, compile_price, rates_from_json, rates_to_json
@@ -60,7 +60,9 @@ class Unpriced:
 class _Table:
     """The lazily imported genai-prices entry points and the snapshot rates were resolved from."""
 
-    __slots__ = ("calc_price", "generation", "get_snapshot", "snapshot", "unpriced", "version")
+    __slots__ = ("calc_price", "generation", "get_snapshot", "snapshot", "version")
+    version: str
+    snapshot: object
 
     def __init__(self) -> None:
         import genai_prices
@@ -68,10 +70,7 @@ class _Table:
 
         self.calc_price = genai_prices.calc_price
         self.get_snapshot = data_snapshot.get_snapshot
-        self.version = ""
         self.generation = 0
-        self.snapshot: object = None
-        self.unpriced = Unpriced("")
         self.refresh(self.get_snapshot())
 
     def refresh(self, snapshot: object) -> None:
@@ -84,7 +83,6 @@ class _Table:
             if isinstance(stamp, datetime):
                 version += f"+update@{stamp.isoformat(timespec='seconds')}"
         self.version = version
-        self.unpriced = Unpriced(version)
         self.snapshot = snapshot
         self.generation += 1
         _table_entry.cache_clear()
@@ -95,9 +93,11 @@ _table_lock = threading.Lock()
 
 
 def _current_table() -> _Table:
+    global _table
     table = _table
     if table is None:
-        table = _load_table()
+        with _table_lock:
+            table = _table = _table or _Table()
     snapshot = table.get_snapshot()
     if snapshot is not table.snapshot:
         with _table_lock:
@@ -106,26 +106,16 @@ def _current_table() -> _Table:
     return table
 
 
-def _load_table() -> _Table:
-    global _table
-    with _table_lock:
-        if _table is None:
-            _table = _Table()
-        return _table
-
-
+@dataclass(slots=True, eq=False)
 class DatedRates:
     """Rates of a model whose table price depends on the request time (start dates, off-peak).
 
     The rates in force are kept until the next instant any of the model's conditions changes.
     """
 
-    __slots__ = ("model_info", "state", "version")
-
-    def __init__(self, model_info: ModelInfo, version: str) -> None:
-        self.model_info = model_info
-        self.version = version
-        self.state: tuple[float, Rates | None] = (-math.inf, None)  # (valid until, rates)
+    model_info: ModelInfo
+    version: str
+    state: tuple[float, Rates | None] = (-math.inf, None)  # (valid until, rates)
 
     def in_force(self) -> Rates | None:
         """The rates in force now (by :data:`now`)."""
@@ -147,8 +137,6 @@ def _next_change(model_info: ModelInfo, stamp: datetime) -> float:
     changes = [math.inf]
     for conditional in prices if isinstance(prices, list) else ():
         constraint = conditional.constraint
-        if constraint is None:
-            continue
         if isinstance(constraint, StartDateConstraint):
             changes.append(datetime.combine(constraint.start_date, time(), _UTC).timestamp())
         elif isinstance(constraint, TimeOfDateConstraint):
@@ -157,7 +145,7 @@ def _next_change(model_info: ModelInfo, stamp: datetime) -> float:
                 if at <= stamp:
                     at += timedelta(days=1)
                 changes.append(at.timestamp())
-        else:  # a condition this module does not know: re-resolve on every call
+        elif constraint is not None:  # a condition this module does not know: re-resolve always
             return stamp.timestamp()
     instant = stamp.timestamp()
     return min((c for c in changes if c > instant), default=math.inf)
@@ -174,16 +162,22 @@ def _as_utc(moment: time) -> time:
 def _table_entry(model: str, provider: str | None, generation: int) -> Rates | DatedRates | None:
     """Resolve ``model`` in the table and keep the answer in the disk index; ``generation``
     keys the cache to one table snapshot (so each answer is resolved and stored once)."""
-    rates = _look_up(model, provider)
-    _to_disk(model, provider, rates)
+    table = _current_table()
+    calc = _resolve(model, provider)
+    if calc is not None and isinstance(calc.model.prices, list):
+        # Conditional prices, picked by the request's time: always asked of the table.
+        return DatedRates(calc.model, table.version)
+    rates = None if calc is None else compile_price(calc.model_price, table.version)
+    if table.generation == 1:  # the bundled snapshot's answers (not an auto-updated table's)
+        value = table.version if rates is None else rates_to_json(rates)
+        _price_cache.store(model, provider, value)
     return rates
 
 
 def _resolve(model: str, provider: str | None) -> PriceCalculation | None:
     """The table's entry for ``model``: matched as genai-prices matches names (any case, dated
     snapshots and aliases), then as ``provider/model`` when the name has a provider prefix."""
-    table = _table
-    assert table is not None  # _current_table() ran first
+    table = _current_table()
     from genai_prices import Usage
 
     usage = Usage(input_tokens=0, output_tokens=0)
@@ -200,7 +194,6 @@ def _resolve(model: str, provider: str | None) -> PriceCalculation | None:
 def table_model_id(model: str, provider: str | None) -> str | None:
     """The id of the table's model that ``model`` is priced as (``gpt-4o`` for ``GPT-4o``,
     ``gpt-4o-2024-08-06`` and ``openai/gpt-4o``), or None when the table does not price it."""
-    _current_table()
     calc = _resolve(model, provider)
     return None if calc is None else str(calc.model.id)
 
@@ -214,23 +207,9 @@ largest window of the common hosted models (Gemini 1.5 Pro's)."""
 def context_window(model: str | None) -> int:
     """The most input tokens ``model`` takes in one request, as the price table gives it (the
     ceiling on provider-kept state of unknown size), else :data:`DEFAULT_CONTEXT_WINDOW`."""
-    if not model:
-        return DEFAULT_CONTEXT_WINDOW
-    _current_table()
-    calc = _resolve(model, None)
+    calc = _resolve(model, None) if model else None
     window = None if calc is None else calc.model.context_window
     return window if isinstance(window, int) and window > 0 else DEFAULT_CONTEXT_WINDOW
-
-
-def _look_up(model: str, provider: str | None) -> Rates | DatedRates | None:
-    table = _table
-    assert table is not None  # _current_table() ran first
-    calc = _resolve(model, provider)
-    if calc is None:
-        return None
-    if isinstance(calc.model.prices, list):  # conditional prices: pick by request time
-        return DatedRates(calc.model, table.version)
-    return compile_price(calc.model_price, table.version)
 
 
 # --------------------------------------------------------------------------- the disk index
@@ -241,30 +220,16 @@ def _from_disk(model: str, provider: str | None) -> Rates | Unpriced | None:
     table, maybe auto-updated, is always asked instead); None when the index has no answer."""
     if _table is not None or "genai_prices" in sys.modules:
         return None
-    return _decode(model, _price_cache.lookup(model, provider))
-
-
-def _decode(model: str, found: Any) -> Rates | Unpriced | None:
+    found = _price_cache.lookup(model, provider)
     if found is _price_cache.MISS:
         return None
     if isinstance(found, str):  # unpriced, with the table version that said so
-        if "/" in model:
-            return None  # maybe written before provider-prefixed names were resolved: ask again
-        return Unpriced(found)
+        # A provider-prefixed name's may be from before those were resolved: ask again.
+        return None if "/" in model else Unpriced(found)
     try:
         return rates_from_json(found)
     except (TypeError, ValueError, KeyError, ArithmeticError):  # e.g. an older float index
         return None
-
-
-def _to_disk(model: str, provider: str | None, rates: Rates | DatedRates | None) -> None:
-    if isinstance(rates, DatedRates):
-        return  # depends on the time of the request: always asked of the table
-    table = _table
-    if table is None or table.generation != 1:
-        return  # only the bundled snapshot's answers (not an auto-updated table's) are kept
-    value: object = table.version if rates is None else rates_to_json(rates)
-    _price_cache.store(model, provider, value)
 
 
 def watch() -> tuple[Callable[[], object], object]:
@@ -292,7 +257,7 @@ def table_entry(model: str, provider: str | None) -> Rates | DatedRates | Unpric
         return known
     table = _current_table()
     rates = _table_entry(model, provider, table.generation)
-    return table.unpriced if rates is None else rates
+    return Unpriced(table.version) if rates is None else rates
 
 
 def load() -> None:
@@ -322,10 +287,8 @@ def split_provider(model: str) -> tuple[str, str] | None:
     """``("openai", "gpt-4o")`` for ``"openai/gpt-4o"``: a name prefixed with a provider the
     price table knows (or a LiteLLM alias of one); None for any other name."""
     prefix, slash, rest = model.partition("/")
-    if not slash or not rest:
-        return None
     provider = _PROVIDER_ALIASES.get(prefix.lower(), prefix.lower())
-    if provider not in _known_providers():
+    if not slash or not rest or provider not in _known_providers():
         return None
     return provider, rest
 

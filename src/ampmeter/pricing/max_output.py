@@ -4,11 +4,12 @@ genai-prices carries prices and context windows, not output limits, so ampmeter 
 table (``max_output_tokens.json``) of the documented limits of common models. A call that sets
 no ``max_tokens`` reserves its model's limit: a budget must not assume a short answer from a
 model that may write a long one. A model the table does not know gets ``None`` (the caller's
-default applies). Each model name is resolved once and then answered by one dict lookup.
+default applies). Each model name is resolved once and then answered from a cache.
 """
 
 from __future__ import annotations
 
+from functools import cache, lru_cache
 from typing import Final
 
 from ampmeter.pricing.names import longest_prefix
@@ -22,24 +23,18 @@ models allow; models that write more are in the table)."""
 
 _TABLE_FILE: Final = "max_output_tokens.json"
 _SEPARATORS: Final = "-@:_"
-_CACHE_MAX: Final = 4_096
-_table: dict[str, int] | None = None
-_resolved: dict[str, int | None] = {}
-_MISSING: Final = object()
 
 
+@lru_cache(maxsize=4_096)
 def max_output_tokens(model: str) -> int | None:
     """``model``'s documented maximum output tokens per call, or None if the table lacks it.
 
     A provider prefix (``openai/gpt-4o``) is ignored; a dated or versioned name
     (``gpt-4o-2024-08-06``) matches its family's longest entry.
     """
-    found = _resolved.get(model, _MISSING)
-    if found is _MISSING:
-        found = _lookup(model)
-        if len(_resolved) < _CACHE_MAX:
-            _resolved[model] = found
-    return found  # type: ignore[return-value]
+    table = _load()
+    found = longest_prefix(table, model, _SEPARATORS)
+    return None if found is None else table[found]
 
 
 def output_bound(model: str | None, max_tokens: int | None) -> int:
@@ -52,19 +47,11 @@ def output_bound(model: str | None, max_tokens: int | None) -> int:
     return (max_output_tokens(model) if model else None) or DEFAULT_OUTPUT_BOUND
 
 
-def _lookup(model: str) -> int | None:
-    table = _load()
-    found = longest_prefix(table, model, _SEPARATORS)
-    return None if found is None else table[found]
-
-
+@cache
 def _load() -> dict[str, int]:
-    global _table
-    if _table is None:
-        from importlib import resources
+    from importlib import resources
 
-        import orjson
+    import orjson
 
-        raw = orjson.loads(resources.files("ampmeter.pricing").joinpath(_TABLE_FILE).read_bytes())
-        _table = {str(name): int(tokens) for name, tokens in raw["models"].items()}
-    return _table
+    raw = orjson.loads(resources.files("ampmeter.pricing").joinpath(_TABLE_FILE).read_bytes())
+    return {str(name): int(tokens) for name, tokens in raw["models"].items()}

@@ -44,18 +44,13 @@ def data_url(url: object) -> tuple[str, str] | None:
 
 def b64_bytes(data: str) -> int:
     """How many bytes the base64 text ``data`` decodes to (without decoding it)."""
-    n = len(data.rstrip("="))
-    return n * 3 // 4
+    return len(data.rstrip("=")) * 3 // 4
 
 
 def decode_head(data: str, limit: int = _HEAD_BYTES) -> bytes:
     """The first ``limit`` bytes (or so) of the base64 text ``data``; b"" if it is not base64."""
     chunk = data[: (limit // 3 + 1) * 4]
-    chunk = chunk[: len(chunk) - len(chunk) % 4]
-    try:
-        return base64.b64decode(chunk, validate=False)
-    except (binascii.Error, ValueError):
-        return b""
+    return decode_all(chunk[: len(chunk) - len(chunk) % 4])
 
 
 def decode_all(data: str) -> bytes:

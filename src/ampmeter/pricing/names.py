@@ -38,12 +38,10 @@ def user_price_names(model: str) -> tuple[list[str], str | None]:
     the provider that prefix names (None without one)."""
     from ampmeter.pricing.genai_table import split_provider
 
-    names = [model.lower()]
     prefixed = split_provider(model) if "/" in model else None
     if prefixed is None:
-        return names, None
-    names.append(prefixed[1].lower())
-    return names, prefixed[0]
+        return [model.lower()], None
+    return [model.lower(), prefixed[1].lower()], prefixed[0]
 
 
 @lru_cache(maxsize=1024)
@@ -54,6 +52,4 @@ def model_identity(model: str) -> str:
     from ampmeter.pricing.genai_table import table_model_id
 
     found = table_model_id(model, None)
-    if found is not None:
-        return found.lower()
-    return user_price_names(model)[0][-1]
+    return found.lower() if found is not None else user_price_names(model)[0][-1]

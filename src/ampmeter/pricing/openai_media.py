@@ -23,14 +23,7 @@ from ampmeter.pricing import media
 from ampmeter.pricing.measure_parts import Tally
 from ampmeter.pricing.names import longest_prefix
 
-__all__ = [
-    "NOT_SENT_TO_MODEL",
-    "add_content",
-    "audio_tokens",
-    "file_tokens",
-    "image_tokens",
-    "url_image_tokens",
-]
+__all__ = ["NOT_SENT_TO_MODEL", "add_content", "image_tokens"]
 
 # Keys of a part or an input item that are bookkeeping, not model input.
 NOT_SENT_TO_MODEL: Final = frozenset({"type", "id", "call_id", "status", "role"})
@@ -85,12 +78,10 @@ def _tiles(size: tuple[int, int] | None) -> int:
     if size is None or min(size) <= 0:
         return _MAX_TILES
     width, height = float(size[0]), float(size[1])
-    if max(width, height) > 2048:
-        scale = 2048 / max(width, height)
-        width, height = width * scale, height * scale
-    if min(width, height) > 768:
-        scale = 768 / min(width, height)
-        width, height = width * scale, height * scale
+    scale = min(1.0, 2048 / max(width, height))  # fit in 2048x2048
+    width, height = width * scale, height * scale
+    scale = min(1.0, 768 / min(width, height))  # then the shortest side down to 768
+    width, height = width * scale, height * scale
     return math.ceil(width / 512) * math.ceil(height / 512)
 
 
@@ -101,14 +92,14 @@ def _patches(size: tuple[int, int] | None) -> int:
     return min(math.ceil(width / 32) * math.ceil(height / 32), _MAX_PATCHES)
 
 
-def url_image_tokens(model: str | None, url: object, detail: object) -> int:
+def _url_image_tokens(model: str | None, url: object, detail: object) -> int:
     """Tokens of an image given by URL: a ``data:`` URL's size is read, any other is unknown."""
     found = media.data_url(url)
     size = None if found is None else media.image_size(media.decode_head(found[1]))
     return image_tokens(model, detail, size)
 
 
-def audio_tokens(data: object) -> int:
+def _audio_tokens(data: object) -> int:
     """Tokens of base64 audio ``data`` (see :data:`AUDIO_TOKENS_PER_SECOND`)."""
     if not isinstance(data, str):
         return 0
@@ -116,7 +107,7 @@ def audio_tokens(data: object) -> int:
     return math.ceil(seconds * AUDIO_TOKENS_PER_SECOND)
 
 
-def file_tokens(model: str | None, file_data: object) -> int:
+def _file_tokens(model: str | None, file_data: object) -> int:
     """Tokens of a file sent inline (a ``data:`` URL or bare base64), or by id when None."""
     pages = UNSEEN_FILE_PAGES
     if isinstance(file_data, str):
@@ -128,11 +119,9 @@ def file_tokens(model: str | None, file_data: object) -> int:
 
 def add_content(content: object, model: object, tally: Tally) -> None:
     """Content as both APIs send it: a string, or a list of parts (either API's spelling)."""
-    if isinstance(content, str):
-        tally.text(content)
-        return
     name = model if isinstance(model, str) else None
-    for part in content if isinstance(content, list) else ():
+    parts = [content] if isinstance(content, str) else content
+    for part in parts if isinstance(parts, list) else ():
         if isinstance(part, dict):
             _add_part(part, name, tally)
         else:
@@ -151,15 +140,15 @@ def _add_part(part: dict[str, Any], model: str | None, tally: Tally) -> None:
         if isinstance(image, dict):  # Chat Completions: {"url": ..., "detail": ...}
             detail = image.get("detail")
             image = image.get("url")
-        tally.media += url_image_tokens(model, image, detail)
+        tally.media += _url_image_tokens(model, image, detail)
     elif kind == "input_audio":
         audio = part.get("input_audio")
         data = audio.get("data") if isinstance(audio, dict) else part.get("data")
-        tally.media += audio_tokens(data)
+        tally.media += _audio_tokens(data)
     elif kind in ("file", "input_file"):
         file = part.get("file") if kind == "file" else part  # Chat Completions nests it
         if isinstance(file, dict):
             tally.text(file.get("filename"))
-            tally.media += file_tokens(model, file.get("file_data"))
+            tally.media += _file_tokens(model, file.get("file_data"))
     else:  # a part this module does not know: every string in it is sent
         tally.any_text({k: v for k, v in part.items() if k not in NOT_SENT_TO_MODEL})

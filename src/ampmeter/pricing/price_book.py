@@ -43,8 +43,7 @@ class PriceBook(Generic[_Price]):
         with self._lock:
             self.changes += 1
             if is_pattern(key[0]):
-                kept = [entry for entry in self._patterns if entry[0] != key]
-                kept.append((key, price))
+                kept = [*(entry for entry in self._patterns if entry[0] != key), (key, price)]
                 self._patterns = tuple(sorted(kept, key=lambda entry: -len(entry[0][0])))
             else:
                 self._exact = {**self._exact, key: price}

@@ -37,6 +37,7 @@ token is far above any price, and a rate past it would only make pricing slow (a
 ``1E+999999`` is a number with a million digits)."""
 _MAX_RATE_INT: Final = int(MAX_RATE)
 _KINDS: Final = ("input", "output", "cache read", "cache write", "reasoning", "per-request")
+_AMOUNTS: Final = ("input", "output", "cache_read", "cache_write", "reasoning", "per_call")
 # A rate as (threshold, USD per million units) steps, highest threshold first; the last step is
 # the base rate with threshold -1. A step applies when the call's input tokens exceed its
 # threshold (genai-prices' "cliff" tiers: crossing a threshold re-prices every token of a kind).
@@ -103,11 +104,11 @@ class Rates:
         return self
 
 
-def rate_arg(value: object, what: str) -> Decimal:
-    """``value`` (see :func:`ampmeter.money.usd`) as a rate in USD per million tokens, checked
-    before any work that grows with its size: ``ValueError`` naming ``what`` for a rate above
-    :data:`MAX_RATE` or with more than :data:`MAX_PLACES` decimal places."""
-    limit = f"{what} must be at most {MAX_RATE:,} USD per million tokens"
+def rate_arg(value: object, what: str, unit: str = "USD per million tokens") -> Decimal:
+    """``value`` (see :func:`ampmeter.money.usd`) as a rate in ``unit`` (or a tool's dollars a
+    call), checked before any work that grows with its size: ``ValueError`` naming ``what`` for
+    a rate above :data:`MAX_RATE` or with more than :data:`MAX_PLACES` decimal places."""
+    limit = f"{what} must be at most {MAX_RATE:,} {unit}"
     # An int is compared as an int: comparing it with a Decimal reads all its digits.
     if isinstance(value, int) and value > _MAX_RATE_INT:
         raise ValueError(f"{limit}, got an integer of {value.bit_length():,} bits")
@@ -116,8 +117,7 @@ def rate_arg(value: object, what: str) -> Decimal:
         raise ValueError(f"{limit}, got {_short(rate)}")
     if _decimals(rate) > MAX_PLACES:
         raise ValueError(
-            f"{what} may have at most {MAX_PLACES} decimal places (USD per million tokens), "
-            f"got {_short(rate)}"
+            f"{what} may have at most {MAX_PLACES} decimal places ({unit}), got {_short(rate)}"
         )
     return rate
 
@@ -138,13 +138,6 @@ def _scaled(rate: Decimal, places: int) -> int:
     numerator, denominator = rate.as_integer_ratio()  # the denominator divides 10**places
     scale: int = 10**places
     return numerator * scale // denominator
-
-
-def _step_rate(steps: _Steps, input_tokens: int) -> Decimal:
-    for threshold, rate in steps:
-        if input_tokens > threshold:
-            return rate
-    return steps[-1][1]  # not reached: the base step's threshold is -1
 
 
 def compile_price(model_price: ModelPrice, version: str) -> Rates | None:
@@ -170,8 +163,9 @@ def compile_price(model_price: ModelPrice, version: str) -> Rates | None:
     all_steps = (inp, out, cache_read, cache_write, reasoning, per_call)
 
     def flat(input_tokens: int, bands: tuple[tuple[int, Rates], ...] | None = None) -> Rates:
-        r_in, r_out, r_cr, r_cw, r_rs, r_call = (_step_rate(s, input_tokens) for s in all_steps)
-        return Rates(r_in, r_out, r_cr, r_cw, r_rs, r_call, version=version, bands=bands)
+        # The first step the call's input exceeds (the base step's threshold is -1).
+        rates = (next(r for t, r in steps if input_tokens > t) for steps in all_steps)
+        return Rates(*rates, version=version, bands=bands)
 
     thresholds = sorted({t for steps in all_steps for t, _ in steps if t >= 0}, reverse=True)
     bands = tuple((t, flat(t + 1)) for t in thresholds)
@@ -196,17 +190,9 @@ def _steps(value: object) -> _Steps | None:
 
 def rates_to_json(rates: Rates) -> dict[str, object]:
     """``rates`` as JSON for the disk index: every amount a decimal string, so none is rounded."""
-    amounts = (
-        rates.input,
-        rates.output,
-        rates.cache_read,
-        rates.cache_write,
-        rates.reasoning,
-        rates.per_call,
-    )
     bands = rates.bands
     return {
-        "usd": [str(amount) for amount in amounts],
+        "usd": [str(getattr(rates, name)) for name in _AMOUNTS],
         "version": rates.version,
         "bands": None if bands is None else [[t, rates_to_json(b)] for t, b in bands],
     }

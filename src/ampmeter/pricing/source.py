@@ -1,21 +1,12 @@
 """Where a context's prices come from, and what an ended call's price leaves on its node.
 
 A context prices the calls recorded without a cost, and estimates what a call reserves, with
-its ``pricing`` (``ExecutionContext(pricing=...)``; children inherit it). Anything with the
-``price`` and ``estimate`` functions of :mod:`ampmeter.pricing` can serve:
-
-* :data:`TABLE`, the default: the prices of :mod:`ampmeter.pricing` (genai-prices and the
-  user's prices), imported when the first call needs a price, so that making a context does
-  not load the table. A context checks a call's counts where they enter (``llm_call``,
-  ``record``) and counts money in nano-dollars, so TABLE prices its calls without checking
-  them again, in integers (:class:`~ampmeter.pricing.plan.PricePlan`);
-* :data:`NO_PRICES`: prices nothing. Every call without a cost of its own is ``unpriced``
-  (never $0), so under a cost limit it is refused unless it carries an ``estimate_usd``
-  (``on_unpriced`` decides); for tests and embedders that bring their own costs;
-* the module :mod:`ampmeter.pricing`, or an embedder's own object. Its dollars are read as
-  every amount a user gives is (:func:`ampmeter.money.to_nano`: a float as written).
-
-A call is estimated and priced through the plan of its model
+its ``pricing`` (``ExecutionContext(pricing=...)``; children inherit it): :data:`TABLE` (the
+default), :data:`NO_PRICES`, the module :mod:`ampmeter.pricing`, or an embedder's own object
+with its ``price`` and ``estimate`` functions, whose dollars are read as every amount a user
+gives is (:func:`ampmeter.money.to_nano`: a float as written). A context checks a call's counts
+where they enter (``llm_call``, ``record``) and counts money in nano-dollars, so TABLE prices its
+calls without checking them again, in integers, through the plan of the call's model
 (:func:`~ampmeter.pricing.plan.plan_for`), found once per call.
 """
 
@@ -85,10 +76,13 @@ class _NoPrices:
 
 
 TABLE: Pricing = _Table()
-"""The price table (:mod:`ampmeter.pricing`), loaded on first need: every context's default."""
+"""The price table (:mod:`ampmeter.pricing`), every context's default: loaded when the first
+call needs a price, so that making a context does not load it."""
 
 NO_PRICES: Pricing = _NoPrices()
-"""Prices nothing: calls without a cost of their own are ``unpriced``, never $0."""
+"""Prices nothing, for tests and embedders that bring their own costs: calls without a cost of
+their own are ``unpriced`` (never $0), so under a cost limit one is refused unless it carries an
+``estimate_usd`` (``on_unpriced`` decides)."""
 
 
 def checked(pricing: object) -> Pricing | None:

@@ -5,18 +5,13 @@ Token conventions (OpenAI's): ``cached_tokens`` (prompt-cache reads) and ``cache
 ``output_tokens``. Nothing is charged twice: cache reads are billed at the cache-read rate, cache
 writes at the cache-write rate, the rest of the input at the input rate; reasoning tokens are
 billed as output (at the table's separate reasoning rate for the rare model that has one).
-Integrations that receive Anthropic-style counts (cache tokens reported beside the input) add
-them to ``input_tokens`` before calling :func:`price`.
 
 Costs are exact :class:`~decimal.Decimal` dollars, worked out from genai-prices' own decimal
 prices (or the user's, read as written), never through binary floats. A model the table does
-not know is ``unpriced``: its cost is ``None``, never a silent zero. Nothing guesses a price
-from a similar name: a fine-tune (``ft:gpt-4o-mini-...:org::id``) is unpriced until
-:func:`set_price` prices it, which accepts fnmatch patterns (``"ft:gpt-4o-mini*"``) for that.
-
-``pricing_version`` names where a price came from: ``"genai-prices@<package version>"`` for the
-bundled table (with ``"+update@<timestamp>"`` when genai-prices' live updater replaced it), and
-``"user"`` for prices set with :func:`set_price`, which do not depend on the table.
+not know is ``unpriced``: its cost is ``None``, never a silent zero, and nothing guesses a price
+from a similar name (a fine-tune is unpriced until :func:`set_price` prices it).
+``pricing_version`` names where a price came from: ``"genai-prices@<package version>"`` (with
+``"+update@<timestamp>"`` when genai-prices' live updater replaced the table), or ``"user"``.
 """
 
 from __future__ import annotations

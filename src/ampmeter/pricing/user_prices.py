@@ -84,16 +84,12 @@ def set_price(
     key = _key(model_arg(model), provider_arg(provider))
     r_in = rate_arg(input_per_mtok, "input_per_mtok")
     r_out = rate_arg(output_per_mtok, "output_per_mtok")
-    r_cr = (
-        r_in
-        if cached_input_per_mtok is None
-        else rate_arg(cached_input_per_mtok, "cached_input_per_mtok")
+    cache_rates = (
+        ("cached_input_per_mtok", cached_input_per_mtok),
+        ("cache_write_per_mtok", cache_write_per_mtok),
     )
-    r_cw = (
-        r_in
-        if cache_write_per_mtok is None
-        else rate_arg(cache_write_per_mtok, "cache_write_per_mtok")
-    )
+    # A cache rate not given is the input rate.
+    r_cr, r_cw = (r_in if rate is None else rate_arg(rate, name) for name, rate in cache_rates)
     book.set(key, Rates(r_in, r_out, r_cr, r_cw, r_out, _ZERO, version=USER_PRICING_VERSION))
 
 

@@ -57,17 +57,10 @@ def measure_gemini(
     tally = Tally()
     model = body.get("model")
     gemini_3 = isinstance(model, str) and "gemini-3" in model.lower()
-    system = _get(body, "systemInstruction", "system_instruction")
-    if isinstance(system, str):
-        tally.framing += TOKENS_PER_CONTENT
-        tally.text(system)
-    elif isinstance(system, dict):
-        _content(system, gemini_3, tally)
     contents = body.get("contents")
-    if isinstance(contents, str):
-        tally.framing += TOKENS_PER_CONTENT
-        tally.text(contents)
-    for content in contents if isinstance(contents, list) else ():
+    contents = [contents] if isinstance(contents, str) else contents
+    system = _get(body, "systemInstruction", "system_instruction")
+    for content in [system, *(contents if isinstance(contents, list) else ())]:
         if isinstance(content, dict):
             _content(content, gemini_3, tally)
         elif isinstance(content, str):
@@ -78,11 +71,8 @@ def measure_gemini(
         tally.json(tool)
     config = _get(body, "generationConfig", "generation_config")
     if isinstance(config, dict):
-        for camel, snake in (
-            ("responseSchema", "response_schema"),
-            ("responseJsonSchema", "response_json_schema"),
-        ):
-            tally.json(_get(config, camel, snake))
+        tally.json(_get(config, "responseSchema", "response_schema"))
+        tally.json(_get(config, "responseJsonSchema", "response_json_schema"))
     size = tally.size(counter)
     if _get(body, "cachedContent", "cached_content") is not None:
         # Billed as input, its size not in the body: stored state of unknown size.

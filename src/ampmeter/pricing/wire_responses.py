@@ -37,23 +37,18 @@ def measure_responses(
 ) -> RequestSize:
     """The measure of a Responses ``body`` (``counter``: a tokenizer's count)."""
     tally = Tally()
-    model = body.get("model")
-    model = model if isinstance(model, str) else None
+    model = body.get("model")  # any value: add_content reads only a str
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
         tally.framing += TOKENS_PER_MESSAGE
         tally.text(instructions)
     items = body.get("input")
-    if isinstance(items, str):
-        tally.framing += TOKENS_PER_MESSAGE
-        tally.text(items)
-    elif isinstance(items, list):
-        for item in items:
-            if isinstance(item, dict):
-                _item(item, model, tally)
-            elif isinstance(item, str):
-                tally.framing += TOKENS_PER_MESSAGE
-                tally.text(item)
+    for item in [items] if isinstance(items, str) else items if isinstance(items, list) else ():
+        if isinstance(item, dict):
+            _item(item, model, tally)
+        elif isinstance(item, str):
+            tally.framing += TOKENS_PER_MESSAGE
+            tally.text(item)
     tally.framing += REPLY_PRIMING
     tools = body.get("tools")
     if isinstance(tools, list) and tools:
@@ -71,7 +66,7 @@ def measure_responses(
     return size if stored == 0 else size._replace(stored=stored)
 
 
-def _item(item: Mapping[str, Any], model: str | None, tally: Tally) -> None:
+def _item(item: Mapping[str, Any], model: object, tally: Tally) -> None:
     kind = item.get("type", "message")
     tally.framing += TOKENS_PER_MESSAGE
     if kind == "message":

@@ -27,7 +27,7 @@ from multidict import CIMultiDict
 
 from ampmeter.context import ExecutionContext
 from ampmeter.errors import BudgetBusy, LimitExceeded
-from ampmeter.integrations.http import adapter_for_path, response_reader
+from ampmeter.integrations.http import adapter_for_path, json_object, response_reader
 from ampmeter.integrations.lifecycle import (
     META_TRANSPORT,
     Admitted,
@@ -121,7 +121,7 @@ class Relay:
             # Listing models and the like (nothing is billed), or a request its sender metered.
             return await self._forward(request, url, content, None)
         adapter = adapter_for_path(path)
-        body = _json_object(content)
+        body = json_object(content)
         info = adapter.request_info(body) if adapter is not None and body is not None else None
         if adapter is None or body is None or info is None or info.model is None:
             if self._allow_unestimated:
@@ -230,14 +230,6 @@ class _Passing:
         if not self.gone:
             with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionError):
                 await self._response.write_eof()
-
-
-def _json_object(content: bytes) -> dict[str, Any] | None:
-    try:
-        body = orjson.loads(content)
-    except orjson.JSONDecodeError:
-        return None
-    return body if isinstance(body, dict) else None
 
 
 def refusal(
