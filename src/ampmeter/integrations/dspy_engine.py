@@ -18,6 +18,7 @@ from contextlib import aclosing, closing, contextmanager
 from types import ModuleType
 from typing import Any, Final
 
+from ampmeter.context import Call
 from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.dspy_request import (
@@ -138,6 +139,17 @@ def _settled(meter: StreamMeter) -> Iterator[None]:
         meter.abandon()
 
 
+@contextmanager
+def _active(call: Call) -> Iterator[None]:
+    """Mark ``call`` active only while the engine works: the caller's own calls between
+    events are not this request's."""
+    token = ACTIVE_CALL.set(call)
+    try:
+        yield
+    finally:
+        ACTIVE_CALL.reset(token)
+
+
 def _wrap_stream(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def stream(engine: Any, request: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
@@ -150,13 +162,8 @@ def _wrap_stream(original: Callable[..., Any]) -> Callable[..., Any]:
         end = StreamMeter(admitted.call, admitted.adapter, False)
         with _settled(end), closing(events):
             while True:
-                # The call is active only while the engine works: the caller's own calls
-                # between events are not this request's.
-                token = ACTIVE_CALL.set(admitted.call)
-                try:
+                with _active(admitted.call):
                     event = next(events, _END)
-                finally:
-                    ACTIVE_CALL.reset(token)
                 if event is _END:
                     break
                 end.read(event)
@@ -178,11 +185,8 @@ def _wrap_async_stream(original: Callable[..., Any]) -> Callable[..., Any]:
         with _settled(end):
             async with aclosing(events):
                 while True:
-                    token = ACTIVE_CALL.set(admitted.call)  # as in the sync stream
-                    try:
+                    with _active(admitted.call):
                         event = await anext(events, _END)
-                    finally:
-                        ACTIVE_CALL.reset(token)
                     if event is _END:
                         break
                     end.read(event)

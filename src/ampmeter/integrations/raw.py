@@ -11,6 +11,7 @@ import functools
 import inspect
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Final
 
 from ampmeter.integrations.adapter import Tally
@@ -92,13 +93,18 @@ def _read_while_iterating(
 
     # The HTTP response closes itself after its last piece: while a piece is being read, the
     # reader (not the close) decides how the call ends.
+    @contextmanager
+    def reading() -> Iterator[None]:
+        meter.reading = True
+        try:
+            yield
+        finally:
+            meter.reading = False
+
     def sync_pieces(pieces: Iterator[Any]) -> Iterator[Any]:
         while True:
-            meter.reading = True
-            try:
+            with reading():
                 piece = next(pieces, _END)
-            finally:
-                meter.reading = False
             if piece is _END:
                 break
             feed(piece)
@@ -107,11 +113,8 @@ def _read_while_iterating(
 
     async def async_pieces(pieces: AsyncIterator[Any]) -> AsyncIterator[Any]:
         while True:
-            meter.reading = True
-            try:
+            with reading():
                 piece = await anext(pieces, _END)
-            finally:
-                meter.reading = False
             if piece is _END:
                 break
             feed(piece)
