@@ -6,7 +6,9 @@ checks that the SDK parsed the wire shape into the fields ampmeter will read.
 
 from __future__ import annotations
 
+import http.client
 import json
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -483,3 +485,41 @@ def test_a_body_without_ids_is_sent_as_it_is(replay: ReplayServer) -> None:
             urllib.request.Request(replay.url + CHAT, data=b"{}"), timeout=5
         ) as response:
             assert response.read() == body
+
+
+def _kept_connection(replay: ReplayServer) -> http.client.HTTPConnection:
+    """An HTTP/1.1 connection that made one request and is kept alive."""
+    host, port = replay.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    assert _asks(connection) == 200
+    return connection
+
+
+def _asks(connection: http.client.HTTPConnection) -> int:
+    """One request on ``connection`` (reusing its socket once it has one): the status."""
+    connection.request("GET", "/ping")
+    response = connection.getresponse()
+    response.read()
+    return response.status
+
+
+def test_an_idle_kept_connection_outlives_a_clients_keep_alive() -> None:
+    # httpx keeps an idle connection 5 s: a server closing it after the same 5 s fails the
+    # request a client sends on it at that moment ("Server disconnected").
+    with ReplayServer(fallback=lambda request: ReplayResponse.json({})) as replay:
+        connection = _kept_connection(replay)
+        kept = connection.sock
+        time.sleep(5.3)
+        assert _asks(connection) == 200
+        assert connection.sock is kept  # the same connection, not a new one
+        connection.close()
+
+
+def test_stopping_closes_the_connections_clients_keep() -> None:
+    replay = ReplayServer(fallback=lambda request: ReplayResponse.json({})).start()
+    connection = _kept_connection(replay)
+    kept = connection.sock
+    replay.stop()
+    kept.settimeout(2)
+    assert kept.recv(1) == b""  # the end of the stream, at once
+    connection.close()

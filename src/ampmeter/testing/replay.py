@@ -23,6 +23,7 @@ they are, to test a response delivered twice.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import socket
@@ -211,7 +212,7 @@ class ReplayServer(Scoped):
         self._lock = threading.Lock()
         self._queues: dict[tuple[str, str], deque[ReplayResponse | Responder]] = {}
         self._requests: list[RecordedRequest] = []
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -238,6 +239,7 @@ class ReplayServer(Scoped):
         if httpd is not None:
             httpd.shutdown()
             httpd.server_close()
+            httpd.close_kept()
         if thread is not None:
             thread.join()
 
@@ -367,6 +369,30 @@ class _Server(ThreadingHTTPServer):
     # backlog of 5 the kernel drops their connection attempts and each waits a second to retry.
     request_queue_size = 256
 
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self._kept_lock = threading.Lock()
+        self._kept: set[socket.socket] = set()  # connections open now (kept alive or busy)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._kept_lock:
+            self._kept.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._kept_lock:
+            self._kept.discard(request)
+        super().shutdown_request(request)
+
+    def close_kept(self) -> None:
+        """Close every connection still open, so none outlives the server (their handlers,
+        waiting for a next request, see the end of the stream and finish)."""
+        with self._kept_lock:
+            kept = list(self._kept)
+        for connection in kept:
+            with contextlib.suppress(OSError):  # (closed by its handler meanwhile)
+                connection.shutdown(socket.SHUT_RDWR)
+
 
 def _route(method: str, path: str) -> tuple[str, str]:
     if not isinstance(path, str) or not path.startswith("/"):
@@ -379,7 +405,10 @@ def _route(method: str, path: str) -> tuple[str, str]:
 def _make_handler(owner: ReplayServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
-        timeout = 5  # idle keep-alive connections do not outlive a test for long
+        # An idle kept connection is closed by stop(), not by a timer: a server that closes one
+        # at the moment the client reuses it (httpx keeps one 5 s, the old timeout here) fails
+        # that request with "Server disconnected without sending a response".
+        timeout = 300
 
         def setup(self) -> None:
             super().setup()
