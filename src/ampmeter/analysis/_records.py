@@ -13,6 +13,7 @@ from typing import Any, Final, TypeVar
 
 from ampmeter.errors import AnalysisError
 from ampmeter.logs import read_jsonl
+from ampmeter.logs.events import json_kind
 
 __all__ = [
     "EXTENDED_COLUMNS",
@@ -52,25 +53,11 @@ class _FieldError(ValueError):
     """A record is unusable; the caller adds where it came from."""
 
 
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    if isinstance(value, str):
-        return f"a string ({value[:40]!r})"
-    if isinstance(value, float):
-        return f"a float ({value!r})"
-    if isinstance(value, (list, dict)):
-        return "an array" if isinstance(value, list) else "an object"
-    return repr(value)
-
-
 def _t(value: object, where: str = "t") -> int:
     if value is None:
         raise _FieldError(f"missing {where!r} (an int is required)")
     if type(value) is not int:
-        raise _FieldError(f"{where!r} must be an int, got {_kind(value)}")
+        raise _FieldError(f"{where!r} must be an int, got {json_kind(value)}")
     return value
 
 
@@ -79,7 +66,7 @@ def _number(obj: dict[str, Any], key: str) -> float:
         raise _FieldError(f"missing {key!r} (a number is required)")
     value = obj[key]
     if type(value) not in (int, float):
-        raise _FieldError(f"{key!r} must be a number, got {_kind(value)}")
+        raise _FieldError(f"{key!r} must be a number, got {json_kind(value)}")
     return float(value)  # type: ignore[arg-type, unused-ignore]
 
 
@@ -88,7 +75,7 @@ def _opt_number(obj: dict[str, Any], key: str) -> float | None:
     if value is None:
         return None
     if type(value) not in (int, float):
-        raise _FieldError(f"{key!r} must be a number or null, got {_kind(value)}")
+        raise _FieldError(f"{key!r} must be a number or null, got {json_kind(value)}")
     return float(value)  # type: ignore[arg-type, unused-ignore]
 
 
@@ -100,7 +87,7 @@ def stream_fields(obj: dict[str, Any]) -> StreamRow:
     if "cumulative_solved" not in obj:
         raise _FieldError("missing 'cumulative_solved' (an int is required)")
     if type(solved) is not int:
-        raise _FieldError(f"'cumulative_solved' must be an int, got {_kind(solved)}")
+        raise _FieldError(f"'cumulative_solved' must be an int, got {json_kind(solved)}")
     return t, cost, solved, _number(obj, "cost_per_solved")
 
 
@@ -110,11 +97,11 @@ def problem_fields(obj: dict[str, Any]) -> ProblemRow:
     t = _t(obj.get("t"))
     solved = obj.get("solved")
     if type(solved) is not bool:
-        what = "missing 'solved'" if "solved" not in obj else f"got {_kind(solved)}"
+        what = "missing 'solved'" if "solved" not in obj else f"got {json_kind(solved)}"
         raise _FieldError(f"'solved' must be true or false ({what})")
     tokens = obj.get("tokens_total")
     if tokens is not None and type(tokens) is not int:
-        raise _FieldError(f"'tokens_total' must be an int or null, got {_kind(tokens)}")
+        raise _FieldError(f"'tokens_total' must be an int or null, got {json_kind(tokens)}")
     return (
         t,
         solved,

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Final
 
-from ampmeter.analysis.runs import Call
-
-__all__ = ["NUMERIC_COLUMNS", "RunSummary", "refused", "termination_of"]
+__all__ = ["NUMERIC_COLUMNS", "RunSummary", "termination_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +88,3 @@ def _stop_kind(stop: str | None) -> str:
     if "amp:elapsed_s" in stop:
         return "timeout"
     return "limit_exceeded"
-
-
-def refused(call: Call) -> bool:
-    """Whether an LLM or tool call was refused before it was sent: stopped, with no tokens
-    (a call stopped in flight was sent, and has them; ``ampmeter.metrics`` reads it so too)."""
-    return call.status == "halt" and call.tokens_in == 0 and call.tokens_out == 0

@@ -11,14 +11,13 @@ from typing import Any
 from ampmeter.analysis.amortization import Engine, use_duckdb
 from ampmeter.analysis.digest import RunDigest, digest_logs
 from ampmeter.analysis.quantiles import percentile
-from ampmeter.analysis.run_summary import NUMERIC_COLUMNS, RunSummary, refused, termination_of
+from ampmeter.analysis.run_summary import NUMERIC_COLUMNS, RunSummary, termination_of
 from ampmeter.analysis.runs import Run
 
 __all__ = [
     "NUMERIC_COLUMNS",
     "RunSummary",
     "SummaryTable",
-    "refused",
     "summarize",
     "summarize_run",
     "summary_table",

@@ -51,16 +51,10 @@ def summary_command(
 
     if engine == "duckdb" and best_effort:
         fail("summary", "--engine duckdb reads strictly; use --engine python with --best-effort")
+    # (--engine duckdb without the analysis extra: user_errors names the extra to install)
     with user_errors("summary", best_effort_flag=True):
-        try:
-            table = summarize(
-                logs,
-                engine=engine,
-                best_effort=best_effort,
-                progress=sys.stderr.isatty(),
-            )
-        except ImportError as exc:  # --engine duckdb without the analysis extra
-            fail("summary", str(exc))
+        progress = sys.stderr.isatty()
+        table = summarize(logs, engine=engine, best_effort=best_effort, progress=progress)
     from ampmeter.cli.summary import as_csv, as_json, as_table
 
     if fmt == "json":

@@ -6,8 +6,8 @@ exit with status 2; there is never a traceback or a boxed panel. Text from logs 
 reasons, file names) is printed as plain text, never as markup, with control characters and
 terminal escape sequences shown escaped (``\\x1b``). Numbers are written one way everywhere:
 whole numbers with thousands separators (``1,198,000``), fractions to four significant digits
-without an exponent (``0.0123``, ``1,198,000.5``), money with :func:`money`, latency in whole
-milliseconds (``22,436 ms``).
+without an exponent (``0.0123``, ``1,198,000.5``), money with
+:func:`ampmeter.report.charts.dollars`, latency in whole milliseconds (``22,436 ms``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import typer
 __all__ = [
     "fail",
     "missing_module",
-    "money",
     "number",
     "os_error_message",
     "print_error",
@@ -101,16 +100,6 @@ def number(value: float | int | decimal.Decimal | None) -> str:
     # Four significant digits for a fraction; a large number keeps its whole part.
     digits = max(4 - exact.adjusted() - 1, 1)
     return f"{exact:,.{digits}f}".rstrip("0").rstrip(".")
-
-
-def money(value: float | decimal.Decimal) -> str:
-    """Dollars as every command shows them: :func:`ampmeter.money.format_usd` of the amount to
-    the nano-dollar (``$0.00012``, ``$1,234.50``), so a sum of floats shows no binary noise."""
-    from ampmeter.money import format_usd
-
-    if isinstance(value, decimal.Decimal):
-        return format_usd(value.quantize(decimal.Decimal("1e-9")))
-    return format_usd(round(value, 9))
 
 
 # What the OS's own texts for these errors mean for a file named on the command line.

@@ -12,7 +12,8 @@ import orjson
 
 from ampmeter.analysis.lineage import run_labels
 from ampmeter.analysis.summary import RunSummary, SummaryTable
-from ampmeter.cli.output import money, number, printable
+from ampmeter.cli.output import number, printable
+from ampmeter.report.charts import dollars
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -55,7 +56,7 @@ def _cell(key: str, value: object) -> Text:
     from rich.text import Text
 
     if key in _MONEY and isinstance(value, (int, float)):
-        return Text(money(value))
+        return Text(dollars(value))
     if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
         return Text(number(value))
     return Text(printable(str(value)))

@@ -24,6 +24,7 @@ __all__ = [
     "MAX_COUNT",
     "MAX_DEPTH",
     "event_problem",
+    "json_kind",
     "nesting_problem",
     "non_finite_field",
 ]
@@ -40,16 +41,19 @@ A deeper line is refused by name (a hostile log must not exhaust the reader's st
 _COUNTS: Final = ("prompt_tokens", "completion_tokens", "total_tokens", "tokens_saved")
 
 
-def _kind(value: object) -> str:
+def json_kind(value: object) -> str:
+    """What a JSON value is, for a message saying what was found instead: ``null``, ``a
+    boolean (true)``, ``a string ('x')``, ``a float (1.5)``, ``an array``, ``an object``, or
+    an int itself."""
     if value is None:
         return "null"
     if isinstance(value, bool):
-        return str(value).lower()
+        return f"a boolean ({str(value).lower()})"
     if isinstance(value, str):
         return f"a string ({value[:40]!r})"
     if isinstance(value, (list, dict)):
         return "an array" if isinstance(value, list) else "an object"
-    return repr(value)
+    return f"a float ({value!r})" if isinstance(value, float) else repr(value)
 
 
 def _count_problem(value: object) -> str | None:
@@ -57,12 +61,12 @@ def _count_problem(value: object) -> str | None:
         return None
     if type(value) is int:
         return f"must be a whole number from 0 to {MAX_COUNT:,}, got {value:,}"
-    return f"must be a whole number from 0 to {MAX_COUNT:,}, got {_kind(value)}"
+    return f"must be a whole number from 0 to {MAX_COUNT:,}, got {json_kind(value)}"
 
 
 def _amount_problem(value: object, limit: float) -> str | None:
     if type(value) not in (int, float):
-        return f"must be a number, got {_kind(value)}"
+        return f"must be a number, got {json_kind(value)}"
     number: float = value  # type: ignore[assignment]
     if not math.isfinite(number) or number < 0 or number > limit:
         return f"must be a number from 0 to {limit:,.0f}, got {number!r}"
@@ -75,10 +79,10 @@ def event_problem(obj: dict[str, Any]) -> str | None:
     for name in ("event_type", "run_id"):
         value = obj.get(name)
         if type(value) is not str:
-            return f"field {name!r}: must be a string, got {_kind(value)}"
+            return f"field {name!r}: must be a string, got {json_kind(value)}"
     usage = obj.get("usage")
     if type(usage) is not dict:
-        return f"field 'usage': must be an object, got {_kind(usage)}"
+        return f"field 'usage': must be an object, got {json_kind(usage)}"
     for name in _COUNTS:
         value = usage.get(name)
         if value is not None:

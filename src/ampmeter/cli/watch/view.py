@@ -17,10 +17,10 @@ from rich.text import Text
 
 from ampmeter.analysis.lineage import run_labels
 from ampmeter.analysis.runs import Call, is_estimated
-from ampmeter.cli.output import money, printable
+from ampmeter.cli.output import printable
 from ampmeter.cli.watch.state import RUNNING, RunState, WatchState
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS
-from ampmeter.report.charts import amount, share_of
+from ampmeter.report.charts import amount, dollars, share_of
 
 __all__ = ["FrameInfo", "render_frame", "short_ids"]
 
@@ -67,11 +67,11 @@ def _header(state: WatchState, info: FrameInfo, now_ms: float | None) -> Table:
     grid.add_row(
         "all runs",
         f"{len(state.runs)} run(s), {going} going · {ended} call(s) ended, {running} seen "
-        f"running · {money(spent)}",
+        f"running · {dollars(spent)}",
     )
     grid.add_row(
         "rate",
-        f"{rates.calls_per_min:,.1f} LLM calls/min, {money(round(rates.usd_per_min, 6))}/min "
+        f"{rates.calls_per_min:,.1f} LLM calls/min, {dollars(round(rates.usd_per_min, 6))}/min "
         f"(over the last {rates.window_s:,.0f} s)",
     )
     return grid
@@ -109,7 +109,7 @@ def _limits(state: WatchState, run: RunState, max_subagents: int = 3) -> Group:
     unpriced = counted.unpriced_calls
     spent = Text.assemble(
         ("spent ", "bold"),
-        money(run.usage(KEY_COST) or 0.0) + (f" + {unpriced} unpriced" if unpriced else ""),
+        dollars(run.usage(KEY_COST) or 0.0) + (f" + {unpriced} unpriced" if unpriced else ""),
         ("  tokens ", "bold"),
         f"{tokens_in:,} in / {tokens_out:,} out",
     )
@@ -117,10 +117,10 @@ def _limits(state: WatchState, run: RunState, max_subagents: int = 3) -> Group:
     if counted.stopped_unsent:
         calls.append(f", {counted.stopped_unsent:,} refused before sending")
     if counted.unsettled_cost_usd:
-        unsettled = money(counted.unsettled_cost_usd)
+        unsettled = dollars(counted.unsettled_cost_usd)
         spent.append(f"  (unsettled {unsettled}: calls in flight at a stop or in dead workers)")
     if counted.estimated_cost_usd:
-        estimated = money(counted.estimated_cost_usd)
+        estimated = dollars(counted.estimated_cost_usd)
         spent.append(f"  (estimated {estimated}: billed without their usage)")
     ceilings = state.ceilings_of(run)
     if not ceilings:
@@ -176,7 +176,7 @@ def _label(call: Call) -> Text:
     if call.kind == "llm" and call.status != "halt":
         text.append(f"  {call.tokens_in:,}→{call.tokens_out:,} tok")
     if call.cost_usd or call.unpriced:
-        text.append("  unpriced" if call.unpriced else f"  {money(call.cost_usd)}")
+        text.append("  unpriced" if call.unpriced else f"  {dollars(call.cost_usd)}")
         if is_estimated(call):
             text.append(" estimated", "yellow")
     if call.latency_ms is not None and call.status != "halt":
