@@ -7,11 +7,9 @@ reads exactly what its descendants used, under threads too.
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable
 from decimal import Decimal
-from types import FrameType
 
 import pytest
 
@@ -19,6 +17,7 @@ from ampmeter import ExecutionContext
 from ampmeter._core.kernel import bound
 from ampmeter._core.ticket import Ticket
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS
+from support.entered import entered
 
 
 def test_a_call_is_the_kernels_ticket_and_its_identity_is_read_only() -> None:
@@ -130,18 +129,7 @@ def test_an_admission_is_a_plain_call_unless_a_step_waits_then_it_hands_back_the
 
 def _ampmeter_calls(run: Callable[[], object]) -> list[str]:
     """The ampmeter functions ``run`` enters, in order."""
-    entered: list[str] = []
-
-    def profile(frame: FrameType, event: str, arg: object) -> None:
-        if event == "call" and "/ampmeter/" in frame.f_code.co_filename:
-            entered.append(frame.f_code.co_qualname)
-
-    sys.setprofile(profile)
-    try:
-        run()
-    finally:
-        sys.setprofile(None)
-    return entered
+    return entered(run, lambda frame: "/ampmeter/" in frame.f_code.co_filename)
 
 
 def test_a_call_no_policy_acts_on_goes_from_the_admission_straight_to_the_kernel() -> None:
