@@ -20,20 +20,29 @@ from ampmeter.node import Node
 
 
 class LevelPlan:
-    """Stands for a context's plan: a call's usage adds at ``level`` and every level above it."""
+    """Stands for a context's plan: a reservation's input tokens are held at ``hold_at``, and
+    a call's usage adds at ``level`` and every level above it."""
 
-    def __init__(self, level: Level) -> None:
-        self.level = level
-        self.adds: dict[Shape, tuple[tuple[Cell, int], ...]] = {}
+    def __init__(self, level: Level, hold_at: Level) -> None:
+        self.level, self.hold_at = level, hold_at
+        self.holds: dict[Shape, object] = {}
+        self.settles: dict[Shape, object] = {}
 
-    def cells(self, shape: Shape) -> tuple[tuple[Cell, int], ...]:
-        return self.level.cells(shape.entries)
+    def hold_plan(self, shape: Shape) -> tuple[object, ...]:
+        self.hold_at.note(KEY_INPUT_TOKENS)
+        field = next(f for key, f, _ in shape.entries if key == KEY_INPUT_TOKENS)
+        return ((self.hold_at, (KEY_INPUT_TOKENS,)),), (KEY_INPUT_TOKENS,), (field,)
+
+    def settlement(self, shape: Shape) -> tuple[tuple[tuple[Cell, int], ...], tuple[Guard, ...]]:
+        return self.level.cells(shape.entries), ()
 
 
-def ticket_at(level: Level) -> Ticket:
-    """A call in flight at ``level``: the kernel's ticket, which it keeps a weak reference to."""
+def ticket_at(level: Level, tokens_in: int = 0, hold_at: Level | None = None) -> Ticket:
+    """A call in flight at ``level`` reserving ``tokens_in`` input tokens (held at ``hold_at``):
+    the kernel's ticket, which it keeps a weak reference to."""
     ticket = Ticket()
-    ticket.plan = LevelPlan(level)
+    ticket.plan = LevelPlan(level, hold_at or level)
+    ticket._reservation = Usage(tokens_in=tokens_in, calls=1)  # (what its maker sets)
     return ticket
 
 
@@ -113,23 +122,23 @@ def test_usage_is_added_at_the_level_and_every_ancestor() -> None:
         assert counters(level)[KEY_LLM_CALLS] == 1
 
 
+NO_LIMIT = (Guard(Level(None), compile_limits([Limit(KEY_INPUT_TOKENS, 1e12)])),)
+
+
 def test_admission_holds_and_settlement_replaces_the_hold_by_the_usage() -> None:
     kernel, parent, child, root = make()
-    owner = ticket_at(child)
+    owner = ticket_at(child, tokens_in=100, hold_at=parent)
     node = owner.kernel_node = kernel.begin(root, "llm", "ask", None, {}, owner)
-    reservation = {KEY_INPUT_TOKENS: 100}
-    holds = ((parent, (KEY_INPUT_TOKENS,)),)
-    kernel.note(holds)
-    assert kernel.admit(owner, reservation, holds, (), True) is None
+    assert kernel.admit(owner, NO_LIMIT, True) is None
     assert node.status == "running" and kernel.is_held(node)
     assert kernel.reserved(parent) == {KEY_INPUT_TOKENS: 100}
     usage = Usage("llm", "", tokens_in=30, tokens_out=5, calls=1, steps=1)
-    assert kernel.settle(owner, usage, Outcome("success", 0, 30, 5), ()) is None
+    assert kernel.settle(owner, usage, Outcome("success", 0, 30, 5)) is None
     assert not kernel.is_held(node) and kernel.reserved(parent) == {}
     assert counters(parent)[KEY_INPUT_TOKENS] == 30 and counters(child)[KEY_STEPS] == 1
     assert kernel.node(node.node_id).status == "success"
     # settling again adds nothing
-    kernel.settle(owner, usage, Outcome("success", 0, 30, 5), ())
+    kernel.settle(owner, usage, Outcome("success", 0, 30, 5))
     assert counters(parent)[KEY_INPUT_TOKENS] == 30
 
 
@@ -137,11 +146,9 @@ def test_a_guard_refuses_what_would_break_a_limit_and_holds_nothing() -> None:
     kernel, parent, child, root = make()
     guards = (Guard(parent, compile_limits([Limit(KEY_INPUT_TOKENS, 50)])),)
     kernel.add(child, KEY_INPUT_TOKENS, 40, False)
-    owner = ticket_at(child)
+    owner = ticket_at(child, tokens_in=20, hold_at=parent)
     node = owner.kernel_node = kernel.begin(root, "llm", "ask", None, {}, owner)
-    holds = ((parent, (KEY_INPUT_TOKENS,)),)
-    kernel.note(holds)
-    refused = kernel.admit(owner, {KEY_INPUT_TOKENS: 20}, holds, guards, True)
+    refused = kernel.admit(owner, guards, True)
     assert refused is not None
     _, (limit, key, value), waiting_helps = refused
     assert (key, value, waiting_helps) == (KEY_INPUT_TOKENS, 60, False)
@@ -149,27 +156,25 @@ def test_a_guard_refuses_what_would_break_a_limit_and_holds_nothing() -> None:
     assert not kernel.is_held(node) and kernel.reserved(parent) == {}
     assert kernel.abort(node, Outcome("halt", stop_reason="limit"))
     assert kernel.node(node.node_id).status == "halt"
-    assert kernel.admit(owner, {KEY_INPUT_TOKENS: 10}, holds, guards, True) is None
+    smaller = ticket_at(child, tokens_in=10, hold_at=parent)
+    smaller.kernel_node = kernel.begin(root, "llm", "ask", None, {}, smaller)
+    assert kernel.admit(smaller, guards, True) is None
 
 
 def test_release_drops_a_hold_without_adding_usage() -> None:
     kernel, parent, _, root = make()
-    owner = ticket_at(parent)
+    owner = ticket_at(parent, tokens_in=8)
     node = owner.kernel_node = kernel.begin(root, "llm", "ask", None, {}, owner)
-    holds = ((parent, (KEY_INPUT_TOKENS,)),)
-    kernel.note(holds)
-    kernel.admit(owner, {KEY_INPUT_TOKENS: 8}, holds, (), True)
+    kernel.admit(owner, NO_LIMIT, True)
     kernel.release(node)
     assert kernel.reserved(parent) == {} and counters(parent).get(KEY_INPUT_TOKENS, 0) == 0
 
 
 def test_a_call_whose_owner_is_gone_is_ended_and_its_hold_returned() -> None:
     kernel, parent, _, root = make()
-    owner = ticket_at(parent)
+    owner = ticket_at(parent, tokens_in=8)
     node = owner.kernel_node = kernel.begin(root, "llm", "ask", None, {}, owner)
-    holds = ((parent, (KEY_INPUT_TOKENS,)),)
-    kernel.note(holds)
-    kernel.admit(owner, {KEY_INPUT_TOKENS: 8}, holds, (), True)
+    kernel.admit(owner, NO_LIMIT, True)
     del owner
     assert kernel.reserved(parent) == {}
     assert kernel.node(node.node_id).status == "halt"

@@ -8,6 +8,7 @@ reads exactly what its descendants used, under threads too.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from decimal import Decimal
 
 import pytest
@@ -16,6 +17,7 @@ from ampmeter import ExecutionContext
 from ampmeter._core.kernel import bound
 from ampmeter._core.ticket import Ticket
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS
+from support.entered import entered
 
 
 def test_a_call_is_the_kernels_ticket_and_its_identity_is_read_only() -> None:
@@ -123,3 +125,57 @@ def test_an_admission_is_a_plain_call_unless_a_step_waits_then_it_hands_back_the
     assert second.node.status == "halt"
     first.finish()
     assert ctx.stats.reserved() == {}
+
+
+def _ampmeter_calls(run: Callable[[], object]) -> list[str]:
+    """The ampmeter functions ``run`` enters, in order."""
+    return entered(run, lambda frame: "/ampmeter/" in frame.f_code.co_filename)
+
+
+def test_a_call_no_policy_acts_on_goes_from_the_admission_straight_to_the_kernel() -> None:
+    ctx = ExecutionContext(max_cost_usd=1)
+    warm = ctx.llm_call("warm", model="gpt-4o-mini", prompt_tokens=10, max_tokens=5)
+    warm.start().finish()  # compiles the plan and its shapes
+    call = ctx.llm_call("plan", model="gpt-4o-mini", prompt_tokens=10, max_tokens=5)
+    assert call.plan.admitters == ()
+    entered = _ampmeter_calls(call.start)
+    assert entered == [
+        "Call.start",
+        "Admission.admit",
+        "Kernel.admit",
+        "Usage.shape",
+        "Kernel._check",
+    ]
+    assert call.node.status == "running"
+    ended = _ampmeter_calls(call.finish)
+    settling = ended[ended.index("Admission.settle") :]
+    assert settling[:3] == ["Admission.settle", "Kernel.settle", "Usage.shape"]
+    assert "Kernel._check" in settling  # its usage reaches the cost ceiling: checked
+    assert ctx.stats.reserved() == {}
+
+
+def test_settling_checks_the_ceilings_its_usage_reaches_at_every_level_and_only_those() -> None:
+    from ampmeter import Limit, LimitExceeded, LimitType, TerminationReason
+    from ampmeter.keys import KEY_INPUT_TOKENS_FOR
+
+    root = ExecutionContext("root", limits=[Limit("my:count", 1)])
+    worker = root.spawn_child("worker", max_cost_usd=1)
+    with worker.tool_call("search"):  # adds to no key a ceiling watches: not checked
+        root.stats.incr_counter("my:count", 5)  # past its ceiling, by the caller, unchecked
+    assert (root.termination_reason, worker.termination_reason) == (None, None)
+    with pytest.raises(LimitExceeded, match="my:count"):  # found before the next call
+        worker.tool_call("again").start()
+    assert worker.termination_reason is TerminationReason.LIMIT_EXCEEDED
+
+    root = ExecutionContext("root")
+    per_model = Limit(KEY_INPUT_TOKENS_FOR, 100, LimitType.PREFIX)
+    child = root.spawn_child("child", limits=[per_model])
+    worker = child.spawn_child("worker", max_cost_usd=1)
+    # A model first seen now: its per-model key, two levels up, is passed by what it used.
+    with worker.llm_call("ask", model="gpt-4o-mini", prompt_tokens=10, max_tokens=5) as call:
+        call.record(tokens_in=150, tokens_out=5)
+    assert worker.termination_reason is TerminationReason.LIMIT_EXCEEDED
+    assert child.termination_reason is TerminationReason.LIMIT_EXCEEDED
+    assert child.exceeded_limit is not None
+    assert child.exceeded_limit.key == KEY_INPUT_TOKENS_FOR + "gpt-4o-mini"
+    assert root.termination_reason is None  # the owner was the child: the stop ends there

@@ -25,6 +25,7 @@ import ampmeter
 from ampmeter.pricing import NO_PRICES, TABLE, _cache, clear_prices, estimate, price, set_price
 from ampmeter.pricing.genai_table import DatedRates, Unpriced, table_entry
 from ampmeter.pricing.plan import PricePlan, plan_for
+from support.entered import entered
 from support.exact_prices import by_hand, plan_estimate, plan_price
 
 # (input, output, cache read, cache write, reasoning): none, everything, and a long prompt that
@@ -152,18 +153,7 @@ def test_another_pricing_is_asked_on_every_use() -> None:
 
 def _calls_into(names: set[str], work: Any) -> list[str]:
     """The functions named ``names`` (qualified) that ``work()`` enters."""
-    entered: list[str] = []
-
-    def profile(frame: FrameType, event: str, arg: object) -> None:
-        if event == "call" and frame.f_code.co_qualname in names:
-            entered.append(frame.f_code.co_qualname)
-
-    sys.setprofile(profile)
-    try:
-        work()
-    finally:
-        sys.setprofile(None)
-    return entered
+    return entered(work, lambda frame: frame.f_code.co_qualname in names)
 
 
 def test_a_call_finds_its_plan_once_and_resolves_no_rates_after_its_models_first_call() -> None:

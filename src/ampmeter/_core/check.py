@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ampmeter._core.cells import Cell, Level
 
-__all__ = ["Entry", "Guard", "Hit", "LimitRow", "compile_entries", "compile_limits"]
+__all__ = ["Entry", "Guard", "Hit", "LimitRow", "Refused", "compile_entries", "compile_limits"]
 
 LimitRow = tuple[bool, str, Any, Any]
 """A compiled limit: ``(is_prefix, key, max_value, limit object)``."""
@@ -22,6 +22,9 @@ Entry = tuple["Cell | None", Any, Any, str]
 """One value a check compares: ``(cell or None, max_value, limit object, key)``."""
 Hit = tuple[Any, str, Any]
 """A limit found exceeded: ``(limit object, key, value)``."""
+Refused = tuple[int, Hit, bool]
+"""Why the kernel did not hold a call: the index of the guard, the hit, and whether only the
+holds of calls in flight are in the way (what is spent leaves room)."""
 
 
 class Guard:

@@ -9,8 +9,9 @@ one lock taken only with ``with``:
 * the limit check.
 
 Its interface is narrow: begin, run and end a node; add a :class:`~ampmeter._core.usage.Usage` or a
-single key; admit a call (check its reservation and hold it); settle it (replace the hold by the
-actual usage); check; read. The public classes validate their arguments and call in here.
+single key; admit a call (check its reservation and hold it where its plan says); settle it
+(replace the hold by the actual usage, added where its plan says); check; read. The public
+classes validate their arguments and call in here.
 
 Interrupts. ``KeyboardInterrupt`` is raised by CPython only between bytecodes at calls, loop
 back-edges and function entries. Every change here is written so that such a point falls only
@@ -28,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from ampmeter._core.cells import Cell, Level
-from ampmeter._core.check import Guard, Hit
+from ampmeter._core.check import Guard, Hit, Refused
 from ampmeter._core.nodes import NodeTable, now_ms
 from ampmeter._core.outcome import Outcome
 from ampmeter._core.ticket import Ticket
@@ -112,23 +113,21 @@ class Kernel(NodeTable):
 
     # -- calls -----------------------------------------------------------------------------------
 
-    def admit(
-        self,
-        ticket: Ticket,
-        amounts: Mapping[str, Any],
-        holds: tuple[tuple[Level, tuple[str, ...]], ...],
-        guards: tuple[Guard, ...],
-        run: bool,
-    ) -> tuple[int, Hit, bool] | None:
-        """Check ``guards`` with ``amounts`` pending; if none is exceeded, hold the amounts at
-        ``holds`` and (when ``run``) mark ``ticket``'s node running, in one step. Returns None when
-        held, else the guard index, the hit and whether only holds of calls in flight are in
-        the way (what is spent leaves room). Every key of ``amounts`` must have been made known
-        at every guard level first (:meth:`note`)."""
+    def admit(self, ticket: Ticket, guards: tuple[Guard, ...], run: bool) -> Refused | None:
+        """Hold ``ticket``'s reservation where its plan says, unless it would exceed a limit of
+        ``guards``, and (when ``run``) mark its node running, in one step. None when held,
+        else why not (see :data:`~ampmeter._core.check.Refused`)."""
         with self._lock:
-            hit = self._check(guards, amounts) if guards else None
-            if hit is not None:
-                return (*hit, self._check(guards, amounts, False) is None)
+            if guards:
+                reservation = ticket.reservation
+                plan, shape = ticket.plan, reservation.shape()
+                holds, keys, fields = plan.holds.get(shape) or plan.hold_plan(shape)
+                amounts = dict(zip(keys, map(reservation.__getitem__, fields), strict=True))
+                hit = self._check(guards, amounts)
+                if hit is not None:
+                    return (*hit, self._check(guards, amounts, False) is None)
+            else:  # nothing above can stop it: nothing to hold
+                holds, amounts = (), {}
             node = ticket.kernel_node
             ticket.amounts = amounts
             ticket.holds = holds
@@ -177,19 +176,20 @@ class Kernel(NodeTable):
                     others = True
             return stuck, others
 
-    def settle(
-        self, ticket: Ticket, usage: Usage, outcome: Outcome, guards: tuple[Guard, ...]
-    ) -> tuple[int, Hit] | None:
+    def settle(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> tuple[Guard, Hit] | None:
         """End a call: drop its hold, add ``usage`` where its plan says, end its node as
-        ``outcome`` says, then check ``guards``. Each step runs once even if an interrupt lands
-        between them."""
+        ``outcome`` says, then check the guards the plan says the usage can push over a
+        ceiling: the first exceeded and what exceeds it. Each step runs once even if an
+        interrupt lands between them."""
         with self._lock:
             if ticket.kernel_node.status in TERMINAL_STATUSES:
                 return None
             plan, shape = ticket.plan, usage.shape()
-            ticket.feed = iter(plan.adds.get(shape) or plan.cells(shape))
+            adds, guards = plan.settles.get(shape) or plan.settlement(shape)
+            ticket.feed = iter(adds)
             whole(self._settle_steps, ticket, usage, outcome)
-            return self._check(guards, None) if guards else None
+            found = self._check(guards, None) if guards else None
+            return None if found is None else (guards[found[0]], found[1])
 
     def _settle_steps(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> None:
         # Resumable and idempotent (see finish()): the feed (of the plan's cells) continues
@@ -344,13 +344,6 @@ class Kernel(NodeTable):
                 self._open.pop(node_id, None)
         if self._waiting:
             self._settled.notify_all()
-
-    def note(self, holds: tuple[tuple[Level, tuple[str, ...]], ...]) -> None:
-        """Make each held key known at its level, so prefix limits see it from the start."""
-        with self._lock:
-            for level, keys in holds:
-                for key in keys:
-                    level.note(key)
 
     def held_at(self, level: Level) -> dict[str, Any]:
         """What calls in flight hold at ``level``, per key (caller holds the lock)."""

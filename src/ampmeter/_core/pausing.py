@@ -76,12 +76,13 @@ _RAISE_LOCK = threading.Lock()
 
 
 class PauseWait:
-    """One call's pause at a hard limit: its events, its time limits and its note in the
-    ledger.
-
-    ``owner`` is the frame whose limit stopped the call, ``exceeded`` the limit as found."""
+    """One call's pause at a hard limit while an admission step waits: its events, its time
+    limits and its note in the ledger. Made when the step starts waiting; it begins at the
+    first hard limit the call meets (``owner`` is then the frame whose limit stopped the call,
+    ``exceeded`` the limit as found)."""
 
     __slots__ = (
+        "begun",
         "call_id",
         "exceeded",
         "flight_node",
@@ -95,21 +96,31 @@ class PauseWait:
         "wait",
     )
 
-    def __init__(
-        self, frame: Frame, owner: Frame, exceeded: ExceededLimit, kernel: Kernel, node: Any
-    ) -> None:
+    def __init__(self, frame: Frame, kernel: Kernel, node: Any) -> None:
         self.frame = frame
-        self.owner = owner
-        self.exceeded = exceeded
         self.kernel = kernel
         self.flight_node = node
-        self.paused_at = time.monotonic()
-        self.since = time.time()
-        self.call_id = f"{node.node_id}-{uuid.uuid4().hex[:8]}"
-        self.mark: str | None = None  # the ledger's raise mark when the pause was noted
+        self.begun = False
         self.noted_at: float | None = None  # when the ledger note was written (None: none)
-        timeout = frame.exhaustion.timeout_s
-        self.wait = Wait(timeout) if timeout is not None else None
+
+    def turn(
+        self, thread: int | None, admission: Pausing, flight: object, stop: Stop
+    ) -> Generator[Pause | Work, Any, None]:
+        """One turn of the pause at ``stop``: the first notes it and asks the callback
+        (:meth:`begin`); unless the callback raised the limit, wait once for a raise
+        (:meth:`look`)."""
+        if not self.begun:
+            self.begun = True
+            self.owner, self.exceeded = stop[0], stop[1]
+            self.paused_at = time.monotonic()
+            self.since = time.time()
+            self.call_id = f"{self.flight_node.node_id}-{uuid.uuid4().hex[:8]}"
+            self.mark: str | None = None  # the ledger's raise mark when the pause was noted
+            timeout = self.frame.exhaustion.timeout_s
+            self.wait = Wait(timeout) if timeout is not None else None
+            if (yield from self.begin(admission, flight, stop)):
+                return
+        yield from self.look(thread, admission, flight, stop)
 
     def begin(
         self, admission: Pausing, flight: object, stop: Stop
@@ -200,9 +211,10 @@ class PauseWait:
                 self.forget()
 
     def resumed(self) -> Generator[Work, Any, None]:
-        """Note the resume."""
-        self.event("resume", waited_s=round(self.waited(), 3))
-        yield from self.end()
+        """Note the resume, if the call paused."""
+        if self.begun:
+            self.event("resume", waited_s=round(self.waited(), 3))
+            yield from self.end()
 
     def waited(self) -> float:
         """Seconds paused so far."""

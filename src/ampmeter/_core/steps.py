@@ -5,22 +5,24 @@ refusal; a step that must wait returns a generator of its waits, see
 :mod:`ampmeter._core.waiting`, and one that never waits returns None),
 ``settle(ticket, usage, outcome)`` (the call ended: replace holds by what it used; returns the
 outcome, with anything the step adds to the node) and ``release(ticket)`` (give holds back
-without usage). A context builds its :class:`Admission` once, when it is made: it holds the
-core's own steps (the deadline when a context above has a timeout, the local limits; a canceled
-context is refused before any step) and the context hands it the rest
-(:meth:`Admission.install`): one step per policy in force (:mod:`ampmeter.policies`) and the
-shared ledger's when a context above has one. Each call follows the :class:`KindPlan` of its kind
-and model, compiled on the first such call.
+without usage). A context builds its :class:`Admission` once, when it is made, and hands it
+its steps (:meth:`Admission.install`): one per policy in force (:mod:`ampmeter.policies`) and
+the shared ledger's when a context above has one. A canceled context admits nothing; then come
+the deadline's step (when a context above has a timeout) and the policies'; then the admission
+holds the call's reservation against the limits of its context and those above, in the kernel
+in one step (waiting for room when calls in flight hold it); the shared ledger's step is last.
+Each call follows the :class:`KindPlan` of its kind and model, compiled on the first such call:
+a call that no policy acts on goes from the admission straight to the kernel.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from ampmeter import redact
-from ampmeter._core.check import Guard, Hit
+from ampmeter._core.check import Guard, Hit, Refused
 from ampmeter._core.frame import Stop
 from ampmeter._core.idempotency import counted_once, usage_after
 from ampmeter._core.outcome import Outcome, TerminationReason
@@ -89,6 +91,7 @@ class Admission:
         "frame",
         "guards",
         "kernel",
+        "ledger_step",
         "ledgered",
         "level",
         "plans",
@@ -124,17 +127,16 @@ class Admission:
 
     def install(self, policy_steps: Sequence[Step], ledger_step: Step | None) -> None:
         """Put the steps the context hands over in their places: the policies' before the
-        local limits, the shared ledger's (needed when a context above has a ledger) last."""
+        hold in the kernel, the shared ledger's (needed when a context above has a ledger)
+        after it."""
         steps: list[Step] = [Deadline(self, self.timed)] if self.timed else []
         steps.extend(policy_steps)
-        steps.append(LocalLimits(self, run=ledger_step is None))
-        if ledger_step is not None:
-            steps.append(ledger_step)
-        self.steps: tuple[Step, ...] = tuple(steps)
-        # Admission asks only the steps that admit anything; settlement only those that settle
-        # anything, last step first.
+        # Admission asks only the steps before the hold that admit anything; settlement only
+        # the policies that settle anything, last step first, after the kernel.
         self.admitters = tuple(s for s in steps if type(s).admit is not Step.admit)
         self.settlers = tuple(s for s in reversed(steps) if type(s).settle is not Step.settle)
+        self.ledger_step = ledger_step
+        self.steps: tuple[Step, ...] = (*steps, ledger_step) if ledger_step else tuple(steps)
         self.plans: dict[tuple[str, str | None, bool], KindPlan] = {}
 
     def plan(self, kind: str, model: str | None, priced: bool) -> KindPlan:
@@ -149,11 +151,13 @@ class Admission:
     # -- admission ------------------------------------------------------------------------------
 
     def admit(self, ticket: Ticket, thread: int | None) -> Steps | None:
-        """Pass ``ticket`` through every step of its plan (``thread``: the waiting thread, None
-        in a task). None once it is admitted; the waits of a step that must wait, with the rest
-        of the admission after them, when one must (:mod:`ampmeter._core.waiting` drives them).
-        A canceled context (or one above it) admits nothing. A refusal or an interrupt gives
-        back what earlier steps held, and halts the node."""
+        """Pass ``ticket`` through the steps of its plan, hold its reservation in the kernel,
+        then in the shared ledger (``thread``: the waiting thread, None in a task). None once
+        it is admitted; when something must wait (a step, room held by calls in flight, the
+        shared ledger), the waits with the rest of the admission after them
+        (:mod:`ampmeter._core.waiting` drives them). A canceled context (or one above it)
+        admits nothing. A refusal or an interrupt gives back what was held, and halts the
+        node."""
         if ticket.phase != NEW:
             raise RuntimeError(f"call {ticket.kernel_node.node_id} was already started")
         ticket.phase = DONE  # refused: the node is halted and nothing is held
@@ -169,34 +173,84 @@ class Admission:
                 waits = step.admit(ticket, thread)
                 if waits is not None:
                     rest = admitters[admitters.index(step) + 1 :]
-                    return self._waiting(ticket, thread, waits, rest)
+                    return self._admitting(ticket, thread, waits, rest, held=False)
+            rows = self.rows if ticket.rows is None else ticket.rows
+            found = self.kernel.admit(ticket, rows, self.ledger_step is None)
+            if found is not None:
+                waits = self._room(ticket, thread, rows, found)
+                return self._admitting(ticket, thread, waits, (), held=True)
+            if self.ledger_step is not None:
+                return self._admitting(ticket, thread, None, (), held=True)
         except BaseException as error:
             self._failed(ticket, error)
             raise
-        self._admitted(ticket)
+        ticket.phase = ADMITTED
         return None
 
-    def _waiting(
-        self, ticket: Ticket, thread: int | None, waits: Steps, rest: tuple[Step, ...]
+    def _admitting(
+        self,
+        ticket: Ticket,
+        thread: int | None,
+        waits: Steps | None,
+        rest: tuple[Step, ...],
+        *,
+        held: bool,
     ) -> Steps:
-        """The admission from a step that waits on: its waits, then the steps after it."""
+        """The admission from where something waits on: ``waits``, the steps after it
+        (``rest``), the hold in the kernel unless it was ``held`` there already, the shared
+        ledger's step."""
         try:
-            yield from waits
+            if waits is not None:
+                yield from waits
             for step in rest:
                 more = step.admit(ticket, thread)
                 if more is not None:
                     yield from more
+            if not held:
+                rows = self.rows if ticket.rows is None else ticket.rows
+                found = self.kernel.admit(ticket, rows, self.ledger_step is None)
+                if found is not None:
+                    yield from self._room(ticket, thread, rows, found)
+            if self.ledger_step is not None:
+                more = self.ledger_step.admit(ticket, thread)
+                if more is not None:
+                    yield from more
+                self.kernel.run(ticket.kernel_node)  # running once the ledger holds it too
         except BaseException as error:
             self._failed(ticket, error)
             raise
-        self._admitted(ticket)
-
-    def _admitted(self, ticket: Ticket) -> None:
-        """A call every step let through: admitted, its node running (with a shared ledger,
-        only once the ledger's step has held it too)."""
-        if self.ledgered:
-            self.kernel.run(ticket.kernel_node)
         ticket.phase = ADMITTED
+
+    def _room(
+        self, ticket: Ticket, thread: int | None, rows: tuple[Guard, ...], found: Refused | None
+    ) -> Steps:
+        """Hold a call that did not fit (``found``) in the kernel: pause at a spent limit when
+        the context says so, wait for calls in flight that hold the rest, or raise the stop."""
+        kernel = self.kernel
+        wait: Wait | None = None
+        paused = PauseWait(self.frame, kernel, ticket.kernel_node)
+        try:
+            while found is not None:
+                index, hit, busy = found
+                if not busy:
+                    stop = self.owner((index, hit))
+                    if not self.frame.exhaustion.pauses:
+                        raise self.refuse(ticket, stop)
+                    yield from paused.turn(thread, self, ticket, stop)
+                    # A raised ceiling is read from the guards (without a policy's own rows).
+                    rows = self.rows
+                else:
+                    wait = wait or Wait(self.wait_s)
+                    pause = wait.next_pause()
+                    if pause is None or not kernel.holders(ticket.kernel_node, thread)[1]:
+                        # Out of time, or only calls this one cannot outwait hold the rest.
+                        raise self.busy(ticket, index, hit)
+                    yield Pause(pause, kernel if thread is not None else None)
+                found = kernel.admit(ticket, rows, self.ledger_step is None)
+        except BaseException:
+            paused.abandon()
+            raise
+        yield from paused.resumed()
 
     def _failed(self, ticket: Ticket, error: BaseException) -> None:
         """Halt a call whose admission raised ``error``, giving back what it held."""
@@ -222,6 +276,19 @@ class Admission:
         self.abandon(ticket, message or str(limit))
         return LimitExceeded(
             f"{ticket.kind} call {ticket.name!r} stopped before it ran: {message or limit}",
+            limit,
+            ticket.kernel_node.node_id,
+        )
+
+    def busy(self, ticket: Ticket, index: int, hit: Hit) -> BudgetBusy:
+        """Stop a call that waited in vain for calls in flight to settle."""
+        limit = exceeded(hit)
+        reason = f"waited {self.wait_s:g}s for calls in flight to settle: {limit}"
+        self.abandon(ticket, reason)
+        return BudgetBusy(
+            f"{ticket.kind} call {ticket.name!r} stopped before it ran: what is spent leaves "
+            f"room, but calls in flight held the rest ({reason}); raise admission_timeout_s to "
+            "wait longer",
             limit,
             ticket.kernel_node.node_id,
         )
@@ -257,26 +324,32 @@ class Admission:
     # -- settlement -----------------------------------------------------------------------------
 
     def settle(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> None:
-        """End an admitted call: every step settles, last step first, then sinks see the node."""
+        """End an admitted call: the shared ledger's step settles, then the kernel (a limit
+        the usage broke stops the contexts up to its owner), then the policies' steps, last
+        first; then sinks see the node."""
         node = ticket.kernel_node
-        if node.status == "created" and not self.kernel.is_held(node):
+        kernel = self.kernel
+        if node.status == "created" and not kernel.is_held(node):
             # Never admitted (refused, or never started): nothing was used.
             if outcome.status == "success":
                 outcome = Outcome("halt", stop_reason="never started")
-            self.kernel.end(node, outcome)
+            kernel.end(node, outcome)
             self.emitter.emit(node)
             return
         key = ticket.idempotency_key
-        keyed = key is not None
         if key is not None:
-            usage, outcome = counted_once(
-                self.frame.seen, key, ticket.kernel_node.node_id, usage, outcome
-            )
-        ledgered = keyed and bool(self.ledgered)
+            usage, outcome = counted_once(self.frame.seen, key, node.node_id, usage, outcome)
+        if self.ledger_step is not None:
+            outcome = self.ledger_step.settle(ticket, usage, outcome)
+            if key is not None:  # the shared ledger may have counted it before this run
+                usage = usage_after(usage, outcome)
+        found = kernel.settle(ticket, usage, outcome)
+        if found is not None:
+            guard, hit = found
+            owner = self.guards[self.rows.index(guard)]
+            self.frame.stop(owner, exceeded(hit), TerminationReason.LIMIT_EXCEEDED)
         for step in self.settlers:
             outcome = step.settle(ticket, usage, outcome)
-            if ledgered:  # a shared ledger may have counted it before this run
-                usage = usage_after(usage, outcome)
         if self.emitter.sinks:
             self.emitter.emit(node)
 
@@ -307,105 +380,13 @@ def timed_out(timed: tuple[Frame, ...]) -> Stop | None:
     return None
 
 
-class LocalLimits(Step):
-    """The limits of this context and those above it, checked and held in the kernel in one
-    step. A call that does not fit only because of other calls' holds waits for them."""
-
-    __slots__ = ("admission", "run")
-
-    def __init__(self, admission: Admission, run: bool) -> None:
-        self.admission = admission
-        self.run = run  # mark the node running here (no ledger step follows)
-
-    def admit(self, ticket: Ticket, thread: int | None) -> Steps | None:
-        admission = self.admission
-        rows = ticket.rows if ticket.rows is not None else admission.rows
-        if rows:
-            reservation = ticket.reservation
-            shape = reservation.shape()
-            holds, keys, fields = ticket.plan.holds.get(shape) or ticket.plan.hold_plan(shape)
-            pending = dict(zip(keys, map(reservation.__getitem__, fields), strict=True))
-        else:
-            holds, pending = (), {}
-        found = admission.kernel.admit(ticket, pending, holds, rows, self.run)
-        if found is None:
-            return None
-        return self.waiting(ticket, thread, rows, holds, pending, found)
-
-    def waiting(
-        self,
-        ticket: Ticket,
-        thread: int | None,
-        rows: tuple[Guard, ...],
-        holds: Any,
-        pending: dict[str, Any],
-        found: tuple[int, Hit, bool] | None,
-    ) -> Steps:
-        """Admit a call that did not fit (``found``): pause at a spent limit when the context
-        says so, wait for calls in flight that hold the rest, or raise the stop."""
-        admission = self.admission
-        kernel = admission.kernel
-        wait: Wait | None = None
-        paused: PauseWait | None = None
-        try:
-            while found is not None:
-                index, hit, busy = found
-                if not busy:
-                    stop = admission.owner((index, hit))
-                    if not admission.frame.exhaustion.pauses:
-                        raise admission.refuse(ticket, stop)
-                    if paused is None:
-                        paused = PauseWait(
-                            admission.frame, stop[0], stop[1], kernel, ticket.kernel_node
-                        )
-                        raised = yield from paused.begin(admission, ticket, stop)
-                    else:
-                        raised = False
-                    if not raised:
-                        yield from paused.look(thread, admission, ticket, stop)
-                    # A raised ceiling is read from the guards (without a policy's own rows).
-                    rows = admission.rows
-                else:
-                    wait = wait or Wait(admission.wait_s)
-                    pause = wait.next_pause()
-                    if pause is None or not kernel.holders(ticket.kernel_node, thread)[1]:
-                        # Out of time, or only calls this one cannot outwait hold the rest.
-                        raise self.busy(ticket, index, hit)
-                    yield Pause(pause, kernel if thread is not None else None)
-                found = kernel.admit(ticket, pending, holds, rows, self.run)
-        except BaseException:
-            if paused is not None:
-                paused.abandon()
-            raise
-        if paused is not None:
-            yield from paused.resumed()
-
-    def busy(self, ticket: Ticket, index: int, hit: Hit) -> BudgetBusy:
-        """Stop a call that waited in vain for calls in flight to settle."""
-        admission = self.admission
-        limit = exceeded(hit)
-        reason = f"waited {admission.wait_s:g}s for calls in flight to settle: {limit}"
-        admission.abandon(ticket, reason)
-        return BudgetBusy(
-            f"{ticket.kind} call {ticket.name!r} stopped before it ran: what is spent leaves "
-            f"room, but calls in flight held the rest ({reason}); raise admission_timeout_s to "
-            "wait longer",
-            limit,
-            ticket.kernel_node.node_id,
-        )
-
-    def settle(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> Outcome:
-        admission = self.admission
-        found = admission.kernel.settle(ticket, usage, outcome, admission.rows)
-        if found is not None:
-            owner, limit, reason = admission.owner(found)
-            admission.frame.stop(owner, limit, reason)
-        return outcome
-
-
 HoldPlan = tuple[tuple[tuple["Level", tuple[str, ...]], ...], tuple[str, ...], tuple[int, ...]]
 """Where a reservation is held: (each guard level with the keys held there, every key held
 anywhere, each key's Usage field)."""
+
+Settlement = tuple[tuple[tuple["Cell", int], ...], tuple[Guard, ...]]
+"""What a usage adds to when its call settles: (each (cell, Usage field) pair, at its context
+and every context above; the guards whose ceilings watch one of its keys)."""
 
 
 class KindPlan:
@@ -414,11 +395,12 @@ class KindPlan:
     act on it (a step that never acts on its kind, or only on unpriced calls when it is priced,
     is not asked), and per shape of usage (:class:`~ampmeter._core.usage.Shape`, the one shape
     cache) where a reservation of that shape is held (:attr:`holds`: each guard with the keys
-    its limits watch) and the cells a usage of that shape adds to when the call settles
-    (:attr:`adds`: its context and every context above it). A shape's entry is compiled on
-    its first use (:meth:`hold_plan`, :meth:`cells`)."""
+    its limits watch) and what a usage of that shape settles (:attr:`settles`: the cells it
+    adds to, at its context and every context above it, and the only guards its settlement can
+    push over a ceiling, the ones watching one of its keys). A shape's entry is compiled on its
+    first use, under the kernel's lock (:meth:`hold_plan`, :meth:`settlement`)."""
 
-    __slots__ = ("adds", "admission", "admitters", "holds")
+    __slots__ = ("admission", "admitters", "holds", "settles")
 
     def __init__(self, admission: Admission, kind: str, priced: bool) -> None:
         self.admission = admission
@@ -428,11 +410,11 @@ class KindPlan:
             if (step.kinds is None or kind in step.kinds) and (step.priced_calls or not priced)
         )
         self.holds: dict[Shape, HoldPlan] = {}
-        self.adds: dict[Shape, tuple[tuple[Cell, int], ...]] = {}
+        self.settles: dict[Shape, Settlement] = {}
 
     def hold_plan(self, shape: Shape) -> HoldPlan:
-        """Where a reservation of ``shape`` is held (compiled now; kept for an interned
-        shape)."""
+        """Where a reservation of ``shape`` is held, each key made known at its level (so
+        prefix limits see it from the start)."""
         holds = []
         watched: dict[str, int] = {}
         for frame in self.admission.guards:
@@ -440,16 +422,27 @@ class KindPlan:
             if keys:
                 holds.append((frame.level, keys))
                 watched.update((k, f) for k, f, _ in shape.entries if k in keys)
+                for key in keys:
+                    frame.level.note(key)
         plan = (tuple(holds), tuple(watched), tuple(watched.values()))
-        self.admission.kernel.note(plan[0])
         if shape.interned:
             self.holds[shape] = plan
         return plan
 
-    def cells(self, shape: Shape) -> tuple[tuple[Cell, int], ...]:
-        """The (cell, Usage field) pairs a usage of ``shape`` adds to when the call settles
-        (compiled now, under the kernel's lock; kept for an interned shape)."""
-        found = self.admission.level.cells(shape.entries)
+    def settlement(self, shape: Shape) -> Settlement:
+        """What a usage of ``shape`` settles (see the class docstring). Only a key the usage
+        adds to can newly pass a ceiling when its call settles: a guard watching none of them
+        is not checked then (a limit another way passed, a key the caller set, is found before
+        the next call)."""
+        keys = shape.keys
+        found = (
+            self.admission.level.cells(shape.entries),
+            tuple(
+                guard
+                for guard in self.admission.rows
+                if any(row[3].matches(key) for row in guard.rows for key in keys)
+            ),
+        )
         if shape.interned:
-            self.adds[shape] = found
+            self.settles[shape] = found
         return found

@@ -91,7 +91,8 @@ class LedgerStep(Step):
         """Hold ``ticket`` in ``frame``'s ledger: wait for calls in flight, or pause (when the
         context says so) until a raise or an operator's resume."""
         wait: Wait | None = None
-        paused: PauseWait | None = None
+        admission = self.admission
+        paused = PauseWait(admission.frame, admission.kernel, ticket.kernel_node)
         try:
             while True:
                 refusal = yield Work(functools.partial(self.try_once, ticket, request))
@@ -103,22 +104,12 @@ class LedgerStep(Step):
                     continue
                 # Spent, or paused by an operator, and this context pauses rather than stops.
                 stop: Stop = (frame, request.stop(refusal)[1], TerminationReason.LIMIT_EXCEEDED)
-                raised = False
-                if paused is None:
-                    admission = self.admission
-                    paused = PauseWait(
-                        admission.frame, frame, stop[1], admission.kernel, ticket.kernel_node
-                    )
-                    raised = yield from paused.begin(admission, ticket, stop)
-                if not raised:
-                    yield from paused.look(thread, self.admission, ticket, stop)
+                yield from paused.turn(thread, self.admission, ticket, stop)
                 request = self.request(frame, ticket)  # a raise changes the ceilings
         except BaseException:
-            if paused is not None:
-                paused.abandon()
+            paused.abandon()
             raise
-        if paused is not None:
-            yield from paused.resumed()
+        yield from paused.resumed()
 
     def request(self, frame: Frame, ticket: Ticket) -> LedgerRequest:
         """What the call reserves in ``frame``'s shared ledger, and against which ceilings."""
