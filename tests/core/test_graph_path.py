@@ -3,29 +3,19 @@ success enters, by name, so that a check made twice or a layer that only forward
 
 from __future__ import annotations
 
-import sys
-from types import FrameType
-
 import pytest
 
 from ampmeter.graph import ExecutionGraph
+from support.entered import entered
 
 
 def _entered(graph: ExecutionGraph, root: str) -> list[str]:
-    entered: list[str] = []
-
-    def profile(frame: FrameType, event: str, arg: object) -> None:
-        if event == "call" and "ampmeter" in frame.f_code.co_filename:
-            entered.append(frame.f_code.co_qualname)
-
-    sys.setprofile(profile)
-    try:
+    def lifecycle() -> None:
         node = graph.begin_node(root, "llm", "step", "gpt-4o-mini")
         graph.mark_running(node)
         graph.mark_success(node, 0.00125, 1200, 350)
-    finally:
-        sys.setprofile(None)
-    return entered
+
+    return entered(lifecycle, lambda frame: frame.f_globals["__name__"].startswith("ampmeter."))
 
 
 def test_a_node_lifecycle_checks_each_argument_once_and_finds_the_node_once_per_step() -> None:
@@ -38,6 +28,7 @@ def test_a_node_lifecycle_checks_each_argument_once_and_finds_the_node_once_per_
         "optional_text",  # the model
         "text",  # the parent's id
         "NodeTable.begin",
+        "__create_fn__.<locals>.__init__",  # the Node, built once
         "ExecutionGraph.mark_running",
         "NodeTable.node",  # the lookup is the id's check
         "NodeTable.run",
