@@ -28,11 +28,13 @@ def _type_name(value: object) -> str:
 
 def count(value: object, what: str, *, signed: bool = False) -> int:
     """An int (not a bool) with ``0 <= value <= 2**53`` (``|value|`` when ``signed``)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, got {_type_name(value)}")
+    if type(value) is not int:  # a bool, an int subclass, or no int at all
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{what} must be an int, got {_type_name(value)}")
+        value = int(value)  # an int subclass's value as a plain int
     if (value < 0 and not signed) or abs(value) > MAX_COUNT:
         raise _out_of_range(value, what, signed)
-    return int(value)  # an int subclass's value as a plain int
+    return value
 
 
 _PLAIN_INT: Final = frozenset({int})

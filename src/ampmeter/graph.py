@@ -88,7 +88,7 @@ class ExecutionGraph:
         checked_kind = check_kind(kind)
         _validate.text(name, "name")
         _validate.optional_text(model, "model")
-        _validate.text(parent_id, "parent_id")
+        _validate.text(parent_id, "parent_id")  # (None would ask the table for a root)
         meta = {} if metadata is None else _validate.metadata(metadata)
         return self._kernel.begin(parent_id, checked_kind, name, model, meta).node_id
 
@@ -108,7 +108,7 @@ class ExecutionGraph:
 
     def mark_running(self, node_id: str) -> None:
         """Move a ``created`` node to ``running``; no change for running or terminal nodes."""
-        self._kernel.run(self._get(node_id))
+        self._kernel.run(self._kernel.node(node_id))
 
     def mark_success(
         self,
@@ -140,6 +140,7 @@ class ExecutionGraph:
     ) -> None:
         """End a node as ``fail`` (an error). ``cost_usd`` is for calls billed before failing."""
         _validate.text(error_class, "error_class")
+        _validate.optional_text(stop_reason, "stop_reason")
         self._end(
             node_id,
             "fail",
@@ -162,6 +163,7 @@ class ExecutionGraph:
         metadata: dict[str, Any] | None = None,
     ) -> None:
         """End a node as ``halt`` (stopped by a policy such as a budget); no change if terminal."""
+        _validate.optional_text(stop_reason, "stop_reason")
         self._end(
             node_id,
             "halt",
@@ -181,17 +183,17 @@ class ExecutionGraph:
         tokens_out: object,
         *,
         error_class: str | None = None,
-        stop_reason: object = None,
+        stop_reason: str | None = None,
         metadata: object,
     ) -> None:
+        # (error_class and stop_reason are checked by the mark_* that take them)
         cost = _validate.nano(cost_usd, "cost_usd")
         t_in = _validate.optional_count(tokens_in, "tokens_in")
         t_out = _validate.optional_count(tokens_out, "tokens_out")
-        reason = _validate.optional_text(stop_reason, "stop_reason")
         if metadata is not None and not isinstance(metadata, dict):
             raise TypeError(f"metadata must be a dict or None, got {type(metadata).__name__}")
-        node = self._get(node_id)
         kernel = self._kernel
+        node = kernel.node(node_id)
         if kernel.is_held(node, or_unstarted=True):
             kernel.sweep()  # (a call its owner dropped is ended now: nothing to refuse)
             if kernel.is_held(node, or_unstarted=True):
@@ -200,28 +202,23 @@ class ExecutionGraph:
                     "call ends it: report its usage with call.record(...); mark_* is for nodes "
                     "begun with begin_node()"
                 )
-        kernel.end(node, Outcome(status, cost, t_in, t_out, error_class, reason, metadata))
+        kernel.end(node, Outcome(status, cost, t_in, t_out, error_class, stop_reason, metadata))
 
     def increment_retries(self, node_id: str) -> None:
         """Count one retry on a node; no change once the node is terminal."""
-        self._kernel.retry(self._get(node_id), None)
+        self._kernel.retry(self._kernel.node(node_id), None)
 
     def update_metadata(self, node_id: str, values: dict[str, Any]) -> None:
         """Merge ``values`` into an open node's metadata; no change once it is terminal."""
         if not isinstance(values, dict):
             raise TypeError(f"values must be a dict, got {type(values).__name__}")
-        self._kernel.update(_checked_id(node_id), values)
+        self._kernel.update(node_id, values)
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _get(self, node_id: object) -> Node:
-        if not isinstance(node_id, str):  # (as _checked_id: this is every mark_*'s path)
-            raise TypeError(f"node_id must be a str, got {type(node_id).__name__}")
-        return self._kernel.node(node_id)
-
     def node(self, node_id: str) -> Node:
         """A copy of one node; changing it never changes the graph."""
-        return self._kernel.copy(_checked_id(node_id), _copy)
+        return self._kernel.copy(node_id, _copy)
 
     def nodes(self) -> list[Node]:
         """Copies of all nodes kept in memory, in creation order."""
@@ -254,12 +251,6 @@ class ExecutionGraph:
             "aggregates": aggregates,
             "snapshot_ts_ms": now_ms(),
         }
-
-
-def _checked_id(node_id: object) -> str:
-    if not isinstance(node_id, str):
-        raise TypeError(f"node_id must be a str, got {type(node_id).__name__}")
-    return node_id
 
 
 def _copy(node: Node) -> Node:

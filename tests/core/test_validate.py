@@ -51,3 +51,21 @@ def test_optional_texts_names_the_value_that_is_not_text(bad: object, at: int) -
     with pytest.raises(TypeError, match=f"^{NAMES[at]} must be a str, got {type(bad).__name__}"):
         _validate.optional_texts(NAMES, *values)
     _validate.optional_texts(NAMES, "a", None, "")
+
+
+class Huge(enum.IntEnum):
+    TOO_MANY = 2**53 + 1
+    TOO_FEW = -(2**53) - 1
+
+
+def test_count_takes_an_int_subclass_as_its_plain_value_and_checks_its_range() -> None:
+    found = _validate.count(Level.HIGH, "iterations")
+    assert (found, type(found)) == (7, int)
+    assert _validate.count(-(2**53), "delta", signed=True) == -(2**53)
+    for huge in Huge:
+        with pytest.raises(ValueError, match=r"^delta must be at most 2\*\*53 in size"):
+            _validate.count(huge, "delta", signed=True)
+    with pytest.raises(ValueError, match=r"^iterations must be >= 0, got -1"):
+        _validate.count(-1, "iterations")
+    with pytest.raises(TypeError, match=r"^iterations must be an int, got bool"):
+        _validate.count(False, "iterations")

@@ -110,35 +110,36 @@ class NodeTable:
         or ended."""
         start = time.time_ns() // _NS_PER_MS
         with self._lock:
-            if parent_id is not None:
-                parent = self._nodes.get(parent_id)
-                if parent is None:
-                    raise KeyError(self.unknown(parent_id, "parent_id"))
-                depth = parent.depth + 1
-            elif self._root_id is not None:
-                raise RuntimeError(
-                    f"graph {self.chain_id!r} already has a root ({self._root_id}); "
-                    "a graph has exactly one root"
-                )
-            else:
+            if parent_id is None:
+                if self._root_id is not None:
+                    raise RuntimeError(
+                        f"graph {self.chain_id!r} already has a root ({self._root_id}); "
+                        "a graph has exactly one root"
+                    )
                 depth = 0
+            else:
+                try:
+                    depth = self._nodes[parent_id].depth + 1
+                except KeyError:
+                    raise self._missing(parent_id, "parent_id") from None
             number = self._next_id
             self._next_id = number + 1
+            # The five fields every node sets come first in Node; the rest keep their defaults
+            # (``created``, no cost yet) unless given here.
             node = Node(
-                node_id="n" + str(number).zfill(6),
-                parent_id=parent_id,
-                kind=kind,
-                name=name,
-                start_ts_ms=start,
-                status=_CREATED if depth else _RUNNING,
+                "n" + str(number).zfill(6),
+                parent_id,
+                kind,
+                name,
+                start,
                 model=model,
-                cost_usd=_NO_COST,
                 metadata=metadata,
                 depth=depth,
             )
             self._nodes[node.node_id] = node
             if not depth:
                 self._root_id = node.node_id
+                node.status = _RUNNING  # the root runs from the start
             if owner is not None:
                 self._unstarted[node.node_id] = weakref.ref(owner)
             if depth > self._max_depth:
@@ -148,12 +149,21 @@ class NodeTable:
         return node
 
     def node(self, node_id: str) -> Node:
-        """The kernel's own node object, for the facade to pass back in (KeyError naming the id
-        when unknown or evicted). Never handed to users: they get :meth:`copy`."""
-        found = self._nodes.get(node_id)
-        if found is None:
-            raise KeyError(self.unknown(node_id, "node_id"))
-        return found
+        """The kernel's own node object, for the facade to pass back in: KeyError naming the id
+        when unknown or evicted, TypeError when it is no str. Never handed to users: they get
+        :meth:`copy`."""
+        try:
+            return self._nodes[node_id]
+        except (KeyError, TypeError):  # (TypeError: an unhashable id)
+            raise self._missing(node_id, "node_id") from None
+
+    def _missing(self, node_id: object, what: str) -> Exception:
+        # A lookup is the check of an id: one that is no str is never found, and only then is
+        # its type looked at, to say which error it is.
+        if not isinstance(node_id, str):
+            return TypeError(f"{what} must be a str, got {type(node_id).__name__}")
+        evicted = " (unknown or evicted)" if self._max_nodes and node_id.startswith("n") else ""
+        return KeyError(f"{what} {node_id!r} is not in graph {self.chain_id!r}{evicted}")
 
     def copy(self, node_id: str, copier: Callable[[Node], _T]) -> _T:
         """``copier`` applied to one node under the lock (a copy a user may keep)."""
@@ -164,11 +174,6 @@ class NodeTable:
         """The root id and ``copier`` applied to every node kept, under the lock."""
         with self._lock:
             return self._root_id, {node_id: copier(n) for node_id, n in self._nodes.items()}
-
-    def unknown(self, node_id: str, what: str) -> str:
-        """The message for an id that is not in the graph."""
-        evicted = " (unknown or evicted)" if self._max_nodes and node_id.startswith("n") else ""
-        return f"{what} {node_id!r} is not in graph {self.chain_id!r}{evicted}"
 
     def run(self, node: Node) -> None:
         """``created`` -> ``running``; no change otherwise."""
@@ -195,17 +200,17 @@ class NodeTable:
         # raises only at calls and loop back-edges, cannot land between them.
         if self._unstarted:  # (an admitted call left it when it was admitted)
             self._unstarted.pop(node.node_id, None)
-        cost, t_in, t_out = outcome.cost_nano, outcome.tokens_in, outcome.tokens_out
+        status, cost, t_in, t_out, error_class, stop_reason, metadata = outcome
         shown = money.from_nano(cost) if cost else _NO_COST
         end = time.time_ns() // _NS_PER_MS
         previous = node.status
-        node.status = outcome.status
+        node.status = status
         node.end_ts_ms = end
         node.cost_usd = shown
         node.tokens_in = t_in
         node.tokens_out = t_out
-        node.error_class = outcome.error_class
-        node.stop_reason = outcome.stop_reason
+        node.error_class = error_class
+        node.stop_reason = stop_reason
         if node.parent_id is not None:
             if previous == _RUNNING:
                 self._in_flight -= 1
@@ -220,8 +225,8 @@ class NodeTable:
                 self._total_llm_calls += 1
             elif kind == "tool":
                 self._total_tool_calls += 1
-        if outcome.metadata:
-            node.metadata.update(outcome.metadata)
+        if metadata:
+            node.metadata.update(metadata)
         if self._max_nodes and node.parent_id is not None:
             self._evictable.append(node.node_id)
             self._evict()
@@ -234,9 +239,7 @@ class NodeTable:
     def update(self, node_id: str, values: Mapping[str, Any]) -> None:
         """Merge ``values`` into an open node's metadata (KeyError naming an unknown id)."""
         with self._lock:
-            node = self._nodes.get(node_id)
-            if node is None:
-                raise KeyError(self.unknown(node_id, "node_id"))
+            node = self.node(node_id)
             if node.status not in TERMINAL_STATUSES:
                 node.metadata.update(values)
 

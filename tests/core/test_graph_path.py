@@ -1,0 +1,76 @@
+"""The graph's lifecycle does each thing once: the ampmeter functions one begin -> running ->
+success enters, by name, so that a check made twice or a layer that only forwards shows here."""
+
+from __future__ import annotations
+
+import pytest
+
+from ampmeter.graph import ExecutionGraph
+from support.entered import entered
+
+
+def _entered(graph: ExecutionGraph, root: str) -> list[str]:
+    def lifecycle() -> None:
+        node = graph.begin_node(root, "llm", "step", "gpt-4o-mini")
+        graph.mark_running(node)
+        graph.mark_success(node, 0.00125, 1200, 350)
+
+    return entered(lifecycle, lambda frame: frame.f_globals["__name__"].startswith("ampmeter."))
+
+
+def test_a_node_lifecycle_checks_each_argument_once_and_finds_the_node_once_per_step() -> None:
+    graph = ExecutionGraph()
+    root = graph.create_root("run")
+    assert _entered(graph, root) == [
+        "ExecutionGraph.begin_node",
+        "check_kind",
+        "text",  # the name
+        "optional_text",  # the model
+        "text",  # the parent's id
+        "NodeTable.begin",
+        "__create_fn__.<locals>.__init__",  # the Node, built once
+        "ExecutionGraph.mark_running",
+        "NodeTable.node",  # the lookup is the id's check
+        "NodeTable.run",
+        "ExecutionGraph.mark_success",
+        "ExecutionGraph._end",
+        "nano",
+        "to_nano",
+        "optional_count",
+        "count",
+        "optional_count",
+        "count",
+        "NodeTable.node",
+        "Kernel.is_held",
+        "NodeTable.end",
+        "NodeTable._end_locked",
+        "from_nano",  # the node's cost, in dollars
+    ]
+    node = graph.nodes()[-1]
+    assert (node.status, node.cost_usd, node.tokens_in, node.tokens_out) == (
+        "success",
+        graph.aggregates()["total_cost_usd"],
+        1200,
+        350,
+    )
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda g: g.begin_node(["n000001"], "llm", "x"), "parent_id must be a str, got list"),
+        (lambda g: g.begin_node(None, "llm", "x"), "parent_id must be a str, got NoneType"),
+        (lambda g: g.mark_running({"n": 1}), "node_id must be a str, got dict"),
+        (lambda g: g.mark_success(["n000002"], 0.1), "node_id must be a str, got list"),
+        (lambda g: g.update_metadata(3, {}), "node_id must be a str, got int"),
+        (lambda g: g.node(b"n000002"), "node_id must be a str, got bytes"),
+    ],
+)
+def test_an_id_that_is_no_str_is_a_type_error_naming_it(call: object, message: str) -> None:
+    graph = ExecutionGraph()
+    root = graph.create_root("run")
+    graph.begin_node(root, "llm", "x")
+    before = graph.snapshot()["nodes"]
+    with pytest.raises(TypeError, match=message):
+        call(graph)  # type: ignore[operator]
+    assert graph.snapshot()["nodes"] == before
