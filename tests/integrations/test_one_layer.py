@@ -172,3 +172,44 @@ def test_a_client_the_caller_gives_the_sdk_is_metered_once_and_the_sdk_alone_at_
         assert seen[("http.py", "admit")] == 1 and ("sdk.py", "request") not in seen
     names = [n.name for n in sink.nodes if n.kind == "llm"]
     assert names == ["chat.completions.create", "chat.completions"]  # each call once
+
+
+def sdk_code_run_by_the_door(call: Callable[[], Any]) -> list[str]:
+    """The Python functions outside ampmeter that the integrations called during ``call``
+    (``file:function``), but the generated constructors of ampmeter's own value classes."""
+    ran: list[str] = []
+    package = INTEGRATIONS.parent
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        caller = frame.f_back
+        if event != "call" or caller is None:
+            return
+        path = frame.f_code.co_filename
+        if Path(caller.f_code.co_filename).parent == INTEGRATIONS and not (
+            path.startswith(str(package)) or path == "<string>"
+        ):
+            ran.append(f"{Path(path).name}:{frame.f_code.co_qualname}")
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return ran
+
+
+def test_the_door_reads_the_sdks_request_and_result_without_running_their_code(
+    replay: ReplayServer,
+) -> None:
+    """Reading a request's options and its result runs no Python of the SDK's objects: a
+    getattr that misses on a pydantic model (openai's options have no ``qualifiers``) runs
+    its ``__getattr__`` and raises inside, about 4 µs, more than the door's own work; a check
+    against the ``Mapping`` ABC, or the truth of the SDK's ``NOT_GIVEN``, is a Python call."""
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    with ExecutionContext(max_cost_usd=1.0):
+        for _ in range(2):  # the second call is measured
+            replay.script("/v1/chat/completions", recorded.openai_chat_tool_calls())
+            ran = sdk_code_run_by_the_door(
+                lambda: client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT)
+            )
+    assert ran == ["_base_client.py:SyncAPIClient.request"]  # the request the door wraps

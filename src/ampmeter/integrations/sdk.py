@@ -46,7 +46,10 @@ _HELPER_HEADERS: Final = ("X-Stainless-Helper-Method", "x-stainless-helper-metho
 
 def _operation(options: Any, headers: Mapping[str, Any], base: str) -> str:
     """The SDK method a request comes from (see the module's documentation)."""
-    qualifiers = getattr(options, "qualifiers", None) or {}
+    # Read among the options' own fields: anthropic's have ``qualifiers``, openai's not, and
+    # a getattr that misses on a pydantic model raises inside its ``__getattr__`` (about 4 µs,
+    # more than the rest of the door).
+    qualifiers = vars(options).get("qualifiers") or {}
     if qualifiers.get("beta") or "beta=true" in options.url:  # anthropic's client.beta
         base = f"beta.{base}"
     for name in _HELPER_HEADERS:
@@ -70,7 +73,7 @@ def admit(client: Any, options: Any) -> Admitted | None:
     ctx = metered_context()
     if ctx is None:
         return None
-    extra = options.extra_json if isinstance(options.extra_json, Mapping) else None
+    extra = options.extra_json  # the caller's extra_body: a mapping, as the SDK merges it, or None
     sent = {**body, **extra} if extra else body  # what is sent: extra_body merged in
     if not isinstance(sent.get("model"), str):
         return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
@@ -81,7 +84,9 @@ def admit(client: Any, options: Any) -> Admitted | None:
         sent = {**body, **extra} if extra else body
     info = adapter.request_info(sent)
     hide = adapter.prepare_stream(body) if info.stream else False
-    headers = options.headers if isinstance(options.headers, Mapping) else {}
+    # The SDK's helpers and raw-response wrappers name themselves in a dict of headers they
+    # make (``NOT_GIVEN`` otherwise); a check against the Mapping ABC would cost a Python call.
+    headers = options.headers if isinstance(options.headers, dict) else {}
     operation = _operation(options, headers, adapter.operation)
     call = begin_call(ctx, adapter, info, notes, sent, refused, operation=operation)
     raw = bool(headers.get(RAW_RESPONSE_HEADER))
