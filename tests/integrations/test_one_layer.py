@@ -28,6 +28,15 @@ INTEGRATIONS = Path(ampmeter.integrations.__file__).parent
 PROMPT = [{"role": "user", "content": "Weather in Paris and Oslo?"}]
 
 
+def profiled(call: Callable[[], Any], profile: Callable[[FrameType, str, object], None]) -> None:
+    """Run ``call`` with ``profile`` seeing each function call (``sys.setprofile``)."""
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+
+
 def ampmeter_calls(call: Callable[[], Any]) -> Counter[tuple[str, str]]:
     """How often each function of the integrations (``file:function``) ran during ``call``,
     and the request measures taken (``pricing:measure``: a wire format's estimator run)."""
@@ -42,11 +51,7 @@ def ampmeter_calls(call: Callable[[], Any]) -> Counter[tuple[str, str]]:
         elif path.name.startswith("wire_") and frame.f_code.co_name.startswith("measure_"):
             seen[("pricing", "measure")] += 1
 
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
+    profiled(call, profile)
     return seen
 
 
@@ -91,11 +96,7 @@ def request_side_calls(call: Callable[[], Any]) -> list[str]:
         ):
             ran.append(f"{path.name}:{frame.f_code.co_qualname}")
 
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
+    profiled(call, profile)
     return ran
 
 
@@ -190,11 +191,7 @@ def sdk_code_run_by_the_door(call: Callable[[], Any]) -> list[str]:
         ):
             ran.append(f"{Path(path).name}:{frame.f_code.co_qualname}")
 
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
+    profiled(call, profile)
     return ran
 
 
