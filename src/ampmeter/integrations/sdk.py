@@ -28,7 +28,6 @@ from ampmeter.integrations.lifecycle import (
     HELPER,
     Admitted,
     begin_call,
-    count_retry,
     relieve_pressure,
     settings,
 )
@@ -46,9 +45,8 @@ _HELPER_HEADERS: Final = ("X-Stainless-Helper-Method", "x-stainless-helper-metho
 
 def _operation(options: Any, headers: Mapping[str, Any], base: str) -> str:
     """The SDK method a request comes from (see the module's documentation)."""
-    # Read among the options' own fields: anthropic's have ``qualifiers``, openai's not, and
-    # a getattr that misses on a pydantic model raises inside its ``__getattr__`` (about 4 µs,
-    # more than the rest of the door).
+    # Among the options' own fields (openai's have no ``qualifiers``): a getattr that misses
+    # on a pydantic model raises inside its ``__getattr__``, about 4 µs, more than the door.
     qualifiers = vars(options).get("qualifiers") or {}
     if qualifiers.get("beta") or "beta=true" in options.url:  # anthropic's client.beta
         base = f"beta.{base}"
@@ -84,8 +82,7 @@ def admit(client: Any, options: Any) -> Admitted | None:
         sent = {**body, **extra} if extra else body
     info = adapter.request_info(sent)
     hide = adapter.prepare_stream(body) if info.stream else False
-    # The SDK's helpers and raw-response wrappers name themselves in a dict of headers they
-    # make (``NOT_GIVEN`` otherwise); a check against the Mapping ABC would cost a Python call.
+    # The SDK's helpers name themselves in a dict they make (a Mapping check is a Python call).
     headers = options.headers if isinstance(options.headers, dict) else {}
     operation = _operation(options, headers, adapter.operation)
     call = begin_call(ctx, adapter, info, notes, sent, refused, operation=operation)
@@ -159,7 +156,9 @@ def _retry_counter(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def sleep(client: Any, *args: Any, **kwargs: Any) -> Any:
-        count_retry()
+        call = ACTIVE_CALL.get()
+        if call is not None:
+            call.retry()
         return original(client, *args, **kwargs)
 
     return sleep
