@@ -195,18 +195,28 @@ def sdk_code_run_by_the_door(call: Callable[[], Any]) -> list[str]:
     return ran
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_the_door_reads_the_sdks_request_and_result_without_running_their_code(
-    replay: ReplayServer,
+    replay: ReplayServer, stream: bool
 ) -> None:
     """Reading a request's options and its result runs no Python of the SDK's objects: a
     getattr that misses on a pydantic model (openai's options have no ``qualifiers``) runs
     its ``__getattr__`` and raises inside, about 4 µs, more than the door's own work; a check
-    against the ``Mapping`` ABC, or the truth of the SDK's ``NOT_GIVEN``, is a Python call."""
+    against the ``Mapping`` ABC, or the truth of the SDK's ``NOT_GIVEN``, is a Python call.
+    (A stream's events come from the SDK's own iterators, which the door reads through.)"""
     client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    answer = recorded.openai_chat_stream_usage if stream else recorded.openai_chat_tool_calls
+
+    def call() -> None:
+        made = client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT, stream=stream)
+        if stream:
+            list(made)
+
     with ExecutionContext(max_cost_usd=1.0):
         for _ in range(2):  # the second call is measured
-            replay.script("/v1/chat/completions", recorded.openai_chat_tool_calls())
-            ran = sdk_code_run_by_the_door(
-                lambda: client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT)
-            )
-    assert ran == ["_base_client.py:SyncAPIClient.request"]  # the request the door wraps
+            replay.script("/v1/chat/completions", answer())
+            ran = sdk_code_run_by_the_door(call)
+    sdk_own = ("_streaming.py:", "_models.py:Response.")  # the stream's events and its close
+    assert [name for name in ran if not name.startswith(sdk_own)] == [
+        "_base_client.py:SyncAPIClient.request"  # the request the door wraps
+    ]
