@@ -21,20 +21,12 @@ from ampmeter import ExecutionContext
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded
 from ampmeter.testing.replay import ReplayServer
+from support.entered import entered
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
 INTEGRATIONS = Path(ampmeter.integrations.__file__).parent
 PROMPT = [{"role": "user", "content": "Weather in Paris and Oslo?"}]
-
-
-def profiled(call: Callable[[], Any], profile: Callable[[FrameType, str, object], None]) -> None:
-    """Run ``call`` with ``profile`` seeing each function call (``sys.setprofile``)."""
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
 
 
 def ampmeter_calls(call: Callable[[], Any]) -> Counter[tuple[str, str]]:
@@ -51,7 +43,11 @@ def ampmeter_calls(call: Callable[[], Any]) -> Counter[tuple[str, str]]:
         elif path.name.startswith("wire_") and frame.f_code.co_name.startswith("measure_"):
             seen[("pricing", "measure")] += 1
 
-    profiled(call, profile)
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
     return seen
 
 
@@ -96,7 +92,11 @@ def request_side_calls(call: Callable[[], Any]) -> list[str]:
         ):
             ran.append(f"{path.name}:{frame.f_code.co_qualname}")
 
-    profiled(call, profile)
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
     return ran
 
 
@@ -175,24 +175,18 @@ def test_a_client_the_caller_gives_the_sdk_is_metered_once_and_the_sdk_alone_at_
     assert names == ["chat.completions.create", "chat.completions"]  # each call once
 
 
-def sdk_code_run_by_the_door(call: Callable[[], Any]) -> list[str]:
-    """The Python functions outside ampmeter that the integrations called during ``call``
-    (``file:function``), but the generated constructors of ampmeter's own value classes."""
-    ran: list[str] = []
-    package = INTEGRATIONS.parent
-
-    def profile(frame: FrameType, event: str, arg: object) -> None:
-        caller = frame.f_back
-        if event != "call" or caller is None:
-            return
-        path = frame.f_code.co_filename
-        if Path(caller.f_code.co_filename).parent == INTEGRATIONS and not (
-            path.startswith(str(package)) or path == "<string>"
-        ):
-            ran.append(f"{Path(path).name}:{frame.f_code.co_qualname}")
-
-    profiled(call, profile)
-    return ran
+def _runs_sdk_code(frame: FrameType) -> bool:
+    """Whether ``frame`` is Python outside ampmeter that the integrations call: but the
+    generated constructors of ampmeter's own value classes, and the SDK stream's own
+    iterators and close, which the door reads a stream through."""
+    caller, path = frame.f_back, frame.f_code.co_filename
+    return (
+        caller is not None
+        and Path(caller.f_code.co_filename).parent == INTEGRATIONS
+        and not path.startswith(str(INTEGRATIONS.parent))
+        and path != "<string>"
+        and Path(path).name not in ("_streaming.py", "_models.py")
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
@@ -202,8 +196,7 @@ def test_the_door_reads_the_sdks_request_and_result_without_running_their_code(
     """Reading a request's options and its result runs no Python of the SDK's objects: a
     getattr that misses on a pydantic model (openai's options have no ``qualifiers``) runs
     its ``__getattr__`` and raises inside, about 4 µs, more than the door's own work; a check
-    against the ``Mapping`` ABC, or the truth of the SDK's ``NOT_GIVEN``, is a Python call.
-    (A stream's events come from the SDK's own iterators, which the door reads through.)"""
+    against the ``Mapping`` ABC, or the truth of the SDK's ``NOT_GIVEN``, is a Python call."""
     client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
     answer = recorded.openai_chat_stream_usage if stream else recorded.openai_chat_tool_calls
 
@@ -215,8 +208,5 @@ def test_the_door_reads_the_sdks_request_and_result_without_running_their_code(
     with ExecutionContext(max_cost_usd=1.0):
         for _ in range(2):  # the second call is measured
             replay.script("/v1/chat/completions", answer())
-            ran = sdk_code_run_by_the_door(call)
-    sdk_own = ("_streaming.py:", "_models.py:Response.")  # the stream's events and its close
-    assert [name for name in ran if not name.startswith(sdk_own)] == [
-        "_base_client.py:SyncAPIClient.request"  # the request the door wraps
-    ]
+            ran = entered(call, _runs_sdk_code)
+    assert ran == ["SyncAPIClient.request"]  # the SDK's request, which the door wraps
