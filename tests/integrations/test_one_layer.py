@@ -21,6 +21,7 @@ from ampmeter import ExecutionContext
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded
 from ampmeter.testing.replay import ReplayServer
+from support.entered import entered
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
@@ -172,3 +173,40 @@ def test_a_client_the_caller_gives_the_sdk_is_metered_once_and_the_sdk_alone_at_
         assert seen[("http.py", "admit")] == 1 and ("sdk.py", "request") not in seen
     names = [n.name for n in sink.nodes if n.kind == "llm"]
     assert names == ["chat.completions.create", "chat.completions"]  # each call once
+
+
+def _runs_sdk_code(frame: FrameType) -> bool:
+    """Whether ``frame`` is Python outside ampmeter that the integrations call: but the
+    generated constructors of ampmeter's own value classes, and the SDK stream's own
+    iterators and close, which the door reads a stream through."""
+    caller, path = frame.f_back, frame.f_code.co_filename
+    return (
+        caller is not None
+        and Path(caller.f_code.co_filename).parent == INTEGRATIONS
+        and not path.startswith(str(INTEGRATIONS.parent))
+        and path != "<string>"
+        and Path(path).name not in ("_streaming.py", "_models.py")
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_the_door_reads_the_sdks_request_and_result_without_running_their_code(
+    replay: ReplayServer, stream: bool
+) -> None:
+    """Reading a request's options and its result runs no Python of the SDK's objects: a
+    getattr that misses on a pydantic model (openai's options have no ``qualifiers``) runs
+    its ``__getattr__`` and raises inside, about 4 µs, more than the door's own work; a check
+    against the ``Mapping`` ABC, or the truth of the SDK's ``NOT_GIVEN``, is a Python call."""
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    answer = recorded.openai_chat_stream_usage if stream else recorded.openai_chat_tool_calls
+
+    def call() -> None:
+        made = client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT, stream=stream)
+        if stream:
+            list(made)
+
+    with ExecutionContext(max_cost_usd=1.0):
+        for _ in range(2):  # the second call is measured
+            replay.script("/v1/chat/completions", answer())
+            ran = entered(call, _runs_sdk_code)
+    assert ran == ["SyncAPIClient.request"]  # the SDK's request, which the door wraps

@@ -43,7 +43,6 @@ __all__ = [
     "Meter",
     "Settings",
     "begin_call",
-    "count_retry",
     "finish_abandoned",
     "finish_call",
     "relieve_pressure",
@@ -138,13 +137,6 @@ class Meter:
         if not self.done:
             self.done = True
             finish_abandoned(self.call, self.tally)
-
-
-def count_retry() -> None:
-    """Count one SDK retry on the active call (called from the SDK's retry sleep)."""
-    call = ACTIVE_CALL.get()
-    if call is not None:
-        call.retry()
 
 
 def begin_call(

@@ -48,9 +48,9 @@ class ChatAdapter(Adapter):
 
     def prepare_stream(self, kwargs: dict[str, Any]) -> bool:
         # Usage is asked for unless the caller said whether they want it (a stream without
-        # it is charged an estimate); stream_options of null is no options.
+        # it is charged an estimate); stream_options of null is no options (bodies hold dicts).
         options = kwargs.get("stream_options")
-        if isinstance(options, Mapping):
+        if isinstance(options, dict):
             if options.get("include_usage") is not None:
                 return False
             kwargs["stream_options"] = {**options, "include_usage": True}
