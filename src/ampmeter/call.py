@@ -170,7 +170,7 @@ class Call(Scoped, Ticket):
         ``RuntimeError``: usage recorded twice would be either lost or counted twice, and
         neither is what the caller meant.
         """
-        t_in, t_out, cached, writes, reasoning, tools = _validate.counts(
+        t_in, t_out, cached, writes, reasoning, tools = _validate.usage_counts(
             _RECORDED,
             0 if tokens_in is None else tokens_in,
             0 if tokens_out is None else tokens_out,
@@ -180,16 +180,6 @@ class Call(Scoped, Ticket):
             tool_calls_made,
         )
         cost = None if cost_usd is None else _validate.nano(cost_usd, "cost_usd")
-        if cached + writes > t_in:
-            raise ValueError(
-                f"cached_tokens ({cached}) + cache_write_tokens ({writes}) exceed "
-                f"tokens_in ({tokens_in}); they are counted as part of the input"
-            )
-        if reasoning > t_out:
-            raise ValueError(
-                f"reasoning_tokens ({reasoning}) exceed tokens_out ({tokens_out}); "
-                "they are counted as part of the output"
-            )
         if self.phase == DONE:
             raise RuntimeError(
                 f"call {self.node_id} ({self.name!r}) has ended: record() its usage inside the "
