@@ -247,9 +247,7 @@ class Call(Scoped, Ticket):
         if self.phase == DONE:
             return
         self.phase = DONE
-        usage, outcome = self._ended(exc)
-        if metadata:
-            outcome = outcome._replace(metadata={**metadata, **(outcome.metadata or {})})
+        usage, outcome = self._ended(exc, metadata)
         self.plan.admission.settle(self, usage, outcome)
 
     def _enter(self) -> None:
@@ -285,14 +283,19 @@ class Call(Scoped, Ticket):
         # Committing to a ledger is a network round trip: on a worker thread, the loop goes on.
         await off_loop(lambda: self.plan.admission.settle(self, *ended))
 
-    def _ended(self, exc: BaseException | None) -> tuple[Usage, Outcome]:
+    def _ended(
+        self, exc: BaseException | None, read: dict[str, Any] | None = None
+    ) -> tuple[Usage, Outcome]:
         """What the call used and how it ended (priced now when no cost was recorded; an
-        interrupt in flight charges the reservation: see :mod:`ampmeter._core.interrupted`)."""
+        interrupt in flight charges the reservation: see :mod:`ampmeter._core.interrupted`),
+        with what an integration ``read`` from the response under the call's own metadata."""
         if exc is not None and is_interrupted_in_flight(self, exc):
             usage, outcome = charged_in_flight(self, exc)
             if usage.cost_nano:
                 admission = self.plan.admission
                 admission.kernel.add(admission.level, KEY_UNSETTLED_COST, usage.cost_nano, True)
+            if read:
+                outcome = outcome._replace(metadata={**read, **(outcome.metadata or {})})
             return usage, outcome
         succeeded = int(exc is None)
         failed = int(isinstance(exc, Exception))  # (an interrupt halts: neither)
@@ -347,6 +350,8 @@ class Call(Scoped, Ticket):
             if meta is None:
                 meta = {}
             meta[META_IDEMPOTENCY_KEY] = self._idempotency_key  # (the price's dict is new)
+        if read:
+            meta = {**read, **meta} if meta else {**read}
         # Success without exc, ``halt`` for an interrupt (a BaseException that is not an
         # Exception), else ``fail``.
         if exc is None:
