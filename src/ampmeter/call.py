@@ -301,15 +301,14 @@ class Call(Scoped, Ticket):
         failed = int(isinstance(exc, Exception))  # (an interrupt halts: neither)
         node = self.kernel_node
         kind, model = node.kind, node.model
-        given = self._cost_nano
-        cost = 0 if given is None else given
+        cost = self._cost_nano or 0
         meta: dict[str, Any] | None = None
         t_in, t_out = self._tokens_in or 0, self._tokens_out or 0
         if kind == "llm" or (kind == "embedding" and model):
             plan = self._price_plan
             assert plan is not None  # every model call has one (CallMaker.model_call)
             cost, meta, unpriced = plan.price(
-                cost=given,
+                cost=self._cost_nano,
                 recorded=self.recorded,
                 tokens_in=t_in,
                 tokens_out=t_out,

@@ -115,12 +115,12 @@ class PricePlan:
     def reserve(
         self,
         *,
-        estimate_usd: float | Decimal | None,
         max_tokens: int | None,
         prompt_tokens: int | None,
-        prompt_text: str | None,
-        request: RequestSize | None,
-        mode: EstimateMode,
+        prompt_text: str | None = None,
+        request: RequestSize | None = None,
+        estimate_usd: float | Decimal | None = None,
+        mode: EstimateMode = "learned",
     ) -> tuple[int, int, int, bool, RequestSize | None]:
         """What a call reserves (see the module docs): its input and output tokens, its cost in
         nano-dollars rounded up (``estimate_usd`` when given), whether its model has a price,

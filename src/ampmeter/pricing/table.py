@@ -116,14 +116,8 @@ def estimate(
     model's documented maximum output (:mod:`ampmeter.pricing.max_output`), else
     :data:`DEFAULT_ESTIMATE_OUTPUT_TOKENS`. ``None`` if unpriced.
     """
-    n_in = _validate.optional_count(prompt_tokens, "prompt_tokens")
-    n_out = _validate.optional_count(max_tokens, "max_tokens")
-    _, _, cost, priced, _ = plan_for(TABLE, model_arg(model), provider).reserve(
-        estimate_usd=None,
-        max_tokens=n_out,
-        prompt_tokens=n_in,
-        prompt_text=prompt_text,
-        request=None,
-        mode="learned",
+    plan = plan_for(TABLE, model_arg(model), provider)  # (its reserve checks the counts)
+    _, _, cost, priced, _ = plan.reserve(
+        max_tokens=max_tokens, prompt_tokens=prompt_tokens, prompt_text=prompt_text
     )
     return money.from_nano(cost) if priced else None
