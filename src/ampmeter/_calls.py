@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ampmeter.graph import ExecutionGraph
     from ampmeter.limits import ExceededLimit
     from ampmeter.policies.configured import ConfiguredPolicies
+    from ampmeter.pricing.plan import PricePlan
     from ampmeter.pricing.request_size import RequestSize
     from ampmeter.pricing.source import Pricing
     from ampmeter.stats import ExecutionStats
@@ -243,9 +244,14 @@ class CallMaker:
         node: tuple[str, str, str | None],
         reservation: Usage,
         priced: bool = True,
-        **fields: Any,
+        *,
+        provider: str | None = None,
+        marks: Any = None,
+        idempotency_key: str | None = None,
+        price_plan: PricePlan | None = None,
+        prompt_size: RequestSize | None = None,
     ) -> Call:
-        """A call reserving ``reservation``, with the other ``fields`` of its
+        """A call reserving ``reservation``, with the other fields of its
         :class:`~ampmeter.Call`, following its context's plan for its kind and model (``priced``
         or not), its node (kind, name, model) begun under the current node with ``meta`` (the
         call's own dict); not yet admitted. A closed context makes no calls."""
@@ -254,11 +260,20 @@ class CallMaker:
         kind, name, model = node
         admission = self._admission
         plan = admission.plans.get((kind, model, priced)) or admission.plan(kind, model, priced)
-        call = Call(self, reservation, plan, **fields)  # type: ignore[arg-type]
+        call = Call(
+            self,  # type: ignore[arg-type]
+            reservation,
+            plan,
+            provider=provider,
+            marks=marks,
+            idempotency_key=idempotency_key,
+            price_plan=price_plan,
+            prompt_size=prompt_size,
+        )
         meta.setdefault("context", self.name)  # the event log's metadata.context, for views
         meta.setdefault(META_CONTEXTS, self._lineage)  # and the contexts it ran in, root first
-        if call.provider is not None:
-            meta[META_PROVIDER] = call.provider
+        if provider is not None:
+            meta[META_PROVIDER] = provider
         parent = self.current_parent_id()
         call.kernel_node = self._kernel.begin(parent, kind, name, model, meta, call)
         return call

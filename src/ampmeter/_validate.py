@@ -8,9 +8,10 @@ other amounts are finite floats.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, SupportsIndex, cast
 
 from ampmeter import money
 from ampmeter.keys import key_unit
@@ -27,11 +28,12 @@ def _type_name(value: object) -> str:
 
 
 def count(value: object, what: str, *, signed: bool = False) -> int:
-    """An int (not a bool) with ``0 <= value <= 2**53`` (``|value|`` when ``signed``)."""
-    if type(value) is not int:  # a bool, an int subclass, or no int at all
-        if isinstance(value, bool) or not isinstance(value, int):
+    """An int (not a bool; an integer type of another library, such as numpy's, as its int)
+    with ``0 <= value <= 2**53`` (``|value|`` when ``signed``)."""
+    if type(value) is not int:  # a bool, an int subclass, another integer type, or no integer
+        if isinstance(value, (bool, float)) or not hasattr(value, "__index__"):
             raise TypeError(f"{what} must be an int, got {_type_name(value)}")
-        value = int(value)  # an int subclass's value as a plain int
+        value = operator.index(cast(SupportsIndex, value))  # its value as a plain int
     if (value < 0 and not signed) or abs(value) > MAX_COUNT:
         raise _out_of_range(value, what, signed)
     return value
@@ -40,14 +42,28 @@ def count(value: object, what: str, *, signed: bool = False) -> int:
 _PLAIN_INT: Final = frozenset({int})
 
 
-def counts(names: tuple[str, ...], *values: Any) -> tuple[int, ...]:
-    """Several counts checked at once, each as :func:`count` checks one (``names[i]`` names
-    ``values[i]`` in the error), as plain ints. The usual ones (plain ints in range) are
-    checked in C; others one at a time."""
-    if _PLAIN_INT.issuperset(map(type, values)) and min(values) >= 0 and max(values) <= MAX_COUNT:
-        return values
-    _refuse(count, names, values)
-    return tuple(map(int, values))  # an int subclass's value as a plain int
+def usage_counts(names: tuple[str, ...], *values: Any) -> tuple[int, ...]:
+    """A call's six counts checked at once, as plain ints: its input, output, cached,
+    cache-write and reasoning tokens and its tool calls, each as :func:`count` checks one
+    (``names[i]`` names ``values[i]`` in the error). ``ValueError`` when a part exceeds its
+    whole: cached and cache-write tokens are part of the input, reasoning tokens part of the
+    output. The usual counts (plain ints in range) are checked in C; others one at a time."""
+    if not (
+        _PLAIN_INT.issuperset(map(type, values)) and min(values) >= 0 and max(values) <= MAX_COUNT
+    ):
+        _refuse(count, names, values)
+        values = tuple(map(int, values))  # an int subclass's value (numpy's) as a plain int
+    t_in, t_out, cached, writes, reasoning, _ = values
+    if cached + writes > t_in:
+        raise ValueError(
+            f"{names[2]} ({cached}) + {names[3]} ({writes}) exceed {names[0]} ({t_in}); they "
+            "are part of the input (add separately reported cache counts to the input first)"
+        )
+    if reasoning > t_out:
+        raise ValueError(
+            f"{names[4]} ({reasoning}) exceed {names[1]} ({t_out}); they are part of the output"
+        )
+    return values
 
 
 def _refuse(check: Callable[[Any, str], object], names: tuple[str, ...], values: Any) -> None:

@@ -170,7 +170,7 @@ class Call(Scoped, Ticket):
         ``RuntimeError``: usage recorded twice would be either lost or counted twice, and
         neither is what the caller meant.
         """
-        t_in, t_out, cached, writes, reasoning, tools = _validate.counts(
+        t_in, t_out, cached, writes, reasoning, tools = _validate.usage_counts(
             _RECORDED,
             0 if tokens_in is None else tokens_in,
             0 if tokens_out is None else tokens_out,
@@ -180,16 +180,6 @@ class Call(Scoped, Ticket):
             tool_calls_made,
         )
         cost = None if cost_usd is None else _validate.nano(cost_usd, "cost_usd")
-        if cached + writes > t_in:
-            raise ValueError(
-                f"cached_tokens ({cached}) + cache_write_tokens ({writes}) exceed "
-                f"tokens_in ({tokens_in}); they are counted as part of the input"
-            )
-        if reasoning > t_out:
-            raise ValueError(
-                f"reasoning_tokens ({reasoning}) exceed tokens_out ({tokens_out}); "
-                "they are counted as part of the output"
-            )
         if self.phase == DONE:
             raise RuntimeError(
                 f"call {self.node_id} ({self.name!r}) has ended: record() its usage inside the "
@@ -257,9 +247,7 @@ class Call(Scoped, Ticket):
         if self.phase == DONE:
             return
         self.phase = DONE
-        usage, outcome = self._ended(exc)
-        if metadata:
-            outcome = outcome._replace(metadata={**metadata, **(outcome.metadata or {})})
+        usage, outcome = self._ended(exc, metadata)
         self.plan.admission.settle(self, usage, outcome)
 
     def _enter(self) -> None:
@@ -295,28 +283,32 @@ class Call(Scoped, Ticket):
         # Committing to a ledger is a network round trip: on a worker thread, the loop goes on.
         await off_loop(lambda: self.plan.admission.settle(self, *ended))
 
-    def _ended(self, exc: BaseException | None) -> tuple[Usage, Outcome]:
+    def _ended(
+        self, exc: BaseException | None, read: dict[str, Any] | None = None
+    ) -> tuple[Usage, Outcome]:
         """What the call used and how it ended (priced now when no cost was recorded; an
-        interrupt in flight charges the reservation: see :mod:`ampmeter._core.interrupted`)."""
+        interrupt in flight charges the reservation: see :mod:`ampmeter._core.interrupted`),
+        with what an integration ``read`` from the response under the call's own metadata."""
         if exc is not None and is_interrupted_in_flight(self, exc):
             usage, outcome = charged_in_flight(self, exc)
             if usage.cost_nano:
                 admission = self.plan.admission
                 admission.kernel.add(admission.level, KEY_UNSETTLED_COST, usage.cost_nano, True)
+            if read:
+                outcome = outcome._replace(metadata={**read, **(outcome.metadata or {})})
             return usage, outcome
         succeeded = int(exc is None)
         failed = int(isinstance(exc, Exception))  # (an interrupt halts: neither)
         node = self.kernel_node
         kind, model = node.kind, node.model
-        given = self._cost_nano
-        cost = 0 if given is None else given
+        cost = self._cost_nano or 0
         meta: dict[str, Any] | None = None
         t_in, t_out = self._tokens_in or 0, self._tokens_out or 0
         if kind == "llm" or (kind == "embedding" and model):
             plan = self._price_plan
             assert plan is not None  # every model call has one (CallMaker.model_call)
             cost, meta, unpriced = plan.price(
-                cost=given,
+                cost=self._cost_nano,
                 recorded=self.recorded,
                 tokens_in=t_in,
                 tokens_out=t_out,
@@ -357,6 +349,8 @@ class Call(Scoped, Ticket):
             if meta is None:
                 meta = {}
             meta[META_IDEMPOTENCY_KEY] = self._idempotency_key  # (the price's dict is new)
+        if read:
+            meta = {**read, **meta} if meta else {**read}
         # Success without exc, ``halt`` for an interrupt (a BaseException that is not an
         # Exception), else ``fail``.
         if exc is None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gc
+import sys
 from decimal import Decimal
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -103,3 +105,27 @@ def test_bound_estimates_reserve_a_ceiling_and_children_inherit_the_mode() -> No
             assert learned.stats.reserved()[KEY_INPUT_TOKENS] < 907
     with pytest.raises(ValueError, match="estimate"):
         ExecutionContext(estimate="exact")  # type: ignore[arg-type]
+
+
+def test_a_call_ends_in_one_outcome_with_what_an_integration_read() -> None:
+    """What an integration read from the response (``finish(exc, metadata)``) goes into the
+    call's outcome as it is made, under the call's own price (a response cannot say it was
+    priced otherwise), not by copying the made outcome again: no named tuple is remade."""
+    remade: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code.co_name in ("_replace", "_make"):
+            remade.append(frame.f_code.co_qualname)
+
+    with ExecutionContext() as ctx:
+        call = ctx.llm_call("read", model="gpt-4o-mini", max_tokens=10)
+        call.start()
+        call.record(10, 5)
+        sys.setprofile(profile)
+        try:
+            call.finish(None, {"response_id": "openai:r1", "cost_status": "given"})
+        finally:
+            sys.setprofile(None)
+    assert remade == []
+    meta = call.node.metadata
+    assert meta["response_id"] == "openai:r1" and meta["cost_status"] == "priced"

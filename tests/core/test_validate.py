@@ -9,7 +9,8 @@ import pytest
 
 from ampmeter import _validate
 
-NAMES = ("tokens_in", "tokens_out", "cached_tokens")
+NAMES = ("tokens_in", "tokens_out", "cached", "cache_writes", "reasoning", "tool_calls")
+GOOD = (2**53, 5, 0, 2**53, 5, 0)  # each part within its whole
 
 
 class Level(enum.IntEnum):
@@ -27,20 +28,34 @@ class Level(enum.IntEnum):
         (2**53 + 1, ValueError, "must be at most 2\\*\\*53 in size"),
     ],
 )
-@pytest.mark.parametrize("at", range(3))
-def test_counts_names_the_value_that_is_not_a_count(
+@pytest.mark.parametrize("at", range(6))
+def test_usage_counts_names_the_value_that_is_not_a_count(
     bad: object, error: type[Exception], message: str, at: int
 ) -> None:
-    values: list[object] = [5, 0, 2**53]
+    values: list[object] = list(GOOD)
     values[at] = bad
     with pytest.raises(error, match=f"^{NAMES[at]} {message}"):
-        _validate.counts(NAMES, *values)
+        _validate.usage_counts(NAMES, *values)
 
 
-def test_counts_gives_plain_ints_at_the_edges() -> None:
-    found = _validate.counts(NAMES, 0, 2**53, Level.HIGH)
-    assert found == (0, 2**53, 7)
-    assert [type(value) for value in found] == [int, int, int]
+def test_usage_counts_gives_plain_ints_at_the_edges() -> None:
+    found = _validate.usage_counts(NAMES, 2**53, Level.HIGH, 0, 2**53, Level.HIGH, 0)
+    assert found == (2**53, 7, 0, 2**53, 7, 0)
+    assert {type(value) for value in found} == {int}
+
+
+@pytest.mark.parametrize(
+    ("counts", "message"),
+    [
+        ((10, 0, 6, 5, 0, 0), r"^cached \(6\) \+ cache_writes \(5\) exceed tokens_in \(10\)"),
+        ((10, 4, 0, 0, 5, 0), r"^reasoning \(5\) exceed tokens_out \(4\)"),
+    ],
+)
+def test_usage_counts_refuses_parts_larger_than_their_whole(
+    counts: tuple[int, ...], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        _validate.usage_counts(NAMES, *counts)
 
 
 @pytest.mark.parametrize("at", range(3))

@@ -28,7 +28,7 @@ from genai_prices.types import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ampmeter import pricing
+from ampmeter import ExecutionContext, pricing
 from ampmeter.pricing import (
     CHARS_PER_TOKEN,
     DEFAULT_ESTIMATE_OUTPUT_TOKENS,
@@ -576,6 +576,16 @@ def test_numpy_style_integers_are_accepted() -> None:
     np = pytest.importorskip("numpy")
     got = price("gpt-4o", "openai", input_tokens=np.int64(1000), output_tokens=np.int32(10))
     assert got == price("gpt-4o", "openai", input_tokens=1000, output_tokens=10)
+    # A call's record() checks its counts as price() does: the same integers are taken, as
+    # plain ints, and parts larger than their whole are refused the same way.
+    with ExecutionContext("np") as ctx, ctx.llm_call("c", model="gpt-4o") as call:
+        with pytest.raises(ValueError, match=r"cached_tokens \(11\) .* exceed tokens_in \(10\)"):
+            call.record(np.int64(10), 0, cached_tokens=np.int64(11))
+        call.record(np.int64(1000), np.int32(10), cached_tokens=np.int64(5))
+        assert (call.tokens_in, call.cached_tokens) == (1000, 5)
+        assert type(call.tokens_in) is int and type(call.cached_tokens) is int
+    with pytest.raises(ValueError, match=r"cached_tokens \(11\) .* exceed input_tokens \(10\)"):
+        price("gpt-4o", "openai", input_tokens=10, output_tokens=0, cached_tokens=11)
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,6 @@ def by_hand(rates: Rates, inp: int, out: int, read: int, write: int, reasoning: 
 
 
 _COUNTS = ("tokens_in", "tokens_out", "cached", "cache_writes", "reasoning")
-_BY_COUNT_ONLY = {"estimate_usd": None, "prompt_text": None, "request": None, "mode": "learned"}
 
 
 def plan_price(plan: PricePlan, *counts: int) -> tuple[int | None, dict[str, Any]]:
@@ -42,6 +41,6 @@ def plan_price(plan: PricePlan, *counts: int) -> tuple[int | None, dict[str, Any
 
 def plan_estimate(plan: PricePlan, prompt_tokens: int, max_tokens: int | None) -> int | None:
     """What ``plan`` reserves for a call in nano-dollars (None when unpriced)."""
-    reserved = plan.reserve(prompt_tokens=prompt_tokens, max_tokens=max_tokens, **_BY_COUNT_ONLY)
+    reserved = plan.reserve(prompt_tokens=prompt_tokens, max_tokens=max_tokens)
     _, _, cost, priced, _ = reserved
     return cost if priced else None

@@ -63,9 +63,6 @@ maximum output is not in :mod:`ampmeter.pricing.max_output`'s table."""
 ESTIMATE_MODES: Final = ("learned", "bound")
 META_COST_CLAMPED: Final = "cost_clamped"  # priced past what money counts: the most it counts
 
-# What a kept plan was compiled from: a function telling what the table's answers come from now,
-# what it told then, and the user's price changes then (see genai_table.watch).
-_Stamp = tuple[Callable[[], object], object, int]
 
 # The most input tokens a request to each model was billed in this process (as the provider
 # counted), for the first MAX_MODELS models: what stored state of unknown size is estimated at
@@ -118,12 +115,12 @@ class PricePlan:
     def reserve(
         self,
         *,
-        estimate_usd: float | Decimal | None,
         max_tokens: int | None,
         prompt_tokens: int | None,
-        prompt_text: str | None,
-        request: RequestSize | None,
-        mode: EstimateMode,
+        prompt_text: str | None = None,
+        request: RequestSize | None = None,
+        estimate_usd: float | Decimal | None = None,
+        mode: EstimateMode = "learned",
     ) -> tuple[int, int, int, bool, RequestSize | None]:
         """What a call reserves (see the module docs): its input and output tokens, its cost in
         nano-dollars rounded up (``estimate_usd`` when given), whether its model has a price,
@@ -328,7 +325,9 @@ def forget_inputs() -> None:
 _NO_MODEL: Final = PricePlan(None, None)
 _EMPTY_MODEL: Final = PricePlan("", None)
 _PLANS_MAX: Final = 4096
-_plans: dict[tuple[str, str | None], tuple[PricePlan, _Stamp]] = {}
+# Each kept plan with what it was compiled from: a function telling what the table's answers
+# come from now, what it told then, and the user's price changes then (see genai_table.watch).
+_plans: dict[tuple[str, str | None], tuple[PricePlan, Callable[[], object], object, int]] = {}
 
 
 def plan_for(pricing: Pricing, model: str | None, provider: str | None) -> PricePlan:
@@ -345,7 +344,7 @@ def plan_for(pricing: Pricing, model: str | None, provider: str | None) -> Price
     except TypeError:  # not a name at all, which the compile reports
         kept = None
     if kept is not None:
-        plan, (told, source, changes) = kept
+        plan, told, source, changes = kept
         if told() is source and changes == user_prices.book.changes:
             return plan
     return _compile(model, provider)
@@ -359,7 +358,7 @@ def _compile(model: str, provider: str | None) -> PricePlan:
     provider = user_prices.provider_arg(provider)
     # Read before resolving: a change made meanwhile is seen, and compiled, on the next call.
     told, source = watch()
-    stamp = (told, source, user_prices.book.changes)
+    changes = user_prices.book.changes
     entry: Rates | DatedRates | Unpriced | None = user_prices.user_rates(model, provider)
     if entry is None:
         entry = table_entry(model, provider)
@@ -368,5 +367,5 @@ def _compile(model: str, provider: str | None) -> PricePlan:
     plan = PricePlan(model, provider, rates=rates, dated=dated, version=entry.version)
     if len(_plans) >= _PLANS_MAX:
         _plans.clear()
-    _plans[model, provider] = (plan, stamp)
+    _plans[model, provider] = (plan, told, source, changes)
     return plan

@@ -16,12 +16,10 @@ from a similar name (a fine-tune is unpriced until :func:`set_price` prices it).
 
 from __future__ import annotations
 
-import math
-import operator
 from decimal import Decimal
-from typing import Literal, NamedTuple, SupportsIndex, cast
+from typing import Literal, NamedTuple
 
-from ampmeter import money
+from ampmeter import _validate, money
 from ampmeter.pricing.genai_table import load, split_provider, table_version
 from ampmeter.pricing.plan import DEFAULT_ESTIMATE_OUTPUT_TOKENS, plan_for
 from ampmeter.pricing.request_size import CHARS_PER_TOKEN
@@ -51,6 +49,15 @@ __all__ = [
 ]
 
 PricingStatus = Literal["priced", "unpriced"]
+# The counts price() checks, in order (the tool calls, which cost nothing here, last).
+_COUNTS = (
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "tool_calls",
+)
 
 
 class PriceResult(NamedTuple):
@@ -64,19 +71,6 @@ class PriceResult(NamedTuple):
     cost_usd: Decimal | None
     pricing_version: str
     status: PricingStatus
-
-
-def _count(name: str, value: object) -> int:
-    if type(value) is int:
-        count = value
-    elif isinstance(value, (bool, float)) or not hasattr(value, "__index__"):
-        what = "NaN" if isinstance(value, float) and math.isnan(value) else repr(value)
-        raise TypeError(f"{name} must be an int token count, got {type(value).__name__} {what}")
-    else:
-        count = operator.index(cast(SupportsIndex, value))  # numpy and other int types
-    if count < 0:
-        raise ValueError(f"{name} must be >= 0, got {count}")
-    return count
 
 
 def price(
@@ -97,25 +91,11 @@ def price(
     ``"unpriced"``. Non-int or negative counts raise ``TypeError``/``ValueError``, as do parts
     larger than their whole.
     """
-    input_tokens = _count("input_tokens", input_tokens)
-    output_tokens = _count("output_tokens", output_tokens)
-    cached_tokens = _count("cached_tokens", cached_tokens)
-    cache_write_tokens = _count("cache_write_tokens", cache_write_tokens)
-    reasoning_tokens = _count("reasoning_tokens", reasoning_tokens)
-    if cached_tokens + cache_write_tokens > input_tokens:
-        raise ValueError(
-            f"cached_tokens ({cached_tokens}) + cache_write_tokens ({cache_write_tokens}) exceed "
-            f"input_tokens ({input_tokens}); they are parts of the input (add Anthropic-style "
-            "separate cache counts to input_tokens first)"
-        )
-    if reasoning_tokens > output_tokens:
-        raise ValueError(
-            f"reasoning_tokens ({reasoning_tokens}) exceed output_tokens ({output_tokens}); "
-            "reasoning tokens are part of the output"
-        )
-    cost, version = plan_for(TABLE, model_arg(model), provider).price_usd(
-        input_tokens, output_tokens, cached_tokens, cache_write_tokens, reasoning_tokens
+    inp, out, read, write, reasoning, _ = _validate.usage_counts(
+        _COUNTS, input_tokens, output_tokens, cached_tokens, cache_write_tokens, reasoning_tokens, 0
     )
+    plan = plan_for(TABLE, model_arg(model), provider)
+    cost, version = plan.price_usd(inp, out, read, write, reasoning)
     return PriceResult(cost, version, "unpriced" if cost is None else "priced")
 
 
@@ -136,14 +116,8 @@ def estimate(
     model's documented maximum output (:mod:`ampmeter.pricing.max_output`), else
     :data:`DEFAULT_ESTIMATE_OUTPUT_TOKENS`. ``None`` if unpriced.
     """
-    n_in = None if prompt_tokens is None else _count("prompt_tokens", prompt_tokens)
-    n_out = None if max_tokens is None else _count("max_tokens", max_tokens)
-    _, _, cost, priced, _ = plan_for(TABLE, model_arg(model), provider).reserve(
-        estimate_usd=None,
-        max_tokens=n_out,
-        prompt_tokens=n_in,
-        prompt_text=prompt_text,
-        request=None,
-        mode="learned",
+    plan = plan_for(TABLE, model_arg(model), provider)  # (its reserve checks the counts)
+    _, _, cost, priced, _ = plan.reserve(
+        max_tokens=max_tokens, prompt_tokens=prompt_tokens, prompt_text=prompt_text
     )
     return money.from_nano(cost) if priced else None

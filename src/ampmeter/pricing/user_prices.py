@@ -34,24 +34,18 @@ book: PriceBook[Rates] = PriceBook()
 """The prices :func:`set_price` set, by ``(model, provider)`` in lower case."""
 
 
-def model_arg(model: object) -> str:
-    """``model`` checked: a non-empty str (``TypeError``/``ValueError`` naming it otherwise)."""
+def model_arg(model: object, what: str = "model") -> str:
+    """``model`` checked: a non-empty name (``TypeError``/``ValueError`` naming ``what``)."""
     if not isinstance(model, str):
-        raise TypeError(f"model must be a str, got {type(model).__name__} {model!r}")
+        raise TypeError(f"{what} must be a str, got {type(model).__name__} {model!r}")
     if not model or model.isspace():
-        raise ValueError("model must be a non-empty model name")
+        raise ValueError(f"{what} must be a non-empty {what} name")
     return model
 
 
 def provider_arg(provider: object) -> str | None:
-    """``provider`` checked: None or a non-empty str."""
-    if provider is None:
-        return None
-    if not isinstance(provider, str):
-        raise TypeError(f"provider must be a str or None, got {type(provider).__name__}")
-    if not provider or provider.isspace():
-        raise ValueError("provider must be a non-empty provider id or None")
-    return provider
+    """``provider`` checked: None or a non-empty name (as :func:`model_arg` checks one)."""
+    return None if provider is None else model_arg(provider, "provider")
 
 
 def _key(model: str, provider: str | None) -> tuple[str, str | None]:
