@@ -140,7 +140,6 @@ class ExecutionGraph:
     ) -> None:
         """End a node as ``fail`` (an error). ``cost_usd`` is for calls billed before failing."""
         _validate.text(error_class, "error_class")
-        _validate.optional_text(stop_reason, "stop_reason")
         self._end(
             node_id,
             "fail",
@@ -163,7 +162,6 @@ class ExecutionGraph:
         metadata: dict[str, Any] | None = None,
     ) -> None:
         """End a node as ``halt`` (stopped by a policy such as a budget); no change if terminal."""
-        _validate.optional_text(stop_reason, "stop_reason")
         self._end(
             node_id,
             "halt",
@@ -186,7 +184,9 @@ class ExecutionGraph:
         stop_reason: str | None = None,
         metadata: object,
     ) -> None:
-        # (error_class and stop_reason are checked by the mark_* that take them)
+        # (error_class is checked by the mark_* that takes it; a success has no stop_reason)
+        if stop_reason is not None:
+            _validate.text(stop_reason, "stop_reason")
         cost = _validate.nano(cost_usd, "cost_usd")
         t_in = _validate.optional_count(tokens_in, "tokens_in")
         t_out = _validate.optional_count(tokens_out, "tokens_out")

@@ -203,12 +203,12 @@ class NodeTable:
         status, cost, t_in, t_out, error_class, stop_reason, metadata = outcome
         shown = money.from_nano(cost) if cost else _NO_COST
         end = time.time_ns() // _NS_PER_MS
-        previous = node.status
-        node.status = status
         node.end_ts_ms = end
         node.cost_usd = shown
         node.tokens_in = t_in
         node.tokens_out = t_out
+        previous = node.status
+        node.status = status
         node.error_class = error_class
         node.stop_reason = stop_reason
         if node.parent_id is not None:
