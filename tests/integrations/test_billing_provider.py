@@ -450,3 +450,34 @@ def test_response_ids_repeat_when_drawn_from_few_values(
             for _ in range(4)
         }
     assert len(ids) == expected
+
+
+def test_a_provider_stopped_mid_delay_ends_its_answer_at_once_and_the_call_stays_billed() -> None:
+    before = set(threading.enumerate())
+    provider = BillingProvider(delay_s=60).start()
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    request = urllib.request.Request(
+        provider.openai_base_url + "/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+    )
+    errors: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            urllib.request.urlopen(request, timeout=30)
+        except BaseException as error:  # the connection ends without an answer
+            errors.append(error)
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    deadline = time.monotonic() + 10
+    while not provider.calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    serving = set(threading.enumerate()) - before - {asking}
+    provider.stop()
+    asking.join(10)
+    assert errors and len(provider.calls) == 1  # sent, so billed, though never answered
+    for thread in serving:  # none waits out the 60 s delay
+        thread.join(5)
+        assert not thread.is_alive(), thread

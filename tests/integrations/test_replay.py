@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -523,3 +524,32 @@ def test_stopping_closes_the_connections_clients_keep() -> None:
     kept.settimeout(2)
     assert kept.recv(1) == b""  # the end of the stream, at once
     connection.close()
+
+
+def test_stopping_drops_a_delayed_answer_at_once_and_quietly(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    before = set(threading.enumerate())
+    replay = ReplayServer().start()
+    replay.script(CHAT, ReplayResponse.json({"late": True}, delay=60))
+    errors: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            _post_raw(replay.url + CHAT, {})
+        except BaseException as error:  # the connection ends without an answer
+            errors.append(error)
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    deadline = time.monotonic() + 10
+    while not replay.requests and time.monotonic() < deadline:
+        time.sleep(0.01)
+    serving = set(threading.enumerate()) - before - {asking}  # the server's and the handler's
+    replay.stop()
+    asking.join(10)
+    assert errors  # no answer came
+    for thread in serving:  # none waits out the 60 s delay
+        thread.join(5)
+        assert not thread.is_alive(), thread
+    assert "Traceback" not in capfd.readouterr().err  # a client gone is no error to print

@@ -32,7 +32,6 @@ import itertools
 import math
 import random
 import threading
-import time
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from fractions import Fraction
@@ -274,7 +273,8 @@ class BillingProvider(ReplayServer):
             pool = self._id_pool
             number = next(self._ids) if pool is None else self._id_draws.randrange(pool)
         try:
-            time.sleep(self.delay_s)
+            if self.delay_s and self.wait(self.delay_s):
+                raise ConnectionAbortedError("the provider stopped before it answered")
         finally:
             with self._billed_lock:
                 self._in_flight -= 1

@@ -27,8 +27,8 @@ import contextlib
 import dataclasses
 import json
 import socket
+import sys
 import threading
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -213,6 +213,7 @@ class ReplayServer(Scoped):
         self._queues: dict[tuple[str, str], deque[ReplayResponse | Responder]] = {}
         self._requests: list[RecordedRequest] = []
         self._httpd: _Server | None = None
+        self._stopped = threading.Event()  # set by stop(): answers still delayed are dropped
         self._thread: threading.Thread | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -222,6 +223,7 @@ class ReplayServer(Scoped):
         if self._httpd is not None:
             raise RuntimeError(f"the replay server is already running at {self.url}")
         httpd = _Server(self._address, _make_handler(self))
+        self._stopped.clear()
         thread = threading.Thread(
             target=httpd.serve_forever,
             kwargs={"poll_interval": 0.02},  # how long stop() waits for the loop to notice
@@ -236,12 +238,18 @@ class ReplayServer(Scoped):
         """Stop serving and close the socket. Calling it when not running does nothing."""
         httpd, thread = self._httpd, self._thread
         self._httpd = self._thread = None
+        self._stopped.set()
         if httpd is not None:
             httpd.shutdown()
             httpd.server_close()
             httpd.close_kept()
         if thread is not None:
             thread.join()
+
+    def wait(self, seconds: float) -> bool:
+        """Wait ``seconds`` (an answer's delay), or less if the server is stopped meanwhile:
+        True if it was, and then nothing more should be sent."""
+        return self._stopped.wait(seconds)
 
     def _enter(self) -> None:
         self.start()
@@ -384,6 +392,13 @@ class _Server(ThreadingHTTPServer):
             self._kept.discard(request)
         super().shutdown_request(request)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that went away (a program killed at its cap, a stream cut off) is what
+        # these tests do on purpose; socketserver would print its traceback on stderr, from a
+        # thread, into whatever test captures stderr then. Any other error is still printed.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
     def close_kept(self) -> None:
         """Close every connection still open, so none outlives the server (their handlers,
         waiting for a next request, see the end of the stream and finish)."""
@@ -434,8 +449,9 @@ def _make_handler(owner: ReplayServer) -> type[BaseHTTPRequestHandler]:
                 response = ReplayResponse.error(
                     "openai", 404, {"type": "replay_exhausted", "message": gone}
                 )
-            if response.delay:
-                time.sleep(response.delay)
+            if response.delay and owner.wait(response.delay):
+                self.close_connection = True  # stopped while it waited: no answer comes
+                return
             self._write(response)
 
         def _write(self, response: ReplayResponse) -> None:
