@@ -411,6 +411,9 @@ class KindPlan:
         )
         self.holds: dict[Shape, HoldPlan] = {}
         self.settles: dict[Shape, Settlement] = {}
+        # Cleared when a context at or above this one is folded into its parent (the levels a
+        # usage adds to change then: see ampmeter._core.cells).
+        admission.level.caches.append(self.settles)
 
     def hold_plan(self, shape: Shape) -> HoldPlan:
         """Where a reservation of ``shape`` is held, each key made known at its level (so
