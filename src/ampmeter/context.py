@@ -255,6 +255,8 @@ class ExecutionContext(CallMaker, HandingOff, Scoped):
         )
         ledger_step = LedgerStep(self._admission) if self._admission.ledgered else None
         self._admission.install(self._policies.steps_for(self._admission), ledger_step)
+        if not limits and settings.ledger is None:  # nothing reads its stats live
+            kernel.fold(level)
         self._handoffs = Handoffs(self._frame, kernel, self._emitter)
         OPEN.add(self)
 
@@ -399,6 +401,7 @@ class ExecutionContext(CallMaker, HandingOff, Scoped):
         node = self._kernel.node(self._node_id)
         if self._kernel.end(node, outcome):
             self._emitter.emit(node)
+        self._kernel.retire(self._frame.level)  # its totals stay counted above it
         self._emitter.flush()
         if self._emitter.errors and exc is None:
             raise self._emitter.errors[0]

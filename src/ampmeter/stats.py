@@ -188,7 +188,9 @@ class ExecutionStats:
 
     def __repr__(self) -> str:
         # No lock: a repr may be asked for while the (non-reentrant) lock is held.
-        return f"ExecutionStats(counters={self.counters()!r}, gauges={self.gauges()!r})"
+        counters = self._kernel.values(self._level, False, locked=False)
+        gauges = _shown(self._kernel.values(self._level, True, locked=False))
+        return f"ExecutionStats(counters={counters!r}, gauges={gauges!r})"
 
 
 def check_limits(

@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ampmeter._core.cells import Cell
+
 if TYPE_CHECKING:
-    from ampmeter._core.cells import Cell, Level
+    from ampmeter._core.cells import Level
 
 __all__ = ["Entry", "Guard", "Hit", "LimitRow", "Refused", "compile_entries", "compile_limits"]
 
@@ -44,9 +46,11 @@ class Guard:
     def compile(self) -> tuple[Entry, ...]:
         """Build the entries again for the rows and the level as they are now (under the
         kernel's lock)."""
-        rows = self.rows
-        entries = compile_entries(self.level, rows)
-        self.compiled = (rows, self.level.version, entries)
+        rows, level = self.rows, self.level
+        entries = compile_entries(level, rows)
+        # A folded level's sums are read, not kept: its entries are never reused.
+        folded = bool(level.pulled or level.offset)
+        self.compiled = (rows, -1 if folded else level.version, entries)
         return entries
 
 
@@ -67,6 +71,9 @@ def compile_entries(level: Level, rows: tuple[LimitRow, ...]) -> tuple[Entry, ..
     with no value yet, which only a held or pending amount can push over."""
     entries: list[Entry] = []
     counters, gauges = level.counters, level.gauges
+    if level.pulled or level.offset:  # a folded level: its values as read now
+        counters = {key: Cell(value) for key, value in level.values(False).items()}
+        gauges = {key: Cell(value) for key, value in level.values(True).items()}
     for is_prefix, key, top, limit in rows:
         if is_prefix:
             keys = level.keys_with(key)

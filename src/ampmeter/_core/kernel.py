@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
-from ampmeter._core.cells import Cell, Level
+from ampmeter._core.cells import Cell, Level, summed
 from ampmeter._core.check import Guard, Hit, Refused
 from ampmeter._core.nodes import NodeTable, now_ms
 from ampmeter._core.outcome import Outcome
@@ -79,15 +79,51 @@ class Kernel(NodeTable):
             self._add_locked(level, key, delta, gauge)
 
     def _add_locked(self, level: Level, key: str, delta: Any, gauge: bool) -> None:
-        levels = (level,) if key in LOCAL_KEYS else level.targets
+        if key in LOCAL_KEYS:
+            levels: tuple[Level, ...] = (level,)
+        else:  # (a float gauge is kept whole at every level: see ampmeter._core.cells)
+            levels = level.targets if summed(key, gauge) else level.lineage
+            for stats in level.lineage:
+                stats.cell(key, gauge)
         # The cells are made first (nothing is added yet); each adds field 0 of ``(delta,)``.
         cells = [(stats.cell(key, gauge), 0) for stats in levels]
         whole(_drain, iter(cells), (delta,))
 
     def set(self, level: Level, key: str, value: Any, gauge: bool) -> None:
-        """Set ``key`` at ``level`` only."""
+        """Set ``key`` at ``level`` only (the levels above read the same as before)."""
         with self._lock:
-            level.cell(key, gauge).value = value
+            cell = level.cell(key, gauge)
+            if not summed(key, gauge):
+                cell.value = value
+                return
+            change = value - level.read(key, gauge)
+            above = level.pulled_by
+            # One step: the cell takes the change, the level that reads this one takes it back.
+            feed = [(cell, 0)] if above is None else [(cell, 0), (above.offset_cell(key, gauge), 1)]
+            whole(_drain, iter(feed), (change, -change))
+
+    def fold(self, level: Level) -> None:
+        """Make a new ``level`` (no children yet) folded: nothing reads it live, so what is
+        added below it is summed when it is read (see :mod:`ampmeter._core.cells`)."""
+        with self._lock:
+            level.live = False
+
+    def retire(self, level: Level) -> None:
+        """Fold an ended context's ``level`` into the level that reads it, once: its totals are
+        added there and from now on what is added at or below it reaches that level directly,
+        so the level above no longer keeps it."""
+        with self._lock:
+            above = level.pulled_by
+            if above is None:
+                return
+            # The offsets' cells are made first (nothing is added yet).
+            totals = [
+                (above.offset_cell(key, gauge), value)
+                for gauge in (False, True)
+                for key, value in level.values(gauge).items()
+                if summed(key, gauge)
+            ]
+            whole(_fold_in, level, above, iter(totals))
 
     def add_usage(self, level: Level, usage: Usage) -> None:
         """Add ``usage`` at ``level`` and every ancestor, in one step (a trace record)."""
@@ -103,13 +139,19 @@ class Kernel(NodeTable):
 
     def value(self, level: Level, key: str, gauge: bool) -> Any:
         """The value of ``key`` at ``level`` (None if never written)."""
+        if level.pulled or level.offset:
+            with self._lock:
+                return level.read(key, gauge)
         cell = (level.gauges if gauge else level.counters).get(key)
         return None if cell is None else cell.value
 
-    def values(self, level: Level, gauge: bool) -> dict[str, Any]:
-        """The counters (or gauges) at ``level``, copied unlocked (a repr asks under the lock)."""
-        cells = level.gauges if gauge else level.counters
-        return {key: cell.value for key, cell in list(cells.items())}
+    def values(self, level: Level, gauge: bool, locked: bool = True) -> dict[str, Any]:
+        """The counters (or gauges) at ``level``: under the lock when it reads children it
+        folds, else (and for a repr, which may be asked under the lock) copied unlocked."""
+        if locked and (level.pulled or level.offset):
+            with self._lock:
+                return level.values(gauge)
+        return level.values(gauge)
 
     # -- calls -----------------------------------------------------------------------------------
 
@@ -387,6 +429,20 @@ def _drain(feed: Iterator[tuple[Cell, int]], amounts: tuple[Any, ...]) -> None:
     there."""
     for cell, field in feed:
         cell.value += amounts[field]
+
+
+def _fold_in(level: Level, above: Level, totals: Iterator[tuple[Cell, Any]]) -> None:
+    """Add ``level``'s ``totals`` to ``above``'s offset cells, then stop ``above`` reading it
+    (the fold moves on, so every target is worked out again). Resumable, as :func:`_drain`."""
+    for cell, value in totals:
+        cell.value += value
+    if level.pulled_by is not None:
+        level.fold.epoch += 1
+        for below in level.subtree():  # (clearing a cache twice is harmless)
+            for settles in below.caches:
+                settles.clear()
+        above.pulled.pop(level, None)
+        level.pulled_by = None
 
 
 def whole(step: Callable[..., None], *args: Any) -> None:

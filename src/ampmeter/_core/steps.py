@@ -146,6 +146,9 @@ class Admission:
         found = KindPlan(self, kind, priced)
         if len(self.plans) < PLANS_MAX:
             self.plans[kind, model, priced] = found
+            # Cleared when a context at or above this one is folded into its parent (the
+            # levels a usage adds to change then: see ampmeter._core.cells).
+            self.level.caches.append(found.settles)
         return found
 
     # -- admission ------------------------------------------------------------------------------
