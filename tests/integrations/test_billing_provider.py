@@ -21,6 +21,7 @@ import pytest
 from ampmeter import ExecutionContext, money
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import BillingProvider, ReplayServer, agent_requests, recorded
+from support.stopping import stop_while_answering
 
 KEY = "test-key"
 SYSTEM = "You answer in one word. " * 5
@@ -461,23 +462,10 @@ def test_a_provider_stopped_mid_delay_ends_its_answer_at_once_and_the_call_stays
         data=json.dumps(body).encode(),
         headers={"content-type": "application/json"},
     )
-    errors: list[BaseException] = []
-
-    def ask() -> None:
-        try:
-            urllib.request.urlopen(request, timeout=30)
-        except BaseException as error:  # the connection ends without an answer
-            errors.append(error)
-
-    asking = threading.Thread(target=ask)
-    asking.start()
-    deadline = time.monotonic() + 10
-    while not provider.calls and time.monotonic() < deadline:
-        time.sleep(0.01)
-    serving = set(threading.enumerate()) - before - {asking}
-    provider.stop()
-    asking.join(10)
+    errors = stop_while_answering(
+        provider,
+        lambda: urllib.request.urlopen(request, timeout=30),
+        lambda: bool(provider.calls),
+        before,
+    )
     assert errors and len(provider.calls) == 1  # sent, so billed, though never answered
-    for thread in serving:  # none waits out the 60 s delay
-        thread.join(5)
-        assert not thread.is_alive(), thread

@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ampmeter.testing import RecordedRequest, ReplayResponse, ReplayServer, recorded
+from support.stopping import stop_while_answering
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
@@ -532,24 +533,8 @@ def test_stopping_drops_a_delayed_answer_at_once_and_quietly(
     before = set(threading.enumerate())
     replay = ReplayServer().start()
     replay.script(CHAT, ReplayResponse.json({"late": True}, delay=60))
-    errors: list[BaseException] = []
-
-    def ask() -> None:
-        try:
-            _post_raw(replay.url + CHAT, {})
-        except BaseException as error:  # the connection ends without an answer
-            errors.append(error)
-
-    asking = threading.Thread(target=ask)
-    asking.start()
-    deadline = time.monotonic() + 10
-    while not replay.requests and time.monotonic() < deadline:
-        time.sleep(0.01)
-    serving = set(threading.enumerate()) - before - {asking}  # the server's and the handler's
-    replay.stop()
-    asking.join(10)
+    errors = stop_while_answering(
+        replay, lambda: _post_raw(replay.url + CHAT, {}), lambda: bool(replay.requests), before
+    )
     assert errors  # no answer came
-    for thread in serving:  # none waits out the 60 s delay
-        thread.join(5)
-        assert not thread.is_alive(), thread
     assert "Traceback" not in capfd.readouterr().err  # a client gone is no error to print
