@@ -24,7 +24,7 @@ import orjson
 
 from ampmeter._scoped import Closeable
 from ampmeter.errors import JsonlError, LogLineError
-from ampmeter.logs.events import nesting_problem, non_finite_field
+from ampmeter.logs.events import json_kind, nesting_problem, non_finite_field
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -233,7 +233,7 @@ class JsonlReader(Closeable, Iterator[dict[str, Any]]):
                 self._bad(number, reason or f"invalid JSON ({_short(exc)})")
                 continue
             if type(obj) is not dict:
-                self._bad(number, f"expected a JSON object, got {_json_kind(obj)}")
+                self._bad(number, f"expected a JSON object, got {json_kind(obj)}")
                 continue
             if check is not None:
                 problem = check(obj)
@@ -261,18 +261,6 @@ class JsonlReader(Closeable, Iterator[dict[str, Any]]):
             summary.skipped_lines.append(number)
         if self._on_skip is not None:
             self._on_skip(number, reason)
-
-
-def _json_kind(obj: object) -> str:
-    if isinstance(obj, list):
-        return "an array"
-    if isinstance(obj, str):
-        return "a string"
-    if obj is None:
-        return "null"
-    if isinstance(obj, bool):
-        return "a boolean"
-    return "a number"
 
 
 def _short(exc: Exception) -> str:
