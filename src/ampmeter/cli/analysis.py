@@ -11,7 +11,7 @@ import typer
 from ampmeter.cli.output import fail, number, printable, say, user_errors
 from ampmeter.cli.params import argument, option
 
-__all__ = ["register"]
+__all__ = ["amortize_command", "report_command", "summary_command", "validate_command"]
 
 LogsArg = Annotated[
     list[Path], argument("JSONL log files (TokenTracker events; .gz too).", "LOG...")
@@ -175,11 +175,3 @@ def report_command(
     with user_errors("report", best_effort_flag=True):
         write_report(logs, output, title=title, best_effort=best_effort)
     say(printable(f"wrote {output}"))
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``summary``, ``amortize``, ``validate`` and ``report`` to ``app``."""
-    app.command("summary")(summary_command)
-    app.command("amortize")(amortize_command)
-    app.command("validate")(validate_command)
-    app.command("report")(report_command)

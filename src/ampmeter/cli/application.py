@@ -1,7 +1,7 @@
 """The ``ampmeter`` typer app: one help style, one error style, every command registered here.
 
-Each command module has a ``register(app)`` function; :data:`COMMAND_MODULES` lists them, so a
-new command is its import and one entry there. Usage errors (an unknown option, a missing
+Every command is one entry of :data:`COMMANDS`, so a new command is its module's import and
+one entry there. Usage errors (an unknown option, a missing
 argument, a bad value) are one line on stderr naming the flag and pointing at ``--help``, with
 exit status 2, like every other error (see :mod:`ampmeter.cli.output`).
 """
@@ -20,10 +20,20 @@ from ampmeter.cli.output import print_error
 from ampmeter.cli.run import command as run
 from ampmeter.cli.watch import command as watch
 
-__all__ = ["COMMAND_MODULES", "FlagCommand", "app", "main"]
+__all__ = ["COMMANDS", "FlagCommand", "app", "main"]
 
-COMMAND_MODULES: Final = (analysis, budget, demo, proxy, run, watch)
-"""The modules whose ``register(app)`` adds their commands, in the order ``--help`` lists them."""
+COMMANDS: Final = (
+    ("summary", analysis.summary_command),
+    ("amortize", analysis.amortize_command),
+    ("validate", analysis.validate_command),
+    ("report", analysis.report_command),
+    ("budget", budget.budget),
+    ("demo", demo.demo_command),
+    ("proxy", proxy.proxy),
+    ("run", run.run_command),
+    ("watch", watch.watch_command),
+)
+"""Every command by name, in the order ``--help`` lists them."""
 
 
 def _plain_metavars(params: list[Any]) -> list[Any]:
@@ -122,8 +132,10 @@ def _options(
     """Account for and contain LLM agent runs; turn their logs into tables, curves and reports."""
 
 
-for _module in COMMAND_MODULES:
-    _module.register(app)
+for _name, _command in COMMANDS:
+    # Everything after ``run``'s program name is the program's own (its flags are not ours).
+    _own_args = {"allow_interspersed_args": False} if _name == "run" else None
+    app.command(_name, context_settings=_own_args)(_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,6 +1,6 @@
 """The ``ampmeter budget`` command: an operator's handle on a shared ledger, from any process
-(``show|pause|resume|raise LEDGER SCOPE [KEY VALUE]``: its help says what each does). Added to
-the app by :func:`register`; the ledgers load when the command runs.
+(``show|pause|resume|raise LEDGER SCOPE [KEY VALUE]``: its help says what each does). The
+ledgers load when the command runs.
 """
 
 from __future__ import annotations
@@ -20,12 +20,7 @@ from ampmeter.cli.params import argument, option
 if TYPE_CHECKING:
     from ampmeter.ledgers.base import BudgetView, Ledger
 
-__all__ = ["budget", "register"]
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``ampmeter budget`` to ``app``."""
-    app.command("budget")(budget)
+__all__ = ["budget"]
 
 
 def budget(

@@ -5,18 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from ampmeter.cli.output import fail, show
 from ampmeter.cli.params import option
 from ampmeter.demo.settings import DEFAULT_PRICE_AS, RUN_MAX_COST
 
-__all__ = ["register"]
+__all__ = ["demo_command"]
 
 _PRICE_AS = "(instead of --price-as)"
 
 
-def _demo(
+def demo_command(
     model_path: Annotated[
         Path | None, option("--model", "A GGUF model file (default: SmolLM2-135M).", "PATH")
     ] = None,
@@ -70,8 +68,3 @@ def _demo(
         run_demo(**options, echo=show)  # the model's answers reach the terminal escaped
     except DemoError as exc:
         fail("demo", str(exc))
-
-
-def register(app: typer.Typer) -> None:
-    """Add the ``demo`` command to ``app``."""
-    app.command("demo")(_demo)

@@ -1,6 +1,6 @@
 """The ``ampmeter proxy`` command: a metering proxy for agents in any language.
 
-Added to the app by :func:`register`; aiohttp (the ``proxy`` extra) loads when it runs.
+aiohttp (the ``proxy`` extra) loads when it runs.
 """
 
 from __future__ import annotations
@@ -16,12 +16,7 @@ from ampmeter.cli.params import option
 if TYPE_CHECKING:
     from ampmeter.proxy import MeteringProxy
 
-__all__ = ["proxy", "register"]
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``ampmeter proxy`` to ``app``."""
-    app.command("proxy")(proxy)
+__all__ = ["proxy"]
 
 
 def proxy(

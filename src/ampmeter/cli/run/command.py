@@ -15,7 +15,7 @@ from ampmeter.cli.output import fail, printable, say, show
 from ampmeter.cli.params import argument, option
 from ampmeter.cli.run.config import OTHERS, SHARED, RunConfig, control_types, flag_of
 
-__all__ = ["register", "with_controls"]
+__all__ = ["run_command", "with_controls"]
 
 
 def with_controls(command: Any, names: Sequence[str] = (), note: str = "") -> Any:
@@ -146,9 +146,4 @@ def run_command_line(
     raise typer.Exit(outcome.exit_code)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``run`` command to ``app``."""
-    # Everything after the program's name is the program's own (its flags are not ours).
-    app.command("run", context_settings={"allow_interspersed_args": False})(
-        with_controls(run_command_line)
-    )
+run_command = with_controls(run_command_line)

@@ -1,4 +1,4 @@
-"""The ``ampmeter watch`` command, added to the app by :func:`register`.
+"""The ``ampmeter watch`` command.
 
 Only typer is imported here; the view (rich, the log follower) loads when the command runs.
 """
@@ -9,13 +9,11 @@ import glob
 import os
 from typing import Annotated, Any
 
-import typer
-
 from ampmeter.cli.output import fail
 from ampmeter.cli.params import argument, option
 from ampmeter.cli.run.command import with_controls
 
-__all__ = ["register"]
+__all__ = ["watch_command"]
 
 # The controls of ``ampmeter run`` that ``watch`` takes: the ceilings it shows usage against.
 _CEILINGS = ("max_cost", "max_llm_calls", "max_input_tokens", "max_tokens_per_model")
@@ -73,6 +71,4 @@ def _watch(
     watch(logs, ceilings=ceilings, once=once, interval=interval, max_runs=runs, max_rows=rows)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``watch`` command to ``app``."""
-    app.command("watch")(with_controls(_watch, _CEILINGS, " For logs that do not say it."))
+watch_command = with_controls(_watch, _CEILINGS, " For logs that do not say it.")
