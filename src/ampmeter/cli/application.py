@@ -30,7 +30,7 @@ COMMANDS: Final = (
     ("budget", budget.budget),
     ("demo", demo.demo_command),
     ("proxy", proxy.proxy),
-    ("run", run.run_command),
+    ("run", run.run_command_line),
     ("watch", watch.watch_command),
 )
 """Every command by name, in the order ``--help`` lists them."""

@@ -15,7 +15,7 @@ from ampmeter.cli.output import fail, printable, say, show
 from ampmeter.cli.params import argument, option
 from ampmeter.cli.run.config import OTHERS, SHARED, RunConfig, control_types, flag_of
 
-__all__ = ["run_command", "with_controls"]
+__all__ = ["run_command_line", "with_controls"]
 
 
 def with_controls(command: Any, names: Sequence[str] = (), note: str = "") -> Any:
@@ -58,6 +58,7 @@ def _option(field: dataclasses.Field[Any], note: str) -> inspect.Parameter:
     )
 
 
+@with_controls  # every control of the run is an option
 def run_command_line(
     command: Annotated[
         list[str],
@@ -144,6 +145,3 @@ def run_command_line(
     if outcome.stop_reason:
         say(printable(f"ampmeter run: stopped: {outcome.stop_reason}"))
     raise typer.Exit(outcome.exit_code)
-
-
-run_command = with_controls(run_command_line)
