@@ -86,26 +86,11 @@ class Refusal:
         return self.spent + self.reserved + self.amount
 
     @classmethod
-    def of_units(
-        cls,
-        scope: str,
-        key: str,
-        spent: int,
-        reserved: int,
-        amount: int,
-        ceiling: int,
-        window_s: float | None = None,
-    ) -> Refusal:
-        """A refusal from stored units (see :mod:`ampmeter.ledgers._amounts`)."""
-        return cls(
-            scope,
-            key,
-            to_amount(key, spent),
-            to_amount(key, reserved),
-            to_amount(key, amount),
-            to_amount(key, ceiling),
-            window_s,
-        )
+    def of_units(cls, scope: str, key: str, *units: int, window_s: float | None = None) -> Refusal:
+        """A refusal from the stored units (see :mod:`ampmeter.ledgers._amounts`) of ``spent``,
+        ``reserved``, ``amount`` and ``ceiling``, in that order."""
+        spent, reserved, amount, ceiling = (to_amount(key, value) for value in units)
+        return cls(scope, key, spent, reserved, amount, ceiling, window_s)
 
 
 SETTLED_ID = Refusal(None, None)

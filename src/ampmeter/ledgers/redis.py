@@ -177,7 +177,9 @@ class RedisLedger(Ledger):
             number, used, held = orjson.loads(found)
             key, span, ceiling = windows[int(number) - 1]
             asked = amounts.get(key, 0)
-            return Refusal.of_units(path[0], key, int(used), int(held), asked, ceiling, span)
+            return Refusal.of_units(
+                path[0], key, int(used), int(held), asked, ceiling, window_s=span
+            )
         expires_at = None if expiry in ("", "inf", "+inf") else float(expiry)
         held_amounts, scopes = _hold(found)
         return held_reservation(reservation_id, held_amounts, expires_at, scopes)

@@ -424,7 +424,9 @@ def _window_refusal(
         used = _recent(db, now, scope, key, span)
         amount = amounts.get(key, 0)
         if used + held.get(key, 0) + amount > ceiling:
-            return Refusal.of_units(scope, key, used, held.get(key, 0), amount, ceiling, span)
+            return Refusal.of_units(
+                scope, key, used, held.get(key, 0), amount, ceiling, window_s=span
+            )
     return None
 
 
