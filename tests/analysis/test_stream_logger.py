@@ -162,6 +162,19 @@ def test_explicit_problem_fields_win_and_no_calls_means_zero(tmp_path: Path) -> 
     assert empty.cumulative_api_cost_usd == 2.0
 
 
+def test_problem_sink_refuses_an_unfinished_node_and_counts_nothing(tmp_path: Path) -> None:
+    with StreamMetricsLogger(tmp_path, "run3") as log:
+        sink = log.problem(0, "q0")
+        g = ExecutionGraph("chain")
+        running = g.begin_node(g.create_root("problem"), "llm", "solve")
+        with pytest.raises(ValueError, match="not finished"):
+            sink.emit(g.node(running), g.chain_id)
+        problem = sink.log_problem(False)
+    assert read(log.calls_path) == [] and read(log.token_events_path) == []
+    assert problem.cumulative_api_cost_usd == 0.0
+    assert read(log.problems_path)[0]["llm_calls"] == 0
+
+
 def test_problem_sink_feeds_from_graph_nodes(tmp_path: Path) -> None:
     log = StreamMetricsLogger(tmp_path, "run2")
     sink = log.problem(1, "q1")

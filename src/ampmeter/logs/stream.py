@@ -248,13 +248,15 @@ class StreamMetricsLogger(Closeable):
     def _record_node(self, node: Node, t: int, problem_id: str) -> None:
         with self._lock:
             self._check_open()
-            tally = self._tallies.setdefault((t, problem_id), Tally())
             if node.parent_id is None:
                 if node.end_ts_ms is not None:
+                    tally = self._tallies.setdefault((t, problem_id), Tally())
                     tally.root_latency_ms = (tally.root_latency_ms or 0.0) + (
                         node.end_ts_ms - node.start_ts_ms
                     )
                 return
+            # A node not finished, or of a kind no event has, is refused here (ValueError),
+            # before anything is written or counted.
             event = node_to_event(
                 node,
                 f"{self.run_id}:{problem_id}",
@@ -424,11 +426,6 @@ class ProblemSink(Sink):
             raise TypeError(f"node must be an ampmeter Node, got {type(node).__name__}")
         if self._closed:
             raise SinkClosedError(f"the sink of problem {self.problem_id!r} is closed")
-        if node.parent_id is not None and (node.end_ts_ms is None or node.kind not in EVENT_TYPES):
-            raise ValueError(
-                f"ProblemSink takes finished nodes of a known kind; node {node.node_id!r} has "
-                f"status {node.status!r} and kind {node.kind!r}"
-            )
         self.logger._record_node(node, self.t, self.problem_id)
 
     def log_problem(self, solved: bool, **fields: Any) -> StreamCumulativeMetrics:
