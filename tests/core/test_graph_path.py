@@ -43,8 +43,7 @@ def test_a_node_lifecycle_checks_each_argument_once_and_finds_the_node_once_per_
         "NodeTable.node",
         "Kernel.is_held",
         "NodeTable.end",
-        "NodeTable._end_locked",
-        "from_nano",  # the node's cost, in dollars
+        "NodeTable._end_locked",  # (the cost stays whole nano-dollars: no Decimal is made)
     ]
     node = graph.nodes()[-1]
     assert (node.status, node.cost_usd, node.tokens_in, node.tokens_out) == (

@@ -19,7 +19,6 @@ __all__ = ["NodeTable", "now_ms"]
 _CREATED: Final = "created"
 _RUNNING: Final = "running"
 _T = TypeVar("_T")
-_NO_COST: Final = money.from_nano(0)
 
 
 _NS_PER_MS: Final = 1_000_000
@@ -201,10 +200,9 @@ class NodeTable:
         if self._unstarted:  # (an admitted call left it when it was admitted)
             self._unstarted.pop(node.node_id, None)
         status, cost, t_in, t_out, error_class, stop_reason, metadata = outcome
-        shown = money.from_nano(cost) if cost else _NO_COST
         end = time.time_ns() // _NS_PER_MS
         node.end_ts_ms = end
-        node.cost_usd = shown
+        node.cost_nano = cost
         node.tokens_in = t_in
         node.tokens_out = t_out
         previous = node.status
