@@ -245,10 +245,27 @@ class Kernel(NodeTable):
         if self._waiting:
             self._settled.notify_all()
 
-    def is_held(self, node: Node, or_unstarted: bool = False) -> bool:
-        """Whether ``node``'s call holds a reservation (admitted, not settled), or with
-        ``or_unstarted`` whether a call owns it at all (made, not ended): only it ends it."""
-        return node.node_id in self._open or (or_unstarted and node.node_id in self._unstarted)
+    def is_held(self, node: Node) -> bool:
+        """Whether ``node``'s call holds a reservation (admitted, not settled)."""
+        return node.node_id in self._open
+
+    def end_unowned(self, node_id: str, outcome: Outcome) -> bool:
+        """End the node ``node_id`` (KeyError or TypeError naming an id not kept) as ``outcome``
+        says, no change if it had ended; False, and no change, if a call owns it (made, not
+        ended: only the call ends it). ValueError for a cost or tokens given to the root."""
+        node = self.node(node_id)
+        with self._lock:
+            if node_id in self._open or node_id in self._unstarted:
+                self._sweep_locked()  # (a call its owner dropped is ended now: nothing to refuse)
+                if node.status not in TERMINAL_STATUSES:
+                    return False
+            if node.status not in TERMINAL_STATUSES:
+                if node.parent_id is None and (
+                    outcome.cost_nano or outcome.tokens_in or outcome.tokens_out
+                ):
+                    raise ValueError("the root node carries no cost or tokens of its own")
+                self._end_locked(node, outcome)
+        return True
 
     def open_ancestor(self, node_id: str, floor: str) -> str:
         """``node_id`` if it is open and owned, else its nearest such ancestor (at most up to

@@ -92,41 +92,39 @@ class NodeTable:
 
     def create_root(self, name: str, metadata: dict[str, Any]) -> Node:
         """Make the single root (``system``, depth 0, ``running``); RuntimeError if one exists."""
-        return self.begin(None, "system", name, None, metadata)
+        start = now_ms()
+        with self._lock:
+            if self._root_id is not None:
+                raise RuntimeError(
+                    f"graph {self.chain_id!r} already has a root ({self._root_id}); "
+                    "a graph has exactly one root"
+                )
+            node = Node(self._new_id(), None, "system", name, start, metadata=metadata)
+            node.status = _RUNNING  # the root runs from the start
+            self._nodes[node.node_id] = node
+            self._root_id = node.node_id
+        return node
 
     def begin(
         self,
-        parent_id: str | None,
+        parent_id: str,
         kind: str,
         name: str,
         model: str | None,
         metadata: dict[str, Any],
         owner: object | None = None,
     ) -> Node:
-        """Make a ``created`` node under ``parent_id`` (KeyError if there is no such node), or
-        with None the root (``running``; RuntimeError if there is one). With an ``owner`` (a
-        call), the node ends as ``halt`` if the owner is dropped before the call is admitted
-        or ended."""
+        """Make a ``created`` node under ``parent_id``: KeyError naming an unknown parent,
+        TypeError for an id that is no str. With an ``owner`` (a call), the node ends as
+        ``halt`` if the owner is dropped before the call is admitted or ended."""
         start = time.time_ns() // _NS_PER_MS
         with self._lock:
-            if parent_id is None:
-                if self._root_id is not None:
-                    raise RuntimeError(
-                        f"graph {self.chain_id!r} already has a root ({self._root_id}); "
-                        "a graph has exactly one root"
-                    )
-                depth = 0
-            else:
-                try:
-                    depth = self._nodes[parent_id].depth + 1
-                except KeyError:
-                    raise self._missing(parent_id, "parent_id") from None
-            number = self._next_id
-            self._next_id = number + 1
-            # The five fields every node sets come first in Node; the rest keep their defaults
-            # (``created``, no cost yet) unless given here.
+            try:
+                depth = self._nodes[parent_id].depth + 1
+            except (KeyError, TypeError):  # (TypeError: an unhashable id)
+                raise self._missing(parent_id, "parent_id") from None
             node = Node(
-                "n" + str(number).zfill(6),
+                self._new_id(),
                 parent_id,
                 kind,
                 name,
@@ -136,9 +134,6 @@ class NodeTable:
                 depth=depth,
             )
             self._nodes[node.node_id] = node
-            if not depth:
-                self._root_id = node.node_id
-                node.status = _RUNNING  # the root runs from the start
             if owner is not None:
                 self._unstarted[node.node_id] = weakref.ref(owner)
             if depth > self._max_depth:
@@ -146,6 +141,11 @@ class NodeTable:
             if self._max_nodes and len(self._nodes) > self._max_nodes:
                 self._evict()
         return node
+
+    def _new_id(self) -> str:
+        number = self._next_id
+        self._next_id = number + 1
+        return "n" + str(number).zfill(6)
 
     def node(self, node_id: str) -> Node:
         """The kernel's own node object, for the facade to pass back in: KeyError naming the id
@@ -187,10 +187,6 @@ class NodeTable:
         with self._lock:
             if node.status in TERMINAL_STATUSES:
                 return False
-            if node.parent_id is None and (
-                outcome.cost_nano or outcome.tokens_in or outcome.tokens_out
-            ):
-                raise ValueError("the root node carries no cost or tokens of its own")
             self._end_locked(node, outcome)
         return True
 
