@@ -16,7 +16,6 @@ from typing import Any, Final
 
 from ampmeter import _validate
 from ampmeter._core.kernel import Kernel, bind, now_ms
-from ampmeter._core.outcome import Outcome
 from ampmeter.node import KINDS, Node, copy_metadata
 
 __all__ = ["ExecutionGraph"]
@@ -191,8 +190,8 @@ class ExecutionGraph:
         t_in, t_out = _validate.optional_counts(_TOKENS, tokens_in, tokens_out)
         if metadata is not None and not isinstance(metadata, dict):
             raise TypeError(f"metadata must be a dict or None, got {type(metadata).__name__}")
-        outcome = Outcome(status, cost, t_in, t_out, error_class, stop_reason, metadata)
-        if not self._kernel.end_unowned(node_id, outcome):
+        ending = (status, cost, t_in, t_out, error_class, stop_reason, metadata)
+        if not self._kernel.end_unowned(node_id, ending):
             raise RuntimeError(
                 f"node {node_id} ({self.node(node_id).name!r}) belongs to a call in flight, and "
                 "only that call ends it: report its usage with call.record(...); mark_* is for "

@@ -31,7 +31,7 @@ from typing import Any, Final
 from ampmeter._core.cells import Cell, Level, summed
 from ampmeter._core.check import Guard, Hit, Refused
 from ampmeter._core.nodes import NodeTable, now_ms
-from ampmeter._core.outcome import Outcome
+from ampmeter._core.outcome import Ending, Outcome
 from ampmeter._core.ticket import Ticket
 from ampmeter._core.usage import Usage
 from ampmeter.keys import LOCAL_KEYS
@@ -249,8 +249,8 @@ class Kernel(NodeTable):
         """Whether ``node``'s call holds a reservation (admitted, not settled)."""
         return node.node_id in self._open
 
-    def end_unowned(self, node_id: str, outcome: Outcome) -> bool:
-        """End the node ``node_id`` (KeyError or TypeError naming an id not kept) as ``outcome``
+    def end_unowned(self, node_id: str, ending: Ending) -> bool:
+        """End the node ``node_id`` (KeyError or TypeError naming an id not kept) as ``ending``
         says, no change if it had ended; False, and no change, if a call owns it (made, not
         ended: only the call ends it). ValueError for a cost or tokens given to the root."""
         node = self.node(node_id)
@@ -260,11 +260,9 @@ class Kernel(NodeTable):
                 if node.status not in TERMINAL_STATUSES:
                     return False
             if node.status not in TERMINAL_STATUSES:
-                if node.parent_id is None and (
-                    outcome.cost_nano or outcome.tokens_in or outcome.tokens_out
-                ):
+                if node.parent_id is None and any(ending[1:4]):  # (cost, tokens in and out)
                     raise ValueError("the root node carries no cost or tokens of its own")
-                self._end_locked(node, outcome)
+                self._end_locked(node, ending)
         return True
 
     def open_ancestor(self, node_id: str, floor: str) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
 
 from ampmeter import money
-from ampmeter._core.outcome import Outcome
+from ampmeter._core.outcome import Ending, Outcome
 from ampmeter.node import TERMINAL_STATUSES, Node
 
 __all__ = ["NodeTable", "now_ms"]
@@ -190,7 +190,7 @@ class NodeTable:
             self._end_locked(node, outcome)
         return True
 
-    def _end_locked(self, node: Node, outcome: Outcome) -> None:
+    def _end_locked(self, node: Node, outcome: Ending) -> None:
         # Plain assignments and additions until the metadata merge: an interrupt, which CPython
         # raises only at calls and loop back-edges, cannot land between them.
         if self._unstarted:  # (an admitted call left it when it was admitted)

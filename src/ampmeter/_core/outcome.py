@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any, NamedTuple
 
-__all__ = ["Outcome", "TerminationReason"]
+__all__ = ["Ending", "Outcome", "TerminationReason"]
 
 
 class TerminationReason(str, Enum):
@@ -40,7 +40,8 @@ class TerminationReason(str, Enum):
 
 class Outcome(NamedTuple):
     """How a node ended: its status (``success``, ``fail`` or ``halt``), what it used (its cost
-    in whole nano-dollars) and why it stopped. Every way of ending a node takes one of these."""
+    in whole nano-dollars) and why it stopped. Every way of ending a node takes one of these
+    (or its fields as an :data:`Ending`)."""
 
     status: str
     cost_nano: int = 0
@@ -49,3 +50,9 @@ class Outcome(NamedTuple):
     error_class: str | None = None
     stop_reason: str | None = None
     metadata: Mapping[str, Any] | None = None
+
+
+Ending = tuple[str, int, int | None, int | None, str | None, str | None, Mapping[str, Any] | None]
+"""An :class:`Outcome`'s seven fields in its order: what the node table reads as a node ends.
+A caller that holds the values and nothing else (the graph's ``mark_*``) passes them so,
+instead of building an Outcome only for the table to unpack it (an Outcome is one too)."""
