@@ -31,8 +31,7 @@ class Node:
 
     The fifteen fields of the execution-graph specification plus ``depth`` (root = 0). Usage
     that has no field of its own (cached and reasoning tokens, tool calls made, pricing status)
-    lives in ``metadata``. The cost is kept as whole nano-dollars (``cost_nano``), as every
-    amount inside ampmeter is; :attr:`cost_usd` reads it as an exact Decimal of dollars.
+    lives in ``metadata``. The cost is whole nano-dollars; :attr:`cost_usd` reads it in dollars.
     """
 
     node_id: str
@@ -70,8 +69,7 @@ class Node:
         return self.end_ts_ms - self.start_ts_ms
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serializable copy of the node's fields (metadata copied deeply), the cost as
-        ``cost_usd``, a number of dollars."""
+        """A JSON-serializable copy of the node's fields (metadata deeply; the cost in dollars)."""
         data = {name: getattr(self, name) for name in _FIELDS}
         # int / int is correctly rounded, as float(self.cost_usd) is, without making a Decimal
         data["cost_usd"] = data.pop("cost_nano") / money.NANO_PER_USD

@@ -175,12 +175,11 @@ class NodeTable:
             return self._root_id, {node_id: copier(n) for node_id, n in self._nodes.items()}
 
     def run(self, node: Node) -> None:
-        """``created`` -> ``running``; no change otherwise."""
+        """``created`` -> ``running``; no change otherwise (the root runs from the start)."""
         with self._lock:
             if node.status == _CREATED:
                 node.status = _RUNNING
-                if node.parent_id is not None:
-                    self._in_flight += 1
+                self._in_flight += 1
 
     def end(self, node: Node, outcome: Outcome) -> bool:
         """End an open node; False (and no change) if it had ended already."""

@@ -40,8 +40,7 @@ class TerminationReason(str, Enum):
 
 class Outcome(NamedTuple):
     """How a node ended: its status (``success``, ``fail`` or ``halt``), what it used (its cost
-    in whole nano-dollars) and why it stopped. Every way of ending a node takes one of these
-    (or its fields as an :data:`Ending`)."""
+    in whole nano-dollars) and why it stopped. Every way of ending a node takes one of these."""
 
     status: str
     cost_nano: int = 0
@@ -53,6 +52,5 @@ class Outcome(NamedTuple):
 
 
 Ending = tuple[str, int, int | None, int | None, str | None, str | None, Mapping[str, Any] | None]
-"""An :class:`Outcome`'s seven fields in its order: what the node table reads as a node ends.
-A caller that holds the values and nothing else (the graph's ``mark_*``) passes them so,
-instead of building an Outcome only for the table to unpack it (an Outcome is one too)."""
+"""An :class:`Outcome`'s fields in order, as the node table reads them: a caller holding just
+the values (the graph's ``mark_*``) passes them without building an Outcome to be unpacked."""
