@@ -85,9 +85,8 @@ def optional_count(value: object, what: str) -> int | None:
 
 
 def optional_counts(names: tuple[str, ...], *values: Any) -> tuple[int | None, ...]:
-    """Several values checked at once, each None or a :func:`count`, as plain ints (``names[i]``
-    names ``values[i]`` in the error). The usual ones (None or plain ints in range) pass one
-    loop of type tests; others are checked one at a time."""
+    """:func:`optional_count` of several values at once (``names[i]`` names ``values[i]``): the
+    usual ones, None or plain ints in range, pass one loop of tests; others go one by one."""
     for value in values:
         if value is not None and (type(value) is not int or not 0 <= value <= MAX_COUNT):
             return tuple(map(optional_count, values, names))

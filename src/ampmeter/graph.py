@@ -52,15 +52,6 @@ class ExecutionGraph:
         self._kernel = Kernel(self.chain_id, limit)
         bind(self, self._kernel)
 
-    @property
-    def _next_id(self) -> int:
-        """The number the next node id gets (tests move it forward to reach long ids)."""
-        return self._kernel.next_number
-
-    @_next_id.setter
-    def _next_id(self, value: int) -> None:
-        self._kernel.next_number = _validate.count(value, "_next_id")
-
     # -- structure --------------------------------------------------------------------------
 
     @property

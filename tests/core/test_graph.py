@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from ampmeter._core.kernel import bound
 from ampmeter.graph import ExecutionGraph
 from ampmeter.node import KINDS, Node
 
@@ -547,7 +548,7 @@ def test_ids_are_sequential_root_first() -> None:
 def test_ids_grow_past_six_digits() -> None:
     graph = ExecutionGraph()
     root = graph.create_root("r")
-    graph._next_id = 999_999  # reaching it honestly would take a million nodes
+    bound(graph)[0].number_from(999_999)  # reaching it honestly would take a million nodes
     ids = [graph.begin_node(root, "llm", str(i)) for i in range(3)]
     assert ids == ["n999999", "n1000000", "n1000001"]
     assert graph.node("n1000000").parent_id == root

@@ -76,15 +76,10 @@ class NodeTable:
         """The root's node id, or None before :meth:`create_root`."""
         return self._root_id
 
-    @property
-    def next_number(self) -> int:
-        """The number the next node id gets."""
-        return self._next_id
-
-    @next_number.setter
-    def next_number(self, value: int) -> None:
+    def number_from(self, number: int) -> None:
+        """Number the next node ``number`` (tests reach long ids without a million nodes)."""
         with self._lock:
-            self._next_id = value
+            self._next_id = number
 
     def node_count(self) -> int:
         """How many nodes are kept in memory."""
