@@ -250,9 +250,8 @@ class Kernel(NodeTable):
         return node.node_id in self._open
 
     def end_unowned(self, node_id: str, ending: Ending) -> bool:
-        """End the node ``node_id`` (KeyError or TypeError naming an id not kept) as ``ending``
-        says, no change if it had ended; False, and no change, if a call owns it (made, not
-        ended: only the call ends it). ValueError for a cost or tokens given to the root."""
+        """End node ``node_id`` (its lookup checks the id) as ``ending`` says, if open; False and
+        no change if a call owns it: only the call ends it. ValueError for a cost on the root."""
         node = self.node(node_id)
         with self._lock:
             if node_id in self._open or node_id in self._unstarted:
