@@ -37,7 +37,7 @@ def make_nodes(count: int) -> list[Node]:
             "success",
             "gpt-4o-mini",
             0,
-            0.000123,
+            123_000,  # nano-dollars: $0.000123
             1200 + i % 500,
             85,
             "stop",

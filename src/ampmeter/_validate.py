@@ -84,6 +84,15 @@ def optional_count(value: object, what: str) -> int | None:
     return None if value is None else count(value, what)
 
 
+def optional_counts(names: tuple[str, ...], *values: Any) -> tuple[int | None, ...]:
+    """:func:`optional_count` of several values at once (``names[i]`` names ``values[i]``): the
+    usual ones, None or plain ints in range, pass one loop of tests; others go one by one."""
+    for value in values:
+        if value is not None and (type(value) is not int or not 0 <= value <= MAX_COUNT):
+            return tuple(map(optional_count, values, names))
+    return values
+
+
 def number(value: object, what: str) -> float:
     """Any finite int or float (not a bool), as a float."""
     if type(value) is not float:

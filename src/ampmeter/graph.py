@@ -16,13 +16,13 @@ from typing import Any, Final
 
 from ampmeter import _validate
 from ampmeter._core.kernel import Kernel, bind, now_ms
-from ampmeter._core.outcome import Outcome
 from ampmeter.node import KINDS, Node, copy_metadata
 
 __all__ = ["ExecutionGraph"]
 
 # Past this many nodes a snapshot pauses the cyclic GC while it copies (see snapshot()).
 _SNAPSHOT_GC_PAUSE_NODES: Final = 2_000
+_TOKENS: Final = ("tokens_in", "tokens_out")
 
 
 def check_kind(kind: object) -> str:
@@ -52,15 +52,6 @@ class ExecutionGraph:
         self._kernel = Kernel(self.chain_id, limit)
         bind(self, self._kernel)
 
-    @property
-    def _next_id(self) -> int:
-        """The number the next node id gets (tests move it forward to reach long ids)."""
-        return self._kernel.next_number
-
-    @_next_id.setter
-    def _next_id(self, value: int) -> None:
-        self._kernel.next_number = _validate.count(value, "_next_id")
-
     # -- structure --------------------------------------------------------------------------
 
     @property
@@ -85,10 +76,9 @@ class ExecutionGraph:
         metadata: dict[str, Any] | None = None,
     ) -> str:
         """Create a node under ``parent_id`` in status ``created`` and return its id."""
-        checked_kind = check_kind(kind)
+        checked_kind = check_kind(kind)  # (the table's lookup of the parent checks its id)
         _validate.text(name, "name")
         _validate.optional_text(model, "model")
-        _validate.text(parent_id, "parent_id")  # (None would ask the table for a root)
         meta = {} if metadata is None else _validate.metadata(metadata)
         return self._kernel.begin(parent_id, checked_kind, name, model, meta).node_id
 
@@ -188,21 +178,16 @@ class ExecutionGraph:
         if stop_reason is not None:
             _validate.text(stop_reason, "stop_reason")
         cost = _validate.nano(cost_usd, "cost_usd")
-        t_in = _validate.optional_count(tokens_in, "tokens_in")
-        t_out = _validate.optional_count(tokens_out, "tokens_out")
+        t_in, t_out = _validate.optional_counts(_TOKENS, tokens_in, tokens_out)
         if metadata is not None and not isinstance(metadata, dict):
             raise TypeError(f"metadata must be a dict or None, got {type(metadata).__name__}")
-        kernel = self._kernel
-        node = kernel.node(node_id)
-        if kernel.is_held(node, or_unstarted=True):
-            kernel.sweep()  # (a call its owner dropped is ended now: nothing to refuse)
-            if kernel.is_held(node, or_unstarted=True):
-                raise RuntimeError(
-                    f"node {node_id} ({node.name!r}) belongs to a call in flight, and only that "
-                    "call ends it: report its usage with call.record(...); mark_* is for nodes "
-                    "begun with begin_node()"
-                )
-        kernel.end(node, Outcome(status, cost, t_in, t_out, error_class, stop_reason, metadata))
+        ending = (status, cost, t_in, t_out, error_class, stop_reason, metadata)
+        if not self._kernel.end_unowned(node_id, ending):
+            raise RuntimeError(
+                f"node {node_id} ({self.node(node_id).name!r}) belongs to a call in flight, and "
+                "only that call ends it: report its usage with call.record(...); mark_* is for "
+                "nodes begun with begin_node()"
+            )
 
     def increment_retries(self, node_id: str) -> None:
         """Count one retry on a node; no change once the node is terminal."""

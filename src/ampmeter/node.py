@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from typing import Any, Final
 
+from ampmeter import money
+
 KINDS: Final = frozenset({"llm", "tool", "system", "embedding", "retrieval", "memory"})
 TERMINAL_STATUSES: Final = frozenset({"success", "fail", "halt"})
 
@@ -29,7 +31,7 @@ class Node:
 
     The fifteen fields of the execution-graph specification plus ``depth`` (root = 0). Usage
     that has no field of its own (cached and reasoning tokens, tool calls made, pricing status)
-    lives in ``metadata``.
+    lives in ``metadata``. The cost is whole nano-dollars; :attr:`cost_usd` reads it in dollars.
     """
 
     node_id: str
@@ -41,13 +43,18 @@ class Node:
     status: str = "created"
     model: str | None = None
     retries_used: int = 0
-    cost_usd: Decimal = Decimal(0)
+    cost_nano: int = 0
     tokens_in: int | None = None
     tokens_out: int | None = None
     stop_reason: str | None = None
     error_class: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     depth: int = 0
+
+    @property
+    def cost_usd(self) -> Decimal:
+        """The cost in dollars, exact (made when read: most nodes' cost is only summed)."""
+        return money.from_nano(self.cost_nano)
 
     @property
     def is_terminal(self) -> bool:
@@ -62,9 +69,10 @@ class Node:
         return self.end_ts_ms - self.start_ts_ms
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serializable copy of the node's fields (metadata copied deeply)."""
+        """A JSON-serializable copy of the node's fields (metadata deeply; the cost in dollars)."""
         data = {name: getattr(self, name) for name in _FIELDS}
-        data["cost_usd"] = float(self.cost_usd)
+        # int / int is correctly rounded, as float(self.cost_usd) is, without making a Decimal
+        data["cost_usd"] = data.pop("cost_nano") / money.NANO_PER_USD
         data["metadata"] = copy_metadata(self.metadata) if self.metadata else {}
         return data
 

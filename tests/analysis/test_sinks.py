@@ -207,7 +207,7 @@ def test_unpriced_cost_is_written_as_zero() -> None:
         "success",
         None,
         0,
-        0.5,
+        500_000_000,
         metadata={"cost_status": "unpriced"},
         depth=1,
     )
@@ -248,7 +248,7 @@ node_strategy = st.builds(
     status=st.sampled_from(["success", "fail", "halt"]),
     model=st.one_of(st.none(), st.text(max_size=10)),
     retries_used=st.integers(0, 5),
-    cost_usd=st.floats(0, 1e6, allow_nan=False),
+    cost_nano=st.integers(0, 10**15),
     tokens_in=st.one_of(st.none(), st.integers(0, 10**9)),
     tokens_out=st.one_of(st.none(), st.integers(0, 10**9)),
     stop_reason=st.one_of(st.none(), st.text(max_size=10)),
@@ -276,7 +276,7 @@ def test_every_node_maps_to_a_valid_event(node: Node) -> None:
     assert event["latency_ms"] == node.latency_ms
     assert ("parent_id" in event) == (node.parent_id is not None and node.depth != 1)
     if event["metadata"].get("cost_status") != "unpriced":
-        assert event["cost_usd"] == node.cost_usd
+        assert event["cost_usd"] == float(node.cost_usd)
 
 
 # -- batch mode ------------------------------------------------------------------------------
@@ -294,7 +294,7 @@ def many_nodes(count: int) -> Iterator[Node]:
             "success",
             "m",
             0,
-            0.001,
+            1_000_000,
             10 + i,
             5,
             depth=1,
@@ -523,7 +523,7 @@ wide_node_strategy = st.builds(
     status=st.sampled_from(["success", "fail", "halt"]),
     model=_opt_text,
     retries_used=st.one_of(st.integers(0, 5), st.booleans()),
-    cost_usd=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(0, 3)),
+    cost_nano=st.one_of(st.integers(0, 3), st.integers(-(2**70), 2**70)),
     tokens_in=st.one_of(st.none(), st.integers(0, 10**9), st.just(2**63), st.booleans()),
     tokens_out=st.one_of(st.none(), st.integers(-5, 10**9), st.just(0.5)),
     stop_reason=_opt_text,

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from ampmeter._core.kernel import bound
 from ampmeter.graph import ExecutionGraph
 from ampmeter.node import KINDS, Node
 
@@ -479,6 +480,21 @@ def test_halt_can_carry_billed_cost() -> None:
     assert type(graph.node(node).cost_usd) is Decimal
 
 
+def test_a_node_keeps_its_cost_in_whole_nano_dollars_and_reads_it_as_exact_dollars() -> None:
+    graph = ExecutionGraph()
+    root = graph.create_root("r")
+    node_id = graph.begin_node(root, "llm", "call")
+    graph.mark_success(node_id, 0.00125, 10, 2)
+    node = graph.node(node_id)
+    assert node.cost_nano == 1_250_000 and node.cost_usd == Decimal("0.00125")
+    assert str(node.cost_usd) == "0.00125"  # normalized, as the aggregates show it
+    assert dataclasses.replace(node, metadata={"a": 1}).cost_usd == Decimal("0.00125")
+    assert "cost_nano" not in node.to_dict() and node.to_dict()["cost_usd"] == 0.00125
+    huge = Node("n9", root, "llm", "x", 0, cost_nano=2**63 - 1)
+    assert huge.to_dict()["cost_usd"] == float(huge.cost_usd)  # rounded once, as float() does
+    assert huge.cost_usd == Decimal("9223372036.854775807")
+
+
 def test_root_ends_without_being_counted() -> None:
     graph = ExecutionGraph()
     root = graph.create_root("r")
@@ -532,7 +548,7 @@ def test_ids_are_sequential_root_first() -> None:
 def test_ids_grow_past_six_digits() -> None:
     graph = ExecutionGraph()
     root = graph.create_root("r")
-    graph._next_id = 999_999  # reaching it honestly would take a million nodes
+    bound(graph)[0].number_from(999_999)  # reaching it honestly would take a million nodes
     ids = [graph.begin_node(root, "llm", str(i)) for i in range(3)]
     assert ids == ["n999999", "n1000000", "n1000001"]
     assert graph.node("n1000000").parent_id == root

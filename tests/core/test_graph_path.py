@@ -26,8 +26,8 @@ def test_a_node_lifecycle_checks_each_argument_once_and_finds_the_node_once_per_
         "check_kind",
         "text",  # the name
         "optional_text",  # the model
-        "text",  # the parent's id
-        "NodeTable.begin",
+        "NodeTable.begin",  # the parent's lookup is its id's check
+        "NodeTable._new_id",
         "__create_fn__.<locals>.__init__",  # the Node, built once
         "ExecutionGraph.mark_running",
         "NodeTable.node",  # the lookup is the id's check
@@ -36,15 +36,10 @@ def test_a_node_lifecycle_checks_each_argument_once_and_finds_the_node_once_per_
         "ExecutionGraph._end",
         "nano",
         "to_nano",
-        "optional_count",
-        "count",
-        "optional_count",
-        "count",
+        "optional_counts",  # both token counts at once
+        "Kernel.end_unowned",  # finds the node once, asks once whether a call owns it
         "NodeTable.node",
-        "Kernel.is_held",
-        "NodeTable.end",
-        "NodeTable._end_locked",
-        "from_nano",  # the node's cost, in dollars
+        "NodeTable._end_locked",  # (the cost stays whole nano-dollars: no Decimal is made)
     ]
     node = graph.nodes()[-1]
     assert (node.status, node.cost_usd, node.tokens_in, node.tokens_out) == (
@@ -74,3 +69,21 @@ def test_an_id_that_is_no_str_is_a_type_error_naming_it(call: object, message: s
     with pytest.raises(TypeError, match=message):
         call(graph)  # type: ignore[operator]
     assert graph.snapshot()["nodes"] == before
+
+
+def test_a_parent_id_of_none_makes_no_root() -> None:
+    graph = ExecutionGraph()
+    with pytest.raises(TypeError, match="parent_id must be a str, got NoneType"):
+        graph.begin_node(None, "llm", "x")  # type: ignore[arg-type]
+    assert len(graph) == 0 and graph.root_id is None
+
+
+def test_the_root_takes_no_cost_and_an_ended_node_takes_no_change() -> None:
+    graph = ExecutionGraph()
+    root = graph.create_root("run")
+    with pytest.raises(ValueError, match="the root node carries no cost or tokens"):
+        graph.mark_success(root, 0.5)
+    assert graph.node(root).status == "running"
+    graph.mark_success(root, 0)
+    graph.mark_halt(root, cost_usd=0.5)  # ended: no change, as for any node
+    assert (graph.node(root).status, graph.aggregates()["total_cost_usd"]) == ("success", 0)

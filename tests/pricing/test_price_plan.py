@@ -214,8 +214,7 @@ def test_a_calls_estimate_and_price_are_one_plan_in_integers() -> None:
         "input_tokens",
         "PricePlan.price",
         "PricePlan._units",
-        "learn",  # the request measure learns from the bill
-        "from_nano",  # the node's cost, in dollars
+        "learn",  # the request measure learns from the bill (the node keeps nano-dollars)
     ]
     exact = price("gpt-4o-mini", input_tokens=150, output_tokens=20, cached_tokens=100).cost_usd
     assert exact is not None and call.node.cost_usd == exact.quantize(Decimal("1E-9"))

@@ -31,7 +31,7 @@ from typing import Any, Final
 from ampmeter._core.cells import Cell, Level, summed
 from ampmeter._core.check import Guard, Hit, Refused
 from ampmeter._core.nodes import NodeTable, now_ms
-from ampmeter._core.outcome import Outcome
+from ampmeter._core.outcome import Ending, Outcome
 from ampmeter._core.ticket import Ticket
 from ampmeter._core.usage import Usage
 from ampmeter.keys import LOCAL_KEYS
@@ -245,10 +245,24 @@ class Kernel(NodeTable):
         if self._waiting:
             self._settled.notify_all()
 
-    def is_held(self, node: Node, or_unstarted: bool = False) -> bool:
-        """Whether ``node``'s call holds a reservation (admitted, not settled), or with
-        ``or_unstarted`` whether a call owns it at all (made, not ended): only it ends it."""
-        return node.node_id in self._open or (or_unstarted and node.node_id in self._unstarted)
+    def is_held(self, node: Node) -> bool:
+        """Whether ``node``'s call holds a reservation (admitted, not settled)."""
+        return node.node_id in self._open
+
+    def end_unowned(self, node_id: str, ending: Ending) -> bool:
+        """End node ``node_id`` (its lookup checks the id) as ``ending`` says, if open; False and
+        no change if a call owns it: only the call ends it. ValueError for a cost on the root."""
+        node = self.node(node_id)
+        with self._lock:
+            if node_id in self._open or node_id in self._unstarted:
+                self._sweep_locked()  # (a call its owner dropped is ended now: nothing to refuse)
+                if node.status not in TERMINAL_STATUSES:
+                    return False
+            if node.status not in TERMINAL_STATUSES:
+                if node.parent_id is None and any(ending[1:4]):  # (cost, tokens in and out)
+                    raise ValueError("the root node carries no cost or tokens of its own")
+                self._end_locked(node, ending)
+        return True
 
     def open_ancestor(self, node_id: str, floor: str) -> str:
         """``node_id`` if it is open and owned, else its nearest such ancestor (at most up to

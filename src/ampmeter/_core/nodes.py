@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
 
 from ampmeter import money
-from ampmeter._core.outcome import Outcome
+from ampmeter._core.outcome import Ending, Outcome
 from ampmeter.node import TERMINAL_STATUSES, Node
 
 __all__ = ["NodeTable", "now_ms"]
@@ -19,7 +19,6 @@ __all__ = ["NodeTable", "now_ms"]
 _CREATED: Final = "created"
 _RUNNING: Final = "running"
 _T = TypeVar("_T")
-_NO_COST: Final = money.from_nano(0)
 
 
 _NS_PER_MS: Final = 1_000_000
@@ -77,15 +76,10 @@ class NodeTable:
         """The root's node id, or None before :meth:`create_root`."""
         return self._root_id
 
-    @property
-    def next_number(self) -> int:
-        """The number the next node id gets."""
-        return self._next_id
-
-    @next_number.setter
-    def next_number(self, value: int) -> None:
+    def number_from(self, number: int) -> None:
+        """Number the next node ``number`` (tests reach long ids without a million nodes)."""
         with self._lock:
-            self._next_id = value
+            self._next_id = number
 
     def node_count(self) -> int:
         """How many nodes are kept in memory."""
@@ -93,41 +87,39 @@ class NodeTable:
 
     def create_root(self, name: str, metadata: dict[str, Any]) -> Node:
         """Make the single root (``system``, depth 0, ``running``); RuntimeError if one exists."""
-        return self.begin(None, "system", name, None, metadata)
+        start = now_ms()
+        with self._lock:
+            if self._root_id is not None:
+                raise RuntimeError(
+                    f"graph {self.chain_id!r} already has a root ({self._root_id}); "
+                    "a graph has exactly one root"
+                )
+            node = Node(self._new_id(), None, "system", name, start, metadata=metadata)
+            node.status = _RUNNING  # the root runs from the start
+            self._nodes[node.node_id] = node
+            self._root_id = node.node_id
+        return node
 
     def begin(
         self,
-        parent_id: str | None,
+        parent_id: str,
         kind: str,
         name: str,
         model: str | None,
         metadata: dict[str, Any],
         owner: object | None = None,
     ) -> Node:
-        """Make a ``created`` node under ``parent_id`` (KeyError if there is no such node), or
-        with None the root (``running``; RuntimeError if there is one). With an ``owner`` (a
-        call), the node ends as ``halt`` if the owner is dropped before the call is admitted
-        or ended."""
+        """Make a ``created`` node under ``parent_id``: KeyError naming an unknown parent,
+        TypeError for an id that is no str. With an ``owner`` (a call), the node ends as
+        ``halt`` if the owner is dropped before the call is admitted or ended."""
         start = time.time_ns() // _NS_PER_MS
         with self._lock:
-            if parent_id is None:
-                if self._root_id is not None:
-                    raise RuntimeError(
-                        f"graph {self.chain_id!r} already has a root ({self._root_id}); "
-                        "a graph has exactly one root"
-                    )
-                depth = 0
-            else:
-                try:
-                    depth = self._nodes[parent_id].depth + 1
-                except KeyError:
-                    raise self._missing(parent_id, "parent_id") from None
-            number = self._next_id
-            self._next_id = number + 1
-            # The five fields every node sets come first in Node; the rest keep their defaults
-            # (``created``, no cost yet) unless given here.
+            try:
+                depth = self._nodes[parent_id].depth + 1
+            except (KeyError, TypeError):  # (TypeError: an unhashable id)
+                raise self._missing(parent_id, "parent_id") from None
             node = Node(
-                "n" + str(number).zfill(6),
+                self._new_id(),
                 parent_id,
                 kind,
                 name,
@@ -137,9 +129,6 @@ class NodeTable:
                 depth=depth,
             )
             self._nodes[node.node_id] = node
-            if not depth:
-                self._root_id = node.node_id
-                node.status = _RUNNING  # the root runs from the start
             if owner is not None:
                 self._unstarted[node.node_id] = weakref.ref(owner)
             if depth > self._max_depth:
@@ -147,6 +136,11 @@ class NodeTable:
             if self._max_nodes and len(self._nodes) > self._max_nodes:
                 self._evict()
         return node
+
+    def _new_id(self) -> str:
+        number = self._next_id
+        self._next_id = number + 1
+        return "n" + str(number).zfill(6)
 
     def node(self, node_id: str) -> Node:
         """The kernel's own node object, for the facade to pass back in: KeyError naming the id
@@ -176,35 +170,29 @@ class NodeTable:
             return self._root_id, {node_id: copier(n) for node_id, n in self._nodes.items()}
 
     def run(self, node: Node) -> None:
-        """``created`` -> ``running``; no change otherwise."""
+        """``created`` -> ``running``; no change otherwise (the root runs from the start)."""
         with self._lock:
             if node.status == _CREATED:
                 node.status = _RUNNING
-                if node.parent_id is not None:
-                    self._in_flight += 1
+                self._in_flight += 1
 
     def end(self, node: Node, outcome: Outcome) -> bool:
         """End an open node; False (and no change) if it had ended already."""
         with self._lock:
             if node.status in TERMINAL_STATUSES:
                 return False
-            if node.parent_id is None and (
-                outcome.cost_nano or outcome.tokens_in or outcome.tokens_out
-            ):
-                raise ValueError("the root node carries no cost or tokens of its own")
             self._end_locked(node, outcome)
         return True
 
-    def _end_locked(self, node: Node, outcome: Outcome) -> None:
+    def _end_locked(self, node: Node, outcome: Ending) -> None:
         # Plain assignments and additions until the metadata merge: an interrupt, which CPython
         # raises only at calls and loop back-edges, cannot land between them.
         if self._unstarted:  # (an admitted call left it when it was admitted)
             self._unstarted.pop(node.node_id, None)
         status, cost, t_in, t_out, error_class, stop_reason, metadata = outcome
-        shown = money.from_nano(cost) if cost else _NO_COST
         end = time.time_ns() // _NS_PER_MS
         node.end_ts_ms = end
-        node.cost_usd = shown
+        node.cost_nano = cost
         node.tokens_in = t_in
         node.tokens_out = t_out
         previous = node.status

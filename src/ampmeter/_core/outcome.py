@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any, NamedTuple
 
-__all__ = ["Outcome", "TerminationReason"]
+__all__ = ["Ending", "Outcome", "TerminationReason"]
 
 
 class TerminationReason(str, Enum):
@@ -49,3 +49,8 @@ class Outcome(NamedTuple):
     error_class: str | None = None
     stop_reason: str | None = None
     metadata: Mapping[str, Any] | None = None
+
+
+Ending = tuple[str, int, int | None, int | None, str | None, str | None, Mapping[str, Any] | None]
+"""An :class:`Outcome`'s fields in order, as the node table reads them: a caller holding just
+the values (the graph's ``mark_*``) passes them without building an Outcome to be unpacked."""
