@@ -161,6 +161,7 @@ class CallMaker:
         the loop guard; ``refused`` is a budget-pressure hook's refusal, reported when the call
         is admitted; ``final`` None: final inside :func:`~ampmeter.final_call`."""
         name, model, provider = names
+        label = name if name is not None else (model or kind)
         plan = plan_for(self._pricing, model, provider)
         tokens_in, tokens_out, cost, priced, size = plan.reserve(
             estimate_usd=estimate_usd,
@@ -188,8 +189,7 @@ class CallMaker:
             marks = policies.llm_marks(model, priced, tokens_in, final, prompt_text, sent, refused)
         return self._begin(
             metadata,
-            name if name is not None else (model or kind),
-            model,
+            (kind, label, model),
             reservation,
             priced,
             price_plan=plan,
@@ -223,9 +223,8 @@ class CallMaker:
         reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
         marks = self._policies.tool_marks(name, arguments)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        return self._begin(
-            meta, name, None, reservation, marks=marks, idempotency_key=idempotency_key
-        )
+        node = ("tool", name, None)
+        return self._begin(meta, node, reservation, marks=marks, idempotency_key=idempotency_key)
 
     def step(
         self, name: str, *, kind: str = "system", metadata: Mapping[str, Any] | None = None
@@ -237,13 +236,12 @@ class CallMaker:
             raise ValueError(f"use llm_call() or tool_call() for {kind!r} nodes")
         check_kind(kind)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        return self._begin(meta, name, None, Usage(kind))
+        return self._begin(meta, (kind, name, None), Usage(kind))
 
     def _begin(
         self,
         meta: dict[str, Any],
-        name: str,
-        model: str | None,
+        node: tuple[str, str, str | None],
         reservation: Usage,
         priced: bool = True,
         *,
@@ -253,13 +251,13 @@ class CallMaker:
         price_plan: PricePlan | None = None,
         prompt_size: RequestSize | None = None,
     ) -> Call:
-        """A call reserving ``reservation`` (of its kind), with the other fields of its
+        """A call reserving ``reservation``, with the other fields of its
         :class:`~ampmeter.Call`, following its context's plan for its kind and model (``priced``
-        or not), its node (named ``name``) begun under the current node with ``meta`` (the
-        call's own); not yet admitted. A closed context makes no calls."""
+        or not), its node (kind, name, model) begun under the current node with ``meta`` (the
+        call's own dict); not yet admitted. A closed context makes no calls."""
         if self._closed:
             self._check_open()
-        kind = reservation.kind
+        kind, name, model = node
         admission = self._admission
         plan = admission.plans.get((kind, model, priced)) or admission.plan(kind, model, priced)
         call = Call(

@@ -119,8 +119,7 @@ class Adapter:
 
     def request_info(self, body: Mapping[str, Any]) -> RequestInfo:
         """Model, measure (:func:`ampmeter.pricing.request_size.measure`), output cap (the first
-        of :attr:`max_tokens_fields` given as an int: a bool or an SDK's sentinel is none) and
-        streaming flag of a request's JSON body."""
+        of :attr:`max_tokens_fields` given as an int) and streaming flag of a request's body."""
         model = body.get("model")
         if not isinstance(model, str):
             model = None
@@ -128,7 +127,7 @@ class Adapter:
         size = request_size.MEASURES[self.wire](body, counter)
         for field in self.max_tokens_fields:
             cap = body.get(field)
-            if isinstance(cap, int) and not isinstance(cap, bool):
+            if isinstance(cap, int) and not isinstance(cap, bool):  # (no bool, no SDK sentinel)
                 break
         else:
             cap = None

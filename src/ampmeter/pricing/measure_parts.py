@@ -83,15 +83,11 @@ class Tally(list[str]):
 
     The tally is the list of the strings sent (an estimator that has a string in hand appends
     it; :meth:`text` takes a value that may not be one); ``framing`` and ``media`` are their
-    tokens, 0 until a part adds some. A tally is made per request measured (slotted: no
-    attribute dictionary is made for it).
+    tokens, 0 (the class's value) until a part adds some. A tally is made per request measured.
     """
 
-    __slots__ = ("framing", "media")
-
-    def __init__(self) -> None:
-        self.framing = 0
-        self.media = 0
+    framing: int = 0
+    media: int = 0
 
     def text(self, value: object) -> None:
         """Add ``value`` if it is text (anything else sends no text here)."""
