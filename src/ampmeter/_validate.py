@@ -178,14 +178,12 @@ def optional_text(value: object, what: str) -> str | None:
     return value
 
 
-_TEXT_OR_NONE: Final = frozenset({str, type(None)})
-
-
 def optional_texts(names: tuple[str, ...], *values: object) -> None:
     """Several values checked at once, each None or a str (``names[i]`` names ``values[i]`` in
-    the error). The usual values (plain str and None) are checked in C."""
-    if not _TEXT_OR_NONE.issuperset(map(type, values)):
-        _refuse(optional_text, names, values)
+    the error)."""
+    for value in values:
+        if value is not None and not isinstance(value, str):
+            _refuse(optional_text, names, values)
 
 
 def metadata(value: object, what: str = "metadata") -> dict[str, Any]:
