@@ -86,7 +86,7 @@ def test_dense_text_is_reserved_in_full_from_the_first_call() -> None:
         learn("dense-model", size, TRUE_TOKENS)
     assert seen == [400, 320, 300, 300]  # at most /1.25 a call, never below what was billed
     assert all(estimate >= TRUE_TOKENS for estimate in seen)
-    assert estimates.prompt_tokens(DENSE, "other-model") == 400  # each model learns its own
+    assert input_tokens(size, "other-model") == 400  # each model learns its own
     learn("dense-model", size, 50)  # a lower observation lowers the ratio by at most 1.25
     assert input_tokens(size, "dense-model") in (240, 241)  # 300 / 1.25, rounded up
 

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal, NamedTuple
 
 from ampmeter._validate import MAX_COUNT
-from ampmeter.integrations.wire import first_int
 from ampmeter.pricing import request_size, tokenizer
 from ampmeter.pricing.request_size import RequestSize, Wire
 
@@ -120,13 +119,18 @@ class Adapter:
 
     def request_info(self, body: Mapping[str, Any]) -> RequestInfo:
         """Model, measure (:func:`ampmeter.pricing.request_size.measure`), output cap (the first
-        of :attr:`max_tokens_fields` given) and streaming flag of a request's JSON body."""
+        of :attr:`max_tokens_fields` given as an int) and streaming flag of a request's body."""
         model = body.get("model")
         if not isinstance(model, str):
             model = None
         counter = None if model is None else tokenizer.COUNTERS[model]
         size = request_size.MEASURES[self.wire](body, counter)
-        cap = first_int(*map(body.get, self.max_tokens_fields))
+        for field in self.max_tokens_fields:
+            cap = body.get(field)
+            if isinstance(cap, int) and not isinstance(cap, bool):  # (no bool, no SDK sentinel)
+                break
+        else:
+            cap = None
         return RequestInfo(model, size, cap, body.get("stream") is True)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:

@@ -168,7 +168,7 @@ def begin_call(
         adapter.kind,
         meta,
         (operation, info.model, adapter.provider),
-        max_tokens=info.max_tokens if adapter.kind == "llm" else 0,  # (embeddings write none)
+        max_tokens=info.max_tokens,  # (an embeddings request's is 0: it writes nothing)
         request=info.size,
         final=None,
         sent=request,

@@ -39,22 +39,22 @@ from ampmeter.pricing import stored_state
 __all__ = ["admit", "instrument_sdk", "is_instrumented", "uninstrument_sdk"]
 
 # The header naming the SDK helper a request comes from (openai: the method's whole name;
-# anthropic: the verb, e.g. "stream").
-_HELPER_HEADERS: Final = ("X-Stainless-Helper-Method", "x-stainless-helper-method")
+# anthropic: the verb, e.g. "stream", under the name in lower case).
+_HELPER_HEADER: Final = "X-Stainless-Helper-Method"
+_HELPER_HEADER_LOWER: Final = _HELPER_HEADER.lower()
 
 
 def _operation(options: Any, headers: Mapping[str, Any], base: str) -> str:
     """The SDK method a request comes from (see the module's documentation)."""
     # Among the options' own fields (openai's have no ``qualifiers``): a getattr that misses
     # on a pydantic model raises inside its ``__getattr__``, about 4 µs, more than the door.
-    qualifiers = vars(options).get("qualifiers") or {}
-    if qualifiers.get("beta") or "beta=true" in options.url:  # anthropic's client.beta
+    qualifiers = vars(options).get("qualifiers")
+    if (qualifiers and qualifiers.get("beta")) or "beta=true" in options.url:  # client.beta
         base = f"beta.{base}"
-    for name in _HELPER_HEADERS:
-        helper = headers.get(name)
-        if isinstance(helper, str) and helper:
-            return helper if "." in helper else f"{base}.{helper}"
-    return f"{base}.{HELPER.get() or 'create'}"
+    helper = headers.get(_HELPER_HEADER) or headers.get(_HELPER_HEADER_LOWER)
+    if not isinstance(helper, str) or not helper:
+        helper = HELPER.get() or "create"
+    return helper if "." in helper else f"{base}.{helper}"
 
 
 def admit(client: Any, options: Any) -> Admitted | None:

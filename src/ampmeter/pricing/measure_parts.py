@@ -111,10 +111,7 @@ class Tally(list[str]):
         pieces counted together may share a token that the rendering does not."""
         text = "".join(self)
         tokens = None if counter is None else sum(map(counter, self))
-        return RequestSize(
-            len(text),
-            len(text.encode("utf-8", "surrogatepass")),
-            self.framing,
-            self.media,
-            tokens,
-        )
+        chars = len(text)
+        # (ASCII text, the usual, is known to be so without reading it: a byte a character.)
+        utf8_bytes = chars if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        return RequestSize(chars, utf8_bytes, self.framing, self.media, tokens)

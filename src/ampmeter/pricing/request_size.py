@@ -48,7 +48,6 @@ __all__ = [
     "learned_ratio",
     "measure",
     "measure_text",
-    "prompt_tokens",
 ]
 
 EstimateMode = Literal["learned", "bound"]
@@ -144,11 +143,6 @@ def input_tokens(size: RequestSize, model: str | None, mode: EstimateMode = "lea
     else:
         text = chars * _ratios.get((model or "", "chars"), PRIOR_RATIO)
     return min(math.ceil(text), utf8_bytes) + fixed
-
-
-def prompt_tokens(text: str, model: str | None = None) -> int:
-    """The estimated input tokens of plain ``text`` for ``model`` (``"learned"`` mode)."""
-    return input_tokens(measure_text(text), model)
 
 
 def learned_ratio(model: str) -> float:
