@@ -221,8 +221,9 @@ class Kernel(NodeTable):
     def settle(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> tuple[Guard, Hit] | None:
         """End a call: drop its hold, add ``usage`` where its plan says, end its node as
         ``outcome`` says, then check the guards the plan says the usage can push over a
-        ceiling: the first exceeded and what exceeds it. Each step runs once even if an
-        interrupt lands between them."""
+        ceiling: the first whose spend passes one, and what passes it (what calls in flight
+        hold is no spend: it stops calls at admission, never a context at a settlement). Each
+        step runs once even if an interrupt lands between them."""
         with self._lock:
             if ticket.kernel_node.status in TERMINAL_STATUSES:
                 return None
@@ -230,7 +231,7 @@ class Kernel(NodeTable):
             adds, guards = plan.settles.get(shape) or plan.settlement(shape)
             ticket.feed = iter(adds)
             whole(self._settle_steps, ticket, usage, outcome)
-            found = self._check(guards, None) if guards else None
+            found = self._check(guards, None, False) if guards else None
             return None if found is None else (guards[found[0]], found[1])
 
     def _settle_steps(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> None:
