@@ -224,9 +224,10 @@ class PricePlan:
         elif found is None:
             cost, status = 0, "unpriced"
         else:
-            cost, status = min(found, money.MAX_NANO), "estimated" if estimated else "priced"
+            cost, status = found, "estimated" if estimated else "priced"
         meta[META_COST_STATUS] = status
-        if found is not None and found > money.MAX_NANO:
+        if cost > money.MAX_NANO:
+            cost = money.MAX_NANO
             meta[META_COST_CLAMPED] = True
         if version:
             meta[META_PRICING_VERSION] = version
