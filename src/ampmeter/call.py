@@ -291,8 +291,15 @@ class Call(Scoped, Ticket):
             if read:
                 outcome = outcome._replace(metadata={**read, **(outcome.metadata or {})})
             return usage, outcome
-        succeeded = int(exc is None)
-        failed = int(isinstance(exc, Exception))  # (an interrupt halts: neither)
+        # Success without exc (a step), ``fail`` with an Exception (a retry), else ``halt``: an
+        # interrupt (a BaseException that is not an Exception) is neither.
+        if exc is None:
+            status, error, reason, succeeded, failed = "success", None, None, 1, 0
+        elif isinstance(exc, Exception):
+            status, error, reason = "fail", type(exc).__name__, redact.error_text(exc)
+            succeeded, failed = 0, 1
+        else:
+            status, error, reason, succeeded, failed = "halt", None, "interrupted", 0, 0
         node = self.kernel_node
         kind, model = node.kind, node.model
         cost = self._cost_nano or 0
@@ -334,12 +341,4 @@ class Call(Scoped, Ticket):
             usage = Usage(kind, cost_nano=cost)
         if self._idempotency_key is not None:
             meta[META_IDEMPOTENCY_KEY] = self._idempotency_key
-        # Success without exc, ``halt`` for an interrupt (a BaseException that is not an
-        # Exception), else ``fail``.
-        if exc is None:
-            status, error, reason = "success", None, None
-        elif failed:
-            status, error, reason = "fail", type(exc).__name__, redact.error_text(exc)
-        else:
-            status, error, reason = "halt", None, "interrupted"
         return usage, Outcome(status, cost, self._tokens_in, self._tokens_out, error, reason, meta)
