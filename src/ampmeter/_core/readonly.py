@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from operator import attrgetter
-from typing import TYPE_CHECKING, Generic, NoReturn, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 
 __all__ = ["ReadOnly"]
 
@@ -28,13 +28,8 @@ class ReadOnly(property, Generic[_T]):
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
         kept = attrgetter(self.of or f"_{name}")
-        read: Callable[[object], object] = kept
-        if self.at is not None:
-            place = self.at
-
-            def read(obj: object) -> object:
-                return kept(obj)[place]
-
+        place = self.at
+        read: Callable[[Any], Any] = kept if place is None else lambda obj: kept(obj)[place]
         super().__init__(read, self._refuse, self._refuse, self.__doc__)
 
     def _refuse(self, obj: object, value: object = None) -> NoReturn:
