@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from ampmeter._core.cells import Cell, Level, summed
-from ampmeter._core.check import Guard, Hit, Refused
+from ampmeter._core.check import Guard, Hit, Refused, spent_past
 from ampmeter._core.nodes import NodeTable, now_ms
 from ampmeter._core.outcome import Outcome
 from ampmeter._core.ticket import Ticket
@@ -231,7 +231,7 @@ class Kernel(NodeTable):
             adds, guards = plan.settles.get(shape) or plan.settlement(shape)
             ticket.feed = iter(adds)
             whole(self._settle_steps, ticket, usage, outcome)
-            return _spent_past(guards) if guards else None
+            return spent_past(guards) if guards else None
 
     def _settle_steps(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> None:
         # Resumable and idempotent (see finish()): the feed (of the plan's cells) continues
@@ -420,20 +420,6 @@ def bind(view: object, kernel: Kernel, level: Level | None = None) -> None:
 def bound(view: object) -> tuple[Kernel, Level | None]:
     """The kernel and level a view shows (see :func:`bind`)."""
     return _VIEWS[view]
-
-
-def _spent_past(guards: tuple[Guard, ...]) -> tuple[Guard, Hit] | None:
-    """The first of ``guards`` where what is spent passes a ceiling, and what passes it (under
-    the kernel's lock): :meth:`Kernel._check` without holds or pending amounts, so that only a
-    key with a value can pass."""
-    for guard in guards:
-        rows, version, entries = guard.compiled
-        if rows is not guard.rows or version != guard.level.version:
-            entries = guard.compile()
-        for cell, top, limit, key in entries:
-            if cell is not None and cell.value > top:
-                return guard, (limit, key, cell.value)
-    return None
 
 
 def _drain(feed: Iterator[tuple[Cell, int]], amounts: tuple[Any, ...]) -> None:
