@@ -151,7 +151,7 @@ def test_a_call_no_policy_acts_on_goes_from_the_admission_straight_to_the_kernel
     ended = _ampmeter_calls(call.finish)
     settling = ended[ended.index("Admission.settle") :]
     assert settling[:3] == ["Admission.settle", "Kernel.settle", "Usage.shape"]
-    assert "spent_past" in settling  # its usage reaches the cost ceiling: checked
+    assert "Kernel._spent_past" in settling  # its usage reaches the cost ceiling: checked
     assert ctx.stats.reserved() == {}
 
 

@@ -16,16 +16,7 @@ from ampmeter._core.cells import Cell
 if TYPE_CHECKING:
     from ampmeter._core.cells import Level
 
-__all__ = [
-    "Entry",
-    "Guard",
-    "Hit",
-    "LimitRow",
-    "Refused",
-    "compile_entries",
-    "compile_limits",
-    "spent_past",
-]
+__all__ = ["Entry", "Guard", "Hit", "LimitRow", "Refused", "compile_entries", "compile_limits"]
 
 LimitRow = tuple[bool, str, Any, Any]
 """A compiled limit: ``(is_prefix, key, max_value, limit object)``."""
@@ -99,17 +90,3 @@ def compile_entries(level: Level, rows: tuple[LimitRow, ...]) -> tuple[Entry, ..
         if amount is not None or count is None:
             entries.append((amount, top, limit, key))
     return tuple(entries)
-
-
-def spent_past(guards: tuple[Guard, ...]) -> tuple[Guard, Hit] | None:
-    """The first of ``guards`` where what is spent passes a ceiling, and what passes it (under
-    the kernel's lock: the check after a settlement, with no holds or pending amounts to add,
-    so that only a key with a value can pass)."""
-    for guard in guards:
-        rows, version, entries = guard.compiled
-        if rows is not guard.rows or version != guard.level.version:
-            entries = guard.compile()
-        for cell, top, limit, key in entries:
-            if cell is not None and cell.value > top:
-                return guard, (limit, key, cell.value)
-    return None
