@@ -41,8 +41,12 @@ def count(value: object, what: str, *, signed: bool = False) -> int:
 
 _PLAIN_INT: Final = frozenset({int})
 
+Counts = tuple[int, int, int, int, int, int]
+"""A call's checked counts, as :func:`usage_counts` gives them: its input, output, cached,
+cache-write and reasoning tokens, and its tool calls."""
 
-def usage_counts(names: tuple[str, ...], *values: Any) -> tuple[int, ...]:
+
+def usage_counts(names: tuple[str, ...], *values: Any) -> Counts:
     """A call's six counts checked at once, as plain ints: its input, output, cached,
     cache-write and reasoning tokens and its tool calls, each as :func:`count` checks one
     (``names[i]`` names ``values[i]`` in the error). ``ValueError`` when a part exceeds its
@@ -53,7 +57,8 @@ def usage_counts(names: tuple[str, ...], *values: Any) -> tuple[int, ...]:
     ):
         _refuse(count, names, values)
         values = tuple(map(int, values))  # an int subclass's value (numpy's) as a plain int
-    t_in, t_out, cached, writes, reasoning, _ = values
+    counts: Counts = values
+    t_in, t_out, cached, writes, reasoning, _ = counts
     if cached + writes > t_in:
         raise ValueError(
             f"{names[2]} ({cached}) + {names[3]} ({writes}) exceed {names[0]} ({t_in}); they "
@@ -63,7 +68,7 @@ def usage_counts(names: tuple[str, ...], *values: Any) -> tuple[int, ...]:
         raise ValueError(
             f"{names[4]} ({reasoning}) exceed {names[1]} ({t_out}); they are part of the output"
         )
-    return values
+    return counts
 
 
 def _refuse(check: Callable[[Any, str], object], names: tuple[str, ...], values: Any) -> None:

@@ -27,6 +27,7 @@ from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
 from ampmeter._current import CURRENT, restore
 from ampmeter._scoped import Scoped
+from ampmeter._validate import Counts
 from ampmeter.keys import KEY_UNSETTLED_COST
 from ampmeter.node import Node
 from ampmeter.pricing import request_size
@@ -48,6 +49,7 @@ _RECORDED = (
     "reasoning_tokens",
     "tool_calls_made",
 )
+_NO_COUNTS: Counts = (0, 0, 0, 0, 0, 0)
 _COUNT = "One count of the call's usage, read-only: :meth:`Call.record` is its only writer."
 # A count assigned from outside would be settled unchecked (a negative input count gives a cap
 # back), so an assignment is refused, naming what to do instead.
@@ -67,26 +69,24 @@ class Call(Scoped, Ticket):
     """
 
     __slots__ = (
-        "_cache_write_tokens",
-        "_cached_tokens",
         "_cost_nano",
+        "_counts",
         "_estimated",
         "_price_plan",
         "_prompt_size",
-        "_reasoning_tokens",
         "_token",
         "_tokens_in",
         "_tokens_out",
-        "_tool_calls_made",
         "context",
     )
 
     tokens_in: ReadOnly[int | None] = ReadOnly(_COUNT, _RECORD)
     tokens_out: ReadOnly[int | None] = ReadOnly(_COUNT, _RECORD)
-    cached_tokens: ReadOnly[int] = ReadOnly(_COUNT, _RECORD)
-    cache_write_tokens: ReadOnly[int] = ReadOnly(_COUNT, _RECORD)
-    reasoning_tokens: ReadOnly[int] = ReadOnly(_COUNT, _RECORD)
-    tool_calls_made: ReadOnly[int] = ReadOnly(_COUNT, _RECORD)
+    # The rest are kept in ``_counts``, in record()'s order (see _validate.Counts).
+    cached_tokens: ReadOnly[int] = ReadOnly(_COUNT, _RECORD, of="_counts", at=2)
+    cache_write_tokens: ReadOnly[int] = ReadOnly(_COUNT, _RECORD, of="_counts", at=3)
+    reasoning_tokens: ReadOnly[int] = ReadOnly(_COUNT, _RECORD, of="_counts", at=4)
+    tool_calls_made: ReadOnly[int] = ReadOnly(_COUNT, _RECORD, of="_counts", at=5)
 
     def __init__(
         self,
@@ -115,14 +115,11 @@ class Call(Scoped, Ticket):
         self.recorded = False
         self._price_plan = price_plan  # the price plan of its model (None: a tool, or no model)
         self._prompt_size = prompt_size  # the request's measure (learned from at the end)
-        self._tokens_in: int | None = None
+        self._tokens_in: int | None = None  # as given to record() (None: not given)
         self._tokens_out: int | None = None
+        self._counts: Counts = _NO_COUNTS  # as record() checked them
         self._cost_nano: int | None = None  # the recorded cost, if any
         self._estimated = False  # the recorded counts are ampmeter's, not the provider's
-        self._cached_tokens = 0
-        self._cache_write_tokens = 0
-        self._reasoning_tokens = 0
-        self._tool_calls_made = 0
         self._token: contextvars.Token[Any] | None = None
 
     @property
@@ -170,7 +167,7 @@ class Call(Scoped, Ticket):
         ``RuntimeError``: usage recorded twice would be either lost or counted twice, and
         neither is what the caller meant.
         """
-        t_in, t_out, cached, writes, reasoning, tools = _validate.usage_counts(
+        counts = _validate.usage_counts(
             _RECORDED,
             0 if tokens_in is None else tokens_in,
             0 if tokens_out is None else tokens_out,
@@ -190,12 +187,9 @@ class Call(Scoped, Ticket):
                 f"call {self.node_id} ({self.name!r}) was recorded already: record() once, "
                 "with the call's whole usage"
             )
-        self._tokens_in = None if tokens_in is None else t_in
-        self._tokens_out = None if tokens_out is None else t_out
-        self._cached_tokens = cached
-        self._cache_write_tokens = writes
-        self._reasoning_tokens = reasoning
-        self._tool_calls_made = tools
+        self._tokens_in = None if tokens_in is None else counts[0]
+        self._tokens_out = None if tokens_out is None else counts[1]
+        self._counts = counts
         self._cost_nano = cost
         self._estimated = bool(estimated)
         self.recorded = True
@@ -207,7 +201,7 @@ class Call(Scoped, Ticket):
         checked = _validate.count(count, "tool_calls_made")
         if self.phase == DONE:
             raise RuntimeError(f"call {self.node_id} ({self.name!r}) has ended")
-        self._tool_calls_made = checked
+        self._counts = (*self._counts[:5], checked)
 
     def offer_idempotency_key(self, key: str) -> bool:
         """Count this call once per ``key`` (see ``llm_call(idempotency_key=...)``), unless it
@@ -297,34 +291,34 @@ class Call(Scoped, Ticket):
             if read:
                 outcome = outcome._replace(metadata={**read, **(outcome.metadata or {})})
             return usage, outcome
-        succeeded = int(exc is None)
-        failed = int(isinstance(exc, Exception))  # (an interrupt halts: neither)
+        # Success without exc (a step), ``fail`` with an Exception (a retry), else ``halt``: an
+        # interrupt (a BaseException that is not an Exception) is neither.
+        if exc is None:
+            status, error, reason, succeeded, failed = "success", None, None, 1, 0
+        elif isinstance(exc, Exception):
+            status, error, reason = "fail", type(exc).__name__, redact.error_text(exc)
+            succeeded, failed = 0, 1
+        else:
+            status, error, reason, succeeded, failed = "halt", None, "interrupted", 0, 0
         node = self.kernel_node
         kind, model = node.kind, node.model
         cost = self._cost_nano or 0
-        meta: dict[str, Any] | None = None
-        t_in, t_out = self._tokens_in or 0, self._tokens_out or 0
+        meta: dict[str, Any] = {**read} if read else {}  # what its price says goes in too
         if kind == "llm" or (kind == "embedding" and model):
             plan = self._price_plan
             assert plan is not None  # every model call has one (CallMaker.model_call)
-            cost, meta, unpriced = plan.price(
-                cost=self._cost_nano,
-                recorded=self.recorded,
-                tokens_in=t_in,
-                tokens_out=t_out,
-                cached=self._cached_tokens,
-                cache_writes=self._cache_write_tokens,
-                reasoning=self._reasoning_tokens,
-                tools=self._tool_calls_made,
-                estimated=self._estimated,
+            counts = self._counts
+            cost, unpriced = plan.price(
+                counts, self._cost_nano, meta, recorded=self.recorded, estimated=self._estimated
             )
+            t_in, t_out, cached, _, reasoning, _ = counts
             if kind == "llm":
                 usage = Usage(
                     model=model or "",
                     tokens_in=t_in,
                     tokens_out=t_out,
-                    cached_tokens=self._cached_tokens,
-                    reasoning_tokens=self._reasoning_tokens,
+                    cached_tokens=cached,
+                    reasoning_tokens=reasoning,
                     cost_nano=cost,
                     calls=1,
                     steps=succeeded,
@@ -346,17 +340,5 @@ class Call(Scoped, Ticket):
         else:
             usage = Usage(kind, cost_nano=cost)
         if self._idempotency_key is not None:
-            if meta is None:
-                meta = {}
-            meta[META_IDEMPOTENCY_KEY] = self._idempotency_key  # (the price's dict is new)
-        if read:
-            meta = {**read, **meta} if meta else {**read}
-        # Success without exc, ``halt`` for an interrupt (a BaseException that is not an
-        # Exception), else ``fail``.
-        if exc is None:
-            status, error, reason = "success", None, None
-        elif failed:
-            status, error, reason = "fail", type(exc).__name__, redact.error_text(exc)
-        else:
-            status, error, reason = "halt", None, "interrupted"
+            meta[META_IDEMPOTENCY_KEY] = self._idempotency_key
         return usage, Outcome(status, cost, self._tokens_in, self._tokens_out, error, reason, meta)

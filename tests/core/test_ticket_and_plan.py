@@ -151,7 +151,7 @@ def test_a_call_no_policy_acts_on_goes_from_the_admission_straight_to_the_kernel
     ended = _ampmeter_calls(call.finish)
     settling = ended[ended.index("Admission.settle") :]
     assert settling[:3] == ["Admission.settle", "Kernel.settle", "Usage.shape"]
-    assert "Kernel._check" in settling  # its usage reaches the cost ceiling: checked
+    assert "Kernel._spent_past" in settling  # its usage reaches the cost ceiling: checked
     assert ctx.stats.reserved() == {}
 
 
@@ -180,3 +180,24 @@ def test_settling_checks_the_ceilings_its_usage_reaches_at_every_level_and_only_
     assert child.exceeded_limit is not None
     assert child.exceeded_limit.key == KEY_INPUT_TOKENS_FOR + "gpt-4o-mini"
     assert root.termination_reason is None  # the owner was the child: the stop ends there
+
+
+def test_a_settlement_stops_a_context_for_what_is_spent_not_for_what_others_hold() -> None:
+    from ampmeter import TerminationReason
+
+    ctx = ExecutionContext("run", max_cost_usd=1)
+    first = ctx.llm_call("first", estimate_usd=0.8).start()  # holds 0.8 while in flight
+    with ctx.llm_call("second", estimate_usd=0.1) as call:
+        call.record(cost_usd=0.3)  # spent 0.3; with the hold 1.1, yet nothing is over
+    assert (ctx.termination_reason, ctx.exceeded_limit) == (None, None)
+    first.record(cost_usd=0.5)
+    first.finish()
+    assert ctx.stats.total_cost() == Decimal("0.8")
+    ctx.close()
+    assert ctx.termination_reason is TerminationReason.SUCCESS
+
+    ctx = ExecutionContext("run", max_cost_usd=1)
+    with ctx.llm_call("over", estimate_usd=0.1) as call:
+        call.record(cost_usd=1.5)  # spent past the ceiling: the context stops, naming it
+    assert ctx.termination_reason is TerminationReason.LIMIT_EXCEEDED
+    assert ctx.exceeded_limit is not None and ctx.exceeded_limit.value == Decimal("1.5")

@@ -33,7 +33,7 @@ def _flat(rates: tuple[Decimal, ...], bands: tuple[tuple[int, Rates], ...] | Non
 
 def _cost(rates: Rates, *counts: int) -> Decimal:
     """The exact Decimal cost a plan of ``rates`` prices a call of these counts at."""
-    cost, _ = PricePlan("m", None, rates=rates).price_usd(*counts)
+    cost, _ = PricePlan("m", None, rates=rates).price_usd((*counts, 0))
     assert cost is not None
     return cost
 

@@ -28,14 +28,13 @@ def by_hand(rates: Rates, inp: int, out: int, read: int, write: int, reasoning: 
     return per_million / 10**6 + Fraction(rates.per_call)
 
 
-_COUNTS = ("tokens_in", "tokens_out", "cached", "cache_writes", "reasoning")
-
-
 def plan_price(plan: PricePlan, *counts: int) -> tuple[int | None, dict[str, Any]]:
     """What ``plan`` prices an ended call of these counts (input, output, cache read, cache
     write, reasoning) at in nano-dollars (None when unpriced), and the metadata it leaves."""
-    named = dict(zip(_COUNTS, counts, strict=True))
-    cost, meta, unpriced = plan.price(cost=None, recorded=True, tools=0, **named)
+    meta: dict[str, Any] = {}
+    in_tokens, out_tokens, cache_read, cache_write, reasoning = counts
+    checked = (in_tokens, out_tokens, cache_read, cache_write, reasoning, 0)
+    cost, unpriced = plan.price(checked, None, meta, recorded=True, estimated=False)
     return (None if unpriced else cost), meta
 
 

@@ -220,9 +220,9 @@ class Kernel(NodeTable):
 
     def settle(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> tuple[Guard, Hit] | None:
         """End a call: drop its hold, add ``usage`` where its plan says, end its node as
-        ``outcome`` says, then check the guards the plan says the usage can push over a
-        ceiling: the first exceeded and what exceeds it. Each step runs once even if an
-        interrupt lands between them."""
+        ``outcome`` says, then check what is spent (holds stop calls at admission only) at the
+        guards the plan says the usage can push over a ceiling: the first passed, and what
+        passes it. Each step runs once even if an interrupt lands between them."""
         with self._lock:
             if ticket.kernel_node.status in TERMINAL_STATUSES:
                 return None
@@ -230,8 +230,7 @@ class Kernel(NodeTable):
             adds, guards = plan.settles.get(shape) or plan.settlement(shape)
             ticket.feed = iter(adds)
             whole(self._settle_steps, ticket, usage, outcome)
-            found = self._check(guards, None) if guards else None
-            return None if found is None else (guards[found[0]], found[1])
+            return self._spent_past(guards) if guards else None
 
     def _settle_steps(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> None:
         # Resumable and idempotent (see finish()): the feed (of the plan's cells) continues
@@ -369,6 +368,17 @@ class Kernel(NodeTable):
                 elif cell.value + extra > top:
                     hit = (limit, key, cell.value + extra)
                     return self._unless_abandoned((index, hit), guards, pending, holds)
+        return None
+
+    def _spent_past(self, guards: tuple[Guard, ...]) -> tuple[Guard, Hit] | None:
+        """:meth:`_check` of what is spent alone: the guard passed, and what passes it."""
+        for guard in guards:
+            rows, version, entries = guard.compiled
+            if rows is not guard.rows or version != guard.level.version:
+                entries = guard.compile()
+            for cell, top, limit, key in entries:
+                if cell is not None and cell.value > top:
+                    return guard, (limit, key, cell.value)
         return None
 
     def _unless_abandoned(

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from operator import attrgetter
-from typing import TYPE_CHECKING, Generic, NoReturn, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 
 __all__ = ["ReadOnly"]
 
@@ -17,15 +18,18 @@ class ReadOnly(property, Generic[_T]):
     objects (a call's kind, its reservation) can be read-only at no cost per call.
     """
 
-    def __init__(self, doc: str, hint: str = "", *, of: str = "") -> None:
+    def __init__(self, doc: str, hint: str = "", *, of: str = "", at: int | None = None) -> None:
         super().__init__(doc=doc)
         self.hint = hint
         self.of = of  # where the value is kept, when not in ``_x`` (``"node.kind"``)
+        self.at = at  # its place in the tuple kept there, if it is one of several
         self.name = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
-        read = attrgetter(self.of or f"_{name}")
+        kept = attrgetter(self.of or f"_{name}")
+        place = self.at
+        read: Callable[[Any], Any] = kept if place is None else lambda obj: kept(obj)[place]
         super().__init__(read, self._refuse, self._refuse, self.__doc__)
 
     def _refuse(self, obj: object, value: object = None) -> NoReturn:

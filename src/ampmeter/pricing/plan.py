@@ -29,6 +29,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter import _validate, money
+from ampmeter._validate import Counts
 from ampmeter.node import (
     META_CACHE_WRITE_TOKENS,
     META_CACHED_TOKENS,
@@ -182,40 +183,36 @@ class PricePlan:
 
     def price(
         self,
-        *,
+        counts: Counts,
         cost: int | None,
+        meta: dict[str, Any],
+        *,
         recorded: bool,
-        tokens_in: int,
-        tokens_out: int,
-        cached: int,
-        cache_writes: int,
-        reasoning: int,
-        tools: int,
-        estimated: bool = False,
-    ) -> tuple[int, dict[str, Any], int]:
-        """What an ended call with these (checked) counts cost in nano-dollars, the metadata
-        its price leaves, and 1 when it is unpriced (else 0). The cost is ``cost`` as given,
-        else the plan's, rounded half to even (unpriced when the model has no price or the
-        call recorded nothing), with ``cost_status`` ``"estimated"`` when the counts were
-        ``estimated`` (the provider reported none, so they are ampmeter's). A price beyond
-        what money counts (a provider reporting absurd usage: 2**53 tokens of a $10 per
-        million model) is charged as the most it counts, :data:`~ampmeter.money.MAX_NANO`,
-        and the node says ``cost_clamped``: the caller still gets the response it paid for,
-        and no budget lets another call through. Input the provider counted beyond any before
-        it for the model is noted (:func:`largest_input`)."""
+        estimated: bool,
+    ) -> tuple[int, int]:
+        """What an ended call with these checked ``counts`` cost in nano-dollars, and 1 when it
+        is unpriced (else 0); what its price says about it goes into its metadata ``meta``. The
+        cost is ``cost`` as given, else the plan's, rounded half to even (unpriced when the model
+        has no price or the call recorded nothing), with ``cost_status`` ``"estimated"`` when
+        the counts were ``estimated`` (the provider reported none, so they are ampmeter's). A
+        price beyond what money counts (a provider reporting absurd usage: 2**53 tokens of a $10
+        per million model) is charged as the most it counts, :data:`~ampmeter.money.MAX_NANO`,
+        and the node says ``cost_clamped``: the caller still gets the response it paid for, and
+        no budget lets another call through. Input the provider counted beyond any before it
+        for the model is noted (:func:`largest_input`)."""
         version: str | None = None
         found: int | None = None
+        tokens_in, _, cached, cache_writes, reasoning, tools = counts
         # A new largest input (as the provider counted: an estimate would only confirm itself).
         model = self.model
         if model and not estimated and tokens_in > _largest.get(model, 0):
             _note_input(model, tokens_in)
         if cost is None and recorded:
-            counts = (tokens_in, tokens_out, cached, cache_writes, reasoning)
             if self.asked is not None:
-                found, version = self._asked_price(*counts)
+                found, version = self._asked_price(counts)
             else:
                 version = self.version
-                exact = self._units(*counts)
+                exact = self._units(counts)
                 if exact is not None:
                     units, rates = exact
                     divisor = rates.divisor
@@ -227,9 +224,10 @@ class PricePlan:
         elif found is None:
             cost, status = 0, "unpriced"
         else:
-            cost, status = min(found, money.MAX_NANO), "estimated" if estimated else "priced"
-        meta: dict[str, Any] = {META_COST_STATUS: status}
-        if found is not None and found > money.MAX_NANO:
+            cost, status = found, "estimated" if estimated else "priced"
+        meta[META_COST_STATUS] = status
+        if cost > money.MAX_NANO:
+            cost = money.MAX_NANO
             meta[META_COST_CLAMPED] = True
         if version:
             meta[META_PRICING_VERSION] = version
@@ -240,14 +238,12 @@ class PricePlan:
         if reasoning:
             meta[META_REASONING_TOKENS] = reasoning
         meta[META_TOOL_CALLS_MADE] = tools
-        return cost, meta, int(status == "unpriced")
+        return cost, int(status == "unpriced")
 
-    def price_usd(
-        self, inp: int, out: int, cache_read: int, cache_write: int, reasoning: int
-    ) -> tuple[Decimal | None, str]:
+    def price_usd(self, counts: Counts) -> tuple[Decimal | None, str]:
         """The exact cost in dollars (not rounded; None when unpriced) of a call with these
-        (checked) counts by the table's rates, and their pricing version."""
-        exact = self._units(inp, out, cache_read, cache_write, reasoning)
+        checked ``counts`` by the table's rates, and their pricing version."""
+        exact = self._units(counts)
         if exact is None:
             return None, self.version
         units, rates = exact
@@ -258,14 +254,13 @@ class PricePlan:
             units //= 10**finer
         return Decimal(f"{units}E-{rates.places + 6}"), self.version
 
-    def _units(
-        self, inp: int, out: int, cache_read: int, cache_write: int, reasoning: int
-    ) -> tuple[int, Rates] | None:
-        """The exact cost as ``units`` × 10**-``places`` nano-dollars by the rates in force now
-        (None when unpriced), and those rates (the band of a tiered price)."""
+    def _units(self, counts: Counts) -> tuple[int, Rates] | None:
+        """The exact cost of ``counts`` as ``units`` × 10**-``places`` nano-dollars by the rates
+        in force now (None when unpriced), and those rates (the band of a tiered price)."""
         rates = self.rates if self.dated is None else self.dated.in_force()
         if rates is None:
             return None
+        inp, out, cache_read, cache_write, reasoning, _ = counts
         if rates.bands is not None:
             rates = rates.band(inp)
         r_in, r_out, r_read, r_write, r_reasoning, fee = rates.scaled
@@ -279,12 +274,11 @@ class PricePlan:
         )
         return units, rates
 
-    def _asked_price(
-        self, inp: int, out: int, cache_read: int, cache_write: int, reasoning: int
-    ) -> tuple[int | None, str]:
-        """The cost by another pricing in nano-dollars, rounded half to even but not bounded,
-        and its pricing version."""
+    def _asked_price(self, counts: Counts) -> tuple[int | None, str]:
+        """The cost of ``counts`` by another pricing in nano-dollars, rounded half to even but
+        not bounded, and its pricing version."""
         assert self.asked is not None
+        inp, out, cache_read, cache_write, reasoning, _ = counts
         result = self.asked.price(
             self.model,
             self.provider,

@@ -91,11 +91,11 @@ def price(
     ``"unpriced"``. Non-int or negative counts raise ``TypeError``/``ValueError``, as do parts
     larger than their whole.
     """
-    inp, out, read, write, reasoning, _ = _validate.usage_counts(
+    counts = _validate.usage_counts(
         _COUNTS, input_tokens, output_tokens, cached_tokens, cache_write_tokens, reasoning_tokens, 0
     )
     plan = plan_for(TABLE, model_arg(model), provider)
-    cost, version = plan.price_usd(inp, out, read, write, reasoning)
+    cost, version = plan.price_usd(counts)
     return PriceResult(cost, version, "unpriced" if cost is None else "priced")
 
 
