@@ -23,6 +23,7 @@ __all__ = [
     "MAX_NANO",
     "NANO_PER_USD",
     "TooLargeToCount",
+    "float_usd",
     "format_usd",
     "from_nano",
     "to_nano",
@@ -108,6 +109,13 @@ def from_nano(nano: int) -> Decimal:
     if nano % NANO_PER_USD:
         return (Decimal(nano) * _NANO_TO_DOLLARS).normalize()
     return Decimal(nano // NANO_PER_USD)
+
+
+def float_usd(nano: int) -> float:
+    """Whole nano-dollars as float dollars, rounded once: the value ``float(from_nano(nano))``
+    gives (an int divided by an int is correctly rounded), without making the Decimal. For
+    JSON, which has no exact decimals."""
+    return nano / NANO_PER_USD
 
 
 def format_usd(amount: Decimal | int | float) -> str:

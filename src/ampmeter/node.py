@@ -71,8 +71,7 @@ class Node:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable copy of the node's fields (metadata deeply; the cost in dollars)."""
         data = {name: getattr(self, name) for name in _FIELDS}
-        # int / int is correctly rounded, as float(self.cost_usd) is, without making a Decimal
-        data["cost_usd"] = data.pop("cost_nano") / money.NANO_PER_USD
+        data["cost_usd"] = money.float_usd(data.pop("cost_nano"))
         data["metadata"] = copy_metadata(self.metadata) if self.metadata else {}
         return data
 

@@ -245,3 +245,14 @@ def test_whole_nano_refuses_what_an_int64_cannot_count() -> None:
     assert money.whole_nano(Decimal("9223372036.854775807")) == 2**63 - 1
     with pytest.raises(ValueError, match="price is too large to count"):
         money.whole_nano(Decimal("9223372036.854775808"), "price")
+
+
+@given(
+    st.one_of(
+        st.integers(min_value=-money.MAX_NANO, max_value=money.MAX_NANO),
+        st.sampled_from([0, 1, 5, 999_999_999, 1_250_000, 2**53 + 1, money.MAX_NANO]),
+    )
+)
+def test_float_usd_is_the_decimal_amount_rounded_once(nano: int) -> None:
+    # What the JSONL lines and Node.to_dict() write: the same float the exact Decimal gives.
+    assert money.float_usd(nano) == float(money.from_nano(nano))

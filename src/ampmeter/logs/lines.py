@@ -11,7 +11,7 @@ from typing import Any, Final
 
 import orjson
 
-from ampmeter.money import NANO_PER_USD
+from ampmeter.money import float_usd
 from ampmeter.node import (
     META_CACHED_TOKENS,
     META_COMPONENT,
@@ -74,7 +74,7 @@ def node_to_event(
     t_in = node.tokens_in or 0
     t_out = node.tokens_out or 0
     usage = {"prompt_tokens": t_in, "completion_tokens": t_out, "total_tokens": t_in + t_out}
-    cost = node.cost_nano / NANO_PER_USD  # a JSON number, rounded once as float(cost_usd) is
+    cost = float_usd(node.cost_nano)  # JSONL keeps cost_usd a JSON number
     cost_status = None
     if meta:
         cached = meta.get(META_CACHED_TOKENS)
