@@ -15,11 +15,11 @@ from ampmeter._calls import CallMaker
 from ampmeter._core.emit import Emitter
 from ampmeter._core.exhaustion import ExhaustedHook
 from ampmeter._core.frame import Frame
-from ampmeter._core.kernel import bound
 from ampmeter._core.outcome import TerminationReason
 from ampmeter._core.pausing import raise_limit
 from ampmeter._core.readonly import ReadOnly
 from ampmeter._core.steps import Admission
+from ampmeter._core.views import bound
 from ampmeter._current import (
     CURRENT,
     OPEN,

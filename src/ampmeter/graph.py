@@ -15,7 +15,8 @@ from decimal import Decimal
 from typing import Any, Final
 
 from ampmeter import _validate
-from ampmeter._core.kernel import Kernel, bind, now_ms
+from ampmeter._core.kernel import Kernel, now_ms
+from ampmeter._core.views import bind
 from ampmeter.node import KINDS, Node, copy_metadata
 
 __all__ = ["ExecutionGraph"]

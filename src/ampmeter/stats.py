@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from ampmeter import _validate, money
 from ampmeter._core.check import Guard, compile_limits
-from ampmeter._core.kernel import Kernel, Level, bind, bound
+from ampmeter._core.kernel import Kernel, Level
 from ampmeter._core.usage import internal_amount
+from ampmeter._core.views import bind, bound
 from ampmeter.keys import (
     KEY_COST,
     KEY_FORMAT_PARSE_ERROR_TOTAL,

@@ -28,7 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from ampmeter import ExecutionContext, Limit, LimitType
 from ampmeter._core import kernel as kernel_module
-from ampmeter._core.kernel import bound
+from ampmeter._core.views import bound
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ampmeter._core.kernel import bound
+from ampmeter._core.views import bound
 from ampmeter.graph import ExecutionGraph
 from ampmeter.node import KINDS, Node
 

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ampmeter import ExceededLimit, ExecutionStats, Limit, LimitType, check_limits, default_limits
-from ampmeter._core.kernel import bound
 from ampmeter._core.usage import internal_amount
+from ampmeter._core.views import bound
 from ampmeter.keys import (
     KEY_COST,
     KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,

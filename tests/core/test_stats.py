@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ampmeter import ExecutionStats, keys
-from ampmeter._core.kernel import bound
+from ampmeter._core.views import bound
 from ampmeter.keys import (
     KEY_COST,
     KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,

@@ -14,8 +14,8 @@ from decimal import Decimal
 import pytest
 
 from ampmeter import ExecutionContext
-from ampmeter._core.kernel import bound
 from ampmeter._core.ticket import Ticket
+from ampmeter._core.views import bound
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS
 from support.entered import entered
 

@@ -37,7 +37,7 @@ from ampmeter._core.usage import Usage
 from ampmeter.keys import LOCAL_KEYS
 from ampmeter.node import TERMINAL_STATUSES, Node
 
-__all__ = ["Cell", "Kernel", "Level", "bind", "bound", "now_ms"]
+__all__ = ["Cell", "Kernel", "Level", "now_ms"]
 
 _NO_OUTCOME: Final = Outcome("halt", stop_reason="interrupted before it was settled")
 _NOT_STARTED: Final = Outcome("halt", stop_reason="interrupted before it started")
@@ -430,20 +430,6 @@ class Kernel(NodeTable):
         self.sweep()
         with self._lock:
             return {k: v for k, v in self.held_at(level).items() if v > 0}
-
-
-_VIEWS: weakref.WeakKeyDictionary[object, tuple[Kernel, Level | None]] = weakref.WeakKeyDictionary()
-
-
-def bind(view: object, kernel: Kernel, level: Level | None = None) -> None:
-    """Tie a read-only view (a graph, a stats object) to the kernel and level it shows, so the
-    core can find them without the view handing them out."""
-    _VIEWS[view] = (kernel, level)
-
-
-def bound(view: object) -> tuple[Kernel, Level | None]:
-    """The kernel and level a view shows (see :func:`bind`)."""
-    return _VIEWS[view]
 
 
 def _drain(feed: Iterator[tuple[Cell, int]], amounts: tuple[Any, ...]) -> None:
