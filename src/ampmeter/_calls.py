@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ampmeter import _validate
 from ampmeter._core.steps import Stop
-from ampmeter._core.usage import Usage
+from ampmeter._core.ticket import Reserved
 from ampmeter._current import CURRENT
 from ampmeter._lineage import META_CONTEXTS, Lineage
 from ampmeter.call import Call
@@ -47,6 +47,7 @@ __all__ = ["CallMaker"]
 
 _MODEL_NAMES = ("name", "model", "provider")  # a model call's names, in order
 _NAMED = (*_MODEL_NAMES, "idempotency_key")
+_NOTHING: Reserved = (0, 0, 0, 0)  # what a step reserves
 
 
 class CallMaker:
@@ -171,16 +172,8 @@ class CallMaker:
             request=request,
             mode=self._estimate,  # type: ignore[arg-type]
         )
-        counted = int(kind == "llm")  # an LLM call counts one call and one step; an embedding none
-        reservation = Usage(
-            kind,
-            model or "",
-            tokens_in=tokens_in,
-            tokens_out=tokens_out,
-            cost_nano=cost,
-            calls=counted,
-            steps=counted,
-        )
+        # An LLM call reserves one call and one step; an embedding none.
+        reserved = (tokens_in, tokens_out, cost, int(kind == "llm"))
         policies = self._policies
         marks = None
         # (A priced call's marks only when a step marks priced calls; an unpriced one's when
@@ -190,7 +183,7 @@ class CallMaker:
         return self._begin(
             metadata,
             (kind, label, model),
-            reservation,
+            reserved,
             priced,
             price_plan=plan,
             provider=provider,
@@ -220,11 +213,11 @@ class CallMaker:
             if estimate_usd is None
             else _validate.nano(estimate_usd, "estimate_usd", round_up=True)
         )
-        reservation = Usage("tool", "", name, cost_nano=cost, calls=1, steps=1)
         marks = self._policies.tool_marks(name, arguments)
         meta = {} if metadata is None else _validate.metadata(metadata)
         node = ("tool", name, None)
-        return self._begin(meta, node, reservation, marks=marks, idempotency_key=idempotency_key)
+        reserved = (0, 0, cost, 1)  # its cost, one call and one step
+        return self._begin(meta, node, reserved, marks=marks, idempotency_key=idempotency_key)
 
     def step(
         self, name: str, *, kind: str = "system", metadata: Mapping[str, Any] | None = None
@@ -236,13 +229,13 @@ class CallMaker:
             raise ValueError(f"use llm_call() or tool_call() for {kind!r} nodes")
         check_kind(kind)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        return self._begin(meta, (kind, name, None), Usage(kind))
+        return self._begin(meta, (kind, name, None), _NOTHING)
 
     def _begin(
         self,
         meta: dict[str, Any],
         node: tuple[str, str, str | None],
-        reservation: Usage,
+        reserved: Reserved,
         priced: bool = True,
         *,
         provider: str | None = None,
@@ -251,18 +244,21 @@ class CallMaker:
         price_plan: PricePlan | None = None,
         prompt_size: RequestSize | None = None,
     ) -> Call:
-        """A call reserving ``reservation``, with the other fields of its
-        :class:`~ampmeter.Call`, following its context's plan for its kind and model (``priced``
-        or not), its node (kind, name, model) begun under the current node with ``meta`` (the
-        call's own dict); not yet admitted. A closed context makes no calls."""
+        """A call reserving ``reserved``, with the other fields of its
+        :class:`~ampmeter.Call`, following its context's plan for its kind and model or tool
+        (``priced`` or not), its node (kind, name, model) begun under the current node with
+        ``meta`` (the call's own dict); not yet admitted. A closed context makes no calls."""
         if self._closed:
             self._check_open()
         kind, name, model = node
+        tool = name if kind == "tool" else ""
         admission = self._admission
-        plan = admission.plans.get((kind, model, priced)) or admission.plan(kind, model, priced)
+        plan = admission.plans.get((kind, model, tool, priced)) or admission.plan(
+            kind, model, tool, priced
+        )
         call = Call(
             self,  # type: ignore[arg-type]
-            reservation,
+            reserved,
             plan,
             provider=provider,
             marks=marks,

@@ -3,9 +3,9 @@
 A call goes through four steps:
 
 1. **begin** - its node is created in the graph under the current node (when the call is made);
-2. **admit** - the context's admission checks the call's reservation (a
-   :class:`~ampmeter._core.usage.Usage` estimate) against every limit above it and holds it, or
-   halts the node and raises :class:`~ampmeter.LimitExceeded` before any user code runs;
+2. **admit** - the context's admission checks the call's reservation (its estimated counts)
+   against every limit above it and holds it, or halts the node and raises
+   :class:`~ampmeter.LimitExceeded` before any user code runs;
 3. **run** - the user's block (or the SDK request) runs;
 4. **settle** - every step replaces its hold by what the call used, the node ends, sinks see it.
 """
@@ -22,7 +22,7 @@ from ampmeter._core.idempotency import META_IDEMPOTENCY_KEY
 from ampmeter._core.interrupted import charged_in_flight, is_interrupted_in_flight
 from ampmeter._core.outcome import Outcome
 from ampmeter._core.readonly import ReadOnly
-from ampmeter._core.ticket import ADMITTED, DONE, NEW, Ticket
+from ampmeter._core.ticket import ADMITTED, DONE, NEW, Reserved, Ticket
 from ampmeter._core.usage import Usage
 from ampmeter._core.waiting import off_loop, run_async, run_sync
 from ampmeter._current import CURRENT, restore
@@ -91,7 +91,7 @@ class Call(Scoped, Ticket):
     def __init__(
         self,
         context: ExecutionContext,
-        reservation: Usage,
+        reserved: Reserved,
         plan: KindPlan,
         *,
         provider: str | None = None,
@@ -100,12 +100,12 @@ class Call(Scoped, Ticket):
         price_plan: PricePlan | None = None,
         prompt_size: Any = None,
     ) -> None:
-        """A call reserving ``reservation`` by ``plan`` (its context's for its kind and model),
+        """A call reserving ``reserved`` by ``plan`` (its context's for its kind and model),
         made by ``context`` (see :meth:`~ampmeter.ExecutionContext.llm_call`), which begins its
         node; not yet admitted."""
         self.context = context
         self.plan = plan
-        self._reservation = reservation
+        self._reserved = reserved
         self._provider = provider
         self._marks = marks
         self._idempotency_key = idempotency_key
@@ -136,8 +136,8 @@ class Call(Scoped, Ticket):
     def reserved_tokens(self) -> tuple[int, int]:
         """The input and output tokens this call's reservation holds (the output is 0 when
         the call set no ``max_tokens`` and the context estimates ``"learned"``)."""
-        reservation = self.reservation
-        return reservation.tokens_in, reservation.tokens_out
+        tokens_in, tokens_out, _, _ = self.reserved
+        return tokens_in, tokens_out
 
     @property
     def policy(self) -> CallMarks | None:

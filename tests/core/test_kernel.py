@@ -25,13 +25,12 @@ class LevelPlan:
 
     def __init__(self, level: Level, hold_at: Level) -> None:
         self.level, self.hold_at = level, hold_at
-        self.holds: dict[Shape, object] = {}
+        self.hold = None
         self.settles: dict[Shape, object] = {}
 
-    def hold_plan(self, shape: Shape) -> tuple[object, ...]:
+    def hold_plan(self) -> tuple[object, ...]:
         self.hold_at.note(KEY_INPUT_TOKENS)
-        field = next(f for key, f, _ in shape.entries if key == KEY_INPUT_TOKENS)
-        return ((self.hold_at, (KEY_INPUT_TOKENS,)),), (KEY_INPUT_TOKENS,), (field,)
+        return ((self.hold_at, (KEY_INPUT_TOKENS,)),), (KEY_INPUT_TOKENS,), (0,)
 
     def settlement(self, shape: Shape) -> tuple[tuple[tuple[Cell, int], ...], tuple[Guard, ...]]:
         return self.level.cells(shape.entries), ()
@@ -42,7 +41,7 @@ def ticket_at(level: Level, tokens_in: int = 0, hold_at: Level | None = None) ->
     the kernel's ticket, which it keeps a weak reference to."""
     ticket = Ticket()
     ticket.plan = LevelPlan(level, hold_at or level)
-    ticket._reservation = Usage(tokens_in=tokens_in, calls=1)  # (what its maker sets)
+    ticket._reserved = (tokens_in, 0, 0, 1)  # (what its maker sets)
     return ticket
 
 

@@ -13,7 +13,7 @@ from decimal import Decimal
 
 import pytest
 
-from ampmeter import ExecutionContext
+from ampmeter import ExecutionContext, Limit
 from ampmeter._core.ticket import Ticket
 from ampmeter._core.views import bound
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS
@@ -136,17 +136,12 @@ def _ampmeter_calls(run: Callable[[], object]) -> list[str]:
 def test_a_call_no_policy_acts_on_goes_from_the_admission_straight_to_the_kernel() -> None:
     ctx = ExecutionContext(max_cost_usd=1)
     warm = ctx.llm_call("warm", model="gpt-4o-mini", prompt_tokens=10, max_tokens=5)
-    warm.start().finish()  # compiles the plan and its shapes
+    warm.start().finish()  # compiles the plan, where its reservations are held
     call = ctx.llm_call("plan", model="gpt-4o-mini", prompt_tokens=10, max_tokens=5)
     assert call.plan.admitters == ()
     entered = _ampmeter_calls(call.start)
-    assert entered == [
-        "Call.start",
-        "Admission.admit",
-        "Kernel.admit",
-        "Usage.shape",
-        "Kernel._check",
-    ]
+    # (No usage is made to be held: the plan knows the keys, the call its counts.)
+    assert entered == ["Call.start", "Admission.admit", "Kernel.admit", "Kernel._check"]
     assert call.node.status == "running"
     ended = _ampmeter_calls(call.finish)
     settling = ended[ended.index("Admission.settle") :]
@@ -201,3 +196,20 @@ def test_a_settlement_stops_a_context_for_what_is_spent_not_for_what_others_hold
         call.record(cost_usd=1.5)  # spent past the ceiling: the context stops, naming it
     assert ctx.termination_reason is TerminationReason.LIMIT_EXCEEDED
     assert ctx.exceeded_limit is not None and ctx.exceeded_limit.value == Decimal("1.5")
+
+
+def test_a_plan_holds_every_key_its_calls_may_reserve_whatever_the_first_ones_amounts() -> None:
+    from ampmeter import BudgetBusy
+
+    limits = [Limit("amp:tool_calls", 3)]
+    ctx = ExecutionContext(max_cost_usd=1, limits=limits, admission_timeout_s=0.05)
+    free = ctx.tool_call("search").start()  # compiles the plan: no cost to hold
+    priced = ctx.tool_call("search", estimate_usd=0.25).start()
+    assert priced.plan is free.plan and priced.reserved == (0, 0, 250_000_000, 1)
+    assert ctx.stats.reserved() == {KEY_COST: Decimal("0.25"), "amp:tool_calls": 2}
+    assert priced.reservation.amounts()[KEY_COST] == Decimal("0.25")  # made when read
+    with pytest.raises(BudgetBusy, match="amp:cost"):
+        ctx.tool_call("search", estimate_usd=0.8).start()  # 0.25 held + 0.8 > $1
+    free.finish()
+    priced.finish()
+    assert ctx.stats.reserved() == {}

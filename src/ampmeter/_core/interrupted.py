@@ -39,14 +39,14 @@ def is_interrupted_in_flight(ticket: Ticket, exc: BaseException) -> bool:
         not isinstance(exc, Exception)
         and ticket.kernel_node.status == "running"
         and not ticket.recorded
-        and (ticket.reservation.cost_nano > 0 or (ticket.kind == "llm" and bool(ticket.model)))
+        and (ticket.reserved[2] > 0 or (ticket.kind == "llm" and bool(ticket.model)))
     )
 
 
 def charged_in_flight(ticket: Ticket, exc: BaseException) -> tuple[Usage, Outcome]:
     """The usage and outcome of a call ``exc`` interrupted in flight: its reserved cost (none:
     an LLM call counted sent and unpriced)."""
-    cost = ticket.reservation.cost_nano
+    _, _, cost, _ = ticket.reserved
     kind = ticket.kind
     if kind == "llm":
         usage = Usage(

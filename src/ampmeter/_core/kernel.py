@@ -161,10 +161,9 @@ class Kernel(NodeTable):
         else why not (see :data:`~ampmeter._core.check.Refused`)."""
         with self._lock:
             if guards:
-                reservation = ticket.reservation
-                plan, shape = ticket.plan, reservation.shape()
-                holds, keys, fields = plan.holds.get(shape) or plan.hold_plan(shape)
-                amounts = dict(zip(keys, map(reservation.__getitem__, fields), strict=True))
+                plan = ticket.plan
+                holds, keys, fields = plan.hold or plan.hold_plan()
+                amounts = dict(zip(keys, map(ticket.reserved.__getitem__, fields), strict=True))
                 hit = self._check(guards, amounts)
                 if hit is not None:
                     return (*hit, self._check(guards, amounts, False) is None)

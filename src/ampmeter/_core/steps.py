@@ -27,8 +27,8 @@ from ampmeter._core.frame import Stop
 from ampmeter._core.idempotency import counted_once, usage_after
 from ampmeter._core.outcome import Outcome, TerminationReason
 from ampmeter._core.pausing import PauseWait
-from ampmeter._core.ticket import ADMITTED, DONE, NEW, Ticket
-from ampmeter._core.usage import Shape, Usage
+from ampmeter._core.ticket import ADMITTED, DONE, NEW, RESERVED, Ticket, reservation_usage
+from ampmeter._core.usage import Entry, Shape, Usage
 from ampmeter._core.waiting import Pause, Steps, Wait
 from ampmeter.errors import BudgetBusy, ExecutionCanceled, LimitExceeded
 from ampmeter.keys import KEY_ELAPSED_S, KEY_ITERATIONS
@@ -137,15 +137,15 @@ class Admission:
         self.settlers = tuple(s for s in reversed(steps) if type(s).settle is not Step.settle)
         self.ledger_step = ledger_step
         self.steps: tuple[Step, ...] = (*steps, ledger_step) if ledger_step else tuple(steps)
-        self.plans: dict[tuple[str, str | None, bool], KindPlan] = {}
+        self.plans: dict[tuple[str, str | None, str, bool], KindPlan] = {}
 
-    def plan(self, kind: str, model: str | None, priced: bool) -> KindPlan:
-        """Compile the plan of calls of ``kind`` and ``model`` here, ``priced`` or not (asked on
-        each call: prices change), on its first call: the next find it in :attr:`plans`, which
-        keeps the first :data:`PLANS_MAX` of them."""
-        found = KindPlan(self, kind, priced)
+    def plan(self, kind: str, model: str | None, tool: str, priced: bool) -> KindPlan:
+        """Compile the plan of calls of ``kind`` and ``model`` (a tool call's: of ``tool``)
+        here, ``priced`` or not (asked on each call: prices change), on its first call: the next
+        find it in :attr:`plans`, which keeps the first :data:`PLANS_MAX` of them."""
+        found = KindPlan(self, kind, priced, reservation_keys(kind, model, tool))
         if len(self.plans) < PLANS_MAX:
-            self.plans[kind, model, priced] = found
+            self.plans[kind, model, tool, priced] = found
             # Cleared when a context at or above this one is folded into its parent (the
             # levels a usage adds to change then: see ampmeter._core.cells).
             self.level.caches.append(found.settles)
@@ -384,8 +384,28 @@ def timed_out(timed: tuple[Frame, ...]) -> Stop | None:
 
 
 HoldPlan = tuple[tuple[tuple["Level", tuple[str, ...]], ...], tuple[str, ...], tuple[int, ...]]
-"""Where a reservation is held: (each guard level with the keys held there, every key held
-anywhere, each key's Usage field)."""
+"""Where a plan's reservations are held: (each guard level with the keys held there, every key
+held anywhere, each key's place in the reservation's counts, see
+:data:`~ampmeter._core.ticket.Reserved`)."""
+
+# Each Usage field a reservation's keys add: its place in the reservation's counts (its step
+# is reserved as its call is).
+_RESERVED_AT: Final = {
+    Usage._fields.index(field): RESERVED.index("calls" if field == "steps" else field)
+    for field in (*RESERVED, "steps")
+}
+
+
+def reservation_keys(kind: str, model: str | None, tool: str) -> tuple[Entry, ...]:
+    """Every key a reservation of a call of ``kind`` (of ``model``, or ``tool``) may hold,
+    whatever its amounts: a model call's tokens, an LLM, embedding or tool call's cost, an LLM
+    or tool call's one call and one step. So where a plan's reservations are held is compiled
+    once, not per pattern of zeros (a zero held adds nothing)."""
+    tokens = int(kind in ("llm", "embedding"))
+    calls = int(kind in ("llm", "tool"))
+    every = (tokens, tokens, int(kind in ("llm", "embedding", "tool")), calls)
+    return reservation_usage(kind, model, tool, every).shape().entries
+
 
 Settlement = tuple[tuple[tuple["Cell", int], ...], tuple[Guard, ...]]
 """What a usage adds to when its call settles: (each (cell, Usage field) pair, at its context
@@ -393,43 +413,45 @@ and every context above; the guards whose ceilings watch one of its keys)."""
 
 
 class KindPlan:
-    """What every call of one kind and model in one context needs, compiled on the first such
-    call (:meth:`Admission.plan`) instead of worked out per call: the admission steps that can
-    act on it (a step that never acts on its kind, or only on unpriced calls when it is priced,
-    is not asked), and per shape of usage (:class:`~ampmeter._core.usage.Shape`, the one shape
-    cache) where a reservation of that shape is held (:attr:`holds`: each guard with the keys
-    its limits watch) and what a usage of that shape settles (:attr:`settles`: the cells it
-    adds to, at its context and every context above it, and the only guards its settlement can
-    push over a ceiling, the ones watching one of its keys). A shape's entry is compiled on its
-    first use, under the kernel's lock (:meth:`hold_plan`, :meth:`settlement`)."""
+    """What every call of one kind and model (or tool) in one context needs, compiled on the
+    first such call (:meth:`Admission.plan`) instead of worked out per call: the admission steps
+    that can act on it (a step that never acts on its kind, or only on unpriced calls when it
+    is priced, is not asked), where its reservations are held (:attr:`hold`: each guard with
+    the keys its limits watch, whatever the amounts), and per shape of usage
+    (:class:`~ampmeter._core.usage.Shape`, the one shape cache) what a usage of that shape
+    settles (:attr:`settles`: the cells it adds to, at its context and every context above it,
+    and the only guards its settlement can push over a ceiling, the ones watching one of its
+    keys). Each is compiled on its first use, under the kernel's lock (:meth:`hold_plan`,
+    :meth:`settlement`)."""
 
-    __slots__ = ("admission", "admitters", "holds", "settles")
+    __slots__ = ("admission", "admitters", "hold", "reserves", "settles")
 
-    def __init__(self, admission: Admission, kind: str, priced: bool) -> None:
+    def __init__(
+        self, admission: Admission, kind: str, priced: bool, reserves: tuple[Entry, ...]
+    ) -> None:
         self.admission = admission
         self.admitters: tuple[Step, ...] = tuple(
             step
             for step in admission.admitters
             if (step.kinds is None or kind in step.kinds) and (step.priced_calls or not priced)
         )
-        self.holds: dict[Shape, HoldPlan] = {}
+        self.reserves = reserves  # every key its calls' reservations may hold
+        self.hold: HoldPlan | None = None  # where they are held (compiled on first use)
         self.settles: dict[Shape, Settlement] = {}
 
-    def hold_plan(self, shape: Shape) -> HoldPlan:
-        """Where a reservation of ``shape`` is held, each key made known at its level (so
+    def hold_plan(self) -> HoldPlan:
+        """Where this plan's reservations are held, each key made known at its level (so
         prefix limits see it from the start)."""
         holds = []
         watched: dict[str, int] = {}
         for frame in self.admission.guards:
-            keys = tuple(k for k in shape.keys if any(lim.matches(k) for lim in frame.limits))
+            keys = tuple(k for k, _, _ in self.reserves if any(m.matches(k) for m in frame.limits))
             if keys:
                 holds.append((frame.level, keys))
-                watched.update((k, f) for k, f, _ in shape.entries if k in keys)
+                watched.update((k, _RESERVED_AT[f]) for k, f, _ in self.reserves if k in keys)
                 for key in keys:
                     frame.level.note(key)
-        plan = (tuple(holds), tuple(watched), tuple(watched.values()))
-        if shape.interned:
-            self.holds[shape] = plan
+        self.hold = plan = (tuple(holds), tuple(watched), tuple(watched.values()))
         return plan
 
     def settlement(self, shape: Shape) -> Settlement:

@@ -8,6 +8,10 @@ node keeps, its provider, reservation, marks and idempotency key); the rest is t
 bookkeeping, written by the admission (``phase``, ``rows``, ``ledger_holds``) and the kernel
 (``amounts``, ``holds``, ``thread``, ``feed``). The kernel refers to a ticket weakly, so a call
 dropped without settling (an interrupt) is found by its dead reference and ended.
+
+A reservation is kept as its counts (:data:`Reserved`), which the kernel holds by the keys its
+plan compiled once; the :class:`~ampmeter._core.usage.Usage` it stands for is made only when
+something reads :attr:`Ticket.reservation` (a shared ledger, a reader).
 """
 
 from __future__ import annotations
@@ -23,10 +27,38 @@ if TYPE_CHECKING:
     from ampmeter._core.check import Guard
     from ampmeter.node import Node
 
-__all__ = ["ADMITTED", "DONE", "NEW", "Ticket"]
+__all__ = ["ADMITTED", "DONE", "NEW", "RESERVED", "Reserved", "Ticket"]
 
 NEW, ADMITTED, DONE = 0, 1, 2
 """A ticket's phases: made, admitted (holding its reservation), ended."""
+
+Reserved = tuple[int, int, int, int]
+"""A reservation's counts: input tokens, output tokens, cost in nano-dollars, and calls (1 for
+an LLM or tool call, which also reserves one step; else 0)."""
+RESERVED: tuple[str, ...] = ("tokens_in", "tokens_out", "cost_nano", "calls")
+"""The :class:`~ampmeter._core.usage.Usage` field of each of a reservation's counts, in order."""
+
+
+def reservation_usage(kind: str, model: str | None, tool: str, reserved: Reserved) -> Usage:
+    """The usage a call of ``kind`` (of ``model``, or ``tool``) reserving ``reserved`` stands
+    for."""
+    tokens_in, tokens_out, cost, calls = reserved
+    return Usage(
+        kind,
+        model or "",
+        tool,
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        cost_nano=cost,
+        calls=calls,
+        steps=calls,
+    )
+
+
+def _reservation(ticket: Ticket) -> Usage:
+    node = ticket.kernel_node
+    tool = node.name if node.kind == "tool" else ""
+    return reservation_usage(node.kind, node.model, tool, ticket.reserved)
 
 
 class Ticket:
@@ -38,7 +70,7 @@ class Ticket:
         "_idempotency_key",
         "_marks",
         "_provider",
-        "_reservation",
+        "_reserved",
         "amounts",
         "feed",
         "holds",
@@ -59,7 +91,11 @@ class Ticket:
     model: ReadOnly[str | None] = ReadOnly("The model called, if any.", of="kernel_node.model")
     node_id: ReadOnly[str] = ReadOnly("The id of the call's node.", of="kernel_node.node_id")
     provider: ReadOnly[str | None] = ReadOnly("The provider, when known.")
-    reservation: ReadOnly[Usage] = ReadOnly("What the call reserves before it runs.")
+    reserved: ReadOnly[Reserved] = ReadOnly("What the call reserves before it runs, counted.")
+    reservation: ReadOnly[Usage] = ReadOnly(
+        "What the call reserves before it runs, as a usage (made when read).",
+        made=_reservation,
+    )
     marks: ReadOnly[Any] = ReadOnly("What the context's policies noted (None: nothing).")
     idempotency_key: ReadOnly[str | None] = ReadOnly("Counted once per key in the run.")
 
