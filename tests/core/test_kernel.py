@@ -30,7 +30,7 @@ class LevelPlan:
 
     def hold_plan(self) -> tuple[object, ...]:
         self.hold_at.note(KEY_INPUT_TOKENS)
-        return ((self.hold_at, (KEY_INPUT_TOKENS,)),), (KEY_INPUT_TOKENS,), (0,)
+        return ((self.hold_at, (KEY_INPUT_TOKENS,)),), ((KEY_INPUT_TOKENS, 0),)
 
     def settlement(self, shape: Shape) -> tuple[tuple[tuple[Cell, int], ...], tuple[Guard, ...]]:
         return self.level.cells(shape.entries), ()

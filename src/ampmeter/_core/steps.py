@@ -383,9 +383,9 @@ def timed_out(timed: tuple[Frame, ...]) -> Stop | None:
     return None
 
 
-HoldPlan = tuple[tuple[tuple["Level", tuple[str, ...]], ...], tuple[str, ...], tuple[int, ...]]
-"""Where a plan's reservations are held: (each guard level with the keys held there, every key
-held anywhere, each key's place in the reservation's counts, see
+HoldPlan = tuple[tuple[tuple["Level", tuple[str, ...]], ...], tuple[tuple[str, int], ...]]
+"""Where a plan's reservations are held: (each guard level with the keys held there, each key
+held anywhere with its place in the reservation's counts, see
 :data:`~ampmeter._core.ticket.Reserved`)."""
 
 # Each Usage field a reservation's keys add: its place in the reservation's counts (its step
@@ -451,7 +451,7 @@ class KindPlan:
                 watched.update((k, _RESERVED_AT[f]) for k, f, _ in self.reserves if k in keys)
                 for key in keys:
                     frame.level.note(key)
-        self.hold = plan = (tuple(holds), tuple(watched), tuple(watched.values()))
+        self.hold = plan = (tuple(holds), tuple(watched.items()))
         return plan
 
     def settlement(self, shape: Shape) -> Settlement:
