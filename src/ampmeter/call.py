@@ -133,13 +133,6 @@ class Call(Scoped, Ticket):
         return None if self._cost_nano is None else money.from_nano(self._cost_nano)
 
     @property
-    def reserved_tokens(self) -> tuple[int, int]:
-        """The input and output tokens this call's reservation holds (the output is 0 when
-        the call set no ``max_tokens`` and the context estimates ``"learned"``)."""
-        tokens_in, tokens_out, _, _ = self.reserved
-        return tokens_in, tokens_out
-
-    @property
     def policy(self) -> CallMarks | None:
         """What the context's policies noted about this call (None when none applies)."""
         marks: CallMarks | None = self.marks

@@ -19,28 +19,20 @@ class ReadOnly(property, Generic[_T]):
     """
 
     def __init__(
-        self,
-        doc: str,
-        hint: str = "",
-        *,
-        of: str = "",
-        at: int | None = None,
-        made: Callable[[Any], Any] | None = None,
+        self, doc: str, hint: str = "", *, of: str | Callable[..., Any] = "", at: int | None = None
     ) -> None:
         super().__init__(doc=doc)
         self.hint = hint
-        self.of = of  # where the value is kept, when not in ``_x`` (``"node.kind"``)
+        # Where the value is kept, when not in ``_x`` (``"node.kind"``), or what makes it.
+        self.of = of
         self.at = at  # its place in the tuple kept there, if it is one of several
-        self.made = made  # what makes the value when it is read, when it is not kept at all
         self.name = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
-        kept = attrgetter(self.of or f"_{name}")
+        kept = self.of if callable(self.of) else attrgetter(self.of or f"_{name}")
         place = self.at
         read: Callable[[Any], Any] = kept if place is None else lambda obj: kept(obj)[place]
-        if self.made is not None:
-            read = self.made
         super().__init__(read, self._refuse, self._refuse, self.__doc__)
 
     def _refuse(self, obj: object, value: object = None) -> NoReturn:

@@ -27,8 +27,8 @@ from ampmeter._core.frame import Stop
 from ampmeter._core.idempotency import counted_once, usage_after
 from ampmeter._core.outcome import Outcome, TerminationReason
 from ampmeter._core.pausing import PauseWait
-from ampmeter._core.ticket import ADMITTED, DONE, NEW, RESERVED, Ticket, reservation_usage
-from ampmeter._core.usage import Entry, Shape, Usage
+from ampmeter._core.ticket import ADMITTED, DONE, NEW, Ticket, reservation_keys
+from ampmeter._core.usage import Shape, Usage
 from ampmeter._core.waiting import Pause, Steps, Wait
 from ampmeter.errors import BudgetBusy, ExecutionCanceled, LimitExceeded
 from ampmeter.keys import KEY_ELAPSED_S, KEY_ITERATIONS
@@ -388,25 +388,6 @@ HoldPlan = tuple[tuple[tuple["Level", tuple[str, ...]], ...], tuple[tuple[str, i
 held anywhere with its place in the reservation's counts, see
 :data:`~ampmeter._core.ticket.Reserved`)."""
 
-# Each Usage field a reservation's keys add: its place in the reservation's counts (its step
-# is reserved as its call is).
-_RESERVED_AT: Final = {
-    Usage._fields.index(field): RESERVED.index("calls" if field == "steps" else field)
-    for field in (*RESERVED, "steps")
-}
-
-
-def reservation_keys(kind: str, model: str | None, tool: str) -> tuple[Entry, ...]:
-    """Every key a reservation of a call of ``kind`` (of ``model``, or ``tool``) may hold,
-    whatever its amounts: a model call's tokens, an LLM, embedding or tool call's cost, an LLM
-    or tool call's one call and one step. So where a plan's reservations are held is compiled
-    once, not per pattern of zeros (a zero held adds nothing)."""
-    tokens = int(kind in ("llm", "embedding"))
-    calls = int(kind in ("llm", "tool"))
-    every = (tokens, tokens, int(kind in ("llm", "embedding", "tool")), calls)
-    return reservation_usage(kind, model, tool, every).shape().entries
-
-
 Settlement = tuple[tuple[tuple["Cell", int], ...], tuple[Guard, ...]]
 """What a usage adds to when its call settles: (each (cell, Usage field) pair, at its context
 and every context above; the guards whose ceilings watch one of its keys)."""
@@ -427,7 +408,7 @@ class KindPlan:
     __slots__ = ("admission", "admitters", "hold", "reserves", "settles")
 
     def __init__(
-        self, admission: Admission, kind: str, priced: bool, reserves: tuple[Entry, ...]
+        self, admission: Admission, kind: str, priced: bool, reserves: tuple[tuple[str, int], ...]
     ) -> None:
         self.admission = admission
         self.admitters: tuple[Step, ...] = tuple(
@@ -435,7 +416,7 @@ class KindPlan:
             for step in admission.admitters
             if (step.kinds is None or kind in step.kinds) and (step.priced_calls or not priced)
         )
-        self.reserves = reserves  # every key its calls' reservations may hold
+        self.reserves = reserves  # every key its reservations may hold, with its amount's place
         self.hold: HoldPlan | None = None  # where they are held (compiled on first use)
         self.settles: dict[Shape, Settlement] = {}
 
@@ -445,10 +426,10 @@ class KindPlan:
         holds = []
         watched: dict[str, int] = {}
         for frame in self.admission.guards:
-            keys = tuple(k for k, _, _ in self.reserves if any(m.matches(k) for m in frame.limits))
+            keys = tuple(k for k, _ in self.reserves if any(m.matches(k) for m in frame.limits))
             if keys:
                 holds.append((frame.level, keys))
-                watched.update((k, _RESERVED_AT[f]) for k, f, _ in self.reserves if k in keys)
+                watched.update((k, place) for k, place in self.reserves if k in keys)
                 for key in keys:
                     frame.level.note(key)
         self.hold = plan = (tuple(holds), tuple(watched.items()))

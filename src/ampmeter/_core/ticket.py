@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ampmeter._core.check import Guard
     from ampmeter.node import Node
 
-__all__ = ["ADMITTED", "DONE", "NEW", "RESERVED", "Reserved", "Ticket"]
+__all__ = ["ADMITTED", "DONE", "NEW", "Reserved", "Ticket", "reservation_keys"]
 
 NEW, ADMITTED, DONE = 0, 1, 2
 """A ticket's phases: made, admitted (holding its reservation), ended."""
@@ -35,8 +35,6 @@ NEW, ADMITTED, DONE = 0, 1, 2
 Reserved = tuple[int, int, int, int]
 """A reservation's counts: input tokens, output tokens, cost in nano-dollars, and calls (1 for
 an LLM or tool call, which also reserves one step; else 0)."""
-RESERVED: tuple[str, ...] = ("tokens_in", "tokens_out", "cost_nano", "calls")
-"""The :class:`~ampmeter._core.usage.Usage` field of each of a reservation's counts, in order."""
 
 
 def reservation_usage(kind: str, model: str | None, tool: str, reserved: Reserved) -> Usage:
@@ -53,6 +51,19 @@ def reservation_usage(kind: str, model: str | None, tool: str, reserved: Reserve
         calls=calls,
         steps=calls,
     )
+
+
+def reservation_keys(kind: str, model: str | None, tool: str) -> tuple[tuple[str, int], ...]:
+    """Every key a reservation of a call of ``kind`` (of ``model``, or ``tool``) may hold,
+    whatever its amounts (a model call's tokens, an LLM, embedding or tool call's cost, an LLM
+    or tool call's one call and one step), each with the place of its amount in the
+    reservation's counts: so where a plan's reservations are held is compiled once, not per
+    pattern of zeros (a zero held adds nothing)."""
+    tokens, cost = kind in ("llm", "embedding"), kind in ("llm", "embedding", "tool")
+    calls = kind in ("llm", "tool")
+    # Each amount such a call may reserve is its place + 1 here (0: it never reserves it).
+    marked = reservation_usage(kind, model, tool, (tokens * 1, tokens * 2, cost * 3, calls * 4))
+    return tuple((key, int(marked[field]) - 1) for key, field, _ in marked.shape().entries)
 
 
 def _reservation(ticket: Ticket) -> Usage:
@@ -93,8 +104,7 @@ class Ticket:
     provider: ReadOnly[str | None] = ReadOnly("The provider, when known.")
     reserved: ReadOnly[Reserved] = ReadOnly("What the call reserves before it runs, counted.")
     reservation: ReadOnly[Usage] = ReadOnly(
-        "What the call reserves before it runs, as a usage (made when read).",
-        made=_reservation,
+        "The same, as a usage (made when read).", of=_reservation
     )
     marks: ReadOnly[Any] = ReadOnly("What the context's policies noted (None: nothing).")
     idempotency_key: ReadOnly[str | None] = ReadOnly("Counted once per key in the run.")

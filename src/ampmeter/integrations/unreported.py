@@ -41,7 +41,7 @@ def estimate_unreported(call: Call, tally: Tally) -> None:
     kind = call.kind
     if tally.tokens_in is not None or kind not in ("llm", "embedding"):
         return
-    reserved_in, reserved_out = call.reserved_tokens
+    reserved_in, reserved_out, _, _ = call.reserved
     tally.tokens_in = reserved_in
     if tally.tokens_out is None and kind == "embedding":
         tally.tokens_out = 0
@@ -59,7 +59,7 @@ def estimate_cut_stream(call: Call, tally: Tally) -> bool:
     if tally.tokens_in is not None and (tally.tokens_out or 0) >= tally.chunks:
         return False
     estimate_unreported(call, tally)  # the input if missing (the output too if nothing came)
-    counted = received_output_tokens(tally, call.model, call.reserved_tokens[1] or None) or 0
+    counted = received_output_tokens(tally, call.model, call.reserved[1] or None) or 0
     tally.tokens_out = max(tally.tokens_out or 0, counted)
     tally.estimated = True
     return True
