@@ -75,18 +75,11 @@ def compile_entries(level: Level, rows: tuple[LimitRow, ...]) -> tuple[Entry, ..
         counters = {key: Cell(value) for key, value in level.values(False).items()}
         gauges = {key: Cell(value) for key, value in level.values(True).items()}
     for is_prefix, key, top, limit in rows:
-        if is_prefix:
-            keys = level.keys_with(key)
-            for name in keys:
-                count = counters.get(name)
-                if count is not None or name not in gauges:
-                    entries.append((count, top, limit, name))
-            entries.extend((gauges[name], top, limit, name) for name in keys if name in gauges)
-            continue
-        count = counters.get(key)
-        amount = gauges.get(key)
-        if count is not None:
-            entries.append((count, top, limit, key))
-        if amount is not None or count is None:
-            entries.append((amount, top, limit, key))
+        keys = level.keys_with(key) if is_prefix else (key,)
+        # Counters first (None for a key with neither a counter nor a gauge yet), then gauges.
+        for name in keys:
+            count = counters.get(name)
+            if count is not None or name not in gauges:
+                entries.append((count, top, limit, name))
+        entries.extend((gauges[name], top, limit, name) for name in keys if name in gauges)
     return tuple(entries)

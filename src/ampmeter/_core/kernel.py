@@ -357,13 +357,12 @@ class Kernel(NodeTable):
                 entries = guard.compile()
             for cell, top, limit, key in entries:
                 extra = extras.get(key, 0) if extras else 0
-                if cell is None:
-                    if extra and extra > top:
-                        hit = (limit, key, extra)
-                        return self._unless_abandoned((index, hit), guards, pending, holds)
-                elif cell.value + extra > top:
-                    hit = (limit, key, cell.value + extra)
-                    return self._unless_abandoned((index, hit), guards, pending, holds)
+                value = extra if cell is None else cell.value + extra
+                # (A key never written exceeds nothing unless an amount is pending or held.)
+                if value > top and (cell is not None or extra):
+                    return self._unless_abandoned(
+                        (index, (limit, key, value)), guards, pending, holds
+                    )
         return None
 
     def _spent_past(self, guards: tuple[Guard, ...]) -> tuple[Guard, Hit] | None:
