@@ -10,6 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ampmeter import ExceededLimit, ExecutionStats, Limit, LimitType, check_limits, default_limits
+from ampmeter._core.cells import Level
+from ampmeter._core.check import Guard
+from ampmeter._core.ticket import Ticket
 from ampmeter._core.usage import internal_amount
 from ampmeter._core.views import bound
 from ampmeter.keys import (
@@ -20,6 +23,7 @@ from ampmeter.keys import (
     KEY_ITERATIONS,
     KEY_TOOLCHAIN_PARSE_ERROR_CONSECUTIVE,
 )
+from ampmeter.node import Node
 
 # -- construction -------------------------------------------------------------------------------
 
@@ -361,8 +365,28 @@ def test_watched_prefixes_give_the_reference_answer_before_and_after_watching(
             assert hit is None
 
 
+class _HeldPlan:
+    """Stands for a call's plan: its reservation holds ``keys`` at ``level``, in order."""
+
+    def __init__(self, level: Level, keys: tuple[str, ...]) -> None:
+        self.level, self.keys, self.hold = level, keys, None
+
+    def hold_plan(self) -> tuple[object, ...]:
+        for key in self.keys:
+            self.level.note(key)
+        return ((self.level, self.keys),), tuple((key, at) for at, key in enumerate(self.keys))
+
+
+_HELD: list[Ticket] = []  # the kernel refers to a call weakly: kept here, each holds for good
+
+
 def hold_forever(stats: ExecutionStats, amounts: dict[str, float]) -> None:
-    """Hold ``amounts`` (money in dollars) in ``stats`` as a call in flight would."""
+    """Hold ``amounts`` (money in dollars) in ``stats`` as a call in flight would, for good."""
     kernel, level = bound(stats)
     assert level is not None
-    kernel.hold_forever(level, {key: internal_amount(key, v) for key, v in amounts.items()})
+    held = Ticket()
+    held.plan = _HeldPlan(level, tuple(amounts))
+    held._reserved = tuple(internal_amount(key, v) for key, v in amounts.items())  # type: ignore[assignment]
+    held.kernel_node = Node(f"held-{len(_HELD)}", None, "system", "held", 0)
+    assert kernel.admit(held, (Guard(level, ()),), False) is None
+    _HELD.append(held)

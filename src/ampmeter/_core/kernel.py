@@ -279,20 +279,6 @@ class Kernel(NodeTable):
             node = self._nodes.get(node.parent_id or "")
         return floor if node is None else node.node_id
 
-    def hold_forever(self, level: Level, amounts: dict[str, Any]) -> None:
-        """Hold ``amounts`` at ``level`` with no node to settle them: a stand-in for calls in
-        flight (tests and tools)."""
-        with self._lock:
-            held = Ticket()
-            held.ledger_holds = ()
-            held.kernel_node = Node(f"held-{len(self._open)}", None, "system", "held", now_ms())
-            for key in amounts:
-                level.note(key)
-            held.amounts, held.holds = amounts, ((level, tuple(amounts)),)
-            held.thread = threading.get_ident()
-            owned_by_no_one = f"{held.kernel_node.node_id}@{id(amounts)}"
-            self._open[owned_by_no_one] = lambda: held
-
     def release(self, node: Node) -> None:
         """Drop a call's hold without adding usage (its node was ended another way)."""
         with self._lock:
