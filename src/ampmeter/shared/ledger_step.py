@@ -115,12 +115,11 @@ class LedgerStep(Step):
         """What the call reserves in ``frame``'s shared ledger, and against which ceilings."""
         ledger = frame.ledger
         assert ledger is not None
-        reservation = ticket.reservation.amounts()
+        usage = ticket.reservation  # (made when read: once here)
+        reservation = usage.amounts()
         # The keys the call may add to when it ends: its reservation's, and its model's or its
         # tool's cached and reasoning keys.
-        possible = ticket.reservation._replace(
-            cached_tokens=1, reasoning_tokens=1, tokens_in=1, tokens_out=1
-        )
+        possible = usage._replace(cached_tokens=1, reasoning_tokens=1, tokens_in=1, tokens_out=1)
         candidates = tuple(dict.fromkeys(key for key, _, _ in possible.entries()))
         ceilings, owners = shared_ceilings(frame.limits, candidates)
         # The policies' terms: the reserve, the loop guard, windows, watched keys.
