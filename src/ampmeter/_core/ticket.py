@@ -40,17 +40,8 @@ an LLM or tool call, which also reserves one step; else 0)."""
 def reservation_usage(kind: str, model: str | None, tool: str, reserved: Reserved) -> Usage:
     """The usage a call of ``kind`` (of ``model``, or ``tool``) reserving ``reserved`` stands
     for."""
-    tokens_in, tokens_out, cost, calls = reserved
-    return Usage(
-        kind,
-        model or "",
-        tool,
-        tokens_in=tokens_in,
-        tokens_out=tokens_out,
-        cost_nano=cost,
-        calls=calls,
-        steps=calls,
-    )
+    t_in, t_out, cost, calls = reserved
+    return Usage(kind, model or "", tool, t_in, t_out, cost_nano=cost, calls=calls, steps=calls)
 
 
 def reservation_keys(kind: str, model: str | None, tool: str) -> tuple[tuple[str, int], ...]:
