@@ -35,6 +35,21 @@ def check_kind(kind: object) -> str:
     return kind
 
 
+def _check_node(kind: object, name: object, model: object) -> None:
+    """A new node's kind (one of :data:`KINDS`), name (a str) and model (a str or None), in one
+    call: the usual values, exact strs, pass one test; others go one by one, so that the first
+    bad one raises its TypeError/ValueError naming it."""
+    if (
+        type(kind) is not str
+        or kind not in KINDS
+        or type(name) is not str
+        or (model is not None and type(model) is not str)
+    ):
+        check_kind(kind)
+        _validate.text(name, "name")
+        _validate.optional_text(model, "model")
+
+
 class ExecutionGraph:
     """A thread-safe call tree for one chain (agent run) with incrementally kept aggregates.
 
@@ -77,11 +92,9 @@ class ExecutionGraph:
         metadata: dict[str, Any] | None = None,
     ) -> str:
         """Create a node under ``parent_id`` in status ``created`` and return its id."""
-        checked_kind = check_kind(kind)  # (the table's lookup of the parent checks its id)
-        _validate.text(name, "name")
-        _validate.optional_text(model, "model")
+        _check_node(kind, name, model)  # (the table's lookup of the parent checks its id)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        return self._kernel.begin(parent_id, checked_kind, name, model, meta).node_id
+        return self._kernel.begin(parent_id, kind, name, model, meta).node_id
 
     def begin(
         self,
