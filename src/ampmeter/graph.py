@@ -26,28 +26,23 @@ _SNAPSHOT_GC_PAUSE_NODES: Final = 2_000
 _TOKENS: Final = ("tokens_in", "tokens_out")
 
 
-def check_kind(kind: object) -> str:
-    """``kind`` if it is one of :data:`KINDS`, else TypeError/ValueError naming it."""
+def check_node(kind: object, name: object, model: object) -> None:
+    """A node's kind (one of :data:`KINDS`), name (a str) and model (a str or None), checked in
+    one call: TypeError or ValueError naming the first that is not. The usual values, exact
+    strs, pass one test; a str subclass is taken as the str it is."""
+    if (
+        type(kind) is str
+        and kind in KINDS
+        and type(name) is str
+        and (model is None or type(model) is str)
+    ):
+        return
     if not isinstance(kind, str):
         raise TypeError(f"kind must be a str, got {type(kind).__name__}")
     if kind not in KINDS:
         raise ValueError(f"unknown node kind {kind!r}; expected one of {sorted(KINDS)}")
-    return kind
-
-
-def _check_node(kind: object, name: object, model: object) -> None:
-    """A new node's kind (one of :data:`KINDS`), name (a str) and model (a str or None), in one
-    call: the usual values, exact strs, pass one test; others go one by one, so that the first
-    bad one raises its TypeError/ValueError naming it."""
-    if (
-        type(kind) is not str
-        or kind not in KINDS
-        or type(name) is not str
-        or (model is not None and type(model) is not str)
-    ):
-        check_kind(kind)
-        _validate.text(name, "name")
-        _validate.optional_text(model, "model")
+    _validate.text(name, "name")
+    _validate.optional_text(model, "model")
 
 
 class ExecutionGraph:
@@ -92,7 +87,7 @@ class ExecutionGraph:
         metadata: dict[str, Any] | None = None,
     ) -> str:
         """Create a node under ``parent_id`` in status ``created`` and return its id."""
-        _check_node(kind, name, model)  # (the table's lookup of the parent checks its id)
+        check_node(kind, name, model)  # (the table's lookup of the parent checks its id)
         meta = {} if metadata is None else _validate.metadata(metadata)
         return self._kernel.begin(parent_id, kind, name, model, meta).node_id
 

@@ -23,7 +23,7 @@ def test_a_node_lifecycle_checks_each_argument_once_and_finds_the_node_once_per_
     root = graph.create_root("run")
     assert _entered(graph, root) == [
         "ExecutionGraph.begin_node",
-        "_check_node",  # kind, name and model in one call
+        "check_node",  # kind, name and model in one call
         "NodeTable.begin",  # the parent's lookup is its id's check; it numbers the node
         "__create_fn__.<locals>.__init__",  # the Node, built once
         "ExecutionGraph.mark_running",
