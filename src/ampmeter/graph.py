@@ -100,8 +100,7 @@ class ExecutionGraph:
         metadata: dict[str, Any] | None = None,
     ) -> Node:
         """:meth:`begin_node`, returning a copy of the new node."""
-        node_id = self.begin_node(parent_id, kind, name, model, metadata)
-        return self.node(node_id)
+        return self.node(self.begin_node(parent_id, kind, name, model, metadata))
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -21,10 +21,8 @@ ROOT_ID: Final = "n000001"
 """The root's id: the root is the first node of every graph (each other node is numbered on)."""
 _CREATED: Final = "created"
 _RUNNING: Final = "running"
-_T = TypeVar("_T")
-
-
 _NS_PER_MS: Final = 1_000_000
+_T = TypeVar("_T")
 
 
 def now_ms() -> int:
@@ -43,7 +41,6 @@ class NodeTable:
         "_max_nodes",
         "_nodes",
         "_numbers",
-        "_root_id",
         "_total_cost_usd",
         "_total_llm_calls",
         "_total_retries",
@@ -58,7 +55,6 @@ class NodeTable:
         self.chain_id = chain_id
         self._lock = threading.Lock()
         self._nodes: dict[str, Node] = {}
-        self._root_id: str | None = None
         self._numbers = itertools.count(2)  # the numbers of the nodes begun under the root
         self._max_nodes = max_nodes
         self._evictable: deque[str] = deque()
@@ -77,7 +73,7 @@ class NodeTable:
     @property
     def root_id(self) -> str | None:
         """The root's node id, or None before :meth:`create_root`."""
-        return self._root_id
+        return ROOT_ID if ROOT_ID in self._nodes else None
 
     def number_from(self, number: int) -> None:
         """Number the next node ``number`` (tests reach long ids without a million nodes)."""
@@ -92,15 +88,13 @@ class NodeTable:
         """Make the single root (``system``, depth 0, ``running``); RuntimeError if one exists."""
         start = now_ms()
         with self._lock:
-            if self._root_id is not None:
+            if ROOT_ID in self._nodes:
                 raise RuntimeError(
-                    f"graph {self.chain_id!r} already has a root ({self._root_id}); "
+                    f"graph {self.chain_id!r} already has a root ({ROOT_ID}); "
                     "a graph has exactly one root"
                 )
-            node = Node(ROOT_ID, None, "system", name, start, metadata=metadata)
-            node.status = _RUNNING  # the root runs from the start
-            self._nodes[node.node_id] = node
-            self._root_id = node.node_id
+            node = Node(ROOT_ID, None, "system", name, start, status=_RUNNING, metadata=metadata)
+            self._nodes[ROOT_ID] = node
         return node
 
     def begin(
@@ -165,7 +159,7 @@ class NodeTable:
     def copy_all(self, copier: Callable[[Node], _T]) -> tuple[str | None, dict[str, _T]]:
         """The root id and ``copier`` applied to every node kept, under the lock."""
         with self._lock:
-            return self._root_id, {node_id: copier(n) for node_id, n in self._nodes.items()}
+            return self.root_id, {node_id: copier(n) for node_id, n in self._nodes.items()}
 
     def run(self, node: Node) -> None:
         """``created`` -> ``running``; no change otherwise (the root runs from the start)."""
