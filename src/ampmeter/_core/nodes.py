@@ -197,7 +197,8 @@ class NodeTable:
             if previous == _RUNNING:
                 self._in_flight -= 1
             self._total_cost_usd += node.cost_nano
-            self._total_retries += node.retries_used
+            if node.retries_used:  # (most nodes never retry)
+                self._total_retries += node.retries_used
             self._total_tokens_in += node.tokens_in or 0
             self._total_tokens_out += node.tokens_out or 0
             kind = node.kind
