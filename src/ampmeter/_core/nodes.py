@@ -109,7 +109,6 @@ class NodeTable:
         """Make a ``created`` node under ``parent_id``: KeyError naming an unknown parent,
         TypeError for an id that is no str. With an ``owner`` (a call), the node ends as
         ``halt`` if the owner is dropped before the call is admitted or ended."""
-        start = time.time_ns() // _NS_PER_MS
         with self._lock:
             try:
                 depth = self._nodes[parent_id].depth + 1
@@ -120,7 +119,7 @@ class NodeTable:
                 parent_id,
                 kind,
                 name,
-                start,
+                time.time_ns() // _NS_PER_MS,
                 model=model,
                 metadata=metadata,
                 depth=depth,
