@@ -29,7 +29,7 @@ _TOKENS: Final = ("tokens_in", "tokens_out")
 def check_node(kind: object, name: object, model: object) -> None:
     """A node's kind (one of :data:`KINDS`), name (a str) and model (a str or None), checked in
     one call: TypeError or ValueError naming the first that is not. The usual values, exact
-    strs, pass one test; a str subclass is taken as the str it is."""
+    strs, pass one test; others (a str subclass passes too) are checked one by one."""
     if (
         type(kind) is str
         and kind in KINDS

@@ -105,7 +105,7 @@ def test_begin_node_checks_its_arguments_at_once_and_names_the_first_bad_one(
     assert len(graph) == 1
 
 
-def test_begin_node_takes_str_subclasses_as_their_strs() -> None:
+def test_begin_node_takes_str_subclasses() -> None:
     class Label(str):
         pass
 
