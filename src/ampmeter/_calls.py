@@ -19,7 +19,7 @@ from ampmeter._current import CURRENT
 from ampmeter._lineage import META_CONTEXTS, Lineage
 from ampmeter.call import Call
 from ampmeter.errors import ExecutionCanceled, LimitExceeded
-from ampmeter.graph import check_kind
+from ampmeter.graph import check_node
 from ampmeter.keys import (
     KEY_FORMAT_PARSE_ERROR_CONSECUTIVE,
     KEY_ITERATIONS,
@@ -227,7 +227,7 @@ class CallMaker:
         _validate.text(kind, "kind")
         if kind in ("llm", "tool"):
             raise ValueError(f"use llm_call() or tool_call() for {kind!r} nodes")
-        check_kind(kind)
+        check_node(kind, name, None)
         meta = {} if metadata is None else _validate.metadata(metadata)
         return self._begin(meta, (kind, name, None), _NOTHING)
 

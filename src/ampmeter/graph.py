@@ -26,13 +26,23 @@ _SNAPSHOT_GC_PAUSE_NODES: Final = 2_000
 _TOKENS: Final = ("tokens_in", "tokens_out")
 
 
-def check_kind(kind: object) -> str:
-    """``kind`` if it is one of :data:`KINDS`, else TypeError/ValueError naming it."""
+def check_node(kind: object, name: object, model: object) -> None:
+    """A node's kind (one of :data:`KINDS`), name (a str) and model (a str or None), checked in
+    one call: TypeError or ValueError naming the first that is not. The usual values, exact
+    strs, pass one test; others (a str subclass passes too) are checked one by one."""
+    if (
+        type(kind) is str
+        and kind in KINDS
+        and type(name) is str
+        and (model is None or type(model) is str)
+    ):
+        return
     if not isinstance(kind, str):
         raise TypeError(f"kind must be a str, got {type(kind).__name__}")
     if kind not in KINDS:
         raise ValueError(f"unknown node kind {kind!r}; expected one of {sorted(KINDS)}")
-    return kind
+    _validate.text(name, "name")
+    _validate.optional_text(model, "model")
 
 
 class ExecutionGraph:
@@ -77,11 +87,9 @@ class ExecutionGraph:
         metadata: dict[str, Any] | None = None,
     ) -> str:
         """Create a node under ``parent_id`` in status ``created`` and return its id."""
-        checked_kind = check_kind(kind)  # (the table's lookup of the parent checks its id)
-        _validate.text(name, "name")
-        _validate.optional_text(model, "model")
+        check_node(kind, name, model)  # (the table's lookup of the parent checks its id)
         meta = {} if metadata is None else _validate.metadata(metadata)
-        return self._kernel.begin(parent_id, checked_kind, name, model, meta).node_id
+        return self._kernel.begin(parent_id, kind, name, model, meta).node_id
 
     def begin(
         self,
@@ -92,8 +100,7 @@ class ExecutionGraph:
         metadata: dict[str, Any] | None = None,
     ) -> Node:
         """:meth:`begin_node`, returning a copy of the new node."""
-        node_id = self.begin_node(parent_id, kind, name, model, metadata)
-        return self.node(node_id)
+        return self.node(self.begin_node(parent_id, kind, name, model, metadata))
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -23,11 +23,8 @@ def test_a_node_lifecycle_checks_each_argument_once_and_finds_the_node_once_per_
     root = graph.create_root("run")
     assert _entered(graph, root) == [
         "ExecutionGraph.begin_node",
-        "check_kind",
-        "text",  # the name
-        "optional_text",  # the model
-        "NodeTable.begin",  # the parent's lookup is its id's check
-        "NodeTable._new_id",
+        "check_node",  # kind, name and model in one call
+        "NodeTable.begin",  # the parent's lookup is its id's check; it numbers the node
         "__create_fn__.<locals>.__init__",  # the Node, built once
         "ExecutionGraph.mark_running",
         "NodeTable.node",  # the lookup is the id's check
@@ -87,3 +84,31 @@ def test_the_root_takes_no_cost_and_an_ended_node_takes_no_change() -> None:
     graph.mark_success(root, 0)
     graph.mark_halt(root, cost_usd=0.5)  # ended: no change, as for any node
     assert (graph.node(root).status, graph.aggregates()["total_cost_usd"]) == ("success", 0)
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "model", "error", "message"),
+    [
+        (["llm"], 5, None, TypeError, "kind must be a str, got list"),
+        ("agent", 5, None, ValueError, "unknown node kind 'agent'"),
+        ("llm", 5, 7, TypeError, "name must be a str, got int"),
+        ("llm", "x", 7, TypeError, "model must be a str, got int"),
+    ],
+)
+def test_begin_node_checks_its_arguments_at_once_and_names_the_first_bad_one(
+    kind: object, name: object, model: object, error: type[Exception], message: str
+) -> None:
+    graph = ExecutionGraph()
+    root = graph.create_root("run")
+    with pytest.raises(error, match=message):
+        graph.begin_node(root, kind, name, model)  # type: ignore[arg-type]
+    assert len(graph) == 1
+
+
+def test_begin_node_takes_str_subclasses() -> None:
+    class Label(str):
+        pass
+
+    graph = ExecutionGraph()
+    node = graph.begin(graph.create_root("run"), Label("tool"), Label("search"), Label("m"))
+    assert (node.kind, node.name, node.model, node.node_id) == ("tool", "search", "m", "n000002")

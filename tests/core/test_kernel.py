@@ -6,6 +6,8 @@ module's business); token and call counts show the paths.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 from ampmeter import Limit
@@ -79,6 +81,18 @@ def test_a_begun_node_has_every_field_as_its_keywords_would_set_it() -> None:
         node.node_id, root, "llm", "ask", node.start_ts_ms, model="m", metadata=meta, depth=1
     )
     assert node == expected and node.metadata is meta
+
+
+def test_an_ending_sets_each_node_field_of_its_name_and_merges_its_metadata() -> None:
+    kernel, _, _, root = make()
+    node = kernel.begin(root, "llm", "ask", "m", {"a": 1})
+    ending = Outcome("fail", 7, 5, 3, "Timeout", "deadline", {"b": 2})
+    assert kernel.end(node, ending)
+    ended = kernel.node(node.node_id)
+    assert [getattr(ended, name) for name in Outcome._fields[:-1]] == list(ending[:-1])
+    assert ended.metadata == {"a": 1, "b": 2} and ended.end_ts_ms is not None
+    aggregates = kernel.aggregates()
+    assert (aggregates["total_cost_usd"], aggregates["total_tokens_in"]) == (Decimal("7E-9"), 5)
 
 
 def test_a_second_root_and_an_unknown_parent_are_refused() -> None:

@@ -3,6 +3,7 @@ the :class:`~ampmeter._core.kernel.Kernel`, which adds stats, calls in flight, t
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import weakref
@@ -16,12 +17,12 @@ from ampmeter.node import TERMINAL_STATUSES, Node
 
 __all__ = ["NodeTable", "now_ms"]
 
+ROOT_ID: Final = "n000001"
+"""The root's id: the root is the first node of every graph (each other node is numbered on)."""
 _CREATED: Final = "created"
 _RUNNING: Final = "running"
-_T = TypeVar("_T")
-
-
 _NS_PER_MS: Final = 1_000_000
+_T = TypeVar("_T")
 
 
 def now_ms() -> int:
@@ -38,9 +39,8 @@ class NodeTable:
         "_lock",
         "_max_depth",
         "_max_nodes",
-        "_next_id",
         "_nodes",
-        "_root_id",
+        "_numbers",
         "_total_cost_usd",
         "_total_llm_calls",
         "_total_retries",
@@ -55,8 +55,7 @@ class NodeTable:
         self.chain_id = chain_id
         self._lock = threading.Lock()
         self._nodes: dict[str, Node] = {}
-        self._root_id: str | None = None
-        self._next_id = 1
+        self._numbers = itertools.count(2)  # the numbers of the nodes begun under the root
         self._max_nodes = max_nodes
         self._evictable: deque[str] = deque()
         # node id -> its owner, for calls made and not yet admitted: one whose owner is gone
@@ -74,12 +73,12 @@ class NodeTable:
     @property
     def root_id(self) -> str | None:
         """The root's node id, or None before :meth:`create_root`."""
-        return self._root_id
+        return ROOT_ID if ROOT_ID in self._nodes else None
 
     def number_from(self, number: int) -> None:
         """Number the next node ``number`` (tests reach long ids without a million nodes)."""
         with self._lock:
-            self._next_id = number
+            self._numbers = itertools.count(number)
 
     def node_count(self) -> int:
         """How many nodes are kept in memory."""
@@ -89,15 +88,13 @@ class NodeTable:
         """Make the single root (``system``, depth 0, ``running``); RuntimeError if one exists."""
         start = now_ms()
         with self._lock:
-            if self._root_id is not None:
+            if ROOT_ID in self._nodes:
                 raise RuntimeError(
-                    f"graph {self.chain_id!r} already has a root ({self._root_id}); "
+                    f"graph {self.chain_id!r} already has a root ({ROOT_ID}); "
                     "a graph has exactly one root"
                 )
-            node = Node(self._new_id(), None, "system", name, start, metadata=metadata)
-            node.status = _RUNNING  # the root runs from the start
-            self._nodes[node.node_id] = node
-            self._root_id = node.node_id
+            node = Node(ROOT_ID, None, "system", name, start, status=_RUNNING, metadata=metadata)
+            self._nodes[ROOT_ID] = node
         return node
 
     def begin(
@@ -112,18 +109,17 @@ class NodeTable:
         """Make a ``created`` node under ``parent_id``: KeyError naming an unknown parent,
         TypeError for an id that is no str. With an ``owner`` (a call), the node ends as
         ``halt`` if the owner is dropped before the call is admitted or ended."""
-        start = time.time_ns() // _NS_PER_MS
         with self._lock:
             try:
                 depth = self._nodes[parent_id].depth + 1
             except (KeyError, TypeError):  # (TypeError: an unhashable id)
                 raise self._missing(parent_id, "parent_id") from None
             node = Node(
-                self._new_id(),
+                "n" + str(next(self._numbers)).zfill(6),
                 parent_id,
                 kind,
                 name,
-                start,
+                time.time_ns() // _NS_PER_MS,
                 model=model,
                 metadata=metadata,
                 depth=depth,
@@ -136,11 +132,6 @@ class NodeTable:
             if self._max_nodes and len(self._nodes) > self._max_nodes:
                 self._evict()
         return node
-
-    def _new_id(self) -> str:
-        number = self._next_id
-        self._next_id = number + 1
-        return "n" + str(number).zfill(6)
 
     def node(self, node_id: str) -> Node:
         """The kernel's own node object, for the facade to pass back in: KeyError naming the id
@@ -167,7 +158,7 @@ class NodeTable:
     def copy_all(self, copier: Callable[[Node], _T]) -> tuple[str | None, dict[str, _T]]:
         """The root id and ``copier`` applied to every node kept, under the lock."""
         with self._lock:
-            return self._root_id, {node_id: copier(n) for node_id, n in self._nodes.items()}
+            return self.root_id, {node_id: copier(n) for node_id, n in self._nodes.items()}
 
     def run(self, node: Node) -> None:
         """``created`` -> ``running``; no change otherwise (the root runs from the start)."""
@@ -185,29 +176,30 @@ class NodeTable:
         return True
 
     def _end_locked(self, node: Node, outcome: Ending) -> None:
-        # Plain assignments and additions until the metadata merge: an interrupt, which CPython
-        # raises only at calls and loop back-edges, cannot land between them.
+        # Plain assignments and additions from the clock read to the metadata merge: an
+        # interrupt, which CPython raises only at calls and loop back-edges, cannot land between
+        # them. The outcome's fields are, in order, the node's.
         if self._unstarted:  # (an admitted call left it when it was admitted)
             self._unstarted.pop(node.node_id, None)
-        status, cost, t_in, t_out, error_class, stop_reason, metadata = outcome
-        end = time.time_ns() // _NS_PER_MS
-        node.end_ts_ms = end
-        node.cost_nano = cost
-        node.tokens_in = t_in
-        node.tokens_out = t_out
         previous = node.status
-        node.status = status
-        node.error_class = error_class
-        node.stop_reason = stop_reason
+        node.end_ts_ms = time.time_ns() // _NS_PER_MS
+        (
+            node.status,
+            node.cost_nano,
+            node.tokens_in,
+            node.tokens_out,
+            node.error_class,
+            node.stop_reason,
+            metadata,
+        ) = outcome
         if node.parent_id is not None:
             if previous == _RUNNING:
                 self._in_flight -= 1
-            self._total_cost_usd += cost
-            self._total_retries += node.retries_used
-            if t_in:
-                self._total_tokens_in += t_in
-            if t_out:
-                self._total_tokens_out += t_out
+            self._total_cost_usd += node.cost_nano
+            if node.retries_used:  # (most nodes never retry)
+                self._total_retries += node.retries_used
+            self._total_tokens_in += node.tokens_in or 0
+            self._total_tokens_out += node.tokens_out or 0
             kind = node.kind
             if kind == "llm":
                 self._total_llm_calls += 1
