@@ -77,9 +77,10 @@ class _Responses:
         ctx = metered_context()
         if ctx is None:
             return None
-        info = _ADAPTER.request_info(event)
-        call = begin_call(ctx, _ADAPTER, info, {META_TRANSPORT: "websockets"}, event)
-        response = _Pending(call)
+        model = event.get("model")
+        model = model if isinstance(model, str) else None
+        meta = {META_TRANSPORT: "websockets"}
+        response = _Pending(begin_call(ctx, _ADAPTER, event, model, meta).call)
         self.pending.append(response)  # before sending: the answer may be read on another thread
         return response
 
