@@ -51,7 +51,7 @@ def _operation(options: Any, headers: Mapping[str, Any], base: str) -> str:
     qualifiers = vars(options).get("qualifiers")
     if (qualifiers and qualifiers.get("beta")) or "beta=true" in options.url:  # client.beta
         base = f"beta.{base}"
-    helper = headers.get(_HELPER_HEADER) or headers.get(_HELPER_HEADER_LOWER)
+    helper = (headers.get(_HELPER_HEADER) or headers.get(_HELPER_HEADER_LOWER)) if headers else None
     if not isinstance(helper, str) or not helper:
         helper = HELPER.get() or "create"
     return helper if "." in helper else f"{base}.{helper}"
@@ -90,7 +90,7 @@ def admit(client: Any, options: Any) -> Admitted | None:
         ctx, adapter, sent, model, notes, operation=operation, refused=refused, ask_usage=body
     )
     admitted.client = client
-    if headers.get(RAW_RESPONSE_HEADER):
+    if headers and headers.get(RAW_RESPONSE_HEADER):
         admitted.raw = True
     return admitted
 
