@@ -34,9 +34,10 @@ def measure_chat(
     """The measure of a Chat Completions ``body`` (``counter``: a tokenizer's count)."""
     tally = Tally()
     model = body.get("model")
-    # Only the billed fields the body has are read (each adds to sums: their order is free).
-    for key in _BODY_PARTS.keys() & body.keys():
-        _BODY_PARTS[key](body[key], model, tally)
+    for key, value in body.items():  # only the fields a body has are read
+        add = _BODY_PARTS.get(key)
+        if add is not None:
+            add(value, model, tally)
     tally.framing += REPLY_PRIMING
     return tally.size(counter)
 
