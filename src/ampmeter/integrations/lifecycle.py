@@ -123,7 +123,8 @@ class Admitted:
     def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
         if self._token is not None:
             ACTIVE_CALL.reset(self._token)
-        if exc is not None:
+        if exc is not None and not self.done:
+            self.done = True
             redact.remember_client(self.client)
             finish_call(self.call, None, exc)
 
