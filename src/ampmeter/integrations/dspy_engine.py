@@ -156,14 +156,13 @@ def _wrap_stream(original: Callable[..., Any]) -> Callable[..., Any]:
         if admitted is None:
             yield from events
             return
-        end = admitted
-        with _settled(end), closing(events):
+        with _settled(admitted), closing(events):
             while True:
                 with _active(admitted.call):
                     event = next(events, _END)
                 if event is _END:
                     break
-                end.read(event)
+                admitted.read(event)
                 yield event
 
     return stream
@@ -178,15 +177,14 @@ def _wrap_async_stream(original: Callable[..., Any]) -> Callable[..., Any]:
             async for event in events:
                 yield event
             return
-        end = admitted
-        with _settled(end):
+        with _settled(admitted):
             async with aclosing(events):
                 while True:
                     with _active(admitted.call):
                         event = await anext(events, _END)
                     if event is _END:
                         break
-                    end.read(event)
+                    admitted.read(event)
                     yield event
 
     return stream
