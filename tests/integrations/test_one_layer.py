@@ -211,3 +211,48 @@ def test_the_door_reads_the_sdks_request_and_result_without_running_their_code(
             replay.script("/v1/chat/completions", answer())
             ran = entered(call, _runs_sdk_code)
     assert ran == ["SyncAPIClient.request"]  # the SDK's request, which the door wraps
+
+
+def integration_objects_made(call: Callable[[], Any]) -> Counter[str]:
+    """The objects of the integrations' own classes that ``call`` makes through a Python
+    constructor (``__init__``, or a named tuple's ``__new__``, a lambda), by class name."""
+    made: Counter[str] = Counter()
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event != "call" or frame.f_code.co_name not in ("__init__", "__new__", "<lambda>"):
+            return
+        made_of = frame.f_locals.get("self", frame.f_locals.get("_cls"))
+        kind = made_of if isinstance(made_of, type) else type(made_of)
+        if kind.__module__.startswith("ampmeter.integrations"):
+            made[kind.__name__] += 1
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return made
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_a_metered_call_is_one_object_from_its_admission_to_its_end(
+    replay: ReplayServer, stream: bool
+) -> None:
+    """The request let through is the meter of its response (plain or streamed): no value is
+    made for the next layer to unpack (the request's measure, output cap and stream flag go
+    straight into its call) and no second meter holds the same call."""
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    answer = recorded.openai_chat_stream_usage if stream else recorded.openai_chat_tool_calls
+    sink = MemorySink()
+
+    def call() -> None:
+        made = client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT, stream=stream)
+        if stream:
+            list(made)
+
+    with ExecutionContext(max_cost_usd=1.0, sinks=[sink]):
+        replay.script("/v1/chat/completions", answer())
+        made = integration_objects_made(call)
+    assert made == Counter({"Admitted": 1})
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert node.status == "success" and node.tokens_in and node.tokens_out and node.cost_usd

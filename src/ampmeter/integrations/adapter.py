@@ -1,37 +1,23 @@
 """The request model an SDK or wire-format module describes its requests with.
 
-An :class:`Adapter` says what a request asks for (:class:`RequestInfo`) and how to read usage
-from a whole response or from one stream event into a :class:`Tally`; the lifecycle, the SDK
-door, streams and HTTP layers do the rest the same way for every wire format.
+An :class:`Adapter` says what a request asks for (:meth:`Adapter.measure`) and how to read
+usage from a whole response or from one stream event into a :class:`Tally`; the lifecycle, the
+SDK door, streams and HTTP layers do the rest the same way for every wire format.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal, NamedTuple
+from typing import Any, Final, Literal
 
 from ampmeter._validate import MAX_COUNT
 from ampmeter.pricing import request_size, tokenizer
 from ampmeter.pricing.request_size import RequestSize, Wire
 
-__all__ = ["MAX_RESPONSE_ID", "META_USAGE_CLAMPED", "Adapter", "RequestInfo", "Tally"]
+__all__ = ["MAX_RESPONSE_ID", "META_USAGE_CLAMPED", "Adapter", "Tally"]
 
 MAX_RESPONSE_ID: Final = 256  # longer ids are no provider's: ignored, never stored or shared
 META_USAGE_CLAMPED: Final = "usage_clamped"  # a reported count was outside 0..2**53
-
-
-class RequestInfo(NamedTuple):
-    """What a request asks for, as far as the reservation is concerned (a value).
-
-    ``model`` is the request's model, or None (anything but a string, an SDK's ``omit``
-    sentinel or a JSON body's number, is no model). ``size`` measures everything the request
-    sends that is billed as input (:func:`ampmeter.pricing.request_size.measure`).
-    """
-
-    model: str | None
-    size: RequestSize
-    max_tokens: int | None
-    stream: bool
 
 
 class Tally:
@@ -117,21 +103,21 @@ class Adapter:
     def __init__(self, operation: str) -> None:
         self.operation = operation
 
-    def request_info(self, body: Mapping[str, Any]) -> RequestInfo:
-        """Model, measure (:func:`ampmeter.pricing.request_size.measure`), output cap (the first
-        of :attr:`max_tokens_fields` given as an int) and streaming flag of a request's body."""
-        model = body.get("model")
-        if not isinstance(model, str):
-            model = None
+    def measure(
+        self, body: Mapping[str, Any], model: str | None
+    ) -> tuple[RequestSize, int | None, bool]:
+        """What a request's ``body`` for ``model`` asks for: its measure, everything it sends
+        that is billed as input (:func:`ampmeter.pricing.request_size.measure`), its output cap
+        (the first of :attr:`max_tokens_fields` given as an int, else None) and whether it
+        streams."""
         counter = None if model is None else tokenizer.COUNTERS[model]
-        size = request_size.MEASURES[self.wire](body, counter)
         for field in self.max_tokens_fields:
             cap = body.get(field)
             if isinstance(cap, int) and not isinstance(cap, bool):  # (no bool, no SDK sentinel)
                 break
         else:
             cap = None
-        return RequestInfo(model, size, cap, body.get("stream") is True)
+        return request_size.MEASURES[self.wire](body, counter), cap, body.get("stream") is True
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         """The request's text, kept on the node with ``instrument(capture_content=True)``."""

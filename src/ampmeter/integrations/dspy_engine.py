@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from ampmeter.context import Call
-from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.integrations.adapter import Adapter, Tally
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.dspy_request import (
     USAGE_FAMILIES,
@@ -34,8 +34,7 @@ from ampmeter.integrations.lifecycle import (
     settings,
 )
 from ampmeter.integrations.patching import Patch, around, undo_all
-from ampmeter.integrations.streams import StreamMeter, meter_result
-from ampmeter.pricing import request_size
+from ampmeter.integrations.streams import meter_result
 from ampmeter.pricing.request_size import Wire
 
 __all__ = ["instrument_dspy", "uninstrument_dspy"]
@@ -98,7 +97,6 @@ def _admit(engine: Any, request: Any, stream: bool) -> Admitted | None:
         return None
     try:
         route = engine.resolve(request.model)
-        config = request.config
     except Exception:
         return None
     wire = wire_of(route.adapter)
@@ -106,8 +104,7 @@ def _admit(engine: Any, request: Any, stream: bool) -> Admitted | None:
     operation = "dspy.stream" if stream else "dspy.complete"
     adapter = _adapter(provider, operation, wire, USAGE_FAMILIES.get(route.adapter))
     body = request_body(wire, route.model, request)
-    info = RequestInfo(route.model, request_size.measure(wire, body), config.max_tokens, stream)
-    return Admitted(begin_call(ctx, adapter, info, None, body), adapter, info, False, body)
+    return begin_call(ctx, adapter, body, route.model)
 
 
 def _completing(engine: Any, request: Any, *args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
@@ -122,7 +119,7 @@ def _completing(engine: Any, request: Any, *args: Any, **kwargs: Any) -> Generat
 
 
 @contextmanager
-def _settled(meter: StreamMeter) -> Iterator[None]:
+def _settled(meter: Admitted) -> Iterator[None]:
     """End a stream's node as its reading ends: with the usage of its end event, as cut when
     closed or exhausted before that event, or with the error that stops the reading."""
     try:
@@ -159,14 +156,13 @@ def _wrap_stream(original: Callable[..., Any]) -> Callable[..., Any]:
         if admitted is None:
             yield from events
             return
-        end = StreamMeter(admitted.call, admitted.adapter, False)
-        with _settled(end), closing(events):
+        with _settled(admitted), closing(events):
             while True:
                 with _active(admitted.call):
                     event = next(events, _END)
                 if event is _END:
                     break
-                end.read(event)
+                admitted.read(event)
                 yield event
 
     return stream
@@ -181,15 +177,14 @@ def _wrap_async_stream(original: Callable[..., Any]) -> Callable[..., Any]:
             async for event in events:
                 yield event
             return
-        end = StreamMeter(admitted.call, admitted.adapter, False)
-        with _settled(end):
+        with _settled(admitted):
             async with aclosing(events):
                 while True:
                     with _active(admitted.call):
                         event = await anext(events, _END)
                     if event is _END:
                         break
-                    end.read(event)
+                    admitted.read(event)
                     yield event
 
     return stream

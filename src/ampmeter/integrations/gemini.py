@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.integrations.adapter import Adapter, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.wire import READERS, counts, first_int, get
 from ampmeter.pricing import request_size
-from ampmeter.pricing.measure_parts import json_text
+from ampmeter.pricing.measure_parts import RequestSize, json_text
 
 __all__ = ["PROVIDER", "GenerateContentAdapter", "model_of_path"]
 
@@ -53,11 +53,13 @@ class GenerateContentAdapter(Adapter):
 
     wire = "gemini"
 
-    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        config = kwargs.get("generationConfig") or kwargs.get("generation_config")
+    def measure(
+        self, body: Mapping[str, Any], model: str | None
+    ) -> tuple[RequestSize, int | None, bool]:
+        config = body.get("generationConfig") or body.get("generation_config")
         max_tokens = first_int(get(config, "maxOutputTokens"))
         stream = self.operation == "streamGenerateContent"
-        return RequestInfo(None, request_size.measure(self.wire, kwargs), max_tokens, stream)
+        return request_size.measure(self.wire, body), max_tokens, stream
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         system = kwargs.get("systemInstruction") or kwargs.get("system_instruction")

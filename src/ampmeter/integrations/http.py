@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import orjson
 
-from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.integrations.adapter import Adapter
 from ampmeter.integrations.anthropic import MessagesAdapter
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.gemini import GenerateContentAdapter, model_of_path
@@ -30,7 +30,6 @@ from ampmeter.integrations.lifecycle import (
     ACTIVE_CALL,
     META_TRANSPORT,
     Admitted,
-    Meter,
     begin_call,
     finish_call,
     settings,
@@ -114,15 +113,13 @@ def admit(
     body = None if ctx is None else json_object(content)
     if ctx is None or adapter is None or body is None:
         return None
-    info = adapter.request_info(body)
-    if info.model is None:
+    model = body.get("model")
+    if not isinstance(model, str):
         model = model_of_path(path)  # Gemini names the model in the path, not the body
         if model is None:
             return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
-        info = RequestInfo(model, info.size, info.max_tokens, info.stream)
-    hide = info.stream and may_ask_usage and adapter.prepare_stream(body)
-    call = begin_call(ctx, adapter, info, {META_TRANSPORT: transport}, body)
-    return Admitted(call, adapter, info, hide, body)
+    meta = {META_TRANSPORT: transport}
+    return begin_call(ctx, adapter, body, model, meta, ask_usage=body if may_ask_usage else None)
 
 
 def response_reader(admitted: Admitted, status: int, content_type: str) -> BodyReader | None:
@@ -131,19 +128,19 @@ def response_reader(admitted: Admitted, status: int, content_type: str) -> BodyR
         finish_call(admitted.call, None, _ProviderError(f"the provider answered HTTP {status}"))
         return None
     sse = content_type.startswith("text/event-stream")
-    return BodyReader(admitted.adapter, Tally(), sse=sse, hide=admitted.hide)
+    return BodyReader(admitted.adapter, admitted.tally, sse=sse, hide=admitted.hide)
 
 
 class _ProviderError(Exception):
     """The provider answered with an error status (recorded on the node, never raised)."""
 
 
-class BodyMeter(Meter):
+class BodyMeter:
     """A response body being read into its request's node: ends the node at the body's end
     (or its last event), or as abandoned when closed or dropped before."""
 
     def __init__(self, inner: Any, reader: BodyReader, admitted: Admitted) -> None:
-        super().__init__(admitted.call, reader.tally)
+        self.admitted = admitted
         self.inner = inner
         self.reader = reader
 
@@ -151,13 +148,13 @@ class BodyMeter(Meter):
         """Read ``piece`` of the body; return what the caller gets of it."""
         out = self.reader.feed(piece)
         if self.reader.complete:
-            self.end(None)  # the caller may stop reading at the last event
+            self.admitted.end(None)  # the caller may stop reading at the last event
         return out
 
     def finish(self) -> bytes:
         """The body is complete: end the node; return the bytes still owed to the caller."""
         tail = self.reader.end()
-        self.end(None)
+        self.admitted.end(None)
         return tail
 
     @contextmanager
@@ -168,7 +165,7 @@ class BodyMeter(Meter):
             yield
         except BaseException as exc:
             if not isinstance(exc, GeneratorExit):
-                self.end(exc)
+                self.admitted.end(exc)
             raise
 
     def __del__(self) -> None:
@@ -176,7 +173,7 @@ class BodyMeter(Meter):
         # reported from a finalizer, and at interpreter exit module globals (contextlib too) may
         # already be gone: hence a bare try.
         try:  # noqa: SIM105
-            self.abandon()
+            self.admitted.abandon()
         except Exception:
             pass
 
@@ -194,7 +191,7 @@ class _SyncBody(BodyMeter):
         try:
             self.inner.close()
         finally:
-            self.abandon()
+            self.admitted.abandon()
 
 
 class _AsyncBody(BodyMeter):
@@ -210,7 +207,7 @@ class _AsyncBody(BodyMeter):
         try:
             await self.inner.aclose()
         finally:
-            self.abandon()
+            self.admitted.abandon()
 
 
 def _settle(admitted: Admitted, response: Any, streamed: bool, body_type: type) -> Any:
@@ -220,7 +217,7 @@ def _settle(admitted: Admitted, response: Any, streamed: bool, body_type: type) 
     if reader is not None and not streamed:  # the body was read whole by send()
         reader.feed(response.content)
         reader.end()
-        finish_call(admitted.call, reader.tally, None)
+        admitted.end(None)
     elif reader is not None:
         response.stream = body_type(response.stream, reader, admitted)
     return response

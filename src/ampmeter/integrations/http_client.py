@@ -52,7 +52,7 @@ class _ResponseBody(BodyMeter):
 
     def seen(self, data: bytes, *, decoded: bool = False) -> None:
         """``data`` was read from the body (``decoded``: already decompressed)."""
-        if self.done:
+        if self.admitted.done:
             return
         if data and self._inflate is not None and not decoded:
             data = self._inflate.decompress(data)
@@ -140,7 +140,7 @@ def _closing(response: Any) -> Generator[None, Any, Any]:
     finally:
         meter = response.__dict__.get(_METER)
         if meter is not None:  # abandoned unless its body was read to the end
-            meter.abandon()
+            meter.admitted.abandon()
 
 
 def _wrap_read_chunked(original: Callable[..., Any]) -> Callable[..., Any]:

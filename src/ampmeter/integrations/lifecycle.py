@@ -10,7 +10,8 @@ alone a request an upper one already meters, and the SDK's retry path can count 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Mapping
+import weakref
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -21,7 +22,6 @@ from ampmeter.integrations.adapter import (
     MAX_RESPONSE_ID,
     META_USAGE_CLAMPED,
     Adapter,
-    RequestInfo,
     Tally,
 )
 from ampmeter.integrations.disclosure import META_BUDGET_NOTE, disclose
@@ -40,7 +40,6 @@ __all__ = [
     "META_TRANSPORT",
     "META_USAGE_ESTIMATED",
     "Admitted",
-    "Meter",
     "Settings",
     "begin_call",
     "finish_abandoned",
@@ -87,20 +86,35 @@ HELPER: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 
 @dataclass(slots=True)
 class Admitted:
-    """A request let through (:func:`begin_call` done): its call, how to read its response,
-    and what was changed to send it. ``with admitted:`` around sending it makes it the active
-    call meanwhile (:data:`ACTIVE_CALL`), and an error raised ends it failed: the credentials
-    of the SDK ``client`` that sent it are scrubbed from then on (:mod:`ampmeter.redact`), as
-    the error's text, which the node keeps, may echo them."""
+    """One request let through (:func:`begin_call` made it) and the metering of its response,
+    which ends its call once: with the usage read into its ``tally``, at the response's end or
+    with the error reading it raised (:meth:`end`), or as abandoned when it is closed or
+    dropped before (:meth:`abandon`).
+
+    It knows how to read the response (its ``adapter``; ``stream``: it streams, read event by
+    event through :meth:`read`) and the JSON ``body`` sent, changed to ask for a stream's usage
+    event the caller must not see when ``hide`` says so. ``with admitted:`` around sending it
+    makes it the active call meanwhile (:data:`ACTIVE_CALL`), and an error raised ends it
+    failed: the credentials of the SDK ``client`` that sent it (None: sent below the SDKs) are
+    scrubbed from then on (:mod:`ampmeter.redact`), as the error's text, which the node keeps,
+    may echo them. ``raw``: an SDK's raw-response wrapper made it (see :mod:`.raw`).
+    """
 
     call: Call
     adapter: Adapter
-    info: RequestInfo
-    hide: bool  # ampmeter asked for a usage event the caller must not see
-    body: dict[str, Any]  # the request's JSON body (as changed to ask for that event)
-    raw: bool = False  # an SDK's raw-response wrapper made it (see :mod:`.raw`)
-    client: object = None  # the SDK client that sends it (None: sent below the SDKs)
+    stream: bool
+    body: Mapping[str, Any]
+    tally: Tally = field(default_factory=Tally)
+    done: bool = False
+    hide: bool = False
+    raw: bool = False
+    client: object = None
     _token: contextvars.Token[Call | None] | None = None
+    # A stream's: the weak reference that abandons the call when the stream is dropped unread
+    # (see :mod:`.streams`), and whether an event is being read (the reader itself then
+    # settles what happens when the response closes).
+    dropped: weakref.ref[Any] | None = None
+    reading: bool = False
 
     def __enter__(self) -> Call:
         self._token = ACTIVE_CALL.set(self.call)
@@ -109,22 +123,10 @@ class Admitted:
     def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
         if self._token is not None:
             ACTIVE_CALL.reset(self._token)
-        if exc is not None:
+        if exc is not None and not self.done:
+            self.done = True
             redact.remember_client(self.client)
             finish_call(self.call, None, exc)
-
-
-class Meter:
-    """A response being read into its call, which it ends once: with the usage read, at the
-    response's end or with the error reading it raised (:meth:`end`), or as abandoned when it
-    is closed or dropped before (:meth:`abandon`)."""
-
-    __slots__ = ("call", "done", "tally")
-
-    def __init__(self, call: Call, tally: Tally) -> None:
-        self.call = call
-        self.tally = tally
-        self.done = False
 
     def end(self, exc: BaseException | None) -> None:
         """End the call with the usage read (``exc``: the error reading the response raised)."""
@@ -138,40 +140,101 @@ class Meter:
             self.done = True
             finish_abandoned(self.call, self.tally)
 
+    def response_closed(self) -> None:
+        """The stream's response was closed: abandoned, unless the stream is ending it itself."""
+        if not self.reading:
+            self.abandon()
+
+    def read(self, event: Any) -> bool:
+        """Read one stream event; True if the caller must not see it."""
+        hidden = self.adapter.read_event(event, self.tally, self.hide)
+        if self.tally.complete:
+            self.end(None)
+        return hidden
+
+    def events(self, inner: Iterator[Any]) -> Iterator[Any]:
+        """``inner``'s events, read on their way out."""
+        try:
+            while True:
+                self.reading = True
+                try:
+                    event = next(inner)
+                finally:
+                    self.reading = False
+                if not self.read(event):
+                    yield event
+        except StopIteration:
+            self.end(None)
+        except GeneratorExit:
+            self.abandon()
+            close = getattr(inner, "close", None)
+            if close is not None:
+                close()
+            raise
+        except BaseException as exc:
+            self.end(exc)
+            raise
+
+    async def async_events(self, inner: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """:meth:`events` of an async stream."""
+        try:
+            while True:
+                self.reading = True
+                try:
+                    event = await inner.__anext__()
+                finally:
+                    self.reading = False
+                if not self.read(event):
+                    yield event
+        except StopAsyncIteration:
+            self.end(None)
+        except GeneratorExit:
+            self.abandon()
+            aclose = getattr(inner, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            raise
+        except BaseException as exc:
+            self.end(exc)
+            raise
+
 
 def begin_call(
     ctx: ExecutionContext,
     adapter: Adapter,
-    info: RequestInfo,
+    body: Mapping[str, Any],
+    model: str | None,
     extra: Mapping[str, Any] | None = None,
-    request: Mapping[str, Any] | None = None,
-    refused: ExceededLimit | None = None,
     *,
     operation: str | None = None,
-) -> Call:
-    """Begin and admit the node of one request (``LimitExceeded`` if it does not fit).
+    refused: ExceededLimit | None = None,
+    ask_usage: dict[str, Any] | None = None,
+) -> Admitted:
+    """Measure a request (its JSON ``body`` for ``model``: :meth:`Adapter.measure`), begin its
+    node and admit it (``LimitExceeded`` if it does not fit).
 
-    ``extra``: more metadata for the node. ``request`` (the SDK call's keyword arguments, or the
-    JSON body) lets the context's policies see what is sent (the loop guard); ``refused`` is a
-    budget-pressure hook's refusal to report (:func:`relieve_pressure`). The input estimate
-    comes from the request's measure (``info.size``). ``operation`` names the node (else the
-    adapter's operation).
+    ``extra``: more metadata for the node. The context's policies see what is sent (the loop
+    guard); ``refused`` is a budget-pressure hook's refusal to report (:func:`relieve_pressure`).
+    ``operation`` names the node (else the adapter's operation). ``ask_usage``: the body that
+    will be sent, changed in place once admitted so that a stream asks for its usage
+    (``Admitted.hide``: the caller must not see that event); None leaves it as it is.
     """
+    size, cap, stream = adapter.measure(body, model)
     if operation is None:
         operation = adapter.operation
     meta: dict[str, Any] = {META_OPERATION: operation}
     if extra:
         meta.update(extra)
-    if settings.capture_content and request is not None:
-        meta[META_PROMPT_TEXT] = adapter.prompt_text(request)
+    if settings.capture_content:
+        meta[META_PROMPT_TEXT] = adapter.prompt_text(body)
     call = ctx.model_call(
         adapter.kind,
         meta,
-        (operation, info.model, adapter.provider),
-        max_tokens=info.max_tokens,  # (an embeddings request's is 0: it writes nothing)
-        request=info.size,
+        (operation, model, adapter.provider),
+        max_tokens=cap,  # (an embeddings request's is 0: it writes nothing)
+        request=size,
         final=None,
-        sent=request,
+        sent=body,
         refused=refused,
     )
     try:
@@ -179,7 +242,10 @@ def begin_call(
     except LimitExceeded as stop:
         note_stop(stop)  # frameworks may re-raise it as their own error: see find_limit_exceeded
         raise
-    return call
+    admitted = Admitted(call, adapter, stream, body)
+    if stream and ask_usage is not None:
+        admitted.hide = adapter.prepare_stream(ask_usage)
+    return admitted
 
 
 def finish_call(

@@ -16,10 +16,11 @@ from types import ModuleType
 from typing import Any
 
 from ampmeter._validate import MAX_COUNT
-from ampmeter.integrations.adapter import Adapter, RequestInfo, Tally
+from ampmeter.integrations.adapter import Adapter, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.wire import READERS, counts, first_int, get, ints, text_of
 from ampmeter.pricing import request_size, stored_state
+from ampmeter.pricing.measure_parts import RequestSize
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
 
@@ -200,10 +201,10 @@ class EmbeddingsAdapter(Adapter):
     provider = PROVIDER
     kind = "embedding"
 
-    def request_info(self, kwargs: Mapping[str, Any]) -> RequestInfo:
-        model = kwargs.get("model")
-        size = request_size.measure_text(self.prompt_text(kwargs))
-        return RequestInfo(model if isinstance(model, str) else None, size, 0, False)
+    def measure(
+        self, body: Mapping[str, Any], model: str | None
+    ) -> tuple[RequestSize, int | None, bool]:
+        return request_size.measure_text(self.prompt_text(body)), 0, False
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         return _joined_text(kwargs.get("input"))

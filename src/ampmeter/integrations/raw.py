@@ -14,9 +14,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
-from ampmeter.integrations.adapter import Tally
-from ampmeter.integrations.lifecycle import Admitted, finish_call
-from ampmeter.integrations.streams import StreamMeter, meter_result
+from ampmeter.integrations.lifecycle import Admitted
+from ampmeter.integrations.streams import meter_result
 from ampmeter.integrations.wire import BodyReader
 
 __all__ = ["RAW_RESPONSE_HEADER", "after_raw", "after_raw_async"]
@@ -35,7 +34,7 @@ def after_raw(result: Any, admitted: Admitted) -> Any:
         parsed = result.parse()
     except Exception:
         # The caller's own parse() will raise the same; the call was sent and answered.
-        finish_call(admitted.call, Tally(), None)
+        admitted.end(None)
         return result
     return _settle_parsed(result, parsed, admitted, is_async=False)
 
@@ -47,7 +46,7 @@ async def after_raw_async(result: Any, admitted: Admitted) -> Any:
         if inspect.isawaitable(parsed):
             parsed = await parsed
     except Exception:
-        finish_call(admitted.call, Tally(), None)
+        admitted.end(None)
         return result
     return _settle_parsed(result, parsed, admitted, is_async=True)
 
@@ -56,14 +55,13 @@ def _settle_parsed(result: Any, parsed: Any, admitted: Admitted, *, is_async: bo
     # The SDK caches what parse() returns: the caller's parse() gets this metered stream. The
     # caller may read its lines, text or bytes instead of parsing it: the raw response's body
     # iterators then read the usage from the events they pass.
-    meter = meter_result(admitted, parsed, is_async=is_async)
-    if meter is None:
+    if not meter_result(admitted, parsed, is_async=is_async):
         return result
     ref = weakref.ref(result)  # the hooks live on the response: no cycle through them
     for name in _BODY_ITERATORS:
         method = getattr(type(result), name, None)
         if method is not None:
-            setattr(result, name, _read_while_iterating(ref, method, meter, name))
+            setattr(result, name, _read_while_iterating(ref, method, admitted, name))
     return result
 
 
@@ -76,7 +74,7 @@ _END: Final[Any] = object()  # a body iterator's end
 
 
 def _read_while_iterating(
-    ref: weakref.ref[Any], method: Callable[..., Any], meter: StreamMeter, name: str
+    ref: weakref.ref[Any], method: Callable[..., Any], meter: Admitted, name: str
 ) -> Callable[..., Any]:
     """Body iterator ``method`` of the raw response ``ref`` names, with each piece's
     server-sent events read into ``meter`` (``iter_lines`` gives lines without their line

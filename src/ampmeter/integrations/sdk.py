@@ -51,7 +51,7 @@ def _operation(options: Any, headers: Mapping[str, Any], base: str) -> str:
     qualifiers = vars(options).get("qualifiers")
     if (qualifiers and qualifiers.get("beta")) or "beta=true" in options.url:  # client.beta
         base = f"beta.{base}"
-    helper = headers.get(_HELPER_HEADER) or headers.get(_HELPER_HEADER_LOWER)
+    helper = (headers.get(_HELPER_HEADER) or headers.get(_HELPER_HEADER_LOWER)) if headers else None
     if not isinstance(helper, str) or not helper:
         helper = HELPER.get() or "create"
     return helper if "." in helper else f"{base}.{helper}"
@@ -73,21 +73,26 @@ def admit(client: Any, options: Any) -> Admitted | None:
         return None
     extra = options.extra_json  # the caller's extra_body: a mapping, as the SDK merges it, or None
     sent = {**body, **extra} if extra else body  # what is sent: extra_body merged in
-    if not isinstance(sent.get("model"), str):
+    model = sent.get("model")
+    if not isinstance(model, str):
         return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
     refused = notes = None
     policies = configured_policies(ctx)
     if policies.shapes_requests:  # the hook may change the body (measured after)
         refused, notes = relieve_pressure(ctx, policies.reliefs, adapter, body)
         sent = {**body, **extra} if extra else body
-    info = adapter.request_info(sent)
-    hide = adapter.prepare_stream(body) if info.stream else False
+        model = sent.get("model")  # a downgrade's (anything but a string: no model)
+        model = model if isinstance(model, str) else None
     # The SDK's helpers name themselves in a dict they make (a Mapping check is a Python call).
     headers = options.headers if isinstance(options.headers, dict) else {}
     operation = _operation(options, headers, adapter.operation)
-    call = begin_call(ctx, adapter, info, notes, sent, refused, operation=operation)
-    raw = bool(headers.get(RAW_RESPONSE_HEADER))
-    return Admitted(call, adapter, info, hide, body, raw=raw, client=client)
+    admitted = begin_call(
+        ctx, adapter, sent, model, notes, operation=operation, refused=refused, ask_usage=body
+    )
+    admitted.client = client
+    if headers and headers.get(RAW_RESPONSE_HEADER):
+        admitted.raw = True
+    return admitted
 
 
 def _stored_state_changed(options: Any) -> bool:

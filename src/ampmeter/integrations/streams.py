@@ -20,19 +20,13 @@ from __future__ import annotations
 
 import atexit
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Final
 
 from ampmeter import redact
-from ampmeter.context import Call
-from ampmeter.integrations.adapter import Adapter, Tally
-from ampmeter.integrations.lifecycle import Admitted, Meter, finish_call
+from ampmeter.integrations.lifecycle import Admitted, finish_call
 
-__all__ = [
-    "StreamMeter",
-    "meter_rebuilt_stream",
-    "meter_result",
-]
+__all__ = ["meter_rebuilt_stream", "meter_result"]
 
 _METER: Final = "_ampmeter_stream_meter"  # on a metered stream's response: its meter
 
@@ -41,7 +35,7 @@ _METER: Final = "_ampmeter_stream_meter"  # on a metered stream's response: its 
 # reference calls back only while it is alive itself, so the references are kept here, by
 # identity (a stream need not be hashable); what is still kept at interpreter exit is
 # abandoned then, as a stream dropped at exit would be.
-_WATCHED: dict[int, tuple[weakref.ref[Any], StreamMeter]] = {}
+_WATCHED: dict[int, tuple[weakref.ref[Any], Admitted]] = {}
 
 
 def _dropped(stream: weakref.ref[Any]) -> None:
@@ -58,80 +52,7 @@ def _abandon_watched() -> None:
     _WATCHED.clear()
 
 
-class StreamMeter(Meter):
-    """The metering of one streamed response: its call, the usage read so far, and its end."""
-
-    __slots__ = ("__weakref__", "adapter", "dropped", "hide", "reading")
-
-    def __init__(self, call: Call, adapter: Adapter, hide_usage: bool) -> None:
-        super().__init__(call, Tally())
-        self.adapter = adapter
-        self.hide = hide_usage
-        # The weak reference that abandons the call when the stream is dropped unread (see
-        # _WATCHED); the meter holds no strong reference to the stream.
-        self.dropped: weakref.ref[Any] | None = None
-        self.reading = False  # an event is being read: the iterator itself settles what happens
-
-    def response_closed(self) -> None:
-        """The stream's response was closed: abandoned, unless the stream is ending it itself."""
-        if not self.reading:
-            self.abandon()
-
-    def read(self, event: Any) -> bool:
-        """Read one event; True if the caller must not see it."""
-        hidden = self.adapter.read_event(event, self.tally, self.hide)
-        if self.tally.complete:
-            self.end(None)
-        return hidden
-
-    def events(self, inner: Iterator[Any]) -> Iterator[Any]:
-        """``inner``'s events, read on their way out."""
-        try:
-            while True:
-                self.reading = True
-                try:
-                    event = next(inner)
-                finally:
-                    self.reading = False
-                if not self.read(event):
-                    yield event
-        except StopIteration:
-            self.end(None)
-        except GeneratorExit:
-            self.abandon()
-            close = getattr(inner, "close", None)
-            if close is not None:
-                close()
-            raise
-        except BaseException as exc:
-            self.end(exc)
-            raise
-
-    async def async_events(self, inner: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        """:meth:`events` of an async stream."""
-        try:
-            while True:
-                self.reading = True
-                try:
-                    event = await inner.__anext__()
-                finally:
-                    self.reading = False
-                if not self.read(event):
-                    yield event
-        except StopAsyncIteration:
-            self.end(None)
-        except GeneratorExit:
-            self.abandon()
-            aclose = getattr(inner, "aclose", None)
-            if aclose is not None:
-                await aclose()
-            raise
-        except BaseException as exc:
-            self.end(exc)
-            raise
-
-
-def _on_close(response: Any, name: str, meter: StreamMeter, *, is_async: bool) -> None:
+def _on_close(response: Any, name: str, meter: Admitted, *, is_async: bool) -> None:
     """Have ``response.<name>()`` (its close) also tell ``meter``; the SDK helpers close the
     response directly. The hook holds the response weakly (no cycle keeps it alive)."""
     original: Callable[..., Any] | None = getattr(type(response), name, None)
@@ -163,30 +84,28 @@ def _on_close(response: Any, name: str, meter: StreamMeter, *, is_async: bool) -
     setattr(response, name, close)
 
 
-def meter_result(admitted: Admitted, result: Any, *, is_async: bool) -> StreamMeter | None:
-    """Meter an SDK's stream in place (its meter returned), or record a whole response's usage
-    and end the call (None); either way ``result`` itself is what the caller gets."""
-    if not admitted.info.stream:
-        tally = Tally()
-        admitted.adapter.read_response(result, tally)
-        finish_call(admitted.call, tally, None)
-        return None
+def meter_result(admitted: Admitted, result: Any, *, is_async: bool) -> bool:
+    """Meter an SDK's stream in place (True), or record a whole response's usage and end the
+    call (False); either way ``result`` itself is what the caller gets."""
+    if not admitted.stream:
+        admitted.adapter.read_response(result, admitted.tally)
+        finish_call(admitted.call, admitted.tally, None)
+        return False
     # A stream's error comes from its events, after its door: the key it may echo is known.
     redact.remember_client(admitted.client)
-    meter = StreamMeter(admitted.call, admitted.adapter, admitted.hide)
-    _read_through(result, meter, is_async=is_async)
+    _read_through(result, admitted, is_async=is_async)
     response = getattr(result, "response", None)
     if response is not None:
-        _on_close(response, "aclose" if is_async else "close", meter, is_async=is_async)
-        setattr(response, _METER, meter)
-    return meter
+        _on_close(response, "aclose" if is_async else "close", admitted, is_async=is_async)
+        setattr(response, _METER, admitted)
+    return True
 
 
 def meter_rebuilt_stream(stream: Any, *, is_async: bool) -> None:
     """Meter ``stream``, which an SDK helper built over the response of a metered stream it
     then dropped unread: the call is read from ``stream``'s events instead. Nothing happens
     when the response is not metered, or its call has ended."""
-    meter: StreamMeter | None = getattr(getattr(stream, "response", None), _METER, None)
+    meter: Admitted | None = getattr(getattr(stream, "response", None), _METER, None)
     if meter is None or meter.done:
         return
     if meter.dropped is not None:
@@ -195,7 +114,7 @@ def meter_rebuilt_stream(stream: Any, *, is_async: bool) -> None:
     _read_through(stream, meter, is_async=is_async)
 
 
-def _read_through(stream: Any, meter: StreamMeter, *, is_async: bool) -> None:
+def _read_through(stream: Any, meter: Admitted, *, is_async: bool) -> None:
     """Have ``meter`` read ``stream``'s events on their way out, and abandon its call when the
     stream is dropped before its end. The Stainless SDKs' streams iterate ``_iterator`` (made
     in __init__, or on first use); the object itself stays untouched otherwise."""

@@ -21,15 +21,13 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Final
 
-from ampmeter.context import Call
-from ampmeter.integrations.adapter import Tally
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.http import json_object
 from ampmeter.integrations.lifecycle import (
     ACTIVE_CALL,
     META_TRANSPORT,
+    Admitted,
     begin_call,
-    finish_abandoned,
     finish_call,
 )
 from ampmeter.integrations.openai import ResponsesAdapter
@@ -56,10 +54,10 @@ class ResponseFailed(Exception):
 
 @dataclass(slots=True)
 class _Pending:
-    """One response sent and not yet finished."""
+    """One response sent and not yet finished: its request, admitted, and the id the server
+    named it by (``response.created``)."""
 
-    call: Call
-    tally: Tally = field(default_factory=Tally)
+    admitted: Admitted
     response_id: str | None = None
 
 
@@ -77,9 +75,10 @@ class _Responses:
         ctx = metered_context()
         if ctx is None:
             return None
-        info = _ADAPTER.request_info(event)
-        call = begin_call(ctx, _ADAPTER, info, {META_TRANSPORT: "websockets"}, event)
-        response = _Pending(call)
+        model = event.get("model")
+        model = model if isinstance(model, str) else None
+        meta = {META_TRANSPORT: "websockets"}
+        response = _Pending(begin_call(ctx, _ADAPTER, event, model, meta))
         self.pending.append(response)  # before sending: the answer may be read on another thread
         return response
 
@@ -87,7 +86,7 @@ class _Responses:
         """Sending the frame of ``response`` failed."""
         if response in self.pending:
             self.pending.remove(response)
-        finish_call(response.call, None, exc)
+        finish_call(response.admitted.call, None, exc)
 
     def observe(self, event: Any) -> None:
         """Read one server event into the response it belongs to."""
@@ -105,20 +104,20 @@ class _Responses:
             pending = next((p for p in queue if p.response_id is None), queue[0])
             queue.remove(pending)
             message = get(get(event, "error"), "message")
-            finish_call(pending.call, None, ResponseFailed(str(message or "error event")))
+            finish_call(pending.admitted.call, None, ResponseFailed(str(message or "error event")))
             return
         pending = next((p for p in queue if response_id and p.response_id == response_id), queue[0])
-        _ADAPTER.read_event(event, pending.tally, False)
-        if pending.tally.complete:
+        _ADAPTER.read_event(event, pending.admitted.tally, False)
+        if pending.admitted.tally.complete:
             queue.remove(pending)
             failed = ResponseFailed("response.failed") if kind == "response.failed" else None
-            finish_call(pending.call, pending.tally, failed)
+            pending.admitted.end(failed)
 
     def abandon_all(self) -> None:
         """The connection closed: every response still open ends as abandoned."""
         while self.pending:
             response = self.pending.pop(0)
-            finish_abandoned(response.call, response.tally)
+            response.admitted.abandon()
 
 
 def _admit(connection: Any, message: Any) -> _Pending | None:

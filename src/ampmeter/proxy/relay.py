@@ -122,8 +122,8 @@ class Relay:
             return await self._forward(request, url, content, None)
         adapter = adapter_for_path(path)
         body = json_object(content)
-        info = adapter.request_info(body) if adapter is not None and body is not None else None
-        if adapter is None or body is None or info is None or info.model is None:
+        model = None if body is None else body.get("model")
+        if adapter is None or body is None or not isinstance(model, str):
             if self._allow_unestimated:
                 return await self._forward(request, url, content, None)
             return refusal(
@@ -133,16 +133,17 @@ class Relay:
                 "(start the proxy with --allow-unestimated to forward such requests unmetered)",
                 "invalid_request_error",
             )
-        hide = info.stream and adapter.prepare_stream(body)
         meta = {META_TRANSPORT: "proxy"}
         try:
-            call = await self._on_worker(begin_call, ctx, adapter, info, meta, body)
+            admitted: Admitted = await self._on_worker(
+                lambda: begin_call(ctx, adapter, body, model, meta, ask_usage=body)
+            )
         except BudgetBusy as busy:
             return refusal(route, 429, str(busy), "rate_limit_error", retry_after=1)
         except LimitExceeded as stop:
             return refusal(route, 402, str(stop), "insufficient_quota")
-        admitted = Admitted(call, adapter, info, hide, body)
-        return await self._forward(request, url, orjson.dumps(body) if hide else content, admitted)
+        sent = orjson.dumps(body) if admitted.hide else content
+        return await self._forward(request, url, sent, admitted)
 
     def _metered_by_sender(self, request: web.Request, content: bytes) -> bool:
         mark = request.headers.get(METERED_HEADER)
