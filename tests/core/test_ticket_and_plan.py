@@ -150,7 +150,9 @@ def test_a_call_no_policy_acts_on_goes_from_the_admission_straight_to_the_kernel
     assert call.node.status == "running"
     ended = _ampmeter_calls(call.finish)
     settling = ended[ended.index("Admission.settle") :]
-    assert settling[:3] == ["Admission.settle", "Kernel.settle", "Usage.shape"]
+    assert settling[:3] == ["Admission.settle", "Kernel.settle", "KindPlan.settlement"]
+    # What it spent is added from the tuple its end made: no Usage is made or shaped for it.
+    assert not [name for name in ended if name.startswith("Usage.")]
     assert "Kernel._spent_past" in settling  # its usage reaches the cost ceiling: checked
     assert ctx.stats.reserved() == {}
 

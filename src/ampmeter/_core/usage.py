@@ -1,8 +1,10 @@
 """``Usage``: what one call used (or may use), and the one place usage becomes stats keys.
 
-A call's reservation before it runs, its actual usage when it ends, a trace record and a
-ledger's amounts are all a :class:`Usage`; :meth:`Usage.entries` is the only translation from
-usage to the standard keys of :mod:`ampmeter.keys`.
+A call's reservation before it runs, a trace record and a ledger's amounts are all a
+:class:`Usage`; :meth:`Usage.entries` is the only translation from usage to the standard keys of
+:mod:`ampmeter.keys`. What a call used when it ends is its :data:`Spent` tuple, which settlement
+adds from directly; :meth:`Usage.of_call` makes it a :class:`Usage` where one is read (a ledger,
+a policy, a replay).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from ampmeter.keys import (
     is_money,
 )
 
-__all__ = ["Entry", "Shape", "Usage", "internal_amount"]
+__all__ = ["SPENT_AT", "Entry", "Shape", "Spent", "Usage", "internal_amount"]
 
 
 def internal_amount(key: str, value: Any) -> Any:
@@ -43,6 +45,17 @@ _IN, _OUT, _CACHED, _REASONING, _COST, _CALLS, _STEPS, _RETRIES, _UNPRICED = ran
 
 Entry = tuple[str, int, bool]
 """``(stats key, Usage field position, is_gauge)``: one key a usage adds to."""
+
+Spent = tuple[int, int, int, int, int, int, int, int, int, int, int]
+"""What one call used, as its settlement adds it: its six checked counts as ``record()`` keeps
+them (input, output, cached, cache-write and reasoning tokens, tool calls made: see
+:data:`ampmeter._validate.Counts`), then its cost in nano-dollars, and its calls (1; 0 for a
+replay, which adds nothing), steps (1 if it succeeded), retries (1 if it failed) and unpriced
+calls (1 if its model has no price). Its kind decides which of them count
+(:meth:`Usage.of_call`)."""
+
+SPENT_AT: Final = dict(zip(range(_IN, _UNPRICED + 1), (0, 1, 2, 4, 6, 7, 8, 9, 10), strict=True))
+"""Each amount field of a Usage (``tokens_in`` to ``unpriced``) to its place in a Spent."""
 
 _SHAPES_MAX: Final = 4_096
 
@@ -126,6 +139,22 @@ class Usage(NamedTuple):
             steps=_validate.count(steps, "steps"),
             retries=_validate.count(retries, "retries"),
         )
+
+    @classmethod
+    def of_call(cls, kind: str, model: str, tool: str, spent: Spent) -> Usage:
+        """What a call of ``kind`` (of ``model``; a tool call's ``tool``) that ``spent`` this
+        adds to the stats: an LLM call its tokens, cost and call counts; an embedding request
+        of a model its input and output tokens and its cost; a tool call its cost and call
+        counts; any other call its cost."""
+        t_in, t_out, cached, _, reasoning, _, cost, calls, steps, retries, unpriced = spent
+        if kind == "llm":
+            counters = {"calls": calls, "steps": steps, "retries": retries, "unpriced": unpriced}
+            return cls(kind, model, "", t_in, t_out, cached, reasoning, cost_nano=cost, **counters)
+        if kind == "tool":
+            return cls(kind, tool=tool, cost_nano=cost, calls=calls, steps=steps, retries=retries)
+        if kind == "embedding" and model:
+            return cls(kind, model, tokens_in=t_in, tokens_out=t_out, cost_nano=cost)
+        return cls(kind, cost_nano=cost)
 
     def shape(self) -> Shape:
         """The keys this usage adds to, as an interned :class:`Shape`.
