@@ -191,7 +191,7 @@ class Call(Scoped, Ticket):
         self._tokens_out = None if tokens_out is None else counts[1]
         self._counts = counts
         self._cost_nano = cost
-        self._estimated = bool(estimated)
+        self._estimated = estimated
         self.recorded = True
 
     def note_tool_calls(self, count: int) -> None:
@@ -241,7 +241,8 @@ class Call(Scoped, Ticket):
         if self.phase == DONE:
             return
         self.phase = DONE
-        self.plan.admission.settle(self, *self._ended(exc, metadata))
+        spent, ending = self._ended(exc, metadata)
+        self.plan.admission.settle(self, spent, ending)
 
     def _enter(self) -> None:
         self.start()
@@ -272,9 +273,9 @@ class Call(Scoped, Ticket):
             return
         restore(self._token, self.context)
         self.phase = DONE
-        ended = self._ended(exc)
+        spent, ending = self._ended(exc)
         # Committing to a ledger is a network round trip: on a worker thread, the loop goes on.
-        await off_loop(lambda: self.plan.admission.settle(self, *ended))
+        await off_loop(lambda: self.plan.admission.settle(self, spent, ending))
 
     def _ended(
         self, exc: BaseException | None, read: dict[str, Any] | None = None

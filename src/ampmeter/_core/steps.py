@@ -454,8 +454,19 @@ class KindPlan:
         watching none of them is not checked then (a limit another way passed, a key the caller
         set, is found before the next call)."""
         t_in, t_out, cached, _, reasoning, _, cost, calls, steps, retries, unpriced = spent
-        zeros = (not t_in, not t_out, not cached, not reasoning, not cost)
-        pattern = (ticket.name if self.tools else "", zeros, calls, steps, retries, unpriced)
+        tool = ticket.name if self.tools else ""
+        pattern = (
+            tool,
+            not t_in,
+            not t_out,
+            not cached,
+            not reasoning,
+            not cost,
+            calls,
+            steps,
+            retries,
+            unpriced,
+        )
         found = self.settles.get(pattern)
         if found is not None:
             return found
