@@ -309,10 +309,10 @@ class Call(Scoped, Ticket):
             cost, unpriced = plan.price(
                 counts, self._cost_nano, meta, recorded=self.recorded, estimated=self._estimated
             )
-            size = self._prompt_size
+            size = self._prompt_size  # (None: nothing to learn from)
             # (An estimate teaches nothing: it would only confirm itself.)
-            learns = kind == "llm" and exc is None and not self._estimated
-            if learns and counts[0] and size is not None:
+            learns = size is not None and exc is None and not self._estimated and counts[0]
+            if learns and kind == "llm":
                 request_size.learn(model or "", size, counts[0])
         if self._idempotency_key is not None:
             meta[META_IDEMPOTENCY_KEY] = self._idempotency_key

@@ -86,8 +86,9 @@ def to_nano(
         # most nine decimals (tests/core/test_money_core.py checks this against the Decimal
         # reading). Anything else, NaN and infinities included, is read through Decimal.
         scaled = value * _NANO_PER_USD_FLOAT
-        if -_EXACT_FLOAT_NANO < scaled < _EXACT_FLOAT_NANO:
-            nano = round(scaled)
+        if abs(scaled) < _EXACT_FLOAT_NANO:
+            # The nearest whole nano-dollar (a tie is no whole amount: the test below fails).
+            nano = math.floor(scaled + 0.5)
             if nano / _NANO_PER_USD_FLOAT == value and (allow_negative or nano >= 0):
                 return nano
     return whole_nano(usd(value, what, allow_negative=allow_negative), what, round_up=round_up)
