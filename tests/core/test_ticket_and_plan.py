@@ -203,3 +203,31 @@ def test_a_settlement_stops_a_context_for_what_is_spent_not_for_what_others_hold
         call.record(cost_usd=1.5)  # spent past the ceiling: the context stops, naming it
     assert ctx.termination_reason is TerminationReason.LIMIT_EXCEEDED
     assert ctx.exceeded_limit is not None and ctx.exceeded_limit.value == Decimal("1.5")
+
+
+def test_a_settlement_is_found_by_which_amounts_are_zero_and_a_tool_call_by_its_tool() -> None:
+    from ampmeter.keys import KEY_CACHED_INPUT_TOKENS, KEY_STEPS, KEY_TOOL_CALLS_FOR
+
+    ctx = ExecutionContext(max_cost_usd=1)
+    for name in ("search", "fetch", "search"):  # one plan for tools, a settlement per tool
+        with ctx.tool_call(name):
+            pass
+    stats = ctx.stats
+    assert stats.get_counter(KEY_TOOL_CALLS_FOR + "search") == 2
+    assert stats.get_counter(KEY_TOOL_CALLS_FOR + "fetch") == 1
+    with ctx.llm_call("first", model="gpt-4o-mini") as call:
+        call.record(100, 10)  # no cached tokens: no cached key yet
+    assert KEY_CACHED_INPUT_TOKENS not in stats.counters()
+    with ctx.llm_call("second", model="gpt-4o-mini") as call:
+        call.record(100, 10, cached_tokens=40)
+    with pytest.raises(RuntimeError), ctx.llm_call("third", model="gpt-4o-mini") as failed:
+        failed.record(7, 1)
+        raise RuntimeError("a retry: counted as one, not as a step")
+    with ctx.embedding_call(model="text-embedding-3-small") as embedding:
+        embedding.record(50)  # its tokens and cost, no LLM call and no step
+    assert stats.get_counter(KEY_CACHED_INPUT_TOKENS) == 40
+    assert stats.get_counter(KEY_INPUT_TOKENS) == 100 + 100 + 7 + 50
+    assert stats.get_counter(KEY_LLM_CALLS) == 3 and stats.get_counter(KEY_STEPS) == 3 + 2
+    assert stats.get_counter("amp:retries") == 1
+    # Each pattern of zero amounts (and each tool) compiled once, then found.
+    assert len(call.plan.settles) == 3 and len(failed.plan.settles) == 3
