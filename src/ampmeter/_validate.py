@@ -137,17 +137,10 @@ def dollars(value: object, what: str, *, allow_negative: bool = False) -> Decima
     return money.usd(value, what, allow_negative=allow_negative)
 
 
-def nano(value: object, what: str, *, allow_negative: bool = False, round_up: bool = False) -> int:
-    """:func:`dollars` as whole nano-dollars, rounded half to even; or up (``round_up``): an
-    estimate that reserves, so that rounding never lets a call through. The amount is read
-    once (money.to_nano refuses what is not a number; a string, which it would parse, is not
-    a user's amount here)."""
-    if isinstance(value, str):
-        raise TypeError(f"{what} must be a number of dollars, got {_type_name(value)}")
-    try:
-        return money.to_nano(value, what, allow_negative=allow_negative, round_up=round_up)
-    except (OverflowError, ArithmeticError):
-        raise ValueError(f"{what} must be a finite amount of dollars, got {value!r}") from None
+nano: Final = money.to_nano
+"""A caller's amount of dollars as whole nano-dollars (:func:`ampmeter.money.to_nano`, which
+names what it refuses), rounded half to even, or up (``round_up``: an estimate that reserves,
+so that rounding never lets a call through)."""
 
 
 def whole(value: object, what: str) -> int:

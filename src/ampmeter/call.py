@@ -301,7 +301,6 @@ class Call(Scoped, Ticket):
         node = self.kernel_node
         kind, model = node.kind, node.model
         counts = self._counts
-        cost, unpriced = self._cost_nano or 0, 0
         meta: dict[str, Any] = {**read} if read else {}  # what its price says goes in too
         if kind == "llm" or (kind == "embedding" and model):
             plan = self._price_plan
@@ -314,6 +313,8 @@ class Call(Scoped, Ticket):
             learns = size is not None and exc is None and not self._estimated and counts[0]
             if learns and kind == "llm":
                 request_size.learn(model or "", size, counts[0])
+        else:  # (no price: its cost is what it recorded, if anything)
+            cost, unpriced = self._cost_nano or 0, 0
         if self._idempotency_key is not None:
             meta[META_IDEMPOTENCY_KEY] = self._idempotency_key
         spent = (*counts, cost, 1, succeeded, failed, unpriced)

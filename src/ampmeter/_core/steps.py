@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 from ampmeter import redact
 from ampmeter._core.check import Guard, Hit, Refused
 from ampmeter._core.frame import Stop
-from ampmeter._core.idempotency import META_DUPLICATE_OF, counted_once, usage_after
+from ampmeter._core.idempotency import META_DUPLICATE_OF, counted_once
 from ampmeter._core.outcome import Ending, Outcome, TerminationReason
 from ampmeter._core.pausing import PauseWait
 from ampmeter._core.ticket import ADMITTED, DONE, NEW, Ticket
@@ -327,10 +327,10 @@ class Admission:
     # -- settlement -----------------------------------------------------------------------------
 
     def settle(self, ticket: Ticket, spent: Spent, ending: Ending) -> None:
-        """End an admitted call that ``spent`` this and ends as ``ending`` says: the shared
-        ledger's step settles, then the kernel (a limit the usage broke stops the contexts up to
-        its owner), then the policies' steps, last first; then sinks see the node. Only these
-        steps and a replay's check read the usage as a :class:`Usage`, made for them."""
+        """End an admitted call that ``spent`` this, as ``ending`` says: the shared ledger's step
+        settles, then the kernel (a limit the usage broke stops the contexts up to its owner),
+        then the policies' steps, last first (these and a replay read it as a Usage); then
+        sinks see the node."""
         node = ticket.kernel_node
         kernel = self.kernel
         if node.status == "created" and not kernel.is_held(node):
@@ -347,7 +347,8 @@ class Admission:
             if self.ledger_step is not None:
                 outcome = self.ledger_step.settle(ticket, usage, outcome)
             if key is not None and META_DUPLICATE_OF in (outcome.metadata or ()):
-                usage, spent = usage_after(usage, outcome), NOTHING_SPENT  # counted before
+                spent = NOTHING_SPENT  # counted before this call: adds nothing
+                usage = spent_usage(ticket, spent)
             ending = outcome
         found = kernel.settle(ticket, spent, ending)
         if found is not None:
@@ -410,13 +411,12 @@ class KindPlan:
     """What every call of one kind and model in one context needs, compiled on the first such
     call (:meth:`Admission.plan`) instead of worked out per call: the admission steps that can
     act on it (a step that never acts on its kind, or only on unpriced calls when it is priced,
-    is not asked); per shape of usage (:class:`~ampmeter._core.usage.Shape`, the one shape
+    is not asked), per shape of usage (:class:`~ampmeter._core.usage.Shape`, the one shape
     cache) where a reservation of that shape is held (:attr:`holds`: each guard with the keys
-    its limits watch); and what a call's usage settles (:attr:`settles`: the cells it adds to,
-    at its context and every context above it, and the only guards its settlement can push over
-    a ceiling, the ones watching one of its keys), per which of its amounts are zero (and a
-    tool call's tool). An entry is compiled on its first use, under the kernel's lock
-    (:meth:`hold_plan`, :meth:`settlement`)."""
+    its limits watch), and per pattern of zero amounts (and tool) what a call settles
+    (:attr:`settles`: the cells it adds to, here and above, and the only guards its settlement
+    can push over a ceiling, those watching one of its keys). An entry is compiled on its first
+    use, under the kernel's lock (:meth:`hold_plan`, :meth:`settlement`)."""
 
     __slots__ = ("admission", "admitters", "holds", "settles", "tools")
 

@@ -1,10 +1,9 @@
 """``Usage``: what one call used (or may use), and the one place usage becomes stats keys.
 
-A call's reservation before it runs, a trace record and a ledger's amounts are all a
-:class:`Usage`; :meth:`Usage.entries` is the only translation from usage to the standard keys of
-:mod:`ampmeter.keys`. What a call used when it ends is its :data:`Spent` tuple, which settlement
-adds from directly; :meth:`Usage.of_call` makes it a :class:`Usage` where one is read (a ledger,
-a policy, a replay).
+A call's reservation, a trace record and a ledger's amounts are each a :class:`Usage`;
+:meth:`Usage.entries` is the only translation from usage to the keys of :mod:`ampmeter.keys`.
+What a call used is its :data:`Spent`, which settlement adds from, read as a :class:`Usage`
+(:meth:`Usage.of_call`) only where a ledger, a policy or a replay reads one.
 """
 
 from __future__ import annotations
@@ -47,12 +46,9 @@ Entry = tuple[str, int, bool]
 """``(stats key, Usage field position, is_gauge)``: one key a usage adds to."""
 
 Spent = tuple[int, int, int, int, int, int, int, int, int, int, int]
-"""What one call used, as its settlement adds it: its six checked counts as ``record()`` keeps
-them (input, output, cached, cache-write and reasoning tokens, tool calls made: see
-:data:`ampmeter._validate.Counts`), then its cost in nano-dollars, and its calls (1; 0 for a
-replay, which adds nothing), steps (1 if it succeeded), retries (1 if it failed) and unpriced
-calls (1 if its model has no price). Its kind decides which of them count
-(:meth:`Usage.of_call`)."""
+"""What one call used, as its settlement adds it: its checked counts (see
+:data:`ampmeter._validate.Counts`), its cost in nano-dollars, its calls (1; a replay's 0), steps,
+retries and unpriced calls (each 0 or 1). Its kind decides which count (:meth:`Usage.of_call`)."""
 
 SPENT_AT: Final = dict(zip(range(_IN, _UNPRICED + 1), (0, 1, 2, 4, 6, 7, 8, 9, 10), strict=True))
 """Each amount field of a Usage (``tokens_in`` to ``unpriced``) to its place in a Spent."""
@@ -142,10 +138,9 @@ class Usage(NamedTuple):
 
     @classmethod
     def of_call(cls, kind: str, model: str, tool: str, spent: Spent) -> Usage:
-        """What a call of ``kind`` (of ``model``; a tool call's ``tool``) that ``spent`` this
-        adds to the stats: an LLM call its tokens, cost and call counts; an embedding request
-        of a model its input and output tokens and its cost; a tool call its cost and call
-        counts; any other call its cost."""
+        """What a call of ``kind`` (``model``, a tool call's ``tool``) that ``spent`` this adds:
+        an LLM call all but its cache writes and tool calls made; an embedding of a model its
+        tokens and cost; a tool call its cost and call counts; any other call its cost."""
         t_in, t_out, cached, _, reasoning, _, cost, calls, steps, retries, unpriced = spent
         if kind == "llm":
             counters = {"calls": calls, "steps": steps, "retries": retries, "unpriced": unpriced}
