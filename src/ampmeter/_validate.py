@@ -39,8 +39,6 @@ def count(value: object, what: str, *, signed: bool = False) -> int:
     return value
 
 
-_PLAIN_INT: Final = frozenset({int})
-
 Counts = tuple[int, int, int, int, int, int]
 """A call's checked counts, as :func:`usage_counts` gives them: its input, output, cached,
 cache-write and reasoning tokens, and its tool calls."""
@@ -51,14 +49,19 @@ def usage_counts(names: tuple[str, ...], *values: Any) -> Counts:
     cache-write and reasoning tokens and its tool calls, each as :func:`count` checks one
     (``names[i]`` names ``values[i]`` in the error). ``ValueError`` when a part exceeds its
     whole: cached and cache-write tokens are part of the input, reasoning tokens part of the
-    output. The usual counts (plain ints in range) are checked in C; others one at a time."""
+    output. The usual counts (plain ints below 2**53) pass two tests at once; others are checked
+    one at a time."""
+    t_in, t_out, cached, writes, reasoning, tools = values
+    # (Their bitwise or is negative when one of them is, and has a bit from 2**53 up when one
+    # of them does: a count past the quick test is checked, and taken if it passes, below.)
     if not (
-        _PLAIN_INT.issuperset(map(type, values)) and min(values) >= 0 and max(values) <= MAX_COUNT
+        type(t_in) is type(t_out) is type(cached) is type(writes) is type(reasoning) is int
+        and type(tools) is int
+        and not (t_in | t_out | cached | writes | reasoning | tools) >> 53
     ):
         _refuse(count, names, values)
         values = tuple(map(int, values))  # an int subclass's value (numpy's) as a plain int
-    counts: Counts = values
-    t_in, t_out, cached, writes, reasoning, _ = counts
+        t_in, t_out, cached, writes, reasoning, tools = values
     if cached + writes > t_in:
         raise ValueError(
             f"{names[2]} ({cached}) + {names[3]} ({writes}) exceed {names[0]} ({t_in}); they "
@@ -68,6 +71,7 @@ def usage_counts(names: tuple[str, ...], *values: Any) -> Counts:
         raise ValueError(
             f"{names[4]} ({reasoning}) exceed {names[1]} ({t_out}); they are part of the output"
         )
+    counts: Counts = values
     return counts
 
 
@@ -133,17 +137,10 @@ def dollars(value: object, what: str, *, allow_negative: bool = False) -> Decima
     return money.usd(value, what, allow_negative=allow_negative)
 
 
-def nano(value: object, what: str, *, allow_negative: bool = False, round_up: bool = False) -> int:
-    """:func:`dollars` as whole nano-dollars, rounded half to even; or up (``round_up``): an
-    estimate that reserves, so that rounding never lets a call through. The amount is read
-    once (money.to_nano refuses what is not a number; a string, which it would parse, is not
-    a user's amount here)."""
-    if isinstance(value, str):
-        raise TypeError(f"{what} must be a number of dollars, got {_type_name(value)}")
-    try:
-        return money.to_nano(value, what, allow_negative=allow_negative, round_up=round_up)
-    except (OverflowError, ArithmeticError):
-        raise ValueError(f"{what} must be a finite amount of dollars, got {value!r}") from None
+nano: Final = money.to_nano
+"""A caller's amount of dollars as whole nano-dollars (:func:`ampmeter.money.to_nano`, which
+names what it refuses), rounded half to even, or up (``round_up``: an estimate that reserves,
+so that rounding never lets a call through)."""
 
 
 def whole(value: object, what: str) -> int:

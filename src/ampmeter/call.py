@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 from ampmeter import _validate, money, redact
 from ampmeter._core.idempotency import META_IDEMPOTENCY_KEY
 from ampmeter._core.interrupted import charged_in_flight, is_interrupted_in_flight
-from ampmeter._core.outcome import Outcome
+from ampmeter._core.outcome import Ending
 from ampmeter._core.readonly import ReadOnly
 from ampmeter._core.ticket import ADMITTED, DONE, NEW, Reserved, Ticket
-from ampmeter._core.usage import Usage
+from ampmeter._core.usage import Spent
 from ampmeter._core.waiting import off_loop, run_async, run_sync
 from ampmeter._current import CURRENT, restore
 from ampmeter._scoped import Scoped
@@ -184,7 +184,7 @@ class Call(Scoped, Ticket):
         self._tokens_out = None if tokens_out is None else counts[1]
         self._counts = counts
         self._cost_nano = cost
-        self._estimated = bool(estimated)
+        self._estimated = estimated
         self.recorded = True
 
     def note_tool_calls(self, count: int) -> None:
@@ -234,8 +234,8 @@ class Call(Scoped, Ticket):
         if self.phase == DONE:
             return
         self.phase = DONE
-        usage, outcome = self._ended(exc, metadata)
-        self.plan.admission.settle(self, usage, outcome)
+        spent, ending = self._ended(exc, metadata)
+        self.plan.admission.settle(self, spent, ending)
 
     def _enter(self) -> None:
         self.start()
@@ -266,24 +266,22 @@ class Call(Scoped, Ticket):
             return
         restore(self._token, self.context)
         self.phase = DONE
-        ended = self._ended(exc)
+        spent, ending = self._ended(exc)
         # Committing to a ledger is a network round trip: on a worker thread, the loop goes on.
-        await off_loop(lambda: self.plan.admission.settle(self, *ended))
+        await off_loop(lambda: self.plan.admission.settle(self, spent, ending))
 
     def _ended(
         self, exc: BaseException | None, read: dict[str, Any] | None = None
-    ) -> tuple[Usage, Outcome]:
-        """What the call used and how it ended (priced now when no cost was recorded; an
+    ) -> tuple[Spent, Ending]:
+        """What the call spent and how it ended (priced now when no cost was recorded; an
         interrupt in flight charges the reservation: see :mod:`ampmeter._core.interrupted`),
         with what an integration ``read`` from the response under the call's own metadata."""
         if exc is not None and is_interrupted_in_flight(self, exc):
-            usage, outcome = charged_in_flight(self, exc)
-            if usage.cost_nano:
+            spent, ending = charged_in_flight(self, exc, read)
+            if spent[6]:  # (its cost)
                 admission = self.plan.admission
-                admission.kernel.add(admission.level, KEY_UNSETTLED_COST, usage.cost_nano, True)
-            if read:
-                outcome = outcome._replace(metadata={**read, **(outcome.metadata or {})})
-            return usage, outcome
+                admission.kernel.add(admission.level, KEY_UNSETTLED_COST, spent[6], True)
+            return spent, ending
         # Success without exc (a step), ``fail`` with an Exception (a retry), else ``halt``: an
         # interrupt (a BaseException that is not an Exception) is neither.
         if exc is None:
@@ -295,43 +293,22 @@ class Call(Scoped, Ticket):
             status, error, reason, succeeded, failed = "halt", None, "interrupted", 0, 0
         node = self.kernel_node
         kind, model = node.kind, node.model
-        cost = self._cost_nano or 0
+        counts = self._counts
         meta: dict[str, Any] = {**read} if read else {}  # what its price says goes in too
         if kind == "llm" or (kind == "embedding" and model):
             plan = self._price_plan
             assert plan is not None  # every model call has one (CallMaker.model_call)
-            counts = self._counts
             cost, unpriced = plan.price(
                 counts, self._cost_nano, meta, recorded=self.recorded, estimated=self._estimated
             )
-            t_in, t_out, cached, _, reasoning, _ = counts
-            if kind == "llm":
-                usage = Usage(
-                    model=model or "",
-                    tokens_in=t_in,
-                    tokens_out=t_out,
-                    cached_tokens=cached,
-                    reasoning_tokens=reasoning,
-                    cost_nano=cost,
-                    calls=1,
-                    steps=succeeded,
-                    retries=failed,
-                    unpriced=unpriced,
-                )
-                size = self._prompt_size
-                # (An estimate teaches nothing: it would only confirm itself.)
-                if t_in and not self._estimated and exc is None and size is not None:
-                    request_size.learn(model or "", size, t_in)
-            else:
-                usage = Usage(
-                    "embedding", model or "", tokens_in=t_in, tokens_out=t_out, cost_nano=cost
-                )
-        elif kind == "tool":
-            usage = Usage(
-                "tool", tool=node.name, cost_nano=cost, calls=1, steps=succeeded, retries=failed
-            )
-        else:
-            usage = Usage(kind, cost_nano=cost)
+            size = self._prompt_size  # (None: nothing to learn from)
+            # (An estimate teaches nothing: it would only confirm itself.)
+            learns = size is not None and exc is None and not self._estimated and counts[0]
+            if learns and kind == "llm":
+                request_size.learn(model or "", size, counts[0])
+        else:  # (no price: its cost is what it recorded, if anything)
+            cost, unpriced = self._cost_nano or 0, 0
         if self._idempotency_key is not None:
             meta[META_IDEMPOTENCY_KEY] = self._idempotency_key
-        return usage, Outcome(status, cost, self._tokens_in, self._tokens_out, error, reason, meta)
+        spent = (*counts, cost, 1, succeeded, failed, unpriced)
+        return spent, (status, cost, self._tokens_in, self._tokens_out, error, reason, meta)

@@ -77,8 +77,10 @@ def usd(value: object, what: str = "amount", *, allow_negative: bool = False) ->
 def to_nano(
     value: object, what: str = "amount", *, allow_negative: bool = False, round_up: bool = False
 ) -> int:
-    """``value`` in dollars (see :func:`usd`) as whole nano-dollars, rounded half to even, or up
-    (``round_up``, see :func:`whole_nano`)."""
+    """``value``, an amount of dollars a caller gives (an int, float or Decimal as :func:`usd`
+    reads it; a string, which a reader of text parses with :func:`usd` first, is refused), as
+    whole nano-dollars, rounded half to even, or up (``round_up``, see :func:`whole_nano`).
+    ``TypeError`` or ``ValueError`` naming ``what`` for anything that is no such amount."""
     if isinstance(value, float):
         # Most amounts people write (0.002, 1.25) are whole nano-dollars, and for those the
         # float product is exact after rounding: below $1,099 a float's error is under 2**-12
@@ -86,10 +88,13 @@ def to_nano(
         # most nine decimals (tests/core/test_money_core.py checks this against the Decimal
         # reading). Anything else, NaN and infinities included, is read through Decimal.
         scaled = value * _NANO_PER_USD_FLOAT
-        if -_EXACT_FLOAT_NANO < scaled < _EXACT_FLOAT_NANO:
-            nano = round(scaled)
+        if abs(scaled) < _EXACT_FLOAT_NANO:
+            # The nearest whole nano-dollar (a tie is no whole amount: the test below fails).
+            nano = math.floor(scaled + 0.5)
             if nano / _NANO_PER_USD_FLOAT == value and (allow_negative or nano >= 0):
                 return nano
+    elif isinstance(value, str):
+        raise TypeError(f"{what} must be a number of dollars, got str")
     return whole_nano(usd(value, what, allow_negative=allow_negative), what, round_up=round_up)
 
 
@@ -97,7 +102,10 @@ def whole_nano(amount: Decimal, what: str = "amount", *, round_up: bool = False)
     """An exact Decimal of dollars as whole nano-dollars: rounded half to even, or up
     (``round_up``: what a reservation holds). ``ValueError`` naming ``what`` beyond what an
     int64 counts."""
-    scaled = amount * _DOLLARS_TO_NANO
+    try:
+        scaled = amount * _DOLLARS_TO_NANO
+    except ArithmeticError:  # (an exponent past what a Decimal context holds)
+        raise ValueError(f"{what} must be a finite amount of dollars, got {amount!r}") from None
     nano = math.ceil(scaled) if round_up else round(scaled)  # round(): half to even
     if abs(nano) > MAX_NANO:
         raise TooLargeToCount(f"{what} is too large to count: {amount!r}")

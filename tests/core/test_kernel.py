@@ -16,7 +16,7 @@ from ampmeter._core.check import Guard, compile_limits
 from ampmeter._core.kernel import Kernel
 from ampmeter._core.outcome import Outcome
 from ampmeter._core.ticket import Ticket
-from ampmeter._core.usage import Shape, Usage
+from ampmeter._core.usage import SPENT_AT, Spent, Usage
 from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS, KEY_STEPS
 from ampmeter.node import Node
 
@@ -28,14 +28,16 @@ class LevelPlan:
     def __init__(self, level: Level, hold_at: Level) -> None:
         self.level, self.hold_at = level, hold_at
         self.hold = None
-        self.settles: dict[Shape, object] = {}
 
     def hold_plan(self) -> tuple[object, ...]:
         self.hold_at.note(KEY_INPUT_TOKENS)
         return ((self.hold_at, (KEY_INPUT_TOKENS,)),), ((KEY_INPUT_TOKENS, 0),)
 
-    def settlement(self, shape: Shape) -> tuple[tuple[tuple[Cell, int], ...], tuple[Guard, ...]]:
-        return self.level.cells(shape.entries), ()
+    def settlement(
+        self, ticket: Ticket, spent: Spent
+    ) -> tuple[tuple[tuple[Cell, int], ...], tuple[Guard, ...]]:
+        entries = Usage.of_call("llm", "", "", spent).shape().entries
+        return self.level.cells(tuple((k, SPENT_AT[f], g) for k, f, g in entries)), ()
 
 
 def ticket_at(level: Level, tokens_in: int = 0, hold_at: Level | None = None) -> Ticket:
@@ -145,13 +147,13 @@ def test_admission_holds_and_settlement_replaces_the_hold_by_the_usage() -> None
     assert kernel.admit(owner, NO_LIMIT, True) is None
     assert node.status == "running" and kernel.is_held(node)
     assert kernel.reserved(parent) == {KEY_INPUT_TOKENS: 100}
-    usage = Usage("llm", "", tokens_in=30, tokens_out=5, calls=1, steps=1)
-    assert kernel.settle(owner, usage, Outcome("success", 0, 30, 5)) is None
+    spent = (30, 5, 0, 0, 0, 0, 0, 1, 1, 0, 0)  # 30 tokens in, 5 out; one call, one step
+    assert kernel.settle(owner, spent, Outcome("success", 0, 30, 5)) is None
     assert not kernel.is_held(node) and kernel.reserved(parent) == {}
     assert counters(parent)[KEY_INPUT_TOKENS] == 30 and counters(child)[KEY_STEPS] == 1
     assert kernel.node(node.node_id).status == "success"
     # settling again adds nothing
-    kernel.settle(owner, usage, Outcome("success", 0, 30, 5))
+    kernel.settle(owner, spent, Outcome("success", 0, 30, 5))
     assert counters(parent)[KEY_INPUT_TOKENS] == 30
 
 

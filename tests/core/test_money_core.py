@@ -256,3 +256,18 @@ def test_whole_nano_refuses_what_an_int64_cannot_count() -> None:
 def test_float_usd_is_the_decimal_amount_rounded_once(nano: int) -> None:
     # What the JSONL lines and Node.to_dict() write: the same float the exact Decimal gives.
     assert money.float_usd(nano) == float(money.from_nano(nano))
+
+
+def test_a_callers_amount_is_read_once_and_a_string_or_an_endless_exponent_is_refused_by_name() -> (
+    None
+):
+    with pytest.raises(TypeError, match="cost_usd must be a number of dollars, got str"):
+        money.to_nano("0.1", "cost_usd")  # (text is parsed by its reader, with money.usd)
+    with pytest.raises(ValueError, match="cost_usd must be a finite amount of dollars"):
+        money.to_nano(Decimal("9E+999999"), "cost_usd")
+    ctx = ExecutionContext()
+    with ctx.llm_call("a", model="gpt-4o-mini") as call:
+        with pytest.raises(TypeError, match="cost_usd must be a number of dollars"):
+            call.record(1, 1, cost_usd="0.1")  # type: ignore[arg-type]
+        call.record(1, 1, cost_usd=0.25)
+    assert call.cost_usd == Decimal("0.25")

@@ -145,7 +145,9 @@ def test_a_call_no_policy_acts_on_goes_from_the_admission_straight_to_the_kernel
     assert call.node.status == "running"
     ended = _ampmeter_calls(call.finish)
     settling = ended[ended.index("Admission.settle") :]
-    assert settling[:3] == ["Admission.settle", "Kernel.settle", "Usage.shape"]
+    assert settling[:3] == ["Admission.settle", "Kernel.settle", "KindPlan.settlement"]
+    # What it spent is added from the tuple its end made: no Usage is made or shaped for it.
+    assert not [name for name in ended if name.startswith("Usage.")]
     assert "Kernel._spent_past" in settling  # its usage reaches the cost ceiling: checked
     assert ctx.stats.reserved() == {}
 
@@ -213,3 +215,31 @@ def test_a_plan_holds_every_key_its_calls_may_reserve_whatever_the_first_ones_am
     free.finish()
     priced.finish()
     assert ctx.stats.reserved() == {}
+
+
+def test_a_settlement_is_found_by_which_amounts_are_zero() -> None:
+    from ampmeter.keys import KEY_CACHED_INPUT_TOKENS, KEY_STEPS, KEY_TOOL_CALLS_FOR
+
+    ctx = ExecutionContext(max_cost_usd=1)
+    for name in ("search", "fetch", "search"):  # a plan per tool
+        with ctx.tool_call(name):
+            pass
+    stats = ctx.stats
+    assert stats.get_counter(KEY_TOOL_CALLS_FOR + "search") == 2
+    assert stats.get_counter(KEY_TOOL_CALLS_FOR + "fetch") == 1
+    with ctx.llm_call("first", model="gpt-4o-mini") as call:
+        call.record(100, 10)  # no cached tokens: no cached key yet
+    assert KEY_CACHED_INPUT_TOKENS not in stats.counters()
+    with ctx.llm_call("second", model="gpt-4o-mini") as call:
+        call.record(100, 10, cached_tokens=40)
+    with pytest.raises(RuntimeError), ctx.llm_call("third", model="gpt-4o-mini") as failed:
+        failed.record(7, 1)
+        raise RuntimeError("a retry: counted as one, not as a step")
+    with ctx.embedding_call(model="text-embedding-3-small") as embedding:
+        embedding.record(50)  # its tokens and cost, no LLM call and no step
+    assert stats.get_counter(KEY_CACHED_INPUT_TOKENS) == 40
+    assert stats.get_counter(KEY_INPUT_TOKENS) == 100 + 100 + 7 + 50
+    assert stats.get_counter(KEY_LLM_CALLS) == 3 and stats.get_counter(KEY_STEPS) == 3 + 2
+    assert stats.get_counter("amp:retries") == 1
+    # Each pattern of zero amounts (and each tool) compiled once, then found.
+    assert len(call.plan.settles) == 3 and len(failed.plan.settles) == 3

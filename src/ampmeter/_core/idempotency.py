@@ -41,7 +41,6 @@ __all__ = [
     "SeenKeys",
     "counted_before",
     "counted_once",
-    "usage_after",
 ]
 
 META_IDEMPOTENCY_KEY: Final = "idempotency_key"
@@ -127,13 +126,6 @@ def counted_before(
     first = (f"ledger:{scope}", money.to_nano(amounts.get(KEY_COST, 0)))
     seen.replace(key, first)
     return _marked(outcome, {**meta, META_IDEMPOTENCY_KEY: key}, first)
-
-
-def usage_after(usage: Usage, outcome: Outcome) -> Usage:
-    """What the steps still to settle count: nothing once a step found the call a duplicate."""
-    if outcome.metadata and META_DUPLICATE_OF in outcome.metadata:
-        return _nothing(usage)
-    return usage
 
 
 def _nothing(usage: Usage) -> Usage:

@@ -15,11 +15,11 @@ model (a bare ``llm_call`` or ``tool_call``) has nothing to say it was sent: it 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter import money
-from ampmeter._core.outcome import Outcome
-from ampmeter._core.usage import Usage
+from ampmeter._core.outcome import Ending
+from ampmeter._core.usage import Spent
 from ampmeter.node import META_COST_STATUS
 
 if TYPE_CHECKING:
@@ -43,22 +43,18 @@ def is_interrupted_in_flight(ticket: Ticket, exc: BaseException) -> bool:
     )
 
 
-def charged_in_flight(ticket: Ticket, exc: BaseException) -> tuple[Usage, Outcome]:
-    """The usage and outcome of a call ``exc`` interrupted in flight: its reserved cost (none:
-    an LLM call counted sent and unpriced)."""
+def charged_in_flight(
+    ticket: Ticket, exc: BaseException, read: dict[str, Any] | None
+) -> tuple[Spent, Ending]:
+    """What a call ``exc`` interrupted in flight spent, and how it ended: its reserved cost
+    (none: an LLM call counted sent and unpriced), with what an integration ``read`` from the
+    response in its metadata."""
     _, _, cost, _ = ticket.reserved
-    kind = ticket.kind
-    if kind == "llm":
-        usage = Usage(
-            "llm", ticket.model or "", "", cost_nano=cost, calls=1, unpriced=int(not cost)
-        )
-    elif kind == "tool":
-        usage = Usage("tool", "", ticket.name, cost_nano=cost, calls=1)
-    else:
-        usage = Usage(kind, ticket.model or "", cost_nano=cost)
+    unpriced = int(not cost and ticket.kind == "llm")
     charged = f"charged at its reservation ({money.format_usd(money.from_nano(cost))})"
     reason = f"interrupted ({type(exc).__name__}) after it was sent: " + (
         f"{charged} as unsettled spend" if cost else "its price is unknown"
     )
-    meta = {META_COST_STATUS: COST_STATUS_UNSETTLED if cost else "unpriced"}
-    return usage, Outcome("fail", cost, None, None, type(exc).__name__, reason, meta)
+    meta = {**(read or {}), META_COST_STATUS: COST_STATUS_UNSETTLED if cost else "unpriced"}
+    spent: Spent = (0, 0, 0, 0, 0, 0, cost, 1, 0, 0, unpriced)  # (no tokens: none were reported)
+    return spent, ("fail", cost, None, None, type(exc).__name__, reason, meta)

@@ -33,7 +33,7 @@ from ampmeter._core.check import Guard, Hit, Refused
 from ampmeter._core.nodes import NodeTable, now_ms
 from ampmeter._core.outcome import Ending, Outcome
 from ampmeter._core.ticket import Ticket
-from ampmeter._core.usage import Usage
+from ampmeter._core.usage import Spent, Usage
 from ampmeter.keys import LOCAL_KEYS
 from ampmeter.node import TERMINAL_STATUSES, Node
 
@@ -220,28 +220,27 @@ class Kernel(NodeTable):
                     others = True
             return stuck, others
 
-    def settle(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> tuple[Guard, Hit] | None:
-        """End a call: drop its hold, add ``usage`` where its plan says, end its node as
-        ``outcome`` says, then check what is spent (holds stop calls at admission only) at the
+    def settle(self, ticket: Ticket, spent: Spent, ending: Ending) -> tuple[Guard, Hit] | None:
+        """End a call: drop its hold, add what it ``spent`` where its plan says, end its node as
+        ``ending`` says, then check what is spent (holds stop calls at admission only) at the
         guards the plan says the usage can push over a ceiling: the first passed, and what
         passes it. Each step runs once even if an interrupt lands between them."""
         with self._lock:
             if ticket.kernel_node.status in TERMINAL_STATUSES:
                 return None
-            plan, shape = ticket.plan, usage.shape()
-            adds, guards = plan.settles.get(shape) or plan.settlement(shape)
+            adds, guards = ticket.plan.settlement(ticket, spent)
             ticket.feed = iter(adds)
-            whole(self._settle_steps, ticket, usage, outcome)
+            whole(self._settle_steps, ticket, spent, ending)
             return self._spent_past(guards) if guards else None
 
-    def _settle_steps(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> None:
+    def _settle_steps(self, ticket: Ticket, spent: Spent, ending: Ending) -> None:
         # Resumable and idempotent (see finish()): the feed (of the plan's cells) continues
         # where it stopped, the node ends once, the pop is safe to repeat.
         for cell, field in ticket.feed:
-            cell.value += usage[field]
+            cell.value += spent[field]
         node = ticket.kernel_node
         if node.status not in TERMINAL_STATUSES:
-            self._end_locked(node, outcome)
+            self._end_locked(node, ending)
         self._open.pop(node.node_id, None)
         if self._waiting:
             self._settled.notify_all()

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Final
 from ampmeter import redact
 from ampmeter._core.check import Guard, Hit, Refused
 from ampmeter._core.frame import Stop
-from ampmeter._core.idempotency import counted_once, usage_after
-from ampmeter._core.outcome import Outcome, TerminationReason
+from ampmeter._core.idempotency import META_DUPLICATE_OF, counted_once
+from ampmeter._core.outcome import Ending, Outcome, TerminationReason
 from ampmeter._core.pausing import PauseWait
 from ampmeter._core.ticket import ADMITTED, DONE, NEW, Ticket, reservation_keys
-from ampmeter._core.usage import Shape, Usage
+from ampmeter._core.usage import SPENT_AT, Spent, Usage
 from ampmeter._core.waiting import Pause, Steps, Wait
 from ampmeter.errors import BudgetBusy, ExecutionCanceled, LimitExceeded
 from ampmeter.keys import KEY_ELAPSED_S, KEY_ITERATIONS
@@ -326,33 +326,38 @@ class Admission:
 
     # -- settlement -----------------------------------------------------------------------------
 
-    def settle(self, ticket: Ticket, usage: Usage, outcome: Outcome) -> None:
-        """End an admitted call: the shared ledger's step settles, then the kernel (a limit
-        the usage broke stops the contexts up to its owner), then the policies' steps, last
-        first; then sinks see the node."""
+    def settle(self, ticket: Ticket, spent: Spent, ending: Ending) -> None:
+        """End an admitted call that ``spent`` this, as ``ending`` says: the shared ledger's step
+        settles, then the kernel (a limit the usage broke stops the contexts up to its owner),
+        then the policies' steps, last first (these and a replay read it as a Usage); then
+        sinks see the node."""
         node = ticket.kernel_node
         kernel = self.kernel
         if node.status == "created" and not kernel.is_held(node):
             # Never admitted (refused, or never started): nothing was used.
-            if outcome.status == "success":
-                outcome = Outcome("halt", stop_reason="never started")
-            kernel.end(node, outcome)
+            kernel.end(node, _NEVER_STARTED if ending[0] == "success" else Outcome(*ending))
             self.emitter.emit(node)
             return
         key = ticket.idempotency_key
-        if key is not None:
-            usage, outcome = counted_once(self.frame.seen, key, node.node_id, usage, outcome)
-        if self.ledger_step is not None:
-            outcome = self.ledger_step.settle(ticket, usage, outcome)
-            if key is not None:  # the shared ledger may have counted it before this run
-                usage = usage_after(usage, outcome)
-        found = kernel.settle(ticket, usage, outcome)
+        usage = outcome = None
+        if key is not None or self.ledger_step is not None or self.settlers:
+            usage, outcome = spent_usage(ticket, spent), Outcome(*ending)
+            if key is not None:
+                usage, outcome = counted_once(self.frame.seen, key, node.node_id, usage, outcome)
+            if self.ledger_step is not None:
+                outcome = self.ledger_step.settle(ticket, usage, outcome)
+            if key is not None and META_DUPLICATE_OF in (outcome.metadata or ()):
+                spent = NOTHING_SPENT  # counted before this call: adds nothing
+                usage = spent_usage(ticket, spent)
+            ending = outcome
+        found = kernel.settle(ticket, spent, ending)
         if found is not None:
             guard, hit = found
             owner = self.guards[self.rows.index(guard)]
             self.frame.stop(owner, exceeded(hit), TerminationReason.LIMIT_EXCEEDED)
-        for step in self.settlers:
-            outcome = step.settle(ticket, usage, outcome)
+        if usage is not None and outcome is not None:
+            for step in self.settlers:
+                outcome = step.settle(ticket, usage, outcome)
         if self.emitter.sinks:
             self.emitter.emit(node)
 
@@ -389,8 +394,18 @@ held anywhere with its place in the reservation's counts, see
 :data:`~ampmeter._core.ticket.Reserved`)."""
 
 Settlement = tuple[tuple[tuple["Cell", int], ...], tuple[Guard, ...]]
-"""What a usage adds to when its call settles: (each (cell, Usage field) pair, at its context
-and every context above; the guards whose ceilings watch one of its keys)."""
+"""What a call's usage adds to when it settles: (each (cell, place in its Spent) pair, at its
+context and every context above; the guards whose ceilings watch one of its keys)."""
+
+NOTHING_SPENT: Final = (0,) * 11
+"""The :data:`~ampmeter._core.usage.Spent` of a replay: it adds nothing."""
+_NEVER_STARTED: Final = Outcome("halt", stop_reason="never started")
+
+
+def spent_usage(ticket: Ticket, spent: Spent) -> Usage:
+    """What ``ticket``'s call, having spent ``spent``, adds to the stats, as a :class:`Usage`."""
+    kind = ticket.kind
+    return Usage.of_call(kind, ticket.model or "", ticket.name if kind == "tool" else "", spent)
 
 
 class KindPlan:
@@ -398,12 +413,10 @@ class KindPlan:
     first such call (:meth:`Admission.plan`) instead of worked out per call: the admission steps
     that can act on it (a step that never acts on its kind, or only on unpriced calls when it
     is priced, is not asked), where its reservations are held (:attr:`hold`: each guard with
-    the keys its limits watch, whatever the amounts), and per shape of usage
-    (:class:`~ampmeter._core.usage.Shape`, the one shape cache) what a usage of that shape
-    settles (:attr:`settles`: the cells it adds to, at its context and every context above it,
-    and the only guards its settlement can push over a ceiling, the ones watching one of its
-    keys). Each is compiled on its first use, under the kernel's lock (:meth:`hold_plan`,
-    :meth:`settlement`)."""
+    the keys its limits watch, whatever the amounts), and per pattern of zero amounts what a
+    call settles (:attr:`settles`: the cells it adds to, here and above, and the only guards
+    its settlement can push over a ceiling, those watching one of its keys). Each is compiled
+    on its first use, under the kernel's lock (:meth:`hold_plan`, :meth:`settlement`)."""
 
     __slots__ = ("admission", "admitters", "hold", "reserves", "settles")
 
@@ -418,7 +431,7 @@ class KindPlan:
         )
         self.reserves = reserves  # every key its reservations may hold, with its amount's place
         self.hold: HoldPlan | None = None  # where they are held (compiled on first use)
-        self.settles: dict[Shape, Settlement] = {}
+        self.settles: dict[tuple[object, ...], Settlement] = {}
 
     def hold_plan(self) -> HoldPlan:
         """Where this plan's reservations are held, each key made known at its level (so
@@ -435,20 +448,37 @@ class KindPlan:
         self.hold = plan = (tuple(holds), tuple(watched.items()))
         return plan
 
-    def settlement(self, shape: Shape) -> Settlement:
-        """What a usage of ``shape`` settles (see the class docstring). Only a key the usage
-        adds to can newly pass a ceiling when its call settles: a guard watching none of them
-        is not checked then (a limit another way passed, a key the caller set, is found before
-        the next call)."""
+    def settlement(self, ticket: Ticket, spent: Spent) -> Settlement:
+        """What ``ticket``'s call settles, having spent ``spent`` (see the class docstring). Only
+        a key the usage adds to can newly pass a ceiling when its call settles: a guard
+        watching none of them is not checked then (a limit another way passed, a key the caller
+        set, is found before the next call)."""
+        t_in, t_out, cached, _, reasoning, _, cost, calls, steps, retries, unpriced = spent
+        pattern = (
+            not t_in,
+            not t_out,
+            not cached,
+            not reasoning,
+            not cost,
+            calls,
+            steps,
+            retries,
+            unpriced,
+        )
+        found = self.settles.get(pattern)
+        if found is not None:
+            return found
+        shape = spent_usage(ticket, spent).shape()
         keys = shape.keys
+        entries = tuple((key, SPENT_AT[field], gauge) for key, field, gauge in shape.entries)
         found = (
-            self.admission.level.cells(shape.entries),
+            self.admission.level.cells(entries),
             tuple(
                 guard
                 for guard in self.admission.rows
                 if any(row[3].matches(key) for row in guard.rows for key in keys)
             ),
         )
-        if shape.interned:
-            self.settles[shape] = found
+        if shape.interned and len(self.settles) < PLANS_MAX:
+            self.settles[pattern] = found
         return found

@@ -1,8 +1,9 @@
 """``Usage``: what one call used (or may use), and the one place usage becomes stats keys.
 
-A call's reservation before it runs, its actual usage when it ends, a trace record and a
-ledger's amounts are all a :class:`Usage`; :meth:`Usage.entries` is the only translation from
-usage to the standard keys of :mod:`ampmeter.keys`.
+A call's reservation, a trace record and a ledger's amounts are each a :class:`Usage`;
+:meth:`Usage.entries` is the only translation from usage to the keys of :mod:`ampmeter.keys`.
+What a call used is its :data:`Spent`, which settlement adds from, read as a :class:`Usage`
+(:meth:`Usage.of_call`) only where a ledger, a policy or a replay reads one.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ampmeter.keys import (
     is_money,
 )
 
-__all__ = ["Entry", "Shape", "Usage", "internal_amount"]
+__all__ = ["SPENT_AT", "Entry", "Shape", "Spent", "Usage", "internal_amount"]
 
 
 def internal_amount(key: str, value: Any) -> Any:
@@ -43,6 +44,14 @@ _IN, _OUT, _CACHED, _REASONING, _COST, _CALLS, _STEPS, _RETRIES, _UNPRICED = ran
 
 Entry = tuple[str, int, bool]
 """``(stats key, Usage field position, is_gauge)``: one key a usage adds to."""
+
+Spent = tuple[int, int, int, int, int, int, int, int, int, int, int]
+"""What one call used, as its settlement adds it: its checked counts (see
+:data:`ampmeter._validate.Counts`), its cost in nano-dollars, its calls (1; a replay's 0), steps,
+retries and unpriced calls (each 0 or 1). Its kind decides which count (:meth:`Usage.of_call`)."""
+
+SPENT_AT: Final = dict(zip(range(_IN, _UNPRICED + 1), (0, 1, 2, 4, 6, 7, 8, 9, 10), strict=True))
+"""Each amount field of a Usage (``tokens_in`` to ``unpriced``) to its place in a Spent."""
 
 _SHAPES_MAX: Final = 4_096
 
@@ -126,6 +135,21 @@ class Usage(NamedTuple):
             steps=_validate.count(steps, "steps"),
             retries=_validate.count(retries, "retries"),
         )
+
+    @classmethod
+    def of_call(cls, kind: str, model: str, tool: str, spent: Spent) -> Usage:
+        """What a call of ``kind`` (``model``, a tool call's ``tool``) that ``spent`` this adds:
+        an LLM call all but its cache writes and tool calls made; an embedding of a model its
+        tokens and cost; a tool call its cost and call counts; any other call its cost."""
+        t_in, t_out, cached, _, reasoning, _, cost, calls, steps, retries, unpriced = spent
+        if kind == "llm":
+            counters = {"calls": calls, "steps": steps, "retries": retries, "unpriced": unpriced}
+            return cls(kind, model, "", t_in, t_out, cached, reasoning, cost_nano=cost, **counters)
+        if kind == "tool":
+            return cls(kind, tool=tool, cost_nano=cost, calls=calls, steps=steps, retries=retries)
+        if kind == "embedding" and model:
+            return cls(kind, model, tokens_in=t_in, tokens_out=t_out, cost_nano=cost)
+        return cls(kind, cost_nano=cost)
 
     def shape(self) -> Shape:
         """The keys this usage adds to, as an interned :class:`Shape`.

@@ -82,6 +82,8 @@ def to_units(key: str, value: object, what: str, *, ceiling: bool = False) -> in
     Only a ceiling may be negative (it then refuses everything).
     """
     if is_money(key):
+        if isinstance(value, str):  # (dollars as text: a note the ledger wrote, read back)
+            value = usd(value, what, allow_negative=ceiling)
         if ceiling:
             # A ceiling past what can be counted (2^63 n$) is no ceiling: it never refuses.
             dollars = usd(value, what, allow_negative=True)

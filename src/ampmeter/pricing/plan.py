@@ -219,10 +219,11 @@ class PricePlan:
                     found, rest = divmod(units, divisor)
                     if rest * 2 > divisor or (rest * 2 == divisor and found % 2):
                         found += 1  # half to even
+        unpriced = 0
         if cost is not None:
             status = "given"
         elif found is None:
-            cost, status = 0, "unpriced"
+            cost, status, unpriced = 0, "unpriced", 1
         else:
             cost, status = found, "estimated" if estimated else "priced"
         meta[META_COST_STATUS] = status
@@ -238,7 +239,7 @@ class PricePlan:
         if reasoning:
             meta[META_REASONING_TOKENS] = reasoning
         meta[META_TOOL_CALLS_MADE] = tools
-        return cost, int(status == "unpriced")
+        return cost, unpriced
 
     def price_usd(self, counts: Counts) -> tuple[Decimal | None, str]:
         """The exact cost in dollars (not rounded; None when unpriced) of a call with these
