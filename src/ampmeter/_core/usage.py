@@ -143,8 +143,19 @@ class Usage(NamedTuple):
         tokens and cost; a tool call its cost and call counts; any other call its cost."""
         t_in, t_out, cached, _, reasoning, _, cost, calls, steps, retries, unpriced = spent
         if kind == "llm":
-            counters = {"calls": calls, "steps": steps, "retries": retries, "unpriced": unpriced}
-            return cls(kind, model, "", t_in, t_out, cached, reasoning, cost_nano=cost, **counters)
+            return cls(
+                kind,
+                model,
+                tokens_in=t_in,
+                tokens_out=t_out,
+                cached_tokens=cached,
+                reasoning_tokens=reasoning,
+                cost_nano=cost,
+                calls=calls,
+                steps=steps,
+                retries=retries,
+                unpriced=unpriced,
+            )
         if kind == "tool":
             return cls(kind, tool=tool, cost_nano=cost, calls=calls, steps=steps, retries=retries)
         if kind == "embedding" and model:
