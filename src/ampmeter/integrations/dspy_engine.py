@@ -34,7 +34,6 @@ from ampmeter.integrations.lifecycle import (
     settings,
 )
 from ampmeter.integrations.patching import Patch, around, undo_all
-from ampmeter.integrations.streams import meter_result
 from ampmeter.pricing.request_size import Wire
 
 __all__ = ["instrument_dspy", "uninstrument_dspy"]
@@ -114,7 +113,7 @@ def _completing(engine: Any, request: Any, *args: Any, **kwargs: Any) -> Generat
         return (yield)
     with admitted:
         response = yield
-    meter_result(admitted, response, is_async=False)
+    admitted.read_whole(response)
     return response
 
 

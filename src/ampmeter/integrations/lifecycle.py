@@ -128,6 +128,13 @@ class Admitted:
             redact.remember_client(self.client)
             finish_call(self.call, None, exc)
 
+    def read_whole(self, result: Any) -> None:
+        """End the call of a whole response (not a stream) with the usage read from it (once
+        its request returned: nothing ended the call before)."""
+        self.adapter.read_response(result, self.tally)
+        self.done = True
+        finish_call(self.call, self.tally, None)
+
     def end(self, exc: BaseException | None) -> None:
         """End the call with the usage read (``exc``: the error reading the response raised)."""
         if not self.done:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 from ampmeter.integrations.lifecycle import Admitted
-from ampmeter.integrations.streams import meter_result
+from ampmeter.integrations.streams import meter_stream
 from ampmeter.integrations.wire import BodyReader
 
 __all__ = ["RAW_RESPONSE_HEADER", "after_raw", "after_raw_async"]
@@ -55,8 +55,10 @@ def _settle_parsed(result: Any, parsed: Any, admitted: Admitted, *, is_async: bo
     # The SDK caches what parse() returns: the caller's parse() gets this metered stream. The
     # caller may read its lines, text or bytes instead of parsing it: the raw response's body
     # iterators then read the usage from the events they pass.
-    if not meter_result(admitted, parsed, is_async=is_async):
+    if not admitted.stream:
+        admitted.read_whole(parsed)
         return result
+    meter_stream(admitted, parsed, is_async=is_async)
     ref = weakref.ref(result)  # the hooks live on the response: no cycle through them
     for name in _BODY_ITERATORS:
         method = getattr(type(result), name, None)

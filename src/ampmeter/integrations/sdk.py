@@ -33,7 +33,7 @@ from ampmeter.integrations.lifecycle import (
 )
 from ampmeter.integrations.patching import Patch, undo_all
 from ampmeter.integrations.raw import RAW_RESPONSE_HEADER, after_raw, after_raw_async
-from ampmeter.integrations.streams import meter_result
+from ampmeter.integrations.streams import meter_stream
 from ampmeter.pricing import stored_state
 
 __all__ = ["admit", "instrument_sdk", "is_instrumented", "uninstrument_sdk"]
@@ -129,7 +129,10 @@ def _door(original: Callable[..., Any]) -> Callable[..., Any]:
             result = original(client, cast_to, options, *args, **kwargs)
         if admitted.raw:
             return after_raw(result, admitted)
-        meter_result(admitted, result, is_async=False)
+        if admitted.stream:
+            meter_stream(admitted, result, is_async=False)
+        else:
+            admitted.read_whole(result)
         return result
 
     return request
@@ -149,7 +152,10 @@ def _async_door(original: Callable[..., Any]) -> Callable[..., Any]:
             result = await original(client, cast_to, options, *args, **kwargs)
         if admitted.raw:
             return await after_raw_async(result, admitted)
-        meter_result(admitted, result, is_async=True)
+        if admitted.stream:
+            meter_stream(admitted, result, is_async=True)
+        else:
+            admitted.read_whole(result)
         return result
 
     return request

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ampmeter import redact
-from ampmeter.integrations.lifecycle import Admitted, finish_call
+from ampmeter.integrations.lifecycle import Admitted
 
-__all__ = ["meter_rebuilt_stream", "meter_result"]
+__all__ = ["meter_rebuilt_stream", "meter_stream"]
 
 _METER: Final = "_ampmeter_stream_meter"  # on a metered stream's response: its meter
 
@@ -84,21 +84,16 @@ def _on_close(response: Any, name: str, meter: Admitted, *, is_async: bool) -> N
     setattr(response, name, close)
 
 
-def meter_result(admitted: Admitted, result: Any, *, is_async: bool) -> bool:
-    """Meter an SDK's stream in place (True), or record a whole response's usage and end the
-    call (False); either way ``result`` itself is what the caller gets."""
-    if not admitted.stream:
-        admitted.adapter.read_response(result, admitted.tally)
-        finish_call(admitted.call, admitted.tally, None)
-        return False
+def meter_stream(admitted: Admitted, stream: Any, *, is_async: bool) -> None:
+    """Meter an SDK's ``stream`` in place (a whole response is read by
+    :meth:`Admitted.read_whole`): the object itself is what the caller gets."""
     # A stream's error comes from its events, after its door: the key it may echo is known.
     redact.remember_client(admitted.client)
-    _read_through(result, admitted, is_async=is_async)
-    response = getattr(result, "response", None)
+    _read_through(stream, admitted, is_async=is_async)
+    response = getattr(stream, "response", None)
     if response is not None:
         _on_close(response, "aclose" if is_async else "close", admitted, is_async=is_async)
         setattr(response, _METER, admitted)
-    return True
 
 
 def meter_rebuilt_stream(stream: Any, *, is_async: bool) -> None:
