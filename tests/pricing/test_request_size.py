@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ampmeter.pricing import media, request_size
-from ampmeter.pricing.measure_parts import RequestSize, json_text
-from ampmeter.pricing.request_size import input_tokens, measure
+from ampmeter.pricing.request_size import RequestSize, input_tokens, json_text, measure
 from support.request_bodies import (
     b64,
     chat_tools,

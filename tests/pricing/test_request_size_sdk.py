@@ -8,8 +8,7 @@ import anthropic
 import openai
 import pydantic
 
-from ampmeter.pricing.measure_parts import json_text
-from ampmeter.pricing.request_size import measure
+from ampmeter.pricing.request_size import json_text, measure
 from ampmeter.testing import recorded
 from ampmeter.testing.replay import ReplayServer
 from support.request_bodies import b64, chat_tools, json_chars, png

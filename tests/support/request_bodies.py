@@ -8,7 +8,7 @@ import struct
 import zlib
 from typing import Any
 
-from ampmeter.pricing.measure_parts import json_text
+from ampmeter.pricing.request_size import json_text
 
 _TOOL_TOPICS = [
     ("search_web", "Search the public web and return the most relevant pages"),

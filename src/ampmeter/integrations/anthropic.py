@@ -24,7 +24,7 @@ from ampmeter.integrations.lifecycle import HELPER, settings
 from ampmeter.integrations.patching import Patch, around
 from ampmeter.integrations.streams import meter_rebuilt_stream
 from ampmeter.integrations.wire import READERS, counts, get, text_of
-from ampmeter.pricing.measure_parts import json_text
+from ampmeter.pricing.request_size import json_text
 
 __all__ = ["instrument_anthropic", "is_instrumented", "uninstrument_anthropic"]
 

@@ -20,8 +20,7 @@ from typing import Any, Final
 
 from ampmeter.integrations.adapter import Tally
 from ampmeter.integrations.wire import counts
-from ampmeter.pricing.measure_parts import json_text
-from ampmeter.pricing.request_size import Wire
+from ampmeter.pricing.request_size import Wire, json_text
 
 __all__ = ["USAGE_FAMILIES", "read_usage", "request_body", "wire_of"]
 

@@ -19,7 +19,7 @@ from ampmeter.integrations.adapter import Adapter, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.wire import READERS, counts, first_int, get
 from ampmeter.pricing import request_size
-from ampmeter.pricing.measure_parts import RequestSize, json_text
+from ampmeter.pricing.request_size import RequestSize, json_text
 
 __all__ = ["PROVIDER", "GenerateContentAdapter", "model_of_path"]
 

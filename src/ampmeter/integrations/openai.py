@@ -20,7 +20,7 @@ from ampmeter.integrations.adapter import Adapter, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.wire import READERS, counts, first_int, get, ints, text_of
 from ampmeter.pricing import request_size, stored_state
-from ampmeter.pricing.measure_parts import RequestSize
+from ampmeter.pricing.request_size import RequestSize
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
 

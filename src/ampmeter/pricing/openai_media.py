@@ -20,8 +20,8 @@ import math
 from typing import Any, Final
 
 from ampmeter.pricing import media
-from ampmeter.pricing.measure_parts import Tally
 from ampmeter.pricing.names import longest_prefix
+from ampmeter.pricing.request_size import Tally
 
 __all__ = ["NOT_SENT_TO_MODEL", "add_content", "image_tokens"]
 

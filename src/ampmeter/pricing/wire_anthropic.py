@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ampmeter.pricing import media
-from ampmeter.pricing.measure_parts import RequestSize, Tally
 from ampmeter.pricing.names import longest_prefix
+from ampmeter.pricing.request_size import RequestSize, Tally
 
 __all__ = ["image_tokens", "measure_anthropic"]
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ampmeter.pricing import openai_media
-from ampmeter.pricing.measure_parts import RequestSize, Tally
+from ampmeter.pricing.request_size import RequestSize, Tally
 
 __all__ = ["measure_chat", "measure_completions"]
 

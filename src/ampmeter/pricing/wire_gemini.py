@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ampmeter.pricing import media
-from ampmeter.pricing.measure_parts import RequestSize, Tally
+from ampmeter.pricing.request_size import RequestSize, Tally
 
 __all__ = ["measure_gemini"]
 

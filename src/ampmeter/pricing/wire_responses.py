@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ampmeter.pricing import openai_media, stored_state
-from ampmeter.pricing.measure_parts import RequestSize, Tally
+from ampmeter.pricing.request_size import RequestSize, Tally
 from ampmeter.pricing.wire_chat import (
     REPLY_PRIMING,
     TOKENS_PER_FUNCTION,
