@@ -11,6 +11,9 @@ from ampmeter import money
 
 KINDS: Final = frozenset({"llm", "tool", "system", "embedding", "retrieval", "memory"})
 TERMINAL_STATUSES: Final = frozenset({"success", "fail", "halt"})
+ROOT_NODE_ID: Final = "n000001"
+"""The root's id: the root is the first node of every graph (each other node is numbered on),
+so ``ampmeter run`` knows the top context's root before that process starts metering."""
 
 # Metadata keys that ampmeter itself writes on nodes (usage without a field of its own).
 META_CACHED_TOKENS: Final = "cached_tokens"  # input tokens read from a prompt cache (subset of in)
@@ -117,6 +120,7 @@ def copy_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
 
 __all__ = [name for name in dir() if name.startswith("META_")] + [
     "KINDS",
+    "ROOT_NODE_ID",
     "TERMINAL_STATUSES",
     "Node",
     "json_copy",

@@ -13,12 +13,10 @@ from typing import Any, Final, TypeVar
 
 from ampmeter import money
 from ampmeter._core.outcome import Ending, Outcome
-from ampmeter.node import TERMINAL_STATUSES, Node
+from ampmeter.node import ROOT_NODE_ID, TERMINAL_STATUSES, Node
 
 __all__ = ["NodeTable", "now_ms"]
 
-ROOT_ID: Final = "n000001"
-"""The root's id: the root is the first node of every graph (each other node is numbered on)."""
 _CREATED: Final = "created"
 _RUNNING: Final = "running"
 _NS_PER_MS: Final = 1_000_000
@@ -73,7 +71,7 @@ class NodeTable:
     @property
     def root_id(self) -> str | None:
         """The root's node id, or None before :meth:`create_root`."""
-        return ROOT_ID if ROOT_ID in self._nodes else None
+        return ROOT_NODE_ID if ROOT_NODE_ID in self._nodes else None
 
     def number_from(self, number: int) -> None:
         """Number the next node ``number`` (tests reach long ids without a million nodes)."""
@@ -88,13 +86,15 @@ class NodeTable:
         """Make the single root (``system``, depth 0, ``running``); RuntimeError if one exists."""
         start = now_ms()
         with self._lock:
-            if ROOT_ID in self._nodes:
+            if ROOT_NODE_ID in self._nodes:
                 raise RuntimeError(
-                    f"graph {self.chain_id!r} already has a root ({ROOT_ID}); "
+                    f"graph {self.chain_id!r} already has a root ({ROOT_NODE_ID}); "
                     "a graph has exactly one root"
                 )
-            node = Node(ROOT_ID, None, "system", name, start, status=_RUNNING, metadata=metadata)
-            self._nodes[ROOT_ID] = node
+            node = Node(
+                ROOT_NODE_ID, None, "system", name, start, status=_RUNNING, metadata=metadata
+            )
+            self._nodes[ROOT_NODE_ID] = node
         return node
 
     def begin(

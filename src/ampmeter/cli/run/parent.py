@@ -38,6 +38,7 @@ from ampmeter.cli.run.leftover import record_leftover_holds
 from ampmeter.cli.run.notices import plain_limit, watching_pauses
 from ampmeter.cli.run.proxied import run_proxy
 from ampmeter.cli.run.tree import TreeWatch, joined_pids
+from ampmeter.node import ROOT_NODE_ID
 
 # (EXIT_LIMIT and EXIT_TIMEOUT: what a caller of run_command compares its exit code with.)
 __all__ = [
@@ -54,9 +55,6 @@ ENV_CONFIG: Final = "AMPMETER_RUN_CONFIG"
 ENV_TREE: Final = "AMPMETER_RUN_TREE"
 ENV_TOP_TAKEN: Final = "AMPMETER_RUN_TOP_TAKEN"  # set by the first Python process of the run
 ENV_PROCESSES: Final = "AMPMETER_RUN_PROCESSES"  # where each joining process leaves its mark
-# The node id of a new context's root: the top process's context, under which the others' logs
-# hang (known before the top process starts metering, which it may do late or never).
-ROOT_NODE_ID: Final = "n000001"
 # How long the program's leftover processes (multiprocessing's resource tracker, a forkserver)
 # get, after the program itself exits, to end and leave their logs.
 _LINGER_S: Final = 2.0
