@@ -100,3 +100,41 @@ def test_pauses_and_claims_of_a_file_from_before_notes_are_kept(tmp_path: Path) 
         assert not ledger.claim("warned") and ledger.claim("other")
         ledger.resume()
         assert reserve(ledger, {COST: 0.01}, CAP) is not None
+
+
+def _writer_holding(path: Path) -> sqlite3.Connection:
+    """Another process's connection in the middle of a write (making its own schema, say) on
+    the file a ledger is about to open for the first time."""
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE elsewhere (x)")
+    return other
+
+
+def test_a_new_file_another_connection_is_writing_is_opened_once_it_is_done(
+    tmp_path: Path,
+) -> None:
+    """Switching a new file to WAL while another connection writes is refused by SQLite at once
+    (each would wait for the other), not waited out: processes that opened one new ledger
+    together failed. The ledger now waits, within its timeout, and works."""
+    path = tmp_path / "ledger.db"
+    other = _writer_holding(path)
+    done = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+    done.start()
+    try:
+        ledger = SqliteLedger(path, _scope(), journal=tmp_path / "journal")
+        _spend(ledger, 0.01)
+        ledger.close()
+    finally:
+        done.join()
+        other.close()
+
+
+def test_a_new_file_locked_past_the_timeout_is_unavailable_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    other = _writer_holding(path)
+    try:
+        with pytest.raises(BudgetUnavailable, match=r"ledger\.db is unavailable.*locked"):
+            SqliteLedger(path, _scope(), journal=tmp_path / "journal", timeout_s=0.2)
+    finally:
+        other.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -87,6 +88,41 @@ def _create_schema(db: sqlite3.Connection, path: str) -> None:
         db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
 
 
+_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (named in the sqlite3 module from 3.11 on)
+
+
+def _prepare(db: sqlite3.Connection, path: str, timeout_s: float) -> None:
+    """Put a new connection's file in WAL mode and make or check its schema, waiting up to
+    ``timeout_s`` for other connections doing the same.
+
+    Switching a file to WAL takes a read lock and then the whole file. When another process
+    holds a write lock meanwhile (it is making the schema, or switching too), SQLite answers
+    "database is locked" at once rather than wait: each would wait for the other. Processes that
+    open a new ledger together meet exactly that, so it is retried here until the timeout."""
+    db.execute("PRAGMA synchronous=NORMAL")
+    deadline = time.monotonic() + timeout_s
+    pause = 0.002
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            _create_schema(db, path)
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether ``exc`` says another connection holds the lock wanted (before Python 3.11 the
+    error carries no code: its message says so)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return str(exc).startswith("database is locked")
+    return code & 0xFF in _BUSY_CODES
+
+
 # Pauses and claims had tables of their own before they were notes (see ledgers/_notes.py).
 _MOVED = {
     "ampmeter_paused": "'pause', CAST(at AS TEXT)",
@@ -141,9 +177,7 @@ class Connections:
                 self.path, timeout=self.timeout_s, isolation_level=None, check_same_thread=False
             )
             try:
-                connection.execute("PRAGMA journal_mode=WAL")
-                connection.execute("PRAGMA synchronous=NORMAL")
-                _create_schema(connection, self.path)
+                _prepare(connection, self.path, self.timeout_s)
                 if self._identity is None:
                     self._identity = _identity(self.path)
                 self._check_identity()
