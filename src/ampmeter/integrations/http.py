@@ -31,7 +31,6 @@ from ampmeter.integrations.lifecycle import (
     META_TRANSPORT,
     Admitted,
     begin_call,
-    finish_call,
     settings,
 )
 from ampmeter.integrations.openai import (
@@ -125,7 +124,7 @@ def admit(
 def response_reader(admitted: Admitted, status: int, content_type: str) -> BodyReader | None:
     """How to read a response's body (None: an error status, and the node ended failed)."""
     if status >= 400:
-        finish_call(admitted.call, None, _ProviderError(f"the provider answered HTTP {status}"))
+        admitted.fail(_ProviderError(f"the provider answered HTTP {status}"))
         return None
     sse = content_type.startswith("text/event-stream")
     return BodyReader(admitted.adapter, admitted.tally, sse=sse, hide=admitted.hide)

@@ -124,8 +124,14 @@ class Admitted:
         if self._token is not None:
             ACTIVE_CALL.reset(self._token)
         if exc is not None and not self.done:
-            self.done = True
             redact.remember_client(self.client)
+            self.fail(exc)
+
+    def fail(self, exc: BaseException) -> None:
+        """End the call failed with ``exc`` and no usage: nothing came back to read (the request
+        raised, was not sent, or was answered with an error)."""
+        if not self.done:
+            self.done = True
             finish_call(self.call, None, exc)
 
     def read_whole(self, result: Any) -> None:

@@ -28,7 +28,6 @@ from ampmeter.integrations.lifecycle import (
     META_TRANSPORT,
     Admitted,
     begin_call,
-    finish_call,
 )
 from ampmeter.integrations.openai import ResponsesAdapter
 from ampmeter.integrations.patching import Patch, around, undo_all
@@ -86,7 +85,7 @@ class _Responses:
         """Sending the frame of ``response`` failed."""
         if response in self.pending:
             self.pending.remove(response)
-        finish_call(response.admitted.call, None, exc)
+        response.admitted.fail(exc)
 
     def observe(self, event: Any) -> None:
         """Read one server event into the response it belongs to."""
@@ -104,7 +103,7 @@ class _Responses:
             pending = next((p for p in queue if p.response_id is None), queue[0])
             queue.remove(pending)
             message = get(get(event, "error"), "message")
-            finish_call(pending.admitted.call, None, ResponseFailed(str(message or "error event")))
+            pending.admitted.fail(ResponseFailed(str(message or "error event")))
             return
         pending = next((p for p in queue if response_id and p.response_id == response_id), queue[0])
         _ADAPTER.read_event(event, pending.admitted.tally, False)
