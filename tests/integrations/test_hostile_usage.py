@@ -273,3 +273,30 @@ def test_tool_calls_that_are_not_a_list_count_none_and_never_break_the_call(
     assert [(n.status, n.tokens_in, n.tokens_out) for n in nodes] == [("success", 10, 3)] * 2
     plain = 2 if isinstance(tool_calls, list) else 0  # a whole message counts its list
     assert [n.metadata.get("tool_calls_made", 0) for n in nodes] == [plain, counted]
+
+
+@pytest.mark.parametrize("usage", [True, False], ids=["with usage", "without usage"])
+def test_a_body_the_reader_cannot_take_is_charged_and_the_caller_gets_its_response(
+    replay: ReplayServer, usage: bool
+) -> None:
+    """``"choices": 5`` made the reader raise: the caller got ampmeter's TypeError instead of
+    the response it paid for, and the call, sent and billed, was never ended (charged nothing).
+    Now the call ends failed with the reader's error, charged the usage read before it (or, with
+    none, the estimate of a response without usage)."""
+    body: dict[str, Any] = {"id": "chatcmpl-1", "object": "chat.completion", "choices": 5}
+    if usage:
+        body["usage"] = {"prompt_tokens": 1000, "completion_tokens": 10}
+    replay.script(CHAT, ReplayResponse.json(body))
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]) as ctx:
+        response = client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT)
+    assert response.id.startswith("chatcmpl-1")  # (the replay makes each id fresh)
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert (node.status, node.error_class) == ("fail", "TypeError")
+    assert node.cost_nano > 0 and ctx.stats.get_counter(KEY_INPUT_TOKENS) == node.tokens_in
+    if usage:
+        assert (node.tokens_in, node.tokens_out) == (1000, 10)
+        assert node.metadata["cost_status"] == "priced"
+    else:
+        assert node.tokens_in and node.metadata["cost_status"] == "estimated"

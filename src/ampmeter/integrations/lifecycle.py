@@ -136,8 +136,16 @@ class Admitted:
 
     def read_whole(self, result: Any) -> None:
         """End the call of a whole response (not a stream) with the usage read from it (once
-        its request returned: nothing ended the call before)."""
-        self.adapter.read_response(result, self.tally)
+        its request returned: nothing ended the call before).
+
+        A body the reader cannot take (a provider's ``"choices": 5``) ends the call failed with
+        that error, charged what was read (else its estimate, as a response without usage), and
+        the caller still gets the response it paid for."""
+        try:
+            self.adapter.read_response(result, self.tally)
+        except Exception as exc:
+            self.end(exc)
+            return
         self.done = True
         finish_call(self.call, self.tally, None)
 
