@@ -300,3 +300,28 @@ def test_a_body_the_reader_cannot_take_is_charged_and_the_caller_gets_its_respon
         assert node.metadata["cost_status"] == "priced"
     else:
         assert node.tokens_in and node.metadata["cost_status"] == "estimated"
+
+
+def test_a_stream_event_the_reader_cannot_take_is_passed_on_and_the_usage_after_it_counted(
+    replay: ReplayServer,
+) -> None:
+    """The event's reader raised into the caller's loop, and the call was charged an estimate:
+    the usage event after it was never read. Now the event reaches the caller, the usage is read
+    as reported, and the call ends failed with the reader's error."""
+    chunk = {"id": "chatcmpl-2", "object": "chat.completion.chunk", "choices": 5}
+    replay.script(CHAT, chat_stream(chunk, {"prompt_tokens": 1000, "completion_tokens": 10}))
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        events = list(
+            client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT, stream=True)
+        )
+    assert len(events) == 1  # (the usage event ampmeter asked for is hidden)
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert (node.status, node.error_class, node.tokens_in, node.tokens_out) == (
+        "fail",
+        "TypeError",
+        1000,
+        10,
+    )
+    assert node.metadata["cost_status"] == "priced"

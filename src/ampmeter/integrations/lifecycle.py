@@ -115,6 +115,9 @@ class Admitted:
     # settles what happens when the response closes).
     dropped: weakref.ref[Any] | None = None
     reading: bool = False
+    # The first error a stream event's reader raised: the event goes on to the caller, later
+    # events (the usage comes last) are still read, and the call ends failed with it.
+    unread: Exception | None = None
 
     def __enter__(self) -> Call:
         self._token = ACTIVE_CALL.set(self.call)
@@ -153,7 +156,7 @@ class Admitted:
         """End the call with the usage read (``exc``: the error reading the response raised)."""
         if not self.done:
             self.done = True
-            finish_call(self.call, self.tally, exc)
+            finish_call(self.call, self.tally, exc or self.unread)
 
     def abandon(self) -> None:
         """End the call of a response closed or dropped before its end."""
@@ -167,8 +170,14 @@ class Admitted:
             self.abandon()
 
     def read(self, event: Any) -> bool:
-        """Read one stream event; True if the caller must not see it."""
-        hidden = self.adapter.read_event(event, self.tally, self.hide)
+        """Read one stream event; True if the caller must not see it. An event the reader cannot
+        take (a provider's ``"choices": 5``) is passed on unread, and noted (``unread``)."""
+        try:
+            hidden = self.adapter.read_event(event, self.tally, self.hide)
+        except Exception as exc:
+            if self.unread is None:
+                self.unread = exc
+            return False
         if self.tally.complete:
             self.end(None)
         return hidden
