@@ -10,6 +10,8 @@ still stops the calls after it.
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -325,3 +327,59 @@ def test_a_stream_event_the_reader_cannot_take_is_passed_on_and_the_usage_after_
         10,
     )
     assert node.metadata["cost_status"] == "priced"
+
+
+def _read_with_httpx(url: str, body: dict[str, Any]) -> bytes:
+    with httpx.Client() as client, client.stream("POST", url, json=body) as response:
+        return b"".join(response.iter_bytes())
+
+
+def _read_with_urllib(url: str, body: dict[str, Any]) -> bytes:
+    data = json.dumps(body).encode()
+    request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request) as response:
+        return bytes(response.read())
+
+
+def _read_with_openai_raw(url: str, body: dict[str, Any]) -> bytes:
+    client = openai.OpenAI(base_url=url.removesuffix("/chat/completions"), api_key="k")
+    with client.chat.completions.with_streaming_response.create(**body) as response:
+        if not body["stream"]:
+            return response.read()
+        return b"".join(line.encode() + b"\n\n" for line in response.iter_lines() if line)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole body"])
+@pytest.mark.parametrize(
+    "read",
+    [_read_with_httpx, _read_with_urllib, _read_with_openai_raw],
+    ids=["httpx", "urllib", "openai raw"],
+)
+def test_a_raw_body_the_reader_cannot_take_reaches_the_caller_and_its_usage_is_counted(
+    replay: ReplayServer, read: Any, stream: bool
+) -> None:
+    """At the HTTP layer the reader's error broke the caller's read of the body it paid for
+    (and a stream's usage event after the bad one was never read: the call was charged its
+    estimate). Now the caller gets every byte, the usage is read as reported, and the call ends
+    failed with the reader's error."""
+    usage = {"prompt_tokens": 1000, "completion_tokens": 10}
+    chunk = {"id": "chatcmpl-2", "object": "chat.completion.chunk", "choices": 5}
+    whole = {"id": "chatcmpl-1", "object": "chat.completion", "choices": 5, "usage": usage}
+    replay.script(CHAT, chat_stream(chunk, usage) if stream else ReplayResponse.json(whole))
+    body = {"model": "gpt-4o-mini", "messages": PROMPT, "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]) as ctx:
+        got = read(replay.openai_base_url + "/chat/completions", body)
+    assert b'"choices":5' in got.replace(b" ", b"") and b'"completion_tokens":10' in got
+    assert got.endswith(b"data: [DONE]\n\n") if stream else json.loads(got)["choices"] == 5
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert (node.status, node.error_class, node.tokens_in, node.tokens_out) == (
+        "fail",
+        "TypeError",
+        1000,
+        10,
+    )
+    assert node.metadata["cost_status"] == "priced"
+    assert ctx.stats.get_counter(KEY_INPUT_TOKENS) == 1000

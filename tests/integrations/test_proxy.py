@@ -30,6 +30,7 @@ from ampmeter.proxy.budget_file import ProxyBudgets, budgets_from
 from ampmeter.testing.billing import BillingProvider
 from ampmeter.testing.replay import ReplayResponse, ReplayServer
 from support.redis_server import RedisServer, redis_server_fixture
+from support.wire import chat_stream
 
 __all__ = ["redis_server_fixture"]
 
@@ -411,3 +412,30 @@ def test_the_local_model_through_the_proxy(llm_server: LocalLLMServer) -> None:
     assert answer.usage is not None
     assert stats.get_counter("amp:input_tokens") == answer.usage.prompt_tokens
     assert stats.get_counter("amp:output_tokens") == answer.usage.completion_tokens
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole body"])
+def test_a_body_the_reader_cannot_take_passes_the_proxy_whole_and_is_charged(stream: bool) -> None:
+    """Through the metering proxy the reader's error stopped the relay mid-body: the client got
+    a cut answer and the call, billed upstream, was left open instead of charged."""
+    usage = {"prompt_tokens": 1000, "completion_tokens": 10}
+    chunk = {"id": "chatcmpl-2", "object": "chat.completion.chunk", "choices": 5}
+    whole = {"id": "chatcmpl-1", "object": "chat.completion", "choices": 5, "usage": usage}
+    body = {"model": "gpt-4o-mini", "messages": PROMPT, "stream": stream}
+    with ReplayServer() as replay:
+        replay.script(
+            "/v1/chat/completions",
+            chat_stream(chunk, usage) if stream else ReplayResponse.json(whole),
+        )
+        upstreams = {"openai": replay.openai_base_url, "anthropic": replay.url}
+        callers = {"team": {"max_cost_usd": 1.0}}
+        with MeteringProxy(budgets_from({"upstreams": upstreams, "callers": callers})) as proxy:
+            url = proxy.base_urls()["OPENAI_BASE_URL"] + "/chat/completions"
+            got = httpx.post(url, json=body, headers={"Authorization": "Bearer k"}).content
+            stats = proxy.context("team").stats
+            assert stats.get_counter("amp:input_tokens") == 1000
+            (node,) = [n for n in proxy.context("team").graph.nodes() if n.kind == "llm"]
+    # (The usage event the proxy asked for is hidden from a client that did not.)
+    assert b'"choices":5' in got.replace(b" ", b"")
+    assert got.endswith(b"data: [DONE]\n\n") if stream else json.loads(got)["usage"] == usage
+    assert (node.status, node.error_class, node.tokens_out) == ("fail", "TypeError", 10)

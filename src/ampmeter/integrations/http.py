@@ -147,13 +147,13 @@ class BodyMeter:
         """Read ``piece`` of the body; return what the caller gets of it."""
         out = self.reader.feed(piece)
         if self.reader.complete:
-            self.admitted.end(None)  # the caller may stop reading at the last event
+            self.admitted.end(self.reader.unread)  # the caller may stop at the last event
         return out
 
     def finish(self) -> bytes:
         """The body is complete: end the node; return the bytes still owed to the caller."""
         tail = self.reader.end()
-        self.admitted.end(None)
+        self.admitted.end(self.reader.unread)
         return tail
 
     @contextmanager
@@ -216,7 +216,7 @@ def _settle(admitted: Admitted, response: Any, streamed: bool, body_type: type) 
     if reader is not None and not streamed:  # the body was read whole by send()
         reader.feed(response.content)
         reader.end()
-        admitted.end(None)
+        admitted.end(reader.unread)
     elif reader is not None:
         response.stream = body_type(response.stream, reader, admitted)
     return response

@@ -89,7 +89,7 @@ def _read_while_iterating(
 
     def end() -> None:
         body.end()
-        meter.end(None)
+        meter.end(body.unread)
 
     # The HTTP response closes itself after its last piece: while a piece is being read, the
     # reader (not the close) decides how the call ends.

@@ -35,6 +35,10 @@ class BodyReader:
     ``sse``: the body is a ``text/event-stream``; otherwise a JSON document (an array of chunks
     for Gemini's non-SSE stream). ``hide``: drop the events the adapter says to hide (then the
     bytes are passed on whole events at a time).
+
+    An event or document the adapter cannot take (a provider's ``"choices": 5``) is passed on
+    unread and the reading goes on; the first such error is kept in ``unread``, for the call to
+    end failed with it (charged what was read) while the caller still gets the bytes it paid for.
     """
 
     __slots__ = (
@@ -47,6 +51,7 @@ class BodyReader:
         "hide",
         "sse",
         "tally",
+        "unread",
     )
 
     def __init__(self, adapter: Adapter, tally: Tally, *, sse: bool, hide: bool = False) -> None:
@@ -59,6 +64,7 @@ class BodyReader:
         self._event: list[bytes] = []  # the raw lines of that event (only when hiding)
         self._parts: list[bytes] = []  # a JSON body's pieces
         self.complete = False  # the stream's last event was read (more bytes may follow)
+        self.unread: Exception | None = None
 
     def feed(self, piece: bytes) -> bytes:
         """Read ``piece``; return what the caller gets of it."""
@@ -100,10 +106,17 @@ class BodyReader:
             event = orjson.loads(data)
         except orjson.JSONDecodeError:
             return False
-        hidden = self.adapter.read_event(event, self.tally, self.hide)
+        hidden = self._read_event(event, self.hide)
         if self.tally.complete:
             self.complete = True
         return hidden
+
+    def _read_event(self, event: Any, hide: bool) -> bool:
+        try:
+            return self.adapter.read_event(event, self.tally, hide)
+        except Exception as exc:
+            self.unread = self.unread or exc
+            return False
 
     def end(self) -> bytes:
         """The body is complete: read what is left; return the bytes still owed to the caller."""
@@ -130,9 +143,12 @@ class BodyReader:
             return
         if isinstance(document, list):  # a stream sent as one JSON array of chunks
             for chunk in document:
-                self.adapter.read_event(chunk, self.tally, False)
-        else:
+                self._read_event(chunk, False)
+            return
+        try:
             self.adapter.read_response(document, self.tally)
+        except Exception as exc:
+            self.unread = self.unread or exc
 
 
 def text_of(content: Any) -> str:

@@ -199,6 +199,7 @@ class Relay:
             # Settled before the body's end reaches the caller: once a client has its answer,
             # the call counts (a program that exits at once leaves nothing open).
             if reader is not None and admitted is not None:
+                error = error or reader.unread
                 await self._on_worker(finish_call, admitted.call, reader.tally, error)
             await passing.end()
             return response
