@@ -49,7 +49,7 @@ system-deps:
 
 # The wheel-building tests find uv where bootstrap-uv put it (maybe not on PATH).
 test: lint typecheck system-deps
-	AMPMETER_UV="$$($(PYTHON) -c 'import uv; print(uv.find_uv_bin())')" $(RUN) pytest
+	AMPMETER_UV="$$($(PYTHON) -c 'import uv; print(uv.find_uv_bin())')" $(RUN) pytest --durations=20
 
 bench: $(STAMP)
 	$(RUN) python bench/run.py $(if $(QUICK),--quick,)
