@@ -71,6 +71,10 @@ class MessagesAdapter(Adapter):
             read_message = READERS[type(message)]
             tally.response_id = read_message(message, "id", None)
             _read_usage(read_message(message, "usage", None), tally)
+            # Its output count is the output so far (a token), not the output: that comes
+            # last, in message_delta. Until then it is only the least the stream wrote, so a
+            # stream cut before that counts what it received.
+            tally.chunks, tally.tokens_out = max(tally.chunks, tally.tokens_out or 0), None
         elif kind == "message_delta":
             _read_usage(read(event, "usage", None), tally)
             # The delta that gives the stop reason carries the final usage, and only

@@ -306,7 +306,7 @@ def finish_call(
             key = meta[META_RESPONSE_ID] = f"{call.provider}:{response_id}"
             if settings.response_id_keys:
                 call.offer_idempotency_key(tally.gateway_key(key, call.name))
-        if tally.tokens_in is None:  # a response without its usage was billed all the same
+        if tally.tokens_in is None or tally.tokens_out is None:  # billed all the same
             estimate_unreported(call, tally)
         if tally.tokens_in is None and tally.tokens_out is None:  # no usage (nor an estimate)
             if tally.tool_calls:

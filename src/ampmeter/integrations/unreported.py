@@ -36,12 +36,21 @@ def received_output_tokens(tally: Tally, model: str | None, most: int | None) ->
 def estimate_unreported(call: Call, tally: Tally) -> None:
     """Estimate what ``tally`` lacks of the usage of ``call``'s request, which was sent and
     answered (see the module). A request always has input, so a missing input count is
-    estimated; a missing output count beside a reported input count is 0 (Gemini leaves out
-    counts that are 0), estimated only when the response reported no usage at all."""
+    estimated. A missing output count beside a reported input count is what was received
+    (a stream cut before its last usage event, an output count no int), else 0 (Gemini
+    leaves out counts that are 0); the most the call could write only when the response
+    reported no usage at all."""
     kind = call.kind
-    if tally.tokens_in is not None or kind not in ("llm", "embedding"):
+    if kind not in ("llm", "embedding"):
         return
     reserved_in, reserved_out, _, _ = call.reserved
+    if tally.tokens_in is not None:
+        if tally.tokens_out is None and kind == "llm":
+            counted = received_output_tokens(tally, call.model, reserved_out or None)
+            if counted is not None:
+                tally.tokens_out = counted
+                tally.estimated = True
+        return
     tally.tokens_in = reserved_in
     if tally.tokens_out is None and kind == "embedding":
         tally.tokens_out = 0

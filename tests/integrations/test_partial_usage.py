@@ -1,0 +1,93 @@
+"""A response whose usage report was cut short is charged at least what was received.
+
+Anthropic's ``message_start`` reports the input and the output so far (1 token); the output
+written comes in ``message_delta``, last. A stream that ends before it (an ``error`` event
+mid-stream, a cut connection, a caller that closes it) was billed for every token it sent:
+the output counted from what was received, never the 1 token of its first event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anthropic
+import pytest
+
+from ampmeter import ExecutionContext
+from ampmeter.sinks.memory import MemorySink
+from ampmeter.testing import recorded
+from ampmeter.testing.replay import ReplayResponse, ReplayServer
+
+pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
+
+MESSAGES = "/v1/messages"
+PROMPT = [{"role": "user", "content": "Write a long story about the sea."}]
+TEXT = "The sea was calm that morning, and the boats went out early. " * 3
+
+
+def _anthropic_events(*, error: bool) -> list[tuple[str | None, Any]]:
+    """The recorded stream's start, then three long text deltas, then (``error``) Anthropic's
+    ``overloaded_error`` event, where ``message_delta`` would have come."""
+    start, block = recorded.load("anthropic_message_stream")[:2]
+    events: list[tuple[str | None, Any]] = [
+        (start["event"], start["data"]),
+        (block["event"], block["data"]),
+    ]
+    delta = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "text_delta", "text": TEXT},
+    }
+    events += [("content_block_delta", delta)] * 3
+    if error:
+        overloaded = {"type": "overloaded_error", "message": "Overloaded"}
+        events.append(("error", {"type": "error", "error": overloaded}))
+    return events
+
+
+def _read_all(stream: Any) -> None:
+    for _ in stream:
+        pass
+
+
+def _read_one_then_close(stream: Any) -> None:
+    for event in stream:
+        if event.type == "content_block_delta":
+            break
+    stream.close()
+
+
+@pytest.mark.parametrize(
+    ("ending", "read", "received"),
+    [
+        ("an error event", _read_all, 3),
+        ("a stream that stops", _read_all, 3),
+        ("a caller that closes it", _read_one_then_close, 1),
+    ],
+)
+def test_an_anthropic_stream_cut_before_its_final_usage_is_charged_what_it_received(
+    replay: ReplayServer, ending: str, read: Callable[[Any], None], received: int
+) -> None:
+    """It was charged the 1 output token of ``message_start`` as if it were the final count
+    (``success`` when the stream just stopped), whatever the deltas had brought."""
+    replay.script(MESSAGES, ReplayResponse.sse(_anthropic_events(error=ending == "an error event")))
+    client = anthropic.Anthropic(base_url=replay.anthropic_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        stream = client.messages.create(
+            model="claude-haiku-4-5", messages=PROMPT, max_tokens=4096, stream=True
+        )
+        if ending == "an error event":
+            with pytest.raises(anthropic.APIStatusError):
+                read(stream)
+        else:
+            read(stream)
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    start = recorded.load("anthropic_message_stream")[0]["data"]["message"]["usage"]
+    assert node.tokens_in == start["input_tokens"] + start["cache_read_input_tokens"]
+    # A token per character received (the rule of a cut stream), never the 1 reported first.
+    assert node.tokens_out == received * len(TEXT)
+    assert node.metadata["cost_status"] == "estimated"
+    if ending != "a stream that stops":
+        assert node.status == "fail"
