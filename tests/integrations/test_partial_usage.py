@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 
 from ampmeter import ExecutionContext
@@ -91,3 +92,42 @@ def test_an_anthropic_stream_cut_before_its_final_usage_is_charged_what_it_recei
     assert node.metadata["cost_status"] == "estimated"
     if ending != "a stream that stops":
         assert node.status == "fail"
+
+
+def _anthropic_message(client: Any) -> Any:
+    return client.messages.create(model="claude-haiku-4-5", messages=PROMPT, max_tokens=4096)
+
+
+def _openai_response(client: Any) -> Any:
+    return client.responses.create(model="o4-mini", input="Look it up.", max_output_tokens=4096)
+
+
+WHOLE = {
+    "anthropic": (MESSAGES, "anthropic_message_tool_use", "output_tokens", _anthropic_message),
+    "responses": ("/v1/responses", "openai_responses_usage", "output_tokens", _openai_response),
+}
+
+
+@pytest.mark.parametrize("provider", list(WHOLE))
+@pytest.mark.parametrize("count", ["96", 96.0, True], ids=["a string", "a float", "a bool"])
+def test_a_whole_answer_whose_output_count_is_no_int_is_charged_the_output_it_received(
+    replay: ReplayServer, provider: str, count: object
+) -> None:
+    """Its input was read, its output count (no int) read as absent: charged 0 output tokens,
+    ``priced``, for an answer that held text and tool calls. Now counted from them."""
+    path, name, field, send = WHOLE[provider]
+    body = recorded.load(name)
+    body["usage"][field] = count
+    replay.script(path, ReplayResponse.json(body))
+    make = anthropic.Anthropic if provider == "anthropic" else openai.OpenAI
+    base = replay.anthropic_base_url if provider == "anthropic" else replay.openai_base_url
+    client = make(base_url=base, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        send(client)
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert node.status == "success"
+    assert node.tokens_in == (3484 if provider == "anthropic" else 3120)
+    # A token per character of the text and the tools' names and arguments written.
+    assert node.tokens_out is not None and node.tokens_out > 40
+    assert node.metadata["cost_status"] == "estimated"

@@ -49,8 +49,9 @@ class MessagesAdapter(Adapter):
     def read_response(self, result: Any, tally: Tally) -> None:
         read = READERS[type(result)]
         tally.response_id = read(result, "id", None)
-        usage = read(result, "usage", None)
-        _read_usage(usage, tally)
+        _read_usage(read(result, "usage", None), tally)
+        # No output count (a proxy's cut, a count no int): the output is counted from the text.
+        unreported = tally.tokens_out is None
         for block in read(result, "content", None) or ():
             read_block = READERS[type(block)]
             kind = read_block(block, "type", None)
@@ -60,7 +61,7 @@ class MessagesAdapter(Adapter):
                 text = read_block(block, "text", None)
                 if isinstance(text, str):
                     tally.keep_text(text)
-            if usage is None:  # a proxy's cut: the output is counted from what it wrote
+            if unreported:
                 tally.chars += _block_length(block, read_block)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:

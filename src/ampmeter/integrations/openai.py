@@ -267,6 +267,9 @@ class ResponsesAdapter(Adapter):
                 conversation = read(result, "conversation", None)
                 stored = min(max(tally.tokens_in, 0) + max(tally.tokens_out, 0), MAX_COUNT)
                 stored_state.remember(response_id, conversation, stored)
+        # No output count (a proxy's cut, a count no int): the output is counted from the
+        # text, unless a stream's deltas counted it already.
+        unreported = tally.tokens_out is None and not tally.chunks
         calls = 0
         texts: list[str] = []
         for item in read(result, "output", None) or ():
@@ -274,12 +277,12 @@ class ResponsesAdapter(Adapter):
             kind = read_item(item, "type", None)
             if isinstance(kind, str) and kind.endswith("_call"):
                 calls += 1
-                if usage is None:
+                if unreported:
                     tally.receive(_arguments_text(item))
             elif kind == "message":
                 if settings.capture_content:
                     texts.append(text_of(read_item(item, "content", None)))
-                if usage is None:
+                if unreported:
                     tally.receive(text_of(read_item(item, "content", None)))
         tally.tool_calls = calls
         if texts:
