@@ -131,3 +131,26 @@ def test_a_whole_answer_whose_output_count_is_no_int_is_charged_the_output_it_re
     # A token per character of the text and the tools' names and arguments written.
     assert node.tokens_out is not None and node.tokens_out > 40
     assert node.metadata["cost_status"] == "estimated"
+
+
+@pytest.mark.parametrize(
+    "given",
+    [[7] * 3000, [[7] * 1000, [8] * 2000]],
+    ids=["token ids", "lists of token ids"],
+)
+def test_embeddings_sent_as_token_ids_are_reserved_and_charged_their_tokens(
+    replay: ReplayServer, given: list[Any]
+) -> None:
+    """Inputs sent as token ids (LangChain's ``OpenAIEmbeddings`` sends them so) were measured
+    as no text: reserved 0 tokens, so no cap could stop them, and charged 0 when the answer
+    came without usage (a proxy's cut). They are 3000 tokens, counted exactly."""
+    body = recorded.load("openai_embeddings")
+    del body["usage"]
+    replay.script("/v1/embeddings", ReplayResponse.json(body))
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        client.embeddings.create(model="text-embedding-3-small", input=given)
+    (node,) = [n for n in sink.nodes if n.kind == "embedding"]
+    assert (node.tokens_in, node.tokens_out) == (3000, 0)
+    assert node.cost_nano > 0 and node.metadata["cost_status"] == "estimated"

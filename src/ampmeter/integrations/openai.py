@@ -19,7 +19,7 @@ from ampmeter._validate import MAX_COUNT
 from ampmeter.integrations.adapter import Adapter, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.wire import READERS, counts, first_int, get, ints, text_of
-from ampmeter.pricing import request_size, stored_state
+from ampmeter.pricing import request_size, stored_state, tokenizer
 from ampmeter.pricing.request_size import RequestSize
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
@@ -204,7 +204,11 @@ class EmbeddingsAdapter(Adapter):
     def measure(
         self, body: Mapping[str, Any], model: str | None
     ) -> tuple[RequestSize, int | None, bool]:
-        return request_size.measure_text(self.prompt_text(body)), 0, False
+        # The input has a Completions prompt's shapes: text, texts, token ids or lists of them
+        # (LangChain sends ids), the ids counted exactly. It writes nothing: a cap of 0.
+        counter = None if model is None else tokenizer.COUNTERS[model]
+        prompt = {"prompt": body.get("input")}
+        return request_size.MEASURES["completions"](prompt, counter), 0, False
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         return _joined_text(kwargs.get("input"))
