@@ -188,3 +188,25 @@ def test_an_engine_stream_closed_early_is_charged_as_cut(bill: BillingProvider, 
     (node,) = llm_nodes(ctx)
     assert (node.status, node.error_class) == ("fail", "StreamAbandoned")
     assert node.tokens_in and node.tokens_out == 40  # charged up to its max_tokens
+
+
+def test_an_anthropic_engine_stream_is_charged_its_input(bill: BillingProvider) -> None:
+    """lm15 drops ``message_start`` (the input's count) and ends the stream with the usage of
+    ``message_delta``, which reports only the output: the input read as 0, so a streamed
+    Claude request was charged its output alone. The input is now its estimate."""
+    config = RouterConfig(
+        api_keys={"anthropic": "k"}, base_urls={"anthropic": bill.openai_base_url}
+    )
+    request = Request(
+        model=f"anthropic:{CLAUDE}",
+        messages=(Message.user("Say hello. " * 50),),
+        config=Config(max_tokens=40),
+    )
+    with ExecutionContext() as ctx:
+        events = list(LM15Engine(config).stream(request))
+    assert events[-1].type == "end" and [c.wire for c in bill.calls] == ["anthropic"]
+    (node,) = llm_nodes(ctx)
+    (billed,) = bill.calls
+    assert node.status == "success" and node.tokens_out == billed.output_tokens
+    assert node.tokens_in is not None and node.tokens_in >= billed.input_tokens > 0
+    assert node.metadata["cost_status"] == "estimated"
