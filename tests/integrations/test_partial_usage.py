@@ -154,3 +154,72 @@ def test_embeddings_sent_as_token_ids_are_reserved_and_charged_their_tokens(
     (node,) = [n for n in sink.nodes if n.kind == "embedding"]
     assert (node.tokens_in, node.tokens_out) == (3000, 0)
     assert node.cost_nano > 0 and node.metadata["cost_status"] == "estimated"
+
+
+def _responses_events(*, reasoning: bool) -> list[tuple[str | None, Any]]:
+    """A Responses stream cut after its text began (no ``response.completed``): a reasoning
+    item first (its tokens billed as output, never streamed) when ``reasoning``."""
+    started = {"id": "resp_cut", "object": "response", "status": "in_progress", "output": []}
+    events: list[dict[str, Any]] = [{"type": "response.created", "response": started}]
+    if reasoning:
+        item = {"id": "rs_1", "type": "reasoning", "summary": []}
+        events += [
+            {"type": "response.output_item.added", "output_index": 0, "item": item},
+            {"type": "response.output_item.done", "output_index": 0, "item": item},
+        ]
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "content": []}
+    events += [
+        {"type": "response.output_item.added", "output_index": 1, "item": message},
+        {"type": "response.output_text.delta", "item_id": "msg_1", "delta": "Looking"},
+    ]
+    return [(event["type"], event) for event in events]
+
+
+@pytest.mark.parametrize("reasoning", [True, False], ids=["reasoning", "no reasoning"])
+def test_a_cut_responses_stream_that_reasoned_is_charged_its_most_output(
+    replay: ReplayServer, reasoning: bool
+) -> None:
+    """A reasoning model's stream cut after its text began was charged a token per character
+    of that text (7), though the reasoning before it (billed as output, never sent) may be
+    thousands of tokens: what was received says nothing of it. Its output is now the most the
+    call could write, its reservation; a stream without reasoning still counts its text."""
+    replay.script("/v1/responses", ReplayResponse.sse(_responses_events(reasoning=reasoning)))
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        stream = client.responses.create(
+            model="o4-mini", input="Look it up.", max_output_tokens=4096, stream=True
+        )
+        assert [event.type for event in stream][-1] == "response.output_text.delta"
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert node.tokens_out == (4096 if reasoning else len("Looking"))
+    assert node.metadata["cost_status"] == "estimated"
+
+
+def test_a_cut_anthropic_stream_that_thought_is_charged_its_most_output(
+    replay: ReplayServer,
+) -> None:
+    """Claude 4 streams a summary of its thinking and bills all of it: a stream cut after a
+    thinking delta was charged a token per character of the summary."""
+    start = recorded.load("anthropic_message_stream")[0]
+    thinking = {"type": "thinking", "thinking": "", "signature": ""}
+    delta = {"type": "thinking_delta", "thinking": "The user asks about the sea."}
+    events: list[tuple[str | None, Any]] = [
+        (start["event"], start["data"]),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": thinking},
+        ),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
+    ]
+    replay.script(MESSAGES, ReplayResponse.sse(events))
+    client = anthropic.Anthropic(base_url=replay.anthropic_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        _read_all(
+            client.messages.create(
+                model="claude-haiku-4-5", messages=PROMPT, max_tokens=4096, stream=True
+            )
+        )
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert (node.tokens_out, node.metadata["cost_status"]) == (4096, "estimated")

@@ -30,6 +30,8 @@ __all__ = ["instrument_anthropic", "is_instrumented", "uninstrument_anthropic"]
 
 PROVIDER = "anthropic"
 _TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
+# Blocks of thinking, billed in full as output, sent summarized (Claude 4) or redacted.
+_THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
 
 class MessagesAdapter(Adapter):
@@ -57,6 +59,8 @@ class MessagesAdapter(Adapter):
             kind = read_block(block, "type", None)
             if kind in _TOOL_BLOCKS:
                 tally.tool_calls += 1
+            elif kind in _THINKING_BLOCKS:
+                tally.unseen = True
             elif kind == "text" and settings.capture_content:
                 text = read_block(block, "text", None)
                 if isinstance(text, str):
@@ -83,8 +87,11 @@ class MessagesAdapter(Adapter):
             if get(read(event, "delta", None), "stop_reason") is not None:
                 tally.complete = True
         elif kind == "content_block_start":
-            if get(read(event, "content_block", None), "type") in _TOOL_BLOCKS:
+            block = get(read(event, "content_block", None), "type")
+            if block in _TOOL_BLOCKS:
                 tally.tool_calls += 1
+            elif block in _THINKING_BLOCKS:
+                tally.unseen = True
         elif kind == "content_block_delta":
             tally.chunks += 1
             delta = read(event, "delta", None)

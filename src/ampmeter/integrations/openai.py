@@ -283,6 +283,8 @@ class ResponsesAdapter(Adapter):
                 calls += 1
                 if unreported:
                     tally.receive(_arguments_text(item))
+            elif kind == "reasoning":
+                tally.unseen = True  # its tokens are output, and never all sent
             elif kind == "message":
                 if settings.capture_content:
                     texts.append(text_of(read_item(item, "content", None)))
@@ -305,6 +307,10 @@ class ResponsesAdapter(Adapter):
                 tally.chars += len(delta)
         elif kind == "response.created":  # the id, also for a stream cut before its end
             tally.response_id = get(read(event, "response", None), "id")
+        elif kind == "response.output_item.added" and (
+            get(read(event, "item", None), "type") == "reasoning"
+        ):
+            tally.unseen = True  # its tokens are output, and never all sent
         return False
 
 
