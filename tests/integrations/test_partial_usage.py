@@ -223,3 +223,36 @@ def test_a_cut_anthropic_stream_that_thought_is_charged_its_most_output(
         )
     (node,) = [n for n in sink.nodes if n.kind == "llm"]
     assert (node.tokens_out, node.metadata["cost_status"]) == (4096, "estimated")
+
+
+def test_a_gemini_stream_that_ends_before_its_last_chunk_is_charged_what_it_received(
+    replay: ReplayServer,
+) -> None:
+    """Gemini's chunks before the last report the prompt alone (``promptTokenCount``), the
+    output only in the last: a stream that ended before it (google-genai, read at the HTTP
+    layer) was charged its input and 0 output tokens."""
+    from google import genai
+    from google.genai import types
+
+    chunks = [
+        {
+            "candidates": [{"content": {"parts": [{"text": TEXT}], "role": "model"}, "index": 0}],
+            "usageMetadata": {"promptTokenCount": 12, "totalTokenCount": 12},
+            "responseId": "gemini-cut",
+        }
+    ] * 2
+    path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    replay.script(path, ReplayResponse.sse([(None, chunk) for chunk in chunks]))
+    options = types.HttpOptions(base_url=replay.url, api_version="v1beta")
+    client = genai.Client(api_key="k", http_options=options)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        stream = client.models.generate_content_stream(
+            model="gemini-2.5-flash",
+            contents="Write a long story about the sea.",
+            config=types.GenerateContentConfig(max_output_tokens=4096),
+        )
+        assert len(list(stream)) == 2
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert (node.tokens_in, node.tokens_out) == (12, 2 * len(TEXT))
+    assert node.metadata["cost_status"] == "estimated"
