@@ -160,8 +160,8 @@ def test_usage_is_read_in_the_subset_convention(
     assert (tally.cached, tally.cache_write, tally.reasoning) == (30, 20, 7)
 
 
-@pytest.mark.parametrize("way", ["sync", "async"])
-def test_an_engine_stream_closed_early_is_charged_as_cut(bill: BillingProvider, way: str) -> None:
+def chat_engine_request(bill: BillingProvider) -> tuple[Any, Any]:
+    """The engine's configuration for the billing provider and a chat request of 40 tokens."""
     config = RouterConfig(
         api_keys={"openai-chat": "k"}, base_urls={"openai-chat": bill.openai_base_url}
     )
@@ -170,6 +170,12 @@ def test_an_engine_stream_closed_early_is_charged_as_cut(bill: BillingProvider, 
         messages=(Message.user("Say hello."),),
         config=Config(max_tokens=40),
     )
+    return config, request
+
+
+@pytest.mark.parametrize("way", ["sync", "async"])
+def test_an_engine_stream_closed_early_is_charged_as_cut(bill: BillingProvider, way: str) -> None:
+    config, request = chat_engine_request(bill)
 
     async def read_one_then_close() -> str:
         events = AsyncLM15Engine(config).stream(request)
@@ -188,3 +194,46 @@ def test_an_engine_stream_closed_early_is_charged_as_cut(bill: BillingProvider, 
     (node,) = llm_nodes(ctx)
     assert (node.status, node.error_class) == ("fail", "StreamAbandoned")
     assert node.tokens_in and node.tokens_out == 40  # charged up to its max_tokens
+
+
+def test_an_anthropic_engine_stream_is_charged_its_input(bill: BillingProvider) -> None:
+    """lm15 drops ``message_start`` (the input's count) and ends the stream with the usage of
+    ``message_delta``, which reports only the output: the input read as 0, so a streamed
+    Claude request was charged its output alone. The input is now its estimate."""
+    config = RouterConfig(
+        api_keys={"anthropic": "k"}, base_urls={"anthropic": bill.openai_base_url}
+    )
+    request = Request(
+        model=f"anthropic:{CLAUDE}",
+        messages=(Message.user("Say hello. " * 50),),
+        config=Config(max_tokens=40),
+    )
+    with ExecutionContext() as ctx:
+        events = list(LM15Engine(config).stream(request))
+    assert events[-1].type == "end" and [c.wire for c in bill.calls] == ["anthropic"]
+    (node,) = llm_nodes(ctx)
+    (billed,) = bill.calls
+    assert node.status == "success" and node.tokens_out == billed.output_tokens
+    assert node.tokens_in is not None and node.tokens_in >= billed.input_tokens > 0
+    assert node.metadata["cost_status"] == "estimated"
+
+
+def test_an_engine_stream_cut_after_its_text_is_charged_a_token_a_character(
+    bill: BillingProvider,
+) -> None:
+    """A cut stream's output is counted from what was received, a token per character (at
+    most ``max_tokens``), as every other stream's is: the engine's deltas were counted one
+    token each, whatever text they held (an Anthropic delta holds several tokens)."""
+    config, request = chat_engine_request(bill)
+    received = []
+    with ExecutionContext() as ctx:
+        events = LM15Engine(config).stream(request)
+        for event in events:
+            if event.type == "delta":
+                received.append(event.delta.text)
+                if len(received) == 3:
+                    break
+        events.close()
+    (node,) = llm_nodes(ctx)
+    assert (node.status, node.error_class) == ("fail", "StreamAbandoned")
+    assert node.tokens_out == len("".join(received)) > 3

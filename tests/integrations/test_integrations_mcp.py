@@ -25,6 +25,7 @@ pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
 SERVER = r'''
 import sys
+import time
 from mcp.server.mcpserver import MCPServer
 
 log_path = sys.argv[1]
@@ -45,6 +46,13 @@ def add(a: int, b: int) -> int:
     """A free tool."""
     ran("add")
     return a + b
+
+@server.tool()
+def web_slow(seconds: float) -> str:
+    """A paid search that takes its time."""
+    ran("web_slow")
+    time.sleep(seconds)
+    return "late results"
 
 @server.tool()
 def broken() -> str:
@@ -177,3 +185,22 @@ async def test_streamable_http_tools_obey_a_per_tool_limit(
         ("add", "halt"),
     ]
     assert ctx.stats.get_gauge("amp:cost") == pytest.approx(0.25)
+
+
+async def test_a_paid_tool_the_client_stopped_waiting_for_is_charged_its_price(
+    server_script: Path, tmp_path: Path
+) -> None:
+    """The server ran the paid tool; the client's read timed out (``REQUEST_TIMEOUT``) before
+    the answer came, and the call was charged nothing. With no answer, the bill is unknown:
+    it is charged its price (its reservation). A tool the server answered is charged as the
+    server answered."""
+    log = tmp_path / "calls.log"
+    sink = MemorySink()
+    async with stdio_session(server_script, log) as session:
+        async with ExecutionContext(sinks=[sink]) as ctx:
+            with pytest.raises(Exception, match="timed out"):
+                await session.call_tool("web_slow", {"seconds": 1}, read_timeout_seconds=0.2)
+        assert ran(log) == ["web_slow"]
+    (node,) = tool_nodes(sink)
+    assert (node.name, node.status) == ("web_slow", "fail")
+    assert node.cost_usd == Decimal("0.25") and ctx.stats.total_cost() == Decimal("0.25")

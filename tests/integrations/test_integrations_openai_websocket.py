@@ -221,3 +221,25 @@ async def test_a_legacy_response_open_at_close_ends_as_abandoned(
         assert json.loads(await ws.recv())["type"] == "response.created"
     (node,) = llm_nodes(sink)
     assert node.status == "fail" and node.error_class == "StreamAbandoned"
+
+
+def test_an_error_event_mid_response_charges_what_the_response_was_billed() -> None:
+    """The server named the response (``response.created``) and streamed output, then sent an
+    ``error`` event: the response had been generating, billed, and was charged nothing (its
+    call ended ``fail`` with no usage). Now it is charged its input estimate and the output
+    received, ``estimated``."""
+    sink = MemorySink()
+    with ResponsesSocket(error_mid_response=True) as server, ExecutionContext(sinks=[sink]):
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-ws")
+        with client.responses.connect() as connection:
+            connection.response.create(model="o4-mini", input="Look it up.", max_output_tokens=50)
+            kinds = []
+            for event in connection:
+                kinds.append(event.type)
+                if event.type == "error":
+                    break
+    assert kinds == ["response.created", "response.output_text.delta", "error"]
+    (node,) = llm_nodes(sink)
+    assert (node.status, node.error_class) == ("fail", "ResponseFailed")
+    assert node.tokens_in and node.tokens_out == len("Looking")
+    assert node.cost_nano > 0 and node.metadata["cost_status"] == "estimated"

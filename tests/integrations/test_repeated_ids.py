@@ -103,3 +103,27 @@ def test_gateway_keys_count_a_stored_response_once_and_nothing_else() -> None:
         assert "duplicate_of" not in node.metadata and node.cost_usd > 0
     assert ctx.stats.get_counter("amp:input_tokens") == 9 + 30 + 9
     assert ctx.stats.get_counter(KEY_LLM_CALLS) == 3
+
+
+def test_gateway_keys_never_count_an_answer_without_usage_as_a_replay() -> None:
+    """Two answers of one id and no usage (a proxy that strips it, a stream cut before it)
+    made the same key, id and endpoint alone, so the second, billed, counted as a replay of
+    the first and was charged $0. With no usage to compare, nothing says it is one."""
+    instrument(response_id_keys=True)  # the fixture puts the default back
+    output = [{"type": "message", "id": "m", "role": "assistant", "status": "completed"}]
+    output[0]["content"] = [{"type": "output_text", "text": "yes", "annotations": []}]
+    response = {"id": "resp_same", "object": "response", "created_at": 1, "status": "completed"}
+    response.update(model="gpt-4o-mini", output=output, usage=None)
+    sink = MemorySink()
+    with ReplayServer(verbatim_ids=True) as server:
+        server.script("/v1/responses", *[ReplayResponse.json(response)] * 2)
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
+        with ExecutionContext(sinks=[sink]) as ctx:
+            for question in ("Say yes.", "Say yes again."):
+                client.responses.create(model="gpt-4o-mini", input=question)
+    nodes = [n for n in sink.nodes if n.kind == "llm"]
+    assert [n.metadata["response_id"] for n in nodes] == ["openai:resp_same"] * 2
+    assert [n.cost_usd > 0 for n in nodes] == [True, True]
+    assert not any({"duplicate_of", "idempotency_key"} & n.metadata.keys() for n in nodes)
+    assert all(n.cost_usd > 0 and n.metadata["cost_status"] == "estimated" for n in nodes)
+    assert ctx.stats.get_counter(KEY_LLM_CALLS) == 2

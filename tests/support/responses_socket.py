@@ -2,7 +2,8 @@
 
 It answers each ``response.create`` with the documented event sequence (``response.created``, an
 output text delta, ``response.completed``) around the recorded Responses object, so the usage a
-metered node must end with is known exactly.
+metered node must end with is known exactly. ``error_mid_response``: an ``error`` event
+(a server error mid-generation) comes where ``response.completed`` would have.
 """
 
 from __future__ import annotations
@@ -15,12 +16,21 @@ from websockets.sync.server import ServerConnection, serve
 
 from ampmeter.testing import recorded
 
+_SERVER_ERROR = {
+    "type": "error",
+    "sequence_number": 2,
+    "code": "server_error",
+    "message": "The server had an error while processing your request.",
+    "param": None,
+}
+
 
 class ResponsesSocket:
     """A loopback server speaking the Responses WebSocket protocol with recorded bodies."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, error_mid_response: bool = False) -> None:
         self.creates: list[dict[str, Any]] = []
+        self.error_mid_response = error_mid_response
         self._server = serve(self._handle, "127.0.0.1", 0)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -45,7 +55,9 @@ class ResponsesSocket:
                     "delta": "Looking",
                     "logprobs": [],
                 },
-                {"type": "response.completed", "sequence_number": 2, "response": response},
+                _SERVER_ERROR
+                if self.error_mid_response
+                else {"type": "response.completed", "sequence_number": 2, "response": response},
             ):
                 socket.send(json.dumps(out))
 

@@ -41,6 +41,9 @@ class Tally:
     chars: int = 0
     received: list[str] | None = None  # that text, from a whole response without usage
     estimated: bool = False  # some counts are ampmeter's estimate: the provider reported none
+    # The response wrote output it does not send (reasoning): what was received is not all of
+    # it, so output it did not report is estimated at the most the call could write.
+    unseen: bool = False
     text: list[str] | None = None  # the response's text (with capture_content)
     tool_keys: set[tuple[int, int]] | None = None  # (choice, tool) indexes of streamed tool calls
     # The provider's id of the response as read (a stream's first), checked when the call ends:

@@ -30,6 +30,8 @@ __all__ = ["instrument_anthropic", "is_instrumented", "uninstrument_anthropic"]
 
 PROVIDER = "anthropic"
 _TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
+# Blocks of thinking, billed in full as output, sent summarized (Claude 4) or redacted.
+_THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
 
 class MessagesAdapter(Adapter):
@@ -49,18 +51,21 @@ class MessagesAdapter(Adapter):
     def read_response(self, result: Any, tally: Tally) -> None:
         read = READERS[type(result)]
         tally.response_id = read(result, "id", None)
-        usage = read(result, "usage", None)
-        _read_usage(usage, tally)
+        _read_usage(read(result, "usage", None), tally)
+        # No output count (a proxy's cut, a count no int): the output is counted from the text.
+        unreported = tally.tokens_out is None
         for block in read(result, "content", None) or ():
             read_block = READERS[type(block)]
             kind = read_block(block, "type", None)
             if kind in _TOOL_BLOCKS:
                 tally.tool_calls += 1
+            elif kind in _THINKING_BLOCKS:
+                tally.unseen = True
             elif kind == "text" and settings.capture_content:
                 text = read_block(block, "text", None)
                 if isinstance(text, str):
                     tally.keep_text(text)
-            if usage is None:  # a proxy's cut: the output is counted from what it wrote
+            if unreported:
                 tally.chars += _block_length(block, read_block)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
@@ -71,6 +76,10 @@ class MessagesAdapter(Adapter):
             read_message = READERS[type(message)]
             tally.response_id = read_message(message, "id", None)
             _read_usage(read_message(message, "usage", None), tally)
+            # Its output count is the output so far (a token), not the output: that comes
+            # last, in message_delta. Until then it is only the least the stream wrote, so a
+            # stream cut before that counts what it received.
+            tally.chunks, tally.tokens_out = max(tally.chunks, tally.tokens_out or 0), None
         elif kind == "message_delta":
             _read_usage(read(event, "usage", None), tally)
             # The delta that gives the stop reason carries the final usage, and only
@@ -78,8 +87,11 @@ class MessagesAdapter(Adapter):
             if get(read(event, "delta", None), "stop_reason") is not None:
                 tally.complete = True
         elif kind == "content_block_start":
-            if get(read(event, "content_block", None), "type") in _TOOL_BLOCKS:
+            block = get(read(event, "content_block", None), "type")
+            if block in _TOOL_BLOCKS:
                 tally.tool_calls += 1
+            elif block in _THINKING_BLOCKS:
+                tally.unseen = True
         elif kind == "content_block_delta":
             tally.chunks += 1
             delta = read(event, "delta", None)

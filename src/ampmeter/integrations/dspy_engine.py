@@ -41,6 +41,7 @@ __all__ = ["instrument_dspy", "uninstrument_dspy"]
 # lm15's provider names that ampmeter's pricing knows by another name.
 _PROVIDERS: Final = {"openai-chat": "openai", "openai": "openai", "gemini": "google"}
 _END: Final = object()  # an engine stream's end
+_WRITTEN: Final = frozenset({"text", "thinking", "tool_call"})  # deltas the model wrote
 
 _patches: list[Patch] = []
 
@@ -73,11 +74,17 @@ class _EngineAdapter(Adapter):
         elif kind == "delta":
             delta = getattr(event, "delta", None)
             tally.chunks += 1
-            if getattr(delta, "type", None) == "tool_call" and getattr(delta, "name", None):
-                tally.tool_calls += 1  # a call's first delta names it
+            kind = getattr(delta, "type", None)
             text = getattr(delta, "text", None)
-            if settings.capture_content and isinstance(text, str):
+            if kind == "tool_call":
+                if getattr(delta, "name", None):
+                    tally.tool_calls += 1  # a call's first delta names it
+                text = getattr(delta, "input", None)  # (its arguments: written, not kept)
+            elif settings.capture_content and isinstance(text, str):
                 tally.keep_text(text)
+            # What a cut stream is charged for (:mod:`.unreported`): what the model wrote.
+            if kind in _WRITTEN and isinstance(text, str):
+                tally.chars += len(text)
         elif kind == "end":
             read_usage(getattr(event, "usage", None), self.family, tally)
             tally.complete = True

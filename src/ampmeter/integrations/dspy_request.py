@@ -195,14 +195,17 @@ def _anthropic_block(part: Any) -> dict[str, Any]:
 def read_usage(usage: object, family: str | None, tally: Tally) -> None:
     """Put an lm15 ``Usage`` (as its provider counts, ``family``: :data:`USAGE_FAMILIES`)
     on ``tally`` in the subset convention (input with its cache reads and writes, output with
-    its reasoning). Nothing when the provider reported neither input nor output."""
+    its reasoning). Nothing when the provider reported neither input nor output; a count it
+    did not report stays None."""
     tokens_in, tokens_out, cached, writes, reasoning = counts(usage, _USAGE_COUNTS)
     if tokens_in is None and tokens_out is None:
         return
     cached, writes, reasoning = cached or 0, writes or 0, reasoning or 0
-    if family == "anthropic":
-        tokens_in = (tokens_in or 0) + cached + writes
-    if family in ("gemini", "xai"):
+    # A count not reported stays None (then estimated), never 0: lm15 ends an Anthropic
+    # stream with message_delta's usage, which has the output alone.
+    if family == "anthropic" and tokens_in is not None:
+        tokens_in += cached + writes
+    if family in ("gemini", "xai") and (tokens_out is not None or reasoning):
         tokens_out = (tokens_out or 0) + reasoning
     tally.tokens_in, tally.tokens_out = tokens_in, tokens_out
     tally.cached, tally.cache_write, tally.reasoning = cached, writes, reasoning

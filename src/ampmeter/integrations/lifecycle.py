@@ -289,7 +289,7 @@ def finish_call(
     when it is printable text of at most :data:`.adapter.MAX_RESPONSE_ID` characters (else it
     could not be a ledger key). The id is no idempotency key (servers repeat ids: see
     ``instrument(response_id_keys=...)``), except for a caching gateway, keyed by
-    :meth:`Tally.gateway_key`.
+    :meth:`Tally.gateway_key` when the response reported its usage.
 
     The counts are checked once, by ``call.record``: the readers made each an int or None, and
     the usual ones pass. A provider's odd numbers must not break the caller's call, so counts
@@ -304,9 +304,11 @@ def finish_call(
             and response_id.isprintable()
         ):
             key = meta[META_RESPONSE_ID] = f"{call.provider}:{response_id}"
-            if settings.response_id_keys:
+            # Only a response that reported its usage: without it, one billed answer that
+            # repeats an id cannot be told from a stored one delivered again.
+            if settings.response_id_keys and None not in (tally.tokens_in, tally.tokens_out):
                 call.offer_idempotency_key(tally.gateway_key(key, call.name))
-        if tally.tokens_in is None:  # a response without its usage was billed all the same
+        if tally.tokens_in is None or tally.tokens_out is None:  # billed all the same
             estimate_unreported(call, tally)
         if tally.tokens_in is None and tally.tokens_out is None:  # no usage (nor an estimate)
             if tally.tool_calls:

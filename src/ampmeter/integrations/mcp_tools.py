@@ -5,7 +5,8 @@ The node is admitted before the request goes to the MCP server, against the tool
 (:func:`ampmeter.pricing.set_tool_price`), against the cost caps with that price
 reserved, so a stop raises ``LimitExceeded`` and the tool does not run. The node ends with the
 tool's price as its cost, ``fail`` when the server reports the tool failed (``is_error``) or
-the request raised.
+the request raised: then free, unless its answer never came (a timeout, the connection lost),
+when the price stands, as the server may have run the tool.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def _wrap_call_tool(original: Callable[..., Any]) -> Callable[..., Any]:
         try:
             result = await original(session, name, *args, **kwargs)
         except BaseException as exc:
+            if price is not None and _unanswered(exc):  # it may have run: its price stands
+                call.record(cost_usd=price)
             call.finish(exc)
             raise
         if price is not None:
@@ -64,6 +67,16 @@ def _wrap_call_tool(original: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return call_tool
+
+
+# The codes of an MCP error the client raises when the server's answer never came (the
+# request was sent): connection closed (-32000), request timed out (-32001; mcp 1 used 408).
+_UNANSWERED: Final = frozenset({-32000, -32001, 408})
+
+
+def _unanswered(exc: BaseException) -> bool:
+    """Whether ``exc`` says the tool's request went unanswered (the server may have run it)."""
+    return getattr(getattr(exc, "error", None), "code", None) in _UNANSWERED
 
 
 def instrument_mcp(module: ModuleType) -> None:

@@ -19,7 +19,7 @@ from ampmeter._validate import MAX_COUNT
 from ampmeter.integrations.adapter import Adapter, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.wire import READERS, counts, first_int, get, ints, text_of
-from ampmeter.pricing import request_size, stored_state
+from ampmeter.pricing import request_size, stored_state, tokenizer
 from ampmeter.pricing.request_size import RequestSize
 
 __all__ = ["instrument_openai", "is_instrumented", "uninstrument_openai"]
@@ -204,7 +204,11 @@ class EmbeddingsAdapter(Adapter):
     def measure(
         self, body: Mapping[str, Any], model: str | None
     ) -> tuple[RequestSize, int | None, bool]:
-        return request_size.measure_text(self.prompt_text(body)), 0, False
+        # The input has a Completions prompt's shapes: text, texts, token ids or lists of them
+        # (LangChain sends ids), the ids counted exactly. It writes nothing: a cap of 0.
+        counter = None if model is None else tokenizer.COUNTERS[model]
+        prompt = {"prompt": body.get("input")}
+        return request_size.MEASURES["completions"](prompt, counter), 0, False
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         return _joined_text(kwargs.get("input"))
@@ -267,6 +271,9 @@ class ResponsesAdapter(Adapter):
                 conversation = read(result, "conversation", None)
                 stored = min(max(tally.tokens_in, 0) + max(tally.tokens_out, 0), MAX_COUNT)
                 stored_state.remember(response_id, conversation, stored)
+        # No output count (a proxy's cut, a count no int): the output is counted from the
+        # text, unless a stream's deltas counted it already.
+        unreported = tally.tokens_out is None and not tally.chunks
         calls = 0
         texts: list[str] = []
         for item in read(result, "output", None) or ():
@@ -274,12 +281,14 @@ class ResponsesAdapter(Adapter):
             kind = read_item(item, "type", None)
             if isinstance(kind, str) and kind.endswith("_call"):
                 calls += 1
-                if usage is None:
+                if unreported:
                     tally.receive(_arguments_text(item))
+            elif kind == "reasoning":
+                tally.unseen = True  # its tokens are output, and never all sent
             elif kind == "message":
                 if settings.capture_content:
                     texts.append(text_of(read_item(item, "content", None)))
-                if usage is None:
+                if unreported:
                     tally.receive(text_of(read_item(item, "content", None)))
         tally.tool_calls = calls
         if texts:
@@ -298,6 +307,10 @@ class ResponsesAdapter(Adapter):
                 tally.chars += len(delta)
         elif kind == "response.created":  # the id, also for a stream cut before its end
             tally.response_id = get(read(event, "response", None), "id")
+        elif kind == "response.output_item.added" and (
+            get(read(event, "item", None), "type") == "reasoning"
+        ):
+            tally.unseen = True  # its tokens are output, and never all sent
         return False
 
 

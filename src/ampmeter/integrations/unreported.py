@@ -20,10 +20,11 @@ __all__ = ["estimate_cut_stream", "estimate_unreported", "received_output_tokens
 
 
 def received_output_tokens(tally: Tally, model: str | None, most: int | None) -> int | None:
-    """The output tokens counted from what ``tally`` received, or None when nothing was: by
-    the offline tokenizer when it is switched on, knows the model and the text was kept (a
+    """The output tokens counted from what ``tally`` received, or None when nothing was, or
+    when the response wrote output it did not send (``tally.unseen``: a reasoning model's):
+    by the offline tokenizer when it is switched on, knows the model and the text was kept (a
     whole response), else a token per character, at most ``most`` (the call's ``max_tokens``)."""
-    if tally.chars <= 0 and tally.chunks <= 0:
+    if tally.unseen or (tally.chars <= 0 and tally.chunks <= 0):
         return None
     count = tokenizer.COUNTERS[model] if model and tally.received else None
     if count is not None and tally.received:
@@ -36,20 +37,26 @@ def received_output_tokens(tally: Tally, model: str | None, most: int | None) ->
 def estimate_unreported(call: Call, tally: Tally) -> None:
     """Estimate what ``tally`` lacks of the usage of ``call``'s request, which was sent and
     answered (see the module). A request always has input, so a missing input count is
-    estimated; a missing output count beside a reported input count is 0 (Gemini leaves out
-    counts that are 0), estimated only when the response reported no usage at all."""
+    estimated. A missing output count is what was received; when nothing countable was, it
+    is the most the call could write if the response reported no usage at all or wrote output
+    it did not send, else 0 (Gemini leaves out counts that are 0)."""
     kind = call.kind
-    if tally.tokens_in is not None or kind not in ("llm", "embedding"):
+    if kind not in ("llm", "embedding"):
         return
     reserved_in, reserved_out, _, _ = call.reserved
-    tally.tokens_in = reserved_in
-    if tally.tokens_out is None and kind == "embedding":
-        tally.tokens_out = 0
-    elif tally.tokens_out is None:
+    unreported = tally.tokens_in is None
+    if unreported:
+        tally.tokens_in = reserved_in
+        tally.estimated = True
+        if kind == "embedding" and tally.tokens_out is None:
+            tally.tokens_out = 0
+    if tally.tokens_out is None and kind == "llm":
         counted = received_output_tokens(tally, call.model, reserved_out or None)
-        most = reserved_out or output_bound(call.model, None)
-        tally.tokens_out = most if counted is None else counted
-    tally.estimated = True
+        if counted is None and (unreported or tally.unseen):
+            counted = reserved_out or output_bound(call.model, None)
+        if counted is not None:
+            tally.tokens_out = counted
+            tally.estimated = True
 
 
 def estimate_cut_stream(call: Call, tally: Tally) -> bool:

@@ -10,7 +10,8 @@ removal, announced for 2030) once a program imports it. Each text or binary fram
 ``LimitExceeded`` and the frame never leaves). The server events read back are matched to their
 response by the id ``response.created`` announces, and each node ends with the usage of
 ``response.completed`` / ``incomplete`` / ``failed``; an ``error`` event fails the oldest
-response not yet answered. Responses still open when the connection closes end as abandoned
+response not yet named, free (it was refused), else ends the oldest as cut, charged what was
+read (else its estimate). Responses still open when the connection closes end as abandoned
 streams do.
 """
 
@@ -99,11 +100,15 @@ class _Responses:
             if unnamed is not None:
                 unnamed.response_id = response_id
             return
-        if kind == "error":  # the oldest request not yet answered was refused
-            pending = next((p for p in queue if p.response_id is None), queue[0])
-            queue.remove(pending)
-            message = get(get(event, "error"), "message")
-            pending.admitted.fail(ResponseFailed(str(message or "error event")))
+        if kind == "error":
+            message = get(event, "message") or get(get(event, "error"), "message")
+            error = ResponseFailed(str(message or "error event"))
+            unnamed = next((p for p in queue if p.response_id is None), None)
+            if unnamed is not None:  # the oldest request not yet answered was refused
+                queue.remove(unnamed)
+                unnamed.admitted.fail(error)
+            else:  # the response generating stopped: billed, it ends with what was read
+                queue.pop(0).admitted.end(error)
             return
         pending = next((p for p in queue if response_id and p.response_id == response_id), queue[0])
         _ADAPTER.read_event(event, pending.admitted.tally, False)
