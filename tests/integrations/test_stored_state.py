@@ -253,3 +253,38 @@ def test_a_response_without_readable_usage_leaves_its_continuation_unknown(
     assert stored_state.stored_tokens(answer.id, None) is None
     continued = {"model": MODEL, "input": TURN, "previous_response_id": answer.id}
     assert request_size.measure("responses", continued).stored is None
+
+
+def test_a_compaction_is_metered_as_the_model_call_it_is_billed_as(replay: ReplayServer) -> None:
+    """``responses.compact`` runs the model over a whole conversation and bills its usage as a
+    response does; its path was no known route, so a 50,000-token compaction under a $0.01 cap
+    was sent and counted $0. Now it is estimated, stopped before it is sent when it does not fit,
+    and charged its usage."""
+    usage = {
+        "input_tokens": 50_000,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 400,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 50_400,
+    }
+    compacted = {
+        "id": "resp_compact1",
+        "object": "response.compaction",
+        "created_at": 1,
+        "output": [{"type": "compaction", "id": "cmp_1", "encrypted_content": "x"}],
+        "usage": usage,
+    }
+    history = "The notes of a long meeting. " * 8_000
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key=KEY, max_retries=0)
+    with ExecutionContext(max_cost_usd=0.01), pytest.raises(LimitExceeded):
+        client.responses.compact(model="gpt-4o-mini", input=history)
+    assert replay.requests == []  # stopped before a byte was sent
+    replay.script("/v1/responses/compact", ReplayResponse.json(compacted))
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink], max_cost_usd=1) as ctx:
+        client.responses.compact(model="gpt-4o-mini", input="A short history.")
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert (node.tokens_in, node.tokens_out, node.model) == (50_000, 400, "gpt-4o-mini")
+    assert node.name == node.metadata["operation_name"] == "responses.compact"
+    assert node.cost_usd == Decimal("0.00774")  # 50,000 x $0.15/M + 400 x $0.60/M
+    assert ctx.stats.total_cost() == node.cost_usd

@@ -103,8 +103,10 @@ class Adapter:
     wire: Wire = "chat"  # the wire format its requests are measured in
     max_tokens_fields: tuple[str, ...] = ("max_tokens",)  # where a request caps its output
 
-    def __init__(self, operation: str) -> None:
+    def __init__(self, operation: str, sdk_method: str = "create") -> None:
         self.operation = operation
+        # The SDK method a request on this route comes from when no helper names another.
+        self.sdk_method = sdk_method
 
     def measure(
         self, body: Mapping[str, Any], model: str | None

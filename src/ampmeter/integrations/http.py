@@ -62,6 +62,8 @@ __all__ = [
 ROUTES: Final[dict[str, Adapter]] = {
     "/chat/completions": ChatAdapter("chat.completions"),
     "/responses": ResponsesAdapter("responses"),
+    # A compaction is a model call billed as a response is (SDK method: responses.compact).
+    "/responses/compact": ResponsesAdapter("responses", "compact"),
     "/embeddings": EmbeddingsAdapter("embeddings"),
     "/completions": CompletionsAdapter("completions"),
     "/messages": MessagesAdapter("messages"),

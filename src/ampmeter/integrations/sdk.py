@@ -10,7 +10,7 @@ a raw response: :mod:`.raw`); any other request runs untouched. The HTTP layer b
 meters it again (:func:`_patch_clients`). Retries are counted from the client's
 ``_sleep_for_retry``. The node is named after the SDK method: the helper the SDK names in its
 ``X-Stainless-Helper-Method`` header (``chat.completions.parse``, ``messages.stream``), else
-``<resource>.create``.
+``<resource>.create`` (``responses.compact`` for a compaction).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ampmeter.context import configured_policies
+from ampmeter.integrations.adapter import Adapter
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.http import ROUTES, adapter_for_path, unwrapped_send
 from ampmeter.integrations.lifecycle import (
@@ -44,8 +45,9 @@ _HELPER_HEADER: Final = "X-Stainless-Helper-Method"
 _HELPER_HEADER_LOWER: Final = _HELPER_HEADER.lower()
 
 
-def _operation(options: Any, headers: Mapping[str, Any], base: str) -> str:
+def _operation(options: Any, headers: Mapping[str, Any], adapter: Adapter) -> str:
     """The SDK method a request comes from (see the module's documentation)."""
+    base = adapter.operation
     # Among the options' own fields (openai's have no ``qualifiers``): a getattr that misses
     # on a pydantic model raises inside its ``__getattr__``, about 4 µs, more than the door.
     qualifiers = vars(options).get("qualifiers")
@@ -53,7 +55,7 @@ def _operation(options: Any, headers: Mapping[str, Any], base: str) -> str:
         base = f"beta.{base}"
     helper = (headers.get(_HELPER_HEADER) or headers.get(_HELPER_HEADER_LOWER)) if headers else None
     if not isinstance(helper, str) or not helper:
-        helper = HELPER.get() or "create"
+        helper = HELPER.get() or adapter.sdk_method
     return helper if "." in helper else f"{base}.{helper}"
 
 
@@ -85,7 +87,7 @@ def admit(client: Any, options: Any) -> Admitted | None:
         model = model if isinstance(model, str) else None
     # The SDK's helpers name themselves in a dict they make (a Mapping check is a Python call).
     headers = options.headers if isinstance(options.headers, dict) else {}
-    operation = _operation(options, headers, adapter.operation)
+    operation = _operation(options, headers, adapter)
     admitted = begin_call(
         ctx, adapter, sent, model, notes, operation=operation, refused=refused, ask_usage=body
     )
