@@ -233,6 +233,31 @@ def test_ttl_window_expires_every_key_and_starts_fresh(
         assert ledger.spent() == {}
 
 
+def test_a_ledger_with_a_ttl_never_wipes_a_tree_kept_without_one(
+    redis_server: RedisServer,
+) -> None:
+    """A tree written without ``ttl_s`` holds spend for good: a ledger opened on it with a TTL
+    took it for an ended window and deleted every key on its first read, so $0.90 spent of a
+    $1 ceiling became $0 and the next $0.50 call was let through. Now that ledger, and one
+    without a TTL on a windowed tree, fail closed, naming the mismatch."""
+    scope = _scope()
+    with RedisLedger(redis_server.url, scope) as kept:
+        held = reserve(kept, {"amp:cost": 0.9}, {"amp:cost": 1.0})
+        assert held is not None
+        kept.commit(held, {"amp:cost": 0.9})
+        windowed = RedisLedger(redis_server.url, scope, ttl_s=3600)
+        with windowed, pytest.raises(LedgerUnavailable, match="ttl_s"):
+            windowed.spent()
+        assert kept.spent() == {"amp:cost": Decimal("0.9")}
+        assert reserve(kept, {"amp:cost": 0.5}, {"amp:cost": 1.0}) is None
+    windowed_scope = _scope()
+    with RedisLedger(redis_server.url, windowed_scope, ttl_s=3600) as windowed:
+        windowed.spent()
+        forever = RedisLedger(redis_server.url, windowed_scope)
+        with forever, pytest.raises(LedgerUnavailable, match="ttl_s"):
+            reserve(forever, {"amp:cost": 0.5}, {"amp:cost": 1.0})
+
+
 def test_scripts_run_by_sha_and_survive_a_script_flush(
     redis_server: RedisServer, client: redis.Redis
 ) -> None:

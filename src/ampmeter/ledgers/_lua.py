@@ -41,11 +41,23 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local window_ms = nil
 local tree = {1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16}  -- all but the marker
 
+-- A tree is a window or kept for good, whatever ledger opens it: the other kind's first
+-- operation would wipe its spend, or leave it to be wiped when the window ends.
+local function mismatch(what)
+  error({err = 'ERR the scope tree ' .. what .. ': open every ledger of one tree with one ttl_s'})
+end
+
 local function open_window()
-  if ARGV[1] == '' then return end
   local ms = redis.call('PTTL', KEYS[7])
+  if ARGV[1] == '' then
+    if ms ~= -2 then mismatch('is a window (ttl_s) and this ledger has none') end
+    return
+  end
   if ms == -2 then
-    -- a new window: whatever is left of the previous one is gone
+    -- a new window: whatever is left of the previous one is gone (its keys expire with it)
+    for _, i in ipairs(tree) do
+      if redis.call('PTTL', KEYS[i]) == -1 then mismatch('is kept without a ttl_s') end
+    end
     for _, i in ipairs(tree) do redis.call('DEL', KEYS[i]) end
     ms = tonumber(ARGV[1])
     redis.call('SET', KEYS[7], '1', 'PX', ms)
