@@ -129,6 +129,49 @@ def test_a_call_left_open_at_exit_is_charged_by_the_run(
     assert outcome.exit_code == 0 and outcome.summary["unsettled_calls"] == 1
 
 
+# A launcher that meters nothing itself kills its one metered worker mid-call, then works on
+# past the worker's lease: no process of the run is left to see the hold run out.
+KILL_THE_WORKER = """
+import os, signal, subprocess, sys, time
+worker = subprocess.Popen([sys.executable, "-c", sys.argv[2]])
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
+os.kill(worker.pid, signal.SIGKILL)
+worker.wait()
+time.sleep(5)  # the run's lease is 4 s
+"""
+
+
+def test_a_killed_workers_hold_that_ran_out_before_the_run_looked_is_charged(
+    tmp_path: Path,
+) -> None:
+    """The run looked for holds still held, and reading them ended the expired one: it was
+    charged in the ledger but left out of the log, so the run said $0 for a billed call."""
+    app, out, go = tmp_path / "app.py", tmp_path / "events.jsonl", tmp_path / "go"
+    app.write_text(KILL_THE_WORKER)
+    ended: list[Any] = []
+    with BillingProvider(delay_s=60, prices=PRICES) as provider:
+        env = {**os.environ, "LLM_URL": provider.openai_base_url}
+        config = RunConfig(max_cost=1.0, out=str(out))
+        command = [str(app), str(go), SLOW_CALL]
+        runner = threading.Thread(
+            target=lambda: ended.append(run_command(command, config, env=env))
+        )
+        runner.start()
+        deadline = time.monotonic() + 60
+        while not provider.requests:
+            assert time.monotonic() < deadline and runner.is_alive()
+            time.sleep(0.02)
+        go.touch()
+        runner.join(60)
+        received = len(provider.requests)
+    assert received == 1
+    (call,) = _events(out)
+    assert call["metadata"]["cost_status"] == "unsettled" and call["cost_usd"] > 0
+    (outcome,) = ended
+    assert outcome.summary["unsettled_calls"] == 1 and outcome.summary["cost_usd"] > 0
+
+
 def test_an_interrupt_before_admission_is_free_and_after_it_is_charged() -> None:
     """The line between "not yet sent" (halt, free) and "maybe sent" (charged) is admission."""
     ctx = ExecutionContext("interrupts")
