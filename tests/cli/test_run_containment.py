@@ -142,18 +142,21 @@ time.sleep(5)  # the run's lease is 4 s
 """
 
 
+@pytest.mark.parametrize("model", ["gpt-4o-mini", "local-model"], ids=["priced", "unpriced"])
 def test_a_killed_workers_hold_that_ran_out_before_the_run_looked_is_charged(
-    tmp_path: Path,
+    tmp_path: Path, model: str
 ) -> None:
     """The run looked for holds still held, and reading them ended the expired one: it was
-    charged in the ledger but left out of the log, so the run said $0 for a billed call."""
+    charged in the ledger but left out of the log, so the run said $0 for a billed call. A
+    call of a model without a price, let through under the cap, held no amount at all: its
+    hold was logged as $0.00 of unsettled spend, where unpriced is never zero."""
     app, out, go = tmp_path / "app.py", tmp_path / "events.jsonl", tmp_path / "go"
     app.write_text(KILL_THE_WORKER)
     ended: list[Any] = []
     with BillingProvider(delay_s=60, prices=PRICES) as provider:
         env = {**os.environ, "LLM_URL": provider.openai_base_url}
-        config = RunConfig(max_cost=1.0, out=str(out))
-        command = [str(app), str(go), SLOW_CALL]
+        config = RunConfig(max_cost=1.0, on_unpriced="allow", out=str(out))
+        command = [str(app), str(go), SLOW_CALL.replace("gpt-4o-mini", model)]
         runner = threading.Thread(
             target=lambda: ended.append(run_command(command, config, env=env))
         )
@@ -167,9 +170,14 @@ def test_a_killed_workers_hold_that_ran_out_before_the_run_looked_is_charged(
         received = len(provider.requests)
     assert received == 1
     (call,) = _events(out)
-    assert call["metadata"]["cost_status"] == "unsettled" and call["cost_usd"] > 0
     (outcome,) = ended
-    assert outcome.summary["unsettled_calls"] == 1 and outcome.summary["cost_usd"] > 0
+    assert call["event_type"] == "llm_completion" and call["metadata"]["status"] == "fail"
+    if model in PRICES:
+        assert call["metadata"]["cost_status"] == "unsettled" and call["cost_usd"] > 0
+        assert outcome.summary["unsettled_calls"] == 1 and outcome.summary["cost_usd"] > 0
+    else:
+        assert call["metadata"]["cost_status"] == "unpriced" and call["model"] == model
+        assert outcome.summary["unpriced_calls"] == 1
 
 
 def test_an_interrupt_before_admission_is_free_and_after_it_is_charged() -> None:
