@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -177,6 +178,36 @@ def test_killed_workers_holds_that_ran_out_before_the_run_looked_are_charged(
     summary = outcome.summary
     assert (summary["unsettled_calls"], summary["unpriced_calls"]) == (1, 1)
     assert summary["cost_usd"] == Decimal(str(priced["cost_usd"])) > 0
+
+
+def test_ctrl_c_while_the_run_waits_for_leftover_holds_loses_nothing(tmp_path: Path) -> None:
+    """Once the program has ended the run waits up to its lease for a killed worker's hold, to
+    charge and log it. A Ctrl-C then killed ``ampmeter run`` with a traceback: no summary, the
+    hold never logged and nothing merged into --out. It is now passed on like any other, and
+    the run finishes its work."""
+    app, out, go = tmp_path / "app.py", tmp_path / "events.jsonl", tmp_path / "go"
+    app.write_text(KILL_THE_WORKERS.replace("time.sleep(5)", "open(sys.argv[1] + '.done', 'w')"))
+    with BillingProvider(delay_s=60, prices=PRICES) as provider:
+        env = {**os.environ, "LLM_URL": provider.openai_base_url}
+        run = [sys.executable, "-m", "ampmeter", "run", "--out", str(out), "--max-cost", "1"]
+        ampmeter = subprocess.Popen(
+            [*run, "--", str(app), str(go), SLOW_CALL], env=env, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + 60
+        while not provider.requests:
+            assert time.monotonic() < deadline and ampmeter.poll() is None
+            time.sleep(0.02)
+        go.touch()
+        while not Path(f"{go}.done").exists():
+            assert time.monotonic() < deadline and ampmeter.poll() is None
+            time.sleep(0.02)
+        time.sleep(0.5)  # the program has ended: the run waits for the hold's lease (4 s)
+        ampmeter.send_signal(signal.SIGINT)
+        _, err = ampmeter.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    assert "ampmeter run summary" in err
+    (call,) = _events(out)
+    assert call["metadata"]["cost_status"] == "unsettled" and call["cost_usd"] > 0
 
 
 def test_an_interrupt_before_admission_is_free_and_after_it_is_charged() -> None:

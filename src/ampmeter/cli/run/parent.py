@@ -124,24 +124,29 @@ def run_command(
         child_env[ENV_TREE] = json.dumps(tree)
         child_env[ENV_PROCESSES] = processes_dir
         child_env.pop(ENV_TOP_TAKEN, None)
-        # The proxy serves until the program's whole process group has ended.
-        with run_proxy(config, tree, child_env) if config.proxy else contextlib.nullcontext():
-            # With --output json, stdout is the result's alone: the program writes to stderr
-            # (the descriptor: sys.stderr may be a Python object without one, as under a test).
-            stdout = 2 if config.output == "json" else None
-            try:
-                proc = subprocess.Popen(
-                    argv, env=child_env, cwd=cwd, start_new_session=True, stdout=stdout
-                )
-            except OSError as exc:
-                raise ValueError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
-            watch = TreeWatch(proc.pid).start()
-            with _forwarding_signals(proc.pid) as signalled, watching_pauses(config, tree):
-                code, timed_out = _wait(proc, config.timeout, config.grace)
-            if not timed_out:
-                _wait_for_group(proc.pid, _LINGER_S)
-        watch.stop()
-        record_leftover_holds(tree)
+        # Signals are passed on until the run has charged what its processes left: a Ctrl-C
+        # while it waits for their holds must not end it before it logs them.
+        with contextlib.ExitStack() as passing_signals:
+            # The proxy serves until the program's whole process group has ended.
+            with run_proxy(config, tree, child_env) if config.proxy else contextlib.nullcontext():
+                # With --output json, stdout is the result's alone: the program writes to
+                # stderr (the descriptor: sys.stderr may be a Python object without one, as
+                # under a test).
+                stdout = 2 if config.output == "json" else None
+                try:
+                    proc = subprocess.Popen(
+                        argv, env=child_env, cwd=cwd, start_new_session=True, stdout=stdout
+                    )
+                except OSError as exc:
+                    raise ValueError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
+                watch = TreeWatch(proc.pid).start()
+                signalled = passing_signals.enter_context(_forwarding_signals(proc.pid))
+                with watching_pauses(config, tree):
+                    code, timed_out = _wait(proc, config.timeout, config.grace)
+                if not timed_out:
+                    _wait_for_group(proc.pid, _LINGER_S)
+            watch.stop()
+            record_leftover_holds(tree)
         joined = joined_pids(processes_dir)
         unmetered = watch.unmetered(joined)
         events = sorted(Path(events_dir).glob("*.jsonl"))
@@ -186,8 +191,8 @@ def _signal_group(group: int, signum: int) -> None:
 @contextlib.contextmanager
 def _forwarding_signals(group: int) -> Iterator[list[int]]:
     """Pass SIGINT and SIGTERM on to the program's process group (it has its own, so a
-    terminal's Ctrl-C would not reach it) while the program runs; yields the list of the
-    signals passed on, so the run can say it was interrupted."""
+    terminal's Ctrl-C would not reach it) while the program runs and the run finishes; yields
+    the list of the signals passed on, so the run can say it was interrupted."""
     passed: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield passed
