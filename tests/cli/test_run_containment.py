@@ -100,33 +100,40 @@ while not os.path.exists(sys.argv[1]):
 """
 
 
+def _run_once_sent(
+    command: list[str], config: RunConfig, provider: BillingProvider, sent: int
+) -> Any:
+    """Run ``command`` (its first argument: the file it waits for) against ``provider``; once
+    ``sent`` requests reached the provider, create that file; the run's outcome."""
+    ended: list[Any] = []
+    env = {**os.environ, "LLM_URL": provider.openai_base_url}
+    runner = threading.Thread(target=lambda: ended.append(run_command(command, config, env=env)))
+    runner.start()
+    deadline = time.monotonic() + 60
+    while len(provider.requests) < sent:
+        assert time.monotonic() < deadline and runner.is_alive()
+        time.sleep(0.02)
+    Path(command[1]).touch()
+    runner.join(60)
+    (outcome,) = ended
+    return outcome
+
+
 @pytest.mark.parametrize("max_cost", [1.0, None], ids=["with a cap", "without limits"])
 def test_a_call_left_open_at_exit_is_charged_by_the_run(
     tmp_path: Path, max_cost: float | None
 ) -> None:
     app, out, go = tmp_path / "app.py", tmp_path / "events.jsonl", tmp_path / "go"
     app.write_text(EXIT_WITH_CALL_OPEN)
-    ended: list[Any] = []
     with BillingProvider(delay_s=60, prices=PRICES) as provider:
-        env = {**os.environ, "LLM_URL": provider.openai_base_url}
         config = RunConfig(max_cost=max_cost, out=str(out))
-        runner = threading.Thread(
-            target=lambda: ended.append(run_command([str(app), str(go)], config, env=env))
-        )
-        runner.start()
-        deadline = time.monotonic() + 60
-        while not provider.requests:
-            assert time.monotonic() < deadline and runner.is_alive()
-            time.sleep(0.02)
-        go.touch()
-        runner.join(60)
+        outcome = _run_once_sent([str(app), str(go)], config, provider, 1)
         received = len(provider.requests)
     assert received == 1
     (call,) = _events(out)
     assert call["metadata"]["cost_status"] == "unsettled" and call["cost_usd"] > 0
     assert call["metadata"]["error_class"] == "UnsettledHold"
     assert "parent_id" not in call  # a top-level call of the run's one tree
-    (outcome,) = ended
     assert outcome.exit_code == 0 and outcome.summary["unsettled_calls"] == 1
 
 
@@ -153,28 +160,16 @@ def test_killed_workers_holds_that_ran_out_before_the_run_looked_are_charged(
     hold was logged as $0.00 of unsettled spend, where unpriced is never zero."""
     app, out, go = tmp_path / "app.py", tmp_path / "events.jsonl", tmp_path / "go"
     app.write_text(KILL_THE_WORKERS)
-    ended: list[Any] = []
     with BillingProvider(delay_s=60, prices=PRICES) as provider:
-        env = {**os.environ, "LLM_URL": provider.openai_base_url}
         config = RunConfig(max_cost=1.0, on_unpriced="allow", out=str(out))
         calls = [SLOW_CALL, SLOW_CALL.replace("gpt-4o-mini", "local-model")]
-        runner = threading.Thread(
-            target=lambda: ended.append(run_command([str(app), str(go), *calls], config, env=env))
-        )
-        runner.start()
-        deadline = time.monotonic() + 60
-        while len(provider.requests) < 2:
-            assert time.monotonic() < deadline and runner.is_alive()
-            time.sleep(0.02)
-        go.touch()
-        runner.join(60)
+        outcome = _run_once_sent([str(app), str(go), *calls], config, provider, 2)
         received = len(provider.requests)
     assert received == 2
     logged = {call["metadata"]["cost_status"]: call for call in _events(out)}
     assert {c["metadata"]["status"] for c in logged.values()} == {"fail"}
     priced, unpriced = logged["unsettled"], logged["unpriced"]
     assert priced["cost_usd"] > 0 and unpriced["model"] == "local-model"
-    (outcome,) = ended
     summary = outcome.summary
     assert (summary["unsettled_calls"], summary["unpriced_calls"]) == (1, 1)
     assert summary["cost_usd"] == Decimal(str(priced["cost_usd"])) > 0
