@@ -41,22 +41,21 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local window_ms = nil
 local tree = {1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16}  -- all but the marker
 
--- A tree is a window or kept for good, whatever ledger opens it: the other kind's first
--- operation would wipe its spend, or leave it to be wiped when the window ends.
-local function mismatch(what)
-  error({err = 'ERR the scope tree ' .. what .. ': open every ledger of one tree with one ttl_s'})
-end
-
 local function open_window()
   local ms = redis.call('PTTL', KEYS[7])
   if ARGV[1] == '' then
-    if ms ~= -2 then mismatch('is a window (ttl_s) and this ledger has none') end
+    -- a ledger without a TTL on a window's tree: what it writes ends with the window too
+    if ms > 0 then window_ms = ms end
     return
   end
   if ms == -2 then
-    -- a new window: whatever is left of the previous one is gone (its keys expire with it)
+    -- a new window: whatever is left of the previous one is gone (its keys expired with it);
+    -- a key that never expires was written to a tree kept for good, never wiped here
     for _, i in ipairs(tree) do
-      if redis.call('PTTL', KEYS[i]) == -1 then mismatch('is kept without a ttl_s') end
+      if redis.call('PTTL', KEYS[i]) == -1 then
+        error({err = 'ERR the scope tree is kept without a ttl_s: a ledger with ttl_s would '
+          .. 'wipe its spend (open every ledger of one tree with one ttl_s)'})
+      end
     end
     for _, i in ipairs(tree) do redis.call('DEL', KEYS[i]) end
     ms = tonumber(ARGV[1])
