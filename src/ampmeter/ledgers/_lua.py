@@ -86,6 +86,22 @@ local function add_hold(k, hold, sign)
   end
 end
 
+-- Count a hold charged as unsettled in the sliding windows of its fields (sign 1), or take
+-- it out of them (-1).
+local function window_hold(id, hold, sign)
+  for _, prefix in ipairs(hold.p) do
+    for i = 1, #hold.a, 2 do
+      local field = prefix .. hold.a[i]
+      local member = field .. '\\31' .. id .. '\\31' .. hold.a[i + 1]
+      if sign < 0 then
+        redis.call('ZREM', KEYS[9], member)
+      elseif hold.a[i + 1] ~= '0' and redis.call('HEXISTS', KEYS[8], field) == 1 then
+        redis.call('ZADD', KEYS[9], now, member)
+      end
+    end
+  end
+end
+
 -- End a hold (its reserved amounts return); its JSON, or nil if there was none.
 local function drop(id)
   local raw = redis.call('HGET', KEYS[3], id)
@@ -103,6 +119,7 @@ local function uncharge(id)
   local hold = cjson.decode(raw)
   add_hold(1, hold, -1)
   add_hold(10, hold, -1)
+  window_hold(id, hold, -1)
   redis.call('HDEL', KEYS[11], id)
   redis.call('ZREM', KEYS[12], id)
 end
@@ -125,6 +142,7 @@ local function reap()
         -- its request may have been billed: charged as unsettled spend until settled
         add_hold(1, hold, 1)
         add_hold(10, hold, 1)
+        window_hold(id, hold, 1)
         redis.call('HSET', KEYS[11], id, raw)
         redis.call('ZADD', KEYS[12], now, id)
       end
