@@ -100,7 +100,11 @@ def run_command(
         tempfile.TemporaryDirectory(prefix="ampmeter-run-", ignore_cleanup_errors=True) as tmp,
         _open_out(config.out) as target,
     ):
-        events_dir = f"{config.out}.parts" if config.out else os.path.join(tmp, "events")
+        # Paths as this folder reads them: a process of the run may work in another one.
+        if config.out:
+            events_dir = os.path.abspath(f"{config.out}.parts")
+        else:
+            events_dir = os.path.join(tmp, "events")
         processes_dir = os.path.join(tmp, "processes")
         try:
             os.makedirs(events_dir, exist_ok=True)
@@ -108,8 +112,9 @@ def run_command(
             message = f"--out: no folder for the run's parts: {os_error_message(exc)}"
             raise ValueError(message) from None
         os.mkdir(processes_dir)
+        ledger = config.ledger or os.path.join(tmp, "ledger.sqlite3")
         tree: dict[str, Any] = {
-            "ledger": config.ledger or os.path.join(tmp, "ledger.sqlite3"),
+            "ledger": ledger if "://" in ledger else os.path.abspath(ledger),  # (else a URL)
             "scope": config.scope or f"run-{uuid.uuid4().hex}",
             "chain": str(uuid.uuid4()),
             "events": events_dir,
