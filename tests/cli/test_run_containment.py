@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -99,34 +100,109 @@ while not os.path.exists(sys.argv[1]):
 """
 
 
+def _run_once_sent(
+    command: list[str], config: RunConfig, provider: BillingProvider, sent: int
+) -> Any:
+    """Run ``command`` (its first argument: the file it waits for) against ``provider``; once
+    ``sent`` requests reached the provider, create that file; the run's outcome."""
+    ended: list[Any] = []
+    env = {**os.environ, "LLM_URL": provider.openai_base_url}
+    runner = threading.Thread(target=lambda: ended.append(run_command(command, config, env=env)))
+    runner.start()
+    deadline = time.monotonic() + 60
+    while len(provider.requests) < sent:
+        assert time.monotonic() < deadline and runner.is_alive()
+        time.sleep(0.02)
+    Path(command[1]).touch()
+    runner.join(60)
+    (outcome,) = ended
+    return outcome
+
+
 @pytest.mark.parametrize("max_cost", [1.0, None], ids=["with a cap", "without limits"])
 def test_a_call_left_open_at_exit_is_charged_by_the_run(
     tmp_path: Path, max_cost: float | None
 ) -> None:
     app, out, go = tmp_path / "app.py", tmp_path / "events.jsonl", tmp_path / "go"
     app.write_text(EXIT_WITH_CALL_OPEN)
-    ended: list[Any] = []
     with BillingProvider(delay_s=60, prices=PRICES) as provider:
-        env = {**os.environ, "LLM_URL": provider.openai_base_url}
         config = RunConfig(max_cost=max_cost, out=str(out))
-        runner = threading.Thread(
-            target=lambda: ended.append(run_command([str(app), str(go)], config, env=env))
-        )
-        runner.start()
-        deadline = time.monotonic() + 60
-        while not provider.requests:
-            assert time.monotonic() < deadline and runner.is_alive()
-            time.sleep(0.02)
-        go.touch()
-        runner.join(60)
+        outcome = _run_once_sent([str(app), str(go)], config, provider, 1)
         received = len(provider.requests)
     assert received == 1
     (call,) = _events(out)
     assert call["metadata"]["cost_status"] == "unsettled" and call["cost_usd"] > 0
     assert call["metadata"]["error_class"] == "UnsettledHold"
     assert "parent_id" not in call  # a top-level call of the run's one tree
-    (outcome,) = ended
     assert outcome.exit_code == 0 and outcome.summary["unsettled_calls"] == 1
+
+
+# A launcher that meters nothing itself kills its metered workers mid-call, then works on past
+# their lease: no process of the run is left to see their holds run out.
+KILL_THE_WORKERS = """
+import os, signal, subprocess, sys, time
+workers = [subprocess.Popen([sys.executable, "-c", call]) for call in sys.argv[2:]]
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
+for worker in workers:
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait()
+time.sleep(5)  # the run's lease is 4 s
+"""
+
+
+def test_killed_workers_holds_that_ran_out_before_the_run_looked_are_charged(
+    tmp_path: Path,
+) -> None:
+    """The run looked for holds still held, and reading them ended the expired ones: they were
+    charged in the ledger but left out of the log, so the run said $0 for billed calls. A
+    call of a model without a price, let through under the cap, held no amount at all: its
+    hold was logged as $0.00 of unsettled spend, where unpriced is never zero."""
+    app, out, go = tmp_path / "app.py", tmp_path / "events.jsonl", tmp_path / "go"
+    app.write_text(KILL_THE_WORKERS)
+    with BillingProvider(delay_s=60, prices=PRICES) as provider:
+        config = RunConfig(max_cost=1.0, on_unpriced="allow", out=str(out))
+        calls = [SLOW_CALL, SLOW_CALL.replace("gpt-4o-mini", "local-model")]
+        outcome = _run_once_sent([str(app), str(go), *calls], config, provider, 2)
+        received = len(provider.requests)
+    assert received == 2
+    logged = {call["metadata"]["cost_status"]: call for call in _events(out)}
+    assert {c["metadata"]["status"] for c in logged.values()} == {"fail"}
+    priced, unpriced = logged["unsettled"], logged["unpriced"]
+    assert priced["cost_usd"] > 0 and unpriced["model"] == "local-model"
+    summary = outcome.summary
+    assert (summary["unsettled_calls"], summary["unpriced_calls"]) == (1, 1)
+    assert summary["cost_usd"] == Decimal(str(priced["cost_usd"])) > 0
+
+
+def test_ctrl_c_while_the_run_waits_for_leftover_holds_loses_nothing(tmp_path: Path) -> None:
+    """Once the program has ended the run waits up to its lease for a killed worker's hold, to
+    charge and log it. A Ctrl-C then killed ``ampmeter run`` with a traceback: no summary, the
+    hold never logged and nothing merged into --out. It is now passed on like any other, and
+    the run finishes its work."""
+    app, out, go = tmp_path / "app.py", tmp_path / "events.jsonl", tmp_path / "go"
+    app.write_text(KILL_THE_WORKERS.replace("time.sleep(5)", "open(sys.argv[1] + '.done', 'w')"))
+    with BillingProvider(delay_s=60, prices=PRICES) as provider:
+        env = {**os.environ, "LLM_URL": provider.openai_base_url}
+        run = [sys.executable, "-m", "ampmeter", "run", "--out", str(out), "--max-cost", "1"]
+        ampmeter = subprocess.Popen(
+            [*run, "--", str(app), str(go), SLOW_CALL], env=env, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + 60
+        while not provider.requests:
+            assert time.monotonic() < deadline and ampmeter.poll() is None
+            time.sleep(0.02)
+        go.touch()
+        while not Path(f"{go}.done").exists():
+            assert time.monotonic() < deadline and ampmeter.poll() is None
+            time.sleep(0.02)
+        time.sleep(0.5)  # the program has ended: the run waits for the hold's lease (4 s)
+        ampmeter.send_signal(signal.SIGINT)
+        _, err = ampmeter.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    assert "ampmeter run summary" in err
+    (call,) = _events(out)
+    assert call["metadata"]["cost_status"] == "unsettled" and call["cost_usd"] > 0
 
 
 def test_an_interrupt_before_admission_is_free_and_after_it_is_charged() -> None:

@@ -8,12 +8,16 @@ Not timings (those are in bench/startup_bench.py): which modules get imported, r
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ampmeter.cli.run.config import RunConfig
 from ampmeter.cli.run.parent import run_command
+from ampmeter.testing.billing import BillingProvider
 
 # What the other commands need (validation, tables, figures), which a metered run never pays for.
 OTHER_COMMANDS = ("jsonschema", "duckdb", "numpy", "matplotlib")
@@ -92,3 +96,40 @@ def test_importing_an_sdk_starts_metering_with_the_run_limits(tmp_path: Path) ->
     outcome = run_command([str(program)], RunConfig(max_llm_calls=2))
     assert outcome.exit_code == 0
     assert outcome.summary is not None and outcome.summary["processes"] == 1
+
+
+# Three chat calls through a library below the SDKs alone: urllib (http.client) or requests
+# (urllib3). The process imports none of the SDKs, yet its calls are billed all the same.
+RAW_PROGRAM = """
+import json, os, sys
+body = json.dumps({"model": "gpt-4o-mini", "max_tokens": 10,
+                   "messages": [{"role": "user", "content": "Say yes."}]}).encode()
+url = os.environ["LLM_URL"] + "/chat/completions"
+headers = {"Content-Type": "application/json", "Authorization": "Bearer k"}
+for _ in range(3):
+    if sys.argv[1] == "urllib":
+        import urllib.request
+        urllib.request.urlopen(urllib.request.Request(url, data=body, headers=headers)).read()
+    else:
+        import requests
+        requests.post(url, data=body, headers=headers).raise_for_status()
+"""
+
+
+@pytest.mark.parametrize("library", ["urllib", "requests"])
+def test_a_child_calling_through_http_client_alone_is_metered(tmp_path: Path, library: str) -> None:
+    """http.client (urllib, requests) is metered, so importing it starts metering: before, such
+    a program ran its three calls unmetered past --max-llm-calls 1, and the run said $0."""
+    program = tmp_path / "raw.py"
+    program.write_text(RAW_PROGRAM)
+    prices = {"gpt-4o-mini": ("0.15", "0.60")}
+    with BillingProvider(output_tokens=5, prices=prices) as bill:
+        env = {**os.environ, "LLM_URL": bill.openai_base_url}
+        outcome = run_command(
+            [str(program), library], RunConfig(max_llm_calls=1, max_cost=1.0), env=env
+        )
+        billed = bill.billed_usd
+    assert len(bill.requests) == 1  # the second call was stopped before it was sent
+    assert outcome.exit_code == 3
+    assert (outcome.summary["llm_calls"], outcome.summary["halted_calls"]) == (2, 1)
+    assert outcome.summary["cost_usd"] == billed > 0

@@ -51,6 +51,10 @@ if __name__ == "__main__":
     elif mode == "subprocess":
         procs = [subprocess.Popen([sys.executable, __file__, "one"]) for _ in range(4)]
         assert all(p.wait() == 0 for p in procs)
+    elif mode == "elsewhere":  # one worker in a folder of its own, then one here
+        os.makedirs("elsewhere", exist_ok=True)
+        for where in ("elsewhere", "."):
+            assert subprocess.run([sys.executable, __file__, "one"], cwd=where).returncode == 0
     elif mode.startswith("pool-"):
         with multiprocessing.get_context(mode[5:]).Pool(4) as pool:
             print(pool.map(work, range(4), chunksize=1))
@@ -135,6 +139,21 @@ def test_a_spawn_pool_that_hits_a_limit_gives_the_same_answer_every_time(tmp_pat
         llm = [e for e in events if e["event_type"] == "llm_completion"]
         ids = {e["metadata"]["response_id"] for e in llm if e["metadata"]["status"] != "halt"}
         assert len(ids) == (1 if repeated else 2)  # the premise: one id, or one each
+
+
+def test_a_relative_ledger_and_out_hold_for_a_worker_in_another_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--ledger budget.db --out events.jsonl`` were read from each process's own folder: a
+    worker started in another one opened a second ledger file there (its calls escaped the
+    run's cap: 4 sent under --max-llm-calls 2) and found no folder for its events."""
+    monkeypatch.chdir(tmp_path)
+    config = RunConfig(max_llm_calls=2, ledger="budget.db", out="events.jsonl")
+    outcome, events, requests = run_app(tmp_path, "elsewhere", config)
+    assert outcome.program_exit_code == 0
+    assert requests == 2
+    assert [e["metadata"]["status"] for e in events] == ["success", "success", "halt", "halt"]
+    assert list(tmp_path.rglob("*.db")) == [tmp_path / "budget.db"]
 
 
 def test_a_process_that_outlives_the_program_is_waited_for_briefly(tmp_path: Path) -> None:

@@ -54,6 +54,29 @@ def test_an_expired_hold_is_charged_as_unsettled_spend(make_ledger: MakeLedger) 
     assert reserve(ledger, {COST: 0.1}, {}, reservation_id=orphan.id) is None  # settled id
 
 
+def test_an_expired_hold_counts_in_a_sliding_window(make_ledger: MakeLedger) -> None:
+    """A dead worker's hold was charged to what is spent but not to the window's recent spend,
+    so "$1 a minute" let $0.60 through beside the $0.60 charged. Its late commit replaces the
+    charge in the window too; a release takes it out."""
+    ledger = make_ledger(lease_s=0.5)
+    window = [(COST, 60.0, 1.0)]
+    held = reserve(ledger, {COST: 0.6}, {}, windows=window)
+    assert held is not None
+    orphan = Reservation(held.id, {}, None, held.scopes)
+    del held
+    gc.collect()
+    _wait_for_expiry(ledger)
+    assert ledger.recent(COST, 60.0) == Decimal("0.6")
+    assert reserve(ledger, {COST: 0.6}, {}, windows=window) is None
+    ledger.commit(orphan, {COST: 0.2})  # the worker was only slow
+    assert ledger.recent(COST, 60.0) == Decimal("0.2") == ledger.spent()[COST]
+    second = _leak_hold(ledger, 0.3, 10.0)
+    _wait_for_expiry(ledger)
+    assert ledger.recent(COST, 60.0) == Decimal("0.5")
+    ledger.release(second)  # it was never sent
+    assert ledger.recent(COST, 60.0) == Decimal("0.2")
+
+
 def test_releasing_a_charged_hold_takes_the_charge_back(make_ledger: MakeLedger) -> None:
     ledger = make_ledger(lease_s=0.5)
     orphan = _leak_hold(ledger, 0.3, 1.0)

@@ -233,6 +233,36 @@ def test_ttl_window_expires_every_key_and_starts_fresh(
         assert ledger.spent() == {}
 
 
+def test_a_ledger_with_a_ttl_never_wipes_a_tree_kept_without_one(
+    redis_server: RedisServer, client: redis.Redis
+) -> None:
+    """A tree written without ``ttl_s`` holds spend for good: a ledger opened on it with a TTL
+    took it for an ended window and deleted every key on its first read, so $0.90 spent of a
+    $1 ceiling became $0 and the next $0.50 call was let through. Now that ledger fails closed,
+    naming the mismatch; one without a TTL on a window's tree (``ampmeter budget show``) spends
+    in the window, and what it writes ends with it."""
+    scope = _scope()
+    with RedisLedger(redis_server.url, scope) as kept:
+        held = reserve(kept, {"amp:cost": 0.9}, {"amp:cost": 1.0})
+        assert held is not None
+        kept.commit(held, {"amp:cost": 0.9})
+        windowed = RedisLedger(redis_server.url, scope, ttl_s=3600)
+        with windowed, pytest.raises(LedgerUnavailable, match="ttl_s"):
+            windowed.spent()
+        assert kept.spent() == {"amp:cost": Decimal("0.9")}
+        assert reserve(kept, {"amp:cost": 0.5}, {"amp:cost": 1.0}) is None
+    windowed_scope = _scope()
+    with RedisLedger(redis_server.url, windowed_scope, ttl_s=3600) as windowed:
+        windowed.spent()
+        with RedisLedger(redis_server.url, windowed_scope) as forever:
+            held = reserve(forever, {"amp:cost": 0.5}, {"amp:cost": 1.0})
+            assert held is not None
+            forever.commit(held, {"amp:cost": 0.5})
+        assert windowed.spent() == {"amp:cost": Decimal("0.5")}
+        keys = client.keys(f"ampmeter:{{{windowed_scope}}}:*")
+        assert keys and all(0 < client.pttl(key) <= 3_600_000 for key in keys)
+
+
 def test_scripts_run_by_sha_and_survive_a_script_flush(
     redis_server: RedisServer, client: redis.Redis
 ) -> None:

@@ -11,7 +11,8 @@ further than it can be checked; one that fails is never applied: it is renamed `
 
 * sealed: a SHA-256 checksum of its contents, or, when the ledger has a ``handoff_key``, an
   HMAC-SHA256 under that key, which nobody without the key can forge. A ledger with a key
-  replays only entries sealed with it; one without a key only checksummed ones. The
+  replays only entries sealed with it; one without a key only checksummed ones. Each leaves
+  the other kind in place for a ledger of that kind (set aside, they would be lost). The
   ``AMPMETER_HANDOFF_KEY`` environment variable is not used here: ``ampmeter run`` makes a fresh
   one per run, so entries a run left would never be replayed by the next;
 * well formed: a known operation, a usable reservation id, amounts that are whole, non-negative
@@ -79,6 +80,12 @@ class BadEntry(ValueError):
     """A journal entry that must not be replayed; the message says why."""
 
 
+class _OtherSeal(Exception):
+    """An entry sealed as another kind of ledger of the tree seals (signed with a key this
+    one has none of, or checksummed while this one has a key): that ledger checks and replays
+    it, so it is left in place, not set aside (it would be lost)."""
+
+
 def _read_entry(data: bytes, tree: str, key: bytes | None) -> Settlement:
     """The settlement in an entry file, checked, or :class:`BadEntry` saying what is wrong."""
     try:
@@ -107,10 +114,8 @@ def _seal(entry: dict[str, Any], key: bytes | None) -> str:
 def _check_seal(entry: dict[str, Any], seal: object, key: bytes | None) -> None:
     if not isinstance(seal, str):
         raise BadEntry("it cannot be read: its seal is not a string")
-    if key is not None and not seal.startswith(_MAC):
-        raise BadEntry("it is not signed with this ledger's handoff_key")
-    if key is None and seal.startswith(_MAC):
-        raise BadEntry("it is signed with a handoff_key: open the ledger with that key")
+    if (key is not None) != seal.startswith(_MAC):
+        raise _OtherSeal
     if not hmac.compare_digest(seal.encode(), _seal(entry, key).encode()):
         what = "signature" if key is not None else "checksum"
         raise BadEntry(
@@ -308,6 +313,8 @@ class Journal:
             return _read_entry(data, self._tree, self._key)
         except BadEntry as bad:
             _set_aside(path, str(bad))
+            return None
+        except _OtherSeal:
             return None
 
     def _entries(self) -> list[Path]:

@@ -42,10 +42,21 @@ local window_ms = nil
 local tree = {1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16}  -- all but the marker
 
 local function open_window()
-  if ARGV[1] == '' then return end
   local ms = redis.call('PTTL', KEYS[7])
+  if ARGV[1] == '' then
+    -- a ledger without a TTL on a window's tree: what it writes ends with the window too
+    if ms > 0 then window_ms = ms end
+    return
+  end
   if ms == -2 then
-    -- a new window: whatever is left of the previous one is gone
+    -- a new window: whatever is left of the previous one is gone (its keys expired with it);
+    -- a key that never expires was written to a tree kept for good, never wiped here
+    for _, i in ipairs(tree) do
+      if redis.call('PTTL', KEYS[i]) == -1 then
+        error({err = 'ERR the scope tree is kept without a ttl_s: a ledger with ttl_s would '
+          .. 'wipe its spend (open every ledger of one tree with one ttl_s)'})
+      end
+    end
     for _, i in ipairs(tree) do redis.call('DEL', KEYS[i]) end
     ms = tonumber(ARGV[1])
     redis.call('SET', KEYS[7], '1', 'PX', ms)
@@ -75,6 +86,22 @@ local function add_hold(k, hold, sign)
   end
 end
 
+-- Count a hold charged as unsettled in the sliding windows of its fields (sign 1), or take
+-- it out of them (-1).
+local function window_hold(id, hold, sign)
+  for _, prefix in ipairs(hold.p) do
+    for i = 1, #hold.a, 2 do
+      local field = prefix .. hold.a[i]
+      local member = field .. '\\31' .. id .. '\\31' .. hold.a[i + 1]
+      if sign < 0 then
+        redis.call('ZREM', KEYS[9], member)
+      elseif hold.a[i + 1] ~= '0' and redis.call('HEXISTS', KEYS[8], field) == 1 then
+        redis.call('ZADD', KEYS[9], now, member)
+      end
+    end
+  end
+end
+
 -- End a hold (its reserved amounts return); its JSON, or nil if there was none.
 local function drop(id)
   local raw = redis.call('HGET', KEYS[3], id)
@@ -92,6 +119,7 @@ local function uncharge(id)
   local hold = cjson.decode(raw)
   add_hold(1, hold, -1)
   add_hold(10, hold, -1)
+  window_hold(id, hold, -1)
   redis.call('HDEL', KEYS[11], id)
   redis.call('ZREM', KEYS[12], id)
 end
@@ -114,6 +142,7 @@ local function reap()
         -- its request may have been billed: charged as unsettled spend until settled
         add_hold(1, hold, 1)
         add_hold(10, hold, 1)
+        window_hold(id, hold, 1)
         redis.call('HSET', KEYS[11], id, raw)
         redis.call('ZADD', KEYS[12], now, id)
       end

@@ -78,9 +78,11 @@ class RedisLedger(Ledger):
     ready ``redis.Redis`` or ``redis.cluster.RedisCluster`` client (then its own timeouts and
     retries apply, ``timeout_s`` is not used, and :meth:`close` leaves it open).
     ``ttl_s`` (None = forever) makes the scope tree a window: its keys vanish ``ttl_s`` after
-    the first write, and the next write starts a fresh budget (a budget for a day); every
-    ledger of one tree must use the same ``ttl_s``. ``lease_s`` (None = never) is how long an
-    unsettled reservation is held unless renewed, so a crashed worker's reservation comes back.
+    the first write, and the next write starts a fresh budget (a budget for a day); a ledger
+    with a TTL on a tree kept without one is unavailable (it would wipe the tree's spend), and
+    one without a TTL on a window's tree writes what ends with the window. ``lease_s`` (None =
+    never) is how long an unsettled reservation is held unless renewed, so a crashed worker's
+    reservation comes back.
     ``timeout_s`` bounds connecting and every command; a backend that is unreachable or slower
     raises :class:`LedgerUnavailable` (a commit or release is then journaled, see
     :class:`Ledger`; ``journal`` is its directory, by default under the user's cache directory).

@@ -154,11 +154,7 @@ class SqlLedger(Ledger):
                 (scope, key, value) for scope in scopes for key, value in actual.items() if value
             ]
             _add(db, "ampmeter_spent", rows)
-            db.executemany(
-                "INSERT INTO ampmeter_window_events SELECT scope, key, ?, ? "
-                "FROM ampmeter_windowed WHERE scope = ? AND key = ?",
-                [(now, value, scope, key) for scope, key, value in rows],
-            )
+            _count_in_windows(db, rows, now)
             return None
 
         return self._run(settle)
@@ -340,7 +336,7 @@ def _reap(db: sqlite3.Connection, now: float) -> None:
     for reservation_id, scopes, amounts, charge in expired:
         _drop(db, reservation_id)
         if charge:
-            _charge(db, scopes, amounts, 1)
+            _charge(db, scopes, amounts, 1, now)
             db.execute(
                 "INSERT OR REPLACE INTO ampmeter_expired VALUES (?, ?, ?, ?)",
                 (reservation_id, scopes, amounts, now),
@@ -353,21 +349,40 @@ def _reap(db: sqlite3.Connection, now: float) -> None:
 def _uncharge(db: sqlite3.Connection, reservation_id: str) -> None:
     """Take back the unsettled charge of a hold whose lease ended (its settlement came)."""
     row = db.execute(
-        "SELECT scopes, amounts FROM ampmeter_expired WHERE id = ?", (reservation_id,)
+        "SELECT scopes, amounts, at FROM ampmeter_expired WHERE id = ?", (reservation_id,)
     ).fetchone()
     if row is None:
         return
-    _charge(db, row[0], row[1], -1)
+    _charge(db, row[0], row[1], -1, row[2])
     db.execute("DELETE FROM ampmeter_expired WHERE id = ?", (reservation_id,))
 
 
-def _charge(db: sqlite3.Connection, scopes: bytes, amounts: bytes, sign: int) -> None:
-    """Charge a hold (its JSON ``scopes`` and ``amounts``) as unsettled spend (``sign`` 1), or
-    take that charge back (-1)."""
+def _charge(db: sqlite3.Connection, scopes: bytes, amounts: bytes, sign: int, at: float) -> None:
+    """Charge a hold (its JSON ``scopes`` and ``amounts``) as unsettled spend at time ``at``
+    (``sign`` 1), also in the sliding windows its keys are in, or take that charge back (-1;
+    ``at``: when it was charged)."""
     held = _units(amounts)
     rows = [(scope, k, sign * v) for scope in orjson.loads(scopes) for k, v in held.items() if v]
     _add(db, "ampmeter_spent", rows)
     _add(db, "ampmeter_unsettled", rows)
+    if sign > 0:
+        _count_in_windows(db, rows, at)
+        return
+    db.executemany(
+        "DELETE FROM ampmeter_window_events WHERE rowid = (SELECT rowid FROM "
+        "ampmeter_window_events WHERE scope = ? AND key = ? AND at = ? AND amount = ? LIMIT 1)",
+        [(scope, key, at, -value) for scope, key, value in rows],
+    )
+
+
+def _count_in_windows(db: sqlite3.Connection, rows: list[tuple[str, str, int]], at: float) -> None:
+    """Remember each ``(scope, key, amount)`` added at ``at`` whose key a sliding window
+    watches at that scope."""
+    db.executemany(
+        "INSERT INTO ampmeter_window_events SELECT scope, key, ?, ? "
+        "FROM ampmeter_windowed WHERE scope = ? AND key = ?",
+        [(at, value, scope, key) for scope, key, value in rows],
+    )
 
 
 def _add(db: sqlite3.Connection, table: str, rows: list[tuple[str, str, int]]) -> None:

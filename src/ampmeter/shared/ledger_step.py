@@ -130,7 +130,9 @@ class LedgerStep(Step):
         # and records every key a call adds (retries too), so the parent can read the child's
         # whole spend. So does a context with no ceiling there: its spend is the scope's, and
         # the hold of a call whose process dies mid-call is charged from its lease (else a
-        # killed worker of a run without limits would leave its billed call nowhere).
+        # killed worker of a run without limits would leave its billed call nowhere). So does
+        # an LLM call that reserves no cost (its price unknown): its hold is then that call's
+        # model and one unpriced call, not nothing, should it run out unsettled.
         link = frame.handoff_from
         scopes = {ledger.scope: (ceilings, owners)}
         if link is not None:
@@ -138,13 +140,16 @@ class LedgerStep(Step):
                 scopes[scope] = shared_ceilings(limits, candidates)
         keys = dict.fromkeys(k for c, _ in scopes.values() for k in c)
         keys.update(dict.fromkeys(extra))
-        if link is not None or not keys:
+        unpriced = ticket.kind == "llm" and not usage.cost_nano and bool(usage.model)
+        if link is not None or not keys or unpriced:
             keys.update(dict.fromkeys(candidates))
             keys[KEY_RETRIES] = None
             if ticket.kind == "llm":
                 keys[KEY_UNPRICED_LLM_CALLS] = None  # unpriced is not zero, also for the parent
         # A policy's fixed amount, else (no term, or None) the call's own estimate.
         amounts = {k: reservation.get(k, 0) if extra.get(k) is None else extra[k] for k in keys}
+        if unpriced:
+            amounts[KEY_UNPRICED_LLM_CALLS] = 1
         return LedgerRequest(frame, ledger, amounts, scopes, windows)
 
     def try_once(self, ticket: Ticket, request: LedgerRequest) -> Refusal | None:

@@ -16,8 +16,10 @@ from ampmeter._core.outcome import Outcome
 from ampmeter.keys import (
     KEY_COST,
     KEY_COST_FOR,
+    KEY_INPUT_TOKENS_FOR,
     KEY_LLM_CALLS,
     KEY_TOOL_CALLS,
+    KEY_UNPRICED_LLM_CALLS,
     KEY_UNSETTLED_COST,
 )
 from ampmeter.node import META_COST_STATUS
@@ -56,24 +58,35 @@ def _record(
 ) -> None:
     amounts = hold.amounts  # the ledger leaves out the keys held at 0 (exact limits' others)
     cost = money.to_nano(amounts.get(KEY_COST, 0), KEY_COST)
-    models = [key[len(KEY_COST_FOR) :] for key in amounts if key.startswith(KEY_COST_FOR)]
-    model = models[0] if len(models) == 1 else None
+    models = {
+        key[len(prefix) :]: None
+        for key in amounts
+        for prefix in (KEY_COST_FOR, KEY_INPUT_TOKENS_FOR)
+        if key.startswith(prefix)
+    }
+    model = next(iter(models)) if len(models) == 1 else None
     tool = any(key.startswith(KEY_TOOL_CALLS) for key in amounts)
     kind = "tool" if tool else "llm"
+    # An LLM call that reserved no cost, its price unknown: sent, so never a free $0.
+    unpriced = not cost and bool(amounts.get(KEY_UNPRICED_LLM_CALLS))
     meta = {
-        META_COST_STATUS: COST_STATUS_UNSETTLED,
+        META_COST_STATUS: "unpriced" if unpriced else COST_STATUS_UNSETTLED,
         "reservation_id": hold.id,
         "ledger_scope": hold.scopes[0],
     }
     node = kernel.begin(parent_id, kind, UNSETTLED_NAME, model, meta)
     kernel.add(level, KEY_TOOL_CALLS if tool else KEY_LLM_CALLS, 1, False)
+    if unpriced:
+        kernel.add(level, KEY_UNPRICED_LLM_CALLS, 1, False)
     if cost:
         kernel.add(level, KEY_COST, cost, True)
         kernel.add(level, KEY_UNSETTLED_COST, cost, True)
         if model is not None:
             kernel.add(level, KEY_COST_FOR + model, cost, True)
     reason = (
-        f"its worker ended without settling: the hold was charged as unsettled spend "
+        "its worker ended without settling, and its price is unknown (its hold ran out)"
+        if unpriced
+        else "its worker ended without settling: the hold was charged as unsettled spend "
         f"({money.format_usd(money.from_nano(cost))}) when its lease ran out"
     )
     if kernel.end(node, Outcome("fail", cost, error_class="UnsettledHold", stop_reason=reason)):

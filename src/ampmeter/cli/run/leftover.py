@@ -37,7 +37,9 @@ def record_leftover_holds(tree: dict[str, Any]) -> None:
     except ValueError:
         return  # no process of the run metered anything
     try:
-        if not _held(ledger):
+        # (Reading what is held ends a hold whose lease ran out: it is charged then, and listed
+        # with the unsettled holds, not the held ones.)
+        if not _held(ledger) and not ledger.unsettled_holds():
             return
         deadline = time.monotonic() + RUN_LEASE_S + 2 * _POLL_S
         while _held(ledger) and time.monotonic() < deadline:

@@ -100,7 +100,11 @@ def run_command(
         tempfile.TemporaryDirectory(prefix="ampmeter-run-", ignore_cleanup_errors=True) as tmp,
         _open_out(config.out) as target,
     ):
-        events_dir = f"{config.out}.parts" if config.out else os.path.join(tmp, "events")
+        # Paths as this folder reads them: a process of the run may work in another one.
+        if config.out:
+            events_dir = os.path.abspath(f"{config.out}.parts")
+        else:
+            events_dir = os.path.join(tmp, "events")
         processes_dir = os.path.join(tmp, "processes")
         try:
             os.makedirs(events_dir, exist_ok=True)
@@ -108,8 +112,9 @@ def run_command(
             message = f"--out: no folder for the run's parts: {os_error_message(exc)}"
             raise ValueError(message) from None
         os.mkdir(processes_dir)
+        ledger = config.ledger or os.path.join(tmp, "ledger.sqlite3")
         tree: dict[str, Any] = {
-            "ledger": config.ledger or os.path.join(tmp, "ledger.sqlite3"),
+            "ledger": ledger if "://" in ledger else os.path.abspath(ledger),  # (else a URL)
             "scope": config.scope or f"run-{uuid.uuid4().hex}",
             "chain": str(uuid.uuid4()),
             "events": events_dir,
@@ -124,24 +129,29 @@ def run_command(
         child_env[ENV_TREE] = json.dumps(tree)
         child_env[ENV_PROCESSES] = processes_dir
         child_env.pop(ENV_TOP_TAKEN, None)
-        # The proxy serves until the program's whole process group has ended.
-        with run_proxy(config, tree, child_env) if config.proxy else contextlib.nullcontext():
-            # With --output json, stdout is the result's alone: the program writes to stderr
-            # (the descriptor: sys.stderr may be a Python object without one, as under a test).
-            stdout = 2 if config.output == "json" else None
-            try:
-                proc = subprocess.Popen(
-                    argv, env=child_env, cwd=cwd, start_new_session=True, stdout=stdout
-                )
-            except OSError as exc:
-                raise ValueError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
-            watch = TreeWatch(proc.pid).start()
-            with _forwarding_signals(proc.pid) as signalled, watching_pauses(config, tree):
-                code, timed_out = _wait(proc, config.timeout, config.grace)
-            if not timed_out:
-                _wait_for_group(proc.pid, _LINGER_S)
-        watch.stop()
-        record_leftover_holds(tree)
+        # Signals are passed on until the run has charged what its processes left: a Ctrl-C
+        # while it waits for their holds must not end it before it logs them.
+        with contextlib.ExitStack() as passing_signals:
+            # The proxy serves until the program's whole process group has ended.
+            with run_proxy(config, tree, child_env) if config.proxy else contextlib.nullcontext():
+                # With --output json, stdout is the result's alone: the program writes to
+                # stderr (the descriptor: sys.stderr may be a Python object without one, as
+                # under a test).
+                stdout = 2 if config.output == "json" else None
+                try:
+                    proc = subprocess.Popen(
+                        argv, env=child_env, cwd=cwd, start_new_session=True, stdout=stdout
+                    )
+                except OSError as exc:
+                    raise ValueError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
+                watch = TreeWatch(proc.pid).start()
+                signalled = passing_signals.enter_context(_forwarding_signals(proc.pid))
+                with watching_pauses(config, tree):
+                    code, timed_out = _wait(proc, config.timeout, config.grace)
+                if not timed_out:
+                    _wait_for_group(proc.pid, _LINGER_S)
+            watch.stop()
+            record_leftover_holds(tree)
         joined = joined_pids(processes_dir)
         unmetered = watch.unmetered(joined)
         events = sorted(Path(events_dir).glob("*.jsonl"))
@@ -186,8 +196,8 @@ def _signal_group(group: int, signum: int) -> None:
 @contextlib.contextmanager
 def _forwarding_signals(group: int) -> Iterator[list[int]]:
     """Pass SIGINT and SIGTERM on to the program's process group (it has its own, so a
-    terminal's Ctrl-C would not reach it) while the program runs; yields the list of the
-    signals passed on, so the run can say it was interrupted."""
+    terminal's Ctrl-C would not reach it) while the program runs and the run finishes; yields
+    the list of the signals passed on, so the run can say it was interrupted."""
     passed: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield passed

@@ -16,8 +16,19 @@ import sys
 from types import ModuleType
 
 # Importing one of these starts metering (after the outermost of them being imported is complete:
-# openai imports httpx, and openai must not be patched half-initialised).
-_TRIGGERS = ("ampmeter", "openai", "anthropic", "httpx", "httpx2", "aiohttp")
+# openai imports httpx, and openai must not be patched half-initialised): every library
+# instrument() meters a call through (http.client carries urllib's and requests' calls).
+_TRIGGERS = (
+    "ampmeter",
+    "openai",
+    "anthropic",
+    "httpx",
+    "httpx2",
+    "aiohttp",
+    "http.client",
+    "urllib3",  # imports http.client, and must not be patched half-initialised either
+    "websockets",
+)
 _ENV_CONFIG = "AMPMETER_RUN_CONFIG"  # these four names are ampmeter.cli.run.parent's
 _ENV_TREE = "AMPMETER_RUN_TREE"
 _ENV_TOP_TAKEN = "AMPMETER_RUN_TOP_TAKEN"
