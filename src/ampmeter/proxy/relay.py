@@ -176,8 +176,8 @@ class Relay:
             for name, value in upstream.headers.items():
                 if name.lower() not in _NOT_FORWARDED:
                     response.headers.add(name, value)
-            await response.prepare(request)
             passing = _Passing(response)
+            await passing.start(request)
             error: BaseException | None = None
             try:
                 async for piece in upstream.content.iter_any():
@@ -211,14 +211,20 @@ class Relay:
 
 
 class _Passing:
-    """The body on its way to the caller. A caller that hangs up mid-body is let go, and the
-    upstream's body is still read to its end: the provider bills the whole answer (it cannot
-    know the caller left), and its usage, which comes last, is then counted exactly instead of
-    estimated."""
+    """The body on its way to the caller. A caller that hangs up mid-body, or before the
+    upstream answered (a client's timeout), is let go, and the upstream's body is still read to
+    its end: the provider bills the whole answer (it cannot know the caller left), and its
+    usage, which comes last, is then counted exactly instead of estimated."""
 
     def __init__(self, response: web.StreamResponse) -> None:
         self._response = response
         self.gone = False
+
+    async def start(self, request: web.Request) -> None:
+        try:
+            await self._response.prepare(request)
+        except (ConnectionResetError, aiohttp.ClientConnectionError):
+            self.gone = True
 
     async def write(self, data: bytes) -> None:
         if data and not self.gone:
