@@ -7,6 +7,8 @@ or free, and the caller gets the bytes the provider sent.
 
 from __future__ import annotations
 
+import gzip
+import json
 import time
 from typing import Any
 
@@ -17,6 +19,7 @@ from ampmeter.context import ExecutionContext
 from ampmeter.proxy import MeteringProxy
 from ampmeter.proxy.budget_file import budgets_from
 from ampmeter.testing.billing import BillingProvider
+from ampmeter.testing.replay import RecordedRequest, ReplayResponse, ReplayServer
 
 PRICES = {"gpt-4o-mini": ("0.15", "0.60")}
 PROMPT = [{"role": "user", "content": "Summarise the meeting notes, please. " * 8}]
@@ -56,3 +59,44 @@ def test_a_caller_that_times_out_before_the_answer_is_charged_the_bill() -> None
         settled(ctx, 2)
         assert len(bill.calls) == 2
         assert ctx.stats.total_cost() == bill.billed_usd > 0
+
+
+def _brotli(data: bytes) -> bytes:
+    """``data`` as a brotli stream: one uncompressed meta-block (RFC 7932 9.2), then the last."""
+    header = (len(data) - 1) << 4 | 1 << 20  # (window 16, 4 nibbles of length, uncompressed)
+    return header.to_bytes(3, "little") + data + b"\x03"
+
+
+def test_the_upstream_is_asked_only_for_encodings_the_proxy_can_decode() -> None:
+    """A CDN-fronted provider compresses with what the client offers (Node's fetch offers br):
+    the proxy decodes the body to read its usage, so the caller's offer must not reach the
+    upstream. Else a br answer (the proxy has no brotli decoder) was a 502 to the caller and
+    its billed request cost nothing."""
+    usage = {"prompt_tokens": 1000, "completion_tokens": 20, "total_tokens": 1020}
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Done."}}],
+        "usage": usage,
+    }
+    document = json.dumps(answer).encode()
+
+    def cdn(request: RecordedRequest) -> ReplayResponse:
+        offered = request.headers.get("accept-encoding", "")
+        encoding, body = ("br", _brotli(document)) if "br" in offered else ("gzip", b"")
+        if encoding == "gzip":
+            body = gzip.compress(document)
+        headers = (("content-type", "application/json"), ("content-encoding", encoding))
+        return ReplayResponse(chunks=(body,), headers=headers)
+
+    with ReplayServer() as replay, proxy_to(replay.openai_base_url) as proxy:
+        replay.script("/v1/chat/completions", cdn)
+        url = proxy.base_urls()["OPENAI_BASE_URL"] + "/chat/completions"
+        body = {"model": "gpt-4o-mini", "messages": PROMPT}
+        got = httpx.post(url, json=body, headers={"accept-encoding": "br, gzip, deflate"})
+        assert got.status_code == 200, got.text
+        assert got.json() == answer
+        stats = proxy.context("team").stats
+        assert stats.get_counter("amp:input_tokens") == 1000
+        assert stats.get_counter("amp:output_tokens") == 20

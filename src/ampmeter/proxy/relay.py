@@ -57,6 +57,7 @@ _NOT_FORWARDED: Final = frozenset(
         "host",
         "content-length",
         "content-encoding",  # the upstream's body is passed on decoded
+        "accept-encoding",  # so the upstream is asked only for what the proxy can decode
         KEY_HEADER,
         METERED_HEADER,
     }
