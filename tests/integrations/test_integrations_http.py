@@ -584,7 +584,7 @@ def _sse_chunks(body: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line != b"[DONE]"]
 
 
-@pytest.mark.parametrize("read", ["lines", "whole", "any"])
+@pytest.mark.parametrize("read", ["lines", "whole", "any", "chunks", "readchunk"])
 async def test_aiohttp_stream_without_usage_gets_it_and_hides_the_extra_chunk(
     llm_server: LocalLLMServer, read: str
 ) -> None:
@@ -604,6 +604,17 @@ async def test_aiohttp_stream_without_usage_gets_it_and_hides_the_extra_chunk(
                 received = b"".join([line async for line in response.content])
             elif read == "whole":
                 received = await response.read()
+            elif read == "chunks":
+                received = b"".join([piece async for piece, _ in response.content.iter_chunks()])
+            elif read == "readchunk":
+                received = b""
+                for _ in range(10_000):  # (b"", False) is aiohttp's end of the body
+                    piece, chunk_end = await response.content.readchunk()
+                    if (piece, chunk_end) == (b"", False):
+                        break
+                    received += piece
+                else:
+                    pytest.fail("readchunk never told the body's end")
             else:
                 received = b"".join([piece async for piece in response.content.iter_any()])
     chunks = _sse_chunks(received)

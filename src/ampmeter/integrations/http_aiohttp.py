@@ -88,7 +88,8 @@ class _MeteredContent(BodyMeter):
         return self._take(n)
 
     async def readchunk(self) -> tuple[bytes, bool]:
-        return await self.readany(), True
+        # (b"", False) is aiohttp's end of the body; no piece here ends an HTTP chunk.
+        return await self.readany(), False
 
     def at_eof(self) -> bool:
         return self._eof and not self._buffer
@@ -99,6 +100,10 @@ class _MeteredContent(BodyMeter):
 
     def iter_any(self) -> AsyncIterator[bytes]:
         return self._pieces(self.readany)
+
+    async def iter_chunks(self) -> AsyncIterator[tuple[bytes, bool]]:
+        while data := await self.readany():
+            yield data, False
 
     def iter_chunked(self, n: int) -> AsyncIterator[bytes]:
         return self._pieces(lambda: self.read(n))
