@@ -368,6 +368,28 @@ async def test_async_raw_stream_closed_early_counts_what_it_saw(replay: ReplaySe
     assert node.metadata[META_USAGE_ESTIMATED] is True
 
 
+async def test_an_aiohttp_stream_cut_by_the_provider_is_charged_at_once(
+    replay: ReplayServer,
+) -> None:
+    """The provider drops a stream it bills: the read's error ends the call there, charged
+    (the input's estimate and the output received), not when the response is collected."""
+    import aiohttp
+
+    replay.script("/v1/chat/completions", recorded.openai_chat_stream_usage(cut_after=2))
+    sink = MemorySink()
+    body = {"model": "gpt-4o-mini", "messages": MESSAGES, "stream": True}
+    async with aiohttp.ClientSession() as session, ExecutionContext(sinks=[sink]) as ctx:
+        post = session.post(replay.openai_base_url + "/chat/completions", json=body)
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async with post as response:
+                async for _line in response.content:
+                    pass
+        assert ctx.stats.total_cost() > 0  # (the response is still alive here)
+    node = only(sink)
+    assert node.status == "fail" and node.error_class == "ClientPayloadError"
+    assert node.metadata["cost_status"] == "estimated" and node.tokens_in > 0
+
+
 def test_an_error_status_fails_the_node_without_usage(replay: ReplayServer) -> None:
     replay.script("/v1/messages", recorded.anthropic_error(500))
     sink = MemorySink()

@@ -48,7 +48,8 @@ class _MeteredContent(BodyMeter):
         """Read more of the body into the buffer; False at its end."""
         if self._eof:
             return False
-        data = await self.inner.readany()
+        with self.ending_on_error():  # a body the provider cut is charged now, not when collected
+            data = await self.inner.readany()
         if data:
             self._buffer += self.take(data)
             if not self.inner.at_eof():
