@@ -6,6 +6,7 @@ usage it sent, and a limit stops the next request before it is sent.
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.request
 from typing import Any
@@ -116,6 +117,22 @@ def test_a_response_closed_half_way_is_abandoned(replay: ReplayServer) -> None:
     (node,) = llm_nodes(sink)
     assert node.status == "fail" and node.error_class == "StreamAbandoned"
     assert node.tokens_in is not None and node.tokens_in > 0
+
+
+def test_a_stream_the_provider_cuts_is_charged_when_the_read_fails(replay: ReplayServer) -> None:
+    """The read's error ends the call (charged the input's estimate and the output received)
+    even while the caller keeps the response: its context's totals and log include it."""
+    replay.script(CHAT, recorded.openai_chat_stream_usage(cut_after=2))
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]) as ctx:
+        response = urllib_post(replay.openai_base_url + "/chat/completions", STREAM_BODY)
+        with pytest.raises(http.client.IncompleteRead):
+            response.read()
+        assert ctx.stats.total_cost() > 0
+    (node,) = llm_nodes(sink)
+    assert node.status == "fail" and node.error_class == "IncompleteRead"
+    assert node.tokens_in is not None and node.tokens_in > 0
+    response.close()
 
 
 def test_outside_a_context_and_other_paths_are_left_alone(replay: ReplayServer) -> None:

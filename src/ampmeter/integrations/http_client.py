@@ -125,7 +125,8 @@ def _wrap_read(original: Callable[..., Any], *, into: bool = False) -> Callable[
             return original(response, *args, **kwargs)
         meter.busy = True  # a chunked readline reads through read(): one piece, seen once
         try:
-            result = original(response, *args, **kwargs)
+            with meter.ending_on_error():  # a body the provider cut is charged now
+                result = original(response, *args, **kwargs)
         finally:
             meter.busy = False
         meter.seen(bytes(memoryview(args[0])[:result]) if into else result)
