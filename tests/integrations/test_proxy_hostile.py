@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 import time
 from typing import Any
 
@@ -124,3 +125,33 @@ def test_a_body_the_reader_cannot_take_is_passed_on_whole_and_charged() -> None:
         settled(ctx, 2)
         failed = [node for node in ctx.graph.nodes() if node.status == "fail"]
         assert len(failed) == 2 and all(node.cost_usd > 0 for node in failed)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/openai/../../tenant-b/v1/chat/completions",
+        "/openai/%2e%2e/%2E%2E/tenant-b/v1/chat/completions",
+        "/openai/..%2F..%2Ftenant-b/v1/chat/completions",
+        "/openai/./../../tenant-b/v1/chat/completions",
+        "/openai/%252e%252e/%252e%252e/tenant-b/v1/chat/completions",
+    ],
+)
+def test_a_path_cannot_leave_the_upstreams_base_url(path: str) -> None:
+    """The upstream is a base URL (a gateway's tenant, an Azure deployment): a caller's dot
+    segments must not reach a path beside it, where another deployment bills another price."""
+    with (
+        ReplayServer() as replay,
+        proxy_to(replay.url + "/tenant-a/v1") as proxy,
+        socket.create_connection(("127.0.0.1", int(proxy.url.rsplit(":", 1)[1]))) as sent,
+    ):
+        body = json.dumps({"model": "gpt-4o-mini", "messages": PROMPT}).encode()
+        sent.sendall(  # (a raw request: HTTP clients resolve dot segments before sending)
+            f"POST {path} HTTP/1.1\r\nHost: proxy\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        answer = b"".join(iter(lambda: sent.recv(65536), b""))
+        assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+        assert b"leaves the upstream" in answer
+        assert replay.requests == []

@@ -24,6 +24,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from ampmeter.context import ExecutionContext
 from ampmeter.errors import BudgetBusy, LimitExceeded
@@ -111,6 +112,12 @@ class Relay:
         if base is None:
             return refusal(route, 404, f"no upstream is configured for {route!r}", "not_found")
         path = "/" + request.match_info["tail"]
+        # Dot segments (sent encoded, even twice) resolve upstream: none may reach beside the
+        # base URL the user configured (a gateway's other tenant, another Azure deployment,
+        # billed at another price).
+        if not f"{URL(base + path).path}/".startswith(f"{URL(base).path.rstrip('/')}/"):
+            message = f"the path {path!r} leaves the upstream's base URL"
+            return refusal(route, 400, message, "invalid_request_error")
         url = base + path + (f"?{request.query_string}" if request.query_string else "")
         content = await request.read()
         if request.method != "POST" or self._metered_by_sender(request, content):
