@@ -7,6 +7,7 @@ or free, and the caller gets the bytes the provider sent.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import socket
@@ -15,10 +16,12 @@ from typing import Any
 
 import httpx
 import pytest
+from aiohttp import web
 
 from ampmeter.context import ExecutionContext
 from ampmeter.proxy import MeteringProxy
 from ampmeter.proxy.budget_file import budgets_from
+from ampmeter.proxy.relay import Relay
 from ampmeter.testing.billing import BillingProvider
 from ampmeter.testing.replay import RecordedRequest, ReplayResponse, ReplayServer
 
@@ -155,3 +158,37 @@ def test_a_path_cannot_leave_the_upstreams_base_url(path: str) -> None:
         assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
         assert b"leaves the upstream" in answer
         assert replay.requests == []
+
+
+def test_a_request_in_flight_when_the_proxy_stops_is_charged_its_reservation() -> None:
+    """Stopping waits for requests in flight, then cancels them: one cancelled while the
+    provider was still working was sent and billed, so it is charged at its reservation
+    (unsettled), not dropped with the task."""
+    body = {"model": "gpt-4o-mini", "messages": PROMPT, "max_tokens": 40}
+
+    async def stop_while_the_provider_works(ctx: ExecutionContext, upstream: str) -> None:
+        relay = Relay({None: ctx}, {"openai": upstream})
+        await relay.open()
+        app = web.Application()
+        app.router.add_route("*", "/{route:openai}/{tail:.*}", relay.handle)
+        runner = web.AppRunner(app, shutdown_timeout=0.2)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/openai/chat/completions"
+        async with httpx.AsyncClient() as client:
+            sending = asyncio.create_task(client.post(url, json=body))
+            while not bill.calls:  # it reached the provider
+                await asyncio.sleep(0.01)
+            await runner.cleanup()
+            await relay.close()
+            with pytest.raises(httpx.HTTPError):
+                await sending
+
+    with (
+        BillingProvider(prices=PRICES, delay_s=5) as bill,
+        ExecutionContext("team", max_cost_usd=1) as ctx,
+    ):
+        asyncio.run(stop_while_the_provider_works(ctx, bill.openai_base_url))
+        (node,) = [node for node in ctx.graph.nodes() if node.kind == "llm"]
+        assert node.status == "fail" and node.metadata["cost_status"] == "unsettled"
+        assert ctx.stats.total_cost() == node.cost_usd > 0

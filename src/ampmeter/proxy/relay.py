@@ -29,7 +29,7 @@ from yarl import URL
 from ampmeter.context import ExecutionContext
 from ampmeter.errors import BudgetBusy, LimitExceeded
 from ampmeter.integrations.http import adapter_for_path, json_object, response_reader
-from ampmeter.integrations.lifecycle import META_TRANSPORT, Admitted, begin_call, finish_call
+from ampmeter.integrations.lifecycle import META_TRANSPORT, Admitted, begin_call
 from ampmeter.integrations.proxy_mark import METERED_HEADER, metered_mark
 from ampmeter.integrations.wire import BodyReader
 
@@ -146,7 +146,13 @@ class Relay:
         except LimitExceeded as stop:
             return refusal(route, 402, str(stop), "insufficient_quota")
         sent = orjson.dumps(body) if admitted.hide else content
-        return await self._forward(request, url, sent, admitted)
+        try:
+            return await self._forward(request, url, sent, admitted)
+        except BaseException as exc:
+            # Cancelled (the proxy stopping) before its answer was read: sent, so it is charged
+            # at its reservation (an interrupt in flight), never dropped with the task.
+            await self._on_worker(admitted.fail, exc, shield=True)
+            raise
 
     def _metered_by_sender(self, request: web.Request, content: bytes) -> bool:
         mark = request.headers.get(METERED_HEADER)
@@ -167,7 +173,7 @@ class Relay:
             )
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             if admitted is not None:
-                await self._on_worker(finish_call, admitted.call, None, exc)
+                await self._on_worker(admitted.fail, exc)
             route = request.match_info["route"]
             return refusal(route, 502, f"the upstream could not be reached: {exc}", "api_error")
         async with upstream:
