@@ -12,16 +12,17 @@ import gzip
 import json
 import socket
 import time
-from typing import Any
 
 import httpx
 import pytest
 from aiohttp import web
 
 from ampmeter.context import ExecutionContext
+from ampmeter.integrations.lifecycle import META_USAGE_ESTIMATED
 from ampmeter.proxy import MeteringProxy
 from ampmeter.proxy.budget_file import budgets_from
 from ampmeter.proxy.relay import Relay
+from ampmeter.testing import recorded
 from ampmeter.testing.billing import BillingProvider
 from ampmeter.testing.replay import RecordedRequest, ReplayResponse, ReplayServer
 
@@ -29,11 +30,9 @@ PRICES = {"gpt-4o-mini": ("0.15", "0.60")}
 PROMPT = [{"role": "user", "content": "Summarise the meeting notes, please. " * 8}]
 
 
-def proxy_to(upstream: str, **caller: Any) -> MeteringProxy:
-    config = budgets_from(
-        {"upstreams": {"openai": upstream}, "callers": {"team": {"max_cost_usd": 1.0, **caller}}}
-    )
-    return MeteringProxy(config)
+def proxy_to(upstream: str, route: str = "openai") -> MeteringProxy:
+    callers = {"team": {"max_cost_usd": 1.0}}
+    return MeteringProxy(budgets_from({"upstreams": {route: upstream}, "callers": callers}))
 
 
 def settled(ctx: ExecutionContext, calls: int) -> None:
@@ -192,3 +191,21 @@ def test_a_request_in_flight_when_the_proxy_stops_is_charged_its_reservation() -
         (node,) = [node for node in ctx.graph.nodes() if node.kind == "llm"]
         assert node.status == "fail" and node.metadata["cost_status"] == "unsettled"
         assert ctx.stats.total_cost() == node.cost_usd > 0
+
+
+def test_a_stream_the_upstream_cuts_is_charged_the_output_received() -> None:
+    """Anthropic's first usage report counts one output token; a stream cut after two text
+    deltas was charged that one token, though the provider bills all it wrote. A stream an
+    error cuts is charged as any cut stream: at least the output received."""
+    with ReplayServer() as replay, proxy_to(replay.url, "anthropic") as proxy:
+        replay.script("/v1/messages", recorded.anthropic_message_stream(cut_after=5))
+        url = proxy.base_urls()["ANTHROPIC_BASE_URL"] + "/v1/messages"
+        body = {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": PROMPT}
+        httpx.post(url, json={**body, "stream": True})
+        ctx = proxy.context("team")
+        settled(ctx, 1)
+    (node,) = [node for node in ctx.graph.nodes() if node.kind == "llm"]
+    received = "Budgets hold under load."  # (the two deltas before the cut)
+    assert node.status == "fail" and node.error_class == "ClientPayloadError"
+    assert node.tokens_out == len(received)  # (a token per character, at most max_tokens)
+    assert node.metadata[META_USAGE_ESTIMATED] is True

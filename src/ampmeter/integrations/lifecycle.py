@@ -153,10 +153,14 @@ class Admitted:
         finish_call(self.call, self.tally, None)
 
     def end(self, exc: BaseException | None) -> None:
-        """End the call with the usage read (``exc``: the error reading the response raised)."""
+        """End the call with the usage read (``exc``: the error reading the response raised;
+        one that cut a stream before its last event ends it as a cut stream)."""
         if not self.done:
             self.done = True
-            finish_call(self.call, self.tally, exc or self.unread)
+            if exc is not None and not self.tally.complete:
+                finish_abandoned(self.call, self.tally, exc)
+            else:
+                finish_call(self.call, self.tally, exc or self.unread)
 
     def abandon(self) -> None:
         """End the call of a response closed or dropped before its end."""
@@ -334,16 +338,19 @@ def finish_call(
     call.finish(exc, meta)
 
 
-def finish_abandoned(call: Call, tally: Tally) -> None:
-    """End the node of a stream closed before its last event.
+def finish_abandoned(call: Call, tally: Tally, cut: BaseException | None = None) -> None:
+    """End the node of a stream closed (or ``cut``, the error that cut it) before its last
+    event.
 
-    The provider bills a cut stream but its usage report (OpenAI's comes last) may not have
-    arrived: count the request's input estimate (its reservation's, in the context's estimate
-    mode) and the output received (at least one token per content event), and say so on the
-    node (``usage_estimated``, and ``cost_status`` ``"estimated"``).
+    The provider bills a cut stream but its usage report (OpenAI's comes last; Anthropic's
+    first one counts a single output token) may not have arrived: count the request's input
+    estimate (its reservation's, in the context's estimate mode) and the output received (at
+    least one token per content event), and say so on the node (``usage_estimated``, and
+    ``cost_status`` ``"estimated"``).
     """
     meta = {META_USAGE_ESTIMATED: True} if estimate_cut_stream(call, tally) else None
-    cut = StreamAbandoned("the stream was closed before its last event was read")
+    if cut is None:
+        cut = StreamAbandoned("the stream was closed before its last event was read")
     finish_call(call, tally, cut, meta)
 
 
