@@ -193,15 +193,17 @@ def test_a_request_in_flight_when_the_proxy_stops_is_charged_its_reservation() -
         assert ctx.stats.total_cost() == node.cost_usd > 0
 
 
-def test_a_stream_the_upstream_cuts_is_charged_the_output_received() -> None:
+def test_a_stream_the_upstream_cuts_is_cut_for_the_caller_too_and_charged() -> None:
     """Anthropic's first usage report counts one output token; a stream cut after two text
     deltas was charged that one token, though the provider bills all it wrote. A stream an
-    error cuts is charged as any cut stream: at least the output received."""
+    error cuts is charged as any cut stream: at least the output received. The caller's body
+    is broken off too: it ended cleanly, a cut answer that read as a whole one."""
     with ReplayServer() as replay, proxy_to(replay.url, "anthropic") as proxy:
         replay.script("/v1/messages", recorded.anthropic_message_stream(cut_after=5))
         url = proxy.base_urls()["ANTHROPIC_BASE_URL"] + "/v1/messages"
         body = {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": PROMPT}
-        httpx.post(url, json={**body, "stream": True})
+        with pytest.raises(httpx.RemoteProtocolError):  # the caller sees the cut as well
+            httpx.post(url, json={**body, "stream": True})
         ctx = proxy.context("team")
         settled(ctx, 1)
     (node,) = [node for node in ctx.graph.nodes() if node.kind == "llm"]

@@ -207,7 +207,7 @@ class Relay:
             # the call counts (a program that exits at once leaves nothing open).
             if admitted is not None:
                 await self._on_worker(admitted.end, error)
-            await passing.end()
+            await passing.end(request, cut=error is not None)
             return response
 
     async def _on_worker(self, function: Any, *args: Any, shield: bool = False) -> Any:
@@ -276,10 +276,16 @@ class _Passing:
             except (ConnectionResetError, aiohttp.ClientConnectionError):
                 self.gone = True
 
-    async def end(self) -> None:
-        if not self.gone:
-            with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionError):
-                await self._response.write_eof()
+    async def end(self, request: web.Request, *, cut: bool) -> None:
+        """End the body; ``cut``: the upstream broke its body off, and the caller's is broken
+        off too (its end never sent), so that no client takes a cut answer for a whole one."""
+        if self.gone:
+            return
+        if cut and request.transport is not None:
+            request.transport.close()  # (what was written is still delivered first)
+            return
+        with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionError):
+            await self._response.write_eof()
 
 
 def refusal(
