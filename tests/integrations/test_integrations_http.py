@@ -6,6 +6,7 @@ google-genai, raw httpx and error cases talk to the replay server's recorded wir
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import sys
 from dataclasses import replace
@@ -25,6 +26,7 @@ from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded
+from ampmeter.testing.billing import BillingProvider
 from ampmeter.testing.replay import ReplayServer
 
 litellm.suppress_debug_info = True
@@ -388,6 +390,27 @@ async def test_an_aiohttp_stream_cut_by_the_provider_is_charged_at_once(
     node = only(sink)
     assert node.status == "fail" and node.error_class == "ClientPayloadError"
     assert node.metadata["cost_status"] == "estimated" and node.tokens_in > 0
+
+
+async def test_an_aiohttp_request_whose_answer_times_out_is_charged_its_estimate() -> None:
+    """Sent, then the read timed out: the provider bills it all the same (its bill unknown,
+    the call is charged its estimate); one that could not connect is free."""
+    import aiohttp
+
+    body = {"model": "gpt-4o-mini", "messages": MESSAGES, "max_tokens": 30}
+    sink = MemorySink()
+    with BillingProvider(delay_s=0.5) as bill:
+        async with aiohttp.ClientSession() as session, ExecutionContext(sinks=[sink]):
+            for url in (bill.openai_base_url, "http://127.0.0.1:9/v1"):
+                post = session.post(
+                    url + "/chat/completions", json=body, timeout=aiohttp.ClientTimeout(0.1)
+                )
+                with pytest.raises((asyncio.TimeoutError, aiohttp.ClientError)):
+                    await post
+    timed_out, unreachable = calls(sink)
+    assert timed_out.tokens_out == 30 and timed_out.cost_usd > 0
+    assert timed_out.metadata[META_USAGE_ESTIMATED] is True
+    assert unreachable.cost_usd == 0 and unreachable.error_class == "ClientConnectorError"
 
 
 def test_an_error_status_fails_the_node_without_usage(replay: ReplayServer) -> None:

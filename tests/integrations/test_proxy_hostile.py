@@ -12,6 +12,7 @@ import gzip
 import json
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -211,3 +212,24 @@ def test_a_stream_the_upstream_cuts_is_cut_for_the_caller_too_and_charged() -> N
     assert node.status == "fail" and node.error_class == "ClientPayloadError"
     assert node.tokens_out == len(received)  # (a token per character, at most max_tokens)
     assert node.metadata[META_USAGE_ESTIMATED] is True
+
+
+def test_an_upstream_that_hangs_up_before_it_answers_is_charged_the_estimate() -> None:
+    """The provider took the request and closed the connection without an answer: it may have
+    billed it, so the call is charged its estimate (the bill is unknown), not nothing. One that
+    cannot be reached at all is not billed (test_proxy.py)."""
+    with ReplayServer() as replay, proxy_to(replay.openai_base_url) as proxy:
+        replay.script("/v1/chat/completions", ReplayResponse.json({}, delay=5))
+        url = proxy.base_urls()["OPENAI_BASE_URL"] + "/chat/completions"
+        body = {"model": "gpt-4o-mini", "messages": PROMPT, "max_tokens": 40}
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(httpx.post, url, json=body, timeout=10)
+            while not replay.requests:
+                time.sleep(0.01)
+            replay.stop()  # (it hangs up on the request it holds)
+            assert answer.result().status_code == 502
+        ctx = proxy.context("team")
+        (node,) = [node for node in ctx.graph.nodes() if node.kind == "llm"]
+    assert node.status == "fail" and node.error_class == "ServerDisconnectedError"
+    assert node.tokens_out == 40 and node.metadata[META_USAGE_ESTIMATED] is True
+    assert ctx.stats.total_cost() == node.cost_usd > 0

@@ -29,6 +29,7 @@ from yarl import URL
 from ampmeter.context import ExecutionContext
 from ampmeter.errors import BudgetBusy, LimitExceeded
 from ampmeter.integrations.http import adapter_for_path, json_object, response_reader
+from ampmeter.integrations.http_aiohttp import sent_unanswered
 from ampmeter.integrations.lifecycle import META_TRANSPORT, Admitted, begin_call
 from ampmeter.integrations.proxy_mark import METERED_HEADER, metered_mark
 from ampmeter.integrations.wire import BodyReader
@@ -172,8 +173,8 @@ class Relay:
                 request.method, url, headers=headers, data=content or None
             )
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            if admitted is not None:
-                await self._on_worker(admitted.fail, exc)
+            if admitted is not None:  # (charged its estimate if it may have been billed)
+                await self._on_worker(admitted.end if sent_unanswered(exc) else admitted.fail, exc)
             route = request.match_info["route"]
             return refusal(route, 502, f"the upstream could not be reached: {exc}", "api_error")
         async with upstream:
