@@ -18,6 +18,7 @@ from ampmeter import ExecutionContext, LimitExceeded, Node
 from ampmeter.integrations.lifecycle import META_TRANSPORT
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded
+from ampmeter.testing.billing import BillingProvider
 from ampmeter.testing.replay import ReplayServer
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
@@ -133,6 +134,24 @@ def test_a_stream_the_provider_cuts_is_charged_when_the_read_fails(replay: Repla
     assert node.status == "fail" and node.error_class == "IncompleteRead"
     assert node.tokens_in is not None and node.tokens_in > 0
     response.close()
+
+
+def test_a_request_whose_answer_times_out_is_charged_its_estimate() -> None:
+    """Sent, then the read timed out (or the server hung up): the provider bills it all the
+    same, so the call is charged its estimate (its bill unknown), not nothing."""
+    sink = MemorySink()
+    with BillingProvider(delay_s=0.5) as bill, ExecutionContext(sinks=[sink]) as ctx:
+        request = urllib.request.Request(
+            bill.openai_base_url + "/chat/completions",
+            data=json.dumps(BODY).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with pytest.raises(TimeoutError):
+            urllib.request.urlopen(request, timeout=0.1)
+        assert len(bill.calls) == 1
+    (node,) = llm_nodes(sink)
+    assert node.status == "fail" and node.error_class == "TimeoutError"
+    assert node.tokens_out == BODY["max_tokens"] and ctx.stats.total_cost() == node.cost_usd > 0
 
 
 def test_outside_a_context_and_other_paths_are_left_alone(replay: ReplayServer) -> None:

@@ -106,7 +106,11 @@ def _getting_response(connection: Any, *args: Any, **kwargs: Any) -> Generator[N
     if admitted is None:
         return (yield)
     with admitted:
-        response = yield
+        try:
+            response = yield
+        except OSError as exc:  # sent, never answered (a read timed out, the server hung up):
+            admitted.end(exc)  # the provider may have billed it, so it is charged its estimate
+            raise
     content_type = response.getheader("content-type") or ""
     reader = response_reader(admitted, response.status, content_type)
     if reader is not None:
