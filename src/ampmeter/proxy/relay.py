@@ -32,7 +32,6 @@ from ampmeter.integrations.http import adapter_for_path, json_object, response_r
 from ampmeter.integrations.http_aiohttp import sent_unanswered
 from ampmeter.integrations.lifecycle import META_TRANSPORT, Admitted, begin_call
 from ampmeter.integrations.proxy_mark import METERED_HEADER, metered_mark
-from ampmeter.integrations.wire import BodyReader
 
 __all__ = ["KEY_HEADER", "Relay", "refusal"]
 
@@ -188,14 +187,14 @@ class Relay:
                     response.headers.add(name, value)
             passing = _Passing(response)
             await passing.start(request)
-            meter = _Meter(reader, admitted)
             error: BaseException | None = None
             try:
                 async for piece in upstream.content.iter_any():
-                    await passing.write(meter.feed(piece))
-                    if not meter.reading and passing.gone:
+                    await passing.write(reader.feed(piece) if reader is not None else piece)
+                    if reader is None and passing.gone:
                         break  # nothing to count: stop reading what nobody will see
-                await passing.write(meter.end())
+                if reader is not None:
+                    await passing.write(reader.end())
             except asyncio.CancelledError:
                 # The proxy is stopping mid-body: what was sent is charged (usage seen so far,
                 # or the reservation's estimate), as for an SDK stream closed early.
@@ -206,7 +205,7 @@ class Relay:
                 error = exc
             # Settled before the body's end reaches the caller: once a client has its answer,
             # the call counts (a program that exits at once leaves nothing open).
-            if admitted is not None:
+            if reader is not None and admitted is not None:
                 await self._on_worker(admitted.end, error)
             await passing.end(request, cut=error is not None)
             return response
@@ -216,42 +215,6 @@ class Relay:
         thread."""
         job = asyncio.get_running_loop().run_in_executor(self._workers, function, *args)
         return await (asyncio.shield(job) if shield else job)
-
-
-class _Meter:
-    """The upstream's body read into its call's usage on the way to the caller (``reader``
-    None: nothing to read). A body the reader cannot take (a provider's ``"choices": 5``) is
-    passed on as it came and read no further; its call ends failed with the reader's error,
-    charged what was read before it, else its estimate: the provider billed it all the same."""
-
-    def __init__(self, reader: BodyReader | None, admitted: Admitted | None) -> None:
-        self._reader = reader
-        self._admitted = admitted
-
-    @property
-    def reading(self) -> bool:
-        return self._reader is not None
-
-    def feed(self, piece: bytes) -> bytes:
-        if self._reader is not None:
-            try:
-                return self._reader.feed(piece)
-            except Exception as exc:
-                self._stop(exc)
-        return piece
-
-    def end(self) -> bytes:
-        if self._reader is not None:
-            try:
-                return self._reader.end()
-            except Exception as exc:
-                self._stop(exc)
-        return b""
-
-    def _stop(self, exc: Exception) -> None:
-        self._reader = None
-        if self._admitted is not None and self._admitted.unread is None:
-            self._admitted.unread = exc
 
 
 class _Passing:
