@@ -209,3 +209,17 @@ def test_an_upstream_that_hangs_up_before_it_answers_is_charged_the_estimate() -
     assert node.status == "fail" and node.error_class == "ServerDisconnectedError"
     assert node.tokens_out == 40 and node.metadata[META_USAGE_ESTIMATED] is True
     assert ctx.stats.total_cost() == node.cost_usd > 0
+
+
+@pytest.mark.parametrize("flag", ["true", 1, {"on": True}])
+def test_a_stream_flag_that_is_no_bool_is_refused_before_it_is_sent(flag: object) -> None:
+    """The readers take only ``true`` as a stream (so the proxy asks for its usage); an
+    upstream that reads ``"true"`` or ``1`` as one too (a lenient OpenAI-compatible server)
+    would stream without it, billed at a usage the proxy never sees."""
+    with ReplayServer() as replay, proxy_to(replay.openai_base_url) as proxy:
+        url = proxy.base_urls()["OPENAI_BASE_URL"] + "/chat/completions"
+        body = {"model": "gpt-4o-mini", "messages": PROMPT, "stream": flag}
+        refused = httpx.post(url, json=body)
+        assert refused.status_code == 400
+        assert "'stream' must be true, false or null" in refused.json()["error"]["message"]
+        assert replay.requests == []

@@ -136,6 +136,12 @@ class Relay:
                 "(start the proxy with --allow-unestimated to forward such requests unmetered)",
                 "invalid_request_error",
             )
+        stream = body.get("stream")
+        if stream is not None and not isinstance(stream, bool):
+            # Read as no stream, it would not be asked for its usage; an upstream that takes it
+            # for one would stream without it.
+            message = "'stream' must be true, false or null"
+            return refusal(route, 400, message, "invalid_request_error")
         meta = {META_TRANSPORT: "proxy"}
         try:
             admitted: Admitted = await self._on_worker(
