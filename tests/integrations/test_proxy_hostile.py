@@ -204,6 +204,7 @@ def test_an_upstream_that_hangs_up_before_it_answers_is_charged_the_estimate() -
                 time.sleep(0.01)
             replay.stop()  # (it hangs up on the request it holds)
             assert answer.result().status_code == 502
+            assert "took the request and gave no answer" in answer.result().text
         ctx = proxy.context("team")
         (node,) = [node for node in ctx.graph.nodes() if node.kind == "llm"]
     assert node.status == "fail" and node.error_class == "ServerDisconnectedError"

@@ -178,10 +178,12 @@ class Relay:
                 request.method, url, headers=headers, data=content or None
             )
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            if admitted is not None:  # (charged its estimate if it may have been billed)
-                await self._on_worker(admitted.end if sent_unanswered(exc) else admitted.fail, exc)
+            sent = sent_unanswered(exc)  # then it may have been billed: charged its estimate
+            if admitted is not None:
+                await self._on_worker(admitted.end if sent else admitted.fail, exc)
+            told = "took the request and gave no answer" if sent else "could not be reached"
             route = request.match_info["route"]
-            return refusal(route, 502, f"the upstream could not be reached: {exc}", "api_error")
+            return refusal(route, 502, f"the upstream {told}: {exc}", "api_error")
         async with upstream:
             reader = None
             if admitted is not None:
