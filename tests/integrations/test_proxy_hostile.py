@@ -13,6 +13,7 @@ import json
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -20,7 +21,7 @@ from aiohttp import web
 
 from ampmeter.context import ExecutionContext
 from ampmeter.integrations.lifecycle import META_USAGE_ESTIMATED
-from ampmeter.proxy import MeteringProxy
+from ampmeter.proxy import BudgetFileError, MeteringProxy, read_budget_file
 from ampmeter.proxy.budget_file import budgets_from
 from ampmeter.proxy.relay import Relay
 from ampmeter.testing import recorded
@@ -224,3 +225,12 @@ def test_a_stream_flag_that_is_no_bool_is_refused_before_it_is_sent(flag: object
         assert refused.status_code == 400
         assert "'stream' must be true, false or null" in refused.json()["error"]["message"]
         assert replay.requests == []
+
+
+def test_two_callers_without_a_key_are_a_budget_file_mistake(tmp_path: Path) -> None:
+    """Requests that name no key go to the one caller without a key: with two, the first one's
+    budget was silently never used."""
+    path = tmp_path / "budgets.toml"
+    path.write_text("[callers.team]\nmax_cost_usd = 10.0\n[callers.ci]\nmax_cost_usd = 1.0\n")
+    with pytest.raises(BudgetFileError, match="callers ci and team have no key"):
+        read_budget_file(path)
