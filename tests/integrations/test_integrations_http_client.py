@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import urllib.request
+import zlib
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from ampmeter.integrations.lifecycle import META_TRANSPORT
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded
 from ampmeter.testing.billing import BillingProvider
-from ampmeter.testing.replay import ReplayServer
+from ampmeter.testing.replay import ReplayResponse, ReplayServer
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
@@ -152,6 +153,40 @@ def test_a_request_whose_answer_times_out_is_charged_its_estimate() -> None:
     (node,) = llm_nodes(sink)
     assert node.status == "fail" and node.error_class == "TimeoutError"
     assert node.tokens_out == BODY["max_tokens"] and ctx.stats.total_cost() == node.cost_usd > 0
+
+
+def test_a_raw_deflate_body_reaches_the_caller_and_is_counted(replay: ReplayServer) -> None:
+    """``deflate`` sent raw, without its zlib header (servers do; urllib3 reads it): the
+    reader's inflater raised into the caller's read, which broke, and the call was charged an
+    estimate instead of the usage the body holds."""
+    answer = recorded.load("openai_chat_tool_calls")
+    packer = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    body = packer.compress(json.dumps(answer).encode()) + packer.flush()
+    headers = (("content-type", "application/json"), ("content-encoding", "deflate"))
+    replay.script(CHAT, ReplayResponse(chunks=(body,), headers=headers))
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        got = requests.post(replay.openai_base_url + "/chat/completions", json=BODY, timeout=10)
+    assert got.json() == answer
+    (node,) = llm_nodes(sink)
+    assert (node.status, node.tokens_in, node.tokens_out) == ("success", *chat_usage())
+
+
+def test_a_body_that_cannot_be_inflated_reaches_the_caller_and_is_charged(
+    replay: ReplayServer,
+) -> None:
+    """urllib hands the caller the body as sent; one labelled gzip that is not must not break
+    the caller's read because ampmeter could not inflate it: charged its estimate instead."""
+    headers = (("content-type", "application/json"), ("content-encoding", "gzip"))
+    replay.script(CHAT, ReplayResponse(chunks=(b"not gzip at all",), headers=headers))
+    sink = MemorySink()
+    with (
+        ExecutionContext(sinks=[sink]),
+        urllib_post(replay.openai_base_url + "/chat/completions", BODY) as response,
+    ):
+        assert response.read() == b"not gzip at all"
+    (node,) = llm_nodes(sink)
+    assert node.cost_usd > 0 and node.metadata["cost_status"] == "estimated"
 
 
 def test_outside_a_context_and_other_paths_are_left_alone(replay: ReplayServer) -> None:
