@@ -25,7 +25,7 @@ from ampmeter.integrations.lifecycle import Admitted, settings
 from ampmeter.integrations.patching import Patch, undo_all
 from ampmeter.integrations.proxy_mark import METERED_HEADER
 
-__all__ = ["instrument_aiohttp", "sent_unanswered", "uninstrument_aiohttp"]
+__all__ = ["instrument_aiohttp", "uninstrument_aiohttp"]
 
 _patches: list[Patch] = []
 
@@ -118,25 +118,18 @@ class _MeteredContent(BodyMeter):
         return getattr(self.inner, name)
 
 
-def sent_unanswered(exc: BaseException) -> bool:
-    """Whether aiohttp's ``exc`` came after the request was sent, before its answer: the server
-    hung up, or a read timed out. The provider may have billed it (its bill is unknown, so the
-    call is charged its estimate); an error connecting, or an answer with an error status, is
-    not billed."""
-    import aiohttp
-
-    connecting = (aiohttp.ClientConnectorError, getattr(aiohttp, "ConnectionTimeoutError", ()))
-    hung_up = (aiohttp.ServerDisconnectedError, aiohttp.ServerTimeoutError, aiohttp.ClientOSError)
-    return isinstance(exc, (*hung_up, asyncio.TimeoutError)) and not isinstance(exc, connecting)
-
-
 async def _send(request: Any, admitted: Admitted) -> Any:
     with admitted:
         try:
             response = await request
-        except Exception as exc:
-            if sent_unanswered(exc):
-                admitted.end(exc)  # charged its estimate, as a stream cut before anything came
+        except asyncio.TimeoutError as exc:
+            import aiohttp
+
+            # The session's timeout while the answer was awaited (not while connecting, which
+            # aiohttp 3.10+ tells apart): sent, so charged its estimate (sent_unanswered in
+            # lifecycle knows aiohttp's other errors).
+            if not isinstance(exc, getattr(aiohttp, "ConnectionTimeoutError", ())):
+                admitted.end(exc)
             raise
     reader = response_reader(admitted, response.status, response.headers.get("Content-Type", ""))
     if reader is not None:

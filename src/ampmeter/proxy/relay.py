@@ -29,8 +29,7 @@ from yarl import URL
 from ampmeter.context import ExecutionContext
 from ampmeter.errors import BudgetBusy, LimitExceeded
 from ampmeter.integrations.http import adapter_for_path, json_object, response_reader
-from ampmeter.integrations.http_aiohttp import sent_unanswered
-from ampmeter.integrations.lifecycle import META_TRANSPORT, Admitted, begin_call
+from ampmeter.integrations.lifecycle import META_TRANSPORT, Admitted, begin_call, sent_unanswered
 from ampmeter.integrations.proxy_mark import METERED_HEADER, metered_mark
 
 __all__ = ["KEY_HEADER", "Relay", "refusal"]
@@ -178,9 +177,9 @@ class Relay:
                 request.method, url, headers=headers, data=content or None
             )
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            sent = sent_unanswered(exc)  # then it may have been billed: charged its estimate
-            if admitted is not None:
-                await self._on_worker(admitted.end if sent else admitted.fail, exc)
+            if admitted is not None:  # (charged its estimate if it may have been billed)
+                await self._on_worker(admitted.fail, exc)
+            sent = sent_unanswered(exc)
             told = "took the request and gave no answer" if sent else "could not be reached"
             route = request.match_info["route"]
             return refusal(route, 502, f"the upstream {told}: {exc}", "api_error")
