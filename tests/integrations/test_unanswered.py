@@ -30,12 +30,12 @@ def test_a_request_that_times_out_after_it_was_sent_is_charged_its_estimate() ->
     with BillingProvider(delay_s=0.5) as bill, ExecutionContext(sinks=[sink]):
         sdk = openai.OpenAI(base_url=bill.openai_base_url, api_key="k", max_retries=0)
         with pytest.raises(openai.APITimeoutError):
-            sdk.chat.completions.create(**BODY, timeout=0.1)  # type: ignore[call-overload]
+            sdk.chat.completions.create(**BODY, timeout=0.1)
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(bill.openai_base_url + "/chat/completions", json=BODY, timeout=0.1)
         with pytest.raises(openai.APIConnectionError):
             unreachable = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="k")
-            unreachable.with_options(max_retries=0).chat.completions.create(**BODY)  # type: ignore[call-overload]
+            unreachable.with_options(max_retries=0).chat.completions.create(**BODY)
         assert len(bill.calls) == 2
     by_sdk, by_httpx, never_sent = [node for node in sink.nodes if node.kind == "llm"]
     for sent in (by_sdk, by_httpx):
