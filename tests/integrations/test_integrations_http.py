@@ -6,6 +6,7 @@ google-genai, raw httpx and error cases talk to the replay server's recorded wir
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import sys
 from dataclasses import replace
@@ -25,6 +26,7 @@ from ampmeter.keys import KEY_INPUT_TOKENS, KEY_LLM_CALLS
 from ampmeter.local_llm import LocalLLMServer
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded
+from ampmeter.testing.billing import BillingProvider
 from ampmeter.testing.replay import ReplayServer
 
 litellm.suppress_debug_info = True
@@ -368,6 +370,49 @@ async def test_async_raw_stream_closed_early_counts_what_it_saw(replay: ReplaySe
     assert node.metadata[META_USAGE_ESTIMATED] is True
 
 
+async def test_an_aiohttp_stream_cut_by_the_provider_is_charged_at_once(
+    replay: ReplayServer,
+) -> None:
+    """The provider drops a stream it bills: the read's error ends the call there, charged
+    (the input's estimate and the output received), not when the response is collected."""
+    import aiohttp
+
+    replay.script("/v1/chat/completions", recorded.openai_chat_stream_usage(cut_after=2))
+    sink = MemorySink()
+    body = {"model": "gpt-4o-mini", "messages": MESSAGES, "stream": True}
+    async with aiohttp.ClientSession() as session, ExecutionContext(sinks=[sink]) as ctx:
+        post = session.post(replay.openai_base_url + "/chat/completions", json=body)
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async with post as response:
+                async for _line in response.content:
+                    pass
+        assert ctx.stats.total_cost() > 0  # (the response is still alive here)
+    node = only(sink)
+    assert node.status == "fail" and node.error_class == "ClientPayloadError"
+    assert node.metadata["cost_status"] == "estimated" and node.tokens_in > 0
+
+
+async def test_an_aiohttp_request_whose_answer_times_out_is_charged_its_estimate() -> None:
+    """Sent, then the read timed out: the provider bills it all the same (its bill unknown,
+    the call is charged its estimate); one that could not connect is free."""
+    import aiohttp
+
+    body = {"model": "gpt-4o-mini", "messages": MESSAGES, "max_tokens": 30}
+    sink = MemorySink()
+    with BillingProvider(delay_s=0.5) as bill:
+        async with aiohttp.ClientSession() as session, ExecutionContext(sinks=[sink]):
+            for url in (bill.openai_base_url, "http://127.0.0.1:9/v1"):
+                post = session.post(
+                    url + "/chat/completions", json=body, timeout=aiohttp.ClientTimeout(0.1)
+                )
+                with pytest.raises((asyncio.TimeoutError, aiohttp.ClientError)):
+                    await post
+    timed_out, unreachable = calls(sink)
+    assert timed_out.tokens_out == 30 and timed_out.cost_usd > 0
+    assert timed_out.metadata[META_USAGE_ESTIMATED] is True
+    assert unreachable.cost_usd == 0 and unreachable.error_class == "ClientConnectorError"
+
+
 def test_an_error_status_fails_the_node_without_usage(replay: ReplayServer) -> None:
     replay.script("/v1/messages", recorded.anthropic_error(500))
     sink = MemorySink()
@@ -584,7 +629,7 @@ def _sse_chunks(body: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line != b"[DONE]"]
 
 
-@pytest.mark.parametrize("read", ["lines", "whole", "any"])
+@pytest.mark.parametrize("read", ["lines", "whole", "any", "chunks", "readchunk"])
 async def test_aiohttp_stream_without_usage_gets_it_and_hides_the_extra_chunk(
     llm_server: LocalLLMServer, read: str
 ) -> None:
@@ -604,6 +649,17 @@ async def test_aiohttp_stream_without_usage_gets_it_and_hides_the_extra_chunk(
                 received = b"".join([line async for line in response.content])
             elif read == "whole":
                 received = await response.read()
+            elif read == "chunks":
+                received = b"".join([piece async for piece, _ in response.content.iter_chunks()])
+            elif read == "readchunk":
+                received = b""
+                for _ in range(10_000):  # (b"", False) is aiohttp's end of the body
+                    piece, chunk_end = await response.content.readchunk()
+                    if (piece, chunk_end) == (b"", False):
+                        break
+                    received += piece
+                else:
+                    pytest.fail("readchunk never told the body's end")
             else:
                 received = b"".join([piece async for piece in response.content.iter_any()])
     chunks = _sse_chunks(received)

@@ -6,8 +6,10 @@ usage it sent, and a limit stops the next request before it is sent.
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.request
+import zlib
 from typing import Any
 
 import pytest
@@ -17,7 +19,8 @@ from ampmeter import ExecutionContext, LimitExceeded, Node
 from ampmeter.integrations.lifecycle import META_TRANSPORT
 from ampmeter.sinks.memory import MemorySink
 from ampmeter.testing import recorded
-from ampmeter.testing.replay import ReplayServer
+from ampmeter.testing.billing import BillingProvider
+from ampmeter.testing.replay import ReplayResponse, ReplayServer
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
@@ -116,6 +119,74 @@ def test_a_response_closed_half_way_is_abandoned(replay: ReplayServer) -> None:
     (node,) = llm_nodes(sink)
     assert node.status == "fail" and node.error_class == "StreamAbandoned"
     assert node.tokens_in is not None and node.tokens_in > 0
+
+
+def test_a_stream_the_provider_cuts_is_charged_when_the_read_fails(replay: ReplayServer) -> None:
+    """The read's error ends the call (charged the input's estimate and the output received)
+    even while the caller keeps the response: its context's totals and log include it."""
+    replay.script(CHAT, recorded.openai_chat_stream_usage(cut_after=2))
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]) as ctx:
+        response = urllib_post(replay.openai_base_url + "/chat/completions", STREAM_BODY)
+        with pytest.raises(http.client.IncompleteRead):
+            response.read()
+        assert ctx.stats.total_cost() > 0
+    (node,) = llm_nodes(sink)
+    assert node.status == "fail" and node.error_class == "IncompleteRead"
+    assert node.tokens_in is not None and node.tokens_in > 0
+    response.close()
+
+
+def test_a_request_whose_answer_times_out_is_charged_its_estimate() -> None:
+    """Sent, then the read timed out (or the server hung up): the provider bills it all the
+    same, so the call is charged its estimate (its bill unknown), not nothing."""
+    sink = MemorySink()
+    with BillingProvider(delay_s=0.5) as bill, ExecutionContext(sinks=[sink]) as ctx:
+        request = urllib.request.Request(
+            bill.openai_base_url + "/chat/completions",
+            data=json.dumps(BODY).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with pytest.raises(TimeoutError):
+            urllib.request.urlopen(request, timeout=0.1)
+        assert len(bill.calls) == 1
+    (node,) = llm_nodes(sink)
+    assert node.status == "fail" and node.error_class == "TimeoutError"
+    assert node.tokens_out == BODY["max_tokens"] and ctx.stats.total_cost() == node.cost_usd > 0
+
+
+def test_a_raw_deflate_body_reaches_the_caller_and_is_counted(replay: ReplayServer) -> None:
+    """``deflate`` sent raw, without its zlib header (servers do; urllib3 reads it): the
+    reader's inflater raised into the caller's read, which broke, and the call was charged an
+    estimate instead of the usage the body holds."""
+    answer = recorded.load("openai_chat_tool_calls")
+    packer = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    body = packer.compress(json.dumps(answer).encode()) + packer.flush()
+    headers = (("content-type", "application/json"), ("content-encoding", "deflate"))
+    replay.script(CHAT, ReplayResponse(chunks=(body,), headers=headers))
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        got = requests.post(replay.openai_base_url + "/chat/completions", json=BODY, timeout=10)
+    assert got.json() == answer
+    (node,) = llm_nodes(sink)
+    assert (node.status, node.tokens_in, node.tokens_out) == ("success", *chat_usage())
+
+
+def test_a_body_that_cannot_be_inflated_reaches_the_caller_and_is_charged(
+    replay: ReplayServer,
+) -> None:
+    """urllib hands the caller the body as sent; one labelled gzip that is not must not break
+    the caller's read because ampmeter could not inflate it: charged its estimate instead."""
+    headers = (("content-type", "application/json"), ("content-encoding", "gzip"))
+    replay.script(CHAT, ReplayResponse(chunks=(b"not gzip at all",), headers=headers))
+    sink = MemorySink()
+    with (
+        ExecutionContext(sinks=[sink]),
+        urllib_post(replay.openai_base_url + "/chat/completions", BODY) as response,
+    ):
+        assert response.read() == b"not gzip at all"
+    (node,) = llm_nodes(sink)
+    assert node.cost_usd > 0 and node.metadata["cost_status"] == "estimated"
 
 
 def test_outside_a_context_and_other_paths_are_left_alone(replay: ReplayServer) -> None:

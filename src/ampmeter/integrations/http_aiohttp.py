@@ -48,7 +48,8 @@ class _MeteredContent(BodyMeter):
         """Read more of the body into the buffer; False at its end."""
         if self._eof:
             return False
-        data = await self.inner.readany()
+        with self.ending_on_error():  # a body the provider cut is charged now, not when collected
+            data = await self.inner.readany()
         if data:
             self._buffer += self.take(data)
             if not self.inner.at_eof():
@@ -88,7 +89,8 @@ class _MeteredContent(BodyMeter):
         return self._take(n)
 
     async def readchunk(self) -> tuple[bytes, bool]:
-        return await self.readany(), True
+        # (b"", False) is aiohttp's end of the body; no piece here ends an HTTP chunk.
+        return await self.readany(), False
 
     def at_eof(self) -> bool:
         return self._eof and not self._buffer
@@ -99,6 +101,10 @@ class _MeteredContent(BodyMeter):
 
     def iter_any(self) -> AsyncIterator[bytes]:
         return self._pieces(self.readany)
+
+    async def iter_chunks(self) -> AsyncIterator[tuple[bytes, bool]]:
+        while data := await self.readany():
+            yield data, False
 
     def iter_chunked(self, n: int) -> AsyncIterator[bytes]:
         return self._pieces(lambda: self.read(n))
@@ -114,7 +120,17 @@ class _MeteredContent(BodyMeter):
 
 async def _send(request: Any, admitted: Admitted) -> Any:
     with admitted:
-        response = await request
+        try:
+            response = await request
+        except asyncio.TimeoutError as exc:
+            import aiohttp
+
+            # The session's timeout while the answer was awaited (not while connecting, which
+            # aiohttp 3.10+ tells apart): sent, so charged its estimate (sent_unanswered in
+            # lifecycle knows aiohttp's other errors).
+            if not isinstance(exc, getattr(aiohttp, "ConnectionTimeoutError", ())):
+                admitted.end(exc)
+            raise
     reader = response_reader(admitted, response.status, response.headers.get("Content-Type", ""))
     if reader is not None:
         response.content = _MeteredContent(response.content, reader, admitted)

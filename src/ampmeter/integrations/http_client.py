@@ -49,17 +49,37 @@ class _ResponseBody(BodyMeter):
         # The caller may decompress what it reads; the reader needs the plain body.
         gzipped = encoding in ("gzip", "deflate")
         self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 32) if gzipped else None
+        self._inflating = False  # a first piece was inflated
+        self._unreadable = False
 
     def seen(self, data: bytes, *, decoded: bool = False) -> None:
         """``data`` was read from the body (``decoded``: already decompressed)."""
         if self.admitted.done:
             return
         if data and self._inflate is not None and not decoded:
-            data = self._inflate.decompress(data)
+            data = self._inflated(self._inflate, data)
         if data:
             self.reader.feed(data)
         if not data or self.reader.complete or self.inner.isclosed():
             self.finish()
+
+    def _inflated(self, inflate: Any, data: bytes) -> bytes:
+        """``data`` decompressed. ``deflate`` may come raw, without its zlib header (as
+        urllib3 reads it); a body that cannot be inflated is read no further (it is charged
+        its estimate) and never breaks the caller's read."""
+        if self._unreadable:
+            return b""
+        try:
+            data = inflate.decompress(data)
+        except zlib.error:
+            if self._inflating:
+                self._unreadable = True
+                return b""
+            self._inflate = zlib.decompressobj(-zlib.MAX_WBITS)
+            self._inflating = True
+            return self._inflated(self._inflate, data)
+        self._inflating = True
+        return data
 
 
 def _admit(given: dict[str, Any]) -> Admitted | None:
@@ -106,7 +126,11 @@ def _getting_response(connection: Any, *args: Any, **kwargs: Any) -> Generator[N
     if admitted is None:
         return (yield)
     with admitted:
-        response = yield
+        try:
+            response = yield
+        except OSError as exc:  # sent, never answered (a read timed out, the server hung up):
+            admitted.end(exc)  # the provider may have billed it, so it is charged its estimate
+            raise
     content_type = response.getheader("content-type") or ""
     reader = response_reader(admitted, response.status, content_type)
     if reader is not None:
@@ -125,7 +149,8 @@ def _wrap_read(original: Callable[..., Any], *, into: bool = False) -> Callable[
             return original(response, *args, **kwargs)
         meter.busy = True  # a chunked readline reads through read(): one piece, seen once
         try:
-            result = original(response, *args, **kwargs)
+            with meter.ending_on_error():  # a body the provider cut is charged now
+                result = original(response, *args, **kwargs)
         finally:
             meter.busy = False
         meter.seen(bytes(memoryview(args[0])[:result]) if into else result)

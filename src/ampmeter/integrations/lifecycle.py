@@ -45,6 +45,7 @@ __all__ = [
     "finish_abandoned",
     "finish_call",
     "relieve_pressure",
+    "sent_unanswered",
     "settings",
 ]
 
@@ -132,8 +133,11 @@ class Admitted:
 
     def fail(self, exc: BaseException) -> None:
         """End the call failed with ``exc`` and no usage: nothing came back to read (the request
-        raised, was not sent, or was answered with an error)."""
-        if not self.done:
+        raised, was not sent, or was answered with an error). One sent and never answered
+        (:func:`sent_unanswered`) may have been billed: it is charged its estimate."""
+        if sent_unanswered(exc):
+            self.end(exc)
+        elif not self.done:
             self.done = True
             finish_call(self.call, None, exc)
 
@@ -153,10 +157,14 @@ class Admitted:
         finish_call(self.call, self.tally, None)
 
     def end(self, exc: BaseException | None) -> None:
-        """End the call with the usage read (``exc``: the error reading the response raised)."""
+        """End the call with the usage read (``exc``: the error reading the response raised;
+        one that cut a stream before its last event ends it as a cut stream)."""
         if not self.done:
             self.done = True
-            finish_call(self.call, self.tally, exc or self.unread)
+            if exc is not None and not self.tally.complete:
+                finish_abandoned(self.call, self.tally, exc)
+            else:
+                finish_call(self.call, self.tally, exc or self.unread)
 
     def abandon(self) -> None:
         """End the call of a response closed or dropped before its end."""
@@ -227,6 +235,38 @@ class Admitted:
         except BaseException as exc:
             self.end(exc)
             raise
+
+
+# The errors, by class name (their libraries are not imported here), that come after a request
+# was sent and before its answer: a read that timed out, a server that hung up (httpx's, which
+# the SDKs raise theirs from; aiohttp's, whose connecting errors have names of their own;
+# http.client's).
+_UNANSWERED: Final = frozenset(
+    {
+        "ReadTimeout",
+        "ReadError",
+        "RemoteProtocolError",
+        "ServerDisconnectedError",
+        "SocketTimeoutError",
+        "ClientOSError",
+        "RemoteDisconnected",
+    }
+)
+
+
+def sent_unanswered(exc: BaseException) -> bool:
+    """Whether ``exc``, or an error it was raised from, says its request was sent and never
+    answered: the provider may have billed it (a long answer the client gave up on), so its
+    bill is unknown. An error connecting, or an answer with an error status, says nothing was
+    billed."""
+    cause: BaseException | None = exc
+    for _ in range(8):  # (a chain of causes is short; a cycle must not hang)
+        if cause is None:
+            return False
+        if type(cause).__name__ in _UNANSWERED:
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def begin_call(
@@ -336,16 +376,19 @@ def finish_call(
     call.finish(exc, meta)
 
 
-def finish_abandoned(call: Call, tally: Tally) -> None:
-    """End the node of a stream closed before its last event.
+def finish_abandoned(call: Call, tally: Tally, cut: BaseException | None = None) -> None:
+    """End the node of a stream closed (or ``cut``, the error that cut it) before its last
+    event.
 
-    The provider bills a cut stream but its usage report (OpenAI's comes last) may not have
-    arrived: count the request's input estimate (its reservation's, in the context's estimate
-    mode) and the output received (at least one token per content event), and say so on the
-    node (``usage_estimated``, and ``cost_status`` ``"estimated"``).
+    The provider bills a cut stream but its usage report (OpenAI's comes last; Anthropic's
+    first one counts a single output token) may not have arrived: count the request's input
+    estimate (its reservation's, in the context's estimate mode) and the output received (at
+    least one token per content event), and say so on the node (``usage_estimated``, and
+    ``cost_status`` ``"estimated"``).
     """
     meta = {META_USAGE_ESTIMATED: True} if estimate_cut_stream(call, tally) else None
-    cut = StreamAbandoned("the stream was closed before its last event was read")
+    if cut is None:
+        cut = StreamAbandoned("the stream was closed before its last event was read")
     finish_call(call, tally, cut, meta)
 
 

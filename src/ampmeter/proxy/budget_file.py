@@ -79,6 +79,10 @@ def budgets_from(data: Mapping[str, Any], where: str = "<budgets>") -> ProxyBudg
     keys = [c.key for c in callers if c.key is not None]
     if len(set(keys)) != len(keys):
         raise BudgetFileError(f"{where}: two callers share one key")
+    keyless = sorted(c.name for c in callers if c.key is None)
+    if len(keyless) > 1:  # requests that name no key go to one of them: give each a key
+        names = ", ".join(keyless[:-1]) + f" and {keyless[-1]}"
+        raise BudgetFileError(f"{where}: callers {names} have no key; at most one may have none")
     return ProxyBudgets(
         callers,
         upstreams,

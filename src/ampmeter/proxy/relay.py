@@ -24,17 +24,12 @@ import aiohttp
 import orjson
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from ampmeter.context import ExecutionContext
 from ampmeter.errors import BudgetBusy, LimitExceeded
 from ampmeter.integrations.http import adapter_for_path, json_object, response_reader
-from ampmeter.integrations.lifecycle import (
-    META_TRANSPORT,
-    Admitted,
-    begin_call,
-    finish_abandoned,
-    finish_call,
-)
+from ampmeter.integrations.lifecycle import META_TRANSPORT, Admitted, begin_call, sent_unanswered
 from ampmeter.integrations.proxy_mark import METERED_HEADER, metered_mark
 
 __all__ = ["KEY_HEADER", "Relay", "refusal"]
@@ -57,6 +52,7 @@ _NOT_FORWARDED: Final = frozenset(
         "host",
         "content-length",
         "content-encoding",  # the upstream's body is passed on decoded
+        "accept-encoding",  # so the upstream is asked only for what the proxy can decode
         KEY_HEADER,
         METERED_HEADER,
     }
@@ -115,6 +111,12 @@ class Relay:
         if base is None:
             return refusal(route, 404, f"no upstream is configured for {route!r}", "not_found")
         path = "/" + request.match_info["tail"]
+        # Dot segments (sent encoded, even twice) resolve upstream: none may reach beside the
+        # base URL the user configured (a gateway's other tenant, another Azure deployment,
+        # billed at another price).
+        if not f"{URL(base + path).path}/".startswith(f"{URL(base).path.rstrip('/')}/"):
+            message = f"the path {path!r} leaves the upstream's base URL"
+            return refusal(route, 400, message, "invalid_request_error")
         url = base + path + (f"?{request.query_string}" if request.query_string else "")
         content = await request.read()
         if request.method != "POST" or self._metered_by_sender(request, content):
@@ -133,6 +135,12 @@ class Relay:
                 "(start the proxy with --allow-unestimated to forward such requests unmetered)",
                 "invalid_request_error",
             )
+        stream = body.get("stream")
+        if stream is not None and not isinstance(stream, bool):
+            # Read as no stream, it would not be asked for its usage; an upstream that takes it
+            # for one would stream without it.
+            message = "'stream' must be true, false or null"
+            return refusal(route, 400, message, "invalid_request_error")
         meta = {META_TRANSPORT: "proxy"}
         try:
             admitted: Admitted = await self._on_worker(
@@ -143,7 +151,13 @@ class Relay:
         except LimitExceeded as stop:
             return refusal(route, 402, str(stop), "insufficient_quota")
         sent = orjson.dumps(body) if admitted.hide else content
-        return await self._forward(request, url, sent, admitted)
+        try:
+            return await self._forward(request, url, sent, admitted)
+        except BaseException as exc:
+            # Cancelled (the proxy stopping) before its answer was read: sent, so it is charged
+            # at its reservation (an interrupt in flight), never dropped with the task.
+            await self._on_worker(admitted.fail, exc, shield=True)
+            raise
 
     def _metered_by_sender(self, request: web.Request, content: bytes) -> bool:
         mark = request.headers.get(METERED_HEADER)
@@ -163,10 +177,12 @@ class Relay:
                 request.method, url, headers=headers, data=content or None
             )
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            if admitted is not None:
-                await self._on_worker(finish_call, admitted.call, None, exc)
+            if admitted is not None:  # (charged its estimate if it may have been billed)
+                await self._on_worker(admitted.fail, exc)
+            sent = sent_unanswered(exc)
+            told = "took the request and gave no answer" if sent else "could not be reached"
             route = request.match_info["route"]
-            return refusal(route, 502, f"the upstream could not be reached: {exc}", "api_error")
+            return refusal(route, 502, f"the upstream {told}: {exc}", "api_error")
         async with upstream:
             reader = None
             if admitted is not None:
@@ -176,8 +192,8 @@ class Relay:
             for name, value in upstream.headers.items():
                 if name.lower() not in _NOT_FORWARDED:
                     response.headers.add(name, value)
-            await response.prepare(request)
             passing = _Passing(response)
+            await passing.start(request)
             error: BaseException | None = None
             try:
                 async for piece in upstream.content.iter_any():
@@ -189,19 +205,16 @@ class Relay:
             except asyncio.CancelledError:
                 # The proxy is stopping mid-body: what was sent is charged (usage seen so far,
                 # or the reservation's estimate), as for an SDK stream closed early.
-                if reader is not None and admitted is not None:
-                    await self._on_worker(
-                        finish_abandoned, admitted.call, reader.tally, shield=True
-                    )
+                if admitted is not None:
+                    await self._on_worker(admitted.abandon, shield=True)
                 raise
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 error = exc
             # Settled before the body's end reaches the caller: once a client has its answer,
             # the call counts (a program that exits at once leaves nothing open).
             if reader is not None and admitted is not None:
-                error = error or reader.unread
-                await self._on_worker(finish_call, admitted.call, reader.tally, error)
-            await passing.end()
+                await self._on_worker(admitted.end, error or reader.unread)
+            await passing.end(request, cut=error is not None)
             return response
 
     async def _on_worker(self, function: Any, *args: Any, shield: bool = False) -> Any:
@@ -212,14 +225,20 @@ class Relay:
 
 
 class _Passing:
-    """The body on its way to the caller. A caller that hangs up mid-body is let go, and the
-    upstream's body is still read to its end: the provider bills the whole answer (it cannot
-    know the caller left), and its usage, which comes last, is then counted exactly instead of
-    estimated."""
+    """The body on its way to the caller. A caller that hangs up mid-body, or before the
+    upstream answered (a client's timeout), is let go, and the upstream's body is still read to
+    its end: the provider bills the whole answer (it cannot know the caller left), and its
+    usage, which comes last, is then counted exactly instead of estimated."""
 
     def __init__(self, response: web.StreamResponse) -> None:
         self._response = response
         self.gone = False
+
+    async def start(self, request: web.Request) -> None:
+        try:
+            await self._response.prepare(request)
+        except (ConnectionResetError, aiohttp.ClientConnectionError):
+            self.gone = True
 
     async def write(self, data: bytes) -> None:
         if data and not self.gone:
@@ -228,10 +247,16 @@ class _Passing:
             except (ConnectionResetError, aiohttp.ClientConnectionError):
                 self.gone = True
 
-    async def end(self) -> None:
-        if not self.gone:
-            with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionError):
-                await self._response.write_eof()
+    async def end(self, request: web.Request, *, cut: bool) -> None:
+        """End the body; ``cut``: the upstream broke its body off, and the caller's is broken
+        off too (its end never sent), so that no client takes a cut answer for a whole one."""
+        if self.gone:
+            return
+        if cut and request.transport is not None:
+            request.transport.close()  # (what was written is still delivered first)
+            return
+        with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionError):
+            await self._response.write_eof()
 
 
 def refusal(
