@@ -53,8 +53,9 @@ local function open_window()
     -- a key that never expires was written to a tree kept for good, never wiped here
     for _, i in ipairs(tree) do
       if redis.call('PTTL', KEYS[i]) == -1 then
-        error({err = 'ERR the scope tree is kept without a ttl_s: a ledger with ttl_s would '
-          .. 'wipe its spend (open every ledger of one tree with one ttl_s)'})
+        -- (a string: Redis 6 cannot report an error raised as a table from a function)
+        error('the scope tree is kept without a ttl_s: a ledger with ttl_s would '
+          .. 'wipe its spend (open every ledger of one tree with one ttl_s)')
       end
     end
     for _, i in ipairs(tree) do redis.call('DEL', KEYS[i]) end
