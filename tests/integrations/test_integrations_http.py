@@ -79,6 +79,7 @@ def test_litellm_completion_records_the_server_usage(
 
 
 @pytest.mark.parametrize("route", [vllm, claude], ids=["hosted_vllm", "anthropic"])
+@pytest.mark.usefixtures("litellm_streams_collected")
 def test_litellm_stream_records_the_usage_it_reports(
     llm_server: LocalLLMServer, route: Any
 ) -> None:
@@ -99,6 +100,7 @@ def test_litellm_stream_records_the_usage_it_reports(
     assert node.status == "success"
 
 
+@pytest.mark.usefixtures("litellm_streams_collected")
 def test_litellm_stream_without_usage_gets_it_and_hides_the_extra_chunk(
     llm_server: LocalLLMServer,
 ) -> None:
@@ -116,6 +118,7 @@ def test_litellm_stream_without_usage_gets_it_and_hides_the_extra_chunk(
     assert chunks and all(c.choices for c in chunks)  # the caller sees no usage-only chunk
 
 
+@pytest.mark.usefixtures("litellm_streams_collected")
 async def test_litellm_async_goes_through_its_aiohttp_transport_and_is_metered(
     llm_server: LocalLLMServer,
 ) -> None:

@@ -15,7 +15,7 @@ from ampmeter import ExecutionContext, LimitExceeded, find_limit_exceeded
 from ampmeter.node import Node
 from ampmeter.testing import BillingProvider
 
-pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
+pytestmark = pytest.mark.usefixtures("instrumented", "litellm_streams_collected")  # conftest.py
 
 litellm.suppress_debug_info = True
 
