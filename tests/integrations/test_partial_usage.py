@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -102,10 +103,19 @@ def _openai_response(client: Any) -> Any:
     return client.responses.create(model="o4-mini", input="Look it up.", max_output_tokens=4096)
 
 
+def _openai_chat(client: Any) -> Any:
+    # Through plain httpx: the SDK's own model would make "96" and 96.0 ints before ampmeter
+    # reads them (a raw client or the proxy hands ampmeter the body as it came).
+    body = {"model": "gpt-4o-mini", "messages": PROMPT, "max_tokens": 4096}
+    return httpx.post(f"{client.base_url}chat/completions", json=body)
+
+
 WHOLE = {
     "anthropic": (MESSAGES, "anthropic_message_tool_use", "output_tokens", _anthropic_message),
     "responses": ("/v1/responses", "openai_responses_usage", "output_tokens", _openai_response),
+    "chat": ("/v1/chat/completions", "openai_chat_tool_calls", "completion_tokens", _openai_chat),
 }
+WHOLE_INPUT = {"anthropic": 3484, "responses": 3120, "chat": 2210}
 
 
 @pytest.mark.parametrize("provider", list(WHOLE))
@@ -127,7 +137,7 @@ def test_a_whole_answer_whose_output_count_is_no_int_is_charged_the_output_it_re
         send(client)
     (node,) = [n for n in sink.nodes if n.kind == "llm"]
     assert node.status == "success"
-    assert node.tokens_in == (3484 if provider == "anthropic" else 3120)
+    assert node.tokens_in == WHOLE_INPUT[provider]
     # A token per character of the text and the tools' names and arguments written.
     assert node.tokens_out is not None and node.tokens_out > 40
     assert node.metadata["cost_status"] == "estimated"

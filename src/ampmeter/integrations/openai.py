@@ -66,7 +66,8 @@ class ChatAdapter(Adapter):
         if usage is not None:
             _read_usage(usage, _CHAT_USAGE, tally)
         capture = settings.capture_content
-        unreported = usage is None  # then the output is counted from the text (a proxy's cut)
+        # No output count (a proxy's cut, a count no int): the output is counted from the text.
+        unreported = tally.tokens_out is None
         for choice in read(result, "choices", None) or ():
             message = READERS[type(choice)](choice, "message", None)
             read_message = READERS[type(message)]
