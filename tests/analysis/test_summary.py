@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import random
 import re
+import time
 import warnings
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from ampmeter._core import nodes
 from ampmeter.analysis import NUMERIC_COLUMNS, AnalysisError, SummaryTable, load_runs, summarize
 from ampmeter.analysis._duck_summary import summarize_runs
 from ampmeter.analysis.digest import digest_logs
@@ -478,3 +481,33 @@ def test_summary_and_report_count_the_same_llm_calls_for_context_growth(
     assert (row.llm_calls, row.base_context, row.context_growth_avg) == (3, 100, 75.0)
     (digested,) = digest_logs([path]).runs
     assert digested.summary() == row
+
+
+class _SteppedBackClock:
+    """The wall clock as an NTP adjustment leaves it: each reading 5 s before the last (a real
+    system clock cannot be set back from a test)."""
+
+    def __init__(self) -> None:
+        self.now = time.time_ns()
+
+    def time_ns(self) -> int:
+        self.now -= 5_000_000_000
+        return self.now
+
+
+def test_a_call_the_clock_stepped_back_across_is_logged_and_summed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wall clock set back while a call ran gave it a negative ``latency_ms``: its log line
+    was refused by every reader (a summary in best-effort mode dropped it, cost and all). Its
+    latency is 0 now, and its cost is in the summary."""
+    path = tmp_path / "stepped.jsonl"
+    with ExecutionContext("stepped", sinks=[JsonlSink(path)]) as ctx:
+        monkeypatch.setattr(nodes, "time", _SteppedBackClock())
+        with ctx.tool_call("search") as call:
+            call.record(cost_usd=0.25)
+        monkeypatch.undo()
+    (tool,) = [n for n in ctx.graph.nodes() if n.kind == "tool"]
+    assert tool.latency_ms == 0
+    (run,) = summarize([path]).runs
+    assert (run.tool_calls, run.cost_usd) == (1, Decimal("0.25"))

@@ -182,7 +182,10 @@ class NodeTable:
         if self._unstarted:  # (an admitted call left it when it was admitted)
             self._unstarted.pop(node.node_id, None)
         previous = node.status
-        node.end_ts_ms = time.time_ns() // _NS_PER_MS
+        # A wall clock set back during the call (an NTP step) must not end it before it began:
+        # a negative latency makes its log line one no reader takes, dropping its cost.
+        now = time.time_ns() // _NS_PER_MS
+        node.end_ts_ms = now if now >= node.start_ts_ms else node.start_ts_ms
         (
             node.status,
             node.cost_nano,
