@@ -14,7 +14,9 @@ import pytest
 
 from ampmeter import ExecutionContext
 from ampmeter.sinks.memory import MemorySink
+from ampmeter.testing import recorded
 from ampmeter.testing.billing import BillingProvider
+from ampmeter.testing.replay import ReplayResponse, ReplayServer
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
 
@@ -42,3 +44,45 @@ def test_a_request_that_times_out_after_it_was_sent_is_charged_its_estimate() ->
         assert sent.status == "fail" and sent.metadata["cost_status"] == "estimated"
         assert sent.tokens_out == BODY["max_tokens"] and sent.cost_usd > 0
     assert never_sent.cost_usd == 0 and never_sent.tokens_in is None
+
+
+def test_attempts_the_sdk_retried_after_a_timeout_are_charged_as_well() -> None:
+    """The SDK retries a request whose answer timed out, inside the one call ampmeter meters:
+    only its last attempt was charged, though the provider billed each. Each attempt retried
+    unanswered now adds its estimate, so the count is never below the bill."""
+    sink = MemorySink()
+    prices = {"gpt-4o-mini": ("0.15", "0.60")}
+    with BillingProvider(delay_s=0.5, prices=prices) as bill, ExecutionContext(sinks=[sink]) as ctx:
+        sdk = openai.OpenAI(base_url=bill.openai_base_url, api_key="k", max_retries=2)
+        with pytest.raises(openai.APITimeoutError):
+            sdk.chat.completions.create(**BODY, timeout=0.1)
+        assert len(bill.calls) == 3
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert node.retries_used == 2 and node.metadata["cost_status"] == "estimated"
+    assert node.tokens_out == 3 * BODY["max_tokens"]
+    assert node.tokens_in is not None and node.tokens_in >= bill.billed_input_tokens
+    assert ctx.stats.total_cost() >= bill.billed_usd > 0
+
+
+def test_an_attempt_retried_unanswered_is_charged_beside_the_answer_that_came(
+    replay: ReplayServer,
+) -> None:
+    """The first attempt timed out (sent: the provider may bill it), the retry was answered:
+    the call is charged the answer's usage and the first attempt's estimate."""
+    answer = recorded.load("openai_chat_tool_calls")
+    replay.script(
+        "/v1/chat/completions",
+        ReplayResponse.json(answer, delay=1.0),
+        ReplayResponse.json(answer),
+    )
+    sink = MemorySink()
+    sdk = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=1)
+    with ExecutionContext(sinks=[sink]):
+        sdk.chat.completions.create(**BODY, timeout=0.3)
+    assert len(replay.requests) == 2
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    usage = answer["usage"]
+    assert node.status == "success" and node.retries_used == 1
+    assert node.tokens_out == usage["completion_tokens"] + BODY["max_tokens"]
+    assert node.tokens_in is not None and node.tokens_in > usage["prompt_tokens"]
+    assert node.metadata["cost_status"] == "estimated"

@@ -50,6 +50,8 @@ class Tally:
     # the node's ``response_id``, an idempotency key only through :meth:`gateway_key`.
     response_id: object = None
     complete: bool = False  # the stream's last event was read (callers often stop there)
+    # Attempts the SDK sent, got no answer to (a read timeout) and retried: each may be billed.
+    unanswered: int = 0
 
     def receive(self, text: str) -> None:
         """Count the output text of a whole response that reported no usage (kept, so that

@@ -18,7 +18,6 @@ from contextlib import aclosing, closing, contextmanager
 from types import ModuleType
 from typing import Any, Final
 
-from ampmeter.context import Call
 from ampmeter.integrations.adapter import Adapter, Tally
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.dspy_request import (
@@ -28,7 +27,7 @@ from ampmeter.integrations.dspy_request import (
     wire_of,
 )
 from ampmeter.integrations.lifecycle import (
-    ACTIVE_CALL,
+    ACTIVE_REQUEST,
     Admitted,
     begin_call,
     settings,
@@ -99,7 +98,7 @@ def _admit(engine: Any, request: Any, stream: bool) -> Admitted | None:
     context meters it here, or the engine cannot route it (it then refuses the request
     itself, before sending anything)."""
     ctx = metered_context()
-    if ctx is None or ACTIVE_CALL.get() is not None:
+    if ctx is None or ACTIVE_REQUEST.get() is not None:
         return None
     try:
         route = engine.resolve(request.model)
@@ -143,14 +142,14 @@ def _settled(meter: Admitted) -> Iterator[None]:
 
 
 @contextmanager
-def _active(call: Call) -> Iterator[None]:
-    """Mark ``call`` active only while the engine works: the caller's own calls between
+def _active(admitted: Admitted) -> Iterator[None]:
+    """Mark ``admitted`` active only while the engine works: the caller's own calls between
     events are not this request's."""
-    token = ACTIVE_CALL.set(call)
+    token = ACTIVE_REQUEST.set(admitted)
     try:
         yield
     finally:
-        ACTIVE_CALL.reset(token)
+        ACTIVE_REQUEST.reset(token)
 
 
 def _wrap_stream(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -164,7 +163,7 @@ def _wrap_stream(original: Callable[..., Any]) -> Callable[..., Any]:
             return
         with _settled(admitted), closing(events):
             while True:
-                with _active(admitted.call):
+                with _active(admitted):
                     event = next(events, _END)
                 if event is _END:
                     break
@@ -186,7 +185,7 @@ def _wrap_async_stream(original: Callable[..., Any]) -> Callable[..., Any]:
         with _settled(admitted):
             async with aclosing(events):
                 while True:
-                    with _active(admitted.call):
+                    with _active(admitted):
                         event = await anext(events, _END)
                     if event is _END:
                         break

@@ -4,7 +4,7 @@ no SDK door (LiteLLM's own handlers, google-genai, mistralai, plain httpx), at `
 is mounted (LiteLLM's aiohttp transport included). aiohttp's own clients: :mod:`.http_aiohttp`.
 
 A ``POST`` is metered when a context is current, no SDK door is already metering the request
-(:data:`~ampmeter.integrations.lifecycle.ACTIVE_CALL`; the SDKs' own clients send past this
+(:data:`~ampmeter.integrations.lifecycle.ACTIVE_REQUEST`; the SDKs' own clients send past this
 layer), and its path names a known wire format (:data:`ROUTES`). Its JSON body is read before
 anything is sent, so limits stop the request before a byte leaves; the response body is read as
 it passes to the caller (streams included; a streamed Gemini answer is SSE or a JSON array). A
@@ -27,7 +27,7 @@ from ampmeter.integrations.anthropic import MessagesAdapter
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.gemini import GenerateContentAdapter, model_of_path
 from ampmeter.integrations.lifecycle import (
-    ACTIVE_CALL,
+    ACTIVE_REQUEST,
     META_TRANSPORT,
     Admitted,
     begin_call,
@@ -107,7 +107,7 @@ def admit(
     ``may_ask_usage`` a stream that did not ask for its usage is changed to ask for it
     (``Admitted.hide``; the caller sends ``Admitted.body`` instead of its own).
     """
-    if ACTIVE_CALL.get() is not None:
+    if ACTIVE_REQUEST.get() is not None:
         return None
     adapter = adapter_for_path(path)
     ctx = None if adapter is None else metered_context()
@@ -227,8 +227,8 @@ def _settle(admitted: Admitted, response: Any, streamed: bool, body_type: type) 
 def _send_metered(module: ModuleType, request: Any, stream: bool) -> tuple[Admitted | None, Any]:
     """Admit an httpx request about to be sent (None: not one to meter here), and the request
     to send: rebuilt when changed to ask for a stream's usage, marked for the run's proxy when
-    this process meters it (one the SDKs' door already meters, ACTIVE_CALL, is only marked)."""
-    active = ACTIVE_CALL.get()
+    this process meters it (one the SDKs' door already meters, ACTIVE_REQUEST, is only marked)."""
+    active = ACTIVE_REQUEST.get()
     try:
         content = request.content  # raises when the body is a stream not read yet
     except Exception:

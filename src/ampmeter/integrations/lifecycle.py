@@ -3,7 +3,7 @@
 Every layer (the SDKs' door, streams, raw responses, the HTTP and WebSocket layers) begins
 a request's node with :func:`begin_call` before anything is sent (``LimitExceeded`` then stops
 it) and ends it with :func:`finish_call`, or :func:`finish_abandoned` for a stream cut short.
-:data:`ACTIVE_CALL` names the call whose request is running here, so that a lower layer leaves
+:data:`ACTIVE_REQUEST` names the call whose request is running here, so that a lower layer leaves
 alone a request an upper one already meters, and the SDK's retry path can count retries on it.
 """
 
@@ -26,12 +26,16 @@ from ampmeter.integrations.adapter import (
 )
 from ampmeter.integrations.disclosure import META_BUDGET_NOTE, disclose
 from ampmeter.integrations.proxy_mark import Marker
-from ampmeter.integrations.unreported import estimate_cut_stream, estimate_unreported
+from ampmeter.integrations.unreported import (
+    charge_unanswered_attempts,
+    estimate_cut_stream,
+    estimate_unreported,
+)
 from ampmeter.limits import ExceededLimit
 from ampmeter.policies.step import Relief
 
 __all__ = [
-    "ACTIVE_CALL",
+    "ACTIVE_REQUEST",
     "HELPER",
     "META_OPERATION",
     "META_PROMPT_TEXT",
@@ -70,10 +74,10 @@ class Settings:
 
 settings = Settings()
 
-# The call whose request is running in this thread or task: the SDK's retry path (which knows
+# The admitted request running in this thread or task: the SDK's retry path (which knows
 # nothing about ampmeter) counts its retries on it, and the HTTP layer leaves alone a request
 # that an SDK patch already meters.
-ACTIVE_CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar(
+ACTIVE_REQUEST: contextvars.ContextVar[Admitted | None] = contextvars.ContextVar(
     "ampmeter_active_sdk_call", default=None
 )
 
@@ -95,7 +99,7 @@ class Admitted:
     It knows how to read the response (its ``adapter``; ``stream``: it streams, read event by
     event through :meth:`read`) and the JSON ``body`` sent, changed to ask for a stream's usage
     event the caller must not see when ``hide`` says so. ``with admitted:`` around sending it
-    makes it the active call meanwhile (:data:`ACTIVE_CALL`), and an error raised ends it
+    makes it the active call meanwhile (:data:`ACTIVE_REQUEST`), and an error raised ends it
     failed: the credentials of the SDK ``client`` that sent it (None: sent below the SDKs) are
     scrubbed from then on (:mod:`ampmeter.redact`), as the error's text, which the node keeps,
     may echo them. ``raw``: an SDK's raw-response wrapper made it (see :mod:`.raw`).
@@ -110,7 +114,7 @@ class Admitted:
     hide: bool = False
     raw: bool = False
     client: object = None
-    _token: contextvars.Token[Call | None] | None = None
+    _token: contextvars.Token[Admitted | None] | None = None
     # A stream's: the weak reference that abandons the call when the stream is dropped unread
     # (see :mod:`.streams`), and whether an event is being read (the reader itself then
     # settles what happens when the response closes).
@@ -121,12 +125,12 @@ class Admitted:
     unread: Exception | None = None
 
     def __enter__(self) -> Call:
-        self._token = ACTIVE_CALL.set(self.call)
+        self._token = ACTIVE_REQUEST.set(self)
         return self.call
 
     def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
         if self._token is not None:
-            ACTIVE_CALL.reset(self._token)
+            ACTIVE_REQUEST.reset(self._token)
         if exc is not None and not self.done:
             redact.remember_client(self.client)
             self.fail(exc)
@@ -136,6 +140,9 @@ class Admitted:
         raised, was not sent, or was answered with an error). One sent and never answered
         (:func:`sent_unanswered`) may have been billed: it is charged its estimate."""
         if sent_unanswered(exc):
+            self.end(exc)
+        elif self.tally.unanswered:  # this answer billed nothing; attempts before it may have
+            self.tally.tokens_in = self.tally.tokens_out = 0
             self.end(exc)
         elif not self.done:
             self.done = True
@@ -350,6 +357,8 @@ def finish_call(
                 call.offer_idempotency_key(tally.gateway_key(key, call.name))
         if tally.tokens_in is None or tally.tokens_out is None:  # billed all the same
             estimate_unreported(call, tally)
+        if tally.unanswered:
+            charge_unanswered_attempts(call, tally)
         if tally.tokens_in is None and tally.tokens_out is None:  # no usage (nor an estimate)
             if tally.tool_calls:
                 call.note_tool_calls(tally.tool_calls)

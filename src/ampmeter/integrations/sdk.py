@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -25,11 +26,12 @@ from ampmeter.integrations.adapter import Adapter
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.http import ROUTES, adapter_for_path, unwrapped_send
 from ampmeter.integrations.lifecycle import (
-    ACTIVE_CALL,
+    ACTIVE_REQUEST,
     HELPER,
     Admitted,
     begin_call,
     relieve_pressure,
+    sent_unanswered,
     settings,
 )
 from ampmeter.integrations.patching import Patch, undo_all
@@ -61,7 +63,7 @@ def _operation(options: Any, headers: Mapping[str, Any], adapter: Adapter) -> st
 
 def admit(client: Any, options: Any) -> Admitted | None:
     """Begin and admit the call of an SDK request (None: not one to meter here)."""
-    if ACTIVE_CALL.get() is not None:
+    if ACTIVE_REQUEST.get() is not None:
         return None
     body = options.json_data
     if not isinstance(body, dict) or options.method.lower() != "post":
@@ -169,9 +171,13 @@ def _retry_counter(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def sleep(client: Any, *args: Any, **kwargs: Any) -> Any:
-        call = ACTIVE_CALL.get()
-        if call is not None:
-            call.retry()
+        admitted = ACTIVE_REQUEST.get()
+        if admitted is not None:
+            admitted.call.retry()
+            # (Called where the SDK handles the attempt's error: a read timeout is one sent.)
+            failed = sys.exc_info()[1]
+            if failed is not None and sent_unanswered(failed):
+                admitted.tally.unanswered += 1
         return original(client, *args, **kwargs)
 
     return sleep

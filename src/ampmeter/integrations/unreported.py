@@ -16,7 +16,12 @@ from ampmeter.integrations.adapter import Tally
 from ampmeter.pricing import tokenizer
 from ampmeter.pricing.max_output import output_bound
 
-__all__ = ["estimate_cut_stream", "estimate_unreported", "received_output_tokens"]
+__all__ = [
+    "charge_unanswered_attempts",
+    "estimate_cut_stream",
+    "estimate_unreported",
+    "received_output_tokens",
+]
 
 
 def received_output_tokens(tally: Tally, model: str | None, most: int | None) -> int | None:
@@ -70,3 +75,14 @@ def estimate_cut_stream(call: Call, tally: Tally) -> bool:
     tally.tokens_out = max(tally.tokens_out or 0, counted)
     tally.estimated = True
     return True
+
+
+def charge_unanswered_attempts(call: Call, tally: Tally) -> None:
+    """Add to ``tally`` what the attempts the SDK retried after sending them and getting no
+    answer (``tally.unanswered``) may have been billed: its reservation each, as for any
+    request sent whose bill is unknown (the provider may have written the whole answer)."""
+    reserved_in, reserved_out, _, _ = call.reserved
+    attempts = tally.unanswered
+    tally.tokens_in = (tally.tokens_in or 0) + attempts * reserved_in
+    tally.tokens_out = (tally.tokens_out or 0) + attempts * reserved_out
+    tally.estimated = True

@@ -25,7 +25,7 @@ from typing import Any, Final
 from ampmeter.integrations.attach import metered_context
 from ampmeter.integrations.http import json_object
 from ampmeter.integrations.lifecycle import (
-    ACTIVE_CALL,
+    ACTIVE_REQUEST,
     META_TRANSPORT,
     Admitted,
     begin_call,
@@ -70,7 +70,7 @@ class _Responses:
     def admit(self, event: dict[str, Any]) -> _Pending | None:
         """Begin the node of a ``response.create`` event (None: not one, or not metered here;
         ``LimitExceeded`` when it would break a limit). Call before sending the frame."""
-        if event.get("type") != _MARK or ACTIVE_CALL.get() is not None:
+        if event.get("type") != _MARK or ACTIVE_REQUEST.get() is not None:
             return None
         ctx = metered_context()
         if ctx is None:
