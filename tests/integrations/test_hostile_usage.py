@@ -304,6 +304,18 @@ def test_a_body_the_reader_cannot_take_is_charged_and_the_caller_gets_its_respon
         assert node.tokens_in and node.metadata["cost_status"] == "estimated"
 
 
+def _assert_failed_and_charged_its_bill(sink: MemorySink) -> None:
+    """The one call ended failed with the reader's error, charged the usage reported after it."""
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert (node.status, node.error_class, node.tokens_in, node.tokens_out) == (
+        "fail",
+        "TypeError",
+        1000,
+        10,
+    )
+    assert node.metadata["cost_status"] == "priced"
+
+
 def test_a_stream_event_the_reader_cannot_take_is_passed_on_and_the_usage_after_it_counted(
     replay: ReplayServer,
 ) -> None:
@@ -319,14 +331,7 @@ def test_a_stream_event_the_reader_cannot_take_is_passed_on_and_the_usage_after_
             client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT, stream=True)
         )
     assert len(events) == 1  # (the usage event ampmeter asked for is hidden)
-    (node,) = [n for n in sink.nodes if n.kind == "llm"]
-    assert (node.status, node.error_class, node.tokens_in, node.tokens_out) == (
-        "fail",
-        "TypeError",
-        1000,
-        10,
-    )
-    assert node.metadata["cost_status"] == "priced"
+    _assert_failed_and_charged_its_bill(sink)
 
 
 def _read_with_httpx(url: str, body: dict[str, Any]) -> bytes:
@@ -374,12 +379,5 @@ def test_a_raw_body_the_reader_cannot_take_reaches_the_caller_and_its_usage_is_c
         got = read(replay.openai_base_url + "/chat/completions", body)
     assert b'"choices":5' in got.replace(b" ", b"") and b'"completion_tokens":10' in got
     assert got.endswith(b"data: [DONE]\n\n") if stream else json.loads(got)["choices"] == 5
-    (node,) = [n for n in sink.nodes if n.kind == "llm"]
-    assert (node.status, node.error_class, node.tokens_in, node.tokens_out) == (
-        "fail",
-        "TypeError",
-        1000,
-        10,
-    )
-    assert node.metadata["cost_status"] == "priced"
+    _assert_failed_and_charged_its_bill(sink)
     assert ctx.stats.get_counter(KEY_INPUT_TOKENS) == 1000
