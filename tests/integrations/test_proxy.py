@@ -439,3 +439,26 @@ def test_a_body_the_reader_cannot_take_passes_the_proxy_whole_and_is_charged(str
     assert b'"choices":5' in got.replace(b" ", b"")
     assert got.endswith(b"data: [DONE]\n\n") if stream else json.loads(got)["usage"] == usage
     assert (node.status, node.error_class, node.tokens_out) == ("fail", "TypeError", 10)
+
+
+def test_an_upstream_redirect_goes_back_to_the_caller_and_the_key_stays_home() -> None:
+    """The proxy followed an upstream's redirect itself, sending the caller's request, key
+    headers included, to whatever host the redirect named. A redirect now goes back to the
+    caller as it came (its client decides), and costs nothing: no provider answered it."""
+    body = {"model": "gpt-4o-mini", "messages": PROMPT}
+    with ReplayServer() as elsewhere, ReplayServer() as replay:
+        where = elsewhere.openai_base_url + "/chat/completions"
+        replay.script(
+            "/v1/chat/completions", ReplayResponse.json({}, status=307, headers={"location": where})
+        )
+        upstreams = {"openai": replay.openai_base_url, "anthropic": replay.url}
+        callers = {"team": {"max_cost_usd": 1.0}}
+        with MeteringProxy(budgets_from({"upstreams": upstreams, "callers": callers})) as proxy:
+            url = proxy.base_urls()["OPENAI_BASE_URL"] + "/chat/completions"
+            answer = httpx.post(url, json=body, headers={"x-api-key": "secret"})
+            stats = proxy.context("team").stats
+            assert stats.total_cost() == 0
+            (node,) = [n for n in proxy.context("team").graph.nodes() if n.kind == "llm"]
+        assert elsewhere.requests == []
+    assert (answer.status_code, answer.headers["location"]) == (307, where)
+    assert node.status == "fail"

@@ -124,8 +124,9 @@ def admit(
 
 
 def response_reader(admitted: Admitted, status: int, content_type: str) -> BodyReader | None:
-    """How to read a response's body (None: an error status, and the node ended failed)."""
-    if status >= 400:
+    """How to read a response's body (None: an error status, and the node ended failed; a
+    redirect is no answer of the provider's either)."""
+    if status >= 300:
         admitted.fail(_ProviderError(f"the provider answered HTTP {status}"))
         return None
     sse = content_type.startswith("text/event-stream")

@@ -173,8 +173,10 @@ class Relay:
             (k, v) for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED
         )
         try:
+            # A redirect goes back to the caller as it came: followed here, it would take the
+            # caller's request and key headers to whatever host it names.
             upstream = await self._session.request(
-                request.method, url, headers=headers, data=content or None
+                request.method, url, headers=headers, data=content or None, allow_redirects=False
             )
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             if admitted is not None:  # (charged its estimate if it may have been billed)
