@@ -139,12 +139,14 @@ class Admitted:
         """End the call failed with ``exc`` and no usage: nothing came back to read (the request
         raised, was not sent, or was answered with an error). One sent and never answered
         (:func:`sent_unanswered`) may have been billed: it is charged its estimate."""
+        if self.done:
+            return
         if sent_unanswered(exc):
             self.end(exc)
         elif self.tally.unanswered:  # this answer billed nothing; attempts before it may have
             self.tally.tokens_in = self.tally.tokens_out = 0
             self.end(exc)
-        elif not self.done:
+        else:
             self.done = True
             finish_call(self.call, None, exc)
 
