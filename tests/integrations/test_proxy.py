@@ -203,7 +203,8 @@ def test_a_request_it_cannot_estimate_is_refused_unless_allowed() -> None:
         config = budgets(bill, {"team": {"max_cost_usd": 1.0}})
         with MeteringProxy(config) as proxy, httpx.Client() as http:
             base = proxy.base_urls()["OPENAI_BASE_URL"]
-            refused = http.post(f"{base}/images/generations", json={"prompt": "a cat"})
+            speech = {"model": "tts-1", "input": "Hello.", "voice": "alloy"}
+            refused = http.post(f"{base}/audio/speech", json=speech)
             assert refused.status_code == 400
             assert "cannot estimate" in refused.json()["error"]["message"]
             no_model = http.post(f"{base}/chat/completions", json={"messages": PROMPT})
@@ -214,7 +215,7 @@ def test_a_request_it_cannot_estimate_is_refused_unless_allowed() -> None:
             httpx.Client() as http,
         ):
             base = proxy.base_urls()["OPENAI_BASE_URL"]
-            forwarded = http.post(f"{base}/images/generations", json={"prompt": "a cat"})
+            forwarded = http.post(f"{base}/audio/speech", json=speech)
             assert forwarded.status_code == 404  # the provider's own answer: it went upstream
         assert len(bill.requests) == 1
 
@@ -335,6 +336,23 @@ def test_responses_and_embeddings_through_the_proxy(tmp_path: Path) -> None:
     # what the proxy logged reads as one run named after its caller
     (run,) = summarize([tmp_path / "team.jsonl"]).runs
     assert run.name == "team" and run.llm_sent == 3 and run.termination == "success"
+
+
+def test_an_image_generation_through_the_proxy_is_metered() -> None:
+    """``images.generate`` is a model call billed in tokens: the proxy meters it (it refused
+    it before, as a request it could not estimate)."""
+    usage = {"input_tokens": 50, "output_tokens": 4160, "total_tokens": 4210}
+    image = {"created": 1, "data": [{"b64_json": "aW1hZ2U="}], "usage": usage}
+    with ReplayServer() as replay:
+        replay.script("/v1/images/generations", ReplayResponse.json(image))
+        config = budgets_from(
+            {"upstreams": {"openai": replay.openai_base_url}, "callers": {"team": {}}}
+        )
+        with MeteringProxy(config) as proxy:
+            client = openai.OpenAI(base_url=proxy.base_urls()["OPENAI_BASE_URL"], api_key="k")
+            client.images.generate(model="gpt-image-1", prompt="A boat")
+            # 50 input tokens at $5 a million and 4,160 image tokens at $40 a million
+            assert proxy.context("team").stats.total_cost() == Decimal("0.16665")
 
 
 _CLIENT_PROCESS = """

@@ -104,6 +104,7 @@ class Adapter:
     kind: Literal["llm", "embedding"] = "llm"  # the node kind (embedding: an embeddings endpoint)
     wire: Wire = "chat"  # the wire format its requests are measured in
     max_tokens_fields: tuple[str, ...] = ("max_tokens",)  # where a request caps its output
+    default_model: str | None = None  # the model the API uses for a request that names none
 
     def __init__(self, operation: str, sdk_method: str = "create") -> None:
         self.operation = operation

@@ -39,6 +39,7 @@ from ampmeter.integrations.openai import (
     EmbeddingsAdapter,
     ResponsesAdapter,
 )
+from ampmeter.integrations.openai_images import ImagesAdapter
 from ampmeter.integrations.patching import Patch, undo_all
 from ampmeter.integrations.proxy_mark import METERED_HEADER
 from ampmeter.integrations.wire import BodyReader
@@ -65,6 +66,8 @@ ROUTES: Final[dict[str, Adapter]] = {
     # A compaction is a model call billed as a response is (SDK method: responses.compact).
     "/responses/compact": ResponsesAdapter("responses", "compact"),
     "/embeddings": EmbeddingsAdapter("embeddings"),
+    "/images/generations": ImagesAdapter("images", "generate"),
+    "/images/edits": ImagesAdapter("images", "edit"),
     "/completions": CompletionsAdapter("completions"),
     "/messages": MessagesAdapter("messages"),
     ":generateContent": GenerateContentAdapter("generateContent"),
@@ -116,7 +119,8 @@ def admit(
         return None
     model = body.get("model")
     if not isinstance(model, str):
-        model = model_of_path(path)  # Gemini names the model in the path, not the body
+        # Gemini names the model in the path, not the body.
+        model = model_of_path(path) or adapter.default_model
         if model is None:
             return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
     meta = {META_TRANSPORT: transport}

@@ -79,7 +79,9 @@ def admit(client: Any, options: Any) -> Admitted | None:
     sent = {**body, **extra} if extra else body  # what is sent: extra_body merged in
     model = sent.get("model")
     if not isinstance(model, str):
-        return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
+        model = adapter.default_model
+        if model is None:
+            return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
     refused = notes = None
     policies = configured_policies(ctx)
     if policies.shapes_requests:  # the hook may change the body (measured after)
