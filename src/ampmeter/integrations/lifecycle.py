@@ -78,7 +78,7 @@ settings = Settings()
 # nothing about ampmeter) counts its retries on it, and the HTTP layer leaves alone a request
 # that an SDK patch already meters.
 ACTIVE_REQUEST: contextvars.ContextVar[Admitted | None] = contextvars.ContextVar(
-    "ampmeter_active_sdk_call", default=None
+    "ampmeter_active_request", default=None
 )
 
 
