@@ -277,9 +277,8 @@ def test_model_priced_in_other_units_is_unpriced() -> None:
     ("model", "provider"),
     [
         ("smollm2-135m-instruct", None),
-        ("gpt-4o", "no-such-provider"),
-        ("gpt-4o", "anthropic"),  # a known model at a provider that does not sell it
         ("no-such-model-xyz", "openai"),
+        ("no-such-model-xyz", "no-such-provider"),
     ],
 )
 def test_unknown_model_is_unpriced_not_zero(model: str, provider: str | None) -> None:
@@ -288,6 +287,19 @@ def test_unknown_model_is_unpriced_not_zero(model: str, provider: str | None) ->
     assert result.status == "unpriced"
     assert result.pricing_version == TABLE_VERSION
     assert estimate(model, provider, prompt_tokens=10) is None
+
+
+@pytest.mark.parametrize("provider", ["no-such-provider", "anthropic"])
+def test_a_model_its_provider_does_not_list_is_priced_where_the_table_lists_it(
+    provider: str,
+) -> None:
+    """The provider a call names is often its wire format's (the openai SDK pointed at
+    another vendor's API, a gateway taking any model on Anthropic's API): a model it does not
+    list is priced at the provider that does, not left unpriced (refused under a cost cap, $0
+    where allowed)."""
+    listed = price("gpt-4o", None, input_tokens=1000, output_tokens=100)
+    assert listed.cost_usd is not None
+    assert price("gpt-4o", provider, input_tokens=1000, output_tokens=100) == listed
 
 
 def test_table_version_names_the_package() -> None:

@@ -25,6 +25,9 @@ __all__ = ["MISS", "lookup", "store"]
 MISS: Final = object()
 """:func:`lookup`'s answer for a model the cache does not know."""
 
+# How names are resolved against the table: a change to the rules starts a new index, so no
+# answer the old rules gave (a model once unpriced) outlives them.
+_RULES: Final = 2
 _lock = threading.Lock()
 _entries: dict[str, Any] | None = None  # key -> rates as JSON (None: the table has no price)
 _path: Path | None = None
@@ -40,7 +43,8 @@ def _cache_path() -> Path | None:
         stat = os.stat(spec.origin)
     except OSError:
         return None
-    tag = hashlib.sha256(f"{spec.origin}|{stat.st_mtime_ns}|{stat.st_size}".encode()).hexdigest()
+    identity = f"{spec.origin}|{stat.st_mtime_ns}|{stat.st_size}|{_RULES}"
+    tag = hashlib.sha256(identity.encode()).hexdigest()
     base = os.environ.get("AMPMETER_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
         "ampmeter",

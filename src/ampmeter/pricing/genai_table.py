@@ -176,7 +176,13 @@ def _table_entry(model: str, provider: str | None, generation: int) -> Rates | D
 
 def _resolve(model: str, provider: str | None) -> PriceCalculation | None:
     """The table's entry for ``model``: matched as genai-prices matches names (any case, dated
-    snapshots and aliases), then as ``provider/model`` when the name has a provider prefix."""
+    snapshots and aliases), then as ``provider/model`` when the name has a provider prefix, then
+    at whichever provider lists it.
+
+    The last step is for the provider an SDK names, which is its wire format's: the ``openai``
+    SDK pointed at DeepSeek's, Mistral's or xAI's API sends ``deepseek-chat`` as an ``openai``
+    call, and OpenAI does not list it. Unpriced, it would be refused under a cost cap or counted
+    as $0 where unpriced calls are allowed, while its provider bills it at the table's price."""
     table = _current_table()
     from genai_prices import Usage
 
@@ -188,6 +194,9 @@ def _resolve(model: str, provider: str | None) -> PriceCalculation | None:
     if prefixed is not None:
         with contextlib.suppress(LookupError):
             return table.calc_price(usage, prefixed[1], provider_id=prefixed[0])
+    if provider is not None:
+        with contextlib.suppress(LookupError):
+            return table.calc_price(usage, model)
     return None
 
 
