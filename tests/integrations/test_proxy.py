@@ -301,9 +301,10 @@ def test_the_proxy_command_serves_until_interrupted_and_keeps_its_log(tmp_path: 
         assert "sk-own" not in out + err + log
 
 
-def test_responses_and_embeddings_through_the_proxy(tmp_path: Path) -> None:
+def test_responses_embeddings_and_images_through_the_proxy(tmp_path: Path) -> None:
     """The Responses API (plain, streamed, and continuing a stored response, whose stored
-    input is billed again) and embeddings are metered like chat: recorded equals billed."""
+    input is billed again), embeddings and image generation (once refused as a request the
+    proxy could not estimate) are metered like chat: recorded equals billed."""
     with BillingProvider(prices=PRICES, output_tokens=20) as bill:
         config = budgets(bill, {"team": {"max_cost_usd": 1.0}}, log_dir=str(tmp_path))
         with MeteringProxy(config) as proxy:
@@ -323,8 +324,11 @@ def test_responses_and_embeddings_through_the_proxy(tmp_path: Path) -> None:
         "model": "text-embedding-3-small",
         "usage": {"prompt_tokens": 8, "total_tokens": 8},
     }
+    usage = {"input_tokens": 50, "output_tokens": 4160, "total_tokens": 4210}
+    image = {"created": 1, "data": [{"b64_json": "aW1hZ2U="}], "usage": usage}
     with ReplayServer() as replay:
         replay.script("/v1/embeddings", ReplayResponse.json(embedding))
+        replay.script("/v1/images/generations", ReplayResponse.json(image))
         config = budgets_from(
             {"upstreams": {"openai": replay.openai_base_url}, "callers": {"team": {}}}
         )
@@ -333,26 +337,14 @@ def test_responses_and_embeddings_through_the_proxy(tmp_path: Path) -> None:
             made = client.embeddings.create(model="text-embedding-3-small", input="a cat")
             assert made.data[0].embedding == [0.25, -0.5]
             assert proxy.context("team").stats.get_counter("amp:input_tokens") == 8
+            client.images.generate(model="gpt-image-1", prompt="A boat")
+            # 50 input tokens at $5 a million, 4,160 image tokens at $40 a million, and the
+            # embedding's 8 tokens at $0.02 a million
+            cost = Decimal("0.16665") + Decimal("0.00000016")
+            assert proxy.context("team").stats.total_cost() == cost
     # what the proxy logged reads as one run named after its caller
     (run,) = summarize([tmp_path / "team.jsonl"]).runs
     assert run.name == "team" and run.llm_sent == 3 and run.termination == "success"
-
-
-def test_an_image_generation_through_the_proxy_is_metered() -> None:
-    """``images.generate`` is a model call billed in tokens: the proxy meters it (it refused
-    it before, as a request it could not estimate)."""
-    usage = {"input_tokens": 50, "output_tokens": 4160, "total_tokens": 4210}
-    image = {"created": 1, "data": [{"b64_json": "aW1hZ2U="}], "usage": usage}
-    with ReplayServer() as replay:
-        replay.script("/v1/images/generations", ReplayResponse.json(image))
-        config = budgets_from(
-            {"upstreams": {"openai": replay.openai_base_url}, "callers": {"team": {}}}
-        )
-        with MeteringProxy(config) as proxy:
-            client = openai.OpenAI(base_url=proxy.base_urls()["OPENAI_BASE_URL"], api_key="k")
-            client.images.generate(model="gpt-image-1", prompt="A boat")
-            # 50 input tokens at $5 a million and 4,160 image tokens at $40 a million
-            assert proxy.context("team").stats.total_cost() == Decimal("0.16665")
 
 
 _CLIENT_PROCESS = """

@@ -104,7 +104,6 @@ class Adapter:
     kind: Literal["llm", "embedding"] = "llm"  # the node kind (embedding: an embeddings endpoint)
     wire: Wire = "chat"  # the wire format its requests are measured in
     max_tokens_fields: tuple[str, ...] = ("max_tokens",)  # where a request caps its output
-    default_model: str | None = None  # the model the API uses for a request that names none
 
     def __init__(self, operation: str, sdk_method: str = "create") -> None:
         self.operation = operation
@@ -126,6 +125,11 @@ class Adapter:
         else:
             cap = None
         return request_size.MEASURES[self.wire](body, counter), cap, body.get("stream") is True
+
+    def model_for(self, path: str, body: Mapping[str, Any]) -> str | None:
+        """The model of a request whose ``body`` names none (Gemini and Bedrock name it in the
+        ``path``; an API may have a default); None: not a model call this adapter reads."""
+        return None
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         """The request's text, kept on the node with ``instrument(capture_content=True)``."""

@@ -61,6 +61,9 @@ class GenerateContentAdapter(Adapter):
         stream = self.operation == "streamGenerateContent"
         return request_size.measure(self.wire, body), max_tokens, stream
 
+    def model_for(self, path: str, body: Mapping[str, Any]) -> str | None:
+        return model_of_path(path)
+
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         system = kwargs.get("systemInstruction") or kwargs.get("system_instruction")
         contents = kwargs.get("contents")

@@ -25,7 +25,8 @@ import orjson
 from ampmeter.integrations.adapter import Adapter
 from ampmeter.integrations.anthropic import MessagesAdapter
 from ampmeter.integrations.attach import metered_context
-from ampmeter.integrations.gemini import GenerateContentAdapter, model_of_path
+from ampmeter.integrations.bedrock import EVENT_STREAM, ConverseAdapter, EventFrames, InvokeAdapter
+from ampmeter.integrations.gemini import GenerateContentAdapter
 from ampmeter.integrations.lifecycle import (
     ACTIVE_REQUEST,
     META_TRANSPORT,
@@ -72,6 +73,12 @@ ROUTES: Final[dict[str, Adapter]] = {
     "/messages": MessagesAdapter("messages"),
     ":generateContent": GenerateContentAdapter("generateContent"),
     ":streamGenerateContent": GenerateContentAdapter("streamGenerateContent"),
+    "/converse": ConverseAdapter("converse", streams=False),
+    "/converse-stream": ConverseAdapter("converse_stream", streams=True),
+    "/invoke": InvokeAdapter("invoke_model", streams=False),
+    "/invoke-with-response-stream": InvokeAdapter(
+        "invoke_model_with_response_stream", streams=True
+    ),
 }
 
 _patches: list[Patch] = []
@@ -119,8 +126,7 @@ def admit(
         return None
     model = body.get("model")
     if not isinstance(model, str):
-        # Gemini names the model in the path, not the body.
-        model = model_of_path(path) or adapter.default_model
+        model = adapter.model_for(path, body)  # (Gemini and Bedrock name it in the path)
         if model is None:
             return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
     meta = {META_TRANSPORT: transport}
@@ -134,7 +140,8 @@ def response_reader(admitted: Admitted, status: int, content_type: str) -> BodyR
         admitted.fail(_ProviderError(f"the provider answered HTTP {status}"))
         return None
     sse = content_type.startswith("text/event-stream")
-    return BodyReader(admitted.adapter, admitted.tally, sse=sse, hide=admitted.hide)
+    frames = EventFrames() if content_type.startswith(EVENT_STREAM) else None
+    return BodyReader(admitted.adapter, admitted.tally, sse=sse, hide=admitted.hide, frames=frames)
 
 
 class _ProviderError(Exception):

@@ -60,7 +60,6 @@ class ImagesAdapter(Adapter):
 
     provider = "openai"
     wire = "completions"  # the prompt is measured as a Completions prompt is
-    default_model = "dall-e-2"
 
     def measure(
         self, body: Mapping[str, Any], model: str | None
@@ -75,6 +74,9 @@ class ImagesAdapter(Adapter):
             partials = first_int(body.get("partial_images")) or 0
             each += _PARTIAL_IMAGE_TOKENS * min(max(partials, 0), 3)
         return size, images * each, stream
+
+    def model_for(self, path: str, body: Mapping[str, Any]) -> str | None:
+        return "dall-e-2"  # the API's default
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         prompt = kwargs.get("prompt")

@@ -79,7 +79,7 @@ def admit(client: Any, options: Any) -> Admitted | None:
     sent = {**body, **extra} if extra else body  # what is sent: extra_body merged in
     model = sent.get("model")
     if not isinstance(model, str):
-        model = adapter.default_model
+        model = adapter.model_for(path, sent)
         if model is None:
             return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
     refused = notes = None

@@ -32,9 +32,10 @@ __all__ = [
 class BodyReader:
     """One response body read into ``tally`` through ``adapter``.
 
-    ``sse``: the body is a ``text/event-stream``; otherwise a JSON document (an array of chunks
-    for Gemini's non-SSE stream). ``hide``: drop the events the adapter says to hide (then the
-    bytes are passed on whole events at a time).
+    ``sse``: the body is a ``text/event-stream``; ``frames``: a binary stream of events, whose
+    ``feed(piece)`` yields the events a piece completes (Bedrock's); otherwise a JSON document
+    (an array of chunks for Gemini's non-SSE stream). ``hide``: drop the events the adapter says
+    to hide (then the bytes are passed on whole events at a time).
 
     An event or document the adapter cannot take (a provider's ``"choices": 5``) is passed on
     unread and the reading goes on; the first such error is kept in ``unread``, for the call to
@@ -48,14 +49,18 @@ class BodyReader:
         "_pending",
         "adapter",
         "complete",
+        "frames",
         "hide",
         "sse",
         "tally",
         "unread",
     )
 
-    def __init__(self, adapter: Adapter, tally: Tally, *, sse: bool, hide: bool = False) -> None:
+    def __init__(
+        self, adapter: Adapter, tally: Tally, *, sse: bool, hide: bool = False, frames: Any = None
+    ) -> None:
         self.adapter = adapter
+        self.frames = frames
         self.tally = tally
         self.sse = sse
         self.hide = hide
@@ -68,6 +73,11 @@ class BodyReader:
 
     def feed(self, piece: bytes) -> bytes:
         """Read ``piece``; return what the caller gets of it."""
+        if self.frames is not None:
+            for event in self.frames.feed(piece):
+                self._read_event(event, False)
+            self.complete = self.tally.complete
+            return piece
         if not self.sse:
             self._parts.append(piece)
             return piece
@@ -120,6 +130,8 @@ class BodyReader:
 
     def end(self) -> bytes:
         """The body is complete: read what is left; return the bytes still owed to the caller."""
+        if self.frames is not None:
+            return b""
         if not self.sse:
             self._read_json(b"".join(self._parts))
             self._parts.clear()
