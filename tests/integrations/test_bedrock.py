@@ -10,6 +10,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+import anthropic
 import boto3
 import genai_prices
 import litellm
@@ -200,3 +201,33 @@ def test_litellm_bedrock_models_are_metered(replay: ReplayServer) -> None:
     (node,) = calls(sink)
     assert (node.model, node.tokens_in, node.tokens_out) == (MODEL, 132, 5)
     assert ctx.stats.total_cost() == table_cost(12, 100, 20, 5)
+
+
+def test_anthropics_bedrock_client_is_priced_at_bedrocks_price(replay: ReplayServer) -> None:
+    """The anthropic SDK's Bedrock client is metered at the SDK's door, once, as a Messages
+    call naming a Bedrock model id: priced at the table's ``aws`` price (it was unpriced)."""
+    message = {
+        "id": "msg_bdrk_2",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-3-5-haiku-20241022",
+        "content": [{"type": "text", "text": "Nile."}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 14, "output_tokens": 4},
+    }
+    replay.script(f"/model/{MODEL}/invoke", ReplayResponse.json(message))
+    client = anthropic.AnthropicBedrock(
+        aws_access_key="AKIDEXAMPLE",
+        aws_secret_key="secret",
+        aws_region="us-east-1",
+        base_url=replay.url,
+        max_retries=0,
+    )
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink], max_cost_usd=1) as ctx:  # (refused when unpriced)
+        client.messages.create(
+            model=MODEL, max_tokens=100, messages=[{"role": "user", "content": "A river?"}]
+        )
+    (node,) = calls(sink)
+    assert (node.name, node.tokens_in, node.tokens_out) == ("messages.create", 14, 4)
+    assert node.cost_usd == ctx.stats.total_cost() == table_cost(14, 0, 0, 4)

@@ -27,7 +27,7 @@ MISS: Final = object()
 
 # How names are resolved against the table: a change to the rules starts a new index, so no
 # answer the old rules gave (a model once unpriced) outlives them.
-_RULES: Final = 2
+_RULES: Final = 3
 _lock = threading.Lock()
 _entries: dict[str, Any] | None = None  # key -> rates as JSON (None: the table has no price)
 _path: Path | None = None

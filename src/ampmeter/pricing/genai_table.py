@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import sys
 import threading
 import time as _time
@@ -177,7 +178,7 @@ def _table_entry(model: str, provider: str | None, generation: int) -> Rates | D
 def _resolve(model: str, provider: str | None) -> PriceCalculation | None:
     """The table's entry for ``model``: matched as genai-prices matches names (any case, dated
     snapshots and aliases), then as ``provider/model`` when the name has a provider prefix, then
-    at whichever provider lists it.
+    at whichever provider lists it, and a Bedrock model id at ``aws``.
 
     The last step is for the provider an SDK names, which is its wire format's: the ``openai``
     SDK pointed at DeepSeek's, Mistral's or xAI's API sends ``deepseek-chat`` as an ``openai``
@@ -197,7 +198,15 @@ def _resolve(model: str, provider: str | None) -> PriceCalculation | None:
     if provider is not None:
         with contextlib.suppress(LookupError):
             return table.calc_price(usage, model)
+    if _BEDROCK_ID.match(model) and provider != "aws":  # (an SDK's Bedrock client's calls)
+        with contextlib.suppress(LookupError):
+            return table.calc_price(usage, model, provider_id="aws")
     return None
+
+
+# A Bedrock model id: ``vendor.model``, or ``region.vendor.model`` for cross-region inference
+# (``anthropic.claude-3-5-haiku-20241022-v1:0``, ``us.anthropic.claude-sonnet-4-…``).
+_BEDROCK_ID: Final = re.compile(r"[a-z-]+(?:\.[a-z-]+)?\.[a-z]")
 
 
 def table_model_id(model: str, provider: str | None) -> str | None:
