@@ -186,18 +186,30 @@ def test_invoke_model_with_an_anthropic_body_plain_and_streamed(replay: ReplaySe
     assert stream.name == "invoke_model_with_response_stream" and plain.cost_usd > 0
 
 
-def test_litellm_bedrock_models_are_metered(replay: ReplayServer) -> None:
-    replay.script(f"{BASE}/converse", ReplayResponse.json(ANSWER))
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_litellm_bedrock_models_are_metered(replay: ReplayServer, stream: bool) -> None:
+    if stream:
+        frames = [
+            frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Nile."}}),
+            frame("messageStop", {"stopReason": "end_turn"}),
+            frame("metadata", {"usage": USAGE}),
+        ]
+        replay.script(f"{BASE}/converse-stream", event_stream(frames))
+    else:
+        replay.script(f"{BASE}/converse", ReplayResponse.json(ANSWER))
     sink = MemorySink()
     with ExecutionContext(sinks=[sink]) as ctx:
-        litellm.completion(
+        answer = litellm.completion(
             model=f"bedrock/{MODEL}",
             messages=[{"role": "user", "content": "Name three rivers."}],
+            stream=stream,
             aws_access_key_id="AKIDEXAMPLE",
             aws_secret_access_key="secret",
             aws_region_name="us-east-1",
             aws_bedrock_runtime_endpoint=replay.url,
         )
+        if stream:
+            list(answer)
     (node,) = calls(sink)
     assert (node.model, node.tokens_in, node.tokens_out) == (MODEL, 132, 5)
     assert ctx.stats.total_cost() == table_cost(12, 100, 20, 5)
