@@ -134,6 +134,13 @@ class Adapter:
         """Adjust a streaming request in place; True if the usage event must be hidden."""
         return False
 
+    def hides_output(self, body: Mapping[str, Any], model: str | None) -> bool:
+        """Whether the response to ``body`` sent to ``model`` may write output it never sends
+        although nothing in the response says so before its usage report (a thinking model's
+        thoughts): asked only of a stream cut before that report, charged then as one whose
+        output is unseen (:attr:`Tally.unseen`)."""
+        return False
+
     def read_response(self, result: Any, tally: Tally) -> None:
         """Read usage (and, if captured, text) from a complete response."""
         raise NotImplementedError

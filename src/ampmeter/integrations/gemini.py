@@ -8,6 +8,13 @@ the candidates). In the subset convention: ``tokens_in = promptTokenCount +
 toolUsePromptTokenCount`` with the cached tokens a subset, ``tokens_out = candidatesTokenCount +
 thoughtsTokenCount`` with the thoughts as reasoning tokens. Each chunk of a stream carries the
 usage so far; the last one is the total.
+
+A thinking model's thoughts are billed as output but reported only in a stream's last chunk
+(its ``includeThoughts`` parts are summaries, not every thought token): a stream cut before it
+is charged as one whose output is unseen, the most the call could write (``maxOutputTokens``
+caps thoughts and text together, where ``thinkingBudget`` is a hint models overrun). Gemini 2.5
+and later models think unless ``thinkingBudget`` is 0; models before 2.5, Gemma and 2.5
+Flash-Lite (unless given a budget) do not.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from ampmeter.integrations.wire import READERS, counts, first_int, get
 from ampmeter.pricing import request_size
 from ampmeter.pricing.request_size import RequestSize, json_text
 
-__all__ = ["PROVIDER", "GenerateContentAdapter", "model_of_path"]
+__all__ = ["PROVIDER", "GenerateContentAdapter", "model_of_path", "thinks"]
 
 PROVIDER = "google"
 
@@ -35,6 +42,25 @@ def model_of_path(path: str) -> str | None:
 def _parts_text(content: Any) -> list[str]:
     texts = (get(part, "text") for part in get(content, "parts") or ())
     return [text for text in texts if isinstance(text, str) and text]
+
+
+# Models that do not think (Gemini 2.5 Flash-Lite: unless given a thinking budget); any other
+# model on this wire may, failing toward charging.
+_NOT_THINKING = ("gemini-1.", "gemini-2.0-", "gemini-pro", "gemma-")
+_THINKING_IF_ASKED = ("gemini-2.5-flash-lite",)
+
+
+def thinks(body: Mapping[str, Any], model: str | None) -> bool:
+    """Whether a ``generateContent`` request ``body`` sent to ``model`` makes it think."""
+    config = body.get("generationConfig") or body.get("generation_config")
+    thinking = get(config, "thinkingConfig") or get(config, "thinking_config")
+    budget = first_int(get(thinking, "thinkingBudget"), get(thinking, "thinking_budget"))
+    if budget is not None:
+        return budget != 0  # -1: as the model decides; 0: off
+    name = (model or "").rpartition("/")[2].lower()
+    if name.startswith(_NOT_THINKING):
+        return "thinking" in name  # gemini-2.0-flash-thinking-exp
+    return not name.startswith(_THINKING_IF_ASKED)
 
 
 _USAGE_COUNTS = (
@@ -60,6 +86,9 @@ class GenerateContentAdapter(Adapter):
         max_tokens = first_int(get(config, "maxOutputTokens"))
         stream = self.operation == "streamGenerateContent"
         return request_size.measure(self.wire, body), max_tokens, stream
+
+    def hides_output(self, body: Mapping[str, Any], model: str | None) -> bool:
+        return thinks(body, model)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         system = kwargs.get("systemInstruction") or kwargs.get("system_instruction")
