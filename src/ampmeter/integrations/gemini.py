@@ -28,7 +28,7 @@ from ampmeter.integrations.wire import READERS, counts, first_int, get
 from ampmeter.pricing import request_size
 from ampmeter.pricing.request_size import RequestSize, json_text
 
-__all__ = ["PROVIDER", "GenerateContentAdapter", "model_of_path", "thinks"]
+__all__ = ["PROVIDER", "EmbedContentAdapter", "GenerateContentAdapter", "model_of_path", "thinks"]
 
 PROVIDER = "google"
 
@@ -128,4 +128,44 @@ class GenerateContentAdapter(Adapter):
                     tally.chars += len(text)
                     if settings.capture_content and not read_part(part, "thought", None):
                         tally.keep_text(text)
+        return False
+
+
+class EmbedContentAdapter(Adapter):
+    """``embedContent`` and ``batchEmbedContents`` (google-genai's ``models.embed_content``):
+    an ``embedding`` node. The Gemini API's answers report no usage: the input is charged as
+    measured (``cost_status`` ``"estimated"``), at the model's table rate; a ``usageMetadata``
+    (Vertex AI's) gives the count. Each request's content and title are billed input."""
+
+    provider = PROVIDER
+    kind = "embedding"
+    wire = "gemini"
+
+    def measure(
+        self, body: Mapping[str, Any], model: str | None
+    ) -> tuple[RequestSize, int | None, bool]:
+        requests = body.get("requests")
+        requests = requests if isinstance(requests, list) else [body]
+        contents: list[Any] = []
+        for request in requests:
+            if isinstance(request, Mapping):
+                contents.append(request.get("content"))
+                title = request.get("title")
+                if isinstance(title, str) and title:
+                    contents.append({"parts": [{"text": title}]})
+        # Measured as generateContent contents; it writes nothing: a cap of 0.
+        return request_size.measure(self.wire, {"contents": contents, "model": model}), 0, False
+
+    def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
+        requests = kwargs.get("requests")
+        requests = requests if isinstance(requests, list) else [kwargs]
+        return "\n".join(text for r in requests for text in _parts_text(get(r, "content")))
+
+    def read_response(self, result: Any, tally: Tally) -> None:
+        (prompt,) = counts(get(result, "usageMetadata"), ("promptTokenCount",))
+        if prompt is not None:
+            tally.tokens_in, tally.tokens_out = prompt, 0
+
+    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        self.read_response(event, tally)
         return False

@@ -25,7 +25,11 @@ import orjson
 from ampmeter.integrations.adapter import Adapter
 from ampmeter.integrations.anthropic import MessagesAdapter
 from ampmeter.integrations.attach import metered_context
-from ampmeter.integrations.gemini import GenerateContentAdapter, model_of_path
+from ampmeter.integrations.gemini import (
+    EmbedContentAdapter,
+    GenerateContentAdapter,
+    model_of_path,
+)
 from ampmeter.integrations.lifecycle import (
     ACTIVE_REQUEST,
     META_TRANSPORT,
@@ -58,7 +62,7 @@ __all__ = [
 
 # The reader of each wire format, by how a request path ends; checked in order
 # ("/chat/completions" before "/completions"). The SDKs' own paths are these keys.
-# ("/embeddings" makes an ``embedding`` node.)
+# ("/embeddings" and Gemini's embedding routes make an ``embedding`` node.)
 ROUTES: Final[dict[str, Adapter]] = {
     "/chat/completions": ChatAdapter("chat.completions"),
     "/responses": ResponsesAdapter("responses"),
@@ -69,6 +73,8 @@ ROUTES: Final[dict[str, Adapter]] = {
     "/messages": MessagesAdapter("messages"),
     ":generateContent": GenerateContentAdapter("generateContent"),
     ":streamGenerateContent": GenerateContentAdapter("streamGenerateContent"),
+    ":embedContent": EmbedContentAdapter("embedContent"),
+    ":batchEmbedContents": EmbedContentAdapter("batchEmbedContents"),
 }
 
 _patches: list[Patch] = []
@@ -114,11 +120,10 @@ def admit(
     body = None if ctx is None else json_object(content)
     if ctx is None or adapter is None or body is None:
         return None
-    model = body.get("model")
+    # Gemini names the model in the path (its embedContent body as "models/<model>" too).
+    model = model_of_path(path) or body.get("model")
     if not isinstance(model, str):
-        model = model_of_path(path)  # Gemini names the model in the path, not the body
-        if model is None:
-            return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
+        return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
     meta = {META_TRANSPORT: transport}
     return begin_call(ctx, adapter, body, model, meta, ask_usage=body if may_ask_usage else None)
 
