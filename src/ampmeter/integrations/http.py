@@ -25,6 +25,8 @@ import orjson
 from ampmeter.integrations.adapter import Adapter
 from ampmeter.integrations.anthropic import MessagesAdapter
 from ampmeter.integrations.attach import metered_context
+from ampmeter.integrations.batches import ROUTES as BATCH_ROUTES
+from ampmeter.integrations.batches import BatchAdapter
 from ampmeter.integrations.gemini import (
     EmbedContentAdapter,
     GenerateContentAdapter,
@@ -75,6 +77,7 @@ ROUTES: Final[dict[str, Adapter]] = {
     ":streamGenerateContent": GenerateContentAdapter("streamGenerateContent"),
     ":embedContent": EmbedContentAdapter("embedContent"),
     ":batchEmbedContents": EmbedContentAdapter("batchEmbedContents"),
+    **BATCH_ROUTES,  # a batch's creation: one node, not metered (see .batches)
 }
 
 _patches: list[Patch] = []
@@ -120,6 +123,8 @@ def admit(
     body = None if ctx is None else json_object(content)
     if ctx is None or adapter is None or body is None:
         return None
+    if isinstance(adapter, BatchAdapter):
+        return adapter.begin(ctx, body, {META_TRANSPORT: transport})
     # Gemini names the model in the path (its embedContent body as "models/<model>" too).
     model = model_of_path(path) or body.get("model")
     if not isinstance(model, str):

@@ -24,6 +24,7 @@ from typing import Any, Final
 from ampmeter.context import configured_policies
 from ampmeter.integrations.adapter import Adapter
 from ampmeter.integrations.attach import metered_context
+from ampmeter.integrations.batches import BatchAdapter
 from ampmeter.integrations.http import ROUTES, adapter_for_path, unwrapped_send
 from ampmeter.integrations.lifecycle import (
     ACTIVE_REQUEST,
@@ -79,7 +80,11 @@ def admit(client: Any, options: Any) -> Admitted | None:
     sent = {**body, **extra} if extra else body  # what is sent: extra_body merged in
     model = sent.get("model")
     if not isinstance(model, str):
-        return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
+        if not isinstance(adapter, BatchAdapter):
+            return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
+        admitted = adapter.begin(ctx, sent, operation=_operation(options, {}, adapter))
+        admitted.client = client
+        return admitted
     refused = notes = None
     policies = configured_policies(ctx)
     if policies.shapes_requests:  # the hook may change the body (measured after)
