@@ -170,3 +170,25 @@ def test_raw_http_batch_creations_are_refused_and_their_other_requests_untouched
         client.post(replay.url + "/v1/batches/batch_abc/cancel").raise_for_status()
     assert replay.pending("/v1/batches") == 1
     assert [n.name for n in sink.nodes if n.kind == "llm"] == ["batches"]
+
+
+def test_a_batch_body_that_names_a_model_is_still_a_batch(replay: ReplayServer) -> None:
+    """A ``model`` in the body (the SDK's ``extra_body``, a raw body) makes no model call of
+    it: a priced model would have let it through at $0."""
+    replay.script("/v1/batches", ReplayResponse.json(OPENAI_BATCH))
+    body = {"input_file_id": "file-abc", "endpoint": "/v1/chat/completions", "model": "gpt-4o"}
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink], max_cost_usd=5.0):
+        with pytest.raises(LimitExceeded):
+            _openai(replay).batches.create(
+                input_file_id="file-abc",
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+                extra_body={"model": "gpt-4o"},
+            )
+        with httpx.Client() as client, pytest.raises(LimitExceeded):
+            client.post(replay.url + "/v1/batches", json=body)
+    assert replay.pending("/v1/batches") == 1
+    assert {n.metadata["unmetered"] for n in sink.nodes if n.kind == "llm"} == {
+        "a batch, billed when it runs"
+    }

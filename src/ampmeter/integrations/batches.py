@@ -22,7 +22,7 @@ from ampmeter.integrations.lifecycle import Admitted, begin_call
 from ampmeter.policies.unpriced import META_UNMETERED
 from ampmeter.pricing.request_size import RequestSize
 
-__all__ = ["ROUTES", "BatchAdapter"]
+__all__ = ["ROUTES", "BatchAdapter", "batch_adapter"]
 
 _UNMETERED: Final = "a batch, billed when it runs"
 _NOTHING: Final = RequestSize(0, 0)
@@ -62,7 +62,8 @@ class BatchAdapter(Adapter):
         return begin_call(ctx, self, body, "", meta, operation=operation)
 
 
-# By how a request path ends, as http.ROUTES (which holds them, before its own).
+# By how a request path ends, as http.ROUTES. Apart from those: a route that meters model calls
+# (the proxy's) must never take a batch for one, whatever its body says.
 ROUTES: Final[dict[str, BatchAdapter]] = {
     "/messages/batches": BatchAdapter("anthropic", "messages.batches"),
     "/batches": BatchAdapter("openai", "batches"),
@@ -70,3 +71,8 @@ ROUTES: Final[dict[str, BatchAdapter]] = {
     ":asyncBatchEmbedContent": BatchAdapter("google", "asyncBatchEmbedContent"),
     "/batchPredictionJobs": BatchAdapter("google", "batchPredictionJobs"),
 }
+
+
+def batch_adapter(path: str) -> BatchAdapter | None:
+    """The batch creation a request path names, or None."""
+    return next((adapter for suffix, adapter in ROUTES.items() if path.endswith(suffix)), None)

@@ -25,8 +25,7 @@ import orjson
 from ampmeter.integrations.adapter import Adapter
 from ampmeter.integrations.anthropic import MessagesAdapter
 from ampmeter.integrations.attach import metered_context
-from ampmeter.integrations.batches import ROUTES as BATCH_ROUTES
-from ampmeter.integrations.batches import BatchAdapter
+from ampmeter.integrations.batches import BatchAdapter, batch_adapter
 from ampmeter.integrations.gemini import (
     EmbedContentAdapter,
     GenerateContentAdapter,
@@ -77,7 +76,6 @@ ROUTES: Final[dict[str, Adapter]] = {
     ":streamGenerateContent": GenerateContentAdapter("streamGenerateContent"),
     ":embedContent": EmbedContentAdapter("embedContent"),
     ":batchEmbedContents": EmbedContentAdapter("batchEmbedContents"),
-    **BATCH_ROUTES,  # a batch's creation: one node, not metered (see .batches)
 }
 
 _patches: list[Patch] = []
@@ -118,12 +116,12 @@ def admit(
     """
     if ACTIVE_REQUEST.get() is not None:
         return None
-    adapter = adapter_for_path(path)
+    adapter = adapter_for_path(path) or batch_adapter(path)
     ctx = None if adapter is None else metered_context()
     body = None if ctx is None else json_object(content)
     if ctx is None or adapter is None or body is None:
         return None
-    if isinstance(adapter, BatchAdapter):
+    if isinstance(adapter, BatchAdapter):  # one node, not metered (see .batches)
         return adapter.begin(ctx, body, {META_TRANSPORT: transport})
     # Gemini names the model in the path (its embedContent body as "models/<model>" too).
     model = model_of_path(path) or body.get("model")
