@@ -214,3 +214,26 @@ def test_a_thinking_answer_without_usage_is_charged_unseen_output(replay: Replay
         )
     (node,) = [n for n in sink.nodes if n.kind == "llm"]
     assert node.tokens_out == 300 and node.metadata["cost_status"] == "estimated"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_blocked_prompt_reports_all_its_usage(replay: ReplayServer, stream: bool) -> None:
+    """A prompt blocked before any generation: its usage (the prompt alone) is all of it,
+    charged as reported, never as unseen output."""
+    blocked = {
+        "promptFeedback": {"blockReason": "SAFETY"},
+        "usageMetadata": {"promptTokenCount": 12, "totalTokenCount": 12},
+    }
+    operation = "streamGenerateContent" if stream else "generateContent"
+    path = f"/v1beta/models/gemini-2.5-flash:{operation}"
+    answer = ReplayResponse.sse([(None, blocked)]) if stream else ReplayResponse.json(blocked)
+    replay.script(path, answer)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]), httpx.Client() as client:
+        body = {"contents": [{"parts": [{"text": "Write."}]}]}
+        body["generationConfig"] = {"maxOutputTokens": MAX_OUT}
+        with client.stream("POST", replay.url + path, json=body) as response:
+            response.read()
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert (node.tokens_in, node.tokens_out) == (12, 0)
+    assert node.metadata["cost_status"] == "priced"

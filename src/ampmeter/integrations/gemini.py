@@ -112,6 +112,8 @@ class GenerateContentAdapter(Adapter):
             if candidates is not None or thoughts:
                 tally.tokens_out = (candidates or 0) + (thoughts or 0)
                 tally.reasoning = thoughts or 0
+            if get(read(event, "promptFeedback", None), "blockReason"):
+                tally.complete = True  # the prompt was blocked: nothing more comes
         for candidate in read(event, "candidates", None) or ():
             read_candidate = READERS[type(candidate)]
             if usage is not None and read_candidate(candidate, "finishReason", None):

@@ -167,16 +167,19 @@ class Admitted:
 
     def end(self, exc: BaseException | None) -> None:
         """End the call with the usage read (``exc``: the error reading the response raised;
-        one that cut a stream before its last event ends it as a cut stream). A response
-        that ended before its usage report, from a request whose output may be unseen
-        (:meth:`.Adapter.hides_output`), is charged as one whose output is."""
+        one that cut a stream before its last event ends it as a cut stream). A stream that
+        ended before its usage report, or a whole answer without usage, from a request whose
+        output may be unseen (:meth:`.Adapter.hides_output`), is charged as one whose output
+        is."""
         if not self.done:
             self.done = True
             if self.tally.complete:
                 finish_call(self.call, self.tally, exc or self.unread)
             elif exc is not None:
                 self._cut(exc)
-            elif self.adapter.hides_output(self.body, self.call.model):
+            elif (self.stream or self.tally.tokens_in is None) and self.adapter.hides_output(
+                self.body, self.call.model
+            ):  # a stream before its usage report, or a whole answer without usage
                 self.tally.unseen = True
                 meta = None
                 if self.stream and estimate_cut_stream(self.call, self.tally):
