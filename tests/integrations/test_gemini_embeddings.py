@@ -100,3 +100,32 @@ def test_embed_content_over_http_reads_the_usage_a_response_reports(
     assert reported.metadata["cost_status"] == "priced"
     assert estimated.tokens_in >= len(TEXTS[0]) + len(body["title"])
     assert estimated.metadata["cost_status"] == "estimated"
+
+
+async def test_the_async_client_embeds_through_aiohttp_metered(replay: ReplayServer) -> None:
+    replay.script(BATCH, ReplayResponse.json({"embeddings": [VECTOR, VECTOR]}))
+    client = _gemini(replay)
+    sink = MemorySink()
+    async with ExecutionContext(sinks=[sink]):
+        await client.aio.models.embed_content(model=MODEL, contents=TEXTS)
+    (node,) = _embeddings(sink)
+    assert (node.kind, node.metadata["transport"]) == ("embedding", "aiohttp")
+    assert node.tokens_in >= sum(map(len, TEXTS)) and node.cost_usd > 0
+
+
+def test_odd_bodies_and_usage_are_measured_without_breaking_the_call(
+    replay: ReplayServer,
+) -> None:
+    """Requests of the wrong shape are measured for what they hold; a count that is no int
+    reads as absent (estimated)."""
+    replay.script(
+        BATCH,
+        ReplayResponse.json({"embeddings": [VECTOR], "usageMetadata": {"promptTokenCount": "9"}}),
+    )
+    body = {"requests": [5, {"content": TEXTS[0]}, {"content": {"parts": "x"}, "title": 3}]}
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]), httpx.Client() as client:
+        assert client.post(replay.url + BATCH, json=body).status_code == 200
+    (node,) = _embeddings(sink)
+    assert node.status == "success" and node.tokens_in >= len(TEXTS[0])
+    assert node.metadata["cost_status"] == "estimated"
