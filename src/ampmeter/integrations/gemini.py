@@ -87,9 +87,6 @@ class GenerateContentAdapter(Adapter):
         stream = self.operation == "streamGenerateContent"
         return request_size.measure(self.wire, body), max_tokens, stream
 
-    def hides_output(self, body: Mapping[str, Any], model: str | None) -> bool:
-        return thinks(body, model)
-
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         system = kwargs.get("systemInstruction") or kwargs.get("system_instruction")
         contents = kwargs.get("contents")
@@ -131,6 +128,9 @@ class GenerateContentAdapter(Adapter):
                     if settings.capture_content and not read_part(part, "thought", None):
                         tally.keep_text(text)
         return False
+
+    def hides_output(self, body: Mapping[str, Any], model: str | None) -> bool:
+        return thinks(body, model)
 
 
 class EmbedContentAdapter(Adapter):

@@ -72,10 +72,10 @@ ROUTES: Final[dict[str, Adapter]] = {
     "/embeddings": EmbeddingsAdapter("embeddings"),
     "/completions": CompletionsAdapter("completions"),
     "/messages": MessagesAdapter("messages"),
-    ":generateContent": GenerateContentAdapter("generateContent"),
-    ":streamGenerateContent": GenerateContentAdapter("streamGenerateContent"),
     ":embedContent": EmbedContentAdapter("embedContent"),
     ":batchEmbedContents": EmbedContentAdapter("batchEmbedContents"),
+    ":generateContent": GenerateContentAdapter("generateContent"),
+    ":streamGenerateContent": GenerateContentAdapter("streamGenerateContent"),
 }
 
 _patches: list[Patch] = []
