@@ -99,6 +99,7 @@ def test_a_batch_the_context_lets_through_is_a_node_that_says_it_is_not_metered(
     assert node.metadata["cost_status"] == "unpriced"  # never $0
     assert node.metadata["unmetered"] == "a batch, billed when it runs"
     assert ctx.stats.get_counter("amp:unpriced_llm_calls") == 1
+    assert ctx.stats.get_counter("amp:llm_calls") == 1  # one LLM call, as the docs say
 
 
 def test_without_a_cost_limit_a_batch_is_sent_and_noted(replay: ReplayServer) -> None:
