@@ -240,7 +240,8 @@ def test_a_gemini_stream_that_ends_before_its_last_chunk_is_charged_what_it_rece
 ) -> None:
     """Gemini's chunks before the last report the prompt alone (``promptTokenCount``), the
     output only in the last: a stream that ended before it (google-genai, read at the HTTP
-    layer) was charged its input and 0 output tokens."""
+    layer) was charged its input and 0 output tokens. (Thinking off: a thinking model's is
+    charged its unseen thoughts, test_gemini_thinking.py.)"""
     from google import genai
     from google.genai import types
 
@@ -260,7 +261,9 @@ def test_a_gemini_stream_that_ends_before_its_last_chunk_is_charged_what_it_rece
         stream = client.models.generate_content_stream(
             model="gemini-2.5-flash",
             contents="Write a long story about the sea.",
-            config=types.GenerateContentConfig(max_output_tokens=4096),
+            config=types.GenerateContentConfig(
+                max_output_tokens=4096, thinking_config=types.ThinkingConfig(thinking_budget=0)
+            ),
         )
         assert len(list(stream)) == 2
     (node,) = [n for n in sink.nodes if n.kind == "llm"]

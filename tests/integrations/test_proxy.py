@@ -209,6 +209,10 @@ def test_a_request_it_cannot_estimate_is_refused_unless_allowed() -> None:
             assert "cannot estimate" in refused.json()["error"]["message"]
             no_model = http.post(f"{base}/chat/completions", json={"messages": PROMPT})
             assert no_model.status_code == 400
+            # A batch is no model call, whatever model its body names (docs: "Batches").
+            batch = {"input_file_id": "file-abc", "endpoint": "/v1/chat/completions"}
+            batch_named = http.post(f"{base}/batches", json={**batch, "model": "gpt-4o-mini"})
+            assert batch_named.status_code == 400
         assert bill.requests == []
         with (
             MeteringProxy(config, allow_unestimated=True) as proxy,

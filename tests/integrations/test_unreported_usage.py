@@ -267,7 +267,8 @@ def test_estimated_spend_is_shown_by_summary_report_and_watch(tmp_path: Path) ->
 
 def test_a_gemini_answer_without_usage_metadata_is_estimated(replay: ReplayServer) -> None:
     """google-genai, read at the HTTP layer: an answer without ``usageMetadata`` is charged
-    its input estimate and the output counted from its text and function calls."""
+    its input estimate and the output counted from its text and function calls (thinking
+    off: a thinking model's is charged its unseen thoughts, test_gemini_thinking.py)."""
     from google import genai
     from google.genai import types
 
@@ -281,7 +282,9 @@ def test_a_gemini_answer_without_usage_metadata_is_estimated(replay: ReplayServe
         client.models.generate_content(
             model="gemini-2.5-flash",
             contents="Weather in Paris and Oslo?",
-            config=types.GenerateContentConfig(max_output_tokens=300),
+            config=types.GenerateContentConfig(
+                max_output_tokens=300, thinking_config=types.ThinkingConfig(thinking_budget=0)
+            ),
         )
     (node,) = [n for n in sink.nodes if n.kind == "llm"]
     assert node.metadata["cost_status"] == "estimated" and node.cost_usd > 0

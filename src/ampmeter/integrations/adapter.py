@@ -127,9 +127,11 @@ class Adapter:
         return request_size.MEASURES[self.wire](body, counter), cap, body.get("stream") is True
 
     def model_for(self, path: str, body: Mapping[str, Any]) -> str | None:
-        """The model of a request whose ``body`` names none (Gemini and Bedrock name it in the
-        ``path``; an API may have a default); None: not a model call this adapter reads."""
-        return None
+        """The model a request to ``path`` with ``body`` is for: the body's ``model`` here
+        (Gemini and Bedrock name it in the path; an API may have a default); None: not a model
+        call this adapter reads."""
+        model = body.get("model")
+        return model if isinstance(model, str) else None
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         """The request's text, kept on the node with ``instrument(capture_content=True)``."""
@@ -137,6 +139,13 @@ class Adapter:
 
     def prepare_stream(self, kwargs: dict[str, Any]) -> bool:
         """Adjust a streaming request in place; True if the usage event must be hidden."""
+        return False
+
+    def hides_output(self, body: Mapping[str, Any], model: str | None) -> bool:
+        """Whether the response to ``body`` sent to ``model`` may write output it never sends
+        although nothing in the response says so before its usage report (a thinking model's
+        thoughts): asked only of a stream cut before that report, charged then as one whose
+        output is unseen (:attr:`Tally.unseen`)."""
         return False
 
     def read_response(self, result: Any, tally: Tally) -> None:

@@ -8,6 +8,13 @@ the candidates). In the subset convention: ``tokens_in = promptTokenCount +
 toolUsePromptTokenCount`` with the cached tokens a subset, ``tokens_out = candidatesTokenCount +
 thoughtsTokenCount`` with the thoughts as reasoning tokens. Each chunk of a stream carries the
 usage so far; the last one is the total.
+
+A thinking model's thoughts are billed as output but reported only in a stream's last chunk
+(its ``includeThoughts`` parts are summaries, not every thought token): a stream cut before it
+is charged as one whose output is unseen, the most the call could write (``maxOutputTokens``
+caps thoughts and text together, where ``thinkingBudget`` is a hint models overrun). Gemini 2.5
+and later models think unless ``thinkingBudget`` is 0; models before 2.5, Gemma and 2.5
+Flash-Lite (unless given a budget) do not.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from ampmeter.integrations.wire import READERS, counts, first_int, get
 from ampmeter.pricing import request_size
 from ampmeter.pricing.request_size import RequestSize, json_text
 
-__all__ = ["PROVIDER", "GenerateContentAdapter", "model_of_path"]
+__all__ = ["PROVIDER", "EmbedContentAdapter", "GenerateContentAdapter", "model_of_path", "thinks"]
 
 PROVIDER = "google"
 
@@ -35,6 +42,25 @@ def model_of_path(path: str) -> str | None:
 def _parts_text(content: Any) -> list[str]:
     texts = (get(part, "text") for part in get(content, "parts") or ())
     return [text for text in texts if isinstance(text, str) and text]
+
+
+# Models that do not think (Gemini 2.5 Flash-Lite: unless given a thinking budget); any other
+# model on this wire may, failing toward charging.
+_NOT_THINKING = ("gemini-1.", "gemini-2.0-", "gemini-pro", "gemma-")
+_THINKING_IF_ASKED = ("gemini-2.5-flash-lite",)
+
+
+def thinks(body: Mapping[str, Any], model: str | None) -> bool:
+    """Whether a ``generateContent`` request ``body`` sent to ``model`` makes it think."""
+    config = body.get("generationConfig") or body.get("generation_config")
+    thinking = get(config, "thinkingConfig") or get(config, "thinking_config")
+    budget = first_int(get(thinking, "thinkingBudget"), get(thinking, "thinking_budget"))
+    if budget is not None:
+        return budget != 0  # -1: as the model decides; 0: off
+    name = (model or "").rpartition("/")[2].lower()
+    if name.startswith(_NOT_THINKING):
+        return "thinking" in name  # gemini-2.0-flash-thinking-exp
+    return not name.startswith(_THINKING_IF_ASKED)
 
 
 _USAGE_COUNTS = (
@@ -62,7 +88,7 @@ class GenerateContentAdapter(Adapter):
         return request_size.measure(self.wire, body), max_tokens, stream
 
     def model_for(self, path: str, body: Mapping[str, Any]) -> str | None:
-        return model_of_path(path)
+        return model_of_path(path) or super().model_for(path, body)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         system = kwargs.get("systemInstruction") or kwargs.get("system_instruction")
@@ -86,6 +112,8 @@ class GenerateContentAdapter(Adapter):
             if candidates is not None or thoughts:
                 tally.tokens_out = (candidates or 0) + (thoughts or 0)
                 tally.reasoning = thoughts or 0
+            if get(read(event, "promptFeedback", None), "blockReason"):
+                tally.complete = True  # the prompt was blocked: nothing more comes
         for candidate in read(event, "candidates", None) or ():
             read_candidate = READERS[type(candidate)]
             if usage is not None and read_candidate(candidate, "finishReason", None):
@@ -102,4 +130,51 @@ class GenerateContentAdapter(Adapter):
                     tally.chars += len(text)
                     if settings.capture_content and not read_part(part, "thought", None):
                         tally.keep_text(text)
+        return False
+
+    def hides_output(self, body: Mapping[str, Any], model: str | None) -> bool:
+        return thinks(body, model)
+
+
+class EmbedContentAdapter(Adapter):
+    """``embedContent`` and ``batchEmbedContents`` (google-genai's ``models.embed_content``):
+    an ``embedding`` node. The Gemini API's answers report no usage: the input is charged as
+    measured (``cost_status`` ``"estimated"``), at the model's table rate; a ``usageMetadata``
+    (Vertex AI's) gives the count. Each request's content and title are billed input."""
+
+    provider = PROVIDER
+    kind = "embedding"
+    wire = "gemini"
+
+    def model_for(self, path: str, body: Mapping[str, Any]) -> str | None:
+        # (The body names it "models/<model>": the path's is the name.)
+        return model_of_path(path) or super().model_for(path, body)
+
+    def measure(
+        self, body: Mapping[str, Any], model: str | None
+    ) -> tuple[RequestSize, int | None, bool]:
+        requests = body.get("requests")
+        requests = requests if isinstance(requests, list) else [body]
+        contents: list[Any] = []
+        for request in requests:
+            if isinstance(request, Mapping):
+                contents.append(request.get("content"))
+                title = request.get("title")
+                if isinstance(title, str) and title:
+                    contents.append({"parts": [{"text": title}]})
+        # Measured as generateContent contents; it writes nothing: a cap of 0.
+        return request_size.measure(self.wire, {"contents": contents, "model": model}), 0, False
+
+    def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
+        requests = kwargs.get("requests")
+        requests = requests if isinstance(requests, list) else [kwargs]
+        return "\n".join(text for r in requests for text in _parts_text(get(r, "content")))
+
+    def read_response(self, result: Any, tally: Tally) -> None:
+        (prompt,) = counts(get(result, "usageMetadata"), ("promptTokenCount",))
+        if prompt is not None:
+            tally.tokens_in, tally.tokens_out = prompt, 0
+
+    def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
+        self.read_response(event, tally)
         return False

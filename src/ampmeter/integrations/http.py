@@ -25,8 +25,9 @@ import orjson
 from ampmeter.integrations.adapter import Adapter
 from ampmeter.integrations.anthropic import MessagesAdapter
 from ampmeter.integrations.attach import metered_context
+from ampmeter.integrations.batches import BatchAdapter, batch_adapter
 from ampmeter.integrations.bedrock import EVENT_STREAM, ConverseAdapter, EventFrames, InvokeAdapter
-from ampmeter.integrations.gemini import GenerateContentAdapter
+from ampmeter.integrations.gemini import EmbedContentAdapter, GenerateContentAdapter
 from ampmeter.integrations.lifecycle import (
     ACTIVE_REQUEST,
     META_TRANSPORT,
@@ -60,7 +61,7 @@ __all__ = [
 
 # The reader of each wire format, by how a request path ends; checked in order
 # ("/chat/completions" before "/completions"). The SDKs' own paths are these keys.
-# ("/embeddings" makes an ``embedding`` node.)
+# ("/embeddings" and Gemini's embedding routes make an ``embedding`` node.)
 ROUTES: Final[dict[str, Adapter]] = {
     "/chat/completions": ChatAdapter("chat.completions"),
     "/responses": ResponsesAdapter("responses"),
@@ -71,6 +72,8 @@ ROUTES: Final[dict[str, Adapter]] = {
     "/images/edits": ImagesAdapter("images", "edit"),
     "/completions": CompletionsAdapter("completions"),
     "/messages": MessagesAdapter("messages"),
+    ":embedContent": EmbedContentAdapter("embedContent"),
+    ":batchEmbedContents": EmbedContentAdapter("batchEmbedContents"),
     ":generateContent": GenerateContentAdapter("generateContent"),
     ":streamGenerateContent": GenerateContentAdapter("streamGenerateContent"),
     "/converse": ConverseAdapter("converse", streams=False),
@@ -119,16 +122,16 @@ def admit(
     """
     if ACTIVE_REQUEST.get() is not None:
         return None
-    adapter = adapter_for_path(path)
+    adapter = adapter_for_path(path) or batch_adapter(path)
     ctx = None if adapter is None else metered_context()
     body = None if ctx is None else json_object(content)
     if ctx is None or adapter is None or body is None:
         return None
-    model = body.get("model")
-    if not isinstance(model, str):
-        model = adapter.model_for(path, body)  # (Gemini and Bedrock name it in the path)
-        if model is None:
-            return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
+    if isinstance(adapter, BatchAdapter):  # one node, not metered (see .batches)
+        return adapter.begin(ctx, body, {META_TRANSPORT: transport})
+    model = adapter.model_for(path, body)  # (Gemini and Bedrock name it in the path)
+    if model is None:
+        return None  # no model: not an LLM request (e.g. POST /v1/threads/{id}/messages)
     meta = {META_TRANSPORT: transport}
     return begin_call(ctx, adapter, body, model, meta, ask_usage=body if may_ask_usage else None)
 

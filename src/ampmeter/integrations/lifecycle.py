@@ -167,19 +167,39 @@ class Admitted:
 
     def end(self, exc: BaseException | None) -> None:
         """End the call with the usage read (``exc``: the error reading the response raised;
-        one that cut a stream before its last event ends it as a cut stream)."""
+        one that cut a stream before its last event ends it as a cut stream). A stream that
+        ended before its usage report, or a whole answer without usage, from a request whose
+        output may be unseen (:meth:`.Adapter.hides_output`), is charged as one whose output
+        is."""
         if not self.done:
             self.done = True
-            if exc is not None and not self.tally.complete:
-                finish_abandoned(self.call, self.tally, exc)
-            else:
+            if self.tally.complete:
                 finish_call(self.call, self.tally, exc or self.unread)
+            elif exc is not None:
+                self._cut(exc)
+            elif (self.stream or self.tally.tokens_in is None) and self.adapter.hides_output(
+                self.body, self.call.model
+            ):  # a stream before its usage report, or a whole answer without usage
+                self.tally.unseen = True
+                meta = None
+                if self.stream and estimate_cut_stream(self.call, self.tally):
+                    meta = {META_USAGE_ESTIMATED: True}
+                finish_call(self.call, self.tally, self.unread, meta)
+            else:
+                finish_call(self.call, self.tally, self.unread)
 
     def abandon(self) -> None:
         """End the call of a response closed or dropped before its end."""
         if not self.done:
             self.done = True
-            finish_abandoned(self.call, self.tally)
+            self._cut(None)
+
+    def _cut(self, exc: BaseException | None) -> None:
+        # Output the request may have written unseen (a thinking model's thoughts, reported
+        # only in the usage the cut stream never delivered) is charged as unseen output.
+        if self.adapter.hides_output(self.body, self.call.model):
+            self.tally.unseen = True
+        finish_abandoned(self.call, self.tally, exc)
 
     def response_closed(self) -> None:
         """The stream's response was closed: abandoned, unless the stream is ending it itself."""

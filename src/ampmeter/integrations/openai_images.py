@@ -76,7 +76,7 @@ class ImagesAdapter(Adapter):
         return size, images * each, stream
 
     def model_for(self, path: str, body: Mapping[str, Any]) -> str | None:
-        return "dall-e-2"  # the API's default
+        return super().model_for(path, body) or "dall-e-2"  # (the API's default)
 
     def prompt_text(self, kwargs: Mapping[str, Any]) -> str:
         prompt = kwargs.get("prompt")

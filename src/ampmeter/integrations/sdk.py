@@ -24,6 +24,7 @@ from typing import Any, Final
 from ampmeter.context import configured_policies
 from ampmeter.integrations.adapter import Adapter
 from ampmeter.integrations.attach import metered_context
+from ampmeter.integrations.batches import batch_adapter
 from ampmeter.integrations.http import ROUTES, adapter_for_path, unwrapped_send
 from ampmeter.integrations.lifecycle import (
     ACTIVE_REQUEST,
@@ -71,7 +72,7 @@ def admit(client: Any, options: Any) -> Admitted | None:
     path = options.url.partition("?")[0]
     adapter = ROUTES.get(path) or adapter_for_path(path)  # the SDK's own paths are the keys
     if adapter is None:
-        return None
+        return _admit_batch(client, options, body, path)
     ctx = metered_context()
     if ctx is None:
         return None
@@ -98,6 +99,18 @@ def admit(client: Any, options: Any) -> Admitted | None:
     admitted.client = client
     if headers and headers.get(RAW_RESPONSE_HEADER):
         admitted.raw = True
+    return admitted
+
+
+def _admit_batch(client: Any, options: Any, body: dict[str, Any], path: str) -> Admitted | None:
+    """Begin and admit the node of a batch's creation (see :mod:`.batches`); None for any
+    other request."""
+    adapter = batch_adapter(path)
+    ctx = None if adapter is None else metered_context()
+    if adapter is None or ctx is None:
+        return None
+    admitted = adapter.begin(ctx, body, operation=_operation(options, {}, adapter))
+    admitted.client = client
     return admitted
 
 

@@ -67,8 +67,11 @@ def estimate_unreported(call: Call, tally: Tally) -> None:
 def estimate_cut_stream(call: Call, tally: Tally) -> bool:
     """Complete the usage of a stream cut before its last event (its usage report, OpenAI's
     last, may not have come): what was not reported is estimated, and the output is at least
-    what was received. True if anything was estimated."""
-    if tally.tokens_in is not None and (tally.tokens_out or 0) >= tally.chunks:
+    what was received. True if anything was estimated. The output count of a response that
+    wrote output unseen (``tally.unseen``) is not final before its report: it is estimated."""
+    if tally.unseen:
+        tally.tokens_out = None  # so far: the unseen output may be missing from it
+    elif tally.tokens_in is not None and (tally.tokens_out or 0) >= tally.chunks:
         return False
     estimate_unreported(call, tally)  # the input if missing (the output too if nothing came)
     counted = received_output_tokens(tally, call.model, call.reserved[1] or None) or 0

@@ -1,7 +1,10 @@
 """Unpriced models: under a cost limit (of the context or one above it) an LLM call to a model
 the pricing cannot price is refused before it is sent (``on_unpriced="refuse"``, the default)
 or let through with a warning and an ``unpriced`` event (``"warn"``); ``"allow"`` puts no step
-in the admission. An unpriced call is never counted as free: its node says ``unpriced``."""
+in the admission. An unpriced call is never counted as free: its node says ``unpriced``.
+
+A call whose node says it is not metered (:data:`META_UNMETERED`: a batch's creation, billed
+when the batch runs) is unpriced too, and refused with that reason."""
 
 from __future__ import annotations
 
@@ -20,9 +23,12 @@ if TYPE_CHECKING:
     from ampmeter.policies.configured import ConfiguredPolicies
     from ampmeter.policies.events import EventLog
 
-__all__ = ["POLICY", "Unpriced"]
+__all__ = ["META_UNMETERED", "POLICY", "Unpriced"]
 
 _LIMIT = Limit(KEY_UNPRICED_LLM_CALLS, 0)
+
+META_UNMETERED = "unmetered"
+"""Node metadata: why the call's cost is not metered (what it is, e.g. a batch)."""
 
 
 class Unpriced(PolicyStep):
@@ -40,6 +46,25 @@ class Unpriced(PolicyStep):
 
     def admit(self, ticket: Ticket, thread: int | None) -> None:
         """Refuse (or report) a call whose model has no price (only their plans ask this)."""
+        note = self._reason(ticket)
+        if self.refuses:
+            stop = ExceededLimit(_LIMIT, KEY_UNPRICED_LLM_CALLS, 1, note)
+            raise self.refuse(ticket, self.owner, stop)
+        warnings.warn(f"ampmeter: {note}", RuntimeWarning, stacklevel=4)
+        node_id, name = ticket.kernel_node.node_id, self.admission.frame.name
+        event = LimitEvent("unpriced", _LIMIT, KEY_UNPRICED_LLM_CALLS, 1.0, 1.0, node_id, name)
+        self.log.report(event)
+
+    def _reason(self, ticket: Ticket) -> str:
+        """Why ``ticket``'s call is unpriced, and what to do about it."""
+        owner = self.owner.name
+        unmetered = ticket.kernel_node.metadata.get(META_UNMETERED)
+        if unmetered is not None:
+            return (
+                f"{ticket.name!r} sends {unmetered}, which ampmeter does not meter, and "
+                f"context {owner!r} has a cost limit; set on_unpriced='warn' or 'allow' to "
+                "send it with its cost counted nowhere"
+            )
         model = ticket.model
         pricing = self.admission.frame.policies.pricing
         if pricing is TABLE:
@@ -49,17 +74,10 @@ class Unpriced(PolicyStep):
             )
         else:  # set_price changes the table, which this context's pricing does not read
             fix = f"price it in the context's pricing ({pricing!r}), "
-        note = (
-            f"model {model!r} has no price and context {self.owner.name!r} has a cost limit; "
+        return (
+            f"model {model!r} has no price and context {owner!r} has a cost limit; "
             f"{fix}give the call an estimate_usd, or set on_unpriced='warn' or 'allow'"
         )
-        if self.refuses:
-            stop = ExceededLimit(_LIMIT, KEY_UNPRICED_LLM_CALLS, 1, note)
-            raise self.refuse(ticket, self.owner, stop)
-        warnings.warn(f"ampmeter: {note}", RuntimeWarning, stacklevel=4)
-        node_id, name = ticket.kernel_node.node_id, self.admission.frame.name
-        event = LimitEvent("unpriced", _LIMIT, KEY_UNPRICED_LLM_CALLS, 1.0, 1.0, node_id, name)
-        self.log.report(event)
 
 
 def _watches_cost(limit: Limit) -> bool:

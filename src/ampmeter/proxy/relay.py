@@ -124,9 +124,7 @@ class Relay:
             return await self._forward(request, url, content, None)
         adapter = adapter_for_path(path)
         body = json_object(content)
-        model = None if body is None else body.get("model")
-        if adapter is not None and body is not None and not isinstance(model, str):
-            model = adapter.model_for(path, body)  # (images: the API's default model)
+        model = None if adapter is None or body is None else adapter.model_for(path, body)
         if adapter is None or body is None or not isinstance(model, str):
             if self._allow_unestimated:
                 return await self._forward(request, url, content, None)
