@@ -269,3 +269,69 @@ def test_a_gemini_stream_that_ends_before_its_last_chunk_is_charged_what_it_rece
     (node,) = [n for n in sink.nodes if n.kind == "llm"]
     assert (node.tokens_in, node.tokens_out) == (12, 2 * len(TEXT))
     assert node.metadata["cost_status"] == "estimated"
+
+
+def _chat_chunks(delta: dict[str, Any]) -> list[tuple[str | None, Any]]:
+    """A Chat Completions stream that ends after one content chunk, before its usage chunk."""
+    chunk = {
+        "id": "chatcmpl-cut",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+    }
+    return [(None, chunk)]
+
+
+@pytest.mark.parametrize(
+    ("model", "effort", "unseen"),
+    [
+        ("o3", None, True),
+        ("gpt-5-mini", None, True),
+        ("gpt-5.1", "none", False),  # asked not to reason
+        ("gpt-4o-mini", None, False),
+        ("gpt-4o-mini", "low", True),  # (a compatible server's model, asked to reason)
+        ("gemini-2.5-flash", None, True),  # through Gemini's OpenAI-compatible API
+        ("gpt-5-chat-latest", None, False),
+    ],
+)
+def test_a_cut_chat_stream_of_a_reasoning_model_is_charged_its_most_output(
+    replay: ReplayServer, model: str, effort: str | None, unseen: bool
+) -> None:
+    """A reasoning model's Chat Completions stream sends none of its reasoning, and says how
+    much there was only in its usage chunk: one cut before it was charged the 7 characters of
+    text it sent. Its output is now the most the call could write."""
+    replay.script("/v1/chat/completions", ReplayResponse.sse(_chat_chunks({"content": "Looking"})))
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    extra = {} if effort is None else {"reasoning_effort": effort}
+    with ExecutionContext(sinks=[sink]):
+        _read_all(
+            client.chat.completions.create(
+                model=model, messages=PROMPT, max_completion_tokens=4096, stream=True, **extra
+            )
+        )
+    (node,) = [n for n in sink.nodes if n.kind == "llm"]
+    assert node.tokens_out == (4096 if unseen else len("Looking"))
+    assert node.metadata["cost_status"] == "estimated"
+
+
+def test_reasoning_a_compatible_server_streams_counts_as_output_of_a_cut_stream(
+    replay: ReplayServer,
+) -> None:
+    """DeepSeek and vLLM stream reasoning as ``reasoning_content`` (OpenRouter as
+    ``reasoning``): billed output, which a stream cut before its usage chunk counted as 0."""
+    thought = "First, list the rivers of Europe by length. " * 4
+    for field in ("reasoning_content", "reasoning"):
+        replay.script("/v1/chat/completions", ReplayResponse.sse(_chat_chunks({field: thought})))
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        for _ in range(2):
+            _read_all(
+                client.chat.completions.create(
+                    model="qwen3-32b", messages=PROMPT, max_tokens=4096, stream=True
+                )
+            )
+    for node in [n for n in sink.nodes if n.kind == "llm"]:
+        assert node.tokens_out == len(thought)  # a token per character, at most

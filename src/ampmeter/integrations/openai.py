@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, Final
 
 from ampmeter._validate import MAX_COUNT
+from ampmeter.integrations import gemini
 from ampmeter.integrations.adapter import Adapter, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.wire import READERS, counts, first_int, get, ints, text_of
@@ -58,6 +59,9 @@ class ChatAdapter(Adapter):
             return True
         kwargs["stream_options"] = {"include_usage": True}
         return True
+
+    def hides_output(self, body: Mapping[str, Any], model: str | None) -> bool:
+        return reasons(body, model)
 
     def read_response(self, result: Any, tally: Tally) -> None:
         read = READERS[type(result)]
@@ -110,12 +114,49 @@ class ChatAdapter(Adapter):
                 if tools and isinstance(tools, list):
                     _count_tool_calls(read_choice(choice, "index", None), tools, tally)
                 text = read_delta(delta, "content", None)
+                if not text:  # reasoning some servers stream (DeepSeek, vLLM): output too
+                    thought = _reasoning_of(delta)
+                    if thought and isinstance(thought, str):
+                        tally.chunks += 1
+                        tally.chars += len(thought)
             if text and isinstance(text, str):
                 tally.chunks += 1
                 tally.chars += len(text)
                 if settings.capture_content:
                     tally.keep_text(text)
         return False
+
+
+def _reasoning_of(delta: Any) -> object:
+    """The reasoning text a compatible server streams in a chunk's ``delta``
+    (``reasoning_content``, or OpenRouter's ``reasoning``), from a JSON object, or from the
+    fields of an SDK's model that it does not declare: read where pydantic keeps them, since a
+    getattr that misses runs the model's ``__getattr__`` (see :data:`.wire.READERS`)."""
+    fields = delta if isinstance(delta, dict) else getattr(delta, "__pydantic_extra__", None)
+    if not isinstance(fields, dict):
+        fields = getattr(delta, "__dict__", None)
+        if not isinstance(fields, dict):
+            return None
+    return fields.get("reasoning_content") or fields.get("reasoning")
+
+
+# Model families that reason before they answer: on Chat Completions their reasoning is
+# billed as output and never sent (its count comes only in the usage chunk, last).
+_REASONING: Final = ("o1", "o3", "o4", "gpt-5", "gpt-oss", "deepseek-reasoner", "deepseek-r1")
+
+
+def reasons(body: Mapping[str, Any], model: str | None) -> bool:
+    """Whether a Chat Completions request ``body`` sent to ``model`` may write reasoning it
+    does not stream: it asks for a reasoning effort other than ``"none"``, or the model is of a
+    reasoning family (:data:`_REASONING`; a chat variant does not reason), or a Gemini model
+    that thinks (through Gemini's compatible API)."""
+    effort = body.get("reasoning_effort")
+    if isinstance(effort, str):
+        return effort != "none"
+    name = (model or "").rpartition("/")[2].lower()
+    if name.startswith("gemini"):
+        return gemini.thinks({}, name)
+    return name.startswith(_REASONING) and "-chat" not in name
 
 
 def _count_tool_calls(choice: object, tools: list[Any], tally: Tally) -> None:
