@@ -375,6 +375,7 @@ def finish_call(
                         reasoning_tokens=tally.reasoning,
                         tool_calls_made=tally.tool_calls,
                         estimated=tally.estimated,
+                        parts=tally.parts,
                     )
                     break
                 except ValueError:  # refused before any change: fitted, record() takes them

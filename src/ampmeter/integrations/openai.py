@@ -166,16 +166,39 @@ def _read_usage(usage: Any, names: tuple[str, str, str, str], tally: Tally) -> N
     inputs = read(usage, details_in, None)
     outputs = read(usage, details_out, None)
     read_inputs, read_outputs = READERS[type(inputs)], READERS[type(outputs)]
-    tally.tokens_in, tally.tokens_out, cached, writes, reasoning = ints(
+    tally.tokens_in, tally.tokens_out, cached, writes, reasoning, audio_in, audio_out = ints(
         read(usage, total_in, None),
         read(usage, total_out, None),
         read_inputs(inputs, "cached_tokens", None),
         read_inputs(inputs, "cache_write_tokens", None),
         read_outputs(outputs, "reasoning_tokens", None),
+        read_inputs(inputs, "audio_tokens", None),
+        read_outputs(outputs, "audio_tokens", None),
     )
     tally.cached = cached or 0
     tally.cache_write = writes or 0
     tally.reasoning = reasoning or 0
+    if audio_in or audio_out:
+        _read_audio(tally, audio_in, audio_out, read_inputs(inputs, "cached_tokens_details", None))
+
+
+_AUDIO = ("audio_tokens",)
+
+
+def _read_audio(
+    tally: Tally, audio_in: int | None, audio_out: int | None, cached_details: object
+) -> None:
+    """Note a response's audio tokens, billed at audio rates (gpt-4o-audio, gpt-realtime).
+    Chat Completions does not say how many of the cached tokens are audio; without that
+    breakdown the cached tokens are taken as text as far as the counts allow, the dearer
+    reading (a cached audio token's discount is deeper than a text one's in every price)."""
+    tally.set_part("input_audio_tokens", audio_in)
+    tally.set_part("output_audio_tokens", audio_out)
+    (cached_audio,) = counts(cached_details, _AUDIO)
+    if cached_audio is None and audio_in and tally.tokens_in is not None:
+        uncached_room = tally.tokens_in - tally.cached - tally.cache_write
+        cached_audio = max(audio_in - uncached_room, 0) or None
+    tally.set_part("cache_audio_read_tokens", cached_audio)
 
 
 class CompletionsAdapter(ChatAdapter):
@@ -237,6 +260,10 @@ _OUTPUT_DELTAS = frozenset(
 )
 
 
+# Output items of built-in tools billed per call, and the billed part each is.
+_SEARCH_CALLS = {"web_search_call": "web_searches", "file_search_call": "storage_searches"}
+
+
 class ResponsesAdapter(Adapter):
     """``responses.create`` / ``parse`` (and the ``responses.stream`` helper through create)."""
 
@@ -277,6 +304,7 @@ class ResponsesAdapter(Adapter):
         unreported = tally.tokens_out is None and not tally.chunks
         calls = 0
         texts: list[str] = []
+        searches: dict[str, int] | None = None
         for item in read(result, "output", None) or ():
             read_item = READERS[type(item)]
             kind = read_item(item, "type", None)
@@ -284,6 +312,10 @@ class ResponsesAdapter(Adapter):
                 calls += 1
                 if unreported:
                     tally.receive(_arguments_text(item))
+                part = _SEARCH_CALLS.get(kind)
+                if part is not None:  # a built-in tool billed per call
+                    searches = searches or {}
+                    searches[part] = searches.get(part, 0) + 1
             elif kind == "reasoning":
                 tally.unseen = True  # its tokens are output, and never all sent
             elif kind == "message":
@@ -292,6 +324,8 @@ class ResponsesAdapter(Adapter):
                 if unreported:
                     tally.receive(text_of(read_item(item, "content", None)))
         tally.tool_calls = calls
+        for part, count in (searches or {}).items():
+            tally.set_part(part, count)
         if texts:
             tally.text = texts
 
