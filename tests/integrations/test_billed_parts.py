@@ -343,3 +343,25 @@ def test_an_anthropic_request_reserves_the_searches_its_tool_allows(replay: Repl
 
 def _small() -> dict[str, Any]:
     return {"input_tokens": 50, "output_tokens": 10, "server_tool_use": {"web_search_requests": 2}}
+
+
+@instrumented
+def test_parts_beyond_their_counts_are_cut_to_them_and_the_caller_gets_its_answer(
+    replay: ReplayServer,
+) -> None:
+    """A provider reporting more 1-hour writes than writes: the call still succeeds, charged
+    every write at the 1-hour rate (the most the counts allow)."""
+    usage = {**ANTHROPIC_USAGE, "cache_creation": {"ephemeral_1h_input_tokens": 9000}}
+    replay.script(MESSAGES, ReplayResponse.json({**anthropic_message(), "usage": usage}))
+    client = anthropic.Anthropic(base_url=replay.anthropic_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        message = client.messages.create(model=CLAUDE, max_tokens=200, messages=PROMPT)
+    assert message.content
+    node = only_call(sink)
+    assert node.status == "success" and node.metadata["cache_write_1h_tokens"] == 3000
+    fitted = {**ANTHROPIC_USAGE, "cache_creation": {"ephemeral_1h_input_tokens": 3000}}
+    expected = genai_prices.extract_usage(
+        {**anthropic_message(), "usage": fitted}, provider_id="anthropic"
+    )
+    assert node.cost_usd == table_price(expected.usage, CLAUDE, "anthropic")
