@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import ampmeter
 from ampmeter import ExecutionContext
 from ampmeter.pricing import request_size
-from ampmeter.pricing.parts import PARTS, UNCAPPED_TOOL_USES
+from ampmeter.pricing.parts import PARTS, UNCAPPED_TOOL_USES, check_parts, fit_parts
 from ampmeter.pricing.plan import plan_for
 from ampmeter.pricing.source import TABLE
 from ampmeter.sinks.memory import MemorySink
@@ -246,3 +246,22 @@ def test_part_rates_resolve_over_the_whole_table() -> None:
             assert ours == theirs.total_price, model.id
             compared += 1
     assert compared >= 150
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    counts=st.tuples(*[st.integers(0, 1_000)] * 5),
+    reported=st.dictionaries(st.sampled_from(PARTS), st.integers(-50, 2_000)),
+)
+def test_parts_a_provider_reports_beyond_their_counts_are_cut_until_they_fit(
+    counts: tuple[int, int, int, int, int], reported: dict[str, int]
+) -> None:
+    """What Tally.fit does to a hostile report before the call is recorded: afterwards the
+    parts always pass the check (else recording would fail the caller's call)."""
+    t_in, t_out, cached, writes, reasoning = counts
+    cached, reasoning = min(cached, t_in), min(reasoning, t_out)
+    checked = (t_in, t_out, cached, min(writes, t_in - cached), reasoning, 0)
+    parts = {name: max(count, 0) for name, count in reported.items()}
+    fit_parts(parts, checked)
+    assert check_parts(parts, checked) == {name: n for name, n in parts.items() if n}
+    assert all(parts[name] <= max(count, 0) for name, count in reported.items())

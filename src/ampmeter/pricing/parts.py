@@ -16,7 +16,7 @@ their parents do, and a call reporting none does no work here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Final, NamedTuple, TypeVar
 
 from ampmeter import _validate
@@ -36,44 +36,29 @@ __all__ = [
 class _Part(NamedTuple):
     name: str  # genai-prices' usage key, and the node's metadata key
     price_key: str  # genai-prices' price key (USD per million tokens, or per thousand uses)
-    per_thousand: bool  # priced per thousand uses (a server tool), not per million tokens
     parents: tuple[str, ...]  # price keys it is billed at when the model has no price for it
     base: int | None  # which of Rates.scaled its tokens are priced at without it (None: none)
     less: str | None = None  # a part of it priced on its own (cached audio, of audio)
 
 
+def _modality(kind: str) -> tuple[_Part, ...]:
+    """The parts of one modality: its input, the cached share of it, its output."""
+    read = f"cache_{kind}_read"
+    return (
+        _Part(f"input_{kind}_tokens", f"input_{kind}_mtok", (), 0, f"{read}_tokens"),
+        _Part(f"{read}_tokens", f"{read}_mtok", (f"input_{kind}_mtok", "cache_read_mtok"), 2),
+        _Part(f"output_{kind}_tokens", f"output_{kind}_mtok", (), 1),
+    )
+
+
 # (In Rates.scaled: 0 input, 1 output, 2 cache read, 3 cache write.)
 _SPECS: Final = (
-    _Part("cache_write_1h_tokens", "cache_write_1h_mtok", False, ("cache_write_mtok",), 3),
-    _Part("input_audio_tokens", "input_audio_mtok", False, (), 0, "cache_audio_read_tokens"),
-    _Part(
-        "cache_audio_read_tokens",
-        "cache_audio_read_mtok",
-        False,
-        ("input_audio_mtok", "cache_read_mtok"),
-        2,
-    ),
-    _Part("output_audio_tokens", "output_audio_mtok", False, (), 1),
-    _Part("input_image_tokens", "input_image_mtok", False, (), 0, "cache_image_read_tokens"),
-    _Part(
-        "cache_image_read_tokens",
-        "cache_image_read_mtok",
-        False,
-        ("input_image_mtok", "cache_read_mtok"),
-        2,
-    ),
-    _Part("output_image_tokens", "output_image_mtok", False, (), 1),
-    _Part("input_video_tokens", "input_video_mtok", False, (), 0, "cache_video_read_tokens"),
-    _Part(
-        "cache_video_read_tokens",
-        "cache_video_read_mtok",
-        False,
-        ("input_video_mtok", "cache_read_mtok"),
-        2,
-    ),
-    _Part("output_video_tokens", "output_video_mtok", False, (), 1),
-    _Part("web_searches", "web_searches_kcount", True, (), None),
-    _Part("storage_searches", "storage_searches_kcount", True, (), None),
+    _Part("cache_write_1h_tokens", "cache_write_1h_mtok", ("cache_write_mtok",), 3),
+    *_modality("audio"),
+    *_modality("image"),
+    *_modality("video"),
+    _Part("web_searches", "web_searches_kcount", (), None),
+    _Part("storage_searches", "storage_searches_kcount", (), None),
 )
 PARTS: Final = tuple(spec.name for spec in _SPECS)
 """The billed parts a call may report, in the order :attr:`Rates.parts` holds their rates."""
@@ -193,25 +178,20 @@ def _floor(parts: Mapping[str, int], name: str) -> int:
 
 def _limits(
     parts: Mapping[str, int], counts: _validate.Counts
-) -> tuple[tuple[tuple[str, ...], int, str], ...]:
+) -> Iterator[tuple[tuple[str, ...], int, str]]:
     """The sums of parts that must not exceed a whole: (the parts, the whole, what it is), in
-    the order a cut must go (a part's cached share is fitted before the part)."""
+    the order a cut must go (a part's cached share is fitted before the part), each worked out
+    from ``parts`` as they are when it is reached (:func:`fit_parts` cuts them on the way)."""
     t_in, t_out, cached, writes, reasoning, _ = counts
+    yield ("cache_write_1h_tokens",), writes, "the cache-write tokens"
+    yield _CACHE_READS, cached, "the cached tokens"
+    for read, whole in zip(_CACHE_READS, _INPUT_TOKENS, strict=True):
+        yield (read,), parts.get(whole, 0), f"{whole}"
+    # Uncached media is uncached input: the media, less its cached share, fits in it.
     reads = sum(parts.get(name, 0) for name in _CACHE_READS)
-    return (
-        (("cache_write_1h_tokens",), writes, "the cache-write tokens"),
-        (_CACHE_READS, cached, "the cached tokens"),
-        (("cache_audio_read_tokens",), parts.get("input_audio_tokens", 0), "the audio input"),
-        (("cache_image_read_tokens",), parts.get("input_image_tokens", 0), "the image input"),
-        (("cache_video_read_tokens",), parts.get("input_video_tokens", 0), "the video input"),
-        # Uncached media is uncached input: the media, less its cached share, fits in it.
-        (
-            _INPUT_TOKENS,
-            t_in - cached - writes + reads,
-            "the uncached input tokens (+ cached media)",
-        ),
-        (_OUTPUT_TOKENS, t_out - reasoning, "the output tokens that are not reasoning"),
-    )
+    uncached = t_in - cached - writes + reads
+    yield _INPUT_TOKENS, uncached, "the uncached input tokens (+ cached media)"
+    yield _OUTPUT_TOKENS, t_out - reasoning, "the output tokens that are not reasoning"
 
 
 def part_units(parts: Mapping[str, int], scaled: tuple[int, ...], own: tuple[int, ...]) -> int:
