@@ -365,3 +365,19 @@ def test_parts_beyond_their_counts_are_cut_to_them_and_the_caller_gets_its_answe
         {**anthropic_message(), "usage": fitted}, provider_id="anthropic"
     )
     assert node.cost_usd == table_price(expected.usage, CLAUDE, "anthropic")
+
+
+@instrumented
+@pytest.mark.parametrize(("tier", "noted"), [("priority", "priority"), ("default", None)])
+def test_a_tier_the_table_does_not_price_is_noted_on_the_node(
+    replay: ReplayServer, tier: str, noted: str | None
+) -> None:
+    """OpenAI's priority tier costs more than the table's rates, which are the standard
+    tier's: the node says which tier the call was billed at (no price is made up for it)."""
+    body = {**recorded.load("openai_chat_tool_calls"), "service_tier": tier}
+    replay.script("/v1/chat/completions", ReplayResponse.json(body))
+    client = openai.OpenAI(base_url=replay.openai_base_url, api_key="k", max_retries=0)
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT, service_tier="auto")
+    assert only_call(sink).metadata.get("service_tier") == noted

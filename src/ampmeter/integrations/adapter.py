@@ -15,10 +15,21 @@ from ampmeter.pricing import request_size, tokenizer
 from ampmeter.pricing.parts import fit_parts
 from ampmeter.pricing.request_size import RequestSize, Wire
 
-__all__ = ["MAX_RESPONSE_ID", "META_USAGE_CLAMPED", "Adapter", "Tally"]
+__all__ = [
+    "MAX_RESPONSE_ID",
+    "MAX_TIER",
+    "META_USAGE_CLAMPED",
+    "STANDARD_TIERS",
+    "Adapter",
+    "Tally",
+]
 
 MAX_RESPONSE_ID: Final = 256  # longer ids are no provider's: ignored, never stored or shared
 META_USAGE_CLAMPED: Final = "usage_clamped"  # a reported count was outside 0..2**53
+# The service tiers a response reports that the price table's rates are for; any other (OpenAI
+# priority or flex, Anthropic priority or batch) is noted on the node (Tally.service_tier).
+STANDARD_TIERS: Final = frozenset({"default", "standard", "auto"})
+MAX_TIER: Final = 32  # a longer tier name is no provider's: kept cut to this
 
 
 class Tally:
@@ -56,6 +67,9 @@ class Tally:
     # Billed parts the response reports (1-hour cache writes, audio, server tool uses: see
     # ampmeter.pricing.parts), by name; None until one is read.
     parts: dict[str, int] | None = None
+    # The service tier the response reports when it is not a standard one (STANDARD_TIERS):
+    # the table has no prices for it, so the node says the call was priced at standard rates.
+    service_tier: str | None = None
 
     def set_part(self, name: str, count: int | None) -> None:
         """Note the count of the billed part ``name`` the response reports (None: it reports

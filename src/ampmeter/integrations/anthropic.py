@@ -22,7 +22,7 @@ from collections.abc import Generator, Mapping
 from types import ModuleType
 from typing import Any
 
-from ampmeter.integrations.adapter import Adapter, Tally
+from ampmeter.integrations.adapter import MAX_TIER, STANDARD_TIERS, Adapter, Tally
 from ampmeter.integrations.lifecycle import HELPER, settings
 from ampmeter.integrations.patching import Patch, around
 from ampmeter.integrations.streams import meter_rebuilt_stream
@@ -153,6 +153,9 @@ def _read_usage(usage: Any, tally: Tally) -> None:
     if thinking is not None:
         tally.reasoning = thinking
     read = READERS[type(usage)]
+    tier = read(usage, "service_tier", None)
+    if tier.__class__ is str and tier not in STANDARD_TIERS:
+        tally.service_tier = tier[:MAX_TIER]
     creation = read(usage, "cache_creation", None)
     if creation is not None:
         tally.set_part("cache_write_1h_tokens", *counts(creation, _ONE_HOUR))

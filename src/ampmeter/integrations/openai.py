@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from ampmeter._validate import MAX_COUNT
-from ampmeter.integrations.adapter import Adapter, Tally
+from ampmeter.integrations.adapter import MAX_TIER, STANDARD_TIERS, Adapter, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.wire import READERS, counts, first_int, get, ints, text_of
 from ampmeter.pricing import request_size, stored_state, tokenizer
@@ -65,6 +65,9 @@ class ChatAdapter(Adapter):
         usage = read(result, "usage", None)
         if usage is not None:
             _read_usage(usage, _CHAT_USAGE, tally)
+        tier = read(result, "service_tier", None)
+        if tier.__class__ is str and tier not in STANDARD_TIERS:
+            tally.service_tier = tier[:MAX_TIER]
         capture = settings.capture_content
         # No output count (a proxy's cut, a count no int): the output is counted from the text.
         unreported = tally.tokens_out is None
@@ -96,6 +99,9 @@ class ChatAdapter(Adapter):
         usage = read(event, "usage", None)
         if usage is not None:
             _read_usage(usage, _CHAT_USAGE, tally)
+            tier = read(event, "service_tier", None)  # (read once: with the usage)
+            if tier.__class__ is str and tier not in STANDARD_TIERS:
+                tally.service_tier = tier[:MAX_TIER]
         choices = read(event, "choices", None)
         if not choices:
             return hide_usage and usage is not None
@@ -290,6 +296,9 @@ class ResponsesAdapter(Adapter):
         response_id = read(result, "id", None)
         if tally.response_id is None:  # a stream's is its first (``response.created``)
             tally.response_id = response_id
+        tier = read(result, "service_tier", None)
+        if tier.__class__ is str and tier not in STANDARD_TIERS:
+            tally.service_tier = tier[:MAX_TIER]
         usage = read(result, "usage", None)
         if usage is not None:
             _read_usage(usage, _RESPONSES_USAGE, tally)
