@@ -265,3 +265,16 @@ def test_parts_a_provider_reports_beyond_their_counts_are_cut_until_they_fit(
     fit_parts(parts, checked)
     assert check_parts(parts, checked) == {name: n for name, n in parts.items() if n}
     assert all(parts[name] <= max(count, 0) for name, count in reported.items())
+
+
+def test_a_pricing_of_its_own_is_given_the_parts() -> None:
+    """The module ``ampmeter.pricing`` (or an embedder's object) as a context's pricing was
+    asked for the six counts only: the parts were charged nothing."""
+    parts = {"cache_write_1h_tokens": 1000, "web_searches": 2}
+    costs = []
+    for pricing in (TABLE, ampmeter.pricing):
+        ctx = ExecutionContext(pricing=pricing)
+        with ctx, ctx.llm_call("search", model="claude-sonnet-5") as call:
+            call.record(3000, 100, cache_write_tokens=1000, parts=parts)
+        costs.append(ctx.stats.total_cost())
+    assert costs[0] == costs[1] == Decimal("0.029")

@@ -218,7 +218,7 @@ class PricePlan:
             _note_input(model, tokens_in)
         if cost is None and recorded:
             if self.asked is not None:
-                found, version = self._asked_price(counts)
+                found, version = self._asked_price(counts, parts)
             else:
                 version = self.version
                 exact = self._units(counts, parts)
@@ -292,9 +292,10 @@ class PricePlan:
             units += part_units(parts, rates.scaled, rates.scaled_parts)
         return units, rates
 
-    def _asked_price(self, counts: Counts) -> tuple[int | None, str]:
-        """The cost of ``counts`` by another pricing in nano-dollars, rounded half to even but
-        not bounded, and its pricing version."""
+    def _asked_price(self, counts: Counts, parts: dict[str, int] | None) -> tuple[int | None, str]:
+        """The cost of ``counts`` (and billed ``parts``, given only when there are some) by
+        another pricing in nano-dollars, rounded half to even but not bounded, and its pricing
+        version."""
         assert self.asked is not None
         inp, out, cache_read, cache_write, reasoning, _ = counts
         result = self.asked.price(
@@ -305,6 +306,7 @@ class PricePlan:
             cached_tokens=cache_read,
             cache_write_tokens=cache_write,
             reasoning_tokens=reasoning,
+            **({"parts": parts} if parts else {}),
         )
         cost = result.cost_usd
         if cost is None:
