@@ -172,6 +172,11 @@ def test_user_prices_take_part_rates_and_parts_without_one_are_their_parent() ->
                 "studio-audio", input_per_mtok=9, output_per_mtok=9, part_prices={"audio_mtok": 1}
             )
         assert ampmeter.price("studio-audio", **counts, parts=parts).cost_usd == Decimal("0.02")
+        too_dear = {"web_searches_kcount": 10**7}  # (kept per million uses: past the most)
+        with pytest.raises(ValueError, match="at most 1,000,000 USD per thousand uses"):
+            ampmeter.set_price(
+                "studio-audio", input_per_mtok=1, output_per_mtok=1, part_prices=too_dear
+            )
     finally:
         ampmeter.clear_prices()
 

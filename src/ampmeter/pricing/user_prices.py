@@ -14,7 +14,7 @@ from typing import Final
 from ampmeter.pricing.names import user_price_names
 from ampmeter.pricing.parts import PRICE_KEYS, resolve_part_rates
 from ampmeter.pricing.price_book import PriceBook, is_pattern
-from ampmeter.pricing.rates import Rates, rate_arg
+from ampmeter.pricing.rates import MAX_RATE, Rates, rate_arg
 
 __all__ = [
     "USER_PRICING_VERSION",
@@ -112,10 +112,15 @@ def _part_prices(prices: Mapping[str, object] | None) -> dict[str, Decimal | Non
         if price_key not in PRICE_KEYS:
             known = ", ".join(PRICE_KEYS)
             raise ValueError(f"unknown part price {price_key!r}; known: {known}")
-        per_thousand = price_key.endswith("_kcount")
-        unit = "USD per thousand uses" if per_thousand else "USD per million tokens"
-        rate = rate_arg(value, f"part_prices[{price_key!r}]", unit)
-        checked[price_key] = rate.scaleb(3) if per_thousand else rate
+        what = f"part_prices[{price_key!r}]"
+        if not price_key.endswith("_kcount"):
+            checked[price_key] = rate_arg(value, what)
+            continue
+        # Kept per million uses, as every other rate is per million units.
+        rate = rate_arg(value, what, "USD per thousand uses").scaleb(3)
+        if rate > MAX_RATE:
+            raise ValueError(f"{what} must be at most {MAX_RATE / 1000:,} USD per thousand uses")
+        checked[price_key] = rate
     return checked
 
 
