@@ -290,29 +290,38 @@ def test_a_pricing_of_its_own_is_given_the_parts() -> None:
     assert costs[0] == costs[1] == Decimal("0.029")
 
 
+_ONE_HOUR_SCRIPT = (
+    "import sys, ampmeter.pricing as p\n"
+    "r = p.price('claude-sonnet-5', input_tokens=1000, output_tokens=0,\n"
+    "            cache_write_tokens=1000, parts={'cache_write_1h_tokens': 1000})\n"
+    "print(r.cost_usd, 'genai_prices' in sys.modules)\n"
+)
+
+
+def _one_hour_writes_priced_afresh(index: Path) -> tuple[Decimal, bool]:
+    """1,000 1-hour writes to claude-sonnet-5 priced by a fresh process with its disk index
+    in ``index``, and whether it loaded the table (else the index answered)."""
+    env = {**os.environ, "AMPMETER_CACHE_DIR": str(index)}
+    done = subprocess.run(
+        [sys.executable, "-c", _ONE_HOUR_SCRIPT], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    cost, loaded = done.stdout.split()
+    return Decimal(cost), loaded == "True"
+
+
 def test_the_disk_index_keeps_part_rates_and_an_index_from_before_them_is_not_trusted(
     tmp_path: Path,
 ) -> None:
     """A fresh process prices parts from the index as the table does; an entry written before
     part rates were kept (no ``"parts"``) would price a 1-hour write as a 5-minute one: it is
     read as a miss, and the table answers."""
-    script = (
-        "import sys, ampmeter.pricing as p\n"
-        "r = p.price('claude-sonnet-5', input_tokens=1000, output_tokens=0,\n"
-        "            cache_write_tokens=1000, parts={'cache_write_1h_tokens': 1000})\n"
-        "print(r.cost_usd, 'genai_prices' in sys.modules)\n"
-    )
-    env = {**os.environ, "AMPMETER_CACHE_DIR": str(tmp_path)}
-    run = [sys.executable, "-c", script]
-    subprocess.run(run, env=env, check=True, capture_output=True)
-    from_index = subprocess.run(run, env=env, capture_output=True, text=True, check=True)
-    cost, loaded = from_index.stdout.split()
-    assert (Decimal(cost), loaded) == (Decimal("0.004"), "False")  # 1,000 at $4/M, not $2.5/M
+    at_one_hour = Decimal("0.004")  # 1,000 at $4/M, not $2.5/M
+    assert _one_hour_writes_priced_afresh(tmp_path) == (at_one_hour, True)  # writes the index
+    assert _one_hour_writes_priced_afresh(tmp_path) == (at_one_hour, False)  # reads it
     (index,) = tmp_path.glob("prices-*.json")
     entries = json.loads(index.read_text())
     (key,) = [key for key in entries if key.startswith("claude-sonnet-5\x00")]
     del entries[key]["parts"]
     index.write_text(json.dumps(entries))
-    done = subprocess.run(run, env=env, capture_output=True, text=True, check=True)
-    cost, loaded = done.stdout.split()
-    assert (Decimal(cost), loaded) == (Decimal("0.004"), "True")
+    assert _one_hour_writes_priced_afresh(tmp_path) == (at_one_hour, True)
