@@ -204,6 +204,9 @@ def test_server_tools_a_request_allows_are_reserved_as_stated() -> None:
     both = [{"type": "web_search_preview"}, {"type": "file_search", "vector_store_ids": ["v"]}]
     capped = {**responses, "tools": both, "max_tool_calls": 2}
     assert _measure("responses", capped) == {"web_searches": 2, "storage_searches": 2}
+    grounded = {"contents": "hi", "tools": [{"googleSearch": {}}, {"functionDeclarations": []}]}
+    assert _measure("gemini", grounded) == uncapped
+    assert _measure("gemini", {**grounded, "tools": [{"google_search_retrieval": {}}]}) == uncapped
 
 
 def _wav(seconds: int) -> str:

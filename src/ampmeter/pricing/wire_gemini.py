@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ampmeter.pricing import media
+from ampmeter.pricing.parts import UNCAPPED_TOOL_USES
 from ampmeter.pricing.request_size import RequestSize, Tally
 
 __all__ = ["measure_gemini"]
@@ -69,6 +70,10 @@ def measure_gemini(
     tools = body.get("tools")
     for tool in tools if isinstance(tools, list) else ():
         tally.json(tool)
+        if isinstance(tool, dict) and not _SEARCH_TOOLS.isdisjoint(tool):
+            # Grounding with Google Search is billed per query (or grounded request), and the
+            # request states no cap on the queries: the stated bound.
+            tally.add_part("web_searches", UNCAPPED_TOOL_USES)
     config = _get(body, "generationConfig", "generation_config")
     if isinstance(config, dict):
         tally.json(_get(config, "responseSchema", "response_schema"))
@@ -135,6 +140,9 @@ def _add_media(tally: Tally, mime: str, tokens: int) -> None:
         tally.add_part(part, tokens)
 
 
+_SEARCH_TOOLS: Final = frozenset(
+    {"googleSearch", "google_search", "googleSearchRetrieval", "google_search_retrieval"}
+)
 _MEDIA_PARTS: Final = {
     "audio": "input_audio_tokens",
     "image": "input_image_tokens",
