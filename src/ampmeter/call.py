@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ from ampmeter._validate import Counts
 from ampmeter.keys import KEY_UNSETTLED_COST
 from ampmeter.node import Node
 from ampmeter.pricing import request_size
+from ampmeter.pricing.parts import check_parts
 
 if TYPE_CHECKING:
     from ampmeter._core.steps import KindPlan
@@ -72,6 +74,7 @@ class Call(Scoped, Ticket):
         "_cost_nano",
         "_counts",
         "_estimated",
+        "_parts",
         "_price_plan",
         "_prompt_size",
         "_token",
@@ -120,6 +123,7 @@ class Call(Scoped, Ticket):
         self._counts: Counts = _NO_COUNTS  # as record() checked them
         self._cost_nano: int | None = None  # the recorded cost, if any
         self._estimated = False  # the recorded counts are ampmeter's, not the provider's
+        self._parts: dict[str, int] | None = None  # billed parts, as record() checked them
         self._token: contextvars.Token[Any] | None = None
 
     @property
@@ -149,6 +153,7 @@ class Call(Scoped, Ticket):
         *,
         cache_write_tokens: int = 0,
         estimated: bool = False,
+        parts: Mapping[str, int] | None = None,
     ) -> None:
         """Report the call's usage, once, before the call ends: the only writer of its counts.
 
@@ -156,9 +161,14 @@ class Call(Scoped, Ticket):
         ``tokens_out``. Without ``cost_usd`` the pricing layer prices the call when it ends.
         Counts are ints from 0 to 2**53; the cost a finite number >= 0. ``estimated``: the
         counts are an estimate, not the provider's (the call's ``cost_status`` says
-        ``"estimated"``). Recording after the call ended, or a second time, raises
-        ``RuntimeError``: usage recorded twice would be either lost or counted twice, and
-        neither is what the caller meant.
+        ``"estimated"``). ``parts``: usage the provider bills at rates of its own, by
+        genai-prices' names (``{"cache_write_1h_tokens": 900, "input_audio_tokens": 120,
+        "web_searches": 2}``; see :data:`ampmeter.pricing.parts.PARTS`), each a subset of the
+        count it belongs to (1-hour writes of the cache-write tokens, audio of the input, ...)
+        or a server tool's uses; each is priced at its own rate where the model has one and
+        shown in the node's metadata under its name. Recording after the call ended, or a
+        second time, raises ``RuntimeError``: usage recorded twice would be either lost or
+        counted twice, and neither is what the caller meant.
         """
         counts = _validate.usage_counts(
             _RECORDED,
@@ -170,6 +180,7 @@ class Call(Scoped, Ticket):
             tool_calls_made,
         )
         cost = None if cost_usd is None else _validate.nano(cost_usd, "cost_usd")
+        checked = None if parts is None else check_parts(parts, counts) or None
         if self.phase == DONE:
             raise RuntimeError(
                 f"call {self.node_id} ({self.name!r}) has ended: record() its usage inside the "
@@ -185,6 +196,7 @@ class Call(Scoped, Ticket):
         self._counts = counts
         self._cost_nano = cost
         self._estimated = estimated
+        self._parts = checked
         self.recorded = True
 
     def note_tool_calls(self, count: int) -> None:
@@ -299,7 +311,12 @@ class Call(Scoped, Ticket):
             plan = self._price_plan
             assert plan is not None  # every model call has one (CallMaker.model_call)
             cost, unpriced = plan.price(
-                counts, self._cost_nano, meta, recorded=self.recorded, estimated=self._estimated
+                counts,
+                self._cost_nano,
+                meta,
+                recorded=self.recorded,
+                estimated=self._estimated,
+                parts=self._parts,
             )
             size = self._prompt_size  # (None: nothing to learn from)
             # (An estimate teaches nothing: it would only confirm itself.)

@@ -298,6 +298,9 @@ def test_signatures_and_docstrings_read_like_the_source() -> None:
         assert inspect.getdoc(method)
     hints = inspect.get_annotations(ampmeter.Call.record, eval_str=True)
     assert hints["tokens_in"] == (int | None)
+    # Parts billed at their own rates (1-hour cache writes, audio, web searches) are a keyword.
+    assert inspect.signature(ampmeter.Call.record).parameters["parts"].kind.name == "KEYWORD_ONLY"
+    assert "``parts``" in (inspect.getdoc(ampmeter.Call.record) or "")
 
 
 # -- Usage is the one translation to keys ------------------------------------------------------

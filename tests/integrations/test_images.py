@@ -32,8 +32,10 @@ USAGE = {
 IMAGE = {"created": 1764460800, "data": [{"b64_json": "aW1hZ2U="}], "usage": USAGE}
 
 
-def table_cost(model: str, tokens_in: int, tokens_out: int) -> Decimal:
-    usage = genai_prices.Usage(input_tokens=tokens_in, output_tokens=tokens_out)
+def table_cost(
+    model: str, tokens_in: int, tokens_out: int, parts: dict[str, int] | None = None
+) -> Decimal:
+    usage = genai_prices.Usage(input_tokens=tokens_in, output_tokens=tokens_out, **(parts or {}))
     price = genai_prices.calc_price(usage, model, provider_id="openai")
     return price.total_price
 
@@ -76,7 +78,23 @@ def test_an_image_edit_sent_as_a_form_is_metered_at_the_door(replay: ReplayServe
         )
     (node,) = calls(sink)
     assert (node.name, node.tokens_in, node.tokens_out) == ("images.edit", 373, 4160)
+    # The input image's 323 tokens at the image rate ($10 a million), not the text rate ($5).
+    parts = {"input_image_tokens": 323, "output_image_tokens": 4160}
+    assert node.cost_usd == table_cost("gpt-image-1", 373, 4160, parts)
     assert replay.requests[0].headers["content-type"].startswith("multipart/form-data")
+
+
+def test_image_output_is_charged_at_the_image_rate(replay: ReplayServer) -> None:
+    """gpt-image-1.5 bills output image tokens at $32 a million, text output at $10."""
+    usage = {**USAGE, "output_tokens_details": {"image_tokens": 4000, "text_tokens": 160}}
+    replay.script(GENERATIONS, ReplayResponse.json({**IMAGE, "usage": usage}))
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        client_of(replay).images.generate(model="gpt-image-1.5", prompt="A harbour")
+    (node,) = calls(sink)
+    parts = {"output_image_tokens": 4000}
+    assert node.cost_usd == table_cost("gpt-image-1.5", 50, 4160, parts)
+    assert node.cost_usd > table_cost("gpt-image-1.5", 50, 4160)
 
 
 def test_an_image_that_would_pass_the_cap_is_refused_before_it_is_sent(

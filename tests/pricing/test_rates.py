@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ampmeter.money import MAX_NANO
+from ampmeter.pricing.parts import PARTS
 from ampmeter.pricing.plan import PricePlan
 from ampmeter.pricing.rates import MAX_PLACES, Rates, rates_from_json, rates_to_json
 from support.exact_prices import by_hand, plan_estimate, plan_price
@@ -129,14 +130,22 @@ def test_the_finest_rate_allowed_still_prices_exactly() -> None:
     assert _reserved(rates, 10**6, 0) == 1  # rounded up
 
 
+_ENTRY: dict[str, object] = {"version": "v", "bands": None, "parts": None}
+
+
 @pytest.mark.parametrize(
     ("entry", "error"),
     [
-        ({"usd": ["1", "1", "1", "-1", "1", "0"], "version": "v", "bands": None}, ValueError),
-        ({"usd": ["1", "1", "1"], "version": "v", "bands": None}, TypeError),
-        ({"usd": [1.5, 1, 1, 1, 1, 0], "version": "v", "bands": None}, TypeError),
-        ({"usd": ["1", "1", "1", "1", "1", "x"], "version": "v", "bands": None}, ArithmeticError),
-        ({"rates": ["1"] * 6, "version": "v", "bands": None}, KeyError),
+        ({**_ENTRY, "usd": ["1", "1", "1", "-1", "1", "0"]}, ValueError),
+        ({**_ENTRY, "usd": ["1", "1", "1"]}, TypeError),
+        ({**_ENTRY, "usd": [1.5, 1, 1, 1, 1, 0]}, TypeError),
+        ({**_ENTRY, "usd": ["1", "1", "1", "1", "1", "x"]}, ArithmeticError),
+        ({**_ENTRY, "rates": ["1"] * 6}, KeyError),
+        # Written before the billed parts: its rates would price 1-hour writes, audio and web
+        # searches as their parents, so the entry is refused and worked out again.
+        ({"usd": ["1"] * 6, "version": "v", "bands": None}, KeyError),
+        ({**_ENTRY, "usd": ["1"] * 6, "parts": {"web_searches": "10000"}}, KeyError),
+        ({**_ENTRY, "usd": ["1"] * 6, "parts": ["1"] * len(PARTS)}, TypeError),
     ],
 )
 def test_a_disk_index_entry_that_is_not_rates_is_refused(
@@ -144,5 +153,8 @@ def test_a_disk_index_entry_that_is_not_rates_is_refused(
 ) -> None:
     with pytest.raises(error):
         rates_from_json(entry)
-    good = {"usd": ["2.5", "10", "1.25", "2.5", "10", "0"], "version": "v", "bands": None}
+    good = {**_ENTRY, "usd": ["2.5", "10", "1.25", "2.5", "10", "0"]}
     assert rates_to_json(rates_from_json(good)) == good
+    parts = dict.fromkeys(PARTS, "3")
+    with_parts = {**good, "parts": {**parts, "web_searches": "10000"}}
+    assert rates_to_json(rates_from_json(with_parts)) == with_parts

@@ -12,12 +12,24 @@ from typing import Any, Final, Literal
 
 from ampmeter._validate import MAX_COUNT
 from ampmeter.pricing import request_size, tokenizer
+from ampmeter.pricing.parts import fit_parts
 from ampmeter.pricing.request_size import RequestSize, Wire
 
-__all__ = ["MAX_RESPONSE_ID", "META_USAGE_CLAMPED", "Adapter", "Tally"]
+__all__ = [
+    "MAX_RESPONSE_ID",
+    "MAX_TIER",
+    "META_USAGE_CLAMPED",
+    "STANDARD_TIERS",
+    "Adapter",
+    "Tally",
+]
 
 MAX_RESPONSE_ID: Final = 256  # longer ids are no provider's: ignored, never stored or shared
 META_USAGE_CLAMPED: Final = "usage_clamped"  # a reported count was outside 0..2**53
+# The service tiers a response reports that the price table's rates are for; any other (OpenAI
+# priority or flex, Anthropic priority or batch) is noted on the node (Tally.service_tier).
+STANDARD_TIERS: Final = frozenset({"default", "standard", "auto"})
+MAX_TIER: Final = 32  # a longer tier name is no provider's: kept cut to this
 
 
 class Tally:
@@ -52,6 +64,20 @@ class Tally:
     complete: bool = False  # the stream's last event was read (callers often stop there)
     # Attempts the SDK sent, got no answer to (a read timeout) and retried: each may be billed.
     unanswered: int = 0
+    # Billed parts the response reports (1-hour cache writes, audio, server tool uses: see
+    # ampmeter.pricing.parts), by name; None until one is read.
+    parts: dict[str, int] | None = None
+    # The service tier the response reports when it is not a standard one (STANDARD_TIERS):
+    # the table has no prices for it, so the node says the call was priced at standard rates.
+    service_tier: str | None = None
+
+    def set_part(self, name: str, count: int | None) -> None:
+        """Note the count of the billed part ``name`` the response reports (None: it reports
+        none); a later report (a stream's final usage) replaces an earlier one."""
+        if count is not None:
+            if self.parts is None:
+                self.parts = {}
+            self.parts[name] = count
 
     def receive(self, text: str) -> None:
         """Count the output text of a whole response that reported no usage (kept, so that
@@ -74,6 +100,10 @@ class Tally:
         self.cache_write = min(max(self.cache_write, 0), t_in - self.cached)
         self.reasoning = min(max(self.reasoning, 0), t_out)
         self.tool_calls = min(max(self.tool_calls, 0), MAX_COUNT)
+        if self.parts:
+            parts = {name: min(max(count, 0), MAX_COUNT) for name, count in self.parts.items()}
+            fit_parts(parts, (t_in, t_out, self.cached, self.cache_write, self.reasoning, 0))
+            self.parts = parts
         return clamped
 
     def gateway_key(self, response_key: str, endpoint: str) -> str:

@@ -8,7 +8,10 @@ Anthropic reports cache tokens beside the input (``input_tokens`` counts only th
 part); they are normalised to the subset convention here: ``tokens_in = input_tokens +
 cache_read_input_tokens + cache_creation_input_tokens``, with the cache reads as
 ``cached_tokens`` and the cache writes as ``cache_write_tokens``. Thinking tokens
-(``output_tokens_details.thinking_tokens``) are the reasoning subset of the output.
+(``output_tokens_details.thinking_tokens``) are the reasoning subset of the output. Billed
+parts (:mod:`ampmeter.pricing.parts`): the 1-hour share of the cache writes
+(``cache_creation.ephemeral_1h_input_tokens``, twice the input rate where the 5-minute one is
+1.25 times) and the web searches the server ran (``server_tool_use.web_search_requests``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Generator, Mapping
 from types import ModuleType
 from typing import Any
 
-from ampmeter.integrations.adapter import Adapter, Tally
+from ampmeter.integrations.adapter import MAX_TIER, STANDARD_TIERS, Adapter, Tally
 from ampmeter.integrations.lifecycle import HELPER, settings
 from ampmeter.integrations.patching import Patch, around
 from ampmeter.integrations.streams import meter_rebuilt_stream
@@ -149,6 +152,20 @@ def _read_usage(usage: Any, tally: Tally) -> None:
     (thinking,) = counts(get(usage, "output_tokens_details"), _THINKING)
     if thinking is not None:
         tally.reasoning = thinking
+    read = READERS[type(usage)]
+    tier = read(usage, "service_tier", None)
+    if tier.__class__ is str and tier not in STANDARD_TIERS:
+        tally.service_tier = tier[:MAX_TIER]
+    creation = read(usage, "cache_creation", None)
+    if creation is not None:
+        tally.set_part("cache_write_1h_tokens", *counts(creation, _ONE_HOUR))
+    server = read(usage, "server_tool_use", None)
+    if server is not None:
+        tally.set_part("web_searches", *counts(server, _WEB_SEARCHES))
+
+
+_ONE_HOUR = ("ephemeral_1h_input_tokens",)
+_WEB_SEARCHES = ("web_search_requests",)
 
 
 # These SDKs name no helper in their request's headers: the managers name theirs.

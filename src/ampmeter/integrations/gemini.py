@@ -15,6 +15,13 @@ is charged as one whose output is unseen, the most the call could write (``maxOu
 caps thoughts and text together, where ``thinkingBudget`` is a hint models overrun). Gemini 2.5
 and later models think unless ``thinkingBudget`` is 0; models before 2.5, Gemma and 2.5
 Flash-Lite (unless given a budget) do not.
+
+Billed parts (:mod:`ampmeter.pricing.parts`), as genai-prices reads them: the audio, image
+(documents are billed as images) and video tokens of ``promptTokensDetails`` and
+``toolUsePromptTokensDetails`` (input), ``cacheTokensDetails`` (cached input) and
+``candidatesTokensDetails`` (output), each a list of ``{"modality", "tokenCount"}``; and the
+web searches grounding ran, one per query in ``groundingMetadata.webSearchQueries`` (Gemini 3
+bills per query; Gemini 2 per grounded prompt, which this reading never counts less than).
 """
 
 from __future__ import annotations
@@ -112,10 +119,19 @@ class GenerateContentAdapter(Adapter):
             if candidates is not None or thoughts:
                 tally.tokens_out = (candidates or 0) + (thoughts or 0)
                 tally.reasoning = thoughts or 0
-            if get(read(event, "promptFeedback", None), "blockReason"):
-                tally.complete = True  # the prompt was blocked: nothing more comes
+            read_usage = READERS[type(usage)]
+            for fields, names in _MODALITY_PARTS:
+                lists = [read_usage(usage, field, None) for field in fields]
+                if any(lists):
+                    _read_modalities(lists, names, tally)
+        if usage is not None and get(read(event, "promptFeedback", None), "blockReason"):
+            tally.complete = True  # the prompt was blocked: nothing more comes
+        searches: int | None = None
         for candidate in read(event, "candidates", None) or ():
             read_candidate = READERS[type(candidate)]
+            queries = get(read_candidate(candidate, "groundingMetadata", None), "webSearchQueries")
+            if isinstance(queries, list):
+                searches = (searches or 0) + len(queries)
             if usage is not None and read_candidate(candidate, "finishReason", None):
                 tally.complete = True  # the last chunk: why generation stopped, the final usage
             for part in get(read_candidate(candidate, "content", None), "parts") or ():
@@ -130,6 +146,7 @@ class GenerateContentAdapter(Adapter):
                     tally.chars += len(text)
                     if settings.capture_content and not read_part(part, "thought", None):
                         tally.keep_text(text)
+        tally.set_part("web_searches", searches)
         return False
 
     def hides_output(self, body: Mapping[str, Any], model: str | None) -> bool:
@@ -178,3 +195,37 @@ class EmbedContentAdapter(Adapter):
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
         self.read_response(event, tally)
         return False
+
+
+# The usage fields that break tokens down by modality, and the billed parts their audio,
+# image and video tokens are (the prompt's and the tool results' are both input).
+_MODALITY_PARTS = (
+    (
+        ("promptTokensDetails", "toolUsePromptTokensDetails"),
+        ("input_audio_tokens", "input_image_tokens", "input_video_tokens"),
+    ),
+    (
+        ("cacheTokensDetails",),
+        ("cache_audio_read_tokens", "cache_image_read_tokens", "cache_video_read_tokens"),
+    ),
+    (
+        ("candidatesTokensDetails",),
+        ("output_audio_tokens", "output_image_tokens", "output_video_tokens"),
+    ),
+)
+_MODALITIES = {"AUDIO": 0, "IMAGE": 1, "DOCUMENT": 1, "VIDEO": 2}
+_TOKEN_COUNT = ("tokenCount",)
+
+
+def _read_modalities(lists: list[Any], names: tuple[str, str, str], tally: Tally) -> None:
+    """Set the parts ``names`` (audio, image, video) from lists of modality counts."""
+    found = [0, 0, 0]
+    for details in lists:
+        for entry in details if isinstance(details, list) else ():
+            modality = get(entry, "modality")
+            at = _MODALITIES.get(modality) if isinstance(modality, str) else None
+            (count,) = counts(entry, _TOKEN_COUNT)
+            if at is not None and count is not None:
+                found[at] += count
+    for name, count in zip(names, found, strict=True):
+        tally.set_part(name, count or None)

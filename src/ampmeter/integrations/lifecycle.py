@@ -41,6 +41,7 @@ __all__ = [
     "META_PROMPT_TEXT",
     "META_RESPONSE_ID",
     "META_RESPONSE_TEXT",
+    "META_SERVICE_TIER",
     "META_TRANSPORT",
     "META_USAGE_ESTIMATED",
     "Admitted",
@@ -59,6 +60,7 @@ META_RESPONSE_TEXT: Final = "response_text"  # only with instrument(capture_cont
 META_USAGE_ESTIMATED: Final = "usage_estimated"  # a cut stream's usage, partly estimated
 META_TRANSPORT: Final = "transport"  # how a request metered below the SDKs went: httpx, ...
 META_RESPONSE_ID: Final = "response_id"  # the provider's id of the response ("<provider>:<id>")
+META_SERVICE_TIER: Final = "service_tier"  # a tier the table does not price (priced as standard)
 
 
 @dataclass(slots=True)
@@ -395,6 +397,7 @@ def finish_call(
                         reasoning_tokens=tally.reasoning,
                         tool_calls_made=tally.tool_calls,
                         estimated=tally.estimated,
+                        parts=tally.parts,
                     )
                     break
                 except ValueError:  # refused before any change: fitted, record() takes them
@@ -404,6 +407,8 @@ def finish_call(
                         meta[META_USAGE_CLAMPED] = True
         if tally.text:
             meta[META_RESPONSE_TEXT] = "".join(tally.text)
+        if tally.service_tier is not None:
+            meta[META_SERVICE_TIER] = tally.service_tier
     call.finish(exc, meta)
 
 

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from ampmeter._validate import MAX_COUNT
 from ampmeter.integrations import gemini
-from ampmeter.integrations.adapter import Adapter, Tally
+from ampmeter.integrations.adapter import MAX_TIER, STANDARD_TIERS, Adapter, Tally
 from ampmeter.integrations.lifecycle import settings
 from ampmeter.integrations.wire import READERS, counts, first_int, get, ints, text_of
 from ampmeter.pricing import request_size, stored_state, tokenizer
@@ -69,6 +69,9 @@ class ChatAdapter(Adapter):
         usage = read(result, "usage", None)
         if usage is not None:
             _read_usage(usage, _CHAT_USAGE, tally)
+        tier = read(result, "service_tier", None)
+        if tier.__class__ is str and tier not in STANDARD_TIERS:
+            tally.service_tier = tier[:MAX_TIER]
         capture = settings.capture_content
         # No output count (a proxy's cut, a count no int): the output is counted from the text.
         unreported = tally.tokens_out is None
@@ -100,6 +103,9 @@ class ChatAdapter(Adapter):
         usage = read(event, "usage", None)
         if usage is not None:
             _read_usage(usage, _CHAT_USAGE, tally)
+            tier = read(event, "service_tier", None)  # (read once: with the usage)
+            if tier.__class__ is str and tier not in STANDARD_TIERS:
+                tally.service_tier = tier[:MAX_TIER]
         choices = read(event, "choices", None)
         if not choices:
             return hide_usage and usage is not None
@@ -207,16 +213,39 @@ def _read_usage(usage: Any, names: tuple[str, str, str, str], tally: Tally) -> N
     inputs = read(usage, details_in, None)
     outputs = read(usage, details_out, None)
     read_inputs, read_outputs = READERS[type(inputs)], READERS[type(outputs)]
-    tally.tokens_in, tally.tokens_out, cached, writes, reasoning = ints(
+    tally.tokens_in, tally.tokens_out, cached, writes, reasoning, audio_in, audio_out = ints(
         read(usage, total_in, None),
         read(usage, total_out, None),
         read_inputs(inputs, "cached_tokens", None),
         read_inputs(inputs, "cache_write_tokens", None),
         read_outputs(outputs, "reasoning_tokens", None),
+        read_inputs(inputs, "audio_tokens", None),
+        read_outputs(outputs, "audio_tokens", None),
     )
     tally.cached = cached or 0
     tally.cache_write = writes or 0
     tally.reasoning = reasoning or 0
+    if audio_in or audio_out:
+        _read_audio(tally, audio_in, audio_out, read_inputs(inputs, "cached_tokens_details", None))
+
+
+_AUDIO = ("audio_tokens",)
+
+
+def _read_audio(
+    tally: Tally, audio_in: int | None, audio_out: int | None, cached_details: object
+) -> None:
+    """Note a response's audio tokens, billed at audio rates (gpt-4o-audio, gpt-realtime).
+    Chat Completions does not say how many of the cached tokens are audio; without that
+    breakdown the cached tokens are taken as text as far as the counts allow, the dearer
+    reading (a cached audio token's discount is deeper than a text one's in every price)."""
+    tally.set_part("input_audio_tokens", audio_in)
+    tally.set_part("output_audio_tokens", audio_out)
+    (cached_audio,) = counts(cached_details, _AUDIO)
+    if cached_audio is None and audio_in and tally.tokens_in is not None:
+        uncached_room = tally.tokens_in - tally.cached - tally.cache_write
+        cached_audio = max(audio_in - uncached_room, 0) or None
+    tally.set_part("cache_audio_read_tokens", cached_audio)
 
 
 class CompletionsAdapter(ChatAdapter):
@@ -278,6 +307,10 @@ _OUTPUT_DELTAS = frozenset(
 )
 
 
+# Output items of built-in tools billed per call, and the billed part each is.
+_SEARCH_CALLS = {"web_search_call": "web_searches", "file_search_call": "storage_searches"}
+
+
 class ResponsesAdapter(Adapter):
     """``responses.create`` / ``parse`` (and the ``responses.stream`` helper through create)."""
 
@@ -304,6 +337,9 @@ class ResponsesAdapter(Adapter):
         response_id = read(result, "id", None)
         if tally.response_id is None:  # a stream's is its first (``response.created``)
             tally.response_id = response_id
+        tier = read(result, "service_tier", None)
+        if tier.__class__ is str and tier not in STANDARD_TIERS:
+            tally.service_tier = tier[:MAX_TIER]
         usage = read(result, "usage", None)
         if usage is not None:
             _read_usage(usage, _RESPONSES_USAGE, tally)
@@ -318,6 +354,7 @@ class ResponsesAdapter(Adapter):
         unreported = tally.tokens_out is None and not tally.chunks
         calls = 0
         texts: list[str] = []
+        searches: dict[str, int] | None = None
         for item in read(result, "output", None) or ():
             read_item = READERS[type(item)]
             kind = read_item(item, "type", None)
@@ -325,6 +362,10 @@ class ResponsesAdapter(Adapter):
                 calls += 1
                 if unreported:
                     tally.receive(_arguments_text(item))
+                part = _SEARCH_CALLS.get(kind)
+                if part is not None:  # a built-in tool billed per call
+                    searches = searches or {}
+                    searches[part] = searches.get(part, 0) + 1
             elif kind == "reasoning":
                 tally.unseen = True  # its tokens are output, and never all sent
             elif kind == "message":
@@ -333,6 +374,8 @@ class ResponsesAdapter(Adapter):
                 if unreported:
                     tally.receive(text_of(read_item(item, "content", None)))
         tally.tool_calls = calls
+        for part, count in (searches or {}).items():
+            tally.set_part(part, count)
         if texts:
             tally.text = texts
 

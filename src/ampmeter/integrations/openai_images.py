@@ -39,6 +39,7 @@ _MOST_IMAGES: Final = 10  # the API's most images per request
 _COMPLETED: Final = frozenset({"image_generation.completed", "image_edit.completed"})
 _PARTIAL: Final = frozenset({"image_generation.partial_image", "image_edit.partial_image"})
 _USAGE: Final = ("input_tokens", "output_tokens")
+_INPUT_DETAILS: Final = ("cached_tokens", "image_tokens")
 
 
 def image_output_tokens(quality: object, size: object) -> int:
@@ -87,10 +88,16 @@ class ImagesAdapter(Adapter):
         usage = READERS[type(result)](result, "usage", None)
         if usage is None:
             return
+        read = READERS[type(usage)]
         tally.tokens_in, tally.tokens_out = counts(usage, _USAGE)
-        details = READERS[type(usage)](usage, "input_tokens_details", None)
-        (cached,) = counts(details, ("cached_tokens",))
+        inputs = read(usage, "input_tokens_details", None)
+        cached, images = counts(inputs, _INPUT_DETAILS)
+        (made,) = counts(read(usage, "output_tokens_details", None), ("image_tokens",))
         tally.cached = cached or 0
+        # Images in and out are billed at rates of their own (gpt-image-1.5's output images
+        # at $32 a million against $10 for text); output without a breakdown is all image.
+        tally.set_part("input_image_tokens", images)
+        tally.set_part("output_image_tokens", made if made is not None else tally.tokens_out)
 
     def read_event(self, event: Any, tally: Tally, hide_usage: bool) -> bool:
         tally.unseen = True

@@ -144,7 +144,9 @@ def _add_part(part: dict[str, Any], model: str | None, tally: Tally) -> None:
     elif kind == "input_audio":
         audio = part.get("input_audio")
         data = audio.get("data") if isinstance(audio, dict) else part.get("data")
-        tally.media += _audio_tokens(data)
+        tokens = _audio_tokens(data)
+        tally.media += tokens
+        tally.add_part("input_audio_tokens", tokens)  # reserved at the audio rate
     elif kind in ("file", "input_file"):
         file = part.get("file") if kind == "file" else part  # Chat Completions nests it
         if isinstance(file, dict):

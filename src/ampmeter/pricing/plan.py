@@ -40,6 +40,7 @@ from ampmeter.node import (
 )
 from ampmeter.pricing import request_size, user_prices
 from ampmeter.pricing.max_output import DEFAULT_OUTPUT_BOUND, max_output_tokens
+from ampmeter.pricing.parts import part_units
 from ampmeter.pricing.rates import Rates
 from ampmeter.pricing.request_size import EstimateMode, RequestSize
 from ampmeter.pricing.source import TABLE, Pricing
@@ -135,6 +136,7 @@ class PricePlan:
         ):
             out_tokens = _validate.count(max_tokens, "max_tokens")  # (names what is wrong)
         size: RequestSize | None = None
+        wanted: dict[str, int] | None = None  # billed parts the request may use
         if prompt_tokens is not None:
             in_tokens = _validate.count(prompt_tokens, "prompt_tokens")
         elif request is None and prompt_text is None:
@@ -147,6 +149,7 @@ class PricePlan:
             else:
                 raise TypeError(f"request must be a RequestSize, got {type(request).__name__}")
             in_tokens = request_size.input_tokens(size, self.model, mode)
+            wanted = size.parts
             if size.chars < request_size.MIN_LEARN_CHARS:
                 size = None  # known now: the call's end need not offer it to learn
         if out_tokens is None and mode == "bound":
@@ -171,6 +174,9 @@ class PricePlan:
                     rates = rates.band(in_tokens)
                 r_in, r_out, _, _, _, fee = rates.scaled
                 units = in_tokens * r_in + priced_out * r_out + fee
+                if wanted and rates.scaled_parts is not None:
+                    # Measured audio at its rate, a server tool's uses the request allows.
+                    units += part_units(wanted, rates.scaled, rates.scaled_parts)
                 found = -(-units // rates.divisor)  # rounded up
                 if found > money.MAX_NANO:
                     shown = Decimal(units) / rates.divisor / money.NANO_PER_USD
@@ -189,6 +195,7 @@ class PricePlan:
         *,
         recorded: bool,
         estimated: bool,
+        parts: dict[str, int] | None = None,
     ) -> tuple[int, int]:
         """What an ended call with these checked ``counts`` cost in nano-dollars, and 1 when it
         is unpriced (else 0); what its price says about it goes into its metadata ``meta``. The
@@ -199,7 +206,9 @@ class PricePlan:
         per million model) is charged as the most it counts, :data:`~ampmeter.money.MAX_NANO`,
         and the node says ``cost_clamped``: the caller still gets the response it paid for, and
         no budget lets another call through. Input the provider counted beyond any before it
-        for the model is noted (:func:`largest_input`)."""
+        for the model is noted (:func:`largest_input`). ``parts``: the call's checked billed
+        parts (:mod:`ampmeter.pricing.parts`), each priced at its own rate and shown in
+        ``meta`` under its name."""
         version: str | None = None
         found: int | None = None
         tokens_in, _, cached, cache_writes, reasoning, tools = counts
@@ -209,10 +218,10 @@ class PricePlan:
             _note_input(model, tokens_in)
         if cost is None and recorded:
             if self.asked is not None:
-                found, version = self._asked_price(counts)
+                found, version = self._asked_price(counts, parts)
             else:
                 version = self.version
-                exact = self._units(counts)
+                exact = self._units(counts, parts)
                 if exact is not None:
                     units, rates = exact
                     divisor = rates.divisor
@@ -239,12 +248,17 @@ class PricePlan:
         if reasoning:
             meta[META_REASONING_TOKENS] = reasoning
         meta[META_TOOL_CALLS_MADE] = tools
+        if parts:
+            meta.update(parts)
         return cost, unpriced
 
-    def price_usd(self, counts: Counts) -> tuple[Decimal | None, str]:
+    def price_usd(
+        self, counts: Counts, parts: dict[str, int] | None = None
+    ) -> tuple[Decimal | None, str]:
         """The exact cost in dollars (not rounded; None when unpriced) of a call with these
-        checked ``counts`` by the table's rates, and their pricing version."""
-        exact = self._units(counts)
+        checked ``counts`` (and billed ``parts``) by the table's rates, and their pricing
+        version."""
+        exact = self._units(counts, parts)
         if exact is None:
             return None, self.version
         units, rates = exact
@@ -255,9 +269,10 @@ class PricePlan:
             units //= 10**finer
         return Decimal(f"{units}E-{rates.places + 6}"), self.version
 
-    def _units(self, counts: Counts) -> tuple[int, Rates] | None:
-        """The exact cost of ``counts`` as ``units`` × 10**-``places`` nano-dollars by the rates
-        in force now (None when unpriced), and those rates (the band of a tiered price)."""
+    def _units(self, counts: Counts, parts: dict[str, int] | None) -> tuple[int, Rates] | None:
+        """The exact cost of ``counts`` and ``parts`` as ``units`` × 10**-``places``
+        nano-dollars by the rates in force now (None when unpriced), and those rates (the band
+        of a tiered price)."""
         rates = self.rates if self.dated is None else self.dated.in_force()
         if rates is None:
             return None
@@ -273,11 +288,14 @@ class PricePlan:
             + reasoning * r_reasoning
             + fee
         )
+        if parts and rates.scaled_parts is not None:
+            units += part_units(parts, rates.scaled, rates.scaled_parts)
         return units, rates
 
-    def _asked_price(self, counts: Counts) -> tuple[int | None, str]:
-        """The cost of ``counts`` by another pricing in nano-dollars, rounded half to even but
-        not bounded, and its pricing version."""
+    def _asked_price(self, counts: Counts, parts: dict[str, int] | None) -> tuple[int | None, str]:
+        """The cost of ``counts`` (and billed ``parts``, given only when there are some) by
+        another pricing in nano-dollars, rounded half to even but not bounded, and its pricing
+        version."""
         assert self.asked is not None
         inp, out, cache_read, cache_write, reasoning, _ = counts
         result = self.asked.price(
@@ -288,6 +306,7 @@ class PricePlan:
             cached_tokens=cache_read,
             cache_write_tokens=cache_write,
             reasoning_tokens=reasoning,
+            **({"parts": parts} if parts else {}),
         )
         cost = result.cost_usd
         if cost is None:

@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 from ampmeter import money
+from ampmeter.pricing.parts import PARTS, resolve_part_rates
 
 if TYPE_CHECKING:
     from genai_prices.types import ModelPrice
@@ -57,6 +58,10 @@ class Rates:
     version: str = field(kw_only=True)
     # Tiered prices: (threshold, rates for prompts longer than that), highest threshold first.
     bands: tuple[tuple[int, Rates], ...] | None = field(default=None, kw_only=True)
+    # The billed parts' rates in USD per million units (tokens, or uses of a server tool), in
+    # the order of parts.PARTS; None when the model prices none (each costs what its parent
+    # count does: see ampmeter.pricing.parts).
+    parts: tuple[Decimal, ...] | None = field(default=None, kw_only=True)
     # The same rates as integers, made once here so that pricing a call is integer arithmetic:
     # every rate in nano-dollars per token (the fee per call) times divisor, a power of ten.
     # Exact: places is the most decimals any rate has (per million tokens), and a rate per
@@ -64,11 +69,24 @@ class Rates:
     places: int = field(init=False, repr=False, compare=False)
     divisor: int = field(init=False, repr=False, compare=False)
     scaled: tuple[int, int, int, int, int, int] = field(init=False, repr=False, compare=False)
+    scaled_parts: tuple[int, ...] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        token_rates = (self.input, self.output, self.cache_read, self.cache_write, self.reasoning)
+        token_rates: tuple[Decimal, ...] = (
+            self.input,
+            self.output,
+            self.cache_read,
+            self.cache_write,
+            self.reasoning,
+        )
+        kinds: tuple[str, ...] = _KINDS
+        if self.parts is not None:
+            if len(self.parts) != len(PARTS):
+                raise ValueError(f"parts must hold {len(PARTS)} rates, got {len(self.parts)}")
+            token_rates += self.parts
+            kinds = (*_KINDS[:5], *PARTS, _KINDS[5])
         rates = (*token_rates, self.per_call)
-        for kind, rate in zip(_KINDS, rates, strict=True):
+        for kind, rate in zip(kinds, rates, strict=True):
             if not rate.is_finite():
                 raise ValueError(f"the {kind} rate must be finite, got {rate}")
             if rate < 0:
@@ -83,7 +101,7 @@ class Rates:
             fee = at == len(token_rates)
             limit, unit = (MAX_PLACES + 6, "") if fee else (MAX_PLACES, " per million tokens")
             raise ValueError(
-                f"the {_KINDS[at]} rate may have at most {limit} decimal places{unit}, "
+                f"the {kinds[at]} rate may have at most {limit} decimal places{unit}, "
                 f"got {rates[at]}"
             )
         places = max(0, most)
@@ -94,7 +112,8 @@ class Rates:
         )
         object.__setattr__(self, "places", places)
         object.__setattr__(self, "divisor", 10 ** (finest - 3))
-        object.__setattr__(self, "scaled", scaled)
+        object.__setattr__(self, "scaled", scaled[:5] + scaled[-1:])
+        object.__setattr__(self, "scaled_parts", None if self.parts is None else scaled[5:-1])
 
     def band(self, input_tokens: int) -> Rates:
         """The rates of a call of ``input_tokens`` (tiered prices: the band it falls in)."""
@@ -143,9 +162,10 @@ def _scaled(rate: Decimal, places: int) -> int:
 def compile_price(model_price: ModelPrice, version: str) -> Rates | None:
     """Turn a genai-prices ``ModelPrice`` into :class:`Rates`; None if it prices no tokens.
 
-    Only the units a text call reports matter: input, output, cache read/write, reasoning and a
-    per-request fee. Prices of other units (audio, images, web searches) apply to counts that
-    are zero here.
+    The six rates of a text call (input, output, cache read/write, reasoning and a
+    per-request fee), and the billed parts' (:mod:`ampmeter.pricing.parts`: audio, images,
+    1-hour cache writes, server tools) where the model prices one. Prices of other units
+    (audio hours, pages) have no count here.
     """
     inp = _steps(getattr(model_price, "input_mtok", None))
     out = _steps(getattr(model_price, "output_mtok", None))
@@ -161,15 +181,29 @@ def compile_price(model_price: ModelPrice, version: str) -> Rates | None:
     per_kcall = _steps(getattr(model_price, "requests_kcount", None)) or zero
     per_call = tuple((threshold, rate.scaleb(-3)) for threshold, rate in per_kcall)
     all_steps = (inp, out, cache_read, cache_write, reasoning, per_call)
+    part_steps = resolve_part_rates(lambda key: _part_steps(model_price, key), zero) or ()
 
     def flat(input_tokens: int, bands: tuple[tuple[int, Rates], ...] | None = None) -> Rates:
         # The first step the call's input exceeds (the base step's threshold is -1).
-        rates = (next(r for t, r in steps if input_tokens > t) for steps in all_steps)
-        return Rates(*rates, version=version, bands=bands)
+        def rate(steps: _Steps) -> Decimal:
+            return next(r for t, r in steps if input_tokens > t)
 
-    thresholds = sorted({t for steps in all_steps for t, _ in steps if t >= 0}, reverse=True)
+        parts = tuple(map(rate, part_steps)) or None
+        return Rates(*map(rate, all_steps), version=version, bands=bands, parts=parts)
+
+    thresholds = sorted(
+        {t for steps in (*all_steps, *part_steps) for t, _ in steps if t >= 0}, reverse=True
+    )
     bands = tuple((t, flat(t + 1)) for t in thresholds)
     return flat(0, bands or None)
+
+
+def _part_steps(model_price: ModelPrice, key: str) -> _Steps | None:
+    """A part's price steps per million units (a server tool's price is per thousand uses)."""
+    steps = _steps(getattr(model_price, key, None))
+    if steps is None or not key.endswith("_kcount"):
+        return steps
+    return tuple((threshold, rate.scaleb(3)) for threshold, rate in steps)
 
 
 def _has_any_price(model_price: ModelPrice) -> bool:
@@ -190,23 +224,31 @@ def _steps(value: object) -> _Steps | None:
 
 def rates_to_json(rates: Rates) -> dict[str, object]:
     """``rates`` as JSON for the disk index: every amount a decimal string, so none is rounded."""
-    bands = rates.bands
+    bands, parts = rates.bands, rates.parts
     return {
         "usd": [str(getattr(rates, name)) for name in _AMOUNTS],
         "version": rates.version,
         "bands": None if bands is None else [[t, rates_to_json(b)] for t, b in bands],
+        "parts": None if parts is None else dict(zip(PARTS, map(str, parts), strict=True)),
     }
 
 
 def rates_from_json(value: dict[str, Any]) -> Rates:
     """The :class:`Rates` :func:`rates_to_json` wrote; ``TypeError``, ``ValueError``,
     ``KeyError`` or ``ArithmeticError`` for anything else (an index written by another version
-    is not trusted: :class:`Rates` checks every amount as it checks the table's)."""
-    amounts, bands = value["usd"], value["bands"]
+    is not trusted: :class:`Rates` checks every amount as it checks the table's). An index
+    written before the billed parts (no ``"parts"``), or naming other parts, is a ``KeyError``:
+    its rates would price every part as its parent, so it is rebuilt."""
+    amounts, bands, parts = value["usd"], value["bands"], value["parts"]
     if not isinstance(amounts, list) or not all(isinstance(amount, str) for amount in amounts):
         raise TypeError("rates must be decimal strings")
+    if parts is not None:
+        if not isinstance(parts, dict) or not all(isinstance(p, str) for p in parts.values()):
+            raise TypeError("part rates must be decimal strings by part")
+        parts = tuple(Decimal(parts[name]) for name in PARTS)
     return Rates(
         *map(Decimal, amounts),
         version=str(value["version"]),
         bands=None if bands is None else tuple((int(t), rates_from_json(b)) for t, b in bands),
+        parts=parts,
     )

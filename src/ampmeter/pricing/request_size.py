@@ -69,7 +69,10 @@ class RequestSize(NamedTuple):
     (``ampmeter[tokenizer]``), each piece of text counted on its own, else None. ``stored`` is
     the tokens of state the provider keeps that the request continues (a stored response or
     conversation: billed as input, not in the body; see :mod:`~ampmeter.pricing.stored_state`),
-    0 for none, None when its size is unknown. A plain immutable value: one is made per request.
+    0 for none, None when its size is unknown. ``parts``: billed parts it may use
+    (:mod:`~ampmeter.pricing.parts`): its audio input tokens (a part of ``media``) and the uses
+    of billed server tools it allows, reserved at their own rates; None for none. A plain
+    immutable value: one is made per request.
     """
 
     chars: int
@@ -78,6 +81,7 @@ class RequestSize(NamedTuple):
     media: int = 0
     text_tokens: int | None = None
     stored: int | None = 0
+    parts: dict[str, int] | None = None
 
 
 def json_text(value: object) -> str:
@@ -131,6 +135,13 @@ class Tally(list[str]):
 
     framing: int = 0
     media: int = 0
+    parts: dict[str, int] | None = None  # billed parts the request may use (see RequestSize)
+
+    def add_part(self, name: str, count: int) -> None:
+        """Count ``count`` more of the billed part ``name`` the request may use."""
+        if self.parts is None:
+            self.parts = {}
+        self.parts[name] = self.parts.get(name, 0) + count
 
     def text(self, value: object) -> None:
         """Add ``value`` if it is text (anything else sends no text here)."""
@@ -157,7 +168,7 @@ class Tally(list[str]):
         chars = len(text)
         # (ASCII text, the usual, is known to be so without reading it: a byte a character.)
         utf8_bytes = chars if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-        return RequestSize(chars, utf8_bytes, self.framing, self.media, tokens)
+        return RequestSize(chars, utf8_bytes, self.framing, self.media, tokens, 0, self.parts)
 
 
 CHARS_PER_TOKEN: Final = 4
@@ -236,7 +247,7 @@ def measure(wire: Wire, body: Mapping[str, Any]) -> RequestSize:
 def input_tokens(size: RequestSize, model: str | None, mode: EstimateMode = "learned") -> int:
     """The input tokens to reserve for a request of ``size`` sent to ``model`` (stored state
     of unknown size: :func:`~ampmeter.pricing.stored_state.unknown_state_tokens`)."""
-    chars, utf8_bytes, framing, media, text_tokens, stored = size
+    chars, utf8_bytes, framing, media, text_tokens, stored, _ = size
     if stored is None:
         stored = stored_state.unknown_state_tokens(model, mode)
     fixed = framing + media + stored

@@ -25,7 +25,9 @@ __all__ = ["NO_PRICES", "TABLE", "Pricing", "checked"]
 class Pricing(Protocol):
     """What a context needs of its prices: :func:`ampmeter.pricing.price` (the cost of an ended
     call; ``cost_usd`` None when unpriced) and :func:`ampmeter.pricing.estimate` (the most a
-    call may cost before it is made, in dollars; None when unpriced), with their signatures."""
+    call may cost before it is made, in dollars; None when unpriced), with their signatures:
+    ``price`` is given ``parts=`` when a call reports billed parts
+    (:mod:`ampmeter.pricing.parts`), and must charge them."""
 
     def price(self, *args: Any, **kwargs: Any) -> PriceResult: ...
 

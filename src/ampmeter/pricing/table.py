@@ -16,11 +16,13 @@ from a similar name (a fine-tune is unpriced until :func:`set_price` prices it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Literal, NamedTuple
 
 from ampmeter import _validate, money
 from ampmeter.pricing.genai_table import load, split_provider, table_version
+from ampmeter.pricing.parts import check_parts
 from ampmeter.pricing.plan import DEFAULT_ESTIMATE_OUTPUT_TOKENS, plan_for
 from ampmeter.pricing.request_size import CHARS_PER_TOKEN
 from ampmeter.pricing.source import TABLE
@@ -82,20 +84,23 @@ def price(
     cached_tokens: int = 0,
     cache_write_tokens: int = 0,
     reasoning_tokens: int = 0,
+    parts: Mapping[str, int] | None = None,
 ) -> PriceResult:
     """Price one call of ``model`` (optionally at ``provider``, e.g. ``"openai"``).
 
     ``cached_tokens`` and ``cache_write_tokens`` are parts of ``input_tokens`` and
     ``reasoning_tokens`` is part of ``output_tokens`` (see the module docs). A price set with
     :func:`set_price` wins over the table. Unknown models give ``cost_usd=None`` and status
-    ``"unpriced"``. Non-int or negative counts raise ``TypeError``/``ValueError``, as do parts
-    larger than their whole.
+    ``"unpriced"``. ``parts``: billed parts as :meth:`ampmeter.Call.record` takes them
+    (``{"input_audio_tokens": 120, "web_searches": 2}``), each at its own rate. Non-int or
+    negative counts raise ``TypeError``/``ValueError``, as do parts larger than their whole.
     """
     counts = _validate.usage_counts(
         _COUNTS, input_tokens, output_tokens, cached_tokens, cache_write_tokens, reasoning_tokens, 0
     )
+    checked = None if parts is None else check_parts(parts, counts)
     plan = plan_for(TABLE, model_arg(model), provider)
-    cost, version = plan.price_usd(counts)
+    cost, version = plan.price_usd(counts, checked)
     return PriceResult(cost, version, "unpriced" if cost is None else "priced")
 
 

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from ampmeter.pricing import media
 from ampmeter.pricing.names import longest_prefix
+from ampmeter.pricing.parts import server_tool_uses
 from ampmeter.pricing.request_size import RequestSize, Tally
 
 __all__ = ["image_tokens", "measure_anthropic"]
@@ -62,11 +63,17 @@ def measure_anthropic(
         tally.framing += _tool_prompt(body.get("model"), body.get("tool_choice"))
         for tool in tools:
             tally.json(tool)
+        for part, uses in server_tool_uses(tools, _SERVER_TOOLS, "max_uses").items():
+            tally.add_part(part, uses)
     tally.json(body.get("output_format"))
     config = body.get("output_config")
     if isinstance(config, dict):
         tally.json(config.get("format"))
     return tally.size(counter)
+
+
+# Server tools billed per use (web fetch and code execution bill tokens, or time, instead).
+_SERVER_TOOLS: Final = {"web_search_": "web_searches"}
 
 
 def _tool_prompt(model: object, choice: object) -> int:

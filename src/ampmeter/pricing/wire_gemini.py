@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ampmeter.pricing import media
+from ampmeter.pricing.parts import UNCAPPED_TOOL_USES
 from ampmeter.pricing.request_size import RequestSize, Tally
 
 __all__ = ["measure_gemini"]
@@ -69,6 +70,10 @@ def measure_gemini(
     tools = body.get("tools")
     for tool in tools if isinstance(tools, list) else ():
         tally.json(tool)
+        if isinstance(tool, dict) and not _SEARCH_TOOLS.isdisjoint(tool):
+            # Grounding with Google Search is billed per query (or grounded request), and the
+            # request states no cap on the queries: the stated bound.
+            tally.add_part("web_searches", UNCAPPED_TOOL_USES)
     config = _get(body, "generationConfig", "generation_config")
     if isinstance(config, dict):
         tally.json(_get(config, "responseSchema", "response_schema"))
@@ -118,10 +123,31 @@ def _part(part: Mapping[str, Any], gemini_3: bool, tally: Tally) -> None:
         if mime.startswith("text/") and isinstance(data, str):  # sent as its text
             tally.text(media.decode_all(data).decode("utf-8", "replace"))
         else:
-            tally.media += _inline(mime, data, gemini_3)
+            _add_media(tally, mime, _inline(mime, data, gemini_3))
     file = _get(part, "fileData", "file_data")
     if isinstance(file, dict):
-        tally.media += _unseen(str(_get(file, "mimeType", "mime_type") or ""), gemini_3)
+        mime = str(_get(file, "mimeType", "mime_type") or "")
+        _add_media(tally, mime, _unseen(mime, gemini_3))
+
+
+def _add_media(tally: Tally, mime: str, tokens: int) -> None:
+    """Count ``tokens`` of media of type ``mime``, and the billed part they are (audio and
+    video at their own rates where the model has them; images and documents as images)."""
+    tally.media += tokens
+    kind = mime.partition("/")[0]
+    part = _MEDIA_PARTS.get("image" if mime == "application/pdf" else kind)
+    if part is not None:
+        tally.add_part(part, tokens)
+
+
+_SEARCH_TOOLS: Final = frozenset(
+    {"googleSearch", "google_search", "googleSearchRetrieval", "google_search_retrieval"}
+)
+_MEDIA_PARTS: Final = {
+    "audio": "input_audio_tokens",
+    "image": "input_image_tokens",
+    "video": "input_video_tokens",
+}
 
 
 def image_tokens(size: tuple[int, int] | None, gemini_3: bool) -> int:

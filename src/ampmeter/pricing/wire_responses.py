@@ -18,9 +18,10 @@ prompt's template.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from ampmeter.pricing import openai_media, stored_state
+from ampmeter.pricing.parts import server_tool_uses
 from ampmeter.pricing.request_size import RequestSize, Tally
 from ampmeter.pricing.wire_chat import (
     REPLY_PRIMING,
@@ -30,6 +31,10 @@ from ampmeter.pricing.wire_chat import (
 )
 
 __all__ = ["measure_responses"]
+
+
+# Built-in tools billed per call, and the billed part their calls are.
+_BUILT_IN_TOOLS: Final = {"web_search": "web_searches", "file_search": "storage_searches"}
 
 
 def measure_responses(
@@ -55,6 +60,9 @@ def measure_responses(
         tally.framing += TOOLS_BLOCK + TOKENS_PER_FUNCTION * len(tools)
         for tool in tools:
             tally.json(tool)
+        cap = body.get("max_tool_calls")  # (all built-in tools' calls together)
+        for part, uses in server_tool_uses(tools, _BUILT_IN_TOOLS, None, cap).items():
+            tally.add_part(part, uses)
     text = body.get("text")
     if isinstance(text, dict):
         tally.json(text.get("format"))
