@@ -55,14 +55,18 @@ def calls(sink: MemorySink) -> list[Node]:
     return [node for node in sink.nodes if node.kind == "llm"]
 
 
-def table_cost(uncached: int, read: int, written: int, output: int) -> Decimal:
+def table_cost_of(model: str, uncached: int, read: int, written: int, output: int) -> Decimal:
     usage = genai_prices.Usage(
         input_tokens=uncached + read + written,
         cache_read_tokens=read,
         cache_write_tokens=written,
         output_tokens=output,
     )
-    return genai_prices.calc_price(usage, MODEL, provider_id="aws").total_price
+    return genai_prices.calc_price(usage, model, provider_id="aws").total_price
+
+
+def table_cost(uncached: int, read: int, written: int, output: int) -> Decimal:
+    return table_cost_of(MODEL, uncached, read, written, output)
 
 
 def test_a_converse_call_is_charged_its_usage_at_bedrocks_price(replay: ReplayServer) -> None:
@@ -79,6 +83,31 @@ def test_a_converse_call_is_charged_its_usage_at_bedrocks_price(replay: ReplaySe
     assert (node.tokens_in, node.tokens_out) == (132, 5)
     assert node.metadata["cached_tokens"] == 100 and node.metadata["cache_write_tokens"] == 20
     assert node.cost_usd == ctx.stats.total_cost() == table_cost(12, 100, 20, 5) > 0
+
+
+def test_a_converse_calls_one_hour_cache_writes_are_charged_at_their_rate(
+    replay: ReplayServer,
+) -> None:
+    model = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+    details = [{"ttl": "1h", "inputTokens": 15}, {"ttl": "5m", "inputTokens": 5}]
+    replay.script(
+        "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse",
+        ReplayResponse.json({**ANSWER, "usage": {**USAGE, "cacheDetails": details}}),
+    )
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink]):
+        bedrock(replay).converse(modelId=model, messages=PROMPT)
+    (node,) = calls(sink)
+    usage = genai_prices.Usage(
+        input_tokens=132,
+        cache_read_tokens=100,
+        cache_write_tokens=20,
+        cache_write_1h_tokens=15,
+        output_tokens=5,
+    )
+    expected = genai_prices.calc_price(usage, model, provider_id="aws").total_price
+    assert node.metadata["cache_write_1h_tokens"] == 15
+    assert node.cost_usd == expected > table_cost_of(model, 12, 100, 20, 5)
 
 
 def test_a_converse_stream_is_read_from_its_event_frames(replay: ReplayServer) -> None:

@@ -6,8 +6,8 @@ URL-encoded):
 
 - **Converse** (``converse``, ``converse-stream``): Bedrock's own messages format. Usage is
   ``inputTokens`` (without the cache's tokens), ``cacheReadInputTokens``,
-  ``cacheWriteInputTokens`` and ``outputTokens``; a stream's comes in its last event,
-  ``metadata``.
+  ``cacheWriteInputTokens`` (``cacheDetails`` splits them by time to live: 1-hour writes are
+  a billed part) and ``outputTokens``; a stream's comes in its last event, ``metadata``.
 - **InvokeModel** (``invoke``, ``invoke-with-response-stream``) with an Anthropic Messages body
   (``anthropic_version``): read as the Messages API is; a stream's events come inside
   Bedrock's frames as base64 ``bytes``. Other vendors' bodies are not read here.
@@ -175,6 +175,13 @@ def _read_usage(usage: Any, tally: Tally) -> None:
         tally.cached, tally.cache_write = cached or 0, written or 0
         tally.tokens_in = uncached + tally.cached + tally.cache_write
     tally.tokens_out = output
+    # The writes by time to live: a 1-hour write is billed at twice the input rate.
+    hour = None
+    for detail in get(usage, "cacheDetails") or ():
+        (tokens,) = counts(detail, ("inputTokens",))
+        if get(detail, "ttl") == "1h" and tokens is not None:
+            hour = (hour or 0) + tokens
+    tally.set_part("cache_write_1h_tokens", hour)
 
 
 class InvokeAdapter(MessagesAdapter):
