@@ -193,3 +193,57 @@ def test_a_batch_body_that_names_a_model_is_still_a_batch(replay: ReplayServer) 
     assert {n.metadata["unmetered"] for n in sink.nodes if n.kind == "llm"} == {
         "a batch, billed when it runs"
     }
+
+
+def test_openai_audio_requests_cannot_pass_a_cost_cap_unseen(
+    replay: ReplayServer,
+) -> None:
+    """Speech and transcriptions (a multipart form) went out unmetered under any cap, billed by
+    the audio made or heard. Each is now a node that says so, refused under a cost limit and
+    counted as a call where unpriced calls are let through."""
+    client = _openai(replay)
+    sends = {
+        "/v1/audio/speech": lambda: client.audio.speech.create(
+            model="gpt-4o-mini-tts", voice="alloy", input="Hello."
+        ),
+        "/v1/audio/transcriptions": lambda: client.audio.transcriptions.create(
+            model="whisper-1", file=("hello.wav", b"RIFF\x00\x00\x00\x00WAVE", "audio/wav")
+        ),
+    }
+    answers = {
+        "/v1/audio/speech": ReplayResponse(
+            chunks=(b"ID3 audio",), headers=(("content-type", "audio/mpeg"),)
+        ),
+        "/v1/audio/transcriptions": ReplayResponse.json({"text": "Hello."}),
+    }
+    sink = MemorySink()
+    with ExecutionContext(sinks=[sink], max_cost_usd=5.0):
+        for send in sends.values():
+            with pytest.raises(LimitExceeded, match="which ampmeter does not meter"):
+                send()
+    assert replay.requests == []
+    with ExecutionContext(sinks=[sink], on_unpriced="allow") as ctx:
+        for path, send in sends.items():
+            replay.script(path, answers[path])
+            send()
+        assert ctx.stats.get_counter("amp:llm_calls") == 2
+    sent = [n for n in sink.nodes if n.kind == "llm" and n.status == "success"]
+    assert [n.name for n in sent] == ["audio.speech.create", "audio.transcriptions.create"]
+    assert all(n.metadata["cost_status"] == "unpriced" for n in sent)
+
+
+@pytest.mark.parametrize(
+    ("path", "what"),
+    [
+        ("/v1beta/cachedContents", "a context cache"),  # Gemini's context caching
+        ("/model-invocation-job", "a batch"),  # Bedrock's batch inference
+    ],
+)
+def test_a_gemini_context_cache_and_a_bedrock_batch_are_refused_under_a_cost_cap(
+    replay: ReplayServer, path: str, what: str
+) -> None:
+    body = {"model": "models/gemini-2.5-flash", "contents": [{"parts": [{"text": "A book."}]}]}
+    with ExecutionContext(max_cost_usd=5.0), httpx.Client() as client:
+        with pytest.raises(LimitExceeded, match=f"sends {what}"):
+            client.post(replay.url + path, json=body)
+    assert replay.requests == []

@@ -25,7 +25,6 @@ import orjson
 from ampmeter.integrations.adapter import Adapter
 from ampmeter.integrations.anthropic import MessagesAdapter
 from ampmeter.integrations.attach import metered_context
-from ampmeter.integrations.batches import BatchAdapter, batch_adapter
 from ampmeter.integrations.bedrock import EVENT_STREAM, ConverseAdapter, EventFrames, InvokeAdapter
 from ampmeter.integrations.gemini import EmbedContentAdapter, GenerateContentAdapter
 from ampmeter.integrations.lifecycle import (
@@ -44,6 +43,7 @@ from ampmeter.integrations.openai import (
 from ampmeter.integrations.openai_images import ImagesAdapter
 from ampmeter.integrations.patching import Patch, undo_all
 from ampmeter.integrations.proxy_mark import METERED_HEADER
+from ampmeter.integrations.unmetered import UnmeteredAdapter, unmetered_adapter
 from ampmeter.integrations.wire import BodyReader
 
 __all__ = [
@@ -122,12 +122,12 @@ def admit(
     """
     if ACTIVE_REQUEST.get() is not None:
         return None
-    adapter = adapter_for_path(path) or batch_adapter(path)
+    adapter = adapter_for_path(path) or unmetered_adapter(path)
     ctx = None if adapter is None else metered_context()
     body = None if ctx is None else json_object(content)
     if ctx is None or adapter is None or body is None:
         return None
-    if isinstance(adapter, BatchAdapter):  # one node, not metered (see .batches)
+    if isinstance(adapter, UnmeteredAdapter):  # one node, not metered (see .unmetered)
         return adapter.begin(ctx, body, {META_TRANSPORT: transport})
     model = adapter.model_for(path, body)  # (Gemini and Bedrock name it in the path)
     if model is None:

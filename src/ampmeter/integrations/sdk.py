@@ -24,7 +24,6 @@ from typing import Any, Final
 from ampmeter.context import configured_policies
 from ampmeter.integrations.adapter import Adapter
 from ampmeter.integrations.attach import metered_context
-from ampmeter.integrations.batches import batch_adapter
 from ampmeter.integrations.http import ROUTES, adapter_for_path, unwrapped_send
 from ampmeter.integrations.lifecycle import (
     ACTIVE_REQUEST,
@@ -38,6 +37,7 @@ from ampmeter.integrations.lifecycle import (
 from ampmeter.integrations.patching import Patch, undo_all
 from ampmeter.integrations.raw import RAW_RESPONSE_HEADER, after_raw, after_raw_async
 from ampmeter.integrations.streams import meter_stream
+from ampmeter.integrations.unmetered import unmetered_adapter
 from ampmeter.pricing import stored_state
 
 __all__ = ["admit", "instrument_sdk", "is_instrumented", "uninstrument_sdk"]
@@ -72,7 +72,7 @@ def admit(client: Any, options: Any) -> Admitted | None:
     path = options.url.partition("?")[0]
     adapter = ROUTES.get(path) or adapter_for_path(path)  # the SDK's own paths are the keys
     if adapter is None:
-        return _admit_batch(client, options, body, path)
+        return _admit_unmetered(client, options, body, path)
     ctx = metered_context()
     if ctx is None:
         return None
@@ -102,10 +102,10 @@ def admit(client: Any, options: Any) -> Admitted | None:
     return admitted
 
 
-def _admit_batch(client: Any, options: Any, body: dict[str, Any], path: str) -> Admitted | None:
-    """Begin and admit the node of a batch's creation (see :mod:`.batches`); None for any
-    other request."""
-    adapter = batch_adapter(path)
+def _admit_unmetered(client: Any, options: Any, body: dict[str, Any], path: str) -> Admitted | None:
+    """Begin and admit the node of a billed request ampmeter does not meter (see
+    :mod:`.unmetered`); None for any other request."""
+    adapter = unmetered_adapter(path)
     ctx = None if adapter is None else metered_context()
     if adapter is None or ctx is None:
         return None
