@@ -243,7 +243,7 @@ def test_a_gemini_context_cache_and_a_bedrock_batch_are_refused_under_a_cost_cap
     replay: ReplayServer, path: str, what: str
 ) -> None:
     body = {"model": "models/gemini-2.5-flash", "contents": [{"parts": [{"text": "A book."}]}]}
-    with ExecutionContext(max_cost_usd=5.0), httpx.Client() as client:
-        with pytest.raises(LimitExceeded, match=f"sends {what}"):
-            client.post(replay.url + path, json=body)
+    refused = pytest.raises(LimitExceeded, match=f"sends {what}")
+    with ExecutionContext(max_cost_usd=5.0), httpx.Client() as client, refused:
+        client.post(replay.url + path, json=body)
     assert replay.requests == []
