@@ -218,7 +218,7 @@ class Admission:
                 more = self.ledger_step.admit(ticket, thread)
                 if more is not None:
                     yield from more
-                self.kernel.run(ticket.kernel_node)  # running once the ledger holds it too
+                self.kernel.run_held(ticket)  # running once the ledger holds it too
         except BaseException as error:
             self._failed(ticket, error)
             raise
@@ -234,6 +234,9 @@ class Admission:
         paused = PauseWait(self.frame, kernel, ticket.kernel_node)
         try:
             while found is not None:
+                if kernel.sweep():  # calls their owners dropped held some of it: charged now
+                    found = kernel.admit(ticket, rows, self.ledger_step is None)
+                    continue
                 index, hit, busy = found
                 if not busy:
                     stop = self.owner((index, hit))

@@ -205,7 +205,10 @@ class LedgerStep(Step):
     ) -> float:
         """How long to pause before asking the ledger again, or :class:`~ampmeter.BudgetBusy`
         when the wait is over: out of time, or only holds this call would wait for in vain
-        (its enclosing calls' and, on a thread, that thread's own) stand in the way."""
+        (its enclosing calls' and, on a thread, that thread's own) stand in the way. Calls
+        of this process their owners dropped are charged first: nobody would end their holds."""
+        if self.admission.kernel.sweep():
+            return 0.0  # (ask again at once)
         pause = wait.next_pause()
         others = refusal.reserved - self.own_holds(ticket, refusal, thread)
         if pause is None or others <= 0:
