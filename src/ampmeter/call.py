@@ -261,7 +261,8 @@ class Call(Scoped, Ticket):
         self._make_current()
 
     async def _aleave(self, exc: BaseException | None) -> None:
-        if self.phase != ADMITTED or not self.ledger_holds:
+        # (A coroutine closed unfinished, GeneratorExit, can await nothing: it settles here.)
+        if self.phase != ADMITTED or not self.ledger_holds or isinstance(exc, GeneratorExit):
             self._leave(exc)
             return
         restore(self._token, self.context)

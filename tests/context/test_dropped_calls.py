@@ -17,6 +17,7 @@ import pytest
 
 from ampmeter import ExecutionContext, JsonlSink, LimitExceeded
 from ampmeter.keys import KEY_COST, KEY_LLM_CALLS, KEY_UNSETTLED_COST
+from ampmeter.ledgers import InMemoryLedger
 from support.ledger_backends import MakeLedger, make_ledger_fixture  # noqa: F401
 from support.redis_server import redis_server_fixture  # noqa: F401
 
@@ -141,3 +142,34 @@ def test_a_task_canceled_between_start_and_finish_is_charged() -> None:
         (node,) = [n for n in ctx.graph.nodes() if n.kind == "llm"]
         assert node.status == "fail" and node.cost_usd == RESERVED
         assert ctx.stats.get_gauge(KEY_UNSETTLED_COST) == RESERVED
+
+
+def test_an_async_call_block_in_a_coroutine_closed_unfinished_is_charged_once() -> None:
+    """A task left pending when its loop closed is closed when collected: its ``async with``
+    block ends with GeneratorExit and cannot await the ledger's commit on a worker thread. It
+    left the call ended but unsettled (its hold never given back, its unsettled cost counted
+    without its cost); it now settles at once."""
+    ledger = InMemoryLedger("dropped")
+
+    async def work(ctx: ExecutionContext, started: asyncio.Event) -> None:
+        async with ctx.llm_call("async", model="gpt-4o-mini", estimate_usd=RESERVED):
+            started.set()
+            await asyncio.Event().wait()
+
+    async def begin(ctx: ExecutionContext) -> asyncio.Task[None]:
+        started = asyncio.Event()
+        task = asyncio.ensure_future(work(ctx, started))
+        await started.wait()
+        return task
+
+    with ExecutionContext("run", max_cost_usd=1.0, ledger=ledger) as ctx:
+        loop = asyncio.new_event_loop()
+        task = loop.run_until_complete(begin(ctx))
+        loop.close()  # the task is left pending, never resumed
+        del task
+        gc.collect()
+        assert ctx.stats.reserved() == {}
+        (node,) = [n for n in ctx.graph.nodes() if n.kind == "llm"]
+        assert (node.status, node.error_class, node.cost_usd) == ("fail", "GeneratorExit", RESERVED)
+        assert ctx.stats.get_gauge(KEY_COST) == ctx.stats.get_gauge(KEY_UNSETTLED_COST) == RESERVED
+    assert ledger.spent()[KEY_COST] == RESERVED and ledger.reserved().get(KEY_COST, 0) == 0
