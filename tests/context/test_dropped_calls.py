@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ampmeter import ExecutionContext, JsonlSink, LimitExceeded
+from ampmeter import BudgetBusy, ExecutionContext, JsonlSink, LimitExceeded
 from ampmeter.keys import KEY_COST, KEY_LLM_CALLS, KEY_UNSETTLED_COST
 from ampmeter.ledgers import InMemoryLedger
 from support.ledger_backends import MakeLedger, make_ledger_fixture  # noqa: F401
@@ -101,6 +101,24 @@ def test_a_dropped_call_is_committed_to_the_shared_ledger(make_ledger: MakeLedge
     # Committed as a finished call is, at once: not left to run out as an unsettled lease.
     assert ledger.spent()[KEY_COST] == RESERVED and ledger.reserved().get(KEY_COST, 0) == 0
     assert ledger.unsettled() == {}
+
+
+def test_a_call_waiting_on_the_ledger_for_a_dropped_calls_hold_is_refused_not_kept_waiting(
+    make_ledger: MakeLedger,
+) -> None:
+    """The ledger keeps a tighter ceiling than the context's own: only the ledger sees that a
+    second call does not fit beside the dropped one's hold, which nobody would ever end."""
+    ledger = make_ledger(lease_s=30.0)
+    ledger.set_ceilings(ledger.scope, {KEY_COST: 1})
+    with ExecutionContext("run", max_cost_usd=10, ledger=ledger, admission_timeout_s=5) as ctx:
+        node_id = _start_and_drop(ctx)
+        second = ctx.llm_call("second", estimate_usd=RESERVED)
+        with pytest.raises(LimitExceeded) as refused, second:
+            pytest.fail("sent past the ledger's ceiling")
+        assert not isinstance(refused.value, BudgetBusy)  # (it did not wait in vain)
+        assert "$1.20 > $1.00" in str(refused.value)  # (the ledger's ceiling, not the context's)
+        _assert_charged(ctx, node_id)
+    assert ledger.spent()[KEY_COST] == RESERVED
 
 
 def _in_generator(ctx: ExecutionContext) -> Iterator[int]:
