@@ -92,6 +92,19 @@ def test_a_bare_dropped_call_with_nothing_to_say_it_was_sent_halts_free() -> Non
         assert (node.status, node.error_class, node.cost_usd) == ("halt", "CallDropped", 0)
 
 
+def test_a_dropped_replay_of_a_counted_call_adds_nothing() -> None:
+    with ExecutionContext("run", max_cost_usd=1.0) as ctx:
+        with ctx.llm_call("step", estimate_usd=RESERVED, idempotency_key="step-1") as call:
+            call.record(10, 5, cost_usd=0.25)
+        replay = ctx.llm_call("step", estimate_usd=RESERVED, idempotency_key="step-1")
+        replay.start()
+        node_id = replay.node_id
+        del replay
+        assert ctx.stats.reserved() == {}  # (a read sweeps what was dropped)
+        assert ctx.stats.get_gauge(KEY_COST) == Decimal("0.25")
+        assert ctx.graph.node(node_id).metadata["duplicate_of"] == call.node_id
+
+
 def test_a_dropped_call_is_committed_to_the_shared_ledger(make_ledger: MakeLedger) -> None:
     ledger = make_ledger(lease_s=30.0)
     with ExecutionContext("run", max_cost_usd=1.0, ledger=ledger) as ctx:

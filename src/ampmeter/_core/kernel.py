@@ -28,6 +28,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any, Final
 
 from ampmeter._core.cells import Cell, Level, summed
@@ -35,7 +36,7 @@ from ampmeter._core.check import Guard, Hit, Refused
 from ampmeter._core.interrupted import settle_dropped
 from ampmeter._core.nodes import NodeTable, now_ms
 from ampmeter._core.outcome import Ending, Outcome
-from ampmeter._core.ticket import Held, Ticket
+from ampmeter._core.ticket import Held, Reserved, Ticket
 from ampmeter._core.usage import Spent, Usage
 from ampmeter.keys import LOCAL_KEYS
 from ampmeter.node import TERMINAL_STATUSES, Node
@@ -43,6 +44,7 @@ from ampmeter.node import TERMINAL_STATUSES, Node
 __all__ = ["Cell", "Kernel", "Level", "now_ms"]
 
 _NOT_STARTED: Final = Outcome("halt", stop_reason="interrupted before it started")
+_NOTHING_HELD: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
 class Kernel(NodeTable):
@@ -158,12 +160,14 @@ class Kernel(NodeTable):
 
     # -- calls -----------------------------------------------------------------------------------
 
-    def admit(self, ticket: Ticket, guards: tuple[Guard, ...], run: bool) -> Refused | None:
-        """Hold ``ticket``'s reservation where its plan says, unless it would exceed a limit of
-        ``guards``, and (when ``run``) mark its node running, in one step. None when held,
-        else why not (see :data:`~ampmeter._core.check.Refused`)."""
+    def admit(
+        self, ticket: Ticket, reserved: Reserved, guards: tuple[Guard, ...], run: bool
+    ) -> Refused | None:
+        """Hold ``ticket``'s reservation (``reserved``) where its plan says, unless it would
+        exceed a limit of ``guards``, and (when ``run``) mark its node running, in one step.
+        None when held, else why not (see :data:`~ampmeter._core.check.Refused`)."""
         plan = ticket.plan
-        reserved = ticket.reserved
+        amounts: dict[str, Any] | Mapping[str, Any]
         with self._lock:
             if guards:
                 holds, places = plan.hold or plan.hold_plan()
@@ -174,7 +178,7 @@ class Kernel(NodeTable):
                 if hit is not None:
                     return (*hit, self._check(guards, amounts, False) is None)
             else:  # nothing above can stop it: nothing to hold
-                holds, amounts = (), {}
+                holds, amounts = (), _NOTHING_HELD
             node = ticket.kernel_node
             owner = self._unstarted.pop(node.node_id, None)  # begin()'s weak reference to it
             self._open[node.node_id] = (
@@ -184,7 +188,6 @@ class Kernel(NodeTable):
                 threading.get_ident(),
                 plan,
                 reserved,
-                ticket.idempotency_key,
                 (),  # (its ledger holds: see run_held)
             )
             if run:  # (a call's node is made, not yet running, until it is admitted)
@@ -197,7 +200,7 @@ class Kernel(NodeTable):
         its ledger holds beside it: a call its owner drops is committed there when swept."""
         node = ticket.kernel_node
         with self._lock:
-            self._open[node.node_id] = (*self._open[node.node_id][:7], ticket.ledger_holds)
+            self._open[node.node_id] = (*self._open[node.node_id][:6], ticket.ledger_holds)
         self.run(node)
 
     def wait_for_settlement(self, seconds: float) -> None:

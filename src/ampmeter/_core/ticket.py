@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ampmeter._core.idempotency import META_IDEMPOTENCY_KEY
 from ampmeter._core.readonly import ReadOnly
 from ampmeter._core.usage import Usage
 
@@ -127,15 +128,14 @@ Held = tuple[
     int,
     Any,
     Reserved,
-    "str | None",
     tuple[tuple[Any, Any], ...],
 ]
 """What the kernel keeps of a call it admitted and that has not ended, from its admission: a
 weak reference to its ticket and, beside it, so that what it holds keeps counting when its
 owner drops it and the sweep can charge it (:func:`stand_in`): each key's amount held, each
 level whose limits watch the reservation with the keys held there, the admitting thread, the
-call's plan, reservation and idempotency key, and (once a shared ledger holds it too) its
-ledger holds. One tuple, made once per call: the plain call's path allocates nothing more."""
+call's plan and reservation, and (once a shared ledger holds it too) its ledger holds. One
+tuple, made once per call. (Its idempotency key, if it was made with one, is on its node.)"""
 
 
 def stand_in(node: Node, held: Held) -> Ticket:
@@ -143,7 +143,8 @@ def stand_in(node: Node, held: Held) -> Ticket:
     settlement."""
     ticket = Ticket()
     ticket.kernel_node = node
-    _, _, _, _, ticket.plan, ticket._reserved, ticket._idempotency_key, ticket.ledger_holds = held
+    _, _, _, _, ticket.plan, ticket._reserved, ticket.ledger_holds = held
+    ticket._idempotency_key = node.metadata.get(META_IDEMPOTENCY_KEY)
     ticket._provider = ticket._marks = ticket.rows = None
     ticket.recorded = False  # (whatever it recorded was dropped with it)
     ticket.phase = DONE
