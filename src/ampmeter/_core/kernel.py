@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
-from ampmeter._core.cells import Cell, Level, summed
+from ampmeter._core.cells import Cell, Level, fold_in, summed
 from ampmeter._core.check import Guard, Hit, Refused
 from ampmeter._core.interrupted import settle_dropped
 from ampmeter._core.nodes import NodeTable, now_ms
@@ -128,7 +128,7 @@ class Kernel(NodeTable):
                 for key, value in level.values(gauge).items()
                 if summed(key, gauge)
             ]
-            whole(_fold_in, level, above, iter(totals))
+            whole(fold_in, level, above, iter(totals))
 
     def add_usage(self, level: Level, usage: Usage) -> None:
         """Add ``usage`` at ``level`` and every ancestor, in one step (a trace record)."""
@@ -448,20 +448,6 @@ def _drain(feed: Iterator[tuple[Cell, int]], amounts: tuple[Any, ...]) -> None:
     there."""
     for cell, field in feed:
         cell.value += amounts[field]
-
-
-def _fold_in(level: Level, above: Level, totals: Iterator[tuple[Cell, Any]]) -> None:
-    """Add ``level``'s ``totals`` to ``above``'s offset cells, then stop ``above`` reading it
-    (the fold moves on, so every target is worked out again). Resumable, as :func:`_drain`."""
-    for cell, value in totals:
-        cell.value += value
-    if level.pulled_by is not None:
-        level.fold.epoch += 1
-        for below in level.subtree():  # (clearing a cache twice is harmless)
-            for settles in below.caches:
-                settles.clear()
-        above.pulled.pop(level, None)
-        level.pulled_by = None
 
 
 def whole(step: Callable[..., None], *args: Any) -> None:
