@@ -417,6 +417,8 @@ class Kernel(NodeTable):
                 self._dropping.add(node_id)
         for node_id in ended:
             self._open.pop(node_id)
+        if ended and self._waiting:
+            self._settled.notify_all()
 
     def held_at(self, level: Level, pending: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """What calls in flight hold at ``level``, per key, and ``pending`` (caller holds the
