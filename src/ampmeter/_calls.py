@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 from ampmeter import _validate
+from ampmeter._core.idempotency import META_IDEMPOTENCY_KEY
 from ampmeter._core.steps import Stop
 from ampmeter._core.ticket import Reserved
 from ampmeter._current import CURRENT
@@ -270,6 +271,8 @@ class CallMaker:
         meta.setdefault(META_CONTEXTS, self._lineage)  # and the contexts it ran in, root first
         if provider is not None:
             meta[META_PROVIDER] = provider
+        if idempotency_key is not None:  # (on its node from the start: see ticket.stand_in)
+            meta[META_IDEMPOTENCY_KEY] = idempotency_key
         parent = self.current_parent_id()
         call.kernel_node = self._kernel.begin(parent, kind, name, model, meta, call)
         return call

@@ -232,7 +232,7 @@ class Call(Scoped, Ticket):
         Raises :class:`~ampmeter.LimitExceeded` (the node is halted) when the call would break a
         limit of this context or an enclosing one, and ``ExecutionCanceled`` after ``cancel()``.
         """
-        waits = self.plan.admission.admit(self, threading.get_ident())
+        waits = self.plan.admission.admit(self, threading.get_ident(), self._reserved)
         if waits is not None:  # (a step waits: for room, or on a shared ledger)
             run_sync(waits)
         return self
@@ -267,13 +267,14 @@ class Call(Scoped, Ticket):
             restore(self._token, self.context)
 
     async def _aenter(self) -> None:
-        waits = self.plan.admission.admit(self, None)
+        waits = self.plan.admission.admit(self, None, self._reserved)
         if waits is not None:
             await run_async(waits)
         self._make_current()
 
     async def _aleave(self, exc: BaseException | None) -> None:
-        if self.phase != ADMITTED or not self.ledger_holds:
+        # (A coroutine closed unfinished, GeneratorExit, can await nothing: it settles here.)
+        if self.phase != ADMITTED or not self.ledger_holds or isinstance(exc, GeneratorExit):
             self._leave(exc)
             return
         restore(self._token, self.context)

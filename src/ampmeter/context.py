@@ -396,6 +396,7 @@ class ExecutionContext(CallMaker, HandingOff, Scoped):
             return
         self._closed = True
         OPEN.discard(self)
+        self._kernel.sweep()  # calls their owners dropped are charged and logged first
         self._handoffs.settle()
         outcome = self._frame.closing(exc)
         node = self._kernel.node(self._node_id)

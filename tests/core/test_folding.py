@@ -28,6 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from ampmeter import ExecutionContext, Limit, LimitType
 from ampmeter._core import kernel as kernel_module
+from ampmeter._core.cells import fold_in
 from ampmeter._core.views import bound
 from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_LLM_CALLS
 from ampmeter.trace import ModelCallTrace, ParseErrorTrace, ToolCallTrace
@@ -285,7 +286,7 @@ def test_an_interrupt_anywhere_in_a_fold_leaves_every_read_exact(at: int) -> Non
     grandchild = child.spawn_child("grandchild")
     _calls(grandchild, 2)
     child.stats.incr_counter("n", 3)
-    fold = (kernel_module.Kernel.retire.__code__, kernel_module._fold_in.__code__)
+    fold = (kernel_module.Kernel.retire.__code__, fold_in.__code__)
     seen = [0]
 
     def land(frame: FrameType, point: bool) -> None:

@@ -144,7 +144,7 @@ def test_admission_holds_and_settlement_replaces_the_hold_by_the_usage() -> None
     kernel, parent, child, root = make()
     owner = ticket_at(child, tokens_in=100, hold_at=parent)
     node = owner.kernel_node = kernel.begin(root, "llm", "ask", None, {}, owner)
-    assert kernel.admit(owner, NO_LIMIT, True) is None
+    assert kernel.admit(owner, owner.reserved, NO_LIMIT, True) is None
     assert node.status == "running" and kernel.is_held(node)
     assert kernel.reserved(parent) == {KEY_INPUT_TOKENS: 100}
     spent = (30, 5, 0, 0, 0, 0, 0, 1, 1, 0, 0)  # 30 tokens in, 5 out; one call, one step
@@ -163,7 +163,7 @@ def test_a_guard_refuses_what_would_break_a_limit_and_holds_nothing() -> None:
     kernel.add(child, KEY_INPUT_TOKENS, 40, False)
     owner = ticket_at(child, tokens_in=20, hold_at=parent)
     node = owner.kernel_node = kernel.begin(root, "llm", "ask", None, {}, owner)
-    refused = kernel.admit(owner, guards, True)
+    refused = kernel.admit(owner, owner.reserved, guards, True)
     assert refused is not None
     _, (limit, key, value), waiting_helps = refused
     assert (key, value, waiting_helps) == (KEY_INPUT_TOKENS, 60, False)
@@ -173,23 +173,27 @@ def test_a_guard_refuses_what_would_break_a_limit_and_holds_nothing() -> None:
     assert kernel.node(node.node_id).status == "halt"
     smaller = ticket_at(child, tokens_in=10, hold_at=parent)
     smaller.kernel_node = kernel.begin(root, "llm", "ask", None, {}, smaller)
-    assert kernel.admit(smaller, guards, True) is None
+    assert kernel.admit(smaller, smaller.reserved, guards, True) is None
 
 
 def test_release_drops_a_hold_without_adding_usage() -> None:
     kernel, parent, _, root = make()
     owner = ticket_at(parent, tokens_in=8)
     node = owner.kernel_node = kernel.begin(root, "llm", "ask", None, {}, owner)
-    kernel.admit(owner, NO_LIMIT, True)
+    kernel.admit(owner, owner.reserved, NO_LIMIT, True)
     kernel.release(node)
     assert kernel.reserved(parent) == {} and counters(parent).get(KEY_INPUT_TOKENS, 0) == 0
 
 
-def test_a_call_whose_owner_is_gone_is_ended_and_its_hold_returned() -> None:
+def test_a_call_whose_owner_is_gone_holds_until_it_is_swept() -> None:
+    """Its request may have been sent: what it holds counts until the sweep charges it
+    (tests/context/test_dropped_calls.py), never stopping at once."""
     kernel, parent, _, root = make()
     owner = ticket_at(parent, tokens_in=8)
     node = owner.kernel_node = kernel.begin(root, "llm", "ask", None, {}, owner)
-    kernel.admit(owner, NO_LIMIT, True)
+    kernel.admit(owner, owner.reserved, NO_LIMIT, True)
     del owner
-    assert kernel.reserved(parent) == {}
-    assert kernel.node(node.node_id).status == "halt"
+    guards = (Guard(parent, compile_limits([Limit(KEY_INPUT_TOKENS, 10)])),)
+    found = kernel.check(guards, {KEY_INPUT_TOKENS: 5})
+    assert found is not None and found[1][1:] == (KEY_INPUT_TOKENS, 13)
+    assert kernel.is_held(node) and kernel.node(node.node_id).status == "running"

@@ -388,5 +388,5 @@ def hold_forever(stats: ExecutionStats, amounts: dict[str, float]) -> None:
     held.plan = _HeldPlan(level, tuple(amounts))
     held._reserved = tuple(internal_amount(key, v) for key, v in amounts.items())  # type: ignore[assignment]
     held.kernel_node = Node(f"held-{len(_HELD)}", None, "system", "held", 0)
-    assert kernel.admit(held, (Guard(level, ()),), False) is None
+    assert kernel.admit(held, held.reserved, (Guard(level, ()),), False) is None
     _HELD.append(held)

@@ -114,11 +114,11 @@ def test_an_admission_is_a_plain_call_unless_a_step_waits_then_it_hands_back_the
 
     ctx = ExecutionContext(max_cost_usd=1, admission_timeout_s=0.05)
     first = ctx.llm_call("a", model="gpt-4o-mini", estimate_usd=0.6)
-    assert first.plan.admission.admit(first, threading.get_ident()) is None
+    assert first.plan.admission.admit(first, threading.get_ident(), first.reserved) is None
     assert first.phase == ADMITTED and first.node.status == "running"
     # What is spent leaves room, the first call's hold does not: the second waits for it.
     second = ctx.llm_call("b", model="gpt-4o-mini", estimate_usd=0.6)
-    waits = second.plan.admission.admit(second, threading.get_ident())
+    waits = second.plan.admission.admit(second, threading.get_ident(), second.reserved)
     assert waits is not None
     with pytest.raises(BudgetBusy):
         for _ in waits:

@@ -11,12 +11,13 @@ Only sums fold: local keys and plain (non-money) gauges are kept whole at every 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from ampmeter._core.usage import Entry
 from ampmeter.keys import LOCAL_KEYS, is_money
 
-__all__ = ["Cell", "Fold", "Level", "summed"]
+__all__ = ["Cell", "Fold", "Level", "fold_in", "summed"]
 
 
 class Cell:
@@ -204,3 +205,19 @@ class Level:
                     if key in found and summed(key, gauge):
                         found[key] += value
         return found
+
+
+def fold_in(level: Level, above: Level, totals: Iterator[tuple[Cell, Any]]) -> None:
+    """Add ``level``'s ``totals`` to ``above``'s offset cells, then stop ``above`` reading it
+    (the fold moves on, so every target is worked out again). Resumable: an addition is
+    straight-line bytecode and the iterator moves only when the next pair is taken, so running
+    it again after an interrupt resumes where it stopped (the kernel runs it whole)."""
+    for cell, value in totals:
+        cell.value += value
+    if level.pulled_by is not None:
+        level.fold.epoch += 1
+        for below in level.subtree():  # (clearing a cache twice is harmless)
+            for settles in below.caches:
+                settles.clear()
+        above.pulled.pop(level, None)
+        level.pulled_by = None

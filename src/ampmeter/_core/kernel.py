@@ -17,8 +17,10 @@ Interrupts. ``KeyboardInterrupt`` is raised by CPython only between bytecodes at
 back-edges and function entries. Every change here is written so that such a point falls only
 between whole steps, each step records its progress, and a step interrupted half-way is finished
 before the interrupt goes on (see :meth:`Kernel.settle`). A call whose owner disappears without
-settling (an interrupt that landed where no Python code of ours could run) is found by its dead
-weak reference and ended, its hold returned, at the next read or refused admission.
+settling (an interrupt that landed where no Python code of ours could run, a call started by
+hand and lost) keeps its hold until it is found by its dead weak reference, at the next read,
+refused admission or close, and charged as a call interrupted in flight is
+(:mod:`ampmeter._core.interrupted`).
 """
 
 from __future__ import annotations
@@ -26,36 +28,39 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any, Final
 
-from ampmeter._core.cells import Cell, Level, summed
+from ampmeter._core.cells import Cell, Level, fold_in, summed
 from ampmeter._core.check import Guard, Hit, Refused
+from ampmeter._core.interrupted import settle_dropped
 from ampmeter._core.nodes import NodeTable, now_ms
 from ampmeter._core.outcome import Ending, Outcome
-from ampmeter._core.ticket import Ticket
+from ampmeter._core.ticket import Held, Reserved, Ticket
 from ampmeter._core.usage import Spent, Usage
 from ampmeter.keys import LOCAL_KEYS
 from ampmeter.node import TERMINAL_STATUSES, Node
 
 __all__ = ["Cell", "Kernel", "Level", "now_ms"]
 
-_NO_OUTCOME: Final = Outcome("halt", stop_reason="interrupted before it was settled")
 _NOT_STARTED: Final = Outcome("halt", stop_reason="interrupted before it started")
+_NOTHING_HELD: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
 class Kernel(NodeTable):
     """The accounting state of one tree of contexts. See the module docstring."""
 
-    __slots__ = ("_open", "_settled", "_waiting")
+    __slots__ = ("_dropping", "_open", "_settled", "_waiting")
 
     def __init__(self, chain_id: str, max_nodes: int = 0) -> None:
         super().__init__(chain_id, max_nodes)
         # Notified when holds go away, for calls waiting for room (see admit).
         self._settled = threading.Condition(self._lock)
         self._waiting = 0
-        # node id -> the call in flight, weakly: one whose owner dropped it holds nothing more
-        # and is ended by the next sweep.
-        self._open: dict[str, Callable[[], Ticket | None]] = {}
+        # node id -> the call in flight, weakly, with what it holds: one whose owner dropped it
+        # holds on until the next sweep charges it (the ids of those being charged now).
+        self._open: dict[str, Held] = {}
+        self._dropping: set[str] = set()
 
     def retry(self, node: Node, level: Level | None) -> None:
         """Count one retry on an open node (and ``amp:retries`` from ``level`` up)."""
@@ -123,7 +128,7 @@ class Kernel(NodeTable):
                 for key, value in level.values(gauge).items()
                 if summed(key, gauge)
             ]
-            whole(_fold_in, level, above, iter(totals))
+            whole(fold_in, level, above, iter(totals))
 
     def add_usage(self, level: Level, usage: Usage) -> None:
         """Add ``usage`` at ``level`` and every ancestor, in one step (a trace record)."""
@@ -155,15 +160,17 @@ class Kernel(NodeTable):
 
     # -- calls -----------------------------------------------------------------------------------
 
-    def admit(self, ticket: Ticket, guards: tuple[Guard, ...], run: bool) -> Refused | None:
-        """Hold ``ticket``'s reservation where its plan says, unless it would exceed a limit of
-        ``guards``, and (when ``run``) mark its node running, in one step. None when held,
-        else why not (see :data:`~ampmeter._core.check.Refused`)."""
+    def admit(
+        self, ticket: Ticket, reserved: Reserved, guards: tuple[Guard, ...], run: bool
+    ) -> Refused | None:
+        """Hold ``ticket``'s reservation (``reserved``) where its plan says, unless it would
+        exceed a limit of ``guards``, and (when ``run``) mark its node running, in one step.
+        None when held, else why not (see :data:`~ampmeter._core.check.Refused`)."""
+        plan = ticket.plan
+        amounts: dict[str, Any] | Mapping[str, Any]
         with self._lock:
             if guards:
-                plan = ticket.plan
                 holds, places = plan.hold or plan.hold_plan()
-                reserved = ticket.reserved
                 amounts = {}  # (a loop: a third of what dict(zip(...)) costs here)
                 for key, place in places:
                     amounts[key] = reserved[place]
@@ -171,17 +178,30 @@ class Kernel(NodeTable):
                 if hit is not None:
                     return (*hit, self._check(guards, amounts, False) is None)
             else:  # nothing above can stop it: nothing to hold
-                holds, amounts = (), {}
+                holds, amounts = (), _NOTHING_HELD
             node = ticket.kernel_node
-            ticket.amounts = amounts
-            ticket.holds = holds
-            ticket.thread = threading.get_ident()
             owner = self._unstarted.pop(node.node_id, None)  # begin()'s weak reference to it
-            self._open[node.node_id] = owner or weakref.ref(ticket)
+            self._open[node.node_id] = (
+                owner or weakref.ref(ticket),
+                amounts,
+                holds,
+                threading.get_ident(),
+                plan,
+                reserved,
+                (),  # (its ledger holds: see run_held)
+            )
             if run:  # (a call's node is made, not yet running, until it is admitted)
                 node.status = "running"
                 self._in_flight += 1
         return None
+
+    def run_held(self, ticket: Ticket) -> None:
+        """Mark admitted ``ticket``'s node running once the shared ledgers hold it too, keeping
+        its ledger holds beside it: a call its owner drops is committed there when swept."""
+        node = ticket.kernel_node
+        with self._lock:
+            self._open[node.node_id] = (*self._open[node.node_id][:6], ticket.ledger_holds)
+        self.run(node)
 
     def wait_for_settlement(self, seconds: float) -> None:
         """Block up to ``seconds``, or until a call in flight gives its hold back."""
@@ -210,11 +230,11 @@ class Kernel(NodeTable):
                 parent = self._nodes.get(parent.parent_id or "")
             stuck: list[object] = []
             others = False
-            for node_id, call in self._open.items():
-                ticket = call()
-                if node_id == node.node_id or ticket is None:  # (a dropped call holds nothing)
+            for node_id, held in self._open.items():
+                ticket = held[0]()
+                if node_id == node.node_id or ticket is None:  # (a dropped call: see sweep)
                     continue
-                if node_id in enclosing or (thread is not None and ticket.thread == thread):
+                if node_id in enclosing or (thread is not None and held[3] == thread):
                     stuck.append(ticket)
                 else:
                     others = True
@@ -253,12 +273,12 @@ class Kernel(NodeTable):
         """End node ``node_id`` (its lookup checks the id) as ``ending`` says, if open; False and
         no change if a call owns it: only the call ends it. ValueError for a cost on the root."""
         node = self.node(node_id)
+        if node_id in self._open or node_id in self._unstarted:
+            self.sweep()  # (a call its owner dropped is ended now: nothing to refuse)
         with self._lock:
-            if node_id in self._open or node_id in self._unstarted:
-                self._sweep_locked()  # (a call its owner dropped is ended now: nothing to refuse)
-                if node.status not in TERMINAL_STATUSES:
-                    return False
             if node.status not in TERMINAL_STATUSES:
+                if node_id in self._open or node_id in self._unstarted:
+                    return False
                 if node.parent_id is None and any(ending[1:4]):  # (cost, tokens in and out)
                     raise ValueError("the root node carries no cost or tokens of its own")
                 self._end_locked(node, ending)
@@ -270,8 +290,8 @@ class Kernel(NodeTable):
         without restoring it (an interrupt)."""
         node = self._nodes.get(node_id)
         if node is not None and node.status not in TERMINAL_STATUSES:
-            call = self._open.get(node_id)
-            if call is None or call() is not None:
+            held = self._open.get(node_id)
+            if held is None or held[0]() is not None:
                 return node_id
             self.sweep()
         while node is not None and node.node_id != floor and node.status in TERMINAL_STATUSES:
@@ -300,12 +320,29 @@ class Kernel(NodeTable):
         if self._waiting:
             self._settled.notify_all()
 
-    def sweep(self) -> None:
-        """End the calls whose owner disappeared without settling them (an interrupt at the
-        one place no code of ours could run): their holds come back, their nodes halt."""
-        if self._open or self._unstarted:
-            with self._lock:
-                self._sweep_locked()
+    def sweep(self) -> bool:
+        """End the calls whose owner disappeared without ending them (an interrupt at the one
+        place no code of ours could run, a call started by hand and lost): one not admitted
+        halts (it was never sent), one admitted is settled through its context's admission,
+        charged as a call interrupted in flight (see
+        :func:`~ampmeter._core.interrupted.settle_dropped`). True if one admitted was."""
+        settled = False
+        # Until a pass finds none: a settlement allocates, and a collection it sets off may
+        # free more dropped calls (those kept alive by a cycle until then).
+        while self._open or self._unstarted:
+            dropped: list[tuple[Node, Held]] = []
+            try:
+                with self._lock:
+                    self._sweep_locked(dropped)
+                for node, held in dropped:  # (settling takes the lock, may commit to a ledger)
+                    settle_dropped(node, held)
+            finally:  # (interrupted: what is not settled yet is the next sweep's)
+                for node, _ in dropped:
+                    self._dropping.discard(node.node_id)
+            if not dropped:
+                break
+            settled = True
+        return settled
 
     # -- the limit check -----------------------------------------------------------------------
 
@@ -345,9 +382,7 @@ class Kernel(NodeTable):
                 value = extra if cell is None else cell.value + extra
                 # (A key never written exceeds nothing unless an amount is pending or held.)
                 if value > top and (cell is not None or extra):
-                    return self._unless_abandoned(
-                        (index, (limit, key, value)), guards, pending, holds
-                    )
+                    return index, (limit, key, value)
         return None
 
     def _spent_past(self, guards: tuple[Guard, ...]) -> tuple[Guard, Hit] | None:
@@ -361,56 +396,51 @@ class Kernel(NodeTable):
                     return guard, (limit, key, cell.value)
         return None
 
-    def _unless_abandoned(
-        self,
-        found: tuple[int, Hit],
-        guards: tuple[Guard, ...],
-        pending: Mapping[str, Any] | None,
-        holds: bool,
-    ) -> tuple[int, Hit] | None:
-        """``found``, unless calls whose owner is gone hold something: their holds must not
-        refuse anyone, so they are swept and the check runs again."""
-        if any(call() is None for call in self._open.values()):
-            self._sweep_locked()
-            return self._check(guards, pending, holds)
-        return found
-
-    def _sweep_locked(self) -> None:
+    def _sweep_locked(self, dropped: list[tuple[Node, Held]]) -> None:
+        """End the dropped calls not admitted; put the dropped calls admitted in ``dropped``,
+        each claimed for its settlement (which the caller runs, the lock released), their holds
+        still counting until then."""
         for node_id, owner in list(self._unstarted.items()):
             if owner() is None:
                 node = self._nodes.get(node_id)
                 if node is not None and node.status not in TERMINAL_STATUSES:
                     self._end_locked(node, _NOT_STARTED)
                 self._unstarted.pop(node_id, None)
-        for node_id, call in list(self._open.items()):
-            if call() is None:
+        ended = []
+        for node_id, held in self._open.items():
+            if held[0]() is None and node_id not in self._dropping:
                 node = self._nodes.get(node_id)
-                if node is not None and node.status not in TERMINAL_STATUSES:
-                    self._end_locked(node, _NO_OUTCOME)
-                self._open.pop(node_id, None)
-        if self._waiting:
+                if node is None or node.status in TERMINAL_STATUSES:
+                    ended.append(node_id)  # (ended another way: it holds nothing more)
+                    continue
+                dropped.append((node, held))  # (first: the caller's clean-up ends the claim)
+                self._dropping.add(node_id)
+        for node_id in ended:
+            self._open.pop(node_id)
+        if ended and self._waiting:
             self._settled.notify_all()
 
     def held_at(self, level: Level, pending: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """What calls in flight hold at ``level``, per key, and ``pending`` (caller holds the
         lock)."""
         total: dict[str, Any] = {} if pending is None else dict(pending)
-        for call in self._open.values():
-            ticket = call()
-            if ticket is None:  # dropped by its owner: it holds nothing (the sweep ends it)
-                continue
-            for held_level, keys in ticket.holds:
+        for held in self._open.values():  # (a call its owner dropped too, until it is charged)
+            for held_level, keys in held[2]:  # (see Held)
                 if held_level is level:
-                    amounts = ticket.amounts
+                    amounts = held[1]
                     for key in keys:
                         total[key] = total.get(key, 0) + amounts[key]
         return total
 
     def reserved(self, level: Level) -> dict[str, Any]:
-        """What calls in flight hold at ``level`` (zeros left out)."""
-        self.sweep()
-        with self._lock:
-            return {k: v for k, v in self.held_at(level).items() if v > 0}
+        """What calls in flight hold at ``level`` (zeros left out), once the calls their owners
+        dropped were charged (also one a collection frees while this reads)."""
+        while True:
+            self.sweep()
+            with self._lock:
+                held = {k: v for k, v in self.held_at(level).items() if v > 0}
+                if all(h[0]() is not None or i in self._dropping for i, h in self._open.items()):
+                    return held
 
 
 def _drain(feed: Iterator[tuple[Cell, int]], amounts: tuple[Any, ...]) -> None:
@@ -420,20 +450,6 @@ def _drain(feed: Iterator[tuple[Cell, int]], amounts: tuple[Any, ...]) -> None:
     there."""
     for cell, field in feed:
         cell.value += amounts[field]
-
-
-def _fold_in(level: Level, above: Level, totals: Iterator[tuple[Cell, Any]]) -> None:
-    """Add ``level``'s ``totals`` to ``above``'s offset cells, then stop ``above`` reading it
-    (the fold moves on, so every target is worked out again). Resumable, as :func:`_drain`."""
-    for cell, value in totals:
-        cell.value += value
-    if level.pulled_by is not None:
-        level.fold.epoch += 1
-        for below in level.subtree():  # (clearing a cache twice is harmless)
-            for settles in below.caches:
-                settles.clear()
-        above.pulled.pop(level, None)
-        level.pulled_by = None
 
 
 def whole(step: Callable[..., None], *args: Any) -> None:

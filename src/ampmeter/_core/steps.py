@@ -27,7 +27,7 @@ from ampmeter._core.frame import Stop
 from ampmeter._core.idempotency import META_DUPLICATE_OF, counted_once
 from ampmeter._core.outcome import Ending, Outcome, TerminationReason
 from ampmeter._core.pausing import PauseWait
-from ampmeter._core.ticket import ADMITTED, DONE, NEW, Ticket, reservation_keys
+from ampmeter._core.ticket import ADMITTED, DONE, NEW, Reserved, Ticket, reservation_keys
 from ampmeter._core.usage import SPENT_AT, Spent, Usage
 from ampmeter._core.waiting import Pause, Steps, Wait
 from ampmeter.errors import BudgetBusy, ExecutionCanceled, LimitExceeded
@@ -153,9 +153,10 @@ class Admission:
 
     # -- admission ------------------------------------------------------------------------------
 
-    def admit(self, ticket: Ticket, thread: int | None) -> Steps | None:
-        """Pass ``ticket`` through the steps of its plan, hold its reservation in the kernel,
-        then in the shared ledger (``thread``: the waiting thread, None in a task). None once
+    def admit(self, ticket: Ticket, thread: int | None, reserved: Reserved) -> Steps | None:
+        """Pass ``ticket`` through the steps of its plan, hold its reservation (``reserved``, as
+        the call gives it) in the kernel, then in the shared ledger (``thread``: the waiting
+        thread, None in a task). None once
         it is admitted; when something must wait (a step, room held by calls in flight, the
         shared ledger), the waits with the rest of the admission after them
         (:mod:`ampmeter._core.waiting` drives them). A canceled context (or one above it)
@@ -178,7 +179,7 @@ class Admission:
                     rest = admitters[admitters.index(step) + 1 :]
                     return self._admitting(ticket, thread, waits, rest, held=False)
             rows = self.rows if ticket.rows is None else ticket.rows
-            found = self.kernel.admit(ticket, rows, self.ledger_step is None)
+            found = self.kernel.admit(ticket, reserved, rows, self.ledger_step is None)
             if found is not None:
                 waits = self._room(ticket, thread, rows, found)
                 return self._admitting(ticket, thread, waits, (), held=True)
@@ -211,14 +212,14 @@ class Admission:
                     yield from more
             if not held:
                 rows = self.rows if ticket.rows is None else ticket.rows
-                found = self.kernel.admit(ticket, rows, self.ledger_step is None)
+                found = self.kernel.admit(ticket, ticket.reserved, rows, self.ledger_step is None)
                 if found is not None:
                     yield from self._room(ticket, thread, rows, found)
             if self.ledger_step is not None:
                 more = self.ledger_step.admit(ticket, thread)
                 if more is not None:
                     yield from more
-                self.kernel.run(ticket.kernel_node)  # running once the ledger holds it too
+                self.kernel.run_held(ticket)  # running once the ledger holds it too
         except BaseException as error:
             self._failed(ticket, error)
             raise
@@ -234,6 +235,9 @@ class Admission:
         paused = PauseWait(self.frame, kernel, ticket.kernel_node)
         try:
             while found is not None:
+                if kernel.sweep():  # calls their owners dropped held some of it: charged now
+                    found = kernel.admit(ticket, ticket.reserved, rows, self.ledger_step is None)
+                    continue
                 index, hit, busy = found
                 if not busy:
                     stop = self.owner((index, hit))
@@ -249,7 +253,7 @@ class Admission:
                         # Out of time, or only calls this one cannot outwait hold the rest.
                         raise self.busy(ticket, index, hit)
                     yield Pause(pause, kernel if thread is not None else None)
-                found = kernel.admit(ticket, rows, self.ledger_step is None)
+                found = kernel.admit(ticket, ticket.reserved, rows, self.ledger_step is None)
         except BaseException:
             paused.abandon()
             raise

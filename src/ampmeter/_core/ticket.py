@@ -6,8 +6,11 @@ that the admission reads before writing it; the kernel writes the rest.
 What the caller may read about the call is read-only (its kind, name and model, which its
 node keeps, its provider, reservation, marks and idempotency key); the rest is the core's
 bookkeeping, written by the admission (``phase``, ``rows``, ``ledger_holds``) and the kernel
-(``amounts``, ``holds``, ``thread``, ``feed``). The kernel refers to a ticket weakly, so a call
-dropped without settling (an interrupt) is found by its dead reference and ended.
+(``feed``). The kernel refers to a ticket weakly, keeping beside the reference what the call
+holds (:data:`Held`), so a call its owner dropped without ending it (an exception path,
+a generator closed early, an interrupt) still holds its reservation until it is found by its
+dead reference and charged as a call interrupted in flight is
+(:func:`~ampmeter._core.interrupted.settle_dropped`).
 
 A reservation is kept as its counts (:data:`Reserved`), which the kernel holds by the keys its
 plan compiled once; the :class:`~ampmeter._core.usage.Usage` it stands for is made only when
@@ -16,9 +19,10 @@ something reads :attr:`Ticket.reservation` (a shared ledger, a reader).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ampmeter._core.idempotency import META_IDEMPOTENCY_KEY
 from ampmeter._core.readonly import ReadOnly
 from ampmeter._core.usage import Usage
 
@@ -27,7 +31,7 @@ if TYPE_CHECKING:
     from ampmeter._core.check import Guard
     from ampmeter.node import Node
 
-__all__ = ["ADMITTED", "DONE", "NEW", "Reserved", "Ticket", "reservation_keys"]
+__all__ = ["ADMITTED", "DONE", "NEW", "Held", "Reserved", "Ticket", "reservation_keys", "stand_in"]
 
 NEW, ADMITTED, DONE = 0, 1, 2
 """A ticket's phases: made, admitted (holding its reservation), ended."""
@@ -73,16 +77,13 @@ class Ticket:
         "_marks",
         "_provider",
         "_reserved",
-        "amounts",
         "feed",
-        "holds",
         "kernel_node",
         "ledger_holds",
         "phase",
         "plan",
         "recorded",
         "rows",
-        "thread",
     )
 
     # Kept once, on the call's node.
@@ -100,6 +101,11 @@ class Ticket:
     marks: ReadOnly[Any] = ReadOnly("What the context's policies noted (None: nothing).")
     idempotency_key: ReadOnly[str | None] = ReadOnly("Counted once per key in the run.")
 
+    # What the read-only attributes above show, set by the call's maker.
+    _reserved: Reserved
+    _idempotency_key: str | None
+    _provider: str | None
+    _marks: Any
     kernel_node: Node  # the kernel's own node (users read ``call.node``, a copy)
     # Its context's steps.KindPlan (named loosely: the ticket imports nothing that imports it).
     plan: Any
@@ -110,10 +116,36 @@ class Ticket:
     rows: tuple[Guard, ...] | None
     ledger_holds: tuple[tuple[Any, Any], ...]
     recorded: bool
-    # Written by the kernel: at admission each level whose limits watch the reservation with
-    # the keys held there, each key's amount, the admitting thread; at settlement the (cell,
-    # Usage field) pairs still to add, an iterator an interrupted settlement resumes.
-    holds: tuple[tuple[Level, tuple[str, ...]], ...]
-    amounts: Mapping[str, Any]
-    thread: int
+    # Written by the kernel at settlement: the (cell, Usage field) pairs still to add, an
+    # iterator an interrupted settlement resumes.
     feed: Iterator[tuple[Cell, int]]
+
+
+Held = tuple[
+    Callable[[], Any],  # (a weak reference)
+    Mapping[str, Any],
+    tuple[tuple["Level", tuple[str, ...]], ...],
+    int,
+    Any,
+    Reserved,
+    tuple[tuple[Any, Any], ...],
+]
+"""What the kernel keeps of a call it admitted and that has not ended, from its admission: a
+weak reference to its ticket and, beside it, so that what it holds keeps counting when its
+owner drops it and the sweep can charge it (:func:`stand_in`): each key's amount held, each
+level whose limits watch the reservation with the keys held there, the admitting thread, the
+call's plan and reservation, and (once a shared ledger holds it too) its ledger holds. One
+tuple, made once per call. (Its idempotency key, if it was made with one, is on its node.)"""
+
+
+def stand_in(node: Node, held: Held) -> Ticket:
+    """A ticket that stands for the dropped call of ``node`` that the kernel ``held``, for its
+    settlement."""
+    ticket = Ticket()
+    ticket.kernel_node = node
+    _, _, _, _, ticket.plan, ticket._reserved, ticket.ledger_holds = held
+    ticket._idempotency_key = node.metadata.get(META_IDEMPOTENCY_KEY)
+    ticket._provider = ticket._marks = ticket.rows = None
+    ticket.recorded = False  # (whatever it recorded was dropped with it)
+    ticket.phase = DONE
+    return ticket

@@ -125,6 +125,10 @@ class Ledger(_notes.Controls, Closeable):
     """
 
     scope: str
+    hold_prefix: str = ""
+    """What the id of every hold this ledger object takes begins with: ``ampmeter run`` gives
+    each run its own, so a run records (and waits for) only the holds its own processes left,
+    never another run's on the same scope (see :meth:`claim_unsettled`)."""
     _root_ledger: Ledger | None = None  # the ledger that owns the backend (None: this one)
 
     def __init__(
@@ -221,7 +225,9 @@ class Ledger(_notes.Controls, Closeable):
         limits: Limits = {self.scope: check_amounts(ceilings, "ceilings", ceiling=True)}
         if ancestors is not None:
             limits.update(check_ancestors(self.scope, ancestors))
-        rid = uuid.uuid4().hex if reservation_id is None else check_reservation_id(reservation_id)
+        if reservation_id is None:
+            reservation_id = self.hold_prefix + uuid.uuid4().hex
+        rid = check_reservation_id(reservation_id)
         spans = check_windows(windows)
         charge = self._charge_expired
         if on_expired_hold is not None:
@@ -309,7 +315,8 @@ class Ledger(_notes.Controls, Closeable):
     def claim_unsettled(self, hold: UnsettledHold | str) -> bool:
         """True for the first caller, in any process, that claims to report the unsettled
         ``hold`` (or its id); False for every later one, and for a hold this process still
-        renews (its own call will settle it). A surviving context records what it claims."""
+        renews (its own call will settle it). A surviving context records what it claims, of
+        the holds whose ids begin with its ledger's :attr:`hold_prefix`."""
         rid = check_reservation_id(hold if isinstance(hold, str) else hold.id)
         if rid in self._renewer.tracked():
             return False

@@ -195,12 +195,17 @@ class Handoffs:
         """Record the unsettled holds of dead workers that held at this context's own ledger
         scope itself (a ledger that cannot be read now records nothing; the next read catches
         up). The holds of hand-offs are their parents' to record, so a context made from a
-        hand-off records none, and holds taken below this scope are left to theirs."""
+        hand-off records none, and holds taken below this scope are left to theirs, as are
+        those whose ids do not carry its ledger's ``hold_prefix`` (another run's)."""
         ledger = self.frame.ledger
         if ledger is None or self.frame.handoff_from is not None:
             return
         try:
-            holds = [h for h in ledger.unsettled_holds() if h.scopes[0] == ledger.scope]
+            holds = [
+                h
+                for h in ledger.unsettled_holds()
+                if h.scopes[0] == ledger.scope and h.id.startswith(ledger.hold_prefix)
+            ]
             if holds:
                 node_id = self.frame.node_id
                 level = self.frame.level

@@ -55,12 +55,14 @@ class LedgerRequest:
                     note = f"limit exceeded in {limit.window_s:g}s"
                     return self.ledger.scope, ExceededLimit(limit, limit.key, value, note)
         found = self.scopes.get(refusal.scope or "")
-        if found is not None and refusal.key in found[1]:
-            stop = ExceededLimit(found[1][refusal.key], refusal.key, value)
+        owner = None if found is None else found[1].get(refusal.key or "")
+        if owner is not None and owner.max_value == refusal.ceiling:
+            stop = ExceededLimit(owner, refusal.key or "", value)
             return refusal.scope or "", shared_refusal(stop)
         if refusal.scope is not None and refusal.key is not None:
             # A ceiling only the ledger keeps (an operator's ``budget raise`` on a scope whose
-            # context has no limit of its own there): the refusal itself names it.
+            # context has no limit of its own there, or a tighter one kept there): the refusal
+            # itself names it.
             kept = Limit(refusal.key, max(refusal.ceiling, 0))  # below 0 refuses as 0 does
             return refusal.scope, shared_refusal(ExceededLimit(kept, refusal.key, value))
         # A refusal without a ceiling (a settled id): the first ceiling stands for it.
@@ -205,7 +207,10 @@ class LedgerStep(Step):
     ) -> float:
         """How long to pause before asking the ledger again, or :class:`~ampmeter.BudgetBusy`
         when the wait is over: out of time, or only holds this call would wait for in vain
-        (its enclosing calls' and, on a thread, that thread's own) stand in the way."""
+        (its enclosing calls' and, on a thread, that thread's own) stand in the way. Calls
+        of this process their owners dropped are charged first: nobody would end their holds."""
+        if self.admission.kernel.sweep():
+            return 0.0  # (ask again at once)
         pause = wait.next_pause()
         others = refusal.reserved - self.own_holds(ticket, refusal, thread)
         if pause is None or others <= 0:

@@ -116,7 +116,7 @@ class _Process:
 
         tree = json.loads(os.environ[ENV_TREE])
         pid = os.getpid()
-        ledger = open_run_ledger(tree["ledger"], tree["scope"])
+        ledger = open_run_ledger(tree)
         log = JsonlSink(os.path.join(tree["events"], f"{time.time_ns()}-{pid}.jsonl"), flush="line")
         set_enclosing_context(None)  # a fork child's copy of its parent's is not ours
         if top:

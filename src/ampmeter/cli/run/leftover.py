@@ -6,6 +6,11 @@ and its request may have been billed. The run's processes hold with a short leas
 (:data:`RUN_LEASE_S`), so once the tree has ended the run waits for such holds to run out,
 which the ledger charges as unsettled spend, and logs each as an ``unsettled hold`` node under
 the run's root (:mod:`ampmeter.shared.unsettled`) for ``summary``, ``report`` and ``watch``.
+
+Runs given one ``--scope`` share one ledger scope, and a hold there may be another run's, live
+or dead. So each run's processes name their holds with the run's own prefix
+(:func:`hold_prefix`, the ledger's ``hold_prefix``): a run waits for, and records, only the
+holds its own processes left (all dead once its tree has ended); another run's are that run's.
 """
 
 from __future__ import annotations
@@ -14,32 +19,39 @@ import os
 import time
 from typing import Any, Final
 
-__all__ = ["RUN_LEASE_S", "open_run_ledger", "record_leftover_holds"]
+__all__ = ["RUN_LEASE_S", "hold_prefix", "open_run_ledger", "record_leftover_holds"]
 
 RUN_LEASE_S: Final = 4.0
 """The lease of a hold taken by a process of the run."""
 _POLL_S: Final = 0.2
 
 
-def open_run_ledger(where: str, scope: str, *, create: bool = True) -> Any:
-    """The run's ledger at ``where`` (a server URL, or the SQLite file's path; ``create``: else
-    a file not there yet, as before any process of the run metered, is a ``ValueError``)."""
+def hold_prefix(tree: dict[str, Any]) -> str:
+    """What the ids of the holds of the run of ``tree`` (its settings) begin with."""
+    return f"run-{tree['chain']}-"
+
+
+def open_run_ledger(tree: dict[str, Any], *, create: bool = True) -> Any:
+    """The ledger of the run of ``tree`` (its settings): at its address (a server URL, or the
+    SQLite file's path; ``create``: else a file not there yet, as before any process of the
+    run metered, is a ``ValueError``), on its scope, its holds named as the run's."""
     from ampmeter.ledgers.reach import open_address
 
-    return open_address(where, scope, lease_s=RUN_LEASE_S, create=create)
+    ledger = open_address(tree["ledger"], tree["scope"], lease_s=RUN_LEASE_S, create=create)
+    ledger.hold_prefix = hold_prefix(tree)
+    return ledger
 
 
 def record_leftover_holds(tree: dict[str, Any]) -> None:
     """Charge and log the holds the run's processes left (see the module); ``tree`` is the
     run's settings as its processes got them."""
     try:
-        ledger = open_run_ledger(tree["ledger"], tree["scope"], create=False)
+        ledger = open_run_ledger(tree, create=False)
     except ValueError:
         return  # no process of the run metered anything
     try:
-        # (Reading what is held ends a hold whose lease ran out: it is charged then, and listed
-        # with the unsettled holds, not the held ones.)
-        if not _held(ledger) and not ledger.unsettled_holds():
+        own = ledger.hold_prefix
+        if not _held(ledger) and not any(h.id.startswith(own) for h in ledger.unsettled_holds()):
             return
         deadline = time.monotonic() + RUN_LEASE_S + 2 * _POLL_S
         while _held(ledger) and time.monotonic() < deadline:
@@ -50,7 +62,11 @@ def record_leftover_holds(tree: dict[str, Any]) -> None:
 
 
 def _held(ledger: Any) -> bool:
-    return any(ledger.reserved().values())
+    """Whether a process of the run holds anything still (its hold's lease has not run out)."""
+    # (Reading what is held ends a hold whose lease ran out: it is charged then, and listed
+    # with the unsettled holds, not the held ones.)
+    ledger.reserved()
+    return any(rid.startswith(ledger.hold_prefix) for rid in ledger.reservation_ids())
 
 
 def _record(ledger: Any, tree: dict[str, Any]) -> None:

@@ -81,7 +81,7 @@ def _watch(tree: dict[str, Any], stop: threading.Event) -> None:
     try:
         while not stop.wait(_PAUSE_POLL_S):
             try:  # (until a process has metered, there is no ledger to open)
-                ledger = ledger or open_run_ledger(where, scope, create=False)
+                ledger = ledger or open_run_ledger(tree, create=False)
                 paused = [c for c in ledger.show(scope).paused_calls if c.id not in seen]
             except Exception:  # busy, or not reachable now: look again
                 continue

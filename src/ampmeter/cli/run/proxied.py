@@ -45,7 +45,7 @@ def run_proxy(
     def the_runs_context(caller: CallerBudget) -> Any:
         from ampmeter.sinks.jsonl import JsonlSink
 
-        ledger = closing.enter_context(open_run_ledger(tree["ledger"], tree["scope"]))
+        ledger = closing.enter_context(open_run_ledger(tree))
         log = os.path.join(tree["events"], f"{time.time_ns()}-proxy.jsonl")
         sink = closing.enter_context(JsonlSink(log, flush="line"))
         return config.context("proxy", tree, ledger, sink, "proxy")
