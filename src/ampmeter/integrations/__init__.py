@@ -83,11 +83,11 @@ INTEGRATIONS: tuple[Integration, ...] = (
     _row("httpx2", "http", "http:instrument_httpx"),
     _row("aiohttp", "http", "http_aiohttp:instrument_aiohttp"),
     _row("http.client", "http", "http_client:instrument_http_client"),
+    _row("botocore.httpsession", "http", "botocore_stops:instrument_botocore"),
     _row("urllib3", "http", "http_client:instrument_urllib3", "uninstrument_http_client"),
     _row("llama_index.core", "llama_index", "llama_index:instrument_llama_index"),
     _row("mcp", "mcp", "mcp_tools:instrument_mcp"),
     _row("litellm", "openai http", "litellm_retries:instrument_litellm"),
-    _row("botocore.httpsession", "http", "botocore_stops:instrument_botocore"),
     _row("dspy.clients.engines.lm15_engine", "http", "dspy_engine:instrument_dspy"),
     _row("websockets", "openai http", "websocket_client:instrument_websockets"),
     _row(
