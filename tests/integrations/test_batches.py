@@ -13,9 +13,11 @@ import httpx
 import openai
 import pytest
 
-from ampmeter import ExecutionContext, LimitExceeded
+from ampmeter import ExecutionContext, Limit, LimitExceeded
+from ampmeter.keys import KEY_INPUT_TOKENS
 from ampmeter.node import Node
 from ampmeter.sinks.memory import MemorySink
+from ampmeter.testing import recorded
 from ampmeter.testing.replay import ReplayResponse, ReplayServer
 
 pytestmark = pytest.mark.usefixtures("instrumented")  # conftest.py
@@ -247,3 +249,27 @@ def test_a_gemini_context_cache_and_a_bedrock_batch_are_refused_under_a_cost_cap
     with ExecutionContext(max_cost_usd=5.0), httpx.Client() as client, refused:
         client.post(replay.url + path, json=body)
     assert replay.requests == []
+
+
+def test_a_batch_cannot_pass_a_token_limit_unseen_but_an_unpriced_model_can(
+    replay: ReplayServer,
+) -> None:
+    """A run capped by tokens alone let batches through: their tokens are counted nowhere. An
+    unpriced model's call is not refused by a token limit: its tokens are counted."""
+    replay.script("/v1/chat/completions", recorded.openai_chat_tool_calls())
+    client = _openai(replay)
+    tokens = [Limit(KEY_INPUT_TOKENS, 1_000_000)]
+    with ExecutionContext("tokens", limits=tokens):
+        with pytest.raises(LimitExceeded, match="context 'tokens' has a token limit"):
+            client.batches.create(
+                input_file_id="file-abc", endpoint="/v1/chat/completions", completion_window="24h"
+            )
+        client.chat.completions.create(
+            model="my-local-model", messages=[{"role": "user", "content": "Hi"}]
+        )
+    assert [r.path for r in replay.requests] == ["/v1/chat/completions"]
+    replay.script("/v1/batches", ReplayResponse.json(OPENAI_BATCH))
+    with ExecutionContext(limits=tokens, on_unpriced="allow"):
+        client.batches.create(
+            input_file_id="file-abc", endpoint="/v1/chat/completions", completion_window="24h"
+        )

@@ -4,14 +4,17 @@ or let through with a warning and an ``unpriced`` event (``"warn"``); ``"allow"`
 in the admission. An unpriced call is never counted as free: its node says ``unpriced``.
 
 A call whose node says it is not metered (:data:`META_UNMETERED`: a batch's creation, billed
-when the batch runs) is unpriced too, and refused with that reason."""
+when the batch runs) is unpriced too, and refused with that reason; under a token limit as well,
+since its tokens are counted nowhere either (an unpriced model's tokens are: a token limit alone
+lets it through)."""
 
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
 
-from ampmeter.keys import KEY_COST, KEY_UNPRICED_LLM_CALLS
+from ampmeter.keys import KEY_COST, KEY_INPUT_TOKENS, KEY_OUTPUT_TOKENS, KEY_UNPRICED_LLM_CALLS
 from ampmeter.limits import ExceededLimit, Limit
 from ampmeter.policies.options import LimitEvent, Option, Policy
 from ampmeter.policies.step import PolicyStep
@@ -34,36 +37,51 @@ META_UNMETERED = "unmetered"
 class Unpriced(PolicyStep):
     """The unpriced-model rule of one context's calls (see the module docstring)."""
 
-    __slots__ = ("log", "owner", "refuses")
+    __slots__ = ("log", "owner", "refuses", "token_owner")
     priced_calls = False  # a priced call is none of its business: its plan leaves this out
     kinds = frozenset({"llm"})  # the plan of any other kind does not ask it
 
-    def __init__(self, admission: Admission, owner: Frame, refuses: bool, log: EventLog) -> None:
+    def __init__(
+        self,
+        admission: Admission,
+        owners: tuple[Frame | None, Frame | None],
+        refuses: bool,
+        log: EventLog,
+    ) -> None:
         super().__init__(admission)
-        self.owner = owner  # the nearest context with a cost limit
+        # The nearest context with a cost limit, and the nearest with a token limit.
+        self.owner, self.token_owner = owners
         self.refuses = refuses
         self.log = log  # the context's own events
 
     def admit(self, ticket: Ticket, thread: int | None) -> None:
         """Refuse (or report) a call whose model has no price (only their plans ask this)."""
-        note = self._reason(ticket)
+        unmetered = META_UNMETERED in ticket.kernel_node.metadata
+        owner = self.owner
+        if owner is None and unmetered:
+            owner = self.token_owner
+        if owner is None:  # an unpriced model's tokens are counted: a token limit sees them
+            return
+        note = self._reason(ticket, owner)
         if self.refuses:
             stop = ExceededLimit(_LIMIT, KEY_UNPRICED_LLM_CALLS, 1, note)
-            raise self.refuse(ticket, self.owner, stop)
+            raise self.refuse(ticket, owner, stop)
         warnings.warn(f"ampmeter: {note}", RuntimeWarning, stacklevel=4)
         node_id, name = ticket.kernel_node.node_id, self.admission.frame.name
         event = LimitEvent("unpriced", _LIMIT, KEY_UNPRICED_LLM_CALLS, 1.0, 1.0, node_id, name)
         self.log.report(event)
 
-    def _reason(self, ticket: Ticket) -> str:
-        """Why ``ticket``'s call is unpriced, and what to do about it."""
-        owner = self.owner.name
+    def _reason(self, ticket: Ticket, by: Frame) -> str:
+        """Why ``ticket``'s call is unpriced (``by``: the context whose limit refuses it), and
+        what to do about it."""
+        owner = by.name
         unmetered = ticket.kernel_node.metadata.get(META_UNMETERED)
         if unmetered is not None:
+            limit = "a cost" if by is self.owner else "a token"
             return (
                 f"{ticket.name!r} sends {unmetered}, which ampmeter does not meter, and "
-                f"context {owner!r} has a cost limit; set on_unpriced='warn' or 'allow' to "
-                "send it with its cost counted nowhere"
+                f"context {owner!r} has {limit} limit; set on_unpriced='warn' or 'allow' to "
+                "send it with its cost and tokens counted nowhere"
             )
         model = ticket.model
         pricing = self.admission.frame.policies.pricing
@@ -80,16 +98,30 @@ class Unpriced(PolicyStep):
         )
 
 
-def _watches_cost(limit: Limit) -> bool:
-    return limit.matches(KEY_COST) or (limit.key.startswith(KEY_COST) and not limit.soft)
+def _watches(key: str) -> Callable[[Limit], bool]:
+    def watches(limit: Limit) -> bool:
+        return limit.matches(key) or (limit.key.startswith(key) and not limit.soft)
+
+    return watches
+
+
+_WATCHES_COST: Final = _watches(KEY_COST)
+_WATCHES_TOKENS: Final = (_watches(KEY_INPUT_TOKENS), _watches(KEY_OUTPUT_TOKENS))
 
 
 def _make(admission: Admission, configured: ConfiguredPolicies) -> Unpriced | None:
     mode = configured.values.on_unpriced or "refuse"
     if mode == "allow":
         return None
-    owner = next((f for f in admission.frame.ancestry if any(map(_watches_cost, f.limits))), None)
-    return None if owner is None else Unpriced(admission, owner, mode == "refuse", configured.log)
+    ancestry = admission.frame.ancestry
+    cost = next((f for f in ancestry if any(map(_WATCHES_COST, f.limits))), None)
+    tokens = next(
+        (f for f in ancestry if any(w(limit) for limit in f.limits for w in _WATCHES_TOKENS)),
+        None,
+    )
+    if cost is None and tokens is None:
+        return None
+    return Unpriced(admission, (cost, tokens), mode == "refuse", configured.log)
 
 
 def _mode(mode: object) -> object:
