@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableSet
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -331,14 +331,16 @@ class Kernel(NodeTable):
         # free more dropped calls (those kept alive by a cycle until then).
         while self._open or self._unstarted:
             dropped: list[tuple[Node, Held]] = []
+            claimed: set[str] = set()
             try:
                 with self._lock:
-                    self._sweep_locked(dropped)
+                    self._sweep_locked(dropped, claimed)
                 for node, held in dropped:  # (settling takes the lock, may commit to a ledger)
                     settle_dropped(node, held)
             finally:  # (interrupted: what is not settled yet is the next sweep's)
-                for node, _ in dropped:
-                    self._dropping.discard(node.node_id)
+                # One operation, no loop: an interrupt cannot land half-way and leave a claim
+                # that no sweep would take again (its hold counted for ever).
+                self._dropping -= claimed
             if not dropped:
                 break
             settled = True
@@ -396,10 +398,10 @@ class Kernel(NodeTable):
                     return guard, (limit, key, cell.value)
         return None
 
-    def _sweep_locked(self, dropped: list[tuple[Node, Held]]) -> None:
+    def _sweep_locked(self, dropped: list[tuple[Node, Held]], claimed: MutableSet[str]) -> None:
         """End the dropped calls not admitted; put the dropped calls admitted in ``dropped``,
-        each claimed for its settlement (which the caller runs, the lock released), their holds
-        still counting until then."""
+        each claimed for its settlement (which the caller runs, the lock released; ``claimed``:
+        their ids, for the caller to release), their holds still counting until then."""
         for node_id, owner in list(self._unstarted.items()):
             if owner() is None:
                 node = self._nodes.get(node_id)
@@ -413,7 +415,8 @@ class Kernel(NodeTable):
                 if node is None or node.status in TERMINAL_STATUSES:
                     ended.append(node_id)  # (ended another way: it holds nothing more)
                     continue
-                dropped.append((node, held))  # (first: the caller's clean-up ends the claim)
+                dropped.append((node, held))
+                claimed.add(node_id)  # (first: the caller's clean-up ends the claim)
                 self._dropping.add(node_id)
         for node_id in ended:
             self._open.pop(node_id)
