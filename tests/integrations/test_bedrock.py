@@ -13,6 +13,7 @@ from typing import Any
 import anthropic
 import boto3
 import genai_prices
+import httpx
 import litellm
 import pytest
 
@@ -32,6 +33,16 @@ USAGE = {
     "cacheWriteInputTokens": 20,
     "outputTokens": 5,
     "totalTokens": 137,
+}
+# An Anthropic Messages answer, as InvokeModel and the anthropic SDK's Bedrock client get it.
+MESSAGE = {
+    "id": "msg_bdrk_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-3-5-haiku-20241022",
+    "content": [{"type": "text", "text": "Nile."}],
+    "stop_reason": "end_turn",
+    "usage": {"input_tokens": 14, "output_tokens": 4},
 }
 ANSWER = {
     "output": {"message": {"role": "assistant", "content": [{"text": "Nile, Amazon, Rhine."}]}},
@@ -171,16 +182,7 @@ def test_a_bedrock_call_that_would_pass_the_cap_is_refused_before_it_is_sent(
 
 
 def test_invoke_model_with_an_anthropic_body_plain_and_streamed(replay: ReplayServer) -> None:
-    message = {
-        "id": "msg_bdrk_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-3-5-haiku-20241022",
-        "content": [{"type": "text", "text": "Nile."}],
-        "stop_reason": "end_turn",
-        "usage": {"input_tokens": 14, "output_tokens": 4},
-    }
-    start = {**message, "content": [], "stop_reason": None, "usage": {**message["usage"]}}
+    start = {**MESSAGE, "content": [], "stop_reason": None, "usage": {**MESSAGE["usage"]}}
     start["usage"]["output_tokens"] = 1
     events = [
         {"type": "message_start", "message": start},
@@ -194,7 +196,7 @@ def test_invoke_model_with_an_anthropic_body_plain_and_streamed(replay: ReplaySe
         },
         {"type": "message_stop"},
     ]
-    replay.script(f"{BASE}/invoke", ReplayResponse.json(message))
+    replay.script(f"{BASE}/invoke", ReplayResponse.json(MESSAGE))
     replay.script(
         f"{BASE}/invoke-with-response-stream", event_stream([invoke_chunk(e) for e in events])
     )
@@ -247,16 +249,7 @@ def test_litellm_bedrock_models_are_metered(replay: ReplayServer, stream: bool) 
 def test_anthropics_bedrock_client_is_priced_at_bedrocks_price(replay: ReplayServer) -> None:
     """The anthropic SDK's Bedrock client is metered at the SDK's door, once, as a Messages
     call naming a Bedrock model id: priced at the table's ``aws`` price (it was unpriced)."""
-    message = {
-        "id": "msg_bdrk_2",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-3-5-haiku-20241022",
-        "content": [{"type": "text", "text": "Nile."}],
-        "stop_reason": "end_turn",
-        "usage": {"input_tokens": 14, "output_tokens": 4},
-    }
-    replay.script(f"/model/{MODEL}/invoke", ReplayResponse.json(message))
+    replay.script(f"/model/{MODEL}/invoke", ReplayResponse.json(MESSAGE))
     client = anthropic.AnthropicBedrock(
         aws_access_key="AKIDEXAMPLE",
         aws_secret_key="secret",
@@ -272,3 +265,28 @@ def test_anthropics_bedrock_client_is_priced_at_bedrocks_price(replay: ReplaySer
     (node,) = calls(sink)
     assert (node.name, node.tokens_in, node.tokens_out) == ("messages.create", 14, 4)
     assert node.cost_usd == ctx.stats.total_cost() == table_cost(14, 0, 0, 4)
+
+
+def test_a_corrupt_event_frame_reaches_the_caller_and_the_call_is_charged(
+    replay: ReplayServer,
+) -> None:
+    """A frame whose checksum does not match (a proxy's damage) raised out of ampmeter's reader
+    into the caller's read; the caller now gets every byte, and the call, its usage never read,
+    is charged an estimate."""
+    good = frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Nile. " * 10}})
+    bad = bytearray(frame("metadata", {"usage": USAGE}))
+    bad[-1] ^= 0xFF
+    replay.script(f"{BASE}/converse-stream", event_stream([good, bytes(bad)]))
+    body = {"messages": PROMPT, "inferenceConfig": {"maxTokens": 200}}
+    sink = MemorySink()
+    url = f"{replay.url}{BASE}/converse-stream"
+    with (
+        ExecutionContext(sinks=[sink]),
+        httpx.Client() as client,
+        client.stream("POST", url, json=body) as answer,
+    ):
+        received = b"".join(answer.iter_bytes())
+    assert received == good + bytes(bad)
+    (node,) = calls(sink)
+    assert node.tokens_out is not None and node.tokens_out >= 60
+    assert node.metadata["cost_status"] == "estimated" and node.cost_usd > 0

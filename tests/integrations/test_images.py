@@ -188,6 +188,7 @@ def test_a_raw_http_image_request_is_metered(
         (None, None, 6240),
         ("high", "2048x2048", 4 * 4160),
         ("low", "not a size", 408),
+        ("high", "9" * 5000 + "x1", 6240),  # no size: no int() of 5,000 digits
     ],
 )
 def test_an_images_output_is_reserved_by_its_quality_and_size(

@@ -64,11 +64,18 @@ class EventFrames:
             self._buffer = EventStreamBuffer()
 
     def feed(self, piece: bytes) -> Iterator[dict[str, Any]]:
-        """The events ``piece`` completes."""
+        """The events ``piece`` completes. A frame botocore refuses (a checksum that does not
+        match) ends the decoding: the caller still gets every byte, and the call, its usage
+        never read, is charged as a stream whose usage never came."""
         if self._buffer is None or not piece:
             return
         self._buffer.add_data(piece)
-        for message in self._buffer:
+        try:
+            messages = list(self._buffer)
+        except Exception:  # (botocore's ParserError and its kinds)
+            self._buffer = None
+            return
+        for message in messages:
             headers = message.headers
             kind = headers.get(":event-type") or headers.get(":exception-type") or "error"
             try:

@@ -51,7 +51,8 @@ def image_output_tokens(quality: object, size: object) -> int:
     if listed is not None:
         return listed
     width, _, height = size.partition("x") if isinstance(size, str) else ("", "", "")
-    if width.isdigit() and height.isdigit():
+    # (At most 6 digits a side: a longer one is no size, and no int() of thousands of digits.)
+    if width.isdigit() and height.isdigit() and max(len(width), len(height)) <= 6:
         return math.ceil(by_size["1024x1024"] * int(width) * int(height) / _SQUARE_PIXELS)
     return max(by_size.values())  # "auto", or no size
 
